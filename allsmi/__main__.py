@@ -1,0 +1,5 @@
+"""``python -m allsmi``."""
+
+from allsmi.cli.main import main
+
+main()

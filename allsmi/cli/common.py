@@ -1,0 +1,101 @@
+"""Options and wiring shared by every command.
+
+The CLI is the only layer that wires configuration, backends, the collector
+and the consumers together. Errors a user can fix (a bad config file, an
+unknown scenario) exit with code 2 and a message naming the file and key.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import click
+
+from allsmi.config import Config, ConfigError, load_config
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_USAGE = 2
+
+
+@dataclass
+class Settings:
+    """What the global and per-command options decided."""
+
+    config: Config
+    simulate: str | None
+    interval: float
+    timeout: float
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
+    """Print ``allsmi: message`` to stderr and return an exit to raise."""
+    click.echo(f"allsmi: {message}", err=True)
+    return click.exceptions.Exit(code)
+
+
+def common_options(func: F) -> F:
+    """``--config``, ``--simulate``, ``--interval`` and ``--timeout`` for a command.
+
+    Given on the group (``allsmi --simulate mixed serve``) or on the command
+    (``allsmi serve --simulate mixed``); the command's own value wins.
+    """
+    options = [
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                     help="Config file (default: $ALLSMI_CONFIG, ~/.config/allsmi/config.toml, "
+                          "/etc/allsmi/config.toml)."),
+        click.option("--simulate", metavar="SCENARIO", default=None,
+                     help="Simulate a node instead of reading hardware: 'mixed', 'mixed-faults' "
+                          "or a scenario file path."),
+        click.option("--interval", type=click.FloatRange(min=0.05), default=None,
+                     help="Seconds between collection cycles (config: collector.interval_seconds)."),
+        click.option("--timeout", "backend_timeout", type=click.FloatRange(min=0.05), default=None,
+                     help="Per-backend timeout in seconds (config: collector.backend_timeout_seconds)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def settings(config_path: str | None, simulate: str | None, interval: float | None,
+             backend_timeout: float | None) -> Settings:
+    """Resolve flags > environment > file > defaults; exit 2 on a bad config."""
+    parent = click.get_current_context().find_root().params
+    config_path = config_path or parent.get("config_path")
+    simulate = simulate or parent.get("simulate")
+    interval = interval or parent.get("interval")
+    backend_timeout = backend_timeout or parent.get("backend_timeout")
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if simulate is not None:
+        from allsmi.backends.simulated import ScenarioError, load_scenario
+        try:
+            load_scenario(simulate)
+        except ScenarioError as exc:
+            raise fail(str(exc)) from None
+    return Settings(config=config, simulate=simulate,
+                    interval=interval or config.interval_seconds,
+                    timeout=backend_timeout or config.backend_timeout_seconds)
+
+
+def build_collector(s: Settings, *, history_size: int | None = None):  # type: ignore[no-untyped-def]
+    """A collector over the configured (or simulated) backends, not yet started."""
+    from allsmi import registry
+    from allsmi.collector import Collector
+    try:
+        backends = registry.instantiate(s.config.backends_enabled, timeout_seconds=s.timeout,
+                                        options={k: dict(v) for k, v in s.config.backend_options.items()},
+                                        simulate=s.simulate)
+    except registry.UnknownBackend as exc:
+        raise fail(str(exc)) from None
+    return Collector(backends, s.config, interval_seconds=s.interval, timeout_seconds=s.timeout,
+                     history_size=history_size)
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is an interactive terminal."""
+    return sys.stdout.isatty()

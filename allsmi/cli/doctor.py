@@ -1,0 +1,118 @@
+"""``allsmi doctor``: which backends were found, which not and why, versions, permissions."""
+
+from __future__ import annotations
+
+import glob
+import grp
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+import click
+
+from allsmi import __version__
+from allsmi.cli.common import build_collector, common_options, settings
+
+#: Device nodes each vendor's driver creates; missing or unreadable ones explain most failures.
+DEVICE_NODES = {
+    "nvidia": ["/dev/nvidiactl", "/dev/nvidia[0-9]*"],
+    "amd": ["/dev/kfd", "/dev/dri/renderD*"],
+    "gaudi": ["/dev/accel/accel[0-9]*", "/dev/hl[0-9]*"],
+    "furiosa": ["/dev/rngd/npu[0-9]*", "/dev/npu[0-9]*"],
+    "rebellions": ["/dev/rbln[0-9]*"],
+    "tenstorrent": ["/dev/tenstorrent/[0-9]*"],
+}
+
+
+def _nodes(backend: str) -> list[dict[str, Any]]:
+    found = []
+    for pattern in DEVICE_NODES.get(backend, []):
+        for path in sorted(glob.glob(pattern)):
+            found.append({"path": path, "readable": os.access(path, os.R_OK),
+                          "writable": os.access(path, os.W_OK)})
+    return found
+
+
+def _groups() -> list[str]:
+    names = []
+    for gid in os.getgroups():
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.append(str(gid))
+    return names
+
+
+def diagnose(**opts: Any) -> dict[str, Any]:
+    """Probe every backend and run one collection cycle; return the report."""
+    s = settings(**opts)
+    collector = build_collector(s)
+    probes: dict[str, dict[str, Any]] = {}
+    try:
+        for runner in collector.runners:
+            try:
+                result = runner.backend.probe()
+                probes[runner.name] = {"available": result.available, "reason": result.reason,
+                                       "details": dict(result.details)}
+            except Exception as exc:  # probe() must not raise; report the backend that does
+                probes[runner.name] = {"available": False, "reason": f"probe raised {exc!r}",
+                                       "details": {}}
+        snap = collector.collect_once()
+    finally:
+        collector.close()
+    per_backend: dict[str, int] = {}
+    for dev in snap.devices:
+        per_backend[dev.backend] = per_backend.get(dev.backend, 0) + 1
+    backends = []
+    for status in snap.backends:
+        probe = probes.get(status.name, {})
+        backends.append({
+            "name": status.name, "status": status.status, "message": status.message,
+            "duration_seconds": status.duration_seconds, "devices": per_backend.get(status.name, 0),
+            "probe": probe, "device_nodes": _nodes(status.name)})
+    return {
+        "allsmi_version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hostname": snap.host.hostname,
+        "user": {"uid": os.getuid(), "groups": _groups()},
+        "config": str(s.config.path) if s.config.path else None,
+        "default_resource_group": s.config.default_group,
+        "simulate": s.simulate,
+        "backends": backends,
+    }
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@common_options
+def doctor(as_json: bool, **opts: Any) -> None:
+    """Explain which accelerators were found, and why the others were not.
+
+    Probes every backend, runs one collection cycle, and reports library and
+    tool versions, device nodes and their permissions.
+    """
+    report = diagnose(**opts)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"allsmi {report['allsmi_version']}  Python {report['python']}  {report['platform']}")
+    click.echo(f"host {report['hostname']}  uid {report['user']['uid']}  "
+               f"groups {', '.join(report['user']['groups']) or '-'}")
+    click.echo(f"config {report['config'] or '(none: defaults)'}  "
+               f"default resource group {report['default_resource_group']!r}")
+    if report["simulate"]:
+        click.echo(f"simulating scenario {report['simulate']!r}")
+    click.echo("")
+    for b in report["backends"]:
+        mark = {"ok": "+", "unavailable": "-", "error": "!", "timeout": "!"}.get(b["status"], "?")
+        click.echo(f"[{mark}] {b['name']:<12} {b['status']:<12} {b['devices']} device(s)")
+        if b["message"]:
+            click.echo(f"      {b['message']}")
+        for key, value in sorted(b["probe"].get("details", {}).items()):
+            click.echo(f"      {key}: {value}")
+        for node in b["device_nodes"]:
+            access = ("r" if node["readable"] else "-") + ("w" if node["writable"] else "-")
+            click.echo(f"      {node['path']} [{access}]")

@@ -1,0 +1,50 @@
+"""The ``--format table`` view for people (uses rich; never on the JSON/CSV path)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from allsmi.formatting import NA, celsius, human_bytes, percent, watts
+from allsmi.schema import Snapshot
+
+_HEALTH_STYLE = {"ok": "green", "degraded": "yellow", "lost": "bold red", "unknown": "dim"}
+_STATUS_STYLE = {"ok": "green", "unavailable": "dim", "error": "bold red", "timeout": "bold yellow"}
+
+
+def render_table(snapshot: Snapshot, width: int | None = None) -> str:
+    """Devices (partitions indented under their parent) and backend statuses as text."""
+    host = snapshot.host
+    buf = io.StringIO()
+    console = Console(file=buf, width=width or 140, force_terminal=False, no_color=True,
+                      highlight=False)
+    console.print(f"{host.hostname}  CPU {percent(host.cpu_utilization_percent)}  "
+                  f"memory {human_bytes(host.memory_used_bytes)} / {human_bytes(host.memory_total_bytes)}  "
+                  f"{snapshot.timestamp:%Y-%m-%d %H:%M:%S} UTC")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("#", "vendor", "model", "group", "health", "util", "memory", "temp",
+                   "power / limit", "procs"):
+        table.add_column(column, justify="right" if column in ("#", "util", "temp", "procs") else "left")
+    for dev in snapshot.devices:
+        name = dev.name or NA
+        if dev.parent:
+            name = f"  └ {name}"
+        memory = f"{human_bytes(dev.memory_used_bytes)} / {human_bytes(dev.memory_total_bytes)}"
+        power = f"{watts(dev.power_watts)} / {watts(dev.power_limit_watts)}"
+        table.add_row(NA if dev.index is None else str(dev.index), dev.vendor, name,
+                      dev.resource_group or NA,
+                      f"[{_HEALTH_STYLE.get(dev.health, '')}]{dev.health}[/]",
+                      percent(dev.utilization_percent), memory, celsius(dev.temperature_celsius),
+                      power, str(len(dev.processes)))
+    if snapshot.devices:
+        console.print(table)
+    else:
+        console.print("No accelerators found.")
+    console.print()
+    for status in snapshot.backends:
+        style = _STATUS_STYLE.get(status.status, "")
+        message = f"  {status.message}" if status.message else ""
+        console.print(f"backend {status.name:<12} [{style}]{status.status}[/]{message}")
+    return buf.getvalue()

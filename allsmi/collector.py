@@ -1,0 +1,271 @@
+"""The one sampling loop shared by every consumer.
+
+Each backend is driven by a :class:`BackendRunner`: one worker thread per
+backend, the only thread that ever calls into it. A cycle asks every runner
+for a sample at once and waits for each until its own deadline, so a hung
+vendor call costs the other backends nothing past that timeout. A runner
+whose previous call is still hung is not asked again (no pile-up of
+threads); it reports ``timeout`` until the call returns. Errors become
+backend status, never a crash.
+
+Consumers read :attr:`Collector.latest` (an immutable :class:`Snapshot`), the
+bounded :attr:`Collector.history`, or subscribe to be called once per cycle.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from allsmi.backend_api import Backend, BackendError, BackendUnavailable
+from allsmi.config import Config
+from allsmi.groups import assign_groups
+from allsmi.host import HostSampler
+from allsmi.schema import BackendStatus, DeviceSample, Snapshot, utc_now
+
+log = logging.getLogger(__name__)
+
+#: How long an unavailable backend is left alone before it is probed again.
+REPROBE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: str
+    message: str
+    devices: tuple[DeviceSample, ...]
+    duration: float
+
+
+class BackendRunner:
+    """Owns one backend and the single worker thread that calls it."""
+
+    def __init__(self, backend: Backend, timeout: float,
+                 reprobe_seconds: float = REPROBE_SECONDS) -> None:
+        self.backend = backend
+        self.timeout = timeout
+        self.reprobe_seconds = reprobe_seconds
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._done.set()
+        self._busy_since: float | None = None
+        self._outcome: _Outcome | None = None
+        self._opened = False
+        self._unavailable_until = 0.0
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        """The backend's display name."""
+        return self.backend.display_name
+
+    def start_call(self) -> bool:
+        """Ask the worker for one sample; ``False`` while the previous call still runs."""
+        with self._lock:
+            if self._closing or self._busy_since is not None:
+                return False
+            self._busy_since = time.monotonic()
+            self._done.clear()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name=f"allsmi-backend-{self.name}")
+                self._thread.start()
+        self._wake.set()
+        return True
+
+    def busy_for(self) -> float | None:
+        """Seconds the current call has been running, or ``None`` when idle."""
+        since = self._busy_since
+        return None if since is None else time.monotonic() - since
+
+    def wait(self, deadline: float) -> _Outcome | None:
+        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
+        if self._done.wait(max(0.0, deadline - time.monotonic())):
+            return self._outcome
+        return None
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                break
+            outcome = self._call()
+            with self._lock:
+                self._outcome = outcome
+                self._busy_since = None
+            self._done.set()
+        self._safe_close()
+
+    def _call(self) -> _Outcome:
+        started = time.monotonic()
+
+        def done(status: str, message: str, devices: tuple[DeviceSample, ...] = ()) -> _Outcome:
+            return _Outcome(status, message, devices, time.monotonic() - started)
+
+        if not self._opened and started < self._unavailable_until and self._outcome is not None:
+            return self._outcome  # still unavailable; do not re-probe every cycle
+        try:
+            if not self._opened:
+                probe = self.backend.probe()
+                if not probe.available:
+                    self._unavailable_until = started + self.reprobe_seconds
+                    return done("unavailable", probe.reason or "not available")
+                self.backend.open()
+                self._opened = True
+            self.backend.warnings = []
+            devices = tuple(self.backend.sample())
+            return done("ok", "; ".join(self.backend.warnings), devices)
+        except BackendUnavailable as exc:
+            self._opened = False
+            self._unavailable_until = started + self.reprobe_seconds
+            return done("unavailable", str(exc) or "not available")
+        except BackendError as exc:
+            return done("error", str(exc) or type(exc).__name__)
+        except Exception as exc:  # a bug in a backend must not take the others down
+            log.exception("backend %s failed", self.name)
+            return done("error", f"internal error: {type(exc).__name__}: {exc}")
+
+    def _safe_close(self) -> None:
+        try:
+            self.backend.close()
+        except Exception:  # close() must never raise, but a third-party one might
+            log.exception("closing backend %s failed", self.name)
+
+    def close(self, grace: float = 2.0) -> None:
+        """Stop the worker and close the backend; abort a hung call via ``backend.close()``."""
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        self._wake.set()
+        if thread is None:
+            self._safe_close()
+            return
+        thread.join(grace)
+        if thread.is_alive():
+            # The call is hung: closing from here is how a backend aborts it
+            # (kills its child process, sets its stop event).
+            self._safe_close()
+            thread.join(grace)
+            if thread.is_alive():
+                log.warning("backend %s did not stop; its thread is left as a daemon", self.name)
+
+
+SnapshotCallback = Callable[[Snapshot], None]
+
+
+class Collector:
+    """Runs collection cycles over a set of backends; never overlapping."""
+
+    def __init__(self, backends: Sequence[Backend], config: Config | None = None, *,
+                 interval_seconds: float | None = None, timeout_seconds: float | None = None,
+                 history_size: int | None = None, host_sampler: HostSampler | None = None) -> None:
+        self.config = config or Config()
+        self.interval = interval_seconds or self.config.interval_seconds
+        self.timeout = timeout_seconds or self.config.backend_timeout_seconds
+        self.runners = [BackendRunner(b, self.timeout) for b in backends]
+        self.host = host_sampler or HostSampler()
+        self._history: collections.deque[Snapshot] = collections.deque(
+            maxlen=history_size or self.config.history_size)
+        self._latest: Snapshot | None = None
+        self._cycle_lock = threading.Lock()
+        self._subscribers: list[SnapshotCallback] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._first = threading.Event()
+
+    # -- reading ---------------------------------------------------------
+    @property
+    def latest(self) -> Snapshot | None:
+        """The most recent snapshot, or ``None`` before the first cycle completes."""
+        return self._latest
+
+    @property
+    def history(self) -> tuple[Snapshot, ...]:
+        """Recent snapshots, oldest first (bounded by ``history_size``)."""
+        return tuple(self._history)
+
+    def subscribe(self, callback: SnapshotCallback) -> None:
+        """Call ``callback(snapshot)`` after every cycle, on the collector's thread."""
+        self._subscribers.append(callback)
+
+    def wait_for_first(self, timeout: float | None = None) -> Snapshot | None:
+        """Block until the first snapshot exists (or ``timeout``)."""
+        self._first.wait(timeout)
+        return self._latest
+
+    # -- collecting ------------------------------------------------------
+    def collect_once(self) -> Snapshot:
+        """Run one cycle now and return its snapshot. Cycles are serialized."""
+        with self._cycle_lock:
+            started = time.monotonic()
+            asked = {id(r): r.start_call() for r in self.runners}
+            statuses: list[BackendStatus] = []
+            devices: list[DeviceSample] = []
+            for runner in self.runners:
+                if not asked[id(runner)]:
+                    busy = runner.busy_for() or 0.0
+                    statuses.append(BackendStatus(
+                        runner.name, "timeout",
+                        f"previous call still running after {busy:.1f} s (timeout {self.timeout:g} s)",
+                        None))
+                    continue
+                outcome = runner.wait(started + self.timeout)
+                if outcome is None:
+                    statuses.append(BackendStatus(
+                        runner.name, "timeout", f"no answer within {self.timeout:g} s", self.timeout))
+                    continue
+                statuses.append(BackendStatus(runner.name, outcome.status, outcome.message,
+                                              round(outcome.duration, 6)))
+                devices.extend(outcome.devices)
+            # Sampled last so that its CPU figure covers the cycle just run.
+            host = self.host.sample()
+            snapshot = Snapshot(timestamp=utc_now(), host=host,
+                                devices=assign_groups(devices, host.hostname, self.config),
+                                backends=tuple(statuses))
+            self._latest = snapshot
+            self._history.append(snapshot)
+            self._first.set()
+        for callback in list(self._subscribers):
+            try:
+                callback(snapshot)
+            except Exception:
+                log.exception("snapshot subscriber failed")
+        return snapshot
+
+    def start(self) -> None:
+        """Collect in a background thread every ``interval`` seconds until :meth:`close`."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="allsmi-collector")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_due = time.monotonic()
+        while not self._stop.is_set():
+            self.collect_once()
+            next_due += self.interval
+            now = time.monotonic()
+            if next_due < now:  # a slow cycle: skip missed slots rather than bunch up
+                next_due = now + self.interval
+            self._stop.wait(next_due - now)
+
+    def close(self) -> None:
+        """Stop the loop and close every backend. Idempotent."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.timeout + 5)
+        for runner in self.runners:
+            runner.close()
+
+    def __enter__(self) -> "Collector":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

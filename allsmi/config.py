@@ -1,0 +1,328 @@
+"""Configuration: one TOML file, validated completely before anything starts.
+
+Where the file comes from: ``--config PATH``, else ``$ALLSMI_CONFIG``, else
+the user's config directory (``$XDG_CONFIG_HOME/allsmi/config.toml``), else
+``/etc/allsmi/config.toml``; no file at all is fine (defaults). Precedence of
+each setting: command-line flag > environment > file > default.
+
+Every problem raises :class:`ConfigError` naming the file, the line and the
+key; the CLI turns it into exit code 2. See ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+DEFAULT_GROUP = "default"
+SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
+RULE_KEYS = ("host", "vendor", "model", "uuid", "index", "bus_id")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+#: Label names the exporter already uses; a group label may not shadow them.
+RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model", "kind",
+                             "backend", "bus_id", "pid", "user", "command", "version",
+                             "instance", "job", "le", "quantile"})
+#: Tables owned by consumers; each validates its own keys through :meth:`Config.section`.
+CONSUMER_SECTIONS = ("serve", "dashboard", "ledger", "export")
+
+
+class ConfigError(Exception):
+    """A configuration problem, located as precisely as possible."""
+
+    def __init__(self, message: str, path: Path | None = None, line: int | None = None,
+                 key: str | None = None) -> None:
+        self.path, self.line, self.key, self.message = path, line, key, message
+        where = str(path) if path else "<config>"
+        if line:
+            where += f", line {line}"
+        if key:
+            where += f", key '{key}'"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class ResourceGroup:
+    """A pool of devices for accounting: extra labels and prices for billing."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    price_per_device_hour: float | None = None
+    price_per_kwh: float | None = None
+    currency: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupRule:
+    """Assigns matching devices to ``resource_group``; every given glob must match."""
+
+    resource_group: str
+    patterns: Mapping[str, str]
+    line: int | None = None
+
+    def matches(self, facts: Mapping[str, str | None]) -> bool:
+        """True when every pattern matches the fact of the same name (case-insensitive globs)."""
+        for key, pattern in self.patterns.items():
+            value = facts.get(key)
+            if value is None or not fnmatch.fnmatchcase(value.lower(), pattern.lower()):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole validated configuration."""
+
+    path: Path | None = None
+    default_group: str = DEFAULT_GROUP
+    rules: tuple[GroupRule, ...] = ()
+    groups: Mapping[str, ResourceGroup] = field(default_factory=dict)
+    interval_seconds: float = 2.0
+    backend_timeout_seconds: float = 5.0
+    history_size: int = 300
+    backends_enabled: tuple[str, ...] | None = None
+    backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    _locator: "_KeyLocator | None" = field(default=None, repr=False, compare=False)
+
+    def group(self, name: str) -> ResourceGroup:
+        """The group called ``name`` (an undeclared group has no labels or prices)."""
+        return self.groups.get(name) or ResourceGroup(name)
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """A consumer's table (``serve``, ``dashboard``, ``ledger``, ``export``), possibly empty."""
+        return self.sections.get(name, {})
+
+    def error(self, message: str, *key_path: str) -> ConfigError:
+        """A :class:`ConfigError` pointing at ``key_path`` (e.g. ``"ledger", "path"``)."""
+        line = self._locator.find(key_path) if self._locator else None
+        return ConfigError(message, self.path, line, ".".join(key_path) or None)
+
+
+def discover_path(flag: str | os.PathLike[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> tuple[Path | None, bool]:
+    """Which file to read, and whether it was asked for explicitly (so must exist)."""
+    env = os.environ if environ is None else environ
+    if flag:
+        return Path(flag), True
+    if env.get("ALLSMI_CONFIG"):
+        return Path(env["ALLSMI_CONFIG"]), True
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    user = base / "allsmi" / "config.toml"
+    if user.is_file():
+        return user, False
+    if SYSTEM_CONFIG.is_file():
+        return SYSTEM_CONFIG, False
+    return None, False
+
+
+def load_config(flag: str | os.PathLike[str] | None = None,
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Find, read and validate the configuration; apply environment overrides."""
+    env = os.environ if environ is None else environ
+    path, explicit = discover_path(flag, env)
+    if path is None:
+        config = Config()
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            if explicit:
+                raise ConfigError("file not found", path) from None
+            text = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read: {exc}", path) from exc
+        config = parse_config(text, path)
+    if env.get("ALLSMI_RESOURCE_GROUP"):
+        from dataclasses import replace
+        config = replace(config, default_group=env["ALLSMI_RESOURCE_GROUP"].strip())
+    return config
+
+
+def parse_config(text: str, path: Path | None = None) -> Config:
+    """Validate TOML text into a :class:`Config`; raise :class:`ConfigError` on any problem."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line = int(match.group(1)) if match else None
+        reason = re.sub(r" \(at line.*", "", str(exc))
+        raise ConfigError(f"invalid TOML: {reason}", path, line) from None
+    return _Validator(data, path, _KeyLocator(text)).config()
+
+
+class _KeyLocator:
+    """Finds the line of a key, since tomllib reports none for semantic errors."""
+
+    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    _KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_\-.]+)\s*=""")
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[str, ...], int] = {}
+        table: tuple[str, ...] = ()
+        arrays: dict[tuple[str, ...], int] = {}
+        for number, raw in enumerate(text.splitlines(), start=1):
+            header = self._HEADER.match(raw)
+            if header:
+                name = tuple(self._clean(p) for p in header.group(2).split("."))
+                if header.group(1) == "[[":
+                    arrays[name] = arrays.get(name, -1) + 1
+                    table = name + (str(arrays[name]),)
+                else:
+                    table = name
+                self.lines.setdefault(table, number)
+                continue
+            key = self._KEY.match(raw)
+            if key:
+                parts = tuple(self._clean(p) for p in key.group(1).split("."))
+                self.lines.setdefault(table + parts, number)
+
+    @staticmethod
+    def _clean(part: str) -> str:
+        return part.strip().strip('"').strip("'")
+
+    def find(self, key_path: tuple[str, ...]) -> int | None:
+        """The line of the longest known prefix of ``key_path``."""
+        for end in range(len(key_path), 0, -1):
+            line = self.lines.get(tuple(key_path[:end]))
+            if line:
+                return line
+        return None
+
+
+class _Validator:
+    def __init__(self, data: dict[str, Any], path: Path | None, locator: _KeyLocator) -> None:
+        self.data, self.path, self.locator = data, path, locator
+
+    def fail(self, message: str, *key_path: str | int) -> ConfigError:
+        keys = tuple(str(k) for k in key_path)
+        shown = ".".join(k if not k.isdigit() else f"[{int(k) + 1}]" for k in keys)
+        return ConfigError(message, self.path, self.locator.find(keys), shown.replace(".[", "["))
+
+    def table(self, value: Any, *key_path: str | int) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail("must be a table", *key_path)
+        return value
+
+    def number(self, value: Any, *key_path: str | int, minimum: float = 0.0,
+               allow_zero: bool = True) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(f"must be a number, got {value!r}", *key_path)
+        if value < minimum or (not allow_zero and value == 0):
+            raise self.fail(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
+                            *key_path)
+        return float(value)
+
+    def string(self, value: Any, *key_path: str | int) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(f"must be a non-empty string, got {value!r}", *key_path)
+        return value.strip()
+
+    def unknown(self, table: Mapping[str, Any], allowed: tuple[str, ...], *key_path: str | int) -> None:
+        for key in table:
+            if key not in allowed:
+                raise self.fail(f"unknown key (allowed: {', '.join(allowed)})", *key_path, key)
+
+    def config(self) -> Config:
+        top_allowed = ("node", "collector", "backends", "groups", "rules") + CONSUMER_SECTIONS
+        self.unknown(self.data, top_allowed)
+        node = self.table(self.data.get("node", {}), "node")
+        self.unknown(node, ("resource_group",), "node")
+        default_group = self.string(node.get("resource_group", DEFAULT_GROUP), "node", "resource_group")
+
+        coll = self.table(self.data.get("collector", {}), "collector")
+        self.unknown(coll, ("interval_seconds", "backend_timeout_seconds", "history_size"), "collector")
+        interval = self.number(coll.get("interval_seconds", 2.0), "collector", "interval_seconds",
+                               minimum=0.05)
+        timeout = self.number(coll.get("backend_timeout_seconds", 5.0), "collector",
+                              "backend_timeout_seconds", minimum=0.05)
+        history = int(self.number(coll.get("history_size", 300), "collector", "history_size",
+                                  minimum=1))
+
+        backends = self.table(self.data.get("backends", {}), "backends")
+        enabled: tuple[str, ...] | None = None
+        options: dict[str, dict[str, Any]] = {}
+        for key, value in backends.items():
+            if key == "enabled":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise self.fail("must be a list of backend names", "backends", "enabled")
+                enabled = tuple(value)
+            else:
+                options[key] = self.table(value, "backends", key)
+        if enabled is not None:
+            from allsmi import registry  # late: only validation needs the entry points
+            known = set(registry.names())
+            for name in enabled:
+                if name not in known:
+                    raise self.fail(f"unknown backend {name!r} (installed: {', '.join(sorted(known))})",
+                                    "backends", "enabled")
+
+        groups: dict[str, ResourceGroup] = {}
+        for name, raw in self.table(self.data.get("groups", {}), "groups").items():
+            groups[name] = self.group(name, self.table(raw, "groups", name))
+
+        rules_raw = self.data.get("rules", [])
+        if not isinstance(rules_raw, list):
+            raise self.fail("must be an array of tables ([[rules]])", "rules")
+        rules = []
+        for i, raw in enumerate(rules_raw):
+            rule = self.table(raw, "rules", i)
+            self.unknown(rule, ("resource_group",) + RULE_KEYS, "rules", i)
+            if "resource_group" not in rule:
+                raise self.fail("missing key 'resource_group'", "rules", i)
+            group = self.string(rule["resource_group"], "rules", i, "resource_group")
+            patterns = {}
+            for key in RULE_KEYS:
+                if key in rule:
+                    value = rule[key]
+                    if isinstance(value, int) and not isinstance(value, bool) and key == "index":
+                        value = str(value)
+                    patterns[key] = self.string(value, "rules", i, key)
+            if not patterns:
+                raise self.fail(f"a rule needs at least one of {', '.join(RULE_KEYS)}", "rules", i)
+            rules.append(GroupRule(group, patterns, self.locator.find(("rules", str(i)))))
+
+        sections = {}
+        for name in CONSUMER_SECTIONS:
+            if name in self.data:
+                sections[name] = self.table(self.data[name], name)
+        return Config(path=self.path, default_group=default_group, rules=tuple(rules),
+                      groups=groups, interval_seconds=interval, backend_timeout_seconds=timeout,
+                      history_size=history, backends_enabled=enabled, backend_options=options,
+                      sections=sections, _locator=self.locator)
+
+    def group(self, name: str, raw: dict[str, Any]) -> ResourceGroup:
+        self.unknown(raw, ("labels", "price_per_device_hour", "price_per_kwh", "currency"),
+                     "groups", name)
+        labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
+        labels: dict[str, str] = {}
+        for key, value in labels_raw.items():
+            if not _LABEL_NAME.match(key) or key.startswith("__") or key in RESERVED_LABELS:
+                raise self.fail("label names must match [a-zA-Z_][a-zA-Z0-9_]*, not start with '__' "
+                                "and not be one of allsmi's own labels", "groups", name, "labels", key)
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise self.fail("label values must be strings", "groups", name, "labels", key)
+            labels[key] = str(value)
+        prices: dict[str, float | None] = {}
+        for key in ("price_per_device_hour", "price_per_kwh"):
+            prices[key] = self.number(raw[key], "groups", name, key) if key in raw else None
+        currency = None
+        if "currency" in raw:
+            currency = self.string(raw["currency"], "groups", name, "currency").upper()
+            if not re.fullmatch(r"[A-Z]{3}", currency):
+                raise self.fail("must be an ISO 4217 code such as USD or EUR", "groups", name, "currency")
+        if (prices["price_per_device_hour"] is not None or prices["price_per_kwh"] is not None) \
+                and currency is None:
+            raise self.fail("a group with prices needs a currency", "groups", name)
+        return ResourceGroup(name, labels, prices["price_per_device_hour"], prices["price_per_kwh"],
+                             currency)

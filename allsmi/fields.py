@@ -1,0 +1,69 @@
+"""Each measured field declared once: name, unit, help text, how it is exported.
+
+The snapshot JSON, the CSV columns, the exporter's gauge families and the
+metric reference in ``docs/`` are all derived from :data:`MEASUREMENTS` and
+:data:`IDENTITY_FIELDS`. Adding a measured field is one edit here plus the
+attribute on :class:`allsmi.schema.DeviceSample`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from allsmi.schema import DeviceSample
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A numeric device field and how it maps to Prometheus."""
+
+    field: str
+    """Attribute of :class:`DeviceSample` and JSON/CSV column name."""
+    unit: str
+    """Unit of the schema value (as in the field name)."""
+    help: str
+    """One sentence for HELP lines and docs."""
+    metric: str
+    """Exporter family name, in Prometheus base units."""
+    scale: float = 1.0
+    """Multiplier from the schema unit to the metric's base unit."""
+    board_level: bool = False
+    """Owned by the physical board: reported once, on the owning device."""
+    minimum: float | None = 0.0
+    maximum: float | None = None
+    """Plausible range; the contract tests check backends stay inside it."""
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("utilization_percent", "percent",
+                "Share of time the device was busy, 0 to 1.",
+                "allsmi_device_utilization_ratio", scale=0.01, maximum=100.0),
+    Measurement("memory_used_bytes", "bytes", "Device memory in use, in bytes.",
+                "allsmi_device_memory_used_bytes"),
+    Measurement("memory_total_bytes", "bytes", "Device memory in total, in bytes.",
+                "allsmi_device_memory_total_bytes"),
+    Measurement("temperature_celsius", "celsius", "Device temperature, in degrees Celsius.",
+                "allsmi_device_temperature_celsius", minimum=-40.0, maximum=150.0),
+    Measurement("power_watts", "watts", "Board power draw, in watts.",
+                "allsmi_device_power_watts", board_level=True, maximum=5000.0),
+    Measurement("power_limit_watts", "watts", "Enforced board power limit, in watts.",
+                "allsmi_device_power_limit_watts", board_level=True, maximum=5000.0),
+    Measurement("clock_mhz", "MHz", "Core (SM) clock, in hertz.",
+                "allsmi_device_clock_hertz", scale=1e6, maximum=10000.0),
+    Measurement("fan_percent", "percent", "Fan speed as a share of its maximum, 0 to 1.",
+                "allsmi_device_fan_ratio", scale=0.01, maximum=100.0),
+)
+"""Gauges. ``energy_joules`` is a counter and handled by the exporter's accounting."""
+
+ENERGY_FIELD = Measurement(
+    "energy_joules", "joules", "Energy the board used since its counter started, in joules.",
+    "allsmi_device_energy_joules_total", board_level=True)
+
+MEASURED_FIELDS: tuple[Measurement, ...] = MEASUREMENTS + (ENERGY_FIELD,)
+BY_FIELD: dict[str, Measurement] = {m.field: m for m in MEASURED_FIELDS}
+
+#: Device columns in schema order, minus the nested ones (processes, details).
+DEVICE_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in fields(DeviceSample) if f.name not in ("processes", "details"))
+
+IDENTITY_FIELDS: tuple[str, ...] = tuple(c for c in DEVICE_COLUMNS if c not in BY_FIELD)

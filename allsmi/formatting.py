@@ -1,0 +1,61 @@
+"""Text for people: the one place where ``None`` becomes "N/A"."""
+
+from __future__ import annotations
+
+NA = "N/A"
+
+
+def na(value: object, fmt: str = "{}", unit: str = "") -> str:
+    """``value`` formatted with ``fmt`` and ``unit``, or "N/A" when unknown."""
+    if value is None:
+        return NA
+    return fmt.format(value) + unit
+
+
+def human_bytes(value: int | float | None) -> str:
+    """Binary-prefixed size ("79.6 GiB"), or "N/A"."""
+    if value is None:
+        return NA
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024.0 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024.0
+    return NA  # pragma: no cover
+
+
+def percent(value: float | None) -> str:
+    """"42%" or "N/A"."""
+    return na(value, "{:.0f}", "%")
+
+
+def watts(value: float | None) -> str:
+    """"312 W" or "N/A"."""
+    return na(value, "{:.0f}", " W")
+
+
+def celsius(value: float | None) -> str:
+    """"54°C" or "N/A"."""
+    return na(value, "{:.0f}", "°C")
+
+
+def csv_cell(value: object) -> str:
+    """A CSV cell safe to open in a spreadsheet: formula-like text is neutralized.
+
+    Cells starting with ``=``, ``+``, ``-``, ``@``, tab or carriage return are
+    prefixed with a single quote (OWASP's advice), except plain numbers such
+    as ``-3.5`` which are data, not formulas.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if isinstance(value, float) else str(value)
+    text = str(value)
+    if text and text[0] in "=+-@\t\r":
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text

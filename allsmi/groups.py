@@ -1,0 +1,34 @@
+"""Assigning devices to resource groups (first matching rule wins)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+from allsmi.config import Config
+from allsmi.schema import DeviceSample
+
+
+def _facts(dev: DeviceSample, hostname: str) -> dict[str, str | None]:
+    return {"host": hostname, "vendor": dev.vendor, "model": dev.name, "uuid": dev.uuid or dev.id,
+            "index": None if dev.index is None else str(dev.index), "bus_id": dev.bus_id}
+
+
+def assign_groups(devices: Iterable[DeviceSample], hostname: str,
+                  config: Config) -> tuple[DeviceSample, ...]:
+    """Set ``resource_group`` and the group's ``labels`` on each device.
+
+    Rules are tried in order and the first match wins. A partition that no
+    rule matches stays in its parent's group; anything else falls to the
+    node's default group.
+    """
+    out: list[DeviceSample] = []
+    by_id: dict[str, str] = {}
+    for dev in devices:
+        facts = _facts(dev, hostname)
+        group = next((r.resource_group for r in config.rules if r.matches(facts)), None)
+        if group is None:
+            group = by_id.get(dev.parent or "", config.default_group)
+        by_id[dev.id] = group
+        out.append(replace(dev, resource_group=group, labels=dict(config.group(group).labels)))
+    return tuple(out)

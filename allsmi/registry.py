@@ -1,0 +1,109 @@
+"""Finding backends through the ``allsmi.backends`` entry-point group.
+
+Built-in and third-party backends register the same way (see
+``pyproject.toml``). Listing names imports nothing; loading a backend imports
+only its module, and that module imports its vendor library lazily.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from allsmi.backend_api import Backend, BackendError, ProbeResult
+from allsmi.schema import DeviceSample
+
+GROUP = "allsmi.backends"
+
+#: Backends that stand in for hardware rather than read it; not probed by default.
+SIMULATION_BACKENDS = frozenset({"simulated"})
+
+
+class UnknownBackend(LookupError):
+    """No backend of that name is installed."""
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=GROUP):
+        found.setdefault(ep.name, ep)  # first distribution wins on a clash
+    return found
+
+
+def names() -> list[str]:
+    """Every registered backend name, sorted, without importing any of them."""
+    return sorted(_entry_points())
+
+
+def hardware_names() -> list[str]:
+    """Registered backends that read real hardware."""
+    return [n for n in names() if n not in SIMULATION_BACKENDS]
+
+
+def entry_point(name: str) -> EntryPoint:
+    """The entry point of ``name``; :class:`UnknownBackend` lists what is installed."""
+    eps = _entry_points()
+    if name not in eps:
+        raise UnknownBackend(f"unknown backend {name!r}; installed: {', '.join(sorted(eps)) or 'none'}")
+    return eps[name]
+
+
+def load(name: str) -> type[Backend]:
+    """Import and return the backend class registered as ``name``."""
+    cls = entry_point(name).load()
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise TypeError(f"entry point {name!r} does not name a Backend subclass")
+    return cls
+
+
+def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout_seconds: float = 5.0,
+                options: "dict[str, Any] | None" = None,
+                simulate: "str | None" = None) -> list[Backend]:
+    """Construct the backends to run.
+
+    With ``simulate`` (a built-in scenario name or a scenario file path) the
+    hardware backends are replaced by the simulated ones the scenario
+    describes. Otherwise every enabled hardware backend is constructed (not
+    opened). Backend tool timeouts are set a little below ``timeout_seconds``
+    so tools are killed before the collector gives up on them.
+    """
+    tool_timeout = max(0.05, timeout_seconds * 0.8)
+    if simulate is not None:
+        from allsmi.backends.simulated import simulated_backends
+        return list(simulated_backends(simulate, timeout_seconds=tool_timeout))
+    opts = options or {}
+    out: list[Backend] = []
+    for name in (enabled if enabled is not None else hardware_names()):
+        try:
+            cls = load(name)
+        except UnknownBackend:
+            raise
+        except Exception as exc:  # a broken plug-in must not take the others down
+            out.append(BrokenBackend(name, f"cannot load backend: {type(exc).__name__}: {exc}"))
+            continue
+        out.append(cls(timeout_seconds=tool_timeout, options=opts.get(name)))
+    return out
+
+
+class BrokenBackend(Backend):
+    """Stands in for a backend whose module failed to import; reports the error each cycle."""
+
+    name = "broken"
+
+    def __init__(self, registered_name: str, message: str) -> None:
+        super().__init__()
+        self._registered_name = registered_name
+        self._message = message
+
+    @property
+    def display_name(self) -> str:
+        return self._registered_name
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True, "", {"error": self._message})
+
+    def open(self) -> None:
+        raise BackendError(self._message)
+
+    def sample(self) -> list[DeviceSample]:
+        raise BackendError(self._message)

@@ -1,0 +1,133 @@
+"""The one data model every layer shares.
+
+Everything here is a frozen dataclass. Units live in field names; a value the
+hardware does not report is ``None`` (never 0 or NaN). Rendering ``None`` as
+"N/A" text happens only in :func:`allsmi.formatting.na`.
+
+Partitions (MIG instances, AMD compute partitions, NPU core groups, dies of a
+multi-die card) are ordinary :class:`DeviceSample` objects whose ``parent`` is
+the id of the device that owns them. Board-level quantities (power, energy)
+are reported once, on the device that owns them, so that summing over devices
+never counts a board twice.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Tuple, Union
+
+SCHEMA_VERSION = 1
+
+Health = Literal["ok", "degraded", "lost", "unknown"]
+HEALTH_STATES: tuple[str, ...] = ("ok", "degraded", "lost", "unknown")
+
+BackendState = Literal["ok", "unavailable", "error", "timeout"]
+BACKEND_STATES: tuple[str, ...] = ("ok", "unavailable", "error", "timeout")
+
+DeviceKind = Literal["gpu", "npu"]
+
+#: Values allowed in ``DeviceSample.details``: vendor-specific extras such as
+#: ECC totals, P-state or per-core utilization. Kept JSON-friendly.
+DetailValue = Union[str, int, float, bool, None, Tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process using an accelerator."""
+
+    pid: int
+    user: str | None = None
+    command: str | None = None
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSample:
+    """One device (or partition) at one moment, in the units of its field names.
+
+    ``id`` is stable across restarts: the uuid when the vendor has one, else a
+    vendor-qualified bus id or serial. ``resource_group`` and ``labels`` are
+    left empty by backends and filled in by the collector from configuration.
+    """
+
+    id: str
+    vendor: str
+    kind: str
+    backend: str
+    index: int | None = None
+    uuid: str | None = None
+    name: str | None = None
+    bus_id: str | None = None
+    driver_version: str | None = None
+    firmware_version: str | None = None
+    parent: str | None = None
+    resource_group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    health: str = "unknown"
+    utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_celsius: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    clock_mhz: float | None = None
+    fan_percent: float | None = None
+    processes: tuple[ProcessSample, ...] = ()
+    #: Vendor-specific extras (ECC totals, P-state, per-core utilization as
+    #: ``core_utilization_percent``...). Not part of the stable columns.
+    details: Mapping[str, DetailValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """The host the devices are attached to."""
+
+    hostname: str
+    cpu_utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStatus:
+    """How one backend fared in one collection cycle.
+
+    ``status`` is ``ok``, ``unavailable`` (the vendor is absent: no library,
+    driver, tool or device; ``message`` says which), ``error`` (present but
+    failing; ``message`` says how) or ``timeout`` (did not answer in time).
+    """
+
+    name: str
+    status: str
+    message: str = ""
+    duration_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one collection cycle saw. Immutable: consumers share it freely."""
+
+    timestamp: _dt.datetime
+    host: HostSample
+    devices: tuple[DeviceSample, ...] = ()
+    backends: tuple[BackendStatus, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def unix_time(self) -> float:
+        """The timestamp as seconds since the epoch."""
+        return self.timestamp.timestamp()
+
+    def device(self, device_id: str) -> DeviceSample | None:
+        """The device with this id, or ``None``."""
+        for dev in self.devices:
+            if dev.id == device_id:
+                return dev
+        return None
+
+
+def utc_now() -> _dt.datetime:
+    """The current time as an aware UTC datetime."""
+    return _dt.datetime.now(_dt.timezone.utc)

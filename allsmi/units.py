@@ -1,0 +1,168 @@
+"""Unit conversions and parsers for the strings vendor tools print.
+
+Every backend converts to the schema's units (bytes, watts, joules, celsius,
+percent, MHz) with these helpers, so a unit bug is fixed in one place.
+Parsers return ``None`` for missing or malformed input ("N/A", "", "-",
+sentinels) rather than guessing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+TIB = 1024**4
+
+_MISSING = {"", "n/a", "[n/a]", "na", "none", "null", "-", "--", "not supported",
+            "[not supported]", "unknown", "[unknown]", "nan"}
+
+
+def is_missing(text: object) -> bool:
+    """True for the many spellings vendors use for "no value"."""
+    if text is None:
+        return True
+    if isinstance(text, float) and math.isnan(text):
+        return True
+    return isinstance(text, str) and text.strip().lower() in _MISSING
+
+
+def to_float(value: object) -> float | None:
+    """A finite float from a number or numeric string, else ``None``."""
+    if is_missing(value) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def to_int(value: object) -> int | None:
+    """An int from a number or numeric string, else ``None``."""
+    number = to_float(value)
+    return None if number is None else int(round(number))
+
+
+_NUM_UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-zµ°%/]*)\s*$")
+
+_POWER_SCALE = {"w": 1.0, "mw": 1e-3, "uw": 1e-6, "µw": 1e-6, "kw": 1e3, "": 1.0}
+_ENERGY_SCALE = {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "kj": 1e3, "kwh": 3.6e6,
+                 "wh": 3600.0, "": 1.0}
+_TEMP_UNITS = {"c", "°c", "", "degc", "celsius"}
+_FREQ_SCALE = {"mhz": 1.0, "ghz": 1e3, "khz": 1e-3, "hz": 1e-6, "": 1.0}
+_SIZE_SCALE = {
+    "b": 1, "": 1,
+    "k": KIB, "kb": KIB, "kib": KIB,
+    "m": MIB, "mb": MIB, "mib": MIB,
+    "g": GIB, "gb": GIB, "gib": GIB,
+    "t": TIB, "tb": TIB, "tib": TIB,
+}
+
+
+def _split(value: object) -> tuple[float, str] | None:
+    if is_missing(value) or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return (float(value), "") if math.isfinite(float(value)) else None
+    if not isinstance(value, str):
+        return None
+    match = _NUM_UNIT.match(value)
+    if not match:
+        return None
+    return float(match.group(1)), match.group(2).lower()
+
+
+def parse_power_watts(value: object, default_unit: str = "w") -> float | None:
+    """Watts from ``"17521800uW"``, ``"45.2 W"``, ``"350mW"`` or a bare number in ``default_unit``."""
+    parts = _split(value)
+    if parts is None:
+        return None
+    number, unit = parts
+    scale = _POWER_SCALE.get(unit or default_unit.lower())
+    return None if scale is None else number * scale
+
+
+def parse_energy_joules(value: object, default_unit: str = "j") -> float | None:
+    """Joules from ``"1200 J"``, ``"5mJ"`` or a bare number in ``default_unit``."""
+    parts = _split(value)
+    if parts is None:
+        return None
+    number, unit = parts
+    scale = _ENERGY_SCALE.get(unit or default_unit.lower())
+    return None if scale is None else number * scale
+
+
+def parse_temperature_celsius(value: object) -> float | None:
+    """Celsius from ``"31C"``, ``"45 °C"`` or a bare number."""
+    parts = _split(value)
+    if parts is None:
+        return None
+    number, unit = parts
+    return number if unit in _TEMP_UNITS else None
+
+
+def parse_clock_mhz(value: object, default_unit: str = "mhz") -> float | None:
+    """MHz from ``"1980 MHz"``, ``"1.98GHz"`` or a bare number in ``default_unit``."""
+    parts = _split(value)
+    if parts is None:
+        return None
+    number, unit = parts
+    scale = _FREQ_SCALE.get(unit or default_unit.lower())
+    return None if scale is None else number * scale
+
+
+def parse_size_bytes(value: object, default_unit: str = "b") -> int | None:
+    """Bytes from ``"1.5GiB"``, ``"512 MB"``, ``"1048576"`` or a bare number in ``default_unit``.
+
+    Binary prefixes are assumed for ``K``/``M``/``G`` without ``i``, as every
+    accelerator tool in scope uses them for memory.
+    """
+    parts = _split(value)
+    if parts is None:
+        return None
+    number, unit = parts
+    scale = _SIZE_SCALE.get(unit or default_unit.lower())
+    return None if scale is None else int(round(number * scale))
+
+
+def parse_percent(value: object) -> float | None:
+    """Percent from ``"37 %"``, ``"37%"`` or a number; ``None`` outside 0..100 (garbage)."""
+    parts = _split(value)
+    if parts is None:
+        return None
+    number, unit = parts
+    if unit not in ("", "%"):
+        return None
+    return number if 0.0 <= number <= 100.0 else None
+
+
+def mib_to_bytes(value: object) -> int | None:
+    """Bytes from a MiB count (number or numeric string)."""
+    number = to_float(value)
+    return None if number is None else int(round(number * MIB))
+
+
+def milli_to_unit(value: object) -> float | None:
+    """Divide by 1000 (mW to W, mJ to J), passing ``None`` through."""
+    number = to_float(value)
+    return None if number is None else number / 1000.0
+
+
+def micro_to_unit(value: object) -> float | None:
+    """Divide by 1e6 (uW to W, uJ to J), passing ``None`` through."""
+    number = to_float(value)
+    return None if number is None else number / 1e6
+
+
+#: Sentinels that vendor libraries return for "not available".
+UINT_SENTINELS = frozenset({0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFF, 0x7FFFFFFFFFFFFFFF})
+
+
+def reject_sentinel(value: object) -> object:
+    """``None`` for an all-ones integer sentinel, else the value unchanged."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in UINT_SENTINELS:
+        return None
+    return value

@@ -1,0 +1,114 @@
+"""hl-smi's text reports: the ``-L`` device listing and the default table view.
+
+``-Q`` has no field for firmware versions or processes; the listing carries
+``Firmware [SPI] Version`` per device and the table view ends with a
+"Compute Processes" section. Both parsers are tolerant: lines they do not
+understand are ignored, since these reports are for humans and change between
+releases.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from allsmi import units
+from allsmi.schema import ProcessSample
+
+_BLOCK = re.compile(r"^\[(\d+)\]\s+AIP\b.*?\s((?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$")
+_KEY_VALUE = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
+_PREBOOT = re.compile(r"^(?:Preboot version\s+)?(\S+)")
+
+
+@dataclass(frozen=True)
+class ListedDevice:
+    """What ``hl-smi -L`` says about one device."""
+
+    index: int
+    bus_id: str
+    uuid: str | None = None
+    firmware_spi: str | None = None
+    firmware_os: str | None = None
+
+
+def _firmware_version(text: str) -> str | None:
+    """``hl-gaudi2-1.12.1-fw-46.0.5-sec-6`` from ``Preboot version hl-gaudi2-... (Oct 12 2023 - ...)``."""
+    if units.is_missing(text):
+        return None
+    match = _PREBOOT.match(text.strip())
+    return match.group(1) if match else None
+
+
+def parse_listing(text: str) -> list[ListedDevice]:
+    """Devices in the output of ``hl-smi -L``, in the order printed."""
+    devices: list[ListedDevice] = []
+    current: dict[str, str | int | None] | None = None
+
+    def flush() -> None:
+        if current is not None:
+            devices.append(ListedDevice(**current))  # type: ignore[arg-type]
+
+    for line in text.splitlines():
+        header = _BLOCK.match(line.strip())
+        if header:
+            flush()
+            current = {"index": int(header.group(1)), "bus_id": header.group(2),
+                       "uuid": None, "firmware_spi": None, "firmware_os": None}
+            continue
+        if current is None:
+            continue
+        pair = _KEY_VALUE.match(line)
+        if not pair:
+            continue
+        key, value = pair.group(1), pair.group(2)
+        if key == "AIP UUID" and not units.is_missing(value):
+            current["uuid"] = value
+        elif key == "Firmware [SPI] Version":
+            current["firmware_spi"] = _firmware_version(value)
+        elif key == "Firmware [OS] Version":
+            current["firmware_os"] = value or None
+    flush()
+    return devices
+
+
+_UNIT_TOKENS = {"b", "kb", "kib", "mb", "mib", "gb", "gib"}
+
+
+def parse_processes(text: str) -> dict[int, list[ProcessSample]]:
+    """Processes per AIP index from the "Compute Processes" section of the table view.
+
+    Rows read ``| AIP PID Type Process-name Usage |``; idle devices print
+    ``N/A`` in every column and yield nothing. Memory is in MiB unless the
+    cell names its unit. A pid listed twice on one device is kept once (the
+    larger memory wins).
+    """
+    found: dict[int, dict[int, ProcessSample]] = {}
+    in_section = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if "Compute Processes" in stripped:
+            in_section = True
+            continue
+        if not in_section or not stripped.startswith("|"):
+            continue
+        tokens = stripped.strip("|").split()
+        if len(tokens) < 4 or not tokens[0].isdigit() or not tokens[1].isdigit():
+            continue
+        aip, pid = int(tokens[0]), int(tokens[1])
+        if pid <= 0:
+            continue
+        rest = tokens[3:]
+        if len(rest) >= 2 and rest[-1].lower() in _UNIT_TOKENS:
+            usage, name_tokens = rest[-2] + rest[-1], rest[:-2]
+        else:
+            usage, name_tokens = rest[-1], rest[:-1]
+        memory = units.parse_size_bytes(usage, default_unit="mib")
+        command = " ".join(name_tokens) or None
+        if command is not None and units.is_missing(command):
+            command = None
+        sample = ProcessSample(pid=pid, command=command, memory_bytes=memory)
+        per_device = found.setdefault(aip, {})
+        previous = per_device.get(pid)
+        if previous is None or (memory or 0) > (previous.memory_bytes or 0):
+            per_device[pid] = sample
+    return {aip: list(procs.values()) for aip, procs in found.items()}

@@ -1,0 +1,98 @@
+"""The simulation's model: every value a pure function of (scenario, seed, device, time).
+
+Two processes simulating the same scenario at the same instant compute the
+same numbers, so one process can check what another accounted. Each "load
+unit" (a device, or a MIG instance) runs jobs on a fixed cycle: a job is
+active for ``duty_cycle`` of each ``period`` and idle otherwise. During a job
+the utilization moves smoothly (two sines around a per-device base); power is
+linear in utilization, so the lifetime energy counter has a closed form (the
+exact integral of the reported power) and needs no stored state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+TAU = 2.0 * math.pi
+
+
+def unit_hash(*parts: object) -> float:
+    """A deterministic number in [0, 1) from ``parts``."""
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+@dataclass(frozen=True)
+class LoadCycle:
+    """The job cycle of one load unit, with its closed-form integral."""
+
+    period: float
+    active: float
+    offset: float
+    base: float
+    amp1: float
+    per1: float
+    ph1: float
+    amp2: float
+    per2: float
+    ph2: float
+
+    @classmethod
+    def make(cls, key: str, duty: float, period_range: tuple[float, float]) -> "LoadCycle":
+        lo, hi = period_range
+        period = lo + (hi - lo) * unit_hash(key, "period")
+        return cls(period=period, active=duty * period, offset=period * unit_hash(key, "offset"),
+                   base=50.0 + 32.0 * unit_hash(key, "base"),
+                   amp1=8.0, per1=60.0 + 120.0 * unit_hash(key, "p1"), ph1=TAU * unit_hash(key, "f1"),
+                   amp2=4.0, per2=11.0 + 20.0 * unit_hash(key, "p2"), ph2=TAU * unit_hash(key, "f2"))
+
+    def position(self, s: float) -> tuple[int, float]:
+        """(job number, seconds into the cycle) at ``s`` seconds after the epoch."""
+        u = s + self.offset
+        n = math.floor(u / self.period)
+        return n, u - n * self.period
+
+    def utilization(self, r: float) -> float:
+        """Percent at ``r`` seconds into the cycle (0 while idle)."""
+        if r >= self.active:
+            return 0.0
+        return (self.base + self.amp1 * math.sin(TAU * r / self.per1 + self.ph1)
+                + self.amp2 * math.sin(TAU * r / self.per2 + self.ph2))
+
+    def _integral_within(self, x: float) -> float:
+        """∫ utilization dr over [0, x] for x within one active stretch."""
+        return (self.base * x
+                + self.amp1 * self.per1 / TAU * (math.cos(self.ph1) - math.cos(TAU * x / self.per1 + self.ph1))
+                + self.amp2 * self.per2 / TAU * (math.cos(self.ph2) - math.cos(TAU * x / self.per2 + self.ph2)))
+
+    def cumulative(self, s: float) -> float:
+        """∫ utilization over [0, s] seconds after the epoch (percent-seconds)."""
+        def from_cycle_origin(u: float) -> float:
+            n = math.floor(u / self.period)
+            r = u - n * self.period
+            return n * self._integral_within(self.active) + self._integral_within(min(r, self.active))
+        return from_cycle_origin(s + self.offset) - from_cycle_origin(self.offset)
+
+
+@dataclass(frozen=True)
+class Wobble:
+    """A small sine on top of idle power, with its integral."""
+
+    amp: float
+    per: float
+    ph: float
+
+    def value(self, s: float) -> float:
+        return self.amp * math.sin(TAU * s / self.per + self.ph)
+
+    def cumulative(self, s: float) -> float:
+        return self.amp * self.per / TAU * (math.cos(self.ph) - math.cos(TAU * s / self.per + self.ph))
+
+
+def in_window(s: float, every: float | None, duration: float | None, offset: float = 0.0) -> bool:
+    """Whether a periodic fault window covers ``s`` (always, when ``every`` is unset)."""
+    if every is None:
+        return True
+    return (s - offset) % every < (duration if duration is not None else every)

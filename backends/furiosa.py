@@ -1,0 +1,287 @@
+"""FuriosaAI RNGD backend: the ``furiosa_smi`` SDK when importable, else ``furiosa-smi``.
+
+Data sources, in order of preference (``options["method"]`` = ``auto``,
+``sdk`` or ``cli`` narrows them):
+
+1. The Python SDK, imported lazily: ``furiosa_smi`` (2026.4.0+) then
+   ``furiosa_smi_py`` (up to 2026.1.x). See :mod:`._furiosa_sdk`.
+2. The CLI: ``furiosa-smi info|status --format json`` each sample, found
+   through ``ALLSMI_FURIOSA_SMI``, ``PATH`` or the vendor's install dirs.
+
+Processes always come from ``furiosa-smi ps --format json`` when the tool is
+present (the SDK has no process list); users are looked up with psutil.
+
+Device ids are the ``device_uuid`` (else ``furiosa:<serial>``, else
+``furiosa:<bdf>``), never the ``npuN`` label, which moves across boots.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.schema import DeviceSample, ProcessSample
+
+from . import _furiosa_parse as parse
+from . import _furiosa_sdk as sdk
+from ._subprocess import ToolError, ToolTimeout, describe_missing, find_tool, run_tool
+
+ENV_VAR = "ALLSMI_FURIOSA_SMI"
+EXECUTABLE = "furiosa-smi"
+#: Where the vendor's apt packages and manual installs put the tool.
+INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/furiosa/bin")
+#: JSON output flag: RNGD tools take ``--format``; Warboy-era tools took ``--output``.
+JSON_FLAGS: tuple[str, ...] = ("--format", "--output")
+
+_NO_DEVICE = re.compile(r"no (npu )?devices?( found| available)?|device not found", re.IGNORECASE)
+_NPU_INDEX = re.compile(r"^npu(\d+)$")
+
+
+def psutil_user(pid: int) -> str | None:
+    """The owner of ``pid`` via psutil, or ``None`` (gone, or not ours to see)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).username()
+    except Exception:
+        return None
+
+
+class FuriosaBackend(Backend):
+    """FuriosaAI RNGD NPUs."""
+
+    name = "furiosa"
+    vendor = "furiosa"
+    kind = "npu"
+
+    def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
+                 user_lookup: Callable[[int], str | None] = psutil_user) -> None:
+        super().__init__(timeout_seconds=timeout_seconds, options=options)
+        method = str(self.options.get("method", "auto")).lower()
+        if method not in ("auto", "sdk", "cli"):
+            method = "auto"
+        self._method = method
+        self._want_processes = bool(self.options.get("processes", True))
+        self._user_lookup = user_lookup
+        self._sdk: sdk.SdkAdapter | None = None
+        self._tool: str | None = None
+        self._json_flag: str | None = None
+        self._driver_version: str | None = None
+        self._source = ""
+
+    @property
+    def display_name(self) -> str:
+        return f"{self.name} ({self._source})" if self._source else self.name
+
+    # -- life cycle -------------------------------------------------------
+
+    def probe(self) -> ProbeResult:
+        try:
+            module = sdk.installed_module() if self._method != "cli" else None
+            tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
+        except Exception as exc:  # probe never raises
+            return ProbeResult(False, f"furiosa probe failed: {exc}")
+        details: dict[str, str] = {}
+        if module:
+            details["sdk_module"] = module
+        if tool:
+            details["tool"] = tool
+        if (module and self._method != "cli") or (tool and self._method != "sdk"):
+            return ProbeResult(True, "", details)
+        reasons = []
+        if self._method != "cli":
+            reasons.append("neither furiosa_smi nor furiosa_smi_py is importable")
+        if self._method != "sdk":
+            reasons.append(describe_missing(EXECUTABLE, ENV_VAR))
+        return ProbeResult(False, "; ".join(reasons), details)
+
+    def open(self) -> None:
+        self._tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
+        sdk_problem = ""
+        if self._method != "cli":
+            try:
+                adapter, reasons = sdk.load_sdk()
+            except sdk.SdkInitError as exc:
+                adapter, reasons = None, [str(exc)]
+                sdk_problem = str(exc)
+            if adapter is not None:
+                self._sdk = adapter
+                self._source = adapter.generation
+                self._driver_version = adapter.driver_version([])
+                return
+            if self._method == "sdk":
+                raise (BackendError if sdk_problem else BackendUnavailable)(
+                    "Furiosa SDK unavailable: " + "; ".join(reasons))
+        if self._tool is None:
+            missing = describe_missing(EXECUTABLE, ENV_VAR)
+            if sdk_problem:
+                raise BackendError(f"{sdk_problem}; and {missing}")
+            raise BackendUnavailable(missing)
+        self._source = "furiosa-smi"
+
+    def close(self) -> None:
+        self._sdk = None
+        self._source = ""
+
+    # -- sampling ---------------------------------------------------------
+
+    def sample(self) -> Sequence[DeviceSample]:
+        self.warnings = []
+        deadline = time.monotonic() + self.timeout_seconds
+        if self._sdk is not None:
+            try:
+                readings = self._sdk.read(self.warnings)
+            except sdk.SdkInitError as exc:
+                raise BackendError(str(exc)) from exc
+            if self._driver_version is None and readings:
+                self._driver_version = self._sdk.driver_version(self.warnings)
+        elif self._tool is not None:
+            readings = self._read_cli(deadline)
+        else:
+            raise BackendError("furiosa backend used before open()")
+        processes: dict[str, list[parse.ProcessRow]] = {}
+        if readings and self._want_processes and self._tool is not None:
+            processes = self._read_processes(deadline)
+        return [self._to_sample(r, processes.get(r.dev_name or "", [])) for r in readings]
+
+    def _run_json(self, subcommand: str, deadline: float) -> Any:
+        """Run ``furiosa-smi SUB --format json`` and decode it; ``None`` means "no devices"."""
+        assert self._tool is not None
+        flags = (self._json_flag,) if self._json_flag else JSON_FLAGS
+        failure = ""
+        for flag in flags:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ToolTimeout(f"{EXECUTABLE} {subcommand}: no time left in the "
+                                  f"{self.timeout_seconds:g} s budget")
+            result = run_tool([self._tool, subcommand, flag, "json"], timeout=remaining)
+            if result.truncated:
+                raise ToolError(f"{EXECUTABLE} {subcommand} printed more than the output cap")
+            try:
+                data = parse.load_json(result.stdout)
+            except ValueError as exc:
+                said = (result.stderr.strip() or result.stdout.strip())[:200]
+                if _NO_DEVICE.search(said):
+                    self._json_flag = flag
+                    return None
+                # Keep the first failure: the fallback flag's complaint is only about the flag.
+                failure = failure or (f"{EXECUTABLE} {subcommand} {flag} json exited "
+                                      f"{result.returncode}: {said or exc}")
+                continue
+            if result.returncode != 0:
+                self.warnings.append(f"{EXECUTABLE} {subcommand} exited {result.returncode} "
+                                     "but printed JSON; used it")
+            self._json_flag = flag
+            return data
+        raise ToolError(failure)
+
+    def _read_cli(self, deadline: float) -> list[parse.FuriosaReading]:
+        try:
+            info = self._run_json("info", deadline)
+        except ToolTimeout as exc:
+            raise BackendError(f"{exc} (the tool was killed)") from exc
+        except ToolError as exc:
+            raise BackendError(str(exc)) from exc
+        if info is None:
+            return []
+        try:
+            readings, warnings = parse.parse_info(info)
+        except ValueError as exc:
+            raise BackendError(f"unusable furiosa-smi info output: {exc}") from exc
+        self.warnings.extend(warnings)
+        if not readings:
+            if warnings:
+                raise BackendError("furiosa-smi info: no usable device rows (" + "; ".join(warnings[:3]) + ")")
+            return []
+        try:
+            status_data = self._run_json("status", deadline)
+            statuses, warnings = parse.parse_status(status_data) if status_data is not None else ({}, [])
+            self.warnings.extend(warnings)
+        except (ToolError, ValueError) as exc:
+            self.warnings.append(f"furiosa-smi status unavailable, no utilization/memory this sample: {exc}")
+            statuses = {}
+        for reading in readings:
+            parse.apply_status(reading, statuses.get(reading.dev_name or ""))
+        return readings
+
+    def _read_processes(self, deadline: float) -> dict[str, list[parse.ProcessRow]]:
+        try:
+            data = self._run_json("ps", deadline)
+            if data is None:
+                return {}
+            found, warnings = parse.parse_ps(data)
+        except (ToolError, ValueError) as exc:
+            self.warnings.append(f"furiosa-smi ps unavailable, no processes this sample: {exc}")
+            return {}
+        self.warnings.extend(warnings)
+        return found
+
+    # -- normalisation ----------------------------------------------------
+
+    def _processes(self, rows: list[parse.ProcessRow]) -> tuple[ProcessSample, ...]:
+        merged: dict[int, parse.ProcessRow] = {}
+        for row in rows:
+            seen = merged.get(row.pid)
+            if seen is None:
+                merged[row.pid] = row
+            elif row.memory_bytes is not None:
+                # Warboy-era ps lists one row per core range: the process total is the sum.
+                total = row.memory_bytes + (seen.memory_bytes or 0)
+                merged[row.pid] = parse.ProcessRow(row.pid, seen.command or row.command, total)
+        return tuple(ProcessSample(pid=r.pid, user=self._user_lookup(r.pid), command=r.command,
+                                   memory_bytes=r.memory_bytes)
+                     for r in sorted(merged.values(), key=lambda r: r.pid))
+
+    def _to_sample(self, r: parse.FuriosaReading, procs: list[parse.ProcessRow]) -> DeviceSample:
+        if r.uuid:
+            dev_id = r.uuid
+        elif r.serial:
+            dev_id = f"furiosa:{r.serial}"
+        else:
+            dev_id = f"furiosa:{r.bus_id}"
+        index = None
+        match = _NPU_INDEX.match(r.dev_name or "")
+        if match:
+            index = int(match.group(1))
+        cores = r.core_utilization
+        known = [c for c in cores if c is not None] if cores else []
+        details: dict[str, Any] = {"source": self._source}
+        for key, value in (("serial", r.serial), ("arch", r.arch), ("dev_name", r.dev_name),
+                           ("pert_version", r.pert), ("governor", r.governor),
+                           ("throttle_reason", r.throttle_reason),
+                           ("ambient_temperature_celsius", r.ambient_celsius)):
+            if value is not None:
+                details[key] = value
+        details.update(r.extra)
+        if cores is not None:
+            details["core_utilization_percent"] = cores
+        arch = (r.arch or "").upper()
+        name = r.product_name or (f"Furiosa {arch}" if arch else "Furiosa NPU")
+        common = dict(id=dev_id, vendor=self.vendor, kind=self.kind, backend=self.name, index=index,
+                      uuid=r.uuid, name=name, bus_id=r.bus_id, driver_version=self._driver_version,
+                      firmware_version=r.firmware, details=details)
+        if r.alive is False:
+            # A dead device's last numbers are not measurements: report none.
+            return DeviceSample(**common, health="lost")
+        return DeviceSample(
+            **common,
+            health="ok" if r.alive else "unknown",
+            utilization_percent=sum(known) / len(known) if known else None,
+            memory_used_bytes=r.memory_used_bytes,
+            memory_total_bytes=r.memory_total_bytes,
+            temperature_celsius=self._plausible(dev_id, "temperature", r.temperature_celsius, -40.0, 150.0),
+            power_watts=self._plausible(dev_id, "power", r.power_watts, 0.0, 5000.0),
+            power_limit_watts=self._plausible(dev_id, "power limit", r.power_limit_watts, 1.0, 5000.0),
+            clock_mhz=self._plausible(dev_id, "clock", r.clock_mhz, 0.0, 10000.0),
+            processes=self._processes(procs),
+        )
+
+    def _plausible(self, dev_id: str, what: str, value: float | None,
+                   low: float, high: float) -> float | None:
+        """``value`` when physically plausible; anything else is garbage, reported and dropped."""
+        if value is None or low <= value <= high:
+            return value
+        self.warnings.append(f"{dev_id}: implausible {what} {value:g}; ignored")
+        return None

@@ -1,0 +1,146 @@
+"""Rebellions ATOM, ATOM+ and ATOM Max NPUs through ``rbln-smi -j`` (or ``rbln-stat -j``).
+
+``rbln-smi`` replaced ``rbln-stat`` in the RBLN driver package (SDK 0.10);
+older installs have only ``rbln-stat``, which prints the same JSON. The tool is
+found through ``ALLSMI_RBLN_SMI`` (full path of either executable), then
+``rbln-smi`` and ``rbln-stat`` on PATH or in the vendor's install
+directories. One tool run per sample reads devices and processes together.
+Parsing and the multi-die (ATOM Max) model live in
+:mod:`allsmi.backends._rebellions_parse`; see ``docs/backends/rebellions.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.backends._rebellions_parse import LookupNodes, LookupUser, ReportError, build_samples, load_report
+from allsmi.backends._rebellions_procs import process_user, rbln_nodes_opened_by
+from allsmi.backends._subprocess import (
+    DEFAULT_MAX_OUTPUT, ToolError, ToolTimeout, describe_missing, find_tool, run_tool)
+from allsmi.schema import DeviceSample
+
+#: Environment override: the full path of ``rbln-smi`` or ``rbln-stat``.
+ENV_VAR = "ALLSMI_RBLN_SMI"
+
+#: Executables in order of preference (``rbln-stat`` is the deprecated name).
+TOOLS: tuple[str, ...] = ("rbln-smi", "rbln-stat")
+
+#: Where the RBLN driver package installs its tools, including the paths the
+#: Kubernetes NPU operator mounts into containers.
+VENDOR_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/run/rbln/driver/usr/bin", "/host/usr/bin")
+
+#: ``-j`` is accepted by both executables (``--json`` is its long form).
+JSON_ARGS: tuple[str, ...] = ("-j",)
+
+_STDERR_TAIL = 300
+
+
+class RebellionsBackend(Backend):
+    """Rebellions NPUs via the vendor's ``rbln-smi``/``rbln-stat`` JSON output."""
+
+    name = "rebellions"
+    vendor = "rebellions"
+    kind = "npu"
+
+    def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
+                 search_dirs: Sequence[str] = VENDOR_DIRS,
+                 lookup_user: LookupUser = process_user,
+                 lookup_nodes: LookupNodes = rbln_nodes_opened_by) -> None:
+        """``search_dirs``, ``lookup_user`` and ``lookup_nodes`` exist for tests;
+        the defaults read the real install directories and ``/proc``."""
+        super().__init__(timeout_seconds=timeout_seconds, options=options)
+        self._search_dirs = tuple(search_dirs)
+        self._lookup_user = lookup_user
+        self._lookup_nodes = lookup_nodes
+        self._tool: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        """``rebellions (rbln-stat)`` once the tool in use is known."""
+        return f"{self.name} ({os.path.basename(self._tool)})" if self._tool else self.name
+
+    @property
+    def tool_path(self) -> str | None:
+        """The executable :meth:`open` settled on, or ``None`` before that."""
+        return self._tool
+
+    def _locate(self) -> str | None:
+        if os.environ.get(ENV_VAR):
+            # The override names either executable; find_tool only checks it is runnable.
+            return find_tool(TOOLS[0], ENV_VAR)
+        for executable in TOOLS:
+            found = find_tool(executable, None, self._search_dirs)
+            if found:
+                return found
+        return None
+
+    def _missing_reason(self) -> str:
+        if os.environ.get(ENV_VAR):
+            return describe_missing(TOOLS[0], ENV_VAR)
+        return (f"neither {' nor '.join(TOOLS)} found on PATH or in "
+                f"{', '.join(self._search_dirs) or 'the vendor directories'} "
+                f"(set {ENV_VAR} to the full path of either)")
+
+    def probe(self) -> ProbeResult:
+        """Available when ``rbln-smi`` or ``rbln-stat`` is found; runs nothing."""
+        try:
+            path = self._locate()
+        except Exception as exc:  # probe never raises; an odd environment is a reason
+            return ProbeResult(False, f"cannot look for {'/'.join(TOOLS)}: {exc}")
+        if path is None:
+            return ProbeResult(False, self._missing_reason())
+        return ProbeResult(True, details={"tool": path, "env_var": ENV_VAR})
+
+    def open(self) -> None:
+        """Find the tool and check that it prints a usable report."""
+        path = self._locate()
+        if path is None:
+            raise BackendUnavailable(self._missing_reason())
+        self._tool = path
+        self._read_report([])
+
+    def sample(self) -> Sequence[DeviceSample]:
+        """One tool run: every readable device row, cards before their dies."""
+        self.warnings = []
+        if self._tool is None:
+            self.open()
+        report = self._read_report(self.warnings)
+        return build_samples(report, backend=self.name, vendor=self.vendor, kind=self.kind,
+                             lookup_user=self._lookup_user, lookup_nodes=self._lookup_nodes,
+                             warnings=self.warnings)
+
+    def close(self) -> None:
+        """Nothing is held between runs; the tool is reaped after every call."""
+        return None
+
+    def _read_report(self, warnings: list[str]) -> dict[str, Any]:
+        assert self._tool is not None
+        tool = os.path.basename(self._tool)
+        command = " ".join((tool, *JSON_ARGS))
+        try:
+            result = run_tool([self._tool, *JSON_ARGS], timeout=self.timeout_seconds)
+        except ToolTimeout as exc:
+            raise BackendError(f"{exc}; killed it") from exc
+        except ToolError as exc:
+            raise BackendError(str(exc)) from exc
+        if result.truncated:
+            raise BackendError(f"{command} printed more than {DEFAULT_MAX_OUTPUT} bytes; output discarded")
+        stderr = " ".join(result.stderr.split())[-_STDERR_TAIL:]
+        try:
+            report, notes = load_report(result.stdout, command)
+        except ReportError as exc:
+            if result.returncode != 0:
+                raise BackendError(f"{command} {_exit_text(result.returncode)} without usable JSON: "
+                                   f"{stderr or exc}") from exc
+            raise BackendError(str(exc)) from exc
+        warnings.extend(notes)
+        if result.returncode != 0:
+            warnings.append(f"{command} {_exit_text(result.returncode)} but printed usable JSON"
+                            + (f": {stderr}" if stderr else ""))
+        return report
+
+
+def _exit_text(returncode: int) -> str:
+    return f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"

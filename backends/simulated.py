@@ -1,0 +1,425 @@
+"""The simulated cluster: a backend like the others, driven by a scenario file.
+
+``--simulate mixed`` (or ``--simulate PATH``) replaces the hardware backends
+with one :class:`SimulatedBackend` per backend named in the scenario. Each
+impersonates that backend (same name, vendor, kind, id formats and the same
+``None`` fields the real one has), so consumers cannot tell it from hardware;
+only the backend status message says "simulated". The scenario format is
+documented in ``docs/simulation.md``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from allsmi.backend_api import Backend, BackendError, ProbeResult
+from allsmi.schema import DeviceSample, ProcessSample
+
+from ._sim_model import LoadCycle, Wobble, in_window, unit_hash
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCENARIO_DIR = Path(__file__).with_name("scenarios")
+MIB = 1024**2
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing or malformed; the message names the file and key."""
+
+
+def builtin_scenarios() -> list[str]:
+    """Names accepted by ``--simulate NAME``."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One ``[[devices]]`` entry of a scenario."""
+
+    backend: str
+    vendor: str
+    kind: str
+    model: str
+    count: int
+    memory_total_bytes: int
+    power_idle_watts: float
+    power_limit_watts: float
+    clock_idle_mhz: float
+    clock_max_mhz: float
+    temperature_idle_celsius: float
+    temperature_max_celsius: float
+    has_fan: bool = False
+    has_energy_counter: bool = False
+    cores: int = 0
+    driver_version: str | None = None
+    firmware_version: str | None = None
+    id_style: str = "uuid"
+    bus_base: int = 0x10
+    duty_cycle: float = 0.6
+    job_seconds: tuple[float, float] = (600.0, 2400.0)
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One ``[[faults]]`` entry: ``lost`` (a device), ``error`` or ``hang`` (a backend)."""
+
+    type: str
+    device: str | None = None
+    backend: str | None = None
+    message: str = "simulated failure"
+    seconds: float = 3600.0
+    every_seconds: float | None = None
+    duration_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A whole simulated node."""
+
+    name: str
+    seed: int
+    epoch: float
+    users: tuple[str, ...]
+    commands: tuple[str, ...]
+    devices: tuple[DeviceSpec, ...]
+    partitions: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    faults: tuple[FaultSpec, ...] = ()
+    source: str = ""
+
+    def backend_names(self) -> list[str]:
+        """Backends the scenario impersonates, in file order."""
+        seen: list[str] = []
+        for spec in self.devices:
+            if spec.backend not in seen:
+                seen.append(spec.backend)
+        return seen
+
+
+def _read(ref: str | Path) -> tuple[dict[str, Any], Path]:
+    path = Path(ref)
+    if not path.suffix and not path.exists():
+        path = SCENARIO_DIR / f"{ref}.toml"
+        if not path.is_file():
+            raise ScenarioError(f"unknown scenario {str(ref)!r}: built-in scenarios are "
+                                f"{', '.join(builtin_scenarios())}, or give a path to a .toml file")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")), path
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: scenario file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from None
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: must be a table")
+    allowed = set(cls.__dataclass_fields__)
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+    try:
+        if "job_seconds" in raw:
+            raw = {**raw, "job_seconds": tuple(float(x) for x in raw["job_seconds"])}
+        return cls(**raw)
+    except TypeError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+
+
+def load_scenario(ref: str | Path) -> Scenario:
+    """Load a built-in scenario by name or a scenario file by path; validate it."""
+    data, path = _read(ref)
+    if "include" in data:
+        base = load_scenario(data.pop("include"))
+        extra_faults = data.pop("faults", [])
+        data = {"name": data.get("name", base.name), "seed": data.get("seed", base.seed)}
+        faults = base.faults + tuple(_build(FaultSpec, f, f"{path}: faults[{i + 1}]")
+                                     for i, f in enumerate(extra_faults))
+        return Scenario(name=data["name"], seed=int(data["seed"]), epoch=base.epoch,
+                        users=base.users, commands=base.commands, devices=base.devices,
+                        partitions=base.partitions, faults=faults, source=str(path))
+    allowed = {"name", "seed", "epoch", "users", "commands", "devices", "partitions", "faults"}
+    for key in data:
+        if key not in allowed:
+            raise ScenarioError(f"{path}: unknown top-level key {key!r}")
+    devices = tuple(_build(DeviceSpec, d, f"{path}: devices[{i + 1}]")
+                    for i, d in enumerate(data.get("devices", [])))
+    for i, spec in enumerate(devices):
+        if spec.count < 0 or spec.memory_total_bytes <= 0 or spec.power_limit_watts <= spec.power_idle_watts:
+            raise ScenarioError(f"{path}: devices[{i + 1}]: need count >= 0, memory_total_bytes > 0 "
+                                "and power_limit_watts > power_idle_watts")
+        if spec.kind not in ("gpu", "npu"):
+            raise ScenarioError(f"{path}: devices[{i + 1}].kind must be 'gpu' or 'npu'")
+    faults = tuple(_build(FaultSpec, f, f"{path}: faults[{i + 1}]")
+                   for i, f in enumerate(data.get("faults", [])))
+    for i, fault in enumerate(faults):
+        if fault.type not in ("lost", "error", "hang"):
+            raise ScenarioError(f"{path}: faults[{i + 1}].type must be lost, error or hang")
+    partitions: dict[str, tuple[dict[str, Any], ...]] = {}
+    for i, part in enumerate(data.get("partitions", [])):
+        if not isinstance(part, dict) or "device" not in part or not part.get("instances"):
+            raise ScenarioError(f"{path}: partitions[{i + 1}] needs 'device' and 'instances'")
+        partitions[str(part["device"])] = tuple(part["instances"])
+    try:
+        epoch = dt.datetime.fromisoformat(str(data.get("epoch", "2026-01-01T00:00:00+00:00"))
+                                          .replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise ScenarioError(f"{path}: epoch: {exc}") from None
+    return Scenario(name=str(data.get("name", path.stem)), seed=int(data.get("seed", 0)), epoch=epoch,
+                    users=tuple(data.get("users", ["user"])),
+                    commands=tuple(data.get("commands", ["python job.py"])),
+                    devices=devices, partitions=partitions, faults=faults, source=str(path))
+
+
+def _uuid_from(key: str) -> str:
+    hexes = "".join(f"{int(unit_hash(key, i) * 2**32):08x}" for i in range(4))
+    return f"{hexes[:8]}-{hexes[8:12]}-{hexes[12:16]}-{hexes[16:20]}-{hexes[20:32]}"
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A simulated device or partition with everything static precomputed."""
+
+    key: str
+    spec: DeviceSpec
+    index: int
+    id: str
+    uuid: str | None
+    bus_id: str | None
+    name: str
+    parent: str | None
+    memory_total: int
+    cycle: LoadCycle | None
+    children: tuple["_Unit", ...] = ()
+    wobble: Wobble | None = None
+
+
+class SimulatedBackend(Backend):
+    """Impersonates one backend (``target``) of a scenario."""
+
+    name = "simulated"
+    vendor = ""
+    kind = "gpu"
+
+    def __init__(self, *, scenario: str | Path | Scenario = "mixed", target: str | None = None,
+                 clock: Callable[[], float] = time.time, timeout_seconds: float = 5.0,
+                 options: Any = None) -> None:
+        super().__init__(timeout_seconds=timeout_seconds, options=options)
+        self._scenario_ref = scenario
+        self._scenario: Scenario | None = scenario if isinstance(scenario, Scenario) else None
+        self._target = target
+        self._clock = clock
+        self._units: list[_Unit] = []
+        self._closed = threading.Event()
+        if self._scenario is not None and target is not None:
+            self._adopt_identity()
+
+    # -- identity ----------------------------------------------------------
+    @property
+    def display_name(self) -> str:
+        return self._target or self.name
+
+    @property
+    def scenario(self) -> Scenario:
+        """The loaded scenario (loads it on first use)."""
+        if self._scenario is None:
+            self._scenario = load_scenario(self._scenario_ref)  # type: ignore[arg-type]
+        return self._scenario
+
+    def _adopt_identity(self) -> None:
+        specs = [s for s in self.scenario.devices if s.backend == self._target]
+        if specs:
+            self.vendor = specs[0].vendor  # type: ignore[misc]
+            self.kind = specs[0].kind  # type: ignore[misc]
+
+    # -- contract ----------------------------------------------------------
+    def probe(self) -> ProbeResult:
+        try:
+            scenario = self.scenario
+        except ScenarioError as exc:
+            return ProbeResult(False, str(exc))
+        targets = scenario.backend_names()
+        if self._target is not None and self._target not in targets:
+            return ProbeResult(False, f"scenario {scenario.name!r} has no {self._target} devices")
+        if not targets:
+            return ProbeResult(False, f"scenario {scenario.name!r} has no devices")
+        return ProbeResult(True, "", {"scenario": scenario.name, "source": scenario.source})
+
+    def open(self) -> None:
+        scenario = self.scenario
+        self._adopt_identity()
+        self._closed.clear()
+        self._units = []
+        for spec in scenario.devices:
+            if self._target is not None and spec.backend != self._target:
+                continue
+            for index in range(spec.count):
+                self._units.append(self._make_unit(scenario, spec, index))
+
+    def _make_unit(self, scenario: Scenario, spec: DeviceSpec, index: int) -> _Unit:
+        key = f"{scenario.seed}/{spec.backend}/{index}"
+        bus = (spec.bus_base + index * 0x10) & 0xFF
+        uuid: str | None
+        if spec.id_style == "nvidia":
+            uuid, bus_id = "GPU-" + _uuid_from(key), f"00000000:{bus:02X}:00.0"
+        elif spec.id_style == "gaudi":
+            serial = f"{int(unit_hash(key, 'sn') * 36**6):06d}"[:6]
+            uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", f"0000:{bus:02x}:00.0"
+        elif spec.id_style == "board":
+            uuid, bus_id = None, f"0000:{bus:02x}:00.0"
+        else:
+            uuid, bus_id = _uuid_from(key), f"0000:{bus:02x}:00.0"
+        dev_id = uuid or f"{spec.vendor}:{int(unit_hash(key, 'board') * 2**63):016x}"
+        instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
+        children = tuple(
+            _Unit(key=f"{key}/mig{i}", spec=spec, index=i,
+                  id=("MIG-" + _uuid_from(f"{key}/mig{i}")) if spec.id_style == "nvidia"
+                  else f"{dev_id}/{i}",
+                  uuid=("MIG-" + _uuid_from(f"{key}/mig{i}")) if spec.id_style == "nvidia" else None,
+                  bus_id=None, name=f"{spec.model} MIG {inst.get('profile', f'part{i}')}",
+                  parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
+                  cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds))
+            for i, inst in enumerate(instances))
+        wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
+                        6.283 * unit_hash(key, "wph"))
+        return _Unit(key=key, spec=spec, index=index, id=dev_id, uuid=uuid, bus_id=bus_id,
+                     name=spec.model, parent=None, memory_total=spec.memory_total_bytes,
+                     cycle=None if children else LoadCycle.make(key, spec.duty_cycle, spec.job_seconds),
+                     children=children, wobble=wobble)
+
+    def sample(self) -> list[DeviceSample]:
+        scenario = self.scenario
+        now = self._clock()
+        s = now - scenario.epoch
+        for fault in scenario.faults:
+            if fault.backend != self.display_name or not in_window(s, fault.every_seconds, fault.duration_seconds):
+                continue
+            if fault.type == "error":
+                raise BackendError(fault.message)
+            if fault.type == "hang":
+                # Interruptible by close(), so a hung simulated backend can be shut down cleanly.
+                if self._closed.wait(fault.seconds):
+                    raise BackendError("closed while hanging")
+        out: list[DeviceSample] = []
+        for unit in self._units:
+            out.extend(self._sample_unit(scenario, unit, s))
+        return out
+
+    def close(self) -> None:
+        self._closed.set()
+
+    # -- the model -----------------------------------------------------------
+    def _lost(self, scenario: Scenario, unit: _Unit, s: float) -> bool:
+        ref = f"{unit.spec.backend}:{unit.index}"
+        return any(f.type == "lost" and f.device == ref
+                   and in_window(s, f.every_seconds, f.duration_seconds) for f in scenario.faults)
+
+    def _processes(self, scenario: Scenario, unit: _Unit, job: int, used: int) -> tuple[ProcessSample, ...]:
+        h = lambda tag: unit_hash(unit.key, job, tag)  # noqa: E731
+        pid = 1000 + int(h("pid") * 4_000_000)
+        user = scenario.users[int(h("user") * len(scenario.users))]
+        command = scenario.commands[int(h("cmd") * len(scenario.commands))]
+        if h("pair") < 0.3:
+            helper = 512 * MIB
+            return (ProcessSample(pid, user, command, max(used - helper, 0)),
+                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor", helper))
+        return (ProcessSample(pid, user, command, used),)
+
+    def _load(self, scenario: Scenario, cycle: LoadCycle, unit: _Unit, s: float,
+              memory_total: int) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
+        """(utilization %, memory used, processes, job number, seconds into cycle)."""
+        job, r = cycle.position(s)
+        overhead = int(memory_total * 0.006) // MIB * MIB
+        if r >= cycle.active:
+            return 0.0, overhead, (), job, r
+        frac = 0.35 + 0.55 * unit_hash(unit.key, job, "mem")
+        ramp = min(1.0, r / 30.0)
+        job_mem = int((memory_total - overhead) * frac * ramp) // MIB * MIB
+        procs = self._processes(scenario, unit, job, job_mem) if job_mem > 0 else ()
+        return cycle.utilization(r), overhead + job_mem, procs, job, r
+
+    def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float) -> list[DeviceSample]:
+        spec = unit.spec
+        static = dict(id=unit.id, vendor=spec.vendor, kind=spec.kind, backend=self.display_name,
+                      index=unit.index, uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
+                      driver_version=spec.driver_version, firmware_version=spec.firmware_version)
+        if self._lost(scenario, unit, s):
+            return [DeviceSample(**static, health="lost")] + [
+                DeviceSample(id=c.id, vendor=spec.vendor, kind=spec.kind, backend=self.display_name,
+                             index=c.index, uuid=c.uuid, name=c.name, parent=unit.id,
+                             driver_version=spec.driver_version, health="lost")
+                for c in unit.children]
+        loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
+            if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total))]
+        assert unit.wobble is not None
+        span = 0.92 * spec.power_limit_watts - spec.power_idle_watts - unit.wobble.amp
+        k = span / 100.0 / len(loads)
+        mean_util = sum(l[1] for l in loads) / len(loads)
+        power = spec.power_idle_watts + unit.wobble.value(s) + k * sum(l[1] for l in loads)
+        energy = None
+        if spec.has_energy_counter:
+            energy = (spec.power_idle_watts * s + unit.wobble.cumulative(s)
+                      + k * sum(l[0].cycle.cumulative(s) for l in loads))
+        # Temperature follows the job's base load with a thermal lag (tau 90 s).
+        heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
+        temp = spec.temperature_idle_celsius + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
+            * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
+        clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
+        fan = (30.0 + 65.0 * heat) if spec.has_fan else None
+        details: dict[str, Any] = {}
+        util: float | None = mean_util
+        if spec.cores and not unit.children:
+            cores = tuple(round(max(0.0, min(100.0, mean_util + (5.0 * math.sin(
+                6.283 * s / 41.0 + 6.283 * i / spec.cores) if mean_util else 0.0))), 2)
+                for i in range(spec.cores))
+            details["core_utilization_percent"] = cores
+            util = sum(cores) / len(cores)
+        children_out: list[DeviceSample] = []
+        if unit.children:
+            util = None  # NVML reports no utilization for a GPU in MIG mode, nor per instance
+            details["mig_mode"] = "enabled"
+            for child, _u, used, procs, _j, _r in loads:
+                children_out.append(DeviceSample(
+                    id=child.id, vendor=spec.vendor, kind=spec.kind, backend=self.display_name,
+                    index=child.index, uuid=child.uuid, name=child.name, parent=unit.id,
+                    driver_version=spec.driver_version, health="ok",
+                    memory_used_bytes=used, memory_total_bytes=child.memory_total, processes=procs))
+            used_total = sum(l[2] for l in loads)
+            procs_parent: tuple[ProcessSample, ...] = ()
+        else:
+            _, _, used_total, procs_parent, _, _ = loads[0]
+        parent = DeviceSample(
+            **static, health="ok", utilization_percent=None if util is None else round(util, 2),
+            memory_used_bytes=used_total, memory_total_bytes=unit.memory_total,
+            temperature_celsius=round(temp, 1), power_watts=round(power, 3),
+            power_limit_watts=spec.power_limit_watts, energy_joules=None if energy is None else round(energy, 3),
+            clock_mhz=clock, fan_percent=None if fan is None else round(fan, 1),
+            processes=procs_parent, details=details)
+        return [parent] + children_out
+
+    @staticmethod
+    def _heat(cycle: LoadCycle, r: float) -> float:
+        target = cycle.base / 100.0
+        if r < cycle.active:
+            return target * (1.0 - math.exp(-r / 90.0))
+        peak = target * (1.0 - math.exp(-cycle.active / 90.0))
+        return peak * math.exp(-(r - cycle.active) / 90.0)
+
+
+def simulated_backends(scenario_ref: str | Path, *, timeout_seconds: float = 5.0,
+                       clock: Callable[[], float] = time.time) -> Sequence[SimulatedBackend]:
+    """One backend per backend the scenario impersonates (raises :class:`ScenarioError`)."""
+    scenario = load_scenario(scenario_ref)
+    return [SimulatedBackend(scenario=scenario, target=name, clock=clock, timeout_seconds=timeout_seconds)
+            for name in scenario.backend_names()]

@@ -1,0 +1,126 @@
+"""One contract suite, run over every registered backend and every fixture scenario."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import fields as dc_fields
+
+import pytest
+
+from allsmi import registry
+from allsmi.backend_api import Backend, BackendError, ProbeResult
+from allsmi.fields import MEASURED_FIELDS
+from allsmi.schema import HEALTH_STATES, DeviceSample, ProcessSample
+
+from .scenario import Scenario, ScenarioEnv
+
+
+def _scenarios() -> list[tuple[str, Scenario]]:
+    cases = []
+    for name in registry.names():
+        try:
+            module = importlib.import_module(f"tests.contract.scenarios_{name}")
+        except ModuleNotFoundError:
+            cases.append((name, None))
+            continue
+        for scenario in module.SCENARIOS:
+            cases.append((name, scenario))
+    return cases
+
+
+CASES = _scenarios()
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_registered_backend_has_scenarios(name: str) -> None:
+    module = importlib.import_module(f"tests.contract.scenarios_{name}")
+    assert module.SCENARIOS, f"backend {name} declares no fixture scenarios"
+    assert any(s.expected_devices is None for s in module.SCENARIOS), \
+        f"backend {name} has no 'no hardware' scenario"
+    assert any(s.expected_devices for s in module.SCENARIOS), \
+        f"backend {name} has no scenario with devices"
+
+
+def _check_device(dev: DeviceSample, backend: Backend) -> None:
+    assert isinstance(dev, DeviceSample)
+    assert dev.id and isinstance(dev.id, str)
+    assert dev.vendor == backend.vendor
+    assert dev.kind in ("gpu", "npu")
+    assert dev.backend == backend.name
+    assert dev.health in HEALTH_STATES
+    assert dev.resource_group is None, "resource groups are assigned by the collector"
+    for f in (dev.index,):
+        assert f is None or (isinstance(f, int) and f >= 0)
+    for text in ("uuid", "name", "bus_id", "driver_version", "firmware_version", "parent"):
+        value = getattr(dev, text)
+        assert value is None or (isinstance(value, str) and value.strip()), (text, value)
+    for m in MEASURED_FIELDS:
+        value = getattr(dev, m.field)
+        if value is None:
+            continue
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), (m.field, value)
+        assert math.isfinite(value), (m.field, value)
+        if m.field.endswith("_bytes"):
+            assert isinstance(value, int), f"{m.field} must be an int byte count"
+        if m.minimum is not None:
+            assert value >= m.minimum, (dev.id, m.field, value)
+        if m.maximum is not None:
+            assert value <= m.maximum, (dev.id, m.field, value)
+    if dev.memory_used_bytes is not None and dev.memory_total_bytes is not None:
+        assert dev.memory_used_bytes <= dev.memory_total_bytes, dev.id
+    if dev.memory_total_bytes is not None:
+        assert dev.memory_total_bytes >= 1024 ** 2, "memory_total_bytes looks like MiB, not bytes"
+    if dev.health == "lost":
+        assert dev.utilization_percent is None and dev.power_watts is None, \
+            "a lost device must not report values"
+    assert isinstance(dev.processes, tuple)
+    pids = [p.pid for p in dev.processes]
+    assert len(pids) == len(set(pids)), "processes must be deduplicated by pid"
+    for proc in dev.processes:
+        assert isinstance(proc, ProcessSample)
+        assert isinstance(proc.pid, int) and proc.pid > 0
+        assert proc.memory_bytes is None or (isinstance(proc.memory_bytes, int) and proc.memory_bytes >= 0)
+    for key, value in dev.details.items():
+        assert isinstance(key, str)
+        assert not (isinstance(value, float) and not math.isfinite(value)), (key, value)
+
+
+@pytest.mark.parametrize(("name", "scenario"), [c for c in CASES if c[1] is not None],
+                         ids=[f"{n}-{s.name}" for n, s in CASES if s is not None])
+def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
+    backend = scenario.build(ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch))
+    assert isinstance(backend, Backend)
+    assert backend.name == name
+    probe = backend.probe()
+    assert isinstance(probe, ProbeResult)
+    if scenario.expected_devices is None and not probe.available:
+        assert probe.reason, "an unavailable probe must say why"
+        backend.close()
+        return
+    try:
+        backend.open()
+        devices = list(backend.sample())
+        again = list(backend.sample())
+    except BackendError as exc:  # pragma: no cover - reported clearly below
+        pytest.fail(f"{name}/{scenario.name}: {exc}")
+    finally:
+        backend.close()
+        backend.close()  # idempotent
+    expected = scenario.expected_devices or 0
+    assert len(devices) == expected
+    assert len(again) == expected
+    ids = [d.id for d in devices]
+    assert len(ids) == len(set(ids)), "device ids must be unique"
+    seen: set[str] = set()
+    for dev in devices:
+        _check_device(dev, backend)
+        if dev.parent is not None:
+            assert dev.parent in seen, "a partition comes after its parent"
+        seen.add(dev.id)
+    # board power is counted once: a partition never repeats its parent's power
+    for dev in devices:
+        if dev.parent is not None:
+            assert dev.power_watts is None and dev.energy_joules is None, \
+                f"{dev.id}: board power/energy belongs to the parent only"
+    assert {f.name for f in dc_fields(DeviceSample)} >= {"id", "processes"}
