@@ -15,6 +15,7 @@ bounded :attr:`Collector.history`, or subscribe to be called once per cycle.
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import logging
 import threading
 import time
@@ -25,7 +26,7 @@ from allsmi.backend_api import Backend, BackendError, BackendUnavailable
 from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
-from allsmi.schema import BackendStatus, DeviceSample, Snapshot, utc_now
+from allsmi.schema import BackendStatus, DeviceSample, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +166,11 @@ class Collector:
 
     def __init__(self, backends: Sequence[Backend], config: Config | None = None, *,
                  interval_seconds: float | None = None, timeout_seconds: float | None = None,
-                 history_size: int | None = None, host_sampler: HostSampler | None = None) -> None:
+                 history_size: int | None = None, host_sampler: HostSampler | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.config = config or Config()
+        self.clock = clock
+        """Wall clock for snapshot timestamps (injectable for accelerated simulation)."""
         self.interval = interval_seconds or self.config.interval_seconds
         self.timeout = timeout_seconds or self.config.backend_timeout_seconds
         self.runners = [BackendRunner(b, self.timeout) for b in backends]
@@ -226,7 +230,8 @@ class Collector:
                 devices.extend(outcome.devices)
             # Sampled last so that its CPU figure covers the cycle just run.
             host = self.host.sample()
-            snapshot = Snapshot(timestamp=utc_now(), host=host,
+            snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(self.clock(), dt.timezone.utc),
+                                host=host,
                                 devices=assign_groups(devices, host.hostname, self.config),
                                 backends=tuple(statuses))
             self._latest = snapshot

@@ -8,7 +8,7 @@ only its module, and that module imports its vendor library lazily.
 from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, Callable
 
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample
@@ -58,7 +58,8 @@ def load(name: str) -> type[Backend]:
 
 def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout_seconds: float = 5.0,
                 options: "dict[str, Any] | None" = None,
-                simulate: "str | None" = None) -> list[Backend]:
+                simulate: "str | None" = None,
+                clock: "Callable[[], float] | None" = None) -> list[Backend]:
     """Construct the backends to run.
 
     With ``simulate`` (a built-in scenario name or a scenario file path) the
@@ -70,7 +71,8 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
     tool_timeout = max(0.05, timeout_seconds * 0.8)
     if simulate is not None:
         from allsmi.backends.simulated import simulated_backends
-        return list(simulated_backends(simulate, timeout_seconds=tool_timeout))
+        return list(simulated_backends(simulate, timeout_seconds=tool_timeout,
+                                       **({"clock": clock} if clock else {})))
     opts = options or {}
     out: list[Backend] = []
     for name in (enabled if enabled is not None else hardware_names()):

@@ -207,6 +207,16 @@ class _Cells:
         return parsed
 
 
+def _watts(raw: object) -> float | None:
+    """Watts from ``"17521800uW"``; a bare number is taken in the JSON's own unit, microwatts.
+
+    Rounded to the microwatt, the tool's resolution, so that 41200000uW reads
+    41.2 rather than 41.199999999999996.
+    """
+    watts = units.parse_power_watts(raw, default_unit="uw")
+    return None if watts is None else round(watts, 6)
+
+
 def _parse_row(row: object, position: int, report_driver: str | None,
                warnings: list[str]) -> _Die | None:
     """One device row, or ``None`` (with a warning) when it cannot identify a device."""
@@ -240,12 +250,9 @@ def _parse_row(row: object, position: int, report_driver: str | None,
     temperature = cells.measure(row.get("temperature"),
                                 units.parse_temperature_celsius(row.get("temperature")),
                                 "temperature", "temperature_celsius")
-    # A bare number is taken in the JSON's own unit, microwatts.
-    power = cells.measure(row.get("card_power"),
-                          units.parse_power_watts(row.get("card_power"), default_unit="uw"),
+    power = cells.measure(row.get("card_power"), _watts(row.get("card_power")),
                           "card_power", "power_watts")
-    power_limit = cells.measure(row.get("power_limit"),
-                                units.parse_power_watts(row.get("power_limit"), default_unit="uw"),
+    power_limit = cells.measure(row.get("power_limit"), _watts(row.get("power_limit")),
                                 "power_limit", "power_limit_watts")
     utilization = cells.measure(row.get("util"), units.parse_percent(row.get("util")),
                                 "util", "utilization_percent")

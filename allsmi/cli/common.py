@@ -86,14 +86,36 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
     """A collector over the configured (or simulated) backends, not yet started."""
     from allsmi import registry
     from allsmi.collector import Collector
+    clock = simulation_clock() if s.simulate else None
     try:
         backends = registry.instantiate(s.config.backends_enabled, timeout_seconds=s.timeout,
                                         options={k: dict(v) for k, v in s.config.backend_options.items()},
-                                        simulate=s.simulate)
+                                        simulate=s.simulate, clock=clock)
     except registry.UnknownBackend as exc:
         raise fail(str(exc)) from None
     return Collector(backends, s.config, interval_seconds=s.interval, timeout_seconds=s.timeout,
-                     history_size=history_size)
+                     history_size=history_size, **({"clock": clock} if clock else {}))
+
+
+def simulation_clock() -> "Callable[[], float] | None":
+    """An accelerated clock when ``$ALLSMI_SIMULATE_SPEED`` is set (simulation only).
+
+    Simulated time then runs SPEED times faster than wall time from the moment
+    the process started, for demos and day-long accounting tests in minutes.
+    """
+    import os
+    import time
+    raw = os.environ.get("ALLSMI_SIMULATE_SPEED")
+    if not raw:
+        return None
+    try:
+        speed = float(raw)
+        if not speed > 0:
+            raise ValueError
+    except ValueError:
+        raise fail(f"ALLSMI_SIMULATE_SPEED must be a positive number, got {raw!r}") from None
+    origin = time.time()
+    return lambda: origin + (time.time() - origin) * speed
 
 
 def stdout_is_terminal() -> bool:

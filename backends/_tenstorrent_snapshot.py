@@ -1,0 +1,151 @@
+"""Getting one JSON snapshot out of ``tt-smi``, whichever version is installed.
+
+* tt-smi 3.0.5 and later print the snapshot to stdout for ``-s``;
+  ``--snapshot_no_tty`` turns off progress bars and colour when there is no
+  terminal. That is the first command tried.
+* Older tt-smi does not know ``--snapshot_no_tty`` (argparse exits 2 with
+  "unrecognized arguments") and writes ``-s`` snapshots to a file, printing
+  "Saved tt-smi log to: PATH". For those, the reader switches to
+  ``tt-smi -s -f <private temp file>``, reads the file and deletes it, so no
+  snapshot files pile up in the user's home directory.
+
+stdout may carry a progress line or ANSI colour around the JSON; the first
+JSON object holding a ``device_info`` list is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Any
+
+from ._subprocess import DEFAULT_MAX_OUTPUT, ToolError, ToolTimeout, run_tool
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_SAVED = re.compile(r"Saved tt-smi log to:\s*(?P<path>\S+)")
+_UNKNOWN_FLAG = re.compile(r"unrecognized arguments?:.*snapshot_no_tty", re.IGNORECASE | re.DOTALL)
+#: What tt-smi says when there is nothing to report on: no hardware, not a fault.
+NO_HARDWARE = re.compile(
+    r"no tenstorrent (driver|devices?|chips?|boards?)|no (tenstorrent )?(devices?|chips?) (were )?"
+    r"(found|detected)", re.IGNORECASE)
+
+STDOUT_MODE = "stdout"
+FILE_MODE = "file"
+
+
+def extract_snapshot(text: str) -> dict[str, Any]:
+    """The snapshot object inside tt-smi's stdout; :class:`ValueError` if there is none."""
+    clean = _ANSI.sub("", text)
+    decoder = json.JSONDecoder()
+    start = clean.find("{")
+    attempts = 0
+    problem = "no JSON object"
+    while start != -1 and attempts < 50:
+        attempts += 1
+        try:
+            value, _ = decoder.raw_decode(clean, start)
+        except json.JSONDecodeError as exc:
+            problem = f"malformed or truncated JSON ({exc.msg} at line {exc.lineno})"
+        else:
+            if isinstance(value, dict) and "device_info" in value:
+                return value
+            problem = "a JSON object without device_info"
+        start = clean.find("{", start + 1)
+    head = clean.strip()[:80].replace("\n", " ")
+    raise ValueError(f"{problem} in tt-smi output: {head!r}")
+
+
+class SnapshotReader:
+    """Runs tt-smi once per call and returns the decoded snapshot, remembering what worked."""
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self.mode = STDOUT_MODE
+        self._tmpdir: str | None = None
+
+    def close(self) -> None:
+        """Remove the private directory used for file-mode snapshots."""
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def _file_path(self) -> str:
+        if self._tmpdir is None or not os.path.isdir(self._tmpdir):
+            self._tmpdir = tempfile.mkdtemp(prefix="allsmi-tt-smi-")
+        return os.path.join(self._tmpdir, "snapshot.json")
+
+    def read(self, timeout: float, warnings: list[str]) -> dict[str, Any] | None:
+        """One snapshot; ``None`` when tt-smi reports no driver or no devices.
+
+        Raises :class:`ToolTimeout` (the child was killed), :class:`ToolError`
+        (could not run, or failed without a snapshot) or :class:`ValueError`
+        (ran, but printed something that is not a snapshot).
+        """
+        if self.mode == STDOUT_MODE:
+            result = run_tool([self.tool, "-s", "--snapshot_no_tty"], timeout=timeout)
+            if result.returncode != 0 and _UNKNOWN_FLAG.search(result.stderr + result.stdout):
+                # Pre-3.0.5 tt-smi: no such flag, and -s writes a file instead.
+                self.mode = FILE_MODE
+                return self.read(max(0.1, timeout - result.duration_seconds), warnings)
+            return self._interpret(result.returncode, result.stdout, result.stderr,
+                                   result.truncated, None, warnings)
+        path = self._file_path()
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        try:
+            result = run_tool([self.tool, "-s", "-f", path], timeout=timeout)
+            return self._interpret(result.returncode, result.stdout, result.stderr,
+                                   result.truncated, path, warnings)
+        finally:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _interpret(self, returncode: int, stdout: str, stderr: str, truncated: bool,
+                   our_file: str | None, warnings: list[str]) -> dict[str, Any] | None:
+        said = _ANSI.sub("", stderr + "\n" + stdout)
+        if truncated:
+            raise ToolError(f"tt-smi printed more than {DEFAULT_MAX_OUTPUT} bytes; output cut off")
+        try:
+            snapshot = extract_snapshot(stdout)
+        except ValueError as stdout_problem:
+            snapshot = None
+            problem: Exception = stdout_problem
+        if snapshot is None:
+            saved = _SAVED.search(said)
+            candidates = [p for p in (our_file, saved.group("path") if saved else None) if p]
+            for path in candidates:
+                if os.path.isfile(path):
+                    snapshot = self._read_file(path)
+                    if our_file is None:
+                        # This version writes files for -s: use a private file from now on.
+                        self.mode = FILE_MODE
+                    break
+        if snapshot is None:
+            if NO_HARDWARE.search(said):
+                return None
+            if returncode != 0:
+                tail = said.strip()[-300:] or "no output"
+                raise ToolError(f"tt-smi exited with status {returncode}: {tail}")
+            raise problem
+        if returncode != 0:
+            warnings.append(f"tt-smi exited with status {returncode} but printed a snapshot; used it")
+        return snapshot
+
+    @staticmethod
+    def _read_file(path: str) -> dict[str, Any]:
+        with open(path, "rb") as handle:
+            data = handle.read(DEFAULT_MAX_OUTPUT + 1)
+        if len(data) > DEFAULT_MAX_OUTPUT:
+            raise ToolError(f"tt-smi snapshot file {path} is larger than {DEFAULT_MAX_OUTPUT} bytes")
+        return extract_snapshot(data.decode("utf-8", "replace"))
+
+
+__all__ = ["SnapshotReader", "extract_snapshot", "ToolError", "ToolTimeout", "NO_HARDWARE",
+           "STDOUT_MODE", "FILE_MODE"]
