@@ -194,9 +194,9 @@ class ProcessInfoV2(ctypes.Structure):
 #: Entry points per list, newest first, with the struct each one fills.
 _PROCESS_ENTRY_POINTS: dict[str, tuple[tuple[str, str, type[ctypes.Structure]], ...]] = {
     kind: (
-        (f"nvmlDevice{kind}RunningProcesses_v3", "c_nvmlProcessInfo_v3_t", ProcessInfoV2),
-        (f"nvmlDevice{kind}RunningProcesses_v2", "c_nvmlProcessInfo_v2_t", ProcessInfoV2),
-        (f"nvmlDevice{kind}RunningProcesses", "", ProcessInfoV1),
+        (f"nvmlDeviceGet{kind}RunningProcesses_v3", "c_nvmlProcessInfo_v3_t", ProcessInfoV2),
+        (f"nvmlDeviceGet{kind}RunningProcesses_v2", "c_nvmlProcessInfo_v2_t", ProcessInfoV2),
+        (f"nvmlDeviceGet{kind}RunningProcesses", "", ProcessInfoV1),
     )
     for kind in ("Compute", "Graphics")
 }

@@ -53,6 +53,9 @@ _VIRTUAL_FUNCTION_IDS = frozenset({"0x1221"})
 #: ``pstate`` P12 is the vendor's "system abort" (hung device) state.
 _FAULT_PSTATES = frozenset({"P12"})
 
+#: Largest pid any supported OS hands out (Linux caps pid_max at 2**22).
+_MAX_PID = 2**31 - 1
+
 _KERNEL_NAME = re.compile(r"^rbln(\d+)$")
 _PREVIEW_CHARS = 120
 
@@ -86,7 +89,8 @@ def load_report(text: str, tool: str) -> tuple[dict[str, Any], list[str]]:
     except json.JSONDecodeError as exc:
         data = _decode_embedded(stripped, notes)
         if data is None:
-            if exc.pos >= len(stripped) - 1 or "Unterminated" in exc.msg:
+            looks_like_json = stripped[0] in "{["
+            if looks_like_json and (exc.pos >= len(stripped) - 1 or "Unterminated" in exc.msg):
                 raise ReportError(
                     f"{tool} output ends before its JSON is complete (truncated?): "
                     f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
@@ -134,7 +138,7 @@ def _npu_key(value: object) -> int | str | None:
     text = _text(value)
     if text is None:
         return None
-    return int(text) if text.isdigit() else text
+    return int(text) if text.isdecimal() else text
 
 
 def _int_cell(value: object) -> int | None:
@@ -142,7 +146,7 @@ def _int_cell(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     text = _text(value)
-    return int(text) if text is not None and text.isdigit() else None
+    return int(text) if text is not None and text.isdecimal() else None
 
 
 @dataclass
@@ -344,7 +348,7 @@ def _attribute_contexts(contexts: object, dies: list[_Die], lookup_user: LookupU
             warnings.append(f"{label}: not an object ({_preview(repr(ctx))}); skipped")
             continue
         pid = _int_cell(ctx.get("pid"))
-        if pid is None or pid <= 0:
+        if pid is None or not 0 < pid <= _MAX_PID:
             warnings.append(f"{label}: unreadable pid {ctx.get('pid')!r}; skipped")
             continue
         label = f"context row {position} (pid {pid})"

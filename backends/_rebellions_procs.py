@@ -18,7 +18,7 @@ def process_user(pid: int) -> str | None:
 
     try:
         return psutil.Process(pid).username()
-    except (psutil.Error, OSError, ValueError, KeyError):
+    except (psutil.Error, OSError, ValueError, OverflowError, KeyError):
         # KeyError: a uid with no passwd entry (common inside containers).
         return None
 

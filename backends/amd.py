@@ -112,7 +112,8 @@ class _Calls:
     def __init__(self, module: ModuleType) -> None:
         self._module = module
         self.answered = 0
-        self.errors: list[str] = []
+        self.errors: dict[str, list[str]] = {}
+        """Failed calls grouped by error text, so one cause is reported once."""
         self.denied: list[str] = []
 
     def __call__(self, what: str, function: str, *args: Any) -> Any:
@@ -129,7 +130,7 @@ class _Calls:
                 self.answered += 1
                 self.denied.append(what)
             else:
-                self.errors.append(f"{what}: {describe(exc)}")
+                self.errors.setdefault(describe(exc), []).append(what)
             return None
         self.answered += 1
         return result
@@ -142,8 +143,12 @@ class _Calls:
 
     def messages(self, label: str) -> list[str]:
         out = []
-        if self.errors:
-            out.append(f"{label}: " + "; ".join(self.errors))
+        if self.errors and self.answered == 0:
+            failed = sum(len(whats) for whats in self.errors.values())
+            out.append(f"{label}: not answering ({'; '.join(self.errors)}; {failed} calls failed)")
+        elif self.errors:
+            out.append(f"{label}: " + "; ".join(
+                f"{', '.join(whats)} failed: {error}" for error, whats in self.errors.items()))
         if self.denied:
             out.append(f"{label}: permission denied reading {', '.join(self.denied)} "
                        "(run as root or join the render and video groups)")
@@ -437,13 +442,15 @@ class AmdBackend(Backend):
             values["fan_percent"] = conv.fan_percent(
                 speed, calls("fan speed max", "amdsmi_get_gpu_fan_speed_max", h, 0))
 
-        ecc = _mapping(calls("ECC counts", "amdsmi_get_gpu_total_ecc_count", h))
-        for key, name in (("correctable_count", "ecc_correctable_total"),
-                          ("uncorrectable_count", "ecc_uncorrectable_total"),
-                          ("deferred_count", "ecc_deferred_total")):
-            count = conv.counter(ecc.get(key))
-            if count is not None:
-                details[name] = count
+        if dev.owns_board:
+            # ECC counters belong to the board's memory, like power: once per board.
+            ecc = _mapping(calls("ECC counts", "amdsmi_get_gpu_total_ecc_count", h))
+            for key, name in (("correctable_count", "ecc_correctable_total"),
+                              ("uncorrectable_count", "ecc_uncorrectable_total"),
+                              ("deferred_count", "ecc_deferred_total")):
+                count = conv.counter(ecc.get(key))
+                if count is not None:
+                    details[name] = count
 
         rows = calls("processes", "amdsmi_get_gpu_process_list", h)
         if isinstance(rows, list):

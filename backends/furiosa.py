@@ -71,10 +71,6 @@ class FuriosaBackend(Backend):
         self._driver_version: str | None = None
         self._source = ""
 
-    @property
-    def display_name(self) -> str:
-        return f"{self.name} ({self._source})" if self._source else self.name
-
     # -- life cycle -------------------------------------------------------
 
     def probe(self) -> ProbeResult:
@@ -167,8 +163,10 @@ class FuriosaBackend(Backend):
                     self._json_flag = flag
                     return None
                 # Keep the first failure: the fallback flag's complaint is only about the flag.
-                failure = failure or (f"{EXECUTABLE} {subcommand} {flag} json exited "
-                                      f"{result.returncode}: {said or exc}")
+                if not failure:
+                    failure = (f"{EXECUTABLE} {subcommand} {flag} json exited {result.returncode}: "
+                               f"{said or exc}" if result.returncode != 0 else
+                               f"{EXECUTABLE} {subcommand} {flag} json printed {exc}")
                 continue
             if result.returncode != 0:
                 self.warnings.append(f"{EXECUTABLE} {subcommand} exited {result.returncode} "
@@ -203,7 +201,10 @@ class FuriosaBackend(Backend):
             self.warnings.append(f"furiosa-smi status unavailable, no utilization/memory this sample: {exc}")
             statuses = {}
         for reading in readings:
-            parse.apply_status(reading, statuses.get(reading.dev_name or ""))
+            status = statuses.get(reading.dev_name or "")
+            if status is None and statuses:
+                self.warnings.append(f"{reading.dev_name}: no furiosa-smi status row; health unknown")
+            parse.apply_status(reading, status)
         return readings
 
     def _read_processes(self, deadline: float) -> dict[str, list[parse.ProcessRow]]:
@@ -258,12 +259,15 @@ class FuriosaBackend(Backend):
         if cores is not None:
             details["core_utilization_percent"] = cores
         arch = (r.arch or "").upper()
-        name = r.product_name or (f"Furiosa {arch}" if arch else "Furiosa NPU")
+        product = r.product_name or arch or "NPU"
+        name = product if product.lower().startswith("furiosa") else f"Furiosa {product}"
         common = dict(id=dev_id, vendor=self.vendor, kind=self.kind, backend=self.name, index=index,
                       uuid=r.uuid, name=name, bus_id=r.bus_id, driver_version=self._driver_version,
                       firmware_version=r.firmware, details=details)
         if r.alive is False:
             # A dead device's last numbers are not measurements: report none.
+            for key in ("core_utilization_percent", "ambient_temperature_celsius", "throttle_reason"):
+                details.pop(key, None)
             return DeviceSample(**common, health="lost")
         return DeviceSample(
             **common,

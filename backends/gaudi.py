@@ -154,11 +154,11 @@ class GaudiBackend(Backend):
         self.warnings = []
         if not self._opened:
             raise BackendError("gaudi backend used before open()")
+        if self.mode == "loop" and self._loop_unusable is not None:
+            self._fall_back_to_oneshot(self._loop_unusable)
         if self._notes:
             self.warnings.extend(self._notes)
             self._notes = []
-        if self.mode == "loop" and self._loop_unusable is not None:
-            self._fall_back_to_oneshot(self._loop_unusable)
         if not self._known and self._seed is not None and not self._seed.rows:
             return []  # hl-smi lists no devices
         if self.mode == "oneshot":

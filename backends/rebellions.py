@@ -57,13 +57,12 @@ class RebellionsBackend(Backend):
         self._tool: str | None = None
 
     @property
-    def display_name(self) -> str:
-        """``rebellions (rbln-stat)`` once the tool in use is known."""
-        return f"{self.name} ({os.path.basename(self._tool)})" if self._tool else self.name
-
-    @property
     def tool_path(self) -> str | None:
-        """The executable :meth:`open` settled on, or ``None`` before that."""
+        """The executable :meth:`open` settled on (``rbln-smi`` or ``rbln-stat``), or ``None``.
+
+        Deliberately not part of :attr:`display_name`: devices and status keep
+        one backend name whichever tool a host has.
+        """
         return self._tool
 
     def _locate(self) -> str | None:
@@ -107,7 +106,7 @@ class RebellionsBackend(Backend):
         if self._tool is None:
             self.open()
         report = self._read_report(self.warnings)
-        return build_samples(report, backend=self.name, vendor=self.vendor, kind=self.kind,
+        return build_samples(report, backend=self.display_name, vendor=self.vendor, kind=self.kind,
                              lookup_user=self._lookup_user, lookup_nodes=self._lookup_nodes,
                              warnings=self.warnings)
 

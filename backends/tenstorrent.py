@@ -17,6 +17,7 @@ tt-smi reports neither utilization nor memory use, so both are ``None``.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
@@ -31,6 +32,8 @@ EXECUTABLE = "tt-smi"
 #: pip installs into ~/.local/bin or a venv; packages into /usr/bin or /opt/tenstorrent.
 INSTALL_DIRS: tuple[str, ...] = (os.path.expanduser("~/.local/bin"), "/usr/local/bin", "/usr/bin",
                                  "/opt/tenstorrent/bin")
+#: The ARC heartbeat advances about twice a second; unchanged for this long means hung firmware.
+HEARTBEAT_STALL_SECONDS = 3.0
 
 
 def psutil_user(pid: int) -> str | None:
@@ -51,11 +54,14 @@ class TenstorrentBackend(Backend):
     kind = "npu"
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
-                 user_lookup: Callable[[int], str | None] = psutil_user) -> None:
+                 user_lookup: Callable[[int], str | None] = psutil_user,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self._user_lookup = user_lookup
+        self._clock = clock
         self._reader: SnapshotReader | None = None
-        self._last_heartbeat: dict[str, int] = {}
+        #: device id -> (last heartbeat value, when that value was first seen)
+        self._heartbeats: dict[str, tuple[int, float]] = {}
 
     # -- life cycle -------------------------------------------------------
 
@@ -76,7 +82,7 @@ class TenstorrentBackend(Backend):
         if tool is None:
             raise BackendUnavailable(describe_missing(EXECUTABLE, ENV_VAR))
         self._reader = SnapshotReader(tool)
-        self._last_heartbeat = {}
+        self._heartbeats = {}
 
     def close(self) -> None:
         if self._reader is not None:
@@ -142,7 +148,8 @@ class TenstorrentBackend(Backend):
                 return chip.board_power_watts, "board_power"
         readings = [chip.asic_power_watts for chip in members]
         if readings and all(r is not None for r in readings):
-            return float(sum(r for r in readings if r is not None)), "asic_tdp_sum"
+            source = "asic_power" if len(readings) == 1 else "asic_power_sum"
+            return float(sum(r for r in readings if r is not None)), source
         if any(r is not None for r in readings):
             self.warnings.append(f"{board}: ASIC power missing on some chips; board power unknown")
         return None, None
@@ -167,13 +174,18 @@ class TenstorrentBackend(Backend):
     def _health(self, dev_id: str, chip: decode.ChipReading) -> tuple[str, bool]:
         stalled = False
         if chip.heartbeat is not None:
-            stalled = self._last_heartbeat.get(dev_id) == chip.heartbeat
-            self._last_heartbeat[dev_id] = chip.heartbeat
+            now = self._clock()
+            seen = self._heartbeats.get(dev_id)
+            if seen is not None and seen[0] == chip.heartbeat:
+                stalled = now - seen[1] >= HEARTBEAT_STALL_SECONDS
+            else:
+                self._heartbeats[dev_id] = (chip.heartbeat, now)
         if not chip.has_telemetry:
             self.warnings.append(f"{dev_id}: tt-smi returned no telemetry (ARC firmware not running?)")
             return "degraded", stalled
         if stalled:
-            self.warnings.append(f"{dev_id}: ARC heartbeat did not advance since the last sample")
+            self.warnings.append(f"{dev_id}: ARC heartbeat stuck at {chip.heartbeat} for "
+                                 f"{HEARTBEAT_STALL_SECONDS:g} s or more (firmware hung?)")
             return "degraded", stalled
         if chip.dram_trained is False:
             return "degraded", stalled

@@ -47,7 +47,7 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
     assert dev.id and isinstance(dev.id, str)
     assert dev.vendor == backend.vendor
     assert dev.kind in ("gpu", "npu")
-    assert dev.backend == backend.name
+    assert dev.backend == backend.display_name
     assert dev.health in HEALTH_STATES
     assert dev.resource_group is None, "resource groups are assigned by the collector"
     for f in (dev.index,):
@@ -91,7 +91,7 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
 def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
     backend = scenario.build(ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch))
     assert isinstance(backend, Backend)
-    assert backend.name == name
+    assert type(backend).name == name
     probe = backend.probe()
     assert isinstance(probe, ProbeResult)
     if scenario.expected_devices is None and not probe.available:

@@ -1,0 +1,178 @@
+"""The ``[ledger]`` and ``[export]`` configuration tables, validated.
+
+Precedence for every setting: command-line flag > environment > file >
+default. The ledger path's environment variable is ``ALLSMI_LEDGER``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from allsmi.config import Config, ConfigError
+from allsmi.usage import DEFAULT_MAX_GAP_SECONDS
+
+#: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
+#: roll-ups line up with the day and month boundaries of any time zone.
+ROLLUP_SECONDS = 900
+DEFAULT_INTERVAL_SECONDS = 60
+DEFAULT_RETENTION_DAYS = 3.0
+DEFAULT_COVERAGE_THRESHOLD = 0.95
+LEDGER_KEYS = ("path", "retention_days", "rollup_retention_days", "interval_seconds",
+               "max_gap_seconds")
+EXPORT_KEYS = ("ledger", "prometheus", "format", "group_by", "coverage_threshold", "tz",
+               "timeout_seconds", "textfile")
+FORMATS = ("csv", "json", "focus")
+GROUP_BY_KEYS = ("resource_group", "vendor", "model", "host", "user")
+DEFAULT_GROUP_BY = ("resource_group", "vendor", "model", "host")
+
+
+def default_ledger_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``/var/lib/allsmi/ledger.db`` for root, else ``$XDG_STATE_HOME/allsmi/ledger.db``."""
+    env = os.environ if environ is None else environ
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/allsmi/ledger.db")
+    base = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else \
+        Path.home() / ".local" / "state"
+    return base / "allsmi" / "ledger.db"
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """Where the ledger lives and how it counts."""
+
+    path: Path
+    interval_seconds: int = DEFAULT_INTERVAL_SECONDS
+    """Length of one raw interval (one minute by default; must divide 900)."""
+    retention_days: float = DEFAULT_RETENTION_DAYS
+    """How long raw intervals are kept; quarter-hour roll-ups outlive them."""
+    rollup_retention_days: float | None = None
+    """How long quarter-hour roll-ups are kept (``None``: forever)."""
+    max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS
+    """Samples further apart than this are not bridged."""
+
+
+def _number(config: Config, table: Mapping[str, Any], section: str, key: str,
+            minimum: float, allow_zero: bool = True) -> float | None:
+    if key not in table:
+        return None
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise config.error(f"must be a number, got {value!r}", section, key)
+    if value < minimum or (value == 0 and not allow_zero):
+        raise config.error(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
+                           section, key)
+    return float(value)
+
+
+def _unknown(config: Config, table: Mapping[str, Any], section: str, allowed: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise config.error(f"unknown key (allowed: {', '.join(allowed)})", section, key)
+
+
+def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = None,
+                    environ: Mapping[str, str] | None = None) -> LedgerSettings:
+    """Validate ``[ledger]`` and resolve the path (flag > ``$ALLSMI_LEDGER`` > file > default)."""
+    env = os.environ if environ is None else environ
+    table = config.section("ledger")
+    _unknown(config, table, "ledger", LEDGER_KEYS)
+    file_path = table.get("path")
+    if file_path is not None and (not isinstance(file_path, str) or not file_path.strip()):
+        raise config.error(f"must be a non-empty string, got {file_path!r}", "ledger", "path")
+    if path_flag:
+        path = Path(path_flag)
+    elif env.get("ALLSMI_LEDGER"):
+        path = Path(env["ALLSMI_LEDGER"])
+    elif file_path:
+        path = Path(os.path.expanduser(file_path))
+    else:
+        path = default_ledger_path(env)
+    interval = _number(config, table, "ledger", "interval_seconds", 1)
+    if interval is not None and (interval != int(interval) or ROLLUP_SECONDS % int(interval)):
+        raise config.error(f"must be a whole number of seconds dividing {ROLLUP_SECONDS} "
+                           f"(e.g. 60, 30, 5), got {table['interval_seconds']!r}",
+                           "ledger", "interval_seconds")
+    retention = _number(config, table, "ledger", "retention_days", 0, allow_zero=False)
+    rollup = _number(config, table, "ledger", "rollup_retention_days", 0, allow_zero=False)
+    max_gap = _number(config, table, "ledger", "max_gap_seconds", 0, allow_zero=False)
+    return LedgerSettings(
+        path=path,
+        interval_seconds=int(interval) if interval is not None else DEFAULT_INTERVAL_SECONDS,
+        retention_days=retention if retention is not None else DEFAULT_RETENTION_DAYS,
+        rollup_retention_days=rollup,
+        max_gap_seconds=max_gap if max_gap is not None else DEFAULT_MAX_GAP_SECONDS)
+
+
+@dataclass(frozen=True)
+class ExportDefaults:
+    """``[export]``: defaults for ``allsmi export`` options (flags override them)."""
+
+    ledger: str | None = None
+    prometheus: str | None = None
+    format: str = "csv"
+    group_by: tuple[str, ...] = DEFAULT_GROUP_BY
+    coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD
+    tz: str | None = None
+    timeout_seconds: float = 30.0
+    textfile: str | None = None
+
+
+def parse_group_by(text: str | list[Any] | tuple[Any, ...]) -> tuple[str, ...]:
+    """``"resource_group,vendor"`` into a tuple of known keys; ValueError names a bad one."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out: list[str] = []
+    for raw in items:
+        if not isinstance(raw, str):
+            raise ValueError(f"group-by keys are strings, got {raw!r}")
+        key = raw.strip()
+        if not key:
+            continue
+        if key not in GROUP_BY_KEYS:
+            raise ValueError(f"unknown group-by key {key!r} (allowed: {', '.join(GROUP_BY_KEYS)})")
+        if key not in out:
+            out.append(key)
+    if "resource_group" not in out:
+        out.insert(0, "resource_group")  # prices are per group: rows never mix groups
+    return tuple(out)
+
+
+def export_defaults(config: Config) -> ExportDefaults:
+    """Validate ``[export]``."""
+    table = config.section("export")
+    _unknown(config, table, "export", EXPORT_KEYS)
+    values: dict[str, Any] = {}
+    for key in ("ledger", "prometheus", "tz", "textfile"):
+        if key in table:
+            value = table[key]
+            if not isinstance(value, str) or not value.strip():
+                raise config.error(f"must be a non-empty string, got {value!r}", "export", key)
+            values[key] = value.strip()
+    if "format" in table:
+        if table["format"] not in FORMATS:
+            raise config.error(f"must be one of {', '.join(FORMATS)}, got {table['format']!r}",
+                               "export", "format")
+        values["format"] = table["format"]
+    if "group_by" in table:
+        try:
+            values["group_by"] = parse_group_by(table["group_by"])
+        except ValueError as exc:
+            raise config.error(str(exc), "export", "group_by") from None
+    threshold = _number(config, table, "export", "coverage_threshold", 0)
+    if threshold is not None:
+        if threshold > 1:
+            raise config.error(f"must be between 0 and 1, got {threshold!r}", "export",
+                               "coverage_threshold")
+        values["coverage_threshold"] = threshold
+    timeout = _number(config, table, "export", "timeout_seconds", 0, allow_zero=False)
+    if timeout is not None:
+        values["timeout_seconds"] = timeout
+    return ExportDefaults(**values)
+
+
+__all__ = ["ConfigError", "LedgerSettings", "ExportDefaults", "ledger_settings", "export_defaults",
+           "default_ledger_path", "parse_group_by", "ROLLUP_SECONDS", "FORMATS", "GROUP_BY_KEYS",
+           "DEFAULT_GROUP_BY"]

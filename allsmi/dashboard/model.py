@@ -1,0 +1,383 @@
+"""What the dashboard shows, computed from snapshots with no UI involved.
+
+Ordering (partitions stay under their parent), filtering, per-device
+history, energy since start and per-group / per-vendor / per-host totals
+live here as plain functions and small classes, so they are tested without
+a terminal and the widgets only turn them into cells.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from allsmi.schema import DeviceSample, Snapshot
+from allsmi.usage import UsageIntegrator
+
+#: Sort orders a user can pick, in the order the help screen lists them.
+SORT_KEYS: tuple[str, ...] = ("index", "utilization", "memory", "power", "temperature")
+#: Where a key's natural direction is "biggest first".
+DESCENDING_BY_DEFAULT = frozenset({"utilization", "memory", "power", "temperature"})
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """One device (or partition) as seen on one host, in snapshot order."""
+
+    host: str
+    device: DeviceSample
+    position: int
+    """Place in the host's snapshot: backend order, then the vendor's index."""
+
+    @property
+    def key(self) -> str:
+        """A row key unique across hosts (device ids repeat between simulated hosts)."""
+        return device_key(self.host, self.device.id)
+
+
+def device_key(host: str, device_id: str) -> str:
+    """The key of ``device_id`` on ``host`` for tables and history."""
+    return f"{host}\x1f{device_id}"
+
+
+def refs_of(host: str, snapshot: Snapshot | None) -> list[DeviceRef]:
+    """The devices of one host's snapshot, in snapshot order."""
+    if snapshot is None:
+        return []
+    return [DeviceRef(host, dev, i) for i, dev in enumerate(snapshot.devices)]
+
+
+def memory_percent(dev: DeviceSample) -> float | None:
+    """Memory in use as a percentage of the total, or ``None`` when either is unknown."""
+    if dev.memory_used_bytes is None or not dev.memory_total_bytes:
+        return None
+    return 100.0 * dev.memory_used_bytes / dev.memory_total_bytes
+
+
+def sort_value(dev: DeviceSample, key: str) -> float | None:
+    """The number ``key`` sorts by (memory sorts by share used, fair across card sizes)."""
+    if key == "utilization":
+        return dev.utilization_percent
+    if key == "memory":
+        return memory_percent(dev)
+    if key == "power":
+        return dev.power_watts
+    if key == "temperature":
+        return dev.temperature_celsius
+    return None
+
+
+def order_devices(refs: Sequence[DeviceRef], key: str = "index",
+                  descending: bool | None = None) -> list[DeviceRef]:
+    """Devices in display order: sorted by ``key``, each partition right under its parent.
+
+    Unknown values sort last in either direction; ties keep snapshot order.
+    A partition whose parent is absent (filtered out or not reported) is
+    placed as if it were a top-level device.
+    """
+    if key not in SORT_KEYS:
+        raise ValueError(f"unknown sort key {key!r} (known: {', '.join(SORT_KEYS)})")
+    if descending is None:
+        descending = key in DESCENDING_BY_DEFAULT
+    present = {(r.host, r.device.id) for r in refs}
+    children: dict[tuple[str, str], list[DeviceRef]] = collections.defaultdict(list)
+    top: list[DeviceRef] = []
+    hosts: dict[str, int] = {}
+    for ref in refs:
+        hosts.setdefault(ref.host, len(hosts))
+        parent = ref.device.parent
+        if parent is not None and (ref.host, parent) in present:
+            children[(ref.host, parent)].append(ref)
+        else:
+            top.append(ref)
+
+    def natural(ref: DeviceRef) -> tuple[int, int]:
+        return hosts[ref.host], ref.position
+
+    def sort_tuple(ref: DeviceRef) -> tuple[int, float, tuple[int, int]]:
+        value = sort_value(ref.device, key)
+        if value is None:
+            return (1, 0.0, natural(ref))
+        return (0, -value if descending else value, natural(ref))
+
+    ordered = sorted(top, key=natural if key == "index" else sort_tuple)
+    out: list[DeviceRef] = []
+
+    def place(ref: DeviceRef) -> None:
+        out.append(ref)
+        for child in sorted(children.get((ref.host, ref.device.id), ()), key=natural):
+            place(child)
+
+    for ref in ordered:
+        place(ref)
+    return out
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What the user narrowed the view to; empty fields match everything."""
+
+    text: str = ""
+    vendor: str | None = None
+    group: str | None = None
+    host: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is filtered out."""
+        return bool(self.text or self.vendor or self.group or self.host)
+
+    def describe(self) -> str:
+        """A short human description ("vendor=amd text='mi300'"), empty when inactive."""
+        parts = []
+        if self.host:
+            parts.append(f"host={self.host}")
+        if self.vendor:
+            parts.append(f"vendor={self.vendor}")
+        if self.group:
+            parts.append(f"group={self.group}")
+        if self.text:
+            parts.append(f"text={self.text!r}")
+        return " ".join(parts)
+
+    def matches(self, ref: DeviceRef) -> bool:
+        """Whether this one device passes (partitions are handled by :func:`apply_filter`)."""
+        dev = ref.device
+        if self.host is not None and ref.host != self.host:
+            return False
+        if self.vendor is not None and dev.vendor != self.vendor:
+            return False
+        if self.group is not None and dev.resource_group != self.group:
+            return False
+        if self.text:
+            needle = self.text.lower()
+            return any(needle in hay.lower() for hay in _haystack(ref))
+        return True
+
+
+def _haystack(ref: DeviceRef) -> Iterator[str]:
+    dev = ref.device
+    yield ref.host
+    for value in (dev.vendor, dev.name, dev.id, dev.uuid, dev.bus_id, dev.backend,
+                  dev.resource_group, dev.health, dev.kind):
+        if value:
+            yield value
+    if dev.index is not None:
+        yield f"{dev.vendor}:{dev.index}"
+    yield from dev.labels.values()
+    for proc in dev.processes:
+        yield str(proc.pid)
+        if proc.user:
+            yield proc.user
+        if proc.command:
+            yield proc.command
+
+
+def apply_filter(refs: Sequence[DeviceRef], flt: Filter) -> list[DeviceRef]:
+    """Devices passing ``flt``; a partition comes along with a matching parent, and a
+    matching partition brings its parent for context."""
+    if not flt.active:
+        return list(refs)
+    by_id = {(r.host, r.device.id): r for r in refs}
+    keep: set[tuple[str, str]] = set()
+    for ref in refs:
+        if flt.matches(ref):
+            keep.add((ref.host, ref.device.id))
+            parent = ref.device.parent
+            if parent is not None and (ref.host, parent) in by_id:
+                keep.add((ref.host, parent))
+    for ref in refs:
+        parent = ref.device.parent
+        if parent is not None and (ref.host, parent) in keep and flt.matches(by_id[(ref.host, parent)]):
+            keep.add((ref.host, ref.device.id))
+    return [r for r in refs if (r.host, r.device.id) in keep]
+
+
+# -- history --------------------------------------------------------------------
+
+#: Metrics kept per device for sparklines, each on a 0..100 scale except power.
+HISTORY_METRICS: tuple[str, ...] = ("utilization", "memory", "power", "temperature")
+
+
+@dataclass
+class _Series:
+    utilization: collections.deque[float | None]
+    memory: collections.deque[float | None]
+    power: collections.deque[float | None]
+    temperature: collections.deque[float | None]
+
+
+class History:
+    """The last ``points`` values of each device's utilization, memory share, power and
+    temperature, one point per snapshot; unknown values stay gaps (``None``)."""
+
+    def __init__(self, points: int = 300) -> None:
+        self.points = points
+        self._series: dict[str, _Series] = {}
+        self._last_seen: dict[str, float] = {}
+
+    def add(self, host: str, snapshot: Snapshot) -> bool:
+        """Record one snapshot of ``host``; ``False`` when it was already recorded."""
+        when = snapshot.unix_time
+        if self._last_seen.get(host) == when:
+            return False
+        self._last_seen[host] = when
+        for dev in snapshot.devices:
+            key = device_key(host, dev.id)
+            series = self._series.get(key)
+            if series is None:
+                series = _Series(*(collections.deque(maxlen=self.points) for _ in HISTORY_METRICS))
+                self._series[key] = series
+            series.utilization.append(dev.utilization_percent)
+            series.memory.append(memory_percent(dev))
+            series.power.append(dev.power_watts)
+            series.temperature.append(dev.temperature_celsius)
+        return True
+
+    def series(self, key: str, metric: str) -> Sequence[float | None]:
+        """Oldest-first values of ``metric`` for the device with table key ``key``."""
+        found = self._series.get(key)
+        if found is None:
+            return ()
+        return getattr(found, metric)
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop devices not in ``keep`` (devices that left the cluster)."""
+        wanted = set(keep)
+        for key in [k for k in self._series if k not in wanted]:
+            del self._series[key]
+
+
+# -- energy since start ---------------------------------------------------------------
+
+class EnergyMeter:
+    """Energy each device used since the dashboard started, from the shared integrator.
+
+    One :class:`UsageIntegrator` per host, so device ids that repeat across
+    hosts never mix. A device with no usable power or energy reading stays
+    unknown (``None``) rather than 0.
+    """
+
+    def __init__(self) -> None:
+        self._integrators: dict[str, UsageIntegrator] = {}
+        self._joules: dict[str, float] = {}
+        self._seen: dict[str, float] = {}
+
+    def add(self, host: str, snapshot: Snapshot) -> None:
+        """Feed one snapshot of ``host`` (repeats of the same snapshot are ignored)."""
+        when = snapshot.unix_time
+        if self._seen.get(host) == when:
+            return
+        self._seen[host] = when
+        integrator = self._integrators.setdefault(host, UsageIntegrator())
+        for inc in integrator.update(snapshot):
+            if inc.energy_joules is not None:
+                key = device_key(host, inc.device_id)
+                self._joules[key] = self._joules.get(key, 0.0) + inc.energy_joules
+
+    def joules(self, key: str) -> float | None:
+        """Joules since start for the device with table key ``key``, or ``None``."""
+        return self._joules.get(key)
+
+
+# -- totals -------------------------------------------------------------------------
+
+@dataclass
+class Totals:
+    """Sums and averages over a set of devices (a group, a vendor, a host)."""
+
+    name: str
+    devices: int = 0
+    partitions: int = 0
+    lost: int = 0
+    hosts: set[str] = field(default_factory=set)
+    utilization_sum: float = 0.0
+    utilization_count: int = 0
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    processes: int = 0
+
+    @property
+    def utilization_percent(self) -> float | None:
+        """Mean utilization over the devices that report one, or ``None``."""
+        return self.utilization_sum / self.utilization_count if self.utilization_count else None
+
+    @property
+    def memory_percent(self) -> float | None:
+        """Memory used as a share of the total, or ``None``."""
+        if self.memory_used_bytes is None or not self.memory_total_bytes:
+            return None
+        return 100.0 * self.memory_used_bytes / self.memory_total_bytes
+
+
+def _add(total: int | float | None, value: int | float | None) -> int | float | None:
+    if value is None:
+        return total
+    return value if total is None else total + value
+
+
+def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
+              energy: EnergyMeter | None = None,
+              labels: Callable[[str], Mapping[str, str]] | None = None) -> list[Totals]:
+    """Totals per value of ``key`` (e.g. the resource group), in order of first appearance.
+
+    A physical device counts once. A partition counts as a device of its own
+    only when it sits in a different bucket from its parent (a MIG slice given
+    to another team); then its memory moves with it. Power and energy are
+    board-level, so they are summed as reported (partitions carry none).
+    Utilization is averaged over the devices that report one, partitions
+    included (a GPU in MIG mode reports none itself).
+    """
+    by_id = {(r.host, r.device.id): r for r in refs}
+    out: dict[str, Totals] = {}
+    moved_used: dict[tuple[str, str], int] = collections.defaultdict(int)
+    moved_total: dict[tuple[str, str], int] = collections.defaultdict(int)
+    counted: list[tuple[DeviceRef, Totals, bool]] = []
+    for ref in refs:
+        name = key(ref)
+        if name is None:
+            continue
+        totals = out.get(name)
+        if totals is None:
+            totals = out[name] = Totals(name)
+            if labels is not None:
+                totals.labels = dict(labels(name))
+        dev = ref.device
+        parent = by_id.get((ref.host, dev.parent)) if dev.parent is not None else None
+        is_unit = parent is None or key(parent) != name
+        if dev.parent is not None:
+            totals.partitions += 1
+        if is_unit and parent is not None:
+            moved_used[(ref.host, parent.device.id)] += dev.memory_used_bytes or 0
+            moved_total[(ref.host, parent.device.id)] += dev.memory_total_bytes or 0
+        counted.append((ref, totals, is_unit))
+    for ref, totals, is_unit in counted:
+        dev = ref.device
+        totals.hosts.add(ref.host)
+        if not totals.labels:
+            totals.labels.update(dev.labels)
+        totals.processes += len(dev.processes)
+        if dev.utilization_percent is not None:
+            totals.utilization_sum += dev.utilization_percent
+            totals.utilization_count += 1
+        totals.power_watts = _add(totals.power_watts, dev.power_watts)
+        totals.power_limit_watts = _add(totals.power_limit_watts, dev.power_limit_watts)
+        if energy is not None:
+            totals.energy_joules = _add(totals.energy_joules, energy.joules(ref.key))
+        if not is_unit:
+            continue
+        totals.devices += 1
+        if dev.health == "lost":
+            totals.lost += 1
+        here = (ref.host, dev.id)
+        used, total = dev.memory_used_bytes, dev.memory_total_bytes
+        totals.memory_used_bytes = _add(totals.memory_used_bytes,  # type: ignore[assignment]
+                                        None if used is None else used - moved_used.get(here, 0))
+        totals.memory_total_bytes = _add(totals.memory_total_bytes,  # type: ignore[assignment]
+                                         None if total is None else total - moved_total.get(here, 0))
+    return list(out.values())

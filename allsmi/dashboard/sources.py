@@ -1,0 +1,180 @@
+"""Where the dashboard's snapshots come from.
+
+A *source* hands the app the current state of one or more hosts. Reading
+it (:meth:`Source.hosts`) is cheap and never blocks, so the UI thread can
+call it on a timer. Anything slow (network fetches) happens in
+:meth:`Source.refresh`, which the app runs in a thread worker, one call at
+a time. The local node's collector already samples in its own thread, so
+its :meth:`NodeSource.refresh` has nothing to do.
+
+Sources take an injectable monotonic ``clock`` so tests can freeze the age
+of the data that the screen shows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from allsmi.schema import Snapshot
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class HostState:
+    """One host as the dashboard knows it right now."""
+
+    key: str
+    """Stable identity within the source: the address (``host:port``, the Prometheus
+    instance) in a cluster, the hostname for the local node."""
+    name: str
+    """The hostname the host reports, once known; else the same as ``key``."""
+    snapshot: Snapshot | None
+    """The most recent snapshot that arrived (kept while the host is unreachable)."""
+    received: float | None
+    """Monotonic time at which ``snapshot`` arrived; ``None`` before the first one."""
+    address: str | None = None
+    """Where it is fetched from (URL or Prometheus instance); ``None`` for the local node."""
+    error: str | None = None
+    """Why the last attempt failed; ``None`` while the host answers."""
+    retry_at: float | None = None
+    """Monotonic time of the next attempt while failing."""
+
+    @property
+    def reachable(self) -> bool:
+        """Whether the last attempt succeeded."""
+        return self.error is None
+
+    def age(self, now: float) -> float | None:
+        """Seconds since the data arrived, or ``None`` before the first snapshot."""
+        return None if self.received is None else max(0.0, now - self.received)
+
+
+class Source(Protocol):
+    """What :class:`allsmi.dashboard.app.DashboardApp` reads."""
+
+    interval: float
+    """Seconds between refreshes."""
+    cluster: bool
+    """Whether this is a fleet (cluster overview, host column) or one node."""
+
+    def hosts(self) -> Sequence[HostState]:
+        """The current state of every host; cheap and non-blocking."""
+
+    def refresh(self, cancelled: Callable[[], bool]) -> None:
+        """Fetch what is due (may block on I/O; runs in a worker thread, never twice at once).
+
+        Must return soon after ``cancelled()`` turns true.
+        """
+
+    def history(self) -> Sequence[tuple[str, Snapshot]]:
+        """Snapshots from before the app started (host, snapshot), oldest first."""
+
+    def close(self) -> None:
+        """Release connections and threads."""
+
+
+class CollectorLike(Protocol):
+    """The part of :class:`allsmi.collector.Collector` the dashboard uses (duck-typed)."""
+
+    interval: float
+
+    @property
+    def latest(self) -> Snapshot | None: ...
+
+    @property
+    def history(self) -> tuple[Snapshot, ...]: ...
+
+
+class NodeSource:
+    """The local node, read from a collector that samples in its own thread."""
+
+    cluster = False
+
+    def __init__(self, collector: CollectorLike, clock: Clock = time.monotonic) -> None:
+        self.collector = collector
+        self.interval = float(collector.interval)
+        self.clock = clock
+        self._seen: Snapshot | None = None
+        self._received: float | None = None
+
+    def hosts(self) -> Sequence[HostState]:
+        snap = self.collector.latest
+        if snap is None:
+            return [HostState("localhost", "localhost", None, None)]
+        if snap is not self._seen:
+            self._seen, self._received = snap, self.clock()
+        return [HostState(snap.host.hostname, snap.host.hostname, snap, self._received)]
+
+    def refresh(self, cancelled: Callable[[], bool]) -> None:
+        """Nothing to do: the collector samples on its own thread."""
+
+    def history(self) -> Sequence[tuple[str, Snapshot]]:
+        return [(s.host.hostname, s) for s in self.collector.history]
+
+    def close(self) -> None:
+        """The collector belongs to the caller, who closes it."""
+
+
+class StaticSource:
+    """Fixed snapshots stepped by hand: deterministic screens for tests and demos.
+
+    ``frames`` is a list of frames; each frame maps a host name to its
+    snapshot, or to an error message for an unreachable host. :meth:`advance`
+    moves to the next frame (the last one stays).
+    """
+
+    def __init__(self, frames: Sequence[dict[str, Snapshot | str]], *, interval: float = 1.0,
+                 cluster: bool = False, clock: Clock = lambda: 0.0) -> None:
+        if not frames:
+            raise ValueError("StaticSource needs at least one frame")
+        self.frames = list(frames)
+        self.interval = interval
+        self.cluster = cluster
+        self.clock = clock
+        self.position = 0
+        self._last_good: dict[str, tuple[Snapshot, float]] = {}
+        self._lock = threading.Lock()
+        self.refreshes = 0
+        self._remember()
+
+    @classmethod
+    def of(cls, snapshots: Sequence[Snapshot], **kwargs: Any) -> "StaticSource":
+        """One host whose snapshots are shown one after the other."""
+        return cls([{s.host.hostname: s} for s in snapshots], **kwargs)
+
+    def _remember(self) -> None:
+        for host, value in self.frames[self.position].items():
+            if isinstance(value, Snapshot):
+                self._last_good[host] = (value, self.clock())
+
+    def advance(self) -> None:
+        """Show the next frame."""
+        with self._lock:
+            if self.position < len(self.frames) - 1:
+                self.position += 1
+                self._remember()
+
+    def hosts(self) -> Sequence[HostState]:
+        with self._lock:
+            out = []
+            for host, value in self.frames[self.position].items():
+                good = self._last_good.get(host)
+                snap, received = good if good else (None, None)
+                error = value if isinstance(value, str) else None
+                name = snap.host.hostname if snap is not None else host
+                out.append(HostState(host, name, snap, received,
+                                     address=host if self.cluster else None, error=error))
+            return out
+
+    def refresh(self, cancelled: Callable[[], bool]) -> None:
+        self.refreshes += 1
+
+    def history(self) -> Sequence[tuple[str, Snapshot]]:
+        return []
+
+    def close(self) -> None:
+        """Nothing to release."""

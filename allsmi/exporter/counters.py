@@ -1,0 +1,119 @@
+"""The exporter's accumulated counters, fed one snapshot per collection cycle.
+
+The integrals themselves come from :class:`allsmi.usage.UsageIntegrator`
+(shared with the accounting ledger, so both count the same way); this module
+only adds them up per device, from 0 at exporter start, and remembers when
+each counter was created (OpenMetrics ``_created``).
+
+A quantity is *known* for a device once it has reported it: energy once it
+has shown a power reading or an energy counter, busy time once it has shown a
+utilization. Unknown counters are ``None`` and left out of the exposition.
+Totals only ever grow: increments are never negative, and a device that
+drops out of a few snapshots (a backend error, a hung tool) resumes its
+counters when it comes back. Totals of a device absent for longer than
+``forget_after_seconds`` are dropped so that device churn (MIG
+reconfiguration) cannot grow memory without bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from allsmi.exporter.families import BackendCounter, CounterValues
+from allsmi.schema import Snapshot
+from allsmi.usage import DEFAULT_MAX_GAP_SECONDS, UsageIntegrator
+
+#: How long the totals of a device missing from every snapshot are kept.
+FORGET_AFTER_SECONDS = 3600.0
+_FAILED = ("error", "timeout")
+
+
+@dataclass
+class _Totals:
+    created: float
+    last_seen: float
+    energy_joules: float | None = None
+    busy_seconds: float | None = None
+    allocated_seconds: float | None = None
+    observed_seconds: float | None = None
+
+    def frozen(self) -> CounterValues:
+        return CounterValues(self.created, self.energy_joules, self.busy_seconds,
+                             self.allocated_seconds, self.observed_seconds)
+
+
+def _add(total: float | None, amount: float | None) -> float | None:
+    if amount is None or not amount > 0.0:  # never decrease (and NaN never gets in)
+        return total
+    return (total or 0.0) + amount
+
+
+class UsageCounters:
+    """Per-device energy, busy, allocated and observed totals since start-up."""
+
+    def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS,
+                 forget_after_seconds: float = FORGET_AFTER_SECONDS) -> None:
+        self.integrator = UsageIntegrator(max_gap_seconds)
+        self.forget_after_seconds = forget_after_seconds
+        self._totals: dict[str, _Totals] = {}
+        self._backends: dict[str, BackendCounter] = {}
+        self._backends_present: set[str] = set()
+
+    @property
+    def max_gap_seconds(self) -> float:
+        """Longest interval between two samples that is still integrated."""
+        return self.integrator.max_gap_seconds
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Account for one snapshot (call once per collection cycle, in order)."""
+        now = snapshot.unix_time
+        for dev in snapshot.devices:
+            totals = self._totals.get(dev.id)
+            if totals is None:
+                totals = self._totals[dev.id] = _Totals(created=now, last_seen=now)
+            totals.last_seen = now
+            if dev.health in ("ok", "degraded"):
+                if totals.observed_seconds is None:
+                    totals.observed_seconds = totals.allocated_seconds = 0.0
+                if totals.energy_joules is None and (dev.power_watts is not None
+                                                     or dev.energy_joules is not None):
+                    totals.energy_joules = 0.0
+                if totals.busy_seconds is None and dev.utilization_percent is not None:
+                    totals.busy_seconds = 0.0
+        for inc in self.integrator.update(snapshot):
+            totals = self._totals[inc.device_id]
+            totals.observed_seconds = _add(totals.observed_seconds, inc.observed_seconds)
+            totals.allocated_seconds = _add(totals.allocated_seconds, inc.allocated_seconds)
+            totals.busy_seconds = _add(totals.busy_seconds, inc.busy_seconds)
+            totals.energy_joules = _add(totals.energy_joules, inc.energy_joules)
+        stale = [key for key, t in self._totals.items()
+                 if now - t.last_seen > self.forget_after_seconds]
+        for key in stale:
+            del self._totals[key]
+
+        for status in snapshot.backends:
+            entry = self._backends.get(status.name) or BackendCounter(created=now, errors=0)
+            if status.status in _FAILED:
+                entry = BackendCounter(entry.created, entry.errors + 1)
+            self._backends[status.name] = entry
+            if status.status != "unavailable":
+                self._backends_present.add(status.name)
+
+    def devices(self) -> Mapping[str, CounterValues]:
+        """Immutable totals of every device still remembered, by device id."""
+        return {key: t.frozen() for key, t in self._totals.items()}
+
+    def backends(self) -> Mapping[str, BackendCounter]:
+        """Errors per backend since start-up."""
+        return dict(self._backends)
+
+    def backends_present(self) -> frozenset[str]:
+        """Backends that have been present (not ``unavailable``) at least once since start-up.
+
+        A vendor that was never found is left out of the backend families, so
+        that a node without AMD GPUs does not report ``allsmi_backend_up{backend="amd"} 0``
+        forever; a backend that worked and then became unavailable stays listed
+        with 0, which is what an alert should see.
+        """
+        return frozenset(self._backends_present)

@@ -1,0 +1,313 @@
+"""The exporter's metric families: declared once, built from a snapshot.
+
+Every family the exporter can emit is declared in :data:`FAMILIES` (name,
+type, unit, labels, help). The device gauges are derived from
+:data:`allsmi.fields.MEASUREMENTS`, so a new measured field becomes a gauge
+without an edit here. :func:`build_families` turns one snapshot (plus the
+accumulated counters, when serving) into prometheus_client metric families;
+``docs/metrics.md`` is generated from the same declarations
+(:mod:`allsmi.exporter.reference`).
+
+Rules the builder keeps:
+
+* an unknown value (``None``) is left out, never exported as 0 or NaN;
+* every series carries only the join labels; identity lives in
+  ``allsmi_device_info``;
+* board-level quantities appear only where the schema puts them (on the
+  owning device), so ``sum by (resource_group)`` never counts a board twice;
+* a device that is not in the snapshot has no series at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+
+from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
+from allsmi.schema import DeviceSample, Snapshot
+
+#: Join labels carried by every per-device series.
+DEVICE_LABELS: tuple[str, ...] = ("uuid", "index", "vendor", "model", "resource_group")
+#: Labels of ``allsmi_device_info``.
+INFO_LABELS: tuple[str, ...] = ("uuid", "index", "vendor", "kind", "model", "resource_group",
+                                "backend", "bus_id", "driver_version", "firmware_version",
+                                "parent_uuid")
+PROCESS_LABELS: tuple[str, ...] = ("uuid", "pid", "user", "command")
+#: Longest ``command`` label value; longer command lines are cut (bounded label size).
+COMMAND_MAX_CHARS = 64
+_BASE_UNITS = ("bytes", "celsius", "watts", "hertz", "ratio", "seconds", "joules")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family as it appears in the exposition."""
+
+    name: str
+    """Full sample name (counters end in ``_total``, info metrics in ``_info``)."""
+    type: str
+    """``gauge``, ``counter`` or ``info``."""
+    help: str
+    labels: tuple[str, ...]
+    unit: str = ""
+    """Base unit, also the name's suffix before ``_total`` (OpenMetrics ``# UNIT``)."""
+    source: str = ""
+    """Where the value comes from (for the metric reference)."""
+    condition: str = ""
+    """When the family or a series is present (for the metric reference)."""
+
+
+def _unit_of(metric: str) -> str:
+    stem = metric[:-len("_total")] if metric.endswith("_total") else metric
+    last = stem.rsplit("_", 1)[-1]
+    return last if last in _BASE_UNITS else ""
+
+
+DEVICE_INFO = Family(
+    "allsmi_device_info", "info",
+    "Identity of a device or partition; always 1. Join on uuid for names and versions.",
+    INFO_LABELS, source="identity fields of the device sample; parent_uuid is the owning device's "
+    "id for a partition (MIG instance, compute partition, die), empty otherwise",
+    condition="every device in the latest snapshot")
+DEVICE_UP = Family(
+    "allsmi_device_up", "gauge",
+    "1 when the device answers (health ok or degraded), 0 when it is lost.",
+    DEVICE_LABELS, source="health", condition="omitted while health is unknown")
+
+GAUGES: tuple[tuple[Family, str, float], ...] = tuple(
+    (Family(m.metric, "gauge", m.help, DEVICE_LABELS, _unit_of(m.metric),
+            source=f"{m.field} ({m.unit})" + (f" x {m.scale:g}" if m.scale != 1.0 else ""),
+            condition=("board-level: only on the device that owns the board, never on its "
+                       "partitions; " if m.board_level else "") + "omitted when unknown"),
+     m.field, m.scale)
+    for m in MEASUREMENTS)
+"""(family, schema field, scale) for each device gauge, from :data:`allsmi.fields.MEASUREMENTS`."""
+
+ENERGY_TOTAL = Family(
+    ENERGY_FIELD.metric, "counter",
+    "Energy the board used since the exporter started, in joules: deltas of the device's "
+    "hardware energy counter (resets handled), else its power integrated over time.",
+    DEVICE_LABELS, "joules",
+    source="allsmi.usage: energy_joules deltas, else trapezoid of power_watts; gaps longer "
+    "than --energy-max-gap are not bridged",
+    condition="devices with an energy counter or a power reading (board owners only)")
+BUSY_TOTAL = Family(
+    "allsmi_device_busy_seconds_total", "counter",
+    "Utilization integrated over time since the exporter started, in seconds.",
+    DEVICE_LABELS, "seconds", source="allsmi.usage: trapezoid of utilization_percent / 100",
+    condition="devices that report utilization")
+ALLOCATED_TOTAL = Family(
+    "allsmi_device_allocated_seconds_total", "counter",
+    "Time during which at least one process used the device, since the exporter started.",
+    DEVICE_LABELS, "seconds", source="allsmi.usage: trapezoid of (processes present)",
+    condition="every device seen with health ok or degraded")
+OBSERVED_TOTAL = Family(
+    "allsmi_device_observed_seconds_total", "counter",
+    "Time covered by valid samples since the exporter started: the denominator for coverage.",
+    DEVICE_LABELS, "seconds", source="allsmi.usage: intervals between consecutive valid samples",
+    condition="every device seen with health ok or degraded")
+COUNTERS: tuple[tuple[Family, str], ...] = (
+    (ENERGY_TOTAL, "energy_joules"), (BUSY_TOTAL, "busy_seconds"),
+    (ALLOCATED_TOTAL, "allocated_seconds"), (OBSERVED_TOTAL, "observed_seconds"))
+"""(family, attribute of :class:`allsmi.exporter.counters.DeviceTotals`)."""
+
+RESOURCE_GROUP_INFO = Family(
+    "allsmi_resource_group_info", "info",
+    "A resource group in use or declared in the configuration, with its extra labels; always 1.",
+    ("resource_group", "<the group's labels>"), source="configuration [groups.NAME.labels]",
+    condition="each group assigned to a device or declared in the config")
+PROCESS_MEMORY = Family(
+    "allsmi_process_memory_bytes", "gauge",
+    f"Device memory used by a process, in bytes (command cut to {COMMAND_MAX_CHARS} characters).",
+    PROCESS_LABELS, "bytes", source="processes[].memory_bytes",
+    condition="only with --processes; processes whose memory is unknown are omitted")
+BACKEND_UP = Family(
+    "allsmi_backend_up", "gauge",
+    "1 when the backend answered in the last collection cycle, 0 when it failed or timed out.",
+    ("backend",), source="backend status",
+    condition="backends that are present; a vendor never found since start-up is not listed")
+BACKEND_DURATION = Family(
+    "allsmi_backend_collect_duration_seconds", "gauge",
+    "How long the backend took in the last collection cycle, in seconds.",
+    ("backend",), "seconds", source="backend status",
+    condition="omitted while a previous call is still hung")
+BACKEND_ERRORS = Family(
+    "allsmi_backend_errors_total", "counter",
+    "Collection cycles in which the backend failed or timed out, since the exporter started.",
+    ("backend",), source="backend status", condition="as allsmi_backend_up")
+LAST_COLLECT = Family(
+    "allsmi_last_collect_timestamp_seconds", "gauge",
+    "When the latest collection cycle finished, in seconds since the epoch.",
+    (), "seconds", source="snapshot timestamp", condition="always")
+BUILD_INFO = Family(
+    "allsmi_build_info", "info", "The allsmi version serving these metrics; always 1.",
+    ("version",), source="allsmi.__version__", condition="always")
+
+FAMILIES: tuple[Family, ...] = (
+    (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + tuple(c for c, _ in COUNTERS)
+    + (RESOURCE_GROUP_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
+       LAST_COLLECT, BUILD_INFO))
+"""Every family the exporter can emit, in exposition order."""
+
+
+@dataclass(frozen=True)
+class CounterValues:
+    """Accumulated counters of one device; ``None`` where the quantity is unknown."""
+
+    created: float
+    energy_joules: float | None
+    busy_seconds: float | None
+    allocated_seconds: float | None
+    observed_seconds: float | None
+
+
+@dataclass(frozen=True)
+class BackendCounter:
+    """Accumulated errors of one backend."""
+
+    created: float
+    errors: int
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def device_labels(dev: DeviceSample) -> list[str]:
+    """The join label values of a device, in :data:`DEVICE_LABELS` order."""
+    return [dev.id, _text(dev.index), dev.vendor, _text(dev.name), _text(dev.resource_group)]
+
+
+def _info(family: Family) -> InfoMetricFamily:
+    return InfoMetricFamily(family.name[:-len("_info")], family.help,
+                            labels=[] if family is RESOURCE_GROUP_INFO else list(family.labels))
+
+
+def _gauge(family: Family, labels: Sequence[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(family.name, family.help,
+                             labels=list(family.labels if labels is None else labels),
+                             unit=family.unit)
+
+
+def _counter(family: Family) -> CounterMetricFamily:
+    return CounterMetricFamily(family.name, family.help, labels=list(family.labels),
+                               unit=family.unit)
+
+
+def build_families(snapshot: Snapshot, *, version: str,
+                   counters: Mapping[str, CounterValues] | None = None,
+                   backend_counters: Mapping[str, BackendCounter] | None = None,
+                   backends_shown: Iterable[str] | None = None,
+                   declared_groups: Mapping[str, Mapping[str, str]] | None = None,
+                   processes: bool = False) -> list[Metric]:
+    """Every metric family for ``snapshot``, fresh (nothing is kept between calls).
+
+    ``counters`` maps device id to its accumulated values; without it the
+    counter families are left out (a single snapshot has no interval to
+    count). ``backends_shown`` limits the backend families to those names
+    (default: every backend that is not ``unavailable``). ``declared_groups``
+    maps group name to its extra labels, so declared groups are listed even
+    when no device uses them. ``processes`` adds per-process memory.
+    """
+    devices = snapshot.devices
+    labels = {dev.id: device_labels(dev) for dev in devices}
+    out: list[Metric] = []
+
+    info = _info(DEVICE_INFO)
+    for dev in devices:
+        info.add_metric([], {
+            "uuid": dev.id, "index": _text(dev.index), "vendor": dev.vendor, "kind": dev.kind,
+            "model": _text(dev.name), "resource_group": _text(dev.resource_group),
+            "backend": dev.backend, "bus_id": _text(dev.bus_id),
+            "driver_version": _text(dev.driver_version),
+            "firmware_version": _text(dev.firmware_version), "parent_uuid": _text(dev.parent)})
+    out.append(info)
+
+    up = _gauge(DEVICE_UP)
+    for dev in devices:
+        if dev.health in ("ok", "degraded"):
+            up.add_metric(labels[dev.id], 1.0)
+        elif dev.health == "lost":
+            up.add_metric(labels[dev.id], 0.0)
+    out.append(up)
+
+    for family, field, scale in GAUGES:
+        gauge = _gauge(family)
+        for dev in devices:
+            value = getattr(dev, field)
+            if value is not None:
+                gauge.add_metric(labels[dev.id], float(value) * scale)
+        out.append(gauge)
+
+    if counters is not None:
+        for family, attr in COUNTERS:
+            counter = _counter(family)
+            for dev in devices:
+                values = counters.get(dev.id)
+                if values is None:
+                    continue
+                value = getattr(values, attr)
+                if value is not None:
+                    counter.add_metric(labels[dev.id], value, created=values.created)
+            out.append(counter)
+
+    groups: dict[str, Mapping[str, str]] = {}
+    for dev in devices:
+        if dev.resource_group is not None:
+            groups.setdefault(dev.resource_group, dev.labels)
+    for name, extra in (declared_groups or {}).items():
+        groups[name] = extra
+    group_info = _info(RESOURCE_GROUP_INFO)
+    for name in sorted(groups):
+        group_info.add_metric([], {**dict(groups[name]), "resource_group": name})
+    out.append(group_info)
+
+    if processes:
+        out.append(_process_family(devices))
+
+    out.extend(_backend_families(snapshot, backend_counters, backends_shown))
+
+    last = _gauge(LAST_COLLECT)
+    last.add_metric([], snapshot.unix_time)
+    out.append(last)
+    build = _info(BUILD_INFO)
+    build.add_metric([version], {})
+    out.append(build)
+    return out
+
+
+def _process_family(devices: Iterable[DeviceSample]) -> GaugeMetricFamily:
+    gauge = _gauge(PROCESS_MEMORY)
+    seen: set[tuple[str, int]] = set()
+    for dev in devices:
+        for proc in dev.processes:
+            key = (dev.id, proc.pid)
+            if proc.memory_bytes is None or key in seen:
+                continue  # a duplicate series would make the whole exposition invalid
+            seen.add(key)
+            gauge.add_metric([dev.id, str(proc.pid), _text(proc.user),
+                              _text(proc.command)[:COMMAND_MAX_CHARS]], float(proc.memory_bytes))
+    return gauge
+
+
+def _backend_families(snapshot: Snapshot, backend_counters: Mapping[str, BackendCounter] | None,
+                      shown: Iterable[str] | None) -> Iterator[Metric]:
+    names = set(shown) if shown is not None else \
+        {b.name for b in snapshot.backends if b.status != "unavailable"}
+    statuses = [b for b in snapshot.backends if b.name in names]
+    up = _gauge(BACKEND_UP)
+    duration = _gauge(BACKEND_DURATION)
+    for status in statuses:
+        up.add_metric([status.name], 1.0 if status.status == "ok" else 0.0)
+        if status.duration_seconds is not None:
+            duration.add_metric([status.name], float(status.duration_seconds))
+    yield up
+    yield duration
+    if backend_counters is not None:
+        errors = _counter(BACKEND_ERRORS)
+        for status in statuses:
+            entry = backend_counters.get(status.name)
+            if entry is not None:
+                errors.add_metric([status.name], float(entry.errors), created=entry.created)
+        yield errors

@@ -1,0 +1,337 @@
+"""The Gaudi backend against generated hl-smi stand-ins (values, fallbacks, failures)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import psutil
+import pytest
+
+from allsmi.backend_api import BackendError, BackendUnavailable
+from allsmi.backends._gaudi_csv import ALL_FIELDS, CORE_FIELDS
+from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
+from allsmi.units import MIB
+from tests.contract.scenarios_gaudi import GAUDI, write_standin
+
+G3_UUID = "01P4-HL3090A0-18-U4V193-22-07-{:02d}"
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """Write an hl-smi stand-in and point ALLSMI_HL_SMI at it."""
+    def make(fixture: str = "gaudi3-8x-1.22", **kwargs: Any) -> Path:
+        exe = write_standin(tmp_path / "bin", fixture, **kwargs)
+        monkeypatch.setenv(ENV_VAR, str(exe))
+        return exe
+    return make
+
+
+@pytest.fixture
+def backends() -> Iterator[list[GaudiBackend]]:
+    """Backends created through this list are closed even when a test fails."""
+    made: list[GaudiBackend] = []
+    yield made
+    for backend in made:
+        backend.close()
+
+
+def _children() -> list[psutil.Process]:
+    return psutil.Process().children(recursive=True)
+
+
+def _zombies() -> list[int]:
+    found = []
+    for proc in _children():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def _open(backends: list[GaudiBackend], timeout: float = 5.0, **options: Any) -> GaudiBackend:
+    backend = GaudiBackend(timeout_seconds=timeout,
+                           options={"interval_seconds": 0.2, **options},
+                           restart_backoff=(0.05, 0.4))
+    backends.append(backend)
+    backend.open()
+    return backend
+
+
+@pytest.mark.parametrize("mode", ["loop", "oneshot"])
+def test_values_and_units_gaudi3(standin, backends, mode: str) -> None:
+    standin()
+    backend = _open(backends, mode=mode)
+    assert backend.mode == mode
+    assert backend.fields == ALL_FIELDS
+    devices = backend.sample()
+    assert [d.index for d in devices] == list(range(8))
+    dev = devices[2]
+    assert dev.id == dev.uuid == G3_UUID.format(2)
+    assert (dev.vendor, dev.kind, dev.backend, dev.health) == ("intel", "gpu", "gaudi", "ok")
+    assert dev.name == "HL-325L" and dev.bus_id == "0000:43:00.0"
+    assert dev.driver_version == "1.22.1-97ec1a4"
+    assert dev.firmware_version == "hl-gaudi3-1.22.0-fw-61.4.2-sec-2"
+    assert dev.utilization_percent == 100.0
+    assert dev.memory_total_bytes == 131072 * MIB
+    assert dev.memory_used_bytes == 127488 * MIB
+    assert dev.temperature_celsius == 71.0
+    assert dev.power_watts == 843.0 and dev.power_limit_watts == 850.0
+    assert dev.clock_mhz == 1600.0 and devices[0].clock_mhz == 800.0
+    assert dev.energy_joules is None and dev.fan_percent is None
+    assert dev.details == {"clock_max_soc_mhz": 1600.0, "module_id": 0, "serial": "AO40020262",
+                           "ecc_uncorrected_total": 0, "ecc_corrected_total": 0}
+    assert devices[5].details["ecc_corrected_total"] == 2
+    assert backend.warnings == []
+
+
+def test_field_set_falls_back_field_by_field(standin, backends) -> None:
+    standin("gaudi2-8x-1.15", listing="hl-smi-L-gaudi2.txt")
+    backend = _open(backends)
+    dropped = {"power.max", "clocks.current.soc", "clocks.max.soc"}
+    assert backend.fields == tuple(f for f in ALL_FIELDS if f not in dropped)
+    devices = backend.sample()
+    assert len(devices) == 8
+    dev = devices[4]
+    assert dev.name == "HL-225" and dev.memory_total_bytes == 98304 * MIB
+    assert dev.memory_used_bytes == 90112 * MIB and dev.power_watts == 410.0
+    assert dev.power_limit_watts is None and dev.clock_mhz is None
+    assert dev.firmware_version == "hl-gaudi2-1.15.0-fw-49.0.0-sec-9"
+    assert dev.details["serial"] == "AM50016134"
+
+
+def test_rejection_that_names_no_field_falls_back_to_the_core_set(standin, backends) -> None:
+    standin("gaudi2-8x-1.15", listing="hl-smi-L-gaudi2.txt", reject_style="anonymous")
+    backend = _open(backends, mode="oneshot")
+    assert backend.fields == CORE_FIELDS
+    devices = backend.sample()
+    assert len(devices) == 8 and devices[0].details == {}
+    assert devices[0].power_watts == 84.0
+
+
+def test_core_fields_rejected_is_a_clear_error(standin, backends) -> None:
+    standin(fields=["index", "uuid", "power.draw"])
+    with pytest.raises(BackendError, match="not a valid field"):
+        _open(backends)
+
+
+def test_na_cells_become_none(standin, backends) -> None:
+    standin("gaudi2-4x-na-cells", listing=None)
+    backend = _open(backends, mode="oneshot")
+    devices = {d.index: d for d in backend.sample()}
+    assert devices[0].power_watts is None and devices[0].utilization_percent == 0.0
+    assert devices[1].id == "gaudi:0000:1a:00.0" and devices[1].uuid is None
+    assert devices[1].utilization_percent is None and devices[1].memory_used_bytes is None
+    assert devices[1].temperature_celsius is None and devices[1].power_watts == 87.0
+    assert "serial" not in devices[1].details and "ecc_corrected_total" not in devices[1].details
+    assert all(getattr(devices[2], f) is None for f in (
+        "utilization_percent", "memory_used_bytes", "memory_total_bytes",
+        "temperature_celsius", "power_watts"))
+    assert devices[3].name is None and devices[3].driver_version is None
+    assert all(d.health == "ok" and d.firmware_version is None for d in devices.values())
+    assert any("firmware versions unavailable" in w for w in backend.warnings)
+
+
+def test_garbage_rows_are_skipped_with_warnings_others_kept(standin, backends) -> None:
+    standin("gaudi3-8x-garbage-mixed")
+    backend = _open(backends, mode="oneshot")
+    devices = backend.sample()
+    assert [d.index for d in devices] == [0, 1, 2, 4, 5, 6, 7]
+    assert devices[4].index == 5 and devices[4].power_watts is None
+    assert devices[4].utilization_percent == 88.0
+    assert devices[3].power_watts == 224.0
+    text = "\n".join(backend.warnings)
+    assert "hl-smi: warning" in text and "7 cells where 17" in text
+    assert "unreadable power.draw value 'ERR!'" in text
+
+
+def test_truncated_output_keeps_the_whole_rows(standin, backends) -> None:
+    standin("gaudi3-8x-truncated", raw=True)
+    backend = _open(backends, mode="oneshot")
+    assert len(backend.sample()) == 7
+
+
+def test_nonzero_exit_is_a_backend_error(standin, backends) -> None:
+    standin(exit_code=9)
+    with pytest.raises(BackendError, match="driver not loaded"):
+        _open(backends)
+
+
+def test_garbage_only_is_a_backend_error(standin, backends) -> None:
+    standin(fixture_file=str(GAUDI / "garbage-only.txt"), raw=True)
+    with pytest.raises(BackendError, match="no usable rows"):
+        _open(backends)
+
+
+def test_a_hung_tool_times_out_and_is_killed(standin, backends) -> None:
+    standin(hang="always")
+    started = time.monotonic()
+    with pytest.raises(BackendError, match="timed out"):
+        _open(backends, timeout=0.5)
+    assert time.monotonic() - started < 3
+    assert _wait_until(lambda: not _children(), 2)
+
+
+def test_missing_tool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "nope"))
+    backend = GaudiBackend()
+    probe = backend.probe()
+    assert not probe.available and ENV_VAR in probe.reason
+    with pytest.raises(BackendUnavailable, match=ENV_VAR):
+        backend.open()
+    backend.close()
+
+
+def test_bad_options_are_errors(standin, backends) -> None:
+    standin()
+    with pytest.raises(BackendError, match="mode"):
+        _open(backends, mode="sometimes")
+    with pytest.raises(BackendError, match="interval_seconds"):
+        _open(backends, interval_seconds=0)
+
+
+@pytest.mark.parametrize("loop", ["reject", "ignore"])
+def test_unusable_loop_mode_falls_back_to_oneshot(standin, backends, loop: str) -> None:
+    standin(loop=loop)
+    backend = _open(backends)
+    warnings: list[str] = []
+    # A child that rejects -l is noticed in open(); one that prints a frame and
+    # exits 0 (ignores -l) is noticed by the first sample after it exits.
+    for _ in range(50):
+        devices = backend.sample()
+        warnings.extend(backend.warnings)
+        assert len(devices) == 8 and all(d.health == "ok" for d in devices)
+        if backend.mode == "oneshot":
+            break
+        time.sleep(0.02)
+    assert backend.mode == "oneshot" and backend.stream is None
+    assert any("loop mode unusable" in w for w in warnings)
+    assert len(backend.sample()) == 8
+
+
+def test_silent_loop_child_falls_back_to_oneshot(standin, backends) -> None:
+    standin(hang="loop")
+    backend = _open(backends, timeout=0.5)
+    assert backend.mode == "oneshot"
+    assert len(backend.sample()) == 8
+    assert not _zombies()
+
+
+def test_stale_loop_data_degrades_devices_then_recovers(standin, backends) -> None:
+    standin(hang="after_first_frame")
+    backend = _open(backends, timeout=0.5)
+    assert backend.mode == "loop"
+    assert all(d.health == "ok" for d in backend.sample())
+    time.sleep(0.8)  # more than three 0.2 s intervals without a row
+    stale = backend.sample()
+    assert len(stale) == 8
+    for dev in stale:
+        assert dev.health == "degraded" and dev.id == dev.uuid
+        assert dev.utilization_percent is None and dev.power_watts is None
+        assert dev.memory_used_bytes is None and dev.temperature_celsius is None
+    assert any("no fresh hl-smi data" in w for w in backend.warnings)
+    # the silent child is killed after 3 intervals + timeout and restarted
+    assert backend.stream is not None
+    assert _wait_until(lambda: backend.stream.generation >= 2, 5)
+    assert _wait_until(lambda: all(d.health == "ok" for d in backend.sample()), 3)
+
+
+def test_a_device_missing_from_the_output_is_degraded(standin, backends, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.csv"
+    shutil.copy(GAUDI / "gaudi3-8x-1.22.csv", rows)
+    standin(fixture_file=str(rows))
+    backend = _open(backends, mode="oneshot")
+    assert len(backend.sample()) == 8
+    lines = rows.read_text().splitlines(keepends=True)
+    rows.write_text("".join(lines[:3] + lines[4:]))
+    devices = backend.sample()
+    assert len(devices) == 8
+    gone = devices[3]
+    assert gone.id == G3_UUID.format(3) and gone.health == "degraded"
+    assert gone.utilization_percent is None and gone.power_watts is None
+    assert gone.name == "HL-325L"
+    assert all(d.health == "ok" for d in devices if d.index != 3)
+    assert any(G3_UUID.format(3) in w and "degraded" in w for w in backend.warnings)
+
+
+def test_restart_with_backoff_never_mixes_frames(standin, backends) -> None:
+    standin(die_after_frames=1, die_generations=2, stamp=True)
+    backend = _open(backends)
+    stream = backend.stream
+    assert stream is not None
+    seen: set[float] = set()
+    warnings: list[str] = []
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline and (stream.generation < 3 or len(seen) < 6):
+        devices = backend.sample()
+        warnings.extend(backend.warnings)
+        values = {d.utilization_percent for d in devices if d.health == "ok"}
+        assert len(values) <= 1, f"one sample mixed frames: {values}"
+        seen |= values
+        time.sleep(0.05)
+    assert stream.generation >= 3
+    assert {v // 10 for v in seen if v is not None} >= {1, 2, 3}  # data from every child
+    text = "\n".join(warnings)
+    assert "exited with status 3" in text and "lost connection" in text
+    assert "dropped its unfinished frame" in text and "restarting with back-off" in text
+    assert backend.mode == "loop"
+
+
+def test_stderr_flood_does_not_stall_the_loop(standin, backends) -> None:
+    standin(stderr_noise=200_000, stamp=True)
+    backend = _open(backends)
+    first = backend.sample()[0].utilization_percent
+    assert _wait_until(lambda: backend.sample()[0].utilization_percent != first, 3)
+
+
+def test_processes_from_the_table_view(standin, backends) -> None:
+    standin(table="hl-smi-table-gaudi3-processes.txt")
+    backend = _open(backends, processes=True)
+    devices = backend.sample()
+    assert devices[0].processes == ()
+    assert [(p.pid, p.command, p.memory_bytes) for p in devices[1].processes] == [
+        (41237, "python3", 44032 * MIB)]
+    assert {p.pid for p in devices[2].processes} == {41238, 41240}
+    assert devices[7].processes[0].memory_bytes is None
+
+
+def test_processes_failure_is_only_a_warning(standin, backends) -> None:
+    standin(table=None)
+    backend = _open(backends, processes=True)
+    devices = backend.sample()
+    assert len(devices) == 8 and all(d.processes == () for d in devices)
+    assert any("processes unavailable" in w for w in backend.warnings)
+
+
+def test_no_zombies_after_many_cycles_and_close_leaves_nothing(standin, backends) -> None:
+    standin(die_after_frames=2, die_generations=4)
+    threads_before = set(threading.enumerate())
+    oneshot = _open(backends, mode="oneshot")
+    loop = _open(backends)
+    for _ in range(25):
+        assert len(oneshot.sample()) == 8
+        loop.sample()
+        assert not _zombies()
+        live = [p.pid for p in _children()]
+        assert len(live) <= 1, f"only the loop child may be running: {live}"
+    assert loop.stream is not None and loop.stream.generation >= 2
+    oneshot.close()
+    loop.close()
+    loop.close()
+    assert loop.stream is None
+    assert _children() == []
+    assert set(threading.enumerate()) <= threads_before

@@ -1,0 +1,43 @@
+"""Shared fixtures: isolate every test from the developer's machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No user or system config, no vendor tool overrides leak in from the environment."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    for var in ("ALLSMI_CONFIG", "ALLSMI_RESOURCE_GROUP", "ALLSMI_SIMULATE_SPEED", "ALLSMI_LEDGER",
+                "ALLSMI_HL_SMI", "ALLSMI_RBLN_SMI", "ALLSMI_FURIOSA_SMI", "ALLSMI_TT_SMI", "NO_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def allsmi_exe() -> list[str]:
+    """The installed ``allsmi`` console script of the running interpreter's environment."""
+    script = Path(sys.executable).with_name("allsmi")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("allsmi")
+    return [found] if found else [sys.executable, "-m", "allsmi"]
+
+
+def run_allsmi(*args: str, env: dict[str, str] | None = None, timeout: float = 60,
+               cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, capturing output."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.run(allsmi_exe() + list(args), capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=cwd, stdin=subprocess.DEVNULL)

@@ -1,0 +1,347 @@
+"""Contract scenarios for the Furiosa backend, and the fakes its own tests share.
+
+* :func:`write_standin` copies ``fixtures/furiosa/furiosa_smi_standin.py``
+  with this interpreter in its shebang and writes its route table.
+* :func:`modern_sdk` / :func:`legacy_sdk` build small module objects shaped
+  like ``furiosa_smi`` (2026.4.0+) and ``furiosa_smi_py`` (up to 2026.1.x)
+  as the vendor reference documents them; tests install them in
+  ``sys.modules`` through monkeypatch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from allsmi.backends import furiosa as furiosa_module
+from allsmi.backends.furiosa import ENV_VAR, FuriosaBackend
+
+from .scenario import FIXTURES, Scenario, ScenarioEnv
+
+FURIOSA = FIXTURES / "furiosa"
+STANDIN_SOURCE = FURIOSA / "furiosa_smi_standin.py"
+
+#: The fixture set of a healthy 4x RNGD host, by subcommand.
+RNGD_4X = {"info": "info-rngd-4x-2026.3.json", "status": "status-rngd-4x-2026.3.json",
+           "ps": "ps-rngd-2026.3.json"}
+
+
+def route(fixture: str | None = None, **behaviour: Any) -> dict[str, Any]:
+    """One stand-in route: print ``fixtures/furiosa/<fixture>`` and/or behave (rc, hang, die...)."""
+    spec = dict(behaviour)
+    if fixture is not None:
+        spec["file"] = str(FURIOSA / fixture)
+    return spec
+
+
+def write_standin(directory: Path, routes: dict[str, dict[str, Any]], *,
+                  default: dict[str, Any] | None = None, flag: str = "--format") -> Path:
+    """An executable ``furiosa-smi`` stand-in; ``routes`` maps a subcommand to its route."""
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / "furiosa-smi"
+    exe.write_text(f"#!{sys.executable}\n" + STANDIN_SOURCE.read_text())
+    exe.chmod(0o755)
+    config = {"routes": {f"{sub} {flag} json": spec for sub, spec in routes.items()},
+              "default": default, "log": str(directory / "calls.log")}
+    Path(str(exe) + ".json").write_text(json.dumps(config))
+    return exe
+
+
+def block_sdk(env_or_monkeypatch: Any) -> None:
+    """Make both SDK generations unimportable, whatever this machine has installed."""
+    mp = getattr(env_or_monkeypatch, "monkeypatch", env_or_monkeypatch)
+    for name in ("furiosa_smi", "furiosa_smi_py"):
+        mp.setitem(sys.modules, name, None)
+
+
+def use_cli(env: ScenarioEnv, routes: dict[str, dict[str, Any]], **kwargs: Any) -> Path:
+    """Block the SDK, write a stand-in and point ``ALLSMI_FURIOSA_SMI`` at it."""
+    block_sdk(env)
+    exe = write_standin(env.tmp_path / "bin", routes, **kwargs)
+    env.monkeypatch.setenv(ENV_VAR, str(exe))
+    return exe
+
+
+# -- fake SDK modules ---------------------------------------------------------
+
+
+class _Obj:
+    """Attributes given as keywords, read through getter methods like the bindings."""
+
+    def __init__(self, **values: Any) -> None:
+        for key, value in values.items():
+            setattr(self, key, (lambda v: (lambda: v))(value))
+
+
+class _Version:
+    def __init__(self, major: int, minor: int, patch: int, metadata: str = "", prerelease: str = "") -> None:
+        self.major, self.minor, self.patch = major, minor, patch
+        self.metadata, self.prerelease = metadata, prerelease
+
+
+class _PeCounter:
+    def __init__(self, core: int, busy: float, sequence: int) -> None:
+        self._core, self._busy, self._sequence = core, busy, sequence
+
+    def core(self) -> int:
+        return self._core
+
+    def utilization_since(self, previous: "_PeCounter") -> float:
+        if previous._sequence >= self._sequence:
+            raise RuntimeError("counter did not advance")
+        return self._busy
+
+    def duration_since(self, previous: "_PeCounter") -> int:
+        return (self._sequence - previous._sequence) * 1000
+
+
+def _spec(n: int, **overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "uuid": f"5E{n}A7C10-2B3D-4E5F-8A9B-0C1D2E3F4A5{n}", "serial": f"RNG2604010030{n}Q",
+        "bdf": f"0000:{0x17 + 0x13 * n:02x}:00.0", "name": f"npu{n}", "alive": True,
+        "soc_peak": 40.0 + n, "ambient": 30.0, "power": 40.0 + 10 * n,
+        "dram": (n * 4 * 1024 ** 3, 51002736640), "freq": [1000] * 8,
+        "util": [10.0 * n] * 8,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def four_rngd(**per_device: dict[str, Any]) -> list[dict[str, Any]]:
+    """Specs of four RNGD devices; ``npuN={...}`` overrides one device's values."""
+    return [_spec(n, **per_device.get(f"npu{n}", {})) for n in range(4)]
+
+
+class _SmiError(Exception):
+    pass
+
+
+class _DeviceNotFoundError(_SmiError):
+    pass
+
+
+def modern_sdk(specs: list[dict[str, Any]]) -> types.ModuleType:
+    """A ``furiosa_smi`` (2026.4.0+) look-alike: no init(), flat methods, counter diffs."""
+    module = types.ModuleType("furiosa_smi")
+    module.__version__ = "2026.4.0"  # type: ignore[attr-defined]
+    module.SmiError = _SmiError  # type: ignore[attr-defined]
+    module.DeviceNotFoundError = _DeviceNotFoundError  # type: ignore[attr-defined]
+
+    class Device:
+        def __init__(self, spec: dict[str, Any]) -> None:
+            self.spec = spec
+            self.sequence = 0
+
+        def _value(self, key: str) -> Any:
+            value = self.spec[key]
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        def uuid(self) -> str:
+            return self._value("uuid")
+
+        def serial(self) -> str:
+            return self._value("serial")
+
+        def bdf(self) -> str:
+            return self._value("bdf")
+
+        def device_name(self) -> str:
+            return self._value("name")
+
+        def arch(self) -> str:
+            return "rngd"
+
+        def product_name(self) -> str:
+            return "RNGD"
+
+        def firmware_version(self) -> _Version:
+            return _Version(2026, 4, 0, metadata="3c1f2aa")
+
+        def liveness(self) -> bool:
+            return self._value("alive")
+
+        def device_temperature(self) -> _Obj:
+            return _Obj(soc_peak=self._value("soc_peak"), ambient=self.spec["ambient"])
+
+        def power_consumption(self) -> float:
+            return self._value("power")
+
+        def memory_usage(self) -> _Obj:
+            used, total = self._value("dram")
+            return _Obj(total_bytes=total, in_use_bytes=used)
+
+        def core_frequency(self) -> _Obj:
+            return _Obj(pe_frequency=[_Obj(core=i, frequency=f) for i, f in enumerate(self._value("freq"))])
+
+        def performance_counter(self) -> _Obj:
+            self.sequence += 1
+            return _Obj(pe_performance_counters=[_PeCounter(i, u, self.sequence)
+                                                 for i, u in enumerate(self._value("util"))])
+
+        def governor_profile(self) -> str:
+            return "OnDemand"
+
+    devices = [Device(spec) for spec in specs]
+
+    def list_devices() -> list[Device]:
+        return list(devices)
+
+    def driver_info() -> _Version:
+        if not devices:
+            raise _DeviceNotFoundError("device not found: no available device to read driver version")
+        return _Version(2026, 4, 0)
+
+    module.list_devices = list_devices  # type: ignore[attr-defined]
+    module.driver_info = driver_info  # type: ignore[attr-defined]
+    return module
+
+
+def legacy_sdk(specs: list[dict[str, Any]], *, init_error: str | None = None) -> types.ModuleType:
+    """A ``furiosa_smi_py`` (up to 2026.1.x) look-alike: init(), device_info(), an observer."""
+    module = types.ModuleType("furiosa_smi_py")
+    state = {"initialised": False}
+
+    def init() -> None:
+        if init_error:
+            raise RuntimeError(init_error)
+        state["initialised"] = True
+
+    class Device:
+        def __init__(self, spec: dict[str, Any]) -> None:
+            self.spec = spec
+
+        def _check(self) -> None:
+            if not state["initialised"]:
+                raise RuntimeError("library is not initialized")
+
+        def device_info(self) -> _Obj:
+            self._check()
+            s = self.spec
+            return _Obj(arch="Rngd", name=s["name"], uuid=s["uuid"], serial=s["serial"], bdf=s["bdf"],
+                        index=int(s["name"][3:]), core_num=8, numa_node=0,
+                        firmware_version=_Obj(major=2026, minor=1, patch=2, metadata="9ab01cd",
+                                              prerelease=""))
+
+        def liveness(self) -> bool:
+            return self.spec["alive"]
+
+        def device_temperature(self) -> _Obj:
+            return _Obj(soc_peak=self.spec["soc_peak"], ambient=self.spec["ambient"])
+
+        def power_consumption(self) -> float:
+            value = self.spec["power"]
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        def memory_utilization(self) -> _Obj:
+            used, total = self.spec["dram"]
+            block = _Obj(total_bytes=total, in_use_bytes=used)
+            return _Obj(dram=block, dram_shared=block, sram=block, instruction=block)
+
+        def core_frequency(self) -> _Obj:
+            return _Obj(pe_frequency=[_Obj(core=i, frequency=f) for i, f in enumerate(self.spec["freq"])])
+
+        def throttle_reason(self) -> int:
+            return self.spec.get("throttle", 0)
+
+    devices = [Device(spec) for spec in specs]
+
+    class Observer:
+        def get_core_utilization(self, device: Device) -> list[_Obj]:
+            return [_Obj(core=i, pe_usage_percentage=u, time_window_mil=1000)
+                    for i, u in enumerate(device.spec["util"])]
+
+    def list_devices() -> list[Device]:
+        if not state["initialised"]:
+            raise RuntimeError("library is not initialized")
+        return list(devices)
+
+    def driver_info() -> _Obj:
+        if not devices:
+            raise RuntimeError("Device not found error")
+        return _Obj(major=1, minor=9, patch=8, metadata="", prerelease="")
+
+    module.init = init  # type: ignore[attr-defined]
+    module.list_devices = list_devices  # type: ignore[attr-defined]
+    module.driver_info = driver_info  # type: ignore[attr-defined]
+    module.create_default_observer = lambda: Observer()  # type: ignore[attr-defined]
+    return module
+
+
+def use_sdk(env_or_monkeypatch: Any, module: types.ModuleType) -> None:
+    """Install a fake SDK generation; the other generation is blocked."""
+    mp = getattr(env_or_monkeypatch, "monkeypatch", env_or_monkeypatch)
+    block_sdk(mp)
+    mp.setitem(sys.modules, module.__name__, module)
+
+
+# -- scenarios ---------------------------------------------------------------
+
+
+def _absent(env: ScenarioEnv) -> FuriosaBackend:
+    block_sdk(env)
+    env.monkeypatch.delenv(ENV_VAR, raising=False)
+    empty = env.tmp_path / "empty-path"
+    empty.mkdir()
+    env.monkeypatch.setenv("PATH", str(empty))
+    env.monkeypatch.setattr(furiosa_module, "INSTALL_DIRS", ())
+    return FuriosaBackend(timeout_seconds=5.0)
+
+
+def _env_points_nowhere(env: ScenarioEnv) -> FuriosaBackend:
+    block_sdk(env)
+    env.monkeypatch.setenv(ENV_VAR, str(env.tmp_path / "no-such-furiosa-smi"))
+    return FuriosaBackend(timeout_seconds=5.0)
+
+
+def _cli_no_devices(env: ScenarioEnv) -> FuriosaBackend:
+    use_cli(env, {"info": route(text="[]\n"), "status": route(text="[]\n"), "ps": route(text="[]\n")})
+    return FuriosaBackend(timeout_seconds=5.0)
+
+
+def _sdk_no_devices(env: ScenarioEnv) -> FuriosaBackend:
+    use_sdk(env, legacy_sdk([]))
+    env.monkeypatch.setenv(ENV_VAR, str(env.tmp_path / "no-such-furiosa-smi"))
+    return FuriosaBackend(timeout_seconds=5.0)
+
+
+def _cli_rngd_4x(env: ScenarioEnv) -> FuriosaBackend:
+    use_cli(env, {sub: route(name) for sub, name in RNGD_4X.items()})
+    return FuriosaBackend(timeout_seconds=5.0, user_lookup=lambda pid: None)
+
+
+def _cli_rngd_faults(env: ScenarioEnv) -> FuriosaBackend:
+    use_cli(env, {"info": route("info-na-cells.json"), "status": route("status-partial.json"),
+                  "ps": route(rc=1, stderr="permission denied\n")})
+    return FuriosaBackend(timeout_seconds=5.0)
+
+
+def _modern_sdk_4x(env: ScenarioEnv) -> FuriosaBackend:
+    use_sdk(env, modern_sdk(four_rngd()))
+    env.monkeypatch.setenv(ENV_VAR, str(env.tmp_path / "no-such-furiosa-smi"))
+    return FuriosaBackend(timeout_seconds=5.0)
+
+
+def _legacy_sdk_4x_with_ps(env: ScenarioEnv) -> FuriosaBackend:
+    use_sdk(env, legacy_sdk(four_rngd(npu2={"alive": False})))
+    exe = write_standin(env.tmp_path / "bin", {"ps": route("ps-rngd-2026.3.json")})
+    env.monkeypatch.setenv(ENV_VAR, str(exe))
+    return FuriosaBackend(timeout_seconds=5.0, user_lookup=lambda pid: "svc")
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("tool-and-sdk-absent", _absent, None),
+    Scenario("env-override-not-executable", _env_points_nowhere, None),
+    Scenario("cli-no-devices", _cli_no_devices, None),
+    Scenario("sdk-no-devices", _sdk_no_devices, None),
+    Scenario("cli-rngd-4x", _cli_rngd_4x, 4),
+    Scenario("cli-rngd-na-and-partial", _cli_rngd_faults, 2),
+    Scenario("sdk-furiosa_smi-4x", _modern_sdk_4x, 4),
+    Scenario("sdk-furiosa_smi_py-4x-one-dead", _legacy_sdk_4x_with_ps, 4),
+]

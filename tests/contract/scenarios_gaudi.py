@@ -1,0 +1,104 @@
+"""Contract scenarios for the Gaudi backend, and the hl-smi stand-in builder its tests share.
+
+Every scenario with devices runs a generated ``hl-smi`` stand-in (a copy of
+``fixtures/gaudi/hl_smi_standin.py`` with this interpreter in its shebang)
+that prints a fixture in hl-smi's CSV format.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from allsmi.backends import gaudi as gaudi_module
+from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
+
+from .scenario import FIXTURES, Scenario, ScenarioEnv
+
+GAUDI = FIXTURES / "gaudi"
+STANDIN_SOURCE = GAUDI / "hl_smi_standin.py"
+
+
+def fixture_fields(name: str) -> list[str]:
+    """The column names a CSV fixture was printed with (its ``.fields`` sidecar)."""
+    return (GAUDI / f"{name}.fields").read_text().strip().split(",")
+
+
+def write_standin(directory: Path, fixture: str = "gaudi3-8x-1.22", *,
+                  fixture_file: str | None = None, listing: str | None = "hl-smi-L-gaudi3.txt",
+                  table: str | None = None, **behaviour: Any) -> Path:
+    """Write an executable ``hl-smi`` stand-in into ``directory`` and return its path.
+
+    ``fixture`` names a CSV fixture (``fixtures/gaudi/<fixture>.csv`` with its
+    ``.fields`` sidecar); ``fixture_file`` overrides the rows file (e.g. the
+    garbage-only text). ``behaviour`` is passed to the stand-in's config (see
+    the stand-in's docstring).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / "hl-smi"
+    exe.write_text(f"#!{sys.executable}\n" + STANDIN_SOURCE.read_text())
+    exe.chmod(0o755)
+    config: dict[str, Any] = {
+        "fixture": str(GAUDI / (fixture_file or f"{fixture}.csv")),
+        "fields": fixture_fields(fixture),
+        "listing": str(GAUDI / listing) if listing else None,
+        "table": str(GAUDI / table) if table else None,
+        "state": str(directory / "generations"),
+    }
+    config.update(behaviour)
+    (directory / "hl-smi.json").write_text(json.dumps(config))
+    return exe
+
+
+def use_standin(env: ScenarioEnv, fixture: str = "gaudi3-8x-1.22", **kwargs: Any) -> Path:
+    """Write a stand-in and point ``ALLSMI_HL_SMI`` at it."""
+    exe = write_standin(env.tmp_path / "bin", fixture, **kwargs)
+    env.monkeypatch.setenv(ENV_VAR, str(exe))
+    return exe
+
+
+def _absent(env: ScenarioEnv) -> GaudiBackend:
+    env.monkeypatch.delenv(ENV_VAR, raising=False)
+    empty = env.tmp_path / "empty-path"
+    empty.mkdir()
+    env.monkeypatch.setenv("PATH", str(empty))
+    env.monkeypatch.setattr(gaudi_module, "INSTALL_DIRS", ())
+    return GaudiBackend(timeout_seconds=5.0)
+
+
+def _env_points_nowhere(env: ScenarioEnv) -> GaudiBackend:
+    env.monkeypatch.setenv(ENV_VAR, str(env.tmp_path / "no-such-hl-smi"))
+    return GaudiBackend(timeout_seconds=5.0)
+
+
+def _no_devices(env: ScenarioEnv) -> GaudiBackend:
+    empty = env.tmp_path / "empty.csv"
+    empty.write_text("")
+    use_standin(env, fixture_file=str(empty))
+    return GaudiBackend(timeout_seconds=5.0, options={"interval_seconds": 0.2})
+
+
+def _loop(fixture: str, listing: str | None, **options: Any):
+    def build(env: ScenarioEnv) -> GaudiBackend:
+        use_standin(env, fixture, listing=listing)
+        return GaudiBackend(timeout_seconds=5.0,
+                            options={"interval_seconds": 0.2, **options})
+    return build
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("hl-smi-absent", _absent, expected_devices=None),
+    Scenario("env-points-nowhere", _env_points_nowhere, expected_devices=None),
+    Scenario("hl-smi-lists-no-devices", _no_devices, expected_devices=None),
+    Scenario("gaudi3-8x-loop", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt"), expected_devices=8),
+    Scenario("gaudi3-8x-oneshot", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt", mode="oneshot"),
+             expected_devices=8),
+    Scenario("gaudi2-8x-sw1.15-fewer-fields", _loop("gaudi2-8x-1.15", "hl-smi-L-gaudi2.txt"),
+             expected_devices=8),
+    Scenario("gaudi2-4x-na-cells", _loop("gaudi2-4x-na-cells", None), expected_devices=4),
+    Scenario("gaudi3-garbage-mixed", _loop("gaudi3-8x-garbage-mixed", "hl-smi-L-gaudi3.txt",
+                                           mode="oneshot"), expected_devices=7),
+]
+

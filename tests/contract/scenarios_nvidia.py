@@ -1,0 +1,75 @@
+"""Contract scenarios for the NVIDIA backend: a fake libnvidia-ml behind the real pynvml."""
+
+from __future__ import annotations
+
+import sys
+
+from allsmi.backend_api import Backend
+from allsmi.backends.nvidia import NvidiaBackend
+from tests.backends.nvml_fake import FakeGpu, FakeNvml, FakeProcess, fleet
+
+from .scenario import Scenario, ScenarioEnv
+
+
+def _owner(pid: int) -> tuple[str | None, str | None]:
+    return ("svc-train", f"python train.py --pid {pid}") if pid % 2 else (None, None)
+
+
+def _backend(env: ScenarioEnv, fake: FakeNvml, **kwargs) -> Backend:
+    fake.install(env.monkeypatch)
+    return NvidiaBackend(process_owner=_owner, **kwargs)
+
+
+def _no_library(env: ScenarioEnv) -> Backend:
+    return _backend(env, FakeNvml([], library_missing=True))
+
+
+def _no_pynvml(env: ScenarioEnv) -> Backend:
+    env.monkeypatch.setitem(sys.modules, "pynvml", None)
+    return NvidiaBackend()
+
+
+def _driver_without_gpus(env: ScenarioEnv) -> Backend:
+    return _backend(env, FakeNvml([]))
+
+
+def _eight_gpus_busy(env: ScenarioEnv) -> Backend:
+    gpus = fleet(8)
+    for gpu in gpus:
+        gpu.compute = [FakeProcess(5000 + gpu.index, 4 << 30), FakeProcess(6000, None)]
+        gpu.graphics = [FakeProcess(6000, None), FakeProcess(7000 + gpu.index, 128 << 20)]
+    return _backend(env, FakeNvml(gpus, latency_s=0.0002))
+
+
+def _mig(env: ScenarioEnv) -> Backend:
+    a100 = FakeGpu.from_profile("a100-sxm4-40gb-mig", 1)
+    a100.compute = [FakeProcess(8001, 9 << 30, gpu_instance_id=1, compute_instance_id=0),
+                    FakeProcess(8002, 1 << 30, gpu_instance_id=5, compute_instance_id=0)]
+    return _backend(env, FakeNvml([FakeGpu.from_profile("h100-sxm5-80gb", 0), a100]))
+
+
+def _faults(env: ScenarioEnv) -> Backend:
+    gpus = [FakeGpu.from_profile("h100-sxm5-80gb", 0),
+            FakeGpu.from_profile("h100-sxm5-80gb", 1, lost=True),
+            FakeGpu.from_profile("geforce-rtx-4090", 2, not_supported={
+                "nvmlDeviceGetFieldValues", "nvmlDeviceGetTotalEnergyConsumption",
+                "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperatureV"}),
+            FakeGpu.from_profile("rtx-6000-ada", 3, memory_used=60 << 30, util_gpu=400)]
+    return _backend(env, FakeNvml(gpus))
+
+
+def _old_driver(env: ScenarioEnv) -> Backend:
+    gpus = fleet(2, "h100-sxm5-80gb")
+    gpus[0].compute = [FakeProcess(9001, 2 << 30)]
+    return _backend(env, FakeNvml(gpus, driver="r440", driver_version="440.118.02"))
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("no-libnvidia-ml", _no_library, expected_devices=None),
+    Scenario("pynvml-not-installed", _no_pynvml, expected_devices=None),
+    Scenario("driver-without-gpus", _driver_without_gpus, expected_devices=None),
+    Scenario("eight-gpus-with-processes", _eight_gpus_busy, expected_devices=8),
+    Scenario("mig-three-instances", _mig, expected_devices=5),
+    Scenario("lost-unsupported-garbage", _faults, expected_devices=4),
+    Scenario("r440-driver", _old_driver, expected_devices=2),
+]

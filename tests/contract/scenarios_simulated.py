@@ -1,0 +1,42 @@
+"""Contract scenarios for the simulated backend: every backend it impersonates, and edge cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from allsmi.backends.simulated import SimulatedBackend, load_scenario
+
+from .scenario import Scenario, ScenarioEnv
+
+FIXED = 1_790_000_000.0  # a fixed instant: deterministic values
+
+
+def _sim(target: str, scenario: str = "mixed", at: float = FIXED):
+    def build(env: ScenarioEnv) -> SimulatedBackend:
+        return SimulatedBackend(scenario=load_scenario(scenario), target=target, clock=lambda: at)
+    return build
+
+
+def _empty(env: ScenarioEnv) -> SimulatedBackend:
+    path = Path(env.tmp_path) / "empty.toml"
+    path.write_text('name = "empty"\nseed = 1\n')
+    return SimulatedBackend(scenario=str(path), target="nvidia")
+
+
+def _lost_gpu(env: ScenarioEnv) -> SimulatedBackend:
+    scenario = load_scenario("mixed-faults")
+    # inside the 'lost' window of nvidia:3 (every 600 s, first 120 s)
+    at = scenario.epoch + 600 * 1000 + 10
+    return SimulatedBackend(scenario=scenario, target="nvidia", clock=lambda: at)
+
+
+SCENARIOS = [
+    Scenario("no-devices", _empty, None),
+    Scenario("mixed-nvidia-with-mig", _sim("nvidia"), 11),
+    Scenario("mixed-amd", _sim("amd"), 8),
+    Scenario("mixed-gaudi", _sim("gaudi"), 8),
+    Scenario("mixed-furiosa", _sim("furiosa"), 4),
+    Scenario("mixed-rebellions", _sim("rebellions"), 4),
+    Scenario("mixed-tenstorrent", _sim("tenstorrent"), 2),
+    Scenario("faults-lost-gpu", _lost_gpu, 11),
+]

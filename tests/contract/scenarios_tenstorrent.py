@@ -1,0 +1,104 @@
+"""Contract scenarios for the Tenstorrent backend, and the tt-smi stand-in builder its tests share.
+
+:func:`write_standin` copies ``fixtures/tenstorrent/tt_smi_standin.py`` with
+this interpreter in its shebang and writes its route table (see the stand-in's
+docstring for the route keys).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from allsmi.backends import tenstorrent as tenstorrent_module
+from allsmi.backends.tenstorrent import ENV_VAR, TenstorrentBackend
+
+from .scenario import FIXTURES, Scenario, ScenarioEnv
+
+TENSTORRENT = FIXTURES / "tenstorrent"
+STANDIN_SOURCE = TENSTORRENT / "tt_smi_standin.py"
+
+#: The argument strings tt-smi is called with (``-f``'s argument shown as PATH).
+STDOUT_ARGS = "-s --snapshot_no_tty"
+FILE_ARGS = "-s -f PATH"
+
+
+def route(fixture: str | None = None, **behaviour: Any) -> dict[str, Any]:
+    """One stand-in route: print ``fixtures/tenstorrent/<fixture>`` and/or behave."""
+    spec = dict(behaviour)
+    if fixture is not None:
+        spec["file"] = str(TENSTORRENT / fixture)
+    if isinstance(spec.get("write_file"), str) and "/" not in spec["write_file"]:
+        spec["write_file"] = str(TENSTORRENT / spec["write_file"])
+    return spec
+
+
+def write_standin(directory: Path, routes: dict[str, dict[str, Any]], *,
+                  default: dict[str, Any] | None = None) -> Path:
+    """An executable ``tt-smi`` stand-in answering ``routes`` (argument string -> route)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / "tt-smi"
+    exe.write_text(f"#!{sys.executable}\n" + STANDIN_SOURCE.read_text())
+    exe.chmod(0o755)
+    config = {"routes": routes, "default": default, "log": str(directory / "calls.log")}
+    Path(str(exe) + ".json").write_text(json.dumps(config))
+    return exe
+
+
+def use_standin(env: ScenarioEnv, routes: dict[str, dict[str, Any]], **kwargs: Any) -> Path:
+    """Write a stand-in and point ``ALLSMI_TT_SMI`` at it."""
+    exe = write_standin(env.tmp_path / "bin", routes, **kwargs)
+    env.monkeypatch.setenv(ENV_VAR, str(exe))
+    return exe
+
+
+def _absent(env: ScenarioEnv) -> TenstorrentBackend:
+    env.monkeypatch.delenv(ENV_VAR, raising=False)
+    empty = env.tmp_path / "empty-path"
+    empty.mkdir()
+    env.monkeypatch.setenv("PATH", str(empty))
+    env.monkeypatch.setattr(tenstorrent_module, "INSTALL_DIRS", ())
+    return TenstorrentBackend(timeout_seconds=5.0)
+
+
+def _env_points_nowhere(env: ScenarioEnv) -> TenstorrentBackend:
+    env.monkeypatch.setenv(ENV_VAR, str(env.tmp_path / "no-such-tt-smi"))
+    return TenstorrentBackend(timeout_seconds=5.0)
+
+
+def _no_devices(env: ScenarioEnv) -> TenstorrentBackend:
+    use_standin(env, {STDOUT_ARGS: route("no-devices.txt", rc=1)})
+    return TenstorrentBackend(timeout_seconds=5.0)
+
+
+def _snapshot(fixture: str, **kwargs: Any) -> Any:
+    def build(env: ScenarioEnv) -> TenstorrentBackend:
+        use_standin(env, {STDOUT_ARGS: route(fixture)})
+        return TenstorrentBackend(timeout_seconds=5.0, **kwargs)
+    return build
+
+
+def _legacy_file_mode(env: ScenarioEnv) -> TenstorrentBackend:
+    use_standin(env, {STDOUT_ARGS: route(stderr=(TENSTORRENT / "argparse-pre-3.0.5.txt").read_text(), rc=2),
+                      FILE_ARGS: route(write_file="snapshot-2.2-file-smbus-tx-wormhole-n150.json",
+                                       saved_notice=True)})
+    return TenstorrentBackend(timeout_seconds=5.0)
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("tool-absent", _absent, None),
+    Scenario("env-override-not-executable", _env_points_nowhere, None),
+    Scenario("no-devices", _no_devices, None),
+    # Blackhole p150a + Wormhole n150: two boards, two generations.
+    Scenario("tt-smi-5.3-p150a-n150", _snapshot("snapshot-5.3-blackhole-p150a-wormhole-n150.json"), 2),
+    # Grayskull e150 + Wormhole n300 (L and R chips of one board: a board and its partition).
+    Scenario("tt-smi-3.0-e150-n300", _snapshot("snapshot-3.0-grayskull-e150-wormhole-n300.json"), 3),
+    Scenario("tt-smi-6.8-p300c", _snapshot("snapshot-6.8-blackhole-p300c-board-power.json",
+                                           user_lookup=lambda pid: None), 2),
+    Scenario("tt-smi-3.0.5-progress-on-stdout", _snapshot("stdout-3.0.5-progress-and-ansi.txt"), 2),
+    Scenario("tt-smi-2.2-file-mode", _legacy_file_mode, 1),
+    Scenario("na-cells", _snapshot("snapshot-5.3-na-cells.json"), 3),
+    Scenario("bad-rows-skipped", _snapshot("snapshot-bad-rows.json"), 2),
+]

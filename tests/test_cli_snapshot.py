@@ -1,0 +1,202 @@
+"""`allsmi snapshot`, `doctor`, `backends`, `--version` run as a user runs them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+from pathlib import Path
+
+from allsmi.fields import DEVICE_COLUMNS
+
+from .conftest import run_allsmi
+
+CONFIG = """\
+[node]
+resource_group = "shared"
+
+[groups.training]
+labels = { team = "ml-platform", project = "llm", cost_center = "CC-4711" }
+price_per_device_hour = 2.50
+price_per_kwh = 0.12
+currency = "USD"
+
+[groups.inference]
+labels = { team = "serving" }
+
+[[rules]]
+resource_group = "training"
+vendor = "nvidia"
+model = "*H100*"
+
+[[rules]]
+resource_group = "inference"
+vendor = "amd"
+"""
+
+DEVICE_KEYS = {"id", "vendor", "kind", "backend", "index", "uuid", "name", "bus_id", "driver_version",
+               "firmware_version", "parent", "resource_group", "labels", "health",
+               "utilization_percent", "memory_used_bytes", "memory_total_bytes", "temperature_celsius",
+               "power_watts", "power_limit_watts", "energy_joules", "clock_mhz", "fan_percent",
+               "processes"}
+
+
+def test_simulated_json_has_the_public_shape(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG)
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema_version"] == 1
+    assert data["timestamp"].endswith("Z") and "T" in data["timestamp"]
+    assert set(data["host"]) == {"hostname", "cpu_utilization_percent", "memory_used_bytes",
+                                 "memory_total_bytes"}
+    devices = data["devices"]
+    for dev in devices:
+        assert DEVICE_KEYS <= set(dev), DEVICE_KEYS - set(dev)
+        for proc in dev["processes"]:
+            assert set(proc) == {"pid", "user", "command", "memory_bytes"}
+    vendors = {d["vendor"] for d in devices}
+    assert {"nvidia", "amd", "intel", "furiosa", "rebellions", "tenstorrent"} <= vendors
+    assert {d["kind"] for d in devices} == {"gpu", "npu"}
+    by_id = {d["id"]: d for d in devices}
+    children = [d for d in devices if d["parent"]]
+    assert len(children) == 3 and all(c["id"].startswith("MIG-") for c in children)
+    assert all(by_id[c["parent"]]["vendor"] == "nvidia" for c in children)
+    assert any(d["processes"] for d in devices)
+    groups = {d["vendor"]: d["resource_group"] for d in devices if not d["parent"]}
+    assert groups["nvidia"] == "training" and groups["amd"] == "inference"
+    assert groups["intel"] == "shared"
+    assert all(c["resource_group"] == "training" for c in children)  # partitions follow the parent
+    h100 = next(d for d in devices if d["vendor"] == "nvidia")
+    assert h100["labels"] == {"team": "ml-platform", "project": "llm", "cost_center": "CC-4711"}
+    assert h100["fan_percent"] is None  # SXM boards have no fan: honest null, not 0
+    assert {b["name"]: b["status"] for b in data["backends"]} == {
+        "nvidia": "ok", "amd": "ok", "gaudi": "ok", "furiosa": "ok", "rebellions": "ok", "tenstorrent": "ok"}
+
+
+def test_without_accelerators_every_backend_says_why() -> None:
+    result = run_allsmi("snapshot", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)  # stdout is pure JSON even if a vendor library prints
+    assert data["devices"] == []
+    assert data["host"]["memory_total_bytes"] > 0
+    statuses = {b["name"]: b for b in data["backends"]}
+    assert set(statuses) == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
+    for name, status in statuses.items():
+        assert status["status"] == "unavailable", (name, status)
+        assert len(status["message"]) > 10, (name, status)
+
+
+def test_csv_has_schema_columns_and_no_processes() -> None:
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert tuple(rows[0].keys()) == DEVICE_COLUMNS
+    assert "processes" not in rows[0]
+    assert len(rows) == 37
+    mig = [r for r in rows if r["parent"]]
+    assert len(mig) == 3 and all(r["power_watts"] == "" for r in mig)  # unknown is empty, not 0
+
+
+def test_output_file_is_atomic_and_owner_only(tmp_path: Path) -> None:
+    out = tmp_path / "snap.json"
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    assert json.loads(out.read_text())["schema_version"] == 1  # JSON is the default off a terminal
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["snap.json"]  # no temporary left behind
+
+
+def test_table_format_shows_na_and_partitions() -> None:
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--format", "table")
+    assert result.returncode == 0, result.stderr
+    assert "NVIDIA H100 80GB HBM3" in result.stdout
+    assert "└" in result.stdout and "MIG 3g.40gb" in result.stdout
+    assert "N/A" in result.stdout
+    assert "backend tenstorrent" in result.stdout
+
+
+def test_bad_config_exits_2_naming_file_line_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[collector]\ninterval_seconds = 2\n\n[[rules]]\nresource_group = "a"\nvendorr = "x"\n')
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config))
+    assert result.returncode == 2
+    assert str(config) in result.stderr and "line 6" in result.stderr and "vendorr" in result.stderr
+    assert result.stdout == ""  # nothing started half-configured
+
+
+def test_config_from_environment_and_group_override(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json",
+                        env={"ALLSMI_CONFIG": str(config), "ALLSMI_RESOURCE_GROUP": "pool-b"})
+    assert result.returncode == 0, result.stderr
+    groups = {d["vendor"]: d["resource_group"] for d in json.loads(result.stdout)["devices"]}
+    assert groups["nvidia"] == "training" and groups["furiosa"] == "pool-b"
+
+
+def test_missing_explicit_config_and_unknown_scenario_exit_2(tmp_path: Path) -> None:
+    result = run_allsmi("snapshot", "--config", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2 and "file not found" in result.stderr
+    result = run_allsmi("snapshot", "--simulate", "no-such-scenario")
+    assert result.returncode == 2 and "mixed" in result.stderr
+
+
+def test_scenario_file_path(tmp_path: Path) -> None:
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text("""
+name = "tiny"
+seed = 7
+[[devices]]
+backend = "nvidia"
+vendor = "nvidia"
+kind = "gpu"
+model = "NVIDIA A100-SXM4-40GB"
+count = 2
+memory_total_bytes = 42949672960
+power_idle_watts = 50.0
+power_limit_watts = 400.0
+clock_idle_mhz = 210.0
+clock_max_mhz = 1410.0
+temperature_idle_celsius = 30.0
+temperature_max_celsius = 70.0
+has_energy_counter = true
+id_style = "nvidia"
+""")
+    result = run_allsmi("snapshot", "--simulate", str(scenario), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    devices = json.loads(result.stdout)["devices"]
+    assert [d["name"] for d in devices] == ["NVIDIA A100-SXM4-40GB"] * 2
+    scenario.write_text(scenario.read_text().replace("count = 2", "count = 2\ncolour = 1"))
+    bad = run_allsmi("snapshot", "--simulate", str(scenario))
+    assert bad.returncode == 2 and "colour" in bad.stderr and str(scenario) in bad.stderr
+
+
+def test_doctor_reports_every_backend() -> None:
+    result = run_allsmi("doctor", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    names = {b["name"] for b in report["backends"]}
+    assert names == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
+    for b in report["backends"]:
+        assert b["status"] == "unavailable" and b["message"]
+        assert b["probe"]["available"] is False and b["probe"]["reason"]
+    text = run_allsmi("doctor", "--simulate", "mixed-faults", "--timeout", "0.5")
+    assert text.returncode == 0
+    assert "tenstorrent" in text.stdout and "timeout" in text.stdout
+    assert "rebellions" in text.stdout
+
+
+def test_backends_version_and_help() -> None:
+    result = run_allsmi("backends", "--json")
+    assert result.returncode == 0
+    names = {b["name"] for b in json.loads(result.stdout)}
+    assert {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent", "simulated"} <= names
+    version = run_allsmi("--version")
+    assert version.returncode == 0 and "allsmi" in version.stdout
+    helptext = run_allsmi("--help")
+    assert "Examples" in helptext.stdout and "snapshot" in helptext.stdout

@@ -1,0 +1,219 @@
+"""The collector: isolation between backends, timeouts, no leaked threads or children."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.backends._subprocess import ToolTimeout, run_tool
+from allsmi.collector import Collector
+from allsmi.config import parse_config
+from allsmi.schema import DeviceSample
+
+
+class _Quick(Backend):
+    name = "quick"
+    vendor = "nvidia"
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.opened = 0
+        self.calls = 0
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True)
+
+    def open(self) -> None:
+        self.opened += 1
+
+    def sample(self) -> list[DeviceSample]:
+        self.calls += 1
+        return [DeviceSample(id=f"GPU-{i}", vendor="nvidia", kind="gpu", backend=self.name, index=i,
+                             name="Quick GPU", health="ok", utilization_percent=10.0 * i)
+                for i in range(2)]
+
+
+class _Hang(Backend):
+    """Hangs in sample() until closed, like a stuck vendor call that close() can abort."""
+
+    name = "hang"
+    vendor = "amd"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True)
+
+    def open(self) -> None:
+        pass
+
+    def sample(self) -> list[DeviceSample]:
+        self.release.wait(60)
+        raise BackendError("aborted")
+
+    def close(self) -> None:
+        self.release.set()
+
+
+class _HangingTool(Backend):
+    """Runs a vendor tool that never answers; the tool timeout kills it."""
+
+    name = "hangtool"
+    vendor = "intel"
+
+    def __init__(self, script: Path) -> None:
+        super().__init__(timeout_seconds=0.5)
+        self.script = script
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True)
+
+    def open(self) -> None:
+        pass
+
+    def sample(self) -> list[DeviceSample]:
+        try:
+            run_tool([str(self.script)], timeout=self.timeout_seconds)
+        except ToolTimeout as exc:
+            raise BackendError(str(exc)) from exc
+        return []
+
+
+class _Absent(Backend):
+    name = "absent"
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(False, "libvendor.so not found")
+
+    def open(self) -> None:
+        raise BackendUnavailable("never")
+
+    def sample(self) -> list[DeviceSample]:
+        raise AssertionError("sample() must not be called on an unavailable backend")
+
+
+class _Buggy(Backend):
+    name = "buggy"
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True)
+
+    def open(self) -> None:
+        pass
+
+    def sample(self) -> list[DeviceSample]:
+        raise ZeroDivisionError("oops")
+
+
+def _threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("allsmi-")}
+
+
+def test_hung_backend_times_out_while_others_report() -> None:
+    quick, hang = _Quick(), _Hang()
+    collector = Collector([quick, hang], timeout_seconds=0.5)
+    started = time.monotonic()
+    snap = collector.collect_once()
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5, "the hung backend held the cycle past its timeout"
+    status = {b.name: b for b in snap.backends}
+    assert status["quick"].status == "ok"
+    assert status["hang"].status == "timeout"
+    assert "0.5" in status["hang"].message
+    assert [d.id for d in snap.devices] == ["GPU-0", "GPU-1"]
+    # the next cycle does not pile up another call onto the hung one
+    snap2 = collector.collect_once()
+    assert {b.name: b.status for b in snap2.backends} == {"quick": "ok", "hang": "timeout"}
+    assert "still running" in {b.name: b for b in snap2.backends}["hang"].message
+    assert quick.calls == 2 and quick.opened == 1
+    collector.close()
+    time.sleep(0.1)
+    assert _threads() == set(), "collector left backend threads behind"
+
+
+def test_hanging_tool_child_is_killed_and_reaped(tmp_path: Path) -> None:
+    script = tmp_path / "hl-smi"
+    script.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
+    script.chmod(0o755)
+    collector = Collector([_Quick(), _HangingTool(script)], timeout_seconds=2.0)
+    started = time.monotonic()
+    snap = collector.collect_once()
+    assert time.monotonic() - started < 2.0
+    status = {b.name: b for b in snap.backends}
+    assert status["hangtool"].status == "error"
+    assert "did not finish within 0.5 s" in status["hangtool"].message
+    assert len(snap.devices) == 2
+    collector.close()
+    me = psutil.Process()
+    assert [c for c in me.children(recursive=True) if "hl-smi" in " ".join(c.cmdline())] == []
+    assert _threads() == set()
+
+
+def test_unavailable_and_buggy_backends_become_status_not_crash() -> None:
+    collector = Collector([_Absent(), _Buggy(), _Quick()], timeout_seconds=1.0)
+    snap = collector.collect_once()
+    collector.close()
+    status = {b.name: b for b in snap.backends}
+    assert status["absent"].status == "unavailable"
+    assert status["absent"].message == "libvendor.so not found"
+    assert status["buggy"].status == "error"
+    assert "ZeroDivisionError" in status["buggy"].message
+    assert status["quick"].status == "ok"
+
+
+def test_resource_groups_assigned_and_history_bounded() -> None:
+    config = parse_config('[groups.train]\nlabels = { team = "ml" }\n'
+                          '[[rules]]\nresource_group = "train"\nindex = "1"\n')
+    collector = Collector([_Quick()], config, timeout_seconds=1.0, history_size=3)
+    for _ in range(5):
+        snap = collector.collect_once()
+    collector.close()
+    groups = {d.id: (d.resource_group, dict(d.labels)) for d in snap.devices}
+    assert groups == {"GPU-0": ("default", {}), "GPU-1": ("train", {"team": "ml"})}
+    assert len(collector.history) == 3
+    assert collector.history[-1] is collector.latest
+
+
+def test_cycles_never_overlap_and_background_loop_runs() -> None:
+    quick = _Quick()
+    collector = Collector([quick], interval_seconds=0.05, timeout_seconds=1.0)
+    seen: list[float] = []
+    collector.subscribe(lambda s: seen.append(time.monotonic()))
+    collector.subscribe(lambda s: 1 / 0)  # a failing subscriber must not stop the loop
+    collector.start()
+    assert collector.wait_for_first(5) is not None
+    threads = [threading.Thread(target=collector.collect_once) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    time.sleep(0.3)
+    collector.close()
+    assert len(seen) >= 5
+    assert quick.calls == len(seen)  # each cycle made exactly one call: none overlapped
+    time.sleep(0.1)
+    assert _threads() == set()
+
+
+@pytest.mark.parametrize("scenario", ["mixed-faults"])
+def test_simulated_hang_is_isolated(scenario: str) -> None:
+    from allsmi.backends.simulated import simulated_backends
+    collector = Collector(list(simulated_backends(scenario)), timeout_seconds=0.5)
+    started = time.monotonic()
+    snap = collector.collect_once()
+    assert time.monotonic() - started < 1.5
+    status = {b.name: b.status for b in snap.backends}
+    assert status["tenstorrent"] == "timeout"
+    assert status["nvidia"] == "ok" and status["amd"] == "ok"
+    assert not [d for d in snap.devices if d.vendor == "tenstorrent"]
+    collector.close()
+    time.sleep(0.1)
+    assert _threads() == set()

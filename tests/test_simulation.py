@@ -1,0 +1,91 @@
+"""The simulated cluster: deterministic, faithful to each vendor, and moving over time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from allsmi.backends.simulated import load_scenario, simulated_backends
+from allsmi.collector import Collector
+
+T = 1_790_000_000.0
+
+
+def _sample_all(at: float, scenario: str = "mixed") -> dict[str, object]:
+    out = {}
+    for backend in simulated_backends(scenario, clock=lambda: at):
+        backend.open()
+        for dev in backend.sample():
+            out[dev.id] = dev
+    return out
+
+
+def test_two_processes_at_the_same_moment_agree() -> None:
+    code = ("import json,sys; from allsmi.backends.simulated import simulated_backends\n"
+            "out=[]\n"
+            "for b in simulated_backends('mixed', clock=lambda: float(sys.argv[1])):\n"
+            "    b.open(); out += [[d.id, d.utilization_percent, d.power_watts, d.energy_joules,"
+            " d.memory_used_bytes, [p.pid for p in d.processes]] for d in b.sample()]\n"
+            "print(json.dumps(out))")
+    runs = [subprocess.run([sys.executable, "-c", code, str(T)], capture_output=True, text=True,
+                           check=True, timeout=60).stdout for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert len(json.loads(runs[0])) == 37
+
+
+def test_values_move_smoothly_and_processes_come_and_go() -> None:
+    series = [_sample_all(T + 10 * i) for i in range(360)]  # one hour, every 10 s
+    gpu = next(iter(series[0]))
+    utils = [s[gpu].utilization_percent for s in series]
+    assert len(set(utils)) > 50
+    pid_sets = {tuple(p.pid for p in s[gpu].processes) for s in series}
+    assert len(pid_sets) >= 2  # jobs changed within an hour
+    temps = [s[gpu].temperature_celsius for s in series]
+    assert max(abs(a - b) for a, b in zip(temps, temps[1:])) < 10  # thermal lag: no jumps
+
+
+def test_energy_counter_is_the_integral_of_power() -> None:
+    start, seconds = T, 1800
+    first = _sample_all(start)
+    integral = {k: 0.0 for k in first}
+    prev = first
+    for i in range(1, seconds + 1):
+        cur = _sample_all(start + i)
+        for k, dev in cur.items():
+            if dev.power_watts is not None and prev[k].power_watts is not None:
+                integral[k] += (dev.power_watts + prev[k].power_watts) / 2
+        prev = cur
+    for k, dev in prev.items():
+        if dev.energy_joules is not None:
+            counted = dev.energy_joules - first[k].energy_joules
+            assert abs(counted - integral[k]) / integral[k] < 0.005, k
+
+
+def test_vendor_faithful_unknowns() -> None:
+    devs = list(_sample_all(T).values())
+    gaudi = [d for d in devs if d.vendor == "intel"]
+    assert gaudi and all(d.energy_joules is None for d in gaudi)  # hl-smi has no energy counter
+    furiosa = [d for d in devs if d.vendor == "furiosa"]
+    for d in furiosa:
+        cores = d.details["core_utilization_percent"]
+        assert len(cores) == 8
+        assert abs(sum(cores) / 8 - d.utilization_percent) < 0.01
+    mig_parent = next(d for d in devs if d.details.get("mig_mode") == "enabled")
+    assert mig_parent.utilization_percent is None  # as nvidia-smi shows N/A in MIG mode
+    children = [d for d in devs if d.parent == mig_parent.id]
+    assert sum(c.memory_used_bytes for c in children) == mig_parent.memory_used_bytes
+
+
+def test_fault_scenario_marks_device_lost_and_backend_errors() -> None:
+    scenario = load_scenario("mixed-faults")
+    at = scenario.epoch + 600 * 5000 + 30  # inside both the lost and the error windows
+    collector = Collector(list(simulated_backends("mixed-faults", clock=lambda: at)), timeout_seconds=0.3)
+    snap = collector.collect_once()
+    collector.close()
+    status = {b.name: b for b in snap.backends}
+    assert status["rebellions"].status == "error" and "rbln" in status["rebellions"].message
+    assert status["tenstorrent"].status == "timeout"
+    lost = [d for d in snap.devices if d.health == "lost"]
+    assert [d.index for d in lost] == [3]
+    assert lost[0].power_watts is None and lost[0].utilization_percent is None
