@@ -7,11 +7,13 @@ only its module, and that module imports its vendor library lazily.
 
 from __future__ import annotations
 
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 GROUP = "allsmi.backends"
 
@@ -23,7 +25,9 @@ class UnknownBackend(LookupError):
     """No backend of that name is installed."""
 
 
-def _entry_points() -> dict[str, EntryPoint]:
+def _entry_points() -> "dict[str, EntryPoint]":
+    # Imported here: importlib.metadata is costly and the simulated path never needs it.
+    from importlib.metadata import entry_points
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=GROUP):
         found.setdefault(ep.name, ep)  # first distribution wins on a clash
@@ -40,7 +44,7 @@ def hardware_names() -> list[str]:
     return [n for n in names() if n not in SIMULATION_BACKENDS]
 
 
-def entry_point(name: str) -> EntryPoint:
+def entry_point(name: str) -> "EntryPoint":
     """The entry point of ``name``; :class:`UnknownBackend` lists what is installed."""
     eps = _entry_points()
     if name not in eps:

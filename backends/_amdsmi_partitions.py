@@ -7,6 +7,9 @@ function and as ``amdsmi_get_gpu_kfd_info()["current_partition_id"]``.
 
 Rules (see ``docs/backends/amd.md``):
 
+* handles sharing a PCI domain:bus:device are partitions of one board, and
+  so is a lone handle whose mode is not SPX; the partition number is the KFD
+  ``current_partition_id``, else the PCI function;
 * partition 0 owns the board: it carries board power, power cap and energy,
   and the board's other partitions name it as their ``parent``;
 * partitions come right after their owner, in partition order;
@@ -70,32 +73,38 @@ def _assign_ids(devices: Sequence[PlannedDevice]) -> None:
             dev.id = f"{dev.id}#{dev.index}"
 
 
-def _board_key(dev: PlannedDevice) -> str | None:
-    if dev.compute_partition is None or dev.compute_partition.upper() == UNPARTITIONED_MODE:
-        return None
-    split = split_bdf(dev.bus_id)
-    if split is None:
-        return None
-    if dev.partition_id is None:
-        dev.partition_id = split[1]
-    return split[0]
+def _partitioned(dev: PlannedDevice) -> bool:
+    return dev.compute_partition is not None and dev.compute_partition.upper() != UNPARTITIONED_MODE
 
 
 def arrange(devices: Sequence[PlannedDevice]) -> list[PlannedDevice]:
-    """Assign ids, parents and board ownership; return owners before their partitions."""
+    """Assign ids, parents and board ownership; return owners before their partitions.
+
+    Several handles on one PCI device are taken as partitions whatever their
+    mode string says: a GPU has one PCI function, and trusting a missing mode
+    string would count the board's power once per partition.
+    """
     _assign_ids(devices)
-    boards: dict[str, list[PlannedDevice]] = {}
-    keys: dict[int, str | None] = {}
+    by_base: dict[str, list[tuple[PlannedDevice, int]]] = {}
     for dev in devices:
-        key = _board_key(dev)
-        keys[dev.index] = key
-        if key is not None:
-            boards.setdefault(key, []).append(dev)
+        split = split_bdf(dev.bus_id)
+        if split is not None:
+            by_base.setdefault(split[0], []).append((dev, split[1]))
+    keys: dict[int, str] = {}
+    boards: dict[str, list[PlannedDevice]] = {}
+    for base, members in by_base.items():
+        if len(members) == 1 and not _partitioned(members[0][0]):
+            continue
+        boards[base] = [member for member, _ in members]
+        for member, function in members:
+            keys[member.index] = base
+            if member.partition_id is None:
+                member.partition_id = function
 
     ordered: list[PlannedDevice] = []
     done: set[str] = set()
     for dev in devices:
-        key = keys[dev.index]
+        key = keys.get(dev.index)
         if key is None:
             dev.parent, dev.owns_board = None, True
             ordered.append(dev)

@@ -351,7 +351,7 @@ class AmdBackend(Backend):
         health = calls.health
         self.warnings.extend(calls.messages(dev.label))
         details: dict[str, DetailValue] = dict(dev.details)
-        if dev.partition_id is not None and dev.compute_partition:
+        if dev.partition_id is not None:
             details["partition_id"] = dev.partition_id
         values: dict[str, Any] = {}
         processes: tuple[ProcessSample, ...] = ()

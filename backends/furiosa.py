@@ -96,6 +96,7 @@ class FuriosaBackend(Backend):
     def open(self) -> None:
         self._tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
         sdk_problem = ""
+        reasons: list[str] = []
         if self._method != "cli":
             try:
                 adapter, reasons = sdk.load_sdk()
@@ -114,7 +115,9 @@ class FuriosaBackend(Backend):
             missing = describe_missing(EXECUTABLE, ENV_VAR)
             if sdk_problem:
                 raise BackendError(f"{sdk_problem}; and {missing}")
-            raise BackendUnavailable(missing)
+            # An SDK that is installed but will not import (missing native library) is worth saying.
+            broken = [r for r in reasons if "ModuleNotFoundError" not in r] if self._method != "cli" else []
+            raise BackendUnavailable("; ".join([missing] + broken))
         self._source = "furiosa-smi"
 
     def close(self) -> None:

@@ -41,3 +41,18 @@ def run_allsmi(*args: str, env: dict[str, str] | None = None, timeout: float = 6
         full_env.update(env)
     return subprocess.run(allsmi_exe() + list(args), capture_output=True, text=True, timeout=timeout,
                           env=full_env, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+def require_tool(name: str, package: str) -> str:
+    """Path of a system tool a test needs; skip where absent, but fail under CI.
+
+    ``.ci/run`` installs the Debian packages and sets ``ALLSMI_REQUIRE_INTEGRATION=1``
+    so that a missing tool can never turn CI green by skipping.
+    """
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} not found (apt-get install {package})"
+    if os.environ.get("ALLSMI_REQUIRE_INTEGRATION"):
+        pytest.fail(message)
+    pytest.skip(message)

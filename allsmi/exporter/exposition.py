@@ -86,33 +86,37 @@ class Rendered:
     snapshot: Snapshot
     text: bytes
     openmetrics: bytes
-    _gzipped: dict[str, bytes] = field(default_factory=dict)
-    _json: bytes | None = None
+    _cache: dict[str, bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def body(self, *, openmetrics: bool, gzipped: bool) -> bytes:
         """The bytes every scraper asking for this format and encoding gets."""
-        plain = self.openmetrics if openmetrics else self.text
-        if not gzipped:
-            return plain
-        key = "openmetrics" if openmetrics else "text"
-        cached = self._gzipped.get(key)
-        if cached is None:
-            with self._lock:  # concurrent first scrapes compress once, not once each
-                cached = self._gzipped.get(key)
-                if cached is None:
-                    cached = gzip.compress(plain, compresslevel=6, mtime=0)
-                    self._gzipped[key] = cached
-        return cached
+        return self._encoded("openmetrics" if openmetrics else "text", gzipped)
 
-    def snapshot_json(self) -> bytes:
+    def snapshot_json(self, *, gzipped: bool = False) -> bytes:
         """``allsmi.output.to_json`` of the snapshot, rendered once on first demand."""
-        if self._json is None:
-            with self._lock:
-                if self._json is None:
-                    from allsmi.output import to_json
-                    self._json = to_json(self.snapshot).encode("utf-8")
-        return self._json
+        return self._encoded("json", gzipped)
+
+    def _plain(self, kind: str) -> bytes:
+        if kind == "text":
+            return self.text
+        if kind == "openmetrics":
+            return self.openmetrics
+        from allsmi.output import to_json
+        return to_json(self.snapshot).encode("utf-8")
+
+    def _encoded(self, kind: str, gzipped: bool) -> bytes:
+        key = kind + (".gz" if gzipped else "")
+        cached = self._cache.get(key)
+        if cached is None:
+            plain = self._encoded(kind, False) if gzipped else b""
+            with self._lock:  # concurrent first requests encode once, not once each
+                cached = self._cache.get(key)
+                if cached is None:
+                    cached = gzip.compress(plain, compresslevel=6, mtime=0) if gzipped \
+                        else self._plain(kind)
+                    self._cache[key] = cached
+        return cached
 
 
 class Exposition:

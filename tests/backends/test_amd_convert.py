@@ -113,3 +113,18 @@ def test_arrange_ids_fall_back_and_stay_unique() -> None:
         PlannedDevice(index=3, handle=3, uuid="same", bus_id="0000:01:00.0"),
     ])
     assert [d.id for d in devices] == ["amd:gpu0", "amd:gpu1", "amd:0000:01:00.0#2", "amd:0000:01:00.0#3"]
+
+
+def test_arrange_groups_handles_of_one_pci_device_even_without_a_mode() -> None:
+    # the owner says CPX, its partitions' mode calls were not supported
+    devices = arrange([_dev(0, "0000:0c:00.0", "CPX", 0, "u0"), _dev(1, "0000:0c:00.1", None, None, "u1"),
+                       _dev(2, "0000:0c:00.2", None, None, "u2")])
+    assert [(d.id, d.parent, d.owns_board, d.partition_id) for d in devices] == [
+        ("u0", None, True, 0), ("u1", "u0", False, 1), ("u2", "u0", False, 2)]
+
+
+def test_arrange_lone_partition_other_than_0_owns_nothing() -> None:
+    (dev,) = arrange([_dev(0, "0000:0c:00.5", "CPX", 5, "u5")])
+    assert dev.parent is None and not dev.owns_board
+    (spx,) = arrange([_dev(0, "0000:0c:00.0", "SPX", 0, "u0")])
+    assert spx.owns_board

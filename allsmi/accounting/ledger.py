@@ -1,0 +1,479 @@
+"""The ledger: an embedded SQLite database of per-device usage per interval.
+
+Layout (all quantities are integers, so sums are exact and exports are
+byte-identical whatever order SQLite adds rows in):
+
+``intervals``
+    One row per (interval start, device): observed/allocated/busy seconds in
+    milliseconds, energy in millijoules, memory samples in bytes, and the
+    ``dim`` (host, vendor, model, resource group, group labels) in force
+    then. The primary key ``(start, dev)`` is the "never twice" guarantee.
+``user_intervals``
+    The same interval's allocated/busy/energy/observed shares per user.
+``quarters`` / ``user_quarters``
+    Roll-ups per quarter hour and ``dim`` (and user), so a month of a
+    thousand devices exports in seconds. Quarter hours rather than hours
+    because every UTC offset in use is a multiple of 15 minutes: the day and
+    month boundaries of any ``--tz`` fall on a roll-up boundary.
+``pending``
+    Quarters that received raw intervals since they were last rolled up;
+    reads use the raw intervals for them, so a late roll-up never loses data.
+
+Each completed interval of every device is written in one transaction with
+an upsert that only adds time that starts after what the row already holds,
+so a restart inside an interval continues it, and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from allsmi.accounting.settings import ROLLUP_SECONDS
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS devices (dev INTEGER PRIMARY KEY, device_id TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS dims (
+    dim INTEGER PRIMARY KEY, dev INTEGER NOT NULL, host TEXT NOT NULL, vendor TEXT NOT NULL,
+    model TEXT NOT NULL, parent TEXT NOT NULL, resource_group TEXT NOT NULL, labels TEXT NOT NULL,
+    UNIQUE (dev, host, vendor, model, parent, resource_group, labels));
+CREATE TABLE IF NOT EXISTS intervals (
+    start INTEGER NOT NULL, dev INTEGER NOT NULL, dim INTEGER NOT NULL,
+    first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL,
+    busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
+    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
+    PRIMARY KEY (start, dev)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS user_intervals (
+    start INTEGER NOT NULL, dev INTEGER NOT NULL, user TEXT NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
+    energy_mj INTEGER, PRIMARY KEY (start, dev, user)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS quarters (
+    start INTEGER NOT NULL, dim INTEGER NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL,
+    busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
+    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
+    PRIMARY KEY (start, dim)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS user_quarters (
+    start INTEGER NOT NULL, dim INTEGER NOT NULL, user TEXT NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
+    energy_mj INTEGER, PRIMARY KEY (start, dim, user)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pending (start INTEGER PRIMARY KEY);
+"""
+
+_UPSERT_INTERVAL = """
+INSERT INTO intervals (start, dev, dim, first_ms, last_ms, observed_ms, allocated_ms, busy_ms,
+                       busy_observed_ms, energy_mj, mem_sum, mem_samples, mem_peak)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (start, dev) DO UPDATE SET
+    last_ms = excluded.last_ms,
+    observed_ms = observed_ms + excluded.observed_ms,
+    allocated_ms = allocated_ms + excluded.allocated_ms,
+    busy_ms = CASE WHEN busy_ms IS NULL AND excluded.busy_ms IS NULL THEN NULL
+                   ELSE coalesce(busy_ms, 0) + coalesce(excluded.busy_ms, 0) END,
+    busy_observed_ms = busy_observed_ms + excluded.busy_observed_ms,
+    energy_mj = CASE WHEN energy_mj IS NULL AND excluded.energy_mj IS NULL THEN NULL
+                     ELSE coalesce(energy_mj, 0) + coalesce(excluded.energy_mj, 0) END,
+    mem_sum = CASE WHEN mem_sum IS NULL AND excluded.mem_sum IS NULL THEN NULL
+                   ELSE coalesce(mem_sum, 0) + coalesce(excluded.mem_sum, 0) END,
+    mem_samples = mem_samples + excluded.mem_samples,
+    mem_peak = max(coalesce(mem_peak, excluded.mem_peak), coalesce(excluded.mem_peak, mem_peak))
+WHERE excluded.first_ms >= intervals.last_ms
+"""
+
+_UPSERT_USER = """
+INSERT INTO user_intervals (start, dev, user, observed_ms, allocated_ms, busy_ms, energy_mj)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (start, dev, user) DO UPDATE SET
+    observed_ms = observed_ms + excluded.observed_ms,
+    allocated_ms = allocated_ms + excluded.allocated_ms,
+    busy_ms = CASE WHEN busy_ms IS NULL AND excluded.busy_ms IS NULL THEN NULL
+                   ELSE coalesce(busy_ms, 0) + coalesce(excluded.busy_ms, 0) END,
+    energy_mj = CASE WHEN energy_mj IS NULL AND excluded.energy_mj IS NULL THEN NULL
+                     ELSE coalesce(energy_mj, 0) + coalesce(excluded.energy_mj, 0) END
+"""
+
+_SUMS = ("SUM(observed_ms), SUM(allocated_ms), SUM(busy_ms), SUM(busy_observed_ms), "
+         "SUM(energy_mj), SUM(mem_sum), SUM(mem_samples), MAX(mem_peak)")
+_USER_SUMS = "SUM(observed_ms), SUM(allocated_ms), SUM(busy_ms), SUM(energy_mj)"
+
+
+class LedgerError(Exception):
+    """The ledger cannot be opened or used; the message says why and where."""
+
+
+@dataclass(frozen=True)
+class Dim:
+    """What a device was, and where it belonged, during an interval."""
+
+    device_id: str
+    host: str
+    vendor: str
+    model: str
+    parent: str
+    resource_group: str
+    labels: str
+    """The group labels as canonical JSON (sorted keys)."""
+
+    def label_map(self) -> dict[str, str]:
+        """The group labels as a dict."""
+        return dict(json.loads(self.labels)) if self.labels else {}
+
+
+def labels_json(labels: Mapping[str, str]) -> str:
+    """Canonical JSON for a label set (the form stored and compared)."""
+    return json.dumps(dict(labels), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class UserShare:
+    """One user's share of an interval (integers: ms and mJ)."""
+
+    observed_ms: int
+    allocated_ms: int
+    busy_ms: int | None
+    energy_mj: int | None
+
+
+@dataclass
+class IntervalRecord:
+    """One completed (or, at shutdown, partial) interval of one device, ready to store."""
+
+    start: int
+    dim: Dim
+    first_ms: int
+    last_ms: int
+    observed_ms: int
+    allocated_ms: int
+    busy_ms: int | None
+    busy_observed_ms: int
+    energy_mj: int | None
+    mem_sum: int | None
+    mem_samples: int
+    mem_peak: int | None
+    users: dict[str, UserShare] = field(default_factory=dict)
+
+
+@dataclass
+class Totals:
+    """Sums over some intervals of one ``dim`` (and user): ms, mJ and bytes."""
+
+    observed_ms: int = 0
+    allocated_ms: int = 0
+    busy_ms: int | None = None
+    busy_observed_ms: int = 0
+    energy_mj: int | None = None
+    mem_sum: int | None = None
+    mem_samples: int = 0
+    mem_peak: int | None = None
+
+    def add(self, row: tuple) -> None:  # type: ignore[type-arg]
+        """Add one SQL result row in ``_SUMS`` order (or ``_USER_SUMS``)."""
+        self.observed_ms += row[0] or 0
+        self.allocated_ms += row[1] or 0
+        if row[2] is not None:
+            self.busy_ms = (self.busy_ms or 0) + row[2]
+        if len(row) == 4:  # user rows: observed, allocated, busy, energy
+            if row[3] is not None:
+                self.energy_mj = (self.energy_mj or 0) + row[3]
+            return
+        self.busy_observed_ms += row[3] or 0
+        if row[4] is not None:
+            self.energy_mj = (self.energy_mj or 0) + row[4]
+        if row[5] is not None:
+            self.mem_sum = (self.mem_sum or 0) + row[5]
+        self.mem_samples += row[6] or 0
+        if row[7] is not None:
+            self.mem_peak = row[7] if self.mem_peak is None else max(self.mem_peak, row[7])
+
+
+def _create_private(path: Path) -> bool:
+    """Create ``path`` empty with mode 0600 unless it exists; True when created."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+class Ledger:
+    """A ledger file, opened for writing (one writer, enforced by a lock) or read-only."""
+
+    def __init__(self, path: str | os.PathLike[str], *, interval_seconds: int | None = None,
+                 readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._dev_ids: dict[str, int] = {}
+        self._dim_ids: dict[Dim, int] = {}
+        if readonly:
+            if not self.path.is_file():
+                raise LedgerError(f"no ledger at {self.path}")
+            uri = self.path.resolve().as_uri() + "?mode=ro"
+            try:
+                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+                self.interval_seconds = self._read_meta(interval_seconds)
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+            return
+        try:
+            _create_private(self.path)
+            self._take_lock()
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a committed interval survives power loss too; one commit a minute is cheap.
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=10000")
+            self._db.executescript(_SCHEMA)
+            self.interval_seconds = self._init_meta(interval_seconds or 60)
+        except sqlite3.Error as exc:
+            self._release_lock()
+            raise LedgerError(f"cannot open the ledger {self.path}: {exc}") from None
+        except OSError as exc:
+            self._release_lock()
+            raise LedgerError(f"cannot open the ledger {self.path}: {exc.strerror or exc}") from None
+
+    # -- opening -------------------------------------------------------------
+    def _take_lock(self) -> None:
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LedgerError(f"the ledger {self.path} is already being recorded by another "
+                              "process (allsmi record or allsmi serve --ledger)") from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _init_meta(self, interval_seconds: int) -> int:
+        rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        if not rows:
+            with self._transaction():
+                self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                                     [("schema_version", str(SCHEMA_VERSION)),
+                                      ("interval_seconds", str(interval_seconds))])
+            return interval_seconds
+        return self._check_meta(rows, interval_seconds)
+
+    def _read_meta(self, interval_seconds: int | None) -> int:
+        rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        if not rows:
+            raise LedgerError(f"{self.path} is not an allsmi ledger (no meta table entries)")
+        return self._check_meta(rows, interval_seconds)
+
+    def _check_meta(self, rows: Mapping[str, str], interval_seconds: int | None) -> int:
+        if int(rows.get("schema_version", "0")) != SCHEMA_VERSION:
+            raise LedgerError(f"{self.path}: ledger schema version {rows.get('schema_version')} is "
+                              f"not supported (this allsmi writes version {SCHEMA_VERSION})")
+        stored = int(rows["interval_seconds"])
+        if interval_seconds is not None and not self.readonly and stored != interval_seconds:
+            raise LedgerError(f"{self.path} records {stored}-second intervals but the "
+                              f"configuration asks for {interval_seconds} (ledger.interval_seconds); "
+                              "use a new ledger file to change it")
+        return stored
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the database (checkpointing the WAL) and release the writer lock."""
+        with self._lock:
+            try:
+                self._db.close()
+            finally:
+                self._release_lock()
+
+    # -- writing -------------------------------------------------------------
+    def _dev(self, device_id: str) -> int:
+        dev = self._dev_ids.get(device_id)
+        if dev is None:
+            self._db.execute("INSERT OR IGNORE INTO devices (device_id) VALUES (?)", (device_id,))
+            dev = self._db.execute("SELECT dev FROM devices WHERE device_id = ?",
+                                   (device_id,)).fetchone()[0]
+            self._dev_ids[device_id] = dev
+        return dev
+
+    def _dim(self, dim: Dim) -> int:
+        dim_id = self._dim_ids.get(dim)
+        if dim_id is None:
+            values = (self._dev(dim.device_id), dim.host, dim.vendor, dim.model, dim.parent,
+                      dim.resource_group, dim.labels)
+            self._db.execute("INSERT OR IGNORE INTO dims (dev, host, vendor, model, parent, "
+                             "resource_group, labels) VALUES (?, ?, ?, ?, ?, ?, ?)", values)
+            dim_id = self._db.execute(
+                "SELECT dim FROM dims WHERE dev = ? AND host = ? AND vendor = ? AND model = ? "
+                "AND parent = ? AND resource_group = ? AND labels = ?", values).fetchone()[0]
+            self._dim_ids[dim] = dim_id
+        return dim_id
+
+    def write(self, records: Iterable[IntervalRecord], now: float,
+              retention_days: float | None = None, rollup_retention_days: float | None = None) -> int:
+        """Store intervals in one transaction; roll up complete quarters; prune old rows.
+
+        ``now`` is the time of the snapshot that completed them: quarters
+        ending at or before it are rolled up. Returns how many intervals were
+        stored (an interval overlapping what is already stored is skipped).
+        """
+        stored = 0
+        with self._lock:
+            try:
+                with self._transaction():
+                    quarters: set[int] = set()
+                    for rec in records:
+                        dev = self._dev(rec.dim.device_id)
+                        cur = self._db.execute(_UPSERT_INTERVAL, (
+                            rec.start, dev, self._dim(rec.dim), rec.first_ms, rec.last_ms,
+                            rec.observed_ms, rec.allocated_ms, rec.busy_ms, rec.busy_observed_ms,
+                            rec.energy_mj, rec.mem_sum, rec.mem_samples, rec.mem_peak))
+                        if cur.rowcount != 1:
+                            continue  # overlaps time already stored: never count it twice
+                        stored += 1
+                        quarters.add(rec.start - rec.start % ROLLUP_SECONDS)
+                        self._db.executemany(_UPSERT_USER, [
+                            (rec.start, dev, user, s.observed_ms, s.allocated_ms, s.busy_ms,
+                             s.energy_mj) for user, s in sorted(rec.users.items())])
+                    self._db.executemany("INSERT OR IGNORE INTO pending (start) VALUES (?)",
+                                         [(q,) for q in sorted(quarters)])
+                    self._roll_up(now)
+                    self._prune(now, retention_days, rollup_retention_days)
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot write the ledger {self.path}: {exc}") from None
+        return stored
+
+    def _roll_up(self, now: float) -> None:
+        due = [q for (q,) in self._db.execute(
+            "SELECT start FROM pending WHERE start + ? <= ? ORDER BY start", (ROLLUP_SECONDS, now))]
+        for q in due:
+            end = q + ROLLUP_SECONDS
+            self._db.execute("DELETE FROM quarters WHERE start = ?", (q,))
+            self._db.execute("DELETE FROM user_quarters WHERE start = ?", (q,))
+            self._db.execute(
+                f"INSERT INTO quarters SELECT ?, dim, {_SUMS} FROM intervals "
+                "WHERE start >= ? AND start < ? GROUP BY dim", (q, q, end))
+            self._db.execute(
+                f"INSERT INTO user_quarters SELECT ?, i.dim, u.user, "
+                "SUM(u.observed_ms), SUM(u.allocated_ms), SUM(u.busy_ms), SUM(u.energy_mj) "
+                "FROM user_intervals u JOIN intervals i ON i.start = u.start AND i.dev = u.dev "
+                "WHERE u.start >= ? AND u.start < ? GROUP BY i.dim, u.user", (q, q, end))
+            self._db.execute("DELETE FROM pending WHERE start = ?", (q,))
+
+    def _prune(self, now: float, retention_days: float | None,
+               rollup_retention_days: float | None) -> None:
+        if retention_days is not None:
+            cutoff = int(now - retention_days * 86400)
+            oldest_pending = self._db.execute("SELECT MIN(start) FROM pending").fetchone()[0]
+            if oldest_pending is not None:
+                cutoff = min(cutoff, oldest_pending)  # raw rows of an unrolled quarter stay
+            self._db.execute("DELETE FROM intervals WHERE start < ?", (cutoff,))
+            self._db.execute("DELETE FROM user_intervals WHERE start < ?", (cutoff,))
+        if rollup_retention_days is not None:
+            cutoff = int(now - rollup_retention_days * 86400)
+            self._db.execute("DELETE FROM quarters WHERE start < ?", (cutoff,))
+            self._db.execute("DELETE FROM user_quarters WHERE start < ?", (cutoff,))
+
+    # -- reading -------------------------------------------------------------
+    def _plan(self, start: int, end: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+        """Which part of ``[start, end)`` comes from roll-ups and which from raw intervals."""
+        q_start = -(-start // ROLLUP_SECONDS) * ROLLUP_SECONDS
+        q_end = end // ROLLUP_SECONDS * ROLLUP_SECONDS
+        if q_start >= q_end:
+            return None, [(start, end)]
+        raw = [(start, q_start)] if start < q_start else []
+        raw += [(p, p + ROLLUP_SECONDS) for (p,) in self._db.execute(
+            "SELECT start FROM pending WHERE start >= ? AND start < ? ORDER BY start",
+            (q_start, q_end))]
+        if q_end < end:
+            raw.append((q_end, end))
+        return (q_start, q_end), raw
+
+    def dims(self) -> dict[int, Dim]:
+        """Every ``dim`` ever recorded, by id."""
+        rows = self._db.execute(
+            "SELECT d.dim, v.device_id, d.host, d.vendor, d.model, d.parent, d.resource_group, "
+            "d.labels FROM dims d JOIN devices v ON v.dev = d.dev").fetchall()
+        return {r[0]: Dim(*r[1:]) for r in rows}
+
+    def totals(self, start: int, end: int) -> dict[int, Totals]:
+        """Sums per ``dim`` over the intervals starting in ``[start, end)`` (unix seconds)."""
+        with self._lock:
+            try:
+                return self._totals(start, end)
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+
+    def _totals(self, start: int, end: int) -> dict[int, Totals]:
+        out: dict[int, Totals] = {}
+        rollup, raw = self._plan(start, end)
+        queries: list[tuple[str, tuple[int, ...]]] = []
+        if rollup is not None:
+            queries.append((f"SELECT dim, {_SUMS} FROM quarters WHERE start >= ? AND start < ? "
+                            "AND start NOT IN (SELECT start FROM pending) GROUP BY dim", rollup))
+        for lo, hi in raw:
+            queries.append((f"SELECT dim, {_SUMS} FROM intervals WHERE start >= ? AND start < ? "
+                            "GROUP BY dim", (lo, hi)))
+        for sql, args in queries:
+            for row in self._db.execute(sql, args):
+                out.setdefault(row[0], Totals()).add(row[1:])
+        return out
+
+    def user_totals(self, start: int, end: int) -> dict[tuple[int, str], Totals]:
+        """Sums per (``dim``, user) over the intervals starting in ``[start, end)``."""
+        with self._lock:
+            try:
+                return self._user_totals(start, end)
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+
+    def _user_totals(self, start: int, end: int) -> dict[tuple[int, str], Totals]:
+        out: dict[tuple[int, str], Totals] = {}
+        rollup, raw = self._plan(start, end)
+        queries: list[tuple[str, tuple[int, ...]]] = []
+        if rollup is not None:
+            queries.append((f"SELECT dim, user, {_USER_SUMS} FROM user_quarters "
+                            "WHERE start >= ? AND start < ? "
+                            "AND start NOT IN (SELECT start FROM pending) GROUP BY dim, user", rollup))
+        for lo, hi in raw:
+            queries.append(("SELECT i.dim, u.user, SUM(u.observed_ms), SUM(u.allocated_ms), "
+                            "SUM(u.busy_ms), SUM(u.energy_mj) FROM user_intervals u "
+                            "JOIN intervals i ON i.start = u.start AND i.dev = u.dev "
+                            "WHERE u.start >= ? AND u.start < ? GROUP BY i.dim, u.user", (lo, hi)))
+        for sql, args in queries:
+            for row in self._db.execute(sql, args):
+                out.setdefault((row[0], row[1]), Totals()).add(row[2:])
+        return out
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` answer (``"ok"`` when sound)."""
+        with self._lock:
+            return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,145 @@
+"""Billing windows: ``--period yesterday|today|last-month|YYYY-MM|YYYY-MM-DD`` or ``--since/--until``.
+
+Calendar periods are taken in the given time zone (UTC by default), so a
+month in ``Europe/Berlin`` starts at local midnight and a day around a DST
+change lasts 23 or 25 hours. Windows are half-open, ``[start, end)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+UTC = dt.timezone.utc
+PERIODS_HELP = "yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD"
+
+
+class PeriodError(ValueError):
+    """A period, time or zone the user gave cannot be understood."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open time window ``[start, end)``; both ends are aware datetimes in ``tz``."""
+
+    start: dt.datetime
+    end: dt.datetime
+
+    @property
+    def start_unix(self) -> int:
+        """Start as whole unix seconds."""
+        return int(self.start.timestamp())
+
+    @property
+    def end_unix(self) -> int:
+        """End as whole unix seconds."""
+        return int(self.end.timestamp())
+
+    @property
+    def seconds(self) -> int:
+        """The window's length in seconds (real elapsed time, DST included)."""
+        return self.end_unix - self.start_unix
+
+
+def zone(name: str | None) -> dt.tzinfo:
+    """The IANA zone called ``name`` (UTC when ``None``)."""
+    if name is None or name.upper() in ("UTC", "Z"):
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise PeriodError(f"unknown time zone {name!r} (use an IANA name such as Europe/Berlin)") \
+            from None
+
+
+def _midnight(day: dt.date, tz: dt.tzinfo) -> dt.datetime:
+    return dt.datetime(day.year, day.month, day.day, tzinfo=tz)
+
+
+def _month_start(year: int, month: int, tz: dt.tzinfo) -> dt.datetime:
+    while month > 12:
+        year, month = year + 1, month - 12
+    while month < 1:
+        year, month = year - 1, month + 12
+    return dt.datetime(year, month, 1, tzinfo=tz)
+
+
+def _normalize(start: dt.datetime, end: dt.datetime, tz: dt.tzinfo) -> Window:
+    # Round-trip through UTC so that the offsets are right across DST changes.
+    return Window(start.astimezone(UTC).astimezone(tz), end.astimezone(UTC).astimezone(tz))
+
+
+def parse_period(text: str, tz: dt.tzinfo = UTC, now: dt.datetime | None = None) -> Window:
+    """The window a ``--period`` value names, in ``tz``; ``today`` ends at the current minute."""
+    now = (now or dt.datetime.now(UTC)).astimezone(tz)
+    key = text.strip().lower()
+    if key in ("yesterday", "today"):
+        today = now.date()
+        if key == "today":
+            end = now.replace(second=0, microsecond=0)
+            return _normalize(_midnight(today, tz), end, tz)
+        day = today - dt.timedelta(days=1)
+        return _normalize(_midnight(day, tz), _midnight(today, tz), tz)
+    if key in ("last-month", "this-month"):
+        shift = -1 if key == "last-month" else 0
+        start = _month_start(now.year, now.month + shift, tz)
+        end = _month_start(now.year, now.month + shift + 1, tz)
+        if key == "this-month":
+            end = now.replace(second=0, microsecond=0)
+        return _normalize(start, end, tz)
+    match = re.fullmatch(r"(\d{4})-(\d{2})", key)
+    if match:
+        year, month = int(match.group(1)), int(match.group(2))
+        if not 1 <= month <= 12:
+            raise PeriodError(f"invalid month in period {text!r}")
+        return _normalize(_month_start(year, month, tz), _month_start(year, month + 1, tz), tz)
+    match = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", key)
+    if match:
+        try:
+            day = dt.date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+        except ValueError as exc:
+            raise PeriodError(f"invalid date in period {text!r}: {exc}") from None
+        return _normalize(_midnight(day, tz), _midnight(day + dt.timedelta(days=1), tz), tz)
+    raise PeriodError(f"unknown period {text!r} (expected {PERIODS_HELP})")
+
+
+def parse_time(text: str, tz: dt.tzinfo = UTC) -> dt.datetime:
+    """An ISO 8601 date or date-time; without an offset it is taken in ``tz``."""
+    raw = text.strip()
+    if raw.endswith(("Z", "z")):
+        raw = raw[:-1] + "+00:00"
+    try:
+        value = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        raise PeriodError(f"invalid time {text!r} (expected ISO 8601, e.g. 2026-03-01 or "
+                          "2026-03-01T12:00:00Z)") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=tz)
+    return value.astimezone(tz)
+
+
+def window_from(period: str | None, since: str | None, until: str | None,
+                tz: dt.tzinfo = UTC, now: dt.datetime | None = None) -> Window:
+    """The window the export options describe: a period, or since/until (until defaults to now)."""
+    if period and (since or until):
+        raise PeriodError("give either --period or --since/--until, not both")
+    if period:
+        return parse_period(period, tz, now)
+    if not since:
+        raise PeriodError(f"give --period ({PERIODS_HELP}) or --since")
+    start = parse_time(since, tz)
+    end = parse_time(until, tz) if until else \
+        (now or dt.datetime.now(UTC)).astimezone(tz).replace(second=0, microsecond=0)
+    if end <= start:
+        raise PeriodError(f"the window is empty: --until ({end.isoformat()}) is not after "
+                          f"--since ({start.isoformat()})")
+    return _normalize(start, end, tz)
+
+
+def iso(value: dt.datetime) -> str:
+    """RFC 3339 with seconds: ``Z`` for UTC, else the numeric offset."""
+    text = value.replace(microsecond=0).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text

@@ -1,0 +1,239 @@
+"""``allsmi serve``: the Prometheus endpoint, wired to the shared collector.
+
+Settings come from flags, then ``ALLSMI_SERVE_*`` environment variables,
+then the ``[serve]`` table of the config file, then defaults. See
+``docs/exporter.md``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import click
+
+from allsmi.cli.common import build_collector, common_options, fail, settings
+from allsmi.config import Config, ConfigError
+
+DEFAULT_PORT = 9477
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+#: The energy gap limit is at least this, and at least 3 collection intervals.
+MIN_DEFAULT_GAP_SECONDS = 30.0
+SERVE_KEYS = ("listen", "interval_seconds", "processes", "web_config", "energy_max_gap_seconds",
+              "ledger")
+ENV = {"listen": "ALLSMI_SERVE_LISTEN", "interval_seconds": "ALLSMI_SERVE_INTERVAL",
+       "processes": "ALLSMI_SERVE_PROCESSES", "web_config": "ALLSMI_SERVE_WEB_CONFIG",
+       "energy_max_gap_seconds": "ALLSMI_SERVE_ENERGY_MAX_GAP", "ledger": "ALLSMI_SERVE_LEDGER"}
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What ``allsmi serve`` resolved from flags, environment, file and defaults."""
+
+    host: str
+    port: int
+    interval: float
+    processes: bool
+    web_config: Path | None
+    energy_max_gap: float
+    ledger: Path | None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces) as (host, port)."""
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_LISTEN}, [::1]:{DEFAULT_PORT} or "
+                         f":{DEFAULT_PORT} for all interfaces), got {value!r}")
+    return (host or "0.0.0.0"), int(port)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _positive(value: Any, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number, got {value!r}")
+    number = float(value)
+    if not number > minimum or number != number or number == float("inf"):
+        raise ValueError(f"expected a number > {minimum:g}, got {value!r}")
+    return number
+
+
+def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[str, str],
+                    common_interval: float | None) -> ServeOptions:
+    """Merge flag > environment > ``[serve]`` > default; raise ConfigError or ValueError."""
+    section = config.section("serve")
+    for key in section:
+        if key not in SERVE_KEYS:
+            raise config.error(f"unknown key (allowed: {', '.join(SERVE_KEYS)})", "serve", key)
+    base = config.path.parent if config.path else Path(".")
+
+    def pick(key: str, convert: Any) -> Any:
+        if flags.get(key) is not None:
+            return flags[key]
+        env = environ.get(ENV[key])
+        if env:
+            try:
+                return convert(env)
+            except ValueError as exc:
+                raise ValueError(f"${ENV[key]}: {exc}") from None
+        if key in section:
+            try:
+                value = convert(section[key])
+            except (ValueError, TypeError) as exc:
+                raise config.error(str(exc), "serve", key) from None
+            if key in ("web_config", "ledger"):
+                value = str(base / Path(value).expanduser())  # file paths: relative to the config file
+            return value
+        return None
+
+    def text(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"expected a non-empty string, got {value!r}")
+        return value.strip()
+
+    def flag(value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return _bool(value)
+        raise ValueError(f"expected true or false, got {value!r}")
+
+    listen = pick("listen", text) or DEFAULT_LISTEN
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        if flags.get("listen") is None and not environ.get(ENV["listen"]) and "listen" in section:
+            raise config.error(str(exc), "serve", "listen") from None
+        raise
+    interval = common_interval or pick("interval_seconds", lambda v: _positive(v, 0.0499)) \
+        or config.interval_seconds
+    gap = pick("energy_max_gap_seconds", _positive)
+    web = pick("web_config", text)
+    ledger = pick("ledger", text)
+    return ServeOptions(host=host, port=port, interval=interval,
+                        processes=bool(pick("processes", flag)),
+                        web_config=Path(web) if web else None,
+                        energy_max_gap=gap or max(MIN_DEFAULT_GAP_SECONDS, 3.0 * interval),
+                        ledger=Path(ledger) if ledger else None)
+
+
+def _open_recorder(path: Path, config: Config) -> Any:
+    try:
+        from allsmi.accounting.recorder import LedgerRecorder
+    except ImportError as exc:
+        raise fail(f"--ledger needs the accounting recorder (allsmi.accounting.recorder), which "
+                   f"this installation lacks: {exc}") from None
+    try:
+        return LedgerRecorder(path, config)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise fail(f"cannot open the ledger {path}: {exc}") from None
+
+
+@click.command()
+@click.option("--listen", metavar="HOST:PORT", default=None,
+              help=f"Address to serve on (default {DEFAULT_LISTEN}: loopback only; "
+                   f"use :{DEFAULT_PORT} for all interfaces). Config: serve.listen.")
+@click.option("--processes/--no-processes", default=None,
+              help="Export per-process device memory (allsmi_process_memory_bytes). "
+                   "Config: serve.processes.")
+@click.option("--web-config", type=click.Path(dir_okay=False), default=None,
+              help="Exporter-toolkit web configuration (TLS, basic auth). Config: serve.web_config.")
+@click.option("--energy-max-gap", "energy_max_gap", type=click.FloatRange(min=0, min_open=True),
+              default=None, metavar="SECONDS",
+              help="Longest gap between two samples that energy and time counters bridge "
+                   "(default: the larger of 30 s and 3 intervals). "
+                   "Config: serve.energy_max_gap_seconds.")
+@click.option("--ledger", type=click.Path(dir_okay=False), default=None,
+              help="Also record usage into this accounting ledger. Config: serve.ledger.")
+@common_options
+def serve(listen: str | None, processes: bool | None, web_config: str | None,
+          energy_max_gap: float | None, ledger: str | None, **opts: Any) -> None:
+    """Serve Prometheus metrics of every device.
+
+    A scrape only reads the exposition rendered after the latest collection
+    cycle: it never waits for hardware.
+
+    \b
+    Endpoints: /metrics, /healthz, /ready, /api/v1/snapshot
+    Examples:
+      allsmi serve                                 http://127.0.0.1:9477/metrics
+      allsmi serve --listen :9477 --web-config web.yml
+      allsmi serve --simulate mixed --interval 1 --processes
+    """
+    root = click.get_current_context().find_root().params
+    common_interval = opts.get("interval") or root.get("interval")
+    s = settings(**opts)
+    try:
+        o = resolve_options({"listen": listen, "processes": processes, "web_config": web_config,
+                             "energy_max_gap_seconds": energy_max_gap, "ledger": ledger},
+                            s.config, os.environ, common_interval)
+    except (ConfigError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    s.interval = o.interval
+
+    from allsmi.exporter.exposition import Exposition
+    from allsmi.exporter.http import MetricsServer
+    from allsmi.exporter.webconfig import WebConfigError, load_web_config
+
+    web = None
+    if o.web_config is not None:
+        try:
+            web = load_web_config(o.web_config)
+        except WebConfigError as exc:
+            raise fail(str(exc)) from None
+    exposition = Exposition(processes=o.processes, max_gap_seconds=o.energy_max_gap,
+                            declared_groups={n: g.labels for n, g in s.config.groups.items()})
+    try:
+        server = MetricsServer(o.host, o.port, exposition, web=web)
+    except OSError as exc:
+        reason = "address already in use (another exporter on this port? choose one with --listen)" \
+            if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        raise fail(f"cannot listen on {o.host}:{o.port}: {reason}", 1) from None
+
+    recorder = collector = thread = None
+    stop = threading.Event()
+    try:
+        if o.ledger is not None:
+            recorder = _open_recorder(o.ledger, s.config)
+        collector = build_collector(s)
+        collector.subscribe(exposition.on_snapshot)
+        if recorder is not None:
+            collector.subscribe(recorder.on_snapshot)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
+                                  name="allsmi-http", daemon=True)
+        thread.start()
+        collector.start()
+        click.echo(f"allsmi: serving metrics on {server.url}metrics (interval {o.interval:g} s)",
+                   err=True)
+        while not stop.wait(1.0):
+            pass
+        click.echo("allsmi: shutting down", err=True)
+    finally:
+        if thread is not None:
+            server.shutdown()  # returns once serve_forever has stopped
+        server.server_close()
+        if collector is not None:
+            collector.close()
+        if recorder is not None:
+            recorder.close()

@@ -1,0 +1,134 @@
+"""Decoding tt-smi snapshots per board generation (pure functions, no subprocess)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from allsmi.backends import _tenstorrent_decode as decode
+from allsmi.backends._tenstorrent_snapshot import extract_snapshot
+from tests.contract.scenarios_tenstorrent import TENSTORRENT
+
+
+def _load(name: str) -> dict:
+    return json.loads((TENSTORRENT / name).read_text())
+
+
+@pytest.mark.parametrize(("raw", "generation", "celsius"), [
+    (0x22D522, decode.BLACKHOLE, 34.832),  # signed 16.16: the p300c capture tt-smi shows as 34.8
+    (0xFFFB0000, decode.BLACKHOLE, -5.0),  # negative in 16.16
+    (0x2E902E9, decode.WORMHOLE, 46.5625),  # (raw & 0xFFFF) / 16: the high half is ignored
+    (0x2BA02B9, decode.GRAYSKULL, 43.5625),
+    (0x2E9, None, None),  # unknown generation: the encoding is ambiguous, so no value
+])
+def test_temperature_register_per_generation(raw: int, generation: str | None, celsius: float | None) -> None:
+    value = decode.decode_temperature(raw, generation)
+    assert value == (pytest.approx(celsius, abs=1e-3) if celsius is not None else None)
+
+
+def test_registers_fill_na_cells_with_the_right_encoding() -> None:
+    chips, warnings, _ = decode.decode_snapshot(_load("snapshot-5.3-na-cells.json"))
+    n150 = chips[0]
+    assert n150.generation == decode.WORMHOLE
+    assert n150.asic_power_watts == 26.0  # TDP 0x64001a: low 16 bits; limit 100 in the high bits
+    assert n150.tdp_limit_watts == 100.0
+    assert n150.current_amps == 30.0  # TDC 0xa0001e
+    assert n150.aiclk_mhz == 1000.0  # AICLK 0x3e803e8
+    assert n150.voltage_volts == pytest.approx(0.793)  # VCORE 0x319 mV
+    assert n150.temperature_celsius == pytest.approx(46.5625)
+    assert warnings == []
+
+
+def test_fabricated_zeros_for_missing_registers_are_dropped() -> None:
+    chips, warnings, _ = decode.decode_snapshot(_load("snapshot-5.3-na-cells.json"))
+    p150 = chips[1]
+    # tt-smi printed power "0.0", temperature "0.0" and voltage "10000.00" for null registers.
+    assert p150.asic_power_watts is None and p150.temperature_celsius is None
+    assert p150.voltage_volts is None and p150.current_amps is None
+    assert p150.aiclk_mhz == 1350.0  # AICLK is present: the decoded value stands
+    assert p150.tdp_limit_watts is None  # limits "0": not a limit
+    assert p150.dram_trained is False
+    assert not any("voltage" in w for w in warnings)  # the 10000 V filler is not garbage to report
+
+
+def test_smbus_tx_prefix_of_tt_smi_2_is_normalised() -> None:
+    chips, _, host = decode.decode_snapshot(_load("snapshot-2.2-file-smbus-tx-wormhole-n150.json"))
+    (chip,) = chips
+    assert chip.heartbeat == 0x21C4  # from SMBUS_TX_ARC3_HEALTH: telemetry had no heartbeat then
+    assert chip.board_id == "0100018311542017"  # "100018311542017" without its leading zero
+    assert chip.firmwares["arc_fw"] == "2.21.0.0" and "tt_flash_version" not in chip.firmwares
+    assert host["driver"] == "TT-KMD 1.27.1" and host.get("tt_smi_version") is None
+
+
+@pytest.mark.parametrize(("text", "smbus", "expected"), [
+    ("0100014211703001", {}, "0100014211703001"),
+    ("100014211703001", {}, "0100014211703001"),
+    ("N/A", {"BOARD_ID_HIGH": "0x1000142", "BOARD_ID_LOW": "0x11703001"}, "0100014211703001"),
+    (None, {"BOARD_ID": "0x100014211703001"}, "0100014211703001"),
+    ("N/A", {"BOARD_ID_HIGH": None, "BOARD_ID_LOW": "0x1"}, None),
+    ("zz", {}, None),
+])
+def test_board_id_has_one_spelling(text: str | None, smbus: dict, expected: str | None) -> None:
+    assert decode.canonical_board_id(text, smbus) == expected
+
+
+@pytest.mark.parametrize(("board_type", "smbus", "generation"), [
+    ("e150", {}, decode.GRAYSKULL), ("e75", {}, decode.GRAYSKULL),
+    ("n150", {}, decode.WORMHOLE), ("n300", {}, decode.WORMHOLE), ("wh_4u", {}, decode.WORMHOLE),
+    ("tt-galaxy-wh", {}, decode.WORMHOLE),
+    ("p100a", {}, decode.BLACKHOLE), ("p150b", {}, decode.BLACKHOLE), ("p300c", {}, decode.BLACKHOLE),
+    ("tt-galaxy-bh", {}, decode.BLACKHOLE),
+    (None, {"TIMER_HEARTBEAT": "0x1"}, decode.BLACKHOLE),
+    (None, {"ARC3_HEALTH": "0x1", "M3_APP_FW_VERSION": "0x1"}, decode.WORMHOLE),
+    (None, {}, None),
+])
+def test_generation(board_type: str | None, smbus: dict, generation: str | None) -> None:
+    assert decode.generation_of(board_type, smbus) == generation
+
+
+def test_board_type_from_board_id_upi() -> None:
+    assert decode.board_type_from_id("0100003111522019") == "e150"
+    assert decode.board_type_from_id("0100014211703001") == "n300"
+    assert decode.board_type_from_id("0000040031914035") == "p150a"
+    assert decode.board_type_from_id("0000046131924062") is None  # a code tt-smi does not map: no guess
+
+
+def test_board_side_suffix_is_split_off() -> None:
+    chips, _, _ = decode.decode_snapshot(_load("snapshot-3.0-grayskull-e150-wormhole-n300.json"))
+    assert [(c.board_type, c.side) for c in chips] == [("e150", None), ("n300", "L"), ("n300", "R")]
+    assert chips[2].bus_id is None and chips[2].pcie_gen is None  # remote chip: "N/A"
+
+
+def test_string_and_number_cells_across_versions() -> None:
+    chips, _, _ = decode.decode_snapshot(_load("snapshot-5.3-blackhole-p150a-wormhole-n150.json"))
+    p150 = chips[0]
+    assert p150.pcie_gen == 5 and p150.pcie_width == 16  # a number and a string in 5.3
+    assert p150.tdp_limit_watts == 300.0 and p150.thermal_limit_celsius == 110.0  # quoted strings
+    assert p150.fan_rpm == 0x75A and p150.fan_percent is None
+
+
+def test_garbage_numbers_are_dropped_with_warnings() -> None:
+    chips, warnings, _ = decode.decode_snapshot(_load("snapshot-bad-rows.json"))
+    assert [c.position for c in chips] == [1, 3]
+    assert chips[1].asic_power_watts is None and chips[1].temperature_celsius is None
+    assert any("device_info[0] is not an object" in w for w in warnings)
+    assert any("implausible asic_power_watts 9999" in w for w in warnings)
+
+
+def test_snapshot_without_device_info_is_rejected() -> None:
+    with pytest.raises(ValueError, match="device_info"):
+        decode.decode_snapshot({"time": "x", "host_info": {}})
+
+
+def test_extract_snapshot_skips_progress_and_ansi() -> None:
+    text = (TENSTORRENT / "stdout-3.0.5-progress-and-ansi.txt").read_text()
+    assert text.startswith("\x1b[")
+    assert len(extract_snapshot(text)["device_info"]) == 2
+
+
+@pytest.mark.parametrize(("name", "message"), [("snapshot-truncated.json", "truncated"),
+                                               ("garbage.txt", "JSON")])
+def test_extract_snapshot_rejects_broken_output(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        extract_snapshot((TENSTORRENT / name).read_text())
