@@ -48,6 +48,14 @@ class BackendUnavailable(BackendError):
     """The vendor is absent (no library, driver, tool or device)."""
 
 
+class BackendTimeout(BackendError):
+    """A vendor call or tool did not answer in time (reported as status ``timeout``).
+
+    A :class:`BackendError` raised *from* a :class:`TimeoutError` (such as the
+    subprocess runner's ``ToolTimeout``) is reported the same way.
+    """
+
+
 class Backend(abc.ABC):
     """Base class of every backend.
 

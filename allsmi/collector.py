@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from allsmi.backend_api import Backend, BackendError, BackendUnavailable
+from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable
 from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
@@ -128,7 +128,8 @@ class BackendRunner:
             self._unavailable_until = started + self.reprobe_seconds
             return done("unavailable", str(exc) or "not available")
         except BackendError as exc:
-            return done("error", str(exc) or type(exc).__name__)
+            timed_out = isinstance(exc, BackendTimeout) or isinstance(exc.__cause__, TimeoutError)
+            return done("timeout" if timed_out else "error", str(exc) or type(exc).__name__)
         except Exception as exc:  # a bug in a backend must not take the others down
             log.exception("backend %s failed", self.name)
             return done("error", f"internal error: {type(exc).__name__}: {exc}")

@@ -259,13 +259,6 @@ class _Validator:
                 enabled = tuple(value)
             else:
                 options[key] = self.table(value, "backends", key)
-        if enabled is not None:
-            from allsmi import registry  # late: only validation needs the entry points
-            known = set(registry.names())
-            for name in enabled:
-                if name not in known:
-                    raise self.fail(f"unknown backend {name!r} (installed: {', '.join(sorted(known))})",
-                                    "backends", "enabled")
 
         groups: dict[str, ResourceGroup] = {}
         for name, raw in self.table(self.data.get("groups", {}), "groups").items():

@@ -18,14 +18,23 @@ def assign_groups(devices: Iterable[DeviceSample], hostname: str,
                   config: Config) -> tuple[DeviceSample, ...]:
     """Set ``resource_group`` and the group's ``labels`` on each device.
 
-    Rules are tried in order and the first match wins. A partition that no
-    rule matches stays in its parent's group; anything else falls to the
+    Rules are tried in order and the first match wins. A partition matches
+    ``index`` and ``bus_id`` against its parent's (its own index counts within
+    the parent, so "GPU 0-3" must not catch instance 0 of GPU 5); one that no
+    rule matches stays in its parent's group. Anything else falls to the
     node's default group.
     """
     out: list[DeviceSample] = []
     by_id: dict[str, str] = {}
+    physical: dict[str, DeviceSample] = {}
     for dev in devices:
         facts = _facts(dev, hostname)
+        parent = physical.get(dev.parent or "")
+        if parent is not None:
+            facts["index"] = None if parent.index is None else str(parent.index)
+            facts["bus_id"] = parent.bus_id
+        else:
+            physical[dev.id] = dev
         group = next((r.resource_group for r in config.rules if r.matches(facts)), None)
         if group is None:
             group = by_id.get(dev.parent or "", config.default_group)

@@ -48,11 +48,17 @@ def to_int(value: object) -> int | None:
 
 _NUM_UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-zµ°%/]*)\s*$")
 
-_POWER_SCALE = {"w": 1.0, "mw": 1e-3, "uw": 1e-6, "µw": 1e-6, "kw": 1e3, "": 1.0}
-_ENERGY_SCALE = {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "kj": 1e3, "kwh": 3.6e6,
+# Sub-units are divisors (41200000 / 1e6 is exactly 41.2; 41200000 * 1e-6 is not).
+_POWER_SCALE = {"w": 1.0, "mw": -1e3, "uw": -1e6, "µw": -1e6, "kw": 1e3, "": 1.0}
+_ENERGY_SCALE = {"j": 1.0, "mj": -1e3, "uj": -1e6, "µj": -1e6, "kj": 1e3, "kwh": 3.6e6,
                  "wh": 3600.0, "": 1.0}
+_FREQ_SCALE = {"mhz": 1.0, "ghz": 1e3, "khz": -1e3, "hz": -1e6, "": 1.0}
+
+
+def _scaled(number: float, scale: float) -> float:
+    """Multiply by a positive scale, divide by a negative one (an exact divisor)."""
+    return number / -scale if scale < 0 else number * scale
 _TEMP_UNITS = {"c", "°c", "", "degc", "celsius"}
-_FREQ_SCALE = {"mhz": 1.0, "ghz": 1e3, "khz": 1e-3, "hz": 1e-6, "": 1.0}
 _SIZE_SCALE = {
     "b": 1, "": 1,
     "k": KIB, "kb": KIB, "kib": KIB,
@@ -82,7 +88,7 @@ def parse_power_watts(value: object, default_unit: str = "w") -> float | None:
         return None
     number, unit = parts
     scale = _POWER_SCALE.get(unit or default_unit.lower())
-    return None if scale is None else number * scale
+    return None if scale is None else _scaled(number, scale)
 
 
 def parse_energy_joules(value: object, default_unit: str = "j") -> float | None:
@@ -92,7 +98,7 @@ def parse_energy_joules(value: object, default_unit: str = "j") -> float | None:
         return None
     number, unit = parts
     scale = _ENERGY_SCALE.get(unit or default_unit.lower())
-    return None if scale is None else number * scale
+    return None if scale is None else _scaled(number, scale)
 
 
 def parse_temperature_celsius(value: object) -> float | None:
@@ -111,7 +117,7 @@ def parse_clock_mhz(value: object, default_unit: str = "mhz") -> float | None:
         return None
     number, unit = parts
     scale = _FREQ_SCALE.get(unit or default_unit.lower())
-    return None if scale is None else number * scale
+    return None if scale is None else _scaled(number, scale)
 
 
 def parse_size_bytes(value: object, default_unit: str = "b") -> int | None:

@@ -25,7 +25,7 @@ class ToolError(Exception):
     """The tool could not be run or failed; the message says why."""
 
 
-class ToolTimeout(ToolError):
+class ToolTimeout(ToolError, TimeoutError):
     """The tool did not finish in time and was killed."""
 
 

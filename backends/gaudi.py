@@ -131,6 +131,7 @@ class GaudiBackend(Backend):
 
     def open(self) -> None:
         """Find hl-smi, negotiate the field set, read firmware, start loop mode."""
+        self.close()  # a second open() must not leave the first loop child running
         self._read_options()
         self._tool = self._find()
         if self._tool is None:
@@ -249,6 +250,8 @@ class GaudiBackend(Backend):
     # -- loop mode -----------------------------------------------------------
 
     def _start_loop(self, expected: frozenset[str]) -> None:
+        self._first_frame = threading.Event()
+        self._loop_unusable = None
         self._assembler = FrameAssembler(idle_close=self.interval / 2, clock=self._clock,
                                          expected=expected)
         argv = self._query_argv(self._fields) + ["-l", f"{self.interval:g}"]

@@ -23,7 +23,7 @@ DEFAULT_RETENTION_DAYS = 3.0
 DEFAULT_COVERAGE_THRESHOLD = 0.95
 LEDGER_KEYS = ("path", "retention_days", "rollup_retention_days", "interval_seconds",
                "max_gap_seconds")
-EXPORT_KEYS = ("ledger", "prometheus", "format", "group_by", "coverage_threshold", "tz",
+EXPORT_KEYS = ("prometheus", "format", "group_by", "coverage_threshold", "tz",
                "timeout_seconds", "textfile")
 FORMATS = ("csv", "json", "focus")
 GROUP_BY_KEYS = ("resource_group", "vendor", "model", "host", "user")
@@ -111,7 +111,6 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
 class ExportDefaults:
     """``[export]``: defaults for ``allsmi export`` options (flags override them)."""
 
-    ledger: str | None = None
     prometheus: str | None = None
     format: str = "csv"
     group_by: tuple[str, ...] = DEFAULT_GROUP_BY
@@ -145,7 +144,7 @@ def export_defaults(config: Config) -> ExportDefaults:
     table = config.section("export")
     _unknown(config, table, "export", EXPORT_KEYS)
     values: dict[str, Any] = {}
-    for key in ("ledger", "prometheus", "tz", "textfile"):
+    for key in ("prometheus", "tz", "textfile"):
         if key in table:
             value = table[key]
             if not isinstance(value, str) or not value.strip():

@@ -69,6 +69,14 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
     backend_timeout = backend_timeout or parent.get("backend_timeout")
     try:
         config = load_config(config_path)
+        if config.backends_enabled is not None:
+            # Checked here rather than in allsmi.config, which must not reach the backends.
+            from allsmi import registry
+            known = registry.names()
+            for name in config.backends_enabled:
+                if name not in known:
+                    raise config.error(f"unknown backend {name!r} (installed: {', '.join(known)})",
+                                       "backends", "enabled")
     except ConfigError as exc:
         raise fail(str(exc)) from None
     if simulate is not None:
