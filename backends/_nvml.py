@@ -269,7 +269,7 @@ def _raw_process(entry: ctypes.Structure) -> RawProcess:
     )
 
 
-def field_value(pynvml: ModuleType, entry: Any) -> int | float | None:
+def field_value(entry: Any) -> int | float | None:
     """The number in one ``c_nvmlFieldValue_t``, chosen by its ``valueType``.
 
     ``None`` for an unknown value type. The caller checks ``entry.nvmlReturn``.

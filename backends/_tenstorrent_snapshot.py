@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from ._subprocess import DEFAULT_MAX_OUTPUT, ToolError, ToolTimeout, run_tool
+from ._subprocess import DEFAULT_MAX_OUTPUT, ToolError, run_tool
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SAVED = re.compile(r"Saved tt-smi log to:\s*(?P<path>\S+)")
@@ -112,11 +112,12 @@ class SnapshotReader:
         said = _ANSI.sub("", stderr + "\n" + stdout)
         if truncated:
             raise ToolError(f"tt-smi printed more than {DEFAULT_MAX_OUTPUT} bytes; output cut off")
+        snapshot: dict[str, Any] | None = None
+        problem: ValueError | None = None
         try:
             snapshot = extract_snapshot(stdout)
-        except ValueError as stdout_problem:
-            snapshot = None
-            problem: Exception = stdout_problem
+        except ValueError as exc:
+            problem = exc
         if snapshot is None:
             saved = _SAVED.search(said)
             candidates = [p for p in (our_file, saved.group("path") if saved else None) if p]
@@ -133,7 +134,7 @@ class SnapshotReader:
             if returncode != 0:
                 tail = said.strip()[-300:] or "no output"
                 raise ToolError(f"tt-smi exited with status {returncode}: {tail}")
-            raise problem
+            raise problem or ValueError("tt-smi printed no snapshot")
         if returncode != 0:
             warnings.append(f"tt-smi exited with status {returncode} but printed a snapshot; used it")
         return snapshot
@@ -145,7 +146,3 @@ class SnapshotReader:
         if len(data) > DEFAULT_MAX_OUTPUT:
             raise ToolError(f"tt-smi snapshot file {path} is larger than {DEFAULT_MAX_OUTPUT} bytes")
         return extract_snapshot(data.decode("utf-8", "replace"))
-
-
-__all__ = ["SnapshotReader", "extract_snapshot", "ToolError", "ToolTimeout", "NO_HARDWARE",
-           "STDOUT_MODE", "FILE_MODE"]

@@ -238,7 +238,10 @@ class AmdBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - classified by init_failure
             raise init_failure(exc) from exc
         try:
-            count = len(module.amdsmi_get_processor_handles())
+            try:
+                count = len(module.amdsmi_get_processor_handles())
+            except Exception as exc:  # noqa: BLE001
+                raise BackendError(f"amdsmi could not list the GPUs: {describe(exc)}") from exc
             try:
                 v = module.amdsmi_get_lib_version()
                 library = f"{v['major']}.{v['minor']}.{v['release']}"

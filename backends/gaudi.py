@@ -16,6 +16,7 @@ the table view (each sample, only with ``options={"processes": True}``), since
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -116,7 +117,8 @@ class GaudiBackend(Backend):
 
     def _find(self) -> str | None:
         if self._tool_path_override:
-            return self._tool_path_override
+            path = self._tool_path_override
+            return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
         return find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
 
     def probe(self) -> ProbeResult:

@@ -90,6 +90,7 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
 DEFAULT_WORKERS = 8
 _PROCESS_CAPACITY = 16
 
+#: ``pid -> (user, command)``; either is ``None`` where it cannot be read.
 ProcessOwner = Callable[[int], "tuple[str | None, str | None]"]
 
 
@@ -265,6 +266,8 @@ class NvidiaBackend(Backend):
             pynvml = _nvml.ensure_init()
         except (NvmlAbsent, NvmlBroken) as exc:
             return ProbeResult(False, str(exc), details)
+        except Exception as exc:  # probe never raises, whatever the bindings do
+            return ProbeResult(False, f"NVML probe failed: {exc!r}", details)
         try:
             count = pynvml.nvmlDeviceGetCount()
             for key, fn in (("driver_version", pynvml.nvmlSystemGetDriverVersion),
@@ -293,6 +296,8 @@ class NvidiaBackend(Backend):
             raise BackendUnavailable(str(exc)) from exc
         except NvmlBroken as exc:
             raise BackendError(str(exc)) from exc
+        except Exception as exc:
+            raise BackendError(f"initialising NVML failed: {exc!r}") from exc
         self._pynvml = pynvml
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
         self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
@@ -638,7 +643,7 @@ class NvidiaBackend(Backend):
             entry = entries[position]
             ret = int(entry.nvmlReturn)
             if ret == _nvml.SUCCESS:
-                value = _nvml.field_value(pynvml, entry)
+                value = _nvml.field_value(entry)
                 if value is not None:
                     values[fid] = value
             elif ret in (_nvml.ERROR_NOT_SUPPORTED, _nvml.ERROR_INVALID_ARGUMENT,

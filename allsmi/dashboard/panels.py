@@ -209,29 +209,32 @@ class ProcessTable(DiffTable):
                 Text(human_bytes(proc.memory_bytes), justify="right"), proc.command or NA)
 
 
-TOTALS_COLUMNS = (("name", "", 18), ("labels", "labels", 24), ("hosts", "hosts", 5),
-                  ("devices", "devices", 7), ("util", "avg util", 8), ("memory", "memory", 22),
-                  ("power", "power", 16), ("energy", "energy since start", 18), ("procs", "procs", 5))
+TOTALS_COLUMNS = (("name", "name", 14), ("devices", "devices", 9), ("util", "util", 5),
+                  ("memory", "memory", 17), ("power", "power / limit", 15),
+                  ("energy", "energy", 10), ("procs", "procs", 5), ("hosts", "hosts", 5),
+                  ("labels", "labels", None))
+"""Columns of the group and vendor totals (vendors leave out ``labels``)."""
 
 
 def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True) -> tuple[Any, ...]:
-    """One totals row (group, vendor or host)."""
+    """One totals row (group or vendor), in :data:`TOTALS_COLUMNS` order."""
     util = totals.utilization_percent
     devices = str(totals.devices)
     if totals.partitions:
-        devices += f" +{totals.partitions}p"
+        devices += f"+{totals.partitions}p"
     if totals.lost:
-        devices += f" ({totals.lost} lost)"
+        devices += f" {totals.lost}!"
     memory = f"{human_bytes(totals.memory_used_bytes)}/{human_bytes(totals.memory_total_bytes)}"
     power = f"{_kw(totals.power_watts)}/{_kw(totals.power_limit_watts)}"
-    return (Text(totals.name, style="bold"),
-            labels_text(totals.labels) if with_labels else "",
-            Text(str(len(totals.hosts)), justify="right"),
-            Text(devices, justify="right", style=palette.hot if totals.lost else ""),
-            Text(percent(util), justify="right", style=palette.load(util)),
-            Text(memory, style=palette.load(totals.memory_percent)),
-            power, energy_text(totals.energy_joules),
-            Text(str(totals.processes), justify="right"))
+    cells: tuple[Any, ...] = (
+        Text(totals.name, style="bold"),
+        Text(devices, justify="right", style=palette.hot if totals.lost else ""),
+        Text(percent(util), justify="right", style=palette.load(util)),
+        Text(memory, style=palette.load(totals.memory_percent)),
+        power, Text(energy_text(totals.energy_joules), justify="right"),
+        Text(str(totals.processes), justify="right"),
+        Text(str(len(totals.hosts)), justify="right"))
+    return cells + (labels_text(totals.labels),) if with_labels else cells
 
 
 def _kw(value: float | None) -> str:

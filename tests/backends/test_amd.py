@@ -320,10 +320,13 @@ def test_no_permission_at_init_is_an_error_not_absence() -> None:
 def test_listing_failure_raises_and_shuts_down() -> None:
     lib = FakeLibrary({"amdsmi_get_socket_handles": "AMDSMI_STATUS_DRM_ERROR", "devices": []})
     backend = fake_backend(lib)
+    probe = backend.probe()
+    assert not probe.available
+    assert probe.reason.startswith("amdsmi could not list the GPUs: AMDSMI_STATUS_DRM_ERROR")
     with pytest.raises(BackendError, match="could not list the GPUs: AMDSMI_STATUS_DRM_ERROR"):
         backend.open()
-    assert lib.calls.count("amdsmi_init") == 1
-    assert lib.calls.count("amdsmi_shut_down") == 1
+    assert lib.calls.count("amdsmi_init") == 2          # probe, then open
+    assert lib.calls.count("amdsmi_shut_down") == 2
 
 
 def test_no_devices_is_an_empty_sample() -> None:

@@ -39,8 +39,19 @@ def backends() -> Iterator[list[GaudiBackend]]:
         backend.close()
 
 
+#: Children that existed before the current test (another suite's), ignored by the checks.
+_FOREIGN: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _baseline_children() -> None:
+    _FOREIGN.clear()
+    _FOREIGN.update(p.pid for p in psutil.Process().children(recursive=True))
+
+
 def _children() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
+    """Our process's descendants, started by these tests."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in _FOREIGN]
 
 
 def _zombies() -> list[int]:
@@ -335,3 +346,14 @@ def test_no_zombies_after_many_cycles_and_close_leaves_nothing(standin, backends
     assert loop.stream is None
     assert _children() == []
     assert set(threading.enumerate()) <= threads_before
+
+
+def test_tool_path_argument_overrides_the_search(standin, backends, monkeypatch) -> None:
+    exe = standin()
+    monkeypatch.delenv(ENV_VAR)
+    backend = GaudiBackend(tool_path=str(exe), options={"mode": "oneshot"})
+    backends.append(backend)
+    assert backend.probe().details == {"tool": str(exe)}
+    backend.open()
+    assert len(backend.sample()) == 8
+    assert not GaudiBackend(tool_path=str(exe.parent / "missing")).probe().available

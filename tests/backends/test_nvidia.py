@@ -344,11 +344,10 @@ def test_process_info_struct_versions(monkeypatch, backends, driver, symbol, ins
     gpu = FakeGpu.from_profile("h100-sxm5-80gb", 0)
     gpu.compute = [FakeProcess(2100, 5 << 30, gpu_instance_id=1, compute_instance_id=0),
                    FakeProcess(2200, None)]
-    reader_pynvml = pynvml
     fake = FakeNvml([gpu], driver=driver).install(monkeypatch)
     _nvml.ensure_init()
-    handle = reader_pynvml.nvmlDeviceGetHandleByIndex(0)
-    listed = _nvml.ProcessListReader(reader_pynvml).read(handle, "Compute")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    listed = _nvml.ProcessListReader(pynvml).read(handle, "Compute")
     assert [(p.pid, p.memory_bytes) for p in listed] == [(2100, 5 << 30), (2200, None)]
     assert listed[0].gpu_instance_id == instance
     assert listed[1].gpu_instance_id is None

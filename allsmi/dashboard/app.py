@@ -1,0 +1,516 @@
+"""The dashboard application: node view, resource-group view, cluster view.
+
+The app is built from explicit inputs (a :class:`~allsmi.dashboard.sources.Source`,
+the configuration, options and a monotonic clock), so tests drive it with
+fixed snapshots and a frozen clock. It never calls hardware: the local
+collector samples in its own thread and the app reads its latest snapshot
+on a timer; network sources fetch in a thread worker, one round at a time,
+the next round armed only when the previous one finished.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from allsmi.config import Config
+from allsmi.formatting import NA, human_bytes, percent
+
+from .device_table import DeviceTable, RowContext, columns_for, parent_names
+from .help import HelpScreen
+from .model import (DESCENDING_BY_DEFAULT, SORT_KEYS, DeviceRef, EnergyMeter, Filter, History, Totals,
+                    apply_filter, order_devices, refs_of, totals_by)
+from .options import DEFAULT_THEME, LIGHT_THEME, DashboardOptions
+from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, ProcessTable, SummaryBar, age_text,
+                     totals_cells, _kw)
+from .render import Palette
+from .sources import HostState, Source
+
+VIEWS = ("devices", "groups", "cluster")
+HOST_COLUMNS = (("host", "host", 22), ("name", "hostname", 16), ("status", "status", 34),
+                ("age", "data age", 9), ("devices", "devices", 8), ("util", "avg util", 8),
+                ("memory", "memory", 22), ("power", "power", 16))
+VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
+
+
+class DashboardApp(App[None]):
+    """``allsmi``'s live terminal UI."""
+
+    CSS_PATH = "allsmi.tcss"
+    TITLE = "allsmi"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit", tooltip="Quit at once"),
+        Binding("question_mark,h,f1", "help", "Help", tooltip="Show this help"),
+        Binding("d", "view('devices')", "Devices", tooltip="Device view (one row per device)"),
+        Binding("g", "view('groups')", "Groups",
+                tooltip="Resource-group view: per-group and per-vendor totals, energy since start"),
+        Binding("c", "view('cluster')", "Cluster",
+                tooltip="Cluster overview: hosts, their status and data age (with --hosts/--prometheus)"),
+        Binding("s", "cycle_sort", "Sort", tooltip="Next sort order (index, util, memory, power, temp)"),
+        Binding("r", "reverse_sort", "Reverse", show=False, tooltip="Reverse the sort order"),
+        Binding("u", "sort('utilization')", "Util", show=False, tooltip="Sort by utilization"),
+        Binding("m", "sort('memory')", "Memory", show=False, tooltip="Sort by memory in use (share)"),
+        Binding("w", "sort('power')", "Power", show=False, tooltip="Sort by power draw"),
+        Binding("t", "sort('temperature')", "Temp", show=False, tooltip="Sort by temperature"),
+        Binding("i", "sort('index')", "Index", show=False, tooltip="Sort by host, vendor and index"),
+        Binding("slash", "filter_text", "Filter", tooltip="Filter by text (model, id, group, user, command)"),
+        Binding("v", "cycle_vendor", "Vendor", show=False, tooltip="Filter by vendor (cycles through them)"),
+        Binding("f", "cycle_group", "Group", show=False,
+                tooltip="Filter by resource group (cycles through them)"),
+        Binding("escape", "back", "Back", show=False, tooltip="Clear filters, or go back to the main view"),
+        Binding("p", "toggle_processes", "Procs",
+                tooltip="Processes panel: selected device or all devices shown"),
+        Binding("z", "toggle_panel", "Zoom", show=False,
+                tooltip="Hide or show the details and processes panel"),
+        Binding("space", "pause", "Pause", show=False, tooltip="Pause or resume live updates"),
+        Binding("L", "toggle_light", "Light", show=False, tooltip="Switch between dark and light theme"),
+    ]
+
+    def __init__(self, source: Source, *, config: Config | None = None,
+                 options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
+                 history_points: int | None = None, poll_seconds: float | None = None) -> None:
+        super().__init__()
+        self.source = source
+        """Where snapshots come from (the local collector, remote hosts, Prometheus, fixtures)."""
+        self.config = config or Config()
+        self.options = options or DashboardOptions()
+        self.clock = clock
+        """Monotonic clock for data ages (frozen in tests)."""
+        interval = max(0.05, float(source.interval))
+        self.poll_seconds = poll_seconds or min(0.5, max(0.1, interval / 4))
+        # About ten minutes of history per device, at least 60 points.
+        self.history = History(history_points or max(60, min(1200, int(600 / interval))))
+        self.energy = EnergyMeter()
+        self.view = "cluster" if source.cluster else "devices"
+        self.sort_key = self.options.sort
+        self.descending = self.sort_key in DESCENDING_BY_DEFAULT
+        self.filter = Filter()
+        self.process_scope = self.options.processes
+        self.paused = False
+        self.selected: str | None = None
+        """Row key of the highlighted device."""
+        self.hosts: list[HostState] = []
+        self.shown: list[DeviceRef] = []
+        self.refresh_error: str | None = None
+        self.renders = 0
+        """How many times the data views were redrawn (tests and the benchmark read it)."""
+        self._signature: tuple[Any, ...] | None = None
+        self._summary_text = ""
+        self._palette = Palette()
+        self._compact = True
+        self._spark_width = 0
+        self._refresh_started = 0.0
+
+    # -- layout ------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield SummaryBar(id="summary")
+        with ContentSwitcher(initial=self.view, id="views"):
+            with Vertical(id="devices"):
+                yield DeviceTable(id="device-table")
+                with Horizontal(id="bottom"):
+                    yield DetailPanel(id="details")
+                    yield ProcessTable(id="processes")
+            with Vertical(id="groups"):
+                yield Static("Resource groups", classes="section-title")
+                yield DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals")
+                yield Static("Vendors", classes="section-title")
+                yield DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals")
+            with Vertical(id="cluster"):
+                yield Static("Hosts", classes="section-title")
+                yield DiffTable(HOST_COLUMNS, id="host-table")
+                yield Static("Resource groups", classes="section-title")
+                yield DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals")
+                yield Static("Vendors", classes="section-title")
+                yield DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals")
+        yield Input(placeholder="filter: model, vendor, id, group, host, user, command "
+                                "(Enter keeps it, Esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.theme = self.options.theme
+        self._palette = Palette.from_theme(self.current_theme, self.no_color)
+        self.query_one("#filter", Input).cursor_blink = False
+        for host, snap in self.source.history():
+            self.history.add(host, snap)
+        self._configure_columns()
+        self.poll()
+        self.set_interval(self.poll_seconds, self.poll)
+        if getattr(self.source, "fetches", True):
+            self._start_refresh()
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.height >= 40, "-tall")
+        if self._configure_columns():
+            self.refresh_view()
+
+    def _configure_columns(self) -> bool:
+        columns, compact, spark = columns_for(self.size.width - 2, self.source.cluster)
+        self._compact, self._spark_width = compact, spark
+        return self.device_table.configure(columns)
+
+    # -- typed accessors -------------------------------------------------------------------
+    @property
+    def device_table(self) -> DeviceTable:
+        """The node view's table."""
+        return self.query_one("#device-table", DeviceTable)
+
+    @property
+    def process_table(self) -> ProcessTable:
+        """The processes panel."""
+        return self.query_one("#processes", ProcessTable)
+
+    # -- data in ---------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Read the source (cheap, non-blocking) and redraw what changed."""
+        hosts = list(self.source.hosts())
+        signature = tuple((h.key, id(h.snapshot), h.error, h.retry_at) for h in hosts)
+        if signature != self._signature and not self.paused:
+            self._signature = signature
+            self.hosts = hosts
+            for host in hosts:
+                if host.snapshot is not None:
+                    self.history.add(host.key, host.snapshot)
+                    self.energy.add(host.key, host.snapshot)
+            self.refresh_view()
+        self._update_summary()
+
+    def _start_refresh(self) -> None:
+        self._refresh_started = time.monotonic()
+        self._refresh()
+
+    @work(thread=True, exclusive=True, group="refresh", exit_on_error=False)
+    def _refresh(self) -> None:
+        worker = get_current_worker()
+        self.source.refresh(lambda: worker.is_cancelled)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "refresh" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+            return
+        self.refresh_error = None
+        if event.state == WorkerState.ERROR:
+            self.refresh_error = f"refresh failed: {event.worker.error}"
+        self.poll()
+        # Arm the next round only now, so rounds never overlap however slow one was.
+        elapsed = time.monotonic() - self._refresh_started
+        self.set_timer(max(0.05, self.source.interval - elapsed), self._start_refresh)
+
+    # -- drawing --------------------------------------------------------------------------
+    def _context(self, refs: Sequence[DeviceRef]) -> RowContext:
+        stale = frozenset(h.key for h in self.hosts if h.error is not None)
+        names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+        return RowContext(palette=self._palette, history=self.history, energy=self.energy,
+                          stale_hosts=stale, host_names=names, parent_names=parent_names(refs),
+                          compact=self._compact, gauge_width=4 if self._compact else 9,
+                          spark_width=self._spark_width)
+
+    def all_refs(self) -> list[DeviceRef]:
+        """Every device of every host, in host then snapshot order."""
+        return [ref for host in self.hosts for ref in refs_of(host.key, host.snapshot)]
+
+    def refresh_view(self) -> None:
+        """Redraw the current view from the data in hand."""
+        self.renders += 1
+        refs = self.all_refs()
+        self.shown = order_devices(apply_filter(refs, self.filter), self.sort_key, self.descending)
+        ctx = self._context(refs)
+        if self.view == "devices":
+            self.device_table.show(self.shown, ctx, self.selected)
+            if self.selected not in {r.key for r in self.shown}:
+                self.selected = self.shown[0].key if self.shown else None
+            self._show_selected(ctx)
+        elif self.view == "groups":
+            self._show_totals("#group-table", "#vendor-table", self.shown)
+        else:
+            self._show_hosts()
+            self._show_totals("#cluster-group-table", "#cluster-vendor-table", self.shown)
+        self._update_summary()
+
+    def _show_selected(self, ctx: RowContext | None = None) -> None:
+        ctx = ctx or self._context(self.all_refs())
+        by_key = {r.key: r for r in self.shown}
+        ref = by_key.get(self.selected or "")
+        self.query_one("#details", DetailPanel).show(ref, ctx, self.energy.joules(ref.key) if ref else None)
+        if self.process_scope == "all":
+            shown = self.shown
+        elif ref is None:
+            shown = []
+        else:
+            shown = [r for r in self.shown if r.key == ref.key
+                     or (r.host == ref.host and r.device.parent == ref.device.id)]
+        names = {h.key: h.name for h in self.hosts}
+        self.process_table.show(shown, self.source.cluster, names)
+        self.query_one("#processes").border_title = (
+            "processes: all shown devices" if self.process_scope == "all" else "processes: selected device")
+
+    def _group_labels(self, name: str) -> dict[str, str]:
+        return dict(self.config.group(name).labels)
+
+    def _show_totals(self, group_id: str, vendor_id: str, refs: Sequence[DeviceRef]) -> None:
+        groups = totals_by(refs, lambda r: r.device.resource_group or NA, self.energy, self._group_labels)
+        groups.sort(key=lambda t: t.name)
+        self.query_one(group_id, DiffTable).set_rows(
+            (f"group:{t.name}", totals_cells(t, self._palette)) for t in groups)
+        vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
+        vendors.sort(key=lambda t: t.name)
+        self.query_one(vendor_id, DiffTable).set_rows(
+            (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False)) for t in vendors)
+
+    def _show_hosts(self) -> None:
+        now = self.clock()
+        rows = []
+        by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
+        for host in self.hosts:
+            totals = by_host.get(host.key, Totals(host.key))
+            if host.error is None:
+                status = Text("ok" if host.snapshot is not None else "waiting", style=self._palette.ok)
+            else:
+                retry = "" if host.retry_at is None else f" (retry in {max(0.0, host.retry_at - now):.0f} s)"
+                status = Text(f"unreachable: {host.error}{retry}", style=self._palette.hot)
+            age = host.age(now)
+            stale = age is not None and age > 3 * self.source.interval
+            rows.append((f"host:{host.key}", (
+                host.key, host.name if host.name != host.key else NA, status,
+                Text(age_text(age), style=self._palette.warn if stale or host.error else ""),
+                Text(str(totals.devices), justify="right"),
+                Text(percent(totals.utilization_percent), justify="right",
+                     style=self._palette.load(totals.utilization_percent)),
+                f"{human_bytes(totals.memory_used_bytes)}/{human_bytes(totals.memory_total_bytes)}",
+                f"{_kw(totals.power_watts)}/{_kw(totals.power_limit_watts)}")))
+        self.query_one("#host-table", DiffTable).set_rows(rows)
+
+    def _update_summary(self) -> None:
+        text = self._summary_lines()
+        if text.plain != self._summary_text:
+            self._summary_text = text.plain
+            self.query_one("#summary", SummaryBar).update(text)
+
+    def _summary_lines(self) -> Text:
+        now = self.clock()
+        pal = self._palette
+        refs = self.all_refs()
+        totals = totals_by(refs, lambda r: "all", self.energy)
+        total = totals[0] if totals else Totals("all")
+        line = Text()
+        if self.source.cluster:
+            up = sum(1 for h in self.hosts if h.error is None and h.snapshot is not None)
+            line.append("allsmi cluster", style="bold")
+            line.append(f"  hosts {up}/{len(self.hosts)} up",
+                        style=pal.hot if up < len(self.hosts) else "")
+            ages = [a for a in (h.age(now) for h in self.hosts) if a is not None]
+            age = max(ages) if ages else None
+        else:
+            host = self.hosts[0] if self.hosts else None
+            snap = host.snapshot if host else None
+            line.append(host.name if host else "allsmi", style="bold")
+            if snap is not None:
+                line.append(f"  CPU {percent(snap.host.cpu_utilization_percent)}"
+                            f"  RAM {human_bytes(snap.host.memory_used_bytes)}"
+                            f"/{human_bytes(snap.host.memory_total_bytes)}")
+            age = host.age(now) if host else None
+        stale = age is None or age > 3 * self.source.interval
+        line.append("  data ")
+        line.append(f"{age_text(age)} old" if age is not None else "waiting for first sample",
+                    style=pal.warn if stale else pal.ok)
+        line.append(f"  {total.devices} devices")
+        if total.lost:
+            line.append(f" ({total.lost} lost)", style=pal.hot)
+        line.append(f"  util {percent(total.utilization_percent)}"
+                    f"  power {_kw(total.power_watts)}/{_kw(total.power_limit_watts)}")
+        state = Text()
+        arrow = "▼" if self.descending else "▲"
+        state.append(f"{self.view}", style=f"bold {pal.accent}")
+        state.append(f"  sort {self.sort_key} {arrow}")
+        state.append("  filter ")
+        state.append(self.filter.describe() or "none", style=pal.warn if self.filter.active else "dim")
+        if self.filter.active:
+            state.append(f" ({len([r for r in self.shown if r.device.parent is None])} shown)")
+        state.append(f"  procs {self.process_scope}")
+        if self.paused:
+            state.append("  PAUSED", style=f"bold {pal.warn}")
+        if self.refresh_error:
+            state.append(f"  {self.refresh_error}", style=pal.hot)
+        state.append("  ? help  q quit", style="dim")
+        line.no_wrap = state.no_wrap = True
+        line.overflow = state.overflow = "ellipsis"
+        return Text("\n").join([line, state])
+
+    # -- events ------------------------------------------------------------------------------
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "device-table" and event.row_key is not None:
+            if event.row_key.value != self.selected:
+                self.selected = event.row_key.value
+                self._show_selected()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value or ""
+        kind, _, name = key.partition(":")
+        if kind == "group":
+            self._drill(Filter(group=None if name == NA else name))
+        elif kind == "vendor":
+            self._drill(Filter(vendor=name))
+        elif kind == "host":
+            self._drill(Filter(host=name))
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        if event.data_table.id != "device-table":
+            return
+        for column in self.device_table.spec:
+            if column.id == event.column_key.value and column.sort:
+                self.action_sort(column.sort)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self._set_filter(Filter(event.value.strip(), self.filter.vendor, self.filter.group,
+                                    self.filter.host))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            self._close_filter()
+
+    def _drill(self, flt: Filter) -> None:
+        self.filter = flt
+        self._switch("devices")
+
+    def _set_filter(self, flt: Filter) -> None:
+        self.filter = flt
+        self.refresh_view()
+
+    def _close_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.remove_class("-visible")
+        self.device_table.focus()
+
+    def _switch(self, view: str) -> None:
+        self.view = view
+        self.query_one("#views", ContentSwitcher).current = view
+        if view == "devices":
+            self.device_table.focus()
+        self.refresh_view()
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_help(self) -> None:
+        """Show every key."""
+        self.push_screen(HelpScreen(self.BINDINGS))  # type: ignore[arg-type]
+
+    def action_view(self, view: str) -> None:
+        """Switch to the devices, groups or cluster view."""
+        if view == "cluster" and not self.source.cluster:
+            self.notify("The cluster view needs other nodes: allsmi view --hosts URL... or "
+                        "--prometheus URL.", severity="warning")
+            return
+        if view == self.view and view == "groups":
+            view = "cluster" if self.source.cluster else "devices"
+        self._switch(view)
+
+    def action_sort(self, key: str) -> None:
+        """Sort by ``key``; choosing the current key again reverses the order."""
+        if key == self.sort_key:
+            self.descending = not self.descending
+        else:
+            self.sort_key = key
+            self.descending = key in DESCENDING_BY_DEFAULT
+        self.refresh_view()
+
+    def action_cycle_sort(self) -> None:
+        """The next sort order."""
+        key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
+        self.sort_key, self.descending = key, key in DESCENDING_BY_DEFAULT
+        self.refresh_view()
+
+    def action_reverse_sort(self) -> None:
+        """Reverse the order."""
+        self.descending = not self.descending
+        self.refresh_view()
+
+    def action_filter_text(self) -> None:
+        """Open the text filter."""
+        box = self.query_one("#filter", Input)
+        box.add_class("-visible")
+        box.value = self.filter.text
+        box.focus()
+
+    def _cycle(self, current: str | None, values: list[str]) -> str | None:
+        if not values:
+            return None
+        if current not in values:
+            return values[0]
+        i = values.index(current) + 1
+        return values[i] if i < len(values) else None
+
+    def action_cycle_vendor(self) -> None:
+        """Filter to the next vendor (then back to all)."""
+        vendors = sorted({r.device.vendor for r in self.all_refs()})
+        vendor = self._cycle(self.filter.vendor, vendors)
+        self._set_filter(Filter(self.filter.text, vendor, self.filter.group, self.filter.host))
+
+    def action_cycle_group(self) -> None:
+        """Filter to the next resource group (then back to all)."""
+        groups = sorted({r.device.resource_group for r in self.all_refs() if r.device.resource_group})
+        group = self._cycle(self.filter.group, groups)
+        self._set_filter(Filter(self.filter.text, self.filter.vendor, group, self.filter.host))
+
+    def action_back(self) -> None:
+        """Close the filter box, clear filters, or return to the main view."""
+        box = self.query_one("#filter", Input)
+        if box.has_class("-visible"):
+            box.value = ""
+            self._close_filter()
+            self._set_filter(Filter("", self.filter.vendor, self.filter.group, self.filter.host))
+            return
+        if self.filter.active:
+            had_host = self.filter.host is not None
+            self.filter = Filter()
+            if had_host and self.source.cluster:
+                self._switch("cluster")
+            else:
+                self.refresh_view()
+            return
+        main = "cluster" if self.source.cluster else "devices"
+        if self.view != main:
+            self._switch(main)
+
+    def action_toggle_processes(self) -> None:
+        """Processes of the selected device, or of every device shown."""
+        self.process_scope = "all" if self.process_scope == "selected" else "selected"
+        if self.view == "devices":
+            self._show_selected()
+        self._update_summary()
+
+    def action_toggle_panel(self) -> None:
+        """Give the whole screen to the device table, or bring the panel back."""
+        self.query_one("#bottom").toggle_class("-hidden")
+
+    def action_pause(self) -> None:
+        """Freeze the screen (data keeps being collected)."""
+        self.paused = not self.paused
+        if not self.paused:
+            self._signature = None
+        self.poll()
+
+    def action_toggle_light(self) -> None:
+        """Dark or light theme."""
+        dark = self.current_theme.dark
+        self.theme = LIGHT_THEME if dark else (
+            self.options.theme if self.options.theme != LIGHT_THEME else DEFAULT_THEME)
+
+    def watch_theme(self, theme: str) -> None:
+        self._palette = Palette.from_theme(self.current_theme, self.no_color)
+        if self.is_mounted:
+            self.device_table.invalidate()
+            self._summary_text = ""
+            self.refresh_view()
+
+    async def action_quit(self) -> None:
+        """Leave at once; workers are cancelled and network threads are daemons."""
+        self.workers.cancel_all()
+        self.exit()
