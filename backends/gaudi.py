@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from allsmi import units
-from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
 from allsmi.backends import _gaudi_csv as csvfmt
 from allsmi.backends._gaudi_csv import Frame, FrameAssembler, Row
 from allsmi.backends._gaudi_text import ListedDevice, parse_listing, parse_processes
@@ -208,7 +208,7 @@ class GaudiBackend(Backend):
         try:
             return run_tool(argv, timeout=self.timeout_seconds)
         except ToolTimeout as exc:
-            raise BackendError(f"{exc} (timed out; the child was killed)") from exc
+            raise BackendTimeout(f"{exc} (timed out; the child was killed)") from exc
         except ToolError as exc:
             raise BackendError(str(exc)) from exc
 

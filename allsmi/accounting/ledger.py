@@ -88,7 +88,7 @@ ON CONFLICT (start, dev) DO UPDATE SET
                    ELSE coalesce(mem_sum, 0) + coalesce(excluded.mem_sum, 0) END,
     mem_samples = mem_samples + excluded.mem_samples,
     mem_peak = max(coalesce(mem_peak, excluded.mem_peak), coalesce(excluded.mem_peak, mem_peak))
-WHERE excluded.first_ms >= intervals.last_ms
+WHERE excluded.first_ms > intervals.last_ms
 """
 
 _UPSERT_USER = """

@@ -14,7 +14,10 @@ module groups them by the ``--group-by`` keys and computes the columns.
   price_per_kwh, with the group's prices from the configuration at export
   time; a price that is not set charges nothing, and with neither price set
   the cost is empty (never an invented 0);
-* ``coverage_ratio`` = observed hours / (device_count x window hours).
+* ``coverage_ratio`` = observed hours / (device_count x window hours). A device
+  that moved to another group mid-window appears in both groups' rows with
+  the part of the window it spent there; the overall coverage (exit status)
+  counts it once.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ class Report:
     rows: tuple[Row, ...]
     label_names: tuple[str, ...]
     coverage_ratio: float | None
-    """Observed device time over expected device time, over every row; ``None`` with no devices."""
+    """Observed device time over (distinct devices x window), all rows; ``None`` with no devices."""
     source: str
 
 
@@ -152,9 +155,10 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
     by_user = "user" in group_by
     devices = _accumulate(device_parts, lambda p: _key(p, group_by))
     seconds = max(window.seconds, 1)
+    # Distinct devices: one that changed group mid-window is expected once, not once per group.
+    seen = set().union(*(acc.devices for acc in devices.values())) if devices else set()
     total_observed = sum(acc.observed for acc in devices.values())
-    total_expected = sum(len(acc.devices) * seconds for acc in devices.values())
-    coverage = total_observed / total_expected if total_expected else None
+    coverage = total_observed / (len(seen) * seconds) if seen else None
 
     if by_user:
         if user_parts is None:

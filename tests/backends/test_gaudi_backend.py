@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 import psutil
 import pytest
 
-from allsmi.backend_api import BackendError, BackendUnavailable
+from allsmi.backend_api import BackendError, BackendTimeout, BackendUnavailable
 from allsmi.backends._gaudi_csv import ALL_FIELDS, CORE_FIELDS
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
 from allsmi.units import MIB
@@ -191,7 +191,7 @@ def test_garbage_only_is_a_backend_error(standin, backends) -> None:
 def test_a_hung_tool_times_out_and_is_killed(standin, backends) -> None:
     standin(hang="always")
     started = time.monotonic()
-    with pytest.raises(BackendError, match="timed out"):
+    with pytest.raises(BackendTimeout, match="timed out"):
         _open(backends, timeout=0.5)
     assert time.monotonic() - started < 3
     assert _wait_until(lambda: not _children(), 2)

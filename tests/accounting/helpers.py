@@ -1,0 +1,72 @@
+"""Synthetic snapshots with exact timestamps, for ledger arithmetic."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Iterable
+
+from allsmi.accounting.ledger import Ledger
+from allsmi.accounting.periods import Window
+from allsmi.accounting.recorder import LedgerRecorder
+from allsmi.config import Config, parse_config
+from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
+
+UTC = dt.timezone.utc
+#: 2026-03-02T00:00:00Z: a quarter-hour and day boundary.
+T0 = 1_772_409_600.0
+
+
+def device(dev_id: str = "GPU-a", *, power: float | None = None, energy: float | None = None,
+           util: float | None = None, users: Iterable[str | None] = (), group: str = "default",
+           labels: dict[str, str] | None = None, parent: str | None = None,
+           health: str = "ok", memory: int | None = None, vendor: str = "nvidia",
+           model: str = "H100") -> DeviceSample:
+    """One device sample; ``users`` become one process each."""
+    procs = tuple(ProcessSample(pid=100 + i, user=u) for i, u in enumerate(users))
+    return DeviceSample(id=dev_id, vendor=vendor, kind="gpu", backend=vendor, name=model,
+                        uuid=dev_id, parent=parent, resource_group=group, labels=labels or {},
+                        health=health, utilization_percent=util, power_watts=power,
+                        energy_joules=energy, processes=procs, memory_used_bytes=memory)
+
+
+def snap(when: float, *devices: DeviceSample, host: str = "node1") -> Snapshot:
+    """A snapshot at unix time ``when``."""
+    return Snapshot(timestamp=dt.datetime.fromtimestamp(when, UTC), host=HostSample(hostname=host),
+                    devices=tuple(devices))
+
+
+def config(text: str = "") -> Config:
+    """A Config from TOML text."""
+    return parse_config(text)
+
+
+def record(path: Path, snapshots: Iterable[Snapshot], cfg: Config | None = None,
+           close: bool = True) -> LedgerRecorder:
+    """Feed snapshots to a fresh recorder on ``path``."""
+    rec = LedgerRecorder(path, cfg or config())
+    for s in snapshots:
+        rec.on_snapshot(s)
+    if close:
+        rec.close()
+    return rec
+
+
+def window(start: float, end: float) -> Window:
+    """A UTC window from unix seconds."""
+    return Window(dt.datetime.fromtimestamp(start, UTC), dt.datetime.fromtimestamp(end, UTC))
+
+
+def rows(path: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Raw SQL on the ledger, read-only."""
+    import sqlite3
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+def open_ro(path: Path) -> Ledger:
+    """The ledger, read-only."""
+    return Ledger(path, readonly=True)

@@ -1,0 +1,107 @@
+"""Billing windows in time zones, and the [ledger]/[export] configuration tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import stat
+from pathlib import Path
+
+import pytest
+
+from allsmi.accounting.ledger import Ledger, LedgerError
+from allsmi.accounting.periods import PeriodError, iso, parse_period, window_from, zone
+from allsmi.accounting.settings import default_ledger_path, export_defaults, ledger_settings
+from allsmi.config import ConfigError
+
+from .helpers import T0, config, device, record, snap
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2026, 3, 30, 10, 17, 42, tzinfo=UTC)
+
+
+def span(text: str, tz: str | None = None, now: dt.datetime = NOW) -> tuple[str, str, float]:
+    w = parse_period(text, zone(tz), now)
+    return iso(w.start), iso(w.end), w.seconds / 3600
+
+
+def test_periods_in_utc() -> None:
+    assert span("yesterday") == ("2026-03-29T00:00:00Z", "2026-03-30T00:00:00Z", 24)
+    assert span("today") == ("2026-03-30T00:00:00Z", "2026-03-30T10:17:00Z", 10 + 17 / 60)
+    assert span("last-month") == ("2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z", 28 * 24)
+    assert span("2026-02-10") == ("2026-02-10T00:00:00Z", "2026-02-11T00:00:00Z", 24)
+    assert span("last-month", now=dt.datetime(2026, 1, 5, tzinfo=UTC))[:2] == \
+        ("2025-12-01T00:00:00Z", "2026-01-01T00:00:00Z")
+
+
+def test_periods_in_a_zone_with_dst() -> None:
+    # Europe/Berlin springs forward on 2026-03-29: that day has 23 hours.
+    assert span("yesterday", "Europe/Berlin") == \
+        ("2026-03-29T00:00:00+01:00", "2026-03-30T00:00:00+02:00", 23)
+    assert span("2026-10-25", "Europe/Berlin")[2] == 25
+    assert span("2026-03", "Europe/Berlin") == \
+        ("2026-03-01T00:00:00+01:00", "2026-04-01T00:00:00+02:00", 31 * 24 - 1)
+    assert span("2026-03", "Asia/Kolkata")[:2] == ("2026-03-01T00:00:00+05:30", "2026-04-01T00:00:00+05:30")
+
+
+def test_since_until_and_errors() -> None:
+    w = window_from(None, "2026-03-01T06:00", "2026-03-01T18:00", zone("America/New_York"))
+    assert iso(w.start) == "2026-03-01T06:00:00-05:00" and w.seconds == 12 * 3600
+    w = window_from(None, "2026-03-01T06:00:00Z", None, UTC, now=NOW)
+    assert iso(w.end) == "2026-03-30T10:17:00Z"
+    for args in [("2026-13", None, None), ("someday", None, None), (None, None, None),
+                 ("today", "2026-01-01", None), (None, "2026-03-02", "2026-03-01"),
+                 (None, "yesterday-ish", None)]:
+        with pytest.raises(PeriodError):
+            window_from(*args, tz=UTC, now=NOW)
+    with pytest.raises(PeriodError, match="unknown time zone"):
+        zone("Mars/Olympus_Mons")
+
+
+def test_ledger_path_precedence(tmp_path: Path) -> None:
+    cfg = config('[ledger]\npath = "/srv/file.db"\n')
+    assert ledger_settings(cfg, "/flag.db", {"ALLSMI_LEDGER": "/env.db"}).path == Path("/flag.db")
+    assert ledger_settings(cfg, None, {"ALLSMI_LEDGER": "/env.db"}).path == Path("/env.db")
+    assert ledger_settings(cfg, None, {}).path == Path("/srv/file.db")
+    default = ledger_settings(config(), None, {"XDG_STATE_HOME": str(tmp_path)}).path
+    assert default == default_ledger_path({"XDG_STATE_HOME": str(tmp_path)})
+    import os
+    if os.geteuid() == 0:
+        assert default == Path("/var/lib/allsmi/ledger.db")
+    else:
+        assert default == tmp_path / "allsmi" / "ledger.db"
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[ledger]\ninterval_seconds = 7\n", "ledger.interval_seconds"),
+    ("[ledger]\nretention_days = -1\n", "ledger.retention_days"),
+    ("[ledger]\nflush = true\n", "ledger.flush"),
+    ("[export]\nformat = \"xlsx\"\n", "export.format"),
+    ("[export]\ngroup_by = \"resource_group,team\"\n", "export.group_by"),
+    ("[export]\ncoverage_threshold = 1.5\n", "export.coverage_threshold"),
+])
+def test_bad_config_names_the_key(text: str, key: str) -> None:
+    cfg = config(text)
+    with pytest.raises(ConfigError) as info:
+        ledger_settings(cfg, None, {}) if text.startswith("[ledger]") else export_defaults(cfg)
+    assert info.value.key == key and info.value.line == 2
+
+
+def test_file_permissions_and_single_writer(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "l.db"
+    rec = record(db, [snap(T0 + t, device(power=10.0)) for t in range(0, 130, 10)], close=False)
+    try:
+        for suffix in ("", "-wal", "-shm", ".lock"):
+            f = db.with_name(db.name + suffix)
+            assert f.exists(), f
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+        with pytest.raises(LedgerError, match="already being recorded"):
+            Ledger(db)
+        reader = Ledger(db, readonly=True)  # exports read while the recorder writes
+        assert reader.integrity_check() == "ok"
+        reader.close()
+    finally:
+        rec.close()
+    with pytest.raises(LedgerError, match="60-second intervals"):
+        Ledger(db, interval_seconds=5)
+    with pytest.raises(LedgerError, match="no ledger"):
+        Ledger(tmp_path / "missing.db", readonly=True)
