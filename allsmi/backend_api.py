@@ -95,7 +95,9 @@ class Backend(abc.ABC):
     def probe(self) -> ProbeResult:
         """Cheaply tell whether this vendor is present. Never raises.
 
-        Must not hold resources afterwards. Returns ``available=False`` with a
+        Must not hold per-device resources afterwards (a process-wide library
+        such as NVML may stay initialised, since it is initialised once per
+        process). Returns ``available=False`` with a
         human reason ("libnvidia-ml.so.1 not found", "hl-smi not on PATH") when
         the vendor is absent.
         """
