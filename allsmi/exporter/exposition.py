@@ -20,13 +20,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from prometheus_client.exposition import generate_latest as _generate_text
-from prometheus_client.openmetrics.exposition import generate_latest as _generate_openmetrics
 from prometheus_client.registry import Collector
 
 from allsmi import __version__
 from allsmi.exporter.counters import UsageCounters
 from allsmi.exporter.families import BackendCounter, CounterValues, build_families
+from allsmi.exporter.textformat import LabelBlocks, render_openmetrics, render_text
 from allsmi.schema import Snapshot
 
 log = logging.getLogger(__name__)
@@ -59,16 +58,6 @@ class SnapshotMetrics(Collector):
         return build_families(self.snapshot, version=__version__, **self.options)
 
 
-class _Prebuilt(Collector):
-    """Families built once, rendered twice (text and OpenMetrics)."""
-
-    def __init__(self, families: list[Any]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterable[Any]:
-        return self.families
-
-
 def render_snapshot(snapshot: Snapshot, *, processes: bool = False) -> str:
     """The text-format (0.0.4) exposition of one snapshot.
 
@@ -76,7 +65,7 @@ def render_snapshot(snapshot: Snapshot, *, processes: bool = False) -> str:
     omitted: one snapshot has no interval to count over, and a counter at 0
     would read as "used no energy". ``allsmi serve`` exports them.
     """
-    return _generate_text(SnapshotMetrics(snapshot, processes=processes)).decode("utf-8")
+    return render_text(SnapshotMetrics(snapshot, processes=processes).collect()).decode("utf-8")
 
 
 @dataclass
@@ -150,7 +139,8 @@ class Exposition:
         """Account for ``snapshot`` and render it (the collector calls this once per cycle)."""
         self.counters.update(snapshot)
         families = list(self.metrics(snapshot).collect())
-        prebuilt = _Prebuilt(families)
-        rendered = Rendered(snapshot, _generate_text(prebuilt), _generate_openmetrics(prebuilt))
+        blocks = LabelBlocks()  # each device's label block is escaped once for both formats
+        rendered = Rendered(snapshot, render_text(families, blocks),
+                            render_openmetrics(families, blocks))
         self._current = rendered  # one reference swap: readers see the old or the new, whole
         self._ready.set()
