@@ -184,6 +184,28 @@ def wrk(target: Target, connections: int, duration: float, idle_cpu_rate: float)
                max(cpu, 0.0) * 1000.0 / max(requests, 1))
 
 
+def paced(target: Target, rate: float, duration: float) -> tuple[float, float]:
+    """p50 and p99 latency (ms) of keep-alive scrapes sent at ``rate`` per second, unsaturated."""
+    import http.client
+    import urllib.parse
+    url = urllib.parse.urlsplit(target.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    headers = dict(h.split(": ", 1) for h in HEADERS)
+    latencies = []
+    next_at = time.monotonic()
+    end = next_at + duration
+    while next_at < end:
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        started = time.perf_counter()
+        conn.request("GET", url.path, headers=headers)
+        conn.getresponse().read()
+        latencies.append((time.perf_counter() - started) * 1000.0)
+        next_at += 1.0 / rate
+    conn.close()
+    latencies.sort()
+    return latencies[len(latencies) // 2], latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+
+
 def idle_rate(target: Target, seconds: float) -> float:
     """CPU seconds per wall second while nobody scrapes."""
     before, started = target.cpu_seconds(), time.monotonic()
@@ -215,6 +237,7 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"wrk {args.duration:g} s per run, headers as Prometheus sends them (OpenMetrics, gzip)\n")
     rows: list[tuple[Target, Run, float]] = []
+    paced_rows: list[tuple[Target, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="allsmi-bench-") as tmp:
         targets_factories = [("node", None)] + [("allsmi", n) for n in sizes]
         for kind, count in targets_factories:
@@ -224,6 +247,7 @@ def main() -> None:
                 rate = idle_rate(target, 5.0)
                 for connections in (1, 50):
                     rows.append((target, wrk(target, connections, args.duration, rate), rate))
+                paced_rows.append((target, *paced(target, 20.0, max(args.duration, 10.0))))
             finally:
                 target.stop()
 
@@ -233,6 +257,11 @@ def main() -> None:
             print(f"| {target.name} | {target.series} | {run.connections} | "
                   f"{run.requests / args.duration:.0f} | {run.p50_ms:.2f} | {run.p99_ms:.2f} | "
                   f"{run.cpu_ms_per_scrape:.3f} |")
+        print("\nPaced: 20 scrapes/s over one keep-alive connection (machine not saturated):\n")
+        print("| exporter | series | p50 ms | p99 ms |")
+        print("| --- | ---: | ---: | ---: |")
+        for target, p50, p99 in paced_rows:
+            print(f"| {target.name} | {target.series} | {p50:.2f} | {p99:.2f} |")
         node = {r.connections: r for t, r, _ in rows if t.name.startswith("node")}
         print("\nRatios, p99 allsmi / p99 node_exporter (below 1: allsmi is faster):")
         for target, run, _ in rows:
@@ -257,12 +286,10 @@ def main() -> None:
                   f"RSS {max(rss):.1f} MiB")
         finally:
             idle.stop()
-        for target, _, rate in rows:
-            if not target.name.startswith("node"):
-                print(f"  {target.name}: collection+render CPU at 1 s interval "
-                      f"{100 * rate:.1f}% of one core")
-        print(f"  {node[1] and 'node_exporter'} idle CPU: "
-              f"{100 * next(r for t, _, r in rows if t.name.startswith('node')):.2f}% of one core")
+        rates = {t.name: r for t, _, r in rows}
+        for name, rate in rates.items():
+            what = "idle CPU" if name.startswith("node") else "collection+render CPU at 1 s interval"
+            print(f"  {name}: {what} {100 * rate:.1f}% of one core")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
+#: An encoding (gzip, JSON) asked for within this long is prepared every cycle.
+WARM_FOR_SECONDS = 600.0
 
 
 class SnapshotMetrics(Collector):
@@ -76,15 +79,29 @@ class Rendered:
     text: bytes
     openmetrics: bytes
     _cache: dict[str, bytes] = field(default_factory=dict)
+    _asked: set[tuple[str, bool]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def body(self, *, openmetrics: bool, gzipped: bool) -> bytes:
         """The bytes every scraper asking for this format and encoding gets."""
-        return self._encoded("openmetrics" if openmetrics else "text", gzipped)
+        return self._asked_for("openmetrics" if openmetrics else "text", gzipped)
 
     def snapshot_json(self, *, gzipped: bool = False) -> bytes:
         """``allsmi.output.to_json`` of the snapshot, rendered once on first demand."""
-        return self._encoded("json", gzipped)
+        return self._asked_for("json", gzipped)
+
+    def encodings(self) -> list[tuple[str, bool]]:
+        """(kind, gzipped) of every encoding a request asked for."""
+        return sorted(self._asked)
+
+    def _asked_for(self, kind: str, gzipped: bool) -> bytes:
+        self._asked.add((kind, gzipped))
+        return self._encoded(kind, gzipped)
+
+    def warm(self, encodings: list[tuple[str, bool]]) -> None:
+        """Make these encodings now rather than on the next request."""
+        for kind, gzipped in encodings:
+            self._encoded(kind, gzipped)
 
     def _plain(self, kind: str) -> bytes:
         if kind == "text":
@@ -118,6 +135,7 @@ class Exposition:
         self.declared_groups = dict(declared_groups or {})
         self._current: Rendered | None = None
         self._ready = threading.Event()
+        self._wanted: dict[tuple[str, bool], float] = {}
 
     @property
     def current(self) -> Rendered | None:
@@ -142,5 +160,16 @@ class Exposition:
         blocks = LabelBlocks()  # each device's label block is escaped once for both formats
         rendered = Rendered(snapshot, render_text(families, blocks),
                             render_openmetrics(families, blocks))
+        previous = self._current
+        now = time.monotonic()
+        if previous is not None:
+            for encoding in previous.encodings():
+                self._wanted[encoding] = now
+        # Encodings requested recently (gzip, JSON) are made here, on the collector's
+        # thread, so that no scraper waits ~20 ms for the gzip of a 1.7 MB exposition.
+        for encoding, asked in list(self._wanted.items()):
+            if now - asked > WARM_FOR_SECONDS:
+                del self._wanted[encoding]
+        rendered.warm(list(self._wanted))
         self._current = rendered  # one reference swap: readers see the old or the new, whole
         self._ready.set()

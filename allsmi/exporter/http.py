@@ -70,12 +70,14 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     wbufsize = 64 * 1024
     server_version = f"allsmi/{__version__}"
-    sys_version = ""
     server: "MetricsServer"
 
     def setup(self) -> None:
         self.timeout = self.server.request_timeout
         super().setup()
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)

@@ -195,3 +195,17 @@ def test_every_scraper_gets_the_same_bytes_and_gzip_matches() -> None:
     assert gzip.decompress(first) == rendered.body(openmetrics=False, gzipped=False)
     assert gzip.decompress(rendered.body(openmetrics=True, gzipped=True)) == rendered.openmetrics
     assert b'"schema_version": 1' in rendered.snapshot_json()
+
+
+def test_encodings_asked_for_are_prepared_on_the_next_cycle() -> None:
+    exposition = Exposition()
+    exposition.on_snapshot(snapshot([device()]))
+    first = exposition.current
+    first.body(openmetrics=True, gzipped=True)
+    exposition.on_snapshot(snapshot([device()], at=T0 + 1))
+    second = exposition.current
+    assert second is not first
+    assert "openmetrics.gz" in second._cache, "made on the collector's thread, before any scrape"
+    assert "json" not in second._cache and "text.gz" not in second._cache
+    exposition.on_snapshot(snapshot([device()], at=T0 + 2))
+    assert "openmetrics.gz" in exposition.current._cache  # still wanted: scrapes come every 15 s

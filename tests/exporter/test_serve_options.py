@@ -72,3 +72,12 @@ def test_bad_serve_values_name_the_key(body: str, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         resolve(text=body)
     assert err.value.key == key and err.value.line is not None
+
+
+def test_default_gap_follows_accelerated_simulation_time() -> None:
+    env = {"ALLSMI_SIMULATE_SPEED": "60"}
+    config = parse_config("")
+    assert resolve_options({}, config, env, 1.0, simulate=True).energy_max_gap == 30.0 * 60
+    assert resolve_options({}, config, env, 1.0, simulate=False).energy_max_gap == 30.0
+    assert resolve_options({"energy_max_gap_seconds": 7.0}, config, env, 1.0,
+                           simulate=True).energy_max_gap == 7.0
