@@ -79,18 +79,13 @@ def _read_yaml(path: Path) -> Any:
         raise WebConfigError(f"{path}: web configuration file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise WebConfigError(f"{path}: cannot read: {exc}") from None
+    # Always the strict subset reader: no dependency, errors with line numbers, and
+    # the same behaviour on every machine (tests check it agrees with PyYAML).
+    from allsmi.exporter.yamlsubset import YamlSubsetError, loads
     try:
-        import yaml
-    except ImportError:
-        from allsmi.exporter.yamlsubset import YamlSubsetError, loads
-        try:
-            return loads(text)
-        except YamlSubsetError as exc:
-            raise WebConfigError(f"{path}: {exc}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"{path}: invalid YAML: {exc}") from None
+        return loads(text)
+    except YamlSubsetError as exc:
+        raise WebConfigError(f"{path}: {exc}") from None
 
 
 def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
