@@ -10,14 +10,17 @@ byte-identical whatever order SQLite adds rows in):
     then. The primary key ``(start, dev)`` is the "never twice" guarantee.
 ``user_intervals``
     The same interval's allocated/busy/energy/observed shares per user.
-``quarters`` / ``user_quarters``
-    Roll-ups per quarter hour and ``dim`` (and user), so a month of a
-    thousand devices exports in seconds. Quarter hours rather than hours
-    because every UTC offset in use is a multiple of 15 minutes: the day and
-    month boundaries of any ``--tz`` fall on a roll-up boundary.
+``quarters`` / ``user_quarters`` and ``days`` / ``user_days``
+    Roll-ups per quarter hour and per UTC day, per ``dim`` (and user), so a
+    month of a thousand devices exports in seconds. Quarter hours because
+    every UTC offset in use is a multiple of 15 minutes: the day and month
+    boundaries of any ``--tz`` fall on a quarter-hour boundary.
 ``pending``
-    Quarters that received raw intervals since they were last rolled up;
-    reads use the raw intervals for them, so a late roll-up never loses data.
+    Roll-up units (tier, start) that received data since they were last
+    rolled up; reads take the next finer level for them, so a late roll-up
+    never loses data.
+``users``
+    User names, stored once; the user tables refer to them by number.
 
 Each completed interval of every device is written in one transaction with
 an upsert that only adds time that starts after what the row already holds,
@@ -54,10 +57,11 @@ CREATE TABLE IF NOT EXISTS intervals (
     busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
     mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
     PRIMARY KEY (start, dev)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS users (uid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS user_intervals (
-    start INTEGER NOT NULL, dev INTEGER NOT NULL, user TEXT NOT NULL,
+    start INTEGER NOT NULL, dev INTEGER NOT NULL, uid INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
-    energy_mj INTEGER, PRIMARY KEY (start, dev, user)) WITHOUT ROWID;
+    energy_mj INTEGER, PRIMARY KEY (start, dev, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS quarters (
     start INTEGER NOT NULL, dim INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL,
@@ -65,10 +69,21 @@ CREATE TABLE IF NOT EXISTS quarters (
     mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
     PRIMARY KEY (start, dim)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS user_quarters (
-    start INTEGER NOT NULL, dim INTEGER NOT NULL, user TEXT NOT NULL,
+    start INTEGER NOT NULL, dim INTEGER NOT NULL, uid INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
-    energy_mj INTEGER, PRIMARY KEY (start, dim, user)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS pending (start INTEGER PRIMARY KEY);
+    energy_mj INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS days (
+    start INTEGER NOT NULL, dim INTEGER NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL,
+    busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
+    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
+    PRIMARY KEY (start, dim)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS user_days (
+    start INTEGER NOT NULL, dim INTEGER NOT NULL, uid INTEGER NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
+    energy_mj INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pending (
+    tier INTEGER NOT NULL, start INTEGER NOT NULL, PRIMARY KEY (tier, start)) WITHOUT ROWID;
 """
 
 _UPSERT_INTERVAL = """
@@ -92,9 +107,9 @@ WHERE excluded.first_ms > intervals.last_ms
 """
 
 _UPSERT_USER = """
-INSERT INTO user_intervals (start, dev, user, observed_ms, allocated_ms, busy_ms, energy_mj)
+INSERT INTO user_intervals (start, dev, uid, observed_ms, allocated_ms, busy_ms, energy_mj)
 VALUES (?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (start, dev, user) DO UPDATE SET
+ON CONFLICT (start, dev, uid) DO UPDATE SET
     observed_ms = observed_ms + excluded.observed_ms,
     allocated_ms = allocated_ms + excluded.allocated_ms,
     busy_ms = CASE WHEN busy_ms IS NULL AND excluded.busy_ms IS NULL THEN NULL
@@ -106,9 +121,12 @@ ON CONFLICT (start, dev, user) DO UPDATE SET
 _SUMS = ("SUM(observed_ms), SUM(allocated_ms), SUM(busy_ms), SUM(busy_observed_ms), "
          "SUM(energy_mj), SUM(mem_sum), SUM(mem_samples), MAX(mem_peak)")
 _USER_SUMS = "SUM(observed_ms), SUM(allocated_ms), SUM(busy_ms), SUM(energy_mj)"
+#: Roll-up tiers, coarsest first: (seconds, table). Each is rolled up from the next finer one.
+TIERS: tuple[tuple[int, str], ...] = ((86400, "days"), (ROLLUP_SECONDS, "quarters"))
+_RAW = "intervals"
 
 
-class LedgerError(Exception):
+class LedgerError(OSError):
     """The ledger cannot be opened or used; the message says why and where."""
 
 
@@ -219,6 +237,7 @@ class Ledger:
         self._lock_fd: int | None = None
         self._dev_ids: dict[str, int] = {}
         self._dim_ids: dict[Dim, int] = {}
+        self._uids: dict[str, int] = {}
         if readonly:
             if not self.path.is_file():
                 raise LedgerError(f"no ledger at {self.path}")
@@ -331,6 +350,14 @@ class Ledger:
             self._dim_ids[dim] = dim_id
         return dim_id
 
+    def _uid(self, name: str) -> int:
+        uid = self._uids.get(name)
+        if uid is None:
+            self._db.execute("INSERT OR IGNORE INTO users (name) VALUES (?)", (name,))
+            uid = self._db.execute("SELECT uid FROM users WHERE name = ?", (name,)).fetchone()[0]
+            self._uids[name] = uid
+        return uid
+
     def write(self, records: Iterable[IntervalRecord], now: float,
               retention_days: float | None = None, rollup_retention_days: float | None = None) -> int:
         """Store intervals in one transaction; roll up complete quarters; prune old rows.
@@ -343,7 +370,7 @@ class Ledger:
         with self._lock:
             try:
                 with self._transaction():
-                    quarters: set[int] = set()
+                    units: set[tuple[int, int]] = set()
                     for rec in records:
                         dev = self._dev(rec.dim.device_id)
                         cur = self._db.execute(_UPSERT_INTERVAL, (
@@ -353,12 +380,12 @@ class Ledger:
                         if cur.rowcount != 1:
                             continue  # overlaps time already stored: never count it twice
                         stored += 1
-                        quarters.add(rec.start - rec.start % ROLLUP_SECONDS)
+                        units.update((size, rec.start - rec.start % size) for size, _ in TIERS)
                         self._db.executemany(_UPSERT_USER, [
-                            (rec.start, dev, user, s.observed_ms, s.allocated_ms, s.busy_ms,
-                             s.energy_mj) for user, s in sorted(rec.users.items())])
-                    self._db.executemany("INSERT OR IGNORE INTO pending (start) VALUES (?)",
-                                         [(q,) for q in sorted(quarters)])
+                            (rec.start, dev, self._uid(user), s.observed_ms, s.allocated_ms,
+                             s.busy_ms, s.energy_mj) for user, s in sorted(rec.users.items())])
+                    self._db.executemany("INSERT OR IGNORE INTO pending (tier, start) VALUES (?, ?)",
+                                         sorted(units))
                     self._roll_up(now)
                     self._prune(now, retention_days, rollup_retention_days)
             except sqlite3.Error as exc:
@@ -366,50 +393,80 @@ class Ledger:
         return stored
 
     def _roll_up(self, now: float) -> None:
-        due = [q for (q,) in self._db.execute(
-            "SELECT start FROM pending WHERE start + ? <= ? ORDER BY start", (ROLLUP_SECONDS, now))]
-        for q in due:
-            end = q + ROLLUP_SECONDS
-            self._db.execute("DELETE FROM quarters WHERE start = ?", (q,))
-            self._db.execute("DELETE FROM user_quarters WHERE start = ?", (q,))
+        # Finest first: a day is rolled up from quarters rolled up in the same transaction.
+        for (size, table), source in zip(reversed(TIERS), (_RAW,) + tuple(
+                t for _, t in reversed(TIERS))):
+            due = [u for (u,) in self._db.execute(
+                "SELECT start FROM pending WHERE tier = ? AND start + ? <= ? ORDER BY start",
+                (size, size, now))]
+            for unit in due:
+                self._roll_unit(size, table, source, unit)
+
+    def _roll_unit(self, size: int, table: str, source: str, unit: int) -> None:
+        end = unit + size
+        self._db.execute(f"DELETE FROM {table} WHERE start = ?", (unit,))
+        self._db.execute(f"DELETE FROM user_{table} WHERE start = ?", (unit,))
+        self._db.execute(f"INSERT INTO {table} SELECT ?, dim, {_SUMS} FROM {source} "
+                         "WHERE start >= ? AND start < ? GROUP BY dim", (unit, unit, end))
+        if source == _RAW:
             self._db.execute(
-                f"INSERT INTO quarters SELECT ?, dim, {_SUMS} FROM intervals "
-                "WHERE start >= ? AND start < ? GROUP BY dim", (q, q, end))
-            self._db.execute(
-                f"INSERT INTO user_quarters SELECT ?, i.dim, u.user, "
-                "SUM(u.observed_ms), SUM(u.allocated_ms), SUM(u.busy_ms), SUM(u.energy_mj) "
+                f"INSERT INTO user_{table} SELECT ?, i.dim, u.uid, {_USER_SUMS.replace('SUM(', 'SUM(u.')} "
                 "FROM user_intervals u JOIN intervals i ON i.start = u.start AND i.dev = u.dev "
-                "WHERE u.start >= ? AND u.start < ? GROUP BY i.dim, u.user", (q, q, end))
-            self._db.execute("DELETE FROM pending WHERE start = ?", (q,))
+                "WHERE u.start >= ? AND u.start < ? GROUP BY i.dim, u.uid", (unit, unit, end))
+        else:
+            self._db.execute(
+                f"INSERT INTO user_{table} SELECT ?, dim, uid, {_USER_SUMS} FROM user_{source} "
+                "WHERE start >= ? AND start < ? GROUP BY dim, uid", (unit, unit, end))
+        self._db.execute("DELETE FROM pending WHERE tier = ? AND start = ?", (size, unit))
 
     def _prune(self, now: float, retention_days: float | None,
                rollup_retention_days: float | None) -> None:
+        def cutoff(days: float, rolled_into: int | None) -> int:
+            limit = int(now - days * 86400)
+            if rolled_into is None:
+                return limit
+            # Never delete what a unit that is not rolled up yet still needs.
+            oldest = self._db.execute("SELECT MIN(start) FROM pending WHERE tier = ?",
+                                      (rolled_into,)).fetchone()[0]
+            return limit if oldest is None else min(limit, oldest)
+
         if retention_days is not None:
-            cutoff = int(now - retention_days * 86400)
-            oldest_pending = self._db.execute("SELECT MIN(start) FROM pending").fetchone()[0]
-            if oldest_pending is not None:
-                cutoff = min(cutoff, oldest_pending)  # raw rows of an unrolled quarter stay
-            self._db.execute("DELETE FROM intervals WHERE start < ?", (cutoff,))
-            self._db.execute("DELETE FROM user_intervals WHERE start < ?", (cutoff,))
+            raw = cutoff(retention_days, TIERS[-1][0])
+            self._db.execute("DELETE FROM intervals WHERE start < ?", (raw,))
+            self._db.execute("DELETE FROM user_intervals WHERE start < ?", (raw,))
         if rollup_retention_days is not None:
-            cutoff = int(now - rollup_retention_days * 86400)
-            self._db.execute("DELETE FROM quarters WHERE start < ?", (cutoff,))
-            self._db.execute("DELETE FROM user_quarters WHERE start < ?", (cutoff,))
+            # Quarter hours only: the daily roll-ups are small and kept for good.
+            limit = cutoff(rollup_retention_days, TIERS[0][0])
+            self._db.execute("DELETE FROM quarters WHERE start < ?", (limit,))
+            self._db.execute("DELETE FROM user_quarters WHERE start < ?", (limit,))
 
     # -- reading -------------------------------------------------------------
-    def _plan(self, start: int, end: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
-        """Which part of ``[start, end)`` comes from roll-ups and which from raw intervals."""
-        q_start = -(-start // ROLLUP_SECONDS) * ROLLUP_SECONDS
-        q_end = end // ROLLUP_SECONDS * ROLLUP_SECONDS
-        if q_start >= q_end:
-            return None, [(start, end)]
-        raw = [(start, q_start)] if start < q_start else []
-        raw += [(p, p + ROLLUP_SECONDS) for (p,) in self._db.execute(
-            "SELECT start FROM pending WHERE start >= ? AND start < ? ORDER BY start",
-            (q_start, q_end))]
-        if q_end < end:
-            raw.append((q_end, end))
-        return (q_start, q_end), raw
+    def _plan(self, start: int, end: int, level: int = 0) -> list[tuple[str, int, int, int | None]]:
+        """Which table serves which part of ``[start, end)``: (table, lo, hi, tier to exclude)."""
+        if start >= end:
+            return []
+        if level >= len(TIERS):
+            return [(_RAW, start, end, None)]
+        size, table = TIERS[level]
+        lo = -(-start // size) * size
+        hi = end // size * size
+        if lo >= hi:
+            return self._plan(start, end, level + 1)
+        out = self._plan(start, lo, level + 1)
+        out.append((table, lo, hi, size))
+        for (unit,) in self._db.execute(
+                "SELECT start FROM pending WHERE tier = ? AND start >= ? AND start < ? "
+                "ORDER BY start", (size, lo, hi)).fetchall():
+            out += self._plan(unit, unit + size, level + 1)  # not rolled up yet: finer data
+        out += self._plan(hi, end, level + 1)
+        return out
+
+    @staticmethod
+    def _where(lo: int, hi: int, tier: int | None) -> tuple[str, tuple[int, ...]]:
+        if tier is None:
+            return "start >= ? AND start < ?", (lo, hi)
+        return ("start >= ? AND start < ? AND start NOT IN "
+                "(SELECT start FROM pending WHERE tier = ?)", (lo, hi, tier))
 
     def dims(self) -> dict[int, Dim]:
         """Every ``dim`` ever recorded, by id."""
@@ -422,50 +479,38 @@ class Ledger:
         """Sums per ``dim`` over the intervals starting in ``[start, end)`` (unix seconds)."""
         with self._lock:
             try:
-                return self._totals(start, end)
+                out: dict[int, Totals] = {}
+                for table, lo, hi, tier in self._plan(start, end):
+                    where, args = self._where(lo, hi, tier)
+                    for row in self._db.execute(
+                            f"SELECT dim, {_SUMS} FROM {table} WHERE {where} GROUP BY dim", args):
+                        out.setdefault(row[0], Totals()).add(row[1:])
+                return out
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
-
-    def _totals(self, start: int, end: int) -> dict[int, Totals]:
-        out: dict[int, Totals] = {}
-        rollup, raw = self._plan(start, end)
-        queries: list[tuple[str, tuple[int, ...]]] = []
-        if rollup is not None:
-            queries.append((f"SELECT dim, {_SUMS} FROM quarters WHERE start >= ? AND start < ? "
-                            "AND start NOT IN (SELECT start FROM pending) GROUP BY dim", rollup))
-        for lo, hi in raw:
-            queries.append((f"SELECT dim, {_SUMS} FROM intervals WHERE start >= ? AND start < ? "
-                            "GROUP BY dim", (lo, hi)))
-        for sql, args in queries:
-            for row in self._db.execute(sql, args):
-                out.setdefault(row[0], Totals()).add(row[1:])
-        return out
 
     def user_totals(self, start: int, end: int) -> dict[tuple[int, str], Totals]:
         """Sums per (``dim``, user) over the intervals starting in ``[start, end)``."""
         with self._lock:
             try:
-                return self._user_totals(start, end)
+                names = dict(self._db.execute("SELECT uid, name FROM users").fetchall())
+                out: dict[tuple[int, str], Totals] = {}
+                for table, lo, hi, tier in self._plan(start, end):
+                    if table == _RAW:
+                        sql = (f"SELECT i.dim, u.uid, {_USER_SUMS.replace('SUM(', 'SUM(u.')} "
+                               "FROM user_intervals u JOIN intervals i "
+                               "ON i.start = u.start AND i.dev = u.dev "
+                               "WHERE u.start >= ? AND u.start < ? GROUP BY i.dim, u.uid")
+                        args: tuple[int, ...] = (lo, hi)
+                    else:
+                        where, args = self._where(lo, hi, tier)
+                        sql = (f"SELECT dim, uid, {_USER_SUMS} FROM user_{table} WHERE {where} "
+                               "GROUP BY dim, uid")
+                    for row in self._db.execute(sql, args):
+                        out.setdefault((row[0], names[row[1]]), Totals()).add(row[2:])
+                return out
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
-
-    def _user_totals(self, start: int, end: int) -> dict[tuple[int, str], Totals]:
-        out: dict[tuple[int, str], Totals] = {}
-        rollup, raw = self._plan(start, end)
-        queries: list[tuple[str, tuple[int, ...]]] = []
-        if rollup is not None:
-            queries.append((f"SELECT dim, user, {_USER_SUMS} FROM user_quarters "
-                            "WHERE start >= ? AND start < ? "
-                            "AND start NOT IN (SELECT start FROM pending) GROUP BY dim, user", rollup))
-        for lo, hi in raw:
-            queries.append(("SELECT i.dim, u.user, SUM(u.observed_ms), SUM(u.allocated_ms), "
-                            "SUM(u.busy_ms), SUM(u.energy_mj) FROM user_intervals u "
-                            "JOIN intervals i ON i.start = u.start AND i.dev = u.dev "
-                            "WHERE u.start >= ? AND u.start < ? GROUP BY i.dim, u.user", (lo, hi)))
-        for sql, args in queries:
-            for row in self._db.execute(sql, args):
-                out.setdefault((row[0], row[1]), Totals()).add(row[2:])
-        return out
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` answer (``"ok"`` when sound)."""

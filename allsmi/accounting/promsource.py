@@ -8,8 +8,9 @@ for the ``increase()`` of each accounting counter over the window, per device:
         (increase(allsmi_device_energy_joules_total[<window>s]))
 
 and likewise for ``busy``, ``allocated`` and ``observed`` seconds. A device
-counts in ``device_count`` when it has an observed-seconds series in the
-window; ``host`` is Prometheus' ``instance`` label; the group labels come
+counts in ``device_count`` when it has an ``allsmi_device_info`` series (or an
+observed-seconds series) in the window, as the ledger counts every device it
+saw, lost ones included; ``host`` is Prometheus' ``instance`` label; the group labels come
 from ``allsmi_resource_group_info{resource_group, <labels>}``.
 
 Prometheus' ``increase()`` extrapolates from the first and last samples in
@@ -39,6 +40,7 @@ COUNTERS = {
 }
 DEVICE_LABELS = ("uuid", "instance", "resource_group", "vendor", "model")
 GROUP_INFO = "allsmi_resource_group_info"
+DEVICE_INFO = "allsmi_device_info"
 MEMORY = "allsmi_device_memory_used_bytes"
 _NOT_LABELS = {"__name__", "instance", "job", "resource_group"}
 
@@ -119,8 +121,14 @@ def prometheus_parts(client: PrometheusClient, window: Window) -> list[Part]:
         labels[(metric.get("instance", ""), metric.get("resource_group", ""))] = group_labels
         labels.setdefault(("", metric.get("resource_group", "")), group_labels)
 
+    # Devices: every one with an info series in the window (lost ones too, as the ledger counts
+    # them), and every one with an observed-time counter.
+    keys = set(values["observed"])
+    for sample in client.query(f"group by ({by}) (last_over_time({DEVICE_INFO}[{rng}]))", at):
+        keys.add(_device_key(sample.get("metric", {})))
     parts: list[Part] = []
-    for key, observed in values["observed"].items():
+    for key in sorted(keys):
+        observed = values["observed"].get(key, 0.0)
         uuid, instance, group, vendor, model = key
         busy = values["busy"].get(key)
         mem = mem_avg.get((uuid, instance))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, UserShare, labels_json
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
 from allsmi.config import Config
-from allsmi.schema import DeviceSample, Snapshot
+from allsmi.schema import DeviceSample, ProcessSample, Snapshot
 from allsmi.usage import Increment, UsageIntegrator
 
 log = logging.getLogger(__name__)
@@ -62,13 +62,9 @@ class _Bucket:
     mem_peak: int | None = None
     users: dict[str, _UserAcc] = field(default_factory=dict)
 
-    def touch(self, when: float) -> None:
-        self.first = min(self.first, when)
-        self.last = max(self.last, when)
-
     def add(self, inc: Increment, users: tuple[str | None, ...]) -> None:
-        self.touch(inc.start)
-        self.touch(inc.end)
+        if inc.end > self.last:
+            self.last = inc.end
         self.observed += inc.observed_seconds
         self.allocated += inc.allocated_seconds
         if inc.busy_seconds is not None:
@@ -103,10 +99,6 @@ class _Bucket:
                    for u, a in self.users.items()})
 
 
-def _users(dev: DeviceSample) -> tuple[str | None, ...]:
-    return tuple(p.user for p in dev.processes)
-
-
 class LedgerRecorder:
     """Records snapshots into the ledger at ``path``; subscribe :meth:`on_snapshot` to a collector.
 
@@ -123,19 +115,28 @@ class LedgerRecorder:
         self.interval = self.settings.interval_seconds
         self.ledger = Ledger(path, interval_seconds=self.interval)
         self.integrator = UsageIntegrator(self.settings.max_gap_seconds)
-        self._buckets: dict[tuple[str, int], _Bucket] = {}
-        self._users: dict[str, tuple[str | None, ...]] = {}
+        #: Buckets of the interval in progress, by device; and of earlier intervals, by
+        #: (device, start), until the snapshot time passes their end.
+        self._current: dict[str, _Bucket] = {}
+        self._current_start: int | None = None
+        self._older: dict[tuple[str, int], _Bucket] = {}
+        self._dims: dict[str, tuple[tuple[object, ...], dict[str, str], Dim]] = {}
+        self._procs: dict[str, tuple[ProcessSample, ...]] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.intervals_written = 0
         self.last_error: str | None = None
 
-    def _bucket(self, dev: DeviceSample, dim: Dim, start: int, when: float) -> _Bucket:
-        key = (dev.id, start)
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = _Bucket(start, dim, when, when)
-        return bucket
+    def _dim(self, dev: DeviceSample, host: str) -> Dim:
+        """The device's Dim, cached: rebuilding it (labels as JSON) every cycle is the main cost."""
+        facts = (host, dev.vendor, dev.name, dev.parent, dev.resource_group)
+        cached = self._dims.get(dev.id)
+        if cached is not None and cached[0] == facts and cached[1] == dev.labels:
+            return cached[2]
+        dim = Dim(dev.id, host, dev.vendor, dev.name or "", dev.parent or "",
+                  dev.resource_group or "", labels_json(dev.labels))
+        self._dims[dev.id] = (facts, dict(dev.labels), dim)
+        return dim
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Account one snapshot; write the intervals it completes. Never raises."""
@@ -148,44 +149,89 @@ class LedgerRecorder:
                 self.last_error = str(exc)
                 log.exception("ledger: recording failed")
 
+    def _older_bucket(self, device_id: str, dim: Dim, start: int, when: float) -> _Bucket:
+        bucket = self._older.get((device_id, start))
+        if bucket is None:
+            bucket = self._older[(device_id, start)] = _Bucket(start, dim, when, when)
+        return bucket
+
     def _account(self, snapshot: Snapshot) -> None:
         now = snapshot.unix_time
         iv = self.interval
+        current = int(now // iv * iv)
+        if self._current_start is not None and current < self._current_start:
+            # The clock stepped back: write what is held now; the ledger keeps only time that
+            # starts after what it already has for an interval, so nothing is counted twice.
+            self._flush_all()
+        if current != self._current_start:
+            # A new interval: every open bucket becomes an older one, complete once
+            # the increments that straddle the boundary have been split into it.
+            for dev_id, bucket in self._current.items():
+                self._older[(dev_id, bucket.start)] = bucket
+            self._current = {}
+            self._current_start = current
         host = snapshot.host.hostname
-        dims: dict[str, tuple[DeviceSample, Dim]] = {}
+        cur = self._current
+        dims = self._dims
+        seen: dict[str, DeviceSample] = {}
+        procs: dict[str, tuple[ProcessSample, ...]] = {}
         for dev in snapshot.devices:
-            dim = Dim(dev.id, host, dev.vendor, dev.name or "", dev.parent or "",
-                      dev.resource_group or "", labels_json(dev.labels))
-            dims[dev.id] = (dev, dim)
-            bucket = self._bucket(dev, dim, int(now // iv * iv), now)
-            bucket.touch(now)
-            if dev.health in _VALID and dev.memory_used_bytes is not None:
-                mem = int(dev.memory_used_bytes)
-                bucket.mem_sum = (bucket.mem_sum or 0) + mem
-                bucket.mem_samples += 1
-                bucket.mem_peak = mem if bucket.mem_peak is None else max(bucket.mem_peak, mem)
+            cached = dims.get(dev.id)
+            if cached is not None and cached[1] == dev.labels and cached[0] == (
+                    host, dev.vendor, dev.name, dev.parent, dev.resource_group):
+                dim = cached[2]
+            else:
+                dim = self._dim(dev, host)
+            seen[dev.id] = dev
+            bucket = cur.get(dev.id)
+            if bucket is None:
+                bucket = cur[dev.id] = _Bucket(current, dim, now, now)
+            elif now > bucket.last:
+                bucket.last = now
+            if dev.health in _VALID:
+                if dev.processes:
+                    procs[dev.id] = dev.processes
+                mem = dev.memory_used_bytes
+                if mem is not None:
+                    bucket.mem_sum = (bucket.mem_sum or 0) + mem
+                    bucket.mem_samples += 1
+                    if bucket.mem_peak is None or mem > bucket.mem_peak:
+                        bucket.mem_peak = mem
+        previous = self._procs
         for inc in self.integrator.update(snapshot):
-            dev, dim = dims[inc.device_id]
-            users = _users(dev) or self._users.get(dev.id, ())
+            dev = seen[inc.device_id]
+            owners = dev.processes or previous.get(dev.id, ())
+            users = tuple(p.user for p in owners) if owners else ()
+            if inc.start >= current:
+                cur[dev.id].add(inc, users)
+                continue
             part: Increment | None = inc
-            while part is not None:
+            while part is not None:  # it straddles interval boundaries: split it there
                 start = int(part.start // iv * iv)
                 if part.end > start + iv:
-                    head, rest = part.split(start + iv)
+                    head, part = part.split(start + iv)
                 else:
-                    head, rest = part, None
-                self._bucket(dev, dim, start, head.start).add(head, users)
-                part = rest
-        self._users = {d.id: _users(d) for d in snapshot.devices if d.health in _VALID}
-        done = [k for k, b in self._buckets.items() if b.start + iv <= now]
-        if done:
-            self._write([self._buckets.pop(k) for k in sorted(done, key=lambda k: (k[1], k[0]))], now)
+                    head, part = part, None
+                target = cur[dev.id] if start == current else \
+                    self._older_bucket(dev.id, dims[dev.id][2], start, head.start)
+                target.add(head, users)
+        self._procs = procs
+        if self._older:
+            done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
+            self._write([self._older.pop((dev_id, start)) for start, dev_id in done], now)
 
     def _write(self, buckets: list[_Bucket], now: float) -> None:
         s = self.settings
         self.intervals_written += self.ledger.write(
             [b.record() for b in buckets], now, s.retention_days, s.rollup_retention_days)
         self.last_error = None
+
+    def _flush_all(self) -> None:
+        held = list(self._older.values()) + list(self._current.values())
+        self._older, self._current, self._current_start = {}, {}, None
+        if held:
+            last = max(b.last for b in held)
+            self._write(sorted(held, key=lambda b: (b.start, b.dim.device_id)), last)
 
     def close(self) -> None:
         """Write the interval in progress (a restart continues it) and close the ledger."""
@@ -194,11 +240,7 @@ class LedgerRecorder:
                 return
             self._closed = True
             try:
-                if self._buckets:
-                    last = max(b.last for b in self._buckets.values())
-                    buckets = sorted(self._buckets.values(), key=lambda b: (b.start, b.dim.device_id))
-                    self._buckets.clear()
-                    self._write(buckets, last)
+                self._flush_all()
             except Exception as exc:
                 self.last_error = str(exc)
                 log.exception("ledger: writing the last interval failed")

@@ -19,7 +19,7 @@ from allsmi.usage import DEFAULT_MAX_GAP_SECONDS
 #: roll-ups line up with the day and month boundaries of any time zone.
 ROLLUP_SECONDS = 900
 DEFAULT_INTERVAL_SECONDS = 60
-DEFAULT_RETENTION_DAYS = 3.0
+DEFAULT_RETENTION_DAYS = 2.0
 DEFAULT_COVERAGE_THRESHOLD = 0.95
 LEDGER_KEYS = ("path", "retention_days", "rollup_retention_days", "interval_seconds",
                "max_gap_seconds")
@@ -48,9 +48,9 @@ class LedgerSettings:
     interval_seconds: int = DEFAULT_INTERVAL_SECONDS
     """Length of one raw interval (one minute by default; must divide 900)."""
     retention_days: float = DEFAULT_RETENTION_DAYS
-    """How long raw intervals are kept; quarter-hour roll-ups outlive them."""
+    """How long raw intervals are kept; the roll-ups outlive them."""
     rollup_retention_days: float | None = None
-    """How long quarter-hour roll-ups are kept (``None``: forever)."""
+    """How long quarter-hour roll-ups are kept (``None``: forever); daily ones are kept for good."""
     max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS
     """Samples further apart than this are not bridged."""
 
@@ -89,6 +89,8 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
         path = Path(env["ALLSMI_LEDGER"])
     elif file_path:
         path = Path(os.path.expanduser(file_path))
+        if not path.is_absolute() and config.path is not None:
+            path = config.path.parent / path  # relative to the config file, as serve.ledger is
     else:
         path = default_ledger_path(env)
     interval = _number(config, table, "ledger", "interval_seconds", 1)

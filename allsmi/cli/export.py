@@ -60,7 +60,7 @@ def export(ledger_path: str | None, prometheus_url: str | None, period: str | No
 
     \b
     Examples:
-      allsmi export --period yesterday --output /srv/billing/gpu-$(date +%F).csv
+      allsmi export --period yesterday --output /srv/billing/gpu-$(date -d yesterday +%F).csv
       allsmi export --period 2026-03 --tz Europe/Berlin --format focus -o march.csv
       allsmi export --prometheus http://prometheus:9090 --period last-month --group-by resource_group,model
       allsmi export --since 2026-03-01T00:00:00Z --until 2026-03-02T00:00:00Z --group-by resource_group,user

@@ -38,7 +38,7 @@ def test_constant_power_hour(tmp_path: Path) -> None:
         [(0, 1)]
     assert set(per_minute) == {(60000, 60000, 30000, 6_000_000)}
     assert rows(db, "SELECT COUNT(*) FROM quarters") == [(4,)]
-    assert rows(db, "SELECT start - ? FROM pending", int(T0)) == [(3600,)]  # the one just opened
+    assert rows(db, "SELECT start - ? FROM pending WHERE tier = 900", int(T0)) == [(3600,)]  # the one just opened
     r = one(report(db, T0, T0 + 3600))
     assert r.device_count == 1
     assert r.observed_device_hours == pytest.approx(1.0, abs=1e-9)
@@ -214,17 +214,36 @@ def test_retention_keeps_rollups_and_prunes_raw_intervals(tmp_path: Path) -> Non
     assert r.energy_kwh == pytest.approx(0.1)
 
 
-def test_rollup_retention(tmp_path: Path) -> None:
+def test_rollup_retention_and_daily_rollups(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
-    cfg = config("[ledger]\nretention_days = 0.01\nrollup_retention_days = 0.03\n")  # 2592 s
-    record(db, [snap(T0 + t, device(power=100.0)) for t in range(0, 7201, 10)], cfg)
-    assert rows(db, "SELECT MIN(start) FROM quarters")[0][0] >= T0 + 7200 - 2592
+    cfg = config("[ledger]\nretention_days = 0.01\nrollup_retention_days = 0.5\n")
+    record(db, [snap(T0 + t, device(power=100.0, users=["al"])) for t in range(0, 36 * 3600 + 1, 30)],
+           cfg)
+    assert rows(db, "SELECT start - ?, observed_ms, energy_mj FROM days", int(T0)) == \
+        [(0, 86_400_000, 8_640_000_000)]
+    assert rows(db, "SELECT MIN(start) - ? FROM quarters", int(T0))[0][0] >= 24 * 3600
+    # Day one exports whole from the daily roll-up, its quarters and minutes long gone.
+    r = one(report(db, T0, T0 + 86400, group_by=("resource_group", "user")), user="al")
+    assert r.allocated_device_hours == pytest.approx(24.0) and r.energy_kwh == pytest.approx(2.4)
+    # A window that is not day-aligned takes the day roll-up plus quarters.
+    r = one(report(db, T0 + 86400 - 6 * 3600, T0 + 86400 + 6 * 3600))
+    assert r.observed_device_hours == pytest.approx(6.0)  # only the half still in quarters
 
 
 def test_window_edges_use_raw_intervals_and_pending_quarters(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
     # Stops 10 minutes into the second quarter: that quarter stays pending.
     record(db, [snap(T0 + t, device(power=100.0)) for t in range(0, 1501, 10)])
-    assert rows(db, "SELECT start - ? FROM pending", int(T0)) == [(900,)]
+    assert rows(db, "SELECT start - ? FROM pending WHERE tier = 900", int(T0)) == [(900,)]
     r = one(report(db, T0 + 300, T0 + 1500, group_by=("resource_group",)))
     assert r.observed_device_hours * 3600 == pytest.approx(1200.0)
+
+
+def test_clock_stepping_back_mid_run_counts_nothing_twice(tmp_path: Path) -> None:
+    db = tmp_path / "l.db"
+    times = list(range(0, 181, 10)) + list(range(100, 301, 10))  # NTP steps back 80 s at t=180
+    rec = record(db, [snap(T0 + t, device(power=100.0)) for t in times])
+    assert rec.last_error is None
+    observed = rows(db, "SELECT start - ?, observed_ms FROM intervals ORDER BY start", int(T0))
+    assert all(ms <= 60000 for _, ms in observed)
+    assert sum(ms for _, ms in observed) <= 300_000

@@ -1,0 +1,189 @@
+"""The fleet path against a real Prometheus: ``allsmi export --prometheus`` agrees with the ledger.
+
+One ``allsmi serve --simulate mixed --ledger`` run is scraped every second by
+``/usr/bin/prometheus`` (Debian package ``prometheus``) while it records its
+own ledger in 5-second intervals (``[ledger] interval_seconds = 5``). Both
+exports of the same window must agree:
+
+* ``device_count`` and the group labels exactly;
+* hours and energy within 5 % plus 1.5 device-seconds per device: Prometheus'
+  ``increase()`` extrapolates linearly from the first and last scrapes in the
+  window to its edges, and the counters only move once per collection (0.5 s),
+  so each window edge can be off by up to a scrape interval plus a collection
+  interval of one device's usage; the ledger splits increments exactly at the
+  boundaries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists()
+                                            else None)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus (Debian package 'prometheus') is not "
+                       "installed; CI must install it"),
+    pytest.mark.skipif(importlib.util.find_spec("allsmi.cli.serve") is None,
+                       reason="allsmi serve is not available yet"),
+]
+
+CONFIG = """\
+[[rules]]
+resource_group = "training"
+vendor = "nvidia"
+
+[[rules]]
+resource_group = "inference"
+vendor = "amd"
+
+[groups.training]
+labels = { team = "ml-research" }
+price_per_device_hour = 2.0
+price_per_kwh = 0.2
+currency = "EUR"
+
+[groups.inference.labels]
+team = "serving"
+
+[ledger]
+interval_seconds = 5
+"""
+IV = 5
+RECORD_SECONDS = 42.0
+GROUP_BY = "resource_group,vendor,model"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer in {timeout} s")
+
+
+def iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def export(*args: str, cwd: Path) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--config", "allsmi.toml",
+                          "--group-by", GROUP_BY, "--format", "json", *args], cwd=cwd,
+                         env={**os.environ, "XDG_CONFIG_HOME": str(cwd)}, capture_output=True,
+                         text=True, timeout=60)
+    return out.returncode, json.loads(out.stdout or "{}"), out.stderr
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
+    (tmp_path / "allsmi.toml").write_text(CONFIG)
+    serve_port, prom_port = free_port(), free_port()
+    (tmp_path / "prometheus.yml").write_text(f"""\
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: allsmi
+    static_configs:
+      - targets: ["127.0.0.1:{serve_port}"]
+""")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    serve_log = open(tmp_path / "serve.log", "wb")
+    prom_log = open(tmp_path / "prometheus.log", "wb")
+    serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
+                              "--interval", "0.5", "--listen", f"127.0.0.1:{serve_port}",
+                              "--config", "allsmi.toml", "--ledger", "ledger.db"],
+                             cwd=tmp_path, env=env, stdout=serve_log, stderr=subprocess.STDOUT)
+    prometheus = subprocess.Popen(
+        [str(PROMETHEUS), f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
+         "--storage.tsdb.retention.time=1h"], stdout=prom_log, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{serve_port}/metrics")
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
+        began = time.time()
+        time.sleep(RECORD_SECONDS)
+        assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+        # A window of whole ledger intervals, clear of the start-up and of the present.
+        start = math.ceil((began + 4) / IV) * IV
+        end = math.floor((time.time() - 3) / IV) * IV
+        assert end - start >= 25
+        window = ("--since", iso(start), "--until", iso(end))
+        rc_l, ledger, err_l = export("--ledger", "ledger.db", *window, cwd=tmp_path)
+        rc_p, prom, err_p = export("--prometheus", f"http://127.0.0.1:{prom_port}", *window,
+                                   cwd=tmp_path)
+    finally:
+        stop(serve)
+        stop(prometheus)
+        serve_log.close()
+        prom_log.close()
+    assert rc_l == 0, err_l
+    assert rc_p == 0, err_p
+    assert ledger["coverage_ratio"] == 1.0
+    assert prom["coverage_ratio"] == pytest.approx(1.0, abs=0.05)
+
+    def by_key(doc: dict) -> dict:  # type: ignore[type-arg]
+        return {(r["resource_group"], r["vendor"], r["model"]): r for r in doc["rows"]}
+
+    lrows, prows = by_key(ledger), by_key(prom)
+    for key in sorted(lrows):  # shown with -s: how close the two paths came
+        print(key, {c: (lrows[key][c], prows.get(key, {}).get(c)) for c in
+                    ("allocated_device_hours", "used_device_hours", "energy_kwh")})
+    assert set(lrows) == set(prows)
+    assert len(lrows) == 9  # 6 models + 3 MIG profiles
+    seconds = end - start
+    for key, lr in lrows.items():
+        pr = prows[key]
+        assert pr["device_count"] == lr["device_count"], key
+        assert pr["labels"] == lr["labels"], key
+        slack_h = 1.5 * lr["device_count"] / 3600
+        for col in ("observed_device_hours", "allocated_device_hours", "used_device_hours"):
+            if lr[col] is None:
+                assert pr[col] is None, (key, col)
+                continue
+            assert pr[col] == pytest.approx(lr[col], rel=0.05, abs=slack_h), (key, col)
+        if lr["energy_kwh"] is None:
+            assert pr["energy_kwh"] is None, key
+        else:
+            # Slack: 1.5 s of the model's peak power per device.
+            slack_kwh = 1.5 * lr["device_count"] * 850 / 3.6e6
+            assert pr["energy_kwh"] == pytest.approx(lr["energy_kwh"], rel=0.05, abs=slack_kwh), key
+        assert lr["observed_device_hours"] == pytest.approx(lr["device_count"] * seconds / 3600,
+                                                            abs=1e-6)
+    train = lrows[("training", "nvidia", "NVIDIA H100 80GB HBM3")]
+    assert train["labels"] == {"team": "ml-research"} and train["currency"] == "EUR"
+    assert prows[("training", "nvidia", "NVIDIA H100 80GB HBM3")]["cost"] == pytest.approx(
+        train["cost"], rel=0.05, abs=0.01)
