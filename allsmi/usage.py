@@ -53,13 +53,18 @@ class Increment:
         return part(share, self.start, at), part(1.0 - share, at, self.end)
 
 
-@dataclass(frozen=True)
 class _Point:
-    time: float
-    utilization: float | None
-    power: float | None
-    energy: float | None
-    allocated: bool
+    """The previous sample of one device (a plain slots class: built per device per cycle)."""
+
+    __slots__ = ("time", "utilization", "power", "energy", "allocated")
+
+    def __init__(self, time: float, utilization: float | None, power: float | None,
+                 energy: float | None, allocated: bool) -> None:
+        self.time = time
+        self.utilization = utilization
+        self.power = power
+        self.energy = energy
+        self.allocated = allocated
 
 
 def _point(dev: DeviceSample, when: float) -> _Point:

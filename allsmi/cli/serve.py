@@ -156,7 +156,12 @@ def _open_recorder(path: Path, config: Config) -> Any:
         return LedgerRecorder(path, config)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        # LedgerError (an OSError) already names the path and the reason.
+        from allsmi.accounting.ledger import LedgerError
+        raise fail(str(exc) if isinstance(exc, LedgerError) else f"cannot open the ledger {path}: {exc}",
+                   1) from None
+    except ValueError as exc:
         raise fail(f"cannot open the ledger {path}: {exc}") from None
 
 
