@@ -20,11 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
 RULE_KEYS = ("host", "vendor", "model", "uuid", "index", "bus_id")
@@ -151,6 +146,11 @@ def load_config(flag: str | os.PathLike[str] | None = None,
 
 def parse_config(text: str, path: Path | None = None) -> Config:
     """Validate TOML text into a :class:`Config`; raise :class:`ConfigError` on any problem."""
+    # Imported here: most runs (no config file) never parse TOML.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
