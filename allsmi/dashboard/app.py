@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
+from rich.console import Group as RichGroup
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -30,14 +31,14 @@ from .model import (DESCENDING_BY_DEFAULT, SORT_KEYS, DeviceRef, EnergyMeter, Fi
                     apply_filter, order_devices, refs_of, totals_by)
 from .options import DEFAULT_THEME, LIGHT_THEME, DashboardOptions
 from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, ProcessTable, SummaryBar, age_text,
-                     totals_cells, _kw)
+                     totals_cells, memory_pair, power_pair)
 from .render import Palette
 from .sources import HostState, Source
 
 VIEWS = ("devices", "groups", "cluster")
-HOST_COLUMNS = (("host", "host", 22), ("name", "hostname", 16), ("status", "status", 34),
-                ("age", "data age", 9), ("devices", "devices", 8), ("util", "avg util", 8),
-                ("memory", "memory", 22), ("power", "power", 16))
+HOST_COLUMNS = (("host", "host", 21), ("state", "state", 5), ("age", "age", 8), ("devices", "devices", 7),
+                ("util", "util", 5), ("power", "power / limit", 13), ("memory", "memory", 19),
+                ("name", "hostname", 16), ("error", "problem", None))
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 
 
@@ -50,7 +51,7 @@ class DashboardApp(App[None]):
 
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Quit at once"),
-        Binding("question_mark,h,f1", "help", "Help", tooltip="Show this help"),
+        Binding("question_mark,h,f1", "help", "Help", key_display="?", tooltip="Show this help"),
         Binding("d", "view('devices')", "Devices", tooltip="Device view (one row per device)"),
         Binding("g", "view('groups')", "Groups",
                 tooltip="Resource-group view: per-group and per-vendor totals, energy since start"),
@@ -67,7 +68,7 @@ class DashboardApp(App[None]):
         Binding("v", "cycle_vendor", "Vendor", show=False, tooltip="Filter by vendor (cycles through them)"),
         Binding("f", "cycle_group", "Group", show=False,
                 tooltip="Filter by resource group (cycles through them)"),
-        Binding("escape", "back", "Back", show=False, tooltip="Clear filters, or go back to the main view"),
+        Binding("escape", "clear_or_back", "Back", show=False, tooltip="Clear filters, or go back to the main view"),
         Binding("p", "toggle_processes", "Procs",
                 tooltip="Processes panel: selected device or all devices shown"),
         Binding("z", "toggle_panel", "Zoom", show=False,
@@ -87,7 +88,7 @@ class DashboardApp(App[None]):
         self.clock = clock
         """Monotonic clock for data ages (frozen in tests)."""
         interval = max(0.05, float(source.interval))
-        self.poll_seconds = poll_seconds or min(0.5, max(0.1, interval / 4))
+        self.poll_seconds = poll_seconds or min(1.0, max(0.1, interval / 2))
         # About ten minutes of history per device, at least 60 points.
         self.history = History(history_points or max(60, min(1200, int(600 / interval))))
         self.energy = EnergyMeter()
@@ -110,6 +111,7 @@ class DashboardApp(App[None]):
         self._compact = True
         self._spark_width = 0
         self._refresh_started = 0.0
+        self._total = Totals("all")
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -143,6 +145,7 @@ class DashboardApp(App[None]):
         for host, snap in self.source.history():
             self.history.add(host, snap)
         self._configure_columns()
+        self._focus_view()
         self.poll()
         self.set_interval(self.poll_seconds, self.poll)
         if getattr(self.source, "fetches", True):
@@ -205,7 +208,7 @@ class DashboardApp(App[None]):
         self.set_timer(max(0.05, self.source.interval - elapsed), self._start_refresh)
 
     # -- drawing --------------------------------------------------------------------------
-    def _context(self, refs: Sequence[DeviceRef]) -> RowContext:
+    def _row_context(self, refs: Sequence[DeviceRef]) -> RowContext:
         stale = frozenset(h.key for h in self.hosts if h.error is not None)
         names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
         return RowContext(palette=self._palette, history=self.history, energy=self.energy,
@@ -221,8 +224,10 @@ class DashboardApp(App[None]):
         """Redraw the current view from the data in hand."""
         self.renders += 1
         refs = self.all_refs()
+        totals = totals_by(refs, lambda r: "all", self.energy)
+        self._total = totals[0] if totals else Totals("all")
         self.shown = order_devices(apply_filter(refs, self.filter), self.sort_key, self.descending)
-        ctx = self._context(refs)
+        ctx = self._row_context(refs)
         if self.view == "devices":
             self.device_table.show(self.shown, ctx, self.selected)
             if self.selected not in {r.key for r in self.shown}:
@@ -236,7 +241,7 @@ class DashboardApp(App[None]):
         self._update_summary()
 
     def _show_selected(self, ctx: RowContext | None = None) -> None:
-        ctx = ctx or self._context(self.all_refs())
+        ctx = ctx or self._row_context(self.all_refs())
         by_key = {r.key: r for r in self.shown}
         ref = by_key.get(self.selected or "")
         self.query_one("#details", DetailPanel).show(ref, ctx, self.energy.joules(ref.key) if ref else None)
@@ -272,34 +277,37 @@ class DashboardApp(App[None]):
         for host in self.hosts:
             totals = by_host.get(host.key, Totals(host.key))
             if host.error is None:
-                status = Text("ok" if host.snapshot is not None else "waiting", style=self._palette.ok)
+                state = Text("ok" if host.snapshot is not None else "wait", style=self._palette.ok)
+                problem = ""
             else:
+                state = Text("down", style=f"bold {self._palette.hot}")
                 retry = "" if host.retry_at is None else f" (retry in {max(0.0, host.retry_at - now):.0f} s)"
-                status = Text(f"unreachable: {host.error}{retry}", style=self._palette.hot)
+                problem = Text(f"unreachable: {host.error}{retry}", style=self._palette.hot)
             age = host.age(now)
             stale = age is not None and age > 3 * self.source.interval
             rows.append((f"host:{host.key}", (
-                host.key, host.name if host.name != host.key else NA, status,
-                Text(age_text(age), style=self._palette.warn if stale or host.error else ""),
+                host.key, state,
+                Text(age_text(age), justify="right",
+                     style=self._palette.warn if stale or host.error else ""),
                 Text(str(totals.devices), justify="right"),
                 Text(percent(totals.utilization_percent), justify="right",
                      style=self._palette.load(totals.utilization_percent)),
-                f"{human_bytes(totals.memory_used_bytes)}/{human_bytes(totals.memory_total_bytes)}",
-                f"{_kw(totals.power_watts)}/{_kw(totals.power_limit_watts)}")))
+                power_pair(totals.power_watts, totals.power_limit_watts),
+                memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
+                host.name if host.name != host.key else NA, problem)))
         self.query_one("#host-table", DiffTable).set_rows(rows)
 
     def _update_summary(self) -> None:
-        text = self._summary_lines()
-        if text.plain != self._summary_text:
-            self._summary_text = text.plain
-            self.query_one("#summary", SummaryBar).update(text)
+        line, state = self._summary_lines()
+        plain = line.plain + "\n" + state.plain
+        if plain != self._summary_text:
+            self._summary_text = plain
+            self.query_one("#summary", SummaryBar).update(RichGroup(line, state))
 
-    def _summary_lines(self) -> Text:
+    def _summary_lines(self) -> tuple[Text, Text]:
         now = self.clock()
         pal = self._palette
-        refs = self.all_refs()
-        totals = totals_by(refs, lambda r: "all", self.energy)
-        total = totals[0] if totals else Totals("all")
+        total = self._total
         line = Text()
         if self.source.cluster:
             up = sum(1 for h in self.hosts if h.error is None and h.snapshot is not None)
@@ -310,22 +318,21 @@ class DashboardApp(App[None]):
             age = max(ages) if ages else None
         else:
             host = self.hosts[0] if self.hosts else None
-            snap = host.snapshot if host else None
             line.append(host.name if host else "allsmi", style="bold")
-            if snap is not None:
-                line.append(f"  CPU {percent(snap.host.cpu_utilization_percent)}"
-                            f"  RAM {human_bytes(snap.host.memory_used_bytes)}"
-                            f"/{human_bytes(snap.host.memory_total_bytes)}")
             age = host.age(now) if host else None
         stale = age is None or age > 3 * self.source.interval
-        line.append("  data ")
-        line.append(f"{age_text(age)} old" if age is not None else "waiting for first sample",
-                    style=pal.warn if stale else pal.ok)
+        line.append("  age ")
+        line.append(age_text(age) if age is not None else "waiting", style=pal.warn if stale else pal.ok)
         line.append(f"  {total.devices} devices")
         if total.lost:
             line.append(f" ({total.lost} lost)", style=pal.hot)
         line.append(f"  util {percent(total.utilization_percent)}"
-                    f"  power {_kw(total.power_watts)}/{_kw(total.power_limit_watts)}")
+                    f"  power {power_pair(total.power_watts, total.power_limit_watts)}")
+        if not self.source.cluster and self.hosts and self.hosts[0].snapshot is not None:
+            snap = self.hosts[0].snapshot
+            line.append(f"  CPU {percent(snap.host.cpu_utilization_percent)}"
+                        f"  RAM {human_bytes(snap.host.memory_used_bytes)}"
+                        f"/{human_bytes(snap.host.memory_total_bytes)}")
         state = Text()
         arrow = "▼" if self.descending else "▲"
         state.append(f"{self.view}", style=f"bold {pal.accent}")
@@ -342,7 +349,7 @@ class DashboardApp(App[None]):
         state.append("  ? help  q quit", style="dim")
         line.no_wrap = state.no_wrap = True
         line.overflow = state.overflow = "ellipsis"
-        return Text("\n").join([line, state])
+        return line, state
 
     # -- events ------------------------------------------------------------------------------
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -388,16 +395,25 @@ class DashboardApp(App[None]):
     def _close_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.remove_class("-visible")
-        self.device_table.focus()
+        self._focus_view()
 
     def _switch(self, view: str) -> None:
         self.view = view
         self.query_one("#views", ContentSwitcher).current = view
-        if view == "devices":
-            self.device_table.focus()
+        self._focus_view()
         self.refresh_view()
 
+    def _focus_view(self) -> None:
+        target = {"devices": "#device-table", "groups": "#group-table", "cluster": "#host-table"}[self.view]
+        self.query_one(target).focus()
+
     # -- actions ----------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide the cluster key where there is no cluster."""
+        if action == "view" and parameters == ("cluster",) and not self.source.cluster:
+            return False
+        return True
+
     def action_help(self) -> None:
         """Show every key."""
         self.push_screen(HelpScreen(self.BINDINGS))  # type: ignore[arg-type]
@@ -459,7 +475,7 @@ class DashboardApp(App[None]):
         group = self._cycle(self.filter.group, groups)
         self._set_filter(Filter(self.filter.text, self.filter.vendor, group, self.filter.host))
 
-    def action_back(self) -> None:
+    def action_clear_or_back(self) -> None:
         """Close the filter box, clear filters, or return to the main view."""
         box = self.query_one("#filter", Input)
         if box.has_class("-visible"):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent
@@ -210,7 +211,7 @@ def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
         Column("vendor", "vendor", 11, _attr("vendor"), _plain),
         Column("model", "model", 22, _model_key, _plain),
         Column("util", "util", 15, _util_key, _util_render, sort="utilization"),
-        Column("memory", "memory", 25, _memory_key, _memory_render, sort="memory"),
+        Column("memory", "memory", 27, _memory_key, _memory_render, sort="memory"),
         Column("temp", "temp", 5, _temp_key, _temp_render, sort="temperature"),
         Column("power", "power / limit", 17, _power_key, _power_render, sort="power"),
         Column("health", "health", 8, _health_key, _health_render),
@@ -251,12 +252,17 @@ class DeviceTable(DataTable[Any]):
     DEFAULT_CSS = """
     DeviceTable { height: 1fr; }
     """
+    # In row-cursor mode DataTable's Home/End scroll sideways; people expect first/last device.
+    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
+                Binding("end", "scroll_bottom", "Last row", show=False)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=1, **kwargs)
         self.spec: list[Column] = []
         self._keys: dict[str, list[Hashable]] = {}
         self._order: list[str] = []
+        self._pending: dict[str, DeviceRef] = {}
+        self._ctx: RowContext | None = None
         self.cell_updates = 0
         """Cells rewritten since the table was built (for tests and the benchmark)."""
 
@@ -270,6 +276,7 @@ class DeviceTable(DataTable[Any]):
         for column in self.spec:
             self.add_column(column.label, key=column.id, width=column.width)
         self._keys.clear()
+        self._pending.clear()
         self._order = []
         return True
 
@@ -279,23 +286,24 @@ class DeviceTable(DataTable[Any]):
             keys[:] = [object()] * len(keys)
 
     def show(self, refs: Sequence[DeviceRef], ctx: RowContext, selected: str | None) -> None:
-        """Make the table show ``refs`` in this order, touching only what changed."""
+        """Make the table show ``refs`` in this order, touching only what changed.
+
+        Rows off screen are only noted; their cells are brought up to date when
+        they scroll into view, so a refresh costs the same with 30 or 3000 devices.
+        """
+        self._ctx = ctx
         wanted = {r.key for r in refs}
         for gone in [k for k in self._keys if k not in wanted]:
             self.remove_row(gone)
             del self._keys[gone]
+            self._pending.pop(gone, None)
         for ref in refs:
-            keys = [column.key(ref, ctx) for column in self.spec]
-            old = self._keys.get(ref.key)
-            if old is None:
+            if ref.key not in self._keys:
+                keys = [column.key(ref, ctx) for column in self.spec]
                 self.add_row(*(c.render(k, ctx) for c, k in zip(self.spec, keys)), key=ref.key)
                 self._keys[ref.key] = keys
-                continue
-            for i, (column, key) in enumerate(zip(self.spec, keys)):
-                if key != old[i]:
-                    self.update_cell(ref.key, column.id, column.render(key, ctx))
-                    old[i] = key
-                    self.cell_updates += 1
+            else:
+                self._pending[ref.key] = ref
         order = [r.key for r in refs]
         if order != self._order:
             position = {key: i for i, key in enumerate(order)}
@@ -306,6 +314,44 @@ class DeviceTable(DataTable[Any]):
             row = self.get_row_index(selected)
             if row != self.cursor_row:
                 self.move_cursor(row=row, animate=False)
+        self.flush_visible()
+
+    def flush_visible(self, margin: int = 4) -> None:
+        """Bring the cells of the rows on screen (and ``margin`` around) up to date."""
+        ctx = self._ctx
+        if ctx is None or not self._pending:
+            return
+        top = max(0, int(self.scroll_y) - margin)
+        bottom = min(len(self._order), int(self.scroll_y) + max(self.size.height, 1) + margin)
+        for key in self._order[top:bottom]:
+            ref = self._pending.pop(key, None)
+            if ref is not None:
+                self._update_row(ref, ctx)
+
+    def flush_all(self) -> None:
+        """Bring every row up to date (tests and screenshots of whole tables)."""
+        ctx = self._ctx
+        if ctx is None:
+            return
+        for ref in list(self._pending.values()):
+            self._update_row(ref, ctx)
+        self._pending.clear()
+
+    def _update_row(self, ref: DeviceRef, ctx: RowContext) -> None:
+        old = self._keys[ref.key]
+        for i, column in enumerate(self.spec):
+            key = column.key(ref, ctx)
+            if key != old[i]:
+                self.update_cell(ref.key, column.id, column.render(key, ctx))
+                old[i] = key
+                self.cell_updates += 1
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.flush_visible()
+
+    def on_resize(self) -> None:
+        self.flush_visible()
 
     @property
     def order(self) -> list[str]:

@@ -29,7 +29,8 @@ def help_table(bindings: Iterable[Binding]) -> Table:
     table.add_column("key", no_wrap=True)
     table.add_column("action")
     for binding in bindings:
-        table.add_row(Text(key_label(binding.key), style="bold"), binding.description)
+        table.add_row(Text(key_label(binding.key), style="bold"), binding.tooltip or binding.description)
+    table.add_row(Text("↑ ↓ PgUp PgDn Home End", style="bold"), "move through the devices (the details follow)")
     table.add_row(Text("mouse", style="bold"),
                   "click a row to select it, a column header to sort by it; wheel scrolls")
     table.add_row(Text("Enter", style="bold"),
@@ -52,11 +53,11 @@ class HelpScreen(ModalScreen[None]):
 
     def __init__(self, bindings: Iterable[Binding]) -> None:
         super().__init__()
-        self._bindings = list(bindings)
+        self._keys = list(bindings)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static(Text("allsmi dashboard — keys", style="bold"), id="help-title")
-            yield Static(help_table(self._bindings), id="help-keys")
+            yield Static(help_table(self._keys), id="help-keys")
             yield Static(Text(LEGEND, style="dim"), id="help-legend")
             yield Static(Text("Esc, q or ? closes this screen.", style="italic"), id="help-close")

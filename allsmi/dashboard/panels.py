@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any, Hashable, Iterable, Sequence
 
 from rich.console import Group as RichGroup
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
-from allsmi.schema import DeviceSample, ProcessSample
+from allsmi.schema import ProcessSample
 
 from .device_table import RowContext, RowText, describe_device
 from .model import DeviceRef, Totals, memory_percent
@@ -29,11 +28,9 @@ def energy_text(joules: float | None) -> str:
 
 
 def age_text(age: float | None) -> str:
-    """"0.4 s" / "12 s" / "3 min" / "never"."""
+    """"0 s" / "12 s" / "3 min" / "never" (whole units: the line is redrawn at most once a second)."""
     if age is None:
         return "never"
-    if age < 10:
-        return f"{age:.1f} s"
     if age < 120:
         return f"{age:.0f} s"
     if age < 7200:
@@ -66,58 +63,58 @@ class DetailPanel(Static):
 
     @staticmethod
     def render_device(ref: DeviceRef, ctx: RowContext, energy: float | None, width: int) -> RichGroup:
-        """The panel's content for ``ref`` at ``width`` cells."""
+        """The panel's content for ``ref`` at ``width`` cells: most important lines first."""
         dev = ref.device
         pal = ctx.palette
         health = ctx.health(ref)
-        title = Text()
-        title.append(describe_device(dev), style="bold")
-        title.append(f"  {dev.name or NA}  ")
-        title.append(health, style=pal.health(health))
-        if ctx.host_names and len(ctx.host_names) > 1:
-            title.append(f"  on {ctx.host_names.get(ref.host, ref.host)}", style=pal.accent)
-        ident = Text(f"group {dev.resource_group or NA}", style="")
-        if dev.labels:
-            ident.append(f"  {labels_text(dev.labels)}", style=pal.accent)
-        ids = Text(f"id {dev.id}", style="dim")
-        extra = []
-        if dev.bus_id:
-            extra.append(f"bus {dev.bus_id}")
-        extra.append(f"driver {dev.driver_version or NA}")
-        if dev.firmware_version:
-            extra.append(f"fw {dev.firmware_version}")
-        ids.append("  " + "  ".join(extra))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(width=6, style="bold")
-        grid.add_column(width=20, no_wrap=True)
-        grid.add_column(no_wrap=True)
-        spark_width = max(0, width - 29)
-        key = ref.key
         hist = ctx.history
+        key = ref.key
+        spark_width = max(0, width - 25)
+
+        def line(*parts: tuple[str, str]) -> Text:
+            text = Text(no_wrap=True, overflow="ellipsis")
+            for chunk, style in parts:
+                text.append(chunk, style=style)
+            return text
+
+        def metric(label: str, value: str, style: str, series: str, low: float = 0.0,
+                   high: float = 100.0) -> Text:
+            return line((f"{label:<6}", "bold"), (f"{value:<18} ", style),
+                        (spark(hist.series(key, series), spark_width, low, high), pal.accent))
+
+        lines = [line((describe_device(dev), "bold"), (f"  {dev.name or NA}  ", ""),
+                      (health, pal.health(health)), (f"  group {dev.resource_group or NA}", ""))]
+        if len(ctx.host_names) > 1:
+            lines[0].append(f"  on {ctx.host_names.get(ref.host, ref.host)}", style=pal.accent)
         util = dev.utilization_percent
-        grid.add_row("util", Text(percent(util), style=pal.load(util)),
-                     Text(spark(hist.series(key, "utilization"), spark_width), style=pal.accent))
+        lines.append(metric("util", percent(util), pal.load(util), "utilization"))
         share = memory_percent(dev)
-        grid.add_row("mem", Text(f"{human_bytes(dev.memory_used_bytes)}/{human_bytes(dev.memory_total_bytes)}",
-                                 style=pal.load(share)),
-                     Text(spark(hist.series(key, "memory"), spark_width), style=pal.accent))
+        lines.append(metric("mem", f"{human_bytes(dev.memory_used_bytes)}/{human_bytes(dev.memory_total_bytes)}",
+                            pal.load(share), "memory"))
         limit = dev.power_limit_watts
-        power_series = hist.series(key, "power")
-        top = limit or max((v for v in power_series if v is not None), default=0.0) or 1.0
-        grid.add_row("power", f"{watts(dev.power_watts)} / {watts(limit)}",
-                     Text(spark(power_series, spark_width, 0.0, top), style=pal.accent))
+        top = limit or max((v for v in hist.series(key, "power") if v is not None), default=0.0) or 1.0
+        lines.append(metric("power", f"{watts(dev.power_watts)} / {watts(limit)}", "", "power", 0.0, top))
         temp = dev.temperature_celsius
-        grid.add_row("temp", Text(celsius(temp), style=pal.temperature(temp) or ""),
-                     Text(spark(hist.series(key, "temperature"), spark_width, 20.0, 100.0),
-                          style=pal.accent))
-        grid.add_row("clock", na(dev.clock_mhz, "{:.0f}", " MHz"),
-                     f"fan {percent(dev.fan_percent)}   energy since start {energy_text(energy)}")
+        lines.append(metric("temp", celsius(temp), pal.temperature(temp) or "", "temperature", 20.0, 100.0))
         cores = dev.details.get("core_utilization_percent")
         if isinstance(cores, tuple) and cores and all(isinstance(c, (int, float)) for c in cores):
             values = [float(c) for c in cores]
-            grid.add_row("cores", core_strip(values, min(len(values), 20), pal),
-                         " ".join(f"{v:.0f}" for v in values))
-        return RichGroup(title, ident, ids, grid)
+            strip = core_strip(values, min(len(values), 24), pal)
+            lines.append(Text.assemble(("cores ", "bold"), strip,
+                                       ("  " + " ".join(f"{v:.0f}" for v in values), ""),
+                                       no_wrap=True, overflow="ellipsis"))
+        lines.append(line(("clock ", "bold"), (na(dev.clock_mhz, "{:.0f}", " MHz"), ""),
+                          ("  fan ", "bold"), (percent(dev.fan_percent), ""),
+                          ("  energy ", "bold"), (f"{energy_text(energy)} since start", "")))
+        if dev.labels:
+            lines.append(line(("labels ", "bold"), (labels_text(dev.labels), pal.accent)))
+        lines.append(line(("id ", "bold"), (dev.id, "dim")))
+        extra = [f"bus {dev.bus_id}"] if dev.bus_id else []
+        extra.append(f"driver {dev.driver_version or NA}")
+        if dev.firmware_version:
+            extra.append(f"fw {dev.firmware_version}")
+        lines.append(line(("  ".join(extra), "dim")))
+        return RichGroup(*lines)
 
 
 class DiffTable(DataTable[Any]):
@@ -183,8 +180,8 @@ def _freeze(cell: Any) -> Hashable:
 class ProcessTable(DiffTable):
     """Processes on the selected device (and its partitions) or on every device shown."""
 
-    COLUMNS = (("pid", "pid", 8), ("user", "user", 10), ("device", "device", 10),
-               ("memory", "memory", 10), ("command", "command", None))
+    COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
+               ("command", "command", 48), ("device", "device", 14))
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.COLUMNS, **kwargs)
@@ -205,13 +202,13 @@ class ProcessTable(DiffTable):
 
     @staticmethod
     def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
-        return (Text(str(proc.pid), justify="right"), proc.user or NA, where,
-                Text(human_bytes(proc.memory_bytes), justify="right"), proc.command or NA)
+        return (Text(str(proc.pid), justify="right"), proc.user or NA,
+                Text(human_bytes(proc.memory_bytes), justify="right"), proc.command or NA, where)
 
 
-TOTALS_COLUMNS = (("name", "name", 14), ("devices", "devices", 9), ("util", "util", 5),
-                  ("memory", "memory", 17), ("power", "power / limit", 15),
-                  ("energy", "energy", 10), ("procs", "procs", 5), ("hosts", "hosts", 5),
+TOTALS_COLUMNS = (("name", "name", 12), ("devices", "devices", 8), ("util", "util", 5),
+                  ("memory", "memory", 19), ("power", "power / limit", 13),
+                  ("energy", "energy", 9), ("procs", "procs", 5), ("hosts", "hosts", 5),
                   ("labels", "labels", None))
 """Columns of the group and vendor totals (vendors leave out ``labels``)."""
 
@@ -224,8 +221,8 @@ def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True) -> 
         devices += f"+{totals.partitions}p"
     if totals.lost:
         devices += f" {totals.lost}!"
-    memory = f"{human_bytes(totals.memory_used_bytes)}/{human_bytes(totals.memory_total_bytes)}"
-    power = f"{_kw(totals.power_watts)}/{_kw(totals.power_limit_watts)}"
+    memory = memory_pair(totals.memory_used_bytes, totals.memory_total_bytes)
+    power = power_pair(totals.power_watts, totals.power_limit_watts)
     cells: tuple[Any, ...] = (
         Text(totals.name, style="bold"),
         Text(devices, justify="right", style=palette.hot if totals.lost else ""),
@@ -237,14 +234,19 @@ def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True) -> 
     return cells + (labels_text(totals.labels),) if with_labels else cells
 
 
-def _kw(value: float | None) -> str:
-    if value is None:
+def memory_pair(used: int | None, total: int | None) -> str:
+    """"45.1 GiB/79.6 GiB", or "N/A" when neither is known."""
+    if used is None and total is None:
         return NA
-    if value >= 10000:
-        return f"{value / 1000:.1f} kW"
-    return watts(value)
+    return f"{human_bytes(used)}/{human_bytes(total)}"
 
 
-def device_lines(devices: Iterable[DeviceSample]) -> int:
-    """How many devices (not partitions) are in ``devices``."""
-    return sum(1 for d in devices if d.parent is None)
+def power_pair(power: float | None, limit: float | None) -> str:
+    """"9.9/20.2 kW" or "312/700 W": one unit for both, chosen by the larger."""
+    if power is None and limit is None:
+        return NA
+    largest = max((v for v in (power, limit) if v is not None), default=0.0)
+    if largest >= 10000:
+        return f"{na(None if power is None else power / 1000, '{:.1f}')}/" \
+               f"{na(None if limit is None else limit / 1000, '{:.1f}')} kW"
+    return f"{na(power, '{:.0f}')}/{na(limit, '{:.0f}')} W"

@@ -44,9 +44,21 @@ class Palette:
         if theme is None:
             return cls()
 
+        light = getattr(theme, "dark", True) is False
+
         def pick(name: str, default: str) -> str:
             value = getattr(theme, name, None)
-            return str(value) if value else default
+            if not value:
+                return default
+            if light:
+                # Theme accents are tuned for dark backgrounds; bars and numbers drawn in them
+                # need more contrast on a light one.
+                from textual.color import Color
+                try:
+                    return Color.parse(str(value)).darken(0.18).hex
+                except Exception:  # a theme color Textual itself cannot parse: use it as given
+                    return str(value)
+            return str(value)
 
         return cls(ok=pick("success", "green"), warn=pick("warning", "yellow"),
                    hot=pick("error", "red"), accent=pick("accent", "cyan"))

@@ -60,6 +60,8 @@ class Source(Protocol):
     """Seconds between refreshes."""
     cluster: bool
     """Whether this is a fleet (cluster overview, host column) or one node."""
+    fetches: bool
+    """Whether :meth:`refresh` does anything (the app then runs refresh rounds)."""
 
     def hosts(self) -> Sequence[HostState]:
         """The current state of every host; cheap and non-blocking."""
@@ -93,6 +95,8 @@ class NodeSource:
     """The local node, read from a collector that samples in its own thread."""
 
     cluster = False
+    fetches = False
+    """No refresh rounds needed: the collector has its own thread."""
 
     def __init__(self, collector: CollectorLike, clock: Clock = time.monotonic) -> None:
         self.collector = collector
@@ -128,7 +132,7 @@ class StaticSource:
     """
 
     def __init__(self, frames: Sequence[dict[str, Snapshot | str]], *, interval: float = 1.0,
-                 cluster: bool = False, clock: Clock = lambda: 0.0) -> None:
+                 cluster: bool = False, clock: Clock = time.monotonic) -> None:
         if not frames:
             raise ValueError("StaticSource needs at least one frame")
         self.frames = list(frames)
@@ -139,6 +143,7 @@ class StaticSource:
         self._last_good: dict[str, tuple[Snapshot, float]] = {}
         self._lock = threading.Lock()
         self.refreshes = 0
+        self.fetches = True
         self._remember()
 
     @classmethod

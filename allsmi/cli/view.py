@@ -1,0 +1,165 @@
+"""``allsmi view`` and bare ``allsmi``: the live dashboard.
+
+Wiring only: the local collector (started in its own thread) or a cluster
+source (other nodes' ``allsmi serve``, or a Prometheus server) is handed to
+:class:`allsmi.dashboard.app.DashboardApp`. See ``docs/dashboard.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import click
+
+from allsmi.cli.common import Settings, build_collector, common_options, fail, settings
+from allsmi.config import ConfigError
+
+SORT_CHOICES = ("index", "utilization", "memory", "power", "temperature")
+
+
+def _options(s: Settings, theme: str | None, sort: str | None) -> Any:
+    from dataclasses import replace
+
+    from allsmi.dashboard.options import DashboardOptions, theme_names
+    try:
+        options = DashboardOptions.from_config(s.config)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if theme is not None:
+        if theme not in theme_names():
+            raise fail(f"unknown theme {theme!r} (known: {', '.join(theme_names())})")
+        options = replace(options, theme=theme)
+    if sort is not None:
+        options = replace(options, sort=sort)
+    return options
+
+
+def _not_a_terminal() -> bool:
+    return not (sys.stdout.isatty() and sys.stdin.isatty())
+
+
+def _print_table_instead(s: Settings) -> None:
+    """Without a terminal (a pipe, cron) print one snapshot table, as ``allsmi snapshot`` does."""
+    from allsmi.cli.snapshot import render
+    from allsmi.host import HostSampler
+    host = HostSampler()
+    host.prime()
+    collector = build_collector(s)
+    collector.host = host
+    try:
+        snap = collector.collect_once()
+    finally:
+        collector.close()
+    click.echo(render(snap, "table"), nl=False)
+
+
+def run_local(s: Settings, options: Any) -> None:
+    """The dashboard over this node's collector, sampling in its own thread."""
+    from allsmi.dashboard.app import DashboardApp
+    from allsmi.dashboard.sources import NodeSource
+
+    collector = build_collector(s)
+    collector.host.prime()
+    collector.start()
+    try:
+        DashboardApp(NodeSource(collector), config=s.config, options=options).run()
+    finally:
+        _close_quietly(collector.close)
+
+
+def _close_quietly(close: Any, grace: float = 0.5) -> None:
+    # The screen is already restored; a backend stuck in a vendor call must not keep the
+    # user waiting, so closing gets a short grace period on a daemon thread.
+    closer = threading.Thread(target=close, daemon=True, name="allsmi-close")
+    closer.start()
+    closer.join(grace)
+
+
+def _split_hosts(values: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        out.extend(part for part in value.replace(",", " ").split() if part)
+    return out
+
+
+@click.command()
+@click.option("--hosts", "hosts", multiple=True, metavar="URL",
+              help="Another node's 'allsmi serve' (http://host:9477); repeat the flag or separate "
+                   "with commas.")
+@click.option("--hostfile", type=click.Path(dir_okay=False), default=None,
+              help="File with one URL per line ('#' starts a comment).")
+@click.option("--prometheus", metavar="URL", default=None,
+              help="Read the whole fleet from this Prometheus server (http://host:9090).")
+@click.option("--max-concurrency", type=click.IntRange(min=1, max=256), default=16, show_default=True,
+              help="Hosts fetched at the same time (with --hosts/--hostfile).")
+@click.option("--theme", default=None, metavar="NAME",
+              help="Textual theme, e.g. textual-dark, textual-light (config: dashboard.theme).")
+@click.option("--sort", type=click.Choice(SORT_CHOICES), default=None,
+              help="Initial sort order (config: dashboard.sort).")
+@common_options
+def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, max_concurrency: int,
+         theme: str | None, sort: str | None, **opts: Any) -> None:
+    """Open the live dashboard: this node, or a cluster of nodes.
+
+    \b
+    Keys: ? help, q quit, g groups, c cluster, s sort, / filter, p processes.
+    \b
+    Examples:
+      allsmi view                                      this node (same as plain 'allsmi')
+      allsmi --simulate mixed                          a simulated mixed node, no hardware needed
+      allsmi view --hosts http://gpu1:9477,http://gpu2:9477
+      allsmi view --hostfile /etc/allsmi/hosts.txt
+      allsmi view --prometheus http://prometheus:9090
+    """
+    s = settings(**opts)
+    options = _options(s, theme, sort)
+    urls = _split_hosts(hosts)
+    if hostfile:
+        from allsmi.dashboard.cluster import HostfileError, read_hostfile
+        try:
+            urls.extend(read_hostfile(hostfile))
+        except HostfileError as exc:
+            raise fail(str(exc)) from None
+    if urls and prometheus:
+        raise fail("give either --hosts/--hostfile or --prometheus, not both")
+    if not urls and not prometheus:
+        if _not_a_terminal():
+            _print_table_instead(s)
+            return
+        run_local(s, options)
+        return
+    if _not_a_terminal():
+        raise fail("the cluster view needs an interactive terminal")
+    from allsmi.dashboard.app import DashboardApp
+    source: Any
+    if prometheus:
+        from allsmi.dashboard.prometheus import PrometheusSource
+        try:
+            source = PrometheusSource(prometheus, interval=max(s.interval, 1.0), timeout=s.timeout)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    else:
+        from allsmi.dashboard.cluster import ClusterSource
+        try:
+            source = ClusterSource(urls, interval=s.interval, timeout=s.timeout,
+                                   max_concurrency=max_concurrency)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    try:
+        DashboardApp(source, config=s.config, options=options).run()
+    finally:
+        source.close()
+
+
+@click.command(hidden=True)
+@common_options
+def dashboard_default(**opts: Any) -> None:
+    """The local dashboard, as plain ``allsmi`` opens it (group options apply)."""
+    s = settings(**opts)
+    options = _options(s, None, None)
+    if _not_a_terminal():
+        _print_table_instead(s)
+        return
+    run_local(s, options)

@@ -1,0 +1,267 @@
+"""The cluster source: other nodes' ``allsmi serve`` read over HTTP.
+
+Each host is fetched with ``GET <url>/api/v1/snapshot`` and parsed with
+:func:`allsmi.output.snapshot_from_dict`. A refresh round starts the hosts
+that are due, at most ``max_concurrency`` at a time, each in a daemon
+thread with its own timeout, so one hung host delays nobody and quitting
+never waits for the network. A host still in flight from an earlier round is
+not asked again. A failing host is retried with exponential back-off
+(one interval, then 2x, 4x... up to ``max_backoff`` seconds); its last good
+snapshot stays on screen, marked stale, with its age.
+
+Connections go direct (proxy variables are ignored: the nodes of a cluster
+are on its own network). ``http://user:password@host:port`` sends basic
+authentication, for servers started with ``--web-config``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from allsmi.output import SnapshotFormatError, snapshot_from_dict
+from allsmi.schema import Snapshot
+
+from .sources import Clock, HostState
+
+SNAPSHOT_PATH = "/api/v1/snapshot"
+#: A snapshot of a thousand devices is a few MiB; anything far larger is not ours.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_CONCURRENCY = 16
+DEFAULT_MAX_BACKOFF_SECONDS = 60.0
+
+Fetch = Callable[["Endpoint", float], Snapshot]
+
+
+class FetchError(Exception):
+    """A host could not be read; the message is what the screen shows."""
+
+
+class HostfileError(ValueError):
+    """A hosts file is unreadable or has a line that is not a URL."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one node's ``allsmi serve`` answers."""
+
+    url: str
+    """Base URL without credentials or trailing slash (``http://10.0.0.7:9477``)."""
+    key: str
+    """``host:port``: how the host is named on screen until it reports its hostname."""
+    authorization: str | None = None
+    """``Basic ...`` header value from credentials in the URL."""
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """An endpoint from ``http(s)://[user:pass@]host:port[/prefix]`` or bare ``host:port``."""
+    raw = text.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    parts = urllib.parse.urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL or host:port: {text.strip()!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"bad port in {text.strip()!r}") from None
+    path = parts.path.rstrip("/")
+    if path.endswith(SNAPSHOT_PATH):
+        path = path[:-len(SNAPSHOT_PATH)]
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    netloc = host if port is None else f"{host}:{port}"
+    auth = None
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return Endpoint(url=f"{parts.scheme}://{netloc}{path}", key=netloc, authorization=auth)
+
+
+def read_hostfile(path: str | Path) -> list[str]:
+    """Host URLs from a file: one per line; blank lines and ``#`` comments are ignored."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HostfileError(f"{path}: cannot read: {exc}") from None
+    out = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        try:
+            parse_endpoint(entry)
+        except ValueError as exc:
+            raise HostfileError(f"{path}, line {number}: {exc}") from None
+        out.append(entry)
+    if not out:
+        raise HostfileError(f"{path}: no hosts listed")
+    return out
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def fetch_snapshot(endpoint: Endpoint, timeout: float) -> Snapshot:
+    """One snapshot from ``endpoint``; :class:`FetchError` with a short reason otherwise."""
+    headers = {"Accept": "application/json", "Accept-Encoding": "gzip", "User-Agent": "allsmi-view"}
+    if endpoint.authorization:
+        headers["Authorization"] = endpoint.authorization
+    request = urllib.request.Request(endpoint.url + SNAPSHOT_PATH, headers=headers)
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            body = response.read(MAX_BODY_BYTES + 1)
+            encoding = (response.headers.get("Content-Encoding") or "").lower()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 503:
+            raise FetchError("not ready yet (HTTP 503)") from None
+        if exc.code == 401:
+            raise FetchError("HTTP 401: needs user:password@ in the URL") from None
+        raise FetchError(f"HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            raise FetchError(f"timed out after {timeout:g} s") from None
+        if isinstance(reason, ConnectionRefusedError):
+            raise FetchError("connection refused") from None
+        raise FetchError(str(getattr(reason, "strerror", None) or reason)) from None
+    except (socket.timeout, TimeoutError):
+        raise FetchError(f"timed out after {timeout:g} s") from None
+    except OSError as exc:
+        raise FetchError(exc.strerror or str(exc)) from None
+    if len(body) > MAX_BODY_BYTES:
+        raise FetchError(f"answer larger than {MAX_BODY_BYTES // 2**20} MiB")
+    if encoding == "gzip":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(body)) as unzip:
+                body = unzip.read(MAX_BODY_BYTES + 1)
+        except (OSError, EOFError) as exc:
+            raise FetchError(f"bad gzip body: {exc}") from None
+        if len(body) > MAX_BODY_BYTES:
+            raise FetchError(f"answer larger than {MAX_BODY_BYTES // 2**20} MiB")
+    try:
+        return snapshot_from_dict(json.loads(body))
+    except ValueError as exc:  # JSONDecodeError and SnapshotFormatError are ValueErrors
+        kind = "not a snapshot" if isinstance(exc, SnapshotFormatError) else "not JSON"
+        raise FetchError(f"{kind}: {exc}") from None
+
+
+class _Host:
+    """Mutable per-host state; guarded by the source's lock."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.snapshot: Snapshot | None = None
+        self.received: float | None = None
+        self.error: str | None = None
+        self.failures = 0
+        self.retry_at: float | None = None
+        self.last_attempt: float | None = None
+        self.in_flight = False
+
+
+class ClusterSource:
+    """Many nodes' ``allsmi serve`` endpoints; see the module docstring."""
+
+    cluster = True
+    fetches = True
+
+    def __init__(self, urls: Sequence[str], *, interval: float = 2.0, timeout: float = 5.0,
+                 max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+                 max_backoff: float = DEFAULT_MAX_BACKOFF_SECONDS,
+                 clock: Clock = time.monotonic, fetch: Fetch = fetch_snapshot) -> None:
+        if not urls:
+            raise ValueError("no hosts given")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        endpoints = [parse_endpoint(u) for u in urls]
+        seen: set[str] = set()
+        self._hosts = []
+        for endpoint in endpoints:
+            if endpoint.key not in seen:  # the same host twice would be fetched twice
+                seen.add(endpoint.key)
+                self._hosts.append(_Host(endpoint))
+        self.interval = interval
+        self.timeout = timeout
+        self.max_concurrency = max_concurrency
+        self.max_backoff = max_backoff
+        self.clock = clock
+        self._fetch = fetch
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self.in_flight_peak = 0
+        """Most fetches seen running at once (tests check the bound)."""
+
+    def hosts(self) -> Sequence[HostState]:
+        with self._lock:
+            return [HostState(h.endpoint.key, h.snapshot.host.hostname if h.snapshot else h.endpoint.key,
+                              h.snapshot, h.received, address=h.endpoint.url, error=h.error,
+                              retry_at=h.retry_at)
+                    for h in self._hosts]
+
+    def backoff(self, failures: int) -> float:
+        """Seconds before the next attempt after ``failures`` failures in a row."""
+        return min(self.max_backoff, self.interval * 2 ** max(0, failures - 1))
+
+    def refresh(self, cancelled: Callable[[], bool]) -> None:
+        """Start every due host (bounded), wait for them up to about one interval."""
+        now = self.clock()
+        with self._lock:
+            due = [h for h in self._hosts if not h.in_flight and (h.retry_at is None or now >= h.retry_at)]
+        # Least recently tried first, so a long host list is served round-robin.
+        due.sort(key=lambda h: -1.0 if h.last_attempt is None else h.last_attempt)
+        deadline = time.monotonic() + max(self.interval, self.timeout) + 0.5
+        threads: list[threading.Thread] = []
+        for host in due:
+            while not self._slots.acquire(timeout=0.05):
+                if cancelled() or time.monotonic() >= deadline:
+                    return
+            with self._lock:
+                host.in_flight = True
+                host.last_attempt = self.clock()
+                running = sum(1 for h in self._hosts if h.in_flight)
+                self.in_flight_peak = max(self.in_flight_peak, running)
+            thread = threading.Thread(target=self._fetch_one, args=(host,), daemon=True,
+                                      name=f"allsmi-view-{host.endpoint.key}")
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            while thread.is_alive():
+                if cancelled() or time.monotonic() >= deadline:
+                    return
+                thread.join(0.05)
+
+    def _fetch_one(self, host: _Host) -> None:
+        try:
+            snapshot = self._fetch(host.endpoint, self.timeout)
+        except Exception as exc:  # any failure is this host's problem, shown on its row
+            message = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"
+            with self._lock:
+                host.failures += 1
+                host.error = message
+                host.retry_at = self.clock() + self.backoff(host.failures)
+        else:
+            with self._lock:
+                host.snapshot, host.received = snapshot, self.clock()
+                host.error, host.failures, host.retry_at = None, 0, None
+        finally:
+            with self._lock:
+                host.in_flight = False
+            self._slots.release()
+
+    def history(self) -> Sequence[tuple[str, Snapshot]]:
+        return []
+
+    def close(self) -> None:
+        """Fetch threads are daemons holding no resources beyond their socket."""

@@ -1,0 +1,266 @@
+"""The fleet source: every node's exporter series, read from a Prometheus server.
+
+One refresh asks Prometheus' instant-query API (``/api/v1/query``) three
+questions: the device series of every node (``allsmi_device_info``, the
+gauges derived from :data:`allsmi.fields.MEASUREMENTS`, ``allsmi_device_up``,
+the energy counter, group labels and process memory, in one selector), the
+time of each node's last scrape, and ``up`` for targets that stopped
+answering. Series are grouped by ``instance`` into one :class:`Snapshot` per
+node and joined on ``uuid`` (the exporter's device id). Gauge values are
+scaled back from Prometheus base units to the schema's units.
+
+What Prometheus does not carry stays unknown: host CPU and memory, clock
+when not exported, processes unless the exporter runs with ``--processes``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Callable, Sequence
+
+from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
+from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
+
+from .sources import Clock, HostState
+
+DEVICE_INFO = "allsmi_device_info"
+DEVICE_UP = "allsmi_device_up"
+GROUP_INFO = "allsmi_resource_group_info"
+PROCESS_MEMORY = "allsmi_process_memory_bytes"
+LAST_COLLECT = "allsmi_last_collect_timestamp_seconds"
+#: metric name -> (schema field, scale from schema unit to the metric's base unit)
+VALUE_METRICS: dict[str, tuple[str, float]] = {
+    **{m.metric: (m.field, m.scale) for m in MEASUREMENTS},
+    ENERGY_FIELD.metric: (ENERGY_FIELD.field, ENERGY_FIELD.scale),
+}
+_INT_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
+_NOT_GROUP_LABELS = {"__name__", "instance", "job", "resource_group"}
+MAX_BODY_BYTES = 256 * 1024 * 1024
+
+Query = Callable[[str, float], tuple[float, list[dict[str, Any]]]]
+
+
+class PrometheusError(Exception):
+    """Prometheus could not be asked or answered with an error."""
+
+
+def selector() -> str:
+    """The one selector that fetches every series a node view needs."""
+    names = [DEVICE_INFO, DEVICE_UP, GROUP_INFO, PROCESS_MEMORY, *VALUE_METRICS]
+    return '{__name__=~"' + "|".join(names) + '"}'
+
+
+def make_query(url: str) -> Query:
+    """An instant-query function for the Prometheus at ``url`` (direct, no proxy)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"invalid Prometheus URL {url!r} (expected http://host:port)")
+    base = url.rstrip("/")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
+        request = urllib.request.Request(
+            f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}",
+            headers={"Accept": "application/json", "User-Agent": "allsmi-view"})
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                body = response.read(MAX_BODY_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            raise PrometheusError(f"HTTP {exc.code} from Prometheus") from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, (socket.timeout, TimeoutError)):
+                raise PrometheusError(f"Prometheus timed out after {timeout:g} s") from None
+            raise PrometheusError(f"cannot reach Prometheus: {getattr(reason, 'strerror', None) or reason}") \
+                from None
+        except (socket.timeout, TimeoutError):
+            raise PrometheusError(f"Prometheus timed out after {timeout:g} s") from None
+        except OSError as exc:
+            raise PrometheusError(f"cannot reach Prometheus: {exc.strerror or exc}") from None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise PrometheusError("Prometheus answered with something that is not JSON") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            raise PrometheusError(f"query failed: {doc.get('error', 'unknown error') if isinstance(doc, dict) else doc!r}")
+        data = doc.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise PrometheusError(f"expected a vector, got {data.get('resultType')!r}")
+        result = list(data.get("result") or [])
+        evaluated = max((_time(s) for s in result), default=time.time())
+        return evaluated, result
+
+    return query
+
+
+def _time(sample: dict[str, Any]) -> float:
+    try:
+        return float(sample["value"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return 0.0
+
+
+def _value(sample: dict[str, Any]) -> float | None:
+    try:
+        value = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return None if text in (None, "") else int(text)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
+def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
+                    scraped: dict[str, float] | None = None) -> dict[str, Snapshot]:
+    """One snapshot per ``instance`` from the selector's result (pure; tested on its own)."""
+    scraped = scraped or {}
+    devices: dict[str, dict[str, dict[str, Any]]] = {}
+    order: dict[str, list[str]] = {}
+    group_labels: dict[tuple[str, str], dict[str, str]] = {}
+    values: list[tuple[str, str, str, float]] = []
+    processes: dict[tuple[str, str], list[ProcessSample]] = {}
+    for sample in series:
+        metric = sample.get("metric") or {}
+        name = metric.get("__name__", "")
+        instance = metric.get("instance", "")
+        uuid = metric.get("uuid", "")
+        if name == DEVICE_INFO and uuid:
+            fields: dict[str, Any] = {
+                "id": uuid, "uuid": uuid, "vendor": metric.get("vendor", "") or "unknown",
+                "kind": metric.get("kind", "") or "gpu", "backend": metric.get("backend", ""),
+                "index": _int(metric.get("index")), "name": metric.get("model") or None,
+                "bus_id": metric.get("bus_id") or None,
+                "driver_version": metric.get("driver_version") or None,
+                "firmware_version": metric.get("firmware_version") or None,
+                "parent": metric.get("parent_uuid") or None,
+                "resource_group": metric.get("resource_group") or None, "health": "unknown"}
+            devices.setdefault(instance, {})[uuid] = fields
+            order.setdefault(instance, []).append(uuid)
+        elif name == GROUP_INFO:
+            group_labels[(instance, metric.get("resource_group", ""))] = {
+                k: v for k, v in metric.items() if k not in _NOT_GROUP_LABELS}
+        elif name == PROCESS_MEMORY and uuid:
+            pid = _int(metric.get("pid"))
+            value = _value(sample)
+            if pid is not None:
+                processes.setdefault((instance, uuid), []).append(ProcessSample(
+                    pid=pid, user=metric.get("user") or None, command=metric.get("command") or None,
+                    memory_bytes=None if value is None else int(value)))
+        elif uuid:
+            value = _value(sample)
+            if value is not None:
+                values.append((instance, uuid, name, value))
+    for instance, uuid, name, value in values:
+        fields = devices.get(instance, {}).get(uuid)
+        if fields is None:
+            continue
+        if name == DEVICE_UP:
+            fields["health"] = "ok" if value >= 1 else "lost"
+        elif name in VALUE_METRICS:
+            field, scale = VALUE_METRICS[name]
+            number = value / scale
+            fields[field] = int(round(number)) if field in _INT_FIELDS else number
+    out: dict[str, Snapshot] = {}
+    for instance, by_uuid in devices.items():
+        samples = []
+        for uuid in order[instance]:
+            fields = by_uuid[uuid]
+            fields["labels"] = group_labels.get((instance, fields["resource_group"] or ""), {})
+            fields["processes"] = tuple(sorted(processes.get((instance, uuid), ()), key=lambda p: p.pid))
+            samples.append(DeviceSample(**fields))
+        samples.sort(key=lambda d: (d.vendor, d.parent is not None, d.index if d.index is not None else 1 << 30))
+        when = scraped.get(instance, evaluated)
+        out[instance] = Snapshot(timestamp=dt.datetime.fromtimestamp(when, dt.timezone.utc),
+                                 host=HostSample(hostname=instance), devices=tuple(samples))
+    return out
+
+
+class PrometheusSource:
+    """A fleet read from Prometheus; every ``instance`` with allsmi series is a host."""
+
+    cluster = True
+    fetches = True
+
+    def __init__(self, url: str, *, interval: float = 5.0, timeout: float = 10.0,
+                 max_backoff: float = 60.0, clock: Clock = time.monotonic,
+                 query: Query | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.interval = interval
+        self.timeout = timeout
+        self.max_backoff = max_backoff
+        self.clock = clock
+        self._query = query or make_query(url)
+        self._lock = threading.Lock()
+        self._states: dict[str, HostState] = {}
+        self._error: str | None = None
+        self._failures = 0
+        self._retry_at: float | None = None
+
+    def hosts(self) -> Sequence[HostState]:
+        with self._lock:
+            if not self._states:
+                return [HostState(self.url, self.url, None, None, address=self.url,
+                                  error=self._error, retry_at=self._retry_at)]
+            return list(self._states.values())
+
+    def refresh(self, cancelled: Callable[[], bool]) -> None:
+        """Ask Prometheus (three queries); on failure mark every host and back off."""
+        if self._retry_at is not None and self.clock() < self._retry_at:
+            return
+        asked = self.clock()
+        try:
+            evaluated, series = self._query(selector(), self.timeout)
+            if cancelled():
+                return
+            _, stamps = self._query(f"timestamp({LAST_COLLECT})", self.timeout)
+            _, ups = self._query("up", self.timeout)
+        except PrometheusError as exc:
+            self._fail(str(exc))
+            return
+        scraped = {s.get("metric", {}).get("instance", ""): v for s in stamps
+                   if (v := _value(s)) is not None}
+        down = {s.get("metric", {}).get("instance", "") for s in ups if _value(s) == 0}
+        snapshots = build_snapshots(series, evaluated, scraped)
+        with self._lock:
+            self._error, self._failures, self._retry_at = None, 0, None
+            seen = set(snapshots)
+            for instance, snap in sorted(snapshots.items()):
+                # Age as Prometheus sees it (its clock, not the node's): evaluation minus scrape time.
+                age = max(0.0, evaluated - scraped.get(instance, evaluated))
+                error = "target down (up == 0); showing its last scrape" if instance in down else None
+                self._states[instance] = HostState(instance, instance, snap, asked - age,
+                                                   address=instance, error=error)
+            for instance, state in list(self._states.items()):
+                if instance not in seen:
+                    reason = "target down (up == 0)" if instance in down else "no series in Prometheus"
+                    self._states[instance] = HostState(instance, state.name, state.snapshot,
+                                                       state.received, address=instance, error=reason)
+
+    def _fail(self, message: str) -> None:
+        with self._lock:
+            self._failures += 1
+            self._error = message
+            self._retry_at = self.clock() + min(self.max_backoff, self.interval * 2 ** (self._failures - 1))
+            for instance, state in list(self._states.items()):
+                self._states[instance] = HostState(instance, state.name, state.snapshot, state.received,
+                                                   address=instance, error=message,
+                                                   retry_at=self._retry_at)
+
+    def history(self) -> Sequence[tuple[str, Snapshot]]:
+        return []
+
+    def close(self) -> None:
+        """Nothing held between queries."""
