@@ -39,7 +39,7 @@ def device_dict(dev: DeviceSample) -> dict[str, Any]:
     """One device as the JSON object of the public interface."""
     data = _flat(dev, _DEVICE_FIELDS)
     data["labels"] = dict(dev.labels)
-    data["processes"] = [_flat(p, _PROCESS_FIELDS) for p in dev.processes]
+    data["processes"] = None if dev.processes is None else [_flat(p, _PROCESS_FIELDS) for p in dev.processes]
     data["details"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dev.details.items()}
     return data
 
@@ -109,8 +109,9 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         devices = []
         for i, raw in enumerate(data.get("devices") or []):
             fields_ = pick(DeviceSample, raw, f"devices[{i}]")
-            fields_["processes"] = tuple(ProcessSample(**pick(ProcessSample, p, f"devices[{i}].processes"))
-                                         for p in fields_.get("processes") or [])
+            raw_procs = fields_.get("processes", [])
+            fields_["processes"] = None if raw_procs is None else tuple(
+                ProcessSample(**pick(ProcessSample, p, f"devices[{i}].processes")) for p in raw_procs)
             fields_["labels"] = dict(fields_.get("labels") or {})
             fields_["details"] = {k: tuple(v) if isinstance(v, list) else v
                                   for k, v in (fields_.get("details") or {}).items()}

@@ -74,7 +74,9 @@ class DeviceSample:
     energy_joules: float | None = None
     clock_mhz: float | None = None
     fan_percent: float | None = None
-    processes: tuple[ProcessSample, ...] = ()
+    processes: tuple[ProcessSample, ...] | None = ()
+    """Processes using the device: ``()`` when it is known that none do, ``None``
+    when the backend cannot list them (so "allocated" time is unknown, not 0)."""
     #: Vendor-specific extras (ECC totals, P-state, per-core utilization as
     #: ``core_utilization_percent``...). Not part of the stable columns.
     details: Mapping[str, DetailValue] = field(default_factory=dict)

@@ -7,6 +7,7 @@ the same way. Between two consecutive valid samples of a device (at most
 * ``observed_seconds``: the interval length (the denominator for coverage);
 * ``busy_seconds``: utilization integrated with the trapezoid rule;
 * ``allocated_seconds``: the trapezoid of "at least one process" (0 or 1);
+  ``None`` when the backend cannot list processes at either end;
 * ``energy_joules``: the delta of the device's own energy counter where it
   has one, handling resets; otherwise power integrated with the trapezoid
   rule. A partition carries no board power, so it contributes no energy and
@@ -35,7 +36,7 @@ class Increment:
     start: float
     end: float
     observed_seconds: float
-    allocated_seconds: float
+    allocated_seconds: float | None
     busy_seconds: float | None
     energy_joules: float | None
 
@@ -48,7 +49,7 @@ class Increment:
         def part(f: float, start: float, end: float) -> "Increment":
             scale = lambda v: None if v is None else v * f  # noqa: E731
             return replace(self, start=start, end=end, observed_seconds=self.observed_seconds * f,
-                           allocated_seconds=self.allocated_seconds * f,
+                           allocated_seconds=scale(self.allocated_seconds),
                            busy_seconds=scale(self.busy_seconds), energy_joules=scale(self.energy_joules))
         return part(share, self.start, at), part(1.0 - share, at, self.end)
 
@@ -59,7 +60,7 @@ class _Point:
     __slots__ = ("time", "utilization", "power", "energy", "allocated")
 
     def __init__(self, time: float, utilization: float | None, power: float | None,
-                 energy: float | None, allocated: bool) -> None:
+                 energy: float | None, allocated: bool | None) -> None:
         self.time = time
         self.utilization = utilization
         self.power = power
@@ -68,7 +69,8 @@ class _Point:
 
 
 def _point(dev: DeviceSample, when: float) -> _Point:
-    return _Point(when, dev.utilization_percent, dev.power_watts, dev.energy_joules, bool(dev.processes))
+    allocated = None if dev.processes is None else bool(dev.processes)
+    return _Point(when, dev.utilization_percent, dev.power_watts, dev.energy_joules, allocated)
 
 
 def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:
@@ -107,7 +109,8 @@ class UsageIntegrator:
             busy = _trapezoid(prev.utilization, now.utilization, dt)
             yield Increment(
                 device_id=dev.id, start=prev.time, end=now.time, observed_seconds=dt,
-                allocated_seconds=(int(prev.allocated) + int(now.allocated)) / 2.0 * dt,
+                allocated_seconds=_trapezoid(None if prev.allocated is None else float(prev.allocated),
+                                             None if now.allocated is None else float(now.allocated), dt),
                 busy_seconds=None if busy is None else busy / 100.0,
                 energy_joules=self._energy(prev, now, dt))
         for gone in set(self._last) - seen:

@@ -159,7 +159,8 @@ class _Calls:
 class _Readings:
     values: dict[str, Any] = field(default_factory=dict)
     details: dict[str, DetailValue] = field(default_factory=dict)
-    processes: tuple[ProcessSample, ...] = ()
+    #: None until the process list was read: a failed read leaves "who uses it" unknown.
+    processes: tuple[ProcessSample, ...] | None = None
 
 
 class AmdBackend(Backend):
@@ -357,7 +358,7 @@ class AmdBackend(Backend):
         if dev.partition_id is not None:
             details["partition_id"] = dev.partition_id
         values: dict[str, Any] = {}
-        processes: tuple[ProcessSample, ...] = ()
+        processes: tuple[ProcessSample, ...] | None = None
         if health != "lost":
             values = self._plausible(dev, readings.values)
             details.update(readings.details)

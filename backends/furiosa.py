@@ -140,10 +140,11 @@ class FuriosaBackend(Backend):
             readings = self._read_cli(deadline)
         else:
             raise BackendError("furiosa backend used before open()")
-        processes: dict[str, list[parse.ProcessRow]] = {}
+        processes: dict[str, list[parse.ProcessRow]] | None = None  # None: not listed (unknown)
         if readings and self._want_processes and self._tool is not None:
             processes = self._read_processes(deadline)
-        return [self._to_sample(r, processes.get(r.dev_name or "", [])) for r in readings]
+        return [self._to_sample(r, None if processes is None else processes.get(r.dev_name or "", []))
+                for r in readings]
 
     def _run_json(self, subcommand: str, deadline: float) -> Any:
         """Run ``furiosa-smi SUB --format json`` and decode it; ``None`` means "no devices"."""
@@ -210,15 +211,15 @@ class FuriosaBackend(Backend):
             parse.apply_status(reading, status)
         return readings
 
-    def _read_processes(self, deadline: float) -> dict[str, list[parse.ProcessRow]]:
+    def _read_processes(self, deadline: float) -> dict[str, list[parse.ProcessRow]] | None:
         try:
             data = self._run_json("ps", deadline)
             if data is None:
-                return {}
+                return None
             found, warnings = parse.parse_ps(data)
         except (ToolError, ValueError) as exc:
             self.warnings.append(f"furiosa-smi ps unavailable, no processes this sample: {exc}")
-            return {}
+            return None
         self.warnings.extend(warnings)
         return found
 
@@ -238,7 +239,7 @@ class FuriosaBackend(Backend):
                                    memory_bytes=r.memory_bytes)
                      for r in sorted(merged.values(), key=lambda r: r.pid))
 
-    def _to_sample(self, r: parse.FuriosaReading, procs: list[parse.ProcessRow]) -> DeviceSample:
+    def _to_sample(self, r: parse.FuriosaReading, procs: list[parse.ProcessRow] | None) -> DeviceSample:
         if r.uuid:
             dev_id = r.uuid
         elif r.serial:
@@ -282,7 +283,7 @@ class FuriosaBackend(Backend):
             power_watts=self._plausible(dev_id, "power", r.power_watts, 0.0, 5000.0),
             power_limit_watts=self._plausible(dev_id, "power limit", r.power_limit_watts, 1.0, 5000.0),
             clock_mhz=self._plausible(dev_id, "clock", r.clock_mhz, 0.0, 10000.0),
-            processes=self._processes(procs),
+            processes=None if procs is None else self._processes(procs),
         )
 
     def _plausible(self, dev_id: str, what: str, value: float | None,

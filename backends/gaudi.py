@@ -172,8 +172,9 @@ class GaudiBackend(Backend):
         self._remember(frame)
         devices = self._build(frame, stale_for)
         if self._want_processes and stale_for is None:
-            devices = self._attach_processes(devices)
-        return devices
+            return self._attach_processes(devices)
+        # Without the table view we do not know who uses a device: unknown, not "nobody".
+        return [replace(dev, processes=None) for dev in devices]
 
     def close(self) -> None:
         """Stop the loop child (killed and reaped) and its reader thread. Idempotent."""
@@ -452,14 +453,14 @@ class GaudiBackend(Backend):
             result = self._run([self._tool])
         except BackendError as exc:
             self.warnings.append(f"processes unavailable: {exc}")
-            return devices
+            return [replace(dev, processes=None) for dev in devices]
         if result.returncode != 0:
             self.warnings.append(f"processes unavailable: {EXECUTABLE} exited with status "
                                  f"{result.returncode}: {_tool_message(result)}")
-            return devices
+            return [replace(dev, processes=None) for dev in devices]
         by_index: dict[int, list[ProcessSample]] = parse_processes(result.stdout)
         return [replace(dev, processes=tuple(by_index.get(dev.index, ())))
-                if dev.index is not None and dev.health == "ok" else dev
+                if dev.index is not None and dev.health == "ok" else replace(dev, processes=None)
                 for dev in devices]
 
 

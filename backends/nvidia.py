@@ -552,7 +552,7 @@ class NvidiaBackend(Backend):
             devices.append(self._mig_device(
                 gpu, mig, health="ok", details=mig_details,
                 memory_used_bytes=mig_used, memory_total_bytes=mig_total,
-                processes=per_mig.get(mig.slot, ())))
+                processes=None if own is None else per_mig.get(mig.slot, ())))
         return devices
 
     def _memory(self, r: _Reader, skip: set[str], handle: Any
@@ -664,22 +664,30 @@ class NvidiaBackend(Backend):
         return values
 
     def _processes(self, r: _Reader, gpu: _Gpu
-                   ) -> tuple[tuple[ProcessSample, ...], dict[int, tuple[ProcessSample, ...]]]:
-        """The GPU's own processes, and those inside each MIG instance (by slot)."""
+                   ) -> tuple[tuple[ProcessSample, ...] | None, dict[int, tuple[ProcessSample, ...]]]:
+        """The GPU's own processes, and those inside each MIG instance (by slot).
+
+        ``None`` when no list could be read (disabled, unsupported, no permission):
+        who uses the GPU is then unknown, not "nobody".
+        """
         if not self.options.get("processes", True) or self._process_reader is None:
-            return (), {}
+            return None, {}
         merged: dict[int, RawProcess] = {}
+        listed_any = False
         for kind in ("Compute", "Graphics"):
             listed = r.call(gpu.skip, f"{kind.lower()}_processes", self._process_reader.read,
                             gpu.handle, kind, gpu.process_capacity[kind])
             if listed is None:
                 continue
+            listed_any = True
             gpu.process_capacity[kind] = max(_PROCESS_CAPACITY, len(listed) * 2 + 5)
             for proc in listed:
                 if proc.pid <= 0:
                     r.warnings.append(f"{r.label}: NVML listed an invalid pid {proc.pid}")
                     continue
                 merged[proc.pid] = _merge_process(merged.get(proc.pid), proc)
+        if not listed_any:
+            return None, {}
         own: list[ProcessSample] = []
         per_mig: dict[int, list[ProcessSample]] = {}
         for proc in sorted(merged.values(), key=lambda p: p.pid):

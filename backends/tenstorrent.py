@@ -126,6 +126,8 @@ class TenstorrentBackend(Backend):
                 self.warnings.append(f"tt-smi device {chip.position} has neither board id nor bus id; "
                                      "its id follows tt-smi's order and may change")
             boards.setdefault(key, []).append(chip)
+        # Only tt-smi 6+ lists processes; older versions leave "who uses it" unknown.
+        listed = "processes" in host
         processes = self._processes(host.get("processes", []))
         samples: list[DeviceSample] = []
         for key, members in boards.items():
@@ -138,7 +140,7 @@ class TenstorrentBackend(Backend):
                     power=board_power if n == 0 else None,
                     power_limit=(chip.tdp_limit_watts if n == 0 and len(members) == 1 else None),
                     power_source=power_source if n == 0 else None, host=host,
-                    processes=processes.get(chip.position, ())))
+                    processes=processes.get(chip.position, ()) if listed else None))
         return samples
 
     def _board_power(self, board: str, members: list[decode.ChipReading]) -> tuple[float | None, str | None]:
@@ -193,7 +195,7 @@ class TenstorrentBackend(Backend):
 
     def _sample(self, chip: decode.ChipReading, dev_id: str, *, parent: str | None,
                 power: float | None, power_limit: float | None, power_source: str | None,
-                host: dict[str, Any], processes: tuple[ProcessSample, ...]) -> DeviceSample:
+                host: dict[str, Any], processes: tuple[ProcessSample, ...] | None) -> DeviceSample:
         health, stalled = self._health(dev_id, chip)
         details: dict[str, Any] = {}
         for key, value in (("board_id", chip.board_id), ("board_type", chip.board_type),

@@ -142,8 +142,10 @@ def to_focus(report: Report) -> str:
             "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
             "x_UsedDeviceHours": _fixed(row.used_device_hours, 6),
             "x_DeviceCount": str(row.device_count), "x_CoverageRatio": _fixed(row.coverage_ratio, 6)}
-        charges = [("allocated device-hours", row.allocated_device_hours, "Hours",
-                    row.price_per_device_hour)]
+        charges = []
+        if row.allocated_device_hours is not None:  # unknown allocation: no made-up charge
+            charges.append(("allocated device-hours", row.allocated_device_hours, "Hours",
+                            row.price_per_device_hour))
         if row.energy_kwh is not None:
             charges.append(("energy", row.energy_kwh, "kWh", row.price_per_kwh))
         for label, quantity, unit, price in charges:

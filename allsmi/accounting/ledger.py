@@ -53,34 +53,34 @@ CREATE TABLE IF NOT EXISTS dims (
 CREATE TABLE IF NOT EXISTS intervals (
     start INTEGER NOT NULL, dev INTEGER NOT NULL, dim INTEGER NOT NULL,
     first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
-    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER,
     busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
     mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
     PRIMARY KEY (start, dev)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS users (uid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS user_intervals (
     start INTEGER NOT NULL, dev INTEGER NOT NULL, uid INTEGER NOT NULL,
-    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER, busy_ms INTEGER,
     energy_mj INTEGER, PRIMARY KEY (start, dev, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS quarters (
     start INTEGER NOT NULL, dim INTEGER NOT NULL,
-    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER,
     busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
     mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
     PRIMARY KEY (start, dim)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS user_quarters (
     start INTEGER NOT NULL, dim INTEGER NOT NULL, uid INTEGER NOT NULL,
-    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER, busy_ms INTEGER,
     energy_mj INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS days (
     start INTEGER NOT NULL, dim INTEGER NOT NULL,
-    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER,
     busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
     mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
     PRIMARY KEY (start, dim)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS user_days (
     start INTEGER NOT NULL, dim INTEGER NOT NULL, uid INTEGER NOT NULL,
-    observed_ms INTEGER NOT NULL, allocated_ms INTEGER NOT NULL, busy_ms INTEGER,
+    observed_ms INTEGER NOT NULL, allocated_ms INTEGER, busy_ms INTEGER,
     energy_mj INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending (
     tier INTEGER NOT NULL, start INTEGER NOT NULL, PRIMARY KEY (tier, start)) WITHOUT ROWID;
@@ -93,7 +93,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (start, dev) DO UPDATE SET
     last_ms = excluded.last_ms,
     observed_ms = observed_ms + excluded.observed_ms,
-    allocated_ms = allocated_ms + excluded.allocated_ms,
+    allocated_ms = CASE WHEN allocated_ms IS NULL AND excluded.allocated_ms IS NULL THEN NULL
+                        ELSE coalesce(allocated_ms, 0) + coalesce(excluded.allocated_ms, 0) END,
     busy_ms = CASE WHEN busy_ms IS NULL AND excluded.busy_ms IS NULL THEN NULL
                    ELSE coalesce(busy_ms, 0) + coalesce(excluded.busy_ms, 0) END,
     busy_observed_ms = busy_observed_ms + excluded.busy_observed_ms,
@@ -111,7 +112,8 @@ INSERT INTO user_intervals (start, dev, uid, observed_ms, allocated_ms, busy_ms,
 VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (start, dev, uid) DO UPDATE SET
     observed_ms = observed_ms + excluded.observed_ms,
-    allocated_ms = allocated_ms + excluded.allocated_ms,
+    allocated_ms = CASE WHEN allocated_ms IS NULL AND excluded.allocated_ms IS NULL THEN NULL
+                        ELSE coalesce(allocated_ms, 0) + coalesce(excluded.allocated_ms, 0) END,
     busy_ms = CASE WHEN busy_ms IS NULL AND excluded.busy_ms IS NULL THEN NULL
                    ELSE coalesce(busy_ms, 0) + coalesce(excluded.busy_ms, 0) END,
     energy_mj = CASE WHEN energy_mj IS NULL AND excluded.energy_mj IS NULL THEN NULL
@@ -158,7 +160,7 @@ class UserShare:
     """One user's share of an interval (integers: ms and mJ)."""
 
     observed_ms: int
-    allocated_ms: int
+    allocated_ms: int | None
     busy_ms: int | None
     energy_mj: int | None
 
@@ -172,7 +174,7 @@ class IntervalRecord:
     first_ms: int
     last_ms: int
     observed_ms: int
-    allocated_ms: int
+    allocated_ms: int | None
     busy_ms: int | None
     busy_observed_ms: int
     energy_mj: int | None
@@ -187,7 +189,7 @@ class Totals:
     """Sums over some intervals of one ``dim`` (and user): ms, mJ and bytes."""
 
     observed_ms: int = 0
-    allocated_ms: int = 0
+    allocated_ms: int | None = None
     busy_ms: int | None = None
     busy_observed_ms: int = 0
     energy_mj: int | None = None
@@ -198,7 +200,8 @@ class Totals:
     def add(self, row: tuple) -> None:  # type: ignore[type-arg]
         """Add one SQL result row in ``_SUMS`` order (or ``_USER_SUMS``)."""
         self.observed_ms += row[0] or 0
-        self.allocated_ms += row[1] or 0
+        if row[1] is not None:  # NULL: no backend could list processes (unknown, not 0)
+            self.allocated_ms = (self.allocated_ms or 0) + row[1]
         if row[2] is not None:
             self.busy_ms = (self.busy_ms or 0) + row[2]
         if len(row) == 4:  # user rows: observed, allocated, busy, energy

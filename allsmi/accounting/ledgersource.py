@@ -18,7 +18,8 @@ def _part(dim: Dim, t: Totals, user: str | None = None) -> Part:
     return Part(
         resource_group=dim.resource_group, labels=tuple(sorted(dim.label_map().items())),
         vendor=dim.vendor, model=dim.model, host=dim.host, device=f"{dim.host}/{dim.device_id}",
-        observed_s=t.observed_ms / 1000.0, allocated_s=t.allocated_ms / 1000.0,
+        observed_s=t.observed_ms / 1000.0,
+        allocated_s=None if t.allocated_ms is None else t.allocated_ms / 1000.0,
         busy_s=None if t.busy_ms is None else t.busy_ms / 1000.0,
         busy_observed_s=t.busy_observed_ms / 1000.0,
         energy_j=None if t.energy_mj is None else t.energy_mj / 1000.0,
@@ -33,7 +34,7 @@ def _remainder(total: Totals, users: list[Totals]) -> Totals:
             return None
         return max(0, whole - sum(s or 0 for s in shares))
     return Totals(observed_ms=left(total.observed_ms, [u.observed_ms for u in users]) or 0,
-                  allocated_ms=left(total.allocated_ms, [u.allocated_ms for u in users]) or 0,
+                  allocated_ms=left(total.allocated_ms, [u.allocated_ms for u in users]),
                   busy_ms=left(total.busy_ms, [u.busy_ms for u in users]),
                   energy_mj=left(total.energy_mj, [u.energy_mj for u in users]))
 

@@ -135,7 +135,7 @@ def prometheus_parts(client: PrometheusClient, window: Window) -> list[Part]:
         parts.append(Part(
             resource_group=group, labels=labels.get((instance, group), labels.get(("", group), ())),
             vendor=vendor, model=model, host=instance, device=f"{instance}/{uuid}",
-            observed_s=observed, allocated_s=values["allocated"].get(key, 0.0), busy_s=busy,
+            observed_s=observed, allocated_s=values["allocated"].get(key), busy_s=busy,
             busy_observed_s=observed if busy is not None else 0.0,
             energy_j=values["energy"].get(key), mem_sum=mem, mem_samples=0 if mem is None else 1,
             mem_peak=mem_max.get((uuid, instance))))

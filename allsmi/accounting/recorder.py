@@ -39,7 +39,7 @@ _VALID = ("ok", "degraded")
 @dataclass
 class _UserAcc:
     observed: float = 0.0
-    allocated: float = 0.0
+    allocated: float | None = None
     busy: float | None = None
     energy: float | None = None
 
@@ -53,7 +53,7 @@ class _Bucket:
     first: float
     last: float
     observed: float = 0.0
-    allocated: float = 0.0
+    allocated: float | None = None
     busy: float | None = None
     busy_observed: float = 0.0
     energy: float | None = None
@@ -66,7 +66,8 @@ class _Bucket:
         if inc.end > self.last:
             self.last = inc.end
         self.observed += inc.observed_seconds
-        self.allocated += inc.allocated_seconds
+        if inc.allocated_seconds is not None:
+            self.allocated = (self.allocated or 0.0) + inc.allocated_seconds
         if inc.busy_seconds is not None:
             self.busy = (self.busy or 0.0) + inc.busy_seconds
             self.busy_observed += inc.observed_seconds
@@ -80,7 +81,8 @@ class _Bucket:
                 continue  # unknown owner: left unattributed
             acc = self.users.setdefault(user, _UserAcc())
             acc.observed += inc.observed_seconds * share
-            acc.allocated += inc.allocated_seconds * share
+            if inc.allocated_seconds is not None:
+                acc.allocated = (acc.allocated or 0.0) + inc.allocated_seconds * share
             if inc.busy_seconds is not None:
                 acc.busy = (acc.busy or 0.0) + inc.busy_seconds * share
             if inc.energy_joules is not None:
@@ -92,10 +94,10 @@ class _Bucket:
         return IntervalRecord(
             start=self.start, dim=self.dim,
             first_ms=max(0, ms(self.first - self.start)), last_ms=max(0, ms(self.last - self.start)),
-            observed_ms=ms(self.observed), allocated_ms=ms(self.allocated), busy_ms=opt(self.busy),
+            observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
             busy_observed_ms=ms(self.busy_observed), energy_mj=opt(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            users={u: UserShare(ms(a.observed), ms(a.allocated), opt(a.busy), opt(a.energy))
+            users={u: UserShare(ms(a.observed), opt(a.allocated), opt(a.busy), opt(a.energy))
                    for u, a in self.users.items()})
 
 

@@ -43,7 +43,7 @@ class Part:
     device: str
     """Unique across hosts, e.g. ``host/device-id``."""
     observed_s: float
-    allocated_s: float
+    allocated_s: float | None
     busy_s: float | None
     busy_observed_s: float
     energy_j: float | None
@@ -67,7 +67,7 @@ class Row:
     user: str | None
     device_count: int
     observed_device_hours: float
-    allocated_device_hours: float
+    allocated_device_hours: float | None
     used_device_hours: float | None
     avg_utilization_ratio: float | None
     energy_kwh: float | None
@@ -111,7 +111,7 @@ def _sort_key(key: tuple[object, ...]) -> tuple[object, ...]:
 class _Acc:
     devices: set[str]
     observed: float = 0.0
-    allocated: float = 0.0
+    allocated: float | None = None
     busy: float | None = None
     busy_observed: float = 0.0
     energy: float | None = None
@@ -122,7 +122,8 @@ class _Acc:
     def add(self, p: Part) -> None:
         self.devices.add(p.device)
         self.observed += p.observed_s
-        self.allocated += p.allocated_s
+        if p.allocated_s is not None:
+            self.allocated = (self.allocated or 0.0) + p.allocated_s
         if p.busy_s is not None:
             self.busy = (self.busy or 0.0) + p.busy_s
             self.busy_observed += p.busy_observed_s
@@ -176,12 +177,16 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
         whole = devices.get(key[:5], acc)  # with users, count and coverage are the devices'
         count = len(whole.devices)
         grp = config.group(group)
-        allocated_h = acc.allocated / 3600.0
+        # Unknown allocation (no backend listed processes) stays unknown, and so does a
+        # cost that depends on it: never a made-up 0.
+        allocated_h = None if acc.allocated is None else acc.allocated / 3600.0
         kwh = None if acc.energy is None else acc.energy / 3.6e6
         cost: float | None = None
-        if grp.price_per_device_hour is not None or grp.price_per_kwh is not None:
+        priced_hours_unknown = grp.price_per_device_hour is not None and allocated_h is None
+        if (grp.price_per_device_hour is not None or grp.price_per_kwh is not None) \
+                and not priced_hours_unknown:
             cost = 0.0
-            if grp.price_per_device_hour is not None:
+            if grp.price_per_device_hour is not None and allocated_h is not None:
                 cost += allocated_h * grp.price_per_device_hour
             if grp.price_per_kwh is not None and kwh is not None:
                 cost += kwh * grp.price_per_kwh

@@ -37,7 +37,7 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
                       dev.resource_group or NA,
                       f"[{_HEALTH_STYLE.get(dev.health, '')}]{dev.health}[/]",
                       percent(dev.utilization_percent), memory, celsius(dev.temperature_celsius),
-                      power, str(len(dev.processes)))
+                      power, NA if dev.processes is None else str(len(dev.processes)))
     if snapshot.devices:
         console.print(table)
     else:

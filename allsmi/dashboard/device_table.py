@@ -180,7 +180,8 @@ def _health_render(key: Any, ctx: RowContext) -> Text:
 
 
 def _procs_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    return len(ref.device.processes)
+    procs = ref.device.processes
+    return None if procs is None else len(procs)  # None: the backend cannot list them
 
 
 def _history_key(ref: DeviceRef, ctx: RowContext) -> Hashable:

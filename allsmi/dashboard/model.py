@@ -166,7 +166,7 @@ def _haystack(ref: DeviceRef) -> Iterator[str]:
     if dev.index is not None:
         yield f"{dev.vendor}:{dev.index}"
     yield from dev.labels.values()
-    for proc in dev.processes:
+    for proc in dev.processes or ():
         yield str(proc.pid)
         if proc.user:
             yield proc.user
@@ -361,7 +361,7 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
         totals.hosts.add(ref.host)
         if not totals.labels:
             totals.labels.update(dev.labels)
-        totals.processes += len(dev.processes)
+        totals.processes += len(dev.processes or ())
         if dev.utilization_percent is not None:
             totals.utilization_sum += dev.utilization_percent
             totals.utilization_count += 1

@@ -194,7 +194,7 @@ class ProcessTable(DiffTable):
             where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
             if host_label:
                 where = f"{names.get(ref.host, ref.host)}:{dev.index if dev.index is not None else NA}"
-            for proc in dev.processes:
+            for proc in dev.processes or ():
                 rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}",
                              self._cells(proc, where)))
         rows.sort(key=lambda r: (r[0], r[1]))

@@ -75,7 +75,9 @@ class UsageCounters:
             totals.last_seen = now
             if dev.health in ("ok", "degraded"):
                 if totals.observed_seconds is None:
-                    totals.observed_seconds = totals.allocated_seconds = 0.0
+                    totals.observed_seconds = 0.0
+                if totals.allocated_seconds is None and dev.processes is not None:
+                    totals.allocated_seconds = 0.0  # unknown process lists never make a 0
                 if totals.energy_joules is None and (dev.power_watts is not None
                                                      or dev.energy_joules is not None):
                     totals.energy_joules = 0.0

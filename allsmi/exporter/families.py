@@ -281,7 +281,7 @@ def _process_family(devices: Iterable[DeviceSample]) -> GaugeMetricFamily:
     gauge = _gauge(PROCESS_MEMORY)
     seen: set[tuple[str, int]] = set()
     for dev in devices:
-        for proc in dev.processes:
+        for proc in dev.processes or ():
             key = (dev.id, proc.pid)
             if proc.memory_bytes is None or key in seen:
                 continue  # a duplicate series would make the whole exposition invalid

@@ -158,7 +158,7 @@ def test_ps_failure_keeps_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     backend, _ = _backend(tmp_path, monkeypatch, {"info": route(RNGD_4X["info"]), "status": route(RNGD_4X["status"]),
                                                   "ps": route(stderr="Error: Permission denied\n", rc=1)})
     devices = backend.sample()
-    assert len(devices) == 4 and all(d.processes == () for d in devices)
+    assert len(devices) == 4 and all(d.processes is None for d in devices)  # unknown, not "nobody"
     assert any("ps unavailable" in w and "Permission denied" in w for w in backend.warnings)
 
 

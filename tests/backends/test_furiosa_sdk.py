@@ -47,7 +47,7 @@ def test_modern_sdk_values_and_first_delta(monkeypatch: pytest.MonkeyPatch) -> N
     assert npu3.power_watts == 70.0 and npu3.clock_mhz == 1000.0
     assert npu3.firmware_version == "2026.4.0+3c1f2aa" and npu3.driver_version == "2026.4.0"
     assert npu3.name == "Furiosa RNGD" and npu3.details["source"] == "furiosa_smi"
-    assert npu3.health == "ok" and npu3.processes == ()
+    assert npu3.health == "ok" and npu3.processes is None  # SDK path without furiosa-smi ps: unknown
     assert backend.warnings == []
 
 

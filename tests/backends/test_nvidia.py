@@ -421,7 +421,7 @@ def test_processes_can_be_switched_off(monkeypatch, backends):
     backend = opened(fake, monkeypatch, options={"processes": False})
     backends.append(backend)
     [dev] = backend.sample()
-    assert dev.processes == ()
+    assert dev.processes is None  # switched off: unknown, not "nobody"
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 0
 
 

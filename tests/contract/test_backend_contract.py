@@ -74,10 +74,10 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
     if dev.health == "lost":
         assert dev.utilization_percent is None and dev.power_watts is None, \
             "a lost device must not report values"
-    assert isinstance(dev.processes, tuple)
-    pids = [p.pid for p in dev.processes]
+    assert dev.processes is None or isinstance(dev.processes, tuple)
+    pids = [p.pid for p in dev.processes or ()]
     assert len(pids) == len(set(pids)), "processes must be deduplicated by pid"
-    for proc in dev.processes:
+    for proc in dev.processes or ():
         assert isinstance(proc, ProcessSample)
         assert isinstance(proc.pid, int) and proc.pid > 0
         assert proc.memory_bytes is None or (isinstance(proc.memory_bytes, int) and proc.memory_bytes >= 0)
