@@ -333,6 +333,12 @@ class DashboardApp(App[None]):
             line.append(f"  CPU {percent(snap.host.cpu_utilization_percent)}"
                         f"  RAM {human_bytes(snap.host.memory_used_bytes)}"
                         f"/{human_bytes(snap.host.memory_total_bytes)}")
+        # A failing or hung vendor must not just vanish from the screen. An absent one
+        # ("unavailable") is normal on a node without that vendor and is not shown.
+        faults = sorted({f"{b.name} {b.status}" for h in self.hosts if h.snapshot is not None
+                         for b in h.snapshot.backends if b.status in ("error", "timeout")})
+        if faults:
+            line.append("  backends: " + ", ".join(faults), style=f"bold {pal.hot}")
         state = Text()
         arrow = "▼" if self.descending else "▲"
         state.append(f"{self.view}", style=f"bold {pal.accent}")

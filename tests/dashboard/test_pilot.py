@@ -270,3 +270,25 @@ async def test_cluster_view_marks_unreachable_hosts_and_drills_down(sim_snapshot
         assert str(app.device_table.get_cell(key, "health")) == "stale"
         await pilot.press("escape")
         assert app.view == "cluster" and not app.filter.active
+
+
+async def test_failing_and_hung_backends_are_shown_not_hidden(sim_snapshots: list[Snapshot]) -> None:
+    from dataclasses import replace
+
+    from allsmi.schema import BackendStatus
+    healthy = sim_snapshots[0]
+    statuses = tuple(
+        BackendStatus(b.name, "error", "rbln-smi: failed to open /dev/rbln0") if b.name == "rebellions"
+        else BackendStatus(b.name, "timeout", "no answer within 5 s") if b.name == "tenstorrent"
+        else b for b in healthy.backends)
+    faulty = replace(healthy, backends=statuses,
+                     devices=tuple(d for d in healthy.devices if d.backend not in ("rebellions", "tenstorrent")))
+    app, _ = make_app([faulty])
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "backends: rebellions error, tenstorrent timeout" in text
+    app, _ = make_app([healthy])
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause()
+        assert "backends:" not in screen_text(app)
