@@ -17,6 +17,7 @@ cannot be read is skipped.
 
 from __future__ import annotations
 
+import abc
 import importlib
 import importlib.util
 import sys
@@ -134,7 +135,7 @@ def _percent_tuple(values: list[object], warnings: list[str], where: str) -> tup
     return tuple(out)
 
 
-class SdkAdapter:
+class SdkAdapter(abc.ABC):
     """Common surface of both generations."""
 
     generation: str = ""
@@ -167,9 +168,9 @@ class SdkAdapter:
             raise SdkInitError(f"{self.module_name}.list_devices() failed: {exc}") from exc
         return list(devices or [])
 
+    @abc.abstractmethod
     def read(self, warnings: list[str]) -> list[FuriosaReading]:
         """One pass over all devices."""
-        raise NotImplementedError
 
 
 class ModernSdk(SdkAdapter):

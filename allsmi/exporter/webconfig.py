@@ -193,7 +193,7 @@ def _users(source: Path, raw: Any) -> dict[str, bytes]:
             import bcrypt  # noqa: F401
         except ImportError:
             raise WebConfigError(f"{source}: basic_auth_users needs the 'bcrypt' package "
-                                 "(pip install bcrypt)") from None
+                                 "(pip install 'allsmi[web]')") from None
     return users
 
 

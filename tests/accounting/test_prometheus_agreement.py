@@ -17,11 +17,9 @@ exports of the same window must agree:
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import math
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,15 +30,15 @@ from pathlib import Path
 
 import pytest
 
-PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists()
-                                            else None)
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus (Debian package 'prometheus') is not "
-                       "installed; CI must install it"),
-    pytest.mark.skipif(importlib.util.find_spec("allsmi.cli.serve") is None,
-                       reason="allsmi serve is not available yet"),
-]
+from ..conftest import require_tool
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture()
+def prometheus_bin() -> str:
+    """The real Prometheus server (skipped where absent, a failure under CI)."""
+    return require_tool("prometheus", "prometheus")
 
 CONFIG = """\
 [[rules]]
@@ -108,7 +106,7 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
             proc.wait(5)
 
 
-def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
+def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path, prometheus_bin: str) -> None:
     (tmp_path / "allsmi.toml").write_text(CONFIG)
     serve_port, prom_port = free_port(), free_port()
     (tmp_path / "prometheus.yml").write_text(f"""\
@@ -128,7 +126,7 @@ scrape_configs:
                               "--config", "allsmi.toml", "--ledger", "ledger.db"],
                              cwd=tmp_path, env=env, stdout=serve_log, stderr=subprocess.STDOUT)
     prometheus = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={tmp_path / 'prometheus.yml'}",
+        [prometheus_bin, f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
          "--storage.tsdb.retention.time=1h"], stdout=prom_log, stderr=subprocess.STDOUT)
     try:

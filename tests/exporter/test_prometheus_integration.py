@@ -8,7 +8,6 @@ queries ``docs/exporter.md`` recommends for billing.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -16,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import require_tool
 from .server import fetch, free_port, run_serve
 
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(PROMETHEUS is None, reason="prometheus (Debian package "
-                                 "'prometheus') is not installed; CI must install it")]
+pytestmark = [pytest.mark.integration]
 
 CONFIG = """\
 [[rules]]
@@ -56,6 +53,7 @@ def query(base: str, promql: str) -> dict[str, float]:
 
 
 def test_per_group_billing_through_prometheus(tmp_path: Path) -> None:
+    prometheus = require_tool("prometheus", "prometheus")
     config = tmp_path / "allsmi.toml"
     config.write_text(CONFIG)
     exporter = run_serve(["--simulate", "mixed", "--interval", "1", "--processes",
@@ -72,7 +70,7 @@ scrape_configs:
 """)
     log = open(tmp_path / "prometheus.log", "wb")
     prometheus = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
          "--storage.tsdb.retention.time=1h"], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{prom_port}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from typing import Iterator
 
@@ -10,17 +9,13 @@ import pytest
 
 from allsmi.exporter.exposition import render_snapshot
 
+from ..conftest import require_tool
 from .server import Serve, serving
 from .support import device, snapshot
 
-PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package 'prometheus') "
-                                "is not installed; CI must install it")
-
-
 def promtool_check(text: str) -> None:
-    assert PROMTOOL is not None
-    result = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+    promtool = require_tool("promtool", "prometheus")
+    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), \
         result.stdout + result.stderr

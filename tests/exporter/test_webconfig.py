@@ -13,6 +13,8 @@ import bcrypt
 import pytest
 
 from allsmi.exporter import yamlsubset
+
+from ..conftest import require_tool
 from allsmi.exporter.webconfig import BasicAuth, WebConfigError, load_web_config
 
 from .server import Serve, free_port, run_serve, run_to_exit
@@ -27,8 +29,7 @@ def basic(user: str, password: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a test certificate")
+    require_tool("openssl", "openssl")
     where = tmp_path_factory.mktemp("certs")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-keyout", str(where / "server.key"), "-out", str(where / "server.crt"),
@@ -225,7 +226,7 @@ def test_yaml_subset_refuses_with_line_numbers(text: str, line: int) -> None:
 
 
 def test_pyyaml_and_subset_agree_when_pyyaml_is_installed() -> None:
-    yaml = pytest.importorskip("yaml")
+    import yaml  # in the [test] extra: the subset reader is checked against the real thing
     text = ("tls_server_config:\n  cert_file: a.crt\n  key_file: 'b.key'\n"
             "  cipher_suites: [X, Y]\nbasic_auth_users:\n  u: $2y$10$x\n")
     assert yamlsubset.loads(text) == yaml.safe_load(text)
