@@ -124,15 +124,24 @@ class BackendRunner:
             devices = tuple(self.backend.sample())
             return done("ok", "; ".join(self.backend.warnings), devices)
         except BackendUnavailable as exc:
-            self._opened = False
+            self._reset()
             self._unavailable_until = started + self.reprobe_seconds
             return done("unavailable", str(exc) or "not available")
         except BackendError as exc:
+            if not self._opened:
+                self._reset()  # open() failed part-way: release what it started before a retry
             timed_out = isinstance(exc, BackendTimeout) or isinstance(exc.__cause__, TimeoutError)
             return done("timeout" if timed_out else "error", str(exc) or type(exc).__name__)
         except Exception as exc:  # a bug in a backend must not take the others down
             log.exception("backend %s failed", self.name)
+            if not self._opened:
+                self._reset()
             return done("error", f"internal error: {type(exc).__name__}: {exc}")
+
+    def _reset(self) -> None:
+        """Close the backend so that the next call probes and opens it afresh."""
+        self._opened = False
+        self._safe_close()
 
     def _safe_close(self) -> None:
         try:

@@ -217,3 +217,40 @@ def test_simulated_hang_is_isolated(scenario: str) -> None:
     collector.close()
     time.sleep(0.1)
     assert _threads() == set()
+
+
+class _FlakyOpen(Backend):
+    """open() starts something, then fails; the runner must close it before retrying."""
+
+    name = "flaky"
+    vendor = "amd"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0  # resources open() started and close() has not released
+        self.attempts = 0
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True)
+
+    def open(self) -> None:
+        self.attempts += 1
+        self.live += 1
+        if self.attempts < 3:
+            raise BackendError(f"init failed (attempt {self.attempts})")
+
+    def sample(self) -> list[DeviceSample]:
+        return [DeviceSample(id="x", vendor="amd", kind="gpu", backend=self.name, health="ok")]
+
+    def close(self) -> None:
+        self.live = 0
+
+
+def test_failed_open_is_closed_before_the_retry() -> None:
+    flaky = _FlakyOpen()
+    collector = Collector([flaky], timeout_seconds=1.0)
+    statuses = [collector.collect_once().backends[0].status for _ in range(4)]
+    assert statuses == ["error", "error", "ok", "ok"]
+    assert flaky.live == 1, "each failed open() must be closed before the next attempt"
+    collector.close()
+    assert flaky.live == 0

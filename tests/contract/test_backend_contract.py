@@ -110,6 +110,16 @@ def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
     expected = scenario.expected_devices or 0
     assert len(devices) == expected
     assert len(again) == expected
+    # The collector closes a backend before it retries one that failed or vanished:
+    # open() after close() must work like the first time.
+    try:
+        backend.open()
+        reopened = list(backend.sample())
+    except BackendError as exc:  # pragma: no cover - reported clearly below
+        pytest.fail(f"{name}/{scenario.name}: open() after close() failed: {exc}")
+    finally:
+        backend.close()
+    assert len(reopened) == expected
     ids = [d.id for d in devices]
     assert len(ids) == len(set(ids)), "device ids must be unique"
     seen: set[str] = set()
