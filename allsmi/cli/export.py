@@ -6,6 +6,7 @@ source could not be read or the file not written; 2 bad options or config.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from typing import Any
 
@@ -48,10 +49,14 @@ EXIT_ERROR = 1
               help="Config file (prices, groups, [ledger] and [export] tables).")
 @click.option("--timeout", "timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds to wait for each Prometheus query (default 30).")
+@click.option("--simulate", metavar="SCENARIO", default=None,
+              help="Bill a simulated node instead: replay the scenario over the window (up to "
+                   "now) into a temporary ledger and export that.")
 def export(ledger_path: str | None, prometheus_url: str | None, period: str | None,
            since: str | None, until: str | None, tz_name: str | None, group_by: str | None,
            output_format: str | None, output: str | None, coverage_threshold: float | None,
-           textfile: str | None, config_path: str | None, timeout: float | None) -> None:
+           textfile: str | None, config_path: str | None, timeout: float | None,
+           simulate: str | None) -> None:
     """Export allocated/used device-hours, energy and cost per resource group.
 
     Reruns for the same window give identical bytes. The exit status is 3 when
@@ -64,19 +69,23 @@ def export(ledger_path: str | None, prometheus_url: str | None, period: str | No
       allsmi export --period 2026-03 --tz Europe/Berlin --format focus -o march.csv
       allsmi export --prometheus http://prometheus:9090 --period last-month --group-by resource_group,model
       allsmi export --since 2026-03-01T00:00:00Z --until 2026-03-02T00:00:00Z --group-by resource_group,user
+      allsmi export --simulate mixed --period yesterday --config prices.toml
     """
     from allsmi.accounting.periods import PeriodError, window_from, zone
     from allsmi.accounting.settings import export_defaults, ledger_settings, parse_group_by
     from allsmi.config import ConfigError
 
     started = time.time()
-    config = settings(config_path, None, None, None).config
+    s = settings(config_path, simulate, None, None)
+    config = s.config
     try:
         defaults = export_defaults(config)
-        if prometheus_url and ledger_path:
-            raise fail("give either --ledger or --prometheus, not both")
-        use_prometheus = prometheus_url or (None if ledger_path else defaults.prometheus)
-        ledger = None if use_prometheus else ledger_settings(config, path_flag=ledger_path).path
+        if sum(x is not None for x in (prometheus_url, ledger_path, s.simulate)) > 1:
+            raise fail("give one of --ledger, --prometheus and --simulate")
+        use_prometheus = None if s.simulate else (
+            prometheus_url or (None if ledger_path else defaults.prometheus))
+        ledger = None if (use_prometheus or s.simulate) else \
+            ledger_settings(config, path_flag=ledger_path).path
     except ConfigError as exc:
         raise fail(str(exc)) from None
     try:
@@ -93,8 +102,11 @@ def export(ledger_path: str | None, prometheus_url: str | None, period: str | No
     if use_prometheus and "user" in keys:
         raise fail("--group-by user needs the ledger: Prometheus has no per-user accounting")
 
-    report = _report(window, keys, config, ledger, use_prometheus,
-                     timeout or defaults.timeout_seconds)
+    with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
+        if s.simulate:
+            ledger = _simulated_ledger(s.simulate, window, config, scratch)
+        report = _report(window, keys, config, ledger, use_prometheus,
+                         timeout or defaults.timeout_seconds)
     from allsmi.accounting.formats import render
     text = render(report, fmt)
     if output:
@@ -117,6 +129,44 @@ def export(ledger_path: str | None, prometheus_url: str | None, period: str | No
             raise fail(f"cannot write {status_path}: {exc.strerror or exc}", EXIT_ERROR) from None
     if not complete:
         raise fail(_incomplete_message(report, threshold), EXIT_INCOMPLETE)
+
+
+def _simulated_ledger(scenario: str, window: Any, config: Any, directory: str) -> str:
+    """Replay ``scenario`` over the window (never past now) into a ledger in ``directory``.
+
+    Simulated values are a pure function of time, so any past window can be
+    recorded after the fact, exactly as a recorder running then would have.
+    """
+    from dataclasses import replace
+
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.backends.simulated import simulated_backends
+    from allsmi.collector import Collector
+    from allsmi.config import ConfigError
+
+    start = window.start.timestamp()
+    end = min(window.end.timestamp(), time.time())
+    step = 20.0 if end - start <= 2 * 86400 else 60.0  # a month still replays in minutes
+    now = [start]
+    clock = lambda: now[0]  # noqa: E731
+    ledger_table = {**config.section("ledger"), "max_gap_seconds": 3 * step}
+    ledger_config = replace(config, sections={**config.sections, "ledger": ledger_table})
+    path = f"{directory}/ledger.db"
+    try:
+        recorder = LedgerRecorder(path, ledger_config)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    collector = Collector(list(simulated_backends(scenario, clock=clock)), config, clock=clock,
+                          timeout_seconds=config.backend_timeout_seconds)
+    collector.subscribe(recorder.on_snapshot)
+    try:
+        while now[0] <= end:
+            collector.collect_once()
+            now[0] += step
+    finally:
+        collector.close()
+        recorder.close()
+    return path
 
 
 def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any,
