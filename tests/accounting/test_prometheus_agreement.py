@@ -21,7 +21,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,15 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import require_tool
+from ..prometheus_server import free_port, running_prometheus
 
 pytestmark = [pytest.mark.integration]
 
-
-@pytest.fixture()
-def prometheus_bin() -> str:
-    """The real Prometheus server (skipped where absent, a failure under CI)."""
-    return require_tool("prometheus", "prometheus")
 
 CONFIG = """\
 [[rules]]
@@ -64,12 +58,6 @@ interval_seconds = 5
 IV = 5
 RECORD_SECONDS = 42.0
 GROUP_BY = "resource_group,vendor,model"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float = 30.0) -> None:
@@ -106,48 +94,31 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
             proc.wait(5)
 
 
-def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path, prometheus_bin: str) -> None:
+def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
     (tmp_path / "allsmi.toml").write_text(CONFIG)
-    serve_port, prom_port = free_port(), free_port()
-    (tmp_path / "prometheus.yml").write_text(f"""\
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: allsmi
-    static_configs:
-      - targets: ["127.0.0.1:{serve_port}"]
-""")
+    serve_port = free_port()
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
     serve_log = open(tmp_path / "serve.log", "wb")
-    prom_log = open(tmp_path / "prometheus.log", "wb")
     serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
                               "--interval", "0.5", "--listen", f"127.0.0.1:{serve_port}",
                               "--config", "allsmi.toml", "--ledger", "ledger.db"],
                              cwd=tmp_path, env=env, stdout=serve_log, stderr=subprocess.STDOUT)
-    prometheus = subprocess.Popen(
-        [prometheus_bin, f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
-         "--storage.tsdb.retention.time=1h"], stdout=prom_log, stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{serve_port}/metrics")
-        wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
-        began = time.time()
-        time.sleep(RECORD_SECONDS)
-        assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-        # A window of whole ledger intervals, clear of the start-up and of the present.
-        start = math.ceil((began + 4) / IV) * IV
-        end = math.floor((time.time() - 3) / IV) * IV
-        assert end - start >= 25
-        window = ("--since", iso(start), "--until", iso(end))
-        rc_l, ledger, err_l = export("--ledger", "ledger.db", *window, cwd=tmp_path)
-        rc_p, prom, err_p = export("--prometheus", f"http://127.0.0.1:{prom_port}", *window,
-                                   cwd=tmp_path)
+        with running_prometheus(tmp_path, [f"127.0.0.1:{serve_port}"]) as prom_url:
+            began = time.time()
+            time.sleep(RECORD_SECONDS)
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            # A window of whole ledger intervals, clear of the start-up and of the present.
+            start = math.ceil((began + 4) / IV) * IV
+            end = math.floor((time.time() - 3) / IV) * IV
+            assert end - start >= 25
+            window = ("--since", iso(start), "--until", iso(end))
+            rc_l, ledger, err_l = export("--ledger", "ledger.db", *window, cwd=tmp_path)
+            rc_p, prom, err_p = export("--prometheus", prom_url, *window, cwd=tmp_path)
     finally:
         stop(serve)
-        stop(prometheus)
         serve_log.close()
-        prom_log.close()
     assert rc_l == 0, err_l
     assert rc_p == 0, err_p
     assert ledger["coverage_ratio"] == 1.0

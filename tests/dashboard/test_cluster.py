@@ -6,7 +6,6 @@ import gzip
 import http.server
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -23,15 +22,10 @@ from allsmi.output import to_json
 from allsmi.schema import Snapshot
 
 from ..conftest import allsmi_exe
+from ..prometheus_server import free_port
 from .conftest import screen_text
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(condition, timeout: float = 20.0, step: float = 0.05) -> bool:  # type: ignore[no-untyped-def]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,8 +15,8 @@ from allsmi.dashboard.prometheus import (PrometheusError, PrometheusSource, buil
 from allsmi.exporter.exposition import render_snapshot
 from allsmi.schema import Snapshot
 
-from ..conftest import require_tool
-from .test_cluster import ServeProcess, free_port, wait_until
+from ..prometheus_server import free_port, running_prometheus
+from .test_cluster import ServeProcess, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,27 +100,13 @@ def test_source_marks_down_targets_and_backs_off_when_prometheus_fails(sim_snaps
 
 @pytest.fixture
 def prometheus_over_two_nodes(tmp_path: Path) -> Iterator[str]:
-    binary = require_tool("prometheus", "prometheus")
     servers = [ServeProcess(), ServeProcess()]
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    targets = ", ".join(f'"127.0.0.1:{s.port}"' for s in servers)
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                      f"scrape_configs:\n  - job_name: allsmi\n    static_configs:\n      - targets: [{targets}]\n")
-    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
         for server in servers:
             assert wait_until(server.ready, 30)
-        yield f"http://127.0.0.1:{port}"
+        with running_prometheus(tmp_path, [f"127.0.0.1:{s.port}" for s in servers]) as url:
+            yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
         for server in servers:
             server.stop()
 

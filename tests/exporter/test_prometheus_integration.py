@@ -8,15 +8,14 @@ queries ``docs/exporter.md`` recommends for billing.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
-from ..conftest import require_tool
-from .server import fetch, free_port, run_serve
+from ..prometheus_server import running_prometheus
+from .server import fetch, run_serve
 
 pytestmark = [pytest.mark.integration]
 
@@ -53,82 +52,63 @@ def query(base: str, promql: str) -> dict[str, float]:
 
 
 def test_per_group_billing_through_prometheus(tmp_path: Path) -> None:
-    prometheus = require_tool("prometheus", "prometheus")
     config = tmp_path / "allsmi.toml"
     config.write_text(CONFIG)
     exporter = run_serve(["--simulate", "mixed", "--interval", "1", "--processes",
                           "--config", str(config)], tmp=tmp_path)
-    prom_port = free_port()
-    (tmp_path / "prometheus.yml").write_text(f"""\
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: allsmi
-    static_configs:
-      - targets: ["127.0.0.1:{exporter.port}"]
-""")
-    log = open(tmp_path / "prometheus.log", "wb")
-    prometheus = subprocess.Popen(
-        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
-         "--storage.tsdb.retention.time=1h"], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{prom_port}"
     try:
         exporter.wait_ready()
-        time.sleep(SCRAPED_FOR)
-        assert prometheus.poll() is None, (tmp_path / "prometheus.log").read_text()
-        up = query(base, 'up{job="allsmi"}')
-        assert up == {"": 1.0}, up
-
-        energy = query(base, f"sum by (resource_group) "
-                             f"(increase(allsmi_device_energy_joules_total[{WINDOW}s]))")
-        power = query(base, f"sum by (resource_group) "
-                            f"(avg_over_time(allsmi_device_power_watts[{WINDOW}s]))")
-        assert set(energy) == {"training", "inference", "default"}
-        for group in energy:
-            # increase() extrapolates to the window edges: energy ~ mean power x window
-            assert energy[group] == pytest.approx(power[group] * WINDOW, rel=0.25), group
-        # 8 H100 + 8 MI300X idle at >= 72 W and >= 140 W; no board is counted twice
-        assert power["training"] > 8 * 72 and power["inference"] > 8 * 140
-        boards = query(base, "count by (resource_group) (allsmi_device_power_watts)")
-        assert boards == {"training": 8.0, "inference": 8.0, "default": 18.0}
-
-        busy = query(base, f"sum by (resource_group) "
-                           f"(increase(allsmi_device_busy_seconds_total[{WINDOW}s]))")
-        util = query(base, f"sum by (resource_group) "
-                           f"(avg_over_time(allsmi_device_utilization_ratio[{WINDOW}s]))")
-        assert set(busy) == {"training", "inference", "default"}
-        assert sum(busy.values()) > 3 * WINDOW  # the simulated node is busy, not idle
-        for group in busy:
-            assert busy[group] == pytest.approx(util[group] * WINDOW, rel=0.25, abs=1.0), group
-
-        allocated = query(base, f"sum by (resource_group) "
-                                f"(increase(allsmi_device_allocated_seconds_total[{WINDOW}s]))")
-        in_use = query(base, f"sum by (resource_group) (avg_over_time(((count by (uuid) "
-                             f"(allsmi_process_memory_bytes) > bool 0) * on (uuid) "
-                             f"group_left (resource_group) allsmi_device_info)[{WINDOW}s:1s]))")
-        assert set(allocated) == {"training", "inference", "default"}
-        assert sum(allocated.values()) > 3 * WINDOW
-        for group in allocated:
-            assert allocated[group] == pytest.approx(in_use.get(group, 0.0) * WINDOW,
-                                                     rel=0.25, abs=1.5), group
-
-        observed = query(base, f"sum by (resource_group) "
-                               f"(increase(allsmi_device_observed_seconds_total[{WINDOW}s]))")
-        # 8 H100 + 3 MIG instances, 8 MI300X, 18 others, each observed the whole window
-        expected = {"training": 11, "inference": 8, "default": 18}
-        for group, devices in expected.items():
-            assert observed[group] == pytest.approx(devices * WINDOW, rel=0.15), group
-
-        teams = query(base, 'count by (resource_group) (allsmi_resource_group_info{team!=""})')
-        assert set(teams) == {"training", "inference"}
+        with running_prometheus(tmp_path, [f"127.0.0.1:{exporter.port}"]) as base:
+            time.sleep(SCRAPED_FOR)
+            _check_groups(base)
     finally:
-        prometheus.terminate()
-        try:
-            prometheus.wait(15)
-        except subprocess.TimeoutExpired:
-            prometheus.kill()
-            prometheus.wait(5)
-        log.close()
         exporter.stop()
+
+
+def _check_groups(base: str) -> None:
+    """Per-group energy, busy, allocated and observed time, as Prometheus computes them."""
+    up = query(base, 'up{job="allsmi"}')
+    assert up == {"": 1.0}, up
+
+    energy = query(base, f"sum by (resource_group) "
+                         f"(increase(allsmi_device_energy_joules_total[{WINDOW}s]))")
+    power = query(base, f"sum by (resource_group) "
+                        f"(avg_over_time(allsmi_device_power_watts[{WINDOW}s]))")
+    assert set(energy) == {"training", "inference", "default"}
+    for group in energy:
+        # increase() extrapolates to the window edges: energy ~ mean power x window
+        assert energy[group] == pytest.approx(power[group] * WINDOW, rel=0.25), group
+    # 8 H100 + 8 MI300X idle at >= 72 W and >= 140 W; no board is counted twice
+    assert power["training"] > 8 * 72 and power["inference"] > 8 * 140
+    boards = query(base, "count by (resource_group) (allsmi_device_power_watts)")
+    assert boards == {"training": 8.0, "inference": 8.0, "default": 18.0}
+
+    busy = query(base, f"sum by (resource_group) "
+                       f"(increase(allsmi_device_busy_seconds_total[{WINDOW}s]))")
+    util = query(base, f"sum by (resource_group) "
+                       f"(avg_over_time(allsmi_device_utilization_ratio[{WINDOW}s]))")
+    assert set(busy) == {"training", "inference", "default"}
+    assert sum(busy.values()) > 3 * WINDOW  # the simulated node is busy, not idle
+    for group in busy:
+        assert busy[group] == pytest.approx(util[group] * WINDOW, rel=0.25, abs=1.0), group
+
+    allocated = query(base, f"sum by (resource_group) "
+                            f"(increase(allsmi_device_allocated_seconds_total[{WINDOW}s]))")
+    in_use = query(base, f"sum by (resource_group) (avg_over_time(((count by (uuid) "
+                         f"(allsmi_process_memory_bytes) > bool 0) * on (uuid) "
+                         f"group_left (resource_group) allsmi_device_info)[{WINDOW}s:1s]))")
+    assert set(allocated) == {"training", "inference", "default"}
+    assert sum(allocated.values()) > 3 * WINDOW
+    for group in allocated:
+        assert allocated[group] == pytest.approx(in_use.get(group, 0.0) * WINDOW,
+                                                 rel=0.25, abs=1.5), group
+
+    observed = query(base, f"sum by (resource_group) "
+                           f"(increase(allsmi_device_observed_seconds_total[{WINDOW}s]))")
+    # 8 H100 + 3 MIG instances, 8 MI300X, 18 others, each observed the whole window
+    expected = {"training": 11, "inference": 8, "default": 18}
+    for group, devices in expected.items():
+        assert observed[group] == pytest.approx(devices * WINDOW, rel=0.15), group
+
+    teams = query(base, 'count by (resource_group) (allsmi_resource_group_info{team!=""})')
+    assert set(teams) == {"training", "inference"}
