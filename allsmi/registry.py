@@ -62,11 +62,12 @@ def load(name: str) -> type[Backend]:
 
 def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout_seconds: float = 5.0,
                 options: "dict[str, Any] | None" = None,
-                simulate: "str | None" = None,
+                simulate: "Any | None" = None,
                 clock: "Callable[[], float] | None" = None) -> list[Backend]:
     """Construct the backends to run.
 
-    With ``simulate`` (a built-in scenario name or a scenario file path) the
+    With ``simulate`` (a built-in scenario name, a scenario file path or a loaded
+    scenario) the
     hardware backends are replaced by the simulated ones the scenario
     describes. Otherwise every enabled hardware backend is constructed (not
     opened). Backend tool timeouts are set a little below ``timeout_seconds``

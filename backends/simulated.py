@@ -417,9 +417,12 @@ class SimulatedBackend(Backend):
         return peak * math.exp(-(r - cycle.active) / 90.0)
 
 
-def simulated_backends(scenario_ref: str | Path, *, timeout_seconds: float = 5.0,
+def simulated_backends(scenario_ref: str | Path | Scenario, *, timeout_seconds: float = 5.0,
                        clock: Callable[[], float] = time.time) -> Sequence[SimulatedBackend]:
-    """One backend per backend the scenario impersonates (raises :class:`ScenarioError`)."""
-    scenario = load_scenario(scenario_ref)
+    """One backend per backend the scenario impersonates (raises :class:`ScenarioError`).
+
+    ``scenario_ref`` is a built-in name, a file path, or an already loaded :class:`Scenario`.
+    """
+    scenario = scenario_ref if isinstance(scenario_ref, Scenario) else load_scenario(scenario_ref)
     return [SimulatedBackend(scenario=scenario, target=name, clock=clock, timeout_seconds=timeout_seconds)
             for name in scenario.backend_names()]

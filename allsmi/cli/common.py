@@ -28,6 +28,8 @@ class Settings:
     simulate: str | None
     interval: float
     timeout: float
+    scenario: Any = None
+    """The loaded scenario when simulating (parsed once, when the options are checked)."""
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
@@ -79,13 +81,14 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
                                        "backends", "enabled")
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    scenario = None
     if simulate is not None:
         from allsmi.backends.simulated import ScenarioError, load_scenario
         try:
-            load_scenario(simulate)
+            scenario = load_scenario(simulate)
         except ScenarioError as exc:
             raise fail(str(exc)) from None
-    return Settings(config=config, simulate=simulate,
+    return Settings(config=config, simulate=simulate, scenario=scenario,
                     interval=interval or config.interval_seconds,
                     timeout=backend_timeout or config.backend_timeout_seconds)
 
@@ -98,7 +101,7 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
     try:
         backends = registry.instantiate(s.config.backends_enabled, timeout_seconds=s.timeout,
                                         options={k: dict(v) for k, v in s.config.backend_options.items()},
-                                        simulate=s.simulate, clock=clock)
+                                        simulate=s.scenario, clock=clock)
     except registry.UnknownBackend as exc:
         raise fail(str(exc)) from None
     return Collector(backends, s.config, interval_seconds=s.interval, timeout_seconds=s.timeout,

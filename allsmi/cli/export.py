@@ -104,7 +104,7 @@ def export(ledger_path: str | None, prometheus_url: str | None, period: str | No
 
     with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
         if s.simulate:
-            ledger = _simulated_ledger(s.simulate, window, config, scratch)
+            ledger = _simulated_ledger(s.scenario, window, config, scratch)
         report = _report(window, keys, config, ledger, use_prometheus,
                          timeout or defaults.timeout_seconds)
     from allsmi.accounting.formats import render
@@ -131,7 +131,7 @@ def export(ledger_path: str | None, prometheus_url: str | None, period: str | No
         raise fail(_incomplete_message(report, threshold), EXIT_INCOMPLETE)
 
 
-def _simulated_ledger(scenario: str, window: Any, config: Any, directory: str) -> str:
+def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -> str:
     """Replay ``scenario`` over the window (never past now) into a ledger in ``directory``.
 
     Simulated values are a pure function of time, so any past window can be
