@@ -17,6 +17,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Tuple, Union
 
+from allsmi.text import MAX_COMMAND, MAX_MESSAGE, clean_optional, clean_text
+
 SCHEMA_VERSION = 1
 
 Health = Literal["ok", "degraded", "lost", "unknown"]
@@ -40,6 +42,24 @@ class ProcessSample:
     user: str | None = None
     command: str | None = None
     memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        _set = object.__setattr__
+        if self.user is not None:
+            _set(self, "user", clean_text(self.user))
+        if self.command is not None:
+            _set(self, "command", clean_text(self.command, MAX_COMMAND))
+
+
+#: DeviceSample's text fields: cleaned once, when the sample is built.
+_DEVICE_TEXT = ("id", "vendor", "kind", "backend", "health")
+_DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_version",
+                         "parent", "resource_group")
+
+
+def _clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``mapping`` with its keys and string values cleaned."""
+    return {clean_text(k): clean_text(v) if isinstance(v, str) else v for k, v in mapping.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +101,19 @@ class DeviceSample:
     #: ``core_utilization_percent``...). Not part of the stable columns.
     details: Mapping[str, DetailValue] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # The schema boundary: text from vendor tools and processes is made
+        # safe here, once, for every consumer (see allsmi.text).
+        _set = object.__setattr__
+        for name in _DEVICE_TEXT:
+            _set(self, name, clean_text(getattr(self, name)))
+        for name in _DEVICE_OPTIONAL_TEXT:
+            _set(self, name, clean_optional(getattr(self, name)))
+        if self.labels:
+            _set(self, "labels", _clean_mapping(self.labels))
+        if self.details:
+            _set(self, "details", _clean_mapping(self.details))
+
 
 @dataclass(frozen=True, slots=True)
 class HostSample:
@@ -90,6 +123,9 @@ class HostSample:
     cpu_utilization_percent: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hostname", clean_text(self.hostname))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +141,12 @@ class BackendStatus:
     status: str
     message: str = ""
     duration_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _set = object.__setattr__
+        _set(self, "name", clean_text(self.name))
+        _set(self, "status", clean_text(self.status))
+        _set(self, "message", clean_text(self.message, MAX_MESSAGE))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,38 @@
+"""The schema boundary makes outside text safe once, for every consumer."""
+
+from __future__ import annotations
+
+import json
+
+from allsmi.output import snapshot_dict, to_csv, to_json
+from allsmi.schema import BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot, utc_now
+from allsmi.text import MAX_COMMAND, clean_text
+
+HOSTILE = "x\udcff\x1b]0;pwned\x07\x1b[2J\x9b31m\t\r\n\x00[bold red]y[/]"
+
+
+def test_clean_text_replaces_surrogates_and_controls_keeps_markup() -> None:
+    out = clean_text(HOSTILE)
+    assert out == "x\ufffd ]0;pwned  [2J 31m    [bold red]y[/]"
+    out.encode("utf-8")  # would raise on a lone surrogate
+    assert clean_text("plain") == "plain"
+
+
+def test_clean_text_caps_length() -> None:
+    assert len(clean_text("a" * 10_000, MAX_COMMAND)) == MAX_COMMAND
+    assert clean_text("a" * 10, 5) == "aaaa\u2026"
+
+
+def test_every_text_field_is_cleaned_at_construction() -> None:
+    proc = ProcessSample(1, HOSTILE, HOSTILE, 5)
+    dev = DeviceSample(id=HOSTILE, vendor="nvidia", kind="gpu", backend="nvidia", name=HOSTILE,
+                       bus_id=HOSTILE, labels={HOSTILE: HOSTILE}, details={"k": HOSTILE, "n": 3},
+                       processes=(proc,))
+    snap = Snapshot(timestamp=utc_now(), host=HostSample(HOSTILE), devices=(dev,),
+                    backends=(BackendStatus("nvidia", "ok", HOSTILE),))
+    for text in (to_json(snap), to_csv(snap)):
+        assert "\x1b" not in text and "\udcff" not in text and "\\udcff" not in text
+        text.encode("utf-8")
+    doc = json.loads(to_json(snap))
+    assert doc["devices"][0]["processes"][0]["command"] == clean_text(HOSTILE)
+    assert snapshot_dict(snap)["host"]["hostname"] == clean_text(HOSTILE)
