@@ -86,7 +86,8 @@ def parse_endpoint(text: str) -> Endpoint:
         user = urllib.parse.unquote(parts.username)
         password = urllib.parse.unquote(parts.password or "")
         auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return Endpoint(url=f"{parts.scheme}://{netloc}{path}", key=netloc, authorization=auth)
+    # The key includes the path: two nodes behind one reverse proxy are two hosts.
+    return Endpoint(url=f"{parts.scheme}://{netloc}{path}", key=netloc + path, authorization=auth)
 
 
 def read_hostfile(path: str | Path) -> list[str]:

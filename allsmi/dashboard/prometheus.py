@@ -1,13 +1,18 @@
 """The fleet source: every node's exporter series, read from a Prometheus server.
 
-One refresh asks Prometheus' instant-query API (``/api/v1/query``) three
-questions: the device series of every node (``allsmi_device_info``, the
-gauges derived from :data:`allsmi.fields.MEASUREMENTS`, ``allsmi_device_up``,
-the energy counter, group labels and process memory, in one selector), the
-time of each node's last scrape, and ``up`` for targets that stopped
-answering. Series are grouped by ``instance`` into one :class:`Snapshot` per
-node and joined on ``uuid`` (the exporter's device id). Gauge values are
-scaled back from Prometheus base units to the schema's units.
+A refresh asks Prometheus' instant-query API (``/api/v1/query``) for what the
+screen shows. Always: the totals per host, per resource group and per vendor
+(computed by Prometheus, :mod:`allsmi.dashboard.promsummary`), the time of each
+node's last scrape, and ``up`` for targets that stopped answering. Devices:
+every host's when the fleet has at most ``device_budget`` devices (the whole
+fleet in the device table, as for ``--hosts``), else only the hosts the user
+opened (:meth:`PrometheusSource.focus`), so that a refresh at a thousand hosts
+moves kilobytes, not hundreds of megabytes. Device series are asked for with
+only the labels that identify them (``max by (__name__, instance, uuid)``);
+identity comes once per device from ``allsmi_device_info``. Series are grouped
+by ``instance`` into one :class:`Snapshot` per node and joined on ``uuid``
+(the exporter's device id). Gauge values are scaled back from Prometheus base
+units to the schema's units.
 
 What Prometheus does not carry stays unknown: host CPU and memory, clock
 when not exported, processes unless the exporter runs with ``--processes``.
@@ -18,17 +23,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import socket
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Sequence
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
 
+from .model import Totals
+from .promsummary import GROUPINGS, fleet_totals, recorded_totals
 from .sources import Clock, HostState
 
 DEVICE_INFO = "allsmi_device_info"
@@ -44,6 +53,8 @@ VALUE_METRICS: dict[str, tuple[str, float]] = {
 _INT_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
 _NOT_GROUP_LABELS = {"__name__", "instance", "job", "resource_group"}
 MAX_BODY_BYTES = 256 * 1024 * 1024
+#: Up to this many devices in the fleet, every host's devices are fetched on each refresh.
+DEFAULT_DEVICE_BUDGET = 4096
 
 Query = Callable[[str, float], tuple[float, list[dict[str, Any]]]]
 
@@ -52,10 +63,30 @@ class PrometheusError(Exception):
     """Prometheus could not be asked or answered with an error."""
 
 
-def selector() -> str:
-    """The one selector that fetches every series a node view needs."""
+def instance_matcher(instances: Iterable[str] | None) -> str:
+    """``instance=~"a|b"`` for these instances (RE2, escaped for a PromQL string); "" for all."""
+    if instances is None:
+        return ""
+    pattern = "|".join(re.escape(i) for i in sorted(instances))
+    return 'instance=~"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def selector(instances: Iterable[str] | None = None) -> str:
+    """The series a node view needs, with every label (tests and small fleets)."""
     names = [DEVICE_INFO, DEVICE_UP, GROUP_INFO, PROCESS_MEMORY, *VALUE_METRICS]
-    return '{__name__=~"' + "|".join(names) + '"}'
+    extra = instance_matcher(instances)
+    return '{__name__=~"' + "|".join(names) + '"' + ("," + extra if extra else "") + "}"
+
+
+def device_queries(instances: Iterable[str] | None = None) -> list[str]:
+    """The queries that fetch the devices of ``instances`` (all when ``None``), lean on labels:
+    identity and group labels in full, the values keyed by name, instance and uuid only."""
+    extra = instance_matcher(instances)
+    extra = "," + extra if extra else ""
+    values = "|".join([DEVICE_UP, *VALUE_METRICS])
+    return ['{__name__=~"' + f"{DEVICE_INFO}|{GROUP_INFO}" + '"' + extra + "}",
+            'max by (__name__, instance, uuid) ({__name__=~"' + values + '"' + extra + "})",
+            "{" + f'__name__="{PROCESS_MEMORY}"' + extra + "}"]
 
 
 def make_query(url: str) -> Query:
@@ -196,18 +227,24 @@ class PrometheusSource:
 
     def __init__(self, url: str, *, interval: float = 5.0, timeout: float = 10.0,
                  max_backoff: float = 60.0, clock: Clock = time.monotonic,
-                 query: Query | None = None) -> None:
+                 query: Query | None = None, device_budget: int = DEFAULT_DEVICE_BUDGET) -> None:
         self.url = url.rstrip("/")
         self.interval = interval
         self.timeout = timeout
         self.max_backoff = max_backoff
         self.clock = clock
+        self.device_budget = device_budget
         self._query = query or make_query(url)
         self._lock = threading.Lock()
         self._states: dict[str, HostState] = {}
         self._error: str | None = None
         self._failures = 0
         self._retry_at: float | None = None
+        self._focus: frozenset[str] = frozenset()
+        self._totals: dict[str, dict[str, Totals]] = {}
+        self.detailed = True
+        """Whether the last refresh fetched every host's devices (the fleet fits the budget)."""
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="allsmi-promql")
 
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
@@ -216,38 +253,80 @@ class PrometheusSource:
                                   error=self._error, retry_at=self._retry_at)]
             return list(self._states.values())
 
+    def focus(self, keys: Iterable[str]) -> None:
+        """Fetch the devices of these hosts from the next refresh on (large fleets only)."""
+        with self._lock:
+            self._focus = frozenset(keys)
+
+    def totals(self, by: str) -> dict[str, Totals]:
+        """Fleet totals by ``resource_group`` or ``vendor`` from the last refresh, computed by
+        Prometheus over every host (whether or not its devices were fetched)."""
+        with self._lock:
+            return dict(self._totals.get(by, {}))
+
     def refresh(self, cancelled: Callable[[], bool]) -> None:
-        """Ask Prometheus (three queries); on failure mark every host and back off."""
+        """Ask Prometheus; on failure mark every host and back off."""
         if self._retry_at is not None and self.clock() < self._retry_at:
             return
         asked = self.clock()
         try:
-            evaluated, series = self._query(selector(), self.timeout)
+            stamps_f = self._pool.submit(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
+            ups_f = self._pool.submit(self._query, "up", self.timeout)
+            _, counts = self._query(f"count by (instance) ({DEVICE_INFO})", self.timeout)
+            fleet_devices = sum(v for s in counts if isinstance(s, dict) and (v := _value(s)) is not None)
+            everyone = fleet_devices <= self.device_budget
+            totals: dict[str, dict[str, Totals]] = {}
+            if not everyone:  # a large fleet: Prometheus computes what the overview shows
+                totals = recorded_totals(self._query, self.timeout)  # the shipped rules, if loaded
+                futures = {by: self._pool.submit(fleet_totals, self._query, by, self.timeout)
+                           for by in GROUPINGS if by not in totals}
+                totals.update({by: future.result() for by, future in futures.items()})
+            with self._lock:
+                focus = self._focus
+            known = {s.get("metric", {}).get("instance", "") for s in counts if isinstance(s, dict)}
+            wanted = None if everyone else sorted(focus & known)
+            series: list[dict[str, Any]] = []
+            evaluated = 0.0
+            if wanted is None or wanted:
+                for promql in device_queries(wanted):
+                    at, result = self._query(promql, self.timeout)
+                    evaluated = max(evaluated, at)
+                    series.extend(result)
+            at, stamps = stamps_f.result()
+            evaluated = max(evaluated, at)
+            _, ups = ups_f.result()
             if cancelled():
                 return
-            _, stamps = self._query(f"timestamp({LAST_COLLECT})", self.timeout)
-            _, ups = self._query("up", self.timeout)
         except PrometheusError as exc:
             self._fail(str(exc))
             return
         scraped = {s.get("metric", {}).get("instance", ""): v for s in stamps
-                   if (v := _value(s)) is not None}
-        down = {s.get("metric", {}).get("instance", "") for s in ups if _value(s) == 0}
+                   if isinstance(s, dict) and (v := _value(s)) is not None}
+        down = {s.get("metric", {}).get("instance", "") for s in ups
+                if isinstance(s, dict) and _value(s) == 0}
         snapshots = build_snapshots(series, evaluated, scraped)
         with self._lock:
             self._error, self._failures, self._retry_at = None, 0, None
-            seen = set(snapshots)
-            for instance, snap in sorted(snapshots.items()):
+            self.detailed = everyone
+            self._totals = {by: totals.get(by, {}) for by in ("resource_group", "vendor")}
+            seen = set(snapshots) | set(totals.get("instance", {}))
+            for instance in sorted(seen):
                 # Age as Prometheus sees it (its clock, not the node's): evaluation minus scrape time.
                 age = max(0.0, evaluated - scraped.get(instance, evaluated))
                 error = "target down (up == 0); showing its last scrape" if instance in down else None
+                snap = snapshots.get(instance)
+                if snap is None and not everyone and instance in focus:
+                    previous = self._states.get(instance)
+                    snap = previous.snapshot if previous is not None else None
                 self._states[instance] = HostState(instance, instance, snap, asked - age,
-                                                   address=instance, error=error)
+                                                   address=instance, error=error,
+                                                   summary=totals.get("instance", {}).get(instance))
             for instance, state in list(self._states.items()):
                 if instance not in seen:
                     reason = "target down (up == 0)" if instance in down else "no series in Prometheus"
                     self._states[instance] = HostState(instance, state.name, state.snapshot,
-                                                       state.received, address=instance, error=reason)
+                                                       state.received, address=instance, error=reason,
+                                                       summary=state.summary)
 
     def _fail(self, message: str) -> None:
         with self._lock:
@@ -257,10 +336,11 @@ class PrometheusSource:
             for instance, state in list(self._states.items()):
                 self._states[instance] = HostState(instance, state.name, state.snapshot, state.received,
                                                    address=instance, error=message,
-                                                   retry_at=self._retry_at)
+                                                   retry_at=self._retry_at, summary=state.summary)
 
     def history(self) -> Sequence[tuple[str, Snapshot]]:
         return []
 
     def close(self) -> None:
-        """Nothing held between queries."""
+        """Stop the query threads (nothing else is held between queries)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

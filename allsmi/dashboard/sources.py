@@ -42,6 +42,9 @@ class HostState:
     """Why the last attempt failed; ``None`` while the host answers."""
     retry_at: float | None = None
     """Monotonic time of the next attempt while failing."""
+    summary: Any = None
+    """The host's totals (:class:`allsmi.dashboard.model.Totals`) when its source computes them
+    without sending every device (a large fleet through Prometheus); ``None`` otherwise."""
 
     @property
     def reachable(self) -> bool:

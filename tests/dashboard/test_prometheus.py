@@ -10,8 +10,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.prometheus import (PrometheusError, PrometheusSource, build_snapshots, make_query,
-                                         selector)
+from allsmi.dashboard.model import refs_of, totals_by
+from allsmi.dashboard.prometheus import (PrometheusError, PrometheusSource, build_snapshots, device_queries,
+                                         make_query, selector)
+from allsmi.dashboard.promsummary import RECORDED, combined_query, recording_rules
 from allsmi.exporter.exposition import render_snapshot
 from allsmi.schema import Snapshot
 
@@ -69,8 +71,12 @@ def test_source_marks_down_targets_and_backs_off_when_prometheus_fails(sim_snaps
     def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
         if fail[0]:
             raise PrometheusError("cannot reach Prometheus: connection refused")
-        if promql == selector():
+        if promql == device_queries()[0]:
             return at, as_query_result(render_snapshot(snap), "a:9477", at)
+        if promql.startswith("count by (instance)"):
+            return at, [{"metric": {"instance": "a:9477"}, "value": [at, str(len(snap.devices))]}]
+        if promql in device_queries():
+            return at, []
         if promql.startswith("timestamp("):
             return at, [{"metric": {"instance": "a:9477"}, "value": [at, str(at - 3)]}]
         return at, [{"metric": {"instance": "a:9477", "job": "allsmi"}, "value": [at, "1"]},
@@ -134,11 +140,83 @@ async def test_fleet_view_from_a_real_prometheus(prometheus_over_two_nodes: str)
         assert app.view == "groups"
 
 
+@pytest.mark.integration
+def test_prometheus_totals_match_the_dashboards_own_totals(prometheus_over_two_nodes: str,
+                                                            tmp_path: Path) -> None:
+    """The totals Prometheus computes for a large fleet equal those the dashboard computes from
+    every device (same rules: physical devices once, partitions apart, board power once)."""
+    query = make_query(prometheus_over_two_nodes)
+    assert wait_until(lambda: len({s["metric"]["instance"] for s in _safe(query)}) == 2, 40, 0.5)
+    # Both views read one instant: Prometheus' evaluation time is fixed by pausing nothing, so
+    # ask until two consecutive answers agree (the nodes collect every second).
+    full = PrometheusSource(prometheus_over_two_nodes, timeout=10.0)
+    lean = PrometheusSource(prometheus_over_two_nodes, timeout=10.0, device_budget=0)
+    for _ in range(20):
+        full.refresh(lambda: False)
+        lean.refresh(lambda: False)
+        refs = [r for h in full.hosts() for r in refs_of(h.key, h.snapshot)]
+        want = {t.name: t for t in totals_by(refs, lambda r: r.host)}
+        got = {h.key: h.summary for h in lean.hosts()}
+        if set(want) == set(got) and all(
+                (got[k].devices, got[k].partitions, got[k].lost, got[k].memory_total_bytes,
+                 got[k].power_limit_watts, got[k].utilization_count)
+                == (want[k].devices, want[k].partitions, want[k].lost, want[k].memory_total_bytes,
+                    want[k].power_limit_watts, want[k].utilization_count) for k in want):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"totals differ: {got} vs {want}")
+    vendors = lean.totals("vendor")
+    assert sum(t.devices for t in vendors.values()) == sum(t.devices for t in want.values())
+    assert all(len(t.hosts) == 2 for t in vendors.values())
+    assert lean.totals("resource_group")
+    full.close()
+    lean.close()
+
+
+def test_recording_rules_are_the_live_queries() -> None:
+    rules = {r["record"]: r["expr"] for r in recording_rules()}
+    assert rules == {RECORDED[by]: combined_query(by) for by in RECORDED}
+
+
 def _safe(query: Any) -> list[dict[str, Any]]:
     try:
         return query('allsmi_device_info', 5.0)[1]
     except PrometheusError:
         return []
+
+
+def test_a_large_fleet_asks_for_totals_and_only_the_opened_hosts_devices(
+        sim_snapshots: list[Snapshot]) -> None:
+    snap = sim_snapshots[-1]
+    at = snap.unix_time
+    hosts = [f"node{i}:9477" for i in range(3)]
+    asked: list[str] = []
+
+    def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
+        asked.append(promql)
+        if promql.startswith("count by (instance)"):
+            return at, [{"metric": {"instance": h}, "value": [at, str(len(snap.devices))]} for h in hosts]
+        if promql.startswith('{__name__=~"allsmi_device_info|'):
+            wanted = [h for h in hosts if h in promql]
+            return at, [s for h in wanted for s in as_query_result(render_snapshot(snap), h, at)]
+        if promql == combined_query("instance"):
+            return at, [{"metric": {"instance": h, "allsmi_total": "devices"}, "value": [at, "34"]}
+                        for h in hosts]
+        return at, []
+
+    source = PrometheusSource("http://127.0.0.1:9", interval=1.0, query=query, device_budget=10)
+    source.refresh(lambda: False)
+    assert not source.detailed
+    states = source.hosts()
+    assert [h.key for h in states] == hosts
+    assert all(h.snapshot is None and h.summary.devices == 34 for h in states)
+    assert not any(q.startswith("max by (__name__") for q in asked)  # no device values at all
+    source.focus(["node1:9477"])
+    source.refresh(lambda: False)
+    opened = {h.key: h for h in source.hosts()}
+    assert opened["node1:9477"].snapshot is not None and opened["node0:9477"].snapshot is None
+    assert len(opened["node1:9477"].snapshot.devices) == len(snap.devices)
 
 
 def test_make_query_rejects_bad_urls_and_reports_unreachable() -> None:

@@ -1,0 +1,133 @@
+"""Fleet totals computed by Prometheus: what the cluster overview shows, without every device.
+
+At a thousand hosts (tens of thousands of devices), fetching every device
+series on every refresh means hundreds of megabytes of JSON. The overview
+(the hosts table, the group and vendor tables, the summary line) needs only
+totals, so Prometheus computes them: a handful of ``count``/``sum by`` queries
+per grouping, each answering one number per host, group or vendor.
+
+The totals follow the same rules as :func:`allsmi.dashboard.model.totals_by`
+over devices: a physical device counts once and carries its memory;
+partitions are counted apart; utilization is averaged over every device that
+reports one; power is summed as reported (only board owners carry it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .model import Totals
+
+Query = Callable[[str, float], tuple[float, list[dict[str, Any]]]]
+
+_INFO = "allsmi_device_info"
+
+
+def _select(metric: str, *matchers: str) -> str:
+    """``metric{m1,m2}`` from the non-empty matchers (``metric`` alone when none)."""
+    inner = ",".join(m for m in matchers if m)
+    return f"{metric}{{{inner}}}" if inner else metric
+
+
+def summary_queries(by: str, selector: str = "") -> dict[str, str]:
+    """:class:`Totals` attribute -> PromQL grouped by the label ``by``; ``selector`` narrows the series."""
+    physical = _select(_INFO, 'parent_uuid=""')
+    def of(metric: str, *matchers: str) -> str:
+        return _select(metric, *matchers, selector)
+
+    whole = of(_INFO, 'parent_uuid=""')
+    parts = of(_INFO, 'parent_uuid!=""')
+
+    queries = {
+        "devices": f"count by ({by}) ({whole})",
+        "partitions": f"count by ({by}) ({parts})",
+        "lost": f"count by ({by}) ({of('allsmi_device_up')} == 0)",
+        "utilization_sum": f"sum by ({by}) ({of('allsmi_device_utilization_ratio')}) * 100",
+        "utilization_count": f"count by ({by}) ({of('allsmi_device_utilization_ratio')})",
+        "memory_used_bytes": (f"sum by ({by}) ({of('allsmi_device_memory_used_bytes')} "
+                              f"and on (instance, uuid) {physical})"),
+        "memory_total_bytes": (f"sum by ({by}) ({of('allsmi_device_memory_total_bytes')} "
+                               f"and on (instance, uuid) {physical})"),
+        "power_watts": f"sum by ({by}) ({of('allsmi_device_power_watts')})",
+        "power_limit_watts": f"sum by ({by}) ({of('allsmi_device_power_limit_watts')})",
+        "processes": f"count by ({by}) ({of('allsmi_process_memory_bytes')})",
+    }
+    if by != "instance":  # which hosts each group or vendor spans (one series per pair)
+        queries["hosts"] = f"count by ({by}, instance) ({of(_INFO)})"
+    return queries
+
+
+_INTEGERS = {"devices", "partitions", "lost", "utilization_count", "processes",
+             "memory_used_bytes", "memory_total_bytes"}
+
+
+def combined_query(by: str, selector: str = "") -> str:
+    """Every summary of :func:`summary_queries` in one query, each series tagged ``allsmi_total``
+    with the attribute it holds: one round trip and one evaluation instead of ten."""
+    parts = [f'label_replace({promql}, "allsmi_total", "{name}", "", "")'
+             for name, promql in summary_queries(by, selector).items()]
+    return " or ".join(parts)
+
+
+def _number(sample: dict[str, Any]) -> float | None:
+    try:
+        value = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+GROUPINGS = ("instance", "resource_group", "vendor")
+#: The recording rule that keeps :func:`combined_query` for each grouping precomputed
+#: (``level:metric:operations``); shipped in ``deploy/prometheus/allsmi-rules.yml``.
+RECORDED = {by: f"{by}:allsmi_devices:totals" for by in GROUPINGS}
+
+
+def recording_rules() -> list[dict[str, str]]:
+    """The rules that make the overview cheap at a thousand hosts (one per grouping)."""
+    return [{"record": RECORDED[by], "expr": combined_query(by)} for by in GROUPINGS]
+
+
+def fleet_totals(query: Query, by: str, timeout: float, *, selector: str = "") -> dict[str, Totals]:
+    """:class:`Totals` per value of the label ``by`` (``instance``, ``resource_group``, ``vendor``),
+    from one query; a failing query raises its PrometheusError."""
+    _, series = query(combined_query(by, selector), timeout)
+    return totals_from(series, by)
+
+
+def recorded_totals(query: Query, timeout: float) -> dict[str, dict[str, Totals]]:
+    """The totals of every grouping whose recording rule is loaded, in one query."""
+    names = "|".join(RECORDED.values())
+    _, series = query('{__name__=~"' + names + '"}', timeout)
+    out: dict[str, dict[str, Totals]] = {}
+    for by, name in RECORDED.items():
+        mine = [s for s in series if isinstance(s, dict) and isinstance(s.get("metric"), dict)
+                and s["metric"].get("__name__") == name]
+        if mine:
+            out[by] = totals_from(mine, by)
+    return out
+
+
+def totals_from(series: list[dict[str, Any]], by: str) -> dict[str, Totals]:
+    """:class:`Totals` from the answer to :func:`combined_query` (pure; tested on its own)."""
+    known = set(summary_queries(by))
+    out: dict[str, Totals] = {}
+    for sample in series:
+        if not isinstance(sample, dict) or not isinstance(sample.get("metric"), dict):
+            continue
+        name = sample["metric"].get("allsmi_total")
+        if name in known:
+            key = str(sample["metric"].get(by, ""))
+            value = _number(sample)
+            if value is None:
+                continue
+            totals = out.setdefault(key, Totals(key))
+            if name == "hosts":
+                totals.hosts.add(str(sample["metric"].get("instance", "")))
+            else:
+                setattr(totals, name, int(round(value)) if name in _INTEGERS else value)
+    if by == "instance":
+        for key, totals in out.items():
+            totals.hosts = {key}
+    return out

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""A fleet of N simulated hosts through a real Prometheus: the cluster view and the export.
+
+For each N (default 100, 300, 1000) this starts a real Prometheus (Debian's
+``prometheus``) scraping N hosts served by ``benchmarks/_fleet_server.py``
+(one real ``allsmi serve --simulate mixed`` fanned out under
+``/hosts/NAME/...``, 37 devices a host), loads the shipped recording rules
+when ``deploy/prometheus/allsmi-rules.yml`` exists, waits until every target
+has been scraped a few times, then measures:
+
+* one full refresh of the cluster view over ``--prometheus`` (the dashboard's
+  own ``PrometheusSource.refresh``: queries, JSON decoding, building the
+  rows), median and p95 of ``--runs`` refreshes; target p95 < 2 s at 1000 hosts;
+* ``allsmi export --prometheus URL`` over the last hour (subprocess, median of
+  3); target < 30 s at 1000 hosts. Prometheus holds only the minutes this
+  benchmark ran, so the range functions see fewer samples than a real hour;
+* Prometheus' own CPU (seconds used while measuring) and resident memory.
+
+Then the direct ``--hosts`` mode at 256 hosts (``ClusterSource.refresh``, every
+host's ``/api/v1/snapshot`` fetched and parsed); target < 2 s a refresh
+(all-smi, the closest peer, claims 256+ hosts at 3-6 s a refresh; it is not
+measured here: it has no Prometheus mode to compare).
+
+Usage: ``python benchmarks/fleet.py [--hosts 100,300,1000] [--runs 10]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from _machine import describe  # noqa: E402
+
+RULES = ROOT / "deploy" / "prometheus" / "allsmi-rules.yml"
+SCRAPE_INTERVAL = 15
+USE_RULES = True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get(url: str, timeout: float = 30.0) -> bytes:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as response:
+        return response.read()
+
+
+def wait_for(what: str, check, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"fleet: timed out waiting for {what}")
+
+
+def promql(url: str, query: str) -> list[dict]:
+    doc = json.loads(get(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"))
+    return doc["data"]["result"]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def quantiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    return statistics.median(ordered), p95
+
+
+def timed(refresh, runs: int) -> list[float]:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        refresh(lambda: False)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def host_name(i: int) -> str:
+    return f"node{i:04d}"
+
+
+def start_prometheus(workdir: Path, n: int, fleet_port: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    targets = [{"targets": [f"127.0.0.1:{fleet_port}"],
+                "labels": {"instance": host_name(i), "__metrics_path__": f"/hosts/{host_name(i)}/metrics"}}
+               for i in range(n)]
+    (workdir / "targets.json").write_text(json.dumps(targets))
+    # The recording rules that keep the overview cheap (JSON is YAML), and the shipped ones.
+    from allsmi.dashboard.promsummary import recording_rules
+
+    files = []
+    if USE_RULES:
+        (workdir / "fleet-rules.yml").write_text(json.dumps(
+            {"groups": [{"name": "allsmi-fleet-view", "rules": recording_rules()}]}))
+        files = [str(workdir / "fleet-rules.yml")] + ([str(RULES)] if RULES.exists() else [])
+    rules = f"rule_files: {json.dumps(files)}\n"
+    (workdir / "prometheus.yml").write_text(
+        f"global:\n  scrape_interval: {SCRAPE_INTERVAL}s\n  scrape_timeout: 10s\n"
+        f"  evaluation_interval: {SCRAPE_INTERVAL}s\n{rules}"
+        "scrape_configs:\n  - job_name: allsmi\n    file_sd_configs:\n"
+        f"      - files: ['{workdir / 'targets.json'}']\n")
+    proc = subprocess.Popen(
+        [shutil.which("prometheus") or "prometheus", f"--config.file={workdir / 'prometheus.yml'}",
+         f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+         "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_for("Prometheus to start", lambda: get(url + "/-/ready", 2) is not None, 60)
+    return proc, url
+
+
+def measure_prometheus(n: int, fleet_port: int, runs: int, allsmi: str) -> dict[str, float]:
+    from allsmi.dashboard.prometheus import PrometheusSource
+
+    with tempfile.TemporaryDirectory(prefix="allsmi-fleet-") as tmp:
+        started = time.time()
+        proc, url = start_prometheus(Path(tmp), n, fleet_port)
+        try:
+            # Every target up and scraped at least three times (so rates and increases exist).
+            wait_for(f"{n} targets scraped", lambda: (
+                (r := promql(url, "count(count_over_time(up[10m]) >= 3)")) and int(float(r[0]["value"][1])) >= n),
+                20 * SCRAPE_INTERVAL)
+            if USE_RULES:
+                wait_for("the recording rules", lambda: promql(url, "count(instance:allsmi_devices:totals)"),
+                         4 * SCRAPE_INTERVAL)
+            series = [line for line in get(url + "/metrics").decode().splitlines()
+                      if line.startswith("prometheus_tsdb_head_series ")]
+            cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+            source = PrometheusSource(url, interval=1.0, timeout=60.0)
+            refresh = timed(source.refresh, runs)
+            shown = len(source.hosts())
+            detailed = source.detailed
+            source.focus([host_name(n // 2)])
+            opened = timed(source.refresh, runs)
+            assert any(h.snapshot is not None for h in source.hosts())
+            source.close()
+            everything = PrometheusSource(url, interval=1.0, timeout=120.0, device_budget=10**9)
+            every = timed(everything.refresh, max(2, runs // 3))
+            everything.close()
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
+            export = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                done = subprocess.run([allsmi, "export", "--prometheus", url, "--since", since,
+                                       "--timeout", "120"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, check=False)
+                export.append(time.perf_counter() - t0)
+                if done.returncode not in (0, 3):
+                    raise SystemExit(f"export failed: {done.stderr.decode()[-500:]}")
+            prom_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+            return {"hosts_shown": shown, "refresh": quantiles(refresh), "detailed": detailed,
+                    "opened": quantiles(opened), "every": quantiles(every), "export": statistics.median(export),
+                    "prom_cpu": prom_cpu, "prom_rss": rss_mib(proc.pid),
+                    "series": float(series[0].split()[1]) if series else float("nan"),
+                    "minutes": (time.time() - started) / 60}
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def measure_hosts(n: int, fleet_port: int, runs: int) -> tuple[float, float, int]:
+    from allsmi.dashboard.cluster import ClusterSource
+
+    urls = [f"http://127.0.0.1:{fleet_port}/hosts/{host_name(i)}" for i in range(n)]
+    source = ClusterSource(urls, interval=0.0, timeout=10.0)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        source.refresh(lambda: False)
+        times.append(time.perf_counter() - t0)
+    ok = sum(1 for h in source.hosts() if h.snapshot is not None and h.error is None)
+    median, p95 = quantiles(times)
+    return median, p95, ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="100,300,1000", help="comma-separated fleet sizes")
+    parser.add_argument("--direct-hosts", type=int, default=256, help="hosts for the --hosts mode")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--no-rules", action="store_true", help="measure without recording rules")
+    args = parser.parse_args()
+    global USE_RULES
+    USE_RULES = not args.no_rules
+    if not shutil.which("prometheus"):
+        raise SystemExit("fleet: prometheus not found (apt-get install prometheus)")
+    allsmi = str(Path(sys.executable).with_name("allsmi"))
+    source_port, fleet_port = free_port(), free_port()
+    env = dict(os.environ, ALLSMI_SIMULATE_SPEED="1")
+    source = subprocess.Popen([allsmi, "serve", "--simulate", "mixed", "--listen",
+                               f"127.0.0.1:{source_port}", "--interval", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    fleet = subprocess.Popen([sys.executable, str(HERE / "_fleet_server.py"), "--source",
+                              f"http://127.0.0.1:{source_port}", "--port", str(fleet_port)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        if fleet.stdout is None or fleet.stdout.readline().strip() != "ready":
+            raise SystemExit("fleet: the fleet server did not start")
+        print(f"Machine: {describe()}; Prometheus scrape interval {SCRAPE_INTERVAL} s; "
+              f"recording rules {'loaded' if USE_RULES else 'not loaded'}; {args.runs} refreshes each\n")
+        print("| hosts | devices | head series | cluster view refresh, median / p95 | "
+              "with one host opened | every device (before) | export, last hour | "
+              "Prometheus CPU while measured | Prometheus RSS |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for n in (int(x) for x in args.hosts.split(",")):
+            r = measure_prometheus(n, fleet_port, args.runs, allsmi)
+            med, p95 = r["refresh"]
+            mode = "all devices" if r["detailed"] else "totals"
+            print(f"| {n} | {n * 37} | {r['series']:.0f} | {med:.2f} s / {p95:.2f} s ({mode}) | "
+                  f"{r['opened'][0]:.2f} s / {r['opened'][1]:.2f} s | "
+                  f"{r['every'][0]:.2f} s / {r['every'][1]:.2f} s | {r['export']:.1f} s | "
+                  f"{r['prom_cpu'] * 100:.0f}% of a core | {r['prom_rss']:.0f} MiB |", flush=True)
+        med, p95, ok = measure_hosts(args.direct_hosts, fleet_port, max(3, args.runs // 2))
+        print(f"\nDirect `--hosts` mode, {args.direct_hosts} hosts ({ok} answered): refresh median "
+              f"{med:.2f} s, p95 {p95:.2f} s (all-smi's claim for 256+ hosts: 3-6 s)")
+    finally:
+        for proc in (fleet, source):
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()
