@@ -28,7 +28,7 @@ from allsmi.formatting import NA, human_bytes, percent
 from .device_table import DeviceTable, RowContext, columns_for, parent_names
 from .help import HelpScreen
 from .model import (DESCENDING_BY_DEFAULT, SORT_KEYS, DeviceRef, EnergyMeter, Filter, History, Totals,
-                    apply_filter, order_devices, refs_of, totals_by)
+                    apply_filter, order_devices, refs_of, sum_totals, totals_by)
 from .options import DEFAULT_THEME, LIGHT_THEME, DashboardOptions
 from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, ProcessTable, SummaryBar, age_text,
                      totals_cells, memory_pair, power_pair)
@@ -226,6 +226,8 @@ class DashboardApp(App[None]):
         refs = self.all_refs()
         totals = totals_by(refs, lambda r: "all", self.energy)
         self._total = totals[0] if totals else Totals("all")
+        if self._fleet_totals_only():
+            self._total = sum_totals("all", [h.summary for h in self.hosts if h.summary is not None])
         self.shown = order_devices(apply_filter(refs, self.filter), self.sort_key, self.descending)
         ctx = self._row_context(refs)
         if self.view == "devices":
@@ -260,12 +262,24 @@ class DashboardApp(App[None]):
     def _group_labels(self, name: str) -> dict[str, str]:
         return dict(self.config.group(name).labels)
 
+    def _fleet_totals_only(self) -> bool:
+        """Whether the source sends totals instead of every device (a large Prometheus fleet)."""
+        return self.source.cluster and not getattr(self.source, "detailed", True)
+
     def _show_totals(self, group_id: str, vendor_id: str, refs: Sequence[DeviceRef]) -> None:
-        groups = totals_by(refs, lambda r: r.device.resource_group or NA, self.energy, self._group_labels)
+        if self._fleet_totals_only() and group_id.startswith("#cluster"):
+            fleet = self.source.totals  # type: ignore[attr-defined]
+            groups = list(fleet("resource_group").values())
+            vendors = list(fleet("vendor").values())
+            for t in groups:
+                t.labels = self._group_labels(t.name)
+        else:
+            groups = totals_by(refs, lambda r: r.device.resource_group or NA, self.energy,
+                               self._group_labels)
+            vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
         groups.sort(key=lambda t: t.name)
         self.query_one(group_id, DiffTable).set_rows(
             (f"group:{t.name}", totals_cells(t, self._palette)) for t in groups)
-        vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
         vendors.sort(key=lambda t: t.name)
         self.query_one(vendor_id, DiffTable).set_rows(
             (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False)) for t in vendors)
@@ -275,9 +289,10 @@ class DashboardApp(App[None]):
         rows = []
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         for host in self.hosts:
-            totals = by_host.get(host.key, Totals(host.key))
+            totals = by_host.get(host.key) or host.summary or Totals(host.key)
             if host.error is None:
-                state = Text("ok" if host.snapshot is not None else "wait", style=self._palette.ok)
+                known = host.snapshot is not None or host.summary is not None
+                state = Text("ok" if known else "wait", style=self._palette.ok)
                 problem = ""
             else:
                 state = Text("down", style=f"bold {self._palette.hot}")
@@ -372,6 +387,9 @@ class DashboardApp(App[None]):
         elif kind == "vendor":
             self._drill(Filter(vendor=name))
         elif kind == "host":
+            focus = getattr(self.source, "focus", None)
+            if focus is not None:  # a large fleet: fetch this host's devices from now on
+                focus([name])
             self._drill(Filter(host=name))
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:

@@ -321,6 +321,23 @@ def _add(total: int | float | None, value: int | float | None) -> int | float | 
     return value if total is None else total + value
 
 
+def sum_totals(name: str, parts: Sequence[Totals]) -> Totals:
+    """One :class:`Totals` adding up ``parts`` (e.g. the hosts of a fleet computed elsewhere)."""
+    out = Totals(name)
+    for part in parts:
+        out.devices += part.devices
+        out.partitions += part.partitions
+        out.lost += part.lost
+        out.processes += part.processes
+        out.hosts |= part.hosts
+        out.utilization_sum += part.utilization_sum
+        out.utilization_count += part.utilization_count
+        for attr in ("memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts",
+                     "energy_joules"):
+            setattr(out, attr, _add(getattr(out, attr), getattr(part, attr)))
+    return out
+
+
 def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
               energy: EnergyMeter | None = None,
               labels: Callable[[str], Mapping[str, str]] | None = None) -> list[Totals]:

@@ -219,6 +219,49 @@ def test_a_large_fleet_asks_for_totals_and_only_the_opened_hosts_devices(
     assert len(opened["node1:9477"].snapshot.devices) == len(snap.devices)
 
 
+async def test_the_cluster_view_of_a_large_fleet_shows_totals_and_opens_a_host(
+        sim_snapshots: list[Snapshot]) -> None:
+    snap = sim_snapshots[-1]
+    at = snap.unix_time
+    hosts = ["node0:9477", "node1:9477"]
+
+    def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
+        if promql.startswith("count by (instance)"):
+            return at, [{"metric": {"instance": h}, "value": [at, str(len(snap.devices))]} for h in hosts]
+        if promql.startswith('{__name__=~"allsmi_device_info|'):
+            return at, [s for h in hosts if h in promql for s in as_query_result(render_snapshot(snap), h, at)]
+        if promql == combined_query("instance"):
+            return at, [{"metric": {"instance": h, "allsmi_total": name}, "value": [at, value]}
+                        for h in hosts for name, value in (("devices", "34"), ("power_watts", "5000"))]
+        if promql == combined_query("vendor"):
+            return at, [{"metric": {"vendor": "nvidia", "allsmi_total": "devices"}, "value": [at, "16"]}]
+        return at, []
+
+    source = PrometheusSource("http://127.0.0.1:9", interval=1.0, query=query, device_budget=10)
+    app = DashboardApp(source)
+    async with app.run_test(size=(200, 50)) as pilot:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(app.hosts) < 2:
+            app.poll()
+            await pilot.pause(0.1)
+        await pilot.press("c")
+        await pilot.pause(0.2)
+        table = app.query_one("#host-table")
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[0] for r in rows] == hosts and all(r[1] == "ok" and r[3] == "34" for r in rows), rows
+        assert "68 devices" in app._summary_text
+        vendor_rows = app.query_one("#cluster-vendor-table")
+        assert str(vendor_rows.get_row_at(0)[0]) == "nvidia"
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and app.hosts[1].snapshot is None:
+            app.poll()
+            await pilot.pause(0.1)
+        assert app.hosts[1].snapshot is not None and app.hosts[0].snapshot is None
+
+
 def test_make_query_rejects_bad_urls_and_reports_unreachable() -> None:
     with pytest.raises(ValueError):
         make_query("prometheus:9090")
