@@ -181,6 +181,9 @@ class Collector:
         self.config = config or Config()
         self.clock = clock
         """Wall clock for snapshot timestamps (injectable for accelerated simulation)."""
+        self.monotonic: Callable[[], float] = time.monotonic if clock is time.time else clock
+        """The clock durations are measured on: ``time.monotonic``, or an injected clock (the
+        simulation's, which is derived from the monotonic clock and never steps)."""
         self.interval = interval_seconds or self.config.interval_seconds
         self.timeout = timeout_seconds or self.config.backend_timeout_seconds
         self.runners = [BackendRunner(b, self.timeout) for b in backends]
@@ -193,6 +196,8 @@ class Collector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._first = threading.Event()
+        self.cycle_errors = 0
+        """Cycles that raised (logged); the loop goes on."""
 
     # -- reading ---------------------------------------------------------
     @property
@@ -240,7 +245,10 @@ class Collector:
                 devices.extend(outcome.devices)
             # Sampled last so that its CPU figure covers the cycle just run.
             host = self.host.sample()
-            snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(self.clock(), dt.timezone.utc),
+            wall = self.clock()
+            steady = wall if self.monotonic is self.clock else self.monotonic()
+            snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
+                                monotonic=steady,
                                 host=host,
                                 devices=assign_groups(devices, host.hostname, self.config),
                                 backends=tuple(statuses))
@@ -264,7 +272,11 @@ class Collector:
     def _loop(self) -> None:
         next_due = time.monotonic()
         while not self._stop.is_set():
-            self.collect_once()
+            try:
+                self.collect_once()
+            except Exception:  # the loop must outlive any one bad cycle, loudly
+                self.cycle_errors += 1
+                log.exception("collection cycle failed; collecting again next interval")
             next_due += self.interval
             now = time.monotonic()
             if next_due < now:  # a slow cycle: skip missed slots rather than bunch up

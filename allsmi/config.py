@@ -74,6 +74,12 @@ class GroupRule:
         return True
 
 
+#: Documented ranges of the collector settings (docs/configuration.md), shared with the CLI flags.
+INTERVAL_RANGE = (0.05, 3600.0)
+TIMEOUT_RANGE = (0.05, 600.0)
+HISTORY_RANGE = (1, 100_000)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole validated configuration."""
@@ -215,12 +221,14 @@ class _Validator:
         return value
 
     def number(self, value: Any, *key_path: str | int, minimum: float = 0.0,
-               allow_zero: bool = True) -> float:
+               allow_zero: bool = True, maximum: float | None = None) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.fail(f"must be a number, got {value!r}", *key_path)
         if value < minimum or (not allow_zero and value == 0):
             raise self.fail(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
                             *key_path)
+        if maximum is not None and value > maximum:
+            raise self.fail(f"must be at most {maximum:g}, got {value!r}", *key_path)
         return float(value)
 
     def string(self, value: Any, *key_path: str | int) -> str:
@@ -243,11 +251,15 @@ class _Validator:
         coll = self.table(self.data.get("collector", {}), "collector")
         self.unknown(coll, ("interval_seconds", "backend_timeout_seconds", "history_size"), "collector")
         interval = self.number(coll.get("interval_seconds", 2.0), "collector", "interval_seconds",
-                               minimum=0.05)
+                               minimum=INTERVAL_RANGE[0], maximum=INTERVAL_RANGE[1])
         timeout = self.number(coll.get("backend_timeout_seconds", 5.0), "collector",
-                              "backend_timeout_seconds", minimum=0.05)
-        history = int(self.number(coll.get("history_size", 300), "collector", "history_size",
-                                  minimum=1))
+                              "backend_timeout_seconds", minimum=TIMEOUT_RANGE[0],
+                              maximum=TIMEOUT_RANGE[1])
+        history = self.number(coll.get("history_size", 300), "collector", "history_size",
+                              minimum=HISTORY_RANGE[0], maximum=HISTORY_RANGE[1])
+        if history != int(history):
+            raise self.fail(f"must be a whole number, got {history!r}", "collector", "history_size")
+        history = int(history)
 
         backends = self.table(self.data.get("backends", {}), "backends")
         enabled: tuple[str, ...] | None = None

@@ -158,6 +158,10 @@ class Snapshot:
     devices: tuple[DeviceSample, ...] = ()
     backends: tuple[BackendStatus, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    monotonic: float | None = field(default=None, compare=False, repr=False)
+    """Seconds on a clock that never steps (``time.monotonic`` or the simulation's clock), when
+    the snapshot was taken here; ``None`` for one parsed from JSON. Durations between snapshots
+    are measured on it; ``timestamp`` only places them in time. Not part of the JSON."""
 
     @property
     def unix_time(self) -> float:

@@ -14,7 +14,13 @@ the same way. Between two consecutive valid samples of a device (at most
   a sum over devices never counts a board twice.
 
 A longer gap, a lost device or an unknown value is not bridged: the interval
-is simply not observed, and coverage shows it.
+is simply not observed, and coverage shows it. The longest gap bridged comes
+from :func:`bridged_gap_seconds`, for the exporter and the ledger alike.
+
+Durations are measured on the snapshots' monotonic clock (``Snapshot.monotonic``)
+when they carry one, so that an NTP step or a resumed VM neither inflates nor
+loses time; the wall clock only places each increment: it ends at the later
+snapshot's timestamp and starts the measured duration before it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,24 @@ from typing import Iterable
 from allsmi.schema import DeviceSample, Snapshot
 
 DEFAULT_MAX_GAP_SECONDS = 30.0
+"""The shortest default bridged gap (seconds); longer for slower sampling."""
+GAP_INTERVALS = 3.0
+"""By default a gap of up to this many sampling intervals is bridged (one or two missed cycles)."""
 _VALID = ("ok", "degraded")
+
+
+def bridged_gap_seconds(interval_seconds: float, configured: float | None = None,
+                        speed: float = 1.0) -> float:
+    """The longest gap between two samples of a device that still counts as observed.
+
+    ``configured`` (``[ledger] max_gap_seconds``, ``serve.energy_max_gap_seconds``) wins;
+    otherwise ``max(30 s, 3 x interval)``. Under ``ALLSMI_SIMULATE_SPEED`` snapshot time
+    runs ``speed`` times faster, and so does the gap. Callers reject a configured gap shorter
+    than the interval (it would bridge nothing).
+    """
+    gap = configured if configured is not None else max(DEFAULT_MAX_GAP_SECONDS,
+                                                         GAP_INTERVALS * interval_seconds)
+    return gap * speed
 
 
 @dataclass(frozen=True)
@@ -57,20 +80,21 @@ class Increment:
 class _Point:
     """The previous sample of one device (a plain slots class: built per device per cycle)."""
 
-    __slots__ = ("time", "utilization", "power", "energy", "allocated")
+    __slots__ = ("time", "steady", "utilization", "power", "energy", "allocated")
 
-    def __init__(self, time: float, utilization: float | None, power: float | None,
-                 energy: float | None, allocated: bool | None) -> None:
+    def __init__(self, time: float, steady: float | None, utilization: float | None,
+                 power: float | None, energy: float | None, allocated: bool | None) -> None:
         self.time = time
+        self.steady = steady
         self.utilization = utilization
         self.power = power
         self.energy = energy
         self.allocated = allocated
 
 
-def _point(dev: DeviceSample, when: float) -> _Point:
+def _point(dev: DeviceSample, when: float, steady: float | None) -> _Point:
     allocated = None if dev.processes is None else bool(dev.processes)
-    return _Point(when, dev.utilization_percent, dev.power_watts, dev.energy_joules, allocated)
+    return _Point(when, steady, dev.utilization_percent, dev.power_watts, dev.energy_joules, allocated)
 
 
 def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:
@@ -88,27 +112,32 @@ class UsageIntegrator:
 
     def update(self, snapshot: Snapshot) -> list[Increment]:
         """Feed one snapshot; return the increments since each device's previous sample."""
-        return list(self.feed(snapshot.devices, snapshot.unix_time))
+        return list(self.feed(snapshot.devices, snapshot.unix_time, snapshot.monotonic))
 
-    def feed(self, devices: Iterable[DeviceSample], when: float) -> Iterable[Increment]:
-        """Like :meth:`update` for devices sampled at ``when`` (unix seconds)."""
+    def feed(self, devices: Iterable[DeviceSample], when: float,
+             steady: float | None = None) -> Iterable[Increment]:
+        """Like :meth:`update` for devices sampled at ``when`` (unix seconds) and ``steady``
+        (monotonic seconds, when known: durations are measured on it)."""
         seen: set[str] = set()
         for dev in devices:
             seen.add(dev.id)
             if dev.health not in _VALID:
                 self._last.pop(dev.id, None)  # a lost device breaks the chain: no bridging
                 continue
-            now = _point(dev, when)
+            now = _point(dev, when, steady)
             prev = self._last.get(dev.id)
             self._last[dev.id] = now
             if prev is None:
                 continue
-            dt = now.time - prev.time
+            if now.steady is not None and prev.steady is not None:
+                dt = now.steady - prev.steady  # immune to wall-clock steps
+            else:
+                dt = now.time - prev.time
             if dt <= 0 or dt > self.max_gap_seconds:
                 continue
             busy = _trapezoid(prev.utilization, now.utilization, dt)
             yield Increment(
-                device_id=dev.id, start=prev.time, end=now.time, observed_seconds=dt,
+                device_id=dev.id, start=now.time - dt, end=now.time, observed_seconds=dt,
                 allocated_seconds=_trapezoid(None if prev.allocated is None else float(prev.allocated),
                                              None if now.allocated is None else float(now.allocated), dt),
                 busy_seconds=None if busy is None else busy / 100.0,

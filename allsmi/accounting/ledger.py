@@ -131,6 +131,10 @@ _RAW = "intervals"
 class LedgerError(OSError):
     """The ledger cannot be opened or used; the message says why and where."""
 
+    whole_database = True
+    """Whether the failure concerns the whole database (locked, full, read-only, I/O error)
+    rather than the records written."""
+
 
 @dataclass(frozen=True)
 class Dim:
@@ -392,7 +396,11 @@ class Ledger:
                     self._roll_up(now)
                     self._prune(now, retention_days, rollup_retention_days)
             except sqlite3.Error as exc:
-                raise LedgerError(f"cannot write the ledger {self.path}: {exc}") from None
+                error = LedgerError(f"cannot write the ledger {self.path}: {exc}")
+                # Locked, full, read-only, I/O error: no record can be written now. Anything
+                # else may be one record's fault, and the others must still be written.
+                error.whole_database = isinstance(exc, sqlite3.OperationalError)
+                raise error from None
         return stored
 
     def _roll_up(self, now: float) -> None:

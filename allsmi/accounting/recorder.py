@@ -29,11 +29,16 @@ from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, UserShare, lab
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
 from allsmi.config import Config
 from allsmi.schema import DeviceSample, ProcessSample, Snapshot
-from allsmi.usage import Increment, UsageIntegrator
+from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds
 
 log = logging.getLogger(__name__)
 
 _VALID = ("ok", "degraded")
+#: Completed intervals kept in memory while the ledger cannot be written (a full disk, a
+#: locked or read-only database), retried on every later write: 100,000 device-intervals is
+#: a day of one-minute intervals for about 70 devices (some 30 MB). Beyond it the oldest are
+#: dropped, counted in ``dropped_intervals`` and logged.
+MAX_UNWRITTEN = 100_000
 
 
 @dataclass
@@ -88,16 +93,21 @@ class _Bucket:
             if inc.energy_joules is not None:
                 acc.energy = (acc.energy or 0.0) + inc.energy_joules * share
 
-    def record(self) -> IntervalRecord:
-        ms = lambda v: int(round(v * 1000.0))  # noqa: E731
+    def record(self, interval_seconds: int) -> IntervalRecord:
+        # Durations come from the monotonic clock and placement from the wall clock, which
+        # drift apart by microseconds: never book more than the interval's length.
+        # Energy is not a duration and is never capped (joules to millijoules).
+        cap = interval_seconds * 1000
+        ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
         opt = lambda v: None if v is None else ms(v)  # noqa: E731
+        mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
         return IntervalRecord(
             start=self.start, dim=self.dim,
             first_ms=max(0, ms(self.first - self.start)), last_ms=max(0, ms(self.last - self.start)),
             observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
-            busy_observed_ms=ms(self.busy_observed), energy_mj=opt(self.energy),
+            busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            users={u: UserShare(ms(a.observed), opt(a.allocated), opt(a.busy), opt(a.energy))
+            users={u: UserShare(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy))
                    for u, a in self.users.items()})
 
 
@@ -112,11 +122,15 @@ class LedgerRecorder:
     """
 
     def __init__(self, path: str | os.PathLike[str], config: Config, *,
-                 settings: LedgerSettings | None = None) -> None:
+                 settings: LedgerSettings | None = None, max_gap_seconds: float | None = None) -> None:
         self.settings = settings or ledger_settings(config, path_flag=path)
         self.interval = self.settings.interval_seconds
         self.ledger = Ledger(path, interval_seconds=self.interval)
-        self.integrator = UsageIntegrator(self.settings.max_gap_seconds)
+        # The gap bridged comes from the sampling interval (allsmi.usage.bridged_gap_seconds),
+        # computed by the command that knows it; the same as the exporter's counters.
+        gap = max_gap_seconds if max_gap_seconds is not None else bridged_gap_seconds(
+            config.interval_seconds, self.settings.max_gap_seconds)
+        self.integrator = UsageIntegrator(gap)
         #: Buckets of the interval in progress, by device; and of earlier intervals, by
         #: (device, start), until the snapshot time passes their end.
         self._current: dict[str, _Bucket] = {}
@@ -128,6 +142,12 @@ class LedgerRecorder:
         self._closed = False
         self.intervals_written = 0
         self.last_error: str | None = None
+        """Why the last write failed while intervals are still unwritten; ``None`` once all are."""
+        self.write_errors = 0
+        """Writes that failed (``allsmi_ledger_write_errors_total``)."""
+        self.dropped_intervals = 0
+        """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
+        self._unwritten: list[_Bucket] = []
 
     def _dim(self, dev: DeviceSample, host: str) -> Dim:
         """The device's Dim, cached: rebuilding it (labels as JSON) every cycle is the main cost."""
@@ -147,8 +167,9 @@ class LedgerRecorder:
                 return
             try:
                 self._account(snapshot)
-            except Exception as exc:  # a full disk must not stop the collector or the exporter
+            except Exception as exc:  # a bug here must not stop the collector or the exporter
                 self.last_error = str(exc)
+                self.write_errors += 1
                 log.exception("ledger: recording failed")
 
     def _older_bucket(self, device_id: str, dim: Dim, start: int, when: float) -> _Bucket:
@@ -222,17 +243,56 @@ class LedgerRecorder:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
             self._write([self._older.pop((dev_id, start)) for start, dev_id in done], now)
 
-    def _write(self, buckets: list[_Bucket], now: float) -> None:
+    @property
+    def unwritten(self) -> int:
+        """Completed intervals held in memory because the ledger could not take them yet."""
+        return len(self._unwritten)
+
+    def _store(self, buckets: list[_Bucket], now: float) -> None:
         s = self.settings
         self.intervals_written += self.ledger.write(
-            [b.record() for b in buckets], now, s.retention_days, s.rollup_retention_days)
-        self.last_error = None
+            [b.record(self.interval) for b in buckets], now, s.retention_days, s.rollup_retention_days)
+
+    def _write(self, buckets: list[_Bucket], now: float) -> None:
+        """Write ``buckets`` after any held back earlier; keep what fails, for the next write."""
+        pending, self._unwritten = self._unwritten + buckets, []
+        if not pending:
+            return
+        try:
+            self._store(pending, now)
+        except Exception as exc:  # noqa: BLE001 - a failed write must never lose the intervals
+            self.write_errors += 1
+            self.last_error = str(exc)
+            if getattr(exc, "whole_database", False) or len(pending) == 1:
+                failed = pending
+            else:  # perhaps one record's fault: write them one by one, keep only the bad ones
+                failed = []
+                for bucket in pending:
+                    try:
+                        self._store([bucket], now)
+                    except Exception:  # noqa: BLE001
+                        failed.append(bucket)
+            self._keep(failed)
+            log.error("ledger: %d interval(s) not written, kept for the next write: %s",
+                      len(failed), exc)
+        else:
+            self.last_error = None
+
+    def _keep(self, buckets: list[_Bucket]) -> None:
+        self._unwritten = buckets + self._unwritten
+        excess = len(self._unwritten) - MAX_UNWRITTEN
+        if excess > 0:
+            self._unwritten.sort(key=lambda b: b.start)
+            del self._unwritten[:excess]
+            self.dropped_intervals += excess
+            log.error("ledger: %d interval(s) dropped: more than %d waited to be written",
+                      excess, MAX_UNWRITTEN)
 
     def _flush_all(self) -> None:
         held = list(self._older.values()) + list(self._current.values())
         self._older, self._current, self._current_start = {}, {}, None
-        if held:
-            last = max(b.last for b in held)
+        if held or self._unwritten:
+            last = max(b.last for b in held + self._unwritten)
             self._write(sorted(held, key=lambda b: (b.start, b.dim.device_id)), last)
 
     def close(self) -> None:
@@ -247,4 +307,7 @@ class LedgerRecorder:
                 self.last_error = str(exc)
                 log.exception("ledger: writing the last interval failed")
             finally:
+                if self._unwritten:
+                    log.error("ledger: %d interval(s) could not be written before closing: %s",
+                              len(self._unwritten), self.last_error)
                 self.ledger.close()

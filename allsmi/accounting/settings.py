@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from allsmi.config import Config, ConfigError
-from allsmi.usage import DEFAULT_MAX_GAP_SECONDS
 
 #: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
 #: roll-ups line up with the day and month boundaries of any time zone.
@@ -51,8 +50,9 @@ class LedgerSettings:
     """How long raw intervals are kept; the roll-ups outlive them."""
     rollup_retention_days: float | None = None
     """How long quarter-hour roll-ups are kept (``None``: forever); daily ones are kept for good."""
-    max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS
-    """Samples further apart than this are not bridged."""
+    max_gap_seconds: float | None = None
+    """Samples further apart than this are not bridged; ``None``: derived from the sampling
+    interval (:func:`allsmi.usage.bridged_gap_seconds`)."""
 
 
 def _number(config: Config, table: Mapping[str, Any], section: str, key: str,
@@ -101,12 +101,15 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
     retention = _number(config, table, "ledger", "retention_days", 0, allow_zero=False)
     rollup = _number(config, table, "ledger", "rollup_retention_days", 0, allow_zero=False)
     max_gap = _number(config, table, "ledger", "max_gap_seconds", 0, allow_zero=False)
+    if max_gap is not None and max_gap > 7 * 86400:
+        raise config.error(f"must be at most {7 * 86400} (a week), got {max_gap!r}",
+                           "ledger", "max_gap_seconds")
     return LedgerSettings(
         path=path,
         interval_seconds=int(interval) if interval is not None else DEFAULT_INTERVAL_SECONDS,
         retention_days=retention if retention is not None else DEFAULT_RETENTION_DAYS,
         rollup_retention_days=rollup,
-        max_gap_seconds=max_gap if max_gap is not None else DEFAULT_MAX_GAP_SECONDS)
+        max_gap_seconds=max_gap)
 
 
 @dataclass(frozen=True)

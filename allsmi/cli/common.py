@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import click
 
-from allsmi.config import Config, ConfigError, load_config
+from allsmi.config import INTERVAL_RANGE, TIMEOUT_RANGE, Config, ConfigError, load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,6 +38,20 @@ def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
     return click.exceptions.Exit(code)
 
 
+def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback: NaN passes every range check, so reject it (and infinities) here."""
+    import math
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value!r}")
+    return value
+
+
+def seconds_option(*names: str, limits: tuple[float, float], help: str) -> Callable[[F], F]:  # noqa: A002
+    """A float option of seconds within ``limits`` (inclusive), finite."""
+    return click.option(*names, type=click.FloatRange(min=limits[0], max=limits[1]), default=None,
+                        callback=finite, help=help)
+
+
 def common_options(func: F) -> F:
     """``--config``, ``--simulate``, ``--interval`` and ``--timeout`` for a command.
 
@@ -51,10 +65,10 @@ def common_options(func: F) -> F:
         click.option("--simulate", metavar="SCENARIO", default=None,
                      help="Simulate a node instead of reading hardware: 'mixed', 'mixed-faults' "
                           "or a scenario file path."),
-        click.option("--interval", type=click.FloatRange(min=0.05), default=None,
-                     help="Seconds between collection cycles (config: collector.interval_seconds)."),
-        click.option("--timeout", "backend_timeout", type=click.FloatRange(min=0.05), default=None,
-                     help="Per-backend timeout in seconds (config: collector.backend_timeout_seconds)."),
+        seconds_option("--interval", limits=INTERVAL_RANGE,
+                       help="Seconds between collection cycles (config: collector.interval_seconds)."),
+        seconds_option("--timeout", "backend_timeout", limits=TIMEOUT_RANGE,
+                       help="Per-backend timeout in seconds (config: collector.backend_timeout_seconds)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -108,6 +122,26 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
                      history_size=history_size, **({"clock": clock} if clock else {}))
 
 
+MAX_SIMULATE_SPEED = 1_000_000.0
+
+
+def simulation_speed(simulate: bool = True, environ: "Mapping[str, str] | None" = None) -> float:
+    """``$ALLSMI_SIMULATE_SPEED`` (1 when unset or not simulating); a bad value exits 2."""
+    import math
+    import os
+    raw = (os.environ if environ is None else environ).get("ALLSMI_SIMULATE_SPEED")
+    if not simulate or not raw:
+        return 1.0
+    try:
+        speed = float(raw)
+        if not (math.isfinite(speed) and 0 < speed <= MAX_SIMULATE_SPEED):
+            raise ValueError
+    except ValueError:
+        raise fail(f"ALLSMI_SIMULATE_SPEED must be a number above 0 and at most "
+                   f"{MAX_SIMULATE_SPEED:g}, got {raw!r}") from None
+    return speed
+
+
 def simulation_clock() -> "Callable[[], float] | None":
     """An accelerated clock when ``$ALLSMI_SIMULATE_SPEED`` is set (simulation only).
 
@@ -116,17 +150,13 @@ def simulation_clock() -> "Callable[[], float] | None":
     """
     import os
     import time
-    raw = os.environ.get("ALLSMI_SIMULATE_SPEED")
-    if not raw:
+    if not os.environ.get("ALLSMI_SIMULATE_SPEED"):
         return None
-    try:
-        speed = float(raw)
-        if not speed > 0:
-            raise ValueError
-    except ValueError:
-        raise fail(f"ALLSMI_SIMULATE_SPEED must be a positive number, got {raw!r}") from None
-    origin = time.time()
-    return lambda: origin + (time.time() - origin) * speed
+    speed = simulation_speed()
+    # Anchored on the monotonic clock: simulated time never steps with the wall clock, so the
+    # collector can measure durations on it too.
+    origin, steady = time.time(), time.monotonic()
+    return lambda: origin + (time.monotonic() - steady) * speed
 
 
 def stdout_is_terminal() -> bool:

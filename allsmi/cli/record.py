@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import build_collector, common_options, fail, settings
+from allsmi.cli.common import build_collector, common_options, fail, settings, simulation_speed
 
 
 @click.command()
@@ -40,8 +40,15 @@ def record(ledger_path: str | None, **opts: Any) -> None:
         ledger = ledger_settings(s.config, path_flag=ledger_path)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    from allsmi.usage import bridged_gap_seconds
+    if ledger.max_gap_seconds is not None and ledger.max_gap_seconds < s.interval:
+        # A gap shorter than the sampling interval bridges nothing: every interval would be lost.
+        raise fail(str(s.config.error(
+            f"must be at least the sampling interval ({s.interval:g} s), got {ledger.max_gap_seconds:g}",
+            "ledger", "max_gap_seconds")))
+    gap = bridged_gap_seconds(s.interval, ledger.max_gap_seconds, simulation_speed(s.simulate is not None))
     try:
-        recorder = LedgerRecorder(ledger.path, s.config, settings=ledger)
+        recorder = LedgerRecorder(ledger.path, s.config, settings=ledger, max_gap_seconds=gap)
     except LedgerError as exc:
         raise fail(str(exc), 1) from None
     stop = threading.Event()
@@ -63,5 +70,8 @@ def record(ledger_path: str | None, **opts: Any) -> None:
         recorder.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if recorder.unwritten or recorder.dropped_intervals:
+        raise fail(f"{recorder.unwritten + recorder.dropped_intervals} completed interval(s) could "
+                   f"not be written to {ledger.path}: {recorder.last_error}", 1)
     if recorder.last_error:
-        raise fail(f"the last ledger write failed: {recorder.last_error}", 1)
+        raise fail(f"recording failed: {recorder.last_error}", 1)

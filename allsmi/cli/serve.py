@@ -18,13 +18,12 @@ from typing import Any, Mapping
 
 import click
 
-from allsmi.cli.common import build_collector, common_options, fail, settings
-from allsmi.config import Config, ConfigError
+from allsmi.cli.common import build_collector, common_options, fail, finite, settings, simulation_speed
+from allsmi.config import INTERVAL_RANGE, Config, ConfigError
+from allsmi.usage import bridged_gap_seconds
 
 DEFAULT_PORT = 9477
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
-#: The energy gap limit is at least this, and at least 3 collection intervals.
-MIN_DEFAULT_GAP_SECONDS = 30.0
 SWITCH_INTERVAL_SECONDS = 0.0005
 SERVE_KEYS = ("listen", "interval_seconds", "processes", "web_config", "energy_max_gap_seconds",
               "ledger")
@@ -68,12 +67,15 @@ def _bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
-def _positive(value: Any, minimum: float = 0.0) -> float:
+def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -> float:
+    """A finite number in ``(minimum, maximum]`` (``minimum`` itself allowed when it is above 0)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"expected a number, got {value!r}")
     number = float(value)
-    if not number > minimum or number != number or number == float("inf"):
-        raise ValueError(f"expected a number > {minimum:g}, got {value!r}")
+    if number != number or number in (float("inf"), float("-inf")) or number > maximum \
+            or number < minimum or (minimum == 0 and number == 0):
+        low = f"> {minimum:g}" if minimum == 0 else f">= {minimum:g}"
+        raise ValueError(f"expected a number {low} and <= {maximum:g}, got {value!r}")
     return number
 
 
@@ -124,36 +126,33 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
         if flags.get("listen") is None and not environ.get(ENV["listen"]) and "listen" in section:
             raise config.error(str(exc), "serve", "listen") from None
         raise
-    interval = common_interval or pick("interval_seconds", lambda v: _positive(v, 0.0499)) \
+    interval = common_interval or pick("interval_seconds", lambda v: _positive(v, *INTERVAL_RANGE)) \
         or config.interval_seconds
-    gap = pick("energy_max_gap_seconds", _positive)
+    gap = pick("energy_max_gap_seconds", lambda v: _positive(v, 0.0, 7 * 86400.0))
+    if gap is None and "max_gap_seconds" in config.section("ledger"):
+        gap = config.section("ledger")["max_gap_seconds"]  # validated by the ledger settings
+    if gap is not None and gap < interval:
+        # A gap shorter than the sampling interval would bridge nothing: every second lost.
+        raise config.error(f"must be at least the sampling interval ({interval:g} s), got {gap!r}",
+                           *(("serve", "energy_max_gap_seconds") if "energy_max_gap_seconds" in section
+                             else ("ledger", "max_gap_seconds")))
     web = pick("web_config", text)
     ledger = pick("ledger", text)
-    # Snapshot timestamps run `speed` times faster under ALLSMI_SIMULATE_SPEED, and so do gaps.
-    speed = _simulation_speed(environ) if simulate else 1.0
     return ServeOptions(host=host, port=port, interval=interval,
                         processes=bool(pick("processes", flag)),
                         web_config=Path(web) if web else None,
-                        energy_max_gap=gap or max(MIN_DEFAULT_GAP_SECONDS, 3.0 * interval) * speed,
+                        energy_max_gap=bridged_gap_seconds(interval, gap, simulation_speed(simulate, environ)),
                         ledger=Path(ledger) if ledger else None)
 
 
-def _simulation_speed(environ: Mapping[str, str]) -> float:
-    try:
-        speed = float(environ.get("ALLSMI_SIMULATE_SPEED") or 1.0)
-    except ValueError:
-        return 1.0  # build_collector reports the bad value
-    return speed if speed > 0 else 1.0
-
-
-def _open_recorder(path: Path, config: Config) -> Any:
+def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
     try:
         from allsmi.accounting.recorder import LedgerRecorder
     except ImportError as exc:
         raise fail(f"--ledger needs the accounting recorder (allsmi.accounting.recorder), which "
                    f"this installation lacks: {exc}") from None
     try:
-        return LedgerRecorder(path, config)
+        return LedgerRecorder(path, config, max_gap_seconds=max_gap_seconds)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
@@ -174,7 +173,8 @@ def _open_recorder(path: Path, config: Config) -> Any:
                    "Config: serve.processes.")
 @click.option("--web-config", type=click.Path(dir_okay=False), default=None,
               help="Exporter-toolkit web configuration (TLS, basic auth). Config: serve.web_config.")
-@click.option("--energy-max-gap", "energy_max_gap", type=click.FloatRange(min=0, min_open=True),
+@click.option("--energy-max-gap", "energy_max_gap",
+              type=click.FloatRange(min=0, min_open=True, max=7 * 86400.0), callback=finite,
               default=None, metavar="SECONDS",
               help="Longest gap between two samples that energy and time counters bridge "
                    "(default: the larger of 30 s and 3 intervals). "
@@ -230,7 +230,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     stop = threading.Event()
     try:
         if o.ledger is not None:
-            recorder = _open_recorder(o.ledger, s.config)
+            recorder = _open_recorder(o.ledger, s.config, o.energy_max_gap)
         collector = build_collector(s)
         collector.subscribe(exposition.on_snapshot)
         if recorder is not None:

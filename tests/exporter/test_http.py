@@ -203,7 +203,7 @@ def _fake_recorder_env(tmp_path: Path, *, missing: bool = False) -> dict[str, st
 import sys, types
 module = types.ModuleType("allsmi.accounting.recorder")
 class LedgerRecorder:
-    def __init__(self, path, config):
+    def __init__(self, path, config, max_gap_seconds=None):
         self.path = path
         with open(path, "w") as f:
             f.write("opened %s\\n" % type(config).__name__)

@@ -79,5 +79,6 @@ def test_default_gap_follows_accelerated_simulation_time() -> None:
     config = parse_config("")
     assert resolve_options({}, config, env, 1.0, simulate=True).energy_max_gap == 30.0 * 60
     assert resolve_options({}, config, env, 1.0, simulate=False).energy_max_gap == 30.0
+    # A configured gap is in real seconds too: simulated time runs 60 times faster.
     assert resolve_options({"energy_max_gap_seconds": 7.0}, config, env, 1.0,
-                           simulate=True).energy_max_gap == 7.0
+                           simulate=True).energy_max_gap == 7.0 * 60
