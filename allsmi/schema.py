@@ -82,6 +82,11 @@ class DeviceSample:
     driver_version: str | None = None
     firmware_version: str | None = None
     parent: str | None = None
+    partition_share: float | None = None
+    """For a partition (``parent`` set): the fraction of the physical device it holds, in
+    (0, 1] (a MIG instance's compute slices over the GPU's, 1/N of an AMD compute partition,
+    a die's share). ``None`` for a whole device, or when the backend cannot tell (billing
+    then splits the parent equally among the partitions seen)."""
     resource_group: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     health: str = "unknown"
