@@ -16,6 +16,7 @@ from typing import Any
 from allsmi.fields import DEVICE_COLUMNS
 from allsmi.formatting import csv_cell
 from allsmi.schema import BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot
+from allsmi.snapshot_parse import SnapshotFormatError, parse_snapshot
 
 
 def rfc3339(snapshot: Snapshot) -> str:
@@ -80,46 +81,12 @@ def to_csv(snapshot: Snapshot) -> str:
     return buf.getvalue()
 
 
-class SnapshotFormatError(ValueError):
-    """A snapshot JSON document does not have the public shape."""
-
-
-def snapshot_from_dict(data: Any) -> Snapshot:
+def snapshot_from_dict(data: Any, problems: list[str] | None = None) -> Snapshot:
     """Parse the public snapshot JSON object (e.g. from ``/api/v1/snapshot``) back into a Snapshot.
 
     Unknown keys are ignored (newer servers may add fields); missing optional
-    ones become ``None``. Raises :class:`SnapshotFormatError` on a wrong shape.
+    ones become ``None``. Every value is checked (type, finite, range; see
+    :mod:`allsmi.snapshot_parse`): a wrong one is nulled or left out and
+    described in ``problems``. Raises :class:`SnapshotFormatError` on a wrong shape.
     """
-    import datetime as dt
-
-    def pick(cls: type, raw: Any, where: str) -> dict[str, Any]:
-        if not isinstance(raw, dict):
-            raise SnapshotFormatError(f"{where}: expected an object")
-        names = {f.name for f in dc_fields(cls)}
-        return {k: v for k, v in raw.items() if k in names}
-
-    if not isinstance(data, dict):
-        raise SnapshotFormatError("snapshot: expected an object")
-    version = data.get("schema_version")
-    if version != 1:
-        raise SnapshotFormatError(f"unsupported schema_version {version!r}")
-    try:
-        when = dt.datetime.fromisoformat(str(data["timestamp"]).replace("Z", "+00:00"))
-        host = HostSample(**pick(HostSample, data.get("host"), "host"))
-        devices = []
-        for i, raw in enumerate(data.get("devices") or []):
-            fields_ = pick(DeviceSample, raw, f"devices[{i}]")
-            raw_procs = fields_.get("processes", [])
-            fields_["processes"] = None if raw_procs is None else tuple(
-                ProcessSample(**pick(ProcessSample, p, f"devices[{i}].processes")) for p in raw_procs)
-            fields_["labels"] = dict(fields_.get("labels") or {})
-            fields_["details"] = {k: tuple(v) if isinstance(v, list) else v
-                                  for k, v in (fields_.get("details") or {}).items()}
-            devices.append(DeviceSample(**fields_))
-        backends = tuple(BackendStatus(**pick(BackendStatus, b, "backends"))
-                         for b in data.get("backends") or [])
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, SnapshotFormatError):
-            raise
-        raise SnapshotFormatError(f"malformed snapshot: {exc}") from None
-    return Snapshot(timestamp=when, host=host, devices=tuple(devices), backends=backends)
+    return parse_snapshot(data, problems)
