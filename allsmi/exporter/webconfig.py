@@ -15,9 +15,14 @@ The file format is the one node_exporter and every Go exporter read with
       headers:
         X-Frame-Options: deny
 
-Everything is validated before the server starts: a missing certificate, an
-unreadable key, a hash that is not bcrypt or an unknown key is a
-:class:`WebConfigError` (the CLI exits 2), never a silently open endpoint.
+The file is parsed with PyYAML's ``safe_load`` machinery (no tags, no code),
+so any valid YAML exporter-toolkit accepts loads here, flow mappings such as
+``headers: {X-Frame-Options: deny}`` included; duplicate keys are refused, as
+Go's strict YAML decoding refuses them. Everything is validated before the
+server starts: malformed YAML, a missing certificate, an unreadable key, a
+hash that is not bcrypt or an unknown key is a :class:`WebConfigError` naming
+the file, the line and the key (the CLI exits 2), never a silently open
+endpoint.
 """
 
 from __future__ import annotations
@@ -72,152 +77,208 @@ class WebConfig:
     """The credential checker, or ``None`` when no users are configured."""
 
 
-def _read_yaml(path: Path) -> Any:
+class _Lines:
+    """Where each key of the file is, for error messages naming the line and the key."""
+
+    def __init__(self, source: Path, lines: dict[tuple[str, ...], int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    def error(self, message: str, *path: str) -> WebConfigError:
+        """A :class:`WebConfigError` located at the key ``path`` (e.g. ``"tls_server_config", "key_file"``)."""
+        where = str(self.source)
+        line = self.lines.get(tuple(path))
+        if line is not None:
+            where += f", line {line}"
+        if path:
+            where += f", key '{'.'.join(path)}'"
+        return WebConfigError(f"{where}: {message}")
+
+
+def _key_lines(node: Any, path: tuple[str, ...], lines: dict[tuple[str, ...], int],
+               source: Path) -> None:
+    """Record the line of every mapping key under ``node``; refuse duplicate keys (as Go's yaml does)."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise WebConfigError(f"{source}, line {line}, key '{'.'.join(path + (key,))}': "
+                                     "duplicate key")
+            seen.add(key)
+            lines[path + (key,)] = line
+            _key_lines(value_node, path + (key,), lines, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _key_lines(item, path, lines, source)
+
+
+def _read_yaml(path: Path) -> tuple[Any, _Lines]:
+    """The file parsed with PyYAML's safe loader (no tags, no code), and where its keys are."""
+    import yaml
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise WebConfigError(f"{path}: web configuration file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise WebConfigError(f"{path}: cannot read: {exc}") from None
-    # Always the strict subset reader: no dependency, errors with line numbers, and
-    # the same behaviour on every machine (tests check it agrees with PyYAML).
-    from allsmi.exporter.yamlsubset import YamlSubsetError, loads
+    loader = yaml.SafeLoader(text)
+    lines: dict[tuple[str, ...], int] = {}
     try:
-        return loads(text)
-    except YamlSubsetError as exc:
-        raise WebConfigError(f"{path}: {exc}") from None
+        node = loader.get_single_node()
+        if node is None:
+            return None, _Lines(path, lines)
+        _key_lines(node, (), lines, path)
+        return loader.construct_document(node), _Lines(path, lines)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        raise WebConfigError(f"{path}{where}: malformed YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise WebConfigError(f"{path}: malformed YAML: {exc}") from None
+    finally:
+        loader.dispose()
 
 
 def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     """Read and validate a web configuration file; raise :class:`WebConfigError` on any problem."""
     source = Path(path)
-    data = _read_yaml(source)
+    data, at = _read_yaml(source)
     if data is None:
         return WebConfig(path=source)
     if not isinstance(data, dict):
-        raise WebConfigError(f"{source}: must be a mapping with keys {', '.join(_TOP_KEYS)}")
+        raise at.error(f"must be a mapping with keys {', '.join(_TOP_KEYS)}")
     for key in data:
         if key not in _TOP_KEYS:
-            raise WebConfigError(f"{source}: unknown key {key!r} (allowed: {', '.join(_TOP_KEYS)})")
+            raise at.error(f"unknown key {str(key)!r} (allowed: {', '.join(_TOP_KEYS)})", str(key))
     base = source.parent
     context = None
     if data.get("tls_server_config") is not None:
-        context = _tls_context(source, base, data["tls_server_config"])
-    users = _users(source, data.get("basic_auth_users"))
-    headers = _headers(source, data.get("http_server_config"))
+        context = _tls_context(at, base, data["tls_server_config"])
+    users = _users(at, data.get("basic_auth_users"))
+    headers = _headers(at, data.get("http_server_config"))
     return WebConfig(path=source, ssl_context=context, users=users, headers=headers,
                      auth=BasicAuth(users) if users else None)
 
 
-def _file(source: Path, base: Path, key: str, value: Any) -> Path:
+_TLS = "tls_server_config"
+
+
+def _file(at: _Lines, base: Path, key: str, value: Any) -> Path:
     if not isinstance(value, str) or not value.strip():
-        raise WebConfigError(f"{source}: tls_server_config.{key} must be a file path")
+        raise at.error("must be a file path", _TLS, key)
     file = Path(value)
     if not file.is_absolute():
         file = base / file  # as exporter-toolkit: relative to the web configuration file
     if not file.is_file():
-        raise WebConfigError(f"{source}: tls_server_config.{key}: {file} does not exist")
+        raise at.error(f"{file} does not exist", _TLS, key)
     if not os.access(file, os.R_OK):
-        raise WebConfigError(f"{source}: tls_server_config.{key}: {file} is not readable")
+        raise at.error(f"{file} is not readable", _TLS, key)
     return file
 
 
-def _tls_context(source: Path, base: Path, tls: Any) -> ssl.SSLContext:
+def _tls_context(at: _Lines, base: Path, tls: Any) -> ssl.SSLContext:
     if not isinstance(tls, dict):
-        raise WebConfigError(f"{source}: tls_server_config must be a mapping")
+        raise at.error("must be a mapping", _TLS)
     for key in tls:
         if key not in _TLS_KEYS:
-            raise WebConfigError(f"{source}: unknown key tls_server_config.{key} "
-                                 f"(allowed: {', '.join(_TLS_KEYS[:5])}, max_version)")
+            raise at.error(f"unknown key {str(key)!r} (allowed: {', '.join(_TLS_KEYS[:5])}, "
+                           "max_version)", _TLS, str(key))
         if key in _TLS_UNSUPPORTED and tls[key] not in (None, [], ""):
-            raise WebConfigError(f"{source}: tls_server_config.{key}: {_TLS_UNSUPPORTED[key]}")
+            raise at.error(_TLS_UNSUPPORTED[key], _TLS, key)
     for key in ("cert_file", "key_file"):
         if not tls.get(key):
-            raise WebConfigError(f"{source}: tls_server_config needs {key}")
-    cert = _file(source, base, "cert_file", tls["cert_file"])
-    key_file = _file(source, base, "key_file", tls["key_file"])
+            raise at.error(f"{_TLS} needs {key}", _TLS)
+    cert = _file(at, base, "cert_file", tls["cert_file"])
+    key_file = _file(at, base, "key_file", tls["key_file"])
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(str(cert), str(key_file))
     except (ssl.SSLError, OSError) as exc:
-        raise WebConfigError(f"{source}: cannot load {cert} with {key_file}: {exc}") from None
-    context.minimum_version = _version(source, tls, "min_version", "TLS12")
+        raise at.error(f"cannot load {cert} with {key_file}: {exc}", _TLS, "key_file") from None
+    context.minimum_version = _version(at, tls, "min_version", "TLS12")
     if tls.get("max_version"):
-        context.maximum_version = _version(source, tls, "max_version", "TLS13")
+        context.maximum_version = _version(at, tls, "max_version", "TLS13")
 
     auth_type = tls.get("client_auth_type") or "NoClientCert"
     if auth_type in ("RequestClientCert", "RequireAnyClientCert"):
-        raise WebConfigError(
-            f"{source}: tls_server_config.client_auth_type {auth_type} is not supported: Python's "
-            "ssl module verifies every client certificate it asks for; use VerifyClientCertIfGiven "
-            "or RequireAndVerifyClientCert with client_ca_file")
+        raise at.error(
+            f"{auth_type} is not supported: Python's ssl module verifies every client certificate "
+            "it asks for; use VerifyClientCertIfGiven or RequireAndVerifyClientCert with "
+            "client_ca_file", _TLS, "client_auth_type")
     if auth_type not in _CLIENT_AUTH:
-        raise WebConfigError(f"{source}: tls_server_config.client_auth_type must be one of "
-                             f"{', '.join(_CLIENT_AUTH)}, got {auth_type!r}")
+        raise at.error(f"must be one of {', '.join(_CLIENT_AUTH)}, got {auth_type!r}",
+                       _TLS, "client_auth_type")
     if tls.get("client_ca_file"):
-        ca = _file(source, base, "client_ca_file", tls["client_ca_file"])
+        ca = _file(at, base, "client_ca_file", tls["client_ca_file"])
         try:
             context.load_verify_locations(cafile=str(ca))
         except (ssl.SSLError, OSError) as exc:
-            raise WebConfigError(f"{source}: cannot load client_ca_file {ca}: {exc}") from None
+            raise at.error(f"cannot load client_ca_file {ca}: {exc}", _TLS, "client_ca_file") from None
     elif _CLIENT_AUTH[auth_type] != ssl.CERT_NONE:
-        raise WebConfigError(f"{source}: client_auth_type {auth_type} needs client_ca_file")
+        raise at.error(f"client_auth_type {auth_type} needs client_ca_file", _TLS, "client_auth_type")
     context.verify_mode = _CLIENT_AUTH[auth_type]
     return context
 
 
-def _version(source: Path, tls: Mapping[str, Any], key: str, default: str) -> ssl.TLSVersion:
+def _version(at: _Lines, tls: Mapping[str, Any], key: str, default: str) -> ssl.TLSVersion:
     value = tls.get(key) or default
     if value not in _VERSIONS:
-        raise WebConfigError(f"{source}: tls_server_config.{key} must be one of "
-                             f"{', '.join(_VERSIONS)}, got {value!r}")
+        raise at.error(f"{key} must be one of {', '.join(_VERSIONS)}, got {value!r}", _TLS, key)
     return _VERSIONS[value]
 
 
-def _users(source: Path, raw: Any) -> dict[str, bytes]:
+def _users(at: _Lines, raw: Any) -> dict[str, bytes]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise WebConfigError(f"{source}: basic_auth_users must map user names to bcrypt hashes")
+        raise at.error("must map user names to bcrypt hashes", "basic_auth_users")
     users: dict[str, bytes] = {}
     for user, hashed in raw.items():
+        name = str(user)
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) \
-                or len(hashed) != 60:
-            raise WebConfigError(f"{source}: basic_auth_users.{user}: not a bcrypt hash "
-                                 "(expected 60 characters starting with $2a$, $2b$ or $2y$)")
-        if ":" in str(user):
-            raise WebConfigError(f"{source}: basic_auth_users: user name {user!r} contains ':'")
-        users[str(user)] = hashed.encode("ascii")
+                or len(hashed) != 60 or not hashed[4:6].isdigit() or not 4 <= int(hashed[4:6]) <= 31:
+            raise at.error("not a bcrypt hash (expected 60 characters starting with $2a$, $2b$ "
+                           "or $2y$ and a cost from 04 to 31)", "basic_auth_users", name)
+        if ":" in name:
+            raise at.error(f"user name {name!r} contains ':'", "basic_auth_users", name)
+        users[name] = hashed.encode("ascii")
     if users:
         try:
             import bcrypt  # noqa: F401
         except ImportError:
-            raise WebConfigError(f"{source}: basic_auth_users needs the 'bcrypt' package "
-                                 "(pip install 'allsmi[web]')") from None
+            raise at.error("needs the 'bcrypt' package: pip install 'allsmi[web]'",
+                           "basic_auth_users") from None
     return users
 
 
-def _headers(source: Path, raw: Any) -> dict[str, str]:
+def _headers(at: _Lines, raw: Any) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise WebConfigError(f"{source}: http_server_config must be a mapping")
+        raise at.error("must be a mapping", "http_server_config")
     for key in raw:
         if key not in ("headers", "http2"):
-            raise WebConfigError(f"{source}: unknown key http_server_config.{key} "
-                                 "(allowed: headers, http2)")
+            raise at.error(f"unknown key {str(key)!r} (allowed: headers, http2)",
+                           "http_server_config", str(key))
     headers = raw.get("headers") or {}
     if not isinstance(headers, dict):
-        raise WebConfigError(f"{source}: http_server_config.headers must be a mapping")
+        raise at.error("must be a mapping", "http_server_config", "headers")
     out = {}
     for name, value in headers.items():
+        where = ("http_server_config", "headers", str(name))
         if str(name).lower() not in _HEADERS_ALLOWED:
-            raise WebConfigError(f"{source}: http_server_config.headers.{name}: only "
-                                 f"{', '.join(_HEADERS_ALLOWED)} may be set")
-        text = str(value)
-        if "\r" in text or "\n" in text:
-            raise WebConfigError(f"{source}: http_server_config.headers.{name}: line breaks "
-                                 "are not allowed")
+            raise at.error(f"only {', '.join(_HEADERS_ALLOWED)} may be set", *where)
+        if isinstance(value, (dict, list)) or value is None:
+            raise at.error("must be a text value", *where)
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if any(ch in text for ch in "\r\n\0"):
+            raise at.error("line breaks are not allowed", *where)
         out[str(name)] = text
     return out
 
@@ -228,7 +289,8 @@ class BasicAuth:
     A cache entry is an HMAC of the header under a per-process random key, so
     passwords are not kept in memory in clear. Failures are never cached:
     each wrong guess pays bcrypt's full cost. An unknown user is checked
-    against a dummy hash so that timing does not reveal which users exist.
+    against a dummy hash of the highest cost among the configured hashes, so
+    that timing does not reveal which users exist.
     """
 
     def __init__(self, users: Mapping[str, bytes], *,
@@ -236,33 +298,51 @@ class BasicAuth:
         import bcrypt
         self.users = dict(users)
         self._checkpw = checkpw or bcrypt.checkpw
-        self._dummy = bcrypt.hashpw(b"allsmi-dummy", bcrypt.gensalt(rounds=10))
+        self.cost = max((_cost(h) for h in self.users.values()), default=10)
+        self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=self.cost))
         self._key = os.urandom(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, header: str | None) -> bool:
-        """True when ``header`` carries valid credentials."""
-        if not header or not header[:6].lower() == "basic ":
+    def _digest(self, header: str) -> bytes:
+        return hmac.new(self._key, header[6:].strip().encode("ascii", "replace"), hashlib.sha256).digest()
+
+    def cached(self, header: str | None) -> bool:
+        """True when ``header`` is a credential that passed recently (no bcrypt needed)."""
+        if not header or header[:6].lower() != "basic ":
             return False
-        token = header[6:].strip().encode("ascii", "replace")
-        digest = hmac.new(self._key, token, hashlib.sha256).digest()
+        digest = self._digest(header)
         with self._lock:
             if digest in self._ok:
                 self._ok.move_to_end(digest)
                 return True
+        return False
+
+    def check(self, header: str | None) -> bool:
+        """True when ``header`` carries valid credentials (bcrypt's cost unless cached)."""
+        if not header or header[:6].lower() != "basic ":
+            return False
+        if self.cached(header):
+            return True
+        token = header[6:].strip().encode("ascii", "replace")
         try:
             user, _, password = base64.b64decode(token, validate=True).decode("utf-8").partition(":")
         except (ValueError, UnicodeDecodeError):
-            return False
+            user, password = "", ""  # malformed: pays the same cost as a wrong password
         hashed = self.users.get(user)
         try:
-            ok = self._checkpw(password.encode("utf-8"), hashed or self._dummy) and hashed is not None
+            ok = self._checkpw(password.encode("utf-8", "replace"), hashed or self._dummy) \
+                and hashed is not None
         except ValueError:  # a malformed stored hash: refuse, never open
             ok = False
         if ok:
             with self._lock:
-                self._ok[digest] = None
+                self._ok[self._digest(header)] = None
                 while len(self._ok) > AUTH_CACHE_SIZE:
                     self._ok.popitem(last=False)
         return ok
+
+
+def _cost(hashed: bytes) -> int:
+    """The cost (log2 rounds) of a bcrypt hash: ``$2b$12$...`` is 12."""
+    return int(hashed[4:6])

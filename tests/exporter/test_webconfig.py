@@ -12,8 +12,6 @@ from typing import Iterator
 import bcrypt
 import pytest
 
-from allsmi.exporter import yamlsubset
-
 from ..conftest import require_tool
 from allsmi.exporter.webconfig import BasicAuth, WebConfigError, load_web_config
 
@@ -113,8 +111,12 @@ def test_cached_credentials_skip_bcrypt() -> None:
     ("tls_server_config:\n  key_file: server.key\n", "needs cert_file"),
     ("basic_auth_users:\n  alice: plaintext\n", "not a bcrypt hash"),
     ("tls_config:\n  cert_file: x\n", "unknown key 'tls_config'"),
-    ("tls_server_config: [\n", "line 1"),
-    ("basic_auth_users:\n  alice: &anchor x\n", "unsupported YAML"),
+    ("tls_server_config: [\n", "line 2, column 1: malformed YAML"),
+    ("tls_server_config:\n  cert_file: a\n  cert_file: b\n", "line 3, key 'tls_server_config.cert_file': duplicate key"),
+    ("basic_auth_users:\n  alice: !!python/object:os.system x\n", "line 2, column 10: malformed YAML"),
+    ("http_server_config:\n  headers:\n    X-Powered-By: me\n",
+     "line 3, key 'http_server_config.headers.X-Powered-By': only"),
+    ("basic_auth_users:\n  alice: $2y$99$" + "a" * 53 + "\n", "line 2, key 'basic_auth_users.alice'"),
     ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
      "  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
     ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
@@ -183,50 +185,57 @@ def test_empty_web_config_serves_plain_http(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_yaml_subset_reads_what_web_configs_contain() -> None:
-    text = """\
+def test_valid_exporter_toolkit_files_load(tmp_path: Path, certs: Path) -> None:
+    # Flow mappings and sequences, quoting styles, document markers, anchors: any YAML
+    # exporter-toolkit reads (the hand-written subset reader refused the flow mapping).
+    web = tmp_path / "web.yml"
+    web.write_text(f"""\
 ---
 tls_server_config:
-  cert_file: "/etc/allsmi/tls.crt"   # quoted
-  key_file: '/etc/allsmi/it''s.key'
-  cipher_suites: [TLS_AES_128_GCM_SHA256, "TLS_AES_256_GCM_SHA384"]
-  curve_preferences:
-  - X25519
-  - CurveP256
+  cert_file: "{certs / 'server.crt'}"
+  key_file: '{certs / 'server.key'}'
+  min_version: &min TLS12
+  max_version: TLS13
+basic_auth_users: {{prometheus: '{HASH}', "grafana": {HASH}}}
 http_server_config:
   http2: false
-basic_auth_users:
-  alice: $2y$10$abc#not-a-comment
-  "bob:x": ~
-count: 3
-ratio: 0.5
-"""
-    assert yamlsubset.loads(text) == {
-        "tls_server_config": {"cert_file": "/etc/allsmi/tls.crt", "key_file": "/etc/allsmi/it's.key",
-                              "cipher_suites": ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"],
-                              "curve_preferences": ["X25519", "CurveP256"]},
-        "http_server_config": {"http2": False},
-        "basic_auth_users": {"alice": "$2y$10$abc#not-a-comment", "bob:x": None},
-        "count": 3, "ratio": 0.5}
-    assert yamlsubset.loads("# only a comment\n") is None
+  headers: {{X-Frame-Options: deny, X-Content-Type-Options: nosniff}}
+...
+""")
+    config = load_web_config(web)
+    assert config.headers == {"X-Frame-Options": "deny", "X-Content-Type-Options": "nosniff"}
+    assert set(config.users) == {"prometheus", "grafana"}
+    assert config.ssl_context is not None
+    assert config.ssl_context.maximum_version == ssl.TLSVersion.TLSv1_3
 
 
-@pytest.mark.parametrize("text, line", [
-    ("a:\n  b: 1\n    c: 2\n", 3),
-    ("a: 1\na: 2\n", 2),
-    ("a:\n\t b: 1\n", 2),
-    ("a: [1, [2]]\n", 1),
-    ("a:\n  - b: 1\n", 2),
-    ('a: "open\n', 1),
-])
-def test_yaml_subset_refuses_with_line_numbers(text: str, line: int) -> None:
-    with pytest.raises(yamlsubset.YamlSubsetError) as err:
-        yamlsubset.loads(text)
-    assert err.value.line == line
+def test_flow_mapping_headers_are_served(tmp_path: Path) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text("http_server_config:\n  headers: {X-Frame-Options: deny}\n")
+    server = run_serve(["--simulate", "mixed", "--interval", "0.5", "--web-config", str(web)])
+    try:
+        server.wait_ready()
+        assert server.get("/metrics").headers["x-frame-options"] == "deny"
+    finally:
+        assert server.stop() == 0, server.output()
 
 
-def test_pyyaml_and_subset_agree_when_pyyaml_is_installed() -> None:
-    import yaml  # in the [test] extra: the subset reader is checked against the real thing
-    text = ("tls_server_config:\n  cert_file: a.crt\n  key_file: 'b.key'\n"
-            "  cipher_suites: [X, Y]\nbasic_auth_users:\n  u: $2y$10$x\n")
-    assert yamlsubset.loads(text) == yaml.safe_load(text)
+def test_unknown_user_costs_the_same_bcrypt_rounds_as_known_ones() -> None:
+    costly = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=6))
+    cheap = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))
+    checked: list[bytes] = []
+
+    def spy(password: bytes, hashed: bytes) -> bool:
+        checked.append(hashed)
+        return bcrypt.checkpw(password, hashed)
+
+    auth = BasicAuth({"alice": costly, "bob": cheap}, checkpw=spy)
+    for header in (basic("mallory", "pw"), basic("alice", "wrong"), {"Authorization": "Basic !!!"}):
+        assert not auth.check(header["Authorization"])
+    assert [h[:7] for h in checked] == [b"$2b$06$", costly[:7], b"$2b$06$"]
+    assert checked[0] != costly, "the dummy is not a real user's hash"
+
+
+def test_the_yaml_subset_reader_is_gone() -> None:
+    import importlib.util
+    assert importlib.util.find_spec("allsmi.exporter.yamlsubset") is None
