@@ -15,6 +15,7 @@ from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 from allsmi.schema import DeviceSample
 from allsmi.units import GIB, MIB
 from tests.contract.scenario import ScenarioEnv
+from tests.contract import standin
 from tests.contract.scenarios_rebellions import RBLN_FIXTURES, backend_for, write_standin
 
 LOADED = "rbln-smi-kmd3.0-ca22x4-loaded.json"
@@ -115,7 +116,7 @@ def test_rbln_stat_is_used_when_rbln_smi_is_absent(env: ScenarioEnv) -> None:
     assert devices[0].details["npu"] == 0  # printed as the string "0" by SDK 1.x
     assert devices[0].driver_version == "1.3.73"
     assert all(d.processes == () for d in devices)  # no "contexts" key in this version
-    assert (env.tmp_path / "bin" / "rbln-stat.argv").read_text().split("\n")[0] == "-j"
+    assert standin.calls(env.tmp_path / "bin")[0] == "-j"
 
 
 def test_rbln_smi_is_preferred_over_rbln_stat(env: ScenarioEnv) -> None:
@@ -183,7 +184,7 @@ def test_one_tool_run_per_sample(env: ScenarioEnv) -> None:
     backend.open()
     backend.sample()
     backend.sample()
-    runs = (env.tmp_path / "bin" / "rbln-smi.argv").read_text().splitlines()
+    runs = standin.calls(env.tmp_path / "bin")
     assert runs == ["-j", "-j", "-j"]  # open() once, then one run per sample (devices and processes together)
 
 

@@ -1,7 +1,7 @@
 """Contract scenarios for the Furiosa backend, and the fakes its own tests share.
 
-* :func:`write_standin` copies ``fixtures/furiosa/furiosa_smi_standin.py``
-  with this interpreter in its shebang and writes its route table.
+* :func:`write_standin` writes the shared stand-in (``fixtures/standin.py``)
+  as ``furiosa-smi`` with a route per subcommand.
 * :func:`modern_sdk` / :func:`legacy_sdk` build small module objects shaped
   like ``furiosa_smi`` (2026.4.0+) and ``furiosa_smi_py`` (up to 2026.1.x)
   as the vendor reference documents them; tests install them in
@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 from pathlib import Path
@@ -19,10 +18,10 @@ from typing import Any
 from allsmi.backends import furiosa as furiosa_module
 from allsmi.backends.furiosa import ENV_VAR, FuriosaBackend
 
+from . import standin
 from .scenario import FIXTURES, Scenario, ScenarioEnv
 
 FURIOSA = FIXTURES / "furiosa"
-STANDIN_SOURCE = FURIOSA / "furiosa_smi_standin.py"
 
 #: The fixture set of a healthy 4x RNGD host, by subcommand.
 RNGD_4X = {"info": "info-rngd-4x-2026.3.json", "status": "status-rngd-4x-2026.3.json",
@@ -39,15 +38,10 @@ def route(fixture: str | None = None, **behaviour: Any) -> dict[str, Any]:
 
 def write_standin(directory: Path, routes: dict[str, dict[str, Any]], *,
                   default: dict[str, Any] | None = None, flag: str = "--format") -> Path:
-    """An executable ``furiosa-smi`` stand-in; ``routes`` maps a subcommand to its route."""
-    directory.mkdir(parents=True, exist_ok=True)
-    exe = directory / "furiosa-smi"
-    exe.write_text(f"#!{sys.executable}\n" + STANDIN_SOURCE.read_text())
-    exe.chmod(0o755)
-    config = {"routes": {f"{sub} {flag} json": spec for sub, spec in routes.items()},
-              "default": default, "log": str(directory / "calls.log")}
-    Path(str(exe) + ".json").write_text(json.dumps(config))
-    return exe
+    """An executable ``furiosa-smi`` stand-in (the shared one); ``routes`` maps a subcommand to its route."""
+    return standin.write_standin(directory, "furiosa-smi",
+                                 {f"{sub} {flag} json": spec for sub, spec in routes.items()},
+                                 default=default)
 
 
 def block_sdk(env_or_monkeypatch: Any) -> None:

@@ -1,19 +1,18 @@
 """Contract scenarios for the Rebellions backend, and the stand-in ``rbln-smi`` they use.
 
-A stand-in is a small Python script written into ``tmp_path`` at test time
-that behaves like the vendor tool: prints a fixture file, exits non-zero,
-hangs, or dies. The backend is pointed at it through ``ALLSMI_RBLN_SMI`` (or
-through PATH, for the ``rbln-stat`` fallback).
+The stand-in is the shared one (:mod:`tests.contract.standin`): it prints a
+fixture file, exits non-zero, hangs, or dies. The backend is pointed at it
+through ``ALLSMI_RBLN_SMI`` (or through PATH, for the ``rbln-stat`` fallback).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 
+from . import standin
 from .scenario import FIXTURES, Scenario, ScenarioEnv
 
 RBLN_FIXTURES = FIXTURES / "rebellions"
@@ -21,38 +20,17 @@ RBLN_FIXTURES = FIXTURES / "rebellions"
 
 def write_standin(directory: Path, executable: str = "rbln-smi", *, fixture: str | None = None,
                   text: str | None = None, stderr: str = "", exit_code: int = 0,
-                  hang: bool = False, die: bool = False) -> Path:
-    """Write an executable stand-in for the vendor tool and return its path.
+                  hang: bool = False, die: bool | str = False, **behaviour: object) -> Path:
+    """A stand-in ``rbln-smi``/``rbln-stat`` (the shared one) that answers every call the same way.
 
-    It appends its argv to ``<executable>.argv`` next to itself, prints
-    ``fixture`` (a file under ``fixtures/rebellions``) or ``text`` on stdout and
-    ``stderr`` on stderr, then hangs (writing its pid to ``<executable>.pid``
-    first), kills itself with SIGKILL, or exits with ``exit_code``.
+    It prints ``fixture`` (a file under ``fixtures/rebellions``) or ``text`` on
+    stdout and ``stderr`` on stderr, then hangs, kills itself (``die``: True for
+    SIGKILL or a signal name), or exits with ``exit_code``. Its pid goes to
+    ``<executable>.pid``; calls are logged (see :func:`tests.contract.standin.calls`).
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / executable
-    source = str(RBLN_FIXTURES / fixture) if fixture else None
-    path.write_text(f"""#!{sys.executable}
-import os, signal, sys, time
-with open({str(path) + '.argv'!r}, "a") as log:
-    log.write(" ".join(sys.argv[1:]) + "\\n")
-sys.stderr.write({stderr!r})
-sys.stderr.flush()
-if {source!r} is not None:
-    with open({source!r}) as fixture:
-        sys.stdout.write(fixture.read())
-sys.stdout.write({text or ""!r})
-sys.stdout.flush()
-if {hang!r}:
-    with open({str(path) + '.pid'!r}, "w") as pidfile:
-        pidfile.write(str(os.getpid()))
-    time.sleep(600)
-if {die!r}:
-    os.kill(os.getpid(), signal.SIGKILL)
-sys.exit({exit_code!r})
-""")
-    path.chmod(0o755)
-    return path
+    spec = standin.route(RBLN_FIXTURES, fixture, text=text or "", stderr=stderr, rc=exit_code,
+                         hang=hang, die=die, pidfile=str(directory / f"{executable}.pid"), **behaviour)
+    return standin.write_standin(directory, executable, {}, default=spec)
 
 
 def backend_for(env: ScenarioEnv, fixture: str | None = None, *, executable: str = "rbln-smi",

@@ -1,24 +1,22 @@
 """Contract scenarios for the Tenstorrent backend, and the tt-smi stand-in builder its tests share.
 
-:func:`write_standin` copies ``fixtures/tenstorrent/tt_smi_standin.py`` with
-this interpreter in its shebang and writes its route table (see the stand-in's
+:func:`write_standin` writes the shared stand-in (``fixtures/standin.py``) as
+``tt-smi``; the argument after ``-f`` is keyed as ``PATH`` (see that file's
 docstring for the route keys).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from allsmi.backends import tenstorrent as tenstorrent_module
 from allsmi.backends.tenstorrent import ENV_VAR, TenstorrentBackend
 
+from . import standin
 from .scenario import FIXTURES, Scenario, ScenarioEnv
 
 TENSTORRENT = FIXTURES / "tenstorrent"
-STANDIN_SOURCE = TENSTORRENT / "tt_smi_standin.py"
 
 #: The argument strings tt-smi is called with (``-f``'s argument shown as PATH).
 STDOUT_ARGS = "-s --snapshot_no_tty"
@@ -37,14 +35,9 @@ def route(fixture: str | None = None, **behaviour: Any) -> dict[str, Any]:
 
 def write_standin(directory: Path, routes: dict[str, dict[str, Any]], *,
                   default: dict[str, Any] | None = None) -> Path:
-    """An executable ``tt-smi`` stand-in answering ``routes`` (argument string -> route)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    exe = directory / "tt-smi"
-    exe.write_text(f"#!{sys.executable}\n" + STANDIN_SOURCE.read_text())
-    exe.chmod(0o755)
-    config = {"routes": routes, "default": default, "log": str(directory / "calls.log")}
-    Path(str(exe) + ".json").write_text(json.dumps(config))
-    return exe
+    """An executable ``tt-smi`` stand-in (the shared one) answering ``routes`` (argument string -> route)."""
+    return standin.write_standin(directory, "tt-smi", routes, default=default,
+                                 placeholders=("-f",), unknown="argparse")
 
 
 def use_standin(env: ScenarioEnv, routes: dict[str, dict[str, Any]], **kwargs: Any) -> Path:
