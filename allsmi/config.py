@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from allsmi.tomlkeys import KeyLocator, toml_syntax_line
+
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
 RULE_KEYS = ("host", "vendor", "model", "uuid", "index", "bus_id")
@@ -94,7 +96,7 @@ class Config:
     backends_enabled: tuple[str, ...] | None = None
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    _locator: "_KeyLocator | None" = field(default=None, repr=False, compare=False)
+    _locator: "KeyLocator | None" = field(default=None, repr=False, compare=False)
 
     def group(self, name: str) -> ResourceGroup:
         """The group called ``name`` (an undeclared group has no labels or prices)."""
@@ -160,54 +162,13 @@ def parse_config(text: str, path: Path | None = None) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = int(match.group(1)) if match else None
-        reason = re.sub(r" \(at line.*", "", str(exc))
+        reason, line = toml_syntax_line(exc)
         raise ConfigError(f"invalid TOML: {reason}", path, line) from None
-    return _Validator(data, path, _KeyLocator(text)).config()
-
-
-class _KeyLocator:
-    """Finds the line of a key, since tomllib reports none for semantic errors."""
-
-    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    _KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_\-.]+)\s*=""")
-
-    def __init__(self, text: str) -> None:
-        self.lines: dict[tuple[str, ...], int] = {}
-        table: tuple[str, ...] = ()
-        arrays: dict[tuple[str, ...], int] = {}
-        for number, raw in enumerate(text.splitlines(), start=1):
-            header = self._HEADER.match(raw)
-            if header:
-                name = tuple(self._clean(p) for p in header.group(2).split("."))
-                if header.group(1) == "[[":
-                    arrays[name] = arrays.get(name, -1) + 1
-                    table = name + (str(arrays[name]),)
-                else:
-                    table = name
-                self.lines.setdefault(table, number)
-                continue
-            key = self._KEY.match(raw)
-            if key:
-                parts = tuple(self._clean(p) for p in key.group(1).split("."))
-                self.lines.setdefault(table + parts, number)
-
-    @staticmethod
-    def _clean(part: str) -> str:
-        return part.strip().strip('"').strip("'")
-
-    def find(self, key_path: tuple[str, ...]) -> int | None:
-        """The line of the longest known prefix of ``key_path``."""
-        for end in range(len(key_path), 0, -1):
-            line = self.lines.get(tuple(key_path[:end]))
-            if line:
-                return line
-        return None
+    return _Validator(data, path, KeyLocator(text)).config()
 
 
 class _Validator:
-    def __init__(self, data: dict[str, Any], path: Path | None, locator: _KeyLocator) -> None:
+    def __init__(self, data: dict[str, Any], path: Path | None, locator: KeyLocator) -> None:
         self.data, self.path, self.locator = data, path, locator
 
     def fail(self, message: str, *key_path: str | int) -> ConfigError:

@@ -10,12 +10,10 @@ documented in ``docs/simulation.md``.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -23,163 +21,13 @@ from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample
 
 from ._sim_model import LoadCycle, Wobble, in_window, unit_hash
+from ._sim_scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
+                            builtin_scenarios, load_scenario)
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+__all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
+           "builtin_scenarios", "load_scenario", "simulated_backends"]
 
-SCENARIO_DIR = Path(__file__).with_name("scenarios")
 MIB = 1024**2
-
-
-class ScenarioError(ValueError):
-    """A scenario file is missing or malformed; the message names the file and key."""
-
-
-def builtin_scenarios() -> list[str]:
-    """Names accepted by ``--simulate NAME``."""
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """One ``[[devices]]`` entry of a scenario."""
-
-    backend: str
-    vendor: str
-    kind: str
-    model: str
-    count: int
-    memory_total_bytes: int
-    power_idle_watts: float
-    power_limit_watts: float
-    clock_idle_mhz: float
-    clock_max_mhz: float
-    temperature_idle_celsius: float
-    temperature_max_celsius: float
-    has_fan: bool = False
-    has_energy_counter: bool = False
-    cores: int = 0
-    driver_version: str | None = None
-    firmware_version: str | None = None
-    id_style: str = "uuid"
-    bus_base: int = 0x10
-    duty_cycle: float = 0.6
-    job_seconds: tuple[float, float] = (600.0, 2400.0)
-
-
-@dataclass(frozen=True)
-class FaultSpec:
-    """One ``[[faults]]`` entry: ``lost`` (a device), ``error`` or ``hang`` (a backend)."""
-
-    type: str
-    device: str | None = None
-    backend: str | None = None
-    message: str = "simulated failure"
-    seconds: float = 3600.0
-    every_seconds: float | None = None
-    duration_seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A whole simulated node."""
-
-    name: str
-    seed: int
-    epoch: float
-    users: tuple[str, ...]
-    commands: tuple[str, ...]
-    devices: tuple[DeviceSpec, ...]
-    partitions: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
-    faults: tuple[FaultSpec, ...] = ()
-    source: str = ""
-
-    def backend_names(self) -> list[str]:
-        """Backends the scenario impersonates, in file order."""
-        seen: list[str] = []
-        for spec in self.devices:
-            if spec.backend not in seen:
-                seen.append(spec.backend)
-        return seen
-
-
-def _read(ref: str | Path) -> tuple[dict[str, Any], Path]:
-    path = Path(ref)
-    if not path.suffix and not path.exists():
-        path = SCENARIO_DIR / f"{ref}.toml"
-        if not path.is_file():
-            raise ScenarioError(f"unknown scenario {str(ref)!r}: built-in scenarios are "
-                                f"{', '.join(builtin_scenarios())}, or give a path to a .toml file")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), path
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: scenario file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc}") from None
-
-
-def _build(cls: type, raw: Any, where: str) -> Any:
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{where}: must be a table")
-    allowed = set(cls.__dataclass_fields__)
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ScenarioError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
-    try:
-        if "job_seconds" in raw:
-            raw = {**raw, "job_seconds": tuple(float(x) for x in raw["job_seconds"])}
-        return cls(**raw)
-    except TypeError as exc:
-        raise ScenarioError(f"{where}: {exc}") from None
-
-
-def load_scenario(ref: str | Path) -> Scenario:
-    """Load a built-in scenario by name or a scenario file by path; validate it."""
-    data, path = _read(ref)
-    if "include" in data:
-        base = load_scenario(data.pop("include"))
-        extra_faults = data.pop("faults", [])
-        data = {"name": data.get("name", base.name), "seed": data.get("seed", base.seed)}
-        faults = base.faults + tuple(_build(FaultSpec, f, f"{path}: faults[{i + 1}]")
-                                     for i, f in enumerate(extra_faults))
-        return Scenario(name=data["name"], seed=int(data["seed"]), epoch=base.epoch,
-                        users=base.users, commands=base.commands, devices=base.devices,
-                        partitions=base.partitions, faults=faults, source=str(path))
-    allowed = {"name", "seed", "epoch", "users", "commands", "devices", "partitions", "faults"}
-    for key in data:
-        if key not in allowed:
-            raise ScenarioError(f"{path}: unknown top-level key {key!r}")
-    devices = tuple(_build(DeviceSpec, d, f"{path}: devices[{i + 1}]")
-                    for i, d in enumerate(data.get("devices", [])))
-    for i, spec in enumerate(devices):
-        if spec.count < 0 or spec.memory_total_bytes <= 0 or spec.power_limit_watts <= spec.power_idle_watts:
-            raise ScenarioError(f"{path}: devices[{i + 1}]: need count >= 0, memory_total_bytes > 0 "
-                                "and power_limit_watts > power_idle_watts")
-        if spec.kind not in ("gpu", "npu"):
-            raise ScenarioError(f"{path}: devices[{i + 1}].kind must be 'gpu' or 'npu'")
-    faults = tuple(_build(FaultSpec, f, f"{path}: faults[{i + 1}]")
-                   for i, f in enumerate(data.get("faults", [])))
-    for i, fault in enumerate(faults):
-        if fault.type not in ("lost", "error", "hang"):
-            raise ScenarioError(f"{path}: faults[{i + 1}].type must be lost, error or hang")
-    partitions: dict[str, tuple[dict[str, Any], ...]] = {}
-    for i, part in enumerate(data.get("partitions", [])):
-        if not isinstance(part, dict) or "device" not in part or not part.get("instances"):
-            raise ScenarioError(f"{path}: partitions[{i + 1}] needs 'device' and 'instances'")
-        partitions[str(part["device"])] = tuple(part["instances"])
-    try:
-        epoch = dt.datetime.fromisoformat(str(data.get("epoch", "2026-01-01T00:00:00+00:00"))
-                                          .replace("Z", "+00:00")).timestamp()
-    except ValueError as exc:
-        raise ScenarioError(f"{path}: epoch: {exc}") from None
-    return Scenario(name=str(data.get("name", path.stem)), seed=int(data.get("seed", 0)), epoch=epoch,
-                    users=tuple(data.get("users", ["user"])),
-                    commands=tuple(data.get("commands", ["python job.py"])),
-                    devices=devices, partitions=partitions, faults=faults, source=str(path))
 
 
 def _uuid_from(key: str) -> str:

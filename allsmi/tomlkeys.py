@@ -1,0 +1,62 @@
+"""Where a key stands in a TOML text, for error messages that name the line.
+
+``tomllib`` reports a line only for syntax errors; a value of the wrong type or out of
+range is found later, by the validator, which then asks :class:`KeyLocator` for the
+line of the key path. Shared by the configuration and the simulation's scenario files
+(which sit in different layers), so it belongs to the schema layer and imports nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+class KeyLocator:
+    """The line of each key path of a TOML text (first occurrence).
+
+    Key paths are tuples of strings; the n-th table of an array of tables ``[[x]]`` is
+    ``("x", "n")`` counting from 0, so ``("devices", "2", "count")`` is the ``count`` of the
+    third ``[[devices]]``. Keys of inline tables are not located (their line is the one of the
+    key that holds them, the longest known prefix).
+    """
+
+    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    _KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_\-.]+)\s*=""")
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[str, ...], int] = {}
+        table: tuple[str, ...] = ()
+        arrays: dict[tuple[str, ...], int] = {}
+        for number, raw in enumerate(text.splitlines(), start=1):
+            header = self._HEADER.match(raw)
+            if header:
+                name = tuple(self._clean(p) for p in header.group(2).split("."))
+                if header.group(1) == "[[":
+                    arrays[name] = arrays.get(name, -1) + 1
+                    table = name + (str(arrays[name]),)
+                else:
+                    table = name
+                self.lines.setdefault(table, number)
+                continue
+            key = self._KEY.match(raw)
+            if key:
+                parts = tuple(self._clean(p) for p in key.group(1).split("."))
+                self.lines.setdefault(table + parts, number)
+
+    @staticmethod
+    def _clean(part: str) -> str:
+        return part.strip().strip('"').strip("'")
+
+    def find(self, key_path: tuple[str, ...]) -> int | None:
+        """The line of the longest known prefix of ``key_path``."""
+        for end in range(len(key_path), 0, -1):
+            line = self.lines.get(tuple(key_path[:end]))
+            if line:
+                return line
+        return None
+
+
+def toml_syntax_line(exc: Exception) -> tuple[str, int | None]:
+    """``(reason, line)`` of a ``tomllib.TOMLDecodeError``."""
+    match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+    return re.sub(r" \(at line.*", "", str(exc)), int(match.group(1)) if match else None
