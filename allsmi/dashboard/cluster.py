@@ -1,7 +1,9 @@
 """The cluster source: other nodes' ``allsmi serve`` read over HTTP.
 
-Each host is fetched with ``GET <url>/api/v1/snapshot`` and parsed with
-:func:`allsmi.output.snapshot_from_dict`. A refresh round starts the hosts
+Each host is fetched with ``GET <url>/api/v1/snapshot`` (the whole answer
+within the timeout, no redirects, at most 8 MiB and 500,000 JSON values) and
+parsed with :func:`allsmi.output.snapshot_from_dict`, which checks every value
+(wrong ones are nulled and listed as the host's problems). A refresh round starts the hosts
 that are due, at most ``max_concurrency`` at a time, each in a daemon
 thread with its own timeout, so one hung host delays nobody and quitting
 never waits for the network. A host still in flight from an earlier round is
@@ -17,31 +19,28 @@ authentication, for servers started with ``--web-config``.
 from __future__ import annotations
 
 import base64
-import gzip
-import io
 import json
-import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
 
+from .fetch import HttpError
+from .fetch import get as http_get
 from .sources import Clock, HostState
 
 SNAPSHOT_PATH = "/api/v1/snapshot"
-#: A snapshot of a thousand devices is a few MiB; anything far larger is not ours.
-MAX_BODY_BYTES = 64 * 1024 * 1024
+#: A snapshot of a thousand devices is about 1 MiB; anything far larger is not ours.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 16
 DEFAULT_MAX_BACKOFF_SECONDS = 60.0
 
-Fetch = Callable[["Endpoint", float], Snapshot]
+Fetch = Callable[["Endpoint", float], Union["Fetched", Snapshot]]
 
 
 class FetchError(Exception):
@@ -111,51 +110,71 @@ def read_hostfile(path: str | Path) -> list[str]:
     return out
 
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+#: JSON values (commas, colons and brackets counted, a cheap upper bound) one answer may hold:
+#: about twelve times a 1000-device snapshot. Checked before parsing, so that a document of
+#: millions of empty objects is refused instead of costing gigabytes of Python objects.
+MAX_JSON_VALUES = 500_000
+#: One parse at a time: the memory a parse needs (about 70 MiB at the bounds above) is not
+#: multiplied by ``--max-concurrency``.
+_PARSE_LOCK = threading.Lock()
 
 
-def fetch_snapshot(endpoint: Endpoint, timeout: float) -> Snapshot:
-    """One snapshot from ``endpoint``; :class:`FetchError` with a short reason otherwise."""
+@dataclass(frozen=True)
+class Fetched:
+    """What one fetch brought: the snapshot and what was wrong in it."""
+
+    snapshot: Snapshot
+    problems: tuple[str, ...] = ()
+    """Values the parser nulled or left out (see :mod:`allsmi.snapshot_parse`)."""
+    process_details: bool | None = None
+    """``False`` when the host says it does not export process command lines and users."""
+
+
+def fetch_host(endpoint: Endpoint, timeout: float) -> Fetched:
+    """One snapshot from ``endpoint``, checked; :class:`FetchError` with a short reason otherwise.
+
+    The whole answer must arrive within ``timeout`` seconds; redirects are not followed
+    (credentials go only where they were given); the body is capped at :data:`MAX_BODY_BYTES`
+    and :data:`MAX_JSON_VALUES`.
+    """
     headers = {"Accept": "application/json", "Accept-Encoding": "gzip", "User-Agent": "allsmi-view"}
     if endpoint.authorization:
         headers["Authorization"] = endpoint.authorization
-    request = urllib.request.Request(endpoint.url + SNAPSHOT_PATH, headers=headers)
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            body = response.read(MAX_BODY_BYTES + 1)
-            encoding = (response.headers.get("Content-Encoding") or "").lower()
-    except urllib.error.HTTPError as exc:
-        if exc.code == 503:
-            raise FetchError("not ready yet (HTTP 503)") from None
-        if exc.code == 401:
-            raise FetchError("HTTP 401: needs user:password@ in the URL") from None
-        raise FetchError(f"HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise FetchError(f"timed out after {timeout:g} s") from None
-        if isinstance(reason, ConnectionRefusedError):
-            raise FetchError("connection refused") from None
-        raise FetchError(str(getattr(reason, "strerror", None) or reason)) from None
-    except (socket.timeout, TimeoutError):
-        raise FetchError(f"timed out after {timeout:g} s") from None
-    except OSError as exc:
-        raise FetchError(exc.strerror or str(exc)) from None
-    if len(body) > MAX_BODY_BYTES:
-        raise FetchError(f"answer larger than {MAX_BODY_BYTES // 2**20} MiB")
-    if encoding == "gzip":
+        answer = http_get(endpoint.url + SNAPSHOT_PATH, headers=headers, timeout=timeout,
+                          max_bytes=MAX_BODY_BYTES)
+    except HttpError as exc:
+        raise FetchError(str(exc)) from None
+    if answer.status == 503:
+        raise FetchError("not ready yet (HTTP 503)")
+    if answer.status == 401:
+        raise FetchError("HTTP 401: needs user:password@ in the URL")
+    if answer.status != 200:
+        raise FetchError(f"HTTP {answer.status} {answer.reason}".strip())
+    body = answer.body
+    values = body.count(b",") + body.count(b":") + body.count(b"{") + body.count(b"[")
+    if values > MAX_JSON_VALUES:
+        raise FetchError(f"answer has more than {MAX_JSON_VALUES} JSON values")
+    problems: list[str] = []
+    with _PARSE_LOCK:
         try:
-            with gzip.GzipFile(fileobj=io.BytesIO(body)) as unzip:
-                body = unzip.read(MAX_BODY_BYTES + 1)
-        except (OSError, EOFError) as exc:
-            raise FetchError(f"bad gzip body: {exc}") from None
-        if len(body) > MAX_BODY_BYTES:
-            raise FetchError(f"answer larger than {MAX_BODY_BYTES // 2**20} MiB")
-    try:
-        return snapshot_from_dict(json.loads(body))
-    except ValueError as exc:  # JSONDecodeError and SnapshotFormatError are ValueErrors
-        kind = "not a snapshot" if isinstance(exc, SnapshotFormatError) else "not JSON"
-        raise FetchError(f"{kind}: {exc}") from None
+            data = json.loads(body)
+        except RecursionError:
+            raise FetchError("not JSON: nested too deeply") from None
+        except ValueError as exc:
+            raise FetchError(f"not JSON: {exc}") from None
+        try:
+            snapshot = snapshot_from_dict(data, problems)
+        except SnapshotFormatError as exc:
+            raise FetchError(f"not a snapshot: {exc}") from None
+        details = data.get("process_details") if isinstance(data, dict) else None
+        del data
+    return Fetched(snapshot, tuple(problems), details if isinstance(details, bool) else None)
+
+
+def fetch_snapshot(endpoint: Endpoint, timeout: float) -> Snapshot:
+    """The snapshot of :func:`fetch_host` alone."""
+    return fetch_host(endpoint, timeout).snapshot
 
 
 class _Host:
@@ -170,6 +189,8 @@ class _Host:
         self.retry_at: float | None = None
         self.last_attempt: float | None = None
         self.in_flight = False
+        self.problems: tuple[str, ...] = ()
+        self.process_details: bool | None = None
 
 
 class ClusterSource:
@@ -181,7 +202,7 @@ class ClusterSource:
     def __init__(self, urls: Sequence[str], *, interval: float = 2.0, timeout: float = 5.0,
                  max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
                  max_backoff: float = DEFAULT_MAX_BACKOFF_SECONDS,
-                 clock: Clock = time.monotonic, fetch: Fetch = fetch_snapshot) -> None:
+                 clock: Clock = time.monotonic, fetch: Fetch = fetch_host) -> None:
         if not urls:
             raise ValueError("no hosts given")
         if max_concurrency < 1:
@@ -206,9 +227,11 @@ class ClusterSource:
 
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
-            return [HostState(h.endpoint.key, h.snapshot.host.hostname if h.snapshot else h.endpoint.key,
+            return [HostState(h.endpoint.key,
+                              (h.snapshot.host.hostname if h.snapshot else "") or h.endpoint.key,
                               h.snapshot, h.received, address=h.endpoint.url, error=h.error,
-                              retry_at=h.retry_at)
+                              retry_at=h.retry_at, problems=h.problems,
+                              process_details=h.process_details)
                     for h in self._hosts]
 
     def backoff(self, failures: int) -> float:
@@ -245,7 +268,8 @@ class ClusterSource:
 
     def _fetch_one(self, host: _Host) -> None:
         try:
-            snapshot = self._fetch(host.endpoint, self.timeout)
+            got = self._fetch(host.endpoint, self.timeout)
+            fetched = got if isinstance(got, Fetched) else Fetched(got)
         except Exception as exc:  # any failure is this host's problem, shown on its row
             message = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"
             with self._lock:
@@ -254,7 +278,8 @@ class ClusterSource:
                 host.retry_at = self.clock() + self.backoff(host.failures)
         else:
             with self._lock:
-                host.snapshot, host.received = snapshot, self.clock()
+                host.snapshot, host.received = fetched.snapshot, self.clock()
+                host.problems, host.process_details = fetched.problems, fetched.process_details
                 host.error, host.failures, host.retry_at = None, 0, None
         finally:
             with self._lock:

@@ -42,6 +42,10 @@ class HostState:
     """Why the last attempt failed; ``None`` while the host answers."""
     retry_at: float | None = None
     """Monotonic time of the next attempt while failing."""
+    problems: tuple[str, ...] = ()
+    """What was wrong in the host's last answer (values nulled or left out), for the screen."""
+    process_details: bool | None = None
+    """``False`` when the host does not export process command lines and users."""
     summary: Any = None
     """The host's totals (:class:`allsmi.dashboard.model.Totals`) when its source computes them
     without sending every device (a large fleet through Prometheus); ``None`` otherwise."""
