@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable
+from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUnavailable,
+                                ProbeResult)
 from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
@@ -60,6 +61,9 @@ class BackendRunner:
         self._unavailable_until = 0.0
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._phase = ""
+        self.probe_result: ProbeResult | None = None
+        """The last :meth:`Backend.probe` answer, as the worker thread got it (for ``doctor``)."""
 
     @property
     def name(self) -> str:
@@ -84,6 +88,11 @@ class BackendRunner:
         """Seconds the current call has been running, or ``None`` when idle."""
         since = self._busy_since
         return None if since is None else time.monotonic() - since
+
+    @property
+    def phase(self) -> str:
+        """What the worker is doing: ``probe``, ``open``, ``sample`` or ``""`` when idle."""
+        return self._phase if self._busy_since is not None else ""
 
     def wait(self, deadline: float) -> _Outcome | None:
         """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
@@ -114,12 +123,16 @@ class BackendRunner:
             return self._outcome  # still unavailable; do not re-probe every cycle
         try:
             if not self._opened:
+                self._phase = "probe"
                 probe = self.backend.probe()
+                self.probe_result = probe
                 if not probe.available:
                     self._unavailable_until = started + self.reprobe_seconds
                     return done("unavailable", probe.reason or "not available")
+                self._phase = "open"
                 self.backend.open()
                 self._opened = True
+            self._phase = "sample"
             self.backend.warnings = []
             devices = tuple(self.backend.sample())
             return done("ok", "; ".join(self.backend.warnings), devices)
@@ -150,22 +163,53 @@ class BackendRunner:
             log.exception("closing backend %s failed", self.name)
 
     def close(self, grace: float = 2.0) -> None:
-        """Stop the worker and close the backend; abort a hung call via ``backend.close()``."""
+        """Stop the worker and close the backend; abort a hung call via ``backend.close()``.
+
+        Bounded by about ``2 * grace`` seconds whatever the backend does: see :meth:`finish_close`.
+        """
+        self.request_close()
+        self.finish_close(time.monotonic() + grace, grace)
+
+    def request_close(self) -> None:
+        """Tell the worker to stop after its current call (returns at once)."""
         with self._lock:
             self._closing = True
-            thread = self._thread
         self._wake.set()
+
+    def finish_close(self, deadline: float, grace: float = 2.0) -> bool:
+        """Wait until ``deadline`` for the worker, then abort a hung call; ``True`` if it stopped.
+
+        A worker still inside a vendor call at ``deadline`` gets ``backend.close()`` called
+        from a helper thread (how a backend aborts a hung call: it kills its child process or
+        sets its stop event), which is waited for at most ``grace`` more seconds, since
+        ``close()`` may block on the same stuck library. A worker stuck in a C call that
+        never returns cannot be stopped at all: it is left as a daemon thread and
+        :attr:`stuck` says so, so that a command can leave with ``os._exit`` instead of
+        waiting for it at interpreter exit.
+        """
+        thread = self._thread
         if thread is None:
             self._safe_close()
-            return
-        thread.join(grace)
+            return True
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if not thread.is_alive():
+            return True
+        closer = threading.Thread(target=self._safe_close, daemon=True,
+                                  name=f"allsmi-close-{self.name}")
+        closer.start()
+        closer.join(grace)
+        thread.join(0.1 if closer.is_alive() else grace)
         if thread.is_alive():
-            # The call is hung: closing from here is how a backend aborts it
-            # (kills its child process, sets its stop event).
-            self._safe_close()
-            thread.join(grace)
-            if thread.is_alive():
-                log.warning("backend %s did not stop; its thread is left as a daemon", self.name)
+            log.warning("backend %s did not stop (stuck in %s); its thread is left as a daemon",
+                        self.name, self._phase or "a call")
+            return False
+        return True
+
+    @property
+    def stuck(self) -> bool:
+        """Whether the worker thread is still alive after :meth:`close` (a call never returned)."""
+        thread = self._thread
+        return self._closing and thread is not None and thread.is_alive()
 
 
 SnapshotCallback = Callable[[Snapshot], None]
@@ -230,15 +274,19 @@ class Collector:
             for runner in self.runners:
                 if not asked[id(runner)]:
                     busy = runner.busy_for() or 0.0
+                    phase = runner.phase
                     statuses.append(BackendStatus(
                         runner.name, "timeout",
-                        f"previous call still running after {busy:.1f} s (timeout {self.timeout:g} s)",
-                        None))
+                        f"previous call{f' ({phase}())' if phase else ''} still running after "
+                        f"{busy:.1f} s (timeout {self.timeout:g} s)", None))
                     continue
                 outcome = runner.wait(started + self.timeout)
                 if outcome is None:
+                    phase = runner.phase
                     statuses.append(BackendStatus(
-                        runner.name, "timeout", f"no answer within {self.timeout:g} s", self.timeout))
+                        runner.name, "timeout",
+                        f"no answer within {self.timeout:g} s" + (f" (still in {phase}())" if phase else ""),
+                        self.timeout))
                     continue
                 statuses.append(BackendStatus(runner.name, outcome.status, outcome.message,
                                               round(outcome.duration, 6)))
@@ -285,11 +333,31 @@ class Collector:
 
     def close(self) -> None:
         """Stop the loop and close every backend. Idempotent."""
+        self.close_within(2.0)
+
+    def close_within(self, grace: float) -> bool:
+        """Stop the loop and close every backend at once, bounded by about ``2 * grace``
+        seconds past the cycle in flight; ``False`` when some backend's thread is stuck
+        (see :attr:`stuck`)."""
         self._stop.set()
+        for runner in self.runners:
+            runner.request_close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.timeout + 5)
-        for runner in self.runners:
-            runner.close()
+        deadline = time.monotonic() + grace
+        closers = [threading.Thread(target=runner.finish_close, args=(deadline, grace),
+                                    daemon=True, name=f"allsmi-closing-{runner.name}")
+                   for runner in self.runners]
+        for closer in closers:
+            closer.start()
+        for closer in closers:
+            closer.join(grace * 2 + 1)
+        return not self.stuck
+
+    @property
+    def stuck(self) -> list[str]:
+        """Backends whose thread is still inside a vendor call after :meth:`close`."""
+        return [runner.name for runner in self.runners if runner.stuck]
 
     def __enter__(self) -> "Collector":
         return self

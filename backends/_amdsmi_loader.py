@@ -23,6 +23,9 @@ from importlib import metadata
 from types import ModuleType
 from typing import Callable, Iterator, TextIO
 
+#: How long :func:`quiet_stdout` waits for another thread's redirection to end.
+LOCK_WAIT_SECONDS = 1.0
+
 #: Held while fd 1 is redirected: two redirections must not interleave their
 #: dup2 calls, or one would restore the other's temporary file as stdout.
 _STDOUT_LOCK = threading.RLock()
@@ -76,32 +79,46 @@ def quiet_stdout() -> Iterator[CapturedOutput]:
 
     The captured text is returned in the yielded :class:`CapturedOutput` once
     the block exits; nothing reaches the real stdout. While the block runs,
-    other threads' writes to stdout are captured too, so keep blocks short.
+    other threads' writes to fd 1 are captured too, so keep blocks short, and
+    commands whose stdout is a document write it through a descriptor they
+    duplicated before any backend ran (``allsmi.cli.snapshot.OriginalStdout``).
     """
     captured = CapturedOutput()
-    with _STDOUT_LOCK:
-        outer = sys.stdout
+    if not _STDOUT_LOCK.acquire(timeout=LOCK_WAIT_SECONDS):
+        # Another thread is stuck inside a redirected call (a library call that never
+        # returned): fd 1 already points at its capture file, so this call's output is
+        # kept off stdout anyway. Waiting for that thread could take for ever.
+        yield captured
+        return
+    try:
+        yield from _redirected(captured)
+    finally:
+        _STDOUT_LOCK.release()
+
+
+def _redirected(captured: CapturedOutput) -> Iterator[CapturedOutput]:
+    outer = sys.stdout
+    _flush(outer, sys.__stdout__)
+    try:
+        saved_fd: int | None = os.dup(1)
+    except OSError:  # fd 1 closed: nothing to protect at the fd level
+        saved_fd = None
+    sink = tempfile.TemporaryFile()
+    text_sink = io.StringIO()
+    try:
+        if saved_fd is not None:
+            os.dup2(sink.fileno(), 1)
+        with contextlib.redirect_stdout(text_sink):
+            yield captured
+    finally:
         _flush(outer, sys.__stdout__)
-        try:
-            saved_fd: int | None = os.dup(1)
-        except OSError:  # fd 1 closed: nothing to protect at the fd level
-            saved_fd = None
-        sink = tempfile.TemporaryFile()
-        text_sink = io.StringIO()
-        try:
-            if saved_fd is not None:
-                os.dup2(sink.fileno(), 1)
-            with contextlib.redirect_stdout(text_sink):
-                yield captured
-        finally:
-            _flush(outer, sys.__stdout__)
-            if saved_fd is not None:
-                os.dup2(saved_fd, 1)
-                os.close(saved_fd)
-            sink.seek(0)
-            raw = sink.read()
-            sink.close()
-            captured.text = text_sink.getvalue() + raw.decode("utf-8", "replace")
+        if saved_fd is not None:
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+        sink.seek(0)
+        raw = sink.read()
+        sink.close()
+        captured.text = text_sink.getvalue() + raw.decode("utf-8", "replace")
 
 
 def package_version() -> str | None:

@@ -51,17 +51,19 @@ def diagnose(**opts: Any) -> dict[str, Any]:
     collector = build_collector(s)
     probes: dict[str, dict[str, Any]] = {}
     try:
+        # The probe runs on each backend's own worker thread, inside the cycle and its
+        # timeout: a vendor library that hangs cannot hang doctor.
+        snap = collector.collect_once()
         for runner in collector.runners:
-            try:
-                result = runner.backend.probe()
+            result = runner.probe_result
+            if result is None:
+                probes[runner.name] = {"available": None, "details": {},
+                                       "reason": "probe did not finish within the timeout"}
+            else:
                 probes[runner.name] = {"available": result.available, "reason": result.reason,
                                        "details": dict(result.details)}
-            except Exception as exc:  # probe() must not raise; report the backend that does
-                probes[runner.name] = {"available": False, "reason": f"probe raised {exc!r}",
-                                       "details": {}}
-        snap = collector.collect_once()
     finally:
-        collector.close()
+        collector.close_within(1.0)
     per_backend: dict[str, int] = {}
     for dev in snap.devices:
         per_backend[dev.backend] = per_backend.get(dev.backend, 0) + 1
@@ -82,6 +84,7 @@ def diagnose(**opts: Any) -> dict[str, Any]:
         "default_resource_group": s.config.default_group,
         "simulate": s.simulate,
         "backends": backends,
+        "stuck_backends": collector.stuck,
     }
 
 
@@ -94,25 +97,39 @@ def doctor(as_json: bool, **opts: Any) -> None:
     Probes every backend, runs one collection cycle, and reports library and
     tool versions, device nodes and their permissions.
     """
+    from allsmi.cli.snapshot import OriginalStdout, leave_now
+    out = OriginalStdout()  # before any backend runs; see allsmi/cli/snapshot.py
     report = diagnose(**opts)
+    try:
+        # Built as a string, not printed through sys.stdout, which a library call on
+        # another thread may have swapped out for the moment.
+        out.write(_render(report, as_json))
+    finally:
+        if report["stuck_backends"]:  # a thread stuck in a vendor library
+            leave_now(0, report["stuck_backends"])
+
+
+def _render(report: dict[str, Any], as_json: bool) -> str:
     if as_json:
-        click.echo(json.dumps(report, indent=2))
-        return
-    click.echo(f"allsmi {report['allsmi_version']}  Python {report['python']}  {report['platform']}")
-    click.echo(f"host {report['hostname']}  uid {report['user']['uid']}  "
-               f"groups {', '.join(report['user']['groups']) or '-'}")
-    click.echo(f"config {report['config'] or '(none: defaults)'}  "
-               f"default resource group {report['default_resource_group']!r}")
+        return json.dumps(report, indent=2) + "\n"
+    lines: list[str] = []
+    echo = lines.append
+    echo(f"allsmi {report['allsmi_version']}  Python {report['python']}  {report['platform']}")
+    echo(f"host {report['hostname']}  uid {report['user']['uid']}  "
+         f"groups {', '.join(report['user']['groups']) or '-'}")
+    echo(f"config {report['config'] or '(none: defaults)'}  "
+         f"default resource group {report['default_resource_group']!r}")
     if report["simulate"]:
-        click.echo(f"simulating scenario {report['simulate']!r}")
-    click.echo("")
+        echo(f"simulating scenario {report['simulate']!r}")
+    echo("")
     for b in report["backends"]:
         mark = {"ok": "+", "unavailable": "-", "error": "!", "timeout": "!"}.get(b["status"], "?")
-        click.echo(f"[{mark}] {b['name']:<12} {b['status']:<12} {b['devices']} device(s)")
+        echo(f"[{mark}] {b['name']:<12} {b['status']:<12} {b['devices']} device(s)")
         if b["message"]:
-            click.echo(f"      {b['message']}")
+            echo(f"      {b['message']}")
         for key, value in sorted(b["probe"].get("details", {}).items()):
-            click.echo(f"      {key}: {value}")
+            echo(f"      {key}: {value}")
         for node in b["device_nodes"]:
             access = ("r" if node["readable"] else "-") + ("w" if node["writable"] else "-")
-            click.echo(f"      {node['path']} [{access}]")
+            echo(f"      {node['path']} [{access}]")
+    return "".join(line + "\n" for line in lines)

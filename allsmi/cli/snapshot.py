@@ -42,6 +42,10 @@ def snapshot(output_format: str | None, output: str | None, **opts: Any) -> None
       allsmi snapshot --format json | jq '.devices[] | {id, power_watts}'
       allsmi snapshot --simulate mixed --format csv -o devices.csv
     """
+    # Taken before any backend runs: a vendor library that redirects or scribbles on fd 1
+    # (amdsmi's import and init run with fd 1 pointed at a capture file, and a call that
+    # never returns would leave it there) cannot swallow the document.
+    out = OriginalStdout()
     host = HostSampler()
     host.prime()
     s = settings(**opts)
@@ -49,16 +53,75 @@ def snapshot(output_format: str | None, output: str | None, **opts: Any) -> None
         output_format = "table" if (output is None and stdout_is_terminal()) else "json"
     collector = build_collector(s)
     collector.host = host
+    code = 0
     try:
+        # collect_once() returns within the backend timeout whatever a backend does
+        # (a hung one is reported as ``timeout``); the document is written before the
+        # backends are closed, so closing a stuck one can never delay or lose it.
         snap = collector.collect_once()
+        text = render(snap, output_format)
+        if output:
+            from allsmi.atomic import write_atomic
+            try:
+                write_atomic(output, text)
+            except OSError as exc:
+                raise fail(f"cannot write {output}: {exc.strerror or exc}", 1) from None
+        else:
+            out.write(text)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+        raise
     finally:
-        collector.close()
-    text = render(snap, output_format)
-    if output:
-        from allsmi.atomic import write_atomic
+        clean = collector.close_within(CLOSE_GRACE_SECONDS)
+        if not clean:
+            leave_now(code, collector.stuck)
+
+
+#: How long closing waits for each backend (twice: before and after aborting its call).
+CLOSE_GRACE_SECONDS = 1.0
+
+
+def leave_now(code: int, stuck: list[str]) -> None:
+    """Exit at once, without waiting for threads stuck in a vendor library.
+
+    A ctypes call into a C library (amdsmi, NVML) cannot be interrupted. A daemon thread
+    stuck in one would not stop Python from exiting by itself, but the exit path would
+    still call into the same library (NVML's ``nvmlShutdown`` at exit, ``atexit``
+    handlers, the import lock, stdio flushing with fd 1 redirected by that thread) and
+    can hang behind the stuck call for ever. The document is already written, so flush
+    what we own and leave with ``os._exit``.
+    """
+    import os
+    import sys
+    click.echo(f"allsmi: backend(s) {', '.join(stuck)} stuck in a vendor call; "
+               "exiting without waiting for them", err=True)
+    for stream in (sys.stdout, sys.stderr):
         try:
-            write_atomic(output, text)
-        except OSError as exc:
-            raise fail(f"cannot write {output}: {exc.strerror or exc}", 1) from None
-    else:
-        click.echo(text, nl=False)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+class OriginalStdout:
+    """The process's stdout as it was when the command started (a private dup of fd 1)."""
+
+    def __init__(self) -> None:
+        import os
+        try:
+            self._fd: int | None = os.dup(1)
+        except OSError:
+            self._fd = None
+
+    def write(self, text: str) -> None:
+        import os
+        import sys
+        if self._fd is None:
+            click.echo(text, nl=False)
+            return
+        sys.stdout.flush()
+        data = text.encode("utf-8")
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]

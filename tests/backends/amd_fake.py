@@ -35,6 +35,8 @@ import importlib.util
 import itertools
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -88,15 +90,37 @@ class _EntryPoint:
         self.argtypes: Any = None
 
     def __call__(self, *args: Any) -> int:
-        self.library.calls.append(self.name)
-        return self.library.dispatch(self.name, args)
+        library = self.library
+        library.calls.append(self.name)
+        if self.name in library.hang:
+            library.hung.set()
+            library.release.wait()  # a C call that does not return (until released)
+        elif library.latency_s and self.name not in _INSTANT:
+            time.sleep(library.latency_s)
+        return library.dispatch(self.name, args)
+
+
+#: Entry points the latency leaves alone (amdsmi's import binds nothing slow; errors are text).
+_INSTANT = frozenset({"amdsmi_status_code_to_string"})
 
 
 class FakeLibrary:
-    """Plays ``libamd_smi.so`` for one machine described by a fixture dict."""
+    """Plays ``libamd_smi.so`` for one machine described by a fixture dict.
 
-    def __init__(self, machine: dict[str, Any]) -> None:
+    ``latency_s``: seconds every entry point takes (a slow library);
+    ``hang``: entry points that never return until :attr:`release` is set
+    (:attr:`hung` is set when one is entered). Both may also be given in the
+    machine dict under ``"fake"`` (``{"latency_s": 1, "hang": ["amdsmi_get_gpu_activity"]}``).
+    """
+
+    def __init__(self, machine: dict[str, Any], *, latency_s: float | None = None,
+                 hang: set[str] | frozenset[str] | None = None) -> None:
         self.machine = copy.deepcopy(machine)
+        knobs = self.machine.pop("fake", {})
+        self.latency_s = float(knobs.get("latency_s", 0.0) if latency_s is None else latency_s)
+        self.hang = frozenset(knobs.get("hang", ()) if hang is None else hang)
+        self.hung = threading.Event()
+        self.release = threading.Event()
         self.calls: list[str] = []
         self.module: ModuleType | None = None
         self._keep_alive: list[Any] = []
