@@ -35,6 +35,9 @@ from allsmi import units
 from allsmi.fields import BY_FIELD
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
+from ._rebellions_cells import int_cell, npu_key, text_of
+from ._rebellions_procs import LookupNodes, LookupUser, attribute_contexts
+
 #: Card names the vendor documents, and the product each belongs to
 #: (docs.rbln.ai support matrix: CA02 is ATOM, CA12/CA22 ATOM+, CA25 ATOM Max).
 PRODUCTS: dict[str, str] = {
@@ -53,14 +56,9 @@ _VIRTUAL_FUNCTION_IDS = frozenset({"0x1221"})
 #: ``pstate`` P12 is the vendor's "system abort" (hung device) state.
 _FAULT_PSTATES = frozenset({"P12"})
 
-#: Largest pid any supported OS hands out (Linux caps pid_max at 2**22).
-_MAX_PID = 2**31 - 1
-
 _KERNEL_NAME = re.compile(r"^rbln(\d+)$")
 _PREVIEW_CHARS = 120
 
-LookupUser = Callable[[int], "str | None"]
-LookupNodes = Callable[[int], "frozenset[str] | None"]
 
 
 class ReportError(ValueError):
@@ -118,35 +116,6 @@ def _decode_embedded(text: str, notes: list[str]) -> Any:
     ignored = start + len(text[end:].strip())
     notes.append(f"ignored {ignored} characters of non-JSON text around the tool's JSON")
     return data
-
-
-def _text(value: object) -> str | None:
-    """A non-empty string from a string or integer cell; ``None`` for N/A and other types."""
-    if isinstance(value, bool) or units.is_missing(value):
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return value.strip()
-    return None
-
-
-def _npu_key(value: object) -> int | str | None:
-    """``npu`` is an int since SDK 2.0 and a string ("0") before; compare them as ints."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = _text(value)
-    if text is None:
-        return None
-    return int(text) if text.isdecimal() else text
-
-
-def _int_cell(value: object) -> int | None:
-    """An integer from ``5`` or ``"5"``; ``None`` for anything else (no rounding of "5.7")."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = _text(value)
-    return int(text) if text is not None and text.isdecimal() else None
 
 
 @dataclass
@@ -228,9 +197,9 @@ def _parse_row(row: object, position: int, report_driver: str | None,
         warnings.append(f"device row {position}: not an object ({_preview(repr(row))}); skipped")
         return None
     pci = row.get("pci") if isinstance(row.get("pci"), dict) else {}
-    uuid = _text(row.get("uuid"))
-    kernel_name = _text(row.get("device"))
-    bus_id = _text(pci.get("bus_id")) or _text(row.get("bus_id"))
+    uuid = text_of(row.get("uuid"))
+    kernel_name = text_of(row.get("device"))
+    bus_id = text_of(pci.get("bus_id")) or text_of(row.get("bus_id"))
     if uuid:
         device_id = uuid
     elif bus_id:
@@ -243,9 +212,9 @@ def _parse_row(row: object, position: int, report_driver: str | None,
     label = kernel_name or uuid or bus_id or f"device row {position}"
     cells = _Cells(label, warnings)
     match = _KERNEL_NAME.match(kernel_name or "")
-    model = _text(row.get("name"))
-    status = _text(row.get("status"))
-    pstate = _text(row.get("pstate"))
+    model = text_of(row.get("name"))
+    status = text_of(row.get("status"))
+    pstate = text_of(row.get("pstate"))
 
     health = "unknown" if status is None else ("ok" if status.lower() == "normal" else "degraded")
     if pstate is not None and pstate.upper() in _FAULT_PSTATES:
@@ -276,142 +245,35 @@ def _parse_row(row: object, position: int, report_driver: str | None,
         used = None
 
     details: dict[str, DetailValue] = {}
-    sid = _text(row.get("sid"))
-    pci_dev = _text(pci.get("dev"))
+    sid = text_of(row.get("sid"))
+    pci_dev = text_of(pci.get("dev"))
     candidates: dict[str, DetailValue] = {
         "sid": sid,
         "device": kernel_name,
-        "npu": _npu_key(row.get("npu")),
+        "npu": npu_key(row.get("npu")),
         "product": PRODUCTS.get((model or "").upper()),
         "status": status,
         "pstate": pstate,
         "pci_device_id": pci_dev,
         "virtual_function": (pci_dev.lower() in _VIRTUAL_FUNCTION_IDS) if pci_dev else None,
-        "pci_link_speed": _text(pci.get("link_speed")),
-        "pci_link_width": _int_cell(pci.get("link_width")),
-        "numa_node": _int_cell(pci.get("numa_node")),
-        "board_info": _text(row.get("board_info")),
-        "location": _int_cell(row.get("location")),
-        "group_id": _text(row.get("group_id")),
+        "pci_link_speed": text_of(pci.get("link_speed")),
+        "pci_link_width": int_cell(pci.get("link_width")),
+        "numa_node": int_cell(pci.get("numa_node")),
+        "board_info": text_of(row.get("board_info")),
+        "location": int_cell(row.get("location")),
+        "group_id": text_of(row.get("group_id")),
     }
     details.update({k: v for k, v in candidates.items() if v is not None})
 
     return _Die(
         position=position, id=device_id, label=label, uuid=uuid, sid=sid,
         kernel_name=kernel_name, index=int(match.group(1)) if match else None,
-        npu=_npu_key(row.get("npu")), model=model, bus_id=bus_id,
-        driver_version=_text(row.get("driver_version")) or report_driver,
-        firmware_version=_text(row.get("fw_ver")), health=health,
+        npu=npu_key(row.get("npu")), model=model, bus_id=bus_id,
+        driver_version=text_of(row.get("driver_version")) or report_driver,
+        firmware_version=text_of(row.get("fw_ver")), health=health,
         utilization_percent=utilization, memory_used_bytes=used, memory_total_bytes=total,
         temperature_celsius=temperature, power_watts=power, power_limit_watts=power_limit,
         details=details)
-
-
-@dataclass
-class _ProcessTotal:
-    """Contexts of one pid on one die, summed (one process may hold several)."""
-
-    command: str | None = None
-    memory_bytes: int = 0
-    memory_known: bool = True
-
-
-def _attribute_contexts(contexts: object, dies: list[_Die], lookup_user: LookupUser,
-                        lookup_nodes: LookupNodes, warnings: list[str]) -> None:
-    """Attach each context's process to its die, summing memory per (pid, die).
-
-    A context names its device only by ``npu``, which repeats across cards
-    (and across the dies of ATOM Max). It is attributed only when that is
-    unambiguous: a ``device``/``uuid`` key if a tool version prints one, else
-    the single die with that ``npu``, else the single candidate whose
-    ``/dev/rblnN`` node the (local) process holds open. Anything else is left
-    unattributed, with a warning, rather than guessed.
-    """
-    if contexts is None:
-        return
-    if not isinstance(contexts, list):
-        warnings.append(f"'contexts' is {type(contexts).__name__}, not a list; no processes read")
-        return
-    by_kernel = {d.kernel_name: d for d in dies if d.kernel_name}
-    by_uuid = {d.uuid: d for d in dies if d.uuid}
-    by_npu: dict[int | str, list[_Die]] = {}
-    for die in dies:
-        if die.npu is not None:
-            by_npu.setdefault(die.npu, []).append(die)
-
-    totals: dict[tuple[str, int], _ProcessTotal] = {}
-    unattributed: list[str] = []
-    nodes_cache: dict[int, frozenset[str] | None] = {}
-    for position, ctx in enumerate(contexts):
-        label = f"context row {position}"
-        if not isinstance(ctx, dict):
-            warnings.append(f"{label}: not an object ({_preview(repr(ctx))}); skipped")
-            continue
-        pid = _int_cell(ctx.get("pid"))
-        if pid is None or not 0 < pid <= _MAX_PID:
-            warnings.append(f"{label}: unreadable pid {ctx.get('pid')!r}; skipped")
-            continue
-        label = f"context row {position} (pid {pid})"
-        raw_memory = ctx.get("memalloc", ctx.get("memory"))
-        memory = units.parse_size_bytes(raw_memory)
-        if memory is not None and memory < 0:
-            memory = None
-        if memory is None and not units.is_missing(raw_memory):
-            warnings.append(f"{label}: unreadable memalloc {raw_memory!r}; memory reported as unknown")
-
-        die, why = _resolve(ctx, pid, by_kernel, by_uuid, by_npu, lookup_nodes, nodes_cache)
-        if die is None:
-            unattributed.append(f"pid {pid}: {why}")
-            continue
-        total = totals.setdefault((die.id, pid), _ProcessTotal())
-        total.command = total.command or _text(ctx.get("process")) or _text(ctx.get("cmd"))
-        if memory is None:
-            total.memory_known = False
-        else:
-            total.memory_bytes += memory
-
-    if unattributed:
-        shown = "; ".join(unattributed[:3]) + ("; ..." if len(unattributed) > 3 else "")
-        warnings.append(f"{len(unattributed)} process context(s) not attributed to a device ({shown})")
-
-    users: dict[int, str | None] = {}
-    per_die: dict[str, list[ProcessSample]] = {}
-    for (die_id, pid), total in sorted(totals.items(), key=lambda item: item[0][1]):
-        if pid not in users:
-            users[pid] = lookup_user(pid)
-        per_die.setdefault(die_id, []).append(ProcessSample(
-            pid=pid, user=users[pid], command=total.command,
-            memory_bytes=total.memory_bytes if total.memory_known else None))
-    for die in dies:
-        die.processes = tuple(per_die.get(die.id, ()))
-
-
-def _resolve(ctx: Mapping[str, Any], pid: int, by_kernel: Mapping[str, _Die],
-             by_uuid: Mapping[str, _Die], by_npu: Mapping[int | str, list[_Die]],
-             lookup_nodes: LookupNodes,
-             nodes_cache: dict[int, frozenset[str] | None]) -> tuple[_Die | None, str]:
-    kernel = _text(ctx.get("device"))
-    if kernel is not None:
-        return by_kernel.get(kernel), f"device {kernel!r} not in the device list"
-    uuid = _text(ctx.get("uuid"))
-    if uuid is not None:
-        return by_uuid.get(uuid), f"uuid {uuid!r} not in the device list"
-    npu = _npu_key(ctx.get("npu"))
-    if npu is None:
-        return None, "no npu, device or uuid"
-    candidates = by_npu.get(npu, [])
-    if len(candidates) == 1:
-        return candidates[0], ""
-    if not candidates:
-        return None, f"npu {npu!r} not in the device list"
-    if pid not in nodes_cache:
-        nodes_cache[pid] = lookup_nodes(pid)
-    nodes = nodes_cache[pid]
-    if nodes:
-        held = [d for d in candidates if d.kernel_name in nodes]
-        if len(held) == 1:
-            return held[0], ""
-    return None, f"npu {npu!r} matches {len(candidates)} devices"
 
 
 def _die_sample(die: _Die, backend: str, vendor: str, kind: str, *,
@@ -477,7 +339,7 @@ def build_samples(report: Mapping[str, Any], *, backend: str, vendor: str, kind:
     become a parent device carrying the board power once, followed by one
     child per die with its own utilization, memory, temperature and processes.
     """
-    report_driver = _text(report.get("KMD_version")) or _text(report.get("driver_version"))
+    report_driver = text_of(report.get("KMD_version")) or text_of(report.get("driver_version"))
     dies: list[_Die] = []
     seen: set[str] = set()
     for position, row in enumerate(report.get("devices") or []):
@@ -490,7 +352,7 @@ def build_samples(report: Mapping[str, Any], *, backend: str, vendor: str, kind:
         seen.add(die.id)
         dies.append(die)
 
-    _attribute_contexts(report.get("contexts"), dies, lookup_user, lookup_nodes, warnings)
+    attribute_contexts(report.get("contexts"), dies, lookup_user, lookup_nodes, warnings)
 
     sid_counts: dict[str, int] = {}
     for die in dies:

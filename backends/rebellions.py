@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
 from allsmi.backends._rebellions_parse import LookupNodes, LookupUser, ReportError, build_samples, load_report
-from allsmi.backends._rebellions_procs import process_user, rbln_nodes_opened_by
-from allsmi.backends._subprocess import (
-    DEFAULT_MAX_OUTPUT, ToolError, ToolTimeout, describe_missing, find_tool, run_tool)
+from allsmi.backends._host_procs import process_user
+from allsmi.backends._rebellions_procs import rbln_nodes_opened_by
+from allsmi.backends._subprocess import Tool, backend_errors, describe_missing, find_tool
 from allsmi.schema import DeviceSample
 
 #: Environment override: the full path of ``rbln-smi`` or ``rbln-stat``.
@@ -33,8 +33,6 @@ VENDOR_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/run/rbln/driver/
 
 #: ``-j`` is accepted by both executables (``--json`` is its long form).
 JSON_ARGS: tuple[str, ...] = ("-j",)
-
-_STDERR_TAIL = 300
 
 
 class RebellionsBackend(Backend):
@@ -115,31 +113,11 @@ class RebellionsBackend(Backend):
         return None
 
     def _read_report(self, warnings: list[str]) -> dict[str, Any]:
+        """The tool's report; any failure of the run (status, signal, timeout, cap, output) raises."""
         assert self._tool is not None
-        tool = os.path.basename(self._tool)
-        command = " ".join((tool, *JSON_ARGS))
-        try:
-            result = run_tool([self._tool, *JSON_ARGS], timeout=self.timeout_seconds)
-        except ToolTimeout as exc:
-            raise BackendError(f"{exc}; killed it") from exc
-        except ToolError as exc:
-            raise BackendError(str(exc)) from exc
-        if result.truncated:
-            raise BackendError(f"{command} printed more than {DEFAULT_MAX_OUTPUT} bytes; output discarded")
-        stderr = " ".join(result.stderr.split())[-_STDERR_TAIL:]
-        try:
-            report, notes = load_report(result.stdout, command)
-        except ReportError as exc:
-            if result.returncode != 0:
-                raise BackendError(f"{command} {_exit_text(result.returncode)} without usable JSON: "
-                                   f"{stderr or exc}") from exc
-            raise BackendError(str(exc)) from exc
+        tool = Tool(self._tool, self.timeout_seconds)
+        with backend_errors():
+            result = tool.run(*JSON_ARGS)
+            report, notes = tool.parse(result, lambda text: load_report(text, tool.command(JSON_ARGS)))
         warnings.extend(notes)
-        if result.returncode != 0:
-            warnings.append(f"{command} {_exit_text(result.returncode)} but printed usable JSON"
-                            + (f": {stderr}" if stderr else ""))
         return report
-
-
-def _exit_text(returncode: int) -> str:
-    return f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"

@@ -93,6 +93,28 @@ def test_process_memory_is_summed_per_pid_and_device(env: ScenarioEnv) -> None:
     assert devices["rbln3"].processes == ()
 
 
+def test_four_jobs_with_repeated_npu_are_all_attributed(env: ScenarioEnv) -> None:
+    # Under load the tool numbers npu per job (0 repeats on four cards); every process must
+    # still reach every card it uses, with its memory in bytes (was: 1 of 4 processes).
+    backend = backend_for(env, "rbln-smi-kmd3.0-ca22x8-four-jobs.json")
+    devices = {d.details["device"]: d for d in _run(backend)}
+    placed = {name: [(p.pid, p.command, p.memory_bytes) for p in dev.processes or ()]
+              for name, dev in devices.items()}
+    assert placed == {
+        "rbln0": [(31001, "python", 72 * MIB)],
+        "rbln1": [(64004, "python3", 54 * MIB)],
+        "rbln2": [(42002, "VLLM::EngineCore", int(3.5 * GIB) + 58 * MIB)],
+        "rbln3": [(42002, "VLLM::EngineCore", int(3.5 * GIB))],
+        "rbln4": [],
+        "rbln5": [(53003, "python3", 1503238554)],
+        "rbln6": [(42002, "VLLM::EngineCore", int(3.5 * GIB))],
+        "rbln7": [(42002, "VLLM::EngineCore", int(3.5 * GIB))],
+    }
+    assert backend.warnings == []
+    for dev in devices.values():  # the listing agrees with the cards' own memory counters
+        assert sum(p.memory_bytes for p in dev.processes) == dev.memory_used_bytes
+
+
 def test_process_user_comes_from_the_local_lookup(env: ScenarioEnv) -> None:
     backend = backend_for(env, LOADED)
     backend._lookup_user = {2733390: "alice"}.get  # type: ignore[assignment]
@@ -261,16 +283,20 @@ def test_nonzero_exit_without_json_is_a_backend_error(env: ScenarioEnv) -> None:
     assert "Permission denied" in str(info.value)
 
 
-def test_nonzero_exit_with_usable_json_keeps_devices_and_warns(env: ScenarioEnv) -> None:
-    backend = backend_for(env, LOADED, exit_code=3, stderr="warning: rbln3 telemetry stale\n")
-    assert len(_run(backend)) == 4
-    assert any("exited with status 3" in w and "telemetry stale" in w for w in backend.warnings)
-
-
-def test_tool_killed_by_a_signal_is_a_backend_error(env: ScenarioEnv) -> None:
-    backend = backend_for(env, None, die=True)
-    with pytest.raises(BackendError, match="killed by signal 9"):
+def test_nonzero_exit_is_an_error_even_with_json(env: ScenarioEnv) -> None:
+    # A tool that says it failed has failed: its JSON may be stale or partial.
+    backend = backend_for(env, LOADED, exit_code=3, stderr="error: rbln3 telemetry stale\nmore\n")
+    with pytest.raises(BackendError) as info:
         backend.open()
+    assert str(info.value) == "rbln-smi -j exited with status 3: error: rbln3 telemetry stale"
+
+
+@pytest.mark.parametrize(("die", "shown"), [(True, "SIGKILL (9)"), ("SIGSEGV", "SIGSEGV (11)")])
+def test_tool_killed_by_a_signal_is_a_backend_error(env: ScenarioEnv, die: object, shown: str) -> None:
+    backend = backend_for(env, LOADED, die=die, stderr="Segmentation fault in librbln\n")
+    with pytest.raises(BackendError) as info:
+        backend.open()
+    assert str(info.value) == f"rbln-smi -j was killed by signal {shown}: Segmentation fault in librbln"
 
 
 def test_hung_tool_times_out_and_is_killed(env: ScenarioEnv) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from allsmi.backends._rebellions_parse import ReportError, build_samples, card_id, load_report
-from allsmi.backends._rebellions_procs import process_user, rbln_nodes_opened_by
+from allsmi.backends._host_procs import process_user
+from allsmi.backends._rebellions_procs import rbln_nodes_opened_by
 from allsmi.schema import DeviceSample
 from allsmi.units import GIB, MIB
 from tests.contract.scenarios_rebellions import RBLN_FIXTURES

@@ -80,6 +80,8 @@ SCENARIOS: list[Scenario] = [
              lambda env: backend_for(env, "rbln-smi-kmd3.0-ca25x2-atom-max.json"), 10),
     Scenario("atom-plus-8-cards-repeated-npu",
              lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-shared-npu.json"), 8),
+    Scenario("atom-plus-8-cards-four-jobs",
+             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-four-jobs.json"), 8),
     Scenario("atom-plus-na-cells",
              lambda env: backend_for(env, "rbln-smi-kmd2.0-ca12x2-na-cells.json"), 2),
     # 6 rows: a string, a row without identity and a duplicate are skipped.
@@ -89,7 +91,4 @@ SCENARIOS: list[Scenario] = [
              lambda env: backend_for(env, "rbln-smi-malformed-process-row.json"), 2),
     Scenario("numeric-values-variant",
              lambda env: backend_for(env, "rbln-smi-numeric-values.json"), 1),
-    Scenario("non-zero-exit-with-usable-json",
-             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x4-loaded.json", exit_code=3,
-                                     stderr="warning: rbln3 telemetry stale\n"), 4),
 ]
