@@ -29,7 +29,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from allsmi import units
 from allsmi.fields import BY_FIELD

@@ -15,7 +15,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
-from allsmi.backends._rebellions_parse import LookupNodes, LookupUser, ReportError, build_samples, load_report
+from allsmi.backends._rebellions_parse import LookupNodes, LookupUser, build_samples, load_report
 from allsmi.backends._host_procs import process_user
 from allsmi.backends._rebellions_procs import rbln_nodes_opened_by
 from allsmi.backends._subprocess import Tool, backend_errors, describe_missing, find_tool
