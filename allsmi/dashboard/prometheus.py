@@ -24,18 +24,17 @@ import datetime as dt
 import json
 import math
 import re
-import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Sequence
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
 
+from .fetch import HttpError
+from .fetch import get as http_get
 from .model import Totals
 from .promsummary import GROUPINGS, fleet_totals, recorded_totals
 from .sources import Clock, HostState
@@ -51,8 +50,10 @@ VALUE_METRICS: dict[str, tuple[str, float]] = {
     ENERGY_FIELD.metric: (ENERGY_FIELD.field, ENERGY_FIELD.scale),
 }
 _INT_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
+_RANGES = {m.field: (m.minimum, m.maximum) for m in (*MEASUREMENTS, ENERGY_FIELD)}
 _NOT_GROUP_LABELS = {"__name__", "instance", "job", "resource_group"}
 MAX_BODY_BYTES = 256 * 1024 * 1024
+"""Largest query answer read (a device query of a fleet within the device budget)."""
 #: Up to this many devices in the fleet, every host's devices are fetched on each refresh.
 DEFAULT_DEVICE_BUDGET = 4096
 
@@ -90,46 +91,62 @@ def device_queries(instances: Iterable[str] | None = None) -> list[str]:
 
 
 def make_query(url: str) -> Query:
-    """An instant-query function for the Prometheus at ``url`` (direct, no proxy)."""
+    """An instant-query function for the Prometheus at ``url`` (direct, no proxy, no redirects,
+    the whole answer within the timeout)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"invalid Prometheus URL {url!r} (expected http://host:port)")
     base = url.rstrip("/")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    headers = {"Accept": "application/json", "Accept-Encoding": "gzip", "User-Agent": "allsmi-view"}
 
     def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
-        request = urllib.request.Request(
-            f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}",
-            headers={"Accept": "application/json", "User-Agent": "allsmi-view"})
         try:
-            with opener.open(request, timeout=timeout) as response:
-                body = response.read(MAX_BODY_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise PrometheusError(f"HTTP {exc.code} from Prometheus") from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise PrometheusError(f"Prometheus timed out after {timeout:g} s") from None
-            raise PrometheusError(f"cannot reach Prometheus: {getattr(reason, 'strerror', None) or reason}") \
-                from None
-        except (socket.timeout, TimeoutError):
-            raise PrometheusError(f"Prometheus timed out after {timeout:g} s") from None
-        except OSError as exc:
-            raise PrometheusError(f"cannot reach Prometheus: {exc.strerror or exc}") from None
+            answer = http_get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}",
+                              headers=headers, timeout=timeout, max_bytes=MAX_BODY_BYTES)
+        except HttpError as exc:
+            text = str(exc)
+            raise PrometheusError(f"Prometheus {text}" if text.startswith("timed out")
+                                  else f"cannot reach Prometheus: {text}") from None
         try:
-            doc = json.loads(body)
-        except ValueError:
+            doc = json.loads(answer.body)
+        except (ValueError, RecursionError):
+            if answer.status != 200:
+                raise PrometheusError(f"HTTP {answer.status} from Prometheus") from None
             raise PrometheusError("Prometheus answered with something that is not JSON") from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise PrometheusError(f"query failed: {doc.get('error', 'unknown error') if isinstance(doc, dict) else doc!r}")
-        data = doc.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise PrometheusError(f"expected a vector, got {data.get('resultType')!r}")
-        result = list(data.get("result") or [])
-        evaluated = max((_time(s) for s in result), default=time.time())
-        return evaluated, result
+        return answer_vector(doc, answer.status)
 
     return query
+
+
+def answer_vector(doc: Any, status: int = 200) -> tuple[float, list[dict[str, Any]]]:
+    """(evaluation time, samples) from an instant-query answer; :class:`PrometheusError` for any
+    other shape (an error, a matrix, ``data`` that is not an object, samples that are not objects)."""
+    if not isinstance(doc, dict):
+        raise PrometheusError("Prometheus answer is not a JSON object")
+    if doc.get("status") != "success":
+        error = doc.get("error")
+        reason = error if isinstance(error, str) and error else f"HTTP {status}"
+        raise PrometheusError(f"query failed: {reason[:200]}")
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise PrometheusError(f"unexpected Prometheus answer: 'data' is a {type(data).__name__}, not an object")
+    if data.get("resultType") != "vector":
+        kind = data.get("resultType")
+        raise PrometheusError(f"expected a vector, got {str(kind)[:40]!r}")
+    result = data.get("result")
+    if result is None:
+        result = []
+    if not isinstance(result, list):
+        raise PrometheusError("unexpected Prometheus answer: 'result' is not a list")
+    samples = [s for s in result if isinstance(s, dict) and isinstance(s.get("metric", {}), dict)]
+    if len(samples) != len(result):
+        raise PrometheusError("unexpected Prometheus answer: a sample is not an object with labels")
+    for sample in samples:
+        metric = sample.setdefault("metric", {})
+        if not all(isinstance(v, str) for v in metric.values()):
+            raise PrometheusError("unexpected Prometheus answer: a label value is not a string")
+    evaluated = max((t for s in samples if math.isfinite(t := _time(s))), default=time.time())
+    return evaluated, samples
 
 
 def _time(sample: dict[str, Any]) -> float:
@@ -203,6 +220,9 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
         elif name in VALUE_METRICS:
             field, scale = VALUE_METRICS[name]
             number = value / scale
+            low, high = _RANGES[field]
+            if (low is not None and number < low) or (high is not None and number > high):
+                continue  # not a plausible reading: unknown, as the snapshot parser does
             fields[field] = int(round(number)) if field in _INT_FIELDS else number
     out: dict[str, Snapshot] = {}
     for instance, by_uuid in devices.items():
@@ -217,6 +237,21 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
         out[instance] = Snapshot(timestamp=dt.datetime.fromtimestamp(when, dt.timezone.utc),
                                  host=HostSample(hostname=instance), devices=tuple(samples))
     return out
+
+
+def _spawn(fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+    """``fn(*args)`` in a daemon thread (never joined at exit, unlike an executor's threads, so
+    a slow Prometheus cannot keep the process alive after the dashboard quit)."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever waits on the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True, name="allsmi-promql").start()
+    return future
 
 
 class PrometheusSource:
@@ -244,7 +279,6 @@ class PrometheusSource:
         self._totals: dict[str, dict[str, Totals]] = {}
         self.detailed = True
         """Whether the last refresh fetched every host's devices (the fleet fits the budget)."""
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="allsmi-promql")
 
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
@@ -270,15 +304,15 @@ class PrometheusSource:
             return
         asked = self.clock()
         try:
-            stamps_f = self._pool.submit(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
-            ups_f = self._pool.submit(self._query, "up", self.timeout)
+            stamps_f = _spawn(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
+            ups_f = _spawn(self._query, "up", self.timeout)
             _, counts = self._query(f"count by (instance) ({DEVICE_INFO})", self.timeout)
             fleet_devices = sum(v for s in counts if isinstance(s, dict) and (v := _value(s)) is not None)
             everyone = fleet_devices <= self.device_budget
             totals: dict[str, dict[str, Totals]] = {}
             if not everyone:  # a large fleet: Prometheus computes what the overview shows
                 totals = recorded_totals(self._query, self.timeout)  # the shipped rules, if loaded
-                futures = {by: self._pool.submit(fleet_totals, self._query, by, self.timeout)
+                futures = {by: _spawn(fleet_totals, self._query, by, self.timeout)
                            for by in GROUPINGS if by not in totals}
                 totals.update({by: future.result() for by, future in futures.items()})
             with self._lock:
@@ -297,14 +331,17 @@ class PrometheusSource:
             _, ups = ups_f.result()
             if cancelled():
                 return
+            scraped = {s.get("metric", {}).get("instance", ""): v for s in stamps
+                       if isinstance(s, dict) and (v := _value(s)) is not None}
+            down = {s.get("metric", {}).get("instance", "") for s in ups
+                    if isinstance(s, dict) and _value(s) == 0}
+            snapshots = build_snapshots(series, evaluated, scraped)
         except PrometheusError as exc:
             self._fail(str(exc))
             return
-        scraped = {s.get("metric", {}).get("instance", ""): v for s in stamps
-                   if isinstance(s, dict) and (v := _value(s)) is not None}
-        down = {s.get("metric", {}).get("instance", "") for s in ups
-                if isinstance(s, dict) and _value(s) == 0}
-        snapshots = build_snapshots(series, evaluated, scraped)
+        except Exception as exc:  # an answer of a shape nobody expected: still this source's failure
+            self._fail(f"unexpected Prometheus answer ({type(exc).__name__}: {exc})"[:300])
+            return
         with self._lock:
             self._error, self._failures, self._retry_at = None, 0, None
             self.detailed = everyone
@@ -342,5 +379,4 @@ class PrometheusSource:
         return []
 
     def close(self) -> None:
-        """Stop the query threads (nothing else is held between queries)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing to release: queries run in daemon threads, each bounded by the timeout."""
