@@ -30,8 +30,9 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model", "kind",
                              "backend", "bus_id", "pid", "user", "command", "version",
                              "instance", "job", "le", "quantile"})
-#: Tables owned by consumers; each validates its own keys through :meth:`Config.section`.
-CONSUMER_SECTIONS = ("serve", "dashboard", "ledger", "export")
+#: Tables owned by consumers (and by allsmi.attribution); each validates its own keys through
+#: :meth:`Config.section`.
+CONSUMER_SECTIONS = ("serve", "dashboard", "ledger", "export", "attribution")
 
 
 class ConfigError(Exception):

@@ -1,0 +1,141 @@
+"""Slurm job id, Kubernetes pod uid and container id from a process's cgroup.
+
+``/proc/<pid>/cgroup`` has one line per hierarchy, ``ID:CONTROLLERS:PATH``;
+cgroup v2 has a single ``0::PATH`` line, v1 one line per controller. The
+layouts recognized (v1 and v2 alike, anywhere in the path):
+
+* Slurm: ``/slurm/uid_1000/job_1234/step_0/task_0`` (v1),
+  ``/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0`` (v2);
+* kubepods, cgroupfs driver: ``/kubepods/burstable/pod<uid>/<container id>``;
+* kubepods, systemd driver: ``/kubepods.slice/kubepods-besteffort.slice/
+  kubepods-besteffort-pod<uid with _>.slice/cri-containerd-<id>.scope``
+  (also ``crio-``, ``docker-``, ``containerd-``);
+* plain containers: ``/docker/<id>``, ``docker-<id>.scope``;
+* plain systemd (``user.slice``, ``system.slice/x.service``): nothing to say.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from allsmi.schema import DeviceSample
+
+from .model import ProcessAttribution, SourceResult, SourceUnavailable, Workload
+from .runner import AttributionSource
+
+#: A cgroup file is a few lines; more than this is not one.
+MAX_CGROUP_BYTES = 64 * 1024
+
+_JOB = re.compile(r"/job_(\d+)(?=/|$)")
+_POD_FS = re.compile(r"/kubepods(?:/[a-z-]+)?/pod([0-9a-fA-F-]{8,})(?=/|$)")
+_POD_SYSTEMD = re.compile(r"kubepods(?:-[a-z]+)?-pod([0-9a-fA-F_]{8,})\.slice")
+_CONTAINER_SCOPE = re.compile(r"(?:cri-containerd|containerd|crio|docker|cri-o|libpod)-([0-9a-f]{12,})\.scope")
+_CONTAINER_DIR = re.compile(r"^[0-9a-f]{64}$")
+#: v1 controllers read first (the same path appears under each; any one names the job).
+_PREFERRED = ("memory", "pids", "devices", "cpu", "cpuacct", "name=systemd", "freezer")
+
+
+def _paths(text: str) -> list[str]:
+    """The cgroup paths of a ``/proc/<pid>/cgroup`` text, the most telling first."""
+    v2: list[str] = []
+    ranked: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _hier, controllers, path = parts
+        if not path.startswith("/"):
+            continue
+        if controllers == "":
+            v2.append(path)
+            continue
+        names = controllers.split(",")
+        rank = min((_PREFERRED.index(n) for n in names if n in _PREFERRED), default=len(_PREFERRED))
+        ranked.append((rank, path))
+    ranked.sort(key=lambda item: item[0])
+    return v2 + [path for _rank, path in ranked]
+
+
+def parse_cgroup(text: str) -> ProcessAttribution:
+    """What a ``/proc/<pid>/cgroup`` text says (fields ``None`` where it says nothing)."""
+    job_id = pod_uid = container_id = None
+    for path in _paths(text):
+        if job_id is None and "slurm" in path:
+            match = _JOB.search(path)
+            if match:
+                job_id = match.group(1)
+        if pod_uid is None:
+            match = _POD_SYSTEMD.search(path)
+            if match:
+                pod_uid = match.group(1).replace("_", "-").lower()
+            else:
+                match = _POD_FS.search(path)
+                if match:
+                    pod_uid = match.group(1).lower()
+        if container_id is None:
+            match = _CONTAINER_SCOPE.search(path)
+            if match:
+                container_id = match.group(1)
+            else:
+                last = path.rstrip("/").rsplit("/", 1)[-1]
+                if _CONTAINER_DIR.match(last) and ("kubepods" in path or "/docker/" in path):
+                    container_id = last
+    return ProcessAttribution(job_id, pod_uid, container_id)
+
+
+def read_process(proc_root: Path, pid: int) -> ProcessAttribution | None:
+    """The cgroup facts of ``pid`` under ``proc_root``; ``None`` when the process is gone.
+
+    Raises ``OSError`` for other failures (permission denied).
+    """
+    try:
+        fd = os.open(proc_root / str(pid) / "cgroup", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        data = os.read(fd, MAX_CGROUP_BYTES)
+    finally:
+        os.close(fd)
+    return parse_cgroup(data.decode("utf-8", "replace"))
+
+
+class CgroupSource(AttributionSource):
+    """Reads the cgroup of every process on every device (``/proc`` or a fixture tree)."""
+
+    name = "cgroup"
+
+    def __init__(self, proc_root: Path | str = "/proc") -> None:
+        self.proc_root = Path(proc_root)
+
+    def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
+        if not self.proc_root.is_dir():
+            raise SourceUnavailable(f"{self.proc_root} not found")
+        processes: dict[int, ProcessAttribution] = {}
+        failed: dict[int, str] = {}
+        seen: dict[int, ProcessAttribution | None] = {}
+        workloads: dict[str, tuple[Workload, ...]] = {}
+        for dev in devices:
+            found: dict[str, Workload] = {}
+            for proc in dev.processes or ():
+                if proc.pid not in seen:
+                    try:
+                        seen[proc.pid] = read_process(self.proc_root, proc.pid)
+                    except (OSError, ValueError) as exc:
+                        seen[proc.pid] = None
+                        failed[proc.pid] = getattr(exc, "strerror", None) or str(exc)
+                info = seen[proc.pid]
+                if not info:
+                    continue
+                processes[proc.pid] = info
+                if info.job_id and info.job_id not in found:
+                    found[info.job_id] = Workload("cgroup", job_id=info.job_id, user=proc.user)
+            if found:
+                workloads[dev.id] = tuple(found.values())
+        message = ""
+        if failed:
+            shown = ", ".join(f"{pid} ({why})" for pid, why in sorted(failed.items())[:5])
+            message = f"cannot read the cgroup of {len(failed)} process(es): {shown}"
+        return SourceResult(workloads, processes, message)

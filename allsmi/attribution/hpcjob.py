@@ -1,0 +1,109 @@
+"""Batch jobs from a job-mapping directory, compatible with dcgm-exporter's HPC job mapping.
+
+A scheduler's prolog writes one file per device it gives a job, named after
+the device, holding the ids of the jobs using it, one per line; the epilog
+removes the id (or the file). A file may be named by the device's uuid, its
+PCI bus id, ``<backend or vendor><index>`` (``amd3``, ``gaudi0``), or, as
+dcgm-exporter names them, a bare NVIDIA index (``3``) or ``N.M`` for the MIG
+instance with GPU instance id ``M`` on GPU ``N``. ``contrib/slurm/`` ships a
+prolog and an epilog that do this for Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Sequence
+
+from allsmi.schema import DeviceSample
+
+from .matching import DeviceIndex
+from .model import SourceError, SourceResult, SourceUnavailable, Workload
+from .runner import AttributionSource
+
+#: More files than this in the directory is not a job mapping.
+MAX_FILES = 4096
+#: A job file lists a few ids; more than this is not one.
+MAX_FILE_BYTES = 64 * 1024
+#: Job ids as schedulers write them: 1234, 1234_7 (array), 1234+0 (heterogeneous), names.
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,127}$")
+
+
+def read_job_file(path: Path) -> tuple[list[str], int]:
+    """(job ids, lines that are not job ids) of one mapping file. Raises ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name}: not a regular file")
+        data = os.read(fd, MAX_FILE_BYTES)
+    finally:
+        os.close(fd)
+    jobs: list[str] = []
+    bad = 0
+    for line in data.decode("utf-8", "replace").splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        if _JOB_ID.match(text):
+            if text not in jobs:
+                jobs.append(text)
+        else:
+            bad += 1
+    return jobs, bad
+
+
+class HpcJobSource(AttributionSource):
+    """Reads the job-mapping directory once per snapshot."""
+
+    name = "hpc-job"
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+
+    def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
+        try:
+            entries = []
+            with os.scandir(self.directory) as it:
+                for entry in it:
+                    if entry.name.startswith("."):
+                        continue  # editors' and atomic writers' temporary files
+                    entries.append(entry.name)
+                    if len(entries) > MAX_FILES:
+                        raise SourceError(f"{self.directory}: more than {MAX_FILES} files; "
+                                          "not a job-mapping directory")
+        except FileNotFoundError:
+            raise SourceUnavailable(f"{self.directory} not found") from None
+        except NotADirectoryError:
+            raise SourceError(f"{self.directory} is not a directory") from None
+        except PermissionError as exc:
+            raise SourceError(f"{self.directory}: {exc.strerror}") from None
+        index = DeviceIndex(devices)
+        found: dict[str, dict[str, Workload]] = {}
+        unmatched: list[str] = []
+        problems: list[str] = []
+        for name in sorted(entries):
+            try:
+                jobs, bad = read_job_file(self.directory / name)
+            except FileNotFoundError:
+                continue  # removed by an epilog between the listing and the read
+            except OSError as exc:
+                problems.append(f"{name}: {exc.strerror or exc}")
+                continue
+            if bad:
+                problems.append(f"{name}: {bad} line(s) that are not job ids")
+            targets = index.match_hpc_name(name)
+            if not targets:
+                unmatched.append(name)
+                continue
+            for dev in targets:
+                slot = found.setdefault(dev.id, {})
+                for job in jobs:
+                    slot.setdefault(job, Workload("hpc-job", job_id=job))
+        messages = []
+        if unmatched:
+            messages.append(f"{len(unmatched)} file(s) name no device: {', '.join(unmatched[:5])}")
+        messages.extend(problems[:5])
+        return SourceResult({dev: tuple(jobs.values()) for dev, jobs in found.items()}, {},
+                            "; ".join(messages))

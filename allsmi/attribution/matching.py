@@ -1,0 +1,201 @@
+"""Which allsmi device an id written by someone else names.
+
+Device plugins, schedulers and job-mapping files name devices in their own
+ways: a uuid (``GPU-...``, ``MIG-...``, an AMD or NPU uuid), a PCI bus id in
+any domain width (``0000:c1:00.0``, ``00000000:C1:00.0``), an index
+(``3``), a MIG instance by GPU index and instance (``7:1``, ``7.1``), a
+device node name or path (``nvidia3``, ``rbln0``, ``/dev/tenstorrent/1``), a
+board serial, or one of these with a suffix (the NVIDIA plugin's time-slicing
+replicas ``GPU-...::2``; a partition ``<uuid>_cores_0-3``). :class:`DeviceIndex`
+is built once per cycle from the snapshot's devices and answers all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from allsmi.schema import DeviceSample
+
+_BUS = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+_PAIR = re.compile(r"^(\d+)[:.](\d+)$")
+_NODE = re.compile(r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$")
+#: Device node names that carry an index, per backend (``nvidia3``, ``card3`` for AMD...).
+_NODE_PREFIXES = {
+    "nvidia": ("nvidia", "gpu"),
+    "amd": ("amd", "card", "renderd", "gpu"),
+    "gaudi": ("hl", "accel", "gaudi", "intel"),
+    "furiosa": ("npu", "rngd", "furiosa"),
+    "rebellions": ("rbln", "npu", "rebellions"),
+    "tenstorrent": ("", "tenstorrent", "tt"),
+}
+_SERIAL_KEYS = ("serial", "board_serial", "serial_number")
+
+
+def normalize_bus_id(text: str) -> str | None:
+    """``0000:c1:00.0`` for any spelling of a PCI address (domain width and case), else ``None``."""
+    match = _BUS.match(text.strip())
+    if not match:
+        return None
+    domain, bus, dev, fn = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
+
+
+def strip_replica(text: str) -> str:
+    """The id without the NVIDIA device plugin's replica annotation (``GPU-...::2``)."""
+    return text.split("::", 1)[0]
+
+
+def _family(dev: DeviceSample) -> set[str]:
+    return {dev.backend.lower(), dev.vendor.lower()}
+
+
+class DeviceIndex:
+    """Finds the devices of one snapshot by any of their names."""
+
+    def __init__(self, devices: Sequence[DeviceSample]) -> None:
+        self.devices = tuple(devices)
+        self._by_text: dict[str, list[DeviceSample]] = {}
+        self._by_bus: dict[str, list[DeviceSample]] = {}
+        self._by_serial: dict[str, list[DeviceSample]] = {}
+        self._children: dict[str, list[DeviceSample]] = {}
+        for dev in self.devices:
+            for text in {dev.id, dev.uuid}:
+                if text:
+                    self._by_text.setdefault(text.lower(), []).append(dev)
+            if dev.bus_id:
+                bus = normalize_bus_id(dev.bus_id)
+                if bus:
+                    self._by_bus.setdefault(bus, []).append(dev)
+            for key in _SERIAL_KEYS:
+                value = dev.details.get(key) if dev.details else None
+                if isinstance(value, str) and value.strip():
+                    self._by_serial.setdefault(value.strip().lower(), []).append(dev)
+            if dev.parent:
+                self._children.setdefault(dev.parent, []).append(dev)
+
+    # -- the kinds of names ------------------------------------------------
+    def by_uuid(self, text: str, vendor: str | None = None) -> list[DeviceSample]:
+        """Devices whose id or uuid is ``text`` (case-insensitive), or starts a suffixed ``text``."""
+        found = self._filter(self._by_text.get(text.lower(), ()), vendor)
+        if found:
+            return found
+        # "<uuid>_cores_0-3", "<uuid>/1", "<uuid>-vf0": a known id followed by a separator.
+        lowered = text.lower()
+        for key, devs in self._by_text.items():
+            if len(key) >= 8 and len(lowered) > len(key) and lowered.startswith(key) \
+                    and not lowered[len(key)].isalnum():
+                return self._filter(devs, vendor)
+        return []
+
+    def by_bus_id(self, text: str, vendor: str | None = None) -> list[DeviceSample]:
+        """The whole device at a PCI address (partitions share their parent's address)."""
+        bus = normalize_bus_id(text)
+        if bus is None:
+            return []
+        devs = self._filter(self._by_bus.get(bus, ()), vendor)
+        whole = [d for d in devs if d.parent is None]
+        return whole or devs
+
+    def by_serial(self, text: str, vendor: str | None = None) -> list[DeviceSample]:
+        return self._filter(self._by_serial.get(text.strip().lower(), ()), vendor)
+
+    def by_index(self, index: int, vendor: str | None) -> list[DeviceSample]:
+        """The whole device with this index (of ``vendor``; without a vendor, only if one matches)."""
+        found = [d for d in self.devices if d.parent is None and d.index == index
+                 and (vendor is None or vendor in _family(d))]
+        return found if vendor is not None or len(found) == 1 else []
+
+    def partition(self, parent_index: int, instance: int, vendor: str | None,
+                  by_instance_id: bool) -> list[DeviceSample]:
+        """Partition ``instance`` of the device with index ``parent_index``.
+
+        ``by_instance_id``: ``instance`` is a MIG GPU instance id (dcgm-exporter's ``N.M``)
+        rather than the partition's position (the NVIDIA device plugin's ``N:M``).
+        """
+        for parent in self.by_index(parent_index, vendor or "nvidia"):
+            children = self._children.get(parent.id, [])
+            keys = ("gpu_instance_id",) if by_instance_id else ("mig_slot",)
+            for key in keys:
+                hit = [c for c in children if c.details.get(key) == instance]
+                if hit:
+                    return hit
+            if not any(key in c.details for c in children for key in keys):
+                return [c for c in children if c.index == instance]
+        return []
+
+    def by_node_name(self, text: str, vendor: str | None) -> list[DeviceSample]:
+        """``nvidia3``, ``amd3``, ``rbln0``, ``/dev/accel/accel2``, ``/dev/tenstorrent/1``."""
+        match = _NODE.match(text.strip())
+        if not match:
+            return []
+        prefix, number = match.group(1).lower(), int(match.group(2))
+        vendors = [vendor] if vendor else list(_NODE_PREFIXES)
+        for name in vendors:
+            if prefix == name or prefix in _NODE_PREFIXES.get(name, ()):
+                if prefix == "" and not text.startswith("/dev/"):
+                    continue  # a bare number is an index, handled by the caller
+                found = self.by_index(number, name)
+                if found:
+                    return found
+        return []
+
+    # -- the dispatcher ----------------------------------------------------
+    def match(self, raw: str, vendor: str | None = None, kind: str = "auto") -> list[DeviceSample]:
+        """The devices ``raw`` names (``[]`` when none): an id as a device plugin writes it.
+
+        ``vendor`` restricts the search to one backend; ``kind`` (``auto``, ``uuid``,
+        ``bus_id``, ``index``, ``serial``) says how the id is written when it is known.
+        """
+        text = strip_replica(raw.strip())
+        if not text:
+            return []
+        if kind in ("auto", "uuid"):
+            found = self.by_uuid(text, vendor)
+            if found or kind == "uuid":
+                return found
+        if kind in ("auto", "bus_id"):
+            found = self.by_bus_id(text, vendor)
+            if found or kind == "bus_id":
+                return found
+        if kind in ("auto", "index"):
+            if text.isdigit():
+                return self.by_index(int(text), vendor)
+            pair = _PAIR.match(text)
+            if pair:
+                return self.partition(int(pair.group(1)), int(pair.group(2)), vendor,
+                                      by_instance_id=False)
+            found = self.by_node_name(text, vendor)
+            if found or kind == "index":
+                return found
+        return self.by_serial(text, vendor)
+
+    def match_hpc_name(self, name: str) -> list[DeviceSample]:
+        """The device a job-mapping file is named after.
+
+        ``<uuid>``, ``<bus id>``, ``<backend or vendor><index>`` (``amd3``, ``gaudi0``), or, as
+        dcgm-exporter names them, a bare NVIDIA index ``N`` and ``N.M`` for the MIG instance with
+        GPU instance id ``M`` on GPU ``N``.
+        """
+        text = name.strip()
+        found = self.by_uuid(text) or self.by_bus_id(text)
+        if found:
+            return found
+        if text.isdigit():
+            return self.by_index(int(text), "nvidia")
+        pair = re.fullmatch(r"(\d+)\.(\d+)", text)
+        if pair:
+            return self.partition(int(pair.group(1)), int(pair.group(2)), "nvidia",
+                                  by_instance_id=True)
+        named = re.fullmatch(r"([A-Za-z]+)(\d+)", text)
+        if named:
+            family, number = named.group(1).lower(), int(named.group(2))
+            hit = [d for d in self.devices if d.parent is None and d.index == number
+                   and family in _family(d)]
+            if hit:
+                return hit
+        return self.by_serial(text)
+
+    @staticmethod
+    def _filter(devs: Iterable[DeviceSample], vendor: str | None) -> list[DeviceSample]:
+        return [d for d in devs if vendor is None or vendor in _family(d)]

@@ -1,0 +1,132 @@
+"""What the attribution sources say: workloads on devices, and who each process belongs to.
+
+Everything here is a frozen dataclass whose text is cleaned once, when it is
+built (:mod:`allsmi.text`), like the schema's: names come from a kubelet, a
+job-mapping file or a cgroup path, and reach JSON, Prometheus labels, the
+ledger and the terminal from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from allsmi.schema import BackendStatus
+from allsmi.text import clean_optional, clean_text
+
+#: The source names, as they appear in ``workloads[].source`` and the snapshot's ``attribution``.
+SOURCE_NAMES = ("kubernetes", "hpc-job", "cgroup", "simulated")
+
+#: The fields of a workload, in the order of the public JSON object.
+WORKLOAD_FIELDS = ("source", "namespace", "pod", "container", "job_id", "user")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One holder of a device: a Kubernetes container or a batch job. Unknown fields are ``None``."""
+
+    source: str
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    job_id: str | None = None
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        _set = object.__setattr__
+        _set(self, "source", clean_text(self.source))
+        for name in WORKLOAD_FIELDS[1:]:
+            value = getattr(self, name)
+            if value is not None and not str(value).strip():
+                value = None  # an empty name is an unknown one, never a label value ""
+            _set(self, name, clean_optional(None if value is None else str(value).strip()))
+
+    def key(self) -> tuple[str, ...]:
+        """What makes two workloads the same holder, whichever source saw them."""
+        if self.pod is not None:
+            return ("pod", self.namespace or "", self.pod, self.container or "")
+        if self.job_id is not None:
+            return ("job", self.job_id)
+        return ("other", self.source, self.user or "")
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The public JSON object ``{"source", "namespace", "pod", "container", "job_id", "user"}``."""
+        return {name: getattr(self, name) for name in WORKLOAD_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessAttribution:
+    """What a process's cgroup says about it (``None`` where it says nothing)."""
+
+    job_id: str | None = None
+    pod_uid: str | None = None
+    container_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _set = object.__setattr__
+        for name in ("job_id", "pod_uid", "container_id"):
+            _set(self, name, clean_optional(getattr(self, name)))
+
+    def __bool__(self) -> bool:
+        return any((self.job_id, self.pod_uid, self.container_id))
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"job_id": self.job_id, "pod_uid": self.pod_uid, "container_id": self.container_id}
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """One source's answer for one cycle."""
+
+    workloads: Mapping[str, tuple[Workload, ...]] = field(default_factory=dict)
+    """Device id -> the workloads this source sees on it (devices it says nothing about are absent)."""
+    processes: Mapping[int, ProcessAttribution] = field(default_factory=dict)
+    """Pid -> what the source knows about that process."""
+    message: str = ""
+    """Warnings (ids that match no device, unreadable files); empty when all went well."""
+
+
+class SourceUnavailable(Exception):
+    """The source is absent here (no socket, no directory): status ``unavailable``."""
+
+
+class SourceError(Exception):
+    """The source is present but failing or answering garbage: status ``error``."""
+
+
+class SourceTimeout(SourceError):
+    """The source's own call timed out: status ``timeout``."""
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Everything the attribution sources said in one cycle, merged.
+
+    ``workloads`` is ``None`` when no source is active (none answered ``ok``), else it has an
+    entry for every device asked about: a tuple of workloads, empty when nothing holds it.
+    ``processes`` maps a pid to its cgroup facts. ``statuses`` has one entry per source, shaped
+    like a backend's.
+    """
+
+    workloads: Mapping[str, tuple[Workload, ...]] | None
+    processes: Mapping[int, ProcessAttribution]
+    statuses: tuple[BackendStatus, ...]
+
+    @property
+    def active(self) -> bool:
+        """Whether at least one source answered this cycle."""
+        return self.workloads is not None
+
+    def device_workloads(self, device_id: str) -> tuple[Workload, ...] | None:
+        """The workloads on ``device_id``: ``None`` when no source is active, ``()`` when none."""
+        if self.workloads is None:
+            return None
+        return self.workloads.get(device_id, ())
+
+    def process(self, pid: int) -> ProcessAttribution:
+        """What is known about process ``pid`` (all ``None`` when nothing is)."""
+        return self.processes.get(pid) or ProcessAttribution()
+
+
+#: What :meth:`Attributor.resolve` returns when no source is configured at all.
+NO_ATTRIBUTION = Attribution(None, {}, ())

@@ -1,0 +1,226 @@
+"""Runs the attribution sources isolated, like the collector runs backends.
+
+Each source has one worker thread, the only thread that calls it. A cycle
+asks every source at once and waits for each until the shared deadline, so
+a hung kubelet costs the snapshot at most ``timeout_seconds`` and the other
+sources nothing. A source whose previous call is still hung is not asked
+again (no pile-up of threads); it reports ``timeout`` until the call
+returns. Errors become status, never an exception out of :meth:`resolve`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+from allsmi.schema import BackendStatus, DeviceSample
+
+from .model import (Attribution, ProcessAttribution, SourceError, SourceResult, SourceTimeout,
+                    SourceUnavailable, Workload)
+
+log = logging.getLogger(__name__)
+
+
+class AttributionSource(ABC):
+    """One way of learning who holds the devices. Subclasses set :attr:`name`."""
+
+    name: str = ""
+
+    @abstractmethod
+    def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
+        """Who holds ``devices`` at wall time ``now``.
+
+        Raises :class:`SourceUnavailable` when the source is absent here, :class:`SourceError`
+        (or :class:`SourceTimeout`) when it is present but failing. Called from one thread only.
+        """
+
+    def close(self) -> None:
+        """Release what the source holds (a channel); may be called while a call hangs."""
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: str
+    message: str
+    result: SourceResult | None
+    duration: float
+
+
+class SourceRunner:
+    """Owns one source and the single worker thread that calls it."""
+
+    def __init__(self, source: AttributionSource) -> None:
+        self.source = source
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._done.set()
+        self._busy_since: float | None = None
+        self._request: tuple[tuple[DeviceSample, ...], float] = ((), 0.0)
+        self._outcome: _Outcome | None = None
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def start_call(self, devices: tuple[DeviceSample, ...], now: float) -> bool:
+        """Ask the worker for one answer; ``False`` while the previous call still runs."""
+        with self._lock:
+            if self._closing or self._busy_since is not None:
+                return False
+            self._busy_since = time.monotonic()
+            self._request = (devices, now)
+            self._done.clear()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name=f"allsmi-attribution-{self.name}")
+                self._thread.start()
+        self._wake.set()
+        return True
+
+    def busy_for(self) -> float:
+        since = self._busy_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def wait(self, deadline: float) -> _Outcome | None:
+        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
+        if self._done.wait(max(0.0, deadline - time.monotonic())):
+            return self._outcome
+        return None
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                break
+            outcome = self._call(*self._request)
+            with self._lock:
+                self._outcome = outcome
+                self._busy_since = None
+            self._done.set()
+
+    def _call(self, devices: tuple[DeviceSample, ...], now: float) -> _Outcome:
+        started = time.monotonic()
+
+        def done(status: str, message: str, result: SourceResult | None = None) -> _Outcome:
+            return _Outcome(status, message, result, time.monotonic() - started)
+
+        try:
+            result = self.source.collect(devices, now)
+            if not isinstance(result, SourceResult):
+                raise TypeError(f"collect() returned {type(result).__name__}, not SourceResult")
+            return done("ok", result.message, result)
+        except SourceUnavailable as exc:
+            return done("unavailable", str(exc) or "not available")
+        except SourceTimeout as exc:
+            return done("timeout", str(exc) or "timed out")
+        except SourceError as exc:
+            return done("error", str(exc) or type(exc).__name__)
+        except Exception as exc:  # a bug in one source must not take the snapshot down
+            log.exception("attribution source %s failed", self.name)
+            return done("error", f"internal error: {type(exc).__name__}: {exc}")
+
+    def close(self, grace: float = 2.0) -> None:
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        self._wake.set()
+        try:
+            self.source.close()  # also how a hung call is aborted (a closed gRPC channel)
+        except Exception:
+            log.exception("closing attribution source %s failed", self.name)
+        if thread is not None:
+            thread.join(grace)
+
+
+class Attributor:
+    """Asks every source once per snapshot and merges their answers.
+
+    ``resolve(devices)`` never raises and never takes longer than about ``timeout_seconds``.
+    Sources are merged in the order given: when two sources name the same holder of a device
+    (the same pod, or the same job id), it is listed once, with the fields of the first source
+    that knew them, so that billing never counts a holder twice.
+    """
+
+    def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0) -> None:
+        self.timeout = timeout_seconds
+        self.runners = [SourceRunner(s) for s in sources]
+        self._lock = threading.Lock()
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.runners)
+
+    def resolve(self, devices: Sequence[DeviceSample], now: float | None = None) -> Attribution:
+        """Who holds each of ``devices`` (and who each of their processes belongs to)."""
+        devices = tuple(devices)
+        wall = time.time() if now is None else now
+        with self._lock:
+            started = time.monotonic()
+            asked = {id(r): r.start_call(devices, wall) for r in self.runners}
+            statuses: list[BackendStatus] = []
+            results: list[SourceResult] = []
+            for runner in self.runners:
+                if not asked[id(runner)]:
+                    statuses.append(BackendStatus(
+                        runner.name, "timeout",
+                        f"previous call still running after {runner.busy_for():.1f} s "
+                        f"(timeout {self.timeout:g} s)", None))
+                    continue
+                outcome = runner.wait(started + self.timeout)
+                if outcome is None:
+                    statuses.append(BackendStatus(runner.name, "timeout",
+                                                  f"no answer within {self.timeout:g} s", self.timeout))
+                    continue
+                statuses.append(BackendStatus(runner.name, outcome.status, outcome.message,
+                                              round(outcome.duration, 6)))
+                if outcome.result is not None:
+                    results.append(outcome.result)
+        return merge(devices, results, tuple(statuses))
+
+    def close(self) -> None:
+        for runner in self.runners:
+            runner.close()
+
+    def __enter__(self) -> "Attributor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fill(first: Workload, later: Workload) -> Workload:
+    """``first`` with its unknown fields taken from ``later`` (same holder, another source)."""
+    values = {name: getattr(first, name) if getattr(first, name) is not None else getattr(later, name)
+              for name in ("namespace", "pod", "container", "job_id", "user")}
+    return Workload(first.source, **values)
+
+
+def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
+          statuses: tuple[BackendStatus, ...]) -> Attribution:
+    """The merged :class:`Attribution` of the answers of the sources that answered ``ok``."""
+    if not results:
+        return Attribution(None, {}, statuses)
+    workloads: dict[str, tuple[Workload, ...]] = {}
+    for dev in devices:
+        merged: dict[tuple[str, ...], Workload] = {}
+        for result in results:
+            for work in result.workloads.get(dev.id, ()):
+                key = work.key()
+                merged[key] = _fill(merged[key], work) if key in merged else work
+        workloads[dev.id] = tuple(merged.values())
+    processes: dict[int, ProcessAttribution] = {}
+    for result in results:
+        for pid, info in result.processes.items():
+            old = processes.get(pid)
+            processes[pid] = info if old is None else ProcessAttribution(
+                old.job_id or info.job_id, old.pod_uid or info.pod_uid,
+                old.container_id or info.container_id)
+    return Attribution(workloads, processes, statuses)

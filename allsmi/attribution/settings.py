@@ -1,0 +1,162 @@
+"""The ``[attribution]`` configuration table, validated.
+
+Precedence for every setting: environment > file > default (the commands
+that wire attribution in may add flags in front). Every problem raises
+:class:`allsmi.config.ConfigError` naming the file, the line and the key;
+the CLI turns it into exit code 2. See ``docs/attribution.md``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from allsmi.config import Config
+
+DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_PROC_ROOT = Path("/proc")
+DEFAULT_TIMEOUT_SECONDS = 2.0
+TIMEOUT_RANGE = (0.05, 60.0)
+KEYS = ("sources", "kubelet_socket", "hpc_job_dir", "proc_root", "timeout_seconds",
+        "resource_names")
+#: Sources a configuration can switch on or off (``simulated`` comes with ``--simulate``).
+CONFIGURABLE_SOURCES = ("kubernetes", "hpc-job", "cgroup")
+#: How the device ids of a resource are written by its device plugin.
+ID_KINDS = ("auto", "uuid", "bus_id", "index", "serial")
+#: allsmi backends a resource can name (a device matches by its ``backend`` or its ``vendor``).
+VENDORS = ("nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent")
+_RESOURCE = re.compile(r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$")
+
+
+@dataclass(frozen=True)
+class ResourceRule:
+    """Which devices a Kubernetes extended resource names, and how its ids are written."""
+
+    pattern: str
+    """The resource name or a glob (``nvidia.com/mig-*``), matched case-insensitively."""
+    vendor: str
+    id_kind: str = "auto"
+
+    def matches(self, resource_name: str) -> bool:
+        return fnmatch.fnmatchcase(resource_name.lower(), self.pattern.lower())
+
+
+#: The resource names of the device plugins, researched in docs/attribution.md.
+DEFAULT_RESOURCE_RULES: tuple[ResourceRule, ...] = (
+    ResourceRule("nvidia.com/gpu", "nvidia"),
+    ResourceRule("nvidia.com/mig-*", "nvidia"),
+    ResourceRule("nvidia.com/*", "nvidia"),            # renamed shared resources (gpu.shared)
+    ResourceRule("amd.com/*", "amd"),                  # amd.com/gpu and partition resources
+    ResourceRule("habana.ai/*", "gaudi"),              # habana.ai/gaudi
+    ResourceRule("furiosa.ai/*", "furiosa"),           # furiosa.ai/rngd, furiosa.ai/warboy...
+    ResourceRule("beta.furiosa.ai/*", "furiosa"),
+    ResourceRule("rebellions.ai/*", "rebellions"),     # rebellions.ai/ATOM, REBEL, npu, npu-vfN
+    ResourceRule("tenstorrent.com/*", "tenstorrent"),  # tenstorrent.com/n150, p150, blackhole...
+)
+
+
+@dataclass(frozen=True)
+class AttributionSettings:
+    """The validated ``[attribution]`` table with the environment applied."""
+
+    sources: tuple[str, ...] = CONFIGURABLE_SOURCES
+    kubelet_socket: Path = DEFAULT_KUBELET_SOCKET
+    kubelet_socket_explicit: bool = False
+    """Set by ``ALLSMI_KUBELET_SOCKET`` or the file (not the default path)."""
+    hpc_job_dir: Path | None = None
+    proc_root: Path = DEFAULT_PROC_ROOT
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    resource_rules: tuple[ResourceRule, ...] = field(default=DEFAULT_RESOURCE_RULES)
+    """The configured rules first, then the defaults; the first match wins."""
+
+    def rule_for(self, resource_name: str) -> ResourceRule | None:
+        """The rule for ``resource_name``, or ``None`` (not an accelerator resource)."""
+        for rule in self.resource_rules:
+            if rule.matches(resource_name):
+                return rule
+        return None
+
+
+def _path(config: Config, value: Any, *key: str) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise config.error(f"must be a non-empty path string, got {value!r}", *key)
+    path = Path(os.path.expanduser(value.strip()))
+    if not path.is_absolute() and config.path is not None:
+        path = config.path.parent / path  # relative to the config file, as [ledger] path is
+    return path
+
+
+def _rules(config: Config, table: Any) -> tuple[ResourceRule, ...]:
+    if not isinstance(table, dict):
+        raise config.error("must be a table of resource name = vendor (or { vendor, id })",
+                           "attribution", "resource_names")
+    rules = []
+    for name, raw in table.items():
+        key = ("attribution", "resource_names", name)
+        if not _RESOURCE.match(name):
+            raise config.error("not a Kubernetes resource name (such as example.com/gpu, globs "
+                               "allowed)", *key)
+        id_kind = "auto"
+        if isinstance(raw, dict):
+            for sub in raw:
+                if sub not in ("vendor", "id"):
+                    raise config.error("unknown key (allowed: vendor, id)", *key, sub)
+            if "vendor" not in raw:
+                raise config.error("missing key 'vendor'", *key)
+            vendor = raw["vendor"]
+            id_kind = raw.get("id", "auto")
+            if id_kind not in ID_KINDS:
+                raise config.error(f"must be one of {', '.join(ID_KINDS)}, got {id_kind!r}",
+                                   *key, "id")
+        else:
+            vendor = raw
+        if vendor not in VENDORS:
+            raise config.error(f"vendor must be one of {', '.join(VENDORS)}, got {vendor!r}", *key)
+        rules.append(ResourceRule(name, vendor, id_kind))
+    return tuple(rules)
+
+
+def attribution_settings(config: Config, environ: Mapping[str, str] | None = None) -> AttributionSettings:
+    """Validate ``[attribution]`` and apply ``ALLSMI_KUBELET_SOCKET`` and ``ALLSMI_HPC_JOB_DIR``."""
+    env = os.environ if environ is None else environ
+    table = config.section("attribution")
+    for key in table:
+        if key not in KEYS:
+            raise config.error(f"unknown key (allowed: {', '.join(KEYS)})", "attribution", key)
+    values: dict[str, Any] = {}
+    if "sources" in table:
+        sources = table["sources"]
+        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+            raise config.error("must be a list of source names", "attribution", "sources")
+        for name in sources:
+            if name not in CONFIGURABLE_SOURCES:
+                raise config.error(f"unknown source {name!r} (allowed: "
+                                   f"{', '.join(CONFIGURABLE_SOURCES)})", "attribution", "sources")
+        values["sources"] = tuple(dict.fromkeys(sources))
+    if env.get("ALLSMI_KUBELET_SOCKET", "").strip():
+        values["kubelet_socket"] = Path(env["ALLSMI_KUBELET_SOCKET"].strip())
+        values["kubelet_socket_explicit"] = True
+    elif "kubelet_socket" in table:
+        values["kubelet_socket"] = _path(config, table["kubelet_socket"], "attribution", "kubelet_socket")
+        values["kubelet_socket_explicit"] = True
+    if env.get("ALLSMI_HPC_JOB_DIR", "").strip():
+        values["hpc_job_dir"] = Path(env["ALLSMI_HPC_JOB_DIR"].strip())
+    elif "hpc_job_dir" in table:
+        values["hpc_job_dir"] = _path(config, table["hpc_job_dir"], "attribution", "hpc_job_dir")
+    if "proc_root" in table:
+        values["proc_root"] = _path(config, table["proc_root"], "attribution", "proc_root")
+    if "timeout_seconds" in table:
+        value = table["timeout_seconds"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not TIMEOUT_RANGE[0] <= value <= TIMEOUT_RANGE[1]:
+            raise config.error(f"must be a number from {TIMEOUT_RANGE[0]:g} to {TIMEOUT_RANGE[1]:g}, "
+                               f"got {value!r}", "attribution", "timeout_seconds")
+        values["timeout_seconds"] = float(value)
+    if "resource_names" in table:
+        values["resource_rules"] = _rules(config, table["resource_names"]) + DEFAULT_RESOURCE_RULES
+    return AttributionSettings(**values)
