@@ -93,6 +93,21 @@ def describe_exit(returncode: int) -> str:
     return f"was killed by signal {name} ({number})"
 
 
+def says_no_devices(result: "ToolResult", pattern: "re.Pattern[str]") -> bool:
+    """True when the tool positively reported "no devices" rather than failing.
+
+    That is: it exited by itself with status 0 or 1 (never a signal), and its
+    whole output (stdout and stderr together) is one line that ``pattern``
+    finds. A crash that mentions a missing device on the way (a traceback, a
+    panic, an error about one device node) is more than one line, or a signal.
+    """
+    if result.returncode not in (0, 1) or result.truncated:
+        return False
+    lines = [line for line in _ANSI.sub("", result.stdout + "\n" + result.stderr).splitlines()
+             if line.strip()]
+    return len(lines) == 1 and pattern.search(lines[0]) is not None
+
+
 def first_line(text: str, limit: int = 200) -> str:
     """The first non-blank line of ``text`` without ANSI colour, cut to ``limit`` characters."""
     for line in _ANSI.sub("", text).splitlines():
@@ -284,8 +299,10 @@ class Tool:
         except ToolError:
             raise
         except ValueError as exc:
-            raise ToolOutputError(f"{' '.join((self.name, *result.argv[1:]))} printed unusable output: "
-                                  f"{exc}") from exc
+            said = str(exc)
+            if not said.startswith(self.name):
+                said = f"{self.command(result.argv[1:])} printed unusable output: {said}"
+            raise ToolOutputError(said) from exc
 
 
 @contextlib.contextmanager

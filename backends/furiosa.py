@@ -26,7 +26,8 @@ from allsmi.schema import DeviceSample, ProcessSample
 
 from . import _furiosa_parse as parse
 from . import _furiosa_sdk as sdk
-from ._subprocess import ToolError, ToolTimeout, describe_missing, find_tool, run_tool
+from ._host_procs import process_user
+from ._subprocess import Tool, ToolError, ToolFailed, ToolResult, ToolTimeout, describe_missing, find_tool, says_no_devices
 
 ENV_VAR = "ALLSMI_FURIOSA_SMI"
 EXECUTABLE = "furiosa-smi"
@@ -35,18 +36,19 @@ INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/furiosa/bin
 #: JSON output flag: RNGD tools take ``--format``; Warboy-era tools took ``--output``.
 JSON_FLAGS: tuple[str, ...] = ("--format", "--output")
 
-_NO_DEVICE = re.compile(r"no (npu )?devices?( found| available)?|device not found", re.IGNORECASE)
+#: What furiosa-smi prints when the host has no NPU (the whole output, one line).
+_NO_DEVICE = re.compile(r"^(error:\s*)?(no (npu )?devices?( found| available)?|device not found)\W*$",
+                        re.IGNORECASE)
+#: How clap (the tool's argument parser) rejects a flag it does not know.
+_FLAG_REJECTED = re.compile(r"unexpected argument|unrecognized|unknown (option|argument)|Found argument",
+                            re.IGNORECASE)
 _NPU_INDEX = re.compile(r"^npu(\d+)$")
 
 
-def psutil_user(pid: int) -> str | None:
-    """The owner of ``pid`` via psutil, or ``None`` (gone, or not ours to see)."""
-    try:
-        import psutil
-
-        return psutil.Process(pid).username()
-    except Exception:
-        return None
+def _rejected_flag(result: ToolResult, flag: str) -> bool:
+    """True when the tool refused ``flag`` itself (an older or newer CLI), not when it crashed."""
+    said = result.stderr + result.stdout
+    return result.returncode == 2 and bool(_FLAG_REJECTED.search(said)) and flag.lstrip("-") in said
 
 
 class FuriosaBackend(Backend):
@@ -57,7 +59,7 @@ class FuriosaBackend(Backend):
     kind = "npu"
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
-                 user_lookup: Callable[[int], str | None] = psutil_user) -> None:
+                 user_lookup: Callable[[int], str | None] = process_user) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         method = str(self.options.get("method", "auto")).lower()
         if method not in ("auto", "sdk", "cli"):
@@ -147,37 +149,41 @@ class FuriosaBackend(Backend):
                 for r in readings]
 
     def _run_json(self, subcommand: str, deadline: float) -> Any:
-        """Run ``furiosa-smi SUB --format json`` and decode it; ``None`` means "no devices"."""
+        """Run ``furiosa-smi SUB --format json`` and decode it; ``None`` means "no devices".
+
+        Any failure raises a :class:`ToolError` naming the exit status or signal
+        and the tool's first stderr line. ``None`` only when the tool itself says
+        there is no device (see :func:`says_no_devices`). The JSON flag is
+        learned once: ``--format`` (RNGD tools), else ``--output`` (Warboy era),
+        tried only when the tool rejects ``--format`` as an argument.
+        """
         assert self._tool is not None
+        tool = Tool(self._tool, self.timeout_seconds)
         flags = (self._json_flag,) if self._json_flag else JSON_FLAGS
-        failure = ""
+        first: ToolError | None = None
         for flag in flags:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ToolTimeout(f"{EXECUTABLE} {subcommand}: no time left in the "
-                                  f"{self.timeout_seconds:g} s budget")
-            result = run_tool([self._tool, subcommand, flag, "json"], timeout=remaining)
-            if result.truncated:
-                raise ToolError(f"{EXECUTABLE} {subcommand} printed more than the output cap")
+            args = (subcommand, flag, "json")
             try:
-                data = parse.load_json(result.stdout)
-            except ValueError as exc:
-                said = (result.stderr.strip() or result.stdout.strip())[:200]
-                if _NO_DEVICE.search(said):
-                    self._json_flag = flag
-                    return None
-                # Keep the first failure: the fallback flag's complaint is only about the flag.
-                if not failure:
-                    failure = (f"{EXECUTABLE} {subcommand} {flag} json exited {result.returncode}: "
-                               f"{said or exc}" if result.returncode != 0 else
-                               f"{EXECUTABLE} {subcommand} {flag} json printed {exc}")
-                continue
+                result = tool.run(*args, timeout=deadline - time.monotonic(), ok_codes=(0, 1))
+            except ToolFailed as exc:
+                first = first or exc
+                if _rejected_flag(exc.result, flag):
+                    continue
+                raise
+            if says_no_devices(result, _NO_DEVICE):
+                self._json_flag = flag
+                return None
             if result.returncode != 0:
-                self.warnings.append(f"{EXECUTABLE} {subcommand} exited {result.returncode} "
-                                     "but printed JSON; used it")
+                failure: ToolError = ToolFailed(tool.command(args), result)
+                if _rejected_flag(result, flag):
+                    first = first or failure
+                    continue
+                raise failure
+            data = tool.parse(result, parse.load_json)
             self._json_flag = flag
             return data
-        raise ToolError(failure)
+        assert first is not None
+        raise first
 
     def _read_cli(self, deadline: float) -> list[parse.FuriosaReading]:
         try:

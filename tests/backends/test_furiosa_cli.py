@@ -172,19 +172,32 @@ def test_status_garbage_keeps_info_values(tmp_path: Path, monkeypatch: pytest.Mo
     assert any("status unavailable" in w for w in backend.warnings)
 
 
-def test_non_zero_exit_with_json_is_used_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    backend, _ = _backend(tmp_path, monkeypatch, {"info": route(RNGD_4X["info"], rc=1),
+def test_non_zero_exit_is_an_error_even_with_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, _ = _backend(tmp_path, monkeypatch, {"info": route(RNGD_4X["info"], rc=1, stderr="Error: io\nx\n"),
                                                   "status": route(RNGD_4X["status"]), "ps": route(text="[]")})
-    assert len(backend.sample()) == 4
-    assert any("info exited 1 but printed JSON" in w for w in backend.warnings)
+    with pytest.raises(BackendError) as info:
+        backend.sample()
+    assert str(info.value) == "furiosa-smi info --format json exited with status 1: Error: io"
+
+
+@pytest.mark.parametrize("crash", [
+    route(text="[]", die="SIGSEGV"),   # printed an empty list, then crashed: not "no devices"
+    route(text="[]", rc=101, stderr="thread 'main' panicked at src/main.rs: device not found\n"),
+    route(stderr="Error: device not found\nCaused by: /dev/rngd/npu0mgmt: No such file\n", rc=1),
+    route(abort=True),
+])
+def test_a_crashed_tool_is_never_no_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: dict) -> None:
+    backend, _ = _backend(tmp_path, monkeypatch, {"info": crash})
+    with pytest.raises(BackendError, match=r"furiosa-smi info --format json (exited with status|was killed by signal)"):
+        backend.sample()
 
 
 @pytest.mark.parametrize(("info_route", "message"), [
     (route("garbage.txt"), "not JSON"),
     (route("info-truncated.json"), "not JSON"),
     (route(text='{"unexpected": true}'), "expected a JSON list"),
-    (route(text="Error: internal error\n", rc=3), "exited 3"),
-    (route(die=True), "exited -9"),
+    (route(text="Error: internal error\n", rc=3), "exited with status 3: Error: internal error"),
+    (route(die=True), r"was killed by signal SIGKILL \(9\)"),
 ])
 def test_total_garbage_is_a_clear_backend_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 info_route: dict, message: str) -> None:
