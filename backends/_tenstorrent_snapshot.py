@@ -20,14 +20,16 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from typing import Any
 
-from ._subprocess import DEFAULT_MAX_OUTPUT, ToolError, run_tool
+from ._subprocess import DEFAULT_MAX_OUTPUT, Tool, ToolError, ToolFailed, ToolResult, says_no_devices
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SAVED = re.compile(r"Saved tt-smi log to:\s*(?P<path>\S+)")
 _UNKNOWN_FLAG = re.compile(r"unrecognized arguments?:.*snapshot_no_tty", re.IGNORECASE | re.DOTALL)
-#: What tt-smi says when there is nothing to report on: no hardware, not a fault.
+#: What tt-smi says when there is nothing to report on: no hardware, not a fault
+#: (only when that one line is its whole output; see ``says_no_devices``).
 NO_HARDWARE = re.compile(
     r"no tenstorrent (driver|devices?|chips?|boards?)|no (tenstorrent )?(devices?|chips?) (were )?"
     r"(found|detected)", re.IGNORECASE)
@@ -78,48 +80,51 @@ class SnapshotReader:
         return os.path.join(self._tmpdir, "snapshot.json")
 
     def read(self, timeout: float, warnings: list[str]) -> dict[str, Any] | None:
-        """One snapshot; ``None`` when tt-smi reports no driver or no devices.
+        """One snapshot; ``None`` when tt-smi positively reports no driver or no devices.
 
         Raises :class:`ToolTimeout` (the child was killed), :class:`ToolError`
-        (could not run, or failed without a snapshot) or :class:`ValueError`
-        (ran, but printed something that is not a snapshot).
+        (could not run, exited non-zero or died: the message names the status or
+        signal and the first line of its output) or :class:`ValueError` (ran,
+        but printed something that is not a snapshot).
         """
+        tool = Tool(self.tool, timeout)
+        started = time.monotonic()
         if self.mode == STDOUT_MODE:
-            result = run_tool([self.tool, "-s", "--snapshot_no_tty"], timeout=timeout)
-            if result.returncode != 0 and _UNKNOWN_FLAG.search(result.stderr + result.stdout):
+            args: tuple[str, ...] = ("-s", "--snapshot_no_tty")
+            result = tool.run(*args, ok_codes=range(-64, 256))
+            if result.returncode == 2 and _UNKNOWN_FLAG.search(result.stderr + result.stdout):
                 # Pre-3.0.5 tt-smi: no such flag, and -s writes a file instead.
                 self.mode = FILE_MODE
-                return self.read(max(0.1, timeout - result.duration_seconds), warnings)
-            return self._interpret(result.returncode, result.stdout, result.stderr,
-                                   result.truncated, None, warnings)
+                return self.read(max(0.1, timeout - (time.monotonic() - started)), warnings)
+            return self._interpret(tool, args, result, None)
         path = self._file_path()
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
         try:
-            result = run_tool([self.tool, "-s", "-f", path], timeout=timeout)
-            return self._interpret(result.returncode, result.stdout, result.stderr,
-                                   result.truncated, path, warnings)
+            args = ("-s", "-f", path)
+            return self._interpret(tool, args, tool.run(*args, ok_codes=range(-64, 256)), path)
         finally:
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
 
-    def _interpret(self, returncode: int, stdout: str, stderr: str, truncated: bool,
-                   our_file: str | None, warnings: list[str]) -> dict[str, Any] | None:
-        said = _ANSI.sub("", stderr + "\n" + stdout)
-        if truncated:
-            raise ToolError(f"tt-smi printed more than {DEFAULT_MAX_OUTPUT} bytes; output cut off")
+    def _interpret(self, tool: Tool, args: tuple[str, ...], result: ToolResult,
+                   our_file: str | None) -> dict[str, Any] | None:
+        if says_no_devices(result, NO_HARDWARE):
+            return None
+        if result.returncode != 0:
+            raise ToolFailed(tool.command(args), result)
         snapshot: dict[str, Any] | None = None
         problem: ValueError | None = None
         try:
-            snapshot = extract_snapshot(stdout)
+            snapshot = extract_snapshot(result.stdout)
         except ValueError as exc:
             problem = exc
         if snapshot is None:
-            saved = _SAVED.search(said)
+            saved = _SAVED.search(_ANSI.sub("", result.stdout + "\n" + result.stderr))
             candidates = [p for p in (our_file, saved.group("path") if saved else None) if p]
             for path in candidates:
                 if os.path.isfile(path):
@@ -129,14 +134,7 @@ class SnapshotReader:
                         self.mode = FILE_MODE
                     break
         if snapshot is None:
-            if NO_HARDWARE.search(said):
-                return None
-            if returncode != 0:
-                tail = said.strip()[-300:] or "no output"
-                raise ToolError(f"tt-smi exited with status {returncode}: {tail}")
             raise problem or ValueError("tt-smi printed no snapshot")
-        if returncode != 0:
-            warnings.append(f"tt-smi exited with status {returncode} but printed a snapshot; used it")
         return snapshot
 
     @staticmethod

@@ -24,6 +24,7 @@ from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeR
 from allsmi.schema import DeviceSample, ProcessSample
 
 from . import _tenstorrent_decode as decode
+from ._host_procs import process_user
 from ._subprocess import ToolError, ToolTimeout, describe_missing, find_tool
 from ._tenstorrent_snapshot import SnapshotReader
 
@@ -36,16 +37,6 @@ INSTALL_DIRS: tuple[str, ...] = (os.path.expanduser("~/.local/bin"), "/usr/local
 HEARTBEAT_STALL_SECONDS = 3.0
 
 
-def psutil_user(pid: int) -> str | None:
-    """The owner of ``pid`` via psutil, or ``None``."""
-    try:
-        import psutil
-
-        return psutil.Process(pid).username()
-    except Exception:
-        return None
-
-
 class TenstorrentBackend(Backend):
     """Tenstorrent Grayskull, Wormhole and Blackhole boards via tt-smi."""
 
@@ -54,7 +45,7 @@ class TenstorrentBackend(Backend):
     kind = "npu"
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
-                 user_lookup: Callable[[int], str | None] = psutil_user,
+                 user_lookup: Callable[[int], str | None] = process_user,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self._user_lookup = user_lookup

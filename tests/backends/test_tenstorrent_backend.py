@@ -123,10 +123,18 @@ def test_no_devices_is_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert backend.sample() == [] and backend.warnings == []
 
 
-def test_non_zero_exit_with_a_snapshot_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    backend, _ = _backend(tmp_path, monkeypatch, {STDOUT_ARGS: route(P150_N150, rc=1)})
-    assert len(backend.sample()) == 2
-    assert any("exited with status 1 but printed a snapshot" in w for w in backend.warnings)
+def test_non_zero_exit_is_an_error_even_with_a_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, _ = _backend(tmp_path, monkeypatch, {STDOUT_ARGS: route(P150_N150, rc=1, stderr="chip 1 reset\n")})
+    with pytest.raises(BackendError) as info:
+        backend.sample()
+    assert str(info.value) == "tt-smi -s --snapshot_no_tty exited with status 1: chip 1 reset"
+
+
+def test_a_traceback_mentioning_no_devices_is_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    crash = "Traceback (most recent call last):\n  ...\nRuntimeError: No Tenstorrent devices detected\n"
+    backend, _ = _backend(tmp_path, monkeypatch, {STDOUT_ARGS: route(stderr=crash, rc=1)})
+    with pytest.raises(BackendError, match="exited with status 1: Traceback"):
+        backend.sample()
 
 
 def test_bad_rows_are_skipped_and_the_rest_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,7 +175,7 @@ def test_stuck_heartbeat_marks_the_chip_degraded(tmp_path: Path, monkeypatch: py
     (route("snapshot-truncated.json"), "truncated"),
     (route(text='{"time": "now", "device_info": "none"}'), "no device_info list"),
     (route(text="Error: PCI error on device 0\n", rc=1), "exited with status 1: Error: PCI error"),
-    (route(die=True), "exited with status -9"),
+    (route(die=True), r"was killed by signal SIGKILL \(9\)"),
     (route(text='{"device_info": ["x", 1]}'), "no decodable device"),
 ])
 def test_unusable_output_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
