@@ -35,8 +35,11 @@ def _ready(url: str) -> bool:
 
 @contextlib.contextmanager
 def running_prometheus(workdir: Path, targets: Sequence[str],
-                       ready_timeout: float = 30.0) -> Iterator[str]:
+                       ready_timeout: float = 30.0,
+                       rule_files: Sequence[Path] = ()) -> Iterator[str]:
     """Prometheus scraping ``targets`` (``host:port``) every second; yields its base URL.
+
+    ``rule_files`` are loaded (and evaluated every second).
 
     Skips where the binary is absent (fails under CI). Its log is
     ``workdir/prometheus.log`` and is shown if it dies or never gets ready.
@@ -47,7 +50,9 @@ def running_prometheus(workdir: Path, targets: Sequence[str],
     listed = ", ".join(f'"{t}"' for t in targets)
     config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
                       "scrape_configs:\n  - job_name: allsmi\n    static_configs:\n"
-                      f"      - targets: [{listed}]\n")
+                      f"      - targets: [{listed}]\n"
+                      + ("rule_files:\n" if rule_files else "")
+                      + "".join(f'  - "{path}"\n' for path in rule_files))
     log_path = workdir / "prometheus.log"
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
