@@ -1,4 +1,4 @@
-"""Writing a :class:`Report` as CSV, JSON or a FOCUS-style CSV.
+"""Writing a :class:`Report` as CSV, JSON, FOCUS 1.2 CSV, or either table as Parquet.
 
 Output is deterministic: rows in a fixed order, numbers with fixed precision,
 no generation timestamp, so exporting the same window twice gives the same
@@ -8,12 +8,12 @@ bytes. Text cells are neutralized against spreadsheet formula injection.
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 from typing import Any
 
-from allsmi.accounting.periods import UTC, iso
+from allsmi.accounting.focus import COLUMN_TYPES, COLUMNS, FocusSettings, cell, focus_records
+from allsmi.accounting.periods import iso
 from allsmi.accounting.report import Report, Row
 from allsmi.formatting import csv_cell
 
@@ -29,13 +29,23 @@ _DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "used_device
            "avg_utilization_ratio": 6, "energy_kwh": 6, "avg_memory_used_bytes": 0,
            "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6}
 
-FOCUS_COLUMNS = (
-    "BillingAccountId", "BillingAccountName", "BillingPeriodStart", "BillingPeriodEnd",
-    "ChargePeriodStart", "ChargePeriodEnd", "ChargeCategory", "ChargeFrequency", "ChargeDescription",
-    "BilledCost", "EffectiveCost", "ListCost", "BillingCurrency", "ConsumedQuantity", "ConsumedUnit",
-    "PricingQuantity", "PricingUnit", "ListUnitPrice", "ServiceName", "ServiceCategory",
-    "ResourceId", "ResourceName", "ResourceType", "SkuId", "SubAccountId", "SubAccountName", "Tags",
-    "x_UsedDeviceHours", "x_DeviceCount", "x_CoverageRatio")
+#: Column types, for Parquet (``datetime`` cells are RFC 3339 with an offset).
+_TEXT = ("resource_group", "vendor", "model", "host", "user", "currency")
+
+
+def column_types(header: list[str]) -> dict[str, str]:
+    """Type of each CSV column: string, int, decimal or datetime."""
+    out: dict[str, str] = {}
+    for col in header:
+        if col in ("period_start", "period_end"):
+            out[col] = "datetime"
+        elif col in _TEXT or col.startswith("label_"):
+            out[col] = "string"
+        elif col == "device_count":
+            out[col] = "int"
+        else:
+            out[col] = "decimal"
+    return out
 
 
 def _fixed(value: float | None, digits: int) -> str:
@@ -108,61 +118,39 @@ def to_json(report: Report) -> str:
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
-def _utc(value: dt.datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def focus_table(report: Report, settings: FocusSettings) -> tuple[list[str], list[dict[str, str]]]:
+    """FOCUS 1.2 columns and one row of cells per charge (see :mod:`allsmi.accounting.focus`)."""
+    return list(COLUMNS), [{c: cell(v) for c, v in r.items()} for r in focus_records(report, settings)]
 
 
-def to_focus(report: Report) -> str:
-    """FinOps FOCUS-style CSV: per row, one charge for allocated device-hours and one for energy.
-
-    ``BilledCost`` and ``EffectiveCost`` are quantity x the group's price; a
-    charge whose price is not configured has them empty (allsmi does not
-    invent a price), which FOCUS validators report, so set prices for groups
-    you bill this way.
-    """
-    out: list[dict[str, str]] = []
-    for row in report.rows:
-        dims = {"resource_group": row.resource_group, "vendor": row.vendor, "model": row.model,
-                "host": row.host, "user": row.user}
-        tags = {k: v for k, v in dims.items() if v}
-        tags.update({f"label_{k}": v for k, v in row.labels})
-        what = " ".join(x for x in (row.vendor, row.model) if x) or "accelerator"
-        where = f" on {row.host}" if row.host else ""
-        who = f" for {row.user}" if row.user else ""
-        common = {
-            "BillingAccountId": row.resource_group, "BillingAccountName": row.resource_group,
-            "BillingPeriodStart": _utc(row.window.start), "BillingPeriodEnd": _utc(row.window.end),
-            "ChargePeriodStart": _utc(row.window.start), "ChargePeriodEnd": _utc(row.window.end),
-            "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
-            "BillingCurrency": row.currency or "", "ServiceName": "Accelerators",
-            "ServiceCategory": "AI and Machine Learning", "ResourceId": row.host or "",
-            "ResourceName": row.host or "", "ResourceType": "Accelerator" if row.host else "",
-            "SkuId": "/".join(x for x in (row.vendor, row.model) if x),
-            "SubAccountId": row.user or "", "SubAccountName": row.user or "",
-            "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
-            "x_UsedDeviceHours": _fixed(row.used_device_hours, 6),
-            "x_DeviceCount": str(row.device_count), "x_CoverageRatio": _fixed(row.coverage_ratio, 6)}
-        charges = []
-        if row.allocated_device_hours is not None:  # unknown allocation: no made-up charge
-            charges.append(("allocated device-hours", row.allocated_device_hours, "Hours",
-                            row.price_per_device_hour))
-        if row.energy_kwh is not None:
-            charges.append(("energy", row.energy_kwh, "kWh", row.price_per_kwh))
-        for label, quantity, unit, price in charges:
-            cost = None if price is None else quantity * price
-            out.append({**common,
-                        "ChargeDescription": f"{what}{where}{who}: {label} "
-                                             f"(resource group {row.resource_group})",
-                        "BilledCost": _fixed(cost, 6), "EffectiveCost": _fixed(cost, 6),
-                        "ListCost": _fixed(cost, 6), "ConsumedQuantity": _fixed(quantity, 6),
-                        "ConsumedUnit": unit, "PricingQuantity": _fixed(quantity, 6),
-                        "PricingUnit": unit, "ListUnitPrice": _price(price)})
-    return _write_csv(list(FOCUS_COLUMNS), out)
+def to_focus(report: Report, settings: FocusSettings | None = None) -> str:
+    """FinOps FOCUS 1.2 CSV: per row, a charge for allocated device-hours and one for energy."""
+    header, rows = focus_table(report, settings or FocusSettings())
+    return _write_csv(header, rows)
 
 
-WRITERS = {"csv": to_csv, "json": to_json, "focus": to_focus}
+def to_parquet(report: Report, settings: FocusSettings | None = None) -> bytes:
+    """The CSV's columns and rows as Parquet (needs the ``allsmi[parquet]`` extra)."""
+    from allsmi.accounting.parquet import table_bytes
+    header = columns(report)
+    return table_bytes(header, column_types(header), [_values(report, r) for r in report.rows])
 
 
-def render(report: Report, output_format: str) -> str:
-    """The report in ``output_format`` (csv, json or focus)."""
-    return WRITERS[output_format](report)
+def to_focus_parquet(report: Report, settings: FocusSettings | None = None) -> bytes:
+    """The FOCUS CSV's columns and charges as Parquet (needs the ``allsmi[parquet]`` extra)."""
+    from allsmi.accounting.parquet import table_bytes
+    header, rows = focus_table(report, settings or FocusSettings())
+    return table_bytes(header, COLUMN_TYPES, rows)
+
+
+WRITERS = {"csv": to_csv, "json": to_json, "focus": to_focus, "parquet": to_parquet,
+           "focus-parquet": to_focus_parquet}
+#: Formats whose output is binary (written with --output, or to a pipe).
+BINARY = ("parquet", "focus-parquet")
+
+
+def render(report: Report, output_format: str, focus: FocusSettings | None = None) -> str | bytes:
+    """The report in ``output_format``; ``focus`` holds the ``[export.focus]`` values."""
+    if output_format in ("csv", "json"):
+        return WRITERS[output_format](report)  # type: ignore[operator]
+    return WRITERS[output_format](report, focus)  # type: ignore[operator]

@@ -1,21 +1,65 @@
 """``allsmi export``: the billing export, from the ledger or from Prometheus.
 
 Exit statuses: 0 complete; 3 written, but coverage below the threshold; 1 the
-source could not be read or the file not written; 2 bad options or config.
+source could not be read or the file not written; 2 bad options or config;
+128 + N killed by signal N (SIGINT 130, SIGTERM 143), temporary files removed.
+Every status but 0 rewrites the ``--textfile`` with ``allsmi_export_success 0``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
-from allsmi.cli.common import fail, settings
+from allsmi.accounting.settings import FORMATS
+from allsmi.cli.common import fail, settings, stdout_is_terminal
 
 EXIT_INCOMPLETE = 3
 EXIT_ERROR = 1
+
+
+class _Failed(Exception):
+    """An export that cannot complete: why (a short reason), the message and the exit status."""
+
+    def __init__(self, reason: str, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.code = reason, message, code
+
+
+class _Interrupted(BaseException):
+    """A termination signal arrived: unwind (removing temporary files) and exit 128+signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """SIGTERM, SIGHUP and SIGINT raise :class:`_Interrupted` so that ``finally`` blocks run."""
+    handled = [s for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT) if s is not None]
+
+    def handler(signum: int, frame: Any) -> None:
+        for sig in handled:  # one is enough: the rest of the way out is not interrupted again
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Interrupted(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in handled}
+    except ValueError:  # not the main thread (embedded use): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @click.command()
@@ -23,8 +67,20 @@ EXIT_ERROR = 1
               help="Ledger file to read (default: $ALLSMI_LEDGER, ledger.path, "
                    "$XDG_STATE_HOME/allsmi/ledger.db or /var/lib/allsmi/ledger.db for root).")
 @click.option("--prometheus", "prometheus_url", metavar="URL", default=None,
-              help="Compute the export with PromQL from this Prometheus server instead "
-                   "(config: export.prometheus).")
+              help="Compute the export with PromQL from this Prometheus server instead, "
+                   "http[s]://[user:password@]host:port[/path] (config: export.prometheus).")
+@click.option("--prometheus-user", metavar="USER", default=None,
+              help="Basic-auth user for Prometheus; the password is read from "
+                   "--prometheus-password-file (config: export.prometheus_user).")
+@click.option("--prometheus-password-file", metavar="FILE", default=None,
+              help="File holding the basic-auth password (one line; "
+                   "config: export.prometheus_password_file).")
+@click.option("--prometheus-bearer-token-file", metavar="FILE", default=None,
+              help="File holding a bearer token sent as 'Authorization: Bearer' "
+                   "(config: export.prometheus_bearer_token_file).")
+@click.option("--prometheus-ca-file", metavar="FILE", default=None,
+              help="PEM file of the CA(s) that signed Prometheus' TLS certificate "
+                   "(config: export.prometheus_ca_file; default: the system's CAs).")
 @click.option("--period", metavar="PERIOD", default=None,
               help="yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD.")
 @click.option("--since", metavar="TIME", default=None,
@@ -37,26 +93,24 @@ EXIT_ERROR = 1
 @click.option("--group-by", "group_by", metavar="KEYS", default=None,
               help="Comma-separated: resource_group, vendor, model, host, user "
                    "(default: resource_group,vendor,model,host).")
-@click.option("--format", "output_format", type=click.Choice(("csv", "json", "focus")), default=None,
-              help="csv (default), json, or focus (FinOps FOCUS columns).")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
+              help="csv (default), json, focus (FinOps FOCUS 1.2 CSV), parquet (the CSV as "
+                   "Parquet) or focus-parquet (FOCUS as Parquet); Parquet needs allsmi[parquet].")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write to FILE atomically (owner-only) instead of stdout.")
 @click.option("--coverage-threshold", type=click.FloatRange(0.0, 1.0), default=None,
               help="Exit 3 when observed/expected device time is below this (default 0.95).")
 @click.option("--textfile", type=click.Path(dir_okay=False), default=None,
-              help="Also write the run's status for node_exporter's textfile collector.")
+              help="Also write the run's status for node_exporter's textfile collector "
+                   "(world-readable; rewritten with allsmi_export_success 0 on any failure).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Config file (prices, groups, [ledger] and [export] tables).")
-@click.option("--timeout", "timeout", type=click.FloatRange(min=0.1), default=None,
-              help="Seconds to wait for each Prometheus query (default 30).")
+              help="Config file (prices, groups, [ledger], [export] and [export.focus] tables).")
+@click.option("--timeout", "timeout", type=click.FloatRange(min=0.1, max=3600.0), default=None,
+              help="Seconds to wait for each Prometheus query (0.1 to 3600, default 30).")
 @click.option("--simulate", metavar="SCENARIO", default=None,
               help="Bill a simulated node instead: replay the scenario over the window (up to "
                    "now) into a temporary ledger and export that.")
-def export(ledger_path: str | None, prometheus_url: str | None, period: str | None,
-           since: str | None, until: str | None, tz_name: str | None, group_by: str | None,
-           output_format: str | None, output: str | None, coverage_threshold: float | None,
-           textfile: str | None, config_path: str | None, timeout: float | None,
-           simulate: str | None) -> None:
+def export(**opts: Any) -> None:
     """Export allocated/used device-hours, energy and cost per resource group.
 
     Reruns for the same window give identical bytes. The exit status is 3 when
@@ -71,64 +125,150 @@ def export(ledger_path: str | None, prometheus_url: str | None, period: str | No
       allsmi export --since 2026-03-01T00:00:00Z --until 2026-03-02T00:00:00Z --group-by resource_group,user
       allsmi export --simulate mixed --period yesterday --config prices.toml
     """
+    run = _Run(started=time.time(), textfile=opts["textfile"])
+    try:
+        with _signals_unwind():
+            try:
+                _export(run, **opts)
+            except _Interrupted as exc:
+                name = signal.Signals(exc.signum).name
+                raise _Failed("interrupted", f"interrupted by {name}; nothing was written",
+                              128 + exc.signum) from None
+    except _Failed as exc:
+        run.report_failure(exc.reason, exc.message)
+        raise fail(exc.message, exc.code) from None
+    except click.exceptions.Exit:
+        raise
+    except Exception as exc:  # a bug: still tell monitoring, then show the traceback
+        run.report_failure("internal", f"internal error: {type(exc).__name__}")
+        raise
+
+
+class _Run:
+    """What the status file needs to know about this run, whichever way it ends."""
+
+    def __init__(self, started: float, textfile: str | None) -> None:
+        self.started = started
+        self.textfile = textfile
+        self.period_end: float | None = None
+        self.coverage: float | None = None
+
+    def report_failure(self, reason: str, message: str) -> None:
+        """Rewrite the status file with ``allsmi_export_success 0`` (if one is configured)."""
+        if not self.textfile:
+            return
+        from allsmi.accounting.status import write_status
+        try:
+            write_status(self.textfile, self.started, False, self.coverage, self.period_end,
+                         reason=reason, message=message)
+        except OSError as exc:
+            click.echo(f"allsmi: cannot write {self.textfile}: {exc.strerror or exc}", err=True)
+
+
+def _export(run: _Run, ledger_path: str | None, prometheus_url: str | None,
+            prometheus_user: str | None, prometheus_password_file: str | None,
+            prometheus_bearer_token_file: str | None, prometheus_ca_file: str | None,
+            period: str | None, since: str | None, until: str | None, tz_name: str | None,
+            group_by: str | None, output_format: str | None, output: str | None,
+            coverage_threshold: float | None, textfile: str | None, config_path: str | None,
+            timeout: float | None, simulate: str | None) -> None:
+    from allsmi.accounting.focus import focus_settings
     from allsmi.accounting.periods import PeriodError, window_from, zone
     from allsmi.accounting.settings import export_defaults, ledger_settings, parse_group_by
     from allsmi.config import ConfigError
 
-    started = time.time()
-    s = settings(config_path, simulate, None, None)
+    try:
+        s = settings(config_path, simulate, None, None)
+    except click.exceptions.Exit:  # the message is already on stderr
+        run.report_failure("config", "bad configuration or scenario (see the command's stderr)")
+        raise
     config = s.config
     try:
         defaults = export_defaults(config)
+        run.textfile = textfile or defaults.textfile
+        focus = focus_settings(config)
         if sum(x is not None for x in (prometheus_url, ledger_path, s.simulate)) > 1:
-            raise fail("give one of --ledger, --prometheus and --simulate")
+            raise _Failed("config", "give one of --ledger, --prometheus and --simulate", 2)
         use_prometheus = None if s.simulate else (
             prometheus_url or (None if ledger_path else defaults.prometheus))
         ledger = None if (use_prometheus or s.simulate) else \
             ledger_settings(config, path_flag=ledger_path).path
+        client = _client(config, use_prometheus, timeout or defaults.timeout_seconds,
+                         prometheus_user, prometheus_password_file,
+                         prometheus_bearer_token_file, prometheus_ca_file)
     except ConfigError as exc:
-        raise fail(str(exc)) from None
+        raise _Failed("config", str(exc), 2) from None
     try:
         keys = parse_group_by(group_by) if group_by else defaults.group_by
     except ValueError as exc:
-        raise fail(f"--group-by: {exc}") from None
+        raise _Failed("config", f"--group-by: {exc}", 2) from None
     fmt = output_format or defaults.format
     threshold = defaults.coverage_threshold if coverage_threshold is None else coverage_threshold
     try:
         tz = zone(tz_name or defaults.tz)
         window = window_from(period, since, until, tz)
     except PeriodError as exc:
-        raise fail(str(exc)) from None
-    if use_prometheus and "user" in keys:
-        raise fail("--group-by user needs the ledger: Prometheus has no per-user accounting")
+        raise _Failed("config", str(exc), 2) from None
+    run.period_end = window.end.timestamp()
+    if client is not None and "user" in keys:
+        raise _Failed("config", "--group-by user needs the ledger: Prometheus has no per-user "
+                      "accounting", 2)
+    from allsmi.accounting.formats import BINARY, render
+    if fmt in BINARY:
+        from allsmi.accounting.parquet import ParquetUnavailable, require_pyarrow
+        try:
+            require_pyarrow()
+        except ParquetUnavailable as exc:
+            raise _Failed("config", str(exc), 2) from None
+        if not output and stdout_is_terminal():
+            raise _Failed("config", f"{fmt} is binary: give --output FILE or redirect stdout", 2)
 
-    with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-        if s.simulate:
+    if s.simulate:
+        with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
             ledger = _simulated_ledger(s.scenario, window, config, scratch)
-        report = _report(window, keys, config, ledger, use_prometheus,
-                         timeout or defaults.timeout_seconds)
-    from allsmi.accounting.formats import render
-    text = render(report, fmt)
+            report = _report(window, keys, config, ledger, None)
+    else:
+        report = _report(window, keys, config, ledger, client)
+    run.coverage = report.coverage_ratio
+    data = render(report, fmt, focus)
     if output:
         from allsmi.atomic import write_atomic
         try:
-            write_atomic(output, text)
+            write_atomic(output, data)
         except OSError as exc:
-            raise fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_ERROR) from None
+            raise _Failed("output", f"cannot write {output}: {exc.strerror or exc}") from None
+    elif isinstance(data, bytes):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
     else:
-        click.echo(text, nl=False)
+        click.echo(data, nl=False)
 
     coverage = report.coverage_ratio
     complete = coverage is not None and coverage >= threshold
-    status_path = textfile or defaults.textfile
-    if status_path:
+    if not complete:
+        raise _Failed("coverage", _incomplete_message(report, threshold), EXIT_INCOMPLETE)
+    if run.textfile:
         from allsmi.accounting.status import write_status
         try:
-            write_status(status_path, started, complete, coverage, window.end.timestamp())
+            write_status(run.textfile, run.started, True, coverage, run.period_end)
         except OSError as exc:
-            raise fail(f"cannot write {status_path}: {exc.strerror or exc}", EXIT_ERROR) from None
-    if not complete:
-        raise fail(_incomplete_message(report, threshold), EXIT_INCOMPLETE)
+            raise _Failed("textfile", f"cannot write {run.textfile}: {exc.strerror or exc}") \
+                from None
+
+
+def _client(config: Any, url: str | None, timeout: float, user: str | None,
+            password_file: str | None, token_file: str | None, ca_file: str | None) -> Any:
+    """The Prometheus client, or ``None`` for the ledger; credentials checked before any work."""
+    from allsmi.accounting.promsource import PrometheusClient, PrometheusError, access_settings
+    if not url:
+        if any((user, password_file, token_file, ca_file)):
+            raise _Failed("config", "the --prometheus-* options need --prometheus URL", 2)
+        return None
+    try:
+        credentials, ca = access_settings(config, user, password_file, token_file, ca_file)
+        return PrometheusClient(url, timeout, credentials, ca)
+    except (ValueError, PrometheusError) as exc:
+        raise _Failed("config", str(exc), 2) from None
 
 
 def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -> str:
@@ -155,7 +295,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     try:
         recorder = LedgerRecorder(path, ledger_config)
     except ConfigError as exc:
-        raise fail(str(exc)) from None
+        raise _Failed("config", str(exc), 2) from None
     collector = Collector(list(simulated_backends(scenario, clock=clock)), config, clock=clock,
                           timeout_seconds=config.backend_timeout_seconds)
     collector.subscribe(recorder.on_snapshot)
@@ -169,22 +309,21 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     return path
 
 
-def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any,
-            prometheus_url: str | None, timeout: float) -> Any:
+def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any) -> Any:
     from allsmi.accounting.report import build_report
-    if prometheus_url:
-        from allsmi.accounting.promsource import PrometheusClient, PrometheusError, prometheus_parts
+    if client is not None:
+        from allsmi.accounting.promsource import PrometheusError, prometheus_parts
         try:
-            parts = prometheus_parts(PrometheusClient(prometheus_url, timeout), window)
+            parts = prometheus_parts(client, window)
         except PrometheusError as exc:
-            raise fail(str(exc), EXIT_ERROR) from None
-        return build_report(parts, window, keys, config, source=f"prometheus {prometheus_url}")
+            raise _Failed("source", str(exc)) from None
+        return build_report(parts, window, keys, config, source=f"prometheus {client.url}")
     from allsmi.accounting.ledger import LedgerError
     from allsmi.accounting.ledgersource import ledger_parts
     try:
         parts, users = ledger_parts(ledger, window, by_user="user" in keys)
     except LedgerError as exc:
-        raise fail(str(exc), EXIT_ERROR) from None
+        raise _Failed("source", str(exc)) from None
     return build_report(parts, window, keys, config, user_parts=users, source=f"ledger {ledger}")
 
 

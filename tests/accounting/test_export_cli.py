@@ -121,16 +121,27 @@ def test_json_and_focus_content(ledger: Path, tmp_path: Path) -> None:
     out = run("--ledger", str(ledger), "--config", "config.toml", "--since", SINCE, "--until", UNTIL,
               "--format", "focus", cwd=tmp_path)
     charges = parse(out.stdout)
-    train = [c for c in charges if c["BillingAccountId"] == "training"]
+    train = [c for c in charges if c["SubAccountId"] == "training"]
     assert {c["ConsumedUnit"] for c in train} == {"Hours", "kWh"}
     hours = [c for c in train if c["ConsumedUnit"] == "Hours"][0]
     assert hours["BilledCost"] == "2.500000" and hours["EffectiveCost"] == "2.500000"
+    assert hours["ListUnitPrice"] == hours["ContractedUnitPrice"] == "2.5"
     assert hours["BillingCurrency"] == "EUR" and hours["ChargeCategory"] == "Usage"
+    assert hours["ChargeClass"] == "" and hours["x_PriceConfigured"] == "true"
     assert hours["ChargePeriodStart"] == "2026-03-02T00:00:00Z"
     assert hours["ChargePeriodEnd"] == "2026-03-02T01:00:00Z"
-    assert json.loads(hours["Tags"])["label_cost_center"] == "cc-42"
+    assert hours["InvoiceId"] == "On-premises/20260302T000000Z-20260302T010000Z"
+    assert hours["ProviderName"] == hours["PublisherName"] == hours["InvoiceIssuerName"] \
+        == hours["BillingAccountId"] == "On-premises"
+    tags = json.loads(hours["Tags"])
+    assert tags["cost_center"] == "cc-42" and tags["allsmi/resource_group"] == "training"
     energy = [c for c in train if c["ConsumedUnit"] == "kWh"][0]
     assert energy["BilledCost"] == "0.030000" and energy["PricingQuantity"] == "0.100000"
+    # A group without prices: free charges (0, never empty: FOCUS requires a cost), flagged.
+    free = [c for c in charges if c["SubAccountId"] == "free"]
+    assert {c["BilledCost"] for c in free} == {"0.000000"}
+    assert {c["x_PriceConfigured"] for c in free} == {"false"}
+    assert {c["BillingCurrency"] for c in free} == {"EUR"}  # the one currency of the config
 
 
 def test_coverage_exit_status_and_textfile(ledger: Path, tmp_path: Path) -> None:

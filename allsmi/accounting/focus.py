@@ -1,0 +1,231 @@
+"""The report as FinOps FOCUS 1.2 charges, and the ``[export.focus]`` table.
+
+Each report row becomes up to two ``Usage`` charges: its allocated
+device-hours (``PricingUnit`` ``Hours``) and its board energy (``kWh``). A row
+whose allocation is unknown has no hours charge (allsmi does not invent
+one), and a row without board energy (partition-only rows, e.g. MIG slices)
+has no energy charge.
+
+The output is checked against the FinOps Foundation's validator
+(``focus-validator`` 2.2.1, FOCUS 1.2 rules) by
+``tests/accounting/test_focus_validator.py``: no mandatory rule may fail.
+
+Values FOCUS requires that allsmi has no natural source for come from
+``[export.focus]`` (see :func:`focus_settings`); a charge whose group sets no
+price for it is free: unit prices and costs are 0, ``x_PriceConfigured`` is
+``false`` and its currency is the table's ``currency``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Mapping
+
+from allsmi.accounting.periods import UTC
+from allsmi.accounting.report import Report, Row
+from allsmi.config import Config
+
+FOCUS_VERSION = "1.2"
+DEFAULT_PROVIDER = "On-premises"
+DEFAULT_CURRENCY = "USD"
+SERVICE_NAME = "Accelerators"
+SERVICE_CATEGORY = "AI and Machine Learning"
+SERVICE_SUBCATEGORY = "AI Platforms"
+#: Prefix of the tag keys allsmi defines (FOCUS: provider-defined keys carry a prefix; the
+#: group labels, the one user-defined scheme, carry none).
+TAG_PREFIX = "allsmi/"
+#: Report dimensions that become provider-defined tags (``allsmi/<name>``), in this order.
+#: The attribution dimensions (namespace, pod, job) join this list when the report has them.
+TAG_DIMENSIONS = ("resource_group", "vendor", "model", "host", "user")
+
+#: Column -> type. ``datetime`` is RFC 3339 UTC text in CSV and a UTC timestamp in Parquet.
+COLUMN_TYPES: dict[str, str] = {
+    "BillingAccountId": "string", "BillingAccountName": "string",
+    "BillingPeriodStart": "datetime", "BillingPeriodEnd": "datetime", "BillingCurrency": "string",
+    "InvoiceId": "string", "InvoiceIssuerName": "string", "ProviderName": "string",
+    "PublisherName": "string",
+    "ChargePeriodStart": "datetime", "ChargePeriodEnd": "datetime", "ChargeCategory": "string",
+    "ChargeClass": "string", "ChargeFrequency": "string", "ChargeDescription": "string",
+    "PricingCategory": "string",
+    "BilledCost": "decimal", "EffectiveCost": "decimal", "ListCost": "decimal",
+    "ContractedCost": "decimal",
+    "ConsumedQuantity": "decimal", "ConsumedUnit": "string", "PricingQuantity": "decimal",
+    "PricingUnit": "string", "ListUnitPrice": "decimal", "ContractedUnitPrice": "decimal",
+    "ServiceName": "string", "ServiceCategory": "string", "ServiceSubcategory": "string",
+    "ResourceId": "string", "ResourceName": "string", "ResourceType": "string",
+    "SkuId": "string", "SkuPriceId": "string",
+    "SubAccountId": "string", "SubAccountName": "string", "SubAccountType": "string",
+    "Tags": "string",
+    "x_ObservedDeviceHours": "decimal", "x_UsedDeviceHours": "decimal", "x_DeviceCount": "int",
+    "x_CoverageRatio": "decimal", "x_PriceConfigured": "bool",
+}
+COLUMNS = tuple(COLUMN_TYPES)
+
+_NAMES = ("provider_name", "publisher_name", "invoice_issuer_name", "billing_account_id",
+          "billing_account_name", "currency")
+#: The FOCUS column names are accepted as spellings of the same keys.
+_ALIASES = {"ProviderName": "provider_name", "PublisherName": "publisher_name",
+            "InvoiceIssuerName": "invoice_issuer_name", "BillingAccountId": "billing_account_id",
+            "BillingAccountName": "billing_account_name", "BillingCurrency": "currency"}
+MAX_NAME = 200
+
+
+@dataclass(frozen=True)
+class FocusSettings:
+    """``[export.focus]``: FOCUS values allsmi cannot know (defaults in the docs)."""
+
+    provider_name: str = DEFAULT_PROVIDER
+    publisher_name: str = DEFAULT_PROVIDER
+    invoice_issuer_name: str = DEFAULT_PROVIDER
+    billing_account_id: str = DEFAULT_PROVIDER
+    billing_account_name: str = DEFAULT_PROVIDER
+    currency: str = DEFAULT_CURRENCY
+    """``BillingCurrency`` of charges from groups without a price (and so without a currency)."""
+
+
+def focus_settings(config: Config) -> FocusSettings:
+    """Validate ``[export.focus]``; a bad or unknown key raises ConfigError naming file, line, key.
+
+    Defaults: ``provider_name`` "On-premises"; ``publisher_name``,
+    ``invoice_issuer_name`` and ``billing_account_id`` default to
+    ``provider_name``; ``billing_account_name`` to ``billing_account_id``;
+    ``currency`` to the one currency the configured groups use, else USD.
+    """
+    table = config.section("export").get("focus", {})
+    if not isinstance(table, Mapping):
+        raise config.error("must be a table ([export.focus])", "export", "focus")
+    values: dict[str, str] = {}
+    for key, value in table.items():
+        name = _ALIASES.get(key, key)
+        if name not in _NAMES:
+            raise config.error(f"unknown key (allowed: {', '.join(_NAMES)})", "export", "focus", key)
+        if name in values:
+            raise config.error(f"given twice (as {name} and {key})", "export", "focus", key)
+        if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME \
+                or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise config.error(f"must be a non-empty single-line string of at most {MAX_NAME} "
+                               f"characters, got {value!r}", "export", "focus", key)
+        values[name] = value.strip()
+    if "currency" in values:
+        values["currency"] = values["currency"].upper()
+        if not re.fullmatch(r"[A-Z]{3}", values["currency"]):
+            raise config.error("must be an ISO 4217 code such as USD or EUR", "export", "focus",
+                               next(k for k in table if _ALIASES.get(k, k) == "currency"))
+    provider = values.get("provider_name", DEFAULT_PROVIDER)
+    account = values.get("billing_account_id", provider)
+    currencies = {g.currency for g in config.groups.values() if g.currency}
+    return FocusSettings(
+        provider_name=provider,
+        publisher_name=values.get("publisher_name", provider),
+        invoice_issuer_name=values.get("invoice_issuer_name", provider),
+        billing_account_id=account,
+        billing_account_name=values.get("billing_account_name", account),
+        currency=values.get("currency", currencies.pop() if len(currencies) == 1 else
+                            DEFAULT_CURRENCY))
+
+
+def _utc(value: dt.datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _compact(value: dt.datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _decimal(value: float | None, digits: int = 6) -> Decimal | None:
+    """``value`` rounded to ``digits`` places, exactly as the CSV prints it."""
+    if value is None:
+        return None
+    return Decimal(f"{value:.{digits}f}")
+
+
+def _text(value: Decimal | None) -> str:
+    if value is None:
+        return ""
+    six = value.quantize(Decimal("0.000001"))
+    text = format(six if six == value else value, "f")  # 6 places, more only where exact needs
+    return text[1:] if text.startswith("-") and value == 0 else text  # no "-0.000000"
+
+
+def invoice_id(settings: FocusSettings, report: Report) -> str:
+    """One stable id per billing account and period, e.g. ``On-premises/20260301T000000Z-20260401T000000Z``."""
+    return f"{settings.billing_account_id}/{_compact(report.window.start)}-{_compact(report.window.end)}"
+
+
+def tags(row: Row) -> str:
+    """FOCUS ``Tags``: the group's labels unprefixed, allsmi's dimensions as ``allsmi/<name>``."""
+    out: dict[str, str] = dict(row.labels)
+    for name in TAG_DIMENSIONS:
+        value = getattr(row, name, None)
+        if value:
+            out[TAG_PREFIX + name] = value
+    return json.dumps(out, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any]]:
+    """The charges as typed values (``None`` is null), one dict per charge, in report order."""
+    out: list[dict[str, Any]] = []
+    for row in report.rows:
+        what = " ".join(x for x in (row.vendor, row.model) if x) or "accelerators"
+        where = f" on {row.host}" if row.host else ""
+        who = f" for {row.user}" if row.user else ""
+        sku_dims = "/".join(x for x in (row.vendor, row.model) if x)
+        common: dict[str, Any] = {
+            "BillingAccountId": settings.billing_account_id,
+            "BillingAccountName": settings.billing_account_name,
+            "BillingPeriodStart": row.window.start, "BillingPeriodEnd": row.window.end,
+            "BillingCurrency": row.currency or settings.currency,
+            "InvoiceId": invoice_id(settings, report),
+            "InvoiceIssuerName": settings.invoice_issuer_name,
+            "ProviderName": settings.provider_name, "PublisherName": settings.publisher_name,
+            "ChargePeriodStart": row.window.start, "ChargePeriodEnd": row.window.end,
+            "ChargeCategory": "Usage", "ChargeClass": None, "ChargeFrequency": "Usage-Based",
+            "PricingCategory": "Standard",
+            "ServiceName": SERVICE_NAME, "ServiceCategory": SERVICE_CATEGORY,
+            "ServiceSubcategory": SERVICE_SUBCATEGORY,
+            "ResourceId": row.host or None, "ResourceName": row.host or None,
+            "ResourceType": "Host" if row.host else None,
+            "SubAccountId": row.resource_group, "SubAccountName": row.resource_group,
+            "SubAccountType": "Resource group",
+            "Tags": tags(row),
+            "x_ObservedDeviceHours": _decimal(row.observed_device_hours),
+            "x_UsedDeviceHours": _decimal(row.used_device_hours),
+            "x_DeviceCount": row.device_count, "x_CoverageRatio": _decimal(row.coverage_ratio)}
+        charges = []
+        if row.allocated_device_hours is not None:  # unknown allocation: no made-up charge
+            charges.append(("allocated device-hours", "device-hours", row.allocated_device_hours,
+                            "Hours", row.price_per_device_hour))
+        if row.energy_kwh is not None:  # partitions own no board energy: hours charge only
+            charges.append(("energy", "energy", row.energy_kwh, "kWh", row.price_per_kwh))
+        for label, sku, quantity, unit, price in charges:
+            qty = _decimal(quantity)
+            unit_price = Decimal(format(price, ".10g")) if price is not None else Decimal(0)
+            cost = qty * unit_price  # exact: the validator checks price x quantity = cost
+            sku_id = f"{sku}/{sku_dims}" if sku_dims else sku
+            out.append({
+                **common,
+                "ChargeDescription": f"{what}{where}{who}: {label} "
+                                     f"(resource group {row.resource_group})",
+                "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
+                "ConsumedQuantity": qty, "ConsumedUnit": unit, "PricingQuantity": qty,
+                "PricingUnit": unit, "ListUnitPrice": unit_price, "ContractedUnitPrice": unit_price,
+                "SkuId": sku_id, "SkuPriceId": f"{sku_id}@{row.resource_group}",
+                "x_PriceConfigured": price is not None})
+    return out
+
+
+def cell(value: Any) -> str:
+    """The CSV text of one typed FOCUS value (null is an empty cell)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return _text(value)
+    if isinstance(value, dt.datetime):
+        return _utc(value)
+    return str(value)
