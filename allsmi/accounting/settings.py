@@ -23,8 +23,10 @@ DEFAULT_COVERAGE_THRESHOLD = 0.95
 LEDGER_KEYS = ("path", "retention_days", "rollup_retention_days", "interval_seconds",
                "max_gap_seconds")
 EXPORT_KEYS = ("prometheus", "format", "group_by", "coverage_threshold", "tz",
-               "timeout_seconds", "textfile")
-FORMATS = ("csv", "json", "focus")
+               "timeout_seconds", "textfile",
+               "prometheus_user", "prometheus_password_file", "prometheus_bearer_token_file",
+               "prometheus_ca_file", "focus")
+FORMATS = ("csv", "json", "focus", "parquet", "focus-parquet")
 GROUP_BY_KEYS = ("resource_group", "vendor", "model", "host", "user")
 DEFAULT_GROUP_BY = ("resource_group", "vendor", "model", "host")
 

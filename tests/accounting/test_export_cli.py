@@ -125,7 +125,7 @@ def test_json_and_focus_content(ledger: Path, tmp_path: Path) -> None:
     assert {c["ConsumedUnit"] for c in train} == {"Hours", "kWh"}
     hours = [c for c in train if c["ConsumedUnit"] == "Hours"][0]
     assert hours["BilledCost"] == "2.500000" and hours["EffectiveCost"] == "2.500000"
-    assert hours["ListUnitPrice"] == hours["ContractedUnitPrice"] == "2.5"
+    assert hours["ListUnitPrice"] == hours["ContractedUnitPrice"] == "2.500000"
     assert hours["BillingCurrency"] == "EUR" and hours["ChargeCategory"] == "Usage"
     assert hours["ChargeClass"] == "" and hours["x_PriceConfigured"] == "true"
     assert hours["ChargePeriodStart"] == "2026-03-02T00:00:00Z"
