@@ -8,6 +8,7 @@ path imports textual, rich or prometheus_client.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from dataclasses import fields as dc_fields
@@ -36,29 +37,58 @@ def _flat(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-def device_dict(dev: DeviceSample) -> dict[str, Any]:
-    """One device as the JSON object of the public interface."""
+def _process(proc: ProcessSample, details: bool) -> dict[str, Any]:
+    data = _flat(proc, _PROCESS_FIELDS)
+    if not details:  # withheld: who runs what is not published without --processes
+        data["user"] = data["command"] = None
+    return data
+
+
+def device_dict(dev: DeviceSample, process_details: bool = True) -> dict[str, Any]:
+    """One device as the JSON object of the public interface.
+
+    ``process_details=False`` keeps each process's pid and memory but sets its
+    ``user`` and ``command`` to ``null``.
+    """
     data = _flat(dev, _DEVICE_FIELDS)
     data["labels"] = dict(dev.labels)
-    data["processes"] = None if dev.processes is None else [_flat(p, _PROCESS_FIELDS) for p in dev.processes]
+    data["processes"] = None if dev.processes is None else \
+        [_process(p, process_details) for p in dev.processes]
     data["details"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dev.details.items()}
     return data
 
 
-def snapshot_dict(snapshot: Snapshot) -> dict[str, Any]:
-    """The whole snapshot as the JSON object of the public interface."""
-    return {
+def snapshot_dict(snapshot: Snapshot, process_details: bool | None = None) -> dict[str, Any]:
+    """The whole snapshot as the JSON object of the public interface.
+
+    ``process_details``: ``False`` withholds every process's ``user`` and
+    ``command`` (``allsmi serve`` without ``--processes``) and the document
+    says so with a top-level ``"process_details": false``; ``True`` states
+    ``"process_details": true``; ``None`` (a local snapshot) leaves the key out
+    unless the snapshot itself was received without details.
+    """
+    details = snapshot.process_details and process_details is not False
+    data: dict[str, Any] = {
         "schema_version": snapshot.schema_version,
         "timestamp": rfc3339(snapshot),
         "host": _flat(snapshot.host, _HOST_FIELDS),
-        "devices": [device_dict(d) for d in snapshot.devices],
+        "devices": [device_dict(d, details) for d in snapshot.devices],
         "backends": [_flat(b, _BACKEND_FIELDS) for b in snapshot.backends],
     }
+    if process_details is not None or not details:
+        data["process_details"] = details
+    return data
 
 
-def to_json(snapshot: Snapshot, indent: int | None = 2) -> str:
-    """The snapshot JSON text (no NaN: unknown values are ``null``)."""
-    return json.dumps(snapshot_dict(snapshot), indent=indent, allow_nan=False) + "\n"
+def to_json(snapshot: Snapshot, indent: int | None = 2, process_details: bool | None = None) -> str:
+    """The snapshot JSON text: valid UTF-8, no NaN (unknown values are ``null``).
+
+    ``ensure_ascii`` escapes every non-ASCII character; the schema boundary
+    (:mod:`allsmi.text`) has already replaced lone surrogates, so no
+    ``"\\udcff"`` escape that strict parsers reject can appear.
+    ``process_details``: see :func:`snapshot_dict`.
+    """
+    return json.dumps(snapshot_dict(snapshot, process_details), indent=indent, allow_nan=False) + "\n"
 
 
 def to_csv(snapshot: Snapshot) -> str:
@@ -88,5 +118,15 @@ def snapshot_from_dict(data: Any, problems: list[str] | None = None) -> Snapshot
     ones become ``None``. Every value is checked (type, finite, range; see
     :mod:`allsmi.snapshot_parse`): a wrong one is nulled or left out and
     described in ``problems``. Raises :class:`SnapshotFormatError` on a wrong shape.
+
+    A top-level ``"process_details": false`` (an exporter that withholds users
+    and command lines) becomes ``Snapshot.process_details``.
     """
-    return parse_snapshot(data, problems)
+    snapshot = parse_snapshot(data, problems)
+    details = data.get("process_details", True)
+    if not isinstance(details, bool):
+        if problems is not None:
+            problems.append(f"process_details: expected true or false, got {details!r}; "
+                            "taken as true")
+        details = True
+    return snapshot if details else dataclasses.replace(snapshot, process_details=False)

@@ -167,6 +167,11 @@ class Snapshot:
     """Seconds on a clock that never steps (``time.monotonic`` or the simulation's clock), when
     the snapshot was taken here; ``None`` for one parsed from JSON. Durations between snapshots
     are measured on it; ``timestamp`` only places them in time. Not part of the JSON."""
+    process_details: bool = field(default=True, compare=False)
+    """Whether processes carry their ``user`` and ``command``. ``False`` for a snapshot from an
+    exporter that does not publish them (``allsmi serve`` without ``--processes``): pids and
+    memory are there, users and command lines are ``None`` because they were withheld, not
+    unknown. JSON key ``process_details``."""
 
     @property
     def unix_time(self) -> float:

@@ -207,7 +207,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         raise fail(str(exc)) from None
     s.interval = o.interval
 
-    from allsmi.exporter.exposition import Exposition
+    from allsmi.exporter.exposition import STALE_PERIODS, Exposition
     from allsmi.exporter.http import MetricsServer
     from allsmi.exporter.webconfig import WebConfigError, load_web_config
 
@@ -218,7 +218,8 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         except WebConfigError as exc:
             raise fail(str(exc)) from None
     exposition = Exposition(processes=o.processes, max_gap_seconds=o.energy_max_gap,
-                            declared_groups={n: g.labels for n, g in s.config.groups.items()})
+                            declared_groups={n: g.labels for n, g in s.config.groups.items()},
+                            stale_after_seconds=STALE_PERIODS * (o.interval + s.timeout))
     try:
         server = MetricsServer(o.host, o.port, exposition, web=web)
     except OSError as exc:
@@ -231,6 +232,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     try:
         if o.ledger is not None:
             recorder = _open_recorder(o.ledger, s.config, o.energy_max_gap)
+            exposition.ledger = recorder  # its write errors are published and gate /ready
         collector = build_collector(s)
         collector.subscribe(exposition.on_snapshot)
         if recorder is not None:

@@ -18,14 +18,15 @@ import gzip
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client.registry import Collector
 
 from allsmi import __version__
 from allsmi.exporter.counters import UsageCounters
-from allsmi.exporter.families import BackendCounter, CounterValues, build_families
+from allsmi.exporter.families import (BackendCounter, CounterValues, ExporterHealth, build_families,
+                                      exporter_families)
 from allsmi.exporter.textformat import LabelBlocks, render_openmetrics, render_text
 from allsmi.schema import Snapshot
 
@@ -36,6 +37,12 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 JSON_CONTENT_TYPE = "application/json"
 #: An encoding (gzip, JSON) asked for within this long is prepared every cycle.
 WARM_FOR_SECONDS = 600.0
+#: ``/ready`` turns 503 when the last whole exposition is older than this (``allsmi serve``
+#: sets it to :data:`STALE_PERIODS` collection periods).
+DEFAULT_STALE_AFTER_SECONDS = 60.0
+#: How many collection periods (``--interval`` plus ``--timeout``, the longest a cycle can
+#: take before the next one starts) an exposition may age before ``/ready`` says 503.
+STALE_PERIODS = 3
 
 
 class SnapshotMetrics(Collector):
@@ -73,11 +80,17 @@ def render_snapshot(snapshot: Snapshot, *, processes: bool = False) -> str:
 
 @dataclass
 class Rendered:
-    """The exposition of one collection cycle, in both formats; gzip made on first demand."""
+    """The exposition of one collection cycle, in both formats; gzip made on first demand.
+
+    ``complete`` is ``False`` for the fallback served when a cycle could not be
+    rendered at all (only the exporter's own families).
+    """
 
     snapshot: Snapshot
     text: bytes
     openmetrics: bytes
+    processes: bool = False
+    complete: bool = True
     _cache: dict[str, bytes] = field(default_factory=dict)
     _asked: set[tuple[str, bool]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -87,7 +100,11 @@ class Rendered:
         return self._asked_for("openmetrics" if openmetrics else "text", gzipped)
 
     def snapshot_json(self, *, gzipped: bool = False) -> bytes:
-        """``allsmi.output.to_json`` of the snapshot, rendered once on first demand."""
+        """``allsmi.output.to_json`` of the snapshot, rendered once on first demand.
+
+        Users and command lines are withheld (``"process_details": false``)
+        unless the exporter publishes processes (``--processes``).
+        """
         return self._asked_for("json", gzipped)
 
     def encodings(self) -> list[tuple[str, bool]]:
@@ -109,7 +126,7 @@ class Rendered:
         if kind == "openmetrics":
             return self.openmetrics
         from allsmi.output import to_json
-        return to_json(self.snapshot).encode("utf-8")
+        return to_json(self.snapshot, process_details=self.processes).encode("utf-8")
 
     def _encoded(self, kind: str, gzipped: bool) -> bytes:
         key = kind + (".gz" if gzipped else "")
@@ -126,13 +143,30 @@ class Rendered:
 
 
 class Exposition:
-    """Keeps the latest rendered exposition; feed it with :meth:`on_snapshot`."""
+    """Keeps the latest rendered exposition; feed it with :meth:`on_snapshot`.
+
+    A cycle that cannot be rendered whole is visible, never silent: it counts
+    in ``allsmi_exporter_render_errors_total``; the devices whose families fail
+    are left out and the others are served; if nothing can be rendered, only
+    the exporter's own families are served. :meth:`readiness` turns false when
+    the last whole exposition is older than ``stale_after_seconds``, or when
+    the ``ledger`` (an ``allsmi.accounting.recorder.LedgerRecorder``, read
+    through its attributes only) holds intervals it could not write.
+    """
 
     def __init__(self, *, processes: bool = False, max_gap_seconds: float | None = None,
-                 declared_groups: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 declared_groups: Mapping[str, Mapping[str, str]] | None = None,
+                 stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+                 ledger: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.processes = processes
         self.counters = UsageCounters() if max_gap_seconds is None else UsageCounters(max_gap_seconds)
         self.declared_groups = dict(declared_groups or {})
+        self.stale_after_seconds = stale_after_seconds
+        self.ledger = ledger
+        self.render_errors = 0
+        self._clock = clock
+        self._created = time.time()
+        self._whole_at: float | None = None
         self._current: Rendered | None = None
         self._ready = threading.Event()
         self._wanted: dict[tuple[str, bool], float] = {}
@@ -146,6 +180,30 @@ class Exposition:
         """Block until the first exposition exists (or ``timeout``)."""
         return self._ready.wait(timeout)
 
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why): what ``/ready`` answers."""
+        if self._current is None:
+            return False, "no collection cycle has completed yet"
+        age = None if self._whole_at is None else self._clock() - self._whole_at
+        if age is None or age > self.stale_after_seconds:
+            shown = "never rendered" if age is None else f"{age:.1f} s old"
+            return False, (f"the exposition is stale ({shown}, limit {self.stale_after_seconds:g} s): "
+                           f"{self.render_errors} collection cycle(s) failed to render")
+        unwritten = _count(self.ledger, "unwritten")
+        if unwritten:
+            error = getattr(self.ledger, "last_error", None) or "unknown error"
+            return False, f"ledger: {unwritten} interval(s) not written yet: {error}"
+        return True, "ready"
+
+    def health(self) -> ExporterHealth:
+        """The exporter's own counts, as published."""
+        ledger = self.ledger
+        return ExporterHealth(
+            created=self._created, render_errors=self.render_errors,
+            ledger_write_errors=None if ledger is None else _count(ledger, "write_errors"),
+            ledger_unwritten=None if ledger is None else _count(ledger, "unwritten"),
+            ledger_dropped=None if ledger is None else _count(ledger, "dropped_intervals"))
+
     def metrics(self, snapshot: Snapshot) -> SnapshotMetrics:
         """The custom collector over ``snapshot`` and the counters as they stand."""
         return SnapshotMetrics(snapshot, counters=self.counters.devices(),
@@ -153,13 +211,56 @@ class Exposition:
                                backends_shown=self.counters.backends_present(),
                                declared_groups=self.declared_groups, processes=self.processes)
 
+    def _render(self, snapshot: Snapshot) -> Rendered:
+        families = list(self.metrics(snapshot).collect())
+        families.extend(exporter_families(self.health()))
+        blocks = LabelBlocks()  # each device's label block is escaped once for both formats
+        return Rendered(snapshot, render_text(families, blocks), render_openmetrics(families, blocks),
+                        processes=self.processes)
+
+    def _render_partial(self, snapshot: Snapshot) -> Rendered:
+        """Render without the devices whose families fail; else only the exporter's families."""
+        good = []
+        for dev in snapshot.devices:
+            try:
+                self._render(replace(snapshot, devices=(dev,)))
+            except Exception:  # noqa: BLE001 - that device is left out, the others served
+                log.exception("exposition: device %r left out of this cycle", dev.id)
+            else:
+                good.append(dev)
+        try:
+            return self._render(replace(snapshot, devices=tuple(good)))
+        except Exception:  # noqa: BLE001
+            log.exception("exposition: this collection cycle cannot be rendered; serving only "
+                          "the exporter's own metrics")
+        families = exporter_families(self.health())
+        return Rendered(replace(snapshot, devices=()), render_text(families),
+                        render_openmetrics(families), processes=self.processes, complete=False)
+
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Account for ``snapshot`` and render it (the collector calls this once per cycle)."""
-        self.counters.update(snapshot)
-        families = list(self.metrics(snapshot).collect())
-        blocks = LabelBlocks()  # each device's label block is escaped once for both formats
-        rendered = Rendered(snapshot, render_text(families, blocks),
-                            render_openmetrics(families, blocks))
+        ids = [d.id for d in snapshot.devices]
+        if len(set(ids)) != len(ids):  # duplicate series would make Prometheus refuse the scrape
+            seen: set[str] = set()
+            kept = []
+            for dev in snapshot.devices:
+                if dev.id not in seen:
+                    seen.add(dev.id)
+                    kept.append(dev)
+            log.error("exposition: %d device(s) with a duplicate id left out", len(ids) - len(kept))
+            snapshot = replace(snapshot, devices=tuple(kept))
+            self.render_errors += 1
+        try:
+            self.counters.update(snapshot)
+        except Exception:  # noqa: BLE001 - the gauges are still worth serving
+            log.exception("exposition: updating the counters failed")
+            self.render_errors += 1
+        try:
+            rendered = self._render(snapshot)
+        except Exception:  # noqa: BLE001 - visible as a render error, never silent
+            log.exception("exposition: rendering failed; retrying device by device")
+            self.render_errors += 1
+            rendered = self._render_partial(snapshot)
         previous = self._current
         now = time.monotonic()
         if previous is not None:
@@ -170,6 +271,17 @@ class Exposition:
         for encoding, asked in list(self._wanted.items()):
             if now - asked > WARM_FOR_SECONDS:
                 del self._wanted[encoding]
-        rendered.warm(list(self._wanted))
+        try:
+            rendered.warm(list(self._wanted))
+        except Exception:  # noqa: BLE001 - the JSON is made again on demand (and fails there, loudly)
+            log.exception("exposition: preparing the snapshot JSON or gzip failed")
         self._current = rendered  # one reference swap: readers see the old or the new, whole
+        if rendered.complete:
+            self._whole_at = self._clock()
         self._ready.set()
+
+
+def _count(obj: Any, name: str) -> int:
+    """An integer attribute of a duck-typed object (0 when absent or not a number)."""
+    value = getattr(obj, name, 0) if obj is not None else 0
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0

@@ -144,10 +144,31 @@ BUILD_INFO = Family(
     "allsmi_build_info", "info", "The allsmi version serving these metrics; always 1.",
     ("version",), source="allsmi.__version__", condition="always")
 
+RENDER_ERRORS = Family(
+    "allsmi_exporter_render_errors_total", "counter",
+    "Collection cycles whose exposition could not be rendered whole, since the exporter "
+    "started: devices left out, or the whole cycle (then only these exporter families are "
+    "served and /ready turns 503 once the last whole exposition is stale).",
+    (), source="exceptions while rendering, duplicate device ids",
+    condition="allsmi serve only; always")
+LEDGER_WRITE_ERRORS = Family(
+    "allsmi_ledger_write_errors_total", "counter",
+    "Ledger writes that failed since the exporter started (the intervals are kept and retried).",
+    (), source="LedgerRecorder.write_errors", condition="allsmi serve --ledger only")
+LEDGER_UNWRITTEN = Family(
+    "allsmi_ledger_unwritten_intervals", "gauge",
+    "Completed ledger intervals held in memory because the ledger could not take them yet.",
+    (), source="LedgerRecorder.unwritten", condition="allsmi serve --ledger only")
+LEDGER_DROPPED = Family(
+    "allsmi_ledger_dropped_intervals_total", "counter",
+    "Ledger intervals given up because too many waited to be written, since the exporter started.",
+    (), source="LedgerRecorder.dropped_intervals", condition="allsmi serve --ledger only")
+
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + tuple(c for c, _ in COUNTERS)
     + (RESOURCE_GROUP_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
-       LAST_COLLECT, BUILD_INFO))
+       LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
+       LEDGER_DROPPED))
 """Every family the exporter can emit, in exposition order."""
 
 
@@ -311,3 +332,34 @@ def _backend_families(snapshot: Snapshot, backend_counters: Mapping[str, Backend
             if entry is not None:
                 errors.add_metric([status.name], float(entry.errors), created=entry.created)
         yield errors
+
+
+@dataclass(frozen=True)
+class ExporterHealth:
+    """The exporter's own counts: render errors and, with ``--ledger``, the ledger's writes."""
+
+    created: float
+    render_errors: int
+    ledger_write_errors: int | None = None
+    ledger_unwritten: int | None = None
+    ledger_dropped: int | None = None
+
+
+def exporter_families(health: ExporterHealth) -> list[Metric]:
+    """The exporter's own families (simple enough to render even when a cycle cannot be)."""
+    render = _counter(RENDER_ERRORS)
+    render.add_metric([], float(health.render_errors), created=health.created)
+    out: list[Metric] = [render]
+    if health.ledger_write_errors is not None:
+        errors = _counter(LEDGER_WRITE_ERRORS)
+        errors.add_metric([], float(health.ledger_write_errors), created=health.created)
+        out.append(errors)
+    if health.ledger_unwritten is not None:
+        unwritten = _gauge(LEDGER_UNWRITTEN)
+        unwritten.add_metric([], float(health.ledger_unwritten))
+        out.append(unwritten)
+    if health.ledger_dropped is not None:
+        dropped = _counter(LEDGER_DROPPED)
+        dropped.add_metric([], float(health.ledger_dropped), created=health.created)
+        out.append(dropped)
+    return out

@@ -1,36 +1,35 @@
-"""The HTTP side of ``allsmi serve``: a bounded, threaded server over prepared bytes.
+"""The HTTP side of ``allsmi serve``: prepared bytes over a bounded connection loop.
 
 Endpoints: ``/metrics`` (text 0.0.4, or OpenMetrics when the ``Accept``
 header asks for it; gzip when ``Accept-Encoding`` does), ``/healthz`` (the
-process is alive), ``/ready`` (503 until the first collection cycle has been
-rendered), ``/api/v1/snapshot`` (the latest snapshot JSON) and ``/``.
+process is alive), ``/ready`` (200 while the exposition is fresh and the
+ledger, if any, is written; 503 with the reason otherwise),
+``/api/v1/snapshot`` (the latest snapshot JSON; users and command lines only
+with ``--processes``) and ``/``.
 
-Bounds: at most ``max_connections`` connections are served at once (more are
-answered 503 and closed), an idle or slow connection is dropped after
-``timeout`` seconds, request lines and headers are limited by
-:mod:`http.server`. TLS handshakes happen in the connection's own thread, so
-a slow client never blocks ``accept``.
+Connections are handled by :class:`allsmi.exporter.connections.ConnectionLoop`
+(deadlines, per-client bounds, eviction of the slowest head readers); this
+module parses a complete request head and routes it.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import socket
-import ssl
-import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from allsmi import __version__
 from allsmi.exporter.exposition import (JSON_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE,
                                         TEXT_CONTENT_TYPE, Exposition)
+from allsmi.exporter.connections import ConnectionLoop, Limits, Reply
 from allsmi.exporter.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONNECTIONS = 64
-DEFAULT_TIMEOUT_SECONDS = 10.0
+LISTEN_BACKLOG = 128
 
 _INDEX = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>allsmi exporter</title></head>
@@ -39,7 +38,7 @@ _INDEX = """<!DOCTYPE html>
 <li><a href="metrics">/metrics</a>: Prometheus metrics (text 0.0.4 or OpenMetrics)</li>
 <li><a href="api/v1/snapshot">/api/v1/snapshot</a>: the latest snapshot as JSON</li>
 <li><a href="healthz">/healthz</a>: liveness</li>
-<li><a href="ready">/ready</a>: readiness (first collection done)</li>
+<li><a href="ready">/ready</a>: readiness (a fresh exposition; the ledger, if any, written)</li>
 </ul></body></html>
 """
 
@@ -63,18 +62,43 @@ def _accepts(header: str | None, media: str) -> bool:
     return False
 
 
+class _NeedsPool(Exception):
+    """The request needs a bcrypt check: answer it on the thread pool, not the loop."""
+
+
 class _Handler(BaseHTTPRequestHandler):
+    """One request, parsed from its complete head; the reply is collected, not written.
+
+    :class:`~allsmi.exporter.connections.ConnectionLoop` has already read the
+    request line and headers (within its deadline); this class only parses
+    them (``http.server``'s parser and error replies) and routes.
+    """
+
     protocol_version = "HTTP/1.1"
-    # Headers and body leave in one write, without Nagle: a small response
-    # otherwise waits ~40 ms for the client's delayed ACK on keep-alive connections.
-    disable_nagle_algorithm = True
-    wbufsize = 64 * 1024
+    # A garbled request line is answered with a status line and headers, never the bare
+    # HTML body that http.server sends to "HTTP/0.9" clients.
+    default_request_version = "HTTP/1.0"
     server_version = f"allsmi/{__version__}"
     server: "MetricsServer"
 
-    def setup(self) -> None:
-        self.timeout = self.server.request_timeout
-        super().setup()
+    def __init__(self, head: bytes, client_address: Any, server: "MetricsServer", fast: bool) -> None:
+        # BaseHTTPRequestHandler.__init__ would read from a socket: set up by hand instead.
+        self.rfile = io.BytesIO(head)
+        self.wfile = io.BytesIO()
+        self.client_address = client_address
+        self.server = server
+        self.request = None
+        self.fast = fast
+        self.body = b""
+        self.close_connection = True
+
+    def reply(self) -> Reply:
+        self.handle_one_request()
+        headers = getattr(self, "headers", None)
+        if headers is not None and (headers.get("Content-Length", "0").strip() not in ("", "0")
+                                    or headers.get("Transfer-Encoding")):
+            self.close_connection = True  # request bodies are never read: do not misparse one
+        return Reply([self.wfile.getvalue(), self.body], bool(self.close_connection))
 
     def version_string(self) -> str:
         return self.server_version
@@ -90,10 +114,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, *, head: bool) -> None:
         auth = self.server.web.auth
-        if auth is not None and not auth.check(self.headers.get("Authorization")):
-            self._send(HTTPStatus.UNAUTHORIZED, b"Unauthorized\n", "text/plain; charset=utf-8",
-                       head=head, extra={"WWW-Authenticate": 'Basic realm="allsmi", charset="UTF-8"'})
-            return
+        if auth is not None:
+            header = self.headers.get("Authorization")
+            if not auth.cached(header):
+                if self.fast and header:
+                    raise _NeedsPool()
+                if not auth.check(header):
+                    self._send(HTTPStatus.UNAUTHORIZED, b"Unauthorized\n", "text/plain; charset=utf-8",
+                               head=head,
+                               extra={"WWW-Authenticate": 'Basic realm="allsmi", charset="UTF-8"'})
+                    return
         path = self.path.split("?", 1)[0]
         exposition = self.server.exposition
         rendered = exposition.current
@@ -107,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
                        OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE,
                        head=head, gzipped=gzipped)
         elif path == "/api/v1/snapshot":
-            if rendered is None:
+            if rendered is None or not rendered.complete:
                 self._unavailable(head)
                 return
             self._send(HTTPStatus.OK, rendered.snapshot_json(gzipped=gzipped), JSON_CONTENT_TYPE,
@@ -115,10 +145,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/healthz":
             self._send(HTTPStatus.OK, b"OK\n", "text/plain; charset=utf-8", head=head)
         elif path == "/ready":
-            if rendered is None:
-                self._unavailable(head)
-            else:
-                self._send(HTTPStatus.OK, b"ready\n", "text/plain; charset=utf-8", head=head)
+            ready, why = exposition.readiness()
+            self._send(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE,
+                       why.encode("utf-8") + b"\n", "text/plain; charset=utf-8", head=head,
+                       extra=None if ready else {"Retry-After": "1"})
         elif path in ("/", "/index.html"):
             self._send(HTTPStatus.OK, _INDEX.format(version=__version__).encode("utf-8"),
                        "text/html; charset=utf-8", head=head)
@@ -141,27 +171,33 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if not head:
-            self.wfile.write(body)
+            self.body = body  # sent as is: the prepared bytes are not copied
 
 
-class MetricsServer(ThreadingHTTPServer):
+class MetricsServer:
     """The exporter's HTTP server; binds in the constructor (raises ``OSError``)."""
 
-    daemon_threads = True
-    allow_reuse_address = True  # rebinding over TIME_WAIT only; a live listener still conflicts
-    request_queue_size = 128
-
     def __init__(self, host: str, port: int, exposition: Exposition, *,
-                 web: WebConfig | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 request_timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+                 web: WebConfig | None = None, limits: Limits | None = None) -> None:
         self.exposition = exposition
         self.web = web or WebConfig()
-        self.request_timeout = request_timeout
-        self._slots = threading.BoundedSemaphore(max_connections)
+        self.limits = limits or Limits()
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
-        self.address_family = infos[0][0]
-        super().__init__(infos[0][4][:2], _Handler)
+        family, _, _, _, address = infos[0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # rebinding over TIME_WAIT only; a live listener still conflicts
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(address)
+            listener.listen(LISTEN_BACKLOG)
+        except OSError:
+            listener.close()
+            raise
+        self.socket = listener
+        self.server_address = listener.getsockname()
+        self.loop = ConnectionLoop(listener, self._respond, ssl_context=self.web.ssl_context,
+                                   limits=self.limits)
 
     @property
     def url(self) -> str:
@@ -171,51 +207,21 @@ class MetricsServer(ThreadingHTTPServer):
         scheme = "https" if self.web.ssl_context is not None else "http"
         return f"{scheme}://{host}:{port}/"
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._refuse(request)
-            return
+    def _respond(self, head: bytes, client_address: Any, fast: bool) -> Reply | None:
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
+            return _Handler(head, client_address, self, fast).reply()
+        except _NeedsPool:
+            return None
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+    def serve_forever(self, poll_interval: float = 0.5) -> None:  # noqa: ARG002 - socketserver's signature
+        """Serve until :meth:`shutdown`."""
+        self.loop.serve_forever()
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(self.request_timeout)
-        context = self.web.ssl_context
-        if context is None:
-            self.RequestHandlerClass(request, client_address, self)
-            return
-        try:
-            secure = context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:
-            log.debug("TLS handshake with %s failed: %s", client_address, exc)
-            return
-        try:
-            self.RequestHandlerClass(secure, client_address, self)
-        finally:
-            try:
-                secure.close()
-            except OSError:
-                pass
+    def shutdown(self) -> None:
+        """Stop serving; returns once :meth:`serve_forever` has returned."""
+        self.loop.stop()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("request from %s failed", client_address, exc_info=True)
-
-    def _refuse(self, request: socket.socket) -> None:
-        try:
-            request.settimeout(1.0)
-            if self.web.ssl_context is None:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                                b"Retry-After: 1\r\nConnection: close\r\n\r\n")
-        except OSError:
-            pass
-        finally:
-            self.shutdown_request(request)
+    def server_close(self) -> None:
+        """Close the listening socket and the loop's resources."""
+        self.socket.close()
+        self.loop.close()

@@ -175,23 +175,6 @@ def test_bad_environment_value_is_a_usage_error() -> None:
     assert result.returncode == 2 and "ALLSMI_SERVE_ENERGY_MAX_GAP" in result.stderr
 
 
-def test_too_many_connections_are_refused_not_queued(mixed: Serve) -> None:
-    mixed.wait_ready()
-    idle = [socket.create_connection(("127.0.0.1", mixed.port)) for _ in range(70)]
-    try:
-        time.sleep(0.3)
-        # 64 slots taken by idle connections: the next is answered 503 at once
-        resp = fetch(mixed.base + "/healthz", timeout=5)
-        assert resp.status == 503
-    finally:
-        for sock in idle:
-            sock.close()
-    deadline = time.monotonic() + 5
-    while fetch(mixed.base + "/healthz").status != 200:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-
-
 def _fake_recorder_env(tmp_path: Path, *, missing: bool = False) -> dict[str, str]:
     """A sitecustomize that installs a fake ``allsmi.accounting.recorder`` (or hides it)."""
     site = tmp_path / "site"
