@@ -1,0 +1,171 @@
+"""The kubernetes source against a real gRPC server on a unix socket (not a client mock)."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import pytest
+
+from allsmi.attribution import Attributor, HpcJobSource, attribution_settings, build_sources
+from allsmi.attribution._podresources import api_pb2
+from allsmi.attribution.kubernetes import KubeletSource
+from allsmi.config import Config, parse_config
+
+from .helpers import SIM_NOW, PodResourcesServer, find, mixed_devices, pod
+
+DEVICES = mixed_devices()
+
+
+@pytest.fixture
+def server() -> Iterator[PodResourcesServer]:
+    srv = PodResourcesServer()
+    yield srv
+    srv.stop()
+
+
+def _cluster(srv: PodResourcesServer) -> dict[str, set[str]]:
+    """Pods of several vendors, each as its device plugin writes ids; returns pod -> device ids."""
+    h0, h1 = find(DEVICES, "nvidia", 0), find(DEVICES, "nvidia", 1)
+    mig = find(DEVICES, "nvidia", 7, part=2)
+    amd = find(DEVICES, "amd", 3)
+    gaudi = find(DEVICES, "gaudi", 2)
+    rngd = find(DEVICES, "furiosa", 1)
+    rbln = find(DEVICES, "rebellions", 1)
+    tt = find(DEVICES, "tenstorrent", 1)
+    assert amd.bus_id and mig.uuid and h1.uuid
+    srv.pods = [
+        # uuid, and a time-slicing replica of another GPU ("::N")
+        pod("ml", "trainer-0", {"main": [("nvidia.com/gpu", [h0.id, f"{h1.uuid}::3"])],
+                                "sidecar": [("example.com/nic", ["eth1"])]}),
+        pod("serving", "vllm-abc", {"vllm": [("nvidia.com/mig-1g.10gb", [mig.uuid])]}),
+        # AMD's plugin names GPUs by PCI bus id (here spelt with an 8-digit domain, upper case)
+        pod("serving", "rocm-llm", {"srv": [("amd.com/gpu", ["0000" + amd.bus_id.upper()])]}),
+        pod("habana", "tgi", {"tgi": [("habana.ai/gaudi", [gaudi.id])]}),
+        pod("npu", "embed", {"llm": [("furiosa.ai/rngd", [rngd.id])],
+                             "ocr": [("rebellions.ai/ATOM", ["rbln1"])]}),
+        pod("npu", "tt", {"main": [("tenstorrent.com/p150", ["/dev/tenstorrent/1"])]}),
+        pod("kube-system", "no-devices", {"c": []}),
+    ]
+    return {"trainer-0": {h0.id, h1.id}, "vllm-abc": {mig.id}, "rocm-llm": {amd.id},
+            "tgi": {gaudi.id}, "embed": {rngd.id, rbln.id}, "tt": {tt.id}}
+
+
+def test_each_pod_is_on_exactly_the_devices_its_containers_hold(server: PodResourcesServer) -> None:
+    expected = _cluster(server)
+    source = KubeletSource(server.socket, timeout_seconds=5)
+    with Attributor([source], timeout_seconds=5) as attributor:
+        result = attributor.resolve(DEVICES, now=SIM_NOW)
+    assert [(s.name, s.status, s.message) for s in result.statuses] == [("kubernetes", "ok", "")]
+    seen: dict[str, set[str]] = {}
+    for dev in DEVICES:
+        for work in result.device_workloads(dev.id) or ():
+            assert work.source == "kubernetes" and work.job_id is None and work.user is None
+            seen.setdefault(work.pod or "", set()).add(dev.id)
+    assert seen == expected
+    mig = find(DEVICES, "nvidia", 7, part=2)
+    assert [w.to_dict() for w in result.device_workloads(mig.id) or ()] == [
+        {"source": "kubernetes", "namespace": "serving", "pod": "vllm-abc", "container": "vllm",
+         "job_id": None, "user": None}]
+    # the MIG parent and the other slices hold nothing; a free device is [] (not None)
+    assert result.device_workloads(find(DEVICES, "nvidia", 7).id) == ()
+    assert result.device_workloads(find(DEVICES, "nvidia", 6).id) == ()
+    embed = {(w.container, d) for d in (find(DEVICES, "furiosa", 1).id, find(DEVICES, "rebellions", 1).id)
+             for w in result.device_workloads(d) or ()}
+    assert embed == {("llm", find(DEVICES, "furiosa", 1).id), ("ocr", find(DEVICES, "rebellions", 1).id)}
+
+
+def test_ids_matching_no_device_are_reported_not_invented(server: PodResourcesServer) -> None:
+    server.pods = [pod("ml", "ghost", {"main": [("nvidia.com/gpu", ["GPU-00000000-dead-beef-0000-000000000000"])]})]
+    with Attributor([KubeletSource(server.socket, timeout_seconds=5)], 5) as attributor:
+        result = attributor.resolve(DEVICES, now=SIM_NOW)
+    status = result.statuses[0]
+    assert status.status == "ok" and "1 allocated device id(s) match no device" in status.message
+    assert "nvidia.com/gpu=GPU-00000000-dead-beef" in status.message
+    assert all(result.device_workloads(d.id) == () for d in DEVICES)
+
+
+def test_hang_then_garbage_then_recovery_never_delay_or_break_the_others(
+        server: PodResourcesServer, tmp_path) -> None:
+    _cluster(server)
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "amd3").write_text("555\n")
+    timeout = 0.5
+    sources = [KubeletSource(server.socket, timeout_seconds=timeout), HpcJobSource(jobs)]
+    with Attributor(sources, timeout_seconds=timeout) as attributor:
+        assert attributor.resolve(DEVICES).statuses[0].status == "ok"
+
+        server.mode = "hang"
+        started = time.monotonic()
+        hung = attributor.resolve(DEVICES)
+        assert time.monotonic() - started < timeout + 1.5  # the deadline, not the hang
+        assert [s.status for s in hung.statuses] == ["timeout", "ok"]
+        amd = find(DEVICES, "amd", 3).id
+        assert [w.job_id for w in hung.device_workloads(amd) or ()] == ["555"]  # the others go on
+        server.release()
+
+        server.mode = "garbage"
+        deadline = time.monotonic() + 20
+        while True:  # the hung call may still be finishing: wait for the garbage answer
+            broken = attributor.resolve(DEVICES)
+            if broken.statuses[0].status == "error" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert broken.statuses[0].status == "error", broken.statuses
+        assert "List failed" in broken.statuses[0].message
+        assert broken.statuses[1].status == "ok"
+        assert [w.source for w in broken.device_workloads(amd) or ()] == ["hpc-job"]
+
+        server.mode = "answer"
+        recovered = attributor.resolve(DEVICES)
+        assert [s.status for s in recovered.statuses] == ["ok", "ok"]
+        assert {w.source for w in recovered.device_workloads(amd) or ()} == {"kubernetes", "hpc-job"}
+
+
+def test_absent_socket_is_unavailable_and_leaves_workloads_unknown(tmp_path) -> None:
+    with Attributor([KubeletSource(tmp_path / "kubelet.sock")], 1) as attributor:
+        result = attributor.resolve(DEVICES)
+    assert result.statuses[0].status == "unavailable"
+    assert "no kubelet pod-resources socket" in result.statuses[0].message
+    assert result.workloads is None and result.device_workloads(DEVICES[0].id) is None
+
+
+def test_allocatable_resources_for_doctor(server: PodResourcesServer) -> None:
+    server.allocatable = [
+        api_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=["GPU-a", "GPU-b"]),
+        api_pb2.ContainerDevices(resource_name="example.com/nic", device_ids=["eth0"]),
+        api_pb2.ContainerDevices(resource_name="amd.com/gpu", device_ids=["0000:0c:00.0"]),
+    ]
+    source = KubeletSource(server.socket, timeout_seconds=5)
+    try:
+        assert source.allocatable() == [("amd.com/gpu", ("0000:0c:00.0",)),
+                                         ("nvidia.com/gpu", ("GPU-a", "GPU-b"))]
+    finally:
+        source.close()
+
+
+def test_resource_names_table_maps_a_renamed_resource(server: PodResourcesServer, tmp_path) -> None:
+    gpu = find(DEVICES, "nvidia", 3)
+    server.pods = [pod("ml", "custom", {"c": [("example.com/big-gpu", ["3"])]})]
+    path = tmp_path / "config.toml"
+    path.write_text('[attribution.resource_names]\n"example.com/big-gpu" = { vendor = "nvidia", id = "index" }\n')
+    config = parse_config(path.read_text(), path)
+    settings = attribution_settings(config, {"ALLSMI_KUBELET_SOCKET": str(server.socket)})
+    sources = build_sources(settings)
+    assert [s.name for s in sources] == ["kubernetes", "cgroup"]
+    with Attributor(sources[:1], 5) as attributor:
+        result = attributor.resolve(DEVICES)
+    assert [w.pod for w in result.device_workloads(gpu.id) or ()] == ["custom"]
+
+
+def test_simulation_uses_an_explicit_socket_instead_of_simulated_pods(server: PodResourcesServer) -> None:
+    _cluster(server)
+    settings = attribution_settings(Config(), {"ALLSMI_KUBELET_SOCKET": str(server.socket)})
+    sources = build_sources(settings, simulate=True)
+    assert [s.name for s in sources] == ["kubernetes", "simulated"]
+    with Attributor(sources, 5) as attributor:
+        result = attributor.resolve(DEVICES, now=SIM_NOW)
+    workloads = [w for d in DEVICES for w in result.device_workloads(d.id) or ()]
+    assert {w.source for w in workloads if w.pod} == {"kubernetes"}  # no simulated pods
+    assert any(w.source == "simulated" and w.job_id for w in workloads)  # simulated jobs stay
