@@ -15,7 +15,35 @@ Rules every backend follows (the contract test suite checks them):
 * One faulty device or row never drops the others: mark that device
   ``lost``/``degraded`` or skip the row and say so in :attr:`Backend.warnings`.
 * Subprocesses go through :mod:`allsmi.backends._subprocess` (argument lists,
-  timeouts, output caps, always reaped).
+  timeouts, output caps, process groups killed and reaped); CLI backends run
+  their tool with its :class:`Tool`, which turns a non-zero exit, a signal, a
+  timeout, truncation or unusable output into an error naming the status or
+  signal and the tool's first line of stderr.
+* A tool or library that fails is an error, never "no devices": an empty list
+  means the vendor positively said there is no device (an empty device list,
+  or the tool's own one-line "no devices" answer).
+
+Decisions the contract makes (the contract suite checks them):
+
+* **Health when the vendor gives none**: a device that answered this sample
+  with fresh readings and no reported fault is ``"ok"`` (hl-smi and tt-smi
+  print no health of their own); where the vendor has a health or liveness
+  field, it decides, and a missing or ``N/A`` one is ``"unknown"``, never
+  ``"ok"``. ``"degraded"`` is a reported fault, a device missing from this
+  sample's output, or stale data (then its values are ``None``); ``"lost"`` a
+  device the vendor says is gone (and then no values at all).
+* **sample() after close()**: a backend reopens by itself on the next
+  :meth:`Backend.sample` (as if :meth:`Backend.open` had been called), or
+  raises :class:`BackendError` saying it was used before ``open()``; it never
+  returns stale data or an empty list. ``open()`` after ``close()`` always
+  works like the first time (the collector relies on it).
+* **What a uuid is**: ``DeviceSample.uuid`` is the identifier the vendor
+  itself assigns to one device and prints as such (NVML ``GPU-...``, amdsmi
+  uuid, hl-smi ``uuid``, furiosa ``device_uuid``, rbln ``uuid``); ``None``
+  when the vendor has none. Never a serial, a bus id, an index or anything
+  allsmi made up: those go to ``id`` (``vendor:serial``, ``vendor:bus``...),
+  which is the uuid when there is one and is stable across reboots either way.
+  Partitions have their own uuid only when the vendor gives them one (MIG).
 """
 
 from __future__ import annotations
@@ -74,6 +102,9 @@ class Backend(abc.ABC):
     """Schema vendor, e.g. ``"nvidia"``, ``"intel"`` for Gaudi."""
     kind: ClassVar[str] = "gpu"
     """``"gpu"`` or ``"npu"``."""
+    device_nodes: ClassVar[tuple[str, ...]] = ()
+    """Glob patterns of the device nodes the vendor's driver creates (``"/dev/rbln[0-9]*"``);
+    ``allsmi doctor`` lists them with their permissions."""
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None) -> None:

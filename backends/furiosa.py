@@ -57,6 +57,7 @@ class FuriosaBackend(Backend):
     name = "furiosa"
     vendor = "furiosa"
     kind = "npu"
+    device_nodes = ("/dev/rngd/npu[0-9]*", "/dev/npu[0-9]*")
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  user_lookup: Callable[[int], str | None] = process_user) -> None:
@@ -123,7 +124,9 @@ class FuriosaBackend(Backend):
         self._source = "furiosa-smi"
 
     def close(self) -> None:
+        """Forget the data source; :meth:`sample` raises until :meth:`open` again."""
         self._sdk = None
+        self._tool = None
         self._source = ""
 
     # -- sampling ---------------------------------------------------------

@@ -19,7 +19,7 @@ import collections
 import os
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from allsmi import units
@@ -28,7 +28,9 @@ from allsmi.backends import _gaudi_csv as csvfmt
 from allsmi.backends._gaudi_csv import Frame, FrameAssembler, Row
 from allsmi.backends._gaudi_text import ListedDevice, parse_listing, parse_processes
 from allsmi.backends._stream import LineStream, StreamExit
-from allsmi.backends._subprocess import ToolError, ToolResult, ToolTimeout, describe_missing, find_tool, run_tool
+from allsmi.backends._gaudi_build import MAX_LINE_WARNINGS, Identity, SampleBuilder
+from allsmi.backends._subprocess import (
+    Tool, ToolError, ToolFailed, ToolResult, ToolTimeout, describe_missing, find_tool)
 from allsmi.schema import DeviceSample, ProcessSample
 
 EXECUTABLE = "hl-smi"
@@ -42,35 +44,16 @@ MODES = ("loop", "oneshot")
 DEFAULT_INTERVAL = 2.0
 #: A device whose newest row is older than this many intervals is degraded.
 STALE_INTERVALS = 3.0
-#: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
-MAX_LINE_WARNINGS = 10
 KNOWN_OPTIONS = frozenset({"mode", "interval_seconds", "firmware", "processes"})
 
 
-@dataclass(frozen=True)
-class _Identity:
-    """The stable facts of one device, kept across frames."""
-
-    key: str
-    id: str
-    index: int | None
-    uuid: str | None
-    bus_id: str | None
-    name: str | None
-    driver_version: str | None
-
-
-def _text(row: Row, name: str) -> str | None:
-    value = row.get(name)
-    return value.strip() if value and value.strip() else None
-
-
-class GaudiBackend(Backend):
+class GaudiBackend(SampleBuilder, Backend):
     """Intel Gaudi accelerators read through ``hl-smi`` (see the module docstring)."""
 
     name = "gaudi"
     vendor = "intel"
     kind = "gpu"
+    device_nodes = ("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
@@ -97,11 +80,14 @@ class GaudiBackend(Backend):
         self._loop_unusable: str | None = None
         self._issues: collections.deque[str] = collections.deque(maxlen=50)
         self._notes: list[str] = []
-        self._known: dict[str, _Identity] = {}
+        self._known: dict[str, Identity] = {}
         self._firmware: dict[str, str] = {}
         self._seed: Frame | None = None
         self._generation = 0
         self._opened = False
+        self._last_crash: str | None = None
+        self.missing_fields: tuple[str, ...] = ()
+        """Query fields this hl-smi rejected at :meth:`open`: always ``None`` in samples."""
 
     # -- contract ------------------------------------------------------------
 
@@ -129,7 +115,11 @@ class GaudiBackend(Backend):
             return ProbeResult(False, f"cannot look for {EXECUTABLE}: {exc}")
         if path is None:
             return ProbeResult(False, describe_missing(EXECUTABLE, ENV_VAR))
-        return ProbeResult(True, details={"tool": path})
+        details = {"tool": path}
+        if self._opened:  # what open() learned about this hl-smi
+            details["mode"] = self.mode
+            details["fields_missing"] = ", ".join(self.missing_fields) or "none"
+        return ProbeResult(True, details=details)
 
     def open(self) -> None:
         """Find hl-smi, negotiate the field set, read firmware, start loop mode."""
@@ -178,6 +168,10 @@ class GaudiBackend(Backend):
 
     def close(self) -> None:
         """Stop the loop child (killed and reaped) and its reader thread. Idempotent."""
+        self._opened = False  # sample() now raises until open() again
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
@@ -206,12 +200,15 @@ class GaudiBackend(Backend):
         return [self._tool, "-Q", ",".join(fields), "-f", FORMAT]
 
     def _run(self, argv: Sequence[str]) -> ToolResult:
+        """Run hl-smi; any exit status comes back (callers decide), a signal is an error."""
+        tool = Tool(argv[0], self.timeout_seconds)
         try:
-            return run_tool(argv, timeout=self.timeout_seconds)
+            result = tool.run(*argv[1:], ok_codes=range(0, 256))
         except ToolTimeout as exc:
             raise BackendTimeout(f"{exc} (timed out; the child was killed)") from exc
         except ToolError as exc:
             raise BackendError(str(exc)) from exc
+        return result
 
     def _negotiate_fields(self) -> tuple[tuple[str, ...], ToolResult]:
         """The widest field set this hl-smi accepts, and the output of that query.
@@ -224,11 +221,15 @@ class GaudiBackend(Backend):
         while True:
             result = self._run(self._query_argv(fields))
             if result.returncode == 0:
+                self.missing_fields = tuple(f for f in csvfmt.ALL_FIELDS if f not in fields)
+                if self.missing_fields:
+                    self._notes.append(f"this {EXECUTABLE} does not know the field(s) "
+                                       f"{', '.join(self.missing_fields)}; reported as unknown")
                 return tuple(fields), result
             message = _tool_message(result)
             optional = [f for f in fields if f in csvfmt.OPTIONAL_FIELDS]
             if not optional:
-                raise BackendError(f"{EXECUTABLE} -Q failed with status {result.returncode}: {message}")
+                raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)))
             drop = csvfmt.named_fields(message, optional) or optional
             fields = [f for f in fields if f not in drop]
 
@@ -276,7 +277,7 @@ class GaudiBackend(Backend):
             self._fall_back_to_oneshot(self._loop_unusable)
 
     def _fall_back_to_oneshot(self, why: str) -> None:
-        self.close()
+        self._stop_loop()
         self.mode = "oneshot"
         self._loop_unusable = None
         self._notes.append(f"loop mode unusable ({why}); running {EXECUTABLE} once per sample")
@@ -312,6 +313,8 @@ class GaudiBackend(Backend):
             return False
         if dropped:
             what += f"; dropped its unfinished frame of {dropped} row(s)"
+        if info.reason == "exited" and info.returncode != 0:
+            self._last_crash = what
         self._issues.append(what + "; restarting with back-off")
         return True
 
@@ -327,7 +330,11 @@ class GaudiBackend(Backend):
         age = self._clock() - frame.closed_at
         limit = STALE_INTERVALS * self.interval
         if age <= limit:
+            self._last_crash = None
             return frame, None
+        if self._last_crash is not None:
+            # The loop child crashed and no fresh frame came since: the tool is failing.
+            raise BackendError(f"{self._last_crash}; no fresh data for {age:.1f} s, restarting it")
         stream = self._stream
         state = ""
         if stream is not None and stream.next_start_at is not None:
@@ -341,7 +348,7 @@ class GaudiBackend(Backend):
     def _run_oneshot(self) -> Frame:
         result = self._run(self._query_argv(self._fields))
         if result.returncode != 0:
-            raise BackendError(f"{EXECUTABLE} exited with status {result.returncode}: {_tool_message(result)}")
+            raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)))
         rows, problems = csvfmt.parse_output(result.stdout, self._fields,
                                              last_line_complete=not result.truncated)
         self._add_line_warnings(problems)
@@ -358,94 +365,6 @@ class GaudiBackend(Backend):
 
     # -- building samples ------------------------------------------------------
 
-    def _add_line_warnings(self, problems: Sequence[str]) -> None:
-        self.warnings.extend(problems[:MAX_LINE_WARNINGS])
-        if len(problems) > MAX_LINE_WARNINGS:
-            self.warnings.append(f"... and {len(problems) - MAX_LINE_WARNINGS} more bad lines")
-
-    def _remember(self, frame: Frame) -> None:
-        """Add devices seen for the first time; a known device keeps its id."""
-        for row in frame.rows:
-            if row.key in self._known:
-                continue
-            index = units.to_int(row.get("index"))
-            uuid, bus_id = _text(row, "uuid"), _text(row, "bus_id")
-            device_id = uuid or (f"gaudi:{bus_id}" if bus_id else f"gaudi:index{index}")
-            self._known[row.key] = _Identity(
-                key=row.key, id=device_id, index=index, uuid=uuid, bus_id=bus_id,
-                name=_text(row, "name"), driver_version=_text(row, "driver_version"))
-
-    def _firmware_for(self, ident: _Identity) -> str | None:
-        if ident.uuid and f"uuid:{ident.uuid}" in self._firmware:
-            return self._firmware[f"uuid:{ident.uuid}"]
-        if ident.bus_id:
-            return self._firmware.get(f"bus:{ident.bus_id.lower()}")
-        return None
-
-    def _build(self, frame: Frame, stale_for: float | None) -> list[DeviceSample]:
-        rows = {row.key: row for row in frame.rows}
-        ordered = sorted(self._known.values(),
-                         key=lambda i: (i.index is None, i.index if i.index is not None else 0, i.key))
-        devices = []
-        for ident in ordered:
-            row = None if stale_for is not None else rows.get(ident.key)
-            if row is None:
-                if stale_for is None:
-                    self.warnings.append(f"{ident.id}: no row in the last {EXECUTABLE} output; "
-                                         "reported degraded without values")
-                devices.append(self._identity_sample(ident, health="degraded"))
-            else:
-                devices.append(self._row_sample(ident, row))
-        return devices
-
-    def _identity_sample(self, ident: _Identity, health: str) -> DeviceSample:
-        return DeviceSample(
-            id=ident.id, vendor=self.vendor, kind=self.kind, backend=self.name,
-            index=ident.index, uuid=ident.uuid, name=ident.name, bus_id=ident.bus_id,
-            driver_version=ident.driver_version, firmware_version=self._firmware_for(ident),
-            health=health)
-
-    def _number(self, ident: _Identity, row: Row, field: str,
-                parse: Callable[[str], float | int | None]) -> Any:
-        raw = row.get(field)
-        if raw is None:
-            return None
-        value = parse(raw)
-        if value is None:
-            self.warnings.append(f"{ident.id}: unreadable {field} value {csvfmt.shorten(raw, 40)!r}")
-        return value
-
-    def _row_sample(self, ident: _Identity, row: Row) -> DeviceSample:
-        num = self._number
-        details: dict[str, Any] = {}
-        clock_max = num(ident, row, "clocks.max.soc", units.parse_clock_mhz)
-        if clock_max is not None:
-            details["clock_max_soc_mhz"] = clock_max
-        for field, key in (("module_id", "module_id"),
-                           ("ecc.errors.uncorrected.aggregate.total", "ecc_uncorrected_total"),
-                           ("ecc.errors.corrected.aggregate.total", "ecc_corrected_total")):
-            value = num(ident, row, field, units.to_int)
-            if value is not None:
-                details[key] = value
-        serial = _text(row, "serial")
-        if serial:
-            details["serial"] = serial
-        base = self._identity_sample(ident, health="ok")
-        return replace(
-            base,
-            name=_text(row, "name") or ident.name,
-            driver_version=_text(row, "driver_version") or ident.driver_version,
-            utilization_percent=num(ident, row, "utilization.aip", units.parse_percent),
-            memory_used_bytes=num(ident, row, "memory.used",
-                                  lambda v: units.parse_size_bytes(v, default_unit="mib")),
-            memory_total_bytes=num(ident, row, "memory.total",
-                                   lambda v: units.parse_size_bytes(v, default_unit="mib")),
-            temperature_celsius=num(ident, row, "temperature.aip", units.parse_temperature_celsius),
-            power_watts=num(ident, row, "power.draw", units.parse_power_watts),
-            power_limit_watts=num(ident, row, "power.max", units.parse_power_watts),
-            clock_mhz=num(ident, row, "clocks.current.soc", units.parse_clock_mhz),
-            details=details)
-
     def _attach_processes(self, devices: list[DeviceSample]) -> list[DeviceSample]:
         """Processes from the table view; a failure there is a warning, not an error."""
         assert self._tool is not None
@@ -455,8 +374,7 @@ class GaudiBackend(Backend):
             self.warnings.append(f"processes unavailable: {exc}")
             return [replace(dev, processes=None) for dev in devices]
         if result.returncode != 0:
-            self.warnings.append(f"processes unavailable: {EXECUTABLE} exited with status "
-                                 f"{result.returncode}: {_tool_message(result)}")
+            self.warnings.append(f"processes unavailable: {ToolFailed(EXECUTABLE, result)}")
             return [replace(dev, processes=None) for dev in devices]
         by_index: dict[int, list[ProcessSample]] = parse_processes(result.stdout)
         return [replace(dev, processes=tuple(by_index.get(dev.index, ())))

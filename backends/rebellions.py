@@ -41,6 +41,7 @@ class RebellionsBackend(Backend):
     name = "rebellions"
     vendor = "rebellions"
     kind = "npu"
+    device_nodes = ("/dev/rbln[0-9]*",)
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  search_dirs: Sequence[str] = VENDOR_DIRS,

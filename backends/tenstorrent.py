@@ -43,6 +43,7 @@ class TenstorrentBackend(Backend):
     name = "tenstorrent"
     vendor = "tenstorrent"
     kind = "npu"
+    device_nodes = ("/dev/tenstorrent/[0-9]*",)
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  user_lookup: Callable[[int], str | None] = process_user,

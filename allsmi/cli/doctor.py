@@ -13,22 +13,26 @@ from typing import Any
 import click
 
 from allsmi import __version__
+from allsmi.backend_api import Backend
 from allsmi.cli.common import build_collector, common_options, settings
 
-#: Device nodes each vendor's driver creates; missing or unreadable ones explain most failures.
-DEVICE_NODES = {
-    "nvidia": ["/dev/nvidiactl", "/dev/nvidia[0-9]*"],
-    "amd": ["/dev/kfd", "/dev/dri/renderD*"],
-    "gaudi": ["/dev/accel/accel[0-9]*", "/dev/hl[0-9]*"],
-    "furiosa": ["/dev/rngd/npu[0-9]*", "/dev/npu[0-9]*"],
-    "rebellions": ["/dev/rbln[0-9]*"],
-    "tenstorrent": ["/dev/tenstorrent/[0-9]*"],
+#: Device nodes of backends that do not declare ``Backend.device_nodes`` yet.
+_UNDECLARED_NODES = {
+    "nvidia": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
+    "amd": ("/dev/kfd", "/dev/dri/renderD*"),
 }
 
 
-def _nodes(backend: str) -> list[dict[str, Any]]:
+def device_node_patterns(backend: Backend) -> tuple[str, ...]:
+    """The device-node globs ``backend`` declares (a third-party backend adds its own)."""
+    declared = tuple(getattr(type(backend), "device_nodes", ()) or ())
+    return declared or _UNDECLARED_NODES.get(backend.display_name, ())
+
+
+def _nodes(patterns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Missing or unreadable device nodes explain most failures: list them with their access."""
     found = []
-    for pattern in DEVICE_NODES.get(backend, []):
+    for pattern in patterns:
         for path in sorted(glob.glob(pattern)):
             found.append({"path": path, "readable": os.access(path, os.R_OK),
                           "writable": os.access(path, os.W_OK)})
@@ -50,11 +54,13 @@ def diagnose(**opts: Any) -> dict[str, Any]:
     s = settings(**opts)
     collector = build_collector(s)
     probes: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, list[dict[str, Any]]] = {}
     try:
         # The probe runs on each backend's own worker thread, inside the cycle and its
         # timeout: a vendor library that hangs cannot hang doctor.
         snap = collector.collect_once()
         for runner in collector.runners:
+            nodes[runner.name] = _nodes(device_node_patterns(runner.backend))
             result = runner.probe_result
             if result is None:
                 probes[runner.name] = {"available": None, "details": {},
@@ -73,7 +79,7 @@ def diagnose(**opts: Any) -> dict[str, Any]:
         backends.append({
             "name": status.name, "status": status.status, "message": status.message,
             "duration_seconds": status.duration_seconds, "devices": per_backend.get(status.name, 0),
-            "probe": probe, "device_nodes": _nodes(status.name)})
+            "probe": probe, "device_nodes": nodes.get(status.name, [])})
     return {
         "allsmi_version": __version__,
         "python": sys.version.split()[0],

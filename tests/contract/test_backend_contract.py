@@ -108,6 +108,15 @@ def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
         backend.close()
         backend.close()  # idempotent
     expected = scenario.expected_devices or 0
+    # sample() after close(): reopen by itself, or say it is not open; never stale or empty data.
+    try:
+        after_close = list(backend.sample())
+    except BackendError as exc:
+        assert str(exc), "the error must say why"
+    else:
+        assert len(after_close) == expected, "sample() after close() must reopen, not return stale data"
+    finally:
+        backend.close()
     assert len(devices) == expected
     assert len(again) == expected
     # The collector closes a backend before it retries one that failed or vanished:
