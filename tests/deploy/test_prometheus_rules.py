@@ -1,0 +1,97 @@
+"""deploy/prometheus/allsmi-rules.yml: checked and unit-tested by the real promtool."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from allsmi.dashboard.promsummary import recording_rules
+
+from ..conftest import require_tool
+from .support import RULES, RULES_TEST, all_rules, recorded, rules
+
+ALERTS = {  # name -> (metric the expression reads, "for" duration)
+    "AllsmiBackendDown": ("allsmi_backend_up", "5m"),
+    "AllsmiDeviceLost": ("allsmi_device_up", "2m"),
+    "AllsmiExporterStale": ("allsmi_last_collect_timestamp_seconds", None),
+    "AllsmiDeviceAllocatedIdle": ("allsmi_device_idle_allocated_seconds_total", None),
+    "AllsmiBillingExportFailed": ("allsmi_export_success", None),
+}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([require_tool("promtool", "prometheus"), *args], capture_output=True,
+                          text=True, timeout=120, cwd=RULES.parent)
+
+
+def test_promtool_check_rules() -> None:
+    result = promtool("check", "rules", RULES.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_test_rules() -> None:
+    result = promtool("test", "rules", RULES_TEST.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
+
+
+def test_promtool_test_rules_fails_on_a_broken_alert(tmp_path) -> None:
+    """The unit tests do check the alerts: one with a wrong threshold fails them."""
+    broken = RULES.read_text().replace("for: 5m", "for: 10m", 1)
+    assert broken != RULES.read_text()
+    (tmp_path / RULES.name).write_text(broken)
+    (tmp_path / RULES_TEST.name).write_text(RULES_TEST.read_text())
+    result = subprocess.run([require_tool("promtool", "prometheus"), "test", "rules",
+                             RULES_TEST.name], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode != 0 and "AllsmiBackendDown" in result.stdout + result.stderr
+
+
+def test_alerts_are_the_specified_ones() -> None:
+    alerts = {r["alert"]: r for r in all_rules() if "alert" in r}
+    assert set(alerts) == set(ALERTS)
+    for name, (metric, duration) in ALERTS.items():
+        rule = alerts[name]
+        assert metric in rule["expr"], name
+        assert rule.get("for") == duration, name
+        summary, description = rule["annotations"]["summary"], rule["annotations"]["description"]
+        assert "{{ $labels.instance }}" in summary and "{{ $labels.instance }}" in description
+        if name in ("AllsmiDeviceLost", "AllsmiDeviceAllocatedIdle"):
+            assert "{{ $labels.uuid }}" in summary and "{{ $labels.uuid }}" in description
+        if name == "AllsmiBackendDown":
+            assert "{{ $labels.backend }}" in summary and "{{ $labels.backend }}" in description
+        assert len(description) > 150, f"{name}: say what to do"
+
+
+def test_every_alert_is_tested_firing_and_not_firing() -> None:
+    tests = yaml.safe_load(RULES_TEST.read_text())["tests"]
+    firing: dict[str, set[bool]] = {}
+    for case in tests:
+        for check in case.get("alert_rule_test", ()):
+            firing.setdefault(check["alertname"], set()).add(bool(check.get("exp_alerts")))
+    assert {name: {True, False} for name in ALERTS} == firing
+
+
+def test_recording_rule_names_follow_level_metric_operations() -> None:
+    for name in recorded():
+        assert re.fullmatch(r"[a-z_]+:allsmi_[a-z_]+:[a-z0-9_]+", name), name
+        assert not name.split(":")[1].endswith("_total"), f"{name}: rates drop _total"
+
+
+def test_fleet_view_rules_are_the_terminal_dashboards_queries() -> None:
+    """`allsmi view --prometheus` reads these recorded series when loaded: same expressions."""
+    group = next(g for g in rules()["groups"] if g["name"] == "allsmi-fleet-view")
+    shipped = {r["record"]: " ".join(r["expr"].split()) for r in group["rules"]}
+    assert shipped == {r["record"]: " ".join(r["expr"].split()) for r in recording_rules()}
+
+
+@pytest.mark.parametrize("group", ["allsmi-resource-groups"])
+def test_group_level_rules_cover_utilization_power_energy_and_time(group: str) -> None:
+    names = {r["record"] for g in rules()["groups"] if g["name"] == group for r in g["rules"]}
+    for metric in ("utilization_ratio", "power_watts", "energy_joules", "allocated_seconds",
+                   "idle_allocated_seconds"):
+        assert any(f":allsmi_device_{metric}:" in n for n in names), metric
