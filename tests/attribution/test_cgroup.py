@@ -1,0 +1,83 @@
+"""The cgroup source on fixture /proc trees: Slurm v1/v2, kubepods (cgroupfs, systemd), systemd."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from allsmi.attribution import Attributor, CgroupSource, ProcessAttribution, parse_cgroup
+from allsmi.schema import ProcessSample
+
+from .helpers import find, mixed_devices
+
+PROC = Path(__file__).resolve().parents[2] / "fixtures" / "attribution" / "proc"
+DEVICES = mixed_devices()
+
+EXPECTED = {
+    1001: ProcessAttribution("4242", None, None),
+    1002: ProcessAttribution("4243", None, None),
+    1003: ProcessAttribution(None, "8f2d6a3c-5b1e-4f7a-9c2d-0e1f2a3b4c5d",
+                             "4c6f1e0f8a7d3b2c1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d"),
+    1004: ProcessAttribution(None, "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
+                             "9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+    1005: ProcessAttribution(None, None, None),
+    1006: ProcessAttribution(None, "0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5",
+                             "7e6d5c4b3a2918070f6e5d4c3b2a19087e6d5c4b3a2918070f6e5d4c3b2a1908"),
+    1007: ProcessAttribution(None, "2b3c4d5e-6f7a-8b9c-0d1e-2f3a4b5c6d7e",
+                             "aa11bb22cc33dd44ee55ff6677889900aa11bb22cc33dd44ee55ff6677889900"),
+    1008: ProcessAttribution(None, None, None),
+}
+
+
+@pytest.mark.parametrize("pid", sorted(EXPECTED))
+def test_each_layout_parses(pid: int) -> None:
+    assert parse_cgroup((PROC / str(pid) / "cgroup").read_text()) == EXPECTED[pid]
+
+
+def test_garbage_and_lookalikes_say_nothing() -> None:
+    assert not parse_cgroup("")
+    assert not parse_cgroup("\x00\xff garbage\nno colons here\n1:memory:relative/job_5\n")
+    # a "job_" outside a Slurm hierarchy is not a Slurm job
+    assert parse_cgroup("0::/user.slice/job_77/app.scope") == ProcessAttribution()
+    # a slurm hierarchy under a container runtime: both are told
+    both = parse_cgroup("0::/kubepods/pod11111111-2222-3333-4444-555555555555/slurm/job_9/step_0")
+    assert both.job_id == "9" and both.pod_uid == "11111111-2222-3333-4444-555555555555"
+
+
+def _with_processes(pids_by_device: dict[str, list[tuple[int, str]]]) -> list:
+    return [replace(d, processes=tuple(ProcessSample(pid, user) for pid, user in pids_by_device[d.id]))
+            if d.id in pids_by_device else d for d in DEVICES]
+
+
+def test_source_attributes_processes_and_puts_slurm_jobs_on_devices() -> None:
+    h0, amd = find(DEVICES, "nvidia", 0), find(DEVICES, "amd", 2)
+    devices = _with_processes({h0.id: [(1001, "alice"), (1003, "svc")],
+                               amd.id: [(1002, "bob"), (1005, "carol"), (99999, "gone")]})
+    with Attributor([CgroupSource(PROC)], 5) as attributor:
+        result = attributor.resolve(devices)
+    assert result.statuses[0].status == "ok" and result.statuses[0].message == ""
+    assert result.process(1001) == EXPECTED[1001] and result.process(1003) == EXPECTED[1003]
+    assert result.process(99999) == ProcessAttribution()  # exited: nothing, no error
+    assert [w.to_dict() for w in result.device_workloads(h0.id) or ()] == [
+        {"source": "cgroup", "namespace": None, "pod": None, "container": None, "job_id": "4242",
+         "user": "alice"}]
+    assert [(w.job_id, w.user) for w in result.device_workloads(amd.id) or ()] == [("4243", "bob")]
+    assert result.device_workloads(find(DEVICES, "gaudi", 0).id) == ()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_cgroup_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "4000").mkdir()
+    (tmp_path / "4000" / "cgroup").write_text("0::/slurm/job_1\n")
+    (tmp_path / "4000" / "cgroup").chmod(0)
+    devices = _with_processes({DEVICES[0].id: [(4000, "x")]})
+    result = Attributor([CgroupSource(tmp_path)], 5).resolve(devices)
+    assert "cannot read the cgroup of 1 process(es): 4000" in result.statuses[0].message
+
+
+def test_missing_proc_root_is_unavailable(tmp_path: Path) -> None:
+    result = Attributor([CgroupSource(tmp_path / "nope")], 5).resolve(DEVICES)
+    assert result.statuses[0].status == "unavailable" and result.workloads is None

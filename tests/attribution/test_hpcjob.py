@@ -1,0 +1,90 @@
+"""The job-mapping directory: files appearing and disappearing, every naming, garbage."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from allsmi.attribution import Attributor, HpcJobSource
+
+from .helpers import find, mixed_devices
+
+DEVICES = mixed_devices()
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "attribution" / "hpc-jobs"
+
+
+def _jobs(result, dev) -> list[str]:
+    return [w.job_id for w in result.device_workloads(dev.id) or ()]
+
+
+def test_files_appear_and_disappear(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    h2, amd5 = find(DEVICES, "nvidia", 2), find(DEVICES, "amd", 5)
+    with Attributor([HpcJobSource(jobs)], 5) as attributor:
+        absent = attributor.resolve(DEVICES)
+        assert absent.statuses[0].status == "unavailable" and absent.workloads is None
+        jobs.mkdir()
+        empty = attributor.resolve(DEVICES)
+        assert empty.statuses[0].status == "ok" and _jobs(empty, h2) == []
+        (jobs / "2").write_text("1001\n")                 # dcgm-exporter's bare NVIDIA index
+        (jobs / "amd5").write_text("1002\n1003\n")        # <vendor><index>, two jobs sharing
+        one = attributor.resolve(DEVICES)
+        assert _jobs(one, h2) == ["1001"] and _jobs(one, amd5) == ["1002", "1003"]
+        assert all(w.source == "hpc-job" and w.user is None for w in one.device_workloads(amd5.id) or ())
+        (jobs / "amd5").write_text("1003\n")              # an epilog removed job 1002
+        os.remove(jobs / "2")                             # and the last job of GPU 2
+        two = attributor.resolve(DEVICES)
+        assert _jobs(two, h2) == [] and _jobs(two, amd5) == ["1003"]
+        shutil.rmtree(jobs)
+        assert attributor.resolve(DEVICES).workloads is None
+
+
+def test_every_naming_uuid_bus_id_vendor_index_and_mig(tmp_path: Path) -> None:
+    h1, mig = find(DEVICES, "nvidia", 1), find(DEVICES, "nvidia", 7, part=1)
+    gaudi, rngd, tt = find(DEVICES, "gaudi", 3), find(DEVICES, "furiosa", 0), find(DEVICES, "tenstorrent", 0)
+    assert gaudi.bus_id and tt.bus_id and mig.uuid
+    (tmp_path / h1.id).write_text("11\n")
+    (tmp_path / mig.uuid).write_text("12\n")
+    (tmp_path / gaudi.bus_id.upper()).write_text("13\n")
+    (tmp_path / rngd.id).write_text("14_3\n")             # an array job
+    (tmp_path / "tenstorrent0").write_text("15+1\n")      # a heterogeneous job component
+    (tmp_path / "7.2").write_text("16\n")                 # MIG instance by GPU instance id
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    assert result.statuses[0].message == ""
+    assert _jobs(result, h1) == ["11"] and _jobs(result, mig) == ["12"]
+    assert _jobs(result, gaudi) == ["13"] and _jobs(result, rngd) == ["14_3"]
+    assert _jobs(result, tt) == ["15+1"]
+    # the simulation has no GPU instance ids: "7.2" is the third instance, as its index says
+    assert _jobs(result, find(DEVICES, "nvidia", 7, part=2)) == ["16"]
+    assert _jobs(result, find(DEVICES, "nvidia", 7)) == []
+
+
+def test_shipped_fixture_directory() -> None:
+    result = Attributor([HpcJobSource(FIXTURE)], 5).resolve(DEVICES)
+    assert _jobs(result, find(DEVICES, "nvidia", 0)) == ["7001"]
+    assert _jobs(result, find(DEVICES, "nvidia", 1)) == ["7001"]
+    assert _jobs(result, find(DEVICES, "nvidia", 7, part=1)) == ["7002", "7003"]
+    assert _jobs(result, find(DEVICES, "amd", 3)) == ["7004"]
+
+
+def test_garbage_is_reported_and_skipped(tmp_path: Path) -> None:
+    (tmp_path / "3").write_bytes(b"2001\n\x00\xff\xfe binary junk\n# a comment\n\n")
+    (tmp_path / "nvidia99").write_text("2002\n")
+    (tmp_path / ".amd0.tmp").write_text("2003\n")         # a prolog's temporary file: ignored
+    (tmp_path / "subdir").mkdir()
+    os.symlink("/etc/passwd", tmp_path / "amd1")          # never followed
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    status = result.statuses[0]
+    assert status.status == "ok"
+    assert _jobs(result, find(DEVICES, "nvidia", 3)) == ["2001"]
+    assert "1 line(s) that are not job ids" in status.message
+    assert "name no device: nvidia99" in status.message
+    assert _jobs(result, find(DEVICES, "amd", 0)) == [] and _jobs(result, find(DEVICES, "amd", 1)) == []
+    assert "amd1" in status.message and "subdir" in status.message
+
+
+def test_a_file_instead_of_a_directory_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "jobs").write_text("x")
+    result = Attributor([HpcJobSource(tmp_path / "jobs")], 5).resolve(DEVICES)
+    assert result.statuses[0].status == "error" and "not a directory" in result.statuses[0].message
