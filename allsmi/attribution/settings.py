@@ -97,7 +97,9 @@ def _rules(config: Config, table: Any) -> tuple[ResourceRule, ...]:
                            "attribution", "resource_names")
     rules = []
     for name, raw in table.items():
-        key = ("attribution", "resource_names", name)
+        # Split like the config's key locator splits a quoted dotted key, so that the error
+        # points at the key's own line (the message shows the same dotted name).
+        key = ("attribution", "resource_names", *name.split("."))
         if not _RESOURCE.match(name):
             raise config.error("not a Kubernetes resource name (such as example.com/gpu, globs "
                                "allowed)", *key)
