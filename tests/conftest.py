@@ -19,8 +19,10 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
-    for var in ("ALLSMI_CONFIG", "ALLSMI_RESOURCE_GROUP", "ALLSMI_SIMULATE_SPEED", "ALLSMI_LEDGER",
-                "ALLSMI_HL_SMI", "ALLSMI_RBLN_SMI", "ALLSMI_FURIOSA_SMI", "ALLSMI_TT_SMI", "NO_COLOR"):
+    # Every ALLSMI_* variable (a new vendor's tool override included), except the
+    # settings of the test suite itself (CI mode, the FOCUS validator's venv).
+    keep = {"ALLSMI_REQUIRE_INTEGRATION", "ALLSMI_FOCUS_VENV"}
+    for var in [v for v in os.environ if v.startswith("ALLSMI_") and v not in keep] + ["NO_COLOR"]:
         monkeypatch.delenv(var, raising=False)
 
 
