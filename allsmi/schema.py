@@ -17,7 +17,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Tuple, Union
 
-from allsmi.text import MAX_COMMAND, MAX_MESSAGE, clean_optional, clean_text
+from allsmi.text import MAX_COMMAND, MAX_MESSAGE, clean_detail, clean_optional, clean_text
 
 SCHEMA_VERSION = 1
 
@@ -58,8 +58,8 @@ _DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_v
 
 
 def _clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``mapping`` with its keys and string values cleaned."""
-    return {clean_text(k): clean_text(v) if isinstance(v, str) else v for k, v in mapping.items()}
+    """``mapping`` with its keys and values cleaned (strings, inside tuples too; no NaN)."""
+    return {clean_text(k): clean_detail(v) for k, v in mapping.items()}
 
 
 @dataclass(frozen=True, slots=True)

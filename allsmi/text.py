@@ -21,7 +21,9 @@ text through ``rich.text.Text`` objects, never through markup parsing.
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 #: Longest text kept for a command line; other fields are shorter.
 MAX_COMMAND = 4096
@@ -56,3 +58,16 @@ def clean_text(value: str, max_length: int = MAX_NAME) -> str:
 def clean_optional(value: str | None, max_length: int = MAX_NAME) -> str | None:
     """:func:`clean_text` that passes ``None`` through."""
     return None if value is None else clean_text(value, max_length)
+
+
+def clean_detail(value: Any, max_length: int = MAX_NAME) -> Any:
+    """A ``details`` value made safe: strings cleaned, tuples and lists cleaned item by item
+    (as tuples), non-finite floats (NaN, infinities) turned into ``None``: unknown, never
+    NaN, and strict JSON has no NaN."""
+    if isinstance(value, str):
+        return clean_text(value, max_length)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (tuple, list)):
+        return tuple(clean_detail(v, max_length) for v in value)
+    return value

@@ -36,3 +36,27 @@ def test_every_text_field_is_cleaned_at_construction() -> None:
     doc = json.loads(to_json(snap))
     assert doc["devices"][0]["processes"][0]["command"] == clean_text(HOSTILE)
     assert snapshot_dict(snap)["host"]["hostname"] == clean_text(HOSTILE)
+
+
+def test_detail_tuples_and_non_finite_numbers_are_cleaned() -> None:
+    dev = DeviceSample(id="d", vendor="amd", kind="gpu", backend="amd",
+                       details={"cores": ("ok\udcff", "\x1b[31m", 3), "temp": float("nan"),
+                                "ratio": float("inf"), "list": ["x\udcfe"]})
+    assert dev.details == {"cores": ("ok\ufffd", " [31m", 3), "temp": None, "ratio": None,
+                           "list": ("x\ufffd",)}
+    text = to_json(Snapshot(timestamp=utc_now(), host=HostSample("h"), devices=(dev,)))
+    assert "\\udc" not in text and "NaN" not in text and "Infinity" not in text
+    json.loads(text)
+
+
+def test_withheld_process_details_in_json() -> None:
+    proc = ProcessSample(7, "alice", "python secret.py", 5)
+    dev = DeviceSample(id="d", vendor="nvidia", kind="gpu", backend="nvidia", processes=(proc,))
+    snap = Snapshot(timestamp=utc_now(), host=HostSample("h"), devices=(dev,))
+    hidden = json.loads(to_json(snap, process_details=False))
+    assert hidden["process_details"] is False
+    assert hidden["devices"][0]["processes"] == [
+        {"pid": 7, "user": None, "command": None, "memory_bytes": 5}]
+    shown = json.loads(to_json(snap, process_details=True))
+    assert shown["process_details"] is True and shown["devices"][0]["processes"][0]["user"] == "alice"
+    assert "process_details" not in json.loads(to_json(snap))  # a local snapshot: unchanged
