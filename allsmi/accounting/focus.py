@@ -13,7 +13,10 @@ The output is checked against the FinOps Foundation's validator
 Values FOCUS requires that allsmi has no natural source for come from
 ``[export.focus]`` (see :func:`focus_settings`); a charge whose group sets no
 price for it is free: unit prices and costs are 0, ``x_PriceConfigured`` is
-``false`` and its currency is the table's ``currency``.
+``false`` and its currency is the table's ``currency``. When
+``invoice_issuer_name`` differs from ``provider_name``, FOCUS reads the charges
+as collected by that third party: ``BilledCost`` is 0 and ``EffectiveCost``,
+``ListCost`` and ``ContractedCost`` carry the amount.
 """
 
 from __future__ import annotations
@@ -169,6 +172,9 @@ def tags(row: Row) -> str:
 def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any]]:
     """The charges as typed values (``None`` is null), one dict per charge, in report order."""
     out: list[dict[str, Any]] = []
+    # FOCUS: when someone other than the provider issues the invoice, the provider's charges
+    # are paid to that third party and their BilledCost is 0 (EffectiveCost keeps the amount).
+    invoiced_by_provider = settings.invoice_issuer_name == settings.provider_name
     for row in report.rows:
         what = " ".join(x for x in (row.vendor, row.model) if x) or "accelerators"
         where = f" on {row.host}" if row.host else ""
@@ -210,7 +216,7 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
                 **common,
                 "ChargeDescription": f"{what}{where}{who}: {label} "
                                      f"(resource group {row.resource_group})",
-                "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
+                "BilledCost": cost if invoiced_by_provider else Decimal(0), "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
                 "ConsumedQuantity": qty, "ConsumedUnit": unit, "PricingQuantity": qty,
                 "PricingUnit": unit, "ListUnitPrice": unit_price, "ContractedUnitPrice": unit_price,
                 "SkuId": sku_id, "SkuPriceId": f"{sku_id}@{row.resource_group}",
