@@ -3,7 +3,7 @@
 The Parquet file holds exactly the rows and columns of the matching CSV,
 typed: an empty cell is null, ``decimal`` columns are float64 with the
 values the CSV prints, ``int`` int64, ``bool`` boolean, ``datetime`` a UTC
-timestamp (seconds) of the same instant, text is text. Text is stored as is:
+timestamp (milliseconds; Parquet has no seconds unit) of the same instant, text is text. Text is stored as is:
 the CSV's guard against spreadsheet formulas (a leading ``'``) is a CSV
 matter and not applied here.
 """
@@ -55,7 +55,7 @@ def table_bytes(header: Sequence[str], types: Mapping[str, str],
     """A Parquet file of ``rows`` (CSV cells before spreadsheet quoting), typed by ``types``."""
     pa, pq = _arrow()
     arrow_types = {"string": pa.string(), "decimal": pa.float64(), "int": pa.int64(),
-                   "bool": pa.bool_(), "datetime": pa.timestamp("s", tz="UTC")}
+                   "bool": pa.bool_(), "datetime": pa.timestamp("ms", tz="UTC")}
     schema = pa.schema([pa.field(col, arrow_types[types[col]]) for col in header])
     arrays = [pa.array([_convert(row.get(col, ""), types[col]) for row in rows],
                        type=arrow_types[types[col]]) for col in header]
