@@ -6,12 +6,11 @@ Every value below goes through amdsmi's own Python layer (struct decoding,
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from allsmi.backend_api import BackendError, BackendUnavailable
-from allsmi.backends.amd import AmdBackend, host_process
+from allsmi.backends.amd import AmdBackend
 from allsmi.schema import DeviceSample
 from allsmi.units import GIB, MIB
 
@@ -187,56 +186,85 @@ def test_energy_counter_follows_the_accumulator() -> None:
 
 # -- partitions -----------------------------------------------------------------
 
-def test_cpx_partitions_follow_their_owner_and_board_power_is_counted_once() -> None:
+def _boards(devices: list[DeviceSample]) -> list[tuple[DeviceSample, list[DeviceSample]]]:
+    """Each physical GPU with the partitions listed right after it."""
+    out = []
+    for position, dev in enumerate(devices):
+        if dev.parent is None:
+            children = []
+            for child in devices[position + 1:]:
+                if child.parent != dev.id:
+                    break
+                children.append(child)
+            out.append((dev, children))
+    return out
+
+
+def test_cpx_every_partition_is_a_child_and_board_power_is_counted_once() -> None:
     lib, backend = _open("mi300x_cpx")
     devices = list(backend.sample())
-    assert len(devices) == 16
-    owners = [d for d in devices if d.parent is None]
-    assert [o.bus_id for o in owners] == ["0000:0c:00.0", "0000:22:00.0"]
-    for owner in owners:
-        position = devices.index(owner)
-        children = devices[position + 1:position + 8]
-        assert [c.parent for c in children] == [owner.id] * 7
-        assert [c.details["partition_id"] for c in children] == list(range(1, 8))
-        assert owner.details["partition_id"] == 0
+    assert len(devices) == 2 + 16
+    boards = _boards(devices)
+    assert [b.bus_id for b, _ in boards] == ["0000:0c:00.0", "0000:22:00.0"]
+    assert [b.index for b, _ in boards] == [0, 1]
+    for board, children in boards:
+        assert len(children) == 8
+        assert [c.details["partition_id"] for c in children] == list(range(8))
+        assert all(c.partition_share == 1 / 8 and c.index is None for c in children)
+        assert board.partition_share is None and board.details["partitions"] == 8
         assert all(c.power_watts is None and c.energy_joules is None
                    and c.power_limit_watts is None for c in children)
         assert all(not any(k.startswith("ecc_") for k in c.details) for c in children)
+        assert board.details["compute_partition"] == "CPX"
+        assert board.details["memory_partition"] == "NPS4"
     # every partition handle repeats its board's 688 W / 402 W; the total must not
+    assert [b.power_watts for b, _ in boards] == [688.0, 402.0]
     assert sum(d.power_watts or 0 for d in devices) == 688.0 + 402.0
     assert sum(d.energy_joules or 0 for d in devices) == (206158430208 + 103079215104) / 65536
-    # partition-level readings are each partition's own
-    board_a = _by_bus(devices)
-    assert board_a["0000:0c:00.4"].utilization_percent == 100.0
-    assert board_a["0000:0c:00.4"].memory_used_bytes == 40 * GIB
-    assert board_a["0000:0c:00.4"].memory_total_bytes == 48 * GIB
-    assert [p.user for p in board_a["0000:0c:00.4"].processes] == ["dave"]
-    # power is not even asked for on partitions
+    assert [b.power_limit_watts for b, _ in boards] == [750.0, 750.0]
+    # partition 0 is a partition like the others: its readings are its own, not the board's
+    by_bus = {d.bus_id: d for _, children in boards for d in children}
+    board_a, board_b = boards[0][0], boards[1][0]
+    assert by_bus["0000:0c:00.0"].utilization_percent == 91.0
+    assert [p.pid for p in by_bus["0000:0c:00.0"].processes] == [5000]
+    assert by_bus["0000:0c:00.4"].utilization_percent == 100.0
+    assert by_bus["0000:0c:00.4"].memory_used_bytes == 40 * GIB
+    assert by_bus["0000:0c:00.4"].memory_total_bytes == 48 * GIB
+    assert [p.user for p in by_bus["0000:0c:00.4"].processes] == ["dave"]
+    # the board: mean of its equal partitions, every process of any partition
+    assert board_a.utilization_percent == round((91 + 88 + 0 + 47 + 100 + 12 + 63 + 75) / 8, 3)
+    assert [p.pid for p in board_a.processes] == [5000, 5004]
+    assert board_b.utilization_percent == 35.0 and board_b.processes == ()
+    assert board_a.memory_total_bytes is None  # per partition only: never summed into a guess
+    # power is asked of one partition per board
     assert lib.calls.count("amdsmi_get_power_info") == 2
     assert lib.calls.count("amdsmi_get_energy_count") == 2
 
 
-def test_partitions_sharing_a_uuid_get_bus_ids() -> None:
+def test_partitions_sharing_a_uuid_get_bus_ids_and_the_board_the_uuid() -> None:
     _, backend = _open("mi300x_cpx")
-    devices = _by_bus(list(backend.sample()))
-    board_b = [d for bus, d in devices.items() if bus.startswith("0000:22:")]
-    assert sorted(d.id for d in board_b) == [f"amd:0000:22:00.{p}" for p in range(8)]
-    assert all(d.uuid == "79ff74a1-0000-1000-80d1-1a2b3c4d5e6f" for d in board_b)
-    assert devices["0000:22:00.3"].index == 8          # enumerated first, listed after its owner
-    assert devices["0000:0c:00.1"].id == "a7ff74a1-0000-1000-807c-d0b8a1e2c3f4"
+    devices = list(backend.sample())
+    (board_a, part_a), (board_b, part_b) = _boards(devices)
+    assert sorted(d.id for d in part_b) == [f"amd:0000:22:00.{p}" for p in range(8)]
+    assert board_b.id == board_b.uuid == "79ff74a1-0000-1000-80d1-1a2b3c4d5e6f"
+    assert all(d.uuid == "79ff74a1-0000-1000-80d1-1a2b3c4d5e6f" for d in part_b)
+    assert part_b[0].bus_id == "0000:22:00.0"      # partition 3 enumerated first, listed in order
+    assert board_a.id == "amd:0000:0c:00" and board_a.uuid is None
+    assert part_a[1].id == "a7ff74a1-0000-1000-807c-d0b8a1e2c3f4"
+    assert len({d.id for d in devices}) == len(devices)
 
 
-def test_partitions_without_visible_partition_0_claim_no_board() -> None:
+def test_partitions_without_visible_partition_0_claim_no_board_power() -> None:
     lib = FakeLibrary.from_fixture("mi300x_cpx")
     del lib.devices[0]                                 # a container given partitions 1-7 of board 0c
     backend = fake_backend(lib)
     backend.open()
-    devices = _by_bus(list(backend.sample()))
-    board_a = [d for bus, d in devices.items() if bus.startswith("0000:0c:")]
-    assert len(board_a) == 7
-    assert all(d.parent is None and d.power_watts is None and d.energy_joules is None
-               for d in board_a)
-    assert devices["0000:22:00.0"].power_watts == 402.0
+    (board_a, part_a), (board_b, _) = _boards(list(backend.sample()))
+    assert len(part_a) == 7 and all(d.parent == board_a.id for d in part_a)
+    assert board_a.power_watts is None and board_a.energy_joules is None
+    assert "partition 0" in str(board_a.details["board_power"])
+    assert all(d.power_watts is None and d.partition_share == 1 / 8 for d in part_a)
+    assert board_b.power_watts == 402.0
 
 
 def test_kfd_partition_id_wins_over_pci_function() -> None:
@@ -246,10 +274,65 @@ def test_kfd_partition_id_wins_over_pci_function() -> None:
     lib.devices[1]["amdsmi_get_gpu_kfd_info"]["current_partition_id"] = 0
     backend = fake_backend(lib)
     backend.open()
+    (board, parts), _ = _boards(list(backend.sample()))
+    assert [p.bus_id for p in parts[:2]] == ["0000:0c:00.1", "0000:0c:00.0"]
+    assert [p.details["partition_id"] for p in parts[:2]] == [0, 1]
+    assert board.power_watts == 688.0
+
+
+@pytest.mark.parametrize("fixture, boards, per_board, mode, memory_mode, power", [
+    ("mi300x_dpx", 2, 2, "DPX", "NPS1", [700.0, 650.0]),
+    ("mi300x_qpx", 1, 4, "QPX", "NPS4", [540.0]),
+    ("mi300x_cpx_nps1_power_first_only", 1, 8, "CPX", "NPS1", [612.0]),
+    ("mi300x_cpx_power_on_none_but_partition_2", 1, 8, "CPX", "NPS4", [455.0]),
+])
+def test_partition_modes_and_power_placements(fixture: str, boards: int, per_board: int, mode: str,
+                                               memory_mode: str, power: list[float]) -> None:
+    lib, backend = _open(fixture)
     devices = list(backend.sample())
-    assert devices[0].bus_id == "0000:0c:00.1" and devices[0].parent is None
-    assert devices[0].power_watts == 688.0
-    assert devices[1].bus_id == "0000:0c:00.0" and devices[1].parent == devices[0].id
+    found = _boards(devices)
+    assert len(found) == boards and len(devices) == boards * (per_board + 1)
+    for board, children in found:
+        assert len(children) == per_board
+        assert all(c.partition_share == 1 / per_board for c in children)
+        assert sum(c.partition_share or 0 for c in children) == pytest.approx(1.0)
+        assert board.details["compute_partition"] == mode
+        assert board.details["memory_partition"] == memory_mode
+        assert all(c.power_watts is None and c.energy_joules is None for c in children)
+    assert [b.power_watts for b, _ in found] == power
+    assert all(b.energy_joules is not None for b, _ in found)
+    assert backend.warnings == []
+
+
+def test_eight_mi300x_in_cpx_are_8_gpus_with_8_partitions_each() -> None:
+    lib = FakeLibrary(_eight_cpx_boards())
+    backend = fake_backend(lib)
+    backend.open()
+    devices = list(backend.sample())
+    found = _boards(devices)
+    assert len(devices) == 72 and len(found) == 8
+    assert all(len(children) == 8 for _, children in found)
+    assert [b.index for b, _ in found] == list(range(8))
+    assert sum(d.power_watts or 0 for d in devices) == 8 * 688.0
+    assert lib.calls.count("amdsmi_get_power_info") == 8
+
+
+def _eight_cpx_boards() -> dict[str, object]:
+    """Board 0c of mi300x_cpx.json repeated on eight PCI buses (as on an 8-OAM node)."""
+    import copy
+    import json
+
+    from .amd_fake import FIXTURE_DIR
+    template = json.loads((FIXTURE_DIR / "mi300x_cpx.json").read_text())
+    devices = []
+    for board, bus in enumerate((0x0C, 0x22, 0x38, 0x5C, 0x9F, 0xAF, 0xBF, 0xDF)):
+        for partition in template["devices"][:8]:
+            dev = copy.deepcopy(partition)
+            function = dev["amdsmi_get_gpu_device_bdf"].rsplit(".", 1)[1]
+            dev["amdsmi_get_gpu_device_bdf"] = f"0000:{bus:02x}:00.{function}"
+            dev["amdsmi_get_gpu_device_uuid"] = f"{board:02x}{function}ff74a1-0000-1000-807c-d0b8a1e2c3f4"
+            devices.append(dev)
+    return {"devices": devices, "host_processes": template["host_processes"]}
 
 
 # -- faults -------------------------------------------------------------------------
@@ -387,10 +470,7 @@ def test_real_probe_without_libamd_smi(capfd: pytest.CaptureFixture[str]) -> Non
     assert out == ""
 
 
-def test_host_process_reads_psutil() -> None:
-    import getpass
+def test_default_process_lookup_is_the_shared_host_lookup() -> None:
+    from allsmi.backends._host_procs import process_owner
 
-    user, name = host_process(os.getpid())
-    assert user == getpass.getuser()
-    assert name
-    assert host_process(2 ** 22 + 12345) == (None, None)  # above pid_max: no such process
+    assert AmdBackend()._process_lookup is process_owner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from allsmi.backends import _amdsmi_convert as conv
-from allsmi.backends._amdsmi_partitions import PlannedDevice, arrange
+from allsmi.backends._amdsmi_partitions import Board, PlannedDevice, arrange, partition_count
 
 
 @pytest.mark.parametrize(("info", "expected"), [
@@ -92,39 +92,55 @@ def _dev(index: int, bdf: str, mode: str | None, pid: int | None = None,
                          partition_id=pid, uuid=uuid)
 
 
-def test_arrange_spx_devices_are_their_own_boards() -> None:
+def test_arrange_spx_devices_are_whole_gpus() -> None:
     devices = arrange([_dev(0, "0000:0c:00.0", "SPX", 0, "u0"), _dev(1, "0000:22:00.0", None, None, "u1")])
-    assert [(d.id, d.parent, d.owns_board) for d in devices] == [("u0", None, True), ("u1", None, True)]
+    assert all(isinstance(d, PlannedDevice) for d in devices)
+    assert [(d.id, d.parent, d.partition_share, d.device_index) for d in devices] == [
+        ("u0", None, None, 0), ("u1", None, None, 1)]
 
 
 def test_arrange_dpx_uses_pci_function_when_kfd_is_silent() -> None:
-    devices = arrange([_dev(0, "0000:0c:00.1", "DPX"), _dev(1, "0000:0c:00.0", "DPX")])
-    assert [d.bus_id for d in devices] == ["0000:0c:00.0", "0000:0c:00.1"]
-    owner, child = devices
-    assert owner.owns_board and owner.parent is None and owner.partition_id == 0
-    assert not child.owns_board and child.parent == "amd:0000:0c:00.0" and child.partition_id == 1
+    (board,) = arrange([_dev(0, "0000:0c:00.1", "DPX"), _dev(1, "0000:0c:00.0", "DPX")])
+    assert isinstance(board, Board)
+    assert board.id == "amd:0000:0c:00" and board.bus_id == "0000:0c:00.0" and board.owns_power
+    assert [d.bus_id for d in board.partitions] == ["0000:0c:00.0", "0000:0c:00.1"]
+    assert [(d.parent, d.partition_id, d.partition_share) for d in board.partitions] == [
+        ("amd:0000:0c:00", 0, 0.5), ("amd:0000:0c:00", 1, 0.5)]
 
 
 def test_arrange_ids_fall_back_and_stay_unique() -> None:
-    devices = arrange([
+    layout = arrange([
         PlannedDevice(index=0, handle=0),
         PlannedDevice(index=1, handle=1),
         PlannedDevice(index=2, handle=2, uuid="same", bus_id="0000:01:00.0"),
-        PlannedDevice(index=3, handle=3, uuid="same", bus_id="0000:01:00.0"),
+        PlannedDevice(index=3, handle=3, uuid="same", bus_id="0000:02:00.0"),
     ])
-    assert [d.id for d in devices] == ["amd:gpu0", "amd:gpu1", "amd:0000:01:00.0#2", "amd:0000:01:00.0#3"]
+    assert [d.id for d in layout] == ["amd:gpu0", "amd:gpu1", "amd:0000:01:00.0", "amd:0000:02:00.0"]
 
 
 def test_arrange_groups_handles_of_one_pci_device_even_without_a_mode() -> None:
-    # the owner says CPX, its partitions' mode calls were not supported
-    devices = arrange([_dev(0, "0000:0c:00.0", "CPX", 0, "u0"), _dev(1, "0000:0c:00.1", None, None, "u1"),
-                       _dev(2, "0000:0c:00.2", None, None, "u2")])
-    assert [(d.id, d.parent, d.owns_board, d.partition_id) for d in devices] == [
-        ("u0", None, True, 0), ("u1", "u0", False, 1), ("u2", "u0", False, 2)]
+    # the first says CPX, the others' mode calls were not supported
+    (board,) = arrange([_dev(0, "0000:0c:00.0", "CPX", 0, "u0"), _dev(1, "0000:0c:00.1", None, None, "u1"),
+                        _dev(2, "0000:0c:00.2", None, None, "u2")])
+    assert [(d.id, d.parent, d.partition_id) for d in board.partitions] == [
+        ("u0", board.id, 0), ("u1", board.id, 1), ("u2", board.id, 2)]
+    assert board.partitions[0].partition_share == pytest.approx(1 / 3)
 
 
-def test_arrange_lone_partition_other_than_0_owns_nothing() -> None:
-    (dev,) = arrange([_dev(0, "0000:0c:00.5", "CPX", 5, "u5")])
-    assert dev.parent is None and not dev.owns_board
+@pytest.mark.parametrize("mode, handles, expected", [
+    ("DPX", 2, 2), ("TPX", 3, 3), ("QPX", 4, 4), ("CPX", 8, 8), ("CPX", 3, 3),
+    ("QPX", 2, 4),   # a container given two of four partitions: still quarters
+    (None, 2, 2), ("SPX", 2, 2),  # the handles outvote a mode string that cannot be right
+])
+def test_partition_count(mode: str | None, handles: int, expected: int) -> None:
+    members = [_dev(i, f"0000:0c:00.{i}", mode, i) for i in range(handles)]
+    assert partition_count(mode, members) == expected
+
+
+def test_arrange_lone_partition_other_than_0_has_a_board_without_power() -> None:
+    (board,) = arrange([_dev(0, "0000:0c:00.5", "CPX", 5, "u5")])
+    assert isinstance(board, Board) and not board.owns_power
+    assert board.partitions[0].parent == board.id
+    assert board.partitions[0].partition_share == pytest.approx(1 / 6)
     (spx,) = arrange([_dev(0, "0000:0c:00.0", "SPX", 0, "u0")])
-    assert spx.owns_board
+    assert isinstance(spx, PlannedDevice) and spx.parent is None
