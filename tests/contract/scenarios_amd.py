@@ -14,9 +14,10 @@ import pytest
 
 from allsmi.backend_api import Backend
 from allsmi.backends.amd import AmdBackend
+from allsmi.units import GIB
 from tests.backends.amd_fake import FakeLibrary, fake_backend
 
-from .scenario import Scenario, ScenarioEnv
+from .scenario import Scenario, ScenarioEnv, expect
 
 
 def _real(env: ScenarioEnv) -> Backend:
@@ -38,8 +39,31 @@ SCENARIOS: list[Scenario] = [
     Scenario("driver-not-loaded", _fixture("driver_not_loaded"), expected_devices=None),
     Scenario("mi300x-spx", _fixture("mi300x_spx"), expected_devices=2),
     # partitioned GPUs: one device per physical GPU plus one per partition
-    Scenario("mi300x-cpx-2-boards", _fixture("mi300x_cpx"), expected_devices=2 + 16),
-    Scenario("mi300x-dpx-multi-device-processes", _fixture("mi300x_dpx"), expected_devices=2 + 4),
+    Scenario("mi300x-cpx-2-boards", _fixture("mi300x_cpx"), expected_devices=2 + 16, expected=[
+        # 206158430208 energy ticks x 15.2587890625 uJ = 3145728 J, once per board
+        expect("amd:0000:0c:00", parent=None, power_watts=688.0, power_limit_watts=750.0,
+               energy_joules=3145728.0, partition_share=None, index=0),
+        expect("a6ff74a1-0000-1000-807c-d0b8a1e2c3f4", parent="amd:0000:0c:00", partition_share=0.125,
+               power_watts=None, energy_joules=None, utilization_percent=91.0,
+               memory_used_bytes=20 * GIB, memory_total_bytes=48 * GIB,
+               processes=[(5000, 16 * GIB)]),
+        expect("79ff74a1-0000-1000-80d1-1a2b3c4d5e6f", parent=None, power_watts=402.0,
+               energy_joules=1572864.0),
+        expect("amd:0000:22:00.0", parent="79ff74a1-0000-1000-80d1-1a2b3c4d5e6f",
+               partition_share=0.125, power_watts=None),
+    ]),
+    Scenario("mi300x-dpx-multi-device-processes", _fixture("mi300x_dpx"), expected_devices=2 + 4,
+             expected=[
+        expect("amd:0000:4f:00", power_watts=700.0, energy_joules=6291456.0, utilization_percent=70.0,
+               processes=[(7001, 30 * GIB), (7002, 30 * GIB)]),
+        expect("b1ff74a1-0000-1000-807c-000000004f00", parent="amd:0000:4f:00", partition_share=0.5,
+               power_watts=None, memory_used_bytes=40 * GIB, memory_total_bytes=192 * GIB,
+               processes=[(7001, 20 * GIB)]),
+        expect("b1ff74a1-0000-1000-807c-000000004f01", processes=[(7001, 10 * GIB), (7002, 30 * GIB)]),
+        expect("b1ff74a1-0000-1000-807c-000000008e00", parent="amd:0000:8e:00",
+               processes=[(7001, 5 * GIB)]),
+        expect("amd:0000:8e:00", power_watts=650.0, energy_joules=3145728.0, processes=[(7001, 5 * GIB)]),
+    ]),
     Scenario("mi300x-qpx-nps4-power-first-only", _fixture("mi300x_qpx"), expected_devices=1 + 4),
     Scenario("mi300x-cpx-nps1-power-first-only", _fixture("mi300x_cpx_nps1_power_first_only"),
              expected_devices=1 + 8),
