@@ -1,7 +1,9 @@
 """How a backend's fixture scenarios are declared for the contract suite.
 
 Each registered backend ``NAME`` has a module ``tests/contract/scenarios_NAME.py``
-defining ``SCENARIOS: list[Scenario]``. The contract suite
+(or, shipped by a third-party package, a top-level ``allsmi_scenarios_NAME``)
+defining ``SCENARIOS: list[Scenario]``; a CLI backend also declares ``CLI``
+(:class:`CliTool`) and the fault-and-drift matrix runs it. The contract suite
 (``test_backend_contract.py``) runs every scenario of every registered backend
 and fails when a backend has no scenarios module, so a new backend cannot
 skip the contract.
@@ -9,13 +11,17 @@ skip the contract.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from types import ModuleType
+from typing import Any, Callable, Mapping, Sequence
 
 import pytest
 
 from allsmi.backend_api import Backend
+from allsmi.schema import DeviceSample
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
@@ -36,8 +42,76 @@ class Scenario:
     ``expected_devices`` is the number of samples ``sample()`` must return, or
     ``None`` when the scenario has no hardware: then ``probe()`` must say
     unavailable with a reason, or ``sample()`` must return an empty list.
+    ``expected`` holds exact values per device id (built with :func:`expect`).
     """
 
     name: str
     build: Callable[[ScenarioEnv], Backend]
     expected_devices: int | None
+    expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expected, Mapping):
+            self.expected = dict(self.expected)
+
+
+def expect(device_id: str, **values: Any) -> tuple[str, dict[str, Any]]:
+    """Exact values one device of a scenario must have: ``expect("GPU-1", power_watts=17.5218)``.
+
+    Keys are :class:`DeviceSample` attributes (``None`` asserts an honest null),
+    ``details__KEY`` for one ``details`` entry, or ``processes`` for the list of
+    ``(pid, memory_bytes)`` pairs. Values are the vendor tool's own numbers
+    converted by hand (``"17521800uW"`` -> ``17.5218``), so a unit error (KiB
+    taken as bytes, 0 for a missing value) fails the contract suite.
+    """
+    return device_id, values
+
+
+def check_expected(devices: Sequence[DeviceSample], expected: Mapping[str, Mapping[str, Any]]) -> None:
+    """Assert every declared exact value (see :func:`expect`)."""
+    by_id = {d.id: d for d in devices}
+    for device_id, values in expected.items():
+        assert device_id in by_id, f"expected device {device_id!r} missing; got {sorted(by_id)}"
+        dev = by_id[device_id]
+        for key, want in values.items():
+            if key == "processes":
+                got: Any = None if dev.processes is None else [(p.pid, p.memory_bytes) for p in dev.processes]
+            elif key.startswith("details__"):
+                got = dev.details.get(key[len("details__"):])
+            else:
+                got = getattr(dev, key)
+            if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+                assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), (device_id, key, got, want)
+            else:
+                assert got == want, (device_id, key, got, want)
+
+
+@dataclass
+class CliTool:
+    """How the fault-and-drift matrix drives a CLI backend's tool (declared as ``CLI`` in its scenario module).
+
+    The matrix replaces the tool with the shared stand-in (:mod:`tests.contract.standin`)
+    under ``executable``, named by ``env_var``, answering every call with one fault.
+    ``partial`` is a fixture file holding the tool's output cut in half;
+    ``options`` are the backend options the matrix runs it with (``{"method": "cli"}``).
+    ``drift`` maps matrix cells (``oldest``, ``newest``, ``na-fields``, ``64-devices``,
+    ``partitions``) to names of this module's :data:`SCENARIOS`.
+    """
+
+    env_var: str
+    executable: str
+    partial: Path
+    options: Mapping[str, Any] = field(default_factory=dict)
+    drift: Mapping[str, str] = field(default_factory=dict)
+
+
+def scenario_module(name: str) -> ModuleType | None:
+    """The scenario module of backend ``name``: ``tests.contract.scenarios_NAME``, else a
+    top-level ``allsmi_scenarios_NAME`` (how a third-party backend ships its scenarios)."""
+    for module_name in (f"tests.contract.scenarios_{name}", f"allsmi_scenarios_{name}"):
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name not in (module_name, module_name.rsplit(".", 1)[0]):
+                raise
+    return None

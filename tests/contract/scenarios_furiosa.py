@@ -19,7 +19,7 @@ from allsmi.backends import furiosa as furiosa_module
 from allsmi.backends.furiosa import ENV_VAR, FuriosaBackend
 
 from . import standin
-from .scenario import FIXTURES, Scenario, ScenarioEnv
+from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
 
 FURIOSA = FIXTURES / "furiosa"
 
@@ -334,7 +334,14 @@ SCENARIOS: list[Scenario] = [
     Scenario("env-override-not-executable", _env_points_nowhere, None),
     Scenario("cli-no-devices", _cli_no_devices, None),
     Scenario("sdk-no-devices", _sdk_no_devices, None),
-    Scenario("cli-rngd-4x", _cli_rngd_4x, 4),
+    # "52.00 W", "41.33", DRAM bytes, utilization the mean of the 8 PEs; RNGD ps has no memory.
+    Scenario("cli-rngd-4x", _cli_rngd_4x, 4, dict([
+        expect("B9E2F4A7-1C3D-4F6B-8A20-5E7D9C1B3F22", power_watts=52.0, temperature_celsius=41.33,
+               clock_mhz=1000.0, power_limit_watts=None, utilization_percent=45.25,
+               memory_used_bytes=12884901888, memory_total_bytes=51002736640, health="ok",
+               processes=[(41230, None), (52011, None)]),
+        expect("A3D7E1C2-5B8F-4E2A-9C61-0D4F7B2E8A11", power_watts=38.0, utilization_percent=0.0,
+               memory_used_bytes=0)])),
     Scenario("cli-rngd-na-and-partial", _cli_rngd_faults, 2),
     Scenario("sdk-furiosa_smi-4x", _modern_sdk_4x, 4),
     Scenario("sdk-furiosa_smi_py-4x-one-dead", _legacy_sdk_4x_with_ps, 4),

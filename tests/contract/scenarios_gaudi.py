@@ -15,7 +15,7 @@ from typing import Any
 from allsmi.backends import gaudi as gaudi_module
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
 
-from .scenario import FIXTURES, Scenario, ScenarioEnv
+from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
 
 GAUDI = FIXTURES / "gaudi"
 STANDIN_SOURCE = GAUDI / "hl_smi_standin.py"
@@ -88,15 +88,27 @@ def _loop(fixture: str, listing: str | None, **options: Any):
     return build
 
 
+G3_0 = "01P4-HL3090A0-18-U4V193-22-07-00"
+
 SCENARIOS: list[Scenario] = [
     Scenario("hl-smi-absent", _absent, expected_devices=None),
     Scenario("env-points-nowhere", _env_points_nowhere, expected_devices=None),
     Scenario("hl-smi-lists-no-devices", _no_devices, expected_devices=None),
-    Scenario("gaudi3-8x-loop", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt"), expected_devices=8),
+    # Memory in MiB (131072 MiB = 137438953472 bytes), power and its limit in W.
+    Scenario("gaudi3-8x-loop", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt"), expected_devices=8,
+             expected=dict([expect(G3_0, utilization_percent=0.0, memory_total_bytes=131072 * 1024**2,
+                                   memory_used_bytes=672 * 1024**2, temperature_celsius=36.0,
+                                   power_watts=226.0, power_limit_watts=850.0, clock_mhz=800.0,
+                                   bus_id="0000:19:00.0", driver_version="1.22.1-97ec1a4", health="ok",
+                                   processes=None)])),
     Scenario("gaudi3-8x-oneshot", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt", mode="oneshot"),
              expected_devices=8),
+    # SW 1.15 rejects power.max and the clock fields: null, the rest exact.
     Scenario("gaudi2-8x-sw1.15-fewer-fields", _loop("gaudi2-8x-1.15", "hl-smi-L-gaudi2.txt"),
-             expected_devices=8),
+             expected_devices=8,
+             expected=dict([expect("01P0-HL2080A0-15-TF8A81-09-07-00", memory_total_bytes=98304 * 1024**2,
+                                   memory_used_bytes=768 * 1024**2, temperature_celsius=30.0,
+                                   power_watts=84.0, power_limit_watts=None, clock_mhz=None)])),
     Scenario("gaudi2-4x-na-cells", _loop("gaudi2-4x-na-cells", None), expected_devices=4),
     Scenario("gaudi3-garbage-mixed", _loop("gaudi3-8x-garbage-mixed", "hl-smi-L-gaudi3.txt",
                                            mode="oneshot"), expected_devices=7),

@@ -13,7 +13,7 @@ from pathlib import Path
 from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 
 from . import standin
-from .scenario import FIXTURES, Scenario, ScenarioEnv
+from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
 
 RBLN_FIXTURES = FIXTURES / "rebellions"
 
@@ -70,20 +70,44 @@ SCENARIOS: list[Scenario] = [
     Scenario("no-hardware-override-not-executable", _override_not_executable, None),
     Scenario("no-hardware-tool-sees-no-device",
              lambda env: backend_for(env, "rbln-smi-no-devices.json"), None),
+    # Exact values, converted by hand: "37257088uW" = 37.257088 W, memory strings are bytes,
+    # memalloc 3.5GiB + 58.0MiB = 3758096384 + 60817408 bytes.
     Scenario("atom-plus-4-cards-loaded",
-             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x4-loaded.json"), 4),
+             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x4-loaded.json"), 4, dict([
+                 expect("6f1c2a9e-0d4b-4c55-9a61-2f0e8b7d1a01", temperature_celsius=45.0,
+                        power_watts=37.257088, memory_used_bytes=3818913792,
+                        memory_total_bytes=16877879296, utilization_percent=62.3,
+                        bus_id="0000:03:00.0", driver_version="3.0.0", firmware_version="3.0.0",
+                        health="ok", processes=[(2733390, 3758096384 + 60817408)]),
+                 expect("a83b5f27-51c9-4e0e-b1d4-7c6f0a9e3b02", power_watts=36.104512,
+                        memory_used_bytes=3758096384, utilization_percent=58.9)])),
     Scenario("atom-4-cards-rbln-stat-fallback",
              lambda env: backend_for(env, "rbln-stat-kmd1.3-ca02x4.json",
                                      executable="rbln-stat", via_path=True), 4),
     # 2 cards (parents) + 8 dies (children).
     Scenario("atom-max-2-cards-8-dies",
-             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca25x2-atom-max.json"), 10),
+             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca25x2-atom-max.json"), 10, dict([
+                 # 85300000uW once, on the card; its dies carry no board power.
+                 expect("rebellions:card:0000000025800201", power_watts=85.3, parent=None),
+                 expect("3c90a100-6e2d-4b7a-9c41-000000000000", power_watts=None, utilization_percent=71.0,
+                        memory_used_bytes=4294967296, temperature_celsius=47.0,
+                        parent="rebellions:card:0000000025800201")])),
     Scenario("atom-plus-8-cards-repeated-npu",
              lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-shared-npu.json"), 8),
     Scenario("atom-plus-8-cards-four-jobs",
-             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-four-jobs.json"), 8),
+             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-four-jobs.json"), 8, dict([
+                 expect("7c41d0e0-3b9a-4e27-9f10-5d2a8c6e4000", processes=[(31001, 72 * 1024**2)]),
+                 expect("7c41d0e2-3b9a-4e27-9f10-5d2a8c6e4002", processes=[(42002, 3758096384 + 60817408)]),
+                 expect("7c41d0e7-3b9a-4e27-9f10-5d2a8c6e4007", processes=[(42002, 3758096384)]),
+                 expect("7c41d0e5-3b9a-4e27-9f10-5d2a8c6e4005", processes=[(53003, 1503238554)]),
+                 expect("7c41d0e1-3b9a-4e27-9f10-5d2a8c6e4001", processes=[(64004, 54 * 1024**2)]),
+                 expect("7c41d0e4-3b9a-4e27-9f10-5d2a8c6e4004", processes=[])])),
     Scenario("atom-plus-na-cells",
-             lambda env: backend_for(env, "rbln-smi-kmd2.0-ca12x2-na-cells.json"), 2),
+             lambda env: backend_for(env, "rbln-smi-kmd2.0-ca12x2-na-cells.json"), 2, dict([
+                 expect("7a2e9c04-3b1f-4d6e-8a95-0c4b7e2f1d05", temperature_celsius=None, power_watts=None,
+                        memory_used_bytes=None, memory_total_bytes=16877879296, utilization_percent=None),
+                 expect("b5d13f8a-6c20-4e97-9b3a-2f8e1d6c0a06", power_watts=6.1, memory_used_bytes=0,
+                        firmware_version=None)])),
     # 6 rows: a string, a row without identity and a duplicate are skipped.
     Scenario("malformed-device-rows",
              lambda env: backend_for(env, "rbln-smi-malformed-device-row.json"), 3),

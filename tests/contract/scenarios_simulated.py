@@ -6,7 +6,7 @@ from pathlib import Path
 
 from allsmi.backends.simulated import SimulatedBackend, load_scenario
 
-from .scenario import Scenario, ScenarioEnv
+from .scenario import Scenario, ScenarioEnv, expect
 
 FIXED = 1_790_000_000.0  # a fixed instant: deterministic values
 
@@ -36,7 +36,11 @@ SCENARIOS = [
     Scenario("mixed-amd", _sim("amd"), 8),
     Scenario("mixed-gaudi", _sim("gaudi"), 8),
     Scenario("mixed-furiosa", _sim("furiosa"), 4),
-    Scenario("mixed-rebellions", _sim("rebellions"), 4),
+    # The scenario's static facts (16 GiB, 130 W): the simulation converts nothing, but a
+    # units slip in the model (GiB taken as bytes) would still show here.
+    Scenario("mixed-rebellions", _sim("rebellions"), 4, dict([
+        expect("fd611fdd-5ebf-3525-5747-9b39fc2f4058", name="RBLN-CA12", memory_total_bytes=16 * 1024**3,
+               power_limit_watts=130.0)])),
     Scenario("mixed-tenstorrent", _sim("tenstorrent"), 2),
     Scenario("faults-lost-gpu", _lost_gpu, 11),
 ]

@@ -14,7 +14,7 @@ from allsmi.backends import tenstorrent as tenstorrent_module
 from allsmi.backends.tenstorrent import ENV_VAR, TenstorrentBackend
 
 from . import standin
-from .scenario import FIXTURES, Scenario, ScenarioEnv
+from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
 
 TENSTORRENT = FIXTURES / "tenstorrent"
 
@@ -88,8 +88,13 @@ SCENARIOS: list[Scenario] = [
     Scenario("tt-smi-5.3-p150a-n150", _snapshot("snapshot-5.3-blackhole-p150a-wormhole-n150.json"), 2),
     # Grayskull e150 + Wormhole n300 (L and R chips of one board: a board and its partition).
     Scenario("tt-smi-3.0-e150-n300", _snapshot("snapshot-3.0-grayskull-e150-wormhole-n300.json"), 3),
+    # board_power " 42.0" once, on the board; the second ASIC is its partition.
     Scenario("tt-smi-6.8-p300c", _snapshot("snapshot-6.8-blackhole-p300c-board-power.json",
-                                           user_lookup=lambda pid: None), 2),
+                                           user_lookup=lambda pid: None), 2, dict([
+        expect("tenstorrent:0000046131924062", power_watts=42.0, temperature_celsius=34.8,
+               clock_mhz=800.0, utilization_percent=None, memory_used_bytes=None, parent=None),
+        expect("tenstorrent:0000046131924062:1", power_watts=None, temperature_celsius=36.8,
+               parent="tenstorrent:0000046131924062")])),
     Scenario("tt-smi-3.0.5-progress-on-stdout", _snapshot("stdout-3.0.5-progress-and-ansi.txt"), 2),
     Scenario("tt-smi-2.2-file-mode", _legacy_file_mode, 1),
     Scenario("na-cells", _snapshot("snapshot-5.3-na-cells.json"), 3),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import fields as dc_fields
 
@@ -13,15 +12,14 @@ from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.fields import MEASURED_FIELDS
 from allsmi.schema import HEALTH_STATES, DeviceSample, ProcessSample
 
-from .scenario import Scenario, ScenarioEnv
+from .scenario import Scenario, ScenarioEnv, check_expected, scenario_module
 
 
 def _scenarios() -> list[tuple[str, Scenario]]:
     cases = []
     for name in registry.names():
-        try:
-            module = importlib.import_module(f"tests.contract.scenarios_{name}")
-        except ModuleNotFoundError:
+        module = scenario_module(name)
+        if module is None:
             cases.append((name, None))
             continue
         for scenario in module.SCENARIOS:
@@ -34,12 +32,15 @@ CASES = _scenarios()
 
 @pytest.mark.parametrize("name", registry.names())
 def test_every_registered_backend_has_scenarios(name: str) -> None:
-    module = importlib.import_module(f"tests.contract.scenarios_{name}")
+    module = scenario_module(name)
+    assert module is not None, f"backend {name} has no scenario module (tests/contract/scenarios_{name}.py)"
     assert module.SCENARIOS, f"backend {name} declares no fixture scenarios"
     assert any(s.expected_devices is None for s in module.SCENARIOS), \
         f"backend {name} has no 'no hardware' scenario"
     assert any(s.expected_devices for s in module.SCENARIOS), \
         f"backend {name} has no scenario with devices"
+    assert any(s.expected for s in module.SCENARIOS), \
+        f"backend {name}: no scenario declares exact values (Scenario.expected, see scenario.expect)"
 
 
 def _check_device(dev: DeviceSample, backend: Backend) -> None:
@@ -131,6 +132,7 @@ def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
     assert len(reopened) == expected
     ids = [d.id for d in devices]
     assert len(ids) == len(set(ids)), "device ids must be unique"
+    check_expected(devices, scenario.expected)
     seen: set[str] = set()
     for dev in devices:
         _check_device(dev, backend)
