@@ -105,9 +105,27 @@ def read_secret(path: str, what: str) -> str:
     return text
 
 
+def _userinfo(url: str) -> tuple[str, str | None, str]:
+    """``(scheme://, userinfo or None, rest)``: userinfo runs to the last ``@``.
+
+    Splitting at the last ``@`` (not where a URL parser would stop, at the
+    first ``/``) keeps a password with raw ``/``, ``@`` or ``:`` whole, so it
+    is neither sent to the wrong host nor half printed.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "", None, url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return scheme + sep, None, rest
+    return scheme + sep, userinfo, host
+
+
 def split_url(url: str) -> tuple[str, str | None, str | None]:
     """``url`` without its ``user:password@`` part, and the (percent-decoded) user and password."""
-    parsed = urllib.parse.urlsplit(url)
+    head, userinfo, rest = _userinfo(url)
+    bare = head + rest
+    parsed = urllib.parse.urlsplit(bare)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise PrometheusError(f"invalid Prometheus URL {redact_url(url)!r} "
                               "(expected http[s]://[user:password@]host:port[/path])")
@@ -115,23 +133,19 @@ def split_url(url: str) -> tuple[str, str | None, str | None]:
         parsed.port  # noqa: B018 - raises on a bad port
     except ValueError:
         raise PrometheusError(f"invalid port in Prometheus URL {redact_url(url)!r}") from None
-    user = urllib.parse.unquote(parsed.username) if parsed.username is not None else None
-    password = urllib.parse.unquote(parsed.password) if parsed.password is not None else None
-    netloc = parsed.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parsed._replace(netloc=netloc)), user, password
+    if userinfo is None:
+        return bare, None, None
+    user, colon, password = userinfo.partition(":")
+    return bare, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None
 
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (safe to print)."""
-    try:
-        parsed = urllib.parse.urlsplit(url)
-        userinfo, at, host = parsed.netloc.rpartition("@")
-    except ValueError:
-        return "<unparsable URL>"
-    if not at:
+    head, userinfo, rest = _userinfo(url)
+    if userinfo is None:
         return url
-    user = userinfo.partition(":")[0]
-    return urllib.parse.urlunsplit(parsed._replace(netloc=f"{user}:***@{host}"))
+    user, colon, _ = userinfo.partition(":")
+    return f"{head}{user}{':***' if colon else ''}@{rest}"
 
 
 def access_settings(config: Config, user: str | None = None, password_file: str | None = None,
