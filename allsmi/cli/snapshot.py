@@ -27,11 +27,20 @@ def render(snapshot: Any, output_format: str) -> str:
     return render_table(snapshot)
 
 
+def output_mode(output_format: str) -> int:
+    """Permissions of ``-o FILE``: the Prometheus text is for node_exporter's textfile
+    collector, which runs as another user, and holds no process details, so it is
+    world-readable (0644); JSON, CSV and table may list processes' users and command
+    lines, so they are owner-only (0600)."""
+    return 0o644 if output_format == "prometheus" else 0o600
+
+
 @click.command()
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
               help="Output format (default: table on a terminal, json otherwise).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write to FILE atomically (owner-only) instead of stdout.")
+              help="Write to FILE atomically instead of stdout: owner-only (0600), except "
+                   "--format prometheus (0644, for node_exporter's textfile collector).")
 @common_options
 def snapshot(output_format: str | None, output: str | None, **opts: Any) -> None:
     """Take one snapshot of every device and print it.
@@ -63,7 +72,7 @@ def snapshot(output_format: str | None, output: str | None, **opts: Any) -> None
         if output:
             from allsmi.atomic import write_atomic
             try:
-                write_atomic(output, text)
+                write_atomic(output, text, mode=output_mode(output_format))
             except OSError as exc:
                 raise fail(f"cannot write {output}: {exc.strerror or exc}", 1) from None
         else:

@@ -1,0 +1,65 @@
+"""Which files allsmi writes for other readers (0644) and which stay owner-only (0600).
+
+node_exporter's textfile collector runs as another user (``prometheus``), so
+what is written for it must be world-readable whatever the umask; everything
+else (snapshots that may list processes' users and command lines, billing
+exports) is owner-only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+from .conftest import require_tool, run_allsmi
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def umask_077() -> None:
+    os.umask(0o077)
+
+
+def run_strict(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The CLI under ``umask 077``, the strictest a cron job or unit may have."""
+    import sys
+    return subprocess.run([sys.executable, "-m", "allsmi", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, preexec_fn=umask_077,  # noqa: PLW1509
+                          env={**os.environ, "XDG_CONFIG_HOME": str(cwd)})
+
+
+def test_snapshot_prometheus_file_is_world_readable(tmp_path: Path) -> None:
+    target = tmp_path / "allsmi.prom"
+    target.write_text("old\n")
+    target.chmod(0o600)  # left by an older allsmi: replaced by a readable file
+    out = run_strict("snapshot", "--simulate", "mixed", "--format", "prometheus", "-o", str(target),
+                     cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert mode(target) == 0o644
+    text = target.read_text()
+    assert "allsmi_device_info{" in text and "command=" not in text  # no process details
+    promtool = require_tool("promtool", "prometheus")
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".allsmi.prom")] == []
+
+
+def test_snapshot_json_and_csv_files_are_owner_only(tmp_path: Path) -> None:
+    for fmt in ("json", "csv"):
+        target = tmp_path / f"snap.{fmt}"
+        out = run_allsmi("snapshot", "--simulate", "mixed", "--format", fmt, "-o", str(target))
+        assert out.returncode == 0, out.stderr
+        assert mode(target) == 0o600
+
+
+def test_export_textfile_readable_and_bill_owner_only(tmp_path: Path) -> None:
+    out = run_strict("export", "--simulate", "mixed", "--since", "2026-01-01T00:00:00Z",
+                     "--until", "2026-01-01T00:10:00Z", "-o", "bill.csv", "--textfile",
+                     "allsmi_export.prom", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert mode(tmp_path / "allsmi_export.prom") == 0o644
+    assert mode(tmp_path / "bill.csv") == 0o600
