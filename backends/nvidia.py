@@ -36,188 +36,44 @@ for good; Unknown marks it ``lost`` for this cycle only. See
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, wait
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
 from allsmi.backends import _nvml
+from allsmi.backends._host_procs import ProcessOwners
 from allsmi.backends._nvml import NvmlAbsent, NvmlBroken, RawProcess, error_code
+from allsmi.backends._nvml_model import (
+    _ECC_FIELDS,
+    _PROCESS_CAPACITY,
+    CLOCK_EVENT_REASONS,
+    DEFAULT_WORKERS,
+    FI_POWER_AVERAGE,
+    FI_POWER_CURRENT_LIMIT,
+    FI_POWER_INSTANT,
+    FI_TOTAL_ENERGY_CONSUMPTION,
+    NVML_CLOCK_SM,
+    NVML_DEVICE_MIG_ENABLE,
+    NVML_FEATURE_ENABLED,
+    NVML_PCIE_UTIL_RX_BYTES,
+    NVML_PCIE_UTIL_TX_BYTES,
+    NVML_PSTATE_UNKNOWN,
+    ProcessOwner,
+    _DeviceFault,
+    _Gpu,
+    _merge_process,
+    _Mig,
+    _number,
+    _owning_mig,
+    _Reader,
+    mig_share,
+    total_slices,
+)
+from allsmi.backends._nvml_read import DriverReads
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
-
-#: NVML field ids (``nvml.h``) read in the per-cycle batch.
-FI_ECC_SBE_VOL_TOTAL = 3
-FI_ECC_DBE_VOL_TOTAL = 4
-FI_ECC_SBE_AGG_TOTAL = 5
-FI_ECC_DBE_AGG_TOTAL = 6
-FI_TOTAL_ENERGY_CONSUMPTION = 83
-FI_POWER_AVERAGE = 185
-FI_POWER_INSTANT = 186
-FI_POWER_CURRENT_LIMIT = 190
-
-_ECC_FIELDS: dict[int, str] = {
-    FI_ECC_SBE_VOL_TOTAL: "ecc_corrected_volatile",
-    FI_ECC_DBE_VOL_TOTAL: "ecc_uncorrected_volatile",
-    FI_ECC_SBE_AGG_TOTAL: "ecc_corrected_aggregate",
-    FI_ECC_DBE_AGG_TOTAL: "ecc_uncorrected_aggregate",
-}
-
-NVML_TEMPERATURE_GPU = 0
-NVML_CLOCK_SM = 1
-NVML_PCIE_UTIL_TX_BYTES = 0
-NVML_PCIE_UTIL_RX_BYTES = 1
-NVML_FEATURE_ENABLED = 1
-NVML_DEVICE_MIG_ENABLE = 1
-NVML_PSTATE_UNKNOWN = 32
-
-#: Clock-event (throttle) reason bits; the same under the old "throttle" names.
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
-
-DEFAULT_WORKERS = 8
-_PROCESS_CAPACITY = 16
-
-#: ``pid -> (user, command)``; either is ``None`` where it cannot be read.
-ProcessOwner = Callable[[int], "tuple[str | None, str | None]"]
-
-
-class _DeviceFault(Exception):
-    """A device-level NVML failure (GpuIsLost, Unknown) inside one device's read."""
-
-    def __init__(self, code: int | None, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class _Mig:
-    """One MIG instance: static facts from open() and its own skip set."""
-
-    slot: int
-    handle: Any
-    label: str
-    uuid: str | None = None
-    name: str | None = None
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
-    skip: set[str] = field(default_factory=set)
-
-
-@dataclass
-class _Gpu:
-    """One physical GPU: handle, static facts and what not to ask again."""
-
-    index: int
-    label: str
-    handle: Any = None
-    uuid: str | None = None
-    name: str | None = None
-    bus_id: str | None = None
-    vbios: str | None = None
-    ecc_enabled: bool | None = None
-    mig_enabled: bool | None = None
-    migs: list[_Mig] = field(default_factory=list)
-    skip: set[str] = field(default_factory=set)
-    fields: list[int] = field(default_factory=list)
-    lost_reason: str | None = None
-    process_capacity: dict[str, int] = field(
-        default_factory=lambda: {"Compute": _PROCESS_CAPACITY, "Graphics": _PROCESS_CAPACITY})
-    pending: Future[tuple[list[DeviceSample], list[str]]] | None = None
-
-    @property
-    def id(self) -> str:
-        """The uuid; where NVML could not give one, a vendor-qualified bus id or index."""
-        if self.uuid:
-            return self.uuid
-        if self.bus_id:
-            return f"nvidia:{self.bus_id}"
-        return f"nvidia:index-{self.index}"
-
-
-class _Reader:
-    """Makes one device's calls for one cycle and sorts NVML errors.
-
-    NotSupported, FunctionNotFound and NoPermission give ``None`` and put the
-    call into the target's skip set, so it costs nothing in later cycles.
-    GpuIsLost and Unknown raise :class:`_DeviceFault`. Anything else (a
-    timeout, NotFound) gives ``None`` for this cycle and a warning.
-    """
-
-    def __init__(self, pynvml: ModuleType, label: str) -> None:
-        self.pynvml = pynvml
-        self.label = label
-        self.warnings: list[str] = []
-
-    def call(self, skip: set[str], key: str, fn: Callable[..., Any], *args: Any) -> Any:
-        if key in skip:
-            return None
-        try:
-            return fn(*args)
-        except self.pynvml.NVMLError as exc:
-            self.failed(skip, key, exc)
-            return None
-
-    def failed(self, skip: set[str], key: str, exc: BaseException) -> None:
-        code = error_code(exc)
-        if code in _nvml.NO_VALUE_CODES:
-            skip.add(key)
-        elif code in _nvml.DEVICE_FAULT_CODES:
-            raise _DeviceFault(code, f"{key}: {exc}")
-        elif code == _nvml.ERROR_NO_PERMISSION:
-            skip.add(key)
-            self.warnings.append(
-                f"{self.label}: {key} needs more privilege (NVML NoPermission); reported as unknown")
-        else:
-            self.warnings.append(f"{self.label}: {key} failed: {exc}")
-
-
-class _ProcessOwners:
-    """User and command line of a pid through psutil, cached per process start time."""
-
-    _MAX_ENTRIES = 4096
-
-    def __init__(self) -> None:
-        self._cache: dict[int, tuple[float, str | None, str | None]] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, pid: int) -> tuple[str | None, str | None]:
-        import psutil
-
-        try:
-            proc = psutil.Process(pid)
-            started = proc.create_time()
-        except (psutil.Error, OSError, ValueError):
-            return None, None
-        with self._lock:
-            cached = self._cache.get(pid)
-        if cached is not None and cached[0] == started:
-            return cached[1], cached[2]
-        try:
-            user: str | None = proc.username()
-        except (psutil.Error, OSError, KeyError):
-            user = None
-        try:
-            command: str | None = " ".join(proc.cmdline()) or proc.name()
-        except (psutil.Error, OSError):
-            command = None
-        with self._lock:
-            if len(self._cache) >= self._MAX_ENTRIES:
-                self._cache.clear()
-            self._cache[pid] = (started, user, command)
-        return user, command
 
 
 class NvidiaBackend(Backend):
@@ -237,17 +93,14 @@ class NvidiaBackend(Backend):
                  options: Mapping[str, Any] | None = None,
                  process_owner: ProcessOwner | None = None) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
-        self._process_owner: ProcessOwner = process_owner or _ProcessOwners()
+        self._process_owner: ProcessOwner = process_owner or ProcessOwners()
         self._pynvml: ModuleType | None = None
         self._gpus: list[_Gpu] | None = None
         self._driver_version: str | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._process_reader: _nvml.ProcessListReader | None = None
         self._open_warnings: list[str] = []
-        # What the installed driver offers; flipped off on FunctionNotFound.
-        self._memory_v2 = True
-        self._temperature_v = True
-        self._event_reasons = True
+        self._driver: DriverReads | None = None
 
     # -- life cycle --------------------------------------------------------
 
@@ -299,9 +152,7 @@ class NvidiaBackend(Backend):
         except Exception as exc:
             raise BackendError(f"initialising NVML failed: {exc!r}") from exc
         self._pynvml = pynvml
-        self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
-        self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
-        self._event_reasons = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
+        self._driver = DriverReads(pynvml)
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
@@ -413,7 +264,15 @@ class NvidiaBackend(Backend):
             mig.gpu_instance_id = gi if isinstance(gi, int) else None
             mig.compute_instance_id = ci if isinstance(ci, int) else None
             migs.append(mig)
+        total = total_slices(pynvml, gpu.handle) if migs else None
+        for mig in migs:
+            mig.partition_share = mig_share(pynvml, mig, total)
         return migs
+
+    def _reads(self) -> DriverReads:
+        if self._driver is None:
+            raise BackendError("the NVIDIA backend was not opened")
+        return self._driver
 
     def _nvml(self) -> ModuleType:
         if self._pynvml is None:
@@ -484,14 +343,14 @@ class NvidiaBackend(Backend):
         if util is not None:
             details["memory_activity_percent"] = parse_percent(reject_sentinel(util.memory))
 
-        used, total, reserved, version = self._memory(r, skip, handle)
+        used, total, reserved, version = self._reads().memory(r, skip, handle)
         if reserved is not None:
             details["memory_reserved_bytes"] = reserved
         if version is not None:
             details["memory_info_version"] = version
 
-        temperature = self._temperature(r, skip, handle)
-        fields = self._field_values(r, gpu)
+        temperature = self._reads().temperature(r, skip, handle)
+        fields = self._reads().field_values(r, gpu)
 
         power_mw = fields.get(FI_POWER_AVERAGE, fields.get(FI_POWER_INSTANT))
         if (power_mw is None and FI_POWER_AVERAGE not in gpu.fields
@@ -520,7 +379,7 @@ class NvidiaBackend(Backend):
         pstate = r.call(skip, "performance_state", pynvml.nvmlDeviceGetPerformanceState, handle)
         if isinstance(pstate, int) and 0 <= pstate < NVML_PSTATE_UNKNOWN:
             details["pstate"] = f"P{pstate}"
-        reasons = self._clock_event_reasons(r, skip, handle)
+        reasons = self._reads().clock_event_reasons(r, skip, handle)
         if reasons is not None:
             details["clocks_event_reasons_mask"] = reasons
             details["clocks_event_reasons"] = tuple(
@@ -545,7 +404,7 @@ class NvidiaBackend(Backend):
             energy_joules=milli_to_unit(_number(energy_mj)),
             clock_mhz=clock, fan_percent=fan, processes=own)]
         for mig in gpu.migs:
-            mig_used, mig_total, mig_reserved, _ = self._memory(r, mig.skip, mig.handle)
+            mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)
             mig_details: dict[str, DetailValue] = {}
             if mig_reserved is not None:
                 mig_details["memory_reserved_bytes"] = mig_reserved
@@ -554,114 +413,6 @@ class NvidiaBackend(Backend):
                 memory_used_bytes=mig_used, memory_total_bytes=mig_total,
                 processes=None if own is None else per_mig.get(mig.slot, ())))
         return devices
-
-    def _memory(self, r: _Reader, skip: set[str], handle: Any
-                ) -> tuple[int | None, int | None, int | None, int | None]:
-        """``(used, total, reserved, version)`` in bytes; v2 where the driver has it."""
-        pynvml = self._nvml()
-        if "memory" in skip:
-            return None, None, None, None
-        info = None
-        version = None
-        if self._memory_v2:
-            try:
-                info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-                version = 2
-            except pynvml.NVMLError as exc:
-                if error_code(exc) in (_nvml.ERROR_FUNCTION_NOT_FOUND,
-                                       _nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
-                    self._memory_v2 = False  # the driver predates the v2 call
-                else:
-                    r.failed(skip, "memory", exc)
-                    return None, None, None, None
-        if info is None:
-            info = r.call(skip, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)
-            version = 1 if info is not None else None
-        if info is None:
-            return None, None, None, None
-        total = int(info.total)
-        used = int(info.used)
-        reserved = int(info.reserved) if version == 2 else None
-        if total <= 0:
-            # unified-memory parts (GB10) report no dedicated memory
-            return None, None, None, version
-        if used > total:
-            r.warnings.append(f"{r.label}: NVML memory used {used} exceeds total {total}")
-            return None, total, reserved, version
-        return used, total, reserved, version
-
-    def _temperature(self, r: _Reader, skip: set[str], handle: Any) -> float | None:
-        pynvml = self._nvml()
-        if "temperature" in skip:
-            return None
-        value = None
-        if self._temperature_v:
-            try:
-                value = pynvml.nvmlDeviceGetTemperatureV(handle, NVML_TEMPERATURE_GPU)
-            except pynvml.NVMLError as exc:
-                if error_code(exc) in (_nvml.ERROR_FUNCTION_NOT_FOUND,
-                                       _nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
-                    self._temperature_v = False  # the driver predates TemperatureV
-                else:
-                    r.failed(skip, "temperature", exc)
-                    return None
-        if value is None and not self._temperature_v:
-            value = r.call(skip, "temperature", pynvml.nvmlDeviceGetTemperature, handle,
-                           NVML_TEMPERATURE_GPU)
-        return _number(reject_sentinel(value))
-
-    def _clock_event_reasons(self, r: _Reader, skip: set[str], handle: Any) -> int | None:
-        pynvml = self._nvml()
-        if "clock_event_reasons" in skip:
-            return None
-        if self._event_reasons:
-            try:
-                return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
-            except pynvml.NVMLError as exc:
-                if error_code(exc) != _nvml.ERROR_FUNCTION_NOT_FOUND:
-                    r.failed(skip, "clock_event_reasons", exc)
-                    return None
-                self._event_reasons = False  # older driver: the "throttle" name
-        value = r.call(skip, "clock_event_reasons",
-                       pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-        return int(value) if value is not None else None
-
-    def _field_values(self, r: _Reader, gpu: _Gpu) -> dict[int, int | float]:
-        """The batched fields that answered; unsupported ones leave ``gpu.fields`` for good."""
-        pynvml = self._nvml()
-        asked = list(gpu.fields)
-        if not asked:
-            return {}
-        entries = r.call(gpu.skip, "field_values", pynvml.nvmlDeviceGetFieldValues,
-                         gpu.handle, asked)
-        if entries is None:
-            if "field_values" in gpu.skip:
-                gpu.fields.clear()  # no batch call at all: the dedicated calls take over
-            return {}
-        values: dict[int, int | float] = {}
-        for position, fid in enumerate(asked):
-            entry = entries[position]
-            ret = int(entry.nvmlReturn)
-            if ret == _nvml.SUCCESS:
-                value = _nvml.field_value(entry)
-                if value is not None:
-                    values[fid] = value
-            elif ret in (_nvml.ERROR_NOT_SUPPORTED, _nvml.ERROR_INVALID_ARGUMENT,
-                         _nvml.ERROR_FUNCTION_NOT_FOUND):
-                # INVALID_ARGUMENT: a field id newer than the driver
-                gpu.fields.remove(fid)
-            elif ret in _nvml.DEVICE_FAULT_CODES:
-                raise _DeviceFault(ret, f"field {fid}: {pynvml.NVMLError(ret)}")
-            elif ret == _nvml.ERROR_NO_PERMISSION:
-                gpu.fields.remove(fid)
-                r.warnings.append(f"{r.label}: NVML field {fid} needs more privilege "
-                                  "(NoPermission); reported as unknown")
-            else:
-                r.warnings.append(f"{r.label}: NVML field {fid} failed: "
-                                  f"{pynvml.NVMLError(ret)}")
-        if FI_POWER_AVERAGE in values and FI_POWER_INSTANT in gpu.fields:
-            gpu.fields.remove(FI_POWER_INSTANT)  # the average is what nvidia-smi shows
-        return values
 
     def _processes(self, r: _Reader, gpu: _Gpu
                    ) -> tuple[tuple[ProcessSample, ...] | None, dict[int, tuple[ProcessSample, ...]]]:
@@ -722,38 +473,5 @@ class NvidiaBackend(Backend):
             id=mig.uuid or f"{gpu.id}/mig-{mig.slot}", vendor=self.vendor, kind=self.kind,
             backend=self.name, index=None, uuid=mig.uuid, name=mig.name, bus_id=gpu.bus_id,
             driver_version=self._driver_version, firmware_version=gpu.vbios,
-            parent=gpu.id, health=health, details=extra, **values)
-
-
-def _number(value: object) -> float | None:
-    """A float from an NVML integer, ``None`` for None or an all-ones sentinel."""
-    value = reject_sentinel(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _merge_process(old: RawProcess | None, new: RawProcess) -> RawProcess:
-    """One entry per pid when a process is in both the compute and graphics lists."""
-    if old is None:
-        return new
-    memories = [m for m in (old.memory_bytes, new.memory_bytes) if m is not None]
-    return RawProcess(
-        pid=old.pid,
-        memory_bytes=max(memories) if memories else None,
-        gpu_instance_id=old.gpu_instance_id if old.gpu_instance_id is not None
-        else new.gpu_instance_id,
-        compute_instance_id=old.compute_instance_id if old.compute_instance_id is not None
-        else new.compute_instance_id,
-    )
-
-
-def _owning_mig(migs: list[_Mig], proc: RawProcess) -> _Mig | None:
-    if proc.gpu_instance_id is None:
-        return None
-    for mig in migs:
-        if mig.gpu_instance_id == proc.gpu_instance_id and (
-                proc.compute_instance_id is None
-                or mig.compute_instance_id == proc.compute_instance_id):
-            return mig
-    return None
+            parent=gpu.id, partition_share=mig.partition_share, health=health, details=extra,
+            **values)

@@ -82,6 +82,9 @@ class FakeMig:
     memory_total: int
     memory_reserved: int
     memory_used: int
+    #: GPU instance slices (the "3" of 3g.40gb) and compute slices (the "1" of 1c.3g.40gb; 0: all)
+    gpu_slices: int = 1
+    compute_slices: int = 0
 
 
 @dataclass
@@ -124,6 +127,8 @@ class FakeGpu:
     unknown_error: bool = False
     #: seconds every call on this GPU takes on top of the library-wide latency (a hung driver)
     stall_s: float = 0.0
+    #: compute slices of the whole GPU in MIG mode (7 on A100/H100, 4 on A30)
+    mig_total_slices: int = 7
 
     @classmethod
     def from_profile(cls, profile: str, index: int, **overrides: Any) -> FakeGpu:
@@ -134,11 +139,21 @@ class FakeGpu:
                         name=m["name"], gpu_instance_id=m["gpu_instance_id"],
                         compute_instance_id=m["compute_instance_id"],
                         memory_total=m["memory_total"], memory_reserved=m["memory_reserved"],
-                        memory_used=m["memory_used"])
+                        memory_used=m["memory_used"], gpu_slices=_slices(m["name"])[0],
+                        compute_slices=_slices(m["name"])[1])
                 for m in data.pop("mig_instances")]
         gpu = cls(index=index, uuid=f"GPU-{index:08x}-1111-4222-8333-{0xFACE0000 + index:012x}",
                   bus_id=f"{index // 16:08X}:{0x18 + (index % 16) * 8:02X}:00.0", migs=migs, **data)
         return replace(gpu, **overrides)
+
+
+def _slices(name: str) -> tuple[int, int]:
+    """``(gpu slices, compute slices or 0)`` from a MIG profile name ("MIG 1c.3g.40gb")."""
+    import re
+    found = re.search(r"(?:(\d+)c\.)?(\d+)g\.", name)
+    if found is None:
+        return 1, 0
+    return int(found.group(2)), int(found.group(1) or 0)
 
 
 def fleet(count: int, profile: str = "rtx-6000-ada", **overrides: Any) -> list[FakeGpu]:
@@ -571,6 +586,46 @@ class FakeNvml:
             add(symbol, (H, P), impl)
         instance_id("nvmlDeviceGetGpuInstanceId", "gpu_instance_id")
         instance_id("nvmlDeviceGetComputeInstanceId", "compute_instance_id")
+
+        # GPU instance profiles by NVML_GPU_INSTANCE_PROFILE_* index: 1, 2, 3, 4, 7 slices
+        # (up to the GPU's total: an A30 has 4), what nvidia-smi mig -lgip lists.
+        profile_slices = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
+
+        def profile_info(symbol: str, versioned: bool) -> None:
+            def impl(handle: int, profile: int, out: int) -> int:
+                gpu = self._gpu_only(handle, symbol)
+                if gpu.mig_mode is None:
+                    return NOT_SUPPORTED
+                slices = profile_slices.get(profile)
+                if slices is None or slices > gpu.mig_total_slices:
+                    return NOT_SUPPORTED
+                if versioned:
+                    info = cast(out, POINTER(pynvml.c_nvmlGpuInstanceProfileInfo_v2_t))[0]
+                    if info.version != pynvml.nvmlGpuInstanceProfileInfo_v2:
+                        return ARGUMENT_VERSION_MISMATCH
+                else:
+                    info = cast(out, POINTER(pynvml.c_nvmlGpuInstanceProfileInfo_t))[0]
+                info.id = profile
+                info.sliceCount = slices
+                info.instanceCount = gpu.mig_total_slices // slices
+                return SUCCESS
+            add(symbol, (H, c_uint, P), impl)
+        profile_info("nvmlDeviceGetGpuInstanceProfileInfoV", True)
+        profile_info("nvmlDeviceGetGpuInstanceProfileInfo", False)
+
+        def attributes(handle: int, out: int) -> int:
+            gpu, mig = self._target(handle, "nvmlDeviceGetAttributes_v2")
+            attrs = cast(out, POINTER(pynvml.c_nvmlDeviceAttributes))[0]
+            if mig is None:
+                attrs.gpuInstanceSliceCount = gpu.mig_total_slices
+                attrs.computeInstanceSliceCount = gpu.mig_total_slices
+                attrs.memorySizeMB = gpu.memory_total >> 20
+            else:
+                attrs.gpuInstanceSliceCount = mig.gpu_slices
+                attrs.computeInstanceSliceCount = mig.compute_slices or mig.gpu_slices
+                attrs.memorySizeMB = mig.memory_total >> 20
+            return SUCCESS
+        add("nvmlDeviceGetAttributes_v2", (H, P), attributes)
 
         # -- processes -------------------------------------------------------
         for kind in ("Compute", "Graphics"):

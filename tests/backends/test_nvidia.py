@@ -305,6 +305,31 @@ def test_mig_children_follow_their_parent(monkeypatch, backends):
     assert children[1].processes == ()
     assert [p.pid for p in children[2].processes] == [4002]
     assert devices[0].details["mig_mode"] is False
+    # 3g.20gb, 2g.10gb and 1g.5gb of the A100's 7 compute slices
+    assert [c.partition_share for c in children] == [3 / 7, 2 / 7, 1 / 7]
+    assert parent.partition_share is None and devices[0].partition_share is None
+
+
+@pytest.mark.parametrize("absent, total, expected", [
+    (set(), 7, [3 / 7, 2 / 7, 1 / 7]),
+    # an older driver: v1 profile struct only, no device attributes: slices from the names
+    ({"nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlDeviceGetAttributes_v2"}, 7, [3 / 7, 2 / 7, 1 / 7]),
+    # no profile information at all: the share is unknown, not guessed
+    ({"nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlDeviceGetGpuInstanceProfileInfo"}, 7, [None] * 3),
+    (set(), 4, [None, 2 / 4, 1 / 4]),   # a 4-slice GPU (A30); the first instance answers garbage
+])
+def test_mig_partition_share_from_profile_info(monkeypatch, backends, absent, total, expected):
+    a100 = FakeGpu.from_profile("a100-sxm4-40gb-mig", 0, mig_total_slices=total)
+    if total == 4:
+        # 5 of 4 slices is not believed, and without a profile in the name the share is unknown
+        a100.migs[0].gpu_slices = 5
+        a100.migs[0].name = "NVIDIA A30 MIG"
+    fake = FakeNvml([a100], absent_symbols=absent)
+    backend = opened(fake, monkeypatch)
+    backends.append(backend)
+    children = [d for d in backend.sample() if d.parent is not None]
+    assert fake.callback_errors == []
+    assert [c.partition_share for c in children] == expected
 
 
 def test_mig_gpu_lost_takes_its_children(monkeypatch, backends):
