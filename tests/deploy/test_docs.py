@@ -1,0 +1,37 @@
+"""The docs include the deploy/ files instead of copying them: any unit text left in a doc is
+the file itself, and every deploy/ path a doc names exists."""
+
+from __future__ import annotations
+
+import re
+
+from .support import DEPLOY, REPO, UNITS
+
+DOCS = sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md", DEPLOY / "README.md"]
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+
+
+def test_unit_texts_in_docs_are_the_files() -> None:
+    files = {(DEPLOY / "systemd" / unit).read_text() for unit in UNITS}
+    for doc in DOCS:
+        for block in _FENCE.findall(doc.read_text()):
+            if re.search(r"^\[(Unit|Service|Timer|Install)\]$", block, re.M):
+                assert block in files, f"{doc.relative_to(REPO)}: a unit text that is not a " \
+                                       "deploy/systemd file; link the file instead"
+
+
+def test_deploy_paths_named_in_docs_exist() -> None:
+    named = 0
+    for doc in DOCS:
+        for path in re.findall(r"deploy/[\w./*-]*[\w*]", doc.read_text()):
+            named += 1
+            assert list(REPO.glob(path)), f"{doc.relative_to(REPO)} names {path}"
+    assert named >= 10
+
+
+def test_the_readme_installs_every_unit_and_the_rules() -> None:
+    text = (DEPLOY / "README.md").read_text()
+    assert "install -m 0644 deploy/systemd/allsmi-* /etc/systemd/system/" in text
+    for unit in ("allsmi-exporter.service", "allsmi-record.service", "allsmi-export.timer"):
+        assert unit in text.split("systemctl enable --now", 1)[1].splitlines()[0]
+    assert "deploy/prometheus/allsmi-rules.yml" in text and "scrape_timeout" in text
