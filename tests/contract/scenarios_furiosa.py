@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from pathlib import Path
@@ -19,7 +20,7 @@ from allsmi.backends import furiosa as furiosa_module
 from allsmi.backends.furiosa import ENV_VAR, FuriosaBackend
 
 from . import standin
-from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
+from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 FURIOSA = FIXTURES / "furiosa"
 
@@ -316,6 +317,27 @@ def _cli_rngd_faults(env: ScenarioEnv) -> FuriosaBackend:
     return FuriosaBackend(timeout_seconds=5.0)
 
 
+def _cli_warboy(env: ScenarioEnv) -> FuriosaBackend:
+    """The oldest CLI: Warboy-era ``--output json``, ``utilization`` per PE, per-core ps rows with memory."""
+    use_cli(env, {"info": route("info-warboy-output-flag.json"), "status": route("status-warboy-output-flag.json"),
+                  "ps": route("ps-warboy-output-flag.json")}, flag="--output")
+    return FuriosaBackend(timeout_seconds=5.0, user_lookup=lambda pid: None)
+
+
+def _cli_64(env: ScenarioEnv) -> FuriosaBackend:
+    """64 RNGD: the 4x fixtures' first rows repeated under their own labels and uuids."""
+    info = json.loads((FURIOSA / RNGD_4X["info"]).read_text())[0]
+    status = json.loads((FURIOSA / RNGD_4X["status"]).read_text())[1]
+    infos, statuses = [], []
+    for n in range(64):
+        infos.append({**info, "dev_name": f"npu{n}", "device_uuid": f"00000000-0000-4000-8000-{n:012d}",
+                      "device_sn": f"RNG{n:013d}", "pci_bdf": f"0000:{n + 16:02x}:00.0"})
+        statuses.append({**status, "device": f"npu{n}"})
+    use_cli(env, {"info": route(text=json.dumps(infos)), "status": route(text=json.dumps(statuses)),
+                  "ps": route(text="[]")})
+    return FuriosaBackend(timeout_seconds=5.0)
+
+
 def _modern_sdk_4x(env: ScenarioEnv) -> FuriosaBackend:
     use_sdk(env, modern_sdk(four_rngd()))
     env.monkeypatch.setenv(ENV_VAR, str(env.tmp_path / "no-such-furiosa-smi"))
@@ -342,7 +364,21 @@ SCENARIOS: list[Scenario] = [
                processes=[(41230, None), (52011, None)]),
         expect("A3D7E1C2-5B8F-4E2A-9C61-0D4F7B2E8A11", power_watts=38.0, utilization_percent=0.0,
                memory_used_bytes=0)])),
+    # Warboy: "1.37 W", "35°C"; one process on two PE ranges: 512 MiB + 256 MiB.
+    Scenario("cli-warboy-output-flag", _cli_warboy, 1, dict([
+        expect("0D8A1F3E-6B2C-4D5A-8E97-2F1C3B4A5D66", power_watts=1.37, temperature_celsius=35.0,
+               clock_mhz=None, utilization_percent=31.6, processes=[(3771, 768 * 1024**2)])])),
+    Scenario("cli-rngd-64", _cli_64, 64, dict([
+        expect("00000000-0000-4000-8000-000000000063", index=63, power_watts=38.0,
+               memory_used_bytes=12884901888, utilization_percent=45.25, processes=[])])),
     Scenario("cli-rngd-na-and-partial", _cli_rngd_faults, 2),
     Scenario("sdk-furiosa_smi-4x", _modern_sdk_4x, 4),
     Scenario("sdk-furiosa_smi_py-4x-one-dead", _legacy_sdk_4x_with_ps, 4),
 ]
+
+#: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives furiosa-smi.
+CLI = CliTool(env_var=ENV_VAR, executable="furiosa-smi", partial=FURIOSA / "info-truncated.json",
+              options={"method": "cli"},
+              drift={"oldest": "cli-warboy-output-flag", "newest": "cli-rngd-4x",
+                     "na-fields": "cli-rngd-na-and-partial", "64-devices": "cli-rngd-64",
+                     "multi-process": "cli-rngd-4x"})

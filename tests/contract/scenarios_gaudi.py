@@ -15,7 +15,7 @@ from typing import Any
 from allsmi.backends import gaudi as gaudi_module
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
 
-from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
+from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 GAUDI = FIXTURES / "gaudi"
 STANDIN_SOURCE = GAUDI / "hl_smi_standin.py"
@@ -88,6 +88,20 @@ def _loop(fixture: str, listing: str | None, **options: Any):
     return build
 
 
+def _sixty_four(env: ScenarioEnv) -> GaudiBackend:
+    """64 Gaudi 3: the 1.22 capture's first row repeated with its own index, uuid and bus id."""
+    first = (GAUDI / "gaudi3-8x-1.22.csv").read_text().splitlines()[0].split(", ")
+    rows = []
+    for n in range(64):
+        cells = list(first)
+        cells[0], cells[1], cells[3] = str(n), f"01P4-HL3090A0-18-U4V193-22-{n:05d}", f"0000:{n + 16:02x}:00.0"
+        rows.append(", ".join(cells))
+    csv = env.tmp_path / "gaudi3-64.csv"
+    csv.write_text("\n".join(rows) + "\n")
+    use_standin(env, "gaudi3-8x-1.22", fixture_file=str(csv), listing=None)
+    return GaudiBackend(timeout_seconds=5.0, options={"interval_seconds": 0.2, "firmware": False})
+
+
 G3_0 = "01P4-HL3090A0-18-U4V193-22-07-00"
 
 SCENARIOS: list[Scenario] = [
@@ -109,8 +123,17 @@ SCENARIOS: list[Scenario] = [
              expected=dict([expect("01P0-HL2080A0-15-TF8A81-09-07-00", memory_total_bytes=98304 * 1024**2,
                                    memory_used_bytes=768 * 1024**2, temperature_celsius=30.0,
                                    power_watts=84.0, power_limit_watts=None, clock_mhz=None)])),
+    Scenario("gaudi3-64x", _sixty_four, expected_devices=64,
+             expected=dict([expect("01P4-HL3090A0-18-U4V193-22-00063", index=63, power_watts=226.0,
+                                   memory_used_bytes=672 * 1024**2)])),
     Scenario("gaudi2-4x-na-cells", _loop("gaudi2-4x-na-cells", None), expected_devices=4),
     Scenario("gaudi3-garbage-mixed", _loop("gaudi3-8x-garbage-mixed", "hl-smi-L-gaudi3.txt",
                                            mode="oneshot"), expected_devices=7),
 ]
 
+
+#: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives hl-smi.
+CLI = CliTool(env_var=ENV_VAR, executable="hl-smi", partial=GAUDI / "gaudi3-8x-truncated.csv",
+              options={"interval_seconds": 0.2},
+              drift={"oldest": "gaudi2-8x-sw1.15-fewer-fields", "newest": "gaudi3-8x-loop",
+                     "na-fields": "gaudi2-4x-na-cells", "64-devices": "gaudi3-64x"})

@@ -7,13 +7,14 @@ through ``ALLSMI_RBLN_SMI`` (or through PATH, for the ``rbln-stat`` fallback).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 
 from . import standin
-from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
+from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 RBLN_FIXTURES = FIXTURES / "rebellions"
 
@@ -65,7 +66,23 @@ def _override_not_executable(env: ScenarioEnv) -> RebellionsBackend:
     return RebellionsBackend(search_dirs=())
 
 
+def _sixty_four_cards(env: ScenarioEnv) -> RebellionsBackend:
+    """64 ATOM+ cards: the loaded capture's first row repeated with its own ids, no contexts."""
+    report = json.loads((RBLN_FIXTURES / "rbln-smi-kmd3.0-ca22x4-loaded.json").read_text())
+    template = report["devices"][0]
+    rows = []
+    for n in range(64):
+        row = json.loads(json.dumps(template))
+        row.update(npu=n, device=f"rbln{n}", uuid=f"00000000-0000-4000-8000-{n:012d}", sid=f"{n:016d}")
+        row["pci"]["bus_id"] = f"0000:{n + 16:02x}:00.0"
+        rows.append(row)
+    return backend_for(env, None, text=json.dumps({"KMD_version": "3.0.0", "devices": rows, "contexts": []}))
+
+
 SCENARIOS: list[Scenario] = [
+    Scenario("atom-plus-64-cards", _sixty_four_cards, 64, dict([
+        expect("00000000-0000-4000-8000-000000000063", power_watts=37.257088, index=63,
+               bus_id="0000:4f:00.0", processes=[])])),
     Scenario("no-hardware-tools-absent", _tools_absent, None),
     Scenario("no-hardware-override-not-executable", _override_not_executable, None),
     Scenario("no-hardware-tool-sees-no-device",
@@ -116,3 +133,9 @@ SCENARIOS: list[Scenario] = [
     Scenario("numeric-values-variant",
              lambda env: backend_for(env, "rbln-smi-numeric-values.json"), 1),
 ]
+
+#: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives rbln-smi.
+CLI = CliTool(env_var=ENV_VAR, executable="rbln-smi", partial=RBLN_FIXTURES / "rbln-smi-truncated.json",
+              drift={"oldest": "atom-4-cards-rbln-stat-fallback", "newest": "atom-plus-4-cards-loaded",
+                     "na-fields": "atom-plus-na-cells", "64-devices": "atom-plus-64-cards",
+                     "partitions": "atom-max-2-cards-8-dies", "multi-process": "atom-plus-8-cards-four-jobs"})

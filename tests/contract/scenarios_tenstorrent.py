@@ -7,6 +7,7 @@ docstring for the route keys).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from allsmi.backends import tenstorrent as tenstorrent_module
 from allsmi.backends.tenstorrent import ENV_VAR, TenstorrentBackend
 
 from . import standin
-from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
+from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 TENSTORRENT = FIXTURES / "tenstorrent"
 
@@ -80,7 +81,23 @@ def _legacy_file_mode(env: ScenarioEnv) -> TenstorrentBackend:
     return TenstorrentBackend(timeout_seconds=5.0)
 
 
+def _sixty_four_boards(env: ScenarioEnv) -> TenstorrentBackend:
+    """64 Blackhole p150a boards: the 5.3 capture's first board repeated with its own ids."""
+    snapshot = json.loads((TENSTORRENT / "snapshot-5.3-blackhole-p150a-wormhole-n150.json").read_text())
+    board = snapshot["device_info"][0]
+    boards = []
+    for n in range(64):
+        copy = json.loads(json.dumps(board))
+        copy["board_info"]["board_id"] = f"{0x100014311520000 + n:016x}"
+        copy["board_info"]["bus_id"] = f"0000:{n + 16:02x}:00.0"
+        boards.append(copy)
+    snapshot["device_info"] = boards
+    use_standin(env, {STDOUT_ARGS: route(text=json.dumps(snapshot))})
+    return TenstorrentBackend(timeout_seconds=5.0)
+
+
 SCENARIOS: list[Scenario] = [
+    Scenario("tt-smi-5.3-64-boards", _sixty_four_boards, 64),
     Scenario("tool-absent", _absent, None),
     Scenario("env-override-not-executable", _env_points_nowhere, None),
     Scenario("no-devices", _no_devices, None),
@@ -100,3 +117,9 @@ SCENARIOS: list[Scenario] = [
     Scenario("na-cells", _snapshot("snapshot-5.3-na-cells.json"), 3),
     Scenario("bad-rows-skipped", _snapshot("snapshot-bad-rows.json"), 2),
 ]
+
+#: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives tt-smi.
+CLI = CliTool(env_var=ENV_VAR, executable="tt-smi", partial=TENSTORRENT / "snapshot-truncated.json",
+              drift={"oldest": "tt-smi-2.2-file-mode", "newest": "tt-smi-6.8-p300c",
+                     "na-fields": "na-cells", "64-devices": "tt-smi-5.3-64-boards",
+                     "partitions": "tt-smi-6.8-p300c"})
