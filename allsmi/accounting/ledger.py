@@ -262,7 +262,10 @@ class Ledger:
             self._db.execute("PRAGMA journal_mode=WAL")
             # FULL: a committed interval survives power loss too; one commit a minute is cheap.
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=10000")
+            # Another writer (the sqlite3 shell, a backup tool) holding the database: wait at
+            # most 2 s, then keep the intervals in memory and retry at the next interval
+            # rather than stall the collector that calls us.
+            self._db.execute("PRAGMA busy_timeout=2000")
             self._db.executescript(_SCHEMA)
             self.interval_seconds = self._init_meta(interval_seconds or 60)
         except sqlite3.Error as exc:
@@ -317,14 +320,22 @@ class Ledger:
         return stored
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, forget_ids: bool = False) -> Iterator[None]:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._db.execute("COMMIT")  # a failed COMMIT (disk full) is rolled back too
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            if forget_ids:
+                # Ids cached during the transaction may name rows rolled back with it; the
+                # records are retried later and must find (or recreate) the real ones.
+                self._dev_ids.clear()
+                self._dim_ids.clear()
+                self._uids.clear()
             raise
-        self._db.execute("COMMIT")
 
     def close(self) -> None:
         """Close the database (checkpointing the WAL) and release the writer lock."""
@@ -376,7 +387,7 @@ class Ledger:
         stored = 0
         with self._lock:
             try:
-                with self._transaction():
+                with self._transaction(forget_ids=True):
                     units: set[tuple[int, int]] = set()
                     for rec in records:
                         dev = self._dev(rec.dim.device_id)

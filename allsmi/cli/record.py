@@ -11,6 +11,17 @@ import click
 from allsmi.cli.common import build_collector, common_options, fail, settings, simulation_speed
 
 
+def _log_to_stderr() -> None:
+    """Warnings and errors (a failed ledger write, a failed cycle) as ``allsmi: ...`` lines."""
+    import logging
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("allsmi: %(levelname)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+
+
 @click.command()
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default: $ALLSMI_LEDGER, ledger.path, "
@@ -36,6 +47,7 @@ def record(ledger_path: str | None, **opts: Any) -> None:
     from allsmi.config import ConfigError
 
     s = settings(**opts)
+    _log_to_stderr()
     try:
         ledger = ledger_settings(s.config, path_flag=ledger_path)
     except ConfigError as exc:
