@@ -150,7 +150,8 @@ def _declared_metrics() -> set[str]:
     from allsmi.accounting.status import status_text
     from allsmi.exporter.families import FAMILIES
     names = {f.name for f in FAMILIES}
-    names |= set(re.findall(r"^(allsmi_[a-z0-9_]+) ", status_text(0.0, True, 1.0, 0.0), re.M))
+    for text in (status_text(0.0, True, 1.0, 0.0), status_text(0.0, False, 1.0, 0.0, "source", "x")):
+        names |= set(re.findall(r"^(allsmi_[a-z0-9_]+)[ {]", text, re.M))
     return names
 
 
