@@ -49,12 +49,13 @@ EXPECTED_FAILURES = frozenset({"InvoiceId-C-004-C"})
 
 
 def _python312() -> str | None:
-    found = shutil.which("python3.12")
-    if found and subprocess.run([found, "-c", "pass"], capture_output=True).returncode == 0:
-        return found
-    for candidate in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12"))) \
-            + ["/usr/local/bin/python3.12", "/usr/bin/python3.12"]:
-        if os.access(candidate, os.X_OK):
+    """A Python >= 3.12 with venv (the same search as ``.ci/run``)."""
+    candidates = [shutil.which(n) for n in ("python3.12", "python3.13", "python3.14", "python3")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    for candidate in filter(None, candidates):
+        check = subprocess.run([candidate, "-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"],
+                               capture_output=True)
+        if check.returncode == 0:
             return candidate
     return None
 
@@ -70,7 +71,7 @@ def validator_executable() -> str:
         return str(exe)
     python = _python312()
     if python is None:
-        message = "focus-validator needs Python >= 3.12, which is not installed here"
+        message = "focus-validator needs Python >= 3.12 (with venv), which is not installed here"
         if os.environ.get("ALLSMI_REQUIRE_INTEGRATION"):
             pytest.fail(message)
         pytest.skip(message)
