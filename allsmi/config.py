@@ -168,6 +168,15 @@ def parse_config(text: str, path: Path | None = None) -> Config:
     return _Validator(data, path, KeyLocator(text)).config()
 
 
+def parse_group_tables(data: Mapping[str, Any], path: Path | None,
+                       locator: KeyLocator) -> tuple[dict[str, ResourceGroup], tuple[GroupRule, ...]]:
+    """The ``[groups.NAME]`` and ``[[rules]]`` tables of another file in the config's format
+    (a scenario's default groups), validated exactly like the config file's; a problem raises
+    :class:`ConfigError` naming ``path``, the line and the key."""
+    validator = _Validator({k: data[k] for k in ("groups", "rules") if k in data}, path, locator)
+    return validator.groups(), tuple(validator.rules())
+
+
 class _Validator:
     def __init__(self, data: dict[str, Any], path: Path | None, locator: KeyLocator) -> None:
         self.data, self.path, self.locator = data, path, locator
@@ -234,10 +243,27 @@ class _Validator:
             else:
                 options[key] = self.table(value, "backends", key)
 
+        groups = self.groups()
+        rules = self.rules()
+
+        sections = {}
+        for name in CONSUMER_SECTIONS:
+            if name in self.data:
+                sections[name] = self.table(self.data[name], name)
+        return Config(path=self.path, default_group=default_group, rules=tuple(rules),
+                      groups=groups, interval_seconds=interval, backend_timeout_seconds=timeout,
+                      history_size=history, backends_enabled=enabled, backend_options=options,
+                      sections=sections, _locator=self.locator)
+
+    def groups(self) -> dict[str, ResourceGroup]:
+        """The ``[groups.NAME]`` tables."""
         groups: dict[str, ResourceGroup] = {}
         for name, raw in self.table(self.data.get("groups", {}), "groups").items():
             groups[name] = self.group(name, self.table(raw, "groups", name))
+        return groups
 
+    def rules(self) -> list[GroupRule]:
+        """The ``[[rules]]`` tables, in order."""
         rules_raw = self.data.get("rules", [])
         if not isinstance(rules_raw, list):
             raise self.fail("must be an array of tables ([[rules]])", "rules")
@@ -258,15 +284,7 @@ class _Validator:
             if not patterns:
                 raise self.fail(f"a rule needs at least one of {', '.join(RULE_KEYS)}", "rules", i)
             rules.append(GroupRule(group, patterns, self.locator.find(("rules", str(i)))))
-
-        sections = {}
-        for name in CONSUMER_SECTIONS:
-            if name in self.data:
-                sections[name] = self.table(self.data[name], name)
-        return Config(path=self.path, default_group=default_group, rules=tuple(rules),
-                      groups=groups, interval_seconds=interval, backend_timeout_seconds=timeout,
-                      history_size=history, backends_enabled=enabled, backend_options=options,
-                      sections=sections, _locator=self.locator)
+        return rules
 
     def group(self, name: str, raw: dict[str, Any]) -> ResourceGroup:
         self.unknown(raw, ("labels", "price_per_device_hour", "price_per_kwh", "currency"),

@@ -62,8 +62,11 @@ ENERGY_FIELD = Measurement(
 MEASURED_FIELDS: tuple[Measurement, ...] = MEASUREMENTS + (ENERGY_FIELD,)
 BY_FIELD: dict[str, Measurement] = {m.field: m for m in MEASURED_FIELDS}
 
-#: Device columns in schema order, minus the nested ones (processes, details).
+#: Device fields that are lists or objects of their own: in the snapshot JSON, not in CSV.
+NESTED_FIELDS: tuple[str, ...] = ("processes", "workloads", "details")
+
+#: Device columns in schema order, minus the nested ones (processes, workloads, details).
 DEVICE_COLUMNS: tuple[str, ...] = tuple(
-    f.name for f in fields(DeviceSample) if f.name not in ("processes", "details"))
+    f.name for f in fields(DeviceSample) if f.name not in NESTED_FIELDS)
 
 IDENTITY_FIELDS: tuple[str, ...] = tuple(c for c in DEVICE_COLUMNS if c not in BY_FIELD)

@@ -16,7 +16,8 @@ from typing import Any
 
 from allsmi.fields import DEVICE_COLUMNS
 from allsmi.formatting import csv_cell
-from allsmi.schema import BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot
+from allsmi.schema import (BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot,
+                           Workload)
 from allsmi.snapshot_parse import SnapshotFormatError, parse_snapshot
 
 
@@ -44,16 +45,25 @@ def _process(proc: ProcessSample, details: bool) -> dict[str, Any]:
     return data
 
 
+def _workload(work: Workload, details: bool) -> dict[str, Any]:
+    data = work.to_dict()
+    if not details:  # a workload's user is a person's name, withheld like a process's
+        data["user"] = None
+    return data
+
+
 def device_dict(dev: DeviceSample, process_details: bool = True) -> dict[str, Any]:
     """One device as the JSON object of the public interface.
 
     ``process_details=False`` keeps each process's pid and memory but sets its
-    ``user`` and ``command`` to ``null``.
+    ``user`` and ``command`` to ``null``, and each workload's ``user`` too.
     """
     data = _flat(dev, _DEVICE_FIELDS)
     data["labels"] = dict(dev.labels)
     data["processes"] = None if dev.processes is None else \
         [_process(p, process_details) for p in dev.processes]
+    data["workloads"] = None if dev.workloads is None else \
+        [_workload(w, process_details) for w in dev.workloads]
     data["details"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dev.details.items()}
     return data
 
@@ -74,6 +84,7 @@ def snapshot_dict(snapshot: Snapshot, process_details: bool | None = None) -> di
         "host": _flat(snapshot.host, _HOST_FIELDS),
         "devices": [device_dict(d, details) for d in snapshot.devices],
         "backends": [_flat(b, _BACKEND_FIELDS) for b in snapshot.backends],
+        "attribution": [_flat(a, _BACKEND_FIELDS) for a in snapshot.attribution],
     }
     if process_details is not None or not details:
         data["process_details"] = details
@@ -92,7 +103,8 @@ def to_json(snapshot: Snapshot, indent: int | None = 2, process_details: bool | 
 
 
 def to_csv(snapshot: Snapshot) -> str:
-    """One row per device, the schema's field names as columns; processes left out.
+    """One row per device, the schema's field names as columns; processes and workloads left
+    out (lists of their own: see the JSON).
 
     ``labels`` is a JSON object in one cell; text cells are neutralized
     against spreadsheet formula injection.

@@ -34,14 +34,68 @@ DeviceKind = Literal["gpu", "npu"]
 DetailValue = Union[str, int, float, bool, None, Tuple[Any, ...]]
 
 
+#: The fields of a workload, in the order of the public JSON object.
+WORKLOAD_FIELDS = ("source", "namespace", "pod", "container", "job_id", "user")
+#: The attribution sources, as named in ``workloads[].source`` and the snapshot's ``attribution``.
+ATTRIBUTION_SOURCES: tuple[str, ...] = ("kubernetes", "hpc-job", "cgroup", "simulated")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One holder of a device: a Kubernetes container or a batch job (see allsmi.attribution).
+
+    ``source`` is the attribution source that saw it (``kubernetes``, ``hpc-job``, ``cgroup``
+    or ``simulated``); fields the source does not know are ``None``.
+    """
+
+    source: str
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    job_id: str | None = None
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        _set = object.__setattr__
+        _set(self, "source", clean_text(self.source))
+        for name in WORKLOAD_FIELDS[1:]:
+            value = getattr(self, name)
+            if value is not None and not str(value).strip():
+                value = None  # an empty name is an unknown one, never a label value ""
+            _set(self, name, clean_optional(None if value is None else str(value).strip()))
+
+    def key(self) -> tuple[str, ...]:
+        """What makes two workloads the same holder, whichever source saw them."""
+        if self.pod is not None:
+            return ("pod", self.namespace or "", self.pod, self.container or "")
+        if self.job_id is not None:
+            return ("job", self.job_id)
+        return ("other", self.source, self.user or "")
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The public JSON object ``{"source", "namespace", "pod", "container", "job_id", "user"}``."""
+        return {name: getattr(self, name) for name in WORKLOAD_FIELDS}
+
+
+#: ProcessSample's attribution fields (from the process's cgroup; ``None`` when unknown).
+PROCESS_ATTRIBUTION = ("job_id", "pod_uid", "container_id")
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
-    """One process using an accelerator."""
+    """One process using an accelerator.
+
+    ``job_id``, ``pod_uid`` and ``container_id`` come from the process's cgroup (the
+    collector's attribution step); ``None`` when unknown.
+    """
 
     pid: int
     user: str | None = None
     command: str | None = None
     memory_bytes: int | None = None
+    job_id: str | None = None
+    pod_uid: str | None = None
+    container_id: str | None = None
 
     def __post_init__(self) -> None:
         _set = object.__setattr__
@@ -49,6 +103,9 @@ class ProcessSample:
             _set(self, "user", clean_text(self.user))
         if self.command is not None:
             _set(self, "command", clean_text(self.command, MAX_COMMAND))
+        for name in PROCESS_ATTRIBUTION:
+            if getattr(self, name) is not None:
+                _set(self, name, clean_optional(getattr(self, name)))
 
 
 #: DeviceSample's text fields: cleaned once, when the sample is built.
@@ -102,6 +159,10 @@ class DeviceSample:
     processes: tuple[ProcessSample, ...] | None = ()
     """Processes using the device: ``()`` when it is known that none do, ``None``
     when the backend cannot list them (so "allocated" time is unknown, not 0)."""
+    workloads: tuple[Workload, ...] | None = None
+    """Who holds the device (Kubernetes containers, batch jobs), filled in by the collector
+    from the attribution sources: ``None`` when no source is active, ``()`` when sources
+    are active and nothing holds it. Backends leave it ``None``."""
     #: Vendor-specific extras (ECC totals, P-state, per-core utilization as
     #: ``core_utilization_percent``...). Not part of the stable columns.
     details: Mapping[str, DetailValue] = field(default_factory=dict)
@@ -172,6 +233,9 @@ class Snapshot:
     exporter that does not publish them (``allsmi serve`` without ``--processes``): pids and
     memory are there, users and command lines are ``None`` because they were withheld, not
     unknown. JSON key ``process_details``."""
+    attribution: tuple[BackendStatus, ...] = ()
+    """How each attribution source fared in this cycle (one entry per source, shaped like
+    ``backends``); empty when no source is configured. JSON key ``attribution``."""
 
     @property
     def unix_time(self) -> float:

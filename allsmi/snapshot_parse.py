@@ -22,13 +22,18 @@ import math
 from typing import Any
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
-from allsmi.schema import (BACKEND_STATES, HEALTH_STATES, BackendStatus, DeviceSample, HostSample,
-                           ProcessSample, Snapshot)
+from allsmi.schema import (ATTRIBUTION_SOURCES, BACKEND_STATES, HEALTH_STATES, WORKLOAD_FIELDS,
+                           BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot,
+                           Workload)
 
 #: Devices kept from one snapshot (a node with more is not a node).
 MAX_DEVICES = 4096
 #: Processes kept per device.
 MAX_PROCESSES = 1024
+#: Workloads kept per device.
+MAX_WORKLOADS = 256
+#: Backend and attribution statuses kept.
+MAX_STATUSES = 256
 #: Problems described in full; more are only counted.
 MAX_PROBLEMS = 20
 #: Largest integer accepted for byte counts and ids (beyond it is not a measurement).
@@ -169,7 +174,34 @@ def _processes(raw: Any, where: str, report: _Report) -> tuple[ProcessSample, ..
         out.append(ProcessSample(
             pid=pid, user=_text(proc.get("user"), f"{here}.user", report),
             command=_text(proc.get("command"), f"{here}.command", report),
-            memory_bytes=_number(proc.get("memory_bytes"), f"{here}.memory_bytes", report, 0, None, True)))
+            memory_bytes=_number(proc.get("memory_bytes"), f"{here}.memory_bytes", report, 0, None, True),
+            **{name: _text(proc.get(name), f"{here}.{name}", report)
+               for name in ("job_id", "pod_uid", "container_id")}))
+    return tuple(out)
+
+
+def _workloads(raw: Any, where: str, report: _Report) -> tuple[Workload, ...] | None:
+    """``workloads``: ``null`` (no attribution source active) or a list of workload objects."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        report.add(where, "expected a list or null")
+        return None
+    if len(raw) > MAX_WORKLOADS:
+        report.add(where, f"{len(raw)} workloads, only the first {MAX_WORKLOADS} kept")
+    out = []
+    for i, work in enumerate(raw[:MAX_WORKLOADS]):
+        here = f"{where}[{i}]"
+        if not isinstance(work, dict):
+            report.add(here, "expected an object; left out")
+            continue
+        source = work.get("source")
+        if source not in ATTRIBUTION_SOURCES:
+            report.add(f"{here}.source", f"{_show(source)} is not one of "
+                       f"{', '.join(ATTRIBUTION_SOURCES)}; left out")
+            continue
+        out.append(Workload(source, **{name: _text(work.get(name), f"{here}.{name}", report)
+                                       for name in WORKLOAD_FIELDS[1:]}))
     return tuple(out)
 
 
@@ -200,6 +232,7 @@ def _device(raw: Any, where: str, report: _Report) -> DeviceSample | None:
     fields["labels"] = _labels(raw.get("labels"), f"{where}.labels", report)
     fields["details"] = _details(raw.get("details"), f"{where}.details", report)
     fields["processes"] = _processes(raw.get("processes", []), f"{where}.processes", report)
+    fields["workloads"] = _workloads(raw.get("workloads"), f"{where}.workloads", report)
     return DeviceSample(**fields)
 
 
@@ -263,13 +296,21 @@ def parse_snapshot(data: Any, problems: list[str] | None = None) -> Snapshot:
         report.add("devices", f"{len(raw_devices)} devices, only the first {MAX_DEVICES} kept")
     devices = [d for i, raw in enumerate(raw_devices[:MAX_DEVICES])
                if (d := _device(raw, f"devices[{i}]", report)) is not None]
-    raw_backends = data.get("backends")
-    if raw_backends is None:
-        raw_backends = []
-    if not isinstance(raw_backends, list):
-        report.add("backends", "expected a list")
-        raw_backends = []
-    backends = [b for i, raw in enumerate(raw_backends[:256])
-                if (b := _backend(raw, f"backends[{i}]", report)) is not None]
+    backends = _statuses(data.get("backends"), "backends", report)
+    attribution = _statuses(data.get("attribution"), "attribution", report)
     report.finish()
-    return Snapshot(timestamp=when, host=host, devices=tuple(devices), backends=tuple(backends))
+    return Snapshot(timestamp=when, host=host, devices=tuple(devices), backends=backends,
+                    attribution=attribution)
+
+
+def _statuses(raw: Any, where: str, report: _Report) -> tuple[BackendStatus, ...]:
+    """``backends`` or ``attribution``: a list of ``{"name", "status", "message", "duration_seconds"}``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        report.add(where, "expected a list")
+        return ()
+    if len(raw) > MAX_STATUSES:
+        report.add(where, f"{len(raw)} entries, only the first {MAX_STATUSES} kept")
+    return tuple(b for i, item in enumerate(raw[:MAX_STATUSES])
+                 if (b := _backend(item, f"{where}[{i}]", report)) is not None)

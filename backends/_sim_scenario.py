@@ -10,6 +10,13 @@ and the key, which the CLI turns into exit code 2.
 top-level scalars (``name``, ``seed``, ``epoch``, ``users``, ``commands``) replace the
 included ones, and its ``[[devices]]``, ``[[partitions]]`` and ``[[faults]]`` are added
 to the included ones.
+
+``[groups.NAME]`` and ``[[rules]]`` are the scenario's default resource groups, in the
+configuration file's format. Their shape is checked here; their values are validated by the
+configuration's own validator when the CLI merges them under the user's configuration
+(:func:`allsmi.config.parse_group_tables`, which this layer may not import), with the same
+file, line and key in every message. An including file's rules come before the included
+ones, and its groups replace included groups of the same name.
 """
 
 from __future__ import annotations
@@ -96,6 +103,16 @@ class FaultSpec:
 
 
 @dataclass(frozen=True)
+class GroupTables:
+    """One scenario file's ``[groups.NAME]`` and ``[[rules]]`` tables, as written."""
+
+    path: Path
+    locator: KeyLocator
+    groups: dict[str, Any]
+    rules: list[Any]
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A whole simulated node."""
 
@@ -108,6 +125,8 @@ class Scenario:
     partitions: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     faults: tuple[FaultSpec, ...] = ()
     source: str = ""
+    group_tables: tuple[GroupTables, ...] = ()
+    """The default resource groups of this file and the files it includes, this file first."""
 
     def backend_names(self) -> list[str]:
         """Backends the scenario impersonates, in file order."""
@@ -139,7 +158,8 @@ _FAULT_RULES: dict[str, tuple[str, float | None, float | None]] = {
 _INSTANCE_RULES: dict[str, tuple[str, float | None, float | None]] = {
     "profile": (_STR, None, None), "memory_total_bytes": (_INT, 1, 2**60),
 }
-_TOP = ("name", "seed", "epoch", "users", "commands", "devices", "partitions", "faults", "include")
+_TOP = ("name", "seed", "epoch", "users", "commands", "devices", "partitions", "faults", "include",
+        "groups", "rules")
 _ID_STYLES = ("nvidia", "uuid", "gaudi", "board")
 _KINDS = ("gpu", "npu")
 _FAULT_TYPES = ("lost", "error", "hang")
@@ -281,6 +301,23 @@ def _partition(f: _File, raw: Any, i: int) -> tuple[str, tuple[dict[str, Any], .
                                  "instances") for inst in instances)
 
 
+def _group_tables(f: _File) -> GroupTables | None:
+    """The file's ``[groups.NAME]`` and ``[[rules]]``, their shape checked."""
+    groups = f.data.get("groups", {})
+    if not isinstance(groups, dict):
+        raise f.error("must be a table of [groups.NAME] tables", "groups")
+    for name, table in groups.items():
+        if not isinstance(table, dict):
+            raise f.error("must be a table", "groups", name)
+    rules = f.array("rules")
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            raise f.error("must be a table", "rules", i)
+    if not groups and not rules:
+        return None
+    return GroupTables(f.path, f.locator, groups, rules)
+
+
 def _epoch(f: _File, raw: Any) -> float:
     if isinstance(raw, dt.datetime):
         when = raw
@@ -347,6 +384,9 @@ def load_scenario(ref: str | Path, _seen: tuple[Path, ...] = ()) -> Scenario:
                           "faults", i, "device")
         if fault.backend is not None and fault.backend not in backends:
             raise f.error(f"no such backend {fault.backend!r} in the scenario", "faults", i, "backend")
+    own_groups = _group_tables(f)
     return Scenario(name=name, seed=seed, epoch=epoch, users=users, commands=commands,
                     devices=devices, partitions=partitions,
-                    faults=(base.faults if base else ()) + faults, source=str(f.path))
+                    faults=(base.faults if base else ()) + faults, source=str(f.path),
+                    group_tables=((own_groups,) if own_groups else ()) + (
+                        base.group_tables if base else ()))

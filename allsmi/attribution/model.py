@@ -11,47 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from allsmi.schema import BackendStatus
-from allsmi.text import clean_optional, clean_text
+from allsmi.schema import (ATTRIBUTION_SOURCES, WORKLOAD_FIELDS, BackendStatus,  # noqa: F401
+                           Workload)
+from allsmi.text import clean_optional
 
 #: The source names, as they appear in ``workloads[].source`` and the snapshot's ``attribution``.
-SOURCE_NAMES = ("kubernetes", "hpc-job", "cgroup", "simulated")
+SOURCE_NAMES = ATTRIBUTION_SOURCES
 
-#: The fields of a workload, in the order of the public JSON object.
-WORKLOAD_FIELDS = ("source", "namespace", "pod", "container", "job_id", "user")
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """One holder of a device: a Kubernetes container or a batch job. Unknown fields are ``None``."""
-
-    source: str
-    namespace: str | None = None
-    pod: str | None = None
-    container: str | None = None
-    job_id: str | None = None
-    user: str | None = None
-
-    def __post_init__(self) -> None:
-        _set = object.__setattr__
-        _set(self, "source", clean_text(self.source))
-        for name in WORKLOAD_FIELDS[1:]:
-            value = getattr(self, name)
-            if value is not None and not str(value).strip():
-                value = None  # an empty name is an unknown one, never a label value ""
-            _set(self, name, clean_optional(None if value is None else str(value).strip()))
-
-    def key(self) -> tuple[str, ...]:
-        """What makes two workloads the same holder, whichever source saw them."""
-        if self.pod is not None:
-            return ("pod", self.namespace or "", self.pod, self.container or "")
-        if self.job_id is not None:
-            return ("job", self.job_id)
-        return ("other", self.source, self.user or "")
-
-    def to_dict(self) -> dict[str, str | None]:
-        """The public JSON object ``{"source", "namespace", "pod", "container", "job_id", "user"}``."""
-        return {name: getattr(self, name) for name in WORKLOAD_FIELDS}
+# ``Workload`` (and ``WORKLOAD_FIELDS``) live in the schema, since snapshots carry them; they
+# are re-exported here, where the sources build them.
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import click
 
-from allsmi.config import INTERVAL_RANGE, TIMEOUT_RANGE, Config, ConfigError, load_config
+from allsmi.config import (DEFAULT_GROUP, INTERVAL_RANGE, TIMEOUT_RANGE, Config, ConfigError,
+                           load_config, parse_group_tables)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,26 +101,69 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
         from allsmi.backends.simulated import ScenarioError, load_scenario
         try:
             scenario = load_scenario(simulate)
-        except ScenarioError as exc:
+            config = with_scenario_groups(config, scenario)
+        except (ScenarioError, ConfigError) as exc:
             raise fail(str(exc)) from None
     return Settings(config=config, simulate=simulate, scenario=scenario,
                     interval=interval or config.interval_seconds,
                     timeout=backend_timeout or config.backend_timeout_seconds)
 
 
+def with_scenario_groups(config: Config, scenario: Any,
+                         environ: "Mapping[str, str] | None" = None) -> Config:
+    """``config`` with the scenario's default resource groups under it.
+
+    The user's rules come first, then the scenario's; the user's groups replace scenario
+    groups of the same name. A node group chosen by the user (``$ALLSMI_RESOURCE_GROUP`` or
+    ``[node] resource_group``) drops the scenario's rules, so that every device no user rule
+    matches goes to it, as on real hardware. Raises ``ConfigError`` (naming the scenario
+    file, line and key) for a bad table.
+    """
+    import os
+    from dataclasses import replace
+    env = os.environ if environ is None else environ
+    groups: dict[str, Any] = {}
+    rules: list[Any] = []
+    for tables in getattr(scenario, "group_tables", ()):  # this file first, then its includes
+        own_groups, own_rules = parse_group_tables(
+            {"groups": tables.groups, "rules": tables.rules}, tables.path, tables.locator)
+        groups = {**own_groups, **groups}
+        rules.extend(own_rules)
+    if not groups and not rules:
+        return config
+    node_group_chosen = bool(env.get("ALLSMI_RESOURCE_GROUP", "").strip()) or \
+        config.default_group != DEFAULT_GROUP
+    return replace(config, groups={**groups, **config.groups},
+                   rules=config.rules + (() if node_group_chosen else tuple(rules)))
+
+
+def build_attributor(s: Settings) -> Any:
+    """The attribution sources of ``[attribution]`` (and the simulated one with ``--simulate``);
+    exit 2 on a bad table."""
+    from allsmi.attribution import build_attributor as build
+    try:
+        return build(s.config, simulate=s.simulate is not None)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+
+
 def build_collector(s: Settings, *, history_size: int | None = None):  # type: ignore[no-untyped-def]
-    """A collector over the configured (or simulated) backends, not yet started."""
+    """A collector over the configured (or simulated) backends and the attribution sources,
+    not yet started."""
     from allsmi import registry
     from allsmi.collector import Collector
     clock = simulation_clock() if s.simulate else None
+    attributor = build_attributor(s)
     try:
         backends = registry.instantiate(s.config.backends_enabled, timeout_seconds=s.timeout,
                                         options={k: dict(v) for k, v in s.config.backend_options.items()},
                                         simulate=s.scenario, clock=clock)
     except registry.UnknownBackend as exc:
+        attributor.close()
         raise fail(str(exc)) from None
     return Collector(backends, s.config, interval_seconds=s.interval, timeout_seconds=s.timeout,
-                     history_size=history_size, **({"clock": clock} if clock else {}))
+                     history_size=history_size, attributor=attributor,
+                     **({"clock": clock} if clock else {}))
 
 
 MAX_SIMULATE_SPEED = 1_000_000.0
