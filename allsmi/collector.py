@@ -19,8 +19,8 @@ import datetime as dt
 import logging
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUnavailable,
                                 ProbeResult)
@@ -28,6 +28,9 @@ from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
 from allsmi.schema import BackendStatus, DeviceSample, Snapshot
+
+if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
+    from allsmi.attribution import Attribution, Attributor
 
 log = logging.getLogger(__name__)
 
@@ -215,12 +218,29 @@ class BackendRunner:
 SnapshotCallback = Callable[[Snapshot], None]
 
 
+def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
+    """``dev`` with what the attribution sources say about it and its processes."""
+    workloads = result.device_workloads(dev.id)
+    processes = dev.processes
+    if workloads is None and not result.processes:
+        return dev
+    if processes and result.processes:
+        changed = []
+        for proc in processes:
+            info = result.process(proc.pid)
+            changed.append(replace(proc, job_id=info.job_id, pod_uid=info.pod_uid,
+                                   container_id=info.container_id) if info else proc)
+        processes = tuple(changed)
+    return replace(dev, workloads=workloads, processes=processes)
+
+
 class Collector:
     """Runs collection cycles over a set of backends; never overlapping."""
 
     def __init__(self, backends: Sequence[Backend], config: Config | None = None, *,
                  interval_seconds: float | None = None, timeout_seconds: float | None = None,
                  history_size: int | None = None, host_sampler: HostSampler | None = None,
+                 attributor: "Attributor | None" = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config or Config()
         self.clock = clock
@@ -231,6 +251,9 @@ class Collector:
         self.interval = interval_seconds or self.config.interval_seconds
         self.timeout = timeout_seconds or self.config.backend_timeout_seconds
         self.runners = [BackendRunner(b, self.timeout) for b in backends]
+        self.attributor = attributor
+        """Who holds each device (allsmi.attribution): asked once per cycle, within its own
+        timeout, after the resource groups are assigned; ``None``: no attribution at all."""
         self.host = host_sampler or HostSampler()
         self._history: collections.deque[Snapshot] = collections.deque(
             maxlen=history_size or self.config.history_size)
@@ -295,11 +318,14 @@ class Collector:
             host = self.host.sample()
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
+            grouped = assign_groups(devices, host.hostname, self.config)
+            attributed, attribution = self._attribute(grouped, wall)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,
                                 host=host,
-                                devices=assign_groups(devices, host.hostname, self.config),
-                                backends=tuple(statuses))
+                                devices=attributed,
+                                backends=tuple(statuses),
+                                attribution=attribution)
             self._latest = snapshot
             self._history.append(snapshot)
             self._first.set()
@@ -309,6 +335,21 @@ class Collector:
             except Exception:
                 log.exception("snapshot subscriber failed")
         return snapshot
+
+    def _attribute(self, devices: tuple[DeviceSample, ...], wall: float
+                   ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...]]:
+        """``devices`` with their workloads and their processes' job/pod/container ids, and
+        the attribution sources' statuses. Bounded by the attributor's own timeout; a failure
+        here costs the snapshot its attribution, never the snapshot."""
+        if self.attributor is None:
+            return devices, ()
+        try:
+            result = self.attributor.resolve(devices, now=wall)
+            return tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses)
+        except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle
+            log.exception("attribution failed")
+            return devices, (BackendStatus("attribution", "error",
+                                           f"internal error: {type(exc).__name__}: {exc}"),)
 
     def start(self) -> None:
         """Collect in a background thread every ``interval`` seconds until :meth:`close`."""
@@ -348,6 +389,9 @@ class Collector:
         closers = [threading.Thread(target=runner.finish_close, args=(deadline, grace),
                                     daemon=True, name=f"allsmi-closing-{runner.name}")
                    for runner in self.runners]
+        if self.attributor is not None:  # closed alongside the backends, within the same grace
+            closers.append(threading.Thread(target=self.attributor.close, daemon=True,
+                                            name="allsmi-closing-attribution"))
         for closer in closers:
             closer.start()
         for closer in closers:
