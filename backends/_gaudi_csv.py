@@ -14,8 +14,8 @@ from typing import Callable, Mapping, Sequence
 
 from allsmi import units
 
-#: Fields every documented hl-smi version accepts. A query of these alone is
-#: the last fallback; if even it is rejected the tool is unusable.
+#: Fields every documented hl-smi version is expected to accept (an hl-smi that
+#: rejects one of them, ``driver_version`` say, still works without it).
 CORE_FIELDS: tuple[str, ...] = (
     "index", "uuid", "name", "bus_id", "driver_version", "utilization.aip",
     "memory.total", "memory.used", "temperature.aip", "power.draw",
@@ -31,8 +31,8 @@ OPTIONAL_FIELDS: tuple[str, ...] = (
 
 ALL_FIELDS: tuple[str, ...] = CORE_FIELDS + OPTIONAL_FIELDS
 
-#: Fields that identify a device; a row needs at least one of them.
-_KEY_FIELDS = ("index", "bus_id", "uuid")
+#: Fields that identify a device; a row needs at least one of them (never dropped).
+KEY_FIELDS = ("index", "bus_id", "uuid")
 
 
 def named_fields(message: str, candidates: Sequence[str]) -> list[str]:
@@ -73,7 +73,7 @@ def parse_line(line: str, fields: Sequence[str]) -> Row | str:
     index = cells.get("index")
     if index is not None and not re.fullmatch(r"\d+", index):
         return f"index {index!r} is not a number"
-    for name in _KEY_FIELDS:
+    for name in KEY_FIELDS:
         if cells.get(name):
             return Row(cells=cells, key=f"{name}:{cells[name]}")
     return "no index, bus id or uuid"

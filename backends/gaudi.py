@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import threading
 import time
 from dataclasses import replace
@@ -41,6 +42,9 @@ INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/habanalabs/
 FORMAT = "csv,noheader,nounits"
 
 MODES = ("loop", "oneshot")
+#: How hl-smi rejects a query field it does not know ("invalid query field", "unknown field").
+_QUERY_REJECTED = re.compile(r"field|query|invalid|unknown|unrecogni[sz]ed|not (supported|recognized)",
+                             re.IGNORECASE)
 DEFAULT_INTERVAL = 2.0
 #: A device whose newest row is older than this many intervals is degraded.
 STALE_INTERVALS = 3.0
@@ -213,11 +217,15 @@ class GaudiBackend(SampleBuilder, Backend):
     def _negotiate_fields(self) -> tuple[tuple[str, ...], ToolResult]:
         """The widest field set this hl-smi accepts, and the output of that query.
 
-        An unknown field fails the whole query, so: ask for everything; on a
-        failure drop the optional fields the error names (or all optional
-        fields if it names none) and ask again; fail if the core set fails.
+        An unknown field fails the whole query ("invalid query field"), so: ask
+        for everything; when the tool rejects the query, drop the fields its
+        message names (``driver_version`` included; one identity field must
+        stay), else, when it names none, ask for each field alone; ask again. A failure that is not about the query (a crash, no
+        driver) is an error at once. Rejected fields are :attr:`missing_fields`:
+        ``None`` in every sample, and named in the first sample's message.
         """
         fields = list(csvfmt.ALL_FIELDS)
+        probed = False
         while True:
             result = self._run(self._query_argv(fields))
             if result.returncode == 0:
@@ -227,11 +235,25 @@ class GaudiBackend(SampleBuilder, Backend):
                                        f"{', '.join(self.missing_fields)}; reported as unknown")
                 return tuple(fields), result
             message = _tool_message(result)
-            optional = [f for f in fields if f in csvfmt.OPTIONAL_FIELDS]
-            if not optional:
+            if not _QUERY_REJECTED.search(message):
+                # Not a complaint about the query (a crash, no driver): fail now, do not retry.
                 raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)))
-            drop = csvfmt.named_fields(message, optional) or optional
-            fields = [f for f in fields if f not in drop]
+            named = csvfmt.named_fields(message, fields)
+            left = [f for f in fields if f not in named]
+            if named and any(f in csvfmt.KEY_FIELDS for f in left):
+                fields = left
+            elif not probed:
+                probed = True
+                fields = [f for f in csvfmt.ALL_FIELDS if self._accepts(f)]
+                if not any(f in csvfmt.KEY_FIELDS for f in fields):
+                    raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)) +
+                                       " (it accepts none of index, bus_id, uuid)")
+            else:
+                raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)))
+
+    def _accepts(self, field: str) -> bool:
+        """Whether this hl-smi accepts ``field`` (queried alone)."""
+        return self._run(self._query_argv([field])).returncode == 0
 
     def _read_firmware(self) -> None:
         """Firmware versions from ``hl-smi -L``; optional, so a failure is only a warning."""

@@ -125,18 +125,47 @@ def test_field_set_falls_back_field_by_field(standin, backends) -> None:
     assert dev.details["serial"] == "AM50016134"
 
 
-def test_rejection_that_names_no_field_falls_back_to_the_core_set(standin, backends) -> None:
+def test_rejection_that_names_no_field_tests_each_field(standin, backends) -> None:
     standin("gaudi2-8x-1.15", listing="hl-smi-L-gaudi2.txt", reject_style="anonymous")
     backend = _open(backends, mode="oneshot")
-    assert backend.fields == CORE_FIELDS
+    assert backend.missing_fields == ("power.max", "clocks.current.soc", "clocks.max.soc")
+    assert backend.fields == CORE_FIELDS + ("module_id", "serial", "ecc.errors.uncorrected.aggregate.total",
+                                            "ecc.errors.corrected.aggregate.total")
     devices = backend.sample()
-    assert len(devices) == 8 and devices[0].details == {}
+    assert len(devices) == 8 and devices[0].details["serial"] == "AM50016130"
     assert devices[0].power_watts == 84.0
 
 
-def test_core_fields_rejected_is_a_clear_error(standin, backends) -> None:
-    standin(fields=["index", "uuid", "power.draw"])
-    with pytest.raises(BackendError, match="not a valid field"):
+@pytest.mark.parametrize("style", ["named", "invalid"])
+def test_an_hl_smi_without_driver_version_still_reports_every_device(standin, backends, style: str) -> None:
+    # Older hl-smi exits 1 with "invalid query field" for driver_version: every device is
+    # still reported, that field null, and the first sample's message says which fields lack.
+    standin("gaudi3-8x-1.22", unknown_fields=["driver_version"], reject_style=style)
+    backend = _open(backends, mode="oneshot")
+    assert backend.missing_fields == ("driver_version",)
+    devices = backend.sample()
+    assert len(devices) == 8
+    assert all(d.driver_version is None for d in devices)
+    assert devices[0].power_watts == 226.0 and devices[0].power_limit_watts == 850.0
+    assert any("does not know the field(s) driver_version" in w for w in backend.warnings)
+
+
+def test_a_tool_with_only_a_few_fields_reports_those(standin, backends) -> None:
+    standin(unknown_fields=[f for f in ALL_FIELDS if f not in ("index", "uuid", "power.draw")])
+    backend = _open(backends, mode="oneshot")
+    assert backend.fields == ("index", "uuid", "power.draw")
+    assert backend.sample()[0].memory_total_bytes is None
+
+
+def test_a_tool_that_rejects_every_field_is_a_clear_error(standin, backends) -> None:
+    standin(unknown_fields=list(ALL_FIELDS))
+    with pytest.raises(BackendError, match="accepts none of index, bus_id, uuid"):
+        _open(backends)
+
+
+def test_a_crash_during_field_negotiation_is_not_retried(standin, backends) -> None:
+    standin(exit_code=3)
+    with pytest.raises(BackendError, match="exited with status 3: hl-smi: Failed to initialize HLML"):
         _open(backends)
 
 

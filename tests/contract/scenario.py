@@ -93,6 +93,8 @@ class CliTool:
     The matrix replaces the tool with the shared stand-in (:mod:`tests.contract.standin`)
     under ``executable``, named by ``env_var``, answering every call with one fault.
     ``partial`` is a fixture file holding the tool's output cut in half;
+    ``partial_status`` is what a cut output gives: ``error`` for a JSON tool, ``ok`` for a
+    line-oriented one that keeps its whole rows (and says which line it skipped).
     ``options`` are the backend options the matrix runs it with (``{"method": "cli"}``).
     ``drift`` maps matrix cells (``oldest``, ``newest``, ``na-fields``, ``64-devices``,
     ``partitions``) to names of this module's :data:`SCENARIOS`.
@@ -102,6 +104,7 @@ class CliTool:
     executable: str
     partial: Path
     options: Mapping[str, Any] = field(default_factory=dict)
+    partial_status: str = "error"
     drift: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -1,0 +1,326 @@
+"""The fault-and-drift matrix over every CLI backend (every registered backend whose scenario
+module declares ``CLI``; a new vendor joins with its entry point and scenario file alone).
+
+Fault cells replace the vendor tool with the shared stand-in answering every call with one
+fault (missing, hang, hang ignoring SIGTERM with a grandchild holding the pipes, slow,
+crash, abort, signal, garbage, partial output, a tool that exits and leaves a grandchild).
+Drift cells run the vendor's own scenarios named in ``CLI.drift`` (oldest and newest tool
+versions, N/A fields, 64 devices, partitions, processes on several devices). Each cell runs
+the backend through the collector next to a healthy companion backend and asserts:
+
+* the companion's values exact (its scenario's declared values);
+* the failing backend's status and reason (exit status or signal, stderr's first line);
+* bounded time, and nothing left running (every pid the stand-in wrote is gone);
+* for a representative subset, ``allsmi snapshot --format json`` and ``allsmi doctor --json``
+  as subprocesses: stdout one complete JSON document, exit 0, the reason shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from allsmi import registry
+from allsmi.collector import Collector
+
+from ..conftest import run_allsmi
+from . import standin
+from .scenario import CliTool, Scenario, ScenarioEnv, check_expected, scenario_module
+
+#: Collector timeout for fault cells (tools get 80 % of it).
+TIMEOUT = 1.0
+#: A cell may take the timeout plus this (closing, reaping, a loaded 2-core machine).
+BOUND = TIMEOUT + 4.0
+
+CRASH_STDERR = "Error: PCI link down on 0000:19:00.0\ncaused by: device 3 not responding\n"
+
+#: fault -> (stand-in route, expected status, text the status message must contain)
+FAULTS: dict[str, tuple[dict[str, Any] | None, str, str]] = {
+    "missing": (None, "unavailable", "is not an executable file"),
+    "hang": ({"hang": True}, "timeout", ""),
+    "hang-ignoring-sigterm-grandchild": ({"grandchild": True, "ignore_term": True, "hang": True},
+                                         "timeout", ""),
+    "exits-leaving-grandchild": ({"grandchild": True, "stderr": CRASH_STDERR, "rc": 1},
+                                 "error", "exited with status 1: Error: PCI link down on 0000:19:00.0"),
+    "slow": ({"sleep": 30}, "timeout", ""),
+    "crash": ({"stderr": CRASH_STDERR, "rc": 1}, "error",
+              "exited with status 1: Error: PCI link down on 0000:19:00.0"),
+    "crash-with-output": ({"text": "[]", "stderr": "panicked at 'index out of bounds'\n", "rc": 101},
+                          "error", "exited with status 101: panicked at 'index out of bounds'"),
+    "abort": ({"abort": True}, "error", "killed by signal SIGABRT (6)"),
+    "segfault": ({"die": "SIGSEGV", "stderr": "Segmentation fault\n"}, "error",
+                 "killed by signal SIGSEGV (11): Segmentation fault"),
+    "garbage": ({"text": "\x1b[31m<html>Internal Server Error</html>\x07\n"}, "error", ""),
+    "partial": ({"partial_of": True}, "error", ""),
+}
+#: Cells also run end to end through the CLI as a subprocess.
+SUBPROCESS_CELLS = {"crash", "hang-ignoring-sigterm-grandchild", "segfault", "missing"}
+DRIFT_CELLS = ("oldest", "newest", "na-fields", "64-devices", "partitions", "multi-process")
+
+
+def _cli_backends() -> list[tuple[str, CliTool, Any]]:
+    found = []
+    for name in registry.names():
+        module = scenario_module(name)
+        spec = getattr(module, "CLI", None) if module is not None else None
+        if spec is not None:
+            found.append((name, spec, module))
+    return found
+
+
+CLI_BACKENDS = _cli_backends()
+
+
+def _companion(name: str) -> tuple[str, Scenario]:
+    """A healthy CLI backend other than ``name`` whose scenario declares exact values."""
+    for other, spec, module in CLI_BACKENDS:
+        if other == name or spec.env_var == dict((n, s) for n, s, _ in CLI_BACKENDS)[name].env_var:
+            continue
+        scenario = next((s for s in module.SCENARIOS if s.expected and s.name == spec.drift.get("newest")), None)
+        if scenario is not None:
+            return other, scenario
+    raise AssertionError(f"no companion backend with exact values for {name}")
+
+
+def _fault_cells() -> list[Any]:
+    return [pytest.param(name, fault, id=f"{name}-{fault}") for name, _, _ in CLI_BACKENDS for fault in FAULTS]
+
+
+def _drift_cells() -> list[Any]:
+    return [pytest.param(name, cell, id=f"{name}-{cell}")
+            for name, spec, _ in CLI_BACKENDS for cell in DRIFT_CELLS if cell in spec.drift]
+
+
+def _install_fault(env: ScenarioEnv, spec: CliTool, fault: str) -> Path:
+    """Point the backend's tool variable at a stand-in answering every call with ``fault``."""
+    route, _, _ = FAULTS[fault]
+    bindir = env.tmp_path / "fault-bin"
+    pidfile = bindir / "pids"
+    if route is None:
+        env.monkeypatch.setenv(spec.env_var, str(bindir / "no-such-tool"))
+        return pidfile
+    route = dict(route, pidfile=str(pidfile))
+    if route.pop("partial_of", False):
+        text = spec.partial.read_text()
+        route["text"] = text[: len(text) // 2]
+    exe = standin.write_standin(bindir, spec.executable, {}, default=route)
+    env.monkeypatch.setenv(spec.env_var, str(exe))
+    return pidfile
+
+
+def _wait_gone(pids: list[int], deadline: float) -> list[int]:
+    while True:
+        alive = [pid for pid in pids if standin.alive(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+
+
+def _collect(backends: list[Any], timeout: float) -> tuple[Any, float]:
+    collector = Collector(backends, timeout_seconds=timeout)
+    started = time.monotonic()
+    try:
+        snap = collector.collect_once()
+    finally:
+        collector.close_within(2.0)
+    return snap, time.monotonic() - started
+
+
+def _spec(name: str) -> CliTool:
+    return next(spec for n, spec, _ in CLI_BACKENDS if n == name)
+
+
+@pytest.mark.parametrize(("name", "fault"), _fault_cells())
+def test_fault_cell(name: str, fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec(name)
+    env = ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch)
+    other, scenario = _companion(name)
+    companion = scenario.build(ScenarioEnv(tmp_path=tmp_path / "companion", monkeypatch=monkeypatch))
+    pidfile = _install_fault(env, spec, fault)
+    failing = registry.load(name)(timeout_seconds=TIMEOUT * 0.8, options=dict(spec.options))
+    _, want_status, want_text = FAULTS[fault]
+    if fault == "partial" and spec.partial_status == "ok":
+        want_status, want_text = "ok", "skipped"
+
+    snap, took = _collect([failing, companion], TIMEOUT)
+    assert took < BOUND, f"{name}/{fault}: the cycle took {took:.1f} s"
+    statuses = {b.name: b for b in snap.backends}
+    assert statuses[other].status == "ok", statuses[other]
+    check_expected([d for d in snap.devices if d.backend == other], scenario.expected)
+    assert len([d for d in snap.devices if d.backend == other]) == scenario.expected_devices
+    status = statuses[name]
+    assert status.status == want_status, status
+    assert status.message and want_text in status.message, status
+    if want_status != "ok":
+        assert not [d for d in snap.devices if d.backend == name], "a failing tool reports no devices"
+    leftovers = _wait_gone(standin.pids(pidfile), time.monotonic() + 5.0)
+    assert leftovers == [], f"{name}/{fault}: still running: {leftovers}"
+
+    if fault in SUBPROCESS_CELLS:
+        _check_cli(name, spec, other, scenario, fault, want_status, want_text, pidfile)
+
+
+def _check_cli(name: str, spec: CliTool, other: str, scenario: Scenario, fault: str,
+               want_status: str, want_text: str, pidfile: Path) -> None:
+    """``allsmi snapshot --format json`` and ``allsmi doctor --json`` with the same fault."""
+    config = pidfile.parent.parent / "allsmi.toml"
+    options = "".join(f"\n[backends.{n}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in s.options.items())
+                      for n, s, _ in CLI_BACKENDS if n in (name, other) and s.options)
+    config.write_text(f'[backends]\nenabled = ["{name}", "{other}"]\n{options}')
+    env = {k: v for k, v in os.environ.items() if k.startswith("ALLSMI_")}
+    env.update({k: v for k, v in os.environ.items() if k == "PATH"})
+    started = time.monotonic()
+    result = run_allsmi("snapshot", "--format", "json", "--config", str(config),
+                        "--timeout", str(TIMEOUT), env=env, timeout=60)
+    assert time.monotonic() - started < BOUND + 10
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)  # one complete JSON document, nothing else
+    statuses = {b["name"]: b for b in document["backends"]}
+    assert statuses[name]["status"] == want_status and want_text in statuses[name]["message"]
+    assert statuses[other]["status"] == "ok"
+    assert len([d for d in document["devices"] if d["backend"] == other]) == scenario.expected_devices
+    doctor = run_allsmi("doctor", "--json", "--config", str(config), "--timeout", str(TIMEOUT), env=env, timeout=60)
+    assert doctor.returncode == 0, doctor.stderr
+    report = {b["name"]: b for b in json.loads(doctor.stdout)["backends"]}
+    assert report[name]["status"] == want_status and want_text in report[name]["message"]
+    assert _wait_gone(standin.pids(pidfile), time.monotonic() + 5.0) == []
+
+
+@pytest.mark.parametrize(("name", "cell"), _drift_cells())
+def test_drift_cell(name: str, cell: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec(name)
+    module = scenario_module(name)
+    scenario = next(s for s in module.SCENARIOS if s.name == spec.drift[cell])
+    backend = scenario.build(ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch))
+    other, companion_scenario = _companion(name)
+    companion = companion_scenario.build(ScenarioEnv(tmp_path=tmp_path / "companion", monkeypatch=monkeypatch))
+    snap, took = _collect([backend, companion], 10.0)
+    assert took < 15.0
+    statuses = {b.name: b for b in snap.backends}
+    assert statuses[name].status == "ok", statuses[name]
+    mine = [d for d in snap.devices if d.backend == name]
+    assert len(mine) == scenario.expected_devices
+    check_expected(mine, scenario.expected)
+    check_expected([d for d in snap.devices if d.backend == other], companion_scenario.expected)
+    if cell == "partitions":
+        assert any(d.parent for d in mine), "the partitions cell must show partitions"
+        for dev in mine:
+            if dev.parent is not None:
+                assert dev.power_watts is None, "board power is counted once, on the parent"
+    if cell == "multi-process":
+        users = {}
+        for dev in mine:
+            for proc in dev.processes or ():
+                users.setdefault(proc.pid, set()).add(dev.id)
+        assert any(len(devs) > 1 for devs in users.values()), "a process on several devices"
+
+
+def test_matrix_covers_every_cli_backend() -> None:
+    names = {name for name, _, _ in CLI_BACKENDS}
+    assert {"furiosa", "gaudi", "rebellions", "tenstorrent"} <= names
+    for name, spec, _ in CLI_BACKENDS:
+        assert {"oldest", "newest", "na-fields", "64-devices"} <= set(spec.drift), name
+
+
+FAKE_BACKEND = '''
+    """A made-up vendor: a CLI tool printing a JSON list of devices."""
+    import json
+    import os
+
+    from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
+    from allsmi.backends._host_procs import process_user  # noqa: F401 - what a real one would use
+    from allsmi.backends._subprocess import Tool, backend_errors, describe_missing, find_tool
+    from allsmi.schema import DeviceSample
+
+    ENV_VAR = "ALLSMI_ZZ_SMI"
+
+
+    class ZzBackend(Backend):
+        name = "zzvendor"
+        vendor = "zzvendor"
+        kind = "npu"
+        device_nodes = ("/dev/zz[0-9]*",)
+
+        def probe(self):
+            tool = find_tool("zz-smi", ENV_VAR)
+            return ProbeResult(True, details={"tool": tool}) if tool else ProbeResult(
+                False, describe_missing("zz-smi", ENV_VAR))
+
+        def open(self):
+            self._tool = find_tool("zz-smi", ENV_VAR)
+            if self._tool is None:
+                raise BackendUnavailable(describe_missing("zz-smi", ENV_VAR))
+
+        def sample(self):
+            tool = Tool(self._tool, self.timeout_seconds)
+            with backend_errors():
+                rows = tool.parse(tool.run("--json"), json.loads)
+            return [DeviceSample(id=f"zz:{r['serial']}", vendor="zzvendor", kind="npu", backend="zzvendor",
+                                 index=n, power_watts=r["milliwatts"] / 1000,
+                                 memory_total_bytes=r["mib"] * 1024 * 1024, health="ok", processes=None)
+                    for n, r in enumerate(rows)]
+'''
+
+FAKE_SCENARIOS = '''
+    import json
+    from pathlib import Path
+
+    from tests.contract import standin
+    from tests.contract.scenario import CliTool, Scenario, expect
+
+    from zz_backend import ENV_VAR, ZzBackend
+
+    DIR = Path(__file__).parent
+    ROWS = [{"serial": "A1", "milliwatts": 17500, "mib": 16384}, {"serial": "B2", "milliwatts": 250, "mib": 8}]
+    (DIR / "zz-two.json").write_text(json.dumps(ROWS))
+    (DIR / "zz-cut.json").write_text(json.dumps(ROWS)[:30])
+
+
+    def _absent(env):
+        env.monkeypatch.setenv(ENV_VAR, str(env.tmp_path / "nothing"))
+        return ZzBackend()
+
+
+    def _two(env):
+        exe = standin.write_standin(env.tmp_path / "bin", "zz-smi", {"--json": {"file": str(DIR / "zz-two.json")}})
+        env.monkeypatch.setenv(ENV_VAR, str(exe))
+        return ZzBackend()
+
+
+    SCENARIOS = [
+        Scenario("absent", _absent, None),
+        Scenario("two", _two, 2, dict([expect("zz:A1", power_watts=17.5, memory_total_bytes=16 * 1024**3)])),
+    ]
+    CLI = CliTool(env_var=ENV_VAR, executable="zz-smi", partial=DIR / "zz-cut.json",
+                  drift={"oldest": "two", "newest": "two", "na-fields": "two", "64-devices": "two"})
+'''
+
+
+def test_a_new_vendor_joins_from_its_entry_point_and_scenario_file_alone(tmp_path: Path) -> None:
+    """A made-up seventh vendor, registered only here: both suites run it, nothing else changes."""
+    site = tmp_path / "site"
+    dist = site / "zzvendor-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzvendor\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[allsmi.backends]\nzzvendor = zz_backend:ZzBackend\n")
+    (site / "zz_backend.py").write_text(textwrap.dedent(FAKE_BACKEND))
+    (site / "allsmi_scenarios_zzvendor.py").write_text(textwrap.dedent(FAKE_SCENARIOS))
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "zzvendor",
+         "tests/contract/test_backend_contract.py", "tests/contract/test_cli_faults.py"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    passed = int(summary.split(" passed")[0].split()[-1])
+    # 2 contract cells (+1 scenarios check), every fault cell, 4 drift cells
+    assert passed >= 3 + len(FAULTS) + 4, summary
