@@ -6,8 +6,12 @@ the same way. Between two consecutive valid samples of a device (at most
 
 * ``observed_seconds``: the interval length (the denominator for coverage);
 * ``busy_seconds``: utilization integrated with the trapezoid rule;
-* ``allocated_seconds``: the trapezoid of "at least one process" (0 or 1);
-  ``None`` when the backend cannot list processes at either end;
+* ``allocated_seconds``: the trapezoid of "held": at least one process or one workload
+  (``DeviceSample.workloads``: a pod or a job) on the device (0 or 1); ``None`` when neither
+  the processes nor the workloads are known at either end;
+* ``idle_allocated_seconds``: the trapezoid of "held while utilization stayed below
+  ``idle_threshold_percent``" (0 or 1 at each sample), so it never exceeds
+  ``allocated_seconds``; ``None`` when that is unknown, or a held device's utilization is;
 * ``energy_joules``: the delta of the device's own energy counter where it
   has one, handling resets; otherwise power integrated with the trapezoid
   rule. A partition carries no board power, so it contributes no energy and
@@ -28,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from allsmi.config import Config
 from allsmi.schema import DeviceSample, Snapshot
 
 DEFAULT_MAX_GAP_SECONDS = 30.0
@@ -35,6 +40,25 @@ DEFAULT_MAX_GAP_SECONDS = 30.0
 GAP_INTERVALS = 3.0
 """By default a gap of up to this many sampling intervals is bridged (one or two missed cycles)."""
 _VALID = ("ok", "degraded")
+DEFAULT_IDLE_THRESHOLD_PERCENT = 5.0
+"""A held device whose utilization is below this is allocated but idle (``[accounting]``)."""
+ACCOUNTING_KEYS = ("idle_threshold_percent",)
+
+
+def idle_threshold_percent(config: Config) -> float:
+    """``[accounting] idle_threshold_percent`` (default 5, 0 to 100); a bad value raises
+    ``ConfigError`` naming the file, the line and the key."""
+    table = config.section("accounting")
+    for key in table:
+        if key not in ACCOUNTING_KEYS:
+            raise config.error(f"unknown key (allowed: {', '.join(ACCOUNTING_KEYS)})",
+                               "accounting", key)
+    value = table.get("idle_threshold_percent", DEFAULT_IDLE_THRESHOLD_PERCENT)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or not 0.0 <= value <= 100.0:
+        raise config.error(f"must be a number from 0 to 100, got {value!r}",
+                           "accounting", "idle_threshold_percent")
+    return float(value)
 
 
 def bridged_gap_seconds(interval_seconds: float, configured: float | None = None,
@@ -62,6 +86,8 @@ class Increment:
     allocated_seconds: float | None
     busy_seconds: float | None
     energy_joules: float | None
+    idle_allocated_seconds: float | None = None
+    """Held (allocated) while utilization stayed below the idle threshold; <= allocated."""
 
     def split(self, at: float) -> tuple["Increment", "Increment"]:
         """Two increments divided at ``at`` in proportion to time (for per-minute buckets)."""
@@ -73,28 +99,48 @@ class Increment:
             scale = lambda v: None if v is None else v * f  # noqa: E731
             return replace(self, start=start, end=end, observed_seconds=self.observed_seconds * f,
                            allocated_seconds=scale(self.allocated_seconds),
-                           busy_seconds=scale(self.busy_seconds), energy_joules=scale(self.energy_joules))
+                           busy_seconds=scale(self.busy_seconds), energy_joules=scale(self.energy_joules),
+                           idle_allocated_seconds=scale(self.idle_allocated_seconds))
         return part(share, self.start, at), part(1.0 - share, at, self.end)
 
 
 class _Point:
     """The previous sample of one device (a plain slots class: built per device per cycle)."""
 
-    __slots__ = ("time", "steady", "utilization", "power", "energy", "allocated")
+    __slots__ = ("time", "steady", "utilization", "power", "energy", "allocated", "idle")
 
     def __init__(self, time: float, steady: float | None, utilization: float | None,
-                 power: float | None, energy: float | None, allocated: bool | None) -> None:
+                 power: float | None, energy: float | None, allocated: float | None,
+                 idle: float | None) -> None:
         self.time = time
         self.steady = steady
         self.utilization = utilization
         self.power = power
         self.energy = energy
         self.allocated = allocated
+        self.idle = idle
 
 
-def _point(dev: DeviceSample, when: float, steady: float | None) -> _Point:
-    allocated = None if dev.processes is None else bool(dev.processes)
-    return _Point(when, steady, dev.utilization_percent, dev.power_watts, dev.energy_joules, allocated)
+def held(dev: DeviceSample) -> bool | None:
+    """Whether a process or a workload holds ``dev``: ``None`` only when both are unknown."""
+    if dev.processes or dev.workloads:
+        return True
+    if dev.processes is None and dev.workloads is None:
+        return None
+    return False
+
+
+def _point(dev: DeviceSample, when: float, steady: float | None, threshold: float) -> _Point:
+    allocated = held(dev)
+    util = dev.utilization_percent
+    if allocated is None:
+        idle = None
+    elif not allocated:
+        idle = 0.0
+    else:
+        idle = None if util is None else float(util < threshold)
+    return _Point(when, steady, util, dev.power_watts, dev.energy_joules,
+                  None if allocated is None else float(allocated), idle)
 
 
 def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:
@@ -106,8 +152,10 @@ def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:
 class UsageIntegrator:
     """Keeps the previous sample of each device and emits increments per snapshot."""
 
-    def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS) -> None:
+    def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS,
+                 idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT) -> None:
         self.max_gap_seconds = max_gap_seconds
+        self.idle_threshold_percent = idle_threshold_percent
         self._last: dict[str, _Point] = {}
 
     def update(self, snapshot: Snapshot) -> list[Increment]:
@@ -124,7 +172,7 @@ class UsageIntegrator:
             if dev.health not in _VALID:
                 self._last.pop(dev.id, None)  # a lost device breaks the chain: no bridging
                 continue
-            now = _point(dev, when, steady)
+            now = _point(dev, when, steady, self.idle_threshold_percent)
             prev = self._last.get(dev.id)
             self._last[dev.id] = now
             if prev is None:
@@ -138,10 +186,10 @@ class UsageIntegrator:
             busy = _trapezoid(prev.utilization, now.utilization, dt)
             yield Increment(
                 device_id=dev.id, start=now.time - dt, end=now.time, observed_seconds=dt,
-                allocated_seconds=_trapezoid(None if prev.allocated is None else float(prev.allocated),
-                                             None if now.allocated is None else float(now.allocated), dt),
+                allocated_seconds=_trapezoid(prev.allocated, now.allocated, dt),
                 busy_seconds=None if busy is None else busy / 100.0,
-                energy_joules=self._energy(prev, now, dt))
+                energy_joules=self._energy(prev, now, dt),
+                idle_allocated_seconds=_trapezoid(prev.idle, now.idle, dt))
         for gone in set(self._last) - seen:
             del self._last[gone]  # vanished devices: their next appearance starts afresh
 

@@ -41,7 +41,8 @@ DEVICE_KEYS = {"id", "vendor", "kind", "backend", "index", "uuid", "name", "bus_
                "firmware_version", "parent", "resource_group", "labels", "health",
                "utilization_percent", "memory_used_bytes", "memory_total_bytes", "temperature_celsius",
                "power_watts", "power_limit_watts", "energy_joules", "clock_mhz", "fan_percent",
-               "processes"}
+               "processes", "workloads"}
+WORKLOAD_KEYS = {"source", "namespace", "pod", "container", "job_id", "user"}
 
 
 def test_simulated_json_has_the_public_shape(tmp_path: Path) -> None:
@@ -58,7 +59,13 @@ def test_simulated_json_has_the_public_shape(tmp_path: Path) -> None:
     for dev in devices:
         assert DEVICE_KEYS <= set(dev), DEVICE_KEYS - set(dev)
         for proc in dev["processes"]:
-            assert set(proc) == {"pid", "user", "command", "memory_bytes"}
+            assert set(proc) == {"pid", "user", "command", "memory_bytes", "job_id", "pod_uid",
+                                 "container_id"}
+        for work in dev["workloads"]:  # the simulated pods and jobs
+            assert set(work) == WORKLOAD_KEYS and work["source"] == "simulated"
+    assert any(d["workloads"] for d in devices) and any(d["workloads"] == [] for d in devices)
+    assert data["attribution"] == [{"name": "simulated", "status": "ok", "message": "",
+                                    "duration_seconds": data["attribution"][0]["duration_seconds"]}]
     vendors = {d["vendor"] for d in devices}
     assert {"nvidia", "amd", "intel", "furiosa", "rebellions", "tenstorrent"} <= vendors
     assert {d["kind"] for d in devices} == {"gpu", "npu"}
@@ -97,7 +104,7 @@ def test_csv_has_schema_columns_and_no_processes() -> None:
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert tuple(rows[0].keys()) == DEVICE_COLUMNS
-    assert "processes" not in rows[0]
+    assert "processes" not in rows[0] and "workloads" not in rows[0]
     assert len(rows) == 37
     mig = [r for r in rows if r["parent"]]
     assert len(mig) == 3 and all(r["power_watts"] == "" for r in mig)  # unknown is empty, not 0

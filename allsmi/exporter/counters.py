@@ -22,7 +22,8 @@ from typing import Mapping
 
 from allsmi.exporter.families import BackendCounter, CounterValues
 from allsmi.schema import Snapshot
-from allsmi.usage import DEFAULT_MAX_GAP_SECONDS, UsageIntegrator
+from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,
+                          UsageIntegrator, held)
 
 #: How long the totals of a device missing from every snapshot are kept.
 FORGET_AFTER_SECONDS = 3600.0
@@ -37,10 +38,12 @@ class _Totals:
     busy_seconds: float | None = None
     allocated_seconds: float | None = None
     observed_seconds: float | None = None
+    idle_allocated_seconds: float | None = None
 
     def frozen(self) -> CounterValues:
         return CounterValues(self.created, self.energy_joules, self.busy_seconds,
-                             self.allocated_seconds, self.observed_seconds)
+                             self.allocated_seconds, self.observed_seconds,
+                             self.idle_allocated_seconds)
 
 
 def _add(total: float | None, amount: float | None) -> float | None:
@@ -53,8 +56,9 @@ class UsageCounters:
     """Per-device energy, busy, allocated and observed totals since start-up."""
 
     def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS,
-                 forget_after_seconds: float = FORGET_AFTER_SECONDS) -> None:
-        self.integrator = UsageIntegrator(max_gap_seconds)
+                 forget_after_seconds: float = FORGET_AFTER_SECONDS,
+                 idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT) -> None:
+        self.integrator = UsageIntegrator(max_gap_seconds, idle_threshold_percent)
         self.forget_after_seconds = forget_after_seconds
         self._totals: dict[str, _Totals] = {}
         self._backends: dict[str, BackendCounter] = {}
@@ -76,8 +80,12 @@ class UsageCounters:
             if dev.health in ("ok", "degraded"):
                 if totals.observed_seconds is None:
                     totals.observed_seconds = 0.0
-                if totals.allocated_seconds is None and dev.processes is not None:
-                    totals.allocated_seconds = 0.0  # unknown process lists never make a 0
+                known = held(dev)
+                if totals.allocated_seconds is None and known is not None:
+                    totals.allocated_seconds = 0.0  # unknown holders never make a 0
+                if totals.idle_allocated_seconds is None and known is not None and (
+                        dev.utilization_percent is not None or not known):
+                    totals.idle_allocated_seconds = 0.0
                 if totals.energy_joules is None and (dev.power_watts is not None
                                                      or dev.energy_joules is not None):
                     totals.energy_joules = 0.0
@@ -87,6 +95,8 @@ class UsageCounters:
             totals = self._totals[inc.device_id]
             totals.observed_seconds = _add(totals.observed_seconds, inc.observed_seconds)
             totals.allocated_seconds = _add(totals.allocated_seconds, inc.allocated_seconds)
+            totals.idle_allocated_seconds = _add(totals.idle_allocated_seconds,
+                                                 inc.idle_allocated_seconds)
             totals.busy_seconds = _add(totals.busy_seconds, inc.busy_seconds)
             totals.energy_joules = _add(totals.energy_joules, inc.energy_joules)
         stale = [key for key, t in self._totals.items()

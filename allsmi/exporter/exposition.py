@@ -29,6 +29,7 @@ from allsmi.exporter.families import (BackendCounter, CounterValues, ExporterHea
                                       exporter_families)
 from allsmi.exporter.textformat import LabelBlocks, render_openmetrics, render_text
 from allsmi.schema import Snapshot
+from allsmi.usage import DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,12 @@ class Exposition:
     def __init__(self, *, processes: bool = False, max_gap_seconds: float | None = None,
                  declared_groups: Mapping[str, Mapping[str, str]] | None = None,
                  stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
-                 ledger: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 ledger: Any = None, clock: Callable[[], float] = time.monotonic,
+                 idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT) -> None:
         self.processes = processes
-        self.counters = UsageCounters() if max_gap_seconds is None else UsageCounters(max_gap_seconds)
+        self.counters = UsageCounters(
+            DEFAULT_MAX_GAP_SECONDS if max_gap_seconds is None else max_gap_seconds,
+            idle_threshold_percent=idle_threshold_percent)
         self.declared_groups = dict(declared_groups or {})
         self.stale_after_seconds = stale_after_seconds
         self.ledger = ledger

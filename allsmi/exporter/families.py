@@ -35,6 +35,9 @@ INFO_LABELS: tuple[str, ...] = ("uuid", "index", "vendor", "kind", "model", "res
                                 "backend", "bus_id", "driver_version", "firmware_version",
                                 "parent_uuid")
 PROCESS_LABELS: tuple[str, ...] = ("uuid", "pid", "user", "command")
+#: Labels of ``allsmi_device_workload_info``: the join labels, then the workload's fields.
+WORKLOAD_LABELS: tuple[str, ...] = ("uuid", "resource_group", "source", "namespace", "pod",
+                                    "container", "job_id", "user")
 #: Longest ``command`` label value; longer command lines are cut (bounded label size).
 COMMAND_MAX_CHARS = 64
 _BASE_UNITS = ("bytes", "celsius", "watts", "hertz", "ratio", "seconds", "joules")
@@ -99,9 +102,19 @@ BUSY_TOTAL = Family(
     condition="devices that report utilization")
 ALLOCATED_TOTAL = Family(
     "allsmi_device_allocated_seconds_total", "counter",
-    "Time during which at least one process used the device, since the exporter started.",
-    DEVICE_LABELS, "seconds", source="allsmi.usage: trapezoid of (processes present)",
-    condition="every device seen with health ok or degraded")
+    "Time during which at least one process or workload held the device, since the exporter "
+    "started.",
+    DEVICE_LABELS, "seconds",
+    source="allsmi.usage: trapezoid of (processes or workloads present)",
+    condition="devices whose processes or workloads are known, with health ok or degraded")
+IDLE_ALLOCATED_TOTAL = Family(
+    "allsmi_device_idle_allocated_seconds_total", "counter",
+    "Time during which the device was held (a process or workload on it) while its "
+    "utilization stayed below [accounting] idle_threshold_percent, since the exporter started.",
+    DEVICE_LABELS, "seconds",
+    source="allsmi.usage: trapezoid of (held and utilization_percent < idle_threshold_percent); "
+    "never more than allsmi_device_allocated_seconds_total",
+    condition="devices whose processes or workloads and utilization are known")
 OBSERVED_TOTAL = Family(
     "allsmi_device_observed_seconds_total", "counter",
     "Time covered by valid samples since the exporter started: the denominator for coverage.",
@@ -109,7 +122,8 @@ OBSERVED_TOTAL = Family(
     condition="every device seen with health ok or degraded")
 COUNTERS: tuple[tuple[Family, str], ...] = (
     (ENERGY_TOTAL, "energy_joules"), (BUSY_TOTAL, "busy_seconds"),
-    (ALLOCATED_TOTAL, "allocated_seconds"), (OBSERVED_TOTAL, "observed_seconds"))
+    (ALLOCATED_TOTAL, "allocated_seconds"), (IDLE_ALLOCATED_TOTAL, "idle_allocated_seconds"),
+    (OBSERVED_TOTAL, "observed_seconds"))
 """(family, attribute of :class:`allsmi.exporter.counters.DeviceTotals`)."""
 
 RESOURCE_GROUP_INFO = Family(
@@ -117,6 +131,14 @@ RESOURCE_GROUP_INFO = Family(
     "A resource group in use or declared in the configuration, with its extra labels; always 1.",
     ("resource_group", "<the group's labels>"), source="configuration [groups.NAME.labels]",
     condition="each group assigned to a device or declared in the config")
+WORKLOAD_INFO = Family(
+    "allsmi_device_workload_info", "info",
+    "A workload (Kubernetes container or batch job) holding the device; always 1. Join on uuid "
+    "as allsmi_device_info.",
+    WORKLOAD_LABELS,
+    source="workloads[] of the device (attribution sources: kubernetes, hpc-job, cgroup, "
+    "simulated); a field the source does not know is empty; user is empty without --processes",
+    condition="one series per device and workload; none while no attribution source is active")
 PROCESS_MEMORY = Family(
     "allsmi_process_memory_bytes", "gauge",
     f"Device memory used by a process, in bytes (command cut to {COMMAND_MAX_CHARS} characters).",
@@ -166,7 +188,7 @@ LEDGER_DROPPED = Family(
 
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + tuple(c for c, _ in COUNTERS)
-    + (RESOURCE_GROUP_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
+    + (RESOURCE_GROUP_INFO, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED))
 """Every family the exporter can emit, in exposition order."""
@@ -181,6 +203,7 @@ class CounterValues:
     busy_seconds: float | None
     allocated_seconds: float | None
     observed_seconds: float | None
+    idle_allocated_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -284,6 +307,8 @@ def build_families(snapshot: Snapshot, *, version: str,
         group_info.add_metric([], {**dict(groups[name]), "resource_group": name})
     out.append(group_info)
 
+    out.append(_workload_family(devices, processes))
+
     if processes:
         out.append(_process_family(devices))
 
@@ -296,6 +321,23 @@ def build_families(snapshot: Snapshot, *, version: str,
     build.add_metric([version], {})
     out.append(build)
     return out
+
+
+def _workload_family(devices: Iterable[DeviceSample], users: bool) -> InfoMetricFamily:
+    """``allsmi_device_workload_info``: one series per device and workload (``user`` only
+    with ``users``: people's names are published only with ``--processes``)."""
+    info = _info(WORKLOAD_INFO)
+    seen: set[tuple[str, ...]] = set()
+    for dev in devices:
+        for work in dev.workloads or ():
+            values = (dev.id, _text(dev.resource_group), work.source, _text(work.namespace),
+                      _text(work.pod), _text(work.container), _text(work.job_id),
+                      _text(work.user) if users else "")
+            if values in seen:
+                continue  # a duplicate series would make the whole exposition invalid
+            seen.add(values)
+            info.add_metric([], dict(zip(WORKLOAD_LABELS, values)))
+    return info
 
 
 def _process_family(devices: Iterable[DeviceSample]) -> GaugeMetricFamily:
