@@ -155,7 +155,7 @@ class _Run:
 
     def report_failure(self, reason: str, message: str) -> None:
         """Rewrite the status file with ``allsmi_export_success 0`` (if one is configured)."""
-        if not self.textfile:
+        if not self.textfile or reason == "textfile":  # the file itself could not be written
             return
         from allsmi.accounting.status import write_status
         try:
