@@ -114,7 +114,12 @@ class AmdBackend(Backend):
                 count, library = self._count_gpus(module)
         except Exception as exc:  # noqa: BLE001 - probe never raises
             failure = exc if isinstance(exc, BackendError) else init_failure(exc)
-            return ProbeResult(False, str(failure), details)
+            if isinstance(failure, BackendUnavailable):
+                return ProbeResult(False, str(failure), details)
+            # Present but refusing (no permission, a broken stack): not "absent".
+            # open() raises the same error, so the backend's status is "error".
+            details["problem"] = str(failure)
+            return ProbeResult(True, "", details)
         if library:
             details["library_version"] = library
         details["gpus"] = str(count)

@@ -117,8 +117,13 @@ class NvidiaBackend(Backend):
             pass
         try:
             pynvml = _nvml.ensure_init()
-        except (NvmlAbsent, NvmlBroken) as exc:
+        except NvmlAbsent as exc:
             return ProbeResult(False, str(exc), details)
+        except NvmlBroken as exc:
+            # Present but refusing (no permission, version mismatch): not "absent".
+            # open() raises the same message, so the backend's status is "error".
+            details["problem"] = str(exc)
+            return ProbeResult(True, "", details)
         except Exception as exc:  # probe never raises, whatever the bindings do
             return ProbeResult(False, f"NVML probe failed: {exc!r}", details)
         try:

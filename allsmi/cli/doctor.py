@@ -90,8 +90,35 @@ def diagnose(**opts: Any) -> dict[str, Any]:
         "default_resource_group": s.config.default_group,
         "simulate": s.simulate,
         "backends": backends,
+        "attribution": [{"name": a.name, "status": a.status, "message": a.message,
+                         "duration_seconds": a.duration_seconds} for a in snap.attribution],
+        "kubelet": _kubelet(s),
         "stuck_backends": collector.stuck,
     }
+
+
+def _kubelet(s: Any) -> dict[str, Any] | None:
+    """The kubelet's allocatable accelerator resources (``GetAllocatableResources``), when
+    its pod-resources socket exists; ``None`` otherwise. Bounded by the attribution timeout."""
+    from allsmi.attribution import attribution_settings
+    from allsmi.attribution.kubernetes import KubeletSource
+    from allsmi.attribution.model import SourceError, SourceUnavailable
+    settings = attribution_settings(s.config, os.environ)  # validated already by build_collector
+    if "kubernetes" not in settings.sources or not settings.kubelet_socket.exists():
+        return None
+    report: dict[str, Any] = {"socket": str(settings.kubelet_socket), "allocatable": None,
+                              "error": None}
+    source = KubeletSource(settings.kubelet_socket, settings, settings.timeout_seconds)
+    try:
+        report["allocatable"] = [{"resource_name": name, "device_ids": list(ids)}
+                                 for name, ids in source.allocatable()]
+    except (SourceError, SourceUnavailable) as exc:
+        report["error"] = str(exc) or type(exc).__name__
+    except Exception as exc:  # doctor explains; it never dies of what it diagnoses
+        report["error"] = f"internal error: {type(exc).__name__}: {exc}"
+    finally:
+        source.close()
+    return report
 
 
 @click.command()
@@ -101,18 +128,26 @@ def doctor(as_json: bool, **opts: Any) -> None:
     """Explain which accelerators were found, and why the others were not.
 
     Probes every backend, runs one collection cycle, and reports library and
-    tool versions, device nodes and their permissions.
+    tool versions, device nodes and their permissions, each attribution source's
+    status and, when the kubelet's pod-resources socket exists, the accelerator
+    resources it can allocate.
     """
     from allsmi.cli.snapshot import OriginalStdout, leave_now
     out = OriginalStdout()  # before any backend runs; see allsmi/cli/snapshot.py
     report = diagnose(**opts)
+    code = 0
     try:
         # Built as a string, not printed through sys.stdout, which a library call on
         # another thread may have swapped out for the moment.
         out.write(_render(report, as_json))
+    except BaseException:
+        code = 1  # never "exit 0 with nothing on stdout", even when leaving early
+        import traceback
+        traceback.print_exc()
+        raise
     finally:
         if report["stuck_backends"]:  # a thread stuck in a vendor library
-            leave_now(0, report["stuck_backends"])
+            leave_now(code, report["stuck_backends"])
 
 
 def _render(report: dict[str, Any], as_json: bool) -> str:
@@ -138,4 +173,22 @@ def _render(report: dict[str, Any], as_json: bool) -> str:
         for node in b["device_nodes"]:
             access = ("r" if node["readable"] else "-") + ("w" if node["writable"] else "-")
             echo(f"      {node['path']} [{access}]")
+    echo("")
+    if not report["attribution"]:
+        echo("attribution: no source configured")
+    for a in report["attribution"]:
+        mark = {"ok": "+", "unavailable": "-", "error": "!", "timeout": "!"}.get(a["status"], "?")
+        echo(f"[{mark}] attribution {a['name']:<12} {a['status']}")
+        if a["message"]:
+            echo(f"      {a['message']}")
+    kubelet = report["kubelet"]
+    if kubelet is not None:
+        echo(f"kubelet {kubelet['socket']}: allocatable accelerator resources")
+        if kubelet["error"]:
+            echo(f"      {kubelet['error']}")
+        for item in kubelet["allocatable"] or ():
+            echo(f"      {item['resource_name']}: {len(item['device_ids'])} device(s) "
+                 f"{', '.join(item['device_ids'])}")
+        if kubelet["allocatable"] == []:
+            echo("      (none)")
     return "".join(line + "\n" for line in lines)

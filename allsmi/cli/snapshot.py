@@ -80,6 +80,11 @@ def snapshot(output_format: str | None, output: str | None, **opts: Any) -> None
     except click.exceptions.Exit as exc:
         code = exc.exit_code
         raise
+    except BaseException:
+        code = 1  # a bug: never "exit 0 with nothing on stdout", even when leaving early
+        import traceback
+        traceback.print_exc()
+        raise
     finally:
         clean = collector.close_within(CLOSE_GRACE_SECONDS)
         if not clean:

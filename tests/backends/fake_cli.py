@@ -11,7 +11,8 @@ without it, that vendor is what the machine has (on a test machine: absent).
     {"fixture": "mi300x_cpx"  |  "machine": {...fixture dict...},
      "latency_s": 1.0,              # every C entry point takes this long
      "hang": ["amdsmi_get_gpu_activity"],   # entry points that never return
-     "missing": ["amdsmi_get_gpu_memory_partition"]}  # absent from an older amdsmi
+     "missing": ["amdsmi_get_gpu_memory_partition"],  # absent from an older amdsmi
+     "replicate": 64}                # the first device on 64 PCI buses
 
 ``FAKE_NVML``::
 
@@ -37,6 +38,16 @@ def install_amd(spec: dict[str, Any]) -> None:
     machine = spec.get("machine")
     library = (FakeLibrary(machine) if machine is not None
                else FakeLibrary.from_fixture(spec["fixture"]))
+    if "replicate" in spec:
+        # the first device on as many PCI buses as asked (64 GPUs without a 64-GPU fixture)
+        import copy
+        first = library.devices[0]
+        library.machine["devices"] = []
+        for i in range(int(spec["replicate"])):
+            dev = copy.deepcopy(first)
+            dev["amdsmi_get_gpu_device_bdf"] = f"{i // 256:04x}:{i % 256:02x}:00.0"
+            dev["amdsmi_get_gpu_device_uuid"] = f"{i:08x}-0000-1000-807c-d0b8a1e2c3f4"
+            library.machine["devices"].append(dev)
     if "latency_s" in spec:
         library.latency_s = float(spec["latency_s"])
     if "hang" in spec:

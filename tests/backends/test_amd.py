@@ -394,7 +394,8 @@ def test_no_permission_at_init_is_an_error_not_absence() -> None:
     lib = FakeLibrary({"amdsmi_init": "AMDSMI_STATUS_NO_PERM", "devices": []})
     backend = fake_backend(lib)
     probe = backend.probe()
-    assert not probe.available and "render and video groups" in probe.reason
+    # present but refusing is not "absent": probe lets open() raise, so the status is "error"
+    assert probe.available and "render and video groups" in probe.details["problem"]
     with pytest.raises(BackendError, match="permission denied") as caught:
         backend.open()
     assert not isinstance(caught.value, BackendUnavailable)
@@ -404,8 +405,8 @@ def test_listing_failure_raises_and_shuts_down() -> None:
     lib = FakeLibrary({"amdsmi_get_socket_handles": "AMDSMI_STATUS_DRM_ERROR", "devices": []})
     backend = fake_backend(lib)
     probe = backend.probe()
-    assert not probe.available
-    assert probe.reason.startswith("amdsmi could not list the GPUs: AMDSMI_STATUS_DRM_ERROR")
+    assert probe.available
+    assert probe.details["problem"].startswith("amdsmi could not list the GPUs: AMDSMI_STATUS_DRM_ERROR")
     with pytest.raises(BackendError, match="could not list the GPUs: AMDSMI_STATUS_DRM_ERROR"):
         backend.open()
     assert lib.calls.count("amdsmi_init") == 2          # probe, then open

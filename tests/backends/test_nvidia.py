@@ -250,7 +250,8 @@ def test_broken_nvml_is_an_error_with_a_clear_message(monkeypatch, code, needle)
     FakeNvml(fleet(1), init_error=code).install(monkeypatch)
     backend = NvidiaBackend()
     probe = backend.probe()
-    assert not probe.available and needle in probe.reason
+    # present but refusing is not "absent": probe lets open() raise, so the status is "error"
+    assert probe.available and needle in probe.details["problem"]
     with pytest.raises(BackendError, match=needle) as raised:
         backend.open()
     assert not isinstance(raised.value, BackendUnavailable)

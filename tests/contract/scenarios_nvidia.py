@@ -8,7 +8,7 @@ from allsmi.backend_api import Backend
 from allsmi.backends.nvidia import NvidiaBackend
 from tests.backends.nvml_fake import FakeGpu, FakeNvml, FakeProcess, fleet
 
-from .scenario import Scenario, ScenarioEnv
+from .scenario import Scenario, ScenarioEnv, expect
 
 
 def _owner(pid: int) -> tuple[str | None, str | None]:
@@ -68,8 +68,23 @@ SCENARIOS: list[Scenario] = [
     Scenario("no-libnvidia-ml", _no_library, expected_devices=None),
     Scenario("pynvml-not-installed", _no_pynvml, expected_devices=None),
     Scenario("driver-without-gpus", _driver_without_gpus, expected_devices=None),
-    Scenario("eight-gpus-with-processes", _eight_gpus_busy, expected_devices=8),
-    Scenario("mig-three-instances", _mig, expected_devices=5),
+    # pid 6000 uses every GPU (memory unknown: NVML's sentinel): it is listed on each
+    Scenario("eight-gpus-with-processes", _eight_gpus_busy, expected_devices=8, expected=[
+        expect(f"GPU-{i:08x}-1111-4222-8333-{0xFACE0000 + i:012x}",
+               processes=[(5000 + i, 4 << 30), (6000, None), (7000 + i, 128 << 20)])
+        for i in (0, 1, 7)]),
+    Scenario("mig-three-instances", _mig, expected_devices=5, expected=[
+        # power_instant 98765 mW, limit 400000 mW, energy 55512345678 mJ: once, on the GPU
+        expect("GPU-00000001-1111-4222-8333-0000face0001", parent=None, power_watts=98.765,
+               power_limit_watts=400.0, energy_joules=55512345.678, partition_share=None),
+        expect("MIG-00000001-0000-5000-9000-000000000001", parent="GPU-00000001-1111-4222-8333-0000face0001",
+               partition_share=3 / 7, power_watts=None, energy_joules=None,
+               memory_total_bytes=20937965568, memory_used_bytes=10737418240,
+               processes=[(8001, 9 << 30)]),
+        expect("MIG-00000001-0001-5000-9000-000000000005", partition_share=2 / 7,
+               processes=[(8002, 1 << 30)]),
+        expect("MIG-00000001-0003-5000-9000-00000000000d", partition_share=1 / 7, processes=[]),
+    ]),
     Scenario("lost-unsupported-garbage", _faults, expected_devices=4),
     Scenario("r440-driver", _old_driver, expected_devices=2),
 ]
