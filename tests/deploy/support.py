@@ -24,9 +24,6 @@ UNITS = ("allsmi-exporter.service", "allsmi-record.service", "allsmi-export.serv
 #: tests/deploy/test_metric_names.py fails once one of them is declared, so that its entry
 #: is removed here (and the "every panel query answers" check then covers it).
 PENDING = {
-    # issue 11 (attribution): the allocated-but-idle counter and the workload info metric.
-    "allsmi_device_idle_allocated_seconds_total": "issue 11",
-    "allsmi_device_workload_info": "issue 11",
     # the group prices, for the cost-per-hour recording rule: to be published by the exporter
     # from [groups.NAME] price_per_device_hour / price_per_kwh, labels resource_group, currency.
     "allsmi_resource_group_price_per_device_hour": "exporter: group prices",
