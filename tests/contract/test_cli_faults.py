@@ -60,7 +60,7 @@ FAULTS: dict[str, tuple[dict[str, Any] | None, str, str]] = {
     "partial": ({"partial_of": True}, "error", ""),
 }
 #: Cells also run end to end through the CLI as a subprocess.
-SUBPROCESS_CELLS = {"crash", "hang-ignoring-sigterm-grandchild", "segfault", "missing"}
+SUBPROCESS_CELLS = {"crash", "hang-ignoring-sigterm-grandchild"}
 DRIFT_CELLS = ("oldest", "newest", "na-fields", "64-devices", "partitions", "multi-process")
 
 
