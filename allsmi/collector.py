@@ -241,13 +241,16 @@ class Collector:
                  interval_seconds: float | None = None, timeout_seconds: float | None = None,
                  history_size: int | None = None, host_sampler: HostSampler | None = None,
                  attributor: "Attributor | None" = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] | None = None) -> None:
         self.config = config or Config()
         self.clock = clock
         """Wall clock for snapshot timestamps (injectable for accelerated simulation)."""
-        self.monotonic: Callable[[], float] = time.monotonic if clock is time.time else clock
-        """The clock durations are measured on: ``time.monotonic``, or an injected clock (the
-        simulation's, which is derived from the monotonic clock and never steps)."""
+        self.monotonic: Callable[[], float] = monotonic or (
+            time.monotonic if clock is time.time else clock)
+        """The clock durations are measured on: ``monotonic`` when given, else
+        ``time.monotonic``, or an injected ``clock`` alone (the simulation's, which is derived
+        from the monotonic clock and never steps)."""
         self.interval = interval_seconds or self.config.interval_seconds
         self.timeout = timeout_seconds or self.config.backend_timeout_seconds
         self.runners = [BackendRunner(b, self.timeout) for b in backends]

@@ -39,6 +39,9 @@ _VALID = ("ok", "degraded")
 #: a day of one-minute intervals for about 70 devices (some 30 MB). Beyond it the oldest are
 #: dropped, counted in ``dropped_intervals`` and logged.
 MAX_UNWRITTEN = 100_000
+#: A wall clock further behind the monotonic clock's account of time than this has stepped
+#: back (NTP step, VM restore); less is slewing and jitter.
+STEP_TOLERANCE_SECONDS = 1.0
 
 
 @dataclass
@@ -148,6 +151,8 @@ class LedgerRecorder:
         self.dropped_intervals = 0
         """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
         self._unwritten: list[_Bucket] = []
+        #: Placement of the previous snapshot: (wall-clock time used, its monotonic time).
+        self._placed: tuple[float, float] | None = None
 
     def _dim(self, dev: DeviceSample, host: str) -> Dim:
         """The device's Dim, cached: rebuilding it (labels as JSON) every cycle is the main cost."""
@@ -178,8 +183,31 @@ class LedgerRecorder:
             bucket = self._older[(device_id, start)] = _Bucket(start, dim, when, when)
         return bucket
 
+    def _place(self, snapshot: Snapshot) -> float:
+        """Where ``snapshot`` goes on the ledger's time line.
+
+        The wall clock, except after it stepped back: time measured since the previous
+        snapshot (on the monotonic clock) is then placed right after the previous one, on a
+        time line that never runs backwards, so that it lands in no interval already stored
+        (which would refuse it) and nothing is lost. A step forward leaves a hole in the
+        placement; the durations themselves never include the step.
+        """
+        wall, steady = snapshot.unix_time, snapshot.monotonic
+        if steady is None:
+            self._placed = None
+            return wall
+        if self._placed is not None:
+            placed, before = self._placed
+            follows = placed + (steady - before)
+            # NTP slewing moves the two clocks apart by microseconds per cycle: that is not a
+            # step, and following the wall clock keeps the placement from drifting.
+            if steady >= before and wall < follows - STEP_TOLERANCE_SECONDS:
+                wall = follows
+        self._placed = (wall, steady)
+        return wall
+
     def _account(self, snapshot: Snapshot) -> None:
-        now = snapshot.unix_time
+        now = self._place(snapshot)
         iv = self.interval
         current = int(now // iv * iv)
         if self._current_start is not None and current < self._current_start:
@@ -221,7 +249,7 @@ class LedgerRecorder:
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
         previous = self._procs
-        for inc in self.integrator.update(snapshot):
+        for inc in self.integrator.feed(snapshot.devices, now, snapshot.monotonic):
             dev = seen[inc.device_id]
             owners = dev.processes or previous.get(dev.id, ())
             users = tuple(p.user for p in owners) if owners else ()
