@@ -212,12 +212,12 @@ class ConnectionLoop:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        if len(self._conns) >= self.limits.max_open:
-            self.refused += 1
-            _refuse(sock, plain=self.ssl_context is None)
-            return
         client = address[0] if isinstance(address, tuple) and address else str(address)
         self._make_room(client)
+        if len(self._conns) >= self.limits.max_open and not self._make_room(client, force=True):
+            self.refused += 1  # every open connection is being answered: none to evict
+            _refuse(sock, plain=self.ssl_context is None)
+            return
         tls = self.ssl_context is not None
         if tls:
             try:
@@ -233,23 +233,26 @@ class ConnectionLoop:
         if tls:
             self._handshake(conn)
 
-    def _make_room(self, client: str) -> None:
-        """Evict the longest-waiting head reader when a bound on head readers is reached."""
+    def _make_room(self, client: str, force: bool = False) -> bool:
+        """Evict the longest-waiting head reader when a bound on head readers is reached
+        (``force``: in any case, to stay under ``max_open``); whether one was evicted."""
         readers = [c for c in self._conns.values() if c.state in (_HANDSHAKE, _READING)]
         mine = [c for c in readers if c.client == client]
         victims: list[_Conn] = []
         if len(mine) >= self.limits.max_reading_per_client:
             victims = mine
-        elif len(readers) >= self.limits.max_reading:
+        elif readers and (force or len(readers) >= self.limits.max_reading):
             by_client = collections.Counter(c.client for c in readers)
             heaviest = by_client.most_common(1)[0][0]
             victims = [c for c in readers if c.client == heaviest]
-        if victims:
-            oldest = min(victims, key=lambda c: c.since)
-            self.evicted += 1
-            log.debug("evicting the head reader from %s waiting since %.1f s", oldest.address,
-                      time.monotonic() - oldest.since)
-            self._close(oldest)
+        if not victims:
+            return False
+        oldest = min(victims, key=lambda c: c.since)
+        self.evicted += 1
+        log.debug("evicting the head reader from %s waiting since %.1f s", oldest.address,
+                  time.monotonic() - oldest.since)
+        self._close(oldest)
+        return True
 
     # -- events --------------------------------------------------------------
 
@@ -344,7 +347,10 @@ class ConnectionLoop:
 
     def _start_reply(self, conn: _Conn, reply: Reply) -> None:
         conn.state = _WRITING
-        conn.out = collections.deque(memoryview(c) for c in reply.chunks if c)
+        chunks = [c for c in reply.chunks if c]
+        if len(chunks) > 1 and sum(map(len, chunks)) <= _SEND_CHUNK:
+            chunks = [b"".join(chunks)]  # headers and a small body leave in one segment
+        conn.out = collections.deque(memoryview(c) for c in chunks)
         conn.close_after = reply.close
         conn.deadline = time.monotonic() + self.limits.write_timeout
         self._watch(conn, selectors.EVENT_WRITE)

@@ -1,0 +1,117 @@
+"""The connection loop's bounds with small limits, over real loopback sockets."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from allsmi.exporter.connections import ConnectionLoop, Limits, Reply
+
+BIG = b"x" * (64 << 20)  # more than loopback socket buffers hold: the write stays pending
+
+
+def _reply(head: bytes, client: Any, fast: bool) -> Reply | None:
+    body = BIG if head.startswith(b"GET /big") else b"ok"
+    if head.startswith(b"GET /slow") and fast:
+        return None  # answered on the pool
+    return Reply([b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body), body], False)
+
+
+@pytest.fixture
+def loop_factory() -> Iterator[Callable[[Limits], tuple[ConnectionLoop, int]]]:
+    loops: list[ConnectionLoop] = []
+
+    def make(limits: Limits) -> tuple[ConnectionLoop, int]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        loop = ConnectionLoop(listener, _reply, limits=limits)
+        threading.Thread(target=loop.serve_forever, daemon=True).start()
+        loops.append(loop)
+        return loop, listener.getsockname()[1]
+
+    yield make
+    for loop in loops:
+        loop.stop()
+        loop.listener.close()
+        loop.close()
+
+
+def _get(port: int, path: str = "/", timeout: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data or not (data.endswith(b"ok") or b"503" in data):
+            chunk = sock.recv(1024)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_whole_head_deadline_and_idle_keep_alive(loop_factory: Any) -> None:
+    loop, port = loop_factory(Limits(header_timeout=0.5, idle_timeout=1.0))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET / HTT")
+        assert sock.recv(10) == b""
+        assert 0.4 <= time.monotonic() - started < 3
+    assert loop.timed_out == 1
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert sock.recv(1024).endswith(b"ok")
+        started = time.monotonic()
+        assert sock.recv(10) == b""  # kept alive, then closed when idle
+        assert 0.8 <= time.monotonic() - started < 3
+
+
+def test_requests_needing_the_pool_are_answered(loop_factory: Any) -> None:
+    _, port = loop_factory(Limits())
+    assert _get(port, "/slow").endswith(b"ok")
+
+
+def test_when_every_connection_is_busy_writing_new_ones_get_503(loop_factory: Any) -> None:
+    loop, port = loop_factory(Limits(max_open=3, write_timeout=30))
+    stuck = []
+    for _ in range(3):  # each asks for 64 MiB and reads none of it
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"GET /big HTTP/1.1\r\n\r\n")
+        stuck.append(sock)
+    try:
+        _wait(lambda: loop.open_connections().get("writing") == 3)
+        assert _get(port).startswith(b"HTTP/1.1 503")
+        assert loop.refused == 1
+    finally:
+        for sock in stuck:
+            sock.close()
+    _wait(lambda: _get(port).endswith(b"ok"))
+
+
+def test_at_max_open_a_head_reader_is_evicted_for_a_new_connection(loop_factory: Any) -> None:
+    loop, port = loop_factory(Limits(max_open=3, max_reading=64, max_reading_per_client=64))
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        _wait(lambda: sum(loop.open_connections().values()) == 3)
+        assert _get(port).endswith(b"ok")
+        assert loop.evicted >= 1
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_slow_response_reader_is_cut_at_the_write_deadline(loop_factory: Any) -> None:
+    loop, port = loop_factory(Limits(write_timeout=0.5))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /big HTTP/1.1\r\n\r\n")
+        _wait(lambda: loop.timed_out == 1)
+        assert loop.open_connections() == {}
