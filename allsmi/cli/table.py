@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from allsmi.formatting import NA, celsius, human_bytes, percent, watts
-from allsmi.schema import Snapshot
+from allsmi.schema import DeviceSample, Snapshot
 
 _HEALTH_STYLE = {"ok": "green", "degraded": "yellow", "lost": "bold red", "unknown": "dim"}
 _STATUS_STYLE = {"ok": "green", "unavailable": "dim", "error": "bold red", "timeout": "bold yellow"}
@@ -18,15 +19,17 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
     """Devices (partitions indented under their parent) and backend statuses as text."""
     host = snapshot.host
     buf = io.StringIO()
-    console = Console(file=buf, width=width or 140, force_terminal=False, no_color=True,
+    console = Console(file=buf, width=width or 160, force_terminal=False, no_color=True,
                       highlight=False)
     console.print(f"{host.hostname}  CPU {percent(host.cpu_utilization_percent)}  "
                   f"memory {human_bytes(host.memory_used_bytes)} / {human_bytes(host.memory_total_bytes)}  "
                   f"{snapshot.timestamp:%Y-%m-%d %H:%M:%S} UTC")
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("#", "vendor", "model", "group", "health", "util", "memory", "temp",
-                   "power / limit", "procs"):
-        table.add_column(column, justify="right" if column in ("#", "util", "temp", "procs") else "left")
+                   "power / limit", "procs", "held by"):
+        table.add_column(column, justify="right" if column in ("#", "util", "temp", "procs") else "left",
+                         **({"no_wrap": True, "overflow": "ellipsis", "max_width": 32}
+                            if column == "held by" else {}))
     for dev in snapshot.devices:
         name = dev.name or NA
         if dev.parent:
@@ -37,7 +40,8 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
                       dev.resource_group or NA,
                       f"[{_HEALTH_STYLE.get(dev.health, '')}]{dev.health}[/]",
                       percent(dev.utilization_percent), memory, celsius(dev.temperature_celsius),
-                      power, NA if dev.processes is None else str(len(dev.processes)))
+                      power, NA if dev.processes is None else str(len(dev.processes)),
+                      held_by(dev))
     if snapshot.devices:
         console.print(table)
     else:
@@ -47,4 +51,26 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
         style = _STATUS_STYLE.get(status.status, "")
         message = f"  {status.message}" if status.message else ""
         console.print(f"backend {status.name:<12} [{style}]{status.status}[/]{message}")
+    for status in snapshot.attribution:
+        style = _STATUS_STYLE.get(status.status, "")
+        message = f"  {status.message}" if status.message else ""
+        console.print(f"attribution {status.name:<12} [{style}]{status.status}[/]{message}")
     return buf.getvalue()
+
+
+def held_by(dev: DeviceSample) -> str:
+    """Who holds the device, shortly: ``namespace/pod`` or ``job ID (user)``, and how many
+    more; ``-`` when nobody, N/A when no attribution source is active."""
+    if dev.workloads is None:
+        return NA
+    if not dev.workloads:
+        return "-"
+    first = dev.workloads[0]
+    if first.pod is not None:
+        text = f"{first.namespace}/{first.pod}" if first.namespace else first.pod
+    elif first.job_id is not None:
+        text = f"job {first.job_id}" + (f" ({first.user})" if first.user else "")
+    else:
+        text = first.user or first.source
+    more = len(dev.workloads) - 1
+    return escape(text) + (f" +{more}" if more else "")

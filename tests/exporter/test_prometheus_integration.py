@@ -74,20 +74,20 @@ def _check_groups(base: str) -> None:
                          f"(increase(allsmi_device_energy_joules_total[{WINDOW}s]))")
     power = query(base, f"sum by (resource_group) "
                         f"(avg_over_time(allsmi_device_power_watts[{WINDOW}s]))")
-    assert set(energy) == {"training", "inference", "default"}
+    assert set(energy) == {"training", "inference", "npu"}
     for group in energy:
         # increase() extrapolates to the window edges: energy ~ mean power x window
         assert energy[group] == pytest.approx(power[group] * WINDOW, rel=0.25), group
     # 8 H100 + 8 MI300X idle at >= 72 W and >= 140 W; no board is counted twice
     assert power["training"] > 8 * 72 and power["inference"] > 8 * 140
     boards = query(base, "count by (resource_group) (allsmi_device_power_watts)")
-    assert boards == {"training": 8.0, "inference": 8.0, "default": 18.0}
+    assert boards == {"training": 8.0, "inference": 16.0, "npu": 10.0}
 
     busy = query(base, f"sum by (resource_group) "
                        f"(increase(allsmi_device_busy_seconds_total[{WINDOW}s]))")
     util = query(base, f"sum by (resource_group) "
                        f"(avg_over_time(allsmi_device_utilization_ratio[{WINDOW}s]))")
-    assert set(busy) == {"training", "inference", "default"}
+    assert set(busy) == {"training", "inference", "npu"}
     assert sum(busy.values()) > 3 * WINDOW  # the simulated node is busy, not idle
     for group in busy:
         assert busy[group] == pytest.approx(util[group] * WINDOW, rel=0.25, abs=1.0), group
@@ -97,7 +97,7 @@ def _check_groups(base: str) -> None:
     in_use = query(base, f"sum by (resource_group) (avg_over_time(((count by (uuid) "
                          f"(allsmi_process_memory_bytes) > bool 0) * on (uuid) "
                          f"group_left (resource_group) allsmi_device_info)[{WINDOW}s:1s]))")
-    assert set(allocated) == {"training", "inference", "default"}
+    assert set(allocated) == {"training", "inference", "npu"}
     assert sum(allocated.values()) > 3 * WINDOW
     for group in allocated:
         assert allocated[group] == pytest.approx(in_use.get(group, 0.0) * WINDOW,
@@ -105,10 +105,11 @@ def _check_groups(base: str) -> None:
 
     observed = query(base, f"sum by (resource_group) "
                            f"(increase(allsmi_device_observed_seconds_total[{WINDOW}s]))")
-    # 8 H100 + 3 MIG instances, 8 MI300X, 18 others, each observed the whole window
-    expected = {"training": 11, "inference": 8, "default": 18}
+    # 8 H100 + 3 MIG instances (the config's rule); 8 MI300X (the config's rule) + 8 Gaudi and
+    # 10 NPUs (the mixed scenario's default rules), each observed the whole window
+    expected = {"training": 11, "inference": 16, "npu": 10}
     for group, devices in expected.items():
         assert observed[group] == pytest.approx(devices * WINDOW, rel=0.15), group
 
     teams = query(base, 'count by (resource_group) (allsmi_resource_group_info{team!=""})')
-    assert set(teams) == {"training", "inference"}
+    assert set(teams) == {"training", "inference", "npu"}  # npu: the scenario's own group
