@@ -96,10 +96,16 @@ class _Lines:
 
 
 def _key_lines(node: Any, path: tuple[str, ...], lines: dict[tuple[str, ...], int],
-               source: Path) -> None:
-    """Record the line of every mapping key under ``node``; refuse duplicate keys (as Go's yaml does)."""
+               source: Path, seen_nodes: set[int] | None = None) -> None:
+    """Record the line of every mapping key under ``node``; refuse duplicate keys (as Go's yaml
+    does). A node reached again through an alias is not walked twice (no alias bombs, no
+    recursion through a recursive anchor)."""
     import yaml
 
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -110,10 +116,10 @@ def _key_lines(node: Any, path: tuple[str, ...], lines: dict[tuple[str, ...], in
                                      "duplicate key")
             seen.add(key)
             lines[path + (key,)] = line
-            _key_lines(value_node, path + (key,), lines, source)
+            _key_lines(value_node, path + (key,), lines, source, seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _key_lines(item, path, lines, source)
+            _key_lines(item, path, lines, source, seen_nodes)
 
 
 def _read_yaml(path: Path) -> tuple[Any, _Lines]:

@@ -239,3 +239,17 @@ def test_unknown_user_costs_the_same_bcrypt_rounds_as_known_ones() -> None:
 def test_the_yaml_subset_reader_is_gone() -> None:
     import importlib.util
     assert importlib.util.find_spec("allsmi.exporter.yamlsubset") is None
+
+
+@pytest.mark.parametrize("content, message", [
+    ("tls_server_config: &x {cert_file: *x}\n", "tls_server_config"),  # recursive anchor
+    ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+     "g: [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n", "unknown key 'a'"),  # alias bomb
+])
+def test_hostile_yaml_is_refused_quickly(tmp_path: Path, content: str, message: str) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text(content)
+    with pytest.raises(WebConfigError, match=message):
+        load_web_config(web)
