@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
-
-import click
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from allsmi.config import (DEFAULT_GROUP, INTERVAL_RANGE, TIMEOUT_RANGE, Config, ConfigError,
                            load_config, parse_group_tables)
+
+if TYPE_CHECKING:
+    import click
+
+# click is imported inside the functions that use it, not here: ``allsmi snapshot``'s
+# start-up fast path (allsmi/cli/fast.py) runs through this module without click, and
+# imports it only to print an error exactly as click would.
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +40,7 @@ class Settings:
 
 def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
     """Print ``allsmi: message`` to stderr and return an exit to raise."""
+    import click
     click.echo(f"allsmi: {message}", err=True)
     return click.exceptions.Exit(code)
 
@@ -42,6 +48,8 @@ def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     """Click callback: NaN passes every range check, so reject it (and infinities) here."""
     import math
+
+    import click
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"must be a finite number, got {value!r}")
     return value
@@ -49,6 +57,7 @@ def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> f
 
 def seconds_option(*names: str, limits: tuple[float, float], help: str) -> Callable[[F], F]:  # noqa: A002
     """A float option of seconds within ``limits`` (inclusive), finite."""
+    import click
     return click.option(*names, type=click.FloatRange(min=limits[0], max=limits[1]), default=None,
                         callback=finite, help=help)
 
@@ -59,6 +68,7 @@ def common_options(func: F) -> F:
     Given on the group (``allsmi --simulate mixed serve``) or on the command
     (``allsmi serve --simulate mixed``); the command's own value wins.
     """
+    import click
     options = [
         click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                      help="Config file (default: $ALLSMI_CONFIG, ~/.config/allsmi/config.toml, "
@@ -77,9 +87,15 @@ def common_options(func: F) -> F:
 
 
 def settings(config_path: str | None, simulate: str | None, interval: float | None,
-             backend_timeout: float | None) -> Settings:
-    """Resolve flags > environment > file > defaults; exit 2 on a bad config."""
-    parent = click.get_current_context().find_root().params
+             backend_timeout: float | None, *, parent: Mapping[str, Any] | None = None) -> Settings:
+    """Resolve flags > environment > file > defaults; exit 2 on a bad config.
+
+    ``parent`` holds the options given before the command (``allsmi --simulate mixed
+    snapshot``); ``None`` reads them from the current click context.
+    """
+    if parent is None:
+        import click
+        parent = click.get_current_context().find_root().params
     config_path = config_path or parent.get("config_path")
     simulate = simulate or parent.get("simulate")
     interval = interval or parent.get("interval")
@@ -109,6 +125,17 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
     return Settings(config=config, simulate=simulate, scenario=scenario,
                     interval=interval or config.interval_seconds,
                     timeout=backend_timeout or config.backend_timeout_seconds)
+
+
+def exit_code_of(exc: BaseException) -> int | None:
+    """The status of click's ``Exit`` (what :func:`fail` returns), else ``None``.
+
+    Never imports click: if click is not loaded, ``exc`` cannot be one of its exceptions.
+    """
+    exceptions = sys.modules.get("click.exceptions")
+    if exceptions is not None and isinstance(exc, exceptions.Exit):
+        return int(exc.exit_code)
+    return None
 
 
 def with_scenario_groups(config: Config, scenario: Any,

@@ -6,33 +6,11 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import build_collector, common_options, fail, settings, stdout_is_terminal
-from allsmi.host import HostSampler
-
-FORMATS = ("json", "csv", "table", "prometheus")
-
-
-def render(snapshot: Any, output_format: str) -> str:
-    """The snapshot in ``output_format``; imports only what that format needs."""
-    if output_format == "json":
-        from allsmi.output import to_json
-        return to_json(snapshot)
-    if output_format == "csv":
-        from allsmi.output import to_csv
-        return to_csv(snapshot)
-    if output_format == "prometheus":
-        from allsmi.exporter.exposition import render_snapshot
-        return render_snapshot(snapshot)
-    from allsmi.cli.table import render_table
-    return render_table(snapshot)
-
-
-def output_mode(output_format: str) -> int:
-    """Permissions of ``-o FILE``: the Prometheus text is for node_exporter's textfile
-    collector, which runs as another user, and holds no process details, so it is
-    world-readable (0644); JSON, CSV and table may list processes' users and command
-    lines, so they are owner-only (0600)."""
-    return 0o644 if output_format == "prometheus" else 0o600
+from allsmi.cli.common import common_options
+# The work itself lives in a click-free module shared with the start-up fast path
+# (allsmi/cli/fast.py); these names stay importable from here.
+from allsmi.cli.snapshot_run import (CLOSE_GRACE_SECONDS, FORMATS, OriginalStdout, leave_now,  # noqa: F401
+                                     output_mode, render, run)
 
 
 @click.command()
@@ -51,91 +29,4 @@ def snapshot(output_format: str | None, output: str | None, **opts: Any) -> None
       allsmi snapshot --format json | jq '.devices[] | {id, power_watts}'
       allsmi snapshot --simulate mixed --format csv -o devices.csv
     """
-    # Taken before any backend runs: a vendor library that redirects or scribbles on fd 1
-    # (amdsmi's import and init run with fd 1 pointed at a capture file, and a call that
-    # never returns would leave it there) cannot swallow the document.
-    out = OriginalStdout()
-    host = HostSampler()
-    host.prime()
-    s = settings(**opts)
-    if output_format is None:
-        output_format = "table" if (output is None and stdout_is_terminal()) else "json"
-    collector = build_collector(s)
-    collector.host = host
-    code = 0
-    try:
-        # collect_once() returns within the backend timeout whatever a backend does
-        # (a hung one is reported as ``timeout``); the document is written before the
-        # backends are closed, so closing a stuck one can never delay or lose it.
-        snap = collector.collect_once()
-        text = render(snap, output_format)
-        if output:
-            from allsmi.atomic import write_atomic
-            try:
-                write_atomic(output, text, mode=output_mode(output_format))
-            except OSError as exc:
-                raise fail(f"cannot write {output}: {exc.strerror or exc}", 1) from None
-        else:
-            out.write(text)
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-        raise
-    except BaseException:
-        code = 1  # a bug: never "exit 0 with nothing on stdout", even when leaving early
-        import traceback
-        traceback.print_exc()
-        raise
-    finally:
-        clean = collector.close_within(CLOSE_GRACE_SECONDS)
-        if not clean:
-            leave_now(code, collector.stuck)
-
-
-#: How long closing waits for each backend (twice: before and after aborting its call).
-CLOSE_GRACE_SECONDS = 1.0
-
-
-def leave_now(code: int, stuck: list[str]) -> None:
-    """Exit at once, without waiting for threads stuck in a vendor library.
-
-    A ctypes call into a C library (amdsmi, NVML) cannot be interrupted. A daemon thread
-    stuck in one would not stop Python from exiting by itself, but the exit path would
-    still call into the same library (NVML's ``nvmlShutdown`` at exit, ``atexit``
-    handlers, the import lock, stdio flushing with fd 1 redirected by that thread) and
-    can hang behind the stuck call for ever. The document is already written, so flush
-    what we own and leave with ``os._exit``.
-    """
-    import os
-    import sys
-    click.echo(f"allsmi: backend(s) {', '.join(stuck)} stuck in a vendor call; "
-               "exiting without waiting for them", err=True)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-class OriginalStdout:
-    """The process's stdout as it was when the command started (a private dup of fd 1)."""
-
-    def __init__(self) -> None:
-        import os
-        try:
-            self._fd: int | None = os.dup(1)
-        except OSError:
-            self._fd = None
-
-    def write(self, text: str) -> None:
-        import os
-        import sys
-        if self._fd is None:
-            click.echo(text, nl=False)
-            return
-        sys.stdout.flush()
-        data = text.encode("utf-8")
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+    run(output_format, output, opts)
