@@ -71,11 +71,14 @@ def _short_hash(*parts: object) -> str:
     return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=4).hexdigest()[:5]
 
 
-def _holder(dev: DeviceSample) -> object:
+def _holder(dev: DeviceSample, slot: int | None = None) -> object:
+    """``slot``: a partition's position among its parent's partitions (partitions may carry
+    no index of their own, as NVML's MIG devices)."""
+    if dev.parent is not None:
+        position = dev.index if dev.index is not None else slot
+        return None if position is None else _PLAN.get((dev.backend, "part", position))
     if dev.index is None:
         return None
-    if dev.parent is not None:
-        return _PLAN.get((dev.backend, "part", dev.index))
     if (dev.backend, dev.index) in _PLAN or dev.backend in {k[0] for k in _PLAN}:
         return _PLAN.get((dev.backend, dev.index))
     # A scenario with other backends: a pod, a job or nothing, in turn.
@@ -95,8 +98,12 @@ class SimulatedSource(AttributionSource):
         block = int(now // (JOB_HOURS * 3600))
         day = int(now // 86400)
         out: dict[str, tuple[Workload, ...]] = {}
+        seen: dict[str, int] = {}
         for dev in devices:
-            holder = _holder(dev)
+            slot = None
+            if dev.parent is not None:
+                slot = seen[dev.parent] = seen.get(dev.parent, -1) + 1
+            holder = _holder(dev, slot)
             if isinstance(holder, _Pod) and self.pods:
                 pod = f"{holder.app}-{_short_hash(holder.app, day)}-{_short_hash(holder.app, day, 'rs')}"
                 out[dev.id] = (Workload("simulated", namespace=holder.namespace, pod=pod,

@@ -19,7 +19,7 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
     """Devices (partitions indented under their parent) and backend statuses as text."""
     host = snapshot.host
     buf = io.StringIO()
-    console = Console(file=buf, width=width or 160, force_terminal=False, no_color=True,
+    console = Console(file=buf, width=width or 176, force_terminal=False, no_color=True,
                       highlight=False)
     console.print(f"{host.hostname}  CPU {percent(host.cpu_utilization_percent)}  "
                   f"memory {human_bytes(host.memory_used_bytes)} / {human_bytes(host.memory_total_bytes)}  "
@@ -28,8 +28,8 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
     for column in ("#", "vendor", "model", "group", "health", "util", "memory", "temp",
                    "power / limit", "procs", "held by"):
         table.add_column(column, justify="right" if column in ("#", "util", "temp", "procs") else "left",
-                         **({"no_wrap": True, "overflow": "ellipsis", "max_width": 32}
-                            if column == "held by" else {}))
+                         no_wrap=True, **({"overflow": "ellipsis", "max_width": 32}
+                                          if column == "held by" else {}))
     for dev in snapshot.devices:
         name = dev.name or NA
         if dev.parent:

@@ -29,12 +29,12 @@ def mixed_devices(now: float = SIM_NOW) -> list[DeviceSample]:
 
 
 def find(devices: Iterable[DeviceSample], backend: str, index: int, part: int | None = None) -> DeviceSample:
-    """The device ``backend``/``index`` (or its partition ``part``)."""
+    """The device ``backend``/``index`` (or its ``part``-th partition)."""
     devs = list(devices)
     parent = next(d for d in devs if d.backend == backend and d.index == index and d.parent is None)
     if part is None:
         return parent
-    return next(d for d in devs if d.parent == parent.id and d.index == part)
+    return [d for d in devs if d.parent == parent.id][part]  # by position: MIG devices have no index
 
 
 def pod(namespace: str, name: str, containers: dict[str, list[tuple[str, list[str]]]]) -> Any:

@@ -94,8 +94,10 @@ def _check_groups(base: str) -> None:
 
     allocated = query(base, f"sum by (resource_group) "
                             f"(increase(allsmi_device_allocated_seconds_total[{WINDOW}s]))")
+    # allocated: a process or a workload (the simulated pods and jobs) on the device
     in_use = query(base, f"sum by (resource_group) (avg_over_time(((count by (uuid) "
-                         f"(allsmi_process_memory_bytes) > bool 0) * on (uuid) "
+                         f"(allsmi_process_memory_bytes or allsmi_device_workload_info) > bool 0) "
+                         f"* on (uuid) "
                          f"group_left (resource_group) allsmi_device_info)[{WINDOW}s:1s]))")
     assert set(allocated) == {"training", "inference", "npu"}
     assert sum(allocated.values()) > 3 * WINDOW
