@@ -105,6 +105,26 @@ class Backend(abc.ABC):
     device_nodes: ClassVar[tuple[str, ...]] = ()
     """Glob patterns of the device nodes the vendor's driver creates (``"/dev/rbln[0-9]*"``);
     ``allsmi doctor`` lists them with their permissions."""
+    unreported_fields: ClassVar[frozenset[str]] = frozenset()
+    """Measured fields (:data:`allsmi.fields.MEASURED_FIELDS`) this backend leaves ``None`` on
+    every device, with every tool or library version it was checked against: the vendor
+    interface has no such value (tt-smi has no utilization or memory, rbln-smi no clock).
+    ``--simulate`` leaves them ``None`` for the devices it impersonates under this backend's
+    name, and a test checks the declaration against the contract fixtures' real output in
+    both directions (each one ``None`` everywhere, every other one reported somewhere)."""
+
+    @classmethod
+    def model_name(cls, raw: str | None) -> str | None:
+        """The device ``name`` this backend shows for a model its vendor interface calls ``raw``.
+
+        The one place a backend turns the vendor's model text into the schema's ``name``
+        (furiosa-smi's ``RNGD`` is ``Furiosa RNGD``); the default is ``raw`` stripped. It is
+        idempotent (a name it made comes back unchanged), so ``--simulate`` passes each
+        scenario ``model`` through the impersonated backend's ``model_name`` and a rule written
+        against the simulation's names matches the hardware's.
+        """
+        text = (raw or "").strip()
+        return text or None
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None) -> None:

@@ -60,6 +60,15 @@ def load(name: str) -> type[Backend]:
     return cls
 
 
+def impersonated(name: str) -> type[Backend] | None:
+    """The backend class a simulation of ``name`` takes its declarations from; ``None`` when no
+    backend of that name is installed or it cannot be imported (the simulation then says so)."""
+    try:
+        return load(name)
+    except Exception:
+        return None
+
+
 def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout_seconds: float = 5.0,
                 options: "dict[str, Any] | None" = None,
                 simulate: "Any | None" = None,
@@ -76,7 +85,8 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
     tool_timeout = max(0.05, timeout_seconds * 0.8)
     if simulate is not None:
         from allsmi.backends.simulated import simulated_backends
-        return list(simulated_backends(simulate, timeout_seconds=tool_timeout,
+        # Each simulated backend follows the declarations of the installed backend it impersonates.
+        return list(simulated_backends(simulate, timeout_seconds=tool_timeout, impersonate=impersonated,
                                        **({"clock": clock} if clock else {})))
     opts = options or {}
     out: list[Backend] = []

@@ -50,6 +50,7 @@ class AmdBackend(Backend):
     name = "amd"
     vendor = "amd"
     kind = "gpu"
+    device_nodes = ("/dev/kfd", "/dev/dri/renderD*")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,

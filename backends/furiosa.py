@@ -58,6 +58,16 @@ class FuriosaBackend(Backend):
     vendor = "furiosa"
     kind = "npu"
     device_nodes = ("/dev/rngd/npu[0-9]*", "/dev/npu[0-9]*")
+    #: No energy counter or fan; a power limit only if a tool version prints one (none does).
+    unreported_fields = frozenset({"energy_joules", "fan_percent", "power_limit_watts"})
+
+    @classmethod
+    def model_name(cls, raw: str | None) -> str | None:
+        """furiosa-smi's product (``RNGD``, ``WARBOY``) with the vendor in front: ``Furiosa RNGD``."""
+        product = (raw or "").strip()
+        if not product:
+            return None
+        return product if product.lower().startswith("furiosa") else f"Furiosa {product}"
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  user_lookup: Callable[[int], str | None] = process_user) -> None:
@@ -273,7 +283,7 @@ class FuriosaBackend(Backend):
             details["core_utilization_percent"] = cores
         arch = (r.arch or "").upper()
         product = r.product_name or arch or "NPU"
-        name = product if product.lower().startswith("furiosa") else f"Furiosa {product}"
+        name = self.model_name(product)
         common = dict(id=dev_id, vendor=self.vendor, kind=self.kind, backend=self.name, index=index,
                       uuid=r.uuid, name=name, bus_id=r.bus_id, driver_version=self._driver_version,
                       firmware_version=r.firmware, details=details)

@@ -58,6 +58,8 @@ class GaudiBackend(SampleBuilder, Backend):
     vendor = "intel"
     kind = "gpu"
     device_nodes = ("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*")
+    #: hl-smi's query fields have neither an energy counter nor a fan.
+    unreported_fields = frozenset({"energy_joules", "fan_percent"})
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,

@@ -88,6 +88,7 @@ class NvidiaBackend(Backend):
     name = "nvidia"
     vendor = "nvidia"
     kind = "gpu"
+    device_nodes = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,

@@ -42,6 +42,8 @@ class RebellionsBackend(Backend):
     vendor = "rebellions"
     kind = "npu"
     device_nodes = ("/dev/rbln[0-9]*",)
+    #: Not in the JSON; a power limit only if a tool version prints one (none does).
+    unreported_fields = frozenset({"clock_mhz", "energy_joules", "fan_percent", "power_limit_watts"})
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  search_dirs: Sequence[str] = VENDOR_DIRS,

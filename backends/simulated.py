@@ -2,18 +2,23 @@
 
 ``--simulate mixed`` (or ``--simulate PATH``) replaces the hardware backends
 with one :class:`SimulatedBackend` per backend named in the scenario. Each
-impersonates that backend (same name, vendor, kind, id formats and the same
-``None`` fields the real one has), so consumers cannot tell it from hardware;
-only the backend status message says "simulated". The scenario format is
-documented in ``docs/simulation.md``.
+impersonates that backend, taking its identity from the installed backend class
+of that name (its own declarations, one source of truth): ``vendor`` and ``kind``,
+:attr:`Backend.unreported_fields` (left ``None`` whatever the scenario says) and
+:meth:`Backend.model_name` (each scenario ``model`` goes through it). Id formats,
+partitions carrying their GPU's bus id and their ``partition_share`` follow the real
+backends too, so consumers cannot tell it from hardware; only the backend status
+message says "simulated (scenario NAME)". The scenario format is documented in
+``docs/simulation.md``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,6 +33,53 @@ __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError
            "builtin_scenarios", "load_scenario", "simulated_backends"]
 
 MIB = 1024**2
+
+#: Finds the class of an installed backend by its registry name (``None`` when there is none).
+Impersonate = Callable[[str], "type[Backend] | None"]
+
+#: A MIG profile's compute slices: "3g.40gb" -> 3, "1c.3g.40gb" -> 1 (as NVML's MIG names).
+_MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
+#: Compute slices of a GPU in MIG mode (A100, H100, H200, B200); an A30 has 4.
+_MIG_SLICES, _MIG_SLICES_A30 = 7, 4
+
+_installed: "dict[str, Any] | None" = None
+_installed_lock = threading.Lock()
+
+
+def installed_backend(name: str) -> "type[Backend] | None":
+    """The installed backend class registered as ``name`` in the ``allsmi.backends`` entry-point
+    group (the registry's own lookup, which this layer may not import, hands its loader to
+    :func:`simulated_backends` instead; this is the default for direct callers). ``None``
+    when no such backend is installed or it cannot be imported."""
+    global _installed
+    with _installed_lock:
+        if _installed is None:
+            from importlib.metadata import entry_points
+            found: dict[str, Any] = {}
+            for ep in entry_points(group="allsmi.backends"):
+                found.setdefault(ep.name, ep)  # first distribution wins, as in the registry
+            _installed = found
+        ep = _installed.get(name)
+    if ep is None:
+        return None
+    try:
+        cls = ep.load()
+    except Exception:
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, Backend) else None
+
+
+def partition_share(profile: str | None, model: str | None, siblings: int) -> float:
+    """The share of its device a simulated partition holds, as the real backend reports it: a
+    MIG profile's compute slices over the GPU's (3g.40gb on an H100 is 3/7), else 1/N of the
+    device's N partitions (an AMD compute partition)."""
+    found = _MIG_PROFILE.match(profile or "")
+    if found is not None:
+        total = _MIG_SLICES_A30 if " A30" in f" {model or ''}" else _MIG_SLICES
+        slices = int(found.group(1) or found.group(2))
+        if 0 < slices <= total:
+            return slices / total
+    return 1.0 / max(1, siblings)
 
 
 def _uuid_from(key: str) -> str:
@@ -51,6 +103,8 @@ class _Unit:
     cycle: LoadCycle | None
     children: tuple["_Unit", ...] = ()
     wobble: Wobble | None = None
+    share: float | None = None
+    """A partition's ``partition_share``."""
 
 
 class SimulatedBackend(Backend):
@@ -62,12 +116,16 @@ class SimulatedBackend(Backend):
 
     def __init__(self, *, scenario: str | Path | Scenario = "mixed", target: str | None = None,
                  clock: Callable[[], float] = time.time, timeout_seconds: float = 5.0,
-                 options: Any = None) -> None:
+                 options: Any = None, impersonate: Impersonate = installed_backend) -> None:
+        """``impersonate`` finds the real backend class of ``target`` (the registry passes its
+        own loader); it is asked once, at :meth:`open`."""
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self._scenario_ref = scenario
         self._scenario: Scenario | None = scenario if isinstance(scenario, Scenario) else None
         self._target = target
         self._clock = clock
+        self._impersonate = impersonate
+        self._real: type[Backend] | None = None
         self._units: list[_Unit] = []
         self._closed = threading.Event()
         if self._scenario is not None and target is not None:
@@ -85,11 +143,20 @@ class SimulatedBackend(Backend):
             self._scenario = load_scenario(self._scenario_ref)  # type: ignore[arg-type]
         return self._scenario
 
+    @property
+    def impersonated(self) -> "type[Backend] | None":
+        """The real backend class whose declarations this one follows (known after :meth:`open`)."""
+        return self._real
+
     def _adopt_identity(self) -> None:
         specs = [s for s in self.scenario.devices if s.backend == self._target]
         if specs:
             self.vendor = specs[0].vendor  # type: ignore[misc]
             self.kind = specs[0].kind  # type: ignore[misc]
+        if self._real is not None:
+            # The real backend's own declarations win over what the scenario file says.
+            self.vendor = self._real.vendor  # type: ignore[misc]
+            self.kind = self._real.kind  # type: ignore[misc]
 
     # -- contract ----------------------------------------------------------
     def probe(self) -> ProbeResult:
@@ -106,6 +173,9 @@ class SimulatedBackend(Backend):
 
     def open(self) -> None:
         scenario = self.scenario
+        if self._target is not None and self._real is None:
+            real = self._impersonate(self._target)
+            self._real = real if real is not None and real.name != self.name else None
         self._adopt_identity()
         self._closed.clear()
         self._units = []
@@ -114,6 +184,14 @@ class SimulatedBackend(Backend):
                 continue
             for index in range(spec.count):
                 self._units.append(self._make_unit(scenario, spec, index))
+
+    def _vendor_kind(self, spec: DeviceSpec) -> tuple[str, str]:
+        """(vendor, kind): the real backend's declarations, else the scenario's."""
+        return (self._real.vendor, self._real.kind) if self._real is not None else (spec.vendor, spec.kind)
+
+    def _model_name(self, model: str) -> str | None:
+        """The scenario's model as the real backend names it (``RNGD`` -> ``Furiosa RNGD``)."""
+        return self._real.model_name(model) if self._real is not None else model
 
     def _make_unit(self, scenario: Scenario, spec: DeviceSpec, index: int) -> _Unit:
         key = f"{scenario.seed}/{spec.backend}/{index}"
@@ -128,26 +206,35 @@ class SimulatedBackend(Backend):
             uuid, bus_id = None, f"0000:{bus:02x}:00.0"
         else:
             uuid, bus_id = _uuid_from(key), f"0000:{bus:02x}:00.0"
-        dev_id = uuid or f"{spec.vendor}:{int(unit_hash(key, 'board') * 2**63):016x}"
+        dev_id = uuid or f"{self._vendor_kind(spec)[0]}:{int(unit_hash(key, 'board') * 2**63):016x}"
+        name = self._model_name(spec.model)
         instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
+        mig = spec.id_style == "nvidia"
+        # Partitions carry their GPU's bus id and no index of their own, as NVML's MIG devices
+        # and amdsmi's partitions do.
         children = tuple(
             _Unit(key=f"{key}/mig{i}", spec=spec, index=i,
-                  id=("MIG-" + _uuid_from(f"{key}/mig{i}")) if spec.id_style == "nvidia"
-                  else f"{dev_id}/{i}",
-                  uuid=("MIG-" + _uuid_from(f"{key}/mig{i}")) if spec.id_style == "nvidia" else None,
-                  bus_id=None, name=f"{spec.model} MIG {inst.get('profile', f'part{i}')}",
+                  id=("MIG-" + _uuid_from(f"{key}/mig{i}")) if mig else f"{dev_id}/{i}",
+                  uuid=("MIG-" + _uuid_from(f"{key}/mig{i}")) if mig else None,
+                  bus_id=bus_id,
+                  name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
                   parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
-                  cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds))
+                  cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds),
+                  share=partition_share(inst.get("profile"), name, len(instances)))
             for i, inst in enumerate(instances))
         wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
                         6.283 * unit_hash(key, "wph"))
         return _Unit(key=key, spec=spec, index=index, id=dev_id, uuid=uuid, bus_id=bus_id,
-                     name=spec.model, parent=None, memory_total=spec.memory_total_bytes,
+                     name=name, parent=None, memory_total=spec.memory_total_bytes,
                      cycle=None if children else LoadCycle.make(key, spec.duty_cycle, spec.job_seconds),
                      children=children, wobble=wobble)
 
     def sample(self) -> list[DeviceSample]:
         scenario = self.scenario
+        self.warnings = [f"simulated (scenario {scenario.name})"]
+        if self._target is not None and self._real is None:
+            self.warnings.append(f"no installed backend {self._target!r}: its declarations "
+                                 "(unreported fields, model names) are not applied")
         now = self._clock()
         s = now - scenario.epoch
         for fault in scenario.faults:
@@ -162,6 +249,11 @@ class SimulatedBackend(Backend):
         out: list[DeviceSample] = []
         for unit in self._units:
             out.extend(self._sample_unit(scenario, unit, s))
+        unreported = self._real.unreported_fields if self._real is not None else frozenset()
+        if unreported:
+            # What the real backend never reports, the simulation does not invent.
+            blank = {name: None for name in unreported}
+            out = [replace(dev, **blank) for dev in out]
         return out
 
     def close(self) -> None:
@@ -199,14 +291,16 @@ class SimulatedBackend(Backend):
 
     def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float) -> list[DeviceSample]:
         spec = unit.spec
-        static = dict(id=unit.id, vendor=spec.vendor, kind=spec.kind, backend=self.display_name,
+        vendor, kind = self._vendor_kind(spec)
+        static = dict(id=unit.id, vendor=vendor, kind=kind, backend=self.display_name,
                       index=unit.index, uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
                       driver_version=spec.driver_version, firmware_version=spec.firmware_version)
         if self._lost(scenario, unit, s):
             return [DeviceSample(**static, health="lost")] + [
-                DeviceSample(id=c.id, vendor=spec.vendor, kind=spec.kind, backend=self.display_name,
-                             index=c.index, uuid=c.uuid, name=c.name, parent=unit.id,
-                             driver_version=spec.driver_version, health="lost")
+                DeviceSample(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
+                             uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
+                             partition_share=c.share, driver_version=spec.driver_version,
+                             firmware_version=spec.firmware_version, health="lost")
                 for c in unit.children]
         loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
             if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total))]
@@ -239,9 +333,10 @@ class SimulatedBackend(Backend):
             details["mig_mode"] = "enabled"
             for child, _u, used, procs, _j, _r in loads:
                 children_out.append(DeviceSample(
-                    id=child.id, vendor=spec.vendor, kind=spec.kind, backend=self.display_name,
-                    index=child.index, uuid=child.uuid, name=child.name, parent=unit.id,
-                    driver_version=spec.driver_version, health="ok",
+                    id=child.id, vendor=vendor, kind=kind, backend=self.display_name,
+                    uuid=child.uuid, name=child.name, bus_id=child.bus_id,
+                    parent=unit.id, partition_share=child.share, driver_version=spec.driver_version,
+                    firmware_version=spec.firmware_version, health="ok",
                     memory_used_bytes=used, memory_total_bytes=child.memory_total, processes=procs))
             used_total = sum(l[2] for l in loads)
             procs_parent: tuple[ProcessSample, ...] = ()
@@ -266,11 +361,14 @@ class SimulatedBackend(Backend):
 
 
 def simulated_backends(scenario_ref: str | Path | Scenario, *, timeout_seconds: float = 5.0,
-                       clock: Callable[[], float] = time.time) -> Sequence[SimulatedBackend]:
+                       clock: Callable[[], float] = time.time,
+                       impersonate: Impersonate = installed_backend) -> Sequence[SimulatedBackend]:
     """One backend per backend the scenario impersonates (raises :class:`ScenarioError`).
 
-    ``scenario_ref`` is a built-in name, a file path, or an already loaded :class:`Scenario`.
+    ``scenario_ref`` is a built-in name, a file path, or an already loaded :class:`Scenario`;
+    ``impersonate`` finds each impersonated backend's class (the registry passes its loader).
     """
     scenario = scenario_ref if isinstance(scenario_ref, Scenario) else load_scenario(scenario_ref)
-    return [SimulatedBackend(scenario=scenario, target=name, clock=clock, timeout_seconds=timeout_seconds)
+    return [SimulatedBackend(scenario=scenario, target=name, clock=clock, timeout_seconds=timeout_seconds,
+                             impersonate=impersonate)
             for name in scenario.backend_names()]

@@ -44,6 +44,18 @@ class TenstorrentBackend(Backend):
     vendor = "tenstorrent"
     kind = "npu"
     device_nodes = ("/dev/tenstorrent/[0-9]*",)
+    #: tt-smi reports neither utilization nor memory, and has no energy counter.
+    unreported_fields = frozenset({"utilization_percent", "memory_used_bytes", "memory_total_bytes",
+                                   "energy_joules"})
+
+    @classmethod
+    def model_name(cls, raw: str | None) -> str | None:
+        """``Tenstorrent <Generation> <board type>`` (``Tenstorrent Blackhole p150a``) from
+        tt-smi's generation and board type; just ``Tenstorrent`` when it names neither."""
+        text = " ".join((raw or "").split())
+        if text.lower().startswith("tenstorrent"):
+            return text
+        return f"Tenstorrent {text}" if text else "Tenstorrent"
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  user_lookup: Callable[[int], str | None] = process_user,
@@ -210,7 +222,7 @@ class TenstorrentBackend(Backend):
         fw = chip.firmwares
         firmware = fw.get("fw_bundle_version") or fw.get("cm_fw") or fw.get("arc_fw")
         generation = (chip.generation or "").capitalize()
-        name = " ".join(p for p in ("Tenstorrent", generation, chip.board_type) if p)
+        name = self.model_name(" ".join(p for p in (generation, chip.board_type) if p))
         return DeviceSample(
             id=dev_id, vendor=self.vendor, kind=self.kind, backend=self.name,
             index=chip.position, name=name, bus_id=chip.bus_id,

@@ -36,11 +36,15 @@ SCENARIOS = [
     Scenario("mixed-amd", _sim("amd"), 8),
     Scenario("mixed-gaudi", _sim("gaudi"), 8),
     Scenario("mixed-furiosa", _sim("furiosa"), 4),
-    # The scenario's static facts (16 GiB, 130 W): the simulation converts nothing, but a
-    # units slip in the model (GiB taken as bytes) would still show here.
+    # The scenario's static facts (16 GiB): the simulation converts nothing, but a units slip
+    # in the model (GiB taken as bytes) would still show here. The scenario's 130 W limit and
+    # clocks are not reported: rbln-smi prints neither (RebellionsBackend.unreported_fields).
     Scenario("mixed-rebellions", _sim("rebellions"), 4, dict([
         expect("fd611fdd-5ebf-3525-5747-9b39fc2f4058", name="RBLN-CA12", memory_total_bytes=16 * 1024**3,
-               power_limit_watts=130.0)])),
-    Scenario("mixed-tenstorrent", _sim("tenstorrent"), 2),
+               power_limit_watts=None, clock_mhz=None, bus_id="0000:65:00.0")])),
+    # tt-smi has no utilization or memory; the name is the real backend's.
+    Scenario("mixed-tenstorrent", _sim("tenstorrent"), 2, dict([
+        expect("tenstorrent:19d3004e536bb800", name="Tenstorrent Blackhole p150a", utilization_percent=None,
+               memory_used_bytes=None, memory_total_bytes=None, power_limit_watts=300.0)])),
     Scenario("faults-lost-gpu", _lost_gpu, 11),
 ]
