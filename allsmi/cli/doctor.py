@@ -16,17 +16,9 @@ from allsmi import __version__
 from allsmi.backend_api import Backend
 from allsmi.cli.common import build_collector, common_options, settings
 
-#: Device nodes of backends that do not declare ``Backend.device_nodes`` yet.
-_UNDECLARED_NODES = {
-    "nvidia": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
-    "amd": ("/dev/kfd", "/dev/dri/renderD*"),
-}
-
-
 def device_node_patterns(backend: Backend) -> tuple[str, ...]:
     """The device-node globs ``backend`` declares (a third-party backend adds its own)."""
-    declared = tuple(getattr(type(backend), "device_nodes", ()) or ())
-    return declared or _UNDECLARED_NODES.get(backend.display_name, ())
+    return tuple(getattr(type(backend), "device_nodes", ()) or ())
 
 
 def _nodes(patterns: tuple[str, ...]) -> list[dict[str, Any]]:
