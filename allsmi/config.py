@@ -58,6 +58,16 @@ class ResourceGroup:
     price_per_device_hour: float | None = None
     price_per_kwh: float | None = None
     currency: str | None = None
+    partition_billing: str = "share"
+    """``share``: a partition (MIG instance, compute partition, die) is billed at its share of
+    the physical device, its parent at the rest; ``whole``: each device of the group is billed
+    as a whole device (for prices set per partition profile)."""
+
+
+#: Values of ``[groups.NAME] partition_billing``.
+PARTITION_BILLING = ("share", "whole")
+#: Prices are at most this (per device-hour or per kWh): a larger one is a typo.
+MAX_PRICE = 1e9
 
 
 @dataclass(frozen=True)
@@ -287,8 +297,8 @@ class _Validator:
         return rules
 
     def group(self, name: str, raw: dict[str, Any]) -> ResourceGroup:
-        self.unknown(raw, ("labels", "price_per_device_hour", "price_per_kwh", "currency"),
-                     "groups", name)
+        self.unknown(raw, ("labels", "price_per_device_hour", "price_per_kwh", "currency",
+                           "partition_billing"), "groups", name)
         labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
         labels: dict[str, str] = {}
         for key, value in labels_raw.items():
@@ -300,7 +310,13 @@ class _Validator:
             labels[key] = str(value)
         prices: dict[str, float | None] = {}
         for key in ("price_per_device_hour", "price_per_kwh"):
-            prices[key] = self.number(raw[key], "groups", name, key) if key in raw else None
+            prices[key] = self.number(raw[key], "groups", name, key, maximum=MAX_PRICE) \
+                if key in raw else None
+        billing = self.string(raw.get("partition_billing", "share"), "groups", name,
+                              "partition_billing")
+        if billing not in PARTITION_BILLING:
+            raise self.fail(f"must be one of {', '.join(PARTITION_BILLING)}, got {billing!r}",
+                            "groups", name, "partition_billing")
         currency = None
         if "currency" in raw:
             currency = self.string(raw["currency"], "groups", name, "currency").upper()
@@ -310,4 +326,4 @@ class _Validator:
                 and currency is None:
             raise self.fail("a group with prices needs a currency", "groups", name)
         return ResourceGroup(name, labels, prices["price_per_device_hour"], prices["price_per_kwh"],
-                             currency)
+                             currency, billing)

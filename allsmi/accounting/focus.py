@@ -202,8 +202,9 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
             "x_UsedDeviceHours": _decimal(row.used_device_hours),
             "x_DeviceCount": row.device_count, "x_CoverageRatio": _decimal(row.coverage_ratio)}
         charges = []
-        if row.allocated_device_hours is not None:  # unknown allocation: no made-up charge
-            charges.append(("allocated device-hours", "device-hours", row.allocated_device_hours,
+        if row.billed_device_hours is not None:  # unknown allocation: no made-up charge
+            # Billed: allocated hours at each partition's share of its physical device.
+            charges.append(("allocated device-hours", "device-hours", row.billed_device_hours,
                             "Hours", row.price_per_device_hour))
         if row.energy_kwh is not None:  # partitions own no board energy: hours charge only
             charges.append(("energy", "energy", row.energy_kwh, "kWh", row.price_per_kwh))

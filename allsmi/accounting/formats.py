@@ -20,12 +20,14 @@ from allsmi.formatting import csv_cell
 #: Columns before the group labels, and after them. Label columns are ``label_<name>``.
 HEAD_COLUMNS = ("period_start", "period_end", "resource_group")
 TAIL_COLUMNS = ("vendor", "model", "host", "user", "device_count", "observed_device_hours",
-                "allocated_device_hours", "used_device_hours", "avg_utilization_ratio", "energy_kwh",
+                "allocated_device_hours", "billed_device_hours", "used_device_hours",
+                "avg_utilization_ratio", "energy_kwh",
                 "avg_memory_used_bytes", "peak_memory_used_bytes", "price_per_device_hour",
                 "price_per_kwh", "cost", "currency", "coverage_ratio")
 
 #: Decimal places per numeric column (fixed, so reruns give identical bytes).
-_DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "used_device_hours": 6,
+_DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "billed_device_hours": 6,
+           "used_device_hours": 6,
            "avg_utilization_ratio": 6, "energy_kwh": 6, "avg_memory_used_bytes": 0,
            "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6}
 

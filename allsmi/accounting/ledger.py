@@ -10,6 +10,11 @@ byte-identical whatever order SQLite adds rows in):
     then. The primary key ``(start, dev)`` is the "never twice" guarantee.
 ``user_intervals``
     The same interval's allocated/busy/energy/observed shares per user.
+``billed_ms`` (every usage table)
+    Allocated time weighted by the device's share of its physical device (1 for a
+    whole device; a MIG instance's slice fraction; the parent of partitions the part no
+    partition holds), so that a partitioned device is billed at most once per hour. ``NULL``
+    where allocated time is unknown.
 ``quarters`` / ``user_quarters`` and ``days`` / ``user_days``
     Roll-ups per quarter hour and per UTC day, per ``dim`` (and user), so a
     month of a thousand devices exports in seconds. Quarter hours because
@@ -41,7 +46,10 @@ from typing import Iterable, Iterator, Mapping
 
 from allsmi.accounting.settings import ROLLUP_SECONDS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Ledgers of version 1 (no ``billed_ms``) are upgraded in place when opened for writing, and
+#: read as if every device were whole (billed = allocated) when opened read-only.
+OLD_SCHEMA_VERSIONS = (1,)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -55,41 +63,41 @@ CREATE TABLE IF NOT EXISTS intervals (
     first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER,
     busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
-    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
+    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER, billed_ms INTEGER,
     PRIMARY KEY (start, dev)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS users (uid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS user_intervals (
     start INTEGER NOT NULL, dev INTEGER NOT NULL, uid INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER, busy_ms INTEGER,
-    energy_mj INTEGER, PRIMARY KEY (start, dev, uid)) WITHOUT ROWID;
+    energy_mj INTEGER, billed_ms INTEGER, PRIMARY KEY (start, dev, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS quarters (
     start INTEGER NOT NULL, dim INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER,
     busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
-    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
+    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER, billed_ms INTEGER,
     PRIMARY KEY (start, dim)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS user_quarters (
     start INTEGER NOT NULL, dim INTEGER NOT NULL, uid INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER, busy_ms INTEGER,
-    energy_mj INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
+    energy_mj INTEGER, billed_ms INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS days (
     start INTEGER NOT NULL, dim INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER,
     busy_ms INTEGER, busy_observed_ms INTEGER NOT NULL, energy_mj INTEGER,
-    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER,
+    mem_sum INTEGER, mem_samples INTEGER NOT NULL, mem_peak INTEGER, billed_ms INTEGER,
     PRIMARY KEY (start, dim)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS user_days (
     start INTEGER NOT NULL, dim INTEGER NOT NULL, uid INTEGER NOT NULL,
     observed_ms INTEGER NOT NULL, allocated_ms INTEGER, busy_ms INTEGER,
-    energy_mj INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
+    energy_mj INTEGER, billed_ms INTEGER, PRIMARY KEY (start, dim, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending (
     tier INTEGER NOT NULL, start INTEGER NOT NULL, PRIMARY KEY (tier, start)) WITHOUT ROWID;
 """
 
 _UPSERT_INTERVAL = """
 INSERT INTO intervals (start, dev, dim, first_ms, last_ms, observed_ms, allocated_ms, busy_ms,
-                       busy_observed_ms, energy_mj, mem_sum, mem_samples, mem_peak)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       busy_observed_ms, energy_mj, mem_sum, mem_samples, mem_peak, billed_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (start, dev) DO UPDATE SET
     last_ms = excluded.last_ms,
     observed_ms = observed_ms + excluded.observed_ms,
@@ -103,13 +111,16 @@ ON CONFLICT (start, dev) DO UPDATE SET
     mem_sum = CASE WHEN mem_sum IS NULL AND excluded.mem_sum IS NULL THEN NULL
                    ELSE coalesce(mem_sum, 0) + coalesce(excluded.mem_sum, 0) END,
     mem_samples = mem_samples + excluded.mem_samples,
-    mem_peak = max(coalesce(mem_peak, excluded.mem_peak), coalesce(excluded.mem_peak, mem_peak))
+    mem_peak = max(coalesce(mem_peak, excluded.mem_peak), coalesce(excluded.mem_peak, mem_peak)),
+    billed_ms = CASE WHEN billed_ms IS NULL AND excluded.billed_ms IS NULL THEN NULL
+                     ELSE coalesce(billed_ms, 0) + coalesce(excluded.billed_ms, 0) END
 WHERE excluded.first_ms > intervals.last_ms
 """
 
 _UPSERT_USER = """
-INSERT INTO user_intervals (start, dev, uid, observed_ms, allocated_ms, busy_ms, energy_mj)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+INSERT INTO user_intervals (start, dev, uid, observed_ms, allocated_ms, busy_ms, energy_mj,
+                            billed_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (start, dev, uid) DO UPDATE SET
     observed_ms = observed_ms + excluded.observed_ms,
     allocated_ms = CASE WHEN allocated_ms IS NULL AND excluded.allocated_ms IS NULL THEN NULL
@@ -117,12 +128,15 @@ ON CONFLICT (start, dev, uid) DO UPDATE SET
     busy_ms = CASE WHEN busy_ms IS NULL AND excluded.busy_ms IS NULL THEN NULL
                    ELSE coalesce(busy_ms, 0) + coalesce(excluded.busy_ms, 0) END,
     energy_mj = CASE WHEN energy_mj IS NULL AND excluded.energy_mj IS NULL THEN NULL
-                     ELSE coalesce(energy_mj, 0) + coalesce(excluded.energy_mj, 0) END
+                     ELSE coalesce(energy_mj, 0) + coalesce(excluded.energy_mj, 0) END,
+    billed_ms = CASE WHEN billed_ms IS NULL AND excluded.billed_ms IS NULL THEN NULL
+                     ELSE coalesce(billed_ms, 0) + coalesce(excluded.billed_ms, 0) END
 """
 
 _SUMS = ("SUM(observed_ms), SUM(allocated_ms), SUM(busy_ms), SUM(busy_observed_ms), "
-         "SUM(energy_mj), SUM(mem_sum), SUM(mem_samples), MAX(mem_peak)")
-_USER_SUMS = "SUM(observed_ms), SUM(allocated_ms), SUM(busy_ms), SUM(energy_mj)"
+         "SUM(energy_mj), SUM(mem_sum), SUM(mem_samples), MAX(mem_peak), SUM(billed_ms)")
+_USER_SUMS = "SUM(observed_ms), SUM(allocated_ms), SUM(busy_ms), SUM(energy_mj), SUM(billed_ms)"
+_USAGE_TABLES = ("intervals", "user_intervals", "quarters", "user_quarters", "days", "user_days")
 #: Roll-up tiers, coarsest first: (seconds, table). Each is rolled up from the next finer one.
 TIERS: tuple[tuple[int, str], ...] = ((86400, "days"), (ROLLUP_SECONDS, "quarters"))
 _RAW = "intervals"
@@ -167,6 +181,7 @@ class UserShare:
     allocated_ms: int | None
     busy_ms: int | None
     energy_mj: int | None
+    billed_ms: int | None = None
 
 
 @dataclass
@@ -186,6 +201,8 @@ class IntervalRecord:
     mem_samples: int
     mem_peak: int | None
     users: dict[str, UserShare] = field(default_factory=dict)
+    billed_ms: int | None = None
+    """Allocated time x the device's billing share (see the module docstring)."""
 
 
 @dataclass
@@ -200,6 +217,7 @@ class Totals:
     mem_sum: int | None = None
     mem_samples: int = 0
     mem_peak: int | None = None
+    billed_ms: int | None = None
 
     def add(self, row: tuple) -> None:  # type: ignore[type-arg]
         """Add one SQL result row in ``_SUMS`` order (or ``_USER_SUMS``)."""
@@ -208,7 +226,9 @@ class Totals:
             self.allocated_ms = (self.allocated_ms or 0) + row[1]
         if row[2] is not None:
             self.busy_ms = (self.busy_ms or 0) + row[2]
-        if len(row) == 4:  # user rows: observed, allocated, busy, energy
+        if row[-1] is not None:
+            self.billed_ms = (self.billed_ms or 0) + row[-1]
+        if len(row) == 5:  # user rows: observed, allocated, busy, energy, billed
             if row[3] is not None:
                 self.energy_mj = (self.energy_mj or 0) + row[3]
             return
@@ -245,6 +265,7 @@ class Ledger:
         self._dev_ids: dict[str, int] = {}
         self._dim_ids: dict[Dim, int] = {}
         self._uids: dict[str, int] = {}
+        self._sums, self._user_sums = _SUMS, _USER_SUMS  # (a version-1 file read-only: see below)
         if readonly:
             if not self.path.is_file():
                 raise LedgerError(f"no ledger at {self.path}")
@@ -309,7 +330,15 @@ class Ledger:
         return self._check_meta(rows, interval_seconds)
 
     def _check_meta(self, rows: Mapping[str, str], interval_seconds: int | None) -> int:
-        if int(rows.get("schema_version", "0")) != SCHEMA_VERSION:
+        version = int(rows.get("schema_version", "0"))
+        if version in OLD_SCHEMA_VERSIONS:
+            if self.readonly:  # no billed_ms yet: every device was billed whole
+                self._sums = _SUMS.replace("SUM(billed_ms)", "SUM(allocated_ms)")
+                self._user_sums = _USER_SUMS.replace("SUM(billed_ms)", "SUM(allocated_ms)")
+            else:
+                self._upgrade()
+            version = SCHEMA_VERSION
+        if version != SCHEMA_VERSION:
             raise LedgerError(f"{self.path}: ledger schema version {rows.get('schema_version')} is "
                               f"not supported (this allsmi writes version {SCHEMA_VERSION})")
         stored = int(rows["interval_seconds"])
@@ -318,6 +347,17 @@ class Ledger:
                               f"configuration asks for {interval_seconds} (ledger.interval_seconds); "
                               "use a new ledger file to change it")
         return stored
+
+    def _upgrade(self) -> None:
+        """Version 1 to 2: add ``billed_ms``; what was recorded then was billed whole."""
+        with self._transaction():
+            for table in _USAGE_TABLES:
+                columns = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                if "billed_ms" not in columns:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN billed_ms INTEGER")
+                    self._db.execute(f"UPDATE {table} SET billed_ms = allocated_ms")
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                             (str(SCHEMA_VERSION),))
 
     @contextlib.contextmanager
     def _transaction(self, forget_ids: bool = False) -> Iterator[None]:
@@ -394,14 +434,16 @@ class Ledger:
                         cur = self._db.execute(_UPSERT_INTERVAL, (
                             rec.start, dev, self._dim(rec.dim), rec.first_ms, rec.last_ms,
                             rec.observed_ms, rec.allocated_ms, rec.busy_ms, rec.busy_observed_ms,
-                            rec.energy_mj, rec.mem_sum, rec.mem_samples, rec.mem_peak))
+                            rec.energy_mj, rec.mem_sum, rec.mem_samples, rec.mem_peak,
+                            rec.billed_ms))
                         if cur.rowcount != 1:
                             continue  # overlaps time already stored: never count it twice
                         stored += 1
                         units.update((size, rec.start - rec.start % size) for size, _ in TIERS)
                         self._db.executemany(_UPSERT_USER, [
                             (rec.start, dev, self._uid(user), s.observed_ms, s.allocated_ms,
-                             s.busy_ms, s.energy_mj) for user, s in sorted(rec.users.items())])
+                             s.busy_ms, s.energy_mj, s.billed_ms)
+                            for user, s in sorted(rec.users.items())])
                     self._db.executemany("INSERT OR IGNORE INTO pending (tier, start) VALUES (?, ?)",
                                          sorted(units))
                     self._roll_up(now)
@@ -505,7 +547,8 @@ class Ledger:
                 for table, lo, hi, tier in self._plan(start, end):
                     where, args = self._where(lo, hi, tier)
                     for row in self._db.execute(
-                            f"SELECT dim, {_SUMS} FROM {table} WHERE {where} GROUP BY dim", args):
+                            f"SELECT dim, {self._sums} FROM {table} WHERE {where} GROUP BY dim",
+                            args):
                         out.setdefault(row[0], Totals()).add(row[1:])
                 return out
             except sqlite3.Error as exc:
@@ -519,14 +562,14 @@ class Ledger:
                 out: dict[tuple[int, str], Totals] = {}
                 for table, lo, hi, tier in self._plan(start, end):
                     if table == _RAW:
-                        sql = (f"SELECT i.dim, u.uid, {_USER_SUMS.replace('SUM(', 'SUM(u.')} "
+                        sql = (f"SELECT i.dim, u.uid, {self._user_sums.replace('SUM(', 'SUM(u.')} "
                                "FROM user_intervals u JOIN intervals i "
                                "ON i.start = u.start AND i.dev = u.dev "
                                "WHERE u.start >= ? AND u.start < ? GROUP BY i.dim, u.uid")
                         args: tuple[int, ...] = (lo, hi)
                     else:
                         where, args = self._where(lo, hi, tier)
-                        sql = (f"SELECT dim, uid, {_USER_SUMS} FROM user_{table} WHERE {where} "
+                        sql = (f"SELECT dim, uid, {self._user_sums} FROM user_{table} WHERE {where} "
                                "GROUP BY dim, uid")
                     for row in self._db.execute(sql, args):
                         out.setdefault((row[0], names[row[1]]), Totals()).add(row[2:])

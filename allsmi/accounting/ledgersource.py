@@ -24,7 +24,8 @@ def _part(dim: Dim, t: Totals, user: str | None = None) -> Part:
         busy_observed_s=t.busy_observed_ms / 1000.0,
         energy_j=None if t.energy_mj is None else t.energy_mj / 1000.0,
         mem_sum=None if t.mem_sum is None else float(t.mem_sum), mem_samples=t.mem_samples,
-        mem_peak=None if t.mem_peak is None else float(t.mem_peak), user=user)
+        mem_peak=None if t.mem_peak is None else float(t.mem_peak), user=user,
+        billed_s=None if t.billed_ms is None else t.billed_ms / 1000.0)
 
 
 def _remainder(total: Totals, users: list[Totals]) -> Totals:
@@ -36,7 +37,8 @@ def _remainder(total: Totals, users: list[Totals]) -> Totals:
     return Totals(observed_ms=left(total.observed_ms, [u.observed_ms for u in users]) or 0,
                   allocated_ms=left(total.allocated_ms, [u.allocated_ms for u in users]),
                   busy_ms=left(total.busy_ms, [u.busy_ms for u in users]),
-                  energy_mj=left(total.energy_mj, [u.energy_mj for u in users]))
+                  energy_mj=left(total.energy_mj, [u.energy_mj for u in users]),
+                  billed_ms=left(total.billed_ms, [u.billed_ms for u in users]))
 
 
 def ledger_parts(path: str | os.PathLike[str], window: Window,

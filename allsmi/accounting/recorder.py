@@ -44,12 +44,48 @@ MAX_UNWRITTEN = 100_000
 STEP_TOLERANCE_SECONDS = 1.0
 
 
+def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> dict[str, float]:
+    """Each partitioned device's share of its physical device, by id (absent: 1, a whole device).
+
+    A partition (``parent`` set) holds its ``partition_share``, or when the backend cannot tell,
+    an equal split among its parent's partitions in this snapshot; shares adding up to more
+    than 1 are scaled down to 1. The parent holds what no partition holds (at least 0). So a
+    physical device is billed at most once per hour however it is partitioned.
+    """
+    parts: dict[str, list[DeviceSample]] = {}
+    for dev in devices:
+        if dev.parent:
+            parts.setdefault(dev.parent, []).append(dev)
+    shares: dict[str, float] = {}
+    for parent, members in parts.items():
+        raw = [d.partition_share if d.partition_share is not None and d.partition_share > 0
+               else 1.0 / len(members) for d in members]
+        total = sum(raw)
+        scale = 1.0 / total if total > 1.0 else 1.0
+        for dev, share in zip(members, raw):
+            shares[dev.id] = share * scale
+        shares[parent] = max(0.0, 1.0 - total * scale)
+    return shares
+
+
+def _own_memory(devices: tuple[DeviceSample, ...]) -> dict[str, int]:
+    """Memory in use of parents of partitions, less what their partitions report (the parent's
+    figure includes theirs: adding both up would count it twice)."""
+    held: dict[str, int] = {}
+    for dev in devices:
+        if dev.parent and dev.memory_used_bytes is not None and dev.health in _VALID:
+            held[dev.parent] = held.get(dev.parent, 0) + dev.memory_used_bytes
+    return {dev.id: max(0, dev.memory_used_bytes - held[dev.id]) for dev in devices
+            if dev.id in held and dev.memory_used_bytes is not None}
+
+
 @dataclass
 class _UserAcc:
     observed: float = 0.0
     allocated: float | None = None
     busy: float | None = None
     energy: float | None = None
+    billed: float | None = None
 
 
 @dataclass
@@ -69,13 +105,16 @@ class _Bucket:
     mem_samples: int = 0
     mem_peak: int | None = None
     users: dict[str, _UserAcc] = field(default_factory=dict)
+    billed: float | None = None
+    """Allocated seconds x the billing share (:func:`billing_shares`)."""
 
-    def add(self, inc: Increment, users: tuple[str | None, ...]) -> None:
+    def add(self, inc: Increment, users: tuple[str | None, ...], share: float = 1.0) -> None:
         if inc.end > self.last:
             self.last = inc.end
         self.observed += inc.observed_seconds
         if inc.allocated_seconds is not None:
             self.allocated = (self.allocated or 0.0) + inc.allocated_seconds
+            self.billed = (self.billed or 0.0) + inc.allocated_seconds * share
         if inc.busy_seconds is not None:
             self.busy = (self.busy or 0.0) + inc.busy_seconds
             self.busy_observed += inc.observed_seconds
@@ -83,18 +122,19 @@ class _Bucket:
             self.energy = (self.energy or 0.0) + inc.energy_joules
         if not users:
             return
-        share = 1.0 / len(users)
+        each = 1.0 / len(users)
         for user in users:
             if user is None:
                 continue  # unknown owner: left unattributed
             acc = self.users.setdefault(user, _UserAcc())
-            acc.observed += inc.observed_seconds * share
+            acc.observed += inc.observed_seconds * each
             if inc.allocated_seconds is not None:
-                acc.allocated = (acc.allocated or 0.0) + inc.allocated_seconds * share
+                acc.allocated = (acc.allocated or 0.0) + inc.allocated_seconds * each
+                acc.billed = (acc.billed or 0.0) + inc.allocated_seconds * each * share
             if inc.busy_seconds is not None:
-                acc.busy = (acc.busy or 0.0) + inc.busy_seconds * share
+                acc.busy = (acc.busy or 0.0) + inc.busy_seconds * each
             if inc.energy_joules is not None:
-                acc.energy = (acc.energy or 0.0) + inc.energy_joules * share
+                acc.energy = (acc.energy or 0.0) + inc.energy_joules * each
 
     def record(self, interval_seconds: int) -> IntervalRecord:
         # Durations come from the monotonic clock and placement from the wall clock, which
@@ -110,7 +150,9 @@ class _Bucket:
             observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            users={u: UserShare(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy))
+            billed_ms=opt(self.billed),
+            users={u: UserShare(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
+                                opt(a.billed))
                    for u, a in self.users.items()})
 
 
@@ -226,6 +268,9 @@ class LedgerRecorder:
         dims = self._dims
         seen: dict[str, DeviceSample] = {}
         procs: dict[str, tuple[ProcessSample, ...]] = {}
+        partitioned = any(dev.parent for dev in snapshot.devices)
+        shares = billing_shares(snapshot.devices) if partitioned else {}
+        own_memory = _own_memory(snapshot.devices) if partitioned else {}
         for dev in snapshot.devices:
             cached = dims.get(dev.id)
             if cached is not None and cached[1] == dev.labels and cached[0] == (
@@ -242,7 +287,7 @@ class LedgerRecorder:
             if dev.health in _VALID:
                 if dev.processes:
                     procs[dev.id] = dev.processes
-                mem = dev.memory_used_bytes
+                mem = own_memory.get(dev.id, dev.memory_used_bytes)
                 if mem is not None:
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
                     bucket.mem_samples += 1
@@ -253,8 +298,9 @@ class LedgerRecorder:
             dev = seen[inc.device_id]
             owners = dev.processes or previous.get(dev.id, ())
             users = tuple(p.user for p in owners) if owners else ()
+            share = shares.get(dev.id, 1.0)
             if inc.start >= current:
-                cur[dev.id].add(inc, users)
+                cur[dev.id].add(inc, users, share)
                 continue
             part: Increment | None = inc
             while part is not None:  # it straddles interval boundaries: split it there
@@ -265,7 +311,7 @@ class LedgerRecorder:
                     head, part = part, None
                 target = cur[dev.id] if start == current else \
                     self._older_bucket(dev.id, dims[dev.id][2], start, head.start)
-                target.add(head, users)
+                target.add(head, users, share)
         self._procs = procs
         if self._older:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))

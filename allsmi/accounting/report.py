@@ -9,8 +9,12 @@ module groups them by the ``--group-by`` keys and computes the columns.
 * ``used_device_hours``: utilization-weighted time (busy seconds);
 * ``avg_utilization_ratio``: used / observed hours of the devices that report
   utilization (MIG instances and GPUs in MIG mode do not);
+* ``billed_device_hours``: allocated device-hours weighted by each device's
+  share of its physical device (1 for a whole device; a partition's share, its
+  parent the rest), so a partitioned device is billed at most once per hour; in
+  a group with ``partition_billing = "whole"`` it equals the allocated hours;
 * ``energy_kwh``: board energy (partitions carry none, so nothing is counted twice);
-* ``cost`` = allocated_device_hours x price_per_device_hour + energy_kwh x
+* ``cost`` = billed_device_hours x price_per_device_hour + energy_kwh x
   price_per_kwh, with the group's prices from the configuration at export
   time; a price that is not set charges nothing, and with neither price set
   the cost is empty (never an invented 0);
@@ -52,6 +56,9 @@ class Part:
     mem_peak: float | None = None
     user: str | None = None
     """Set on user shares; ``None`` on device totals and on the unattributed share."""
+    billed_s: float | None = None
+    """Allocated seconds x the billing share; ``None``: as allocated (a whole device, or a
+    source that does not know shares)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class Row:
     device_count: int
     observed_device_hours: float
     allocated_device_hours: float | None
+    billed_device_hours: float | None
     used_device_hours: float | None
     avg_utilization_ratio: float | None
     energy_kwh: float | None
@@ -118,12 +126,15 @@ class _Acc:
     mem_sum: float | None = None
     mem_samples: int = 0
     mem_peak: float | None = None
+    billed: float | None = None
 
     def add(self, p: Part) -> None:
         self.devices.add(p.device)
         self.observed += p.observed_s
         if p.allocated_s is not None:
             self.allocated = (self.allocated or 0.0) + p.allocated_s
+            billed = p.billed_s if p.billed_s is not None else p.allocated_s
+            self.billed = (self.billed or 0.0) + billed
         if p.busy_s is not None:
             self.busy = (self.busy or 0.0) + p.busy_s
             self.busy_observed += p.busy_observed_s
@@ -180,20 +191,23 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
         # Unknown allocation (no backend listed processes) stays unknown, and so does a
         # cost that depends on it: never a made-up 0.
         allocated_h = None if acc.allocated is None else acc.allocated / 3600.0
+        billed_h = allocated_h if grp.partition_billing == "whole" or acc.billed is None \
+            else acc.billed / 3600.0
         kwh = None if acc.energy is None else acc.energy / 3.6e6
         cost: float | None = None
-        priced_hours_unknown = grp.price_per_device_hour is not None and allocated_h is None
+        priced_hours_unknown = grp.price_per_device_hour is not None and billed_h is None
         if (grp.price_per_device_hour is not None or grp.price_per_kwh is not None) \
                 and not priced_hours_unknown:
             cost = 0.0
-            if grp.price_per_device_hour is not None and allocated_h is not None:
-                cost += allocated_h * grp.price_per_device_hour
+            if grp.price_per_device_hour is not None and billed_h is not None:
+                cost += billed_h * grp.price_per_device_hour
             if grp.price_per_kwh is not None and kwh is not None:
                 cost += kwh * grp.price_per_kwh
         rows.append(Row(
             window=window, resource_group=group, labels=labels, vendor=vendor, model=model,
             host=host, user=user if by_user else None, device_count=count,
             observed_device_hours=acc.observed / 3600.0, allocated_device_hours=allocated_h,
+            billed_device_hours=billed_h,
             used_device_hours=None if acc.busy is None else acc.busy / 3600.0,
             avg_utilization_ratio=(acc.busy / acc.busy_observed
                                    if acc.busy is not None and acc.busy_observed > 0 else None),

@@ -112,4 +112,8 @@ def test_simulated_day_matches_reference_integrals(tmp_path: Path) -> None:
         assert expect["allocated"] > 0.3 * expect["observed"]  # the day had real work in it
     train = rows["training"]
     assert float(train["cost"]) == pytest.approx(
-        float(train["allocated_device_hours"]) * 3.0 + float(train["energy_kwh"]) * 0.25, abs=1e-5)
+        float(train["billed_device_hours"]) * 3.0 + float(train["energy_kwh"]) * 0.25, abs=1e-5)
+    # The MIG slices are billed at their share of their GPU: less than allocated, never more
+    # than the boards' time.
+    assert float(train["billed_device_hours"]) < float(train["allocated_device_hours"])
+    assert float(train["billed_device_hours"]) <= 16 * 24  # 8 H100 and 8 MI300X boards

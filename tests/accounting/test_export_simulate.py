@@ -56,7 +56,7 @@ def test_simulated_export_matches_the_simulation(tmp_path: Path) -> None:
     assert float(amd["energy_kwh"]) == pytest.approx(_counter_kwh("amd"), rel=0.01)
     assert int(nvidia["device_count"]) == 11 and float(nvidia["observed_device_hours"]) == pytest.approx(11.0)
     assert all(float(r["coverage_ratio"]) == pytest.approx(1.0) for r in rows.values())
-    expected_cost = float(nvidia["allocated_device_hours"]) * 2.0 + float(nvidia["energy_kwh"]) * 0.10
+    expected_cost = float(nvidia["billed_device_hours"]) * 2.0 + float(nvidia["energy_kwh"]) * 0.10
     assert float(nvidia["cost"]) == pytest.approx(expected_cost, rel=1e-5)
     assert run_allsmi(*args, timeout=120).stdout == result.stdout  # reruns are byte-identical
 

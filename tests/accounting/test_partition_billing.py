@@ -1,0 +1,190 @@
+"""Partitioned devices are billed at most once per hour of their price (issue 9, item 6).
+
+MIG instances, AMD compute partitions and the dies of a multi-die card are devices of their own;
+by default each is billed at its share of the physical device and the parent at the rest, so
+parent plus partitions never cost more than one device. ``partition_billing = "whole"`` keeps
+explicit per-profile prices possible. The parent's memory is what its partitions do not hold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from allsmi.accounting.ledger import Ledger
+from allsmi.accounting.ledgersource import ledger_parts
+from allsmi.accounting.recorder import billing_shares
+from allsmi.accounting.report import Report, build_report
+
+from .helpers import T0, config, device, record, snap, window
+
+HOUR = 3600
+PRICES = """
+[[rules]]
+resource_group = "gpu7"
+vendor = "nvidia"
+index = "7"                   # the simulated node's MIG GPU; its slices match through the parent
+
+[groups.gpu7]
+price_per_device_hour = 2.0
+currency = "USD"
+"""
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_simulated_mig_gpu_costs_at_most_one_gpu(tmp_path: Path) -> None:
+    """The mixed node's GPU 7 (three MIG slices, busy most of the time), billed over 4 hours."""
+    (tmp_path / "prices.toml").write_text(PRICES)
+    end = int(time.time() // HOUR * HOUR) - HOUR
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": ""}
+    out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--simulate", "mixed",
+                          "--since", _iso(end - 4 * HOUR), "--until", _iso(end),
+                          "--config", str(tmp_path / "prices.toml"), "--format", "json",
+                          "--group-by", "resource_group,model"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "gpu7"]
+    assert len(rows) == 4 and sum(r["device_count"] for r in rows) == 4  # the GPU and 3 slices
+    parent = next(r for r in rows if "MIG" not in r["model"])
+    slices = [r for r in rows if "MIG" in r["model"]]
+    gpu_hours = parent["observed_device_hours"]
+    assert gpu_hours == pytest.approx(4.0, abs=0.01)
+    # The slices' jobs overlap: billed as whole GPUs they would cost several GPUs.
+    assert sum(r["allocated_device_hours"] for r in slices) > 1.5 * gpu_hours
+    billed = sum(r["billed_device_hours"] for r in rows)
+    assert 0 < billed <= gpu_hours + 1e-6
+    assert sum(r["cost"] for r in rows) <= 2.0 * gpu_hours + 1e-6
+    for r in rows:
+        assert r["cost"] == pytest.approx(r["billed_device_hours"] * 2.0, abs=1e-5)
+        assert r["observed_device_hours"] == pytest.approx(gpu_hours, abs=0.01)  # honest time
+    # Memory: the parent reports its slices' memory too; only what no slice holds is its own.
+    total = parent["avg_memory_used_bytes"] + sum(r["avg_memory_used_bytes"] for r in slices)
+    assert total <= 85520809984
+    assert parent["avg_memory_used_bytes"] < min(r["avg_memory_used_bytes"] for r in slices)
+
+
+def _bill(tmp_path: Path, snapshots, cfg_text: str = "", group_by=("resource_group", "model")) -> Report:  # type: ignore[no-untyped-def]
+    db = tmp_path / "ledger.db"
+    cfg = config(cfg_text)
+    record(db, snapshots, cfg)
+    parts, users = ledger_parts(db, window(T0, T0 + HOUR), by_user="user" in group_by)
+    return build_report(parts, window(T0, T0 + HOUR), group_by, cfg, users)
+
+
+PRICED = """
+[groups.default]
+price_per_device_hour = 4.0
+currency = "EUR"
+"""
+
+
+def _partitioned(t: int, shares: list[float | None], *, parent_busy: bool = False,
+                 vendor: str = "amd", part_group: str = "default") -> list:  # type: ignore[type-arg]
+    from dataclasses import replace
+    parent = device("BOARD", vendor=vendor, model="MI300X", power=500.0, memory=4 << 30,
+                    users=["root"] if parent_busy else [])
+    parts = [replace(device(f"BOARD/p{i}", vendor=vendor, model="MI300X CPX", parent="BOARD",
+                            users=[f"u{i}"], memory=1 << 30, group=part_group), partition_share=share)
+             for i, share in enumerate(shares)]
+    return [parent, *parts]
+
+
+@pytest.mark.parametrize("shares, parent_share", [
+    ([None] * 4, 0.0),                      # AMD: the backend cannot tell; equal split
+    ([0.25] * 4, 0.0),                      # AMD CPX: 1/4 each
+    ([3 / 7, 2 / 7, 1 / 7], 1 / 7),         # MIG 3g + 2g + 1g: one slice of seven left over
+    ([0.5, 0.5, 0.5], 0.0),                 # inconsistent shares are scaled down to one device
+])
+def test_partitions_and_parent_never_exceed_one_device(tmp_path: Path, shares: list[float | None],
+                                                       parent_share: float) -> None:
+    snaps = [snap(T0 + t, *_partitioned(t, shares, parent_busy=True)) for t in range(0, HOUR + 1, 10)]
+    rep = _bill(tmp_path, snaps, PRICED, group_by=("resource_group",))
+    (row,) = rep.rows
+    assert row.device_count == 1 + len(shares)
+    assert row.allocated_device_hours == pytest.approx(1.0 + len(shares))  # every one held
+    # ... but one board is billed once (to the millisecond per interval and device)
+    assert row.billed_device_hours == pytest.approx(1.0, abs=1e-4)
+    assert row.cost == pytest.approx(4.0, abs=4e-4)
+    assert row.observed_device_hours == pytest.approx(1.0 + len(shares))
+    # Memory counted once: the parent's 4 GiB include the partitions' 1 GiB each.
+    assert row.avg_memory_used_bytes * row.device_count == pytest.approx(4 << 30)
+    per_model = {r.model: r for r in _bill(tmp_path / "m", snaps, PRICED).rows}
+    assert per_model["MI300X"].billed_device_hours == pytest.approx(parent_share, abs=1e-4)
+
+
+def test_partition_shares_follow_the_snapshot() -> None:
+    from dataclasses import replace
+    devs = _partitioned(0, [None, None])
+    assert billing_shares(devs) == {"BOARD": 0.0, "BOARD/p0": 0.5, "BOARD/p1": 0.5}
+    devs = _partitioned(0, [0.25, None])
+    assert billing_shares(devs) == {"BOARD": 0.25, "BOARD/p0": 0.25, "BOARD/p1": 0.5}
+    # A die of a multi-die NPU whose board is not listed (lost): shares still add up to one.
+    dies = [replace(device(f"NPU/d{i}", parent="NPU", vendor="rebellions"), partition_share=None)
+            for i in range(2)]
+    assert billing_shares(dies) == {"NPU": 0.0, "NPU/d0": 0.5, "NPU/d1": 0.5}
+    assert billing_shares([device("GPU-whole")]) == {}
+
+
+def test_users_share_the_billed_hours(tmp_path: Path) -> None:
+    snaps = [snap(T0 + t, *_partitioned(t, [0.5, 0.5])) for t in range(0, HOUR + 1, 10)]
+    rep = _bill(tmp_path, snaps, PRICED, group_by=("resource_group", "user"))
+    by_user = {r.user: r for r in rep.rows}
+    assert by_user["u0"].billed_device_hours == pytest.approx(0.5)
+    assert by_user["u1"].billed_device_hours == pytest.approx(0.5)
+    assert by_user["u0"].cost == pytest.approx(2.0)
+    assert sum(r.cost or 0 for r in rep.rows) == pytest.approx(4.0)
+
+
+def test_explicit_per_profile_prices_bill_partitions_whole(tmp_path: Path) -> None:
+    cfg = """
+[groups.cpx]
+price_per_device_hour = 1.5
+currency = "EUR"
+partition_billing = "whole"
+"""
+    # (The collector puts the partitions in "cpx" with a rule such as model = "*CPX".)
+    snaps = [snap(T0 + t, *_partitioned(t, [0.25] * 4, part_group="cpx"))
+             for t in range(0, HOUR + 1, 10)]
+    rows = {r.resource_group: r for r in _bill(tmp_path, snaps, cfg, ("resource_group",)).rows}
+    assert rows["cpx"].billed_device_hours == pytest.approx(4.0)
+    assert rows["cpx"].cost == pytest.approx(6.0)
+
+
+def test_bad_partition_billing_is_a_located_config_error() -> None:
+    from allsmi.config import ConfigError, parse_config
+    with pytest.raises(ConfigError) as err:
+        parse_config('[groups.g]\npartition_billing = "half"\n')
+    assert err.value.line == 2 and err.value.key == "groups.g.partition_billing"
+
+
+def test_version_1_ledger_is_read_and_upgraded(tmp_path: Path) -> None:
+    """A ledger written before billed hours existed: read as billed whole, upgraded on write."""
+    db = tmp_path / "ledger.db"
+    record(db, [snap(T0 + t, device("GPU-a", users=["ann"])) for t in range(0, 1801, 10)])
+    conn = sqlite3.connect(db)
+    for table in ("intervals", "user_intervals", "quarters", "user_quarters", "days", "user_days"):
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN billed_ms")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    w = window(T0, T0 + HOUR)
+    parts, _ = ledger_parts(db, w)  # read-only: not upgraded, billed as allocated
+    assert parts[0].billed_s == pytest.approx(1800.0)
+    Ledger(db).close()  # opened for writing: upgraded in place
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert conn.execute("SELECT SUM(billed_ms) FROM intervals").fetchone() == (1_800_000,)
+    conn.close()
+    parts, _ = ledger_parts(db, w)
+    assert parts[0].billed_s == pytest.approx(1800.0)
