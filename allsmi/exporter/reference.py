@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from allsmi.exporter.families import COMMAND_MAX_CHARS, FAMILIES, Family
+from allsmi.exporter.families import (ALLOCATED_TOTAL, COMMAND_MAX_CHARS, FAMILIES, IDLE_ALLOCATED_TOTAL,
+                                      Family)
+from allsmi.schema import DeviceSample, ProcessSample, Workload
+from allsmi.usage import held
 
 _HEADER = """\
 # Metric reference
@@ -35,11 +38,37 @@ def _row(family: Family) -> str:
             f"{family.help} | {family.source} | {family.condition} |")
 
 
+def _allocated_sentence() -> str:
+    """Which devices have allocated-time series, worked out by asking the rule the counters use
+    (:func:`allsmi.usage.held`) about every combination of known and unknown holders."""
+    examples = {"processes": (None, (), (ProcessSample(pid=1),)),
+                "workloads": (None, (), (Workload(source="simulated", job_id="1"),))}
+    unknown: list[str] = []
+    for processes in examples["processes"]:
+        for workloads in examples["workloads"]:
+            dev = DeviceSample(id="d", vendor="v", kind="gpu", backend="b",
+                               processes=processes, workloads=workloads)
+            if held(dev) is None:
+                nulls = [f"`{name}`" for name, value in (("processes", processes), ("workloads", workloads))
+                         if value is None]
+                unknown.append(" and ".join(nulls) + (" are" if len(nulls) > 1 else " is") + " null")
+    if not unknown:
+        return (f"`{ALLOCATED_TOTAL.name}` and `{IDLE_ALLOCATED_TOTAL.name}` exist for every device "
+                "seen with health ok or degraded.")
+    return (f"`{ALLOCATED_TOTAL.name}` and `{IDLE_ALLOCATED_TOTAL.name}` exist only for devices whose "
+            "holders are known: a device whose " + ", or whose ".join(unknown) + " in the snapshot (its "
+            "backend cannot list processes, as hl-smi without `[backends.gaudi] processes = true`, and no "
+            "attribution source is active) has no allocated-time series at all, since unknown is left out, "
+            "never counted as idle.")
+
+
 def metrics_markdown() -> str:
     """The whole metric reference as Markdown."""
     lines = [_HEADER, "| Name | Type | Unit | Labels | Meaning | Source | Present when |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     lines.extend(_row(f) for f in FAMILIES)
+    lines.append("")
+    lines.append(_allocated_sentence())
     lines.append("")
     lines.append(f"`command` is cut to {COMMAND_MAX_CHARS} characters. In OpenMetrics, "
                  "info families have type `info` and counters carry `# UNIT` and `_created`; "
