@@ -121,7 +121,10 @@ class DeviceIndex:
                 if hit:
                     return hit
             if not any(key in c.details for c in children for key in keys):
-                return [c for c in children if c.index == instance]
+                if any(c.index is not None for c in children):
+                    return [c for c in children if c.index == instance]
+                # Neither instance ids nor indices (a simulated GPU): the position.
+                return [children[instance]] if 0 <= instance < len(children) else []
         return []
 
     def by_node_name(self, text: str, vendor: str | None) -> list[DeviceSample]:
