@@ -220,7 +220,7 @@ class SimulatedBackend(Backend):
                   name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
                   parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
                   cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds),
-                  share=partition_share(inst.get("profile"), name, len(instances)))
+                  share=partition_share(inst.get("profile") if mig else None, name, len(instances)))
             for i, inst in enumerate(instances))
         wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
                         6.283 * unit_hash(key, "wph"))
