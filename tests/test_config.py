@@ -84,3 +84,96 @@ def test_unknown_backend_in_config_exits_2(tmp_path: Path) -> None:
     result = run_allsmi("snapshot", "--config", str(path))
     assert result.returncode == 2
     assert "line 2" in result.stderr and "backends.enabled" in result.stderr and "nvidai" in result.stderr
+
+
+# -- every setting has a range (issue 9, item 8) ------------------------------------------
+
+@pytest.mark.parametrize("flags, fragment", [
+    (("--interval", "1e300"), "--interval"),
+    (("--interval", "inf"), "--interval"),
+    (("--interval", "nan"), "finite"),
+    (("--interval", "0"), "--interval"),
+    (("--timeout", "1e300"), "--timeout"),
+    (("--timeout", "nan"), "finite"),
+])
+@pytest.mark.parametrize("command", ["record", "snapshot"])
+def test_absurd_flags_exit_2_before_starting(tmp_path: Path, command: str,
+                                             flags: tuple[str, ...], fragment: str) -> None:
+    extra = ("--ledger", str(tmp_path / "l.db")) if command == "record" else ()
+    result = run_allsmi(command, "--simulate", "mixed", *flags, *extra,
+                        env={"XDG_CONFIG_HOME": str(tmp_path), "ALLSMI_CONFIG": ""}, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "l.db").exists()
+
+
+@pytest.mark.parametrize(("text", "line", "key"), [
+    ("[collector]\ninterval_seconds = 1e300\n", 2, "collector.interval_seconds"),
+    ("[collector]\ninterval_seconds = inf\n", 2, "collector.interval_seconds"),
+    ("[collector]\ninterval_seconds = nan\n", 2, "collector.interval_seconds"),
+    ("[collector]\nbackend_timeout_seconds = 1e300\n", 2, "collector.backend_timeout_seconds"),
+    ("[collector]\nhistory_size = 100000000000\n", 2, "collector.history_size"),
+    ("[collector]\nhistory_size = 2.5\n", 2, "collector.history_size"),
+    ("[groups.a]\nprice_per_device_hour = 1e300\ncurrency = \"EUR\"\n", 2,
+     "groups.a.price_per_device_hour"),
+    ("[ledger]\nretention_days = 1e300\n", 2, "ledger.retention_days"),
+    ("[ledger]\nrollup_retention_days = 1e12\n", 2, "ledger.rollup_retention_days"),
+    ("[ledger]\n\nmax_gap_seconds = 1e300\n", 3, "ledger.max_gap_seconds"),
+    ("[ledger]\ninterval_seconds = 1e300\n", 2, "ledger.interval_seconds"),
+    ("[export]\ntimeout_seconds = 1e300\n", 2, "export.timeout_seconds"),
+])
+def test_absurd_config_values_exit_2_naming_file_line_and_key(tmp_path: Path, text: str, line: int,
+                                                              key: str) -> None:
+    path = tmp_path / "allsmi.toml"
+    path.write_text(text)
+    command = ("export", "--period", "today") if key.startswith("export.") else \
+        ("record", "--simulate", "mixed")
+    result = run_allsmi(*command, "--config", str(path), "--ledger", str(tmp_path / "l.db"),
+                        timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert f"{path}, line {line}, key '{key}'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_documented_ranges_match_the_code() -> None:
+    """docs/configuration.md's range table states the bounds the code enforces."""
+    from allsmi.accounting import settings
+    from allsmi.cli.common import MAX_SIMULATE_SPEED
+    from allsmi.config import HISTORY_RANGE, INTERVAL_RANGE, MAX_PRICE, TIMEOUT_RANGE
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    for needle in (f"`interval_seconds` | {INTERVAL_RANGE[0]:g} to {INTERVAL_RANGE[1]:g}",
+                   f"`backend_timeout_seconds` | {TIMEOUT_RANGE[0]:g} to {TIMEOUT_RANGE[1]:g}",
+                   f"`history_size` | {HISTORY_RANGE[0]:g} to {HISTORY_RANGE[1]:,}",
+                   f"0 to {MAX_PRICE:g}", f"{settings.MAX_RETENTION_DAYS:,.0f}",
+                   f"{settings.MAX_GAP_SECONDS:,.0f}", f"{MAX_SIMULATE_SPEED:,.0f}"):
+        assert needle in doc, needle
+
+
+def test_collector_loop_survives_a_failing_cycle() -> None:
+    """A cycle that raises is logged and counted; the thread goes on collecting."""
+    import threading
+    import time
+
+    from allsmi.collector import Collector
+    from allsmi.host import HostSampler
+
+    class Flaky(HostSampler):
+        calls = 0
+
+        def sample(self):  # type: ignore[no-untyped-def]
+            Flaky.calls += 1
+            if Flaky.calls % 2:
+                raise OverflowError("cannot convert float infinity to integer")
+            return super().sample()
+
+    collector = Collector([], parse_config(""), interval_seconds=0.05, host_sampler=Flaky())
+    try:
+        collector.start()
+        deadline = time.monotonic() + 30
+        while (collector.cycle_errors < 3 or collector.latest is None) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert collector.cycle_errors >= 3 and collector.latest is not None
+        assert any(t.name == "allsmi-collector" and t.is_alive() for t in threading.enumerate())
+    finally:
+        collector.close()

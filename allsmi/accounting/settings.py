@@ -57,8 +57,15 @@ class LedgerSettings:
     interval (:func:`allsmi.usage.bridged_gap_seconds`)."""
 
 
+#: Upper bounds of the ``[ledger]`` and ``[export]`` numbers (docs/configuration.md): a larger
+#: value is a typo, and would overflow the arithmetic it feeds (dates, SQLite integers).
+MAX_RETENTION_DAYS = 36_500.0
+MAX_GAP_SECONDS = 7 * 86_400.0
+MAX_EXPORT_TIMEOUT_SECONDS = 3_600.0
+
+
 def _number(config: Config, table: Mapping[str, Any], section: str, key: str,
-            minimum: float, allow_zero: bool = True) -> float | None:
+            minimum: float, allow_zero: bool = True, maximum: float | None = None) -> float | None:
     if key not in table:
         return None
     value = table[key]
@@ -67,6 +74,8 @@ def _number(config: Config, table: Mapping[str, Any], section: str, key: str,
     if value < minimum or (value == 0 and not allow_zero):
         raise config.error(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
                            section, key)
+    if maximum is not None and value > maximum:
+        raise config.error(f"must be at most {maximum:g}, got {value!r}", section, key)
     return float(value)
 
 
@@ -100,12 +109,12 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
         raise config.error(f"must be a whole number of seconds dividing {ROLLUP_SECONDS} "
                            f"(e.g. 60, 30, 5), got {table['interval_seconds']!r}",
                            "ledger", "interval_seconds")
-    retention = _number(config, table, "ledger", "retention_days", 0, allow_zero=False)
-    rollup = _number(config, table, "ledger", "rollup_retention_days", 0, allow_zero=False)
-    max_gap = _number(config, table, "ledger", "max_gap_seconds", 0, allow_zero=False)
-    if max_gap is not None and max_gap > 7 * 86400:
-        raise config.error(f"must be at most {7 * 86400} (a week), got {max_gap!r}",
-                           "ledger", "max_gap_seconds")
+    retention = _number(config, table, "ledger", "retention_days", 0, allow_zero=False,
+                        maximum=MAX_RETENTION_DAYS)
+    rollup = _number(config, table, "ledger", "rollup_retention_days", 0, allow_zero=False,
+                     maximum=MAX_RETENTION_DAYS)
+    max_gap = _number(config, table, "ledger", "max_gap_seconds", 0, allow_zero=False,
+                      maximum=MAX_GAP_SECONDS)
     return LedgerSettings(
         path=path,
         interval_seconds=int(interval) if interval is not None else DEFAULT_INTERVAL_SECONDS,
@@ -173,7 +182,8 @@ def export_defaults(config: Config) -> ExportDefaults:
             raise config.error(f"must be between 0 and 1, got {threshold!r}", "export",
                                "coverage_threshold")
         values["coverage_threshold"] = threshold
-    timeout = _number(config, table, "export", "timeout_seconds", 0, allow_zero=False)
+    timeout = _number(config, table, "export", "timeout_seconds", 0, allow_zero=False,
+                      maximum=MAX_EXPORT_TIMEOUT_SECONDS)
     if timeout is not None:
         values["timeout_seconds"] = timeout
     return ExportDefaults(**values)
