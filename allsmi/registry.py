@@ -2,13 +2,18 @@
 
 Built-in and third-party backends register the same way (see
 ``pyproject.toml``). Listing names imports nothing; loading a backend imports
-only its module, and that module imports its vendor library lazily.
+only its module, and that module imports its vendor library lazily. The
+group is read by :mod:`allsmi.distinfo` (``importlib.metadata``'s rules without
+its import cost, which would dominate ``allsmi snapshot``'s start-up), and by
+``importlib.metadata`` where that module cannot tell or a caller needs the
+distribution (``allsmi backends``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample
 
@@ -25,13 +30,23 @@ class UnknownBackend(LookupError):
     """No backend of that name is installed."""
 
 
-def _entry_points() -> "dict[str, EntryPoint]":
-    # Imported here: importlib.metadata is costly and the simulated path never needs it.
-    from importlib.metadata import entry_points
-    found: dict[str, EntryPoint] = {}
-    for ep in entry_points(group=GROUP):
+def _entry_points(*, full: bool = False) -> "dict[str, Any]":
+    """name -> entry point; ``full``: ``importlib.metadata``'s own (they carry ``.dist``)."""
+    eps: Any = None if full else distinfo.entry_points(GROUP)
+    if eps is None:
+        # Imported here: importlib.metadata is costly.
+        from importlib.metadata import entry_points
+        eps = entry_points(group=GROUP)
+    found: dict[str, Any] = {}
+    for ep in eps:
         found.setdefault(ep.name, ep)  # first distribution wins on a clash
     return found
+
+
+def _pick(eps: "dict[str, Any]", name: str) -> Any:
+    if name not in eps:
+        raise UnknownBackend(f"unknown backend {name!r}; installed: {', '.join(sorted(eps)) or 'none'}")
+    return eps[name]
 
 
 def names() -> list[str]:
@@ -45,26 +60,24 @@ def hardware_names() -> list[str]:
 
 
 def entry_point(name: str) -> "EntryPoint":
-    """The entry point of ``name``; :class:`UnknownBackend` lists what is installed."""
-    eps = _entry_points()
-    if name not in eps:
-        raise UnknownBackend(f"unknown backend {name!r}; installed: {', '.join(sorted(eps)) or 'none'}")
-    return eps[name]
+    """The entry point of ``name`` (``importlib.metadata``'s, with its ``dist``);
+    :class:`UnknownBackend` lists what is installed."""
+    return _pick(_entry_points(full=True), name)  # type: ignore[no-any-return]
 
 
-def load(name: str) -> type[Backend]:
-    """Import and return the backend class registered as ``name``."""
-    cls = entry_point(name).load()
+def load(name: str, _eps: "dict[str, Any] | None" = None) -> type[Backend]:
+    """Import and return the backend class registered as ``name`` (``_eps``: the group, if read)."""
+    cls = _pick(_entry_points() if _eps is None else _eps, name).load()
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise TypeError(f"entry point {name!r} does not name a Backend subclass")
     return cls
 
 
-def impersonated(name: str) -> type[Backend] | None:
+def impersonated(name: str, _eps: "dict[str, Any] | None" = None) -> type[Backend] | None:
     """The backend class a simulation of ``name`` takes its declarations from; ``None`` when no
     backend of that name is installed or it cannot be imported (the simulation then says so)."""
     try:
-        return load(name)
+        return load(name, _eps)
     except Exception:
         return None
 
@@ -83,16 +96,19 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
     so tools are killed before the collector gives up on them.
     """
     tool_timeout = max(0.05, timeout_seconds * 0.8)
+    eps = _entry_points()  # read once for every backend below
     if simulate is not None:
         from allsmi.backends.simulated import simulated_backends
         # Each simulated backend follows the declarations of the installed backend it impersonates.
-        return list(simulated_backends(simulate, timeout_seconds=tool_timeout, impersonate=impersonated,
+        return list(simulated_backends(simulate, timeout_seconds=tool_timeout,
+                                       impersonate=lambda name: impersonated(name, eps),
                                        **({"clock": clock} if clock else {})))
     opts = options or {}
     out: list[Backend] = []
-    for name in (enabled if enabled is not None else hardware_names()):
+    for name in (enabled if enabled is not None else
+                 [n for n in sorted(eps) if n not in SIMULATION_BACKENDS]):
         try:
-            cls = load(name)
+            cls = load(name, eps)
         except UnknownBackend:
             raise
         except Exception as exc:  # a broken plug-in must not take the others down
