@@ -209,6 +209,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     s.interval = o.interval
 
     from allsmi.exporter.exposition import STALE_PERIODS, Exposition
+    from allsmi.exporter.families import GroupPrice
     from allsmi.usage import idle_threshold_percent
     from allsmi.exporter.http import MetricsServer
     from allsmi.exporter.webconfig import WebConfigError, load_web_config
@@ -221,6 +222,8 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
             raise fail(str(exc)) from None
     exposition = Exposition(processes=o.processes, max_gap_seconds=o.energy_max_gap,
                             declared_groups={n: g.labels for n, g in s.config.groups.items()},
+                            group_prices={n: GroupPrice(g.price_per_device_hour, g.price_per_kwh, g.currency)
+                                          for n, g in s.config.groups.items()},
                             stale_after_seconds=STALE_PERIODS * (o.interval + s.timeout),
                             idle_threshold_percent=idle_threshold_percent(s.config))
     try:

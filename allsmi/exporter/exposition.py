@@ -25,8 +25,8 @@ from prometheus_client.registry import Collector
 
 from allsmi import __version__
 from allsmi.exporter.counters import UsageCounters
-from allsmi.exporter.families import (BackendCounter, CounterValues, ExporterHealth, build_families,
-                                      exporter_families)
+from allsmi.exporter.families import (BackendCounter, CounterValues, ExporterHealth, GroupPrice,
+                                      build_families, exporter_families)
 from allsmi.exporter.textformat import LabelBlocks, render_openmetrics, render_text
 from allsmi.schema import Snapshot
 from allsmi.usage import DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS
@@ -57,12 +57,13 @@ class SnapshotMetrics(Collector):
                  backend_counters: Mapping[str, BackendCounter] | None = None,
                  backends_shown: Iterable[str] | None = None,
                  declared_groups: Mapping[str, Mapping[str, str]] | None = None,
+                 group_prices: Mapping[str, GroupPrice] | None = None,
                  processes: bool = False) -> None:
         self.snapshot = snapshot
         self.options: dict[str, Any] = dict(
             counters=counters, backend_counters=backend_counters,
             backends_shown=None if backends_shown is None else frozenset(backends_shown),
-            declared_groups=declared_groups, processes=processes)
+            declared_groups=declared_groups, group_prices=group_prices, processes=processes)
 
     def collect(self) -> Iterable[Any]:
         """Fresh metric families for the snapshot."""
@@ -157,6 +158,7 @@ class Exposition:
 
     def __init__(self, *, processes: bool = False, max_gap_seconds: float | None = None,
                  declared_groups: Mapping[str, Mapping[str, str]] | None = None,
+                 group_prices: Mapping[str, GroupPrice] | None = None,
                  stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
                  ledger: Any = None, clock: Callable[[], float] = time.monotonic,
                  idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT) -> None:
@@ -165,6 +167,7 @@ class Exposition:
             DEFAULT_MAX_GAP_SECONDS if max_gap_seconds is None else max_gap_seconds,
             idle_threshold_percent=idle_threshold_percent)
         self.declared_groups = dict(declared_groups or {})
+        self.group_prices = dict(group_prices or {})
         self.stale_after_seconds = stale_after_seconds
         self.ledger = ledger
         self.render_errors = 0
@@ -213,7 +216,8 @@ class Exposition:
         return SnapshotMetrics(snapshot, counters=self.counters.devices(),
                                backend_counters=self.counters.backends(),
                                backends_shown=self.counters.backends_present(),
-                               declared_groups=self.declared_groups, processes=self.processes)
+                               declared_groups=self.declared_groups,
+                               group_prices=self.group_prices, processes=self.processes)
 
     def _render(self, snapshot: Snapshot) -> Rendered:
         families = list(self.metrics(snapshot).collect())

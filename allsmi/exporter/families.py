@@ -131,6 +131,17 @@ RESOURCE_GROUP_INFO = Family(
     "A resource group in use or declared in the configuration, with its extra labels; always 1.",
     ("resource_group", "<the group's labels>"), source="configuration [groups.NAME.labels]",
     condition="each group assigned to a device or declared in the config")
+PRICE_DEVICE_HOUR = Family(
+    "allsmi_resource_group_price_per_device_hour", "gauge",
+    "Configured price of one allocated device-hour in the group, in the group's currency (a "
+    "partition is billed at its share of its device).",
+    ("resource_group", "currency"), source="configuration [groups.NAME] price_per_device_hour",
+    condition="declared groups with a price per device-hour")
+PRICE_KWH = Family(
+    "allsmi_resource_group_price_per_kwh", "gauge",
+    "Configured price of one kWh of board energy in the group, in the group's currency.",
+    ("resource_group", "currency"), source="configuration [groups.NAME] price_per_kwh",
+    condition="declared groups with a price per kWh")
 WORKLOAD_INFO = Family(
     "allsmi_device_workload_info", "info",
     "A workload (Kubernetes container or batch job) holding the device; always 1. Join on uuid "
@@ -188,7 +199,7 @@ LEDGER_DROPPED = Family(
 
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + tuple(c for c, _ in COUNTERS)
-    + (RESOURCE_GROUP_INFO, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
+    + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED))
 """Every family the exporter can emit, in exposition order."""
@@ -244,6 +255,7 @@ def build_families(snapshot: Snapshot, *, version: str,
                    backend_counters: Mapping[str, BackendCounter] | None = None,
                    backends_shown: Iterable[str] | None = None,
                    declared_groups: Mapping[str, Mapping[str, str]] | None = None,
+                   group_prices: Mapping[str, GroupPrice] | None = None,
                    processes: bool = False) -> list[Metric]:
     """Every metric family for ``snapshot``, fresh (nothing is kept between calls).
 
@@ -252,7 +264,8 @@ def build_families(snapshot: Snapshot, *, version: str,
     count). ``backends_shown`` limits the backend families to those names
     (default: every backend that is not ``unavailable``). ``declared_groups``
     maps group name to its extra labels, so declared groups are listed even
-    when no device uses them. ``processes`` adds per-process memory.
+    when no device uses them; ``group_prices`` their configured prices (for cost
+    recording rules). ``processes`` adds per-process memory.
     """
     devices = snapshot.devices
     labels = {dev.id: device_labels(dev) for dev in devices}
@@ -306,6 +319,7 @@ def build_families(snapshot: Snapshot, *, version: str,
     for name in sorted(groups):
         group_info.add_metric([], {**dict(groups[name]), "resource_group": name})
     out.append(group_info)
+    out.extend(_price_families(group_prices or {}))
 
     out.append(_workload_family(devices, processes))
 
@@ -320,6 +334,27 @@ def build_families(snapshot: Snapshot, *, version: str,
     build = _info(BUILD_INFO)
     build.add_metric([version], {})
     out.append(build)
+    return out
+
+
+@dataclass(frozen=True)
+class GroupPrice:
+    """A declared group's prices (``None``: not priced) and currency."""
+
+    per_device_hour: float | None
+    per_kwh: float | None
+    currency: str | None
+
+
+def _price_families(prices: Mapping[str, GroupPrice]) -> list[Metric]:
+    out: list[Metric] = []
+    for family, attr in ((PRICE_DEVICE_HOUR, "per_device_hour"), (PRICE_KWH, "per_kwh")):
+        gauge = _gauge(family)
+        for name in sorted(prices):
+            value = getattr(prices[name], attr)
+            if value is not None:
+                gauge.add_metric([name, _text(prices[name].currency)], float(value))
+        out.append(gauge)
     return out
 
 

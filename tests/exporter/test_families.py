@@ -7,7 +7,7 @@ import gzip
 import pytest
 
 from allsmi.exporter.exposition import Exposition, render_snapshot
-from allsmi.exporter.families import DEVICE_LABELS, FAMILIES, INFO_LABELS, GAUGES
+from allsmi.exporter.families import DEVICE_LABELS, FAMILIES, INFO_LABELS, GAUGES, GroupPrice
 from allsmi.fields import MEASUREMENTS
 from allsmi.schema import BackendStatus, ProcessSample
 
@@ -151,6 +151,19 @@ def test_resource_groups_in_use_and_declared() -> None:
                       "inference": {"resource_group": "inference", "team": "serving",
                                     "cost_center": "42"},
                       "idle": {"resource_group": "idle"}}
+
+
+def test_group_prices_are_published_only_where_configured() -> None:
+    exposition = Exposition(group_prices={"training": GroupPrice(2.5, 0.12, "USD"),
+                                          "spot": GroupPrice(0.8, None, "EUR"),
+                                          "free": GroupPrice(None, None, None)})
+    text = render(exposition, snapshot([device(resource_group="training")]))
+    assert labelsets(text, "allsmi_resource_group_price_per_device_hour") == [
+        {"resource_group": "spot", "currency": "EUR"}, {"resource_group": "training", "currency": "USD"}]
+    hourly = values(text, "allsmi_resource_group_price_per_device_hour")
+    assert sorted(hourly.values()) == [0.8, 2.5]
+    # an unpriced group or price has no series: never an invented 0
+    assert list(values(text, "allsmi_resource_group_price_per_kwh").values()) == [0.12]
 
 
 def test_backend_families() -> None:
