@@ -42,24 +42,18 @@ _MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
 #: Compute slices of a GPU in MIG mode (A100, H100, H200, B200); an A30 has 4.
 _MIG_SLICES, _MIG_SLICES_A30 = 7, 4
 
-_installed: "dict[str, Any] | None" = None
-_installed_lock = threading.Lock()
+_A30 = re.compile(r"\bA30\b")
 
 
 def installed_backend(name: str) -> "type[Backend] | None":
-    """The installed backend class registered as ``name`` in the ``allsmi.backends`` entry-point
-    group (the registry's own lookup, which this layer may not import, hands its loader to
-    :func:`simulated_backends` instead; this is the default for direct callers). ``None``
-    when no such backend is installed or it cannot be imported."""
-    global _installed
-    with _installed_lock:
-        if _installed is None:
-            from importlib.metadata import entry_points
-            found: dict[str, Any] = {}
-            for ep in entry_points(group="allsmi.backends"):
-                found.setdefault(ep.name, ep)  # first distribution wins, as in the registry
-            _installed = found
-        ep = _installed.get(name)
+    """The backend class installed as ``name`` in the ``allsmi.backends`` entry-point group, or
+    ``None`` when there is none or it cannot be imported.
+
+    The default for callers of :func:`simulated_backends`; the registry (which this layer may not
+    import) passes its own loader, :func:`allsmi.registry.impersonated`, to the same effect.
+    """
+    from importlib.metadata import entry_points
+    ep = next(iter(entry_points(group="allsmi.backends", name=name)), None)  # first one wins
     if ep is None:
         return None
     try:
@@ -75,7 +69,7 @@ def partition_share(profile: str | None, model: str | None, siblings: int) -> fl
     device's N partitions (an AMD compute partition)."""
     found = _MIG_PROFILE.match(profile or "")
     if found is not None:
-        total = _MIG_SLICES_A30 if " A30" in f" {model or ''}" else _MIG_SLICES
+        total = _MIG_SLICES_A30 if _A30.search(model or "") else _MIG_SLICES
         slices = int(found.group(1) or found.group(2))
         if 0 < slices <= total:
             return slices / total
