@@ -16,12 +16,12 @@ import ctypes
 import io
 import os
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
-from importlib import metadata
 from types import ModuleType
 from typing import Callable, Iterator, TextIO
+
+from allsmi import distinfo
 
 #: How long :func:`quiet_stdout` waits for another thread's redirection to end.
 LOCK_WAIT_SECONDS = 1.0
@@ -103,6 +103,7 @@ def _redirected(captured: CapturedOutput) -> Iterator[CapturedOutput]:
         saved_fd: int | None = os.dup(1)
     except OSError:  # fd 1 closed: nothing to protect at the fd level
         saved_fd = None
+    import tempfile
     sink = tempfile.TemporaryFile()
     text_sink = io.StringIO()
     try:
@@ -123,10 +124,43 @@ def _redirected(captured: CapturedOutput) -> Iterator[CapturedOutput]:
 
 def package_version() -> str | None:
     """The installed ``amdsmi`` distribution's version, without importing it."""
+    return distinfo.version("amdsmi")
+
+
+LIBRARY = "libamd_smi.so"
+
+
+def library_paths() -> list[str]:
+    """The explicit places amdsmi (``amdsmi_wrapper.find_smi_library``) loads the library
+    from, besides the loader's search for its bare name."""
+    import importlib.util
+    paths = []
+    rocm = os.getenv("ROCM_HOME", os.getenv("ROCM_PATH"))
+    if rocm:
+        paths.append(os.path.join(rocm, "lib", LIBRARY))
     try:
-        return metadata.version("amdsmi")
-    except metadata.PackageNotFoundError:
+        spec = importlib.util.find_spec("amdsmi")
+    except (ImportError, ValueError):
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        paths.append(os.path.join(folder, LIBRARY))
+    paths.append(os.path.join(os.getenv("ROCM_PATH", "/opt/rocm"), "lib", LIBRARY))
+    return paths
+
+
+def quick_absence(device_nodes: tuple[str, ...]) -> tuple[str, dict[str, str]] | None:
+    """Why amdsmi cannot work here, from the file system alone, without importing it (its
+    import loads the library); ``None`` when it may (then import it and ask).
+
+    Absent means no AMD device node and no ``libamd_smi.so`` where amdsmi looks: its
+    import would fail with the same reason. Returns the reason and what was searched.
+    """
+    from allsmi.backends._presence import maybe_present
+    paths = library_paths()
+    if maybe_present("amdsmi", device_nodes, LIBRARY, paths):
         return None
+    return LIBRARY_MISSING_REASON, {
+        "searched": f"{', '.join(device_nodes)}; {LIBRARY} in {', '.join(paths)} and the loader's paths"}
 
 
 def load_amdsmi() -> ModuleType:

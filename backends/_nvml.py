@@ -58,6 +58,15 @@ VALUE_NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 NO_INSTANCE_ID = 0xFFFFFFFF
 
 
+#: The library pynvml loads on Linux, and what is said when there is none.
+LIBRARY = "libnvidia-ml.so.1"
+LIBRARY_MISSING = f"{LIBRARY} not found (no NVIDIA driver installed)"
+#: Signs of the NVIDIA driver besides its device nodes (NVML creates missing nodes itself),
+#: and where WSL keeps the library.
+DRIVER_PATHS = ("/proc/driver/nvidia",)
+LIBRARY_PATHS = ("/usr/lib/wsl/lib/libnvidia-ml.so.1",)
+
+
 class NvmlAbsent(Exception):
     """NVML cannot be used on this machine; the message says why in user terms."""
 
@@ -79,6 +88,19 @@ def import_pynvml() -> ModuleType:
     return pynvml
 
 
+def quick_absence(device_nodes: tuple[str, ...]) -> str | None:
+    """Why NVML cannot be here, from the file system alone, without importing pynvml;
+    ``None`` when it may be (then import pynvml and ask NVML).
+
+    Absent means no device node, no driver in ``/proc`` and no ``libnvidia-ml.so.1`` the
+    loader would find: ``nvmlInit`` would fail with "library not found" (the same reason).
+    """
+    from allsmi.backends._presence import maybe_present
+    if maybe_present("pynvml", (*device_nodes, *DRIVER_PATHS), LIBRARY, LIBRARY_PATHS):
+        return None
+    return LIBRARY_MISSING
+
+
 def error_code(exc: BaseException) -> int | None:
     """The NVML return code carried by a pynvml exception, else ``None``."""
     value = getattr(exc, "value", None)
@@ -94,7 +116,7 @@ def describe_init_failure(exc: BaseException) -> tuple[bool, str]:
     """
     code = error_code(exc)
     if code == ERROR_LIBRARY_NOT_FOUND:
-        return True, "libnvidia-ml.so.1 not found (no NVIDIA driver installed)"
+        return True, LIBRARY_MISSING
     if code == ERROR_DRIVER_NOT_LOADED:
         return True, "the NVIDIA kernel driver is not loaded"
     if code == ERROR_NO_PERMISSION:

@@ -34,6 +34,7 @@ from allsmi.backends._amdsmi_loader import (
     AmdsmiLoadError,
     load_amdsmi,
     package_version,
+    quick_absence,
     quiet_stdout,
 )
 from allsmi.backends._amdsmi_partitions import Board, Layout, PlannedDevice, arrange
@@ -81,6 +82,11 @@ class AmdBackend(Backend):
     def _load(self) -> ModuleType:
         if self._module is not None:
             return self._module
+        if self._loader is load_amdsmi:
+            absent = quick_absence(self.device_nodes)
+            if absent:  # nothing AMD here: amdsmi (which loads the library) is not even imported
+                reason, self._load_details = absent
+                raise BackendUnavailable(reason)
         try:
             module = self._loader()
         except AmdsmiLoadError as exc:

@@ -37,10 +37,10 @@ for good; Unknown marks it ``lost`` for this cycle only. See
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor, wait
-from importlib import metadata
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
+from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
 from allsmi.backends import _nvml
 from allsmi.backends._host_procs import ProcessOwners
@@ -112,10 +112,12 @@ class NvidiaBackend(Backend):
         and shared by every instance (see :func:`allsmi.backends._nvml.ensure_init`).
         """
         details: dict[str, str] = {}
-        try:
-            details["nvidia-ml-py"] = metadata.version("nvidia-ml-py")
-        except metadata.PackageNotFoundError:
-            pass
+        version = distinfo.version("nvidia-ml-py")
+        if version:
+            details["nvidia-ml-py"] = version
+        absent = _nvml.quick_absence(self.device_nodes)
+        if absent:  # nothing NVIDIA here: pynvml is not even imported
+            return ProbeResult(False, absent, details)
         try:
             pynvml = _nvml.ensure_init()
         except NvmlAbsent as exc:
@@ -149,6 +151,9 @@ class NvidiaBackend(Backend):
 
     def open(self) -> None:
         """Initialise NVML (once per process), enumerate GPUs and read static facts."""
+        absent = _nvml.quick_absence(self.device_nodes)
+        if absent:
+            raise BackendUnavailable(absent)
         try:
             pynvml = _nvml.ensure_init()
         except NvmlAbsent as exc:
