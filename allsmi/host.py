@@ -1,13 +1,85 @@
-"""The host sample (CPU and memory) from psutil."""
+"""The host sample (CPU and memory).
+
+On Linux the two figures are read from ``/proc/stat`` and ``/proc/meminfo`` with
+psutil's own formulas (``psutil.cpu_percent`` and ``virtual_memory().available``),
+so that a one-shot ``allsmi snapshot`` does not pay for importing psutil; elsewhere,
+or where ``/proc`` lacks a field, psutil reads them.
+"""
 
 from __future__ import annotations
 
-import socket
+import os
+import sys
 import time
-
-import psutil
+from typing import Any
 
 from allsmi.schema import HostSample
+
+PROC_STAT = "/proc/stat"
+PROC_MEMINFO = "/proc/meminfo"
+
+
+def _hostname() -> str:
+    if hasattr(os, "uname"):
+        return os.uname().nodename  # what gethostname(2) returns on POSIX
+    import socket
+    return socket.gethostname()
+
+
+def _linux_cpu_times() -> list[float] | None:
+    """The system-wide jiffies of the first ``/proc/stat`` line (user, nice, system, idle,
+    iowait, irq, softirq, steal, guest, guest_nice; older kernels give fewer)."""
+    try:
+        with open(PROC_STAT, "rb") as handle:
+            fields = handle.readline().split()
+        if fields[:1] != [b"cpu"] or len(fields) < 5:
+            return None
+        return [float(v) for v in fields[1:11]]
+    except (OSError, ValueError):
+        return None
+
+
+def _busy_percent(before: list[float], after: list[float]) -> float:
+    """``psutil.cpu_percent``'s formula on Linux: per-field deltas (never negative); guest
+    time is already in user time; idle and iowait are not busy."""
+    delta = [max(0.0, b - a) for a, b in zip(before, after)]
+    total = sum(delta) - sum(delta[8:10])
+    busy = total - delta[3] - (delta[4] if len(delta) > 4 else 0.0)
+    return round(busy / total * 100, 1) if total else 0.0
+
+
+def _linux_memory() -> tuple[int, int] | None:
+    """``(total, available)`` bytes from ``/proc/meminfo`` (``MemAvailable``, Linux >= 3.14)."""
+    found: dict[bytes, int] = {}
+    try:
+        with open(PROC_MEMINFO, "rb") as handle:
+            for line in handle:
+                key, _, rest = line.partition(b":")
+                if key in (b"MemTotal", b"MemAvailable"):
+                    found[key] = int(rest.split()[0]) * 1024
+                    if len(found) == 2:
+                        return found[b"MemTotal"], found[b"MemAvailable"]
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class _CpuWindow:
+    """CPU busy percent between two readings (``psutil.cpu_percent(interval=None)``)."""
+
+    def __init__(self) -> None:
+        self._last: list[float] | None = None
+        self._psutil = not sys.platform.startswith("linux")
+
+    def percent(self) -> float | None:
+        if not self._psutil:
+            now = _linux_cpu_times()
+            if now is not None:
+                last, self._last = self._last, now
+                return None if last is None or len(last) != len(now) else _busy_percent(last, now)
+            self._psutil = True
+        import psutil
+        return float(psutil.cpu_percent(interval=None))
 
 
 class HostSampler:
@@ -21,24 +93,33 @@ class HostSampler:
     MIN_WINDOW_SECONDS = 0.02
 
     def __init__(self, hostname: str | None = None) -> None:
-        self.hostname = hostname or socket.gethostname()
+        self.hostname = hostname or _hostname()
         self._primed_at: float | None = None
+        self._cpu = _CpuWindow()
 
     def prime(self) -> None:
-        """Start psutil's CPU measurement window now (e.g. at program start)."""
-        psutil.cpu_percent(interval=None)
+        """Start the CPU measurement window now (e.g. at program start)."""
+        self._cpu.percent()
         self._primed_at = time.monotonic()
 
     def sample(self) -> HostSample:
         """One host sample; CPU covers the time since the previous sample or :meth:`prime`."""
         primed_at = self._primed_at
-        cpu: float | None = psutil.cpu_percent(interval=None)
+        cpu: float | None = self._cpu.percent()
         now = time.monotonic()
         if primed_at is None or now - primed_at < self.MIN_WINDOW_SECONDS:
             cpu = None
         self._primed_at = now
-        mem = psutil.virtual_memory()
+        total, available = self._memory()
         return HostSample(hostname=self.hostname, cpu_utilization_percent=cpu,
-                          memory_used_bytes=int(mem.total - mem.available),
-                          memory_total_bytes=int(mem.total))
+                          memory_used_bytes=int(total - available),
+                          memory_total_bytes=int(total))
 
+    @staticmethod
+    def _memory() -> tuple[int, int]:
+        found = _linux_memory() if sys.platform.startswith("linux") else None
+        if found is not None:
+            return found
+        import psutil
+        mem: Any = psutil.virtual_memory()
+        return int(mem.total), int(mem.available)
