@@ -74,3 +74,87 @@ def test_listing_backends_imports_no_vendor_library() -> None:
                             "import allsmi.cli.backends_cmd")
     assert not loaded & set(VENDOR)
     assert "allsmi" in loaded
+
+
+# -- start-up: what `allsmi snapshot` imports (benchmarks/startup.py measures the time) ------------
+
+#: Never imported by a plain `allsmi snapshot --format json|csv`: the click command tree (the fast
+#: path of allsmi/cli/fast.py), importlib.metadata (allsmi/distinfo.py reads the entry points) and
+#: psutil (allsmi/host.py reads /proc on Linux).
+STARTUP_FREE = ("click", "importlib.metadata", "psutil")
+
+
+def _snapshot_modules(args: list[str], env: dict[str, str] | None = None) -> set[str]:
+    import json
+    import os
+    code = ("import sys, atexit, json\n"
+            "def report():\n"
+            "    sys.stderr.write('MODULES=' + json.dumps(sorted(sys.modules)))\n"
+            "atexit.register(report)\n"
+            f"sys.argv = ['allsmi', *{args!r}]\n"
+            "from allsmi.cli.main import main\n"
+            "main()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, **(env or {})})
+    assert result.returncode == 0 and result.stdout, result.stderr
+    return set(json.loads(result.stderr.split("MODULES=")[-1]))
+
+
+def test_plain_snapshots_import_neither_click_nor_importlib_metadata_nor_psutil() -> None:
+    free = set(STARTUP_FREE) if sys.platform.startswith("linux") else set(STARTUP_FREE) - {"psutil"}
+    for args in (["snapshot", "--format", "json"], ["snapshot", "--simulate", "mixed", "--format", "csv"],
+                 ["--simulate", "mixed", "snapshot"]):
+        modules = _snapshot_modules(args)
+        assert not modules & free, (args, modules & free)
+        assert not {m.split(".")[0] for m in modules} & set(HEAVY), args
+
+
+def test_vendor_bindings_are_imported_only_where_their_vendor_may_be() -> None:
+    from allsmi.backends import _presence
+    from allsmi.backends._amdsmi_loader import library_paths
+    from allsmi.backends.amd import AmdBackend
+    from allsmi.backends.nvidia import NvidiaBackend
+    from allsmi.backends._nvml import DRIVER_PATHS, LIBRARY, LIBRARY_PATHS
+
+    modules = _snapshot_modules(["snapshot", "--format", "json"])
+    nvidia_here = _presence.any_node((*NvidiaBackend.device_nodes, *DRIVER_PATHS)) or \
+        _presence.library_findable(LIBRARY, LIBRARY_PATHS)
+    amd_here = _presence.any_node(AmdBackend.device_nodes) or \
+        _presence.library_findable("libamd_smi.so", library_paths())
+    assert ("pynvml" in modules) == nvidia_here
+    assert ("amdsmi" in modules) == amd_here
+
+
+def test_a_library_file_makes_the_backend_ask_the_binding(tmp_path: Path) -> None:
+    """Where the loader would find the library, the binding is imported and asked; a file that
+    is no library gives the same "not found" reasons as no file at all."""
+    import json
+    import os
+    libs = tmp_path / "lib"
+    libs.mkdir()
+    (libs / "libnvidia-ml.so.1").write_bytes(b"not an ELF file")
+    rocm = tmp_path / "rocm"
+    (rocm / "lib").mkdir(parents=True)
+    (rocm / "lib" / "libamd_smi.so").write_bytes(b"not an ELF file")
+    code = ("import sys, json\nfrom allsmi.backends.nvidia import NvidiaBackend\n"
+            "from allsmi.backends.amd import AmdBackend\n"
+            "probes = {b.name: b.probe() for b in (NvidiaBackend(), AmdBackend())}\n"
+            "out = {name: p.reason for name, p in probes.items()}\n"
+            "# a failed import leaves no module behind: amdsmi's printed words show it ran\n"
+            "out['imported'] = ['pynvml'] * ('pynvml' in sys.modules) + \\\n"
+            "    ['amdsmi'] * ('loader_output' in probes['amd'].details or 'amdsmi' in sys.modules)\n"
+            "print(json.dumps(out))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ROCM_PATH", "ROCM_HOME", "LD_LIBRARY_PATH")}
+
+    def probe(extra: dict[str, str]) -> dict[str, object]:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=120, env={**env, **extra}, check=True)
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    with_files = probe({"LD_LIBRARY_PATH": str(libs), "ROCM_PATH": str(rocm)})
+    assert with_files["imported"] == ["pynvml", "amdsmi"]
+    assert with_files["nvidia"] == "libnvidia-ml.so.1 not found (no NVIDIA driver installed)"
+    assert str(with_files["amd"]).startswith("libamd_smi.so not found")
+    without = probe({})
+    if not without["imported"]:  # this machine has neither vendor: answered from the file system
+        assert without["nvidia"] == with_files["nvidia"] and without["amd"] == with_files["amd"]
