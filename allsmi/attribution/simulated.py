@@ -12,7 +12,6 @@ device is regularly allocated but idle. Jobs get new ids every
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -68,6 +67,7 @@ _PLAN: dict[tuple[object, ...], object] = {
 
 
 def _short_hash(*parts: object) -> str:
+    import hashlib  # here: loading OpenSSL costs every start-up, and only --simulate needs it
     return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=4).hexdigest()[:5]
 
 
