@@ -10,35 +10,42 @@ the next round armed only when the previous one finished.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import signal
+import threading
 import time
 from typing import Any, Callable, Sequence
 
 from rich.console import Group as RichGroup
 from rich.text import Text
-from textual import work
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.widgets import ContentSwitcher, DataTable, Input, Static
 
 from allsmi.config import Config
-from allsmi.formatting import NA, human_bytes, percent
+from allsmi.formatting import NA
 
 from .device_table import DeviceTable, RowContext, columns_for, parent_names
 from .help import HelpScreen
+from .hosts import HOST_COLUMNS, host_detail, host_rows
 from .model import (DESCENDING_BY_DEFAULT, SORT_KEYS, DeviceRef, EnergyMeter, Filter, History, Totals,
-                    apply_filter, order_devices, refs_of, sum_totals, totals_by)
+                    apply_filter, order_devices, order_totals, refs_of, sum_totals, totals_by)
 from .options import DEFAULT_THEME, LIGHT_THEME, DashboardOptions
-from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, ProcessTable, SummaryBar, age_text,
-                     totals_cells, memory_pair, power_pair)
-from .render import Palette
+from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar,
+                     totals_cells)
+from .render import Palette, safe, safe_text
 from .sources import HostState, Source
+from .summary import summary_lines
 
 VIEWS = ("devices", "groups", "cluster")
-HOST_COLUMNS = (("host", "host", 21), ("state", "state", 5), ("age", "age", 8), ("devices", "devices", 7),
-                ("util", "util", 5), ("power", "power / limit", 13), ("memory", "memory", 19),
-                ("name", "hostname", 16), ("error", "problem", None))
+#: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
+#: device table keeps rows to show.
+PANEL_MIN_HEIGHT = 20
+#: Signals that end the dashboard as `q` does (terminal restored, exit code 0).
+QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 
 
@@ -51,6 +58,7 @@ class DashboardApp(App[None]):
 
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="Quit at once"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="Quit at once"),
         Binding("question_mark,h,f1", "help", "Help", key_display="?", tooltip="Show this help"),
         Binding("d", "view('devices')", "Devices", tooltip="Device view (one row per device)"),
         Binding("g", "view('groups')", "Groups",
@@ -79,8 +87,13 @@ class DashboardApp(App[None]):
 
     def __init__(self, source: Source, *, config: Config | None = None,
                  options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
-                 history_points: int | None = None, poll_seconds: float | None = None) -> None:
+                 history_points: int | None = None, poll_seconds: float | None = None,
+                 handle_signals: bool = False) -> None:
         super().__init__()
+        self.handle_signals = handle_signals
+        """Whether SIGTERM and SIGHUP quit the app like `q` (the CLI sets it; tests need not)."""
+        self.quit_signal: int | None = None
+        """The signal that ended the app, if one did."""
         self.source = source
         """Where snapshots come from (the local collector, remote hosts, Prometheus, fixtures)."""
         self.config = config or Config()
@@ -111,6 +124,11 @@ class DashboardApp(App[None]):
         self._compact = True
         self._spark_width = 0
         self._refresh_started = 0.0
+        self._refresh_cancel = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._app_context: contextvars.Context | None = None
+        self._panel_choice: bool | None = None
+        """The user's `z` choice for the bottom panel; ``None`` follows the terminal height."""
         self._total = Totals("all")
 
     # -- layout ------------------------------------------------------------------------
@@ -130,34 +148,59 @@ class DashboardApp(App[None]):
             with Vertical(id="cluster"):
                 yield Static("Hosts", classes="section-title")
                 yield DiffTable(HOST_COLUMNS, id="host-table")
+                yield Static(id="host-detail")
                 yield Static("Resource groups", classes="section-title")
                 yield DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals")
                 yield Static("Vendors", classes="section-title")
                 yield DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals")
         yield Input(placeholder="filter: model, vendor, id, group, host, user, command "
                                 "(Enter keeps it, Esc clears)", id="filter")
-        yield Footer()
+        yield LeanFooter()
 
     def on_mount(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._app_context = contextvars.copy_context()  # the app's context, for calls from threads
+        if self.handle_signals:
+            for signum in QUIT_SIGNALS:
+                self._loop.add_signal_handler(signum, self._quit_on_signal, signum)
         self.theme = self.options.theme
         self._palette = Palette.from_theme(self.current_theme, self.no_color)
         self.query_one("#filter", Input).cursor_blink = False
         for host, snap in self.source.history():
             self.history.add(host, snap)
         self._configure_columns()
+        self._fit_panel(self.size.height)
         self._focus_view()
         self.poll()
         self.set_interval(self.poll_seconds, self.poll)
         if getattr(self.source, "fetches", True):
             self._start_refresh()
 
-    def on_resize(self) -> None:
-        self.set_class(self.size.height >= 40, "-tall")
-        if self._configure_columns():
+    def on_unmount(self) -> None:
+        self._refresh_cancel.set()
+        if self.handle_signals and self._loop is not None:
+            for signum in QUIT_SIGNALS:
+                self._loop.remove_signal_handler(signum)
+
+    def _quit_on_signal(self, signum: int) -> None:
+        self.quit_signal = signum
+        self._refresh_cancel.set()
+        self.exit()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # The event carries the new size; ``self.size`` may still be the old one here.
+        self.set_class(event.size.height >= 40, "-tall")
+        self._fit_panel(event.size.height)
+        if self._configure_columns(event.size.width):
             self.refresh_view()
 
-    def _configure_columns(self) -> bool:
-        columns, compact, spark = columns_for(self.size.width - 2, self.source.cluster)
+    def _fit_panel(self, height: int) -> None:
+        shown = self._panel_choice if self._panel_choice is not None else height >= PANEL_MIN_HEIGHT
+        self.query_one("#bottom").set_class(not shown, "-hidden")
+
+    def _configure_columns(self, width: int | None = None) -> bool:
+        width = self.size.width if width is None else width
+        columns, compact, spark = columns_for(width - 2, self.source.cluster)
         self._compact, self._spark_width = compact, spark
         return self.device_table.configure(columns)
 
@@ -188,20 +231,31 @@ class DashboardApp(App[None]):
         self._update_summary()
 
     def _start_refresh(self) -> None:
-        self._refresh_started = time.monotonic()
-        self._refresh()
-
-    @work(thread=True, exclusive=True, group="refresh", exit_on_error=False)
-    def _refresh(self) -> None:
-        worker = get_current_worker()
-        self.source.refresh(lambda: worker.is_cancelled)
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "refresh" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+        if self._refresh_cancel.is_set():
             return
-        self.refresh_error = None
-        if event.state == WorkerState.ERROR:
-            self.refresh_error = f"refresh failed: {event.worker.error}"
+        self._refresh_started = time.monotonic()
+        # A daemon thread, not a Textual thread worker: those run on the event loop's executor,
+        # whose threads are joined when the loop closes, so a slow fetch would keep the process
+        # alive after the screen was restored.
+        threading.Thread(target=self._refresh_in_thread, daemon=True, name="allsmi-refresh").start()
+
+    def _refresh_in_thread(self) -> None:
+        error = None
+        try:
+            self.source.refresh(self._refresh_cancel.is_set)
+        except Exception as exc:  # shown on the summary line; the next round tries again
+            error = f"refresh failed: {type(exc).__name__}: {exc}"
+        if self._refresh_cancel.is_set() or self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._refresh_done, error, context=self._app_context)
+        except RuntimeError:  # the loop is closed: the app has ended
+            pass
+
+    def _refresh_done(self, error: str | None) -> None:
+        if self._refresh_cancel.is_set() or not self.is_running:
+            return
+        self.refresh_error = error
         self.poll()
         # Arm the next round only now, so rounds never overlap however slow one was.
         elapsed = time.monotonic() - self._refresh_started
@@ -256,8 +310,14 @@ class DashboardApp(App[None]):
                      or (r.host == ref.host and r.device.parent == ref.device.id)]
         names = {h.key: h.name for h in self.hosts}
         self.process_table.show(shown, self.source.cluster, names)
-        self.query_one("#processes").border_title = (
-            "processes: all shown devices" if self.process_scope == "all" else "processes: selected device")
+        title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
+        hosts_here = {r.host for r in shown}
+        hidden = [h.name for h in self.hosts if h.key in hosts_here and h.process_details is False]
+        if hidden:
+            title += f" ({safe(', '.join(hidden[:2]))}: host does not export process details)"
+        elif shown and all(r.device.processes is None for r in shown):
+            title += " (not reported for this device)"
+        self.query_one("#processes").border_title = title
 
     def _group_labels(self, name: str) -> dict[str, str]:
         return dict(self.config.group(name).labels)
@@ -277,103 +337,42 @@ class DashboardApp(App[None]):
             groups = totals_by(refs, lambda r: r.device.resource_group or NA, self.energy,
                                self._group_labels)
             vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
-        groups.sort(key=lambda t: t.name)
+        groups = order_totals(groups, self.sort_key, self.descending)
         self.query_one(group_id, DiffTable).set_rows(
             (f"group:{t.name}", totals_cells(t, self._palette)) for t in groups)
-        vendors.sort(key=lambda t: t.name)
+        vendors = order_totals(vendors, self.sort_key, self.descending)
         self.query_one(vendor_id, DiffTable).set_rows(
             (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False)) for t in vendors)
 
     def _show_hosts(self) -> None:
-        now = self.clock()
-        rows = []
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
-        for host in self.hosts:
-            totals = by_host.get(host.key) or host.summary or Totals(host.key)
-            if host.error is None:
-                known = host.snapshot is not None or host.summary is not None
-                state = Text("ok" if known else "wait", style=self._palette.ok)
-                problem = ""
-            else:
-                state = Text("down", style=f"bold {self._palette.hot}")
-                retry = "" if host.retry_at is None else f" (retry in {max(0.0, host.retry_at - now):.0f} s)"
-                problem = Text(f"unreachable: {host.error}{retry}", style=self._palette.hot)
-            age = host.age(now)
-            stale = age is not None and age > 3 * self.source.interval
-            rows.append((f"host:{host.key}", (
-                host.key, state,
-                Text(age_text(age), justify="right",
-                     style=self._palette.warn if stale or host.error else ""),
-                Text(str(totals.devices), justify="right"),
-                Text(percent(totals.utilization_percent), justify="right",
-                     style=self._palette.load(totals.utilization_percent)),
-                power_pair(totals.power_watts, totals.power_limit_watts),
-                memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
-                host.name if host.name != host.key else NA, problem)))
-        self.query_one("#host-table", DiffTable).set_rows(rows)
+        table = self.query_one("#host-table", DiffTable)
+        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval))
+        self._show_host_detail()
+
+    def _show_host_detail(self) -> None:
+        table = self.query_one("#host-table", DiffTable)
+        key = None
+        if table.row_count and 0 <= table.cursor_row < table.row_count:
+            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        host = next((h for h in self.hosts if f"host:{h.key}" == key), None)
+        self.query_one("#host-detail", Static).update(host_detail(host, self._palette, self.clock()))
 
     def _update_summary(self) -> None:
-        line, state = self._summary_lines()
+        line, state = summary_lines(
+            hosts=self.hosts, cluster=self.source.cluster, total=self._total, palette=self._palette,
+            now=self.clock(), interval=self.source.interval, view=self.view, sort_key=self.sort_key,
+            descending=self.descending, flt=self.filter, shown=self.shown,
+            process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error)
         plain = line.plain + "\n" + state.plain
         if plain != self._summary_text:
             self._summary_text = plain
-            self.query_one("#summary", SummaryBar).update(RichGroup(line, state))
-
-    def _summary_lines(self) -> tuple[Text, Text]:
-        now = self.clock()
-        pal = self._palette
-        total = self._total
-        line = Text()
-        if self.source.cluster:
-            up = sum(1 for h in self.hosts if h.error is None and h.snapshot is not None)
-            line.append("allsmi cluster", style="bold")
-            line.append(f"  hosts {up}/{len(self.hosts)} up",
-                        style=pal.hot if up < len(self.hosts) else "")
-            ages = [a for a in (h.age(now) for h in self.hosts) if a is not None]
-            age = max(ages) if ages else None
-        else:
-            host = self.hosts[0] if self.hosts else None
-            line.append(host.name if host else "allsmi", style="bold")
-            age = host.age(now) if host else None
-        stale = age is None or age > 3 * self.source.interval
-        line.append("  age ")
-        line.append(age_text(age) if age is not None else "waiting", style=pal.warn if stale else pal.ok)
-        line.append(f"  {total.devices} devices")
-        if total.lost:
-            line.append(f" ({total.lost} lost)", style=pal.hot)
-        line.append(f"  util {percent(total.utilization_percent)}"
-                    f"  power {power_pair(total.power_watts, total.power_limit_watts)}")
-        if not self.source.cluster and self.hosts and self.hosts[0].snapshot is not None:
-            snap = self.hosts[0].snapshot
-            line.append(f"  CPU {percent(snap.host.cpu_utilization_percent)}"
-                        f"  RAM {human_bytes(snap.host.memory_used_bytes)}"
-                        f"/{human_bytes(snap.host.memory_total_bytes)}")
-        # A failing or hung vendor must not just vanish from the screen. An absent one
-        # ("unavailable") is normal on a node without that vendor and is not shown.
-        faults = sorted({f"{b.name} {b.status}" for h in self.hosts if h.snapshot is not None
-                         for b in h.snapshot.backends if b.status in ("error", "timeout")})
-        if faults:
-            line.append("  backends: " + ", ".join(faults), style=f"bold {pal.hot}")
-        state = Text()
-        arrow = "▼" if self.descending else "▲"
-        state.append(f"{self.view}", style=f"bold {pal.accent}")
-        state.append(f"  sort {self.sort_key} {arrow}")
-        state.append("  filter ")
-        state.append(self.filter.describe() or "none", style=pal.warn if self.filter.active else "dim")
-        if self.filter.active:
-            state.append(f" ({len([r for r in self.shown if r.device.parent is None])} shown)")
-        state.append(f"  procs {self.process_scope}")
-        if self.paused:
-            state.append("  PAUSED", style=f"bold {pal.warn}")
-        if self.refresh_error:
-            state.append(f"  {self.refresh_error}", style=pal.hot)
-        state.append("  ? help  q quit", style="dim")
-        line.no_wrap = state.no_wrap = True
-        line.overflow = state.overflow = "ellipsis"
-        return line, state
+            self.query_one("#summary", SummaryBar).update(RichGroup(safe_text(line), safe_text(state)))
 
     # -- events ------------------------------------------------------------------------------
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "host-table":
+            self._show_host_detail()
         if event.data_table.id == "device-table" and event.row_key is not None:
             if event.row_key.value != self.selected:
                 self.selected = event.row_key.value
@@ -528,7 +527,8 @@ class DashboardApp(App[None]):
 
     def action_toggle_panel(self) -> None:
         """Give the whole screen to the device table, or bring the panel back."""
-        self.query_one("#bottom").toggle_class("-hidden")
+        self._panel_choice = self.query_one("#bottom").has_class("-hidden")
+        self._fit_panel(self.size.height)
 
     def action_pause(self) -> None:
         """Freeze the screen (data keeps being collected)."""
@@ -551,6 +551,7 @@ class DashboardApp(App[None]):
             self.refresh_view()
 
     async def action_quit(self) -> None:
-        """Leave at once; workers are cancelled and network threads are daemons."""
+        """Leave at once; refresh and fetch threads are daemons, told to stop."""
+        self._refresh_cancel.set()
         self.workers.cancel_all()
         self.exit()

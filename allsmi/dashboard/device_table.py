@@ -20,7 +20,7 @@ from allsmi.formatting import NA, celsius, human_bytes, na, percent
 from allsmi.schema import DeviceSample
 
 from .model import DeviceRef, EnergyMeter, History, memory_percent
-from .render import Palette, core_strip, gauge, spark_levels, spark_text
+from .render import Palette, core_strip, gauge, safe_text, spark_levels, spark_text
 
 #: Health words in the compact layout, where the column is five cells wide.
 _SHORT_HEALTH = {"ok": "ok", "degraded": "degr", "lost": "LOST", "unknown": "?", "stale": "stale"}
@@ -88,6 +88,8 @@ def _index_render(key: Any, ctx: RowContext) -> Text:
 def _model_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
     dev = ref.device
     name = dev.name or NA
+    if ctx.compact and name.lower().startswith(dev.vendor.lower() + " "):
+        name = name[len(dev.vendor) + 1:]  # the vendor column already says it; narrow cells
     if dev.parent is not None:
         parent = ctx.parent_names.get((ref.host, dev.parent))
         if parent and name.startswith(parent + " "):
@@ -247,7 +249,19 @@ def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
     return compact, True, 0
 
 
-class DeviceTable(DataTable[Any]):
+class SafeTable(DataTable[Any]):
+    """A DataTable whose every cell goes through :func:`safe_text`: a ``str`` cell is never
+    parsed as Rich markup (``[/]`` in a command line is text) and control characters never
+    reach the terminal, whatever a process, a device or a host sent."""
+
+    def add_row(self, *cells: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return super().add_row(*(safe_text(c) for c in cells), **kwargs)
+
+    def update_cell(self, row_key: Any, column_key: Any, value: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().update_cell(row_key, column_key, safe_text(value), **kwargs)
+
+
+class DeviceTable(SafeTable):
     """A :class:`DataTable` of devices that updates only the cells that changed."""
 
     DEFAULT_CSS = """

@@ -29,11 +29,15 @@ class DeviceRef:
     device: DeviceSample
     position: int
     """Place in the host's snapshot: backend order, then the vendor's index."""
+    repeat: int = 0
+    """How many devices with the same id came before this one in the host's snapshot (a
+    broken or hostile host can send duplicates: each is still shown, under its own key)."""
 
     @property
     def key(self) -> str:
         """A row key unique across hosts (device ids repeat between simulated hosts)."""
-        return device_key(self.host, self.device.id)
+        base = device_key(self.host, self.device.id)
+        return base if not self.repeat else f"{base}\x1f{self.repeat}"
 
 
 def device_key(host: str, device_id: str) -> str:
@@ -45,7 +49,21 @@ def refs_of(host: str, snapshot: Snapshot | None) -> list[DeviceRef]:
     """The devices of one host's snapshot, in snapshot order."""
     if snapshot is None:
         return []
-    return [DeviceRef(host, dev, i) for i, dev in enumerate(snapshot.devices)]
+    seen: dict[str, int] = {}
+    out = []
+    for i, dev in enumerate(snapshot.devices):
+        repeat = seen.get(dev.id, 0)
+        seen[dev.id] = repeat + 1
+        out.append(DeviceRef(host, dev, i, repeat))
+    return out
+
+
+def duplicate_ids(snapshot: Snapshot | None) -> list[str]:
+    """Device ids that occur more than once in ``snapshot`` (each shown; the host is warned about)."""
+    if snapshot is None:
+        return []
+    counts = collections.Counter(dev.id for dev in snapshot.devices)
+    return [ident for ident, count in counts.items() if count > 1]
 
 
 def memory_percent(dev: DeviceSample) -> float | None:
@@ -101,7 +119,10 @@ def order_devices(refs: Sequence[DeviceRef], key: str = "index",
             return (1, 0.0, natural(ref))
         return (0, -value if descending else value, natural(ref))
 
-    ordered = sorted(top, key=natural if key == "index" else sort_tuple)
+    if key == "index":
+        ordered = sorted(top, key=natural, reverse=descending)
+    else:
+        ordered = sorted(top, key=sort_tuple)
     out: list[DeviceRef] = []
 
     def place(ref: DeviceRef) -> None:
@@ -223,8 +244,8 @@ class History:
         if self._last_seen.get(host) == when:
             return False
         self._last_seen[host] = when
-        for dev in snapshot.devices:
-            key = device_key(host, dev.id)
+        for ref in refs_of(host, snapshot):
+            dev, key = ref.device, ref.key
             series = self._series.get(key)
             if series is None:
                 series = _Series(*(collections.deque(maxlen=self.points) for _ in HISTORY_METRICS))
@@ -301,6 +322,8 @@ class Totals:
     energy_joules: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
     processes: int = 0
+    hottest_celsius: float | None = None
+    """The highest temperature among the devices (what the temperature sort orders by)."""
 
     @property
     def utilization_percent(self) -> float | None:
@@ -335,7 +358,40 @@ def sum_totals(name: str, parts: Sequence[Totals]) -> Totals:
         for attr in ("memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts",
                      "energy_joules"):
             setattr(out, attr, _add(getattr(out, attr), getattr(part, attr)))
+        out.hottest_celsius = _max(out.hottest_celsius, part.hottest_celsius)
     return out
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def totals_value(totals: Totals, key: str) -> float | None:
+    """The number a totals row (group, vendor) sorts by for the sort ``key``."""
+    if key == "utilization":
+        return totals.utilization_percent
+    if key == "memory":
+        return totals.memory_percent
+    if key == "power":
+        return totals.power_watts
+    if key == "temperature":
+        return totals.hottest_celsius
+    return None
+
+
+def order_totals(rows: Sequence[Totals], key: str, descending: bool) -> list[Totals]:
+    """Totals rows in the dashboard's sort order: by name for ``index``, else by the same
+    quantity the device table sorts by (unknown last in both directions, ties by name)."""
+    if key == "index":
+        return sorted(rows, key=lambda t: t.name, reverse=descending)
+
+    def rank(totals: Totals) -> tuple[int, float, str]:
+        value = totals_value(totals, key)
+        if value is None:
+            return (1, 0.0, totals.name)
+        return (0, -value if descending else value, totals.name)
+
+    return sorted(rows, key=rank)
 
 
 def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
@@ -382,6 +438,7 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
         if dev.utilization_percent is not None:
             totals.utilization_sum += dev.utilization_percent
             totals.utilization_count += 1
+        totals.hottest_celsius = _max(totals.hottest_celsius, dev.temperature_celsius)
         totals.power_watts = _add(totals.power_watts, dev.power_watts)
         totals.power_limit_watts = _add(totals.power_limit_watts, dev.power_limit_watts)
         if energy is not None:

@@ -6,14 +6,14 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from rich.console import Group as RichGroup
 from rich.text import Text
-from textual.widgets import DataTable, Static
+from textual.widgets import Footer, Static
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
 from allsmi.schema import ProcessSample
 
-from .device_table import RowContext, RowText, describe_device
+from .device_table import RowContext, RowText, SafeTable, describe_device
 from .model import DeviceRef, Totals, memory_percent
-from .render import Palette, core_strip, spark
+from .render import Palette, core_strip, safe, safe_text, spark
 
 
 def energy_text(joules: float | None) -> str:
@@ -41,6 +41,19 @@ def age_text(age: float | None) -> str:
 def labels_text(labels: dict[str, str] | Any) -> str:
     """``team=ml project=llm`` (sorted), or empty."""
     return " ".join(f"{k}={v}" for k, v in sorted(dict(labels).items()))
+
+
+class LeanFooter(Footer):
+    """Textual's footer without its leak: each recompose (every focus or view change) leaves
+    the old keys' data-binding watchers on the footer, keeping every removed key alive.
+    They are dropped here once the new keys are mounted."""
+
+    async def recompose(self) -> None:
+        await super().recompose()
+        watchers = getattr(self, "__watchers", None) or {}
+        for callbacks in watchers.values():
+            callbacks[:] = [(node, callback) for node, callback in callbacks
+                            if getattr(node, "is_attached", True)]
 
 
 class SummaryBar(Static):
@@ -74,7 +87,7 @@ class DetailPanel(Static):
         def line(*parts: tuple[str, str]) -> Text:
             text = Text(no_wrap=True, overflow="ellipsis")
             for chunk, style in parts:
-                text.append(chunk, style=style)
+                text.append(safe(chunk), style=style)
             return text
 
         def metric(label: str, value: str, style: str, series: str, low: float = 0.0,
@@ -114,10 +127,10 @@ class DetailPanel(Static):
         if dev.firmware_version:
             extra.append(f"fw {dev.firmware_version}")
         lines.append(line(("  ".join(extra), "dim")))
-        return RichGroup(*lines)
+        return RichGroup(*(safe_text(text) for text in lines))
 
 
-class DiffTable(DataTable[Any]):
+class DiffTable(SafeTable):
     """A DataTable fed whole rows; only changed cells are rewritten."""
 
     def __init__(self, columns: Sequence[tuple[str, str, int | None]], **kwargs: Any) -> None:
@@ -144,9 +157,9 @@ class DiffTable(DataTable[Any]):
             if old is None:
                 self.add_row(*cells, key=key)
             elif old != frozen:
-                for (column, _label, _w), cell, before, after in zip(self._spec, cells, old, frozen):
+                for (column, _label, width), cell, before, after in zip(self._spec, cells, old, frozen):
                     if before != after:
-                        self.update_cell(key, column, cell)
+                        self.update_cell(key, column, cell, update_width=width is None)
             self._rows[key] = frozen
         order = [key for key, _ in rows]
         if order != self._order:

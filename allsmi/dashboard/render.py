@@ -9,12 +9,14 @@ carry the same information, which keeps the screen usable under
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from rich.text import Text
 
 from allsmi.formatting import NA
+from allsmi.text import clean_text
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _LEVELS = " ▁▂▃▄▅▆▇█"
@@ -163,3 +165,23 @@ def spark_levels(values: Sequence[float | None], width: int, low: float = 0.0,
 def na_text(style: str = "dim") -> Text:
     """"N/A" in the dim style (the formatting module's spelling)."""
     return Text(NA, style=style)
+
+
+# -- the one gate between data and the terminal -----------------------------------------
+
+def safe(value: Any) -> str:
+    """``value`` as text fit for the terminal: every control character (C0, DEL, C1, ESC)
+    replaced, one character for one, by :func:`allsmi.text.clean_text`. Schema objects are
+    already clean; this covers everything else shown (host keys, problems, messages)."""
+    text = value if isinstance(value, str) else str(value)
+    return text if text.isprintable() else clean_text(text, sys.maxsize)
+
+
+def safe_text(value: Any) -> Text:
+    """A cell or line as a :class:`Text`, never parsed as markup, with control characters
+    replaced. A ``Text`` keeps its styles (the replacement keeps every offset)."""
+    if isinstance(value, Text):
+        if not value.plain.isprintable():
+            value.plain = safe(value.plain)
+        return value
+    return Text(safe(value))

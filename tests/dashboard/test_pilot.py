@@ -202,6 +202,7 @@ async def test_hundreds_of_devices_scroll_to_the_last(sim_snapshots: list[Snapsh
         await play_all(app, source, pilot)
         assert app.device_table.row_count == 592
         await pilot.press("end")
+        await pilot.pause()
         assert app.selected == app.device_table.order[-1]
         assert "Blackhole" in screen_text(app)  # the last device (Tenstorrent) is on screen
 

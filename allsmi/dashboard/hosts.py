@@ -1,0 +1,98 @@
+"""The cluster view's hosts: one row per node, and the detail of the highlighted one.
+
+A node that is down says why (the reason the fetch failed: refused, timed out,
+``HTTP 500``, not JSON, wrong ``schema_version``, too large...), a node that
+answers with values the parser had to null says which, a node that does not
+export process details says so. The ``host`` and ``problem`` columns take the
+width their content needs; the line under the table shows the highlighted
+node's address, hostname and every problem in full.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from rich.text import Text
+
+from allsmi.formatting import NA, percent
+
+from .model import Totals, duplicate_ids
+from .panels import age_text, memory_pair, power_pair
+from .render import Palette, safe
+from .sources import HostState
+
+HOST_COLUMNS = (("host", "host", None), ("state", "state", 5), ("age", "age", 8), ("devices", "devices", 7),
+                ("util", "util", 5), ("power", "power / limit", 13), ("memory", "memory", 19),
+                ("name", "hostname", None), ("error", "problem", None))
+"""The hosts table; ``None`` widths follow the content (a long URL or reason is never cut)."""
+
+
+def host_warnings(host: HostState) -> list[str]:
+    """What is wrong with a host that answers: duplicate device ids, values the parser nulled."""
+    out = []
+    dups = duplicate_ids(host.snapshot)
+    if dups:
+        out.append(f"duplicate device id{'s' if len(dups) > 1 else ''} {', '.join(dups[:3])}"
+                   f"{' ...' if len(dups) > 3 else ''} (every device is shown)")
+    if host.problems:
+        out.append(f"bad values ignored: {'; '.join(host.problems)}")
+    return out
+
+
+def problem_text(host: HostState, palette: Palette, now: float) -> Text:
+    """The problem cell: why a host is down (and when it is retried), or its warnings."""
+    if host.error is not None:
+        retry = "" if host.retry_at is None else f" (retry in {max(0.0, host.retry_at - now):.0f} s)"
+        return Text(f"unreachable: {safe(host.error)}{retry}", style=palette.hot)
+    warnings = host_warnings(host)
+    if warnings:
+        return Text("; ".join(safe(w) for w in warnings)[:200], style=palette.warn)
+    return Text("")
+
+
+def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette: Palette, now: float,
+              interval: float) -> list[tuple[str, tuple[Any, ...]]]:
+    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order."""
+    rows = []
+    for host in hosts:
+        totals = by_host.get(host.key) or host.summary or Totals(host.key)
+        if host.error is None:
+            known = host.snapshot is not None or host.summary is not None
+            state = Text("ok" if known else "wait", style=palette.ok)
+        else:
+            state = Text("down", style=f"bold {palette.hot}")
+        age = host.age(now)
+        stale = age is not None and age > 3 * interval
+        rows.append((f"host:{host.key}", (
+            host.key, state,
+            Text(age_text(age), justify="right", style=palette.warn if stale or host.error else ""),
+            Text(str(totals.devices), justify="right"),
+            Text(percent(totals.utilization_percent), justify="right",
+                 style=palette.load(totals.utilization_percent)),
+            power_pair(totals.power_watts, totals.power_limit_watts),
+            memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
+            host.name if host.name != host.key else NA, problem_text(host, palette, now))))
+    return rows
+
+
+def host_detail(host: HostState | None, palette: Palette, now: float) -> Text:
+    """Everything about one host, wrapped (the line under the hosts table)."""
+    if host is None:
+        return Text("No host selected.", style="dim")
+    text = Text()
+    text.append(safe(host.key), style="bold")
+    if host.address and host.address != host.key:
+        text.append(f"  {safe(host.address)}", style="dim")
+    if host.name != host.key:
+        text.append(f"  reports hostname {safe(host.name)}")
+    if host.error is not None:
+        text.append("\ndown: ", style=f"bold {palette.hot}")
+        text.append(safe(host.error), style=palette.hot)
+        if host.retry_at is not None:
+            text.append(f" (retry in {max(0.0, host.retry_at - now):.0f} s)")
+    for warning in host_warnings(host):
+        text.append("\nwarning: ", style=f"bold {palette.warn}")
+        text.append(safe(warning), style=palette.warn)
+    if host.process_details is False:
+        text.append("\nthis host does not export process command lines or users", style="dim")
+    return text
