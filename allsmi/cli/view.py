@@ -7,6 +7,7 @@ source (other nodes' ``allsmi serve``, or a Prometheus server) is handed to
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
@@ -40,6 +41,29 @@ def _not_a_terminal() -> bool:
     return not (sys.stdout.isatty() and sys.stdin.isatty())
 
 
+def _dumb_terminal() -> bool:
+    """``TERM=dumb`` (Emacs shells, some CI consoles): no cursor movement, no colours."""
+    return os.environ.get("TERM", "") == "dumb"
+
+
+def _plain_only() -> bool:
+    if _not_a_terminal():
+        return True
+    if _dumb_terminal():
+        click.echo("allsmi: TERM=dumb: printing one plain table instead of the dashboard", err=True)
+        return True
+    return False
+
+
+def _run_app(app: Any, **run: Any) -> None:
+    """Run the dashboard; an unexpected error (Textual prints its traceback once the screen is
+    restored) ends the command with that exit code, never 0."""
+    app.run(**run)
+    code = app.return_code or 0
+    if code:
+        raise SystemExit(code)
+
+
 def _print_table_instead(s: Settings) -> None:
     """Without a terminal (a pipe, cron) print one snapshot table, as ``allsmi snapshot`` does."""
     from allsmi.cli.snapshot import render
@@ -64,7 +88,8 @@ def run_local(s: Settings, options: Any) -> None:
     collector.host.prime()
     collector.start()
     try:
-        DashboardApp(NodeSource(collector), config=s.config, options=options).run()
+        _run_app(DashboardApp(NodeSource(collector), config=s.config, options=options,
+                              handle_signals=True))
     finally:
         _close_quietly(collector.close)
 
@@ -125,14 +150,11 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     if urls and prometheus:
         raise fail("give either --hosts/--hostfile or --prometheus, not both")
     if not urls and not prometheus:
-        if _not_a_terminal():
+        if _plain_only():
             _print_table_instead(s)
             return
         run_local(s, options)
         return
-    if _not_a_terminal():
-        raise fail("the cluster view needs an interactive terminal")
-    from allsmi.dashboard.app import DashboardApp
     source: Any
     if prometheus:
         from allsmi.dashboard.prometheus import PrometheusSource
@@ -148,9 +170,25 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
         except ValueError as exc:
             raise fail(str(exc)) from None
     try:
-        DashboardApp(source, config=s.config, options=options).run()
+        if _plain_only():
+            _print_hosts_instead(source)
+            return
+        from allsmi.dashboard.app import DashboardApp
+        _run_app(DashboardApp(source, config=s.config, options=options, handle_signals=True))
     finally:
         source.close()
+
+
+def _print_hosts_instead(source: Any) -> None:
+    """One round of fetches printed as a plain hosts table; exit 1 when a host is down."""
+    import time
+
+    from allsmi.dashboard.hosts import plain_hosts
+    source.refresh(lambda: False)
+    hosts = source.hosts()
+    click.echo(plain_hosts(hosts, time.monotonic()), nl=False)
+    if any(h.error is not None or (h.snapshot is None and h.summary is None) for h in hosts):
+        raise SystemExit(1)
 
 
 @click.command(hidden=True)
@@ -159,7 +197,7 @@ def dashboard_default(**opts: Any) -> None:
     """The local dashboard, as plain ``allsmi`` opens it (group options apply)."""
     s = settings(**opts)
     options = _options(s, None, None)
-    if _not_a_terminal():
+    if _plain_only():
         _print_table_instead(s)
         return
     run_local(s, options)

@@ -96,3 +96,19 @@ def host_detail(host: HostState | None, palette: Palette, now: float) -> Text:
     if host.process_details is False:
         text.append("\nthis host does not export process command lines or users", style="dim")
     return text
+
+
+def plain_hosts(hosts: Sequence[HostState], now: float) -> str:
+    """The hosts as a plain table (no colour, no cursor movement) for a pipe or ``TERM=dumb``."""
+    rows = [("HOST", "STATE", "DEVICES", "UTIL", "HOSTNAME", "PROBLEM")]
+    for host in hosts:
+        devices = [d for d in host.snapshot.devices if d.parent is None] if host.snapshot else []
+        utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
+        state = "down" if host.error is not None else "ok" if host.snapshot is not None else "wait"
+        problem = (host.error or "") if host.error is not None else "; ".join(host_warnings(host))
+        rows.append((safe(host.key), state, str(len(devices)),
+                     percent(sum(utils) / len(utils) if utils else None),
+                     safe(host.name) if host.name != host.key else NA, safe(problem)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] + "\n"
+                   for row in rows)
