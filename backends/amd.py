@@ -19,17 +19,9 @@ from __future__ import annotations
 
 import threading
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.backends import _amdsmi_read as read
-from allsmi.backends._amdsmi_calls import (
-    FUNCTIONS,
-    Calls,
-    describe,
-    init_failure,
-    missing_functions,
-)
 from allsmi.backends._amdsmi_loader import (
     AmdsmiLoadError,
     load_amdsmi,
@@ -37,12 +29,38 @@ from allsmi.backends._amdsmi_loader import (
     quick_absence,
     quiet_stdout,
 )
-from allsmi.backends._amdsmi_partitions import Board, Layout, PlannedDevice, arrange
-from allsmi.backends._amdsmi_read import ProcessLookup, Readings
 from allsmi.backends._host_procs import process_owner
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
+if TYPE_CHECKING:
+    from allsmi.backends import _amdsmi_read as read
+    from allsmi.backends._amdsmi_calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends._amdsmi_partitions import Board, Layout, PlannedDevice, arrange
+    from allsmi.backends._amdsmi_read import ProcessLookup, Readings
+
 __all__ = ["AmdBackend", "ProcessLookup", "describe", "init_failure"]
+
+
+def _import_reading() -> None:
+    """Bind the reading modules' names here, when amdsmi is about to be loaded.
+
+    Without an AMD device node or library the backend is answered from the file system
+    (:func:`~allsmi.backends._amdsmi_loader.quick_absence`) and never needs them: start-up
+    on every other machine does not pay for importing them.
+    """
+    global read, FUNCTIONS, Calls, describe, init_failure, missing_functions, Board, arrange
+    from allsmi.backends import _amdsmi_read as read
+    from allsmi.backends._amdsmi_calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends._amdsmi_partitions import Board, arrange
+
+
+def __getattr__(name: str) -> Any:
+    """``ProcessLookup``, ``describe`` and ``init_failure``, imported on first use."""
+    if name in ("ProcessLookup", "describe", "init_failure"):
+        _import_reading()
+        from allsmi.backends import _amdsmi_read
+        return globals().get(name) or getattr(_amdsmi_read, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class AmdBackend(Backend):
@@ -87,6 +105,7 @@ class AmdBackend(Backend):
             if absent:  # nothing AMD here: amdsmi (which loads the library) is not even imported
                 reason, self._load_details = absent
                 raise BackendUnavailable(reason)
+        _import_reading()
         try:
             module = self._loader()
         except AmdsmiLoadError as exc:
