@@ -42,8 +42,7 @@ SERVICE_SUBCATEGORY = "AI Platforms"
 #: group labels, the one user-defined scheme, carry none).
 TAG_PREFIX = "allsmi/"
 #: Report dimensions that become provider-defined tags (``allsmi/<name>``), in this order.
-#: The attribution dimensions (namespace, pod, job) join this list when the report has them.
-TAG_DIMENSIONS = ("resource_group", "vendor", "model", "host", "user")
+TAG_DIMENSIONS = ("resource_group", "vendor", "model", "host", "user", "namespace", "pod", "job")
 
 #: Column -> type. ``datetime`` is RFC 3339 UTC text in CSV and a UTC timestamp in Parquet.
 COLUMN_TYPES: dict[str, str] = {
@@ -65,6 +64,7 @@ COLUMN_TYPES: dict[str, str] = {
     "Tags": "string",
     "x_ObservedDeviceHours": "decimal", "x_UsedDeviceHours": "decimal", "x_DeviceCount": "int",
     "x_CoverageRatio": "decimal", "x_PriceConfigured": "bool",
+    "x_IdleAllocatedDeviceHours": "decimal", "x_IdleCost": "decimal",
 }
 COLUMNS = tuple(COLUMN_TYPES)
 
@@ -178,7 +178,9 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
     for row in report.rows:
         what = " ".join(x for x in (row.vendor, row.model) if x) or "accelerators"
         where = f" on {row.host}" if row.host else ""
-        who = f" for {row.user}" if row.user else ""
+        holder = [x for x in (row.user, row.namespace and f"namespace {row.namespace}",
+                              row.pod and f"pod {row.pod}", row.job and f"job {row.job}") if x]
+        who = f" for {', '.join(holder)}" if holder else ""
         sku_dims = "/".join(x for x in (row.vendor, row.model) if x)
         common: dict[str, Any] = {
             "BillingAccountId": settings.billing_account_id,
@@ -200,15 +202,17 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
             "Tags": tags(row),
             "x_ObservedDeviceHours": _decimal(row.observed_device_hours),
             "x_UsedDeviceHours": _decimal(row.used_device_hours),
-            "x_DeviceCount": row.device_count, "x_CoverageRatio": _decimal(row.coverage_ratio)}
+            "x_DeviceCount": row.device_count, "x_CoverageRatio": _decimal(row.coverage_ratio),
+            "x_IdleAllocatedDeviceHours": _decimal(row.idle_allocated_device_hours)}
         charges = []
         if row.billed_device_hours is not None:  # unknown allocation: no made-up charge
             # Billed: allocated hours at each partition's share of its physical device.
             charges.append(("allocated device-hours", "device-hours", row.billed_device_hours,
-                            "Hours", row.price_per_device_hour))
+                            "Hours", row.price_per_device_hour, row.idle_billed_device_hours))
         if row.energy_kwh is not None:  # partitions own no board energy: hours charge only
-            charges.append(("energy", "energy", row.energy_kwh, "kWh", row.price_per_kwh))
-        for label, sku, quantity, unit, price in charges:
+            charges.append(("energy", "energy", row.energy_kwh, "kWh", row.price_per_kwh,
+                            row.idle_energy_kwh))
+        for label, sku, quantity, unit, price, idle in charges:
             qty = _decimal(quantity)
             unit_price = Decimal(format(price, ".10g")) if price is not None else Decimal(0)
             cost = qty * unit_price  # exact: the validator checks price x quantity = cost
@@ -221,7 +225,10 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
                 "ConsumedQuantity": qty, "ConsumedUnit": unit, "PricingQuantity": qty,
                 "PricingUnit": unit, "ListUnitPrice": unit_price, "ContractedUnitPrice": unit_price,
                 "SkuId": sku_id, "SkuPriceId": f"{sku_id}@{row.resource_group}",
-                "x_PriceConfigured": price is not None})
+                "x_PriceConfigured": price is not None,
+                # The part of this charge spent on allocated-but-idle time (null: unknown).
+                "x_IdleCost": None if idle is None or row.idle_allocated_device_hours is None
+                else min(_decimal(idle) or Decimal(0), qty) * unit_price})
     return out
 
 

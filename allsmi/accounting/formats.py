@@ -19,20 +19,21 @@ from allsmi.formatting import csv_cell
 
 #: Columns before the group labels, and after them. Label columns are ``label_<name>``.
 HEAD_COLUMNS = ("period_start", "period_end", "resource_group")
-TAIL_COLUMNS = ("vendor", "model", "host", "user", "device_count", "observed_device_hours",
-                "allocated_device_hours", "billed_device_hours", "used_device_hours",
-                "avg_utilization_ratio", "energy_kwh",
-                "avg_memory_used_bytes", "peak_memory_used_bytes", "price_per_device_hour",
-                "price_per_kwh", "cost", "currency", "coverage_ratio")
+KEY_COLUMNS = ("vendor", "model", "host", "user", "namespace", "pod", "job")
+TAIL_COLUMNS = KEY_COLUMNS + (
+    "device_count", "observed_device_hours", "allocated_device_hours",
+    "idle_allocated_device_hours", "billed_device_hours", "used_device_hours",
+    "avg_utilization_ratio", "energy_kwh", "avg_memory_used_bytes", "peak_memory_used_bytes",
+    "price_per_device_hour", "price_per_kwh", "cost", "idle_cost", "currency", "coverage_ratio")
 
 #: Decimal places per numeric column (fixed, so reruns give identical bytes).
 _DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "billed_device_hours": 6,
-           "used_device_hours": 6,
+           "idle_allocated_device_hours": 6, "idle_cost": 6, "used_device_hours": 6,
            "avg_utilization_ratio": 6, "energy_kwh": 6, "avg_memory_used_bytes": 0,
            "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6}
 
 #: Column types, for Parquet (``datetime`` cells are RFC 3339 with an offset).
-_TEXT = ("resource_group", "vendor", "model", "host", "user", "currency")
+_TEXT = ("resource_group",) + KEY_COLUMNS + ("currency",)
 
 
 def column_types(header: list[str]) -> dict[str, str]:
@@ -69,10 +70,11 @@ def columns(report: Report) -> list[str]:
 def _values(report: Report, row: Row) -> dict[str, str]:
     labels = dict(row.labels)
     out = {"period_start": iso(row.window.start), "period_end": iso(row.window.end),
-           "resource_group": row.resource_group, "vendor": row.vendor or "", "model": row.model or "",
-           "host": row.host or "", "user": row.user or "", "device_count": str(row.device_count),
+           "resource_group": row.resource_group, "device_count": str(row.device_count),
            "price_per_device_hour": _price(row.price_per_device_hour),
            "price_per_kwh": _price(row.price_per_kwh), "currency": row.currency or ""}
+    for col in KEY_COLUMNS:
+        out[col] = getattr(row, col) or ""
     for name in report.label_names:
         out[f"label_{name}"] = labels.get(name, "")
     for col, digits in _DIGITS.items():
@@ -103,17 +105,18 @@ def _round(value: float | None, digits: int) -> float | int | None:
     return 0.0 if rounded == 0 else rounded
 
 
+def json_row(row: Row) -> dict[str, Any]:
+    """One row as JSON: the CSV columns (labels as one object, ``labels``; unknown is null)."""
+    item: dict[str, Any] = {"resource_group": row.resource_group, "labels": dict(row.labels)}
+    for col in TAIL_COLUMNS:
+        value = getattr(row, col)
+        item[col] = _round(value, _DIGITS[col]) if col in _DIGITS else value
+    return item
+
+
 def to_json(report: Report) -> str:
     """``{"period_start", "period_end", "group_by", "coverage_ratio", "rows": [...]}``."""
-    rows: list[dict[str, Any]] = []
-    for row in report.rows:
-        item: dict[str, Any] = {"resource_group": row.resource_group, "labels": dict(row.labels),
-                                "vendor": row.vendor, "model": row.model, "host": row.host,
-                                "user": row.user, "device_count": row.device_count}
-        for col in TAIL_COLUMNS[5:]:
-            value = getattr(row, col)
-            item[col] = _round(value, _DIGITS[col]) if col in _DIGITS else value
-        rows.append(item)
+    rows = [json_row(row) for row in report.rows]
     doc = {"source": report.source, "period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by),
            "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows}

@@ -2,63 +2,69 @@
 
 The ledger counts whole intervals: those whose start lies in the window.
 Quarter-hour roll-ups serve the quarters inside the window; raw intervals
-serve its ragged edges and any quarter not rolled up yet.
+serve its ragged edges and any quarter not rolled up yet. Holder parts (per user,
+namespace, pod and job) come with a remainder per device: what no holder was given, so
+that the holder parts of a device add up to its total.
 """
 
 from __future__ import annotations
 
 import os
 
-from allsmi.accounting.ledger import Dim, Ledger, Totals
+from allsmi.accounting.ledger import Dim, Holder, Ledger, Totals
 from allsmi.accounting.periods import Window
 from allsmi.accounting.report import Part
 
 
-def _part(dim: Dim, t: Totals, user: str | None = None) -> Part:
+def _part(dim: Dim, t: Totals, holder: Holder | None = None) -> Part:
+    sec = lambda v: None if v is None else v / 1000.0  # noqa: E731
+    who = holder or Holder()
     return Part(
         resource_group=dim.resource_group, labels=tuple(sorted(dim.label_map().items())),
         vendor=dim.vendor, model=dim.model, host=dim.host, device=f"{dim.host}/{dim.device_id}",
-        observed_s=t.observed_ms / 1000.0,
-        allocated_s=None if t.allocated_ms is None else t.allocated_ms / 1000.0,
-        busy_s=None if t.busy_ms is None else t.busy_ms / 1000.0,
-        busy_observed_s=t.busy_observed_ms / 1000.0,
-        energy_j=None if t.energy_mj is None else t.energy_mj / 1000.0,
+        observed_s=t.observed_ms / 1000.0, allocated_s=sec(t.allocated_ms), busy_s=sec(t.busy_ms),
+        busy_observed_s=t.busy_observed_ms / 1000.0, energy_j=sec(t.energy_mj),
         mem_sum=None if t.mem_sum is None else float(t.mem_sum), mem_samples=t.mem_samples,
-        mem_peak=None if t.mem_peak is None else float(t.mem_peak), user=user,
-        billed_s=None if t.billed_ms is None else t.billed_ms / 1000.0)
+        mem_peak=None if t.mem_peak is None else float(t.mem_peak), user=who.user,
+        namespace=who.namespace, pod=who.pod, job=who.job,
+        billed_s=sec(t.billed_ms), idle_s=sec(t.idle_ms), idle_billed_s=sec(t.idle_billed_ms),
+        idle_energy_j=sec(t.idle_energy_mj))
 
 
-def _remainder(total: Totals, users: list[Totals]) -> Totals:
-    """What no user was given: the device total minus the users' shares (never negative)."""
-    def left(whole: int | None, shares: list[int | None]) -> int | None:
+_SHARED = ("allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms", "idle_billed_ms",
+           "idle_energy_mj")
+
+
+def _remainder(total: Totals, shares: list[Totals]) -> Totals:
+    """What no holder was given: the device total minus the holders' shares (never negative)."""
+    def left(whole: int | None, parts: list[int | None]) -> int | None:
         if whole is None:
             return None
-        return max(0, whole - sum(s or 0 for s in shares))
-    return Totals(observed_ms=left(total.observed_ms, [u.observed_ms for u in users]) or 0,
-                  allocated_ms=left(total.allocated_ms, [u.allocated_ms for u in users]),
-                  busy_ms=left(total.busy_ms, [u.busy_ms for u in users]),
-                  energy_mj=left(total.energy_mj, [u.energy_mj for u in users]),
-                  billed_ms=left(total.billed_ms, [u.billed_ms for u in users]))
+        return max(0, whole - sum(s or 0 for s in parts))
+    rest = Totals(observed_ms=left(total.observed_ms, [s.observed_ms for s in shares]) or 0)
+    for name in _SHARED:
+        setattr(rest, name, left(getattr(total, name), [getattr(s, name) for s in shares]))
+    return rest
 
 
 def ledger_parts(path: str | os.PathLike[str], window: Window,
-                 by_user: bool = False) -> tuple[list[Part], list[Part] | None]:
-    """Device parts, and (with ``by_user``) user parts including the unattributed remainders."""
+                 by_holder: bool = False) -> tuple[list[Part], list[Part] | None]:
+    """Device parts, and (with ``by_holder``) holder parts (user, namespace, pod, job) including
+    the unattributed remainders."""
     with Ledger(path, readonly=True) as ledger:
         start, end = window.start_unix, window.end_unix
         totals = ledger.totals(start, end)
         dims = ledger.dims()
-        users = ledger.user_totals(start, end) if by_user else {}
+        holders = ledger.holder_totals(start, end) if by_holder else {}
     device_parts = [_part(dims[d], t) for d, t in totals.items()]
-    if not by_user:
+    if not by_holder:
         return device_parts, None
-    per_dim: dict[int, list[tuple[str, Totals]]] = {}
-    for (d, user), t in users.items():
-        per_dim.setdefault(d, []).append((user, t))
-    user_parts: list[Part] = []
+    per_dim: dict[int, list[tuple[Holder, Totals]]] = {}
+    for (d, holder), t in holders.items():
+        per_dim.setdefault(d, []).append((holder, t))
+    holder_parts: list[Part] = []
     for d, total in totals.items():
         shares = per_dim.get(d, [])
-        user_parts.extend(_part(dims[d], t, user) for user, t in shares)
-        rest = _remainder(total, [t for _, t in shares])
-        user_parts.append(_part(dims[d], rest, None))
-    return device_parts, user_parts
+        holder_parts.extend(_part(dims[d], t, holder) for holder, t in shares)
+        holder_parts.append(_part(dims[d], _remainder(total, [t for _, t in shares])))
+    return device_parts, holder_parts

@@ -9,13 +9,12 @@ one snapshot go to the ledger in one transaction, so a crash loses at most
 the interval in progress; :meth:`LedgerRecorder.close` writes the partial
 interval too, and a restart within the same interval continues it.
 
-Attribution to users: the allocated, busy, energy and observed shares of an
-increment are split equally among the processes on the device at the end of
-the increment (at its start, if it ended with none). A user with two of three
-processes gets two thirds. Shares of processes whose user is unknown, and of
-intervals with no process, are not attributed to anyone: an export grouped by
-user shows them on a row with an empty user, so the user rows always add up to
-the device totals.
+Attribution to holders (users, pods, jobs): each increment is split among the holders of
+the device at the end of the increment (at its start, if it ended with none), see
+:func:`holder_weights`. Shares of holders that are nobody in particular (no user, pod or job
+known) and of time with no holder are not attributed: an export grouped by user, namespace,
+pod or job shows them on a row with those keys empty, so the holder rows always add up to the
+device totals.
 """
 
 from __future__ import annotations
@@ -25,11 +24,12 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, UserShare, labels_json
+from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Ledger, Share, labels_json
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
+from allsmi.accounting.shares import Weights, billing_shares, holder_weights, own_memory
 from allsmi.config import Config
-from allsmi.schema import DeviceSample, ProcessSample, Snapshot
-from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds
+from allsmi.schema import DeviceSample, Snapshot
+from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent
 
 log = logging.getLogger(__name__)
 
@@ -44,97 +44,70 @@ MAX_UNWRITTEN = 100_000
 STEP_TOLERANCE_SECONDS = 1.0
 
 
-def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> dict[str, float]:
-    """Each partitioned device's share of its physical device, by id (absent: 1, a whole device).
-
-    A partition (``parent`` set) holds its ``partition_share``, or when the backend cannot tell,
-    an equal split among its parent's partitions in this snapshot; shares adding up to more
-    than 1 are scaled down to 1. The parent holds what no partition holds (at least 0). So a
-    physical device is billed at most once per hour however it is partitioned.
-    """
-    parts: dict[str, list[DeviceSample]] = {}
-    for dev in devices:
-        if dev.parent:
-            parts.setdefault(dev.parent, []).append(dev)
-    shares: dict[str, float] = {}
-    for parent, members in parts.items():
-        raw = [d.partition_share if d.partition_share is not None and d.partition_share > 0
-               else 1.0 / len(members) for d in members]
-        total = sum(raw)
-        scale = 1.0 / total if total > 1.0 else 1.0
-        for dev, share in zip(members, raw):
-            shares[dev.id] = share * scale
-        shares[parent] = max(0.0, 1.0 - total * scale)
-    return shares
-
-
-def _own_memory(devices: tuple[DeviceSample, ...]) -> dict[str, int]:
-    """Memory in use of parents of partitions, less what their partitions report (the parent's
-    figure includes theirs: adding both up would count it twice)."""
-    held: dict[str, int] = {}
-    for dev in devices:
-        if dev.parent and dev.memory_used_bytes is not None and dev.health in _VALID:
-            held[dev.parent] = held.get(dev.parent, 0) + dev.memory_used_bytes
-    return {dev.id: max(0, dev.memory_used_bytes - held[dev.id]) for dev in devices
-            if dev.id in held and dev.memory_used_bytes is not None}
+def _plus(total: float | None, value: float | None) -> float | None:
+    if value is None:
+        return total
+    return (total or 0.0) + value
 
 
 @dataclass
-class _UserAcc:
+class _Acc:
+    """Sums of one device's (or one holder's) increments over an interval (floats until written)."""
+
     observed: float = 0.0
     allocated: float | None = None
     busy: float | None = None
     energy: float | None = None
     billed: float | None = None
+    """Allocated seconds x the billing share (:func:`billing_shares`)."""
+    idle: float | None = None
+    idle_billed: float | None = None
+    idle_energy: float | None = None
+    """The increments' energy in proportion to their idle-allocated time."""
+
+    def add(self, inc: Increment, weight: float, share: float) -> None:
+        self.observed += inc.observed_seconds * weight
+        if inc.allocated_seconds is not None:
+            self.allocated = _plus(self.allocated, inc.allocated_seconds * weight)
+            self.billed = _plus(self.billed, inc.allocated_seconds * weight * share)
+        if inc.busy_seconds is not None:
+            self.busy = _plus(self.busy, inc.busy_seconds * weight)
+        if inc.energy_joules is not None:
+            self.energy = _plus(self.energy, inc.energy_joules * weight)
+        idle = inc.idle_allocated_seconds
+        if idle is not None:
+            self.idle = _plus(self.idle, idle * weight)
+            self.idle_billed = _plus(self.idle_billed, idle * weight * share)
+            if inc.energy_joules is not None and inc.observed_seconds > 0:
+                self.idle_energy = _plus(self.idle_energy, inc.energy_joules * weight
+                                         * min(1.0, idle / inc.observed_seconds))
 
 
 @dataclass
-class _Bucket:
-    """One device's accumulating interval (floats until written)."""
+class _Bucket(_Acc):
+    """One device's accumulating interval."""
 
-    start: int
-    dim: Dim
-    first: float
-    last: float
-    observed: float = 0.0
-    allocated: float | None = None
-    busy: float | None = None
+    start: int = 0
+    dim: Dim | None = None
+    first: float = 0.0
+    last: float = 0.0
     busy_observed: float = 0.0
-    energy: float | None = None
     mem_sum: int | None = None
     mem_samples: int = 0
     mem_peak: int | None = None
-    users: dict[str, _UserAcc] = field(default_factory=dict)
-    billed: float | None = None
-    """Allocated seconds x the billing share (:func:`billing_shares`)."""
+    holders: dict[Holder, _Acc] = field(default_factory=dict)
 
-    def add(self, inc: Increment, users: tuple[str | None, ...], share: float = 1.0) -> None:
+    def put(self, inc: Increment, holders: Weights, share: float = 1.0) -> None:
         if inc.end > self.last:
             self.last = inc.end
-        self.observed += inc.observed_seconds
-        if inc.allocated_seconds is not None:
-            self.allocated = (self.allocated or 0.0) + inc.allocated_seconds
-            self.billed = (self.billed or 0.0) + inc.allocated_seconds * share
+        self.add(inc, 1.0, share)
         if inc.busy_seconds is not None:
-            self.busy = (self.busy or 0.0) + inc.busy_seconds
             self.busy_observed += inc.observed_seconds
-        if inc.energy_joules is not None:
-            self.energy = (self.energy or 0.0) + inc.energy_joules
-        if not users:
-            return
-        each = 1.0 / len(users)
-        for user in users:
-            if user is None:
-                continue  # unknown owner: left unattributed
-            acc = self.users.setdefault(user, _UserAcc())
-            acc.observed += inc.observed_seconds * each
-            if inc.allocated_seconds is not None:
-                acc.allocated = (acc.allocated or 0.0) + inc.allocated_seconds * each
-                acc.billed = (acc.billed or 0.0) + inc.allocated_seconds * each * share
-            if inc.busy_seconds is not None:
-                acc.busy = (acc.busy or 0.0) + inc.busy_seconds * each
-            if inc.energy_joules is not None:
-                acc.energy = (acc.energy or 0.0) + inc.energy_joules * each
+        for holder, weight in holders:
+            acc = self.holders.get(holder)
+            if acc is None:
+                acc = self.holders[holder] = _Acc()
+            acc.add(inc, weight, share)
 
     def record(self, interval_seconds: int) -> IntervalRecord:
         # Durations come from the monotonic clock and placement from the wall clock, which
@@ -144,16 +117,22 @@ class _Bucket:
         ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
         opt = lambda v: None if v is None else ms(v)  # noqa: E731
         mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
+        assert self.dim is not None
         return IntervalRecord(
             start=self.start, dim=self.dim,
             first_ms=max(0, ms(self.first - self.start)), last_ms=max(0, ms(self.last - self.start)),
             observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            billed_ms=opt(self.billed),
-            users={u: UserShare(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
-                                opt(a.billed))
-                   for u, a in self.users.items()})
+            billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
+            idle_energy_mj=mj(self.idle_energy),
+            holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
+                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy))
+                     for h, a in self.holders.items()})
+
+
+def _bucket(start: int, dim: Dim, when: float) -> _Bucket:
+    return _Bucket(start=start, dim=dim, first=when, last=when)
 
 
 class LedgerRecorder:
@@ -175,14 +154,14 @@ class LedgerRecorder:
         # computed by the command that knows it; the same as the exporter's counters.
         gap = max_gap_seconds if max_gap_seconds is not None else bridged_gap_seconds(
             config.interval_seconds, self.settings.max_gap_seconds)
-        self.integrator = UsageIntegrator(gap)
+        self.integrator = UsageIntegrator(gap, idle_threshold_percent(config))
         #: Buckets of the interval in progress, by device; and of earlier intervals, by
         #: (device, start), until the snapshot time passes their end.
         self._current: dict[str, _Bucket] = {}
         self._current_start: int | None = None
         self._older: dict[tuple[str, int], _Bucket] = {}
         self._dims: dict[str, tuple[tuple[object, ...], dict[str, str], Dim]] = {}
-        self._procs: dict[str, tuple[ProcessSample, ...]] = {}
+        self._holders: dict[str, Weights] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.intervals_written = 0
@@ -222,7 +201,7 @@ class LedgerRecorder:
     def _older_bucket(self, device_id: str, dim: Dim, start: int, when: float) -> _Bucket:
         bucket = self._older.get((device_id, start))
         if bucket is None:
-            bucket = self._older[(device_id, start)] = _Bucket(start, dim, when, when)
+            bucket = self._older[(device_id, start)] = _bucket(start, dim, when)
         return bucket
 
     def _place(self, snapshot: Snapshot) -> float:
@@ -267,10 +246,10 @@ class LedgerRecorder:
         cur = self._current
         dims = self._dims
         seen: dict[str, DeviceSample] = {}
-        procs: dict[str, tuple[ProcessSample, ...]] = {}
+        holders: dict[str, Weights] = {}
         partitioned = any(dev.parent for dev in snapshot.devices)
         shares = billing_shares(snapshot.devices) if partitioned else {}
-        own_memory = _own_memory(snapshot.devices) if partitioned else {}
+        memory = own_memory(snapshot.devices) if partitioned else {}
         for dev in snapshot.devices:
             cached = dims.get(dev.id)
             if cached is not None and cached[1] == dev.labels and cached[0] == (
@@ -281,26 +260,26 @@ class LedgerRecorder:
             seen[dev.id] = dev
             bucket = cur.get(dev.id)
             if bucket is None:
-                bucket = cur[dev.id] = _Bucket(current, dim, now, now)
+                bucket = cur[dev.id] = _bucket(current, dim, now)
             elif now > bucket.last:
                 bucket.last = now
             if dev.health in _VALID:
-                if dev.processes:
-                    procs[dev.id] = dev.processes
-                mem = own_memory.get(dev.id, dev.memory_used_bytes)
+                if dev.processes or dev.workloads:
+                    holders[dev.id] = holder_weights(dev)
+                mem = memory.get(dev.id, dev.memory_used_bytes)
                 if mem is not None:
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
                     bucket.mem_samples += 1
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
-        previous = self._procs
+        previous = self._holders
         for inc in self.integrator.feed(snapshot.devices, now, snapshot.monotonic):
             dev = seen[inc.device_id]
-            owners = dev.processes or previous.get(dev.id, ())
-            users = tuple(p.user for p in owners) if owners else ()
+            # Held now (even by holders nobody knows): those; else the previous sample's.
+            owners = holders[dev.id] if dev.id in holders else previous.get(dev.id, ())
             share = shares.get(dev.id, 1.0)
             if inc.start >= current:
-                cur[dev.id].add(inc, users, share)
+                cur[dev.id].put(inc, owners, share)
                 continue
             part: Increment | None = inc
             while part is not None:  # it straddles interval boundaries: split it there
@@ -311,8 +290,8 @@ class LedgerRecorder:
                     head, part = part, None
                 target = cur[dev.id] if start == current else \
                     self._older_bucket(dev.id, dims[dev.id][2], start, head.start)
-                target.add(head, users, share)
-        self._procs = procs
+                target.put(head, owners, share)
+        self._holders = holders
         if self._older:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
             self._write([self._older.pop((dev_id, start)) for start, dev_id in done], now)

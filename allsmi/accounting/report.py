@@ -14,10 +14,14 @@ module groups them by the ``--group-by`` keys and computes the columns.
   parent the rest), so a partitioned device is billed at most once per hour; in
   a group with ``partition_billing = "whole"`` it equals the allocated hours;
 * ``energy_kwh``: board energy (partitions carry none, so nothing is counted twice);
+* ``idle_allocated_device_hours``: allocated time during which utilization stayed below
+  ``[accounting] idle_threshold_percent`` (never more than the allocated hours);
 * ``cost`` = billed_device_hours x price_per_device_hour + energy_kwh x
   price_per_kwh, with the group's prices from the configuration at export
   time; a price that is not set charges nothing, and with neither price set
   the cost is empty (never an invented 0);
+* ``idle_cost``: the part of ``cost`` spent on allocated-but-idle time: idle billed
+  device-hours x price_per_device_hour + the energy of idle time x price_per_kwh;
 * ``coverage_ratio`` = observed hours / (device_count x window hours). A device
   that moved to another group mid-window appears in both groups' rows with
   the part of the window it spent there; the overall coverage (exit status)
@@ -26,7 +30,7 @@ module groups them by the ``--group-by`` keys and computes the columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from allsmi.accounting.periods import Window
@@ -55,10 +59,20 @@ class Part:
     mem_samples: int = 0
     mem_peak: float | None = None
     user: str | None = None
-    """Set on user shares; ``None`` on device totals and on the unattributed share."""
+    """Set on holder shares; ``None`` on device totals, the unattributed share and holders
+    whose user is unknown (and likewise ``namespace``, ``pod`` and ``job``)."""
     billed_s: float | None = None
     """Allocated seconds x the billing share; ``None``: as allocated (a whole device, or a
     source that does not know shares)."""
+    namespace: str | None = None
+    pod: str | None = None
+    job: str | None = None
+    idle_s: float | None = None
+    """Allocated seconds while utilization stayed below the idle threshold (<= allocated)."""
+    idle_billed_s: float | None = None
+    """Idle seconds x the billing share; ``None``: as idle."""
+    idle_energy_j: float | None = None
+    """Energy used during the idle-allocated time."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,17 @@ class Row:
     cost: float | None
     currency: str | None
     coverage_ratio: float | None
+    namespace: str | None = None
+    pod: str | None = None
+    job: str | None = None
+    idle_allocated_device_hours: float | None = None
+    idle_cost: float | None = None
+    idle_devices: tuple[str, ...] = ()
+    """The row's devices (``host/device-id``) with idle-allocated time, sorted."""
+    idle_billed_device_hours: float | None = None
+    """Idle hours at the billing shares (what ``price_per_device_hour`` prices in ``idle_cost``)."""
+    idle_energy_kwh: float | None = None
+    """Energy of the idle-allocated time (what ``price_per_kwh`` prices in ``idle_cost``)."""
 
 
 @dataclass(frozen=True)
@@ -101,14 +126,15 @@ class Report:
     source: str
 
 
-_Key = tuple[str, Labels, "str | None", "str | None", "str | None"]
+#: The grouping keys of a device part, and of a holder share (``--group-by``).
+DEVICE_KEYS = ("vendor", "model", "host")
+HOLDER_KEYS = ("user", "namespace", "pod", "job")
+_Key = tuple
 
 
-def _key(part: Part, group_by: Sequence[str]) -> _Key:
-    return (part.resource_group, part.labels,
-            part.vendor if "vendor" in group_by else None,
-            part.model if "model" in group_by else None,
-            part.host if "host" in group_by else None)
+def _key(part: Part, group_by: Sequence[str], keys: Sequence[str] = DEVICE_KEYS) -> _Key:
+    return (part.resource_group, part.labels) + tuple(
+        getattr(part, k) if k in group_by else None for k in keys)
 
 
 def _sort_key(key: tuple[object, ...]) -> tuple[object, ...]:
@@ -127,9 +153,21 @@ class _Acc:
     mem_samples: int = 0
     mem_peak: float | None = None
     billed: float | None = None
+    idle: float | None = None
+    idle_billed: float | None = None
+    idle_energy: float | None = None
+    idle_devices: set[str] = field(default_factory=set)
 
     def add(self, p: Part) -> None:
         self.devices.add(p.device)
+        if p.idle_s is not None:
+            self.idle = (self.idle or 0.0) + p.idle_s
+            idle_billed = p.idle_billed_s if p.idle_billed_s is not None else p.idle_s
+            self.idle_billed = (self.idle_billed or 0.0) + idle_billed
+            if p.idle_s > 0:
+                self.idle_devices.add(p.device)
+        if p.idle_energy_j is not None:
+            self.idle_energy = (self.idle_energy or 0.0) + p.idle_energy_j
         self.observed += p.observed_s
         if p.allocated_s is not None:
             self.allocated = (self.allocated or 0.0) + p.allocated_s
@@ -150,7 +188,8 @@ class _Acc:
 def _accumulate(parts: Iterable[Part], key_of) -> dict:  # type: ignore[no-untyped-def, type-arg]
     accs: dict = {}  # type: ignore[type-arg]
     # Sorted so that float sums, and so the output bytes, do not depend on source order.
-    for part in sorted(parts, key=lambda p: (_sort_key(key_of(p)), p.device, p.user or "")):
+    for part in sorted(parts, key=lambda p: (_sort_key(key_of(p)), p.device,
+                                             _sort_key((p.user, p.namespace, p.pod, p.job)))):
         key = key_of(part)
         acc = accs.get(key)
         if acc is None:
@@ -159,12 +198,27 @@ def _accumulate(parts: Iterable[Part], key_of) -> dict:  # type: ignore[no-untyp
     return accs
 
 
+def _money(grp: "object", hours: float | None, kwh: float | None) -> float | None:
+    """hours x price_per_device_hour + kwh x price_per_kwh; ``None`` with neither price set, or
+    when the priced hours are unknown (never a made-up 0)."""
+    per_hour, per_kwh = grp.price_per_device_hour, grp.price_per_kwh  # type: ignore[attr-defined]
+    if per_hour is None and per_kwh is None or per_hour is not None and hours is None:
+        return None
+    cost = 0.0
+    if per_hour is not None and hours is not None:
+        cost += hours * per_hour
+    if per_kwh is not None and kwh is not None:
+        cost += kwh * per_kwh
+    return cost
+
+
 def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequence[str],
-                 config: Config, user_parts: Iterable[Part] | None = None,
+                 config: Config, holder_parts: Iterable[Part] | None = None,
                  source: str = "") -> Report:
-    """Group, price and check coverage. ``user_parts`` is needed when grouping by user."""
+    """Group, price and check coverage. ``holder_parts`` is needed when grouping by user,
+    namespace, pod or job."""
     group_by = tuple(group_by)
-    by_user = "user" in group_by
+    by_holder = any(k in group_by for k in HOLDER_KEYS)
     devices = _accumulate(device_parts, lambda p: _key(p, group_by))
     seconds = max(window.seconds, 1)
     # Distinct devices: one that changed group mid-window is expected once, not once per group.
@@ -172,40 +226,41 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
     total_observed = sum(acc.observed for acc in devices.values())
     coverage = total_observed / (len(seen) * seconds) if seen else None
 
-    if by_user:
-        if user_parts is None:
-            raise ValueError("grouping by user needs the user shares")
-        accs = _accumulate(user_parts, lambda p: _key(p, group_by) + (p.user,))
+    if by_holder:
+        if holder_parts is None:
+            raise ValueError("grouping by user, namespace, pod or job needs the holder shares")
+        accs = _accumulate(holder_parts, lambda p: _key(p, group_by, DEVICE_KEYS + HOLDER_KEYS))
     else:
-        accs = {k + (None,): v for k, v in devices.items()}
+        accs = {k + (None,) * len(HOLDER_KEYS): v for k, v in devices.items()}
 
     rows: list[Row] = []
     label_names: set[str] = set()
+    width = 2 + len(DEVICE_KEYS)
     for key in sorted(accs, key=_sort_key):
         acc = accs[key]
-        group, labels, vendor, model, host, user = key
+        group, labels, vendor, model, host, user, namespace, pod, job = key
         label_names.update(name for name, _ in labels)
-        whole = devices.get(key[:5], acc)  # with users, count and coverage are the devices'
+        whole = devices.get(key[:width], acc)  # with holders, count and coverage are the devices'
         count = len(whole.devices)
         grp = config.group(group)
+        whole_billing = grp.partition_billing == "whole"
         # Unknown allocation (no backend listed processes) stays unknown, and so does a
         # cost that depends on it: never a made-up 0.
-        allocated_h = None if acc.allocated is None else acc.allocated / 3600.0
-        billed_h = allocated_h if grp.partition_billing == "whole" or acc.billed is None \
-            else acc.billed / 3600.0
+        hours = lambda v: None if v is None else v / 3600.0  # noqa: E731
+        allocated_h = hours(acc.allocated)
+        billed_h = allocated_h if whole_billing or acc.billed is None else acc.billed / 3600.0
+        idle_h = hours(acc.idle)
+        idle_billed_h = idle_h if whole_billing or acc.idle_billed is None else \
+            acc.idle_billed / 3600.0
+        if idle_h is not None and allocated_h is not None:  # rounding of shares: never above
+            idle_h = min(idle_h, allocated_h)
+            if idle_billed_h is not None and billed_h is not None:
+                idle_billed_h = min(idle_billed_h, billed_h)
         kwh = None if acc.energy is None else acc.energy / 3.6e6
-        cost: float | None = None
-        priced_hours_unknown = grp.price_per_device_hour is not None and billed_h is None
-        if (grp.price_per_device_hour is not None or grp.price_per_kwh is not None) \
-                and not priced_hours_unknown:
-            cost = 0.0
-            if grp.price_per_device_hour is not None and billed_h is not None:
-                cost += billed_h * grp.price_per_device_hour
-            if grp.price_per_kwh is not None and kwh is not None:
-                cost += kwh * grp.price_per_kwh
+        idle_kwh = None if acc.idle_energy is None else acc.idle_energy / 3.6e6
         rows.append(Row(
             window=window, resource_group=group, labels=labels, vendor=vendor, model=model,
-            host=host, user=user if by_user else None, device_count=count,
+            host=host, user=user, namespace=namespace, pod=pod, job=job, device_count=count,
             observed_device_hours=acc.observed / 3600.0, allocated_device_hours=allocated_h,
             billed_device_hours=billed_h,
             used_device_hours=None if acc.busy is None else acc.busy / 3600.0,
@@ -216,7 +271,11 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
                                    if acc.mem_sum is not None and acc.mem_samples else None),
             peak_memory_used_bytes=acc.mem_peak,
             price_per_device_hour=grp.price_per_device_hour, price_per_kwh=grp.price_per_kwh,
-            cost=cost, currency=grp.currency,
-            coverage_ratio=whole.observed / (count * seconds) if count else None))
+            cost=_money(grp, billed_h, kwh), currency=grp.currency,
+            coverage_ratio=whole.observed / (count * seconds) if count else None,
+            idle_allocated_device_hours=idle_h,
+            idle_cost=None if idle_h is None else _money(grp, idle_billed_h, idle_kwh),
+            idle_devices=tuple(sorted(acc.idle_devices)),
+            idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source)

@@ -27,7 +27,7 @@ EXPORT_KEYS = ("prometheus", "format", "group_by", "coverage_threshold", "tz",
                "prometheus_user", "prometheus_password_file", "prometheus_bearer_token_file",
                "prometheus_ca_file", "focus")
 FORMATS = ("csv", "json", "focus", "parquet", "focus-parquet")
-GROUP_BY_KEYS = ("resource_group", "vendor", "model", "host", "user")
+GROUP_BY_KEYS = ("resource_group", "vendor", "model", "host", "user", "namespace", "pod", "job")
 DEFAULT_GROUP_BY = ("resource_group", "vendor", "model", "host")
 
 

@@ -13,7 +13,8 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
 
 import click
 
@@ -62,37 +63,61 @@ def _signals_unwind() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: The options of every usage report (``export`` and ``idle``): the source, the window and the
+#: grouping.
+SOURCE_OPTIONS = [
+    click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+                  help="Ledger file to read (default: $ALLSMI_LEDGER, ledger.path, "
+                       "$XDG_STATE_HOME/allsmi/ledger.db or /var/lib/allsmi/ledger.db for root)."),
+    click.option("--prometheus", "prometheus_url", metavar="URL", default=None,
+                  help="Compute the export with PromQL from this Prometheus server instead, "
+                       "http[s]://[user:password@]host:port[/path] (config: export.prometheus)."),
+    click.option("--prometheus-user", metavar="USER", default=None,
+                  help="Basic-auth user for Prometheus; the password is read from "
+                       "--prometheus-password-file (config: export.prometheus_user)."),
+    click.option("--prometheus-password-file", metavar="FILE", default=None,
+                  help="File holding the basic-auth password (one line; "
+                       "config: export.prometheus_password_file)."),
+    click.option("--prometheus-bearer-token-file", metavar="FILE", default=None,
+                  help="File holding a bearer token sent as 'Authorization: Bearer' "
+                       "(config: export.prometheus_bearer_token_file)."),
+    click.option("--prometheus-ca-file", metavar="FILE", default=None,
+                  help="PEM file of the CA(s) that signed Prometheus' TLS certificate "
+                       "(config: export.prometheus_ca_file; default: the system's CAs)."),
+    click.option("--period", metavar="PERIOD", default=None,
+                  help="yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD."),
+    click.option("--since", metavar="TIME", default=None,
+                  help="Window start, ISO 8601 (e.g. 2026-03-01 or 2026-03-01T06:00:00Z)."),
+    click.option("--until", metavar="TIME", default=None,
+                  help="Window end (exclusive), ISO 8601; default: now."),
+    click.option("--tz", "tz_name", metavar="ZONE", default=None,
+                  help="Time zone of periods and of times without an offset (default UTC; "
+                       "config: export.tz)."),
+    click.option("--group-by", "group_by", metavar="KEYS", default=None,
+                  help="Comma-separated: resource_group, vendor, model, host, user, namespace, "
+                       "pod, job (default: export resource_group,vendor,model,host; idle "
+                       "resource_group,user,namespace,pod,job, without user from Prometheus)."),
+    click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                  help="Config file (prices, groups, [ledger], [export] and [export.focus] tables)."),
+    click.option("--timeout", "timeout", type=click.FloatRange(min=0.1, max=3600.0), default=None,
+                  help="Seconds to wait for each Prometheus query (0.1 to 3600, default 30)."),
+    click.option("--simulate", metavar="SCENARIO", default=None,
+                  help="Bill a simulated node instead: replay the scenario over the window (up to "
+                       "now) into a temporary ledger and export that."),
+]
+
+
+def source_options(func: _F) -> _F:
+    """Apply :data:`SOURCE_OPTIONS` (in their order) to a click command function."""
+    for option in reversed(SOURCE_OPTIONS):
+        func = option(func)
+    return func
+
+
 @click.command()
-@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
-              help="Ledger file to read (default: $ALLSMI_LEDGER, ledger.path, "
-                   "$XDG_STATE_HOME/allsmi/ledger.db or /var/lib/allsmi/ledger.db for root).")
-@click.option("--prometheus", "prometheus_url", metavar="URL", default=None,
-              help="Compute the export with PromQL from this Prometheus server instead, "
-                   "http[s]://[user:password@]host:port[/path] (config: export.prometheus).")
-@click.option("--prometheus-user", metavar="USER", default=None,
-              help="Basic-auth user for Prometheus; the password is read from "
-                   "--prometheus-password-file (config: export.prometheus_user).")
-@click.option("--prometheus-password-file", metavar="FILE", default=None,
-              help="File holding the basic-auth password (one line; "
-                   "config: export.prometheus_password_file).")
-@click.option("--prometheus-bearer-token-file", metavar="FILE", default=None,
-              help="File holding a bearer token sent as 'Authorization: Bearer' "
-                   "(config: export.prometheus_bearer_token_file).")
-@click.option("--prometheus-ca-file", metavar="FILE", default=None,
-              help="PEM file of the CA(s) that signed Prometheus' TLS certificate "
-                   "(config: export.prometheus_ca_file; default: the system's CAs).")
-@click.option("--period", metavar="PERIOD", default=None,
-              help="yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD.")
-@click.option("--since", metavar="TIME", default=None,
-              help="Window start, ISO 8601 (e.g. 2026-03-01 or 2026-03-01T06:00:00Z).")
-@click.option("--until", metavar="TIME", default=None,
-              help="Window end (exclusive), ISO 8601; default: now.")
-@click.option("--tz", "tz_name", metavar="ZONE", default=None,
-              help="Time zone of periods and of times without an offset (default UTC; "
-                   "config: export.tz).")
-@click.option("--group-by", "group_by", metavar="KEYS", default=None,
-              help="Comma-separated: resource_group, vendor, model, host, user "
-                   "(default: resource_group,vendor,model,host).")
+@source_options
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
               help="csv (default), json, focus (FinOps FOCUS 1.2 CSV), parquet (the CSV as "
                    "Parquet) or focus-parquet (FOCUS as Parquet); Parquet needs allsmi[parquet].")
@@ -103,13 +128,6 @@ def _signals_unwind() -> Iterator[None]:
 @click.option("--textfile", type=click.Path(dir_okay=False), default=None,
               help="Also write the run's status for node_exporter's textfile collector "
                    "(world-readable; rewritten with allsmi_export_success 0 on any failure).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Config file (prices, groups, [ledger], [export] and [export.focus] tables).")
-@click.option("--timeout", "timeout", type=click.FloatRange(min=0.1, max=3600.0), default=None,
-              help="Seconds to wait for each Prometheus query (0.1 to 3600, default 30).")
-@click.option("--simulate", metavar="SCENARIO", default=None,
-              help="Bill a simulated node instead: replay the scenario over the window (up to "
-                   "now) into a temporary ledger and export that.")
 def export(**opts: Any) -> None:
     """Export allocated/used device-hours, energy and cost per resource group.
 
@@ -124,12 +142,18 @@ def export(**opts: Any) -> None:
       allsmi export --prometheus http://prometheus:9090 --period last-month --group-by resource_group,model
       allsmi export --since 2026-03-01T00:00:00Z --until 2026-03-02T00:00:00Z --group-by resource_group,user
       allsmi export --simulate mixed --period yesterday --config prices.toml
+      allsmi export --simulate mixed --period yesterday --group-by resource_group,namespace
     """
-    run = _Run(started=time.time(), textfile=opts["textfile"])
+    guarded(_Run(started=time.time(), textfile=opts["textfile"]), _export, **opts)
+
+
+def guarded(run: "_Run", command: Callable[..., None], **opts: Any) -> None:
+    """Run ``command(run, **opts)``: signals unwind (temporary files removed), failures exit
+    with their status and rewrite the ``--textfile`` (if any) with ``allsmi_export_success 0``."""
     try:
         with _signals_unwind():
             try:
-                _export(run, **opts)
+                command(run, **opts)
             except _Interrupted as exc:
                 name = signal.Signals(exc.signum).name
                 raise _Failed("interrupted", f"interrupted by {name}; nothing was written",
@@ -165,14 +189,30 @@ class _Run:
             click.echo(f"allsmi: cannot write {self.textfile}: {exc.strerror or exc}", err=True)
 
 
-def _export(run: _Run, ledger_path: str | None, prometheus_url: str | None,
+@dataclass
+class Plan:
+    """A checked request for usage over a window: where from, grouped how (before any work)."""
+
+    config: Any
+    defaults: Any
+    keys: tuple[str, ...]
+    window: Any
+    ledger: Any = None
+    client: Any = None
+    scenario: Any = None
+
+
+def prepare(run: _Run, ledger_path: str | None, prometheus_url: str | None,
             prometheus_user: str | None, prometheus_password_file: str | None,
             prometheus_bearer_token_file: str | None, prometheus_ca_file: str | None,
             period: str | None, since: str | None, until: str | None, tz_name: str | None,
-            group_by: str | None, output_format: str | None, output: str | None,
-            coverage_threshold: float | None, textfile: str | None, config_path: str | None,
-            timeout: float | None, simulate: str | None) -> None:
-    from allsmi.accounting.focus import focus_settings
+            group_by: str | None, config_path: str | None, timeout: float | None,
+            simulate: str | None, textfile: str | None = None,
+            default_group_by: Any = None) -> Plan:
+    """Resolve and check the options shared by ``export`` and ``idle``; raises :class:`_Failed`.
+
+    ``default_group_by(source_is_prometheus)`` gives the command's default keys (else
+    ``[export] group_by``)."""
     from allsmi.accounting.periods import PeriodError, window_from, zone
     from allsmi.accounting.settings import export_defaults, ledger_settings, parse_group_by
     from allsmi.config import ConfigError
@@ -186,7 +226,6 @@ def _export(run: _Run, ledger_path: str | None, prometheus_url: str | None,
     try:
         defaults = export_defaults(config)
         run.textfile = textfile or defaults.textfile
-        focus = focus_settings(config)
         if sum(x is not None for x in (prometheus_url, ledger_path, s.simulate)) > 1:
             raise _Failed("config", "give one of --ledger, --prometheus and --simulate", 2)
         use_prometheus = None if s.simulate else (
@@ -199,11 +238,14 @@ def _export(run: _Run, ledger_path: str | None, prometheus_url: str | None,
     except ConfigError as exc:
         raise _Failed("config", str(exc), 2) from None
     try:
-        keys = parse_group_by(group_by) if group_by else defaults.group_by
+        if group_by:
+            keys = parse_group_by(group_by)
+        elif default_group_by is not None:
+            keys = default_group_by(client is not None)
+        else:
+            keys = defaults.group_by
     except ValueError as exc:
         raise _Failed("config", f"--group-by: {exc}", 2) from None
-    fmt = output_format or defaults.format
-    threshold = defaults.coverage_threshold if coverage_threshold is None else coverage_threshold
     try:
         tz = zone(tz_name or defaults.tz)
         window = window_from(period, since, until, tz)
@@ -213,6 +255,32 @@ def _export(run: _Run, ledger_path: str | None, prometheus_url: str | None,
     if client is not None and "user" in keys:
         raise _Failed("config", "--group-by user needs the ledger: Prometheus has no per-user "
                       "accounting", 2)
+    return Plan(config, defaults, keys, window, ledger, client,
+                s.scenario if s.simulate else None)
+
+
+def build(plan: Plan) -> Any:
+    """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
+    if plan.scenario is not None:
+        with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
+            ledger = _simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
+            return _report(plan.window, plan.keys, plan.config, ledger, None)
+    return _report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
+
+
+def _export(run: _Run, output_format: str | None, output: str | None,
+            coverage_threshold: float | None, **opts: Any) -> None:
+    from allsmi.accounting.focus import focus_settings
+    from allsmi.config import ConfigError
+
+    plan = prepare(run, **opts)
+    try:
+        focus = focus_settings(plan.config)
+    except ConfigError as exc:
+        raise _Failed("config", str(exc), 2) from None
+    defaults = plan.defaults
+    fmt = output_format or defaults.format
+    threshold = defaults.coverage_threshold if coverage_threshold is None else coverage_threshold
     from allsmi.accounting.formats import BINARY, render
     if fmt in BINARY:
         from allsmi.accounting.parquet import ParquetUnavailable, require_pyarrow
@@ -223,25 +291,9 @@ def _export(run: _Run, ledger_path: str | None, prometheus_url: str | None,
         if not output and stdout_is_terminal():
             raise _Failed("config", f"{fmt} is binary: give --output FILE or redirect stdout", 2)
 
-    if s.simulate:
-        with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-            ledger = _simulated_ledger(s.scenario, window, config, scratch)
-            report = _report(window, keys, config, ledger, None)
-    else:
-        report = _report(window, keys, config, ledger, client)
+    report = build(plan)
     run.coverage = report.coverage_ratio
-    data = render(report, fmt, focus)
-    if output:
-        from allsmi.atomic import write_atomic
-        try:
-            write_atomic(output, data)
-        except OSError as exc:
-            raise _Failed("output", f"cannot write {output}: {exc.strerror or exc}") from None
-    elif isinstance(data, bytes):
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    else:
-        click.echo(data, nl=False)
+    write_output(render(report, fmt, focus), output)
 
     coverage = report.coverage_ratio
     complete = coverage is not None and coverage >= threshold
@@ -254,6 +306,21 @@ def _export(run: _Run, ledger_path: str | None, prometheus_url: str | None,
         except OSError as exc:
             raise _Failed("textfile", f"cannot write {run.textfile}: {exc.strerror or exc}") \
                 from None
+
+
+def write_output(data: str | bytes, output: str | None) -> None:
+    """``data`` to ``output`` atomically (owner-only), or to stdout."""
+    if output:
+        from allsmi.atomic import write_atomic
+        try:
+            write_atomic(output, data)
+        except OSError as exc:
+            raise _Failed("output", f"cannot write {output}: {exc.strerror or exc}") from None
+    elif isinstance(data, bytes):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        click.echo(data, nl=False)
 
 
 def _client(config: Any, url: str | None, timeout: float, user: str | None,
@@ -280,6 +347,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     from dataclasses import replace
 
     from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
     from allsmi.config import ConfigError
@@ -294,10 +362,12 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     path = f"{directory}/ledger.db"
     try:
         recorder = LedgerRecorder(path, ledger_config)
+        # The simulated pods and jobs (and any real source configured) are billed too.
+        attributor = build_attributor(config, simulate=True)
     except ConfigError as exc:
         raise _Failed("config", str(exc), 2) from None
     collector = Collector(list(simulated_backends(scenario, clock=clock)), config, clock=clock,
-                          timeout_seconds=config.backend_timeout_seconds)
+                          timeout_seconds=config.backend_timeout_seconds, attributor=attributor)
     collector.subscribe(recorder.on_snapshot)
     try:
         while now[0] <= end:
@@ -310,7 +380,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
 
 
 def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any) -> Any:
-    from allsmi.accounting.report import build_report
+    from allsmi.accounting.report import HOLDER_KEYS, build_report
     if client is not None:
         from allsmi.accounting.promsource import PrometheusError, prometheus_parts
         try:
@@ -321,10 +391,11 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
     from allsmi.accounting.ledger import LedgerError
     from allsmi.accounting.ledgersource import ledger_parts
     try:
-        parts, users = ledger_parts(ledger, window, by_user="user" in keys)
+        parts, holders = ledger_parts(ledger, window, by_holder=any(k in HOLDER_KEYS for k in keys))
     except LedgerError as exc:
         raise _Failed("source", str(exc)) from None
-    return build_report(parts, window, keys, config, user_parts=users, source=f"ledger {ledger}")
+    return build_report(parts, window, keys, config, holder_parts=holders,
+                        source=f"ledger {ledger}")
 
 
 def _incomplete_message(report: Any, threshold: float) -> str:
@@ -341,3 +412,7 @@ def _incomplete_message(report: Any, threshold: float) -> str:
     return (f"data covers {report.coverage_ratio:.2%} of the device time in {where}, below the "
             f"threshold {threshold:.2%}; the file was written, but the bill may be short"
             + (f" (lowest: {detail})" if detail else "") + f" (exit status {EXIT_INCOMPLETE})")
+
+
+#: For the other usage reports (``allsmi idle``).
+Run, Failed = _Run, _Failed

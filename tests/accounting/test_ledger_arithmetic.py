@@ -16,8 +16,8 @@ ALL = ("resource_group", "vendor", "model", "host")
 
 def report(path: Path, start: float, end: float, group_by=ALL, cfg=None) -> Report:
     w = window(start, end)
-    parts, users = ledger_parts(path, w, by_user="user" in group_by)
-    return build_report(parts, w, group_by, cfg or config(), user_parts=users)
+    parts, users = ledger_parts(path, w, by_holder="user" in group_by)
+    return build_report(parts, w, group_by, cfg or config(), holder_parts=users)
 
 
 def one(rep: Report, **match: str):

@@ -78,7 +78,7 @@ def _bill(tmp_path: Path, snapshots, cfg_text: str = "", group_by=("resource_gro
     db = tmp_path / "ledger.db"
     cfg = config(cfg_text)
     record(db, snapshots, cfg)
-    parts, users = ledger_parts(db, window(T0, T0 + HOUR), by_user="user" in group_by)
+    parts, users = ledger_parts(db, window(T0, T0 + HOUR), by_holder="user" in group_by)
     return build_report(parts, window(T0, T0 + HOUR), group_by, cfg, users)
 
 

@@ -1,0 +1,105 @@
+"""Reading the ledger: sums per device (``dim``) and per holder over a window.
+
+An export reads whole UTC days from the daily roll-ups, the rest of the window
+from quarter hours, and raw intervals only for edges that are not on a quarter
+hour and for units not rolled up yet (still ``pending``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, Dim, Holder, LedgerError,
+                                            Totals)
+from allsmi.accounting.ledgerwrite import RAW, TIERS, sums
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+
+class LedgerReader:
+    """The reading half of :class:`~allsmi.accounting.ledger.Ledger` (a mixin)."""
+
+    path: object
+    _db: sqlite3.Connection
+    _lock: "AbstractContextManager[object]"
+
+    def _plan(self, start: int, end: int, level: int = 0) -> list[tuple[str, int, int, int | None]]:
+        """Which table serves which part of ``[start, end)``: (table, lo, hi, tier to exclude)."""
+        if start >= end:
+            return []
+        if level >= len(TIERS):
+            return [(RAW, start, end, None)]
+        size, table = TIERS[level]
+        lo = -(-start // size) * size
+        hi = end // size * size
+        if lo >= hi:
+            return self._plan(start, end, level + 1)
+        out = self._plan(start, lo, level + 1)
+        out.append((table, lo, hi, size))
+        for (unit,) in self._db.execute(
+                "SELECT start FROM pending WHERE tier = ? AND start >= ? AND start < ? "
+                "ORDER BY start", (size, lo, hi)).fetchall():
+            out += self._plan(unit, unit + size, level + 1)  # not rolled up yet: finer data
+        out += self._plan(hi, end, level + 1)
+        return out
+
+    @staticmethod
+    def _where(lo: int, hi: int, tier: int | None) -> tuple[str, tuple[int, ...]]:
+        if tier is None:
+            return "start >= ? AND start < ?", (lo, hi)
+        return ("start >= ? AND start < ? AND start NOT IN "
+                "(SELECT start FROM pending WHERE tier = ?)", (lo, hi, tier))
+
+    def dims(self) -> dict[int, Dim]:
+        """Every ``dim`` ever recorded, by id."""
+        rows = self._db.execute(
+            "SELECT d.dim, v.device_id, d.host, d.vendor, d.model, d.parent, d.resource_group, "
+            "d.labels FROM dims d JOIN devices v ON v.dev = d.dev").fetchall()
+        return {r[0]: Dim(*r[1:]) for r in rows}
+
+    def totals(self, start: int, end: int) -> dict[int, Totals]:
+        """Sums per ``dim`` over the intervals starting in ``[start, end)`` (unix seconds)."""
+        with self._lock:
+            try:
+                out: dict[int, Totals] = {}
+                for table, lo, hi, tier in self._plan(start, end):
+                    where, args = self._where(lo, hi, tier)
+                    for row in self._db.execute(
+                            f"SELECT dim, {sums(DEVICE_SUMS)} FROM {table} WHERE {where} "
+                            "GROUP BY dim", args):
+                        out.setdefault(row[0], Totals()).add(row[1:], DEVICE_SUMS)
+                return out
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+
+    def holder_totals(self, start: int, end: int) -> dict[tuple[int, Holder], Totals]:
+        """Sums per (``dim``, holder) over the intervals starting in ``[start, end)``."""
+        with self._lock:
+            try:
+                holders = {r[0]: Holder(*(v or None for v in r[1:])) for r in self._db.execute(
+                    "SELECT hid, user, namespace, pod, job FROM holders")}
+                out: dict[tuple[int, Holder], Totals] = {}
+                for table, lo, hi, tier in self._plan(start, end):
+                    if table == RAW:
+                        sql = (f"SELECT i.dim, h.hid, {sums(HOLDER_SUMS, 'h.')} "
+                               "FROM holder_intervals h JOIN intervals i "
+                               "ON i.start = h.start AND i.dev = h.dev "
+                               "WHERE h.start >= ? AND h.start < ? GROUP BY i.dim, h.hid")
+                        args: tuple[int, ...] = (lo, hi)
+                    else:
+                        where, args = self._where(lo, hi, tier)
+                        sql = (f"SELECT dim, hid, {sums(HOLDER_SUMS)} FROM holder_{table} "
+                               f"WHERE {where} GROUP BY dim, hid")
+                    for row in self._db.execute(sql, args):
+                        out.setdefault((row[0], holders[row[1]]), Totals()).add(row[2:],
+                                                                                 HOLDER_SUMS)
+                return out
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` answer (``"ok"`` when sound)."""
+        with self._lock:
+            return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])

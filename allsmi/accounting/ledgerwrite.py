@@ -1,0 +1,189 @@
+"""Writing the ledger: intervals and holder shares in one transaction, roll-ups and pruning.
+
+Each completed interval of every device is written in one transaction with
+an upsert that only adds time that starts after what the row already holds,
+so a restart inside an interval continues it, and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Iterable
+
+from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, NOT_NULL, Dim, Holder,
+                                            IntervalRecord, LedgerError)
+from allsmi.accounting.settings import ROLLUP_SECONDS
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+#: Roll-up tiers, coarsest first: (seconds, table). Each is rolled up from the next finer one.
+TIERS: tuple[tuple[int, str], ...] = ((86400, "days"), (ROLLUP_SECONDS, "quarters"))
+RAW = "intervals"
+DEVICE_COLUMNS = tuple(c for c, _ in DEVICE_SUMS)
+HOLDER_COLUMNS = tuple(c for c, _ in HOLDER_SUMS)
+
+
+def _add(column: str, table: str) -> str:
+    """``column = column + excluded.column``, where NULL (unknown) plus NULL stays NULL."""
+    if column in NOT_NULL:
+        return f"{column} = {table}.{column} + excluded.{column}"
+    if column == "mem_peak":
+        return (f"{column} = max(coalesce({table}.{column}, excluded.{column}), "
+                f"coalesce(excluded.{column}, {table}.{column}))")
+    return (f"{column} = CASE WHEN {table}.{column} IS NULL AND excluded.{column} IS NULL "
+            f"THEN NULL ELSE coalesce({table}.{column}, 0) + coalesce(excluded.{column}, 0) END")
+
+
+_UPSERT_INTERVAL = (
+    f"INSERT INTO intervals (start, dev, dim, first_ms, last_ms, {', '.join(DEVICE_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * (5 + len(DEVICE_COLUMNS)))}) ON CONFLICT (start, dev) DO UPDATE SET "
+    "last_ms = excluded.last_ms, " + ", ".join(_add(c, "intervals") for c in DEVICE_COLUMNS)
+    + " WHERE excluded.first_ms > intervals.last_ms")
+_UPSERT_HOLDER = (
+    f"INSERT INTO holder_intervals (start, dev, hid, {', '.join(HOLDER_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * (3 + len(HOLDER_COLUMNS)))}) ON CONFLICT (start, dev, hid) "
+    "DO UPDATE SET " + ", ".join(_add(c, "holder_intervals") for c in HOLDER_COLUMNS))
+
+
+def sums(columns: tuple[tuple[str, str], ...], prefix: str = "") -> str:
+    """``SUM(observed_ms), ..., MAX(mem_peak), ...`` for a SELECT."""
+    return ", ".join(f"{agg}({prefix}{c})" for c, agg in columns)
+
+
+class LedgerWriter:
+    """The writing half of :class:`~allsmi.accounting.ledger.Ledger` (a mixin)."""
+
+    path: object
+    _db: sqlite3.Connection
+    _lock: "AbstractContextManager[object]"
+    _dev_ids: dict[str, int]
+    _dim_ids: dict[Dim, int]
+    _hids: dict[Holder, int]
+
+    def _transaction(self, forget_ids: bool = False) -> "AbstractContextManager[None]":
+        raise NotImplementedError
+
+    def _dev(self, device_id: str) -> int:
+        dev = self._dev_ids.get(device_id)
+        if dev is None:
+            self._db.execute("INSERT OR IGNORE INTO devices (device_id) VALUES (?)", (device_id,))
+            dev = self._db.execute("SELECT dev FROM devices WHERE device_id = ?",
+                                   (device_id,)).fetchone()[0]
+            self._dev_ids[device_id] = dev
+        return dev
+
+    def _dim(self, dim: Dim) -> int:
+        dim_id = self._dim_ids.get(dim)
+        if dim_id is None:
+            values = (self._dev(dim.device_id), dim.host, dim.vendor, dim.model, dim.parent,
+                      dim.resource_group, dim.labels)
+            self._db.execute("INSERT OR IGNORE INTO dims (dev, host, vendor, model, parent, "
+                             "resource_group, labels) VALUES (?, ?, ?, ?, ?, ?, ?)", values)
+            dim_id = self._db.execute(
+                "SELECT dim FROM dims WHERE dev = ? AND host = ? AND vendor = ? AND model = ? "
+                "AND parent = ? AND resource_group = ? AND labels = ?", values).fetchone()[0]
+            self._dim_ids[dim] = dim_id
+        return dim_id
+
+    def _hid(self, holder: Holder) -> int:
+        hid = self._hids.get(holder)
+        if hid is None:
+            values = tuple(v or "" for v in holder)
+            self._db.execute("INSERT OR IGNORE INTO holders (user, namespace, pod, job) "
+                             "VALUES (?, ?, ?, ?)", values)
+            hid = self._db.execute("SELECT hid FROM holders WHERE user = ? AND namespace = ? "
+                                   "AND pod = ? AND job = ?", values).fetchone()[0]
+            self._hids[holder] = hid
+        return hid
+
+    def write(self, records: Iterable[IntervalRecord], now: float,
+              retention_days: float | None = None, rollup_retention_days: float | None = None) -> int:
+        """Store intervals in one transaction; roll up complete quarters; prune old rows.
+
+        ``now`` is the time of the snapshot that completed them: quarters
+        ending at or before it are rolled up. Returns how many intervals were
+        stored (an interval overlapping what is already stored is skipped).
+        """
+        stored = 0
+        with self._lock:
+            try:
+                with self._transaction(forget_ids=True):
+                    units: set[tuple[int, int]] = set()
+                    for rec in records:
+                        dev = self._dev(rec.dim.device_id)
+                        cur = self._db.execute(_UPSERT_INTERVAL, (
+                            rec.start, dev, self._dim(rec.dim), rec.first_ms, rec.last_ms,
+                            *(getattr(rec, c) for c in DEVICE_COLUMNS)))
+                        if cur.rowcount != 1:
+                            continue  # overlaps time already stored: never count it twice
+                        stored += 1
+                        units.update((size, rec.start - rec.start % size) for size, _ in TIERS)
+                        self._db.executemany(_UPSERT_HOLDER, [
+                            (rec.start, dev, self._hid(holder),
+                             *(getattr(share, c) for c in HOLDER_COLUMNS))
+                            for holder, share in sorted(rec.holders.items(),
+                                                        key=lambda kv: tuple(v or "" for v in kv[0]))])
+                    self._db.executemany("INSERT OR IGNORE INTO pending (tier, start) VALUES (?, ?)",
+                                         sorted(units))
+                    self._roll_up(now)
+                    self._prune(now, retention_days, rollup_retention_days)
+            except sqlite3.Error as exc:
+                error = LedgerError(f"cannot write the ledger {self.path}: {exc}")
+                # Locked, full, read-only, I/O error: no record can be written now. Anything
+                # else may be one record's fault, and the others must still be written.
+                error.whole_database = isinstance(exc, sqlite3.OperationalError)
+                raise error from None
+        return stored
+
+    def _roll_up(self, now: float) -> None:
+        # Finest first: a day is rolled up from quarters rolled up in the same transaction.
+        for (size, table), source in zip(reversed(TIERS), (RAW,) + tuple(
+                t for _, t in reversed(TIERS))):
+            due = [u for (u,) in self._db.execute(
+                "SELECT start FROM pending WHERE tier = ? AND start + ? <= ? ORDER BY start",
+                (size, size, now))]
+            for unit in due:
+                self._roll_unit(size, table, source, unit)
+
+    def _roll_unit(self, size: int, table: str, source: str, unit: int) -> None:
+        end = unit + size
+        dev_cols, holder_cols = ", ".join(DEVICE_COLUMNS), ", ".join(HOLDER_COLUMNS)
+        self._db.execute(f"DELETE FROM {table} WHERE start = ?", (unit,))
+        self._db.execute(f"DELETE FROM holder_{table} WHERE start = ?", (unit,))
+        self._db.execute(f"INSERT INTO {table} (start, dim, {dev_cols}) SELECT ?, dim, "
+                         f"{sums(DEVICE_SUMS)} FROM {source} WHERE start >= ? AND start < ? "
+                         "GROUP BY dim", (unit, unit, end))
+        if source == RAW:
+            self._db.execute(
+                f"INSERT INTO holder_{table} (start, dim, hid, {holder_cols}) SELECT ?, i.dim, "
+                f"h.hid, {sums(HOLDER_SUMS, 'h.')} FROM holder_intervals h JOIN intervals i "
+                "ON i.start = h.start AND i.dev = h.dev WHERE h.start >= ? AND h.start < ? "
+                "GROUP BY i.dim, h.hid", (unit, unit, end))
+        else:
+            self._db.execute(
+                f"INSERT INTO holder_{table} (start, dim, hid, {holder_cols}) SELECT ?, dim, hid, "
+                f"{sums(HOLDER_SUMS)} FROM holder_{source} WHERE start >= ? AND start < ? "
+                "GROUP BY dim, hid", (unit, unit, end))
+        self._db.execute("DELETE FROM pending WHERE tier = ? AND start = ?", (size, unit))
+
+    def _prune(self, now: float, retention_days: float | None,
+               rollup_retention_days: float | None) -> None:
+        def cutoff(days: float, rolled_into: int | None) -> int:
+            limit = int(now - days * 86400)
+            if rolled_into is None:
+                return limit
+            # Never delete what a unit that is not rolled up yet still needs.
+            oldest = self._db.execute("SELECT MIN(start) FROM pending WHERE tier = ?",
+                                      (rolled_into,)).fetchone()[0]
+            return limit if oldest is None else min(limit, oldest)
+
+        if retention_days is not None:
+            raw = cutoff(retention_days, TIERS[-1][0])
+            self._db.execute("DELETE FROM intervals WHERE start < ?", (raw,))
+            self._db.execute("DELETE FROM holder_intervals WHERE start < ?", (raw,))
+        if rollup_retention_days is not None:
+            # Quarter hours only: the daily roll-ups are small and kept for good.
+            limit = cutoff(rollup_retention_days, TIERS[0][0])
+            self._db.execute("DELETE FROM quarters WHERE start < ?", (limit,))
+            self._db.execute("DELETE FROM holder_quarters WHERE start < ?", (limit,))
