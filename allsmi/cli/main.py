@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "view": "allsmi.cli.view:view",
     "record": "allsmi.cli.record:record",
     "export": "allsmi.cli.export:export",
+    "idle": "allsmi.cli.idle:idle",
 }
 
 

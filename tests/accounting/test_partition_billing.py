@@ -168,23 +168,68 @@ def test_bad_partition_billing_is_a_located_config_error() -> None:
     assert err.value.line == 2 and err.value.key == "groups.g.partition_billing"
 
 
-def test_version_1_ledger_is_read_and_upgraded(tmp_path: Path) -> None:
-    """A ledger written before billed hours existed: read as billed whole, upgraded on write."""
-    db = tmp_path / "ledger.db"
-    record(db, [snap(T0 + t, device("GPU-a", users=["ann"])) for t in range(0, 1801, 10)])
-    conn = sqlite3.connect(db)
-    for table in ("intervals", "user_intervals", "quarters", "user_quarters", "days", "user_days"):
-        conn.execute(f"ALTER TABLE {table} DROP COLUMN billed_ms")
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+def _old_ledger(path: Path, version: int) -> None:
+    """A ledger as allsmi wrote it at schema ``version`` (1 or 2): half an hour of ann's
+    process on GPU-a, in raw one-minute intervals not rolled up yet."""
+    conn = sqlite3.connect(path)
+    conn.executescript((Path(__file__).parent / "ledger_v2_schema.sql").read_text())
+    conn.executemany("INSERT INTO meta VALUES (?, ?)", [("schema_version", "2"),
+                                                         ("interval_seconds", "60")])
+    conn.execute("INSERT INTO devices VALUES (1, 'GPU-a')")
+    conn.execute("INSERT INTO dims VALUES (1, 1, 'node1', 'nvidia', 'H100', '', 'default', '{}')")
+    conn.execute("INSERT INTO users VALUES (1, 'ann')")
+    for k in range(30):
+        start = int(T0) + 60 * k
+        conn.execute("INSERT INTO intervals VALUES (?, 1, 1, 0, 60000, 60000, 60000, NULL, 0, "
+                     "NULL, NULL, 0, NULL, 60000)", (start,))
+        conn.execute("INSERT INTO user_intervals VALUES (?, 1, 1, 60000, 60000, NULL, NULL, 60000)",
+                     (start,))
+    conn.executemany("INSERT INTO pending VALUES (?, ?)",
+                     [(900, int(T0)), (900, int(T0) + 900), (86400, int(T0))])
+    if version == 1:
+        for table in ("intervals", "user_intervals", "quarters", "user_quarters", "days",
+                      "user_days"):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN billed_ms")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_old_ledger_is_read_and_upgraded(tmp_path: Path, version: int) -> None:
+    """A ledger written before holders and idle time (and, version 1, billed hours) existed:
+    read as it is (billed whole, idle unknown, users as holders), upgraded in place on write."""
+    db = tmp_path / "ledger.db"
+    _old_ledger(db, version)
     w = window(T0, T0 + HOUR)
-    parts, _ = ledger_parts(db, w)  # read-only: not upgraded, billed as allocated
-    assert parts[0].billed_s == pytest.approx(1800.0)
+
+    def check() -> None:
+        parts, holders = ledger_parts(db, w, by_holder=True)
+        assert parts[0].billed_s == pytest.approx(1800.0)
+        assert parts[0].allocated_s == pytest.approx(1800.0) and parts[0].idle_s is None
+        assert holders is not None
+        ann = next(p for p in holders if p.user == "ann")
+        assert ann.allocated_s == pytest.approx(1800.0) and ann.billed_s == pytest.approx(1800.0)
+        assert (ann.namespace, ann.pod, ann.job, ann.idle_s) == (None, None, None, None)
+        rep = build_report(parts, w, ("resource_group", "user"), config(), holder_parts=holders)
+        assert [(r.user, r.allocated_device_hours, r.idle_allocated_device_hours)
+                for r in rep.rows] == [(None, 0.0, None), ("ann", 0.5, None)]
+
+    before = db.read_bytes()
+    check()  # read-only: the file is not changed
+    assert db.read_bytes() == before
     Ledger(db).close()  # opened for writing: upgraded in place
     conn = sqlite3.connect(db)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
-    assert conn.execute("SELECT SUM(billed_ms) FROM intervals").fetchone() == (1_800_000,)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert conn.execute("SELECT SUM(billed_ms), SUM(idle_ms) FROM intervals").fetchone() == \
+        (1_800_000, None)
+    assert conn.execute("SELECT user, namespace FROM holders").fetchall() == [("ann", "")]
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'user%'").fetchall() == []
     conn.close()
-    parts, _ = ledger_parts(db, w)
-    assert parts[0].billed_s == pytest.approx(1800.0)
+    check()
+    # New intervals are recorded with idle time and holders next to the upgraded ones.
+    record(db, [snap(T0 + 1800 + t, device("GPU-a", util=0.0, users=["ann"]))
+                for t in range(0, 1801, 10)])
+    parts, holders = ledger_parts(db, w, by_holder=True)
+    assert parts[0].allocated_s == pytest.approx(3600.0)
+    assert parts[0].idle_s == pytest.approx(1800.0)
