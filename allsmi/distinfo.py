@@ -74,6 +74,8 @@ def _distributions() -> Iterator[tuple[str, str]]:
         raise _Unsure("a meta-path finder lists distributions")
     seen: set[str] = set()
     for entry in sys.path:
+        if not isinstance(entry, str):
+            raise _Unsure(f"{entry!r} on sys.path is not a str")
         root = entry or "."
         try:
             children = os.listdir(root)
