@@ -17,6 +17,10 @@ the same way. Between two consecutive valid samples of a device (at most
   rule. A partition carries no board power, so it contributes no energy and
   a sum over devices never counts a board twice.
 
+:func:`billing_shares` gives each partition's share of its physical device (its parent the
+rest), which the ledger and the exporter's ``allsmi_device_partition_share_ratio`` both use
+to bill partitions at their share.
+
 A longer gap, a lost device or an unknown value is not bridged: the interval
 is simply not observed, and coverage shows it. The longest gap bridged comes
 from :func:`bridged_gap_seconds`, for the exporter and the ledger alike.
@@ -141,6 +145,30 @@ def _point(dev: DeviceSample, when: float, steady: float | None, threshold: floa
         idle = None if util is None else float(util < threshold)
     return _Point(when, steady, util, dev.power_watts, dev.energy_joules,
                   None if allocated is None else float(allocated), idle)
+
+
+def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> dict[str, float]:
+    """Each partitioned device's share of its physical device, by id (absent: 1, a whole device).
+
+    A partition (``parent`` set) holds its ``partition_share``, or when the backend cannot tell,
+    an equal split among its parent's partitions in this snapshot; shares adding up to more
+    than 1 are scaled down to 1. The parent holds what no partition holds (at least 0). So a
+    physical device is billed at most once per hour however it is partitioned.
+    """
+    parts: dict[str, list[DeviceSample]] = {}
+    for dev in devices:
+        if dev.parent:
+            parts.setdefault(dev.parent, []).append(dev)
+    shares: dict[str, float] = {}
+    for parent, members in parts.items():
+        raw = [d.partition_share if d.partition_share is not None and d.partition_share > 0
+               else 1.0 / len(members) for d in members]
+        total = sum(raw)
+        scale = 1.0 / total if total > 1.0 else 1.0
+        for dev, share in zip(members, raw):
+            shares[dev.id] = share * scale
+        shares[parent] = max(0.0, 1.0 - total * scale)
+    return shares
 
 
 def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:

@@ -5,32 +5,11 @@ from __future__ import annotations
 
 from allsmi.accounting.ledgerschema import Holder
 from allsmi.schema import DeviceSample
+from allsmi.usage import billing_shares
+
+__all__ = ["Weights", "billing_shares", "holder_weights", "own_memory"]
 
 _VALID = ("ok", "degraded")
-
-
-def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> dict[str, float]:
-    """Each partitioned device's share of its physical device, by id (absent: 1, a whole device).
-
-    A partition (``parent`` set) holds its ``partition_share``, or when the backend cannot tell,
-    an equal split among its parent's partitions in this snapshot; shares adding up to more
-    than 1 are scaled down to 1. The parent holds what no partition holds (at least 0). So a
-    physical device is billed at most once per hour however it is partitioned.
-    """
-    parts: dict[str, list[DeviceSample]] = {}
-    for dev in devices:
-        if dev.parent:
-            parts.setdefault(dev.parent, []).append(dev)
-    shares: dict[str, float] = {}
-    for parent, members in parts.items():
-        raw = [d.partition_share if d.partition_share is not None and d.partition_share > 0
-               else 1.0 / len(members) for d in members]
-        total = sum(raw)
-        scale = 1.0 / total if total > 1.0 else 1.0
-        for dev, share in zip(members, raw):
-            shares[dev.id] = share * scale
-        shares[parent] = max(0.0, 1.0 - total * scale)
-    return shares
 
 
 def own_memory(devices: tuple[DeviceSample, ...]) -> dict[str, int]:

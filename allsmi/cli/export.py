@@ -384,10 +384,12 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
     if client is not None:
         from allsmi.accounting.promsource import PrometheusError, prometheus_parts
         try:
-            parts = prometheus_parts(client, window)
+            parts, holders = prometheus_parts(client, window,
+                                              by_holder=any(k in HOLDER_KEYS for k in keys))
         except PrometheusError as exc:
             raise _Failed("source", str(exc)) from None
-        return build_report(parts, window, keys, config, source=f"prometheus {client.url}")
+        return build_report(parts, window, keys, config, holder_parts=holders,
+                            source=f"prometheus {client.url}")
     from allsmi.accounting.ledger import LedgerError
     from allsmi.accounting.ledgersource import ledger_parts
     try:

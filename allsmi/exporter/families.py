@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, Snapshot
+from allsmi.usage import billing_shares
 
 #: Join labels carried by every per-device series.
 DEVICE_LABELS: tuple[str, ...] = ("uuid", "index", "vendor", "model", "resource_group")
@@ -126,6 +127,15 @@ COUNTERS: tuple[tuple[Family, str], ...] = (
     (OBSERVED_TOTAL, "observed_seconds"))
 """(family, attribute of :class:`allsmi.exporter.counters.DeviceTotals`)."""
 
+PARTITION_SHARE = Family(
+    "allsmi_device_partition_share_ratio", "gauge",
+    "Share of its physical device that a partition (MIG instance, compute partition, die) is "
+    "billed for; on a partitioned device, the remainder no partition holds. Allocated time x "
+    "this share is what price_per_device_hour prices.",
+    DEVICE_LABELS, "ratio",
+    source="allsmi.usage.billing_shares: partition_share, else an equal split among the "
+    "parent's partitions; shares over 1 scaled down; the parent gets 1 - the sum (at least 0)",
+    condition="partitions and the devices they belong to; absent for whole devices (a share of 1)")
 RESOURCE_GROUP_INFO = Family(
     "allsmi_resource_group_info", "info",
     "A resource group in use or declared in the configuration, with its extra labels; always 1.",
@@ -198,7 +208,8 @@ LEDGER_DROPPED = Family(
     (), source="LedgerRecorder.dropped_intervals", condition="allsmi serve --ledger only")
 
 FAMILIES: tuple[Family, ...] = (
-    (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + tuple(c for c, _ in COUNTERS)
+    (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
+    + tuple(c for c, _ in COUNTERS)
     + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED))
@@ -296,6 +307,13 @@ def build_families(snapshot: Snapshot, *, version: str,
             if value is not None:
                 gauge.add_metric(labels[dev.id], float(value) * scale)
         out.append(gauge)
+
+    if any(dev.parent for dev in devices):
+        share = _gauge(PARTITION_SHARE)
+        for dev_id, value in sorted(billing_shares(devices).items()):
+            if dev_id in labels:
+                share.add_metric(labels[dev_id], value)
+        out.append(share)
 
     if counters is not None:
         for family, attr in COUNTERS:

@@ -65,7 +65,7 @@ def test_locked_database_keeps_intervals_and_writes_them_later(tmp_path: Path) -
     # Energy and the user's share survived the retry too: 100 W for 5 minutes.
     assert rows(db, "SELECT SUM(energy_mj) FROM intervals i JOIN devices d ON d.dev = i.dev "
                     "WHERE d.device_id = 'GPU-a'") == [(100 * 300 * 1000,)]
-    assert rows(db, "SELECT SUM(observed_ms) FROM user_intervals") == [(300_000,)]
+    assert rows(db, "SELECT SUM(observed_ms) FROM holder_intervals") == [(300_000,)]
 
 
 def test_ids_of_a_rolled_back_transaction_are_not_reused(tmp_path: Path) -> None:
@@ -86,8 +86,8 @@ def test_ids_of_a_rolled_back_transaction_are_not_reused(tmp_path: Path) -> None
     assert rows(db, "SELECT d.device_id, COUNT(*) FROM intervals i JOIN devices d ON d.dev = i.dev "
                     "JOIN dims m ON m.dim = i.dim GROUP BY d.device_id") == [
         ("GPU-a", 3), ("GPU-new", 2), ("GPU-zbad", 2)]
-    assert rows(db, "SELECT n.name, u.observed_ms FROM user_intervals u "
-                    "JOIN users n ON n.uid = u.uid") == [("zoe", 60_000)]
+    assert rows(db, "SELECT n.user, u.observed_ms FROM holder_intervals u "
+                    "JOIN holders n ON n.hid = u.hid") == [("zoe", 60_000)]
 
 
 def test_one_bad_record_does_not_block_the_others(tmp_path: Path) -> None:
