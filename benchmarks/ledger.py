@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import describe  # noqa: E402
 
-from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, UserShare, labels_json  # noqa: E402
+from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Ledger, Share, labels_json  # noqa: E402
 from allsmi.accounting.recorder import LedgerRecorder  # noqa: E402
 from allsmi.accounting.settings import ROLLUP_SECONDS  # noqa: E402
 from allsmi.backends.simulated import simulated_backends  # noqa: E402
@@ -93,7 +93,8 @@ class Timeline:
         while t >= self.until:
             if self.rng.random() < 0.7:
                 self.users = tuple(self.rng.sample(USERS, 2 if self.rng.random() < 0.2 else 1))
-                self.util = self.rng.uniform(0.3, 0.95)
+                # One job in seven holds its devices and leaves them idle (a notebook, a hung job).
+                self.util = 0.01 if self.rng.random() < 0.15 else self.rng.uniform(0.3, 0.95)
                 self.until += self.rng.randrange(600, 7200)
             else:
                 self.users, self.util = (), 0.0
@@ -104,13 +105,22 @@ class Timeline:
 def minute_record(line: Timeline, dim: Dim, start: int, peak: float) -> IntervalRecord:
     owners, util = line.at(start)
     energy = int((0.15 + 0.8 * util) * peak * 60 * 1000)
-    users = {u: UserShare(60000 // len(owners), 60000 // len(owners), int(util * 60000) // len(owners),
-                          energy // len(owners)) for u in owners}
+    n = max(1, len(owners))
+    idle = 60000 if owners and util < 0.05 else 0
+    holders = {Holder(user=u, job=str(41000 + USERS.index(u))): Share(
+        60000 // n, 60000 // n, int(util * 60000) // n, energy // n, 60000 // n, idle // n,
+        idle // n, energy * idle // 60000 // n) for u in owners}
     return IntervalRecord(start=start, dim=dim, first_ms=0, last_ms=60000, observed_ms=60000,
                           allocated_ms=60000 if owners else 0, busy_ms=int(util * 60000),
                           busy_observed_ms=60000, energy_mj=energy,
                           mem_sum=int((8 + 60 * util) * 2**30) * 60, mem_samples=60,
-                          mem_peak=int((8 + 64 * util) * 2**30), users=users)
+                          mem_peak=int((8 + 64 * util) * 2**30), holders=holders,
+                          billed_ms=60000 if owners else 0, idle_ms=idle, idle_billed_ms=idle,
+                          idle_energy_mj=energy * idle // 60000)
+
+
+SHARE_COLUMNS = ("observed_ms", "allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms",
+                 "idle_billed_ms", "idle_energy_mj")
 
 
 def build(path: Path, devices: int, days: int, raw_days: int) -> tuple[float, float]:
@@ -135,22 +145,25 @@ def build(path: Path, devices: int, days: int, raw_days: int) -> tuple[float, fl
             minutes = [minute_record(lines[d], d, q + 60 * k, peaks[d]) for k in range(0, 15, 5)]
             scale = 5  # three sampled minutes stand for fifteen
             dim_id = ledger._dim_ids[d]
-            rows.append((q, dim_id, 900000, scale * sum(m.allocated_ms for m in minutes),
-                         scale * sum(m.busy_ms or 0 for m in minutes), 900000,
-                         scale * sum(m.energy_mj or 0 for m in minutes),
-                         scale * sum(m.mem_sum or 0 for m in minutes), 900, 80 * 2**30))
-            shares: dict[str, list[int]] = {}
+            total = lambda name: scale * sum(getattr(m, name) or 0 for m in minutes)  # noqa: E731
+            rows.append((q, dim_id, 900000, total("allocated_ms"), total("busy_ms"), 900000,
+                         total("energy_mj"), total("mem_sum"), 900, 80 * 2**30,
+                         total("billed_ms"), total("idle_ms"), total("idle_billed_ms"),
+                         total("idle_energy_mj")))
+            shares: dict[Holder, list[int]] = {}
             for m in minutes:
-                for u, sh in m.users.items():
-                    acc = shares.setdefault(u, [0, 0, 0, 0])
-                    acc[0] += scale * sh.observed_ms
-                    acc[1] += scale * sh.allocated_ms
-                    acc[2] += scale * (sh.busy_ms or 0)
-                    acc[3] += scale * (sh.energy_mj or 0)
-            user_rows.extend((q, dim_id, ledger._uid(u), *v) for u, v in shares.items())
+                for h, sh in m.holders.items():
+                    acc = shares.setdefault(h, [0] * len(SHARE_COLUMNS))
+                    for k, name in enumerate(SHARE_COLUMNS):
+                        acc[k] += scale * (getattr(sh, name) or 0)
+            user_rows.extend((q, dim_id, ledger._hid(h), *v) for h, v in shares.items())
         if len(rows) > 200_000 or q + ROLLUP_SECONDS >= raw_start:
-            db.executemany("INSERT INTO quarters VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
-            db.executemany("INSERT INTO user_quarters VALUES (?,?,?,?,?,?,?)", user_rows)
+            db.executemany("INSERT INTO quarters (start, dim, observed_ms, allocated_ms, busy_ms, "
+                           "busy_observed_ms, energy_mj, mem_sum, mem_samples, mem_peak, "
+                           "billed_ms, idle_ms, idle_billed_ms, idle_energy_mj) "
+                           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            db.executemany(f"INSERT INTO holder_quarters (start, dim, hid, {', '.join(SHARE_COLUMNS)}) "
+                           f"VALUES ({', '.join('?' * (3 + len(SHARE_COLUMNS)))})", user_rows)
             rows, user_rows = [], []
     for day in range(start, raw_start, 86400):  # the daily roll-ups the recorder would have made
         db.execute("INSERT INTO pending (tier, start) VALUES (86400, ?)", (day,))
@@ -256,7 +269,7 @@ def main() -> None:
         print(f"ledger: {args.devices} devices x {args.days} days ({args.raw_days} days raw minutes, "
               f"the rest quarter-hour roll-ups): {size(path) / 2**20:.0f} MiB, built in {built:.0f} s; "
               f"one minute of {args.devices} devices written in {per_minute * 1000:.1f} ms (median)")
-        for group_by in ("resource_group,vendor,model,host", "resource_group,user"):
+        for group_by in ("resource_group,vendor,model,host", "resource_group,user", "resource_group,job"):
             seconds, rows = time_export(path, cfg, group_by)
             print(f"export 30 days --group-by {group_by}: {seconds:.2f} s median of 3 ({rows} rows)")
         peer = peer_scan(path)

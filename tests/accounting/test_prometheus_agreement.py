@@ -84,6 +84,13 @@ def export(*args: str, cwd: Path) -> tuple[int, dict, str]:  # type: ignore[type
     return out.returncode, json.loads(out.stdout or "{}"), out.stderr
 
 
+def allsmi(*args: str, cwd: Path) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    out = subprocess.run([sys.executable, "-m", "allsmi", *args, "--config", "allsmi.toml"],
+                         cwd=cwd, env={**os.environ, "XDG_CONFIG_HOME": str(cwd)},
+                         capture_output=True, text=True, timeout=60)
+    return out.returncode, json.loads(out.stdout or "{}"), out.stderr
+
+
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
     if proc.poll() is None:
         proc.send_signal(sig)
@@ -116,6 +123,11 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
             window = ("--since", iso(start), "--until", iso(end))
             rc_l, ledger, err_l = export("--ledger", "ledger.db", *window, cwd=tmp_path)
             rc_p, prom, err_p = export("--prometheus", prom_url, *window, cwd=tmp_path)
+            by_ns = {src: export(*src, *window, "--group-by", "resource_group,namespace",
+                                 cwd=tmp_path) for src in (("--ledger", "ledger.db"),
+                                                           ("--prometheus", prom_url))}
+            idle = {src: allsmi("idle", *src, *window, "--format", "json", cwd=tmp_path)
+                    for src in (("--ledger", "ledger.db"), ("--prometheus", prom_url))}
     finally:
         stop(serve)
         serve_log.close()
@@ -139,7 +151,8 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
         assert pr["device_count"] == lr["device_count"], key
         assert pr["labels"] == lr["labels"], key
         slack_h = 1.5 * lr["device_count"] / 3600
-        for col in ("observed_device_hours", "allocated_device_hours", "used_device_hours"):
+        for col in ("observed_device_hours", "allocated_device_hours", "used_device_hours",
+                    "billed_device_hours", "idle_allocated_device_hours"):
             if lr[col] is None:
                 assert pr[col] is None, (key, col)
                 continue
@@ -156,3 +169,44 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
     assert train["labels"] == {"team": "ml-research"} and train["currency"] == "EUR"
     assert prows[("training", "nvidia", "NVIDIA H100 80GB HBM3")]["cost"] == pytest.approx(
         train["cost"], rel=0.05, abs=0.01)
+    # Partitions billed at their share from Prometheus too: the MIG GPU and its slices add up
+    # to at most one device-hour per hour.
+    mig = [(lr, prows[k]) for k, lr in lrows.items() if k[0] == "training" and "MIG" in k[2]]
+    assert mig and all(pr["billed_device_hours"] < pr["allocated_device_hours"] for _, pr in mig)
+    # Idle-allocated hours never exceed allocated hours, from either source; some are idle.
+    for doc in (ledger, prom):
+        for row in doc["rows"]:
+            if row["idle_allocated_device_hours"] is not None:
+                assert row["idle_allocated_device_hours"] <= row["allocated_device_hours"] + 1e-9
+    assert sum(r["idle_allocated_device_hours"] or 0 for r in ledger["rows"]) > 0
+    # Grouped by namespace: the workloads' rows add up to the group's totals, from both sources.
+    for (rc, doc, err), whole in zip(by_ns.values(), (ledger, prom)):
+        assert rc == 0, err
+        for group in {r["resource_group"] for r in whole["rows"]}:
+            for col in ("allocated_device_hours", "idle_allocated_device_hours", "energy_kwh"):
+                total = sum(r[col] or 0 for r in whole["rows"] if r["resource_group"] == group)
+                parts = sum(r[col] or 0 for r in doc["rows"] if r["resource_group"] == group)
+                assert parts == pytest.approx(total, rel=1e-6, abs=1e-5), (group, col)
+    lns, pns = ({(r["resource_group"], r["namespace"]): r for r in doc["rows"]}
+                for _, doc, _ in by_ns.values())
+    assert ("inference", "inference") in lns and set(lns) == set(pns)
+    for key, lr in lns.items():
+        slack_h = 1.5 * lr["device_count"] / 3600
+        assert pns[key]["allocated_device_hours"] == pytest.approx(
+            lr["allocated_device_hours"], rel=0.05, abs=slack_h), key
+    # allsmi idle: the same holders from both sources, by idle cost then idle hours.
+    (rc_li, lidle, err_li), (rc_pi, pidle, err_pi) = idle.values()
+    assert rc_li == 0, err_li
+    assert rc_pi == 0, err_pi
+    assert lidle["group_by"] == ["resource_group", "user", "namespace", "pod", "job"]
+    assert pidle["group_by"] == ["resource_group", "namespace", "pod", "job"]
+    for doc in (lidle, pidle):
+        assert doc["rows"], doc
+        order = [(-(r["idle_cost"] or 0), -r["idle_allocated_device_hours"]) for r in doc["rows"]]
+        assert order == sorted(order)
+        for row in doc["rows"]:
+            assert 0 < row["idle_allocated_device_hours"] <= row["allocated_device_hours"] + 1e-9
+            assert row["devices"] and all("/" in d for d in row["devices"])
+    lsum = sum(r["idle_allocated_device_hours"] for r in lidle["rows"])
+    psum = sum(r["idle_allocated_device_hours"] for r in pidle["rows"])
+    assert psum == pytest.approx(lsum, rel=0.1, abs=1.5 * 37 / 3600)
