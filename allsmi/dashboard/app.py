@@ -317,7 +317,7 @@ class DashboardApp(App[None]):
             title += f" ({safe(', '.join(hidden[:2]))}: host does not export process details)"
         elif shown and all(r.device.processes is None for r in shown):
             title += " (not reported for this device)"
-        self.query_one("#processes").border_title = title
+        self.query_one("#processes").border_title = Text(title)  # a Text: never parsed as markup
 
     def _group_labels(self, name: str) -> dict[str, str]:
         return dict(self.config.group(name).labels)

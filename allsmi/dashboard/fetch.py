@@ -64,11 +64,13 @@ def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int) ->
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     expired = threading.Event()
+    # The socket is kept here: http.client drops ``conn.sock`` once a response that closes the
+    # connection has started, but the response still reads from it.
+    held: list[socket.socket] = []
 
     def abort() -> None:
         expired.set()
-        sock = conn.sock
-        if sock is not None:
+        for sock in held:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -81,6 +83,8 @@ def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int) ->
     late = HttpError(f"timed out after {timeout:g} s")
     try:
         conn.connect()
+        if conn.sock is not None:
+            held.append(conn.sock)
         if expired.is_set() or time.monotonic() >= deadline:
             raise late
         conn.request("GET", path, headers=headers)
@@ -91,7 +95,7 @@ def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int) ->
         chunks: list[bytes] = []
         size = 0
         while True:
-            chunk = response.read(CHUNK)
+            chunk = response.read1(CHUNK)  # what has arrived: the deadline is checked between reads
             if not chunk:
                 break
             size += len(chunk)
