@@ -138,3 +138,83 @@ def test_view_argument_errors_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "not both" in result.stderr
     result = run_allsmi("view", "--theme", "no-such-theme", "--simulate", "mixed")
     assert result.returncode == 2 and "unknown theme" in result.stderr
+
+
+def _pane(tmux: Tmux, fmt: str) -> str:
+    return tmux.run("display-message", "-p", "-t", "t", fmt, check=False).stdout.strip()
+
+
+def _wait_dead(tmux: Tmux, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _pane(tmux, "#{pane_dead}") == "1":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("signame", ["TERM", "HUP"])
+def test_sigterm_and_sighup_restore_the_terminal_like_q(tmux: Tmux, tmp_path: Path, signame: str) -> None:
+    import signal
+    pidfile = tmp_path / "pid"
+    command = shlex.join(allsmi_exe() + ["--simulate", "mixed", "--interval", "0.5"])
+    log = tmp_path / "pane.log"
+    # The app starts after a short sleep, so the pane's output is logged from its first byte.
+    tmux.start(["sh", "-c", f"echo $$ > {shlex.quote(str(pidfile))}; sleep 1; exec {command}"], 100, 30)
+    tmux.run("set-option", "-w", "-t", "t", "remain-on-exit", "on")
+    tmux.run("pipe-pane", "-t", "t", "-o", f"cat >> {shlex.quote(str(log))}")
+    tmux.wait_for(r"\d+°C")
+    assert _pane(tmux, "#{alternate_on}") == "1"
+    os.kill(int(pidfile.read_text()), getattr(signal, f"SIG{signame}"))
+    assert _wait_dead(tmux), f"SIG{signame} did not end the dashboard"
+    # Ended by exiting (tmux 3.3 does not always report the status in time), not by the signal.
+    assert _pane(tmux, "#{pane_dead_signal}") == "" and _pane(tmux, "#{pane_dead_status}") in ("0", "")
+    assert _pane(tmux, "#{alternate_on}") == "0", "alternate screen left on"
+    assert _pane(tmux, "#{mouse_any_flag}#{mouse_button_flag}#{mouse_standard_flag}") == "000", \
+        "mouse reporting left on"
+    out = log.read_bytes()
+    for on, off, what in ((b"\x1b[?25l", b"\x1b[?25h", "cursor left hidden"),
+                          (b"\x1b[?1049h", b"\x1b[?1049l", "alternate screen left on"),
+                          (b"\x1b[?1000h", b"\x1b[?1000l", "mouse reporting left on")):
+        assert on in out and out.rfind(off) > out.rfind(on), what
+
+
+def test_q_exits_at_once_while_prometheus_trickles(tmux: Tmux, tmp_path: Path) -> None:
+    import threading
+
+    from .hostile import Server
+    stop = threading.Event()
+    server = Server(lambda h: h.trickle(stop, 0.5))
+    try:
+        pidfile = tmp_path / "pid"
+        command = shlex.join(allsmi_exe() + ["view", "--prometheus", server.url, "--timeout", "60"])
+        tmux.start(["sh", "-c", f"echo $$ > {shlex.quote(str(pidfile))}; exec {command}"], 120, 30)
+        tmux.run("set-option", "-w", "-t", "t", "remain-on-exit", "on")
+        tmux.wait_for(r"allsmi cluster")
+        assert wait_for_requests(server)
+        tmux.keys("q")
+        assert _wait_dead(tmux, 10), "the process did not exit while a fetch was pending"
+        assert _pane(tmux, "#{pane_dead_status}") in ("0", "")
+    finally:
+        stop.set()
+        server.close()
+
+
+def wait_for_requests(server: "object", timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.requests:  # type: ignore[attr-defined]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_term_dumb_gets_a_plain_table(tmux: Tmux, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    command = shlex.join(allsmi_exe() + ["--simulate", "mixed"])
+    tmux.start(["sh", "-c", f"TERM=dumb {command} > /dev/tty 2>&1; echo EXIT=$?; sleep 30"], 200, 60)
+    screen = tmux.wait_for(r"EXIT=\d+")
+    assert "EXIT=0" in screen and "TERM=dumb" in screen
+    assert "NVIDIA H100 80GB HBM3" in screen
+    assert _pane(tmux, "#{alternate_on}") == "0"
+    del out
