@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from allsmi.cli.export import Failed, Run, build, guarded, prepare, source_options, write_output
+from allsmi.cli.reportcmd import Failed, Run, build, guarded, prepare, source_options, write_output
 
 IDLE_FORMATS = ("table", "csv", "json")
 DEFAULT_KEYS = ("resource_group", "user", "namespace", "pod", "job")

@@ -1,0 +1,262 @@
+"""A minimal client for Prometheus' instant-query API, for ``allsmi export --prometheus``.
+
+Basic or bearer auth (from the URL, options or ``[export]``), a CA file, no redirects (so
+credentials never go to another host), size caps on every answer, and messages that never
+contain a password or a token.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from allsmi.config import Config
+
+#: The most one answer of Prometheus may hold; a larger one is an error, not memory exhaustion.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+#: The most a password or token file may hold.
+MAX_SECRET_BYTES = 64 * 1024
+
+
+class PrometheusError(Exception):
+    """Prometheus could not be reached or answered with an error."""
+
+
+@dataclass(frozen=True, repr=False)
+class Credentials:
+    """How to authenticate to Prometheus: basic auth or a bearer token (never both)."""
+
+    username: str | None = None
+    password: str | None = None
+    bearer_token: str | None = None
+
+    def header(self) -> str | None:
+        """The ``Authorization`` header value, or ``None``."""
+        if self.bearer_token is not None:
+            return f"Bearer {self.bearer_token}"
+        if self.username is not None:
+            pair = f"{self.username}:{self.password or ''}".encode("utf-8")
+            return "Basic " + base64.b64encode(pair).decode("ascii")
+        return None
+
+    def secrets(self) -> tuple[str, ...]:
+        """The strings that must never be shown."""
+        return tuple(x for x in (self.password, self.bearer_token) if x)
+
+    def __repr__(self) -> str:
+        return f"Credentials(username={self.username!r}, password=***, bearer_token=***)"
+
+
+def read_secret(path: str, what: str) -> str:
+    """The content of a password or token file without its trailing newline.
+
+    Raises ValueError naming the file (never its content) when it cannot be
+    read, is empty, too large or holds more than one line.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SECRET_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise ValueError(f"the {what} file {path} is larger than {MAX_SECRET_BYTES} bytes")
+    try:
+        text = data.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ValueError(f"the {what} file {path} is not UTF-8 text") from None
+    if not text.strip() or "\n" in text or "\r" in text:
+        raise ValueError(f"the {what} file {path} must hold one non-empty line")
+    return text
+
+
+def _userinfo(url: str) -> tuple[str, str | None, str]:
+    """``(scheme://, userinfo or None, rest)``: userinfo runs to the last ``@``.
+
+    Splitting at the last ``@`` (not where a URL parser would stop, at the
+    first ``/``) keeps a password with raw ``/``, ``@`` or ``:`` whole, so it
+    is neither sent to the wrong host nor half printed.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "", None, url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return scheme + sep, None, rest
+    return scheme + sep, userinfo, host
+
+
+def split_url(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its ``user:password@`` part, and the (percent-decoded) user and password."""
+    head, userinfo, rest = _userinfo(url)
+    bare = head + rest
+    parsed = urllib.parse.urlsplit(bare)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise PrometheusError(f"invalid Prometheus URL {redact_url(url)!r} "
+                              "(expected http[s]://[user:password@]host:port[/path])")
+    try:
+        parsed.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise PrometheusError(f"invalid port in Prometheus URL {redact_url(url)!r}") from None
+    if userinfo is None:
+        return bare, None, None
+    user, colon, password = userinfo.partition(":")
+    return bare, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (safe to print)."""
+    head, userinfo, rest = _userinfo(url)
+    if userinfo is None:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{head}{user}{':***' if colon else ''}@{rest}"
+
+
+def access_settings(config: Config, user: str | None = None, password_file: str | None = None,
+                    token_file: str | None = None,
+                    ca_file: str | None = None) -> tuple[Credentials | None, str | None]:
+    """Credentials and CA file from the flags, else from ``[export]`` (paths relative to the file).
+
+    ConfigError for a bad ``[export]`` value; ValueError for a bad combination or
+    an unreadable file (the message names the file, never its content).
+    """
+    table = config.section("export")
+    values: dict[str, str | None] = {}
+    for key, flag in (("prometheus_user", user), ("prometheus_password_file", password_file),
+                      ("prometheus_bearer_token_file", token_file),
+                      ("prometheus_ca_file", ca_file)):
+        value = flag
+        if value is None and key in table:
+            raw = table[key]
+            if not isinstance(raw, str) or not raw.strip():
+                raise config.error(f"must be a non-empty string, got {raw!r}", "export", key)
+            value = raw.strip()
+            if key.endswith("_file") and config.path is not None:
+                value = str(config.path.parent / os.path.expanduser(value))
+        values[key] = value
+    user, pw_file = values["prometheus_user"], values["prometheus_password_file"]
+    tok_file = values["prometheus_bearer_token_file"]
+    if pw_file and not user:
+        raise ValueError("a Prometheus password file needs a user (--prometheus-user)")
+    if user and not pw_file:
+        raise ValueError("--prometheus-user needs --prometheus-password-file (or put the "
+                         "password in the URL)")
+    if user and tok_file:
+        raise ValueError("give either basic auth (--prometheus-user) or a bearer token "
+                         "(--prometheus-bearer-token-file), not both")
+    credentials = None
+    if user:
+        if ":" in user or any(ord(c) < 32 for c in user):
+            raise ValueError("the Prometheus user may not contain ':' or control characters")
+        credentials = Credentials(username=user, password=read_secret(pw_file or "", "password"))
+    elif tok_file:
+        credentials = Credentials(bearer_token=read_secret(tok_file, "bearer token"))
+    return credentials, values["prometheus_ca_file"]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are errors: credentials must never follow one to another host."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        return None
+
+
+class PrometheusClient:
+    """A minimal client for the instant-query API: basic or bearer auth, a CA file, size caps.
+
+    Credentials come from the URL (``http://user:password@host:port``) or
+    ``credentials``; no message this client raises contains a password or a token.
+    """
+
+    def __init__(self, url: str, timeout: float = 30.0, credentials: Credentials | None = None,
+                 ca_file: str | None = None, max_bytes: int = MAX_RESPONSE_BYTES) -> None:
+        base, user, password = split_url(url)
+        if user is not None and credentials is not None and \
+                (credentials.username is not None or credentials.bearer_token is not None):
+            raise PrometheusError("give the Prometheus credentials once: in the URL or as "
+                                  "options, not both")
+        if user is not None:
+            credentials = Credentials(username=user, password=password or "")
+        self.credentials = credentials or Credentials()
+        self.url = base.rstrip("/")
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        handlers: list[Any] = [_NoRedirect()]
+        if self.url.startswith("https://") or ca_file:
+            try:
+                context = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise PrometheusError(f"cannot load the CA file {ca_file}: "
+                                      f"{getattr(exc, 'strerror', None) or exc}") from None
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def _safe(self, text: str) -> str:
+        for secret in self.credentials.secrets():
+            text = text.replace(secret, "***")
+        return text
+
+    def _read(self, response: Any) -> bytes:
+        length = response.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) > self.max_bytes:
+            raise PrometheusError(f"{self.url}: the answer is {int(length)} bytes, more than the "
+                                  f"limit of {self.max_bytes}")
+        body = response.read(self.max_bytes + 1)
+        if len(body) > self.max_bytes:
+            raise PrometheusError(f"{self.url}: the answer is larger than the limit of "
+                                  f"{self.max_bytes} bytes")
+        return bytes(body)
+
+    def query(self, promql: str, at: float) -> list[dict[str, Any]]:
+        """The vector result of ``promql`` evaluated at unix time ``at``."""
+        params = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
+        headers = {"Accept": "application/json"}
+        auth = self.credentials.header()
+        if auth:
+            headers["Authorization"] = auth
+        request = urllib.request.Request(f"{self.url}/api/v1/query?{params}", headers=headers)
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                body = self._read(response)
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                how = ("with the configured credentials" if auth else
+                       "without credentials (see --prometheus-user, --prometheus-password-file "
+                       "and --prometheus-bearer-token-file)")
+                raise PrometheusError(f"{self.url}: HTTP {exc.code}: access denied {how}") from None
+            if 300 <= exc.code < 400:
+                raise PrometheusError(f"{self.url}: HTTP {exc.code} redirect to "
+                                      f"{redact_url(exc.headers.get('Location', '?'))}: not "
+                                      "followed (give the final URL)") from None
+            detail = exc.read(2000).decode("utf-8", "replace")[:500]
+            raise PrometheusError(self._safe(f"{self.url}: HTTP {exc.code} for {promql!r}: "
+                                             f"{detail}")) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PrometheusError(self._safe(f"cannot reach Prometheus at {self.url}: "
+                                             f"{reason}")) from None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise PrometheusError(f"{self.url}: the answer is not JSON") from None
+        if not isinstance(doc, dict):
+            raise PrometheusError(f"{self.url}: the answer is not a Prometheus API response")
+        if doc.get("status") != "success":
+            raise PrometheusError(self._safe(f"{self.url}: query {promql!r} failed: "
+                                             f"{doc.get('errorType', '')} "
+                                             f"{doc.get('error', '')}".strip()))
+        data = doc.get("data") or {}
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
+            kind = data.get("resultType") if isinstance(data, dict) else None
+            raise PrometheusError(f"{self.url}: expected a vector for {promql!r}, got {kind!r}")
+        result = data.get("result") or []
+        if not isinstance(result, list):
+            raise PrometheusError(f"{self.url}: the result for {promql!r} is not a list")
+        return [s for s in result if isinstance(s, dict)]

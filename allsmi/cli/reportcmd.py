@@ -1,0 +1,326 @@
+"""What ``allsmi export`` and ``allsmi idle`` share: the source, window and grouping options,
+their checks, building the report (from the ledger, Prometheus or a replayed simulation), the
+failure statuses and signal handling, and writing the output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
+
+import click
+
+from allsmi.cli.common import fail, settings
+
+EXIT_ERROR = 1
+
+
+class Failed(Exception):
+    """An export that cannot complete: why (a short reason), the message and the exit status."""
+
+    def __init__(self, reason: str, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.code = reason, message, code
+
+
+class Interrupted(BaseException):
+    """A termination signal arrived: unwind (removing temporary files) and exit 128+signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """SIGTERM, SIGHUP and SIGINT raise :class:`Interrupted` so that ``finally`` blocks run."""
+    handled = [s for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT) if s is not None]
+
+    def handler(signum: int, frame: Any) -> None:
+        for sig in handled:  # one is enough: the rest of the way out is not interrupted again
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in handled}
+    except ValueError:  # not the main thread (embedded use): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: The options of every usage report (``export`` and ``idle``): the source, the window and the
+#: grouping.
+SOURCE_OPTIONS = [
+    click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+                  help="Ledger file to read (default: $ALLSMI_LEDGER, ledger.path, "
+                       "$XDG_STATE_HOME/allsmi/ledger.db or /var/lib/allsmi/ledger.db for root)."),
+    click.option("--prometheus", "prometheus_url", metavar="URL", default=None,
+                  help="Compute the export with PromQL from this Prometheus server instead, "
+                       "http[s]://[user:password@]host:port[/path] (config: export.prometheus)."),
+    click.option("--prometheus-user", metavar="USER", default=None,
+                  help="Basic-auth user for Prometheus; the password is read from "
+                       "--prometheus-password-file (config: export.prometheus_user)."),
+    click.option("--prometheus-password-file", metavar="FILE", default=None,
+                  help="File holding the basic-auth password (one line; "
+                       "config: export.prometheus_password_file)."),
+    click.option("--prometheus-bearer-token-file", metavar="FILE", default=None,
+                  help="File holding a bearer token sent as 'Authorization: Bearer' "
+                       "(config: export.prometheus_bearer_token_file)."),
+    click.option("--prometheus-ca-file", metavar="FILE", default=None,
+                  help="PEM file of the CA(s) that signed Prometheus' TLS certificate "
+                       "(config: export.prometheus_ca_file; default: the system's CAs)."),
+    click.option("--period", metavar="PERIOD", default=None,
+                  help="yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD."),
+    click.option("--since", metavar="TIME", default=None,
+                  help="Window start, ISO 8601 (e.g. 2026-03-01 or 2026-03-01T06:00:00Z)."),
+    click.option("--until", metavar="TIME", default=None,
+                  help="Window end (exclusive), ISO 8601; default: now."),
+    click.option("--tz", "tz_name", metavar="ZONE", default=None,
+                  help="Time zone of periods and of times without an offset (default UTC; "
+                       "config: export.tz)."),
+    click.option("--group-by", "group_by", metavar="KEYS", default=None,
+                  help="Comma-separated: resource_group, vendor, model, host, user, namespace, "
+                       "pod, job (default: export resource_group,vendor,model,host; idle "
+                       "resource_group,user,namespace,pod,job, without user from Prometheus)."),
+    click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                  help="Config file (prices, groups, [ledger], [export] and [export.focus] tables)."),
+    click.option("--timeout", "timeout", type=click.FloatRange(min=0.1, max=3600.0), default=None,
+                  help="Seconds to wait for each Prometheus query (0.1 to 3600, default 30)."),
+    click.option("--simulate", metavar="SCENARIO", default=None,
+                  help="Bill a simulated node instead: replay the scenario over the window (up to "
+                       "now) into a temporary ledger and export that."),
+]
+
+
+def source_options(func: _F) -> _F:
+    """Apply :data:`SOURCE_OPTIONS` (in their order) to a click command function."""
+    for option in reversed(SOURCE_OPTIONS):
+        func = option(func)
+    return func
+
+
+
+def guarded(run: "Run", command: Callable[..., None], **opts: Any) -> None:
+    """Run ``command(run, **opts)``: signals unwind (temporary files removed), failures exit
+    with their status and rewrite the ``--textfile`` (if any) with ``allsmi_export_success 0``."""
+    try:
+        with _signals_unwind():
+            try:
+                command(run, **opts)
+            except Interrupted as exc:
+                name = signal.Signals(exc.signum).name
+                raise Failed("interrupted", f"interrupted by {name}; nothing was written",
+                              128 + exc.signum) from None
+    except Failed as exc:
+        run.report_failure(exc.reason, exc.message)
+        raise fail(exc.message, exc.code) from None
+    except click.exceptions.Exit:
+        raise
+    except Exception as exc:  # a bug: still tell monitoring, then show the traceback
+        run.report_failure("internal", f"internal error: {type(exc).__name__}")
+        raise
+
+
+class Run:
+    """What the status file needs to know about this run, whichever way it ends."""
+
+    def __init__(self, started: float, textfile: str | None) -> None:
+        self.started = started
+        self.textfile = textfile
+        self.period_end: float | None = None
+        self.coverage: float | None = None
+
+    def report_failure(self, reason: str, message: str) -> None:
+        """Rewrite the status file with ``allsmi_export_success 0`` (if one is configured)."""
+        if not self.textfile or reason == "textfile":  # the file itself could not be written
+            return
+        from allsmi.accounting.status import write_status
+        try:
+            write_status(self.textfile, self.started, False, self.coverage, self.period_end,
+                         reason=reason, message=message)
+        except OSError as exc:
+            click.echo(f"allsmi: cannot write {self.textfile}: {exc.strerror or exc}", err=True)
+
+
+@dataclass
+class Plan:
+    """A checked request for usage over a window: where from, grouped how (before any work)."""
+
+    config: Any
+    defaults: Any
+    keys: tuple[str, ...]
+    window: Any
+    ledger: Any = None
+    client: Any = None
+    scenario: Any = None
+
+
+def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
+            prometheus_user: str | None, prometheus_password_file: str | None,
+            prometheus_bearer_token_file: str | None, prometheus_ca_file: str | None,
+            period: str | None, since: str | None, until: str | None, tz_name: str | None,
+            group_by: str | None, config_path: str | None, timeout: float | None,
+            simulate: str | None, textfile: str | None = None,
+            default_group_by: Any = None) -> Plan:
+    """Resolve and check the options shared by ``export`` and ``idle``; raises :class:`Failed`.
+
+    ``default_group_by(source_is_prometheus)`` gives the command's default keys (else
+    ``[export] group_by``)."""
+    from allsmi.accounting.periods import PeriodError, window_from, zone
+    from allsmi.accounting.settings import export_defaults, ledger_settings, parse_group_by
+    from allsmi.config import ConfigError
+
+    try:
+        s = settings(config_path, simulate, None, None)
+    except click.exceptions.Exit:  # the message is already on stderr
+        run.report_failure("config", "bad configuration or scenario (see the command's stderr)")
+        raise
+    config = s.config
+    try:
+        defaults = export_defaults(config)
+        run.textfile = textfile or defaults.textfile
+        if sum(x is not None for x in (prometheus_url, ledger_path, s.simulate)) > 1:
+            raise Failed("config", "give one of --ledger, --prometheus and --simulate", 2)
+        use_prometheus = None if s.simulate else (
+            prometheus_url or (None if ledger_path else defaults.prometheus))
+        ledger = None if (use_prometheus or s.simulate) else \
+            ledger_settings(config, path_flag=ledger_path).path
+        client = _client(config, use_prometheus, timeout or defaults.timeout_seconds,
+                         prometheus_user, prometheus_password_file,
+                         prometheus_bearer_token_file, prometheus_ca_file)
+    except ConfigError as exc:
+        raise Failed("config", str(exc), 2) from None
+    try:
+        if group_by:
+            keys = parse_group_by(group_by)
+        elif default_group_by is not None:
+            keys = default_group_by(client is not None)
+        else:
+            keys = defaults.group_by
+    except ValueError as exc:
+        raise Failed("config", f"--group-by: {exc}", 2) from None
+    try:
+        tz = zone(tz_name or defaults.tz)
+        window = window_from(period, since, until, tz)
+    except PeriodError as exc:
+        raise Failed("config", str(exc), 2) from None
+    run.period_end = window.end.timestamp()
+    if client is not None and "user" in keys:
+        raise Failed("config", "--group-by user needs the ledger: Prometheus has no per-user "
+                      "accounting", 2)
+    return Plan(config, defaults, keys, window, ledger, client,
+                s.scenario if s.simulate else None)
+
+
+def build(plan: Plan) -> Any:
+    """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
+    if plan.scenario is not None:
+        with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
+            ledger = _simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
+            return _report(plan.window, plan.keys, plan.config, ledger, None)
+    return _report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
+
+
+
+def write_output(data: str | bytes, output: str | None) -> None:
+    """``data`` to ``output`` atomically (owner-only), or to stdout."""
+    if output:
+        from allsmi.atomic import write_atomic
+        try:
+            write_atomic(output, data)
+        except OSError as exc:
+            raise Failed("output", f"cannot write {output}: {exc.strerror or exc}") from None
+    elif isinstance(data, bytes):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        click.echo(data, nl=False)
+
+
+def _client(config: Any, url: str | None, timeout: float, user: str | None,
+            password_file: str | None, token_file: str | None, ca_file: str | None) -> Any:
+    """The Prometheus client, or ``None`` for the ledger; credentials checked before any work."""
+    from allsmi.accounting.promclient import PrometheusClient, PrometheusError, access_settings
+    if not url:
+        if any((user, password_file, token_file, ca_file)):
+            raise Failed("config", "the --prometheus-* options need --prometheus URL", 2)
+        return None
+    try:
+        credentials, ca = access_settings(config, user, password_file, token_file, ca_file)
+        return PrometheusClient(url, timeout, credentials, ca)
+    except (ValueError, PrometheusError) as exc:
+        raise Failed("config", str(exc), 2) from None
+
+
+def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -> str:
+    """Replay ``scenario`` over the window (never past now) into a ledger in ``directory``.
+
+    Simulated values are a pure function of time, so any past window can be
+    recorded after the fact, exactly as a recorder running then would have.
+    """
+    from dataclasses import replace
+
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.attribution import build_attributor
+    from allsmi.backends.simulated import simulated_backends
+    from allsmi.collector import Collector
+    from allsmi.config import ConfigError
+
+    start = window.start.timestamp()
+    end = min(window.end.timestamp(), time.time())
+    step = 20.0 if end - start <= 2 * 86400 else 60.0  # a month still replays in minutes
+    now = [start]
+    clock = lambda: now[0]  # noqa: E731
+    ledger_table = {**config.section("ledger"), "max_gap_seconds": 3 * step}
+    ledger_config = replace(config, sections={**config.sections, "ledger": ledger_table})
+    path = f"{directory}/ledger.db"
+    try:
+        recorder = LedgerRecorder(path, ledger_config)
+        # The simulated pods and jobs (and any real source configured) are billed too.
+        attributor = build_attributor(config, simulate=True)
+    except ConfigError as exc:
+        raise Failed("config", str(exc), 2) from None
+    collector = Collector(list(simulated_backends(scenario, clock=clock)), config, clock=clock,
+                          timeout_seconds=config.backend_timeout_seconds, attributor=attributor)
+    collector.subscribe(recorder.on_snapshot)
+    try:
+        while now[0] <= end:
+            collector.collect_once()
+            now[0] += step
+    finally:
+        collector.close()
+        recorder.close()
+    return path
+
+
+def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any) -> Any:
+    from allsmi.accounting.report import HOLDER_KEYS, build_report
+    if client is not None:
+        from allsmi.accounting.promsource import PrometheusError, prometheus_parts
+        try:
+            parts, holders = prometheus_parts(client, window,
+                                              by_holder=any(k in HOLDER_KEYS for k in keys))
+        except PrometheusError as exc:
+            raise Failed("source", str(exc)) from None
+        return build_report(parts, window, keys, config, holder_parts=holders,
+                            source=f"prometheus {client.url}")
+    from allsmi.accounting.ledger import LedgerError
+    from allsmi.accounting.ledgersource import ledger_parts
+    try:
+        parts, holders = ledger_parts(ledger, window, by_holder=any(k in HOLDER_KEYS for k in keys))
+    except LedgerError as exc:
+        raise Failed("source", str(exc)) from None
+    return build_report(parts, window, keys, config, holder_parts=holders,
+                        source=f"ledger {ledger}")
