@@ -16,7 +16,8 @@ from rich.text import Text
 
 from allsmi.formatting import NA, percent
 
-from .model import Totals, duplicate_ids
+from .model import duplicate_ids
+from .totals import Totals
 from .panels import age_text, memory_pair, power_pair
 from .render import Palette, safe
 from .sources import HostState

@@ -12,7 +12,8 @@ from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
 from allsmi.schema import ProcessSample
 
 from .device_table import RowContext, RowText, SafeTable, describe_device
-from .model import DeviceRef, Totals, memory_percent
+from .model import DeviceRef, memory_percent
+from .totals import Totals
 from .render import Palette, core_strip, safe, safe_text, spark
 
 

@@ -35,7 +35,7 @@ from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
 
 from .fetch import HttpError
 from .fetch import get as http_get
-from .model import Totals
+from .totals import Totals
 from .promsummary import GROUPINGS, fleet_totals, recorded_totals
 from .sources import Clock, HostState
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .model import Totals
+from .totals import Totals
 
 Query = Callable[[str, float], tuple[float, list[dict[str, Any]]]]
 

@@ -8,7 +8,8 @@ from rich.text import Text
 
 from allsmi.formatting import human_bytes, percent
 
-from .model import DeviceRef, Filter, Totals, duplicate_ids
+from .model import DeviceRef, Filter, duplicate_ids
+from .totals import Totals
 from .panels import age_text, power_pair
 from .render import Palette, safe
 from .sources import HostState

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from allsmi.dashboard.model import (EnergyMeter, Filter, History, apply_filter, device_key,
-                                    memory_percent, order_devices, refs_of, totals_by)
+                                    memory_percent, order_devices, refs_of)
+from allsmi.dashboard.totals import totals_by
 from allsmi.dashboard.render import Palette, core_strip, gauge, spark
 from allsmi.schema import DeviceSample, Snapshot
 

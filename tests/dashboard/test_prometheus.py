@@ -10,7 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.model import refs_of, totals_by
+from allsmi.dashboard.model import refs_of
+from allsmi.dashboard.totals import totals_by
 from allsmi.dashboard.prometheus import (PrometheusError, PrometheusSource, build_snapshots, device_queries,
                                          make_query, selector)
 from allsmi.dashboard.promsummary import RECORDED, combined_query, recording_rules
