@@ -21,11 +21,19 @@ import abc
 import importlib
 import importlib.util
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from allsmi import units
 
-from ._furiosa_parse import FuriosaReading, text_or_none
+if TYPE_CHECKING:
+    from ._furiosa_parse import FuriosaReading
+
+
+def text_or_none(value: object) -> str | None:
+    """:func:`._furiosa_parse.text_or_none`; the parsers are imported when an SDK is read, not
+    when :func:`installed_module` answers the backend's probe."""
+    from ._furiosa_parse import text_or_none as convert
+    return convert(value)
 
 #: Import names in the order they are tried: the current generation first.
 MODULE_NAMES: tuple[str, ...] = ("furiosa_smi", "furiosa_smi_py")
@@ -203,6 +211,7 @@ class ModernSdk(SdkAdapter):
         return _percent_tuple(raw, warnings, where)
 
     def read(self, warnings: list[str]) -> list[FuriosaReading]:
+        from ._furiosa_parse import FuriosaReading
         readings: list[FuriosaReading] = []
         for position, device in enumerate(self.list_devices()):
             where = f"device {position}"
@@ -270,6 +279,7 @@ class LegacySdk(SdkAdapter):
         return _percent_tuple([value for _, value in indexed], warnings, where)
 
     def read(self, warnings: list[str]) -> list[FuriosaReading]:
+        from ._furiosa_parse import FuriosaReading
         readings: list[FuriosaReading] = []
         for position, device in enumerate(self.list_devices()):
             where = f"device {position}"

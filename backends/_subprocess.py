@@ -30,15 +30,17 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import selectors
-import shutil
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from allsmi.backend_api import BackendError
+
+# Finding a tool needs none of the modules that running one does (a probe only looks).
+from ._toolpath import describe_missing, find_tool  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    import subprocess
 
 T = TypeVar("T")
 
@@ -86,6 +88,7 @@ def describe_exit(returncode: int) -> str:
     if returncode >= 0:
         return f"exited with status {returncode}"
     number = -returncode
+    import signal
     try:
         name = signal.Signals(number).name
     except ValueError:
@@ -129,35 +132,6 @@ class ToolResult:
     duration_seconds: float
 
 
-def find_tool(executable: str, env_var: str | None = None,
-              extra_dirs: Iterable[str] = ()) -> str | None:
-    """Locate a vendor tool: the env override, then PATH, then the vendor's usual dirs.
-
-    An env override that does not point at an executable file returns ``None``
-    (the caller reports it) rather than silently falling back to PATH.
-    """
-    if env_var:
-        override = os.environ.get(env_var)
-        if override:
-            return override if os.path.isfile(override) and os.access(override, os.X_OK) else None
-    found = shutil.which(executable)
-    if found:
-        return found
-    for directory in extra_dirs:
-        candidate = os.path.join(directory, executable)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-def describe_missing(executable: str, env_var: str | None) -> str:
-    """A user-facing reason for a tool that :func:`find_tool` did not find."""
-    if env_var and os.environ.get(env_var):
-        return f"{env_var}={os.environ[env_var]!r} is not an executable file"
-    hint = f" (set {env_var} to its full path)" if env_var else ""
-    return f"{executable} not found on PATH or in the vendor's install directories{hint}"
-
-
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill a child started with ``start_new_session=True`` and its descendants, then reap it.
 
@@ -166,6 +140,8 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     because a tool that ignores SIGTERM must not outlive the call. The group id
     cannot be reused while any member is alive, so this never hits a stranger.
     """
+    import signal
+    import subprocess
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -196,6 +172,8 @@ def run_tool(argv: Sequence[str], timeout: float,
     (some tools exit non-zero with usable output). On timeout the process group
     is killed and :class:`ToolTimeout` raised.
     """
+    import selectors  # imported when a tool runs, not when a backend only looks for one
+    import subprocess
     started = time.monotonic()
     try:
         proc = subprocess.Popen(

@@ -17,17 +17,22 @@ Device ids are the ``device_uuid`` (else ``furiosa:<serial>``, else
 
 from __future__ import annotations
 
-import re
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample
 
-from . import _furiosa_parse as parse
+# Only what probe() needs is imported with the backend: the SDK check and the tool search.
+# The parsers and the tool runner are imported by open() and sample(), once there is a tool
+# or an SDK to read (tests/test_layers.py checks that a machine without either loads neither).
 from . import _furiosa_sdk as sdk
 from ._host_procs import process_user
-from ._subprocess import Tool, ToolError, ToolFailed, ToolResult, ToolTimeout, describe_missing, find_tool, says_no_devices
+from ._toolpath import describe_missing, find_tool
+
+if TYPE_CHECKING:
+    from . import _furiosa_parse as parse
+    from ._subprocess import ToolResult
 
 ENV_VAR = "ALLSMI_FURIOSA_SMI"
 EXECUTABLE = "furiosa-smi"
@@ -37,18 +42,18 @@ INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/furiosa/bin
 JSON_FLAGS: tuple[str, ...] = ("--format", "--output")
 
 #: What furiosa-smi prints when the host has no NPU (the whole output, one line).
-_NO_DEVICE = re.compile(r"^(error:\s*)?(no (npu )?devices?( found| available)?|device not found)\W*$",
-                        re.IGNORECASE)
+_NO_DEVICE = r"^(error:\s*)?(no (npu )?devices?( found| available)?|device not found)\W*$"
 #: How clap (the tool's argument parser) rejects a flag it does not know.
-_FLAG_REJECTED = re.compile(r"unexpected argument|unrecognized|unknown (option|argument)|Found argument",
-                            re.IGNORECASE)
-_NPU_INDEX = re.compile(r"^npu(\d+)$")
+_FLAG_REJECTED = r"unexpected argument|unrecognized|unknown (option|argument)|Found argument"
+_NPU_INDEX = r"^npu(\d+)$"
 
 
 def _rejected_flag(result: ToolResult, flag: str) -> bool:
     """True when the tool refused ``flag`` itself (an older or newer CLI), not when it crashed."""
+    import re  # compiled patterns are cached by re: cheap after the first sample
     said = result.stderr + result.stdout
-    return result.returncode == 2 and bool(_FLAG_REJECTED.search(said)) and flag.lstrip("-") in said
+    return (result.returncode == 2 and bool(re.search(_FLAG_REJECTED, said, re.IGNORECASE))
+            and flag.lstrip("-") in said)
 
 
 class FuriosaBackend(Backend):
@@ -170,6 +175,10 @@ class FuriosaBackend(Backend):
         learned once: ``--format`` (RNGD tools), else ``--output`` (Warboy era),
         tried only when the tool rejects ``--format`` as an argument.
         """
+        import re
+
+        from . import _furiosa_parse as parse
+        from ._subprocess import Tool, ToolError, ToolFailed, says_no_devices
         assert self._tool is not None
         tool = Tool(self._tool, self.timeout_seconds)
         flags = (self._json_flag,) if self._json_flag else JSON_FLAGS
@@ -183,7 +192,7 @@ class FuriosaBackend(Backend):
                 if _rejected_flag(exc.result, flag):
                     continue
                 raise
-            if says_no_devices(result, _NO_DEVICE):
+            if says_no_devices(result, re.compile(_NO_DEVICE, re.IGNORECASE)):
                 self._json_flag = flag
                 return None
             if result.returncode != 0:
@@ -199,6 +208,8 @@ class FuriosaBackend(Backend):
         raise first
 
     def _read_cli(self, deadline: float) -> list[parse.FuriosaReading]:
+        from . import _furiosa_parse as parse
+        from ._subprocess import ToolError, ToolTimeout
         try:
             info = self._run_json("info", deadline)
         except ToolTimeout as exc:
@@ -231,6 +242,8 @@ class FuriosaBackend(Backend):
         return readings
 
     def _read_processes(self, deadline: float) -> dict[str, list[parse.ProcessRow]] | None:
+        from . import _furiosa_parse as parse
+        from ._subprocess import ToolError
         try:
             data = self._run_json("ps", deadline)
             if data is None:
@@ -245,6 +258,7 @@ class FuriosaBackend(Backend):
     # -- normalisation ----------------------------------------------------
 
     def _processes(self, rows: list[parse.ProcessRow]) -> tuple[ProcessSample, ...]:
+        from . import _furiosa_parse as parse
         merged: dict[int, parse.ProcessRow] = {}
         for row in rows:
             seen = merged.get(row.pid)
@@ -265,8 +279,9 @@ class FuriosaBackend(Backend):
             dev_id = f"furiosa:{r.serial}"
         else:
             dev_id = f"furiosa:{r.bus_id}"
+        import re
         index = None
-        match = _NPU_INDEX.match(r.dev_name or "")
+        match = re.match(_NPU_INDEX, r.dev_name or "")
         if match:
             index = int(match.group(1))
         cores = r.core_utilization

@@ -12,14 +12,17 @@ Parsing and the multi-die (ATOM Max) model live in
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
-from allsmi.backends._rebellions_parse import LookupNodes, LookupUser, build_samples, load_report
 from allsmi.backends._host_procs import process_user
-from allsmi.backends._rebellions_procs import rbln_nodes_opened_by
-from allsmi.backends._subprocess import Tool, backend_errors, describe_missing, find_tool
+# probe() only looks for the tool: the parsers and the tool runner are imported by open() and
+# sample(), once there is one (tests/test_layers.py checks that a machine without it loads neither).
+from allsmi.backends._toolpath import describe_missing, find_tool
 from allsmi.schema import DeviceSample
+
+if TYPE_CHECKING:
+    from allsmi.backends._rebellions_procs import LookupNodes, LookupUser
 
 #: Environment override: the full path of ``rbln-smi`` or ``rbln-stat``.
 ENV_VAR = "ALLSMI_RBLN_SMI"
@@ -33,6 +36,12 @@ VENDOR_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/run/rbln/driver/
 
 #: ``-j`` is accepted by both executables (``--json`` is its long form).
 JSON_ARGS: tuple[str, ...] = ("-j",)
+
+
+def rbln_nodes_opened_by(pid: int) -> frozenset[str] | None:
+    """:func:`allsmi.backends._rebellions_procs.rbln_nodes_opened_by`, imported on first use."""
+    from allsmi.backends._rebellions_procs import rbln_nodes_opened_by as lookup
+    return lookup(pid)
 
 
 class RebellionsBackend(Backend):
@@ -103,6 +112,7 @@ class RebellionsBackend(Backend):
 
     def sample(self) -> Sequence[DeviceSample]:
         """One tool run: every readable device row, cards before their dies."""
+        from allsmi.backends._rebellions_parse import build_samples
         self.warnings = []
         if self._tool is None:
             self.open()
@@ -117,6 +127,8 @@ class RebellionsBackend(Backend):
 
     def _read_report(self, warnings: list[str]) -> dict[str, Any]:
         """The tool's report; any failure of the run (status, signal, timeout, cap, output) raises."""
+        from allsmi.backends._rebellions_parse import load_report
+        from allsmi.backends._subprocess import Tool, backend_errors
         assert self._tool is not None
         tool = Tool(self._tool, self.timeout_seconds)
         with backend_errors():

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample
 
-from . import _tenstorrent_decode as decode
+# probe() only looks for tt-smi: the snapshot reader (subprocess, tempfile) and the decoders
+# are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
 from ._host_procs import process_user
-from ._subprocess import ToolError, ToolTimeout, describe_missing, find_tool
-from ._tenstorrent_snapshot import SnapshotReader
+from ._toolpath import describe_missing, find_tool
+
+if TYPE_CHECKING:
+    from . import _tenstorrent_decode as decode
+    from ._tenstorrent_snapshot import SnapshotReader
 
 ENV_VAR = "ALLSMI_TT_SMI"
 EXECUTABLE = "tt-smi"
@@ -85,6 +89,7 @@ class TenstorrentBackend(Backend):
         tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
         if tool is None:
             raise BackendUnavailable(describe_missing(EXECUTABLE, ENV_VAR))
+        from ._tenstorrent_snapshot import SnapshotReader
         self._reader = SnapshotReader(tool)
         self._heartbeats = {}
 
@@ -99,6 +104,8 @@ class TenstorrentBackend(Backend):
         self.warnings = []
         if self._reader is None:
             raise BackendError("tenstorrent backend used before open()")
+        from . import _tenstorrent_decode as decode
+        from ._subprocess import ToolError, ToolTimeout
         try:
             snapshot = self._reader.read(self.timeout_seconds, self.warnings)
         except ToolTimeout as exc:
