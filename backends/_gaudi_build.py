@@ -10,12 +10,13 @@ to schema units (memory MiB to bytes, ``N/A`` to ``None``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from allsmi import units
-from allsmi.backends import _gaudi_csv as csvfmt
-from allsmi.backends._gaudi_csv import Frame, Row
 from allsmi.schema import DeviceSample
+
+if TYPE_CHECKING:  # the CSV module is imported by the backend's open(), not with its class
+    from allsmi.backends._gaudi_csv import Frame, Row
 
 EXECUTABLE = "hl-smi"
 #: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
@@ -104,7 +105,8 @@ class SampleBuilder:
             return None
         value = parse(raw)
         if value is None:
-            self.warnings.append(f"{ident.id}: unreadable {field} value {csvfmt.shorten(raw, 40)!r}")
+            from allsmi.backends._gaudi_csv import shorten
+            self.warnings.append(f"{ident.id}: unreadable {field} value {shorten(raw, 40)!r}")
         return value
 
     def _row_sample(self, ident: Identity, row: Row) -> DeviceSample:

@@ -17,22 +17,24 @@ from __future__ import annotations
 
 import collections
 import os
-import re
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import units
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
-from allsmi.backends import _gaudi_csv as csvfmt
-from allsmi.backends._gaudi_csv import Frame, FrameAssembler, Row
-from allsmi.backends._gaudi_text import ListedDevice, parse_listing, parse_processes
-from allsmi.backends._stream import LineStream, StreamExit
 from allsmi.backends._gaudi_build import MAX_LINE_WARNINGS, Identity, SampleBuilder
-from allsmi.backends._subprocess import (
-    Tool, ToolError, ToolFailed, ToolResult, ToolTimeout, describe_missing, find_tool)
+# probe() only looks for hl-smi: the CSV and text parsers, the loop reader and the tool runner
+# are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
+from allsmi.backends._toolpath import describe_missing, find_tool
 from allsmi.schema import DeviceSample, ProcessSample
+
+if TYPE_CHECKING:
+    from allsmi.backends._gaudi_csv import Frame, FrameAssembler, Row
+    from allsmi.backends._gaudi_text import ListedDevice
+    from allsmi.backends._stream import LineStream, StreamExit
+    from allsmi.backends._subprocess import ToolResult
 
 EXECUTABLE = "hl-smi"
 ENV_VAR = "ALLSMI_HL_SMI"
@@ -43,8 +45,7 @@ FORMAT = "csv,noheader,nounits"
 
 MODES = ("loop", "oneshot")
 #: How hl-smi rejects a query field it does not know ("invalid query field", "unknown field").
-_QUERY_REJECTED = re.compile(r"field|query|invalid|unknown|unrecogni[sz]ed|not (supported|recognized)",
-                             re.IGNORECASE)
+_QUERY_REJECTED = r"field|query|invalid|unknown|unrecogni[sz]ed|not (supported|recognized)"
 DEFAULT_INTERVAL = 2.0
 #: A device whose newest row is older than this many intervals is degraded.
 STALE_INTERVALS = 3.0
@@ -130,6 +131,8 @@ class GaudiBackend(SampleBuilder, Backend):
     def open(self) -> None:
         """Find hl-smi, negotiate the field set, read firmware, start loop mode."""
         self.close()  # a second open() must not leave the first loop child running
+        from allsmi.backends import _gaudi_csv as csvfmt
+        from allsmi.backends._gaudi_csv import Frame
         self._read_options()
         self._tool = self._find()
         if self._tool is None:
@@ -207,6 +210,7 @@ class GaudiBackend(SampleBuilder, Backend):
 
     def _run(self, argv: Sequence[str]) -> ToolResult:
         """Run hl-smi; any exit status comes back (callers decide), a signal is an error."""
+        from allsmi.backends._subprocess import Tool, ToolError, ToolTimeout
         tool = Tool(argv[0], self.timeout_seconds)
         try:
             result = tool.run(*argv[1:], ok_codes=range(0, 256))
@@ -226,6 +230,10 @@ class GaudiBackend(SampleBuilder, Backend):
         driver) is an error at once. Rejected fields are :attr:`missing_fields`:
         ``None`` in every sample, and named in the first sample's message.
         """
+        import re
+
+        from allsmi.backends import _gaudi_csv as csvfmt
+        from allsmi.backends._subprocess import ToolFailed
         fields = list(csvfmt.ALL_FIELDS)
         probed = False
         while True:
@@ -237,7 +245,7 @@ class GaudiBackend(SampleBuilder, Backend):
                                        f"{', '.join(self.missing_fields)}; reported as unknown")
                 return tuple(fields), result
             message = _tool_message(result)
-            if not _QUERY_REJECTED.search(message):
+            if not re.search(_QUERY_REJECTED, message, re.IGNORECASE):
                 # Not a complaint about the query (a crash, no driver): fail now, do not retry.
                 raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)))
             named = csvfmt.named_fields(message, fields)
@@ -259,6 +267,7 @@ class GaudiBackend(SampleBuilder, Backend):
 
     def _read_firmware(self) -> None:
         """Firmware versions from ``hl-smi -L``; optional, so a failure is only a warning."""
+        from allsmi.backends._gaudi_text import parse_listing
         assert self._tool is not None
         try:
             result = self._run([self._tool, "-L"])
@@ -278,6 +287,8 @@ class GaudiBackend(SampleBuilder, Backend):
     # -- loop mode -----------------------------------------------------------
 
     def _start_loop(self, expected: frozenset[str]) -> None:
+        from allsmi.backends._gaudi_csv import FrameAssembler
+        from allsmi.backends._stream import LineStream
         self._first_frame = threading.Event()
         self._loop_unusable = None
         self._assembler = FrameAssembler(idle_close=self.interval / 2, clock=self._clock,
@@ -313,6 +324,7 @@ class GaudiBackend(SampleBuilder, Backend):
         self._generation = generation
 
     def _on_line(self, line: str) -> None:
+        from allsmi.backends import _gaudi_csv as csvfmt
         parsed = csvfmt.parse_line(line, self._fields)
         if isinstance(parsed, str):
             if parsed != "empty line":
@@ -370,6 +382,9 @@ class GaudiBackend(SampleBuilder, Backend):
     # -- one-shot mode ---------------------------------------------------------
 
     def _run_oneshot(self) -> Frame:
+        from allsmi.backends import _gaudi_csv as csvfmt
+        from allsmi.backends._gaudi_csv import Frame
+        from allsmi.backends._subprocess import ToolFailed
         result = self._run(self._query_argv(self._fields))
         if result.returncode != 0:
             raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)))
@@ -391,6 +406,8 @@ class GaudiBackend(SampleBuilder, Backend):
 
     def _attach_processes(self, devices: list[DeviceSample]) -> list[DeviceSample]:
         """Processes from the table view; a failure there is a warning, not an error."""
+        from allsmi.backends._gaudi_text import parse_processes
+        from allsmi.backends._subprocess import ToolFailed
         assert self._tool is not None
         try:
             result = self._run([self._tool])
