@@ -20,19 +20,43 @@ The interface for the collector::
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from allsmi.config import Config
+if TYPE_CHECKING:
+    from allsmi.config import Config
 
-from .cgroup import CgroupSource, parse_cgroup
-from .hpcjob import HpcJobSource
-from .matching import DeviceIndex, normalize_bus_id
-from .model import (NO_ATTRIBUTION, SOURCE_NAMES, WORKLOAD_FIELDS, Attribution,
-                    ProcessAttribution, SourceError, SourceResult, SourceTimeout,
-                    SourceUnavailable, Workload)
-from .runner import AttributionSource, Attributor, merge
-from .settings import AttributionSettings, ResourceRule, attribution_settings
-from .simulated import SimulatedSource
+    from .runner import AttributionSource, Attributor
+    from .settings import AttributionSettings
+
+#: Public name -> the submodule defining it. Each is imported on first use (PEP 562), so that a
+#: snapshot imports only the sources it runs (tests/test_layers.py checks it).
+_EXPORTS = {
+    "CgroupSource": "cgroup", "parse_cgroup": "cgroup",
+    "HpcJobSource": "hpcjob",
+    "DeviceIndex": "matching", "normalize_bus_id": "matching",
+    "NO_ATTRIBUTION": "model", "SOURCE_NAMES": "model", "WORKLOAD_FIELDS": "model",
+    "Attribution": "model", "ProcessAttribution": "model", "SourceError": "model",
+    "SourceResult": "model", "SourceTimeout": "model", "SourceUnavailable": "model",
+    "Workload": "model",
+    "AttributionSource": "runner", "Attributor": "runner", "merge": "runner",
+    "AttributionSettings": "settings", "ResourceRule": "settings",
+    "attribution_settings": "settings",
+    "SimulatedSource": "simulated",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
 
 
 def build_sources(settings: AttributionSettings, simulate: bool = False) -> list[AttributionSource]:
@@ -43,18 +67,22 @@ def build_sources(settings: AttributionSettings, simulate: bool = False) -> list
     they were configured explicitly (each then replaces the simulated pods or jobs), and no
     cgroup source (simulated processes are not processes of this machine).
     """
-    from .kubernetes import KubeletSource  # grpc itself is imported only when a socket exists
-
+    # Each source's module is imported only when that source runs (grpc itself only when the
+    # kubelet's socket exists).
     sources: list[AttributionSource] = []
     kube = "kubernetes" in settings.sources and (settings.kubelet_socket_explicit or not simulate)
     if kube:
+        from .kubernetes import KubeletSource
         sources.append(KubeletSource(settings.kubelet_socket, settings, settings.timeout_seconds))
     hpc = "hpc-job" in settings.sources and settings.hpc_job_dir is not None
     if hpc:
+        from .hpcjob import HpcJobSource
         sources.append(HpcJobSource(settings.hpc_job_dir))  # type: ignore[arg-type]
     if "cgroup" in settings.sources and not simulate:
+        from .cgroup import CgroupSource
         sources.append(CgroupSource(settings.proc_root))
     if simulate:
+        from .simulated import SimulatedSource
         sources.append(SimulatedSource(pods=not kube, jobs=not hpc))
     return sources
 
@@ -62,6 +90,8 @@ def build_sources(settings: AttributionSettings, simulate: bool = False) -> list
 def build_attributor(config: Config, environ: Mapping[str, str] | None = None,
                      simulate: bool = False) -> Attributor:
     """An :class:`Attributor` for ``config`` (raises ``ConfigError`` for a bad ``[attribution]``)."""
+    from .runner import Attributor
+    from .settings import attribution_settings
     settings = attribution_settings(config, os.environ if environ is None else environ)
     return Attributor(build_sources(settings, simulate), settings.timeout_seconds)
 
