@@ -7,15 +7,17 @@ Shared by :mod:`allsmi.backends.nvidia` (the backend) and
 from __future__ import annotations
 
 import re
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from allsmi.backends import _nvml
 from allsmi.backends._nvml import RawProcess, error_code
 from allsmi.schema import DeviceSample
 from allsmi.units import reject_sentinel
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 #: NVML field ids (``nvml.h``) read in the per-cycle batch.
 FI_ECC_SBE_VOL_TOTAL = 3

@@ -36,9 +36,8 @@ for good; Unknown marks it ``lost`` for this cycle only. See
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, wait
 from types import ModuleType
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
@@ -74,6 +73,9 @@ from allsmi.backends._nvml_model import (
 from allsmi.backends._nvml_read import DriverReads
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
+
+if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
+    from concurrent.futures import ThreadPoolExecutor
 
 
 class NvidiaBackend(Backend):
@@ -178,6 +180,7 @@ class NvidiaBackend(Backend):
         self._open_warnings = []
         self._gpus = [self._open_gpu(index) for index in range(count)]
         workers = min(count, self._workers())
+        from concurrent.futures import ThreadPoolExecutor
         self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
                       if workers > 1 else None)
 
@@ -298,6 +301,7 @@ class NvidiaBackend(Backend):
             # a read still stuck in the driver from an earlier cycle is not stacked up
             if gpu.pending is None:
                 gpu.pending = pool.submit(self._read_gpu, gpu)
+        from concurrent.futures import wait
         wait([g.pending for g in gpus if g.pending is not None], timeout=self.timeout_seconds)
         results = []
         for gpu in gpus:
