@@ -158,3 +158,68 @@ def test_a_library_file_makes_the_backend_ask_the_binding(tmp_path: Path) -> Non
     without = probe({})
     if not without["imported"]:  # this machine has neither vendor: answered from the file system
         assert without["nvidia"] == with_files["nvidia"] and without["amd"] == with_files["amd"]
+
+
+#: What each command-line vendor loads only once its tool (or SDK) is found: parsers, the tool
+#: runner and the standard modules that running a tool needs.
+CLI_VENDOR_MODULES = {
+    "furiosa": ("allsmi.backends._furiosa_parse",),
+    "gaudi": ("allsmi.backends._gaudi_csv", "allsmi.backends._gaudi_text", "allsmi.backends._stream"),
+    "rebellions": ("allsmi.backends._rebellions_parse", "allsmi.backends._rebellions_procs"),
+    "tenstorrent": ("allsmi.backends._tenstorrent_decode", "allsmi.backends._tenstorrent_snapshot"),
+}
+TOOL_RUNNING = ("allsmi.backends._subprocess", "subprocess", "shutil", "tempfile", "selectors",
+                "concurrent.futures")
+
+
+def _no_tools_env(tmp_path: Path) -> dict[str, str]:
+    import os
+    empty = tmp_path / "empty-bin"
+    empty.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ALLSMI_FURIOSA_SMI", "ALLSMI_HL_SMI", "ALLSMI_RBLN_SMI", "ALLSMI_TT_SMI")}
+    return {**env, "PATH": str(empty)}
+
+
+def test_cli_vendors_load_no_parser_or_tool_runner_without_their_tool(tmp_path: Path) -> None:
+    """With no vendor tool on PATH (and none in the vendors' install directories, which this
+    machine is checked for), a snapshot loads no vendor parser and nothing that runs a tool;
+    the same holds for simulations, which take only the backends' declarations."""
+    import json
+    env = _no_tools_env(tmp_path)
+    code = ("import json\nfrom allsmi import registry\n"
+            "print(json.dumps({n: registry.load(n)().probe().available for n in "
+            "('furiosa', 'gaudi', 'rebellions', 'tenstorrent')}))\n")
+    found = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                      timeout=120, env=env, check=True).stdout.strip().splitlines()[-1])
+    absent = [name for name, available in found.items() if not available]
+    for args in (["snapshot", "--format", "json"], ["snapshot", "--simulate", "mixed", "--format", "json"]):
+        modules = _snapshot_modules(args, env)
+        loaded = {m for name in absent for m in CLI_VENDOR_MODULES[name] if m in modules}
+        assert not loaded, (args, loaded)
+        if len(absent) == len(CLI_VENDOR_MODULES):
+            assert not modules & set(TOOL_RUNNING), (args, modules & set(TOOL_RUNNING))
+        # attribution: only the sources that run (no job directory, no simulation here)
+        if "--simulate" not in args:
+            assert not modules & {"allsmi.attribution.hpcjob", "allsmi.attribution.simulated"}, args
+
+
+def test_a_found_tool_loads_its_parser(tmp_path: Path) -> None:
+    """The other side: where a tool is found, opening the backend imports what reads it (here a
+    tt-smi that prints no device), so the laziness above is no missing import."""
+    import json
+    import os
+    env = _no_tools_env(tmp_path)
+    tool = tmp_path / "empty-bin" / "tt-smi"
+    tool.write_text("#!/bin/sh\necho 'No Tenstorrent devices found'\nexit 1\n")
+    tool.chmod(0o755)
+    code = ("import sys, json\nfrom allsmi.backends.tenstorrent import TenstorrentBackend\n"
+            "b = TenstorrentBackend()\nprobe = b.probe()\nb.open()\nsamples = b.sample()\n"
+            "print(json.dumps([probe.available, len(samples), "
+            "[m for m in sys.modules if m.startswith('allsmi.backends._tenstorrent')]]))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**env, "ALLSMI_TT_SMI": str(tool), "PATH": env["PATH"] + os.pathsep + "/bin"},
+                            check=True)
+    available, count, modules = json.loads(result.stdout.strip().splitlines()[-1])
+    assert available and count == 0
+    assert set(modules) == set(CLI_VENDOR_MODULES["tenstorrent"])
