@@ -105,8 +105,11 @@ def test_ledger_export_conforms(ledger: Path, tmp_path: Path, cfg: str) -> None:
 def test_simulated_export_conforms(tmp_path: Path, cfg: str) -> None:
     start = 1_790_000_000 - 1_790_000_000 % 3600
     focus = _export(tmp_path, cfg, "sim.csv", "--simulate", "mixed", "--since", iso(start),
-                    "--until", iso(start + 3600), "--format", "focus")
+                    "--until", iso(start + 3600), "--format", "focus",
+                    "--group-by", "resource_group,vendor,model,user,namespace,pod,job")
     assert_conforms(focus, tmp_path)
+    text = focus.read_text()
+    assert "allsmi/namespace" in text and "allsmi/job" in text and "x_IdleCost" in text
 
 
 @pytest.mark.integration
