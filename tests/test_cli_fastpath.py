@@ -36,7 +36,7 @@ def _run(via: str, args: list[str], tmp_path: Path, cwd: Path | None = None) -> 
     env = {**os.environ, "FASTPATH_REPORT": str(report)}
     result = subprocess.run([sys.executable, "-c", REPORT + (ENTRY if via == "entry" else CLICK), *args],
                             capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
-                            cwd=cwd)
+                            cwd=cwd or tmp_path)  # never the checkout: a relative -o lands here
     return result, report.read_text() == "click"
 
 
