@@ -34,7 +34,7 @@ snapshot's timestamp and starts the measured duration before it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from allsmi.config import Config
 from allsmi.schema import DeviceSample, Snapshot
@@ -169,6 +169,61 @@ def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> di
             shares[dev.id] = share * scale
         shares[parent] = max(0.0, 1.0 - total * scale)
     return shares
+
+
+class Holder(NamedTuple):
+    """Who held a device: a user, a Kubernetes pod (namespace, pod) and/or a batch job.
+
+    ``None`` is unknown; a holder with every field unknown is nobody (not attributed)."""
+
+    user: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    job: str | None = None
+
+
+Weights = tuple[tuple[Holder, float], ...]
+
+
+def holder_weights(dev: DeviceSample) -> Weights:
+    """Who holds ``dev`` now, and each holder's share of its time (the shares add up to 1).
+
+    Shared by the ledger and the dashboard's idle view, so both split a device alike.
+
+    * With workloads (pods, jobs): an equal share per workload. Within a workload's share, the
+      user is the workload's own (a batch job's owner); if the source does not know it, the
+      users of the device's processes that belong to the workload (the same job id; all of
+      them when the device has a single workload), an equal part per process.
+    * Without workloads: an equal share per process, with its user and its job id (from its
+      cgroup).
+    * Neither: nobody (the time is not attributed).
+
+    A holder with nothing known (no user, pod or job) is nobody; repeated holders are merged.
+    """
+    procs = dev.processes or ()
+    works = dev.workloads or ()
+    out: dict[Holder, float] = {}
+
+    def give(holder: Holder, weight: float) -> None:
+        if any(holder):
+            out[holder] = out.get(holder, 0.0) + weight
+
+    if works:
+        each = 1.0 / len(works)
+        for work in works:
+            mine = () if work.user is not None else tuple(
+                p for p in procs if len(works) == 1 or (work.job_id is not None
+                                                         and p.job_id == work.job_id))
+            if not mine:
+                give(Holder(work.user, work.namespace, work.pod, work.job_id), each)
+                continue
+            for proc in mine:
+                give(Holder(proc.user, work.namespace, work.pod, work.job_id), each / len(mine))
+    elif procs:
+        each = 1.0 / len(procs)
+        for proc in procs:
+            give(Holder(proc.user, None, None, proc.job_id), each)
+    return tuple(sorted(out.items(), key=lambda kv: tuple(v or "" for v in kv[0])))
 
 
 def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:

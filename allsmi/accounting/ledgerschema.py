@@ -38,7 +38,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple
+from typing import Mapping
+
+from allsmi.usage import Holder as Holder  # who held a device (shared with the dashboard)
 
 SCHEMA_VERSION = 3
 #: Older ledgers are upgraded in place when opened for writing, and read through temporary
@@ -134,17 +136,6 @@ class Dim:
 def labels_json(labels: Mapping[str, str]) -> str:
     """Canonical JSON for a label set (the form stored and compared)."""
     return json.dumps(dict(labels), sort_keys=True, separators=(",", ":"))
-
-
-class Holder(NamedTuple):
-    """Who held a device: a user, a Kubernetes pod (namespace, pod) and/or a batch job.
-
-    ``None`` is unknown; a holder with every field unknown is nobody (not stored)."""
-
-    user: str | None = None
-    namespace: str | None = None
-    pod: str | None = None
-    job: str | None = None
 
 
 @dataclass
