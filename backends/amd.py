@@ -42,7 +42,7 @@ __all__ = ["AmdBackend", "ProcessLookup", "describe", "init_failure"]
 
 
 def _import_reading() -> None:
-    """Bind the reading modules' names here, when amdsmi is about to be loaded.
+    """Bind the reading modules' names here, once amdsmi has been loaded.
 
     Without an AMD device node or library the backend is answered from the file system
     (:func:`~allsmi.backends._amdsmi_loader.quick_absence`) and never needs them: start-up
@@ -105,7 +105,6 @@ class AmdBackend(Backend):
             if absent:  # nothing AMD here: amdsmi (which loads the library) is not even imported
                 reason, self._load_details = absent
                 raise BackendUnavailable(reason)
-        _import_reading()
         try:
             module = self._loader()
         except AmdsmiLoadError as exc:
@@ -113,7 +112,11 @@ class AmdBackend(Backend):
             self._load_details = {"loader_output": first_line} if first_line else {}
             raise BackendUnavailable(exc.reason) from exc
         except Exception as exc:  # noqa: BLE001 - an injected loader's failure means absent
+            _import_reading()
             raise BackendUnavailable(f"importing amdsmi failed: {describe(exc)}") from exc
+        # Only now, with amdsmi loaded (not where the package is missing, as on most machines
+        # with an AMD-looking render node or no amdsmi installed).
+        _import_reading()
         self._module = module
         return module
 

@@ -223,3 +223,18 @@ def test_a_found_tool_loads_its_parser(tmp_path: Path) -> None:
     available, count, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert available and count == 0
     assert set(modules) == set(CLI_VENDOR_MODULES["tenstorrent"])
+
+
+def test_amd_reading_modules_wait_for_a_loaded_amdsmi() -> None:
+    """Where the amdsmi package cannot be imported, the AMD probe says so without importing the
+    reading modules (they are loaded once amdsmi is)."""
+    import json
+    code = ("import sys, json\nsys.modules['amdsmi'] = None\n"
+            "from allsmi.backends.amd import AmdBackend\nprobe = AmdBackend().probe()\n"
+            "print(json.dumps([probe.available, probe.reason, "
+            "[m for m in sys.modules if m.startswith('allsmi.backends._amdsmi_')]]))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            check=True)
+    available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not available and reason
+    assert set(modules) <= {"allsmi.backends._amdsmi_loader"}, modules
