@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.widgets import Input
 
 from .help import HelpScreen
+from .idle import IDLE_SORTS
 from .model import DESCENDING_BY_DEFAULT, SORT_KEYS, Filter
 from .options import DEFAULT_THEME, LIGHT_THEME
 from .render import Palette
@@ -23,15 +24,18 @@ BINDINGS = [
     Binding("d", "view('devices')", "Devices", tooltip="Device view (one row per device)"),
     Binding("g", "view('groups')", "Groups",
             tooltip="Resource-group view: per-group and per-vendor totals, energy since start"),
+    Binding("i", "view('idle')", "Idle",
+            tooltip="Idle view: who holds allocated-but-idle devices over the history window"),
     Binding("c", "view('cluster')", "Cluster",
             tooltip="Cluster overview: hosts, their status and data age (with --hosts/--prometheus)"),
-    Binding("s", "cycle_sort", "Sort", tooltip="Next sort order (index, util, memory, power, temp)"),
+    Binding("s", "cycle_sort", "Sort",
+            tooltip="Next sort order (index, util, memory, power, temp; idle view: cost, time)"),
     Binding("r", "reverse_sort", "Reverse", show=False, tooltip="Reverse the sort order"),
     Binding("u", "sort('utilization')", "Util", show=False, tooltip="Sort by utilization"),
     Binding("m", "sort('memory')", "Memory", show=False, tooltip="Sort by memory in use (share)"),
     Binding("w", "sort('power')", "Power", show=False, tooltip="Sort by power draw"),
     Binding("t", "sort('temperature')", "Temp", show=False, tooltip="Sort by temperature"),
-    Binding("i", "sort('index')", "Index", show=False, tooltip="Sort by host, vendor and index"),
+    Binding("n", "sort('index')", "Index", show=False, tooltip="Sort by host, vendor and index"),
     Binding("slash", "filter_text", "Filter", tooltip="Filter by text (model, id, group, user, command)"),
     Binding("v", "cycle_vendor", "Vendor", show=False, tooltip="Filter by vendor (cycles through them)"),
     Binding("f", "cycle_group", "Group", show=False,
@@ -57,6 +61,8 @@ class KeyActions:
     filter: Filter
     process_scope: str
     paused: bool
+    idle_sort: str
+    idle_descending: bool
     _signature: Any
     _panel_choice: bool | None
 
@@ -76,12 +82,15 @@ class KeyActions:
             self.notify("The cluster view needs other nodes: allsmi view --hosts URL... or "
                         "--prometheus URL.", severity="warning")
             return
-        if view == self.view and view == "groups":
+        if view == self.view and view in ("groups", "idle"):
             view = "cluster" if self.source.cluster else "devices"
         self._switch(view)
 
     def action_sort(self, key: str) -> None:
         """Sort by ``key``; choosing the current key again reverses the order."""
+        if self.view == "idle":
+            self.notify("The idle view sorts by idle cost or idle time: s switches, r reverses.")
+            return
         if key == self.sort_key:
             self.descending = not self.descending
         else:
@@ -90,14 +99,22 @@ class KeyActions:
         self.refresh_view()
 
     def action_cycle_sort(self) -> None:
-        """The next sort order."""
+        """The next sort order (in the idle view: idle cost, idle time)."""
+        if self.view == "idle":
+            self.idle_sort = IDLE_SORTS[(IDLE_SORTS.index(self.idle_sort) + 1) % len(IDLE_SORTS)]
+            self.idle_descending = True
+            self.refresh_view()
+            return
         key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
         self.sort_key, self.descending = key, key in DESCENDING_BY_DEFAULT
         self.refresh_view()
 
     def action_reverse_sort(self) -> None:
         """Reverse the order."""
-        self.descending = not self.descending
+        if self.view == "idle":
+            self.idle_descending = not self.idle_descending
+        else:
+            self.descending = not self.descending
         self.refresh_view()
 
     def action_filter_text(self) -> None:

@@ -189,10 +189,13 @@ def _haystack(ref: DeviceRef) -> Iterator[str]:
     yield from dev.labels.values()
     for proc in dev.processes or ():
         yield str(proc.pid)
-        if proc.user:
-            yield proc.user
-        if proc.command:
-            yield proc.command
+        for value in (proc.user, proc.command, proc.job_id, proc.pod_uid):
+            if value:
+                yield value
+    for work in dev.workloads or ():
+        for value in (work.namespace, work.pod, work.container, work.job_id, work.user):
+            if value:
+                yield value
 
 
 def apply_filter(refs: Sequence[DeviceRef], flt: Filter) -> list[DeviceRef]:

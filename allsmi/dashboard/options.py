@@ -6,6 +6,9 @@
     theme = "textual-light"     # any Textual theme name; default textual-dark
     sort = "utilization"        # index, utilization, memory, power or temperature
     processes = "all"           # processes panel: "selected" device or "all" devices
+
+The idle marker and the idle view use ``[accounting] idle_threshold_percent`` (default 5),
+as the exporter and the ledger do.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from textual.theme import BUILTIN_THEMES
 
 from allsmi.config import Config
+from allsmi.usage import DEFAULT_IDLE_THRESHOLD_PERCENT, idle_threshold_percent
 
 from .model import SORT_KEYS
 
@@ -30,6 +34,8 @@ class DashboardOptions:
     theme: str = DEFAULT_THEME
     sort: str = "index"
     processes: str = "selected"
+    idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT
+    """``[accounting] idle_threshold_percent``: below it a held device is allocated but idle."""
 
     @classmethod
     def from_config(cls, config: Config) -> "DashboardOptions":
@@ -50,7 +56,8 @@ class DashboardOptions:
         if processes not in PROCESS_SCOPES:
             raise config.error(f"must be one of {', '.join(PROCESS_SCOPES)}, got {processes!r}",
                                "dashboard", "processes")
-        return cls(theme=theme, sort=sort, processes=processes)
+        return cls(theme=theme, sort=sort, processes=processes,
+                   idle_threshold_percent=idle_threshold_percent(config))
 
 
 def theme_names() -> list[str]:

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import Footer, Static
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
-from allsmi.schema import ProcessSample
+from allsmi.schema import DeviceSample, ProcessSample, Workload
 
 from .device_table import RowContext, RowText, SafeTable, describe_device
 from .model import DeviceRef, memory_percent
@@ -101,7 +101,9 @@ class DetailPanel(Static):
         if len(ctx.host_names) > 1:
             lines[0].append(f"  on {ctx.host_names.get(ref.host, ref.host)}", style=pal.accent)
         util = dev.utilization_percent
-        lines.append(metric("util", percent(util), pal.load(util), "utilization"))
+        idle = ctx.idle(ref)  # held while below the idle threshold: the table's "idle" marker
+        lines.append(metric("util", percent(util) + ("  idle (held)" if idle else ""),
+                            f"bold {pal.warn}" if idle else pal.load(util), "utilization"))
         share = memory_percent(dev)
         lines.append(metric("mem", f"{human_bytes(dev.memory_used_bytes)}/{human_bytes(dev.memory_total_bytes)}",
                             pal.load(share), "memory"))
@@ -110,6 +112,7 @@ class DetailPanel(Static):
         lines.append(metric("power", f"{watts(dev.power_watts)} / {watts(limit)}", "", "power", 0.0, top))
         temp = dev.temperature_celsius
         lines.append(metric("temp", celsius(temp), pal.temperature(temp) or "", "temperature", 20.0, 100.0))
+        lines.extend(line(*parts) for parts in workload_lines(dev, pal.accent))
         cores = dev.details.get("core_utilization_percent")
         if isinstance(cores, tuple) and cores and all(isinstance(c, (int, float)) for c in cores):
             values = [float(c) for c in cores]
@@ -129,6 +132,36 @@ class DetailPanel(Static):
             extra.append(f"fw {dev.firmware_version}")
         lines.append(line(("  ".join(extra), "dim")))
         return RichGroup(*(safe_text(text) for text in lines))
+
+
+#: Workloads listed in the detail panel; more are counted on the last line.
+MAX_WORKLOAD_LINES = 3
+
+
+def workload_text(work: Workload) -> str:
+    """``pod inference/vllm-0/main  job 4931  user alice  (kubernetes)``: what is known."""
+    parts = []
+    if work.namespace or work.pod or work.container:
+        parts.append("pod " + "/".join(v for v in (work.namespace, work.pod, work.container) if v))
+    if work.job_id:
+        parts.append(f"job {work.job_id}")
+    if work.user:
+        parts.append(f"user {work.user}")
+    return "  ".join(parts or ["(nothing known)"]) + f"  ({work.source})"
+
+
+def workload_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], ...]]:
+    """The detail panel's workload lines: nothing when no attribution source is active
+    (``workloads`` is ``None``), ``held by  none`` when sources see no holder."""
+    works = dev.workloads
+    if works is None:
+        return []
+    if not works:
+        return [(("held by ", "bold"), ("no pod or job", "dim"))]
+    out = [(("held by ", "bold"), (workload_text(w), accent)) for w in works[:MAX_WORKLOAD_LINES]]
+    if len(works) > MAX_WORKLOAD_LINES:
+        out[-1] += ((f"  (+{len(works) - MAX_WORKLOAD_LINES} more)", "dim"),)
+    return out
 
 
 class DiffTable(SafeTable):
@@ -195,7 +228,7 @@ class ProcessTable(DiffTable):
     """Processes on the selected device (and its partitions) or on every device shown."""
 
     COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
-               ("command", "command", 48), ("device", "device", 14))
+               ("job", "job / pod", 12), ("command", "command", 40), ("device", "device", 14))
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.COLUMNS, **kwargs)
@@ -217,7 +250,13 @@ class ProcessTable(DiffTable):
     @staticmethod
     def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
-                Text(human_bytes(proc.memory_bytes), justify="right"), proc.command or NA, where)
+                Text(human_bytes(proc.memory_bytes), justify="right"), holder_id(proc),
+                proc.command or NA, where)
+
+
+def holder_id(proc: ProcessSample) -> str:
+    """The process's batch job id, else its pod's uid (from its cgroup), else ``-``."""
+    return proc.job_id or proc.pod_uid or "-"
 
 
 TOTALS_COLUMNS = (("name", "name", 12), ("devices", "devices", 8), ("util", "util", 5),

@@ -51,6 +51,11 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
                      for b in h.snapshot.backends if b.status in ("error", "timeout")})
     if faults:
         line.append("  backends: " + safe(", ".join(faults)), style=f"bold {pal.hot}")
+    # Attribution sources (who holds each device) fail the same way, and say so the same way.
+    held = sorted({f"{a.name} {a.status}" for h in hosts if h.snapshot is not None
+                   for a in h.snapshot.attribution if a.status in ("error", "timeout")})
+    if held:
+        line.append("  attribution: " + safe(", ".join(held)), style=f"bold {pal.hot}")
     dups = sorted({i for h in hosts for i in duplicate_ids(h.snapshot)})
     if dups:
         line.append(f"  duplicate device id: {safe(dups[0])}" + (f" (+{len(dups) - 1})" if len(dups) > 1 else ""),

@@ -49,16 +49,22 @@ class FixedHost:
 
 def simulated_snapshots(count: int = 3, *, step: float = 1.0, scenario: str = "mixed",
                         hostname: str = "node-a", start: float = FIXED_TIME,
-                        config: Config | None = None) -> list[Snapshot]:
-    """``count`` snapshots of a simulated node, ``step`` seconds apart, from ``start``."""
+                        config: Config | None = None, attribution: bool = False) -> list[Snapshot]:
+    """``count`` snapshots of a simulated node, ``step`` seconds apart, from ``start``; with
+    ``attribution`` the simulated pods and jobs hold its devices (as ``allsmi --simulate``)."""
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
 
     now = [start]
     clock = lambda: now[0]  # noqa: E731
-    collector = Collector(simulated_backends(scenario, clock=clock), config or groups_config(),
+    config = config or groups_config()
+    attributor = None
+    if attribution:
+        from allsmi.attribution import build_attributor
+        attributor = build_attributor(config, environ={}, simulate=True)
+    collector = Collector(simulated_backends(scenario, clock=clock), config,
                           interval_seconds=step, host_sampler=FixedHost(hostname),  # type: ignore[arg-type]
-                          clock=clock)
+                          attributor=attributor, clock=clock)
     out = []
     try:
         for i in range(count):
