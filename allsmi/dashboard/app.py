@@ -30,6 +30,8 @@ from allsmi.formatting import NA
 from .device_table import DeviceTable, RowContext, columns_for, parent_names
 from .actions import BINDINGS, KeyActions
 from .hosts import HOST_COLUMNS, host_detail, host_rows
+from .idle import IdleMeter, IdleRow
+from .idleview import IDLE_COLUMNS, IdleView
 from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History,
                     apply_filter, order_devices, refs_of)
 from .options import DashboardOptions
@@ -40,7 +42,7 @@ from .sources import HostState, Source
 from .summary import summary_lines
 from .totals import Totals, order_totals, sum_totals, totals_by
 
-VIEWS = ("devices", "groups", "cluster")
+VIEWS = ("devices", "groups", "idle", "cluster")
 #: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
 #: device table keeps rows to show.
 PANEL_MIN_HEIGHT = 20
@@ -49,7 +51,7 @@ QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 
 
-class DashboardApp(KeyActions, App[None]):
+class DashboardApp(KeyActions, IdleView, App[None]):
     """``allsmi``'s live terminal UI."""
 
     CSS_PATH = "allsmi.tcss"
@@ -78,6 +80,11 @@ class DashboardApp(KeyActions, App[None]):
         # About ten minutes of history per device, at least 60 points.
         self.history = History(history_points or max(60, min(1200, int(600 / interval))))
         self.energy = EnergyMeter()
+        self.idle = IdleMeter(self.options.idle_threshold_percent, self.history.points, interval,
+                              self.config)
+        """Allocated-but-idle time per holder over the history window (the idle view, `i`)."""
+        self.idle_rows: list[IdleRow] = []
+        """The idle view's rows as last shown."""
         self.view = "cluster" if source.cluster else "devices"
         self.sort_key = self.options.sort
         self.descending = self.sort_key in DESCENDING_BY_DEFAULT
@@ -118,6 +125,10 @@ class DashboardApp(KeyActions, App[None]):
                 yield DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals")
                 yield Static("Vendors", classes="section-title")
                 yield DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals")
+            with Vertical(id="idle"):
+                yield Static(id="idle-title", classes="section-title")
+                yield DiffTable(IDLE_COLUMNS, id="idle-table")
+                yield Static(id="idle-note")
             with Vertical(id="cluster"):
                 yield Static("Hosts", classes="section-title")
                 yield DiffTable(HOST_COLUMNS, id="host-table")
@@ -141,6 +152,7 @@ class DashboardApp(KeyActions, App[None]):
         self.query_one("#filter", Input).cursor_blink = False
         for host, snap in self.source.history():
             self.history.add(host, snap)
+            self.idle.add(host, snap)
         self._configure_columns()
         self._fit_panel(self.size.height)
         self._focus_view()
@@ -200,6 +212,7 @@ class DashboardApp(KeyActions, App[None]):
                 if host.snapshot is not None:
                     self.history.add(host.key, host.snapshot)
                     self.energy.add(host.key, host.snapshot)
+                    self.idle.add(host.key, host.snapshot)
             self.refresh_view()
         self._update_summary()
 
@@ -241,7 +254,8 @@ class DashboardApp(KeyActions, App[None]):
         return RowContext(palette=self._palette, history=self.history, energy=self.energy,
                           stale_hosts=stale, host_names=names, parent_names=parent_names(refs),
                           compact=self._compact, gauge_width=4 if self._compact else 9,
-                          spark_width=self._spark_width)
+                          spark_width=self._spark_width,
+                          idle_threshold=self.options.idle_threshold_percent)
 
     def all_refs(self) -> list[DeviceRef]:
         """Every device of every host, in host then snapshot order."""
@@ -264,6 +278,8 @@ class DashboardApp(KeyActions, App[None]):
             self._show_selected(ctx)
         elif self.view == "groups":
             self._show_totals("#group-table", "#vendor-table", self.shown)
+        elif self.view == "idle":
+            self._show_idle()
         else:
             self._show_hosts()
             self._show_totals("#cluster-group-table", "#cluster-vendor-table", self.shown)
@@ -334,8 +350,10 @@ class DashboardApp(KeyActions, App[None]):
     def _update_summary(self) -> None:
         line, state = summary_lines(
             hosts=self.hosts, cluster=self.source.cluster, total=self._total, palette=self._palette,
-            now=self.clock(), interval=self.source.interval, view=self.view, sort_key=self.sort_key,
-            descending=self.descending, flt=self.filter, shown=self.shown,
+            now=self.clock(), interval=self.source.interval, view=self.view,
+            sort_key=f"idle {self.idle_sort}" if self.view == "idle" else self.sort_key,
+            descending=self.idle_descending if self.view == "idle" else self.descending,
+            flt=self.filter, shown=self.shown,
             process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error)
         plain = line.plain + "\n" + state.plain
         if plain != self._summary_text:
@@ -358,6 +376,11 @@ class DashboardApp(KeyActions, App[None]):
             self._drill(Filter(group=None if name == NA else name))
         elif kind == "vendor":
             self._drill(Filter(vendor=name))
+        elif kind == "idle":
+            row = next((r for r in self.idle_rows if r.key == name), None)
+            if row is not None:  # its devices: by job, pod or user, within its group
+                h = row.holder
+                self._drill(Filter(h.job or h.pod or h.user or "", group=row.group or None))
         elif kind == "host":
             focus = getattr(self.source, "focus", None)
             if focus is not None:  # a large fleet: fetch this host's devices from now on
@@ -400,7 +423,8 @@ class DashboardApp(KeyActions, App[None]):
         self.refresh_view()
 
     def _focus_view(self) -> None:
-        target = {"devices": "#device-table", "groups": "#group-table", "cluster": "#host-table"}[self.view]
+        target = {"devices": "#device-table", "groups": "#group-table", "idle": "#idle-table",
+                  "cluster": "#host-table"}[self.view]
         self.query_one(target).focus()
 
     async def action_quit(self) -> None:
