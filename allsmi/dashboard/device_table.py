@@ -19,6 +19,7 @@ from textual.widgets import DataTable
 from allsmi.formatting import NA, celsius, human_bytes, na, percent
 from allsmi.schema import DeviceSample
 
+from .idle import allocated_idle
 from .model import DeviceRef, EnergyMeter, History, memory_percent
 from .render import Palette, core_strip, gauge, safe_text, spark_levels, spark_text
 
@@ -39,6 +40,12 @@ class RowContext:
     compact: bool = False
     gauge_width: int = 8
     spark_width: int = 0
+    idle_threshold: float = 5.0
+    """``[accounting] idle_threshold_percent``: held devices below it are marked idle."""
+
+    def idle(self, ref: DeviceRef) -> bool:
+        """Whether the util column marks ``ref`` allocated but idle (:func:`allocated_idle`)."""
+        return allocated_idle(ref.device, self.idle_threshold)
 
     def health(self, ref: DeviceRef) -> str:
         """The device's health, or ``stale`` while its host is unreachable."""
@@ -103,15 +110,19 @@ def _util_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
     cores = dev.details.get("core_utilization_percent")
     value = dev.utilization_percent
     shown = None if value is None else round(value)
+    if ctx.idle(ref):
+        return (shown, "idle", None)
     if isinstance(cores, tuple) and cores and all(isinstance(c, (int, float)) for c in cores):
         return (shown, tuple(round(float(c) / 100 * 7) for c in cores), tuple(float(c) for c in cores))
     return (shown, None, None)
 
 
 def _util_render(key: Any, ctx: RowContext) -> Text:
-    shown, _levels, cores = key
+    shown, levels, cores = key
     width = ctx.gauge_width
-    if cores:
+    if levels == "idle":  # allocated but idle: the word replaces a near-empty gauge
+        cells = Text("idle".ljust(width), style=f"bold {ctx.palette.warn}")
+    elif cores:
         cells = core_strip(cores, width, ctx.palette)
     else:
         cells = gauge(shown, width, ctx.palette.load(shown), ctx.palette)
