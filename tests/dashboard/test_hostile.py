@@ -233,7 +233,7 @@ async def test_index_sort_reverses_and_groups_follow_the_sort(sim_snapshots: lis
     async with app.run_test(size=(160, 50)) as pilot:
         await play_all(app, source, pilot)
         first = list(app.device_table.order)
-        await pilot.press("i")  # already sorted by index: reverses
+        await pilot.press("n")  # already sorted by index: reverses
         assert app.descending
         top = [k for k in app.device_table.order if app.shown[app.device_table.order.index(k)].device.parent is None]
         top_first = [k for k in first if k in top]

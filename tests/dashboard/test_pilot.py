@@ -47,7 +47,7 @@ async def test_sort_keys_order_devices_and_reverse(sim_snapshots: list[Snapshot]
         known = [v for v in (sort_value(d, field) for d in _top_level(app)) if v is not None]
         assert known == sorted(known)
         assert "▲" in screen_text(app).splitlines()[1]
-        await pilot.press("i")
+        await pilot.press("n")
         assert [d.id for d in _top_level(app)] == [d.id for d in sim_snapshots[-1].devices if d.parent is None]
 
 

@@ -1,0 +1,193 @@
+"""Allocated-but-idle devices in the dashboard: the meter, the idle view (key i), the marker in
+the device table, workloads in the detail panel, hostile workload text."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from allsmi.config import parse_config
+from allsmi.dashboard.app import DashboardApp
+from allsmi.dashboard.idle import IdleMeter, allocated_idle, order_rows
+from allsmi.dashboard.options import DashboardOptions
+from allsmi.dashboard.sources import StaticSource
+from allsmi.schema import BackendStatus, ProcessSample, Snapshot, Workload
+from allsmi.usage import UsageIntegrator, bridged_gap_seconds
+
+from .conftest import frozen, play_all, screen_text
+from .fixtures import GROUPS_TOML, simulated_snapshots
+from .hostile import CORPUS, LITERALS
+
+pytestmark = pytest.mark.timeout(180)
+
+PRICED = GROUPS_TOML.replace(
+    'labels = { team = "ml", project = "llm" }',
+    'labels = { team = "ml", project = "llm" }\nprice_per_device_hour = 4.0\ncurrency = "USD"')
+
+
+@pytest.fixture(scope="module")
+def held_snapshots() -> list[Snapshot]:
+    """Twelve snapshots of the simulated node with its simulated pods and jobs, 1 s apart."""
+    return simulated_snapshots(12, step=1.0, attribution=True)
+
+
+def _app(snaps: list[Snapshot], config_text: str = PRICED, **kwargs: object) -> tuple[DashboardApp, StaticSource]:
+    source = StaticSource.of(snaps, clock=frozen, interval=1.0)
+    config = parse_config(config_text)
+    app = DashboardApp(source, config=config, options=DashboardOptions.from_config(config),
+                       clock=frozen, **kwargs)  # type: ignore[arg-type]
+    return app, source
+
+
+def _idle_ids(snap: Snapshot, threshold: float = 5.0) -> list[str]:
+    return [d.id for d in snap.devices if allocated_idle(d, threshold)]
+
+
+def test_the_meter_counts_what_the_shared_integrator_counts(held_snapshots: list[Snapshot]) -> None:
+    """Idle-allocated seconds over the window equal the exporter's and the ledger's (the same
+    UsageIntegrator), split among holders without counting anything twice."""
+    config = parse_config(PRICED)
+    meter = IdleMeter(5.0, 100, 1.0, config)
+    integrator = UsageIntegrator(bridged_gap_seconds(1.0), 5.0)
+    expected = 0.0
+    for snap in held_snapshots:
+        meter.add("node-a", snap)
+        meter.add("node-a", snap)  # a repeat is ignored
+        expected += sum(i.idle_allocated_seconds or 0.0 for i in integrator.update(snap))
+    rows = meter.rows()
+    assert expected > 0 and sum(r.idle_seconds for r in rows) == pytest.approx(expected)
+    for row in rows:
+        assert 0 < row.idle_seconds <= row.allocated_seconds + 1e-9
+        if row.group == "training":  # priced per device-hour: idle billed hours x price
+            assert row.idle_cost == pytest.approx(row.idle_billed_seconds / 3600 * 4.0)
+            assert row.currency == "USD"
+        else:
+            assert row.idle_cost is None  # no price: no invented 0
+    assert rows == order_rows(rows, "cost")
+    assert rows[0].group == "training"  # the only priced group comes first
+    # A threshold of 0 counts nothing as idle.
+    none = IdleMeter(0.0, 100, 1.0, config)
+    for snap in held_snapshots:
+        none.add("node-a", snap)
+    assert none.rows() == []
+
+
+def test_the_window_keeps_the_last_points_snapshots(held_snapshots: list[Snapshot]) -> None:
+    meter = IdleMeter(5.0, 3, 1.0)
+    for snap in held_snapshots:
+        meter.add("node-a", snap)
+    start, end = meter.span()  # type: ignore[misc]
+    assert end == held_snapshots[-1].unix_time and end - start == pytest.approx(3.0)
+    for row in meter.rows():
+        assert row.idle_seconds <= 3.0 * len(row.devices) + 1e-9
+
+
+async def test_idle_view_lists_sorts_and_filters_the_simulated_holders(held_snapshots: list[Snapshot]) -> None:
+    app, source = _app(held_snapshots)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("i")
+        await pilot.pause()
+        assert app.view == "idle"
+        rows = app.idle_rows
+        last = held_snapshots[-1]
+        jobs = {w.job_id for d in last.devices if allocated_idle(d, 5.0) for w in d.workloads or ()
+                if w.job_id}
+        pods = {w.pod for d in last.devices if allocated_idle(d, 5.0) for w in d.workloads or () if w.pod}
+        assert jobs and pods
+        assert jobs <= {r.holder.job for r in rows} and pods <= {r.holder.pod for r in rows}
+        text = screen_text(app)
+        assert "Allocated but idle" in text and "idle cost" in text and "USD" in text
+        assert "idle cost ▼" in text.splitlines()[1]
+        for job in jobs:
+            assert job in text
+        # By idle cost: the priced group first.
+        costs = [r.idle_cost or 0.0 for r in rows]
+        assert costs == sorted(costs, reverse=True) and costs[0] > 0
+        # s: by idle time; r: reversed.
+        await pilot.press("s")
+        times = [r.idle_seconds for r in app.idle_rows]
+        assert app.idle_sort == "time" and times == sorted(times, reverse=True)
+        await pilot.press("r")
+        times = [r.idle_seconds for r in app.idle_rows]
+        assert times == sorted(times) and "▲" in screen_text(app).splitlines()[1]
+        # /: filter by a job id.
+        job = sorted(jobs)[0]
+        await pilot.press("slash", *job, "enter")
+        assert [r.holder.job for r in app.idle_rows] == [job]
+        # Enter on the row: the devices view with that job's devices.
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.view == "devices" and app.filter.text == job
+        shown = {r.device.id for r in app.shown if r.device.parent is None}
+        holding = {d.id for d in last.devices if any(w.job_id == job for w in d.workloads or ())}
+        assert shown == holding
+        # i twice goes back; n sorts by index (i no longer does).
+        await pilot.press("escape", "i", "i")
+        assert app.view == "devices"
+        await pilot.press("u", "n")
+        assert app.sort_key == "index"
+
+
+async def test_idle_devices_are_marked_in_the_table_and_the_detail_panel(
+        held_snapshots: list[Snapshot], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")  # the marker is a word, not only a colour
+    app, source = _app(held_snapshots)
+    last = held_snapshots[-1]
+    idle = set(_idle_ids(last))
+    assert idle
+    async with app.run_test(size=(80, 24)) as pilot:
+        await play_all(app, source, pilot)
+        lines = screen_text(app).splitlines()
+        rows = [line for line in lines[3:] if line.strip()]
+        by_index = {}
+        for ref in app.shown:
+            if ref.device.parent is None and ref.device.vendor == "nvidia":
+                by_index[ref.device.index] = ref.device
+        nvidia_rows = [line for line in rows if line.split()[:2][1:] == ["nvidia"]
+                       and line.split()[0].isdigit()]
+        assert nvidia_rows
+        for line in nvidia_rows:
+            index = int(line.split()[0])
+            assert ("idle" in line) == (by_index[index].id in idle), line
+        # The first device (nvidia 0) is held by a job and idle: the panel says who and that.
+        target = next(r for r in app.shown if r.device.id in idle and r.device.workloads)
+        app.selected = target.key
+        app._show_selected()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "idle (held)" in text and "held by" in text
+        work = target.device.workloads[0]
+        assert (work.job_id or work.pod) in text
+
+
+async def test_workload_text_is_shown_literally_and_attribution_faults_show(
+        held_snapshots: list[Snapshot]) -> None:
+    def hostile(snap: Snapshot) -> Snapshot:
+        devices = []
+        for i, dev in enumerate(snap.devices):
+            bad = CORPUS[i % len(CORPUS)]
+            works = (Workload(source="kubernetes", namespace=f"ns{bad}", pod=f"[bold red]x[/]{i}",
+                              container=f"c{bad}", job_id=f"[/]{i}", user=f"u{bad}"),)
+            procs = tuple(replace(p, job_id=f"[i]j[/i]{bad}")
+                          for p in dev.processes or ())
+            devices.append(replace(dev, workloads=works, processes=procs or (ProcessSample(pid=1),)))
+        bad_source = BackendStatus(name="kubernetes[/]", status="error", message=f"boom {CORPUS[4]}")
+        return replace(snap, devices=tuple(devices), attribution=(bad_source,))
+
+    snaps = [hostile(s) for s in held_snapshots]
+    app, source = _app(snaps)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await play_all(app, source, pilot)
+        seen = screen_text(app)
+        for keys in (("i",), ("s",), ("slash", *"[/]", "enter"), ("escape", "d"), ("down",)):
+            await pilot.press(*keys)
+            await pilot.pause()
+            seen += "\n" + screen_text(app)
+        assert app.is_running
+        bad = [ch for ch in seen if ch == "\x1b" or ord(ch) < 0x20 and ch != "\n" or 0x7f <= ord(ch) <= 0x9f]
+        assert not bad, bad
+        for literal in (*LITERALS[:2], "[bold red]x[/]0", "attribution: kubernetes[/] error"):
+            assert literal in seen, literal
+        assert "[i]j[/i]" in seen  # a process's job id, in the processes panel
