@@ -364,10 +364,11 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "host-table":
             self._show_host_detail()
-        if event.data_table.id == "device-table" and event.row_key is not None:
-            if event.row_key.value != self.selected:
-                self.selected = event.row_key.value
-                self._show_selected()
+
+    def on_device_table_row_highlighted(self, event: DeviceTable.RowHighlighted) -> None:
+        if event.row_key != self.selected:
+            self.selected = event.row_key
+            self._show_selected()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value or ""
@@ -387,11 +388,9 @@ class DashboardApp(KeyActions, IdleView, App[None]):
                 focus([name])
             self._drill(Filter(host=name))
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        if event.data_table.id != "device-table":
-            return
+    def on_device_table_header_selected(self, event: DeviceTable.HeaderSelected) -> None:
         for column in self.device_table.spec:
-            if column.id == event.column_key.value and column.sort:
+            if column.id == event.column_id and column.sort:
                 self.action_sort(column.sort)
 
     def on_input_changed(self, event: Input.Changed) -> None:

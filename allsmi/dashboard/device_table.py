@@ -1,395 +1,389 @@
-"""The device table: one row per device, updated cell by cell.
+"""The device table: one line per device, drawn line by line, only where something changed.
 
-Textual's :class:`DataTable` only renders the rows on screen, so hundreds
-of devices scroll without lag. Each refresh compares a cheap key per cell
-(the rounded numbers it shows) with the previous one and calls
-``update_cell`` only where it changed; rows are added or removed only when
-devices appear, vanish or are filtered, and reordered with ``sort``.
+A line-based widget (Textual's ``ScrollView`` with ``render_line``), not a
+``DataTable``: a ``DataTable`` re-renders every visible row whenever one cell
+changes. Here each row keeps one rendered segment list per cell and one
+:class:`~textual.strip.Strip` for the whole row. A refresh computes the change
+keys of the rows on screen (:mod:`allsmi.dashboard.columns`), re-renders only
+the cells whose key changed and asks Textual to repaint only those lines. Rows
+off screen are only noted; they are brought up to date when they scroll into
+view, so a refresh costs the same with 30 or 3000 devices. A new order (sort,
+filter) repaints the visible lines once. Every cell passes through
+:func:`~allsmi.dashboard.render.safe_text` (no markup, no control characters).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import Any, ClassVar, Hashable, Sequence
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.binding import Binding
-from textual.widgets import DataTable
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
-from allsmi.formatting import NA, celsius, human_bytes, na, percent
-from allsmi.schema import DeviceSample
+from .columns import (Column, RowContext, RowText, columns_for, describe_device,  # noqa: F401
+                      parent_names)
+from .model import DeviceRef
+from .render import safe_text
+from .safetable import SafeTable  # noqa: F401  (re-exported for the panels)
 
-from .idle import allocated_idle
-from .model import DeviceRef, EnergyMeter, History, memory_percent
-from .render import Palette, core_strip, gauge, safe_text, spark_levels, spark_text
+#: Spaces on each side of a cell (as DataTable's ``cell_padding=1``).
+PAD = 1
 
-#: Health words in the compact layout, where the column is five cells wide.
-_SHORT_HEALTH = {"ok": "ok", "degraded": "degr", "lost": "LOST", "unknown": "?", "stale": "stale"}
 
+class _Row:
+    """One device's line: the change key and rendered segments of each cell, and the joined strip."""
 
-@dataclass
-class RowContext:
-    """Everything besides the device that a cell depends on."""
+    __slots__ = ("keys", "cells", "strip")
 
-    palette: Palette
-    history: History
-    energy: EnergyMeter
-    stale_hosts: frozenset[str] = frozenset()
-    host_names: Mapping[str, str] = field(default_factory=dict)
-    parent_names: Mapping[tuple[str, str], str] = field(default_factory=dict)
-    compact: bool = False
-    gauge_width: int = 8
-    spark_width: int = 0
-    idle_threshold: float = 5.0
-    """``[accounting] idle_threshold_percent``: held devices below it are marked idle."""
+    def __init__(self, size: int) -> None:
+        self.keys: list[Hashable] = [_UNSET] * size
+        self.cells: list[list[Segment]] = [[] for _ in range(size)]
+        self.strip: Strip | None = None
 
-    def idle(self, ref: DeviceRef) -> bool:
-        """Whether the util column marks ``ref`` allocated but idle (:func:`allocated_idle`)."""
-        return allocated_idle(ref.device, self.idle_threshold)
 
-    def health(self, ref: DeviceRef) -> str:
-        """The device's health, or ``stale`` while its host is unreachable."""
-        return "stale" if ref.host in self.stale_hosts else ref.device.health
+_UNSET: Any = object()
 
 
-class RowText(Text):
-    """The first cell of a row: knows its row key, so ``DataTable.sort`` can order rows."""
+class DeviceTable(ScrollView, can_focus=True):
+    """The node view's table of devices (header line fixed, rows scrolling beneath it)."""
 
-    def __init__(self, text: str, row_key: str, style: str = "", justify: Any = None) -> None:
-        super().__init__(text, style=style, justify=justify)
-        self.row_key = row_key
-
-
-KeyFn = Callable[[DeviceRef, RowContext], Hashable]
-RenderFn = Callable[[Any, RowContext], Any]
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column: how to compute its change key and how to draw that key."""
-
-    id: str
-    label: str
-    width: int
-    key: KeyFn
-    render: RenderFn
-    sort: str | None = None
-    """The sort order a click on the header selects."""
-
-
-def _rpad(text: str, width: int) -> str:
-    return text.rjust(width)
-
-
-# -- key and render functions -------------------------------------------------------
-
-def _index_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    return (ref.key, None if ref.device.parent else ref.device.index)
-
-
-def _index_render(key: Any, ctx: RowContext) -> Text:
-    row_key, index = key
-    return RowText("" if index is None else str(index), row_key, justify="right")
-
-
-def _model_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    dev = ref.device
-    name = dev.name or NA
-    if ctx.compact and name.lower().startswith(dev.vendor.lower() + " "):
-        name = name[len(dev.vendor) + 1:]  # the vendor column already says it; narrow cells
-    if dev.parent is not None:
-        parent = ctx.parent_names.get((ref.host, dev.parent))
-        if parent and name.startswith(parent + " "):
-            name = name[len(parent) + 1:]
-        name = "└ " + name
-    return name
-
-
-def _util_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    dev = ref.device
-    cores = dev.details.get("core_utilization_percent")
-    value = dev.utilization_percent
-    shown = None if value is None else round(value)
-    if ctx.idle(ref):
-        return (shown, "idle", None)
-    if isinstance(cores, tuple) and cores and all(isinstance(c, (int, float)) for c in cores):
-        return (shown, tuple(round(float(c) / 100 * 7) for c in cores), tuple(float(c) for c in cores))
-    return (shown, None, None)
-
-
-def _util_render(key: Any, ctx: RowContext) -> Text:
-    shown, levels, cores = key
-    width = ctx.gauge_width
-    if levels == "idle":  # allocated but idle: the word replaces a near-empty gauge
-        cells = Text("idle".ljust(width), style=f"bold {ctx.palette.warn}")
-    elif cores:
-        cells = core_strip(cores, width, ctx.palette)
-    else:
-        cells = gauge(shown, width, ctx.palette.load(shown), ctx.palette)
-    cells.append(" " + _rpad(percent(shown), 4), style=ctx.palette.load(shown) if shown is not None else "dim")
-    return cells
-
-
-def _memory_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    dev = ref.device
-    share = memory_percent(dev)
-    if ctx.compact:
-        return (None if share is None else round(share), None)
-    return (None if share is None else round(share, 1),
-            f"{human_bytes(dev.memory_used_bytes)}/{human_bytes(dev.memory_total_bytes)}")
-
-
-def _memory_render(key: Any, ctx: RowContext) -> Text:
-    share, label = key
-    cells = gauge(share, ctx.gauge_width if ctx.compact else max(4, ctx.gauge_width - 2),
-                  ctx.palette.load(share), ctx.palette)
-    if label is None:
-        cells.append(" " + _rpad(percent(share), 4))
-    else:
-        cells.append(" " + label)
-    return cells
-
-
-def _temp_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    value = ref.device.temperature_celsius
-    return None if value is None else round(value)
-
-
-def _temp_render(key: Any, ctx: RowContext) -> Text:
-    return Text(_rpad(celsius(key), 5), style=ctx.palette.temperature(key) or "")
-
-
-def _power_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    dev = ref.device
-    p, limit = dev.power_watts, dev.power_limit_watts
-    return (None if p is None else round(p), None if limit is None else round(limit))
-
-
-def _power_text(power: float | None, limit: float | None, compact: bool) -> str:
-    unit = "W" if compact else " W"
-    if power is None and limit is None:
-        return NA
-    return f"{na(power, '{:.0f}')}/{na(limit, '{:.0f}', unit)}"
-
-
-def _power_render(key: Any, ctx: RowContext) -> Text:
-    power, limit = key
-    share = None if power is None or not limit else 100.0 * power / limit
-    if ctx.compact:
-        return Text(_rpad(_power_text(power, limit, True), 9), style=ctx.palette.load(share)
-                    if share is not None and share >= 85 else "")
-    cells = gauge(share, 5, ctx.palette.load(share), ctx.palette)
-    cells.append(" " + _power_text(power, limit, False))
-    return cells
-
-
-def _health_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    return ctx.health(ref)
-
-
-def _health_render(key: Any, ctx: RowContext) -> Text:
-    word = _SHORT_HEALTH.get(key, key) if ctx.compact else key
-    return Text(word, style=ctx.palette.health(key))
-
-
-def _procs_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    procs = ref.device.processes
-    return None if procs is None else len(procs)  # None: the backend cannot list them
-
-
-def _history_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    return spark_levels(ctx.history.series(ref.key, "utilization"), ctx.spark_width)
-
-
-def _history_render(key: Any, ctx: RowContext) -> Text:
-    return Text(spark_text(key, ctx.spark_width), style=ctx.palette.accent)
-
-
-def _plain(key: Any, ctx: RowContext) -> Text:
-    return Text(NA if key is None else str(key), style="dim" if key is None else "")
-
-
-def _right(key: Any, ctx: RowContext) -> Text:
-    return Text(NA if key is None else str(key), justify="right")
-
-
-def _attr(name: str) -> KeyFn:
-    return lambda ref, ctx: getattr(ref.device, name)
-
-
-def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
-    """The columns that fit a table ``width`` cells wide: (columns, compact, spark width)."""
-    host = Column("host", "host", 16, lambda r, c: c.host_names.get(r.host, r.host), _plain)
-    full = [
-        Column("idx", "#", 3, _index_key, _index_render, sort="index"),
-        Column("vendor", "vendor", 11, _attr("vendor"), _plain),
-        Column("model", "model", 22, _model_key, _plain),
-        Column("util", "util", 15, _util_key, _util_render, sort="utilization"),
-        Column("memory", "memory", 27, _memory_key, _memory_render, sort="memory"),
-        Column("temp", "temp", 5, _temp_key, _temp_render, sort="temperature"),
-        Column("power", "power / limit", 17, _power_key, _power_render, sort="power"),
-        Column("health", "health", 8, _health_key, _health_render),
-        Column("procs", "procs", 5, _procs_key, _right),
-    ]
-    needed = sum(c.width + 2 for c in full) + 2 + (18 if cluster else 0)
-    if width >= needed:
-        columns = full[:1] + ([host] if cluster else []) + full[1:]
-        room = width - needed
-        if room >= 14:
-            columns.insert(4 if cluster else 3,
-                           Column("group", "group", 12, _attr("resource_group"), _plain))
-            room -= 14
-        spark = 0
-        if room >= 12:
-            spark = min(60, room - 2)
-            columns.append(Column("history", "util history", spark, _history_key, _history_render))
-        return columns, False, spark
-    compact = [
-        Column("idx", "#", 2, _index_key, _index_render, sort="index"),
-        Column("vendor", "vendor", 6, _attr("vendor"), _plain),
-        Column("model", "model", 16, _model_key, _plain),
-        Column("util", "util", 9, _util_key, _util_render, sort="utilization"),
-        Column("memory", "mem", 9, _memory_key, _memory_render, sort="memory"),
-        Column("temp", "temp", 5, _temp_key, _temp_render, sort="temperature"),
-        Column("power", "power", 9, _power_key, _power_render, sort="power"),
-        Column("health", "hlth", 5, _health_key, _health_render),
-    ]
-    if cluster:
-        compact[1] = Column("host", "host", 10, lambda r, c: c.host_names.get(r.host, r.host), _plain)
-        compact[2] = Column("model", "model", 12, _model_key, _plain)
-    return compact, True, 0
-
-
-class SafeTable(DataTable[Any]):
-    """A DataTable whose every cell goes through :func:`safe_text`: a ``str`` cell is never
-    parsed as Rich markup (``[/]`` in a command line is text) and control characters never
-    reach the terminal, whatever a process, a device or a host sent."""
-
-    def add_row(self, *cells: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return super().add_row(*(safe_text(c) for c in cells), **kwargs)
-
-    def update_cell(self, row_key: Any, column_key: Any, value: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        super().update_cell(row_key, column_key, safe_text(value), **kwargs)
-
-
-class DeviceTable(SafeTable):
-    """A :class:`DataTable` of devices that updates only the cells that changed."""
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"device-table--header", "device-table--cursor"}
 
     DEFAULT_CSS = """
-    DeviceTable { height: 1fr; }
+    DeviceTable {
+        height: 1fr;
+        background: $surface;
+        color: $foreground;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .device-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .device-table--header { background-tint: $foreground 5%; }
+        }
+        & > .device-table--header { text-style: bold; background: $panel; color: $foreground; }
+        &:ansi > .device-table--header { background: ansi_bright_blue; color: ansi_default; }
+        & > .device-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        &:nocolor > .device-table--cursor { text-style: reverse; }
+        &:nocolor > .device-table--header { text-style: bold underline; }
+    }
     """
-    # In row-cursor mode DataTable's Home/End scroll sideways; people expect first/last device.
-    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
-                Binding("end", "scroll_bottom", "Last row", show=False)]
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home,ctrl+home", "scroll_top", "First row", show=False),
+        Binding("end,ctrl+end", "scroll_bottom", "Last row", show=False),
+        Binding("left", "scroll_left", "Left", show=False),
+        Binding("right", "scroll_right", "Right", show=False),
+    ]
+
+    class RowHighlighted(Message):
+        """The cursor moved to another device (keys, mouse, :meth:`move_cursor`)."""
+
+        def __init__(self, table: "DeviceTable", row_key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.row_key = row_key
+
+        @property
+        def control(self) -> "DeviceTable":
+            return self.table
+
+    class HeaderSelected(Message):
+        """A column header was clicked."""
+
+        def __init__(self, table: "DeviceTable", column_id: str) -> None:
+            super().__init__()
+            self.table = table
+            self.column_id = column_id
+
+        @property
+        def control(self) -> "DeviceTable":
+            return self.table
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=1, **kwargs)
+        super().__init__(**kwargs)
         self.spec: list[Column] = []
-        self._keys: dict[str, list[Hashable]] = {}
+        self._rows: dict[str, _Row] = {}
         self._order: list[str] = []
+        self._position: dict[str, int] = {}
         self._pending: dict[str, DeviceRef] = {}
         self._ctx: RowContext | None = None
+        self._header: Strip | None = None
+        self._table_width = 0
+        self._cursor = 0
+        self._cursor_key: str | None = None
+        self._announced: str | None = None
+        self._pass_styles: tuple[Style, Style, Style, Style] | None = None
         self.cell_updates = 0
-        """Cells rewritten since the table was built (for tests and the benchmark)."""
+        """Cells redrawn because their value changed (first drawings not counted; tests, benchmark)."""
+        self.lines_rendered = 0
+        """Lines handed to Textual since the table was built (for tests and the benchmark)."""
 
+    # -- the data side -------------------------------------------------------------------
     def configure(self, columns: Sequence[Column]) -> bool:
-        """Use ``columns``; rebuilds the table only when the set of columns changed."""
+        """Use ``columns``; forgets every rendered cell only when the set of columns changed."""
         if [(c.id, c.width) for c in columns] == [(c.id, c.width) for c in self.spec]:
             self.spec = list(columns)  # same layout; render functions may have new widths baked in
             return False
         self.spec = list(columns)
-        self.clear(columns=True)
-        for column in self.spec:
-            self.add_column(column.label, key=column.id, width=column.width)
-        self._keys.clear()
+        self._table_width = sum(c.width + 2 * PAD for c in self.spec)
+        self._header = None
+        self._rows = {key: _Row(len(self.spec)) for key in self._order}
         self._pending.clear()
-        self._order = []
+        self._resize_virtual()
+        self.refresh()
         return True
 
     def invalidate(self) -> None:
-        """Forget every cell key so the next :meth:`show` redraws all cells (theme change)."""
-        for keys in self._keys.values():
-            keys[:] = [object()] * len(keys)
+        """Forget every rendered cell so the next :meth:`show` redraws them all (theme change)."""
+        self._rows = {key: _Row(len(self.spec)) for key in self._order}
+        self._header = None
+        self.refresh()
 
     def show(self, refs: Sequence[DeviceRef], ctx: RowContext, selected: str | None) -> None:
-        """Make the table show ``refs`` in this order, touching only what changed.
+        """Show ``refs`` in this order; repaint only lines whose text changed.
 
-        Rows off screen are only noted; their cells are brought up to date when
-        they scroll into view, so a refresh costs the same with 30 or 3000 devices.
+        The cursor stays on its device wherever the order puts it; ``selected``
+        places it when the table has none yet (or its device is gone), else the first row.
         """
         self._ctx = ctx
-        wanted = {r.key for r in refs}
-        for gone in [k for k in self._keys if k not in wanted]:
-            self.remove_row(gone)
-            del self._keys[gone]
-            self._pending.pop(gone, None)
-        for ref in refs:
-            if ref.key not in self._keys:
-                keys = [column.key(ref, ctx) for column in self.spec]
-                self.add_row(*(c.render(k, ctx) for c, k in zip(self.spec, keys)), key=ref.key)
-                self._keys[ref.key] = keys
-            else:
-                self._pending[ref.key] = ref
         order = [r.key for r in refs]
-        if order != self._order:
-            position = {key: i for i, key in enumerate(order)}
-            first = self.spec[0].id
-            self.sort(first, key=lambda cell: position[cell.row_key])
+        reordered = order != self._order
+        if reordered:
+            wanted = set(order)
+            for gone in [k for k in self._rows if k not in wanted]:
+                del self._rows[gone]
+                self._pending.pop(gone, None)
             self._order = order
-        if selected is not None and selected in wanted:
-            row = self.get_row_index(selected)
-            if row != self.cursor_row:
-                self.move_cursor(row=row, animate=False)
-        self.flush_visible()
-
-    def flush_visible(self, margin: int = 4) -> None:
-        """Bring the cells of the rows on screen (and ``margin`` around) up to date."""
-        ctx = self._ctx
-        if ctx is None or not self._pending:
+            self._position = {key: i for i, key in enumerate(order)}
+            self._resize_virtual()
+        size = len(self.spec)
+        for ref in refs:
+            if ref.key not in self._rows:
+                self._rows[ref.key] = _Row(size)
+            self._pending[ref.key] = ref
+        self._place_cursor(selected)
+        if reordered:
+            self.refresh()  # every visible line shows another device now
             return
-        top = max(0, int(self.scroll_y) - margin)
-        bottom = min(len(self._order), int(self.scroll_y) + max(self.size.height, 1) + margin)
-        for key in self._order[top:bottom]:
-            ref = self._pending.pop(key, None)
-            if ref is not None:
-                self._update_row(ref, ctx)
+        top, bottom = self._visible_range()
+        for index in range(top, bottom):
+            if self._update_row(order[index]):
+                self.refresh_line(index + 1)
+
+    def _place_cursor(self, selected: str | None) -> None:
+        keep = self._cursor_key if self._cursor_key in self._position else None
+        if keep is None:
+            keep = selected if selected in self._position else None
+        row = self._position[keep] if keep is not None else 0
+        self._set_cursor(row, announce=False)
+
+    def _resize_virtual(self) -> None:
+        self.virtual_size = Size(self._table_width, len(self._order) + 1)
+
+    def _visible_range(self) -> tuple[int, int]:
+        top = int(self.scroll_y)
+        height = max(1, self.scrollable_content_region.height - 1)
+        return top, min(len(self._order), top + height)
+
+    def _update_row(self, key: str) -> bool:
+        """Re-render the cells of ``key`` whose change key moved; whether anything changed."""
+        ref = self._pending.pop(key, None)
+        ctx = self._ctx
+        if ref is None or ctx is None:
+            return False
+        row = self._rows[key]
+        changed = False
+        for i, column in enumerate(self.spec):
+            value = column.key(ref, ctx)
+            old = row.keys[i]
+            if value != old:
+                row.keys[i] = value
+                row.cells[i] = self._cell(column, column.render(value, ctx))
+                self.cell_updates += old is not _UNSET
+                changed = True
+        if changed or row.strip is None:
+            row.strip = Strip([s for cell in row.cells for s in cell], self._table_width)
+        return changed
+
+    def _cell(self, column: Column, value: Any) -> list[Segment]:
+        text = safe_text(value)
+        room = column.width - text.cell_len
+        if room < 0:
+            text.truncate(column.width, overflow="crop")
+        elif room > 0:
+            if text.justify == "right":
+                text.pad_left(room)
+            else:
+                text.pad_right(room)
+        pad = Segment(" " * PAD)
+        return [pad, *text.render(self.app.console, end=""), pad]
+
+    def flush_visible(self) -> None:
+        """Bring the rows on screen up to date (done by :meth:`show`; kept for callers)."""
+        top, bottom = self._visible_range()
+        for index in range(top, bottom):
+            if self._update_row(self._order[index]):
+                self.refresh_line(index + 1)
 
     def flush_all(self) -> None:
         """Bring every row up to date (tests and screenshots of whole tables)."""
-        ctx = self._ctx
-        if ctx is None:
-            return
-        for ref in list(self._pending.values()):
-            self._update_row(ref, ctx)
-        self._pending.clear()
+        for key in list(self._pending):
+            self._update_row(key)
+        self.refresh()
 
-    def _update_row(self, ref: DeviceRef, ctx: RowContext) -> None:
-        old = self._keys[ref.key]
-        for i, column in enumerate(self.spec):
-            key = column.key(ref, ctx)
-            if key != old[i]:
-                self.update_cell(ref.key, column.id, column.render(key, ctx))
-                old[i] = key
-                self.cell_updates += 1
-
-    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
-        super().watch_scroll_y(old_value, new_value)
-        self.flush_visible()
-
-    def on_resize(self) -> None:
-        self.flush_visible()
-
+    # -- what tests and the app read --------------------------------------------------------
     @property
     def order(self) -> list[str]:
         """Row keys in display order."""
         return list(self._order)
 
+    @property
+    def row_count(self) -> int:
+        """How many devices the table holds (on screen or not)."""
+        return len(self._order)
 
-def parent_names(refs: Sequence[DeviceRef]) -> dict[tuple[str, str], str]:
-    """(host, device id) -> model name, for shortening partition names."""
-    return {(r.host, r.device.id): r.device.name for r in refs if r.device.name}
+    @property
+    def columns(self) -> list[Column]:
+        """The columns shown."""
+        return list(self.spec)
 
+    @property
+    def rows(self) -> dict[str, tuple[Hashable, ...]]:
+        """Row key -> the change keys of its cells (every row brought up to date first)."""
+        for key in list(self._pending):
+            self._update_row(key)
+        return {key: tuple(row.keys) for key, row in self._rows.items()}
 
-def describe_device(dev: DeviceSample) -> str:
-    """"nvidia 3" style short name for status lines and the processes panel."""
-    return f"{dev.vendor} {NA if dev.index is None else dev.index}"
+    @property
+    def cursor_row(self) -> int:
+        """Index of the highlighted row."""
+        return self._cursor
+
+    def get_cell(self, row_key: str, column_id: str) -> Text:
+        """The text a cell shows now (brought up to date first)."""
+        self._update_row(row_key)
+        index = next(i for i, c in enumerate(self.spec) if c.id == column_id)
+        value = self._rows[row_key].keys[index]
+        if value is _UNSET or self._ctx is None:
+            raise KeyError(f"{row_key!r} has not been drawn")
+        return safe_text(self.spec[index].render(value, self._ctx))
+
+    def get_row_index(self, row_key: str) -> int:
+        """Position of ``row_key`` in display order."""
+        return self._position[row_key]
+
+    # -- cursor and keys -----------------------------------------------------------------
+    def move_cursor(self, *, row: int, animate: bool = False, scroll: bool = True) -> None:
+        """Highlight row ``row`` (clamped), scrolling it into view."""
+        self._set_cursor(row, announce=True, scroll=scroll)
+
+    def _set_cursor(self, row: int, *, announce: bool, scroll: bool = True) -> None:
+        row = max(0, min(row, len(self._order) - 1))
+        if row != self._cursor:
+            self.refresh_line(self._cursor + 1)
+            self.refresh_line(row + 1)
+        self._cursor = row
+        key = self._order[row] if self._order else None
+        self._cursor_key = key
+        if scroll and key is not None:
+            self._scroll_to_row(row)
+        if key is not None and announce and key != self._announced:
+            self._announced = key
+            self.post_message(self.RowHighlighted(self, key))
+        elif not announce:
+            self._announced = key
+
+    def _scroll_to_row(self, row: int) -> None:
+        height = max(1, self.scrollable_content_region.height - 1)
+        top = int(self.scroll_y)
+        if row < top:
+            self.scroll_to(y=row, animate=False, force=True)
+        elif row >= top + height:
+            self.scroll_to(y=row - height + 1, animate=False, force=True)
+
+    def action_cursor_up(self) -> None:
+        self.move_cursor(row=self._cursor - 1)
+
+    def action_cursor_down(self) -> None:
+        self.move_cursor(row=self._cursor + 1)
+
+    def action_page_up(self) -> None:
+        self.move_cursor(row=self._cursor - max(1, self.scrollable_content_region.height - 1))
+
+    def action_page_down(self) -> None:
+        self.move_cursor(row=self._cursor + max(1, self.scrollable_content_region.height - 1))
+
+    def action_scroll_top(self) -> None:
+        self.move_cursor(row=0)
+
+    def action_scroll_bottom(self) -> None:
+        self.move_cursor(row=len(self._order) - 1)
+
+    async def _on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        if offset.y == 0:
+            x = offset.x + int(self.scroll_x)
+            for column in self.spec:
+                x -= column.width + 2 * PAD
+                if x < 0:
+                    self.post_message(self.HeaderSelected(self, column.id))
+                    break
+            return
+        row = int(self.scroll_y) + offset.y - 1
+        if 0 <= row < len(self._order):
+            self.move_cursor(row=row)
+            event.stop()
+
+    # -- drawing -------------------------------------------------------------------------
+    def render_lines(self, crop: Any) -> list[Strip]:
+        base = self.rich_style
+        header = self.get_component_rich_style("device-table--header")
+        cursor = self.get_component_rich_style("device-table--cursor")
+        self._pass_styles = (base, base + header, base + cursor,
+                             Style.from_color(cursor.color, cursor.bgcolor))
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        base, header, cursor, cursor_post = self._pass_styles or (self.rich_style,) * 3 + (Style(),)
+        self.lines_rendered += 1
+        if y == 0:
+            strip, style, post = self._header_strip(), header, None
+        else:
+            index = scroll_y + y - 1
+            if index >= len(self._order):
+                return Strip.blank(width, base)
+            key = self._order[index]
+            self._update_row(key)
+            strip = self._rows[key].strip or Strip.blank(self._table_width)
+            style, post = (cursor, cursor_post) if index == self._cursor else (base, None)
+        strip = strip.extend_cell_length(scroll_x + width).crop(scroll_x, scroll_x + width)
+        if post is not None:
+            return Strip(Segment.apply_style(strip, style, post), width).simplify()
+        return strip.apply_style(style).simplify()
+
+    def _header_strip(self) -> Strip:
+        if self._header is None:
+            segments = [s for c in self.spec for s in self._cell(c, Text(c.label))]
+            self._header = Strip(segments, self._table_width)
+        return self._header
