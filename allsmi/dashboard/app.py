@@ -181,7 +181,11 @@ class DashboardApp(KeyActions, IdleView, App[None]):
 
     def _fit_panel(self, height: int) -> None:
         shown = self._panel_choice if self._panel_choice is not None else height >= PANEL_MIN_HEIGHT
-        self.query_one("#bottom").set_class(not shown, "-hidden")
+        bottom = self.query_one("#bottom")
+        came_back = shown and bottom.has_class("-hidden")
+        bottom.set_class(not shown, "-hidden")
+        if came_back and self.view == "devices":
+            self._show_selected()  # not drawn while hidden
 
     def _configure_columns(self, width: int | None = None) -> bool:
         width = self.size.width if width is None else width
@@ -286,6 +290,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         self._update_summary()
 
     def _show_selected(self, ctx: RowContext | None = None) -> None:
+        if self.query_one("#bottom").has_class("-hidden"):
+            return  # a hidden panel costs nothing; _fit_panel draws it when it comes back
         ctx = ctx or self._row_context(self.all_refs())
         by_key = {r.key: r for r in self.shown}
         ref = by_key.get(self.selected or "")
@@ -358,7 +364,9 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         plain = line.plain + "\n" + state.plain
         if plain != self._summary_text:
             self._summary_text = plain
-            self.query_one("#summary", SummaryBar).update(RichGroup(safe_text(line), safe_text(state)))
+            # Two lines, always: no layout pass for a new text.
+            self.query_one("#summary", SummaryBar).update(RichGroup(safe_text(line), safe_text(state)),
+                                                          layout=False)
 
     # -- events ------------------------------------------------------------------------------
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

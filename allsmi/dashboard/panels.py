@@ -68,12 +68,17 @@ class SummaryBar(Static):
 class DetailPanel(Static):
     """Everything about the selected device, with its history as sparklines."""
 
+    # As tall as the panel whatever the device: a new text needs no layout pass.
+    DEFAULT_CSS = """
+    DetailPanel { height: 1fr; }
+    """
+
     def show(self, ref: DeviceRef | None, ctx: RowContext, energy: float | None) -> None:
         """Draw ``ref`` (or a hint when nothing is selected)."""
         if ref is None:
-            self.update(Text("No device selected.", style="dim"))
+            self.update(Text("No device selected.", style="dim"), layout=False)
             return
-        self.update(self.render_device(ref, ctx, energy, max(20, self.size.width - 2)))
+        self.update(self.render_device(ref, ctx, energy, max(20, self.size.width - 2)), layout=False)
 
     @staticmethod
     def render_device(ref: DeviceRef, ctx: RowContext, energy: float | None, width: int) -> RichGroup:
