@@ -144,7 +144,7 @@ class IdleView:
         unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
                    and not app.idle.known.get(h.key, False)]
         app.query_one("#idle-note", Static).update(
-            idle_note(len(rows), unknown, bool(getattr(app.source, "prometheus", False))))
+            idle_note(len(rows), unknown, bool(getattr(app.source, "holders_from_processes_only", False))))
 
 
 def device_names(refs: Sequence[Any], cluster: bool, hosts: Mapping[str, str]) -> dict[str, str]:

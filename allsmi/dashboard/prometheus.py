@@ -259,6 +259,8 @@ class PrometheusSource:
 
     cluster = True
     fetches = True
+    #: The idle view's holders through Prometheus: processes (``allsmi serve --processes``).
+    holders_from_processes_only = True
 
     def __init__(self, url: str, *, interval: float = 5.0, timeout: float = 10.0,
                  max_backoff: float = 60.0, clock: Clock = time.monotonic,

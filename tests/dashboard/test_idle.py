@@ -191,3 +191,21 @@ async def test_workload_text_is_shown_literally_and_attribution_faults_show(
         for literal in (*LITERALS[:2], "[bold red]x[/]0", "attribution: kubernetes[/] error"):
             assert literal in seen, literal
         assert "[i]j[/i]" in seen  # a process's job id, in the processes panel
+
+
+async def test_cluster_idle_view_covers_every_host_and_names_those_without_holders(
+        held_snapshots: list[Snapshot]) -> None:
+    blind = [replace(s, devices=tuple(replace(d, processes=None, workloads=None) for d in s.devices))
+             for s in held_snapshots]
+    frames = [{"10.0.0.1:9477": a, "10.0.0.2:9477": b} for a, b in zip(held_snapshots, blind)]
+    source = StaticSource(frames, cluster=True, clock=frozen, interval=1.0)
+    config = parse_config(PRICED)
+    app = DashboardApp(source, config=config, clock=frozen)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("i")
+        await pilot.pause()
+        assert app.idle_rows and all(k.startswith("10.0.0.1:9477") for r in app.idle_rows for k in r.devices)
+        text = screen_text(app)
+        assert "Holders unknown on node-a" in text  # the blind host, by its hostname
+        assert "node-a:nvidia" in text  # devices named with their host in a cluster
