@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
 
-from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Ledger, Share, labels_json
+from allsmi.accounting.buckets import Bucket
+from allsmi.accounting.ledger import Dim, Ledger, labels_json
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
-from allsmi.accounting.shares import Weights, billing_shares, holder_weights, own_memory
+from allsmi.accounting.shares import (Weights, billing_shares, holder_key, holder_weights,
+                                      own_memory, partition_layout)
 from allsmi.config import Config
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent
@@ -44,95 +45,24 @@ MAX_UNWRITTEN = 100_000
 STEP_TOLERANCE_SECONDS = 1.0
 
 
-def _plus(total: float | None, value: float | None) -> float | None:
-    if value is None:
-        return total
-    return (total or 0.0) + value
+class _Device:
+    """What the recorder keeps of one device between cycles (facts that rarely change)."""
 
+    __slots__ = ("facts", "labels", "dim", "holder_key", "weights", "held", "held_cycle",
+                 "bucket", "seen")
 
-@dataclass
-class _Acc:
-    """Sums of one device's (or one holder's) increments over an interval (floats until written)."""
-
-    observed: float = 0.0
-    allocated: float | None = None
-    busy: float | None = None
-    energy: float | None = None
-    billed: float | None = None
-    """Allocated seconds x the billing share (:func:`billing_shares`)."""
-    idle: float | None = None
-    idle_billed: float | None = None
-    idle_energy: float | None = None
-    """The increments' energy in proportion to their idle-allocated time."""
-
-    def add(self, inc: Increment, weight: float, share: float) -> None:
-        self.observed += inc.observed_seconds * weight
-        if inc.allocated_seconds is not None:
-            self.allocated = _plus(self.allocated, inc.allocated_seconds * weight)
-            self.billed = _plus(self.billed, inc.allocated_seconds * weight * share)
-        if inc.busy_seconds is not None:
-            self.busy = _plus(self.busy, inc.busy_seconds * weight)
-        if inc.energy_joules is not None:
-            self.energy = _plus(self.energy, inc.energy_joules * weight)
-        idle = inc.idle_allocated_seconds
-        if idle is not None:
-            self.idle = _plus(self.idle, idle * weight)
-            self.idle_billed = _plus(self.idle_billed, idle * weight * share)
-            if inc.energy_joules is not None and inc.observed_seconds > 0:
-                self.idle_energy = _plus(self.idle_energy, inc.energy_joules * weight
-                                         * min(1.0, idle / inc.observed_seconds))
-
-
-@dataclass
-class _Bucket(_Acc):
-    """One device's accumulating interval."""
-
-    start: int = 0
-    dim: Dim | None = None
-    first: float = 0.0
-    last: float = 0.0
-    busy_observed: float = 0.0
-    mem_sum: int | None = None
-    mem_samples: int = 0
-    mem_peak: int | None = None
-    holders: dict[Holder, _Acc] = field(default_factory=dict)
-
-    def put(self, inc: Increment, holders: Weights, share: float = 1.0) -> None:
-        if inc.end > self.last:
-            self.last = inc.end
-        self.add(inc, 1.0, share)
-        if inc.busy_seconds is not None:
-            self.busy_observed += inc.observed_seconds
-        for holder, weight in holders:
-            acc = self.holders.get(holder)
-            if acc is None:
-                acc = self.holders[holder] = _Acc()
-            acc.add(inc, weight, share)
-
-    def record(self, interval_seconds: int) -> IntervalRecord:
-        # Durations come from the monotonic clock and placement from the wall clock, which
-        # drift apart by microseconds: never book more than the interval's length.
-        # Energy is not a duration and is never capped (joules to millijoules).
-        cap = interval_seconds * 1000
-        ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
-        opt = lambda v: None if v is None else ms(v)  # noqa: E731
-        mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
-        assert self.dim is not None
-        return IntervalRecord(
-            start=self.start, dim=self.dim,
-            first_ms=max(0, ms(self.first - self.start)), last_ms=max(0, ms(self.last - self.start)),
-            observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
-            busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
-            mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
-            idle_energy_mj=mj(self.idle_energy),
-            holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
-                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy))
-                     for h, a in self.holders.items()})
-
-
-def _bucket(start: int, dim: Dim, when: float) -> _Bucket:
-    return _Bucket(start=start, dim=dim, first=when, last=when)
+    def __init__(self, facts: tuple[object, ...], labels: dict[str, str], dim: Dim) -> None:
+        self.facts = facts
+        self.labels = labels
+        self.dim = dim
+        #: holder_weights(dev) for the holder_key(dev) it was computed from
+        self.holder_key: object = None
+        self.weights: Weights = ()
+        #: The holders in the last cycle the device was valid and held, and that cycle.
+        self.held: Weights = ()
+        self.held_cycle = -2
+        self.bucket: Bucket | None = None
+        self.seen = 0
 
 
 class LedgerRecorder:
@@ -157,11 +87,15 @@ class LedgerRecorder:
         self.integrator = UsageIntegrator(gap, idle_threshold_percent(config))
         #: Buckets of the interval in progress, by device; and of earlier intervals, by
         #: (device, start), until the snapshot time passes their end.
-        self._current: dict[str, _Bucket] = {}
+        self._current: dict[str, Bucket] = {}
         self._current_start: int | None = None
-        self._older: dict[tuple[str, int], _Bucket] = {}
-        self._dims: dict[str, tuple[tuple[object, ...], dict[str, str], Dim]] = {}
-        self._holders: dict[str, Weights] = {}
+        self._older: dict[tuple[str, int], Bucket] = {}
+        #: Per device: its Dim, cached holder weights, current bucket (see _Device).
+        self._devices: dict[str, _Device] = {}
+        self._cycle = 0
+        #: billing_shares of the last partition layout seen (partition_layout), and that layout.
+        self._layout: tuple[tuple[object, ...], ...] = ()
+        self._shares: dict[str, float] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.intervals_written = 0
@@ -171,20 +105,22 @@ class LedgerRecorder:
         """Writes that failed (``allsmi_ledger_write_errors_total``)."""
         self.dropped_intervals = 0
         """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
-        self._unwritten: list[_Bucket] = []
+        self._unwritten: list[Bucket] = []
         #: Placement of the previous snapshot: (wall-clock time used, its monotonic time).
         self._placed: tuple[float, float] | None = None
 
-    def _dim(self, dev: DeviceSample, host: str) -> Dim:
-        """The device's Dim, cached: rebuilding it (labels as JSON) every cycle is the main cost."""
-        facts = (host, dev.vendor, dev.name, dev.parent, dev.resource_group)
-        cached = self._dims.get(dev.id)
-        if cached is not None and cached[0] == facts and cached[1] == dev.labels:
-            return cached[2]
+    def _device(self, dev: DeviceSample, host: str, facts: tuple[object, ...]) -> _Device:
+        """A new record of ``dev``, or one whose facts or labels changed: its Dim (labels as
+        JSON) is built only then, not every cycle."""
         dim = Dim(dev.id, host, dev.vendor, dev.name or "", dev.parent or "",
                   dev.resource_group or "", labels_json(dev.labels))
-        self._dims[dev.id] = (facts, dict(dev.labels), dim)
-        return dim
+        state = _Device(facts, dict(dev.labels), dim)
+        old = self._devices.get(dev.id)
+        if old is not None:  # who held it is not a fact of the Dim: keep it
+            state.holder_key, state.weights = old.holder_key, old.weights
+            state.held, state.held_cycle = old.held, old.held_cycle
+        self._devices[dev.id] = state
+        return state
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Account one snapshot; write the intervals it completes. Never raises."""
@@ -198,10 +134,10 @@ class LedgerRecorder:
                 self.write_errors += 1
                 log.exception("ledger: recording failed")
 
-    def _older_bucket(self, device_id: str, dim: Dim, start: int, when: float) -> _Bucket:
+    def _older_bucket(self, device_id: str, dim: Dim, start: int, when: float) -> Bucket:
         bucket = self._older.get((device_id, start))
         if bucket is None:
-            bucket = self._older[(device_id, start)] = _bucket(start, dim, when)
+            bucket = self._older[(device_id, start)] = Bucket(start, dim, when)
         return bucket
 
     def _place(self, snapshot: Snapshot) -> float:
@@ -243,43 +179,52 @@ class LedgerRecorder:
             self._current = {}
             self._current_start = current
         host = snapshot.host.hostname
+        devices = snapshot.devices
         cur = self._current
-        dims = self._dims
-        seen: dict[str, DeviceSample] = {}
-        holders: dict[str, Weights] = {}
-        partitioned = any(dev.parent for dev in snapshot.devices)
-        shares = billing_shares(snapshot.devices) if partitioned else {}
-        memory = own_memory(snapshot.devices) if partitioned else {}
-        for dev in snapshot.devices:
-            cached = dims.get(dev.id)
-            if cached is not None and cached[1] == dev.labels and cached[0] == (
-                    host, dev.vendor, dev.name, dev.parent, dev.resource_group):
-                dim = cached[2]
-            else:
-                dim = self._dim(dev, host)
-            seen[dev.id] = dev
-            bucket = cur.get(dev.id)
+        states = self._devices
+        self._cycle = cycle = self._cycle + 1
+        layout = partition_layout(devices)
+        if layout:
+            if layout != self._layout:
+                self._layout, self._shares = layout, billing_shares(devices)
+            shares = self._shares
+            memory = own_memory(devices)
+        else:
+            shares = memory = {}
+        for dev in devices:
+            dev_id = dev.id
+            facts = (host, dev.vendor, dev.name, dev.parent, dev.resource_group)
+            state = states.get(dev_id)
+            if state is None or state.facts != facts or state.labels != dev.labels:
+                state = self._device(dev, host, facts)
+            state.seen = cycle
+            bucket = cur.get(dev_id)
             if bucket is None:
-                bucket = cur[dev.id] = _bucket(current, dim, now)
+                bucket = cur[dev_id] = Bucket(current, state.dim, now)
             elif now > bucket.last:
                 bucket.last = now
+            state.bucket = bucket
             if dev.health in _VALID:
                 if dev.processes or dev.workloads:
-                    holders[dev.id] = holder_weights(dev)
-                mem = memory.get(dev.id, dev.memory_used_bytes)
+                    key = holder_key(dev)
+                    if key != state.holder_key:
+                        state.holder_key, state.weights = key, holder_weights(dev)
+                    state.held, state.held_cycle = state.weights, cycle
+                mem = memory.get(dev_id, dev.memory_used_bytes) if memory else dev.memory_used_bytes
                 if mem is not None:
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
                     bucket.mem_samples += 1
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
-        previous = self._holders
-        for inc in self.integrator.feed(snapshot.devices, now, snapshot.monotonic):
-            dev = seen[inc.device_id]
+        held_since = cycle - 1
+        for inc in self.integrator.feed(devices, now, snapshot.monotonic):
+            dev_id = inc[0]
+            state = states[dev_id]
             # Held now (even by holders nobody knows): those; else the previous sample's.
-            owners = holders[dev.id] if dev.id in holders else previous.get(dev.id, ())
-            share = shares.get(dev.id, 1.0)
+            owners = state.held if state.held_cycle >= held_since else ()
+            share = shares.get(dev_id, 1.0) if shares else 1.0
             if inc.start >= current:
-                cur[dev.id].put(inc, owners, share)
+                state.bucket.put(inc, owners, share)  # type: ignore[union-attr]
                 continue
             part: Increment | None = inc
             while part is not None:  # it straddles interval boundaries: split it there
@@ -288,10 +233,12 @@ class LedgerRecorder:
                     head, part = part.split(start + iv)
                 else:
                     head, part = part, None
-                target = cur[dev.id] if start == current else \
-                    self._older_bucket(dev.id, dims[dev.id][2], start, head.start)
-                target.put(head, owners, share)
-        self._holders = holders
+                target = state.bucket if start == current else \
+                    self._older_bucket(dev_id, state.dim, start, head.start)
+                target.put(head, owners, share)  # type: ignore[union-attr]
+        if len(states) > 2 * len(devices) + 64:  # devices gone for good (MIG reconfiguration)
+            for gone in [key for key, state in states.items() if state.seen != cycle]:
+                del states[gone]
         if self._older:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
             self._write([self._older.pop((dev_id, start)) for start, dev_id in done], now)
@@ -301,12 +248,12 @@ class LedgerRecorder:
         """Completed intervals held in memory because the ledger could not take them yet."""
         return len(self._unwritten)
 
-    def _store(self, buckets: list[_Bucket], now: float) -> None:
+    def _store(self, buckets: list[Bucket], now: float) -> None:
         s = self.settings
         self.intervals_written += self.ledger.write(
             [b.record(self.interval) for b in buckets], now, s.retention_days, s.rollup_retention_days)
 
-    def _write(self, buckets: list[_Bucket], now: float) -> None:
+    def _write(self, buckets: list[Bucket], now: float) -> None:
         """Write ``buckets`` after any held back earlier; keep what fails, for the next write."""
         pending, self._unwritten = self._unwritten + buckets, []
         if not pending:
@@ -331,7 +278,7 @@ class LedgerRecorder:
         else:
             self.last_error = None
 
-    def _keep(self, buckets: list[_Bucket]) -> None:
+    def _keep(self, buckets: list[Bucket]) -> None:
         self._unwritten = buckets + self._unwritten
         excess = len(self._unwritten) - MAX_UNWRITTEN
         if excess > 0:

@@ -1,0 +1,131 @@
+"""The recorder's accumulating intervals: one device's increments over one ledger interval,
+and each holder's share of them (floats until written, then milliseconds and millijoules).
+
+This is the ledger's hot path (every device, every cycle), so the classes use slots, the
+device's own sums are added inline, and the holders' accumulators are found once per holder
+set rather than looked up per increment. The arithmetic is operation for operation that of
+:meth:`_Acc.add` with the device's own weight (1, which is exact); the recorder's results are
+checked against a plain re-computation in tests/accounting/test_recorder_fastpath.py.
+"""
+
+from __future__ import annotations
+
+from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Share
+from allsmi.usage import Increment, Weights
+
+
+class _Acc:
+    """Sums of one device's (or one holder's) increments over an interval."""
+
+    __slots__ = ("observed", "allocated", "busy", "energy", "billed", "idle", "idle_billed",
+                 "idle_energy")
+
+    def __init__(self) -> None:
+        self.observed = 0.0
+        self.allocated: float | None = None
+        self.busy: float | None = None
+        self.energy: float | None = None
+        self.billed: float | None = None
+        """Allocated seconds x the billing share (:func:`allsmi.usage.billing_shares`)."""
+        self.idle: float | None = None
+        self.idle_billed: float | None = None
+        self.idle_energy: float | None = None
+        """The increments' energy in proportion to their idle-allocated time."""
+
+    def add(self, observed: float, allocated: float | None, busy: float | None,
+            energy: float | None, idle: float | None, idle_part: float | None,
+            weight: float, share: float) -> None:
+        """Add ``weight`` of an increment; ``idle_part`` is min(1, idle / observed) when the
+        increment has energy, an idle time and a duration (else ``None``)."""
+        self.observed += observed * weight
+        if allocated is not None:
+            held = allocated * weight
+            self.allocated = (self.allocated or 0.0) + held
+            self.billed = (self.billed or 0.0) + held * share
+        if busy is not None:
+            self.busy = (self.busy or 0.0) + busy * weight
+        if energy is not None:
+            self.energy = (self.energy or 0.0) + energy * weight
+        if idle is not None:
+            idled = idle * weight
+            self.idle = (self.idle or 0.0) + idled
+            self.idle_billed = (self.idle_billed or 0.0) + idled * share
+            if idle_part is not None:
+                self.idle_energy = (self.idle_energy or 0.0) + energy * weight * idle_part  # type: ignore[operator]
+
+
+class Bucket(_Acc):
+    """One device's accumulating interval."""
+
+    __slots__ = ("start", "dim", "first", "last", "busy_observed", "mem_sum", "mem_samples",
+                 "mem_peak", "holders", "_weights", "_accs")
+
+    def __init__(self, start: int, dim: Dim, when: float) -> None:
+        super().__init__()
+        self.start = start
+        self.dim = dim
+        self.first = when
+        self.last = when
+        self.busy_observed = 0.0
+        self.mem_sum: int | None = None
+        self.mem_samples = 0
+        self.mem_peak: int | None = None
+        self.holders: dict[Holder, _Acc] = {}
+        #: The holder set of the previous increment and its accumulators, in its order: while
+        #: the holders do not change (the same cached tuple), no lookup per increment.
+        self._weights: Weights = ()
+        self._accs: list[_Acc] = []
+
+    def put(self, inc: Increment, holders: Weights, share: float = 1.0) -> None:
+        _, _, end, observed, allocated, busy, energy, idle = inc
+        if end > self.last:
+            self.last = end
+        # _Acc.add with weight 1 (x * 1.0 is x exactly), written out.
+        self.observed += observed
+        if allocated is not None:
+            self.allocated = (self.allocated or 0.0) + allocated
+            self.billed = (self.billed or 0.0) + allocated * share
+        if busy is not None:
+            self.busy = (self.busy or 0.0) + busy
+            self.busy_observed += observed
+        if energy is not None:
+            self.energy = (self.energy or 0.0) + energy
+        idle_part = None
+        if idle is not None:
+            self.idle = (self.idle or 0.0) + idle
+            self.idle_billed = (self.idle_billed or 0.0) + idle * share
+            if energy is not None and observed > 0:
+                idle_part = min(1.0, idle / observed)
+                self.idle_energy = (self.idle_energy or 0.0) + energy * idle_part
+        if not holders:
+            return
+        if holders is not self._weights:
+            accs = []
+            for holder, _ in holders:
+                acc = self.holders.get(holder)
+                if acc is None:
+                    acc = self.holders[holder] = _Acc()
+                accs.append(acc)
+            self._weights, self._accs = holders, accs
+        for (_, weight), acc in zip(holders, self._accs):
+            acc.add(observed, allocated, busy, energy, idle, idle_part, weight, share)
+
+    def record(self, interval_seconds: int) -> IntervalRecord:
+        # Durations come from the monotonic clock and placement from the wall clock, which
+        # drift apart by microseconds: never book more than the interval's length.
+        # Energy is not a duration and is never capped (joules to millijoules).
+        cap = interval_seconds * 1000
+        ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
+        opt = lambda v: None if v is None else ms(v)  # noqa: E731
+        mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
+        return IntervalRecord(
+            start=self.start, dim=self.dim,
+            first_ms=max(0, ms(self.first - self.start)), last_ms=max(0, ms(self.last - self.start)),
+            observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
+            busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
+            mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
+            billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
+            idle_energy_mj=mj(self.idle_energy),
+            holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
+                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy))
+                     for h, a in self.holders.items()})
