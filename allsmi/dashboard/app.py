@@ -312,7 +312,9 @@ class DashboardApp(KeyActions, IdleView, App[None]):
             title += f" ({safe(', '.join(hidden[:2]))}: host does not export process details)"
         elif shown and all(r.device.processes is None for r in shown):
             title += " (not reported for this device)"
-        self.query_one("#processes").border_title = Text(title)  # a Text: never parsed as markup
+        panel = self.query_one("#processes")
+        if str(panel.border_title) != title:  # a new title repaints the whole table
+            panel.border_title = Text(title)  # a Text: never parsed as markup
 
     def _group_labels(self, name: str) -> dict[str, str]:
         return dict(self.config.group(name).labels)

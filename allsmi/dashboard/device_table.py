@@ -192,7 +192,8 @@ class DeviceTable(ScrollView, can_focus=True):
         if keep is None:
             keep = selected if selected in self._position else None
         row = self._position[keep] if keep is not None else 0
-        self._set_cursor(row, announce=False)
+        if row != self._cursor or self._cursor_key != keep:
+            self._set_cursor(row, announce=False)
 
     def _resize_virtual(self) -> None:
         self.virtual_size = Size(self._table_width, len(self._order) + 1)
@@ -377,10 +378,13 @@ class DeviceTable(ScrollView, can_focus=True):
             self._update_row(key)
             strip = self._rows[key].strip or Strip.blank(self._table_width)
             style, post = (cursor, cursor_post) if index == self._cursor else (base, None)
-        strip = strip.extend_cell_length(scroll_x + width).crop(scroll_x, scroll_x + width)
-        if post is not None:
-            return Strip(Segment.apply_style(strip, style, post), width).simplify()
-        return strip.apply_style(style).simplify()
+        # One Strip per line (each Strip carries its own caches): pad and crop the segments.
+        room = width - self._table_width
+        if scroll_x == 0 and room >= 0:
+            segments = [*strip, Segment(" " * room)] if room else list(strip)
+        else:
+            segments = list(strip.extend_cell_length(scroll_x + width).crop(scroll_x, scroll_x + width))
+        return Strip(Segment.simplify(Segment.apply_style(segments, style, post)), width)
 
     def _header_strip(self) -> Strip:
         if self._header is None:
