@@ -233,7 +233,8 @@ def snapshots(replicas: int, cycles: int, start: float) -> list[Snapshot]:
 
 
 def recording_cost(tmp: Path, replicas: int, cycles: int) -> tuple[int, float, float, float]:
-    """(devices, median CPU s per cycle incl. flushes averaged, integrator-only, flush cycles)."""
+    """(devices, mean CPU s per cycle, flushes included; the same for the integrator alone;
+    the worst cycle)."""
     snaps = snapshots(replicas, cycles, END.timestamp() - 7200)
     recorder = LedgerRecorder(tmp / f"rec-{replicas}.db", parse_config(CONFIG))
     costs = []
