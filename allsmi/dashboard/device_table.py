@@ -21,7 +21,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -185,7 +185,7 @@ class DeviceTable(ScrollView, can_focus=True):
         top, bottom = self._visible_range()
         for index in range(top, bottom):
             if self._update_row(order[index]):
-                self.refresh_line(index + 1)
+                self._refresh_row(index)
 
     def _place_cursor(self, selected: str | None) -> None:
         keep = self._cursor_key if self._cursor_key in self._position else None
@@ -194,6 +194,13 @@ class DeviceTable(ScrollView, can_focus=True):
         row = self._position[keep] if keep is not None else 0
         if row != self._cursor or self._cursor_key != keep:
             self._set_cursor(row, announce=False)
+
+    def _refresh_row(self, index: int) -> None:
+        """Repaint the line of row ``index`` if it is on screen (only the table's own cells:
+        ScrollView.refresh_line's wider region would repaint the scrollbar too)."""
+        y = index + 1 - int(self.scroll_y)
+        if 1 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
 
     def _resize_virtual(self) -> None:
         self.virtual_size = Size(self._table_width, len(self._order) + 1)
@@ -241,7 +248,7 @@ class DeviceTable(ScrollView, can_focus=True):
         top, bottom = self._visible_range()
         for index in range(top, bottom):
             if self._update_row(self._order[index]):
-                self.refresh_line(index + 1)
+                self._refresh_row(index)
 
     def flush_all(self) -> None:
         """Bring every row up to date (tests and screenshots of whole tables)."""
@@ -298,8 +305,8 @@ class DeviceTable(ScrollView, can_focus=True):
     def _set_cursor(self, row: int, *, announce: bool, scroll: bool = True) -> None:
         row = max(0, min(row, len(self._order) - 1))
         if row != self._cursor:
-            self.refresh_line(self._cursor + 1)
-            self.refresh_line(row + 1)
+            self._refresh_row(self._cursor)
+            self._refresh_row(row)
         self._cursor = row
         key = self._order[row] if self._order else None
         self._cursor_key = key
