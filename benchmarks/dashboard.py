@@ -1,10 +1,11 @@
-"""Dashboard benchmark: CPU at a 1 s refresh, and key-press-to-frame latency.
+"""Dashboard benchmark: CPU and resident memory at a 1 s refresh, and key-press-to-frame latency.
 
 Usage: python benchmarks/dashboard.py [--seconds 30] [--nvitop-site PATH] [--skip-cpu]
 
 1. CPU (percent of one core) of the whole dashboard process in a real
    terminal (tmux, 200x50) at ``--interval 1``, measured with psutil over
-   ``--seconds`` after a warm-up, reported as the median of 5-second slices:
+   ``--seconds`` after a warm-up, reported as the median of 5-second slices,
+   with the resident memory (RSS) of the process tree sampled at each slice:
    * allsmi and nvitop on the same 8 fake H100s (the test suite's fake
      libnvidia-ml behind the real pynvml; nvitop only if ``--nvitop-site``
      points at a site-packages holding nvitop, e.g. a throw-away venv);
@@ -16,7 +17,10 @@ Usage: python benchmarks/dashboard.py [--seconds 30] [--nvitop-site PATH] [--ski
    composed and turned into terminal output (the step headless mode skips),
    and the time from sending a sort key to that frame is recorded.
 
-Prints medians and the machine; see docs/benchmarks/dashboard.md.
+3. The memory floor: RSS of a bare interpreter, after importing Textual's App,
+   and after importing the dashboard (fresh interpreters, no devices opened).
+
+Prints medians, the machine and its load; see docs/benchmarks/dashboard.md.
 """
 
 from __future__ import annotations
@@ -78,23 +82,30 @@ def scenario(path: Path, counts: dict[str, int]) -> Path:
 # -- CPU in a terminal ---------------------------------------------------------------------
 
 def _tree_cpu(pid: int) -> float:
-    total = 0.0
+    return _tree(pid)[0]
+
+
+def _tree(pid: int) -> tuple[float, int]:
+    """(CPU seconds, resident bytes) of ``pid`` and its children."""
+    total, rss = 0.0, 0
     try:
         root = psutil.Process(pid)
         for proc in [root, *root.children(recursive=True)]:
             try:
                 times = proc.cpu_times()
                 total += times.user + times.system
+                rss += proc.memory_info().rss
             except psutil.NoSuchProcess:
                 pass
     except psutil.NoSuchProcess:
         pass
-    return total
+    return total, rss
 
 
 def measure_cpu(command: list[str], seconds: float, warmup: float = 6.0, width: int = 200,
-                height: int = 50, tty: bool = True) -> tuple[float, float]:
-    """(median of 5 s slices, mean) CPU percent of one core of ``command``'s process tree."""
+                height: int = 50, tty: bool = True) -> tuple[float, float, float]:
+    """(median of 5 s slices, mean) CPU percent of one core of ``command``'s process tree,
+    and the median of its resident memory (MiB) sampled at each slice."""
     tmux = shutil.which("tmux")
     server = f"allsmi-bench-{os.getpid()}-{time.monotonic_ns()}"  # a fresh tmux server each time
     proc: subprocess.Popen[bytes] | None = None
@@ -111,15 +122,17 @@ def measure_cpu(command: list[str], seconds: float, warmup: float = 6.0, width: 
         pid = proc.pid
     try:
         time.sleep(warmup)
-        slices = []
+        slices, rss = [], []
         start_cpu, start = _tree_cpu(pid), time.monotonic()
         last_cpu, last = start_cpu, start
         while time.monotonic() - start < seconds:
             time.sleep(5.0)
-            cpu, now = _tree_cpu(pid), time.monotonic()
+            (cpu, resident), now = _tree(pid), time.monotonic()
             slices.append(100.0 * (cpu - last_cpu) / (now - last))
+            rss.append(resident / 2**20)
             last_cpu, last = cpu, now
-        return statistics.median(slices), 100.0 * (last_cpu - start_cpu) / (last - start)
+        return (statistics.median(slices), 100.0 * (last_cpu - start_cpu) / (last - start),
+                statistics.median(rss))
     finally:
         if tty:
             subprocess.run([tmux, "-L", server, "kill-server"], check=False)  # type: ignore[list-item]
@@ -207,14 +220,46 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}, {platform.system()}"
 
 
+FLOOR = """
+import sys, psutil
+for name in sys.argv[1:]:
+    __import__(name)
+print(psutil.Process().memory_info().rss)
+"""
+
+
+def memory_floor(nvitop_site: str | None) -> list[tuple[str, float]]:
+    """RSS (MiB) of fresh interpreters after importing nothing, Textual's App, the dashboard
+    (and nvitop's UI, when it is at hand)."""
+    out = []
+    cases = [("python + psutil", []), ("+ textual.app", ["textual.app"]),
+             ("+ allsmi.dashboard.app", ["allsmi.dashboard.app"])]
+    if nvitop_site:
+        cases.append(("+ nvitop.cli (for comparison)", ["nvitop.cli"]))
+    for label, modules in cases:
+        script = (f"import sys; sys.path.append({nvitop_site!r})\n" if nvitop_site else "") + FLOOR
+        rss = [int(subprocess.run([PYTHON, "-c", script, *modules], capture_output=True, text=True,
+                                  check=True).stdout) for _ in range(3)]
+        out.append((label, statistics.median(rss) / 2**20))
+    return out
+
+
+def _median_rows(runs: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    return tuple(statistics.median(r[i] for r in runs) for i in range(3))  # type: ignore[return-value]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure allsmi and nvitop on the 8 fake H100 this many times, "
+                             "alternating, and report the medians")
     parser.add_argument("--nvitop-site", default=None,
                         help="site-packages directory holding nvitop (e.g. of a throw-away venv)")
     parser.add_argument("--skip-cpu", action="store_true")
     args = parser.parse_args()
     print(f"machine: {machine()}")
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         eight = scenario(tmpdir / "eight.toml", {"nvidia": 8})
@@ -224,13 +269,16 @@ def main() -> None:
                                             "rebellions": 64, "tenstorrent": 64})
         fake = [PYTHON, str(REPO / "benchmarks" / "_fake_nvml_run.py"), "8", args.nvitop_site or "-", "--"]
         if not args.skip_cpu:
-            rows: list[tuple[str, float, float]] = []
+            rows: list[tuple[str, float, float, float]] = []
             env_cmd = ["env", f"XDG_CONFIG_HOME={tmpdir}"]
-            rows.append(("allsmi, 8 fake H100 (NVML path)",
-                         *measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds)))
+            ours, theirs = [], []
+            for _ in range(max(1, args.rounds)):
+                ours.append(measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds))
+                if args.nvitop_site:
+                    theirs.append(measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"], args.seconds))
+            rows.append(("allsmi, 8 fake H100 (NVML path)", *_median_rows(ours)))
             if args.nvitop_site:
-                rows.append(("nvitop 8 fake H100 (same fake NVML)",
-                             *measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"], args.seconds)))
+                rows.append(("nvitop 8 fake H100 (same fake NVML)", *_median_rows(theirs)))
             rows.append(("allsmi --simulate, 8 devices",
                          *measure_cpu(env_cmd + [ALLSMI, "--simulate", str(eight), "--interval", "1"],
                                       args.seconds)))
@@ -239,17 +287,22 @@ def main() -> None:
                                       args.seconds)))
             rows.append(("collector alone, 512 simulated devices (no UI)",
                          *measure_cpu([PYTHON, "-c", COLLECTOR_ONLY, str(big)], args.seconds, tty=False)))
-            print(f"\nCPU at a 1 s refresh, tmux 200x50, {args.seconds:.0f} s after warm-up "
-                  "(percent of one core):")
-            for name, median, mean in rows:  # noqa: B007
-                print(f"  {name:<48} median {median:6.2f} %   mean {mean:6.2f} %")
+            print(f"\nCPU (percent of one core) and RSS at a 1 s refresh, tmux 200x50, "
+                  f"{args.seconds:.0f} s after warm-up, {max(1, args.rounds)} round(s) on the 8 fake H100:")
+            for name, median, mean, rss in rows:
+                print(f"  {name:<48} median {median:6.2f} %   mean {mean:6.2f} %   RSS {rss:6.1f} MiB")
             if args.nvitop_site:
-                print(f"  ratio allsmi / nvitop (8 fake H100): {rows[0][1] / rows[1][1]:.2f}")
+                print(f"  ratio allsmi / nvitop (8 fake H100): CPU {rows[0][1] / rows[1][1]:.2f}, "
+                      f"RSS {rows[0][3] / rows[1][3]:.2f}")
+        print("\nmemory floor (fresh interpreter, RSS after imports):")
+        for label, rss in memory_floor(args.nvitop_site):
+            print(f"  {label:<48} {rss:6.1f} MiB")
         latencies = asyncio.run(key_to_frame(huge))
         print(f"\nkey press -> next frame, 1024 devices, 200x50, {len(latencies)} presses: "
               f"median {statistics.median(latencies):.1f} ms, "
               f"p95 {sorted(latencies)[int(0.95 * (len(latencies) - 1))]:.1f} ms, "
               f"max {max(latencies):.1f} ms")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
