@@ -187,7 +187,7 @@ async def key_to_frame(devices_path: Path, presses: int = 30) -> list[float]:
     try:
         async with app.run_test(size=(200, 50)) as pilot:
             await pilot.pause(2.0)
-            keys = ["u", "m", "w", "t", "i"]
+            keys = ["u", "m", "w", "t", "n"]  # n: index order (i opens the idle view)
             for i in range(presses):
                 key = keys[i % len(keys)]
                 frames.clear()
