@@ -123,6 +123,7 @@ class DeviceTable(ScrollView, can_focus=True):
         self._order: list[str] = []
         self._position: dict[str, int] = {}
         self._pending: dict[str, DeviceRef] = {}
+        self._refs: dict[str, DeviceRef] = {}
         self._ctx: RowContext | None = None
         self._header: Strip | None = None
         self._table_width = 0
@@ -145,7 +146,7 @@ class DeviceTable(ScrollView, can_focus=True):
         self._table_width = sum(c.width + 2 * PAD for c in self.spec)
         self._header = None
         self._rows = {key: _Row(len(self.spec)) for key in self._order}
-        self._pending.clear()
+        self._pending = dict(self._refs)  # drawn again from the devices last shown
         self._resize_virtual()
         self.refresh()
         return True
@@ -153,6 +154,7 @@ class DeviceTable(ScrollView, can_focus=True):
     def invalidate(self) -> None:
         """Forget every rendered cell so the next :meth:`show` redraws them all (theme change)."""
         self._rows = {key: _Row(len(self.spec)) for key in self._order}
+        self._pending = dict(self._refs)
         self._header = None
         self.refresh()
 
@@ -177,7 +179,8 @@ class DeviceTable(ScrollView, can_focus=True):
         for ref in refs:
             if ref.key not in self._rows:
                 self._rows[ref.key] = _Row(size)
-            self._pending[ref.key] = ref
+        self._refs = {ref.key: ref for ref in refs}
+        self._pending.update(self._refs)
         self._place_cursor(selected)
         if reordered:
             self.refresh()  # every visible line shows another device now
@@ -232,10 +235,10 @@ class DeviceTable(ScrollView, can_focus=True):
 
     def _cell(self, column: Column, value: Any) -> list[Segment]:
         text = safe_text(value)
+        if text.cell_len > column.width:
+            text.truncate(column.width, overflow="crop")  # a wide character may leave one cell
         room = column.width - text.cell_len
-        if room < 0:
-            text.truncate(column.width, overflow="crop")
-        elif room > 0:
+        if room > 0:
             if text.justify == "right":
                 text.pad_left(room)
             else:

@@ -3,6 +3,7 @@ screen are not drawn until they scroll in, and what they then show is current.""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -101,3 +102,22 @@ async def test_keys_page_and_click_move_the_cursor_and_the_details(sim_snapshots
         await pilot.press("u")
         assert table.order != [r.key for r in sorted(app.shown, key=lambda r: r.position)]
         assert app.selected == clicked == table.order[table.cursor_row]
+
+
+async def test_wide_and_hostile_names_keep_the_columns_aligned(sim_snapshots: list[Snapshot]) -> None:
+    from rich.cells import cell_len
+
+    def renamed(snap: Snapshot) -> Snapshot:
+        devices = list(snap.devices)
+        devices[0] = replace(devices[0], name="漢字" * 20 + "[/]")
+        devices[1] = replace(devices[1], name="x\x1b[2J" + "é" * 40)
+        return replace(snap, devices=tuple(devices))
+    source = StaticSource.of([renamed(s) for s in sim_snapshots[:2]], clock=frozen, interval=1.0)
+    app = DashboardApp(source, config=groups_config(), clock=frozen)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        lines = [line for line in screen_text(app).splitlines()
+                 if re.match(r"^\s+\d+\s+(nvidia|amd)\s", line) and "°C" in line]
+        assert len(lines) > 5 and "\x1b" not in "".join(lines)
+        assert len({cell_len(line[:line.index("°C")]) for line in lines}) == 1, lines[:3]
+        assert "漢字" in lines[0]
