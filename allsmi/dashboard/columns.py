@@ -17,7 +17,7 @@ from allsmi.schema import DeviceSample
 
 from .idle import allocated_idle
 from .model import DeviceRef, EnergyMeter, History, memory_percent
-from .render import Palette, core_strip, gauge, safe_text, spark_levels, spark_text
+from .render import Palette, core_strip, gauge, spark_levels, spark_text
 
 #: Health words in the compact layout, where the column is five cells wide.
 _SHORT_HEALTH = {"ok": "ok", "degraded": "degr", "lost": "LOST", "unknown": "?", "stale": "stale"}

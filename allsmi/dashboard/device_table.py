@@ -32,6 +32,10 @@ from .model import DeviceRef
 from .render import safe_text
 from .safetable import SafeTable  # noqa: F401  (re-exported for the panels)
 
+# The columns and the panels' table live in their own modules; importers find them here too.
+__all__ = ["Column", "DeviceTable", "RowContext", "RowText", "SafeTable", "columns_for",
+           "describe_device", "parent_names"]
+
 #: Spaces on each side of a cell (as DataTable's ``cell_padding=1``).
 PAD = 1
 
