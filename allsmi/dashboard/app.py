@@ -211,6 +211,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     # -- data in ---------------------------------------------------------------------------
     def poll(self) -> None:
         """Read the source (cheap, non-blocking) and redraw what changed."""
+        if self._closing or self._closed or not self.screen_stack:
+            return  # a timer that fires while the app shuts down: its widgets are going away
         hosts = list(self.source.hosts())
         signature = tuple((h.key, id(h.snapshot), h.error, h.retry_at) for h in hosts)
         if signature != self._signature and not self.paused:
