@@ -48,11 +48,17 @@ def strict_json(text: str) -> Any:
     return data
 
 
+ODD_COMMAND = "\ufffd-caf\ufffd -c import time; time.sleep(120)"
+"""The odd process's command line as allsmi shows it: each undecodable byte replaced."""
+
+
 @pytest.fixture(scope="module")
 def odd_process() -> Iterator[subprocess.Popen[bytes]]:
-    # bytes arguments: argv[3] is the single byte 0xFF, not valid UTF-8
-    proc = subprocess.Popen([os.fsencode(sys.executable), b"-c", b"import time; time.sleep(120)",
-                             b"\xff-caf\xe9"])
+    # bytes arguments: argv[0] holds the bytes 0xFF and 0xE9, not valid UTF-8. argv[0] (not a
+    # later argument) so that the odd bytes come first in the command line whatever the length
+    # of the interpreter's path on this machine (the metric label is cut to 64 characters).
+    proc = subprocess.Popen([b"\xff-caf\xe9", b"-c", b"import time; time.sleep(120)"],
+                            executable=os.fsencode(sys.executable))
     try:
         yield proc
     finally:
@@ -91,7 +97,7 @@ def test_serve_metrics_and_snapshot_api_survive_a_non_utf8_command_line(
             text = metrics.body.decode("utf-8")  # strict: raises on invalid UTF-8
             memory = {dict(labels)["pid"]: dict(labels)["command"]
                       for (name, labels) in series(text) if name == "allsmi_process_memory_bytes"}
-            assert "sleep(120) \ufffd-ca" in memory[str(odd_process.pid)]  # cut to 64
+            assert memory[str(odd_process.pid)] == ODD_COMMAND
             assert values(text, "allsmi_exporter_render_errors_total") == {"[]": 0.0}
             assert values(text, "allsmi_ledger_write_errors_total") == {"[]": 0.0}
             api = server.get("/api/v1/snapshot")
@@ -99,7 +105,7 @@ def test_serve_metrics_and_snapshot_api_survive_a_non_utf8_command_line(
             doc = strict_json(api.body.decode("utf-8"))
             assert "\\udc" not in api.body.decode("ascii")
             assert doc["process_details"] is True
-            assert _check_process(doc, odd_process.pid)["command"].endswith("\ufffd-caf\ufffd")
+            assert _check_process(doc, odd_process.pid)["command"] == ODD_COMMAND
             assert snapshot_from_dict(doc).devices
             assert server.get("/ready").status == 200
         openmetrics = server.get("/metrics", {"Accept": "application/openmetrics-text"})
@@ -135,7 +141,7 @@ def test_snapshot_formats_survive_a_non_utf8_command_line(
     out = result.stdout.decode("utf-8")  # strict
     if fmt == "json":
         proc = _check_process(strict_json(out), odd_process.pid)
-        assert proc["command"].endswith("\ufffd-caf\ufffd")
+        assert proc["command"] == ODD_COMMAND
         assert "\\udc" not in out
     elif fmt == "csv":
         rows = list(csv.DictReader(io.StringIO(out)))
