@@ -1,0 +1,92 @@
+"""One call in flight on one dedicated thread: how backends and attribution sources are isolated.
+
+A :class:`SingleFlight` owns a worker thread, the only thread that ever runs its call. The
+caller starts a call and waits for its outcome until a deadline of its own; a call still
+running when asked again is not started a second time (no pile-up of threads behind a hung
+vendor call), and the caller reports it as still running instead. The collector's
+``BackendRunner`` and attribution's ``SourceRunner`` are built on it, so both isolate the
+same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SingleFlight(Generic[T]):
+    """Runs ``call`` on one daemon thread named ``name``, at most one call at a time.
+
+    ``on_exit`` runs on the worker thread when it stops after :meth:`request_close`.
+    """
+
+    def __init__(self, name: str, call: Callable[[], T],
+                 on_exit: Callable[[], None] | None = None) -> None:
+        self.name = name
+        self._call = call
+        self._on_exit = on_exit
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._done.set()
+        self._busy_since: float | None = None
+        self._outcome: T | None = None
+        self.closing = False
+        """Set by :meth:`request_close`: no call starts any more."""
+        self.thread: threading.Thread | None = None
+        """The worker, once the first call started it."""
+
+    def start(self, before: Callable[[], None] | None = None) -> bool:
+        """Start one call (``before`` runs first, under the lock: e.g. to hand the call its
+        arguments); ``False`` while closing or while the previous call still runs."""
+        with self._lock:
+            if self.closing or self._busy_since is not None:
+                return False
+            if before is not None:
+                before()
+            self._busy_since = time.monotonic()
+            self._done.clear()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, daemon=True, name=self.name)
+                self.thread.start()
+        self._wake.set()
+        return True
+
+    def busy_for(self) -> float | None:
+        """Seconds the current call has been running, or ``None`` when idle."""
+        since = self._busy_since
+        return None if since is None else time.monotonic() - since
+
+    @property
+    def last(self) -> T | None:
+        """The outcome of the last call that finished."""
+        return self._outcome
+
+    def wait(self, deadline: float) -> T | None:
+        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
+        if self._done.wait(max(0.0, deadline - time.monotonic())):
+            return self._outcome
+        return None
+
+    def request_close(self) -> None:
+        """Let the worker stop after its current call (returns at once)."""
+        with self._lock:
+            self.closing = True
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self.closing:
+                break
+            outcome = self._call()
+            with self._lock:
+                self._outcome = outcome
+                self._busy_since = None
+            self._done.set()
+        if self._on_exit is not None:
+            self._on_exit()
