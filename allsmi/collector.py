@@ -28,6 +28,7 @@ from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
 from allsmi.schema import BackendStatus, DeviceSample, Snapshot
+from allsmi.worker import SingleFlight
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
     from allsmi.attribution import Attribution, Attributor
@@ -54,16 +55,10 @@ class BackendRunner:
         self.backend = backend
         self.timeout = timeout
         self.reprobe_seconds = reprobe_seconds
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._done = threading.Event()
-        self._done.set()
-        self._busy_since: float | None = None
-        self._outcome: _Outcome | None = None
+        self._flight: SingleFlight[_Outcome] = SingleFlight(
+            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._safe_close)
         self._opened = False
         self._unavailable_until = 0.0
-        self._closing = False
-        self._thread: threading.Thread | None = None
         self._phase = ""
         self.probe_result: ProbeResult | None = None
         """The last :meth:`Backend.probe` answer, as the worker thread got it (for ``doctor``)."""
@@ -75,46 +70,20 @@ class BackendRunner:
 
     def start_call(self) -> bool:
         """Ask the worker for one sample; ``False`` while the previous call still runs."""
-        with self._lock:
-            if self._closing or self._busy_since is not None:
-                return False
-            self._busy_since = time.monotonic()
-            self._done.clear()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name=f"allsmi-backend-{self.name}")
-                self._thread.start()
-        self._wake.set()
-        return True
+        return self._flight.start()
 
     def busy_for(self) -> float | None:
         """Seconds the current call has been running, or ``None`` when idle."""
-        since = self._busy_since
-        return None if since is None else time.monotonic() - since
+        return self._flight.busy_for()
 
     @property
     def phase(self) -> str:
         """What the worker is doing: ``probe``, ``open``, ``sample`` or ``""`` when idle."""
-        return self._phase if self._busy_since is not None else ""
+        return self._phase if self._flight.busy_for() is not None else ""
 
     def wait(self, deadline: float) -> _Outcome | None:
         """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
-        if self._done.wait(max(0.0, deadline - time.monotonic())):
-            return self._outcome
-        return None
-
-    def _loop(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._closing:
-                break
-            outcome = self._call()
-            with self._lock:
-                self._outcome = outcome
-                self._busy_since = None
-            self._done.set()
-        self._safe_close()
+        return self._flight.wait(deadline)
 
     def _call(self) -> _Outcome:
         started = time.monotonic()
@@ -122,8 +91,9 @@ class BackendRunner:
         def done(status: str, message: str, devices: tuple[DeviceSample, ...] = ()) -> _Outcome:
             return _Outcome(status, message, devices, time.monotonic() - started)
 
-        if not self._opened and started < self._unavailable_until and self._outcome is not None:
-            return self._outcome  # still unavailable; do not re-probe every cycle
+        last = self._flight.last
+        if not self._opened and started < self._unavailable_until and last is not None:
+            return last  # still unavailable; do not re-probe every cycle
         try:
             if not self._opened:
                 self._phase = "probe"
@@ -175,9 +145,7 @@ class BackendRunner:
 
     def request_close(self) -> None:
         """Tell the worker to stop after its current call (returns at once)."""
-        with self._lock:
-            self._closing = True
-        self._wake.set()
+        self._flight.request_close()
 
     def finish_close(self, deadline: float, grace: float = 2.0) -> bool:
         """Wait until ``deadline`` for the worker, then abort a hung call; ``True`` if it stopped.
@@ -190,7 +158,7 @@ class BackendRunner:
         :attr:`stuck` says so, so that a command can leave with ``os._exit`` instead of
         waiting for it at interpreter exit.
         """
-        thread = self._thread
+        thread = self._flight.thread
         if thread is None:
             self._safe_close()
             return True
@@ -211,8 +179,8 @@ class BackendRunner:
     @property
     def stuck(self) -> bool:
         """Whether the worker thread is still alive after :meth:`close` (a call never returned)."""
-        thread = self._thread
-        return self._closing and thread is not None and thread.is_alive()
+        thread = self._flight.thread
+        return self._flight.closing and thread is not None and thread.is_alive()
 
 
 SnapshotCallback = Callable[[Snapshot], None]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from allsmi.schema import BackendStatus, DeviceSample
+from allsmi.worker import SingleFlight
 
 from .model import (Attribution, ProcessAttribution, SourceError, SourceResult, SourceTimeout,
                     SourceUnavailable, Workload)
@@ -55,15 +56,9 @@ class SourceRunner:
 
     def __init__(self, source: AttributionSource) -> None:
         self.source = source
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._done = threading.Event()
-        self._done.set()
-        self._busy_since: float | None = None
         self._request: tuple[tuple[DeviceSample, ...], float] = ((), 0.0)
-        self._outcome: _Outcome | None = None
-        self._closing = False
-        self._thread: threading.Thread | None = None
+        self._flight: SingleFlight[_Outcome] = SingleFlight(
+            f"allsmi-attribution-{source.name}", lambda: self._call(*self._request))
 
     @property
     def name(self) -> str:
@@ -71,40 +66,16 @@ class SourceRunner:
 
     def start_call(self, devices: tuple[DeviceSample, ...], now: float) -> bool:
         """Ask the worker for one answer; ``False`` while the previous call still runs."""
-        with self._lock:
-            if self._closing or self._busy_since is not None:
-                return False
-            self._busy_since = time.monotonic()
+        def hand_over() -> None:
             self._request = (devices, now)
-            self._done.clear()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name=f"allsmi-attribution-{self.name}")
-                self._thread.start()
-        self._wake.set()
-        return True
+        return self._flight.start(hand_over)
 
     def busy_for(self) -> float:
-        since = self._busy_since
-        return 0.0 if since is None else time.monotonic() - since
+        return self._flight.busy_for() or 0.0
 
     def wait(self, deadline: float) -> _Outcome | None:
         """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
-        if self._done.wait(max(0.0, deadline - time.monotonic())):
-            return self._outcome
-        return None
-
-    def _loop(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._closing:
-                break
-            outcome = self._call(*self._request)
-            with self._lock:
-                self._outcome = outcome
-                self._busy_since = None
-            self._done.set()
+        return self._flight.wait(deadline)
 
     def _call(self, devices: tuple[DeviceSample, ...], now: float) -> _Outcome:
         started = time.monotonic()
@@ -128,10 +99,8 @@ class SourceRunner:
             return done("error", f"internal error: {type(exc).__name__}: {exc}")
 
     def close(self, grace: float = 2.0) -> None:
-        with self._lock:
-            self._closing = True
-            thread = self._thread
-        self._wake.set()
+        self._flight.request_close()
+        thread = self._flight.thread
         try:
             self.source.close()  # also how a hung call is aborted (a closed gRPC channel)
         except Exception:
