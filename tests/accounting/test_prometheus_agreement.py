@@ -172,7 +172,11 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
     # Partitions billed at their share from Prometheus too: the MIG GPU and its slices add up
     # to at most one device-hour per hour.
     mig = [(lr, prows[k]) for k, lr in lrows.items() if k[0] == "training" and "MIG" in k[2]]
-    assert mig and all(pr["billed_device_hours"] < pr["allocated_device_hours"] for _, pr in mig)
+    assert mig
+    for _, pr in mig:  # a slice idle (unallocated) over this short window bills nothing at all
+        assert pr["billed_device_hours"] <= pr["allocated_device_hours"]
+        if pr["allocated_device_hours"] > 0:
+            assert pr["billed_device_hours"] < pr["allocated_device_hours"]
     # Idle-allocated hours never exceed allocated hours, from either source; some are idle.
     for doc in (ledger, prom):
         for row in doc["rows"]:
