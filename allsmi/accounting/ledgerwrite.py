@@ -16,6 +16,7 @@ from allsmi.accounting.settings import ROLLUP_SECONDS
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
+    from typing import Callable
 
 #: Roll-up tiers, coarsest first: (seconds, table). Each is rolled up from the next finer one.
 TIERS: tuple[tuple[int, str], ...] = ((86400, "days"), (ROLLUP_SECONDS, "quarters"))
@@ -61,8 +62,8 @@ class LedgerWriter:
     _dim_ids: dict[Dim, int]
     _hids: dict[Holder, int]
 
-    def _transaction(self, forget_ids: bool = False) -> "AbstractContextManager[None]":
-        raise NotImplementedError
+    _transaction: "Callable[..., AbstractContextManager[None]]"
+    """``Ledger._transaction(forget_ids=False)``: one write transaction, rolled back on error."""
 
     def _dev(self, device_id: str) -> int:
         dev = self._dev_ids.get(device_id)
