@@ -229,7 +229,9 @@ def build(plan: Plan) -> Any:
     if plan.scenario is not None:
         with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
             ledger = _simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
-            return _report(plan.window, plan.keys, plan.config, ledger, None)
+            # the temporary ledger is gone when the command ends: name what was billed
+            return _report(plan.window, plan.keys, plan.config, ledger, None,
+                           source=f"simulation {plan.scenario.name}")
     return _report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
 
 
@@ -305,7 +307,8 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     return path
 
 
-def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any) -> Any:
+def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any,
+            source: str | None = None) -> Any:
     from allsmi.accounting.report import HOLDER_KEYS, build_report
     if client is not None:
         from allsmi.accounting.promsource import PrometheusError, prometheus_parts
@@ -323,4 +326,4 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
     except LedgerError as exc:
         raise Failed("source", str(exc)) from None
     return build_report(parts, window, keys, config, holder_parts=holders,
-                        source=f"ledger {ledger}")
+                        source=source or f"ledger {ledger}")
