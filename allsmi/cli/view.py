@@ -14,14 +14,16 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import Settings, build_collector, common_options, fail, settings
+from allsmi.cli.common import (Settings, build_collector, common_options,
+                               dashboard_options, fail, settings)
 from allsmi.config import ConfigError
-
-SORT_CHOICES = ("index", "utilization", "memory", "power", "temperature")
 
 
 def _options(s: Settings, theme: str | None, sort: str | None) -> Any:
     from dataclasses import replace
+    parent = click.get_current_context().find_root().params
+    theme = theme if theme is not None else parent.get("theme")
+    sort = sort if sort is not None else parent.get("sort")
 
     from allsmi.dashboard.options import DashboardOptions, theme_names
     try:
@@ -119,10 +121,7 @@ def _split_hosts(values: tuple[str, ...]) -> list[str]:
               help="Read the whole fleet from this Prometheus server (http://host:9090).")
 @click.option("--max-concurrency", type=click.IntRange(min=1, max=256), default=16, show_default=True,
               help="Hosts fetched at the same time (with --hosts/--hostfile).")
-@click.option("--theme", default=None, metavar="NAME",
-              help="Textual theme, e.g. textual-dark, textual-light (config: dashboard.theme).")
-@click.option("--sort", type=click.Choice(SORT_CHOICES), default=None,
-              help="Initial sort order (config: dashboard.sort).")
+@dashboard_options
 @common_options
 def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, max_concurrency: int,
          theme: str | None, sort: str | None, **opts: Any) -> None:
@@ -192,11 +191,12 @@ def _print_hosts_instead(source: Any) -> None:
 
 
 @click.command(hidden=True)
+@dashboard_options
 @common_options
-def dashboard_default(**opts: Any) -> None:
+def dashboard_default(theme: str | None, sort: str | None, **opts: Any) -> None:
     """The local dashboard, as plain ``allsmi`` opens it (group options apply)."""
     s = settings(**opts)
-    options = _options(s, None, None)
+    options = _options(s, theme, sort)
     if _plain_only():
         _print_table_instead(s)
         return

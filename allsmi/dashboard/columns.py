@@ -91,13 +91,18 @@ def _index_render(key: Any, ctx: RowContext) -> Text:
 def _model_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
     dev = ref.device
     name = dev.name or NA
-    if ctx.compact and name.lower().startswith(dev.vendor.lower() + " "):
-        name = name[len(dev.vendor) + 1:]  # the vendor column already says it; narrow cells
     if dev.parent is not None:
+        # A partition's row shows what tells it apart (its profile, "MIG 3g.40gb") first, at
+        # any width: the parent's model is on the row above. Compared on the full names, before
+        # the vendor is dropped from either.
         parent = ctx.parent_names.get((ref.host, dev.parent))
         if parent and name.startswith(parent + " "):
             name = name[len(parent) + 1:]
-        name = "└ " + name
+        elif ctx.compact and name.lower().startswith(dev.vendor.lower() + " "):
+            name = name[len(dev.vendor) + 1:]
+        return "└ " + name
+    if ctx.compact and name.lower().startswith(dev.vendor.lower() + " "):
+        name = name[len(dev.vendor) + 1:]  # the vendor column already says it; narrow cells
     return name
 
 

@@ -67,7 +67,8 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
         rows.append((f"host:{host.key}", (
             host.key, state,
             Text(age_text(age), justify="right", style=palette.warn if stale or host.error else ""),
-            Text(str(totals.devices), justify="right"),
+            Text(str(totals.devices) + (f"+{totals.partitions}p" if totals.partitions else ""),
+                 justify="right"),
             Text(percent(totals.utilization_percent), justify="right",
                  style=palette.load(totals.utilization_percent)),
             power_pair(totals.power_watts, totals.power_limit_watts),
@@ -107,7 +108,8 @@ def plain_hosts(hosts: Sequence[HostState], now: float) -> str:
         utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
         state = "down" if host.error is not None else "ok" if host.snapshot is not None else "wait"
         problem = (host.error or "") if host.error is not None else "; ".join(host_warnings(host))
-        rows.append((safe(host.key), state, str(len(devices)),
+        parts = len(host.snapshot.devices) - len(devices) if host.snapshot else 0
+        rows.append((safe(host.key), state, str(len(devices)) + (f"+{parts}p" if parts else ""),
                      percent(sum(utils) / len(utils) if utils else None),
                      safe(host.name) if host.name != host.key else NA, safe(problem)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

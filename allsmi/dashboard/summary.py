@@ -36,6 +36,8 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
     line.append("  age ")
     line.append(age_text(age) if age is not None else "waiting", style=pal.warn if stale else pal.ok)
     line.append(f"  {total.devices} devices")
+    if total.partitions:  # partitions are rows of the table too; counted apart, never as devices
+        line.append(f" + {total.partitions} partition" + ("s" if total.partitions != 1 else ""))
     if total.lost:
         line.append(f" ({total.lost} lost)", style=pal.hot)
     line.append(f"  util {percent(total.utilization_percent)}"

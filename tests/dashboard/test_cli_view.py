@@ -140,6 +140,33 @@ def test_view_argument_errors_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "unknown theme" in result.stderr
 
 
+def test_plain_allsmi_takes_the_dashboard_options_of_view() -> None:
+    """Plain ``allsmi`` opens the same dashboard as ``allsmi view`` and takes its options."""
+    from allsmi.cli.group import cli
+    from allsmi.cli.view import view
+    sources = {"--hosts", "--hostfile", "--prometheus", "--max-concurrency", "--ca-file"}
+    view_options = {o for p in view.params for o in p.opts} - sources
+    assert view_options <= {o for p in cli.params for o in p.opts}
+    result = run_allsmi("--simulate", "mixed", "--theme", "textual-light", "--sort", "power")
+    assert result.returncode == 0, result.stderr
+    assert "RBLN-CA12" in result.stdout
+    result = run_allsmi("--theme", "no-such-theme", "--simulate", "mixed")
+    assert result.returncode == 2 and "unknown theme" in result.stderr
+    result = run_allsmi("--sort", "colour", "--simulate", "mixed")
+    assert result.returncode == 2 and "--sort" in result.stderr
+    result = run_allsmi("--sort", "power", "snapshot", "--simulate", "mixed")
+    assert result.returncode == 2 and "--sort applies to the dashboard" in result.stderr
+    assert result.stdout == ""
+
+
+def test_plain_allsmi_theme_and_sort_on_screen_with_partitions_counted(tmux: Tmux) -> None:
+    tmux.start(allsmi_exe() + ["--simulate", "mixed", "--interval", "0.5", "--theme", "textual-light",
+                               "--sort", "power"], 100, 30)
+    screen = tmux.wait_for(r"sort power")
+    assert "34 devices + 3 partitions" in tmux.wait_for(r"34 devices \+ 3 partitions"), screen
+    tmux.keys("q")
+
+
 def _pane(tmux: Tmux, fmt: str) -> str:
     return tmux.run("display-message", "-p", "-t", "t", fmt, check=False).stdout.strip()
 
