@@ -226,3 +226,115 @@ def test_flags_in_docs_exist() -> None:
                 wrong.append(f"{where}: `{command}`: {flag} is not an option of "
                              f"`allsmi {sub or ''}`".replace(" `", " `", 1))
     assert not wrong, "\n".join(wrong)
+
+
+# -- options documented for a command exist on it ----------------------------------------
+
+#: Flags of other programs that the docs name in passing (the program in the comment).
+OTHER_PROGRAMS_FLAGS = {
+    "--once", "--help",                   # nvitop, any program
+    "--query-gpu",                        # nvidia-smi
+    "--snapshot-update",                  # pytest-textual-snapshot
+    "--hpc-job-mapping-dir",              # dcgm-exporter
+    "--seconds", "--rounds", "--nvitop-site", "--latency", "--target", "--name",  # benchmarks/*.py
+    "--check", "--now",                   # systemd-analyze verify/calendar, faketime
+}
+
+
+def _options_of(command: str) -> set[str]:
+    """Every flag of ``allsmi COMMAND`` (``""``: plain ``allsmi``), including ``--no-`` forms."""
+    import importlib
+
+    from allsmi.cli.group import cli
+    if command:
+        module, attr = COMMANDS[command].split(":")
+        cmd = getattr(importlib.import_module(module), attr)
+    else:
+        cmd = cli
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+
+
+def _prose_flags() -> list[tuple[str, str, str]]:
+    """``(page, section heading, flag)`` for each flag written on its own in prose (a backticked
+    span that is not an ``allsmi ...`` command line)."""
+    out = []
+    for page in pages():
+        section = ""
+        for line in prose(page).splitlines():
+            if line.startswith("#"):
+                section = line.strip("# ")
+            for span in re.findall(r"`([^`\n]+)`", line):
+                if span.startswith("allsmi"):
+                    continue
+                for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?![\w.-])", span):
+                    out.append((str(page.relative_to(REPO)), section, flag))
+    return out
+
+
+def test_flags_named_in_prose_exist() -> None:
+    every = set().union(*(_options_of(c) for c in ("", *COMMANDS)))
+    unknown = sorted({f"{page} ({section}): {flag}" for page, section, flag in _prose_flags()
+                      if flag not in every and flag not in OTHER_PROGRAMS_FLAGS})
+    assert not unknown, "flags the docs name that no allsmi command takes:\n" + "\n".join(unknown)
+
+
+def test_dashboard_options_documented_exist_on_plain_allsmi_and_view() -> None:
+    """docs/dashboard.md documents the dashboard, which both ``allsmi`` and ``allsmi view`` open:
+    a dashboard flag it names must work on both (only the cluster sources are view's own)."""
+    from allsmi.cli.view import SOURCE_OPTIONS
+    plain, view = _options_of(""), _options_of("view")
+    assert view - plain == set(SOURCE_OPTIONS), "plain allsmi must take every dashboard option of view"
+    missing = sorted({f"{section}: {flag}" for page, section, flag in _prose_flags()
+                      if page == "docs/dashboard.md" and flag in view and flag not in SOURCE_OPTIONS
+                      and flag not in plain})
+    assert not missing, f"dashboard options documented but not taken by plain allsmi: {missing}"
+
+
+# -- ranges in the docs are the declared ones ----------------------------------------------
+
+def test_documented_ranges_are_generated_from_the_declarations() -> None:
+    from allsmi.cli.docranges import MARKED, RANGES, doc_pages, rewrite
+    stale = [str(p.relative_to(REPO)) for p in doc_pages(REPO)
+             if rewrite(p.read_text(encoding="utf-8")) != p.read_text(encoding="utf-8")]
+    assert not stale, f"run `python -m allsmi.cli.docranges`: {stale}"
+    text = "\n".join(p.read_text(encoding="utf-8") for p in doc_pages(REPO))
+    marked = {m.group("name") for m in MARKED.finditer(text)}
+    assert marked == set(RANGES), f"declared ranges the docs never state: {set(RANGES) - marked}"
+    # A line that states a range for one of these settings without the marker is written by hand.
+    unmarked = []
+    for page in doc_pages(REPO):
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            bare = MARKED.sub("", line)
+            for name in RANGES:
+                section, key = name.split(".")
+                if (f"`{key}`" in bare and f"[{section}]" in bare
+                        and re.search(r"\d\s*(to|-|–)\s*\d", bare)):
+                    unmarked.append(f"{page.relative_to(REPO)}:{number}: {name}")
+    assert not unmarked, f"ranges stated by hand (mark them; see allsmi/cli/docranges.py): {unmarked}"
+
+
+def _float_range(command: str, flag: str) -> tuple[float, float]:
+    import importlib
+    module, attr = COMMANDS[command].split(":")
+    cmd = getattr(importlib.import_module(module), attr)
+    param = next(p for p in cmd.params if flag in p.opts)
+    return (param.type.min, param.type.max)  # type: ignore[attr-defined]
+
+
+def test_export_timeout_flag_and_config_key_share_one_range(tmp_path: Path) -> None:
+    from allsmi.accounting.settings import EXPORT_TIMEOUT_RANGE, export_defaults
+    from allsmi.config import ConfigError, load_config
+    assert _float_range("export", "--timeout") == EXPORT_TIMEOUT_RANGE
+    assert _float_range("idle", "--timeout") == EXPORT_TIMEOUT_RANGE
+    low, high = EXPORT_TIMEOUT_RANGE
+    for value, ok in ((low, True), (high, True), (low / 2, False), (high * 2, False)):
+        path = tmp_path / "c.toml"
+        path.write_text(f"[export]\ntimeout_seconds = {value!r}\n")
+        if ok:
+            assert export_defaults(load_config(path, environ={})).timeout_seconds == value
+        else:
+            with pytest.raises(ConfigError, match="timeout_seconds"):
+                export_defaults(load_config(path, environ={}))
+    result = subprocess.run(allsmi_exe() + ["export", "--simulate", "mixed", "--timeout", f"{low / 2!r}"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--timeout" in result.stderr

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import click
 
-from allsmi.cli.common import fail, settings
+from allsmi.accounting.settings import EXPORT_TIMEOUT_RANGE
+from allsmi.cli.common import fail, finite, settings
 
 EXIT_ERROR = 1
 
@@ -78,9 +79,10 @@ SOURCE_OPTIONS = [
     click.option("--prometheus-bearer-token-file", metavar="FILE", default=None,
                   help="File holding a bearer token sent as 'Authorization: Bearer' "
                        "(config: export.prometheus_bearer_token_file)."),
-    click.option("--prometheus-ca-file", metavar="FILE", default=None,
-                  help="PEM file of the CA(s) that signed Prometheus' TLS certificate "
-                       "(config: export.prometheus_ca_file; default: the system's CAs)."),
+    click.option("--ca-file", "--prometheus-ca-file", "prometheus_ca_file", metavar="FILE", default=None,
+                  help="PEM file of the CA(s) that signed Prometheus' TLS certificate, trusted "
+                       "instead of the system's CAs (config: export.prometheus_ca_file; default: "
+                       "the system's CAs)."),
     click.option("--period", metavar="PERIOD", default=None,
                   help="yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD."),
     click.option("--since", metavar="TIME", default=None,
@@ -96,8 +98,11 @@ SOURCE_OPTIONS = [
                        "resource_group,user,namespace,pod,job, without user from Prometheus)."),
     click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Config file (prices, groups, [ledger], [export] and [export.focus] tables)."),
-    click.option("--timeout", "timeout", type=click.FloatRange(min=0.1, max=3600.0), default=None,
-                  help="Seconds to wait for each Prometheus query (0.1 to 3600, default 30)."),
+    click.option("--timeout", "timeout", type=click.FloatRange(min=EXPORT_TIMEOUT_RANGE[0],
+                                                               max=EXPORT_TIMEOUT_RANGE[1]),
+                  default=None, callback=finite,
+                  help=f"Seconds to wait for each Prometheus query ({EXPORT_TIMEOUT_RANGE[0]:g} to "
+                       f"{EXPORT_TIMEOUT_RANGE[1]:g}, default 30; config: export.timeout_seconds)."),
     click.option("--simulate", metavar="SCENARIO", default=None,
                   help="Bill a simulated node instead: replay the scenario over the window (up to "
                        "now) into a temporary ledger and export that."),

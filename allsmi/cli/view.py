@@ -18,6 +18,10 @@ from allsmi.cli.common import (Settings, build_collector, common_options,
                                dashboard_options, fail, settings)
 from allsmi.config import ConfigError
 
+#: The options of ``allsmi view`` that choose a cluster source; every other option of ``view`` is
+#: a dashboard option that plain ``allsmi`` takes too (tests/test_docs.py checks it).
+SOURCE_OPTIONS = ("--hosts", "--hostfile", "--prometheus", "--max-concurrency", "--ca-file")
+
 
 def _options(s: Settings, theme: str | None, sort: str | None) -> Any:
     from dataclasses import replace
@@ -121,10 +125,14 @@ def _split_hosts(values: tuple[str, ...]) -> list[str]:
               help="Read the whole fleet from this Prometheus server (http://host:9090).")
 @click.option("--max-concurrency", type=click.IntRange(min=1, max=256), default=16, show_default=True,
               help="Hosts fetched at the same time (with --hosts/--hostfile).")
+@click.option("--ca-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="PEM file of the CA(s) that signed the https:// hosts' or Prometheus' TLS "
+                   "certificates, trusted instead of the system's CAs (default: the system's; "
+                   "SSL_CERT_FILE also works).")
 @dashboard_options
 @common_options
 def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, max_concurrency: int,
-         theme: str | None, sort: str | None, **opts: Any) -> None:
+         ca_file: str | None, theme: str | None, sort: str | None, **opts: Any) -> None:
     """Open the live dashboard: this node, or a cluster of nodes.
 
     \b
@@ -136,6 +144,7 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
       allsmi view --hosts http://gpu1:9477,http://gpu2:9477
       allsmi view --hostfile /etc/allsmi/hosts.txt
       allsmi view --prometheus http://prometheus:9090
+      allsmi view --prometheus https://prometheus:9090 --ca-file /etc/allsmi/ca.pem
     """
     s = settings(**opts)
     options = _options(s, theme, sort)
@@ -149,6 +158,8 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     if urls and prometheus:
         raise fail("give either --hosts/--hostfile or --prometheus, not both")
     if not urls and not prometheus:
+        if ca_file is not None:
+            raise fail("--ca-file applies to --hosts/--hostfile or --prometheus")
         if _plain_only():
             _print_table_instead(s)
             return
@@ -158,14 +169,15 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     if prometheus:
         from allsmi.dashboard.prometheus import PrometheusSource
         try:
-            source = PrometheusSource(prometheus, interval=max(s.interval, 1.0), timeout=s.timeout)
+            source = PrometheusSource(prometheus, interval=max(s.interval, 1.0), timeout=s.timeout,
+                                      ca_file=ca_file)
         except ValueError as exc:
             raise fail(str(exc)) from None
     else:
         from allsmi.dashboard.cluster import ClusterSource
         try:
             source = ClusterSource(urls, interval=s.interval, timeout=s.timeout,
-                                   max_concurrency=max_concurrency)
+                                   max_concurrency=max_concurrency, ca_file=ca_file)
         except ValueError as exc:
             raise fail(str(exc)) from None
     try:

@@ -19,7 +19,9 @@ authentication, for servers started with ``--web-config``.
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -30,7 +32,7 @@ from typing import Callable, Sequence, Union
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
 
-from .fetch import HttpError
+from .fetch import HttpError, tls_context
 from .fetch import get as http_get
 from .sources import Clock, HostState
 
@@ -130,7 +132,7 @@ class Fetched:
     """``False`` when the host says it does not export process command lines and users."""
 
 
-def fetch_host(endpoint: Endpoint, timeout: float) -> Fetched:
+def fetch_host(endpoint: Endpoint, timeout: float, context: ssl.SSLContext | None = None) -> Fetched:
     """One snapshot from ``endpoint``, checked; :class:`FetchError` with a short reason otherwise.
 
     The whole answer must arrive within ``timeout`` seconds; redirects are not followed
@@ -142,12 +144,14 @@ def fetch_host(endpoint: Endpoint, timeout: float) -> Fetched:
         headers["Authorization"] = endpoint.authorization
     try:
         answer = http_get(endpoint.url + SNAPSHOT_PATH, headers=headers, timeout=timeout,
-                          max_bytes=MAX_BODY_BYTES)
+                          max_bytes=MAX_BODY_BYTES, context=context)
     except HttpError as exc:
         raise FetchError(str(exc)) from None
     if answer.status == 503:
         raise FetchError("not ready yet (HTTP 503)")
     if answer.status == 401:
+        if endpoint.authorization:
+            raise FetchError("HTTP 401: the user and password in the URL were refused")
         raise FetchError("HTTP 401: needs user:password@ in the URL")
     if answer.status != 200:
         raise FetchError(f"HTTP {answer.status} {answer.reason}".strip())
@@ -202,7 +206,8 @@ class ClusterSource:
     def __init__(self, urls: Sequence[str], *, interval: float = 2.0, timeout: float = 5.0,
                  max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
                  max_backoff: float = DEFAULT_MAX_BACKOFF_SECONDS,
-                 clock: Clock = time.monotonic, fetch: Fetch = fetch_host) -> None:
+                 clock: Clock = time.monotonic, fetch: Fetch = fetch_host,
+                 ca_file: str | None = None) -> None:
         if not urls:
             raise ValueError("no hosts given")
         if max_concurrency < 1:
@@ -219,6 +224,8 @@ class ClusterSource:
         self.max_concurrency = max_concurrency
         self.max_backoff = max_backoff
         self.clock = clock
+        if ca_file is not None:  # one context for every fetch; ValueError if the file is bad
+            fetch = functools.partial(fetch, context=tls_context(ca_file))
         self._fetch = fetch
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_concurrency)

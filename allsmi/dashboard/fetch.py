@@ -47,11 +47,23 @@ def _location(headers: Message) -> str:
     return where if len(where) <= 80 else where[:79] + "\u2026"
 
 
-def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int) -> Answer:
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """The TLS context for ``https://`` hosts: the system's CAs, or only those in ``ca_file`` (PEM;
+    ``--ca-file``). :class:`ValueError` naming the file when it cannot be loaded."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise ValueError(f"cannot load the CA file {ca_file}: {reason}") from None
+
+
+def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int,
+        context: ssl.SSLContext | None = None) -> Answer:
     """``GET url``: the whole answer within ``timeout`` seconds, at most ``max_bytes`` of body.
 
     Raises :class:`HttpError` for a connection failure, the deadline, a redirect or a
-    body too large; any other status is returned for the caller to judge.
+    body too large; any other status is returned for the caller to judge. ``context`` verifies
+    ``https://`` servers (default: the system's CAs).
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -60,7 +72,7 @@ def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int) ->
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
         conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
-                                           context=ssl.create_default_context())
+                                           context=context or ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     expired = threading.Event()

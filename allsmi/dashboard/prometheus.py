@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
 
-from .fetch import HttpError
+from .fetch import HttpError, tls_context
 from .fetch import get as http_get
 from .totals import Totals
 from .promsummary import GROUPINGS, fleet_totals, recorded_totals
@@ -90,7 +90,7 @@ def device_queries(instances: Iterable[str] | None = None) -> list[str]:
             "{" + f'__name__="{PROCESS_MEMORY}"' + extra + "}"]
 
 
-def make_query(url: str) -> Query:
+def make_query(url: str, ca_file: str | None = None) -> Query:
     """An instant-query function for the Prometheus at ``url`` (direct, no proxy, no redirects,
     the whole answer within the timeout)."""
     parts = urllib.parse.urlsplit(url)
@@ -98,11 +98,13 @@ def make_query(url: str) -> Query:
         raise ValueError(f"invalid Prometheus URL {url!r} (expected http://host:port)")
     base = url.rstrip("/")
     headers = {"Accept": "application/json", "Accept-Encoding": "gzip", "User-Agent": "allsmi-view"}
+    context = tls_context(ca_file) if ca_file is not None else None  # ValueError names a bad file
 
     def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
         try:
             answer = http_get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}",
-                              headers=headers, timeout=timeout, max_bytes=MAX_BODY_BYTES)
+                              headers=headers, timeout=timeout, max_bytes=MAX_BODY_BYTES,
+                              context=context)
         except HttpError as exc:
             text = str(exc)
             raise PrometheusError(f"Prometheus {text}" if text.startswith("timed out")
@@ -264,14 +266,15 @@ class PrometheusSource:
 
     def __init__(self, url: str, *, interval: float = 5.0, timeout: float = 10.0,
                  max_backoff: float = 60.0, clock: Clock = time.monotonic,
-                 query: Query | None = None, device_budget: int = DEFAULT_DEVICE_BUDGET) -> None:
+                 query: Query | None = None, device_budget: int = DEFAULT_DEVICE_BUDGET,
+                 ca_file: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.interval = interval
         self.timeout = timeout
         self.max_backoff = max_backoff
         self.clock = clock
         self.device_budget = device_budget
-        self._query = query or make_query(url)
+        self._query = query or make_query(url, ca_file)
         self._lock = threading.Lock()
         self._states: dict[str, HostState] = {}
         self._error: str | None = None

@@ -143,9 +143,8 @@ def test_view_argument_errors_exit_2(tmp_path: Path) -> None:
 def test_plain_allsmi_takes_the_dashboard_options_of_view() -> None:
     """Plain ``allsmi`` opens the same dashboard as ``allsmi view`` and takes its options."""
     from allsmi.cli.group import cli
-    from allsmi.cli.view import view
-    sources = {"--hosts", "--hostfile", "--prometheus", "--max-concurrency", "--ca-file"}
-    view_options = {o for p in view.params for o in p.opts} - sources
+    from allsmi.cli.view import SOURCE_OPTIONS, view
+    view_options = {o for p in view.params for o in p.opts} - set(SOURCE_OPTIONS)
     assert view_options <= {o for p in cli.params for o in p.opts}
     result = run_allsmi("--simulate", "mixed", "--theme", "textual-light", "--sort", "power")
     assert result.returncode == 0, result.stderr
