@@ -338,3 +338,68 @@ def test_export_timeout_flag_and_config_key_share_one_range(tmp_path: Path) -> N
     result = subprocess.run(allsmi_exe() + ["export", "--simulate", "mixed", "--timeout", f"{low / 2!r}"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "--timeout" in result.stderr
+
+
+# -- what the docs say the code is, it is --------------------------------------------------
+
+#: The dashboard's widgets the docs describe by name: what the docs call them -> the class.
+DESCRIBED_WIDGETS = {
+    "device table": "allsmi.dashboard.device_table:DeviceTable",
+    "processes panel": "allsmi.dashboard.panels:ProcessTable",
+}
+
+
+def test_widget_classes_the_docs_name_are_the_real_ones() -> None:
+    """"The device table is ... `X`" names a class the widget is (or says "not a `X`")."""
+    import importlib
+
+    import textual.widgets
+    unknown = []
+    for page in pages():
+        text = re.sub(r"\s+", " ", prose(page))
+        for sentence in re.split(r"(?<=[.;:])\s", text):
+            for name, target in DESCRIBED_WIDGETS.items():
+                if not re.search(rf"\b[Tt]he {name} is\b", sentence):
+                    continue
+                module, attr = target.split(":")
+                mro = {c.__name__ for c in getattr(importlib.import_module(module), attr).__mro__}
+                for cls in re.findall(r"`([A-Z]\w+)`", sentence):
+                    negated = re.search(rf"\b(not|no longer|instead of|before:) (a |an |the )?(Textual's |Textual )?"
+                                        rf"`{cls}`", sentence)
+                    widget_class = hasattr(textual.widgets, cls) or cls in mro
+                    if widget_class and not negated and cls not in mro:
+                        unknown.append(f"{page.relative_to(REPO)}: the {name} is not a {cls} "
+                                       f"({attr} is a {', '.join(sorted(mro - {'object'}))})")
+    assert not unknown, "\n".join(unknown)
+
+
+#: Names in docs/ that belong to other programs and libraries, not to allsmi.
+OTHER_NAMES = {
+    "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "DirectoryTree", "OptionList", "InsufficientSize",
+    "nvmlTemperature_v1", "nvmlDeviceGetPersistenceMode", "nvmlSystemGetCudaDriverVersion",
+    "amdsmi_exception", "amdsmi_interface", "amdsmi_status_t",
+}
+#: ... and whole families of them (the vendor libraries' own names).
+OTHER_PREFIXES = ("NVMLError_", "nvml", "amdsmi_")
+
+
+def test_code_names_in_docs_exist_in_the_code() -> None:
+    """A function, class, module or attribute the docs name (``snake_case``, ``CamelCase``,
+    ``dotted.names``, ``call()``) is in the source tree: renamed or removed code is not
+    described as if it still ran."""
+    source = "\n".join(p.read_text(encoding="utf-8", errors="replace")
+                       for d in ("allsmi", "backends", "deploy", "tests", "fixtures", "benchmarks")
+                       for p in (REPO / d).rglob("*") if p.is_file() and p.suffix != ".pyc")
+    missing: dict[str, list[str]] = {}
+    for page in pages():
+        for span in set(re.findall(r"`([^`\n]+)`", prose(page))):
+            match = re.fullmatch(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(\(\))?", span)
+            if not match:
+                continue
+            last = match.group(1).split(".")[-1]
+            code_like = ("_" in last.strip("_") or re.search(r"[a-z][A-Z]", last) or match.group(2)
+                         or "." in match.group(1))
+            if (code_like and last not in source and span not in OTHER_NAMES
+                    and not last.startswith(OTHER_PREFIXES)):
+                missing.setdefault(str(page.relative_to(REPO)), []).append(span)
+    assert not missing, f"names the docs give that the code does not have: {missing}"
