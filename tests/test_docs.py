@@ -144,6 +144,8 @@ def test_json_examples_parse_and_use_real_field_names(example: Example) -> None:
         real = _keys(_real_snapshot())
         shown = _keys(data)
         assert shown <= real, f"{example.where}: fields the snapshot does not have: {sorted(shown - real)}"
+        # A whole snapshot shown as the format's example lists every field the schema has.
+        assert shown == real, f"{example.where}: fields the example leaves out: {sorted(real - shown)}"
 
 
 def _declared_metrics() -> set[str]:
