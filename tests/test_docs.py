@@ -405,3 +405,22 @@ def test_code_names_in_docs_exist_in_the_code() -> None:
                     and not last.startswith(OTHER_PREFIXES)):
                 missing.setdefault(str(page.relative_to(REPO)), []).append(span)
     assert not missing, f"names the docs give that the code does not have: {missing}"
+
+
+# -- field lists in the docs are the schema's -----------------------------------------------
+
+def _table_names(page: Path, heading: str) -> list[str]:
+    """The backticked names in the first column of the table under ``heading``."""
+    text = page.read_text(encoding="utf-8")
+    section = text.split(heading, 1)[1].split("\n#", 1)[0]
+    names: list[str] = []
+    for line in section.splitlines():
+        if line.startswith("|") and not line.startswith("| ---"):
+            names.extend(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return names
+
+
+def test_billing_csv_columns_documented_are_the_export_columns() -> None:
+    from allsmi.accounting.formats import HEAD_COLUMNS, TAIL_COLUMNS
+    documented = _table_names(REPO / "docs" / "accounting.md", "### CSV columns")
+    assert sorted(set(documented)) == sorted({*HEAD_COLUMNS, "label_<name>", *TAIL_COLUMNS})
