@@ -34,7 +34,7 @@ from allsmi.schema import Snapshot
 
 from .fetch import HttpError, tls_context
 from .fetch import get as http_get
-from .sources import Clock, HostState
+from .sources import Clock, HostState, shared_devices
 
 SNAPSHOT_PATH = "/api/v1/snapshot"
 #: A snapshot of a thousand devices is about 1 MiB; anything far larger is not ours.
@@ -231,14 +231,23 @@ class ClusterSource:
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self.in_flight_peak = 0
         """Most fetches seen running at once (tests check the bound)."""
+        self._arrivals = 0
+        self._shared_at = 0
+        self._shared: dict[str, tuple[int, tuple[str, ...]]] = {}
 
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
+            if self._shared_at != self._arrivals:  # recomputed only when a snapshot arrived
+                self._shared = shared_devices((h.endpoint.key, d.id) for h in self._hosts
+                                              if h.snapshot is not None for d in h.snapshot.devices)
+                self._shared_at = self._arrivals
             return [HostState(h.endpoint.key,
                               (h.snapshot.host.hostname if h.snapshot else "") or h.endpoint.key,
                               h.snapshot, h.received, address=h.endpoint.url, error=h.error,
                               retry_at=h.retry_at, problems=h.problems,
-                              process_details=h.process_details)
+                              process_details=h.process_details,
+                              shared=self._shared.get(h.endpoint.key, (0, ()))[0],
+                              shared_with=self._shared.get(h.endpoint.key, (0, ()))[1])
                     for h in self._hosts]
 
     def backoff(self, failures: int) -> float:
@@ -286,6 +295,7 @@ class ClusterSource:
         else:
             with self._lock:
                 host.snapshot, host.received = fetched.snapshot, self.clock()
+                self._arrivals += 1
                 host.problems, host.process_details = fetched.problems, fetched.process_details
                 host.error, host.failures, host.retry_at = None, 0, None
         finally:

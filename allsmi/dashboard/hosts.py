@@ -37,7 +37,17 @@ def host_warnings(host: HostState) -> list[str]:
                    f"{' ...' if len(dups) > 3 else ''} (every device is shown)")
     if host.problems:
         out.append(f"bad values ignored: {'; '.join(host.problems)}")
+    if host.shared:
+        out.append(shared_warning(host.shared, host.shared_with))
     return out
+
+
+def shared_warning(count: int, others: Sequence[str] = ()) -> str:
+    """The warning for devices another host reports too (:attr:`HostState.shared`)."""
+    where = f" ({', '.join(others[:2])}{' ...' if len(others) > 2 else ''})" if others else ""
+    return (f"{count} device{'s' if count > 1 else ''} also reported by another instance{where}, "
+            "counted twice: read each node one way, allsmi serve or a textfile snapshot "
+            "(docs/exporter.md)")
 
 
 def problem_text(host: HostState, palette: Palette, now: float) -> Text:

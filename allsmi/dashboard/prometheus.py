@@ -40,6 +40,11 @@ from .promsummary import GROUPINGS, fleet_totals, recorded_totals
 from .sources import Clock, HostState
 
 DEVICE_INFO = "allsmi_device_info"
+#: Per instance, how many of its devices (by uuid) another instance reports too: one node
+#: scraped twice (``allsmi serve`` and a textfile snapshot through node_exporter), counted
+#: twice. One series per such instance, none on a healthy fleet.
+SHARED_DEVICES = (f"count by (instance) (count by (uuid, instance) ({DEVICE_INFO}) and on (uuid) "
+                  f"(count by (uuid) (count by (uuid, instance) ({DEVICE_INFO})) > 1))")
 DEVICE_UP = "allsmi_device_up"
 GROUP_INFO = "allsmi_resource_group_info"
 PROCESS_MEMORY = "allsmi_process_memory_bytes"
@@ -311,6 +316,7 @@ class PrometheusSource:
         try:
             stamps_f = _spawn(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
             ups_f = _spawn(self._query, "up", self.timeout)
+            shared_f = _spawn(self._query, SHARED_DEVICES, self.timeout)
             _, counts = self._query(f"count by (instance) ({DEVICE_INFO})", self.timeout)
             fleet_devices = sum(v for s in counts if isinstance(s, dict) and (v := _value(s)) is not None)
             everyone = fleet_devices <= self.device_budget
@@ -334,6 +340,7 @@ class PrometheusSource:
             at, stamps = stamps_f.result()
             evaluated = max(evaluated, at)
             _, ups = ups_f.result()
+            _, both = shared_f.result()
             if cancelled():
                 return
             scraped = {s.get("metric", {}).get("instance", ""): v for s in stamps
@@ -341,6 +348,8 @@ class PrometheusSource:
             down = {s.get("metric", {}).get("instance", "") for s in ups
                     if isinstance(s, dict) and _value(s) == 0}
             snapshots = build_snapshots(series, evaluated, scraped)
+            shared = {s.get("metric", {}).get("instance", ""): int(v) for s in both
+                      if isinstance(s, dict) and (v := _value(s)) is not None and v >= 1}
         except PrometheusError as exc:
             self._fail(str(exc))
             return
@@ -362,7 +371,8 @@ class PrometheusSource:
                     snap = previous.snapshot if previous is not None else None
                 self._states[instance] = HostState(instance, instance, snap, asked - age,
                                                    address=instance, error=error,
-                                                   summary=totals.get("instance", {}).get(instance))
+                                                   summary=totals.get("instance", {}).get(instance),
+                                                   shared=shared.get(instance, 0))
             for instance, state in list(self._states.items()):
                 if instance not in seen:
                     reason = "target down (up == 0)" if instance in down else "no series in Prometheus"

@@ -58,6 +58,9 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
                    for a in h.snapshot.attribution if a.status in ("error", "timeout")})
     if held:
         line.append("  attribution: " + safe(", ".join(held)), style=f"bold {pal.hot}")
+    twice = sum(1 for h in hosts if h.shared)
+    if twice:
+        line.append(f"  same devices from {twice} instances: counted twice", style=f"bold {pal.warn}")
     dups = sorted({i for h in hosts for i in duplicate_ids(h.snapshot)})
     if dups:
         line.append(f"  duplicate device id: {safe(dups[0])}" + (f" (+{len(dups) - 1})" if len(dups) > 1 else ""),
