@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from allsmi.backends.simulated import load_scenario, simulated_backends
 from allsmi.collector import Collector
@@ -89,3 +90,22 @@ def test_fault_scenario_marks_device_lost_and_backend_errors() -> None:
     lost = [d for d in snap.devices if d.health == "lost"]
     assert [d.index for d in lost] == [3]
     assert lost[0].power_watts is None and lost[0].utilization_percent is None
+
+
+def test_backends_enabled_is_honoured_under_simulate(tmp_path: Path) -> None:
+    """``[backends] enabled`` picks among the simulated backends as among the real ones."""
+    import csv
+    import io
+
+    from .conftest import run_allsmi
+    config = tmp_path / "config.toml"
+    config.write_text('[backends]\nenabled = ["nvidia", "amd"]\n')
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    snap = json.loads(out.stdout)
+    assert {d["vendor"] for d in snap["devices"]} == {"nvidia", "amd"}
+    assert sorted(b["name"] for b in snap["backends"]) == ["amd", "nvidia"]
+    bill = run_allsmi("export", "--simulate", "mixed", "--config", str(config), "--period", "today",
+                      "--group-by", "vendor", timeout=300)
+    assert bill.returncode in (0, 3), bill.stderr
+    assert {row["vendor"] for row in csv.DictReader(io.StringIO(bill.stdout))} == {"nvidia", "amd"}

@@ -283,6 +283,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
+    from allsmi.registry import enabled_only
     from allsmi.config import ConfigError
 
     start = window.start.timestamp()
@@ -299,7 +300,8 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
         attributor = build_attributor(config, simulate=True)
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
-    collector = Collector(list(simulated_backends(scenario, clock=clock)), config, clock=clock,
+    backends = enabled_only(simulated_backends(scenario, clock=clock), config.backends_enabled)
+    collector = Collector(backends, config, clock=clock,
                           timeout_seconds=config.backend_timeout_seconds, attributor=attributor)
     collector.subscribe(recorder.on_snapshot)
     try:
