@@ -18,12 +18,12 @@ from allsmi.formatting import NA, percent
 
 from .model import duplicate_ids
 from .totals import Totals
-from .panels import age_text, memory_pair, power_pair
+from .panels import age_text, memory_pair, power_totals
 from .render import Palette, safe
 from .sources import HostState
 
 HOST_COLUMNS = (("host", "host", None), ("state", "state", 5), ("age", "age", 8), ("devices", "devices", 7),
-                ("util", "util", 5), ("power", "power / limit", 13), ("memory", "memory", 19),
+                ("util", "util", 5), ("power", "power / limit", 23), ("memory", "memory", 19),
                 ("name", "hostname", None), ("error", "problem", None))
 """The hosts table; ``None`` widths follow the content (a long URL or reason is never cut)."""
 
@@ -81,7 +81,7 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
                  justify="right"),
             Text(percent(totals.utilization_percent), justify="right",
                  style=palette.load(totals.utilization_percent)),
-            power_pair(totals.power_watts, totals.power_limit_watts),
+            power_totals(totals),
             memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
             host.name if host.name != host.key else NA, problem_text(host, palette, now))))
     return rows

@@ -265,7 +265,7 @@ def holder_id(proc: ProcessSample) -> str:
 
 
 TOTALS_COLUMNS = (("name", "name", 12), ("devices", "devices", 8), ("util", "util", 5),
-                  ("memory", "memory", 19), ("power", "power / limit", 13),
+                  ("memory", "memory", 19), ("power", "power / limit", 23),
                   ("energy", "energy", 9), ("procs", "procs", 5), ("hosts", "hosts", 5),
                   ("labels", "labels", None))
 """Columns of the group and vendor totals (vendors leave out ``labels``)."""
@@ -280,7 +280,7 @@ def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True) -> 
     if totals.lost:
         devices += f" {totals.lost}!"
     memory = memory_pair(totals.memory_used_bytes, totals.memory_total_bytes)
-    power = power_pair(totals.power_watts, totals.power_limit_watts)
+    power = power_totals(totals)
     cells: tuple[Any, ...] = (
         Text(totals.name, style="bold"),
         Text(devices, justify="right", style=palette.hot if totals.lost else ""),
@@ -297,6 +297,16 @@ def memory_pair(used: int | None, total: int | None) -> str:
     if used is None and total is None:
         return NA
     return f"{human_bytes(used)}/{human_bytes(total)}"
+
+
+def power_totals(totals: Totals) -> str:
+    """A set's power against its limits, like with like: the power and limits of the devices
+    that report both; where some devices report power but no limit, ``(2 of 5)`` says how many
+    devices the pair covers (the power of all of them: :attr:`Totals.power_watts`)."""
+    if totals.power_limited_count == 0 or totals.power_limited_count == totals.power_count:
+        return power_pair(totals.power_watts, totals.power_limit_watts)
+    return (f"{power_pair(totals.power_limited_watts, totals.power_limit_watts)} "
+            f"({totals.power_limited_count} of {totals.power_count})")
 
 
 def power_pair(power: float | None, limit: float | None) -> str:

@@ -9,7 +9,8 @@ per grouping, each answering one number per host, group or vendor.
 The totals follow the same rules as :func:`allsmi.dashboard.model.totals_by`
 over devices: a physical device counts once and carries its memory;
 partitions are counted apart; utilization is averaged over every device that
-reports one; power is summed as reported (only board owners carry it).
+reports one; power is summed as reported (only board owners carry it), and power limits only
+over the devices that report both, against those devices' power.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
         return _select(metric, *matchers, selector)
 
     whole = of(_INFO, 'parent_uuid=""')
+    power, limit = of("allsmi_device_power_watts"), of("allsmi_device_power_limit_watts")
     parts = of(_INFO, 'parent_uuid!=""')
 
     queries = {
@@ -49,8 +51,11 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
                               f"and on (instance, uuid) {physical})"),
         "memory_total_bytes": (f"sum by ({by}) ({of('allsmi_device_memory_total_bytes')} "
                                f"and on (instance, uuid) {physical})"),
-        "power_watts": f"sum by ({by}) ({of('allsmi_device_power_watts')})",
-        "power_limit_watts": f"sum by ({by}) ({of('allsmi_device_power_limit_watts')})",
+        "power_watts": f"sum by ({by}) ({power})",
+        "power_count": f"count by ({by}) ({power})",
+        "power_limited_watts": f"sum by ({by}) ({power} and on (instance, uuid) {limit})",
+        "power_limit_watts": f"sum by ({by}) ({limit} and on (instance, uuid) {power})",
+        "power_limited_count": f"count by ({by}) ({power} and on (instance, uuid) {limit})",
         "processes": f"count by ({by}) ({of('allsmi_process_memory_bytes')})",
     }
     if by != "instance":  # which hosts each group or vendor spans (one series per pair)
@@ -59,7 +64,7 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
 
 
 _INTEGERS = {"devices", "partitions", "lost", "utilization_count", "processes",
-             "memory_used_bytes", "memory_total_bytes"}
+             "memory_used_bytes", "memory_total_bytes", "power_count", "power_limited_count"}
 
 
 def combined_query(by: str, selector: str = "") -> str:

@@ -10,7 +10,7 @@ from allsmi.formatting import human_bytes, percent
 
 from .model import DeviceRef, Filter, duplicate_ids
 from .totals import Totals
-from .panels import age_text, power_pair
+from .panels import age_text, power_totals
 from .render import Palette, safe
 from .sources import HostState
 
@@ -41,7 +41,7 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
     if total.lost:
         line.append(f" ({total.lost} lost)", style=pal.hot)
     line.append(f"  util {percent(total.utilization_percent)}"
-                f"  power {power_pair(total.power_watts, total.power_limit_watts)}")
+                f"  power {power_totals(total)}")
     if not cluster and hosts and hosts[0].snapshot is not None:
         snap = hosts[0].snapshot
         line.append(f"  CPU {percent(snap.host.cpu_utilization_percent)}"
