@@ -9,7 +9,7 @@ a terminal and the widgets only turn them into cells.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, Sequence
 
 from allsmi.schema import DeviceSample, Snapshot
@@ -175,6 +175,16 @@ class Filter:
             needle = self.text.lower()
             return any(needle in hay.lower() for hay in _haystack(ref))
         return True
+
+
+def filter_choices(refs: Sequence[DeviceRef], flt: Filter, dimension: str) -> list[str]:
+    """The values of ``dimension`` (``"vendor"`` or ``"group"``) that the devices passing the
+    rest of ``flt`` have, sorted: what cycling that filter can choose without emptying the view
+    (``f`` after ``v`` offers only the chosen vendor's groups)."""
+    rest = replace(flt, **{dimension: None})
+    values = {(ref.device.vendor if dimension == "vendor" else ref.device.resource_group)
+              for ref in refs if rest.matches(ref)}
+    return sorted(v for v in values if v)
 
 
 def _haystack(ref: DeviceRef) -> Iterator[str]:

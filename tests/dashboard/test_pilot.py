@@ -97,6 +97,36 @@ async def test_text_vendor_and_group_filters(sim_snapshots: list[Snapshot]) -> N
         await pilot.press("escape")
 
 
+async def test_f_after_v_cycles_only_through_groups_that_vendor_has(sim_snapshots: list[Snapshot]) -> None:
+    """With a vendor chosen, ``f`` offers only the groups that vendor's devices are in (never
+    ``vendor=furiosa group=inference (0 shown)``), then all of them again; ``v`` likewise."""
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await play_all(app, source, pilot)
+        refs = app.all_refs()
+        for vendor in sorted({r.device.vendor for r in refs}):
+            groups = sorted({r.device.resource_group for r in refs if r.device.vendor == vendor})
+            await pilot.press("escape")
+            while app.filter.vendor != vendor:
+                await pilot.press("v")
+            seen = []
+            for _ in range(len(groups)):
+                await pilot.press("f")
+                assert app.shown and "(0 shown)" not in screen_text(app), (vendor, app.filter)
+                seen.append(app.filter.group)
+            assert seen == groups, vendor
+            await pilot.press("f")  # past the last: every group of that vendor again
+            assert app.filter.group is None and app.filter.vendor == vendor
+        # And the other way round: a group chosen, v offers only its vendors.
+        await pilot.press("escape")
+        while app.filter.group != "training":
+            await pilot.press("f")
+        await pilot.press("v")
+        assert app.filter.vendor == "nvidia" and app.shown
+        await pilot.press("v")
+        assert app.filter.vendor is None
+
+
 async def test_group_view_totals_labels_energy_and_drill_down(sim_snapshots: list[Snapshot]) -> None:
     app, source = make_app(sim_snapshots)
     async with app.run_test(size=(160, 40)) as pilot:
