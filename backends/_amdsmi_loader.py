@@ -171,7 +171,8 @@ def load_amdsmi() -> ModuleType:
             import amdsmi
         except ModuleNotFoundError as exc:
             if exc.name == "amdsmi":
-                reason = "the amdsmi Python package is not installed (pip install 'allsmi[amd]')"
+                reason = ("the amdsmi Python package is not installed "
+                          f"({sys.executable} -m pip install 'allsmi[amd]')")
             else:
                 reason = f"importing amdsmi failed: {exc}"
         except KeyError as exc:

@@ -424,3 +424,43 @@ def test_billing_csv_columns_documented_are_the_export_columns() -> None:
     from allsmi.accounting.formats import HEAD_COLUMNS, TAIL_COLUMNS
     documented = _table_names(REPO / "docs" / "accounting.md", "### CSV columns")
     assert sorted(set(documented)) == sorted({*HEAD_COLUMNS, "label_<name>", *TAIL_COLUMNS})
+
+
+# -- every command is written with the interpreter it needs ---------------------------------
+
+def _command_texts() -> list[tuple[str, str]]:
+    """``(page, text)`` of every inline code span and every shell block line."""
+    out = []
+    for example in EXAMPLES:
+        if example.lang in SHELL:
+            out.extend((example.where, line) for line in example.commands())
+    for page in pages():
+        out.extend((str(page.relative_to(REPO)), span) for span in re.findall(r"`([^`\n]+)`", prose(page)))
+    return out
+
+
+def test_pip_and_python_commands_name_the_environment_they_need() -> None:
+    """A bare ``pip install`` installs into whichever Python is first on the PATH (often not
+    allsmi's), and the system ``python3`` lacks allsmi's dependencies: commands that install into
+    allsmi's environment or import a third-party module name that environment's interpreter."""
+    wrong = []
+    for where, text in _command_texts():
+        if re.search(r"(?<![/\w.-])(?<!-m )pip3? install\b", text) or \
+                re.search(r"(?<![/\w.-])python3? -m pip\b", text):
+            wrong.append(f"{where}: {text}")
+        for match in re.finditer(r"(?<![/\w.-])python3? -c\s+'([^']*)'", text):
+            imported = {m.split(".")[0] for m in re.findall(r"\bimport\s+([\w.,\s]+?)(?:;|$)", match.group(1))
+                        for m in re.split(r"[,\s]+", m) if m}
+            foreign = sorted(imported - set(sys.stdlib_module_names))
+            if foreign:
+                wrong.append(f"{where}: {text} (imports {foreign} with the system python)")
+    assert not wrong, "write the environment's interpreter (.venv/bin/pip, /opt/allsmi/bin/python):\n" \
+        + "\n".join(wrong)
+
+
+def test_install_hints_of_the_product_name_its_interpreter() -> None:
+    """What allsmi itself tells a user to install goes to the Python that runs it."""
+    from allsmi.accounting.parquet import EXTRA_HINT
+    from allsmi.attribution.kubernetes import INSTALL_HINT
+    for hint in (EXTRA_HINT, INSTALL_HINT):
+        assert f"{sys.executable} -m pip install 'allsmi[" in hint, hint
