@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from allsmi.backend_api import BackendError
-from allsmi.backends import _furiosa_parse as parse
+from allsmi.backends.furiosa import parse
 from allsmi.backends.furiosa import ENV_VAR, FuriosaBackend
 from tests.contract.scenarios_furiosa import FURIOSA, RNGD_4X, block_sdk, route, write_standin
 

@@ -10,7 +10,7 @@ import pytest
 
 from allsmi.backend_api import BackendError, BackendUnavailable
 from allsmi.backends import rebellions as rbln_module
-from allsmi.backends._subprocess import ToolTimeout
+from allsmi.backends._common.runner import ToolTimeout
 from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 from allsmi.schema import DeviceSample
 from allsmi.units import GIB, MIB

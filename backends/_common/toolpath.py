@@ -3,7 +3,7 @@
 A backend's :meth:`probe` only asks whether its tool exists, on every start-up of
 every command; this module answers that with :mod:`os` alone (no ``shutil``,
 ``subprocess`` or ``tempfile``), so that a machine without the vendor pays for
-nothing else. Running the tool is :mod:`allsmi.backends._subprocess`, which
+nothing else. Running the tool is :mod:`allsmi.backends._common.runner`, which
 re-exports :func:`find_tool` and :func:`describe_missing`.
 """
 

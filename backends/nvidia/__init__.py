@@ -41,37 +41,32 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.backends import _nvml
-from allsmi.backends._host_procs import ProcessOwners
-from allsmi.backends._nvml import NvmlAbsent, NvmlBroken, RawProcess, error_code
-from allsmi.backends._nvml_model import (
-    _ECC_FIELDS,
-    _PROCESS_CAPACITY,
+from allsmi.backends.nvidia import nvml
+from allsmi.backends._common.owners import ProcessOwners
+from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
+from allsmi.backends.nvidia.devices import (
     CLOCK_EVENT_REASONS,
     DEFAULT_WORKERS,
+    ECC_FIELDS,
     FI_POWER_AVERAGE,
     FI_POWER_CURRENT_LIMIT,
     FI_POWER_INSTANT,
     FI_TOTAL_ENERGY_CONSUMPTION,
     NVML_CLOCK_SM,
-    NVML_DEVICE_MIG_ENABLE,
-    NVML_FEATURE_ENABLED,
-    NVML_PCIE_UTIL_RX_BYTES,
     NVML_PCIE_UTIL_TX_BYTES,
+    NVML_PCIE_UTIL_RX_BYTES,
     NVML_PSTATE_UNKNOWN,
-    ProcessOwner,
-    _DeviceFault,
-    _Gpu,
-    _merge_process,
-    _Mig,
-    _number,
-    _owning_mig,
-    _Reader,
-    mig_share,
-    total_slices,
+    DeviceFault,
+    Gpu,
+    Reader,
+    mark_lost,
+    number,
 )
-from allsmi.backends._nvml_read import DriverReads
-from allsmi.schema import DetailValue, DeviceSample, ProcessSample
+from allsmi.backends.nvidia.mig import Mig
+from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
+from allsmi.backends.nvidia.read import DriverReads
+from allsmi.backends.nvidia.static import open_gpu
+from allsmi.schema import DetailValue, DeviceSample
 from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
 
 if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
@@ -98,10 +93,10 @@ class NvidiaBackend(Backend):
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self._process_owner: ProcessOwner = process_owner or ProcessOwners()
         self._pynvml: ModuleType | None = None
-        self._gpus: list[_Gpu] | None = None
+        self._gpus: list[Gpu] | None = None
         self._driver_version: str | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._process_reader: _nvml.ProcessListReader | None = None
+        self._process_reader: nvml.ProcessListReader | None = None
         self._open_warnings: list[str] = []
         self._driver: DriverReads | None = None
 
@@ -111,17 +106,17 @@ class NvidiaBackend(Backend):
         """Whether NVML loads and sees a GPU. Never raises.
 
         NVML stays initialised afterwards: it is initialised once per process
-        and shared by every instance (see :func:`allsmi.backends._nvml.ensure_init`).
+        and shared by every instance (see :func:`allsmi.backends.nvidia.nvml.ensure_init`).
         """
         details: dict[str, str] = {}
         version = distinfo.version("nvidia-ml-py")
         if version:
             details["nvidia-ml-py"] = version
-        absent = _nvml.quick_absence(self.device_nodes)
+        absent = nvml.quick_absence(self.device_nodes)
         if absent:  # nothing NVIDIA here: pynvml is not even imported
             return ProbeResult(False, absent, details)
         try:
-            pynvml = _nvml.ensure_init()
+            pynvml = nvml.ensure_init()
         except NvmlAbsent as exc:
             return ProbeResult(False, str(exc), details)
         except NvmlBroken as exc:
@@ -136,13 +131,13 @@ class NvidiaBackend(Backend):
             for key, fn in (("driver_version", pynvml.nvmlSystemGetDriverVersion),
                             ("nvml_version", pynvml.nvmlSystemGetNVMLVersion)):
                 try:
-                    value = _nvml.text(fn())
+                    value = nvml.text(fn())
                 except pynvml.NVMLError:
                     value = None
                 if value:
                     details[key] = value
         except pynvml.NVMLError as exc:
-            _, message = _nvml.describe_init_failure(exc)
+            _, message = nvml.describe_init_failure(exc)
             return ProbeResult(False, f"nvmlDeviceGetCount: {message}", details)
         except Exception as exc:  # probe never raises, whatever the library does
             return ProbeResult(False, f"NVML probe failed: {exc!r}", details)
@@ -153,11 +148,11 @@ class NvidiaBackend(Backend):
 
     def open(self) -> None:
         """Initialise NVML (once per process), enumerate GPUs and read static facts."""
-        absent = _nvml.quick_absence(self.device_nodes)
+        absent = nvml.quick_absence(self.device_nodes)
         if absent:
             raise BackendUnavailable(absent)
         try:
-            pynvml = _nvml.ensure_init()
+            pynvml = nvml.ensure_init()
         except NvmlAbsent as exc:
             raise BackendUnavailable(str(exc)) from exc
         except NvmlBroken as exc:
@@ -169,16 +164,20 @@ class NvidiaBackend(Backend):
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
-            absent, message = _nvml.describe_init_failure(exc)
+            absent, message = nvml.describe_init_failure(exc)
             raise (BackendUnavailable if absent else BackendError)(
                 f"nvmlDeviceGetCount: {message}") from exc
         try:
-            self._driver_version = _nvml.text(pynvml.nvmlSystemGetDriverVersion())
+            self._driver_version = nvml.text(pynvml.nvmlSystemGetDriverVersion())
         except pynvml.NVMLError:
             self._driver_version = None
-        self._process_reader = _nvml.ProcessListReader(pynvml)
+        self._process_reader = nvml.ProcessListReader(pynvml)
         self._open_warnings = []
-        self._gpus = [self._open_gpu(index) for index in range(count)]
+        self._gpus = []
+        for index in range(count):
+            gpu, warnings = open_gpu(pynvml, index)
+            self._gpus.append(gpu)
+            self._open_warnings.extend(warnings)
         workers = min(count, self._workers())
         from concurrent.futures import ThreadPoolExecutor
         self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
@@ -219,70 +218,6 @@ class NvidiaBackend(Backend):
                                        f"{DEFAULT_WORKERS}")
             return DEFAULT_WORKERS
 
-    def _open_gpu(self, index: int) -> _Gpu:
-        pynvml = self._nvml()
-        gpu = _Gpu(index=index, label=f"GPU {index}")
-        reader = _Reader(pynvml, gpu.label)
-        try:
-            try:
-                gpu.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            except pynvml.NVMLError as exc:
-                gpu.lost_reason = f"no handle: {exc}"
-                self._open_warnings.append(f"{gpu.label}: cannot open ({exc})")
-                return gpu
-            handle, skip = gpu.handle, gpu.skip
-            gpu.uuid = _nvml.text(reader.call(skip, "uuid", pynvml.nvmlDeviceGetUUID, handle))
-            gpu.name = _nvml.text(reader.call(skip, "name", pynvml.nvmlDeviceGetName, handle))
-            pci = reader.call(skip, "pci_info", pynvml.nvmlDeviceGetPciInfo, handle)
-            gpu.bus_id = _nvml.text(getattr(pci, "busId", None)) if pci is not None else None
-            nvml_index = reader.call(skip, "index", pynvml.nvmlDeviceGetIndex, handle)
-            if isinstance(nvml_index, int) and nvml_index >= 0:
-                gpu.index = nvml_index
-            gpu.vbios = _nvml.text(
-                reader.call(skip, "vbios", pynvml.nvmlDeviceGetVbiosVersion, handle))
-            # ECC mode changes only across a GPU reset, so it is static here.
-            ecc = reader.call(skip, "ecc_mode", pynvml.nvmlDeviceGetEccMode, handle)
-            gpu.ecc_enabled = None if ecc is None else ecc[0] == NVML_FEATURE_ENABLED
-            mig = reader.call(skip, "mig_mode", pynvml.nvmlDeviceGetMigMode, handle)
-            gpu.mig_enabled = None if mig is None else mig[0] == NVML_DEVICE_MIG_ENABLE
-            if gpu.mig_enabled:
-                gpu.migs = self._open_migs(gpu, reader)
-        except _DeviceFault as fault:
-            self._mark_lost(gpu, fault)
-        gpu.fields = [FI_POWER_AVERAGE, FI_POWER_INSTANT, FI_POWER_CURRENT_LIMIT,
-                      FI_TOTAL_ENERGY_CONSUMPTION]
-        if gpu.ecc_enabled:
-            gpu.fields.extend(_ECC_FIELDS)
-        self._open_warnings.extend(reader.warnings)
-        return gpu
-
-    def _open_migs(self, gpu: _Gpu, reader: _Reader) -> list[_Mig]:
-        pynvml = self._nvml()
-        slots = reader.call(gpu.skip, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount,
-                            gpu.handle) or 0
-        migs: list[_Mig] = []
-        for slot in range(slots):
-            try:
-                handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
-            except pynvml.NVMLError as exc:
-                if error_code(exc) in _nvml.DEVICE_FAULT_CODES:
-                    raise _DeviceFault(error_code(exc), f"MIG slot {slot}: {exc}") from exc
-                # NotFound / InvalidArgument: an empty slot; later slots may be used
-                continue
-            mig = _Mig(slot=slot, handle=handle, label=f"{gpu.label} MIG {slot}")
-            mig.uuid = _nvml.text(reader.call(mig.skip, "uuid", pynvml.nvmlDeviceGetUUID, handle))
-            mig.name = _nvml.text(reader.call(mig.skip, "name", pynvml.nvmlDeviceGetName, handle))
-            gi = reader.call(mig.skip, "gpu_instance_id", pynvml.nvmlDeviceGetGpuInstanceId, handle)
-            ci = reader.call(mig.skip, "compute_instance_id",
-                             pynvml.nvmlDeviceGetComputeInstanceId, handle)
-            mig.gpu_instance_id = gi if isinstance(gi, int) else None
-            mig.compute_instance_id = ci if isinstance(ci, int) else None
-            migs.append(mig)
-        total = total_slices(pynvml, gpu.handle) if migs else None
-        for mig in migs:
-            mig.partition_share = mig_share(pynvml, mig, total)
-        return migs
-
     def _reads(self) -> DriverReads:
         if self._driver is None:
             raise BackendError("the NVIDIA backend was not opened")
@@ -295,7 +230,7 @@ class NvidiaBackend(Backend):
 
     # -- sample ----------------------------------------------------------------
 
-    def _read_concurrently(self, gpus: list[_Gpu], pool: ThreadPoolExecutor
+    def _read_concurrently(self, gpus: list[Gpu], pool: ThreadPoolExecutor
                            ) -> list[tuple[list[DeviceSample], list[str]]]:
         for gpu in gpus:
             # a read still stuck in the driver from an earlier cycle is not stacked up
@@ -313,21 +248,21 @@ class NvidiaBackend(Backend):
                 results.append(self._unanswered(gpu))
         return results
 
-    def _unanswered(self, gpu: _Gpu) -> tuple[list[DeviceSample], list[str]]:
+    def _unanswered(self, gpu: Gpu) -> tuple[list[DeviceSample], list[str]]:
         message = f"{gpu.label}: NVML did not answer within {self.timeout_seconds:g} s"
         devices = [self._device(gpu, health="unknown", details={"error": message})]
         devices.extend(self._mig_device(gpu, mig, health="unknown") for mig in gpu.migs)
         return devices, [message]
 
-    def _read_gpu(self, gpu: _Gpu) -> tuple[list[DeviceSample], list[str]]:
+    def _read_gpu(self, gpu: Gpu) -> tuple[list[DeviceSample], list[str]]:
         """One GPU and its MIG instances; never raises."""
         pynvml = self._nvml()
-        reader = _Reader(pynvml, gpu.label)
+        reader = Reader(pynvml, gpu.label)
         if gpu.lost_reason is None:
             try:
                 return self._read_gpu_values(gpu, reader), reader.warnings
-            except _DeviceFault as fault:
-                self._mark_lost(gpu, fault)
+            except DeviceFault as fault:
+                mark_lost(gpu, fault)
                 reason = str(fault)
             except Exception as exc:  # one device's surprise never drops the others
                 reader.warnings.append(f"{gpu.label}: unexpected failure: {exc!r}")
@@ -340,13 +275,7 @@ class NvidiaBackend(Backend):
         devices.extend(self._mig_device(gpu, mig, health="lost") for mig in gpu.migs)
         return devices, reader.warnings
 
-    @staticmethod
-    def _mark_lost(gpu: _Gpu, fault: _DeviceFault) -> None:
-        # GpuIsLost stays lost until the backend is reopened; Unknown may pass.
-        if fault.code == _nvml.ERROR_GPU_IS_LOST:
-            gpu.lost_reason = str(fault)
-
-    def _read_gpu_values(self, gpu: _Gpu, r: _Reader) -> list[DeviceSample]:
+    def _read_gpu_values(self, gpu: Gpu, r: Reader) -> list[DeviceSample]:
         pynvml = self._nvml()
         handle, skip = gpu.handle, gpu.skip
         details: dict[str, DetailValue] = {}
@@ -379,13 +308,13 @@ class NvidiaBackend(Backend):
         if energy_mj is None and FI_TOTAL_ENERGY_CONSUMPTION not in gpu.fields:
             energy_mj = r.call(skip, "total_energy",
                                pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-        for fid, key in _ECC_FIELDS.items():
+        for fid, key in ECC_FIELDS.items():
             if fid in fields:
                 details[key] = int(fields[fid])
 
-        clock = _number(r.call(skip, "clock_sm", pynvml.nvmlDeviceGetClockInfo, handle,
+        clock = number(r.call(skip, "clock_sm", pynvml.nvmlDeviceGetClockInfo, handle,
                                NVML_CLOCK_SM))
-        fan = _number(r.call(skip, "fan_speed", pynvml.nvmlDeviceGetFanSpeed, handle))
+        fan = number(r.call(skip, "fan_speed", pynvml.nvmlDeviceGetFanSpeed, handle))
         if fan is not None and fan > 100.0:
             # NVML allows a fan to run above its nominal maximum
             details["fan_speed_raw_percent"] = fan
@@ -403,20 +332,23 @@ class NvidiaBackend(Backend):
         if self.options.get("pcie_throughput", False):
             for key, counter in (("pcie_tx", NVML_PCIE_UTIL_TX_BYTES),
                                  ("pcie_rx", NVML_PCIE_UTIL_RX_BYTES)):
-                value = _number(r.call(skip, key, pynvml.nvmlDeviceGetPcieThroughput,
+                value = number(r.call(skip, key, pynvml.nvmlDeviceGetPcieThroughput,
                                        handle, counter))
                 if value is not None:
                     details[f"{key}_kilobytes_per_second"] = value
 
-        own, per_mig = self._processes(r, gpu)
+        if self.options.get("processes", True) and self._process_reader is not None:
+            own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner)
+        else:  # not asked: who uses the GPU is unknown, not "nobody"
+            own, per_mig = None, {}
         devices = [self._device(
             gpu, health="ok", details=details,
             utilization_percent=utilization,
             memory_used_bytes=used, memory_total_bytes=total,
             temperature_celsius=temperature,
-            power_watts=milli_to_unit(_number(power_mw)),
-            power_limit_watts=milli_to_unit(_number(limit_mw)),
-            energy_joules=milli_to_unit(_number(energy_mj)),
+            power_watts=milli_to_unit(number(power_mw)),
+            power_limit_watts=milli_to_unit(number(limit_mw)),
+            energy_joules=milli_to_unit(number(energy_mj)),
             clock_mhz=clock, fan_percent=fan, processes=own)]
         for mig in gpu.migs:
             mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)
@@ -429,47 +361,9 @@ class NvidiaBackend(Backend):
                 processes=None if own is None else per_mig.get(mig.slot, ())))
         return devices
 
-    def _processes(self, r: _Reader, gpu: _Gpu
-                   ) -> tuple[tuple[ProcessSample, ...] | None, dict[int, tuple[ProcessSample, ...]]]:
-        """The GPU's own processes, and those inside each MIG instance (by slot).
-
-        ``None`` when no list could be read (disabled, unsupported, no permission):
-        who uses the GPU is then unknown, not "nobody".
-        """
-        if not self.options.get("processes", True) or self._process_reader is None:
-            return None, {}
-        merged: dict[int, RawProcess] = {}
-        listed_any = False
-        for kind in ("Compute", "Graphics"):
-            listed = r.call(gpu.skip, f"{kind.lower()}_processes", self._process_reader.read,
-                            gpu.handle, kind, gpu.process_capacity[kind])
-            if listed is None:
-                continue
-            listed_any = True
-            gpu.process_capacity[kind] = max(_PROCESS_CAPACITY, len(listed) * 2 + 5)
-            for proc in listed:
-                if proc.pid <= 0:
-                    r.warnings.append(f"{r.label}: NVML listed an invalid pid {proc.pid}")
-                    continue
-                merged[proc.pid] = _merge_process(merged.get(proc.pid), proc)
-        if not listed_any:
-            return None, {}
-        own: list[ProcessSample] = []
-        per_mig: dict[int, list[ProcessSample]] = {}
-        for proc in sorted(merged.values(), key=lambda p: p.pid):
-            user, command = self._process_owner(proc.pid)
-            sample = ProcessSample(pid=proc.pid, user=user, command=command,
-                                   memory_bytes=proc.memory_bytes)
-            mig = _owning_mig(gpu.migs, proc)
-            if mig is None:
-                own.append(sample)
-            else:
-                per_mig.setdefault(mig.slot, []).append(sample)
-        return tuple(own), {slot: tuple(procs) for slot, procs in per_mig.items()}
-
     # -- building samples --------------------------------------------------------
 
-    def _device(self, gpu: _Gpu, *, health: str,
+    def _device(self, gpu: Gpu, *, health: str,
                 details: Mapping[str, DetailValue] | None = None, **values: Any) -> DeviceSample:
         return DeviceSample(
             id=gpu.id, vendor=self.vendor, kind=self.kind, backend=self.name,
@@ -477,7 +371,7 @@ class NvidiaBackend(Backend):
             driver_version=self._driver_version, firmware_version=gpu.vbios,
             health=health, details=dict(details or {}), **values)
 
-    def _mig_device(self, gpu: _Gpu, mig: _Mig, *, health: str,
+    def _mig_device(self, gpu: Gpu, mig: Mig, *, health: str,
                     details: Mapping[str, DetailValue] | None = None,
                     **values: Any) -> DeviceSample:
         extra: dict[str, DetailValue] = {"mig_slot": mig.slot,

@@ -1,7 +1,7 @@
 """Reading one cell of ``rbln-smi -j`` JSON: strings or numbers, ``N/A`` as ``None``.
 
-Shared by the device-row parser (:mod:`._rebellions_parse`) and the context
-(process) parser (:mod:`._rebellions_procs`).
+Shared by the device-row parser (:mod:`.parse`) and the context
+(process) parser (:mod:`.processes`).
 """
 
 from __future__ import annotations

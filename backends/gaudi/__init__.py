@@ -2,7 +2,7 @@
 
 Values come from ``hl-smi -Q <fields> -f csv,noheader,nounits``. By default
 one long-running ``hl-smi ... -l <interval>`` child prints a block of rows per
-interval, cut into frames by :class:`allsmi.backends._gaudi_csv.FrameAssembler`;
+interval, cut into frames by :class:`allsmi.backends.gaudi.csv_output.FrameAssembler`;
 ``options={"mode": "oneshot"}`` runs the tool once per :meth:`GaudiBackend.sample`
 instead, and loop mode falls back to it by itself when the installed hl-smi
 cannot loop. The field set is negotiated once at :meth:`GaudiBackend.open`,
@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import units
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
-from allsmi.backends._gaudi_build import MAX_LINE_WARNINGS, Identity, SampleBuilder
+from allsmi.backends.gaudi.loop import LoopMode
+from allsmi.backends.gaudi.samples import EXECUTABLE, MAX_LINE_WARNINGS, Identity, SampleBuilder
 # probe() only looks for hl-smi: the CSV and text parsers, the loop reader and the tool runner
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
-from allsmi.backends._toolpath import describe_missing, find_tool
+from allsmi.backends._common.toolpath import describe_missing, find_tool
 from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
-    from allsmi.backends._gaudi_csv import Frame, FrameAssembler, Row
-    from allsmi.backends._gaudi_text import ListedDevice
-    from allsmi.backends._stream import LineStream, StreamExit
-    from allsmi.backends._subprocess import ToolResult
+    from allsmi.backends.gaudi.csv_output import Frame, FrameAssembler, Row
+    from allsmi.backends.gaudi.text_output import ListedDevice
+    from allsmi.backends._common.stream import LineStream
+    from allsmi.backends._common.runner import ToolResult
 
-EXECUTABLE = "hl-smi"
 ENV_VAR = "ALLSMI_HL_SMI"
 #: Where Habana/Intel packages install hl-smi when it is not on PATH.
 INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/habanalabs/bin",
@@ -47,12 +47,10 @@ MODES = ("loop", "oneshot")
 #: How hl-smi rejects a query field it does not know ("invalid query field", "unknown field").
 _QUERY_REJECTED = r"field|query|invalid|unknown|unrecogni[sz]ed|not (supported|recognized)"
 DEFAULT_INTERVAL = 2.0
-#: A device whose newest row is older than this many intervals is degraded.
-STALE_INTERVALS = 3.0
 KNOWN_OPTIONS = frozenset({"mode", "interval_seconds", "firmware", "processes"})
 
 
-class GaudiBackend(SampleBuilder, Backend):
+class GaudiBackend(LoopMode, SampleBuilder, Backend):
     """Intel Gaudi accelerators read through ``hl-smi`` (see the module docstring)."""
 
     name = "gaudi"
@@ -131,8 +129,8 @@ class GaudiBackend(SampleBuilder, Backend):
     def open(self) -> None:
         """Find hl-smi, negotiate the field set, read firmware, start loop mode."""
         self.close()  # a second open() must not leave the first loop child running
-        from allsmi.backends import _gaudi_csv as csvfmt
-        from allsmi.backends._gaudi_csv import Frame
+        from allsmi.backends.gaudi import csv_output as csvfmt
+        from allsmi.backends.gaudi.csv_output import Frame
         self._read_options()
         self._tool = self._find()
         if self._tool is None:
@@ -180,11 +178,6 @@ class GaudiBackend(SampleBuilder, Backend):
         self._opened = False  # sample() now raises until open() again
         self._stop_loop()
 
-    def _stop_loop(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.close()
-
     # -- options and field negotiation --------------------------------------
 
     def _read_options(self) -> None:
@@ -210,7 +203,7 @@ class GaudiBackend(SampleBuilder, Backend):
 
     def _run(self, argv: Sequence[str]) -> ToolResult:
         """Run hl-smi; any exit status comes back (callers decide), a signal is an error."""
-        from allsmi.backends._subprocess import Tool, ToolError, ToolTimeout
+        from allsmi.backends._common.runner import Tool, ToolError, ToolTimeout
         tool = Tool(argv[0], self.timeout_seconds)
         try:
             result = tool.run(*argv[1:], ok_codes=range(0, 256))
@@ -232,8 +225,8 @@ class GaudiBackend(SampleBuilder, Backend):
         """
         import re
 
-        from allsmi.backends import _gaudi_csv as csvfmt
-        from allsmi.backends._subprocess import ToolFailed
+        from allsmi.backends.gaudi import csv_output as csvfmt
+        from allsmi.backends._common.runner import ToolFailed
         fields = list(csvfmt.ALL_FIELDS)
         probed = False
         while True:
@@ -267,7 +260,7 @@ class GaudiBackend(SampleBuilder, Backend):
 
     def _read_firmware(self) -> None:
         """Firmware versions from ``hl-smi -L``; optional, so a failure is only a warning."""
-        from allsmi.backends._gaudi_text import parse_listing
+        from allsmi.backends.gaudi.text_output import parse_listing
         assert self._tool is not None
         try:
             result = self._run([self._tool, "-L"])
@@ -284,107 +277,12 @@ class GaudiBackend(SampleBuilder, Backend):
                 if dev.uuid:
                     self._firmware[f"uuid:{dev.uuid}"] = dev.firmware_spi
 
-    # -- loop mode -----------------------------------------------------------
-
-    def _start_loop(self, expected: frozenset[str]) -> None:
-        from allsmi.backends._gaudi_csv import FrameAssembler
-        from allsmi.backends._stream import LineStream
-        self._first_frame = threading.Event()
-        self._loop_unusable = None
-        self._assembler = FrameAssembler(idle_close=self.interval / 2, clock=self._clock,
-                                         expected=expected)
-        argv = self._query_argv(self._fields) + ["-l", f"{self.interval:g}"]
-        stream = LineStream(
-            argv, on_line=self._on_line, on_start=self._on_start, on_exit=self._on_exit,
-            idle_timeout=STALE_INTERVALS * self.interval + self.timeout_seconds,
-            backoff_initial=self._backoff[0], backoff_max=self._backoff[1],
-            name="allsmi-gaudi-hl-smi")
-        self._stream = stream
-        stream.start()
-        deadline = time.monotonic() + self.timeout_seconds + self.interval
-        while not self._first_frame.wait(0.02):
-            if self._loop_unusable is not None or time.monotonic() > deadline:
-                break
-        if not self._first_frame.is_set() and self._loop_unusable is None:
-            self._loop_unusable = (f"{EXECUTABLE} -l printed no complete frame within "
-                                   f"{self.timeout_seconds + self.interval:g} s")
-        if self._loop_unusable is not None:
-            self._fall_back_to_oneshot(self._loop_unusable)
-
-    def _fall_back_to_oneshot(self, why: str) -> None:
-        self._stop_loop()
-        self.mode = "oneshot"
-        self._loop_unusable = None
-        self._notes.append(f"loop mode unusable ({why}); running {EXECUTABLE} once per sample")
-
-    def _on_start(self, generation: int) -> None:
-        with self._lock:
-            assert self._assembler is not None
-            self._assembler.discard_partial()
-        self._generation = generation
-
-    def _on_line(self, line: str) -> None:
-        from allsmi.backends import _gaudi_csv as csvfmt
-        parsed = csvfmt.parse_line(line, self._fields)
-        if isinstance(parsed, str):
-            if parsed != "empty line":
-                self._issues.append(f"{EXECUTABLE} -l: {parsed}: {csvfmt.shorten(line)!r}; skipped")
-            return
-        with self._lock:
-            assert self._assembler is not None
-            self._assembler.add(parsed, self._generation)
-            if self._assembler.frames:
-                self._first_frame.set()
-
-    def _on_exit(self, info: StreamExit) -> bool:
-        with self._lock:
-            assert self._assembler is not None
-            dropped = self._assembler.discard_partial()
-        what = info.describe(f"{EXECUTABLE} -l")
-        if info.generation == 1 and (not self._first_frame.is_set() or info.returncode == 0):
-            # The very first child either never produced a frame (option
-            # rejected, tool too old) or ended by itself (ignores -l): a loop
-            # restarted forever would only hide that.
-            self._loop_unusable = what
-            return False
-        if dropped:
-            what += f"; dropped its unfinished frame of {dropped} row(s)"
-        if info.reason == "exited" and info.returncode != 0:
-            self._last_crash = what
-        self._issues.append(what + "; restarting with back-off")
-        return True
-
-    def _loop_frame(self) -> tuple[Frame, float | None]:
-        """The newest frame, and its age when that is past the staleness limit."""
-        with self._lock:
-            assert self._assembler is not None
-            frame = self._assembler.poll() or self._seed
-            issues = list(self._issues)
-            self._issues.clear()
-        assert frame is not None
-        self._add_line_warnings(issues)
-        age = self._clock() - frame.closed_at
-        limit = STALE_INTERVALS * self.interval
-        if age <= limit:
-            self._last_crash = None
-            return frame, None
-        if self._last_crash is not None:
-            # The loop child crashed and no fresh frame came since: the tool is failing.
-            raise BackendError(f"{self._last_crash}; no fresh data for {age:.1f} s, restarting it")
-        stream = self._stream
-        state = ""
-        if stream is not None and stream.next_start_at is not None:
-            state = f"; next restart in {max(0.0, stream.next_start_at - time.monotonic()):.1f} s"
-        self.warnings.append(f"no fresh {EXECUTABLE} data for {age:.1f} s (limit {limit:g} s); "
-                             f"devices reported degraded without values{state}")
-        return frame, age
-
     # -- one-shot mode ---------------------------------------------------------
 
     def _run_oneshot(self) -> Frame:
-        from allsmi.backends import _gaudi_csv as csvfmt
-        from allsmi.backends._gaudi_csv import Frame
-        from allsmi.backends._subprocess import ToolFailed
+        from allsmi.backends.gaudi import csv_output as csvfmt
+        from allsmi.backends.gaudi.csv_output import Frame
+        from allsmi.backends._common.runner import ToolFailed
         result = self._run(self._query_argv(self._fields))
         if result.returncode != 0:
             raise BackendError(str(ToolFailed(f"{EXECUTABLE} -Q", result)))
@@ -406,8 +304,8 @@ class GaudiBackend(SampleBuilder, Backend):
 
     def _attach_processes(self, devices: list[DeviceSample]) -> list[DeviceSample]:
         """Processes from the table view; a failure there is a warning, not an error."""
-        from allsmi.backends._gaudi_text import parse_processes
-        from allsmi.backends._subprocess import ToolFailed
+        from allsmi.backends.gaudi.text_output import parse_processes
+        from allsmi.backends._common.runner import ToolFailed
         assert self._tool is not None
         try:
             result = self._run([self._tool])

@@ -16,7 +16,7 @@ from allsmi import units
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:  # the CSV module is imported by the backend's open(), not with its class
-    from allsmi.backends._gaudi_csv import Frame, Row
+    from allsmi.backends.gaudi.csv_output import Frame, Row
 
 EXECUTABLE = "hl-smi"
 #: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
@@ -105,7 +105,7 @@ class SampleBuilder:
             return None
         value = parse(raw)
         if value is None:
-            from allsmi.backends._gaudi_csv import shorten
+            from allsmi.backends.gaudi.csv_output import shorten
             self.warnings.append(f"{ident.id}: unreadable {field} value {shorten(raw, 40)!r}")
         return value
 

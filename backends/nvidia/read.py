@@ -12,16 +12,16 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from allsmi.backends import _nvml
-from allsmi.backends._nvml import error_code
-from allsmi.backends._nvml_model import (
+from allsmi.backends.nvidia import nvml
+from allsmi.backends.nvidia.nvml import error_code
+from allsmi.backends.nvidia.devices import (
     FI_POWER_AVERAGE,
     FI_POWER_INSTANT,
     NVML_TEMPERATURE_GPU,
-    _DeviceFault,
-    _Gpu,
-    _number,
-    _Reader,
+    DeviceFault,
+    Gpu,
+    number,
+    Reader,
 )
 from allsmi.units import reject_sentinel
 
@@ -36,7 +36,7 @@ class DriverReads:
         self.temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
         self.event_reasons = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
 
-    def memory(self, r: _Reader, skip: set[str], handle: Any
+    def memory(self, r: Reader, skip: set[str], handle: Any
                 ) -> tuple[int | None, int | None, int | None, int | None]:
         """``(used, total, reserved, version)`` in bytes; v2 where the driver has it."""
         pynvml = self.pynvml
@@ -49,8 +49,8 @@ class DriverReads:
                 info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
                 version = 2
             except pynvml.NVMLError as exc:
-                if error_code(exc) in (_nvml.ERROR_FUNCTION_NOT_FOUND,
-                                       _nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
+                if error_code(exc) in (nvml.ERROR_FUNCTION_NOT_FOUND,
+                                       nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
                     self.memory_v2 = False  # the driver predates the v2 call
                 else:
                     r.failed(skip, "memory", exc)
@@ -71,7 +71,7 @@ class DriverReads:
             return None, total, reserved, version
         return used, total, reserved, version
 
-    def temperature(self, r: _Reader, skip: set[str], handle: Any) -> float | None:
+    def temperature(self, r: Reader, skip: set[str], handle: Any) -> float | None:
         pynvml = self.pynvml
         if "temperature" in skip:
             return None
@@ -80,8 +80,8 @@ class DriverReads:
             try:
                 value = pynvml.nvmlDeviceGetTemperatureV(handle, NVML_TEMPERATURE_GPU)
             except pynvml.NVMLError as exc:
-                if error_code(exc) in (_nvml.ERROR_FUNCTION_NOT_FOUND,
-                                       _nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
+                if error_code(exc) in (nvml.ERROR_FUNCTION_NOT_FOUND,
+                                       nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
                     self.temperature_v = False  # the driver predates TemperatureV
                 else:
                     r.failed(skip, "temperature", exc)
@@ -89,9 +89,9 @@ class DriverReads:
         if value is None and not self.temperature_v:
             value = r.call(skip, "temperature", pynvml.nvmlDeviceGetTemperature, handle,
                            NVML_TEMPERATURE_GPU)
-        return _number(reject_sentinel(value))
+        return number(reject_sentinel(value))
 
-    def clock_event_reasons(self, r: _Reader, skip: set[str], handle: Any) -> int | None:
+    def clock_event_reasons(self, r: Reader, skip: set[str], handle: Any) -> int | None:
         pynvml = self.pynvml
         if "clock_event_reasons" in skip:
             return None
@@ -99,7 +99,7 @@ class DriverReads:
             try:
                 return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
             except pynvml.NVMLError as exc:
-                if error_code(exc) != _nvml.ERROR_FUNCTION_NOT_FOUND:
+                if error_code(exc) != nvml.ERROR_FUNCTION_NOT_FOUND:
                     r.failed(skip, "clock_event_reasons", exc)
                     return None
                 self.event_reasons = False  # older driver: the "throttle" name
@@ -107,7 +107,7 @@ class DriverReads:
                        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
         return int(value) if value is not None else None
 
-    def field_values(self, r: _Reader, gpu: _Gpu) -> dict[int, int | float]:
+    def field_values(self, r: Reader, gpu: Gpu) -> dict[int, int | float]:
         """The batched fields that answered; unsupported ones leave ``gpu.fields`` for good."""
         pynvml = self.pynvml
         asked = list(gpu.fields)
@@ -123,17 +123,17 @@ class DriverReads:
         for position, fid in enumerate(asked):
             entry = entries[position]
             ret = int(entry.nvmlReturn)
-            if ret == _nvml.SUCCESS:
-                value = _nvml.field_value(entry)
+            if ret == nvml.SUCCESS:
+                value = nvml.field_value(entry)
                 if value is not None:
                     values[fid] = value
-            elif ret in (_nvml.ERROR_NOT_SUPPORTED, _nvml.ERROR_INVALID_ARGUMENT,
-                         _nvml.ERROR_FUNCTION_NOT_FOUND):
+            elif ret in (nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT,
+                         nvml.ERROR_FUNCTION_NOT_FOUND):
                 # INVALID_ARGUMENT: a field id newer than the driver
                 gpu.fields.remove(fid)
-            elif ret in _nvml.DEVICE_FAULT_CODES:
-                raise _DeviceFault(ret, f"field {fid}: {pynvml.NVMLError(ret)}")
-            elif ret == _nvml.ERROR_NO_PERMISSION:
+            elif ret in nvml.DEVICE_FAULT_CODES:
+                raise DeviceFault(ret, f"field {fid}: {pynvml.NVMLError(ret)}")
+            elif ret == nvml.ERROR_NO_PERMISSION:
                 gpu.fields.remove(fid)
                 r.warnings.append(f"{r.label}: NVML field {fid} needs more privilege "
                                   "(NoPermission); reported as unknown")

@@ -1,6 +1,6 @@
 """Reading one amdsmi processor handle: static facts, dynamic readings, board readings,
-processes. Units are converted by :mod:`allsmi.backends._amdsmi_convert`; which handle's
-readings belong to which device is decided by :mod:`allsmi.backends._amdsmi_partitions`.
+processes. Units are converted by :mod:`allsmi.backends.amd.convert`; which handle's
+readings belong to which device is decided by :mod:`allsmi.backends.amd.partitions`.
 
 Key names that changed between amdsmi releases are tried newest first (see
 ``docs/backends/amd.md``).
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
-from allsmi.backends import _amdsmi_convert as conv
-from allsmi.backends._amdsmi_calls import Calls, mapping
-from allsmi.backends._amdsmi_partitions import PlannedDevice
+from allsmi.backends.amd import convert as conv
+from allsmi.backends.amd.calls import Calls, mapping
+from allsmi.backends.amd.partitions import PlannedDevice
 from allsmi.fields import MEASUREMENTS
 from allsmi.schema import DetailValue, ProcessSample
 

@@ -35,8 +35,8 @@ from allsmi import units
 from allsmi.fields import BY_FIELD
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
-from ._rebellions_cells import int_cell, npu_key, text_of
-from ._rebellions_procs import LookupNodes, LookupUser, attribute_contexts
+from .cells import int_cell, npu_key, text_of
+from .processes import LookupNodes, LookupUser, attribute_contexts
 
 #: Card names the vendor documents, and the product each belongs to
 #: (docs.rbln.ai support matrix: CA02 is ATOM, CA12/CA22 ATOM+, CA25 ATOM Max).

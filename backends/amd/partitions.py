@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from allsmi.backends._amdsmi_convert import split_bdf
+from allsmi.backends.amd.convert import split_bdf
 from allsmi.schema import DetailValue
 
 UNPARTITIONED_MODE = "SPX"

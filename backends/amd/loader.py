@@ -155,7 +155,7 @@ def quick_absence(device_nodes: tuple[str, ...]) -> tuple[str, dict[str, str]] |
     Absent means no AMD device node and no ``libamd_smi.so`` where amdsmi looks: its
     import would fail with the same reason. Returns the reason and what was searched.
     """
-    from allsmi.backends._presence import maybe_present
+    from allsmi.backends._common.presence import maybe_present
     paths = library_paths()
     if maybe_present("amdsmi", device_nodes, LIBRARY, paths):
         return None

@@ -6,7 +6,7 @@ found through ``ALLSMI_RBLN_SMI`` (full path of either executable), then
 ``rbln-smi`` and ``rbln-stat`` on PATH or in the vendor's install
 directories. One tool run per sample reads devices and processes together.
 Parsing and the multi-die (ATOM Max) model live in
-:mod:`allsmi.backends._rebellions_parse`; see ``docs/backends/rebellions.md``.
+:mod:`allsmi.backends.rebellions.parse`; see ``docs/backends/rebellions.md``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
-from allsmi.backends._host_procs import process_user
+from allsmi.backends._common.owners import process_user
 # probe() only looks for the tool: the parsers and the tool runner are imported by open() and
 # sample(), once there is one (tests/test_layers.py checks that a machine without it loads neither).
-from allsmi.backends._toolpath import describe_missing, find_tool
+from allsmi.backends._common.toolpath import describe_missing, find_tool
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
-    from allsmi.backends._rebellions_procs import LookupNodes, LookupUser
+    from allsmi.backends.rebellions.processes import LookupNodes, LookupUser
 
 #: Environment override: the full path of ``rbln-smi`` or ``rbln-stat``.
 ENV_VAR = "ALLSMI_RBLN_SMI"
@@ -39,8 +39,8 @@ JSON_ARGS: tuple[str, ...] = ("-j",)
 
 
 def rbln_nodes_opened_by(pid: int) -> frozenset[str] | None:
-    """:func:`allsmi.backends._rebellions_procs.rbln_nodes_opened_by`, imported on first use."""
-    from allsmi.backends._rebellions_procs import rbln_nodes_opened_by as lookup
+    """:func:`allsmi.backends.rebellions.processes.rbln_nodes_opened_by`, imported on first use."""
+    from allsmi.backends.rebellions.processes import rbln_nodes_opened_by as lookup
     return lookup(pid)
 
 
@@ -112,7 +112,7 @@ class RebellionsBackend(Backend):
 
     def sample(self) -> Sequence[DeviceSample]:
         """One tool run: every readable device row, cards before their dies."""
-        from allsmi.backends._rebellions_parse import build_samples
+        from allsmi.backends.rebellions.parse import build_samples
         self.warnings = []
         if self._tool is None:
             self.open()
@@ -127,8 +127,8 @@ class RebellionsBackend(Backend):
 
     def _read_report(self, warnings: list[str]) -> dict[str, Any]:
         """The tool's report; any failure of the run (status, signal, timeout, cap, output) raises."""
-        from allsmi.backends._rebellions_parse import load_report
-        from allsmi.backends._subprocess import Tool, backend_errors
+        from allsmi.backends.rebellions.parse import load_report
+        from allsmi.backends._common.runner import Tool, backend_errors
         assert self._tool is not None
         tool = Tool(self._tool, self.timeout_seconds)
         with backend_errors():

@@ -18,7 +18,7 @@ placed by the first rule that gives exactly one device:
 
 Anything still ambiguous is left unattributed, with a warning, rather than
 guessed. Memory of several contexts of one pid on one device is summed.
-Owners come from :mod:`allsmi.backends._host_procs`.
+Owners come from :mod:`allsmi.backends._common.owners`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from allsmi import units
 from allsmi.schema import ProcessSample
 
-from ._rebellions_cells import int_cell, npu_key, text_of
+from .cells import int_cell, npu_key, text_of
 
 LookupUser = Callable[[int], "str | None"]
 LookupNodes = Callable[[int], "frozenset[str] | None"]

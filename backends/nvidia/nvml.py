@@ -95,7 +95,7 @@ def quick_absence(device_nodes: tuple[str, ...]) -> str | None:
     Absent means no device node, no driver in ``/proc`` and no ``libnvidia-ml.so.1`` the
     loader would find: ``nvmlInit`` would fail with "library not found" (the same reason).
     """
-    from allsmi.backends._presence import maybe_present
+    from allsmi.backends._common.presence import maybe_present
     if maybe_present("pynvml", (*device_nodes, *DRIVER_PATHS), LIBRARY, LIBRARY_PATHS):
         return None
     return LIBRARY_MISSING

@@ -1,14 +1,14 @@
 """AMD GPUs through the ``amdsmi`` Python package (ROCm's ``libamd_smi``).
 
 ``amdsmi`` is imported lazily, with stdout captured at the file-descriptor
-level (see :mod:`allsmi.backends._amdsmi_loader`): without ROCm its import
+level (see :mod:`allsmi.backends.amd.loader`): without ROCm its import
 prints to stdout and raises ``KeyError``, which becomes an "unavailable" probe
 with a reason. Static facts are read once in :meth:`AmdBackend.open`; each
 :meth:`AmdBackend.sample` reads the rest per processor handle. The modules:
 
-* :mod:`~allsmi.backends._amdsmi_calls`: status codes, errors, one device's calls;
-* :mod:`~allsmi.backends._amdsmi_read`: what one handle reports, in schema units;
-* :mod:`~allsmi.backends._amdsmi_partitions`: which handles are partitions of
+* :mod:`~allsmi.backends.amd.calls`: status codes, errors, one device's calls;
+* :mod:`~allsmi.backends.amd.read`: what one handle reports, in schema units;
+* :mod:`~allsmi.backends.amd.partitions`: which handles are partitions of
   which physical GPU, and who carries the board's power.
 
 Units, partition rules, version drift and failure behaviour are documented in
@@ -22,21 +22,21 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.backends._amdsmi_loader import (
+from allsmi.backends.amd.loader import (
     AmdsmiLoadError,
     load_amdsmi,
     package_version,
     quick_absence,
     quiet_stdout,
 )
-from allsmi.backends._host_procs import process_owner
+from allsmi.backends._common.owners import process_owner
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
-    from allsmi.backends import _amdsmi_read as read
-    from allsmi.backends._amdsmi_calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
-    from allsmi.backends._amdsmi_partitions import Board, Layout, PlannedDevice, arrange
-    from allsmi.backends._amdsmi_read import ProcessLookup, Readings
+    from allsmi.backends.amd import read
+    from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.partitions import Board, Layout, PlannedDevice, arrange
+    from allsmi.backends.amd.read import ProcessLookup, Readings
 
 __all__ = ["AmdBackend", "ProcessLookup", "describe", "init_failure"]
 
@@ -45,21 +45,20 @@ def _import_reading() -> None:
     """Bind the reading modules' names here, once amdsmi has been loaded.
 
     Without an AMD device node or library the backend is answered from the file system
-    (:func:`~allsmi.backends._amdsmi_loader.quick_absence`) and never needs them: start-up
+    (:func:`~allsmi.backends.amd.loader.quick_absence`) and never needs them: start-up
     on every other machine does not pay for importing them.
     """
     global read, FUNCTIONS, Calls, describe, init_failure, missing_functions, Board, arrange
-    from allsmi.backends import _amdsmi_read as read
-    from allsmi.backends._amdsmi_calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
-    from allsmi.backends._amdsmi_partitions import Board, arrange
+    from allsmi.backends.amd import read
+    from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.partitions import Board, arrange
 
 
 def __getattr__(name: str) -> Any:
     """``ProcessLookup``, ``describe`` and ``init_failure``, imported on first use."""
     if name in ("ProcessLookup", "describe", "init_failure"):
         _import_reading()
-        from allsmi.backends import _amdsmi_read
-        return globals().get(name) or getattr(_amdsmi_read, name)
+        return globals().get(name) or getattr(read, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,7 +1,7 @@
 """Tenstorrent backend: ``tt-smi -s --snapshot_no_tty``, decoded per board generation.
 
 One tt-smi run per sample gives every chip's telemetry (see
-:mod:`._tenstorrent_decode` for the encodings and :mod:`._tenstorrent_snapshot`
+:mod:`.decode` for the encodings and :mod:`.snapshot`
 for the stdout-versus-file differences between tt-smi versions).
 
 A board is one device, keyed ``tenstorrent:<board id>``. A second chip on
@@ -25,12 +25,12 @@ from allsmi.schema import DeviceSample, ProcessSample
 
 # probe() only looks for tt-smi: the snapshot reader (subprocess, tempfile) and the decoders
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
-from ._host_procs import process_user
-from ._toolpath import describe_missing, find_tool
+from allsmi.backends._common.owners import process_user
+from allsmi.backends._common.toolpath import describe_missing, find_tool
 
 if TYPE_CHECKING:
-    from . import _tenstorrent_decode as decode
-    from ._tenstorrent_snapshot import SnapshotReader
+    from . import decode
+    from .snapshot import SnapshotReader
 
 ENV_VAR = "ALLSMI_TT_SMI"
 EXECUTABLE = "tt-smi"
@@ -89,7 +89,7 @@ class TenstorrentBackend(Backend):
         tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
         if tool is None:
             raise BackendUnavailable(describe_missing(EXECUTABLE, ENV_VAR))
-        from ._tenstorrent_snapshot import SnapshotReader
+        from .snapshot import SnapshotReader
         self._reader = SnapshotReader(tool)
         self._heartbeats = {}
 
@@ -104,8 +104,8 @@ class TenstorrentBackend(Backend):
         self.warnings = []
         if self._reader is None:
             raise BackendError("tenstorrent backend used before open()")
-        from . import _tenstorrent_decode as decode
-        from ._subprocess import ToolError, ToolTimeout
+        from . import decode
+        from allsmi.backends._common.runner import ToolError, ToolTimeout
         try:
             snapshot = self._reader.read(self.timeout_seconds, self.warnings)
         except ToolTimeout as exc:

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Callable
 from allsmi import units
 
 if TYPE_CHECKING:
-    from ._furiosa_parse import FuriosaReading
+    from .parse import FuriosaReading
 
 
 def text_or_none(value: object) -> str | None:
-    """:func:`._furiosa_parse.text_or_none`; the parsers are imported when an SDK is read, not
+    """:func:`.parse.text_or_none`; the parsers are imported when an SDK is read, not
     when :func:`installed_module` answers the backend's probe."""
-    from ._furiosa_parse import text_or_none as convert
+    from .parse import text_or_none as convert
     return convert(value)
 
 #: Import names in the order they are tried: the current generation first.
@@ -211,7 +211,7 @@ class ModernSdk(SdkAdapter):
         return _percent_tuple(raw, warnings, where)
 
     def read(self, warnings: list[str]) -> list[FuriosaReading]:
-        from ._furiosa_parse import FuriosaReading
+        from .parse import FuriosaReading
         readings: list[FuriosaReading] = []
         for position, device in enumerate(self.list_devices()):
             where = f"device {position}"
@@ -279,7 +279,7 @@ class LegacySdk(SdkAdapter):
         return _percent_tuple([value for _, value in indexed], warnings, where)
 
     def read(self, warnings: list[str]) -> list[FuriosaReading]:
-        from ._furiosa_parse import FuriosaReading
+        from .parse import FuriosaReading
         readings: list[FuriosaReading] = []
         for position, device in enumerate(self.list_devices()):
             where = f"device {position}"

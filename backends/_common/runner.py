@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVa
 from allsmi.backend_api import BackendError
 
 # Finding a tool needs none of the modules that running one does (a probe only looks).
-from ._toolpath import describe_missing, find_tool  # noqa: F401 - re-exported
+from .toolpath import describe_missing, find_tool  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     import subprocess

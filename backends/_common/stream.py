@@ -3,7 +3,7 @@
 Some vendor tools have a loop mode (``hl-smi -l``, ``nvidia-smi -l``) that is
 far cheaper than starting the tool once per cycle. :class:`LineStream` runs
 such a tool as a child in its own session and guarantees what
-:func:`allsmi.backends._subprocess.run_tool` guarantees for one-shot calls:
+:func:`allsmi.backends._common.runner.run_tool` guarantees for one-shot calls:
 
 * an argument list, never a shell;
 * stdout and stderr drained continuously by one reader thread, so a chatty
@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from allsmi.backends._subprocess import kill_group
+from allsmi.backends._common.runner import kill_group
 
 #: Longest stdout line kept; a CSV row for one device is far below this.
 DEFAULT_MAX_LINE = 64 * 1024

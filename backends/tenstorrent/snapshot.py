@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Any
 
-from ._subprocess import DEFAULT_MAX_OUTPUT, Tool, ToolError, ToolFailed, ToolResult, says_no_devices
+from allsmi.backends._common.runner import DEFAULT_MAX_OUTPUT, Tool, ToolError, ToolFailed, ToolResult, says_no_devices
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SAVED = re.compile(r"Saved tt-smi log to:\s*(?P<path>\S+)")

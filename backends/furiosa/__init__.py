@@ -4,7 +4,7 @@ Data sources, in order of preference (``options["method"]`` = ``auto``,
 ``sdk`` or ``cli`` narrows them):
 
 1. The Python SDK, imported lazily: ``furiosa_smi`` (2026.4.0+) then
-   ``furiosa_smi_py`` (up to 2026.1.x). See :mod:`._furiosa_sdk`.
+   ``furiosa_smi_py`` (up to 2026.1.x). See :mod:`.sdk`.
 2. The CLI: ``furiosa-smi info|status --format json`` each sample, found
    through ``ALLSMI_FURIOSA_SMI``, ``PATH`` or the vendor's install dirs.
 
@@ -26,13 +26,13 @@ from allsmi.schema import DeviceSample, ProcessSample
 # Only what probe() needs is imported with the backend: the SDK check and the tool search.
 # The parsers and the tool runner are imported by open() and sample(), once there is a tool
 # or an SDK to read (tests/test_layers.py checks that a machine without either loads neither).
-from . import _furiosa_sdk as sdk
-from ._host_procs import process_user
-from ._toolpath import describe_missing, find_tool
+from . import sdk
+from allsmi.backends._common.owners import process_user
+from allsmi.backends._common.toolpath import describe_missing, find_tool
 
 if TYPE_CHECKING:
-    from . import _furiosa_parse as parse
-    from ._subprocess import ToolResult
+    from . import parse
+    from allsmi.backends._common.runner import ToolResult
 
 ENV_VAR = "ALLSMI_FURIOSA_SMI"
 EXECUTABLE = "furiosa-smi"
@@ -177,8 +177,8 @@ class FuriosaBackend(Backend):
         """
         import re
 
-        from . import _furiosa_parse as parse
-        from ._subprocess import Tool, ToolError, ToolFailed, says_no_devices
+        from . import parse
+        from allsmi.backends._common.runner import Tool, ToolError, ToolFailed, says_no_devices
         assert self._tool is not None
         tool = Tool(self._tool, self.timeout_seconds)
         flags = (self._json_flag,) if self._json_flag else JSON_FLAGS
@@ -208,8 +208,8 @@ class FuriosaBackend(Backend):
         raise first
 
     def _read_cli(self, deadline: float) -> list[parse.FuriosaReading]:
-        from . import _furiosa_parse as parse
-        from ._subprocess import ToolError, ToolTimeout
+        from . import parse
+        from allsmi.backends._common.runner import ToolError, ToolTimeout
         try:
             info = self._run_json("info", deadline)
         except ToolTimeout as exc:
@@ -242,8 +242,8 @@ class FuriosaBackend(Backend):
         return readings
 
     def _read_processes(self, deadline: float) -> dict[str, list[parse.ProcessRow]] | None:
-        from . import _furiosa_parse as parse
-        from ._subprocess import ToolError
+        from . import parse
+        from allsmi.backends._common.runner import ToolError
         try:
             data = self._run_json("ps", deadline)
             if data is None:
@@ -258,7 +258,7 @@ class FuriosaBackend(Backend):
     # -- normalisation ----------------------------------------------------
 
     def _processes(self, rows: list[parse.ProcessRow]) -> tuple[ProcessSample, ...]:
-        from . import _furiosa_parse as parse
+        from . import parse
         merged: dict[int, parse.ProcessRow] = {}
         for row in rows:
             seen = merged.get(row.pid)

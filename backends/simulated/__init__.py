@@ -25,8 +25,8 @@ from typing import Any, Callable, Sequence
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample
 
-from ._sim_model import LoadCycle, Wobble, in_window, unit_hash
-from ._sim_scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
+from .model import LoadCycle, Wobble, in_window, unit_hash
+from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
                             builtin_scenarios, load_scenario)
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
