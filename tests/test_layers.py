@@ -171,7 +171,8 @@ CLI_VENDOR_MODULES = {
     "rebellions": ("allsmi.backends.rebellions.parse", "allsmi.backends.rebellions.processes"),
     "tenstorrent": ("allsmi.backends.tenstorrent.decode", "allsmi.backends.tenstorrent.snapshot"),
 }
-TOOL_RUNNING = ("allsmi.backends._common.runner", "subprocess", "shutil", "tempfile", "selectors",
+TOOL_RUNNING = ("allsmi.backends._common.runner", "allsmi.backends._common.jsonout",
+                "allsmi.backends._common.cells", "subprocess", "shutil", "tempfile", "selectors",
                 "concurrent.futures")
 
 
@@ -241,3 +242,18 @@ def test_amd_reading_modules_wait_for_a_loaded_amdsmi() -> None:
     available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert not available and reason
     assert set(modules) <= {"allsmi.backends.amd.loader"}, modules
+
+
+def test_nvidia_reading_modules_wait_for_a_loaded_nvml() -> None:
+    """Where pynvml cannot be imported, the NVIDIA probe says so without importing the device
+    model or the reads (they are loaded by open(), once NVML is)."""
+    import json
+    code = ("import sys, json\nsys.modules['pynvml'] = None\n"
+            "from allsmi.backends.nvidia import NvidiaBackend\nprobe = NvidiaBackend().probe()\n"
+            "print(json.dumps([probe.available, probe.reason, "
+            "[m for m in sys.modules if m.startswith('allsmi.backends.nvidia.')]]))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            check=True)
+    available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not available and reason
+    assert set(modules) == {"allsmi.backends.nvidia.nvml"}, modules

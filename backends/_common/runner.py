@@ -32,7 +32,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from allsmi.backend_api import BackendError
 
@@ -290,3 +290,28 @@ def backend_errors(context: str = "") -> Iterator[None]:
         yield
     except ToolError as exc:
         raise BackendError(f"{context}{exc}") from exc
+
+
+K = TypeVar("K")
+
+
+def run_concurrently(calls: Mapping[K, Callable[[], T]]) -> dict[K, T | Exception]:
+    """Each of ``calls`` (typically one tool run and its parse) on its own thread, all at
+    once; what each returned, or the exception it raised, under its key.
+
+    The tool calls bound their own time (:meth:`Tool.run`), so waiting for all of them
+    waits at most for the slowest; one failing never hides the others' answers. One call
+    runs on the caller's thread, without a pool.
+    """
+    def outcome(call: Callable[[], T]) -> T | Exception:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - returned to the caller, who decides
+            return exc
+
+    if len(calls) <= 1:
+        return {key: outcome(call) for key, call in calls.items()}
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="allsmi-tool") as pool:
+        futures = {key: pool.submit(outcome, call) for key, call in calls.items()}
+        return {key: future.result() for key, future in futures.items()}

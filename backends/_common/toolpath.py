@@ -10,6 +10,7 @@ re-exports :func:`find_tool` and :func:`describe_missing`.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Iterable
 
 
@@ -76,3 +77,45 @@ def describe_missing(executable: str, env_var: str | None) -> str:
         return f"{env_var}={os.environ[env_var]!r} is not an executable file"
     hint = f" (set {env_var} to its full path)" if env_var else ""
     return f"{executable} not found on PATH or in the vendor's install directories{hint}"
+
+
+@dataclass(frozen=True)
+class VendorTool:
+    """What a command-line backend declares about its tool: the executables (in order of
+    preference; later ones are older names), the environment variable that overrides the
+    search with a full path, and the directories the vendor installs into besides ``PATH``."""
+
+    executables: tuple[str, ...]
+    env_var: str
+    install_dirs: tuple[str, ...] = ()
+
+    @property
+    def executable(self) -> str:
+        """The current name of the tool."""
+        return self.executables[0]
+
+    @property
+    def label(self) -> str:
+        """``rbln-smi/rbln-stat``: every name, for messages."""
+        return "/".join(self.executables)
+
+    def find(self, search_dirs: Iterable[str] | None = None) -> str | None:
+        """The override when set (only if it is executable), else the first executable found
+        on ``PATH`` or in ``search_dirs`` (default: the install directories)."""
+        dirs = tuple(self.install_dirs if search_dirs is None else search_dirs)
+        if os.environ.get(self.env_var):
+            return find_tool(self.executable, self.env_var)
+        for executable in self.executables:
+            found = find_tool(executable, None, dirs)
+            if found:
+                return found
+        return None
+
+    def missing(self, search_dirs: Iterable[str] | None = None) -> str:
+        """Why :meth:`find` found nothing, and what to set."""
+        if len(self.executables) == 1 or os.environ.get(self.env_var):
+            return describe_missing(self.executable, self.env_var)
+        dirs = tuple(self.install_dirs if search_dirs is None else search_dirs)
+        return (f"neither {' nor '.join(self.executables)} found on PATH or in "
+                f"{', '.join(dirs) or 'the vendor directories'} "
+                f"(set {self.env_var} to the full path of either)")

@@ -20,15 +20,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.schema import DeviceSample, ProcessSample
-
+from allsmi.backend_api import BackendError, BackendUnavailable, ProbeResult
 # Only what probe() needs is imported with the backend: the SDK check and the tool search.
 # The parsers and the tool runner are imported by open() and sample(), once there is a tool
 # or an SDK to read (tests/test_layers.py checks that a machine without either loads neither).
-from . import sdk
+from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
-from allsmi.backends._common.toolpath import describe_missing, find_tool
+from allsmi.backends._common.toolpath import VendorTool
+from allsmi.schema import DeviceSample, ProcessSample
+
+from . import sdk
 
 if TYPE_CHECKING:
     from . import parse
@@ -38,6 +39,7 @@ ENV_VAR = "ALLSMI_FURIOSA_SMI"
 EXECUTABLE = "furiosa-smi"
 #: Where the vendor's apt packages and manual installs put the tool.
 INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/furiosa/bin")
+TOOL = VendorTool((EXECUTABLE,), ENV_VAR, INSTALL_DIRS)
 #: JSON output flag: RNGD tools take ``--format``; Warboy-era tools took ``--output``.
 JSON_FLAGS: tuple[str, ...] = ("--format", "--output")
 
@@ -56,9 +58,10 @@ def _rejected_flag(result: ToolResult, flag: str) -> bool:
             and flag.lstrip("-") in said)
 
 
-class FuriosaBackend(Backend):
+class FuriosaBackend(CliToolBackend):
     """FuriosaAI RNGD NPUs."""
 
+    tool_spec = TOOL
     name = "furiosa"
     vendor = "furiosa"
     kind = "npu"
@@ -92,11 +95,13 @@ class FuriosaBackend(Backend):
     # -- life cycle -------------------------------------------------------
 
     def probe(self) -> ProbeResult:
+        """Available when an SDK is importable or furiosa-smi is found (as ``method`` allows);
+        imports nothing of the SDK and runs nothing."""
         try:
             module = sdk.installed_module() if self._method != "cli" else None
-            tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
-        except Exception as exc:  # probe never raises
-            return ProbeResult(False, f"furiosa probe failed: {exc}")
+            tool = self.locate_tool()
+        except Exception as exc:  # noqa: BLE001 - probe never raises
+            return ProbeResult(False, f"cannot look for the Furiosa SDK or {EXECUTABLE}: {exc}")
         details: dict[str, str] = {}
         if module:
             details["sdk_module"] = module
@@ -108,11 +113,11 @@ class FuriosaBackend(Backend):
         if self._method != "cli":
             reasons.append("neither furiosa_smi nor furiosa_smi_py is importable")
         if self._method != "sdk":
-            reasons.append(describe_missing(EXECUTABLE, ENV_VAR))
+            reasons.append(self.missing_reason())
         return ProbeResult(False, "; ".join(reasons), details)
 
     def open(self) -> None:
-        self._tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
+        self._tool = self.locate_tool()
         sdk_problem = ""
         reasons: list[str] = []
         if self._method != "cli":
@@ -130,7 +135,7 @@ class FuriosaBackend(Backend):
                 raise (BackendError if sdk_problem else BackendUnavailable)(
                     "Furiosa SDK unavailable: " + "; ".join(reasons))
         if self._tool is None:
-            missing = describe_missing(EXECUTABLE, ENV_VAR)
+            missing = self.missing_reason()
             if sdk_problem:
                 raise BackendError(f"{sdk_problem}; and {missing}")
             # An SDK that is installed but will not import (missing native library) is worth saying.
@@ -156,13 +161,11 @@ class FuriosaBackend(Backend):
                 raise BackendError(str(exc)) from exc
             if self._driver_version is None and readings:
                 self._driver_version = self._sdk.driver_version(self.warnings)
+            processes = self._read_processes(deadline) if readings and self._lists_processes() else None
         elif self._tool is not None:
-            readings = self._read_cli(deadline)
+            readings, processes = self._read_cli(deadline)
         else:
             raise BackendError("furiosa backend used before open()")
-        processes: dict[str, list[parse.ProcessRow]] | None = None  # None: not listed (unknown)
-        if readings and self._want_processes and self._tool is not None:
-            processes = self._read_processes(deadline)
         return [self._to_sample(r, None if processes is None else processes.get(r.dev_name or "", []))
                 for r in readings]
 
@@ -178,9 +181,9 @@ class FuriosaBackend(Backend):
         import re
 
         from . import parse
-        from allsmi.backends._common.runner import Tool, ToolError, ToolFailed, says_no_devices
+        from allsmi.backends._common.runner import ToolError, ToolFailed, says_no_devices
         assert self._tool is not None
-        tool = Tool(self._tool, self.timeout_seconds)
+        tool = self.tool(self._tool)
         flags = (self._json_flag,) if self._json_flag else JSON_FLAGS
         first: ToolError | None = None
         for flag in flags:
@@ -201,15 +204,21 @@ class FuriosaBackend(Backend):
                     first = first or failure
                     continue
                 raise failure
-            data = tool.parse(result, parse.load_json)
+            data = tool.parse(result, lambda text: parse.load_json(text, tool.command(args)))
             self._json_flag = flag
             return data
         assert first is not None
         raise first
 
-    def _read_cli(self, deadline: float) -> list[parse.FuriosaReading]:
+    def _lists_processes(self) -> bool:
+        return self._want_processes and self._tool is not None
+
+    def _read_cli(self, deadline: float
+                  ) -> tuple[list[parse.FuriosaReading], dict[str, list[parse.ProcessRow]] | None]:
+        """``info``, then ``status`` and ``ps`` at once: the readings and the processes per
+        device label (``None``: not listed, so unknown)."""
         from . import parse
-        from allsmi.backends._common.runner import ToolError, ToolTimeout
+        from allsmi.backends._common.runner import ToolError, ToolTimeout, run_concurrently
         try:
             info = self._run_json("info", deadline)
         except ToolTimeout as exc:
@@ -217,7 +226,7 @@ class FuriosaBackend(Backend):
         except ToolError as exc:
             raise BackendError(str(exc)) from exc
         if info is None:
-            return []
+            return [], None
         try:
             readings, warnings = parse.parse_info(info)
         except ValueError as exc:
@@ -226,30 +235,48 @@ class FuriosaBackend(Backend):
         if not readings:
             if warnings:
                 raise BackendError("furiosa-smi info: no usable device rows (" + "; ".join(warnings[:3]) + ")")
-            return []
-        try:
-            status_data = self._run_json("status", deadline)
-            statuses, warnings = parse.parse_status(status_data) if status_data is not None else ({}, [])
-            self.warnings.extend(warnings)
-        except (ToolError, ValueError) as exc:
-            self.warnings.append(f"furiosa-smi status unavailable, no utilization/memory this sample: {exc}")
-            statuses = {}
+            return [], None
+        calls = {"status": lambda: self._run_json("status", deadline)}
+        if self._lists_processes():
+            calls["ps"] = lambda: self._run_json("ps", deadline)
+        answers = run_concurrently(calls)
+        statuses: dict[str, parse.StatusRow] = {}
+        status_data = _answer(answers["status"])
+        if isinstance(status_data, Exception):
+            self.warnings.append(f"furiosa-smi status unavailable, no utilization/memory this sample: "
+                                 f"{status_data}")
+        elif status_data is not None:
+            try:
+                statuses, warnings = parse.parse_status(status_data)
+                self.warnings.extend(warnings)
+            except ValueError as exc:
+                self.warnings.append(f"furiosa-smi status unavailable, no utilization/memory this "
+                                     f"sample: {exc}")
         for reading in readings:
             status = statuses.get(reading.dev_name or "")
             if status is None and statuses:
                 self.warnings.append(f"{reading.dev_name}: no furiosa-smi status row; health unknown")
             parse.apply_status(reading, status)
-        return readings
+        return readings, self._processes_from(_answer(answers["ps"])) if "ps" in answers else None
 
     def _read_processes(self, deadline: float) -> dict[str, list[parse.ProcessRow]] | None:
-        from . import parse
-        from allsmi.backends._common.runner import ToolError
         try:
             data = self._run_json("ps", deadline)
-            if data is None:
-                return None
+        except Exception as exc:  # noqa: BLE001 - sorted by _answer, as in _read_cli
+            data = _answer(exc)
+        return self._processes_from(data)
+
+    def _processes_from(self, data: Any) -> dict[str, list[parse.ProcessRow]] | None:
+        """``ps`` output (or why there is none) as rows per device label; ``None``: unknown."""
+        from . import parse
+        if isinstance(data, Exception):
+            self.warnings.append(f"furiosa-smi ps unavailable, no processes this sample: {data}")
+            return None
+        if data is None:
+            return None
+        try:
             found, warnings = parse.parse_ps(data)
-        except (ToolError, ValueError) as exc:
+        except ValueError as exc:
             self.warnings.append(f"furiosa-smi ps unavailable, no processes this sample: {exc}")
             return None
         self.warnings.extend(warnings)
@@ -307,23 +334,29 @@ class FuriosaBackend(Backend):
             for key in ("core_utilization_percent", "ambient_temperature_celsius", "throttle_reason"):
                 details.pop(key, None)
             return DeviceSample(**common, health="lost")
+        from allsmi.backends._common.cells import CellReader
+        cells = CellReader(dev_id, self.warnings)  # physically impossible values are garbage
         return DeviceSample(
             **common,
             health="ok" if r.alive else "unknown",
             utilization_percent=sum(known) / len(known) if known else None,
             memory_used_bytes=r.memory_used_bytes,
             memory_total_bytes=r.memory_total_bytes,
-            temperature_celsius=self._plausible(dev_id, "temperature", r.temperature_celsius, -40.0, 150.0),
-            power_watts=self._plausible(dev_id, "power", r.power_watts, 0.0, 5000.0),
-            power_limit_watts=self._plausible(dev_id, "power limit", r.power_limit_watts, 1.0, 5000.0),
-            clock_mhz=self._plausible(dev_id, "clock", r.clock_mhz, 0.0, 10000.0),
+            temperature_celsius=cells.plausible(r.temperature_celsius, "temperature", "temperature_celsius"),
+            power_watts=cells.plausible(r.power_watts, "power", "power_watts"),
+            # 0 W is no limit at all
+            power_limit_watts=cells.plausible(r.power_limit_watts, "power limit", "power_limit_watts",
+                                              minimum=1.0),
+            clock_mhz=cells.plausible(r.clock_mhz, "clock", "clock_mhz"),
             processes=None if procs is None else self._processes(procs),
         )
 
-    def _plausible(self, dev_id: str, what: str, value: float | None,
-                   low: float, high: float) -> float | None:
-        """``value`` when physically plausible; anything else is garbage, reported and dropped."""
-        if value is None or low <= value <= high:
-            return value
-        self.warnings.append(f"{dev_id}: implausible {what} {value:g}; ignored")
-        return None
+
+def _answer(outcome: Any) -> Any:
+    """A tool call's outcome as :meth:`FuriosaBackend._read_cli` sorts it: an expected failure
+    (the tool failed, its output unusable) is returned to become a warning; anything else is a
+    bug and raised."""
+    from allsmi.backends._common.runner import ToolError
+    if isinstance(outcome, Exception) and not isinstance(outcome, (ToolError, ValueError)):
+        raise outcome
+    return outcome

@@ -11,12 +11,13 @@ but re-enumerates across boots, so it is never used as a device id.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from allsmi import units
+from allsmi.backends._common.cells import CellReader
+from allsmi.backends._common.jsonout import read_json
 
 _NPU_LABEL = re.compile(r"npu\d+")
 
@@ -66,16 +67,11 @@ class ProcessRow:
     memory_bytes: int | None
 
 
-def load_json(text: str) -> Any:
-    """Decode a tool's stdout as JSON; :class:`ValueError` says what was wrong."""
-    stripped = text.strip()
-    if not stripped:
-        raise ValueError("empty output")
-    try:
-        return json.loads(stripped)
-    except json.JSONDecodeError as exc:
-        head = stripped[:80].replace("\n", " ")
-        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno}): {head!r}") from None
+def load_json(text: str, tool: str = "furiosa-smi") -> Any:
+    """Decode ``tool``'s stdout as JSON; :class:`ValueError` says what was wrong (nothing,
+    truncated, not JSON), naming ``tool``."""
+    data, _ = read_json(text, tool)
+    return data
 
 
 def text_or_none(value: object) -> str | None:
@@ -127,11 +123,12 @@ def parse_info(data: Any) -> tuple[list[FuriosaReading], list[str]]:
             warnings.append(f"furiosa-smi info row {position} ({reading.dev_name or 'unnamed'}) "
                             "has no device_uuid, device_sn or pci_bdf; skipped")
             continue
+        # present but unreadable: a warning (the range is checked on every source's readings)
+        cells = CellReader(str(reading.dev_name or position), warnings)
         for label, raw, value in (("temperature", row.get("temperature"), reading.temperature_celsius),
                                   ("power", row.get("power"), reading.power_watts),
                                   ("core_clock", row.get("core_clock"), reading.clock_mhz)):
-            if value is None and not units.is_missing(raw):
-                warnings.append(f"{reading.dev_name or position}: unreadable {label} {raw!r}")
+            cells.measure(raw, value, label)
         readings.append(reading)
     return readings, warnings
 

@@ -23,12 +23,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import units
-from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
+from allsmi.backend_api import BackendError, BackendTimeout
 from allsmi.backends.gaudi.loop import LoopMode
 from allsmi.backends.gaudi.samples import EXECUTABLE, MAX_LINE_WARNINGS, Identity, SampleBuilder
 # probe() only looks for hl-smi: the CSV and text parsers, the loop reader and the tool runner
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
-from allsmi.backends._common.toolpath import describe_missing, find_tool
+from allsmi.backends._common.clibackend import CliToolBackend
+from allsmi.backends._common.toolpath import VendorTool
 from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ ENV_VAR = "ALLSMI_HL_SMI"
 #: Where Habana/Intel packages install hl-smi when it is not on PATH.
 INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/habanalabs/bin",
                                  "/opt/habanalabs/qual/bin")
+TOOL = VendorTool((EXECUTABLE,), ENV_VAR, INSTALL_DIRS)
 FORMAT = "csv,noheader,nounits"
 
 MODES = ("loop", "oneshot")
@@ -50,9 +52,10 @@ DEFAULT_INTERVAL = 2.0
 KNOWN_OPTIONS = frozenset({"mode", "interval_seconds", "firmware", "processes"})
 
 
-class GaudiBackend(LoopMode, SampleBuilder, Backend):
+class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend):
     """Intel Gaudi accelerators read through ``hl-smi`` (see the module docstring)."""
 
+    tool_spec = TOOL
     name = "gaudi"
     vendor = "intel"
     kind = "gpu"
@@ -106,25 +109,17 @@ class GaudiBackend(LoopMode, SampleBuilder, Backend):
         """The loop-mode child reader, while loop mode runs."""
         return self._stream
 
-    def _find(self) -> str | None:
+    def locate_tool(self) -> str | None:
         if self._tool_path_override:
             path = self._tool_path_override
             return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-        return find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
+        return super().locate_tool()
 
-    def probe(self) -> ProbeResult:
-        """hl-smi present or not; runs nothing."""
-        try:
-            path = self._find()
-        except Exception as exc:  # noqa: BLE001 - probe never raises
-            return ProbeResult(False, f"cannot look for {EXECUTABLE}: {exc}")
-        if path is None:
-            return ProbeResult(False, describe_missing(EXECUTABLE, ENV_VAR))
-        details = {"tool": path}
-        if self._opened:  # what open() learned about this hl-smi
-            details["mode"] = self.mode
-            details["fields_missing"] = ", ".join(self.missing_fields) or "none"
-        return ProbeResult(True, details=details)
+    def probe_details(self, path: str) -> dict[str, str]:
+        if not self._opened:
+            return {}
+        # what open() learned about this hl-smi
+        return {"mode": self.mode, "fields_missing": ", ".join(self.missing_fields) or "none"}
 
     def open(self) -> None:
         """Find hl-smi, negotiate the field set, read firmware, start loop mode."""
@@ -132,9 +127,7 @@ class GaudiBackend(LoopMode, SampleBuilder, Backend):
         from allsmi.backends.gaudi import csv_output as csvfmt
         from allsmi.backends.gaudi.csv_output import Frame
         self._read_options()
-        self._tool = self._find()
-        if self._tool is None:
-            raise BackendUnavailable(describe_missing(EXECUTABLE, ENV_VAR))
+        self._tool = self.require_tool()
         self._fields, result = self._negotiate_fields()
         rows, problems = csvfmt.parse_output(result.stdout, self._fields,
                                              last_line_complete=not result.truncated)
@@ -203,8 +196,8 @@ class GaudiBackend(LoopMode, SampleBuilder, Backend):
 
     def _run(self, argv: Sequence[str]) -> ToolResult:
         """Run hl-smi; any exit status comes back (callers decide), a signal is an error."""
-        from allsmi.backends._common.runner import Tool, ToolError, ToolTimeout
-        tool = Tool(argv[0], self.timeout_seconds)
+        from allsmi.backends._common.runner import ToolError, ToolTimeout
+        tool = self.tool(argv[0])
         try:
             result = tool.run(*argv[1:], ok_codes=range(0, 256))
         except ToolTimeout as exc:

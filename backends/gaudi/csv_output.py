@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from allsmi import units
+from allsmi.backends._common.cells import shorten
 
 #: Fields every documented hl-smi version is expected to accept (an hl-smi that
 #: rejects one of them, ``driver_version`` say, still works without it).
@@ -102,12 +103,6 @@ def parse_output(text: str, fields: Sequence[str], *,
         else:
             problems.append(f"line {number}: {parsed}: {shorten(line)!r}; skipped")
     return rows, problems
-
-
-def shorten(text: str, limit: int = 80) -> str:
-    """``text`` cut to ``limit`` characters for a warning."""
-    text = text.strip()
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 @dataclass(frozen=True)

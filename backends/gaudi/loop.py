@@ -90,11 +90,12 @@ class LoopMode:
         self._generation = generation
 
     def _on_line(self, line: str) -> None:
+        from allsmi.backends._common.cells import shorten
         from allsmi.backends.gaudi import csv_output as csvfmt
         parsed = csvfmt.parse_line(line, self._fields)
         if isinstance(parsed, str):
             if parsed != "empty line":
-                self._issues.append(f"{EXECUTABLE} -l: {parsed}: {csvfmt.shorten(line)!r}; skipped")
+                self._issues.append(f"{EXECUTABLE} -l: {parsed}: {shorten(line)!r}; skipped")
             return
         with self._lock:
             assert self._assembler is not None

@@ -41,6 +41,11 @@ def _text(row: Row, name: str) -> str | None:
     return value.strip() if value and value.strip() else None
 
 
+def _mebibytes(cell: str) -> int | None:
+    """Bytes from hl-smi's memory cells, which are MiB (``-f ...,nounits``)."""
+    return units.parse_size_bytes(cell, default_unit="mib")
+
+
 class SampleBuilder:
     """Rows to samples; expects ``warnings``, ``_known``, ``_firmware``, ``vendor``, ``kind``, ``name``."""
 
@@ -99,20 +104,19 @@ class SampleBuilder:
             health=health)
 
     def _number(self, ident: Identity, row: Row, field: str,
-                parse: Callable[[str], float | int | None]) -> Any:
+                parse: Callable[[str], float | int | None], schema_field: str | None = None) -> Any:
+        """``field``'s cell through ``parse``; unreadable, or outside the range of the schema
+        field it fills, it is ``None`` with a warning."""
         raw = row.get(field)
         if raw is None:
             return None
-        value = parse(raw)
-        if value is None:
-            from allsmi.backends.gaudi.csv_output import shorten
-            self.warnings.append(f"{ident.id}: unreadable {field} value {shorten(raw, 40)!r}")
-        return value
+        from allsmi.backends._common.cells import CellReader  # with the parsers, not the class
+        return CellReader(ident.id, self.warnings).number(raw, parse, f"{field} value", schema_field)
 
     def _row_sample(self, ident: Identity, row: Row) -> DeviceSample:
         num = self._number
         details: dict[str, Any] = {}
-        clock_max = num(ident, row, "clocks.max.soc", units.parse_clock_mhz)
+        clock_max = num(ident, row, "clocks.max.soc", units.parse_clock_mhz, "clock_mhz")
         if clock_max is not None:
             details["clock_max_soc_mhz"] = clock_max
         for field, key in (("module_id", "module_id"),
@@ -129,13 +133,15 @@ class SampleBuilder:
             base,
             name=_text(row, "name") or ident.name,
             driver_version=_text(row, "driver_version") or ident.driver_version,
-            utilization_percent=num(ident, row, "utilization.aip", units.parse_percent),
+            utilization_percent=num(ident, row, "utilization.aip", units.parse_percent,
+                                    "utilization_percent"),
             memory_used_bytes=num(ident, row, "memory.used",
-                                  lambda v: units.parse_size_bytes(v, default_unit="mib")),
+                                  _mebibytes, "memory_used_bytes"),
             memory_total_bytes=num(ident, row, "memory.total",
-                                   lambda v: units.parse_size_bytes(v, default_unit="mib")),
-            temperature_celsius=num(ident, row, "temperature.aip", units.parse_temperature_celsius),
-            power_watts=num(ident, row, "power.draw", units.parse_power_watts),
-            power_limit_watts=num(ident, row, "power.max", units.parse_power_watts),
-            clock_mhz=num(ident, row, "clocks.current.soc", units.parse_clock_mhz),
+                                   _mebibytes, "memory_total_bytes"),
+            temperature_celsius=num(ident, row, "temperature.aip", units.parse_temperature_celsius,
+                                    "temperature_celsius"),
+            power_watts=num(ident, row, "power.draw", units.parse_power_watts, "power_watts"),
+            power_limit_watts=num(ident, row, "power.max", units.parse_power_watts, "power_limit_watts"),
+            clock_mhz=num(ident, row, "clocks.current.soc", units.parse_clock_mhz, "clock_mhz"),
             details=details)

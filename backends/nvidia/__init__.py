@@ -41,36 +41,43 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.backends.nvidia import nvml
 from allsmi.backends._common.owners import ProcessOwners
+# probe() needs only the binding's loader: the device model and the reads are imported by
+# open(), once NVML has loaded (_import_reading), so a machine without NVIDIA pays for neither.
+from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
-from allsmi.backends.nvidia.devices import (
-    CLOCK_EVENT_REASONS,
-    DEFAULT_WORKERS,
-    ECC_FIELDS,
-    FI_POWER_AVERAGE,
-    FI_POWER_CURRENT_LIMIT,
-    FI_POWER_INSTANT,
-    FI_TOTAL_ENERGY_CONSUMPTION,
-    NVML_CLOCK_SM,
-    NVML_PCIE_UTIL_TX_BYTES,
-    NVML_PCIE_UTIL_RX_BYTES,
-    NVML_PSTATE_UNKNOWN,
-    DeviceFault,
-    Gpu,
-    Reader,
-    mark_lost,
-    number,
-)
-from allsmi.backends.nvidia.mig import Mig
-from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
-from allsmi.backends.nvidia.read import DriverReads
-from allsmi.backends.nvidia.static import open_gpu
 from allsmi.schema import DetailValue, DeviceSample
 from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
 
 if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
     from concurrent.futures import ThreadPoolExecutor
+
+    from allsmi.backends.nvidia.devices import (
+        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
+    from allsmi.backends.nvidia.mig import Mig
+    from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
+    from allsmi.backends.nvidia.read import DriverReads
+    from allsmi.backends.nvidia.static import open_gpu
+
+#: Threads reading GPUs at once unless ``workers`` says otherwise.
+DEFAULT_WORKERS = 8
+
+
+def _import_reading() -> None:
+    """Bind the device model's and the reads' names here, once NVML has loaded."""
+    global CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
+    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES
+    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number, read_processes, DriverReads
+    global open_gpu
+    from allsmi.backends.nvidia.devices import (
+        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number)
+    from allsmi.backends.nvidia.processes import read_processes
+    from allsmi.backends.nvidia.read import DriverReads
+    from allsmi.backends.nvidia.static import open_gpu
 
 
 class NvidiaBackend(Backend):
@@ -160,6 +167,7 @@ class NvidiaBackend(Backend):
         except Exception as exc:
             raise BackendError(f"initialising NVML failed: {exc!r}") from exc
         self._pynvml = pynvml
+        _import_reading()
         self._driver = DriverReads(pynvml)
         try:
             count = pynvml.nvmlDeviceGetCount()

@@ -59,7 +59,6 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x100, "display_clock_setting"),
 )
 
-DEFAULT_WORKERS = 8
 PROCESS_CAPACITY = 16
 
 

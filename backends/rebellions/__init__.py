@@ -11,14 +11,13 @@ Parsing and the multi-die (ATOM Max) model live in
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
-from allsmi.backends._common.owners import process_user
 # probe() only looks for the tool: the parsers and the tool runner are imported by open() and
 # sample(), once there is one (tests/test_layers.py checks that a machine without it loads neither).
-from allsmi.backends._common.toolpath import describe_missing, find_tool
+from allsmi.backends._common.clibackend import CliToolBackend
+from allsmi.backends._common.owners import process_user
+from allsmi.backends._common.toolpath import VendorTool
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
@@ -34,6 +33,8 @@ TOOLS: tuple[str, ...] = ("rbln-smi", "rbln-stat")
 #: Kubernetes NPU operator mounts into containers.
 VENDOR_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/run/rbln/driver/usr/bin", "/host/usr/bin")
 
+TOOL = VendorTool(TOOLS, ENV_VAR, VENDOR_DIRS)
+
 #: ``-j`` is accepted by both executables (``--json`` is its long form).
 JSON_ARGS: tuple[str, ...] = ("-j",)
 
@@ -44,9 +45,10 @@ def rbln_nodes_opened_by(pid: int) -> frozenset[str] | None:
     return lookup(pid)
 
 
-class RebellionsBackend(Backend):
+class RebellionsBackend(CliToolBackend):
     """Rebellions NPUs via the vendor's ``rbln-smi``/``rbln-stat`` JSON output."""
 
+    tool_spec = TOOL
     name = "rebellions"
     vendor = "rebellions"
     kind = "npu"
@@ -60,8 +62,7 @@ class RebellionsBackend(Backend):
                  lookup_nodes: LookupNodes = rbln_nodes_opened_by) -> None:
         """``search_dirs``, ``lookup_user`` and ``lookup_nodes`` exist for tests;
         the defaults read the real install directories and ``/proc``."""
-        super().__init__(timeout_seconds=timeout_seconds, options=options)
-        self._search_dirs = tuple(search_dirs)
+        super().__init__(timeout_seconds=timeout_seconds, options=options, search_dirs=search_dirs)
         self._lookup_user = lookup_user
         self._lookup_nodes = lookup_nodes
         self._tool: str | None = None
@@ -75,39 +76,12 @@ class RebellionsBackend(Backend):
         """
         return self._tool
 
-    def _locate(self) -> str | None:
-        if os.environ.get(ENV_VAR):
-            # The override names either executable; find_tool only checks it is runnable.
-            return find_tool(TOOLS[0], ENV_VAR)
-        for executable in TOOLS:
-            found = find_tool(executable, None, self._search_dirs)
-            if found:
-                return found
-        return None
-
-    def _missing_reason(self) -> str:
-        if os.environ.get(ENV_VAR):
-            return describe_missing(TOOLS[0], ENV_VAR)
-        return (f"neither {' nor '.join(TOOLS)} found on PATH or in "
-                f"{', '.join(self._search_dirs) or 'the vendor directories'} "
-                f"(set {ENV_VAR} to the full path of either)")
-
-    def probe(self) -> ProbeResult:
-        """Available when ``rbln-smi`` or ``rbln-stat`` is found; runs nothing."""
-        try:
-            path = self._locate()
-        except Exception as exc:  # probe never raises; an odd environment is a reason
-            return ProbeResult(False, f"cannot look for {'/'.join(TOOLS)}: {exc}")
-        if path is None:
-            return ProbeResult(False, self._missing_reason())
-        return ProbeResult(True, details={"tool": path, "env_var": ENV_VAR})
+    def probe_details(self, path: str) -> dict[str, str]:
+        return {"env_var": ENV_VAR}
 
     def open(self) -> None:
         """Find the tool and check that it prints a usable report."""
-        path = self._locate()
-        if path is None:
-            raise BackendUnavailable(self._missing_reason())
-        self._tool = path
+        self._tool = self.require_tool()
         self._read_report([])
 
     def sample(self) -> Sequence[DeviceSample]:
@@ -128,9 +102,9 @@ class RebellionsBackend(Backend):
     def _read_report(self, warnings: list[str]) -> dict[str, Any]:
         """The tool's report; any failure of the run (status, signal, timeout, cap, output) raises."""
         from allsmi.backends.rebellions.parse import load_report
-        from allsmi.backends._common.runner import Tool, backend_errors
+        from allsmi.backends._common.runner import backend_errors
         assert self._tool is not None
-        tool = Tool(self._tool, self.timeout_seconds)
+        tool = self.tool(self._tool)
         with backend_errors():
             result = tool.run(*JSON_ARGS)
             report, notes = tool.parse(result, lambda text: load_report(text, tool.command(JSON_ARGS)))

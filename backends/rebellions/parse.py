@@ -25,17 +25,16 @@ once, on a parent device per card.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from allsmi import units
-from allsmi.fields import BY_FIELD
+from allsmi.backends._common.cells import CellReader, index_key, int_cell, shorten, text_of
+from allsmi.backends._common.jsonout import JsonOutputError, read_json
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
-from .cells import int_cell, npu_key, text_of
 from .processes import LookupNodes, LookupUser, attribute_contexts
 
 #: Card names the vendor documents, and the product each belongs to
@@ -57,7 +56,8 @@ _VIRTUAL_FUNCTION_IDS = frozenset({"0x1221"})
 _FAULT_PSTATES = frozenset({"P12"})
 
 _KERNEL_NAME = re.compile(r"^rbln(\d+)$")
-_PREVIEW_CHARS = 120
+#: How much of the tool's text a message quotes.
+PREVIEW_CHARS = 120
 
 
 
@@ -65,9 +65,8 @@ class ReportError(ValueError):
     """The tool's output holds no usable report; the message says why."""
 
 
-def _preview(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _PREVIEW_CHARS else flat[:_PREVIEW_CHARS] + "..."
+def _is_report(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("devices"), list)
 
 
 def load_report(text: str, tool: str) -> tuple[dict[str, Any], list[str]]:
@@ -78,44 +77,16 @@ def load_report(text: str, tool: str) -> tuple[dict[str, Any], list[str]]:
     Raises :class:`ReportError` for empty, non-JSON or truncated output, or
     JSON without a ``devices`` list.
     """
-    stripped = text.strip()
-    if not stripped:
-        raise ReportError(f"{tool} printed nothing on stdout")
-    notes: list[str] = []
     try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError as exc:
-        data = _decode_embedded(stripped, notes)
-        if data is None:
-            looks_like_json = stripped[0] in "{["
-            if looks_like_json and (exc.pos >= len(stripped) - 1 or "Unterminated" in exc.msg):
-                raise ReportError(
-                    f"{tool} output ends before its JSON is complete (truncated?): "
-                    f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
-            raise ReportError(
-                f"{tool} did not print JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
-                f"{_preview(stripped)!r}") from None
+        data, notes = read_json(text, tool, find=_is_report)
+    except JsonOutputError as exc:
+        raise ReportError(str(exc)) from None
     if not isinstance(data, dict):
-        raise ReportError(f"{tool} printed JSON {type(data).__name__}, not an object: {_preview(stripped)!r}")
+        raise ReportError(f"{tool} printed JSON {type(data).__name__}, not an object: "
+                          f"{shorten(text, PREVIEW_CHARS)!r}")
     if not isinstance(data.get("devices"), list):
         raise ReportError(f"{tool} JSON has no 'devices' list (keys: {', '.join(map(str, data)) or 'none'})")
     return data, notes
-
-
-def _decode_embedded(text: str, notes: list[str]) -> Any:
-    """The JSON object inside ``text`` when other text surrounds it, else ``None``."""
-    start = text.find("{")
-    if start < 0:
-        return None
-    try:
-        data, end = json.JSONDecoder().raw_decode(text, start)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
-        return None
-    ignored = start + len(text[end:].strip())
-    notes.append(f"ignored {ignored} characters of non-JSON text around the tool's JSON")
-    return data
 
 
 @dataclass
@@ -149,37 +120,6 @@ class _Die:
         return (self.index if self.index is not None else math.inf, self.position)
 
 
-class _Cells:
-    """Reads one row's cells, noting values that are present but unparseable."""
-
-    def __init__(self, label: str, warnings: list[str]) -> None:
-        self.label = label
-        self.warnings = warnings
-
-    def measure(self, raw: object, parsed: float | None, what: str, schema_field: str) -> float | None:
-        if parsed is None:
-            if not units.is_missing(raw):
-                self.warnings.append(f"{self.label}: unreadable {what} {raw!r}; reported as unknown")
-            return None
-        spec = BY_FIELD[schema_field]
-        if (spec.minimum is not None and parsed < spec.minimum) or (
-                spec.maximum is not None and parsed > spec.maximum):
-            self.warnings.append(f"{self.label}: implausible {what} {raw!r}; reported as unknown")
-            return None
-        return parsed
-
-    def size(self, raw: object, what: str) -> int | None:
-        parsed = units.parse_size_bytes(raw)
-        if parsed is None:
-            if not units.is_missing(raw):
-                self.warnings.append(f"{self.label}: unreadable {what} {raw!r}; reported as unknown")
-            return None
-        if parsed < 0:
-            self.warnings.append(f"{self.label}: implausible {what} {raw!r}; reported as unknown")
-            return None
-        return parsed
-
-
 def _watts(raw: object) -> float | None:
     """Watts from ``"17521800uW"``; a bare number is taken in the JSON's own unit, microwatts.
 
@@ -194,7 +134,7 @@ def _parse_row(row: object, position: int, report_driver: str | None,
                warnings: list[str]) -> _Die | None:
     """One device row, or ``None`` (with a warning) when it cannot identify a device."""
     if not isinstance(row, dict):
-        warnings.append(f"device row {position}: not an object ({_preview(repr(row))}); skipped")
+        warnings.append(f"device row {position}: not an object ({shorten(repr(row), PREVIEW_CHARS)}); skipped")
         return None
     pci = row.get("pci") if isinstance(row.get("pci"), dict) else {}
     uuid = text_of(row.get("uuid"))
@@ -210,7 +150,7 @@ def _parse_row(row: object, position: int, report_driver: str | None,
         warnings.append(f"device row {position}: no uuid, PCI bus id or device name; skipped")
         return None
     label = kernel_name or uuid or bus_id or f"device row {position}"
-    cells = _Cells(label, warnings)
+    cells = CellReader(label, warnings)
     match = _KERNEL_NAME.match(kernel_name or "")
     model = text_of(row.get("name"))
     status = text_of(row.get("status"))
@@ -236,7 +176,7 @@ def _parse_row(row: object, position: int, report_driver: str | None,
         used = cells.size(memory.get("used"), "memory.used")
         total = cells.size(memory.get("total"), "memory.total")
     elif not units.is_missing(memory):
-        warnings.append(f"{label}: unreadable memory {_preview(repr(memory))}; reported as unknown")
+        warnings.append(f"{label}: unreadable memory {shorten(repr(memory), PREVIEW_CHARS)}; reported as unknown")
     if total is not None and total < units.MIB:
         warnings.append(f"{label}: implausible memory.total {total} bytes; reported as unknown")
         total = None
@@ -250,7 +190,7 @@ def _parse_row(row: object, position: int, report_driver: str | None,
     candidates: dict[str, DetailValue] = {
         "sid": sid,
         "device": kernel_name,
-        "npu": npu_key(row.get("npu")),
+        "npu": index_key(row.get("npu")),
         "product": PRODUCTS.get((model or "").upper()),
         "status": status,
         "pstate": pstate,
@@ -268,7 +208,7 @@ def _parse_row(row: object, position: int, report_driver: str | None,
     return _Die(
         position=position, id=device_id, label=label, uuid=uuid, sid=sid,
         kernel_name=kernel_name, index=int(match.group(1)) if match else None,
-        npu=npu_key(row.get("npu")), model=model, bus_id=bus_id,
+        npu=index_key(row.get("npu")), model=model, bus_id=bus_id,
         driver_version=text_of(row.get("driver_version")) or report_driver,
         firmware_version=text_of(row.get("fw_ver")), health=health,
         utilization_percent=utilization, memory_used_bytes=used, memory_total_bytes=total,

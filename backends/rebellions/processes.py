@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from allsmi import units
 from allsmi.schema import ProcessSample
 
-from .cells import int_cell, npu_key, text_of
+from allsmi.backends._common.cells import index_key, int_cell, shorten, text_of
 
 LookupUser = Callable[[int], "str | None"]
 LookupNodes = Callable[[int], "frozenset[str] | None"]
@@ -94,17 +94,12 @@ class _Context:
     memory_bytes: int | None
 
 
-def _preview(value: object) -> str:
-    flat = " ".join(repr(value).split())
-    return flat if len(flat) <= _PREVIEW_CHARS else flat[:_PREVIEW_CHARS] + "..."
-
-
 def _read_contexts(contexts: list[Any], warnings: list[str]) -> list[_Context]:
     found = []
     for position, ctx in enumerate(contexts):
         label = f"context row {position}"
         if not isinstance(ctx, dict):
-            warnings.append(f"{label}: not an object ({_preview(ctx)}); skipped")
+            warnings.append(f"{label}: not an object ({shorten(repr(ctx), _PREVIEW_CHARS)}); skipped")
             continue
         pid = int_cell(ctx.get("pid"))
         if pid is None or not 0 < pid <= _MAX_PID:
@@ -117,7 +112,7 @@ def _read_contexts(contexts: list[Any], warnings: list[str]) -> list[_Context]:
         if memory is None and not units.is_missing(raw_memory):
             warnings.append(f"{label} (pid {pid}): unreadable memalloc {raw_memory!r}; "
                             "memory reported as unknown")
-        found.append(_Context(position, pid, npu_key(ctx.get("npu")), ctx, memory))
+        found.append(_Context(position, pid, index_key(ctx.get("npu")), ctx, memory))
     return found
 
 

@@ -20,13 +20,13 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.schema import DeviceSample, ProcessSample
-
+from allsmi.backend_api import BackendError
 # probe() only looks for tt-smi: the snapshot reader (subprocess, tempfile) and the decoders
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
+from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
-from allsmi.backends._common.toolpath import describe_missing, find_tool
+from allsmi.backends._common.toolpath import VendorTool
+from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
     from . import decode
@@ -37,13 +37,15 @@ EXECUTABLE = "tt-smi"
 #: pip installs into ~/.local/bin or a venv; packages into /usr/bin or /opt/tenstorrent.
 INSTALL_DIRS: tuple[str, ...] = (os.path.expanduser("~/.local/bin"), "/usr/local/bin", "/usr/bin",
                                  "/opt/tenstorrent/bin")
+TOOL = VendorTool((EXECUTABLE,), ENV_VAR, INSTALL_DIRS)
 #: The ARC heartbeat advances about twice a second; unchanged for this long means hung firmware.
 HEARTBEAT_STALL_SECONDS = 3.0
 
 
-class TenstorrentBackend(Backend):
+class TenstorrentBackend(CliToolBackend):
     """Tenstorrent Grayskull, Wormhole and Blackhole boards via tt-smi."""
 
+    tool_spec = TOOL
     name = "tenstorrent"
     vendor = "tenstorrent"
     kind = "npu"
@@ -73,22 +75,11 @@ class TenstorrentBackend(Backend):
 
     # -- life cycle -------------------------------------------------------
 
-    def probe(self) -> ProbeResult:
-        try:
-            tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
-        except Exception as exc:
-            return ProbeResult(False, f"tenstorrent probe failed: {exc}")
-        if tool is None:
-            return ProbeResult(False, describe_missing(EXECUTABLE, ENV_VAR))
-        details = {"tool": tool}
-        if os.path.isdir("/dev/tenstorrent"):
-            details["device_dir"] = "/dev/tenstorrent"
-        return ProbeResult(True, "", details)
+    def probe_details(self, path: str) -> dict[str, str]:
+        return {"device_dir": "/dev/tenstorrent"} if os.path.isdir("/dev/tenstorrent") else {}
 
     def open(self) -> None:
-        tool = find_tool(EXECUTABLE, ENV_VAR, INSTALL_DIRS)
-        if tool is None:
-            raise BackendUnavailable(describe_missing(EXECUTABLE, ENV_VAR))
+        tool = self.require_tool()
         from .snapshot import SnapshotReader
         self._reader = SnapshotReader(tool)
         self._heartbeats = {}
@@ -121,6 +112,7 @@ class TenstorrentBackend(Backend):
         except ValueError as exc:
             raise BackendError(f"unusable tt-smi snapshot: {exc}") from exc
         self.warnings.extend(warnings)
+        self.tool_version = host.get("tt_smi_version") or self.tool_version
         if not chips and snapshot["device_info"]:
             raise BackendError("tt-smi snapshot has no decodable device: " + "; ".join(warnings[:3]))
         return self._samples(chips, host)

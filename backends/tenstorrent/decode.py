@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allsmi import units
+from allsmi.backends._common.cells import CellReader
 
 GRAYSKULL = "grayskull"
 WORMHOLE = "wormhole"
@@ -50,6 +51,16 @@ _GENERATION_PREFIXES: tuple[tuple[str, str], ...] = (
 _SOURCE_REGISTER = {"power": "TDP", "current": "TDC", "voltage": "VCORE",
                     "aiclk": "AICLK", "asic_temperature": "ASIC_TEMPERATURE"}
 
+#: ``ChipReading`` attribute, the schema field it fills (its range applies) and narrower bounds.
+PLAUSIBLE: tuple[tuple[str, str | None, tuple[float | None, float | None]], ...] = (
+    ("voltage_volts", None, (0.0, 5.0)),
+    ("current_amps", None, (0.0, 2000.0)),
+    ("asic_power_watts", "power_watts", (None, None)),
+    ("board_power_watts", "power_watts", (None, None)),
+    ("aiclk_mhz", "clock_mhz", (None, None)),
+    ("temperature_celsius", "temperature_celsius", (None, None)),
+    ("tdp_limit_watts", "power_limit_watts", (1.0, None)),  # 0 W is "no limit", not a limit
+)
 _SIDE = re.compile(r"^(?P<type>.*?)\s+(?P<side>[LR])$")
 
 
@@ -257,17 +268,18 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str]) -> Ch
         if text is not None:
             chip.firmwares[str(key)] = text
 
-    # Garbage that decoded to a number is still garbage: drop what cannot be physical.
+    # Garbage that decoded to a number is still garbage: drop what cannot be physical, against
+    # the range the schema declares for the field it fills (or, for a quantity that fills none,
+    # its own).
     label = chip.board_id or chip.bus_id or f"device {position}"
-    for attr, low, high in (("voltage_volts", 0.0, 5.0), ("current_amps", 0.0, 2000.0),
-                            ("asic_power_watts", 0.0, 5000.0), ("board_power_watts", 0.0, 5000.0),
-                            ("aiclk_mhz", 0.0, 10000.0), ("temperature_celsius", -40.0, 150.0),
-                            ("tdp_limit_watts", 1.0, 5000.0)):
+    cells = CellReader(label, warnings)
+    for attr, schema_field, bounds in PLAUSIBLE:
         value = getattr(chip, attr)
-        if value is not None and not (low <= value <= high):
-            if not (attr == "voltage_volts" and value == 10000.0):  # tt-smi's "no VCORE" filler
-                warnings.append(f"{label}: implausible {attr} {value:g}; ignored")
+        if attr == "voltage_volts" and value == 10000.0:  # tt-smi's "no VCORE" filler
             setattr(chip, attr, None)
+            continue
+        low, high = bounds
+        setattr(chip, attr, cells.plausible(value, attr, schema_field, minimum=low, maximum=high))
     chip.has_telemetry = any(v is not None for v in (chip.asic_power_watts, chip.aiclk_mhz,
                                                        chip.temperature_celsius, chip.voltage_volts,
                                                        chip.board_power_watts))

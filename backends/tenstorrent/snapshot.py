@@ -15,7 +15,6 @@ JSON object holding a ``device_info`` list is taken.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -23,7 +22,10 @@ import tempfile
 import time
 from typing import Any
 
-from allsmi.backends._common.runner import DEFAULT_MAX_OUTPUT, Tool, ToolError, ToolFailed, ToolResult, says_no_devices
+from allsmi.backends._common.cells import shorten
+from allsmi.backends._common.jsonout import JsonOutputError, read_json
+from allsmi.backends._common.runner import (DEFAULT_MAX_OUTPUT, Tool, ToolError, ToolFailed, ToolResult,
+                                             says_no_devices)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SAVED = re.compile(r"Saved tt-smi log to:\s*(?P<path>\S+)")
@@ -38,26 +40,20 @@ STDOUT_MODE = "stdout"
 FILE_MODE = "file"
 
 
+def _is_snapshot(value: Any) -> bool:
+    return isinstance(value, dict) and "device_info" in value
+
+
 def extract_snapshot(text: str) -> dict[str, Any]:
-    """The snapshot object inside tt-smi's stdout; :class:`ValueError` if there is none."""
-    clean = _ANSI.sub("", text)
-    decoder = json.JSONDecoder()
-    start = clean.find("{")
-    attempts = 0
-    problem = "no JSON object"
-    while start != -1 and attempts < 50:
-        attempts += 1
-        try:
-            value, _ = decoder.raw_decode(clean, start)
-        except json.JSONDecodeError as exc:
-            problem = f"malformed or truncated JSON ({exc.msg} at line {exc.lineno})"
-        else:
-            if isinstance(value, dict) and "device_info" in value:
-                return value
-            problem = "a JSON object without device_info"
-        start = clean.find("{", start + 1)
-    head = clean.strip()[:80].replace("\n", " ")
-    raise ValueError(f"{problem} in tt-smi output: {head!r}")
+    """The snapshot object inside tt-smi's stdout; :class:`ValueError` if there is none.
+
+    Progress lines and colour around it are expected from tt-smi 3.0.5 on, so they are
+    dropped without a note.
+    """
+    snapshot, _ = read_json(text, "tt-smi", find=_is_snapshot)
+    if not _is_snapshot(snapshot):
+        raise JsonOutputError(f"tt-smi printed JSON without device_info: {shorten(text, 80)!r}")
+    return snapshot
 
 
 class SnapshotReader:
