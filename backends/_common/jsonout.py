@@ -65,8 +65,9 @@ def read_json(text: str, tool: str, find: Callable[[Any], bool] | None = None) -
                                    f"{tool}'s JSON"]
             start = clean.find("{", start + 1)
     where = f"{first.msg} at line {first.lineno} column {first.colno}"
-    if clean[0] in "{[" and _truncated(clean, first) or (
-            find is not None and "{" in clean and _truncated(clean, first)):
+    # A document was begun: at the start, or (where one is looked for inside) anywhere.
+    begun = clean[0] in "{[" or (find is not None and "{" in clean)
+    if begun and _truncated(clean, first):
         raise JsonOutputError(f"{tool} printed truncated JSON: it ends before the document is "
                               f"complete, so it is not JSON that can be read ({where})")
     raise JsonOutputError(f"{tool} did not print JSON (not JSON: {where}): {shorten(clean, 120)!r}")
