@@ -75,3 +75,31 @@ def test_two_addresses_of_one_node_are_flagged_and_distinct_nodes_are_not() -> N
     finally:
         serve.stop()
         other.stop()
+
+
+def test_summary_line_and_host_detail_say_the_devices_are_counted_twice(
+        sim_snapshots: list) -> None:  # type: ignore[type-arg]
+    """The warning reaches the screen: the summary line and each affected host's row."""
+    from allsmi.dashboard.hosts import host_warnings
+    from allsmi.dashboard.model import Filter, refs_of
+    from allsmi.dashboard.render import Palette
+    from allsmi.dashboard.sources import HostState, shared_devices
+    from allsmi.dashboard.summary import summary_lines
+    from allsmi.dashboard.totals import totals_by
+    snap = sim_snapshots[-1]
+    pairs = [(key, d.id) for key in ("a:9477", "a:9100") for d in snap.devices]
+    shared = shared_devices(pairs)
+    assert shared == {"a:9100": (len(snap.devices), ("a:9477",)), "a:9477": (len(snap.devices), ("a:9100",))}
+    hosts = [HostState(key, key, snap, 0.0, address=key, shared=shared[key][0], shared_with=shared[key][1])
+             for key in ("a:9477", "a:9100")]
+    refs = [r for h in hosts for r in refs_of(h.key, h.snapshot)]
+    (total,) = totals_by(refs, lambda r: "all")
+    line, _ = summary_lines(hosts=hosts, cluster=True, total=total, palette=Palette(), now=0.0,
+                            interval=1.0, view="cluster", sort_key="index", descending=False,
+                            flt=Filter(), shown=refs, process_scope="selected", paused=False,
+                            refresh_error=None)
+    assert "same devices from 2 instances: counted twice" in line.plain
+    assert any(f"{len(snap.devices)} devices also reported by another instance (a:9477)" in w
+               for w in host_warnings(hosts[1]))
+    # Distinct devices on distinct hosts: nothing to say.
+    assert shared_devices([("a", "x"), ("b", "y")]) == {}
