@@ -109,3 +109,16 @@ def test_backends_enabled_is_honoured_under_simulate(tmp_path: Path) -> None:
                       "--group-by", "vendor", timeout=300)
     assert bill.returncode in (0, 3), bill.stderr
     assert {row["vendor"] for row in csv.DictReader(io.StringIO(bill.stdout))} == {"nvidia", "amd"}
+
+
+def test_doctor_counts_devices_and_partitions_apart() -> None:
+    """``allsmi doctor`` says ``8 device(s) + 3 partition(s)``, as the dashboard says
+    ``34 devices + 3 partitions``: a MIG slice is not a device of its own."""
+    from .conftest import run_allsmi
+    text = run_allsmi("doctor", "--simulate", "mixed")
+    assert text.returncode == 0, text.stderr
+    assert "nvidia       ok           8 device(s) + 3 partition(s)" in text.stdout
+    doc = run_allsmi("doctor", "--simulate", "mixed", "--json")
+    counts = {b["name"]: (b["devices"], b["partitions"]) for b in json.loads(doc.stdout)["backends"]}
+    assert counts["nvidia"] == (8, 3) and counts["amd"] == (8, 0)
+    assert sum(d for d, _ in counts.values()) == 34 and sum(p for _, p in counts.values()) == 3
