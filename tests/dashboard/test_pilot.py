@@ -323,3 +323,19 @@ async def test_failing_and_hung_backends_are_shown_not_hidden(sim_snapshots: lis
     async with app.run_test(size=(200, 40)) as pilot:
         await pilot.pause()
         assert "backends:" not in screen_text(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 30), (200, 50)])
+async def test_partition_rows_show_their_profile_first_at_any_width(sim_snapshots: list[Snapshot],
+                                                                    size: tuple[int, int]) -> None:
+    """The three MIG slices read ``└ MIG 3g.40gb``, ``2g.20gb``, ``1g.10gb`` however narrow the
+    terminal, never the parent's model cut short; the summary counts them as partitions."""
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=size) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("slash", *"MIG", "enter")
+        await pilot.pause()
+        text = screen_text(app)
+        for profile in ("└ MIG 3g.40gb", "└ MIG 2g.20gb", "└ MIG 1g.10gb"):
+            assert profile in text, text
+        assert "34 devices + 3 partitions" in text.splitlines()[0] or size[0] < 90
