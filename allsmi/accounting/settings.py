@@ -65,7 +65,6 @@ MAX_GAP_SECONDS = 7 * 86_400.0
 #: both ``--timeout`` and ``[export] timeout_seconds`` (generated into the docs by
 #: ``python -m allsmi.cli.docranges``).
 EXPORT_TIMEOUT_RANGE = (0.1, 3_600.0)
-MAX_EXPORT_TIMEOUT_SECONDS = EXPORT_TIMEOUT_RANGE[1]
 
 
 def _number(config: Config, table: Mapping[str, Any], section: str, key: str,

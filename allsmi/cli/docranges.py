@@ -41,6 +41,10 @@ def doc_pages(root: Path) -> list[Path]:
 
 def main() -> int:
     root = Path(__file__).resolve().parents[2]
+    if not (root / "docs").is_dir():
+        print(f"allsmi: {root} is not a source checkout (no docs/): run this from a clone's "
+              "editable install", file=sys.stderr)
+        return 2
     for page in doc_pages(root):
         text = page.read_text(encoding="utf-8")
         new = rewrite(text)
