@@ -58,8 +58,9 @@ def node(certs: Path) -> Iterator[Serve]:
         server.stop()
 
 
-def _view(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_allsmi("view", "--timeout", "10", *args, env={"ALLSMI_CONFIG": "/dev/null"}, timeout=90)
+def _view(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_allsmi("view", "--timeout", "10", *args, env={"ALLSMI_CONFIG": "/dev/null", **(env or {})},
+                      timeout=90)
 
 
 def test_https_node_needs_the_private_ca_and_is_read_with_ca_file(node: Serve, certs: Path) -> None:
@@ -70,6 +71,9 @@ def test_https_node_needs_the_private_ca_and_is_read_with_ca_file(node: Serve, c
     assert trusted.returncode == 0, trusted
     assert "ok" in trusted.stdout.splitlines()[1] and "34+3p" in trusted.stdout
     assert PASSWORD not in trusted.stdout + trusted.stderr
+    # The documented alternative: OpenSSL's SSL_CERT_FILE.
+    by_env = _view("--hosts", url, env={"SSL_CERT_FILE": str(certs / "ca.pem")})
+    assert by_env.returncode == 0, by_env
 
 
 def test_refused_credentials_are_told_apart_from_missing_ones(node: Serve, certs: Path) -> None:
