@@ -256,8 +256,9 @@ def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
         Column("health", "hlth", 5, _health_key, _health_render),
     ]
     if cluster:
-        compact[1] = Column("host", "host", 10, lambda r, c: c.host_names.get(r.host, r.host), _plain)
-        compact[2] = Column("model", "model", 12, _model_key, _plain)
+        # 13 cells: a partition's "└ MIG 3g.40gb" whole (its profile is what tells it apart).
+        compact[1] = Column("host", "host", 9, lambda r, c: c.host_names.get(r.host, r.host), _plain)
+        compact[2] = Column("model", "model", 13, _model_key, _plain)
     return compact, True, 0
 
 

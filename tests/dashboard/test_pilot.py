@@ -339,3 +339,19 @@ async def test_partition_rows_show_their_profile_first_at_any_width(sim_snapshot
         for profile in ("└ MIG 3g.40gb", "└ MIG 2g.20gb", "└ MIG 1g.10gb"):
             assert profile in text, text
         assert "34 devices + 3 partitions" in text.splitlines()[0] or size[0] < 90
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 30)])
+async def test_partition_rows_in_the_cluster_devices_view(sim_snapshots: list[Snapshot],
+                                                          size: tuple[int, int]) -> None:
+    """In a cluster the host column takes the vendor's place; the profile still shows whole."""
+    frames = [{"10.0.0.1:9477": replace(s, host=replace(s.host, hostname="node-a"))} for s in sim_snapshots]
+    source = StaticSource(frames, cluster=True, clock=frozen, interval=1.0)
+    app = DashboardApp(source, config=groups_config(), clock=frozen)
+    async with app.run_test(size=size) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("d", "slash", *"MIG", "enter")
+        await pilot.pause()
+        text = screen_text(app)
+        for profile in ("└ MIG 3g.40gb", "└ MIG 2g.20gb", "└ MIG 1g.10gb"):
+            assert profile in text, text
