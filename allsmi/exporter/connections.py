@@ -4,49 +4,22 @@ One thread owns every socket. It accepts at once, performs TLS handshakes and
 reads request heads without blocking, and writes the prepared response bytes
 without blocking; a request whose answer needs real work (a bcrypt password
 check) goes to :class:`allsmi.exporter.authqueue.FairQueue` instead, so that
-password guessing cannot stall the loop. The bounds:
+password guessing cannot stall the loop. The bounds it enforces (deadlines,
+head readers, kept-alive connections, per-address and total connection caps)
+are described and chosen in :mod:`allsmi.exporter.bounds`. Besides them:
 
-* **a whole-request deadline**: a new connection must complete its TLS
-  handshake, request line and headers within ``header_timeout`` seconds of
-  being accepted; on a kept-alive connection the next request may wait
-  ``idle_timeout`` seconds for its first byte, then must be complete within
-  ``header_timeout``. Dribbling one byte at a time does not extend anything;
-* **bounded head readers, the oldest evicted**: connections in the middle of
-  a request head count against ``max_reading`` (in total) and
-  ``max_reading_per_client`` (per client address). Above a bound, the head
-  readers that have waited longest (and at least ``head_grace`` seconds) are
-  closed. A scraper that sends its request promptly after connecting is
-  therefore read even while a hundred slow connections from its own address
-  are open: it is the newest, never the oldest;
-* **kept-alive connections are not head readers**: a connection that has
-  completed a request and waits for the next one (``idle``) is closed only
-  after ``idle_timeout``, or to make room at ``max_open``. Many scrapers
-  behind one address (a proxy, NAT) keep their connections;
-* **per client address**, at most ``max_per_client`` connections: beyond it a
-  new connection's request is answered ``503`` at once and closed;
-* **a whole-response deadline**: a response must be taken by the client
-  within ``write_timeout`` seconds;
-* **a hard bound on all open connections** (``max_open``, derived from the
-  process's file descriptor limit by :func:`max_open_for_fd_limit`): a new
-  connection beyond it takes the place of a connection of the address
-  holding the most (its oldest head reader, else its longest idle, else its
-  longest-stalled writer), so clients that do not read their responses
-  cannot lock others out; only when every connection is being answered does
-  a new one get an immediate ``503``;
 * **pipelining is served in order, one request at a time**: a connection is
   not read while it has a request being answered, and one read takes at most
   ``max_head_bytes``, so the requests waiting on one connection are bounded
   (the rest wait in the kernel: TCP back-pressure). Connections with waiting
   requests take turns, one request each per turn, without recursion;
-* **password checks** wait in a queue of at most ``max_queued`` requests,
-  ``max_queued_per_client`` per address, served round-robin by address;
 * **failures are loud**: ``accept`` failing for lack of descriptors (EMFILE)
   pauses accepting for ``accept_backoff`` seconds and is logged once per
   ``log_every``; an exception while handling a connection is logged, that
-  connection is closed and the loop goes on; more than
-  ``max_loop_errors`` such exceptions within a minute end
-  :meth:`ConnectionLoop.serve_forever` with the exception (``allsmi serve``
-  then exits non-zero for its supervisor to restart it).
+  connection is closed and the loop goes on; more than ``max_loop_errors``
+  such exceptions within a minute end :meth:`ConnectionLoop.serve_forever`
+  with the exception (``allsmi serve`` then exits 1 for its supervisor to
+  restart it).
 """
 
 from __future__ import annotations
@@ -54,7 +27,6 @@ from __future__ import annotations
 import collections
 import errno
 import logging
-import resource
 import selectors
 import socket
 import ssl
@@ -64,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Optional
 
 from allsmi.exporter.authqueue import FairQueue
+from allsmi.exporter.bounds import (HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits,
+                                    client_of, excess_head_readers, room_victim)
 
 log = logging.getLogger(__name__)
 
@@ -74,45 +48,7 @@ HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Leng
                   b"Connection: close\r\n\r\n")
 _SEND_CHUNK = 256 * 1024
 _SCAN_EVERY = 0.1
-#: Descriptors kept free for everything else the process opens (ledger, backends, TLS files).
-FD_HEADROOM = 64
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
-
-def max_open_for_fd_limit(soft: int | None = None) -> int:
-    """Connections the loop may hold open under the soft ``RLIMIT_NOFILE`` (or ``soft``):
-    the limit less ``FD_HEADROOM`` or an eighth of it, whichever is larger, at least 16."""
-    if soft is None:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft == resource.RLIM_INFINITY:
-            soft = 1 << 20
-    return max(16, min(soft - max(FD_HEADROOM, soft // 8), 1 << 16))
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The bounds of the connection loop (see the module docstring)."""
-
-    header_timeout: float = 5.0
-    idle_timeout: float = 10.0
-    write_timeout: float = 10.0
-    head_grace: float = 1.0
-    max_reading: int = 64
-    max_reading_per_client: int = 16
-    max_per_client: int = 128
-    max_open: int = 1024
-    max_head_bytes: int = 64 * 1024
-    workers: int = 4
-    max_queued: int = 64
-    max_queued_per_client: int = 16
-    accept_backoff: float = 0.5
-    log_every: float = 10.0
-    max_loop_errors: int = 100
-
-    @classmethod
-    def for_this_process(cls, **overrides: Any) -> "Limits":
-        """The defaults with ``max_open`` derived from this process's descriptor limit."""
-        return cls(**{"max_open": max_open_for_fd_limit(), **overrides})
 
 
 @dataclass
@@ -126,34 +62,6 @@ class Reply:
 #: ``respond(head, client_address, fast)``: the reply, or ``None`` when ``fast`` and the
 #: request needs the thread pool (then it is called again there with ``fast=False``).
 Responder = Callable[[bytes, Any, bool], Optional[Reply]]
-
-_HANDSHAKE, _READING, _IDLE, _WORKING, _WRITING = "handshake", "reading", "idle", "working", "writing"
-_HEAD_READERS = (_HANDSHAKE, _READING)
-
-
-class _Conn:
-    __slots__ = ("sock", "address", "client", "state", "buf", "out", "close_after", "since",
-                 "deadline", "head_started", "events", "refusing", "closed")
-
-    def __init__(self, sock: socket.socket, address: Any, now: float, limits: Limits,
-                 tls: bool, refusing: bool) -> None:
-        self.sock = sock
-        self.address = address
-        self.client = _client(address)
-        self.state = _HANDSHAKE if tls else _READING
-        self.buf = bytearray()
-        self.out: Deque[memoryview] = collections.deque()
-        self.close_after = False
-        self.since = now  # when its current state began (head, idle wait, reply)
-        self.deadline = now + limits.header_timeout
-        self.head_started: float | None = now
-        self.events = 0
-        self.refusing = refusing  # over max_per_client: its request is answered 503
-        self.closed = False
-
-
-def _client(address: Any) -> str:
-    return address[0] if isinstance(address, tuple) and address else str(address)
 
 
 def _head_end(buf: bytearray) -> int:
@@ -184,10 +92,10 @@ class ConnectionLoop:
         self.loop_errors = 0
         """Exceptions caught in the loop (each logged; its connection closed)."""
         self._selector = selectors.DefaultSelector()
-        self._conns: dict[int, _Conn] = {}
+        self._conns: dict[int, Conn] = {}
         self._per_client: collections.Counter[str] = collections.Counter()
-        self._ready: Deque[_Conn] = collections.deque()  # may hold a complete request to answer
-        self._done: Deque[tuple[_Conn, Reply | None]] = collections.deque()
+        self._ready: Deque[Conn] = collections.deque()  # may hold a complete request to answer
+        self._done: Deque[tuple[Conn, Reply | None]] = collections.deque()
         self._auth = FairQueue(self._respond_slowly, lambda job: self._finish_job(job[0], None),
                                workers=self.limits.workers, max_queued=self.limits.max_queued,
                                max_queued_per_client=self.limits.max_queued_per_client)
@@ -232,7 +140,7 @@ class ConnectionLoop:
                         self._guarded(conn, self._start_reply, conn, reply or self._refusal())
                 for _ in range(len(self._ready)):  # one request per connection per turn
                     conn = self._ready.popleft()
-                    if not conn.closed and conn.state in (_READING, _IDLE):
+                    if not conn.closed and conn.state in (READING, IDLE):
                         self._guarded(conn, self._next_request, conn)
                 now = time.monotonic()
                 if now - last_scan >= _SCAN_EVERY:
@@ -251,7 +159,7 @@ class ConnectionLoop:
                     pass
             self._stopped.set()
 
-    def _guarded(self, conn: _Conn | None, step: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, conn: Conn | None, step: Callable[..., None], *args: Any) -> None:
         """Run one step of the loop; an exception is logged, closes ``conn`` and is counted."""
         try:
             step(*args)
@@ -331,7 +239,7 @@ class ConnectionLoop:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        client = _client(address)
+        client = client_of(address)
         if len(self._conns) >= self.limits.max_open and not self._make_room():
             self.refused += 1  # every open connection is being answered: none to evict
             _refuse(sock, plain=self.ssl_context is None)
@@ -346,7 +254,7 @@ class ConnectionLoop:
                 log.debug("TLS setup for %s failed: %s", address, exc)
                 sock.close()
                 return
-        conn = _Conn(sock, address, now, self.limits, tls, refusing)
+        conn = Conn(sock, address, now, self.limits, tls, refusing)
         self._conns[sock.fileno()] = conn
         if not refusing:
             self._per_client[client] += 1
@@ -355,67 +263,31 @@ class ConnectionLoop:
             self._handshake(conn)
 
     def _make_room(self) -> bool:
-        """Close one connection of the address holding the most (its oldest head reader, else
-        its longest idle, else its longest-stalled writer); whether one was closed."""
-        candidates = [c for c in self._conns.values() if c.state != _WORKING]
-        if not candidates:
+        """Close one connection for a new one (:func:`~allsmi.exporter.bounds.room_victim`);
+        whether one was closed."""
+        victim = room_victim(self._conns.values())
+        if victim is None:
             return False
-        refusing = [c for c in candidates if c.refusing]
-        if refusing:
-            victim = min(refusing, key=lambda c: c.since)
-        else:
-            held = collections.Counter(c.client for c in candidates)
-            heaviest = held.most_common(1)[0][0]
-            mine = [c for c in candidates if c.client == heaviest]
-            rank = {_HANDSHAKE: 0, _READING: 0, _IDLE: 1, _WRITING: 2}
-            victim = min(mine, key=lambda c: (rank[c.state], c.since))
         self._evict(victim, "to make room for a new connection")
         return True
 
-    def _evict(self, conn: _Conn, why: str) -> None:
+    def _evict(self, conn: Conn, why: str) -> None:
         self.evicted += 1
         log.debug("closing the %s connection from %s (%s since %.1f s) %s", conn.state,
                   conn.address, conn.state, time.monotonic() - conn.since, why)
         self._close(conn)
 
-    def _bound_head_readers(self, now: float) -> None:
-        """Close the longest-waiting head readers above ``max_reading_per_client`` (per
-        address) and ``max_reading`` (in total); only those waiting ``head_grace`` or more."""
-        readers = [c for c in self._conns.values() if c.state in _HEAD_READERS]
-        if len(readers) <= self.limits.max_reading_per_client:
-            return
-        readers.sort(key=lambda c: c.since)
-        by_client: dict[str, list[_Conn]] = collections.defaultdict(list)
-        for conn in readers:
-            by_client[conn.client].append(conn)
-        old = now - self.limits.head_grace
-        left = len(readers)
-        for mine in by_client.values():
-            excess = len(mine) - self.limits.max_reading_per_client
-            for conn in mine[:max(0, excess)]:
-                if conn.since > old:
-                    break
-                self._evict(conn, "(too many head readers from its address)")
-                left -= 1
-        while left > self.limits.max_reading:
-            heaviest = max(by_client, key=lambda c: sum(not x.closed for x in by_client[c]))
-            oldest = next((c for c in by_client[heaviest] if not c.closed), None)
-            if oldest is None or oldest.since > old:
-                break
-            self._evict(oldest, "(too many head readers)")
-            left -= 1
-
     # -- events --------------------------------------------------------------
 
-    def _on_event(self, conn: _Conn, mask: int) -> None:
-        if conn.state == _HANDSHAKE:
+    def _on_event(self, conn: Conn, mask: int) -> None:
+        if conn.state == HANDSHAKE:
             self._handshake(conn)
-        elif conn.state in (_READING, _IDLE):
+        elif conn.state in (READING, IDLE):
             self._read(conn)
-        elif conn.state == _WRITING:
+        elif conn.state == WRITING:
             self._write(conn)
 
-    def _handshake(self, conn: _Conn) -> None:
+    def _handshake(self, conn: Conn) -> None:
         try:
             conn.sock.do_handshake()  # type: ignore[attr-defined]
         except ssl.SSLWantReadError:
@@ -428,11 +300,11 @@ class ConnectionLoop:
             log.debug("TLS handshake with %s failed: %s", conn.address, exc)
             self._close(conn)
             return
-        conn.state = _READING
+        conn.state = READING
         self._watch(conn, selectors.EVENT_READ)
         self._read(conn)
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Conn) -> None:
         sock = conn.sock
         try:
             while True:  # TLS: take what the TLS layer already decrypted, too
@@ -453,13 +325,13 @@ class ConnectionLoop:
             return
         self._next_request(conn)
 
-    def _next_request(self, conn: _Conn) -> None:
+    def _next_request(self, conn: Conn) -> None:
         """Answer the first complete request in the buffer, if any (never more than one)."""
         if not conn.buf:
             return
         now = time.monotonic()
-        if conn.state == _IDLE:  # the first byte of a request on a kept-alive connection
-            conn.state = _READING
+        if conn.state == IDLE:  # the first byte of a request on a kept-alive connection
+            conn.state = READING
             conn.since = conn.head_started = now
             conn.deadline = min(conn.deadline, now + self.limits.header_timeout)
         end = _head_end(conn.buf)
@@ -471,7 +343,7 @@ class ConnectionLoop:
             return
         head = bytes(conn.buf[:end])
         del conn.buf[:end]
-        conn.state = _WORKING
+        conn.state = WORKING
         self._unwatch(conn)  # not read again until this request is answered: back-pressure
         if conn.refusing:
             self._start_reply(conn, self._refusal())
@@ -490,7 +362,7 @@ class ConnectionLoop:
         self.refused += 1
         return Reply([REFUSED], True)
 
-    def _respond_slowly(self, job: tuple[_Conn, bytes]) -> None:
+    def _respond_slowly(self, job: tuple[Conn, bytes]) -> None:
         conn, head = job
         try:
             reply = self.respond(head, conn.address, False)
@@ -499,12 +371,12 @@ class ConnectionLoop:
             reply = None
         self._finish_job(conn, reply)
 
-    def _finish_job(self, conn: _Conn, reply: Reply | None) -> None:
+    def _finish_job(self, conn: Conn, reply: Reply | None) -> None:
         self._done.append((conn, reply))
         self._wake()
 
-    def _start_reply(self, conn: _Conn, reply: Reply) -> None:
-        conn.state = _WRITING
+    def _start_reply(self, conn: Conn, reply: Reply) -> None:
+        conn.state = WRITING
         chunks = [c for c in reply.chunks if c]
         if len(chunks) > 1 and sum(map(len, chunks)) <= _SEND_CHUNK:
             chunks = [b"".join(chunks)]  # headers and a small body leave in one segment
@@ -515,7 +387,7 @@ class ConnectionLoop:
         self._watch(conn, selectors.EVENT_WRITE)
         self._write(conn)
 
-    def _write(self, conn: _Conn) -> None:
+    def _write(self, conn: Conn) -> None:
         sock = conn.sock
         try:
             while conn.out:
@@ -539,7 +411,7 @@ class ConnectionLoop:
             self._close(conn)
             return
         now = time.monotonic()
-        conn.state = _IDLE
+        conn.state = IDLE
         conn.since = now
         conn.deadline = now + self.limits.idle_timeout
         conn.head_started = None
@@ -551,15 +423,16 @@ class ConnectionLoop:
 
     def _expire(self, now: float) -> None:
         for conn in list(self._conns.values()):
-            if conn.state != _WORKING and now > conn.deadline and not conn.closed:
+            if conn.state != WORKING and now > conn.deadline and not conn.closed:
                 self.timed_out += 1
                 log.debug("closing %s connection from %s: deadline passed", conn.state, conn.address)
                 self._close(conn)
-        self._bound_head_readers(now)
+        for conn in excess_head_readers(self._conns.values(), self.limits, now):
+            self._evict(conn, "(too many head readers from its address, or in all)")
 
     # -- plumbing ------------------------------------------------------------
 
-    def _watch(self, conn: _Conn, events: int) -> None:
+    def _watch(self, conn: Conn, events: int) -> None:
         if conn.events == events or conn.closed:
             return
         try:
@@ -571,7 +444,7 @@ class ConnectionLoop:
         except (KeyError, ValueError, OSError):
             self._close(conn)
 
-    def _unwatch(self, conn: _Conn) -> None:
+    def _unwatch(self, conn: Conn) -> None:
         if conn.events:
             try:
                 self._selector.unregister(conn.sock)
@@ -579,7 +452,7 @@ class ConnectionLoop:
                 pass
             conn.events = 0
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
         if conn.closed:
             return
         conn.closed = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 import time
@@ -9,6 +10,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from allsmi.exporter.authqueue import FairQueue
+from allsmi.exporter.bounds import max_open_for_fd_limit
 from allsmi.exporter.connections import ConnectionLoop, Limits, Reply
 
 BIG = b"x" * (64 << 20)  # more than loopback socket buffers hold: the write stays pending
@@ -117,3 +120,88 @@ def test_a_slow_response_reader_is_cut_at_the_write_deadline(loop_factory: Any) 
         sock.sendall(b"GET /big HTTP/1.1\r\n\r\n")
         _wait(lambda: loop.timed_out == 1)
         assert loop.open_connections() == {}
+
+
+def _boom_reply(head: bytes, client: Any, fast: bool) -> Reply | None:
+    if head.startswith(b"GET /boom"):
+        return Reply([b"HTTP/1.1 200 OK\r\n\r\n", 12345], False)  # type: ignore[list-item]
+    return _reply(head, client, fast)
+
+
+def test_an_exception_in_the_loop_is_logged_and_the_loop_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    loop = ConnectionLoop(listener, _boom_reply, limits=Limits())
+    thread = threading.Thread(target=loop.serve_forever, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    try:
+        with caplog.at_level("ERROR", logger="allsmi.exporter.connections"):
+            assert _get(port, "/boom") == b""  # that connection is closed...
+            _wait(lambda: loop.loop_errors == 1)
+            assert _get(port).endswith(b"ok")  # ...and the loop serves the next one
+        assert "the HTTP connection loop failed" in caplog.text and "TypeError" in caplog.text
+        assert thread.is_alive()
+    finally:
+        loop.stop()
+        listener.close()
+        loop.close()
+
+
+def test_repeated_loop_exceptions_end_serve_forever_with_the_error() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    loop = ConnectionLoop(listener, _boom_reply, limits=Limits(max_loop_errors=3))
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            loop.serve_forever()
+        except BaseException as exc:  # noqa: BLE001
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    try:
+        for _ in range(4):
+            _get(port, "/boom", timeout=2)
+        thread.join(10)
+        assert not thread.is_alive() and isinstance(raised[0], TypeError)
+    finally:
+        loop.stop()
+        listener.close()
+        loop.close()
+
+
+@pytest.mark.parametrize("soft, expected", [(20, 16), (100, 36), (256, 192), (1024, 896),
+                                             (65536, 57344), (1 << 22, 65536)])
+def test_max_open_is_derived_from_the_descriptor_limit(soft: int, expected: int) -> None:
+    assert max_open_for_fd_limit(soft) == expected
+    assert Limits.for_this_process().max_open == max_open_for_fd_limit(
+        resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def test_the_password_check_queue_serves_addresses_in_turn() -> None:
+    release = threading.Event()
+    done: list[str] = []
+    refused: list[str] = []
+
+    def job(item: str) -> None:
+        release.wait(10)
+        done.append(item)
+
+    queue = FairQueue(job, refused.append, workers=1, max_queued=8, max_queued_per_client=6)
+    try:
+        assert queue.submit("10.0.0.1", "a0")
+        _wait(lambda: queue.waiting() == 0)  # a0 is being checked
+        accepted = [queue.submit("10.0.0.1", f"a{i}") for i in range(1, 10)]
+        assert accepted == [True] * 6 + [False] * 3  # a1-a6 wait; a7-a9: over its share
+        assert queue.submit("10.0.0.2", "b0") and queue.submit("10.0.0.2", "b1")
+        assert queue.submit("10.0.0.3", "c0")  # the queue is full: a6 gives way, not c0
+        assert refused == ["a6"]
+        release.set()
+        _wait(lambda: len(done) == 9)
+        assert done == ["a0", "a1", "b0", "c0", "a2", "b1", "a3", "a4", "a5"]
+    finally:
+        release.set()
+        queue.close()
