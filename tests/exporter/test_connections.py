@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import resource
+import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -205,3 +207,28 @@ def test_the_password_check_queue_serves_addresses_in_turn() -> None:
     finally:
         release.set()
         queue.close()
+
+
+def test_serve_exits_1_when_its_http_loop_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Never a process that stays up with nobody answering /metrics, /ready and /healthz.
+    from click.testing import CliRunner
+
+    from allsmi.cli.group import cli
+
+    def broken(self: ConnectionLoop) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(ConnectionLoop, "serve_forever", broken)
+    monkeypatch.setenv("ALLSMI_CONFIG", "/dev/null")
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    interval = sys.getswitchinterval()
+    started = time.monotonic()
+    try:
+        result = CliRunner().invoke(cli, ["serve", "--simulate", "mixed", "--listen", "127.0.0.1:0"])
+    finally:  # serve installs its own signal handlers and switch interval: give pytest its own back
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        sys.setswitchinterval(interval)
+    assert result.exit_code == 1, result.output
+    assert "the HTTP server stopped (RecursionError" in result.output
+    assert time.monotonic() - started < 30
