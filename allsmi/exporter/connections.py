@@ -148,7 +148,8 @@ class ConnectionLoop:
                     self._guarded(None, self._expire, now)
                     if self._accept_paused_until and now >= self._accept_paused_until:
                         self._accept_paused_until = 0.0
-                        sel.register(self.listener, selectors.EVENT_READ, "listener")
+                        self._guarded(None, sel.register, self.listener, selectors.EVENT_READ,
+                                      "listener")
         finally:
             for conn in list(self._conns.values()):
                 self._close(conn)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import resource
 import signal
 import socket
@@ -232,3 +233,40 @@ def test_serve_exits_1_when_its_http_loop_stops(monkeypatch: pytest.MonkeyPatch)
     assert result.exit_code == 1, result.output
     assert "the HTTP server stopped (RecursionError" in result.output
     assert time.monotonic() - started < 30
+
+
+class _OutOfDescriptors(socket.socket):
+    """A listener whose ``accept`` fails with EMFILE while ``failing`` is set."""
+
+    failing = True
+    calls = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self.failing:
+            self.calls += 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().accept()
+
+
+def test_emfile_on_accept_backs_off_and_logs_once_per_interval(
+        caplog: pytest.LogCaptureFixture) -> None:
+    listener = _OutOfDescriptors(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    loop = ConnectionLoop(listener, _reply, limits=Limits(accept_backoff=0.2, log_every=60))
+    threading.Thread(target=loop.serve_forever, daemon=True).start()
+    try:
+        with caplog.at_level("WARNING", logger="allsmi.exporter.connections"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as waiting:
+                time.sleep(1.5)  # the listener stays readable all along
+                assert 2 <= listener.calls <= 12, listener.calls  # 0.2 s apart, not a tight loop
+                warnings = [r for r in caplog.records if "accept failed" in r.getMessage()]
+                assert len(warnings) == 1 and "Too many open files" in warnings[0].getMessage()
+                listener.failing = False  # descriptors are back: the waiting client is served
+                waiting.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                assert waiting.recv(1024).endswith(b"ok")
+    finally:
+        loop.stop()
+        listener.close()
+        loop.close()
