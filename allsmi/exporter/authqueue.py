@@ -43,10 +43,9 @@ class FairQueue:
         self._waiting = 0
         self._cond = threading.Condition()
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
-                         for i in range(max(1, workers))]
-        for thread in self._threads:
-            thread.start()
+        self._name = name
+        self._workers = max(1, workers)
+        self._threads: list[threading.Thread] = []  # started on demand: none without basic auth
 
     def waiting(self) -> int:
         """How many items wait for a worker."""
@@ -75,6 +74,11 @@ class FairQueue:
             mine.append(item)
             self._waiting += 1
             self._cond.notify()
+            if len(self._threads) < self._workers:
+                thread = threading.Thread(target=self._work, daemon=True,
+                                          name=f"{self._name}-{len(self._threads)}")
+                self._threads.append(thread)
+                thread.start()
         if displaced is not None:
             self._refuse(displaced)
         return True
