@@ -199,3 +199,13 @@ def test_export_unit_has_the_hardening_the_exporter_cannot_have(tmp_path: Path) 
     assert "char-rtc:r" in devices and "," not in devices, devices
     exposure = float(lines[-1].split("exposure level for allsmi-export.service:")[1].split()[0])
     assert exposure <= 2.0, result.stdout
+
+
+@pytest.mark.parametrize("unit", ["allsmi-exporter.service", "allsmi-record.service"])
+def test_long_running_units_raise_the_descriptor_limit(unit: str) -> None:
+    # Without LimitNOFILE systemd gives a soft limit of 1024: EMFILE before the connection bound.
+    from allsmi.exporter.bounds import max_open_for_fd_limit
+
+    limit = int(settings(unit)["LimitNOFILE"][-1])
+    assert limit >= 65536
+    assert max_open_for_fd_limit(limit) >= 16384
