@@ -18,6 +18,8 @@ Units, partition rules, version drift and failure behaviour are documented in
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -30,6 +32,7 @@ from allsmi.backends.amd.loader import (
     quiet_stdout,
 )
 from allsmi.backends._common.owners import process_owner
+from allsmi.backends.amd.engine import EngineUsage
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
@@ -73,9 +76,11 @@ class AmdBackend(Backend):
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
                  loader: Callable[[], ModuleType] = load_amdsmi,
-                 process_lookup: ProcessLookup = process_owner) -> None:
+                 process_lookup: ProcessLookup = process_owner,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``loader`` returns the ``amdsmi`` module (raising :class:`AmdsmiLoadError`
-        when absent); ``process_lookup`` resolves a pid to its host user and command.
+        when absent); ``process_lookup`` resolves a pid to its host user and command;
+        ``clock`` (monotonic seconds) times the per-process engine counters.
 
         amdsmi calls run in-process and cannot be interrupted, so
         ``timeout_seconds`` is left to the collector's per-backend timeout.
@@ -83,6 +88,8 @@ class AmdBackend(Backend):
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self._loader = loader
         self._process_lookup = process_lookup
+        self._clock = clock
+        self._engine = EngineUsage()
         self._module: ModuleType | None = None
         self._load_details: dict[str, str] = {}
         self._initialised = False
@@ -266,13 +273,15 @@ class AmdBackend(Backend):
                     out.extend(self._sample_board(self._module, entry))
                 else:
                     out.append(self._sample_whole(self._module, entry))
+            self._engine.end_cycle()
         self._finish_pending_close()
         return out
 
     def _sample_whole(self, module: ModuleType, dev: PlannedDevice) -> DeviceSample:
         calls = Calls(module)
+        now = self._clock()
         readings = read.read_dynamic(module, calls, dev.handle, self._process_lookup,
-                                     dev.label, self.warnings)
+                                     dev.label, self.warnings, (self._engine, dev.id, now))
         board = read.read_board(module, calls, dev.handle)
         readings.values.update(board.values)
         readings.details.update(board.details)
@@ -303,7 +312,8 @@ class AmdBackend(Backend):
             calls = Calls(module)
             parts.append((dev, calls, read.read_dynamic(module, calls, dev.handle,
                                                         self._process_lookup, dev.label,
-                                                        self.warnings)))
+                                                        self.warnings, (self._engine, dev.id,
+                                                                        self._clock()))))
         children = [self._device(dev, calls, readings) for dev, calls, readings in parts]
         return [self._board_device(module, board, parts, children), *children]
 
@@ -375,4 +385,17 @@ def _union(children: list[DeviceSample]) -> tuple[ProcessSample, ...] | None:
             memories = [m for m in (seen.memory_bytes, proc.memory_bytes) if m is not None]
             merged[proc.pid] = ProcessSample(pid=proc.pid, user=seen.user, command=seen.command,
                                              memory_bytes=sum(memories) if memories else None)
-    return tuple(sorted(merged.values(), key=lambda p: p.pid))
+    # A process's activity on the board: its activity on each partition at the partition's
+    # share of the board (equal shares), known only where every partition it uses reports it.
+    count = len(children)
+    out = []
+    for pid, proc in sorted(merged.items()):
+        figures = {}
+        for name in ("utilization_percent", "encoder_utilization_percent"):
+            values = [getattr(p, name) for c in children for p in c.processes or ()
+                      if p.pid == pid]
+            if values and all(v is not None for v in values):
+                figures[name] = sum(values) / count  # type: ignore[arg-type]
+        out.append(replace(proc, **figures) if figures else replace(
+            proc, utilization_percent=None, encoder_utilization_percent=None))
+    return tuple(out)
