@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -32,12 +31,12 @@ from allsmi.backends.amd.loader import (
     quiet_stdout,
 )
 from allsmi.backends._common.owners import process_owner
-from allsmi.backends.amd.engine import EngineUsage
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
     from allsmi.backends.amd import read
     from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, Layout, PlannedDevice, arrange
     from allsmi.backends.amd.read import ProcessLookup, Readings
 
@@ -52,8 +51,10 @@ def _import_reading() -> None:
     on every other machine does not pay for importing them.
     """
     global read, FUNCTIONS, Calls, describe, init_failure, missing_functions, Board, arrange
+    global EngineUsage, board_processes
     from allsmi.backends.amd import read
     from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, arrange
 
 
@@ -89,7 +90,9 @@ class AmdBackend(Backend):
         self._loader = loader
         self._process_lookup = process_lookup
         self._clock = clock
-        self._engine = EngineUsage()
+        #: Per-process engine counters between cycles (allsmi.backends.amd.engine), made
+        #: by open() with the reading modules.
+        self._engine: EngineUsage | None = None
         self._module: ModuleType | None = None
         self._load_details: dict[str, str] = {}
         self._initialised = False
@@ -124,6 +127,8 @@ class AmdBackend(Backend):
         # with an AMD-looking render node or no amdsmi installed).
         _import_reading()
         self._module = module
+        if self._engine is None:
+            self._engine = EngineUsage()
         return module
 
     def probe(self) -> ProbeResult:
@@ -273,7 +278,8 @@ class AmdBackend(Backend):
                     out.extend(self._sample_board(self._module, entry))
                 else:
                     out.append(self._sample_whole(self._module, entry))
-            self._engine.end_cycle()
+            if self._engine is not None:
+                self._engine.end_cycle()
         self._finish_pending_close()
         return out
 
@@ -281,7 +287,8 @@ class AmdBackend(Backend):
         calls = Calls(module)
         now = self._clock()
         readings = read.read_dynamic(module, calls, dev.handle, self._process_lookup,
-                                     dev.label, self.warnings, (self._engine, dev.id, now))
+                                     dev.label, self.warnings,
+                                     None if self._engine is None else (self._engine, dev.id, now))
         board = read.read_board(module, calls, dev.handle)
         readings.values.update(board.values)
         readings.details.update(board.details)
@@ -312,8 +319,9 @@ class AmdBackend(Backend):
             calls = Calls(module)
             parts.append((dev, calls, read.read_dynamic(module, calls, dev.handle,
                                                         self._process_lookup, dev.label,
-                                                        self.warnings, (self._engine, dev.id,
-                                                                        self._clock()))))
+                                                        self.warnings, None if self._engine
+                                                        is None else (self._engine, dev.id,
+                                                                      self._clock()))))
         children = [self._device(dev, calls, readings) for dev, calls, readings in parts]
         return [self._board_device(module, board, parts, children), *children]
 
@@ -367,35 +375,4 @@ class AmdBackend(Backend):
             id=board.id, vendor=self.vendor, kind=self.kind, backend=self.name,
             index=board.index, uuid=board.uuid, name=board.name, bus_id=board.bus_id,
             driver_version=board.driver_version, firmware_version=board.firmware_version,
-            health=health, processes=_union(children), details=details, **values)
-
-
-def _union(children: list[DeviceSample]) -> tuple[ProcessSample, ...] | None:
-    """Every process on any partition, its memory summed over the partitions it uses;
-    ``None`` when some partition's list is unknown."""
-    merged: dict[int, ProcessSample] = {}
-    for child in children:
-        if child.processes is None:
-            return None
-        for proc in child.processes:
-            seen = merged.get(proc.pid)
-            if seen is None:
-                merged[proc.pid] = proc
-                continue
-            memories = [m for m in (seen.memory_bytes, proc.memory_bytes) if m is not None]
-            merged[proc.pid] = ProcessSample(pid=proc.pid, user=seen.user, command=seen.command,
-                                             memory_bytes=sum(memories) if memories else None)
-    # A process's activity on the board: its activity on each partition at the partition's
-    # share of the board (equal shares), known only where every partition it uses reports it.
-    count = len(children)
-    out = []
-    for pid, proc in sorted(merged.items()):
-        figures = {}
-        for name in ("utilization_percent", "encoder_utilization_percent"):
-            values = [getattr(p, name) for c in children for p in c.processes or ()
-                      if p.pid == pid]
-            if values and all(v is not None for v in values):
-                figures[name] = sum(values) / count  # type: ignore[arg-type]
-        out.append(replace(proc, **figures) if figures else replace(
-            proc, utilization_percent=None, encoder_utilization_percent=None))
-    return tuple(out)
+            health=health, processes=board_processes(children), details=details, **values)

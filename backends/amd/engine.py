@@ -12,10 +12,12 @@ at 100.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, Sequence
 
 from allsmi.backends.amd import convert as conv
 from allsmi.backends.amd.calls import mapping
+from allsmi.schema import DeviceSample, ProcessSample
 
 
 class EngineUsage:
@@ -53,3 +55,34 @@ class EngineUsage:
         for key in [k for k in self._last if k not in self._seen]:
             del self._last[key]
         self._seen = set()
+
+
+def board_processes(children: Sequence[DeviceSample]) -> tuple[ProcessSample, ...] | None:
+    """Every process on any partition, its memory summed over the partitions it uses;
+    ``None`` when some partition's list is unknown."""
+    merged: dict[int, ProcessSample] = {}
+    for child in children:
+        if child.processes is None:
+            return None
+        for proc in child.processes:
+            seen = merged.get(proc.pid)
+            if seen is None:
+                merged[proc.pid] = proc
+                continue
+            memories = [m for m in (seen.memory_bytes, proc.memory_bytes) if m is not None]
+            merged[proc.pid] = ProcessSample(pid=proc.pid, user=seen.user, command=seen.command,
+                                             memory_bytes=sum(memories) if memories else None)
+    # A process's activity on the board: its activity on each partition at the partition's
+    # share of the board (equal shares), known only where every partition it uses reports it.
+    count = len(children)
+    out = []
+    for pid, proc in sorted(merged.items()):
+        figures = {}
+        for name in ("utilization_percent", "encoder_utilization_percent"):
+            values = [getattr(p, name) for c in children for p in c.processes or ()
+                      if p.pid == pid]
+            if values and all(v is not None for v in values):
+                figures[name] = sum(values) / count  # type: ignore[arg-type]
+        out.append(replace(proc, **figures) if figures else replace(
+            proc, utilization_percent=None, encoder_utilization_percent=None))
+    return tuple(out)
