@@ -74,13 +74,23 @@ def test_holder_counters_add_up_to_devices_in_prometheus(tmp_path: Path) -> None
                 time.sleep(0.5)
             time.sleep(WINDOW + 2)
             at = time.time() - 1
+            # Devices held by known holders since the exporter started (allocated = observed):
+            # their holders' counters add up to the device's exactly; on the others (a job
+            # ended, leaving idle power to nobody) never more than the device's.
+            always = {u for u, v in query(
+                base, "allsmi_device_allocated_seconds_total - on (uuid) "
+                      "allsmi_device_observed_seconds_total").items() if abs(v) < 1e-6}
             for holder, device in PAIRS.items():
                 # One scrape: both sides sampled at the same instant.
                 parts = query(base, f"sum by (uuid) ({holder}) and on (uuid) {device}")
                 whole = query(base, f"{device} and on (uuid) {holder}")
                 assert parts and set(parts) == set(whole), holder
                 for uuid, value in parts.items():
-                    assert value == pytest.approx(whole[uuid], rel=1e-6, abs=1e-6), (holder, uuid)
+                    assert value <= whole[uuid] * (1 + 1e-6) + 1e-6, (holder, uuid)
+                    if uuid in always:
+                        assert value == pytest.approx(whole[uuid], rel=1e-6, abs=1e-6), \
+                            (holder, uuid)
+                assert set(parts) & always, holder
             methods = query(base, "count by (method) (allsmi_holder_allocated_seconds_total)",
                             "method")
             assert {"partition", "exclusive"} <= set(methods)
