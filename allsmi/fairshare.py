@@ -136,16 +136,81 @@ def _weights(units: Sequence[_Unit], parts: Sequence[Sequence[float]]) -> Weight
         for (holder, _), weight in zip(unit.members, unit_parts):
             if any(holder):
                 out[holder] = out.get(holder, 0.0) + weight
+    if len(out) < 2:
+        return tuple(out.items())
     return tuple(sorted(out.items(), key=lambda kv: tuple(v or "" for v in kv[0])))
+
+
+def _method_of(procs: Sequence[ProcessSample]) -> str:
+    """The usage method of a device with one claimant: what :func:`split` would name."""
+    if procs and all(p.utilization_percent is not None for p in procs) \
+            and sum(p.utilization_percent for p in procs) > 0:  # type: ignore[misc]
+        return "activity"
+    if procs and all(p.memory_bytes is not None for p in procs) \
+            and sum(p.memory_bytes for p in procs) > 0:  # type: ignore[misc]
+        return "memory"
+    return "equal"
 
 
 def split(dev: DeviceSample) -> Split:
     """Who holds ``dev`` now, by declared share and by measured activity (module docstring).
 
     ``NOBODY`` when neither processes nor workloads hold it."""
+    if not dev.workloads:
+        return _processes_only(dev) if dev.processes else NOBODY
     units = _units(dev)
     if not units:
         return NOBODY
+    if len(units) == 1 and len(units[0].members) == 1:
+        # The common case (one process, or one workload): one holder has all of it.
+        unit = units[0]
+        holder, mine = unit.members[0]
+        procs = dev.processes or ()
+        weight = 1.0 if dev.parent or unit.declared is None else unit.declared
+        method = "partition" if dev.parent else "exclusive" if unit.declared is None \
+            else "declared"
+        usage = _method_of(procs) if len(mine) == len(procs) else "equal"
+        if not any(holder):
+            return Split((), method, (), usage)
+        return Split(((holder, weight),), method, ((holder, 1.0),), usage)
+    return _general(dev, units)
+
+
+def _processes_only(dev: DeviceSample) -> Split:
+    """:func:`split` of a device held by processes only (no workloads), written out: the
+    ledger and the exporter call it for every held device every cycle."""
+    procs = dev.processes or ()
+    count = len(procs)
+    method = "partition" if dev.parent else "exclusive" if count == 1 else "equal"
+    utils = [p.utilization_percent for p in procs]
+    figures: list[float] | list[int] | None = None
+    usage = "equal"
+    if None not in utils and sum(utils) > 0:  # type: ignore[arg-type]
+        figures, usage = utils, "activity"  # type: ignore[assignment]
+    else:
+        mems = [p.memory_bytes for p in procs]
+        if None not in mems and sum(mems) > 0:  # type: ignore[arg-type]
+            figures, usage = mems, "memory"  # type: ignore[assignment]
+    total = sum(figures) if figures is not None else 0  # type: ignore[arg-type]
+    alloc: dict[Holder, float] = {}
+    used: dict[Holder, float] = {}
+    each = 1.0 / count
+    for i, p in enumerate(procs):
+        holder = Holder(p.user, None, None, p.job_id)
+        if holder.user is None and holder.job is None:
+            continue  # nobody in particular: not attributed
+        alloc[holder] = alloc.get(holder, 0.0) + each
+        part = figures[i] / total if figures is not None else each  # type: ignore[index]
+        used[holder] = used.get(holder, 0.0) + part
+    if len(alloc) < 2:
+        return Split(tuple(alloc.items()), method, tuple(used.items()), usage)
+    order = sorted(alloc, key=lambda h: (h.user or "", h.job or ""))
+    return Split(tuple((h, alloc[h]) for h in order), method, tuple((h, used[h]) for h in order),
+                 usage)
+
+
+def _general(dev: DeviceSample, units: list[_Unit]) -> Split:
+    """:func:`split` without its fast path for one claimant."""
     shares, allocation_method = _allocation(dev, units)
     # Within a unit, its members share its part equally.
     allocated = _weights(units, [[s / len(u.members)] * len(u.members)

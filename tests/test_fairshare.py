@@ -9,7 +9,8 @@ import pytest
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim
-from allsmi.fairshare import ALLOCATION_METHODS, USAGE_METHODS, Holder, merge_methods, split
+from allsmi.fairshare import (ALLOCATION_METHODS, USAGE_METHODS, Holder, _general, _units,
+                              merge_methods, split)
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 from allsmi.usage import Increment
 
@@ -136,3 +137,15 @@ def test_thousands_of_random_layouts_never_exceed_the_device() -> None:
                 assert parts == pytest.approx(whole), name
             if name == "energy" and alloc == pytest.approx(1.0) and used == pytest.approx(1.0):
                 assert parts == pytest.approx(whole), name
+
+
+def test_the_one_claimant_fast_path_gives_what_the_general_rule_gives() -> None:
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(5000):
+        dev = _random_device(rng)
+        units = _units(dev)
+        if units:
+            assert split(dev) == _general(dev, units), dev
+            checked += len(units) == 1
+    assert checked > 500

@@ -123,6 +123,19 @@ class Bucket(_Acc):
         self.allocation_method = _method(self.allocation_method, alloc_method)
         self.usage_method = _method(self.usage_method, usage_method)
         accs = self.holders
+        busy_part = 1.0 - (idle_part or 0.0)
+        if len(alloc_weights) == 1 and len(used_weights) == 1 \
+                and alloc_weights[0][0] == used_weights[0][0]:
+            # One holder (the common case): one lookup for both halves.
+            (holder, weight), (_, used_weight) = alloc_weights[0], used_weights[0]
+            acc = accs.get(holder)
+            if acc is None:
+                acc = accs[holder] = _Acc()
+            acc.add_allocated(observed, allocated, energy, idle, idle_part, weight, share)
+            acc.add_used(busy, energy, busy_part, used_weight, share)
+            acc.allocation_method = _method(acc.allocation_method, alloc_method)
+            acc.usage_method = _method(acc.usage_method, usage_method)
+            return
         for holder, weight in alloc_weights:
             acc = accs.get(holder)
             if acc is None:
@@ -130,7 +143,6 @@ class Bucket(_Acc):
             acc.add_allocated(observed, allocated, energy, idle, idle_part, weight, share)
             acc.allocation_method = _method(acc.allocation_method, alloc_method)
         # Energy of idle time follows the allocated split; the rest follows use.
-        busy_part = 1.0 - (idle_part or 0.0)
         for holder, weight in used_weights:
             acc = accs.get(holder)
             if acc is None:
