@@ -355,3 +355,14 @@ async def test_partition_rows_in_the_cluster_devices_view(sim_snapshots: list[Sn
         text = screen_text(app)
         for profile in ("└ MIG 3g.40gb", "└ MIG 2g.20gb", "└ MIG 1g.10gb"):
             assert profile in text, text
+
+
+def test_processes_panel_shows_each_process_utilization() -> None:
+    """Per-process utilization (as nvitop's %SM), N/A where the vendor does not report it."""
+    from allsmi.schema import ProcessSample
+    names = [name for name, _, _ in ProcessTable.COLUMNS]
+    at = names.index("util")
+    cells = ProcessTable._cells(ProcessSample(7, "ann", "train", 1 << 30, utilization_percent=74.6),
+                                "nvidia 0")
+    assert cells[at].plain == "75%"
+    assert ProcessTable._cells(ProcessSample(8), "nvidia 0")[at].plain == "N/A"
