@@ -388,7 +388,7 @@ OTHER_NAMES = {
     "amdsmi_exception", "amdsmi_interface", "amdsmi_status_t",
 }
 #: ... and whole families of them (the vendor libraries' own names).
-OTHER_PREFIXES = ("NVMLError_", "nvml", "amdsmi_")
+OTHER_PREFIXES = ("NVMLError_", "nvml", "amdsmi_", "hlml", "rsmi_")
 
 
 def test_code_names_in_docs_exist_in_the_code() -> None:
