@@ -447,3 +447,48 @@ def test_globs_match_no_accelerator_resource_patterns() -> None:
     # The device plugin resource names of docs/attribution.md are all "vendor-domain/...".
     assert all("/" in rule.pattern for rule in DEFAULT_RESOURCE_RULES)
     assert fnmatch.fnmatchcase("nvidia.com/gpu", DEFAULT_RESOURCE_RULES[0].pattern)
+
+
+def test_the_readme_s_own_overlay_renders_as_described(tmp_path: Path) -> None:
+    """README.md's example overlay, next to a clone, with its config.toml."""
+    from ..docs_examples import examples
+    files = {e.argument.split()[0]: e.body for e in examples(KIT / "README.md") if e.mark == "file"}
+    assert set(files) == {"kustomization.yaml", "config.toml"}
+    (tmp_path / "allsmi").symlink_to(REPO, target_is_directory=True)
+    mine = tmp_path / "my-allsmi"
+    mine.mkdir()
+    for name, body in files.items():
+        (mine / name).write_text(body)
+    from .kube import kubectl
+    result = subprocess.run([kubectl(), "kustomize", str(mine)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    objects = [o for o in yaml.safe_load_all(result.stdout) if o]
+    text = _config_toml(objects)
+    assert text == files["config.toml"]
+    (config_map,) = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].startswith("allsmi-config")]
+    daemonsets = of_kind(objects, "DaemonSet")
+    assert len(daemonsets) == len(VENDORS)
+    for ds in daemonsets:
+        assert container(ds)["image"] == "registry.example.com/allsmi:0.1.0"
+        assert volumes(ds)["config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    for obj in objects:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    policy = one(objects, "NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "observability"}
+    settings = attribution_settings(parse_config(text), environ={})
+    assert settings.sources == ("kubernetes", "cgroup")
+
+
+def test_readmes_point_to_the_kit_and_the_docs_test_reads_it() -> None:
+    from ..docs_examples import examples, pages
+    fleet = (REPO / "README.md").read_text().split("Running it on a fleet", 1)[1].split("\n## ", 1)[0]
+    assert "deploy/kubernetes/README.md" in fleet
+    assert "kubernetes/README.md" in (DEPLOY / "README.md").read_text()
+    assert KIT / "README.md" in pages()
+    run = [e for e in examples(KIT / "README.md") if e.mark == "run"]
+    assert run and all(e.in_repo for e in run)
+    shown = {c for e in run for c in e.commands()}
+    assert {f"kubectl kustomize deploy/kubernetes/overlays/{o}" for o in ("fleet", "nvidia")} <= shown
