@@ -7,7 +7,6 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
