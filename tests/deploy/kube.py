@@ -54,7 +54,9 @@ def container(daemonset: dict[str, Any]) -> dict[str, Any]:
 
 
 def env(daemonset: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container(daemonset).get("env", [])}
+    """The container's environment; a variable from the downward API reads ``fieldRef:PATH``."""
+    return {e["name"]: e["value"] if "value" in e else f"fieldRef:{e['valueFrom']['fieldRef']['fieldPath']}"
+            for e in container(daemonset).get("env", [])}
 
 
 def volumes(daemonset: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -5,6 +5,7 @@ and the recipe and the DaemonSet agree on the port, the paths and the user.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -166,7 +167,9 @@ def test_install_steps_and_entry_point_serve_as_the_daemonset_runs_it(tmp_path: 
         "ALLSMI_SERVE_LEDGER": str(state / Path(variables["ALLSMI_SERVE_LEDGER"]).name),
         "ALLSMI_KUBELET_SOCKET": str(kubelet.socket),
         "HOME": str(tmp_path),
+        "ALLSMI_HOSTNAME": "gpu-node-under-test",  # what the downward API gives: the node's name
     }
+    assert variables["ALLSMI_HOSTNAME"] == "fieldRef:spec.nodeName"
     assert Path(variables["ALLSMI_KUBELET_SOCKET"]).name == kubelet.socket.name
     port = free_port()
     image_env = {k: v.replace("$PATH", os.environ.get("PATH", "")) for k, v in _image_env().items()}
@@ -196,6 +199,8 @@ def test_install_steps_and_entry_point_serve_as_the_daemonset_runs_it(tmp_path: 
                     break
                 time.sleep(0.2)
             assert len(series) == 1 and 'pod="trainer-0"' in series[0] and f'uuid="{gpu.id}"' in series[0]
+            snapshot = json.loads(server.get("/api/v1/snapshot").text)
+            assert snapshot["host"]["hostname"] == "gpu-node-under-test"
         finally:
             started = time.monotonic()
             code = server.stop(signal.SIGTERM, timeout=60)

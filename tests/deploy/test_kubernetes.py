@@ -224,14 +224,15 @@ def _env_allsmi_reads() -> set[str]:
     for path in [*(REPO / "allsmi").rglob("*.py"), *(REPO / "backends").glob("*.py")]:
         text = path.read_text(encoding="utf-8")
         names |= set(re.findall(r"""(?:environ|env)(?:\.get)?[\[(]\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text))
-        names |= set(re.findall(r"""^ENV_VAR\s*=\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text, re.M))
+        # Module constants naming a variable: ENV_VAR (vendor tools), HOSTNAME_ENV (allsmi.host).
+        names |= set(re.findall(r"""^[A-Z_]*ENV(?:_VAR)?\s*=\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text, re.M))
     return names
 
 
 def test_allsmi_env_reads_are_found() -> None:
     reads = _env_allsmi_reads()
     assert {"ALLSMI_CONFIG", "ALLSMI_KUBELET_SOCKET", "ALLSMI_SERVE_LISTEN", "ALLSMI_SERVE_LEDGER",
-            "ALLSMI_HL_SMI", "ALLSMI_TT_SMI"} <= reads
+            "ALLSMI_HL_SMI", "ALLSMI_TT_SMI", "ALLSMI_HOSTNAME"} <= reads
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -243,6 +244,22 @@ def test_daemonset_environment_is_read_by_allsmi(overlay: str) -> None:
                 assert name in reads, f"{ds['metadata']['name']}: allsmi does not read {name}"
             else:
                 assert name in FOREIGN_ENV, f"{ds['metadata']['name']}: who reads {name}?"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_host_is_the_node_for_allsmi_and_for_prometheus(overlay: str) -> None:
+    objects = render(overlay)
+    for ds in of_kind(objects, "DaemonSet"):
+        assert env(ds)["ALLSMI_HOSTNAME"] == "fieldRef:spec.nodeName"
+    from allsmi.host import HOSTNAME_ENV
+    assert HOSTNAME_ENV == "ALLSMI_HOSTNAME"
+    # The rules and dashboards name hosts by `instance`: the node's name, as allsmi's own.
+    monitors = of_kind(objects, "ServiceMonitor") + of_kind(objects, "PodMonitor")
+    (monitor,) = monitors
+    (endpoint,) = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"} in endpoint["relabelings"]
+    rules = (DEPLOY / "prometheus" / "allsmi-rules.yml").read_text()
+    assert "instance" in rules
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
