@@ -260,6 +260,10 @@ def test_host_is_the_node_for_allsmi_and_for_prometheus(overlay: str) -> None:
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"} in endpoint["relabelings"]
     rules = (DEPLOY / "prometheus" / "allsmi-rules.yml").read_text()
     assert "instance" in rules
+    # The exporter pod's own namespace/pod/container never mix with the workload's labels.
+    drops = [r["regex"] for r in endpoint["relabelings"] if r.get("action") == "labeldrop"]
+    assert drops and all(re.fullmatch(drops[0], label) for label in ("namespace", "pod", "container"))
+    assert endpoint["honorLabels"] is True
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
