@@ -147,6 +147,18 @@ def test_install_steps_and_entry_point_serve_as_the_daemonset_runs_it(tmp_path: 
     assert not (root / "src").exists()  # the sources are removed from the image
     entrypoint = [_map(w, root) for w in next(instructions("ENTRYPOINT")).exec_form()]
     assert Path(entrypoint[0]).is_file()
+    # Every package of the tree is in the image (backends/NAME/ is allsmi.backends.NAME).
+    modules = sorted(
+        ".".join(("allsmi", "backends", *d.relative_to(REPO / "backends").parts) if top == "backends"
+                 else ("allsmi", *d.relative_to(REPO / "allsmi").parts))
+        for top in ("allsmi", "backends") for d in [REPO / top, *(REPO / top).rglob("*")]
+        if d.is_dir() and (d / "__init__.py").exists())
+    python = Path(entrypoint[0]).with_name("python")
+    result = subprocess.run([str(python), "-c", "import importlib, sys\n"
+                             "for m in sys.argv[1:]: importlib.import_module(m)", *modules],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert result.returncode == 0, f"a package missing from the image: {result.stderr[-2000:]}"
 
     (ds,) = [o for o in render("nvidia") if o["kind"] == "DaemonSet"]
     config_map = next(o for o in render("nvidia") if o["kind"] == "ConfigMap"

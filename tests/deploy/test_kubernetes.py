@@ -35,7 +35,7 @@ PRIVILEGED_VENDORS = {"amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
 #: Variables that are not allsmi's, each with who reads it.
 FOREIGN_ENV = {
     "HOME": "vendor tools (tt-smi writes its files there)",
-    "ROCM_PATH": "amdsmi, for libamd_smi.so (allsmi.backends._amdsmi_loader reads it too)",
+    "ROCM_PATH": "amdsmi, for libamd_smi.so (allsmi.backends.amd.loader reads it too)",
     "NVIDIA_VISIBLE_DEVICES": "the NVIDIA container runtime",
     "NVIDIA_DRIVER_CAPABILITIES": "the NVIDIA container runtime",
 }
@@ -221,7 +221,7 @@ def _env_allsmi_reads() -> set[str]:
     """Every ``ALLSMI_*`` variable the code reads: the serve settings, the config, the
     attribution and ledger settings, and each backend's tool override."""
     names = set(SERVE_ENV.values())
-    for path in [*(REPO / "allsmi").rglob("*.py"), *(REPO / "backends").glob("*.py")]:
+    for path in [*(REPO / "allsmi").rglob("*.py"), *(REPO / "backends").rglob("*.py")]:
         text = path.read_text(encoding="utf-8")
         names |= set(re.findall(r"""(?:environ|env)(?:\.get)?[\[(]\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text))
         # Module constants naming a variable: ENV_VAR (vendor tools), HOSTNAME_ENV (allsmi.host).
