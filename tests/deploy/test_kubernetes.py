@@ -10,6 +10,7 @@ contract tests derive what the DaemonSets must say from allsmi's own code.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import re
 import subprocess
 import sys
@@ -415,6 +416,22 @@ def test_vendor_device_access(vendor: str) -> None:
         mount, volume = mount_of(ds, variables[tool_var])
         assert mount["readOnly"] is True and volume["hostPath"]["type"] == "File"
         assert mount["mountPath"] == variables[tool_var]
+
+
+def test_readme_names_every_device_node_each_backend_opens() -> None:
+    """The security table's device column covers the nodes each backend looks for."""
+    from importlib.metadata import entry_points
+    rows = {line.split("|")[1].strip(): line for line in (KIT / "README.md").read_text().splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip() in VENDORS}
+    assert set(rows) == set(VENDORS)
+    for ep in entry_points(group="allsmi.backends"):
+        if ep.name not in VENDORS:
+            continue
+        shown = [s for s in re.findall(r"`(/dev/[^`]+)`", rows[ep.name].split("|")[2])]
+        for pattern in ep.load().device_nodes:
+            example = pattern.replace("[0-9]*", "0").replace("*", "0")
+            assert any(fnmatch.fnmatchcase(example, s) for s in shown), \
+                f"README.md's {ep.name} row names no device node like {pattern} (shows {shown})"
 
 
 # --- the objects fit together ---------------------------------------------------------------
