@@ -113,3 +113,16 @@ def containerfile() -> list[Instruction]:
 
 def instructions(keyword: str) -> Iterator[Instruction]:
     return (i for i in containerfile() if i.keyword == keyword)
+
+
+def daemonsets(overlay: str) -> list[dict[str, Any]]:
+    return of_kind(render(overlay), "DaemonSet")
+
+
+def vendor_of(daemonset: dict[str, Any]) -> str:
+    return daemonset["spec"]["template"]["metadata"]["labels"]["allsmi/vendor"]
+
+
+def config_toml(objects: list[dict[str, Any]]) -> str:
+    (config_map,) = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].startswith("allsmi-config")]
+    return config_map["data"]["config.toml"]
