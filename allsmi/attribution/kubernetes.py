@@ -20,7 +20,7 @@ from allsmi.schema import DeviceSample
 from .matching import DeviceIndex
 from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
 from .runner import AttributionSource
-from .settings import DEFAULT_RESOURCE_RULES, AttributionSettings
+from .settings import AttributionSettings
 
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
@@ -49,7 +49,7 @@ class KubeletSource(AttributionSource):
     def __init__(self, socket: Path | str, settings: AttributionSettings | None = None,
                  timeout_seconds: float = 2.0) -> None:
         self.socket = Path(socket)
-        self.settings = settings or AttributionSettings(resource_rules=DEFAULT_RESOURCE_RULES)
+        self.settings = settings or AttributionSettings()  # no rules: the CLI passes the backends'
         self.timeout = timeout_seconds
         self._channel: Any = None
         self._lock = threading.Lock()
@@ -95,7 +95,7 @@ class KubeletSource(AttributionSource):
     # -- the source --------------------------------------------------------
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         response = self._call("List", "ListPodResourcesRequest")
-        index = DeviceIndex(devices)
+        index = DeviceIndex(devices, self.settings.node_names)
         found: dict[str, dict[tuple[str, ...], Workload]] = {}
         unmatched: list[str] = []
         for pod in response.pod_resources:

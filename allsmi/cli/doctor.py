@@ -95,7 +95,9 @@ def _kubelet(s: Any) -> dict[str, Any] | None:
     from allsmi.attribution import attribution_settings
     from allsmi.attribution.kubernetes import KubeletSource
     from allsmi.attribution.model import SourceError, SourceUnavailable
-    settings = attribution_settings(s.config, os.environ)  # validated already by build_collector
+    from allsmi import registry
+    # validated already by build_collector
+    settings = attribution_settings(s.config, os.environ, registry.declarations())
     if "kubernetes" not in settings.sources or not settings.kubelet_socket.exists():
         return None
     report: dict[str, Any] = {"socket": str(settings.kubelet_socket), "allocatable": None,

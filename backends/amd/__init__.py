@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.declarations import KubernetesResource
 from allsmi.backends.amd.loader import (
     AmdsmiLoadError,
     load_amdsmi,
@@ -69,6 +70,15 @@ class AmdBackend(Backend):
     vendor = "amd"
     kind = "gpu"
     device_nodes = ("/dev/kfd", "/dev/dri/renderD*")
+    product = "AMD Instinct GPUs and their partitions"
+    interface = "amdsmi"
+    version_command = ("amd-smi", "version")
+    kubernetes_resources = (
+        KubernetesResource("amd.com/*", plugin=(
+            "ROCm k8s-device-plugin (`amd.com/gpu`, partition resources such as "
+            "`amd.com/cpx_nps4`): the PCI bus id (`0000:c1:00.0`)")),
+    )
+    node_names = ("amd", "card", "renderd", "gpu")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,

@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import BackendError, BackendUnavailable, ProbeResult
+from allsmi.declarations import KubernetesResource
 # Only what probe() needs is imported with the backend: the SDK check and the tool search.
 # The parsers and the tool runner are imported by open() and sample(), once there is a tool
 # or an SDK to read (tests/test_layers.py checks that a machine without either loads neither).
@@ -66,6 +67,16 @@ class FuriosaBackend(CliToolBackend):
     vendor = "furiosa"
     kind = "npu"
     device_nodes = ("/dev/rngd/npu[0-9]*", "/dev/npu[0-9]*")
+    product = "Furiosa RNGD"
+    version_command = (EXECUTABLE, "--version")
+    kubernetes_resources = (
+        KubernetesResource("furiosa.ai/*", plugin=(
+            "furiosa-device-plugin (`furiosa.ai/rngd`, `furiosa.ai/warboy`): the device uuid; a "
+            "partition's id starts with it")),
+        KubernetesResource("beta.furiosa.ai/*", plugin="furiosa-device-plugin, beta resources: "
+                           "as `furiosa.ai/*`"),
+    )
+    node_names = ("npu", "rngd", "furiosa")
     #: No energy counter or fan; a power limit only if a tool version prints one (none does).
     unreported_fields = frozenset({"energy_joules", "fan_percent", "power_limit_watts"})
 

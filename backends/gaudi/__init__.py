@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import units
 from allsmi.backend_api import BackendError, BackendTimeout
+from allsmi.declarations import KubernetesResource
 from allsmi.backends.gaudi.loop import LoopMode
 from allsmi.backends.gaudi.samples import EXECUTABLE, MAX_LINE_WARNINGS, Identity, SampleBuilder
 # probe() only looks for hl-smi: the CSV and text parsers, the loop reader and the tool runner
@@ -60,6 +61,14 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend):
     vendor = "intel"
     kind = "gpu"
     device_nodes = ("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*")
+    product = "Intel Gaudi"
+    version_command = (EXECUTABLE, "-Q", "driver_version", "--format=csv,noheader")
+    kubernetes_resources = (
+        KubernetesResource("habana.ai/*", plugin=(
+            "Intel Gaudi device plugin (`habana.ai/gaudi`; closed source, not verified): matched "
+            "by uuid, bus id, serial (`details.serial`) or `hl<N>`/`accel<N>`")),
+    )
+    node_names = ("hl", "accel", "gaudi", "intel")
     #: hl-smi's query fields have neither an energy counter nor a fan.
     unreported_fields = frozenset({"energy_joules", "fan_percent"})
 

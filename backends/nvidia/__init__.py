@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.declarations import KubernetesResource
 from allsmi.backends._common.owners import ProcessOwners
 # probe() needs only the binding's loader: the device model and the reads are imported by
 # open(), once NVML has loaded (_import_reading), so a machine without NVIDIA pays for neither.
@@ -93,6 +94,20 @@ class NvidiaBackend(Backend):
     vendor = "nvidia"
     kind = "gpu"
     device_nodes = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
+    product = "NVIDIA GPUs and MIG instances"
+    interface = "NVML"
+    version_command = ("nvidia-smi", "--version")
+    kubernetes_resources = (
+        KubernetesResource("nvidia.com/gpu", plugin=(
+            "NVIDIA k8s-device-plugin: the uuid (`GPU-...`, default `DEVICE_ID_STRATEGY=uuid`), or "
+            "with `index` the index (`3`); time-slicing and MPS replicas add `::<n>` (ignored)")),
+        KubernetesResource("nvidia.com/mig-*", plugin=(
+            "NVIDIA k8s-device-plugin, MIG devices: the `MIG-...` uuid, or with `index` "
+            "`<gpu>:<slot>`")),
+        KubernetesResource("nvidia.com/*", plugin=(
+            "renamed shared resources (`nvidia.com/gpu.shared`): as `nvidia.com/gpu`")),
+    )
+    node_names = ("nvidia", "gpu")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,

@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import BackendError
+from allsmi.declarations import KubernetesResource
 # probe() only looks for tt-smi: the snapshot reader (subprocess, tempfile) and the decoders
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
 from allsmi.backends._common.clibackend import CliToolBackend
@@ -50,6 +51,14 @@ class TenstorrentBackend(CliToolBackend):
     vendor = "tenstorrent"
     kind = "npu"
     device_nodes = ("/dev/tenstorrent/[0-9]*",)
+    product = "Tenstorrent"
+    version_command = (EXECUTABLE, "--version")
+    kubernetes_resources = (
+        KubernetesResource("tenstorrent.com/*", plugin=(
+            "not verified (`tenstorrent.com/n150`, `p150`...): matched by index, "
+            "`/dev/tenstorrent/<N>`, or bus id")),
+    )
+    node_names = ("", "tenstorrent", "tt")
     #: tt-smi reports neither utilization nor memory, and has no energy counter.
     unreported_fields = frozenset({"utilization_percent", "memory_used_bytes", "memory_total_bytes",
                                    "energy_joules"})
