@@ -70,7 +70,7 @@ class AmdBackend(Backend):
     vendor = "amd"
     kind = "gpu"
     device_nodes = ("/dev/kfd", "/dev/dri/renderD*")
-    product = "AMD Instinct GPUs and their partitions"
+    product = "AMD Instinct"
     interface = "amdsmi"
     version_command = ("amd-smi", "version")
     kubernetes_resources = (

@@ -94,7 +94,7 @@ class NvidiaBackend(Backend):
     vendor = "nvidia"
     kind = "gpu"
     device_nodes = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
-    product = "NVIDIA GPUs and MIG instances"
+    product = "NVIDIA"
     interface = "NVML"
     version_command = ("nvidia-smi", "--version")
     kubernetes_resources = (

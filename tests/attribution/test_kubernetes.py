@@ -174,3 +174,31 @@ def test_simulation_uses_an_explicit_socket_instead_of_simulated_pods(server: Po
     workloads = [w for d in DEVICES for w in result.device_workloads(d.id) or ()]
     assert {w.source for w in workloads if w.pod} == {"kubernetes"}  # no simulated pods
     assert any(w.source == "simulated" and w.job_id for w in workloads)  # simulated jobs stay
+
+
+def test_a_new_backends_declared_resources_and_node_names_are_attributed(
+        server: PodResourcesServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Attribution knows no vendor list: a backend it never heard of declares its device
+    plugin's resource and node names, and pods on its devices are attributed (a config rule may
+    name it too); without its declaration the same pod is skipped as no accelerator."""
+    from allsmi.declarations import KubernetesResource, VendorDeclaration
+    from allsmi.schema import DeviceSample
+    xpu = VendorDeclaration(backend="xpu", vendor="intel", kind="gpu", node_names=("card",),
+                            kubernetes_resources=(KubernetesResource("gpu.intel.com/*"),))
+    devices = [DeviceSample(id=f"xpu:{i}", vendor="intel", kind="gpu", backend="xpu", index=i)
+               for i in range(2)]
+    server.pods = [pod("ml", "max-job", {"train": [("gpu.intel.com/i915", ["card1"])]})]
+    for decls, expected in (((*DECLARED, xpu), ("max-job",)), (DECLARED, ())):
+        source = KubeletSource(server.socket, AttributionSettings.declared(decls), timeout_seconds=5)
+        with Attributor([source], timeout_seconds=5) as attributor:
+            result = attributor.resolve(devices, now=SIM_NOW)
+        assert result.device_workloads("xpu:0") == ()
+        assert tuple(w.pod for w in result.device_workloads("xpu:1") or ()) == expected
+    path = tmp_path / "config.toml"
+    path.write_text('[attribution.resource_names]\n"example.com/max" = "xpu"\n')
+    from allsmi.config import ConfigError, load_config
+    config = load_config(path, {})
+    rules = attribution_settings(config, {}, (*DECLARED, xpu)).resource_rules
+    assert rules[0].pattern == "example.com/max" and rules[0].vendor == "xpu"
+    with pytest.raises(ConfigError, match="xpu"):
+        attribution_settings(config, {}, DECLARED)
