@@ -271,8 +271,11 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend):
             return
         listed: list[ListedDevice] = parse_listing(result.stdout) if result.returncode == 0 else []
         if not listed:
-            self._notes.append(f"firmware versions unavailable: {EXECUTABLE} -L gave "
-                               f"status {result.returncode} and no device blocks")
+            from allsmi.backends._common.runner import describe_exit, first_line
+            said = first_line(result.stderr) or (first_line(result.stdout) if result.returncode else "")
+            self._notes.append(f"firmware versions unavailable: {EXECUTABLE} -L "
+                               f"{describe_exit(result.returncode)} and printed no device blocks"
+                               + (f": {said}" if said else ""))
         for dev in listed:
             if dev.firmware_spi:
                 self._firmware[f"bus:{dev.bus_id.lower()}"] = dev.firmware_spi

@@ -98,6 +98,11 @@ class CliTool:
     ``options`` are the backend options the matrix runs it with (``{"method": "cli"}``).
     ``drift`` maps matrix cells (``oldest``, ``newest``, ``na-fields``, ``64-devices``,
     ``partitions``) to names of this module's :data:`SCENARIOS`.
+    ``calls`` are the distinct argument strings (as the stand-in keys them, placeholders
+    replaced) that ``open()`` and the first ``sample()`` run against the ``newest`` scenario:
+    the matrix faults each one alone, the others answered by that scenario's own stand-in, so
+    a call made only in ``sample()`` is faulted too (a test checks the list against the calls
+    really made).
     """
 
     env_var: str
@@ -106,6 +111,7 @@ class CliTool:
     options: Mapping[str, Any] = field(default_factory=dict)
     partial_status: str = "error"
     drift: Mapping[str, str] = field(default_factory=dict)
+    calls: tuple[str, ...] = ()
 
 
 def scenario_module(name: str) -> ModuleType | None:

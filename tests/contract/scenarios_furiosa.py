@@ -379,6 +379,7 @@ SCENARIOS: list[Scenario] = [
 #: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives furiosa-smi.
 CLI = CliTool(env_var=ENV_VAR, executable="furiosa-smi", partial=FURIOSA / "info-truncated.json",
               options={"method": "cli"},
+              calls=("info --format json", "status --format json", "ps --format json"),
               drift={"oldest": "cli-warboy-output-flag", "newest": "cli-rngd-4x",
                      "na-fields": "cli-rngd-na-and-partial", "64-devices": "cli-rngd-64",
                      "multi-process": "cli-rngd-4x"})
