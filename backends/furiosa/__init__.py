@@ -266,7 +266,9 @@ class FuriosaBackend(CliToolBackend):
         for reading in readings:
             status = statuses.get(reading.dev_name or "")
             if status is None and statuses:
-                self.warnings.append(f"{reading.dev_name}: no furiosa-smi status row; health unknown")
+                # listed by info but missing from status: a device missing from this sample
+                self.warnings.append(f"{reading.dev_name}: no furiosa-smi status row; degraded")
+                reading.unread = True
             parse.apply_status(reading, status)
         return readings, self._processes_from(_answer(answers["ps"])) if "ps" in answers else None
 
@@ -349,7 +351,7 @@ class FuriosaBackend(CliToolBackend):
         cells = CellReader(dev_id, self.warnings)  # physically impossible values are garbage
         return DeviceSample(
             **common,
-            health="ok" if r.alive else "unknown",
+            health="degraded" if r.unread else "ok" if r.alive else "unknown",
             utilization_percent=sum(known) / len(known) if known else None,
             memory_used_bytes=r.memory_used_bytes,
             memory_total_bytes=r.memory_total_bytes,

@@ -43,12 +43,15 @@ class Scenario:
     ``None`` when the scenario has no hardware: then ``probe()`` must say
     unavailable with a reason, or ``sample()`` must return an empty list.
     ``expected`` holds exact values per device id (built with :func:`expect`).
+    ``unread`` names devices the tool lists but gives no reading row for this sample: the
+    contract suite asserts they are ``degraded`` (never ``ok``) with no reading values.
     """
 
     name: str
     build: Callable[[ScenarioEnv], Backend]
     expected_devices: int | None
     expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    unread: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.expected, Mapping):
