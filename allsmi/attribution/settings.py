@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from allsmi.config import Config
-from allsmi.declarations import ID_KINDS as _ID_KINDS
-from allsmi.declarations import VendorDeclaration
+from allsmi.declarations import ID_KINDS, VendorDeclaration
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -28,8 +27,6 @@ KEYS = ("sources", "kubelet_socket", "hpc_job_dir", "proc_root", "timeout_second
         "resource_names")
 #: Sources a configuration can switch on or off (``simulated`` comes with ``--simulate``).
 CONFIGURABLE_SOURCES = ("kubernetes", "hpc-job", "cgroup")
-#: How the device ids of a resource are written by its device plugin.
-ID_KINDS = _ID_KINDS
 _RESOURCE = re.compile(r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$")
 
 

@@ -22,7 +22,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.declarations import KubernetesResource
 from allsmi.backends.amd.loader import (
     AmdsmiLoadError,
     load_amdsmi,
@@ -31,6 +30,7 @@ from allsmi.backends.amd.loader import (
     quiet_stdout,
 )
 from allsmi.backends._common.owners import process_owner
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
 if TYPE_CHECKING:

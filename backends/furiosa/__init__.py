@@ -21,13 +21,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import BackendError, BackendUnavailable, ProbeResult
-from allsmi.declarations import KubernetesResource
 # Only what probe() needs is imported with the backend: the SDK check and the tool search.
 # The parsers and the tool runner are imported by open() and sample(), once there is a tool
 # or an SDK to read (tests/test_layers.py checks that a machine without either loads neither).
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends._common.toolpath import VendorTool
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DeviceSample, ProcessSample
 
 from . import sdk

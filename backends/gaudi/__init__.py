@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import units
 from allsmi.backend_api import BackendError, BackendTimeout
-from allsmi.declarations import KubernetesResource
 from allsmi.backends.gaudi.loop import LoopMode
 from allsmi.backends.gaudi.samples import EXECUTABLE, MAX_LINE_WARNINGS, Identity, SampleBuilder
 # probe() only looks for hl-smi: the CSV and text parsers, the loop reader and the tool runner
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.toolpath import VendorTool
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:

@@ -21,12 +21,12 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import BackendError
-from allsmi.declarations import KubernetesResource
 # probe() only looks for tt-smi: the snapshot reader (subprocess, tempfile) and the decoders
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends._common.toolpath import VendorTool
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
