@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.attribution.settings import DEFAULT_KUBELET_SOCKET, DEFAULT_RESOURCE_RULES, attribution_settings
+from allsmi import registry
+from allsmi.attribution.settings import DEFAULT_KUBELET_SOCKET, attribution_settings, default_resource_rules
 from allsmi.cli.serve import DEFAULT_PORT, ENV as SERVE_ENV, parse_listen
 from allsmi.config import parse_config
 
@@ -166,7 +167,8 @@ def test_ledger_is_on_the_node_one_pervendor_of(overlay: str) -> None:
 
 
 def _accelerator_resource(name: str) -> bool:
-    return any(rule.matches(name) for rule in DEFAULT_RESOURCE_RULES) or "/" in name
+    rules = default_resource_rules(registry.declarations())
+    return any(rule.matches(name) for rule in rules) or "/" in name
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
