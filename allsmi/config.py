@@ -24,7 +24,7 @@ from allsmi.tomlkeys import KeyLocator, toml_syntax_line
 
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
-RULE_KEYS = ("host", "vendor", "model", "uuid", "index", "bus_id")
+RULE_KEYS = ("host", "vendor", "backend", "model", "uuid", "index", "bus_id")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 #: Label names the exporter already uses; a group label may not shadow them.
 RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model", "kind",

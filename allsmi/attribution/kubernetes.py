@@ -29,7 +29,7 @@ from allsmi.schema import DeviceSample
 from .matching import DeviceIndex, split_replica
 from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
 from .runner import AttributionSource
-from .settings import DEFAULT_RESOURCE_RULES, AttributionSettings
+from .settings import AttributionSettings
 
 #: How long the replica counts from GetAllocatableResources are reused (the plugin's
 #: configuration changes only when it restarts).
@@ -63,7 +63,7 @@ class KubeletSource(AttributionSource):
     def __init__(self, socket: Path | str, settings: AttributionSettings | None = None,
                  timeout_seconds: float = 2.0) -> None:
         self.socket = Path(socket)
-        self.settings = settings or AttributionSettings(resource_rules=DEFAULT_RESOURCE_RULES)
+        self.settings = settings or AttributionSettings()  # no rules: the CLI passes the backends'
         self.timeout = timeout_seconds
         self._channel: Any = None
         self._lock = threading.Lock()
@@ -129,7 +129,7 @@ class KubeletSource(AttributionSource):
 
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         response = self._call("List", "ListPodResourcesRequest")
-        index = DeviceIndex(devices)
+        index = DeviceIndex(devices, self.settings.node_names)
         #: device -> workload key -> (workload, replicas held: [(resource, physical id)] or None)
         found: dict[str, dict[tuple[str, ...], tuple[Workload, list[tuple[str, str]] | None]]] = {}
         seen_replicas: dict[tuple[str, str], int] = {}

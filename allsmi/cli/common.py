@@ -188,9 +188,11 @@ def with_scenario_groups(config: Config, scenario: Any,
 def build_attributor(s: Settings) -> Any:
     """The attribution sources of ``[attribution]`` (and the simulated one with ``--simulate``);
     exit 2 on a bad table."""
+    from allsmi import registry
     from allsmi.attribution import build_attributor as build
     try:
-        return build(s.config, simulate=s.simulate is not None)
+        return build(s.config, simulate=s.simulate is not None,
+                     declarations=registry.declarations())
     except ConfigError as exc:
         raise fail(str(exc)) from None
 

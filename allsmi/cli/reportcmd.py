@@ -280,6 +280,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     from dataclasses import replace
 
     from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi import registry
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
@@ -297,7 +298,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str) -
     try:
         recorder = LedgerRecorder(path, ledger_config)
         # The simulated pods and jobs (and any real source configured) are billed too.
-        attributor = build_attributor(config, simulate=True)
+        attributor = build_attributor(config, simulate=True, declarations=registry.declarations())
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
     backends = enabled_only(simulated_backends(scenario, clock=clock), config.backends_enabled)

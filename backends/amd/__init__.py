@@ -31,6 +31,7 @@ from allsmi.backends.amd.loader import (
     quiet_stdout,
 )
 from allsmi.backends._common.owners import process_owner
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
@@ -73,6 +74,15 @@ class AmdBackend(Backend):
     vendor = "amd"
     kind = "gpu"
     device_nodes = ("/dev/kfd", "/dev/dri/renderD*")
+    product = "AMD Instinct"
+    interface = "amdsmi"
+    version_command = ("amd-smi", "version")
+    kubernetes_resources = (
+        KubernetesResource("amd.com/*", plugin=(
+            "ROCm k8s-device-plugin (`amd.com/gpu`, partition resources such as "
+            "`amd.com/cpx_nps4`): the PCI bus id (`0000:c1:00.0`)")),
+    )
+    node_names = ("amd", "card", "renderd", "gpu")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
