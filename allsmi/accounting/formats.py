@@ -120,6 +120,8 @@ def to_json(report: Report) -> str:
     doc = {"source": report.source, "period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by),
            "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows}
+    if report.warnings:
+        doc["warnings"] = list(report.warnings)
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 

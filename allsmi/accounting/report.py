@@ -124,6 +124,8 @@ class Report:
     coverage_ratio: float | None
     """Observed device time over (distinct devices x window), all rows; ``None`` with no devices."""
     source: str
+    warnings: tuple[str, ...] = ()
+    """The source's warnings about partial answers (accepted by ``--allow-partial``)."""
 
 
 #: The grouping keys of a device part, and of a holder share (``--group-by``).

@@ -94,6 +94,10 @@ def _export(run: Run, output_format: str | None, output: str | None,
 def _incomplete_message(report: Any, threshold: float) -> str:
     from allsmi.accounting.periods import iso
     where = f"{iso(report.window.start)} to {iso(report.window.end)}"
+    if report.warnings:
+        return (f"{report.source} gave a partial answer for {where} (--allow-partial): "
+                f"{'; '.join(report.warnings)}; the file was written with its coverage lowered "
+                f"to 0, the bill may be short (exit status {EXIT_INCOMPLETE})")
     if report.coverage_ratio is None:
         return (f"no device data for {where} in {report.source}: the export is empty "
                 f"(exit status {EXIT_INCOMPLETE})")
