@@ -117,9 +117,12 @@ def json_row(row: Row) -> dict[str, Any]:
 def to_json(report: Report) -> str:
     """``{"period_start", "period_end", "group_by", "coverage_ratio", "rows": [...]}``."""
     rows = [json_row(row) for row in report.rows]
-    doc = {"source": report.source, "period_start": iso(report.window.start),
+    doc: dict[str, Any] = {"source": report.source}
+    if report.source_data:
+        doc["source_data"] = report.source_data
+    doc.update({"period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by),
-           "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows}
+           "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows})
     if report.warnings:
         doc["warnings"] = list(report.warnings)
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"

@@ -202,6 +202,8 @@ class PrometheusClient:
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.allow_partial = allow_partial
+        #: Whether the export may bill from the hourly roll-ups (``--no-rollups``: never).
+        self.use_rollups = True
         #: The servers' warnings about partial answers, when ``allow_partial`` accepted them.
         self.warnings: list[str] = []
         handlers: list[Any] = [_NoRedirect()]
@@ -291,6 +293,14 @@ class PrometheusClient:
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
         """The vector result of ``promql`` evaluated at unix time ``at``."""
+        return self._query(promql, at, "vector")
+
+    def query_range_vector(self, promql: str, at: float) -> list[dict[str, Any]]:
+        """The raw samples (``values``) of the range vector ``promql`` (``metric[range]``) at
+        unix time ``at``: a matrix."""
+        return self._query(promql, at, "matrix")
+
+    def _query(self, promql: str, at: float, kind: str) -> list[dict[str, Any]]:
         params = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
         headers = {"Accept": "application/json"}
         auth = self.credentials.header()
@@ -310,9 +320,9 @@ class PrometheusClient:
                                              f"{doc.get('error', '')}".strip()))
         self._check_partial(doc, promql)
         data = doc.get("data") or {}
-        if not isinstance(data, dict) or data.get("resultType") != "vector":
-            kind = data.get("resultType") if isinstance(data, dict) else None
-            raise PrometheusError(f"{self.url}: expected a vector for {promql!r}, got {kind!r}")
+        if not isinstance(data, dict) or data.get("resultType") != kind:
+            got = data.get("resultType") if isinstance(data, dict) else None
+            raise PrometheusError(f"{self.url}: expected a {kind} for {promql!r}, got {got!r}")
         result = data.get("result") or []
         if not isinstance(result, list):
             raise PrometheusError(f"{self.url}: the result for {promql!r} is not a list")

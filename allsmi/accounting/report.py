@@ -124,6 +124,8 @@ class Report:
     coverage_ratio: float | None
     """Observed device time over (distinct devices x window), all rows; ``None`` with no devices."""
     source: str
+    source_data: str | None = None
+    """Which of the source's data gave the figures (Prometheus: roll-ups or raw counters)."""
     warnings: tuple[str, ...] = ()
     """The source's warnings about partial answers (accepted by ``--allow-partial``)."""
 
@@ -216,7 +218,7 @@ def _money(grp: "object", hours: float | None, kwh: float | None) -> float | Non
 
 def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequence[str],
                  config: Config, holder_parts: Iterable[Part] | None = None,
-                 source: str = "") -> Report:
+                 source: str = "", source_data: str | None = None) -> Report:
     """Group, price and check coverage. ``holder_parts`` is needed when grouping by user,
     namespace, pod or job."""
     group_by = tuple(group_by)
@@ -280,4 +282,5 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             idle_devices=tuple(sorted(acc.idle_devices)),
             idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
-                  label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source)
+                  label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,
+                  source_data=source_data)

@@ -104,6 +104,10 @@ SOURCE_OPTIONS = [
                        "Thanos, Mimir and VictoriaMetrics cluster give with a store down): the "
                        "file is written, the warnings are named, and its coverage is lowered "
                        "to 0 (exit status 3). Without it a partial answer fails the export."),
+    click.option("--no-rollups", "no_rollups", is_flag=True, default=False,
+                  help="Bill from Prometheus' raw counters even where the hourly roll-ups of "
+                       "deploy/prometheus/allsmi-rules.yml exist (to check them against each "
+                       "other; slower over long periods)."),
     click.option("--simulate", metavar="SCENARIO", default=None,
                   help="Bill a simulated node instead: replay the scenario over the window (up to "
                        "now) into a temporary ledger and export that."),
@@ -178,7 +182,8 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
             prometheus_bearer_token_file: str | None, prometheus_ca_file: str | None,
             period: str | None, since: str | None, until: str | None, tz_name: str | None,
             group_by: str | None, config_path: str | None, timeout: float | None,
-            simulate: str | None, allow_partial: bool = False, textfile: str | None = None,
+            simulate: str | None, allow_partial: bool = False, no_rollups: bool = False,
+            textfile: str | None = None,
             default_group_by: Any = None) -> Plan:
     """Resolve and check the options shared by ``export`` and ``idle``; raises :class:`Failed`.
 
@@ -223,6 +228,10 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
     except PeriodError as exc:
         raise Failed("config", str(exc), 2) from None
     run.period_end = window.end.timestamp()
+    if no_rollups and client is None:
+        raise Failed("config", "--no-rollups needs --prometheus URL", 2)
+    if client is not None:
+        client.use_rollups = not no_rollups
     if client is not None and "user" in keys:
         raise Failed("config", "--group-by user needs the ledger: Prometheus has no per-user "
                       "accounting", 2)
@@ -320,14 +329,16 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
             source: str | None = None) -> Any:
     from allsmi.accounting.report import HOLDER_KEYS, build_report
     if client is not None:
-        from allsmi.accounting.promsource import PrometheusError, prometheus_parts
+        from allsmi.accounting.promrollup import prometheus_usage
+        from allsmi.accounting.promsource import PrometheusError
         try:
-            parts, holders = prometheus_parts(client, window,
-                                              by_holder=any(k in HOLDER_KEYS for k in keys))
+            usage = prometheus_usage(client, window, by_holder=any(k in HOLDER_KEYS for k in keys),
+                                     rollups=getattr(client, "use_rollups", True))
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
-        report = build_report(parts, window, keys, config, holder_parts=holders,
-                              source=f"prometheus {client.url}")
+        report = build_report(usage.parts, window, keys, config, holder_parts=usage.holders,
+                              source=f"prometheus {client.url}", source_data=usage.detail)
+        click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
         if client.warnings:
             # Data may be missing that nothing here can measure: the rows vouch for none of
             # the window, so the coverage is lowered to 0 (the export exits 3 and says why).
