@@ -56,7 +56,10 @@ def running_victoriametrics(workdir: Path, targets: Sequence[str] = (),
     port = free_port()
     argv = [binary, f"-storageDataPath={workdir / 'vmdata'}",
             f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=13",
-            "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=WARN"]
+            "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=WARN",
+            # one sample per series and timestamp: a replay and a live vmalert (or an HA pair)
+            # may write the same roll-up twice
+            "-dedup.minScrapeInterval=1ms"]
     if targets:
         config = workdir / "vm-scrape.yml"
         listed = ", ".join(f'"{t}"' for t in targets)
