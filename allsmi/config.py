@@ -62,12 +62,16 @@ class ResourceGroup:
     """``share``: a partition (MIG instance, compute partition, die) is billed at its share of
     the physical device, its parent at the rest; ``whole``: each device of the group is billed
     as a whole device (for prices set per partition profile)."""
+    budget_per_month: float | None = None
+    """The group's budget for a calendar month, in its currency (``None``: no budget)."""
 
 
 #: Values of ``[groups.NAME] partition_billing``.
 PARTITION_BILLING = ("share", "whole")
 #: Prices are at most this (per device-hour or per kWh): a larger one is a typo.
 MAX_PRICE = 1e9
+#: A monthly budget is at most this: a larger one is a typo.
+MAX_BUDGET = 1e15
 
 
 @dataclass(frozen=True)
@@ -298,7 +302,7 @@ class _Validator:
 
     def group(self, name: str, raw: dict[str, Any]) -> ResourceGroup:
         self.unknown(raw, ("labels", "price_per_device_hour", "price_per_kwh", "currency",
-                           "partition_billing"), "groups", name)
+                           "partition_billing", "budget_per_month"), "groups", name)
         labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
         labels: dict[str, str] = {}
         for key, value in labels_raw.items():
@@ -325,5 +329,9 @@ class _Validator:
         if (prices["price_per_device_hour"] is not None or prices["price_per_kwh"] is not None) \
                 and currency is None:
             raise self.fail("a group with prices needs a currency", "groups", name)
+        budget = self.number(raw["budget_per_month"], "groups", name, "budget_per_month",
+                             maximum=MAX_BUDGET) if "budget_per_month" in raw else None
+        if budget is not None and currency is None:
+            raise self.fail("a group with a budget needs a currency", "groups", name)
         return ResourceGroup(name, labels, prices["price_per_device_hour"], prices["price_per_kwh"],
-                             currency, billing)
+                             currency, billing, budget)

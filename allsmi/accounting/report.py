@@ -111,6 +111,12 @@ class Row:
     """Idle hours at the billing shares (what ``price_per_device_hour`` prices in ``idle_cost``)."""
     idle_energy_kwh: float | None = None
     """Energy of the idle-allocated time (what ``price_per_kwh`` prices in ``idle_cost``)."""
+    budget: float | None = None
+    """The group's ``budget_per_month`` (in its currency)."""
+    budget_used_ratio: float | None = None
+    """``cost`` / ``budget``: this row's share of the group's monthly budget."""
+    forecast_month_end_cost: float | None = None
+    """``cost`` extrapolated linearly to the whole calendar month holding the window."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,14 @@ def _accumulate(parts: Iterable[Part], key_of) -> dict:  # type: ignore[no-untyp
     return accs
 
 
+def _budget(budget: float | None, cost: float | None,
+            factor: float | None) -> dict[str, float | None]:
+    """The budget columns of a row costing ``cost``."""
+    return {"budget": budget,
+            "budget_used_ratio": None if cost is None or not budget else cost / budget,
+            "forecast_month_end_cost": None if cost is None or factor is None else cost * factor}
+
+
 def _money(grp: "object", hours: float | None, kwh: float | None) -> float | None:
     """hours x price_per_device_hour + kwh x price_per_kwh; ``None`` with neither price set, or
     when the priced hours are unknown (never a made-up 0)."""
@@ -214,6 +228,18 @@ def _money(grp: "object", hours: float | None, kwh: float | None) -> float | Non
     if per_kwh is not None and kwh is not None:
         cost += kwh * per_kwh
     return cost
+
+
+def month_factor(window: Window) -> float | None:
+    """The calendar month holding ``window`` (in its time zone) over the window's length, for
+    a linear forecast to the month's end; ``None`` when the window spans two months."""
+    start = window.start
+    first = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    following = (first.replace(year=first.year + 1, month=1) if first.month == 12
+                 else first.replace(month=first.month + 1))
+    if window.end.timestamp() > following.timestamp() or window.seconds <= 0:
+        return None
+    return (following.timestamp() - first.timestamp()) / window.seconds
 
 
 def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequence[str],
@@ -239,6 +265,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
 
     rows: list[Row] = []
     label_names: set[str] = set()
+    factor = month_factor(window)
     width = 2 + len(DEVICE_KEYS)
     for key in sorted(accs, key=_sort_key):
         acc = accs[key]
@@ -280,7 +307,8 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             idle_allocated_device_hours=idle_h,
             idle_cost=None if idle_h is None else _money(grp, idle_billed_h, idle_kwh),
             idle_devices=tuple(sorted(acc.idle_devices)),
-            idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh))
+            idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh,
+            **_budget(grp.budget_per_month, _money(grp, billed_h, kwh), factor)))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,
                   source_data=source_data)

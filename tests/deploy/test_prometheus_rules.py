@@ -19,6 +19,8 @@ ALERTS = {  # name -> (metric the expression reads, "for" duration)
     "AllsmiExporterStale": ("allsmi_last_collect_timestamp_seconds", None),
     "AllsmiDeviceAllocatedIdle": ("allsmi_device_idle_allocated_seconds_total", None),
     "AllsmiBillingExportFailed": ("allsmi_export_success", None),
+    "AllsmiGroupBudgetForecastExceeded": ("allsmi_resource_group_budget_per_month", "1h"),
+    "AllsmiGroupBudgetExceeded": ("allsmi_resource_group_budget_per_month", None),
 }
 
 
@@ -59,7 +61,8 @@ def test_alerts_are_the_specified_ones() -> None:
         assert metric in rule["expr"], name
         assert rule.get("for") == duration, name
         summary, description = rule["annotations"]["summary"], rule["annotations"]["description"]
-        assert "{{ $labels.instance }}" in summary and "{{ $labels.instance }}" in description
+        where = "resource_group" if name.startswith("AllsmiGroup") else "instance"  # fleet-wide
+        assert f"{{{{ $labels.{where} }}}}" in summary and f"{{{{ $labels.{where} }}}}" in description
         if name in ("AllsmiDeviceLost", "AllsmiDeviceAllocatedIdle"):
             assert "{{ $labels.uuid }}" in summary and "{{ $labels.uuid }}" in description
         if name == "AllsmiBackendDown":
