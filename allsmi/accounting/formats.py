@@ -123,6 +123,8 @@ def to_json(report: Report) -> str:
     doc: dict[str, Any] = {"source": report.source}
     if report.source_data:
         doc["source_data"] = report.source_data
+    if report.price_sources is not None:
+        doc["prices"] = dict(report.price_sources)
     doc.update({"period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by),
            "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows})

@@ -30,8 +30,8 @@ module groups them by the ``--group-by`` keys and computes the columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Sequence
 
 from allsmi.accounting.periods import Window
 from allsmi.config import Config
@@ -130,6 +130,9 @@ class Report:
     coverage_ratio: float | None
     """Observed device time over (distinct devices x window), all rows; ``None`` with no devices."""
     source: str
+    price_sources: tuple[tuple[str, str], ...] | None = None
+    """Per priced group, where its prices came from (``config`` or ``published``); ``None``
+    where the source publishes none (the ledger)."""
     source_data: str | None = None
     """Which of the source's data gave the figures (Prometheus: roll-ups or raw counters)."""
     warnings: tuple[str, ...] = ()
@@ -208,6 +211,20 @@ def _accumulate(parts: Iterable[Part], key_of) -> dict:  # type: ignore[no-untyp
     return accs
 
 
+def _prices(grp: Any, published: Mapping[str, Any] | None, sources: dict[str, str]) -> Any:
+    """``grp`` with the prices the exporters published (``published``) unless the local
+    configuration prices it; notes in ``sources`` which were used."""
+    if grp.price_per_device_hour is not None or grp.price_per_kwh is not None:
+        sources[grp.name] = "config"
+        return grp
+    given = (published or {}).get(grp.name)
+    if given is None or (given.per_device_hour is None and given.per_kwh is None):
+        return grp
+    sources[grp.name] = "published"
+    return replace(grp, price_per_device_hour=given.per_device_hour,
+                   price_per_kwh=given.per_kwh, currency=given.currency)
+
+
 def _budget(budget: float | None, cost: float | None,
             factor: float | None) -> dict[str, float | None]:
     """The budget columns of a row costing ``cost``."""
@@ -244,7 +261,8 @@ def month_factor(window: Window) -> float | None:
 
 def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequence[str],
                  config: Config, holder_parts: Iterable[Part] | None = None,
-                 source: str = "", source_data: str | None = None) -> Report:
+                 source: str = "", source_data: str | None = None,
+                 published: Mapping[str, Any] | None = None) -> Report:
     """Group, price and check coverage. ``holder_parts`` is needed when grouping by user,
     namespace, pod or job."""
     group_by = tuple(group_by)
@@ -266,6 +284,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
     rows: list[Row] = []
     label_names: set[str] = set()
     factor = month_factor(window)
+    sources: dict[str, str] = {}
     width = 2 + len(DEVICE_KEYS)
     for key in sorted(accs, key=_sort_key):
         acc = accs[key]
@@ -273,7 +292,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
         label_names.update(name for name, _ in labels)
         whole = devices.get(key[:width], acc)  # with holders, count and coverage are the devices'
         count = len(whole.devices)
-        grp = config.group(group)
+        grp = _prices(config.group(group), published, sources)
         whole_billing = grp.partition_billing == "whole"
         # Unknown allocation (no backend listed processes) stays unknown, and so does a
         # cost that depends on it: never a made-up 0.
@@ -311,4 +330,5 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             **_budget(grp.budget_per_month, _money(grp, billed_h, kwh), factor)))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,
-                  source_data=source_data)
+                  source_data=source_data,
+                  price_sources=None if published is None else tuple(sorted(sources.items())))

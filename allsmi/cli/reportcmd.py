@@ -336,9 +336,18 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
                                      rollups=getattr(client, "use_rollups", True))
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
+        from allsmi.accounting.promprices import describe, published_prices
+        try:
+            published = published_prices(client, window, rollups=usage.rollup_seconds > 0)
+        except PrometheusError as exc:
+            raise Failed("source", str(exc)) from None
         report = build_report(usage.parts, window, keys, config, holder_parts=usage.holders,
-                              source=f"prometheus {client.url}", source_data=usage.detail)
+                              source=f"prometheus {client.url}", source_data=usage.detail,
+                              published=published)
         click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
+        prices = describe(dict(report.price_sources))
+        if prices:
+            click.echo(f"allsmi: prices from {prices}", err=True)
         if client.warnings:
             # Data may be missing that nothing here can measure: the rows vouch for none of
             # the window, so the coverage is lowered to 0 (the export exits 3 and says why).
