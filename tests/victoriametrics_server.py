@@ -91,15 +91,18 @@ def running_vmalert(workdir: Path, rule_files: Sequence[Path], store: str,
 
 
 def run_vmalert_replay(workdir: Path, rule_files: Sequence[Path], store: str, time_from: str,
-                       time_to: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+                       time_to: str, step: str,
+                       timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """``vmalert -replay.timeFrom=.. -replay.timeTo=..``: the rules evaluated over history,
-    written back to ``store``, at each group interval from ``time_from`` up to (not at)
-    ``time_to``. One point per query: vmalert 1.79 writes only the first point of each
-    range answer (deploy/README.md)."""
+    written back to ``store``, at every ``step`` (the rules' group interval) from ``time_from``
+    to ``time_to``, both included. vmalert 1.79 asks for the range at
+    ``-datasource.queryStep`` (default 5m), not at the group's interval, so it is set to it
+    (deploy/README.md)."""
     binary = require_tool("vmalert", "victoria-metrics")
     return subprocess.run(
         [binary, *(f"-rule={p}" for p in rule_files), f"-datasource.url={store}",
          f"-remoteWrite.url={store}", f"-replay.timeFrom={time_from}",
-         f"-replay.timeTo={time_to}", "-replay.disableProgressBar", "-replay.rulesDelay=0s", "-replay.maxDatapointsPerQuery=1",
+         f"-replay.timeTo={time_to}", "-replay.disableProgressBar", "-replay.rulesDelay=0s",
+         f"-datasource.queryStep={step}",
          "-loggerLevel=WARN"],
         capture_output=True, text=True, timeout=timeout, cwd=workdir)

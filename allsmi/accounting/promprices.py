@@ -64,8 +64,21 @@ def published_prices(client: PrometheusClient, window: Window,
     rng, sub = f"{step}s", f"[{seconds}s:{step}s]"
     found: dict[str, dict[str, tuple[float, str]]] = {}
     for name, metric in PRICE_METRICS.items():
-        prices = _matrix(client, f"max by (resource_group, currency) "
-                                 f"(avg_over_time({metric}[{rng}])){sub}", at, "currency")
+        mean = f"max by (resource_group, currency) (avg_over_time({metric}[{rng}]))"
+        if seconds <= 3600:  # one hour at most: its mean price
+            for sample in client.query(mean, at):
+                labels = sample.get("metric", {})
+                try:
+                    value = float(sample["value"][1])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    continue
+                if math.isfinite(value):
+                    group, currency = labels.get("resource_group", ""), labels.get("currency", "")
+                    previous = found.setdefault(group, {}).get(name)
+                    if previous is None or previous[1] > currency:
+                        found[group][name] = (value, currency)
+            continue
+        prices = _matrix(client, f"({mean}){sub}", at, "currency")
         if not prices:
             continue
         usage_expr = (f"sum by (resource_group) (last_over_time({USAGE_ROLLUP[name]}[{rng}]))"

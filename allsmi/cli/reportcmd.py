@@ -347,7 +347,7 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
         click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
         prices = describe(dict(report.price_sources))
         if prices:
-            click.echo(f"allsmi: prices from {prices}", err=True)
+            click.echo(f"allsmi: prices: {prices}", err=True)
         if client.warnings:
             # Data may be missing that nothing here can measure: the rows vouch for none of
             # the window, so the coverage is lowered to 0 (the export exits 3 and says why).

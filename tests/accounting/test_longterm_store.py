@@ -80,9 +80,11 @@ def agree(name: str, a: dict, b: dict, rel: float = 0.005) -> None:  # type: ign
         for col in COLUMNS:
             x, y = ta[group][col], tb[group][col]
             print(name, group, col, x, y, f"{(y - x) / x if x else 0:+.3%}")
-            # Idle-allocated time comes and goes with the simulated workloads: Prometheus'
-            # increase() extrapolates such a counter toward a short window's edges less well.
-            slack = rel if col != "idle_allocated_device_hours" else 4 * rel
+            # Idle-allocated time (a breakdown, not a charge of its own) comes and goes with the
+            # simulated workloads: Prometheus' increase() extrapolates such a counter toward a
+            # window's edges less well over these 30 to 50 s windows.
+            slack = rel if col != "idle_allocated_device_hours" or "Prometheus" not in name \
+                else 10 * rel
             assert y == pytest.approx(x, rel=slack, abs=1e-9), (name, group, col)
 
 
@@ -140,7 +142,7 @@ def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) ->
                 wait_for_rollups(vm, live[1], 5, 5 * HOUR)  # the evaluation at the window's end, written
             # evaluations at the ends of the early window's three "hours"
             replay = run_vmalert_replay(tmp_path, [rules], vm, iso(early[0] + HOUR),
-                                        iso(early[1] + HOUR))
+                                        iso(early[1]), f"{HOUR}s")
             assert replay.returncode == 0, replay.stdout + replay.stderr
             wait_for_rollups(vm, early[1], 3, 3 * HOUR)
             for i, serve in enumerate(serves):
@@ -199,7 +201,7 @@ def test_a_window_not_on_rollup_boundaries_bills_its_edges_from_raw_counters(
             wait_until(first + 5 * HOUR + 1)
             # Roll up "hours" 1, 2, 4 and 5 of five: hour 3 stays a hole.
             for lo, hi in ((first + HOUR, first + 2 * HOUR), (first + 4 * HOUR, first + 5 * HOUR)):
-                replay = run_vmalert_replay(tmp_path, [rules], vm, iso(lo), iso(hi + HOUR))
+                replay = run_vmalert_replay(tmp_path, [rules], vm, iso(lo), iso(hi), f"{HOUR}s")
                 assert replay.returncode == 0, replay.stdout + replay.stderr
             wait_for_rollups(vm, first + 5 * HOUR, 4, 5 * HOUR)
             window = ("--since", iso(first + 3), "--until", iso(first + 5 * HOUR - 4),

@@ -77,7 +77,7 @@ def test_published_prices_unless_the_config_overrides(tmp_path: Path) -> None:
     doc = json.loads(out.stdout)
     # (the mixed scenario's npu group is priced by the simulated node too)
     assert doc["prices"]["inference"] == "published" and doc["prices"]["training"] == "config"
-    assert "prices from the local configuration for training; published by the exporters for " \
+    assert "prices: the local configuration for training; published by the exporters for " \
            "inference" in out.stderr
     rows = {r["resource_group"]: r for r in doc["rows"]}
     inf, train = rows["inference"], rows["training"]
@@ -94,6 +94,9 @@ class _Client:
 
     def __init__(self, series: dict[str, list[dict[str, Any]]]) -> None:
         self.series = series
+
+    def query(self, promql: str, at: float) -> list[dict[str, Any]]:
+        raise AssertionError(f"a two-hour window reads hour by hour, not {promql!r}")
 
     def query_range_vector(self, promql: str, at: float) -> list[dict[str, Any]]:
         for needle, answer in self.series.items():

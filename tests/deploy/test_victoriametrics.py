@@ -63,7 +63,7 @@ def test_the_documented_settings() -> None:
     for name in ("victoria-metrics.default", "scrape.yml", "vmalert.service",
                  "prometheus-remote-write.yml"):
         assert f"deploy/victoriametrics/{name}" in readme, name
-    assert "-replay.timeFrom" in readme and "-replay.maxDatapointsPerQuery=1" in readme
+    assert "-replay.timeFrom" in readme and "-datasource.queryStep=1h" in readme
 
 
 def test_vmalert_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
