@@ -208,13 +208,18 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) ->
                            f"(count_over_time({WORKLOAD_INFO}[{rng}]))", at, dev_keys + WORKLOAD_KEYS)
     samples = _series(client, f"max by (uuid, instance) (count_over_time({DEVICE_INFO}[{rng}]))",
                       at, ("uuid", "instance"))
-    return split_holders(parts, held, samples)
+    return split_holders(parts, held, samples, fair)
 
 
 def split_holders(parts: list[Part], held: dict[tuple[str, ...], float],
-                  samples: dict[tuple[str, str], float]) -> list[Part]:
-    """Each device part split among its workloads by ``held`` (samples per uuid, instance,
-    resource group and workload keys) out of ``samples`` (the device's samples)."""
+                  samples: dict[tuple[str, str], float],
+                  fair: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]]
+                  | None = None) -> list[Part]:
+    """Each device part split among its holders: as the per-holder counters counted it where
+    ``fair`` has the device (:func:`_fair_shares`), else among its workloads by ``held``
+    (samples per uuid, instance, resource group and workload keys) out of ``samples`` (the
+    device's samples)."""
+    fair = fair or {}
     per_device: dict[tuple[str, ...], list[tuple[tuple[str, ...], float]]] = {}
     for key, count in held.items():
         if count > 0:
