@@ -41,6 +41,12 @@ ROLLUPS = {
     "billed": "instance_uuid:allsmi_device_billed_seconds:increase1h",
     "idle_billed": "instance_uuid:allsmi_device_idle_billed_seconds:increase1h",
 }
+#: The per-holder roll-ups (of ``allsmi_holder_*``), by the part of a holder each gives.
+HOLDER_ROLLUPS = {
+    "allocated": "instance_uuid_holder:allsmi_holder_allocated_seconds:increase1h",
+    "used": "instance_uuid_holder:allsmi_holder_used_seconds:increase1h",
+    "energy": "instance_uuid_holder:allsmi_holder_energy_joules:increase1h",
+}
 MEMORY_AVG = "instance_uuid:allsmi_device_memory_used_bytes:avg1h"
 MEMORY_MAX = "instance_uuid:allsmi_device_memory_used_bytes:max1h"
 DEVICE_SAMPLES = "instance_uuid:allsmi_device_info:count1h"
@@ -202,8 +208,12 @@ def _rollup_parts(client: PrometheusClient, lo: int, hi: int,
 
 def _rollup_holders(client: PrometheusClient, at: int, rng: str, parts: list[Part],
                     counts: dict[tuple[str, ...], float]) -> list[Part]:
-    """As :func:`allsmi.accounting.promsource.holder_parts`, from the hourly sample counts."""
-    from allsmi.accounting.promsource import split_holders
+    """As :func:`allsmi.accounting.promsource.holder_parts`, from the roll-ups: the holders'
+    hourly allocated and used seconds and joules where the exporters publish per-holder
+    counters, the hourly sample counts of each workload elsewhere."""
+    from allsmi.accounting.promsource import holder_counts, split_holders
+    fair = holder_counts(client, at, {name: f"sum_over_time({metric}[{rng}])"
+                                      for name, metric in HOLDER_ROLLUPS.items()})
     dev_keys = ("uuid", "instance", "resource_group")
     held = _series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
                            f"(sum_over_time({WORKLOAD_SAMPLES}[{rng}]))", at,
@@ -211,7 +221,7 @@ def _rollup_holders(client: PrometheusClient, at: int, rng: str, parts: list[Par
     samples: dict[tuple[str, ...], float] = {}
     for key, n in counts.items():
         samples[(key[0], key[1])] = max(samples.get((key[0], key[1]), 0.0), n)
-    return split_holders(parts, held, samples)
+    return split_holders(parts, held, samples, fair)
 
 
-__all__ = ["MARKER", "ROLLUPS", "Usage", "prometheus_usage"]
+__all__ = ["HOLDER_ROLLUPS", "MARKER", "ROLLUPS", "Usage", "prometheus_usage"]

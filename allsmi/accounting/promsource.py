@@ -34,7 +34,7 @@ from allsmi.accounting.report import Part
 from allsmi.fairshare import merge_methods
 
 __all__ = ["COUNTERS", "Credentials", "MAX_RESPONSE_BYTES", "MAX_SECRET_BYTES", "PrometheusClient",
-           "PrometheusError", "access_settings", "holder_parts", "prometheus_parts", "read_secret",
+           "PrometheusError", "access_settings", "holder_counts", "holder_parts", "prometheus_parts", "read_secret",
            "redact_url", "split_holders", "split_url"]
 
 COUNTERS = {
@@ -142,11 +142,19 @@ def _fair_shares(client: PrometheusClient, window: Window
                  ) -> dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]]:
     """Per device (uuid, instance, group), per holder (namespace, pod, job id, user): its
     allocated seconds, used seconds and joules from the per-holder counters, and the methods."""
-    at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
+    rng = f"{max(window.seconds, 1)}s"
+    return holder_counts(client, window.end_unix, {
+        name: f"increase({metric}[{rng}])" for name, metric in HOLDER_COUNTERS.items()})
+
+
+def holder_counts(client: PrometheusClient, at: float, queries: dict[str, str]
+                  ) -> dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]]:
+    """As :func:`_fair_shares`, from ``queries`` (part -> a PromQL range expression per holder
+    series, summed here by :data:`HOLDER_KEYS`): the raw counters' ``increase()`` or the
+    hourly roll-ups' ``sum_over_time()``."""
     out: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
-    for name, metric in HOLDER_COUNTERS.items():
-        found = _series(client, f"sum by ({', '.join(HOLDER_KEYS)}) (increase({metric}[{rng}]))",
-                        at, HOLDER_KEYS)
+    for name, expr in queries.items():
+        found = _series(client, f"sum by ({', '.join(HOLDER_KEYS)}) ({expr})", at, HOLDER_KEYS)
         for key, value in found.items():
             holder = out.setdefault(key[:3], {}).setdefault(key[3:7], {})
             holder[name] = holder.get(name, 0.0) + max(0.0, value)
