@@ -16,12 +16,19 @@ has been scraped a few times, then measures:
   benchmark ran, so the range functions see fewer samples than a real hour;
 * Prometheus' own CPU (seconds used while measuring) and resident memory.
 
+With ``--stores prometheus,victoriametrics`` (the default) each N is measured twice in the same
+run: once on Prometheus, once on VictoriaMetrics (Debian's ``victoria-metrics``) scraping the
+same hosts itself (``-promscrape.config``, the same file_sd targets) with ``vmalert``
+evaluating the same recording rules and writing them back; its CPU and memory are
+VictoriaMetrics' and vmalert's together.
+
 Then the direct ``--hosts`` mode at 256 hosts (``ClusterSource.refresh``, every
 host's ``/api/v1/snapshot`` fetched and parsed); target < 2 s a refresh
 (all-smi, the closest peer, claims 256+ hosts at 3-6 s a refresh; it is not
 measured here: it has no Prometheus mode to compare).
 
-Usage: ``python benchmarks/fleet.py [--hosts 100,300,1000] [--runs 10]``.
+Usage: ``python benchmarks/fleet.py [--hosts 100,300,1000] [--runs 10]
+[--stores prometheus,victoriametrics]``.
 """
 
 from __future__ import annotations
@@ -110,8 +117,8 @@ def host_name(i: int) -> str:
     return f"node{i:04d}"
 
 
-def start_prometheus(workdir: Path, n: int, fleet_port: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+def write_config(workdir: Path, n: int, fleet_port: int) -> None:
+    """``prometheus.yml`` (file_sd targets, one per host) and the rules, in ``workdir``."""
     targets = [{"targets": [f"127.0.0.1:{fleet_port}"],
                 "labels": {"instance": host_name(i), "__metrics_path__": f"/hosts/{host_name(i)}/metrics"}}
                for i in range(n)]
@@ -130,6 +137,11 @@ def start_prometheus(workdir: Path, n: int, fleet_port: int) -> tuple[subprocess
         f"  evaluation_interval: {SCRAPE_INTERVAL}s\n{rules}"
         "scrape_configs:\n  - job_name: allsmi\n    file_sd_configs:\n"
         f"      - files: ['{workdir / 'targets.json'}']\n")
+
+
+def start_prometheus(workdir: Path, n: int, fleet_port: int) -> tuple[subprocess.Popen, str]:
+    write_config(workdir, n, fleet_port)
+    port = free_port()
     proc = subprocess.Popen(
         [shutil.which("prometheus") or "prometheus", f"--config.file={workdir / 'prometheus.yml'}",
          f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
@@ -140,12 +152,43 @@ def start_prometheus(workdir: Path, n: int, fleet_port: int) -> tuple[subprocess
     return proc, url
 
 
-def measure_prometheus(n: int, fleet_port: int, runs: int, allsmi: str) -> dict[str, float]:
+def start_victoriametrics(workdir: Path, n: int, fleet_port: int
+                          ) -> tuple[list[subprocess.Popen], str]:
+    """VictoriaMetrics scraping the same targets as :func:`start_prometheus` (the same
+    ``prometheus.yml``), and vmalert evaluating the same rules, results written back."""
+    write_config(workdir, n, fleet_port)
+    port = free_port()
+    vm = subprocess.Popen(
+        [shutil.which("victoria-metrics") or "victoria-metrics",
+         f"-storageDataPath={workdir / 'vmdata'}", f"-httpListenAddr=127.0.0.1:{port}",
+         "-retentionPeriod=13", f"-promscrape.config={workdir / 'prometheus.yml'}",
+         "-promscrape.config.strictParse=false",  # rule_files, evaluation_interval: vmalert's
+         "-loggerLevel=WARN"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_for("VictoriaMetrics to start", lambda: get(url + "/health", 2) is not None, 60)
+    procs = [vm]
+    files = [workdir / "fleet-rules.yml"] + ([RULES] if RULES.exists() else []) if USE_RULES else []
+    if files:
+        procs.append(subprocess.Popen(
+            [shutil.which("vmalert") or "vmalert", *(f"-rule={f}" for f in files),
+             f"-datasource.url={url}", f"-remoteWrite.url={url}",
+             f"-evaluationInterval={SCRAPE_INTERVAL}s", f"-httpListenAddr=127.0.0.1:{free_port()}",
+             f"-notifier.url=http://127.0.0.1:{free_port()}", "-loggerLevel=ERROR"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs, url
+
+
+def measure_prometheus(n: int, fleet_port: int, runs: int, allsmi: str,
+                       store: str = "prometheus") -> dict[str, float]:
     from allsmi.dashboard.prometheus import PrometheusSource
 
     with tempfile.TemporaryDirectory(prefix="allsmi-fleet-") as tmp:
         started = time.time()
-        proc, url = start_prometheus(Path(tmp), n, fleet_port)
+        if store == "victoriametrics":
+            procs, url = start_victoriametrics(Path(tmp), n, fleet_port)
+        else:
+            proc, url = start_prometheus(Path(tmp), n, fleet_port)
+            procs = [proc]
         try:
             # Every target up and scraped at least three times (so rates and increases exist).
             wait_for(f"{n} targets scraped", lambda: (
@@ -156,7 +199,7 @@ def measure_prometheus(n: int, fleet_port: int, runs: int, allsmi: str) -> dict[
                          4 * SCRAPE_INTERVAL)
             series = [line for line in get(url + "/metrics").decode().splitlines()
                       if line.startswith("prometheus_tsdb_head_series ")]
-            cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+            cpu0, wall0 = sum(cpu_seconds(p.pid) for p in procs), time.monotonic()
             source = PrometheusSource(url, interval=1.0, timeout=60.0)
             refresh = timed(source.refresh, runs)
             shown = len(source.hosts())
@@ -178,15 +221,16 @@ def measure_prometheus(n: int, fleet_port: int, runs: int, allsmi: str) -> dict[
                 export.append(time.perf_counter() - t0)
                 if done.returncode not in (0, 3):
                     raise SystemExit(f"export failed: {done.stderr.decode()[-500:]}")
-            prom_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - wall0)
+            prom_cpu = (sum(cpu_seconds(p.pid) for p in procs) - cpu0) / (time.monotonic() - wall0)
             return {"hosts_shown": shown, "refresh": quantiles(refresh), "detailed": detailed,
                     "opened": quantiles(opened), "every": quantiles(every), "export": statistics.median(export),
-                    "prom_cpu": prom_cpu, "prom_rss": rss_mib(proc.pid),
+                    "prom_cpu": prom_cpu, "prom_rss": sum(rss_mib(p.pid) for p in procs),
                     "series": float(series[0].split()[1]) if series else float("nan"),
                     "minutes": (time.time() - started) / 60}
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for proc in procs:
+                proc.terminate()
+                proc.wait(30)
 
 
 def measure_hosts(n: int, fleet_port: int, runs: int) -> tuple[float, float, int]:
@@ -210,7 +254,14 @@ def main() -> None:
     parser.add_argument("--direct-hosts", type=int, default=256, help="hosts for the --hosts mode")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--no-rules", action="store_true", help="measure without recording rules")
+    parser.add_argument("--stores", default="prometheus,victoriametrics",
+                        help="the --prometheus sources measured for each N, in the same run")
     args = parser.parse_args()
+    stores = [x.strip() for x in args.stores.split(",") if x.strip()]
+    if not stores or set(stores) - {"prometheus", "victoriametrics"}:
+        raise SystemExit("fleet: --stores takes prometheus and/or victoriametrics")
+    if "victoriametrics" in stores and not shutil.which("victoria-metrics"):
+        raise SystemExit("fleet: victoria-metrics not found (apt-get install victoria-metrics)")
     global USE_RULES
     USE_RULES = not args.no_rules
     if not shutil.which("prometheus"):
@@ -229,15 +280,17 @@ def main() -> None:
             raise SystemExit("fleet: the fleet server did not start")
         print(f"Machine: {describe()}; Prometheus scrape interval {SCRAPE_INTERVAL} s; "
               f"recording rules {'loaded' if USE_RULES else 'not loaded'}; {args.runs} refreshes each\n")
-        print("| hosts | devices | head series | cluster view refresh, median / p95 | "
+        print("| store | hosts | devices | head series | cluster view refresh, median / p95 | "
               "with one host opened | every device (before) | export, last hour | "
-              "Prometheus CPU while measured | Prometheus RSS |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for n in (int(x) for x in args.hosts.split(",")):
-            r = measure_prometheus(n, fleet_port, args.runs, allsmi)
+              "store CPU while measured | store RSS |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for n, store in ((int(x), st) for x in args.hosts.split(",") for st in stores):
+            r = measure_prometheus(n, fleet_port, args.runs, allsmi, store)
             med, p95 = r["refresh"]
             mode = "all devices" if r["detailed"] else "totals"
-            print(f"| {n} | {n * 37} | {r['series']:.0f} | {med:.2f} s / {p95:.2f} s ({mode}) | "
+            name = "VictoriaMetrics + vmalert" if store == "victoriametrics" else "Prometheus"
+            series = "-" if r["series"] != r["series"] else f"{r['series']:.0f}"
+            print(f"| {name} | {n} | {n * 37} | {series} | {med:.2f} s / {p95:.2f} s ({mode}) | "
                   f"{r['opened'][0]:.2f} s / {r['opened'][1]:.2f} s | "
                   f"{r['every'][0]:.2f} s / {r['every'][1]:.2f} s | {r['export']:.1f} s | "
                   f"{r['prom_cpu'] * 100:.0f}% of a core | {r['prom_rss']:.0f} MiB |", flush=True)
