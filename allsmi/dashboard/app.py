@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
-import signal
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -47,8 +46,6 @@ VIEWS = ("devices", "groups", "idle", "cluster")
 #: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
 #: device table keeps rows to show.
 PANEL_MIN_HEIGHT = 20
-#: Signals that end the dashboard as `q` does (terminal restored, exit code 0).
-QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 
 
@@ -63,11 +60,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
 
     def __init__(self, source: Source, *, config: Config | None = None,
                  options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
-                 history_points: int | None = None, poll_seconds: float | None = None,
-                 handle_signals: bool = False) -> None:
+                 history_points: int | None = None, poll_seconds: float | None = None) -> None:
         super().__init__()
-        self.handle_signals = handle_signals
-        """Whether SIGTERM and SIGHUP quit the app like `q` (the CLI sets it; tests need not)."""
         self.quit_signal: int | None = None
         """The signal that ended the app, if one did."""
         self.source = source
@@ -145,9 +139,6 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._app_context = contextvars.copy_context()  # the app's context, for calls from threads
-        if self.handle_signals:
-            for signum in QUIT_SIGNALS:
-                self._loop.add_signal_handler(signum, self._quit_on_signal, signum)
         self.theme = self.options.theme
         self._palette = Palette.from_theme(self.current_theme, self.no_color)
         self.query_one("#filter", Input).cursor_blink = False
@@ -167,9 +158,18 @@ class DashboardApp(KeyActions, IdleView, App[None]):
 
     def on_unmount(self) -> None:
         self._refresh_cancel.set()
-        if self.handle_signals and self._loop is not None:
-            for signum in QUIT_SIGNALS:
-                self._loop.remove_signal_handler(signum)
+
+    def quit_soon(self, signum: int) -> None:
+        """End the app like `q`; safe from a signal handler and from any thread (the CLI's
+        :class:`~allsmi.dashboard.terminal.TerminalGuard` calls it on SIGHUP and SIGTERM)."""
+        self._refresh_cancel.set()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._quit_on_signal, signum, context=self._app_context)
+        except RuntimeError:  # the loop closed meanwhile: the app has ended
+            pass
 
     def _quit_on_signal(self, signum: int) -> None:
         self.quit_signal = signum
