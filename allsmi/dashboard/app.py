@@ -32,7 +32,7 @@ from .actions import BINDINGS, KeyActions
 from .hosts import HOST_COLUMNS, host_detail, host_rows
 from .idle import IdleMeter, IdleRow
 from .idleview import IDLE_COLUMNS, IdleView
-from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History,
+from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention,
                     apply_filter, order_devices, refs_of)
 from .options import DashboardOptions
 from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar,
@@ -105,6 +105,10 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         self._panel_choice: bool | None = None
         """The user's `z` choice for the bottom panel; ``None`` follows the terminal height."""
         self._total = Totals("all")
+        self._device_retention = Retention()
+        """Devices no longer reported: their history and energy are dropped after a grace."""
+        self._host_retention = Retention()
+        """Hosts no longer listed: their integrators and idle windows are dropped after a grace."""
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -223,8 +227,24 @@ class DashboardApp(KeyActions, IdleView, App[None]):
                     self.history.add(host.key, host.snapshot)
                     self.energy.add(host.key, host.snapshot)
                     self.idle.add(host.key, host.snapshot)
+            self._forget_gone(hosts)
             self.refresh_view()
         self._update_summary()
+
+    def _forget_gone(self, hosts: Sequence[HostState]) -> None:
+        """Drop what is kept for devices and hosts no longer reported, after the grace
+        (:data:`~allsmi.dashboard.model.GONE_GRACE_SECONDS`), so memory follows what is shown."""
+        now = self.clock()
+        gone = self._device_retention.update(
+            (ref.key for h in hosts for ref in refs_of(h.key, h.snapshot)), now)
+        if gone:
+            self.history.drop(gone)
+            self.energy.drop(gone)
+        left = self._host_retention.update((h.key for h in hosts), now)
+        if left:
+            self.history.forget_hosts(left)
+            self.energy.forget_hosts(left)
+            self.idle.drop_hosts(left)
 
     def _start_refresh(self) -> None:
         if self._refresh_cancel.is_set():

@@ -183,6 +183,11 @@ class IdleMeter:
             row.price(self.config)
         return order_rows(rows, "cost")
 
+    def drop_hosts(self, hosts: Iterable[str]) -> None:
+        """Drop these hosts' integrators and idle windows (hosts that left)."""
+        gone = set(hosts)
+        self.forget([h for h in self._seen if h not in gone])
+
     def forget(self, hosts: Iterable[str]) -> None:
         """Drop hosts not in ``hosts`` (they left the cluster)."""
         keep = set(hosts)

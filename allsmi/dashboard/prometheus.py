@@ -35,6 +35,7 @@ from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
 
 from .fetch import HttpError
 from .fetch import get as http_get
+from .model import GONE_GRACE_SECONDS
 from .totals import Totals
 from .promsummary import GROUPINGS, fleet_totals, recorded_totals
 from .sources import Clock, HostState
@@ -279,6 +280,8 @@ class PrometheusSource:
         self._retry_at: float | None = None
         self._focus: frozenset[str] = frozenset()
         self._totals: dict[str, dict[str, Totals]] = {}
+        self._missing_since: dict[str, float] = {}
+        """Instances Prometheus stopped answering for: dropped after the grace."""
         self.detailed = True
         """Whether the last refresh fetched every host's devices (the fleet fits the budget)."""
 
@@ -360,8 +363,14 @@ class PrometheusSource:
                 self._states[instance] = HostState(instance, instance, snap, asked - age,
                                                    address=instance, error=error,
                                                    summary=totals.get("instance", {}).get(instance))
+            for instance in seen:
+                self._missing_since.pop(instance, None)
             for instance, state in list(self._states.items()):
                 if instance not in seen:
+                    since = self._missing_since.setdefault(instance, asked)
+                    if asked - since > GONE_GRACE_SECONDS:  # gone for good: forget it
+                        del self._states[instance], self._missing_since[instance]
+                        continue
                     reason = "target down (up == 0)" if instance in down else "no series in Prometheus"
                     self._states[instance] = HostState(instance, state.name, state.snapshot,
                                                        state.received, address=instance, error=reason,
