@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
+from allsmi.snapshot_parse import MAX_PROBLEMS, checked_int, checked_measurement
 
 from .fetch import HttpError
 from .fetch import get as http_get
@@ -50,8 +51,8 @@ VALUE_METRICS: dict[str, tuple[str, float]] = {
     **{m.metric: (m.field, m.scale) for m in MEASUREMENTS},
     ENERGY_FIELD.metric: (ENERGY_FIELD.field, ENERGY_FIELD.scale),
 }
-_INT_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
-_RANGES = {m.field: (m.minimum, m.maximum) for m in (*MEASUREMENTS, ENERGY_FIELD)}
+#: Unix times outside (0, 2**33) (the year 2242) are not a scrape's or an evaluation's time.
+_LATEST_TIME = float(2**33)
 _NOT_GROUP_LABELS = {"__name__", "instance", "job", "resource_group"}
 MAX_BODY_BYTES = 256 * 1024 * 1024
 """Largest query answer read (a device query of a fleet within the device budget)."""
@@ -146,8 +147,12 @@ def answer_vector(doc: Any, status: int = 200) -> tuple[float, list[dict[str, An
         metric = sample.setdefault("metric", {})
         if not all(isinstance(v, str) for v in metric.values()):
             raise PrometheusError("unexpected Prometheus answer: a label value is not a string")
-    evaluated = max((t for s in samples if math.isfinite(t := _time(s))), default=time.time())
+    evaluated = max((t for s in samples if _plausible_time(t := _time(s))), default=time.time())
     return evaluated, samples
+
+
+def _plausible_time(when: float | None) -> bool:
+    return when is not None and 0.0 < when < _LATEST_TIME
 
 
 def _time(sample: dict[str, Any]) -> float:
@@ -173,9 +178,18 @@ def _int(text: str | None) -> int | None:
 
 
 def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
-                    scraped: dict[str, float] | None = None) -> dict[str, Snapshot]:
-    """One snapshot per ``instance`` from the selector's result (pure; tested on its own)."""
+                    scraped: dict[str, float] | None = None,
+                    problems: dict[str, list[str]] | None = None) -> dict[str, Snapshot]:
+    """One snapshot per ``instance`` from the selector's result (pure; tested on its own).
+
+    Every value passes the snapshot parser's checks (the ranges declared in
+    :mod:`allsmi.fields`, whole numbers for bytes, indexes and pids): a value that fails is
+    unknown, and what was wrong is listed per instance in ``problems``."""
     scraped = scraped or {}
+    problems = {} if problems is None else problems
+
+    def sink(instance: str) -> list[str]:
+        return problems.setdefault(instance, [])
     devices: dict[str, dict[str, dict[str, Any]]] = {}
     order: dict[str, list[str]] = {}
     group_labels: dict[tuple[str, str], dict[str, str]] = {}
@@ -190,7 +204,8 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             fields: dict[str, Any] = {
                 "id": uuid, "uuid": uuid, "vendor": metric.get("vendor", "") or "unknown",
                 "kind": metric.get("kind", "") or "gpu", "backend": metric.get("backend", ""),
-                "index": _int(metric.get("index")), "name": metric.get("model") or None,
+                "index": checked_int(_int(metric.get("index")), f"{uuid} index", sink(instance), 0, 2**31),
+                "name": metric.get("model") or None,
                 "bus_id": metric.get("bus_id") or None,
                 "driver_version": metric.get("driver_version") or None,
                 "firmware_version": metric.get("firmware_version") or None,
@@ -202,12 +217,12 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             group_labels[(instance, metric.get("resource_group", ""))] = {
                 k: v for k, v in metric.items() if k not in _NOT_GROUP_LABELS}
         elif name == PROCESS_MEMORY and uuid:
-            pid = _int(metric.get("pid"))
-            value = _value(sample)
+            pid = checked_int(_int(metric.get("pid")), f"{uuid} process pid", sink(instance), 0, 2**32)
             if pid is not None:
+                memory = checked_int(_value(sample), f"{uuid} process {pid} memory", sink(instance))
                 processes.setdefault((instance, uuid), []).append(ProcessSample(
                     pid=pid, user=metric.get("user") or None, command=metric.get("command") or None,
-                    memory_bytes=None if value is None else int(value)))
+                    memory_bytes=memory))
         elif uuid:
             value = _value(sample)
             if value is not None:
@@ -220,11 +235,8 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             fields["health"] = "ok" if value >= 1 else "lost"
         elif name in VALUE_METRICS:
             field, scale = VALUE_METRICS[name]
-            number = value / scale
-            low, high = _RANGES[field]
-            if (low is not None and number < low) or (high is not None and number > high):
-                continue  # not a plausible reading: unknown, as the snapshot parser does
-            fields[field] = int(round(number)) if field in _INT_FIELDS else number
+            # Not a plausible reading: unknown, as the snapshot parser does, and said so.
+            fields[field] = checked_measurement(field, value / scale, f"{uuid} {name}", sink(instance))
     out: dict[str, Snapshot] = {}
     for instance, by_uuid in devices.items():
         samples = []
@@ -235,6 +247,8 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             samples.append(DeviceSample(**fields))
         samples.sort(key=lambda d: (d.vendor, d.parent is not None, d.index if d.index is not None else 1 << 30))
         when = scraped.get(instance, evaluated)
+        if not _plausible_time(when):
+            when = evaluated
         out[instance] = Snapshot(timestamp=dt.datetime.fromtimestamp(when, dt.timezone.utc),
                                  host=HostSample(hostname=instance), devices=tuple(samples))
     return out
@@ -337,10 +351,11 @@ class PrometheusSource:
             if cancelled():
                 return
             scraped = {s.get("metric", {}).get("instance", ""): v for s in stamps
-                       if isinstance(s, dict) and (v := _value(s)) is not None}
+                       if isinstance(s, dict) and _plausible_time(v := _value(s))}
             down = {s.get("metric", {}).get("instance", "") for s in ups
                     if isinstance(s, dict) and _value(s) == 0}
-            snapshots = build_snapshots(series, evaluated, scraped)
+            problems: dict[str, list[str]] = {}
+            snapshots = build_snapshots(series, evaluated, scraped, problems)
         except PrometheusError as exc:
             self._fail(str(exc))
             return
@@ -362,6 +377,7 @@ class PrometheusSource:
                     snap = previous.snapshot if previous is not None else None
                 self._states[instance] = HostState(instance, instance, snap, asked - age,
                                                    address=instance, error=error,
+                                                   problems=tuple(problems.get(instance, ())[:MAX_PROBLEMS]),
                                                    summary=totals.get("instance", {}).get(instance))
             for instance in seen:
                 self._missing_since.pop(instance, None)

@@ -16,6 +16,7 @@ from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 
 from .fixtures import scaled
+from .hostile import Handler, Server, json_body
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -81,3 +82,101 @@ def test_prometheus_instances_that_left_are_dropped_after_the_grace() -> None:
     kept = source.hosts()
     assert len(kept) <= GONE_GRACE_SECONDS / 10 + 2, [h.key for h in kept]
     assert kept[-1].key == "node-49:9477" and kept[-1].error is None
+
+
+# -- a hostile Prometheus over loopback ------------------------------------------------------
+
+HOSTILE_VALUES = ("1e308", "-1", "NaN", "+Inf", "-Inf", "123456789012345678901234567890", "-1e308")
+
+
+class FakePrometheus:
+    """Answers the instant queries the fleet view asks with ``value`` in every sample; ``devices``
+    per instance makes the fleet fit the device budget (every device) or not (totals only)."""
+
+    def __init__(self, value: str, devices: int = 2, instances: int = 2) -> None:
+        self.value, self.devices, self.instances = value, devices, instances
+        self.server = Server(self.respond)
+        self.url = self.server.url
+
+    def _sample(self, labels: dict[str, str], value: str | None = None) -> dict[str, Any]:
+        return {"metric": labels, "value": [1000.0, self.value if value is None else value]}
+
+    def answer(self, promql: str) -> list[dict[str, Any]]:
+        from allsmi.dashboard.prometheus import DEVICE_INFO, DEVICE_UP, PROCESS_MEMORY, VALUE_METRICS
+        from allsmi.dashboard.promsummary import summary_queries
+        instances = [f"node-{i}:9477" for i in range(self.instances)]
+        uuids = [f"GPU-{d}" for d in range(self.devices)]
+        if promql.startswith("count by (instance)"):
+            return [self._sample({"instance": i}, str(self.devices)) for i in instances]
+        if promql.startswith("timestamp(") or promql == "up":
+            return [self._sample({"instance": i}) for i in instances]
+        if "label_replace" in promql or "allsmi_devices:totals" in promql:
+            return [self._sample({"instance": i, "resource_group": "train", "vendor": "nvidia",
+                                  "allsmi_total": name})
+                    for i in instances for name in summary_queries("instance")]
+        if promql.startswith("max by"):
+            return [self._sample({"__name__": name, "instance": i, "uuid": u})
+                    for i in instances for u in uuids for name in (DEVICE_UP, *VALUE_METRICS)]
+        if PROCESS_MEMORY in promql:
+            return [self._sample({"__name__": PROCESS_MEMORY, "instance": i, "uuid": u, "pid": pid,
+                                  "user": "alice", "command": "python train.py"})
+                    for i in instances for u in uuids for pid in ("42", "-1", "99999999999999999999")]
+        if DEVICE_INFO in promql:
+            return [self._sample({"__name__": DEVICE_INFO, "instance": i, "uuid": u, "vendor": "nvidia",
+                                  "model": "H100", "index": index, "resource_group": "train"}, "1")
+                    for i in instances for u, index in zip(uuids, ("0", "123456789012345678901234567890"))]
+        return []
+
+    def respond(self, handler: Handler) -> None:
+        import urllib.parse
+        promql = urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query).get("query", [""])[0]
+        doc = {"status": "success", "data": {"resultType": "vector", "result": self.answer(promql)}}
+        handler.send_body(json_body(doc))
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.parametrize("every_device", [True, False], ids=["devices", "totals"])
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+async def test_hostile_numbers_from_prometheus_are_unknown_in_every_view(value: str, every_device: bool) -> None:
+    from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
+    from allsmi.snapshot_parse import MAX_INT
+    fake = FakePrometheus(value, devices=2 if every_device else 5000)
+    source = PrometheusSource(fake.url, interval=1.0, timeout=5.0)
+    try:
+        source.refresh(lambda: False)
+        hosts = source.hosts()
+        assert all(h.error is None for h in hosts), [h.error for h in hosts]
+        if every_device:
+            for host in hosts:
+                assert host.snapshot is not None and len(host.snapshot.devices) == 2
+                for dev in host.snapshot.devices:
+                    for m in (*MEASUREMENTS, ENERGY_FIELD):  # every value within its declared range
+                        got = getattr(dev, m.field)
+                        assert got is None or ((m.minimum is None or got >= m.minimum) and got <= MAX_INT
+                                               and (m.maximum is None or got <= m.maximum)), (m.field, got)
+                    assert dev.index is None or dev.index < 2**31
+                    for proc in dev.processes or ():
+                        assert 0 <= proc.pid <= 2**32
+                        assert proc.memory_bytes is None or 0 <= proc.memory_bytes <= MAX_INT
+                if value in ("1e308", "-1", "-1e308"):
+                    assert host.problems, "the values thrown away are named on the host's row"
+        else:
+            for host in hosts:
+                totals = host.summary
+                if totals is None:  # every total of this host was thrown away
+                    continue
+                for name in ("memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts"):
+                    got = getattr(totals, name)
+                    assert got is None or 0 <= got <= MAX_INT, (name, got)
+                assert totals.utilization_percent is None or 0 <= totals.utilization_percent <= 100
+        app = DashboardApp(source)
+        async with app.run_test(size=(160, 50)) as pilot:
+            for key in ("g", "g", "i", "i", "c", "enter", "p", "d", "g", "c"):
+                await pilot.press(key)
+                await pilot.pause()
+                assert app.is_running, f"the app ended on {key!r}"
+            assert app.return_code is None
+    finally:
+        fake.close()
