@@ -388,7 +388,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
             sort_key=f"idle {self.idle_sort}" if self.view == "idle" else self.sort_key,
             descending=self.idle_descending if self.view == "idle" else self.descending,
             flt=self.filter, shown=self.shown,
-            process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error)
+            process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
+            note=getattr(self.source, "note", None))
         plain = line.plain + "\n" + state.plain
         if plain != self._summary_text:
             self._summary_text = plain

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
-from allsmi.snapshot_parse import MAX_PROBLEMS, checked_int, checked_measurement
+from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS, checked_int, checked_measurement
 
 from .fetch import HttpError
 from .fetch import get as http_get
@@ -54,8 +54,10 @@ VALUE_METRICS: dict[str, tuple[str, float]] = {
 #: Unix times outside (0, 2**33) (the year 2242) are not a scrape's or an evaluation's time.
 _LATEST_TIME = float(2**33)
 _NOT_GROUP_LABELS = {"__name__", "instance", "job", "resource_group"}
-MAX_BODY_BYTES = 256 * 1024 * 1024
-"""Largest query answer read (a device query of a fleet within the device budget)."""
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Largest query answer read: a device query of a fleet within the device budget is a few MiB
+(about 2 KiB a device). A larger device answer leaves the devices out for that refresh (totals
+only), a larger process answer leaves the processes out; the screen says which."""
 #: Up to this many devices in the fleet, every host's devices are fetched on each refresh.
 DEFAULT_DEVICE_BUDGET = 4096
 
@@ -81,10 +83,13 @@ def selector(instances: Iterable[str] | None = None) -> str:
     return '{__name__=~"' + "|".join(names) + '"' + ("," + extra if extra else "") + "}"
 
 
-def device_queries(instances: Iterable[str] | None = None) -> list[str]:
-    """The queries that fetch the devices of ``instances`` (all when ``None``), lean on labels:
-    identity and group labels in full, the values keyed by name, instance and uuid only."""
+def device_queries(instances: Iterable[str] | None = None, exclude: Sequence[str] = ()) -> list[str]:
+    """The queries that fetch the devices of ``instances`` (all when ``None``, but those in
+    ``exclude``), lean on labels: identity and group labels in full, the values keyed by name,
+    instance and uuid only."""
     extra = instance_matcher(instances)
+    if exclude:
+        extra = instance_matcher(exclude).replace("=~", "!~", 1)
     extra = "," + extra if extra else ""
     values = "|".join([DEVICE_UP, *VALUE_METRICS])
     return ['{__name__=~"' + f"{DEVICE_INFO}|{GROUP_INFO}" + '"' + extra + "}",
@@ -195,12 +200,16 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
     group_labels: dict[tuple[str, str], dict[str, str]] = {}
     values: list[tuple[str, str, str, float]] = []
     processes: dict[tuple[str, str], list[ProcessSample]] = {}
+    extra: dict[str, int] = {}
     for sample in series:
         metric = sample.get("metric") or {}
         name = metric.get("__name__", "")
         instance = metric.get("instance", "")
         uuid = metric.get("uuid", "")
         if name == DEVICE_INFO and uuid:
+            if len(devices.get(instance, ())) >= MAX_DEVICES and uuid not in devices[instance]:
+                extra[instance] = extra.get(instance, 0) + 1  # as many as a snapshot may hold
+                continue
             fields: dict[str, Any] = {
                 "id": uuid, "uuid": uuid, "vendor": metric.get("vendor", "") or "unknown",
                 "kind": metric.get("kind", "") or "gpu", "backend": metric.get("backend", ""),
@@ -237,6 +246,8 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             field, scale = VALUE_METRICS[name]
             # Not a plausible reading: unknown, as the snapshot parser does, and said so.
             fields[field] = checked_measurement(field, value / scale, f"{uuid} {name}", sink(instance))
+    for instance, count in extra.items():
+        sink(instance).insert(0, f"{MAX_DEVICES + count} devices, only the first {MAX_DEVICES} kept")
     out: dict[str, Snapshot] = {}
     for instance, by_uuid in devices.items():
         samples = []
@@ -298,6 +309,8 @@ class PrometheusSource:
         """Instances Prometheus stopped answering for: dropped after the grace."""
         self.detailed = True
         """Whether the last refresh fetched every host's devices (the fleet fits the budget)."""
+        self.note: str | None = None
+        """What the last refresh left out because an answer was too large (shown on screen)."""
 
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
@@ -326,25 +339,40 @@ class PrometheusSource:
             stamps_f = _spawn(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
             ups_f = _spawn(self._query, "up", self.timeout)
             _, counts = self._query(f"count by (instance) ({DEVICE_INFO})", self.timeout)
-            fleet_devices = sum(v for s in counts if isinstance(s, dict) and (v := _value(s)) is not None)
+            per_instance = {s.get("metric", {}).get("instance", ""): v for s in counts
+                            if isinstance(s, dict) and (v := _value(s)) is not None}
+            # A node with more devices than a snapshot may hold is not shown device by device.
+            oversized = {i: n for i, n in per_instance.items() if n > MAX_DEVICES}
+            fleet_devices = sum(n for i, n in per_instance.items() if i not in oversized)
             everyone = fleet_devices <= self.device_budget
+            with self._lock:
+                focus = self._focus
+            known = set(per_instance)
+            wanted = None if everyone else sorted((focus & known) - set(oversized))
+            series: list[dict[str, Any]] = []
+            evaluated = 0.0
+            notes: list[str] = []
+            if wanted is None or wanted:
+                for promql in device_queries(wanted, exclude=sorted(oversized) if wanted is None else ()):
+                    try:
+                        at, result = self._query(promql, self.timeout)
+                    except PrometheusError as exc:
+                        if "larger than" not in str(exc):
+                            raise
+                        if PROCESS_MEMORY in promql:  # the devices stay, without their processes
+                            notes.append(f"processes not shown: {exc}")
+                            continue
+                        notes.append(f"devices not shown (totals only): {exc}")
+                        series, everyone = [], False
+                        break
+                    evaluated = max(evaluated, at)
+                    series.extend(result)
             totals: dict[str, dict[str, Totals]] = {}
             if not everyone:  # a large fleet: Prometheus computes what the overview shows
                 totals = recorded_totals(self._query, self.timeout)  # the shipped rules, if loaded
                 futures = {by: _spawn(fleet_totals, self._query, by, self.timeout)
                            for by in GROUPINGS if by not in totals}
                 totals.update({by: future.result() for by, future in futures.items()})
-            with self._lock:
-                focus = self._focus
-            known = {s.get("metric", {}).get("instance", "") for s in counts if isinstance(s, dict)}
-            wanted = None if everyone else sorted(focus & known)
-            series: list[dict[str, Any]] = []
-            evaluated = 0.0
-            if wanted is None or wanted:
-                for promql in device_queries(wanted):
-                    at, result = self._query(promql, self.timeout)
-                    evaluated = max(evaluated, at)
-                    series.extend(result)
             at, stamps = stamps_f.result()
             evaluated = max(evaluated, at)
             _, ups = ups_f.result()
@@ -356,6 +384,9 @@ class PrometheusSource:
                     if isinstance(s, dict) and _value(s) == 0}
             problems: dict[str, list[str]] = {}
             snapshots = build_snapshots(series, evaluated, scraped, problems)
+            for instance, count in oversized.items():
+                problems.setdefault(instance, []).insert(0, (
+                    f"reports {count:.0f} devices, more than {MAX_DEVICES}: its devices are not shown"))
         except PrometheusError as exc:
             self._fail(str(exc))
             return
@@ -364,9 +395,10 @@ class PrometheusSource:
             return
         with self._lock:
             self._error, self._failures, self._retry_at = None, 0, None
+            self.note = "; ".join(notes) or None
             self.detailed = everyone
             self._totals = {by: totals.get(by, {}) for by in ("resource_group", "vendor")}
-            seen = set(snapshots) | set(totals.get("instance", {}))
+            seen = set(snapshots) | set(totals.get("instance", {})) | set(oversized)
             for instance in sorted(seen):
                 # Age as Prometheus sees it (its clock, not the node's): evaluation minus scrape time.
                 age = max(0.0, evaluated - scraped.get(instance, evaluated))
@@ -375,10 +407,13 @@ class PrometheusSource:
                 if snap is None and not everyone and instance in focus:
                     previous = self._states.get(instance)
                     snap = previous.snapshot if previous is not None else None
+                summary = totals.get("instance", {}).get(instance)
+                if summary is None and instance in oversized:
+                    summary = Totals(instance, devices=int(min(oversized[instance], 2**31)))
                 self._states[instance] = HostState(instance, instance, snap, asked - age,
                                                    address=instance, error=error,
                                                    problems=tuple(problems.get(instance, ())[:MAX_PROBLEMS]),
-                                                   summary=totals.get("instance", {}).get(instance))
+                                                   summary=summary)
             for instance in seen:
                 self._missing_since.pop(instance, None)
             for instance, state in list(self._states.items()):

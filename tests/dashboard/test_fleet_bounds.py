@@ -4,6 +4,7 @@ number from Prometheus checked, big answers cut with a note, no key blocking the
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -178,5 +179,74 @@ async def test_hostile_numbers_from_prometheus_are_unknown_in_every_view(value: 
                 await pilot.pause()
                 assert app.is_running, f"the app ended on {key!r}"
             assert app.return_code is None
+    finally:
+        fake.close()
+
+
+class BigPrometheus(FakePrometheus):
+    """One good instance with two devices and one that claims (``honest``) or hides 900,000:
+    asked for every device anyway, it streams ``stream_mib`` MiB of device series."""
+
+    def __init__(self, honest: bool, stream_mib: int = 40) -> None:
+        super().__init__("50", devices=2, instances=1)
+        self.honest, self.stream_mib = honest, stream_mib
+        self.queries: list[str] = []
+
+    def respond(self, handler: Handler) -> None:
+        import urllib.parse
+        promql = urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query).get("query", [""])[0]
+        self.queries.append(promql)
+        if promql.startswith("count by (instance)"):
+            result = self.answer(promql) + [self._sample({"instance": "big:9477"},
+                                                         "900000" if self.honest else "2")]
+        elif promql.startswith("{") and "allsmi_device_info" in promql and "big" not in promql:
+            return self._stream(handler)
+        else:
+            result = self.answer(promql)
+        handler.send_body(json_body({"status": "success", "data": {"resultType": "vector", "result": result}}))
+
+    def _stream(self, handler: Handler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.end_headers()
+        handler.close_connection = True
+        one = json.dumps({"metric": {"__name__": "allsmi_device_info", "instance": "big:9477",
+                                     "uuid": "GPU-%08d", "model": "H100", "vendor": "nvidia"},
+                          "value": [1000.0, "1"]}) + ","
+        handler.wfile.write(b'{"status": "success", "data": {"resultType": "vector", "result": [')
+        chunk = "".join(one % i for i in range(5000)).encode()
+        for _ in range(self.stream_mib * 2**20 // len(chunk) + 1):
+            handler.wfile.write(chunk)
+        handler.wfile.write(b'{"metric": {}, "value": [1000.0, "1"]}]}}')
+
+
+def _peak_rss_mib() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("honest", [True, False], ids=["counted", "hidden"])
+async def test_a_huge_prometheus_answer_is_cut_and_the_screen_says_so(honest: bool) -> None:
+    from .conftest import screen_text
+    fake = BigPrometheus(honest)
+    source = PrometheusSource(fake.url, interval=1.0, timeout=30.0)
+    try:
+        before = _peak_rss_mib()
+        source.refresh(lambda: False)
+        grown = _peak_rss_mib() - before
+        assert grown < 200, f"one refresh grew the peak RSS by {grown:.0f} MiB"
+        hosts = {h.key: h for h in source.hosts()}
+        if honest:  # the node is left out of the device queries, its row says why
+            assert any("instance!~" in q for q in fake.queries), fake.queries
+            assert len(hosts["node-0:9477"].snapshot.devices) == 2
+            assert "reports 900000 devices, more than 4096" in hosts["big:9477"].problems[0]
+        else:  # the answer is cut at the byte cap: totals only, and the summary says so
+            assert source.note is not None and "devices not shown" in source.note, source.note
+            assert not source.detailed
+        app = DashboardApp(source)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            text = screen_text(app)
+            assert ("more than 4096" if honest else "devices not shown") in text, text
     finally:
         fake.close()
