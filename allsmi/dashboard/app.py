@@ -35,7 +35,7 @@ from .idleview import IDLE_COLUMNS, IdleView
 from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention,
                     apply_filter, order_devices, refs_of)
 from .options import DashboardOptions
-from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar,
+from .panels import (MAX_PROCESS_ROWS, TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar,
                      totals_cells)
 from .render import Palette, safe, safe_text
 from .sources import HostState, Source
@@ -330,8 +330,10 @@ class DashboardApp(KeyActions, IdleView, App[None]):
             shown = [r for r in self.shown if r.key == ref.key
                      or (r.host == ref.host and r.device.parent == ref.device.id)]
         names = {h.key: h.name for h in self.hosts}
-        self.process_table.show(shown, self.source.cluster, names)
+        count = self.process_table.show(shown, self.source.cluster, names)
         title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
+        if count > MAX_PROCESS_ROWS:
+            title += f" ({MAX_PROCESS_ROWS} biggest of {count})"
         hosts_here = {r.host for r in shown}
         hidden = [h.name for h in self.hosts if h.key in hosts_here and h.process_details is False]
         if hidden:

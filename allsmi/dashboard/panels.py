@@ -186,9 +186,14 @@ class DiffTable(SafeTable):
         """Show ``rows`` (row key, cells) in this order."""
         rows = list(rows)
         wanted = {key for key, _ in rows}
-        for gone in [k for k in self._rows if k not in wanted]:
-            self.remove_row(gone)
-            del self._rows[gone]
+        gone = [k for k in self._rows if k not in wanted]
+        if len(gone) > 16 and 2 * len(gone) > len(self._rows):  # most rows go: start afresh
+            self.clear()
+            self._rows, self._order = {}, []
+            gone = []
+        for key in gone:
+            self.remove_row(key)
+            del self._rows[key]
         for key, cells in rows:
             cells = (_keyed(cells[0], key), *cells[1:])
             frozen = tuple(_freeze(c) for c in cells)
@@ -229,6 +234,11 @@ def _freeze(cell: Any) -> Hashable:
     return cell
 
 
+#: The processes panel shows at most this many processes (the biggest by memory); its title
+#: says how many there are. A host of 4096 devices x 30 processes is 122,880.
+MAX_PROCESS_ROWS = 100
+
+
 class ProcessTable(DiffTable):
     """Processes on the selected device (and its partitions) or on every device shown."""
 
@@ -238,19 +248,31 @@ class ProcessTable(DiffTable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.COLUMNS, **kwargs)
 
-    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> None:
-        """Processes of ``refs``, biggest memory first."""
+    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> int:
+        """Processes of ``refs``, biggest memory first: the :data:`MAX_PROCESS_ROWS` biggest,
+        chosen without building a row for the others. Returns how many processes there are."""
+        sizes = [p.memory_bytes or 0 for ref in refs for p in ref.device.processes or ()]
+        total = len(sizes)
+        smallest = 0
+        if total > MAX_PROCESS_ROWS:  # the size of the Nth biggest: one sort of plain ints
+            sizes.sort()
+            smallest = sizes[-MAX_PROCESS_ROWS]
+        del sizes
+        biggest = [(ref, p) for ref in refs for p in ref.device.processes or ()
+                   if (p.memory_bytes or 0) >= smallest]
         rows: list[tuple[int, str, tuple[Any, ...]]] = []
-        for ref in refs:
+        if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first by key
+            biggest.sort(key=lambda c: (-(c[1].memory_bytes or 0), f"{c[0].key}\x1e{c[1].pid}"))
+            del biggest[MAX_PROCESS_ROWS:]
+        for ref, proc in biggest:
             dev = ref.device
             where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
             if host_label:
                 where = f"{names.get(ref.host, ref.host)}:{dev.index if dev.index is not None else NA}"
-            for proc in dev.processes or ():
-                rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}",
-                             self._cells(proc, where)))
+            rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self._cells(proc, where)))
         rows.sort(key=lambda r: (r[0], r[1]))
         self.set_rows((key, cells) for _, key, cells in rows)
+        return total
 
     @staticmethod
     def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:

@@ -250,3 +250,39 @@ async def test_a_huge_prometheus_answer_is_cut_and_the_screen_says_so(honest: bo
             assert ("more than 4096" if honest else "devices not shown") in text, text
     finally:
         fake.close()
+
+
+def _many_processes(base: Snapshot, devices: int, per_device: int) -> Snapshot:
+    from allsmi.schema import ProcessSample
+    template = next(d for d in base.devices if d.parent is None and d.processes is not None)
+    out = []
+    for i in range(devices):
+        procs = tuple(ProcessSample(pid=10_000 + i * per_device + p, user=f"user{p}",
+                                    command=f"python train.py --rank {p}", memory_bytes=(i * 7919 + p) << 20)
+                      for p in range(per_device))
+        out.append(replace(template, id=f"GPU-{i}", uuid=f"GPU-{i}", index=i, parent=None, processes=procs))
+    return replace(base, devices=tuple(out))
+
+
+async def test_p_on_a_huge_host_never_blocks_the_ui(sim_snapshots: list[Snapshot]) -> None:
+    import time
+
+    from allsmi.dashboard.panels import MAX_PROCESS_ROWS
+    big = _many_processes(sim_snapshots[0], 4096, 30)
+    source = StaticSource.of([big], interval=1.0)
+    app = DashboardApp(source)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        slowest = 0.0
+        for _ in range(3):
+            started = time.perf_counter()
+            app.action_toggle_processes()  # what `p` runs, on the UI thread
+            slowest = max(slowest, time.perf_counter() - started)
+            await pilot.pause()
+        table = app.process_table
+        assert 0 < table.row_count <= MAX_PROCESS_ROWS
+        assert "biggest" in str(app.query_one("#processes").border_title)
+        # The biggest process of the whole host is the first row.
+        top = max((p for d in big.devices for p in d.processes or ()), key=lambda p: p.memory_bytes or 0)
+        assert table.row_keys[0].endswith(f"\x1e{top.pid}")
+        assert slowest < 0.1, f"`p` blocked the UI for {slowest * 1000:.0f} ms"
