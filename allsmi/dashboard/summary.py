@@ -23,7 +23,9 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
     pal = palette
     line = Text()
     if cluster:
-        up = sum(1 for h in hosts if h.error is None and h.snapshot is not None)
+        # A host is up when it answers: with its devices, or (above the device budget of a
+        # Prometheus fleet) with its totals only.
+        up = sum(1 for h in hosts if h.error is None and (h.snapshot is not None or h.summary is not None))
         line.append("allsmi cluster", style="bold")
         line.append(f"  hosts {up}/{len(hosts)} up", style=pal.hot if up < len(hosts) else "")
         ages = [a for a in (h.age(now) for h in hosts) if a is not None]

@@ -286,3 +286,19 @@ async def test_p_on_a_huge_host_never_blocks_the_ui(sim_snapshots: list[Snapshot
         top = max((p for d in big.devices for p in d.processes or ()), key=lambda p: p.memory_bytes or 0)
         assert table.row_keys[0].endswith(f"\x1e{top.pid}")
         assert slowest < 0.1, f"`p` blocked the UI for {slowest * 1000:.0f} ms"
+
+
+async def test_above_the_device_budget_the_summary_counts_hosts_that_answer() -> None:
+    from .conftest import screen_text
+    fake = FakePrometheus("50", devices=8, instances=6)
+    source = PrometheusSource(fake.url, interval=1.0, timeout=10.0, device_budget=16)
+    try:
+        source.refresh(lambda: False)
+        assert not source.detailed and len(source.hosts()) == 6
+        app = DashboardApp(source)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            text = screen_text(app)
+            assert "hosts 6/6 up" in text, text
+    finally:
+        fake.close()
