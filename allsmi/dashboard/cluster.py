@@ -30,7 +30,7 @@ from typing import Callable, Sequence, Union
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
 
-from .fetch import HttpError
+from .fetch import HttpError, redact
 from .fetch import get as http_get
 from .sources import Clock, HostState
 
@@ -70,11 +70,11 @@ def parse_endpoint(text: str) -> Endpoint:
         raw = "http://" + raw
     parts = urllib.parse.urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL or host:port: {text.strip()!r}")
+        raise ValueError(f"not an http(s) URL or host:port: {redact(text.strip())!r}")
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"bad port in {text.strip()!r}") from None
+        raise ValueError(f"bad port in {redact(text.strip())!r}") from None
     path = parts.path.rstrip("/")
     if path.endswith(SNAPSHOT_PATH):
         path = path[:-len(SNAPSHOT_PATH)]

@@ -34,7 +34,7 @@ from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
 from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS, checked_int, checked_measurement
 
-from .fetch import HttpError
+from .fetch import HttpError, redact, split_credentials
 from .fetch import get as http_get
 from .model import GONE_GRACE_SECONDS
 from .totals import Totals
@@ -101,10 +101,17 @@ def make_query(url: str) -> Query:
     """An instant-query function for the Prometheus at ``url`` (direct, no proxy, no redirects,
     the whole answer within the timeout)."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"invalid Prometheus URL {url!r} (expected http://host:port)")
-    base = url.rstrip("/")
+    try:
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) > 0
+    except ValueError:  # a port that is not a number or out of range
+        valid = False
+    if not valid:
+        raise ValueError(f"invalid Prometheus URL {redact(url)!r} (expected http://host:port)")
+    bare, authorization = split_credentials(url)
+    base = bare.rstrip("/")
     headers = {"Accept": "application/json", "Accept-Encoding": "gzip", "User-Agent": "allsmi-view"}
+    if authorization:  # user:password@ in the URL: basic authentication, sent only there
+        headers["Authorization"] = authorization
 
     def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
         try:
@@ -291,7 +298,8 @@ class PrometheusSource:
     def __init__(self, url: str, *, interval: float = 5.0, timeout: float = 10.0,
                  max_backoff: float = 60.0, clock: Clock = time.monotonic,
                  query: Query | None = None, device_budget: int = DEFAULT_DEVICE_BUDGET) -> None:
-        self.url = url.rstrip("/")
+        self.url = redact(url.rstrip("/"))
+        """The server's address as shown (credentials replaced by ``***``)."""
         self.interval = interval
         self.timeout = timeout
         self.max_backoff = max_backoff
