@@ -302,3 +302,26 @@ async def test_above_the_device_budget_the_summary_counts_hosts_that_answer() ->
             assert "hosts 6/6 up" in text, text
     finally:
         fake.close()
+
+
+async def test_cut_indices_are_marked_bidi_text_is_visible_and_zero_has_no_sign(sim_snapshots: list[Snapshot]) -> None:
+    from allsmi.schema import ProcessSample
+
+    from .conftest import screen_text
+    base = sim_snapshots[0]
+    template = next(d for d in base.devices if d.parent is None and d.processes is not None)
+    devices = tuple(replace(template, id=f"GPU-{i}", uuid=f"GPU-{i}", index=i, parent=None,
+                            temperature_celsius=-0.0, power_watts=-0.0, name="H100 \u202eevil\u202c",
+                            processes=(ProcessSample(pid=7, user="bob", command="python \u202eevil\u202c.py",
+                                                     memory_bytes=1 << 30),))
+                    for i in (4064, 4065))
+    source = StaticSource.of([replace(base, devices=devices)], interval=1.0)
+    app = DashboardApp(source)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "\u2026" + "64" in text and "\u2026" + "65" in text, text  # 406 twice before
+        assert "406 " not in text
+        assert "\u202e" not in text and "\u202c" not in text
+        assert "python \ufffdevil\ufffd.py" in text, text
+        assert "-0°C" not in text and "-0 W" not in text and "-0/" not in text, text
