@@ -242,8 +242,10 @@ MAX_PROCESS_ROWS = 100
 class ProcessTable(DiffTable):
     """Processes on the selected device (and its partitions) or on every device shown."""
 
+    #: The device comes before the command, as wide as it needs (``host:index`` in a cluster), so
+    #: that which device a process runs on is never cut off; the command takes the rest.
     COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
-               ("job", "job / pod", 12), ("command", "command", 40), ("device", "device", 14))
+               ("device", "device", None), ("job", "job / pod", 12), ("command", "command", 40))
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.COLUMNS, **kwargs)
@@ -277,8 +279,8 @@ class ProcessTable(DiffTable):
     @staticmethod
     def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
-                Text(human_bytes(proc.memory_bytes), justify="right"), holder_id(proc),
-                proc.command or NA, where)
+                Text(human_bytes(proc.memory_bytes), justify="right"), where, holder_id(proc),
+                proc.command or NA)
 
 
 def holder_id(proc: ProcessSample) -> str:

@@ -325,3 +325,18 @@ async def test_cut_indices_are_marked_bidi_text_is_visible_and_zero_has_no_sign(
         assert "\u202e" not in text and "\u202c" not in text
         assert "python \ufffdevil\ufffd.py" in text, text
         assert "-0°C" not in text and "-0 W" not in text and "-0/" not in text, text
+
+
+async def test_the_cluster_processes_panel_names_host_and_device_in_full(sim_snapshots: list[Snapshot]) -> None:
+    from .conftest import screen_text
+    name = "good-host-with-a-long-name.example.com"
+    snap = replace(sim_snapshots[0], host=replace(sim_snapshots[0].host, hostname=name))
+    held = next(d for d in snap.devices if d.parent is None and d.processes)
+    source = StaticSource([{"10.0.0.7:9477": snap}], cluster=True, interval=1.0)
+    app = DashboardApp(source)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.press("enter")  # the host's devices
+        await pilot.press("p")  # every device's processes
+        await pilot.pause()
+        text = screen_text(app)
+        assert f"{name}:{held.index}" in text, text
