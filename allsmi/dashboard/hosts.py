@@ -40,11 +40,19 @@ def host_warnings(host: HostState) -> list[str]:
     return out
 
 
+def retry_note(host: HostState, now: float) -> str:
+    """`` (retry in 12 s)`` while a down host waits, `` (retrying)`` once its retry is due or
+    running (a retry takes up to the timeout), "" when no retry is planned."""
+    if host.retry_at is None:
+        return ""
+    left = host.retry_at - now
+    return " (retrying)" if left < 0.5 else f" (retry in {left:.0f} s)"
+
+
 def problem_text(host: HostState, palette: Palette, now: float) -> Text:
     """The problem cell: why a host is down (and when it is retried), or its warnings."""
     if host.error is not None:
-        retry = "" if host.retry_at is None else f" (retry in {max(0.0, host.retry_at - now):.0f} s)"
-        return Text(f"unreachable: {safe(host.error)}{retry}", style=palette.hot)
+        return Text(f"unreachable: {safe(host.error)}{retry_note(host, now)}", style=palette.hot)
     warnings = host_warnings(host)
     if warnings:
         return Text("; ".join(safe(w) for w in warnings)[:200], style=palette.warn)
@@ -89,8 +97,7 @@ def host_detail(host: HostState | None, palette: Palette, now: float) -> Text:
     if host.error is not None:
         text.append("\ndown: ", style=f"bold {palette.hot}")
         text.append(safe(host.error), style=palette.hot)
-        if host.retry_at is not None:
-            text.append(f" (retry in {max(0.0, host.retry_at - now):.0f} s)")
+        text.append(retry_note(host, now))
     for warning in host_warnings(host):
         text.append("\nwarning: ", style=f"bold {palette.warn}")
         text.append(safe(warning), style=palette.warn)

@@ -340,3 +340,33 @@ async def test_the_cluster_processes_panel_names_host_and_device_in_full(sim_sna
         await pilot.pause()
         text = screen_text(app)
         assert f"{name}:{held.index}" in text, text
+
+
+class _DownSource(StaticSource):
+    """One host that timed out and whose retry is due now (``retry_at`` in the past)."""
+
+    def hosts(self):  # type: ignore[no-untyped-def]
+        from allsmi.dashboard.sources import HostState
+        return [HostState("10.0.0.9:9477", "10.0.0.9:9477", None, None, address="http://10.0.0.9:9477",
+                          error="timed out after 5 s", retry_at=self.clock() - 2.0)]
+
+
+async def test_a_host_whose_retry_runs_says_retrying(sim_snapshots: list[Snapshot]) -> None:
+    from .conftest import screen_text
+    app = DashboardApp(_DownSource.of(sim_snapshots[:1], cluster=True, clock=lambda: 1000.0),
+                       clock=lambda: 1000.0)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "timed out after 5 s (retrying)" in text and "retry in 0 s" not in text, text
+
+
+async def test_q_on_the_help_screen_quits(sim_snapshots: list[Snapshot]) -> None:
+    app = DashboardApp(StaticSource.of(sim_snapshots[:1]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "HelpScreen"
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0 and not app.is_running
