@@ -29,7 +29,7 @@ from allsmi.formatting import NA
 
 from .device_table import DeviceTable, RowContext, columns_for, parent_names
 from .actions import BINDINGS, KeyActions
-from .hosts import HOST_COLUMNS, host_detail, host_rows
+from .hosts import HOST_COLUMNS, host_detail, host_rows, problem_width
 from .idle import IdleMeter, IdleRow
 from .idleview import IDLE_COLUMNS, IdleView
 from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention,
@@ -186,6 +186,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         self._fit_panel(event.size.height)
         if self._configure_columns(event.size.width):
             self.refresh_view()
+        elif self.view == "cluster":
+            self._show_hosts()  # the problem column follows the width
 
     def _fit_panel(self, height: int) -> None:
         shown = self._panel_choice if self._panel_choice is not None else height >= PANEL_MIN_HEIGHT
@@ -372,7 +374,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     def _show_hosts(self) -> None:
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         table = self.query_one("#host-table", DiffTable)
-        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval))
+        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
+                                 problem_width(self.hosts, self.size.width)))
         self._show_host_detail()
 
     def _show_host_detail(self) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from rich.console import Console
+from rich.containers import Lines
 from rich.text import Text
 
 from allsmi.formatting import NA, percent
@@ -59,9 +61,33 @@ def problem_text(host: HostState, palette: Palette, now: float) -> Text:
     return Text("")
 
 
+def wrapped(text: Text, width: int | None, max_lines: int = 4) -> Text:
+    """``text`` broken into lines of at most ``width`` cells (at most ``max_lines``, the last
+    one marked when cut), so that a long problem is read in full on its row."""
+    if width is None or width < 8 or len(text.plain) <= width:
+        return text
+    lines = text.wrap(Console(width=width, legacy_windows=False), width, overflow="fold")
+    if len(lines) > max_lines:
+        lines = Lines(list(lines)[:max_lines])
+        last = lines[-1]
+        last.truncate(width - 1)
+        last.append("\u2026")
+    return Text("\n").join(lines)
+
+
+def problem_width(hosts: Sequence[HostState], screen_width: int) -> int:
+    """Cells left for the problem column once the other columns of :data:`HOST_COLUMNS` are laid
+    out (the ``host`` and ``hostname`` columns as wide as their longest value)."""
+    fixed = sum(w for _, _, w in HOST_COLUMNS if w is not None)
+    host = max((len(h.key) for h in hosts), default=4)
+    name = max((len(h.name) for h in hosts if h.name != h.key), default=len(NA))
+    return screen_width - fixed - max(host, 4) - max(name, 8) - 2 * len(HOST_COLUMNS) - 4
+
+
 def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette: Palette, now: float,
-              interval: float) -> list[tuple[str, tuple[Any, ...]]]:
-    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order."""
+              interval: float, width: int | None = None) -> list[tuple[str, tuple[Any, ...]]]:
+    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order; with the problem column's
+    ``width``, a longer problem is wrapped onto more lines of its row."""
     rows = []
     for host in hosts:
         totals = by_host.get(host.key) or host.summary or Totals(host.key)
@@ -80,7 +106,7 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
                  style=palette.load(totals.utilization_percent)),
             power_pair(totals.power_watts, totals.power_limit_watts),
             memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
-            host.name if host.name != host.key else NA, problem_text(host, palette, now))))
+            host.name if host.name != host.key else NA, wrapped(problem_text(host, palette, now), width))))
     return rows
 
 

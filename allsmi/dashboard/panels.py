@@ -176,6 +176,8 @@ class DiffTable(SafeTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._spec = list(columns)
         self._rows: dict[str, tuple[Hashable, ...]] = {}
+        self._heights: dict[str, int] = {}
+        """Lines of each row (a cell with line breaks makes a taller row)."""
         self._order: list[str] = []
 
     def on_mount(self) -> None:
@@ -189,17 +191,23 @@ class DiffTable(SafeTable):
         gone = [k for k in self._rows if k not in wanted]
         if len(gone) > 16 and 2 * len(gone) > len(self._rows):  # most rows go: start afresh
             self.clear()
-            self._rows, self._order = {}, []
+            self._rows, self._order, self._heights = {}, [], {}
             gone = []
         for key in gone:
             self.remove_row(key)
             del self._rows[key]
+            self._heights.pop(key, None)
         for key, cells in rows:
             cells = (_keyed(cells[0], key), *cells[1:])
             frozen = tuple(_freeze(c) for c in cells)
             old = self._rows.get(key)
+            height = 1 + max((c.plain.count("\n") for c in cells if isinstance(c, Text)), default=0)
+            if old is not None and height != self._heights.get(key, 1):  # a row's height is fixed
+                self.remove_row(key)
+                old = None
+            self._heights[key] = height
             if old is None:
-                self.add_row(*cells, key=key)
+                self.add_row(*cells, key=key, height=height)
             elif old != frozen:
                 for (column, _label, width), cell, before, after in zip(self._spec, cells, old, frozen):
                     if before != after:

@@ -370,3 +370,19 @@ async def test_q_on_the_help_screen_quits(sim_snapshots: list[Snapshot]) -> None
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0 and not app.is_running
+
+
+async def test_a_long_problem_is_read_in_full_on_its_row(sim_snapshots: list[Snapshot]) -> None:
+    from .conftest import screen_text
+    reason = "HTTP 502 Bad Gateway: " + "upstream connect error or disconnect/reset before headers " * 3 + "END"
+    frames = [{"10.0.0.1:9477": sim_snapshots[0], "10.0.0.2:9477": sim_snapshots[0], "10.0.0.3:9477": reason}]
+    app = DashboardApp(StaticSource(frames, cluster=True, interval=1.0))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        table = app.query_one("#host-table")
+        assert table.cursor_row == 0  # the highlighted host is another: its detail line is not this
+        text = screen_text(app)
+        lines = text.splitlines()
+        assert all(len(line.rstrip()) <= 160 for line in lines)
+        table_part = text.split("Resource groups")[0]
+        assert "END" in table_part and "upstream connect error" in table_part, text
