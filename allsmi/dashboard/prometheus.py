@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Sequence
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
-from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
+from allsmi.schema import ATTRIBUTION_SOURCES, DeviceSample, HostSample, ProcessSample, Snapshot, Workload
 from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS, checked_int, checked_measurement
 
 from .fetch import HttpError, redact, split_credentials
@@ -45,6 +45,9 @@ DEVICE_INFO = "allsmi_device_info"
 DEVICE_UP = "allsmi_device_up"
 GROUP_INFO = "allsmi_resource_group_info"
 PROCESS_MEMORY = "allsmi_process_memory_bytes"
+WORKLOAD_INFO = "allsmi_device_workload_info"
+#: Workloads kept per device (as the snapshot parser keeps).
+MAX_WORKLOADS = 256
 LAST_COLLECT = "allsmi_last_collect_timestamp_seconds"
 #: metric name -> (schema field, scale from schema unit to the metric's base unit)
 VALUE_METRICS: dict[str, tuple[str, float]] = {
@@ -78,7 +81,7 @@ def instance_matcher(instances: Iterable[str] | None) -> str:
 
 def selector(instances: Iterable[str] | None = None) -> str:
     """The series a node view needs, with every label (tests and small fleets)."""
-    names = [DEVICE_INFO, DEVICE_UP, GROUP_INFO, PROCESS_MEMORY, *VALUE_METRICS]
+    names = [DEVICE_INFO, DEVICE_UP, GROUP_INFO, PROCESS_MEMORY, WORKLOAD_INFO, *VALUE_METRICS]
     extra = instance_matcher(instances)
     return '{__name__=~"' + "|".join(names) + '"' + ("," + extra if extra else "") + "}"
 
@@ -94,7 +97,8 @@ def device_queries(instances: Iterable[str] | None = None, exclude: Sequence[str
     values = "|".join([DEVICE_UP, *VALUE_METRICS])
     return ['{__name__=~"' + f"{DEVICE_INFO}|{GROUP_INFO}" + '"' + extra + "}",
             'max by (__name__, instance, uuid) ({__name__=~"' + values + '"' + extra + "})",
-            "{" + f'__name__="{PROCESS_MEMORY}"' + extra + "}"]
+            "{" + f'__name__="{PROCESS_MEMORY}"' + extra + "}",
+            "{" + f'__name__="{WORKLOAD_INFO}"' + extra + "}"]
 
 
 def make_query(url: str) -> Query:
@@ -208,6 +212,8 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
     values: list[tuple[str, str, str, float]] = []
     processes: dict[tuple[str, str], list[ProcessSample]] = {}
     extra: dict[str, int] = {}
+    workloads: dict[tuple[str, str], list[Workload]] = {}
+    attributed: set[str] = set()  # instances publishing workloads: a device without one has none
     for sample in series:
         metric = sample.get("metric") or {}
         name = metric.get("__name__", "")
@@ -239,6 +245,12 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
                 processes.setdefault((instance, uuid), []).append(ProcessSample(
                     pid=pid, user=metric.get("user") or None, command=metric.get("command") or None,
                     memory_bytes=memory))
+        elif name == WORKLOAD_INFO and uuid:
+            attributed.add(instance)
+            held = workloads.setdefault((instance, uuid), [])
+            if metric.get("source") in ATTRIBUTION_SOURCES and len(held) < MAX_WORKLOADS:
+                held.append(Workload(source=metric["source"], **{
+                    k: metric.get(k) or None for k in ("namespace", "pod", "container", "job_id", "user")}))
         elif uuid:
             value = _value(sample)
             if value is not None:
@@ -262,6 +274,8 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             fields = by_uuid[uuid]
             fields["labels"] = group_labels.get((instance, fields["resource_group"] or ""), {})
             fields["processes"] = tuple(sorted(processes.get((instance, uuid), ()), key=lambda p: p.pid))
+            held = workloads.get((instance, uuid))
+            fields["workloads"] = tuple(held) if held is not None else () if instance in attributed else None
             samples.append(DeviceSample(**fields))
         samples.sort(key=lambda d: (d.vendor, d.parent is not None, d.index if d.index is not None else 1 << 30))
         when = scraped.get(instance, evaluated)
@@ -292,8 +306,6 @@ class PrometheusSource:
 
     cluster = True
     fetches = True
-    #: The idle view's holders through Prometheus: processes (``allsmi serve --processes``).
-    holders_from_processes_only = True
 
     def __init__(self, url: str, *, interval: float = 5.0, timeout: float = 10.0,
                  max_backoff: float = 60.0, clock: Clock = time.monotonic,
@@ -369,6 +381,9 @@ class PrometheusSource:
                             raise
                         if PROCESS_MEMORY in promql:  # the devices stay, without their processes
                             notes.append(f"processes not shown: {exc}")
+                            continue
+                        if WORKLOAD_INFO in promql:
+                            notes.append(f"workloads not shown: {exc}")
                             continue
                         notes.append(f"devices not shown (totals only): {exc}")
                         series, everyone = [], False
