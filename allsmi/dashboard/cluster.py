@@ -19,6 +19,7 @@ authentication, for servers started with ``--web-config``.
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import threading
 import time
@@ -39,6 +40,8 @@ SNAPSHOT_PATH = "/api/v1/snapshot"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 16
 DEFAULT_MAX_BACKOFF_SECONDS = 60.0
+#: Polls remembered per host to tell a flapping host (some answered, some not) from a down one.
+FLAP_WINDOW = 8
 
 Fetch = Callable[["Endpoint", float], Union["Fetched", Snapshot]]
 
@@ -191,6 +194,14 @@ class _Host:
         self.in_flight = False
         self.problems: tuple[str, ...] = ()
         self.process_details: bool | None = None
+        self.outcomes: collections.deque[bool] = collections.deque(maxlen=FLAP_WINDOW)
+        """Whether each of the last polls was answered."""
+
+    @property
+    def flapping(self) -> tuple[int, int] | None:
+        """(answered, asked) over the last polls when some were answered and some not."""
+        answered = sum(self.outcomes)
+        return (answered, len(self.outcomes)) if 0 < answered < len(self.outcomes) else None
 
 
 class ClusterSource:
@@ -231,7 +242,7 @@ class ClusterSource:
                               (h.snapshot.host.hostname if h.snapshot else "") or h.endpoint.key,
                               h.snapshot, h.received, address=h.endpoint.url, error=h.error,
                               retry_at=h.retry_at, problems=h.problems,
-                              process_details=h.process_details)
+                              process_details=h.process_details, answered=h.flapping)
                     for h in self._hosts]
 
     def backoff(self, failures: int) -> float:
@@ -275,12 +286,16 @@ class ClusterSource:
             with self._lock:
                 host.failures += 1
                 host.error = message
-                host.retry_at = self.clock() + self.backoff(host.failures)
+                host.outcomes.append(False)
+                # A flapping host is asked again after one interval: its answers are worth having.
+                wait = self.interval if host.flapping else self.backoff(host.failures)
+                host.retry_at = self.clock() + wait
         else:
             with self._lock:
                 host.snapshot, host.received = fetched.snapshot, self.clock()
                 host.problems, host.process_details = fetched.problems, fetched.process_details
                 host.error, host.failures, host.retry_at = None, 0, None
+                host.outcomes.append(True)
         finally:
             with self._lock:
                 host.in_flight = False

@@ -51,10 +51,21 @@ def retry_note(host: HostState, now: float) -> str:
     return " (retrying)" if left < 0.5 else f" (retry in {left:.0f} s)"
 
 
+def flap_note(host: HostState, now: float) -> str:
+    """``flapping: answered 2 of the last 8 polls, devices from 12 s ago; `` or ""."""
+    if host.answered is None:
+        return ""
+    answered, asked = host.answered
+    age = host.age(now)
+    shown = f", devices from {age_text(age)} ago" if host.snapshot is not None and age is not None else ""
+    return f"flapping: answered {answered} of the last {asked} polls{shown}; "
+
+
 def problem_text(host: HostState, palette: Palette, now: float) -> Text:
     """The problem cell: why a host is down (and when it is retried), or its warnings."""
     if host.error is not None:
-        return Text(f"unreachable: {safe(host.error)}{retry_note(host, now)}", style=palette.hot)
+        return Text(f"{flap_note(host, now)}unreachable: {safe(host.error)}{retry_note(host, now)}",
+                    style=palette.warn if host.answered else palette.hot)
     warnings = host_warnings(host)
     if warnings:
         return Text("; ".join(safe(w) for w in warnings)[:200], style=palette.warn)
@@ -94,6 +105,8 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
         if host.error is None:
             known = host.snapshot is not None or host.summary is not None
             state = Text("ok" if known else "wait", style=palette.ok)
+        elif host.answered is not None:
+            state = Text("flap", style=f"bold {palette.warn}")
         else:
             state = Text("down", style=f"bold {palette.hot}")
         age = host.age(now)
@@ -121,6 +134,8 @@ def host_detail(host: HostState | None, palette: Palette, now: float) -> Text:
     if host.name != host.key:
         text.append(f"  reports hostname {safe(host.name)}")
     if host.error is not None:
+        if host.answered is not None:
+            text.append(f"\n{flap_note(host, now).rstrip('; ')}", style=f"bold {palette.warn}")
         text.append("\ndown: ", style=f"bold {palette.hot}")
         text.append(safe(host.error), style=palette.hot)
         text.append(retry_note(host, now))
@@ -138,7 +153,8 @@ def plain_hosts(hosts: Sequence[HostState], now: float) -> str:
     for host in hosts:
         devices = [d for d in host.snapshot.devices if d.parent is None] if host.snapshot else []
         utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
-        state = "down" if host.error is not None else "ok" if host.snapshot is not None else "wait"
+        state = ("flap" if host.answered else "down") if host.error is not None \
+            else "ok" if host.snapshot is not None else "wait"
         problem = (host.error or "") if host.error is not None else "; ".join(host_warnings(host))
         rows.append((safe(host.key), state, str(len(devices)),
                      percent(sum(utils) / len(utils) if utils else None),

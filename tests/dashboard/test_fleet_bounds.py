@@ -432,3 +432,38 @@ async def test_the_fleet_view_through_prometheus_shows_pods_and_jobs_holding_dev
             assert "Holders unknown" not in screen_text(app)
     finally:
         fake.close()
+
+
+async def test_a_host_answering_one_poll_in_four_is_flapping_with_its_last_devices(sim_snapshots: list[Snapshot]) -> None:
+    from allsmi.dashboard.cluster import ClusterSource, FetchError
+
+    from .conftest import screen_text
+    now = [1000.0]
+    calls = [0]
+
+    def fetch(endpoint: Any, timeout: float) -> Snapshot:
+        calls[0] += 1
+        if calls[0] % 4 != 1:
+            raise FetchError("timed out after 5 s")
+        return sim_snapshots[0]
+
+    source = ClusterSource(["127.0.0.1:9"], interval=2.0, clock=lambda: now[0], fetch=fetch)
+    waits = []
+    for _ in range(10):  # every refresh that finds the host due asks it once
+        source.refresh(lambda: False)
+        host = source.hosts()[0]
+        if host.retry_at is not None:
+            waits.append(host.retry_at - now[0])
+            now[0] = host.retry_at
+        else:
+            now[0] += 2.0
+    assert max(waits[3:]) <= 2.0, waits  # no growing back-off once it is known to flap
+    host = source.hosts()[0]
+    assert host.error is not None and host.answered is not None and host.snapshot is not None
+    app = DashboardApp(source, clock=lambda: now[0])
+    app.source.refresh = lambda cancelled: None  # type: ignore[method-assign]  # keep this state
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "flap" in text and "flapping: answered" in text and "devices from" in text, text
+        assert "34" in text.split("flap")[1][:40], text  # its last devices are counted on its row
