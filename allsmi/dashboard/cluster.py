@@ -199,9 +199,13 @@ class _Host:
 
     @property
     def flapping(self) -> tuple[int, int] | None:
-        """(answered, asked) over the last polls when some were answered and some not."""
-        answered = sum(self.outcomes)
-        return (answered, len(self.outcomes)) if 0 < answered < len(self.outcomes) else None
+        """(answered, asked) over the last polls when the host came back after failing and
+        failed again (a host that just went down after answering is down, not flapping)."""
+        outcomes = list(self.outcomes)
+        if False not in outcomes:
+            return None
+        came_back = True in outcomes[outcomes.index(False):]
+        return (sum(outcomes), len(outcomes)) if came_back and not outcomes[-1] else None
 
 
 class ClusterSource:
