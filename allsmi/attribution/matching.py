@@ -46,6 +46,15 @@ def strip_replica(text: str) -> str:
     return text.split("::", 1)[0]
 
 
+def split_replica(text: str) -> tuple[str, int | None]:
+    """(the id, its replica number) of an id the NVIDIA device plugin's time-slicing wrote
+    (``GPU-...::2``); the number is ``None`` for an id without one."""
+    base, sep, number = text.partition("::")
+    if sep and number.isdigit():
+        return base, int(number)
+    return text, None
+
+
 def _family(dev: DeviceSample) -> set[str]:
     return {dev.backend.lower(), dev.vendor.lower()}
 

@@ -110,8 +110,8 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
                 if name not in known:
                     raise config.error(f"unknown backend {name!r} (installed: {', '.join(known)})",
                                        "backends", "enabled")
-        from allsmi.usage import idle_threshold_percent
-        idle_threshold_percent(config)  # [accounting]: checked by every command, used by consumers
+        from allsmi.usage import grid_gco2e_per_kwh
+        grid_gco2e_per_kwh(config)  # [accounting]: checked by every command, used by consumers
     except ConfigError as exc:
         raise fail(str(exc)) from None
     scenario = None

@@ -253,7 +253,11 @@ class ProcessTable(DiffTable):
     #: The device comes before the command, as wide as it needs (``host:index`` in a cluster), so
     #: that which device a process runs on is never cut off; the command takes the rest.
     COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
-               ("device", "device", None), ("job", "job / pod", 12), ("command", "command", 40))
+               ("device", "device", None), ("util", "util", 5), ("job", "job / pod", 12),
+               ("command", "command", 40))
+    """``util`` is the process's share of the device's compute engines over the last interval
+    (``ProcessSample.utilization_percent``: NVIDIA %SM, AMD GFX time), ``N/A`` when the vendor
+    does not report it."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.COLUMNS, **kwargs)
@@ -287,7 +291,8 @@ class ProcessTable(DiffTable):
     @staticmethod
     def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
-                Text(human_bytes(proc.memory_bytes), justify="right"), where, holder_id(proc),
+                Text(human_bytes(proc.memory_bytes), justify="right"), where,
+                Text(percent(proc.utilization_percent), justify="right"), holder_id(proc),
                 proc.command or NA)
 
 

@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
         NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
+    from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
     from allsmi.backends.nvidia.static import open_gpu
 
@@ -70,12 +71,13 @@ def _import_reading() -> None:
     global CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
     global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES
     global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number, read_processes, DriverReads
-    global open_gpu
+    global open_gpu, ProcessUtilizationReader
     from allsmi.backends.nvidia.devices import (
         CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES,
         NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number)
     from allsmi.backends.nvidia.processes import read_processes
+    from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
     from allsmi.backends.nvidia.static import open_gpu
 
@@ -104,6 +106,7 @@ class NvidiaBackend(Backend):
         self._driver_version: str | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._process_reader: nvml.ProcessListReader | None = None
+        self._activity_reader: ProcessUtilizationReader | None = None
         self._open_warnings: list[str] = []
         self._driver: DriverReads | None = None
 
@@ -180,6 +183,7 @@ class NvidiaBackend(Backend):
         except pynvml.NVMLError:
             self._driver_version = None
         self._process_reader = nvml.ProcessListReader(pynvml)
+        self._activity_reader = ProcessUtilizationReader(pynvml)
         self._open_warnings = []
         self._gpus = []
         for index in range(count):
@@ -346,7 +350,8 @@ class NvidiaBackend(Backend):
                     details[f"{key}_kilobytes_per_second"] = value
 
         if self.options.get("processes", True) and self._process_reader is not None:
-            own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner)
+            own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,
+                                          self._activity_reader)
         else:  # not asked: who uses the GPU is unknown, not "nobody"
             own, per_mig = None, {}
         devices = [self._device(

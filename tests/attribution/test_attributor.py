@@ -76,9 +76,9 @@ def test_holders_seen_by_two_sources_are_listed_once() -> None:
     result = Attributor([a, b], 5).resolve(DEVICES)
     assert [w.to_dict() for w in result.device_workloads(dev) or ()] == [
         {"source": "hpc-job", "namespace": None, "pod": None, "container": None, "job_id": "77",
-         "user": "alice"},
+         "user": "alice", "share": None},
         {"source": "cgroup", "namespace": None, "pod": None, "container": None, "job_id": "78",
-         "user": "bob"}]
+         "user": "bob", "share": None}]
 
 
 def test_no_source_means_unknown_not_empty() -> None:

@@ -66,7 +66,7 @@ def test_each_pod_is_on_exactly_the_devices_its_containers_hold(server: PodResou
     mig = find(DEVICES, "nvidia", 7, part=2)
     assert [w.to_dict() for w in result.device_workloads(mig.id) or ()] == [
         {"source": "kubernetes", "namespace": "serving", "pod": "vllm-abc", "container": "vllm",
-         "job_id": None, "user": None}]
+         "job_id": None, "user": None, "share": None}]
     # the MIG parent and the other slices hold nothing; a free device is [] (not None)
     assert result.device_workloads(find(DEVICES, "nvidia", 7).id) == ()
     assert result.device_workloads(find(DEVICES, "nvidia", 6).id) == ()
