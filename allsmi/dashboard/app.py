@@ -21,6 +21,7 @@ from rich.console import Group as RichGroup
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
+from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input, Static
 
@@ -399,8 +400,11 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         if plain != self._summary_text:
             self._summary_text = plain
             # Two lines, always: no layout pass for a new text.
-            self.query_one("#summary", SummaryBar).update(RichGroup(safe_text(line), safe_text(state)),
-                                                          layout=False)
+            try:
+                bar = self.query_one("#summary", SummaryBar)
+            except NoMatches:  # a timer that fires while the app shuts down: the widgets are gone
+                return
+            bar.update(RichGroup(safe_text(line), safe_text(state)), layout=False)
 
     # -- events ------------------------------------------------------------------------------
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
