@@ -82,7 +82,7 @@ def problem_text(host: HostState, palette: Palette, now: float) -> Text:
     return Text("")
 
 
-def wrapped(text: Text, width: int | None, max_lines: int = 4) -> Text:
+def wrapped(text: Text, width: int | None, max_lines: int = 6) -> Text:
     """``text`` broken into lines of at most ``width`` cells (at most ``max_lines``, the last
     one marked when cut), so that a long problem is read in full on its row."""
     if width is None or width < 8 or len(text.plain) <= width:
