@@ -19,7 +19,7 @@ from allsmi.schema import DeviceSample
 
 from .matching import DeviceIndex
 from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
-from .runner import AttributionSource
+from .runner import REPROBE_SECONDS, AttributionSource
 from .settings import DEFAULT_RESOURCE_RULES, AttributionSettings
 
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
@@ -45,6 +45,8 @@ class KubeletSource(AttributionSource):
     """Asks the kubelet which container holds which device."""
 
     name = "kubernetes"
+    #: No socket: asked again after a minute, not every cycle (docs/attribution.md).
+    reprobe_seconds = REPROBE_SECONDS
 
     def __init__(self, socket: Path | str, settings: AttributionSettings | None = None,
                  timeout_seconds: float = 2.0) -> None:
