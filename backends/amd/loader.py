@@ -128,6 +128,16 @@ def package_version() -> str | None:
 
 
 LIBRARY = "libamd_smi.so"
+NOT_INSTALLED_REASON = "the amdsmi Python package is not installed (pip install 'allsmi[amd]')"
+
+
+def _installed(module: str) -> bool:
+    """Whether ``import module`` would find something (True where unsure)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return True
 
 
 def library_paths() -> list[str]:
@@ -165,13 +175,17 @@ def quick_absence(device_nodes: tuple[str, ...]) -> tuple[str, dict[str, str]] |
 
 def load_amdsmi() -> ModuleType:
     """Import ``amdsmi`` with stdout captured; :class:`AmdsmiLoadError` says why it failed."""
+    if "amdsmi" not in sys.modules and not _installed("amdsmi"):
+        # Not installed: the import would fail at once and print nothing, so no capture
+        # (its temporary file and fd juggling) on every start of a plain install.
+        raise AmdsmiLoadError(NOT_INSTALLED_REASON, "")
     reason = ""
     with quiet_stdout() as output:
         try:
             import amdsmi
         except ModuleNotFoundError as exc:
             if exc.name == "amdsmi":
-                reason = "the amdsmi Python package is not installed (pip install 'allsmi[amd]')"
+                reason = NOT_INSTALLED_REASON
             else:
                 reason = f"importing amdsmi failed: {exc}"
         except KeyError as exc:
