@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUnavailable,
@@ -27,7 +27,7 @@ from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUn
 from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
-from allsmi.schema import BackendStatus, DeviceSample, Snapshot
+from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
 from allsmi.worker import SingleFlight
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
@@ -196,10 +196,10 @@ def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
         changed = []
         for proc in processes:
             info = result.process(proc.pid)
-            changed.append(replace(proc, job_id=info.job_id, pod_uid=info.pod_uid,
-                                   container_id=info.container_id) if info else proc)
+            changed.append(derive(proc, job_id=info.job_id, pod_uid=info.pod_uid,
+                                  container_id=info.container_id) if info else proc)
         processes = tuple(changed)
-    return replace(dev, workloads=workloads, processes=processes)
+    return derive(dev, workloads=workloads, processes=processes)
 
 
 class Collector:
