@@ -88,12 +88,12 @@ def build_sources(settings: AttributionSettings, simulate: bool = False) -> list
 
 
 def build_attributor(config: Config, environ: Mapping[str, str] | None = None,
-                     simulate: bool = False) -> Attributor:
+                     simulate: bool = False, inline: bool = False) -> Attributor:
     """An :class:`Attributor` for ``config`` (raises ``ConfigError`` for a bad ``[attribution]``)."""
     from .runner import Attributor
     from .settings import attribution_settings
     settings = attribution_settings(config, os.environ if environ is None else environ)
-    return Attributor(build_sources(settings, simulate), settings.timeout_seconds)
+    return Attributor(build_sources(settings, simulate), settings.timeout_seconds, inline)
 
 
 __all__ = [

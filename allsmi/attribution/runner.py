@@ -41,6 +41,8 @@ class AttributionSource(ABC):
     name: str = ""
     #: Seconds to leave the source alone after it answered ``unavailable`` (0: ask every cycle).
     reprobe_seconds: float = 0.0
+    #: A pure function of its arguments that cannot hang (the simulation): may run inline.
+    pure: bool = False
 
     @abstractmethod
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
@@ -65,13 +67,14 @@ class _Outcome:
 class SourceRunner:
     """Owns one source and the single worker thread that calls it."""
 
-    def __init__(self, source: AttributionSource) -> None:
+    def __init__(self, source: AttributionSource, inline: bool = False) -> None:
         self.source = source
         self.reprobe_seconds = source.reprobe_seconds
         self._unavailable: tuple[float, _Outcome] | None = None
         self._request: tuple[tuple[DeviceSample, ...], float] = ((), 0.0)
         self._flight: SingleFlight[_Outcome] = SingleFlight(
-            f"allsmi-attribution-{source.name}", lambda: self._call(*self._request))
+            f"allsmi-attribution-{source.name}", lambda: self._call(*self._request),
+            inline=inline and source.pure)
 
     @property
     def name(self) -> str:
@@ -142,9 +145,11 @@ class Attributor:
     that knew them, so that billing never counts a holder twice.
     """
 
-    def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0) -> None:
+    def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0,
+                 inline: bool = False) -> None:
         self.timeout = timeout_seconds
-        self.runners = [SourceRunner(s) for s in sources]
+        #: ``inline``: sources that are ``pure`` (the simulation) run in the resolving thread.
+        self.runners = [SourceRunner(s, inline) for s in sources]
         self._lock = threading.Lock()
 
     @property
