@@ -52,6 +52,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
+from allsmi.declarations import KubernetesResource, VendorDeclaration
 from allsmi.schema import DeviceSample
 
 
@@ -105,6 +106,20 @@ class Backend(abc.ABC):
     device_nodes: ClassVar[tuple[str, ...]] = ()
     """Glob patterns of the device nodes the vendor's driver creates (``"/dev/rbln[0-9]*"``);
     ``allsmi doctor`` lists them with their permissions."""
+    product: ClassVar[str] = ""
+    """The devices in words for the docs tables (``"Intel Gaudi"``)."""
+    interface: ClassVar[str] = ""
+    """What the backend reads, for the docs tables (``"NVML"``; a command-line backend: its tool)."""
+    version_command: ClassVar[tuple[str, ...]] = ()
+    """The command that prints the vendor interface's version (``("hl-smi", "--version")``)."""
+    kubernetes_resources: ClassVar[tuple[KubernetesResource, ...]] = ()
+    """The extended resources the vendor's Kubernetes device plugin advertises, and how it writes
+    device ids: attribution's built-in resource rules (``docs/attribution.md``)."""
+    node_names: ClassVar[tuple[str, ...]] = ()
+    """Device-node name prefixes that carry the device index (``"hl"`` for ``hl3``); attribution
+    matches ``<prefix><index>`` ids and ``/dev/.../<prefix><index>`` paths with them."""
+    env_vars: ClassVar[tuple[str, ...]] = ()
+    """Environment variables the backend reads (a command-line backend adds its tool override)."""
     unreported_fields: ClassVar[frozenset[str]] = frozenset()
     """Measured fields (:data:`allsmi.fields.MEASURED_FIELDS`) this backend leaves ``None`` on
     every device, with every tool or library version it was checked against: the vendor
@@ -112,6 +127,16 @@ class Backend(abc.ABC):
     ``--simulate`` leaves them ``None`` for the devices it impersonates under this backend's
     name, and a test checks the declaration against the contract fixtures' real output in
     both directions (each one ``None`` everywhere, every other one reported somewhere)."""
+
+    @classmethod
+    def declaration(cls) -> VendorDeclaration:
+        """What the rest of allsmi reads about this backend without running it (attribution,
+        ``allsmi doctor``, the docs tables, the layering tests): see :mod:`allsmi.declarations`."""
+        return VendorDeclaration(
+            backend=cls.name, vendor=cls.vendor, kind=cls.kind, product=cls.product,
+            interface=cls.interface, version_command=tuple(cls.version_command),
+            kubernetes_resources=tuple(cls.kubernetes_resources), node_names=tuple(cls.node_names),
+            device_nodes=tuple(cls.device_nodes), env_vars=tuple(cls.env_vars))
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:

@@ -24,7 +24,7 @@ from allsmi.tomlkeys import KeyLocator, toml_syntax_line
 
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
-RULE_KEYS = ("host", "vendor", "model", "uuid", "index", "bus_id")
+RULE_KEYS = ("host", "vendor", "backend", "model", "uuid", "index", "bus_id")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 #: Label names the exporter already uses; a group label may not shadow them.
 RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model", "kind",
@@ -62,10 +62,20 @@ class ResourceGroup:
     """``share``: a partition (MIG instance, compute partition, die) is billed at its share of
     the physical device, its parent at the rest; ``whole``: each device of the group is billed
     as a whole device (for prices set per partition profile)."""
+    bill_by: str = "allocated"
+    """What ``price_per_device_hour`` prices: ``allocated`` device-hours (held, by declared
+    share), or ``used`` (busy) device-hours, each at the billing share."""
+    grid_gco2e_per_kwh: float | None = None
+    """Carbon intensity of the group's electricity, grams CO2e per kWh; ``None``: the
+    ``[accounting]`` one (if any)."""
 
 
 #: Values of ``[groups.NAME] partition_billing``.
 PARTITION_BILLING = ("share", "whole")
+#: Values of ``[groups.NAME] bill_by``.
+BILL_BY = ("allocated", "used")
+#: Grid carbon intensity is at most this (g CO2e per kWh; coal is about 1,000).
+MAX_GCO2E_PER_KWH = 5000.0
 #: Prices are at most this (per device-hour or per kWh): a larger one is a typo.
 MAX_PRICE = 1e9
 
@@ -298,7 +308,7 @@ class _Validator:
 
     def group(self, name: str, raw: dict[str, Any]) -> ResourceGroup:
         self.unknown(raw, ("labels", "price_per_device_hour", "price_per_kwh", "currency",
-                           "partition_billing"), "groups", name)
+                           "partition_billing", "bill_by", "grid_gco2e_per_kwh"), "groups", name)
         labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
         labels: dict[str, str] = {}
         for key, value in labels_raw.items():
@@ -317,6 +327,12 @@ class _Validator:
         if billing not in PARTITION_BILLING:
             raise self.fail(f"must be one of {', '.join(PARTITION_BILLING)}, got {billing!r}",
                             "groups", name, "partition_billing")
+        bill_by = self.string(raw.get("bill_by", "allocated"), "groups", name, "bill_by")
+        if bill_by not in BILL_BY:
+            raise self.fail(f"must be one of {', '.join(BILL_BY)}, got {bill_by!r}",
+                            "groups", name, "bill_by")
+        carbon = self.number(raw["grid_gco2e_per_kwh"], "groups", name, "grid_gco2e_per_kwh",
+                             maximum=MAX_GCO2E_PER_KWH) if "grid_gco2e_per_kwh" in raw else None
         currency = None
         if "currency" in raw:
             currency = self.string(raw["currency"], "groups", name, "currency").upper()
@@ -326,4 +342,4 @@ class _Validator:
                 and currency is None:
             raise self.fail("a group with prices needs a currency", "groups", name)
         return ResourceGroup(name, labels, prices["price_per_device_hour"], prices["price_per_kwh"],
-                             currency, billing)
+                             currency, billing, bill_by, carbon)

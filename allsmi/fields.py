@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from allsmi.schema import DeviceSample
+from allsmi.schema import PROCESS_ACTIVITY, DeviceSample
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,15 @@ DEVICE_COLUMNS: tuple[str, ...] = tuple(
     f.name for f in fields(DeviceSample) if f.name not in NESTED_FIELDS)
 
 IDENTITY_FIELDS: tuple[str, ...] = tuple(c for c in DEVICE_COLUMNS if c not in BY_FIELD)
+
+
+#: Per-process activity (``ProcessSample``), declared with their help text: the snapshot JSON,
+#: the snapshot parser and the dashboard's processes panel derive from it.
+PROCESS_MEASUREMENTS: tuple[Measurement, ...] = tuple(
+    Measurement(name, "percent", help_text, metric="", maximum=100.0)
+    for name, help_text in zip(PROCESS_ACTIVITY, (
+        "The process's share of the device's compute engine time (NVIDIA SM, AMD GFX) over the "
+        "last sampling interval, 0 to 100.",
+        "The process's share of the device's memory-controller time, 0 to 100.",
+        "The process's share of the device's video encoder time, 0 to 100.",
+        "The process's share of the device's video decoder time, 0 to 100.")))

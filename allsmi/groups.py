@@ -9,7 +9,7 @@ from allsmi.schema import DeviceSample, derive
 
 
 def _facts(dev: DeviceSample, hostname: str) -> dict[str, str | None]:
-    return {"host": hostname, "vendor": dev.vendor, "model": dev.name, "uuid": dev.uuid or dev.id,
+    return {"host": hostname, "vendor": dev.vendor, "backend": dev.backend, "model": dev.name, "uuid": dev.uuid or dev.id,
             "index": None if dev.index is None else str(dev.index), "bus_id": dev.bus_id}
 
 

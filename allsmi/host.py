@@ -19,7 +19,16 @@ PROC_STAT = "/proc/stat"
 PROC_MEMINFO = "/proc/meminfo"
 
 
+#: Overrides the kernel's host name: a Kubernetes pod's is the pod's own name, so the
+#: DaemonSets of deploy/kubernetes set this to their node's name (the downward API's
+#: ``spec.nodeName``), which the ledger, the exports and ``[[rules]] host`` then see.
+HOSTNAME_ENV = "ALLSMI_HOSTNAME"
+
+
 def _hostname() -> str:
+    override = os.environ.get(HOSTNAME_ENV, "").strip()
+    if override:
+        return override
     if hasattr(os, "uname"):
         return os.uname().nodename  # what gethostname(2) returns on POSIX
     import socket

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, ProbeResult
+from allsmi.declarations import VendorDeclaration
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
@@ -80,6 +81,23 @@ def impersonated(name: str, _eps: "dict[str, Any] | None" = None) -> type[Backen
         return load(name, _eps)
     except Exception:
         return None
+
+
+def declarations(_eps: "dict[str, Any] | None" = None) -> tuple[VendorDeclaration, ...]:
+    """What every installed hardware backend declares about its vendor, in name order (each
+    backend's module is imported, none of its vendor libraries). A backend that cannot be
+    imported declares nothing; ``allsmi doctor`` and the collector report it."""
+    eps = _entry_points() if _eps is None else _eps
+    found = []
+    for name in sorted(eps):
+        if name in SIMULATION_BACKENDS:
+            continue
+        try:
+            cls = load(name, eps)
+        except Exception:  # a broken plug-in: reported where it runs
+            continue
+        found.append(cls.declaration())
+    return tuple(found)
 
 
 def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout_seconds: float = 5.0,

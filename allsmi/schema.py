@@ -45,7 +45,11 @@ class Workload:
     """One holder of a device: a Kubernetes container or a batch job (see allsmi.attribution).
 
     ``source`` is the attribution source that saw it (``kubernetes``, ``hpc-job``, ``cgroup``
-    or ``simulated``); fields the source does not know are ``None``.
+    or ``simulated``); fields the source does not know are ``None``. ``share`` is the part of
+    the device the source says the workload was given, in (0, 1]: a Kubernetes time-slicing
+    replica is ``1/replicas``, a job-mapping file may declare one; ``None`` when nothing is
+    declared (the device is then split equally among its holders). A value outside (0, 1] or
+    NaN is dropped to ``None`` here.
     """
 
     source: str
@@ -54,6 +58,7 @@ class Workload:
     container: str | None = None
     job_id: str | None = None
     user: str | None = None
+    share: float | None = None
 
     def __post_init__(self) -> None:
         _set = object.__setattr__
@@ -63,6 +68,11 @@ class Workload:
             if value is not None and not str(value).strip():
                 value = None  # an empty name is an unknown one, never a label value ""
             _set(self, name, clean_optional(None if value is None else str(value).strip()))
+        share = self.share
+        if share is not None:
+            ok = not isinstance(share, bool) and isinstance(share, (int, float)) \
+                and 0.0 < share <= 1.0
+            _set(self, "share", float(share) if ok else None)
 
     def key(self) -> tuple[str, ...]:
         """What makes two workloads the same holder, whichever source saw them."""
@@ -72,13 +82,22 @@ class Workload:
             return ("job", self.job_id)
         return ("other", self.source, self.user or "")
 
-    def to_dict(self) -> dict[str, str | None]:
-        """The public JSON object ``{"source", "namespace", "pod", "container", "job_id", "user"}``."""
-        return {name: getattr(self, name) for name in WORKLOAD_FIELDS}
+    def to_dict(self) -> dict[str, str | float | None]:
+        """The public JSON object ``{"source", "namespace", "pod", "container", "job_id", "user",
+        "share"}``."""
+        out: dict[str, str | float | None] = {name: getattr(self, name) for name in WORKLOAD_FIELDS}
+        out["share"] = self.share
+        return out
 
 
 #: ProcessSample's attribution fields (from the process's cgroup; ``None`` when unknown).
 PROCESS_ATTRIBUTION = ("job_id", "pod_uid", "container_id")
+#: ProcessSample's activity fields: the process's share of the device's engines over the last
+#: sampling interval, in percent (0 to 100), as the vendor reports it; ``None`` where it does not.
+#: Declared once here; JSON, parsing, the dashboard and the splits derive from this tuple
+#: (:data:`allsmi.fields.PROCESS_MEASUREMENTS` gives each its help text).
+PROCESS_ACTIVITY = ("utilization_percent", "memory_utilization_percent",
+                    "encoder_utilization_percent", "decoder_utilization_percent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +105,11 @@ class ProcessSample:
     """One process using an accelerator.
 
     ``job_id``, ``pod_uid`` and ``container_id`` come from the process's cgroup (the
-    collector's attribution step); ``None`` when unknown.
+    collector's attribution step); ``None`` when unknown. The ``*_percent`` fields
+    (:data:`PROCESS_ACTIVITY`) are the process's share of the device's compute (SM, GFX),
+    memory-controller, encoder and decoder time over the last sampling interval, 0 to 100;
+    ``None`` where the vendor does not report it (a value outside 0 to 100 or NaN is dropped
+    to ``None`` here, at the schema boundary).
     """
 
     pid: int
@@ -96,9 +119,19 @@ class ProcessSample:
     job_id: str | None = None
     pod_uid: str | None = None
     container_id: str | None = None
+    utilization_percent: float | None = None
+    memory_utilization_percent: float | None = None
+    encoder_utilization_percent: float | None = None
+    decoder_utilization_percent: float | None = None
 
     def __post_init__(self) -> None:
         _set = object.__setattr__
+        for name in PROCESS_ACTIVITY:
+            value = getattr(self, name)
+            if value is not None:
+                ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
+                    and 0.0 <= value <= 100.0
+                _set(self, name, float(value) if ok else None)
         if self.user is not None:
             _set(self, "user", clean_text(self.user))
         if self.command is not None:

@@ -22,7 +22,8 @@ import math
 from typing import Any
 
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
-from allsmi.schema import (ATTRIBUTION_SOURCES, BACKEND_STATES, HEALTH_STATES, WORKLOAD_FIELDS,
+from allsmi.schema import (ATTRIBUTION_SOURCES, BACKEND_STATES, HEALTH_STATES, PROCESS_ACTIVITY,
+                           WORKLOAD_FIELDS,
                            BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot,
                            Workload)
 
@@ -175,6 +176,8 @@ def _processes(raw: Any, where: str, report: _Report) -> tuple[ProcessSample, ..
             pid=pid, user=_text(proc.get("user"), f"{here}.user", report),
             command=_text(proc.get("command"), f"{here}.command", report),
             memory_bytes=_number(proc.get("memory_bytes"), f"{here}.memory_bytes", report, 0, None, True),
+            **{name: _number(proc.get(name), f"{here}.{name}", report, 0, 100, False)
+               for name in PROCESS_ACTIVITY},
             **{name: _text(proc.get(name), f"{here}.{name}", report)
                for name in ("job_id", "pod_uid", "container_id")}))
     return tuple(out)
@@ -201,7 +204,9 @@ def _workloads(raw: Any, where: str, report: _Report) -> tuple[Workload, ...] | 
                        f"{', '.join(ATTRIBUTION_SOURCES)}; left out")
             continue
         out.append(Workload(source, **{name: _text(work.get(name), f"{here}.{name}", report)
-                                       for name in WORKLOAD_FIELDS[1:]}))
+                                       for name in WORKLOAD_FIELDS[1:]},
+                            share=_number(work.get("share"), f"{here}.share", report, 0.0, 1.0)
+                            or None))
     return tuple(out)
 
 

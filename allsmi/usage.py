@@ -36,7 +36,12 @@ from __future__ import annotations
 from typing import Iterable, Iterator, NamedTuple
 
 from allsmi.config import Config
+from allsmi.fairshare import Holder, Split, Weights, split
 from allsmi.schema import DeviceSample, Snapshot
+
+__all__ = ["DEFAULT_IDLE_THRESHOLD_PERCENT", "DEFAULT_MAX_GAP_SECONDS", "Holder", "Increment",
+           "Split", "UsageIntegrator", "Weights", "billing_shares", "bridged_gap_seconds",
+           "held", "holder_weights", "idle_threshold_percent", "split"]
 
 DEFAULT_MAX_GAP_SECONDS = 30.0
 """The shortest default bridged gap (seconds); longer for slower sampling."""
@@ -45,7 +50,24 @@ GAP_INTERVALS = 3.0
 _VALID = ("ok", "degraded")
 DEFAULT_IDLE_THRESHOLD_PERCENT = 5.0
 """A held device whose utilization is below this is allocated but idle (``[accounting]``)."""
-ACCOUNTING_KEYS = ("idle_threshold_percent",)
+ACCOUNTING_KEYS = ("idle_threshold_percent", "grid_gco2e_per_kwh")
+#: ``[accounting] grid_gco2e_per_kwh`` is at most this (grams CO2e per kWh).
+MAX_GCO2E_PER_KWH = 5000.0
+
+
+def grid_gco2e_per_kwh(config: Config) -> float | None:
+    """``[accounting] grid_gco2e_per_kwh``: grams of CO2e per kWh of the grid (0 to 5000), or
+    ``None`` when not set (``carbon_gco2e`` is then empty, never an invented 0). A bad value
+    raises ``ConfigError`` naming the file, the line and the key."""
+    idle_threshold_percent(config)  # checks the table's keys
+    value = config.section("accounting").get("grid_gco2e_per_kwh")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or not 0.0 <= value <= MAX_GCO2E_PER_KWH:
+        raise config.error(f"must be a number from 0 to {MAX_GCO2E_PER_KWH:g}, got {value!r}",
+                           "accounting", "grid_gco2e_per_kwh")
+    return float(value)
 
 
 def idle_threshold_percent(config: Config) -> float:
@@ -160,59 +182,11 @@ def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> di
     return shares
 
 
-class Holder(NamedTuple):
-    """Who held a device: a user, a Kubernetes pod (namespace, pod) and/or a batch job.
-
-    ``None`` is unknown; a holder with every field unknown is nobody (not attributed)."""
-
-    user: str | None = None
-    namespace: str | None = None
-    pod: str | None = None
-    job: str | None = None
-
-
-Weights = tuple[tuple[Holder, float], ...]
-
-
 def holder_weights(dev: DeviceSample) -> Weights:
-    """Who holds ``dev`` now, and each holder's share of its time (the shares add up to 1).
-
-    Shared by the ledger and the dashboard's idle view, so both split a device alike.
-
-    * With workloads (pods, jobs): an equal share per workload. Within a workload's share, the
-      user is the workload's own (a batch job's owner); if the source does not know it, the
-      users of the device's processes that belong to the workload (the same job id; all of
-      them when the device has a single workload), an equal part per process.
-    * Without workloads: an equal share per process, with its user and its job id (from its
-      cgroup).
-    * Neither: nobody (the time is not attributed).
-
-    A holder with nothing known (no user, pod or job) is nobody; repeated holders are merged.
-    """
-    procs = dev.processes or ()
-    works = dev.workloads or ()
-    out: dict[Holder, float] = {}
-
-    def give(holder: Holder, weight: float) -> None:
-        if any(holder):
-            out[holder] = out.get(holder, 0.0) + weight
-
-    if works:
-        each = 1.0 / len(works)
-        for work in works:
-            mine = () if work.user is not None else tuple(
-                p for p in procs if len(works) == 1 or (work.job_id is not None
-                                                         and p.job_id == work.job_id))
-            if not mine:
-                give(Holder(work.user, work.namespace, work.pod, work.job_id), each)
-                continue
-            for proc in mine:
-                give(Holder(proc.user, work.namespace, work.pod, work.job_id), each / len(mine))
-    elif procs:
-        each = 1.0 / len(procs)
-        for proc in procs:
-            give(Holder(proc.user, None, None, proc.job_id), each)
-    return tuple(sorted(out.items(), key=lambda kv: tuple(v or "" for v in kv[0])))
+    """Who holds ``dev`` now, and each holder's part of its allocated time: the allocation
+    half of :func:`allsmi.fairshare.split` (declared shares, else equal parts). Shared by the
+    ledger, ``allsmi idle`` and the dashboard's idle view, so all split a device alike."""
+    return split(dev).allocated
 
 
 class UsageIntegrator:

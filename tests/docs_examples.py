@@ -1,11 +1,13 @@
-"""Reading the examples out of README.md, docs/ and deploy/README.md (for tests/test_docs.py).
+"""Reading the examples out of README.md, docs/ and deploy/**/README.md (for tests/test_docs.py).
 
 A fenced block is an example; its language says what it is (``sh``, ``toml``, ``yaml``,
 ``json``, ``promql``, ``ini``, or none for listings). An HTML comment on the line before
 the fence steers the docs test:
 
 - ``<!-- docs-test: run -->`` runs a shell block's commands, in order, in one temporary
-  directory per page; ``<!-- docs-test: run, exit 3 -->`` expects that exit status.
+  directory per page; ``<!-- docs-test: run, exit 3 -->`` expects that exit status;
+  ``<!-- docs-test: run in-repo -->`` runs them in the repository root instead (commands
+  that name the repository's files, such as ``kubectl kustomize deploy/kubernetes/...``).
 - ``<!-- docs-test: file NAME -->`` writes the block to ``NAME`` in that directory first
   (a config snippet that a later command loads with ``--config NAME``); a TOML block so
   marked is also loaded as a configuration.
@@ -45,6 +47,11 @@ class Example:
         return f"{self.page.relative_to(REPO)}:{self.line}"
 
     @property
+    def in_repo(self) -> bool:
+        """Run in the repository root (``run in-repo``) rather than a temporary directory."""
+        return self.mark == "run" and "in-repo" in self.argument.split()
+
+    @property
     def expected_exit(self) -> int:
         match = re.search(r"exit\s+(\d+)", self.argument)
         return int(match.group(1)) if match else 0
@@ -71,9 +78,7 @@ class Example:
 
 def pages() -> list[Path]:
     found = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    deploy = REPO / "deploy" / "README.md"
-    if deploy.exists():
-        found.append(deploy)
+    found += sorted((REPO / "deploy").rglob("README.md"))  # deploy/ and deploy/kubernetes/
     return found
 
 

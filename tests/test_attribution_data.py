@@ -51,13 +51,16 @@ def test_json_round_trips_workloads_process_ids_and_statuses() -> None:
     a, b, c = data["devices"]
     assert a["workloads"] == [
         {"source": "kubernetes", "namespace": "ml", "pod": "trainer-0", "container": "main",
-         "job_id": None, "user": None},
+         "job_id": None, "user": None, "share": None},
         {"source": "hpc-job", "namespace": None, "pod": None, "container": None,
-         "job_id": "4242", "user": "alice"}]
+         "job_id": "4242", "user": "alice", "share": None}]
     assert b["workloads"] == [] and c["workloads"] is None
     assert a["processes"][0] | {} == {"pid": 7, "user": "alice", "command": "train.py",
                                       "memory_bytes": 1024, "job_id": "4242", "pod_uid": None,
-                                      "container_id": "c0ffee"}
+                                      "container_id": "c0ffee", "utilization_percent": None,
+                                      "memory_utilization_percent": None,
+                                      "encoder_utilization_percent": None,
+                                      "decoder_utilization_percent": None}
     assert data["attribution"][1] == {"name": "hpc-job", "status": "unavailable",
                                       "message": "no directory", "duration_seconds": None}
     problems: list[str] = []

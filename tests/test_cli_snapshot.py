@@ -42,7 +42,7 @@ DEVICE_KEYS = {"id", "vendor", "kind", "backend", "index", "uuid", "name", "bus_
                "utilization_percent", "memory_used_bytes", "memory_total_bytes", "temperature_celsius",
                "power_watts", "power_limit_watts", "energy_joules", "clock_mhz", "fan_percent",
                "processes", "workloads"}
-WORKLOAD_KEYS = {"source", "namespace", "pod", "container", "job_id", "user"}
+WORKLOAD_KEYS = {"source", "namespace", "pod", "container", "job_id", "user", "share"}
 
 
 def test_simulated_json_has_the_public_shape(tmp_path: Path) -> None:
@@ -60,7 +60,9 @@ def test_simulated_json_has_the_public_shape(tmp_path: Path) -> None:
         assert DEVICE_KEYS <= set(dev), DEVICE_KEYS - set(dev)
         for proc in dev["processes"]:
             assert set(proc) == {"pid", "user", "command", "memory_bytes", "job_id", "pod_uid",
-                                 "container_id"}
+                                 "container_id", "utilization_percent",
+                                 "memory_utilization_percent", "encoder_utilization_percent",
+                                 "decoder_utilization_percent"}
         for work in dev["workloads"]:  # the simulated pods and jobs
             assert set(work) == WORKLOAD_KEYS and work["source"] == "simulated"
     assert any(d["workloads"] for d in devices) and any(d["workloads"] == [] for d in devices)

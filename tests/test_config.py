@@ -78,6 +78,41 @@ host = "gpu-*"
     assert assign_groups([dev(0, "amd", name="MI300X")], "gpu-07", config)[0].resource_group == "host-pool"
 
 
+def test_a_rule_can_name_the_backend_where_the_vendor_is_shared() -> None:
+    """``vendor = "intel"`` matches every Intel backend; ``backend`` tells Gaudi from another."""
+    config = parse_config("""
+[[rules]]
+resource_group = "max"
+backend = "xpu"
+[[rules]]
+resource_group = "gaudi"
+vendor = "intel"
+backend = "gau*"
+[[rules]]
+resource_group = "other-intel"
+vendor = "INTEL"
+""")
+    def dev(backend: str, i: int = 0) -> DeviceSample:
+        return DeviceSample(id=f"{backend}-{i}", vendor="intel", kind="gpu", backend=backend, index=i)
+    out = assign_groups([dev("gaudi"), dev("xpu"), dev("habana")], "node-1", config)
+    assert [d.resource_group for d in out] == ["gaudi", "max", "other-intel"]
+    err = _err('[[rules]]\nresource_group = "a"\nbackend = 3\n')
+    assert err.line == 3 and err.key == "rules[1].backend"
+
+
+def test_backend_rules_group_a_simulated_snapshot(tmp_path: Path) -> None:
+    """From the outside: a ``backend`` rule assigns the Gaudi devices of the mixed scenario."""
+    import json
+    path = tmp_path / "c.toml"
+    path.write_text('[[rules]]\nresource_group = "gaudi-pool"\nbackend = "gaudi"\n')
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    devices = json.loads(result.stdout)["devices"]
+    gaudi = [d for d in devices if d["backend"] == "gaudi"]
+    assert gaudi and all(d["resource_group"] == "gaudi-pool" for d in gaudi)
+    assert all(d["resource_group"] != "gaudi-pool" for d in devices if d["backend"] != "gaudi")
+
+
 def test_unknown_backend_in_config_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[backends]\nenabled = ["nvidia", "nvidai"]\n')

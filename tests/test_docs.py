@@ -1,6 +1,6 @@
 """The docs are part of the product: their examples run, their names exist.
 
-Every fenced example of README.md, docs/ and deploy/README.md is checked as a new user
+Every fenced example of README.md, docs/ and deploy/**/README.md is checked as a new user
 would use it (see tests/docs_examples.py for the markers): shell examples marked ``run``
 are run, config and scenario snippets are loaded, YAML and JSON parse, and every metric
 name, environment variable and command-line flag the docs name exists in the product.
@@ -74,7 +74,8 @@ def test_runnable_examples_run(page: Path, tmp_path: Path) -> None:
         if example.mark != "run":
             continue
         for command in example.commands():
-            result = subprocess.run(_argv(command, example.where), cwd=tmp_path, capture_output=True,
+            result = subprocess.run(_argv(command, example.where), cwd=REPO if example.in_repo else tmp_path,
+                                    capture_output=True,
                                     text=True, timeout=300, stdin=subprocess.DEVNULL)
             assert result.returncode == example.expected_exit, (
                 f"{example.where}: `{command}` exited {result.returncode}, expected "

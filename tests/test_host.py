@@ -66,3 +66,25 @@ def test_a_snapshot_does_not_import_psutil_for_the_host() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          check=True).stdout.split()
     assert out == ["True", "False"]
+
+
+def test_allsmi_hostname_names_the_host_for_snapshots_and_group_rules(tmp_path: Path) -> None:
+    """``ALLSMI_HOSTNAME`` (set by the Kubernetes DaemonSets to the node's name) replaces the
+    kernel's host name, and ``[[rules]] host`` patterns match it."""
+    import json
+
+    from .conftest import run_allsmi
+    config = tmp_path / "config.toml"
+    config.write_text('[[rules]]\nhost = "gpu-pool-a-*"\nresource_group = "pool-a"\n')
+    plain = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", "--config", str(config))
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["host"]["hostname"] == host._hostname()
+    assert all(d["resource_group"] != "pool-a" for d in json.loads(plain.stdout)["devices"])
+    named = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", "--config", str(config),
+                       env={"ALLSMI_HOSTNAME": " gpu-pool-a-node-7 "})
+    assert named.returncode == 0, named.stderr
+    snap = json.loads(named.stdout)
+    assert snap["host"]["hostname"] == "gpu-pool-a-node-7"
+    assert snap["devices"] and all(d["resource_group"] == "pool-a" for d in snap["devices"])
+    blank = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", env={"ALLSMI_HOSTNAME": "  "})
+    assert json.loads(blank.stdout)["host"]["hostname"] == host._hostname()

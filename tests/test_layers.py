@@ -162,46 +162,70 @@ def test_a_library_file_makes_the_backend_ask_the_binding(tmp_path: Path) -> Non
         assert without["nvidia"] == with_files["nvidia"] and without["amd"] == with_files["amd"]
 
 
-#: What each command-line vendor loads only once its tool (or SDK) is found: parsers, the tool
-#: runner and the standard modules that running a tool needs.
-CLI_VENDOR_MODULES = {
-    "furiosa": ("allsmi.backends.furiosa.parse",),
-    "gaudi": ("allsmi.backends.gaudi.csv_output", "allsmi.backends.gaudi.text_output",
-              "allsmi.backends._common.stream"),
-    "rebellions": ("allsmi.backends.rebellions.parse", "allsmi.backends.rebellions.processes"),
-    "tenstorrent": ("allsmi.backends.tenstorrent.decode", "allsmi.backends.tenstorrent.snapshot"),
-}
+#: What running a tool needs: none of it is loaded while no command-line vendor has its tool.
 TOOL_RUNNING = ("allsmi.backends._common.runner", "allsmi.backends._common.jsonout",
-                "allsmi.backends._common.cells", "subprocess", "shutil", "tempfile", "selectors",
-                "concurrent.futures")
+                "allsmi.backends._common.cells", "allsmi.backends._common.stream", "subprocess",
+                "shutil", "tempfile", "selectors", "concurrent.futures")
+
+
+def _cli_backends() -> dict[str, tuple[str, ...]]:
+    """Every installed command-line backend (a :class:`CliToolBackend`, so a new vendor is
+    checked without being named here) -> its declared environment variables."""
+    from allsmi import registry
+    from allsmi.backends._common.clibackend import CliToolBackend
+    found = {}
+    for name in registry.hardware_names():
+        cls = registry.load(name)
+        if issubclass(cls, CliToolBackend):
+            found[name] = cls.declaration().env_vars
+    return found
+
+
+def _package(name: str) -> str:
+    from allsmi import registry
+    return registry.load(name).__module__
 
 
 def _no_tools_env(tmp_path: Path) -> dict[str, str]:
+    """No vendor tool on PATH and every backend's declared override variable unset."""
     import os
+    from allsmi import registry
     empty = tmp_path / "empty-bin"
     empty.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ALLSMI_FURIOSA_SMI", "ALLSMI_HL_SMI", "ALLSMI_RBLN_SMI", "ALLSMI_TT_SMI")}
+    declared = {var for decl in registry.declarations() for var in decl.env_vars}
+    env = {k: v for k, v in os.environ.items() if k not in declared}
     return {**env, "PATH": str(empty)}
 
 
 def test_cli_vendors_load_no_parser_or_tool_runner_without_their_tool(tmp_path: Path) -> None:
     """With no vendor tool on PATH (and none in the vendors' install directories, which this
-    machine is checked for), a snapshot loads no vendor parser and nothing that runs a tool;
-    the same holds for simulations, which take only the backends' declarations."""
+    machine is checked for), a snapshot loads none of an absent command-line vendor's modules
+    besides its package (the backend class and its probe) and nothing that runs a tool; the
+    same holds for simulations, which take only the backends' declarations."""
     import json
     env = _no_tools_env(tmp_path)
-    code = ("import json\nfrom allsmi import registry\n"
-            "print(json.dumps({n: registry.load(n)().probe().available for n in "
-            "('furiosa', 'gaudi', 'rebellions', 'tenstorrent')}))\n")
+    cli = _cli_backends()
+    assert {"furiosa", "gaudi", "rebellions", "tenstorrent"} <= set(cli)  # the check sees them
+    # Each backend's probe answer, and what importing its class alone loads (its package's
+    # light part: the class and its probe).
+    code = ("import json, sys\nfrom allsmi import registry\nout = {}\n"
+            f"for n in {sorted(cli)!r}:\n"
+            "    before = set(sys.modules)\n    cls = registry.load(n)\n"
+            "    imported = sorted(set(sys.modules) - before)\n"
+            "    out[n] = [cls().probe().available, imported]\n"
+            "print(json.dumps(out))\n")
     found = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                       timeout=120, env=env, check=True).stdout.strip().splitlines()[-1])
-    absent = [name for name, available in found.items() if not available]
+    light = {m for _, imported in found.values() for m in imported}
+    # Importing a backend's class never loads what runs a tool (whether or not it is found).
+    assert not light & set(TOOL_RUNNING), light & set(TOOL_RUNNING)
+    absent = [_package(name) for name, (available, _) in found.items() if not available]
     for args in (["snapshot", "--format", "json"], ["snapshot", "--simulate", "mixed", "--format", "json"]):
         modules = _snapshot_modules(args, env)
-        loaded = {m for name in absent for m in CLI_VENDOR_MODULES[name] if m in modules}
+        loaded = {m for package in absent for m in modules
+                  if m.startswith(package + ".") and m not in light}
         assert not loaded, (args, loaded)
-        if len(absent) == len(CLI_VENDOR_MODULES):
+        if len(absent) == len(cli):
             assert not modules & set(TOOL_RUNNING), (args, modules & set(TOOL_RUNNING))
         # attribution: only the sources that run (no job directory, no simulation here)
         if "--simulate" not in args:
@@ -226,7 +250,7 @@ def test_a_found_tool_loads_its_parser(tmp_path: Path) -> None:
                             check=True)
     available, count, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert available and count == 0
-    assert set(modules) == set(CLI_VENDOR_MODULES["tenstorrent"])
+    assert set(modules) == {"allsmi.backends.tenstorrent.decode", "allsmi.backends.tenstorrent.snapshot"}
 
 
 def test_amd_reading_modules_wait_for_a_loaded_amdsmi() -> None:

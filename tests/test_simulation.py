@@ -89,3 +89,36 @@ def test_fault_scenario_marks_device_lost_and_backend_errors() -> None:
     lost = [d for d in snap.devices if d.health == "lost"]
     assert [d.index for d in lost] == [3]
     assert lost[0].power_watts is None and lost[0].utilization_percent is None
+
+
+def test_mixed_node_has_shared_gpus_whose_holders_differ_in_activity() -> None:
+    """Fair shares have something to show: two users' processes on one GPU at different
+    activity, which the used split bills differently while allocation stays equal."""
+    from allsmi.backends.simulated import simulated_backends
+    from allsmi.fairshare import split
+
+    now = [1_790_000_000.0]
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for b in backends:
+        b.open()
+    shared = []
+    for _ in range(60):
+        now[0] += 60.0
+        for dev in (d for b in backends for d in b.sample()):
+            users = {p.user for p in dev.processes or ()}
+            if dev.vendor == "nvidia" and len(users) == 2 and not dev.parent:
+                shared.append(dev)
+    assert shared, "no simulated GPU was shared by two users in an hour"
+    dev = shared[0]
+    acts = [p.utilization_percent for p in dev.processes]
+    assert all(a is not None for a in acts) and acts[0] != acts[1]
+    sp = split(dev)
+    if not dev.workloads:
+        assert sp.allocation_method == "equal" and sp.usage_method == "activity"
+        used = sorted(w for _, w in sp.used)
+        assert used[0] < used[1] and {w for _, w in sp.allocated} == {0.5}
+    # Vendors whose tools give no per-process figure carry none in the simulation either.
+    for b in backends:
+        for d in b.sample():
+            if d.backend in ("gaudi", "furiosa", "tenstorrent") or d.parent:
+                assert all(p.utilization_percent is None for p in d.processes or ())

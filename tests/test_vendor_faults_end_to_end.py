@@ -44,6 +44,11 @@ def test_garbage_from_one_tool_leaves_the_other_backend_intact(tmp_path: Path) -
     assert report["gaudi"]["status"] == "error"
     assert report["gaudi"]["message"] == status["gaudi"]["message"]
     assert report["rebellions"]["devices"] == 4
+    # the tool overrides each backend declares are shown where they are set
+    env = _env(hl, rbln)
+    declared = {var for b in report.values() for var in b["environment"]}
+    assert report["rebellions"]["environment"] == {"ALLSMI_RBLN_SMI": env["ALLSMI_RBLN_SMI"]}
+    assert declared == {v for v in ("ALLSMI_HL_SMI", "ALLSMI_RBLN_SMI") if v in env}
 
 
 def test_hung_tool_is_reported_as_timeout_and_killed(tmp_path: Path) -> None:

@@ -24,16 +24,17 @@ TAIL_COLUMNS = KEY_COLUMNS + (
     "device_count", "observed_device_hours", "allocated_device_hours",
     "idle_allocated_device_hours", "billed_device_hours", "used_device_hours",
     "avg_utilization_ratio", "energy_kwh", "avg_memory_used_bytes", "peak_memory_used_bytes",
-    "price_per_device_hour", "price_per_kwh", "cost", "idle_cost", "currency", "coverage_ratio")
+    "price_per_device_hour", "price_per_kwh", "cost", "idle_cost", "currency", "coverage_ratio",
+    "allocation_method", "usage_method", "carbon_gco2e")
 
 #: Decimal places per numeric column (fixed, so reruns give identical bytes).
 _DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "billed_device_hours": 6,
            "idle_allocated_device_hours": 6, "idle_cost": 6, "used_device_hours": 6,
            "avg_utilization_ratio": 6, "energy_kwh": 6, "avg_memory_used_bytes": 0,
-           "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6}
+           "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6, "carbon_gco2e": 3}
 
 #: Column types, for Parquet (``datetime`` cells are RFC 3339 with an offset).
-_TEXT = ("resource_group",) + KEY_COLUMNS + ("currency",)
+_TEXT = ("resource_group",) + KEY_COLUMNS + ("currency", "allocation_method", "usage_method")
 
 
 def column_types(header: list[str]) -> dict[str, str]:
@@ -72,7 +73,8 @@ def _values(report: Report, row: Row) -> dict[str, str]:
     out = {"period_start": iso(row.window.start), "period_end": iso(row.window.end),
            "resource_group": row.resource_group, "device_count": str(row.device_count),
            "price_per_device_hour": _price(row.price_per_device_hour),
-           "price_per_kwh": _price(row.price_per_kwh), "currency": row.currency or ""}
+           "price_per_kwh": _price(row.price_per_kwh), "currency": row.currency or "",
+           "allocation_method": row.allocation_method or "", "usage_method": row.usage_method or ""}
     for col in KEY_COLUMNS:
         out[col] = getattr(row, col) or ""
     for name in report.label_names:

@@ -18,6 +18,13 @@ byte-identical whatever order SQLite adds rows in):
     the same weighted like ``billed_ms``, and the energy used during it (each increment's
     energy in proportion to its idle-allocated time). ``NULL`` where unknown (intervals
     recorded before version 3 included).
+``used_billed_ms`` (every usage table)
+    Busy time weighted like ``billed_ms`` (what a group with ``bill_by = "used"`` prices).
+``allocation_method``, ``usage_method`` (every usage table, text)
+    How the row's allocated time and its busy time and energy were split among the device's
+    holders (:mod:`allsmi.fairshare`: ``exclusive``, ``partition``, ``declared``, ``equal``;
+    ``activity``, ``memory``, ``equal``), ``mixed`` when the row's time saw more than one,
+    ``NULL`` when nobody held the device (and for rows recorded before version 4).
 ``holders`` / ``holder_intervals``
     Who held the device: one holder per (user, namespace, pod, job id), ``''`` where
     unknown, and each holder's share of an interval (see :mod:`allsmi.accounting.recorder`
@@ -40,32 +47,51 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from allsmi.fairshare import MIXED
 from allsmi.usage import Holder as Holder  # who held a device (shared with the dashboard)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Older ledgers are upgraded in place when opened for writing, and read through temporary
 #: views when opened read-only: version 1 (no ``billed_ms``: every device billed whole),
-#: version 2 (per-user shares only, no idle time: idle unknown).
-OLD_SCHEMA_VERSIONS = (1, 2)
+#: version 2 (per-user shares only, no idle time: idle unknown), version 3 (holders split
+#: equally, no split methods and no ``used_billed_ms``: unknown).
+OLD_SCHEMA_VERSIONS = (1, 2, 3)
 
 #: Columns of the per-device usage tables after (start, dim), with their roll-up aggregate.
 DEVICE_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"),
     ("busy_observed_ms", "SUM"), ("energy_mj", "SUM"), ("mem_sum", "SUM"),
     ("mem_samples", "SUM"), ("mem_peak", "MAX"), ("billed_ms", "SUM"), ("idle_ms", "SUM"),
-    ("idle_billed_ms", "SUM"), ("idle_energy_mj", "SUM"))
+    ("idle_billed_ms", "SUM"), ("idle_energy_mj", "SUM"), ("used_billed_ms", "SUM"),
+    ("allocation_method", "METHOD"), ("usage_method", "METHOD"))
 #: Columns of the per-holder share tables after (start, dim or dev, hid).
 HOLDER_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"), ("energy_mj", "SUM"),
     ("billed_ms", "SUM"), ("idle_ms", "SUM"), ("idle_billed_ms", "SUM"),
-    ("idle_energy_mj", "SUM"))
+    ("idle_energy_mj", "SUM"), ("used_billed_ms", "SUM"),
+    ("allocation_method", "METHOD"), ("usage_method", "METHOD"))
 #: Columns that are never NULL (the rest: NULL is unknown, never 0).
 NOT_NULL = ("observed_ms", "busy_observed_ms", "mem_samples")
 IDLE_COLUMNS = ("idle_ms", "idle_billed_ms", "idle_energy_mj")
+#: Columns added in version 4 (split methods, busy time at the billing share).
+SPLIT_COLUMNS = ("used_billed_ms", "allocation_method", "usage_method")
+#: The text columns (the split methods); merged by :func:`merge_method`, never summed.
+METHOD_COLUMNS = ("allocation_method", "usage_method")
+
+
+def _type(column: str) -> str:
+    return "TEXT" if column in METHOD_COLUMNS else "INTEGER"
 
 
 def _columns(sums: tuple[tuple[str, str], ...]) -> str:
-    return ", ".join(f"{c} INTEGER{' NOT NULL' if c in NOT_NULL else ''}" for c, _ in sums)
+    return ", ".join(f"{c} {_type(c)}{' NOT NULL' if c in NOT_NULL else ''}" for c, _ in sums)
+
+
+def merge_method(mine: str | None, other: str | None) -> str | None:
+    """Two rows' split method as one: the one they share, ``mixed`` when they differ."""
+    if mine is None or mine == other:
+        return other if mine is None else mine
+    return mine if other is None else MIXED
 
 
 _DEV_COLS, _HOLDER_COLS = _columns(DEVICE_SUMS), _columns(HOLDER_SUMS)
@@ -102,6 +128,7 @@ CREATE TABLE IF NOT EXISTS pending (
 """
 
 DEVICE_TABLES = ("intervals", "quarters", "days")
+HOLDER_TABLES = ("holder_intervals", "holder_quarters", "holder_days")
 #: Version-2 user tables and the holder tables that replace them.
 _OLD_SHARES = {"user_intervals": "holder_intervals", "user_quarters": "holder_quarters",
                "user_days": "holder_days"}
@@ -150,6 +177,9 @@ class Share:
     idle_ms: int | None = None
     idle_billed_ms: int | None = None
     idle_energy_mj: int | None = None
+    used_billed_ms: int | None = None
+    allocation_method: str | None = None
+    usage_method: str | None = None
 
 
 @dataclass
@@ -174,6 +204,9 @@ class IntervalRecord:
     idle_ms: int | None = None
     idle_billed_ms: int | None = None
     idle_energy_mj: int | None = None
+    used_billed_ms: int | None = None
+    allocation_method: str | None = None
+    usage_method: str | None = None
 
 
 @dataclass
@@ -192,6 +225,9 @@ class Totals:
     idle_ms: int | None = None
     idle_billed_ms: int | None = None
     idle_energy_mj: int | None = None
+    used_billed_ms: int | None = None
+    allocation_method: str | None = None
+    usage_method: str | None = None
 
     def add(self, row: tuple, columns: tuple[tuple[str, str], ...]) -> None:  # type: ignore[type-arg]
         """Add one SQL result row whose values are ``columns`` (:data:`DEVICE_SUMS` or
@@ -200,7 +236,9 @@ class Totals:
             if value is None:
                 continue
             mine = getattr(self, name)
-            if mine is None:
+            if agg == "METHOD":
+                setattr(self, name, merge_method(mine, value))
+            elif mine is None:
                 setattr(self, name, value)
             elif agg == "MAX":
                 setattr(self, name, max(mine, value))
@@ -225,6 +263,12 @@ def upgrade(db: sqlite3.Connection, version: int) -> None:
         for name in IDLE_COLUMNS:
             if name not in columns(table):
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {name} INTEGER")
+    # Version 4: the split methods and busy time at the billing share (unknown before).
+    for table in DEVICE_TABLES + HOLDER_TABLES:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+            for name in SPLIT_COLUMNS:
+                if name not in columns(table):
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {_type(name)}")
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'users'").fetchone():
         db.execute("INSERT OR IGNORE INTO holders (hid, user, namespace, pod, job) "
                    "SELECT uid, name, '', '', '' FROM users")
@@ -240,15 +284,21 @@ def upgrade(db: sqlite3.Connection, version: int) -> None:
 
 def legacy_views(db: sqlite3.Connection, version: int) -> None:
     """Read an older ledger without changing it: temporary views (which shadow the stored
-    tables) give it the current layout; idle time is unknown, and version 1 billed whole."""
+    tables) give it the current layout; idle time is unknown before version 3, the split
+    methods and busy time at the billing share before version 4, and version 1 billed whole."""
+    split = ", ".join(f"NULL AS {c}" for c in SPLIT_COLUMNS)
+    if version >= 3:
+        for table in DEVICE_TABLES + HOLDER_TABLES:
+            db.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {split} FROM main.{table}")
+        return
     billed = "billed_ms" if version >= 2 else "allocated_ms AS billed_ms"
     idle = ", ".join(f"NULL AS {c}" for c in IDLE_COLUMNS)
     extra = "" if version >= 2 else ", allocated_ms AS billed_ms"
     for table in DEVICE_TABLES:
-        db.execute(f"CREATE TEMP VIEW {table} AS SELECT *{extra}, {idle} FROM main.{table}")
+        db.execute(f"CREATE TEMP VIEW {table} AS SELECT *{extra}, {idle}, {split} FROM main.{table}")
     db.execute("CREATE TEMP VIEW holders AS SELECT uid AS hid, name AS user, '' AS namespace, "
                "'' AS pod, '' AS job FROM main.users")
     for old, new in _OLD_SHARES.items():
         key = "dev" if old == "user_intervals" else "dim"
         db.execute(f"CREATE TEMP VIEW {new} AS SELECT start, {key}, uid AS hid, observed_ms, "
-                   f"allocated_ms, busy_ms, energy_mj, {billed}, {idle} FROM main.{old}")
+                   f"allocated_ms, busy_ms, energy_mj, {billed}, {idle}, {split} FROM main.{old}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Iterable
 
-from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, NOT_NULL, Dim, Holder,
-                                            IntervalRecord, LedgerError)
+from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, METHOD_COLUMNS, NOT_NULL,
+                                            Dim, Holder, IntervalRecord, LedgerError)
 from allsmi.accounting.settings import ROLLUP_SECONDS
+from allsmi.fairshare import MIXED
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -29,6 +30,10 @@ def _add(column: str, table: str) -> str:
     """``column = column + excluded.column``, where NULL (unknown) plus NULL stays NULL."""
     if column in NOT_NULL:
         return f"{column} = {table}.{column} + excluded.{column}"
+    if column in METHOD_COLUMNS:  # the one both share, 'mixed' when they differ
+        return (f"{column} = CASE WHEN {table}.{column} IS NULL THEN excluded.{column} "
+                f"WHEN excluded.{column} IS NULL OR excluded.{column} = {table}.{column} "
+                f"THEN {table}.{column} ELSE '{MIXED}' END")
     if column == "mem_peak":
         return (f"{column} = max(coalesce({table}.{column}, excluded.{column}), "
                 f"coalesce(excluded.{column}, {table}.{column}))")
@@ -47,9 +52,16 @@ _UPSERT_HOLDER = (
     "DO UPDATE SET " + ", ".join(_add(c, "holder_intervals") for c in HOLDER_COLUMNS))
 
 
+def _aggregate(column: str, agg: str) -> str:
+    if agg == "METHOD":  # the one all rows share, 'mixed' when they differ, NULL when none
+        return (f"CASE WHEN MIN({column}) = MAX({column}) THEN MIN({column}) "
+                f"WHEN MIN({column}) IS NULL THEN NULL ELSE '{MIXED}' END")
+    return f"{agg}({column})"
+
+
 def sums(columns: tuple[tuple[str, str], ...], prefix: str = "") -> str:
     """``SUM(observed_ms), ..., MAX(mem_peak), ...`` for a SELECT."""
-    return ", ".join(f"{agg}({prefix}{c})" for c, agg in columns)
+    return ", ".join(_aggregate(prefix + c, agg) for c, agg in columns)
 
 
 class LedgerWriter:

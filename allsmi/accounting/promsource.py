@@ -31,6 +31,7 @@ from allsmi.accounting.promclient import (MAX_RESPONSE_BYTES, MAX_SECRET_BYTES, 
                                           PrometheusClient, PrometheusError, access_settings,
                                           read_secret, redact_url, split_url)
 from allsmi.accounting.report import Part
+from allsmi.fairshare import merge_methods
 
 __all__ = ["COUNTERS", "Credentials", "MAX_RESPONSE_BYTES", "MAX_SECRET_BYTES", "PrometheusClient",
            "PrometheusError", "access_settings", "holder_parts", "prometheus_parts", "read_secret",
@@ -121,7 +122,7 @@ def prometheus_parts(client: PrometheusClient, window: Window,
             busy_observed_s=observed if busy is not None else 0.0,
             energy_j=energy, mem_sum=mem, mem_samples=0 if mem is None else 1,
             mem_peak=mem_max.get((uuid, instance)), billed_s=scale(allocated),
-            idle_s=idle, idle_billed_s=scale(idle),
+            idle_s=idle, idle_billed_s=scale(idle), used_billed_s=scale(busy),
             # The energy of idle time: the device's energy in proportion to its idle time.
             idle_energy_j=None if idle is None or energy is None or observed <= 0
             else energy * min(1.0, idle / observed)))
@@ -130,16 +131,78 @@ def prometheus_parts(client: PrometheusClient, window: Window,
     return parts, holder_parts(client, window, parts)
 
 
-def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) -> list[Part]:
-    """The workloads' shares of each device part, plus what no workload was given.
+#: The exporter's per-holder counters (allsmi.exporter.holders): part -> metric.
+HOLDER_COUNTERS = {"allocated": "allsmi_holder_allocated_seconds_total",
+                   "used": "allsmi_holder_used_seconds_total",
+                   "energy": "allsmi_holder_energy_joules_total"}
+HOLDER_KEYS = ("uuid", "instance", "resource_group", "namespace", "pod", "job_id", "user", "method")
 
-    Each workload of ``allsmi_device_workload_info`` (per namespace, pod and job id) gets a
+
+def _fair_shares(client: PrometheusClient, window: Window
+                 ) -> dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]]:
+    """Per device (uuid, instance, group), per holder (namespace, pod, job id, user): its
+    allocated seconds, used seconds and joules from the per-holder counters, and the methods."""
+    at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
+    out: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
+    for name, metric in HOLDER_COUNTERS.items():
+        found = _series(client, f"sum by ({', '.join(HOLDER_KEYS)}) (increase({metric}[{rng}]))",
+                        at, HOLDER_KEYS)
+        for key, value in found.items():
+            holder = out.setdefault(key[:3], {}).setdefault(key[3:7], {})
+            holder[name] = holder.get(name, 0.0) + max(0.0, value)
+            method = "allocation_method" if name == "allocated" else "usage_method"
+            if name != "energy":
+                holder[method] = merge_methods((holder.get(method), key[7]))
+    return out
+
+
+def _from_counters(part: Part, holders: dict[tuple[str, ...], dict[str, Any]]) -> list[Part]:
+    """The holders' parts of ``part`` from the per-holder counters (each counter scaled down
+    to the device's where ``increase()`` extrapolated the holders' series past it)."""
+    def scale(name: str, whole: float | None) -> float:
+        total = sum(h.get(name, 0.0) for h in holders.values())
+        return whole / total if whole is not None and total > whole and total > 0 else 1.0
+
+    k_alloc = scale("allocated", part.allocated_s)
+    k_used, k_energy = scale("used", part.busy_s), scale("energy", part.energy_j)
+    share = part.billed_s / part.allocated_s if part.billed_s is not None \
+        and part.allocated_s else None
+    used_share = part.used_billed_s / part.busy_s if part.used_billed_s is not None \
+        and part.busy_s else share
+    given = []
+    for (namespace, pod, job, user), h in sorted(holders.items()):
+        alloc = h.get("allocated", 0.0) * k_alloc if "allocated" in h else None
+        used = h.get("used", 0.0) * k_used if "used" in h and part.busy_s is not None else None
+        frac = alloc / part.allocated_s if alloc is not None and part.allocated_s else 0.0
+        f = lambda v: None if v is None else v * frac  # noqa: E731
+        given.append(replace(
+            part, namespace=namespace or None, pod=pod or None, job=job or None,
+            user=user or None, observed_s=part.observed_s * frac,
+            busy_observed_s=part.busy_observed_s * frac, busy_s=used,
+            energy_j=h["energy"] * k_energy if "energy" in h and part.energy_j is not None
+            else None, mem_sum=None, mem_samples=0, mem_peak=None, allocated_s=alloc,
+            billed_s=None if alloc is None or share is None else alloc * share,
+            used_billed_s=None if used is None or used_share is None else used * used_share,
+            idle_s=f(part.idle_s), idle_billed_s=f(part.idle_billed_s),
+            idle_energy_j=f(part.idle_energy_j), allocation_method=h.get("allocation_method"),
+            usage_method=h.get("usage_method")))
+    return given
+
+
+def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) -> list[Part]:
+    """The holders' shares of each device part, plus what no holder was given.
+
+    Where the exporter publishes per-holder counters (``allsmi_holder_*``, exporters with fair
+    shares), each holder gets what they counted: allocated time by declared share, used time
+    and energy by measured activity (``docs/accounting.md``), with their methods; its idle time
+    and idle energy in proportion to its allocated time. Otherwise each workload of ``allsmi_device_workload_info`` (per namespace, pod and job id) gets a
     device's allocated, billed and idle time (and idle energy) in proportion to the samples in
     which it held the device among all its workloads' samples, and its observed and used time
     and energy in proportion to its samples among the device's samples in the window (the rest:
     time no workload held it). Users are not split (Prometheus has no per-user accounting).
     """
     at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
+    fair = _fair_shares(client, window)
     dev_keys = ("uuid", "instance", "resource_group")
     held = _series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
                            f"(count_over_time({WORKLOAD_INFO}[{rng}]))", at, dev_keys + WORKLOAD_KEYS)
@@ -152,6 +215,12 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) ->
     out: list[Part] = []
     for part in parts:
         instance, uuid = part.device.split("/", 1)
+        counted = fair.get((uuid, instance, part.resource_group))
+        if counted:
+            given = _from_counters(part, counted)
+            out.extend(given)
+            out.append(_rest(part, given))
+            continue
         works = sorted(per_device.get((uuid, instance, part.resource_group), []))
         total = sum(n for _, n in works)
         seen = max(total, samples.get((uuid, instance), 0.0))
@@ -180,6 +249,7 @@ def _rest(part: Part, given: list[Part]) -> Part:
             return None
         return max(0.0, whole - sum(getattr(p, name) or 0.0 for p in given))
     names = ("observed_s", "allocated_s", "busy_s", "busy_observed_s", "energy_j", "billed_s",
-             "idle_s", "idle_billed_s", "idle_energy_j")
-    return replace(part, mem_sum=None, mem_samples=0, mem_peak=None,
+             "idle_s", "idle_billed_s", "idle_energy_j", "used_billed_s")
+    return replace(part, mem_sum=None, mem_samples=0, mem_peak=None, allocation_method=None,
+                   usage_method=None,
                    **{n: left(n) for n in names})  # type: ignore[arg-type]

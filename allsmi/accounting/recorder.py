@@ -10,8 +10,9 @@ the interval in progress; :meth:`LedgerRecorder.close` writes the partial
 interval too, and a restart within the same interval continues it.
 
 Attribution to holders (users, pods, jobs): each increment is split among the holders of
-the device at the end of the increment (at its start, if it ended with none), see
-:func:`holder_weights`. Shares of holders that are nobody in particular (no user, pod or job
+the device at the end of the increment (at its start, if it ended with none), twice (see
+:mod:`allsmi.fairshare`): allocated time by declared share, busy time and energy by measured
+activity. Shares of holders that are nobody in particular (no user, pod or job
 known) and of time with no holder are not attributed: an export grouped by user, namespace,
 pod or job shows them on a row with those keys empty, so the holder rows always add up to the
 device totals.
@@ -26,9 +27,9 @@ import threading
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim, Ledger, labels_json
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
-from allsmi.accounting.shares import (Weights, billing_shares, holder_key, holder_weights,
-                                      own_memory, partition_layout)
+from allsmi.accounting.shares import billing_shares, own_memory, partition_layout
 from allsmi.config import Config
+from allsmi.fairshare import NOBODY, Split, split
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent
 
@@ -48,18 +49,14 @@ STEP_TOLERANCE_SECONDS = 1.0
 class _Device:
     """What the recorder keeps of one device between cycles (facts that rarely change)."""
 
-    __slots__ = ("facts", "labels", "dim", "holder_key", "weights", "held", "held_cycle",
-                 "bucket", "seen")
+    __slots__ = ("facts", "labels", "dim", "held", "held_cycle", "bucket", "seen")
 
     def __init__(self, facts: tuple[object, ...], labels: dict[str, str], dim: Dim) -> None:
         self.facts = facts
         self.labels = labels
         self.dim = dim
-        #: holder_weights(dev) for the holder_key(dev) it was computed from
-        self.holder_key: object = None
-        self.weights: Weights = ()
-        #: The holders in the last cycle the device was valid and held, and that cycle.
-        self.held: Weights = ()
+        #: The holders (split(dev)) in the last cycle the device was valid and held, and that cycle.
+        self.held: Split = NOBODY
         self.held_cycle = -2
         self.bucket: Bucket | None = None
         self.seen = 0
@@ -117,7 +114,6 @@ class LedgerRecorder:
         state = _Device(facts, dict(dev.labels), dim)
         old = self._devices.get(dev.id)
         if old is not None:  # who held it is not a fact of the Dim: keep it
-            state.holder_key, state.weights = old.holder_key, old.weights
             state.held, state.held_cycle = old.held, old.held_cycle
         self._devices[dev.id] = state
         return state
@@ -206,10 +202,8 @@ class LedgerRecorder:
             state.bucket = bucket
             if dev.health in _VALID:
                 if dev.processes or dev.workloads:
-                    key = holder_key(dev)
-                    if key != state.holder_key:
-                        state.holder_key, state.weights = key, holder_weights(dev)
-                    state.held, state.held_cycle = state.weights, cycle
+                    # Per cycle: the used split follows the processes' activity of this cycle.
+                    state.held, state.held_cycle = split(dev), cycle
                 mem = memory.get(dev_id, dev.memory_used_bytes) if memory else dev.memory_used_bytes
                 if mem is not None:
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
@@ -221,7 +215,7 @@ class LedgerRecorder:
             dev_id = inc[0]
             state = states[dev_id]
             # Held now (even by holders nobody knows): those; else the previous sample's.
-            owners = state.held if state.held_cycle >= held_since else ()
+            owners = state.held if state.held_cycle >= held_since else NOBODY
             share = shares.get(dev_id, 1.0) if shares else 1.0
             if inc.start >= current:
                 state.bucket.put(inc, owners, share)  # type: ignore[union-attr]

@@ -19,7 +19,13 @@ module groups them by the ``--group-by`` keys and computes the columns.
 * ``cost`` = billed_device_hours x price_per_device_hour + energy_kwh x
   price_per_kwh, with the group's prices from the configuration at export
   time; a price that is not set charges nothing, and with neither price set
-  the cost is empty (never an invented 0);
+  the cost is empty (never an invented 0). A group with ``bill_by = "used"`` prices the
+  used (busy) device-hours at the billing share instead of the billed ones;
+* ``allocation_method`` / ``usage_method``: how the row's allocated time, and its used time
+  and energy, were split among the devices' holders (:mod:`allsmi.fairshare`), ``mixed``
+  when the row's time saw more than one method, empty when nobody held the devices;
+* ``carbon_gco2e`` = energy_kwh x the group's ``grid_gco2e_per_kwh`` (else
+  ``[accounting] grid_gco2e_per_kwh``); empty when neither is set or energy is unknown;
 * ``idle_cost``: the part of ``cost`` spent on allocated-but-idle time: idle billed
   device-hours x price_per_device_hour + the energy of idle time x price_per_kwh;
 * ``coverage_ratio`` = observed hours / (device_count x window hours). A device
@@ -35,6 +41,8 @@ from typing import Iterable, Sequence
 
 from allsmi.accounting.periods import Window
 from allsmi.config import Config
+from allsmi.fairshare import merge_methods
+from allsmi.usage import grid_gco2e_per_kwh
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -73,6 +81,12 @@ class Part:
     """Idle seconds x the billing share; ``None``: as idle."""
     idle_energy_j: float | None = None
     """Energy used during the idle-allocated time."""
+    used_billed_s: float | None = None
+    """Busy seconds x the billing share; ``None``: as busy."""
+    allocation_method: str | None = None
+    usage_method: str | None = None
+    """How the part's time was split among holders (:mod:`allsmi.fairshare`); ``None``: unknown
+    or nobody held it."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,10 @@ class Row:
     """Idle hours at the billing shares (what ``price_per_device_hour`` prices in ``idle_cost``)."""
     idle_energy_kwh: float | None = None
     """Energy of the idle-allocated time (what ``price_per_kwh`` prices in ``idle_cost``)."""
+    allocation_method: str | None = None
+    usage_method: str | None = None
+    carbon_gco2e: float | None = None
+    bill_by: str = "allocated"
 
 
 @dataclass(frozen=True)
@@ -157,9 +175,14 @@ class _Acc:
     idle_billed: float | None = None
     idle_energy: float | None = None
     idle_devices: set[str] = field(default_factory=set)
+    used_billed: float | None = None
+    allocation_method: str | None = None
+    usage_method: str | None = None
 
     def add(self, p: Part) -> None:
         self.devices.add(p.device)
+        self.allocation_method = merge_methods((self.allocation_method, p.allocation_method))
+        self.usage_method = merge_methods((self.usage_method, p.usage_method))
         if p.idle_s is not None:
             self.idle = (self.idle or 0.0) + p.idle_s
             idle_billed = p.idle_billed_s if p.idle_billed_s is not None else p.idle_s
@@ -176,6 +199,8 @@ class _Acc:
         if p.busy_s is not None:
             self.busy = (self.busy or 0.0) + p.busy_s
             self.busy_observed += p.busy_observed_s
+            used_billed = p.used_billed_s if p.used_billed_s is not None else p.busy_s
+            self.used_billed = (self.used_billed or 0.0) + used_billed
         if p.energy_j is not None:
             self.energy = (self.energy or 0.0) + p.energy_j
         if p.mem_sum is not None:
@@ -233,6 +258,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
     else:
         accs = {k + (None,) * len(HOLDER_KEYS): v for k, v in devices.items()}
 
+    carbon_default = grid_gco2e_per_kwh(config)
     rows: list[Row] = []
     label_names: set[str] = set()
     width = 2 + len(DEVICE_KEYS)
@@ -258,12 +284,19 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
                 idle_billed_h = min(idle_billed_h, billed_h)
         kwh = None if acc.energy is None else acc.energy / 3.6e6
         idle_kwh = None if acc.idle_energy is None else acc.idle_energy / 3.6e6
+        used_h = hours(acc.busy)
+        used_billed_h = used_h if whole_billing or acc.used_billed is None else \
+            acc.used_billed / 3600.0
+        priced_h = used_billed_h if grp.bill_by == "used" else billed_h
+        intensity = grp.grid_gco2e_per_kwh if grp.grid_gco2e_per_kwh is not None \
+            else carbon_default
+        carbon = None if intensity is None or kwh is None else kwh * intensity
         rows.append(Row(
             window=window, resource_group=group, labels=labels, vendor=vendor, model=model,
             host=host, user=user, namespace=namespace, pod=pod, job=job, device_count=count,
             observed_device_hours=acc.observed / 3600.0, allocated_device_hours=allocated_h,
             billed_device_hours=billed_h,
-            used_device_hours=None if acc.busy is None else acc.busy / 3600.0,
+            used_device_hours=used_h,
             avg_utilization_ratio=(acc.busy / acc.busy_observed
                                    if acc.busy is not None and acc.busy_observed > 0 else None),
             energy_kwh=kwh,
@@ -271,11 +304,13 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
                                    if acc.mem_sum is not None and acc.mem_samples else None),
             peak_memory_used_bytes=acc.mem_peak,
             price_per_device_hour=grp.price_per_device_hour, price_per_kwh=grp.price_per_kwh,
-            cost=_money(grp, billed_h, kwh), currency=grp.currency,
+            cost=_money(grp, priced_h, kwh), currency=grp.currency,
             coverage_ratio=whole.observed / (count * seconds) if count else None,
             idle_allocated_device_hours=idle_h,
             idle_cost=None if idle_h is None else _money(grp, idle_billed_h, idle_kwh),
             idle_devices=tuple(sorted(acc.idle_devices)),
-            idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh))
+            idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh,
+            allocation_method=acc.allocation_method, usage_method=acc.usage_method,
+            carbon_gco2e=carbon, bill_by=grp.bill_by))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source)

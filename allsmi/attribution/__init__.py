@@ -20,10 +20,11 @@ The interface for the collector::
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     from allsmi.config import Config
+    from allsmi.declarations import VendorDeclaration
 
     from .runner import AttributionSource, Attributor
     from .settings import AttributionSettings
@@ -88,11 +89,17 @@ def build_sources(settings: AttributionSettings, simulate: bool = False) -> list
 
 
 def build_attributor(config: Config, environ: Mapping[str, str] | None = None,
-                     simulate: bool = False, inline: bool = False) -> Attributor:
-    """An :class:`Attributor` for ``config`` (raises ``ConfigError`` for a bad ``[attribution]``)."""
+                     simulate: bool = False,
+                     declarations: Sequence[VendorDeclaration] = (),
+                     inline: bool = False) -> Attributor:
+    """An :class:`Attributor` for ``config`` (raises ``ConfigError`` for a bad ``[attribution]``).
+
+    ``declarations``: the installed backends' (:func:`allsmi.registry.declarations`, handed in
+    by the CLI: attribution imports no backend); their device plugins' resources are matched."""
     from .runner import Attributor
     from .settings import attribution_settings
-    settings = attribution_settings(config, os.environ if environ is None else environ)
+    settings = attribution_settings(config, os.environ if environ is None else environ,
+                                    declarations)
     return Attributor(build_sources(settings, simulate), settings.timeout_seconds, inline)
 
 

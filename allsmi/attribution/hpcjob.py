@@ -7,6 +7,11 @@ PCI bus id, ``<backend or vendor><index>`` (``amd3``, ``gaudi0``), or, as
 dcgm-exporter names them, a bare NVIDIA index (``3``) or ``N.M`` for the MIG
 instance with GPU instance id ``M`` on GPU ``N``. ``contrib/slurm/`` ships a
 prolog and an epilog that do this for Slurm.
+
+A line may carry, after the job id and whitespace, the share of the device the job was given
+(``1234 0.25`` or ``1234 25%``): a backwards-compatible extension (dcgm-exporter reads only
+job ids, and a line without a share means what it always did). A declared share is what the
+job is billed of the device's allocated time (:mod:`allsmi.fairshare`, method ``declared``).
 """
 
 from __future__ import annotations
@@ -31,8 +36,19 @@ MAX_FILE_BYTES = 64 * 1024
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,127}$")
 
 
-def read_job_file(path: Path) -> tuple[list[str], int]:
-    """(job ids, lines that are not job ids) of one mapping file. Raises ``OSError``."""
+def parse_share(text: str) -> float | None:
+    """A declared share: a fraction in (0, 1] (``0.25``) or a percentage (``25%``); ``None``
+    when ``text`` is neither."""
+    try:
+        value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+    return value if 0.0 < value <= 1.0 else None
+
+
+def read_job_file(path: Path) -> tuple[list[str], int, dict[str, float]]:
+    """(job ids, lines that are neither a job id nor a job id and a share, declared shares by
+    job id) of one mapping file. Raises ``OSError``."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -41,17 +57,21 @@ def read_job_file(path: Path) -> tuple[list[str], int]:
     finally:
         os.close(fd)
     jobs: list[str] = []
+    shares: dict[str, float] = {}
     bad = 0
     for line in data.decode("utf-8", "replace").splitlines():
-        text = line.strip()
-        if not text or text.startswith("#"):
+        words = line.split()
+        if not words or words[0].startswith("#"):
             continue
-        if _JOB_ID.match(text):
-            if text not in jobs:
-                jobs.append(text)
-        else:
+        share = parse_share(words[1]) if len(words) == 2 else None
+        if not _JOB_ID.match(words[0]) or len(words) > 2 or (len(words) == 2 and share is None):
             bad += 1
-    return jobs, bad
+            continue
+        if words[0] not in jobs:
+            jobs.append(words[0])
+        if share is not None:
+            shares[words[0]] = share
+    return jobs, bad, shares
 
 
 class HpcJobSource(AttributionSource):
@@ -85,14 +105,14 @@ class HpcJobSource(AttributionSource):
         problems: list[str] = []
         for name in sorted(entries):
             try:
-                jobs, bad = read_job_file(self.directory / name)
+                jobs, bad, shares = read_job_file(self.directory / name)
             except FileNotFoundError:
                 continue  # removed by an epilog between the listing and the read
             except OSError as exc:
                 problems.append(f"{name}: {exc.strerror or exc}")
                 continue
             if bad:
-                problems.append(f"{name}: {bad} line(s) that are not job ids")
+                problems.append(f"{name}: {bad} line(s) that are not a job id (and a share)")
             targets = index.match_hpc_name(name)
             if not targets:
                 unmatched.append(name)
@@ -100,7 +120,7 @@ class HpcJobSource(AttributionSource):
             for dev in targets:
                 slot = found.setdefault(dev.id, {})
                 for job in jobs:
-                    slot.setdefault(job, Workload("hpc-job", job_id=job))
+                    slot.setdefault(job, Workload("hpc-job", job_id=job, share=shares.get(job)))
         messages = []
         if unmatched:
             messages.append(f"{len(unmatched)} file(s) name no device: {', '.join(unmatched[:5])}")

@@ -5,23 +5,34 @@ each pod on this node holds; :class:`~allsmi.attribution.matching.DeviceIndex`
 turns the ids into allsmi devices, per vendor (``[attribution.resource_names]``
 says which resource is whose, and how its ids are written).
 ``GetAllocatableResources`` (for ``allsmi doctor``) lists what the kubelet can
-hand out. grpcio and protobuf come with the ``allsmi[kubernetes]`` extra and
+hand out.
+
+Time-slicing (the NVIDIA device plugin's ``sharing.timeSlicing``) hands out replicas of a
+device as ids ``<uuid>::<n>``: each replica is a declared ``1/replicas`` share of the device
+(``Workload.share``), replicas counted per physical device from ``GetAllocatableResources``
+(asked only when replica ids are in use, at most every :data:`ALLOCATABLE_TTL_SECONDS`); a
+kubelet that does not answer it falls back to the replicas seen in ``List`` (the highest
+``<n>`` + 1), which can only over-state a share when the top replicas are all free. grpcio and protobuf come with the ``allsmi[kubernetes]`` extra and
 are imported only when a socket exists.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from allsmi.schema import DeviceSample
 
-from .matching import DeviceIndex
+from .matching import DeviceIndex, split_replica
 from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
 from .runner import REPROBE_SECONDS, AttributionSource
-from .settings import DEFAULT_RESOURCE_RULES, AttributionSettings
+from .settings import AttributionSettings
 
+#: How long the replica counts from GetAllocatableResources are reused (the plugin's
+#: configuration changes only when it restarts).
+ALLOCATABLE_TTL_SECONDS = 300.0
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 INSTALL_HINT = "grpcio and protobuf are not installed: pip install 'allsmi[kubernetes]'"
@@ -51,10 +62,13 @@ class KubeletSource(AttributionSource):
     def __init__(self, socket: Path | str, settings: AttributionSettings | None = None,
                  timeout_seconds: float = 2.0) -> None:
         self.socket = Path(socket)
-        self.settings = settings or AttributionSettings(resource_rules=DEFAULT_RESOURCE_RULES)
+        self.settings = settings or AttributionSettings()  # no rules: the CLI passes the backends'
         self.timeout = timeout_seconds
         self._channel: Any = None
         self._lock = threading.Lock()
+        #: (resource name, physical id) -> replicas, and when it was asked
+        self._replicas: dict[tuple[str, str], int] = {}
+        self._replicas_at: float | None = None
 
     # -- the channel -------------------------------------------------------
     def _stub(self) -> tuple[Any, Any, Any]:
@@ -95,10 +109,29 @@ class KubeletSource(AttributionSource):
             channel.close()
 
     # -- the source --------------------------------------------------------
+    def _replica_counts(self, now: float) -> dict[tuple[str, str], int]:
+        """Replicas per (resource, physical id) from GetAllocatableResources, cached; ``{}``
+        when the kubelet does not answer it."""
+        if self._replicas_at is not None and 0 <= now - self._replicas_at < ALLOCATABLE_TTL_SECONDS:
+            return self._replicas
+        counts: dict[tuple[str, str], int] = {}
+        try:
+            for name, ids in self.allocatable():
+                for raw in ids:
+                    base, n = split_replica(raw)
+                    if n is not None:
+                        counts[(name, base)] = counts.get((name, base), 0) + 1
+        except (SourceError, SourceUnavailable):
+            counts = {}
+        self._replicas, self._replicas_at = counts, now
+        return counts
+
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         response = self._call("List", "ListPodResourcesRequest")
-        index = DeviceIndex(devices)
-        found: dict[str, dict[tuple[str, ...], Workload]] = {}
+        index = DeviceIndex(devices, self.settings.node_names)
+        #: device -> workload key -> (workload, replicas held: [(resource, physical id)] or None)
+        found: dict[str, dict[tuple[str, ...], tuple[Workload, list[tuple[str, str]] | None]]] = {}
+        seen_replicas: dict[tuple[str, str], int] = {}
         unmatched: list[str] = []
         for pod in response.pod_resources:
             for container in pod.containers:
@@ -112,13 +145,33 @@ class KubeletSource(AttributionSource):
                         targets = index.match(raw, rule.vendor, rule.id_kind)
                         if not targets:
                             unmatched.append(f"{group.resource_name}={raw}")
+                        base, n = split_replica(raw)
+                        if n is not None:
+                            key = (group.resource_name, base)
+                            seen_replicas[key] = max(seen_replicas.get(key, 0), n + 1)
                         for dev in targets:
-                            found.setdefault(dev.id, {}).setdefault(work.key(), work)
+                            slot = found.setdefault(dev.id, {})
+                            held, replicas = slot.get(work.key(), (work, []))
+                            if replicas is not None:
+                                replicas = replicas + [(group.resource_name, base)] \
+                                    if n is not None else None  # a whole device: no share
+                            slot[work.key()] = (held, replicas)
+        counts = self._replica_counts(now) if seen_replicas else {}
+        out: dict[str, tuple[Workload, ...]] = {}
+        for dev_id, works in found.items():
+            entries = []
+            for work, replicas in works.values():
+                if replicas:
+                    share = sum(1.0 / max(counts.get(r, 0), seen_replicas.get(r, 1))
+                                for r in replicas)
+                    work = replace(work, share=min(1.0, share))
+                entries.append(work)
+            out[dev_id] = tuple(entries)
         message = ""
         if unmatched:
             message = (f"{len(unmatched)} allocated device id(s) match no device: "
                        f"{', '.join(unmatched[:5])}")
-        return SourceResult({dev: tuple(w.values()) for dev, w in found.items()}, {}, message)
+        return SourceResult(out, {}, message)
 
     def allocatable(self) -> list[tuple[str, tuple[str, ...]]]:
         """``GetAllocatableResources``: (resource name, device ids) of every accelerator resource.

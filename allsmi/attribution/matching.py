@@ -13,22 +13,13 @@ is built once per cycle from the snapshot's devices and answers all of them.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from allsmi.schema import DeviceSample
 
 _BUS = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 _PAIR = re.compile(r"^(\d+)[:.](\d+)$")
 _NODE = re.compile(r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$")
-#: Device node names that carry an index, per backend (``nvidia3``, ``card3`` for AMD...).
-_NODE_PREFIXES = {
-    "nvidia": ("nvidia", "gpu"),
-    "amd": ("amd", "card", "renderd", "gpu"),
-    "gaudi": ("hl", "accel", "gaudi", "intel"),
-    "furiosa": ("npu", "rngd", "furiosa"),
-    "rebellions": ("rbln", "npu", "rebellions"),
-    "tenstorrent": ("", "tenstorrent", "tt"),
-}
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
 
 
@@ -46,6 +37,15 @@ def strip_replica(text: str) -> str:
     return text.split("::", 1)[0]
 
 
+def split_replica(text: str) -> tuple[str, int | None]:
+    """(the id, its replica number) of an id the NVIDIA device plugin's time-slicing wrote
+    (``GPU-...::2``); the number is ``None`` for an id without one."""
+    base, sep, number = text.partition("::")
+    if sep and number.isdigit():
+        return base, int(number)
+    return text, None
+
+
 def _family(dev: DeviceSample) -> set[str]:
     return {dev.backend.lower(), dev.vendor.lower()}
 
@@ -53,8 +53,11 @@ def _family(dev: DeviceSample) -> set[str]:
 class DeviceIndex:
     """Finds the devices of one snapshot by any of their names."""
 
-    def __init__(self, devices: Sequence[DeviceSample]) -> None:
+    def __init__(self, devices: Sequence[DeviceSample],
+                 node_names: Mapping[str, Sequence[str]] | None = None) -> None:
         self.devices = tuple(devices)
+        #: Backend -> the device-node name prefixes its declaration gives (``hl`` for ``hl3``).
+        self.node_names = {name: tuple(prefixes) for name, prefixes in (node_names or {}).items()}
         self._by_text: dict[str, list[DeviceSample]] = {}
         self._by_bus: dict[str, list[DeviceSample]] = {}
         self._by_serial: dict[str, list[DeviceSample]] = {}
@@ -133,9 +136,9 @@ class DeviceIndex:
         if not match:
             return []
         prefix, number = match.group(1).lower(), int(match.group(2))
-        vendors = [vendor] if vendor else list(_NODE_PREFIXES)
+        vendors = [vendor] if vendor else list(self.node_names)
         for name in vendors:
-            if prefix == name or prefix in _NODE_PREFIXES.get(name, ()):
+            if prefix == name or prefix in self.node_names.get(name, ()):
                 if prefix == "" and not text.startswith("/dev/"):
                     continue  # a bare number is an index, handled by the caller
                 found = self.by_index(number, name)

@@ -205,7 +205,8 @@ def _fill(first: Workload, later: Workload) -> Workload:
     """``first`` with its unknown fields taken from ``later`` (same holder, another source)."""
     values = {name: getattr(first, name) if getattr(first, name) is not None else getattr(later, name)
               for name in ("namespace", "pod", "container", "job_id", "user")}
-    return Workload(first.source, **values)
+    return Workload(first.source, **values,
+                    share=first.share if first.share is not None else later.share)
 
 
 def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],

@@ -14,9 +14,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from allsmi.config import Config
+from allsmi.declarations import ID_KINDS, VendorDeclaration
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -26,10 +27,6 @@ KEYS = ("sources", "kubelet_socket", "hpc_job_dir", "proc_root", "timeout_second
         "resource_names")
 #: Sources a configuration can switch on or off (``simulated`` comes with ``--simulate``).
 CONFIGURABLE_SOURCES = ("kubernetes", "hpc-job", "cgroup")
-#: How the device ids of a resource are written by its device plugin.
-ID_KINDS = ("auto", "uuid", "bus_id", "index", "serial")
-#: allsmi backends a resource can name (a device matches by its ``backend`` or its ``vendor``).
-VENDORS = ("nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent")
 _RESOURCE = re.compile(r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$")
 
 
@@ -46,18 +43,15 @@ class ResourceRule:
         return fnmatch.fnmatchcase(resource_name.lower(), self.pattern.lower())
 
 
-#: The resource names of the device plugins, researched in docs/attribution.md.
-DEFAULT_RESOURCE_RULES: tuple[ResourceRule, ...] = (
-    ResourceRule("nvidia.com/gpu", "nvidia"),
-    ResourceRule("nvidia.com/mig-*", "nvidia"),
-    ResourceRule("nvidia.com/*", "nvidia"),            # renamed shared resources (gpu.shared)
-    ResourceRule("amd.com/*", "amd"),                  # amd.com/gpu and partition resources
-    ResourceRule("habana.ai/*", "gaudi"),              # habana.ai/gaudi
-    ResourceRule("furiosa.ai/*", "furiosa"),           # furiosa.ai/rngd, furiosa.ai/warboy...
-    ResourceRule("beta.furiosa.ai/*", "furiosa"),
-    ResourceRule("rebellions.ai/*", "rebellions"),     # rebellions.ai/ATOM, REBEL, npu, npu-vfN
-    ResourceRule("tenstorrent.com/*", "tenstorrent"),  # tenstorrent.com/n150, p150, blackhole...
-)
+def default_resource_rules(declarations: Sequence[VendorDeclaration]) -> tuple[ResourceRule, ...]:
+    """The resource names each backend declares for its vendor's device plugin, in order."""
+    return tuple(ResourceRule(resource.pattern, decl.backend, resource.id_kind)
+                 for decl in declarations for resource in decl.kubernetes_resources)
+
+
+def node_names(declarations: Sequence[VendorDeclaration]) -> dict[str, tuple[str, ...]]:
+    """Backend -> the device-node name prefixes it declares (``hl`` for ``hl3``)."""
+    return {decl.backend: tuple(decl.node_names) for decl in declarations}
 
 
 @dataclass(frozen=True)
@@ -71,8 +65,17 @@ class AttributionSettings:
     hpc_job_dir: Path | None = None
     proc_root: Path = DEFAULT_PROC_ROOT
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
-    resource_rules: tuple[ResourceRule, ...] = field(default=DEFAULT_RESOURCE_RULES)
-    """The configured rules first, then the defaults; the first match wins."""
+    resource_rules: tuple[ResourceRule, ...] = ()
+    """The configured rules first, then the backends' declared ones; the first match wins."""
+    node_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Backend -> its device-node name prefixes (:attr:`VendorDeclaration.node_names`)."""
+
+    @classmethod
+    def declared(cls, declarations: Sequence[VendorDeclaration], **values: Any) -> AttributionSettings:
+        """Settings whose resource rules and node names are the backends' declarations
+        (configured ``resource_rules`` in ``values`` go first)."""
+        rules = tuple(values.pop("resource_rules", ())) + default_resource_rules(declarations)
+        return cls(resource_rules=rules, node_names=node_names(declarations), **values)
 
     def rule_for(self, resource_name: str) -> ResourceRule | None:
         """The rule for ``resource_name``, or ``None`` (not an accelerator resource)."""
@@ -91,7 +94,8 @@ def _path(config: Config, value: Any, *key: str) -> Path:
     return path
 
 
-def _rules(config: Config, table: Any) -> tuple[ResourceRule, ...]:
+def _rules(config: Config, table: Any,
+           declarations: Sequence[VendorDeclaration]) -> tuple[ResourceRule, ...]:
     if not isinstance(table, dict):
         raise config.error("must be a table of resource name = vendor (or { vendor, id })",
                            "attribution", "resource_names")
@@ -117,14 +121,22 @@ def _rules(config: Config, table: Any) -> tuple[ResourceRule, ...]:
                                    *key, "id")
         else:
             vendor = raw
-        if vendor not in VENDORS:
-            raise config.error(f"vendor must be one of {', '.join(VENDORS)}, got {vendor!r}", *key)
+        names = tuple(dict.fromkeys(n for d in declarations for n in (d.backend, d.vendor)))
+        if vendor not in names:
+            raise config.error(f"vendor must be an installed backend or vendor "
+                               f"({', '.join(names) or 'none installed'}), got {vendor!r}", *key)
         rules.append(ResourceRule(name, vendor, id_kind))
     return tuple(rules)
 
 
-def attribution_settings(config: Config, environ: Mapping[str, str] | None = None) -> AttributionSettings:
-    """Validate ``[attribution]`` and apply ``ALLSMI_KUBELET_SOCKET`` and ``ALLSMI_HPC_JOB_DIR``."""
+def attribution_settings(config: Config, environ: Mapping[str, str] | None = None,
+                         declarations: Sequence[VendorDeclaration] = ()) -> AttributionSettings:
+    """Validate ``[attribution]`` and apply ``ALLSMI_KUBELET_SOCKET`` and ``ALLSMI_HPC_JOB_DIR``.
+
+    ``declarations``: what the installed backends declare (the CLI passes
+    :func:`allsmi.registry.declarations`): their device plugins' resource names are the
+    default rules, their backend and vendor names what a configured rule may name, their
+    device-node names what an id may be written as."""
     env = os.environ if environ is None else environ
     table = config.section("attribution")
     for key in table:
@@ -160,5 +172,5 @@ def attribution_settings(config: Config, environ: Mapping[str, str] | None = Non
                                f"got {value!r}", "attribution", "timeout_seconds")
         values["timeout_seconds"] = float(value)
     if "resource_names" in table:
-        values["resource_rules"] = _rules(config, table["resource_names"]) + DEFAULT_RESOURCE_RULES
-    return AttributionSettings(**values)
+        values["resource_rules"] = _rules(config, table["resource_names"], declarations)
+    return AttributionSettings.declared(declarations, **values)

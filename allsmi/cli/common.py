@@ -110,8 +110,8 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
                 if name not in known:
                     raise config.error(f"unknown backend {name!r} (installed: {', '.join(known)})",
                                        "backends", "enabled")
-        from allsmi.usage import idle_threshold_percent
-        idle_threshold_percent(config)  # [accounting]: checked by every command, used by consumers
+        from allsmi.usage import grid_gco2e_per_kwh
+        grid_gco2e_per_kwh(config)  # [accounting]: checked by every command, used by consumers
     except ConfigError as exc:
         raise fail(str(exc)) from None
     scenario = None
@@ -169,9 +169,11 @@ def with_scenario_groups(config: Config, scenario: Any,
 def build_attributor(s: Settings) -> Any:
     """The attribution sources of ``[attribution]`` (and the simulated one with ``--simulate``);
     exit 2 on a bad table."""
+    from allsmi import registry
     from allsmi.attribution import build_attributor as build
     try:
-        return build(s.config, simulate=s.simulate is not None)
+        return build(s.config, simulate=s.simulate is not None,
+                     declarations=registry.declarations())
     except ConfigError as exc:
         raise fail(str(exc)) from None
 

@@ -18,7 +18,13 @@ from allsmi.cli.common import build_collector, common_options, settings
 
 def device_node_patterns(backend: Backend) -> tuple[str, ...]:
     """The device-node globs ``backend`` declares (a third-party backend adds its own)."""
-    return tuple(getattr(type(backend), "device_nodes", ()) or ())
+    return type(backend).declaration().device_nodes
+
+
+def declared_environment(backend: Backend) -> dict[str, str]:
+    """The environment variables ``backend`` declares that are set, with their values (a tool
+    override that points nowhere explains an absent vendor)."""
+    return {var: os.environ[var] for var in type(backend).declaration().env_vars if var in os.environ}
 
 
 def _nodes(patterns: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -47,12 +53,14 @@ def diagnose(**opts: Any) -> dict[str, Any]:
     collector = build_collector(s)
     probes: dict[str, dict[str, Any]] = {}
     nodes: dict[str, list[dict[str, Any]]] = {}
+    environment: dict[str, dict[str, str]] = {}
     try:
         # The probe runs on each backend's own worker thread, inside the cycle and its
         # timeout: a vendor library that hangs cannot hang doctor.
         snap = collector.collect_once()
         for runner in collector.runners:
             nodes[runner.name] = _nodes(device_node_patterns(runner.backend))
+            environment[runner.name] = declared_environment(runner.backend)
             result = runner.probe_result
             if result is None:
                 probes[runner.name] = {"available": None, "details": {},
@@ -71,7 +79,8 @@ def diagnose(**opts: Any) -> dict[str, Any]:
         backends.append({
             "name": status.name, "status": status.status, "message": status.message,
             "duration_seconds": status.duration_seconds, "devices": per_backend.get(status.name, 0),
-            "probe": probe, "device_nodes": nodes.get(status.name, [])})
+            "probe": probe, "device_nodes": nodes.get(status.name, []),
+            "environment": environment.get(status.name, {})})
     return {
         "allsmi_version": __version__,
         "python": sys.version.split()[0],
@@ -95,7 +104,9 @@ def _kubelet(s: Any) -> dict[str, Any] | None:
     from allsmi.attribution import attribution_settings
     from allsmi.attribution.kubernetes import KubeletSource
     from allsmi.attribution.model import SourceError, SourceUnavailable
-    settings = attribution_settings(s.config, os.environ)  # validated already by build_collector
+    from allsmi import registry
+    # validated already by build_collector
+    settings = attribution_settings(s.config, os.environ, registry.declarations())
     if "kubernetes" not in settings.sources or not settings.kubelet_socket.exists():
         return None
     report: dict[str, Any] = {"socket": str(settings.kubelet_socket), "allocatable": None,
@@ -162,6 +173,8 @@ def _render(report: dict[str, Any], as_json: bool) -> str:
             echo(f"      {b['message']}")
         for key, value in sorted(b["probe"].get("details", {}).items()):
             echo(f"      {key}: {value}")
+        for var, value in sorted(b["environment"].items()):
+            echo(f"      {var}={value}")
         for node in b["device_nodes"]:
             access = ("r" if node["readable"] else "-") + ("w" if node["writable"] else "-")
             echo(f"      {node['path']} [{access}]")

@@ -279,6 +279,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     """
     from dataclasses import replace
 
+    from allsmi import registry
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.accounting.settings import ledger_settings
     from allsmi.attribution import build_attributor
@@ -300,7 +301,8 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     try:
         recorder = LedgerRecorder(path, ledger_config)
         # The simulated pods and jobs (and any real source configured) are billed too.
-        attributor = build_attributor(config, simulate=True, inline=True)
+        attributor = build_attributor(config, simulate=True, declarations=registry.declarations(),
+                                      inline=True)
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
     collector = Collector(list(simulated_backends(scenario, clock=clock)), config, clock=clock,

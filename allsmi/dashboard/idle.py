@@ -5,7 +5,8 @@ its utilization stays below ``[accounting] idle_threshold_percent``: :func:`allo
 says so for one sample (the device table's marker), :class:`IdleMeter` measures it over the
 dashboard's history window with the shared :class:`allsmi.usage.UsageIntegrator` (the same
 trapezoids as the exporter's ``allsmi_device_idle_allocated_seconds_total`` and the ledger),
-split among the holders with :func:`allsmi.usage.holder_weights` (the ledger's rule) and
+split among the holders with :func:`allsmi.usage.holder_weights` (the allocated half of
+:func:`allsmi.fairshare.split`, the ledger's rule: declared shares, else equal parts) and
 priced with the group's prices like ``allsmi idle``'s ``idle_cost``.
 """
 

@@ -233,7 +233,11 @@ class ProcessTable(DiffTable):
     """Processes on the selected device (and its partitions) or on every device shown."""
 
     COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
-               ("job", "job / pod", 12), ("command", "command", 40), ("device", "device", 14))
+               ("util", "util", 5), ("job", "job / pod", 12), ("command", "command", 40),
+               ("device", "device", 14))
+    """``util`` is the process's share of the device's compute engines over the last interval
+    (``ProcessSample.utilization_percent``: NVIDIA %SM, AMD GFX time), ``N/A`` when the vendor
+    does not report it."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.COLUMNS, **kwargs)
@@ -255,7 +259,8 @@ class ProcessTable(DiffTable):
     @staticmethod
     def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
-                Text(human_bytes(proc.memory_bytes), justify="right"), holder_id(proc),
+                Text(human_bytes(proc.memory_bytes), justify="right"),
+                Text(percent(proc.utilization_percent), justify="right"), holder_id(proc),
                 proc.command or NA, where)
 
 

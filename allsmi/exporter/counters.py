@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from allsmi.exporter.families import BackendCounter, CounterValues
+from allsmi.exporter.holders import HolderCounters, HolderKey, HolderValues
 from allsmi.schema import Snapshot
 from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,
                           UsageIntegrator, held)
@@ -57,8 +58,11 @@ class UsageCounters:
 
     def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS,
                  forget_after_seconds: float = FORGET_AFTER_SECONDS,
-                 idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT) -> None:
+                 idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT,
+                 holder_users: bool = False) -> None:
         self.integrator = UsageIntegrator(max_gap_seconds, idle_threshold_percent)
+        #: Per-holder parts of the same increments (user label only with ``holder_users``).
+        self.holder_counters = HolderCounters(users=holder_users)
         self.forget_after_seconds = forget_after_seconds
         self._totals: dict[str, _Totals] = {}
         self._backends: dict[str, BackendCounter] = {}
@@ -91,7 +95,9 @@ class UsageCounters:
                     totals.energy_joules = 0.0
                 if totals.busy_seconds is None and dev.utilization_percent is not None:
                     totals.busy_seconds = 0.0
+        self.holder_counters.observe(snapshot.devices, now)
         for inc in self.integrator.update(snapshot):
+            self.holder_counters.add(inc)
             totals = self._totals[inc.device_id]
             totals.observed_seconds = _add(totals.observed_seconds, inc.observed_seconds)
             totals.allocated_seconds = _add(totals.allocated_seconds, inc.allocated_seconds)
@@ -103,6 +109,7 @@ class UsageCounters:
                  if now - t.last_seen > self.forget_after_seconds]
         for key in stale:
             del self._totals[key]
+        self.holder_counters.forget(now)
 
         for status in snapshot.backends:
             entry = self._backends.get(status.name) or BackendCounter(created=now, errors=0)
@@ -115,6 +122,10 @@ class UsageCounters:
     def devices(self) -> Mapping[str, CounterValues]:
         """Immutable totals of every device still remembered, by device id."""
         return {key: t.frozen() for key, t in self._totals.items()}
+
+    def holders(self) -> Mapping[HolderKey, HolderValues]:
+        """Immutable per-holder totals (:mod:`allsmi.exporter.holders`)."""
+        return self.holder_counters.values()
 
     def backends(self) -> Mapping[str, BackendCounter]:
         """Errors per backend since start-up."""

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from allsmi import __version__
 from allsmi.exporter.counters import UsageCounters
+from allsmi.exporter.holders import HolderKey, HolderValues
 from allsmi.exporter.families import (BackendCounter, CounterValues, ExporterHealth, GroupPrice,
                                       build_families, exporter_families)
 from allsmi.exporter.textformat import LabelBlocks, render_openmetrics, render_text
@@ -54,6 +55,7 @@ class SnapshotMetrics(Collector):
     """
 
     def __init__(self, snapshot: Snapshot, *, counters: Mapping[str, CounterValues] | None = None,
+                 holder_counters: Mapping[HolderKey, HolderValues] | None = None,
                  backend_counters: Mapping[str, BackendCounter] | None = None,
                  backends_shown: Iterable[str] | None = None,
                  declared_groups: Mapping[str, Mapping[str, str]] | None = None,
@@ -61,7 +63,7 @@ class SnapshotMetrics(Collector):
                  processes: bool = False) -> None:
         self.snapshot = snapshot
         self.options: dict[str, Any] = dict(
-            counters=counters, backend_counters=backend_counters,
+            counters=counters, holder_counters=holder_counters, backend_counters=backend_counters,
             backends_shown=None if backends_shown is None else frozenset(backends_shown),
             declared_groups=declared_groups, group_prices=group_prices, processes=processes)
 
@@ -165,7 +167,7 @@ class Exposition:
         self.processes = processes
         self.counters = UsageCounters(
             DEFAULT_MAX_GAP_SECONDS if max_gap_seconds is None else max_gap_seconds,
-            idle_threshold_percent=idle_threshold_percent)
+            idle_threshold_percent=idle_threshold_percent, holder_users=processes)
         self.declared_groups = dict(declared_groups or {})
         self.group_prices = dict(group_prices or {})
         self.stale_after_seconds = stale_after_seconds
@@ -214,6 +216,7 @@ class Exposition:
     def metrics(self, snapshot: Snapshot) -> SnapshotMetrics:
         """The custom collector over ``snapshot`` and the counters as they stand."""
         return SnapshotMetrics(snapshot, counters=self.counters.devices(),
+                               holder_counters=self.counters.holders(),
                                backend_counters=self.counters.backends(),
                                backends_shown=self.counters.backends_present(),
                                declared_groups=self.declared_groups,

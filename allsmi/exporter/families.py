@@ -21,10 +21,11 @@ Rules the builder keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
+from allsmi.exporter.holders import HOLDER_FORGET_AFTER_SECONDS
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import billing_shares
@@ -127,6 +128,33 @@ COUNTERS: tuple[tuple[Family, str], ...] = (
     (OBSERVED_TOTAL, "observed_seconds"))
 """(family, attribute of :class:`allsmi.exporter.counters.DeviceTotals`)."""
 
+#: Labels of the per-holder counters (allsmi.exporter.holders).
+HOLDER_LABELS: tuple[str, ...] = ("uuid", "resource_group", "namespace", "pod", "job_id", "user",
+                                  "method")
+_HOLDER_SOURCE = ("allsmi.fairshare.split of the device's increments among its holders; "
+                  "user is empty without --processes")
+_HOLDER_CONDITION = ("one series per device, holder and method while the holder is on the "
+                     f"device, dropped {HOLDER_FORGET_AFTER_SECONDS:g} s after it leaves")
+HOLDER_ALLOCATED_TOTAL = Family(
+    "allsmi_holder_allocated_seconds_total", "counter",
+    "A holder's part of the device's allocated time since the exporter started, split by "
+    "declared share (method: exclusive, partition, declared or equal).",
+    HOLDER_LABELS, "seconds", source=_HOLDER_SOURCE, condition=_HOLDER_CONDITION)
+HOLDER_USED_TOTAL = Family(
+    "allsmi_holder_used_seconds_total", "counter",
+    "A holder's part of the device's busy time since the exporter started, split by measured "
+    "activity (method: activity, memory or equal).",
+    HOLDER_LABELS, "seconds", source=_HOLDER_SOURCE, condition=_HOLDER_CONDITION)
+HOLDER_ENERGY_TOTAL = Family(
+    "allsmi_holder_energy_joules_total", "counter",
+    "A holder's part of the board's energy since the exporter started: energy of idle time "
+    "split like allocated time, the rest like busy time (method says which split).",
+    HOLDER_LABELS, "joules", source=_HOLDER_SOURCE, condition=_HOLDER_CONDITION)
+HOLDER_COUNTERS: tuple[tuple[Family, str], ...] = (
+    (HOLDER_ALLOCATED_TOTAL, "allocated_seconds"), (HOLDER_USED_TOTAL, "used_seconds"),
+    (HOLDER_ENERGY_TOTAL, "energy_joules"))
+"""(family, attribute of :class:`allsmi.exporter.holders.HolderValues`)."""
+
 PARTITION_SHARE = Family(
     "allsmi_device_partition_share_ratio", "gauge",
     "Share of its physical device that a partition (MIG instance, compute partition, die) is "
@@ -209,7 +237,7 @@ LEDGER_DROPPED = Family(
 
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
-    + tuple(c for c, _ in COUNTERS)
+    + tuple(c for c, _ in COUNTERS) + tuple(c for c, _ in HOLDER_COUNTERS)
     + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED))
@@ -263,6 +291,7 @@ def _counter(family: Family) -> CounterMetricFamily:
 
 def build_families(snapshot: Snapshot, *, version: str,
                    counters: Mapping[str, CounterValues] | None = None,
+                   holder_counters: Mapping[tuple[str, ...], Any] | None = None,
                    backend_counters: Mapping[str, BackendCounter] | None = None,
                    backends_shown: Iterable[str] | None = None,
                    declared_groups: Mapping[str, Mapping[str, str]] | None = None,
@@ -325,6 +354,14 @@ def build_families(snapshot: Snapshot, *, version: str,
                 value = getattr(values, attr)
                 if value is not None:
                     counter.add_metric(labels[dev.id], value, created=values.created)
+            out.append(counter)
+        present = {dev.id for dev in devices}
+        for family, attr in HOLDER_COUNTERS:
+            counter = _counter(family)
+            for key, holder in (holder_counters or {}).items():
+                value = getattr(holder, attr)
+                if value is not None and key[0] in present:
+                    counter.add_metric(list(key), value, created=holder.created)
             out.append(counter)
 
     groups: dict[str, Mapping[str, str]] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
+from allsmi.declarations import VendorDeclaration
 
 from .toolpath import VendorTool
 
@@ -30,6 +31,15 @@ class CliToolBackend(Backend):
     """
 
     tool_spec: ClassVar[VendorTool]
+
+    @classmethod
+    def declaration(cls) -> VendorDeclaration:
+        """The class's declarations, with the tool's override variable among ``env_vars`` and
+        the tool's name as the ``interface`` unless the class names one."""
+        from dataclasses import replace
+        base = super().declaration()
+        env = tuple(dict.fromkeys((cls.tool_spec.env_var, *base.env_vars)))
+        return replace(base, env_vars=env, interface=base.interface or cls.tool_spec.executable)
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  search_dirs: Sequence[str] | None = None) -> None:

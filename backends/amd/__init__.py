@@ -18,6 +18,7 @@ Units, partition rules, version drift and failure behaviour are documented in
 from __future__ import annotations
 
 import threading
+import time
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -30,11 +31,13 @@ from allsmi.backends.amd.loader import (
     quiet_stdout,
 )
 from allsmi.backends._common.owners import process_owner
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
     from allsmi.backends.amd import read
     from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, Layout, PlannedDevice, arrange
     from allsmi.backends.amd.read import ProcessLookup, Readings
 
@@ -49,8 +52,10 @@ def _import_reading() -> None:
     on every other machine does not pay for importing them.
     """
     global read, FUNCTIONS, Calls, describe, init_failure, missing_functions, Board, arrange
+    global EngineUsage, board_processes
     from allsmi.backends.amd import read
     from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, arrange
 
 
@@ -69,13 +74,24 @@ class AmdBackend(Backend):
     vendor = "amd"
     kind = "gpu"
     device_nodes = ("/dev/kfd", "/dev/dri/renderD*")
+    product = "AMD Instinct"
+    interface = "amdsmi"
+    version_command = ("amd-smi", "version")
+    kubernetes_resources = (
+        KubernetesResource("amd.com/*", plugin=(
+            "ROCm k8s-device-plugin (`amd.com/gpu`, partition resources such as "
+            "`amd.com/cpx_nps4`): the PCI bus id (`0000:c1:00.0`)")),
+    )
+    node_names = ("amd", "card", "renderd", "gpu")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
                  loader: Callable[[], ModuleType] = load_amdsmi,
-                 process_lookup: ProcessLookup = process_owner) -> None:
+                 process_lookup: ProcessLookup = process_owner,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``loader`` returns the ``amdsmi`` module (raising :class:`AmdsmiLoadError`
-        when absent); ``process_lookup`` resolves a pid to its host user and command.
+        when absent); ``process_lookup`` resolves a pid to its host user and command;
+        ``clock`` (monotonic seconds) times the per-process engine counters.
 
         amdsmi calls run in-process and cannot be interrupted, so
         ``timeout_seconds`` is left to the collector's per-backend timeout.
@@ -83,6 +99,10 @@ class AmdBackend(Backend):
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self._loader = loader
         self._process_lookup = process_lookup
+        self._clock = clock
+        #: Per-process engine counters between cycles (allsmi.backends.amd.engine), made
+        #: by open() with the reading modules.
+        self._engine: EngineUsage | None = None
         self._module: ModuleType | None = None
         self._load_details: dict[str, str] = {}
         self._initialised = False
@@ -117,6 +137,8 @@ class AmdBackend(Backend):
         # with an AMD-looking render node or no amdsmi installed).
         _import_reading()
         self._module = module
+        if self._engine is None:
+            self._engine = EngineUsage()
         return module
 
     def probe(self) -> ProbeResult:
@@ -266,13 +288,17 @@ class AmdBackend(Backend):
                     out.extend(self._sample_board(self._module, entry))
                 else:
                     out.append(self._sample_whole(self._module, entry))
+            if self._engine is not None:
+                self._engine.end_cycle()
         self._finish_pending_close()
         return out
 
     def _sample_whole(self, module: ModuleType, dev: PlannedDevice) -> DeviceSample:
         calls = Calls(module)
+        now = self._clock()
         readings = read.read_dynamic(module, calls, dev.handle, self._process_lookup,
-                                     dev.label, self.warnings)
+                                     dev.label, self.warnings,
+                                     None if self._engine is None else (self._engine, dev.id, now))
         board = read.read_board(module, calls, dev.handle)
         readings.values.update(board.values)
         readings.details.update(board.details)
@@ -303,7 +329,9 @@ class AmdBackend(Backend):
             calls = Calls(module)
             parts.append((dev, calls, read.read_dynamic(module, calls, dev.handle,
                                                         self._process_lookup, dev.label,
-                                                        self.warnings)))
+                                                        self.warnings, None if self._engine
+                                                        is None else (self._engine, dev.id,
+                                                                      self._clock()))))
         children = [self._device(dev, calls, readings) for dev, calls, readings in parts]
         return [self._board_device(module, board, parts, children), *children]
 
@@ -357,22 +385,4 @@ class AmdBackend(Backend):
             id=board.id, vendor=self.vendor, kind=self.kind, backend=self.name,
             index=board.index, uuid=board.uuid, name=board.name, bus_id=board.bus_id,
             driver_version=board.driver_version, firmware_version=board.firmware_version,
-            health=health, processes=_union(children), details=details, **values)
-
-
-def _union(children: list[DeviceSample]) -> tuple[ProcessSample, ...] | None:
-    """Every process on any partition, its memory summed over the partitions it uses;
-    ``None`` when some partition's list is unknown."""
-    merged: dict[int, ProcessSample] = {}
-    for child in children:
-        if child.processes is None:
-            return None
-        for proc in child.processes:
-            seen = merged.get(proc.pid)
-            if seen is None:
-                merged[proc.pid] = proc
-                continue
-            memories = [m for m in (seen.memory_bytes, proc.memory_bytes) if m is not None]
-            merged[proc.pid] = ProcessSample(pid=proc.pid, user=seen.user, command=seen.command,
-                                             memory_bytes=sum(memories) if memories else None)
-    return tuple(sorted(merged.values(), key=lambda p: p.pid))
+            health=health, processes=board_processes(children), details=details, **values)

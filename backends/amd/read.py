@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from allsmi.backends.amd import convert as conv
 from allsmi.backends.amd.calls import Calls, mapping
+from allsmi.backends.amd.engine import EngineUsage
 from allsmi.backends.amd.partitions import PlannedDevice
 from allsmi.fields import MEASUREMENTS
 from allsmi.schema import DetailValue, ProcessSample
@@ -86,7 +87,8 @@ def read_static(module: ModuleType, index: int, handle: Any, warnings: list[str]
 
 
 def read_dynamic(module: ModuleType, calls: Calls, handle: Any, lookup: ProcessLookup,
-                 label: str, warnings: list[str]) -> Readings:
+                 label: str, warnings: list[str],
+                 engine: tuple[EngineUsage, str, float] | None = None) -> Readings:
     """Everything a handle reports about itself; board readings are :func:`read_board`'s."""
     out = Readings()
     values, details = out.values, out.details
@@ -134,7 +136,7 @@ def read_dynamic(module: ModuleType, calls: Calls, handle: Any, lookup: ProcessL
 
     rows = calls("processes", "amdsmi_get_gpu_process_list", handle)
     if isinstance(rows, list):
-        out.processes = processes(module, calls, handle, rows, lookup, label, warnings)
+        out.processes = processes(module, calls, handle, rows, lookup, label, warnings, engine)
     return out
 
 
@@ -182,8 +184,11 @@ def vram(module: ModuleType, calls: Calls, handle: Any) -> tuple[int | None, int
 
 
 def processes(module: ModuleType, calls: Calls, handle: Any, rows: list[Any],
-              lookup: ProcessLookup, label: str, warnings: list[str]) -> tuple[ProcessSample, ...]:
-    """The handle's processes, one per pid, memory in bytes.
+              lookup: ProcessLookup, label: str, warnings: list[str],
+              engine: tuple[EngineUsage, str, float] | None = None) -> tuple[ProcessSample, ...]:
+    """The handle's processes, one per pid, memory in bytes; with ``engine`` (the tracker,
+    the device id and the monotonic time now), each process's GFX and encoder activity since
+    the previous cycle (:mod:`allsmi.backends.amd.engine`).
 
     amdsmi 6.1+ lists dicts; older releases list process handles that
     ``amdsmi_get_gpu_process_info`` turns into the same dicts.
@@ -206,12 +211,19 @@ def processes(module: ModuleType, calls: Calls, handle: Any, rows: list[Any],
         if previous is not None:
             # One pid listed twice: keep the larger footprint.
             if (memory or 0) > (previous.memory_bytes or 0):
-                by_pid[pid] = ProcessSample(pid=pid, user=previous.user,
-                                            command=previous.command, memory_bytes=memory)
+                by_pid[pid] = ProcessSample(
+                    pid=pid, user=previous.user, command=previous.command, memory_bytes=memory,
+                    utilization_percent=previous.utilization_percent,
+                    encoder_utilization_percent=previous.encoder_utilization_percent)
             continue
         user, host_command = lookup(pid)
         command = conv.text(row.get("name")) or host_command
-        by_pid[pid] = ProcessSample(pid=pid, user=user, command=command, memory_bytes=memory)
+        gfx = enc = None
+        if engine is not None:
+            tracker, device, now = engine
+            gfx, enc = tracker.shares(device, pid, row.get("engine_usage"), now)
+        by_pid[pid] = ProcessSample(pid=pid, user=user, command=command, memory_bytes=memory,
+                                    utilization_percent=gfx, encoder_utilization_percent=enc)
     if skipped:
         warnings.append(f"{label}: skipped {skipped} process row(s) without a valid pid")
     return tuple(by_pid.values())

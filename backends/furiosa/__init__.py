@@ -27,6 +27,7 @@ from allsmi.backend_api import BackendError, BackendUnavailable, ProbeResult
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends._common.toolpath import VendorTool
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DeviceSample, ProcessSample
 
 from . import sdk
@@ -66,6 +67,16 @@ class FuriosaBackend(CliToolBackend):
     vendor = "furiosa"
     kind = "npu"
     device_nodes = ("/dev/rngd/npu[0-9]*", "/dev/npu[0-9]*")
+    product = "Furiosa RNGD"
+    version_command = (EXECUTABLE, "--version")
+    kubernetes_resources = (
+        KubernetesResource("furiosa.ai/*", plugin=(
+            "furiosa-device-plugin (`furiosa.ai/rngd`, `furiosa.ai/warboy`): the device uuid; a "
+            "partition's id starts with it")),
+        KubernetesResource("beta.furiosa.ai/*", plugin="furiosa-device-plugin, beta resources: "
+                           "as `furiosa.ai/*`"),
+    )
+    node_names = ("npu", "rngd", "furiosa")
     #: No energy counter or fan; a power limit only if a tool version prints one (none does).
     unreported_fields = frozenset({"energy_joules", "fan_percent", "power_limit_watts"})
 
@@ -255,7 +266,9 @@ class FuriosaBackend(CliToolBackend):
         for reading in readings:
             status = statuses.get(reading.dev_name or "")
             if status is None and statuses:
-                self.warnings.append(f"{reading.dev_name}: no furiosa-smi status row; health unknown")
+                # listed by info but missing from status: a device missing from this sample
+                self.warnings.append(f"{reading.dev_name}: no furiosa-smi status row; degraded")
+                reading.unread = True
             parse.apply_status(reading, status)
         return readings, self._processes_from(_answer(answers["ps"])) if "ps" in answers else None
 
@@ -338,7 +351,7 @@ class FuriosaBackend(CliToolBackend):
         cells = CellReader(dev_id, self.warnings)  # physically impossible values are garbage
         return DeviceSample(
             **common,
-            health="ok" if r.alive else "unknown",
+            health="degraded" if r.unread else "ok" if r.alive else "unknown",
             utilization_percent=sum(known) / len(known) if known else None,
             memory_used_bytes=r.memory_used_bytes,
             memory_total_bytes=r.memory_total_bytes,

@@ -41,6 +41,8 @@ class FuriosaReading:
     power_limit_watts: float | None = None
     clock_mhz: float | None = None
     alive: bool | None = None
+    unread: bool = False
+    """Listed by ``info`` but without a row in this sample's ``status`` (reported degraded)."""
     core_utilization: tuple[float | None, ...] | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None

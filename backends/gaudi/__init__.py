@@ -30,6 +30,7 @@ from allsmi.backends.gaudi.samples import EXECUTABLE, MAX_LINE_WARNINGS, Identit
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.toolpath import VendorTool
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
@@ -60,6 +61,14 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend):
     vendor = "intel"
     kind = "gpu"
     device_nodes = ("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*")
+    product = "Intel Gaudi"
+    version_command = (EXECUTABLE, "-Q", "driver_version", "--format=csv,noheader")
+    kubernetes_resources = (
+        KubernetesResource("habana.ai/*", plugin=(
+            "Intel Gaudi device plugin (`habana.ai/gaudi`; closed source, not verified): matched "
+            "by uuid, bus id, serial (`details.serial`) or `hl<N>`/`accel<N>`")),
+    )
+    node_names = ("hl", "accel", "gaudi", "intel")
     #: hl-smi's query fields have neither an energy counter nor a fan.
     unreported_fields = frozenset({"energy_joules", "fan_percent"})
 
@@ -262,8 +271,11 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend):
             return
         listed: list[ListedDevice] = parse_listing(result.stdout) if result.returncode == 0 else []
         if not listed:
-            self._notes.append(f"firmware versions unavailable: {EXECUTABLE} -L gave "
-                               f"status {result.returncode} and no device blocks")
+            from allsmi.backends._common.runner import describe_exit, first_line
+            said = first_line(result.stderr) or (first_line(result.stdout) if result.returncode else "")
+            self._notes.append(f"firmware versions unavailable: {EXECUTABLE} -L "
+                               f"{describe_exit(result.returncode)} and printed no device blocks"
+                               + (f": {said}" if said else ""))
         for dev in listed:
             if dev.firmware_spi:
                 self._firmware[f"bus:{dev.bus_id.lower()}"] = dev.firmware_spi

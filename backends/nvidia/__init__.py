@@ -1,10 +1,9 @@
 """NVIDIA GPUs through NVML (the ``pynvml`` module of nvidia-ml-py).
 
-Static facts (name, uuid, bus id, index, driver and VBIOS version, ECC mode,
-the MIG layout) are read once in :meth:`NvidiaBackend.open`. Each
-:meth:`NvidiaBackend.sample` then makes at most ten library calls per GPU on
-the default path, and the GPUs are read concurrently on a small thread pool
-(ctypes releases the GIL during a library call, and NVML is thread-safe):
+Static facts (name, uuid, bus id, index, driver and VBIOS version, ECC mode, the MIG layout) are
+read once in :meth:`NvidiaBackend.open`. Each :meth:`NvidiaBackend.sample` then makes at most ten
+library calls per GPU on the default path, and the GPUs are read concurrently on a small thread
+pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
 
 ==  ============================================  =================================
  1  ``nvmlDeviceGetUtilizationRates``             utilization, memory activity
@@ -19,20 +18,16 @@ the default path, and the GPUs are read concurrently on a small thread pool
 10  ``nvmlDeviceGetGraphicsRunningProcesses_v3``  graphics processes
 ==  ============================================  =================================
 
-The field-value batch asks for ``NVML_FI_DEV_POWER_AVERAGE`` (what
-``nvmlDeviceGetPowerUsage`` returns on Ampere and newer, except GA100),
-``NVML_FI_DEV_POWER_INSTANT`` (what it returns on older parts),
-``NVML_FI_DEV_POWER_CURRENT_LIMIT`` (the enforced limit),
-``NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` and, where ECC is on, the four ECC
-totals. A field the driver does not know falls back to the dedicated call
-(``nvmlDeviceGetPowerUsage``, ``nvmlDeviceGetEnforcedPowerLimit``,
-``nvmlDeviceGetTotalEnergyConsumption``).
+The field-value batch asks for ``NVML_FI_DEV_POWER_AVERAGE`` (what ``nvmlDeviceGetPowerUsage``
+returns on Ampere and newer, except GA100), ``NVML_FI_DEV_POWER_INSTANT`` (what it returns on older
+parts), ``NVML_FI_DEV_POWER_CURRENT_LIMIT`` (the enforced limit),
+``NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` and, where ECC is on, the four ECC totals. A field the
+driver does not know falls back to the dedicated call (``nvmlDeviceGetPowerUsage``,
+``nvmlDeviceGetEnforcedPowerLimit``, ``nvmlDeviceGetTotalEnergyConsumption``).
 
-A call that answers NotSupported (or FunctionNotFound) gives ``None`` and is
-never asked again for that device. GpuIsLost marks that one device ``lost``
-for good; Unknown marks it ``lost`` for this cycle only. See
-``docs/backends/nvidia.md``.
-"""
+A call that answers NotSupported (or FunctionNotFound) gives ``None`` and is never asked again for
+that device. GpuIsLost marks that one device ``lost`` for good; Unknown marks it ``lost`` for this
+cycle only. See ``docs/backends/nvidia.md``. """
 
 from __future__ import annotations
 
@@ -46,6 +41,7 @@ from allsmi.backends._common.owners import ProcessOwners
 # open(), once NVML has loaded (_import_reading), so a machine without NVIDIA pays for neither.
 from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DetailValue, DeviceSample
 from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
 
@@ -58,6 +54,7 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
         NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
+    from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
     from allsmi.backends.nvidia.static import open_gpu
 
@@ -70,12 +67,13 @@ def _import_reading() -> None:
     global CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
     global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES
     global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number, read_processes, DriverReads
-    global open_gpu
+    global open_gpu, ProcessUtilizationReader
     from allsmi.backends.nvidia.devices import (
         CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES,
         NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number)
     from allsmi.backends.nvidia.processes import read_processes
+    from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
     from allsmi.backends.nvidia.static import open_gpu
 
@@ -93,6 +91,16 @@ class NvidiaBackend(Backend):
     vendor = "nvidia"
     kind = "gpu"
     device_nodes = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
+    product, interface = "NVIDIA", "NVML"
+    version_command = ("nvidia-smi", "--version")
+    kubernetes_resources = (  # the NVIDIA k8s-device-plugin's
+        KubernetesResource("nvidia.com/gpu", plugin="NVIDIA k8s-device-plugin: the uuid (`GPU-...`, "
+                           "default), or with `DEVICE_ID_STRATEGY=index` the index (`3`); time-slicing "
+                           "and MPS replicas add `::<n>` (ignored)"),
+        KubernetesResource("nvidia.com/mig-*", plugin="MIG devices: the `MIG-...` uuid, or with `index` "
+                           "`<gpu>:<slot>`"),
+        KubernetesResource("nvidia.com/*", plugin="renamed shared resources (`nvidia.com/gpu.shared`)"))
+    node_names = ("nvidia", "gpu")
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
@@ -104,11 +112,11 @@ class NvidiaBackend(Backend):
         self._driver_version: str | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._process_reader: nvml.ProcessListReader | None = None
+        self._activity_reader: ProcessUtilizationReader | None = None
         self._open_warnings: list[str] = []
         self._driver: DriverReads | None = None
 
     # -- life cycle --------------------------------------------------------
-
     def probe(self) -> ProbeResult:
         """Whether NVML loads and sees a GPU. Never raises.
 
@@ -180,6 +188,7 @@ class NvidiaBackend(Backend):
         except pynvml.NVMLError:
             self._driver_version = None
         self._process_reader = nvml.ProcessListReader(pynvml)
+        self._activity_reader = ProcessUtilizationReader(pynvml)
         self._open_warnings = []
         self._gpus = []
         for index in range(count):
@@ -346,7 +355,8 @@ class NvidiaBackend(Backend):
                     details[f"{key}_kilobytes_per_second"] = value
 
         if self.options.get("processes", True) and self._process_reader is not None:
-            own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner)
+            own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,
+                                          self._activity_reader)
         else:  # not asked: who uses the GPU is unknown, not "nobody"
             own, per_mig = None, {}
         devices = [self._device(

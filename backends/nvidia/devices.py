@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from allsmi.backends.nvidia.mig import Mig
+    from allsmi.backends.nvidia.procutil import UtilizationState
 
 #: NVML field ids (``nvml.h``) read in the per-cycle batch.
 FI_ECC_SBE_VOL_TOTAL = 3
@@ -90,6 +91,8 @@ class Gpu:
     process_capacity: dict[str, int] = field(
         default_factory=lambda: {"Compute": PROCESS_CAPACITY, "Graphics": PROCESS_CAPACITY})
     pending: Future[tuple[list[DeviceSample], list[str]]] | None = None
+    #: Per-process utilization bookkeeping (:mod:`.procutil`), made on the first read.
+    process_utilization: UtilizationState | None = None
 
     @property
     def id(self) -> str:

@@ -1,5 +1,5 @@
-"""Process lists: the compute and graphics lists merged per pid, their owners, and the
-MIG instance each process runs in."""
+"""Process lists: the compute and graphics lists merged per pid, their owners, the MIG
+instance each process runs in, and each process's utilization (:mod:`.procutil`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Callable
 from allsmi.backends.nvidia.devices import PROCESS_CAPACITY, Gpu, Reader
 from allsmi.backends.nvidia.mig import owning_mig
 from allsmi.backends.nvidia.nvml import ProcessListReader, RawProcess
+from allsmi.backends.nvidia.procutil import ProcessUtilizationReader, UtilizationState
 from allsmi.schema import ProcessSample
 
 #: ``pid -> (user, command)``; either is ``None`` where it cannot be read.
@@ -29,12 +30,14 @@ def merge_process(old: RawProcess | None, new: RawProcess) -> RawProcess:
     )
 
 
-def read_processes(r: Reader, gpu: Gpu, lists: ProcessListReader, owner: ProcessOwner
+def read_processes(r: Reader, gpu: Gpu, lists: ProcessListReader, owner: ProcessOwner,
+                   activity: ProcessUtilizationReader | None = None
                    ) -> tuple[tuple[ProcessSample, ...] | None, dict[int, tuple[ProcessSample, ...]]]:
     """The GPU's own processes, and those inside each MIG instance (by slot).
 
     ``None`` when no list could be read (unsupported, no permission): who uses the
-    GPU is then unknown, not "nobody".
+    GPU is then unknown, not "nobody". With ``activity``, each process carries its
+    utilization since the previous cycle (``None`` where the GPU cannot report it).
     """
     merged: dict[int, RawProcess] = {}
     listed_any = False
@@ -52,12 +55,25 @@ def read_processes(r: Reader, gpu: Gpu, lists: ProcessListReader, owner: Process
             merged[proc.pid] = merge_process(merged.get(proc.pid), proc)
     if not listed_any:
         return None, {}
+    used = None
+    if activity is not None and merged:
+        if gpu.process_utilization is None:
+            gpu.process_utilization = UtilizationState()
+        used = r.call(gpu.skip, "process_utilization", activity.read, gpu.handle,
+                      gpu.process_utilization)
     own: list[ProcessSample] = []
     per_mig: dict[int, list[ProcessSample]] = {}
     for proc in sorted(merged.values(), key=lambda p: p.pid):
         user, command = owner(proc.pid)
+        figures = {}
+        if used is not None:  # read: a process without samples since the last cycle ran nothing
+            got = used.get(proc.pid)
+            figures = dict(utilization_percent=got.sm if got else 0.0,
+                           memory_utilization_percent=got.memory if got else 0.0,
+                           encoder_utilization_percent=got.encoder if got else 0.0,
+                           decoder_utilization_percent=got.decoder if got else 0.0)
         sample = ProcessSample(pid=proc.pid, user=user, command=command,
-                               memory_bytes=proc.memory_bytes)
+                               memory_bytes=proc.memory_bytes, **figures)
         mig = owning_mig(gpu.migs, proc)
         if mig is None:
             own.append(sample)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends._common.toolpath import VendorTool
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
@@ -53,6 +54,15 @@ class RebellionsBackend(CliToolBackend):
     vendor = "rebellions"
     kind = "npu"
     device_nodes = ("/dev/rbln[0-9]*",)
+    product = "Rebellions ATOM"
+    version_command = ("rbln-smi", "--version")
+    kubernetes_resources = (
+        KubernetesResource("rebellions.ai/*", plugin=(
+            "RBLN k8s-device-plugin (`rebellions.ai/ATOM`, `rebellions.ai/REBEL`, "
+            "`rebellions.ai/npu`, `rebellions.ai/npu-vf<N>`): the device name `rbln<N>` (matched "
+            "by index)")),
+    )
+    node_names = ("rbln", "npu", "rebellions")
     #: Not in the JSON; a power limit only if a tool version prints one (none does).
     unreported_fields = frozenset({"clock_mhz", "energy_joules", "fan_percent", "power_limit_watts"})
 

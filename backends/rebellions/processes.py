@@ -83,6 +83,9 @@ class _ProcessTotal:
     command: str | None = None
     memory_bytes: int = 0
     memory_known: bool = True
+    #: the contexts' ``util_info`` (percent of the die) summed; unknown if one lacks it
+    utilization: float = 0.0
+    utilization_known: bool = True
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,11 @@ def attribute_contexts(contexts: object, dies: Sequence[DieLike], lookup_user: L
             total.memory_known = False
         else:
             total.memory_bytes += ctx.memory_bytes
+        util = units.parse_percent(ctx.raw.get("util_info"))
+        if util is None:
+            total.utilization_known = False
+        else:
+            total.utilization += util
 
     if unattributed:
         shown = "; ".join(unattributed[:3]) + ("; ..." if len(unattributed) > 3 else "")
@@ -206,7 +214,9 @@ def attribute_contexts(contexts: object, dies: Sequence[DieLike], lookup_user: L
             users[pid] = lookup_user(pid)
         per_die.setdefault(die_id, []).append(ProcessSample(
             pid=pid, user=users[pid], command=total.command,
-            memory_bytes=total.memory_bytes if total.memory_known else None))
+            memory_bytes=total.memory_bytes if total.memory_known else None,
+            utilization_percent=min(100.0, total.utilization) if total.utilization_known
+            else None))
     for die in dies:
         die.processes = tuple(per_die.get(die.id, ()))
 

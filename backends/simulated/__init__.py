@@ -264,19 +264,42 @@ class SimulatedBackend(Backend):
         return any(f.type == "lost" and f.device == ref
                    and in_window(s, f.every_seconds, f.duration_seconds) for f in scenario.faults)
 
-    def _processes(self, scenario: Scenario, unit: _Unit, job: int, used: int) -> tuple[ProcessSample, ...]:
+    #: Backends whose real tools report each process's share of the device's compute engines
+    #: (NVIDIA per-process SM, AMD engine counters, Rebellions contexts); the others do not.
+    ACTIVITY_BACKENDS = ("nvidia", "amd", "rebellions")
+
+    def _processes(self, scenario: Scenario, unit: _Unit, job: int, used: int, util: float,
+                   activity: bool) -> tuple[ProcessSample, ...]:
+        """The job's processes. About a third of jobs share their device with another user's
+        process, each with its own part of the device's activity (so that fair shares bill
+        them differently); about a third run a helper of the same user that does no compute.
+        ``activity``: whether the real tool reports per-process utilization."""
         h = lambda tag: unit_hash(unit.key, job, tag)  # noqa: E731
         pid = 1000 + int(h("pid") * 4_000_000)
-        user = scenario.users[int(h("user") * len(scenario.users))]
+        users = scenario.users
+        first = int(h("user") * len(users))
+        user = users[first]
         command = scenario.commands[int(h("cmd") * len(scenario.commands))]
+        pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
+        if h("shared") < 0.35 and len(users) > 1:
+            other = users[(first + 1 + int(h("user2") * (len(users) - 1))) % len(users)]
+            main = round(0.55 + 0.4 * h("split"), 3)
+            mine = int(used * main) // MIB * MIB
+            return (ProcessSample(pid, user, command, mine, utilization_percent=pct(main)),
+                    ProcessSample(pid + 7, other,
+                                  scenario.commands[int(h("cmd2") * len(scenario.commands))],
+                                  used - mine, utilization_percent=pct(1.0 - main)))
         if h("pair") < 0.3:
             helper = 512 * MIB
-            return (ProcessSample(pid, user, command, max(used - helper, 0)),
-                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor", helper))
-        return (ProcessSample(pid, user, command, used),)
+            return (ProcessSample(pid, user, command, max(used - helper, 0),
+                                  utilization_percent=pct(1.0)),
+                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor",
+                                  helper, utilization_percent=pct(0.0)))
+        return (ProcessSample(pid, user, command, used, utilization_percent=pct(1.0)),)
 
     def _load(self, scenario: Scenario, cycle: LoadCycle, unit: _Unit, s: float,
-              memory_total: int) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
+              memory_total: int, activity: bool = False
+              ) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
         """(utilization %, memory used, processes, job number, seconds into cycle)."""
         job, r = cycle.position(s)
         overhead = int(memory_total * 0.006) // MIB * MIB
@@ -285,8 +308,9 @@ class SimulatedBackend(Backend):
         frac = 0.35 + 0.55 * unit_hash(unit.key, job, "mem")
         ramp = min(1.0, r / 30.0)
         job_mem = int((memory_total - overhead) * frac * ramp) // MIB * MIB
-        procs = self._processes(scenario, unit, job, job_mem) if job_mem > 0 else ()
-        return cycle.utilization(r), overhead + job_mem, procs, job, r
+        util = cycle.utilization(r)
+        procs = self._processes(scenario, unit, job, job_mem, util, activity) if job_mem > 0 else ()
+        return util, overhead + job_mem, procs, job, r
 
     def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float) -> list[DeviceSample]:
         spec = unit.spec
@@ -302,7 +326,8 @@ class SimulatedBackend(Backend):
                              firmware_version=spec.firmware_version, health="lost")
                 for c in unit.children]
         loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
-            if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total))]
+            if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total,
+                                                      spec.backend in self.ACTIVITY_BACKENDS))]
         assert unit.wobble is not None
         span = 0.92 * spec.power_limit_watts - spec.power_idle_watts - unit.wobble.amp
         k = span / 100.0 / len(loads)

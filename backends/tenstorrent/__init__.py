@@ -26,6 +26,7 @@ from allsmi.backend_api import BackendError
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends._common.toolpath import VendorTool
+from allsmi.declarations import KubernetesResource
 from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
@@ -50,6 +51,14 @@ class TenstorrentBackend(CliToolBackend):
     vendor = "tenstorrent"
     kind = "npu"
     device_nodes = ("/dev/tenstorrent/[0-9]*",)
+    product = "Tenstorrent"
+    version_command = (EXECUTABLE, "--version")
+    kubernetes_resources = (
+        KubernetesResource("tenstorrent.com/*", plugin=(
+            "not verified (`tenstorrent.com/n150`, `p150`...): matched by index, "
+            "`/dev/tenstorrent/<N>`, or bus id")),
+    )
+    node_names = ("", "tenstorrent", "tt")
     #: tt-smi reports neither utilization nor memory, and has no energy counter.
     unreported_fields = frozenset({"utilization_percent", "memory_used_bytes", "memory_total_bytes",
                                    "energy_joules"})

@@ -165,6 +165,11 @@ NODE_LINK = [{"title": "Open the node dashboard for ${__data.fields.instance}",
 R = "resource_group_vendor:allsmi_device_"  # the recording rules of deploy/prometheus
 
 
+HA, HU = "allsmi_holder_allocated_seconds_total", "allsmi_holder_used_seconds_total"
+HE = "allsmi_holder_energy_joules_total"
+HG = 'resource_group=~"$resource_group", instance=~"$host"'  # holder counters carry no vendor
+
+
 def fleet() -> dict[str, Any]:
     util, power = "allsmi_device_utilization_ratio", "allsmi_device_power_watts"
     mem_used, alloc = "allsmi_device_memory_used_bytes", "allsmi_device_allocated_seconds_total"
@@ -218,6 +223,22 @@ def fleet() -> dict[str, Any]:
               "during which a device was held but idle, per group: the waste to reclaim.", "h",
               targets((f"sum by (resource_group) (increase({idle}{{{G}}}[$__range])) / 3600",
                        "{{resource_group}}")), 12, 8),
+        row("Fair shares of shared devices"),
+        panel("table", "Device-hours and energy per namespace and job in the time range",
+              "Each holder's part of shared devices (allsmi_holder_* counters): allocated "
+              "device-hours split by declared share (time-slicing replicas, job shares; else "
+              "equally), used device-hours split by measured per-process activity (else memory, "
+              "else equally), and energy (idle energy like allocated, the rest like used). Pods "
+              "show their namespace, batch jobs their job id.", "none",
+              targets((f"sum by (namespace, job_id) (increase({HA}{{{HG}}}[$__range])) / 3600", ""),
+                      (f"sum by (namespace, job_id) (increase({HU}{{{HG}}}[$__range])) / 3600", ""),
+                      (f"sum by (namespace, job_id) (increase({HE}{{{HG}}}[$__range])) / 3.6e6", ""),
+                      table=True), 12, 8),
+        panel("timeseries", "Used device-seconds per second by namespace and job",
+              "Rate of allsmi_holder_used_seconds_total: how much of the fleet's busy time each "
+              "namespace or job is using now.", rate_unit(HU),
+              targets((f"sum by (namespace, job_id) (rate({HU}{{{HG}}}[$__rate_interval]))",
+                       "{{namespace}}{{job_id}}")), 12, 8),
         row("Backend health"),
         panel("state-timeline", "Backends", "1 when the backend answered its last collection "
               "cycle, 0 when it failed or timed out.", "none",

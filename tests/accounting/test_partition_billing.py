@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.ledger import Ledger
+from allsmi.accounting.ledger import SCHEMA_VERSION, Ledger
 from allsmi.accounting.ledgersource import ledger_parts
 from allsmi.accounting.recorder import billing_shares
 from allsmi.accounting.report import Report, build_report
@@ -220,7 +220,7 @@ def test_old_ledger_is_read_and_upgraded(tmp_path: Path, version: int) -> None:
     assert db.read_bytes() == before
     Ledger(db).close()  # opened for writing: upgraded in place
     conn = sqlite3.connect(db)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     assert conn.execute("SELECT SUM(billed_ms), SUM(idle_ms) FROM intervals").fetchone() == \
         (1_800_000, None)
     assert conn.execute("SELECT user, namespace FROM holders").fetchall() == [("ann", "")]

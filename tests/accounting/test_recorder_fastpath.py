@@ -22,11 +22,12 @@ from typing import Iterator
 
 from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Share, labels_json
 from allsmi.accounting.recorder import LedgerRecorder
-from allsmi.accounting.shares import billing_shares, holder_weights, own_memory
+from allsmi.accounting.shares import billing_shares, own_memory
 from allsmi.backends.simulated import simulated_backends
 from allsmi.config import parse_config
 from allsmi.schema import HostSample, ProcessSample, Snapshot, Workload
-from allsmi.usage import Increment, UsageIntegrator, Weights, bridged_gap_seconds
+from allsmi.fairshare import NOBODY, Split, split
+from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds
 
 from .helpers import T0
 
@@ -36,6 +37,10 @@ CONFIG = "[accounting]\nidle_threshold_percent = 20\n"
 
 def plus(total: float | None, value: float | None) -> float | None:
     return total if value is None else (total or 0.0) + value
+
+
+def method(mine: str | None, new: str) -> str:
+    return new if mine in (None, new) else "mixed"
 
 
 @dataclass
@@ -48,23 +53,34 @@ class Acc:
     idle: float | None = None
     idle_billed: float | None = None
     idle_energy: float | None = None
+    used_billed: float | None = None
+    allocation_method: str | None = None
+    usage_method: str | None = None
 
-    def add(self, inc: Increment, weight: float, share: float) -> None:
-        self.observed += inc.observed_seconds * weight
+    def add(self, inc: Increment, alloc: float, used: float, share: float,
+            whole: bool = False) -> None:
+        """``alloc`` of the allocated side, ``used`` of the used side of ``inc``."""
+        self.observed += inc.observed_seconds * alloc
         if inc.allocated_seconds is not None:
-            self.allocated = plus(self.allocated, inc.allocated_seconds * weight)
-            self.billed = plus(self.billed, inc.allocated_seconds * weight * share)
+            self.allocated = plus(self.allocated, inc.allocated_seconds * alloc)
+            self.billed = plus(self.billed, inc.allocated_seconds * alloc * share)
         if inc.busy_seconds is not None:
-            self.busy = plus(self.busy, inc.busy_seconds * weight)
-        if inc.energy_joules is not None:
-            self.energy = plus(self.energy, inc.energy_joules * weight)
-        idle = inc.idle_allocated_seconds
+            self.busy = plus(self.busy, inc.busy_seconds * used)
+            self.used_billed = plus(self.used_billed, inc.busy_seconds * used * share)
+        idle, energy = inc.idle_allocated_seconds, inc.energy_joules
+        idle_part = None
         if idle is not None:
-            self.idle = plus(self.idle, idle * weight)
-            self.idle_billed = plus(self.idle_billed, idle * weight * share)
-            if inc.energy_joules is not None and inc.observed_seconds > 0:
-                self.idle_energy = plus(self.idle_energy, inc.energy_joules * weight
-                                        * min(1.0, idle / inc.observed_seconds))
+            self.idle = plus(self.idle, idle * alloc)
+            self.idle_billed = plus(self.idle_billed, idle * alloc * share)
+            if energy is not None and inc.observed_seconds > 0:
+                idle_part = min(1.0, idle / inc.observed_seconds)
+                self.idle_energy = plus(self.idle_energy, energy * alloc * idle_part)
+                if not whole:
+                    self.energy = plus(self.energy, energy * alloc * idle_part)
+        if whole:  # the device's own energy, added once
+            self.energy = plus(self.energy, energy)
+        elif energy is not None:  # idle energy by the allocated weight, the rest by the used one
+            self.energy = plus(self.energy, energy * used * (1.0 - (idle_part or 0.0)))
 
 
 @dataclass
@@ -79,13 +95,22 @@ class PlainBucket(Acc):
     mem_peak: int | None = None
     holders: dict[Holder, Acc] = field(default_factory=dict)
 
-    def put(self, inc: Increment, holders: Weights, share: float) -> None:
+    def put(self, inc: Increment, holders: Split, share: float) -> None:
         self.last = max(self.last, inc.end)
-        self.add(inc, 1.0, share)
+        self.add(inc, 1.0, 1.0, share, whole=True)
         if inc.busy_seconds is not None:
             self.busy_observed += inc.observed_seconds
-        for holder, weight in holders:
-            self.holders.setdefault(holder, Acc()).add(inc, weight, share)
+        alloc, used = dict(holders.allocated), dict(holders.used)
+        if alloc or used:
+            self.allocation_method = method(self.allocation_method, holders.allocation_method)
+            self.usage_method = method(self.usage_method, holders.usage_method)
+        for holder in sorted(set(alloc) | set(used), key=lambda h: tuple(v or "" for v in h)):
+            acc = self.holders.setdefault(holder, Acc())
+            acc.add(inc, alloc.get(holder, 0.0), used.get(holder, 0.0), share)
+            if holder in alloc:
+                acc.allocation_method = method(acc.allocation_method, holders.allocation_method)
+            if holder in used:
+                acc.usage_method = method(acc.usage_method, holders.usage_method)
 
     def record(self, interval: int) -> IntervalRecord:
         cap = interval * 1000
@@ -100,9 +125,11 @@ class PlainBucket(Acc):
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
             billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
-            idle_energy_mj=mj(self.idle_energy),
+            idle_energy_mj=mj(self.idle_energy), used_billed_ms=opt(self.used_billed),
+            allocation_method=self.allocation_method, usage_method=self.usage_method,
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
-                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy))
+                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy),
+                              opt(a.used_billed), a.allocation_method, a.usage_method)
                      for h, a in self.holders.items()})
 
 
@@ -112,13 +139,13 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
     integrator = UsageIntegrator(gap, threshold)
     buckets: dict[tuple[str, int], PlainBucket] = {}
     dims: dict[str, Dim] = {}
-    previous: dict[str, Weights] = {}
+    previous: dict[str, Split] = {}
     for snapshot in snapshots:
         now = snapshot.unix_time
         current = int(now // interval * interval)
         shares = billing_shares(snapshot.devices) if any(d.parent for d in snapshot.devices) else {}
         memory = own_memory(snapshot.devices)
-        holders: dict[str, Weights] = {}
+        holders: dict[str, Split] = {}
         seen = {}
         for dev in snapshot.devices:
             dim = Dim(dev.id, snapshot.host.hostname, dev.vendor, dev.name or "", dev.parent or "",
@@ -132,14 +159,14 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
             bucket.last = max(bucket.last, now)
             if dev.health in VALID:
                 if dev.processes or dev.workloads:
-                    holders[dev.id] = holder_weights(dev)
+                    holders[dev.id] = split(dev)
                 mem = memory.get(dev.id, dev.memory_used_bytes)
                 if mem is not None:
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
                     bucket.mem_samples += 1
                     bucket.mem_peak = mem if bucket.mem_peak is None else max(bucket.mem_peak, mem)
         for inc in integrator.update(snapshot):
-            owners = holders.get(inc.device_id, previous.get(inc.device_id, ()))
+            owners = holders.get(inc.device_id, previous.get(inc.device_id, NOBODY))
             share = shares.get(inc.device_id, 1.0)
             part: Increment | None = inc
             while part is not None:
@@ -175,11 +202,14 @@ def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:
                 dev = dataclasses.replace(dev, health="lost")
             elif roll < 0.08:
                 dev = dataclasses.replace(dev, processes=tuple(
-                    ProcessSample(pid=10 + i, user=rng.choice(users), job_id=rng.choice(("7", None)))
+                    ProcessSample(pid=10 + i, user=rng.choice(users), job_id=rng.choice(("7", None)),
+                                  utilization_percent=rng.choice((None, 0.0, 30.0, 75.0)),
+                                  memory_bytes=rng.choice((None, 2**30)))
                     for i in range(rng.randrange(3))))
             elif roll < 0.10:
                 dev = dataclasses.replace(dev, processes=None, workloads=(
-                    Workload("simulated", namespace="ns", pod=rng.choice(("a", "b"))),))
+                    Workload("simulated", namespace="ns", pod=rng.choice(("a", "b")),
+                             share=rng.choice((None, 0.25, 0.5))),))
             elif roll < 0.11:
                 dev = dataclasses.replace(dev, labels={**dev.labels, "phase": rng.choice("xy")})
             elif roll < 0.12 and dev.parent:

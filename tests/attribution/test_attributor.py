@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from allsmi import registry
 from allsmi.attribution import (Attributor, SimulatedSource, SourceResult, Workload,
                                 attribution_settings, build_attributor, build_sources)
 from allsmi.attribution.runner import AttributionSource
@@ -76,9 +77,9 @@ def test_holders_seen_by_two_sources_are_listed_once() -> None:
     result = Attributor([a, b], 5).resolve(DEVICES)
     assert [w.to_dict() for w in result.device_workloads(dev) or ()] == [
         {"source": "hpc-job", "namespace": None, "pod": None, "container": None, "job_id": "77",
-         "user": "alice"},
+         "user": "alice", "share": None},
         {"source": "cgroup", "namespace": None, "pod": None, "container": None, "job_id": "78",
-         "user": "bob"}]
+         "user": "bob", "share": None}]
 
 
 def test_no_source_means_unknown_not_empty() -> None:
@@ -130,7 +131,7 @@ def _config(tmp_path: Path, text: str) -> Config:
 def test_bad_settings_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str) -> None:
     config = _config(tmp_path, text)
     with pytest.raises(ConfigError) as err:
-        attribution_settings(config, {})
+        attribution_settings(config, {}, registry.declarations())
     assert err.value.path == tmp_path / "config.toml"
     assert err.value.line == line and err.value.key == key, str(err.value)
 
@@ -138,12 +139,12 @@ def test_bad_settings_name_file_line_and_key(tmp_path: Path, text: str, line: in
 def test_settings_precedence_environment_over_file(tmp_path: Path) -> None:
     config = _config(tmp_path, "[attribution]\nkubelet_socket = 'k.sock'\nhpc_job_dir = 'jobs'\n"
                                "timeout_seconds = 1.5\nsources = ['hpc-job']\n")
-    file_only = attribution_settings(config, {})
+    file_only = attribution_settings(config, {}, registry.declarations())
     assert file_only.kubelet_socket == tmp_path / "k.sock" and file_only.hpc_job_dir == tmp_path / "jobs"
     assert file_only.timeout_seconds == 1.5
     assert [s.name for s in build_sources(file_only)] == ["hpc-job"]
     env = attribution_settings(config, {"ALLSMI_KUBELET_SOCKET": "/run/k.sock",
-                                        "ALLSMI_HPC_JOB_DIR": "/run/jobs"})
+                                        "ALLSMI_HPC_JOB_DIR": "/run/jobs"}, registry.declarations())
     assert env.kubelet_socket == Path("/run/k.sock") and env.hpc_job_dir == Path("/run/jobs")
 
 

@@ -63,7 +63,7 @@ def test_source_attributes_processes_and_puts_slurm_jobs_on_devices() -> None:
     assert result.process(99999) == ProcessAttribution()  # exited: nothing, no error
     assert [w.to_dict() for w in result.device_workloads(h0.id) or ()] == [
         {"source": "cgroup", "namespace": None, "pod": None, "container": None, "job_id": "4242",
-         "user": "alice"}]
+         "user": "alice", "share": None}]
     assert [(w.job_id, w.user) for w in result.device_workloads(amd.id) or ()] == [("4243", "bob")]
     assert result.device_workloads(find(DEVICES, "gaudi", 0).id) == ()
 

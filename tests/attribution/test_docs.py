@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from allsmi import registry
 from allsmi.attribution import attribution_settings, build_sources
 from allsmi.config import parse_config
 
@@ -16,7 +17,7 @@ def test_configuration_example_is_valid() -> None:
     block = re.search(r"```toml\n(.*?)```", DOC, re.S)
     assert block
     config = parse_config(block.group(1), Path("/etc/allsmi/config.toml"))
-    settings = attribution_settings(config, {})
+    settings = attribution_settings(config, {}, registry.declarations())
     assert [s.name for s in build_sources(settings)] == ["kubernetes", "hpc-job", "cgroup"]
     rule = settings.rule_for("example.com/npu")
     assert rule and (rule.vendor, rule.id_kind) == ("rebellions", "index")

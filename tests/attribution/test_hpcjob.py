@@ -78,7 +78,7 @@ def test_garbage_is_reported_and_skipped(tmp_path: Path) -> None:
     status = result.statuses[0]
     assert status.status == "ok"
     assert _jobs(result, find(DEVICES, "nvidia", 3)) == ["2001"]
-    assert "1 line(s) that are not job ids" in status.message
+    assert "1 line(s) that are not a job id (and a share)" in status.message
     assert "name no device: nvidia99" in status.message
     assert _jobs(result, find(DEVICES, "amd", 0)) == [] and _jobs(result, find(DEVICES, "amd", 1)) == []
     assert "amd1" in status.message and "subdir" in status.message
@@ -88,3 +88,11 @@ def test_a_file_instead_of_a_directory_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "jobs").write_text("x")
     result = Attributor([HpcJobSource(tmp_path / "jobs")], 5).resolve(DEVICES)
     assert result.statuses[0].status == "error" and "not a directory" in result.statuses[0].message
+
+
+def test_a_job_file_may_declare_each_jobs_share(tmp_path: Path) -> None:
+    (tmp_path / "nvidia3").write_text("3001 0.25\n3002 50%\n3003\n3004 1.5\n3005 a b\n")
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    works = {w.job_id: w.share for w in result.device_workloads(find(DEVICES, "nvidia", 3).id) or ()}
+    assert works == {"3001": 0.25, "3002": 0.5, "3003": None}
+    assert "2 line(s) that are not a job id (and a share)" in result.statuses[0].message

@@ -7,7 +7,9 @@ from typing import Iterator
 
 import pytest
 
-from allsmi.attribution import Attributor, HpcJobSource, attribution_settings, build_sources
+from allsmi import registry
+from allsmi.attribution import (Attributor, AttributionSettings, HpcJobSource, attribution_settings,
+                                build_sources)
 from allsmi.attribution._podresources import api_pb2
 from allsmi.attribution.kubernetes import KubeletSource
 from allsmi.config import Config, parse_config
@@ -15,6 +17,9 @@ from allsmi.config import Config, parse_config
 from .helpers import SIM_NOW, PodResourcesServer, find, mixed_devices, pod
 
 DEVICES = mixed_devices()
+#: The resource rules and node names the installed backends declare (the CLI hands them in).
+DECLARED = registry.declarations()
+SETTINGS = AttributionSettings.declared(DECLARED)
 
 
 @pytest.fixture
@@ -53,7 +58,7 @@ def _cluster(srv: PodResourcesServer) -> dict[str, set[str]]:
 
 def test_each_pod_is_on_exactly_the_devices_its_containers_hold(server: PodResourcesServer) -> None:
     expected = _cluster(server)
-    source = KubeletSource(server.socket, timeout_seconds=5)
+    source = KubeletSource(server.socket, SETTINGS, timeout_seconds=5)
     with Attributor([source], timeout_seconds=5) as attributor:
         result = attributor.resolve(DEVICES, now=SIM_NOW)
     assert [(s.name, s.status, s.message) for s in result.statuses] == [("kubernetes", "ok", "")]
@@ -66,7 +71,7 @@ def test_each_pod_is_on_exactly_the_devices_its_containers_hold(server: PodResou
     mig = find(DEVICES, "nvidia", 7, part=2)
     assert [w.to_dict() for w in result.device_workloads(mig.id) or ()] == [
         {"source": "kubernetes", "namespace": "serving", "pod": "vllm-abc", "container": "vllm",
-         "job_id": None, "user": None}]
+         "job_id": None, "user": None, "share": None}]
     # the MIG parent and the other slices hold nothing; a free device is [] (not None)
     assert result.device_workloads(find(DEVICES, "nvidia", 7).id) == ()
     assert result.device_workloads(find(DEVICES, "nvidia", 6).id) == ()
@@ -77,7 +82,7 @@ def test_each_pod_is_on_exactly_the_devices_its_containers_hold(server: PodResou
 
 def test_ids_matching_no_device_are_reported_not_invented(server: PodResourcesServer) -> None:
     server.pods = [pod("ml", "ghost", {"main": [("nvidia.com/gpu", ["GPU-00000000-dead-beef-0000-000000000000"])]})]
-    with Attributor([KubeletSource(server.socket, timeout_seconds=5)], 5) as attributor:
+    with Attributor([KubeletSource(server.socket, SETTINGS, timeout_seconds=5)], 5) as attributor:
         result = attributor.resolve(DEVICES, now=SIM_NOW)
     status = result.statuses[0]
     assert status.status == "ok" and "1 allocated device id(s) match no device" in status.message
@@ -92,7 +97,7 @@ def test_hang_then_garbage_then_recovery_never_delay_or_break_the_others(
     jobs.mkdir()
     (jobs / "amd3").write_text("555\n")
     timeout = 0.5
-    sources = [KubeletSource(server.socket, timeout_seconds=timeout), HpcJobSource(jobs)]
+    sources = [KubeletSource(server.socket, SETTINGS, timeout_seconds=timeout), HpcJobSource(jobs)]
     with Attributor(sources, timeout_seconds=timeout) as attributor:
         assert attributor.resolve(DEVICES).statuses[0].status == "ok"
 
@@ -124,7 +129,7 @@ def test_hang_then_garbage_then_recovery_never_delay_or_break_the_others(
 
 
 def test_absent_socket_is_unavailable_and_leaves_workloads_unknown(tmp_path) -> None:
-    with Attributor([KubeletSource(tmp_path / "kubelet.sock")], 1) as attributor:
+    with Attributor([KubeletSource(tmp_path / "kubelet.sock", SETTINGS)], 1) as attributor:
         result = attributor.resolve(DEVICES)
     assert result.statuses[0].status == "unavailable"
     assert "no kubelet pod-resources socket" in result.statuses[0].message
@@ -137,7 +142,7 @@ def test_allocatable_resources_for_doctor(server: PodResourcesServer) -> None:
         api_pb2.ContainerDevices(resource_name="example.com/nic", device_ids=["eth0"]),
         api_pb2.ContainerDevices(resource_name="amd.com/gpu", device_ids=["0000:0c:00.0"]),
     ]
-    source = KubeletSource(server.socket, timeout_seconds=5)
+    source = KubeletSource(server.socket, SETTINGS, timeout_seconds=5)
     try:
         assert source.allocatable() == [("amd.com/gpu", ("0000:0c:00.0",)),
                                          ("nvidia.com/gpu", ("GPU-a", "GPU-b"))]
@@ -151,7 +156,7 @@ def test_resource_names_table_maps_a_renamed_resource(server: PodResourcesServer
     path = tmp_path / "config.toml"
     path.write_text('[attribution.resource_names]\n"example.com/big-gpu" = { vendor = "nvidia", id = "index" }\n')
     config = parse_config(path.read_text(), path)
-    settings = attribution_settings(config, {"ALLSMI_KUBELET_SOCKET": str(server.socket)})
+    settings = attribution_settings(config, {"ALLSMI_KUBELET_SOCKET": str(server.socket)}, DECLARED)
     sources = build_sources(settings)
     assert [s.name for s in sources] == ["kubernetes", "cgroup"]
     with Attributor(sources[:1], 5) as attributor:
@@ -161,7 +166,7 @@ def test_resource_names_table_maps_a_renamed_resource(server: PodResourcesServer
 
 def test_simulation_uses_an_explicit_socket_instead_of_simulated_pods(server: PodResourcesServer) -> None:
     _cluster(server)
-    settings = attribution_settings(Config(), {"ALLSMI_KUBELET_SOCKET": str(server.socket)})
+    settings = attribution_settings(Config(), {"ALLSMI_KUBELET_SOCKET": str(server.socket)}, DECLARED)
     sources = build_sources(settings, simulate=True)
     assert [s.name for s in sources] == ["kubernetes", "simulated"]
     with Attributor(sources, 5) as attributor:
@@ -169,3 +174,31 @@ def test_simulation_uses_an_explicit_socket_instead_of_simulated_pods(server: Po
     workloads = [w for d in DEVICES for w in result.device_workloads(d.id) or ()]
     assert {w.source for w in workloads if w.pod} == {"kubernetes"}  # no simulated pods
     assert any(w.source == "simulated" and w.job_id for w in workloads)  # simulated jobs stay
+
+
+def test_a_new_backends_declared_resources_and_node_names_are_attributed(
+        server: PodResourcesServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Attribution knows no vendor list: a backend it never heard of declares its device
+    plugin's resource and node names, and pods on its devices are attributed (a config rule may
+    name it too); without its declaration the same pod is skipped as no accelerator."""
+    from allsmi.declarations import KubernetesResource, VendorDeclaration
+    from allsmi.schema import DeviceSample
+    xpu = VendorDeclaration(backend="xpu", vendor="intel", kind="gpu", node_names=("card",),
+                            kubernetes_resources=(KubernetesResource("gpu.intel.com/*"),))
+    devices = [DeviceSample(id=f"xpu:{i}", vendor="intel", kind="gpu", backend="xpu", index=i)
+               for i in range(2)]
+    server.pods = [pod("ml", "max-job", {"train": [("gpu.intel.com/i915", ["card1"])]})]
+    for decls, expected in (((*DECLARED, xpu), ("max-job",)), (DECLARED, ())):
+        source = KubeletSource(server.socket, AttributionSettings.declared(decls), timeout_seconds=5)
+        with Attributor([source], timeout_seconds=5) as attributor:
+            result = attributor.resolve(devices, now=SIM_NOW)
+        assert result.device_workloads("xpu:0") == ()
+        assert tuple(w.pod for w in result.device_workloads("xpu:1") or ()) == expected
+    path = tmp_path / "config.toml"
+    path.write_text('[attribution.resource_names]\n"example.com/max" = "xpu"\n')
+    from allsmi.config import ConfigError, load_config
+    config = load_config(path, {})
+    rules = attribution_settings(config, {}, (*DECLARED, xpu)).resource_rules
+    assert rules[0].pattern == "example.com/max" and rules[0].vendor == "xpu"
+    with pytest.raises(ConfigError, match="xpu"):
+        attribution_settings(config, {}, DECLARED)

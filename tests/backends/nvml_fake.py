@@ -68,6 +68,13 @@ class FakeProcess:
     used_memory: int | None
     gpu_instance_id: int = NO_INSTANCE
     compute_instance_id: int = NO_INSTANCE
+    #: SM / memory / encoder / decoder utilization (percent): with ``sm_util`` set, every
+    #: per-process utilization call records one new sample of these, stamped with the fake's
+    #: clock (so each call has exactly one fresh sample per active process)
+    sm_util: int | None = None
+    mem_util: int = 0
+    enc_util: int = 0
+    dec_util: int = 0
 
 
 @dataclass
@@ -129,6 +136,11 @@ class FakeGpu:
     stall_s: float = 0.0
     #: compute slices of the whole GPU in MIG mode (7 on A100/H100, 4 on A30)
     mig_total_slices: int = 7
+    #: per-process utilization samples NVML holds: (pid, timestamp us, sm, mem, enc, dec);
+    #: the calls return those newer than lastSeenTimeStamp, NotFound when there are none
+    util_samples: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
+    #: the lastSeenTimeStamp of every per-process utilization call, in order
+    util_asked: list[int] = field(default_factory=list)
 
     @classmethod
     def from_profile(cls, profile: str, index: int, **overrides: Any) -> FakeGpu:
@@ -203,6 +215,8 @@ class FakeNvml:
         self.library_missing = library_missing
         self.init_error = init_error
         self.calls: Counter[str] = Counter()
+        #: the fake's clock for per-process utilization timestamps (seconds; tests may set it)
+        self.clock: Callable[[], float] = time.time
         self.device_calls: Counter[int] = Counter()
         self.callback_errors: list[str] = []
         self._lock = threading.Lock()
@@ -263,6 +277,7 @@ class FakeNvml:
         old = {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
                "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetTemperatureV",
                "nvmlDeviceGetCurrentClocksEventReasons"}
+        old |= {"nvmlDeviceGetProcessesUtilizationInfo"}
         if driver == "r470":
             return old
         if driver == "r440":
@@ -633,7 +648,57 @@ class FakeNvml:
                                    ("", ProcessInfoV1)):
                 symbol = f"nvmlDeviceGet{kind}RunningProcesses{suffix}"
                 add(symbol, (H, P, P), self._process_list(symbol, kind.lower(), struct))
+        add("nvmlDeviceGetProcessUtilization", (H, P, P, c_ulonglong), self._utilization_v0)
+        add("nvmlDeviceGetProcessesUtilizationInfo", (H, P), self._utilization_info)
         return s
+
+    def _fresh_samples(self, gpu: FakeGpu, since: int) -> list[tuple[int, int, int, int, int, int]]:
+        """Record one sample per active process now; the samples newer than ``since``."""
+        if gpu.mig_mode == 1:
+            raise _Return(NOT_SUPPORTED)  # NVML: not available while MIG is enabled
+        gpu.util_asked.append(since)
+        now = int(self.clock() * 1e6)
+        for proc in gpu.compute + gpu.graphics:
+            if proc.sm_util is not None and not any(
+                    x[0] == proc.pid and x[1] == now for x in gpu.util_samples):
+                gpu.util_samples.append((proc.pid, now, proc.sm_util, proc.mem_util,
+                                         proc.enc_util, proc.dec_util))
+        return [x for x in gpu.util_samples if x[1] > since]
+
+    def _utilization_v0(self, handle: int, samples: int | None, count_ptr: int, since: int) -> int:
+        gpu = self._gpu_only(handle, "nvmlDeviceGetProcessUtilization")
+        fresh = self._fresh_samples(gpu, since)
+        count = cast(count_ptr, POINTER(c_uint))
+        if not fresh:
+            count[0] = 0
+            return NOT_FOUND
+        capacity, count[0] = count[0], len(fresh)
+        if not samples or capacity < len(fresh):
+            return INSUFFICIENT_SIZE
+        array = cast(samples, POINTER(pynvml.c_nvmlProcessUtilizationSample_t))
+        for i, (pid, stamp, sm, mem, enc, dec) in enumerate(fresh):
+            array[i].pid, array[i].timeStamp = pid, stamp
+            array[i].smUtil, array[i].memUtil, array[i].encUtil, array[i].decUtil = sm, mem, enc, dec
+        return SUCCESS
+
+    def _utilization_info(self, handle: int, info_ptr: int) -> int:
+        gpu = self._gpu_only(handle, "nvmlDeviceGetProcessesUtilizationInfo")
+        info = cast(info_ptr, POINTER(pynvml.c_nvmlProcessesUtilizationInfo_v1_t))[0]
+        if info.version != pynvml.ProcessesUtilizationInfo_v1:
+            return ARGUMENT_VERSION_MISMATCH
+        fresh = self._fresh_samples(gpu, int(info.lastSeenTimeStamp))
+        if not fresh:
+            info.processSamplesCount = 0
+            return NOT_FOUND
+        capacity, info.processSamplesCount = info.processSamplesCount, len(fresh)
+        if not info.procUtilArray or capacity < len(fresh):
+            return INSUFFICIENT_SIZE
+        for i, (pid, stamp, sm, mem, enc, dec) in enumerate(fresh):
+            entry = info.procUtilArray[i]
+            entry.pid, entry.timeStamp = pid, stamp
+            entry.smUtil, entry.memUtil, entry.encUtil, entry.decUtil = sm, mem, enc, dec
+            entry.jpgUtil = entry.ofaUtil = 0
+        return SUCCESS
 
     def _process_list(self, symbol: str, attribute: str, struct: type[ctypes.Structure]
                       ) -> Callable[..., int]:

@@ -477,3 +477,51 @@ def test_default_process_lookup_is_the_shared_host_lookup() -> None:
     from allsmi.backends._common.owners import process_owner
 
     assert AmdBackend()._process_lookup is process_owner
+
+
+# -- per-process engine activity --------------------------------------------------
+
+def test_engine_usage_counters_become_each_processes_share_of_the_interval() -> None:
+    lib = FakeLibrary.from_fixture("mi300x_spx")
+    now = [1000.0]
+    backend = fake_backend(lib, clock=lambda: now[0])
+    backend.open()
+    first = backend.sample()[0]
+    assert [p.utilization_percent for p in first.processes] == [None, None]  # one reading only
+    rows = lib.devices[0]["amdsmi_get_gpu_process_list"]
+    now[0] += 2.0
+    rows[0]["engine_usage"]["gfx"] += int(1.5e9)   # 1.5 s of GFX time in 2 s: 75%
+    rows[1]["engine_usage"]["gfx"] += int(0.5e9)   # 25%
+    rows[0]["engine_usage"]["enc"] += int(0.2e9)   # 10% of the encoder
+    dev = backend.sample()[0]
+    procs = {p.pid: p for p in dev.processes}
+    assert procs[4242].utilization_percent == pytest.approx(75.0)
+    assert procs[4250].utilization_percent == pytest.approx(25.0)
+    assert procs[4242].encoder_utilization_percent == pytest.approx(10.0)
+    assert procs[4242].memory_utilization_percent is None  # amdsmi has no per-process figure
+    # a counter that went back (the pid was reused): unknown for that cycle, never negative
+    now[0] += 1.0
+    rows[1]["engine_usage"]["gfx"] = 5
+    procs = {p.pid: p for p in backend.sample()[0].processes}
+    assert procs[4242].utilization_percent == 0.0 and procs[4250].utilization_percent is None
+    assert backend.warnings == []
+
+
+def test_cpx_board_process_activity_is_its_partitions_at_their_shares() -> None:
+    lib = FakeLibrary.from_fixture("mi300x_cpx")
+    now = [50.0]
+    backend = fake_backend(lib, clock=lambda: now[0])
+    backend.open()
+    backend.sample()
+    now[0] += 1.0
+    for row in lib.devices[0]["amdsmi_get_gpu_process_list"]:
+        row["engine_usage"]["gfx"] += int(0.8e9)  # 80% of partition 0
+    (board, parts), _ = _boards(list(backend.sample()))
+    on_part = [p for p in parts[0].processes]
+    assert on_part and all(p.utilization_percent == pytest.approx(80.0) for p in on_part)
+    mine = {p.pid for p in on_part}
+    on_board = [p for p in board.processes or () if p.pid in mine]
+    # a process only on partition 0 of 8 keeps the board 10% busy
+    alone = [p for p in on_board if sum(p.pid in {q.pid for q in c.processes or ()}
+                                        for c in parts) == 1]
+    assert alone and all(p.utilization_percent == pytest.approx(10.0) for p in alone)

@@ -129,13 +129,13 @@ def test_na_cells_and_partial_status(tmp_path: Path, monkeypatch: pytest.MonkeyP
                                                   "ps": route(text="[]")})
     devices = backend.sample()
     assert [d.details["dev_name"] for d in devices] == ["npu0", "npu2"]
-    dead, unknown = devices
+    dead, unread = devices
     assert dead.health == "lost"
     assert dead.utilization_percent is None and dead.power_watts is None and dead.memory_used_bytes is None
     assert "core_utilization_percent" not in dead.details
     assert dead.firmware_version is None  # "N/A"
-    assert unknown.health == "unknown"  # no status row for npu2
-    assert unknown.power_watts is None and unknown.temperature_celsius is None  # "garbage W", 999
+    assert unread.health == "degraded"  # listed by info, no status row for npu2 (issue 20)
+    assert unread.power_watts is None and unread.temperature_celsius is None  # "garbage W", 999
     text = " | ".join(backend.warnings)
     assert "row 1 (npu1) has no device_uuid" in text
     assert "unreadable power 'garbage W'" in text

@@ -411,7 +411,8 @@ def test_process_owner_through_psutil():
     assert owners_of(child.pid) == (None, None)  # vanished: no crash, no values
 
 
-def test_at_most_ten_calls_per_gpu_per_cycle(monkeypatch, backends):
+def test_at_most_eleven_calls_per_gpu_per_cycle(monkeypatch, backends):
+    """Ten reads, plus one per-process utilization call on a GPU that lists processes."""
     gpus = fleet(8)
     for gpu in gpus:
         gpu.compute = [FakeProcess(3000 + gpu.index, 2 << 30)]
@@ -426,8 +427,9 @@ def test_at_most_ten_calls_per_gpu_per_cycle(monkeypatch, backends):
         devices = backend.sample()
         assert all(d.health == "ok" and d.fan_percent == 45.0 for d in devices)
     for gpu in gpus:
-        assert fake.device_calls[gpu.index] <= 10 * cycles
-    assert fake.total_calls() <= 10 * len(gpus) * cycles
+        assert fake.device_calls[gpu.index] <= 11 * cycles
+    assert fake.total_calls() <= 11 * len(gpus) * cycles
+    assert fake.calls["nvmlDeviceGetProcessesUtilizationInfo"] == len(gpus) * cycles
     assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0  # time-window call is opt-in
 
 
@@ -539,3 +541,79 @@ def test_fake_exports_only_real_nvml_symbols():
     v1 = {"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"}
     exported = set(vars(FakeNvml([]).lib))
     assert exported - v1 <= looked_up, exported - v1 - looked_up
+
+
+def test_per_process_utilization_since_the_previous_cycle(monkeypatch, backends):
+    """nvmlDeviceGetProcessesUtilizationInfo: each sample once, none older than the last read."""
+    gpu = FakeGpu.from_profile("rtx-6000-ada", 0)
+    gpu.compute = [FakeProcess(10, 1 << 30, sm_util=75, mem_util=40, enc_util=3),
+                   FakeProcess(11, 1 << 30, sm_util=25)]
+    gpu.graphics = [FakeProcess(12, 1 << 20)]  # listed, no samples: ran nothing
+    fake = FakeNvml([gpu])
+    backend = opened(fake, monkeypatch)
+    backends.append(backend)
+    fake.reset_counts()
+    before = time.time()
+    [dev] = backend.sample()
+    assert fake.callback_errors == []
+    procs = {p.pid: p for p in dev.processes}
+    assert (procs[10].utilization_percent, procs[10].memory_utilization_percent,
+            procs[10].encoder_utilization_percent, procs[10].decoder_utilization_percent) == \
+        (75.0, 40.0, 3.0, 0.0)
+    assert procs[11].utilization_percent == 25.0 and procs[12].utilization_percent == 0.0
+    assert fake.calls["nvmlDeviceGetProcessesUtilizationInfo"] == 1  # one call per cycle
+    # First read: the last second only (no stale history).
+    assert (before - 1.5) * 1e6 <= gpu.util_asked[0] <= (time.time() - 1.0) * 1e6
+    first = max(x[1] for x in gpu.util_samples)
+    gpu.util_samples.append((10, int((before - 5) * 1e6), 99, 0, 0, 0))  # an old sample
+    gpu.compute[0].sm_util = 50
+    time.sleep(0.002)
+    [dev] = backend.sample()
+    assert gpu.util_asked[1] == first  # later: the newest timestamp already taken
+    assert {p.pid: p.utilization_percent for p in dev.processes} == {10: 50.0, 11: 25.0, 12: 0.0}
+    # Nothing new since: NotFound, every process ran 0% (no double counting of old samples).
+    for proc in gpu.compute:
+        proc.sm_util = None
+    [dev] = backend.sample()
+    assert {p.pid: p.utilization_percent for p in dev.processes} == {10: 0.0, 11: 0.0, 12: 0.0}
+    assert fake.callback_errors == []
+
+
+def test_per_process_utilization_means_the_samples_of_the_interval(monkeypatch, backends):
+    gpu = FakeGpu.from_profile("rtx-6000-ada", 0)
+    gpu.compute = [FakeProcess(10, 1 << 30)]
+    fake = FakeNvml([gpu])
+    backend = opened(fake, monkeypatch)
+    backends.append(backend)
+    backend.sample()
+    stamp = int(time.time() * 1e6)
+    gpu.util_samples += [(10, stamp + 100, 80, 0, 0, 0), (10, stamp + 200, 40, 0, 0, 0)]
+    [dev] = backend.sample()
+    assert dev.processes[0].utilization_percent == 60.0
+
+
+@pytest.mark.parametrize("driver", ["r470", "r440"])
+def test_per_process_utilization_falls_back_to_the_older_call(monkeypatch, backends, driver):
+    gpu = FakeGpu.from_profile("rtx-6000-ada", 0)
+    gpu.compute = [FakeProcess(10, 1 << 30, sm_util=75), FakeProcess(11, 1 << 30, sm_util=25)]
+    fake = FakeNvml([gpu], driver=driver)
+    backend = opened(fake, monkeypatch)
+    backends.append(backend)
+    [dev] = backend.sample()
+    assert {p.pid: p.utilization_percent for p in dev.processes} == {10: 75.0, 11: 25.0}
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 1
+    assert fake.callback_errors == []
+
+
+def test_per_process_utilization_unsupported_is_unknown_and_not_asked_again(monkeypatch, backends):
+    gpu = FakeGpu.from_profile("rtx-6000-ada", 0)
+    gpu.compute = [FakeProcess(10, 1 << 30, sm_util=75)]
+    gpu.not_supported.add("nvmlDeviceGetProcessesUtilizationInfo")
+    fake = FakeNvml([gpu])
+    backend = opened(fake, monkeypatch)
+    backends.append(backend)
+    [dev] = backend.sample()
+    assert dev.processes[0].utilization_percent is None
+    fake.reset_counts()
+    backend.sample()
+    assert fake.calls["nvmlDeviceGetProcessesUtilizationInfo"] == 0

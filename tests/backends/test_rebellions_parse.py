@@ -283,3 +283,16 @@ def test_process_user_of_this_process_and_of_a_missing_pid() -> None:
 
     assert process_user(os.getpid()) == psutil.Process().username()
     assert process_user(2 ** 22 + 12345) is None  # above the kernel's pid_max
+
+
+def test_contexts_util_info_is_each_processes_utilization() -> None:
+    """rbln-smi's per-context ``util_info`` (% of the die), summed over a process's contexts."""
+    (first, second), _ = _build(_fixture("rbln-smi-malformed-process-row.json"))
+    assert [(p.pid, p.utilization_percent) for p in first.processes] == [(3101, 35.0)]
+    assert [(p.pid, p.utilization_percent) for p in second.processes] == [(3102, 10.0),
+                                                                          (3104, 12.0)]
+    report = {"devices": [_row()], "contexts": [
+        {"npu": 0, "pid": "10", "process": "a", "memalloc": "1.0GiB", "util_info": "20.0"},
+        {"npu": 0, "pid": "10", "process": "a", "memalloc": "1.0GiB"}]}
+    (device,), _ = _build(report)
+    assert device.processes[0].utilization_percent is None  # one context without it: unknown

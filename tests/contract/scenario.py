@@ -43,12 +43,15 @@ class Scenario:
     ``None`` when the scenario has no hardware: then ``probe()`` must say
     unavailable with a reason, or ``sample()`` must return an empty list.
     ``expected`` holds exact values per device id (built with :func:`expect`).
+    ``unread`` names devices the tool lists but gives no reading row for this sample: the
+    contract suite asserts they are ``degraded`` (never ``ok``) with no reading values.
     """
 
     name: str
     build: Callable[[ScenarioEnv], Backend]
     expected_devices: int | None
     expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    unread: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.expected, Mapping):
@@ -98,6 +101,11 @@ class CliTool:
     ``options`` are the backend options the matrix runs it with (``{"method": "cli"}``).
     ``drift`` maps matrix cells (``oldest``, ``newest``, ``na-fields``, ``64-devices``,
     ``partitions``) to names of this module's :data:`SCENARIOS`.
+    ``calls`` are the distinct argument strings (as the stand-in keys them, placeholders
+    replaced) that ``open()`` and the first ``sample()`` run against the ``newest`` scenario:
+    the matrix faults each one alone, the others answered by that scenario's own stand-in, so
+    a call made only in ``sample()`` is faulted too (a test checks the list against the calls
+    really made).
     """
 
     env_var: str
@@ -106,6 +114,7 @@ class CliTool:
     options: Mapping[str, Any] = field(default_factory=dict)
     partial_status: str = "error"
     drift: Mapping[str, str] = field(default_factory=dict)
+    calls: tuple[str, ...] = ()
 
 
 def scenario_module(name: str) -> ModuleType | None:

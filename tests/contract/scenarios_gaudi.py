@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from allsmi.backends import gaudi as gaudi_module
+from allsmi.backends.gaudi import csv_output
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
 
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
@@ -133,7 +134,10 @@ SCENARIOS: list[Scenario] = [
 
 
 #: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives hl-smi.
+#: The query of the newest scenario (every field hl-smi 1.22 accepts), one-shot and in loop mode.
+_QUERY = f"-Q {','.join(csv_output.ALL_FIELDS)} -f {gaudi_module.FORMAT}"
 CLI = CliTool(env_var=ENV_VAR, executable="hl-smi", partial=GAUDI / "gaudi3-8x-truncated.csv",
               options={"interval_seconds": 0.2}, partial_status="ok",
+              calls=("-L", _QUERY, f"{_QUERY} -l 0.2"),
               drift={"oldest": "gaudi2-8x-sw1.15-fewer-fields", "newest": "gaudi3-8x-loop",
                      "na-fields": "gaudi2-4x-na-cells", "64-devices": "gaudi3-64x"})

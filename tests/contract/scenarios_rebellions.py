@@ -136,6 +136,7 @@ SCENARIOS: list[Scenario] = [
 
 #: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives rbln-smi.
 CLI = CliTool(env_var=ENV_VAR, executable="rbln-smi", partial=RBLN_FIXTURES / "rbln-smi-truncated.json",
+              calls=("-j",),
               drift={"oldest": "atom-4-cards-rbln-stat-fallback", "newest": "atom-plus-4-cards-loaded",
                      "na-fields": "atom-plus-na-cells", "64-devices": "atom-plus-64-cards",
                      "partitions": "atom-max-2-cards-8-dies", "multi-process": "atom-plus-8-cards-four-jobs"})

@@ -120,6 +120,7 @@ SCENARIOS: list[Scenario] = [
 
 #: How the fault-and-drift matrix (tests/contract/test_cli_faults.py) drives tt-smi.
 CLI = CliTool(env_var=ENV_VAR, executable="tt-smi", partial=TENSTORRENT / "snapshot-truncated.json",
+              calls=("-s --snapshot_no_tty",),
               drift={"oldest": "tt-smi-2.2-file-mode", "newest": "tt-smi-6.8-p300c",
                      "na-fields": "na-cells", "64-devices": "tt-smi-5.3-64-boards",
                      "partitions": "tt-smi-6.8-p300c"})

@@ -87,6 +87,43 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
         assert not (isinstance(value, float) and not math.isfinite(value)), (key, value)
 
 
+#: Field families whose unit a backend most easily forgets to convert, and the wrong value: a
+#: byte count left in MiB, watts left in milliwatts.
+UNIT_SLIPS = {"memory_used_bytes": lambda v: v // 2**20, "memory_total_bytes": lambda v: v // 2**20,
+              "power_watts": lambda v: v * 1000, "power_limit_watts": lambda v: v * 1000}
+
+
+def _check_units_are_caught(devices: list[DeviceSample], scenario: Scenario) -> None:
+    """The declared truth would catch a value left in MiB or mW: each declared non-zero bytes or
+    watts value, slipped to the wrong unit, fails :func:`check_expected`."""
+    from dataclasses import replace
+    for device_id, values in scenario.expected.items():
+        dev = next(d for d in devices if d.id == device_id)
+        for key, slip in UNIT_SLIPS.items():
+            want = values.get(key)
+            if not want:
+                continue
+            slipped = replace(dev, **{key: slip(getattr(dev, key))})
+            with pytest.raises(AssertionError):
+                check_expected([slipped], {device_id: {key: want}})
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_declared_truth_covers_the_units_a_backend_converts(name: str) -> None:
+    """Every backend declares exact values (``expect``) for at least one byte count and one
+    wattage it reports, so that a value left in MiB or mW fails the contract suite."""
+    cls = registry.load(name)
+    module = scenario_module(name)
+    assert module is not None
+    declared = {key for s in module.SCENARIOS for values in s.expected.values()
+                for key, value in values.items() if isinstance(value, (int, float)) and value}
+    for family in (("memory_used_bytes", "memory_total_bytes"), ("power_watts", "power_limit_watts")):
+        reported = [f for f in family if f not in cls.unreported_fields]
+        if reported:
+            assert declared & set(reported), \
+                f"{name}: no scenario declares an exact non-zero value of {' or '.join(reported)}"
+
+
 @pytest.mark.parametrize(("name", "scenario"), [c for c in CASES if c[1] is not None],
                          ids=[f"{n}-{s.name}" for n, s in CASES if s is not None])
 def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
@@ -133,6 +170,13 @@ def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
     ids = [d.id for d in devices]
     assert len(ids) == len(set(ids)), "device ids must be unique"
     check_expected(devices, scenario.expected)
+    _check_units_are_caught(devices, scenario)
+    by_id = {d.id: d for d in devices}
+    for device_id in scenario.unread:  # listed, but no reading row this sample
+        assert device_id in by_id, f"{device_id} is listed by the tool and must be reported"
+        dev = by_id[device_id]
+        assert dev.health == "degraded", f"{device_id}: no reading row, so degraded, not {dev.health}"
+        assert dev.utilization_percent is None and dev.memory_used_bytes is None, dev
     seen: set[str] = set()
     for dev in devices:
         _check_device(dev, backend)

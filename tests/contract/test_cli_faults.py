@@ -220,6 +220,72 @@ def test_drift_cell(name: str, cell: str, tmp_path: Path, monkeypatch: pytest.Mo
         assert any(len(devs) > 1 for devs in users.values()), "a process on several devices"
 
 
+def _newest(name: str) -> Scenario:
+    spec, module = _spec(name), scenario_module(name)
+    return next(s for s in module.SCENARIOS if s.name == spec.drift["newest"])
+
+
+def _routed(name: str, env: ScenarioEnv, faults: dict[str, dict[str, Any]]) -> tuple[Any, Path]:
+    """The ``newest`` scenario's backend with a route table in front of its stand-in: the calls
+    in ``faults`` answered so, every other one passed on to the scenario's own stand-in."""
+    spec = _spec(name)
+    backend = _newest(name).build(env)
+    healthy = Path(os.environ[spec.env_var])
+    config = Path(str(healthy) + ".json")
+    placeholders = json.loads(config.read_text()).get("placeholders", []) if config.exists() else []
+    bindir = env.tmp_path / "routed-bin"
+    pidfile = bindir / "pids"
+    routes = {call: dict(route, pidfile=str(pidfile)) for call, route in faults.items()}
+    exe = standin.write_standin(bindir, spec.executable, routes,
+                                default={"exec": str(healthy), "pidfile": str(pidfile)},
+                                placeholders=placeholders)
+    env.monkeypatch.setenv(spec.env_var, str(exe))
+    return backend, bindir
+
+
+def _call_cells() -> list[Any]:
+    return [pytest.param(name, call, id=f"{name}-call-{n}") for name, spec, _ in CLI_BACKENDS
+            for n, call in enumerate(spec.calls)]
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in CLI_BACKENDS])
+def test_declared_calls_are_the_calls_made(name: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CLI.calls`` lists every distinct call of open() and the first sample(), so that each is
+    faulted below (a backend whose sample() runs another command cannot leave it untested)."""
+    backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), {})
+    try:
+        backend.open()
+        devices = backend.sample()
+    finally:
+        backend.close()
+    assert len(devices) == _newest(name).expected_devices
+    made = tuple(dict.fromkeys(standin.calls(bindir)))
+    assert made, f"{name}: the routed stand-in was never called"
+    assert set(_spec(name).calls) == set(made), f"{name}: declare CLI.calls = {made!r}"
+
+
+@pytest.mark.parametrize(("name", "call"), _call_cells())
+def test_each_call_faulted_alone(name: str, call: str, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """One call crashes, the others answer: the crash is reported (an error, or a warning beside
+    the devices it did not spoil), never an invented value or "no devices", nothing left running."""
+    crash, _, text = FAULTS["crash"]
+    backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch),
+                              {call: dict(crash or {})})
+    snap, took = _collect([backend], 10.0)
+    assert took < 10.0 + BOUND
+    assert call in standin.calls(bindir), f"{name}: {call!r} was not reached"
+    status = next(b for b in snap.backends if b.name == name)
+    assert "PCI link down on 0000:19:00.0" in status.message, status
+    mine = [d for d in snap.devices if d.backend == name]
+    if status.status == "ok":
+        assert mine, f"{name}: ok with no devices after {call!r} failed"
+    else:
+        assert status.status == "error" and not mine, status
+    assert _wait_gone(standin.pids(bindir / "pids"), time.monotonic() + 5.0) == []
+
+
 def test_matrix_covers_every_cli_backend() -> None:
     names = {name for name, _, _ in CLI_BACKENDS}
     assert {"furiosa", "gaudi", "rebellions", "tenstorrent"} <= names
@@ -228,36 +294,36 @@ def test_matrix_covers_every_cli_backend() -> None:
 
 
 FAKE_BACKEND = '''
-    """A made-up vendor: a CLI tool printing a JSON list of devices."""
-    import json
-    import os
-
-    from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
-    from allsmi.backends._common.owners import process_user  # noqa: F401 - what a real one would use
-    from allsmi.backends._common.runner import Tool, backend_errors, describe_missing, find_tool
-    from allsmi.schema import DeviceSample
+    """A made-up vendor: a CLI tool printing a JSON list of devices. As docs/architecture.md
+    asks, importing it and probing load no parser and no tool runner: the module imports the
+    backend class and the tool search only; what reads the tool is imported by sample()."""
+    from allsmi.backends._common.clibackend import CliToolBackend
+    from allsmi.backends._common.toolpath import VendorTool
+    from allsmi.declarations import KubernetesResource
 
     ENV_VAR = "ALLSMI_ZZ_SMI"
 
 
-    class ZzBackend(Backend):
+    class ZzBackend(CliToolBackend):
         name = "zzvendor"
         vendor = "zzvendor"
         kind = "npu"
+        product = "Zz NPU"
+        tool_spec = VendorTool(("zz-smi",), ENV_VAR)
+        version_command = ("zz-smi", "--version")
         device_nodes = ("/dev/zz[0-9]*",)
-
-        def probe(self):
-            tool = find_tool("zz-smi", ENV_VAR)
-            return ProbeResult(True, details={"tool": tool}) if tool else ProbeResult(
-                False, describe_missing("zz-smi", ENV_VAR))
+        node_names = ("zz",)
+        kubernetes_resources = (KubernetesResource("zz.example/*"),)
 
         def open(self):
-            self._tool = find_tool("zz-smi", ENV_VAR)
-            if self._tool is None:
-                raise BackendUnavailable(describe_missing("zz-smi", ENV_VAR))
+            self._tool = self.require_tool()
 
         def sample(self):
-            tool = Tool(self._tool, self.timeout_seconds)
+            import json
+
+            from allsmi.backends._common.runner import backend_errors
+            from allsmi.schema import DeviceSample
+            tool = self.tool(self._tool)
             with backend_errors():
                 rows = tool.parse(tool.run("--json"), json.loads)
             return [DeviceSample(id=f"zz:{r['serial']}", vendor="zzvendor", kind="npu", backend="zzvendor",
@@ -296,7 +362,7 @@ FAKE_SCENARIOS = '''
         Scenario("absent", _absent, None),
         Scenario("two", _two, 2, dict([expect("zz:A1", power_watts=17.5, memory_total_bytes=16 * 1024**3)])),
     ]
-    CLI = CliTool(env_var=ENV_VAR, executable="zz-smi", partial=DIR / "zz-cut.json",
+    CLI = CliTool(env_var=ENV_VAR, executable="zz-smi", partial=DIR / "zz-cut.json", calls=("--json",),
                   drift={"oldest": "two", "newest": "two", "na-fields": "two", "64-devices": "two"})
 '''
 
@@ -315,6 +381,13 @@ def test_a_new_vendor_joins_from_its_entry_point_and_scenario_file_alone(tmp_pat
 
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    # Its probe loads no parser and no tool runner (the rule docs/architecture.md states).
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, json\nfrom zz_backend import ZzBackend\n"
+         "ZzBackend().probe()\nprint(json.dumps(sorted(sys.modules)))"],
+        env=env, capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(json.loads(probe.stdout.strip().splitlines()[-1]))
+    assert not loaded & {"allsmi.backends._common.runner", "subprocess", "selectors"}, loaded
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "zzvendor",
          "tests/contract/test_backend_contract.py", "tests/contract/test_cli_faults.py"],
@@ -322,5 +395,6 @@ def test_a_new_vendor_joins_from_its_entry_point_and_scenario_file_alone(tmp_pat
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     passed = int(summary.split(" passed")[0].split()[-1])
-    # 2 contract cells (+1 scenarios check), every fault cell, 4 drift cells
-    assert passed >= 3 + len(FAULTS) + 4, summary
+    # 2 contract cells (+1 scenarios check), every fault cell, 4 drift cells, its call checked
+    # against its declaration and faulted alone
+    assert passed >= 3 + len(FAULTS) + 4 + 2, summary

@@ -60,8 +60,10 @@ def simulated_snapshots(count: int = 3, *, step: float = 1.0, scenario: str = "m
     config = config or groups_config()
     attributor = None
     if attribution:
+        from allsmi import registry
         from allsmi.attribution import build_attributor
-        attributor = build_attributor(config, environ={}, simulate=True)
+        attributor = build_attributor(config, environ={}, simulate=True,
+                                      declarations=registry.declarations())
     collector = Collector(simulated_backends(scenario, clock=clock), config,
                           interval_seconds=step, host_sampler=FixedHost(hostname),  # type: ignore[arg-type]
                           attributor=attributor, clock=clock)

@@ -293,3 +293,14 @@ async def test_failing_and_hung_backends_are_shown_not_hidden(sim_snapshots: lis
     async with app.run_test(size=(200, 40)) as pilot:
         await pilot.pause()
         assert "backends:" not in screen_text(app)
+
+
+def test_processes_panel_shows_each_process_utilization() -> None:
+    """Per-process utilization (as nvitop's %SM), N/A where the vendor does not report it."""
+    from allsmi.schema import ProcessSample
+    names = [name for name, _, _ in ProcessTable.COLUMNS]
+    at = names.index("util")
+    cells = ProcessTable._cells(ProcessSample(7, "ann", "train", 1 << 30, utilization_percent=74.6),
+                                "nvidia 0")
+    assert cells[at].plain == "75%"
+    assert ProcessTable._cells(ProcessSample(8), "nvidia 0")[at].plain == "N/A"

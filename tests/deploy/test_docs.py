@@ -7,7 +7,8 @@ import re
 
 from .support import DEPLOY, REPO, UNITS
 
-DOCS = sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md", DEPLOY / "README.md"]
+DOCS = sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md", DEPLOY / "README.md",
+                                                 DEPLOY / "kubernetes" / "README.md"]
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 
 

@@ -1,0 +1,62 @@
+"""What a backend declares about its vendor, for the parts of allsmi that never import a backend.
+
+Attribution matches Kubernetes device-plugin ids and job-mapping file names to devices,
+``allsmi doctor`` lists device nodes, the docs tables name every vendor, the layering tests
+clear every tool override: each reads these declarations instead of a list of its own. A
+backend class sets them as class attributes (:class:`allsmi.backend_api.Backend`) and
+:meth:`~allsmi.backend_api.Backend.declaration` bundles them into a :class:`VendorDeclaration`;
+the CLI collects the installed backends' declarations (:func:`allsmi.registry.declarations`)
+and hands them to attribution, which sits beside the backends and imports none of them.
+
+This module is plain data at the bottom of the layers: it imports nothing from allsmi.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: How a device plugin writes the ids of the devices it allocates.
+ID_KINDS = ("auto", "uuid", "bus_id", "index", "serial")
+
+
+@dataclass(frozen=True)
+class KubernetesResource:
+    """One extended resource (or a glob of them) a vendor's Kubernetes device plugin advertises."""
+
+    pattern: str
+    """The resource name or a glob (``nvidia.com/mig-*``), matched case-insensitively."""
+    id_kind: str = "auto"
+    """How the plugin writes device ids (one of :data:`ID_KINDS`; ``auto`` tries each form)."""
+    plugin: str = ""
+    """Which plugin advertises it and how its ids look (for the docs table)."""
+
+    def __post_init__(self) -> None:
+        if self.id_kind not in ID_KINDS:
+            raise ValueError(f"id_kind must be one of {', '.join(ID_KINDS)}, got {self.id_kind!r}")
+
+
+@dataclass(frozen=True)
+class VendorDeclaration:
+    """Everything allsmi outside a backend needs to know about it."""
+
+    backend: str
+    """The registry name (``gaudi``)."""
+    vendor: str
+    """The schema vendor (``intel``)."""
+    kind: str
+    """``gpu`` or ``npu``."""
+    product: str = ""
+    """The devices in words, for docs (``Intel Gaudi``)."""
+    interface: str = ""
+    """What the backend reads (``hl-smi``, ``NVML``)."""
+    version_command: tuple[str, ...] = ()
+    """The command that prints the vendor interface's version (``("hl-smi", "--version")``)."""
+    kubernetes_resources: tuple[KubernetesResource, ...] = ()
+    """The resources of the vendor's device plugin; attribution's default rules."""
+    node_names: tuple[str, ...] = ()
+    """Prefixes of device-node names that carry a device index (``hl`` for ``hl3``,
+    ``accel`` for ``/dev/accel/accel3``; ``""`` for a bare number under ``/dev/<dir>/``)."""
+    device_nodes: tuple[str, ...] = ()
+    """Glob patterns of the vendor driver's device nodes, listed by ``allsmi doctor``."""
+    env_vars: tuple[str, ...] = ()
+    """Environment variables the backend reads (``ALLSMI_HL_SMI``)."""

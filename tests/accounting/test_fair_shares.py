@@ -1,0 +1,153 @@
+"""Fair shares in the ledger and ``allsmi export``: used time and energy by measured activity,
+allocated time by declared share, methods per row, ``bill_by`` and ``carbon_gco2e``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from allsmi.accounting.ledger import SCHEMA_VERSION, Ledger
+from allsmi.schema import DeviceSample, ProcessSample, Workload
+
+from .helpers import T0, config, record, snap
+
+SINCE, UNTIL = "2026-03-02T00:00:00Z", "2026-03-02T01:00:00Z"
+CONFIG = """
+[accounting]
+grid_gco2e_per_kwh = 400
+
+[groups.shared]
+price_per_device_hour = 4.0
+currency = "EUR"
+
+[groups.byuse]
+price_per_device_hour = 4.0
+currency = "EUR"
+bill_by = "used"
+grid_gco2e_per_kwh = 20
+"""
+
+
+def shared_gpu(dev_id: str, group: str, procs: tuple[ProcessSample, ...] = (),
+               workloads: tuple[Workload, ...] | None = None) -> DeviceSample:
+    return DeviceSample(id=dev_id, vendor="nvidia", kind="gpu", backend="nvidia", name="H100",
+                        uuid=dev_id, resource_group=group, health="ok", utilization_percent=80.0,
+                        power_watts=300.0, processes=procs, workloads=workloads)
+
+
+def two_users(dev_id: str, group: str) -> DeviceSample:
+    return shared_gpu(dev_id, group, (
+        ProcessSample(10, user="ann", memory_bytes=1 << 30, utilization_percent=60.0),
+        ProcessSample(11, user="bob", memory_bytes=8 << 30, utilization_percent=20.0)))
+
+
+def export(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp / "config.toml").write_text(CONFIG)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg"), "ALLSMI_LEDGER": ""}
+    return subprocess.run([sys.executable, "-m", "allsmi", "export", "--ledger", str(tmp / "l.db"),
+                           "--config", str(tmp / "config.toml"), "--since", SINCE, "--until", UNTIL,
+                           *args], cwd=tmp, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture()
+def ledger(tmp_path: Path) -> Path:
+    db = tmp_path / "l.db"
+    record(db, [snap(T0 + t, two_users("GPU-s", "shared"), two_users("GPU-u", "byuse"))
+                for t in range(0, 3601, 5)], config(CONFIG))
+    return db
+
+
+def test_used_follows_activity_and_allocated_is_equal(ledger: Path, tmp_path: Path) -> None:
+    out = export(tmp_path, "--group-by", "resource_group,user", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = {(r["resource_group"], r["user"]): r for r in json.loads(out.stdout)["rows"]}
+    ann, bob = rows[("shared", "ann")], rows[("shared", "bob")]
+    assert ann["used_device_hours"] / bob["used_device_hours"] == pytest.approx(3.0, rel=0.05)
+    assert ann["allocated_device_hours"] == pytest.approx(bob["allocated_device_hours"])
+    assert (ann["allocation_method"], ann["usage_method"]) == ("equal", "activity")
+    # each column adds up to the device (0.8 device-hours used, 1 allocated)
+    assert ann["used_device_hours"] + bob["used_device_hours"] == pytest.approx(0.8, rel=0.01)
+    assert ann["allocated_device_hours"] + bob["allocated_device_hours"] == \
+        pytest.approx(1.0, rel=0.01)
+    # busy energy follows use: 300 W x 1 h, 3:1
+    assert ann["energy_kwh"] + bob["energy_kwh"] == pytest.approx(0.3, rel=0.01)
+    assert ann["energy_kwh"] / bob["energy_kwh"] == pytest.approx(3.0, rel=0.05)
+    # carbon: the [accounting] intensity, and the group's own where it sets one
+    assert ann["carbon_gco2e"] == pytest.approx(ann["energy_kwh"] * 400, rel=1e-3)
+    assert rows[("byuse", "ann")]["carbon_gco2e"] == pytest.approx(
+        rows[("byuse", "ann")]["energy_kwh"] * 20, rel=1e-3)
+    # cost: allocated hours by default, used hours with bill_by = "used"
+    assert ann["cost"] == pytest.approx(ann["billed_device_hours"] * 4.0, rel=1e-6)
+    by_use = rows[("byuse", "ann")]
+    assert by_use["cost"] == pytest.approx(by_use["used_device_hours"] * 4.0, rel=1e-6)
+    assert by_use["cost"] == pytest.approx(0.6 * 4.0, rel=0.01)
+
+
+def test_csv_carries_the_methods(ledger: Path, tmp_path: Path) -> None:
+    out = export(tmp_path, "--group-by", "user")
+    assert out.returncode == 0, out.stderr
+    table = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert {"allocation_method", "usage_method", "carbon_gco2e"} <= set(table[0])
+    assert {r["usage_method"] for r in table if r["user"]} == {"activity"}
+    # without holder grouping the device rows name the methods too
+    out = export(tmp_path, "--group-by", "resource_group")
+    assert {r["allocation_method"] for r in csv.DictReader(io.StringIO(out.stdout))} == {"equal"}
+
+
+def test_declared_replicas_bill_a_quarter_each(tmp_path: Path) -> None:
+    db = tmp_path / "l.db"
+    pods = tuple(Workload("kubernetes", namespace="ml", pod=f"infer-{i}", share=0.25)
+                 for i in range(4))
+    record(db, [snap(T0 + t, shared_gpu("GPU-k", "shared", workloads=pods))
+                for t in range(0, 3601, 10)], config(CONFIG))
+    out = export(tmp_path, "--group-by", "pod", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = [r for r in json.loads(out.stdout)["rows"] if r["pod"]]
+    assert len(rows) == 4
+    for row in rows:
+        assert row["allocated_device_hours"] == pytest.approx(0.25, rel=0.01)
+        assert row["allocation_method"] == "declared"
+    assert sum(r["allocated_device_hours"] for r in rows) == pytest.approx(1.0, rel=0.001)
+
+
+def test_a_version_3_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "l.db"
+    record(db, [snap(T0 + t, two_users("GPU-s", "shared")) for t in range(0, 3601, 20)],
+           config(CONFIG))
+    conn = sqlite3.connect(db)
+    for table in ("intervals", "quarters", "days", "holder_intervals", "holder_quarters",
+                  "holder_days"):
+        for column in ("used_billed_ms", "allocation_method", "usage_method"):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    out = export(tmp_path, "--group-by", "user", "--format", "json")  # read-only: views
+    assert out.returncode == 0, out.stderr
+    assert {r["usage_method"] for r in json.loads(out.stdout)["rows"]} == {None}
+    Ledger(db).close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == \
+        (str(SCHEMA_VERSION),)
+    assert "usage_method" in {r[1] for r in conn.execute("PRAGMA table_info(holder_days)")}
+    conn.close()
+
+
+def test_bad_bill_by_and_carbon_are_config_errors(tmp_path: Path) -> None:
+    for text in ('[groups.g]\nbill_by = "busy"\n', '[accounting]\ngrid_gco2e_per_kwh = -1\n'):
+        (tmp_path / "bad.toml").write_text(text)
+        env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_LEDGER": ""}
+        (tmp_path / "l.db").touch()
+        out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--since", SINCE, "--config",
+                              str(tmp_path / "bad.toml"), "--ledger", str(tmp_path / "l.db")],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, (text, out.stderr)
+        assert "bad.toml" in out.stderr and out.stdout == ""

