@@ -68,6 +68,8 @@ class ResourceGroup:
     grid_gco2e_per_kwh: float | None = None
     """Carbon intensity of the group's electricity, grams CO2e per kWh; ``None``: the
     ``[accounting]`` one (if any)."""
+    budget_per_month: float | None = None
+    """The group's budget for a calendar month, in its currency (``None``: no budget)."""
 
 
 #: Values of ``[groups.NAME] partition_billing``.
@@ -78,6 +80,8 @@ BILL_BY = ("allocated", "used")
 MAX_GCO2E_PER_KWH = 5000.0
 #: Prices are at most this (per device-hour or per kWh): a larger one is a typo.
 MAX_PRICE = 1e9
+#: A monthly budget is at most this: a larger one is a typo.
+MAX_BUDGET = 1e15
 
 
 @dataclass(frozen=True)
@@ -308,7 +312,8 @@ class _Validator:
 
     def group(self, name: str, raw: dict[str, Any]) -> ResourceGroup:
         self.unknown(raw, ("labels", "price_per_device_hour", "price_per_kwh", "currency",
-                           "partition_billing", "bill_by", "grid_gco2e_per_kwh"), "groups", name)
+                           "partition_billing", "bill_by", "grid_gco2e_per_kwh",
+                           "budget_per_month"), "groups", name)
         labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
         labels: dict[str, str] = {}
         for key, value in labels_raw.items():
@@ -341,5 +346,9 @@ class _Validator:
         if (prices["price_per_device_hour"] is not None or prices["price_per_kwh"] is not None) \
                 and currency is None:
             raise self.fail("a group with prices needs a currency", "groups", name)
+        budget = self.number(raw["budget_per_month"], "groups", name, "budget_per_month",
+                             maximum=MAX_BUDGET) if "budget_per_month" in raw else None
+        if budget is not None and currency is None:
+            raise self.fail("a group with a budget needs a currency", "groups", name)
         return ResourceGroup(name, labels, prices["price_per_device_hour"], prices["price_per_kwh"],
-                             currency, billing, bill_by, carbon)
+                             currency, billing, bill_by, carbon, budget)

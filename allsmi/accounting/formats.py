@@ -25,13 +25,15 @@ TAIL_COLUMNS = KEY_COLUMNS + (
     "idle_allocated_device_hours", "billed_device_hours", "used_device_hours",
     "avg_utilization_ratio", "energy_kwh", "avg_memory_used_bytes", "peak_memory_used_bytes",
     "price_per_device_hour", "price_per_kwh", "cost", "idle_cost", "currency", "coverage_ratio",
-    "allocation_method", "usage_method", "carbon_gco2e")
+    "allocation_method", "usage_method", "carbon_gco2e",
+    "budget", "budget_used_ratio", "forecast_month_end_cost")
 
 #: Decimal places per numeric column (fixed, so reruns give identical bytes).
 _DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "billed_device_hours": 6,
            "idle_allocated_device_hours": 6, "idle_cost": 6, "used_device_hours": 6,
            "avg_utilization_ratio": 6, "energy_kwh": 6, "avg_memory_used_bytes": 0,
-           "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6, "carbon_gco2e": 3}
+           "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6, "carbon_gco2e": 3,
+           "budget_used_ratio": 6, "forecast_month_end_cost": 6}
 
 #: Column types, for Parquet (``datetime`` cells are RFC 3339 with an offset).
 _TEXT = ("resource_group",) + KEY_COLUMNS + ("currency", "allocation_method", "usage_method")
@@ -74,7 +76,8 @@ def _values(report: Report, row: Row) -> dict[str, str]:
            "resource_group": row.resource_group, "device_count": str(row.device_count),
            "price_per_device_hour": _price(row.price_per_device_hour),
            "price_per_kwh": _price(row.price_per_kwh), "currency": row.currency or "",
-           "allocation_method": row.allocation_method or "", "usage_method": row.usage_method or ""}
+           "allocation_method": row.allocation_method or "", "usage_method": row.usage_method or "",
+           "budget": _price(row.budget)}
     for col in KEY_COLUMNS:
         out[col] = getattr(row, col) or ""
     for name in report.label_names:
@@ -119,9 +122,16 @@ def json_row(row: Row) -> dict[str, Any]:
 def to_json(report: Report) -> str:
     """``{"period_start", "period_end", "group_by", "coverage_ratio", "rows": [...]}``."""
     rows = [json_row(row) for row in report.rows]
-    doc = {"source": report.source, "period_start": iso(report.window.start),
+    doc: dict[str, Any] = {"source": report.source}
+    if report.source_data:
+        doc["source_data"] = report.source_data
+    if report.price_sources is not None:
+        doc["prices"] = dict(report.price_sources)
+    doc.update({"period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by),
-           "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows}
+           "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows})
+    if report.warnings:
+        doc["warnings"] = list(report.warnings)
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 

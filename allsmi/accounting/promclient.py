@@ -8,9 +8,13 @@ contain a password or a token.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
+import socket
 import ssl
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +31,11 @@ MAX_SECRET_BYTES = 64 * 1024
 
 class PrometheusError(Exception):
     """Prometheus could not be reached or answered with an error."""
+
+
+class PartialAnswer(PrometheusError):
+    """The server answered ``success`` but marked the answer partial (``warnings`` or
+    ``isPartial``: a store, shard or replica did not answer), so data may be missing."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -96,6 +105,9 @@ def split_url(url: str) -> tuple[str, str | None, str | None]:
     """``url`` without its ``user:password@`` part, and the (percent-decoded) user and password."""
     head, userinfo, rest = _userinfo(url)
     bare = head + rest
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise PrometheusError(f"invalid Prometheus URL {redact_url(url)!r}: it contains a space "
+                              "or a control character (percent-encode it, e.g. %20)")
     parsed = urllib.parse.urlsplit(bare)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise PrometheusError(f"invalid Prometheus URL {redact_url(url)!r} "
@@ -176,7 +188,8 @@ class PrometheusClient:
     """
 
     def __init__(self, url: str, timeout: float = 30.0, credentials: Credentials | None = None,
-                 ca_file: str | None = None, max_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 ca_file: str | None = None, max_bytes: int = MAX_RESPONSE_BYTES,
+                 allow_partial: bool = False) -> None:
         base, user, password = split_url(url)
         if user is not None and credentials is not None and \
                 (credentials.username is not None or credentials.bearer_token is not None):
@@ -188,6 +201,11 @@ class PrometheusClient:
         self.url = base.rstrip("/")
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self.allow_partial = allow_partial
+        #: Whether the export may bill from the hourly roll-ups (``--no-rollups``: never).
+        self.use_rollups = True
+        #: The servers' warnings about partial answers, when ``allow_partial`` accepted them.
+        self.warnings: list[str] = []
         handlers: list[Any] = [_NoRedirect()]
         if self.url.startswith("https://") or ca_file:
             try:
@@ -214,18 +232,43 @@ class PrometheusClient:
                                   f"{self.max_bytes} bytes")
         return bytes(body)
 
-    def query(self, promql: str, at: float) -> list[dict[str, Any]]:
-        """The vector result of ``promql`` evaluated at unix time ``at``."""
-        params = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
-        headers = {"Accept": "application/json"}
-        auth = self.credentials.header()
-        if auth:
-            headers["Authorization"] = auth
-        request = urllib.request.Request(f"{self.url}/api/v1/query?{params}", headers=headers)
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                body = self._read(response)
-        except urllib.error.HTTPError as exc:
+    def _fetch(self, request: urllib.request.Request, promql: str, auth: str | None) -> bytes:
+        """The body of the answer to ``request``, all of it within ``timeout`` seconds.
+
+        The socket timeout alone bounds each read, so a server trickling a byte at a time
+        could hold the export for ever: the request runs in a worker thread and is given up
+        (its socket shut down) when the whole of it has not arrived by the deadline.
+        """
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                with self._opener.open(request, timeout=self.timeout) as response:
+                    box["response"] = response
+                    box["body"] = self._read(response)
+            except urllib.error.HTTPError as exc:
+                box["error"] = exc
+                try:
+                    box["detail"] = exc.read(2000).decode("utf-8", "replace")[:500]
+                except OSError:
+                    box["detail"] = ""
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, name="allsmi-prometheus-query", daemon=True)
+        started = time.monotonic()
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            _abort(box.get("response"))
+            raise PrometheusError(f"{self.url}: no complete answer within {self.timeout:g} s "
+                                  f"(--timeout) for {promql!r}")
+        exc = box.get("error")
+        if exc is None:
+            return bytes(box["body"])
+        if isinstance(exc, PrometheusError):
+            raise exc
+        if isinstance(exc, urllib.error.HTTPError):
             if exc.code in (401, 403):
                 how = ("with the configured credentials" if auth else
                        "without credentials (see --prometheus-user, --prometheus-password-file "
@@ -235,13 +278,36 @@ class PrometheusClient:
                 raise PrometheusError(f"{self.url}: HTTP {exc.code} redirect to "
                                       f"{redact_url(exc.headers.get('Location', '?'))}: not "
                                       "followed (give the final URL)") from None
-            detail = exc.read(2000).decode("utf-8", "replace")[:500]
             raise PrometheusError(self._safe(f"{self.url}: HTTP {exc.code} for {promql!r}: "
-                                             f"{detail}")) from None
-        except (urllib.error.URLError, OSError) as exc:
+                                             f"{box.get('detail', '')}")) from None
+        if isinstance(exc, (urllib.error.URLError, OSError)):
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+                reason = f"timed out after {time.monotonic() - started:.1f} s (--timeout)"
             raise PrometheusError(self._safe(f"cannot reach Prometheus at {self.url}: "
                                              f"{reason}")) from None
+        if isinstance(exc, (ValueError, http.client.HTTPException)):
+            raise PrometheusError(self._safe(f"{self.url}: bad request or answer: "
+                                             f"{type(exc).__name__}: {exc}")) from None
+        raise exc
+
+    def query(self, promql: str, at: float) -> list[dict[str, Any]]:
+        """The vector result of ``promql`` evaluated at unix time ``at``."""
+        return self._query(promql, at, "vector")
+
+    def query_range_vector(self, promql: str, at: float) -> list[dict[str, Any]]:
+        """The raw samples (``values``) of the range vector ``promql`` (``metric[range]``) at
+        unix time ``at``: a matrix."""
+        return self._query(promql, at, "matrix")
+
+    def _query(self, promql: str, at: float, kind: str) -> list[dict[str, Any]]:
+        params = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
+        headers = {"Accept": "application/json"}
+        auth = self.credentials.header()
+        if auth:
+            headers["Authorization"] = auth
+        request = urllib.request.Request(f"{self.url}/api/v1/query?{params}", headers=headers)
+        body = self._fetch(request, promql, auth)
         try:
             doc = json.loads(body)
         except ValueError:
@@ -252,11 +318,43 @@ class PrometheusClient:
             raise PrometheusError(self._safe(f"{self.url}: query {promql!r} failed: "
                                              f"{doc.get('errorType', '')} "
                                              f"{doc.get('error', '')}".strip()))
+        self._check_partial(doc, promql)
         data = doc.get("data") or {}
-        if not isinstance(data, dict) or data.get("resultType") != "vector":
-            kind = data.get("resultType") if isinstance(data, dict) else None
-            raise PrometheusError(f"{self.url}: expected a vector for {promql!r}, got {kind!r}")
+        if kind == "matrix" and isinstance(data, dict) and data.get("resultType") == "vector":
+            return []  # a stand-in that answers every query with a vector: no samples to read
+        if not isinstance(data, dict) or data.get("resultType") != kind:
+            got = data.get("resultType") if isinstance(data, dict) else None
+            raise PrometheusError(f"{self.url}: expected a {kind} for {promql!r}, got {got!r}")
         result = data.get("result") or []
         if not isinstance(result, list):
             raise PrometheusError(f"{self.url}: the result for {promql!r} is not a list")
         return [s for s in result if isinstance(s, dict)]
+
+    def _check_partial(self, doc: dict[str, Any], promql: str) -> None:
+        """Raise :class:`PartialAnswer` for an answer marked partial, or (with ``allow_partial``)
+        note its warnings in :attr:`warnings`."""
+        raw = doc.get("warnings")
+        warnings = [self._safe(str(w))[:300] for w in raw] if isinstance(raw, list) else \
+            ([self._safe(str(raw))[:300]] if raw else [])
+        if doc.get("isPartial") is True or (isinstance(doc.get("data"), dict)
+                                            and doc["data"].get("isPartial") is True):
+            warnings.append("the server marked the answer partial (isPartial)")
+        if not warnings:
+            return
+        if not self.allow_partial:
+            raise PartialAnswer(f"{self.url}: the answer to {promql!r} is partial, data may be "
+                                f"missing: {'; '.join(warnings)} (--allow-partial writes the "
+                                "export anyway, with its coverage lowered to 0)")
+        for warning in warnings:
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+
+
+def _abort(response: Any) -> None:
+    """Shut down the socket under ``response`` (if any), so that a blocked read ends."""
+    sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

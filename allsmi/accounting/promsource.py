@@ -35,7 +35,7 @@ from allsmi.fairshare import merge_methods
 
 __all__ = ["COUNTERS", "Credentials", "MAX_RESPONSE_BYTES", "MAX_SECRET_BYTES", "PrometheusClient",
            "PrometheusError", "access_settings", "holder_parts", "prometheus_parts", "read_secret",
-           "redact_url", "split_url"]
+           "redact_url", "split_holders", "split_url"]
 
 COUNTERS = {
     "observed": "allsmi_device_observed_seconds_total",
@@ -208,6 +208,18 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) ->
                            f"(count_over_time({WORKLOAD_INFO}[{rng}]))", at, dev_keys + WORKLOAD_KEYS)
     samples = _series(client, f"max by (uuid, instance) (count_over_time({DEVICE_INFO}[{rng}]))",
                       at, ("uuid", "instance"))
+    return split_holders(parts, held, samples, fair)
+
+
+def split_holders(parts: list[Part], held: dict[tuple[str, ...], float],
+                  samples: dict[tuple[str, str], float],
+                  fair: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]]
+                  | None = None) -> list[Part]:
+    """Each device part split among its holders: as the per-holder counters counted it where
+    ``fair`` has the device (:func:`_fair_shares`), else among its workloads by ``held``
+    (samples per uuid, instance, resource group and workload keys) out of ``samples`` (the
+    device's samples)."""
+    fair = fair or {}
     per_device: dict[tuple[str, ...], list[tuple[tuple[str, ...], float]]] = {}
     for key, count in held.items():
         if count > 0:

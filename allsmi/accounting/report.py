@@ -36,8 +36,8 @@ module groups them by the ``--group-by`` keys and computes the columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Sequence
 
 from allsmi.accounting.periods import Window
 from allsmi.config import Config
@@ -129,6 +129,12 @@ class Row:
     usage_method: str | None = None
     carbon_gco2e: float | None = None
     bill_by: str = "allocated"
+    budget: float | None = None
+    """The group's ``budget_per_month`` (in its currency)."""
+    budget_used_ratio: float | None = None
+    """``cost`` / ``budget``: this row's share of the group's monthly budget."""
+    forecast_month_end_cost: float | None = None
+    """``cost`` extrapolated linearly to the whole calendar month holding the window."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,13 @@ class Report:
     coverage_ratio: float | None
     """Observed device time over (distinct devices x window), all rows; ``None`` with no devices."""
     source: str
+    price_sources: tuple[tuple[str, str], ...] | None = None
+    """Per priced group, where its prices came from (``config`` or ``published``); ``None``
+    where the source publishes none (the ledger)."""
+    source_data: str | None = None
+    """Which of the source's data gave the figures (Prometheus: roll-ups or raw counters)."""
+    warnings: tuple[str, ...] = ()
+    """The source's warnings about partial answers (accepted by ``--allow-partial``)."""
 
 
 #: The grouping keys of a device part, and of a holder share (``--group-by``).
@@ -223,6 +236,28 @@ def _accumulate(parts: Iterable[Part], key_of) -> dict:  # type: ignore[no-untyp
     return accs
 
 
+def _prices(grp: Any, published: Mapping[str, Any] | None, sources: dict[str, str]) -> Any:
+    """``grp`` with the prices the exporters published (``published``) unless the local
+    configuration prices it; notes in ``sources`` which were used."""
+    if grp.price_per_device_hour is not None or grp.price_per_kwh is not None:
+        sources[grp.name] = "config"
+        return grp
+    given = (published or {}).get(grp.name)
+    if given is None or (given.per_device_hour is None and given.per_kwh is None):
+        return grp
+    sources[grp.name] = "published"
+    return replace(grp, price_per_device_hour=given.per_device_hour,
+                   price_per_kwh=given.per_kwh, currency=given.currency)
+
+
+def _budget(budget: float | None, cost: float | None,
+            factor: float | None) -> dict[str, float | None]:
+    """The budget columns of a row costing ``cost``."""
+    return {"budget": budget,
+            "budget_used_ratio": None if cost is None or not budget else cost / budget,
+            "forecast_month_end_cost": None if cost is None or factor is None else cost * factor}
+
+
 def _money(grp: "object", hours: float | None, kwh: float | None) -> float | None:
     """hours x price_per_device_hour + kwh x price_per_kwh; ``None`` with neither price set, or
     when the priced hours are unknown (never a made-up 0)."""
@@ -237,9 +272,22 @@ def _money(grp: "object", hours: float | None, kwh: float | None) -> float | Non
     return cost
 
 
+def month_factor(window: Window) -> float | None:
+    """The calendar month holding ``window`` (in its time zone) over the window's length, for
+    a linear forecast to the month's end; ``None`` when the window spans two months."""
+    start = window.start
+    first = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    following = (first.replace(year=first.year + 1, month=1) if first.month == 12
+                 else first.replace(month=first.month + 1))
+    if window.end.timestamp() > following.timestamp() or window.seconds <= 0:
+        return None
+    return (following.timestamp() - first.timestamp()) / window.seconds
+
+
 def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequence[str],
                  config: Config, holder_parts: Iterable[Part] | None = None,
-                 source: str = "") -> Report:
+                 source: str = "", source_data: str | None = None,
+                 published: Mapping[str, Any] | None = None) -> Report:
     """Group, price and check coverage. ``holder_parts`` is needed when grouping by user,
     namespace, pod or job."""
     group_by = tuple(group_by)
@@ -261,6 +309,8 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
     carbon_default = grid_gco2e_per_kwh(config)
     rows: list[Row] = []
     label_names: set[str] = set()
+    factor = month_factor(window)
+    sources: dict[str, str] = {}
     width = 2 + len(DEVICE_KEYS)
     for key in sorted(accs, key=_sort_key):
         acc = accs[key]
@@ -268,7 +318,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
         label_names.update(name for name, _ in labels)
         whole = devices.get(key[:width], acc)  # with holders, count and coverage are the devices'
         count = len(whole.devices)
-        grp = config.group(group)
+        grp = _prices(config.group(group), published, sources)
         whole_billing = grp.partition_billing == "whole"
         # Unknown allocation (no backend listed processes) stays unknown, and so does a
         # cost that depends on it: never a made-up 0.
@@ -311,6 +361,9 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             idle_devices=tuple(sorted(acc.idle_devices)),
             idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh,
             allocation_method=acc.allocation_method, usage_method=acc.usage_method,
-            carbon_gco2e=carbon, bill_by=grp.bill_by))
+            carbon_gco2e=carbon, bill_by=grp.bill_by,
+            **_budget(grp.budget_per_month, _money(grp, priced_h, kwh), factor)))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
-                  label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source)
+                  label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,
+                  source_data=source_data,
+                  price_sources=None if published is None else tuple(sorted(sources.items())))

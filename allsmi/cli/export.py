@@ -77,6 +77,7 @@ def _export(run: Run, output_format: str | None, output: str | None,
     report = build(plan)
     run.coverage = report.coverage_ratio
     write_output(render(report, fmt, focus), output)
+    _warn_budgets(report)
 
     coverage = report.coverage_ratio
     complete = coverage is not None and coverage >= threshold
@@ -91,9 +92,33 @@ def _export(run: Run, output_format: str | None, output: str | None,
                 from None
 
 
+def _warn_budgets(report: Any) -> None:
+    """Name on stderr each group whose cost (or forecast to the month's end) is above its
+    budget; the CSV's budget columns say the same per row."""
+    groups: dict[str, list[Any]] = {}
+    for row in report.rows:  # holder rows add up to their devices' rows: each counted once
+        if row.budget is not None:
+            groups.setdefault(row.resource_group, []).append(row)
+    for group, rows in sorted(groups.items()):
+        budget, currency = rows[0].budget, rows[0].currency or ""
+        cost = sum(r.cost or 0.0 for r in rows)
+        forecasts = [r.forecast_month_end_cost for r in rows]
+        if cost > budget:
+            click.echo(f"allsmi: group {group} cost {cost:.2f} {currency} in this window, above "
+                       f"its monthly budget of {budget:g} {currency}", err=True)
+        elif None not in forecasts and sum(forecasts) > budget:
+            click.echo(f"allsmi: group {group} is forecast to cost {sum(forecasts):.2f} "
+                       f"{currency} this month, above its budget of {budget:g} {currency}",
+                       err=True)
+
+
 def _incomplete_message(report: Any, threshold: float) -> str:
     from allsmi.accounting.periods import iso
     where = f"{iso(report.window.start)} to {iso(report.window.end)}"
+    if report.warnings:
+        return (f"{report.source} gave a partial answer for {where} (--allow-partial): "
+                f"{'; '.join(report.warnings)}; the file was written with its coverage lowered "
+                f"to 0, the bill may be short (exit status {EXIT_INCOMPLETE})")
     if report.coverage_ratio is None:
         return (f"no device data for {where} in {report.source}: the export is empty "
                 f"(exit status {EXIT_INCOMPLETE})")

@@ -69,6 +69,9 @@ def _idle(run: Run, output_format: str, output: str | None, **opts: Any) -> None
     else:
         data = to_table(report, rows)
     write_output(data, output)
+    if report.warnings:
+        raise Failed("coverage", f"{report.source} gave a partial answer (--allow-partial): "
+                                 f"{'; '.join(report.warnings)}; the idle time may be short", 3)
     if report.coverage_ratio is None:
         from allsmi.accounting.periods import iso
         raise Failed("coverage", f"no device data for {iso(report.window.start)} to "
@@ -95,6 +98,8 @@ def to_json(report: Any, rows: list[dict[str, Any]]) -> str:
     from allsmi.accounting.periods import iso
     doc = {"source": report.source, "period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by), "rows": rows}
+    if report.warnings:
+        doc["warnings"] = list(report.warnings)
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 

@@ -97,7 +97,17 @@ SOURCE_OPTIONS = [
     click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Config file (prices, groups, [ledger], [export] and [export.focus] tables)."),
     click.option("--timeout", "timeout", type=click.FloatRange(min=0.1, max=3600.0), default=None,
-                  help="Seconds to wait for each Prometheus query (0.1 to 3600, default 30)."),
+                  help="Seconds each whole Prometheus query may take, connecting and reading "
+                       "included (0.1 to 3600, default 30)."),
+    click.option("--allow-partial", "allow_partial", is_flag=True, default=False,
+                  help="Accept answers the server marks partial (warnings or isPartial, as "
+                       "Thanos, Mimir and VictoriaMetrics cluster give with a store down): the "
+                       "file is written, the warnings are named, and its coverage is lowered "
+                       "to 0 (exit status 3). Without it a partial answer fails the export."),
+    click.option("--no-rollups", "no_rollups", is_flag=True, default=False,
+                  help="Bill from Prometheus' raw counters even where the hourly roll-ups of "
+                       "deploy/prometheus/allsmi-rules.yml exist (to check them against each "
+                       "other; slower over long periods)."),
     click.option("--simulate", metavar="SCENARIO", default=None,
                   help="Bill a simulated node instead: replay the scenario over the window (up to "
                        "now) into a temporary ledger and export that."),
@@ -172,7 +182,8 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
             prometheus_bearer_token_file: str | None, prometheus_ca_file: str | None,
             period: str | None, since: str | None, until: str | None, tz_name: str | None,
             group_by: str | None, config_path: str | None, timeout: float | None,
-            simulate: str | None, textfile: str | None = None,
+            simulate: str | None, allow_partial: bool = False, no_rollups: bool = False,
+            textfile: str | None = None,
             default_group_by: Any = None) -> Plan:
     """Resolve and check the options shared by ``export`` and ``idle``; raises :class:`Failed`.
 
@@ -199,7 +210,7 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
             ledger_settings(config, path_flag=ledger_path).path
         client = _client(config, use_prometheus, timeout or defaults.timeout_seconds,
                          prometheus_user, prometheus_password_file,
-                         prometheus_bearer_token_file, prometheus_ca_file)
+                         prometheus_bearer_token_file, prometheus_ca_file, allow_partial)
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
     try:
@@ -217,6 +228,10 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
     except PeriodError as exc:
         raise Failed("config", str(exc), 2) from None
     run.period_end = window.end.timestamp()
+    if no_rollups and client is None:
+        raise Failed("config", "--no-rollups needs --prometheus URL", 2)
+    if client is not None:
+        client.use_rollups = not no_rollups
     if client is not None and "user" in keys:
         raise Failed("config", "--group-by user needs the ledger: Prometheus has no per-user "
                       "accounting", 2)
@@ -252,16 +267,19 @@ def write_output(data: str | bytes, output: str | None) -> None:
 
 
 def _client(config: Any, url: str | None, timeout: float, user: str | None,
-            password_file: str | None, token_file: str | None, ca_file: str | None) -> Any:
+            password_file: str | None, token_file: str | None, ca_file: str | None,
+            allow_partial: bool = False) -> Any:
     """The Prometheus client, or ``None`` for the ledger; credentials checked before any work."""
     from allsmi.accounting.promclient import PrometheusClient, PrometheusError, access_settings
     if not url:
         if any((user, password_file, token_file, ca_file)):
             raise Failed("config", "the --prometheus-* options need --prometheus URL", 2)
+        if allow_partial:
+            raise Failed("config", "--allow-partial needs --prometheus URL", 2)
         return None
     try:
         credentials, ca = access_settings(config, user, password_file, token_file, ca_file)
-        return PrometheusClient(url, timeout, credentials, ca)
+        return PrometheusClient(url, timeout, credentials, ca, allow_partial=allow_partial)
     except (ValueError, PrometheusError) as exc:
         raise Failed("config", str(exc), 2) from None
 
@@ -323,14 +341,31 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
             source: str | None = None) -> Any:
     from allsmi.accounting.report import HOLDER_KEYS, build_report
     if client is not None:
-        from allsmi.accounting.promsource import PrometheusError, prometheus_parts
+        from allsmi.accounting.promrollup import prometheus_usage
+        from allsmi.accounting.promsource import PrometheusError
         try:
-            parts, holders = prometheus_parts(client, window,
-                                              by_holder=any(k in HOLDER_KEYS for k in keys))
+            usage = prometheus_usage(client, window, by_holder=any(k in HOLDER_KEYS for k in keys),
+                                     rollups=getattr(client, "use_rollups", True))
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
-        return build_report(parts, window, keys, config, holder_parts=holders,
-                            source=f"prometheus {client.url}")
+        from allsmi.accounting.promprices import describe, published_prices
+        try:
+            published = published_prices(client, window, rollups=usage.rollup_seconds > 0)
+        except PrometheusError as exc:
+            raise Failed("source", str(exc)) from None
+        report = build_report(usage.parts, window, keys, config, holder_parts=usage.holders,
+                              source=f"prometheus {client.url}", source_data=usage.detail,
+                              published=published)
+        click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
+        prices = describe(dict(report.price_sources))
+        if prices:
+            click.echo(f"allsmi: prices: {prices}", err=True)
+        if client.warnings:
+            # Data may be missing that nothing here can measure: the rows vouch for none of
+            # the window, so the coverage is lowered to 0 (the export exits 3 and says why).
+            from dataclasses import replace
+            report = replace(report, coverage_ratio=0.0, warnings=tuple(client.warnings))
+        return report
     from allsmi.accounting.ledger import LedgerError
     from allsmi.accounting.ledgersource import ledger_parts
     try:

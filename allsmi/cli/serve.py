@@ -223,7 +223,8 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
             raise fail(str(exc)) from None
     exposition = Exposition(processes=o.processes, max_gap_seconds=o.energy_max_gap,
                             declared_groups={n: g.labels for n, g in s.config.groups.items()},
-                            group_prices={n: GroupPrice(g.price_per_device_hour, g.price_per_kwh, g.currency)
+                            group_prices={n: GroupPrice(g.price_per_device_hour, g.price_per_kwh,
+                                                        g.currency, g.budget_per_month)
                                           for n, g in s.config.groups.items()},
                             stale_after_seconds=STALE_PERIODS * (o.interval + s.timeout),
                             idle_threshold_percent=idle_threshold_percent(s.config))

@@ -180,6 +180,13 @@ PRICE_KWH = Family(
     "Configured price of one kWh of board energy in the group, in the group's currency.",
     ("resource_group", "currency"), source="configuration [groups.NAME] price_per_kwh",
     condition="declared groups with a price per kWh")
+BUDGET_MONTH = Family(
+    "allsmi_resource_group_budget_per_month", "gauge",
+    "Configured budget of the group for one calendar month, in the group's currency (the "
+    "alerts AllsmiGroupBudgetForecastExceeded and AllsmiGroupBudgetExceeded compare its cost "
+    "with it).",
+    ("resource_group", "currency"), source="configuration [groups.NAME] budget_per_month",
+    condition="declared groups with a budget")
 WORKLOAD_INFO = Family(
     "allsmi_device_workload_info", "info",
     "A workload (Kubernetes container or batch job) holding the device; always 1. Join on uuid "
@@ -238,7 +245,7 @@ LEDGER_DROPPED = Family(
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
     + tuple(c for c, _ in COUNTERS) + tuple(c for c, _ in HOLDER_COUNTERS)
-    + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
+    + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, BUDGET_MONTH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED))
 """Every family the exporter can emit, in exposition order."""
@@ -399,11 +406,13 @@ class GroupPrice:
     per_device_hour: float | None
     per_kwh: float | None
     currency: str | None
+    budget_per_month: float | None = None
 
 
 def _price_families(prices: Mapping[str, GroupPrice]) -> list[Metric]:
     out: list[Metric] = []
-    for family, attr in ((PRICE_DEVICE_HOUR, "per_device_hour"), (PRICE_KWH, "per_kwh")):
+    for family, attr in ((PRICE_DEVICE_HOUR, "per_device_hour"), (PRICE_KWH, "per_kwh"),
+                         (BUDGET_MONTH, "budget_per_month")):
         gauge = _gauge(family)
         for name in sorted(prices):
             value = getattr(prices[name], attr)

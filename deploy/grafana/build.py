@@ -212,6 +212,16 @@ def fleet() -> dict[str, Any]:
               "without prices have no series). In the group's currency.", "none",
               targets(('resource_group:allsmi_cost_per_hour:rate5m{resource_group=~"$resource_group"}',
                        "{{resource_group}} ({{currency}})")), 12, 8, decimals=2),
+        panel("timeseries", "Budget by group: forecast for the month and budget",
+              "The month's cost forecast linearly from the last day's mean cost per hour "
+              "(resource_group:allsmi_cost_month_forecast:avg1d) next to the group's "
+              "budget_per_month; AllsmiGroupBudgetForecastExceeded fires after an hour above it. "
+              "In the group's currency.", "none",
+              targets(('resource_group:allsmi_cost_month_forecast:avg1d{resource_group=~"$resource_group"}',
+                       "{{resource_group}} forecast ({{currency}})"),
+                      ('max by (resource_group, currency) (allsmi_resource_group_budget_per_month'
+                       '{resource_group=~"$resource_group"})',
+                       "{{resource_group}} budget ({{currency}})")), 12, 8, decimals=2),
         panel("timeseries", "Busy, allocated and allocated-but-idle devices by group",
               "Device-seconds per second: busy (utilization-weighted), allocated (a process or "
               "workload on it), allocated while idle.", unit(R + "allocated_seconds:rate5m"),

@@ -53,6 +53,7 @@ labels = { team = "ml-research" }
 price_per_device_hour = 2.5
 price_per_kwh = 0.2
 currency = "USD"
+budget_per_month = 100
 
 [groups.inference]
 labels = { team = "serving" }

@@ -19,6 +19,8 @@ ALERTS = {  # name -> (metric the expression reads, "for" duration)
     "AllsmiExporterStale": ("allsmi_last_collect_timestamp_seconds", None),
     "AllsmiDeviceAllocatedIdle": ("allsmi_device_idle_allocated_seconds_total", None),
     "AllsmiBillingExportFailed": ("allsmi_export_success", None),
+    "AllsmiGroupBudgetForecastExceeded": ("allsmi_resource_group_budget_per_month", "1h"),
+    "AllsmiGroupBudgetExceeded": ("allsmi_resource_group_budget_per_month", None),
 }
 
 
@@ -59,7 +61,8 @@ def test_alerts_are_the_specified_ones() -> None:
         assert metric in rule["expr"], name
         assert rule.get("for") == duration, name
         summary, description = rule["annotations"]["summary"], rule["annotations"]["description"]
-        assert "{{ $labels.instance }}" in summary and "{{ $labels.instance }}" in description
+        where = "resource_group" if name.startswith("AllsmiGroup") else "instance"  # fleet-wide
+        assert f"{{{{ $labels.{where} }}}}" in summary and f"{{{{ $labels.{where} }}}}" in description
         if name in ("AllsmiDeviceLost", "AllsmiDeviceAllocatedIdle"):
             assert "{{ $labels.uuid }}" in summary and "{{ $labels.uuid }}" in description
         if name == "AllsmiBackendDown":
@@ -95,3 +98,36 @@ def test_group_level_rules_cover_utilization_power_energy_and_time(group: str) -
     for metric in ("utilization_ratio", "power_watts", "energy_joules", "allocated_seconds",
                    "idle_allocated_seconds"):
         assert any(f":allsmi_device_{metric}:" in n for n in names), metric
+
+
+def _vmalert_dry_run(path) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run([require_tool("vmalert", "victoria-metrics"), f"-rule={path}",
+                           "-dryRun", "-loggerLevel=ERROR"],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_vmalert_loads_the_same_rules_file() -> None:
+    """The rules (the hourly roll-ups included) load in vmalert as they are (MetricsQL)."""
+    result = _vmalert_dry_run(RULES)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_vmalert_dry_run_fails_on_a_broken_rule(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    broken = RULES.read_text().replace("expr: vector(3600)", "expr: vector(3600", 1)
+    assert broken != RULES.read_text()
+    (tmp_path / "broken.yml").write_text(broken)
+    assert _vmalert_dry_run(tmp_path / "broken.yml").returncode != 0
+
+
+def test_hourly_rollups_cover_every_accounting_counter() -> None:
+    from allsmi.accounting.promrollup import (DEVICE_SAMPLES, GROUP_INFO_ROLLUP, MARKER,
+                                              MEMORY_AVG, MEMORY_MAX, ROLLUPS, WORKLOAD_SAMPLES)
+    from allsmi.accounting.promsource import COUNTERS
+    group = next(g for g in rules()["groups"] if g["name"] == "allsmi-billing-hourly")
+    assert group["interval"] == "1h"
+    recorded_here = {r["record"]: r["expr"] for r in group["rules"]}
+    wanted = {MARKER, DEVICE_SAMPLES, GROUP_INFO_ROLLUP, MEMORY_AVG, MEMORY_MAX,
+              WORKLOAD_SAMPLES, *ROLLUPS.values()}
+    assert wanted <= set(recorded_here)
+    for counter in COUNTERS.values():  # every raw counter the export reads is rolled up
+        assert any(f"increase({counter}[1h])" in e for e in recorded_here.values()), counter

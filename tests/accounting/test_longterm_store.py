@@ -1,0 +1,221 @@
+"""The long-term store for real: VictoriaMetrics, vmalert and Prometheus (Debian packages) scrape
+two ``allsmi serve --simulate mixed`` exporters, and the same windows are billed from
+Prometheus' raw counters, VictoriaMetrics' raw counters and the roll-ups vmalert wrote back,
+within 0.5 % of each other (issue 22).
+
+Time is compressed: the ``allsmi-billing-hourly`` group of deploy/prometheus/allsmi-rules.yml is
+loaded with its hour scaled to 10 s (interval, ranges and the marker's value; the expressions
+are otherwise the shipped ones), so a minute holds six "hours". One window is rolled up live
+by vmalert; an earlier one, from before vmalert ran, by ``vmalert -replay.*`` (the backfill of
+deploy/README.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ..deploy.support import RULES
+from ..prometheus_server import free_port, running_prometheus
+from ..victoriametrics_server import run_vmalert_replay, running_victoriametrics, running_vmalert
+from .test_prometheus_agreement import export, iso, stop, wait_http
+
+pytestmark = [pytest.mark.integration]
+
+CONFIG = """\
+[[rules]]
+resource_group = "training"
+vendor = "nvidia"
+
+[[rules]]
+resource_group = "inference"
+vendor = "amd"
+
+[groups.training]
+labels = { team = "ml-research" }
+price_per_device_hour = 2.0
+price_per_kwh = 0.2
+currency = "EUR"
+"""
+HOUR = 10  # the scaled "hour", seconds
+COLUMNS = ("observed_device_hours", "allocated_device_hours", "billed_device_hours",
+           "used_device_hours", "idle_allocated_device_hours", "energy_kwh", "cost")
+
+
+def scaled_rules(path: Path) -> Path:
+    """The shipped hourly roll-up group with its hour scaled to :data:`HOUR` seconds."""
+    doc = yaml.safe_load(RULES.read_text())
+    group = next(g for g in doc["groups"] if g["name"] == "allsmi-billing-hourly")
+    assert group["interval"] == "1h"
+    group["interval"] = f"{HOUR}s"
+    for rule in group["rules"]:
+        expr = rule["expr"]
+        assert "[1h]" in expr or expr == "vector(3600)", rule["record"]
+        rule["expr"] = expr.replace("[1h]", f"[{HOUR}s]").replace("vector(3600)", f"vector({HOUR})")
+    path.write_text(yaml.safe_dump({"groups": [group]}))
+    return path
+
+
+def totals(doc: dict) -> dict[str, dict[str, float]]:  # type: ignore[type-arg]
+    """Per resource group, the columns summed over the rows."""
+    out: dict[str, dict[str, float]] = {}
+    for row in doc["rows"]:
+        acc = out.setdefault(row["resource_group"], {c: 0.0 for c in COLUMNS})
+        for col in COLUMNS:
+            acc[col] += row[col] or 0.0
+    return out
+
+
+def agree(name: str, a: dict, b: dict, rel: float = 0.005) -> None:  # type: ignore[type-arg]
+    ta, tb = totals(a), totals(b)
+    assert set(ta) == set(tb), name
+    for group in ta:
+        for col in COLUMNS:
+            x, y = ta[group][col], tb[group][col]
+            print(name, group, col, x, y, f"{(y - x) / x if x else 0:+.3%}")
+            # Idle-allocated time (a breakdown, not a charge of its own) comes and goes with the
+            # simulated workloads: Prometheus' increase() extrapolates such a counter toward a
+            # window's edges less well over these 30 to 50 s windows.
+            # Used hours are utilization-weighted and move as unevenly; both are checked at
+            # 0.5 % between VictoriaMetrics' raw counters and the roll-ups (which agree exactly).
+            slack = rel if col not in ("idle_allocated_device_hours", "used_device_hours") \
+                or "Prometheus" not in name else 10 * rel
+            assert y == pytest.approx(x, rel=slack, abs=1e-9), (name, group, col)
+
+
+def wait_for_rollups(store: str, at: int, count: int, span: int, timeout: float = 20.0) -> None:
+    """Until ``count`` roll-up evaluations in ``(at - span, at]`` are searchable in ``store``."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    from allsmi.accounting.promrollup import MARKER
+    query = urllib.parse.urlencode({"query": f"count_over_time({MARKER}[{span}s])",
+                                    "time": at})
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"{store}/api/v1/query?{query}", timeout=5) as resp:  # noqa: S310
+            result = json.load(resp)["data"]["result"]
+        if result and float(result[0]["value"][1]) >= count:
+            return
+        assert time.monotonic() < deadline, f"{count} roll-ups up to {at} never appeared: {result}"
+        time.sleep(0.5)
+
+
+def wait_until(t: float) -> None:
+    while time.time() < t:
+        time.sleep(min(0.5, max(0.0, t - time.time())))
+
+
+def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) -> None:
+    (tmp_path / "allsmi.toml").write_text(CONFIG)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    ports = [free_port(), free_port()]
+    serves, logs = [], []
+    for i, port in enumerate(ports):
+        logs.append(open(tmp_path / f"serve{i}.log", "wb"))
+        serves.append(subprocess.Popen(
+            [sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed", "--interval", "0.25",
+             "--listen", f"127.0.0.1:{port}", "--config", "allsmi.toml"],
+            cwd=tmp_path, env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+    rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
+    targets = [f"127.0.0.1:{p}" for p in ports]
+    try:
+        for port in ports:
+            wait_http(f"http://127.0.0.1:{port}/metrics")
+        with running_victoriametrics(tmp_path, targets) as vm, \
+                running_prometheus(tmp_path, targets) as prom:
+            began = time.time()
+            # An early window, before vmalert runs: rolled up afterwards by a replay.
+            early = (math.ceil((began + 3) / HOUR) * HOUR, 0)
+            early = (early[0], early[0] + 3 * HOUR)
+            wait_until(early[1] + 1)
+            with running_vmalert(tmp_path, [rules], vm, evaluation_interval=f"{HOUR}s"):
+                live_start = math.ceil((time.time() + 1) / HOUR) * HOUR
+                live = (live_start, live_start + 5 * HOUR)
+                wait_until(live[1] + 2)
+                wait_for_rollups(vm, live[1], 5, 5 * HOUR)  # the evaluation at the window's end, written
+            # evaluations at the ends of the early window's three "hours"
+            replay = run_vmalert_replay(tmp_path, [rules], vm, iso(early[0] + HOUR),
+                                        iso(early[1]), f"{HOUR}s")
+            assert replay.returncode == 0, replay.stdout + replay.stderr
+            wait_for_rollups(vm, early[1], 3, 3 * HOUR)
+            for i, serve in enumerate(serves):
+                assert serve.poll() is None, (tmp_path / f"serve{i}.log").read_text()
+            results = {}
+            for name, (lo, hi) in (("live", live), ("early", early)):
+                window = ("--since", iso(lo), "--until", iso(hi), "--group-by",
+                          "resource_group,vendor,model")
+                results[name] = {
+                    "prometheus": export("--prometheus", prom, *window, cwd=tmp_path),
+                    "vm-raw": export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path),
+                    "vm-rollups": export("--prometheus", vm, *window, cwd=tmp_path),
+                }
+    finally:
+        for serve in serves:
+            stop(serve)
+        for log in logs:
+            log.close()
+    for name, runs in results.items():
+        for source, (rc, doc, err) in runs.items():
+            assert rc == 0, (name, source, err, (tmp_path / "vmalert.log").read_text())
+            assert doc["coverage_ratio"] == pytest.approx(1.0, abs=0.01), (name, source)
+        prom_doc, raw_doc, roll_doc = (runs[k][1] for k in ("prometheus", "vm-raw", "vm-rollups"))
+        assert prom_doc["source_data"] == "raw counters"
+        assert raw_doc["source_data"] == "raw counters (--no-rollups)"
+        # Wholly from the roll-ups: the windows start and end where "hours" do.
+        assert roll_doc["source_data"].startswith("hourly roll-ups"), roll_doc["source_data"]
+        assert "raw counters" not in roll_doc["source_data"], roll_doc["source_data"]
+        assert "billed from hourly roll-ups" in runs["vm-rollups"][2]
+        counts = [sorted((r["resource_group"], r["model"], r["device_count"]) for r in d["rows"])
+                  for d in (prom_doc, raw_doc, roll_doc)]
+        assert counts[0] == counts[1] == counts[2] and len(counts[0]) >= 6
+        agree(f"{name}: VictoriaMetrics raw vs Prometheus raw", prom_doc, raw_doc)
+        agree(f"{name}: roll-ups vs VictoriaMetrics raw", raw_doc, roll_doc)
+        agree(f"{name}: roll-ups vs Prometheus raw", prom_doc, roll_doc)
+        cost = totals(roll_doc)["training"]["cost"]
+        assert cost > 0
+
+
+def test_a_window_not_on_rollup_boundaries_bills_its_edges_from_raw_counters(
+        tmp_path: Path) -> None:
+    """Roll-ups inside, raw counters for the edges and for an hour nobody rolled up."""
+    (tmp_path / "allsmi.toml").write_text(CONFIG)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    port = free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed", "--interval", "0.25",
+         "--listen", f"127.0.0.1:{port}", "--config", "allsmi.toml"],
+        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/metrics")
+        with running_victoriametrics(tmp_path, [f"127.0.0.1:{port}"]) as vm:
+            first = math.ceil((time.time() + 2) / HOUR) * HOUR
+            wait_until(first + 5 * HOUR + 1)
+            # Roll up "hours" 1, 2, 4 and 5 of five: hour 3 stays a hole.
+            for lo, hi in ((first + HOUR, first + 2 * HOUR), (first + 4 * HOUR, first + 5 * HOUR)):
+                replay = run_vmalert_replay(tmp_path, [rules], vm, iso(lo), iso(hi), f"{HOUR}s")
+                assert replay.returncode == 0, replay.stdout + replay.stderr
+            wait_for_rollups(vm, first + 5 * HOUR, 4, 5 * HOUR)
+            window = ("--since", iso(first + 3), "--until", iso(first + 5 * HOUR - 4),
+                      "--group-by", "resource_group")
+            raw = export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path)
+            mixed = export("--prometheus", vm, *window, cwd=tmp_path)
+    finally:
+        stop(serve)
+        log.close()
+    assert raw[0] == 0 and mixed[0] == 0, (raw[2], mixed[2])
+    detail = mixed[1]["source_data"]
+    # "hours" 2 and 4 lie wholly inside the window; the edges and hour 3 are raw
+    assert detail.startswith(f"hourly roll-ups for {2 * HOUR / 3600:g} h"), detail
+    assert f"raw counters for {(5 * HOUR - 7) - 2 * HOUR} s" in detail, detail
+    agree("edges raw, inside roll-ups", raw[1], mixed[1], rel=0.01)

@@ -1,0 +1,108 @@
+"""VictoriaMetrics and vmalert on loopback for the long-term store tests (Debian package
+``victoria-metrics``): started, waited for and stopped here, as tests/prometheus_server.py does
+for Prometheus. Skips where the binaries are absent (fails under CI)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .conftest import require_tool
+from .prometheus_server import free_port
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback only
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], log_path: Path, ready_url: str, what: str,
+             ready_timeout: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while not _answers(ready_url):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"{what} did not start:\n{log_path.read_text()}")
+                time.sleep(0.2)
+            yield proc
+            assert proc.poll() is None, f"{what} died:\n{log_path.read_text()}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@contextlib.contextmanager
+def running_victoriametrics(workdir: Path, targets: Sequence[str] = (),
+                            scrape_interval: str = "1s") -> Iterator[str]:
+    """A single-node VictoriaMetrics (13-month retention) scraping ``targets`` (``host:port``)
+    itself every ``scrape_interval``; yields its base URL. Samples are queryable at once
+    (``-search.latencyOffset=0s``)."""
+    binary = require_tool("victoria-metrics", "victoria-metrics")
+    port = free_port()
+    argv = [binary, f"-storageDataPath={workdir / 'vmdata'}",
+            f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=13",
+            "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=WARN",
+            # one sample per series and timestamp: a replay and a live vmalert (or an HA pair)
+            # may write the same roll-up twice
+            "-dedup.minScrapeInterval=1ms"]
+    if targets:
+        config = workdir / "vm-scrape.yml"
+        listed = ", ".join(f'"{t}"' for t in targets)
+        config.write_text(f"global:\n  scrape_interval: {scrape_interval}\n"
+                          "scrape_configs:\n  - job_name: allsmi\n"
+                          f"    scrape_timeout: {scrape_interval}\n"
+                          f"    static_configs:\n      - targets: [{listed}]\n")
+        argv.append(f"-promscrape.config={config}")
+    base = f"http://127.0.0.1:{port}"
+    with _process(argv, workdir / "victoria-metrics.log", f"{base}/health", "victoria-metrics"):
+        yield base
+
+
+@contextlib.contextmanager
+def running_vmalert(workdir: Path, rule_files: Sequence[Path], store: str,
+                    evaluation_interval: str = "10s") -> Iterator[str]:
+    """vmalert evaluating ``rule_files`` against ``store`` and writing the results back to it;
+    yields its base URL."""
+    binary = require_tool("vmalert", "victoria-metrics")
+    port = free_port()
+    argv = [binary, *(f"-rule={p}" for p in rule_files), f"-datasource.url={store}",
+            f"-remoteWrite.url={store}", "-remoteWrite.flushInterval=1s",
+            f"-evaluationInterval={evaluation_interval}", f"-httpListenAddr=127.0.0.1:{port}",
+            # 1.79 has no -notifier.blackhole: alerting rules want some notifier
+            f"-notifier.url=http://127.0.0.1:{free_port()}", "-loggerLevel=WARN"]
+    base = f"http://127.0.0.1:{port}"
+    with _process(argv, workdir / "vmalert.log", f"{base}/metrics", "vmalert"):
+        yield base
+
+
+def run_vmalert_replay(workdir: Path, rule_files: Sequence[Path], store: str, time_from: str,
+                       time_to: str, step: str,
+                       timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """``vmalert -replay.timeFrom=.. -replay.timeTo=..``: the rules evaluated over history,
+    written back to ``store``, at every ``step`` (the rules' group interval) from ``time_from``
+    to ``time_to``, both included. vmalert 1.79 asks for the range at
+    ``-datasource.queryStep`` (default 5m), not at the group's interval, so it is set to it
+    (deploy/README.md)."""
+    binary = require_tool("vmalert", "victoria-metrics")
+    return subprocess.run(
+        [binary, *(f"-rule={p}" for p in rule_files), f"-datasource.url={store}",
+         f"-remoteWrite.url={store}", f"-replay.timeFrom={time_from}",
+         f"-replay.timeTo={time_to}", "-replay.disableProgressBar", "-replay.rulesDelay=0s",
+         f"-datasource.queryStep={step}",
+         "-loggerLevel=WARN"],
+        capture_output=True, text=True, timeout=timeout, cwd=workdir)
