@@ -318,6 +318,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     path = f"{directory}/ledger.db"
     try:
         recorder = LedgerRecorder(path, ledger_config)
+        recorder.ledger.scratch()  # deleted on exit: no fsync per interval
         # The simulated pods and jobs (and any real source configured) are billed too.
         attributor = build_attributor(config, simulate=True, declarations=registry.declarations(),
                                       inline=True)
