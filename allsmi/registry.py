@@ -107,9 +107,8 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
     """Construct the backends to run.
 
     With ``simulate`` (a built-in scenario name, a scenario file path or a loaded
-    scenario) the
-    hardware backends are replaced by the simulated ones the scenario
-    describes. Otherwise every enabled hardware backend is constructed (not
+    scenario) the hardware backends are replaced by the simulated ones the scenario
+    describes (those ``enabled`` names, when it is given). Otherwise every enabled hardware backend is constructed (not
     opened). Backend tool timeouts are set a little below ``timeout_seconds``
     so tools are killed before the collector gives up on them.
     """
@@ -117,10 +116,11 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
     eps = _entry_points()  # read once for every backend below
     if simulate is not None:
         from allsmi.backends.simulated import simulated_backends
-        # Each simulated backend follows the declarations of the installed backend it impersonates.
-        return list(simulated_backends(simulate, timeout_seconds=tool_timeout,
-                                       impersonate=lambda name: impersonated(name, eps),
-                                       **({"clock": clock} if clock else {})))
+        # Each simulated backend follows the declarations of the installed backend it impersonates,
+        # and ``[backends] enabled`` picks among them as it picks among the hardware backends.
+        return enabled_only(simulated_backends(simulate, timeout_seconds=tool_timeout,
+                                               impersonate=lambda name: impersonated(name, eps),
+                                               **({"clock": clock} if clock else {})), enabled)
     opts = options or {}
     out: list[Backend] = []
     for name in (enabled if enabled is not None else
@@ -134,6 +134,12 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
             continue
         out.append(cls(timeout_seconds=tool_timeout, options=opts.get(name)))
     return out
+
+
+def enabled_only(backends: "Any", enabled: "list[str] | tuple[str, ...] | None") -> list[Backend]:
+    """``backends`` whose name ``enabled`` lists (all of them when ``enabled`` is ``None``); a
+    simulated backend goes by the name of the backend it stands for (``display_name``)."""
+    return [b for b in backends if enabled is None or b.display_name in enabled]
 
 
 class BrokenBackend(Backend):

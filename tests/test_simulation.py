@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from allsmi.backends.simulated import load_scenario, simulated_backends
 from allsmi.collector import Collector
@@ -89,6 +90,38 @@ def test_fault_scenario_marks_device_lost_and_backend_errors() -> None:
     lost = [d for d in snap.devices if d.health == "lost"]
     assert [d.index for d in lost] == [3]
     assert lost[0].power_watts is None and lost[0].utilization_percent is None
+
+
+def test_backends_enabled_is_honoured_under_simulate(tmp_path: Path) -> None:
+    """``[backends] enabled`` picks among the simulated backends as among the real ones."""
+    import csv
+    import io
+
+    from .conftest import run_allsmi
+    config = tmp_path / "config.toml"
+    config.write_text('[backends]\nenabled = ["nvidia", "amd"]\n')
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    snap = json.loads(out.stdout)
+    assert {d["vendor"] for d in snap["devices"]} == {"nvidia", "amd"}
+    assert sorted(b["name"] for b in snap["backends"]) == ["amd", "nvidia"]
+    bill = run_allsmi("export", "--simulate", "mixed", "--config", str(config), "--period", "today",
+                      "--group-by", "vendor", timeout=300)
+    assert bill.returncode in (0, 3), bill.stderr
+    assert {row["vendor"] for row in csv.DictReader(io.StringIO(bill.stdout))} == {"nvidia", "amd"}
+
+
+def test_doctor_counts_devices_and_partitions_apart() -> None:
+    """``allsmi doctor`` says ``8 device(s) + 3 partition(s)``, as the dashboard says
+    ``34 devices + 3 partitions``: a MIG slice is not a device of its own."""
+    from .conftest import run_allsmi
+    text = run_allsmi("doctor", "--simulate", "mixed")
+    assert text.returncode == 0, text.stderr
+    assert "nvidia       ok           8 device(s) + 3 partition(s)" in text.stdout
+    doc = run_allsmi("doctor", "--simulate", "mixed", "--json")
+    counts = {b["name"]: (b["devices"], b["partitions"]) for b in json.loads(doc.stdout)["backends"]}
+    assert counts["nvidia"] == (8, 3) and counts["amd"] == (8, 0)
+    assert sum(d for d, _ in counts.values()) == 34 and sum(p for _, p in counts.values()) == 3
 
 
 def test_mixed_node_has_shared_gpus_whose_holders_differ_in_activity() -> None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import sys
 from typing import Any, Mapping, Sequence
 
-EXTRA_HINT = "install the extra: pip install 'allsmi[parquet]'"
+#: With the pip of the interpreter allsmi runs under: a bare ``pip`` may belong to another Python.
+EXTRA_HINT = f"install the extra: {sys.executable} -m pip install 'allsmi[parquet]'"
 
 
 class ParquetUnavailable(Exception):

@@ -61,7 +61,10 @@ class LedgerSettings:
 #: value is a typo, and would overflow the arithmetic it feeds (dates, SQLite integers).
 MAX_RETENTION_DAYS = 36_500.0
 MAX_GAP_SECONDS = 7 * 86_400.0
-MAX_EXPORT_TIMEOUT_SECONDS = 3_600.0
+#: Seconds ``allsmi export``/``idle`` wait for each Prometheus query, inclusive: the one range of
+#: both ``--timeout`` and ``[export] timeout_seconds`` (generated into the docs by
+#: ``python -m allsmi.cli.docranges``).
+EXPORT_TIMEOUT_RANGE = (0.1, 3_600.0)
 
 
 def _number(config: Config, table: Mapping[str, Any], section: str, key: str,
@@ -182,8 +185,8 @@ def export_defaults(config: Config) -> ExportDefaults:
             raise config.error(f"must be between 0 and 1, got {threshold!r}", "export",
                                "coverage_threshold")
         values["coverage_threshold"] = threshold
-    timeout = _number(config, table, "export", "timeout_seconds", 0, allow_zero=False,
-                      maximum=MAX_EXPORT_TIMEOUT_SECONDS)
+    timeout = _number(config, table, "export", "timeout_seconds", EXPORT_TIMEOUT_RANGE[0],
+                      maximum=EXPORT_TIMEOUT_RANGE[1])
     if timeout is not None:
         values["timeout_seconds"] = timeout
     return ExportDefaults(**values)

@@ -18,6 +18,7 @@ are imported only when a socket exists.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +36,9 @@ from .settings import AttributionSettings
 ALLOCATABLE_TTL_SECONDS = 300.0
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
-INSTALL_HINT = "grpcio and protobuf are not installed: pip install 'allsmi[kubernetes]'"
+#: With the pip of the interpreter allsmi runs under: a bare ``pip`` may belong to another Python.
+INSTALL_COMMAND = f"{sys.executable} -m pip install 'allsmi[kubernetes]'"
+INSTALL_HINT = f"grpcio and protobuf are not installed: {INSTALL_COMMAND}"
 
 
 def _grpc() -> tuple[Any, Any, Any]:
@@ -48,7 +51,7 @@ def _grpc() -> tuple[Any, Any, Any]:
         raise SourceUnavailable(f"{INSTALL_HINT} ({exc})") from None
     except Exception as exc:  # a protobuf runtime the generated code refuses
         raise SourceUnavailable(f"pod-resources client unusable: {type(exc).__name__}: {exc}; "
-                                "pip install 'allsmi[kubernetes]'") from None
+                                f"{INSTALL_COMMAND}") from None
     return grpc, api_pb2, api_pb2_grpc
 
 

@@ -86,6 +86,25 @@ def common_options(func: F) -> F:
     return func
 
 
+#: The dashboard's initial sort orders (``--sort``, ``[dashboard] sort``).
+SORT_CHOICES = ("index", "utilization", "memory", "power", "temperature")
+
+
+def dashboard_options(func: F) -> F:
+    """``--theme`` and ``--sort``: the dashboard's options, taken by plain ``allsmi`` and by
+    ``allsmi view`` alike (given on both, the command's own value wins)."""
+    import click
+    options = [
+        click.option("--theme", default=None, metavar="NAME",
+                     help="Textual theme, e.g. textual-dark, textual-light (config: dashboard.theme)."),
+        click.option("--sort", type=click.Choice(SORT_CHOICES), default=None,
+                     help="Initial sort order (config: dashboard.sort)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def settings(config_path: str | None, simulate: str | None, interval: float | None,
              backend_timeout: float | None, *, parent: Mapping[str, Any] | None = None) -> Settings:
     """Resolve flags > environment > file > defaults; exit 2 on a bad config.

@@ -70,15 +70,19 @@ def diagnose(**opts: Any) -> dict[str, Any]:
                                        "details": dict(result.details)}
     finally:
         collector.close_within(1.0)
+    # Whole devices and partitions counted apart, as everywhere ("8 devices + 3 partitions").
     per_backend: dict[str, int] = {}
+    partitions: dict[str, int] = {}
     for dev in snap.devices:
-        per_backend[dev.backend] = per_backend.get(dev.backend, 0) + 1
+        counts = partitions if dev.parent is not None else per_backend
+        counts[dev.backend] = counts.get(dev.backend, 0) + 1
     backends = []
     for status in snap.backends:
         probe = probes.get(status.name, {})
         backends.append({
             "name": status.name, "status": status.status, "message": status.message,
             "duration_seconds": status.duration_seconds, "devices": per_backend.get(status.name, 0),
+            "partitions": partitions.get(status.name, 0),
             "probe": probe, "device_nodes": nodes.get(status.name, []),
             "environment": environment.get(status.name, {})})
     return {
@@ -168,7 +172,8 @@ def _render(report: dict[str, Any], as_json: bool) -> str:
     echo("")
     for b in report["backends"]:
         mark = {"ok": "+", "unavailable": "-", "error": "!", "timeout": "!"}.get(b["status"], "?")
-        echo(f"[{mark}] {b['name']:<12} {b['status']:<12} {b['devices']} device(s)")
+        parts = f" + {b['partitions']} partition(s)" if b.get("partitions") else ""
+        echo(f"[{mark}] {b['name']:<12} {b['status']:<12} {b['devices']} device(s){parts}")
         if b["message"]:
             echo(f"      {b['message']}")
         for key, value in sorted(b["probe"].get("details", {}).items()):

@@ -92,6 +92,37 @@ def _export(run: Run, output_format: str | None, output: str | None,
                 from None
 
 
+DEVICE_KEYS = ("resource_group", "vendor", "model", "host")
+HOLDER_KEYS = ("user", "namespace", "pod", "job")
+
+
+def _low_coverage(report: Any, threshold: float, most: int = 5) -> list[str]:
+    """The rows below ``threshold``, lowest first, each named by all its grouping keys.
+
+    With holder keys in ``--group-by`` a row's coverage is its devices' (the same for every
+    holder of them), so the holders of one set of devices are named together, once:
+    ``training/nvidia (user alice, bob, -) 0.4%`` (``-``: time no holder was seen)."""
+    device_keys = [k for k in report.group_by if k in DEVICE_KEYS] or ["resource_group"]
+    holder_keys = [k for k in report.group_by if k in HOLDER_KEYS]
+    sets: dict[tuple[Any, ...], tuple[float, list[str]]] = {}
+    for row in report.rows:
+        if row.coverage_ratio is None or row.coverage_ratio >= threshold:
+            continue
+        key = tuple(getattr(row, k) for k in device_keys)
+        ratio, holders = sets.setdefault(key, (row.coverage_ratio, []))
+        if holder_keys:
+            holders.append("/".join(getattr(row, k) or "-" for k in holder_keys))
+    out = []
+    for key, (ratio, holders) in sorted(sets.items(), key=lambda item: (item[1][0], item[0]))[:most]:
+        name = "/".join(str(x) if x is not None else "-" for x in key)
+        if holders:
+            names = sorted(set(holders))
+            shown = ", ".join(names[:4]) + (f" +{len(names) - 4}" if len(names) > 4 else "")
+            name += f" ({'/'.join(holder_keys)} {shown})"
+        out.append(f"{name} {ratio:.1%}")
+    return out
+
+
 def _warn_budgets(report: Any) -> None:
     """Name on stderr each group whose cost (or forecast to the month's end) is above its
     budget; the CSV's budget columns say the same per row."""
@@ -122,11 +153,7 @@ def _incomplete_message(report: Any, threshold: float) -> str:
     if report.coverage_ratio is None:
         return (f"no device data for {where} in {report.source}: the export is empty "
                 f"(exit status {EXIT_INCOMPLETE})")
-    low = sorted((r for r in report.rows if r.user is None and r.coverage_ratio is not None
-                  and r.coverage_ratio < threshold), key=lambda r: r.coverage_ratio)[:5]
-    detail = "; ".join(
-        f"{'/'.join(x for x in (r.resource_group, r.vendor, r.model, r.host) if x)} "
-        f"{r.coverage_ratio:.1%}" for r in low)
+    detail = "; ".join(_low_coverage(report, threshold))
     return (f"data covers {report.coverage_ratio:.2%} of the device time in {where}, below the "
             f"threshold {threshold:.2%}; the file was written, but the bill may be short"
             + (f" (lowest: {detail})" if detail else "") + f" (exit status {EXIT_INCOMPLETE})")

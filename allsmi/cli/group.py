@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from allsmi import __version__
-from allsmi.cli.common import common_options
+from allsmi.cli.common import common_options, dashboard_options, fail
 from allsmi.cli.main import COMMANDS
 
 EPILOG = """\b
@@ -48,16 +48,24 @@ class LazyGroup(click.Group):
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="allsmi")
 @common_options
+@dashboard_options
 @click.pass_context
-def cli(ctx: click.Context, **_: Any) -> None:
+def cli(ctx: click.Context, theme: str | None, sort: str | None, **_: Any) -> None:
     """allsmi: one monitor for NVIDIA, AMD, Intel Gaudi and NPU accelerators.
 
-    With no command, opens the live dashboard.
+    With no command, opens the live dashboard (it takes the dashboard's options, e.g.
+    --theme and --sort, as 'allsmi view' does).
     """
     if ctx.invoked_subcommand is not None:
+        if ctx.invoked_subcommand != "view":
+            given = [flag for flag, value in (("--theme", theme), ("--sort", sort)) if value is not None]
+            if given:
+                verb = "apply" if len(given) > 1 else "applies"
+                raise fail(f"{' and '.join(given)} {verb} to the dashboard ('allsmi' or 'allsmi view'), "
+                           f"not to 'allsmi {ctx.invoked_subcommand}'")
         return
     if _available("view"):
         from allsmi.cli.view import dashboard_default
-        ctx.invoke(dashboard_default)
+        ctx.invoke(dashboard_default, theme=theme, sort=sort)
     else:
         ctx.invoke(LazyGroup.get_command(cli, ctx, "snapshot"), output_format="table")  # type: ignore[arg-type]

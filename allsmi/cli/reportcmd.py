@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import click
 
-from allsmi.cli.common import fail, settings
+from allsmi.accounting.settings import EXPORT_TIMEOUT_RANGE
+from allsmi.cli.common import fail, finite, settings
 
 EXIT_ERROR = 1
 
@@ -78,9 +79,10 @@ SOURCE_OPTIONS = [
     click.option("--prometheus-bearer-token-file", metavar="FILE", default=None,
                   help="File holding a bearer token sent as 'Authorization: Bearer' "
                        "(config: export.prometheus_bearer_token_file)."),
-    click.option("--prometheus-ca-file", metavar="FILE", default=None,
-                  help="PEM file of the CA(s) that signed Prometheus' TLS certificate "
-                       "(config: export.prometheus_ca_file; default: the system's CAs)."),
+    click.option("--ca-file", "--prometheus-ca-file", "prometheus_ca_file", metavar="FILE", default=None,
+                  help="PEM file of the CA(s) that signed Prometheus' TLS certificate, trusted "
+                       "instead of the system's CAs (config: export.prometheus_ca_file; default: "
+                       "the system's CAs)."),
     click.option("--period", metavar="PERIOD", default=None,
                   help="yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD."),
     click.option("--since", metavar="TIME", default=None,
@@ -96,9 +98,12 @@ SOURCE_OPTIONS = [
                        "resource_group,user,namespace,pod,job, without user from Prometheus)."),
     click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Config file (prices, groups, [ledger], [export] and [export.focus] tables)."),
-    click.option("--timeout", "timeout", type=click.FloatRange(min=0.1, max=3600.0), default=None,
-                  help="Seconds each whole Prometheus query may take, connecting and reading "
-                       "included (0.1 to 3600, default 30)."),
+    click.option("--timeout", "timeout", type=click.FloatRange(min=EXPORT_TIMEOUT_RANGE[0],
+                                                               max=EXPORT_TIMEOUT_RANGE[1]),
+                  default=None, callback=finite,
+                  help=f"Seconds each whole Prometheus query may take, connecting and reading "
+                       f"included ({EXPORT_TIMEOUT_RANGE[0]:g} to {EXPORT_TIMEOUT_RANGE[1]:g}, "
+                       f"default 30; config: export.timeout_seconds)."),
     click.option("--allow-partial", "allow_partial", is_flag=True, default=False,
                   help="Accept answers the server marks partial (warnings or isPartial, as "
                        "Thanos, Mimir and VictoriaMetrics cluster give with a store down): the "
@@ -303,6 +308,7 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
+    from allsmi.registry import enabled_only
     from allsmi.config import ConfigError
 
     start = window.start.timestamp()
@@ -324,7 +330,8 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
                                       inline=True)
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
-    collector = Collector(list(simulated_backends(scenario, clock=clock)), config, clock=clock,
+    backends = enabled_only(simulated_backends(scenario, clock=clock), config.backends_enabled)
+    collector = Collector(backends, config, clock=clock,
                           timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
                           inline=True)
     collector.subscribe(recorder.on_snapshot)

@@ -14,14 +14,20 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import Settings, build_collector, common_options, fail, settings
+from allsmi.cli.common import (Settings, build_collector, common_options,
+                               dashboard_options, fail, settings)
 from allsmi.config import ConfigError
 
-SORT_CHOICES = ("index", "utilization", "memory", "power", "temperature")
+#: The options of ``allsmi view`` that choose a cluster source; every other option of ``view`` is
+#: a dashboard option that plain ``allsmi`` takes too (tests/test_docs.py checks it).
+SOURCE_OPTIONS = ("--hosts", "--hostfile", "--prometheus", "--max-concurrency", "--ca-file")
 
 
 def _options(s: Settings, theme: str | None, sort: str | None) -> Any:
     from dataclasses import replace
+    parent = click.get_current_context().find_root().params
+    theme = theme if theme is not None else parent.get("theme")
+    sort = sort if sort is not None else parent.get("sort")
 
     from allsmi.dashboard.options import DashboardOptions, theme_names
     try:
@@ -57,9 +63,15 @@ def _plain_only() -> bool:
 
 def _run_app(app: Any, **run: Any) -> None:
     """Run the dashboard; an unexpected error (Textual prints its traceback once the screen is
-    restored) ends the command with that exit code, never 0."""
-    app.run(**run)
+    restored) ends the command with that exit code, never 0. The terminal going away (SIGHUP,
+    a hang-up or an I/O error on it) ends the process within a second with status 129, whatever
+    the UI threads are doing; SIGTERM quits like `q` (see :mod:`allsmi.dashboard.terminal`)."""
+    from allsmi.dashboard.terminal import TerminalGuard
+    with TerminalGuard(app.quit_soon) as guard:
+        app.run(**run)
     code = app.return_code or 0
+    if guard.tripped:
+        code = guard.clean_exit_code or code
     if code:
         raise SystemExit(code)
 
@@ -88,8 +100,7 @@ def run_local(s: Settings, options: Any) -> None:
     collector.host.prime()
     collector.start()
     try:
-        _run_app(DashboardApp(NodeSource(collector), config=s.config, options=options,
-                              handle_signals=True))
+        _run_app(DashboardApp(NodeSource(collector), config=s.config, options=options))
     finally:
         _close_quietly(collector.close)
 
@@ -119,13 +130,14 @@ def _split_hosts(values: tuple[str, ...]) -> list[str]:
               help="Read the whole fleet from this Prometheus server (http://host:9090).")
 @click.option("--max-concurrency", type=click.IntRange(min=1, max=256), default=16, show_default=True,
               help="Hosts fetched at the same time (with --hosts/--hostfile).")
-@click.option("--theme", default=None, metavar="NAME",
-              help="Textual theme, e.g. textual-dark, textual-light (config: dashboard.theme).")
-@click.option("--sort", type=click.Choice(SORT_CHOICES), default=None,
-              help="Initial sort order (config: dashboard.sort).")
+@click.option("--ca-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="PEM file of the CA(s) that signed the https:// hosts' or Prometheus' TLS "
+                   "certificates, trusted instead of the system's CAs (default: the system's; "
+                   "SSL_CERT_FILE also works).")
+@dashboard_options
 @common_options
 def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, max_concurrency: int,
-         theme: str | None, sort: str | None, **opts: Any) -> None:
+         ca_file: str | None, theme: str | None, sort: str | None, **opts: Any) -> None:
     """Open the live dashboard: this node, or a cluster of nodes.
 
     \b
@@ -137,6 +149,7 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
       allsmi view --hosts http://gpu1:9477,http://gpu2:9477
       allsmi view --hostfile /etc/allsmi/hosts.txt
       allsmi view --prometheus http://prometheus:9090
+      allsmi view --prometheus https://prometheus:9090 --ca-file /etc/allsmi/ca.pem
     """
     s = settings(**opts)
     options = _options(s, theme, sort)
@@ -150,6 +163,8 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     if urls and prometheus:
         raise fail("give either --hosts/--hostfile or --prometheus, not both")
     if not urls and not prometheus:
+        if ca_file is not None:
+            raise fail("--ca-file applies to --hosts/--hostfile or --prometheus")
         if _plain_only():
             _print_table_instead(s)
             return
@@ -159,14 +174,15 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     if prometheus:
         from allsmi.dashboard.prometheus import PrometheusSource
         try:
-            source = PrometheusSource(prometheus, interval=max(s.interval, 1.0), timeout=s.timeout)
+            source = PrometheusSource(prometheus, interval=max(s.interval, 1.0), timeout=s.timeout,
+                                      ca_file=ca_file)
         except ValueError as exc:
             raise fail(str(exc)) from None
     else:
         from allsmi.dashboard.cluster import ClusterSource
         try:
             source = ClusterSource(urls, interval=s.interval, timeout=s.timeout,
-                                   max_concurrency=max_concurrency)
+                                   max_concurrency=max_concurrency, ca_file=ca_file)
         except ValueError as exc:
             raise fail(str(exc)) from None
     try:
@@ -174,7 +190,7 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
             _print_hosts_instead(source)
             return
         from allsmi.dashboard.app import DashboardApp
-        _run_app(DashboardApp(source, config=s.config, options=options, handle_signals=True))
+        _run_app(DashboardApp(source, config=s.config, options=options))
     finally:
         source.close()
 
@@ -192,11 +208,12 @@ def _print_hosts_instead(source: Any) -> None:
 
 
 @click.command(hidden=True)
+@dashboard_options
 @common_options
-def dashboard_default(**opts: Any) -> None:
+def dashboard_default(theme: str | None, sort: str | None, **opts: Any) -> None:
     """The local dashboard, as plain ``allsmi`` opens it (group options apply)."""
     s = settings(**opts)
-    options = _options(s, None, None)
+    options = _options(s, theme, sort)
     if _plain_only():
         _print_table_instead(s)
         return

@@ -13,7 +13,7 @@ from textual.widgets import Input
 
 from .help import HelpScreen
 from .idle import IDLE_SORTS
-from .model import DESCENDING_BY_DEFAULT, SORT_KEYS, Filter
+from .model import DESCENDING_BY_DEFAULT, SORT_KEYS, Filter, filter_choices
 from .options import DEFAULT_THEME, LIGHT_THEME
 from .render import Palette
 
@@ -134,13 +134,13 @@ class KeyActions:
 
     def action_cycle_vendor(self) -> None:
         """Filter to the next vendor (then back to all)."""
-        vendors = sorted({r.device.vendor for r in self.all_refs()})
+        vendors = filter_choices(self.all_refs(), self.filter, "vendor")  # only those on view
         vendor = self._cycle(self.filter.vendor, vendors)
         self._set_filter(Filter(self.filter.text, vendor, self.filter.group, self.filter.host))
 
     def action_cycle_group(self) -> None:
         """Filter to the next resource group (then back to all)."""
-        groups = sorted({r.device.resource_group for r in self.all_refs() if r.device.resource_group})
+        groups = filter_choices(self.all_refs(), self.filter, "group")  # only combinations that exist
         group = self._cycle(self.filter.group, groups)
         self._set_filter(Filter(self.filter.text, self.filter.vendor, group, self.filter.host))
 

@@ -19,7 +19,10 @@ authentication, for servers started with ``--web-config``.
 from __future__ import annotations
 
 import base64
+import collections
+import functools
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -30,15 +33,17 @@ from typing import Callable, Sequence, Union
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
 
-from .fetch import HttpError
+from .fetch import HttpError, redact, tls_context
 from .fetch import get as http_get
-from .sources import Clock, HostState
+from .sources import Clock, HostState, shared_devices
 
 SNAPSHOT_PATH = "/api/v1/snapshot"
 #: A snapshot of a thousand devices is about 1 MiB; anything far larger is not ours.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 16
 DEFAULT_MAX_BACKOFF_SECONDS = 60.0
+#: Polls remembered per host to tell a flapping host (some answered, some not) from a down one.
+FLAP_WINDOW = 8
 
 Fetch = Callable[["Endpoint", float], Union["Fetched", Snapshot]]
 
@@ -70,11 +75,11 @@ def parse_endpoint(text: str) -> Endpoint:
         raw = "http://" + raw
     parts = urllib.parse.urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL or host:port: {text.strip()!r}")
+        raise ValueError(f"not an http(s) URL or host:port: {redact(text.strip())!r}")
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"bad port in {text.strip()!r}") from None
+        raise ValueError(f"bad port in {redact(text.strip())!r}") from None
     path = parts.path.rstrip("/")
     if path.endswith(SNAPSHOT_PATH):
         path = path[:-len(SNAPSHOT_PATH)]
@@ -130,7 +135,7 @@ class Fetched:
     """``False`` when the host says it does not export process command lines and users."""
 
 
-def fetch_host(endpoint: Endpoint, timeout: float) -> Fetched:
+def fetch_host(endpoint: Endpoint, timeout: float, context: ssl.SSLContext | None = None) -> Fetched:
     """One snapshot from ``endpoint``, checked; :class:`FetchError` with a short reason otherwise.
 
     The whole answer must arrive within ``timeout`` seconds; redirects are not followed
@@ -142,12 +147,14 @@ def fetch_host(endpoint: Endpoint, timeout: float) -> Fetched:
         headers["Authorization"] = endpoint.authorization
     try:
         answer = http_get(endpoint.url + SNAPSHOT_PATH, headers=headers, timeout=timeout,
-                          max_bytes=MAX_BODY_BYTES)
+                          max_bytes=MAX_BODY_BYTES, context=context)
     except HttpError as exc:
         raise FetchError(str(exc)) from None
     if answer.status == 503:
         raise FetchError("not ready yet (HTTP 503)")
     if answer.status == 401:
+        if endpoint.authorization:
+            raise FetchError("HTTP 401: the user and password in the URL were refused")
         raise FetchError("HTTP 401: needs user:password@ in the URL")
     if answer.status != 200:
         raise FetchError(f"HTTP {answer.status} {answer.reason}".strip())
@@ -191,6 +198,18 @@ class _Host:
         self.in_flight = False
         self.problems: tuple[str, ...] = ()
         self.process_details: bool | None = None
+        self.outcomes: collections.deque[bool] = collections.deque(maxlen=FLAP_WINDOW)
+        """Whether each of the last polls was answered."""
+
+    @property
+    def flapping(self) -> tuple[int, int] | None:
+        """(answered, asked) over the last polls when the host came back after failing and
+        failed again (a host that just went down after answering is down, not flapping)."""
+        outcomes = list(self.outcomes)
+        if False not in outcomes:
+            return None
+        came_back = True in outcomes[outcomes.index(False):]
+        return (sum(outcomes), len(outcomes)) if came_back and not outcomes[-1] else None
 
 
 class ClusterSource:
@@ -202,7 +221,8 @@ class ClusterSource:
     def __init__(self, urls: Sequence[str], *, interval: float = 2.0, timeout: float = 5.0,
                  max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
                  max_backoff: float = DEFAULT_MAX_BACKOFF_SECONDS,
-                 clock: Clock = time.monotonic, fetch: Fetch = fetch_host) -> None:
+                 clock: Clock = time.monotonic, fetch: Fetch = fetch_host,
+                 ca_file: str | None = None) -> None:
         if not urls:
             raise ValueError("no hosts given")
         if max_concurrency < 1:
@@ -219,19 +239,30 @@ class ClusterSource:
         self.max_concurrency = max_concurrency
         self.max_backoff = max_backoff
         self.clock = clock
+        if ca_file is not None:  # one context for every fetch; ValueError if the file is bad
+            fetch = functools.partial(fetch, context=tls_context(ca_file))
         self._fetch = fetch
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self.in_flight_peak = 0
         """Most fetches seen running at once (tests check the bound)."""
+        self._arrivals = 0
+        self._shared_at = 0
+        self._shared: dict[str, tuple[int, tuple[str, ...]]] = {}
 
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
+            if self._shared_at != self._arrivals:  # recomputed only when a snapshot arrived
+                self._shared = shared_devices((h.endpoint.key, d.id) for h in self._hosts
+                                              if h.snapshot is not None for d in h.snapshot.devices)
+                self._shared_at = self._arrivals
             return [HostState(h.endpoint.key,
                               (h.snapshot.host.hostname if h.snapshot else "") or h.endpoint.key,
                               h.snapshot, h.received, address=h.endpoint.url, error=h.error,
                               retry_at=h.retry_at, problems=h.problems,
-                              process_details=h.process_details)
+                              process_details=h.process_details, answered=h.flapping,
+                              shared=self._shared.get(h.endpoint.key, (0, ()))[0],
+                              shared_with=self._shared.get(h.endpoint.key, (0, ()))[1])
                     for h in self._hosts]
 
     def backoff(self, failures: int) -> float:
@@ -275,12 +306,17 @@ class ClusterSource:
             with self._lock:
                 host.failures += 1
                 host.error = message
-                host.retry_at = self.clock() + self.backoff(host.failures)
+                host.outcomes.append(False)
+                # A flapping host is asked again after one interval: its answers are worth having.
+                wait = self.interval if host.flapping else self.backoff(host.failures)
+                host.retry_at = self.clock() + wait
         else:
             with self._lock:
                 host.snapshot, host.received = fetched.snapshot, self.clock()
+                self._arrivals += 1
                 host.problems, host.process_details = fetched.problems, fetched.process_details
                 host.error, host.failures, host.retry_at = None, 0, None
+                host.outcomes.append(True)
         finally:
             with self._lock:
                 host.in_flight = False

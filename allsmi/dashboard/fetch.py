@@ -14,9 +14,11 @@ for one address are never sent anywhere else. Proxy variables are ignored
 
 from __future__ import annotations
 
+import base64
 import gzip
 import http.client
 import io
+import re
 import socket
 import ssl
 import threading
@@ -26,6 +28,27 @@ from dataclasses import dataclass
 from email.message import Message
 
 CHUNK = 64 * 1024
+
+
+_USERINFO = re.compile(r"""(^|//|[\s'"(<=])[^\s/'"<>()@]*@""")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL or ``user:password@host`` in it replaced by
+    ``***`` (``http://***@gpu1:9477``): what may reach the screen, a log or an error message."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """(``url`` without its credentials, the ``Basic ...`` header they make, or ``None``)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), header
 
 
 class HttpError(Exception):
@@ -43,24 +66,36 @@ class Answer:
 
 
 def _location(headers: Message) -> str:
-    where = headers.get("Location") or "?"
+    where = redact(headers.get("Location") or "?")
     return where if len(where) <= 80 else where[:79] + "\u2026"
 
 
-def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int) -> Answer:
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """The TLS context for ``https://`` hosts: the system's CAs, or only those in ``ca_file`` (PEM;
+    ``--ca-file``). :class:`ValueError` naming the file when it cannot be loaded."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise ValueError(f"cannot load the CA file {ca_file}: {reason}") from None
+
+
+def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int,
+        context: ssl.SSLContext | None = None) -> Answer:
     """``GET url``: the whole answer within ``timeout`` seconds, at most ``max_bytes`` of body.
 
     Raises :class:`HttpError` for a connection failure, the deadline, a redirect or a
-    body too large; any other status is returned for the caller to judge.
+    body too large; any other status is returned for the caller to judge. ``context`` verifies
+    ``https://`` servers (default: the system's CAs).
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise HttpError(f"not an http(s) URL: {url!r}")
+        raise HttpError(f"not an http(s) URL: {redact(url)!r}")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
         conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
-                                           context=ssl.create_default_context())
+                                           context=context or ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     expired = threading.Event()

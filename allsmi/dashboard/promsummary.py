@@ -9,13 +9,16 @@ per grouping, each answering one number per host, group or vendor.
 The totals follow the same rules as :func:`allsmi.dashboard.model.totals_by`
 over devices: a physical device counts once and carries its memory;
 partitions are counted apart; utilization is averaged over every device that
-reports one; power is summed as reported (only board owners carry it).
+reports one; power is summed as reported (only board owners carry it), and power limits only
+over the devices that report both, against those devices' power.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
+
+from allsmi.snapshot_parse import MAX_INT
 
 from .totals import Totals
 
@@ -37,6 +40,7 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
         return _select(metric, *matchers, selector)
 
     whole = of(_INFO, 'parent_uuid=""')
+    power, limit = of("allsmi_device_power_watts"), of("allsmi_device_power_limit_watts")
     parts = of(_INFO, 'parent_uuid!=""')
 
     queries = {
@@ -49,8 +53,11 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
                               f"and on (instance, uuid) {physical})"),
         "memory_total_bytes": (f"sum by ({by}) ({of('allsmi_device_memory_total_bytes')} "
                                f"and on (instance, uuid) {physical})"),
-        "power_watts": f"sum by ({by}) ({of('allsmi_device_power_watts')})",
-        "power_limit_watts": f"sum by ({by}) ({of('allsmi_device_power_limit_watts')})",
+        "power_watts": f"sum by ({by}) ({power})",
+        "power_count": f"count by ({by}) ({power})",
+        "power_limited_watts": f"sum by ({by}) ({power} and on (instance, uuid) {limit})",
+        "power_limit_watts": f"sum by ({by}) ({limit} and on (instance, uuid) {power})",
+        "power_limited_count": f"count by ({by}) ({power} and on (instance, uuid) {limit})",
         "processes": f"count by ({by}) ({of('allsmi_process_memory_bytes')})",
     }
     if by != "instance":  # which hosts each group or vendor spans (one series per pair)
@@ -58,8 +65,14 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
     return queries
 
 
+#: Largest plausible value of a total (counts of devices and processes, sums of readings);
+#: everything else at most the snapshot parser's :data:`~allsmi.snapshot_parse.MAX_INT`.
+_LARGEST = {"utilization_sum": 100.0 * 2**31, "power_watts": 5000.0 * 2**31,
+            "power_limit_watts": 5000.0 * 2**31, **{n: float(2**31) for n in (
+                "devices", "partitions", "lost", "utilization_count", "processes")}}
+
 _INTEGERS = {"devices", "partitions", "lost", "utilization_count", "processes",
-             "memory_used_bytes", "memory_total_bytes"}
+             "memory_used_bytes", "memory_total_bytes", "power_count", "power_limited_count"}
 
 
 def combined_query(by: str, selector: str = "") -> str:
@@ -120,13 +133,16 @@ def totals_from(series: list[dict[str, Any]], by: str) -> dict[str, Totals]:
         if name in known:
             key = str(sample["metric"].get(by, ""))
             value = _number(sample)
-            if value is None:
-                continue
+            if value is None or not 0 <= value <= _LARGEST.get(name, MAX_INT):
+                continue  # not a plausible total: unknown, never shown as a huge or negative number
             totals = out.setdefault(key, Totals(key))
             if name == "hosts":
                 totals.hosts.add(str(sample["metric"].get("instance", "")))
             else:
                 setattr(totals, name, int(round(value)) if name in _INTEGERS else value)
+    for totals in out.values():  # a mean above 100 % is no reading
+        if totals.utilization_count and totals.utilization_sum > 100.0 * totals.utilization_count:
+            totals.utilization_sum, totals.utilization_count = 0.0, 0
     if by == "instance":
         for key, totals in out.items():
             totals.hosts = {key}

@@ -16,11 +16,27 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from allsmi.schema import Snapshot
 
 Clock = Callable[[], float]
+
+
+def shared_devices(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """``(host key, device id)`` pairs -> for each host that reports a device another host reports
+    too: how many such devices, and those other hosts (:attr:`HostState.shared`)."""
+    hosts_of: dict[str, set[str]] = {}
+    for host, ident in pairs:
+        hosts_of.setdefault(ident, set()).add(host)
+    count: dict[str, int] = {}
+    others: dict[str, set[str]] = {}
+    for keys in hosts_of.values():
+        if len(keys) > 1:
+            for key in keys:
+                count[key] = count.get(key, 0) + 1
+                others.setdefault(key, set()).update(keys - {key})
+    return {key: (n, tuple(sorted(others[key]))) for key, n in count.items()}
 
 
 @dataclass(frozen=True)
@@ -46,9 +62,18 @@ class HostState:
     """What was wrong in the host's last answer (values nulled or left out), for the screen."""
     process_details: bool | None = None
     """``False`` when the host does not export process command lines and users."""
+    answered: tuple[int, int] | None = None
+    """(polls answered, polls asked) over the last few, when the host both answered and failed
+    among them (it is flapping); ``None`` otherwise."""
     summary: Any = None
     """The host's totals (:class:`allsmi.dashboard.model.Totals`) when its source computes them
     without sending every device (a large fleet through Prometheus); ``None`` otherwise."""
+    shared: int = 0
+    """How many of this host's devices (by id) another host of the source reports too: one node
+    read twice (``allsmi serve`` and a textfile snapshot through node_exporter, or two addresses
+    of one node), so every total counts them twice."""
+    shared_with: tuple[str, ...] = ()
+    """Those other hosts, where the source knows them."""
 
     @property
     def reachable(self) -> bool:

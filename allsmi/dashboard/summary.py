@@ -10,7 +10,7 @@ from allsmi.formatting import human_bytes, percent
 
 from .model import DeviceRef, Filter, duplicate_ids
 from .totals import Totals
-from .panels import age_text, power_pair
+from .panels import age_text, power_totals
 from .render import Palette, safe
 from .sources import HostState
 
@@ -18,12 +18,14 @@ from .sources import HostState
 def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, palette: Palette,
                   now: float, interval: float, view: str, sort_key: str, descending: bool,
                   flt: Filter, shown: Sequence[DeviceRef], process_scope: str, paused: bool,
-                  refresh_error: str | None) -> tuple[Text, Text]:
+                  refresh_error: str | None, note: str | None = None) -> tuple[Text, Text]:
     """(the data line, the view-state line); every piece of data passes :func:`safe`."""
     pal = palette
     line = Text()
     if cluster:
-        up = sum(1 for h in hosts if h.error is None and h.snapshot is not None)
+        # A host is up when it answers: with its devices, or (above the device budget of a
+        # Prometheus fleet) with its totals only.
+        up = sum(1 for h in hosts if h.error is None and (h.snapshot is not None or h.summary is not None))
         line.append("allsmi cluster", style="bold")
         line.append(f"  hosts {up}/{len(hosts)} up", style=pal.hot if up < len(hosts) else "")
         ages = [a for a in (h.age(now) for h in hosts) if a is not None]
@@ -36,10 +38,12 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
     line.append("  age ")
     line.append(age_text(age) if age is not None else "waiting", style=pal.warn if stale else pal.ok)
     line.append(f"  {total.devices} devices")
+    if total.partitions:  # partitions are rows of the table too; counted apart, never as devices
+        line.append(f" + {total.partitions} partition" + ("s" if total.partitions != 1 else ""))
     if total.lost:
         line.append(f" ({total.lost} lost)", style=pal.hot)
     line.append(f"  util {percent(total.utilization_percent)}"
-                f"  power {power_pair(total.power_watts, total.power_limit_watts)}")
+                f"  power {power_totals(total)}")
     if not cluster and hosts and hosts[0].snapshot is not None:
         snap = hosts[0].snapshot
         line.append(f"  CPU {percent(snap.host.cpu_utilization_percent)}"
@@ -56,6 +60,9 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
                    for a in h.snapshot.attribution if a.status in ("error", "timeout")})
     if held:
         line.append("  attribution: " + safe(", ".join(held)), style=f"bold {pal.hot}")
+    twice = sum(1 for h in hosts if h.shared)
+    if twice:
+        line.append(f"  same devices from {twice} instances: counted twice", style=f"bold {pal.warn}")
     dups = sorted({i for h in hosts for i in duplicate_ids(h.snapshot)})
     if dups:
         line.append(f"  duplicate device id: {safe(dups[0])}" + (f" (+{len(dups) - 1})" if len(dups) > 1 else ""),
@@ -73,6 +80,8 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
         state.append("  PAUSED", style=f"bold {pal.warn}")
     if refresh_error:
         state.append(f"  {safe(refresh_error)}", style=pal.hot)
+    if note:  # what the source left out (an answer too large)
+        state.append(f"  {safe(note)}", style=f"bold {pal.warn}")
     state.append("  ? help  q quit", style="dim")
     line.no_wrap = state.no_wrap = True
     line.overflow = state.overflow = "ellipsis"

@@ -25,7 +25,15 @@ class Totals:
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     power_watts: float | None = None
+    """Power of every device that reports it (the draw of the set)."""
     power_limit_watts: float | None = None
+    """Power limits of the devices that report both power and a limit (like with like)."""
+    power_limited_watts: float | None = None
+    """Power of those same devices, what :attr:`power_limit_watts` is compared with."""
+    power_count: int = 0
+    """Devices that report power."""
+    power_limited_count: int = 0
+    """Devices that report both power and a limit."""
     energy_joules: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
     processes: int = 0
@@ -59,10 +67,13 @@ def sum_totals(name: str, parts: Sequence[Totals]) -> Totals:
         out.partitions += part.partitions
         out.lost += part.lost
         out.processes += part.processes
+        out.power_count += part.power_count
+        out.power_limited_count += part.power_limited_count
         out.hosts |= part.hosts
         out.utilization_sum += part.utilization_sum
         out.utilization_count += part.utilization_count
         for attr in ("memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts",
+                     "power_limited_watts",
                      "energy_joules"):
             setattr(out, attr, _add(getattr(out, attr), getattr(part, attr)))
         out.hottest_celsius = _max(out.hottest_celsius, part.hottest_celsius)
@@ -146,8 +157,13 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
             totals.utilization_sum += dev.utilization_percent
             totals.utilization_count += 1
         totals.hottest_celsius = _max(totals.hottest_celsius, dev.temperature_celsius)
-        totals.power_watts = _add(totals.power_watts, dev.power_watts)
-        totals.power_limit_watts = _add(totals.power_limit_watts, dev.power_limit_watts)
+        if dev.power_watts is not None:
+            totals.power_watts = _add(totals.power_watts, dev.power_watts)
+            totals.power_count += 1
+            if dev.power_limit_watts is not None:  # a limit only against its own device's power
+                totals.power_limited_watts = _add(totals.power_limited_watts, dev.power_watts)
+                totals.power_limit_watts = _add(totals.power_limit_watts, dev.power_limit_watts)
+                totals.power_limited_count += 1
         if energy is not None:
             totals.energy_joules = _add(totals.energy_joules, energy.joules(ref.key))
         if not is_unit:

@@ -32,6 +32,7 @@ import hashlib
 import hmac
 import os
 import ssl
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -258,7 +259,7 @@ def _users(at: _Lines, raw: Any) -> dict[str, bytes]:
         try:
             import bcrypt  # noqa: F401
         except ImportError:
-            raise at.error("needs the 'bcrypt' package: pip install 'allsmi[web]'",
+            raise at.error(f"needs the 'bcrypt' package: {sys.executable} -m pip install 'allsmi[web]'",
                            "basic_auth_users") from None
     return users
 

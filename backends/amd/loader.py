@@ -128,7 +128,11 @@ def package_version() -> str | None:
 
 
 LIBRARY = "libamd_smi.so"
-NOT_INSTALLED_REASON = "the amdsmi Python package is not installed (pip install 'allsmi[amd]')"
+
+
+def not_installed_reason() -> str:
+    """What to say when the amdsmi package is missing (with the pip of this Python)."""
+    return f"the amdsmi Python package is not installed ({sys.executable} -m pip install 'allsmi[amd]')"
 
 
 def _installed(module: str) -> bool:
@@ -178,14 +182,14 @@ def load_amdsmi() -> ModuleType:
     if "amdsmi" not in sys.modules and not _installed("amdsmi"):
         # Not installed: the import would fail at once and print nothing, so no capture
         # (its temporary file and fd juggling) on every start of a plain install.
-        raise AmdsmiLoadError(NOT_INSTALLED_REASON, "")
+        raise AmdsmiLoadError(not_installed_reason(), "")
     reason = ""
     with quiet_stdout() as output:
         try:
             import amdsmi
         except ModuleNotFoundError as exc:
             if exc.name == "amdsmi":
-                reason = NOT_INSTALLED_REASON
+                reason = not_installed_reason()
             else:
                 reason = f"importing amdsmi failed: {exc}"
         except KeyError as exc:

@@ -166,6 +166,27 @@ def test_coverage_exit_status_and_textfile(ledger: Path, tmp_path: Path) -> None
     assert out.returncode == 3 and "no device data" in out.stderr
 
 
+def test_low_coverage_with_holders_names_each_row_by_all_its_keys(tmp_path: Path) -> None:
+    """Grouped by holder, the coverage warning names the devices' keys and their holders once,
+    not ``training 50.0%; training 50.0%; ...``."""
+    (tmp_path / "config.toml").write_text(CONFIG)
+    db = tmp_path / "ledger.db"
+    record(db, [snap(T0 + t,
+                     device("GPU-train", util=50.0, users=["alice", "bob"] if t < 1800 else ["carol"],
+                            group="training"),
+                     device("GPU-inf", util=10.0, users=["dave"], group="@inference", model="A100"))
+                for t in range(0, 3601, 10)], config(CONFIG))
+    out = run("--ledger", str(db), "--config", "config.toml", "--since", SINCE,
+              "--until", "2026-03-02T02:00:00Z", "--group-by", "resource_group,model,user", cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    lowest = out.stderr.split("(lowest: ", 1)[1].split(") (exit status", 1)[0]
+    parts = lowest.split("; ")
+    assert len(parts) == len(set(parts)) == 2, lowest
+    # "-": the part of the window no holder was seen (the recording's first sample)
+    assert "training/H100 (user -, alice, bob, carol) 50.0%" in parts, lowest
+    assert "@inference/A100 (user -, dave) 50.0%" in parts, lowest
+
+
 def test_period_with_tz_uses_quarter_rollups(tmp_path: Path) -> None:
     """A +05:30 day starts on a quarter hour: exported whole from roll-ups after raw rows expire."""
     db = tmp_path / "l.db"

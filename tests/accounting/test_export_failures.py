@@ -270,6 +270,8 @@ def test_tls_with_a_ca_file(tmp_path: Path) -> None:
         assert out.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in out.stderr, out.stderr
         out = run(*base, "--prometheus-ca-file", "cert.pem", cwd=tmp_path)
         assert out.returncode == 3, out.stderr
+        out = run(*base, "--ca-file", "cert.pem", cwd=tmp_path)  # the short name, as on `view`
+        assert out.returncode == 3, out.stderr
     finally:
         server.shutdown()
         server.server_close()

@@ -130,3 +130,27 @@ def test_gauges_sparklines_and_core_strips() -> None:
     assert pal.load(90) == pal.hot and pal.load(10) == pal.ok and pal.load(None) == pal.dim
     mono = Palette.from_theme(None, no_color=True)
     assert mono.mono and "reverse" in mono.hot
+
+
+def test_power_is_compared_with_limits_like_with_like() -> None:
+    """Five NPUs draw power, two report a limit: the pair is those two's power against their
+    limits, and says it covers 2 of 5; the set's whole draw stays in ``power_watts``."""
+    import datetime as dt
+
+    from allsmi.dashboard.panels import power_totals
+    from allsmi.schema import HostSample
+    devs = tuple(DeviceSample(id=f"n{i}", vendor="furiosa", kind="npu", backend="b", health="ok",
+                              power_watts=100.0 + i, power_limit_watts=300.0 if i < 2 else None)
+                 for i in range(5))
+    snap = Snapshot(dt.datetime.now(dt.timezone.utc), HostSample("h"), devs)
+    (total,) = totals_by(refs_of("h", snap), lambda r: "npu")
+    assert total.power_watts == pytest.approx(510.0) and total.power_count == 5
+    assert total.power_limited_watts == pytest.approx(201.0) and total.power_limit_watts == 600.0
+    assert total.power_limited_count == 2
+    assert power_totals(total) == "201/600 W (2 of 5)"
+    every = replace(snap, devices=tuple(replace(d, power_limit_watts=300.0) for d in devs))
+    (total,) = totals_by(refs_of("h", every), lambda r: "npu")
+    assert power_totals(total) == "510/1500 W"
+    none = replace(snap, devices=tuple(replace(d, power_limit_watts=None) for d in devs))
+    (total,) = totals_by(refs_of("h", none), lambda r: "npu")
+    assert power_totals(total) == "510/N/A W"

@@ -97,6 +97,36 @@ async def test_text_vendor_and_group_filters(sim_snapshots: list[Snapshot]) -> N
         await pilot.press("escape")
 
 
+async def test_f_after_v_cycles_only_through_groups_that_vendor_has(sim_snapshots: list[Snapshot]) -> None:
+    """With a vendor chosen, ``f`` offers only the groups that vendor's devices are in (never
+    ``vendor=furiosa group=inference (0 shown)``), then all of them again; ``v`` likewise."""
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await play_all(app, source, pilot)
+        refs = app.all_refs()
+        for vendor in sorted({r.device.vendor for r in refs}):
+            groups = sorted({r.device.resource_group for r in refs if r.device.vendor == vendor})
+            await pilot.press("escape")
+            while app.filter.vendor != vendor:
+                await pilot.press("v")
+            seen = []
+            for _ in range(len(groups)):
+                await pilot.press("f")
+                assert app.shown and "(0 shown)" not in screen_text(app), (vendor, app.filter)
+                seen.append(app.filter.group)
+            assert seen == groups, vendor
+            await pilot.press("f")  # past the last: every group of that vendor again
+            assert app.filter.group is None and app.filter.vendor == vendor
+        # And the other way round: a group chosen, v offers only its vendors.
+        await pilot.press("escape")
+        while app.filter.group != "training":
+            await pilot.press("f")
+        await pilot.press("v")
+        assert app.filter.vendor == "nvidia" and app.shown
+        await pilot.press("v")
+        assert app.filter.vendor is None
+
+
 async def test_group_view_totals_labels_energy_and_drill_down(sim_snapshots: list[Snapshot]) -> None:
     app, source = make_app(sim_snapshots)
     async with app.run_test(size=(160, 40)) as pilot:
@@ -134,7 +164,7 @@ async def test_help_lists_every_key_and_closes(sim_snapshots: list[Snapshot]) ->
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("f1")
         assert isinstance(app.screen, HelpScreen)
-        await pilot.press("q")  # closes help, does not quit
+        await pilot.press("h")  # closes help (`q` quits, from help too: test_fleet_bounds)
         assert app.is_running and not isinstance(app.screen, HelpScreen)
 
 
@@ -293,6 +323,38 @@ async def test_failing_and_hung_backends_are_shown_not_hidden(sim_snapshots: lis
     async with app.run_test(size=(200, 40)) as pilot:
         await pilot.pause()
         assert "backends:" not in screen_text(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 30), (200, 50)])
+async def test_partition_rows_show_their_profile_first_at_any_width(sim_snapshots: list[Snapshot],
+                                                                    size: tuple[int, int]) -> None:
+    """The three MIG slices read ``└ MIG 3g.40gb``, ``2g.20gb``, ``1g.10gb`` however narrow the
+    terminal, never the parent's model cut short; the summary counts them as partitions."""
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=size) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("slash", *"MIG", "enter")
+        await pilot.pause()
+        text = screen_text(app)
+        for profile in ("└ MIG 3g.40gb", "└ MIG 2g.20gb", "└ MIG 1g.10gb"):
+            assert profile in text, text
+        assert "34 devices + 3 partitions" in text.splitlines()[0] or size[0] < 90
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 30)])
+async def test_partition_rows_in_the_cluster_devices_view(sim_snapshots: list[Snapshot],
+                                                          size: tuple[int, int]) -> None:
+    """In a cluster the host column takes the vendor's place; the profile still shows whole."""
+    frames = [{"10.0.0.1:9477": replace(s, host=replace(s.host, hostname="node-a"))} for s in sim_snapshots]
+    source = StaticSource(frames, cluster=True, clock=frozen, interval=1.0)
+    app = DashboardApp(source, config=groups_config(), clock=frozen)
+    async with app.run_test(size=size) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("d", "slash", *"MIG", "enter")
+        await pilot.pause()
+        text = screen_text(app)
+        for profile in ("└ MIG 3g.40gb", "└ MIG 2g.20gb", "└ MIG 1g.10gb"):
+            assert profile in text, text
 
 
 def test_processes_panel_shows_each_process_utilization() -> None:

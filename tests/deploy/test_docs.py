@@ -36,3 +36,27 @@ def test_the_readme_installs_every_unit_and_the_rules() -> None:
     for unit in ("allsmi-exporter.service", "allsmi-record.service", "allsmi-export.timer"):
         assert unit in text.split("systemctl enable --now", 1)[1].splitlines()[0]
     assert "deploy/prometheus/allsmi-rules.yml" in text and "scrape_timeout" in text
+
+
+def test_the_prometheus_config_of_the_guide_passes_promtool(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The guide's prometheus.yml, as written (the rules path pointed at the repo's file), is a
+    valid configuration with a job for allsmi serve and one for node_exporter's textfile."""
+    import subprocess
+
+    import yaml
+
+    from ..conftest import require_tool
+    promtool = require_tool("promtool", "prometheus")
+    text = (DEPLOY / "README.md").read_text()
+    blocks = [b for b in re.findall(r"^```ya?ml\n(.*?)^```", text, re.S | re.M) if "scrape_configs:" in b]
+    assert blocks, "deploy/README.md shows no prometheus.yml"
+    block = blocks[0].replace("/etc/prometheus/rules/allsmi-rules.yml",
+                              str(DEPLOY / "prometheus" / "allsmi-rules.yml"))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(block)
+    result = subprocess.run([promtool, "check", "config", str(config)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ports = {target.rsplit(":", 1)[1]: job["job_name"] for job in yaml.safe_load(block)["scrape_configs"]
+             for static in job.get("static_configs", []) for target in static["targets"]}
+    assert "9477" in ports and "9100" in ports and ports["9477"] != ports["9100"], ports

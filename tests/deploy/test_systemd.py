@@ -175,6 +175,32 @@ def test_exporter_and_recorder_command_lines_run_and_stop_cleanly(state: Path) -
     assert "allsmi_export_success 0" in status
 
 
+def test_export_unit_has_the_hardening_the_exporter_cannot_have(tmp_path: Path) -> None:
+    """The export reads the ledger or Prometheus and writes files: every setting the exporter and
+    recorder must leave out (they need device nodes and other users' processes) is set here, and
+    ``systemd-analyze security`` reads it so."""
+    s = settings("allsmi-export.service")
+    assert s["PrivateDevices"] == ["yes"] and s["DevicePolicy"] == ["closed"] and s["DeviceAllow"] == [""]
+    assert s["PrivateUsers"] == ["yes"] and s["MemoryDenyWriteExecute"] == ["yes"]
+    assert s["ProtectClock"] == ["yes"] and s["ProtectProc"] == ["invisible"]
+    assert "@system-service" in s["SystemCallFilter"]
+    tool = require_tool("systemd-analyze", "systemd")
+    directory = copies(tmp_path)
+    result = subprocess.run([tool, "security", "--offline=yes", "--no-pager", "allsmi-export.service"],
+                            capture_output=True, text=True, timeout=120, cwd=directory,
+                            env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_LOG_LEVEL": "notice"})
+    lines = result.stdout.splitlines()
+    for name in ("PrivateDevices=", "PrivateUsers=", "MemoryDenyWriteExecute=",
+                 "SystemCallFilter=~@privileged", "SystemCallFilter=~@resources"):
+        line = next((ln for ln in lines if ln.split()[1:2] == [name]), None)
+        assert line is not None and line.startswith("✓"), f"{name}: {line}\n{result.stdout}"
+    # DevicePolicy=closed with an empty DeviceAllow=: only ProtectClock's read-only rtc remains.
+    devices = next(ln for ln in lines if ln.split()[1:2] == ["DeviceAllow="])
+    assert "char-rtc:r" in devices and "," not in devices, devices
+    exposure = float(lines[-1].split("exposure level for allsmi-export.service:")[1].split()[0])
+    assert exposure <= 2.0, result.stdout
+
+
 @pytest.mark.parametrize("unit", ["allsmi-exporter.service", "allsmi-record.service"])
 def test_long_running_units_raise_the_descriptor_limit(unit: str) -> None:
     # Without LimitNOFILE systemd gives a soft limit of 1024: EMFILE before the connection bound.
