@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUnavailable,
@@ -27,7 +27,7 @@ from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUn
 from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
-from allsmi.schema import BackendStatus, DeviceSample, Snapshot
+from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
 from allsmi.worker import SingleFlight
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
@@ -51,12 +51,13 @@ class BackendRunner:
     """Owns one backend and the single worker thread that calls it."""
 
     def __init__(self, backend: Backend, timeout: float,
-                 reprobe_seconds: float = REPROBE_SECONDS) -> None:
+                 reprobe_seconds: float = REPROBE_SECONDS, inline: bool = False) -> None:
         self.backend = backend
         self.timeout = timeout
         self.reprobe_seconds = reprobe_seconds
         self._flight: SingleFlight[_Outcome] = SingleFlight(
-            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._safe_close)
+            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._safe_close,
+            inline=inline)
         self._opened = False
         self._unavailable_until = 0.0
         self._phase = ""
@@ -196,10 +197,10 @@ def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
         changed = []
         for proc in processes:
             info = result.process(proc.pid)
-            changed.append(replace(proc, job_id=info.job_id, pod_uid=info.pod_uid,
-                                   container_id=info.container_id) if info else proc)
+            changed.append(derive(proc, job_id=info.job_id, pod_uid=info.pod_uid,
+                                  container_id=info.container_id) if info else proc)
         processes = tuple(changed)
-    return replace(dev, workloads=workloads, processes=processes)
+    return derive(dev, workloads=workloads, processes=processes)
 
 
 class Collector:
@@ -210,7 +211,7 @@ class Collector:
                  history_size: int | None = None, host_sampler: HostSampler | None = None,
                  attributor: "Attributor | None" = None,
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] | None = None) -> None:
+                 monotonic: Callable[[], float] | None = None, inline: bool = False) -> None:
         self.config = config or Config()
         self.clock = clock
         """Wall clock for snapshot timestamps (injectable for accelerated simulation)."""
@@ -221,7 +222,9 @@ class Collector:
         from the monotonic clock and never steps)."""
         self.interval = interval_seconds or self.config.interval_seconds
         self.timeout = timeout_seconds or self.config.backend_timeout_seconds
-        self.runners = [BackendRunner(b, self.timeout) for b in backends]
+        self.runners = [BackendRunner(b, self.timeout, inline=inline) for b in backends]
+        """With ``inline``, each backend is called in the collecting thread (no worker, no
+        timeout): only for backends that cannot hang, such as a simulation being replayed."""
         self.attributor = attributor
         """Who holds each device (allsmi.attribution): asked once per cycle, within its own
         timeout, after the resource groups are assigned; ``None``: no attribution at all."""

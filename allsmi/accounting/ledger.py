@@ -80,6 +80,12 @@ class Ledger(LedgerWriter, LedgerReader):
             raise LedgerError(f"cannot open the ledger {self.path}: {exc.strerror or exc}") from None
 
     # -- opening -------------------------------------------------------------
+    def scratch(self) -> None:
+        """Give up durability for a temporary ledger deleted when its command ends (a
+        simulation being billed): commits are not synced to disk, since no crash or power
+        loss can lose what is thrown away anyway."""
+        self._db.execute("PRAGMA synchronous=OFF")
+
     def _take_lock(self) -> None:
         lock_path = self.path.with_name(self.path.name + ".lock")
         fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)

@@ -5,7 +5,12 @@ asks every source at once and waits for each until the shared deadline, so
 a hung kubelet costs the snapshot at most ``timeout_seconds`` and the other
 sources nothing. A source whose previous call is still hung is not asked
 again (no pile-up of threads); it reports ``timeout`` until the call
-returns. Errors become status, never an exception out of :meth:`resolve`.
+returns. A source that answered ``unavailable`` is not asked again for its
+``reprobe_seconds`` (the kubelet source: ``REPROBE_SECONDS``; sources that
+only look at a local directory: 0, asked every cycle so that a job directory
+made by the first prolog loses nothing); its last answer is reported
+meanwhile. Errors become status, never an exception out of
+:meth:`resolve`.
 """
 
 from __future__ import annotations
@@ -25,11 +30,19 @@ from .model import (Attribution, ProcessAttribution, SourceError, SourceResult, 
 
 log = logging.getLogger(__name__)
 
+#: How long a source that answered ``unavailable`` is left alone before it is asked again
+#: (the collector's schedule for an unavailable backend, ``allsmi.collector.REPROBE_SECONDS``).
+REPROBE_SECONDS = 60.0
+
 
 class AttributionSource(ABC):
     """One way of learning who holds the devices. Subclasses set :attr:`name`."""
 
     name: str = ""
+    #: Seconds to leave the source alone after it answered ``unavailable`` (0: ask every cycle).
+    reprobe_seconds: float = 0.0
+    #: A pure function of its arguments that cannot hang (the simulation): may run inline.
+    pure: bool = False
 
     @abstractmethod
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
@@ -54,11 +67,14 @@ class _Outcome:
 class SourceRunner:
     """Owns one source and the single worker thread that calls it."""
 
-    def __init__(self, source: AttributionSource) -> None:
+    def __init__(self, source: AttributionSource, inline: bool = False) -> None:
         self.source = source
+        self.reprobe_seconds = source.reprobe_seconds
+        self._unavailable: tuple[float, _Outcome] | None = None
         self._request: tuple[tuple[DeviceSample, ...], float] = ((), 0.0)
         self._flight: SingleFlight[_Outcome] = SingleFlight(
-            f"allsmi-attribution-{source.name}", lambda: self._call(*self._request))
+            f"allsmi-attribution-{source.name}", lambda: self._call(*self._request),
+            inline=inline and source.pure)
 
     @property
     def name(self) -> str:
@@ -73,9 +89,20 @@ class SourceRunner:
     def busy_for(self) -> float:
         return self._flight.busy_for() or 0.0
 
+    def resting(self, now: float) -> _Outcome | None:
+        """The last ``unavailable`` outcome while the source rests after it (monotonic ``now``)."""
+        if self._unavailable is not None and now < self._unavailable[0]:
+            return self._unavailable[1]
+        return None
+
     def wait(self, deadline: float) -> _Outcome | None:
         """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
-        return self._flight.wait(deadline)
+        outcome = self._flight.wait(deadline)
+        if outcome is not None:
+            self._unavailable = ((time.monotonic() + self.reprobe_seconds, outcome)
+                                 if outcome.status == "unavailable" and self.reprobe_seconds > 0
+                                 else None)
+        return outcome
 
     def _call(self, devices: tuple[DeviceSample, ...], now: float) -> _Outcome:
         started = time.monotonic()
@@ -118,9 +145,11 @@ class Attributor:
     that knew them, so that billing never counts a holder twice.
     """
 
-    def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0) -> None:
+    def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0,
+                 inline: bool = False) -> None:
         self.timeout = timeout_seconds
-        self.runners = [SourceRunner(s) for s in sources]
+        #: ``inline``: sources that are ``pure`` (the simulation) run in the resolving thread.
+        self.runners = [SourceRunner(s, inline) for s in sources]
         self._lock = threading.Lock()
 
     @property
@@ -133,10 +162,17 @@ class Attributor:
         wall = time.time() if now is None else now
         with self._lock:
             started = time.monotonic()
-            asked = {id(r): r.start_call(devices, wall) for r in self.runners}
+            resting = {id(r): r.resting(started) for r in self.runners}
+            asked = {id(r): resting[id(r)] is None and r.start_call(devices, wall)
+                     for r in self.runners}
             statuses: list[BackendStatus] = []
             results: list[SourceResult] = []
             for runner in self.runners:
+                rest = resting[id(runner)]
+                if rest is not None:
+                    statuses.append(BackendStatus(runner.name, rest.status, rest.message,
+                                                  round(rest.duration, 6)))
+                    continue
                 if not asked[id(runner)]:
                     statuses.append(BackendStatus(
                         runner.name, "timeout",
