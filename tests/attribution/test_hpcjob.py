@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import itertools
 import shutil
+import string
+import time
 from pathlib import Path
 
 from allsmi.attribution import Attributor, HpcJobSource
@@ -88,3 +91,33 @@ def test_a_file_instead_of_a_directory_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "jobs").write_text("x")
     result = Attributor([HpcJobSource(tmp_path / "jobs")], 5).resolve(DEVICES)
     assert result.statuses[0].status == "error" and "not a directory" in result.statuses[0].message
+
+
+def test_a_full_file_of_distinct_ids_is_read_in_linear_time(tmp_path: Path) -> None:
+    """16,384 distinct ids in 64 KiB (issue 19 item 13): was 1.4 s of CPU per read."""
+    from allsmi.attribution.hpcjob import MAX_FILE_BYTES, MAX_JOBS_PER_FILE, read_job_file
+
+    alphabet = string.digits + string.ascii_letters
+    ids = ["".join(t) for t in itertools.islice(itertools.product(alphabet, repeat=3),
+                                                 MAX_FILE_BYTES // 4)]
+    path = tmp_path / "3"
+    path.write_text("".join(f"{i}\n" for i in ids))
+    assert path.stat().st_size == MAX_FILE_BYTES
+    started = time.process_time()
+    for _ in range(5):
+        jobs, bad = read_job_file(path)
+    per_read = (time.process_time() - started) / 5
+    assert jobs == ids[:MAX_JOBS_PER_FILE] and bad == len(ids) - MAX_JOBS_PER_FILE
+    assert per_read < 0.1, f"{per_read:.3f} s of CPU per read"
+    # repeated ids cost one lookup each and are kept once, in order
+    path.write_text("7\n5\n7\n" * 5000)
+    assert read_job_file(path) == (["7", "5"], 0)
+
+
+def test_a_file_over_the_bound_is_reported_not_read(tmp_path: Path) -> None:
+    from allsmi.attribution.hpcjob import MAX_FILE_BYTES
+
+    (tmp_path / "3").write_text("2001\n" * (MAX_FILE_BYTES // 5 + 1))
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    assert _jobs(result, find(DEVICES, "nvidia", 3)) == []
+    assert "larger than 64 KiB" in result.statuses[0].message
