@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim, Ledger, labels_json
@@ -43,6 +44,9 @@ MAX_UNWRITTEN = 100_000
 #: A wall clock further behind the monotonic clock's account of time than this has stepped
 #: back (NTP step, VM restore); less is slewing and jitter.
 STEP_TOLERANCE_SECONDS = 1.0
+#: A first write attempt still running after this long makes its intervals overdue
+#: (:attr:`LedgerRecorder.unwritten_overdue`) even before it fails: SQLite waits 2 s for a lock.
+WRITE_GRACE_SECONDS = 5.0
 
 
 class _Device:
@@ -106,6 +110,8 @@ class LedgerRecorder:
         self.dropped_intervals = 0
         """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
         self._unwritten: list[Bucket] = []
+        #: When the write in progress began (monotonic), None between writes.
+        self._writing_since: float | None = None
         #: Placement of the previous snapshot: (wall-clock time used, its monotonic time).
         self._placed: tuple[float, float] | None = None
 
@@ -248,16 +254,33 @@ class LedgerRecorder:
         """Completed intervals held in memory because the ledger could not take them yet."""
         return len(self._unwritten)
 
+    @property
+    def unwritten_overdue(self) -> int:
+        """Unwritten intervals that should make ``/ready`` fail: all of them, except while the
+        first attempt to write them is running normally (no failure since the last success,
+        and for less than :data:`WRITE_GRACE_SECONDS`)."""
+        count = len(self._unwritten)
+        since = self._writing_since
+        if count and self.last_error is None and since is not None \
+                and time.monotonic() - since < WRITE_GRACE_SECONDS:
+            return 0
+        return count
+
     def _store(self, buckets: list[Bucket], now: float) -> None:
         s = self.settings
         self.intervals_written += self.ledger.write(
             [b.record(self.interval) for b in buckets], now, s.retention_days, s.rollup_retention_days)
 
     def _write(self, buckets: list[Bucket], now: float) -> None:
-        """Write ``buckets`` after any held back earlier; keep what fails, for the next write."""
-        pending, self._unwritten = self._unwritten + buckets, []
-        if not pending:
+        """Write ``buckets`` after any held back earlier; keep what fails, for the next write.
+
+        They count as unwritten (``/ready`` says 503) from before the attempt until it
+        succeeds: the list is emptied only once they are stored."""
+        if not buckets and not self._unwritten:
             return
+        # One assignment: the exporter's thread reads len(self._unwritten) without the lock.
+        self._writing_since = time.monotonic()
+        self._unwritten = pending = self._unwritten + buckets
         try:
             self._store(pending, now)
         except Exception as exc:  # noqa: BLE001 - a failed write must never lose the intervals
@@ -276,14 +299,18 @@ class LedgerRecorder:
             log.error("ledger: %d interval(s) not written, kept for the next write: %s",
                       len(failed), exc)
         else:
+            self._unwritten = []
             self.last_error = None
+        finally:
+            self._writing_since = None
 
-    def _keep(self, buckets: list[Bucket]) -> None:
-        self._unwritten = buckets + self._unwritten
-        excess = len(self._unwritten) - MAX_UNWRITTEN
+    def _keep(self, failed: list[Bucket]) -> None:
+        """Hold ``failed`` as the unwritten intervals, at most :data:`MAX_UNWRITTEN`."""
+        excess = len(failed) - MAX_UNWRITTEN
         if excess > 0:
-            self._unwritten.sort(key=lambda b: b.start)
-            del self._unwritten[:excess]
+            failed = sorted(failed, key=lambda b: b.start)[excess:]
+        self._unwritten = failed
+        if excess > 0:
             self.dropped_intervals += excess
             log.error("ledger: %d interval(s) dropped: more than %d waited to be written",
                       excess, MAX_UNWRITTEN)
