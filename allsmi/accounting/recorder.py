@@ -26,6 +26,7 @@ import time
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim, Ledger, labels_json
+from allsmi.accounting.placement import Placement
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
 from allsmi.accounting.shares import (Weights, billing_shares, holder_key, holder_weights,
                                       own_memory, partition_layout)
@@ -41,9 +42,6 @@ _VALID = ("ok", "degraded")
 #: a day of one-minute intervals for about 70 devices (some 30 MB). Beyond it the oldest are
 #: dropped, counted in ``dropped_intervals`` and logged.
 MAX_UNWRITTEN = 100_000
-#: A wall clock further behind the monotonic clock's account of time than this has stepped
-#: back (NTP step, VM restore); less is slewing and jitter.
-STEP_TOLERANCE_SECONDS = 1.0
 #: A first write attempt still running after this long makes its intervals overdue
 #: (:attr:`LedgerRecorder.unwritten_overdue`) even before it fails: SQLite waits 2 s for a lock.
 WRITE_GRACE_SECONDS = 5.0
@@ -112,8 +110,11 @@ class LedgerRecorder:
         self._unwritten: list[Bucket] = []
         #: When the write in progress began (monotonic), None between writes.
         self._writing_since: float | None = None
-        #: Placement of the previous snapshot: (wall-clock time used, its monotonic time).
-        self._placed: tuple[float, float] | None = None
+        self._placement = Placement()
+        self.refused_intervals = 0
+        """Intervals the ledger refused because it already held time placed there
+        (``allsmi_ledger_refused_intervals_total``): a wall clock that stepped back into time
+        already recorded, by this recorder or an earlier one."""
 
     def _device(self, dev: DeviceSample, host: str, facts: tuple[object, ...]) -> _Device:
         """A new record of ``dev``, or one whose facts or labels changed: its Dim (labels as
@@ -147,27 +148,8 @@ class LedgerRecorder:
         return bucket
 
     def _place(self, snapshot: Snapshot) -> float:
-        """Where ``snapshot`` goes on the ledger's time line.
-
-        The wall clock, except after it stepped back: time measured since the previous
-        snapshot (on the monotonic clock) is then placed right after the previous one, on a
-        time line that never runs backwards, so that it lands in no interval already stored
-        (which would refuse it) and nothing is lost. A step forward leaves a hole in the
-        placement; the durations themselves never include the step.
-        """
-        wall, steady = snapshot.unix_time, snapshot.monotonic
-        if steady is None:
-            self._placed = None
-            return wall
-        if self._placed is not None:
-            placed, before = self._placed
-            follows = placed + (steady - before)
-            # NTP slewing moves the two clocks apart by microseconds per cycle: that is not a
-            # step, and following the wall clock keeps the placement from drifting.
-            if steady >= before and wall < follows - STEP_TOLERANCE_SECONDS:
-                wall = follows
-        self._placed = (wall, steady)
-        return wall
+        """Where ``snapshot`` goes on the ledger's time line (see :class:`Placement`)."""
+        return self._placement.place(snapshot.unix_time, snapshot.monotonic)
 
     def _account(self, snapshot: Snapshot) -> None:
         now = self._place(snapshot)
@@ -247,7 +229,8 @@ class LedgerRecorder:
                 del states[gone]
         if self._older:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
-            self._write([self._older.pop((dev_id, start)) for start, dev_id in done], now)
+            self._write([self._older.pop((dev_id, start)) for start, dev_id in done],
+                        self._placement.trusted or now)
 
     @property
     def unwritten(self) -> int:
@@ -267,9 +250,18 @@ class LedgerRecorder:
         return count
 
     def _store(self, buckets: list[Bucket], now: float) -> None:
+        """Write ``buckets``; ``now`` (the trusted wall time: never a clock in the future)
+        decides which quarters are complete and which rows have expired."""
         s = self.settings
-        self.intervals_written += self.ledger.write(
+        stored = self.ledger.write(
             [b.record(self.interval) for b in buckets], now, s.retention_days, s.rollup_retention_days)
+        self.intervals_written += stored
+        if stored < len(buckets):
+            refused = len(buckets) - stored
+            self.refused_intervals += refused
+            log.warning("ledger: %d interval(s) refused: the ledger already holds time placed "
+                        "there (a wall clock that stepped back into recorded time); %d so far",
+                        refused, self.refused_intervals)
 
     def _write(self, buckets: list[Bucket], now: float) -> None:
         """Write ``buckets`` after any held back earlier; keep what fails, for the next write.
@@ -319,7 +311,7 @@ class LedgerRecorder:
         held = list(self._older.values()) + list(self._current.values())
         self._older, self._current, self._current_start = {}, {}, None
         if held or self._unwritten:
-            last = max(b.last for b in held + self._unwritten)
+            last = self._placement.trusted or max(b.last for b in held + self._unwritten)
             self._write(sorted(held, key=lambda b: (b.start, b.dim.device_id)), last)
 
     def close(self) -> None:

@@ -213,7 +213,8 @@ class Exposition:
             created=self._created, render_errors=self.render_errors,
             ledger_write_errors=None if ledger is None else _count(ledger, "write_errors"),
             ledger_unwritten=None if ledger is None else _count(ledger, "unwritten"),
-            ledger_dropped=None if ledger is None else _count(ledger, "dropped_intervals"))
+            ledger_dropped=None if ledger is None else _count(ledger, "dropped_intervals"),
+            ledger_refused=None if ledger is None else _count(ledger, "refused_intervals"))
 
     def metrics(self, snapshot: Snapshot) -> SnapshotMetrics:
         """The custom collector over ``snapshot`` and the counters as they stand."""

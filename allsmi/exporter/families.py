@@ -207,12 +207,18 @@ LEDGER_DROPPED = Family(
     "Ledger intervals given up because too many waited to be written, since the exporter started.",
     (), source="LedgerRecorder.dropped_intervals", condition="allsmi serve --ledger only")
 
+LEDGER_REFUSED = Family(
+    "allsmi_ledger_refused_intervals_total", "counter",
+    "Ledger intervals refused because the ledger already held time placed there (a wall clock "
+    "that stepped back into recorded time), since the exporter started.",
+    (), source="LedgerRecorder.refused_intervals", condition="allsmi serve --ledger only")
+
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
     + tuple(c for c, _ in COUNTERS)
     + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
-       LEDGER_DROPPED))
+       LEDGER_DROPPED, LEDGER_REFUSED))
 """Every family the exporter can emit, in exposition order."""
 
 
@@ -438,6 +444,7 @@ class ExporterHealth:
     ledger_write_errors: int | None = None
     ledger_unwritten: int | None = None
     ledger_dropped: int | None = None
+    ledger_refused: int | None = None
 
 
 def exporter_families(health: ExporterHealth) -> list[Metric]:
@@ -457,4 +464,8 @@ def exporter_families(health: ExporterHealth) -> list[Metric]:
         dropped = _counter(LEDGER_DROPPED)
         dropped.add_metric([], float(health.ledger_dropped), created=health.created)
         out.append(dropped)
+    if health.ledger_refused is not None:
+        refused = _counter(LEDGER_REFUSED)
+        refused.add_metric([], float(health.ledger_refused), created=health.created)
+        out.append(refused)
     return out
