@@ -18,7 +18,7 @@ class _Acc:
     """Sums of one device's (or one holder's) increments over an interval."""
 
     __slots__ = ("observed", "allocated", "busy", "energy", "billed", "idle", "idle_billed",
-                 "idle_energy")
+                 "idle_energy", "idle_lost")
 
     def __init__(self) -> None:
         self.observed = 0.0
@@ -31,6 +31,9 @@ class _Acc:
         self.idle_billed: float | None = None
         self.idle_energy: float | None = None
         """The increments' energy in proportion to their idle-allocated time."""
+        self.idle_lost = False
+        """Whether some held time had an unknown idleness (a device that reports no
+        utilization): the idle sums are then unknown, never the known part alone."""
 
     def add(self, observed: float, allocated: float | None, busy: float | None,
             energy: float | None, idle: float | None, idle_part: float | None,
@@ -52,6 +55,16 @@ class _Acc:
             self.idle_billed = (self.idle_billed or 0.0) + idled * share
             if idle_part is not None:
                 self.idle_energy = (self.idle_energy or 0.0) + energy * weight * idle_part  # type: ignore[operator]
+        elif allocated:  # held, but whether idle is unknown: not a known 0
+            self.idle_lost = True
+
+    def idle_values(self, ms, mj) -> tuple[int | None, int | None, int | None]:  # type: ignore[no-untyped-def]
+        """(idle_ms, idle_billed_ms, idle_energy_mj) as stored: all unknown once any held time's
+        idleness was; otherwise the known sums, 0 where no held time was seen (time not held,
+        or held by holders unknown, is idle for none of its known-allocated time)."""
+        if self.idle_lost:
+            return None, None, None
+        return ms(self.idle or 0.0), ms(self.idle_billed or 0.0), mj(self.idle_energy)
 
 
 class Bucket(_Acc):
@@ -97,6 +110,8 @@ class Bucket(_Acc):
             if energy is not None and observed > 0:
                 idle_part = min(1.0, idle / observed)
                 self.idle_energy = (self.idle_energy or 0.0) + energy * idle_part
+        elif allocated:  # held, but whether idle is unknown: not a known 0 (_Acc.add)
+            self.idle_lost = True
         if not holders:
             return
         if holders is not self._weights:
@@ -118,14 +133,15 @@ class Bucket(_Acc):
         ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
         opt = lambda v: None if v is None else ms(v)  # noqa: E731
         mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
+        idle_ms, idle_billed_ms, idle_energy_mj = self.idle_values(ms, mj)
         return IntervalRecord(
             start=self.start, dim=self.dim,
             first_ms=max(0, ms(self.first - self.start)), last_ms=max(0, ms(self.last - self.start)),
             observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
-            idle_energy_mj=mj(self.idle_energy),
+            billed_ms=opt(self.billed), idle_ms=idle_ms, idle_billed_ms=idle_billed_ms,
+            idle_energy_mj=idle_energy_mj,
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
-                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy))
+                              opt(a.billed), *a.idle_values(ms, mj))
                      for h, a in self.holders.items()})

@@ -52,13 +52,16 @@ OLD_SCHEMA_VERSIONS = (1, 2)
 DEVICE_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"),
     ("busy_observed_ms", "SUM"), ("energy_mj", "SUM"), ("mem_sum", "SUM"),
-    ("mem_samples", "SUM"), ("mem_peak", "MAX"), ("billed_ms", "SUM"), ("idle_ms", "SUM"),
-    ("idle_billed_ms", "SUM"), ("idle_energy_mj", "SUM"))
+    ("mem_samples", "SUM"), ("mem_peak", "MAX"), ("billed_ms", "SUM"), ("idle_ms", "ALLSUM"),
+    ("idle_billed_ms", "ALLSUM"), ("idle_energy_mj", "SUM"))
 #: Columns of the per-holder share tables after (start, dim or dev, hid).
 HOLDER_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"), ("energy_mj", "SUM"),
-    ("billed_ms", "SUM"), ("idle_ms", "SUM"), ("idle_billed_ms", "SUM"),
+    ("billed_ms", "SUM"), ("idle_ms", "ALLSUM"), ("idle_billed_ms", "ALLSUM"),
     ("idle_energy_mj", "SUM"))
+#: ``ALLSUM``: a sum that is unknown (NULL) as soon as one of its terms is. Idle time is stored
+#: NULL only where held time's idleness was unknown, so a window's idle time is never the known
+#: part alone booked as the whole (``SUM`` skips NULLs: the rest is a sum of what is known).
 #: Columns that are never NULL (the rest: NULL is unknown, never 0).
 NOT_NULL = ("observed_ms", "busy_observed_ms", "mem_samples")
 IDLE_COLUMNS = ("idle_ms", "idle_billed_ms", "idle_energy_mj")
@@ -192,11 +195,17 @@ class Totals:
     idle_ms: int | None = None
     idle_billed_ms: int | None = None
     idle_energy_mj: int | None = None
+    lost: set[str] = field(default_factory=set)
+    """``ALLSUM`` columns that met a NULL: unknown for good."""
 
     def add(self, row: tuple, columns: tuple[tuple[str, str], ...]) -> None:  # type: ignore[type-arg]
         """Add one SQL result row whose values are ``columns`` (:data:`DEVICE_SUMS` or
-        :data:`HOLDER_SUMS`); NULL stays unknown, never 0."""
+        :data:`HOLDER_SUMS`); NULL stays unknown, never 0 (and makes an ``ALLSUM`` unknown)."""
         for (name, agg), value in zip(columns, row):
+            if agg == "ALLSUM" and (value is None or name in self.lost):
+                self.lost.add(name)
+                setattr(self, name, None)
+                continue
             if value is None:
                 continue
             mine = getattr(self, name)

@@ -23,11 +23,12 @@ TIERS: tuple[tuple[int, str], ...] = ((86400, "days"), (ROLLUP_SECONDS, "quarter
 RAW = "intervals"
 DEVICE_COLUMNS = tuple(c for c, _ in DEVICE_SUMS)
 HOLDER_COLUMNS = tuple(c for c, _ in HOLDER_SUMS)
+ALLSUM_COLUMNS = frozenset(c for c, agg in DEVICE_SUMS + HOLDER_SUMS if agg == "ALLSUM")
 
 
 def _add(column: str, table: str) -> str:
     """``column = column + excluded.column``, where NULL (unknown) plus NULL stays NULL."""
-    if column in NOT_NULL:
+    if column in NOT_NULL or column in ALLSUM_COLUMNS:  # (NULL + x is NULL: unknown stays)
         return f"{column} = {table}.{column} + excluded.{column}"
     if column == "mem_peak":
         return (f"{column} = max(coalesce({table}.{column}, excluded.{column}), "
@@ -48,8 +49,10 @@ _UPSERT_HOLDER = (
 
 
 def sums(columns: tuple[tuple[str, str], ...], prefix: str = "") -> str:
-    """``SUM(observed_ms), ..., MAX(mem_peak), ...`` for a SELECT."""
-    return ", ".join(f"{agg}({prefix}{c})" for c, agg in columns)
+    """``SUM(observed_ms), ..., MAX(mem_peak), ...`` for a SELECT (``ALLSUM``: NULL when any
+    term is, see :data:`~allsmi.accounting.ledgerschema.HOLDER_SUMS`)."""
+    return ", ".join(f"CASE WHEN COUNT(*) = COUNT({prefix}{c}) THEN SUM({prefix}{c}) END"
+                     if agg == "ALLSUM" else f"{agg}({prefix}{c})" for c, agg in columns)
 
 
 class LedgerWriter:

@@ -157,16 +157,23 @@ class _Acc:
     idle_billed: float | None = None
     idle_energy: float | None = None
     idle_devices: set[str] = field(default_factory=set)
+    idle_lost: bool = False
+    """Some part's idle time is unknown: so is the row's (never the known parts alone)."""
 
     def add(self, p: Part) -> None:
         self.devices.add(p.device)
-        if p.idle_s is not None:
+        if p.idle_s is None and p.observed_s > 0 and p.allocated_s != 0:
+            self.idle_lost = True
+            self.idle = self.idle_billed = self.idle_energy = None
+        if self.idle_lost:
+            pass
+        elif p.idle_s is not None:
             self.idle = (self.idle or 0.0) + p.idle_s
             idle_billed = p.idle_billed_s if p.idle_billed_s is not None else p.idle_s
             self.idle_billed = (self.idle_billed or 0.0) + idle_billed
             if p.idle_s > 0:
                 self.idle_devices.add(p.device)
-        if p.idle_energy_j is not None:
+        if p.idle_energy_j is not None and not self.idle_lost:
             self.idle_energy = (self.idle_energy or 0.0) + p.idle_energy_j
         self.observed += p.observed_s
         if p.allocated_s is not None:
@@ -249,7 +256,8 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
         hours = lambda v: None if v is None else v / 3600.0  # noqa: E731
         allocated_h = hours(acc.allocated)
         billed_h = allocated_h if whole_billing or acc.billed is None else acc.billed / 3600.0
-        idle_h = hours(acc.idle)
+        # Idle time is a part of the known allocated time: none known, none idle known.
+        idle_h = None if allocated_h is None else hours(acc.idle)
         idle_billed_h = idle_h if whole_billing or acc.idle_billed is None else \
             acc.idle_billed / 3600.0
         if idle_h is not None and allocated_h is not None:  # rounding of shares: never above

@@ -115,7 +115,8 @@ IDLE_ALLOCATED_TOTAL = Family(
     DEVICE_LABELS, "seconds",
     source="allsmi.usage: trapezoid of (held and utilization_percent < idle_threshold_percent); "
     "never more than allsmi_device_allocated_seconds_total",
-    condition="devices whose processes or workloads and utilization are known")
+    condition="devices whose processes or workloads and utilization are known; omitted for good "
+    "(until the exporter restarts) once a held device's utilization was unknown, never a known 0")
 OBSERVED_TOTAL = Family(
     "allsmi_device_observed_seconds_total", "counter",
     "Time covered by valid samples since the exporter started: the denominator for coverage.",

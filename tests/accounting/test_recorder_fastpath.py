@@ -48,6 +48,8 @@ class Acc:
     idle: float | None = None
     idle_billed: float | None = None
     idle_energy: float | None = None
+    #: held time whose idleness is unknown: the idle sums are unknown
+    unknown_idle: bool = False
 
     def add(self, inc: Increment, weight: float, share: float) -> None:
         self.observed += inc.observed_seconds * weight
@@ -65,6 +67,13 @@ class Acc:
             if inc.energy_joules is not None and inc.observed_seconds > 0:
                 self.idle_energy = plus(self.idle_energy, inc.energy_joules * weight
                                         * min(1.0, idle / inc.observed_seconds))
+        elif inc.allocated_seconds is not None and inc.allocated_seconds > 0:
+            self.unknown_idle = True
+
+    def idle_ms(self, ms, mj) -> tuple:  # type: ignore[no-untyped-def, type-arg]
+        if self.unknown_idle:
+            return (None, None, None)
+        return (ms(self.idle or 0.0), ms(self.idle_billed or 0.0), mj(self.idle_energy))
 
 
 @dataclass
@@ -99,10 +108,10 @@ class PlainBucket(Acc):
             allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
-            idle_energy_mj=mj(self.idle_energy),
+            billed_ms=opt(self.billed), idle_ms=self.idle_ms(ms, mj)[0],
+            idle_billed_ms=self.idle_ms(ms, mj)[1], idle_energy_mj=self.idle_ms(ms, mj)[2],
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
-                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy))
+                              opt(a.billed), *a.idle_ms(ms, mj))
                      for h, a in self.holders.items()})
 
 
