@@ -11,6 +11,7 @@ checked against a plain re-computation in tests/accounting/test_recorder_fastpat
 from __future__ import annotations
 
 from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Share
+from allsmi.accounting.ledgerschema import DEVICE_SUMS, HOLDER_SUMS
 from allsmi.usage import Increment, Weights
 
 
@@ -67,11 +68,23 @@ class _Acc:
         return ms(self.idle or 0.0), ms(self.idle_billed or 0.0), mj(self.idle_energy)
 
 
+def _since(now: object, before: object | None,
+           columns: tuple[tuple[str, str], ...]) -> dict[str, int | None]:
+    """Each of ``columns`` of ``now`` less what ``before`` had (a MAX is the new maximum; an
+    unknown stays unknown, so an idle time that became unknown makes the row's unknown)."""
+    out: dict[str, int | None] = {}
+    for name, agg in columns:
+        value = getattr(now, name)
+        prev = None if before is None else getattr(before, name)
+        out[name] = value if value is None or prev is None or agg == "MAX" else value - prev
+    return out
+
+
 class Bucket(_Acc):
     """One device's accumulating interval."""
 
     __slots__ = ("start", "dim", "first", "last", "busy_observed", "mem_sum", "mem_samples",
-                 "mem_peak", "holders", "_weights", "_accs")
+                 "mem_peak", "holders", "_weights", "_accs", "_taken")
 
     def __init__(self, start: int, dim: Dim, when: float) -> None:
         super().__init__()
@@ -88,6 +101,29 @@ class Bucket(_Acc):
         #: the holders do not change (the same cached tuple), no lookup per increment.
         self._weights: Weights = ()
         self._accs: list[_Acc] = []
+        #: The whole record as of the last :meth:`take` (what the ledger already has of it).
+        self._taken: IntervalRecord | None = None
+
+    def take(self, interval_seconds: int) -> IntervalRecord | None:
+        """What the ledger does not have yet: the whole bucket the first time, then what was
+        added since the previous take (``None`` when nothing was), spanning from the previous
+        take's end. The sums of the parts are exactly the whole's, milliseconds included, so an
+        open interval written every few seconds (a checkpoint) ends up as if written once."""
+        whole = self.record(interval_seconds)
+        before, self._taken = self._taken, whole
+        if before is None:  # (even an empty one: a device seen, if only lost, is counted)
+            return whole
+        if whole.observed_ms == before.observed_ms and whole.mem_samples == before.mem_samples \
+                and whole.last_ms == before.last_ms:
+            return None
+        holders = {}
+        for holder, share in whole.holders.items():
+            old = before.holders.get(holder)
+            if old != share:
+                holders[holder] = Share(**_since(share, old, HOLDER_SUMS))
+        return IntervalRecord(start=whole.start, dim=whole.dim, first_ms=before.last_ms,
+                              last_ms=whole.last_ms, holders=holders,
+                              **_since(whole, before, DEVICE_SUMS))
 
     def put(self, inc: Increment, holders: Weights, share: float = 1.0) -> None:
         _, _, end, observed, allocated, busy, energy, idle = inc

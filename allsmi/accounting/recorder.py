@@ -25,7 +25,7 @@ import threading
 import time
 
 from allsmi.accounting.buckets import Bucket
-from allsmi.accounting.ledger import Dim, Ledger, labels_json
+from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, labels_json
 from allsmi.accounting.placement import Placement
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
 from allsmi.accounting.shares import (Weights, billing_shares, holder_key, holder_weights,
@@ -107,10 +107,12 @@ class LedgerRecorder:
         """Writes that failed (``allsmi_ledger_write_errors_total``)."""
         self.dropped_intervals = 0
         """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
-        self._unwritten: list[Bucket] = []
+        self._unwritten: list[IntervalRecord] = []
         #: When the write in progress began (monotonic), None between writes.
         self._writing_since: float | None = None
         self._placement = Placement()
+        #: Placement time of the last checkpoint (see _checkpoint).
+        self._checkpointed = float("-inf")
         self.refused_intervals = 0
         """Intervals the ledger refused because it already held time placed there
         (``allsmi_ledger_refused_intervals_total``): a wall clock that stepped back into time
@@ -231,39 +233,60 @@ class LedgerRecorder:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
             self._write([self._older.pop((dev_id, start)) for start, dev_id in done],
                         self._placement.trusted or now)
+        self._checkpoint(now)
+
+    def _checkpoint(self, now: float) -> None:
+        """Every ``checkpoint_seconds``, write what the interval in progress holds so far, so
+        that a crash (SIGKILL, OOM, power cut) loses seconds, not the minute. Not while
+        earlier intervals wait to be written: they are retried first, as before."""
+        every = self.settings.checkpoint_seconds
+        if not every or not self._current or self._unwritten:
+            return
+        since = now - self._checkpointed
+        if 0 <= since < every:
+            return
+        self._checkpointed = now
+        self._write(sorted(self._current.values(), key=lambda b: b.dim.device_id),
+                    self._placement.trusted or now)
 
     @property
     def unwritten(self) -> int:
-        """Completed intervals held in memory because the ledger could not take them yet."""
-        return len(self._unwritten)
+        """Intervals (device x interval) held in memory because the ledger could not take them
+        yet (an interval written in parts counts once)."""
+        pending = self._unwritten
+        return len({(r.start, r.dim.device_id) for r in pending}) if len(pending) > 1 else len(pending)
 
     @property
     def unwritten_overdue(self) -> int:
         """Unwritten intervals that should make ``/ready`` fail: all of them, except while the
         first attempt to write them is running normally (no failure since the last success,
         and for less than :data:`WRITE_GRACE_SECONDS`)."""
-        count = len(self._unwritten)
+        count = self.unwritten
         since = self._writing_since
         if count and self.last_error is None and since is not None \
                 and time.monotonic() - since < WRITE_GRACE_SECONDS:
             return 0
         return count
 
-    def _store(self, buckets: list[Bucket], now: float) -> None:
-        """Write ``buckets``; ``now`` (the trusted wall time: never a clock in the future)
+    def _store(self, records: list[IntervalRecord], now: float) -> None:
+        """Write ``records``; ``now`` (the trusted wall time: never a clock in the future)
         decides which quarters are complete and which rows have expired."""
         s = self.settings
-        stored = self.ledger.write(
-            [b.record(self.interval) for b in buckets], now, s.retention_days, s.rollup_retention_days)
+        stored = self.ledger.write(records, now, s.retention_days, s.rollup_retention_days)
         self.intervals_written += stored
-        if stored < len(buckets):
-            refused = len(buckets) - stored
+        if stored < len(records):
+            refused = len(records) - stored
             self.refused_intervals += refused
             log.warning("ledger: %d interval(s) refused: the ledger already holds time placed "
                         "there (a wall clock that stepped back into recorded time); %d so far",
                         refused, self.refused_intervals)
 
     def _write(self, buckets: list[Bucket], now: float) -> None:
+        """Write what the ledger does not have yet of ``buckets`` (see :meth:`Bucket.take`)."""
+        iv = self.interval
+        self._write_records([r for r in (b.take(iv) for b in buckets) if r is not None], now)
+
+    def _write_records(self, buckets: list[IntervalRecord], now: float) -> None:
         """Write ``buckets`` after any held back earlier; keep what fails, for the next write.
 
         They count as unwritten (``/ready`` says 503) from before the attempt until it
@@ -296,11 +319,16 @@ class LedgerRecorder:
         finally:
             self._writing_since = None
 
-    def _keep(self, failed: list[Bucket]) -> None:
-        """Hold ``failed`` as the unwritten intervals, at most :data:`MAX_UNWRITTEN`."""
+    def _keep(self, failed: list[IntervalRecord]) -> None:
+        """Hold ``failed`` as the unwritten intervals, at most :data:`MAX_UNWRITTEN` (the oldest
+        dropped whole, with every part of them)."""
         excess = len(failed) - MAX_UNWRITTEN
         if excess > 0:
-            failed = sorted(failed, key=lambda b: b.start)[excess:]
+            keys = sorted({(r.start, r.dim.device_id) for r in failed})
+            excess = len(keys) - MAX_UNWRITTEN
+            if excess > 0:
+                gone = set(keys[:excess])
+                failed = [r for r in failed if (r.start, r.dim.device_id) not in gone]
         self._unwritten = failed
         if excess > 0:
             self.dropped_intervals += excess
@@ -311,7 +339,8 @@ class LedgerRecorder:
         held = list(self._older.values()) + list(self._current.values())
         self._older, self._current, self._current_start = {}, {}, None
         if held or self._unwritten:
-            last = self._placement.trusted or max(b.last for b in held + self._unwritten)
+            last = self._placement.trusted or max(
+                [b.last for b in held] + [r.start + r.last_ms / 1000.0 for r in self._unwritten])
             self._write(sorted(held, key=lambda b: (b.start, b.dim.device_id)), last)
 
     def close(self) -> None:

@@ -13,6 +13,8 @@ and repeated, and samples without a monotonic time.
 
 from __future__ import annotations
 
+import sqlite3
+
 import dataclasses
 import datetime as dt
 import random
@@ -203,7 +205,9 @@ def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:
 
 def test_recorder_writes_what_the_plain_computation_gives(tmp_path: Path) -> None:
     snapshots = list(irregular_snapshots(2500, seed=5))
-    cfg = parse_config(CONFIG)
+    # Whole intervals only (no checkpoints of the minute in progress), to compare record for
+    # record; test_checkpoints_store_exactly_what_whole_intervals_do covers the checkpoints.
+    cfg = parse_config(CONFIG + "[ledger]\ncheckpoint_seconds = 0\n")
     recorder = LedgerRecorder(tmp_path / "ledger.db", cfg)
     written: list[IntervalRecord] = []
     real_write = recorder.ledger.write
@@ -227,3 +231,34 @@ def test_recorder_writes_what_the_plain_computation_gives(tmp_path: Path) -> Non
         assert g == w, (g, w)
     assert sum(len(r.holders) for r in got) > 1000  # the holders' shares were compared too
     assert any(r.billed_ms != r.allocated_ms for r in got)  # and partition billing
+
+
+def test_checkpoints_store_exactly_what_whole_intervals_do(tmp_path: Path) -> None:
+    """Issue 19 item 10: the minute in progress written every 5 s in parts (deltas) adds up,
+    to the millisecond and the millijoule, to the same rows as whole intervals written once."""
+    snapshots = list(irregular_snapshots(1500, seed=7))
+    tables = {}
+    for every in (0, 5):
+        db = tmp_path / f"ledger-{every}.db"
+        recorder = LedgerRecorder(db, parse_config(CONFIG + f"[ledger]\ncheckpoint_seconds = {every}\n"))
+        for s in snapshots:
+            recorder.on_snapshot(s)
+        recorder.close()
+        assert recorder.write_errors == 0 and recorder.refused_intervals == 0
+        conn = sqlite3.connect(db)
+        tables[every] = {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
+            for table in ("intervals", "quarters")}
+        for table in ("holder_intervals", "holder_quarters"):  # (hids: in order of appearance)
+            tables[every][table] = sorted(
+                (r[:2] + r[3:] for r in conn.execute(
+                    f"SELECT t.*, h.user, h.namespace, h.pod, h.job FROM {table} t "
+                    "JOIN holders h ON h.hid = t.hid")), key=repr)
+        conn.close()
+    assert len(tables[0]["intervals"]) > 1000
+    for table, want in tables[0].items():
+        got = tables[5][table]
+        if table == "intervals":  # (first_ms: a part's span starts where the previous ended)
+            got = [r[:3] + r[4:] for r in got]
+            want = [r[:3] + r[4:] for r in want]
+        assert got == want, table
