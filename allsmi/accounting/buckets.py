@@ -84,7 +84,7 @@ class Bucket(_Acc):
     """One device's accumulating interval."""
 
     __slots__ = ("start", "dim", "first", "last", "busy_observed", "mem_sum", "mem_samples",
-                 "mem_peak", "holders", "_weights", "_accs", "_taken")
+                 "mem_peak", "holders", "_weights", "_accs", "_taken", "attributed")
 
     def __init__(self, start: int, dim: Dim, when: float) -> None:
         super().__init__()
@@ -93,6 +93,8 @@ class Bucket(_Acc):
         self.first = when
         self.last = when
         self.busy_observed = 0.0
+        self.attributed = 0.0
+        """Observed seconds whose holders were known (allocated time known)."""
         self.mem_sum: int | None = None
         self.mem_samples = 0
         self.mem_peak: int | None = None
@@ -134,6 +136,7 @@ class Bucket(_Acc):
         if allocated is not None:
             self.allocated = (self.allocated or 0.0) + allocated
             self.billed = (self.billed or 0.0) + allocated * share
+            self.attributed += observed
         if busy is not None:
             self.busy = (self.busy or 0.0) + busy
             self.busy_observed += observed
@@ -177,7 +180,7 @@ class Bucket(_Acc):
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
             billed_ms=opt(self.billed), idle_ms=idle_ms, idle_billed_ms=idle_billed_ms,
-            idle_energy_mj=idle_energy_mj,
+            idle_energy_mj=idle_energy_mj, attributed_ms=ms(self.attributed),
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
                               opt(a.billed), *a.idle_values(ms, mj))
                      for h, a in self.holders.items()})

@@ -42,18 +42,18 @@ from typing import Mapping
 
 from allsmi.usage import Holder as Holder  # who held a device (shared with the dashboard)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Older ledgers are upgraded in place when opened for writing, and read through temporary
 #: views when opened read-only: version 1 (no ``billed_ms``: every device billed whole),
 #: version 2 (per-user shares only, no idle time: idle unknown).
-OLD_SCHEMA_VERSIONS = (1, 2)
+OLD_SCHEMA_VERSIONS = (1, 2, 3)
 
 #: Columns of the per-device usage tables after (start, dim), with their roll-up aggregate.
 DEVICE_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"),
     ("busy_observed_ms", "SUM"), ("energy_mj", "SUM"), ("mem_sum", "SUM"),
     ("mem_samples", "SUM"), ("mem_peak", "MAX"), ("billed_ms", "SUM"), ("idle_ms", "ALLSUM"),
-    ("idle_billed_ms", "ALLSUM"), ("idle_energy_mj", "SUM"))
+    ("idle_billed_ms", "ALLSUM"), ("idle_energy_mj", "SUM"), ("attributed_ms", "ALLSUM"))
 #: Columns of the per-holder share tables after (start, dim or dev, hid).
 HOLDER_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"), ("energy_mj", "SUM"),
@@ -65,6 +65,9 @@ HOLDER_SUMS: tuple[tuple[str, str], ...] = (
 #: Columns that are never NULL (the rest: NULL is unknown, never 0).
 NOT_NULL = ("observed_ms", "busy_observed_ms", "mem_samples")
 IDLE_COLUMNS = ("idle_ms", "idle_billed_ms", "idle_energy_mj")
+#: Added in version 4: observed time whose holders were known (an attribution source that
+#: failed or timed out leaves them unknown); ``NULL`` (unknown) for what was recorded before.
+ATTRIBUTED_COLUMNS = ("attributed_ms",)
 
 
 def _columns(sums: tuple[tuple[str, str], ...]) -> str:
@@ -177,6 +180,8 @@ class IntervalRecord:
     idle_ms: int | None = None
     idle_billed_ms: int | None = None
     idle_energy_mj: int | None = None
+    attributed_ms: int | None = None
+    """Observed time during which who held the device was known (allocated time known)."""
 
 
 @dataclass
@@ -195,6 +200,7 @@ class Totals:
     idle_ms: int | None = None
     idle_billed_ms: int | None = None
     idle_energy_mj: int | None = None
+    attributed_ms: int | None = None
     lost: set[str] = field(default_factory=set)
     """``ALLSUM`` columns that met a NULL: unknown for good."""
 
@@ -218,10 +224,11 @@ class Totals:
 
 
 def upgrade(db: sqlite3.Connection, version: int) -> None:
-    """Bring a version-1 or -2 ledger to :data:`SCHEMA_VERSION`, in the caller's transaction.
+    """Bring a version-1, -2 or -3 ledger to :data:`SCHEMA_VERSION`, in the caller's transaction.
 
     Version 1 had no ``billed_ms`` (what was recorded then was billed whole); version 2 had
-    per-user shares and no idle time (unknown for what was recorded then)."""
+    per-user shares and no idle time (unknown for what was recorded then); version 3 did not
+    record whether holders were known (``attributed_ms``, unknown for what was recorded then)."""
     def columns(table: str) -> set[str]:
         return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
 
@@ -231,7 +238,7 @@ def upgrade(db: sqlite3.Connection, version: int) -> None:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN billed_ms INTEGER")
                 db.execute(f"UPDATE {table} SET billed_ms = allocated_ms")
     for table in DEVICE_TABLES:
-        for name in IDLE_COLUMNS:
+        for name in IDLE_COLUMNS + ATTRIBUTED_COLUMNS:
             if name not in columns(table):
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {name} INTEGER")
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'users'").fetchone():
@@ -252,9 +259,13 @@ def legacy_views(db: sqlite3.Connection, version: int) -> None:
     tables) give it the current layout; idle time is unknown, and version 1 billed whole."""
     billed = "billed_ms" if version >= 2 else "allocated_ms AS billed_ms"
     idle = ", ".join(f"NULL AS {c}" for c in IDLE_COLUMNS)
+    attributed = ", ".join(f"NULL AS {c}" for c in ATTRIBUTED_COLUMNS)
     extra = "" if version >= 2 else ", allocated_ms AS billed_ms"
     for table in DEVICE_TABLES:
-        db.execute(f"CREATE TEMP VIEW {table} AS SELECT *{extra}, {idle} FROM main.{table}")
+        added = f"{idle}, {attributed}" if version < 3 else attributed
+        db.execute(f"CREATE TEMP VIEW {table} AS SELECT *{extra}, {added} FROM main.{table}")
+    if version >= 3:
+        return  # holders and their tables are already there
     db.execute("CREATE TEMP VIEW holders AS SELECT uid AS hid, name AS user, '' AS namespace, "
                "'' AS pod, '' AS job FROM main.users")
     for old, new in _OLD_SHARES.items():

@@ -28,7 +28,8 @@ def _part(dim: Dim, t: Totals, holder: Holder | None = None) -> Part:
         mem_peak=None if t.mem_peak is None else float(t.mem_peak), user=who.user,
         namespace=who.namespace, pod=who.pod, job=who.job,
         billed_s=sec(t.billed_ms), idle_s=sec(t.idle_ms), idle_billed_s=sec(t.idle_billed_ms),
-        idle_energy_j=sec(t.idle_energy_mj))
+        idle_energy_j=sec(t.idle_energy_mj),
+        attributed_s=None if holder is not None else sec(t.attributed_ms))
 
 
 _SHARED = ("allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms", "idle_billed_ms",

@@ -207,7 +207,7 @@ class LedgerRecorder:
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
         held_since = cycle - 1
-        for inc in self.integrator.feed(devices, now, snapshot.monotonic):
+        for inc in self.integrator.feed(devices, now, snapshot.monotonic, snapshot.holders_unknown):
             dev_id = inc[0]
             state = states[dev_id]
             # Held now (even by holders nobody knows): those; else the previous sample's.

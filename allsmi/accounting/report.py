@@ -26,6 +26,10 @@ module groups them by the ``--group-by`` keys and computes the columns.
   that moved to another group mid-window appears in both groups' rows with
   the part of the window it spent there; the overall coverage (exit status)
   counts it once.
+* ``attribution_coverage_ratio`` = observed hours whose holders were known / observed hours:
+  below 1 where an attribution source failed or timed out and its last answer was too old to
+  carry (that time's allocation is unknown, never booked as unallocated); empty where unknown
+  (a ledger recorded before it was counted, or the Prometheus source).
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class Part:
     """Idle seconds x the billing share; ``None``: as idle."""
     idle_energy_j: float | None = None
     """Energy used during the idle-allocated time."""
+    attributed_s: float | None = None
+    """Observed seconds whose holders were known (device totals only; ``None``: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,8 @@ class Row:
     """Idle hours at the billing shares (what ``price_per_device_hour`` prices in ``idle_cost``)."""
     idle_energy_kwh: float | None = None
     """Energy of the idle-allocated time (what ``price_per_kwh`` prices in ``idle_cost``)."""
+    attribution_coverage_ratio: float | None = None
+    """Observed time whose holders were known over observed time (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -157,11 +165,15 @@ class _Acc:
     idle_billed: float | None = None
     idle_energy: float | None = None
     idle_devices: set[str] = field(default_factory=set)
+    attributed: float | None = 0.0
+    """Sum of the parts' attributed seconds; ``None`` once one is unknown."""
     idle_lost: bool = False
     """Some part's idle time is unknown: so is the row's (never the known parts alone)."""
 
     def add(self, p: Part) -> None:
         self.devices.add(p.device)
+        if self.attributed is not None:
+            self.attributed = None if p.attributed_s is None else self.attributed + p.attributed_s
         if p.idle_s is None and p.observed_s > 0 and p.allocated_s != 0:
             self.idle_lost = True
             self.idle = self.idle_billed = self.idle_energy = None
@@ -281,6 +293,9 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             price_per_device_hour=grp.price_per_device_hour, price_per_kwh=grp.price_per_kwh,
             cost=_money(grp, billed_h, kwh), currency=grp.currency,
             coverage_ratio=whole.observed / (count * seconds) if count else None,
+            attribution_coverage_ratio=(min(1.0, whole.attributed / whole.observed)
+                                        if whole.attributed is not None and whole.observed > 0
+                                        else None),
             idle_allocated_device_hours=idle_h,
             idle_cost=None if idle_h is None else _money(grp, idle_billed_h, idle_kwh),
             idle_devices=tuple(sorted(acc.idle_devices)),

@@ -220,7 +220,7 @@ def test_old_ledger_is_read_and_upgraded(tmp_path: Path, version: int) -> None:
     assert db.read_bytes() == before
     Ledger(db).close()  # opened for writing: upgraded in place
     conn = sqlite3.connect(db)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
     assert conn.execute("SELECT SUM(billed_ms), SUM(idle_ms) FROM intervals").fetchone() == \
         (1_800_000, None)
     assert conn.execute("SELECT user, namespace FROM holders").fetchall() == [("ann", "")]
