@@ -14,7 +14,7 @@ Rules every backend follows (the contract test suite checks them):
 * No hardware means an empty list from :meth:`Backend.sample`, not an exception.
 * One faulty device or row never drops the others: mark that device
   ``lost``/``degraded`` or skip the row and say so in :attr:`Backend.warnings`.
-* Subprocesses go through :mod:`allsmi.backends._subprocess` (argument lists,
+* Subprocesses go through :mod:`allsmi.backends._common.runner` (argument lists,
   timeouts, output caps, process groups killed and reaped); CLI backends run
   their tool with its :class:`Tool`, which turns a non-zero exit, a signal, a
   timeout, truncation or unusable output into an error naming the status or

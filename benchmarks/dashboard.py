@@ -65,7 +65,7 @@ def _toml_value(value: Any) -> str:
 
 def scenario(path: Path, counts: dict[str, int]) -> Path:
     """The built-in mixed node with ``counts`` devices per backend and no MIG partitions."""
-    base = tomllib.loads((REPO / "backends" / "scenarios" / "mixed.toml").read_text())
+    base = tomllib.loads((REPO / "backends" / "simulated" / "scenarios" / "mixed.toml").read_text())
     lines = [f"name = {_toml_value(path.stem)}", f"seed = {base['seed']}",
              f"epoch = {_toml_value(base['epoch'])}", f"users = {_toml_value(base['users'])}",
              f"commands = {_toml_value(base['commands'])}"]

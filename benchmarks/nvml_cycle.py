@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 import pynvml  # noqa: E402
 import pytest  # noqa: E402
 
-from allsmi.backends import _nvml  # noqa: E402
+from allsmi.backends.nvidia import nvml  # noqa: E402
 from allsmi.backends.nvidia import NvidiaBackend  # noqa: E402
 from tests.backends.nvml_fake import FakeNvml, FakeProcess, fleet  # noqa: E402
 
@@ -123,7 +123,7 @@ def run(devices: int, latency_s: float, cycles: int) -> list[Result]:
         results.append(Result("allsmi", devices, calls, ms))
     with pytest.MonkeyPatch.context() as mp:
         fake = _fake(devices, latency_s).install(mp)
-        _nvml.ensure_init()
+        nvml.ensure_init()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(devices)]
         calls, ms = _measure(fake, lambda: typical_exporter_cycle(handles), devices, cycles)
         results.append(Result("typical exporter", devices, calls, ms))
@@ -134,7 +134,7 @@ def effective_latency_us(latency_s: float, samples: int = 200) -> float:
     """What one fake call really costs here (sleep granularity and ctypes overhead included)."""
     with pytest.MonkeyPatch.context() as mp:
         _fake(1, latency_s).install(mp)
-        _nvml.ensure_init()
+        nvml.ensure_init()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         start = time.perf_counter()
         for _ in range(samples):

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
-from allsmi.backends._subprocess import ToolTimeout, run_tool
+from allsmi.backends._common.runner import ToolTimeout, run_tool
 from allsmi.collector import Collector
 from allsmi.config import parse_config
 from allsmi.schema import DeviceSample

@@ -35,6 +35,8 @@ def test_import_linter_contracts_hold(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
     assert "Consumers never import each other KEPT" in result.stdout
+    assert "Vendor packages never import each other KEPT" in result.stdout
+    assert "The shared backend parts know no vendor KEPT" in result.stdout
 
 
 def _modules_after(code: str) -> set[str]:
@@ -110,17 +112,17 @@ def test_plain_snapshots_import_neither_click_nor_importlib_metadata_nor_psutil(
 
 
 def test_vendor_bindings_are_imported_only_where_their_vendor_may_be() -> None:
-    from allsmi.backends import _presence
-    from allsmi.backends._amdsmi_loader import library_paths
+    from allsmi.backends._common import presence
     from allsmi.backends.amd import AmdBackend
+    from allsmi.backends.amd.loader import library_paths
     from allsmi.backends.nvidia import NvidiaBackend
-    from allsmi.backends._nvml import DRIVER_PATHS, LIBRARY, LIBRARY_PATHS
+    from allsmi.backends.nvidia.nvml import DRIVER_PATHS, LIBRARY, LIBRARY_PATHS
 
     modules = _snapshot_modules(["snapshot", "--format", "json"])
-    nvidia_here = _presence.any_node((*NvidiaBackend.device_nodes, *DRIVER_PATHS)) or \
-        _presence.library_findable(LIBRARY, LIBRARY_PATHS)
-    amd_here = _presence.any_node(AmdBackend.device_nodes) or \
-        _presence.library_findable("libamd_smi.so", library_paths())
+    nvidia_here = presence.any_node((*NvidiaBackend.device_nodes, *DRIVER_PATHS)) or \
+        presence.library_findable(LIBRARY, LIBRARY_PATHS)
+    amd_here = presence.any_node(AmdBackend.device_nodes) or \
+        presence.library_findable("libamd_smi.so", library_paths())
     assert ("pynvml" in modules) == nvidia_here
     assert ("amdsmi" in modules) == amd_here
 
@@ -163,12 +165,14 @@ def test_a_library_file_makes_the_backend_ask_the_binding(tmp_path: Path) -> Non
 #: What each command-line vendor loads only once its tool (or SDK) is found: parsers, the tool
 #: runner and the standard modules that running a tool needs.
 CLI_VENDOR_MODULES = {
-    "furiosa": ("allsmi.backends._furiosa_parse",),
-    "gaudi": ("allsmi.backends._gaudi_csv", "allsmi.backends._gaudi_text", "allsmi.backends._stream"),
-    "rebellions": ("allsmi.backends._rebellions_parse", "allsmi.backends._rebellions_procs"),
-    "tenstorrent": ("allsmi.backends._tenstorrent_decode", "allsmi.backends._tenstorrent_snapshot"),
+    "furiosa": ("allsmi.backends.furiosa.parse",),
+    "gaudi": ("allsmi.backends.gaudi.csv_output", "allsmi.backends.gaudi.text_output",
+              "allsmi.backends._common.stream"),
+    "rebellions": ("allsmi.backends.rebellions.parse", "allsmi.backends.rebellions.processes"),
+    "tenstorrent": ("allsmi.backends.tenstorrent.decode", "allsmi.backends.tenstorrent.snapshot"),
 }
-TOOL_RUNNING = ("allsmi.backends._subprocess", "subprocess", "shutil", "tempfile", "selectors",
+TOOL_RUNNING = ("allsmi.backends._common.runner", "allsmi.backends._common.jsonout",
+                "allsmi.backends._common.cells", "subprocess", "shutil", "tempfile", "selectors",
                 "concurrent.futures")
 
 
@@ -216,7 +220,7 @@ def test_a_found_tool_loads_its_parser(tmp_path: Path) -> None:
     code = ("import sys, json\nfrom allsmi.backends.tenstorrent import TenstorrentBackend\n"
             "b = TenstorrentBackend()\nprobe = b.probe()\nb.open()\nsamples = b.sample()\n"
             "print(json.dumps([probe.available, len(samples), "
-            "[m for m in sys.modules if m.startswith('allsmi.backends._tenstorrent')]]))\n")
+            "[m for m in sys.modules if m.startswith('allsmi.backends.tenstorrent.')]]))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**env, "ALLSMI_TT_SMI": str(tool), "PATH": env["PATH"] + os.pathsep + "/bin"},
                             check=True)
@@ -232,9 +236,24 @@ def test_amd_reading_modules_wait_for_a_loaded_amdsmi() -> None:
     code = ("import sys, json\nsys.modules['amdsmi'] = None\n"
             "from allsmi.backends.amd import AmdBackend\nprobe = AmdBackend().probe()\n"
             "print(json.dumps([probe.available, probe.reason, "
-            "[m for m in sys.modules if m.startswith('allsmi.backends._amdsmi_')]]))\n")
+            "[m for m in sys.modules if m.startswith('allsmi.backends.amd.')]]))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             check=True)
     available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert not available and reason
-    assert set(modules) <= {"allsmi.backends._amdsmi_loader"}, modules
+    assert set(modules) <= {"allsmi.backends.amd.loader"}, modules
+
+
+def test_nvidia_reading_modules_wait_for_a_loaded_nvml() -> None:
+    """Where pynvml cannot be imported, the NVIDIA probe says so without importing the device
+    model or the reads (they are loaded by open(), once NVML is)."""
+    import json
+    code = ("import sys, json\nsys.modules['pynvml'] = None\n"
+            "from allsmi.backends.nvidia import NvidiaBackend\nprobe = NvidiaBackend().probe()\n"
+            "print(json.dumps([probe.available, probe.reason, "
+            "[m for m in sys.modules if m.startswith('allsmi.backends.nvidia.')]]))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            check=True)
+    available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not available and reason
+    assert set(modules) == {"allsmi.backends.nvidia.nvml"}, modules

@@ -15,30 +15,52 @@ else:  # pragma: no cover
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _declared() -> set[str]:
+def _package_folders(root: Path) -> set[str]:
+    """Every package of the tree as installed: allsmi/** as ``allsmi.*``, backends/** as
+    ``allsmi.backends.*``."""
+    found = {"allsmi"} | {".".join(("allsmi", *p.parent.relative_to(root / "allsmi").parts))
+                          for p in (root / "allsmi").rglob("__init__.py")}
+    found |= {".".join(("allsmi", "backends", *p.parent.relative_to(root / "backends").parts))
+              for p in (root / "backends").rglob("__init__.py")}
+    return found
+
+
+def test_packages_are_found_not_listed() -> None:
+    """No hand-kept package list: a new vendor folder must need no packaging edit."""
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    return set(data["tool"]["setuptools"]["packages"])
+    assert "packages" not in data["tool"]["setuptools"]
+    assert data["tool"]["setuptools"]["package-dir"] == {"allsmi": "allsmi", "allsmi.backends": "backends"}
 
 
-def test_every_package_folder_is_declared() -> None:
-    found = {"allsmi." + ".".join(p.parent.relative_to(REPO / "allsmi").parts)
-             for p in (REPO / "allsmi").rglob("__init__.py")}
-    found = {f.rstrip(".") for f in found} | {"allsmi.backends"}
-    found |= {"allsmi.backends." + ".".join(p.parent.relative_to(REPO / "backends").parts)
-              for p in (REPO / "backends").rglob("__init__.py") if p.parent != REPO / "backends"}
-    assert found == _declared()
+def _build_wheel(source: Path, out: Path) -> list[str]:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                    "-w", str(out), str(source)], check=True, timeout=300, capture_output=True)
+    return zipfile.ZipFile(next(out.glob("allsmi-*.whl"))).namelist()
 
 
 def test_wheel_maps_backends_under_allsmi(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                    "-w", str(tmp_path), str(REPO)], check=True, timeout=300, capture_output=True)
-    wheel = next(tmp_path.glob("allsmi-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "allsmi/backends/nvidia.py" in names
-    assert "allsmi/backends/scenarios/mixed.toml" in names
+    """Built from a copy of the tree with one more vendor folder: every package folder, the
+    new one included, lands in the wheel under ``allsmi``, with no edit to the packaging."""
+    import shutil
+    source = tmp_path / "src"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("allsmi", "backends"):
+        shutil.copytree(REPO / name, source / name, ignore=ignore)
+    (source / "backends" / "zzvendor").mkdir()
+    (source / "backends" / "zzvendor" / "__init__.py").write_text('"""A new vendor."""\n')
+    (source / "backends" / "zzvendor" / "read.py").write_text("VALUE = 1\n")
+    names = _build_wheel(source, tmp_path / "wheel")
+    packages = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")}
+    assert packages == _package_folders(REPO) | {"allsmi.backends.zzvendor"}
+    assert "allsmi/backends/zzvendor/read.py" in names
+    assert "allsmi/backends/nvidia/__init__.py" in names
+    assert "allsmi/backends/simulated/scenarios/mixed.toml" in names
     assert not [n for n in names if n.startswith("backends/")]
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    text = zipfile.ZipFile(next((tmp_path / "wheel").glob("allsmi-*.whl"))).read(entry_points).decode()
     assert "[allsmi.backends]" in text and "allsmi.backends.nvidia:NvidiaBackend" in text
 
 

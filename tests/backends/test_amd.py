@@ -474,6 +474,6 @@ def test_real_probe_without_libamd_smi(capfd: pytest.CaptureFixture[str]) -> Non
 
 
 def test_default_process_lookup_is_the_shared_host_lookup() -> None:
-    from allsmi.backends._host_procs import process_owner
+    from allsmi.backends._common.owners import process_owner
 
     assert AmdBackend()._process_lookup is process_owner

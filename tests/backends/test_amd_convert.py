@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from allsmi.backends import _amdsmi_convert as conv
-from allsmi.backends._amdsmi_partitions import Board, PlannedDevice, arrange, partition_count
+from allsmi.backends.amd import convert as conv
+from allsmi.backends.amd.partitions import Board, PlannedDevice, arrange, partition_count
 
 
 @pytest.mark.parametrize(("info", "expected"), [

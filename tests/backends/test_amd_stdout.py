@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.backends import _amdsmi_loader
-from allsmi.backends._amdsmi_loader import AmdsmiLoadError, load_amdsmi, quiet_stdout
+from allsmi.backends.amd import loader
+from allsmi.backends.amd.loader import AmdsmiLoadError, load_amdsmi, quiet_stdout
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,15 +58,15 @@ def test_probe_in_a_fresh_process_prints_only_what_we_print(tmp_path: Path) -> N
     assert report["imported_early"] is False            # importing the backend loads no amdsmi
     if report["available"]:
         pytest.skip("libamd_smi.so is installed on this machine")
-    assert report["reason"] == _amdsmi_loader.LIBRARY_MISSING_REASON
-    assert report["open"] == "BackendUnavailable: " + _amdsmi_loader.LIBRARY_MISSING_REASON
+    assert report["reason"] == loader.LIBRARY_MISSING_REASON
+    assert report["open"] == "BackendUnavailable: " + loader.LIBRARY_MISSING_REASON
     assert "Unable to find libamd_smi.so" not in result.stdout + result.stderr
 
 
 def test_quiet_stdout_catches_python_fd_and_buffered_c_output(tmp_path: Path) -> None:
     result = _run("""
         import ctypes, os, sys
-        from allsmi.backends._amdsmi_loader import quiet_stdout
+        from allsmi.backends.amd.loader import quiet_stdout
         libc = ctypes.CDLL(None)
         print("before", flush=True)
         with quiet_stdout() as captured:
@@ -97,7 +97,7 @@ def test_load_reports_the_missing_library(capfd: pytest.CaptureFixture[str]) -> 
     try:
         load_amdsmi()
     except AmdsmiLoadError as exc:
-        assert exc.reason == _amdsmi_loader.LIBRARY_MISSING_REASON
+        assert exc.reason == loader.LIBRARY_MISSING_REASON
         assert "Unable to find libamd_smi.so" in exc.output
     else:
         pytest.skip("libamd_smi.so is installed on this machine")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.backend_api import BackendError, BackendUnavailable
-from allsmi.backends import _furiosa_sdk as sdk
+from allsmi.backends.furiosa import sdk
 from allsmi.backends.furiosa import ENV_VAR, FuriosaBackend
 from tests.contract.scenarios_furiosa import (RNGD_4X, _SmiError, _Version, block_sdk, four_rngd,
                                               legacy_sdk, modern_sdk, route, use_sdk, write_standin)

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from allsmi.backend_api import BackendError, BackendTimeout, BackendUnavailable
-from allsmi.backends._gaudi_csv import ALL_FIELDS, CORE_FIELDS
+from allsmi.backends.gaudi.csv_output import ALL_FIELDS, CORE_FIELDS
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
 from allsmi.units import MIB
 from tests.contract.scenarios_gaudi import GAUDI, write_standin

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from allsmi.backends._gaudi_csv import (
+from allsmi.backends.gaudi.csv_output import (
     ALL_FIELDS, CORE_FIELDS, FrameAssembler, Row, named_fields, parse_line, parse_output,
 )
-from allsmi.backends._gaudi_text import parse_listing, parse_processes
+from allsmi.backends.gaudi.text_output import parse_listing, parse_processes
 from allsmi.units import MIB
 from tests.contract.scenarios_gaudi import GAUDI, fixture_fields
 

@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from allsmi.backends._stream import LineStream, StreamExit
+from allsmi.backends._common.stream import LineStream, StreamExit
 
 
 def _script(code: str) -> list[str]:

@@ -14,7 +14,7 @@ import pynvml
 import pytest
 
 from allsmi.backend_api import BackendError, BackendUnavailable
-from allsmi.backends import _nvml
+from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia import NvidiaBackend
 from allsmi.schema import DeviceSample
 
@@ -371,9 +371,9 @@ def test_process_info_struct_versions(monkeypatch, backends, driver, symbol, ins
     gpu.compute = [FakeProcess(2100, 5 << 30, gpu_instance_id=1, compute_instance_id=0),
                    FakeProcess(2200, None)]
     fake = FakeNvml([gpu], driver=driver).install(monkeypatch)
-    _nvml.ensure_init()
+    nvml.ensure_init()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    listed = _nvml.ProcessListReader(pynvml).read(handle, "Compute")
+    listed = nvml.ProcessListReader(pynvml).read(handle, "Compute")
     assert [(p.pid, p.memory_bytes) for p in listed] == [(2100, 5 << 30), (2200, None)]
     assert listed[0].gpu_instance_id == instance
     assert listed[1].gpu_instance_id is None
@@ -454,7 +454,7 @@ def test_processes_can_be_switched_off(monkeypatch, backends):
 def test_nvml_init_once_per_process(monkeypatch, backends):
     fake = FakeNvml(fleet(2)).install(monkeypatch)
     results: list[object] = []
-    threads = [threading.Thread(target=lambda: results.append(_nvml.ensure_init()))
+    threads = [threading.Thread(target=lambda: results.append(nvml.ensure_init()))
                for _ in range(8)]
     for thread in threads:
         thread.start()
@@ -526,9 +526,9 @@ def test_sample_before_open_is_an_error():
 
 
 def test_text_decoding():
-    assert _nvml.text(b"NVIDIA H100\0garbage") == "NVIDIA H100"
-    assert _nvml.text("  GPU-1 ") == "GPU-1"
-    assert _nvml.text(b"") is None and _nvml.text(None) is None
+    assert nvml.text(b"NVIDIA H100\0garbage") == "NVIDIA H100"
+    assert nvml.text("  GPU-1 ") == "GPU-1"
+    assert nvml.text(b"") is None and nvml.text(None) is None
 
 
 def test_fake_exports_only_real_nvml_symbols():

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.backend_api import BackendError, BackendUnavailable
-from allsmi.backends import rebellions as rbln_module
-from allsmi.backends._subprocess import ToolTimeout
+from allsmi.backends._common.runner import ToolTimeout
 from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 from allsmi.schema import DeviceSample
 from allsmi.units import GIB, MIB
@@ -196,7 +195,8 @@ def test_probe_never_raises(env: ScenarioEnv) -> None:
         raise PermissionError("PATH unreadable")
 
     env.monkeypatch.delenv(ENV_VAR, raising=False)
-    env.monkeypatch.setattr(rbln_module, "find_tool", broken)
+    from allsmi.backends._common import toolpath
+    env.monkeypatch.setattr(toolpath, "find_tool", broken)  # what the tool search calls
     probe = RebellionsBackend().probe()
     assert not probe.available and "PATH unreadable" in probe.reason
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from allsmi.backends._rebellions_parse import ReportError, build_samples, card_id, load_report
-from allsmi.backends._host_procs import process_user
-from allsmi.backends._rebellions_procs import rbln_nodes_opened_by
+from allsmi.backends.rebellions.parse import ReportError, build_samples, card_id, load_report
+from allsmi.backends._common.owners import process_user
+from allsmi.backends.rebellions.processes import rbln_nodes_opened_by
 from allsmi.schema import DeviceSample
 from allsmi.units import GIB, MIB
 from tests.contract.scenarios_rebellions import RBLN_FIXTURES

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from allsmi.backends import _tenstorrent_decode as decode
-from allsmi.backends._tenstorrent_snapshot import extract_snapshot
+from allsmi.backends.tenstorrent import decode
+from allsmi.backends.tenstorrent.snapshot import extract_snapshot
 from tests.contract.scenarios_tenstorrent import TENSTORRENT
 
 

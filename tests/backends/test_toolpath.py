@@ -1,4 +1,4 @@
-"""backends/_toolpath.which answers as shutil.which does (it exists so probes need no shutil)."""
+"""backends/_common/toolpath.which answers as shutil.which does (it exists so probes need no shutil)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.backends._toolpath import find_tool, which
+from allsmi.backends._common.toolpath import find_tool, which
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="elsewhere shutil.which answers itself")
 

@@ -233,8 +233,8 @@ FAKE_BACKEND = '''
     import os
 
     from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
-    from allsmi.backends._host_procs import process_user  # noqa: F401 - what a real one would use
-    from allsmi.backends._subprocess import Tool, backend_errors, describe_missing, find_tool
+    from allsmi.backends._common.owners import process_user  # noqa: F401 - what a real one would use
+    from allsmi.backends._common.runner import Tool, backend_errors, describe_missing, find_tool
     from allsmi.schema import DeviceSample
 
     ENV_VAR = "ALLSMI_ZZ_SMI"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from allsmi.backends._subprocess import ToolError, run_tool
+from allsmi.backends._common.runner import ToolError, run_tool
 from allsmi.backends.nvidia import NvidiaBackend
 from allsmi.schema import DeviceSample
 from allsmi.units import MIB, is_missing, to_float

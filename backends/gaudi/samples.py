@@ -1,0 +1,147 @@
+"""Building Gaudi :class:`DeviceSample` objects from hl-smi rows (the part of the backend
+that neither runs the tool nor frames its output).
+
+:class:`SampleBuilder` is mixed into :class:`allsmi.backends.gaudi.GaudiBackend`;
+it keeps the identity of every device seen (so a device missing from a frame is
+reported degraded under its id rather than dropped) and converts one row's cells
+to schema units (memory MiB to bytes, ``N/A`` to ``None``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from allsmi import units
+from allsmi.schema import DeviceSample
+
+if TYPE_CHECKING:  # the CSV module is imported by the backend's open(), not with its class
+    from allsmi.backends.gaudi.csv_output import Frame, Row
+
+EXECUTABLE = "hl-smi"
+#: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
+MAX_LINE_WARNINGS = 10
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The stable facts of one device, kept across frames."""
+
+    key: str
+    id: str
+    index: int | None
+    uuid: str | None
+    bus_id: str | None
+    name: str | None
+    driver_version: str | None
+
+
+def _text(row: Row, name: str) -> str | None:
+    value = row.get(name)
+    return value.strip() if value and value.strip() else None
+
+
+def _mebibytes(cell: str) -> int | None:
+    """Bytes from hl-smi's memory cells, which are MiB (``-f ...,nounits``)."""
+    return units.parse_size_bytes(cell, default_unit="mib")
+
+
+class SampleBuilder:
+    """Rows to samples; expects ``warnings``, ``_known``, ``_firmware``, ``vendor``, ``kind``, ``name``."""
+
+    warnings: list[str]
+    vendor: str
+    kind: str
+    name: str
+    _known: dict[str, Identity]
+    _firmware: dict[str, str]
+
+    def _add_line_warnings(self, problems: Sequence[str]) -> None:
+        self.warnings.extend(problems[:MAX_LINE_WARNINGS])
+        if len(problems) > MAX_LINE_WARNINGS:
+            self.warnings.append(f"... and {len(problems) - MAX_LINE_WARNINGS} more bad lines")
+
+    def _remember(self, frame: Frame) -> None:
+        """Add devices seen for the first time; a known device keeps its id."""
+        for row in frame.rows:
+            if row.key in self._known:
+                continue
+            index = units.to_int(row.get("index"))
+            uuid, bus_id = _text(row, "uuid"), _text(row, "bus_id")
+            device_id = uuid or (f"gaudi:{bus_id}" if bus_id else f"gaudi:index{index}")
+            self._known[row.key] = Identity(
+                key=row.key, id=device_id, index=index, uuid=uuid, bus_id=bus_id,
+                name=_text(row, "name"), driver_version=_text(row, "driver_version"))
+
+    def _firmware_for(self, ident: Identity) -> str | None:
+        if ident.uuid and f"uuid:{ident.uuid}" in self._firmware:
+            return self._firmware[f"uuid:{ident.uuid}"]
+        if ident.bus_id:
+            return self._firmware.get(f"bus:{ident.bus_id.lower()}")
+        return None
+
+    def _build(self, frame: Frame, stale_for: float | None) -> list[DeviceSample]:
+        rows = {row.key: row for row in frame.rows}
+        ordered = sorted(self._known.values(),
+                         key=lambda i: (i.index is None, i.index if i.index is not None else 0, i.key))
+        devices = []
+        for ident in ordered:
+            row = None if stale_for is not None else rows.get(ident.key)
+            if row is None:
+                if stale_for is None:
+                    self.warnings.append(f"{ident.id}: no row in the last {EXECUTABLE} output; "
+                                         "reported degraded without values")
+                devices.append(self._identity_sample(ident, health="degraded"))
+            else:
+                devices.append(self._row_sample(ident, row))
+        return devices
+
+    def _identity_sample(self, ident: Identity, health: str) -> DeviceSample:
+        return DeviceSample(
+            id=ident.id, vendor=self.vendor, kind=self.kind, backend=self.name,
+            index=ident.index, uuid=ident.uuid, name=ident.name, bus_id=ident.bus_id,
+            driver_version=ident.driver_version, firmware_version=self._firmware_for(ident),
+            health=health)
+
+    def _number(self, ident: Identity, row: Row, field: str,
+                parse: Callable[[str], float | int | None], schema_field: str | None = None) -> Any:
+        """``field``'s cell through ``parse``; unreadable, or outside the range of the schema
+        field it fills, it is ``None`` with a warning."""
+        raw = row.get(field)
+        if raw is None:
+            return None
+        from allsmi.backends._common.cells import CellReader  # with the parsers, not the class
+        return CellReader(ident.id, self.warnings).number(raw, parse, f"{field} value", schema_field)
+
+    def _row_sample(self, ident: Identity, row: Row) -> DeviceSample:
+        num = self._number
+        details: dict[str, Any] = {}
+        clock_max = num(ident, row, "clocks.max.soc", units.parse_clock_mhz, "clock_mhz")
+        if clock_max is not None:
+            details["clock_max_soc_mhz"] = clock_max
+        for field, key in (("module_id", "module_id"),
+                           ("ecc.errors.uncorrected.aggregate.total", "ecc_uncorrected_total"),
+                           ("ecc.errors.corrected.aggregate.total", "ecc_corrected_total")):
+            value = num(ident, row, field, units.to_int)
+            if value is not None:
+                details[key] = value
+        serial = _text(row, "serial")
+        if serial:
+            details["serial"] = serial
+        base = self._identity_sample(ident, health="ok")
+        return replace(
+            base,
+            name=_text(row, "name") or ident.name,
+            driver_version=_text(row, "driver_version") or ident.driver_version,
+            utilization_percent=num(ident, row, "utilization.aip", units.parse_percent,
+                                    "utilization_percent"),
+            memory_used_bytes=num(ident, row, "memory.used",
+                                  _mebibytes, "memory_used_bytes"),
+            memory_total_bytes=num(ident, row, "memory.total",
+                                   _mebibytes, "memory_total_bytes"),
+            temperature_celsius=num(ident, row, "temperature.aip", units.parse_temperature_celsius,
+                                    "temperature_celsius"),
+            power_watts=num(ident, row, "power.draw", units.parse_power_watts, "power_watts"),
+            power_limit_watts=num(ident, row, "power.max", units.parse_power_watts, "power_limit_watts"),
+            clock_mhz=num(ident, row, "clocks.current.soc", units.parse_clock_mhz, "clock_mhz"),
+            details=details)

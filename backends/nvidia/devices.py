@@ -1,0 +1,152 @@
+"""NVML device model: field ids, per-GPU state, and error sorting per call.
+
+Used by the backend (:mod:`allsmi.backends.nvidia`), the driver-version-dependent reads
+(:mod:`.read`), MIG instances (:mod:`.mig`), process lists (:mod:`.processes`) and the
+static facts read at open (:mod:`.static`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+
+from allsmi.backends.nvidia import nvml
+from allsmi.backends.nvidia.nvml import error_code
+from allsmi.schema import DeviceSample
+from allsmi.units import reject_sentinel
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from allsmi.backends.nvidia.mig import Mig
+
+#: NVML field ids (``nvml.h``) read in the per-cycle batch.
+FI_ECC_SBE_VOL_TOTAL = 3
+FI_ECC_DBE_VOL_TOTAL = 4
+FI_ECC_SBE_AGG_TOTAL = 5
+FI_ECC_DBE_AGG_TOTAL = 6
+FI_TOTAL_ENERGY_CONSUMPTION = 83
+FI_POWER_AVERAGE = 185
+FI_POWER_INSTANT = 186
+FI_POWER_CURRENT_LIMIT = 190
+
+ECC_FIELDS: dict[int, str] = {
+    FI_ECC_SBE_VOL_TOTAL: "ecc_corrected_volatile",
+    FI_ECC_DBE_VOL_TOTAL: "ecc_uncorrected_volatile",
+    FI_ECC_SBE_AGG_TOTAL: "ecc_corrected_aggregate",
+    FI_ECC_DBE_AGG_TOTAL: "ecc_uncorrected_aggregate",
+}
+
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_FEATURE_ENABLED = 1
+NVML_DEVICE_MIG_ENABLE = 1
+NVML_PSTATE_UNKNOWN = 32
+
+#: Clock-event (throttle) reason bits; the same under the old "throttle" names.
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+PROCESS_CAPACITY = 16
+
+
+class DeviceFault(Exception):
+    """A device-level NVML failure (GpuIsLost, Unknown) inside one device's read."""
+
+    def __init__(self, code: int | None, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Gpu:
+    """One physical GPU: handle, static facts and what not to ask again."""
+
+    index: int
+    label: str
+    handle: Any = None
+    uuid: str | None = None
+    name: str | None = None
+    bus_id: str | None = None
+    vbios: str | None = None
+    ecc_enabled: bool | None = None
+    mig_enabled: bool | None = None
+    migs: list[Mig] = field(default_factory=list)
+    skip: set[str] = field(default_factory=set)
+    fields: list[int] = field(default_factory=list)
+    lost_reason: str | None = None
+    process_capacity: dict[str, int] = field(
+        default_factory=lambda: {"Compute": PROCESS_CAPACITY, "Graphics": PROCESS_CAPACITY})
+    pending: Future[tuple[list[DeviceSample], list[str]]] | None = None
+
+    @property
+    def id(self) -> str:
+        """The uuid; where NVML could not give one, a vendor-qualified bus id or index."""
+        if self.uuid:
+            return self.uuid
+        if self.bus_id:
+            return f"nvidia:{self.bus_id}"
+        return f"nvidia:index-{self.index}"
+
+
+class Reader:
+    """Makes one device's calls for one cycle and sorts NVML errors.
+
+    NotSupported, FunctionNotFound and NoPermission give ``None`` and put the
+    call into the target's skip set, so it costs nothing in later cycles.
+    GpuIsLost and Unknown raise :class:`DeviceFault`. Anything else (a
+    timeout, NotFound) gives ``None`` for this cycle and a warning.
+    """
+
+    def __init__(self, pynvml: ModuleType, label: str) -> None:
+        self.pynvml = pynvml
+        self.label = label
+        self.warnings: list[str] = []
+
+    def call(self, skip: set[str], key: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if key in skip:
+            return None
+        try:
+            return fn(*args)
+        except self.pynvml.NVMLError as exc:
+            self.failed(skip, key, exc)
+            return None
+
+    def failed(self, skip: set[str], key: str, exc: BaseException) -> None:
+        code = error_code(exc)
+        if code in nvml.NO_VALUE_CODES:
+            skip.add(key)
+        elif code in nvml.DEVICE_FAULT_CODES:
+            raise DeviceFault(code, f"{key}: {exc}")
+        elif code == nvml.ERROR_NO_PERMISSION:
+            skip.add(key)
+            self.warnings.append(
+                f"{self.label}: {key} needs more privilege (NVML NoPermission); reported as unknown")
+        else:
+            self.warnings.append(f"{self.label}: {key} failed: {exc}")
+
+
+def number(value: object) -> float | None:
+    """A float from an NVML integer, ``None`` for None or an all-ones sentinel."""
+    value = reject_sentinel(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def mark_lost(gpu: Gpu, fault: DeviceFault) -> None:
+    """GpuIsLost stays lost until the backend is reopened; Unknown may pass."""
+    if fault.code == nvml.ERROR_GPU_IS_LOST:
+        gpu.lost_reason = str(fault)

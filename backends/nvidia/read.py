@@ -1,0 +1,146 @@
+"""NVML reads whose entry points depend on the driver version.
+
+Newer entry points are tried first (``nvmlDeviceGetMemoryInfo_v2``,
+``nvmlDeviceGetTemperatureV``, ``nvmlDeviceGetCurrentClocksEventReasons``, the
+field-value batch); on FunctionNotFound or ArgumentVersionMismatch (an older
+driver) the older call takes over for the rest of the process, and a value no
+entry point provides is ``None``, never a failure.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from allsmi.backends.nvidia import nvml
+from allsmi.backends.nvidia.nvml import error_code
+from allsmi.backends.nvidia.devices import (
+    FI_POWER_AVERAGE,
+    FI_POWER_INSTANT,
+    NVML_TEMPERATURE_GPU,
+    DeviceFault,
+    Gpu,
+    number,
+    Reader,
+)
+from allsmi.units import reject_sentinel
+
+
+class DriverReads:
+    """The reads whose entry point depends on the installed driver; remembers which worked."""
+
+    def __init__(self, pynvml: ModuleType) -> None:
+        self.pynvml = pynvml
+        # What the installed driver offers; flipped off on FunctionNotFound.
+        self.memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
+        self.temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
+        self.event_reasons = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
+
+    def memory(self, r: Reader, skip: set[str], handle: Any
+                ) -> tuple[int | None, int | None, int | None, int | None]:
+        """``(used, total, reserved, version)`` in bytes; v2 where the driver has it."""
+        pynvml = self.pynvml
+        if "memory" in skip:
+            return None, None, None, None
+        info = None
+        version = None
+        if self.memory_v2:
+            try:
+                info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+                version = 2
+            except pynvml.NVMLError as exc:
+                if error_code(exc) in (nvml.ERROR_FUNCTION_NOT_FOUND,
+                                       nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
+                    self.memory_v2 = False  # the driver predates the v2 call
+                else:
+                    r.failed(skip, "memory", exc)
+                    return None, None, None, None
+        if info is None:
+            info = r.call(skip, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)
+            version = 1 if info is not None else None
+        if info is None:
+            return None, None, None, None
+        total = int(info.total)
+        used = int(info.used)
+        reserved = int(info.reserved) if version == 2 else None
+        if total <= 0:
+            # unified-memory parts (GB10) report no dedicated memory
+            return None, None, None, version
+        if used > total:
+            r.warnings.append(f"{r.label}: NVML memory used {used} exceeds total {total}")
+            return None, total, reserved, version
+        return used, total, reserved, version
+
+    def temperature(self, r: Reader, skip: set[str], handle: Any) -> float | None:
+        pynvml = self.pynvml
+        if "temperature" in skip:
+            return None
+        value = None
+        if self.temperature_v:
+            try:
+                value = pynvml.nvmlDeviceGetTemperatureV(handle, NVML_TEMPERATURE_GPU)
+            except pynvml.NVMLError as exc:
+                if error_code(exc) in (nvml.ERROR_FUNCTION_NOT_FOUND,
+                                       nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
+                    self.temperature_v = False  # the driver predates TemperatureV
+                else:
+                    r.failed(skip, "temperature", exc)
+                    return None
+        if value is None and not self.temperature_v:
+            value = r.call(skip, "temperature", pynvml.nvmlDeviceGetTemperature, handle,
+                           NVML_TEMPERATURE_GPU)
+        return number(reject_sentinel(value))
+
+    def clock_event_reasons(self, r: Reader, skip: set[str], handle: Any) -> int | None:
+        pynvml = self.pynvml
+        if "clock_event_reasons" in skip:
+            return None
+        if self.event_reasons:
+            try:
+                return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+            except pynvml.NVMLError as exc:
+                if error_code(exc) != nvml.ERROR_FUNCTION_NOT_FOUND:
+                    r.failed(skip, "clock_event_reasons", exc)
+                    return None
+                self.event_reasons = False  # older driver: the "throttle" name
+        value = r.call(skip, "clock_event_reasons",
+                       pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        return int(value) if value is not None else None
+
+    def field_values(self, r: Reader, gpu: Gpu) -> dict[int, int | float]:
+        """The batched fields that answered; unsupported ones leave ``gpu.fields`` for good."""
+        pynvml = self.pynvml
+        asked = list(gpu.fields)
+        if not asked:
+            return {}
+        entries = r.call(gpu.skip, "field_values", pynvml.nvmlDeviceGetFieldValues,
+                         gpu.handle, asked)
+        if entries is None:
+            if "field_values" in gpu.skip:
+                gpu.fields.clear()  # no batch call at all: the dedicated calls take over
+            return {}
+        values: dict[int, int | float] = {}
+        for position, fid in enumerate(asked):
+            entry = entries[position]
+            ret = int(entry.nvmlReturn)
+            if ret == nvml.SUCCESS:
+                value = nvml.field_value(entry)
+                if value is not None:
+                    values[fid] = value
+            elif ret in (nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT,
+                         nvml.ERROR_FUNCTION_NOT_FOUND):
+                # INVALID_ARGUMENT: a field id newer than the driver
+                gpu.fields.remove(fid)
+            elif ret in nvml.DEVICE_FAULT_CODES:
+                raise DeviceFault(ret, f"field {fid}: {pynvml.NVMLError(ret)}")
+            elif ret == nvml.ERROR_NO_PERMISSION:
+                gpu.fields.remove(fid)
+                r.warnings.append(f"{r.label}: NVML field {fid} needs more privilege "
+                                  "(NoPermission); reported as unknown")
+            else:
+                r.warnings.append(f"{r.label}: NVML field {fid} failed: "
+                                  f"{pynvml.NVMLError(ret)}")
+        if FI_POWER_AVERAGE in values and FI_POWER_INSTANT in gpu.fields:
+            gpu.fields.remove(FI_POWER_INSTANT)  # the average is what nvidia-smi shows
+        return values
+

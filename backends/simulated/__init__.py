@@ -1,0 +1,373 @@
+"""The simulated cluster: a backend like the others, driven by a scenario file.
+
+``--simulate mixed`` (or ``--simulate PATH``) replaces the hardware backends
+with one :class:`SimulatedBackend` per backend named in the scenario. Each
+impersonates that backend, taking its identity from the installed backend class
+of that name (its own declarations, one source of truth): ``vendor`` and ``kind``,
+:attr:`Backend.unreported_fields` (left ``None`` whatever the scenario says) and
+:meth:`Backend.model_name` (each scenario ``model`` goes through it). Id formats,
+partitions carrying their GPU's bus id and their ``partition_share`` follow the real
+backends too, so consumers cannot tell it from hardware; only the backend status
+message says "simulated (scenario NAME)". The scenario format is documented in
+``docs/simulation.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from allsmi.backend_api import Backend, BackendError, ProbeResult
+from allsmi.schema import DeviceSample, ProcessSample
+
+from .model import LoadCycle, Wobble, in_window, unit_hash
+from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
+                            builtin_scenarios, load_scenario)
+
+__all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
+           "builtin_scenarios", "load_scenario", "simulated_backends"]
+
+MIB = 1024**2
+
+#: Finds the class of an installed backend by its registry name (``None`` when there is none).
+Impersonate = Callable[[str], "type[Backend] | None"]
+
+#: A MIG profile's compute slices: "3g.40gb" -> 3, "1c.3g.40gb" -> 1 (as NVML's MIG names).
+_MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
+#: Compute slices of a GPU in MIG mode (A100, H100, H200, B200); an A30 has 4.
+_MIG_SLICES, _MIG_SLICES_A30 = 7, 4
+
+_A30 = re.compile(r"\bA30\b")
+
+
+def installed_backend(name: str) -> "type[Backend] | None":
+    """The backend class installed as ``name`` in the ``allsmi.backends`` entry-point group, or
+    ``None`` when there is none or it cannot be imported.
+
+    The default for callers of :func:`simulated_backends`; the registry (which this layer may not
+    import) passes its own loader, :func:`allsmi.registry.impersonated`, to the same effect.
+    """
+    from allsmi import distinfo
+    group = "allsmi.backends"
+    eps: Any = distinfo.entry_points(group)  # importlib.metadata's answer at a fraction of its cost
+    if eps is None:
+        from importlib.metadata import entry_points
+        eps = entry_points(group=group)
+    ep = next((e for e in eps if e.name == name), None)  # the first distribution wins
+    if ep is None:
+        return None
+    try:
+        cls = ep.load()
+    except Exception:
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, Backend) else None
+
+
+def partition_share(profile: str | None, model: str | None, siblings: int) -> float:
+    """The share of its device a simulated partition holds, as the real backend reports it: a
+    MIG profile's compute slices over the GPU's (3g.40gb on an H100 is 3/7), else 1/N of the
+    device's N partitions (an AMD compute partition)."""
+    found = _MIG_PROFILE.match(profile or "")
+    if found is not None:
+        total = _MIG_SLICES_A30 if _A30.search(model or "") else _MIG_SLICES
+        slices = int(found.group(1) or found.group(2))
+        if 0 < slices <= total:
+            return slices / total
+    return 1.0 / max(1, siblings)
+
+
+def _uuid_from(key: str) -> str:
+    hexes = "".join(f"{int(unit_hash(key, i) * 2**32):08x}" for i in range(4))
+    return f"{hexes[:8]}-{hexes[8:12]}-{hexes[12:16]}-{hexes[16:20]}-{hexes[20:32]}"
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A simulated device or partition with everything static precomputed."""
+
+    key: str
+    spec: DeviceSpec
+    index: int
+    id: str
+    uuid: str | None
+    bus_id: str | None
+    name: str
+    parent: str | None
+    memory_total: int
+    cycle: LoadCycle | None
+    children: tuple["_Unit", ...] = ()
+    wobble: Wobble | None = None
+    share: float | None = None
+    """A partition's ``partition_share``."""
+
+
+class SimulatedBackend(Backend):
+    """Impersonates one backend (``target``) of a scenario."""
+
+    name = "simulated"
+    vendor = ""
+    kind = "gpu"
+
+    def __init__(self, *, scenario: str | Path | Scenario = "mixed", target: str | None = None,
+                 clock: Callable[[], float] = time.time, timeout_seconds: float = 5.0,
+                 options: Any = None, impersonate: Impersonate = installed_backend) -> None:
+        """``impersonate`` finds the real backend class of ``target`` (the registry passes its
+        own loader); it is asked once, at :meth:`open`."""
+        super().__init__(timeout_seconds=timeout_seconds, options=options)
+        self._scenario_ref = scenario
+        self._scenario: Scenario | None = scenario if isinstance(scenario, Scenario) else None
+        self._target = target
+        self._clock = clock
+        self._impersonate = impersonate
+        self._real: type[Backend] | None = None
+        self._units: list[_Unit] = []
+        self._closed = threading.Event()
+        if self._scenario is not None and target is not None:
+            self._adopt_identity()
+
+    # -- identity ----------------------------------------------------------
+    @property
+    def display_name(self) -> str:
+        return self._target or self.name
+
+    @property
+    def scenario(self) -> Scenario:
+        """The loaded scenario (loads it on first use)."""
+        if self._scenario is None:
+            self._scenario = load_scenario(self._scenario_ref)  # type: ignore[arg-type]
+        return self._scenario
+
+    @property
+    def impersonated(self) -> "type[Backend] | None":
+        """The real backend class whose declarations this one follows (known after :meth:`open`)."""
+        return self._real
+
+    def _adopt_identity(self) -> None:
+        specs = [s for s in self.scenario.devices if s.backend == self._target]
+        if specs:
+            self.vendor = specs[0].vendor  # type: ignore[misc]
+            self.kind = specs[0].kind  # type: ignore[misc]
+        if self._real is not None:
+            # The real backend's own declarations win over what the scenario file says.
+            self.vendor = self._real.vendor  # type: ignore[misc]
+            self.kind = self._real.kind  # type: ignore[misc]
+
+    # -- contract ----------------------------------------------------------
+    def probe(self) -> ProbeResult:
+        try:
+            scenario = self.scenario
+        except ScenarioError as exc:
+            return ProbeResult(False, str(exc))
+        targets = scenario.backend_names()
+        if self._target is not None and self._target not in targets:
+            return ProbeResult(False, f"scenario {scenario.name!r} has no {self._target} devices")
+        if not targets:
+            return ProbeResult(False, f"scenario {scenario.name!r} has no devices")
+        return ProbeResult(True, "", {"scenario": scenario.name, "source": scenario.source})
+
+    def open(self) -> None:
+        scenario = self.scenario
+        if self._target is not None and self._real is None:
+            real = self._impersonate(self._target)
+            self._real = real if real is not None and real.name != self.name else None
+        self._adopt_identity()
+        self._closed.clear()
+        self._units = []
+        for spec in scenario.devices:
+            if self._target is not None and spec.backend != self._target:
+                continue
+            for index in range(spec.count):
+                self._units.append(self._make_unit(scenario, spec, index))
+
+    def _vendor_kind(self, spec: DeviceSpec) -> tuple[str, str]:
+        """(vendor, kind): the real backend's declarations, else the scenario's."""
+        return (self._real.vendor, self._real.kind) if self._real is not None else (spec.vendor, spec.kind)
+
+    def _model_name(self, model: str) -> str | None:
+        """The scenario's model as the real backend names it (``RNGD`` -> ``Furiosa RNGD``)."""
+        return self._real.model_name(model) if self._real is not None else model
+
+    def _make_unit(self, scenario: Scenario, spec: DeviceSpec, index: int) -> _Unit:
+        key = f"{scenario.seed}/{spec.backend}/{index}"
+        bus = (spec.bus_base + index * 0x10) & 0xFF
+        uuid: str | None
+        if spec.id_style == "nvidia":
+            uuid, bus_id = "GPU-" + _uuid_from(key), f"00000000:{bus:02X}:00.0"
+        elif spec.id_style == "gaudi":
+            serial = f"{int(unit_hash(key, 'sn') * 36**6):06d}"[:6]
+            uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", f"0000:{bus:02x}:00.0"
+        elif spec.id_style == "board":
+            uuid, bus_id = None, f"0000:{bus:02x}:00.0"
+        else:
+            uuid, bus_id = _uuid_from(key), f"0000:{bus:02x}:00.0"
+        dev_id = uuid or f"{self._vendor_kind(spec)[0]}:{int(unit_hash(key, 'board') * 2**63):016x}"
+        name = self._model_name(spec.model)
+        instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
+        mig = spec.id_style == "nvidia"
+        # Partitions carry their GPU's bus id and no index of their own, as NVML's MIG devices
+        # and amdsmi's partitions do.
+        children = tuple(
+            _Unit(key=f"{key}/mig{i}", spec=spec, index=i,
+                  id=("MIG-" + _uuid_from(f"{key}/mig{i}")) if mig else f"{dev_id}/{i}",
+                  uuid=("MIG-" + _uuid_from(f"{key}/mig{i}")) if mig else None,
+                  bus_id=bus_id,
+                  name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
+                  parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
+                  cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds),
+                  share=partition_share(inst.get("profile") if mig else None, name, len(instances)))
+            for i, inst in enumerate(instances))
+        wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
+                        6.283 * unit_hash(key, "wph"))
+        return _Unit(key=key, spec=spec, index=index, id=dev_id, uuid=uuid, bus_id=bus_id,
+                     name=name, parent=None, memory_total=spec.memory_total_bytes,
+                     cycle=None if children else LoadCycle.make(key, spec.duty_cycle, spec.job_seconds),
+                     children=children, wobble=wobble)
+
+    def sample(self) -> list[DeviceSample]:
+        scenario = self.scenario
+        self.warnings = [f"simulated (scenario {scenario.name})"]
+        if self._target is not None and self._real is None:
+            self.warnings.append(f"no installed backend {self._target!r}: its declarations "
+                                 "(unreported fields, model names) are not applied")
+        now = self._clock()
+        s = now - scenario.epoch
+        for fault in scenario.faults:
+            if fault.backend != self.display_name or not in_window(s, fault.every_seconds, fault.duration_seconds):
+                continue
+            if fault.type == "error":
+                raise BackendError(fault.message)
+            if fault.type == "hang":
+                # Interruptible by close(), so a hung simulated backend can be shut down cleanly.
+                if self._closed.wait(fault.seconds):
+                    raise BackendError("closed while hanging")
+        out: list[DeviceSample] = []
+        for unit in self._units:
+            out.extend(self._sample_unit(scenario, unit, s))
+        unreported = self._real.unreported_fields if self._real is not None else frozenset()
+        if unreported:
+            # What the real backend never reports, the simulation does not invent.
+            blank = {name: None for name in unreported}
+            out = [replace(dev, **blank) for dev in out]
+        return out
+
+    def close(self) -> None:
+        self._closed.set()
+
+    # -- the model -----------------------------------------------------------
+    def _lost(self, scenario: Scenario, unit: _Unit, s: float) -> bool:
+        ref = f"{unit.spec.backend}:{unit.index}"
+        return any(f.type == "lost" and f.device == ref
+                   and in_window(s, f.every_seconds, f.duration_seconds) for f in scenario.faults)
+
+    def _processes(self, scenario: Scenario, unit: _Unit, job: int, used: int) -> tuple[ProcessSample, ...]:
+        h = lambda tag: unit_hash(unit.key, job, tag)  # noqa: E731
+        pid = 1000 + int(h("pid") * 4_000_000)
+        user = scenario.users[int(h("user") * len(scenario.users))]
+        command = scenario.commands[int(h("cmd") * len(scenario.commands))]
+        if h("pair") < 0.3:
+            helper = 512 * MIB
+            return (ProcessSample(pid, user, command, max(used - helper, 0)),
+                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor", helper))
+        return (ProcessSample(pid, user, command, used),)
+
+    def _load(self, scenario: Scenario, cycle: LoadCycle, unit: _Unit, s: float,
+              memory_total: int) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
+        """(utilization %, memory used, processes, job number, seconds into cycle)."""
+        job, r = cycle.position(s)
+        overhead = int(memory_total * 0.006) // MIB * MIB
+        if r >= cycle.active:
+            return 0.0, overhead, (), job, r
+        frac = 0.35 + 0.55 * unit_hash(unit.key, job, "mem")
+        ramp = min(1.0, r / 30.0)
+        job_mem = int((memory_total - overhead) * frac * ramp) // MIB * MIB
+        procs = self._processes(scenario, unit, job, job_mem) if job_mem > 0 else ()
+        return cycle.utilization(r), overhead + job_mem, procs, job, r
+
+    def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float) -> list[DeviceSample]:
+        spec = unit.spec
+        vendor, kind = self._vendor_kind(spec)
+        static = dict(id=unit.id, vendor=vendor, kind=kind, backend=self.display_name,
+                      index=unit.index, uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
+                      driver_version=spec.driver_version, firmware_version=spec.firmware_version)
+        if self._lost(scenario, unit, s):
+            return [DeviceSample(**static, health="lost")] + [
+                DeviceSample(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
+                             uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
+                             partition_share=c.share, driver_version=spec.driver_version,
+                             firmware_version=spec.firmware_version, health="lost")
+                for c in unit.children]
+        loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
+            if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total))]
+        assert unit.wobble is not None
+        span = 0.92 * spec.power_limit_watts - spec.power_idle_watts - unit.wobble.amp
+        k = span / 100.0 / len(loads)
+        mean_util = sum(l[1] for l in loads) / len(loads)
+        power = spec.power_idle_watts + unit.wobble.value(s) + k * sum(l[1] for l in loads)
+        energy = None
+        if spec.has_energy_counter:
+            energy = (spec.power_idle_watts * s + unit.wobble.cumulative(s)
+                      + k * sum(l[0].cycle.cumulative(s) for l in loads))
+        # Temperature follows the job's base load with a thermal lag (tau 90 s).
+        heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
+        temp = spec.temperature_idle_celsius + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
+            * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
+        clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
+        fan = (30.0 + 65.0 * heat) if spec.has_fan else None
+        details: dict[str, Any] = {}
+        util: float | None = mean_util
+        if spec.cores and not unit.children:
+            cores = tuple(round(max(0.0, min(100.0, mean_util + (5.0 * math.sin(
+                6.283 * s / 41.0 + 6.283 * i / spec.cores) if mean_util else 0.0))), 2)
+                for i in range(spec.cores))
+            details["core_utilization_percent"] = cores
+            util = sum(cores) / len(cores)
+        children_out: list[DeviceSample] = []
+        if unit.children:
+            util = None  # NVML reports no utilization for a GPU in MIG mode, nor per instance
+            details["mig_mode"] = "enabled"
+            for child, _u, used, procs, _j, _r in loads:
+                children_out.append(DeviceSample(
+                    id=child.id, vendor=vendor, kind=kind, backend=self.display_name,
+                    uuid=child.uuid, name=child.name, bus_id=child.bus_id,
+                    parent=unit.id, partition_share=child.share, driver_version=spec.driver_version,
+                    firmware_version=spec.firmware_version, health="ok",
+                    memory_used_bytes=used, memory_total_bytes=child.memory_total, processes=procs))
+            used_total = sum(l[2] for l in loads)
+            procs_parent: tuple[ProcessSample, ...] = ()
+        else:
+            _, _, used_total, procs_parent, _, _ = loads[0]
+        parent = DeviceSample(
+            **static, health="ok", utilization_percent=None if util is None else round(util, 2),
+            memory_used_bytes=used_total, memory_total_bytes=unit.memory_total,
+            temperature_celsius=round(temp, 1), power_watts=round(power, 3),
+            power_limit_watts=spec.power_limit_watts, energy_joules=None if energy is None else round(energy, 3),
+            clock_mhz=clock, fan_percent=None if fan is None else round(fan, 1),
+            processes=procs_parent, details=details)
+        return [parent] + children_out
+
+    @staticmethod
+    def _heat(cycle: LoadCycle, r: float) -> float:
+        target = cycle.base / 100.0
+        if r < cycle.active:
+            return target * (1.0 - math.exp(-r / 90.0))
+        peak = target * (1.0 - math.exp(-cycle.active / 90.0))
+        return peak * math.exp(-(r - cycle.active) / 90.0)
+
+
+def simulated_backends(scenario_ref: str | Path | Scenario, *, timeout_seconds: float = 5.0,
+                       clock: Callable[[], float] = time.time,
+                       impersonate: Impersonate = installed_backend) -> Sequence[SimulatedBackend]:
+    """One backend per backend the scenario impersonates (raises :class:`ScenarioError`).
+
+    ``scenario_ref`` is a built-in name, a file path, or an already loaded :class:`Scenario`;
+    ``impersonate`` finds each impersonated backend's class (the registry passes its loader).
+    """
+    scenario = scenario_ref if isinstance(scenario_ref, Scenario) else load_scenario(scenario_ref)
+    return [SimulatedBackend(scenario=scenario, target=name, clock=clock, timeout_seconds=timeout_seconds,
+                             impersonate=impersonate)
+            for name in scenario.backend_names()]

@@ -1,0 +1,189 @@
+"""The shared parts of the command-line backends (backends/_common/): finding the tool, reading
+JSON from stdout, reading cells against the declared ranges, running calls at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from allsmi import units
+from allsmi.backends._common.cells import CellReader, index_key, int_cell, shorten, text_of
+from allsmi.backends._common.clibackend import CliToolBackend
+from allsmi.backends._common.jsonout import JsonOutputError, read_json
+from allsmi.backends._common.runner import ToolError, run_concurrently
+from allsmi.backends._common.toolpath import VendorTool
+from allsmi.fields import BY_FIELD
+
+
+def _exe(directory: Path, name: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+# --- VendorTool and CliToolBackend -----------------------------------------------------------
+
+TOOL = VendorTool(("zz-smi", "zz-stat"), "ALLSMI_ZZ_SMI", ("/nonexistent/zz",))
+
+
+class ZzBackend(CliToolBackend):
+    tool_spec = TOOL
+    name = vendor = "zz"
+    kind = "npu"
+
+    def open(self) -> None:
+        self.require_tool()
+
+    def sample(self) -> list:  # type: ignore[override]
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+def test_the_current_name_wins_over_the_old_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ALLSMI_ZZ_SMI", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    old = _exe(tmp_path / "vendor", "zz-stat")
+    assert TOOL.find([str(tmp_path / "vendor")]) == str(old)
+    new = _exe(tmp_path / "vendor", "zz-smi")
+    assert TOOL.find([str(tmp_path / "vendor")]) == str(new)
+    assert TOOL.find() is None  # the declared directories hold neither
+    assert TOOL.missing() == ("neither zz-smi nor zz-stat found on PATH or in /nonexistent/zz "
+                              "(set ALLSMI_ZZ_SMI to the full path of either)")
+
+
+def test_an_override_that_is_no_executable_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _exe(tmp_path / "bin", "zz-smi")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("ALLSMI_ZZ_SMI", str(tmp_path / "nothing"))
+    assert TOOL.find() is None  # no silent fall-back to PATH
+    assert TOOL.missing() == f"ALLSMI_ZZ_SMI={str(tmp_path / 'nothing')!r} is not an executable file"
+    probe = ZzBackend().probe()
+    assert not probe.available and probe.reason == TOOL.missing()
+
+
+def test_the_probe_looks_and_reports_path_and_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = _exe(tmp_path / "bin", "zz-smi")
+    monkeypatch.delenv("ALLSMI_ZZ_SMI", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    backend = ZzBackend()
+    assert backend.probe().details == {"tool": str(exe)}
+    backend.tool_version = "1.2.3"
+    assert backend.probe().details == {"tool": str(exe), "tool_version": "1.2.3"}
+    assert backend.tool(str(exe)).timeout == backend.timeout_seconds
+
+
+def test_the_probe_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: object, search_dirs: object = None) -> str:
+        raise PermissionError("PATH unreadable")
+
+    monkeypatch.setattr(VendorTool, "find", broken)
+    probe = ZzBackend().probe()
+    assert not probe.available and probe.reason == "cannot look for zz-smi/zz-stat: PATH unreadable"
+
+
+# --- read_json ---------------------------------------------------------------------------------
+
+def _devices(value: object) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("devices"), list)
+
+
+def test_a_whole_document_is_read_as_it_is() -> None:
+    assert read_json(' {"devices": []}\n', "zz-smi -j") == ({"devices": []}, [])
+    assert read_json("[1, 2]", "zz-smi -j") == ([1, 2], [])
+
+
+def test_text_around_the_wanted_document_is_ignored_with_a_note() -> None:
+    text = 'Warning: deprecated\n{"other": 1}\n\x1b[32m{"devices": [1]}\x1b[0m\ntrailer\n'
+    value, notes = read_json(text, "zz-smi -j", find=_devices)
+    assert value == {"devices": [1]}
+    assert notes == ["ignored 40 characters of non-JSON text around zz-smi -j's JSON"]
+    with pytest.raises(JsonOutputError, match="did not print JSON"):
+        read_json(text, "zz-smi -j")  # without find, surrounding text is no document
+
+
+@pytest.mark.parametrize("text", ['{"devices": [{"name": "A', '{"devices": [1, 2',
+                                  'banner\n{"devices": [{"name": "A'])
+def test_a_document_cut_short_is_truncated(text: str) -> None:
+    with pytest.raises(JsonOutputError, match=r"^zz-smi -j printed truncated JSON.*not JSON"):
+        read_json(text, "zz-smi -j", find=_devices)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "^zz-smi -j printed nothing on stdout$"),
+    ("  \n\x1b[0m\n", "^zz-smi -j printed nothing on stdout$"),
+    ("Segmentation fault (core dumped)\n", r"^zz-smi -j did not print JSON \(not JSON: .*'Segmentation fault"),
+    ('{"devices": [1] oops}', "did not print JSON"),
+])
+def test_no_json_is_said_so(text: str, message: str) -> None:
+    with pytest.raises(JsonOutputError, match=message):
+        read_json(text, "zz-smi -j", find=_devices)
+    assert issubclass(JsonOutputError, ValueError)  # Tool.parse turns it into ToolOutputError
+
+
+# --- cells ---------------------------------------------------------------------------------------
+
+def test_identity_cells() -> None:
+    assert [text_of(v) for v in (" rbln0 ", 7, "N/A", None, True, 1.5)] == ["rbln0", "7", None, None, None, None]
+    assert [int_cell(v) for v in (5, "5", "5.7", "x", True, None)] == [5, 5, None, None, None, None]
+    assert [index_key(v) for v in (0, "0", " 3 ", "npu1", False, "N/A")] == [0, 0, 3, "npu1", None, None]
+
+
+def test_shorten_flattens_and_cuts() -> None:
+    assert shorten("a\n  b\tc") == "a b c"
+    assert shorten("x" * 100, 10) == "x" * 9 + "…" and len(shorten("x" * 100, 10)) == 10
+    assert shorten({"k": 1}) == "{'k': 1}"
+
+
+def test_cells_out_of_the_declared_range_are_unknown_with_a_warning() -> None:
+    warnings: list[str] = []
+    cells = CellReader("npu0", warnings)
+    top = BY_FIELD["temperature_celsius"].maximum
+    assert top is not None
+    assert cells.measure("45C", 45.0, "temperature", "temperature_celsius") == 45.0
+    assert cells.measure("999C", 999.0, "temperature", "temperature_celsius") is None
+    assert cells.measure(f"{top}C", top, "temperature", "temperature_celsius") == top
+    assert cells.measure("hot", None, "temperature", "temperature_celsius") is None
+    assert cells.measure("N/A", None, "temperature", "temperature_celsius") is None  # no value: no warning
+    assert cells.plausible(-1.0, "power", "power_watts") is None
+    assert cells.plausible(0.5, "power limit", "power_limit_watts", minimum=1.0) is None
+    assert cells.plausible(4.0, "voltage", maximum=5.0) == 4.0 and cells.plausible(6.0, "voltage", maximum=5.0) is None
+    assert cells.size("-5", "memory.used") is None and cells.size("2", "memory.used", default_unit="mib") == 2 << 20
+    assert cells.number("ERR!", units.parse_power_watts, "power.draw value", "power_watts") is None
+    assert cells.number("35 W", units.parse_power_watts, "power.draw value", "power_watts") == 35.0
+    assert warnings == ["npu0: implausible temperature '999C'; reported as unknown",
+                        "npu0: unreadable temperature 'hot'; reported as unknown",
+                        "npu0: implausible power -1.0; reported as unknown",
+                        "npu0: implausible power limit 0.5; reported as unknown",
+                        "npu0: implausible voltage 6.0; reported as unknown",
+                        "npu0: implausible memory.used '-5'; reported as unknown",
+                        "npu0: unreadable power.draw value 'ERR!'; reported as unknown"]
+
+
+# --- run_concurrently ----------------------------------------------------------------------------
+
+def test_calls_run_at_once_and_failures_come_back_in_place() -> None:
+    barrier = threading.Barrier(3, timeout=5)
+
+    def meet(value: str) -> str:
+        barrier.wait()  # returns only when all three calls are running at the same time
+        return value
+
+    def fail() -> str:
+        barrier.wait()
+        raise ToolError("zz-smi exited with status 3")
+
+    started = time.monotonic()
+    got = run_concurrently({"a": lambda: meet("A"), "b": lambda: meet("B"), "c": fail})
+    assert time.monotonic() - started < 5
+    assert got["a"] == "A" and got["b"] == "B"
+    assert isinstance(got["c"], ToolError) and str(got["c"]) == "zz-smi exited with status 3"
+    assert list(got) == ["a", "b", "c"]
+    assert run_concurrently({"only": lambda: threading.current_thread().name}) == {
+        "only": threading.current_thread().name}
