@@ -85,6 +85,7 @@ class PlainBucket(Acc):
     first: float = 0.0
     last: float = 0.0
     busy_observed: float = 0.0
+    attributed: float = 0.0
     mem_sum: int | None = None
     mem_samples: int = 0
     mem_peak: int | None = None
@@ -95,6 +96,8 @@ class PlainBucket(Acc):
         self.add(inc, 1.0, share)
         if inc.busy_seconds is not None:
             self.busy_observed += inc.observed_seconds
+        if inc.allocated_seconds is not None:
+            self.attributed += inc.observed_seconds
         for holder, weight in holders:
             self.holders.setdefault(holder, Acc()).add(inc, weight, share)
 
@@ -112,6 +115,7 @@ class PlainBucket(Acc):
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
             billed_ms=opt(self.billed), idle_ms=self.idle_ms(ms, mj)[0],
             idle_billed_ms=self.idle_ms(ms, mj)[1], idle_energy_mj=self.idle_ms(ms, mj)[2],
+            attributed_ms=ms(self.attributed),
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
                               opt(a.billed), *a.idle_ms(ms, mj))
                      for h, a in self.holders.items()})
