@@ -8,6 +8,7 @@ then the ``[serve]`` table of the config file, then defaults. See
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import sys
@@ -248,14 +249,31 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
-                                  name="allsmi-http", daemon=True)
+        http_failed: list[BaseException] = []
+
+        def serve_http() -> None:
+            # The connection loop survives a failing request (logged, that connection closed);
+            # if it stops anyway, the process must exit non-zero for its supervisor to restart
+            # it, never keep running with nobody answering /metrics, /ready and /healthz.
+            try:
+                server.serve_forever()
+            except BaseException as exc:  # noqa: BLE001 - reported, then the process exits 1
+                logging.getLogger("allsmi.exporter").critical(
+                    "the HTTP server stopped: %s: %s", type(exc).__name__, exc, exc_info=True)
+                http_failed.append(exc)
+            finally:
+                stop.set()
+
+        thread = threading.Thread(target=serve_http, name="allsmi-http", daemon=True)
         thread.start()
         collector.start()
         click.echo(f"allsmi: serving metrics on {server.url}metrics (interval {o.interval:g} s)",
                    err=True)
         while not stop.wait(1.0):
             pass
+        if http_failed:
+            exc = http_failed[0]
+            raise fail(f"the HTTP server stopped ({type(exc).__name__}: {exc}); exiting", 1)
         click.echo("allsmi: shutting down", err=True)
     finally:
         if thread is not None:

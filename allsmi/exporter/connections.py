@@ -1,43 +1,43 @@
-"""The exporter's connection loop: slow clients cost a socket, never a scrape.
+"""The exporter's connection loop: slow or hostile clients cost a socket, never a scrape.
 
 One thread owns every socket. It accepts at once, performs TLS handshakes and
 reads request heads without blocking, and writes the prepared response bytes
 without blocking; a request whose answer needs real work (a bcrypt password
-check) is answered by a small thread pool instead, so that password guessing
-cannot stall the loop. The design answers slow-loris attacks:
+check) goes to :class:`allsmi.exporter.authqueue.FairQueue` instead, so that
+password guessing cannot stall the loop. The bounds it enforces (deadlines,
+head readers, kept-alive connections, per-address and total connection caps)
+are described and chosen in :mod:`allsmi.exporter.bounds`. Besides them:
 
-* **a whole-request deadline**: a new connection must complete its TLS
-  handshake, request line and headers within ``header_timeout`` seconds of
-  being accepted; on a kept-alive connection the next request may wait
-  ``idle_timeout`` seconds for its first byte, then must be complete within
-  ``header_timeout``. Dribbling one byte at a time does not extend anything;
-* **bounded head readers, the oldest evicted**: only connections that are
-  waiting for a request head count against ``max_reading`` (in total) and
-  ``max_reading_per_client`` (per client address). When a new connection
-  arrives and a bound is reached, the connection of that address (or, for the
-  total bound, of the address holding the most) that has waited longest for
-  its head is closed. A scraper that sends its request promptly after
-  connecting is therefore always read, even while a hundred slow connections
-  from its own address are open: it is the newest, never the oldest;
-* **a whole-response deadline**: a response must be taken by the client
-  within ``write_timeout`` seconds;
-* a hard bound on all open connections (``max_open``) and on requests waiting
-  for the thread pool (``max_queued``): beyond them a client gets an
-  immediate ``503`` and the connection is closed.
+* **pipelining is served in order, one request at a time**: a connection is
+  not read while it has a request being answered, and one read takes at most
+  ``max_head_bytes``, so the requests waiting on one connection are bounded
+  (the rest wait in the kernel: TCP back-pressure). Connections with waiting
+  requests take turns, one request each per turn, without recursion;
+* **failures are loud**: ``accept`` failing for lack of descriptors (EMFILE)
+  pauses accepting for ``accept_backoff`` seconds and is logged once per
+  ``log_every``; an exception while handling a connection is logged, that
+  connection is closed and the loop goes on; more than ``max_loop_errors``
+  such exceptions within a minute end :meth:`ConnectionLoop.serve_forever`
+  with the exception (``allsmi serve`` then exits 1 for its supervisor to
+  restart it).
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import selectors
 import socket
 import ssl
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Optional
+
+from allsmi.exporter.authqueue import FairQueue
+from allsmi.exporter.bounds import (HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits,
+                                    client_of, excess_head_readers, room_victim)
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +48,7 @@ HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Leng
                   b"Connection: close\r\n\r\n")
 _SEND_CHUNK = 256 * 1024
 _SCAN_EVERY = 0.1
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The bounds of the connection loop (see the module docstring)."""
-
-    header_timeout: float = 5.0
-    idle_timeout: float = 10.0
-    write_timeout: float = 10.0
-    max_reading: int = 64
-    max_reading_per_client: int = 16
-    max_open: int = 1024
-    max_head_bytes: int = 64 * 1024
-    workers: int = 4
-    max_queued: int = 64
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 @dataclass
@@ -76,27 +62,6 @@ class Reply:
 #: ``respond(head, client_address, fast)``: the reply, or ``None`` when ``fast`` and the
 #: request needs the thread pool (then it is called again there with ``fast=False``).
 Responder = Callable[[bytes, Any, bool], Optional[Reply]]
-
-_HANDSHAKE, _READING, _WORKING, _WRITING = "handshake", "reading", "working", "writing"
-
-
-class _Conn:
-    __slots__ = ("sock", "address", "client", "state", "buf", "out", "close_after", "since",
-                 "deadline", "head_started", "events")
-
-    def __init__(self, sock: socket.socket, address: Any, now: float, limits: Limits,
-                 tls: bool) -> None:
-        self.sock = sock
-        self.address = address
-        self.client = address[0] if isinstance(address, tuple) and address else str(address)
-        self.state = _HANDSHAKE if tls else _READING
-        self.buf = bytearray()
-        self.out: Deque[memoryview] = collections.deque()
-        self.close_after = False
-        self.since = now  # when it began waiting for the current request head
-        self.deadline = now + limits.header_timeout
-        self.head_started: float | None = now
-        self.events = 0
 
 
 def _head_end(buf: bytearray) -> int:
@@ -115,31 +80,43 @@ class ConnectionLoop:
         self.listener = listener
         self.respond = respond
         self.ssl_context = ssl_context
-        self.limits = limits or Limits()
+        self.limits = limits or Limits.for_this_process()
         self.evicted = 0
-        """Connections closed to make room for newer ones (slow or idle head readers)."""
+        """Connections closed to make room for newer ones (slow head readers, idle or stalled)."""
         self.timed_out = 0
         """Connections closed at a deadline (request head or response not done in time)."""
         self.refused = 0
         """Connections or requests answered 503 at a hard bound."""
+        self.accept_errors = 0
+        """``accept`` calls that failed (EMFILE and friends)."""
+        self.loop_errors = 0
+        """Exceptions caught in the loop (each logged; its connection closed)."""
         self._selector = selectors.DefaultSelector()
-        self._conns: dict[int, _Conn] = {}
-        self._done: Deque[tuple[_Conn, Reply | None]] = collections.deque()
-        self._queued = 0
-        self._pool = ThreadPoolExecutor(max_workers=self.limits.workers,
-                                        thread_name_prefix="allsmi-http-auth")
+        self._conns: dict[int, Conn] = {}
+        self._per_client: collections.Counter[str] = collections.Counter()
+        self._ready: Deque[Conn] = collections.deque()  # may hold a complete request to answer
+        self._done: Deque[tuple[Conn, Reply | None]] = collections.deque()
+        self._auth = FairQueue(self._respond_slowly, lambda job: self._finish_job(job[0], None),
+                               workers=self.limits.workers, max_queued=self.limits.max_queued,
+                               max_queued_per_client=self.limits.max_queued_per_client)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
+        self._accept_paused_until = 0.0
+        self._accept_failures_unlogged = 0
+        self._accept_logged_at = -float("inf")
+        self._errors: Deque[float] = collections.deque()
         listener.setblocking(False)
 
     # -- running -------------------------------------------------------------
 
     def serve_forever(self) -> None:
-        """Run the loop in the calling thread until :meth:`stop` is called."""
+        """Run the loop in the calling thread until :meth:`stop` is called.
+
+        Raises the last exception when more than ``max_loop_errors`` were caught in a minute."""
         self._stopped.clear()
         sel = self._selector
         sel.register(self.listener, selectors.EVENT_READ, "listener")
@@ -147,24 +124,32 @@ class ConnectionLoop:
         last_scan = time.monotonic()
         try:
             while not self._stop.is_set():
-                for key, mask in sel.select(_SCAN_EVERY):
+                timeout = 0.0 if self._ready or self._done else _SCAN_EVERY
+                for key, mask in sel.select(timeout):
                     if key.data == "listener":
-                        self._accept()
+                        self._guarded(None, self._accept)
                     elif key.data == "wake":
                         self._drain_wake()
                     else:
                         conn = self._conns.get(key.fd)
                         if conn is not None:
-                            self._on_event(conn, mask)
+                            self._guarded(conn, self._on_event, conn, mask)
                 while self._done:
                     conn, reply = self._done.popleft()
-                    self._queued -= 1
-                    if conn.sock.fileno() in self._conns:
-                        self._start_reply(conn, reply or Reply([REFUSED], True))
+                    if not conn.closed:
+                        self._guarded(conn, self._start_reply, conn, reply or self._refusal())
+                for _ in range(len(self._ready)):  # one request per connection per turn
+                    conn = self._ready.popleft()
+                    if not conn.closed and conn.state in (READING, IDLE):
+                        self._guarded(conn, self._next_request, conn)
                 now = time.monotonic()
                 if now - last_scan >= _SCAN_EVERY:
                     last_scan = now
-                    self._expire(now)
+                    self._guarded(None, self._expire, now)
+                    if self._accept_paused_until and now >= self._accept_paused_until:
+                        self._accept_paused_until = 0.0
+                        self._guarded(None, sel.register, self.listener, selectors.EVENT_READ,
+                                      "listener")
         finally:
             for conn in list(self._conns.values()):
                 self._close(conn)
@@ -175,6 +160,28 @@ class ConnectionLoop:
                     pass
             self._stopped.set()
 
+    def _guarded(self, conn: Conn | None, step: Callable[..., None], *args: Any) -> None:
+        """Run one step of the loop; an exception is logged, closes ``conn`` and is counted."""
+        try:
+            step(*args)
+        except Exception as exc:  # noqa: BLE001 - logged; too many end the loop (see below)
+            self.loop_errors += 1
+            log.error("the HTTP connection loop failed handling %s; closing it and going on",
+                      conn.address if conn is not None else "its bookkeeping", exc_info=True)
+            if conn is not None:
+                try:
+                    self._close(conn)
+                except Exception:  # noqa: BLE001
+                    log.exception("closing the failed connection failed too")
+            now = time.monotonic()
+            self._errors.append(now)
+            while self._errors and self._errors[0] < now - 60.0:
+                self._errors.popleft()
+            if len(self._errors) > self.limits.max_loop_errors:
+                log.critical("the HTTP connection loop failed %d times in a minute; stopping it",
+                             len(self._errors))
+                raise exc
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop (from another thread) and wait for it to finish."""
         self._stop.set()
@@ -183,7 +190,7 @@ class ConnectionLoop:
 
     def close(self) -> None:
         """Release the loop's own resources (after :meth:`stop`)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._auth.close()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
@@ -200,10 +207,31 @@ class ConnectionLoop:
                 sock, address = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # EMFILE and friends: keep serving the open ones
-                log.warning("accept failed: %s", exc)
+            except OSError as exc:
+                self._accept_failed(exc)
                 return
             self._admit(sock, address)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        self.accept_errors += 1
+        if exc.errno not in _NO_DESCRIPTORS:  # e.g. ECONNABORTED: that client gave up
+            log.debug("accept failed: %s", exc)
+            return
+        # Out of descriptors: the listener stays readable, so retrying at once would spin.
+        now = time.monotonic()
+        self._accept_paused_until = now + self.limits.accept_backoff
+        try:
+            self._selector.unregister(self.listener)
+        except (KeyError, ValueError):
+            pass
+        self._accept_failures_unlogged += 1
+        if now - self._accept_logged_at >= self.limits.log_every:
+            log.warning("accept failed %d time(s) since the last report: %s; pausing new "
+                        "connections for %g s at a time (raise LimitNOFILE?)",
+                        self._accept_failures_unlogged, exc.strerror or exc,
+                        self.limits.accept_backoff)
+            self._accept_logged_at = now
+            self._accept_failures_unlogged = 0
 
     def _admit(self, sock: socket.socket, address: Any) -> None:
         now = time.monotonic()
@@ -212,12 +240,12 @@ class ConnectionLoop:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        client = address[0] if isinstance(address, tuple) and address else str(address)
-        self._make_room(client)
-        if len(self._conns) >= self.limits.max_open and not self._make_room(client, force=True):
+        client = client_of(address)
+        if len(self._conns) >= self.limits.max_open and not self._make_room():
             self.refused += 1  # every open connection is being answered: none to evict
             _refuse(sock, plain=self.ssl_context is None)
             return
+        refusing = self._per_client[client] >= self.limits.max_per_client
         tls = self.ssl_context is not None
         if tls:
             try:
@@ -227,44 +255,40 @@ class ConnectionLoop:
                 log.debug("TLS setup for %s failed: %s", address, exc)
                 sock.close()
                 return
-        conn = _Conn(sock, address, now, self.limits, tls)
+        conn = Conn(sock, address, now, self.limits, tls, refusing)
         self._conns[sock.fileno()] = conn
+        if not refusing:
+            self._per_client[client] += 1
         self._watch(conn, selectors.EVENT_READ)
         if tls:
             self._handshake(conn)
 
-    def _make_room(self, client: str, force: bool = False) -> bool:
-        """Evict the longest-waiting head reader when a bound on head readers is reached
-        (``force``: in any case, to stay under ``max_open``); whether one was evicted."""
-        readers = [c for c in self._conns.values() if c.state in (_HANDSHAKE, _READING)]
-        mine = [c for c in readers if c.client == client]
-        victims: list[_Conn] = []
-        if len(mine) >= self.limits.max_reading_per_client:
-            victims = mine
-        elif readers and (force or len(readers) >= self.limits.max_reading):
-            by_client = collections.Counter(c.client for c in readers)
-            heaviest = by_client.most_common(1)[0][0]
-            victims = [c for c in readers if c.client == heaviest]
-        if not victims:
+    def _make_room(self) -> bool:
+        """Close one connection for a new one (:func:`~allsmi.exporter.bounds.room_victim`);
+        whether one was closed."""
+        victim = room_victim(self._conns.values())
+        if victim is None:
             return False
-        oldest = min(victims, key=lambda c: c.since)
-        self.evicted += 1
-        log.debug("evicting the head reader from %s waiting since %.1f s", oldest.address,
-                  time.monotonic() - oldest.since)
-        self._close(oldest)
+        self._evict(victim, "to make room for a new connection")
         return True
+
+    def _evict(self, conn: Conn, why: str) -> None:
+        self.evicted += 1
+        log.debug("closing the %s connection from %s (%s since %.1f s) %s", conn.state,
+                  conn.address, conn.state, time.monotonic() - conn.since, why)
+        self._close(conn)
 
     # -- events --------------------------------------------------------------
 
-    def _on_event(self, conn: _Conn, mask: int) -> None:
-        if conn.state == _HANDSHAKE:
+    def _on_event(self, conn: Conn, mask: int) -> None:
+        if conn.state == HANDSHAKE:
             self._handshake(conn)
-        elif conn.state == _READING:
+        elif conn.state in (READING, IDLE):
             self._read(conn)
-        elif conn.state == _WRITING:
+        elif conn.state == WRITING:
             self._write(conn)
 
-    def _handshake(self, conn: _Conn) -> None:
+    def _handshake(self, conn: Conn) -> None:
         try:
             conn.sock.do_handshake()  # type: ignore[attr-defined]
         except ssl.SSLWantReadError:
@@ -277,15 +301,15 @@ class ConnectionLoop:
             log.debug("TLS handshake with %s failed: %s", conn.address, exc)
             self._close(conn)
             return
-        conn.state = _READING
+        conn.state = READING
         self._watch(conn, selectors.EVENT_READ)
         self._read(conn)
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Conn) -> None:
         sock = conn.sock
         try:
-            while True:
-                data = sock.recv(65536)
+            while True:  # TLS: take what the TLS layer already decrypted, too
+                data = sock.recv(self.limits.max_head_bytes)
                 if not data:
                     self._close(conn)
                     return
@@ -300,27 +324,31 @@ class ConnectionLoop:
         except (ssl.SSLError, OSError):
             self._close(conn)
             return
-        self._after_read(conn)
+        self._next_request(conn)
 
-    def _after_read(self, conn: _Conn) -> None:
+    def _next_request(self, conn: Conn) -> None:
+        """Answer the first complete request in the buffer, if any (never more than one)."""
         if not conn.buf:
             return
         now = time.monotonic()
-        if conn.head_started is None:  # the first byte of a request on a kept-alive connection
-            conn.head_started = now
+        if conn.state == IDLE:  # the first byte of a request on a kept-alive connection
+            conn.state = READING
+            conn.since = conn.head_started = now
             conn.deadline = min(conn.deadline, now + self.limits.header_timeout)
         end = _head_end(conn.buf)
-        if end < 0:
-            if len(conn.buf) > self.limits.max_head_bytes:
+        if end < 0 or end > self.limits.max_head_bytes:
+            if end > 0 or len(conn.buf) > self.limits.max_head_bytes:
                 self._start_reply(conn, Reply([HEAD_TOO_LARGE], True))
-            return
-        if end > self.limits.max_head_bytes:
-            self._start_reply(conn, Reply([HEAD_TOO_LARGE], True))
+            else:
+                self._watch(conn, selectors.EVENT_READ)  # the rest of the head is still to come
             return
         head = bytes(conn.buf[:end])
         del conn.buf[:end]
-        conn.state = _WORKING
-        self._unwatch(conn)
+        conn.state = WORKING
+        self._unwatch(conn)  # not read again until this request is answered: back-pressure
+        if conn.refusing:
+            self._start_reply(conn, self._refusal())
+            return
         try:
             reply = self.respond(head, conn.address, True)
         except Exception:  # noqa: BLE001 - one bad request must not stop the loop
@@ -328,40 +356,46 @@ class ConnectionLoop:
             reply = Reply([REFUSED], True)
         if reply is not None:
             self._start_reply(conn, reply)
-            return
-        if self._queued >= self.limits.max_queued:
-            self.refused += 1
-            self._start_reply(conn, Reply([REFUSED], True))
-            return
-        self._queued += 1
-        self._pool.submit(self._respond_slowly, conn, head)
+        elif not self._auth.submit(conn.client, (conn, head)):
+            self._start_reply(conn, self._refusal())
 
-    def _respond_slowly(self, conn: _Conn, head: bytes) -> None:
+    def _refusal(self) -> Reply:
+        self.refused += 1
+        return Reply([REFUSED], True)
+
+    def _respond_slowly(self, job: tuple[Conn, bytes]) -> None:
+        conn, head = job
         try:
             reply = self.respond(head, conn.address, False)
         except Exception:  # noqa: BLE001
             log.exception("answering a request from %s failed", conn.address)
             reply = None
+        self._finish_job(conn, reply)
+
+    def _finish_job(self, conn: Conn, reply: Reply | None) -> None:
         self._done.append((conn, reply))
         self._wake()
 
-    def _start_reply(self, conn: _Conn, reply: Reply) -> None:
-        conn.state = _WRITING
+    def _start_reply(self, conn: Conn, reply: Reply) -> None:
+        conn.state = WRITING
         chunks = [c for c in reply.chunks if c]
         if len(chunks) > 1 and sum(map(len, chunks)) <= _SEND_CHUNK:
             chunks = [b"".join(chunks)]  # headers and a small body leave in one segment
         conn.out = collections.deque(memoryview(c) for c in chunks)
         conn.close_after = reply.close
-        conn.deadline = time.monotonic() + self.limits.write_timeout
+        conn.since = now = time.monotonic()
+        conn.deadline = now + self.limits.write_timeout
         self._watch(conn, selectors.EVENT_WRITE)
         self._write(conn)
 
-    def _write(self, conn: _Conn) -> None:
+    def _write(self, conn: Conn) -> None:
         sock = conn.sock
         try:
             while conn.out:
                 view = conn.out[0]
                 sent = sock.send(view[:_SEND_CHUNK])
+                if sent:
+                    conn.since = time.monotonic()  # progress: not "stalled" for _make_room
                 if sent >= len(view):
                     conn.out.popleft()
                 else:
@@ -378,25 +412,29 @@ class ConnectionLoop:
             self._close(conn)
             return
         now = time.monotonic()
-        conn.state = _READING
+        conn.state = IDLE
         conn.since = now
         conn.deadline = now + self.limits.idle_timeout
         conn.head_started = None
-        self._watch(conn, selectors.EVENT_READ)
-        if conn.buf:  # a pipelined request already arrived
-            self._after_read(conn)
+        if conn.buf:  # a pipelined request already arrived: its turn comes in the loop, and
+            self._unwatch(conn)  # nothing more is read before it is answered (back-pressure)
+            self._ready.append(conn)
+        else:
+            self._watch(conn, selectors.EVENT_READ)
 
     def _expire(self, now: float) -> None:
         for conn in list(self._conns.values()):
-            if conn.state != _WORKING and now > conn.deadline:
+            if conn.state != WORKING and now > conn.deadline and not conn.closed:
                 self.timed_out += 1
                 log.debug("closing %s connection from %s: deadline passed", conn.state, conn.address)
                 self._close(conn)
+        for conn in excess_head_readers(self._conns.values(), self.limits, now):
+            self._evict(conn, "(too many head readers from its address, or in all)")
 
     # -- plumbing ------------------------------------------------------------
 
-    def _watch(self, conn: _Conn, events: int) -> None:
-        if conn.events == events:
+    def _watch(self, conn: Conn, events: int) -> None:
+        if conn.events == events or conn.closed:
             return
         try:
             if conn.events:
@@ -407,7 +445,7 @@ class ConnectionLoop:
         except (KeyError, ValueError, OSError):
             self._close(conn)
 
-    def _unwatch(self, conn: _Conn) -> None:
+    def _unwatch(self, conn: Conn) -> None:
         if conn.events:
             try:
                 self._selector.unregister(conn.sock)
@@ -415,7 +453,10 @@ class ConnectionLoop:
                 pass
             conn.events = 0
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
         self._unwatch(conn)
         try:
             fd = conn.sock.fileno()
@@ -423,6 +464,10 @@ class ConnectionLoop:
             fd = -1
         if self._conns.get(fd) is conn:
             del self._conns[fd]
+        if not conn.refusing:
+            self._per_client[conn.client] -= 1
+            if self._per_client[conn.client] <= 0:
+                del self._per_client[conn.client]
         try:
             conn.sock.close()
         except OSError:

@@ -181,7 +181,7 @@ class MetricsServer:
                  web: WebConfig | None = None, limits: Limits | None = None) -> None:
         self.exposition = exposition
         self.web = web or WebConfig()
-        self.limits = limits or Limits()
+        self.limits = limits or Limits.for_this_process()
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
         family, _, _, _, address = infos[0]

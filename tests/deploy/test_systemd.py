@@ -184,3 +184,13 @@ def test_exporter_and_recorder_command_lines_run_and_stop_cleanly(state: Path) -
     assert (state / "allsmi" / "billing" / f"gpu-{yesterday}.csv").exists()
     status = (state / "node-exporter" / "allsmi_export.prom").read_text()
     assert "allsmi_export_success 0" in status
+
+
+@pytest.mark.parametrize("unit", ["allsmi-exporter.service", "allsmi-record.service"])
+def test_long_running_units_raise_the_descriptor_limit(unit: str) -> None:
+    # Without LimitNOFILE systemd gives a soft limit of 1024: EMFILE before the connection bound.
+    from allsmi.exporter.bounds import max_open_for_fd_limit
+
+    limit = int(settings(unit)["LimitNOFILE"][-1])
+    assert limit >= 65536
+    assert max_open_for_fd_limit(limit) >= 16384

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..prometheus_server import free_port
 
@@ -93,7 +93,8 @@ class Serve:
 
 
 def run_serve(args: Sequence[str], *, port: int | None = None, env: dict[str, str] | None = None,
-              listen: bool = True, tmp: Path | None = None) -> Serve:
+              listen: bool = True, tmp: Path | None = None,
+              preexec_fn: Callable[[], None] | None = None) -> Serve:
     """Start ``allsmi serve ARGS --listen 127.0.0.1:PORT`` in the background."""
     port = port or free_port()
     log_dir = Path(tmp or tempfile.mkdtemp(prefix="allsmi-serve-"))
@@ -103,7 +104,8 @@ def run_serve(args: Sequence[str], *, port: int | None = None, env: dict[str, st
         command += ["--listen", f"127.0.0.1:{port}"]
     full_env = {**os.environ, "ALLSMI_CONFIG": os.devnull, **(env or {})}
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=full_env)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=full_env,
+                                preexec_fn=preexec_fn)
     return Serve(proc, port, log=log)
 
 

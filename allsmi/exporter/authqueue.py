@@ -1,0 +1,119 @@
+"""The password-check queue: bcrypt work shared fairly between client addresses.
+
+A request whose ``Authorization`` header is not in the cache of recent
+successes needs a bcrypt check (tens of milliseconds of CPU). The connection
+loop never does that itself: it hands the request to :class:`FairQueue`,
+whose worker threads take the waiting requests **round-robin by client
+address**, one request of each waiting address in turn. So a flood of wrong
+passwords from one address delays a scraper from another address by at most
+one check per waiting address, never by the whole flood.
+
+Bounds: at most ``max_queued`` requests wait in total and at most
+``max_queued_per_client`` from one address. When the queue is full, a request
+from an address holding fewer than the address holding the most takes the
+place of that address's newest waiting request (which is answered ``503``):
+every address gets its fair share of the queue, whatever the others send.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Callable, Deque, Dict
+
+log = logging.getLogger(__name__)
+
+
+class FairQueue:
+    """Runs ``job`` for submitted items on ``workers`` threads, round-robin by client.
+
+    ``refuse(item)`` is called (on the submitting thread) for an item that
+    gives up its place to another address's request.
+    """
+
+    def __init__(self, job: Callable[[Any], None], refuse: Callable[[Any], None], *, workers: int,
+                 max_queued: int, max_queued_per_client: int, name: str = "allsmi-http-auth") -> None:
+        self._job = job
+        self._refuse = refuse
+        self.max_queued = max_queued
+        self.max_queued_per_client = max(1, min(max_queued_per_client, max_queued))
+        self._queues: Dict[str, Deque[Any]] = {}
+        self._turns: Deque[str] = collections.deque()  # clients with waiting items, next first
+        self._waiting = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._name = name
+        self._workers = max(1, workers)
+        self._threads: list[threading.Thread] = []  # started on demand: none without basic auth
+
+    def waiting(self) -> int:
+        """How many items wait for a worker."""
+        with self._cond:
+            return self._waiting
+
+    def submit(self, client: str, item: Any) -> bool:
+        """Queue ``item`` for ``client``; ``False`` when it gets no place (answer it ``503``)."""
+        displaced = None
+        with self._cond:
+            if self._closed:
+                return False
+            mine = self._queues.get(client)
+            held = len(mine) if mine else 0
+            if held >= self.max_queued_per_client:
+                return False
+            if self._waiting >= self.max_queued:
+                heaviest = max(self._queues, key=lambda c: len(self._queues[c]))
+                if len(self._queues[heaviest]) <= held + 1:
+                    return False  # nobody holds more than this client would: the queue is fair
+                displaced = self._queues[heaviest].pop()  # its newest: the oldest keep their turn
+                self._waiting -= 1
+            if mine is None:
+                mine = self._queues[client] = collections.deque()
+                self._turns.append(client)
+            mine.append(item)
+            self._waiting += 1
+            self._cond.notify()
+            if len(self._threads) < self._workers:
+                thread = threading.Thread(target=self._work, daemon=True,
+                                          name=f"{self._name}-{len(self._threads)}")
+                self._threads.append(thread)
+                thread.start()
+        if displaced is not None:
+            self._refuse(displaced)
+        return True
+
+    def _next(self) -> Any:
+        with self._cond:
+            while not self._closed and not self._waiting:
+                self._cond.wait()
+            if self._closed:
+                return None
+            client = self._turns.popleft()
+            queue = self._queues[client]
+            item = queue.popleft()
+            self._waiting -= 1
+            if queue:
+                self._turns.append(client)  # its next item waits for every other client's turn
+            else:
+                del self._queues[client]
+            return item
+
+    def _work(self) -> None:
+        while True:
+            item = self._next()
+            if item is None:
+                return
+            try:
+                self._job(item)
+            except Exception:  # noqa: BLE001 - a worker must outlive one bad request
+                log.exception("a password check failed")
+
+    def close(self) -> None:
+        """Stop the workers (items still waiting are dropped; their connections are closed)."""
+        with self._cond:
+            self._closed = True
+            self._queues.clear()
+            self._turns.clear()
+            self._waiting = 0
+            self._cond.notify_all()
