@@ -149,9 +149,15 @@ class Bucket(_Acc):
 
     def put(self, inc: Increment, holders: Split = NOBODY, share: float = 1.0) -> None:
         """Add one increment; its holders' parts by ``holders`` (:func:`allsmi.fairshare.split`)."""
-        _, _, end, observed, allocated, busy, energy, idle = inc
+        _, begin, end, observed, allocated, busy, energy, idle = inc
         if end > self.last:
             self.last = end
+        if begin < self.first:
+            # The span starts where its earliest time does (an increment from the previous
+            # interval's last sample starts at the boundary, before the first sample here), so
+            # that the ledger's "only after what it holds" test sees all of it: after a restart
+            # into a checkpointed minute, that time is refused rather than counted twice.
+            self.first = max(float(self.start), begin)
         # The device's own sums, written out (weight 1).
         self.observed += observed
         if allocated is not None:

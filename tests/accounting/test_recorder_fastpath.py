@@ -109,6 +109,7 @@ class PlainBucket(Acc):
 
     def put(self, inc: Increment, holders: Split, share: float) -> None:
         self.last = max(self.last, inc.end)
+        self.first = min(self.first, max(float(self.start), inc.start))
         self.add(inc, 1.0, 1.0, share, whole=True)
         if inc.busy_seconds is not None:
             self.busy_observed += inc.observed_seconds
