@@ -293,13 +293,14 @@ class Collector:
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
             grouped = assign_groups(devices, host.hostname, self.config)
-            attributed, attribution = self._attribute(grouped, wall)
+            attributed, attribution, unknown = self._attribute(grouped, wall)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,
                                 host=host,
                                 devices=attributed,
                                 backends=tuple(statuses),
-                                attribution=attribution)
+                                attribution=attribution,
+                                holders_unknown=unknown)
             self._latest = snapshot
             self._history.append(snapshot)
             self._first.set()
@@ -311,19 +312,22 @@ class Collector:
         return snapshot
 
     def _attribute(self, devices: tuple[DeviceSample, ...], wall: float
-                   ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...]]:
-        """``devices`` with their workloads and their processes' job/pod/container ids, and
-        the attribution sources' statuses. Bounded by the attributor's own timeout; a failure
-        here costs the snapshot its attribution, never the snapshot."""
+                   ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str]]:
+        """``devices`` with their workloads and their processes' job/pod/container ids, the
+        attribution sources' statuses, and the devices whose holders are unknown this cycle.
+        Bounded by the attributor's own timeout; a failure here costs the snapshot its
+        attribution (every device's holders unknown), never the snapshot."""
         if self.attributor is None:
-            return devices, ()
+            return devices, (), frozenset()
         try:
             result = self.attributor.resolve(devices, now=wall)
-            return tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses)
+            return (tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses),
+                    frozenset(result.unknown))
         except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle
             log.exception("attribution failed")
             return devices, (BackendStatus("attribution", "error",
-                                           f"internal error: {type(exc).__name__}: {exc}"),)
+                                           f"internal error: {type(exc).__name__}: {exc}"),), \
+                frozenset(dev.id for dev in devices)
 
     def start(self) -> None:
         """Collect in a background thread every ``interval`` seconds until :meth:`close`."""

@@ -269,6 +269,10 @@ class Snapshot:
     attribution: tuple[BackendStatus, ...] = ()
     """How each attribution source fared in this cycle (one entry per source, shaped like
     ``backends``); empty when no source is configured. JSON key ``attribution``."""
+    holders_unknown: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """Ids of the devices whose holders are unknown in this cycle: an attribution source failed
+    or timed out (and its last answer is too old to carry), and nothing else says who holds
+    them. Their allocated time is unknown, never "not held". Not part of the JSON."""
 
     @property
     def unix_time(self) -> float:
