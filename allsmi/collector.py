@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUnavailable,
@@ -27,7 +27,7 @@ from allsmi.backend_api import (Backend, BackendError, BackendTimeout, BackendUn
 from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
-from allsmi.schema import BackendStatus, DeviceSample, Snapshot
+from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
 from allsmi.worker import SingleFlight
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
@@ -51,12 +51,13 @@ class BackendRunner:
     """Owns one backend and the single worker thread that calls it."""
 
     def __init__(self, backend: Backend, timeout: float,
-                 reprobe_seconds: float = REPROBE_SECONDS) -> None:
+                 reprobe_seconds: float = REPROBE_SECONDS, inline: bool = False) -> None:
         self.backend = backend
         self.timeout = timeout
         self.reprobe_seconds = reprobe_seconds
         self._flight: SingleFlight[_Outcome] = SingleFlight(
-            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._safe_close)
+            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._safe_close,
+            inline=inline)
         self._opened = False
         self._unavailable_until = 0.0
         self._phase = ""
@@ -196,10 +197,10 @@ def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
         changed = []
         for proc in processes:
             info = result.process(proc.pid)
-            changed.append(replace(proc, job_id=info.job_id, pod_uid=info.pod_uid,
-                                   container_id=info.container_id) if info else proc)
+            changed.append(derive(proc, job_id=info.job_id, pod_uid=info.pod_uid,
+                                  container_id=info.container_id) if info else proc)
         processes = tuple(changed)
-    return replace(dev, workloads=workloads, processes=processes)
+    return derive(dev, workloads=workloads, processes=processes)
 
 
 class Collector:
@@ -210,7 +211,7 @@ class Collector:
                  history_size: int | None = None, host_sampler: HostSampler | None = None,
                  attributor: "Attributor | None" = None,
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] | None = None) -> None:
+                 monotonic: Callable[[], float] | None = None, inline: bool = False) -> None:
         self.config = config or Config()
         self.clock = clock
         """Wall clock for snapshot timestamps (injectable for accelerated simulation)."""
@@ -221,7 +222,9 @@ class Collector:
         from the monotonic clock and never steps)."""
         self.interval = interval_seconds or self.config.interval_seconds
         self.timeout = timeout_seconds or self.config.backend_timeout_seconds
-        self.runners = [BackendRunner(b, self.timeout) for b in backends]
+        self.runners = [BackendRunner(b, self.timeout, inline=inline) for b in backends]
+        """With ``inline``, each backend is called in the collecting thread (no worker, no
+        timeout): only for backends that cannot hang, such as a simulation being replayed."""
         self.attributor = attributor
         """Who holds each device (allsmi.attribution): asked once per cycle, within its own
         timeout, after the resource groups are assigned; ``None``: no attribution at all."""
@@ -290,13 +293,14 @@ class Collector:
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
             grouped = assign_groups(devices, host.hostname, self.config)
-            attributed, attribution = self._attribute(grouped, wall)
+            attributed, attribution, unknown = self._attribute(grouped, wall)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,
                                 host=host,
                                 devices=attributed,
                                 backends=tuple(statuses),
-                                attribution=attribution)
+                                attribution=attribution,
+                                holders_unknown=unknown)
             self._latest = snapshot
             self._history.append(snapshot)
             self._first.set()
@@ -308,19 +312,22 @@ class Collector:
         return snapshot
 
     def _attribute(self, devices: tuple[DeviceSample, ...], wall: float
-                   ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...]]:
-        """``devices`` with their workloads and their processes' job/pod/container ids, and
-        the attribution sources' statuses. Bounded by the attributor's own timeout; a failure
-        here costs the snapshot its attribution, never the snapshot."""
+                   ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str]]:
+        """``devices`` with their workloads and their processes' job/pod/container ids, the
+        attribution sources' statuses, and the devices whose holders are unknown this cycle.
+        Bounded by the attributor's own timeout; a failure here costs the snapshot its
+        attribution (every device's holders unknown), never the snapshot."""
         if self.attributor is None:
-            return devices, ()
+            return devices, (), frozenset()
         try:
             result = self.attributor.resolve(devices, now=wall)
-            return tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses)
+            return (tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses),
+                    frozenset(result.unknown))
         except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle
             log.exception("attribution failed")
             return devices, (BackendStatus("attribution", "error",
-                                           f"internal error: {type(exc).__name__}: {exc}"),)
+                                           f"internal error: {type(exc).__name__}: {exc}"),), \
+                frozenset(dev.id for dev in devices)
 
     def start(self) -> None:
         """Collect in a background thread every ``interval`` seconds until :meth:`close`."""

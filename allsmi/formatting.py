@@ -9,7 +9,10 @@ def na(value: object, fmt: str = "{}", unit: str = "") -> str:
     """``value`` formatted with ``fmt`` and ``unit``, or "N/A" when unknown."""
     if value is None:
         return NA
-    return fmt.format(value) + unit
+    text = fmt.format(value)
+    if text.startswith("-") and not text.strip("-0."):  # -0.0, or -0.4 rounded: no sign on zero
+        text = text[1:]
+    return text + unit
 
 
 def human_bytes(value: int | float | None) -> str:

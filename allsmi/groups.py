@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable
 
 from allsmi.config import Config
-from allsmi.schema import DeviceSample
+from allsmi.schema import DeviceSample, derive
 
 
 def _facts(dev: DeviceSample, hostname: str) -> dict[str, str | None]:
@@ -39,5 +38,5 @@ def assign_groups(devices: Iterable[DeviceSample], hostname: str,
         if group is None:
             group = by_id.get(dev.parent or "", config.default_group)
         by_id[dev.id] = group
-        out.append(replace(dev, resource_group=group, labels=dict(config.group(group).labels)))
+        out.append(derive(dev, resource_group=group, labels=dict(config.group(group).labels)))
     return tuple(out)

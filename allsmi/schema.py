@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Tuple, Union
+from typing import Any, Literal, Mapping, Tuple, TypeVar, Union
 
 from allsmi.text import MAX_COMMAND, MAX_MESSAGE, clean_detail, clean_optional, clean_text
 
@@ -269,6 +269,10 @@ class Snapshot:
     attribution: tuple[BackendStatus, ...] = ()
     """How each attribution source fared in this cycle (one entry per source, shaped like
     ``backends``); empty when no source is configured. JSON key ``attribution``."""
+    holders_unknown: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """Ids of the devices whose holders are unknown in this cycle: an attribution source failed
+    or timed out (and its last answer is too old to carry), and nothing else says who holds
+    them. Their allocated time is unknown, never "not held". Not part of the JSON."""
 
     @property
     def unix_time(self) -> float:
@@ -286,3 +290,49 @@ class Snapshot:
 def utc_now() -> _dt.datetime:
     """The current time as an aware UTC datetime."""
     return _dt.datetime.now(_dt.timezone.utc)
+
+
+_S = TypeVar("_S", "DeviceSample", "ProcessSample")
+
+
+def _cleaners() -> dict[type, dict[str, Any]]:
+    """Per class, each field's cleaning as its ``__post_init__`` does it (``None``: none)."""
+    def mapping(value: Any) -> Any:
+        return _clean_mapping(value) if value else value
+
+    def opt(clean: Any) -> Any:
+        return lambda value: None if value is None else clean(value)
+    device: dict[str, Any] = {name: None for name in DeviceSample.__dataclass_fields__}
+    device.update({name: clean_text for name in _DEVICE_TEXT})
+    device.update({name: clean_optional for name in _DEVICE_OPTIONAL_TEXT})
+    device.update(labels=mapping, details=mapping)
+    process: dict[str, Any] = {name: None for name in ProcessSample.__dataclass_fields__}
+    process.update(user=opt(clean_text), command=opt(lambda v: clean_text(v, MAX_COMMAND)))
+    process.update({name: opt(clean_optional) for name in PROCESS_ATTRIBUTION})
+    return {DeviceSample: device, ProcessSample: process}
+
+
+_CLEANERS = _cleaners()
+
+
+def derive(sample: _S, **changes: Any) -> _S:
+    """``dataclasses.replace(sample, **changes)`` for a :class:`DeviceSample` or
+    :class:`ProcessSample`, cleaning only the changed fields (with their ``__post_init__``
+    rules): the rest was cleaned when ``sample`` was built. The collector derives every
+    device of every cycle (its resource group, labels and holders), so this is on the hot path.
+    """
+    cls = type(sample)
+    cleaners = _CLEANERS[cls]
+    new = object.__new__(cls)
+    _set = object.__setattr__
+    for name in cleaners:
+        _set(new, name, getattr(sample, name))
+    for name, value in changes.items():
+        clean = cleaners.get(name, _UNKNOWN)
+        if clean is _UNKNOWN:
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+        _set(new, name, value if clean is None else clean(value))
+    return new
+
+
+_UNKNOWN = object()

@@ -103,6 +103,29 @@ def _number(value: Any, where: str, report: _Report, low: float | None = None,
     return float(value)
 
 
+def checked_measurement(field: str, value: float | None, where: str,
+                        problems: list[str] | None = None) -> float | int | None:
+    """A measurement read elsewhere (a Prometheus sample) checked as a snapshot's is: a finite
+    number within the range :mod:`allsmi.fields` declares for ``field`` and within
+    :data:`MAX_INT`, byte counts rounded to whole numbers; else ``None``, and the problem
+    described in ``problems``."""
+    low, high = _RANGES[field]
+    report = _Report(problems)
+    number = _number(value, where, report, low, high)
+    if number is None or field not in _INT_FIELDS:
+        return number
+    return int(round(number))
+
+
+def checked_int(value: float | int | None, where: str, problems: list[str] | None = None,
+                low: int = 0, high: int = MAX_INT) -> int | None:
+    """A whole number within [low, high] (an index, a pid, a byte count), else ``None`` with
+    the problem described in ``problems``."""
+    report = _Report(problems)
+    number = _number(value, where, report, low, high)
+    return None if number is None else int(round(number))
+
+
 def _text(value: Any, where: str, report: _Report) -> str | None:
     if value is None or isinstance(value, str):
         return value

@@ -13,6 +13,10 @@ terminal) can rely on three properties:
   terminal's CSI/OSC introducers): each becomes a space, except tab which
   also becomes a space, so that nothing can move a cursor, set a title or
   draw a hyperlink on an operator's screen;
+* it holds no bidirectional or invisible format characters (U+202A to
+  U+202E, U+2066 to U+2069, zero-width spaces and joiners, U+FEFF, line and
+  paragraph separators): each becomes a visible U+FFFD, so that text can
+  never be shown reordered (``python <U+202E>evil<U+202C>.py``);
 * it is at most ``max_length`` characters long (an ellipsis marks a cut).
 
 Markup (``[bold]``) is *not* removed here: it is data. The dashboard shows
@@ -32,12 +36,16 @@ MAX_NAME = 256
 #: Longest backend status message.
 MAX_MESSAGE = 1024
 
-_BAD = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_BAD = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff"
+                  # bidirectional and invisible format characters, line and paragraph separators
+                  "\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
 
 
 def _replace(match: re.Match[str]) -> str:
     ch = match.group(0)
-    return "\ufffd" if "\ud800" <= ch <= "\udfff" else " "
+    # Controls become spaces; surrogates and format characters a visible U+FFFD, so that
+    # "python \u202eevil\u202c.py" can never render as "python yp.live".
+    return " " if ch <= "\x9f" else "\ufffd"
 
 
 def clean_text(value: str, max_length: int = MAX_NAME) -> str:

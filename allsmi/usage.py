@@ -207,12 +207,16 @@ class UsageIntegrator:
 
     def update(self, snapshot: Snapshot) -> list[Increment]:
         """Feed one snapshot; return the increments since each device's previous sample."""
-        return list(self.feed(snapshot.devices, snapshot.unix_time, snapshot.monotonic))
+        return list(self.feed(snapshot.devices, snapshot.unix_time, snapshot.monotonic,
+                              snapshot.holders_unknown))
 
     def feed(self, devices: Iterable[DeviceSample], when: float,
-             steady: float | None = None) -> Iterator[Increment]:
+             steady: float | None = None,
+             holders_unknown: frozenset[str] | set[str] = frozenset()) -> Iterator[Increment]:
         """Like :meth:`update` for devices sampled at ``when`` (unix seconds) and ``steady``
-        (monotonic seconds, when known: durations are measured on it)."""
+        (monotonic seconds, when known: durations are measured on it). A device in
+        ``holders_unknown`` (``Snapshot.holders_unknown``: an attribution source failed) that
+        neither a process nor a workload holds has unknown allocation, not "not held"."""
         self._cycle = cycle = self._cycle + 1
         last = self._last
         threshold = self.idle_threshold_percent
@@ -231,7 +235,7 @@ class UsageIntegrator:
             if procs or works:
                 allocated: float | None = 1.0
                 idle = None if util is None else float(util < threshold)
-            elif procs is None and works is None:
+            elif procs is None and works is None or holders_unknown and dev_id in holders_unknown:
                 allocated = idle = None
             else:
                 allocated = idle = 0.0

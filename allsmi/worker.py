@@ -6,6 +6,10 @@ running when asked again is not started a second time (no pile-up of threads beh
 vendor call), and the caller reports it as still running instead. The collector's
 ``BackendRunner`` and attribution's ``SourceRunner`` are built on it, so both isolate the
 same way.
+
+``inline=True`` runs each call in the caller's thread instead (no worker, no deadline): for
+calls that are pure functions of their arguments and cannot hang, such as a simulation
+replayed after the fact, where handing every call to a thread costs more than the call.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ class SingleFlight(Generic[T]):
     """Runs ``call`` on one daemon thread named ``name``, at most one call at a time.
 
     ``on_exit`` runs on the worker thread when it stops after :meth:`request_close`.
+    With ``inline``, :meth:`start` runs the call itself and there is never a worker thread.
     """
 
     def __init__(self, name: str, call: Callable[[], T],
-                 on_exit: Callable[[], None] | None = None) -> None:
+                 on_exit: Callable[[], None] | None = None, inline: bool = False) -> None:
         self.name = name
+        self.inline = inline
         self._call = call
         self._on_exit = on_exit
         self._lock = threading.Lock()
@@ -47,6 +53,9 @@ class SingleFlight(Generic[T]):
                 return False
             if before is not None:
                 before()
+            if self.inline:
+                self._outcome = self._call()
+                return True
             self._busy_since = time.monotonic()
             self._done.clear()
             if self.thread is None:

@@ -4,7 +4,10 @@ Usage: python benchmarks/_fake_nvml_run.py GPUS NVITOP_SITE_PACKAGES|- -- PROGRA
 
 Both programs then read the same N fake H100s through the real pynvml
 module, so their CPU cost can be compared on a machine without a GPU.
-PROGRAM is ``allsmi``, ``nvitop`` or ``none`` (the harness alone, to subtract).
+PROGRAM is ``allsmi``, ``nvitop``, ``nvitop-exporter`` or ``none`` (the harness
+alone, to subtract). The nvitop site is also where a plain allsmi install
+(without the ``nvidia`` extra) finds ``pynvml``: it is appended after the
+installed packages, so an install's own ``pynvml`` and ``psutil`` win.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def main() -> None:
     # After the installed packages: the fake comes from the checkout's tests/, allsmi from
     # wherever it is installed (a regular install measures what users run).
     sys.path.append(str(REPO))
+    if site != "-":
+        sys.path.append(site)
     # nvml_fake imports pytest for a type annotation only; a stand-in keeps pytest's import
     # time (the same for both programs) out of the measurement.
     sys.modules.setdefault("pytest", types.ModuleType("pytest"))
@@ -42,9 +47,11 @@ def main() -> None:
     if program == "none":  # the harness alone: what both programs' figures include
         return
     if program == "nvitop":
-        sys.path.append(site)  # after ours: the project's pynvml (now faked) and psutil win
         from nvitop.cli import main as nvitop_main
         sys.exit(nvitop_main())
+    if program == "nvitop-exporter":
+        from nvitop_exporter.cli import main as exporter_main
+        sys.exit(exporter_main())
     from allsmi.cli.main import main as allsmi_main
     allsmi_main()
 

@@ -17,6 +17,11 @@ Usage: python benchmarks/dashboard.py [--seconds 30] [--nvitop-site PATH] [--ski
    composed and turned into terminal output (the step headless mode skips),
    and the time from sending a sort key to that frame is recorded.
 
+   * the Textual floor: a minimal Textual app redrawing a 40-line text table every
+     second (``benchmarks/_textual_floor.py``), in the same terminal, measured in
+     the same rounds: what any Textual dashboard holds (target: allsmi's RSS at
+     most this floor + 8 MiB; CPU at most nvitop's).
+
 3. The memory floor: RSS of a bare interpreter, after importing Textual's App,
    and after importing the dashboard (fresh interpreters, no devices opened).
 
@@ -257,6 +262,8 @@ def main() -> None:
     parser.add_argument("--nvitop-site", default=None,
                         help="site-packages directory holding nvitop (e.g. of a throw-away venv)")
     parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument("--width", type=int, default=200)
+    parser.add_argument("--height", type=int, default=60)
     args = parser.parse_args()
     print(f"machine: {machine()}")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
@@ -271,14 +278,19 @@ def main() -> None:
         if not args.skip_cpu:
             rows: list[tuple[str, float, float, float]] = []
             env_cmd = ["env", f"XDG_CONFIG_HOME={tmpdir}"]
-            ours, theirs = [], []
+            ours, theirs, floor = [], [], []
+            size = {"width": args.width, "height": args.height}
             for _ in range(max(1, args.rounds)):
-                ours.append(measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds))
+                ours.append(measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds, **size))
                 if args.nvitop_site:
-                    theirs.append(measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"], args.seconds))
+                    theirs.append(measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"], args.seconds,
+                                              **size))
+                floor.append(measure_cpu([PYTHON, str(REPO / "benchmarks" / "_textual_floor.py"), "40"],
+                                         args.seconds, **size))
             rows.append(("allsmi, 8 fake H100 (NVML path)", *_median_rows(ours)))
             if args.nvitop_site:
                 rows.append(("nvitop 8 fake H100 (same fake NVML)", *_median_rows(theirs)))
+            rows.append(("Textual floor: 40-line table redrawn each 1 s", *_median_rows(floor)))
             rows.append(("allsmi --simulate, 8 devices",
                          *measure_cpu(env_cmd + [ALLSMI, "--simulate", str(eight), "--interval", "1"],
                                       args.seconds)))
@@ -287,13 +299,15 @@ def main() -> None:
                                       args.seconds)))
             rows.append(("collector alone, 512 simulated devices (no UI)",
                          *measure_cpu([PYTHON, "-c", COLLECTOR_ONLY, str(big)], args.seconds, tty=False)))
-            print(f"\nCPU (percent of one core) and RSS at a 1 s refresh, tmux 200x50, "
+            print(f"\nCPU (percent of one core) and RSS at a 1 s refresh, tmux {args.width}x{args.height}, "
                   f"{args.seconds:.0f} s after warm-up, {max(1, args.rounds)} round(s) on the 8 fake H100:")
             for name, median, mean, rss in rows:
                 print(f"  {name:<48} median {median:6.2f} %   mean {mean:6.2f} %   RSS {rss:6.1f} MiB")
             if args.nvitop_site:
                 print(f"  ratio allsmi / nvitop (8 fake H100): CPU {rows[0][1] / rows[1][1]:.2f}, "
                       f"RSS {rows[0][3] / rows[1][3]:.2f}")
+            floor_rss = _median_rows(floor)[2]
+            print(f"  allsmi RSS above the Textual floor: {rows[0][3] - floor_rss:+.1f} MiB (target: at most +8)")
         print("\nmemory floor (fresh interpreter, RSS after imports):")
         for label, rss in memory_floor(args.nvitop_site):
             print(f"  {label:<48} {rss:6.1f} MiB")

@@ -15,10 +15,14 @@
    interval, with the 37 devices of the ``mixed`` simulated node and with 1024
    devices (the node replicated), as a share of one core. Peer: the shared
    ``UsageIntegrator.update`` alone (what the exporter's counters pay anyway).
+3. The cost of making the minute in progress durable (``[ledger] checkpoint_seconds``, 5 s by
+   default: a crash loses seconds, not the minute): the same recording with checkpoints off,
+   in the same run, as the peer.
 
 Usage::
 
     python benchmarks/ledger.py [--devices 1024] [--days 30] [--raw-days 2] [--dir DIR]
+    python benchmarks/ledger.py --recording-only [--cycles 600]
 """
 
 from __future__ import annotations
@@ -232,11 +236,14 @@ def snapshots(replicas: int, cycles: int, start: float) -> list[Snapshot]:
     return out
 
 
-def recording_cost(tmp: Path, replicas: int, cycles: int) -> tuple[int, float, float, float]:
+def recording_cost(tmp: Path, replicas: int, cycles: int,
+                   checkpoint_seconds: float | None = None) -> tuple[int, float, float, float]:
     """(devices, mean CPU s per cycle, flushes included; the same for the integrator alone;
-    the worst cycle)."""
+    the worst cycle). ``checkpoint_seconds``: ``[ledger] checkpoint_seconds`` (default 5)."""
     snaps = snapshots(replicas, cycles, END.timestamp() - 7200)
-    recorder = LedgerRecorder(tmp / f"rec-{replicas}.db", parse_config(CONFIG))
+    text = CONFIG if checkpoint_seconds is None else \
+        CONFIG + f"\n[ledger]\ncheckpoint_seconds = {checkpoint_seconds}\n"
+    recorder = LedgerRecorder(tmp / f"rec-{replicas}-{checkpoint_seconds}.db", parse_config(text))
     costs = []
     for s in snaps:
         t = time.process_time()
@@ -259,10 +266,21 @@ def main() -> None:
     parser.add_argument("--raw-days", type=int, default=2)
     parser.add_argument("--cycles", type=int, default=600, help="recording cycles (1 s each)")
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--recording-only", action="store_true",
+                        help="only the recording cost, with and without checkpoints")
     args = parser.parse_args()
     print(f"machine: {describe()}")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmpdir:
         tmp = Path(tmpdir)
+        for replicas in (1, 28):
+            off = recording_cost(tmp, replicas, args.cycles, 0)
+            on = recording_cost(tmp, replicas, args.cycles, 5)
+            print(f"checkpoints, {on[0]} devices at 1 s: every 5 s {on[1] * 1000:.3f} ms CPU per "
+                  f"cycle ({on[1] * 100:.3f} % of a core; worst {on[3] * 1000:.1f} ms); peer, "
+                  f"whole minutes only: {off[1] * 1000:.3f} ms (worst {off[3] * 1000:.1f} ms); "
+                  f"ratio {on[1] / off[1]:.2f}x")
+        if args.recording_only:
+            return
         cfg = tmp / "config.toml"
         cfg.write_text(CONFIG)
         path = tmp / "ledger.db"

@@ -257,3 +257,26 @@ def test_failed_open_is_closed_before_the_retry() -> None:
     assert flaky.live == 1, "each failed open() must be closed before the next attempt"
     collector.close()
     assert flaky.live == 0
+
+
+def test_inline_collector_calls_backends_in_the_collecting_thread() -> None:
+    """``inline`` (the simulation replayed by export/idle): no worker thread, same snapshot."""
+    import threading as _threading
+
+    from allsmi.backends.simulated import simulated_backends
+    from allsmi.collector import Collector as _Collector
+
+    at = [1_790_000_000.0]
+    threaded = _Collector(list(simulated_backends("mixed", clock=lambda: at[0])), clock=lambda: at[0])
+    inline = _Collector(list(simulated_backends("mixed", clock=lambda: at[0])), clock=lambda: at[0],
+                        inline=True)
+    before = _threading.active_count()
+    try:
+        a, b = threaded.collect_once(), inline.collect_once()
+        assert all(r._flight.thread is None for r in inline.runners)
+        assert all(r._flight.thread is not None for r in threaded.runners)
+        assert a.devices == b.devices and [s.status for s in a.backends] == [s.status for s in b.backends]
+    finally:
+        threaded.close()
+        inline.close()
+    assert _threading.active_count() <= before + len(threaded.runners)

@@ -60,3 +60,12 @@ def test_withheld_process_details_in_json() -> None:
     shown = json.loads(to_json(snap, process_details=True))
     assert shown["process_details"] is True and shown["devices"][0]["processes"][0]["user"] == "alice"
     assert "process_details" not in json.loads(to_json(snap))  # a local snapshot: unchanged
+
+
+def test_bidirectional_and_invisible_format_characters_become_visible() -> None:
+    from allsmi.text import clean_text
+    for ch in ("\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069",
+               "\u200b", "\u200e", "\u200f", "\u061c", "\ufeff", "\u2028", "\u2029"):
+        cleaned = clean_text(f"python {ch}evil.py")
+        assert ch not in cleaned and cleaned == "python \ufffdevil.py", (hex(ord(ch)), cleaned)
+    assert clean_text("日本語 café ok") == "日本語 café ok"

@@ -14,6 +14,7 @@ re-computation in tests/accounting/test_recorder_fastpath.py.
 from __future__ import annotations
 
 from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Share
+from allsmi.accounting.ledgerschema import DEVICE_SUMS, HOLDER_SUMS
 from allsmi.fairshare import MIXED, NOBODY, Split
 from allsmi.usage import Increment
 
@@ -27,7 +28,7 @@ class _Acc:
     """Sums of one device's (or one holder's) increments over an interval."""
 
     __slots__ = ("observed", "allocated", "busy", "energy", "billed", "idle", "idle_billed",
-                 "idle_energy", "used_billed", "allocation_method", "usage_method")
+                 "idle_energy", "used_billed", "allocation_method", "usage_method", "idle_lost")
 
     def __init__(self) -> None:
         self.observed = 0.0
@@ -44,6 +45,9 @@ class _Acc:
         """Busy seconds x the billing share (what ``bill_by = "used"`` prices)."""
         self.allocation_method: str | None = None
         self.usage_method: str | None = None
+        self.idle_lost = False
+        """Whether some held time had an unknown idleness (a device that reports no
+        utilization): the idle sums are then unknown, never the known part alone."""
 
     def add_allocated(self, observed: float, allocated: float | None, energy: float | None,
                       idle: float | None, idle_part: float | None, weight: float,
@@ -63,6 +67,8 @@ class _Acc:
                 joules = energy * weight * idle_part  # type: ignore[operator]
                 self.idle_energy = (self.idle_energy or 0.0) + joules
                 self.energy = (self.energy or 0.0) + joules
+        elif allocated and weight:  # held, but whether idle is unknown: not a known 0
+            self.idle_lost = True
 
     def add_used(self, busy: float | None, energy: float | None, busy_part: float,
                  weight: float, share: float) -> None:
@@ -75,12 +81,34 @@ class _Acc:
         if energy is not None:
             self.energy = (self.energy or 0.0) + energy * weight * busy_part
 
+    def idle_values(self, ms, mj) -> tuple[int | None, int | None, int | None]:  # type: ignore[no-untyped-def]
+        """(idle_ms, idle_billed_ms, idle_energy_mj) as stored: all unknown once any held time's
+        idleness was; otherwise the known sums, 0 where no held time was seen (time not held,
+        or held by holders unknown, is idle for none of its known-allocated time)."""
+        if self.idle_lost:
+            return None, None, None
+        return ms(self.idle or 0.0), ms(self.idle_billed or 0.0), mj(self.idle_energy)
+
+
+def _since(now: object, before: object | None,
+           columns: tuple[tuple[str, str], ...]) -> dict[str, int | str | None]:
+    """Each of ``columns`` of ``now`` less what ``before`` had (a MAX is the new maximum, a
+    split method the row's method so far, which the upsert merges; an unknown stays unknown,
+    so an idle time that became unknown makes the row's unknown)."""
+    out: dict[str, int | str | None] = {}
+    for name, agg in columns:
+        value = getattr(now, name)
+        prev = None if before is None else getattr(before, name)
+        out[name] = value if value is None or prev is None or agg in ("MAX", "METHOD") \
+            else value - prev
+    return out
+
 
 class Bucket(_Acc):
     """One device's accumulating interval."""
 
     __slots__ = ("start", "dim", "first", "last", "busy_observed", "mem_sum", "mem_samples",
-                 "mem_peak", "holders")
+                 "mem_peak", "holders", "_taken", "attributed")
 
     def __init__(self, start: int, dim: Dim, when: float) -> None:
         super().__init__()
@@ -89,21 +117,53 @@ class Bucket(_Acc):
         self.first = when
         self.last = when
         self.busy_observed = 0.0
+        self.attributed = 0.0
+        """Observed seconds whose holders were known (allocated time known)."""
         self.mem_sum: int | None = None
         self.mem_samples = 0
         self.mem_peak: int | None = None
         self.holders: dict[Holder, _Acc] = {}
+        #: The whole record as of the last :meth:`take` (what the ledger already has of it).
+        self._taken: IntervalRecord | None = None
+
+    def take(self, interval_seconds: int) -> IntervalRecord | None:
+        """What the ledger does not have yet: the whole bucket the first time, then what was
+        added since the previous take (``None`` when nothing was), spanning from the previous
+        take's end. The sums of the parts are exactly the whole's, milliseconds included, so an
+        open interval written every few seconds (a checkpoint) ends up as if written once."""
+        whole = self.record(interval_seconds)
+        before, self._taken = self._taken, whole
+        if before is None:  # (even an empty one: a device seen, if only lost, is counted)
+            return whole
+        if whole.observed_ms == before.observed_ms and whole.mem_samples == before.mem_samples \
+                and whole.last_ms == before.last_ms:
+            return None
+        holders = {}
+        for holder, share in whole.holders.items():
+            old = before.holders.get(holder)
+            if old != share:
+                holders[holder] = Share(**_since(share, old, HOLDER_SUMS))
+        return IntervalRecord(start=whole.start, dim=whole.dim, first_ms=before.last_ms,
+                              last_ms=whole.last_ms, holders=holders,
+                              **_since(whole, before, DEVICE_SUMS))
 
     def put(self, inc: Increment, holders: Split = NOBODY, share: float = 1.0) -> None:
         """Add one increment; its holders' parts by ``holders`` (:func:`allsmi.fairshare.split`)."""
-        _, _, end, observed, allocated, busy, energy, idle = inc
+        _, begin, end, observed, allocated, busy, energy, idle = inc
         if end > self.last:
             self.last = end
+        if begin < self.first:
+            # The span starts where its earliest time does (an increment from the previous
+            # interval's last sample starts at the boundary, before the first sample here), so
+            # that the ledger's "only after what it holds" test sees all of it: after a restart
+            # into a checkpointed minute, that time is refused rather than counted twice.
+            self.first = max(float(self.start), begin)
         # The device's own sums, written out (weight 1).
         self.observed += observed
         if allocated is not None:
             self.allocated = (self.allocated or 0.0) + allocated
             self.billed = (self.billed or 0.0) + allocated * share
+            self.attributed += observed
         if busy is not None:
             self.busy = (self.busy or 0.0) + busy
             self.used_billed = (self.used_billed or 0.0) + busy * share
@@ -117,6 +177,8 @@ class Bucket(_Acc):
             if energy is not None and observed > 0:
                 idle_part = min(1.0, idle / observed)
                 self.idle_energy = (self.idle_energy or 0.0) + energy * idle_part
+        elif allocated:  # held, but whether idle is unknown: not a known 0 (_Acc.add_allocated)
+            self.idle_lost = True
         alloc_weights, alloc_method, used_weights, usage_method = holders
         if not alloc_weights and not used_weights:
             return
@@ -158,16 +220,18 @@ class Bucket(_Acc):
         ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
         opt = lambda v: None if v is None else ms(v)  # noqa: E731
         mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
+        idle_ms, idle_billed_ms, idle_energy_mj = self.idle_values(ms, mj)
         return IntervalRecord(
             start=self.start, dim=self.dim,
             first_ms=max(0, ms(self.first - self.start)), last_ms=max(0, ms(self.last - self.start)),
             observed_ms=ms(self.observed), allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
-            idle_energy_mj=mj(self.idle_energy), used_billed_ms=opt(self.used_billed),
+            billed_ms=opt(self.billed), idle_ms=idle_ms, idle_billed_ms=idle_billed_ms,
+            idle_energy_mj=idle_energy_mj, used_billed_ms=opt(self.used_billed),
             allocation_method=self.allocation_method, usage_method=self.usage_method,
+            attributed_ms=ms(self.attributed),
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
-                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy),
-                              opt(a.used_billed), a.allocation_method, a.usage_method)
+                              opt(a.billed), *a.idle_values(ms, mj), opt(a.used_billed),
+                              a.allocation_method, a.usage_method)
                      for h, a in self.holders.items()})

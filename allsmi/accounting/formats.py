@@ -26,14 +26,14 @@ TAIL_COLUMNS = KEY_COLUMNS + (
     "avg_utilization_ratio", "energy_kwh", "avg_memory_used_bytes", "peak_memory_used_bytes",
     "price_per_device_hour", "price_per_kwh", "cost", "idle_cost", "currency", "coverage_ratio",
     "allocation_method", "usage_method", "carbon_gco2e",
-    "budget", "budget_used_ratio", "forecast_month_end_cost")
+    "budget", "budget_used_ratio", "forecast_month_end_cost", "attribution_coverage_ratio")
 
 #: Decimal places per numeric column (fixed, so reruns give identical bytes).
 _DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "billed_device_hours": 6,
            "idle_allocated_device_hours": 6, "idle_cost": 6, "used_device_hours": 6,
            "avg_utilization_ratio": 6, "energy_kwh": 6, "avg_memory_used_bytes": 0,
            "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6, "carbon_gco2e": 3,
-           "budget_used_ratio": 6, "forecast_month_end_cost": 6}
+           "budget_used_ratio": 6, "forecast_month_end_cost": 6, "attribution_coverage_ratio": 6}
 
 #: Column types, for Parquet (``datetime`` cells are RFC 3339 with an offset).
 _TEXT = ("resource_group",) + KEY_COLUMNS + ("currency", "allocation_method", "usage_method")

@@ -2,7 +2,8 @@
 
 This module opens, locks, checks and upgrades the file; the tables are described in
 :mod:`allsmi.accounting.ledgerschema`, writing is :mod:`allsmi.accounting.ledgerwrite` and
-reading :mod:`allsmi.accounting.ledgerread`. One writer per file (a lock on ``PATH.lock``);
+reading :mod:`allsmi.accounting.ledgerread`. One writer per file (a lock on ``PATH.lock`` next to
+the file that ``PATH`` resolves to, through any symbolic links);
 readers open it read-only while the writer writes (WAL).
 """
 
@@ -80,8 +81,17 @@ class Ledger(LedgerWriter, LedgerReader):
             raise LedgerError(f"cannot open the ledger {self.path}: {exc.strerror or exc}") from None
 
     # -- opening -------------------------------------------------------------
+    def scratch(self) -> None:
+        """Give up durability for a temporary ledger deleted when its command ends (a
+        simulation being billed): commits are not synced to disk, since no crash or power
+        loss can lose what is thrown away anyway."""
+        self._db.execute("PRAGMA synchronous=OFF")
+
     def _take_lock(self) -> None:
-        lock_path = self.path.with_name(self.path.name + ".lock")
+        # Keyed by the file itself, not the name given: a symbolic link to the database (or to
+        # a directory above it) or a relative path must find the same lock.
+        real = self.path.resolve()
+        lock_path = real.with_name(real.name + ".lock")
         fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

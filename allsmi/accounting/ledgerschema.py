@@ -25,6 +25,10 @@ byte-identical whatever order SQLite adds rows in):
     holders (:mod:`allsmi.fairshare`: ``exclusive``, ``partition``, ``declared``, ``equal``;
     ``activity``, ``memory``, ``equal``), ``mixed`` when the row's time saw more than one,
     ``NULL`` when nobody held the device (and for rows recorded before version 4).
+``attributed_ms`` (per-device usage tables)
+    Observed time during which who held the device was known (an attribution source that
+    failed or hung leaves holders unknown, and allocated time with them). ``NULL`` for what was
+    recorded before version 5.
 ``holders`` / ``holder_intervals``
     Who held the device: one holder per (user, namespace, pod, job id), ``''`` where
     unknown, and each holder's share of an interval (see :mod:`allsmi.accounting.recorder`
@@ -50,26 +54,30 @@ from typing import Mapping
 from allsmi.fairshare import MIXED
 from allsmi.usage import Holder as Holder  # who held a device (shared with the dashboard)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Older ledgers are upgraded in place when opened for writing, and read through temporary
 #: views when opened read-only: version 1 (no ``billed_ms``: every device billed whole),
 #: version 2 (per-user shares only, no idle time: idle unknown), version 3 (holders split
-#: equally, no split methods and no ``used_billed_ms``: unknown).
-OLD_SCHEMA_VERSIONS = (1, 2, 3)
+#: equally, no split methods and no ``used_billed_ms``: unknown), version 4 (no
+#: ``attributed_ms``: whether holders were known is unknown).
+OLD_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 #: Columns of the per-device usage tables after (start, dim), with their roll-up aggregate.
 DEVICE_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"),
     ("busy_observed_ms", "SUM"), ("energy_mj", "SUM"), ("mem_sum", "SUM"),
-    ("mem_samples", "SUM"), ("mem_peak", "MAX"), ("billed_ms", "SUM"), ("idle_ms", "SUM"),
-    ("idle_billed_ms", "SUM"), ("idle_energy_mj", "SUM"), ("used_billed_ms", "SUM"),
-    ("allocation_method", "METHOD"), ("usage_method", "METHOD"))
+    ("mem_samples", "SUM"), ("mem_peak", "MAX"), ("billed_ms", "SUM"), ("idle_ms", "ALLSUM"),
+    ("idle_billed_ms", "ALLSUM"), ("idle_energy_mj", "SUM"), ("used_billed_ms", "SUM"),
+    ("allocation_method", "METHOD"), ("usage_method", "METHOD"), ("attributed_ms", "ALLSUM"))
 #: Columns of the per-holder share tables after (start, dim or dev, hid).
 HOLDER_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"), ("energy_mj", "SUM"),
-    ("billed_ms", "SUM"), ("idle_ms", "SUM"), ("idle_billed_ms", "SUM"),
+    ("billed_ms", "SUM"), ("idle_ms", "ALLSUM"), ("idle_billed_ms", "ALLSUM"),
     ("idle_energy_mj", "SUM"), ("used_billed_ms", "SUM"),
     ("allocation_method", "METHOD"), ("usage_method", "METHOD"))
+#: ``ALLSUM``: a sum that is unknown (NULL) as soon as one of its terms is. Idle time is stored
+#: NULL only where held time's idleness was unknown, so a window's idle time is never the known
+#: part alone booked as the whole (``SUM`` skips NULLs: the rest is a sum of what is known).
 #: Columns that are never NULL (the rest: NULL is unknown, never 0).
 NOT_NULL = ("observed_ms", "busy_observed_ms", "mem_samples")
 IDLE_COLUMNS = ("idle_ms", "idle_billed_ms", "idle_energy_mj")
@@ -77,6 +85,10 @@ IDLE_COLUMNS = ("idle_ms", "idle_billed_ms", "idle_energy_mj")
 SPLIT_COLUMNS = ("used_billed_ms", "allocation_method", "usage_method")
 #: The text columns (the split methods); merged by :func:`merge_method`, never summed.
 METHOD_COLUMNS = ("allocation_method", "usage_method")
+#: Added in version 5 (device tables): observed time whose holders were known (an attribution
+#: source that failed or timed out leaves them unknown); ``NULL`` (unknown) for what was
+#: recorded before.
+ATTRIBUTED_COLUMNS = ("attributed_ms",)
 
 
 def _type(column: str) -> str:
@@ -207,6 +219,8 @@ class IntervalRecord:
     used_billed_ms: int | None = None
     allocation_method: str | None = None
     usage_method: str | None = None
+    attributed_ms: int | None = None
+    """Observed time during which who held the device was known (allocated time known)."""
 
 
 @dataclass
@@ -228,11 +242,18 @@ class Totals:
     used_billed_ms: int | None = None
     allocation_method: str | None = None
     usage_method: str | None = None
+    attributed_ms: int | None = None
+    lost: set[str] = field(default_factory=set)
+    """``ALLSUM`` columns that met a NULL: unknown for good."""
 
     def add(self, row: tuple, columns: tuple[tuple[str, str], ...]) -> None:  # type: ignore[type-arg]
         """Add one SQL result row whose values are ``columns`` (:data:`DEVICE_SUMS` or
-        :data:`HOLDER_SUMS`); NULL stays unknown, never 0."""
+        :data:`HOLDER_SUMS`); NULL stays unknown, never 0 (and makes an ``ALLSUM`` unknown)."""
         for (name, agg), value in zip(columns, row):
+            if agg == "ALLSUM" and (value is None or name in self.lost):
+                self.lost.add(name)
+                setattr(self, name, None)
+                continue
             if value is None:
                 continue
             mine = getattr(self, name)
@@ -247,10 +268,12 @@ class Totals:
 
 
 def upgrade(db: sqlite3.Connection, version: int) -> None:
-    """Bring a version-1 or -2 ledger to :data:`SCHEMA_VERSION`, in the caller's transaction.
+    """Bring a version-1 to -4 ledger to :data:`SCHEMA_VERSION`, in the caller's transaction.
 
     Version 1 had no ``billed_ms`` (what was recorded then was billed whole); version 2 had
-    per-user shares and no idle time (unknown for what was recorded then)."""
+    per-user shares and no idle time (unknown for what was recorded then); version 3 had no
+    split methods and no ``used_billed_ms``; version 4 did not record whether holders were
+    known (``attributed_ms``). What was not recorded then is unknown (NULL), never 0."""
     def columns(table: str) -> set[str]:
         return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
 
@@ -260,7 +283,7 @@ def upgrade(db: sqlite3.Connection, version: int) -> None:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN billed_ms INTEGER")
                 db.execute(f"UPDATE {table} SET billed_ms = allocated_ms")
     for table in DEVICE_TABLES:
-        for name in IDLE_COLUMNS:
+        for name in IDLE_COLUMNS + ATTRIBUTED_COLUMNS:
             if name not in columns(table):
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {name} INTEGER")
     # Version 4: the split methods and busy time at the billing share (unknown before).
@@ -285,17 +308,24 @@ def upgrade(db: sqlite3.Connection, version: int) -> None:
 def legacy_views(db: sqlite3.Connection, version: int) -> None:
     """Read an older ledger without changing it: temporary views (which shadow the stored
     tables) give it the current layout; idle time is unknown before version 3, the split
-    methods and busy time at the billing share before version 4, and version 1 billed whole."""
+    methods and busy time at the billing share before version 4, whether holders were known
+    (``attributed_ms``) before version 5, and version 1 billed whole."""
     split = ", ".join(f"NULL AS {c}" for c in SPLIT_COLUMNS)
-    if version >= 3:
+    attributed = ", ".join(f"NULL AS {c}" for c in ATTRIBUTED_COLUMNS)
+    if version >= 3:  # holders and their tables are already there: add the missing columns
         for table in DEVICE_TABLES + HOLDER_TABLES:
-            db.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {split} FROM main.{table}")
+            have = {r[1] for r in db.execute(f"PRAGMA main.table_info({table})")}
+            wanted = SPLIT_COLUMNS + (ATTRIBUTED_COLUMNS if table in DEVICE_TABLES else ())
+            missing = ", ".join(f"NULL AS {c}" for c in wanted if c not in have)
+            if missing:
+                db.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {missing} FROM main.{table}")
         return
     billed = "billed_ms" if version >= 2 else "allocated_ms AS billed_ms"
     idle = ", ".join(f"NULL AS {c}" for c in IDLE_COLUMNS)
     extra = "" if version >= 2 else ", allocated_ms AS billed_ms"
     for table in DEVICE_TABLES:
-        db.execute(f"CREATE TEMP VIEW {table} AS SELECT *{extra}, {idle}, {split} FROM main.{table}")
+        db.execute(f"CREATE TEMP VIEW {table} AS SELECT *{extra}, {idle}, {split}, {attributed} "
+                   f"FROM main.{table}")
     db.execute("CREATE TEMP VIEW holders AS SELECT uid AS hid, name AS user, '' AS namespace, "
                "'' AS pod, '' AS job FROM main.users")
     for old, new in _OLD_SHARES.items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from allsmi.accounting.ledger import Dim, Holder, Ledger, Totals
+from allsmi.accounting.ledgerschema import HOLDER_SUMS
 from allsmi.accounting.periods import Window
 from allsmi.accounting.report import Part
 
@@ -29,22 +30,25 @@ def _part(dim: Dim, t: Totals, holder: Holder | None = None) -> Part:
         namespace=who.namespace, pod=who.pod, job=who.job,
         billed_s=sec(t.billed_ms), idle_s=sec(t.idle_ms), idle_billed_s=sec(t.idle_billed_ms),
         idle_energy_j=sec(t.idle_energy_mj), used_billed_s=sec(t.used_billed_ms),
-        allocation_method=t.allocation_method, usage_method=t.usage_method)
+        allocation_method=t.allocation_method, usage_method=t.usage_method,
+        attributed_s=None if holder is not None else sec(t.attributed_ms))
 
 
 _SHARED = ("allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms", "idle_billed_ms",
            "idle_energy_mj", "used_billed_ms")
+_ALLSUM = frozenset(c for c, agg in HOLDER_SUMS if agg == "ALLSUM")
 
 
 def _remainder(total: Totals, shares: list[Totals]) -> Totals:
     """What no holder was given: the device total minus the holders' shares (never negative)."""
-    def left(whole: int | None, parts: list[int | None]) -> int | None:
-        if whole is None:
+    def left(whole: int | None, parts: list[int | None], allsum: bool = False) -> int | None:
+        if whole is None or (allsum and None in parts):  # an unknown part: the rest is unknown
             return None
         return max(0, whole - sum(s or 0 for s in parts))
     rest = Totals(observed_ms=left(total.observed_ms, [s.observed_ms for s in shares]) or 0)
     for name in _SHARED:
-        setattr(rest, name, left(getattr(total, name), [getattr(s, name) for s in shares]))
+        setattr(rest, name, left(getattr(total, name), [getattr(s, name) for s in shares],
+                                 name in _ALLSUM))
     return rest
 
 

@@ -1,8 +1,9 @@
 """Writing the ledger: intervals and holder shares in one transaction, roll-ups and pruning.
 
 Each completed interval of every device is written in one transaction with
-an upsert that only adds time that starts after what the row already holds,
-so a restart inside an interval continues it, and nothing is counted twice.
+an upsert that only adds time that starts where, or after, the row's time ends,
+so a restart inside an interval continues it, an open interval can be written in
+parts (the recorder's checkpoints), and nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -24,16 +25,21 @@ TIERS: tuple[tuple[int, str], ...] = ((86400, "days"), (ROLLUP_SECONDS, "quarter
 RAW = "intervals"
 DEVICE_COLUMNS = tuple(c for c, _ in DEVICE_SUMS)
 HOLDER_COLUMNS = tuple(c for c, _ in HOLDER_SUMS)
+ALLSUM_COLUMNS = frozenset(c for c, agg in DEVICE_SUMS + HOLDER_SUMS if agg == "ALLSUM")
 
 
 def _add(column: str, table: str) -> str:
     """``column = column + excluded.column``, where NULL (unknown) plus NULL stays NULL."""
-    if column in NOT_NULL:
+    if column in NOT_NULL or column in ALLSUM_COLUMNS:  # (NULL + x is NULL: unknown stays)
         return f"{column} = {table}.{column} + excluded.{column}"
     if column in METHOD_COLUMNS:  # the one both share, 'mixed' when they differ
         return (f"{column} = CASE WHEN {table}.{column} IS NULL THEN excluded.{column} "
                 f"WHEN excluded.{column} IS NULL OR excluded.{column} = {table}.{column} "
                 f"THEN {table}.{column} ELSE '{MIXED}' END")
+    if column == "idle_energy_mj":  # the energy of idle time unknown once that time is
+        return (f"{column} = CASE WHEN {table}.idle_ms IS NULL OR excluded.idle_ms IS NULL "
+                f"THEN NULL WHEN {table}.{column} IS NULL AND excluded.{column} IS NULL THEN NULL "
+                f"ELSE coalesce({table}.{column}, 0) + coalesce(excluded.{column}, 0) END")
     if column == "mem_peak":
         return (f"{column} = max(coalesce({table}.{column}, excluded.{column}), "
                 f"coalesce(excluded.{column}, {table}.{column}))")
@@ -45,7 +51,7 @@ _UPSERT_INTERVAL = (
     f"INSERT INTO intervals (start, dev, dim, first_ms, last_ms, {', '.join(DEVICE_COLUMNS)}) "
     f"VALUES ({', '.join('?' * (5 + len(DEVICE_COLUMNS)))}) ON CONFLICT (start, dev) DO UPDATE SET "
     "last_ms = excluded.last_ms, " + ", ".join(_add(c, "intervals") for c in DEVICE_COLUMNS)
-    + " WHERE excluded.first_ms > intervals.last_ms")
+    + " WHERE excluded.first_ms >= intervals.last_ms")
 _UPSERT_HOLDER = (
     f"INSERT INTO holder_intervals (start, dev, hid, {', '.join(HOLDER_COLUMNS)}) "
     f"VALUES ({', '.join('?' * (3 + len(HOLDER_COLUMNS)))}) ON CONFLICT (start, dev, hid) "
@@ -56,11 +62,14 @@ def _aggregate(column: str, agg: str) -> str:
     if agg == "METHOD":  # the one all rows share, 'mixed' when they differ, NULL when none
         return (f"CASE WHEN MIN({column}) = MAX({column}) THEN MIN({column}) "
                 f"WHEN MIN({column}) IS NULL THEN NULL ELSE '{MIXED}' END")
+    if agg == "ALLSUM":  # unknown (NULL) as soon as one term is
+        return f"CASE WHEN COUNT(*) = COUNT({column}) THEN SUM({column}) END"
     return f"{agg}({column})"
 
 
 def sums(columns: tuple[tuple[str, str], ...], prefix: str = "") -> str:
-    """``SUM(observed_ms), ..., MAX(mem_peak), ...`` for a SELECT."""
+    """``SUM(observed_ms), ..., MAX(mem_peak), ...`` for a SELECT (``ALLSUM``: NULL when any
+    term is, see :data:`~allsmi.accounting.ledgerschema.HOLDER_SUMS`)."""
     return ", ".join(_aggregate(prefix + c, agg) for c, agg in columns)
 
 

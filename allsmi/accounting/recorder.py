@@ -23,9 +23,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from allsmi.accounting.buckets import Bucket
-from allsmi.accounting.ledger import Dim, Ledger, labels_json
+from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, labels_json
+from allsmi.accounting.placement import Placement
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
 from allsmi.accounting.shares import billing_shares, own_memory, partition_layout
 from allsmi.config import Config
@@ -41,9 +43,9 @@ _VALID = ("ok", "degraded")
 #: a day of one-minute intervals for about 70 devices (some 30 MB). Beyond it the oldest are
 #: dropped, counted in ``dropped_intervals`` and logged.
 MAX_UNWRITTEN = 100_000
-#: A wall clock further behind the monotonic clock's account of time than this has stepped
-#: back (NTP step, VM restore); less is slewing and jitter.
-STEP_TOLERANCE_SECONDS = 1.0
+#: A first write attempt still running after this long makes its intervals overdue
+#: (:attr:`LedgerRecorder.unwritten_overdue`) even before it fails: SQLite waits 2 s for a lock.
+WRITE_GRACE_SECONDS = 5.0
 
 
 class _Device:
@@ -102,9 +104,16 @@ class LedgerRecorder:
         """Writes that failed (``allsmi_ledger_write_errors_total``)."""
         self.dropped_intervals = 0
         """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
-        self._unwritten: list[Bucket] = []
-        #: Placement of the previous snapshot: (wall-clock time used, its monotonic time).
-        self._placed: tuple[float, float] | None = None
+        self._unwritten: list[IntervalRecord] = []
+        #: When the write in progress began (monotonic), None between writes.
+        self._writing_since: float | None = None
+        self._placement = Placement()
+        #: Placement time of the last checkpoint (see _checkpoint).
+        self._checkpointed = float("-inf")
+        self.refused_intervals = 0
+        """Intervals the ledger refused because it already held time placed there
+        (``allsmi_ledger_refused_intervals_total``): a wall clock that stepped back into time
+        already recorded, by this recorder or an earlier one."""
 
     def _device(self, dev: DeviceSample, host: str, facts: tuple[object, ...]) -> _Device:
         """A new record of ``dev``, or one whose facts or labels changed: its Dim (labels as
@@ -137,27 +146,8 @@ class LedgerRecorder:
         return bucket
 
     def _place(self, snapshot: Snapshot) -> float:
-        """Where ``snapshot`` goes on the ledger's time line.
-
-        The wall clock, except after it stepped back: time measured since the previous
-        snapshot (on the monotonic clock) is then placed right after the previous one, on a
-        time line that never runs backwards, so that it lands in no interval already stored
-        (which would refuse it) and nothing is lost. A step forward leaves a hole in the
-        placement; the durations themselves never include the step.
-        """
-        wall, steady = snapshot.unix_time, snapshot.monotonic
-        if steady is None:
-            self._placed = None
-            return wall
-        if self._placed is not None:
-            placed, before = self._placed
-            follows = placed + (steady - before)
-            # NTP slewing moves the two clocks apart by microseconds per cycle: that is not a
-            # step, and following the wall clock keeps the placement from drifting.
-            if steady >= before and wall < follows - STEP_TOLERANCE_SECONDS:
-                wall = follows
-        self._placed = (wall, steady)
-        return wall
+        """Where ``snapshot`` goes on the ledger's time line (see :class:`Placement`)."""
+        return self._placement.place(snapshot.unix_time, snapshot.monotonic)
 
     def _account(self, snapshot: Snapshot) -> None:
         now = self._place(snapshot)
@@ -211,7 +201,7 @@ class LedgerRecorder:
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
         held_since = cycle - 1
-        for inc in self.integrator.feed(devices, now, snapshot.monotonic):
+        for inc in self.integrator.feed(devices, now, snapshot.monotonic, snapshot.holders_unknown):
             dev_id = inc[0]
             state = states[dev_id]
             # Held now (even by holders nobody knows): those; else the previous sample's.
@@ -235,23 +225,71 @@ class LedgerRecorder:
                 del states[gone]
         if self._older:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
-            self._write([self._older.pop((dev_id, start)) for start, dev_id in done], now)
+            self._write([self._older.pop((dev_id, start)) for start, dev_id in done],
+                        self._placement.trusted or now)
+        self._checkpoint(now)
+
+    def _checkpoint(self, now: float) -> None:
+        """Every ``checkpoint_seconds``, write what the interval in progress holds so far, so
+        that a crash (SIGKILL, OOM, power cut) loses seconds, not the minute. Not while
+        earlier intervals wait to be written: they are retried first, as before."""
+        every = self.settings.checkpoint_seconds
+        if not every or not self._current or self._unwritten:
+            return
+        since = now - self._checkpointed
+        if 0 <= since < every:
+            return
+        self._checkpointed = now
+        self._write(sorted(self._current.values(), key=lambda b: b.dim.device_id),
+                    self._placement.trusted or now)
 
     @property
     def unwritten(self) -> int:
-        """Completed intervals held in memory because the ledger could not take them yet."""
-        return len(self._unwritten)
+        """Intervals (device x interval) held in memory because the ledger could not take them
+        yet (an interval written in parts counts once)."""
+        pending = self._unwritten
+        return len({(r.start, r.dim.device_id) for r in pending}) if len(pending) > 1 else len(pending)
 
-    def _store(self, buckets: list[Bucket], now: float) -> None:
+    @property
+    def unwritten_overdue(self) -> int:
+        """Unwritten intervals that should make ``/ready`` fail: all of them, except while the
+        first attempt to write them is running normally (no failure since the last success,
+        and for less than :data:`WRITE_GRACE_SECONDS`)."""
+        count = self.unwritten
+        since = self._writing_since
+        if count and self.last_error is None and since is not None \
+                and time.monotonic() - since < WRITE_GRACE_SECONDS:
+            return 0
+        return count
+
+    def _store(self, records: list[IntervalRecord], now: float) -> None:
+        """Write ``records``; ``now`` (the trusted wall time: never a clock in the future)
+        decides which quarters are complete and which rows have expired."""
         s = self.settings
-        self.intervals_written += self.ledger.write(
-            [b.record(self.interval) for b in buckets], now, s.retention_days, s.rollup_retention_days)
+        stored = self.ledger.write(records, now, s.retention_days, s.rollup_retention_days)
+        self.intervals_written += stored
+        if stored < len(records):
+            refused = len(records) - stored
+            self.refused_intervals += refused
+            log.warning("ledger: %d interval(s) refused: the ledger already holds time placed "
+                        "there (a wall clock that stepped back into recorded time); %d so far",
+                        refused, self.refused_intervals)
 
     def _write(self, buckets: list[Bucket], now: float) -> None:
-        """Write ``buckets`` after any held back earlier; keep what fails, for the next write."""
-        pending, self._unwritten = self._unwritten + buckets, []
-        if not pending:
+        """Write what the ledger does not have yet of ``buckets`` (see :meth:`Bucket.take`)."""
+        iv = self.interval
+        self._write_records([r for r in (b.take(iv) for b in buckets) if r is not None], now)
+
+    def _write_records(self, buckets: list[IntervalRecord], now: float) -> None:
+        """Write ``buckets`` after any held back earlier; keep what fails, for the next write.
+
+        They count as unwritten (``/ready`` says 503) from before the attempt until it
+        succeeds: the list is emptied only once they are stored."""
+        if not buckets and not self._unwritten:
             return
+        # One assignment: the exporter's thread reads len(self._unwritten) without the lock.
+        self._writing_since = time.monotonic()
+        self._unwritten = pending = self._unwritten + buckets
         try:
             self._store(pending, now)
         except Exception as exc:  # noqa: BLE001 - a failed write must never lose the intervals
@@ -270,14 +308,23 @@ class LedgerRecorder:
             log.error("ledger: %d interval(s) not written, kept for the next write: %s",
                       len(failed), exc)
         else:
+            self._unwritten = []
             self.last_error = None
+        finally:
+            self._writing_since = None
 
-    def _keep(self, buckets: list[Bucket]) -> None:
-        self._unwritten = buckets + self._unwritten
-        excess = len(self._unwritten) - MAX_UNWRITTEN
+    def _keep(self, failed: list[IntervalRecord]) -> None:
+        """Hold ``failed`` as the unwritten intervals, at most :data:`MAX_UNWRITTEN` (the oldest
+        dropped whole, with every part of them)."""
+        excess = len(failed) - MAX_UNWRITTEN
         if excess > 0:
-            self._unwritten.sort(key=lambda b: b.start)
-            del self._unwritten[:excess]
+            keys = sorted({(r.start, r.dim.device_id) for r in failed})
+            excess = len(keys) - MAX_UNWRITTEN
+            if excess > 0:
+                gone = set(keys[:excess])
+                failed = [r for r in failed if (r.start, r.dim.device_id) not in gone]
+        self._unwritten = failed
+        if excess > 0:
             self.dropped_intervals += excess
             log.error("ledger: %d interval(s) dropped: more than %d waited to be written",
                       excess, MAX_UNWRITTEN)
@@ -286,7 +333,8 @@ class LedgerRecorder:
         held = list(self._older.values()) + list(self._current.values())
         self._older, self._current, self._current_start = {}, {}, None
         if held or self._unwritten:
-            last = max(b.last for b in held + self._unwritten)
+            last = self._placement.trusted or max(
+                [b.last for b in held] + [r.start + r.last_ms / 1000.0 for r in self._unwritten])
             self._write(sorted(held, key=lambda b: (b.start, b.dim.device_id)), last)
 
     def close(self) -> None:

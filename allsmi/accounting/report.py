@@ -32,6 +32,10 @@ module groups them by the ``--group-by`` keys and computes the columns.
   that moved to another group mid-window appears in both groups' rows with
   the part of the window it spent there; the overall coverage (exit status)
   counts it once.
+* ``attribution_coverage_ratio`` = observed hours whose holders were known / observed hours:
+  below 1 where an attribution source failed or timed out and its last answer was too old to
+  carry (that time's allocation is unknown, never booked as unallocated); empty where unknown
+  (a ledger recorded before it was counted, or the Prometheus source).
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ class Part:
     usage_method: str | None = None
     """How the part's time was split among holders (:mod:`allsmi.fairshare`); ``None``: unknown
     or nobody held it."""
+    attributed_s: float | None = None
+    """Observed seconds whose holders were known (device totals only; ``None``: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,8 @@ class Row:
     """``cost`` / ``budget``: this row's share of the group's monthly budget."""
     forecast_month_end_cost: float | None = None
     """``cost`` extrapolated linearly to the whole calendar month holding the window."""
+    attribution_coverage_ratio: float | None = None
+    """Observed time whose holders were known over observed time (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -191,18 +199,29 @@ class _Acc:
     used_billed: float | None = None
     allocation_method: str | None = None
     usage_method: str | None = None
+    attributed: float | None = 0.0
+    """Sum of the parts' attributed seconds; ``None`` once one is unknown."""
+    idle_lost: bool = False
+    """Some part's idle time is unknown: so is the row's (never the known parts alone)."""
 
     def add(self, p: Part) -> None:
         self.devices.add(p.device)
         self.allocation_method = merge_methods((self.allocation_method, p.allocation_method))
         self.usage_method = merge_methods((self.usage_method, p.usage_method))
-        if p.idle_s is not None:
+        if self.attributed is not None:
+            self.attributed = None if p.attributed_s is None else self.attributed + p.attributed_s
+        if p.idle_s is None and p.observed_s > 0 and p.allocated_s != 0:
+            self.idle_lost = True
+            self.idle = self.idle_billed = self.idle_energy = None
+        if self.idle_lost:
+            pass
+        elif p.idle_s is not None:
             self.idle = (self.idle or 0.0) + p.idle_s
             idle_billed = p.idle_billed_s if p.idle_billed_s is not None else p.idle_s
             self.idle_billed = (self.idle_billed or 0.0) + idle_billed
             if p.idle_s > 0:
                 self.idle_devices.add(p.device)
-        if p.idle_energy_j is not None:
+        if p.idle_energy_j is not None and not self.idle_lost:
             self.idle_energy = (self.idle_energy or 0.0) + p.idle_energy_j
         self.observed += p.observed_s
         if p.allocated_s is not None:
@@ -325,7 +344,8 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
         hours = lambda v: None if v is None else v / 3600.0  # noqa: E731
         allocated_h = hours(acc.allocated)
         billed_h = allocated_h if whole_billing or acc.billed is None else acc.billed / 3600.0
-        idle_h = hours(acc.idle)
+        # Idle time is a part of the known allocated time: none known, none idle known.
+        idle_h = None if allocated_h is None else hours(acc.idle)
         idle_billed_h = idle_h if whole_billing or acc.idle_billed is None else \
             acc.idle_billed / 3600.0
         if idle_h is not None and allocated_h is not None:  # rounding of shares: never above
@@ -356,6 +376,9 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             price_per_device_hour=grp.price_per_device_hour, price_per_kwh=grp.price_per_kwh,
             cost=_money(grp, priced_h, kwh), currency=grp.currency,
             coverage_ratio=whole.observed / (count * seconds) if count else None,
+            attribution_coverage_ratio=(min(1.0, whole.attributed / whole.observed)
+                                        if whole.attributed is not None and whole.observed > 0
+                                        else None),
             idle_allocated_device_hours=idle_h,
             idle_cost=None if idle_h is None else _money(grp, idle_billed_h, idle_kwh),
             idle_devices=tuple(sorted(acc.idle_devices)),

@@ -21,7 +21,9 @@ DEFAULT_INTERVAL_SECONDS = 60
 DEFAULT_RETENTION_DAYS = 2.0
 DEFAULT_COVERAGE_THRESHOLD = 0.95
 LEDGER_KEYS = ("path", "retention_days", "rollup_retention_days", "interval_seconds",
-               "max_gap_seconds")
+               "max_gap_seconds", "checkpoint_seconds")
+DEFAULT_CHECKPOINT_SECONDS = 5.0
+MAX_CHECKPOINT_SECONDS = 3_600.0
 EXPORT_KEYS = ("prometheus", "format", "group_by", "coverage_threshold", "tz",
                "timeout_seconds", "textfile",
                "prometheus_user", "prometheus_password_file", "prometheus_bearer_token_file",
@@ -55,6 +57,9 @@ class LedgerSettings:
     max_gap_seconds: float | None = None
     """Samples further apart than this are not bridged; ``None``: derived from the sampling
     interval (:func:`allsmi.usage.bridged_gap_seconds`)."""
+    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS
+    """How often the interval in progress is made durable (written so far), in the snapshots'
+    seconds; 0: only when it completes (a crash then loses it)."""
 
 
 #: Upper bounds of the ``[ledger]`` and ``[export]`` numbers (docs/configuration.md): a larger
@@ -118,8 +123,11 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
                      maximum=MAX_RETENTION_DAYS)
     max_gap = _number(config, table, "ledger", "max_gap_seconds", 0, allow_zero=False,
                       maximum=MAX_GAP_SECONDS)
+    checkpoint = _number(config, table, "ledger", "checkpoint_seconds", 0,
+                         maximum=MAX_CHECKPOINT_SECONDS)
     return LedgerSettings(
         path=path,
+        checkpoint_seconds=checkpoint if checkpoint is not None else DEFAULT_CHECKPOINT_SECONDS,
         interval_seconds=int(interval) if interval is not None else DEFAULT_INTERVAL_SECONDS,
         retention_days=retention if retention is not None else DEFAULT_RETENTION_DAYS,
         rollup_retention_days=rollup,

@@ -90,7 +90,8 @@ def build_sources(settings: AttributionSettings, simulate: bool = False) -> list
 
 def build_attributor(config: Config, environ: Mapping[str, str] | None = None,
                      simulate: bool = False,
-                     declarations: Sequence[VendorDeclaration] = ()) -> Attributor:
+                     declarations: Sequence[VendorDeclaration] = (),
+                     inline: bool = False) -> Attributor:
     """An :class:`Attributor` for ``config`` (raises ``ConfigError`` for a bad ``[attribution]``).
 
     ``declarations``: the installed backends' (:func:`allsmi.registry.declarations`, handed in
@@ -99,7 +100,7 @@ def build_attributor(config: Config, environ: Mapping[str, str] | None = None,
     from .settings import attribution_settings
     settings = attribution_settings(config, os.environ if environ is None else environ,
                                     declarations)
-    return Attributor(build_sources(settings, simulate), settings.timeout_seconds)
+    return Attributor(build_sources(settings, simulate), settings.timeout_seconds, inline)
 
 
 __all__ = [

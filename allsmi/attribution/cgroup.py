@@ -2,10 +2,14 @@
 
 ``/proc/<pid>/cgroup`` has one line per hierarchy, ``ID:CONTROLLERS:PATH``;
 cgroup v2 has a single ``0::PATH`` line, v1 one line per controller. The
-layouts recognized (v1 and v2 alike, anywhere in the path):
+layouts recognized (v1 and v2 alike):
 
-* Slurm: ``/slurm/uid_1000/job_1234/step_0/task_0`` (v1),
-  ``/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0`` (v2);
+* Slurm, only where slurmd puts its jobs (from the root of the hierarchy):
+  ``/slurm/uid_1000/job_1234/step_0/task_0`` (v1; ``/slurm_<node>/...`` with several slurmd on
+  one host), ``/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0`` (v2;
+  ``<node>_slurmstepd.scope`` with several slurmd). A ``job_N`` anywhere else (a user's
+  delegated subtree, ``/user.slice/.../slurm/job_N``; a container's own tree) is someone
+  naming a job they do not run, and is ignored;
 * kubepods, cgroupfs driver: ``/kubepods/burstable/pod<uid>/<container id>``;
 * kubepods, systemd driver: ``/kubepods.slice/kubepods-besteffort.slice/
   kubepods-besteffort-pod<uid with _>.slice/cri-containerd-<id>.scope``
@@ -29,7 +33,12 @@ from .runner import AttributionSource
 #: A cgroup file is a few lines; more than this is not one.
 MAX_CGROUP_BYTES = 64 * 1024
 
-_JOB = re.compile(r"/job_(\d+)(?=/|$)")
+#: The cgroups slurmd creates, anchored at the root of the hierarchy: v1 (Slurm's
+#: ``/slurm/uid_U/job_N``, ``/slurm_<node>/...`` with several slurmd on one host) and v2
+#: (``/system.slice/slurmstepd.scope/job_N``, ``<node>_slurmstepd.scope``). Only root can write
+#: there; a user's delegated subtree (systemd's default on cgroup v2) cannot.
+_JOB = re.compile(r"^(?:/slurm(?:_[A-Za-z0-9._-]+)?/uid_\d+"
+                  r"|/system\.slice/(?:[A-Za-z0-9._-]+_)?slurmstepd\.scope)/job_(\d+)(?=/|$)")
 _POD_FS = re.compile(r"/kubepods(?:/[a-z-]+)?/pod([0-9a-fA-F-]{8,})(?=/|$)")
 _POD_SYSTEMD = re.compile(r"kubepods(?:-[a-z]+)?-pod([0-9a-fA-F_]{8,})\.slice")
 _CONTAINER_SCOPE = re.compile(r"(?:cri-containerd|containerd|crio|docker|cri-o|libpod)-([0-9a-f]{12,})\.scope")
@@ -63,8 +72,8 @@ def parse_cgroup(text: str) -> ProcessAttribution:
     """What a ``/proc/<pid>/cgroup`` text says (fields ``None`` where it says nothing)."""
     job_id = pod_uid = container_id = None
     for path in _paths(text):
-        if job_id is None and "slurm" in path:
-            match = _JOB.search(path)
+        if job_id is None:
+            match = _JOB.match(path)
             if match:
                 job_id = match.group(1)
         if pod_uid is None:

@@ -30,8 +30,11 @@ from .runner import AttributionSource
 
 #: More files than this in the directory is not a job mapping.
 MAX_FILES = 4096
-#: A job file lists a few ids; more than this is not one.
+#: A job file lists a few ids; a larger file is not one (it is reported, and not read).
 MAX_FILE_BYTES = 64 * 1024
+#: A device shared by more jobs than this is not a job mapping: the ids beyond it are
+#: reported, not read (64 KiB holds up to 16,384 short ids).
+MAX_JOBS_PER_FILE = 1024
 #: Job ids as schedulers write them: 1234, 1234_7 (array), 1234+0 (heterogeneous), names.
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,127}$")
 
@@ -46,17 +49,27 @@ def parse_share(text: str) -> float | None:
     return value if 0.0 < value <= 1.0 else None
 
 
+class JobFileError(OSError):
+    """A job-mapping file that is not one (too large); the message says why."""
+
+
 def read_job_file(path: Path) -> tuple[list[str], int, dict[str, float]]:
     """(job ids, lines that are neither a job id nor a job id and a share, declared shares by
-    job id) of one mapping file. Raises ``OSError``."""
+    job id) of one mapping file. Raises ``OSError``.
+
+    Linear in the file's size, which is bounded (:data:`MAX_FILE_BYTES`); at most
+    :data:`MAX_JOBS_PER_FILE` distinct ids are kept, in file order, the lines beyond them
+    counted as not job ids. A job id listed twice counts once (its last declared share holds)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path.name}: not a regular file")
-        data = os.read(fd, MAX_FILE_BYTES)
+        data = os.read(fd, MAX_FILE_BYTES + 1)
     finally:
         os.close(fd)
-    jobs: list[str] = []
+    if len(data) > MAX_FILE_BYTES:
+        raise JobFileError(f"{path.name}: larger than {MAX_FILE_BYTES // 1024} KiB; not a job file")
+    jobs: dict[str, None] = {}  # insertion-ordered set: one lookup per line
     shares: dict[str, float] = {}
     bad = 0
     for line in data.decode("utf-8", "replace").splitlines():
@@ -67,11 +80,15 @@ def read_job_file(path: Path) -> tuple[list[str], int, dict[str, float]]:
         if not _JOB_ID.match(words[0]) or len(words) > 2 or (len(words) == 2 and share is None):
             bad += 1
             continue
-        if words[0] not in jobs:
-            jobs.append(words[0])
+        job = words[0]
+        if job not in jobs:
+            if len(jobs) >= MAX_JOBS_PER_FILE:
+                bad += 1
+                continue
+            jobs[job] = None
         if share is not None:
-            shares[words[0]] = share
-    return jobs, bad, shares
+            shares[job] = share
+    return list(jobs), bad, shares
 
 
 class HpcJobSource(AttributionSource):

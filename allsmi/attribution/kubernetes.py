@@ -28,7 +28,7 @@ from allsmi.schema import DeviceSample
 
 from .matching import DeviceIndex, split_replica
 from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
-from .runner import AttributionSource
+from .runner import REPROBE_SECONDS, AttributionSource
 from .settings import AttributionSettings
 
 #: How long the replica counts from GetAllocatableResources are reused (the plugin's
@@ -59,6 +59,8 @@ class KubeletSource(AttributionSource):
     """Asks the kubelet which container holds which device."""
 
     name = "kubernetes"
+    #: No socket: asked again after a minute, not every cycle (docs/attribution.md).
+    reprobe_seconds = REPROBE_SECONDS
 
     def __init__(self, socket: Path | str, settings: AttributionSettings | None = None,
                  timeout_seconds: float = 2.0) -> None:

@@ -79,6 +79,10 @@ class Attribution:
     workloads: Mapping[str, tuple[Workload, ...]] | None
     processes: Mapping[int, ProcessAttribution]
     statuses: tuple[BackendStatus, ...]
+    unknown: frozenset[str] = frozenset()
+    """Devices whose holders are unknown this cycle: a source failed or timed out, its last
+    answer is too old to carry (:data:`~allsmi.attribution.runner.CARRY_SECONDS`), and no
+    other source names a holder. Not "nothing holds it"."""
 
     @property
     def active(self) -> bool:

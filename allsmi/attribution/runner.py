@@ -5,7 +5,12 @@ asks every source at once and waits for each until the shared deadline, so
 a hung kubelet costs the snapshot at most ``timeout_seconds`` and the other
 sources nothing. A source whose previous call is still hung is not asked
 again (no pile-up of threads); it reports ``timeout`` until the call
-returns. Errors become status, never an exception out of :meth:`resolve`.
+returns. A source that answered ``unavailable`` is not asked again for its
+``reprobe_seconds`` (the kubelet source: ``REPROBE_SECONDS``; sources that
+only look at a local directory: 0, asked every cycle so that a job directory
+made by the first prolog loses nothing); its last answer is reported
+meanwhile. Errors become status, never an exception out of
+:meth:`resolve`.
 """
 
 from __future__ import annotations
@@ -25,11 +30,24 @@ from .model import (Attribution, ProcessAttribution, SourceError, SourceResult, 
 
 log = logging.getLogger(__name__)
 
+#: How long a source that answered ``unavailable`` is left alone before it is asked again
+#: (the collector's schedule for an unavailable backend, ``allsmi.collector.REPROBE_SECONDS``).
+REPROBE_SECONDS = 60.0
+#: A source that fails or times out: its last good answer stands for this long (seconds since
+#: that answer), so a kubelet that hangs now and then does not make held devices look free;
+#: after that, the devices it could speak for have unknown holders until it answers again.
+CARRY_SECONDS = 30.0
+_FAILED = ("error", "timeout")
+
 
 class AttributionSource(ABC):
     """One way of learning who holds the devices. Subclasses set :attr:`name`."""
 
     name: str = ""
+    #: Seconds to leave the source alone after it answered ``unavailable`` (0: ask every cycle).
+    reprobe_seconds: float = 0.0
+    #: A pure function of its arguments that cannot hang (the simulation): may run inline.
+    pure: bool = False
 
     @abstractmethod
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
@@ -54,11 +72,14 @@ class _Outcome:
 class SourceRunner:
     """Owns one source and the single worker thread that calls it."""
 
-    def __init__(self, source: AttributionSource) -> None:
+    def __init__(self, source: AttributionSource, inline: bool = False) -> None:
         self.source = source
+        self.reprobe_seconds = source.reprobe_seconds
+        self._unavailable: tuple[float, _Outcome] | None = None
         self._request: tuple[tuple[DeviceSample, ...], float] = ((), 0.0)
         self._flight: SingleFlight[_Outcome] = SingleFlight(
-            f"allsmi-attribution-{source.name}", lambda: self._call(*self._request))
+            f"allsmi-attribution-{source.name}", lambda: self._call(*self._request),
+            inline=inline and source.pure)
 
     @property
     def name(self) -> str:
@@ -73,9 +94,20 @@ class SourceRunner:
     def busy_for(self) -> float:
         return self._flight.busy_for() or 0.0
 
+    def resting(self, now: float) -> _Outcome | None:
+        """The last ``unavailable`` outcome while the source rests after it (monotonic ``now``)."""
+        if self._unavailable is not None and now < self._unavailable[0]:
+            return self._unavailable[1]
+        return None
+
     def wait(self, deadline: float) -> _Outcome | None:
         """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
-        return self._flight.wait(deadline)
+        outcome = self._flight.wait(deadline)
+        if outcome is not None:
+            self._unavailable = ((time.monotonic() + self.reprobe_seconds, outcome)
+                                 if outcome.status == "unavailable" and self.reprobe_seconds > 0
+                                 else None)
+        return outcome
 
     def _call(self, devices: tuple[DeviceSample, ...], now: float) -> _Outcome:
         started = time.monotonic()
@@ -118,10 +150,15 @@ class Attributor:
     that knew them, so that billing never counts a holder twice.
     """
 
-    def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0) -> None:
+    def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0,
+                 inline: bool = False, carry_seconds: float = CARRY_SECONDS) -> None:
         self.timeout = timeout_seconds
-        self.runners = [SourceRunner(s) for s in sources]
+        self.carry_seconds = carry_seconds
+        #: ``inline``: sources that are ``pure`` (the simulation) run in the resolving thread.
+        self.runners = [SourceRunner(s, inline) for s in sources]
         self._lock = threading.Lock()
+        #: Each source's last good answer and when it came (monotonic).
+        self._last: dict[str, tuple[float, SourceResult]] = {}
 
     @property
     def source_names(self) -> tuple[str, ...]:
@@ -133,26 +170,53 @@ class Attributor:
         wall = time.time() if now is None else now
         with self._lock:
             started = time.monotonic()
-            asked = {id(r): r.start_call(devices, wall) for r in self.runners}
+            resting = {id(r): r.resting(started) for r in self.runners}
+            asked = {id(r): resting[id(r)] is None and r.start_call(devices, wall)
+                     for r in self.runners}
             statuses: list[BackendStatus] = []
             results: list[SourceResult] = []
+            blind = False
             for runner in self.runners:
+                rest = resting[id(runner)]
+                if rest is not None:
+                    statuses.append(BackendStatus(runner.name, rest.status, rest.message,
+                                                  round(rest.duration, 6)))
+                    continue
                 if not asked[id(runner)]:
-                    statuses.append(BackendStatus(
+                    status = BackendStatus(
                         runner.name, "timeout",
                         f"previous call still running after {runner.busy_for():.1f} s "
-                        f"(timeout {self.timeout:g} s)", None))
-                    continue
-                outcome = runner.wait(started + self.timeout)
-                if outcome is None:
-                    statuses.append(BackendStatus(runner.name, "timeout",
-                                                  f"no answer within {self.timeout:g} s", self.timeout))
-                    continue
-                statuses.append(BackendStatus(runner.name, outcome.status, outcome.message,
-                                              round(outcome.duration, 6)))
-                if outcome.result is not None:
-                    results.append(outcome.result)
-        return merge(devices, results, tuple(statuses))
+                        f"(timeout {self.timeout:g} s)", None)
+                else:
+                    outcome = runner.wait(started + self.timeout)
+                    if outcome is None:
+                        status = BackendStatus(runner.name, "timeout",
+                                               f"no answer within {self.timeout:g} s", self.timeout)
+                    else:
+                        status = BackendStatus(runner.name, outcome.status, outcome.message,
+                                               round(outcome.duration, 6))
+                        if outcome.result is not None:
+                            results.append(outcome.result)
+                            self._last[runner.name] = (time.monotonic(), outcome.result)
+                status, carried = self._carry(status, results)
+                statuses.append(status)
+                blind = blind or (status.status in _FAILED and not carried)
+        return merge(devices, results, tuple(statuses), blind)
+
+    def _carry(self, status: BackendStatus,
+               results: list[SourceResult]) -> tuple[BackendStatus, bool]:
+        """(a failed source's status, whether its last good answer was added to ``results``:
+        while it is at most :attr:`carry_seconds` old; the status message says so)."""
+        if status.status not in _FAILED:
+            return status, False
+        last = self._last.get(status.name)
+        if last is None or time.monotonic() - last[0] > self.carry_seconds:
+            return status, False
+        results.append(last[1])
+        age = time.monotonic() - last[0]
+        return BackendStatus(status.name, status.status,
+                             f"{status.message}; holders as it last answered {age:.0f} s ago",
+                             status.duration_seconds), True
 
     def close(self) -> None:
         for runner in self.runners:
@@ -174,10 +238,13 @@ def _fill(first: Workload, later: Workload) -> Workload:
 
 
 def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
-          statuses: tuple[BackendStatus, ...]) -> Attribution:
-    """The merged :class:`Attribution` of the answers of the sources that answered ``ok``."""
+          statuses: tuple[BackendStatus, ...], blind: bool = False) -> Attribution:
+    """The merged :class:`Attribution` of the answers of the sources that answered ``ok`` (or
+    are carried). ``blind``: a source failed with nothing to carry, so a device no answer
+    names a holder of has unknown holders (``Attribution.unknown``), not none."""
     if not results:
-        return Attribution(None, {}, statuses)
+        return Attribution(None, {}, statuses,
+                           frozenset(dev.id for dev in devices) if blind else frozenset())
     workloads: dict[str, tuple[Workload, ...]] = {}
     for dev in devices:
         merged: dict[tuple[str, ...], Workload] = {}
@@ -186,6 +253,7 @@ def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
                 key = work.key()
                 merged[key] = _fill(merged[key], work) if key in merged else work
         workloads[dev.id] = tuple(merged.values())
+    unknown = frozenset(dev.id for dev in devices if not workloads[dev.id]) if blind else frozenset()
     processes: dict[int, ProcessAttribution] = {}
     for result in results:
         for pid, info in result.processes.items():
@@ -193,4 +261,4 @@ def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
             processes[pid] = info if old is None else ProcessAttribution(
                 old.job_id or info.job_id, old.pod_uid or info.pod_uid,
                 old.container_id or info.container_id)
-    return Attribution(workloads, processes, statuses)
+    return Attribution(workloads, processes, statuses, unknown)

@@ -89,6 +89,7 @@ class SimulatedSource(AttributionSource):
     """Pods and jobs on simulated devices; either half can be left to a real source."""
 
     name = "simulated"
+    pure = True
 
     def __init__(self, pods: bool = True, jobs: bool = True) -> None:
         self.pods = pods

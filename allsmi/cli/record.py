@@ -82,6 +82,10 @@ def record(ledger_path: str | None, **opts: Any) -> None:
         recorder.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if recorder.refused_intervals:
+        click.echo(f"allsmi: warning: {recorder.refused_intervals} interval(s) were refused: "
+                   f"{ledger.path} already held time placed there (the wall clock stepped back "
+                   "into recorded time)", err=True)
     if recorder.unwritten or recorder.dropped_intervals:
         raise fail(f"{recorder.unwritten + recorder.dropped_intervals} completed interval(s) could "
                    f"not be written to {ledger.path}: {recorder.last_error}", 1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
-import signal
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -22,6 +21,7 @@ from rich.console import Group as RichGroup
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
+from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input, Static
 
@@ -30,13 +30,13 @@ from allsmi.formatting import NA
 
 from .device_table import DeviceTable, RowContext, columns_for, parent_names
 from .actions import BINDINGS, KeyActions
-from .hosts import HOST_COLUMNS, host_detail, host_rows
+from .hosts import HOST_COLUMNS, host_detail, host_rows, problem_width
 from .idle import IdleMeter, IdleRow
 from .idleview import IDLE_COLUMNS, IdleView
-from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History,
+from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention,
                     apply_filter, order_devices, refs_of)
 from .options import DashboardOptions
-from .panels import (TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar,
+from .panels import (MAX_PROCESS_ROWS, TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar,
                      totals_cells)
 from .render import Palette, safe, safe_text
 from .sources import HostState, Source
@@ -47,8 +47,6 @@ VIEWS = ("devices", "groups", "idle", "cluster")
 #: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
 #: device table keeps rows to show.
 PANEL_MIN_HEIGHT = 20
-#: Signals that end the dashboard as `q` does (terminal restored, exit code 0).
-QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 
 
@@ -63,11 +61,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
 
     def __init__(self, source: Source, *, config: Config | None = None,
                  options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
-                 history_points: int | None = None, poll_seconds: float | None = None,
-                 handle_signals: bool = False) -> None:
+                 history_points: int | None = None, poll_seconds: float | None = None) -> None:
         super().__init__()
-        self.handle_signals = handle_signals
-        """Whether SIGTERM and SIGHUP quit the app like `q` (the CLI sets it; tests need not)."""
         self.quit_signal: int | None = None
         """The signal that ended the app, if one did."""
         self.source = source
@@ -111,6 +106,10 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         self._panel_choice: bool | None = None
         """The user's `z` choice for the bottom panel; ``None`` follows the terminal height."""
         self._total = Totals("all")
+        self._device_retention = Retention()
+        """Devices no longer reported: their history and energy are dropped after a grace."""
+        self._host_retention = Retention()
+        """Hosts no longer listed: their integrators and idle windows are dropped after a grace."""
 
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -145,9 +144,6 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._app_context = contextvars.copy_context()  # the app's context, for calls from threads
-        if self.handle_signals:
-            for signum in QUIT_SIGNALS:
-                self._loop.add_signal_handler(signum, self._quit_on_signal, signum)
         self.theme = self.options.theme
         self._palette = Palette.from_theme(self.current_theme, self.no_color)
         self.query_one("#filter", Input).cursor_blink = False
@@ -167,9 +163,18 @@ class DashboardApp(KeyActions, IdleView, App[None]):
 
     def on_unmount(self) -> None:
         self._refresh_cancel.set()
-        if self.handle_signals and self._loop is not None:
-            for signum in QUIT_SIGNALS:
-                self._loop.remove_signal_handler(signum)
+
+    def quit_soon(self, signum: int) -> None:
+        """End the app like `q`; safe from a signal handler and from any thread (the CLI's
+        :class:`~allsmi.dashboard.terminal.TerminalGuard` calls it on SIGHUP and SIGTERM)."""
+        self._refresh_cancel.set()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._quit_on_signal, signum, context=self._app_context)
+        except RuntimeError:  # the loop closed meanwhile: the app has ended
+            pass
 
     def _quit_on_signal(self, signum: int) -> None:
         self.quit_signal = signum
@@ -182,6 +187,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         self._fit_panel(event.size.height)
         if self._configure_columns(event.size.width):
             self.refresh_view()
+        elif self.view == "cluster":
+            self._show_hosts()  # the problem column follows the width
 
     def _fit_panel(self, height: int) -> None:
         shown = self._panel_choice if self._panel_choice is not None else height >= PANEL_MIN_HEIGHT
@@ -223,8 +230,24 @@ class DashboardApp(KeyActions, IdleView, App[None]):
                     self.history.add(host.key, host.snapshot)
                     self.energy.add(host.key, host.snapshot)
                     self.idle.add(host.key, host.snapshot)
+            self._forget_gone(hosts)
             self.refresh_view()
         self._update_summary()
+
+    def _forget_gone(self, hosts: Sequence[HostState]) -> None:
+        """Drop what is kept for devices and hosts no longer reported, after the grace
+        (:data:`~allsmi.dashboard.model.GONE_GRACE_SECONDS`), so memory follows what is shown."""
+        now = self.clock()
+        gone = self._device_retention.update(
+            (ref.key for h in hosts for ref in refs_of(h.key, h.snapshot)), now)
+        if gone:
+            self.history.drop(gone)
+            self.energy.drop(gone)
+        left = self._host_retention.update((h.key for h in hosts), now)
+        if left:
+            self.history.forget_hosts(left)
+            self.energy.forget_hosts(left)
+            self.idle.drop_hosts(left)
 
     def _start_refresh(self) -> None:
         if self._refresh_cancel.is_set():
@@ -310,8 +333,10 @@ class DashboardApp(KeyActions, IdleView, App[None]):
             shown = [r for r in self.shown if r.key == ref.key
                      or (r.host == ref.host and r.device.parent == ref.device.id)]
         names = {h.key: h.name for h in self.hosts}
-        self.process_table.show(shown, self.source.cluster, names)
+        count = self.process_table.show(shown, self.source.cluster, names)
         title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
+        if count > MAX_PROCESS_ROWS:
+            title += f" ({MAX_PROCESS_ROWS} biggest of {count})"
         hosts_here = {r.host for r in shown}
         hidden = [h.name for h in self.hosts if h.key in hosts_here and h.process_details is False]
         if hidden:
@@ -350,7 +375,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     def _show_hosts(self) -> None:
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         table = self.query_one("#host-table", DiffTable)
-        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval))
+        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
+                                 problem_width(self.hosts, self.size.width)))
         self._show_host_detail()
 
     def _show_host_detail(self) -> None:
@@ -368,13 +394,17 @@ class DashboardApp(KeyActions, IdleView, App[None]):
             sort_key=f"idle {self.idle_sort}" if self.view == "idle" else self.sort_key,
             descending=self.idle_descending if self.view == "idle" else self.descending,
             flt=self.filter, shown=self.shown,
-            process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error)
+            process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
+            note=getattr(self.source, "note", None))
         plain = line.plain + "\n" + state.plain
         if plain != self._summary_text:
             self._summary_text = plain
             # Two lines, always: no layout pass for a new text.
-            self.query_one("#summary", SummaryBar).update(RichGroup(safe_text(line), safe_text(state)),
-                                                          layout=False)
+            try:
+                bar = self.query_one("#summary", SummaryBar)
+            except NoMatches:  # a timer that fires while the app shuts down: the widgets are gone
+                return
+            bar.update(RichGroup(safe_text(line), safe_text(state)), layout=False)
 
     # -- events ------------------------------------------------------------------------------
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -19,6 +19,7 @@ authentication, for servers started with ``--web-config``.
 from __future__ import annotations
 
 import base64
+import collections
 import functools
 import json
 import ssl
@@ -32,7 +33,7 @@ from typing import Callable, Sequence, Union
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
 
-from .fetch import HttpError, tls_context
+from .fetch import HttpError, redact, tls_context
 from .fetch import get as http_get
 from .sources import Clock, HostState, shared_devices
 
@@ -41,6 +42,8 @@ SNAPSHOT_PATH = "/api/v1/snapshot"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 16
 DEFAULT_MAX_BACKOFF_SECONDS = 60.0
+#: Polls remembered per host to tell a flapping host (some answered, some not) from a down one.
+FLAP_WINDOW = 8
 
 Fetch = Callable[["Endpoint", float], Union["Fetched", Snapshot]]
 
@@ -72,11 +75,11 @@ def parse_endpoint(text: str) -> Endpoint:
         raw = "http://" + raw
     parts = urllib.parse.urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL or host:port: {text.strip()!r}")
+        raise ValueError(f"not an http(s) URL or host:port: {redact(text.strip())!r}")
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"bad port in {text.strip()!r}") from None
+        raise ValueError(f"bad port in {redact(text.strip())!r}") from None
     path = parts.path.rstrip("/")
     if path.endswith(SNAPSHOT_PATH):
         path = path[:-len(SNAPSHOT_PATH)]
@@ -195,6 +198,18 @@ class _Host:
         self.in_flight = False
         self.problems: tuple[str, ...] = ()
         self.process_details: bool | None = None
+        self.outcomes: collections.deque[bool] = collections.deque(maxlen=FLAP_WINDOW)
+        """Whether each of the last polls was answered."""
+
+    @property
+    def flapping(self) -> tuple[int, int] | None:
+        """(answered, asked) over the last polls when the host came back after failing and
+        failed again (a host that just went down after answering is down, not flapping)."""
+        outcomes = list(self.outcomes)
+        if False not in outcomes:
+            return None
+        came_back = True in outcomes[outcomes.index(False):]
+        return (sum(outcomes), len(outcomes)) if came_back and not outcomes[-1] else None
 
 
 class ClusterSource:
@@ -245,7 +260,7 @@ class ClusterSource:
                               (h.snapshot.host.hostname if h.snapshot else "") or h.endpoint.key,
                               h.snapshot, h.received, address=h.endpoint.url, error=h.error,
                               retry_at=h.retry_at, problems=h.problems,
-                              process_details=h.process_details,
+                              process_details=h.process_details, answered=h.flapping,
                               shared=self._shared.get(h.endpoint.key, (0, ()))[0],
                               shared_with=self._shared.get(h.endpoint.key, (0, ()))[1])
                     for h in self._hosts]
@@ -291,13 +306,17 @@ class ClusterSource:
             with self._lock:
                 host.failures += 1
                 host.error = message
-                host.retry_at = self.clock() + self.backoff(host.failures)
+                host.outcomes.append(False)
+                # A flapping host is asked again after one interval: its answers are worth having.
+                wait = self.interval if host.flapping else self.backoff(host.failures)
+                host.retry_at = self.clock() + wait
         else:
             with self._lock:
                 host.snapshot, host.received = fetched.snapshot, self.clock()
                 self._arrivals += 1
                 host.problems, host.process_details = fetched.problems, fetched.process_details
                 host.error, host.failures, host.retry_at = None, 0, None
+                host.outcomes.append(True)
         finally:
             with self._lock:
                 host.in_flight = False

@@ -19,6 +19,8 @@ from .idle import allocated_idle
 from .model import DeviceRef, EnergyMeter, History, memory_percent
 from .render import Palette, core_strip, gauge, spark_levels, spark_text
 
+#: Cells of the ``#`` column in the wide and the compact layout.
+INDEX_WIDTH, INDEX_WIDTH_COMPACT = 3, 2
 #: Health words in the compact layout, where the column is five cells wide.
 _SHORT_HEALTH = {"ok": "ok", "degraded": "degr", "lost": "LOST", "unknown": "?", "stale": "stale"}
 
@@ -85,7 +87,11 @@ def _index_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
 
 def _index_render(key: Any, ctx: RowContext) -> Text:
     row_key, index = key
-    return RowText("" if index is None else str(index), row_key, justify="right")
+    text = "" if index is None else str(index)
+    width = INDEX_WIDTH_COMPACT if ctx.compact else INDEX_WIDTH
+    if len(text) > width:  # a cut index is marked, and keeps its last digits (4064: …64)
+        text = "\u2026" + text[-(width - 1):]
+    return RowText(text, row_key, justify="right")
 
 
 def _model_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
@@ -222,7 +228,7 @@ def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
     """The columns that fit a table ``width`` cells wide: (columns, compact, spark width)."""
     host = Column("host", "host", 16, lambda r, c: c.host_names.get(r.host, r.host), _plain)
     full = [
-        Column("idx", "#", 3, _index_key, _index_render, sort="index"),
+        Column("idx", "#", INDEX_WIDTH, _index_key, _index_render, sort="index"),
         Column("vendor", "vendor", 11, _attr("vendor"), _plain),
         Column("model", "model", 22, _model_key, _plain),
         Column("util", "util", 15, _util_key, _util_render, sort="utilization"),
@@ -246,7 +252,7 @@ def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
             columns.append(Column("history", "util history", spark, _history_key, _history_render))
         return columns, False, spark
     compact = [
-        Column("idx", "#", 2, _index_key, _index_render, sort="index"),
+        Column("idx", "#", INDEX_WIDTH_COMPACT, _index_key, _index_render, sort="index"),
         Column("vendor", "vendor", 6, _attr("vendor"), _plain),
         Column("model", "model", 16, _model_key, _plain),
         Column("util", "util", 9, _util_key, _util_render, sort="utilization"),

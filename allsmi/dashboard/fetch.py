@@ -14,9 +14,11 @@ for one address are never sent anywhere else. Proxy variables are ignored
 
 from __future__ import annotations
 
+import base64
 import gzip
 import http.client
 import io
+import re
 import socket
 import ssl
 import threading
@@ -26,6 +28,27 @@ from dataclasses import dataclass
 from email.message import Message
 
 CHUNK = 64 * 1024
+
+
+_USERINFO = re.compile(r"""(^|//|[\s'"(<=])[^\s/'"<>()@]*@""")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL or ``user:password@host`` in it replaced by
+    ``***`` (``http://***@gpu1:9477``): what may reach the screen, a log or an error message."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """(``url`` without its credentials, the ``Basic ...`` header they make, or ``None``)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), header
 
 
 class HttpError(Exception):
@@ -43,7 +66,7 @@ class Answer:
 
 
 def _location(headers: Message) -> str:
-    where = headers.get("Location") or "?"
+    where = redact(headers.get("Location") or "?")
     return where if len(where) <= 80 else where[:79] + "\u2026"
 
 
@@ -67,7 +90,7 @@ def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int,
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise HttpError(f"not an http(s) URL: {url!r}")
+        raise HttpError(f"not an http(s) URL: {redact(url)!r}")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     conn: http.client.HTTPConnection
     if parts.scheme == "https":

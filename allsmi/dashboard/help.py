@@ -49,7 +49,8 @@ LEGEND = (f"Colors: utilization and memory turn to the warning color at {LOAD_WA
 class HelpScreen(ModalScreen[None]):
     """Lists every key; any of Esc, q, ? or F1 closes it."""
 
-    BINDINGS = [Binding("escape,q,question_mark,f1,h", "app.pop_screen", "Close help")]
+    BINDINGS = [Binding("escape,question_mark,f1,h", "app.pop_screen", "Close help"),
+                Binding("q", "app.quit", "Quit")]  # `q` quits everywhere, as the help says
 
     def __init__(self, bindings: Iterable[Binding]) -> None:
         super().__init__()

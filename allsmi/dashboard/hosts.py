@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from rich.console import Console
+from rich.containers import Lines
 from rich.text import Text
 
 from allsmi.formatting import NA, percent
@@ -50,26 +52,71 @@ def shared_warning(count: int, others: Sequence[str] = ()) -> str:
             "(docs/exporter.md)")
 
 
+def retry_note(host: HostState, now: float) -> str:
+    """`` (retry in 12 s)`` while a down host waits, `` (retrying)`` once its retry is due or
+    running (a retry takes up to the timeout), "" when no retry is planned."""
+    if host.retry_at is None:
+        return ""
+    left = host.retry_at - now
+    return " (retrying)" if left < 0.5 else f" (retry in {left:.0f} s)"
+
+
+def flap_note(host: HostState, now: float) -> str:
+    """``flapping: answered 2 of the last 8 polls, devices from 12 s ago; `` or ""."""
+    if host.answered is None:
+        return ""
+    answered, asked = host.answered
+    age = host.age(now)
+    shown = f", devices from {age_text(age)} ago" if host.snapshot is not None and age is not None else ""
+    return f"flapping: answered {answered} of the last {asked} polls{shown}; "
+
+
 def problem_text(host: HostState, palette: Palette, now: float) -> Text:
     """The problem cell: why a host is down (and when it is retried), or its warnings."""
     if host.error is not None:
-        retry = "" if host.retry_at is None else f" (retry in {max(0.0, host.retry_at - now):.0f} s)"
-        return Text(f"unreachable: {safe(host.error)}{retry}", style=palette.hot)
+        return Text(f"{flap_note(host, now)}unreachable: {safe(host.error)}{retry_note(host, now)}",
+                    style=palette.warn if host.answered else palette.hot)
     warnings = host_warnings(host)
     if warnings:
         return Text("; ".join(safe(w) for w in warnings)[:200], style=palette.warn)
     return Text("")
 
 
+def wrapped(text: Text, width: int | None, max_lines: int = 6) -> Text:
+    """``text`` broken into lines of at most ``width`` cells (at most ``max_lines``, the last
+    one marked when cut), so that a long problem is read in full on its row."""
+    if width is None or width < 8 or len(text.plain) <= width:
+        return text
+    lines = text.wrap(Console(width=width, legacy_windows=False), width, overflow="fold")
+    if len(lines) > max_lines:
+        lines = Lines(list(lines)[:max_lines])
+        last = lines[-1]
+        last.truncate(width - 1)
+        last.append("\u2026")
+    return Text("\n").join(lines)
+
+
+def problem_width(hosts: Sequence[HostState], screen_width: int) -> int:
+    """Cells left for the problem column once the other columns of :data:`HOST_COLUMNS` are laid
+    out (the ``host`` and ``hostname`` columns as wide as their longest value)."""
+    fixed = sum(w for _, _, w in HOST_COLUMNS if w is not None)
+    host = max((len(h.key) for h in hosts), default=4)
+    name = max((len(h.name) for h in hosts if h.name != h.key), default=len(NA))
+    return screen_width - fixed - max(host, 4) - max(name, 8) - 2 * len(HOST_COLUMNS) - 4
+
+
 def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette: Palette, now: float,
-              interval: float) -> list[tuple[str, tuple[Any, ...]]]:
-    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order."""
+              interval: float, width: int | None = None) -> list[tuple[str, tuple[Any, ...]]]:
+    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order; with the problem column's
+    ``width``, a longer problem is wrapped onto more lines of its row."""
     rows = []
     for host in hosts:
         totals = by_host.get(host.key) or host.summary or Totals(host.key)
         if host.error is None:
             known = host.snapshot is not None or host.summary is not None
             state = Text("ok" if known else "wait", style=palette.ok)
+        elif host.answered is not None:
+            state = Text("flap", style=f"bold {palette.warn}")
         else:
             state = Text("down", style=f"bold {palette.hot}")
         age = host.age(now)
@@ -83,7 +130,7 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
                  style=palette.load(totals.utilization_percent)),
             power_totals(totals),
             memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
-            host.name if host.name != host.key else NA, problem_text(host, palette, now))))
+            host.name if host.name != host.key else NA, wrapped(problem_text(host, palette, now), width))))
     return rows
 
 
@@ -98,10 +145,11 @@ def host_detail(host: HostState | None, palette: Palette, now: float) -> Text:
     if host.name != host.key:
         text.append(f"  reports hostname {safe(host.name)}")
     if host.error is not None:
+        if host.answered is not None:
+            text.append(f"\n{flap_note(host, now).rstrip('; ')}", style=f"bold {palette.warn}")
         text.append("\ndown: ", style=f"bold {palette.hot}")
         text.append(safe(host.error), style=palette.hot)
-        if host.retry_at is not None:
-            text.append(f" (retry in {max(0.0, host.retry_at - now):.0f} s)")
+        text.append(retry_note(host, now))
     for warning in host_warnings(host):
         text.append("\nwarning: ", style=f"bold {palette.warn}")
         text.append(safe(warning), style=palette.warn)
@@ -116,7 +164,8 @@ def plain_hosts(hosts: Sequence[HostState], now: float) -> str:
     for host in hosts:
         devices = [d for d in host.snapshot.devices if d.parent is None] if host.snapshot else []
         utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
-        state = "down" if host.error is not None else "ok" if host.snapshot is not None else "wait"
+        state = ("flap" if host.answered else "down") if host.error is not None \
+            else "ok" if host.snapshot is not None else "wait"
         problem = (host.error or "") if host.error is not None else "; ".join(host_warnings(host))
         parts = len(host.snapshot.devices) - len(devices) if host.snapshot else 0
         rows.append((safe(host.key), state, str(len(devices)) + (f"+{parts}p" if parts else ""),

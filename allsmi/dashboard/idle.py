@@ -36,7 +36,7 @@ def allocated_idle(dev: DeviceSample, threshold: float) -> bool:
     return util is not None and util < threshold and bool(held(dev))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Part:
     """One holder's share of one device's increment."""
 
@@ -92,6 +92,12 @@ class IdleRow:
         self.idle_cost, self.currency = cost, group.currency
 
 
+#: Pieces of idle time (device x holder x snapshot, about 200 bytes each) kept over all hosts,
+#: shared equally among them (about 80 MiB): one host of 4096 idle devices, each held by one
+#: workload, keeps about 100 snapshots.
+MAX_PARTS = 400_000
+
+
 class IdleMeter:
     """Idle-allocated time of every holder over the last ``points`` snapshots of each host.
 
@@ -111,6 +117,7 @@ class IdleMeter:
         self._holders: dict[str, dict[str, Weights]] = {}
         self._window: dict[str, collections.deque[tuple[float, float, list[_Part]]]] = {}
         self._seen: dict[str, float] = {}
+        self._parts: dict[str, int] = {}
         self.known: dict[str, bool] = {}
         """Per host: whether its last snapshot told who holds its devices (processes or
         workloads known for at least one device)."""
@@ -151,7 +158,16 @@ class IdleMeter:
                                    idle * weight * share, None if energy is None else energy * weight))
         self._holders[host] = holders
         window = self._window.setdefault(host, collections.deque(maxlen=self.points))
+        if len(window) == window.maxlen:
+            self._parts[host] = self._parts.get(host, 0) - len(window[0][2])
         window.append((start, when, parts))
+        # Bounded memory whatever the hosts report: beyond its share of MAX_PARTS pieces of idle
+        # time, a host's oldest snapshots leave the window early (the title says how long it covers).
+        count = self._parts[host] = self._parts.get(host, 0) + len(parts)
+        share = MAX_PARTS // len(self._window)
+        while count > share and len(window) > 1:
+            count -= len(window.popleft()[2])
+        self._parts[host] = count
 
     def span(self) -> tuple[float, float] | None:
         """(oldest start, newest end) of the window in unix seconds, or ``None`` when empty."""
@@ -184,10 +200,15 @@ class IdleMeter:
             row.price(self.config)
         return order_rows(rows, "cost")
 
+    def drop_hosts(self, hosts: Iterable[str]) -> None:
+        """Drop these hosts' integrators and idle windows (hosts that left)."""
+        gone = set(hosts)
+        self.forget([h for h in self._seen if h not in gone])
+
     def forget(self, hosts: Iterable[str]) -> None:
         """Drop hosts not in ``hosts`` (they left the cluster)."""
         keep = set(hosts)
-        for table in (self._integrators, self._holders, self._window, self._seen, self.known):
+        for table in (self._integrators, self._holders, self._window, self._seen, self._parts, self.known):
             for host in [h for h in table if h not in keep]:
                 del table[host]  # type: ignore[attr-defined]
 

@@ -102,7 +102,7 @@ def idle_title(span: tuple[float, float] | None, threshold: float, points: int,
     return text
 
 
-def idle_note(rows_shown: int, unknown_hosts: Sequence[str], prometheus: bool) -> Text:
+def idle_note(rows_shown: int, unknown_hosts: Sequence[str]) -> Text:
     """What the view cannot know, under the table (empty when nothing to say)."""
     lines: list[str] = []
     if not rows_shown:
@@ -111,9 +111,6 @@ def idle_note(rows_shown: int, unknown_hosts: Sequence[str], prometheus: bool) -
         shown = ", ".join(unknown_hosts[:3]) + (f" (+{len(unknown_hosts) - 3})" if len(unknown_hosts) > 3 else "")
         lines.append(f"Holders unknown on {safe(shown)}: no processes or workloads reported, "
                      "so their idle time is not counted.")
-    if prometheus:
-        lines.append("Through Prometheus: holders are the processes the exporter publishes "
-                     "(--processes); for pods and jobs run allsmi idle --prometheus URL.")
     return Text("\n".join(lines), style="dim")
 
 
@@ -144,7 +141,7 @@ class IdleView:
         unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
                    and not app.idle.known.get(h.key, False)]
         app.query_one("#idle-note", Static).update(
-            idle_note(len(rows), unknown, bool(getattr(app.source, "holders_from_processes_only", False))))
+            idle_note(len(rows), unknown))
 
 
 def device_names(refs: Sequence[Any], cluster: bool, hosts: Mapping[str, str]) -> dict[str, str]:

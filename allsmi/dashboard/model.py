@@ -9,8 +9,10 @@ a terminal and the widgets only turn them into cells.
 from __future__ import annotations
 
 import collections
+import math
+from array import array
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence, overload
 
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import UsageIntegrator
@@ -232,24 +234,71 @@ def apply_filter(refs: Sequence[DeviceRef], flt: Filter) -> list[DeviceRef]:
 
 #: Metrics kept per device for sparklines, each on a 0..100 scale except power.
 HISTORY_METRICS: tuple[str, ...] = ("utilization", "memory", "power", "temperature")
+_WIDTH = len(HISTORY_METRICS)
+_GAP = math.nan
+#: Seconds a device (or host) that is no longer reported keeps its history, energy and idle
+#: time, so that a device back after a driver reset or a host back after a restart resumes.
+GONE_GRACE_SECONDS = 120.0
+#: At most this many devices that are no longer reported are kept within the grace; the ones
+#: gone longest are dropped first (a host that churns device ids cannot grow memory).
+MAX_GONE_DEVICES = 4096
 
 
-@dataclass
 class _Series:
-    utilization: collections.deque[float | None]
-    memory: collections.deque[float | None]
-    power: collections.deque[float | None]
-    temperature: collections.deque[float | None]
+    """One device's points: a ring of ``points`` rows of the metrics, 8 bytes a value."""
+
+    __slots__ = ("values", "start", "count")
+
+    def __init__(self) -> None:
+        self.values = array("d")
+        self.start = 0  # ring position of the oldest row once full
+        self.count = 0
+
+
+class SeriesView(Sequence[Optional[float]]):
+    """Oldest-first values of one metric of one device; gaps (unknown values) are ``None``."""
+
+    __slots__ = ("_series", "_metric", "_points")
+
+    def __init__(self, series: _Series, metric: int, points: int) -> None:
+        self._series, self._metric, self._points = series, metric, points
+
+    def __len__(self) -> int:
+        return self._series.count
+
+    @overload
+    def __getitem__(self, index: int) -> float | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[float | None]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = self._series.count
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError(index)
+        row = (self._series.start + index) % self._points
+        value = self._series.values[row * _WIDTH + self._metric]
+        return None if value != value else value  # NaN marks a gap
 
 
 class History:
     """The last ``points`` values of each device's utilization, memory share, power and
-    temperature, one point per snapshot; unknown values stay gaps (``None``)."""
+    temperature, one point per snapshot; unknown values stay gaps (``None``).
+
+    Stored as packed doubles (32 bytes a point, 4 metrics), so a device costs at most
+    ``32 * points`` bytes plus about 300 bytes of bookkeeping."""
 
     def __init__(self, points: int = 300) -> None:
         self.points = points
         self._series: dict[str, _Series] = {}
         self._last_seen: dict[str, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._series)
 
     def add(self, host: str, snapshot: Snapshot) -> bool:
         """Record one snapshot of ``host``; ``False`` when it was already recorded."""
@@ -257,16 +306,21 @@ class History:
         if self._last_seen.get(host) == when:
             return False
         self._last_seen[host] = when
+        points = self.points
         for ref in refs_of(host, snapshot):
             dev, key = ref.device, ref.key
             series = self._series.get(key)
             if series is None:
-                series = _Series(*(collections.deque(maxlen=self.points) for _ in HISTORY_METRICS))
-                self._series[key] = series
-            series.utilization.append(dev.utilization_percent)
-            series.memory.append(memory_percent(dev))
-            series.power.append(dev.power_watts)
-            series.temperature.append(dev.temperature_celsius)
+                series = self._series[key] = _Series()
+            row = (dev.utilization_percent, memory_percent(dev), dev.power_watts, dev.temperature_celsius)
+            packed = [_GAP if v is None else v for v in row]
+            if series.count < points:
+                series.values.extend(packed)
+                series.count += 1
+            else:
+                at = series.start * _WIDTH
+                series.values[at:at + _WIDTH] = array("d", packed)
+                series.start = (series.start + 1) % points
         return True
 
     def series(self, key: str, metric: str) -> Sequence[float | None]:
@@ -274,13 +328,52 @@ class History:
         found = self._series.get(key)
         if found is None:
             return ()
-        return getattr(found, metric)
+        return SeriesView(found, HISTORY_METRICS.index(metric), self.points)
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop devices not in ``keep`` (devices that left the cluster)."""
         wanted = set(keep)
-        for key in [k for k in self._series if k not in wanted]:
-            del self._series[key]
+        self.drop([k for k in self._series if k not in wanted])
+
+    def drop(self, keys: Iterable[str]) -> None:
+        """Drop these devices' history."""
+        for key in keys:
+            self._series.pop(key, None)
+
+    def forget_hosts(self, hosts: Iterable[str]) -> None:
+        """Forget which snapshot of these hosts was recorded last (hosts that left)."""
+        for host in hosts:
+            self._last_seen.pop(host, None)
+
+
+class Retention:
+    """Which keys (devices or hosts) to drop: those not reported for ``grace`` seconds, and
+    beyond ``max_gone`` unreported ones, those unreported longest."""
+
+    def __init__(self, grace: float = GONE_GRACE_SECONDS, max_gone: int = MAX_GONE_DEVICES) -> None:
+        self.grace = grace
+        self.max_gone = max_gone
+        self._gone: dict[str, float] = {}  # key -> when it was first missed, oldest first
+        self._present: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._present) + len(self._gone)
+
+    def update(self, present: Iterable[str], now: float) -> list[str]:
+        """Note the keys reported now; the keys to drop, each returned once."""
+        current = set(present)
+        for key in self._present - current:
+            self._gone[key] = now
+        for key in current:
+            self._gone.pop(key, None)
+        self._present = current
+        drop = []
+        for key, since in list(self._gone.items()):  # insertion order: gone longest first
+            if now - since <= self.grace and len(self._gone) <= self.max_gone:
+                break
+            del self._gone[key]
+            drop.append(key)
+        return drop
 
 
 # -- energy since start ---------------------------------------------------------------
@@ -313,3 +406,14 @@ class EnergyMeter:
     def joules(self, key: str) -> float | None:
         """Joules since start for the device with table key ``key``, or ``None``."""
         return self._joules.get(key)
+
+    def drop(self, keys: Iterable[str]) -> None:
+        """Drop these devices' energy (devices that left)."""
+        for key in keys:
+            self._joules.pop(key, None)
+
+    def forget_hosts(self, hosts: Iterable[str]) -> None:
+        """Drop these hosts' integrators (hosts that left)."""
+        for host in hosts:
+            self._integrators.pop(host, None)
+            self._seen.pop(host, None)

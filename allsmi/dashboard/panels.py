@@ -176,6 +176,8 @@ class DiffTable(SafeTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._spec = list(columns)
         self._rows: dict[str, tuple[Hashable, ...]] = {}
+        self._heights: dict[str, int] = {}
+        """Lines of each row (a cell with line breaks makes a taller row)."""
         self._order: list[str] = []
 
     def on_mount(self) -> None:
@@ -186,15 +188,26 @@ class DiffTable(SafeTable):
         """Show ``rows`` (row key, cells) in this order."""
         rows = list(rows)
         wanted = {key for key, _ in rows}
-        for gone in [k for k in self._rows if k not in wanted]:
-            self.remove_row(gone)
-            del self._rows[gone]
+        gone = [k for k in self._rows if k not in wanted]
+        if len(gone) > 16 and 2 * len(gone) > len(self._rows):  # most rows go: start afresh
+            self.clear()
+            self._rows, self._order, self._heights = {}, [], {}
+            gone = []
+        for key in gone:
+            self.remove_row(key)
+            del self._rows[key]
+            self._heights.pop(key, None)
         for key, cells in rows:
             cells = (_keyed(cells[0], key), *cells[1:])
             frozen = tuple(_freeze(c) for c in cells)
             old = self._rows.get(key)
+            height = 1 + max((c.plain.count("\n") for c in cells if isinstance(c, Text)), default=0)
+            if old is not None and height != self._heights.get(key, 1):  # a row's height is fixed
+                self.remove_row(key)
+                old = None
+            self._heights[key] = height
             if old is None:
-                self.add_row(*cells, key=key)
+                self.add_row(*cells, key=key, height=height)
             elif old != frozen:
                 for (column, _label, width), cell, before, after in zip(self._spec, cells, old, frozen):
                     if before != after:
@@ -229,12 +242,19 @@ def _freeze(cell: Any) -> Hashable:
     return cell
 
 
+#: The processes panel shows at most this many processes (the biggest by memory); its title
+#: says how many there are. A host of 4096 devices x 30 processes is 122,880.
+MAX_PROCESS_ROWS = 100
+
+
 class ProcessTable(DiffTable):
     """Processes on the selected device (and its partitions) or on every device shown."""
 
+    #: The device comes before the command, as wide as it needs (``host:index`` in a cluster), so
+    #: that which device a process runs on is never cut off; the command takes the rest.
     COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
-               ("util", "util", 5), ("job", "job / pod", 12), ("command", "command", 40),
-               ("device", "device", 14))
+               ("device", "device", None), ("util", "util", 5), ("job", "job / pod", 12),
+               ("command", "command", 40))
     """``util`` is the process's share of the device's compute engines over the last interval
     (``ProcessSample.utilization_percent``: NVIDIA %SM, AMD GFX time), ``N/A`` when the vendor
     does not report it."""
@@ -242,26 +262,38 @@ class ProcessTable(DiffTable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.COLUMNS, **kwargs)
 
-    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> None:
-        """Processes of ``refs``, biggest memory first."""
+    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> int:
+        """Processes of ``refs``, biggest memory first: the :data:`MAX_PROCESS_ROWS` biggest,
+        chosen without building a row for the others. Returns how many processes there are."""
+        sizes = [p.memory_bytes or 0 for ref in refs for p in ref.device.processes or ()]
+        total = len(sizes)
+        smallest = 0
+        if total > MAX_PROCESS_ROWS:  # the size of the Nth biggest: one sort of plain ints
+            sizes.sort()
+            smallest = sizes[-MAX_PROCESS_ROWS]
+        del sizes
+        biggest = [(ref, p) for ref in refs for p in ref.device.processes or ()
+                   if (p.memory_bytes or 0) >= smallest]
         rows: list[tuple[int, str, tuple[Any, ...]]] = []
-        for ref in refs:
+        if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first by key
+            biggest.sort(key=lambda c: (-(c[1].memory_bytes or 0), f"{c[0].key}\x1e{c[1].pid}"))
+            del biggest[MAX_PROCESS_ROWS:]
+        for ref, proc in biggest:
             dev = ref.device
             where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
             if host_label:
                 where = f"{names.get(ref.host, ref.host)}:{dev.index if dev.index is not None else NA}"
-            for proc in dev.processes or ():
-                rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}",
-                             self._cells(proc, where)))
+            rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self._cells(proc, where)))
         rows.sort(key=lambda r: (r[0], r[1]))
         self.set_rows((key, cells) for _, key, cells in rows)
+        return total
 
     @staticmethod
     def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
-                Text(human_bytes(proc.memory_bytes), justify="right"),
+                Text(human_bytes(proc.memory_bytes), justify="right"), where,
                 Text(percent(proc.utilization_percent), justify="right"), holder_id(proc),
-                proc.command or NA, where)
+                proc.command or NA)
 
 
 def holder_id(proc: ProcessSample) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from allsmi.snapshot_parse import MAX_INT
+
 from .totals import Totals
 
 Query = Callable[[str, float], tuple[float, list[dict[str, Any]]]]
@@ -62,6 +64,12 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
         queries["hosts"] = f"count by ({by}, instance) ({of(_INFO)})"
     return queries
 
+
+#: Largest plausible value of a total (counts of devices and processes, sums of readings);
+#: everything else at most the snapshot parser's :data:`~allsmi.snapshot_parse.MAX_INT`.
+_LARGEST = {"utilization_sum": 100.0 * 2**31, "power_watts": 5000.0 * 2**31,
+            "power_limit_watts": 5000.0 * 2**31, **{n: float(2**31) for n in (
+                "devices", "partitions", "lost", "utilization_count", "processes")}}
 
 _INTEGERS = {"devices", "partitions", "lost", "utilization_count", "processes",
              "memory_used_bytes", "memory_total_bytes", "power_count", "power_limited_count"}
@@ -125,13 +133,16 @@ def totals_from(series: list[dict[str, Any]], by: str) -> dict[str, Totals]:
         if name in known:
             key = str(sample["metric"].get(by, ""))
             value = _number(sample)
-            if value is None:
-                continue
+            if value is None or not 0 <= value <= _LARGEST.get(name, MAX_INT):
+                continue  # not a plausible total: unknown, never shown as a huge or negative number
             totals = out.setdefault(key, Totals(key))
             if name == "hosts":
                 totals.hosts.add(str(sample["metric"].get("instance", "")))
             else:
                 setattr(totals, name, int(round(value)) if name in _INTEGERS else value)
+    for totals in out.values():  # a mean above 100 % is no reading
+        if totals.utilization_count and totals.utilization_sum > 100.0 * totals.utilization_count:
+            totals.utilization_sum, totals.utilization_count = 0.0, 0
     if by == "instance":
         for key, totals in out.items():
             totals.hosts = {key}

@@ -179,9 +179,11 @@ def safe(value: Any) -> str:
 
 def safe_text(value: Any) -> Text:
     """A cell or line as a :class:`Text`, never parsed as markup, with control characters
-    replaced. A ``Text`` keeps its styles (the replacement keeps every offset)."""
+    replaced. A ``Text`` keeps its styles (the replacement keeps every offset) and its line
+    breaks: the text in it was made safe where it was read, and the breaks are the layout's
+    (a wrapped problem, :func:`allsmi.dashboard.hosts.wrapped`)."""
     if isinstance(value, Text):
         if not value.plain.isprintable():
-            value.plain = safe(value.plain)
+            value.plain = "\n".join(safe(line) for line in value.plain.split("\n"))
         return value
     return Text(safe(value))

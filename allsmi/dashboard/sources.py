@@ -62,6 +62,9 @@ class HostState:
     """What was wrong in the host's last answer (values nulled or left out), for the screen."""
     process_details: bool | None = None
     """``False`` when the host does not export process command lines and users."""
+    answered: tuple[int, int] | None = None
+    """(polls answered, polls asked) over the last few, when the host both answered and failed
+    among them (it is flapping); ``None`` otherwise."""
     summary: Any = None
     """The host's totals (:class:`allsmi.dashboard.model.Totals`) when its source computes them
     without sending every device (a large fleet through Prometheus); ``None`` otherwise."""

@@ -18,12 +18,14 @@ from .sources import HostState
 def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, palette: Palette,
                   now: float, interval: float, view: str, sort_key: str, descending: bool,
                   flt: Filter, shown: Sequence[DeviceRef], process_scope: str, paused: bool,
-                  refresh_error: str | None) -> tuple[Text, Text]:
+                  refresh_error: str | None, note: str | None = None) -> tuple[Text, Text]:
     """(the data line, the view-state line); every piece of data passes :func:`safe`."""
     pal = palette
     line = Text()
     if cluster:
-        up = sum(1 for h in hosts if h.error is None and h.snapshot is not None)
+        # A host is up when it answers: with its devices, or (above the device budget of a
+        # Prometheus fleet) with its totals only.
+        up = sum(1 for h in hosts if h.error is None and (h.snapshot is not None or h.summary is not None))
         line.append("allsmi cluster", style="bold")
         line.append(f"  hosts {up}/{len(hosts)} up", style=pal.hot if up < len(hosts) else "")
         ages = [a for a in (h.age(now) for h in hosts) if a is not None]
@@ -78,6 +80,8 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
         state.append("  PAUSED", style=f"bold {pal.warn}")
     if refresh_error:
         state.append(f"  {safe(refresh_error)}", style=pal.hot)
+    if note:  # what the source left out (an answer too large)
+        state.append(f"  {safe(note)}", style=f"bold {pal.warn}")
     state.append("  ? help  q quit", style="dim")
     line.no_wrap = state.no_wrap = True
     line.overflow = state.overflow = "ellipsis"

@@ -40,6 +40,8 @@ class _Totals:
     allocated_seconds: float | None = None
     observed_seconds: float | None = None
     idle_allocated_seconds: float | None = None
+    idle_lost: bool = False
+    """Held time whose idleness was unknown was seen: the idle counter is unknown for good."""
 
     def frozen(self) -> CounterValues:
         return CounterValues(self.created, self.energy_joules, self.busy_seconds,
@@ -87,8 +89,10 @@ class UsageCounters:
                 known = held(dev)
                 if totals.allocated_seconds is None and known is not None:
                     totals.allocated_seconds = 0.0  # unknown holders never make a 0
-                if totals.idle_allocated_seconds is None and known is not None and (
-                        dev.utilization_percent is not None or not known):
+                # Only a device that reports utilization can say whether it idles; one held
+                # while its idleness is unknown loses the counter (never a known 0).
+                if totals.idle_allocated_seconds is None and known is not None and \
+                        dev.utilization_percent is not None and not totals.idle_lost:
                     totals.idle_allocated_seconds = 0.0
                 if totals.energy_joules is None and (dev.power_watts is not None
                                                      or dev.energy_joules is not None):
@@ -101,8 +105,11 @@ class UsageCounters:
             totals = self._totals[inc.device_id]
             totals.observed_seconds = _add(totals.observed_seconds, inc.observed_seconds)
             totals.allocated_seconds = _add(totals.allocated_seconds, inc.allocated_seconds)
-            totals.idle_allocated_seconds = _add(totals.idle_allocated_seconds,
-                                                 inc.idle_allocated_seconds)
+            if inc.idle_allocated_seconds is None and inc.allocated_seconds:
+                totals.idle_lost, totals.idle_allocated_seconds = True, None
+            elif not totals.idle_lost:
+                totals.idle_allocated_seconds = _add(totals.idle_allocated_seconds,
+                                                     inc.idle_allocated_seconds)
             totals.busy_seconds = _add(totals.busy_seconds, inc.busy_seconds)
             totals.energy_joules = _add(totals.energy_joules, inc.energy_joules)
         stale = [key for key, t in self._totals.items()

@@ -198,7 +198,11 @@ class Exposition:
             shown = "never rendered" if age is None else f"{age:.1f} s old"
             return False, (f"the exposition is stale ({shown}, limit {self.stale_after_seconds:g} s): "
                            f"{self.render_errors} collection cycle(s) failed to render")
-        unwritten = _count(self.ledger, "unwritten")
+        # Every interval not written yet, from before the attempt until it succeeds (only a
+        # first attempt that is going normally is given a few seconds: see
+        # LedgerRecorder.unwritten_overdue).
+        unwritten = _count(self.ledger, "unwritten_overdue" if hasattr(
+            self.ledger, "unwritten_overdue") else "unwritten")
         if unwritten:
             error = getattr(self.ledger, "last_error", None) or "unknown error"
             return False, f"ledger: {unwritten} interval(s) not written yet: {error}"
@@ -211,7 +215,8 @@ class Exposition:
             created=self._created, render_errors=self.render_errors,
             ledger_write_errors=None if ledger is None else _count(ledger, "write_errors"),
             ledger_unwritten=None if ledger is None else _count(ledger, "unwritten"),
-            ledger_dropped=None if ledger is None else _count(ledger, "dropped_intervals"))
+            ledger_dropped=None if ledger is None else _count(ledger, "dropped_intervals"),
+            ledger_refused=None if ledger is None else _count(ledger, "refused_intervals"))
 
     def metrics(self, snapshot: Snapshot) -> SnapshotMetrics:
         """The custom collector over ``snapshot`` and the counters as they stand."""

@@ -116,7 +116,8 @@ IDLE_ALLOCATED_TOTAL = Family(
     DEVICE_LABELS, "seconds",
     source="allsmi.usage: trapezoid of (held and utilization_percent < idle_threshold_percent); "
     "never more than allsmi_device_allocated_seconds_total",
-    condition="devices whose processes or workloads and utilization are known")
+    condition="devices whose processes or workloads and utilization are known; omitted for good "
+    "(until the exporter restarts) once a held device's utilization was unknown, never a known 0")
 OBSERVED_TOTAL = Family(
     "allsmi_device_observed_seconds_total", "counter",
     "Time covered by valid samples since the exporter started: the denominator for coverage.",
@@ -242,12 +243,18 @@ LEDGER_DROPPED = Family(
     "Ledger intervals given up because too many waited to be written, since the exporter started.",
     (), source="LedgerRecorder.dropped_intervals", condition="allsmi serve --ledger only")
 
+LEDGER_REFUSED = Family(
+    "allsmi_ledger_refused_intervals_total", "counter",
+    "Ledger intervals refused because the ledger already held time placed there (a wall clock "
+    "that stepped back into recorded time), since the exporter started.",
+    (), source="LedgerRecorder.refused_intervals", condition="allsmi serve --ledger only")
+
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
     + tuple(c for c, _ in COUNTERS) + tuple(c for c, _ in HOLDER_COUNTERS)
     + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, BUDGET_MONTH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
-       LEDGER_DROPPED))
+       LEDGER_DROPPED, LEDGER_REFUSED))
 """Every family the exporter can emit, in exposition order."""
 
 
@@ -484,6 +491,7 @@ class ExporterHealth:
     ledger_write_errors: int | None = None
     ledger_unwritten: int | None = None
     ledger_dropped: int | None = None
+    ledger_refused: int | None = None
 
 
 def exporter_families(health: ExporterHealth) -> list[Metric]:
@@ -503,4 +511,8 @@ def exporter_families(health: ExporterHealth) -> list[Metric]:
         dropped = _counter(LEDGER_DROPPED)
         dropped.add_metric([], float(health.ledger_dropped), created=health.created)
         out.append(dropped)
+    if health.ledger_refused is not None:
+        refused = _counter(LEDGER_REFUSED)
+        refused.add_metric([], float(health.ledger_refused), created=health.created)
+        out.append(refused)
     return out

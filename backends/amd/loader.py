@@ -130,6 +130,20 @@ def package_version() -> str | None:
 LIBRARY = "libamd_smi.so"
 
 
+def not_installed_reason() -> str:
+    """What to say when the amdsmi package is missing (with the pip of this Python)."""
+    return f"the amdsmi Python package is not installed ({sys.executable} -m pip install 'allsmi[amd]')"
+
+
+def _installed(module: str) -> bool:
+    """Whether ``import module`` would find something (True where unsure)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return True
+
+
 def library_paths() -> list[str]:
     """The explicit places amdsmi (``amdsmi_wrapper.find_smi_library``) loads the library
     from, besides the loader's search for its bare name."""
@@ -165,14 +179,17 @@ def quick_absence(device_nodes: tuple[str, ...]) -> tuple[str, dict[str, str]] |
 
 def load_amdsmi() -> ModuleType:
     """Import ``amdsmi`` with stdout captured; :class:`AmdsmiLoadError` says why it failed."""
+    if "amdsmi" not in sys.modules and not _installed("amdsmi"):
+        # Not installed: the import would fail at once and print nothing, so no capture
+        # (its temporary file and fd juggling) on every start of a plain install.
+        raise AmdsmiLoadError(not_installed_reason(), "")
     reason = ""
     with quiet_stdout() as output:
         try:
             import amdsmi
         except ModuleNotFoundError as exc:
             if exc.name == "amdsmi":
-                reason = ("the amdsmi Python package is not installed "
-                          f"({sys.executable} -m pip install 'allsmi[amd]')")
+                reason = not_installed_reason()
             else:
                 reason = f"importing amdsmi failed: {exc}"
         except KeyError as exc:

@@ -67,3 +67,28 @@ def test_simulate_excludes_other_sources(tmp_path: Path) -> None:
     assert result.returncode == 2 and "--simulate" in result.stderr
     result = run_allsmi("export", "--simulate", "nope", "--period", "yesterday")
     assert result.returncode == 2 and "unknown scenario" in result.stderr
+
+
+def test_unknown_idle_time_is_never_a_known_zero(tmp_path: Path) -> None:
+    """Issue 19 item 7: Tenstorrent (no utilization reported) and the MIG 1g instance (held, no
+    per-instance utilization) have no idle time known, so no idle hours and no idle cost; the
+    devices that report utilization still do, and an unheld device idles a known 0."""
+    args = ("export", "--simulate", "mixed", "--since", _iso(START), "--until", _iso(END),
+            "--group-by", "resource_group,vendor,model", "--format", "json")
+    result = run_allsmi(*args, timeout=120)
+    assert result.returncode == 0, result.stderr
+    import json
+    rows = {(r["resource_group"], r["vendor"], r["model"]): r
+            for r in json.loads(result.stdout)["rows"]}
+    unknown = [r for (_, vendor, model), r in rows.items()
+               if vendor == "tenstorrent" or "MIG 1g" in model]
+    assert len(unknown) == 2
+    for row in unknown:
+        assert row["allocated_device_hours"] > 0, row
+        assert row["idle_allocated_device_hours"] is None and row["idle_cost"] is None, row
+    for (_, vendor, model), row in rows.items():
+        if vendor in ("amd", "furiosa", "rebellions"):
+            assert row["idle_allocated_device_hours"] is not None, (vendor, model)
+    # the MIG instances' parent: never held, so idle a known 0
+    parent = rows[("inference", "nvidia", "NVIDIA H100 80GB HBM3")]
+    assert parent["allocated_device_hours"] == 0 and parent["idle_allocated_device_hours"] == 0

@@ -4,6 +4,7 @@ allocated time by declared share, methods per row, ``bill_by`` and ``carbon_gco2
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -127,6 +128,8 @@ def test_a_version_3_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
                   "holder_days"):
         for column in ("used_billed_ms", "allocation_method", "usage_method"):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        if not table.startswith("holder"):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN attributed_ms")
     conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
@@ -138,7 +141,77 @@ def test_a_version_3_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
     assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == \
         (str(SCHEMA_VERSION),)
     assert "usage_method" in {r[1] for r in conn.execute("PRAGMA table_info(holder_days)")}
+    assert "attributed_ms" in {r[1] for r in conn.execute("PRAGMA table_info(days)")}
     conn.close()
+
+
+def test_a_version_4_ledger_gains_attributed_time_and_keeps_its_methods(tmp_path: Path) -> None:
+    """Version 4 (fair shares, no ``attributed_ms``): read as it is, then upgraded in place;
+    what it recorded keeps its split methods, its attribution coverage is unknown."""
+    db = tmp_path / "l.db"
+    record(db, [snap(T0 + t, two_users("GPU-s", "shared")) for t in range(0, 3601, 20)],
+           config(CONFIG))
+    conn = sqlite3.connect(db)
+    for table in ("intervals", "quarters", "days"):
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN attributed_ms")
+    conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    out = export(tmp_path, "--group-by", "user", "--format", "json")  # read-only: views
+    assert out.returncode == 0, out.stderr
+    assert db.read_bytes() == before
+    rows = json.loads(out.stdout)["rows"]
+    assert {r["usage_method"] for r in rows if r["user"]} == {"activity"}
+    assert {r["attribution_coverage_ratio"] for r in rows} == {None}
+    Ledger(db).close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == \
+        (str(SCHEMA_VERSION),)
+    total, attributed, methods = conn.execute(
+        "SELECT COUNT(*), COUNT(attributed_ms), COUNT(usage_method) FROM intervals").fetchone()
+    assert attributed == 0 and methods >= total - 1 > 0  # (the last minute: nobody held it)
+    conn.close()
+    again = export(tmp_path, "--group-by", "user", "--format", "json")
+    assert json.loads(again.stdout)["rows"] == rows
+
+
+def test_unknown_idle_stays_unknown_under_the_fair_share_split(tmp_path: Path) -> None:
+    """Two holders split by activity on a device whose utilization is unknown for part of an
+    hour: each holder's idle-allocated time is unknown (never its known part alone), in the
+    rows, the roll-ups and the export; the hour after, with utilization known, it is known
+    and the holders' idle time adds up to the device's."""
+    db = tmp_path / "l.db"
+
+    def dev(t: int) -> DeviceSample:
+        d = two_users("GPU-s", "shared")
+        return d if t >= 1800 else dataclasses.replace(d, utilization_percent=None)
+    record(db, [snap(T0 + t, dev(t)) for t in range(0, 7201, 10)], config(CONFIG))
+    conn = sqlite3.connect(db)
+    first = conn.execute("SELECT COUNT(*), COUNT(idle_ms), COUNT(idle_billed_ms) "
+                         f"FROM holder_intervals WHERE start < {T0 + 1740}").fetchone()
+    assert first[0] > 0 and first[1:] == (0, 0)
+    methods = set(conn.execute("SELECT allocation_method, usage_method FROM holder_intervals "
+                               f"WHERE start < {T0 + 1740}"))
+    assert methods == {("equal", "activity")}  # the split still known, only idleness is not
+    conn.close()
+    out = export(tmp_path, "--group-by", "user", "--format", "json", "--until",
+                 "2026-03-02T02:00:00Z")
+    assert out.returncode == 0, out.stderr
+    rows = [r for r in json.loads(out.stdout)["rows"] if r["user"]]
+    assert len(rows) == 2 and {r["idle_allocated_device_hours"] for r in rows} == {None}
+    # The second hour alone: known, and the holders' parts add up to the device's.
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_LEDGER": ""}
+    args = [sys.executable, "-m", "allsmi", "export", "--ledger", str(db), "--config",
+            str(tmp_path / "config.toml"), "--since", "2026-03-02T01:00:00Z", "--until",
+            "2026-03-02T02:00:00Z", "--format", "json"]
+    by_user = json.loads(subprocess.run(args + ["--group-by", "user"], env=env, capture_output=True,
+                                        text=True, timeout=60, check=True).stdout)["rows"]
+    whole = json.loads(subprocess.run(args, env=env, capture_output=True, text=True, timeout=60,
+                                      check=True).stdout)["rows"]
+    idle = [r["idle_allocated_device_hours"] for r in by_user]
+    assert None not in idle and whole[0]["idle_allocated_device_hours"] is not None
+    assert sum(idle) == pytest.approx(whole[0]["idle_allocated_device_hours"], abs=1e-5)
 
 
 def test_bad_bill_by_and_carbon_are_config_errors(tmp_path: Path) -> None:

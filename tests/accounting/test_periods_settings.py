@@ -103,5 +103,29 @@ def test_file_permissions_and_single_writer(tmp_path: Path) -> None:
         rec.close()
     with pytest.raises(LedgerError, match="60-second intervals"):
         Ledger(db, interval_seconds=5)
+
+
+def test_single_writer_through_symbolic_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19 item 9: the lock is the resolved file's, whatever name reaches it."""
+    db = tmp_path / "real" / "l.db"
+    first = Ledger(db)
+    try:
+        (tmp_path / "link.db").symlink_to(db)
+        (tmp_path / "linkdir").symlink_to(db.parent)
+        monkeypatch.chdir(db.parent)
+        for other in (tmp_path / "link.db", tmp_path / "linkdir" / "l.db", Path("l.db"),
+                      tmp_path / "real" / ".." / "real" / "l.db"):
+            with pytest.raises(LedgerError, match="already being recorded"):
+                Ledger(other)
+    finally:
+        first.close()
+    # and the other way round: the link's recorder shuts out the real path
+    second = Ledger(tmp_path / "link.db")
+    try:
+        with pytest.raises(LedgerError, match="already being recorded"):
+            Ledger(db)
+        assert not (tmp_path / "link.db.lock").exists()
+    finally:
+        second.close()
     with pytest.raises(LedgerError, match="no ledger"):
         Ledger(tmp_path / "missing.db", readonly=True)

@@ -13,6 +13,8 @@ and repeated, and samples without a monotonic time.
 
 from __future__ import annotations
 
+import sqlite3
+
 import dataclasses
 import datetime as dt
 import random
@@ -56,6 +58,8 @@ class Acc:
     used_billed: float | None = None
     allocation_method: str | None = None
     usage_method: str | None = None
+    #: held time whose idleness is unknown: the idle sums are unknown
+    unknown_idle: bool = False
 
     def add(self, inc: Increment, alloc: float, used: float, share: float,
             whole: bool = False) -> None:
@@ -77,10 +81,17 @@ class Acc:
                 self.idle_energy = plus(self.idle_energy, energy * alloc * idle_part)
                 if not whole:
                     self.energy = plus(self.energy, energy * alloc * idle_part)
+        elif inc.allocated_seconds is not None and inc.allocated_seconds > 0 and alloc > 0:
+            self.unknown_idle = True
         if whole:  # the device's own energy, added once
             self.energy = plus(self.energy, energy)
         elif energy is not None:  # idle energy by the allocated weight, the rest by the used one
             self.energy = plus(self.energy, energy * used * (1.0 - (idle_part or 0.0)))
+
+    def idle_ms(self, ms, mj) -> tuple:  # type: ignore[no-untyped-def, type-arg]
+        if self.unknown_idle:
+            return (None, None, None)
+        return (ms(self.idle or 0.0), ms(self.idle_billed or 0.0), mj(self.idle_energy))
 
 
 @dataclass
@@ -90,6 +101,7 @@ class PlainBucket(Acc):
     first: float = 0.0
     last: float = 0.0
     busy_observed: float = 0.0
+    attributed: float = 0.0
     mem_sum: int | None = None
     mem_samples: int = 0
     mem_peak: int | None = None
@@ -97,9 +109,12 @@ class PlainBucket(Acc):
 
     def put(self, inc: Increment, holders: Split, share: float) -> None:
         self.last = max(self.last, inc.end)
+        self.first = min(self.first, max(float(self.start), inc.start))
         self.add(inc, 1.0, 1.0, share, whole=True)
         if inc.busy_seconds is not None:
             self.busy_observed += inc.observed_seconds
+        if inc.allocated_seconds is not None:
+            self.attributed += inc.observed_seconds
         alloc, used = dict(holders.allocated), dict(holders.used)
         if alloc or used:
             self.allocation_method = method(self.allocation_method, holders.allocation_method)
@@ -124,12 +139,14 @@ class PlainBucket(Acc):
             allocated_ms=opt(self.allocated), busy_ms=opt(self.busy),
             busy_observed_ms=ms(self.busy_observed), energy_mj=mj(self.energy),
             mem_sum=self.mem_sum, mem_samples=self.mem_samples, mem_peak=self.mem_peak,
-            billed_ms=opt(self.billed), idle_ms=opt(self.idle), idle_billed_ms=opt(self.idle_billed),
-            idle_energy_mj=mj(self.idle_energy), used_billed_ms=opt(self.used_billed),
+            billed_ms=opt(self.billed), idle_ms=self.idle_ms(ms, mj)[0],
+            idle_billed_ms=self.idle_ms(ms, mj)[1], idle_energy_mj=self.idle_ms(ms, mj)[2],
+            used_billed_ms=opt(self.used_billed),
             allocation_method=self.allocation_method, usage_method=self.usage_method,
+            attributed_ms=ms(self.attributed),
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
-                              opt(a.billed), opt(a.idle), opt(a.idle_billed), mj(a.idle_energy),
-                              opt(a.used_billed), a.allocation_method, a.usage_method)
+                              opt(a.billed), *a.idle_ms(ms, mj), opt(a.used_billed),
+                              a.allocation_method, a.usage_method)
                      for h, a in self.holders.items()})
 
 
@@ -224,7 +241,9 @@ def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:
 
 def test_recorder_writes_what_the_plain_computation_gives(tmp_path: Path) -> None:
     snapshots = list(irregular_snapshots(2500, seed=5))
-    cfg = parse_config(CONFIG)
+    # Whole intervals only (no checkpoints of the minute in progress), to compare record for
+    # record; test_checkpoints_store_exactly_what_whole_intervals_do covers the checkpoints.
+    cfg = parse_config(CONFIG + "[ledger]\ncheckpoint_seconds = 0\n")
     recorder = LedgerRecorder(tmp_path / "ledger.db", cfg)
     written: list[IntervalRecord] = []
     real_write = recorder.ledger.write
@@ -248,3 +267,34 @@ def test_recorder_writes_what_the_plain_computation_gives(tmp_path: Path) -> Non
         assert g == w, (g, w)
     assert sum(len(r.holders) for r in got) > 1000  # the holders' shares were compared too
     assert any(r.billed_ms != r.allocated_ms for r in got)  # and partition billing
+
+
+def test_checkpoints_store_exactly_what_whole_intervals_do(tmp_path: Path) -> None:
+    """Issue 19 item 10: the minute in progress written every 5 s in parts (deltas) adds up,
+    to the millisecond and the millijoule, to the same rows as whole intervals written once."""
+    snapshots = list(irregular_snapshots(1500, seed=7))
+    tables = {}
+    for every in (0, 5):
+        db = tmp_path / f"ledger-{every}.db"
+        recorder = LedgerRecorder(db, parse_config(CONFIG + f"[ledger]\ncheckpoint_seconds = {every}\n"))
+        for s in snapshots:
+            recorder.on_snapshot(s)
+        recorder.close()
+        assert recorder.write_errors == 0 and recorder.refused_intervals == 0
+        conn = sqlite3.connect(db)
+        tables[every] = {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
+            for table in ("intervals", "quarters")}
+        for table in ("holder_intervals", "holder_quarters"):  # (hids: in order of appearance)
+            tables[every][table] = sorted(
+                (r[:2] + r[3:] for r in conn.execute(
+                    f"SELECT t.*, h.user, h.namespace, h.pod, h.job FROM {table} t "
+                    "JOIN holders h ON h.hid = t.hid")), key=repr)
+        conn.close()
+    assert len(tables[0]["intervals"]) > 1000
+    for table, want in tables[0].items():
+        got = tables[5][table]
+        if table == "intervals":  # (first_ms: a part's span starts where the previous ended)
+            got = [r[:3] + r[4:] for r in got]
+            want = [r[:3] + r[4:] for r in want]
+        assert got == want, table

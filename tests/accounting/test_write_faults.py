@@ -47,12 +47,14 @@ def test_locked_database_keeps_intervals_and_writes_them_later(tmp_path: Path) -
                                           device("GPU-b", power=50.0)))
     for t in range(0, 70, 10):  # the first minute is written
         feed(t)
-    assert rec.unwritten == 0 and rec.write_errors == 0 and rec.intervals_written == 2
+    assert rec.unwritten == 0 and rec.write_errors == 0
+    assert minutes(db)[T0] == (2, 60_000)  # (and the minute in progress, so far: checkpoints)
     blocker = hold(db)
     for t in range(70, 250, 10):  # minutes 1, 2 and 3 complete while the database is held
         feed(t)
     assert rec.unwritten == 6, "three minutes of two devices kept in memory"
-    assert rec.write_errors == 3 and "locked" in (rec.last_error or "")
+    # the checkpoint of the minute in progress at 70 s, then minutes 1, 2 and 3 as they complete
+    assert rec.write_errors == 4 and "locked" in (rec.last_error or "")
     blocker.rollback()
     blocker.close()
     for t in range(250, 310, 10):
@@ -247,3 +249,46 @@ def test_record_survives_a_full_filesystem(tmp_path: Path, recorder) -> None:  #
         assert rows(db, "PRAGMA integrity_check") == [("ok",)]
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+
+def test_ready_says_503_during_a_retry_that_fails_again(tmp_path: Path) -> None:
+    """Issue 19 item 8: the intervals stay counted as unwritten while a write is attempted, so
+    /ready never says 200 (and the gauge never says 0) in the middle of a failing retry."""
+    import threading
+
+    from allsmi.exporter.exposition import Exposition
+
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, config())
+    expo = Exposition(ledger=rec)
+    feed = lambda t: rec.on_snapshot(snap(T0 + t, device("GPU-a", power=100.0)))  # noqa: E731
+    for t in range(0, 70, 10):
+        feed(t)
+    expo.on_snapshot(snap(T0 + 70, device("GPU-a", power=100.0)))
+    assert expo.readiness() == (True, "ready")
+    blocker = hold(db)
+    try:
+        for t in range(70, 130, 10):
+            feed(t)  # minute 1 completes at 120: the write fails after SQLite's 2 s wait
+        assert rec.unwritten == 1 and rec.write_errors >= 1
+        errors = rec.write_errors
+        assert expo.readiness()[0] is False
+        for t in range(130, 180, 10):
+            feed(t)  # (no checkpoint while minute 1 waits)
+        retry = threading.Thread(target=feed, args=(180,))  # minute 2 completes: a retry, held 2 s
+        retry.start()
+        seen: list[tuple[int, bool]] = []
+        while retry.is_alive():
+            seen.append((rec.unwritten, expo.readiness()[0]))
+            time.sleep(0.01)
+        retry.join()
+        assert rec.write_errors == errors + 1 and rec.unwritten == 2
+        assert len(seen) > 20
+        assert all(n > 0 for n, _ in seen), "the unwritten gauge dropped to 0 during the retry"
+        assert not any(ready for _, ready in seen), "/ready said 200 during the retry"
+    finally:
+        blocker.rollback()
+        blocker.close()
+    feed(240)
+    assert rec.unwritten == 0 and expo.readiness() == (True, "ready")
+    rec.close()

@@ -153,3 +153,47 @@ def test_default_sources_on_hardware_and_in_simulation() -> None:
     assert build_attributor(Config(), {"ALLSMI_HPC_JOB_DIR": "/x"}).source_names == \
         ("kubernetes", "hpc-job", "cgroup")
     assert build_attributor(Config(), {}, simulate=True).source_names == ("simulated",)
+
+
+class Absent(AttributionSource):
+    """Unavailable until ``present`` is set (a kubelet socket that appears later)."""
+
+    name = "absent"
+    reprobe_seconds = 0.3
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.present = False
+
+    def collect(self, devices, now):
+        from allsmi.attribution import SourceUnavailable
+        self.calls += 1
+        if not self.present:
+            raise SourceUnavailable("no socket here")
+        return SourceResult()
+
+
+def test_unavailable_source_is_asked_again_only_after_the_reprobe_interval() -> None:
+    source = Absent()
+    with Attributor([source], 5) as attributor:
+        first = attributor.resolve(DEVICES)
+        for _ in range(5):  # within the interval: the last answer, the source not woken
+            again = attributor.resolve(DEVICES)
+            assert [(s.status, s.message) for s in again.statuses] == [("unavailable", "no socket here")]
+        assert first.statuses[0].status == "unavailable"
+        assert source.calls == 1
+        source.present = True
+        deadline = time.monotonic() + 10
+        while attributor.resolve(DEVICES).statuses[0].status != "ok":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert source.calls == 2
+
+
+def test_the_kubelet_source_rests_like_a_backend_and_local_directories_do_not() -> None:
+    from allsmi.attribution import CgroupSource, HpcJobSource
+    from allsmi.attribution.kubernetes import KubeletSource
+    from allsmi.attribution.runner import REPROBE_SECONDS
+    from allsmi.collector import REPROBE_SECONDS as BACKENDS
+    assert KubeletSource.reprobe_seconds == REPROBE_SECONDS == BACKENDS == 60.0
+    assert HpcJobSource.reprobe_seconds == CgroupSource.reprobe_seconds == 0.0

@@ -42,9 +42,34 @@ def test_garbage_and_lookalikes_say_nothing() -> None:
     assert not parse_cgroup("\x00\xff garbage\nno colons here\n1:memory:relative/job_5\n")
     # a "job_" outside a Slurm hierarchy is not a Slurm job
     assert parse_cgroup("0::/user.slice/job_77/app.scope") == ProcessAttribution()
-    # a slurm hierarchy under a container runtime: both are told
+    # a slurm-looking tree inside a pod's cgroup is the container's own doing: the pod is told,
+    # the job is not (anyone root in the container can create it)
     both = parse_cgroup("0::/kubepods/pod11111111-2222-3333-4444-555555555555/slurm/job_9/step_0")
-    assert both.job_id == "9" and both.pod_uid == "11111111-2222-3333-4444-555555555555"
+    assert both.job_id is None and both.pod_uid == "11111111-2222-3333-4444-555555555555"
+
+
+@pytest.mark.parametrize("text, job", [
+    # cgroup v2, as slurmd's cgroup/v2 plugin creates it (and with several slurmd per host)
+    ("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n", "4242"),
+    ("0::/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0\n", "4242"),
+    ("0::/system.slice/slurmstepd.scope/job_4242\n", "4242"),
+    ("0::/system.slice/node7_slurmstepd.scope/job_17/step_0/user/task_0\n", "17"),
+    # cgroup v1, the documented /slurm/uid_U/job_N/step_S/task_T layout (and slurm_<node>)
+    ("4:memory:/slurm/uid_1000/job_4242/step_0/task_0\n2:devices:/slurm/uid_1000/job_4242/step_0\n",
+     "4242"),
+    ("3:devices:/slurm_node7/uid_0/job_5/step_extern\n", "5"),
+    # spoofed: a user's delegated subtree (systemd's default on cgroup v2) naming another's job
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/slurm/job_4242\n", None),
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/slurm/uid_0/job_4242\n", None),
+    ("0::/user.slice/user-1000.slice/user@1000.service/system.slice/slurmstepd.scope/job_4242\n",
+     None),
+    ("0::/user.slice/user-1000.slice/user@1000.service/slurmstepd.scope/job_4242/step_0\n", None),
+    ("0::/system.slice/slurmstepd.scope/user/job_4242\n", None),
+    ("0::/system.slice/slurmstepd.scope/job_4242x/step_0\n", None),
+    ("1:name=systemd:/user.slice/user-1000.slice/slurm/uid_1000/job_4242/step_0\n", None),
+])
+def test_slurm_job_only_from_slurmd_created_cgroups(text: str, job: str | None) -> None:
+    assert parse_cgroup(text).job_id == job
 
 
 def _with_processes(pids_by_device: dict[str, list[tuple[int, str]]]) -> list:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import itertools
 import shutil
+import string
+import time
 from pathlib import Path
 
 from allsmi.attribution import Attributor, HpcJobSource
@@ -96,3 +99,41 @@ def test_a_job_file_may_declare_each_jobs_share(tmp_path: Path) -> None:
     works = {w.job_id: w.share for w in result.device_workloads(find(DEVICES, "nvidia", 3).id) or ()}
     assert works == {"3001": 0.25, "3002": 0.5, "3003": None}
     assert "2 line(s) that are not a job id (and a share)" in result.statuses[0].message
+
+
+def test_a_full_file_of_distinct_ids_is_read_in_linear_time(tmp_path: Path) -> None:
+    """16,384 distinct ids in 64 KiB (issue 19 item 13): was 1.4 s of CPU per read."""
+    from allsmi.attribution.hpcjob import MAX_FILE_BYTES, MAX_JOBS_PER_FILE, read_job_file
+
+    alphabet = string.digits + string.ascii_letters
+    ids = ["".join(t) for t in itertools.islice(itertools.product(alphabet, repeat=3),
+                                                 MAX_FILE_BYTES // 4)]
+    path = tmp_path / "3"
+    path.write_text("".join(f"{i}\n" for i in ids))
+    assert path.stat().st_size == MAX_FILE_BYTES
+    started = time.process_time()
+    for _ in range(5):
+        jobs, bad, shares = read_job_file(path)
+    per_read = (time.process_time() - started) / 5
+    assert jobs == ids[:MAX_JOBS_PER_FILE] and bad == len(ids) - MAX_JOBS_PER_FILE
+    assert shares == {}
+    assert per_read < 0.1, f"{per_read:.3f} s of CPU per read"
+    # repeated ids cost one lookup each and are kept once, in order
+    path.write_text("7\n5\n7\n" * 5000)
+    assert read_job_file(path) == (["7", "5"], 0, {})
+    # with declared shares: still one lookup a line, the last declared share holds
+    path.write_text("7 0.25\n5\n7 50%\n" * 3000)
+    assert read_job_file(path) == (["7", "5"], 0, {"7": 0.5})
+    # the id bound counts ids with a share like bare ones
+    path.write_text("".join(f"{i} 10%\n" for i in ids[:MAX_JOBS_PER_FILE + 3]))
+    jobs, bad, shares = read_job_file(path)
+    assert jobs == ids[:MAX_JOBS_PER_FILE] and bad == 3 and len(shares) == MAX_JOBS_PER_FILE
+
+
+def test_a_file_over_the_bound_is_reported_not_read(tmp_path: Path) -> None:
+    from allsmi.attribution.hpcjob import MAX_FILE_BYTES
+
+    (tmp_path / "3").write_text("2001\n" * (MAX_FILE_BYTES // 5 + 1))
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    assert _jobs(result, find(DEVICES, "nvidia", 3)) == []
+    assert "larger than 64 KiB" in result.statuses[0].message

@@ -109,3 +109,24 @@ def test_load_reports_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "amdsmi", None)     # makes `import amdsmi` fail
     with pytest.raises(AmdsmiLoadError, match="amdsmi Python package is not installed"):
         load_amdsmi()
+
+
+def test_an_uninstalled_amdsmi_is_reported_without_capturing_stdout(monkeypatch) -> None:
+    """A plain install (no amdsmi) says so without the capture's temporary file and fd juggling."""
+    import importlib.util
+    import sys as _sys
+
+    from allsmi.backends.amd import loader
+
+    real = importlib.util.find_spec
+    monkeypatch.delitem(_sys.modules, "amdsmi", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "amdsmi" else real(name, *a))
+
+    def no_capture():
+        raise AssertionError("stdout captured for a package that is not installed")
+    monkeypatch.setattr(loader, "quiet_stdout", no_capture)
+    with pytest.raises(loader.AmdsmiLoadError) as caught:
+        loader.load_amdsmi()
+    assert "amdsmi Python package is not installed" in str(caught.value)
+    assert "pip install 'allsmi[amd]'" in str(caught.value)

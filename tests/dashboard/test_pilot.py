@@ -164,7 +164,7 @@ async def test_help_lists_every_key_and_closes(sim_snapshots: list[Snapshot]) ->
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("f1")
         assert isinstance(app.screen, HelpScreen)
-        await pilot.press("q")  # closes help, does not quit
+        await pilot.press("h")  # closes help (`q` quits, from help too: test_fleet_bounds)
         assert app.is_running and not isinstance(app.screen, HelpScreen)
 
 

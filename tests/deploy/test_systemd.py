@@ -102,6 +102,17 @@ def test_units_run_as_a_dedicated_user_with_state_and_restart_policy() -> None:
     assert timer["OnCalendar"] and timer["Persistent"] == ["yes"]
 
 
+def test_units_start_after_the_clock_is_synchronized() -> None:
+    """Issue 19 item 5: ledger minutes are placed by the wall clock (and `export --period
+    yesterday` reads it), so every service starts after time-sync.target, which it also pulls in
+    (time-sync.target is passive: a unit that only orders itself after it does not wait)."""
+    for unit in ("allsmi-exporter.service", "allsmi-record.service", "allsmi-export.service"):
+        s = settings(unit)
+        after = " ".join(s.get("After", [])).split()
+        wants = " ".join(s.get("Wants", [])).split()
+        assert "time-sync.target" in after and "time-sync.target" in wants, unit
+
+
 def command(unit: str, state: Path, config: Path) -> list[str]:
     """The unit's ExecStart= as an argument list, specifiers and paths moved under ``state``."""
     (line,) = settings(unit)["ExecStart"]

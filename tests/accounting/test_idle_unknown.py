@@ -1,0 +1,51 @@
+"""Issue 19 item 7: held time whose idleness is unknown is never summed as a known 0 idle time,
+in the recorder's buckets (device and holder shares), the roll-ups, the reads and the export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from allsmi.accounting.ledgersource import ledger_parts
+from allsmi.accounting.report import build_report
+
+from .helpers import T0, config, device, record, rows, snap, window
+
+
+def test_a_minute_half_unheld_half_held_without_utilization_has_unknown_idle(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.db"
+    snaps = [snap(T0 + t, device("TT-0", util=None, power=50.0, vendor="tenstorrent",
+                                 users=["ann"] if t >= 30 else []))
+             for t in range(0, 61, 10)]
+    # the next minute: never held, no utilization either: a known 0
+    snaps += [snap(T0 + t, device("TT-0", util=None, power=50.0, vendor="tenstorrent"))
+              for t in range(70, 181, 10)]
+    record(db, snaps)
+    got = rows(db, "SELECT start, allocated_ms, idle_ms, idle_billed_ms, idle_energy_mj "
+                   "FROM intervals ORDER BY start")
+    assert got[0][1] == 35_000  # held from between 20 s and 30 s (the trapezoid) to 60 s
+    assert got[0][2:] == (None, None, None), "held time of unknown idleness booked as 0"
+    assert got[1][1:] == (5000, None, None, None)  # the trapezoid's tail, held until 60 s
+    assert got[2][1:] == (0, 0, 0, 0)
+    assert set(rows(db, "SELECT idle_ms, idle_billed_ms FROM holder_intervals")) == {(None, None)}
+    # Read over both minutes, and over the quarter and the day rolled up: still unknown.
+    for end in (T0 + 180, T0 + 900):
+        parts, holders = ledger_parts(db, window(T0, end), by_holder=True)
+        assert parts[0].allocated_s == 40.0 and parts[0].idle_s is None
+        rep = build_report(parts, window(T0, end), ("resource_group",), config())
+        assert rep.rows[0].idle_allocated_device_hours is None and rep.rows[0].idle_cost is None
+    parts, _ = ledger_parts(db, window(T0 + 120, T0 + 180), by_holder=False)
+    assert parts[0].idle_s == 0.0  # the unheld minutes alone: a known 0
+
+
+def test_a_report_row_is_unknown_when_one_of_its_devices_is(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.db"
+    record(db, [snap(T0 + t, device("GPU-a", util=1.0, users=["ann"]),
+                     device("TT-0", util=None, vendor="tenstorrent", users=["bob"]))
+                for t in range(0, 121, 10)])
+    parts, _ = ledger_parts(db, window(T0, T0 + 120), by_holder=False)
+    rep = build_report(parts, window(T0, T0 + 120), ("resource_group",), config())
+    assert rep.rows[0].allocated_device_hours == 240 / 3600
+    assert rep.rows[0].idle_allocated_device_hours is None
+    rep = build_report(parts, window(T0, T0 + 120), ("resource_group", "vendor"), config())
+    by_vendor = {r.vendor: r.idle_allocated_device_hours for r in rep.rows}
+    assert by_vendor == {"nvidia": 120 / 3600, "tenstorrent": None}

@@ -1,0 +1,76 @@
+"""`export/idle --simulate` sample the simulation at the ledger's resolution, inline: the bill's
+totals equal those of the former replay (every 20 s, through worker threads) within 0.5 %."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from allsmi.accounting.periods import Window
+from allsmi.accounting.settings import GROUP_BY_KEYS
+from allsmi.backends.simulated.scenario import load_scenario
+from allsmi.cli.reportcmd import _report, _simulated_ledger
+from allsmi.config import parse_config
+
+START = 1_790_000_000 - 1_790_000_000 % 3600  # whole hours, safely in the past
+HOURS = 24  # a day, as `--period yesterday` (shorter windows sample idle time too thinly)
+CONFIG = """\
+[groups.training]
+price_per_device_hour = 3.1
+price_per_kwh = 0.14
+currency = "USD"
+[groups.npu]
+price_per_device_hour = 0.9
+currency = "USD"
+[[rules]]
+resource_group = "training"
+vendor = "nvidia"
+[[rules]]
+resource_group = "npu"
+vendor = "furiosa"
+"""
+NUMBERS = ("observed_device_hours", "allocated_device_hours", "idle_allocated_device_hours",
+           "billed_device_hours", "used_device_hours", "energy_kwh", "cost", "idle_cost")
+
+
+WINDOW = Window(dt.datetime.fromtimestamp(START, dt.timezone.utc),
+                dt.datetime.fromtimestamp(START + HOURS * 3600, dt.timezone.utc))
+
+
+@pytest.fixture(scope="module")
+def ledgers(tmp_path_factory) -> dict:
+    """The day replayed every 20 s (as before) and at the ledger's resolution (as now)."""
+    config = parse_config(CONFIG)
+    out = {}
+    for name, step in (("fine", 20.0), ("coarse", None)):
+        folder = tmp_path_factory.mktemp(name)
+        out[name] = _simulated_ledger(load_scenario("mixed"), WINDOW, config, str(folder), step=step)
+    return out
+
+
+def _rows(ledger: str, keys: tuple[str, ...]) -> dict:
+    report = _report(WINDOW, keys, parse_config(CONFIG), ledger, None)
+    return {tuple(getattr(r, k, None) for k in ("resource_group", "vendor", "model", "namespace",
+                                                  "pod", "job", "user")): r for r in report.rows}
+
+
+@pytest.mark.parametrize("keys", [("resource_group", "vendor", "model", "host"),
+                                  ("resource_group", "namespace", "pod", "job")])
+def test_totals_at_the_ledger_resolution_match_the_20_second_replay(ledgers, keys) -> None:
+    assert set(keys) <= set(GROUP_BY_KEYS)
+    fine, coarse = _rows(ledgers["fine"], keys), _rows(ledgers["coarse"], keys)
+    assert fine.keys() == coarse.keys() and len(fine) >= 3
+    totals = {n: [0.0, 0.0] for n in NUMBERS}
+    for key, row in fine.items():
+        for name in NUMBERS:
+            a, b = getattr(row, name), getattr(coarse[key], name)
+            assert (a is None) == (b is None), (key, name)
+            if a is not None:
+                totals[name][0] += a
+                totals[name][1] += b
+                assert b == pytest.approx(a, rel=0.02, abs=0.05), (key, name)  # row by row
+    for name, (a, b) in totals.items():  # the bill's totals: within 0.5 %
+        assert b == pytest.approx(a, rel=0.005, abs=1e-6), (name, a, b)
+    assert dataclasses.is_dataclass(next(iter(coarse.values())))

@@ -1,0 +1,45 @@
+"""schema.derive: the same sample as dataclasses.replace, with only the changed fields cleaned."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import pytest
+
+from allsmi.schema import DeviceSample, ProcessSample, Workload, derive
+
+HOSTILE = "evil\x1b[31m\u202e\nname\x00" + "x" * 5000
+
+
+def _device() -> DeviceSample:
+    return DeviceSample(id="GPU-1", vendor="nvidia", kind="gpu", backend="nvml", index=0,
+                        name="H100\x1b[0m", labels={"team": "a\x07"}, details={"k\x1b": "v"},
+                        processes=(ProcessSample(7, user="u", command="c"),))
+
+
+@pytest.mark.parametrize("changes", [
+    {"resource_group": HOSTILE, "labels": {HOSTILE: HOSTILE}},
+    {"resource_group": None, "labels": {}},
+    {"workloads": (Workload("kubernetes", namespace="ns", pod="p"),), "processes": None},
+    {"name": HOSTILE, "id": HOSTILE, "details": {"a": (HOSTILE, 1.0)}},
+    {"utilization_percent": 12.5, "health": HOSTILE},
+])
+def test_derive_equals_replace_for_devices(changes) -> None:
+    dev = _device()
+    derived, replaced = derive(dev, **changes), replace(dev, **changes)
+    assert derived == replaced
+    for f in fields(DeviceSample):
+        assert getattr(derived, f.name) == getattr(replaced, f.name), f.name
+    assert dev == _device()  # the original is untouched
+
+
+def test_derive_equals_replace_for_processes() -> None:
+    proc = ProcessSample(7, user="root", command="python train.py", memory_bytes=1)
+    for changes in ({"job_id": HOSTILE, "pod_uid": " ", "container_id": None},
+                    {"user": HOSTILE, "command": HOSTILE}, {"job_id": None}):
+        assert derive(proc, **changes) == replace(proc, **changes)
+
+
+def test_derive_refuses_an_unknown_field() -> None:
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        derive(_device(), nope=1)
