@@ -23,7 +23,9 @@ pytest.importorskip("grpc")
 
 from allsmi.accounting.recorder import LedgerRecorder  # noqa: E402
 from allsmi.attribution import Attributor  # noqa: E402
+from allsmi import registry  # noqa: E402
 from allsmi.attribution.kubernetes import KubeletSource  # noqa: E402
+from allsmi.attribution.settings import AttributionSettings  # noqa: E402
 from allsmi.backend_api import Backend, ProbeResult  # noqa: E402
 from allsmi.collector import Collector  # noqa: E402
 from allsmi.config import parse_config  # noqa: E402
@@ -57,7 +59,9 @@ def _record(db: Path, carry: float | None) -> LedgerRecorder:
     clock = {"steady": 1000.0}
     offset = T0 + 5 - clock["steady"]
     kw = {} if carry is None else {"carry_seconds": carry}
-    attributor = Attributor([KubeletSource(server.socket, timeout_seconds=5)], 0.2, **kw)
+    # The resource names come from the backends' declarations, as the CLI hands them in.
+    settings = AttributionSettings.declared(registry.declarations())
+    attributor = Attributor([KubeletSource(server.socket, settings, timeout_seconds=5)], 0.2, **kw)
     config = parse_config("")
     collector = Collector([_OneGpu()], config, interval_seconds=1.0,
                           clock=lambda: clock["steady"] + offset,
