@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from allsmi.schema import PROCESS_ACTIVITY, DeviceSample
+from allsmi.schema import PROCESS_ACTIVITY, DeviceSample, ProcessSample
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,17 @@ DEVICE_COLUMNS: tuple[str, ...] = tuple(
     f.name for f in fields(DeviceSample) if f.name not in NESTED_FIELDS)
 
 IDENTITY_FIELDS: tuple[str, ...] = tuple(c for c in DEVICE_COLUMNS if c not in BY_FIELD)
+
+
+#: The device a process row of ``allsmi snapshot --format processes-csv`` belongs to: its
+#: ``id``, ``index`` and ``uuid``, prefixed so they cannot be mistaken for the process's own.
+PROCESS_DEVICE_COLUMNS: tuple[str, ...] = ("device_id", "device_index", "device_uuid")
+
+#: Columns of ``allsmi snapshot --format processes-csv``: :data:`PROCESS_DEVICE_COLUMNS`, then
+#: every :class:`ProcessSample` field in declaration order (per-process activity included), so
+#: a field added to the schema appears without another edit.
+PROCESS_COLUMNS: tuple[str, ...] = PROCESS_DEVICE_COLUMNS + tuple(
+    f.name for f in fields(ProcessSample))
 
 
 #: Per-process activity (``ProcessSample``), declared with their help text: the snapshot JSON,
