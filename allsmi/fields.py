@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from allsmi.schema import PROCESS_ACTIVITY, DeviceSample
+from allsmi.schema import PROCESS_ACTIVITY, DeviceSample, ProcessSample
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,33 @@ DEVICE_COLUMNS: tuple[str, ...] = tuple(
 IDENTITY_FIELDS: tuple[str, ...] = tuple(c for c in DEVICE_COLUMNS if c not in BY_FIELD)
 
 
-#: Per-process activity (``ProcessSample``), declared with their help text: the snapshot JSON,
-#: the snapshot parser and the dashboard's processes panel derive from it.
+#: The device a process row of ``allsmi snapshot --format processes-csv`` belongs to: its
+#: ``id``, ``index`` and ``uuid``, prefixed so they cannot be mistaken for the process's own.
+PROCESS_DEVICE_COLUMNS: tuple[str, ...] = ("device_id", "device_index", "device_uuid")
+
+#: Columns of ``allsmi snapshot --format processes-csv``: :data:`PROCESS_DEVICE_COLUMNS`, then
+#: every :class:`ProcessSample` field in declaration order (per-process activity included), so
+#: a field added to the schema appears without another edit.
+PROCESS_COLUMNS: tuple[str, ...] = PROCESS_DEVICE_COLUMNS + tuple(
+    f.name for f in fields(ProcessSample))
+
+
+#: Per-process activity (``ProcessSample``), declared with their help text (worded, like
+#: :data:`MEASUREMENTS`'s, for the exported ratio) and gauge name: the snapshot JSON, the
+#: snapshot parser, the processes CSV, the dashboard's processes panel and the exporter's
+#: per-process gauges (``allsmi serve --processes``) derive from it.
 PROCESS_MEASUREMENTS: tuple[Measurement, ...] = tuple(
-    Measurement(name, "percent", help_text, metric="", maximum=100.0)
-    for name, help_text in zip(PROCESS_ACTIVITY, (
-        "The process's share of the device's compute engine time (NVIDIA SM, AMD GFX) over the "
-        "last sampling interval, 0 to 100.",
-        "The process's share of the device's memory-controller time, 0 to 100.",
-        "The process's share of the device's video encoder time, 0 to 100.",
-        "The process's share of the device's video decoder time, 0 to 100.")))
+    Measurement(name, "percent", help_text, metric, scale=0.01, maximum=100.0)
+    for name, (metric, help_text) in zip(PROCESS_ACTIVITY, (
+        ("allsmi_process_utilization_ratio",
+         "A process's share of the device's compute engine time (NVIDIA SM, AMD GFX) over the "
+         "last sampling interval, 0 to 1."),
+        ("allsmi_process_memory_utilization_ratio",
+         "A process's share of the device's memory-controller time over the last sampling "
+         "interval, 0 to 1."),
+        ("allsmi_process_encoder_utilization_ratio",
+         "A process's share of the device's video encoder time over the last sampling "
+         "interval, 0 to 1."),
+        ("allsmi_process_decoder_utilization_ratio",
+         "A process's share of the device's video decoder time over the last sampling "
+         "interval, 0 to 1."))))

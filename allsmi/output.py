@@ -14,7 +14,7 @@ import json
 from dataclasses import fields as dc_fields
 from typing import Any
 
-from allsmi.fields import DEVICE_COLUMNS
+from allsmi.fields import DEVICE_COLUMNS, PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
 from allsmi.formatting import csv_cell
 from allsmi.schema import (BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot,
                            Workload)
@@ -104,7 +104,7 @@ def to_json(snapshot: Snapshot, indent: int | None = 2, process_details: bool | 
 
 def to_csv(snapshot: Snapshot) -> str:
     """One row per device, the schema's field names as columns; processes and workloads left
-    out (lists of their own: see the JSON).
+    out (lists of their own: see the JSON, and :func:`to_processes_csv` for processes).
 
     ``labels`` is a JSON object in one cell; text cells are neutralized
     against spreadsheet formula injection.
@@ -120,6 +120,28 @@ def to_csv(snapshot: Snapshot) -> str:
                 value = json.dumps(dict(value), sort_keys=True) if value else ""
             row.append(csv_cell(value))
         writer.writerow(row)
+    return buf.getvalue()
+
+
+def to_processes_csv(snapshot: Snapshot) -> str:
+    """One row per process on every device (``allsmi snapshot --format processes-csv``).
+
+    Columns are :data:`allsmi.fields.PROCESS_COLUMNS`: the device's ``id``, ``index`` and
+    ``uuid`` (as ``device_id``, ``device_index``, ``device_uuid``), then the process's fields
+    (pid, user, command, memory, attribution, per-process activity); unknown values are
+    empty cells. A process on two
+    devices has a row on each. Devices whose process list is unknown, or empty, have no
+    row. Text cells are neutralized against spreadsheet formula injection, and a snapshot
+    received without process details leaves ``user`` and ``command`` empty.
+    """
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(PROCESS_COLUMNS)
+    for dev in snapshot.devices:
+        for proc in dev.processes or ():
+            data: dict[str, Any] = _process(proc, snapshot.process_details)
+            data.update(zip(PROCESS_DEVICE_COLUMNS, (dev.id, dev.index, dev.uuid)))
+            writer.writerow([csv_cell(data[col]) for col in PROCESS_COLUMNS])
     return buf.getvalue()
 
 

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import stat
+from dataclasses import fields as dc_fields
 from pathlib import Path
 
 from allsmi import registry
@@ -211,3 +212,48 @@ def test_backends_version_and_help() -> None:
     assert version.returncode == 0 and "allsmi" in version.stdout
     helptext = run_allsmi("--help")
     assert "Examples" in helptext.stdout and "snapshot" in helptext.stdout
+
+
+def test_processes_csv_has_one_row_per_process_with_activity() -> None:
+    """``--format processes-csv``: one row per process, its device's id/index/uuid first, the
+    process columns (per-process activity included) derived from the schema."""
+    from allsmi.fields import PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
+    from allsmi.schema import PROCESS_ACTIVITY, ProcessSample
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--format", "processes-csv")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert tuple(rows[0].keys()) == PROCESS_COLUMNS
+    assert PROCESS_COLUMNS == PROCESS_DEVICE_COLUMNS + tuple(f.name for f in dc_fields(ProcessSample))
+    assert set(PROCESS_ACTIVITY) <= set(PROCESS_COLUMNS)
+    # The same processes the JSON lists (the simulated node's processes do not change between runs).
+    data = json.loads(run_allsmi("snapshot", "--simulate", "mixed", "--format", "json").stdout)
+    want = {(d["id"], p["pid"]) for d in data["devices"] for p in d["processes"] or ()}
+    got = {(r["device_id"], int(r["pid"])) for r in rows}
+    assert got == want and len(rows) == len(want) and len(want) >= 5
+    by_id = {d["id"]: d for d in data["devices"]}
+    for row in rows:
+        dev = by_id[row["device_id"]]
+        assert row["device_uuid"] == (dev["uuid"] or "")
+        assert row["device_index"] == ("" if dev["index"] is None else str(dev["index"]))
+        assert int(row["memory_bytes"]) > 0
+    active = [float(r["utilization_percent"]) for r in rows if r["utilization_percent"]]
+    assert active and all(0.0 <= v <= 100.0 for v in active)
+    assert len(set(active)) > 1  # processes sharing the node at different activity
+    # A figure the vendor does not give is an empty cell, never 0.
+    assert all(r["encoder_utilization_percent"] == "" for r in rows)
+
+
+def test_processes_csv_neutralizes_formula_cells(tmp_path: Path) -> None:
+    scenario = tmp_path / "evil.toml"
+    scenario.write_text('include = "mixed"\nusers = ["@admin"]\n'
+                        'commands = ["=HYPERLINK(\\"http://127.0.0.1/\\",\\"x\\")", "+1+2 run"]\n')
+    target = tmp_path / "procs.csv"
+    result = run_allsmi("snapshot", "--simulate", str(scenario), "--format", "processes-csv",
+                        "-o", str(target))
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600  # users and command lines: owner-only
+    rows = list(csv.DictReader(io.StringIO(target.read_text())))
+    assert rows and all(r["user"] == "'@admin" for r in rows)
+    commands = {r["command"] for r in rows}
+    assert {"'=HYPERLINK(\"http://127.0.0.1/\",\"x\")", "'+1+2 run"} <= commands
+    assert not any(c[:1] in ("=", "+", "-", "@") for c in commands)

@@ -55,7 +55,7 @@ def test_core_imports_no_ui_or_exporter_library() -> None:
 
 
 def test_snapshot_json_and_csv_paths_import_no_heavy_library(tmp_path: Path) -> None:
-    for fmt in ("json", "csv"):
+    for fmt in ("json", "csv", "processes-csv"):
         code = ("import sys, atexit, json\n"
                 "def report():\n"
                 "    sys.stderr.write('MODULES=' + json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"

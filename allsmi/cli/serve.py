@@ -170,7 +170,8 @@ def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
               help=f"Address to serve on (default {DEFAULT_LISTEN}: loopback only; "
                    f"use :{DEFAULT_PORT} for all interfaces). Config: serve.listen.")
 @click.option("--processes/--no-processes", default=None,
-              help="Export per-process device memory (allsmi_process_memory_bytes) with users "
+              help="Export per-process device memory (allsmi_process_memory_bytes) and activity "
+                   "(allsmi_process_utilization_ratio and the like) with users "
                    "and command lines, also in /api/v1/snapshot (without it: pids and memory only). "
                    "Config: serve.processes.")
 @click.option("--web-config", type=click.Path(dir_okay=False), default=None,

@@ -15,7 +15,8 @@ from allsmi.cli.snapshot_run import (CLOSE_GRACE_SECONDS, FORMATS, OriginalStdou
 
 @click.command()
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
-              help="Output format (default: table on a terminal, json otherwise).")
+              help="Output format (default: table on a terminal, json otherwise); csv has one row "
+                   "per device, processes-csv one row per process (with its device's id and uuid).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write to FILE atomically instead of stdout: owner-only (0600), except "
                    "--format prometheus (0644, for node_exporter's textfile collector).")
@@ -28,5 +29,6 @@ def snapshot(output_format: str | None, output: str | None, **opts: Any) -> None
       allsmi snapshot                                  table on a terminal, JSON in a pipe
       allsmi snapshot --format json | jq '.devices[] | {id, power_watts}'
       allsmi snapshot --simulate mixed --format csv -o devices.csv
+      allsmi snapshot --simulate mixed --format processes-csv -o processes.csv
     """
     run(output_format, output, opts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Mapping
 
-FORMATS = ("json", "csv", "table", "prometheus")
+FORMATS = ("json", "csv", "processes-csv", "table", "prometheus")
 
 #: How long closing waits for each backend (twice: before and after aborting its call).
 CLOSE_GRACE_SECONDS = 1.0
@@ -26,6 +26,9 @@ def render(snapshot: Any, output_format: str) -> str:
     if output_format == "csv":
         from allsmi.output import to_csv
         return to_csv(snapshot)
+    if output_format == "processes-csv":
+        from allsmi.output import to_processes_csv
+        return to_processes_csv(snapshot)
     if output_format == "prometheus":
         from allsmi.exporter.exposition import render_snapshot
         return render_snapshot(snapshot)

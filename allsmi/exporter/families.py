@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from allsmi.exporter.holders import HOLDER_FORGET_AFTER_SECONDS
-from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
+from allsmi.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import billing_shares
 
@@ -201,6 +201,16 @@ PROCESS_MEMORY = Family(
     f"Device memory used by a process, in bytes (command cut to {COMMAND_MAX_CHARS} characters).",
     PROCESS_LABELS, "bytes", source="processes[].memory_bytes",
     condition="only with --processes; processes whose memory is unknown are omitted")
+PROCESS_GAUGES: tuple[tuple[Family, str, float], ...] = tuple(
+    (Family(m.metric, "gauge", m.help + f" Command cut to {COMMAND_MAX_CHARS} characters.",
+            PROCESS_LABELS, _unit_of(m.metric),
+            source=f"processes[].{m.field} ({m.unit}) x {m.scale:g}",
+            condition="only with --processes; one series per device and process while it runs; "
+            "omitted where the vendor does not report it"),
+     m.field, m.scale)
+    for m in PROCESS_MEASUREMENTS)
+"""(family, ProcessSample field, scale) for each per-process activity gauge, from
+:data:`allsmi.fields.PROCESS_MEASUREMENTS`."""
 BACKEND_UP = Family(
     "allsmi_backend_up", "gauge",
     "1 when the backend answered in the last collection cycle, 0 when it failed or timed out.",
@@ -252,7 +262,9 @@ LEDGER_REFUSED = Family(
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
     + tuple(c for c, _ in COUNTERS) + tuple(c for c, _ in HOLDER_COUNTERS)
-    + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, BUDGET_MONTH, WORKLOAD_INFO, PROCESS_MEMORY, BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
+    + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, BUDGET_MONTH, WORKLOAD_INFO, PROCESS_MEMORY)
+    + tuple(g for g, _, _ in PROCESS_GAUGES)
+    + (BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED, LEDGER_REFUSED))
 """Every family the exporter can emit, in exposition order."""
@@ -319,7 +331,7 @@ def build_families(snapshot: Snapshot, *, version: str,
     (default: every backend that is not ``unavailable``). ``declared_groups``
     maps group name to its extra labels, so declared groups are listed even
     when no device uses them; ``group_prices`` their configured prices (for cost
-    recording rules). ``processes`` adds per-process memory.
+    recording rules). ``processes`` adds per-process memory and activity.
     """
     devices = snapshot.devices
     labels = {dev.id: device_labels(dev) for dev in devices}
@@ -394,6 +406,7 @@ def build_families(snapshot: Snapshot, *, version: str,
 
     if processes:
         out.append(_process_family(devices))
+        out.extend(_process_activity_families(devices))
 
     out.extend(_backend_families(snapshot, backend_counters, backends_shown))
 
@@ -458,6 +471,24 @@ def _process_family(devices: Iterable[DeviceSample]) -> GaugeMetricFamily:
             gauge.add_metric([dev.id, str(proc.pid), _text(proc.user),
                               _text(proc.command)[:COMMAND_MAX_CHARS]], float(proc.memory_bytes))
     return gauge
+
+
+def _process_activity_families(devices: Sequence[DeviceSample]) -> Iterator[GaugeMetricFamily]:
+    """One gauge per :data:`PROCESS_GAUGES` entry: a series per device and process whose
+    figure is known (``None`` is left out, never 0), labelled like the process memory."""
+    for family, field, scale in PROCESS_GAUGES:
+        gauge = _gauge(family)
+        seen: set[tuple[str, int]] = set()
+        for dev in devices:
+            for proc in dev.processes or ():
+                value = getattr(proc, field)
+                key = (dev.id, proc.pid)
+                if value is None or key in seen:
+                    continue  # a duplicate series would make the whole exposition invalid
+                seen.add(key)
+                gauge.add_metric([dev.id, str(proc.pid), _text(proc.user),
+                                  _text(proc.command)[:COMMAND_MAX_CHARS]], value * scale)
+        yield gauge
 
 
 def _backend_families(snapshot: Snapshot, backend_counters: Mapping[str, BackendCounter] | None,

@@ -143,10 +143,10 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend):
         if not rows and result.stdout.strip():
             raise BackendError(f"{EXECUTABLE} printed no usable rows: {problems[0] if problems else ''}")
         self._notes.extend(problems[:MAX_LINE_WARNINGS])
-        if self._want_firmware and rows:
-            self._read_firmware()
         self._seed = Frame(rows=tuple(rows), closed_at=self._clock(), complete=True)
         self._remember(self._seed)
+        if self._want_firmware and rows:
+            self._read_firmware()  # also keeps devices -L lists without a -Q row (degraded)
         self._opened = True
         if self.mode == "loop" and rows:
             self._start_loop(frozenset(r.key for r in rows))
@@ -276,6 +276,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend):
             self._notes.append(f"firmware versions unavailable: {EXECUTABLE} -L "
                                f"{describe_exit(result.returncode)} and printed no device blocks"
                                + (f": {said}" if said else ""))
+        self._remember_listed(listed)
         for dev in listed:
             if dev.firmware_spi:
                 self._firmware[f"bus:{dev.bus_id.lower()}"] = dev.firmware_spi

@@ -17,6 +17,7 @@ from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:  # the CSV module is imported by the backend's open(), not with its class
     from allsmi.backends.gaudi.csv_output import Frame, Row
+    from allsmi.backends.gaudi.text_output import ListedDevice
 
 EXECUTABLE = "hl-smi"
 #: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
@@ -34,6 +35,28 @@ class Identity:
     bus_id: str | None
     name: str | None
     driver_version: str | None
+
+
+#: Key prefix of a device known only from ``hl-smi -L`` (row keys are ``index:``, ``bus_id:``...).
+LISTED_KEY = "listed:"
+
+
+def _bus(bus_id: str | None) -> str | None:
+    """A PCI address compared without case or the default ``0000:`` domain."""
+    if not bus_id:
+        return None
+    bus = bus_id.strip().lower()
+    return bus if bus.count(":") == 2 else f"0000:{bus}"
+
+
+def _same_device(ident: Identity, index: int | None, uuid: str | None, bus_id: str | None) -> bool:
+    """Whether ``ident`` and a listed device or row are one device: same uuid, else same bus
+    id, else same index (hl-smi numbers devices the same way in ``-L`` and ``-Q``)."""
+    if ident.uuid and uuid:
+        return ident.uuid == uuid
+    if ident.bus_id and bus_id:
+        return _bus(ident.bus_id) == _bus(bus_id)
+    return ident.index is not None and ident.index == index
 
 
 def _text(row: Row, name: str) -> str | None:
@@ -62,16 +85,36 @@ class SampleBuilder:
             self.warnings.append(f"... and {len(problems) - MAX_LINE_WARNINGS} more bad lines")
 
     def _remember(self, frame: Frame) -> None:
-        """Add devices seen for the first time; a known device keeps its id."""
+        """Add devices seen for the first time; a known device keeps its id.
+
+        A row for a device known only from ``hl-smi -L`` (:meth:`_remember_listed`) takes
+        that placeholder's place: same device, now with the row's identity.
+        """
         for row in frame.rows:
             if row.key in self._known:
                 continue
             index = units.to_int(row.get("index"))
             uuid, bus_id = _text(row, "uuid"), _text(row, "bus_id")
+            for key, listed in list(self._known.items()):
+                if key.startswith(LISTED_KEY) and _same_device(listed, index, uuid, bus_id):
+                    del self._known[key]
             device_id = uuid or (f"gaudi:{bus_id}" if bus_id else f"gaudi:index{index}")
             self._known[row.key] = Identity(
                 key=row.key, id=device_id, index=index, uuid=uuid, bus_id=bus_id,
                 name=_text(row, "name"), driver_version=_text(row, "driver_version"))
+
+    def _remember_listed(self, listed: Sequence[ListedDevice]) -> None:
+        """Keep devices that ``hl-smi -L`` lists but no ``-Q`` row matches (by index, uuid or
+        bus id): they are reported ``degraded`` without values (a device the driver knows
+        but cannot read), never dropped, until a row for them arrives."""
+        for dev in listed:
+            if any(_same_device(ident, dev.index, dev.uuid, dev.bus_id)
+                   for ident in self._known.values()):
+                continue
+            device_id = dev.uuid or f"gaudi:{dev.bus_id}"
+            key = f"{LISTED_KEY}{dev.index}:{dev.bus_id}"
+            self._known[key] = Identity(key=key, id=device_id, index=dev.index, uuid=dev.uuid,
+                                        bus_id=dev.bus_id, name=None, driver_version=None)
 
     def _firmware_for(self, ident: Identity) -> str | None:
         if ident.uuid and f"uuid:{ident.uuid}" in self._firmware:
@@ -88,7 +131,10 @@ class SampleBuilder:
         for ident in ordered:
             row = None if stale_for is not None else rows.get(ident.key)
             if row is None:
-                if stale_for is None:
+                if stale_for is None and ident.key.startswith(LISTED_KEY):
+                    self.warnings.append(f"{ident.id}: listed by {EXECUTABLE} -L but has no -Q "
+                                         "reading row; reported degraded without values")
+                elif stale_for is None:
                     self.warnings.append(f"{ident.id}: no row in the last {EXECUTABLE} output; "
                                          "reported degraded without values")
                 devices.append(self._identity_sample(ident, health="degraded"))

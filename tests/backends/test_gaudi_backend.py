@@ -190,19 +190,44 @@ def test_garbage_rows_are_skipped_with_warnings_others_kept(standin, backends) -
     standin("gaudi3-8x-garbage-mixed")
     backend = _open(backends, mode="oneshot")
     devices = backend.sample()
-    assert [d.index for d in devices] == [0, 1, 2, 4, 5, 6, 7]
-    assert devices[4].index == 5 and devices[4].power_watts is None
-    assert devices[4].utilization_percent == 88.0
-    assert devices[3].power_watts == 224.0
+    assert [d.index for d in devices] == [0, 1, 2, 3, 4, 5, 6, 7]
+    # Device 3's row is unusable but hl-smi -L lists it: degraded, identity kept, no values.
+    assert devices[3].health == "degraded" and devices[3].uuid == "01P4-HL3090A0-18-U4V193-22-07-03"
+    assert devices[3].bus_id == "0000:44:00.0" and devices[3].power_watts is None
+    assert devices[3].firmware_version is not None  # from -L
+    assert all(d.health == "ok" for d in devices if d.index != 3)
+    assert devices[5].index == 5 and devices[5].power_watts is None
+    assert devices[5].utilization_percent == 88.0
+    assert devices[4].power_watts == 224.0
     text = "\n".join(backend.warnings)
     assert "hl-smi: warning" in text and "7 cells where 17" in text
     assert "unreadable power.draw value 'ERR!'" in text
+    assert "listed by hl-smi -L but has no -Q reading row" in text
+
+
+def test_listed_device_without_row_takes_its_row_when_one_arrives(standin, backends, tmp_path) -> None:
+    """A device -L lists without a -Q row is degraded; once its row comes it is ok, one device."""
+    rows = (GAUDI / "gaudi3-8x-1.22.csv").read_text().splitlines()
+    seven = tmp_path / "seven.csv"
+    seven.write_text("\n".join(r for r in rows if not r.startswith("6, ")) + "\n")
+    standin("gaudi3-8x-1.22", fixture_file=str(seven))
+    backend = _open(backends, mode="oneshot")
+    first = {d.index: d for d in backend.sample()}
+    assert len(first) == 8 and first[6].health == "degraded" and first[6].memory_used_bytes is None
+    seven.write_text("\n".join(rows) + "\n")  # hl-smi reads the device again
+    second = backend.sample()
+    assert [d.index for d in second] == list(range(8))
+    assert len({d.id for d in second}) == 8 and all(d.health == "ok" for d in second)
+    assert second[6].memory_used_bytes is not None
 
 
 def test_truncated_output_keeps_the_whole_rows(standin, backends) -> None:
     standin("gaudi3-8x-truncated", raw=True)
     backend = _open(backends, mode="oneshot")
-    assert len(backend.sample()) == 7
+    devices = backend.sample()
+    # Seven whole rows; device 7's row is cut off, and -L lists it: degraded, never dropped.
+    assert [d.health for d in devices] == ["ok"] * 7 + ["degraded"]
+    assert devices[7].index == 7 and devices[7].utilization_percent is None
 
 
 def test_nonzero_exit_is_a_backend_error(standin, backends) -> None:

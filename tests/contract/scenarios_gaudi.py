@@ -103,7 +103,20 @@ def _sixty_four(env: ScenarioEnv) -> GaudiBackend:
     return GaudiBackend(timeout_seconds=5.0, options={"interval_seconds": 0.2, "firmware": False})
 
 
+def _listed_without_row(mode: str):
+    """``hl-smi -L`` lists eight devices, ``-Q`` prints rows for seven (accel3's is missing):
+    the eighth is reported, degraded and without values, never dropped or ``ok``."""
+    def build(env: ScenarioEnv) -> GaudiBackend:
+        rows = (GAUDI / "gaudi3-8x-1.22.csv").read_text().splitlines()
+        csv = env.tmp_path / "gaudi3-7-of-8.csv"
+        csv.write_text("\n".join(r for r in rows if not r.startswith("3, ")) + "\n")
+        use_standin(env, "gaudi3-8x-1.22", fixture_file=str(csv))
+        return GaudiBackend(timeout_seconds=5.0, options={"interval_seconds": 0.2, "mode": mode})
+    return build
+
+
 G3_0 = "01P4-HL3090A0-18-U4V193-22-07-00"
+G3_3 = "01P4-HL3090A0-18-U4V193-22-07-03"
 
 SCENARIOS: list[Scenario] = [
     Scenario("hl-smi-absent", _absent, expected_devices=None),
@@ -128,8 +141,15 @@ SCENARIOS: list[Scenario] = [
              expected=dict([expect("01P4-HL3090A0-18-U4V193-22-00063", index=63, power_watts=226.0,
                                    memory_used_bytes=672 * 1024**2)])),
     Scenario("gaudi2-4x-na-cells", _loop("gaudi2-4x-na-cells", None), expected_devices=4),
+    Scenario("gaudi3-listed-without-row-loop", _listed_without_row("loop"), expected_devices=8,
+             unread=(G3_3,),
+             expected=dict([expect(G3_3, index=3, bus_id="0000:44:00.0", health="degraded",
+                                   power_watts=None, temperature_celsius=None)])),
+    Scenario("gaudi3-listed-without-row-oneshot", _listed_without_row("oneshot"), expected_devices=8,
+             unread=(G3_3,)),
+    # Device 3's row is cut short (unusable) but -L lists it: reported degraded, not dropped.
     Scenario("gaudi3-garbage-mixed", _loop("gaudi3-8x-garbage-mixed", "hl-smi-L-gaudi3.txt",
-                                           mode="oneshot"), expected_devices=7),
+                                           mode="oneshot"), expected_devices=8, unread=(G3_3,)),
 ]
 
 

@@ -126,6 +126,30 @@ def test_processes_only_when_asked_and_bounded() -> None:
     assert rows["2"]["user"] == "" and rows["1"]["uuid"] == "GPU-a"
 
 
+
+def test_process_activity_gauges_only_with_processes_unknown_left_out() -> None:
+    """Per-process activity as ratios (0 to 1), one family per PROCESS_MEASUREMENTS entry,
+    labelled like the process memory; a figure the vendor does not give has no series."""
+    from allsmi.exporter.families import PROCESS_GAUGES
+    from allsmi.fields import PROCESS_MEASUREMENTS
+    assert [f.name for f, _, _ in PROCESS_GAUGES] == [m.metric for m in PROCESS_MEASUREMENTS]
+    assert PROCESS_GAUGES[0][0].name == "allsmi_process_utilization_ratio"
+    dev = device(processes=(
+        ProcessSample(1, "alice", "train", 100, utilization_percent=75.0, decoder_utilization_percent=12.5),
+        ProcessSample(2, "bob", "serve", 200, utilization_percent=25.0),
+        ProcessSample(3, "carol", "idle", 300)))
+    assert "allsmi_process_utilization_ratio" not in render_snapshot(snapshot([dev]))
+    text = render_snapshot(snapshot([dev]), processes=True)
+    util = {s["pid"]: s for s in labelsets(text, "allsmi_process_utilization_ratio")}
+    assert set(util) == {"1", "2"} and util["1"]["user"] == "alice" and util["1"]["uuid"] == "GPU-a"
+    got = {dict(labels)["pid"]: v for (name, labels), v in series(text).items()
+           if name == "allsmi_process_utilization_ratio"}
+    assert got == {"1": 0.75, "2": 0.25}
+    assert [s["pid"] for s in labelsets(text, "allsmi_process_decoder_utilization_ratio")] == ["1"]
+    assert labelsets(text, "allsmi_process_encoder_utilization_ratio") == []
+    assert no_nan(text)
+
+
 def test_label_values_are_escaped() -> None:
     # Newlines never reach a label: the schema turns control characters into
     # spaces (allsmi.text); quotes and backslashes are escaped by the exposition.

@@ -34,6 +34,14 @@ def test_metrics_text_format(mixed: Serve) -> None:
     assert set(values(text, "allsmi_backend_up").values()) == {1.0}
     assert len(values(text, "allsmi_device_power_watts")) == 34  # never on MIG instances
     assert values(text, "allsmi_process_memory_bytes")
+    # Per-process activity (--processes): ratios for processes whose memory series exist too.
+    activity = {(lab["uuid"], lab["pid"]): v for lab, v in
+                ((dict(labels), v) for (name, labels), v in series(text).items()
+                 if name == "allsmi_process_utilization_ratio")}
+    memory = {(dict(labels)["uuid"], dict(labels)["pid"]) for (name, labels) in series(text)
+              if name == "allsmi_process_memory_bytes"}
+    assert activity and set(activity) <= memory
+    assert all(0.0 <= v <= 1.0 for v in activity.values()) and len(set(activity.values())) > 1
 
 
 def test_metrics_openmetrics_when_asked(mixed: Serve) -> None:
