@@ -28,6 +28,7 @@ from textual.widgets import ContentSwitcher, DataTable, Input, Static
 from allsmi.config import Config
 from allsmi.formatting import NA
 
+from .columns import content_widths
 from .device_table import DeviceTable, RowContext, columns_for, parent_names
 from .actions import BINDINGS, KeyActions
 from .hosts import HOST_COLUMNS, host_detail, host_rows, problem_width
@@ -47,6 +48,9 @@ VIEWS = ("devices", "groups", "idle", "cluster")
 #: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
 #: device table keeps rows to show.
 PANEL_MIN_HEIGHT = 20
+#: Below this many lines the footer and the summary's second line are dropped too (class
+#: ``-tiny``), so that a 5-line terminal still shows device rows.
+TINY_HEIGHT = 10
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 
 
@@ -99,6 +103,9 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         self._palette = Palette()
         self._compact = True
         self._spark_width = 0
+        self._wants_key: tuple[Any, ...] | None = None
+        self._wants: dict[str, int] = {}
+        self._layout_width = 0
         self._refresh_started = 0.0
         self._refresh_cancel = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,6 +191,7 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     def on_resize(self, event: events.Resize) -> None:
         # The event carries the new size; ``self.size`` may still be the old one here.
         self.set_class(event.size.height >= 40, "-tall")
+        self.set_class(event.size.height < TINY_HEIGHT, "-tiny")
         self._fit_panel(event.size.height)
         if self._configure_columns(event.size.width):
             self.refresh_view()
@@ -199,10 +207,19 @@ class DashboardApp(KeyActions, IdleView, App[None]):
             self._show_selected()  # not drawn while hidden
 
     def _configure_columns(self, width: int | None = None) -> bool:
-        width = self.size.width if width is None else width
-        columns, compact, spark = columns_for(width - 2, self.source.cluster)
+        # The width of the last resize: ``self.size`` may still be the old one during it.
+        width = self._layout_width = width or self._layout_width or self.size.width
+        columns, compact, spark = columns_for(width - 2, self.source.cluster, self._content_widths())
         self._compact, self._spark_width = compact, spark
         return self.device_table.configure(columns)
+
+    def _content_widths(self) -> dict[str, int]:
+        """How wide the longest model, vendor and host names are (measured once per new data)."""
+        key = tuple((h.key, id(h.snapshot), h.name) for h in self.hosts)
+        if key != self._wants_key:
+            names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+            self._wants_key, self._wants = key, content_widths(self.all_refs(), names)
+        return self._wants
 
     # -- typed accessors -------------------------------------------------------------------
     @property
@@ -303,6 +320,8 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         if self._fleet_totals_only():
             self._total = sum_totals("all", [h.summary for h in self.hosts if h.summary is not None])
         self.shown = order_devices(apply_filter(refs, self.filter), self.sort_key, self.descending)
+        if self.view == "devices":
+            self._configure_columns()  # new names may want a wider model column
         ctx = self._row_context(refs)
         if self.view == "devices":
             self.device_table.show(self.shown, ctx, self.selected)

@@ -7,9 +7,10 @@ shows) and redraws a cell only when its key changed; the table widget
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent
@@ -95,19 +96,24 @@ def _index_render(key: Any, ctx: RowContext) -> Text:
 
 
 def _model_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
+    return model_name(ref, ctx.parent_names, ctx.compact)
+
+
+def model_name(ref: DeviceRef, parents: Mapping[tuple[str, str], str], compact: bool) -> str:
+    """What the model column shows for ``ref`` (the whole text, before any cut)."""
     dev = ref.device
     name = dev.name or NA
     if dev.parent is not None:
         # A partition's row shows what tells it apart (its profile, "MIG 3g.40gb") first, at
         # any width: the parent's model is on the row above. Compared on the full names, before
         # the vendor is dropped from either.
-        parent = ctx.parent_names.get((ref.host, dev.parent))
+        parent = parents.get((ref.host, dev.parent))
         if parent and name.startswith(parent + " "):
             name = name[len(parent) + 1:]
-        elif ctx.compact and name.lower().startswith(dev.vendor.lower() + " "):
+        elif compact and name.lower().startswith(dev.vendor.lower() + " "):
             name = name[len(dev.vendor) + 1:]
         return "└ " + name
-    if ctx.compact and name.lower().startswith(dev.vendor.lower() + " "):
+    if compact and name.lower().startswith(dev.vendor.lower() + " "):
         name = name[len(dev.vendor) + 1:]  # the vendor column already says it; narrow cells
     return name
 
@@ -224,9 +230,56 @@ def _attr(name: str) -> KeyFn:
     return lambda ref, ctx: getattr(ref.device, name)
 
 
-def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
-    """The columns that fit a table ``width`` cells wide: (columns, compact, spark width)."""
+#: The widest a column grows to show its longest text (model names, host names).
+MAX_GROWN_WIDTH = 64
+#: The narrowest model column (tiny terminals), and the longest history sparkline.
+MODEL_MIN_WIDTH, HISTORY_MAX_WIDTH = 8, 400
+#: Below the compact layout's width, columns are kept in this order while they fit.
+NARROW_PRIORITY = ("idx", "model", "host", "util", "health", "memory", "temp", "power", "vendor")
+
+
+def content_widths(refs: Sequence[DeviceRef], host_names: Mapping[str, str]) -> dict[str, int]:
+    """The cells the longest text of each growable column needs: ``model`` (wide layout),
+    ``model_compact`` (vendor left out), ``vendor`` and ``host`` (capped at
+    :data:`MAX_GROWN_WIDTH`)."""
+    parents = parent_names(refs)
+    widths = {"model": 0, "model_compact": 0, "vendor": 0, "host": 0}
+    for ref in refs:
+        for key, text in (("model", model_name(ref, parents, False)),
+                          ("model_compact", model_name(ref, parents, True)),
+                          ("vendor", ref.device.vendor), ("host", host_names.get(ref.host, ref.host))):
+            widths[key] = max(widths[key], cell_len(text))
+    return {key: min(MAX_GROWN_WIDTH, value) for key, value in widths.items()}
+
+
+def _grow(columns: list[Column], room: int, wants: Mapping[str, int], order: Sequence[str]) -> int:
+    """Widen the columns named in ``order``, first first, up to what their text wants; the room left."""
+    for cid in order:
+        for i, column in enumerate(columns):
+            if column.id == cid:
+                extra = min(room, max(0, wants.get(cid, 0) - column.width))
+                if extra > 0:
+                    columns[i] = replace(column, width=column.width + extra)
+                    room -= extra
+    return room
+
+
+def _history(spark: int) -> Column:
+    return Column("history", "util history", spark, _history_key, _history_render)
+
+
+def columns_for(width: int, cluster: bool,
+                wants: Mapping[str, int] | None = None) -> tuple[list[Column], bool, int]:
+    """The columns that fit a table ``width`` cells wide: (columns, compact, spark width).
+
+    ``wants`` (:func:`content_widths`) says how wide the cut columns' texts are: room
+    left over widens the model column first, then host and vendor, then adds columns
+    (group, procs, the history sparkline). Narrower than the compact layout, columns
+    are dropped in :data:`NARROW_PRIORITY` order so that no row scrolls sideways.
+    """
+    wants = dict(wants or {})
     host = Column("host", "host", 16, lambda r, c: c.host_names.get(r.host, r.host), _plain)
+    procs = Column("procs", "procs", 5, _procs_key, _right)
     full = [
         Column("idx", "#", INDEX_WIDTH, _index_key, _index_render, sort="index"),
         Column("vendor", "vendor", 11, _attr("vendor"), _plain),
@@ -236,20 +289,20 @@ def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
         Column("temp", "temp", 5, _temp_key, _temp_render, sort="temperature"),
         Column("power", "power / limit", 17, _power_key, _power_render, sort="power"),
         Column("health", "health", 8, _health_key, _health_render),
-        Column("procs", "procs", 5, _procs_key, _right),
+        procs,
     ]
     needed = sum(c.width + 2 for c in full) + 2 + (18 if cluster else 0)
     if width >= needed:
         columns = full[:1] + ([host] if cluster else []) + full[1:]
-        room = width - needed
+        room = _grow(columns, width - needed, wants, ("model", "host", "vendor"))
         if room >= 14:
             columns.insert(4 if cluster else 3,
                            Column("group", "group", 12, _attr("resource_group"), _plain))
             room -= 14
         spark = 0
         if room >= 12:
-            spark = min(60, room - 2)
-            columns.append(Column("history", "util history", spark, _history_key, _history_render))
+            spark = min(HISTORY_MAX_WIDTH, room - 2)
+            columns.append(_history(spark))
         return columns, False, spark
     compact = [
         Column("idx", "#", INDEX_WIDTH_COMPACT, _index_key, _index_render, sort="index"),
@@ -265,7 +318,36 @@ def columns_for(width: int, cluster: bool) -> tuple[list[Column], bool, int]:
         # 13 cells: a partition's "└ MIG 3g.40gb" whole (its profile is what tells it apart).
         compact[1] = Column("host", "host", 9, lambda r, c: c.host_names.get(r.host, r.host), _plain)
         compact[2] = Column("model", "model", 13, _model_key, _plain)
-    return compact, True, 0
+    wants["model"] = wants.get("model_compact", 0)
+    room = width - sum(c.width + 2 for c in compact)
+    if room < 0:
+        return _narrowest(compact, width, wants), True, 0
+    room = _grow(compact, room, wants, ("model", "host", "vendor"))
+    if room >= procs.width + 2:
+        compact.append(procs)
+        room -= procs.width + 2
+    spark = 0
+    if room >= 12:
+        spark = min(HISTORY_MAX_WIDTH, room - 2)
+        compact.append(_history(spark))
+    return compact, True, spark
+
+
+def _narrowest(compact: list[Column], width: int, wants: Mapping[str, int]) -> list[Column]:
+    """The compact columns that fit ``width``, kept in :data:`NARROW_PRIORITY` order. The
+    model column is as wide as its longest name (at most its compact width) or what is left
+    after ``#``, but never under :data:`MODEL_MIN_WIDTH`; every row has these two."""
+    widths: dict[str, int] = {}
+    used = 0
+    for column in sorted(compact, key=lambda c: NARROW_PRIORITY.index(c.id)):
+        cells = column.width
+        if column.id == "model":
+            cells = min(cells, wants.get("model") or cells)
+            cells = max(MODEL_MIN_WIDTH, min(cells, width - used - 2))
+        if used + cells + 2 <= width or column.id in ("idx", "model"):
+            widths[column.id] = cells
+            used += cells + 2
+    return [replace(c, width=widths[c.id]) for c in compact if c.id in widths]
 
 
 def parent_names(refs: Sequence[DeviceRef]) -> dict[tuple[str, str], str]:
