@@ -2,7 +2,8 @@
 
 Static facts (name, uuid, bus id, index, driver and VBIOS version, ECC mode, the MIG layout) are
 read once in :meth:`NvidiaBackend.open`. Each :meth:`NvidiaBackend.sample` then makes at most ten
-library calls per GPU on the default path, and the GPUs are read concurrently on a small thread
+library calls per GPU on the default path (eleven when the GPU lists processes: their activity,
+``backends/nvidia/procutil.py``), and the GPUs are read concurrently on a small thread
 pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
 
 ==  ============================================  =================================
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
 
     from allsmi.backends.nvidia.devices import (
         CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
         NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
@@ -65,12 +66,12 @@ DEFAULT_WORKERS = 8
 def _import_reading() -> None:
     """Bind the device model's and the reads' names here, once NVML has loaded."""
     global CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
-    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES
+    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM
     global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number, read_processes, DriverReads
     global open_gpu, ProcessUtilizationReader
     from allsmi.backends.nvidia.devices import (
         CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, NVML_PCIE_UTIL_RX_BYTES, NVML_PCIE_UTIL_TX_BYTES,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
         NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number)
     from allsmi.backends.nvidia.processes import read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
@@ -347,12 +348,7 @@ class NvidiaBackend(Backend):
                 name for bit, name in CLOCK_EVENT_REASONS if reasons & bit)
 
         if self.options.get("pcie_throughput", False):
-            for key, counter in (("pcie_tx", NVML_PCIE_UTIL_TX_BYTES),
-                                 ("pcie_rx", NVML_PCIE_UTIL_RX_BYTES)):
-                value = number(r.call(skip, key, pynvml.nvmlDeviceGetPcieThroughput,
-                                       handle, counter))
-                if value is not None:
-                    details[f"{key}_kilobytes_per_second"] = value
+            details.update(self._reads().pcie_throughput(r, skip, handle))
 
         if self.options.get("processes", True) and self._process_reader is not None:
             own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,

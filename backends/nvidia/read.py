@@ -17,6 +17,8 @@ from allsmi.backends.nvidia.nvml import error_code
 from allsmi.backends.nvidia.devices import (
     FI_POWER_AVERAGE,
     FI_POWER_INSTANT,
+    NVML_PCIE_UTIL_RX_BYTES,
+    NVML_PCIE_UTIL_TX_BYTES,
     NVML_TEMPERATURE_GPU,
     DeviceFault,
     Gpu,
@@ -106,6 +108,16 @@ class DriverReads:
         value = r.call(skip, "clock_event_reasons",
                        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
         return int(value) if value is not None else None
+
+    def pcie_throughput(self, r: Reader, skip: set[str], handle: Any) -> dict[str, float]:
+        """PCIe TX and RX (KB/s over NVML's 20 ms window; the ``pcie_throughput`` option)."""
+        out: dict[str, float] = {}
+        for key, counter in (("pcie_tx", NVML_PCIE_UTIL_TX_BYTES),
+                             ("pcie_rx", NVML_PCIE_UTIL_RX_BYTES)):
+            value = number(r.call(skip, key, self.pynvml.nvmlDeviceGetPcieThroughput, handle, counter))
+            if value is not None:
+                out[f"{key}_kilobytes_per_second"] = value
+        return out
 
     def field_values(self, r: Reader, gpu: Gpu) -> dict[int, int | float]:
         """The batched fields that answered; unsupported ones leave ``gpu.fields`` for good."""
