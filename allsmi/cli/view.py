@@ -91,12 +91,19 @@ def _print_table_instead(s: Settings) -> None:
     click.echo(render(snap, "table"), nl=False)
 
 
+#: Snapshots the local collector keeps for the dashboard (read once, when the app starts).
+DASHBOARD_COLLECTOR_HISTORY = 2
+
+
 def run_local(s: Settings, options: Any) -> None:
     """The dashboard over this node's collector, sampling in its own thread."""
     from allsmi.dashboard.app import DashboardApp
     from allsmi.dashboard.sources import NodeSource
 
-    collector = build_collector(s)
+    # The app keeps its own packed history (sparklines, idle time) and reads the collector's
+    # only once, at start: a long collector history (``collector.history_size``, for
+    # embedders) would hold hundreds of whole snapshots for nothing (10 KiB each with 8 GPUs).
+    collector = build_collector(s, history_size=DASHBOARD_COLLECTOR_HISTORY)
     collector.host.prime()
     collector.start()
     try:

@@ -3,9 +3,10 @@
 The app is built from explicit inputs (a :class:`~allsmi.dashboard.sources.Source`,
 the configuration, options and a monotonic clock), so tests drive it with
 fixed snapshots and a frozen clock. It never calls hardware: the local
-collector samples in its own thread and the app reads its latest snapshot
-on a timer; network sources fetch in a thread worker, one round at a time,
-the next round armed only when the previous one finished.
+collector samples in its own thread and tells the app of each new snapshot;
+network sources fetch in a daemon thread, one round at a time (data in:
+:mod:`allsmi.dashboard.feed`; drawing: :mod:`allsmi.dashboard.drawing`; keys:
+:mod:`allsmi.dashboard.actions`).
 """
 
 from __future__ import annotations
@@ -15,34 +16,30 @@ import contextvars
 import gc
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from rich.console import Group as RichGroup
-from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
-from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input, Static
 
 from allsmi.config import Config
 from allsmi.formatting import NA
 
-from .columns import content_widths
-from .device_table import DeviceTable, RowContext, columns_for, parent_names
 from .actions import BINDINGS, KeyActions
-from .hosts import HOST_COLUMNS, host_detail, host_rows, problem_width
+from .columns import content_widths
+from .device_table import DeviceTable, columns_for
+from .drawing import ViewDrawing
+from .feed import DataFeed
+from .hosts import HOST_COLUMNS
 from .idle import IdleMeter, IdleRow
 from .idleview import IDLE_COLUMNS, IdleView
-from .model import (DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention,
-                    apply_filter, order_devices, refs_of)
+from .model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention
 from .options import DashboardOptions
-from .panels import (MAX_PROCESS_ROWS, TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar,
-                     totals_cells)
-from .render import Palette, safe, safe_text
+from .panels import TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar
+from .render import Palette
 from .sources import HostState, Source
-from .summary import summary_lines
-from .totals import Totals, order_totals, sum_totals, totals_by
+from .totals import Totals
 
 VIEWS = ("devices", "groups", "idle", "cluster")
 #: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
@@ -54,7 +51,7 @@ TINY_HEIGHT = 10
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 
 
-class DashboardApp(KeyActions, IdleView, App[None]):
+class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
     """``allsmi``'s live terminal UI."""
 
     CSS_PATH = "allsmi.tcss"
@@ -160,33 +157,14 @@ class DashboardApp(KeyActions, IdleView, App[None]):
         self._configure_columns()
         self._fit_panel(self.size.height)
         self._focus_view()
-        self.poll()
-        self.set_interval(self.poll_seconds, self.poll)
-        if getattr(self.source, "fetches", True):
-            self._start_refresh()
+        self._start_feed()
         # Everything built so far (modules, widgets, styles) lives as long as the app: keep it
         # out of the collector's full passes, which otherwise stall keys for tens of ms.
         gc.freeze()
 
     def on_unmount(self) -> None:
         self._refresh_cancel.set()
-
-    def quit_soon(self, signum: int) -> None:
-        """End the app like `q`; safe from a signal handler and from any thread (the CLI's
-        :class:`~allsmi.dashboard.terminal.TerminalGuard` calls it on SIGHUP and SIGTERM)."""
-        self._refresh_cancel.set()
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(self._quit_on_signal, signum, context=self._app_context)
-        except RuntimeError:  # the loop closed meanwhile: the app has ended
-            pass
-
-    def _quit_on_signal(self, signum: int) -> None:
-        self.quit_signal = signum
-        self._refresh_cancel.set()
-        self.exit()
+        self._arm_watchdog(0.0)  # cancels it (nothing is armed once cancelled)
 
     def on_resize(self, event: events.Resize) -> None:
         # The event carries the new size; ``self.size`` may still be the old one here.
@@ -231,199 +209,6 @@ class DashboardApp(KeyActions, IdleView, App[None]):
     def process_table(self) -> ProcessTable:
         """The processes panel."""
         return self.query_one("#processes", ProcessTable)
-
-    # -- data in ---------------------------------------------------------------------------
-    def poll(self) -> None:
-        """Read the source (cheap, non-blocking) and redraw what changed."""
-        if self._closing or self._closed or not self.screen_stack:
-            return  # a timer that fires while the app shuts down: its widgets are going away
-        hosts = list(self.source.hosts())
-        signature = tuple((h.key, id(h.snapshot), h.error, h.retry_at) for h in hosts)
-        if signature != self._signature and not self.paused:
-            self._signature = signature
-            self.hosts = hosts
-            for host in hosts:
-                if host.snapshot is not None:
-                    self.history.add(host.key, host.snapshot)
-                    self.energy.add(host.key, host.snapshot)
-                    self.idle.add(host.key, host.snapshot)
-            self._forget_gone(hosts)
-            self.refresh_view()
-        self._update_summary()
-
-    def _forget_gone(self, hosts: Sequence[HostState]) -> None:
-        """Drop what is kept for devices and hosts no longer reported, after the grace
-        (:data:`~allsmi.dashboard.model.GONE_GRACE_SECONDS`), so memory follows what is shown."""
-        now = self.clock()
-        gone = self._device_retention.update(
-            (ref.key for h in hosts for ref in refs_of(h.key, h.snapshot)), now)
-        if gone:
-            self.history.drop(gone)
-            self.energy.drop(gone)
-        left = self._host_retention.update((h.key for h in hosts), now)
-        if left:
-            self.history.forget_hosts(left)
-            self.energy.forget_hosts(left)
-            self.idle.drop_hosts(left)
-
-    def _start_refresh(self) -> None:
-        if self._refresh_cancel.is_set():
-            return
-        self._refresh_started = time.monotonic()
-        # A daemon thread, not a Textual thread worker: those run on the event loop's executor,
-        # whose threads are joined when the loop closes, so a slow fetch would keep the process
-        # alive after the screen was restored.
-        threading.Thread(target=self._refresh_in_thread, daemon=True, name="allsmi-refresh").start()
-
-    def _refresh_in_thread(self) -> None:
-        error = None
-        try:
-            self.source.refresh(self._refresh_cancel.is_set)
-        except Exception as exc:  # shown on the summary line; the next round tries again
-            error = f"refresh failed: {type(exc).__name__}: {exc}"
-        if self._refresh_cancel.is_set() or self._loop is None:
-            return
-        try:
-            self._loop.call_soon_threadsafe(self._refresh_done, error, context=self._app_context)
-        except RuntimeError:  # the loop is closed: the app has ended
-            pass
-
-    def _refresh_done(self, error: str | None) -> None:
-        if self._refresh_cancel.is_set() or not self.is_running:
-            return
-        self.refresh_error = error
-        self.poll()
-        # Arm the next round only now, so rounds never overlap however slow one was.
-        elapsed = time.monotonic() - self._refresh_started
-        self.set_timer(max(0.05, self.source.interval - elapsed), self._start_refresh)
-
-    # -- drawing --------------------------------------------------------------------------
-    def _row_context(self, refs: Sequence[DeviceRef]) -> RowContext:
-        stale = frozenset(h.key for h in self.hosts if h.error is not None)
-        names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
-        return RowContext(palette=self._palette, history=self.history, energy=self.energy,
-                          stale_hosts=stale, host_names=names, parent_names=parent_names(refs),
-                          compact=self._compact, gauge_width=4 if self._compact else 9,
-                          spark_width=self._spark_width,
-                          idle_threshold=self.options.idle_threshold_percent)
-
-    def all_refs(self) -> list[DeviceRef]:
-        """Every device of every host, in host then snapshot order."""
-        return [ref for host in self.hosts for ref in refs_of(host.key, host.snapshot)]
-
-    def refresh_view(self) -> None:
-        """Redraw the current view from the data in hand."""
-        self.renders += 1
-        refs = self.all_refs()
-        totals = totals_by(refs, lambda r: "all", self.energy)
-        self._total = totals[0] if totals else Totals("all")
-        if self._fleet_totals_only():
-            self._total = sum_totals("all", [h.summary for h in self.hosts if h.summary is not None])
-        self.shown = order_devices(apply_filter(refs, self.filter), self.sort_key, self.descending)
-        if self.view == "devices":
-            self._configure_columns()  # new names may want a wider model column
-        ctx = self._row_context(refs)
-        if self.view == "devices":
-            self.device_table.show(self.shown, ctx, self.selected)
-            if self.selected not in {r.key for r in self.shown}:
-                self.selected = self.shown[0].key if self.shown else None
-            self._show_selected(ctx)
-        elif self.view == "groups":
-            self._show_totals("#group-table", "#vendor-table", self.shown)
-        elif self.view == "idle":
-            self._show_idle()
-        else:
-            self._show_hosts()
-            self._show_totals("#cluster-group-table", "#cluster-vendor-table", self.shown)
-        self._update_summary()
-
-    def _show_selected(self, ctx: RowContext | None = None) -> None:
-        if self.query_one("#bottom").has_class("-hidden"):
-            return  # a hidden panel costs nothing; _fit_panel draws it when it comes back
-        ctx = ctx or self._row_context(self.all_refs())
-        by_key = {r.key: r for r in self.shown}
-        ref = by_key.get(self.selected or "")
-        self.query_one("#details", DetailPanel).show(ref, ctx, self.energy.joules(ref.key) if ref else None)
-        if self.process_scope == "all":
-            shown = self.shown
-        elif ref is None:
-            shown = []
-        else:
-            shown = [r for r in self.shown if r.key == ref.key
-                     or (r.host == ref.host and r.device.parent == ref.device.id)]
-        names = {h.key: h.name for h in self.hosts}
-        count = self.process_table.show(shown, self.source.cluster, names)
-        title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
-        if count > MAX_PROCESS_ROWS:
-            title += f" ({MAX_PROCESS_ROWS} biggest of {count})"
-        hosts_here = {r.host for r in shown}
-        hidden = [h.name for h in self.hosts if h.key in hosts_here and h.process_details is False]
-        if hidden:
-            title += f" ({safe(', '.join(hidden[:2]))}: host does not export process details)"
-        elif shown and all(r.device.processes is None for r in shown):
-            title += " (not reported for this device)"
-        panel = self.query_one("#processes")
-        if str(panel.border_title) != title:  # a new title repaints the whole table
-            panel.border_title = Text(title)  # a Text: never parsed as markup
-
-    def _group_labels(self, name: str) -> dict[str, str]:
-        return dict(self.config.group(name).labels)
-
-    def _fleet_totals_only(self) -> bool:
-        """Whether the source sends totals instead of every device (a large Prometheus fleet)."""
-        return self.source.cluster and not getattr(self.source, "detailed", True)
-
-    def _show_totals(self, group_id: str, vendor_id: str, refs: Sequence[DeviceRef]) -> None:
-        if self._fleet_totals_only() and group_id.startswith("#cluster"):
-            fleet = self.source.totals  # type: ignore[attr-defined]
-            groups = list(fleet("resource_group").values())
-            vendors = list(fleet("vendor").values())
-            for t in groups:
-                t.labels = self._group_labels(t.name)
-        else:
-            groups = totals_by(refs, lambda r: r.device.resource_group or NA, self.energy,
-                               self._group_labels)
-            vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
-        groups = order_totals(groups, self.sort_key, self.descending)
-        self.query_one(group_id, DiffTable).set_rows(
-            (f"group:{t.name}", totals_cells(t, self._palette)) for t in groups)
-        vendors = order_totals(vendors, self.sort_key, self.descending)
-        self.query_one(vendor_id, DiffTable).set_rows(
-            (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False)) for t in vendors)
-
-    def _show_hosts(self) -> None:
-        by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
-        table = self.query_one("#host-table", DiffTable)
-        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
-                                 problem_width(self.hosts, self.size.width)))
-        self._show_host_detail()
-
-    def _show_host_detail(self) -> None:
-        table = self.query_one("#host-table", DiffTable)
-        key = None
-        if table.row_count and 0 <= table.cursor_row < table.row_count:
-            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-        host = next((h for h in self.hosts if f"host:{h.key}" == key), None)
-        self.query_one("#host-detail", Static).update(host_detail(host, self._palette, self.clock()))
-
-    def _update_summary(self) -> None:
-        line, state = summary_lines(
-            hosts=self.hosts, cluster=self.source.cluster, total=self._total, palette=self._palette,
-            now=self.clock(), interval=self.source.interval, view=self.view,
-            sort_key=f"idle {self.idle_sort}" if self.view == "idle" else self.sort_key,
-            descending=self.idle_descending if self.view == "idle" else self.descending,
-            flt=self.filter, shown=self.shown,
-            process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
-            note=getattr(self.source, "note", None))
-        plain = line.plain + "\n" + state.plain
-        if plain != self._summary_text:
-            self._summary_text = plain
-            # Two lines, always: no layout pass for a new text.
-            try:
-                bar = self.query_one("#summary", SummaryBar)
-            except NoMatches:  # a timer that fires while the app shuts down: the widgets are gone
-                return
-            bar.update(RichGroup(safe_text(line), safe_text(state)), layout=False)
 
     # -- events ------------------------------------------------------------------------------
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

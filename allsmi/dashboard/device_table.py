@@ -30,29 +30,12 @@ from .columns import (Column, RowContext, RowText, columns_for, describe_device,
                       parent_names)
 from .model import DeviceRef
 from .render import safe_text
+from .tablerows import PAD, UNSET, Row, plain_line, render_cell
 from .safetable import SafeTable  # noqa: F401  (re-exported for the panels)
 
 # The columns and the panels' table live in their own modules; importers find them here too.
 __all__ = ["Column", "DeviceTable", "RowContext", "RowText", "SafeTable", "columns_for",
            "describe_device", "parent_names"]
-
-#: Spaces on each side of a cell (as DataTable's ``cell_padding=1``).
-PAD = 1
-
-
-class _Row:
-    """One device's line: the change key and rendered segments of each cell, and the joined strip."""
-
-    __slots__ = ("keys", "cells", "strip")
-
-    def __init__(self, size: int) -> None:
-        self.keys: list[Hashable] = [_UNSET] * size
-        self.cells: list[list[Segment]] = [[] for _ in range(size)]
-        self.strip: Strip | None = None
-
-
-_UNSET: Any = object()
-
 
 class DeviceTable(ScrollView, can_focus=True):
     """The node view's table of devices (header line fixed, rows scrolling beneath it)."""
@@ -123,7 +106,7 @@ class DeviceTable(ScrollView, can_focus=True):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec: list[Column] = []
-        self._rows: dict[str, _Row] = {}
+        self._rows: dict[str, Row] = {}
         self._order: list[str] = []
         self._position: dict[str, int] = {}
         self._pending: dict[str, DeviceRef] = {}
@@ -149,7 +132,7 @@ class DeviceTable(ScrollView, can_focus=True):
         self.spec = list(columns)
         self._table_width = sum(c.width + 2 * PAD for c in self.spec)
         self._header = None
-        self._rows = {key: _Row(len(self.spec)) for key in self._order}
+        self._rows = {key: Row(len(self.spec)) for key in self._order}
         self._pending = dict(self._refs)  # drawn again from the devices last shown
         self._resize_virtual()
         self.refresh()
@@ -157,7 +140,7 @@ class DeviceTable(ScrollView, can_focus=True):
 
     def invalidate(self) -> None:
         """Forget every rendered cell so the next :meth:`show` redraws them all (theme change)."""
-        self._rows = {key: _Row(len(self.spec)) for key in self._order}
+        self._rows = {key: Row(len(self.spec)) for key in self._order}
         self._pending = dict(self._refs)
         self._header = None
         self.refresh()
@@ -182,7 +165,7 @@ class DeviceTable(ScrollView, can_focus=True):
         size = len(self.spec)
         for ref in refs:
             if ref.key not in self._rows:
-                self._rows[ref.key] = _Row(size)
+                self._rows[ref.key] = Row(size)
         self._refs = {ref.key: ref for ref in refs}
         self._pending.update(self._refs)
         self._place_cursor(selected)
@@ -230,25 +213,13 @@ class DeviceTable(ScrollView, can_focus=True):
             old = row.keys[i]
             if value != old:
                 row.keys[i] = value
-                row.cells[i] = self._cell(column, column.render(value, ctx))
-                self.cell_updates += old is not _UNSET
+                row.cells[i] = render_cell(column, column.render(value, ctx), self.app.console)
+                row.styled[i] = row.line = None
+                self.cell_updates += old is not UNSET
                 changed = True
         if changed or row.strip is None:
             row.strip = Strip([s for cell in row.cells for s in cell], self._table_width)
         return changed
-
-    def _cell(self, column: Column, value: Any) -> list[Segment]:
-        text = safe_text(value)
-        if text.cell_len > column.width:
-            text.truncate(column.width, overflow="crop")  # a wide character may leave one cell
-        room = column.width - text.cell_len
-        if room > 0:
-            if text.justify == "right":
-                text.pad_left(room)
-            else:
-                text.pad_right(room)
-        pad = Segment(" " * PAD)
-        return [pad, *text.render(self.app.console, end=""), pad]
 
     def flush_visible(self) -> None:
         """Bring the rows on screen up to date (done by :meth:`show`; kept for callers)."""
@@ -296,7 +267,7 @@ class DeviceTable(ScrollView, can_focus=True):
         self._update_row(row_key)
         index = next(i for i, c in enumerate(self.spec) if c.id == column_id)
         value = self._rows[row_key].keys[index]
-        if value is _UNSET or self._ctx is None:
+        if value is UNSET or self._ctx is None:
             raise KeyError(f"{row_key!r} has not been drawn")
         return safe_text(self.spec[index].render(value, self._ctx))
 
@@ -390,7 +361,10 @@ class DeviceTable(ScrollView, can_focus=True):
                 return Strip.blank(width, base)
             key = self._order[index]
             self._update_row(key)
-            strip = self._rows[key].strip or Strip.blank(self._table_width)
+            row = self._rows[key]
+            if index != self._cursor and scroll_x == 0 and width >= self._table_width:
+                return plain_line(row, base, width, self._table_width)
+            strip = row.strip or Strip.blank(self._table_width)
             style, post = (cursor, cursor_post) if index == self._cursor else (base, None)
         # One Strip per line (each Strip carries its own caches): pad and crop the segments.
         room = width - self._table_width
@@ -402,6 +376,6 @@ class DeviceTable(ScrollView, can_focus=True):
 
     def _header_strip(self) -> Strip:
         if self._header is None:
-            segments = [s for c in self.spec for s in self._cell(c, Text(c.label))]
+            segments = [s for c in self.spec for s in render_cell(c, Text(c.label), self.app.console)]
             self._header = Strip(segments, self._table_width)
         return self._header

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Sequence
 
-from rich.console import Group as RichGroup
 from rich.text import Text
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
 from allsmi.schema import DeviceSample, ProcessSample, Workload
@@ -14,6 +13,7 @@ from allsmi.schema import DeviceSample, ProcessSample, Workload
 from .device_table import RowContext, RowText, SafeTable, describe_device
 from .model import DeviceRef, memory_percent
 from .totals import Totals
+from .lines import TextLines
 from .render import Palette, core_strip, safe, safe_text, spark
 
 
@@ -57,7 +57,7 @@ class LeanFooter(Footer):
                             if getattr(node, "is_attached", True)]
 
 
-class SummaryBar(Static):
+class SummaryBar(TextLines):
     """Two lines at the top: the host (or fleet) and the state of the view."""
 
     DEFAULT_CSS = """
@@ -65,8 +65,9 @@ class SummaryBar(Static):
     """
 
 
-class DetailPanel(Static):
-    """Everything about the selected device, with its history as sparklines."""
+class DetailPanel(TextLines):
+    """Everything about the selected device, with its history as sparklines (line-based: a
+    refresh repaints the sparkline lines, not the device's name, ids and clocks)."""
 
     # As tall as the panel whatever the device: a new text needs no layout pass.
     DEFAULT_CSS = """
@@ -76,13 +77,13 @@ class DetailPanel(Static):
     def show(self, ref: DeviceRef | None, ctx: RowContext, energy: float | None) -> None:
         """Draw ``ref`` (or a hint when nothing is selected)."""
         if ref is None:
-            self.update(Text("No device selected.", style="dim"), layout=False)
+            self.set_lines([Text("No device selected.", style="dim")])
             return
-        self.update(self.render_device(ref, ctx, energy, max(20, self.size.width - 2)), layout=False)
+        self.set_lines(self.render_device(ref, ctx, energy, max(20, self.size.width - 2)))
 
     @staticmethod
-    def render_device(ref: DeviceRef, ctx: RowContext, energy: float | None, width: int) -> RichGroup:
-        """The panel's content for ``ref`` at ``width`` cells: most important lines first."""
+    def render_device(ref: DeviceRef, ctx: RowContext, energy: float | None, width: int) -> list[Text]:
+        """The panel's lines for ``ref`` at ``width`` cells: most important lines first."""
         dev = ref.device
         pal = ctx.palette
         health = ctx.health(ref)
@@ -136,7 +137,7 @@ class DetailPanel(Static):
         if dev.firmware_version:
             extra.append(f"fw {dev.firmware_version}")
         lines.append(line(("  ".join(extra), "dim")))
-        return RichGroup(*(safe_text(text) for text in lines))
+        return [safe_text(text) for text in lines]
 
 
 #: Workloads listed in the detail panel; more are counted on the last line.

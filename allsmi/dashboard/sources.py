@@ -148,6 +148,16 @@ class NodeSource:
     def refresh(self, cancelled: Callable[[], bool]) -> None:
         """Nothing to do: the collector samples on its own thread."""
 
+    def subscribe(self, callback: Callable[[], None]) -> bool:
+        """Call ``callback()`` on the collector's thread after each of its cycles, so the app
+        reads each snapshot as it is made instead of polling for it; ``False`` (and nothing
+        subscribed) when the collector offers no such hook."""
+        subscribe = getattr(self.collector, "subscribe", None)
+        if subscribe is None:
+            return False
+        subscribe(lambda _snapshot: callback())
+        return True
+
     def history(self) -> Sequence[tuple[str, Snapshot]]:
         return [(s.host.hostname, s) for s in self.collector.history]
 
