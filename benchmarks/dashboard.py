@@ -1,29 +1,30 @@
 """Dashboard benchmark: CPU and resident memory at a 1 s refresh, and key-press-to-frame latency.
 
-Usage: python benchmarks/dashboard.py [--seconds 30] [--nvitop-site PATH] [--skip-cpu]
+Usage: python benchmarks/dashboard.py [--seconds 30] [--rounds 3] [--nvitop-site PATH] [--skip-cpu]
 
 1. CPU (percent of one core) of the whole dashboard process in a real
-   terminal (tmux, 200x50) at ``--interval 1``, measured with psutil over
+   terminal (tmux, 200x60) at ``--interval 1``, measured with psutil over
    ``--seconds`` after a warm-up, reported as the median of 5-second slices,
-   with the resident memory (RSS) of the process tree sampled at each slice:
+   with the resident memory (RSS) of the process tree sampled at each slice,
+   and the same medians as milliseconds of CPU per refresh cycle:
    * allsmi and nvitop on the same 8 fake H100s (the test suite's fake
      libnvidia-ml behind the real pynvml; nvitop only if ``--nvitop-site``
      points at a site-packages holding nvitop, e.g. a throw-away venv);
+   * the Textual floor: a minimal Textual app redrawing a 40-line text table every
+     second (``benchmarks/_textual_floor.py``), in the same terminal; allsmi, nvitop
+     and the floor are measured in turn, ``--rounds`` times, and the medians reported
+     (target: allsmi's CPU at most nvitop's, its RSS at most the floor's + 8 MiB);
    * allsmi ``--simulate`` with 8 and with 512 devices, and the collector
      alone on the same 512-device scenario (what the UI itself adds is the
      difference).
-2. Key press to next frame with 1024 simulated devices (collector running
+2. The memory floor: RSS of fresh interpreters after importing nothing, Textual's App,
+   the dashboard, everything a running dashboard imports (the module list is read from
+   one, run 10 s in a terminal), pynvml, and the fake-NVML harness; and from these, what
+   each MiB of allsmi's RSS above the running floor is.
+3. Key press to next frame with 1024 simulated devices (collector running
    at 1 s): the app runs headless in this process; every frame is still
    composed and turned into terminal output (the step headless mode skips),
    and the time from sending a sort key to that frame is recorded.
-
-   * the Textual floor: a minimal Textual app redrawing a 40-line text table every
-     second (``benchmarks/_textual_floor.py``), in the same terminal, measured in
-     the same rounds: what any Textual dashboard holds (target: allsmi's RSS at
-     most this floor + 8 MiB; CPU at most nvitop's).
-
-3. The memory floor: RSS of a bare interpreter, after importing Textual's App,
-   and after importing the dashboard (fresh interpreters, no devices opened).
 
 Prints medians, the machine and its load; see docs/benchmarks/dashboard.md.
 """
@@ -42,7 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import psutil
 
@@ -233,12 +234,63 @@ print(psutil.Process().memory_info().rss)
 """
 
 
-def memory_floor(nvitop_site: str | None) -> list[tuple[str, float]]:
+HARNESS_FLOOR = """
+import runpy, sys, psutil
+harness, site, modules = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.argv = [harness, "8", site, "--", "none"]
+runpy.run_path(harness, run_name="__main__")
+for name in modules:
+    __import__(name)
+print(psutil.Process().memory_info().rss)
+"""
+
+
+MODULES_DUMP = """
+import os, runpy, sys, threading, time
+harness, site, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def dump():
+    time.sleep(10)
+    with open(out, "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+    os._exit(0)
+threading.Thread(target=dump, daemon=True).start()
+sys.argv = [harness, "8", site, "--", "allsmi", "--interval", "1"]
+runpy.run_path(harness, run_name="__main__")
+"""
+
+
+def running_modules(nvitop_site: str | None, tmpdir: Path) -> list[str]:
+    """The allsmi, click and pynvml modules a running 8-GPU dashboard has imported (it runs
+    10 s in a terminal, then writes its ``sys.modules``); the harness's own are left out."""
+    out = tmpdir / "modules.txt"
+    server = f"allsmi-mods-{os.getpid()}"
+    command = [PYTHON, "-c", MODULES_DUMP, str(REPO / "benchmarks" / "_fake_nvml_run.py"),
+               nvitop_site or "-", str(out)]
+    subprocess.run(["tmux", "-L", server, "-f", "/dev/null", "new-session", "-d", "-s", "m", "-x", "200",
+                    "-y", "60", shlex.join(["env", f"XDG_CONFIG_HOME={tmpdir}", *command])], check=True,
+                   env={**os.environ, "TERM": "xterm-256color"})
+    try:
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(0.5)
+    finally:
+        subprocess.run(["tmux", "-L", server, "kill-server"], check=False, capture_output=True)
+    names = out.read_text().split() if out.exists() else []
+    return [n for n in names if n.split(".")[0] in ("allsmi", "click", "pynvml")]
+
+
+def memory_floor(nvitop_site: str | None, modules: Sequence[str] = ()) -> list[tuple[str, float]]:
     """RSS (MiB) of fresh interpreters after importing nothing, Textual's App, the dashboard
-    (and nvitop's UI, when it is at hand)."""
+    (and nvitop's UI, when it is at hand), and of Textual's App with the fake-NVML harness
+    (the fake libnvidia-ml and ``pynvml``, which the 8-GPU runs carry and the floor does not)."""
     out = []
     cases = [("python + psutil", []), ("+ textual.app", ["textual.app"]),
              ("+ allsmi.dashboard.app", ["allsmi.dashboard.app"])]
+    if modules:
+        without = [m for m in modules if m.split(".")[0] != "pynvml"]
+        cases.append(("+ what it runs: CLI, collector, backends, click", ["allsmi.dashboard.app", *without]))
+        cases.append(("+ pynvml (the NVML backend's binding)", ["allsmi.dashboard.app", *modules]))
     if nvitop_site:
         cases.append(("+ nvitop.cli (for comparison)", ["nvitop.cli"]))
     for label, modules in cases:
@@ -246,7 +298,30 @@ def memory_floor(nvitop_site: str | None) -> list[tuple[str, float]]:
         rss = [int(subprocess.run([PYTHON, "-c", script, *modules], capture_output=True, text=True,
                                   check=True).stdout) for _ in range(3)]
         out.append((label, statistics.median(rss) / 2**20))
+    harness = str(REPO / "benchmarks" / "_fake_nvml_run.py")
+    rss = [int(subprocess.run([PYTHON, "-c", HARNESS_FLOOR, harness, nvitop_site or "-", "textual.app"],
+                              capture_output=True, text=True, check=True).stdout) for _ in range(3)]
+    out.append(("textual.app + fake-NVML harness (8 GPUs, pynvml)", statistics.median(rss) / 2**20))
     return out
+
+
+def breakdown(allsmi_rss: float, floor_rss: float, floors: dict[str, float]) -> list[tuple[str, float]]:
+    """Where allsmi's RSS above the running Textual floor goes (MiB): the dashboard's modules
+    beyond Textual's App, the other modules the running dashboard imports (CLI, collector,
+    backends, click), pynvml, the fake libnvidia-ml of the harness (benchmark only), and the
+    rest: the running dashboard's own state (snapshots, widgets, history, caches, threads)."""
+    textual = floors["+ textual.app"]
+    dashboard = floors["+ allsmi.dashboard.app"]
+    runs = floors.get("+ what it runs: CLI, collector, backends, click", dashboard)
+    nvml = floors.get("+ pynvml (the NVML backend's binding)", runs)
+    harness = floors["textual.app + fake-NVML harness (8 GPUs, pynvml)"] - textual - (nvml - runs)
+    parts = [("allsmi.dashboard.app beyond textual.app (imports)", dashboard - textual),
+             ("CLI, collector, backends, click (imports)", runs - dashboard),
+             ("pynvml (imports; nvitop carries it too)", nvml - runs),
+             ("the harness's fake libnvidia-ml (benchmark only)", harness)]
+    parts.append(("the running dashboard's state (the rest)",
+                  allsmi_rss - floor_rss - sum(mib for _, mib in parts)))
+    return parts
 
 
 def _median_rows(runs: list[tuple[float, float, float]]) -> tuple[float, float, float]:
@@ -308,9 +383,17 @@ def main() -> None:
                       f"RSS {rows[0][3] / rows[1][3]:.2f}")
             floor_rss = _median_rows(floor)[2]
             print(f"  allsmi RSS above the Textual floor: {rows[0][3] - floor_rss:+.1f} MiB (target: at most +8)")
+            print("\nCPU time per 1 s refresh cycle (the medians above as milliseconds of CPU a cycle):")
+            for name, median, _mean, _rss in rows:
+                print(f"  {name:<48} {10.0 * median:6.1f} ms")
+        floors = memory_floor(args.nvitop_site, running_modules(args.nvitop_site, tmpdir))
         print("\nmemory floor (fresh interpreter, RSS after imports):")
-        for label, rss in memory_floor(args.nvitop_site):
-            print(f"  {label:<48} {rss:6.1f} MiB")
+        for label, rss in floors:
+            print(f"  {label:<52} {rss:6.1f} MiB")
+        if not args.skip_cpu:
+            print(f"\nallsmi's RSS above the running Textual floor ({rows[0][3]:.1f} - {floor_rss:.1f} MiB):")
+            for label, mib in breakdown(rows[0][3], floor_rss, dict(floors)):
+                print(f"  {label:<52} {mib:+6.1f} MiB")
         latencies = asyncio.run(key_to_frame(huge))
         print(f"\nkey press -> next frame, 1024 devices, 200x50, {len(latencies)} presses: "
               f"median {statistics.median(latencies):.1f} ms, "
