@@ -11,7 +11,6 @@ from typing import Any
 from textual.binding import Binding
 from textual.widgets import Input
 
-from .help import HelpScreen
 from .idle import IDLE_SORTS
 from .model import DESCENDING_BY_DEFAULT, SORT_KEYS, Filter, filter_choices
 from .options import DEFAULT_THEME, LIGHT_THEME
@@ -74,6 +73,7 @@ class KeyActions:
 
     def action_help(self) -> None:
         """Show every key."""
+        from .help import HelpScreen  # imported on first use: most sessions never open it
         self.push_screen(HelpScreen(self.BINDINGS))  # type: ignore[arg-type]
 
     def action_view(self, view: str) -> None:
