@@ -60,7 +60,7 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
         "power_limited_count": f"count by ({by}) ({power} and on (instance, uuid) {limit})",
         "processes": f"count by ({by}) ({of('allsmi_process_memory_bytes')})",
     }
-    if by != "instance":  # which hosts each group or vendor spans (one series per pair)
+    if "instance" not in by.split(", "):  # which hosts each group or vendor spans (one per pair)
         queries["hosts"] = f"count by ({by}, instance) ({of(_INFO)})"
     return queries
 
@@ -92,14 +92,31 @@ def _number(sample: dict[str, Any]) -> float | None:
 
 
 GROUPINGS = ("instance", "resource_group", "vendor")
-#: The recording rule that keeps :func:`combined_query` for each grouping precomputed
+#: The recording rule that keeps the totals of each grouping precomputed
 #: (``level:metric:operations``); shipped in ``deploy/prometheus/allsmi-rules.yml``.
 RECORDED = {by: f"{by}:allsmi_devices:totals" for by in GROUPINGS}
+#: The finest level, from which the three above are summed: every device series is read once
+#: an evaluation (not once per grouping), so the rules cost a third of three live queries.
+FINE_BY = "instance, resource_group, vendor"
+FINE = "instance_resource_group_vendor:allsmi_devices:totals"
+
+
+def derived_query(by: str) -> str:
+    """The totals by ``by`` summed from the :data:`FINE` level: the same numbers as
+    :func:`combined_query` (a count or sum over a partition of the devices, summed again), and
+    for groups and vendors the hosts each spans (the instances with a device or a partition)."""
+    promql = f"sum by ({by}, allsmi_total) ({FINE})"
+    if by != "instance":
+        hosts = f'count by ({by}, instance) ({FINE}{{allsmi_total=~"devices|partitions"}})'
+        promql += f' or label_replace({hosts}, "allsmi_total", "hosts", "", "")'
+    return promql
 
 
 def recording_rules() -> list[dict[str, str]]:
-    """The rules that make the overview cheap at a thousand hosts (one per grouping)."""
-    return [{"record": RECORDED[by], "expr": combined_query(by)} for by in GROUPINGS]
+    """The rules that make the overview cheap at a thousand hosts: the fine level, then one
+    per grouping summed from it (Prometheus evaluates a group's rules in order, at one instant)."""
+    return [{"record": FINE, "expr": combined_query(FINE_BY)},
+            *({"record": RECORDED[by], "expr": derived_query(by)} for by in GROUPINGS)]
 
 
 def fleet_totals(query: Query, by: str, timeout: float, *, selector: str = "") -> dict[str, Totals]:

@@ -14,9 +14,9 @@ from allsmi.dashboard.model import refs_of
 from allsmi.dashboard.totals import totals_by
 from allsmi.dashboard.prometheus import (PrometheusError, PrometheusSource, build_snapshots, device_queries,
                                          make_query, selector)
-from allsmi.dashboard.promsummary import RECORDED, combined_query, recording_rules
+from allsmi.dashboard.promsummary import FINE, FINE_BY, RECORDED, combined_query, derived_query, recording_rules
 from allsmi.exporter.exposition import render_snapshot
-from allsmi.schema import Snapshot
+from allsmi.schema import PROCESS_ACTIVITY, Snapshot
 
 from ..prometheus_server import free_port, running_prometheus
 from .test_cluster import ServeProcess, wait_until
@@ -59,8 +59,17 @@ def test_series_become_the_snapshot_they_were_exported_from(sim_snapshots: list[
                 assert getattr(dev, field) is None, field  # unknown stays unknown, never 0
             else:
                 assert getattr(dev, field) == pytest.approx(expected), field
-        assert sorted(p.pid for p in dev.processes) == sorted(p.pid for p in want.processes
-                                                               if p.memory_bytes is not None)
+        # A process is in Prometheus through its memory or its activity gauges (--processes).
+        published = [p for p in want.processes if p.memory_bytes is not None
+                     or any(getattr(p, name) is not None for name in PROCESS_ACTIVITY)]
+        assert sorted(p.pid for p in dev.processes) == sorted(p.pid for p in published)
+        by_pid = {p.pid: p for p in dev.processes}
+        for proc in published:  # the per-process activity comes back as the percent it was
+            for name in PROCESS_ACTIVITY:
+                expected = getattr(proc, name)
+                value = getattr(by_pid[proc.pid], name)
+                assert (value is None) if expected is None else value == pytest.approx(expected), (proc.pid, name)
+    assert any(p.utilization_percent is not None for d in got.devices for p in d.processes)
 
 
 def test_source_marks_down_targets_and_backs_off_when_prometheus_fails(sim_snapshots: list[Snapshot]) -> None:
@@ -176,8 +185,10 @@ def test_prometheus_totals_match_the_dashboards_own_totals(prometheus_over_two_n
 
 
 def test_recording_rules_are_the_live_queries() -> None:
+    """One rule reads the devices (the live query at the finest level); the levels the view
+    reads are summed from it (their equality with the live queries: test_prometheus_refresh)."""
     rules = {r["record"]: r["expr"] for r in recording_rules()}
-    assert rules == {RECORDED[by]: combined_query(by) for by in RECORDED}
+    assert rules == {FINE: combined_query(FINE_BY), **{RECORDED[by]: derived_query(by) for by in RECORDED}}
 
 
 def _safe(query: Any) -> list[dict[str, Any]]:
