@@ -7,14 +7,24 @@ in a private tmux server (120x40) against, in turn:
 * ``churn``: one host answering 4096 devices under new ids on every poll (``--hosts``);
 * ``prometheus``: a Prometheus answering 900,000 device series for one instance (the count
   query says so; asked for every device anyway it streams about 180 MiB);
+* ``prometheus-lie``: the same answer, but the count query claims 34 devices, so the
+  dashboard asks for them and gets the 180 MiB;
 * ``steady``: 50 hosts x 34 devices (``--hosts``), the simulated mixed node's snapshot.
 
-and samples the dashboard's RSS every 5 s. Everything listens on loopback only.
+and samples the dashboard's RSS every ``--sample`` seconds (5). It prints, per case, the
+minimum, median and maximum RSS over the whole run and the least-squares slope (MiB per
+minute) after a warm-up: the history window for ``steady`` (``600 / interval`` points, so
+600 s at ``--interval 1``) plus 30 s, and the 120 s grace for gone devices plus 30 s for the
+others. ``--csv DIR`` writes every sample (seconds since start, RSS in MiB) to
+``DIR/<case>-<hosts>.csv``. ``--hosts-count N`` sets how many hosts ``steady`` polls (the
+cost of a device is the RSS slope between runs at different counts). Everything listens on
+loopback only.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import http.server
 import json
 import os
@@ -70,7 +80,7 @@ def steady_host() -> Callable[[Any], None]:
     return lambda handler: _send(handler, body)
 
 
-def big_prometheus() -> Callable[[Any], None]:
+def big_prometheus(claimed: int = 900000) -> Callable[[Any], None]:
     one = json.dumps({"metric": {"__name__": "allsmi_device_info", "instance": "big:9477",
                                  "uuid": "GPU-%08d", "model": "H100", "vendor": "nvidia",
                                  "index": "0"}, "value": [time.time(), "1"]}) + ","
@@ -80,7 +90,7 @@ def big_prometheus() -> Callable[[Any], None]:
         promql = urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query).get("query", [""])[0]
         result: list[dict[str, Any]] = []
         if promql.startswith("count by (instance)"):
-            result = [{"metric": {"instance": "big:9477"}, "value": [time.time(), "900000"]}]
+            result = [{"metric": {"instance": "big:9477"}, "value": [time.time(), str(claimed)]}]
         elif promql.startswith("{") and "allsmi_device_info" in promql:
             handler.send_response(200)
             handler.end_headers()
@@ -105,26 +115,53 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def run(name: str, args: list[str], seconds: float) -> tuple[float, float, float]:
+class Result:
+    """The RSS samples of one run: ``(seconds since start, MiB)``."""
+
+    def __init__(self, samples: list[tuple[float, float]], warmup: float) -> None:
+        self.samples, self.warmup = samples, warmup
+        values = [v for _, v in samples]
+        self.low, self.median, self.high = min(values), statistics.median(values), max(values)
+        after = [(t, v) for t, v in samples if t >= warmup]
+        self.slope = slope_per_minute(after) if len(after) >= 3 else None
+        self.settled = statistics.median(v for _, v in after) if after else None
+
+
+def slope_per_minute(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(seconds, MiB)`` points, in MiB per minute."""
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    return 60 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var if var else 0.0
+
+
+def run(name: str, args: list[str], seconds: float, sample: float, warmup: float,
+        csv: Path | None = None) -> Result:
     tmux = shutil.which("tmux")
     assert tmux, "tmux is needed"
     sock = f"allsmi-bench-{os.getpid()}-{name}"
     pidfile = Path(f"/tmp/{sock}.pid")
     allsmi = str(Path(sys.executable).with_name("allsmi"))
-    inner = f"echo $$ > {pidfile}; exec {allsmi} view {' '.join(args)} --interval 1"
+    inner = f"echo $$ > {pidfile}; exec {allsmi} view {' '.join(args)}"
     subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "120",
                     "-y", "40", "sh", "-c", inner], check=True, env={**os.environ, "TERM": "xterm-256color"})
     try:
         while not pidfile.exists() or not pidfile.read_text().strip():
             time.sleep(0.1)
         pid = int(pidfile.read_text())
-        samples = []
+        samples: list[tuple[float, float]] = []
         start = time.monotonic()
-        while time.monotonic() - start < seconds:
-            time.sleep(5)
-            samples.append(rss_mib(pid))
-        half = samples[len(samples) // 2:]
-        return max(samples), samples[-1], max(half) - min(half)
+        while (now := time.monotonic() - start) < seconds:
+            time.sleep(sample)
+            rss = rss_mib(pid)
+            if not rss:
+                raise SystemExit(f"{name}: the dashboard (pid {pid}) ended after {now:.0f} s")
+            samples.append((time.monotonic() - start, rss))
+            if csv is not None:
+                with csv.open("a", encoding="utf-8") as out:
+                    out.write(f"{samples[-1][0]:.1f},{rss:.1f}\n")
+        return Result(samples, warmup)
     finally:
         subprocess.run([tmux, "-L", sock, "kill-server"], check=False)
         pidfile.unlink(missing_ok=True)
@@ -133,24 +170,46 @@ def run(name: str, args: list[str], seconds: float) -> tuple[float, float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--only", choices=("churn", "prometheus", "steady"), action="append")
+    parser.add_argument("--only", choices=("churn", "prometheus", "prometheus-lie", "steady"), action="append")
+    parser.add_argument("--sample", type=float, default=5.0, help="seconds between RSS samples")
+    parser.add_argument("--interval", type=float, default=1.0, help="the dashboard's --interval")
+    parser.add_argument("--hosts-count", type=int, default=50, help="hosts polled by 'steady'")
+    parser.add_argument("--csv", type=Path, help="write each run's samples under this folder")
     opts = parser.parse_args()
-    print("| case | peak RSS | last RSS | spread over the 2nd half |\n| --- | ---: | ---: | ---: |")
-    for name in opts.only or ("churn", "prometheus", "steady"):
+    from benchmarks._machine import describe
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {describe()}; "
+          f"load average at start {load}; {opts.seconds:.0f} s a case, RSS every {opts.sample:g} s")
+    print("| case | devices a poll | min RSS | median | max | median after warm-up "
+          "| slope after warm-up |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name in opts.only or ("churn", "prometheus", "prometheus-lie", "steady"):
         if name == "churn":
             httpd, url = _serve(churn_host())
             args = ["--hosts", url]
-        elif name == "prometheus":
-            httpd, url = _serve(big_prometheus())
+        elif name.startswith("prometheus"):
+            httpd, url = _serve(big_prometheus(34 if name == "prometheus-lie" else 900000))
             args = ["--prometheus", url]
         else:
             httpd, url = _serve(steady_host())
-            args = ["--hosts", ",".join(f"{url}/h{i}" for i in range(50))]
+            args = ["--hosts", ",".join(f"{url}/h{i}" for i in range(opts.hosts_count))]
+        devices = {"churn": "4096 new", "prometheus": "900,000 series",
+                   "prometheus-lie": "900,000 series, 34 claimed",
+                   "steady": f"{opts.hosts_count} x 34"}[name]
+        warmup = (600 + 30 if name == "steady" else 120 + 30)
+        csv = None
+        if opts.csv is not None:
+            opts.csv.mkdir(parents=True, exist_ok=True)
+            csv = opts.csv / f"{name}-{opts.hosts_count if name == 'steady' else 1}.csv"
+            csv.write_text("")
         try:
-            peak, last, spread = run(name, args, opts.seconds)
+            res = run(name, args + ["--interval", f"{opts.interval:g}"], opts.seconds,
+                      opts.sample, warmup, csv)
         finally:
             httpd.shutdown()
-        print(f"| {name} | {peak:.0f} MiB | {last:.0f} MiB | {spread:.1f} MiB |", flush=True)
+        settled = "-" if res.settled is None else f"{res.settled:.1f} MiB"
+        slope = "-" if res.slope is None else f"{res.slope:+.3f} MiB/min"
+        print(f"| {name} | {devices} | {res.low:.1f} MiB | {res.median:.1f} MiB | {res.high:.1f} MiB "
+              f"| {settled} | {slope} |", flush=True)
 
 
 if __name__ == "__main__":
