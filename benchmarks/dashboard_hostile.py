@@ -11,6 +11,9 @@ in a private tmux server (120x40) against, in turn:
   dashboard asks for them and gets the 180 MiB;
 * ``steady``: 50 hosts x 34 devices (``--hosts``), the simulated mixed node's snapshot.
 
+Every answer carries the time of the poll, so each poll is a new snapshot that the history
+records (an unchanged timestamp would be recorded once).
+
 and samples the dashboard's RSS every ``--sample`` seconds (5). It prints, per case, the
 minimum, median and maximum RSS over the whole run and the least-squares slope (MiB per
 minute) after a warm-up: the history window for ``steady`` (``600 / interval`` points, so
@@ -69,15 +72,24 @@ def churn_host() -> Callable[[Any], None]:
         counter[0] += 1
         devices = [{**template, "id": f"churn-{counter[0]}-{i}", "uuid": f"churn-{counter[0]}-{i}",
                     "index": i} for i in range(4096)]
-        _send(handler, json.dumps({**doc, "devices": devices}).encode())
+        _send(handler, json.dumps({**doc, "timestamp": _now(), "devices": devices}).encode())
     return respond
+
+
+def _now() -> str:
+    """A snapshot's ``timestamp`` for now: every poll is a new snapshot that the history records."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
 def steady_host() -> Callable[[Any], None]:
     from allsmi.output import to_json
     from tests.dashboard.fixtures import simulated_snapshots
-    body = to_json(simulated_snapshots(1)[0]).encode()
-    return lambda handler: _send(handler, body)
+    snap = simulated_snapshots(1)[0]
+    body = to_json(snap).encode()
+    stamp = json.dumps(json.loads(body)["timestamp"]).encode()
+    assert body.count(stamp) == 1
+    return lambda handler: _send(handler, body.replace(stamp, json.dumps(_now()).encode()))
 
 
 def big_prometheus(claimed: int = 900000) -> Callable[[Any], None]:
@@ -125,6 +137,40 @@ class Result:
         after = [(t, v) for t, v in samples if t >= warmup]
         self.slope = slope_per_minute(after) if len(after) >= 3 else None
         self.settled = statistics.median(v for _, v in after) if after else None
+        third = len(after) // 3
+        # Robust to the spikes of an answer in flight: the median of the last third of the
+        # samples after warm-up less the median of the first third.
+        self.drift = (statistics.median(v for _, v in after[-third:])
+                      - statistics.median(v for _, v in after[:third])) if third else None
+
+    def row(self, name: str, devices: str) -> str:
+        settled = "-" if self.settled is None else f"{self.settled:.1f} MiB"
+        slope = "-" if self.slope is None else f"{self.slope:+.3f} MiB/min"
+        drift = "-" if self.drift is None else f"{self.drift:+.1f} MiB"
+        return (f"| {name} | {devices} | {self.low:.1f} MiB | {self.median:.1f} MiB | {self.high:.1f} MiB "
+                f"| {settled} | {slope} | {drift} |")
+
+
+def warmup_of(name: str) -> float:
+    """The history window (600 s whatever the interval) for ``steady``, the 120 s grace of
+    gone devices for the others; 30 s more for each."""
+    return (600 if name == "steady" else 120) + 30
+
+
+def devices_of(name: str, hosts: int) -> str:
+    return {"churn": "4096 new", "prometheus": "900,000 series",
+            "prometheus-lie": "900,000 series, 34 claimed", "steady": f"{hosts} x 34"}[name]
+
+
+def report(folder: Path) -> None:
+    """The table again from the samples a run wrote with ``--csv``."""
+    for path in sorted(folder.glob("*.csv")):
+        name, _, hosts = path.stem.rpartition("-")
+        samples = [(float(t), float(v)) for t, v in
+                   (line.split(",") for line in path.read_text().splitlines() if line)]
+        if samples:
+            span = f"{name} ({samples[-1][0]:.0f} s)"
+            print(Result(samples, warmup_of(name)).row(span, devices_of(name, int(hosts))))
 
 
 def slope_per_minute(points: list[tuple[float, float]]) -> float:
@@ -175,13 +221,20 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0, help="the dashboard's --interval")
     parser.add_argument("--hosts-count", type=int, default=50, help="hosts polled by 'steady'")
     parser.add_argument("--csv", type=Path, help="write each run's samples under this folder")
+    parser.add_argument("--report", type=Path, help="print the table from the samples in this folder")
     opts = parser.parse_args()
+    header = ("| case | devices a poll | min RSS | median | max | median after warm-up "
+              "| slope after warm-up | drift after warm-up |\n"
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    if opts.report is not None:
+        print(header)
+        report(opts.report)
+        return
     from benchmarks._machine import describe
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {describe()}; "
           f"load average at start {load}; {opts.seconds:.0f} s a case, RSS every {opts.sample:g} s")
-    print("| case | devices a poll | min RSS | median | max | median after warm-up "
-          "| slope after warm-up |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(header)
     for name in opts.only or ("churn", "prometheus", "prometheus-lie", "steady"):
         if name == "churn":
             httpd, url = _serve(churn_host())
@@ -192,10 +245,8 @@ def main() -> None:
         else:
             httpd, url = _serve(steady_host())
             args = ["--hosts", ",".join(f"{url}/h{i}" for i in range(opts.hosts_count))]
-        devices = {"churn": "4096 new", "prometheus": "900,000 series",
-                   "prometheus-lie": "900,000 series, 34 claimed",
-                   "steady": f"{opts.hosts_count} x 34"}[name]
-        warmup = (600 + 30 if name == "steady" else 120 + 30)
+        devices = devices_of(name, opts.hosts_count)
+        warmup = warmup_of(name)
         csv = None
         if opts.csv is not None:
             opts.csv.mkdir(parents=True, exist_ok=True)
@@ -206,10 +257,7 @@ def main() -> None:
                       opts.sample, warmup, csv)
         finally:
             httpd.shutdown()
-        settled = "-" if res.settled is None else f"{res.settled:.1f} MiB"
-        slope = "-" if res.slope is None else f"{res.slope:+.3f} MiB/min"
-        print(f"| {name} | {devices} | {res.low:.1f} MiB | {res.median:.1f} MiB | {res.high:.1f} MiB "
-              f"| {settled} | {slope} |", flush=True)
+        print(res.row(name, devices), flush=True)
 
 
 if __name__ == "__main__":
