@@ -27,6 +27,7 @@ loopback only.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import http.server
 import json
@@ -44,9 +45,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+#: Requests answered by the fake servers of this run.
+POLLS = [0]
+
+
 def _serve(respond: Callable[[Any], None]) -> tuple[http.server.ThreadingHTTPServer, str]:
+    def do_get(self: Any) -> None:
+        POLLS[0] += 1
+        respond(self)
     handler = type("H", (http.server.BaseHTTPRequestHandler,), {
-        "do_GET": lambda self: respond(self), "log_message": lambda self, *a: None})
+        "do_GET": do_get, "log_message": lambda self, *a: None})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -86,10 +94,24 @@ def steady_host() -> Callable[[Any], None]:
     from allsmi.output import to_json
     from tests.dashboard.fixtures import simulated_snapshots
     snap = simulated_snapshots(1)[0]
-    body = to_json(snap).encode()
-    stamp = json.dumps(json.loads(body)["timestamp"]).encode()
-    assert body.count(stamp) == 1
-    return lambda handler: _send(handler, body.replace(stamp, json.dumps(_now()).encode()))
+    text = to_json(snap)
+    stamp = json.dumps(json.loads(text)["timestamp"])
+    assert text.count(stamp) == 1
+    ids = {d.id for d in snap.devices} | {d.uuid for d in snap.devices if d.uuid}
+    bodies: dict[str, str] = {}
+
+    def body_of(path: str) -> str:
+        # Each host its own devices (ids and uuids end with the host's path), as in a real fleet.
+        if path not in bodies:
+            tag = path.strip("/").replace("/", "-") or "h"
+            bodies[path] = text
+            for ident in sorted(ids, key=len, reverse=True):
+                bodies[path] = bodies[path].replace(json.dumps(ident), json.dumps(f"{ident}-{tag}"))
+        return bodies[path]
+
+    def respond(handler: Any) -> None:
+        _send(handler, body_of(handler.path).replace(stamp, json.dumps(_now())).encode())
+    return respond
 
 
 def big_prometheus(claimed: int = 900000) -> Callable[[Any], None]:
@@ -128,13 +150,21 @@ def rss_mib(pid: int) -> float:
 
 
 class Result:
-    """The RSS samples of one run: ``(seconds since start, MiB)``."""
+    """The RSS samples of one run: ``(seconds since start, MiB, polls of each host so far)``.
+    The warm-up ends ``warmup`` seconds after start, or, with ``window`` points, 30 s after
+    each host had been polled ``window`` times (the history window is full; a loaded machine
+    polls less often than the interval asks)."""
 
-    def __init__(self, samples: list[tuple[float, float]], warmup: float) -> None:
-        self.samples, self.warmup = samples, warmup
-        values = [v for _, v in samples]
+    def __init__(self, samples: list[tuple[float, float, float]], warmup: float,
+                 window: int | None = None) -> None:
+        self.samples = samples
+        if window is not None:
+            full = [t for t, _, polls in samples if polls >= window]
+            warmup = full[0] + 30 if full else math.inf
+        self.warmup = warmup
+        values = [v for _, v, _ in samples]
         self.low, self.median, self.high = min(values), statistics.median(values), max(values)
-        after = [(t, v) for t, v in samples if t >= warmup]
+        after = [(t, v) for t, v, _ in samples if t >= warmup]
         self.slope = slope_per_minute(after) if len(after) >= 3 else None
         self.settled = statistics.median(v for _, v in after) if after else None
         third = len(after) // 3
@@ -147,8 +177,9 @@ class Result:
         settled = "-" if self.settled is None else f"{self.settled:.1f} MiB"
         slope = "-" if self.slope is None else f"{self.slope:+.3f} MiB/min"
         drift = "-" if self.drift is None else f"{self.drift:+.1f} MiB"
+        start = "window never full" if math.isinf(self.warmup) else f"{self.warmup:.0f} s"
         return (f"| {name} | {devices} | {self.low:.1f} MiB | {self.median:.1f} MiB | {self.high:.1f} MiB "
-                f"| {settled} | {slope} | {drift} |")
+                f"| {start} | {settled} | {slope} | {drift} |")
 
 
 def warmup_of(name: str) -> float:
@@ -157,20 +188,26 @@ def warmup_of(name: str) -> float:
     return (600 if name == "steady" else 120) + 30
 
 
+def window_of(name: str, interval: float) -> int | None:
+    """Points in the history window for ``steady`` (``600 / interval``), else ``None``."""
+    return round(600 / interval) if name == "steady" else None
+
+
 def devices_of(name: str, hosts: int) -> str:
     return {"churn": "4096 new", "prometheus": "900,000 series",
             "prometheus-lie": "900,000 series, 34 claimed", "steady": f"{hosts} x 34"}[name]
 
 
-def report(folder: Path) -> None:
+def report(folder: Path, interval: float) -> None:
     """The table again from the samples a run wrote with ``--csv``."""
     for path in sorted(folder.glob("*.csv")):
         name, _, hosts = path.stem.rpartition("-")
-        samples = [(float(t), float(v)) for t, v in
-                   (line.split(",") for line in path.read_text().splitlines() if line)]
+        rows = [line.split(",") for line in path.read_text().splitlines() if line]
+        samples = [(float(r[0]), float(r[1]), float(r[2]) if len(r) > 2 else 0.0) for r in rows]
+        window = window_of(name, interval) if rows and len(rows[0]) > 2 else None
         if samples:
             span = f"{name} ({samples[-1][0]:.0f} s)"
-            print(Result(samples, warmup_of(name)).row(span, devices_of(name, int(hosts))))
+            print(Result(samples, warmup_of(name), window).row(span, devices_of(name, int(hosts))))
 
 
 def slope_per_minute(points: list[tuple[float, float]]) -> float:
@@ -183,7 +220,7 @@ def slope_per_minute(points: list[tuple[float, float]]) -> float:
 
 
 def run(name: str, args: list[str], seconds: float, sample: float, warmup: float,
-        csv: Path | None = None) -> Result:
+        csv: Path | None = None, hosts: int = 1, window: int | None = None) -> Result:
     tmux = shutil.which("tmux")
     assert tmux, "tmux is needed"
     sock = f"allsmi-bench-{os.getpid()}-{name}"
@@ -196,18 +233,18 @@ def run(name: str, args: list[str], seconds: float, sample: float, warmup: float
         while not pidfile.exists() or not pidfile.read_text().strip():
             time.sleep(0.1)
         pid = int(pidfile.read_text())
-        samples: list[tuple[float, float]] = []
+        samples: list[tuple[float, float, float]] = []
         start = time.monotonic()
         while (now := time.monotonic() - start) < seconds:
             time.sleep(sample)
             rss = rss_mib(pid)
             if not rss:
                 raise SystemExit(f"{name}: the dashboard (pid {pid}) ended after {now:.0f} s")
-            samples.append((time.monotonic() - start, rss))
+            samples.append((time.monotonic() - start, rss, POLLS[0] / hosts))
             if csv is not None:
                 with csv.open("a", encoding="utf-8") as out:
-                    out.write(f"{samples[-1][0]:.1f},{rss:.1f}\n")
-        return Result(samples, warmup)
+                    out.write(f"{samples[-1][0]:.1f},{rss:.1f},{samples[-1][2]:.1f}\n")
+        return Result(samples, warmup, window)
     finally:
         subprocess.run([tmux, "-L", sock, "kill-server"], check=False)
         pidfile.unlink(missing_ok=True)
@@ -223,12 +260,12 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, help="write each run's samples under this folder")
     parser.add_argument("--report", type=Path, help="print the table from the samples in this folder")
     opts = parser.parse_args()
-    header = ("| case | devices a poll | min RSS | median | max | median after warm-up "
+    header = ("| case | devices a poll | min RSS | median | max | warm-up until | median after warm-up "
               "| slope after warm-up | drift after warm-up |\n"
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     if opts.report is not None:
         print(header)
-        report(opts.report)
+        report(opts.report, opts.interval)
         return
     from benchmarks._machine import describe
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -253,8 +290,10 @@ def main() -> None:
             csv = opts.csv / f"{name}-{opts.hosts_count if name == 'steady' else 1}.csv"
             csv.write_text("")
         try:
+            POLLS[0] = 0
             res = run(name, args + ["--interval", f"{opts.interval:g}"], opts.seconds,
-                      opts.sample, warmup, csv)
+                      opts.sample, warmup, csv, opts.hosts_count if name == "steady" else 1,
+                      window_of(name, opts.interval))
         finally:
             httpd.shutdown()
         print(res.row(name, devices), flush=True)
