@@ -18,6 +18,7 @@ Everything listens on loopback only.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -26,8 +27,9 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from allsmi.exporter.exposition import render_snapshot
 from allsmi.output import to_json
@@ -82,13 +84,6 @@ def wait_gone(pids: list[int], timeout: float) -> float | None:
 
 def _env() -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if k != "NO_COLOR"}, "TERM": "xterm-256color"}
-
-
-class Terminal(Protocol):
-    def start(self, args: list[str]) -> int: ...
-    def keys(self, *keys: str) -> None: ...
-    def close(self) -> None: ...
-    def screen(self) -> str: ...
 
 
 class TmuxTerminal:
@@ -280,7 +275,6 @@ def fake_prometheus(instances: tuple[str, ...] = ("node0:9477", "node1:9477")) -
     devices = str(len(snap.devices))
 
     def respond(handler: Any) -> None:
-        import urllib.parse
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query).get("query", [""])[0]
         at = time.time()
         result: list[dict[str, Any]] = []
@@ -298,7 +292,6 @@ def fake_prometheus(instances: tuple[str, ...] = ("node0:9477", "node1:9477")) -
                     continue
                 result.append({"metric": labels, "value": [at, value]})
         body = {"status": "success", "data": {"resultType": "vector", "result": result}}
-        import json
         Handler.send_body(handler, json.dumps(body).encode())
     return Server(respond)
 
