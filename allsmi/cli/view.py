@@ -66,12 +66,17 @@ def _run_app(app: Any, **run: Any) -> None:
     restored) ends the command with that exit code, never 0. The terminal going away (SIGHUP,
     a hang-up or an I/O error on it) ends the process within a second with status 129, whatever
     the UI threads are doing; SIGTERM quits like `q` (see :mod:`allsmi.dashboard.terminal`)."""
-    from allsmi.dashboard.terminal import TerminalGuard
+    from allsmi.dashboard.terminal import TERM_EXIT_CODE, TerminalGuard
     with TerminalGuard(app.quit_soon) as guard:
         app.run(**run)
     code = app.return_code or 0
     if guard.tripped:
         code = guard.clean_exit_code or code
+        if guard.code != TERM_EXIT_CODE:  # SIGTERM is an ordinary stop; say why anything else ended it
+            try:
+                click.echo(f"allsmi: dashboard ended: {guard.reason}", err=True)
+            except OSError:
+                pass  # the terminal went away (the usual reason): there is nobody left to tell
     if code:
         raise SystemExit(code)
 

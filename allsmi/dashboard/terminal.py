@@ -122,9 +122,18 @@ class TerminalGuard:
         while not self._stop.is_set() and not self._tripped.is_set():
             try:
                 events = poller.poll(_POLL_MS)
-            except OSError:
-                events = [(-1, select.POLLERR)]
-            if any(mask & _BROKEN for _, mask in events):
-                self.trip(signal.SIGHUP, HANGUP_EXIT_CODE, self.hangup_grace, "terminal hung up")
+            except OSError as exc:
+                # Not ignored: without this watch a hang-up that comes without SIGHUP (the
+                # dashboard is not the terminal's session leader) would leave it running for
+                # good, so a terminal that cannot be watched ends it like one that hung up,
+                # and the reason says why (printed by the CLI when a terminal is left).
+                self.trip(signal.SIGHUP, HANGUP_EXIT_CODE, self.hangup_grace,
+                          f"watching the terminal failed: {exc}")
+                return
+            broken = [mask for _, mask in events if mask & _BROKEN]
+            if broken:
+                what = ("terminal hung up" if broken[0] & select.POLLHUP else
+                        "terminal descriptor closed" if broken[0] & select.POLLNVAL else "terminal error")
+                self.trip(signal.SIGHUP, HANGUP_EXIT_CODE, self.hangup_grace, what)
                 return
 
