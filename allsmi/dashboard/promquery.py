@@ -63,8 +63,9 @@ def make_query(url: str, ca_file: str | None = None) -> Query:
                               context=context)
         except HttpError as exc:
             text = str(exc)
-            raise PrometheusError(f"Prometheus {text}" if text.startswith("timed out")
-                                  else f"cannot reach Prometheus: {text}") from None
+            if text.startswith("timed out") or "larger than" in text:  # reached, too slow or too big
+                raise PrometheusError(f"Prometheus {text}") from None
+            raise PrometheusError(f"cannot reach Prometheus: {text}") from None
         try:
             doc = json.loads(answer.body)
         except (ValueError, RecursionError):

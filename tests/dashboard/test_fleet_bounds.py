@@ -242,6 +242,9 @@ async def test_a_huge_prometheus_answer_is_cut_and_the_screen_says_so(honest: bo
             assert "reports 900000 devices, more than 4096" in hosts["big:9477"].problems[0]
         else:  # the answer is cut at the byte cap: totals only, and the summary says so
             assert source.note is not None and "devices not shown" in source.note, source.note
+            # Prometheus was reached: its answer was too big, which the note says as such
+            assert "Prometheus answer larger than" in source.note, source.note
+            assert "cannot reach" not in source.note, source.note
             assert not source.detailed
         app = DashboardApp(source)
         async with app.run_test(size=(200, 50)) as pilot:
