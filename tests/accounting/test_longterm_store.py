@@ -57,7 +57,7 @@ def scaled_rules(path: Path) -> Path:
     group["interval"] = f"{HOUR}s"
     for rule in group["rules"]:
         expr = rule["expr"]
-        assert "[1h]" in expr or expr == "vector(3600)", rule["record"]
+        assert "[1h]" in expr or expr.startswith("vector(3600) "), rule["record"]
         rule["expr"] = expr.replace("[1h]", f"[{HOUR}s]").replace("vector(3600)", f"vector({HOUR})")
     path.write_text(yaml.safe_dump({"groups": [group]}))
     return path
