@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -50,6 +51,9 @@ RULES = ROOT / "deploy" / "prometheus" / "allsmi-rules.yml"
 STEP = 300
 GROUPS = ("training", "inference", "research", "batch")
 PRICE = 2.0
+# counter name (allsmi_device_NAME_total) -> the generator's curve
+COUNTERS = {"observed_seconds": "observed", "allocated_seconds": "allocated",
+            "busy_seconds": "busy", "energy_joules": "energy"}
 
 
 def free_port() -> int:
@@ -65,44 +69,69 @@ def last_month() -> tuple[int, int]:
     return int(start.timestamp()), int(first.timestamp())
 
 
-def series_lines(host: int, devices: int, start: int, end: int,
-                 truth: dict[str, float]) -> list[bytes]:
-    """JSON lines for one host's devices over ``[start, end]``, adding to ``truth``."""
-    stamps = list(range(start, end + 1, STEP))
-    ms = [t * 1000 for t in stamps]
-    group = GROUPS[host % len(GROUPS)]
-    instance = f"host{host:04d}:9477"
-    lines: list[bytes] = []
-    for group_metric, value in (("allsmi_resource_group_info", 1.0),
-                                ("allsmi_resource_group_price_per_device_hour", PRICE)):
-        labels = {"__name__": group_metric, "instance": instance, "job": "allsmi",
-                  "resource_group": group}
-        if group_metric.endswith("_hour"):
-            labels["currency"] = "EUR"
-        lines.append(json.dumps({"metric": labels, "values": [value] * len(ms),
-                                 "timestamps": ms}).encode())
-    for dev in range(devices):
-        base = {"instance": instance, "job": "allsmi", "uuid": f"GPU-{host:04d}-{dev:02d}",
-                "resource_group": group, "vendor": "nvidia", "model": "NVIDIA H100 80GB HBM3"}
-        observed, allocated, busy, energy = [0.0], [0.0], [0.0], [0.0]
-        for k in range(1, len(stamps)):
-            held = (k // 12 + host + dev) % 3 != 0  # two hours of three
-            observed.append(observed[-1] + STEP)
-            allocated.append(allocated[-1] + (STEP if held else 0))
-            busy.append(busy[-1] + (0.5 * STEP if held else 0))
-            energy.append(energy[-1] + (400.0 if held else 100.0) * STEP)
-        for name, values in (("allsmi_device_observed_seconds_total", observed),
-                             ("allsmi_device_allocated_seconds_total", allocated),
-                             ("allsmi_device_busy_seconds_total", busy),
-                             ("allsmi_device_energy_joules_total", energy),
-                             ("allsmi_device_info", [1.0] * len(ms))):
-            lines.append(json.dumps({"metric": {"__name__": name, **base}, "values": values,
-                                     "timestamps": ms}).encode())
-        truth["observed"] += observed[-1]
-        truth["allocated"] += allocated[-1]
-        truth["busy"] += busy[-1]
-        truth["energy"] += energy[-1]
-    return lines
+class Generator:
+    """The month's JSON lines (``/api/v1/import``: one line per series with all its samples).
+
+    A device is allocated in two hours of three, staggered by ``(host + device) % 3``, so every
+    counter follows one of three curves: each curve's values (integers) and the timestamps are
+    formatted once and every series line is its labels around them. Only what the roll-ups of
+    ``allsmi-billing-hourly`` read for these devices is written: the observed, allocated, busy
+    and energy counters, ``allsmi_device_info``, and each host's group labels and price.
+    """
+
+    def __init__(self, start: int, end: int) -> None:
+        steps = (end - start) // STEP + 1
+        self.samples_per_series = steps
+        stamps = range(start * 1000, end * 1000 + 1, STEP * 1000)
+        self.stamps = ",".join(map(str, stamps)).encode()
+        self.curves: list[dict[str, bytes]] = []
+        self.last: list[dict[str, float]] = []
+        self.ones = ",".join(["1"] * steps).encode()
+        self.prices = ",".join([repr(PRICE)] * steps).encode()
+        for phase in range(3):
+            counters: dict[str, list[int]] = {"observed": [0], "allocated": [0], "busy": [0],
+                                              "energy": [0]}
+            for k in range(1, steps):
+                held = (k // 12 + phase) % 3 != 0  # two hours of three
+                counters["observed"].append(counters["observed"][-1] + STEP)
+                counters["allocated"].append(counters["allocated"][-1] + (STEP if held else 0))
+                counters["busy"].append(counters["busy"][-1] + (STEP // 2 if held else 0))
+                counters["energy"].append(counters["energy"][-1] + (400 if held else 100) * STEP)
+            self.curves.append({name: ",".join(map(str, values)).encode()
+                                for name, values in counters.items()})
+            self.last.append({name: float(values[-1]) for name, values in counters.items()})
+
+    def _line(self, labels: dict[str, str], values: bytes) -> bytes:
+        return b"".join((b'{"metric":', json.dumps(labels).encode(), b',"values":[', values,
+                         b'],"timestamps":[', self.stamps, b"]}\n"))
+
+    def truth(self, hosts: int, devices: int, truth: dict[str, float]) -> None:
+        """Adds the fleet's totals to ``truth`` without generating it (``--skip-import``)."""
+        for host in range(hosts):
+            for dev in range(devices):
+                for name, value in self.last[(host + dev) % 3].items():
+                    truth[name] += value
+
+    def host(self, host: int, devices: int, truth: dict[str, float]) -> tuple[bytes, int]:
+        """One host's lines (one request body) and its number of series; adds to ``truth``."""
+        group = GROUPS[host % len(GROUPS)]
+        instance = f"host{host:04d}:9477"
+        common = {"instance": instance, "job": "allsmi", "resource_group": group}
+        parts = [self._line({"__name__": "allsmi_resource_group_info", **common}, self.ones),
+                 self._line({"__name__": "allsmi_resource_group_price_per_device_hour",
+                             **common, "currency": "EUR"}, self.prices)]
+        for dev in range(devices):
+            base = {**common, "uuid": f"GPU-{host:04d}-{dev:02d}", "vendor": "nvidia",
+                    "model": "NVIDIA H100 80GB HBM3"}
+            phase = (host + dev) % 3
+            curves = self.curves[phase]
+            for name in COUNTERS:
+                parts.append(self._line({"__name__": f"allsmi_device_{name}_total", **base},
+                                        curves[COUNTERS[name]]))
+            parts.append(self._line({"__name__": "allsmi_device_info", **base}, self.ones))
+            for name, value in self.last[phase].items():
+                truth[name] += value
+        return b"".join(parts), len(parts)
 
 
 def rss_peak_mib(pid: int) -> float:
@@ -169,30 +198,60 @@ def main() -> int:
     parser.add_argument("--devices", type=int, default=37)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--raw", action="store_true", help="also time --no-rollups")
+    parser.add_argument("--connections", type=int, default=3,
+                        help="import requests in flight at once (one host each)")
+    parser.add_argument("--progress", type=int, default=0, metavar="N",
+                        help="print the import rate to stderr every N hosts")
+    parser.add_argument("--skip-import", action="store_true",
+                        help="the store in --workdir already holds the month (an earlier run "
+                             "with the same --hosts and --devices): replay and bill it again")
+    parser.add_argument("--workdir", type=Path,
+                        help="keep the store here (default: a temporary directory, removed)")
     args = parser.parse_args()
     vm_bin, vmalert_bin = shutil.which("victoria-metrics"), shutil.which("vmalert")
     if not vm_bin or not vmalert_bin:
         raise SystemExit("needs victoria-metrics and vmalert (apt-get install victoria-metrics)")
     start, end = last_month()
-    workdir = Path(tempfile.mkdtemp(prefix="allsmi-fleet-month-"))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="allsmi-fleet-month-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
     port = free_port()
     store = f"http://127.0.0.1:{port}"
     vm = subprocess.Popen([vm_bin, f"-storageDataPath={workdir / 'vmdata'}",
                            f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=13",
                            "-dedup.minScrapeInterval=1ms", "-search.latencyOffset=0s",
-                           "-search.maxPointsPerTimeseries=100000", "-loggerLevel=ERROR"],
+                           "-search.maxPointsPerTimeseries=100000",
+                           "-search.maxQueryDuration=3600s", "-search.maxSamplesPerQuery=1000000000000",
+                           "-search.maxUniqueTimeseries=10000000", "-loggerLevel=ERROR"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait(f"{store}/health")
         truth = {"observed": 0.0, "allocated": 0.0, "busy": 0.0, "energy": 0.0}
         began = time.monotonic()
+        generator = Generator(start, end)
         samples = 0
-        for host in range(args.hosts):
-            lines = series_lines(host, args.devices, start, end, truth)
-            samples += len(lines) * ((end - start) // STEP + 1)
-            post(f"{store}/api/v1/import", b"\n".join(lines))
+        if args.skip_import:
+            generator.truth(args.hosts, args.devices, truth)
+            samples = (args.hosts * (2 + 5 * args.devices)) * generator.samples_per_series
+        with ThreadPoolExecutor(max_workers=args.connections) as pool:
+            pending: list[Future[None]] = []
+            for host in range(0 if args.skip_import else args.hosts):
+                body, series = generator.host(host, args.devices, truth)
+                samples += series * generator.samples_per_series
+                pending.append(pool.submit(post, f"{store}/api/v1/import", body))
+                while len(pending) > args.connections:  # a few bodies in memory at a time
+                    pending.pop(0).result()
+                if args.progress and (host + 1) % args.progress == 0:
+                    rate = samples / (time.monotonic() - began)
+                    print(f"{host + 1} hosts, {samples:,} samples, {rate:,.0f}/s, "
+                          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
+            for done in pending:
+                done.result()
         post(f"{store}/internal/force_flush", b"")
         imported = time.monotonic() - began
+        if args.skip_import:
+            imported = float("nan")
+        print(f"imported {samples:,} samples in {imported:.0f} s", file=sys.stderr, flush=True)
         began = time.monotonic()
         fmt = "%Y-%m-%dT%H:%M:%SZ"
         iso = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime(fmt)  # noqa: E731
@@ -204,23 +263,35 @@ def main() -> int:
             [vmalert_bin, f"-rule={workdir / 'billing.yml'}", f"-datasource.url={store}",
              f"-remoteWrite.url={store}", f"-replay.timeFrom={iso(start + 3600)}",
              f"-replay.timeTo={iso(end)}", "-datasource.queryStep=1h",
-             "-replay.rulesDelay=0s", "-replay.disableProgressBar", "-loggerLevel=ERROR"],
+             "-replay.rulesDelay=0s", "-replay.disableProgressBar",
+             # A day per request: vmalert queues a request's results for writing and drops
+             # what does not fit its queue (a month of 14,800 devices did not fit 2 million).
+             "-replay.maxDatapointsPerQuery=24",
+             f"-remoteWrite.maxQueueSize={max(2_000_000, 8 * 25 * args.hosts * args.devices)}",
+             "-remoteWrite.maxBatchSize=50000",
+             "-remoteWrite.concurrency=4", "-remoteWrite.flushInterval=1s",
+             "-loggerLevel=ERROR"],
             capture_output=True, text=True, timeout=7200)
-        if replay.returncode != 0:
+        if replay.returncode != 0 or "queue is full" in replay.stderr:
             raise SystemExit(f"replay failed: {replay.stderr[-2000:]}")
         post(f"{store}/internal/force_flush", b"")
         replayed = time.monotonic() - began
+        print(f"replayed in {replayed:.0f} s", file=sys.stderr, flush=True)
         time.sleep(2)
         walls, doc, err = export(store, args.runs, False, workdir)
         result = {
             "machine": describe(), "hosts": args.hosts, "devices_per_host": args.devices,
             "days": (end - start) // 86400, "samples_imported": samples,
-            "import_s": round(imported, 1), "replay_s": round(replayed, 1),
+            "import_s": None if args.skip_import else round(imported, 1),
+            "import_samples_per_s": None if args.skip_import else round(samples / imported),
+            "replay_s": round(replayed, 1),
             "export_rollups_median_s": round(statistics.median(walls), 2),
             "export_rollups_runs_s": [round(w, 2) for w in walls],
             "source_data": doc.get("source_data"),
             "error_vs_truth": {k: f"{v:+.4%}" for k, v in errors(doc, truth).items()},
             "store_peak_rss_mib": round(rss_peak_mib(vm.pid), 1),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
         }
         if args.raw:
             raw_walls, raw_doc, _ = export(store, 1, True, workdir)
@@ -235,7 +306,8 @@ def main() -> int:
         if vm.poll() is None:
             vm.terminate()
             vm.wait(30)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -51,7 +51,7 @@ MEMORY = "allsmi_device_memory_used_bytes"
 SHARE = "allsmi_device_partition_share_ratio"
 WORKLOAD_INFO = "allsmi_device_workload_info"
 #: What identifies a holder in ``allsmi_device_workload_info`` (besides the device).
-WORKLOAD_KEYS = ("namespace", "pod", "job_id")
+WORKLOAD_KEYS = ("namespace", "pod", "job_id", "user")
 _NOT_LABELS = {"__name__", "instance", "job", "resource_group"}
 def _value(sample: dict[str, Any]) -> float | None:
     try:
@@ -207,7 +207,8 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) ->
     device's allocated, billed and idle time (and idle energy) in proportion to the samples in
     which it held the device among all its workloads' samples, and its observed and used time
     and energy in proportion to its samples among the device's samples in the window (the rest:
-    time no workload held it). Users are not split (Prometheus has no per-user accounting).
+    time no workload held it). Users are known where the exporters publish them (``user`` of
+    both, from ``allsmi serve --processes``); elsewhere a holder's user is empty.
     """
     at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
     fair = _fair_shares(client, window)
@@ -245,13 +246,13 @@ def split_holders(parts: list[Part], held: dict[tuple[str, ...], float],
         total = sum(n for _, n in works)
         seen = max(total, samples.get((uuid, instance), 0.0))
         given: list[Part] = []
-        for (namespace, pod, job), count in works:
+        for (namespace, pod, job, user), count in works:
             held_f, seen_f = count / total, count / seen
             f = lambda v, k=held_f: None if v is None else v * k  # noqa: E731
             g = lambda v, k=seen_f: None if v is None else v * k  # noqa: E731
             given.append(replace(
                 part, namespace=namespace or None, pod=pod or None, job=job or None,
-                observed_s=part.observed_s * seen_f, busy_s=g(part.busy_s),
+                user=user or None, observed_s=part.observed_s * seen_f, busy_s=g(part.busy_s),
                 busy_observed_s=part.busy_observed_s * seen_f, energy_j=g(part.energy_j),
                 mem_sum=None, mem_samples=0, mem_peak=None,
                 allocated_s=f(part.allocated_s), billed_s=f(part.billed_s), idle_s=f(part.idle_s),

@@ -31,7 +31,7 @@ COLUMNS = ("resource_group", "user", "namespace", "pod", "job", "vendor", "model
 
 
 def _default_keys(prometheus: bool) -> tuple[str, ...]:
-    # Prometheus has no per-user accounting (process users are not exported).
+    # Prometheus knows users only from exporters run with --processes: asked for explicitly.
     return tuple(k for k in DEFAULT_KEYS if not (prometheus and k == "user"))
 
 

@@ -95,7 +95,8 @@ SOURCE_OPTIONS = [
     click.option("--group-by", "group_by", metavar="KEYS", default=None,
                   help="Comma-separated: resource_group, vendor, model, host, user, namespace, "
                        "pod, job (default: export resource_group,vendor,model,host; idle "
-                       "resource_group,user,namespace,pod,job, without user from Prometheus)."),
+                       "resource_group,user,namespace,pod,job, without user from Prometheus; "
+                       "Prometheus knows users from exporters run with --processes)."),
     click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Config file (prices, groups, [ledger], [export] and [export.focus] tables)."),
     click.option("--timeout", "timeout", type=click.FloatRange(min=EXPORT_TIMEOUT_RANGE[0],
@@ -237,9 +238,6 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
         raise Failed("config", "--no-rollups needs --prometheus URL", 2)
     if client is not None:
         client.use_rollups = not no_rollups
-    if client is not None and "user" in keys:
-        raise Failed("config", "--group-by user needs the ledger: Prometheus has no per-user "
-                      "accounting", 2)
     return Plan(config, defaults, keys, window, ledger, client,
                 s.scenario if s.simulate else None)
 
@@ -356,6 +354,11 @@ def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client
                                      rollups=getattr(client, "use_rollups", True))
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
+        if "user" in keys and not any(p.user for p in usage.holders or ()):
+            raise Failed("config", "--group-by user: no holder in the window has a user in "
+                         f"prometheus {client.url}: the exporters publish users (the user label "
+                         "of allsmi_holder_* and allsmi_device_workload_info) only when run with "
+                         "--processes; group by namespace, pod or job, or bill from the ledger", 2)
         from allsmi.accounting.promprices import describe, published_prices
         try:
             published = published_prices(client, window, rollups=usage.rollup_seconds > 0)

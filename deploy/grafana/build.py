@@ -213,12 +213,16 @@ def fleet() -> dict[str, Any]:
               targets(('resource_group:allsmi_cost_per_hour:rate5m{resource_group=~"$resource_group"}',
                        "{{resource_group}} ({{currency}})")), 12, 8, decimals=2),
         panel("timeseries", "Budget by group: forecast for the month and budget",
-              "The month's cost forecast linearly from the last day's mean cost per hour "
-              "(resource_group:allsmi_cost_month_forecast:avg1d) next to the group's "
-              "budget_per_month; AllsmiGroupBudgetForecastExceeded fires after an hour above it. "
-              "In the group's currency.", "none",
-              targets(('resource_group:allsmi_cost_month_forecast:avg1d{resource_group=~"$resource_group"}',
+              "The calendar month's cost so far (UTC, from the hourly roll-ups: "
+              "resource_group:allsmi_cost:month_to_date) and its linear forecast to the month's "
+              "end (resource_group:allsmi_cost_month_forecast:linear, as allsmi export's "
+              "forecast_month_end_cost) next to the group's budget_per_month; "
+              "AllsmiGroupBudgetForecastExceeded fires after an hour of a forecast above it, "
+              "AllsmiGroupBudgetExceeded once the month so far is. In the group's currency.", "none",
+              targets(('resource_group:allsmi_cost_month_forecast:linear{resource_group=~"$resource_group"}',
                        "{{resource_group}} forecast ({{currency}})"),
+                      ('resource_group:allsmi_cost:month_to_date{resource_group=~"$resource_group"}',
+                       "{{resource_group}} spent this month ({{currency}})"),
                       ('max by (resource_group, currency) (allsmi_resource_group_budget_per_month'
                        '{resource_group=~"$resource_group"})',
                        "{{resource_group}} budget ({{currency}})")), 12, 8, decimals=2),

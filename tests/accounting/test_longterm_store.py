@@ -57,7 +57,7 @@ def scaled_rules(path: Path) -> Path:
     group["interval"] = f"{HOUR}s"
     for rule in group["rules"]:
         expr = rule["expr"]
-        assert "[1h]" in expr or expr == "vector(3600)", rule["record"]
+        assert "[1h]" in expr or expr.startswith("vector(3600) "), rule["record"]
         rule["expr"] = expr.replace("[1h]", f"[{HOUR}s]").replace("vector(3600)", f"vector({HOUR})")
     path.write_text(yaml.safe_dump({"groups": [group]}))
     return path
@@ -226,8 +226,9 @@ HOLDER_COLUMNS = ("allocated_device_hours", "billed_device_hours", "used_device_
 
 
 def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Path) -> None:
-    """``--group-by namespace,pod,job`` from the per-holder roll-ups bills each holder as the
-    per-holder raw counters do, with the same methods (``user`` needs the ledger)."""
+    """``--group-by user,namespace,pod,job`` from the per-holder roll-ups bills each holder as
+    the per-holder raw counters do, with the same methods (the exporter runs with
+    ``--processes``, so its holders carry their users)."""
     (tmp_path / "allsmi.toml").write_text(CONFIG)
     jobs = tmp_path / "jobs"
     jobs.mkdir()
@@ -250,7 +251,7 @@ def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Pat
             assert replay.returncode == 0, replay.stdout + replay.stderr
             wait_for_rollups(vm, first + 4 * HOUR, 4, 4 * HOUR)
             window = ("--since", iso(first), "--until", iso(first + 4 * HOUR),
-                      "--group-by", "resource_group,namespace,pod,job")
+                      "--group-by", "resource_group,user,namespace,pod,job")
             raw = export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path)
             rolled = export("--prometheus", vm, *window, cwd=tmp_path)
     finally:
@@ -259,7 +260,7 @@ def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Pat
     assert raw[0] == 0 and rolled[0] == 0, (raw[2], rolled[2])
     assert rolled[1]["source_data"].startswith("hourly roll-ups"), rolled[1]["source_data"]
     assert "raw counters" not in rolled[1]["source_data"], rolled[1]["source_data"]
-    keys = ("resource_group", "namespace", "pod", "job")
+    keys = ("resource_group", "user", "namespace", "pod", "job")
 
     def by_holder(doc: dict) -> dict[tuple, dict]:  # type: ignore[type-arg]
         return {tuple(r[k] for k in keys): r for r in doc["rows"]}
@@ -268,6 +269,7 @@ def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Pat
     assert set(a) == set(b)
     held = [k for k in a if any(k[1:])]
     assert len(held) >= 2, sorted(a)
+    assert any(k[1] for k in held), sorted(a)  # users, from the roll-ups as from the counters
     # Split by the per-holder counters (the sample-count split has no methods).
     assert any(a[k]["allocation_method"] for k in held), [a[k] for k in held]
     for key, row in a.items():

@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 RULES = DEPLOY / "prometheus" / "allsmi-rules.yml"
 RULES_TEST = DEPLOY / "prometheus" / "allsmi-rules.test.yml"
+#: The budgets' unit tests: a month boundary, so evaluated hourly (a file of their own).
+RULES_BUDGET_TEST = DEPLOY / "prometheus" / "allsmi-rules.budgets.test.yml"
 DASHBOARDS = ("allsmi-fleet.json", "allsmi-node.json")
 UNITS = ("allsmi-exporter.service", "allsmi-record.service", "allsmi-export.service",
          "allsmi-export.timer")

@@ -1,0 +1,101 @@
+"""``allsmi export --prometheus URL --group-by user`` against a real Prometheus (issue 22).
+
+Users come from the ``user`` label of the exporters' per-holder counters (``allsmi_holder_*``),
+published only by ``allsmi serve --processes``. Scraped from such an exporter, the export bills
+per user, and the users' rows add up to the groups'; scraped from an exporter without
+``--processes``, ``--group-by user`` is refused (exit 2) with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ..prometheus_server import free_port, running_prometheus
+from .test_prometheus_agreement import CONFIG, export, iso, stop, wait_http
+
+pytestmark = [pytest.mark.integration]
+
+COLUMNS = ("observed_device_hours", "allocated_device_hours", "used_device_hours", "energy_kwh",
+           "cost")
+
+
+def _serve(tmp_path: Path, processes: bool) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    log = open(tmp_path / f"serve-{port}.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed", "--interval", "0.5",
+         *(["--processes"] if processes else []), "--listen", f"127.0.0.1:{port}",
+         "--config", "allsmi.toml"],
+        cwd=tmp_path, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}, stdout=log,
+        stderr=subprocess.STDOUT)
+    log.close()
+    wait_http(f"http://127.0.0.1:{port}/metrics")
+    return proc, port
+
+
+def _window(began: float) -> tuple[str, ...]:
+    start, end = math.ceil(began + 4), math.floor(time.time() - 3)
+    assert end - start >= 15
+    return ("--since", iso(start), "--until", iso(end))
+
+
+def _totals(doc: dict, group: str) -> dict[str, float]:  # type: ignore[type-arg]
+    rows = [r for r in doc["rows"] if r["resource_group"] == group]
+    return {c: sum(r[c] or 0.0 for r in rows) for c in COLUMNS}
+
+
+def test_group_by_user_from_prometheus(tmp_path: Path) -> None:
+    (tmp_path / "allsmi.toml").write_text(CONFIG)
+    serve, port = _serve(tmp_path, processes=True)
+    try:
+        with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
+            began = time.time()
+            time.sleep(25)
+            window = _window(began)
+            rc_u, by_user, err_u = export("--prometheus", prom, *window, "--group-by",
+                                          "resource_group,user", cwd=tmp_path)
+            rc_g, by_group, err_g = export("--prometheus", prom, *window, "--group-by",
+                                           "resource_group", cwd=tmp_path)
+    finally:
+        stop(serve)
+    assert rc_u == 0, err_u
+    assert rc_g == 0, err_g
+    assert by_user["group_by"] == ["resource_group", "user"]
+    users = {r["user"] for r in by_user["rows"] if r["user"]}
+    assert users, by_user["rows"]
+    held = [r for r in by_user["rows"] if r["user"]]
+    assert any((r["allocated_device_hours"] or 0) > 0 for r in held), held
+    # The users' rows (and the rest: time no user held) add up to their group's row (each
+    # row rounded to 6 decimals).
+    for row in by_group["rows"]:
+        totals = _totals(by_user, row["resource_group"])
+        n = sum(r["resource_group"] == row["resource_group"] for r in by_user["rows"])
+        for col in COLUMNS:
+            assert totals[col] == pytest.approx(row[col] or 0.0, rel=1e-6, abs=1e-6 * n), \
+                (row["resource_group"], col)
+
+
+def test_group_by_user_is_refused_without_users(tmp_path: Path) -> None:
+    (tmp_path / "allsmi.toml").write_text(CONFIG)
+    serve, port = _serve(tmp_path, processes=False)
+    try:
+        with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
+            began = time.time()
+            time.sleep(25)
+            window = _window(began)
+            rc, doc, err = export("--prometheus", prom, *window, "--group-by",
+                                  "resource_group,user", cwd=tmp_path)
+            rc_ns, by_ns, err_ns = export("--prometheus", prom, *window, "--group-by",
+                                          "resource_group,namespace", cwd=tmp_path)
+    finally:
+        stop(serve)
+    assert rc == 2 and doc == {}, (rc, err)
+    assert "--group-by user" in err and "--processes" in err, err
+    assert rc_ns == 0 and any(r["namespace"] for r in by_ns["rows"]), err_ns
