@@ -6,6 +6,7 @@ failure statuses and signal handling, and writing the output.
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import sys
 import tempfile
@@ -248,11 +249,11 @@ def build(plan: Plan) -> Any:
     """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
     if plan.scenario is not None:
         with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-            ledger = _simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
+            ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
             # the temporary ledger is gone when the command ends: name what was billed
-            return _report(plan.window, plan.keys, plan.config, ledger, None,
+            return usage_report(plan.window, plan.keys, plan.config, ledger, None,
                            source=f"simulation {plan.scenario.name}")
-    return _report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
+    return usage_report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
 
 
 
@@ -289,8 +290,8 @@ def _client(config: Any, url: str | None, timeout: float, user: str | None,
         raise Failed("config", str(exc), 2) from None
 
 
-def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
-                      step: float | None = None) -> str:
+def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
+                     step: float | None = None, row_seconds: int | None = None) -> str:
     """Replay ``scenario`` over the window (never past now) into a ledger in ``directory``.
 
     Simulated values are a pure function of time, so any past window can be
@@ -299,12 +300,20 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     second: the bill's totals stay within 0.5 % of a 20 s replay, which
     tests/accounting checks), and the simulated backends and pods are called in this
     thread (``inline``): a pure function needs no worker thread and no deadline.
+
+    The temporary ledger is thrown away when the command ends, so it is kept for the
+    window alone: its rows are as long as the window's alignment allows (a quarter hour
+    for every ``--period``; the bill counts whole rows, so they must not straddle the
+    window's edges), with no checkpoints, no pruning and no fsync. The same recorder
+    sums the same samples into fewer rows: the totals are those of one-interval rows.
+    ``step`` (seconds between samples) and ``row_seconds`` (a divisor of 900) override both
+    choices, as the tests' reference replay does.
     """
     from dataclasses import replace
 
     from allsmi import registry
     from allsmi.accounting.recorder import LedgerRecorder
-    from allsmi.accounting.settings import ledger_settings
+    from allsmi.accounting.settings import ROLLUP_SECONDS, ledger_settings
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
@@ -313,17 +322,22 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
 
     start = window.start.timestamp()
     end = min(window.end.timestamp(), time.time())
+    path = f"{directory}/ledger.db"
     try:  # one cycle per ledger interval, at least 20 s apart
-        step = step or float(max(20, ledger_settings(config).interval_seconds))
+        configured = ledger_settings(config, path_flag=path)
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
+    step = step or float(max(20, configured.interval_seconds))
+    # Rows as long as both edges of the window allow (a divisor of a quarter hour).
+    row = row_seconds or math.gcd(ROLLUP_SECONDS, *(int(t) % ROLLUP_SECONDS or ROLLUP_SECONDS
+                                     for t in (window.start_unix, window.end_unix)))
+    scratch_settings = replace(configured, interval_seconds=row, checkpoint_seconds=0,
+                               retention_days=None, rollup_retention_days=None)
     now = [start]
     clock = lambda: now[0]  # noqa: E731
-    ledger_table = {**config.section("ledger"), "max_gap_seconds": 3 * step}
-    ledger_config = replace(config, sections={**config.sections, "ledger": ledger_table})
-    path = f"{directory}/ledger.db"
     try:
-        recorder = LedgerRecorder(path, ledger_config)
+        recorder = LedgerRecorder(path, config, settings=scratch_settings,
+                                  max_gap_seconds=3 * step)
         recorder.ledger.scratch()  # deleted on exit: no fsync per interval
         # The simulated pods and jobs (and any real source configured) are billed too.
         attributor = build_attributor(config, simulate=True, declarations=registry.declarations(),
@@ -345,8 +359,10 @@ def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     return path
 
 
-def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any,
-            source: str | None = None) -> Any:
+def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any,
+                 source: str | None = None) -> Any:
+    """The usage report over ``window`` grouped by ``keys``: from Prometheus when ``client`` is
+    given, else from the ledger file ``ledger`` (``source`` names it in the report)."""
     from allsmi.accounting.report import HOLDER_KEYS, build_report
     if client is not None:
         from allsmi.accounting.promrollup import prometheus_usage

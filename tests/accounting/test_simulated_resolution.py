@@ -11,7 +11,7 @@ import pytest
 from allsmi.accounting.periods import Window
 from allsmi.accounting.settings import GROUP_BY_KEYS
 from allsmi.backends.simulated.scenario import load_scenario
-from allsmi.cli.reportcmd import _report, _simulated_ledger
+from allsmi.cli.reportcmd import simulated_ledger, usage_report
 from allsmi.config import parse_config
 
 START = 1_790_000_000 - 1_790_000_000 % 3600  # whole hours, safely in the past
@@ -44,14 +44,17 @@ def ledgers(tmp_path_factory) -> dict:
     """The day replayed every 20 s (as before) and at the ledger's resolution (as now)."""
     config = parse_config(CONFIG)
     out = {}
-    for name, step in (("fine", 20.0), ("coarse", None)):
+    # the former replay: a sample every 20 s into one-minute rows; now: one sample per ledger
+    # interval into rows as long as the window allows
+    for name, step, rows in (("fine", 20.0, 60), ("coarse", None, None)):
         folder = tmp_path_factory.mktemp(name)
-        out[name] = _simulated_ledger(load_scenario("mixed"), WINDOW, config, str(folder), step=step)
+        out[name] = simulated_ledger(load_scenario("mixed"), WINDOW, config, str(folder),
+                                     step=step, row_seconds=rows)
     return out
 
 
 def _rows(ledger: str, keys: tuple[str, ...]) -> dict:
-    report = _report(WINDOW, keys, parse_config(CONFIG), ledger, None)
+    report = usage_report(WINDOW, keys, parse_config(CONFIG), ledger, None)
     return {tuple(getattr(r, k, None) for k in ("resource_group", "vendor", "model", "namespace",
                                                   "pod", "job", "user")): r for r in report.rows}
 
