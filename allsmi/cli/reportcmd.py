@@ -317,8 +317,10 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
-    from allsmi.registry import enabled_only
     from allsmi.config import ConfigError
+    from allsmi.host import HostSampler
+    from allsmi.registry import enabled_only
+    from allsmi.schema import HostSample
 
     start = window.start.timestamp()
     end = min(window.end.timestamp(), time.time())
@@ -344,10 +346,17 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
                                       inline=True)
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
+    class PastHost(HostSampler):
+        """The host of a replayed past: its name (what the ledger records); its CPU and memory
+        then are unknown (``None``), not this machine's now, and are not read every cycle."""
+
+        def sample(self) -> HostSample:
+            return HostSample(hostname=self.hostname)
+
     backends = enabled_only(simulated_backends(scenario, clock=clock), config.backends_enabled)
     collector = Collector(backends, config, clock=clock,
                           timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
-                          inline=True)
+                          host_sampler=PastHost(), inline=True)
     collector.subscribe(recorder.on_snapshot)
     try:
         while now[0] <= end:

@@ -127,6 +127,8 @@ class SimulatedBackend(Backend):
         self._real: type[Backend] | None = None
         self._units: list[_Unit] = []
         self._jobs: dict[tuple[str, int], tuple[Any, ...]] = {}
+        #: Per unit, the fields of its samples that never change (see :meth:`_sample_unit`).
+        self._static: dict[str, dict[str, Any]] = {}
         self._closed = threading.Event()
         if self._scenario is not None and target is not None:
             self._adopt_identity()
@@ -179,6 +181,7 @@ class SimulatedBackend(Backend):
         self._adopt_identity()
         self._closed.clear()
         self._units = []
+        self._static = {}
         for spec in scenario.devices:
             if self._target is not None and spec.backend != self._target:
                 continue
@@ -336,12 +339,15 @@ class SimulatedBackend(Backend):
                      blank: dict[str, None]) -> list[DeviceSample]:
         spec = unit.spec
         vendor, kind = self._vendor_kind(spec)
-        static = dict(id=unit.id, vendor=vendor, kind=kind, backend=self.display_name,
-                      index=unit.index, uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
-                      driver_version=spec.driver_version, firmware_version=spec.firmware_version)
+        static = self._static.get(unit.key)
+        if static is None:  # (the same every cycle: made once per unit)
+            static = self._static[unit.key] = dict(
+                id=unit.id, vendor=vendor, kind=kind, backend=self.display_name, index=unit.index,
+                uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
+                driver_version=spec.driver_version, firmware_version=spec.firmware_version)
 
         def device(**fields: Any) -> DeviceSample:
-            return DeviceSample(**{**fields, **blank})
+            return DeviceSample(**{**fields, **blank}) if blank else DeviceSample(**fields)
 
         if self._lost(scenario, unit, s):
             return [device(**static, health="lost")] + [
