@@ -25,14 +25,13 @@ from typing import Any, Callable, Sequence
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample
 
+from .jobs import MIB, JobDraws
 from .model import LoadCycle, Wobble, in_window, unit_hash
 from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
                             builtin_scenarios, load_scenario)
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
            "builtin_scenarios", "load_scenario", "simulated_backends"]
-
-MIB = 1024**2
 
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
@@ -126,7 +125,7 @@ class SimulatedBackend(Backend):
         self._impersonate = impersonate
         self._real: type[Backend] | None = None
         self._units: list[_Unit] = []
-        self._jobs: dict[tuple[str, int], tuple[Any, ...]] = {}
+        self._jobs = JobDraws()
         #: Per unit, the fields of its samples that never change (see :meth:`_sample_unit`).
         self._static: dict[str, dict[str, Any]] = {}
         self._closed = threading.Event()
@@ -271,55 +270,6 @@ class SimulatedBackend(Backend):
     #: (NVIDIA per-process SM, AMD engine counters, Rebellions contexts); the others do not.
     ACTIVITY_BACKENDS = ("nvidia", "amd", "rebellions")
 
-    #: Jobs whose draws (:meth:`_job`) are remembered; beyond it the memory starts afresh.
-    JOB_MEMORY = 4096
-
-    def _job(self, scenario: Scenario, unit: _Unit, job: int) -> tuple[Any, ...]:
-        """What a job draws once for its whole run (a pure function of the unit and the job
-        number, remembered: a job spans many samples): (memory fraction, pid, user, command,
-        the other user and command and the main process's part when it shares its device,
-        whether a helper runs beside it)."""
-        key = (unit.key, job)
-        found = self._jobs.get(key)
-        if found is not None:
-            return found
-        h = lambda tag: unit_hash(unit.key, job, tag)  # noqa: E731
-        users, commands = scenario.users, scenario.commands
-        first = int(h("user") * len(users))
-        shared = None
-        if h("shared") < 0.35 and len(users) > 1:
-            shared = (users[(first + 1 + int(h("user2") * (len(users) - 1))) % len(users)],
-                      commands[int(h("cmd2") * len(commands))], round(0.55 + 0.4 * h("split"), 3))
-        found = (0.35 + 0.55 * h("mem"), 1000 + int(h("pid") * 4_000_000), users[first],
-                 commands[int(h("cmd") * len(commands))], shared,
-                 shared is None and h("pair") < 0.3)
-        if len(self._jobs) >= self.JOB_MEMORY:
-            self._jobs.clear()
-        self._jobs[key] = found
-        return found
-
-    def _processes(self, scenario: Scenario, unit: _Unit, job: int, used: int, util: float,
-                   activity: bool) -> tuple[ProcessSample, ...]:
-        """The job's processes. About a third of jobs share their device with another user's
-        process, each with its own part of the device's activity (so that fair shares bill
-        them differently); about a third run a helper of the same user that does no compute.
-        ``activity``: whether the real tool reports per-process utilization."""
-        _, pid, user, command, shared, pair = self._job(scenario, unit, job)
-        pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
-        if shared is not None:
-            other, other_command, main = shared
-            mine = int(used * main) // MIB * MIB
-            return (ProcessSample(pid, user, command, mine, utilization_percent=pct(main)),
-                    ProcessSample(pid + 7, other, other_command, used - mine,
-                                  utilization_percent=pct(1.0 - main)))
-        if pair:
-            helper = 512 * MIB
-            return (ProcessSample(pid, user, command, max(used - helper, 0),
-                                  utilization_percent=pct(1.0)),
-                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor",
-                                  helper, utilization_percent=pct(0.0)))
-        return (ProcessSample(pid, user, command, used, utilization_percent=pct(1.0)),)
-
     def _load(self, scenario: Scenario, cycle: LoadCycle, unit: _Unit, s: float,
               memory_total: int, activity: bool = False
               ) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
@@ -328,11 +278,12 @@ class SimulatedBackend(Backend):
         overhead = int(memory_total * 0.006) // MIB * MIB
         if r >= cycle.active:
             return 0.0, overhead, (), job, r
-        frac = self._job(scenario, unit, job)[0]
+        frac = self._jobs.draw(scenario, unit.key, job)[0]
         ramp = min(1.0, r / 30.0)
         job_mem = int((memory_total - overhead) * frac * ramp) // MIB * MIB
         util = cycle.utilization(r)
-        procs = self._processes(scenario, unit, job, job_mem, util, activity) if job_mem > 0 else ()
+        procs = self._jobs.processes(scenario, unit.key, job, job_mem, util, activity) \
+            if job_mem > 0 else ()
         return util, overhead + job_mem, procs, job, r
 
     def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float,

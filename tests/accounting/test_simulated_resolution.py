@@ -11,7 +11,8 @@ import pytest
 from allsmi.accounting.periods import Window
 from allsmi.accounting.settings import GROUP_BY_KEYS
 from allsmi.backends.simulated.scenario import load_scenario
-from allsmi.cli.reportcmd import simulated_ledger, usage_report
+from allsmi.cli.reportcmd import usage_report
+from allsmi.cli.simbill import simulated_ledger
 from allsmi.config import parse_config
 
 START = 1_790_000_000 - 1_790_000_000 % 3600  # whole hours, safely in the past
