@@ -233,6 +233,8 @@ class Collector:
             maxlen=history_size or self.config.history_size)
         self._latest: Snapshot | None = None
         self._cycle_lock = threading.Lock()
+        self._group_memo: dict[tuple[object, ...], str] = {}
+        """Each device's resource group by its facts (see :func:`assign_groups`)."""
         self._subscribers: list[SnapshotCallback] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -292,7 +294,7 @@ class Collector:
             host = self.host.sample()
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
-            grouped = assign_groups(devices, host.hostname, self.config)
+            grouped = assign_groups(devices, host.hostname, self.config, self._group_memo)
             attributed, attribution, unknown = self._attribute(grouped, wall)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,

@@ -13,8 +13,13 @@ def _facts(dev: DeviceSample, hostname: str) -> dict[str, str | None]:
             "index": None if dev.index is None else str(dev.index), "bus_id": dev.bus_id}
 
 
+#: Entries a ``memo`` of :func:`assign_groups` holds before it starts afresh.
+MEMO_SIZE = 4096
+
+
 def assign_groups(devices: Iterable[DeviceSample], hostname: str,
-                  config: Config) -> tuple[DeviceSample, ...]:
+                  config: Config, memo: dict[tuple[object, ...], str] | None = None
+                  ) -> tuple[DeviceSample, ...]:
     """Set ``resource_group`` and the group's ``labels`` on each device.
 
     Rules are tried in order and the first match wins. A partition matches
@@ -22,6 +27,9 @@ def assign_groups(devices: Iterable[DeviceSample], hostname: str,
     the parent, so "GPU 0-3" must not catch instance 0 of GPU 5); one that no
     rule matches stays in its parent's group. Anything else falls to the
     node's default group.
+
+    ``memo`` (a dict the caller keeps for one ``config``) remembers each rule's verdict by the
+    facts it was given: devices seldom change them, and every device is assigned every cycle.
     """
     out: list[DeviceSample] = []
     by_id: dict[str, str] = {}
@@ -34,7 +42,16 @@ def assign_groups(devices: Iterable[DeviceSample], hostname: str,
             facts["bus_id"] = parent.bus_id
         else:
             physical[dev.id] = dev
-        group = next((r.resource_group for r in config.rules if r.matches(facts)), None)
+        if memo is None:
+            group = next((r.resource_group for r in config.rules if r.matches(facts)), None)
+        else:
+            key = tuple(facts.values())
+            group = memo.get(key, memo)  # type: ignore[arg-type]
+            if group is memo:
+                group = next((r.resource_group for r in config.rules if r.matches(facts)), None)
+                if len(memo) >= MEMO_SIZE:
+                    memo.clear()
+                memo[key] = group  # type: ignore[assignment]
         if group is None:
             group = by_id.get(dev.parent or "", config.default_group)
         by_id[dev.id] = group

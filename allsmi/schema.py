@@ -17,7 +17,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Tuple, TypeVar, Union
 
-from allsmi.text import MAX_COMMAND, MAX_MESSAGE, clean_detail, clean_optional, clean_text
+from allsmi.text import MAX_COMMAND, MAX_MESSAGE, MAX_NAME, clean_detail, clean_optional, clean_text
 
 SCHEMA_VERSION = 1
 
@@ -204,10 +204,17 @@ class DeviceSample:
         # The schema boundary: text from vendor tools and processes is made
         # safe here, once, for every consumer (see allsmi.text).
         _set = object.__setattr__
+        # What clean_text would return unchanged (a short printable str) is not set again:
+        # every device of every cycle comes through here.
         for name in _DEVICE_TEXT:
-            _set(self, name, clean_text(getattr(self, name)))
+            value = getattr(self, name)
+            if type(value) is not str or len(value) > MAX_NAME or not value.isprintable():
+                _set(self, name, clean_text(value))
         for name in _DEVICE_OPTIONAL_TEXT:
-            _set(self, name, clean_optional(getattr(self, name)))
+            value = getattr(self, name)
+            if value is not None and (type(value) is not str or len(value) > MAX_NAME
+                                      or not value.isprintable()):
+                _set(self, name, clean_text(value))
         if self.labels:
             _set(self, "labels", _clean_mapping(self.labels))
         if self.details:
@@ -323,10 +330,9 @@ def derive(sample: _S, **changes: Any) -> _S:
     """
     cls = type(sample)
     cleaners = _CLEANERS[cls]
-    new = object.__new__(cls)
+    copy = _COPIES.get(cls) or _copier(cls)
+    new = copy(sample)
     _set = object.__setattr__
-    for name in cleaners:
-        _set(new, name, getattr(sample, name))
     for name, value in changes.items():
         clean = cleaners.get(name, _UNKNOWN)
         if clean is _UNKNOWN:
@@ -336,3 +342,18 @@ def derive(sample: _S, **changes: Any) -> _S:
 
 
 _UNKNOWN = object()
+#: Per class, a function returning a field-by-field copy of a sample (see :func:`_copier`).
+_COPIES: dict[type, Any] = {}
+
+
+def _copier(cls: type) -> Any:
+    """A function copying every field of a ``cls`` sample into a new one, written out field by
+    field as dataclasses writes ``__init__`` (half the time of a loop over the names); made on
+    first use, so that start-up does not pay for it."""
+    lines = "".join(f"    _set(new, {name!r}, sample.{name})\n" for name in _CLEANERS[cls])
+    source = (f"def copy(sample, _new=object.__new__, _set=object.__setattr__):\n"
+              f"    new = _new(cls)\n{lines}    return new\n")
+    scope: dict[str, Any] = {"cls": cls}
+    exec(source, scope)  # noqa: S102 - the text is made of this module's own field names
+    _COPIES[cls] = copy = scope["copy"]
+    return copy

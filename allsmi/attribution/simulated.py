@@ -12,6 +12,7 @@ device is regularly allocated but idle. Jobs get new ids every
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -66,6 +67,11 @@ _PLAN: dict[tuple[object, ...], object] = {
 }
 
 
+#: The backends the plan names (any other gets the rotation in :func:`_holder`).
+_PLAN_BACKENDS = frozenset(k[0] for k in _PLAN)
+
+
+@functools.lru_cache(maxsize=256)  # a pod's name lasts a day: asked of every device, every cycle
 def _short_hash(*parts: object) -> str:
     import hashlib  # here: loading OpenSSL costs every start-up, and only --simulate needs it
     return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=4).hexdigest()[:5]
@@ -79,7 +85,7 @@ def _holder(dev: DeviceSample, slot: int | None = None) -> object:
         return None if position is None else _PLAN.get((dev.backend, "part", position))
     if dev.index is None:
         return None
-    if (dev.backend, dev.index) in _PLAN or dev.backend in {k[0] for k in _PLAN}:
+    if (dev.backend, dev.index) in _PLAN or dev.backend in _PLAN_BACKENDS:
         return _PLAN.get((dev.backend, dev.index))
     # A scenario with other backends: a pod, a job or nothing, in turn.
     return (_Pod("default", f"{dev.backend}-worker", "main"), _Job(5, "user"), None)[dev.index % 3]

@@ -9,7 +9,6 @@ import contextlib
 import signal
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -245,12 +244,13 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
 def build(plan: Plan) -> Any:
     """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
     if plan.scenario is not None:
+        from allsmi.cli.simbill import simulated_ledger
         with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-            ledger = _simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
+            ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
             # the temporary ledger is gone when the command ends: name what was billed
-            return _report(plan.window, plan.keys, plan.config, ledger, None,
-                           source=f"simulation {plan.scenario.name}")
-    return _report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
+            return usage_report(plan.window, plan.keys, plan.config, ledger, None,
+                                source=f"simulation {plan.scenario.name}")
+    return usage_report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
 
 
 
@@ -287,64 +287,10 @@ def _client(config: Any, url: str | None, timeout: float, user: str | None,
         raise Failed("config", str(exc), 2) from None
 
 
-def _simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
-                      step: float | None = None) -> str:
-    """Replay ``scenario`` over the window (never past now) into a ledger in ``directory``.
-
-    Simulated values are a pure function of time, so any past window can be
-    recorded after the fact, exactly as a recorder running then would have. It is
-    sampled at the ledger's resolution (one cycle per ledger interval, not per
-    second: the bill's totals stay within 0.5 % of a 20 s replay, which
-    tests/accounting checks), and the simulated backends and pods are called in this
-    thread (``inline``): a pure function needs no worker thread and no deadline.
-    """
-    from dataclasses import replace
-
-    from allsmi import registry
-    from allsmi.accounting.recorder import LedgerRecorder
-    from allsmi.accounting.settings import ledger_settings
-    from allsmi.attribution import build_attributor
-    from allsmi.backends.simulated import simulated_backends
-    from allsmi.collector import Collector
-    from allsmi.registry import enabled_only
-    from allsmi.config import ConfigError
-
-    start = window.start.timestamp()
-    end = min(window.end.timestamp(), time.time())
-    try:  # one cycle per ledger interval, at least 20 s apart
-        step = step or float(max(20, ledger_settings(config).interval_seconds))
-    except ConfigError as exc:
-        raise Failed("config", str(exc), 2) from None
-    now = [start]
-    clock = lambda: now[0]  # noqa: E731
-    ledger_table = {**config.section("ledger"), "max_gap_seconds": 3 * step}
-    ledger_config = replace(config, sections={**config.sections, "ledger": ledger_table})
-    path = f"{directory}/ledger.db"
-    try:
-        recorder = LedgerRecorder(path, ledger_config)
-        recorder.ledger.scratch()  # deleted on exit: no fsync per interval
-        # The simulated pods and jobs (and any real source configured) are billed too.
-        attributor = build_attributor(config, simulate=True, declarations=registry.declarations(),
-                                      inline=True)
-    except ConfigError as exc:
-        raise Failed("config", str(exc), 2) from None
-    backends = enabled_only(simulated_backends(scenario, clock=clock), config.backends_enabled)
-    collector = Collector(backends, config, clock=clock,
-                          timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
-                          inline=True)
-    collector.subscribe(recorder.on_snapshot)
-    try:
-        while now[0] <= end:
-            collector.collect_once()
-            now[0] += step
-    finally:
-        collector.close()
-        recorder.close()
-    return path
-
-
-def _report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any,
-            source: str | None = None) -> Any:
+def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any,
+                 source: str | None = None) -> Any:
+    """The usage report over ``window`` grouped by ``keys``: from Prometheus when ``client`` is
+    given, else from the ledger file ``ledger`` (``source`` names it in the report)."""
     from allsmi.accounting.report import HOLDER_KEYS, build_report
     if client is not None:
         from allsmi.accounting.promrollup import prometheus_usage

@@ -18,21 +18,20 @@ import math
 import re
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample
 
+from .jobs import MIB, JobDraws
 from .model import LoadCycle, Wobble, in_window, unit_hash
 from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
                             builtin_scenarios, load_scenario)
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
            "builtin_scenarios", "load_scenario", "simulated_backends"]
-
-MIB = 1024**2
 
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
@@ -126,6 +125,9 @@ class SimulatedBackend(Backend):
         self._impersonate = impersonate
         self._real: type[Backend] | None = None
         self._units: list[_Unit] = []
+        self._jobs = JobDraws()
+        #: Per unit, the fields of its samples that never change (see :meth:`_sample_unit`).
+        self._static: dict[str, dict[str, Any]] = {}
         self._closed = threading.Event()
         if self._scenario is not None and target is not None:
             self._adopt_identity()
@@ -178,6 +180,7 @@ class SimulatedBackend(Backend):
         self._adopt_identity()
         self._closed.clear()
         self._units = []
+        self._static = {}
         for spec in scenario.devices:
             if self._target is not None and spec.backend != self._target:
                 continue
@@ -245,14 +248,13 @@ class SimulatedBackend(Backend):
                 # Interruptible by close(), so a hung simulated backend can be shut down cleanly.
                 if self._closed.wait(fault.seconds):
                     raise BackendError("closed while hanging")
+        # What the real backend never reports, the simulation does not invent: those fields
+        # are built as None.
+        unreported = self._real.unreported_fields if self._real is not None else frozenset()
+        blank = {name: None for name in unreported}
         out: list[DeviceSample] = []
         for unit in self._units:
-            out.extend(self._sample_unit(scenario, unit, s))
-        unreported = self._real.unreported_fields if self._real is not None else frozenset()
-        if unreported:
-            # What the real backend never reports, the simulation does not invent.
-            blank = {name: None for name in unreported}
-            out = [replace(dev, **blank) for dev in out]
+            out.extend(self._sample_unit(scenario, unit, s, blank))
         return out
 
     def close(self) -> None:
@@ -268,35 +270,6 @@ class SimulatedBackend(Backend):
     #: (NVIDIA per-process SM, AMD engine counters, Rebellions contexts); the others do not.
     ACTIVITY_BACKENDS = ("nvidia", "amd", "rebellions")
 
-    def _processes(self, scenario: Scenario, unit: _Unit, job: int, used: int, util: float,
-                   activity: bool) -> tuple[ProcessSample, ...]:
-        """The job's processes. About a third of jobs share their device with another user's
-        process, each with its own part of the device's activity (so that fair shares bill
-        them differently); about a third run a helper of the same user that does no compute.
-        ``activity``: whether the real tool reports per-process utilization."""
-        h = lambda tag: unit_hash(unit.key, job, tag)  # noqa: E731
-        pid = 1000 + int(h("pid") * 4_000_000)
-        users = scenario.users
-        first = int(h("user") * len(users))
-        user = users[first]
-        command = scenario.commands[int(h("cmd") * len(scenario.commands))]
-        pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
-        if h("shared") < 0.35 and len(users) > 1:
-            other = users[(first + 1 + int(h("user2") * (len(users) - 1))) % len(users)]
-            main = round(0.55 + 0.4 * h("split"), 3)
-            mine = int(used * main) // MIB * MIB
-            return (ProcessSample(pid, user, command, mine, utilization_percent=pct(main)),
-                    ProcessSample(pid + 7, other,
-                                  scenario.commands[int(h("cmd2") * len(scenario.commands))],
-                                  used - mine, utilization_percent=pct(1.0 - main)))
-        if h("pair") < 0.3:
-            helper = 512 * MIB
-            return (ProcessSample(pid, user, command, max(used - helper, 0),
-                                  utilization_percent=pct(1.0)),
-                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor",
-                                  helper, utilization_percent=pct(0.0)))
-        return (ProcessSample(pid, user, command, used, utilization_percent=pct(1.0)),)
-
     def _load(self, scenario: Scenario, cycle: LoadCycle, unit: _Unit, s: float,
               memory_total: int, activity: bool = False
               ) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
@@ -305,25 +278,34 @@ class SimulatedBackend(Backend):
         overhead = int(memory_total * 0.006) // MIB * MIB
         if r >= cycle.active:
             return 0.0, overhead, (), job, r
-        frac = 0.35 + 0.55 * unit_hash(unit.key, job, "mem")
+        frac = self._jobs.draw(scenario, unit.key, job)[0]
         ramp = min(1.0, r / 30.0)
         job_mem = int((memory_total - overhead) * frac * ramp) // MIB * MIB
         util = cycle.utilization(r)
-        procs = self._processes(scenario, unit, job, job_mem, util, activity) if job_mem > 0 else ()
+        procs = self._jobs.processes(scenario, unit.key, job, job_mem, util, activity) \
+            if job_mem > 0 else ()
         return util, overhead + job_mem, procs, job, r
 
-    def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float) -> list[DeviceSample]:
+    def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float,
+                     blank: dict[str, None]) -> list[DeviceSample]:
         spec = unit.spec
         vendor, kind = self._vendor_kind(spec)
-        static = dict(id=unit.id, vendor=vendor, kind=kind, backend=self.display_name,
-                      index=unit.index, uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
-                      driver_version=spec.driver_version, firmware_version=spec.firmware_version)
+        static = self._static.get(unit.key)
+        if static is None:  # (the same every cycle: made once per unit)
+            static = self._static[unit.key] = dict(
+                id=unit.id, vendor=vendor, kind=kind, backend=self.display_name, index=unit.index,
+                uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
+                driver_version=spec.driver_version, firmware_version=spec.firmware_version)
+
+        def device(**fields: Any) -> DeviceSample:
+            return DeviceSample(**{**fields, **blank}) if blank else DeviceSample(**fields)
+
         if self._lost(scenario, unit, s):
-            return [DeviceSample(**static, health="lost")] + [
-                DeviceSample(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
-                             uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
-                             partition_share=c.share, driver_version=spec.driver_version,
-                             firmware_version=spec.firmware_version, health="lost")
+            return [device(**static, health="lost")] + [
+                device(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
+                       uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
+                       partition_share=c.share, driver_version=spec.driver_version,
+                       firmware_version=spec.firmware_version, health="lost")
                 for c in unit.children]
         loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
             if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total,
@@ -356,7 +338,7 @@ class SimulatedBackend(Backend):
             util = None  # NVML reports no utilization for a GPU in MIG mode, nor per instance
             details["mig_mode"] = "enabled"
             for child, _u, used, procs, _j, _r in loads:
-                children_out.append(DeviceSample(
+                children_out.append(device(
                     id=child.id, vendor=vendor, kind=kind, backend=self.display_name,
                     uuid=child.uuid, name=child.name, bus_id=child.bus_id,
                     parent=unit.id, partition_share=child.share, driver_version=spec.driver_version,
@@ -366,7 +348,7 @@ class SimulatedBackend(Backend):
             procs_parent: tuple[ProcessSample, ...] = ()
         else:
             _, _, used_total, procs_parent, _, _ = loads[0]
-        parent = DeviceSample(
+        parent = device(
             **static, health="ok", utilization_percent=None if util is None else round(util, 2),
             memory_used_bytes=used_total, memory_total_bytes=unit.memory_total,
             temperature_celsius=round(temp, 1), power_watts=round(power, 3),

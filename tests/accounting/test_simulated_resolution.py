@@ -11,7 +11,8 @@ import pytest
 from allsmi.accounting.periods import Window
 from allsmi.accounting.settings import GROUP_BY_KEYS
 from allsmi.backends.simulated.scenario import load_scenario
-from allsmi.cli.reportcmd import _report, _simulated_ledger
+from allsmi.cli.reportcmd import usage_report
+from allsmi.cli.simbill import simulated_ledger
 from allsmi.config import parse_config
 
 START = 1_790_000_000 - 1_790_000_000 % 3600  # whole hours, safely in the past
@@ -44,14 +45,17 @@ def ledgers(tmp_path_factory) -> dict:
     """The day replayed every 20 s (as before) and at the ledger's resolution (as now)."""
     config = parse_config(CONFIG)
     out = {}
-    for name, step in (("fine", 20.0), ("coarse", None)):
+    # the former replay: a sample every 20 s into one-minute rows; now: one sample per ledger
+    # interval into rows as long as the window allows
+    for name, step, rows in (("fine", 20.0, 60), ("coarse", None, None)):
         folder = tmp_path_factory.mktemp(name)
-        out[name] = _simulated_ledger(load_scenario("mixed"), WINDOW, config, str(folder), step=step)
+        out[name] = simulated_ledger(load_scenario("mixed"), WINDOW, config, str(folder),
+                                     step=step, row_seconds=rows)
     return out
 
 
 def _rows(ledger: str, keys: tuple[str, ...]) -> dict:
-    report = _report(WINDOW, keys, parse_config(CONFIG), ledger, None)
+    report = usage_report(WINDOW, keys, parse_config(CONFIG), ledger, None)
     return {tuple(getattr(r, k, None) for k in ("resource_group", "vendor", "model", "namespace",
                                                   "pod", "job", "user")): r for r in report.rows}
 
@@ -74,3 +78,28 @@ def test_totals_at_the_ledger_resolution_match_the_20_second_replay(ledgers, key
     for name, (a, b) in totals.items():  # the bill's totals: within 0.5 %
         assert b == pytest.approx(a, rel=0.005, abs=1e-6), (name, a, b)
     assert dataclasses.is_dataclass(next(iter(coarse.values())))
+
+
+def _totals(ledger: str, window: Window) -> dict:
+    report = usage_report(window, ("resource_group", "namespace", "pod", "job"),
+                          parse_config(CONFIG), ledger, None)
+    return {name: sum(getattr(r, name) or 0.0 for r in report.rows) for name in NUMBERS}
+
+
+@pytest.mark.parametrize("offset, minutes", [(0, 180), (7 * 60, 95)])
+def test_long_scratch_rows_bill_what_one_minute_rows_bill(tmp_path, offset, minutes) -> None:
+    """The scratch ledger's rows are as long as the window's edges allow (a quarter hour on
+    whole hours; a minute for a window from hh:07): the same samples bill the same totals as
+    one-minute rows, to the millisecond rounding of the rows."""
+    window = Window(dt.datetime.fromtimestamp(START + offset, dt.timezone.utc),
+                    dt.datetime.fromtimestamp(START + offset + minutes * 60, dt.timezone.utc))
+    config = parse_config(CONFIG)
+    bills = {}
+    for name, rows in (("minute", 60), ("chosen", None)):
+        folder = tmp_path / name
+        folder.mkdir()
+        bills[name] = _totals(simulated_ledger(load_scenario("mixed"), window, config, str(folder),
+                                               row_seconds=rows), window)
+    assert bills["minute"]["observed_device_hours"] > 0
+    for name in NUMBERS:
+        assert bills["chosen"][name] == pytest.approx(bills["minute"][name], rel=1e-4, abs=1e-6), name

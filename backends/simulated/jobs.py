@@ -1,0 +1,68 @@
+"""The simulated jobs' processes: what each job draws once for its whole run, and the processes
+it shows at each sample (a pure function of the unit, the job number and the sample's load)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allsmi.schema import ProcessSample
+
+from .model import unit_hash
+from .scenario import Scenario
+
+MIB = 1024**2
+
+
+class JobDraws:
+    """Each job's draws, remembered: a job spans many samples, and hashing its draws again at
+    every one of them was a tenth of a simulated bill's time."""
+
+    #: Jobs remembered; beyond it the memory starts afresh.
+    MEMORY = 4096
+
+    def __init__(self) -> None:
+        self._jobs: dict[tuple[str, int], tuple[Any, ...]] = {}
+
+    def draw(self, scenario: Scenario, key: str, job: int) -> tuple[Any, ...]:
+        """(memory fraction, pid, user, command, the other user and command and the main
+        process's part when it shares its device or ``None``, whether a helper runs beside it)
+        of job number ``job`` of the load unit ``key``."""
+        found = self._jobs.get((key, job))
+        if found is not None:
+            return found
+        h = lambda tag: unit_hash(key, job, tag)  # noqa: E731
+        users, commands = scenario.users, scenario.commands
+        first = int(h("user") * len(users))
+        shared = None
+        if h("shared") < 0.35 and len(users) > 1:
+            shared = (users[(first + 1 + int(h("user2") * (len(users) - 1))) % len(users)],
+                      commands[int(h("cmd2") * len(commands))], round(0.55 + 0.4 * h("split"), 3))
+        found = (0.35 + 0.55 * h("mem"), 1000 + int(h("pid") * 4_000_000), users[first],
+                 commands[int(h("cmd") * len(commands))], shared,
+                 shared is None and h("pair") < 0.3)
+        if len(self._jobs) >= self.MEMORY:
+            self._jobs.clear()
+        self._jobs[(key, job)] = found
+        return found
+
+    def processes(self, scenario: Scenario, key: str, job: int, used: int, util: float,
+                  activity: bool) -> tuple[ProcessSample, ...]:
+        """The job's processes. About a third of jobs share their device with another user's
+        process, each with its own part of the device's activity (so that fair shares bill
+        them differently); about a third run a helper of the same user that does no compute.
+        ``activity``: whether the real tool reports per-process utilization."""
+        _, pid, user, command, shared, pair = self.draw(scenario, key, job)
+        pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
+        if shared is not None:
+            other, other_command, main = shared
+            mine = int(used * main) // MIB * MIB
+            return (ProcessSample(pid, user, command, mine, utilization_percent=pct(main)),
+                    ProcessSample(pid + 7, other, other_command, used - mine,
+                                  utilization_percent=pct(1.0 - main)))
+        if pair:
+            helper = 512 * MIB
+            return (ProcessSample(pid, user, command, max(used - helper, 0),
+                                  utilization_percent=pct(1.0)),
+                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor",
+                                  helper, utilization_percent=pct(0.0)))
+        return (ProcessSample(pid, user, command, used, utilization_percent=pct(1.0)),)
