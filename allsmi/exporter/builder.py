@@ -286,24 +286,21 @@ class ExporterHealth:
 
 
 def exporter_families(health: ExporterHealth) -> list[Metric]:
-    """The exporter's own families (simple enough to render even when a cycle cannot be)."""
-    render = _counter(RENDER_ERRORS)
-    render.add_metric([], float(health.render_errors), created=health.created)
-    out: list[Metric] = [render]
-    if health.ledger_write_errors is not None:
-        errors = _counter(LEDGER_WRITE_ERRORS)
-        errors.add_metric([], float(health.ledger_write_errors), created=health.created)
-        out.append(errors)
-    if health.ledger_unwritten is not None:
-        unwritten = _gauge(LEDGER_UNWRITTEN)
-        unwritten.add_metric([], float(health.ledger_unwritten))
-        out.append(unwritten)
-    if health.ledger_dropped is not None:
-        dropped = _counter(LEDGER_DROPPED)
-        dropped.add_metric([], float(health.ledger_dropped), created=health.created)
-        out.append(dropped)
-    if health.ledger_refused is not None:
-        refused = _counter(LEDGER_REFUSED)
-        refused.add_metric([], float(health.ledger_refused), created=health.created)
-        out.append(refused)
+    """The exporter's own families (simple enough to render even when a cycle cannot be); the
+    ledger's only with ``--ledger`` (their counts are ``None`` without it)."""
+    out: list[Metric] = []
+    for family, value in ((RENDER_ERRORS, health.render_errors),
+                          (LEDGER_WRITE_ERRORS, health.ledger_write_errors),
+                          (LEDGER_UNWRITTEN, health.ledger_unwritten),
+                          (LEDGER_DROPPED, health.ledger_dropped),
+                          (LEDGER_REFUSED, health.ledger_refused)):
+        if value is None:
+            continue
+        if family.type == "counter":
+            metric: Metric = _counter(family)
+            metric.add_metric([], float(value), created=health.created)
+        else:
+            metric = _gauge(family)
+            metric.add_metric([], float(value))
+        out.append(metric)
     return out
