@@ -78,6 +78,7 @@ def server() -> Iterator[Serve]:
     yield from serving(["--simulate", "mixed", "--interval", "0.5"])
 
 
+@pytest.mark.alone
 def test_scrapes_answer_fast_while_100_slow_loris_connections_are_open(server: Serve) -> None:
     server.wait_ready()
     attack = SlowLoris(server.port, count=100, every=2.0).start()
