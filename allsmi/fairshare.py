@@ -70,7 +70,7 @@ class Split(NamedTuple):
 NOBODY = Split((), "", (), "")
 
 
-class _Unit(NamedTuple):
+class ClaimUnit(NamedTuple):
     """One claimant of the device (a workload, or a process without workloads) and the
     holders it stands for, each with its processes (that measure its activity)."""
 
@@ -78,16 +78,18 @@ class _Unit(NamedTuple):
     members: tuple[tuple[Holder, tuple[ProcessSample, ...]], ...]
 
 
-def _units(dev: DeviceSample) -> list[_Unit]:
+def claim_units(dev: DeviceSample) -> list[ClaimUnit]:
+    """The claims on ``dev``: one unit a workload (with the processes it runs), or one a process
+    where no workload is declared."""
     procs = dev.processes or ()
     works = dev.workloads or ()
     if not works:
-        return [_Unit(None, ((Holder(p.user, None, None, p.job_id), (p,)),)) for p in procs]
+        return [ClaimUnit(None, ((Holder(p.user, None, None, p.job_id), (p,)),)) for p in procs]
     units = []
     for work in works:
         mine = tuple(p for p in procs if len(works) == 1 or (work.job_id is not None
                                                              and p.job_id == work.job_id))
-        units.append(_Unit(work.share, _members(work, mine)))
+        units.append(ClaimUnit(work.share, _members(work, mine)))
     return units
 
 
@@ -99,7 +101,7 @@ def _members(work: Workload, mine: tuple[ProcessSample, ...]) -> tuple[
     return tuple((Holder(p.user, work.namespace, work.pod, work.job_id), (p,)) for p in mine)
 
 
-def _allocation(dev: DeviceSample, units: Sequence[_Unit]) -> tuple[list[float], str]:
+def _allocation(dev: DeviceSample, units: Sequence[ClaimUnit]) -> tuple[list[float], str]:
     """Each unit's part of the allocated time, and the method."""
     count = len(units)
     if dev.parent:
@@ -116,7 +118,7 @@ def _allocation(dev: DeviceSample, units: Sequence[_Unit]) -> tuple[list[float],
     return [1.0 / count] * count, "equal"
 
 
-def _measured(units: Sequence[_Unit], procs: tuple[ProcessSample, ...],
+def _measured(units: Sequence[ClaimUnit], procs: tuple[ProcessSample, ...],
               field: str) -> list[list[float]] | None:
     """Each unit's members' figures of ``field`` (summed over their processes), or ``None``
     when a process does not report it, belongs to no holder, or nothing was measured."""
@@ -130,7 +132,7 @@ def _measured(units: Sequence[_Unit], procs: tuple[ProcessSample, ...],
     return figures if sum(map(sum, figures)) > 0 else None
 
 
-def _weights(units: Sequence[_Unit], parts: Sequence[Sequence[float]]) -> Weights:
+def _weights(units: Sequence[ClaimUnit], parts: Sequence[Sequence[float]]) -> Weights:
     out: dict[Holder, float] = {}
     for unit, unit_parts in zip(units, parts):
         for (holder, _), weight in zip(unit.members, unit_parts):
@@ -158,7 +160,7 @@ def split(dev: DeviceSample) -> Split:
     ``NOBODY`` when neither processes nor workloads hold it."""
     if not dev.workloads:
         return _processes_only(dev) if dev.processes else NOBODY
-    units = _units(dev)
+    units = claim_units(dev)
     if not units:
         return NOBODY
     if len(units) == 1 and len(units[0].members) == 1:
@@ -173,7 +175,7 @@ def split(dev: DeviceSample) -> Split:
         if not any(holder):
             return Split((), method, (), usage)
         return Split(((holder, weight),), method, ((holder, 1.0),), usage)
-    return _general(dev, units)
+    return general_split(dev, units)
 
 
 def _processes_only(dev: DeviceSample) -> Split:
@@ -209,7 +211,7 @@ def _processes_only(dev: DeviceSample) -> Split:
                  usage)
 
 
-def _general(dev: DeviceSample, units: list[_Unit]) -> Split:
+def general_split(dev: DeviceSample, units: list[ClaimUnit]) -> Split:
     """:func:`split` without its fast path for one claimant."""
     shares, allocation_method = _allocation(dev, units)
     # Within a unit, its members share its part equally.

@@ -25,7 +25,8 @@ PROC_MEMINFO = "/proc/meminfo"
 HOSTNAME_ENV = "ALLSMI_HOSTNAME"
 
 
-def _hostname() -> str:
+def local_hostname() -> str:
+    """The host's name: :data:`HOSTNAME_ENV` where set, else the kernel's node name."""
     override = os.environ.get(HOSTNAME_ENV, "").strip()
     if override:
         return override
@@ -102,7 +103,7 @@ class HostSampler:
     MIN_WINDOW_SECONDS = 0.02
 
     def __init__(self, hostname: str | None = None) -> None:
-        self.hostname = hostname or _hostname()
+        self.hostname = hostname or local_hostname()
         self._primed_at: float | None = None
         self._cpu = _CpuWindow()
 

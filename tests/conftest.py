@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -22,8 +26,47 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
     # Every ALLSMI_* variable (a new vendor's tool override included), except the
     # settings of the test suite itself (CI mode, the FOCUS validator's venv).
     keep = {"ALLSMI_REQUIRE_INTEGRATION", "ALLSMI_FOCUS_VENV"}
-    for var in [v for v in os.environ if v.startswith("ALLSMI_") and v not in keep] + ["NO_COLOR"]:
+    # COLUMNS and LINES: pytest-xdist's workers have them (80x24); a dashboard started in a tmux
+    # window would take them over the window's own size.
+    for var in [v for v in os.environ if v.startswith("ALLSMI_") and v not in keep] + [
+            "NO_COLOR", "COLUMNS", "LINES"]:
         monkeypatch.delenv(var, raising=False)
+
+
+#: The run's lock files (the xdist controller's id names the run, so that every worker of one
+#: run, and only those, share them).
+_LOCKS = Path(tempfile.gettempdir()) / f"allsmi-tests-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}"
+
+
+@contextlib.contextmanager
+def _cpu_share(alone: bool) -> Iterator[None]:
+    """Held around every test: shared, or exclusive for a test marked ``alone``. Waiting for
+    the exclusive hold goes through a gate that new shared holders pass only when no exclusive
+    holder waits, so an ``alone`` test is not starved by the other workers."""
+    _LOCKS.mkdir(exist_ok=True)
+    with open(_LOCKS / "gate", "a") as gate, open(_LOCKS / "cpu", "a") as cpu:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(cpu, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(cpu, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests marked ``alone`` (bounds on latency: the CPU of the other workers' tests would
+    eat them) run while no other worker runs a test; without xdist this does nothing."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    with _cpu_share(request.node.get_closest_marker("alone") is not None):
+        yield
 
 
 def allsmi_exe() -> list[str]:

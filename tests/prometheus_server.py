@@ -2,15 +2,18 @@
 
 The exporter, accounting and dashboard tests all scrape ``allsmi serve`` with the
 Debian ``prometheus`` binary; this is the one place that configures, starts,
-waits for and stops it.
+waits for and stops it. :func:`running_server` starts, waits for and stops the other
+servers the tests drive (VictoriaMetrics, vmalert) the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -25,12 +28,38 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _ready(url: str) -> bool:
+def answers(url: str) -> bool:
+    """``url`` answers 200 now."""
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback only
             return resp.status == 200
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def running_server(argv: Sequence[str], log_path: Path, ready_url: str, what: str,
+                   ready_timeout: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
+    """``argv`` started with its output in ``log_path``, once ``ready_url`` answers 200 (polled
+    every 0.1 s); stopped on exit. The log is shown if it dies or never gets ready."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while not answers(ready_url):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"{what} did not start:\n{log_path.read_text()}")
+                time.sleep(0.1)
+            yield proc
+            assert proc.poll() is None, f"{what} died:\n{log_path.read_text()}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
 
 
 @contextlib.contextmanager
@@ -53,25 +82,31 @@ def running_prometheus(workdir: Path, targets: Sequence[str],
                       f"      - targets: [{listed}]\n"
                       + ("rule_files:\n" if rule_files else "")
                       + "".join(f'  - "{path}"\n' for path in rule_files))
-    log_path = workdir / "prometheus.log"
     base = f"http://127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"]
+    with running_server(argv, workdir / "prometheus.log", f"{base}/-/ready", "prometheus",
+                        ready_timeout):
+        yield base
+
+
+def wait_scraped(base: str, after: float = 0.0, timeout: float = 30.0) -> None:
+    """Until every target of the Prometheus at ``base`` has been scraped, successfully, at
+    ``after`` (Unix time) or later: the samples of a window ending before ``after`` are all in.
+    ``after=0``: until each target was scraped once."""
+    query = urllib.parse.urlencode({"query": "min(timestamp(up)) and min(up) == 1"})
+    deadline = time.monotonic() + timeout
+    result: object = None
+    while time.monotonic() < deadline:
         try:
-            deadline = time.monotonic() + ready_timeout
-            while not _ready(f"{base}/-/ready"):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"prometheus did not start:\n{log_path.read_text()}")
-                time.sleep(0.2)
-            yield base
-            assert proc.poll() is None, f"prometheus died:\n{log_path.read_text()}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            with urllib.request.urlopen(f"{base}/api/v1/query?{query}",  # noqa: S310 - loopback
+                                        timeout=5) as resp:
+                result = json.load(resp)["data"]["result"]
+        except OSError as exc:
+            result = exc
+        else:
+            if result and float(result[0]["value"][1]) >= after:  # type: ignore[index]
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"{base}: no scrape of every target at {after} or later in {timeout} s: "
+                         f"{result}")

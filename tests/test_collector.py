@@ -264,11 +264,10 @@ def test_inline_collector_calls_backends_in_the_collecting_thread() -> None:
     import threading as _threading
 
     from allsmi.backends.simulated import simulated_backends
-    from allsmi.collector import Collector as _Collector
 
     at = [1_790_000_000.0]
-    threaded = _Collector(list(simulated_backends("mixed", clock=lambda: at[0])), clock=lambda: at[0])
-    inline = _Collector(list(simulated_backends("mixed", clock=lambda: at[0])), clock=lambda: at[0],
+    threaded = Collector(list(simulated_backends("mixed", clock=lambda: at[0])), clock=lambda: at[0])
+    inline = Collector(list(simulated_backends("mixed", clock=lambda: at[0])), clock=lambda: at[0],
                         inline=True)
     before = _threading.active_count()
     try:

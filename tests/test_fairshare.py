@@ -9,7 +9,7 @@ import pytest
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim
-from allsmi.fairshare import (ALLOCATION_METHODS, USAGE_METHODS, Holder, _general, _units,
+from allsmi.fairshare import (ALLOCATION_METHODS, USAGE_METHODS, Holder, claim_units, general_split,
                               merge_methods, split)
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 from allsmi.usage import Increment
@@ -144,8 +144,8 @@ def test_the_one_claimant_fast_path_gives_what_the_general_rule_gives() -> None:
     checked = 0
     for _ in range(5000):
         dev = _random_device(rng)
-        units = _units(dev)
+        units = claim_units(dev)
         if units:
-            assert split(dev) == _general(dev, units), dev
+            assert split(dev) == general_split(dev, units), dev
             checked += len(units) == 1
     assert checked > 500

@@ -78,7 +78,7 @@ def test_allsmi_hostname_names_the_host_for_snapshots_and_group_rules(tmp_path: 
     config.write_text('[[rules]]\nhost = "gpu-pool-a-*"\nresource_group = "pool-a"\n')
     plain = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", "--config", str(config))
     assert plain.returncode == 0, plain.stderr
-    assert json.loads(plain.stdout)["host"]["hostname"] == host._hostname()
+    assert json.loads(plain.stdout)["host"]["hostname"] == host.local_hostname()
     assert all(d["resource_group"] != "pool-a" for d in json.loads(plain.stdout)["devices"])
     named = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", "--config", str(config),
                        env={"ALLSMI_HOSTNAME": " gpu-pool-a-node-7 "})
@@ -87,4 +87,4 @@ def test_allsmi_hostname_names_the_host_for_snapshots_and_group_rules(tmp_path: 
     assert snap["host"]["hostname"] == "gpu-pool-a-node-7"
     assert snap["devices"] and all(d["resource_group"] == "pool-a" for d in snap["devices"])
     blank = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", env={"ALLSMI_HOSTNAME": "  "})
-    assert json.loads(blank.stdout)["host"]["hostname"] == host._hostname()
+    assert json.loads(blank.stdout)["host"]["hostname"] == host.local_hostname()

@@ -6,44 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from .conftest import require_tool
-from .prometheus_server import free_port
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback only
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def _process(argv: list[str], log_path: Path, ready_url: str, what: str,
-             ready_timeout: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + ready_timeout
-            while not _answers(ready_url):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"{what} did not start:\n{log_path.read_text()}")
-                time.sleep(0.2)
-            yield proc
-            assert proc.poll() is None, f"{what} died:\n{log_path.read_text()}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+from .prometheus_server import free_port, running_server
 
 
 @contextlib.contextmanager
@@ -69,7 +36,7 @@ def running_victoriametrics(workdir: Path, targets: Sequence[str] = (),
                           f"    static_configs:\n      - targets: [{listed}]\n")
         argv.append(f"-promscrape.config={config}")
     base = f"http://127.0.0.1:{port}"
-    with _process(argv, workdir / "victoria-metrics.log", f"{base}/health", "victoria-metrics"):
+    with running_server(argv, workdir / "victoria-metrics.log", f"{base}/health", "victoria-metrics"):
         yield base
 
 
@@ -86,7 +53,7 @@ def running_vmalert(workdir: Path, rule_files: Sequence[Path], store: str,
             # 1.79 has no -notifier.blackhole: alerting rules want some notifier
             f"-notifier.url=http://127.0.0.1:{free_port()}", "-loggerLevel=WARN"]
     base = f"http://127.0.0.1:{port}"
-    with _process(argv, workdir / "vmalert.log", f"{base}/metrics", "vmalert"):
+    with running_server(argv, workdir / "vmalert.log", f"{base}/metrics", "vmalert"):
         yield base
 
 

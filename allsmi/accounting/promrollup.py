@@ -26,8 +26,8 @@ from typing import Any
 
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import PrometheusClient
-from allsmi.accounting.promsource import (DEVICE_LABELS, GROUP_INFO, WORKLOAD_KEYS, _device_key,
-                                          _series, prometheus_parts)
+from allsmi.accounting.promsource import (DEVICE_LABELS, GROUP_INFO, WORKLOAD_KEYS, device_key,
+                                          prometheus_parts, query_series)
 from allsmi.accounting.report import Part
 
 MARKER = "fleet:allsmi_billing_rollup_window_seconds:hourly"
@@ -154,14 +154,14 @@ def _rollup_parts(client: PrometheusClient, lo: int, hi: int,
     by = ", ".join(DEVICE_LABELS)
     values: dict[str, dict[tuple[str, ...], float]] = {}
     for name, metric in ROLLUPS.items():
-        values[name] = {k: max(0.0, v) for k, v in _series(
+        values[name] = {k: max(0.0, v) for k, v in query_series(
             client, f"sum by ({by}) (sum_over_time({metric}[{rng}]))", at, DEVICE_LABELS).items()}
     pair = ("uuid", "instance")
-    mem_avg = _series(client, f"max by (uuid, instance) (avg_over_time({MEMORY_AVG}[{rng}]))",
+    mem_avg = query_series(client, f"max by (uuid, instance) (avg_over_time({MEMORY_AVG}[{rng}]))",
                       at, pair)
-    mem_max = _series(client, f"max by (uuid, instance) (max_over_time({MEMORY_MAX}[{rng}]))",
+    mem_max = query_series(client, f"max by (uuid, instance) (max_over_time({MEMORY_MAX}[{rng}]))",
                       at, pair)
-    counts = _series(client, f"sum by ({by}) (sum_over_time({DEVICE_SAMPLES}[{rng}]))", at,
+    counts = query_series(client, f"sum by ({by}) (sum_over_time({DEVICE_SAMPLES}[{rng}]))", at,
                      DEVICE_LABELS)
     labels: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
     for sample in client.query(f"last_over_time({GROUP_INFO_ROLLUP}[{rng}])", at):
@@ -215,7 +215,7 @@ def _rollup_holders(client: PrometheusClient, at: int, rng: str, parts: list[Par
     fair = holder_counts(client, at, {name: f"sum_over_time({metric}[{rng}])"
                                       for name, metric in HOLDER_ROLLUPS.items()})
     dev_keys = ("uuid", "instance", "resource_group")
-    held = _series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
+    held = query_series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
                            f"(sum_over_time({WORKLOAD_SAMPLES}[{rng}]))", at,
                    dev_keys + WORKLOAD_KEYS)
     samples: dict[tuple[str, ...], float] = {}

@@ -61,12 +61,14 @@ def _value(sample: dict[str, Any]) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _device_key(metric: dict[str, str]) -> tuple[str, ...]:
+def device_key(metric: dict[str, str]) -> tuple[str, ...]:
+    """A device's identity in a query result: its :data:`DEVICE_LABELS` values, in order."""
     return tuple(metric.get(k, "") for k in DEVICE_LABELS)
 
 
-def _series(client: PrometheusClient, promql: str, at: float,
-            keys: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+def query_series(client: PrometheusClient, promql: str, at: float,
+                 keys: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """``promql`` evaluated at ``at``: each series' finite value under its ``keys`` labels."""
     out: dict[tuple[str, ...], float] = {}
     for sample in client.query(promql, at):
         value = _value(sample)
@@ -84,13 +86,13 @@ def prometheus_parts(client: PrometheusClient, window: Window,
     by = ", ".join(DEVICE_LABELS)
     values: dict[str, dict[tuple[str, ...], float]] = {}
     for name, metric in COUNTERS.items():
-        values[name] = {k: max(0.0, v) for k, v in _series(
+        values[name] = {k: max(0.0, v) for k, v in query_series(
             client, f"sum by ({by}) (increase({metric}[{rng}]))", at, DEVICE_LABELS).items()}
     pair = ("uuid", "instance")
-    mem_avg = _series(client, f"max by (uuid, instance) (avg_over_time({MEMORY}[{rng}]))", at, pair)
-    mem_max = _series(client, f"max by (uuid, instance) (max_over_time({MEMORY}[{rng}]))", at, pair)
+    mem_avg = query_series(client, f"max by (uuid, instance) (avg_over_time({MEMORY}[{rng}]))", at, pair)
+    mem_max = query_series(client, f"max by (uuid, instance) (max_over_time({MEMORY}[{rng}]))", at, pair)
     # Partitions and their parents: billed at their share (the average over the window).
-    shares = _series(client, f"max by (uuid, instance) (avg_over_time({SHARE}[{rng}]))", at, pair)
+    shares = query_series(client, f"max by (uuid, instance) (avg_over_time({SHARE}[{rng}]))", at, pair)
     labels: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
     for sample in client.query(f"last_over_time({GROUP_INFO}[{rng}])", at):
         metric = sample.get("metric", {})
@@ -102,7 +104,7 @@ def prometheus_parts(client: PrometheusClient, window: Window,
     # them), and every one with an observed-time counter.
     keys = set(values["observed"])
     for sample in client.query(f"group by ({by}) (last_over_time({DEVICE_INFO}[{rng}]))", at):
-        keys.add(_device_key(sample.get("metric", {})))
+        keys.add(device_key(sample.get("metric", {})))
     parts: list[Part] = []
     for key in sorted(keys):
         observed = values["observed"].get(key, 0.0)
@@ -154,7 +156,7 @@ def holder_counts(client: PrometheusClient, at: float, queries: dict[str, str]
     hourly roll-ups' ``sum_over_time()``."""
     out: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
     for name, expr in queries.items():
-        found = _series(client, f"sum by ({', '.join(HOLDER_KEYS)}) ({expr})", at, HOLDER_KEYS)
+        found = query_series(client, f"sum by ({', '.join(HOLDER_KEYS)}) ({expr})", at, HOLDER_KEYS)
         for key, value in found.items():
             holder = out.setdefault(key[:3], {}).setdefault(key[3:7], {})
             holder[name] = holder.get(name, 0.0) + max(0.0, value)
@@ -213,9 +215,9 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) ->
     at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
     fair = _fair_shares(client, window)
     dev_keys = ("uuid", "instance", "resource_group")
-    held = _series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
+    held = query_series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
                            f"(count_over_time({WORKLOAD_INFO}[{rng}]))", at, dev_keys + WORKLOAD_KEYS)
-    samples = _series(client, f"max by (uuid, instance) (count_over_time({DEVICE_INFO}[{rng}]))",
+    samples = query_series(client, f"max by (uuid, instance) (count_over_time({DEVICE_INFO}[{rng}]))",
                       at, ("uuid", "instance"))
     return split_holders(parts, held, samples, fair)
 

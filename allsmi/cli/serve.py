@@ -211,7 +211,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     s.interval = o.interval
 
     from allsmi.exporter.exposition import STALE_PERIODS, Exposition
-    from allsmi.exporter.families import GroupPrice
+    from allsmi.exporter.builder import GroupPrice
     from allsmi.usage import idle_threshold_percent
     from allsmi.exporter.http import MetricsServer
     from allsmi.exporter.webconfig import WebConfigError, load_web_config

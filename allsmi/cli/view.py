@@ -61,7 +61,7 @@ def _plain_only() -> bool:
     return False
 
 
-def _run_app(app: Any, **run: Any) -> None:
+def run_app(app: Any, **run: Any) -> None:
     """Run the dashboard; an unexpected error (Textual prints its traceback once the screen is
     restored) ends the command with that exit code, never 0. The terminal going away (SIGHUP,
     a hang-up or an I/O error on it) ends the process within a second with status 129, whatever
@@ -112,7 +112,7 @@ def run_local(s: Settings, options: Any) -> None:
     collector.host.prime()
     collector.start()
     try:
-        _run_app(DashboardApp(NodeSource(collector), config=s.config, options=options))
+        run_app(DashboardApp(NodeSource(collector), config=s.config, options=options))
     finally:
         _close_quietly(collector.close)
 
@@ -202,7 +202,7 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
             _print_hosts_instead(source)
             return
         from allsmi.dashboard.app import DashboardApp
-        _run_app(DashboardApp(source, config=s.config, options=options))
+        run_app(DashboardApp(source, config=s.config, options=options))
     finally:
         source.close()
 

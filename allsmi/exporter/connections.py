@@ -6,7 +6,9 @@ without blocking; a request whose answer needs real work (a bcrypt password
 check) goes to :class:`allsmi.exporter.authqueue.FairQueue` instead, so that
 password guessing cannot stall the loop. The bounds it enforces (deadlines,
 head readers, kept-alive connections, per-address and total connection caps)
-are described and chosen in :mod:`allsmi.exporter.bounds`. Besides them:
+are described and chosen in :mod:`allsmi.exporter.bounds`; the open connections
+are admitted, watched, evicted and closed by :class:`allsmi.exporter.sockets.ConnectionTable`,
+which this loop extends. Besides them:
 
 * **pipelining is served in order, one request at a time**: a connection is
   not read while it has a request being answered, and one read takes at most
@@ -25,7 +27,6 @@ are described and chosen in :mod:`allsmi.exporter.bounds`. Besides them:
 from __future__ import annotations
 
 import collections
-import errno
 import logging
 import selectors
 import socket
@@ -36,19 +37,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Optional
 
 from allsmi.exporter.authqueue import FairQueue
-from allsmi.exporter.bounds import (HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits,
-                                    client_of, excess_head_readers, room_victim)
+from allsmi.exporter.bounds import HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits
+from allsmi.exporter.sockets import REFUSED, ConnectionTable
 
 log = logging.getLogger(__name__)
 
-REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-           b"Content-Length: 17\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-           b"server too busy\r\n")
 HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
                   b"Connection: close\r\n\r\n")
 _SEND_CHUNK = 256 * 1024
 _SCAN_EVERY = 0.1
-_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 @dataclass
@@ -64,7 +61,7 @@ class Reply:
 Responder = Callable[[bytes, Any, bool], Optional[Reply]]
 
 
-def _head_end(buf: bytearray) -> int:
+def head_end(buf: bytearray) -> int:
     """Index just past the blank line ending the request head, or -1."""
     crlf = buf.find(b"\r\n\r\n")
     lf = buf.find(b"\n\n")
@@ -72,44 +69,25 @@ def _head_end(buf: bytearray) -> int:
     return min(ends) if ends else -1
 
 
-class ConnectionLoop:
+class ConnectionLoop(ConnectionTable):
     """Serves ``listener`` until :meth:`stop`; see the module docstring."""
 
     def __init__(self, listener: socket.socket, respond: Responder, *,
                  ssl_context: ssl.SSLContext | None = None, limits: Limits | None = None) -> None:
-        self.listener = listener
+        super().__init__(listener, ssl_context=ssl_context,
+                         limits=limits or Limits.for_this_process())
         self.respond = respond
-        self.ssl_context = ssl_context
-        self.limits = limits or Limits.for_this_process()
-        self.evicted = 0
-        """Connections closed to make room for newer ones (slow head readers, idle or stalled)."""
-        self.timed_out = 0
-        """Connections closed at a deadline (request head or response not done in time)."""
-        self.refused = 0
-        """Connections or requests answered 503 at a hard bound."""
-        self.accept_errors = 0
-        """``accept`` calls that failed (EMFILE and friends)."""
         self.loop_errors = 0
         """Exceptions caught in the loop (each logged; its connection closed)."""
-        self._selector = selectors.DefaultSelector()
-        self._conns: dict[int, Conn] = {}
-        self._per_client: collections.Counter[str] = collections.Counter()
         self._ready: Deque[Conn] = collections.deque()  # may hold a complete request to answer
         self._done: Deque[tuple[Conn, Reply | None]] = collections.deque()
         self._auth = FairQueue(self._respond_slowly, lambda job: self._finish_job(job[0], None),
                                workers=self.limits.workers, max_queued=self.limits.max_queued,
                                max_queued_per_client=self.limits.max_queued_per_client)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
-        self._accept_paused_until = 0.0
-        self._accept_failures_unlogged = 0
-        self._accept_logged_at = -float("inf")
         self._errors: Deque[float] = collections.deque()
-        listener.setblocking(False)
 
     # -- running -------------------------------------------------------------
 
@@ -146,10 +124,7 @@ class ConnectionLoop:
                 if now - last_scan >= _SCAN_EVERY:
                     last_scan = now
                     self._guarded(None, self._expire, now)
-                    if self._accept_paused_until and now >= self._accept_paused_until:
-                        self._accept_paused_until = 0.0
-                        self._guarded(None, sel.register, self.listener, selectors.EVENT_READ,
-                                      "listener")
+                    self._guarded(None, self._resume_accepting, now)
         finally:
             for conn in list(self._conns.values()):
                 self._close(conn)
@@ -191,92 +166,15 @@ class ConnectionLoop:
     def close(self) -> None:
         """Release the loop's own resources (after :meth:`stop`)."""
         self._auth.close()
-        self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
-
-    def open_connections(self) -> dict[str, int]:
-        """How many connections are open, by state (for tests and diagnostics)."""
-        return dict(collections.Counter(c.state for c in list(self._conns.values())))
+        super().close()
 
     # -- accepting -----------------------------------------------------------
 
-    def _accept(self) -> None:
-        for _ in range(64):
-            try:
-                sock, address = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._accept_failed(exc)
-                return
-            self._admit(sock, address)
-
-    def _accept_failed(self, exc: OSError) -> None:
-        self.accept_errors += 1
-        if exc.errno not in _NO_DESCRIPTORS:  # e.g. ECONNABORTED: that client gave up
-            log.debug("accept failed: %s", exc)
-            return
-        # Out of descriptors: the listener stays readable, so retrying at once would spin.
-        now = time.monotonic()
-        self._accept_paused_until = now + self.limits.accept_backoff
-        try:
-            self._selector.unregister(self.listener)
-        except (KeyError, ValueError):
-            pass
-        self._accept_failures_unlogged += 1
-        if now - self._accept_logged_at >= self.limits.log_every:
-            log.warning("accept failed %d time(s) since the last report: %s; pausing new "
-                        "connections for %g s at a time (raise LimitNOFILE?)",
-                        self._accept_failures_unlogged, exc.strerror or exc,
-                        self.limits.accept_backoff)
-            self._accept_logged_at = now
-            self._accept_failures_unlogged = 0
-
-    def _admit(self, sock: socket.socket, address: Any) -> None:
-        now = time.monotonic()
-        sock.setblocking(False)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
-        client = client_of(address)
-        if len(self._conns) >= self.limits.max_open and not self._make_room():
-            self.refused += 1  # every open connection is being answered: none to evict
-            _refuse(sock, plain=self.ssl_context is None)
-            return
-        refusing = self._per_client[client] >= self.limits.max_per_client
-        tls = self.ssl_context is not None
-        if tls:
-            try:
-                sock = self.ssl_context.wrap_socket(sock, server_side=True,  # type: ignore[union-attr]
-                                                    do_handshake_on_connect=False)
-            except (ssl.SSLError, OSError) as exc:
-                log.debug("TLS setup for %s failed: %s", address, exc)
-                sock.close()
-                return
-        conn = Conn(sock, address, now, self.limits, tls, refusing)
-        self._conns[sock.fileno()] = conn
-        if not refusing:
-            self._per_client[client] += 1
-        self._watch(conn, selectors.EVENT_READ)
-        if tls:
+    def _admit(self, sock: socket.socket, address: Any) -> Conn | None:
+        conn = super()._admit(sock, address)
+        if conn is not None and conn.state == HANDSHAKE:
             self._handshake(conn)
-
-    def _make_room(self) -> bool:
-        """Close one connection for a new one (:func:`~allsmi.exporter.bounds.room_victim`);
-        whether one was closed."""
-        victim = room_victim(self._conns.values())
-        if victim is None:
-            return False
-        self._evict(victim, "to make room for a new connection")
-        return True
-
-    def _evict(self, conn: Conn, why: str) -> None:
-        self.evicted += 1
-        log.debug("closing the %s connection from %s (%s since %.1f s) %s", conn.state,
-                  conn.address, conn.state, time.monotonic() - conn.since, why)
-        self._close(conn)
+        return conn
 
     # -- events --------------------------------------------------------------
 
@@ -335,7 +233,7 @@ class ConnectionLoop:
             conn.state = READING
             conn.since = conn.head_started = now
             conn.deadline = min(conn.deadline, now + self.limits.header_timeout)
-        end = _head_end(conn.buf)
+        end = head_end(conn.buf)
         if end < 0 or end > self.limits.max_head_bytes:
             if end > 0 or len(conn.buf) > self.limits.max_head_bytes:
                 self._start_reply(conn, Reply([HEAD_TOO_LARGE], True))
@@ -421,77 +319,3 @@ class ConnectionLoop:
             self._ready.append(conn)
         else:
             self._watch(conn, selectors.EVENT_READ)
-
-    def _expire(self, now: float) -> None:
-        for conn in list(self._conns.values()):
-            if conn.state != WORKING and now > conn.deadline and not conn.closed:
-                self.timed_out += 1
-                log.debug("closing %s connection from %s: deadline passed", conn.state, conn.address)
-                self._close(conn)
-        for conn in excess_head_readers(self._conns.values(), self.limits, now):
-            self._evict(conn, "(too many head readers from its address, or in all)")
-
-    # -- plumbing ------------------------------------------------------------
-
-    def _watch(self, conn: Conn, events: int) -> None:
-        if conn.events == events or conn.closed:
-            return
-        try:
-            if conn.events:
-                self._selector.modify(conn.sock, events)
-            else:
-                self._selector.register(conn.sock, events)
-            conn.events = events
-        except (KeyError, ValueError, OSError):
-            self._close(conn)
-
-    def _unwatch(self, conn: Conn) -> None:
-        if conn.events:
-            try:
-                self._selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
-            conn.events = 0
-
-    def _close(self, conn: Conn) -> None:
-        if conn.closed:
-            return
-        conn.closed = True
-        self._unwatch(conn)
-        try:
-            fd = conn.sock.fileno()
-        except OSError:
-            fd = -1
-        if self._conns.get(fd) is conn:
-            del self._conns[fd]
-        if not conn.refusing:
-            self._per_client[conn.client] -= 1
-            if self._per_client[conn.client] <= 0:
-                del self._per_client[conn.client]
-        try:
-            conn.sock.close()
-        except OSError:
-            pass
-
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"x")
-        except (BlockingIOError, OSError):
-            pass  # already awake (buffer full) or closed
-
-    def _drain_wake(self) -> None:
-        try:
-            while self._wake_r.recv(4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-
-def _refuse(sock: socket.socket, *, plain: bool) -> None:
-    try:
-        if plain:
-            sock.send(REFUSED)
-    except OSError:
-        pass
-    finally:
-        sock.close()

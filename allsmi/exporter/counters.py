@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from allsmi.exporter.families import BackendCounter, CounterValues
+from allsmi.exporter.builder import BackendCounter, CounterValues
 from allsmi.exporter.holders import HolderCounters, HolderKey, HolderValues
 from allsmi.schema import Snapshot
 from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,

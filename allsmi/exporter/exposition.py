@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable, Mapping
 from prometheus_client.registry import Collector
 
 from allsmi import __version__
+from allsmi.exporter.builder import (BackendCounter, CounterValues, ExporterHealth, GroupPrice,
+                                     build_families, exporter_families)
 from allsmi.exporter.counters import UsageCounters
 from allsmi.exporter.holders import HolderKey, HolderValues
-from allsmi.exporter.families import (BackendCounter, CounterValues, ExporterHealth, GroupPrice,
-                                      build_families, exporter_families)
 from allsmi.exporter.textformat import LabelBlocks, render_openmetrics, render_text
 from allsmi.schema import Snapshot
 from allsmi.usage import DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS

@@ -148,6 +148,12 @@ class SdkAdapter(abc.ABC):
 
     generation: str = ""
     module_name: str = ""
+    #: Where each generation keeps what the shared pass reads: the name method on the identity
+    #: object, the product name method on the device (``None``: not offered), and the calls that
+    #: lead from the device to the memory block (``total_bytes``, ``in_use_bytes``).
+    name_method: str = ""
+    product_name_method: str | None = None
+    memory_path: tuple[str, ...] = ()
 
     def __init__(self, module: Any) -> None:
         self.module = module
@@ -176,9 +182,56 @@ class SdkAdapter(abc.ABC):
             raise SdkInitError(f"{self.module_name}.list_devices() failed: {exc}") from exc
         return list(devices or [])
 
+    def _identity(self, device: Any, warnings: list[str], where: str) -> Any:
+        """What answers ``uuid()``, ``serial()``, ``bdf()``, the name, ``arch()`` and
+        ``firmware_version()``; ``None`` skips the device (with a warning)."""
+        return device
+
     @abc.abstractmethod
+    def _utilization(self, device: Any, key: str, warnings: list[str],
+                     where: str) -> tuple[float | None, ...] | None:
+        """Each PE's utilization in percent; ``key`` names the device across passes."""
+
     def read(self, warnings: list[str]) -> list[FuriosaReading]:
         """One pass over all devices."""
+        from .parse import FuriosaReading
+        readings: list[FuriosaReading] = []
+        for position, device in enumerate(self.list_devices()):
+            where = f"device {position}"
+            info = self._identity(device, warnings, where)
+            if info is None:
+                continue
+            uuid, serial, bdf = (text_or_none(_call(info, method, warnings, where))
+                                 for method in ("uuid", "serial", "bdf"))
+            if not (uuid or serial or bdf):
+                warnings.append(f"{where}: no uuid, serial or bdf readable; skipped")
+                continue
+            name = text_or_none(_call(info, self.name_method, warnings, where))
+            where = name or where
+            temp = _call(device, "device_temperature", warnings, where)
+            memory = device
+            for method in self.memory_path:
+                memory = _call(memory, method, warnings, where) if memory is not None else None
+            used, total = _memory(memory)
+            alive = _call(device, "liveness", warnings, where)
+            product = (_call(device, self.product_name_method, warnings, where)
+                       if self.product_name_method else None)
+            readings.append(FuriosaReading(
+                dev_name=name, uuid=uuid, serial=serial, bus_id=bdf,
+                arch=_label(_call(info, "arch", warnings, where)),
+                product_name=text_or_none(product),
+                firmware=version_text(_call(info, "firmware_version", warnings, where)),
+                governor=_label(_call(device, "governor_profile", warnings, where)),
+                temperature_celsius=units.to_float(_attr(temp, "soc_peak")) if temp is not None else None,
+                ambient_celsius=units.to_float(_attr(temp, "ambient")) if temp is not None else None,
+                power_watts=units.to_float(_call(device, "power_consumption", warnings, where)),
+                clock_mhz=_max_frequency(_call(device, "core_frequency", warnings, where), warnings, where),
+                alive=alive if isinstance(alive, bool) else None,
+                core_utilization=self._utilization(device, uuid or serial or bdf or "", warnings, where),
+                memory_used_bytes=used, memory_total_bytes=total,
+                throttle_reason=_label(_call(device, "throttle_reason", warnings, where)),
+            ))
+        return readings
 
 
 class ModernSdk(SdkAdapter):
@@ -186,6 +239,9 @@ class ModernSdk(SdkAdapter):
 
     generation = "furiosa_smi"
     module_name = "furiosa_smi"
+    name_method = "device_name"
+    product_name_method = "product_name"
+    memory_path = ("memory_usage",)
 
     def __init__(self, module: Any) -> None:
         super().__init__(module)
@@ -210,45 +266,14 @@ class ModernSdk(SdkAdapter):
                 raw.append(None)
         return _percent_tuple(raw, warnings, where)
 
-    def read(self, warnings: list[str]) -> list[FuriosaReading]:
-        from .parse import FuriosaReading
-        readings: list[FuriosaReading] = []
-        for position, device in enumerate(self.list_devices()):
-            where = f"device {position}"
-            uuid = text_or_none(_call(device, "uuid", warnings, where))
-            serial = text_or_none(_call(device, "serial", warnings, where))
-            bdf = text_or_none(_call(device, "bdf", warnings, where))
-            if not (uuid or serial or bdf):
-                warnings.append(f"{where}: no uuid, serial or bdf readable; skipped")
-                continue
-            name = text_or_none(_call(device, "device_name", warnings, where))
-            where = name or where
-            temp = _call(device, "device_temperature", warnings, where)
-            used, total = _memory(_call(device, "memory_usage", warnings, where))
-            alive = _call(device, "liveness", warnings, where)
-            readings.append(FuriosaReading(
-                dev_name=name, uuid=uuid, serial=serial, bus_id=bdf,
-                arch=_label(_call(device, "arch", warnings, where)),
-                product_name=text_or_none(_call(device, "product_name", warnings, where)),
-                firmware=version_text(_call(device, "firmware_version", warnings, where)),
-                governor=_label(_call(device, "governor_profile", warnings, where)),
-                temperature_celsius=units.to_float(_attr(temp, "soc_peak")) if temp is not None else None,
-                ambient_celsius=units.to_float(_attr(temp, "ambient")) if temp is not None else None,
-                power_watts=units.to_float(_call(device, "power_consumption", warnings, where)),
-                clock_mhz=_max_frequency(_call(device, "core_frequency", warnings, where), warnings, where),
-                alive=alive if isinstance(alive, bool) else None,
-                core_utilization=self._utilization(device, uuid or serial or bdf or "", warnings, where),
-                memory_used_bytes=used, memory_total_bytes=total,
-                throttle_reason=_label(_call(device, "throttle_reason", warnings, where)),
-            ))
-        return readings
-
 
 class LegacySdk(SdkAdapter):
     """``furiosa_smi_py`` (up to 2026.1.x): ``init()``, ``device_info()``, an observer."""
 
     generation = "furiosa_smi_py"
     module_name = "furiosa_smi_py"
+    name_method = "name"
+    memory_path = ("memory_utilization", "dram")
 
     def __init__(self, module: Any) -> None:
         super().__init__(module)
@@ -263,7 +288,13 @@ class LegacySdk(SdkAdapter):
         except Exception as exc:
             self._observer_error = f"create_default_observer() failed: {exc}"
 
-    def _utilization(self, device: Any, warnings: list[str],
+    def _identity(self, device: Any, warnings: list[str], where: str) -> Any:
+        info = _call(device, "device_info", warnings, where)
+        if info is None:
+            warnings.append(f"{where}: device_info() unreadable; skipped")
+        return info
+
+    def _utilization(self, device: Any, key: str, warnings: list[str],
                      where: str) -> tuple[float | None, ...] | None:
         if self._observer is None:
             if self._observer_error:
@@ -277,44 +308,6 @@ class LegacySdk(SdkAdapter):
         indexed = sorted(((units.to_int(_attr(c, "core")), _attr(c, "pe_usage_percentage")) for c in cores),
                          key=lambda item: -1 if item[0] is None else item[0])
         return _percent_tuple([value for _, value in indexed], warnings, where)
-
-    def read(self, warnings: list[str]) -> list[FuriosaReading]:
-        from .parse import FuriosaReading
-        readings: list[FuriosaReading] = []
-        for position, device in enumerate(self.list_devices()):
-            where = f"device {position}"
-            info = _call(device, "device_info", warnings, where)
-            if info is None:
-                warnings.append(f"{where}: device_info() unreadable; skipped")
-                continue
-            uuid = text_or_none(_call(info, "uuid", warnings, where))
-            serial = text_or_none(_call(info, "serial", warnings, where))
-            bdf = text_or_none(_call(info, "bdf", warnings, where))
-            if not (uuid or serial or bdf):
-                warnings.append(f"{where}: no uuid, serial or bdf readable; skipped")
-                continue
-            name = text_or_none(_call(info, "name", warnings, where))
-            where = name or where
-            temp = _call(device, "device_temperature", warnings, where)
-            memory = _call(device, "memory_utilization", warnings, where)
-            used, total = _memory(_call(memory, "dram", warnings, where) if memory is not None else None)
-            alive = _call(device, "liveness", warnings, where)
-            throttle = _call(device, "throttle_reason", warnings, where)
-            readings.append(FuriosaReading(
-                dev_name=name, uuid=uuid, serial=serial, bus_id=bdf,
-                arch=_label(_call(info, "arch", warnings, where)),
-                firmware=version_text(_call(info, "firmware_version", warnings, where)),
-                governor=_label(_call(device, "governor_profile", warnings, where)),
-                temperature_celsius=units.to_float(_attr(temp, "soc_peak")) if temp is not None else None,
-                ambient_celsius=units.to_float(_attr(temp, "ambient")) if temp is not None else None,
-                power_watts=units.to_float(_call(device, "power_consumption", warnings, where)),
-                clock_mhz=_max_frequency(_call(device, "core_frequency", warnings, where), warnings, where),
-                alive=alive if isinstance(alive, bool) else None,
-                core_utilization=self._utilization(device, warnings, where),
-                memory_used_bytes=used, memory_total_bytes=total,
-                throttle_reason=_label(throttle),
-            ))
-        return readings
 
 
 _ADAPTERS: dict[str, Callable[[Any], SdkAdapter]] = {

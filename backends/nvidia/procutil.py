@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 from allsmi.backends.nvidia.nvml import (ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_FUNCTION_NOT_FOUND,
                                          ERROR_INSUFFICIENT_SIZE, ERROR_NOT_FOUND, SUCCESS,
@@ -131,43 +131,42 @@ class ProcessUtilizationReader:
 
     def _info_v1(self, fn: Any, handle: Any, since: int,
                  state: UtilizationState) -> list[tuple[int, int, int, int, int, int]]:
-        pynvml = self._pynvml
-        capacity = max(1, state.capacity)
-        for _ in range(self._MAX_ATTEMPTS):
+        def call(capacity: int) -> tuple[int, Any, int]:
             array = (UtilizationInfoV1 * capacity)()
             info = ProcessesUtilizationInfoV1(
                 version=PROCESSES_UTILIZATION_INFO_V1, processSamplesCount=capacity,
                 lastSeenTimeStamp=since, procUtilArray=array)
             ret = fn(handle, ctypes.byref(info))
-            if ret == ERROR_INSUFFICIENT_SIZE:
-                capacity = state.capacity = max(int(info.processSamplesCount) * 2 + 5, capacity * 2)
-                continue
-            if ret == ERROR_NOT_FOUND:
-                return []
-            if ret != SUCCESS:
-                raise pynvml.NVMLError(ret)
-            return [(int(e.pid), int(e.timeStamp), int(e.smUtil), int(e.memUtil), int(e.encUtil),
-                     int(e.decUtil)) for e in array[:min(int(info.processSamplesCount), capacity)]]
-        raise pynvml.NVMLError(ERROR_INSUFFICIENT_SIZE)
+            return ret, array, int(info.processSamplesCount)
+        return self._samples(call, state)
 
     def _legacy(self, fn: Any, handle: Any, since: int,
                 state: UtilizationState) -> list[tuple[int, int, int, int, int, int]]:
-        pynvml = self._pynvml
-        capacity = max(1, state.capacity)
-        for _ in range(self._MAX_ATTEMPTS):
+        def call(capacity: int) -> tuple[int, Any, int]:
             array = (UtilizationSampleV0 * capacity)()
             count = ctypes.c_uint(capacity)
             ret = fn(handle, array, ctypes.byref(count), ctypes.c_ulonglong(since))
+            return ret, array, int(count.value)
+        return self._samples(call, state)
+
+    def _samples(self, call: Callable[[int], tuple[int, Any, int]],
+                 state: UtilizationState) -> list[tuple[int, int, int, int, int, int]]:
+        """``call(capacity)`` offers an array of ``capacity`` entries to one entry point and
+        returns ``(return code, the array, the sample count NVML wrote back)``; the array grows
+        (and the GPU's state remembers the size) while NVML answers InsufficientSize."""
+        capacity = max(1, state.capacity)
+        for _ in range(self._MAX_ATTEMPTS):
+            ret, array, count = call(capacity)
             if ret == ERROR_INSUFFICIENT_SIZE:
-                capacity = state.capacity = max(int(count.value) * 2 + 5, capacity * 2)
+                capacity = state.capacity = max(count * 2 + 5, capacity * 2)
                 continue
             if ret == ERROR_NOT_FOUND:
                 return []
             if ret != SUCCESS:
-                raise pynvml.NVMLError(ret)
+                raise self._pynvml.NVMLError(ret)
             return [(int(e.pid), int(e.timeStamp), int(e.smUtil), int(e.memUtil), int(e.encUtil),
-                     int(e.decUtil)) for e in array[:min(int(count.value), capacity)]]
-        raise pynvml.NVMLError(ERROR_INSUFFICIENT_SIZE)
+                     int(e.decUtil)) for e in array[:min(count, capacity)]]
+        raise self._pynvml.NVMLError(ERROR_INSUFFICIENT_SIZE)
 
 
 def _percent(value: float) -> float:

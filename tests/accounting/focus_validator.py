@@ -15,6 +15,7 @@ download; the file is written here from :data:`ISO_4217`.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import re
@@ -75,13 +76,18 @@ def validator_executable() -> str:
         if os.environ.get("ALLSMI_REQUIRE_INTEGRATION"):
             pytest.fail(message)
         pytest.skip(message)
-    for step in ([python, "-m", "venv", str(VENV)],
-                 [str(VENV / "bin" / "pip"), "install", "-q", f"focus-validator=={VERSION}"],
-                 [str(VENV / "bin" / "pip"), "install", "-q", "numpy>=2"]):
-        done = subprocess.run(step, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            pytest.fail(f"{' '.join(step)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    marker.write_text(VERSION + "\n")
+    # The test workers (pytest-xdist) may all get here first: one makes it, the others wait.
+    with open(VENV.parent / f"{VENV.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            for step in ([python, "-m", "venv", str(VENV)],
+                         [str(VENV / "bin" / "pip"), "install", "-q", f"focus-validator=={VERSION}"],
+                         [str(VENV / "bin" / "pip"), "install", "-q", "numpy>=2"]):
+                done = subprocess.run(step, capture_output=True, text=True, timeout=900)
+                if done.returncode != 0:
+                    pytest.fail(f"{' '.join(step)} failed:\n{done.stdout[-2000:]}\n"
+                                f"{done.stderr[-2000:]}")
+            marker.write_text(VERSION + "\n")
     return str(exe)
 
 

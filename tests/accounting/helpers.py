@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from allsmi.accounting.ledger import Ledger
 from allsmi.accounting.periods import Window
 from allsmi.accounting.recorder import LedgerRecorder
+from allsmi.backend_api import Backend, ProbeResult
 from allsmi.config import Config, parse_config
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot
 
@@ -70,3 +75,51 @@ def rows(path: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 def open_ro(path: Path) -> Ledger:
     """The ledger, read-only."""
     return Ledger(path, readonly=True)
+
+
+# -- a collector on injected clocks, recording to a real ledger ---------------------------------
+
+class SteadyBackend(Backend):
+    """A backend that reports the same devices every cycle."""
+
+    name = "steady"
+    vendor = "nvidia"
+
+    def __init__(self, devices: list[DeviceSample]) -> None:
+        self.devices = devices
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True)
+
+    def open(self) -> None:
+        pass
+
+    def sample(self) -> list[DeviceSample]:
+        return list(self.devices)
+
+
+class Clocks:
+    """A wall clock the test steps (starting 5 s after :data:`T0`), and a monotonic clock that
+    never steps; both advance by ``steady``."""
+
+    def __init__(self) -> None:
+        self.steady = 1000.0
+        self.offset = T0 + 5 - self.steady
+
+    def wall(self) -> float:
+        return self.steady + self.offset
+
+    def monotonic(self) -> float:
+        return self.steady
+
+
+def export_first_hour(tmp_path: Path, db: Path) -> dict[str, Any]:
+    """The one resource-group row ``allsmi export --ledger DB`` bills for the hour from
+    :data:`T0` (exit 0, or 3 for a partial window)."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": ""}
+    out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--ledger", str(db),
+                          "--since", "2026-03-02T00:00:00Z", "--until", "2026-03-02T01:00:00Z",
+                          "--format", "json", "--group-by", "resource_group"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 3), out.stderr
+    return json.loads(out.stdout)["rows"][0]  # type: ignore[no-any-return]

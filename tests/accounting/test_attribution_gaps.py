@@ -10,11 +10,6 @@ unallocated, and the export's ``attribution_coverage_ratio`` shows the gap.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -26,77 +21,49 @@ from allsmi.attribution import Attributor  # noqa: E402
 from allsmi import registry  # noqa: E402
 from allsmi.attribution.kubernetes import KubeletSource  # noqa: E402
 from allsmi.attribution.settings import AttributionSettings  # noqa: E402
-from allsmi.backend_api import Backend, ProbeResult  # noqa: E402
 from allsmi.collector import Collector  # noqa: E402
 from allsmi.config import parse_config  # noqa: E402
 from allsmi.schema import DeviceSample  # noqa: E402
 
 from ..attribution.helpers import PodResourcesServer, pod  # noqa: E402
-from .helpers import T0, rows  # noqa: E402
+from .helpers import Clocks, SteadyBackend, export_first_hour, rows  # noqa: E402
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
-
-
-class _OneGpu(Backend):
-    name = "steady"
-    vendor = "nvidia"
-
-    def probe(self) -> ProbeResult:
-        return ProbeResult(True)
-
-    def open(self) -> None:
-        pass
-
-    def sample(self) -> list[DeviceSample]:
-        return [DeviceSample(id=UUID, uuid=UUID, vendor="nvidia", kind="gpu", backend=self.name,
-                             index=0, name="Steady GPU", health="ok", utilization_percent=0.0,
-                             power_watts=100.0, processes=())]
+#: One idle GPU that lists no process.
+GPU = DeviceSample(id=UUID, uuid=UUID, vendor="nvidia", kind="gpu", backend="steady", index=0,
+                   name="Steady GPU", health="ok", utilization_percent=0.0, power_watts=100.0,
+                   processes=())
 
 
 def _record(db: Path, carry: float | None) -> LedgerRecorder:
     server = PodResourcesServer()
     server.pods = [pod("ml", "trainer", {"main": [("nvidia.com/gpu", [UUID])]})]
-    clock = {"steady": 1000.0}
-    offset = T0 + 5 - clock["steady"]
+    clocks = Clocks()
     kw = {} if carry is None else {"carry_seconds": carry}
     # The resource names come from the backends' declarations, as the CLI hands them in.
     settings = AttributionSettings.declared(registry.declarations())
     attributor = Attributor([KubeletSource(server.socket, settings, timeout_seconds=5)], 0.2, **kw)
     config = parse_config("")
-    collector = Collector([_OneGpu()], config, interval_seconds=1.0,
-                          clock=lambda: clock["steady"] + offset,
-                          monotonic=lambda: clock["steady"], attributor=attributor)
+    collector = Collector([SteadyBackend([GPU])], config, interval_seconds=1.0,
+                          clock=clocks.wall, monotonic=clocks.monotonic, attributor=attributor)
     recorder = LedgerRecorder(db, config)
     collector.subscribe(recorder.on_snapshot)
-    release = threading.Event()
     try:
         for t in range(60):
             if t % 10 == 6:  # the kubelet hangs for 4 cycles
-                release = threading.Event()
-                server._release = release  # noqa: SLF001 - the helper's hang switch
-                server.mode = "hang"
+                server.hang()
             elif t % 10 == 0:
                 server.mode = "answer"
-                release.set()
+                server.release()
             collector.collect_once()
-            clock["steady"] += 1.0
+            clocks.steady += 1.0
     finally:
-        release.set()
+        server.release()
         collector.close()
         recorder.close()
         server.stop()
     assert recorder.unwritten == 0 and recorder.last_error is None
     return recorder
-
-
-def _export(tmp_path: Path, db: Path) -> dict:  # type: ignore[type-arg]
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": ""}
-    out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--ledger", str(db),
-                          "--since", "2026-03-02T00:00:00Z", "--until", "2026-03-02T01:00:00Z",
-                          "--format", "json", "--group-by", "resource_group"],
-                         env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 3), out.stderr
-    return json.loads(out.stdout)["rows"][0]  # type: ignore[no-any-return]
 
 
 def test_a_hanging_kubelet_is_carried_for_a_bounded_time(tmp_path: Path) -> None:
@@ -107,7 +74,7 @@ def test_a_hanging_kubelet_is_carried_for_a_bounded_time(tmp_path: Path) -> None
     assert observed == 59_000
     assert allocated == 59_000, "held by the pod all along, as the kubelet said before it hung"
     assert attributed == 59_000
-    row = _export(tmp_path, db)
+    row = export_first_hour(tmp_path, db)
     assert row["allocated_device_hours"] == pytest.approx(59 / 3600, abs=1e-6)
     assert row["attribution_coverage_ratio"] == 1.0
 
@@ -120,7 +87,7 @@ def test_without_a_carried_answer_the_hung_time_is_unknown_not_unallocated(tmp_p
     assert observed == 59_000
     assert 20_000 <= attributed <= 45_000, "some cycles hung: their holders are unknown"
     assert allocated == attributed, "every second whose holders were known was held"
-    row = _export(tmp_path, db)
+    row = export_first_hour(tmp_path, db)
     assert row["allocated_device_hours"] == pytest.approx(attributed / 3.6e6, abs=1e-6)
     assert row["attribution_coverage_ratio"] == pytest.approx(attributed / observed, abs=1e-6)
     assert row["attribution_coverage_ratio"] < 0.8

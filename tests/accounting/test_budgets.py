@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ..prometheus_server import free_port
-from .test_prometheus_agreement import stop, wait_http
+from .fleet import simulated_exporters
 
 CONFIG = """\
 [[rules]]
@@ -107,20 +106,11 @@ def test_bad_budgets_exit_2_naming_the_key(tmp_path: Path, table: str, needle: s
 
 
 def test_the_exporter_publishes_the_budget(tmp_path: Path) -> None:
-    (tmp_path / "c.toml").write_text(CONFIG.format(budget=5000) + "\n[groups.empty]\n")
-    port = free_port()
-    log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
-                              "--listen", f"127.0.0.1:{port}", "--config", "c.toml"],
-                             cwd=tmp_path, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)},
-                             stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/metrics")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:  # noqa: S310
+    with simulated_exporters(tmp_path, CONFIG.format(budget=5000) + "\n[groups.empty]\n",
+                             config_name="c.toml") as serve:
+        (target,) = serve.targets
+        with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as resp:  # noqa: S310
             text = resp.read().decode()
-    finally:
-        stop(serve)
-        log.close()
     lines = [x for x in text.splitlines() if x.startswith("allsmi_resource_group_budget_per_month")]
     assert lines == ['allsmi_resource_group_budget_per_month{resource_group="training",'
                      'currency="EUR"} 5000.0'], lines

@@ -7,72 +7,30 @@ energy that passed, neither the inflated 145 s for 120 s nor a lost minute.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from allsmi.accounting.recorder import LedgerRecorder
-from allsmi.backend_api import Backend, ProbeResult
 from allsmi.collector import Collector
 from allsmi.config import parse_config
 from allsmi.schema import DeviceSample, ProcessSample
 
-from .helpers import T0, device, rows, snap
+from .helpers import T0, Clocks, SteadyBackend, device, export_first_hour, rows, snap
 
 WATTS = 300.0
-
-
-class _Steady(Backend):
-    name = "steady"
-    vendor = "nvidia"
-
-    def probe(self) -> ProbeResult:
-        return ProbeResult(True)
-
-    def open(self) -> None:
-        pass
-
-    def sample(self) -> list[DeviceSample]:
-        return [DeviceSample(id=f"GPU-{i}", vendor="nvidia", kind="gpu", backend=self.name, index=i,
-                             name="Steady GPU", health="ok", utilization_percent=50.0,
-                             power_watts=WATTS, processes=(ProcessSample(pid=1, user="ann"),))
-                for i in range(2)]
-
-
-class _Clocks:
-    """A wall clock the test steps, and a monotonic clock that never steps."""
-
-    def __init__(self) -> None:
-        self.steady = 1000.0
-        self.offset = T0 + 5 - self.steady
-
-    def wall(self) -> float:
-        return self.steady + self.offset
-
-    def monotonic(self) -> float:
-        return self.steady
-
-
-def _export(tmp_path: Path, db: Path) -> dict:  # type: ignore[type-arg]
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": ""}
-    out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--ledger", str(db),
-                          "--since", "2026-03-02T00:00:00Z", "--until", "2026-03-02T01:00:00Z",
-                          "--format", "json", "--group-by", "resource_group"],
-                         env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 3), out.stderr
-    return json.loads(out.stdout)["rows"][0]  # type: ignore[no-any-return]
+#: Two GPUs at half utilization, each with one process.
+GPUS = [DeviceSample(id=f"GPU-{i}", vendor="nvidia", kind="gpu", backend="steady", index=i,
+                     name="Steady GPU", health="ok", utilization_percent=50.0, power_watts=WATTS,
+                     processes=(ProcessSample(pid=1, user="ann"),)) for i in range(2)]
 
 
 @pytest.mark.parametrize("step", [25.0, -25.0, -90.0])
 def test_wall_clock_steps_neither_inflate_nor_lose_time(tmp_path: Path, step: float) -> None:
     db = tmp_path / "ledger.db"
-    clocks = _Clocks()
+    clocks = Clocks()
     config = parse_config("")
-    collector = Collector([_Steady()], config, interval_seconds=2.0, clock=clocks.wall,
+    collector = Collector([SteadyBackend(GPUS)], config, interval_seconds=2.0, clock=clocks.wall,
                           monotonic=clocks.monotonic)
     recorder = LedgerRecorder(db, config)
     collector.subscribe(recorder.on_snapshot)
@@ -88,7 +46,7 @@ def test_wall_clock_steps_neither_inflate_nor_lose_time(tmp_path: Path, step: fl
         collector.close()
         recorder.close()
     assert recorder.unwritten == 0 and recorder.last_error is None
-    row = _export(tmp_path, db)
+    row = export_first_hour(tmp_path, db)
     seconds = 2 * 360.0  # two devices
     assert row["observed_device_hours"] == pytest.approx(seconds / 3600, abs=1e-6)
     assert row["allocated_device_hours"] == pytest.approx(seconds / 3600, abs=1e-6)
@@ -110,11 +68,11 @@ def test_snapshots_without_a_monotonic_time_still_use_the_wall_clock(tmp_path: P
 
 # -- issue 19 item 5: forward steps, corrections, and recorder restarts -------------------------
 
-def _run(db: Path, clocks: _Clocks, seconds: int, steps: dict[int, float] | None = None,
+def _run(db: Path, clocks: Clocks, seconds: int, steps: dict[int, float] | None = None,
          config_text: str = "") -> LedgerRecorder:
     """One recorder life sampling every 2 s for ``seconds``; ``steps``: second -> wall step."""
     config = parse_config(config_text)
-    collector = Collector([_Steady()], config, interval_seconds=2.0, clock=clocks.wall,
+    collector = Collector([SteadyBackend(GPUS)], config, interval_seconds=2.0, clock=clocks.wall,
                           monotonic=clocks.monotonic)
     recorder = LedgerRecorder(db, config)
     collector.subscribe(recorder.on_snapshot)
@@ -140,7 +98,7 @@ def test_a_forward_step_set_right_again_puts_no_minute_in_the_future(tmp_path: P
     """+2 days for 10 s, then corrected: placement stays on the real time line (no minute two
     days ahead, then or 70 s later), the raw minutes are neither rolled up early nor pruned."""
     db = tmp_path / "ledger.db"
-    clocks = _Clocks()
+    clocks = Clocks()
     end_wall = clocks.wall() + 300
     rec = _run(db, clocks, 300, {120: 2 * 86400.0, 130: -2 * 86400.0})
     assert abs(clocks.wall() - end_wall) < 1e-6
@@ -157,7 +115,7 @@ def test_a_short_forward_step_then_a_restart_loses_nothing(tmp_path: Path) -> No
     """+3 min for 5 s in the first life; the second life starts on the correct clock: every
     second of both lives is kept (none refused as overlapping the first life's minutes)."""
     db = tmp_path / "ledger.db"
-    clocks = _Clocks()
+    clocks = Clocks()
     first = _run(db, clocks, 120, {60: 180.0, 66: -180.0})
     clocks.steady += 10.0  # the restart
     second = _run(db, clocks, 130)
@@ -173,7 +131,7 @@ def test_a_lasting_forward_step_is_followed_and_prunes_no_real_minute(tmp_path: 
     from allsmi.accounting.placement import FORWARD_CONFIRM_SECONDS
 
     db = tmp_path / "ledger.db"
-    clocks = _Clocks()
+    clocks = Clocks()
     rec = _run(db, clocks, 400, {120: 3 * 86400.0}, "[ledger]\nretention_days = 2\n")
     assert rec.refused_intervals == 0
     assert _observed(db) == {"GPU-0": 400_000, "GPU-1": 400_000}
@@ -188,10 +146,10 @@ def test_time_refused_as_already_recorded_is_counted_and_published(tmp_path: Pat
     """A second life whose wall clock is 90 s behind what the first recorded: the minutes that
     collide are refused, counted, logged and published, never silently."""
     from allsmi.exporter.exposition import Exposition
-    from allsmi.exporter.families import exporter_families
+    from allsmi.exporter.builder import exporter_families
 
     db = tmp_path / "ledger.db"
-    clocks = _Clocks()
+    clocks = Clocks()
     _run(db, clocks, 180)
     clocks.offset -= 90.0
     second = _run(db, clocks, 60)

@@ -10,19 +10,16 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from ..conftest import run_allsmi
-from ..prometheus_server import free_port, running_prometheus
+from ..prometheus_server import running_prometheus
+from .fleet import iso, simulated_exporters
 from .focus_validator import assert_conforms
 from .helpers import T0, config, device, record, snap
-from .test_prometheus_agreement import iso, stop, wait_http
 
 PRICED = """\
 [[rules]]
@@ -114,27 +111,15 @@ def test_simulated_export_conforms(tmp_path: Path, cfg: str) -> None:
 
 @pytest.mark.integration
 def test_prometheus_export_conforms(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
-    (tmp_path / "serve.toml").write_text(PRICED)
-    log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
-                              "--interval", "0.5", "--listen", f"127.0.0.1:{port}",
-                              "--config", "serve.toml"],
-                             cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/metrics")
-        with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
+    with simulated_exporters(tmp_path, PRICED, config_name="serve.toml") as serve:
+        with running_prometheus(tmp_path, serve.targets) as prom:
             began = time.time()
             time.sleep(12)
             window = ("--prometheus", prom, "--since", iso(began + 2), "--until", iso(time.time() - 2),
                       "--format", "focus", "--coverage-threshold", "0")
             outputs = [_export(tmp_path, cfg, name, *window)
                        for cfg, name in ((PRICED, "prom-priced.csv"), (UNPRICED, "prom-free.csv"))]
-    finally:
-        stop(serve)
-        log.close()
     for out in outputs:
         rows = list(csv.DictReader(io.StringIO(out.read_text())))
-        assert len(rows) > 5 and {r["ResourceId"] for r in rows} == {f"127.0.0.1:{port}"}
+        assert len(rows) > 5 and {r["ResourceId"] for r in rows} == set(serve.targets)
         assert_conforms(out, tmp_path)

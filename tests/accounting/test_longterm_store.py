@@ -13,9 +13,6 @@ deploy/README.md).
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,9 +20,9 @@ import pytest
 import yaml
 
 from ..deploy.support import RULES
-from ..prometheus_server import free_port, running_prometheus
+from ..prometheus_server import running_prometheus, wait_scraped
 from ..victoriametrics_server import run_vmalert_replay, running_victoriametrics, running_vmalert
-from .test_prometheus_agreement import export, iso, stop, wait_http
+from .fleet import export, iso, simulated_exporters, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -109,29 +106,12 @@ def wait_for_rollups(store: str, at: int, count: int, span: int, timeout: float 
         time.sleep(0.5)
 
 
-def wait_until(t: float) -> None:
-    while time.time() < t:
-        time.sleep(min(0.5, max(0.0, t - time.time())))
-
-
 def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) -> None:
-    (tmp_path / "allsmi.toml").write_text(CONFIG)
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
-    ports = [free_port(), free_port()]
-    serves, logs = [], []
-    for i, port in enumerate(ports):
-        logs.append(open(tmp_path / f"serve{i}.log", "wb"))
-        serves.append(subprocess.Popen(
-            [sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed", "--interval", "0.25",
-             "--listen", f"127.0.0.1:{port}", "--config", "allsmi.toml"],
-            cwd=tmp_path, env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
     rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
-    targets = [f"127.0.0.1:{p}" for p in ports]
-    try:
-        for port in ports:
-            wait_http(f"http://127.0.0.1:{port}/metrics")
-        with running_victoriametrics(tmp_path, targets) as vm, \
-                running_prometheus(tmp_path, targets) as prom:
+    with simulated_exporters(tmp_path, CONFIG, count=2, interval=0.25) as serve:
+        with running_victoriametrics(tmp_path, serve.targets) as vm, \
+                running_prometheus(tmp_path, serve.targets) as prom:
+            wait_scraped(prom)
             began = time.time()
             # An early window, before vmalert runs: rolled up afterwards by a replay.
             early = (math.ceil((began + 3) / HOUR) * HOUR, 0)
@@ -147,8 +127,8 @@ def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) ->
                                         iso(early[1]), f"{HOUR}s")
             assert replay.returncode == 0, replay.stdout + replay.stderr
             wait_for_rollups(vm, early[1], 3, 3 * HOUR)
-            for i, serve in enumerate(serves):
-                assert serve.poll() is None, (tmp_path / f"serve{i}.log").read_text()
+            wait_scraped(prom, live[1] + 1)
+            serve.assert_alive()
             results = {}
             for name, (lo, hi) in (("live", live), ("early", early)):
                 window = ("--since", iso(lo), "--until", iso(hi), "--group-by",
@@ -158,11 +138,6 @@ def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) ->
                     "vm-raw": export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path),
                     "vm-rollups": export("--prometheus", vm, *window, cwd=tmp_path),
                 }
-    finally:
-        for serve in serves:
-            stop(serve)
-        for log in logs:
-            log.close()
     for name, runs in results.items():
         for source, (rc, doc, err) in runs.items():
             assert rc == 0, (name, source, err, (tmp_path / "vmalert.log").read_text())
@@ -187,18 +162,9 @@ def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) ->
 def test_a_window_not_on_rollup_boundaries_bills_its_edges_from_raw_counters(
         tmp_path: Path) -> None:
     """Roll-ups inside, raw counters for the edges and for an hour nobody rolled up."""
-    (tmp_path / "allsmi.toml").write_text(CONFIG)
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
-    port = free_port()
-    log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed", "--interval", "0.25",
-         "--listen", f"127.0.0.1:{port}", "--config", "allsmi.toml"],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
-    try:
-        wait_http(f"http://127.0.0.1:{port}/metrics")
-        with running_victoriametrics(tmp_path, [f"127.0.0.1:{port}"]) as vm:
+    with simulated_exporters(tmp_path, CONFIG, interval=0.25) as serve:
+        with running_victoriametrics(tmp_path, serve.targets) as vm:
             first = math.ceil((time.time() + 2) / HOUR) * HOUR
             wait_until(first + 5 * HOUR + 1)
             # Roll up "hours" 1, 2, 4 and 5 of five: hour 3 stays a hole.
@@ -210,9 +176,6 @@ def test_a_window_not_on_rollup_boundaries_bills_its_edges_from_raw_counters(
                       "--group-by", "resource_group")
             raw = export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path)
             mixed = export("--prometheus", vm, *window, cwd=tmp_path)
-    finally:
-        stop(serve)
-        log.close()
     assert raw[0] == 0 and mixed[0] == 0, (raw[2], mixed[2])
     detail = mixed[1]["source_data"]
     # "hours" 2 and 4 lie wholly inside the window; the edges and hour 3 are raw
@@ -229,21 +192,13 @@ def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Pat
     """``--group-by user,namespace,pod,job`` from the per-holder roll-ups bills each holder as
     the per-holder raw counters do, with the same methods (the exporter runs with
     ``--processes``, so its holders carry their users)."""
-    (tmp_path / "allsmi.toml").write_text(CONFIG)
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "nvidia0").write_text("9001\n")  # a Slurm job on a GPU, beside the simulated pods
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "ALLSMI_HPC_JOB_DIR": str(jobs)}
-    port = free_port()
-    log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed", "--interval", "0.25",
-         "--processes", "--listen", f"127.0.0.1:{port}", "--config", "allsmi.toml"],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
-    try:
-        wait_http(f"http://127.0.0.1:{port}/metrics")
-        with running_victoriametrics(tmp_path, [f"127.0.0.1:{port}"]) as vm:
+    with simulated_exporters(tmp_path, CONFIG, "--processes", interval=0.25,
+                             env={"ALLSMI_HPC_JOB_DIR": str(jobs)}) as serve:
+        with running_victoriametrics(tmp_path, serve.targets) as vm:
             first = math.ceil((time.time() + 2) / HOUR) * HOUR
             wait_until(first + 4 * HOUR + 1)
             replay = run_vmalert_replay(tmp_path, [rules], vm, iso(first + HOUR),
@@ -254,9 +209,6 @@ def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Pat
                       "--group-by", "resource_group,user,namespace,pod,job")
             raw = export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path)
             rolled = export("--prometheus", vm, *window, cwd=tmp_path)
-    finally:
-        stop(serve)
-        log.close()
     assert raw[0] == 0 and rolled[0] == 0, (raw[2], rolled[2])
     assert rolled[1]["source_data"].startswith("hourly roll-ups"), rolled[1]["source_data"]
     assert "raw counters" not in rolled[1]["source_data"], rolled[1]["source_data"]

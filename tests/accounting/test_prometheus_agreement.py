@@ -16,20 +16,14 @@ exports of the same window must agree:
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from ..prometheus_server import free_port, running_prometheus
+from ..prometheus_server import running_prometheus, wait_scraped
+from .fleet import allsmi, export, iso, simulated_exporters
 
 pytestmark = [pytest.mark.integration]
 
@@ -57,80 +51,40 @@ interval_seconds = 5
 """
 IV = 5
 RECORD_SECONDS = 42.0
-GROUP_BY = "resource_group,vendor,model"
 
 
-def wait_http(url: str, timeout: float = 30.0) -> None:
+def ledger_export(*args: str, cwd: Path,
+                  timeout: float = 20.0) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    """``export --ledger ledger.db ARGS`` once the ledger holds the whole window: the recorder
+    writes an interval when it closes, later than that under load."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer in {timeout} s")
-
-
-def iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def export(*args: str, cwd: Path) -> tuple[int, dict, str]:  # type: ignore[type-arg]
-    out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--config", "allsmi.toml",
-                          "--group-by", GROUP_BY, "--format", "json", *args], cwd=cwd,
-                         env={**os.environ, "XDG_CONFIG_HOME": str(cwd)}, capture_output=True,
-                         text=True, timeout=60)
-    return out.returncode, json.loads(out.stdout or "{}"), out.stderr
-
-
-def allsmi(*args: str, cwd: Path) -> tuple[int, dict, str]:  # type: ignore[type-arg]
-    out = subprocess.run([sys.executable, "-m", "allsmi", *args, "--config", "allsmi.toml"],
-                         cwd=cwd, env={**os.environ, "XDG_CONFIG_HOME": str(cwd)},
-                         capture_output=True, text=True, timeout=60)
-    return out.returncode, json.loads(out.stdout or "{}"), out.stderr
-
-
-def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    while True:
+        rc, doc, err = export("--ledger", "ledger.db", *args, cwd=cwd)
+        if rc != 0 or doc.get("coverage_ratio") == 1.0 or time.monotonic() > deadline:
+            return rc, doc, err
+        time.sleep(0.5)
 
 
 def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
-    (tmp_path / "allsmi.toml").write_text(CONFIG)
-    serve_port = free_port()
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
-    serve_log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
-                              "--interval", "0.5", "--listen", f"127.0.0.1:{serve_port}",
-                              "--config", "allsmi.toml", "--ledger", "ledger.db"],
-                             cwd=tmp_path, env=env, stdout=serve_log, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{serve_port}/metrics")
-        with running_prometheus(tmp_path, [f"127.0.0.1:{serve_port}"]) as prom_url:
+    with simulated_exporters(tmp_path, CONFIG, "--ledger", "ledger.db") as serve:
+        with running_prometheus(tmp_path, serve.targets) as prom_url:
+            wait_scraped(prom_url)
             began = time.time()
             time.sleep(RECORD_SECONDS)
-            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            serve.assert_alive()
             # A window of whole ledger intervals, clear of the start-up and of the present.
             start = math.ceil((began + 4) / IV) * IV
             end = math.floor((time.time() - 3) / IV) * IV
             assert end - start >= 25
             window = ("--since", iso(start), "--until", iso(end))
-            rc_l, ledger, err_l = export("--ledger", "ledger.db", *window, cwd=tmp_path)
+            wait_scraped(prom_url, end + 1)
+            rc_l, ledger, err_l = ledger_export(*window, cwd=tmp_path)
             rc_p, prom, err_p = export("--prometheus", prom_url, *window, cwd=tmp_path)
             by_ns = {src: export(*src, *window, "--group-by", "resource_group,namespace",
                                  cwd=tmp_path) for src in (("--ledger", "ledger.db"),
                                                            ("--prometheus", prom_url))}
             idle = {src: allsmi("idle", *src, *window, "--format", "json", cwd=tmp_path)
                     for src in (("--ledger", "ledger.db"), ("--prometheus", prom_url))}
-    finally:
-        stop(serve)
-        serve_log.close()
     assert rc_l == 0, err_l
     assert rc_p == 0, err_p
     assert ledger["coverage_ratio"] == 1.0

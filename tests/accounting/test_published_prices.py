@@ -5,11 +5,7 @@ which (issue 22, item 6)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +15,8 @@ import pytest
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promprices import published_prices
 
-from ..prometheus_server import free_port, running_prometheus
-from .test_prometheus_agreement import iso, stop, wait_http
+from ..prometheus_server import running_prometheus, wait_scraped
+from .fleet import export, iso, simulated_exporters, wait_until
 
 NODE_CONFIG = """\
 [[rules]]
@@ -50,35 +46,22 @@ currency = "EUR"
 
 @pytest.mark.integration
 def test_published_prices_unless_the_config_overrides(tmp_path: Path) -> None:
-    (tmp_path / "node.toml").write_text(NODE_CONFIG)
     (tmp_path / "export.toml").write_text(EXPORT_CONFIG)
-    port = free_port()
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
-    log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
-                              "--interval", "0.5", "--listen", f"127.0.0.1:{port}",
-                              "--config", "node.toml"],
-                             cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/metrics")
-        with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
+    with simulated_exporters(tmp_path, NODE_CONFIG, config_name="node.toml") as serve:
+        with running_prometheus(tmp_path, serve.targets) as prom:
+            wait_scraped(prom)
             start = math.ceil(time.time() + 2)
-            while time.time() < start + 20:
-                time.sleep(0.5)
-            out = subprocess.run(
-                [sys.executable, "-m", "allsmi", "export", "--config", "export.toml",
-                 "--prometheus", prom, "--since", iso(start), "--until", iso(start + 18),
-                 "--group-by", "resource_group", "--format", "json", "--coverage-threshold", "0"],
-                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        stop(serve)
-        log.close()
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+            wait_until(start + 20)
+            wait_scraped(prom, start + 19)
+            rc, doc, err = export("--prometheus", prom, "--since", iso(start),
+                                  "--until", iso(start + 18), "--group-by", "resource_group",
+                                  "--coverage-threshold", "0", cwd=tmp_path,
+                                  config="export.toml", timeout=120)
+    assert rc == 0, err
     # (the mixed scenario's npu group is priced by the simulated node too)
     assert doc["prices"]["inference"] == "published" and doc["prices"]["training"] == "config"
     assert "prices: the local configuration for training; published by the exporters for " \
-           "inference" in out.stderr
+           "inference" in err
     rows = {r["resource_group"]: r for r in doc["rows"]}
     inf, train = rows["inference"], rows["training"]
     assert inf["price_per_device_hour"] == pytest.approx(3.0)

@@ -93,6 +93,11 @@ class PodResourcesServer:
     def _allocatable(self, request: Any, context: Any) -> Any:
         return self._behave() or api_pb2.AllocatableResourcesResponse(devices=self.allocatable)
 
+    def hang(self) -> None:
+        """Hang every call from now until :meth:`release` (again after an earlier release)."""
+        self._release = threading.Event()
+        self.mode = "hang"
+
     def release(self) -> None:
         self._release.set()
 

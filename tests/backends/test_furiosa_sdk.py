@@ -12,7 +12,7 @@ import pytest
 from allsmi.backend_api import BackendError, BackendUnavailable
 from allsmi.backends.furiosa import sdk
 from allsmi.backends.furiosa import ENV_VAR, FuriosaBackend
-from tests.contract.scenarios_furiosa import (RNGD_4X, _SmiError, _Version, block_sdk, four_rngd,
+from tests.contract.scenarios_furiosa import (RNGD_4X, FakeSmiError, FakeVersionInfo, block_sdk, four_rngd,
                                               legacy_sdk, modern_sdk, route, use_sdk, write_standin)
 
 GIB = 1024 ** 3
@@ -52,9 +52,9 @@ def test_modern_sdk_values_and_first_delta(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_modern_sdk_one_failing_call_keeps_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_sdk(monkeypatch, modern_sdk(four_rngd(npu1={"power": _SmiError("IoError: power sensor busy")},
-                                              npu2={"uuid": _SmiError("x"), "serial": _SmiError("x"),
-                                                    "bdf": _SmiError("x")})))
+    use_sdk(monkeypatch, modern_sdk(four_rngd(npu1={"power": FakeSmiError("IoError: power sensor busy")},
+                                              npu2={"uuid": FakeSmiError("x"), "serial": FakeSmiError("x"),
+                                                    "bdf": FakeSmiError("x")})))
     backend = _open()
     devices = backend.sample()
     assert [d.details["dev_name"] for d in devices] == ["npu0", "npu1", "npu3"]
@@ -130,8 +130,8 @@ def test_sdk_plus_cli_ps_gives_processes(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 @pytest.mark.parametrize(("version", "text"), [
-    (_Version(1, 7, 0, metadata="4dfed18"), "1.7.0+4dfed18"),
-    (_Version(2026, 4, 0, prerelease="rc1"), "2026.4.0-rc1"),
+    (FakeVersionInfo(1, 7, 0, metadata="4dfed18"), "1.7.0+4dfed18"),
+    (FakeVersionInfo(2026, 4, 0, prerelease="rc1"), "2026.4.0-rc1"),
     ("2025.1.0+696efad", "2025.1.0+696efad"),
     (object(), None),  # a binding object without __str__ is not a version
     (None, None),

@@ -69,6 +69,20 @@ def test_no_underscore_name_crosses_modules() -> None:
     assert not found, found
 
 
+#: Crossings owned by other work in progress: the dashboard's ProcessTable._cells (allsmi/dashboard)
+#: and the report command's _report/_simulated_ledger (allsmi/cli/reportcmd.py).
+_PENDING = {"tests/dashboard/test_pilot.py", "tests/accounting/test_simulated_resolution.py"}
+
+
+def test_no_underscore_name_crosses_modules_in_allsmi_or_the_tests() -> None:
+    """The same rule for the rest of the code: allsmi/ and the tests' own helpers and fakes."""
+    paths = [p for root in ("allsmi", "tests") for p in sorted((REPO / root).rglob("*.py"))
+             if "__pycache__" not in p.parts and not p.name.endswith("_pb2.py")]
+    found = {rel: c for p in paths
+             if (rel := str(p.relative_to(REPO))) not in _PENDING and (c := _crossings(p.read_text()))}
+    assert not found, found
+
+
 def test_the_crossing_check_sees_both_forms() -> None:
     planted = ("import pynvml\nfrom allsmi.backends.nvidia.devices import _Gpu\nfrom . import read\n"
                "read._cell(1)\npynvml._nvmlGetFunctionPointer('x')\nread.__name__\n")

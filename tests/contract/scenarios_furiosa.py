@@ -71,7 +71,7 @@ class _Obj:
             setattr(self, key, (lambda v: (lambda: v))(value))
 
 
-class _Version:
+class FakeVersionInfo:
     def __init__(self, major: int, minor: int, patch: int, metadata: str = "", prerelease: str = "") -> None:
         self.major, self.minor, self.patch = major, minor, patch
         self.metadata, self.prerelease = metadata, prerelease
@@ -110,11 +110,11 @@ def four_rngd(**per_device: dict[str, Any]) -> list[dict[str, Any]]:
     return [_spec(n, **per_device.get(f"npu{n}", {})) for n in range(4)]
 
 
-class _SmiError(Exception):
+class FakeSmiError(Exception):
     pass
 
 
-class _DeviceNotFoundError(_SmiError):
+class _DeviceNotFoundError(FakeSmiError):
     pass
 
 
@@ -122,7 +122,7 @@ def modern_sdk(specs: list[dict[str, Any]]) -> types.ModuleType:
     """A ``furiosa_smi`` (2026.4.0+) look-alike: no init(), flat methods, counter diffs."""
     module = types.ModuleType("furiosa_smi")
     module.__version__ = "2026.4.0"  # type: ignore[attr-defined]
-    module.SmiError = _SmiError  # type: ignore[attr-defined]
+    module.SmiError = FakeSmiError  # type: ignore[attr-defined]
     module.DeviceNotFoundError = _DeviceNotFoundError  # type: ignore[attr-defined]
 
     class Device:
@@ -154,8 +154,8 @@ def modern_sdk(specs: list[dict[str, Any]]) -> types.ModuleType:
         def product_name(self) -> str:
             return "RNGD"
 
-        def firmware_version(self) -> _Version:
-            return _Version(2026, 4, 0, metadata="3c1f2aa")
+        def firmware_version(self) -> FakeVersionInfo:
+            return FakeVersionInfo(2026, 4, 0, metadata="3c1f2aa")
 
         def liveness(self) -> bool:
             return self._value("alive")
@@ -186,10 +186,10 @@ def modern_sdk(specs: list[dict[str, Any]]) -> types.ModuleType:
     def list_devices() -> list[Device]:
         return list(devices)
 
-    def driver_info() -> _Version:
+    def driver_info() -> FakeVersionInfo:
         if not devices:
             raise _DeviceNotFoundError("device not found: no available device to read driver version")
-        return _Version(2026, 4, 0)
+        return FakeVersionInfo(2026, 4, 0)
 
     module.list_devices = list_devices  # type: ignore[attr-defined]
     module.driver_info = driver_info  # type: ignore[attr-defined]

@@ -80,6 +80,7 @@ def two_servers() -> Iterator[list[ServeProcess]]:
             server.stop()
 
 
+@pytest.mark.alone
 async def test_cluster_view_survives_a_host_going_away(two_servers: list[ServeProcess]) -> None:
     urls = [s.url for s in two_servers]
     source = ClusterSource(urls, interval=0.5, timeout=1.0, max_backoff=2.0)

@@ -267,6 +267,7 @@ def _many_processes(base: Snapshot, devices: int, per_device: int) -> Snapshot:
     return replace(base, devices=tuple(out))
 
 
+@pytest.mark.alone
 async def test_p_on_a_huge_host_never_blocks_the_ui(sim_snapshots: list[Snapshot]) -> None:
     import time
 

@@ -212,7 +212,7 @@ async def test_ctrl_c_quits_like_q(sim_snapshots: list[Snapshot]) -> None:
 
 
 def test_an_unexpected_error_ends_the_command_non_zero(sim_snapshots: list[Snapshot]) -> None:
-    from allsmi.cli.view import _run_app
+    from allsmi.cli.view import run_app
 
     class Broken(StaticSource):
         calls = 0
@@ -225,7 +225,7 @@ def test_an_unexpected_error_ends_the_command_non_zero(sim_snapshots: list[Snaps
 
     app = DashboardApp(Broken.of(sim_snapshots, clock=frozen), clock=frozen, poll_seconds=0.05)
     with pytest.raises(SystemExit) as exit_info:
-        _run_app(app, headless=True, size=(80, 24))
+        run_app(app, headless=True, size=(80, 24))
     assert exit_info.value.code not in (None, 0)
 
 

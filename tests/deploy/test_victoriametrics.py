@@ -22,8 +22,7 @@ import pytest
 import yaml
 
 from ..conftest import require_tool
-from ..prometheus_server import free_port
-from ..victoriametrics_server import _process
+from ..prometheus_server import free_port, running_server
 from .support import DEPLOY, RULES
 from .test_systemd import verify
 
@@ -112,12 +111,12 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
                              cwd=tmp_path, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)},
                              stdout=log, stderr=subprocess.STDOUT)
     try:
-        with _process(vm_argv, tmp_path / "vm.log", f"{store}/health", "victoria-metrics"):
+        with running_server(vm_argv, tmp_path / "vm.log", f"{store}/health", "victoria-metrics"):
             deadline = time.monotonic() + 30
             while not _query(store, "allsmi_device_info"):
                 assert time.monotonic() < deadline, (tmp_path / "vm.log").read_text()
                 time.sleep(0.5)
-            with _process(alert_argv, tmp_path / "vmalert.log",
+            with running_server(alert_argv, tmp_path / "vmalert.log",
                           f"http://127.0.0.1:{alert_port}/metrics", "vmalert"):
                 deadline = time.monotonic() + 45
                 # the fleet view's rule, evaluated every 15 s, written back and queryable

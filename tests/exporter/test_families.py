@@ -7,7 +7,8 @@ import gzip
 import pytest
 
 from allsmi.exporter.exposition import Exposition, render_snapshot
-from allsmi.exporter.families import DEVICE_LABELS, FAMILIES, INFO_LABELS, GAUGES, GroupPrice
+from allsmi.exporter.builder import GroupPrice
+from allsmi.exporter.families import DEVICE_LABELS, FAMILIES, INFO_LABELS, GAUGES
 from allsmi.fields import MEASUREMENTS
 from allsmi.schema import BackendStatus, ProcessSample
 

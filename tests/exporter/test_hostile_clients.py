@@ -241,6 +241,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
 
 
+@pytest.mark.alone
 def test_1400_non_reading_clients_from_200_addresses_cannot_lock_out_a_scraper(
         fd_limited: Callable[[int], Serve]) -> None:
     server = fd_limited(1024)  # systemd's default soft limit without LimitNOFILE
