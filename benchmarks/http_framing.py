@@ -38,7 +38,7 @@ REQUEST = (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:9477\r\nUser-Agent: Promet
 
 
 def allsmi_per_request(n: int) -> float:
-    from allsmi.exporter.connections import _head_end
+    from allsmi.exporter.connections import head_end
     from allsmi.exporter.exposition import Exposition
     from allsmi.exporter.http import MetricsServer
 
@@ -47,8 +47,8 @@ def allsmi_per_request(n: int) -> float:
         started = time.perf_counter()
         for _ in range(n):
             buf = bytearray(REQUEST)
-            end = _head_end(buf)
-            reply = server._respond(bytes(buf[:end]), ("127.0.0.1", 5), True)
+            end = head_end(buf)
+            reply = server.respond(bytes(buf[:end]), ("127.0.0.1", 5), True)
             assert reply is not None and reply.chunks[0].startswith(b"HTTP/1.1 200")
         return (time.perf_counter() - started) / n
     finally:

@@ -284,13 +284,13 @@ class ProcessTable(DiffTable):
             where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
             if host_label:
                 where = f"{names.get(ref.host, ref.host)}:{dev.index if dev.index is not None else NA}"
-            rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self._cells(proc, where)))
+            rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
         rows.sort(key=lambda r: (r[0], r[1]))
         self.set_rows((key, cells) for _, key, cells in rows)
         return total
 
     @staticmethod
-    def _cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
+    def cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
                 Text(human_bytes(proc.memory_bytes), justify="right"), where,
                 Text(percent(proc.utilization_percent), justify="right"), holder_id(proc),

@@ -196,7 +196,7 @@ class MetricsServer:
             raise
         self.socket = listener
         self.server_address = listener.getsockname()
-        self.loop = ConnectionLoop(listener, self._respond, ssl_context=self.web.ssl_context,
+        self.loop = ConnectionLoop(listener, self.respond, ssl_context=self.web.ssl_context,
                                    limits=self.limits)
 
     @property
@@ -207,7 +207,7 @@ class MetricsServer:
         scheme = "https" if self.web.ssl_context is not None else "http"
         return f"{scheme}://{host}:{port}/"
 
-    def _respond(self, head: bytes, client_address: Any, fast: bool) -> Reply | None:
+    def respond(self, head: bytes, client_address: Any, fast: bool) -> Reply | None:
         try:
             return _Handler(head, client_address, self, fast).reply()
         except _NeedsPool:

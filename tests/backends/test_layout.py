@@ -69,9 +69,8 @@ def test_no_underscore_name_crosses_modules() -> None:
     assert not found, found
 
 
-#: Crossings owned by other work in progress: the dashboard's ProcessTable._cells (allsmi/dashboard)
-#: and the report command's _report/_simulated_ledger (allsmi/cli/reportcmd.py).
-_PENDING = {"tests/dashboard/test_pilot.py", "tests/accounting/test_simulated_resolution.py"}
+#: Files allowed to cross for now, while a name they use waits to become public (none today).
+_PENDING: set[str] = set()
 
 
 def test_no_underscore_name_crosses_modules_in_allsmi_or_the_tests() -> None:

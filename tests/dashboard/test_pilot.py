@@ -362,7 +362,7 @@ def test_processes_panel_shows_each_process_utilization() -> None:
     from allsmi.schema import ProcessSample
     names = [name for name, _, _ in ProcessTable.COLUMNS]
     at = names.index("util")
-    cells = ProcessTable._cells(ProcessSample(7, "ann", "train", 1 << 30, utilization_percent=74.6),
+    cells = ProcessTable.cells(ProcessSample(7, "ann", "train", 1 << 30, utilization_percent=74.6),
                                 "nvidia 0")
     assert cells[at].plain == "75%"
-    assert ProcessTable._cells(ProcessSample(8), "nvidia 0")[at].plain == "N/A"
+    assert ProcessTable.cells(ProcessSample(8), "nvidia 0")[at].plain == "N/A"
