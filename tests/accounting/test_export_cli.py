@@ -230,7 +230,7 @@ def test_output_is_atomic(ledger: Path, tmp_path: Path) -> None:
 def test_usage_errors_exit_2(ledger: Path, tmp_path: Path) -> None:
     for args in (["--period", "someday"], ["--period", "today", "--since", SINCE],
                  ["--period", "today", "--tz", "Nowhere/Land"], ["--group-by", "team"],
-                 ["--prometheus", "http://127.0.0.1:1", "--group-by", "resource_group,user",
+                 ["--prometheus", "http://127.0.0.1:1", "--group-by", "resource_group,team",
                   "--period", "today"]):
         out = run("--ledger", str(ledger), *args, cwd=tmp_path) if "--prometheus" not in args \
             else run(*args, cwd=tmp_path)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ..prometheus_server import free_port, running_prometheus
-from .test_prometheus_agreement import CONFIG, export, iso, stop, wait_http
+from ..prometheus_server import free_port, running_prometheus, wait_scraped
+from .fleet import export, iso, stop, wait_http
+from .test_prometheus_agreement import CONFIG
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,9 +41,12 @@ def _serve(tmp_path: Path, processes: bool) -> tuple[subprocess.Popen[bytes], in
     return proc, port
 
 
-def _window(began: float) -> tuple[str, ...]:
+def _window(prom: str, began: float) -> tuple[str, ...]:
+    """A window clear of the first scrape and of the present, once Prometheus has scraped past
+    its end."""
     start, end = math.ceil(began + 4), math.floor(time.time() - 3)
     assert end - start >= 15
+    wait_scraped(prom, end + 1)
     return ("--since", iso(start), "--until", iso(end))
 
 
@@ -56,9 +60,10 @@ def test_group_by_user_from_prometheus(tmp_path: Path) -> None:
     serve, port = _serve(tmp_path, processes=True)
     try:
         with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
+            wait_scraped(prom)
             began = time.time()
             time.sleep(25)
-            window = _window(began)
+            window = _window(prom, began)
             rc_u, by_user, err_u = export("--prometheus", prom, *window, "--group-by",
                                           "resource_group,user", cwd=tmp_path)
             rc_g, by_group, err_g = export("--prometheus", prom, *window, "--group-by",
@@ -87,9 +92,10 @@ def test_group_by_user_is_refused_without_users(tmp_path: Path) -> None:
     serve, port = _serve(tmp_path, processes=False)
     try:
         with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
+            wait_scraped(prom)
             began = time.time()
             time.sleep(25)
-            window = _window(began)
+            window = _window(prom, began)
             rc, doc, err = export("--prometheus", prom, *window, "--group-by",
                                   "resource_group,user", cwd=tmp_path)
             rc_ns, by_ns, err_ns = export("--prometheus", prom, *window, "--group-by",

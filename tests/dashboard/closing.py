@@ -148,6 +148,8 @@ class PtyTerminal:
         self.pid: int | None = None
         self._seen = bytearray()
         self._lock = threading.Lock()
+        self.ready = False
+        """Whether the footer has been drawn."""
 
     def start(self, args: list[str]) -> int:
         argv = allsmi_exe() + args
@@ -163,7 +165,7 @@ class PtyTerminal:
         threading.Thread(target=self._drain, args=(fd,), daemon=True).start()
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            if _READY in self.screen():
+            if self.ready:
                 return pid
             time.sleep(0.1)
         raise AssertionError("the dashboard never came up:\n" + self.screen()[-2000:])
@@ -178,11 +180,19 @@ class PtyTerminal:
                 return
             with self._lock:
                 self._seen += data
+                # The footer is drawn once (lines are repainted only when they change), so it
+                # is looked for as it arrives, not in the kept tail.
+                if not self.ready and _READY in self._plain(self._seen):
+                    self.ready = True
                 del self._seen[:-20000]
+
+    @staticmethod
+    def _plain(raw: bytes | bytearray) -> str:
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode("utf-8", "replace"))
 
     def screen(self) -> str:
         with self._lock:
-            return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self._seen.decode("utf-8", "replace"))
+            return self._plain(self._seen)
 
     def keys(self, *keys: str) -> None:
         assert self.fd is not None

@@ -31,11 +31,16 @@ PENDING: dict[str, str] = {
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _METRIC = re.compile(r"(?<![\w:])((?:[a-z_]+:)?allsmi_\w+(?::\w+)?)")
+#: Label names are not metrics: the lists of ``by``/``without``/``on``/``ignoring``/``group_*``
+#: and the matchers in braces (``{allsmi_total=~"..."}``) are dropped before names are looked for.
+_LABEL_LISTS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_MATCHERS = re.compile(r"\{[^{}]*\}")
 
 
 def metric_names(promql: str) -> set[str]:
     """Names of allsmi metrics and recorded series in a PromQL expression (strings ignored)."""
-    return set(_METRIC.findall(_STRING.sub('""', promql)))
+    bare = _LABEL_LISTS.sub("", _MATCHERS.sub("", _STRING.sub('""', promql)))
+    return set(_METRIC.findall(bare))
 
 
 def rules() -> dict[str, Any]:

@@ -46,3 +46,7 @@ def test_names_are_found_in_queries() -> None:
     assert metric_names('sum by (x) (rate(allsmi_device_busy_seconds_total{a="allsmi_no"}[5m])) '
                         "/ resource_group:allsmi_cost_per_hour:rate5m") == {
         "allsmi_device_busy_seconds_total", "resource_group:allsmi_cost_per_hour:rate5m"}
+    # label names in by/on lists and matchers are not metrics
+    assert metric_names('sum by (instance, allsmi_total) (x:allsmi_devices:totals{allsmi_total=~"a"}) '
+                        "* on (allsmi_kind) group_left (allsmi_kind) allsmi_device_info") == {
+        "x:allsmi_devices:totals", "allsmi_device_info"}
