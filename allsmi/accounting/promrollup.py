@@ -187,12 +187,8 @@ def _rollup_parts(client: PrometheusClient, lo: int, hi: int,
         billed, idle_billed = values["billed"].get(key), values["idle_billed"].get(key)
         if idle is not None and allocated is not None:
             idle = min(idle, allocated)
-        elif idle is None and allocated == 0.0:
-            idle = 0.0  # never held in the window: no idle-allocated time (see promsource)
         if idle_billed is not None and billed is not None:
             idle_billed = min(idle_billed, billed)
-        elif idle_billed is None and billed == 0.0:
-            idle_billed = 0.0
         mem = mem_avg.get((uuid, instance))
         parts.append(Part(
             resource_group=group, labels=labels.get((instance, group), labels.get(("", group), ())),

@@ -115,11 +115,6 @@ def prometheus_parts(client: PrometheusClient, window: Window,
         energy = values["energy"].get(key)
         if idle is not None and allocated is not None:
             idle = min(idle, allocated)  # increase() extrapolates each counter on its own
-        elif idle is None and allocated == 0.0:
-            # Never held in the window: no idle-allocated time either, as the ledger books it
-            # (the exporter drops a device's idle counter for good once it was held while its
-            # idleness was unknown, so a later window without holders has no counter to read).
-            idle = 0.0
         share = shares.get((uuid, instance))
         scale = lambda v: None if v is None or share is None else v * share  # noqa: E731
         parts.append(Part(
