@@ -115,18 +115,18 @@ def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) ->
             began = time.time()
             # An early window, before vmalert runs: rolled up afterwards by a replay.
             early = (math.ceil((began + 3) / HOUR) * HOUR, 0)
-            early = (early[0], early[0] + 3 * HOUR)
+            early = (early[0], early[0] + 5 * HOUR)  # 50 s: each edge's scrape offset < 0.5 %
             wait_until(early[1] + 1)
             with running_vmalert(tmp_path, [rules], vm, evaluation_interval=f"{HOUR}s"):
                 live_start = math.ceil((time.time() + 1) / HOUR) * HOUR
                 live = (live_start, live_start + 5 * HOUR)
                 wait_until(live[1] + 2)
                 wait_for_rollups(vm, live[1], 5, 5 * HOUR)  # the evaluation at the window's end, written
-            # evaluations at the ends of the early window's three "hours"
+            # evaluations at the ends of the early window's five "hours"
             replay = run_vmalert_replay(tmp_path, [rules], vm, iso(early[0] + HOUR),
                                         iso(early[1]), f"{HOUR}s")
             assert replay.returncode == 0, replay.stdout + replay.stderr
-            wait_for_rollups(vm, early[1], 3, 3 * HOUR)
+            wait_for_rollups(vm, early[1], 5, 5 * HOUR)
             wait_scraped(prom, live[1] + 1)
             serve.assert_alive()
             results = {}
