@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,10 @@ def _cpu_share(alone: bool) -> Iterator[None]:
     the exclusive hold goes through a gate that new shared holders pass only when no exclusive
     holder waits, so an ``alone`` test is not starved by the other workers."""
     _LOCKS.mkdir(exist_ok=True)
+    # The wait is not the test's time: pytest-timeout's alarm (signal method) is held while
+    # waiting and armed again with what was left, so a test queued behind long `alone` tests
+    # is not timed out before it starts. The waits end: every holder is a test with a timeout.
+    left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
     with open(_LOCKS / "gate", "a") as gate, open(_LOCKS / "cpu", "a") as cpu:
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
@@ -51,6 +56,8 @@ def _cpu_share(alone: bool) -> Iterator[None]:
         finally:
             if not alone:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+            if left > 0:
+                signal.setitimer(signal.ITIMER_REAL, left)
         try:
             yield
         finally:

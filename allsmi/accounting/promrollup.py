@@ -26,7 +26,7 @@ from typing import Any
 
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import PrometheusClient
-from allsmi.accounting.promsource import (DEVICE_LABELS, GROUP_INFO, WORKLOAD_KEYS, device_key,
+from allsmi.accounting.promsource import (DEVICE_LABELS, GROUP_INFO, WORKLOAD_KEYS,
                                           prometheus_parts, query_series)
 from allsmi.accounting.report import Part
 
@@ -78,7 +78,7 @@ def _covered(client: PrometheusClient, window: Window) -> list[tuple[int, int]]:
         for stamp, value in series.get("values", []):
             try:
                 t, w = int(round(float(stamp))), float(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError):  # not a marker sample: that hour counts as not rolled up
                 continue
             if not math.isfinite(w) or w <= 0:
                 continue

@@ -113,7 +113,7 @@ def leave_now(code: int, stuck: list[str]) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # closed or gone: the message above is all that can be said
             pass
     os._exit(code)
 

@@ -27,14 +27,13 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Sequence
 
+from allsmi.schema import Snapshot
 from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS
 
 from .fetch import redact
 from .model import GONE_GRACE_SECONDS
 from .promquery import MAX_BODY_BYTES, PrometheusError, Query, answer_vector, instance_matcher, make_query
-from .promquery import plausible_time as _plausible_time
-from .promquery import sample_value as _value
-from .promquery import spawn as _spawn
+from .promquery import plausible_time, sample_value, spawn
 from .promseries import (DEVICE_INFO, DEVICE_UP, GROUP_INFO, LAST_COLLECT, MAX_WORKLOADS, PROCESS_MEMORY,
                          SHARED_DEVICES, VALUE_METRICS, WORKLOAD_INFO, build_snapshots, device_queries, selector)
 from .promsummary import GROUPINGS, fleet_totals, recorded_totals
@@ -112,8 +111,8 @@ class PrometheusSource:
             return
         asked = self.clock()
         try:
-            stamps_f = _spawn(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
-            down_f = _spawn(self._query, "up == 0", self.timeout)  # only the targets that are down
+            stamps_f = spawn(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
+            down_f = spawn(self._query, "up == 0", self.timeout)  # only the targets that are down
             shared_f = self._shared_due(asked)
             recorded = recorded_totals(self._query, self.timeout)  # the shipped rules, if loaded
             per_instance = self._device_counts(recorded.get("instance"))
@@ -151,7 +150,7 @@ class PrometheusSource:
             totals: dict[str, dict[str, Totals]] = {}
             if not everyone:  # a large fleet: the store computes what the overview shows
                 totals = dict(recorded)
-                futures = {by: _spawn(fleet_totals, self._query, by, self.timeout)
+                futures = {by: spawn(fleet_totals, self._query, by, self.timeout)
                            for by in GROUPINGS if by not in totals}
                 totals.update({by: future.result() for by, future in futures.items()})
             at, stamps = stamps_f.result()
@@ -162,9 +161,9 @@ class PrometheusSource:
             if cancelled():
                 return
             scraped = {s.get("metric", {}).get("instance", ""): v for s in stamps
-                       if isinstance(s, dict) and _plausible_time(v := _value(s))}
+                       if isinstance(s, dict) and plausible_time(v := sample_value(s))}
             down = {s.get("metric", {}).get("instance", "") for s in ups
-                    if isinstance(s, dict) and _value(s) == 0}
+                    if isinstance(s, dict) and sample_value(s) == 0}
             problems: dict[str, list[str]] = {}
             snapshots = build_snapshots(series, evaluated, scraped, problems)
             for instance, count in oversized.items():
@@ -222,7 +221,7 @@ class PrometheusSource:
                     if t.devices + t.partitions > 0}
         _, counts = self._query(f"count by (instance) ({DEVICE_INFO})", self.timeout)
         return {s.get("metric", {}).get("instance", ""): v for s in counts
-                if isinstance(s, dict) and (v := _value(s)) is not None}
+                if isinstance(s, dict) and (v := sample_value(s)) is not None}
 
     def _shared_due(self, now: float) -> "Future[Any] | None":
         """The shared-devices query: started when its last answer is older than
@@ -232,7 +231,7 @@ class PrometheusSource:
             self._take_shared(running)
             running = None
         if running is None and (self._shared_at is None or now - self._shared_at >= STATIC_SECONDS):
-            running = self._shared_future = _spawn(self._query, SHARED_DEVICES, self.timeout)
+            running = self._shared_future = spawn(self._query, SHARED_DEVICES, self.timeout)
             self._shared_started = now
         return running if self._shared_at is None else None
 
@@ -247,7 +246,7 @@ class PrometheusSource:
                 raise
             return
         self._shared = {s.get("metric", {}).get("instance", ""): int(v) for s in both
-                        if isinstance(s, dict) and (v := _value(s)) is not None and 1 <= v <= MAX_DEVICES}
+                        if isinstance(s, dict) and (v := sample_value(s)) is not None and 1 <= v <= MAX_DEVICES}
         self._shared_at = self._shared_started
 
     @property

@@ -13,7 +13,7 @@ from allsmi.schema import ATTRIBUTION_SOURCES, DeviceSample, HostSample, Process
 from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROCESSES, checked_int, checked_measurement
 
 from .promquery import instance_matcher, plausible_time
-from .promquery import sample_value as _value
+from .promquery import sample_value
 
 DEVICE_INFO = "allsmi_device_info"
 #: Per instance, how many of its devices (by uuid) another instance reports too: one node
@@ -138,10 +138,10 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
                 proc = held_by[pid] = {"pid": pid, "user": metric.get("user") or None,
                                        "command": metric.get("command") or None}
             if name == PROCESS_MEMORY:
-                proc["memory_bytes"] = checked_int(_value(sample), f"{uuid} process {pid} memory", sink(instance))
+                proc["memory_bytes"] = checked_int(sample_value(sample), f"{uuid} process {pid} memory", sink(instance))
             else:
                 field, scale = PROCESS_METRICS[name]
-                proc[field] = _share(_value(sample), scale, f"{uuid} process {pid} {name}", sink(instance))
+                proc[field] = _share(sample_value(sample), scale, f"{uuid} process {pid} {name}", sink(instance))
         elif name == WORKLOAD_INFO and uuid:
             attributed.add(instance)
             held = workloads.setdefault((instance, uuid), [])
@@ -149,7 +149,7 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
                 held.append(Workload(source=metric["source"], **{
                     k: metric.get(k) or None for k in ("namespace", "pod", "container", "job_id", "user")}))
         elif uuid:
-            value = _value(sample)
+            value = sample_value(sample)
             if value is not None:
                 values.append((instance, uuid, name, value))
     for instance, uuid, name, value in values:

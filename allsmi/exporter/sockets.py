@@ -81,7 +81,7 @@ class ConnectionTable:
         self._accept_paused_until = now + self.limits.accept_backoff
         try:
             self._selector.unregister(self.listener)
-        except (KeyError, ValueError):
+        except (KeyError, ValueError):  # not registered (already backing off): nothing to undo
             pass
         self._accept_failures_unlogged += 1
         if now - self._accept_logged_at >= self.limits.log_every:
@@ -105,7 +105,7 @@ class ConnectionTable:
         sock.setblocking(False)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
+        except OSError:  # an optimisation only (and not on unix sockets): serving goes on without it
             pass
         client = client_of(address)
         if len(self._conns) >= self.limits.max_open and not self._make_room():
@@ -171,7 +171,7 @@ class ConnectionTable:
         if conn.events:
             try:
                 self._selector.unregister(conn.sock)
-            except (KeyError, ValueError):
+            except (KeyError, ValueError):  # not registered, or already closed: nothing to undo
                 pass
             conn.events = 0
 
@@ -192,7 +192,7 @@ class ConnectionTable:
                 del self._per_client[conn.client]
         try:
             conn.sock.close()
-        except OSError:
+        except OSError:  # the peer or the kernel closed it first: it is closed either way
             pass
 
     def close(self) -> None:
@@ -211,7 +211,7 @@ class ConnectionTable:
         try:
             while self._wake_r.recv(4096):
                 pass
-        except (BlockingIOError, OSError):
+        except (BlockingIOError, OSError):  # drained (nothing more to read): the wake-up is consumed
             pass
 
 

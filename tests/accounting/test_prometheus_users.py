@@ -8,17 +8,16 @@ per user, and the users' rows add up to the groups'; scraped from an exporter wi
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from ..prometheus_server import free_port, running_prometheus, wait_scraped
-from .fleet import export, iso, stop, wait_http
+from ..prometheus_server import running_prometheus, wait_scraped
+from .fleet import export, iso, simulated_exporters
 from .test_prometheus_agreement import CONFIG
 
 pytestmark = [pytest.mark.integration]
@@ -27,27 +26,21 @@ COLUMNS = ("observed_device_hours", "allocated_device_hours", "used_device_hours
            "cost")
 
 
-def _serve(tmp_path: Path, processes: bool) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    log = open(tmp_path / f"serve-{port}.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed", "--interval", "0.5",
-         *(["--processes"] if processes else []), "--listen", f"127.0.0.1:{port}",
-         "--config", "allsmi.toml"],
-        cwd=tmp_path, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}, stdout=log,
-        stderr=subprocess.STDOUT)
-    log.close()
-    wait_http(f"http://127.0.0.1:{port}/metrics")
-    return proc, port
-
-
-def _window(prom: str, began: float) -> tuple[str, ...]:
-    """A window clear of the first scrape and of the present, once Prometheus has scraped past
-    its end."""
-    start, end = math.ceil(began + 4), math.floor(time.time() - 3)
-    assert end - start >= 15
-    wait_scraped(prom, end + 1)
-    return ("--since", iso(start), "--until", iso(end))
+@contextlib.contextmanager
+def _scraped_window(tmp_path: Path, processes: bool) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """One ``allsmi serve --simulate mixed`` (with ``--processes`` or not) scraped by a real
+    Prometheus for 25 s: (its URL, a window clear of the first scrape and of the present, which
+    Prometheus has scraped past)."""
+    extra = ("--processes",) if processes else ()
+    with simulated_exporters(tmp_path, CONFIG, *extra) as serve, \
+            running_prometheus(tmp_path, serve.targets) as prom:
+        wait_scraped(prom)
+        began = time.time()
+        time.sleep(25)
+        start, end = math.ceil(began + 4), math.floor(time.time() - 3)
+        assert end - start >= 15
+        wait_scraped(prom, end + 1)
+        yield prom, ("--since", iso(start), "--until", iso(end))
 
 
 def _totals(doc: dict, group: str) -> dict[str, float]:  # type: ignore[type-arg]
@@ -56,20 +49,11 @@ def _totals(doc: dict, group: str) -> dict[str, float]:  # type: ignore[type-arg
 
 
 def test_group_by_user_from_prometheus(tmp_path: Path) -> None:
-    (tmp_path / "allsmi.toml").write_text(CONFIG)
-    serve, port = _serve(tmp_path, processes=True)
-    try:
-        with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
-            wait_scraped(prom)
-            began = time.time()
-            time.sleep(25)
-            window = _window(prom, began)
-            rc_u, by_user, err_u = export("--prometheus", prom, *window, "--group-by",
-                                          "resource_group,user", cwd=tmp_path)
-            rc_g, by_group, err_g = export("--prometheus", prom, *window, "--group-by",
-                                           "resource_group", cwd=tmp_path)
-    finally:
-        stop(serve)
+    with _scraped_window(tmp_path, processes=True) as (prom, window):
+        rc_u, by_user, err_u = export("--prometheus", prom, *window, "--group-by",
+                                      "resource_group,user", cwd=tmp_path)
+        rc_g, by_group, err_g = export("--prometheus", prom, *window, "--group-by",
+                                       "resource_group", cwd=tmp_path)
     assert rc_u == 0, err_u
     assert rc_g == 0, err_g
     assert by_user["group_by"] == ["resource_group", "user"]
@@ -88,20 +72,11 @@ def test_group_by_user_from_prometheus(tmp_path: Path) -> None:
 
 
 def test_group_by_user_is_refused_without_users(tmp_path: Path) -> None:
-    (tmp_path / "allsmi.toml").write_text(CONFIG)
-    serve, port = _serve(tmp_path, processes=False)
-    try:
-        with running_prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
-            wait_scraped(prom)
-            began = time.time()
-            time.sleep(25)
-            window = _window(prom, began)
-            rc, doc, err = export("--prometheus", prom, *window, "--group-by",
-                                  "resource_group,user", cwd=tmp_path)
-            rc_ns, by_ns, err_ns = export("--prometheus", prom, *window, "--group-by",
-                                          "resource_group,namespace", cwd=tmp_path)
-    finally:
-        stop(serve)
+    with _scraped_window(tmp_path, processes=False) as (prom, window):
+        rc, doc, err = export("--prometheus", prom, *window, "--group-by",
+                              "resource_group,user", cwd=tmp_path)
+        rc_ns, by_ns, err_ns = export("--prometheus", prom, *window, "--group-by",
+                                      "resource_group,namespace", cwd=tmp_path)
     assert rc == 2 and doc == {}, (rc, err)
     assert "--group-by user" in err and "--processes" in err, err
     assert rc_ns == 0 and any(r["namespace"] for r in by_ns["rows"]), err_ns
