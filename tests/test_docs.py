@@ -236,10 +236,10 @@ def test_flags_in_docs_exist() -> None:
 #: Flags of other programs that the docs name in passing (the program in the comment).
 OTHER_PROGRAMS_FLAGS = {
     "--once", "--help",                   # nvitop, any program
-    "--query-gpu",                        # nvidia-smi
+    "--query-gpu", "--query-compute-apps", # nvidia-smi
     "--snapshot-update",                  # pytest-textual-snapshot
     "--hpc-job-mapping-dir",              # dcgm-exporter
-    "--target", "--name",                 # pip install --target, python -X importtime names
+    "--target", "--name", "--no-compile", # pip install --target --no-compile, python -X importtime names
     "--check", "--now",                   # systemd-analyze verify/calendar, faketime
 }
 

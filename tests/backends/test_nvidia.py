@@ -94,7 +94,7 @@ def test_memory_v2_excludes_reserved_and_v1_fallback(monkeypatch, backends):
     [v1] = backend.sample()
     backend.sample()
     # the v1 struct's "used" includes the reserved memory, as old nvidia-smi showed it
-    assert v1.memory_used_bytes == 42949672960 + 566231040
+    assert v1.memory_used_bytes == 42949672960 + 503316480
     assert v1.memory_total_bytes == 85520809984
     assert v1.details["memory_info_version"] == 1
     assert "memory_reserved_bytes" not in v1.details
