@@ -3,7 +3,8 @@
 
 Run on a machine with an NVIDIA driver, allsmi installed and (for the load phase) PyTorch::
 
-    python benchmarks/nvidia_hardware.py --out DIR [--load-seconds 40] [--cycles 50]
+    python benchmarks/nvidia_hardware.py --out DIR [--load-seconds 90] [--cycles 50]
+        [--startup-runs 21 --idle-seconds 90] [--no-readings]
 
 It writes ``DIR/report.md`` and the raw outputs beside it:
 
@@ -16,7 +17,10 @@ It writes ``DIR/report.md`` and the raw outputs beside it:
 4. the energy counter: joules counted over an interval against the mean of the power readings;
 5. the cost of one sampling cycle (in process) and of a one-shot ``allsmi snapshot --format json``
    against one ``nvidia-smi --query-gpu`` call and ``nvitop --once`` where nvitop is installed;
-6. one scrape of ``allsmi serve --processes``.
+6. one scrape of ``allsmi serve --processes``;
+7. with ``--startup-runs N``: ``allsmi snapshot`` against ``nvitop --once`` and ``nvidia-smi``
+   (interleaved, compiled bytecode), and with ``--idle-seconds S`` the idle CPU of ``allsmi serve``
+   beside ``nvitop-exporter`` (``benchmarks/startup.py``'s measurements).
 
 Every step is independent: one that fails is written into the report with its error, and the
 others still run. Nothing here is a test: the pass/fail cross-check is
@@ -34,6 +38,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import urllib.request
@@ -255,11 +260,65 @@ def scrape(out: Path) -> str:
             server.kill()
 
 
+def startup_and_idle(runs: int, idle: float) -> str:
+    """One-shot start-up of ``allsmi snapshot`` beside ``nvitop --once`` and ``nvidia-smi``
+    (interleaved runs, medians of wall and CPU time), then the idle CPU of ``allsmi serve`` and
+    ``nvitop-exporter`` at a 1 s interval, running at once (``benchmarks/startup.py``'s
+    measurements, on the installed programs: the console scripts beside this Python or on PATH)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import startup  # noqa: E402  (benchmarks/startup.py)
+
+    startup.ENV = dict(os.environ)  # keep PYTHONPATH: the programs may be installed with --target
+
+    def program(name: str) -> str:
+        found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+        if found is None:
+            raise RuntimeError(f"{name} is not installed here")
+        return found
+
+    cwd = tempfile.mkdtemp(prefix="allsmi-startup-")
+    cases = {"python -c pass": [sys.executable, "-c", "pass"],
+             "allsmi snapshot --format json": [program("allsmi"), "snapshot", "--format", "json"],
+             "nvitop --once": [program("nvitop"), "--once"],
+             "nvidia-smi --query-gpu (13 fields)": ["nvidia-smi", f"--query-gpu={','.join(QUERY)}",
+                                                    "--format=csv,noheader,nounits"]}
+    for argv in cases.values():
+        startup._time(argv, cwd)
+    walls: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, argv in cases.items():
+            walls[name].append(startup._time(argv, cwd, name))
+    wall = {name: statistics.median(v) for name, v in walls.items()}
+    cpu = {name: statistics.median(v) for name, v in startup.CPU.items()}
+    lines = [f"{runs} interleaved runs each (bytecode compiled), medians:", "",
+             "| command | wall | CPU (user+sys) | wall / nvitop | CPU / nvitop |", "|---|---:|---:|---:|---:|"]
+    for name in cases:
+        lines.append(f"| `{name}` | {wall[name] * 1e3:.0f} ms | {cpu[name] * 1e3:.0f} ms | "
+                     f"{wall[name] / wall['nvitop --once']:.2f}x | {cpu[name] / cpu['nvitop --once']:.2f}x |")
+    if idle > 0:
+        serve = [program("allsmi"), "serve", "--listen", "127.0.0.1:{port}", "--interval", "1"]
+        exporter = [program("nvitop-exporter"), "--bind-address", "127.0.0.1", "--port", "{port}",
+                    "--interval", "1", "--hostname", "bench"]
+        windows = max(3, int(idle // 30))
+        idle_cpu = startup.idle_cpu({"allsmi serve --interval 1": serve,
+                                     "nvitop-exporter --interval 1": exporter}, idle / windows, windows, cwd)
+        lines += ["", f"Idle CPU, both running at once, median of {windows} windows of {idle / windows:g} s:", "",
+                  "| exporter | % of one core |", "|---|---:|"]
+        lines += [f"| {name} | {value:.3f} % |" for name, value in idle_cpu.items()]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--load-seconds", type=float, default=90.0)
     parser.add_argument("--cycles", type=int, default=50)
+    parser.add_argument("--no-readings", dest="readings", action="store_false",
+                        help="skip the side-by-side readings, the load and the scrape (only start-up)")
+    parser.add_argument("--startup-runs", type=int, default=0,
+                        help="interleaved start-up runs against nvitop --once (0: skip)")
+    parser.add_argument("--idle-seconds", type=float, default=0.0,
+                        help="idle CPU of allsmi serve and nvitop-exporter, measured over this long (0: skip)")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -284,6 +343,10 @@ def main() -> None:
          f"{getattr(pynvml, '__version__', '?')}, allsmi {__version__}, {platform.platform()}\n```")
     step("nvidia-smi -q (saved)", lambda: (out / "nvidia-smi-q.xml").write_text(run(["nvidia-smi", "-q", "-x"]))
          and "saved as nvidia-smi-q.xml")
+    if args.startup_runs > 0:
+        step("Start-up and idle CPU against nvitop", lambda: startup_and_idle(args.startup_runs, args.idle_seconds))
+    if not args.readings:
+        return
     backend = NvidiaBackend()
     backend.open()
     backend.sample()
