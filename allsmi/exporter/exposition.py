@@ -1,8 +1,10 @@
 """Rendering the exposition once per collection cycle and handing out the bytes.
 
 :class:`Exposition` subscribes to the collector. On every snapshot it updates
-the counters and renders the text format (0.0.4) and OpenMetrics once; a
-scrape only picks the prepared bytes (gzipped lazily, once, on first demand).
+the counters and renders the text format (0.0.4) once; OpenMetrics, gzip and
+the snapshot's JSON are made once per cycle on first demand, and then ahead of
+the scrapes, on the collector's thread, for as long as scrapers keep asking
+for them (:data:`WARM_FOR_SECONDS`). A scrape only picks prepared bytes.
 So a scrape never calls a vendor library, its latency does not depend on the
 hardware, and a hundred concurrent scrapers cost no more hardware calls than
 one.
@@ -84,15 +86,20 @@ def render_snapshot(snapshot: Snapshot, *, processes: bool = False) -> str:
 
 @dataclass
 class Rendered:
-    """The exposition of one collection cycle, in both formats; gzip made on first demand.
+    """The exposition of one collection cycle: the text format rendered, OpenMetrics, gzip and
+    JSON made on first demand (an exporter nobody scrapes with OpenMetrics never renders it:
+    it was a quarter of an idle exporter's CPU).
 
-    ``complete`` is ``False`` for the fallback served when a cycle could not be
-    rendered at all (only the exporter's own families).
+    ``families`` are the metric families both formats are written from, with ``blocks`` the
+    label blocks the text format escaped (reused by OpenMetrics). ``complete`` is ``False`` for
+    the fallback served when a cycle could not be rendered at all (only the exporter's own
+    families).
     """
 
     snapshot: Snapshot
     text: bytes
-    openmetrics: bytes
+    families: list[Any]
+    blocks: LabelBlocks | None = None
     processes: bool = False
     complete: bool = True
     _cache: dict[str, bytes] = field(default_factory=dict)
@@ -128,7 +135,7 @@ class Rendered:
         if kind == "text":
             return self.text
         if kind == "openmetrics":
-            return self.openmetrics
+            return render_openmetrics(self.families, self.blocks)
         from allsmi.output import to_json
         return to_json(self.snapshot, process_details=self.processes).encode("utf-8")
 
@@ -231,8 +238,7 @@ class Exposition:
         families = list(self.metrics(snapshot).collect())
         families.extend(exporter_families(self.health()))
         blocks = LabelBlocks()  # each device's label block is escaped once for both formats
-        return Rendered(snapshot, render_text(families, blocks), render_openmetrics(families, blocks),
-                        processes=self.processes)
+        return Rendered(snapshot, render_text(families, blocks), families, blocks, processes=self.processes)
 
     def _render_partial(self, snapshot: Snapshot) -> Rendered:
         """Render without the devices whose families fail; else only the exporter's families."""
@@ -250,8 +256,8 @@ class Exposition:
             log.exception("exposition: this collection cycle cannot be rendered; serving only "
                           "the exporter's own metrics")
         families = exporter_families(self.health())
-        return Rendered(replace(snapshot, devices=()), render_text(families),
-                        render_openmetrics(families), processes=self.processes, complete=False)
+        return Rendered(replace(snapshot, devices=()), render_text(families), families,
+                        processes=self.processes, complete=False)
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Account for ``snapshot`` and render it (the collector calls this once per cycle)."""
@@ -282,7 +288,7 @@ class Exposition:
         if previous is not None:
             for encoding in previous.encodings():
                 self._wanted[encoding] = now
-        # Encodings requested recently (gzip, JSON) are made here, on the collector's
+        # Encodings requested recently (OpenMetrics, gzip, JSON) are made here, on the collector's
         # thread, so that no scraper waits ~20 ms for the gzip of a 1.7 MB exposition.
         for encoding, asked in list(self._wanted.items()):
             if now - asked > WARM_FOR_SECONDS:

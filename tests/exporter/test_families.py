@@ -233,7 +233,7 @@ def test_every_scraper_gets_the_same_bytes_and_gzip_matches() -> None:
     first = rendered.body(openmetrics=False, gzipped=True)
     assert rendered.body(openmetrics=False, gzipped=True) is first  # compressed once
     assert gzip.decompress(first) == rendered.body(openmetrics=False, gzipped=False)
-    assert gzip.decompress(rendered.body(openmetrics=True, gzipped=True)) == rendered.openmetrics
+    assert gzip.decompress(rendered.body(openmetrics=True, gzipped=True)) == rendered.body(openmetrics=True, gzipped=False)
     assert b'"schema_version": 1' in rendered.snapshot_json()
 
 
@@ -249,3 +249,21 @@ def test_encodings_asked_for_are_prepared_on_the_next_cycle() -> None:
     assert "json" not in second._cache and "text.gz" not in second._cache
     exposition.on_snapshot(snapshot([device()], at=T0 + 2))
     assert "openmetrics.gz" in exposition.current._cache  # still wanted: scrapes come every 15 s
+
+
+def test_openmetrics_is_rendered_only_for_cycles_someone_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from allsmi.exporter import exposition as module
+    calls = []
+    real = module.render_openmetrics
+    monkeypatch.setattr(module, "render_openmetrics", lambda *a: calls.append(1) or real(*a))
+    exposition = Exposition()
+    for i in range(3):  # scraped with the text format only
+        exposition.on_snapshot(snapshot([device()], at=T0 + i))
+        exposition.current.body(openmetrics=False, gzipped=False)
+    assert calls == []
+    body = exposition.current.body(openmetrics=True, gzipped=False)
+    assert body.endswith(b"# EOF\n") and b"allsmi_device_info" in body and len(calls) == 1
+    exposition.on_snapshot(snapshot([device()], at=T0 + 3))  # asked for lately: made ahead
+    assert len(calls) == 2
+    assert exposition.current.body(openmetrics=True, gzipped=False).endswith(b"# EOF\n")
+    assert len(calls) == 2
