@@ -308,6 +308,14 @@ def startup_and_idle(runs: int, idle: float) -> str:
     return "\n".join(lines)
 
 
+def _version(distribution: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "(not installed as a distribution)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -334,13 +342,12 @@ def main() -> None:
         (out / "report.md").write_text("\n".join(report))
         print(f"{title}: {time.monotonic() - started:.1f} s", flush=True)
 
-    import pynvml
     from allsmi import __version__
     from allsmi.backends.nvidia import NvidiaBackend
 
     step("Versions", lambda: "```\n" + run(["nvidia-smi", "--version"]).strip()
          + f"\n\nPython {platform.python_version()}, nvidia-ml-py (pynvml) "
-         f"{getattr(pynvml, '__version__', '?')}, allsmi {__version__}, {platform.platform()}\n```")
+         f"{_version('nvidia-ml-py')}, allsmi {__version__}, {platform.platform()}\n```")
     step("nvidia-smi -q (saved)", lambda: (out / "nvidia-smi-q.xml").write_text(run(["nvidia-smi", "-q", "-x"]))
          and "saved as nvidia-smi-q.xml")
     if args.startup_runs > 0:
