@@ -102,8 +102,11 @@ DASHBOARD_COLLECTOR_HISTORY = 2
 
 def run_local(s: Settings, options: Any) -> None:
     """The dashboard over this node's collector, sampling in its own thread."""
+    from allsmi import heap
     from allsmi.dashboard.app import DashboardApp
     from allsmi.dashboard.sources import NodeSource
+
+    heap.limit_arenas()  # before the collector's, the backends' and Textual's threads start
 
     # The app keeps its own packed history (sparklines, idle time) and reads the collector's
     # only once, at start: a long collector history (``collector.history_size``, for

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.widgets import Input
 
 from .idle import IDLE_SORTS
+from .keynames import key_display
 from .model import DESCENDING_BY_DEFAULT, SORT_KEYS, Filter, filter_choices
 from .options import DEFAULT_THEME, LIGHT_THEME
 from .render import Palette
@@ -70,6 +71,13 @@ class KeyActions:
         if action == "view" and parameters == ("cluster",) and not self.source.cluster:
             return False
         return True
+
+    def get_key_display(self, binding: Binding) -> str:
+        """A binding's key as the footer shows it, from :data:`KEY_NAMES` where it is known."""
+        if binding.key_display:
+            return binding.key_display
+        shown = key_display(binding.key)
+        return shown if shown is not None else super().get_key_display(binding)  # type: ignore[misc]
 
     def action_help(self) -> None:
         """Show every key."""
