@@ -37,7 +37,8 @@ from .idleview import IDLE_COLUMNS, IdleView
 from .keynames import install as install_key_names
 from .model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention
 from .options import DashboardOptions
-from .panels import TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar
+from .footer import KeyFooter
+from .panels import TOTALS_COLUMNS, DetailPanel, DiffTable, ProcessTable, SummaryBar
 from .render import Palette
 from .sources import HostState, Source
 from .totals import Totals
@@ -127,7 +128,7 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         yield ContentSwitcher(*(self._view_container(v) for v in first), initial=self.view, id="views")
         yield Input(placeholder="filter: model, vendor, id, group, host, user, command "
                                 "(Enter keeps it, Esc clears)", id="filter")
-        yield LeanFooter()
+        yield KeyFooter()
 
     @staticmethod
     def _view_container(view: str) -> Vertical:

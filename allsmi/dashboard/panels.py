@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Hashable, Iterable, Sequence
 
 from rich.text import Text
-from textual.widgets import Footer
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
 from allsmi.schema import DeviceSample, ProcessSample, Workload
@@ -42,19 +41,6 @@ def age_text(age: float | None) -> str:
 def labels_text(labels: dict[str, str] | Any) -> str:
     """``team=ml project=llm`` (sorted), or empty."""
     return " ".join(f"{k}={v}" for k, v in sorted(dict(labels).items()))
-
-
-class LeanFooter(Footer):
-    """Textual's footer without its leak: each recompose (every focus or view change) leaves
-    the old keys' data-binding watchers on the footer, keeping every removed key alive.
-    They are dropped here once the new keys are mounted."""
-
-    async def recompose(self) -> None:
-        await super().recompose()
-        watchers = getattr(self, "__watchers", None) or {}
-        for callbacks in watchers.values():
-            callbacks[:] = [(node, callback) for node, callback in callbacks
-                            if getattr(node, "is_attached", True)]
 
 
 class SummaryBar(TextLines):

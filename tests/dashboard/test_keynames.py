@@ -53,3 +53,20 @@ async def test_running_app_never_reads_unicode_names(sim_snapshots: list[Snapsho
         app.action_filter_text()
         await pilot.pause()
     assert calls == []
+
+
+async def test_footer_shows_the_keys_and_a_click_presses_one(sim_snapshots: list[Snapshot]) -> None:
+    """The one-line footer lists the shown bindings and a click on one runs it (as Textual's
+    footer does); a key whose action is hidden (the cluster view without a cluster) is absent."""
+    from allsmi.dashboard.footer import KeyFooter
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await play_all(app, source, pilot)
+        footer = app.query_one(KeyFooter)
+        line = footer.render().plain
+        assert " q Quit " in line and " / Filter " in line and " g Groups " in line
+        assert "Cluster" not in line
+        start = line.index(" g Groups ")
+        await pilot.click(KeyFooter, offset=(start + 2, 0))
+        await pilot.pause()
+        assert app.view == "groups"
