@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from textual.binding import Binding
-from textual.widgets import Input
 
 from .idle import IDLE_SORTS
 from .keynames import key_display
@@ -127,7 +126,7 @@ class KeyActions:
 
     def action_filter_text(self) -> None:
         """Open the text filter."""
-        box = self.query_one("#filter", Input)
+        box = self.filter_box(build=True)  # type: ignore[attr-defined]
         box.add_class("-visible")
         box.value = self.filter.text
         box.focus()
@@ -154,8 +153,8 @@ class KeyActions:
 
     def action_clear_or_back(self) -> None:
         """Close the filter box, clear filters, or return to the main view."""
-        box = self.query_one("#filter", Input)
-        if box.has_class("-visible"):
+        box = self.filter_box()  # type: ignore[attr-defined]
+        if box is not None and box.has_class("-visible"):
             box.value = ""
             self._close_filter()
             self._set_filter(Filter("", self.filter.vendor, self.filter.group, self.filter.host))

@@ -126,8 +126,7 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         # open them, and each widget holds its own styles, caches and message queue.
         first = dict.fromkeys(("devices", self.view))
         yield ContentSwitcher(*(self._view_container(v) for v in first), initial=self.view, id="views")
-        yield Input(placeholder="filter: model, vendor, id, group, host, user, command "
-                                "(Enter keeps it, Esc clears)", id="filter")
+        # The filter box (an Input) is built on the first `/` (filter_box).
         yield KeyFooter()
 
     @staticmethod
@@ -156,7 +155,6 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         self._app_context = contextvars.copy_context()  # the app's context, for calls from threads
         self.theme = self.options.theme
         self._palette = Palette.from_theme(self.current_theme, self.no_color)
-        self.query_one("#filter", Input).cursor_blink = False
         for host, snap in self.source.history():
             self.history.add(host, snap)
             self.idle.add(host, snap)
@@ -266,9 +264,24 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         self.filter = flt
         self.refresh_view()
 
+    def filter_box(self, build: bool = False) -> Input | None:
+        """The filter box; ``None`` before the first `/` unless ``build`` (then it is mounted,
+        hidden, above the footer)."""
+        found = self.query("#filter")
+        if found:
+            return found.first(Input)
+        if not build:
+            return None
+        box = Input(placeholder="filter: model, vendor, id, group, host, user, command "
+                                "(Enter keeps it, Esc clears)", id="filter")
+        box.cursor_blink = False
+        self.mount(box, after="#views")
+        return box
+
     def _close_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.remove_class("-visible")
+        box = self.filter_box()
+        if box is not None:
+            box.remove_class("-visible")
         self._focus_view()
 
     def _switch(self, view: str) -> None:
