@@ -174,6 +174,7 @@ class DiffTable(SafeTable):
     def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
         """Show ``rows`` (row key, cells) in this order."""
         rows = list(rows)
+        count = self._update_count
         wanted = {key for key, _ in rows}
         gone = [k for k in self._rows if k not in wanted]
         if len(gone) > 16 and 2 * len(gone) > len(self._rows):  # most rows go: start afresh
@@ -205,6 +206,12 @@ class DiffTable(SafeTable):
             position = {key: i for i, key in enumerate(order)}
             self._sort_by(position)
             self._order = order
+        if self._update_count != count:
+            # DataTable keys its render caches by an update counter that every change bumps:
+            # entries of earlier counts are never read again, yet stay until the caches are full
+            # (1,000 lines and rows, 10,000 cells): a panel that changes every second grows by
+            # its whole size a second for minutes. Dropped here; the new count has none yet.
+            self._clear_caches()
 
     def _sort_by(self, position: dict[str, int]) -> None:
         first = self._spec[0][0]
