@@ -142,8 +142,8 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
                             Static("Vendors", classes="section-title"),
                             DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals"), id="groups")
         if view == "idle":
-            return Vertical(Static(id="idle-title", classes="section-title"), DiffTable(IDLE_COLUMNS, id="idle-table"),
-                            Static(id="idle-note"), id="idle")
+            return Vertical(Static(id="idle-title", classes="section-title"),
+                            DiffTable(IDLE_COLUMNS, id="idle-table"), Static(id="idle-note"), id="idle")
         return Vertical(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
                         Static(id="host-detail"), Static("Resource groups", classes="section-title"),
                         DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals"),
