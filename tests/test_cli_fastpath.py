@@ -168,3 +168,29 @@ def test_shell_completion_is_left_to_click(tmp_path: Path) -> None:
     finally:
         del os.environ["_ALLSMI_COMPLETE"]
     assert used_click and result.returncode == 0 and "complete" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["--simulate", "mixed"], ["--simulate", "mixed", "--interval", "2"]],
+                         ids=" ".join)
+def test_bare_dashboard_takes_the_fast_path_and_prints_as_click_does(args: list[str],
+                                                                     tmp_path: Path) -> None:
+    """Bare ``allsmi`` with global options only is parsed without click (the dashboard then
+    never holds click); without a terminal both paths print the same plain table (click is
+    imported there only to print it, as click would)."""
+    from allsmi.cli.fast import parse
+    interval = {"interval": 2.0} if "--interval" in args else {}
+    assert parse(args) == ({"simulate": "mixed", **interval}, None)
+    entry, _ = _run("entry", args, tmp_path)
+    click_run, _ = _run("click", args, tmp_path)
+    assert entry.returncode == click_run.returncode == 0, (entry.stderr, click_run.stderr)
+    assert entry.stderr == click_run.stderr
+    lines, click_lines = entry.stdout.splitlines(), click_run.stdout.splitlines()
+    assert len(lines) == len(click_lines) > 2 and lines[1] == click_lines[1]  # rows; the header
+    assert [line.split()[:3] for line in lines[2:]] == [line.split()[:3] for line in click_lines[2:]]
+
+
+@pytest.mark.parametrize("args", [["--theme", "nord"], ["--sort", "power"], ["--interval", "0"],
+                                  ["-h"]], ids=" ".join)
+def test_dashboard_options_and_bad_values_go_to_click(args: list[str]) -> None:
+    from allsmi.cli.fast import parse
+    assert parse(args) is None

@@ -1,11 +1,13 @@
-"""The start-up fast path: plain ``allsmi snapshot`` invocations without click.
+"""The start-up fast path: plain ``allsmi snapshot`` invocations and bare ``allsmi`` without click.
 
 Importing click and building the command tree costs more than the rest of a
 one-shot snapshot's start-up. The invocations scripts and cron jobs run
 (``allsmi [GLOBAL OPTIONS] snapshot [--format F] [-o FILE] [GLOBAL OPTIONS]``,
 global options being ``--config``, ``--simulate``, ``--interval`` and
 ``--timeout``) are parsed here and run through the same function the click
-command calls (:func:`allsmi.cli.snapshot_run.run`).
+command calls (:func:`allsmi.cli.snapshot_run.run`); so is bare ``allsmi [GLOBAL OPTIONS]``,
+the local dashboard (:func:`allsmi.cli.dashboard_run.run_default`), which then holds neither
+click nor the command tree in memory for as long as it runs.
 
 The rule is: identical output, exit status and messages, or no fast path. Any
 argument this parser is not sure about (help, ``--version``, an unknown option,
@@ -33,8 +35,9 @@ SNAPSHOT = {**COMMON, "--format": "output_format", "--output": "output", "-o": "
 COMPLETE_VAR = "_ALLSMI_COMPLETE"
 
 
-def parse(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """``(group options, snapshot options)`` with click's values, or ``None`` to use click."""
+def parse(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """``(group options, snapshot options)`` with click's values (``None`` for the snapshot's:
+    bare ``allsmi``, the dashboard), or ``None`` to use click."""
     if os.environ.get(COMPLETE_VAR):
         return None
     group: dict[str, Any] = {}
@@ -64,8 +67,19 @@ def parse(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
             return None
         (group if command is None else command)[known[flag]] = converted
     if command is None:
-        return None
+        # Bare ``allsmi`` (the local dashboard) with global options only; ``--theme``,
+        # ``--sort`` and an install without the dashboard go to click.
+        return (group, None) if _dashboard_installed() else None  # type: ignore[return-value]
     return group, command
+
+
+def _dashboard_installed() -> bool:
+    """What the click group asks before opening the dashboard (``allsmi.cli.view`` is there)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("allsmi.cli.view") is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _convert(param: str, value: str) -> Any:
@@ -99,16 +113,21 @@ def _convert(param: str, value: str) -> Any:
 
 
 def run_fast(argv: Sequence[str]) -> int | None:
-    """Run a plain ``allsmi snapshot`` and return its exit status; ``None``: not handled."""
+    """Run a plain ``allsmi snapshot`` or bare ``allsmi`` and return its exit status;
+    ``None``: not handled."""
     parsed = parse(argv)
     if parsed is None:
         return None
     group, command = parsed
-    from allsmi.cli.snapshot_run import run
-    opts = {name: command.get(name) for name in COMMON.values()}
     parent = {name: group.get(name) for name in COMMON.values()}
     try:
         try:
+            if command is None:
+                from allsmi.cli.dashboard_run import run_default
+                run_default(parent)
+                return 0
+            from allsmi.cli.snapshot_run import run
+            opts = {name: command.get(name) for name in COMMON.values()}
             run(command.get("output_format"), command.get("output"), opts, parent=parent)
             return 0
         except BaseException as exc:  # noqa: BLE001 - handled as click's main() would

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from textual.binding import Binding
-from textual.widgets import Input
 
 from .idle import IDLE_SORTS
+from .keynames import key_display
 from .model import DESCENDING_BY_DEFAULT, SORT_KEYS, Filter, filter_choices
 from .options import DEFAULT_THEME, LIGHT_THEME
 from .render import Palette
@@ -71,6 +71,13 @@ class KeyActions:
             return False
         return True
 
+    def get_key_display(self, binding: Binding) -> str:
+        """A binding's key as the footer shows it, from :data:`KEY_NAMES` where it is known."""
+        if binding.key_display:
+            return binding.key_display
+        shown = key_display(binding.key)
+        return shown if shown is not None else super().get_key_display(binding)  # type: ignore[misc]
+
     def action_help(self) -> None:
         """Show every key."""
         from .help import HelpScreen  # imported on first use: most sessions never open it
@@ -119,7 +126,7 @@ class KeyActions:
 
     def action_filter_text(self) -> None:
         """Open the text filter."""
-        box = self.query_one("#filter", Input)
+        box = self.filter_box(build=True)  # type: ignore[attr-defined]
         box.add_class("-visible")
         box.value = self.filter.text
         box.focus()
@@ -146,8 +153,8 @@ class KeyActions:
 
     def action_clear_or_back(self) -> None:
         """Close the filter box, clear filters, or return to the main view."""
-        box = self.query_one("#filter", Input)
-        if box.has_class("-visible"):
+        box = self.filter_box()  # type: ignore[attr-defined]
+        if box is not None and box.has_class("-visible"):
             box.value = ""
             self._close_filter()
             self._set_filter(Filter("", self.filter.vendor, self.filter.group, self.filter.host))

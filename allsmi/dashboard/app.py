@@ -34,9 +34,11 @@ from .feed import DataFeed
 from .hosts import HOST_COLUMNS
 from .idle import IdleMeter, IdleRow
 from .idleview import IDLE_COLUMNS, IdleView
+from .keynames import install as install_key_names
 from .model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention
 from .options import DashboardOptions
-from .panels import TOTALS_COLUMNS, DetailPanel, DiffTable, LeanFooter, ProcessTable, SummaryBar
+from .footer import KeyFooter
+from .panels import TOTALS_COLUMNS, DetailPanel, DiffTable, ProcessTable, SummaryBar
 from .render import Palette
 from .sources import HostState, Source
 from .totals import Totals
@@ -64,6 +66,7 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
                  options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
                  history_points: int | None = None, poll_seconds: float | None = None) -> None:
         super().__init__()
+        install_key_names()  # keeps the Unicode name tables out of memory (0.8 MiB)
         self.quit_signal: int | None = None
         """The signal that ended the app, if one did."""
         self.source = source
@@ -118,39 +121,40 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
     # -- layout ------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield SummaryBar(id="summary")
-        with ContentSwitcher(initial=self.view, id="views"):
-            with Vertical(id="devices"):
-                yield DeviceTable(id="device-table")
-                with Horizontal(id="bottom"):
-                    yield DetailPanel(id="details")
-                    yield ProcessTable(id="processes")
-            with Vertical(id="groups"):
-                yield Static("Resource groups", classes="section-title")
-                yield DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals")
-                yield Static("Vendors", classes="section-title")
-                yield DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals")
-            with Vertical(id="idle"):
-                yield Static(id="idle-title", classes="section-title")
-                yield DiffTable(IDLE_COLUMNS, id="idle-table")
-                yield Static(id="idle-note")
-            with Vertical(id="cluster"):
-                yield Static("Hosts", classes="section-title")
-                yield DiffTable(HOST_COLUMNS, id="host-table")
-                yield Static(id="host-detail")
-                yield Static("Resource groups", classes="section-title")
-                yield DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals")
-                yield Static("Vendors", classes="section-title")
-                yield DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals")
-        yield Input(placeholder="filter: model, vendor, id, group, host, user, command "
-                                "(Enter keeps it, Esc clears)", id="filter")
-        yield LeanFooter()
+        # Only the device view (which resizes and the details panel always reach) and the view
+        # shown first are built; each other one on its first use (_switch): most sessions never
+        # open them, and each widget holds its own styles, caches and message queue.
+        first = dict.fromkeys(("devices", self.view))
+        yield ContentSwitcher(*(self._view_container(v) for v in first), initial=self.view, id="views")
+        # The filter box (an Input) is built on the first `/` (filter_box).
+        yield KeyFooter()
+
+    @staticmethod
+    def _view_container(view: str) -> Vertical:
+        """The widgets of ``view`` (one of :data:`VIEWS`), in a container with the view's id."""
+        if view == "devices":
+            return Vertical(DeviceTable(id="device-table"),
+                            Horizontal(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
+                            id="devices")
+        if view == "groups":
+            return Vertical(Static("Resource groups", classes="section-title"),
+                            DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),
+                            Static("Vendors", classes="section-title"),
+                            DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals"), id="groups")
+        if view == "idle":
+            return Vertical(Static(id="idle-title", classes="section-title"),
+                            DiffTable(IDLE_COLUMNS, id="idle-table"), Static(id="idle-note"), id="idle")
+        return Vertical(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
+                        Static(id="host-detail"), Static("Resource groups", classes="section-title"),
+                        DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals"),
+                        Static("Vendors", classes="section-title"),
+                        DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals"), id="cluster")
 
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._app_context = contextvars.copy_context()  # the app's context, for calls from threads
         self.theme = self.options.theme
         self._palette = Palette.from_theme(self.current_theme, self.no_color)
-        self.query_one("#filter", Input).cursor_blink = False
         for host, snap in self.source.history():
             self.history.add(host, snap)
             self.idle.add(host, snap)
@@ -260,12 +264,42 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         self.filter = flt
         self.refresh_view()
 
+    def filter_box(self, build: bool = False) -> Input | None:
+        """The filter box; ``None`` before the first `/` unless ``build`` (then it is mounted,
+        hidden, above the footer)."""
+        found = self.query("#filter")
+        if found:
+            return found.first(Input)
+        if not build:
+            return None
+        box = Input(placeholder="filter: model, vendor, id, group, host, user, command "
+                                "(Enter keeps it, Esc clears)", id="filter")
+        box.cursor_blink = False
+        self.mount(box, after="#views")
+        return box
+
     def _close_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.remove_class("-visible")
+        box = self.filter_box()
+        if box is not None:
+            box.remove_class("-visible")
         self._focus_view()
 
     def _switch(self, view: str) -> None:
+        switcher = self.query_one("#views", ContentSwitcher)
+        if not any(child.id == view for child in switcher.children):
+            # First use: build it, and show it once its widgets are in (self.view, which every
+            # drawing follows, changes only then).
+            self.call_next(self._build_and_show, view)
+            return
+        self._show_view(view)
+
+    async def _build_and_show(self, view: str) -> None:
+        switcher = self.query_one("#views", ContentSwitcher)
+        if not any(child.id == view for child in switcher.children):
+            await switcher.mount(self._view_container(view))
+        self._show_view(view)
+
+    def _show_view(self, view: str) -> None:
         self.view = view
         self.query_one("#views", ContentSwitcher).current = view
         self._focus_view()

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any, Sequence
 
+from allsmi import heap
+
 from .idle import IdleMeter
 from .model import EnergyMeter, History, Retention, refs_of
 from .sources import HostState
@@ -43,6 +45,7 @@ class DataFeed:
     _device_retention: Retention
     _host_retention: Retention
     _watchdog: asyncio.TimerHandle | None = None
+    _trimmed = False
 
     def _start_feed(self) -> None:
         """Read the source now and from now on: on each push where the source pushes, else on
@@ -128,6 +131,10 @@ class DataFeed:
                     self.idle.add(host.key, host.snapshot)
             self._forget_gone(hosts)
             self.refresh_view()
+            if not self._trimmed and any(h.snapshot is not None for h in hosts):
+                self._trimmed = True  # start-up is over once the first data is on screen
+                app: Any = self
+                app.call_after_refresh(heap.trim)
         self._update_summary()
 
     def _forget_gone(self, hosts: Sequence[HostState]) -> None:

@@ -12,15 +12,13 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from .keynames import KEY_NAMES
 from .render import LOAD_HOT, LOAD_WARN, TEMP_HOT, TEMP_WARN
-
-_KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "Esc", "space": "Space", "enter": "Enter",
-              "tab": "Tab", "shift+tab": "Shift+Tab", "f1": "F1", "ctrl+c": "Ctrl+C"}
 
 
 def key_label(keys: str) -> str:
     """``"question_mark,f1"`` -> ``"? F1"``."""
-    return " ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in keys.split(","))
+    return " ".join(KEY_NAMES.get(k.strip(), k.strip()) for k in keys.split(","))
 
 
 def help_table(bindings: Iterable[Binding]) -> Table:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Hashable, Iterable, Sequence
 
 from rich.text import Text
-from textual.widgets import Footer
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
 from allsmi.schema import DeviceSample, ProcessSample, Workload
@@ -42,19 +41,6 @@ def age_text(age: float | None) -> str:
 def labels_text(labels: dict[str, str] | Any) -> str:
     """``team=ml project=llm`` (sorted), or empty."""
     return " ".join(f"{k}={v}" for k, v in sorted(dict(labels).items()))
-
-
-class LeanFooter(Footer):
-    """Textual's footer without its leak: each recompose (every focus or view change) leaves
-    the old keys' data-binding watchers on the footer, keeping every removed key alive.
-    They are dropped here once the new keys are mounted."""
-
-    async def recompose(self) -> None:
-        await super().recompose()
-        watchers = getattr(self, "__watchers", None) or {}
-        for callbacks in watchers.values():
-            callbacks[:] = [(node, callback) for node, callback in callbacks
-                            if getattr(node, "is_attached", True)]
 
 
 class SummaryBar(TextLines):
@@ -188,6 +174,7 @@ class DiffTable(SafeTable):
     def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
         """Show ``rows`` (row key, cells) in this order."""
         rows = list(rows)
+        count = self._update_count
         wanted = {key for key, _ in rows}
         gone = [k for k in self._rows if k not in wanted]
         if len(gone) > 16 and 2 * len(gone) > len(self._rows):  # most rows go: start afresh
@@ -219,6 +206,12 @@ class DiffTable(SafeTable):
             position = {key: i for i, key in enumerate(order)}
             self._sort_by(position)
             self._order = order
+        if self._update_count != count:
+            # DataTable keys its render caches by an update counter that every change bumps:
+            # entries of earlier counts are never read again, yet stay until the caches are full
+            # (1,000 lines and rows, 10,000 cells): a panel that changes every second grows by
+            # its whole size a second for minutes. Dropped here; the new count has none yet.
+            self._clear_caches()
 
     def _sort_by(self, position: dict[str, int]) -> None:
         first = self._spec[0][0]
