@@ -17,10 +17,12 @@ from typing import Any
 
 from allsmi.cli.reportcmd import Failed
 
-#: Simulated seconds one worker replays at a time (a multiple of the sampling step and of the
-#: ledger's rows is used): short enough that two workers share a day evenly, long enough that
-#: building a chunk's collector and recorder costs nothing beside it.
+#: The shortest chunk one worker replays at a time, in simulated seconds (a multiple of the
+#: sampling step and of the ledger's rows is used): two workers share a day evenly.
 CHUNK_SECONDS = 6 * 3600
+#: Chunks per worker at most: a longer window is cut into longer chunks, since each chunk
+#: builds its own collector and recorder (milliseconds) and sends its intervals back at once.
+CHUNKS_PER_WORKER = 4
 
 
 @dataclass(frozen=True)
@@ -32,16 +34,18 @@ class _Replay:
     settings: Any
     step: float
     directory: str
+    declarations: Any
 
 
-def _chunks(start: float, end: float, step: float, row: int, length: int) -> list[tuple[float, float]]:
-    """``[(first sample, last sample)]`` covering ``start..end``: each chunk's last sample is
-    the next one's first, on the sampling grid and on a row boundary (a multiple of ``step`` and
-    ``row`` after ``start``); the last chunk ends at the last sample before ``end``."""
+def _chunks(start: float, end: float, step: float, row: int, length: float) -> list[tuple[float, float]]:
+    """``[(first sample, last sample)]`` covering ``start..end`` in chunks of about ``length``
+    seconds: each chunk's last sample is the next one's first, on the sampling grid and on a
+    row boundary (a multiple of ``step`` and ``row`` after ``start``); the last chunk ends at
+    the last sample before ``end``."""
     unit = math.lcm(int(step), row) if float(step).is_integer() else 0
     if not unit or end - start <= length:
         return [(start, end)]
-    size = max(1, length // unit) * unit
+    size = max(1, round(length / unit)) * unit
     edges = [start + k * size for k in range(int((end - start) // size) + 1)]
     if edges[-1] < end:
         edges.append(end)
@@ -52,7 +56,6 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     """The intervals of samples ``first, first + step, ... <= last`` (raises ``ConfigError``),
     and the time of the last sample. Unless ``final``, the interval that the last sample opens
     is left out: the next chunk starts with that sample and books that interval whole."""
-    from allsmi import registry
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
@@ -83,7 +86,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
                          max_gap_seconds=3 * step)
     try:
         # The simulated pods and jobs (and any real source configured) are billed too.
-        attributor = build_attributor(config, simulate=True, declarations=registry.declarations(),
+        attributor = build_attributor(config, simulate=True, declarations=job.declarations,
                                       inline=True)
         backends = enabled_only(simulated_backends(job.scenario, clock=clock), config.backends_enabled)
         collector = Collector(backends, config, clock=clock,
@@ -105,7 +108,18 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
 
 
 def _work(args: tuple[float, float, bool]) -> tuple[list[Any], float]:
+    assert _JOB is not None
     return _replay_chunk(_JOB, *args)
+
+
+def _worker_signals() -> None:
+    """A worker leaves signals to the command: Ctrl-C (sent to the whole process group) is
+    ignored, and the termination signal the command sends when it unwinds ends it at once
+    (the command's own handlers, inherited by the fork, would unwind the worker instead)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 _JOB: _Replay | None = None
@@ -148,6 +162,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     choices, as the tests' reference replay does.
     """
     global _JOB
+    from allsmi import registry
     from allsmi.accounting.ledger import Ledger
     from allsmi.accounting.settings import ROLLUP_SECONDS, ledger_settings
     from allsmi.attribution import build_attributor
@@ -156,9 +171,11 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     start = window.start.timestamp()
     end = min(window.end.timestamp(), time.time())
     path = f"{directory}/ledger.db"
+    declarations = registry.declarations()
     try:  # one cycle per ledger interval, at least 20 s apart
         configured = ledger_settings(config, path_flag=path)
-        build_attributor(config, simulate=True, inline=True).close()  # (a bad [attribution])
+        # a bad [attribution] fails here, once (this also loads what the workers run)
+        build_attributor(config, simulate=True, declarations=declarations, inline=True).close()
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
     step = step or float(max(20, configured.interval_seconds))
@@ -167,16 +184,20 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         int(t) % ROLLUP_SECONDS or ROLLUP_SECONDS for t in (window.start_unix, window.end_unix)))
     job = _Replay(scenario, config, replace(configured, interval_seconds=row, checkpoint_seconds=0,
                                             retention_days=None, rollup_retention_days=None),
-                  step, directory)
-    chunks = _chunks(start, end, step, row, chunk_seconds)
+                  step, directory, declarations)
+    count = workers or _workers(max(1, int((end - start) // chunk_seconds)))
+    chunks = _chunks(start, end, step, row, max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
     tasks = [(a, b, i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
-    count = workers or _workers(len(chunks))
     pool = None
-    if count > 1:
+    if count > 1 and len(chunks) > 1:
         import multiprocessing
+
+        import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
+        import allsmi.backends.simulated  # noqa: F401
+        import allsmi.collector  # noqa: F401
         _JOB = job  # the workers are forked with it: nothing of it is pickled
         try:
-            pool = multiprocessing.get_context("fork").Pool(count)
+            pool = multiprocessing.get_context("fork").Pool(count, _worker_signals)
         finally:
             _JOB = None
     try:
@@ -189,8 +210,12 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
                 ledger.write(records, sampled)
         finally:
             ledger.close()
+    except BaseException:
+        if pool is not None:
+            pool.terminate()  # at once, on a failure or a signal
+        raise
     finally:
         if pool is not None:
-            pool.terminate()
+            pool.close()  # (the workers exit once the queue is empty)
             pool.join()
     return path

@@ -296,7 +296,8 @@ def test_signal_during_simulate_leaves_no_temporary_directory(tmp_path: Path, si
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the replay never started"
             time.sleep(0.05)
-        time.sleep(0.5)  # well inside the replay (two months take minutes)
+        time.sleep(0.5)  # well inside the replay (two months take a minute)
+        workers = _children(proc.pid)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -308,4 +309,18 @@ def test_signal_during_simulate_leaves_no_temporary_directory(tmp_path: Path, si
     assert list(scratch.iterdir()) == []
     assert not (tmp_path / "bill.csv").exists()
     assert 'allsmi_export_failure_info{reason="interrupted"} 1' in status.read_text()
+    # the replay's worker processes (one per CPU) went with it
+    assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == []
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` has forked (Linux's /proc), waiting until it has some."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                 for child in (task / "children").read_text().split()]
+        if found or len(os.sched_getaffinity(0)) < 2:
+            return found
+        assert time.monotonic() < deadline, "the replay started no worker process"
+        time.sleep(0.05)
 
