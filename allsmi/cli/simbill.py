@@ -35,6 +35,9 @@ class _Replay:
     step: float
     directory: str
     declarations: Any
+    impersonate: Any
+    """The installed backend class each simulated backend takes its declarations from, looked
+    up once (a look-up reads the installed distributions' entry points)."""
 
 
 def _chunks(start: float, end: float, step: float, row: int, length: float) -> list[tuple[float, float]]:
@@ -88,7 +91,9 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
         # The simulated pods and jobs (and any real source configured) are billed too.
         attributor = build_attributor(config, simulate=True, declarations=job.declarations,
                                       inline=True)
-        backends = enabled_only(simulated_backends(job.scenario, clock=clock), config.backends_enabled)
+        backends = enabled_only(simulated_backends(job.scenario, clock=clock,
+                                                   impersonate=job.impersonate),
+                                config.backends_enabled)
         collector = Collector(backends, config, clock=clock,
                               timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
                               host_sampler=PastHost(), inline=True)
@@ -184,7 +189,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         int(t) % ROLLUP_SECONDS or ROLLUP_SECONDS for t in (window.start_unix, window.end_unix)))
     job = _Replay(scenario, config, replace(configured, interval_seconds=row, checkpoint_seconds=0,
                                             retention_days=None, rollup_retention_days=None),
-                  step, directory, declarations)
+                  step, directory, declarations,
+                  {name: registry.impersonated(name) for name in scenario.backend_names()}.get)
     count = workers or _workers(max(1, int((end - start) // chunk_seconds)))
     chunks = _chunks(start, end, step, row, max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
     tasks = [(a, b, i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
