@@ -17,11 +17,12 @@ from typing import Any
 
 from allsmi.cli.reportcmd import Failed
 
-#: The shortest chunk one worker replays at a time, in simulated seconds (a multiple of the
-#: sampling step and of the ledger's rows is used): two workers share a day evenly.
-CHUNK_SECONDS = 6 * 3600
-#: Chunks per worker at most: a longer window is cut into longer chunks, since each chunk
-#: builds its own collector and recorder (milliseconds) and sends its intervals back at once.
+#: The shortest and the longest chunk one worker replays at a time, in simulated seconds (a
+#: multiple of the sampling step and of the ledger's rows is used). Each chunk builds its own
+#: collector and recorder (milliseconds) and sends its intervals back at once: a window is cut
+#: into :data:`CHUNKS_PER_WORKER` chunks per worker within these bounds (a day: four chunks of
+#: six hours; a month: a chunk a day, so that a worker slowed by other work holds up little).
+CHUNK_SECONDS, MAX_CHUNK_SECONDS = 6 * 3600, 86400
 CHUNKS_PER_WORKER = 4
 
 
@@ -152,8 +153,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     tests/accounting checks), and the simulated backends and pods are called in the
     replaying thread (``inline``): a pure function needs no worker thread and no deadline.
 
-    The window is replayed in chunks of ``chunk_seconds`` by ``workers`` processes (default:
-    one per usable CPU; 1 replays in this process). Each chunk starts with the sample its
+    The window is replayed in chunks of at least ``chunk_seconds`` (see :data:`CHUNK_SECONDS`)
+    by ``workers`` processes (default: one per usable CPU; 1 replays in this process). Each chunk starts with the sample its
     predecessor ended with, so the increments between samples, the holders of each increment
     (those of the sample before) and every interval's samples are those of one long replay, and
     so are the totals, to the millisecond (tests/accounting checks that too).
@@ -192,19 +193,24 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
                   step, directory, declarations,
                   {name: registry.impersonated(name) for name in scenario.backend_names()}.get)
     count = workers or _workers(max(1, int((end - start) // chunk_seconds)))
-    chunks = _chunks(start, end, step, row, max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
+    length = min(max(chunk_seconds, MAX_CHUNK_SECONDS),
+                 max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
+    chunks = _chunks(start, end, step, row, length)
     tasks = [(a, b, i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
     pool = None
     if count > 1 and len(chunks) > 1:
+        import gc
         import multiprocessing
 
         import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
         import allsmi.backends.simulated  # noqa: F401
         import allsmi.collector  # noqa: F401
         _JOB = job  # the workers are forked with it: nothing of it is pickled
+        gc.freeze()  # what the workers inherit is never collected there (nor copied for it)
         try:
             pool = multiprocessing.get_context("fork").Pool(count, _worker_signals)
         finally:
+            gc.unfreeze()
             _JOB = None
     try:
         ledger = Ledger(path, interval_seconds=row)  # (opened after the fork: never shared)
