@@ -133,7 +133,11 @@ _JOB: _Replay | None = None
 
 
 def _workers(chunks: int) -> int:
-    """Worker processes for ``chunks``: one per CPU this process may run on (none: 1)."""
+    """Worker processes for ``chunks``: one per CPU this process may run on, at most one per
+    chunk; 1 (this process) where processes cannot be forked."""
+    import multiprocessing
+    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not POSIX
+        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
