@@ -113,23 +113,37 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     return gathered, sampled
 
 
-def _work(args: tuple[float, float, bool]) -> tuple[list[Any], float]:
+def _work(first: float, last: float, final: bool) -> tuple[list[Any], float]:
+    """In a worker process: :func:`_replay_chunk` of the replay it serves."""
     assert _JOB is not None
-    return _replay_chunk(_JOB, *args)
+    return _replay_chunk(_JOB, first, last, final)
 
 
-def _worker_signals() -> None:
-    """A worker leaves signals to the command: Ctrl-C (sent to the whole process group) is
-    ignored, and the termination signal the command sends when it unwinds ends it at once
-    (the command's own handlers, inherited by the fork, would unwind the worker instead)."""
+def _start_worker(job: _Replay) -> None:
+    """A worker process serves ``job`` (inherited by the fork, never pickled) and leaves signals
+    to the command: Ctrl-C (sent to the whole process group) is ignored, and the termination
+    signal the command sends when it unwinds ends it at once (the command's own handlers,
+    inherited too, would unwind the worker instead)."""
     import signal
+    global _JOB
+    _JOB = job
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
 
 
+def _stop(pool: Any) -> None:
+    """End ``pool``'s workers at once (on a failure or a signal), not after their chunks."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+
+
 _JOB: _Replay | None = None
-"""The replay a worker process serves (set before the workers are forked)."""
+"""The replay a worker process serves (see :func:`_start_worker`)."""
 
 
 def _workers(chunks: int) -> int:
@@ -171,7 +185,6 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     ``step`` (seconds between samples) and ``row_seconds`` (a divisor of 900) override both
     choices, as the tests' reference replay does.
     """
-    global _JOB
     from allsmi import registry
     from allsmi.accounting.ledger import Ledger
     from allsmi.accounting.settings import ROLLUP_SECONDS, ledger_settings
@@ -205,33 +218,39 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     if count > 1 and len(chunks) > 1:
         import gc
         import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
         import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
         import allsmi.backends.simulated  # noqa: F401
         import allsmi.collector  # noqa: F401
-        _JOB = job  # the workers are forked with it: nothing of it is pickled
-        gc.freeze()  # what the workers inherit is never collected there (nor copied for it)
-        try:
-            pool = multiprocessing.get_context("fork").Pool(count, _worker_signals)
-        finally:
-            gc.unfreeze()
-            _JOB = None
+        pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),
+                                   initializer=_start_worker, initargs=(job,))
     try:
+        if pool is not None:
+            gc.freeze()  # what the workers inherit is never collected there (nor copied for it)
+            try:  # (the workers are forked by the first submit)
+                futures = [pool.submit(_work, *task) for task in tasks]
+            finally:
+                gc.unfreeze()
+            results = (future.result() for future in futures)
+        else:
+            results = (_replay_chunk(job, *task) for task in tasks)
         ledger = Ledger(path, interval_seconds=row)  # (opened after the fork: never shared)
         try:
             ledger.scratch()  # deleted on exit: no fsync per write
-            results = pool.imap(_work, tasks) if pool is not None else (
-                _replay_chunk(job, *task) for task in tasks)
             for records, sampled in results:
                 ledger.write(records, sampled)
         finally:
             ledger.close()
-    except BaseException:
+    except BaseException as exc:
         if pool is not None:
-            pool.terminate()  # at once, on a failure or a signal
+            _stop(pool)
+        from concurrent.futures.process import BrokenProcessPool
+        if isinstance(exc, BrokenProcessPool):
+            raise Failed("source", "a worker process of the simulated bill ended unexpectedly "
+                         "(killed?); nothing was written") from None
         raise
     finally:
         if pool is not None:
-            pool.close()  # (the workers exit once the queue is empty)
-            pool.join()
+            pool.shutdown(wait=True, cancel_futures=True)
     return path
