@@ -216,6 +216,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     tasks = [(a, b, i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
     pool = None
     if count > 1 and len(chunks) > 1:
+        import collections
         import gc
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -229,10 +230,11 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         if pool is not None:
             gc.freeze()  # what the workers inherit is never collected there (nor copied for it)
             try:  # (the workers are forked by the first submit)
-                futures = [pool.submit(_work, *task) for task in tasks]
+                futures = collections.deque(pool.submit(_work, *task) for task in tasks)
             finally:
                 gc.unfreeze()
-            results = (future.result() for future in futures)
+            # in order, each chunk's intervals let go of once written
+            results = (futures.popleft().result() for _ in range(len(tasks)))
         else:
             results = (_replay_chunk(job, *task) for task in tasks)
         ledger = Ledger(path, interval_seconds=row)  # (opened after the fork: never shared)
