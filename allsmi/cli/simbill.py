@@ -1,10 +1,11 @@
 """Billing a simulation: the scenario replayed over a past window into a temporary ledger, which
 ``allsmi export --simulate`` and ``allsmi idle --simulate`` then read like any other.
 
-The replay is cut into chunks of :data:`CHUNK_SECONDS` billed side by side in worker
-processes (one per CPU this process may use): the simulation is a pure function of time, so a
-chunk replayed on its own books exactly what the same stretch of one long replay books (see
-:func:`simulated_ledger`). The parent writes the chunks' intervals into the ledger in order.
+The replay is cut into chunks (six hours to a day, :data:`CHUNK_SECONDS`) billed side by side
+in worker processes (one per CPU this process may use): the simulation is a pure function of
+time, so a chunk replayed on its own books exactly what the same stretch of one long replay
+books (see :func:`simulated_ledger`). The command writes the chunks' intervals into the ledger
+in order.
 """
 
 from __future__ import annotations
