@@ -2,7 +2,7 @@
 ``allsmi export --simulate`` and ``allsmi idle --simulate`` then read like any other.
 
 The replay is cut into chunks (six hours to a day, :data:`CHUNK_SECONDS`) billed side by side
-in worker processes (one per CPU this process may use): the simulation is a pure function of
+in worker processes (one per CPU this process may use, up to 8): the simulation is a pure function of
 time, so a chunk replayed on its own books exactly what the same stretch of one long replay
 books (see :func:`simulated_ledger`). The command writes the chunks' intervals into the ledger
 in order.
@@ -25,6 +25,8 @@ from allsmi.cli.reportcmd import Failed
 #: six hours; a month: a chunk a day, so that a worker slowed by other work holds up little).
 CHUNK_SECONDS, MAX_CHUNK_SECONDS = 6 * 3600, 86400
 CHUNKS_PER_WORKER = 4
+#: Worker processes at most, whatever the CPUs (each holds a replay's state, tens of MiB).
+MAX_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ _JOB: _Replay | None = None
 
 def _workers(chunks: int) -> int:
     """Worker processes for ``chunks``: one per CPU this process may run on, at most one per
-    chunk; 1 (this process) where processes cannot be forked."""
+    chunk and :data:`MAX_WORKERS`; 1 (this process) where processes cannot be forked."""
     import multiprocessing
     if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not POSIX
         return 1
@@ -157,7 +159,7 @@ def _workers(chunks: int) -> int:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, chunks))
+    return max(1, min(cpus, chunks, MAX_WORKERS))
 
 
 def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
@@ -173,10 +175,11 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     replaying thread (``inline``): a pure function needs no worker thread and no deadline.
 
     The window is replayed in chunks of at least ``chunk_seconds`` (see :data:`CHUNK_SECONDS`)
-    by ``workers`` processes (default: one per usable CPU; 1 replays in this process). Each chunk starts with the sample its
-    predecessor ended with, so the increments between samples, the holders of each increment
-    (those of the sample before) and every interval's samples are those of one long replay, and
-    so are the totals, to the millisecond (tests/accounting checks that too).
+    by ``workers`` processes (default: one per usable CPU, up to :data:`MAX_WORKERS`; 1 replays
+    in this process). Each chunk starts with the sample its predecessor ended with, so the
+    increments between samples, the holders of each increment (those of the sample before) and
+    every interval's samples are those of one long replay, and so are the totals, to the
+    millisecond (tests/accounting checks that too).
 
     The temporary ledger is thrown away when the command ends, so it is kept for the
     window alone: its rows are as long as the window's alignment allows (a quarter hour
