@@ -13,8 +13,9 @@ Usage::
     python benchmarks/simulated_bill.py --baseline /tmp/base/.venv/bin/allsmi [--runs 3]
         [--month | --month-only] [--month-runs 1] [--month-baseline] [--allsmi .venv/bin/allsmi]
 
-``--month`` adds ``--period last-month`` (30 or 31 days), ``--month-only`` bills the month alone;
-the baseline's month (minutes per run) only with ``--month-baseline``.
+``--month`` adds ``--period last-month`` (30 or 31 days) of both commands, ``--month-only`` bills
+the month alone; the baseline's month (minutes per run) only with ``--month-baseline``. The CPU
+time counts the command's worker processes too (the bill is replayed by one per usable CPU).
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def main() -> int:
     cases = [] if args.month_only else [("export --simulate mixed --period yesterday", args.runs),
                                         ("idle --simulate mixed --period yesterday", args.runs)]
     if args.month or args.month_only:
-        cases.append(("export --simulate mixed --period last-month", args.month_runs))
+        cases += [("export --simulate mixed --period last-month", args.month_runs),
+                  ("idle --simulate mixed --period last-month", args.month_runs)]
     print(f"# {describe()}; load average {os.getloadavg()[0]:.1f} at the start")
     print("| command | build | wall (median) | CPU (median) | runs | bill vs baseline |")
     print("|---|---|---:|---:|---:|---|")

@@ -1,25 +1,185 @@
 """Billing a simulation: the scenario replayed over a past window into a temporary ledger, which
-``allsmi export --simulate`` and ``allsmi idle --simulate`` then read like any other."""
+``allsmi export --simulate`` and ``allsmi idle --simulate`` then read like any other.
+
+The replay is cut into chunks (six hours to a day, :data:`CHUNK_SECONDS`) billed side by side
+in worker processes (one per CPU this process may use, up to 8): the simulation is a pure function of
+time, so a chunk replayed on its own books exactly what the same stretch of one long replay
+books (see :func:`simulated_ledger`). The command writes the chunks' intervals into the ledger
+in order.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 from allsmi.cli.reportcmd import Failed
 
+#: The shortest and the longest chunk one worker replays at a time, in simulated seconds (a
+#: multiple of the sampling step and of the ledger's rows is used). Each chunk builds its own
+#: collector and recorder (milliseconds) and sends its intervals back at once: a window is cut
+#: into :data:`CHUNKS_PER_WORKER` chunks per worker within these bounds (a day: four chunks of
+#: six hours; a month: a chunk a day, so that a worker slowed by other work holds up little).
+CHUNK_SECONDS, MAX_CHUNK_SECONDS = 6 * 3600, 86400
+CHUNKS_PER_WORKER = 4
+#: Worker processes at most, whatever the CPUs (each holds a replay's state, tens of MiB).
+MAX_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """What every chunk of one replay shares (handed to the workers once, by fork)."""
+
+    scenario: Any
+    config: Any
+    settings: Any
+    step: float
+    directory: str
+    declarations: Any
+    impersonate: Any
+    """The installed backend class each simulated backend takes its declarations from, looked
+    up once (a look-up reads the installed distributions' entry points)."""
+
+
+def _chunks(start: float, end: float, step: float, row: int, length: float) -> list[tuple[float, float]]:
+    """``[(first sample, last sample)]`` covering ``start..end`` in chunks of about ``length``
+    seconds: each chunk's last sample is the next one's first, on the sampling grid and on a
+    row boundary (a multiple of ``step`` and ``row`` after ``start``); the last chunk ends at
+    the last sample before ``end``."""
+    unit = math.lcm(int(step), row) if float(step).is_integer() else 0
+    if not unit or end - start <= length:
+        return [(start, end)]
+    size = max(1, round(length / unit)) * unit
+    edges = [start + k * size for k in range(int((end - start) // size) + 1)]
+    if edges[-1] < end:
+        edges.append(end)
+    return list(zip(edges, edges[1:]))
+
+
+def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple[list[Any], float]:
+    """The intervals of samples ``first, first + step, ... <= last`` (raises ``ConfigError``),
+    and the time of the last sample. Unless ``final``, the interval that the last sample opens
+    is left out: the next chunk starts with that sample and books that interval whole."""
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.attribution import build_attributor
+    from allsmi.backends.simulated import simulated_backends
+    from allsmi.collector import Collector
+    from allsmi.host import HostSampler
+    from allsmi.registry import enabled_only
+    from allsmi.schema import HostSample
+
+    class Gathering(LedgerRecorder):
+        """A recorder that hands its completed intervals back instead of storing them."""
+
+        def _store(self, records: list[Any], now: float) -> None:
+            gathered.extend(records)
+            self.intervals_written += len(records)
+
+    class PastHost(HostSampler):
+        """The host of a replayed past: its name (what the ledger records); its CPU and memory
+        then are unknown (``None``), not this machine's now, and are not read every cycle."""
+
+        def sample(self) -> HostSample:
+            return HostSample(hostname=self.hostname)
+
+    gathered: list[Any] = []
+    step, config = job.step, job.config
+    now = [first]
+    clock = lambda: now[0]  # noqa: E731
+    recorder = Gathering(f"{job.directory}/chunk-{os.getpid()}.db", config, settings=job.settings,
+                         max_gap_seconds=3 * step)
+    try:
+        # The simulated pods and jobs (and any real source configured) are billed too.
+        attributor = build_attributor(config, simulate=True, declarations=job.declarations,
+                                      inline=True)
+        backends = enabled_only(simulated_backends(job.scenario, clock=clock,
+                                                   impersonate=job.impersonate),
+                                config.backends_enabled)
+        collector = Collector(backends, config, clock=clock,
+                              timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
+                              host_sampler=PastHost(), inline=True)
+        collector.subscribe(recorder.on_snapshot)
+        try:
+            while now[0] <= last:
+                collector.collect_once()
+                now[0] += step
+        finally:
+            collector.close()
+    finally:
+        recorder.close()
+    sampled = now[0] - step
+    if not final:
+        gathered = [r for r in gathered if r.start < sampled]
+    return gathered, sampled
+
+
+def _work(first: float, last: float, final: bool) -> tuple[list[Any], float]:
+    """In a worker process: :func:`_replay_chunk` of the replay it serves."""
+    assert _JOB is not None
+    return _replay_chunk(_JOB, first, last, final)
+
+
+def _start_worker(job: _Replay) -> None:
+    """A worker process serves ``job`` (inherited by the fork, never pickled) and leaves signals
+    to the command: Ctrl-C (sent to the whole process group) is ignored, and the termination
+    signal the command sends when it unwinds ends it at once (the command's own handlers,
+    inherited too, would unwind the worker instead)."""
+    import signal
+    global _JOB
+    _JOB = job
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _stop(pool: Any) -> None:
+    """End ``pool``'s workers at once (on a failure or a signal), not after their chunks."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+
+
+_JOB: _Replay | None = None
+"""The replay a worker process serves (see :func:`_start_worker`)."""
+
+
+def _workers(chunks: int) -> int:
+    """Worker processes for ``chunks``: one per CPU this process may run on, at most one per
+    chunk and :data:`MAX_WORKERS`; 1 (this process) where processes cannot be forked."""
+    import multiprocessing
+    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not POSIX
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, chunks, MAX_WORKERS))
+
 
 def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
-                     step: float | None = None, row_seconds: int | None = None) -> str:
+                     step: float | None = None, row_seconds: int | None = None,
+                     chunk_seconds: int = CHUNK_SECONDS, workers: int | None = None) -> str:
     """Replay ``scenario`` over the window (never past now) into a ledger in ``directory``.
 
     Simulated values are a pure function of time, so any past window can be
     recorded after the fact, exactly as a recorder running then would have. It is
     sampled at the ledger's resolution (one cycle per ledger interval, not per
     second: the bill's totals stay within 0.5 % of a 20 s replay, which
-    tests/accounting checks), and the simulated backends and pods are called in this
-    thread (``inline``): a pure function needs no worker thread and no deadline.
+    tests/accounting checks), and the simulated backends and pods are called in the
+    replaying thread (``inline``): a pure function needs no worker thread and no deadline.
+
+    The window is replayed in chunks of at least ``chunk_seconds`` (see :data:`CHUNK_SECONDS`)
+    by ``workers`` processes (default: one per usable CPU, up to :data:`MAX_WORKERS`; 1 replays
+    in this process). Each chunk starts with the sample its predecessor ended with, so the
+    increments between samples, the holders of each increment (those of the sample before) and
+    every interval's samples are those of one long replay, and so are the totals, to the
+    millisecond (tests/accounting checks that too).
 
     The temporary ledger is thrown away when the command ends, so it is kept for the
     window alone: its rows are as long as the window's alignment allows (a quarter hour
@@ -29,61 +189,74 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     ``step`` (seconds between samples) and ``row_seconds`` (a divisor of 900) override both
     choices, as the tests' reference replay does.
     """
-    from dataclasses import replace
-
     from allsmi import registry
-    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.accounting.ledger import Ledger
     from allsmi.accounting.settings import ROLLUP_SECONDS, ledger_settings
     from allsmi.attribution import build_attributor
-    from allsmi.backends.simulated import simulated_backends
-    from allsmi.collector import Collector
     from allsmi.config import ConfigError
-    from allsmi.host import HostSampler
-    from allsmi.registry import enabled_only
-    from allsmi.schema import HostSample
 
     start = window.start.timestamp()
     end = min(window.end.timestamp(), time.time())
     path = f"{directory}/ledger.db"
+    declarations = registry.declarations()
     try:  # one cycle per ledger interval, at least 20 s apart
         configured = ledger_settings(config, path_flag=path)
+        # a bad [attribution] fails here, once (this also loads what the workers run)
+        build_attributor(config, simulate=True, declarations=declarations, inline=True).close()
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
     step = step or float(max(20, configured.interval_seconds))
     # Rows as long as both edges of the window allow (a divisor of a quarter hour).
     row = row_seconds or math.gcd(ROLLUP_SECONDS, *(
         int(t) % ROLLUP_SECONDS or ROLLUP_SECONDS for t in (window.start_unix, window.end_unix)))
-    scratch_settings = replace(configured, interval_seconds=row, checkpoint_seconds=0,
-                               retention_days=None, rollup_retention_days=None)
-    now = [start]
-    clock = lambda: now[0]  # noqa: E731
+    job = _Replay(scenario, config, replace(configured, interval_seconds=row, checkpoint_seconds=0,
+                                            retention_days=None, rollup_retention_days=None),
+                  step, directory, declarations,
+                  {name: registry.impersonated(name) for name in scenario.backend_names()}.get)
+    count = workers or _workers(max(1, int((end - start) // chunk_seconds)))
+    length = min(max(chunk_seconds, MAX_CHUNK_SECONDS),
+                 max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
+    chunks = _chunks(start, end, step, row, length)
+    tasks = [(a, b, i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
+    pool = None
+    if count > 1 and len(chunks) > 1:
+        import collections
+        import gc
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
+        import allsmi.backends.simulated  # noqa: F401
+        import allsmi.collector  # noqa: F401
+        pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),
+                                   initializer=_start_worker, initargs=(job,))
     try:
-        recorder = LedgerRecorder(path, config, settings=scratch_settings,
-                                  max_gap_seconds=3 * step)
-        recorder.ledger.scratch()  # deleted on exit: no fsync per interval
-        # The simulated pods and jobs (and any real source configured) are billed too.
-        attributor = build_attributor(config, simulate=True, declarations=registry.declarations(),
-                                      inline=True)
-    except ConfigError as exc:
-        raise Failed("config", str(exc), 2) from None
-
-    class PastHost(HostSampler):
-        """The host of a replayed past: its name (what the ledger records); its CPU and memory
-        then are unknown (``None``), not this machine's now, and are not read every cycle."""
-
-        def sample(self) -> HostSample:
-            return HostSample(hostname=self.hostname)
-
-    backends = enabled_only(simulated_backends(scenario, clock=clock), config.backends_enabled)
-    collector = Collector(backends, config, clock=clock,
-                          timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
-                          host_sampler=PastHost(), inline=True)
-    collector.subscribe(recorder.on_snapshot)
-    try:
-        while now[0] <= end:
-            collector.collect_once()
-            now[0] += step
+        if pool is not None:
+            gc.freeze()  # what the workers inherit is never collected there (nor copied for it)
+            try:  # (the workers are forked by the first submit)
+                futures = collections.deque(pool.submit(_work, *task) for task in tasks)
+            finally:
+                gc.unfreeze()
+            # in order, each chunk's intervals let go of once written
+            results = (futures.popleft().result() for _ in range(len(tasks)))
+        else:
+            results = (_replay_chunk(job, *task) for task in tasks)
+        ledger = Ledger(path, interval_seconds=row)  # (opened after the fork: never shared)
+        try:
+            ledger.scratch()  # deleted on exit: no fsync per write
+            for records, sampled in results:
+                ledger.write(records, sampled)
+        finally:
+            ledger.close()
+    except BaseException as exc:
+        if pool is not None:
+            _stop(pool)
+        from concurrent.futures.process import BrokenProcessPool
+        if isinstance(exc, BrokenProcessPool):
+            raise Failed("source", "a worker process of the simulated bill ended unexpectedly "
+                         "(killed?); nothing was written") from None
+        raise
     finally:
-        collector.close()
-        recorder.close()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return path

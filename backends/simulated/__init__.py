@@ -262,6 +262,8 @@ class SimulatedBackend(Backend):
 
     # -- the model -----------------------------------------------------------
     def _lost(self, scenario: Scenario, unit: _Unit, s: float) -> bool:
+        if not scenario.faults:
+            return False
         ref = f"{unit.spec.backend}:{unit.index}"
         return any(f.type == "lost" and f.device == ref
                    and in_window(s, f.every_seconds, f.duration_seconds) for f in scenario.faults)
@@ -313,8 +315,9 @@ class SimulatedBackend(Backend):
         assert unit.wobble is not None
         span = 0.92 * spec.power_limit_watts - spec.power_idle_watts - unit.wobble.amp
         k = span / 100.0 / len(loads)
-        mean_util = sum(l[1] for l in loads) / len(loads)
-        power = spec.power_idle_watts + unit.wobble.value(s) + k * sum(l[1] for l in loads)
+        total_util = sum(l[1] for l in loads)
+        mean_util = total_util / len(loads)
+        power = spec.power_idle_watts + unit.wobble.value(s) + k * total_util
         energy = None
         if spec.has_energy_counter:
             energy = (spec.power_idle_watts * s + unit.wobble.cumulative(s)

@@ -11,6 +11,7 @@ exact integral of the reported power) and needs no stored state.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -67,13 +68,24 @@ class LoadCycle:
                 + self.amp1 * self.per1 / TAU * (math.cos(self.ph1) - math.cos(TAU * x / self.per1 + self.ph1))
                 + self.amp2 * self.per2 / TAU * (math.cos(self.ph2) - math.cos(TAU * x / self.per2 + self.ph2)))
 
+    @functools.cached_property
+    def _per_job(self) -> float:
+        """∫ utilization over one whole job (a constant of the cycle, asked every sample)."""
+        return self._integral_within(self.active)
+
+    @functools.cached_property
+    def _before_epoch(self) -> float:
+        """:meth:`_from_cycle_origin` of the epoch itself (a constant of the cycle)."""
+        return self._from_cycle_origin(self.offset)
+
+    def _from_cycle_origin(self, u: float) -> float:
+        n = math.floor(u / self.period)
+        r = u - n * self.period
+        return n * self._per_job + self._integral_within(min(r, self.active))
+
     def cumulative(self, s: float) -> float:
         """∫ utilization over [0, s] seconds after the epoch (percent-seconds)."""
-        def from_cycle_origin(u: float) -> float:
-            n = math.floor(u / self.period)
-            r = u - n * self.period
-            return n * self._integral_within(self.active) + self._integral_within(min(r, self.active))
-        return from_cycle_origin(s + self.offset) - from_cycle_origin(self.offset)
+        return self._from_cycle_origin(s + self.offset) - self._before_epoch
 
 
 @dataclass(frozen=True)

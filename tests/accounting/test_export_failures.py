@@ -296,7 +296,8 @@ def test_signal_during_simulate_leaves_no_temporary_directory(tmp_path: Path, si
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the replay never started"
             time.sleep(0.05)
-        time.sleep(0.5)  # well inside the replay (two months take minutes)
+        time.sleep(0.5)  # well inside the replay (two months take a minute)
+        workers = _children(proc.pid)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -308,4 +309,49 @@ def test_signal_during_simulate_leaves_no_temporary_directory(tmp_path: Path, si
     assert list(scratch.iterdir()) == []
     assert not (tmp_path / "bill.csv").exists()
     assert 'allsmi_export_failure_info{reason="interrupted"} 1' in status.read_text()
+    # the replay's worker processes (one per CPU) went with it
+    assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == []
 
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` has forked (Linux's /proc), waiting until it has some."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                 for child in (task / "children").read_text().split()]
+        if found or len(os.sched_getaffinity(0)) < 2:
+            return found
+        assert time.monotonic() < deadline, "the replay started no worker process"
+        time.sleep(0.05)
+
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: the replay forks no worker")
+def test_a_worker_killed_fails_the_simulated_bill_loudly(tmp_path: Path) -> None:
+    """A worker process of the replay that dies (SIGKILL, the OOM killer) fails the export with
+    a message and exit status 1, nothing written, instead of waiting forever for its chunk."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "allsmi", "export", "--simulate", "mixed",
+                             "--since", "2025-01-01", "--until", "2025-03-01", "-o", "bill.csv"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "TMPDIR": str(scratch),
+                                 "XDG_CONFIG_HOME": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 60
+        while not list(scratch.glob("allsmi-export-*/ledger.db")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the replay never started"
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        os.kill(workers[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert b"worker process of the simulated bill ended unexpectedly" in err
+    assert out == b"" and not (tmp_path / "bill.csv").exists()
+    assert list(scratch.iterdir()) == []
+    assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == []

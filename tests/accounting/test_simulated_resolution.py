@@ -103,3 +103,34 @@ def test_long_scratch_rows_bill_what_one_minute_rows_bill(tmp_path, offset, minu
     assert bills["minute"]["observed_device_hours"] > 0
     for name in NUMBERS:
         assert bills["chosen"][name] == pytest.approx(bills["minute"][name], rel=1e-4, abs=1e-6), name
+
+
+def _bill(ledger: str, window: Window) -> dict:
+    out = {}
+    for keys in (("resource_group", "vendor", "model", "host"),
+                 ("resource_group", "namespace", "pod", "job", "user")):
+        report = usage_report(window, keys, parse_config(CONFIG), ledger, None)
+        for r in report.rows:
+            out[(keys, tuple(getattr(r, k, None) for k in keys))] = dataclasses.asdict(r)
+    return out
+
+
+@pytest.mark.parametrize("offset, hours, chunk", [(0, 36, 6 * 3600), (7 * 60, 20, 5 * 3600)])
+def test_chunks_replayed_side_by_side_bill_what_one_long_replay_bills(tmp_path, offset, hours,
+                                                                        chunk) -> None:
+    """The window cut into chunks replayed by two worker processes (whole hours: quarter-hour
+    rows; from hh:07: one-minute rows, chunks cut on their common multiple) books every row of
+    one replay in one process, to the millisecond: each chunk starts with the sample the one
+    before ended with."""
+    window = Window(dt.datetime.fromtimestamp(START + offset, dt.timezone.utc),
+                    dt.datetime.fromtimestamp(START + offset + hours * 3600, dt.timezone.utc))
+    config = parse_config(CONFIG)
+    bills = {}
+    for name, options in (("one", dict(workers=1, chunk_seconds=10**9)),
+                          ("chunked", dict(workers=2, chunk_seconds=chunk))):
+        folder = tmp_path / name
+        folder.mkdir()
+        bills[name] = _bill(simulated_ledger(load_scenario("mixed"), window, config, str(folder),
+                                             **options), window)
+    assert len(bills["one"]) >= 10
+    assert bills["chunked"] == bills["one"]
