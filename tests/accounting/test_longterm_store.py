@@ -106,6 +106,9 @@ def wait_for_rollups(store: str, at: int, count: int, span: int, timeout: float 
         time.sleep(0.5)
 
 
+# alone: two stores scraping the same exporters at their own moments agree within 0.5 % only
+# while scrapes come on time; under other tests' load they came late enough for 0.54-0.58 %
+@pytest.mark.alone
 def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) -> None:
     rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
     with simulated_exporters(tmp_path, CONFIG, count=2, interval=0.25) as serve:
