@@ -46,7 +46,7 @@ def _dumb_terminal() -> bool:
     return os.environ.get("TERM", "") == "dumb"
 
 
-def _plain_only() -> bool:
+def plain_only() -> bool:
     if _not_a_terminal():
         return True
     if _dumb_terminal():
@@ -77,7 +77,7 @@ def run_app(app: Any, **run: Any) -> None:
         raise SystemExit(code)
 
 
-def _print_table_instead(s: Settings) -> None:
+def print_table_instead(s: Settings) -> None:
     """Without a terminal (a pipe, cron) print one snapshot table, as ``allsmi snapshot`` does."""
     from allsmi.cli.snapshot import render
     from allsmi.host import HostSampler
@@ -130,7 +130,7 @@ def run_default(parent: Mapping[str, Any]) -> None:
     ``dashboard_default`` does with no ``--theme`` or ``--sort``)."""
     s = settings(None, None, None, None, parent=parent)
     options = dashboard_options_for(s, None, None)
-    if _plain_only():
-        _print_table_instead(s)
+    if plain_only():
+        print_table_instead(s)
         return
     run_local(s, options)

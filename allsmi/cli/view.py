@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from allsmi.cli.common import Settings, common_options, dashboard_options, fail, settings
-from allsmi.cli.dashboard_run import (_plain_only, _print_table_instead, dashboard_options_for,
+from allsmi.cli.dashboard_run import (plain_only, print_table_instead, dashboard_options_for,
                                       run_app, run_local)
 
 __all__ = ["SOURCE_OPTIONS", "dashboard_default", "run_app", "run_local", "view"]
@@ -81,8 +81,8 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     if not urls and not prometheus:
         if ca_file is not None:
             raise fail("--ca-file applies to --hosts/--hostfile or --prometheus")
-        if _plain_only():
-            _print_table_instead(s)
+        if plain_only():
+            print_table_instead(s)
             return
         run_local(s, options)
         return
@@ -102,7 +102,7 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
         except ValueError as exc:
             raise fail(str(exc)) from None
     try:
-        if _plain_only():
+        if plain_only():
             _print_hosts_instead(source)
             return
         from allsmi.dashboard.app import DashboardApp
@@ -130,7 +130,7 @@ def dashboard_default(theme: str | None, sort: str | None, **opts: Any) -> None:
     """The local dashboard, as plain ``allsmi`` opens it (group options apply)."""
     s = settings(**opts)
     options = _options(s, theme, sort)
-    if _plain_only():
-        _print_table_instead(s)
+    if plain_only():
+        print_table_instead(s)
         return
     run_local(s, options)

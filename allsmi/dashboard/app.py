@@ -16,12 +16,12 @@ import contextvars
 import gc
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import ContentSwitcher, DataTable, Input, Static
+from textual.widgets import ContentSwitcher, Input, Static
 
 from allsmi.config import Config
 from allsmi.formatting import NA
@@ -38,10 +38,13 @@ from .keynames import install as install_key_names
 from .model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention
 from .options import DashboardOptions
 from .footer import KeyFooter
-from .panels import TOTALS_COLUMNS, DetailPanel, DiffTable, ProcessTable, SummaryBar
+from .panels import TOTALS_COLUMNS, DetailPanel, ProcessTable, SummaryBar
 from .render import Palette
 from .sources import HostState, Source
 from .totals import Totals
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
 
 VIEWS = ("devices", "groups", "idle", "cluster")
 #: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
@@ -136,6 +139,7 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
             return Vertical(DeviceTable(id="device-table"),
                             Horizontal(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
                             id="devices")
+        from .difftable import DiffTable  # the DataTable views: imported on their first use
         if view == "groups":
             return Vertical(Static("Resource groups", classes="section-title"),
                             DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),

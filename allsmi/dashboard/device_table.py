@@ -31,10 +31,9 @@ from .columns import (Column, RowContext, RowText, columns_for, describe_device,
 from .model import DeviceRef
 from .render import safe_text
 from .tablerows import PAD, UNSET, Row, plain_line, render_cell
-from .safetable import SafeTable  # noqa: F401  (re-exported for the panels)
 
 # The columns and the panels' table live in their own modules; importers find them here too.
-__all__ = ["Column", "DeviceTable", "RowContext", "RowText", "SafeTable", "columns_for",
+__all__ = ["Column", "DeviceTable", "RowContext", "RowText", "columns_for",
            "describe_device", "parent_names"]
 
 class DeviceTable(ScrollView, can_focus=True):

@@ -2,7 +2,7 @@
 
 The node view's table and panels are line-based and repaint only what changed
 (:mod:`allsmi.dashboard.device_table`, :mod:`allsmi.dashboard.lines`); the
-resource-group, idle and cluster views are :class:`~allsmi.dashboard.panels.DiffTable`
+resource-group, idle and cluster views are :class:`~allsmi.dashboard.difftable.DiffTable`
 tables fed whole rows.
 """
 
@@ -21,7 +21,7 @@ from .device_table import DeviceTable, RowContext, parent_names
 from .hosts import host_detail, host_rows, problem_width
 from .model import DeviceRef, EnergyMeter, Filter, History, apply_filter, order_devices, refs_of
 from .options import DashboardOptions
-from .panels import MAX_PROCESS_ROWS, DetailPanel, DiffTable, ProcessTable, SummaryBar, totals_cells
+from .panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, totals_cells
 from .render import Palette, safe, safe_text
 from .sources import HostState
 from .summary import summary_lines
@@ -135,6 +135,7 @@ class ViewDrawing:
         return self.source.cluster and not getattr(self.source, "detailed", True)
 
     def _show_totals(self, group_id: str, vendor_id: str, refs: Sequence[DeviceRef]) -> None:
+        from .difftable import DiffTable  # these views' tables: imported with the views
         if self._fleet_totals_only() and group_id.startswith("#cluster"):
             fleet = self.source.totals  # type: ignore[attr-defined]
             groups = list(fleet("resource_group").values())
@@ -153,6 +154,7 @@ class ViewDrawing:
             (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False)) for t in vendors)
 
     def _show_hosts(self) -> None:
+        from .difftable import DiffTable
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         table = self.query_one("#host-table", DiffTable)
         table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
@@ -160,6 +162,7 @@ class ViewDrawing:
         self._show_host_detail()
 
     def _show_host_detail(self) -> None:
+        from .difftable import DiffTable
         table = self.query_one("#host-table", DiffTable)
         key = None
         if table.row_count and 0 <= table.cursor_row < table.row_count:

@@ -1,7 +1,7 @@
 """The idle view's cells: one row per holder of allocated-but-idle devices (key ``i``).
 
 Pure functions from :class:`allsmi.dashboard.idle.IdleRow` to table cells and lines of text;
-the app puts them in a :class:`allsmi.dashboard.panels.DiffTable`.
+the app puts them in a :class:`allsmi.dashboard.difftable.DiffTable`.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class IdleView:
 
     def _show_idle(self) -> None:
         from .idle import order_rows
-        from .panels import DiffTable
+        from .difftable import DiffTable
         from textual.widgets import Static
         app: Any = self
         flt: Filter = app.filter

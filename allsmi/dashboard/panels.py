@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Sequence
+from typing import Any
 
 from rich.text import Text
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
-from allsmi.schema import DeviceSample, ProcessSample, Workload
+from allsmi.schema import DeviceSample, Workload
 
-from .device_table import RowContext, RowText, SafeTable, describe_device
+from .device_table import RowContext, describe_device
 from .model import DeviceRef, memory_percent
 from .totals import Totals
 from .lines import TextLines
+from .process_table import MAX_PROCESS_ROWS, ProcessTable, holder_id  # noqa: F401  (the panels)
 from .render import Palette, core_strip, safe, safe_text, spark
 
 
@@ -154,145 +155,6 @@ def workload_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str]
     if len(works) > MAX_WORKLOAD_LINES:
         out[-1] += ((f"  (+{len(works) - MAX_WORKLOAD_LINES} more)", "dim"),)
     return out
-
-
-class DiffTable(SafeTable):
-    """A DataTable fed whole rows; only changed cells are rewritten."""
-
-    def __init__(self, columns: Sequence[tuple[str, str, int | None]], **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
-        self._spec = list(columns)
-        self._rows: dict[str, tuple[Hashable, ...]] = {}
-        self._heights: dict[str, int] = {}
-        """Lines of each row (a cell with line breaks makes a taller row)."""
-        self._order: list[str] = []
-
-    def on_mount(self) -> None:
-        for key, label, width in self._spec:
-            self.add_column(label, key=key, width=width)
-
-    def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
-        """Show ``rows`` (row key, cells) in this order."""
-        rows = list(rows)
-        count = self._update_count
-        wanted = {key for key, _ in rows}
-        gone = [k for k in self._rows if k not in wanted]
-        if len(gone) > 16 and 2 * len(gone) > len(self._rows):  # most rows go: start afresh
-            self.clear()
-            self._rows, self._order, self._heights = {}, [], {}
-            gone = []
-        for key in gone:
-            self.remove_row(key)
-            del self._rows[key]
-            self._heights.pop(key, None)
-        for key, cells in rows:
-            cells = (_keyed(cells[0], key), *cells[1:])
-            frozen = tuple(_freeze(c) for c in cells)
-            old = self._rows.get(key)
-            height = 1 + max((c.plain.count("\n") for c in cells if isinstance(c, Text)), default=0)
-            if old is not None and height != self._heights.get(key, 1):  # a row's height is fixed
-                self.remove_row(key)
-                old = None
-            self._heights[key] = height
-            if old is None:
-                self.add_row(*cells, key=key, height=height)
-            elif old != frozen:
-                for (column, _label, width), cell, before, after in zip(self._spec, cells, old, frozen):
-                    if before != after:
-                        self.update_cell(key, column, cell, update_width=width is None)
-            self._rows[key] = frozen
-        order = [key for key, _ in rows]
-        if order != self._order:
-            position = {key: i for i, key in enumerate(order)}
-            self._sort_by(position)
-            self._order = order
-        if self._update_count != count:
-            # DataTable keys its render caches by an update counter that every change bumps:
-            # entries of earlier counts are never read again, yet stay until the caches are full
-            # (1,000 lines and rows, 10,000 cells): a panel that changes every second grows by
-            # its whole size a second for minutes. Dropped here; the new count has none yet.
-            self._clear_caches()
-
-    def _sort_by(self, position: dict[str, int]) -> None:
-        first = self._spec[0][0]
-        self.sort(first, key=lambda cell: position[cell.row_key])
-
-    @property
-    def row_keys(self) -> list[str]:
-        """Row keys in display order."""
-        return list(self._order)
-
-
-def _keyed(cell: Any, key: str) -> RowText:
-    """The first cell as a :class:`RowText`, so rows can be sorted by key."""
-    if isinstance(cell, Text):
-        return RowText(cell.plain, key, style=str(cell.style), justify=cell.justify)
-    return RowText(str(cell), key)
-
-
-def _freeze(cell: Any) -> Hashable:
-    if isinstance(cell, Text):
-        return (cell.plain, str(cell.style), tuple((s.start, s.end, str(s.style)) for s in cell.spans))
-    return cell
-
-
-#: The processes panel shows at most this many processes (the biggest by memory); its title
-#: says how many there are. A host of 4096 devices x 30 processes is 122,880.
-MAX_PROCESS_ROWS = 100
-
-
-class ProcessTable(DiffTable):
-    """Processes on the selected device (and its partitions) or on every device shown."""
-
-    #: The device comes before the command, as wide as it needs (``host:index`` in a cluster), so
-    #: that which device a process runs on is never cut off; the command takes the rest.
-    COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
-               ("device", "device", None), ("util", "util", 5), ("job", "job / pod", 12),
-               ("command", "command", 40))
-    """``util`` is the process's share of the device's compute engines over the last interval
-    (``ProcessSample.utilization_percent``: NVIDIA %SM, AMD GFX time), ``N/A`` when the vendor
-    does not report it."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(self.COLUMNS, **kwargs)
-
-    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> int:
-        """Processes of ``refs``, biggest memory first: the :data:`MAX_PROCESS_ROWS` biggest,
-        chosen without building a row for the others. Returns how many processes there are."""
-        sizes = [p.memory_bytes or 0 for ref in refs for p in ref.device.processes or ()]
-        total = len(sizes)
-        smallest = 0
-        if total > MAX_PROCESS_ROWS:  # the size of the Nth biggest: one sort of plain ints
-            sizes.sort()
-            smallest = sizes[-MAX_PROCESS_ROWS]
-        del sizes
-        biggest = [(ref, p) for ref in refs for p in ref.device.processes or ()
-                   if (p.memory_bytes or 0) >= smallest]
-        rows: list[tuple[int, str, tuple[Any, ...]]] = []
-        if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first by key
-            biggest.sort(key=lambda c: (-(c[1].memory_bytes or 0), f"{c[0].key}\x1e{c[1].pid}"))
-            del biggest[MAX_PROCESS_ROWS:]
-        for ref, proc in biggest:
-            dev = ref.device
-            where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
-            if host_label:
-                where = f"{names.get(ref.host, ref.host)}:{dev.index if dev.index is not None else NA}"
-            rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
-        rows.sort(key=lambda r: (r[0], r[1]))
-        self.set_rows((key, cells) for _, key, cells in rows)
-        return total
-
-    @staticmethod
-    def cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
-        return (Text(str(proc.pid), justify="right"), proc.user or NA,
-                Text(human_bytes(proc.memory_bytes), justify="right"), where,
-                Text(percent(proc.utilization_percent), justify="right"), holder_id(proc),
-                proc.command or NA)
-
-
-def holder_id(proc: ProcessSample) -> str:
-    """The process's batch job id, else its pod's uid (from its cgroup), else ``-``."""
-    return proc.job_id or proc.pod_uid or "-"
 
 
 TOTALS_COLUMNS = (("name", "name", 12), ("devices", "devices", 8), ("util", "util", 5),

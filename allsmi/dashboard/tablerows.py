@@ -47,10 +47,15 @@ UNSET: Any = object()
 def render_cell(column: Column, value: Any, console: Console) -> list[Segment]:
     """A cell's segments: ``value`` made safe, cut or padded to the column's width, with
     :data:`PAD` spaces on each side."""
+    return render_width(value, column.width, console)
+
+
+def render_width(value: Any, width: int, console: Console) -> list[Segment]:
+    """:func:`render_cell` for a column ``width`` cells wide."""
     text = safe_text(value)
-    if text.cell_len > column.width:
-        text.truncate(column.width, overflow="crop")  # a wide character may leave one cell
-    room = column.width - text.cell_len
+    if text.cell_len > width:
+        text.truncate(width, overflow="crop")  # a wide character may leave one cell
+    room = width - text.cell_len
     if room > 0:
         if text.justify == "right":
             text.pad_left(room)

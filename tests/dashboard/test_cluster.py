@@ -17,7 +17,7 @@ import pytest
 from allsmi.dashboard.app import DashboardApp
 from allsmi.dashboard.cluster import (ClusterSource, Endpoint, FetchError, HostfileError, fetch_snapshot,
                                       parse_endpoint, read_hostfile)
-from allsmi.dashboard.panels import DiffTable
+from allsmi.dashboard.difftable import DiffTable
 from allsmi.output import to_json
 from allsmi.schema import Snapshot
 

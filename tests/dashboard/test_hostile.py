@@ -15,7 +15,7 @@ import pytest
 
 from allsmi.dashboard.app import DashboardApp
 from allsmi.dashboard.cluster import ClusterSource, FetchError, fetch_host, parse_endpoint
-from allsmi.dashboard.panels import DiffTable
+from allsmi.dashboard.difftable import DiffTable
 from allsmi.dashboard.prometheus import PrometheusError, PrometheusSource, make_query
 from allsmi.dashboard.sources import StaticSource
 from allsmi.output import snapshot_dict, to_json

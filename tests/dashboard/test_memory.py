@@ -4,7 +4,7 @@ pile up (benchmarks/dashboard.py measures the resident memory itself)."""
 from __future__ import annotations
 
 from allsmi.dashboard.footer import KeyFooter
-from allsmi.dashboard.panels import DiffTable
+from allsmi.dashboard.difftable import DiffTable
 
 from .conftest import make_app, play_all
 from .fixtures import simulated_snapshots
@@ -30,20 +30,56 @@ async def test_hidden_views_and_the_filter_box_are_built_on_first_use() -> None:
         assert app.query_one("#filter").has_class("-visible")
 
 
-async def test_process_panel_render_caches_stay_flat_while_values_change() -> None:
-    """DataTable keys its line, row and cell caches by an update counter; the panel drops the
-    entries of past counts at each change instead of keeping up to 10,000 cells of them."""
+async def test_process_panel_keeps_only_the_rows_shown_and_draws_only_lines_on_screen() -> None:
+    """The processes panel is line-based (no DataTable caches keyed by an update counter):
+    it holds one row per process shown, renders only cells whose value changed and only on
+    lines on screen, and forgets the processes that went."""
     snaps = simulated_snapshots(30, step=1.0)
     app, source = make_app(snaps)
     app.process_scope = "all"
     async with app.run_test(size=(200, 60)) as pilot:
-        sizes = []
+        table = app.process_table
         for _ in range(len(snaps) - 1):
             source.advance()
             app.poll()
             await pilot.pause()
-            table = app.process_table
-            sizes.append((len(table._line_cache), len(table._cell_render_cache)))
-        assert table.row_count > 10
-        lines, cells = zip(*sizes[5:])
-        assert max(lines) <= 60 and max(cells) <= 60 * len(table.columns), sizes
+            assert set(table._rows) == set(table.row_keys) == set(table._values)
+            assert set(table._stale) <= set(table.row_keys)
+        height = table.scrollable_content_region.height
+        assert table.row_count > height  # more processes than lines: some never drawn
+        drawn = [key for key in table.row_keys if key not in table._stale]
+        assert len(drawn) <= height
+        before = table.lines_rendered
+        app.poll()  # the same snapshot again: nothing changed, nothing drawn
+        await pilot.pause()
+        assert table.lines_rendered == before
+
+
+async def test_the_node_view_runs_without_datatable() -> None:
+    """The node view (device table, processes panel) is line-based: Textual's DataTable
+    module is imported only with the views that use it (a fresh interpreter)."""
+    import subprocess
+    import sys
+    code = """
+import asyncio, sys
+sys.path.insert(0, "tests")
+from dashboard.conftest import make_app, play_all
+from dashboard.fixtures import simulated_snapshots
+async def main():
+    app, source = make_app(simulated_snapshots(3, step=1.0))
+    app.process_scope = "all"
+    async with app.run_test(size=(200, 60)) as pilot:
+        await play_all(app, source, pilot)
+        assert app.process_table.row_count > 0
+        print("node", "textual.widgets._data_table" in sys.modules)
+        app.action_view("groups")
+        await pilot.pause()
+        print("groups", "textual.widgets._data_table" in sys.modules)
+asyncio.run(main())
+"""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["node", "False", "groups", "True"], out.stdout

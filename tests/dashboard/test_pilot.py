@@ -9,7 +9,8 @@ import pytest
 from allsmi.dashboard.app import DashboardApp
 from allsmi.dashboard.help import HelpScreen, key_label
 from allsmi.dashboard.model import sort_value
-from allsmi.dashboard.panels import DiffTable, ProcessTable
+from allsmi.dashboard.difftable import DiffTable
+from allsmi.dashboard.panels import ProcessTable
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 

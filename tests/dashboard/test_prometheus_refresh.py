@@ -218,8 +218,8 @@ async def test_the_cluster_processes_panel_shows_each_process_utilization_from_p
             await pilot.pause()
             table = app.process_table
             assert table.row_count > 0
-            cells = {str(k.value).rsplit("\x1e", 1)[1]: [str(c) for c in table.get_row(k)]
-                     for k in table.rows}
+            cells = {k.rsplit("\x1e", 1)[1]: [str(c) for c in table.get_row(k)]
+                     for k in table.row_keys}
             for proc in busy[:5]:
                 row = cells.get(str(proc.pid))
                 if row is not None:  # among the biggest shown

@@ -1,0 +1,339 @@
+"""The processes panel: one line per process, drawn line by line, only where something changed.
+
+A line-based widget (Textual's ``ScrollView`` with ``render_line``), as the device
+table is, not a ``DataTable``: a ``DataTable`` keeps a row object, a cell
+render cache, a line cache and row/column key maps of its own on top of the
+cells, and renders every visible row again when one cell changes. Here each
+process keeps, per cell, the value it was drawn from and its segments
+(:class:`~allsmi.dashboard.tablerows.Row`); a refresh compares the new cells
+with those, renders again only the cells that changed (and only when their line
+is on screen) and repaints only their lines. A new order repaints the visible
+lines once. Every cell passes through :func:`~allsmi.dashboard.render.safe_text`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Hashable, Iterable, Sequence
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from allsmi.formatting import NA, human_bytes, percent
+from allsmi.schema import ProcessSample
+
+from .columns import describe_device
+from .model import DeviceRef
+from .render import safe_text
+from .tablerows import PAD, Row, plain_line, render_width
+
+#: The processes panel shows at most this many processes (the biggest by memory); its title
+#: says how many there are. A host of 4096 devices x 30 processes is 122,880.
+MAX_PROCESS_ROWS = 100
+
+
+def holder_id(proc: ProcessSample) -> str:
+    """The process's batch job id, else its pod's uid (from its cgroup), else ``-``."""
+    return proc.job_id or proc.pod_uid or "-"
+
+
+def _freeze(cell: Any) -> Hashable:
+    if isinstance(cell, Text):
+        return (cell.plain, str(cell.style), cell.justify,
+                tuple((s.start, s.end, str(s.style)) for s in cell.spans))
+    return cell
+
+
+class ProcessTable(ScrollView, can_focus=True):
+    """Processes on the selected device (and its partitions) or on every device shown
+    (header line fixed, rows scrolling beneath it; a row cursor, as the device table's)."""
+
+    #: The device comes before the command, as wide as it needs (``host:index`` in a cluster), so
+    #: that which device a process runs on is never cut off; the command takes the rest.
+    COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
+               ("device", "device", None), ("util", "util", 5), ("job", "job / pod", 12),
+               ("command", "command", 40))
+    """``util`` is the process's share of the device's compute engines over the last interval
+    (``ProcessSample.utilization_percent``: NVIDIA %SM, AMD GFX time), ``N/A`` when the vendor
+    does not report it. A width of ``None``: as wide as the widest cell shown."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"process-table--header", "process-table--cursor"}
+
+    DEFAULT_CSS = """
+    ProcessTable {
+        background: $surface;
+        color: $foreground;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .process-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .process-table--header { background-tint: $foreground 5%; }
+        }
+        & > .process-table--header { text-style: bold; background: $panel; color: $foreground; }
+        &:ansi > .process-table--header { background: ansi_bright_blue; color: ansi_default; }
+        & > .process-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        &:nocolor > .process-table--cursor { text-style: reverse; }
+        &:nocolor > .process-table--header { text-style: bold underline; }
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home,ctrl+home", "scroll_top", "First row", show=False),
+        Binding("end,ctrl+end", "scroll_bottom", "Last row", show=False),
+        Binding("left", "scroll_left", "Left", show=False),
+        Binding("right", "scroll_right", "Right", show=False),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._widths = [width or len(label) for _, label, width in self.COLUMNS]
+        self._table_width = sum(w + 2 * PAD for w in self._widths)
+        self._rows: dict[str, Row] = {}
+        self._values: dict[str, tuple[Any, ...]] = {}
+        """Each row's cells as last shown (rendered when their line is drawn)."""
+        self._stale: dict[str, list[int]] = {}
+        """Cells of a row whose value changed since they were rendered."""
+        self._auto: dict[str, list[int]] = {}
+        """Each row's cell widths in the auto-width columns."""
+        self._order: list[str] = []
+        self._header: Strip | None = None
+        self._cursor = 0
+        self._pass_styles: tuple[Style, Style, Style, Style] | None = None
+        self.lines_rendered = 0
+        """Lines handed to Textual since the table was built (for tests and the benchmark)."""
+
+    # -- the data side -------------------------------------------------------------------
+    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> int:
+        """Processes of ``refs``, biggest memory first: the :data:`MAX_PROCESS_ROWS` biggest,
+        chosen without building a row for the others. Returns how many processes there are."""
+        sizes = [p.memory_bytes or 0 for ref in refs for p in ref.device.processes or ()]
+        total = len(sizes)
+        smallest = 0
+        if total > MAX_PROCESS_ROWS:  # the size of the Nth biggest: one sort of plain ints
+            sizes.sort()
+            smallest = sizes[-MAX_PROCESS_ROWS]
+        del sizes
+        biggest = [(ref, p) for ref in refs for p in ref.device.processes or ()
+                   if (p.memory_bytes or 0) >= smallest]
+        rows: list[tuple[int, str, tuple[Any, ...]]] = []
+        if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first by key
+            biggest.sort(key=lambda c: (-(c[1].memory_bytes or 0), f"{c[0].key}\x1e{c[1].pid}"))
+            del biggest[MAX_PROCESS_ROWS:]
+        for ref, proc in biggest:
+            dev = ref.device
+            where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
+            if host_label:
+                where = f"{names.get(ref.host, ref.host)}:{dev.index if dev.index is not None else NA}"
+            rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
+        rows.sort(key=lambda r: (r[0], r[1]))
+        self.set_rows((key, cells) for _, key, cells in rows)
+        return total
+
+    @staticmethod
+    def cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
+        return (Text(str(proc.pid), justify="right"), proc.user or NA,
+                Text(human_bytes(proc.memory_bytes), justify="right"), where,
+                Text(percent(proc.utilization_percent), justify="right"), holder_id(proc),
+                proc.command or NA)
+
+    def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        """Show ``rows`` (row key, cells in :attr:`COLUMNS` order) in this order; only the
+        lines whose cells changed are repainted."""
+        rows = list(rows)
+        order = [key for key, _ in rows]
+        reordered = order != self._order
+        if reordered:
+            wanted = set(order)
+            for gone in [k for k in self._rows if k not in wanted]:
+                for held in (self._rows, self._values, self._stale, self._auto):
+                    held.pop(gone, None)
+        auto = [i for i, (_, _, width) in enumerate(self.COLUMNS) if width is None]
+        changed: list[str] = []
+        size = len(self.COLUMNS)
+        for key, cells in rows:
+            row = self._rows.get(key)
+            if row is None:
+                row = self._rows[key] = Row(size)
+            moved = [i for i, cell in enumerate(cells) if row.keys[i] != _freeze(cell)]
+            if moved:
+                for i in moved:
+                    row.keys[i] = _freeze(cells[i])
+                self._stale.setdefault(key, []).extend(moved)
+                self._values[key] = tuple(cells)
+                self._auto[key] = [safe_text(cells[i]).cell_len for i in auto]
+                changed.append(key)
+        self._order = order
+        widths = list(self._widths)
+        for n, i in enumerate(auto):
+            label = self.COLUMNS[i][1]
+            widths[i] = max([len(label)] + [lens[n] for lens in self._auto.values()])
+        if widths != self._widths:  # an auto-width column grew or shrank: every cell again
+            self._widths = widths
+            self._table_width = sum(w + 2 * PAD for w in widths)
+            self._header = None
+            for key in self._order:
+                self._rows[key] = Row(size)
+                self._stale[key] = list(range(size))
+            reordered = True
+        self.virtual_size = Size(self._table_width, len(self._order) + 1)
+        if self._cursor >= len(self._order):
+            self._cursor = max(0, len(self._order) - 1)
+            reordered = True
+        if reordered:
+            self.refresh()  # every visible line may show another process now
+            return
+        position = {key: i for i, key in enumerate(order)} if changed else {}
+        for key in changed:
+            self._refresh_row(position[key])
+
+    def _draw_row(self, key: str) -> Row:
+        """The row of ``key`` with its changed cells rendered."""
+        row = self._rows[key]
+        stale = self._stale.pop(key, None)
+        if stale:
+            values = self._values[key]
+            console = self.app.console
+            for i in set(stale):
+                value = values[i]  # rendering pads and cuts a Text: a copy keeps the value whole
+                row.cells[i] = render_width(value.copy() if isinstance(value, Text) else value,
+                                            self._widths[i], console)
+                row.styled[i] = None
+            row.line = None
+            row.strip = Strip([s for cell in row.cells for s in cell], self._table_width)
+        return row
+
+    def _refresh_row(self, index: int) -> None:
+        y = index + 1 - int(self.scroll_y)
+        if 1 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    # -- what tests and the app read --------------------------------------------------------
+    @property
+    def row_keys(self) -> list[str]:
+        """Row keys in display order."""
+        return list(self._order)
+
+    @property
+    def row_count(self) -> int:
+        """How many processes the panel holds (on screen or not)."""
+        return len(self._order)
+
+    @property
+    def columns(self) -> list[tuple[str, str, int]]:
+        """(id, label, width) of each column, as drawn now."""
+        return [(key, label, width) for (key, label, _), width in zip(self.COLUMNS, self._widths)]
+
+    @property
+    def cursor_row(self) -> int:
+        """Index of the highlighted row."""
+        return self._cursor
+
+    def get_row(self, row_key: str) -> list[Text]:
+        """The texts a row shows now, one per column."""
+        return [safe_text(c.copy() if isinstance(c, Text) else c) for c in self._values[row_key]]
+
+    # -- cursor and keys -----------------------------------------------------------------
+    def move_cursor(self, *, row: int, animate: bool = False, scroll: bool = True) -> None:
+        """Highlight row ``row`` (clamped), scrolling it into view."""
+        row = max(0, min(row, len(self._order) - 1))
+        if row != self._cursor:
+            self._refresh_row(self._cursor)
+            self._refresh_row(row)
+        self._cursor = row
+        if scroll:
+            height = max(1, self.scrollable_content_region.height - 1)
+            top = int(self.scroll_y)
+            if row < top:
+                self.scroll_to(y=row, animate=False, force=True)
+            elif row >= top + height:
+                self.scroll_to(y=row - height + 1, animate=False, force=True)
+
+    def action_cursor_up(self) -> None:
+        self.move_cursor(row=self._cursor - 1)
+
+    def action_cursor_down(self) -> None:
+        self.move_cursor(row=self._cursor + 1)
+
+    def action_page_up(self) -> None:
+        self.move_cursor(row=self._cursor - max(1, self.scrollable_content_region.height - 1))
+
+    def action_page_down(self) -> None:
+        self.move_cursor(row=self._cursor + max(1, self.scrollable_content_region.height - 1))
+
+    def action_scroll_top(self) -> None:
+        self.move_cursor(row=0)
+
+    def action_scroll_bottom(self) -> None:
+        self.move_cursor(row=len(self._order) - 1)
+
+    async def _on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y == 0:
+            return
+        row = int(self.scroll_y) + offset.y - 1
+        if 0 <= row < len(self._order):
+            self.move_cursor(row=row)
+            event.stop()
+
+    # -- drawing -------------------------------------------------------------------------
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._header = None  # a theme change: the header's and rows' styles again
+
+    def render_lines(self, crop: Any) -> list[Strip]:
+        base = self.rich_style
+        header = self.get_component_rich_style("process-table--header")
+        cursor = self.get_component_rich_style("process-table--cursor")
+        self._pass_styles = (base, base + header, base + cursor,
+                             Style.from_color(cursor.color, cursor.bgcolor))
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        base, header, cursor, cursor_post = self._pass_styles or (self.rich_style,) * 3 + (Style(),)
+        self.lines_rendered += 1
+        if y == 0:
+            strip, style, post = self._header_strip(), header, None
+        else:
+            index = scroll_y + y - 1
+            if index >= len(self._order):
+                return Strip.blank(width, base)
+            row = self._draw_row(self._order[index])
+            if index != self._cursor and scroll_x == 0 and width >= self._table_width:
+                return plain_line(row, base, width, self._table_width)
+            strip = row.strip or Strip.blank(self._table_width)
+            style, post = (cursor, cursor_post) if index == self._cursor else (base, None)
+        room = width - self._table_width
+        if scroll_x == 0 and room >= 0:
+            segments = [*strip, Segment(" " * room)] if room else list(strip)
+        else:
+            segments = list(strip.extend_cell_length(scroll_x + width).crop(scroll_x, scroll_x + width))
+        return Strip(Segment.simplify(Segment.apply_style(segments, style, post)), width)
+
+    def _header_strip(self) -> Strip:
+        if self._header is None:
+            console = self.app.console
+            segments = [s for (_, label, _), width in zip(self.COLUMNS, self._widths)
+                        for s in render_width(Text(label), width, console)]
+            self._header = Strip(segments, self._table_width)
+        return self._header
+
+
+__all__ = ["MAX_PROCESS_ROWS", "ProcessTable", "holder_id"]
