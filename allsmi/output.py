@@ -18,7 +18,6 @@ from allsmi.fields import DEVICE_COLUMNS, PROCESS_COLUMNS, PROCESS_DEVICE_COLUMN
 from allsmi.formatting import csv_cell
 from allsmi.schema import (BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot,
                            Workload)
-from allsmi.snapshot_parse import SnapshotFormatError, parse_snapshot
 
 
 def rfc3339(snapshot: Snapshot) -> str:
@@ -156,6 +155,7 @@ def snapshot_from_dict(data: Any, problems: list[str] | None = None) -> Snapshot
     A top-level ``"process_details": false`` (an exporter that withholds users
     and command lines) becomes ``Snapshot.process_details``.
     """
+    from allsmi.snapshot_parse import parse_snapshot  # only readers of snapshots need the parser
     snapshot = parse_snapshot(data, problems)
     details = data.get("process_details", True)
     if not isinstance(details, bool):
@@ -164,3 +164,12 @@ def snapshot_from_dict(data: Any, problems: list[str] | None = None) -> Snapshot
                             "taken as true")
         details = True
     return snapshot if details else dataclasses.replace(snapshot, process_details=False)
+
+
+def __getattr__(name: str) -> Any:
+    """``SnapshotFormatError`` from :mod:`allsmi.snapshot_parse`, imported on first use: the
+    parser's module costs ~2.5 ms of every ``allsmi snapshot`` start, which only writes."""
+    if name == "SnapshotFormatError":
+        from allsmi.snapshot_parse import SnapshotFormatError
+        return SnapshotFormatError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
