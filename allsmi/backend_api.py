@@ -178,6 +178,18 @@ class Backend(abc.ABC):
         the vendor is absent.
         """
 
+    def quick_probe(self) -> ProbeResult | None:
+        """:meth:`probe`'s answer where the vendor is certainly absent, found from files and
+        ``PATH`` alone (no vendor library loaded, no tool run: it never blocks); ``None`` where
+        the vendor may be present, and :meth:`probe` must decide. Never raises.
+
+        The collector asks it on its own thread before it gives the backend a worker thread:
+        a machine without the vendor's hardware then runs no thread for that backend (a thread
+        holds ~80 KiB of resident memory), and asks again every ``REPROBE_SECONDS``. The
+        default, ``None``, always leaves the question to :meth:`probe`.
+        """
+        return None
+
     @abc.abstractmethod
     def open(self) -> None:
         """Initialise the vendor interface and read static facts once.

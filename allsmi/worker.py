@@ -64,6 +64,15 @@ class SingleFlight(Generic[T]):
         self._wake.set()
         return True
 
+    def settle(self, outcome: T) -> bool:
+        """Record ``outcome`` as the last call's, for a caller that answered without a call
+        (see ``BackendRunner.start_call``); ``False``, recording nothing, while a call runs."""
+        with self._lock:
+            if self._busy_since is not None:
+                return False
+            self._outcome = outcome
+            return True
+
     def busy_for(self) -> float | None:
         """Seconds the current call has been running, or ``None`` when idle."""
         since = self._busy_since

@@ -289,3 +289,61 @@ def test_inline_collector_calls_backends_in_the_collecting_thread() -> None:
         threaded.close()
         inline.close()
     assert _threading.active_count() <= before + len(threaded.runners)
+
+
+class _Appearing(_Quick):
+    """A vendor absent until ``present`` is set: its quick_probe decides from 'the files'."""
+
+    name = "appearing"
+    present = False
+
+    def quick_probe(self) -> ProbeResult | None:
+        self.quick_probes = getattr(self, "quick_probes", 0) + 1
+        return None if self.present else ProbeResult(False, "no absent-vendor device node", {"searched": "/dev/x*"})
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(self.present, "" if self.present else "no absent-vendor device node")
+
+
+def test_an_absent_vendor_gets_no_thread_until_its_hardware_appears() -> None:
+    absent, quick = _Appearing(), _Quick()
+    collector = Collector([quick, absent], timeout_seconds=1.0)
+    runner = next(r for r in collector.runners if r.name == "appearing")
+    runner.reprobe_seconds = 0.2
+    try:
+        snap = collector.collect_once()
+        status = {b.name: b for b in snap.backends}
+        assert status["appearing"].status == "unavailable"
+        assert status["appearing"].message == "no absent-vendor device node"
+        assert status["quick"].status == "ok" and len(snap.devices) == 2
+        assert runner.probe_result is not None and runner.probe_result.details == {"searched": "/dev/x*"}
+        assert "allsmi-backend-appearing" not in _threads(), "a thread for a vendor that is not here"
+        collector.collect_once()  # within the re-probe delay: the answer stands, not asked again
+        assert absent.quick_probes == 1
+        absent.present = True  # the driver is loaded: the next re-probe opens it on its thread
+        assert _eventually(lambda: len(collector.collect_once().devices) == 4, timeout=10.0)
+        assert "allsmi-backend-appearing" in _threads() and absent.opened == 1
+    finally:
+        collector.close()
+    assert _no_threads_left(), _threads()
+
+
+def test_the_vendor_backends_know_their_absence_without_their_library(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every built-in backend answers quick_probe on a machine without its hardware (this one)
+    as its probe() does, and none imports its vendor binding for it."""
+    from allsmi import registry
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for name in ("ALLSMI_HL_SMI", "ALLSMI_FURIOSA_SMI", "ALLSMI_RBLN_SMI", "ALLSMI_TT_SMI"):
+        monkeypatch.delenv(name, raising=False)
+    answered = set()
+    for name in registry.hardware_names():
+        backend = registry.load(name)()
+        quick = backend.quick_probe()
+        if quick is None:  # "may be present": allowed (e.g. a binding already imported by tests)
+            continue
+        answered.add(name)
+        probe = backend.probe()
+        assert not quick.available and not probe.available, name
+        assert quick.reason == probe.reason, name
+    assert {"gaudi", "furiosa", "rebellions", "tenstorrent"} <= answered  # they only look for a tool

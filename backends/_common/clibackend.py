@@ -67,6 +67,12 @@ class CliToolBackend(Backend):
         """What the probe reports besides the tool's path (nothing by default)."""
         return {}
 
+    def quick_probe(self) -> ProbeResult | None:
+        """:meth:`probe` itself where it says absent: it only looks for the tool (files and
+        ``PATH``), it runs nothing."""
+        result = self.probe()
+        return None if result.available else result
+
     def probe(self) -> ProbeResult:
         """Available when the tool is found; runs nothing and never raises."""
         try:

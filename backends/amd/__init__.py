@@ -141,6 +141,16 @@ class AmdBackend(Backend):
             self._engine = EngineUsage()
         return module
 
+    def quick_probe(self) -> ProbeResult | None:
+        """Absent when there is no AMD device node and no ``libamd_smi.so`` where amdsmi looks
+        (:func:`allsmi.backends.amd.loader.quick_absence`; amdsmi not imported)."""
+        known = self._initialised or self._module is not None or self._loader is not load_amdsmi
+        absent = None if known else quick_absence(self.device_nodes)
+        if absent is None:
+            return None
+        version = package_version()
+        return ProbeResult(False, absent[0], {**({"amdsmi_package": version} if version else {}), **absent[1]})
+
     def probe(self) -> ProbeResult:
         """Import amdsmi and count GPUs (init, list, shut down); never raises."""
         details: dict[str, str] = {}

@@ -35,7 +35,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
 from allsmi.backends._common.owners import ProcessOwners
 # probe() needs only the binding's loader: the device model and the reads are imported by
@@ -118,19 +117,19 @@ class NvidiaBackend(Backend):
         self._driver: DriverReads | None = None
 
     # -- life cycle --------------------------------------------------------
+    def quick_probe(self) -> ProbeResult | None:
+        """Absent without an NVML call: see :func:`allsmi.backends.nvidia.nvml.quick_probe`."""
+        return nvml.quick_probe(self.device_nodes)
+
     def probe(self) -> ProbeResult:
         """Whether NVML loads and sees a GPU. Never raises.
 
         NVML stays initialised afterwards: it is initialised once per process
         and shared by every instance (see :func:`allsmi.backends.nvidia.nvml.ensure_init`).
         """
-        details: dict[str, str] = {}
-        version = distinfo.version("nvidia-ml-py")
-        if version:
-            details["nvidia-ml-py"] = version
-        absent = nvml.quick_absence(self.device_nodes)
-        if absent:  # nothing NVIDIA here: pynvml is not even imported
-            return ProbeResult(False, absent, details)
+        if (quick := self.quick_probe()) is not None:  # nothing NVIDIA: pynvml not even imported
+            return quick
+        details = nvml.binding_details()
         try:
             pynvml = nvml.ensure_init()
         except NvmlAbsent as exc:

@@ -26,7 +26,10 @@ import ctypes
 import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from allsmi.backend_api import ProbeResult
 
 #: NVML return codes used below (from ``nvml.h``; pynvml defines the same).
 SUCCESS = 0
@@ -99,6 +102,21 @@ def quick_absence(device_nodes: tuple[str, ...]) -> str | None:
     if maybe_present("pynvml", (*device_nodes, *DRIVER_PATHS), LIBRARY, LIBRARY_PATHS):
         return None
     return LIBRARY_MISSING
+
+
+def binding_details() -> dict[str, str]:
+    """The installed nvidia-ml-py's version, for ``allsmi doctor``."""
+    from allsmi import distinfo
+    version = distinfo.version("nvidia-ml-py")
+    return {"nvidia-ml-py": version} if version else {}
+
+
+def quick_probe(device_nodes: tuple[str, ...]) -> ProbeResult | None:
+    """:class:`NvidiaBackend`'s ``quick_probe``: its probe's answer where :func:`quick_absence`
+    finds no device node, driver or library (no NVML call), else ``None``."""
+    from allsmi.backend_api import ProbeResult
+    absent = quick_absence(device_nodes)
+    return ProbeResult(False, absent, binding_details()) if absent else None
 
 
 def error_code(exc: BaseException) -> int | None:

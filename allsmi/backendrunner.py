@@ -1,0 +1,192 @@
+"""One backend and the single worker thread that calls it (see :class:`BackendRunner`).
+
+The collector keeps one runner per backend: each call runs on the runner's own thread, within
+the collector's timeout; a backend that is unavailable is probed again every
+:data:`REPROBE_SECONDS`, and one whose vendor is certainly absent gets no thread at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
+from allsmi.schema import DeviceSample
+from allsmi.worker import SingleFlight
+
+log = logging.getLogger(__name__)
+
+#: How long an unavailable backend is left alone before it is probed again.
+REPROBE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: str
+    message: str
+    devices: tuple[DeviceSample, ...]
+    duration: float
+
+
+class BackendRunner:
+    """Owns one backend and the single worker thread that calls it."""
+
+    def __init__(self, backend: Backend, timeout: float,
+                 reprobe_seconds: float = REPROBE_SECONDS, inline: bool = False) -> None:
+        self.backend = backend
+        self.timeout = timeout
+        self.reprobe_seconds = reprobe_seconds
+        self._flight: SingleFlight[_Outcome] = SingleFlight(
+            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._safe_close,
+            inline=inline)
+        self._opened = False
+        self._unavailable_until = 0.0
+        self._phase = ""
+        self.probe_result: ProbeResult | None = None
+        """The last :meth:`Backend.probe` answer, as the worker thread got it (for ``doctor``)."""
+
+    @property
+    def name(self) -> str:
+        """The backend's display name."""
+        return self.backend.display_name
+
+    def start_call(self) -> bool:
+        """Ask the worker for one sample; ``False`` while the previous call still runs.
+
+        A backend that has no worker thread yet and whose vendor is certainly absent
+        (:meth:`Backend.quick_probe`, files and ``PATH`` only) is answered here, on the caller's
+        thread, and gets no thread: a machine without that vendor runs none for it."""
+        if self._answered_without_worker():
+            return True
+        return self._flight.start()
+
+    def _answered_without_worker(self) -> bool:
+        flight = self._flight
+        if self._opened or flight.thread is not None or flight.inline or flight.closing:
+            return False
+        now = time.monotonic()
+        if now < self._unavailable_until and flight.last is not None:
+            return True  # still unavailable: the last answer stands until the re-probe
+        try:
+            quick = self.backend.quick_probe()
+        except Exception:  # noqa: BLE001 - quick_probe never raises; a plug-in's may: ask probe()
+            log.exception("backend %s: quick_probe failed; probing on its thread", self.name)
+            return False
+        if quick is None or quick.available:
+            return False
+        self.probe_result = quick
+        self._unavailable_until = now + self.reprobe_seconds
+        return flight.settle(_Outcome("unavailable", quick.reason or "not available", (),
+                                      time.monotonic() - now))
+
+    def busy_for(self) -> float | None:
+        """Seconds the current call has been running, or ``None`` when idle."""
+        return self._flight.busy_for()
+
+    @property
+    def phase(self) -> str:
+        """What the worker is doing: ``probe``, ``open``, ``sample`` or ``""`` when idle."""
+        return self._phase if self._flight.busy_for() is not None else ""
+
+    def wait(self, deadline: float) -> _Outcome | None:
+        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
+        return self._flight.wait(deadline)
+
+    def _call(self) -> _Outcome:
+        started = time.monotonic()
+
+        def done(status: str, message: str, devices: tuple[DeviceSample, ...] = ()) -> _Outcome:
+            return _Outcome(status, message, devices, time.monotonic() - started)
+
+        last = self._flight.last
+        if not self._opened and started < self._unavailable_until and last is not None:
+            return last  # still unavailable; do not re-probe every cycle
+        try:
+            if not self._opened:
+                self._phase = "probe"
+                probe = self.backend.probe()
+                self.probe_result = probe
+                if not probe.available:
+                    self._unavailable_until = started + self.reprobe_seconds
+                    return done("unavailable", probe.reason or "not available")
+                self._phase = "open"
+                self.backend.open()
+                self._opened = True
+            self._phase = "sample"
+            self.backend.warnings = []
+            devices = tuple(self.backend.sample())
+            return done("ok", "; ".join(self.backend.warnings), devices)
+        except BackendUnavailable as exc:
+            self._reset()
+            self._unavailable_until = started + self.reprobe_seconds
+            return done("unavailable", str(exc) or "not available")
+        except BackendError as exc:
+            if not self._opened:
+                self._reset()  # open() failed part-way: release what it started before a retry
+            timed_out = isinstance(exc, BackendTimeout) or isinstance(exc.__cause__, TimeoutError)
+            return done("timeout" if timed_out else "error", str(exc) or type(exc).__name__)
+        except Exception as exc:  # a bug in a backend must not take the others down
+            log.exception("backend %s failed", self.name)
+            if not self._opened:
+                self._reset()
+            return done("error", f"internal error: {type(exc).__name__}: {exc}")
+
+    def _reset(self) -> None:
+        """Close the backend so that the next call probes and opens it afresh."""
+        self._opened = False
+        self._safe_close()
+
+    def _safe_close(self) -> None:
+        try:
+            self.backend.close()
+        except Exception:  # close() must never raise, but a third-party one might
+            log.exception("closing backend %s failed", self.name)
+
+    def close(self, grace: float = 2.0) -> None:
+        """Stop the worker and close the backend; abort a hung call via ``backend.close()``.
+
+        Bounded by about ``2 * grace`` seconds whatever the backend does: see :meth:`finish_close`.
+        """
+        self.request_close()
+        self.finish_close(time.monotonic() + grace, grace)
+
+    def request_close(self) -> None:
+        """Tell the worker to stop after its current call (returns at once)."""
+        self._flight.request_close()
+
+    def finish_close(self, deadline: float, grace: float = 2.0) -> bool:
+        """Wait until ``deadline`` for the worker, then abort a hung call; ``True`` if it stopped.
+
+        A worker still inside a vendor call at ``deadline`` gets ``backend.close()`` called
+        from a helper thread (how a backend aborts a hung call: it kills its child process or
+        sets its stop event), which is waited for at most ``grace`` more seconds, since
+        ``close()`` may block on the same stuck library. A worker stuck in a C call that
+        never returns cannot be stopped at all: it is left as a daemon thread and
+        :attr:`stuck` says so, so that a command can leave with ``os._exit`` instead of
+        waiting for it at interpreter exit.
+        """
+        thread = self._flight.thread
+        if thread is None:
+            self._safe_close()
+            return True
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if not thread.is_alive():
+            return True
+        closer = threading.Thread(target=self._safe_close, daemon=True,
+                                  name=f"allsmi-close-{self.name}")
+        closer.start()
+        closer.join(grace)
+        thread.join(0.1 if closer.is_alive() else grace)
+        if thread.is_alive():
+            log.warning("backend %s did not stop (stuck in %s); its thread is left as a daemon",
+                        self.name, self._phase or "a call")
+            return False
+        return True
+
+    @property
+    def stuck(self) -> bool:
+        """Whether the worker thread is still alive after :meth:`close` (a call never returned)."""
+        thread = self._flight.thread
+        return self._flight.closing and thread is not None and thread.is_alive()
