@@ -16,67 +16,28 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Hashable, Sequence
 
-from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
-from textual import events
-from textual.binding import Binding, BindingType
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from .columns import (Column, RowContext, RowText, columns_for, describe_device,  # noqa: F401
                       parent_names)
 from .model import DeviceRef
 from .render import safe_text
-from .tablerows import PAD, UNSET, Row, plain_line, render_cell
+from .linetable import LineTable, table_css
+from .tablerows import PAD, UNSET, Row, render_cell
 
 # The columns and the panels' table live in their own modules; importers find them here too.
 __all__ = ["Column", "DeviceTable", "RowContext", "RowText", "columns_for",
            "describe_device", "parent_names"]
 
-class DeviceTable(ScrollView, can_focus=True):
+class DeviceTable(LineTable):
     """The node view's table of devices (header line fixed, rows scrolling beneath it)."""
 
+    COMPONENT_PREFIX = "device-table"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"device-table--header", "device-table--cursor"}
-
-    DEFAULT_CSS = """
-    DeviceTable {
-        height: 1fr;
-        background: $surface;
-        color: $foreground;
-        &:focus {
-            background-tint: $foreground 5%;
-            & > .device-table--cursor {
-                background: $block-cursor-background;
-                color: $block-cursor-foreground;
-                text-style: $block-cursor-text-style;
-            }
-            & > .device-table--header { background-tint: $foreground 5%; }
-        }
-        & > .device-table--header { text-style: bold; background: $panel; color: $foreground; }
-        &:ansi > .device-table--header { background: ansi_bright_blue; color: ansi_default; }
-        & > .device-table--cursor {
-            background: $block-cursor-blurred-background;
-            color: $block-cursor-blurred-foreground;
-            text-style: $block-cursor-blurred-text-style;
-        }
-        &:nocolor > .device-table--cursor { text-style: reverse; }
-        &:nocolor > .device-table--header { text-style: bold underline; }
-    }
-    """
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor_up", "Up", show=False),
-        Binding("down", "cursor_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("home,ctrl+home", "scroll_top", "First row", show=False),
-        Binding("end,ctrl+end", "scroll_bottom", "Last row", show=False),
-        Binding("left", "scroll_left", "Left", show=False),
-        Binding("right", "scroll_right", "Right", show=False),
-    ]
+    DEFAULT_CSS = table_css("DeviceTable", "device-table", extra="height: 1fr;")
 
     class RowHighlighted(Message):
         """The cursor moved to another device (keys, mouse, :meth:`move_cursor`)."""
@@ -106,21 +67,15 @@ class DeviceTable(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.spec: list[Column] = []
         self._rows: dict[str, Row] = {}
-        self._order: list[str] = []
         self._position: dict[str, int] = {}
         self._pending: dict[str, DeviceRef] = {}
         self._refs: dict[str, DeviceRef] = {}
         self._ctx: RowContext | None = None
         self._header: Strip | None = None
-        self._table_width = 0
-        self._cursor = 0
         self._cursor_key: str | None = None
         self._announced: str | None = None
-        self._pass_styles: tuple[Style, Style, Style, Style] | None = None
         self.cell_updates = 0
         """Cells redrawn because their value changed (first drawings not counted; tests, benchmark)."""
-        self.lines_rendered = 0
-        """Lines handed to Textual since the table was built (for tests and the benchmark)."""
 
     # -- the data side -------------------------------------------------------------------
     def configure(self, columns: Sequence[Column]) -> bool:
@@ -183,13 +138,6 @@ class DeviceTable(ScrollView, can_focus=True):
         row = self._position[keep] if keep is not None else 0
         if row != self._cursor or self._cursor_key != keep:
             self._set_cursor(row, announce=False)
-
-    def _refresh_row(self, index: int) -> None:
-        """Repaint the line of row ``index`` if it is on screen (only the table's own cells:
-        ScrollView.refresh_line's wider region would repaint the scrollbar too)."""
-        y = index + 1 - int(self.scroll_y)
-        if 1 <= y < self.size.height:
-            self.refresh(Region(0, y, self.size.width, 1))
 
     def _resize_virtual(self) -> None:
         self.virtual_size = Size(self._table_width, len(self._order) + 1)
@@ -280,98 +228,26 @@ class DeviceTable(ScrollView, can_focus=True):
         self._set_cursor(row, announce=True, scroll=scroll)
 
     def _set_cursor(self, row: int, *, announce: bool, scroll: bool = True) -> None:
-        row = max(0, min(row, len(self._order) - 1))
-        if row != self._cursor:
-            self._refresh_row(self._cursor)
-            self._refresh_row(row)
-        self._cursor = row
+        row = self._place(row, scroll)
         key = self._order[row] if self._order else None
         self._cursor_key = key
-        if scroll and key is not None:
-            self._scroll_to_row(row)
         if key is not None and announce and key != self._announced:
             self._announced = key
             self.post_message(self.RowHighlighted(self, key))
         elif not announce:
             self._announced = key
 
-    def _scroll_to_row(self, row: int) -> None:
-        height = max(1, self.scrollable_content_region.height - 1)
-        top = int(self.scroll_y)
-        if row < top:
-            self.scroll_to(y=row, animate=False, force=True)
-        elif row >= top + height:
-            self.scroll_to(y=row - height + 1, animate=False, force=True)
-
-    def action_cursor_up(self) -> None:
-        self.move_cursor(row=self._cursor - 1)
-
-    def action_cursor_down(self) -> None:
-        self.move_cursor(row=self._cursor + 1)
-
-    def action_page_up(self) -> None:
-        self.move_cursor(row=self._cursor - max(1, self.scrollable_content_region.height - 1))
-
-    def action_page_down(self) -> None:
-        self.move_cursor(row=self._cursor + max(1, self.scrollable_content_region.height - 1))
-
-    def action_scroll_top(self) -> None:
-        self.move_cursor(row=0)
-
-    def action_scroll_bottom(self) -> None:
-        self.move_cursor(row=len(self._order) - 1)
-
-    async def _on_click(self, event: events.Click) -> None:
-        offset = event.get_content_offset(self)
-        if offset is None:
-            return
-        if offset.y == 0:
-            x = offset.x + int(self.scroll_x)
-            for column in self.spec:
-                x -= column.width + 2 * PAD
-                if x < 0:
-                    self.post_message(self.HeaderSelected(self, column.id))
-                    break
-            return
-        row = int(self.scroll_y) + offset.y - 1
-        if 0 <= row < len(self._order):
-            self.move_cursor(row=row)
-            event.stop()
+    def _header_clicked(self, x: int) -> None:
+        for column in self.spec:
+            x -= column.width + 2 * PAD
+            if x < 0:
+                self.post_message(self.HeaderSelected(self, column.id))
+                break
 
     # -- drawing -------------------------------------------------------------------------
-    def render_lines(self, crop: Any) -> list[Strip]:
-        base = self.rich_style
-        header = self.get_component_rich_style("device-table--header")
-        cursor = self.get_component_rich_style("device-table--cursor")
-        self._pass_styles = (base, base + header, base + cursor,
-                             Style.from_color(cursor.color, cursor.bgcolor))
-        return super().render_lines(crop)
-
-    def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.size.width
-        base, header, cursor, cursor_post = self._pass_styles or (self.rich_style,) * 3 + (Style(),)
-        self.lines_rendered += 1
-        if y == 0:
-            strip, style, post = self._header_strip(), header, None
-        else:
-            index = scroll_y + y - 1
-            if index >= len(self._order):
-                return Strip.blank(width, base)
-            key = self._order[index]
-            self._update_row(key)
-            row = self._rows[key]
-            if index != self._cursor and scroll_x == 0 and width >= self._table_width:
-                return plain_line(row, base, width, self._table_width)
-            strip = row.strip or Strip.blank(self._table_width)
-            style, post = (cursor, cursor_post) if index == self._cursor else (base, None)
-        # One Strip per line (each Strip carries its own caches): pad and crop the segments.
-        room = width - self._table_width
-        if scroll_x == 0 and room >= 0:
-            segments = [*strip, Segment(" " * room)] if room else list(strip)
-        else:
-            segments = list(strip.extend_cell_length(scroll_x + width).crop(scroll_x, scroll_x + width))
-        return Strip(Segment.simplify(Segment.apply_style(segments, style, post)), width)
+    def _row(self, key: str) -> Row:
+        self._update_row(key)
+        return self._rows[key]
 
     def _header_strip(self) -> Strip:
         if self._header is None:

@@ -15,13 +15,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Hashable, Iterable, Sequence
 
-from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
-from textual import events
-from textual.binding import Binding, BindingType
-from textual.geometry import Region, Size
-from textual.scroll_view import ScrollView
+from textual.geometry import Size
 from textual.strip import Strip
 
 from allsmi.formatting import NA, human_bytes, percent
@@ -30,7 +25,8 @@ from allsmi.schema import ProcessSample
 from .columns import describe_device
 from .model import DeviceRef
 from .render import safe_text
-from .tablerows import PAD, Row, plain_line, render_width
+from .linetable import LineTable, table_css
+from .tablerows import PAD, Row, render_width
 
 #: The processes panel shows at most this many processes (the biggest by memory); its title
 #: says how many there are. A host of 4096 devices x 30 processes is 122,880.
@@ -49,7 +45,7 @@ def _freeze(cell: Any) -> Hashable:
     return cell
 
 
-class ProcessTable(ScrollView, can_focus=True):
+class ProcessTable(LineTable):
     """Processes on the selected device (and its partitions) or on every device shown
     (header line fixed, rows scrolling beneath it; a row cursor, as the device table's)."""
 
@@ -62,43 +58,9 @@ class ProcessTable(ScrollView, can_focus=True):
     (``ProcessSample.utilization_percent``: NVIDIA %SM, AMD GFX time), ``N/A`` when the vendor
     does not report it. A width of ``None``: as wide as the widest cell shown."""
 
+    COMPONENT_PREFIX = "process-table"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"process-table--header", "process-table--cursor"}
-
-    DEFAULT_CSS = """
-    ProcessTable {
-        background: $surface;
-        color: $foreground;
-        &:focus {
-            background-tint: $foreground 5%;
-            & > .process-table--cursor {
-                background: $block-cursor-background;
-                color: $block-cursor-foreground;
-                text-style: $block-cursor-text-style;
-            }
-            & > .process-table--header { background-tint: $foreground 5%; }
-        }
-        & > .process-table--header { text-style: bold; background: $panel; color: $foreground; }
-        &:ansi > .process-table--header { background: ansi_bright_blue; color: ansi_default; }
-        & > .process-table--cursor {
-            background: $block-cursor-blurred-background;
-            color: $block-cursor-blurred-foreground;
-            text-style: $block-cursor-blurred-text-style;
-        }
-        &:nocolor > .process-table--cursor { text-style: reverse; }
-        &:nocolor > .process-table--header { text-style: bold underline; }
-    }
-    """
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor_up", "Up", show=False),
-        Binding("down", "cursor_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("home,ctrl+home", "scroll_top", "First row", show=False),
-        Binding("end,ctrl+end", "scroll_bottom", "Last row", show=False),
-        Binding("left", "scroll_left", "Left", show=False),
-        Binding("right", "scroll_right", "Right", show=False),
-    ]
+    DEFAULT_CSS = table_css("ProcessTable", "process-table")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -111,12 +73,7 @@ class ProcessTable(ScrollView, can_focus=True):
         """Cells of a row whose value changed since they were rendered."""
         self._auto: dict[str, list[int]] = {}
         """Each row's cell widths in the auto-width columns."""
-        self._order: list[str] = []
         self._header: Strip | None = None
-        self._cursor = 0
-        self._pass_styles: tuple[Style, Style, Style, Style] | None = None
-        self.lines_rendered = 0
-        """Lines handed to Textual since the table was built (for tests and the benchmark)."""
 
     # -- the data side -------------------------------------------------------------------
     def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> int:
@@ -202,7 +159,7 @@ class ProcessTable(ScrollView, can_focus=True):
         for key in changed:
             self._refresh_row(position[key])
 
-    def _draw_row(self, key: str) -> Row:
+    def _row(self, key: str) -> Row:
         """The row of ``key`` with its changed cells rendered."""
         row = self._rows[key]
         stale = self._stale.pop(key, None)
@@ -217,11 +174,6 @@ class ProcessTable(ScrollView, can_focus=True):
             row.line = None
             row.strip = Strip([s for cell in row.cells for s in cell], self._table_width)
         return row
-
-    def _refresh_row(self, index: int) -> None:
-        y = index + 1 - int(self.scroll_y)
-        if 1 <= y < self.size.height:
-            self.refresh(Region(0, y, self.size.width, 1))
 
     # -- what tests and the app read --------------------------------------------------------
     @property
@@ -248,84 +200,10 @@ class ProcessTable(ScrollView, can_focus=True):
         """The texts a row shows now, one per column."""
         return [safe_text(c.copy() if isinstance(c, Text) else c) for c in self._values[row_key]]
 
-    # -- cursor and keys -----------------------------------------------------------------
-    def move_cursor(self, *, row: int, animate: bool = False, scroll: bool = True) -> None:
-        """Highlight row ``row`` (clamped), scrolling it into view."""
-        row = max(0, min(row, len(self._order) - 1))
-        if row != self._cursor:
-            self._refresh_row(self._cursor)
-            self._refresh_row(row)
-        self._cursor = row
-        if scroll:
-            height = max(1, self.scrollable_content_region.height - 1)
-            top = int(self.scroll_y)
-            if row < top:
-                self.scroll_to(y=row, animate=False, force=True)
-            elif row >= top + height:
-                self.scroll_to(y=row - height + 1, animate=False, force=True)
-
-    def action_cursor_up(self) -> None:
-        self.move_cursor(row=self._cursor - 1)
-
-    def action_cursor_down(self) -> None:
-        self.move_cursor(row=self._cursor + 1)
-
-    def action_page_up(self) -> None:
-        self.move_cursor(row=self._cursor - max(1, self.scrollable_content_region.height - 1))
-
-    def action_page_down(self) -> None:
-        self.move_cursor(row=self._cursor + max(1, self.scrollable_content_region.height - 1))
-
-    def action_scroll_top(self) -> None:
-        self.move_cursor(row=0)
-
-    def action_scroll_bottom(self) -> None:
-        self.move_cursor(row=len(self._order) - 1)
-
-    async def _on_click(self, event: events.Click) -> None:
-        offset = event.get_content_offset(self)
-        if offset is None or offset.y == 0:
-            return
-        row = int(self.scroll_y) + offset.y - 1
-        if 0 <= row < len(self._order):
-            self.move_cursor(row=row)
-            event.stop()
-
     # -- drawing -------------------------------------------------------------------------
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._header = None  # a theme change: the header's and rows' styles again
-
-    def render_lines(self, crop: Any) -> list[Strip]:
-        base = self.rich_style
-        header = self.get_component_rich_style("process-table--header")
-        cursor = self.get_component_rich_style("process-table--cursor")
-        self._pass_styles = (base, base + header, base + cursor,
-                             Style.from_color(cursor.color, cursor.bgcolor))
-        return super().render_lines(crop)
-
-    def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.size.width
-        base, header, cursor, cursor_post = self._pass_styles or (self.rich_style,) * 3 + (Style(),)
-        self.lines_rendered += 1
-        if y == 0:
-            strip, style, post = self._header_strip(), header, None
-        else:
-            index = scroll_y + y - 1
-            if index >= len(self._order):
-                return Strip.blank(width, base)
-            row = self._draw_row(self._order[index])
-            if index != self._cursor and scroll_x == 0 and width >= self._table_width:
-                return plain_line(row, base, width, self._table_width)
-            strip = row.strip or Strip.blank(self._table_width)
-            style, post = (cursor, cursor_post) if index == self._cursor else (base, None)
-        room = width - self._table_width
-        if scroll_x == 0 and room >= 0:
-            segments = [*strip, Segment(" " * room)] if room else list(strip)
-        else:
-            segments = list(strip.extend_cell_length(scroll_x + width).crop(scroll_x, scroll_x + width))
-        return Strip(Segment.simplify(Segment.apply_style(segments, style, post)), width)
 
     def _header_strip(self) -> Strip:
         if self._header is None:
