@@ -128,6 +128,19 @@ class Backend(abc.ABC):
     name, and a test checks the declaration against the contract fixtures' real output in
     both directions (each one ``None`` everywhere, every other one reported somewhere)."""
 
+    def __init_subclass__(cls, declared: VendorDeclaration | None = None, **kwargs: Any) -> None:
+        """``class XBackend(Backend, declared=DECLARATION)``: the class attributes above taken
+        from the declaration its vendor package makes without importing the backend (so each
+        is written once; see :mod:`allsmi.backends._common.declared`)."""
+        super().__init_subclass__(**kwargs)
+        if declared is not None:
+            cls.name, cls.vendor, cls.kind = declared.backend, declared.vendor, declared.kind
+            cls.product, cls.interface = declared.product, declared.interface
+            cls.version_command = declared.version_command
+            cls.kubernetes_resources = declared.kubernetes_resources
+            cls.node_names, cls.device_nodes = declared.node_names, declared.device_nodes
+            cls.env_vars = declared.env_vars
+
     @classmethod
     def declaration(cls) -> VendorDeclaration:
         """What the rest of allsmi reads about this backend without running it (attribution,

@@ -7,11 +7,20 @@ group is read by :mod:`allsmi.distinfo` (``importlib.metadata``'s rules without
 its import cost, which would dominate ``allsmi snapshot``'s start-up), and by
 ``importlib.metadata`` where that module cannot tell or a caller needs the
 distribution (``allsmi backends``).
+
+A backend whose entry-point module declares its vendor without importing the backend class
+(``DECLARATION`` and ``quick_probe(options)``: every built-in vendor package, see
+:mod:`allsmi.backends._common.declared`) is constructed as a :class:`DeferredBackend`: its
+class is imported only once its quick probe says the vendor may be present, so a machine
+without that vendor never imports it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import importlib
+import logging
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, ProbeResult
@@ -20,6 +29,8 @@ from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
+
+log = logging.getLogger(__name__)
 
 GROUP = "allsmi.backends"
 
@@ -83,14 +94,34 @@ def impersonated(name: str, _eps: "dict[str, Any] | None" = None) -> type[Backen
         return None
 
 
+def vendor_package(entry: Any) -> ModuleType | None:
+    """The entry point's module where it declares its vendor without its backend class
+    (``DECLARATION`` and ``quick_probe``), else ``None`` (importing it where it is not
+    imported yet: :meth:`load` would import it anyway)."""
+    module_name = str(entry.value).partition(":")[0].strip()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:  # a broken plug-in: loading it says why
+        return None
+    declared = getattr(module, "DECLARATION", None)
+    if isinstance(declared, VendorDeclaration) and callable(getattr(module, "quick_probe", None)):
+        return module
+    return None
+
+
 def declarations(_eps: "dict[str, Any] | None" = None) -> tuple[VendorDeclaration, ...]:
-    """What every installed hardware backend declares about its vendor, in name order (each
-    backend's module is imported, none of its vendor libraries). A backend that cannot be
-    imported declares nothing; ``allsmi doctor`` and the collector report it."""
+    """What every installed hardware backend declares about its vendor, in name order (a
+    vendor package's ``DECLARATION``, else the backend class's, its module imported; never a
+    vendor library). A backend that cannot be imported declares nothing; ``allsmi doctor``
+    and the collector report it."""
     eps = _entry_points() if _eps is None else _eps
     found = []
     for name in sorted(eps):
         if name in SIMULATION_BACKENDS:
+            continue
+        package = vendor_package(eps[name])
+        if package is not None:
+            found.append(package.DECLARATION)
             continue
         try:
             cls = load(name, eps)
@@ -125,6 +156,11 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
     out: list[Backend] = []
     for name in (enabled if enabled is not None else
                  [n for n in sorted(eps) if n not in SIMULATION_BACKENDS]):
+        package = vendor_package(_pick(eps, name))
+        if package is not None:
+            out.append(DeferredBackend(name, eps[name], package, timeout_seconds=tool_timeout,
+                                       options=opts.get(name)))
+            continue
         try:
             cls = load(name, eps)
         except UnknownBackend:
@@ -164,3 +200,81 @@ class BrokenBackend(Backend):
 
     def sample(self) -> list[DeviceSample]:
         raise BackendError(self._message)
+
+
+class DeferredBackend(Backend):
+    """Stands in for a backend whose class is imported only once its vendor may be present.
+
+    Its vendor package answers :meth:`quick_probe` (files and ``PATH``, with the backend's
+    options) and :meth:`declaration` without the class, and :meth:`probe` too where the quick
+    probe says absent. From the first probe that cannot say so on, the class is imported and
+    built with the same arguments, and every call goes to it; a class that cannot be imported
+    is reported as :class:`BrokenBackend` reports it.
+    """
+
+    def __init__(self, registered_name: str, entry: Any, package: ModuleType, *,
+                 timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(timeout_seconds=timeout_seconds, options=options)
+        self._registered_name = registered_name
+        self._entry = entry
+        self._package = package
+        self._declared: VendorDeclaration = package.DECLARATION
+        self.backend: Backend | None = None
+        """The real backend, once built."""
+        self._failure = ""
+
+    def declaration(self) -> VendorDeclaration:  # type: ignore[override]  # per instance
+        """The vendor package's declaration (the class's, without importing it)."""
+        return self._declared
+
+    @property
+    def display_name(self) -> str:
+        return self.backend.display_name if self.backend is not None else self._registered_name
+
+    def _real(self) -> Backend:
+        if self.backend is None:
+            if self._failure:
+                raise BackendError(self._failure)
+            try:
+                cls = self._entry.load()
+                if not (isinstance(cls, type) and issubclass(cls, Backend)):
+                    raise TypeError(f"entry point {self._registered_name!r} does not name a Backend subclass")
+                self.backend = cls(timeout_seconds=self.timeout_seconds, options=self.options)
+            except Exception as exc:  # a broken backend must not take the others down
+                self._failure = f"cannot load backend: {type(exc).__name__}: {exc}"
+                raise BackendError(self._failure) from exc
+        return self.backend
+
+    def quick_probe(self) -> ProbeResult | None:
+        if self.backend is not None:
+            return self.backend.quick_probe()
+        try:
+            result = self._package.quick_probe(self.options)
+        except Exception:  # noqa: BLE001 - leave the question to probe(), on the worker thread
+            log.exception("backend %s: quick_probe failed", self._registered_name)
+            return None
+        return result if isinstance(result, ProbeResult) and not result.available else None
+
+    def probe(self) -> ProbeResult:
+        if self.backend is None and (absent := self.quick_probe()) is not None:
+            return absent  # the backend's own answer, without importing it
+        try:
+            backend = self._real()
+        except BackendError as exc:  # open() raises it again, and the status shows it
+            return ProbeResult(True, "", {"error": str(exc)})
+        return backend.probe()
+
+    def open(self) -> None:
+        self._real().open()
+
+    def sample(self) -> Sequence[DeviceSample]:
+        backend = self._real()
+        backend.warnings = self.warnings
+        try:
+            return backend.sample()
+        finally:
+            self.warnings = backend.warnings
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()

@@ -125,6 +125,9 @@ def test_vendor_bindings_are_imported_only_where_their_vendor_may_be() -> None:
         presence.library_findable("libamd_smi.so", library_paths())
     assert ("pynvml" in modules) == nvidia_here
     assert ("amdsmi" in modules) == amd_here
+    # nor their backend classes: a vendor certainly absent is answered by its package alone
+    assert ("allsmi.backends.nvidia.backend" in modules) == nvidia_here
+    assert ("allsmi.backends.amd.backend" in modules) == amd_here
 
 
 def test_a_library_file_makes_the_backend_ask_the_binding(tmp_path: Path) -> None:
@@ -182,8 +185,9 @@ def _cli_backends() -> dict[str, tuple[str, ...]]:
 
 
 def _package(name: str) -> str:
+    """The vendor package the entry point names (``allsmi.backends.gaudi``)."""
     from allsmi import registry
-    return registry.load(name).__module__
+    return str(registry.entry_point(name).value).partition(":")[0]
 
 
 def _no_tools_env(tmp_path: Path) -> dict[str, str]:
@@ -200,8 +204,9 @@ def _no_tools_env(tmp_path: Path) -> dict[str, str]:
 def test_cli_vendors_load_no_parser_or_tool_runner_without_their_tool(tmp_path: Path) -> None:
     """With no vendor tool on PATH (and none in the vendors' install directories, which this
     machine is checked for), a snapshot loads none of an absent command-line vendor's modules
-    besides its package (the backend class and its probe) and nothing that runs a tool; the
-    same holds for simulations, which take only the backends' declarations."""
+    besides its package's declaration (not even its backend class: the registry's
+    DeferredBackend answers from the package's quick probe) and nothing that runs a tool; a
+    simulation, which takes the impersonated classes' declarations, loads no parser or runner."""
     import json
     env = _no_tools_env(tmp_path)
     cli = _cli_backends()
@@ -222,8 +227,9 @@ def test_cli_vendors_load_no_parser_or_tool_runner_without_their_tool(tmp_path: 
     absent = [_package(name) for name, (available, _) in found.items() if not available]
     for args in (["snapshot", "--format", "json"], ["snapshot", "--simulate", "mixed", "--format", "json"]):
         modules = _snapshot_modules(args, env)
-        loaded = {m for package in absent for m in modules
-                  if m.startswith(package + ".") and m not in light}
+        simulated = "--simulate" in args
+        loaded = {m for package in absent for m in modules if m.startswith(package + ".")
+                  and not (simulated and m in light)}
         assert not loaded, (args, loaded)
         if len(absent) == len(cli):
             assert not modules & set(TOOL_RUNNING), (args, modules & set(TOOL_RUNNING))
@@ -250,7 +256,8 @@ def test_a_found_tool_loads_its_parser(tmp_path: Path) -> None:
                             check=True)
     available, count, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert available and count == 0
-    assert set(modules) == {"allsmi.backends.tenstorrent.decode", "allsmi.backends.tenstorrent.snapshot"}
+    assert set(modules) == {"allsmi.backends.tenstorrent.backend", "allsmi.backends.tenstorrent.decode",
+                            "allsmi.backends.tenstorrent.snapshot"}
 
 
 def test_amd_reading_modules_wait_for_a_loaded_amdsmi() -> None:
@@ -265,7 +272,7 @@ def test_amd_reading_modules_wait_for_a_loaded_amdsmi() -> None:
                             check=True)
     available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert not available and reason
-    assert set(modules) <= {"allsmi.backends.amd.loader"}, modules
+    assert set(modules) <= {"allsmi.backends.amd.backend", "allsmi.backends.amd.loader"}, modules
 
 
 def test_nvidia_reading_modules_wait_for_a_loaded_nvml() -> None:
@@ -280,4 +287,4 @@ def test_nvidia_reading_modules_wait_for_a_loaded_nvml() -> None:
                             check=True)
     available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert not available and reason
-    assert set(modules) == {"allsmi.backends.nvidia.nvml"}, modules
+    assert set(modules) == {"allsmi.backends.nvidia.backend", "allsmi.backends.nvidia.nvml"}, modules

@@ -18,13 +18,13 @@ from allsmi.cli.common import build_collector, common_options, settings
 
 def device_node_patterns(backend: Backend) -> tuple[str, ...]:
     """The device-node globs ``backend`` declares (a third-party backend adds its own)."""
-    return type(backend).declaration().device_nodes
+    return backend.declaration().device_nodes
 
 
 def declared_environment(backend: Backend) -> dict[str, str]:
     """The environment variables ``backend`` declares that are set, with their values (a tool
     override that points nowhere explains an absent vendor)."""
-    return {var: os.environ[var] for var in type(backend).declaration().env_vars if var in os.environ}
+    return {var: os.environ[var] for var in backend.declaration().env_vars if var in os.environ}
 
 
 def _nodes(patterns: tuple[str, ...]) -> list[dict[str, Any]]:

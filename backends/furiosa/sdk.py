@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import abc
 import importlib
-import importlib.util
-import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from allsmi import units
+from allsmi.backends.furiosa import MODULE_NAMES
 
 if TYPE_CHECKING:
     from .parse import FuriosaReading
@@ -35,27 +34,9 @@ def text_or_none(value: object) -> str | None:
     from .parse import text_or_none as convert
     return convert(value)
 
-#: Import names in the order they are tried: the current generation first.
-MODULE_NAMES: tuple[str, ...] = ("furiosa_smi", "furiosa_smi_py")
-
 
 class SdkInitError(Exception):
     """The SDK imported but could not be initialised; the message says why."""
-
-
-def installed_module() -> str | None:
-    """The first SDK module that looks importable, without importing it."""
-    for name in MODULE_NAMES:
-        if name in sys.modules:
-            if sys.modules[name] is not None:
-                return name
-            continue  # a None entry blocks the import on purpose
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return name
-        except (ImportError, ValueError):
-            continue
-    return None
 
 
 def _call(obj: object, method: str, warnings: list[str], where: str) -> Any:

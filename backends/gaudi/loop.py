@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from allsmi.backend_api import BackendError
-from allsmi.backends.gaudi.samples import EXECUTABLE
+from allsmi.backends.gaudi import EXECUTABLE
 
 if TYPE_CHECKING:
     from allsmi.backends._common.stream import LineStream, StreamExit

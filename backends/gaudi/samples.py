@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from allsmi import units
+from allsmi.backends.gaudi import EXECUTABLE
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:  # the CSV module is imported by the backend's open(), not with its class
     from allsmi.backends.gaudi.csv_output import Frame, Row
     from allsmi.backends.gaudi.text_output import ListedDevice
 
-EXECUTABLE = "hl-smi"
 #: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
 MAX_LINE_WARNINGS = 10
 

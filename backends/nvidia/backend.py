@@ -1,0 +1,383 @@
+"""NVIDIA GPUs through NVML (the ``pynvml`` module of nvidia-ml-py).
+
+Static facts (name, uuid, bus id, index, driver and VBIOS version, ECC mode, the MIG layout) are
+read once in :meth:`NvidiaBackend.open`. Each :meth:`NvidiaBackend.sample` then makes at most ten
+library calls per GPU on the default path (eleven when the GPU lists processes: their activity,
+``backends/nvidia/procutil.py``), and the GPUs are read concurrently on a small thread
+pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
+
+==  ============================================  =================================
+ 1  ``nvmlDeviceGetUtilizationRates``             utilization, memory activity
+ 2  ``nvmlDeviceGetMemoryInfo_v2`` (v1 fallback)  memory used (without reserved), total
+ 3  ``nvmlDeviceGetTemperatureV`` (or ``...Temperature``)  GPU temperature
+ 4  ``nvmlDeviceGetFieldValues``                  power, enforced limit, energy, ECC
+ 5  ``nvmlDeviceGetClockInfo(SM)``                SM clock
+ 6  ``nvmlDeviceGetFanSpeed``                     fan
+ 7  ``nvmlDeviceGetPerformanceState``             P-state
+ 8  ``nvmlDeviceGetCurrentClocksEventReasons``    clock-event (throttle) reasons
+ 9  ``nvmlDeviceGetComputeRunningProcesses_v3``   compute processes
+10  ``nvmlDeviceGetGraphicsRunningProcesses_v3``  graphics processes
+==  ============================================  =================================
+
+The field-value batch asks for ``NVML_FI_DEV_POWER_AVERAGE`` (what ``nvmlDeviceGetPowerUsage``
+returns on Ampere and newer, except GA100), ``NVML_FI_DEV_POWER_INSTANT`` (what it returns on older
+parts), ``NVML_FI_DEV_POWER_CURRENT_LIMIT`` (the enforced limit),
+``NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` and, where ECC is on, the four ECC totals. A field the
+driver does not know falls back to the dedicated call (``nvmlDeviceGetPowerUsage``,
+``nvmlDeviceGetEnforcedPowerLimit``, ``nvmlDeviceGetTotalEnergyConsumption``).
+
+A call that answers NotSupported (or FunctionNotFound) gives ``None`` and is never asked again for
+that device. GpuIsLost marks that one device ``lost`` for good; Unknown marks it ``lost`` for this
+cycle only. See ``docs/backends/nvidia.md``. """
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
+from allsmi.backends._common.owners import ProcessOwners
+# probe() needs only the binding's loader: the device model and the reads are imported by
+# open(), once NVML has loaded (_import_reading), so a machine without NVIDIA pays for neither.
+from allsmi.backends.nvidia import DECLARATION, nvml
+from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
+from allsmi.schema import DetailValue, DeviceSample
+from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
+
+if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
+    from concurrent.futures import ThreadPoolExecutor
+
+    from allsmi.backends.nvidia.devices import (
+        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
+    from allsmi.backends.nvidia.mig import Mig
+    from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
+    from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
+    from allsmi.backends.nvidia.read import DriverReads
+    from allsmi.backends.nvidia.static import open_gpu
+
+#: Threads reading GPUs at once unless ``workers`` says otherwise.
+DEFAULT_WORKERS = 8
+
+
+def _import_reading() -> None:
+    """Bind the device model's and the reads' names here, once NVML has loaded."""
+    global CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
+    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM
+    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number, read_processes, DriverReads
+    global open_gpu, ProcessUtilizationReader
+    from allsmi.backends.nvidia.devices import (
+        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number)
+    from allsmi.backends.nvidia.processes import read_processes
+    from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
+    from allsmi.backends.nvidia.read import DriverReads
+    from allsmi.backends.nvidia.static import open_gpu
+
+
+class NvidiaBackend(Backend, declared=DECLARATION):
+    """NVIDIA GPUs and their MIG instances, read through NVML.
+
+    Options (``[backends.nvidia]``): ``workers`` (threads reading GPUs
+    concurrently, default 8), ``processes`` (list processes, default true),
+    ``pcie_throughput`` (also read PCIe TX/RX, which samples a 20 ms window
+    per direction; default false).
+    """
+
+    def __init__(self, *, timeout_seconds: float = 5.0,
+                 options: Mapping[str, Any] | None = None,
+                 process_owner: ProcessOwner | None = None) -> None:
+        super().__init__(timeout_seconds=timeout_seconds, options=options)
+        self._process_owner: ProcessOwner = process_owner or ProcessOwners()
+        self._pynvml: ModuleType | None = None
+        self._gpus: list[Gpu] | None = None
+        self._driver_version: str | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._process_reader: nvml.ProcessListReader | None = None
+        self._activity_reader: ProcessUtilizationReader | None = None
+        self._open_warnings: list[str] = []
+        self._driver: DriverReads | None = None
+
+    # -- life cycle --------------------------------------------------------
+    def quick_probe(self) -> ProbeResult | None:
+        """Absent without an NVML call: see :func:`allsmi.backends.nvidia.nvml.quick_probe`."""
+        return nvml.quick_probe(self.device_nodes)
+
+    def probe(self) -> ProbeResult:
+        """Whether NVML loads and sees a GPU. Never raises.
+
+        NVML stays initialised afterwards: it is initialised once per process
+        and shared by every instance (see :func:`allsmi.backends.nvidia.nvml.ensure_init`).
+        """
+        if (quick := self.quick_probe()) is not None:  # nothing NVIDIA: pynvml not even imported
+            return quick
+        details = nvml.binding_details()
+        try:
+            pynvml = nvml.ensure_init()
+        except NvmlAbsent as exc:
+            return ProbeResult(False, str(exc), details)
+        except NvmlBroken as exc:
+            # Present but refusing (no permission, version mismatch): not "absent".
+            # open() raises the same message, so the backend's status is "error".
+            details["problem"] = str(exc)
+            return ProbeResult(True, "", details)
+        except Exception as exc:  # probe never raises, whatever the bindings do
+            return ProbeResult(False, f"NVML probe failed: {exc!r}", details)
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            for key, fn in (("driver_version", pynvml.nvmlSystemGetDriverVersion),
+                            ("nvml_version", pynvml.nvmlSystemGetNVMLVersion)):
+                try:
+                    value = nvml.text(fn())
+                except pynvml.NVMLError:
+                    value = None
+                if value:
+                    details[key] = value
+        except pynvml.NVMLError as exc:
+            _, message = nvml.describe_init_failure(exc)
+            return ProbeResult(False, f"nvmlDeviceGetCount: {message}", details)
+        except Exception as exc:  # probe never raises, whatever the library does
+            return ProbeResult(False, f"NVML probe failed: {exc!r}", details)
+        details["gpus"] = str(count)
+        if count == 0:
+            return ProbeResult(False, "NVML found no NVIDIA GPU", details)
+        return ProbeResult(True, "", details)
+
+    def open(self) -> None:
+        """Initialise NVML (once per process), enumerate GPUs and read static facts."""
+        absent = nvml.quick_absence(self.device_nodes)
+        if absent:
+            raise BackendUnavailable(absent)
+        try:
+            pynvml = nvml.ensure_init()
+        except NvmlAbsent as exc:
+            raise BackendUnavailable(str(exc)) from exc
+        except NvmlBroken as exc:
+            raise BackendError(str(exc)) from exc
+        except Exception as exc:
+            raise BackendError(f"initialising NVML failed: {exc!r}") from exc
+        self._pynvml = pynvml
+        _import_reading()
+        self._driver = DriverReads(pynvml)
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            absent, message = nvml.describe_init_failure(exc)
+            raise (BackendUnavailable if absent else BackendError)(
+                f"nvmlDeviceGetCount: {message}") from exc
+        try:
+            self._driver_version = nvml.text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError:
+            self._driver_version = None
+        self._process_reader = nvml.ProcessListReader(pynvml)
+        self._activity_reader = ProcessUtilizationReader(pynvml)
+        self._open_warnings = []
+        self._gpus = []
+        for index in range(count):
+            gpu, warnings = open_gpu(pynvml, index)
+            self._gpus.append(gpu)
+            self._open_warnings.extend(warnings)
+        workers = min(count, self._workers())
+        from concurrent.futures import ThreadPoolExecutor
+        self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
+                      if workers > 1 else None)
+
+    def close(self) -> None:
+        """Drop the handles and the thread pool. NVML itself stays initialised for the process."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._gpus = None
+
+    def sample(self) -> Sequence[DeviceSample]:
+        """Every GPU, each followed by its MIG instances."""
+        self.warnings = list(self._open_warnings)
+        self._open_warnings = []
+        gpus = self._gpus
+        if gpus is None:
+            raise BackendError("the NVIDIA backend was not opened")
+        if self._pool is None:
+            results = [self._read_gpu(gpu) for gpu in gpus]
+        else:
+            results = self._read_concurrently(gpus, self._pool)
+        samples: list[DeviceSample] = []
+        for devices, warnings in results:
+            samples.extend(devices)
+            self.warnings.extend(warnings)
+        return samples
+
+    # -- open ----------------------------------------------------------------
+
+    def _workers(self) -> int:
+        value = self.options.get("workers", DEFAULT_WORKERS)
+        try:
+            return max(1, int(value))
+        except (TypeError, ValueError):
+            self._open_warnings.append(f"option workers={value!r} is not a number; using "
+                                       f"{DEFAULT_WORKERS}")
+            return DEFAULT_WORKERS
+
+    def _reads(self) -> DriverReads:
+        if self._driver is None:
+            raise BackendError("the NVIDIA backend was not opened")
+        return self._driver
+
+    def _nvml(self) -> ModuleType:
+        if self._pynvml is None:
+            raise BackendError("the NVIDIA backend was not opened")
+        return self._pynvml
+
+    # -- sample ----------------------------------------------------------------
+
+    def _read_concurrently(self, gpus: list[Gpu], pool: ThreadPoolExecutor
+                           ) -> list[tuple[list[DeviceSample], list[str]]]:
+        for gpu in gpus:
+            # a read still stuck in the driver from an earlier cycle is not stacked up
+            if gpu.pending is None:
+                gpu.pending = pool.submit(self._read_gpu, gpu)
+        from concurrent.futures import wait
+        wait([g.pending for g in gpus if g.pending is not None], timeout=self.timeout_seconds)
+        results = []
+        for gpu in gpus:
+            pending = gpu.pending
+            if pending is not None and pending.done():
+                gpu.pending = None
+                results.append(pending.result())
+            else:
+                results.append(self._unanswered(gpu))
+        return results
+
+    def _unanswered(self, gpu: Gpu) -> tuple[list[DeviceSample], list[str]]:
+        message = f"{gpu.label}: NVML did not answer within {self.timeout_seconds:g} s"
+        devices = [self._device(gpu, health="unknown", details={"error": message})]
+        devices.extend(self._mig_device(gpu, mig, health="unknown") for mig in gpu.migs)
+        return devices, [message]
+
+    def _read_gpu(self, gpu: Gpu) -> tuple[list[DeviceSample], list[str]]:
+        """One GPU and its MIG instances; never raises."""
+        pynvml = self._nvml()
+        reader = Reader(pynvml, gpu.label)
+        if gpu.lost_reason is None:
+            try:
+                return self._read_gpu_values(gpu, reader), reader.warnings
+            except DeviceFault as fault:
+                mark_lost(gpu, fault)
+                reason = str(fault)
+            except Exception as exc:  # one device's surprise never drops the others
+                reader.warnings.append(f"{gpu.label}: unexpected failure: {exc!r}")
+                return ([self._device(gpu, health="unknown", details={"error": repr(exc)})]
+                        + [self._mig_device(gpu, m, health="unknown") for m in gpu.migs],
+                        reader.warnings)
+        else:
+            reason = gpu.lost_reason
+        devices = [self._device(gpu, health="lost", details={"error": reason})]
+        devices.extend(self._mig_device(gpu, mig, health="lost") for mig in gpu.migs)
+        return devices, reader.warnings
+
+    def _read_gpu_values(self, gpu: Gpu, r: Reader) -> list[DeviceSample]:
+        pynvml = self._nvml()
+        handle, skip = gpu.handle, gpu.skip
+        details: dict[str, DetailValue] = {}
+        if gpu.mig_enabled is not None:
+            details["mig_mode"] = gpu.mig_enabled
+
+        util = r.call(skip, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
+        utilization = parse_percent(reject_sentinel(util.gpu)) if util is not None else None
+        if util is not None:
+            details["memory_activity_percent"] = parse_percent(reject_sentinel(util.memory))
+
+        used, total, reserved, version = self._reads().memory(r, skip, handle)
+        if reserved is not None:
+            details["memory_reserved_bytes"] = reserved
+        if version is not None:
+            details["memory_info_version"] = version
+
+        temperature = self._reads().temperature(r, skip, handle)
+        fields = self._reads().field_values(r, gpu)
+
+        power_mw = fields.get(FI_POWER_AVERAGE, fields.get(FI_POWER_INSTANT))
+        if (power_mw is None and FI_POWER_AVERAGE not in gpu.fields
+                and FI_POWER_INSTANT not in gpu.fields):
+            power_mw = r.call(skip, "power_usage", pynvml.nvmlDeviceGetPowerUsage, handle)
+        limit_mw = fields.get(FI_POWER_CURRENT_LIMIT)
+        if limit_mw is None and FI_POWER_CURRENT_LIMIT not in gpu.fields:
+            limit_mw = r.call(skip, "enforced_power_limit",
+                              pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        energy_mj = fields.get(FI_TOTAL_ENERGY_CONSUMPTION)
+        if energy_mj is None and FI_TOTAL_ENERGY_CONSUMPTION not in gpu.fields:
+            energy_mj = r.call(skip, "total_energy",
+                               pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        for fid, key in ECC_FIELDS.items():
+            if fid in fields:
+                details[key] = int(fields[fid])
+
+        clock = number(r.call(skip, "clock_sm", pynvml.nvmlDeviceGetClockInfo, handle,
+                               NVML_CLOCK_SM))
+        fan = number(r.call(skip, "fan_speed", pynvml.nvmlDeviceGetFanSpeed, handle))
+        if fan is not None and fan > 100.0:
+            # NVML allows a fan to run above its nominal maximum
+            details["fan_speed_raw_percent"] = fan
+            fan = 100.0
+
+        pstate = r.call(skip, "performance_state", pynvml.nvmlDeviceGetPerformanceState, handle)
+        if isinstance(pstate, int) and 0 <= pstate < NVML_PSTATE_UNKNOWN:
+            details["pstate"] = f"P{pstate}"
+        reasons = self._reads().clock_event_reasons(r, skip, handle)
+        if reasons is not None:
+            details["clocks_event_reasons_mask"] = reasons
+            details["clocks_event_reasons"] = tuple(
+                name for bit, name in CLOCK_EVENT_REASONS if reasons & bit)
+
+        if self.options.get("pcie_throughput", False):
+            details.update(self._reads().pcie_throughput(r, skip, handle))
+
+        if self.options.get("processes", True) and self._process_reader is not None:
+            own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,
+                                          self._activity_reader)
+        else:  # not asked: who uses the GPU is unknown, not "nobody"
+            own, per_mig = None, {}
+        devices = [self._device(
+            gpu, health="ok", details=details,
+            utilization_percent=utilization,
+            memory_used_bytes=used, memory_total_bytes=total,
+            temperature_celsius=temperature,
+            power_watts=milli_to_unit(number(power_mw)),
+            power_limit_watts=milli_to_unit(number(limit_mw)),
+            energy_joules=milli_to_unit(number(energy_mj)),
+            clock_mhz=clock, fan_percent=fan, processes=own)]
+        for mig in gpu.migs:
+            mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)
+            mig_details: dict[str, DetailValue] = {}
+            if mig_reserved is not None:
+                mig_details["memory_reserved_bytes"] = mig_reserved
+            devices.append(self._mig_device(
+                gpu, mig, health="ok", details=mig_details,
+                memory_used_bytes=mig_used, memory_total_bytes=mig_total,
+                processes=None if own is None else per_mig.get(mig.slot, ())))
+        return devices
+
+    # -- building samples --------------------------------------------------------
+
+    def _device(self, gpu: Gpu, *, health: str,
+                details: Mapping[str, DetailValue] | None = None, **values: Any) -> DeviceSample:
+        return DeviceSample(
+            id=gpu.id, vendor=self.vendor, kind=self.kind, backend=self.name,
+            index=gpu.index, uuid=gpu.uuid, name=gpu.name, bus_id=gpu.bus_id,
+            driver_version=self._driver_version, firmware_version=gpu.vbios,
+            health=health, details=dict(details or {}), **values)
+
+    def _mig_device(self, gpu: Gpu, mig: Mig, *, health: str,
+                    details: Mapping[str, DetailValue] | None = None,
+                    **values: Any) -> DeviceSample:
+        extra: dict[str, DetailValue] = {"mig_slot": mig.slot,
+                                         "gpu_instance_id": mig.gpu_instance_id,
+                                         "compute_instance_id": mig.compute_instance_id}
+        extra.update(details or {})
+        return DeviceSample(
+            id=mig.uuid or f"{gpu.id}/mig-{mig.slot}", vendor=self.vendor, kind=self.kind,
+            backend=self.name, index=None, uuid=mig.uuid, name=mig.name, bus_id=gpu.bus_id,
+            driver_version=self._driver_version, firmware_version=gpu.vbios,
+            parent=gpu.id, partition_share=mig.partition_share, health=health, details=extra,
+            **values)
