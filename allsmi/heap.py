@@ -9,7 +9,10 @@ Two measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H100s
   0.7 MiB of resident memory, and the GIL already serialises the allocations it would
   parallelise.
 * :func:`trim`: start-up (configuration, the command line, the first frame) frees more than
-  it keeps; ``malloc_trim`` hands the free pages back to the kernel once (about 0.4 MiB).
+  it keeps; ``malloc_trim`` hands the free pages back to the kernel once the first data is on
+  screen (about 0.4 MiB), and every :data:`TRIM_SECONDS` after (each refresh's rendering frees
+  what it allocated, and glibc keeps those pages: about 0.2 MiB more; a call takes about
+  0.2 ms on the dashboard's heap).
 
 Call :func:`limit_arenas` before the threads start.
 """
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import sys
 
+#: How often a long-running UI hands free heap pages back (:func:`trim`).
+TRIM_SECONDS = 5.0
 #: glibc's ``mallopt`` parameter number for the arena limit (``malloc.h``).
 M_ARENA_MAX = -8
 

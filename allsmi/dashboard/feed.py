@@ -52,6 +52,9 @@ class DataFeed:
         a timer; network sources also start their refresh rounds."""
         app: Any = self
         self.poll()
+        # Each refresh's rendering frees what it allocated, in pages glibc keeps: hand them
+        # back now and then (0.2 MiB less resident, 0.2 ms a call; allsmi/heap.py).
+        app.set_interval(heap.TRIM_SECONDS, heap.trim)
         subscribe = getattr(self.source, "subscribe", None)
         if subscribe is not None and subscribe(self._snapshot_ready):
             self._arm_watchdog(1.5 * self.source.interval)
