@@ -57,6 +57,9 @@ def test_the_documented_settings() -> None:
     alert = flags(exec_start()[1:])
     assert alert["rule"] == "/etc/victoria-metrics/rules/allsmi-rules.yml"
     assert alert["datasource.url"] == alert["remoteWrite.url"]  # results written back
+    # evaluated as of VictoriaMetrics' default -search.latencyOffset (30 s) ago, so that an
+    # evaluation just after an hour is not moved back by the store (the hour shifted)
+    assert "search.latencyOffset" not in vm and alert["datasource.lookback"] == "30s"
     assert alert["datasource.url"].endswith(":" + vm["httpListenAddr"].rsplit(":", 1)[1])
     readme = (DEPLOY / "README.md").read_text()
     for name in ("victoria-metrics.default", "scrape.yml", "vmalert.service",
@@ -118,9 +121,10 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
                 time.sleep(0.5)
             with running_server(alert_argv, tmp_path / "vmalert.log",
                           f"http://127.0.0.1:{alert_port}/metrics", "vmalert"):
-                deadline = time.monotonic() + 45
-                # the fleet view's rule, evaluated every 15 s, written back and queryable
-                while not _query(store, "instance:allsmi_devices:totals"):
+                deadline = time.monotonic() + 120
+                # the fleet view's rule, evaluated every 15 s as of 30 s ago, written back and
+                # queryable (its newest sample 30 to 45 s old)
+                while not _query(store, "last_over_time(instance:allsmi_devices:totals[5m])"):
                     assert time.monotonic() < deadline, (tmp_path / "vmalert.log").read_text()
                     time.sleep(1)
                 # (the hourly roll-ups start at an offset within the hour: see
