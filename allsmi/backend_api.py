@@ -49,7 +49,7 @@ Decisions the contract makes (the contract suite checks them):
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Mapping, Sequence
 
 from allsmi.declarations import KubernetesResource, VendorDeclaration
@@ -83,6 +83,10 @@ class BackendTimeout(BackendError):
     A :class:`BackendError` raised *from* a :class:`TimeoutError` (such as the
     subprocess runner's ``ToolTimeout``) is reported the same way.
     """
+
+
+#: The class attribute holding each :class:`VendorDeclaration` field, where the names differ.
+_ATTRIBUTE = {"backend": "name"}
 
 
 class Backend(abc.ABC):
@@ -134,22 +138,17 @@ class Backend(abc.ABC):
         is written once; see :mod:`allsmi.backends._common.declared`)."""
         super().__init_subclass__(**kwargs)
         if declared is not None:
-            cls.name, cls.vendor, cls.kind = declared.backend, declared.vendor, declared.kind
-            cls.product, cls.interface = declared.product, declared.interface
-            cls.version_command = declared.version_command
-            cls.kubernetes_resources = declared.kubernetes_resources
-            cls.node_names, cls.device_nodes = declared.node_names, declared.device_nodes
-            cls.env_vars = declared.env_vars
+            for f in fields(VendorDeclaration):
+                setattr(cls, _ATTRIBUTE.get(f.name, f.name), getattr(declared, f.name))
 
     @classmethod
     def declaration(cls) -> VendorDeclaration:
         """What the rest of allsmi reads about this backend without running it (attribution,
         ``allsmi doctor``, the docs tables, the layering tests): see :mod:`allsmi.declarations`."""
-        return VendorDeclaration(
-            backend=cls.name, vendor=cls.vendor, kind=cls.kind, product=cls.product,
-            interface=cls.interface, version_command=tuple(cls.version_command),
-            kubernetes_resources=tuple(cls.kubernetes_resources), node_names=tuple(cls.node_names),
-            device_nodes=tuple(cls.device_nodes), env_vars=tuple(cls.env_vars))
+        def value(name: str) -> Any:
+            v = getattr(cls, _ATTRIBUTE.get(name, name))
+            return v if isinstance(v, str) else tuple(v)
+        return VendorDeclaration(**{f.name: value(f.name) for f in fields(VendorDeclaration)})
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
