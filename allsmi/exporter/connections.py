@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Optional
 
 from allsmi.exporter.authqueue import FairQueue
+from allsmi.exporter.request import head_end
 from allsmi.exporter.bounds import HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits
 from allsmi.exporter.sockets import REFUSED, ConnectionTable
 
@@ -59,14 +60,6 @@ class Reply:
 #: ``respond(head, client_address, fast)``: the reply, or ``None`` when ``fast`` and the
 #: request needs the thread pool (then it is called again there with ``fast=False``).
 Responder = Callable[[bytes, Any, bool], Optional[Reply]]
-
-
-def head_end(buf: bytearray) -> int:
-    """Index just past the blank line ending the request head, or -1."""
-    crlf = buf.find(b"\r\n\r\n")
-    lf = buf.find(b"\n\n")
-    ends = [i + 4 for i in (crlf,) if i >= 0] + [i + 2 for i in (lf,) if i >= 0]
-    return min(ends) if ends else -1
 
 
 class ConnectionLoop(ConnectionTable):
