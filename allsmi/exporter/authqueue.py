@@ -20,9 +20,13 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Any, Callable, Deque, Dict
 
 log = logging.getLogger(__name__)
+
+#: How long :meth:`FairQueue.close` waits for the checks under way (one bcrypt check each).
+JOIN_SECONDS = 30.0
 
 
 class FairQueue:
@@ -109,11 +113,26 @@ class FairQueue:
             except Exception:  # noqa: BLE001 - a worker must outlive one bad request
                 log.exception("a password check failed")
 
-    def close(self) -> None:
-        """Stop the workers (items still waiting are dropped; their connections are closed)."""
+    def close(self, timeout: float = JOIN_SECONDS) -> bool:
+        """Stop the workers and wait for them (items still waiting are dropped; their
+        connections are closed); whether every worker ended within ``timeout`` seconds.
+
+        A worker inside ``bcrypt.checkpw`` finishes that one check first. Waiting matters:
+        a worker still inside bcrypt when the interpreter shuts down is killed in the middle
+        of native code, and the process aborts (SIGABRT) instead of exiting."""
         with self._cond:
             self._closed = True
             self._queues.clear()
             self._turns.clear()
             self._waiting = 0
             self._cond.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in threads if t.is_alive()]
+        if alive:
+            log.error("password-check worker(s) %s still running after %g s", ", ".join(alive),
+                      timeout)
+        return not alive

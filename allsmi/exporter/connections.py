@@ -156,10 +156,12 @@ class ConnectionLoop(ConnectionTable):
         self._wake()
         self._stopped.wait(timeout)
 
-    def close(self) -> None:
-        """Release the loop's own resources (after :meth:`stop`)."""
-        self._auth.close()
+    def close(self) -> bool:
+        """Release the loop's own resources (after :meth:`stop`), waiting for the password
+        checks under way; whether they all ended (see :meth:`FairQueue.close`)."""
+        ended = self._auth.close()
         super().close()
+        return ended
 
     # -- accepting -----------------------------------------------------------
 

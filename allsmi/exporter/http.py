@@ -201,7 +201,8 @@ class MetricsServer:
         """Stop serving; returns once :meth:`serve_forever` has returned."""
         self.loop.stop()
 
-    def server_close(self) -> None:
-        """Close the listening socket and the loop's resources."""
+    def server_close(self) -> bool:
+        """Close the listening socket and the loop's resources; whether every worker thread
+        (password checks) ended."""
         self.socket.close()
-        self.loop.close()
+        return self.loop.close()
