@@ -27,10 +27,14 @@ DEFAULT_PORT = 9477
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 SWITCH_INTERVAL_SECONDS = 0.0005
 SERVE_KEYS = ("listen", "interval_seconds", "processes", "web_config", "energy_max_gap_seconds",
-              "ledger")
+              "ledger", "max_holder_series")
+#: ``max_holder_series`` accepts 0 (no per-holder series: all holder time in the overflow
+#: holders) to this.
+MAX_HOLDER_SERIES_LIMIT = 1_000_000
 ENV = {"listen": "ALLSMI_SERVE_LISTEN", "interval_seconds": "ALLSMI_SERVE_INTERVAL",
        "processes": "ALLSMI_SERVE_PROCESSES", "web_config": "ALLSMI_SERVE_WEB_CONFIG",
-       "energy_max_gap_seconds": "ALLSMI_SERVE_ENERGY_MAX_GAP", "ledger": "ALLSMI_SERVE_LEDGER"}
+       "energy_max_gap_seconds": "ALLSMI_SERVE_ENERGY_MAX_GAP", "ledger": "ALLSMI_SERVE_LEDGER",
+       "max_holder_series": "ALLSMI_SERVE_MAX_HOLDER_SERIES"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class ServeOptions:
     web_config: Path | None
     energy_max_gap: float
     ledger: Path | None
+    max_holder_series: int
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -78,6 +83,16 @@ def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -
         low = f"> {minimum:g}" if minimum == 0 else f">= {minimum:g}"
         raise ValueError(f"expected a number {low} and <= {maximum:g}, got {value!r}")
     return number
+
+
+def _count(value: Any) -> int:
+    """A whole number from 0 to :data:`MAX_HOLDER_SERIES_LIMIT`."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not 0 <= value <= MAX_HOLDER_SERIES_LIMIT:
+        raise ValueError(f"expected a whole number from 0 to {MAX_HOLDER_SERIES_LIMIT}, got {value!r}")
+    return value
 
 
 def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[str, str],
@@ -143,7 +158,13 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
                         processes=bool(pick("processes", flag)),
                         web_config=Path(web) if web else None,
                         energy_max_gap=bridged_gap_seconds(interval, gap, simulation_speed(simulate, environ)),
-                        ledger=Path(ledger) if ledger else None)
+                        ledger=Path(ledger) if ledger else None,
+                        max_holder_series=_series_cap(pick("max_holder_series", _count)))
+
+
+def _series_cap(value: int | None) -> int:
+    from allsmi.exporter.holders import DEFAULT_MAX_HOLDER_SERIES
+    return DEFAULT_MAX_HOLDER_SERIES if value is None else value
 
 
 def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
@@ -184,9 +205,15 @@ def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
                    "Config: serve.energy_max_gap_seconds.")
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
               help="Also record usage into this accounting ledger. Config: serve.ledger.")
+@click.option("--max-holder-series", "max_holder_series",
+              type=click.IntRange(0, MAX_HOLDER_SERIES_LIMIT), default=None, metavar="N",
+              help="Most per-holder series (device x holder x method) at once; holders beyond "
+                   "it are counted in their device's overflow holder (default 1000). "
+                   "Config: serve.max_holder_series.")
 @common_options
 def serve(listen: str | None, processes: bool | None, web_config: str | None,
-          energy_max_gap: float | None, ledger: str | None, **opts: Any) -> None:
+          energy_max_gap: float | None, ledger: str | None, max_holder_series: int | None,
+          **opts: Any) -> None:
     """Serve Prometheus metrics of every device.
 
     A scrape only reads the exposition rendered after the latest collection
@@ -204,7 +231,8 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     s = settings(**opts)
     try:
         o = resolve_options({"listen": listen, "processes": processes, "web_config": web_config,
-                             "energy_max_gap_seconds": energy_max_gap, "ledger": ledger},
+                             "energy_max_gap_seconds": energy_max_gap, "ledger": ledger,
+                             "max_holder_series": max_holder_series},
                             s.config, os.environ, common_interval, simulate=s.simulate is not None)
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -228,7 +256,8 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
                                                         g.currency, g.budget_per_month)
                                           for n, g in s.config.groups.items()},
                             stale_after_seconds=STALE_PERIODS * (o.interval + s.timeout),
-                            idle_threshold_percent=idle_threshold_percent(s.config))
+                            idle_threshold_percent=idle_threshold_percent(s.config),
+                            max_holder_series=o.max_holder_series)
     try:
         server = MetricsServer(o.host, o.port, exposition, web=web)
     except OSError as exc:
