@@ -106,11 +106,15 @@ def dashboard_options(func: F) -> F:
 
 
 def settings(config_path: str | None, simulate: str | None, interval: float | None,
-             backend_timeout: float | None, *, parent: Mapping[str, Any] | None = None) -> Settings:
+             backend_timeout: float | None, *, parent: Mapping[str, Any] | None = None,
+             problems: list[ConfigError] | None = None) -> Settings:
     """Resolve flags > environment > file > defaults; exit 2 on a bad config.
 
+    The whole file is checked, every consumer's table included (:mod:`allsmi.cli.configcheck`).
     ``parent`` holds the options given before the command (``allsmi --simulate mixed
-    snapshot``); ``None`` reads them from the current click context.
+    snapshot``); ``None`` reads them from the current click context. With ``problems`` (``allsmi
+    doctor``), every problem of the file is added to it instead of exiting, and the settings
+    are what its valid keys say.
     """
     if parent is None:
         import click
@@ -120,17 +124,14 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
     interval = interval or parent.get("interval")
     backend_timeout = backend_timeout or parent.get("backend_timeout")
     try:
-        config = load_config(config_path)
-        if config.backends_enabled is not None:
-            # Checked here rather than in allsmi.config, which must not reach the backends.
-            from allsmi import registry
-            known = registry.names()
-            for name in config.backends_enabled:
-                if name not in known:
-                    raise config.error(f"unknown backend {name!r} (installed: {', '.join(known)})",
-                                       "backends", "enabled")
-        from allsmi.usage import grid_gco2e_per_kwh
-        grid_gco2e_per_kwh(config)  # [accounting]: checked by every command, used by consumers
+        config = load_config(config_path, problems=problems)
+        if config.path is not None or problems:  # without a file, there is nothing to check
+            from allsmi.cli.configcheck import check_config, problems_in
+            if problems is None:
+                check_config(config)
+            else:
+                config, found = problems_in(config, thorough=True)
+                problems.extend(found)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     scenario = None
