@@ -198,9 +198,36 @@ def build_attributor(s: Settings) -> Any:
         raise fail(str(exc)) from None
 
 
+#: Open files a collecting command needs at least: vendor libraries hold a few per device,
+#: each vendor tool call three pipes, the ledger five files, ``allsmi serve`` 64 connections
+#: (``allsmi.exporter.bounds``: the limit less 64 kept for everything else). Below it,
+#: collection cycles would fail with EMFILE one by one; a command refuses to start instead.
+DESCRIPTOR_FLOOR = 128
+
+
+def ensure_descriptors(floor: int = DESCRIPTOR_FLOOR) -> None:
+    """Raise the soft open-file limit to ``floor`` when it is below (the hard limit allows it
+    for any user); exit 2 with a message when the hard limit itself is below ``floor``."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= floor:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= floor:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (floor, hard))
+            return
+        except (ValueError, OSError):
+            pass
+    shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    raise fail(f"the open-file limit is {soft} (hard limit {shown}); allsmi needs at least {floor} "
+               f"open files to collect without failing: raise it (ulimit -n {floor}, systemd "
+               f"LimitNOFILE=, docker run --ulimit nofile={floor})")
+
+
 def build_collector(s: Settings, *, history_size: int | None = None):  # type: ignore[no-untyped-def]
     """A collector over the configured (or simulated) backends and the attribution sources,
-    not yet started."""
+    not yet started; first makes sure of :data:`DESCRIPTOR_FLOOR` open files."""
+    ensure_descriptors()
     from allsmi import registry
     from allsmi.collector import Collector
     clock = simulation_clock() if s.simulate else None

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import build_collector, common_options, fail, finite, settings
+from allsmi.cli.common import build_collector, common_options, ensure_descriptors, fail, finite, settings
 from allsmi.cli.serveoptions import (DEFAULT_LISTEN, DEFAULT_PORT, ENV, MAX_HOLDER_SERIES_LIMIT,
                                      SERVE_KEYS, ServeOptions, parse_listen, resolve_options)
 from allsmi.config import Config, ConfigError
@@ -99,6 +99,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     s.interval = o.interval
+    ensure_descriptors()  # before the connection bound is derived from the limit
 
     from allsmi.exporter.exposition import STALE_PERIODS, Exposition
     from allsmi.exporter.builder import GroupPrice
