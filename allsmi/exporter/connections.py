@@ -55,6 +55,9 @@ class Reply:
 
     chunks: list[bytes]
     close: bool
+    status: int = 0
+    """The HTTP status, where the responder says it (a 401 makes its address a suspect of
+    :class:`~allsmi.exporter.authqueue.FairQueue`)."""
 
 
 #: ``respond(head, client_address, fast)``: the reply, or ``None`` when ``fast`` and the
@@ -263,6 +266,8 @@ class ConnectionLoop(ConnectionTable):
         except Exception:  # noqa: BLE001
             log.exception("answering a request from %s failed", conn.address)
             reply = None
+        if reply is not None and reply.status == 401:
+            self._auth.failed(conn.client)  # its next checks wait for everybody else's
         self._finish_job(conn, reply)
 
     def _finish_job(self, conn: Conn, reply: Reply | None) -> None:

@@ -151,7 +151,7 @@ class _Answer:
         elif request is not None and request.say_keep_alive:
             headers.append(("Connection", "keep-alive"))
         # the prepared body is sent as is, not copied
-        return Reply([response_head(status, headers), b"" if head else body], close)
+        return Reply([response_head(status, headers), b"" if head else body], close, int(status))
 
 
 class MetricsServer:
