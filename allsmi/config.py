@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from allsmi.tomlkeys import KeyLocator, toml_syntax_line
+from allsmi.tomlkeys import KeyLocator, drop_key, toml_syntax_line
 
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
@@ -229,28 +229,6 @@ def config_problems(text: str, path: Path | None = None, *,
             problems.append(exc)
             if first_only or len(problems) >= MAX_PROBLEMS or not drop_key(data, exc.key_path):
                 return Config(path=path, _locator=locator), problems
-
-
-def drop_key(data: Any, key_path: tuple[str, ...]) -> bool:
-    """Remove ``key_path`` from nested tables and arrays; whether it was there."""
-    if not key_path:
-        return False
-    *parents, last = key_path
-    node = data
-    for key in parents:
-        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        elif isinstance(node, dict) and key in node:
-            node = node[key]
-        else:
-            return False
-    if isinstance(node, dict) and last in node:
-        del node[last]
-        return True
-    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
-        del node[int(last)]
-        return True
-    return False
 
 
 def parse_group_tables(data: Mapping[str, Any], path: Path | None,

@@ -21,7 +21,8 @@ import copy
 from dataclasses import replace
 from typing import Any, Callable
 
-from allsmi.config import MAX_PROBLEMS, Config, ConfigError, drop_key
+from allsmi.config import MAX_PROBLEMS, Config, ConfigError
+from allsmi.tomlkeys import drop_key
 
 
 def _serve(config: Config) -> None:

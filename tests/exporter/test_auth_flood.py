@@ -11,10 +11,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import base64
+
 import bcrypt
 
 from .server import run_serve
-from .test_hostile_clients import SIMULATE, PasswordFlood, _basic, get_from, wait_for
+from .test_hostile_clients import SIMULATE, PasswordFlood, get_from, wait_for
+
+
+def basic(user: str, password: str) -> str:
+    return "Authorization: Basic " + base64.b64encode(f"{user}:{password}".encode()).decode() + "\r\n"
 
 
 class Flood(PasswordFlood):
@@ -70,7 +76,7 @@ def test_uncached_valid_scrapers_are_answered_at_once_during_a_64_address_flood(
             time.sleep(0.2)
         for user, password in USERS.items():  # none cached: each needs its bcrypt check
             started = time.monotonic()
-            status = get_from("127.0.0.1", server.port, "/metrics", _basic(user, password),
+            status = get_from("127.0.0.1", server.port, "/metrics", basic(user, password),
                               timeout=15)
             took = time.monotonic() - started
             # the checks under way, then its own (tens of ms each on an idle machine; seconds
