@@ -85,7 +85,8 @@ class _Answer:
         except BadRequest as exc:
             log.debug("%s: malformed request (%s): answered %d and closed",
                       self.client_address, exc, exc.status)
-            return self._reply(exc.status, f"{HTTPStatus(exc.status).phrase}: {exc}\n".encode(
+            reason = str(exc)[:200]  # h11's reason may quote the request: bounded
+            return self._reply(exc.status, f"{HTTPStatus(exc.status).phrase}: {reason}\n".encode(
                 "utf-8", "replace"), _TEXT, close=True, head=False)
         return self._route(request)
 
