@@ -19,6 +19,10 @@ pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
 10  ``nvmlDeviceGetGraphicsRunningProcesses_v3``  graphics processes
 ==  ============================================  =================================
 
+On GPUs with GPM (Hopper and later) two more per target (the GPU, or each GPU instance in MIG
+mode): ``nvmlGpmSampleGet`` (``nvmlGpmMigSampleGet``) and ``nvmlGpmMetricsGet``, for the honest
+activity figures (SM activity, occupancy, tensor, DRAM bandwidth, PCIe, NVLink; ``gpm.py``).
+
 The field-value batch asks for ``NVML_FI_DEV_POWER_AVERAGE`` (what ``nvmlDeviceGetPowerUsage``
 returns on Ampere and newer, except GA100), ``NVML_FI_DEV_POWER_INSTANT`` (what it returns on older
 parts), ``NVML_FI_DEV_POWER_CURRENT_LIMIT`` (the enforced limit),
@@ -51,6 +55,7 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
         CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
         NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
+    from allsmi.backends.nvidia.gpm import GpmReader
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
@@ -83,7 +88,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     Options (``[backends.nvidia]``): ``workers`` (threads reading GPUs
     concurrently, default 8), ``processes`` (list processes, default true),
     ``pcie_throughput`` (also read PCIe TX/RX, which samples a 20 ms window
-    per direction; default false).
+    per direction; default false), ``gpm`` (read GPM activity on Hopper and
+    later; default true).
     """
 
     def __init__(self, *, timeout_seconds: float = 5.0,
@@ -99,6 +105,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         self._activity_reader: ProcessUtilizationReader | None = None
         self._open_warnings: list[str] = []
         self._driver: DriverReads | None = None
+        self._gpm: GpmReader | None = None
 
     # -- life cycle --------------------------------------------------------
     def quick_probe(self) -> ProbeResult | None:
@@ -179,16 +186,47 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             gpu, warnings = open_gpu(pynvml, index)
             self._gpus.append(gpu)
             self._open_warnings.extend(warnings)
+        if self.options.get("gpm", True):
+            self._open_gpm(pynvml, self._gpus)
         workers = min(count, self._workers())
         from concurrent.futures import ThreadPoolExecutor
         self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
                       if workers > 1 else None)
 
+    def _open_gpm(self, pynvml: ModuleType, gpus: list[Gpu]) -> None:
+        """Each GPU's GPM targets (:mod:`allsmi.backends.nvidia.gpm`), first samples taken."""
+        from allsmi.backends.nvidia.gpm import GpmReader
+        self._gpm = GpmReader(pynvml)
+        without: dict[str, list[str]] = {}  # why a GPU has no GPM: the GPUs, said once
+        for gpu in gpus:
+            if gpu.lost_reason is not None:
+                continue
+            instances = ([m.gpu_instance_id for m in gpu.migs if m.gpu_instance_id is not None]
+                         if gpu.mig_enabled else None)
+            try:
+                gpu.gpm, gpu.gpm_instances, reason = self._gpm.open_gpu(
+                    gpu.handle, gpu.label, instances, self._open_warnings)
+            except DeviceFault as fault:
+                mark_lost(gpu, fault)
+                continue
+            if reason is not None:
+                without.setdefault(reason, []).append(gpu.label)
+        self._open_warnings.extend(f"no compute activity on {', '.join(labels)} ({reason})"
+                                   for reason, labels in without.items())
+
     def close(self) -> None:
-        """Drop the handles and the thread pool. NVML itself stays initialised for the process."""
+        """Drop the handles and the thread pool, free the GPM samples. NVML itself stays
+        initialised for the process."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        gpm, self._gpm = self._gpm, None
+        if gpm is not None:
+            # a read stuck in the driver still holds its GPU's samples: those are left alone
+            busy = {id(t) for gpu in self._gpus or () if gpu.pending is not None
+                    and not gpu.pending.done()
+                    for t in (gpu.gpm, *gpu.gpm_instances.values()) if t is not None}
+            gpm.close(keep=busy)
         self._gpus = None
 
     def sample(self) -> Sequence[DeviceSample]:
@@ -198,6 +236,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         gpus = self._gpus
         if gpus is None:
             raise BackendError("the NVIDIA backend was not opened")
+        if self._gpm is not None:
+            self._gpm.settle()  # the first cycle after open: its interval is 0.1 s at least
         if self._pool is None:
             results = [self._read_gpu(gpu) for gpu in gpus]
         else:
@@ -333,6 +373,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         if self.options.get("pcie_throughput", False):
             details.update(self._reads().pcie_throughput(r, skip, handle))
 
+        activity = self._gpm.read(gpu.gpm, handle, r.warnings) if self._gpm else {}
+
         if self.options.get("processes", True) and self._process_reader is not None:
             own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,
                                           self._activity_reader)
@@ -346,14 +388,17 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             power_watts=milli_to_unit(number(power_mw)),
             power_limit_watts=milli_to_unit(number(limit_mw)),
             energy_joules=milli_to_unit(number(energy_mj)),
-            clock_mhz=clock, fan_percent=fan, processes=own)]
+            clock_mhz=clock, fan_percent=fan, processes=own, **activity)]
         for mig in gpu.migs:
             mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)
             mig_details: dict[str, DetailValue] = {}
             if mig_reserved is not None:
                 mig_details["memory_reserved_bytes"] = mig_reserved
+            mig_activity = (self._gpm.read(gpu.gpm_instances.get(mig.gpu_instance_id), handle,
+                                           r.warnings)
+                            if self._gpm and mig.gpu_instance_id is not None else {})
             devices.append(self._mig_device(
-                gpu, mig, health="ok", details=mig_details,
+                gpu, mig, health="ok", details=mig_details, **mig_activity,
                 memory_used_bytes=mig_used, memory_total_bytes=mig_total,
                 processes=None if own is None else per_mig.get(mig.slot, ())))
         return devices
