@@ -187,32 +187,13 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             self._gpus.append(gpu)
             self._open_warnings.extend(warnings)
         if self.options.get("gpm", True):
-            self._open_gpm(pynvml, self._gpus)
+            from allsmi.backends.nvidia.gpm import GpmReader
+            self._gpm = GpmReader(pynvml)
+            self._gpm.open_gpus(self._gpus, self._open_warnings)
         workers = min(count, self._workers())
         from concurrent.futures import ThreadPoolExecutor
         self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
                       if workers > 1 else None)
-
-    def _open_gpm(self, pynvml: ModuleType, gpus: list[Gpu]) -> None:
-        """Each GPU's GPM targets (:mod:`allsmi.backends.nvidia.gpm`), first samples taken."""
-        from allsmi.backends.nvidia.gpm import GpmReader
-        self._gpm = GpmReader(pynvml)
-        without: dict[str, list[str]] = {}  # why a GPU has no GPM: the GPUs, said once
-        for gpu in gpus:
-            if gpu.lost_reason is not None:
-                continue
-            instances = ([m.gpu_instance_id for m in gpu.migs if m.gpu_instance_id is not None]
-                         if gpu.mig_enabled else None)
-            try:
-                gpu.gpm, gpu.gpm_instances, reason = self._gpm.open_gpu(
-                    gpu.handle, gpu.label, instances, self._open_warnings)
-            except DeviceFault as fault:
-                mark_lost(gpu, fault)
-                continue
-            if reason is not None:
-                without.setdefault(reason, []).append(gpu.label)
-        self._open_warnings.extend(f"no compute activity on {', '.join(labels)} ({reason})"
-                                   for reason, labels in without.items())
 
     def close(self) -> None:
         """Drop the handles and the thread pool, free the GPM samples. NVML itself stays
@@ -222,11 +203,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             pool.shutdown(wait=False, cancel_futures=True)
         gpm, self._gpm = self._gpm, None
         if gpm is not None:
-            # a read stuck in the driver still holds its GPU's samples: those are left alone
-            busy = {id(t) for gpu in self._gpus or () if gpu.pending is not None
-                    and not gpu.pending.done()
-                    for t in (gpu.gpm, *gpu.gpm_instances.values()) if t is not None}
-            gpm.close(keep=busy)
+            gpm.close(self._gpus or [])
         self._gpus = None
 
     def sample(self) -> Sequence[DeviceSample]:

@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from allsmi.backends.nvidia import nvml
-from allsmi.backends.nvidia.devices import DeviceFault
+from allsmi.backends.nvidia.devices import DeviceFault, Gpu, mark_lost
 from allsmi.backends.nvidia.nvml import error_code
 
 #: NVIDIA's minimum distance between the two samples of one interval.
@@ -94,6 +94,26 @@ class GpmReader:
         self._lock = threading.Lock()
 
     # -- open ------------------------------------------------------------------
+
+    def open_gpus(self, gpus: list[Gpu], warnings: list[str]) -> None:
+        """Each GPU's targets (``gpu.gpm``, ``gpu.gpm_instances``), first samples taken; the GPUs
+        without GPM are named once per reason in ``warnings``."""
+        without: dict[str, list[str]] = {}
+        for gpu in gpus:
+            if gpu.lost_reason is not None:
+                continue
+            instances = ([m.gpu_instance_id for m in gpu.migs if m.gpu_instance_id is not None]
+                         if gpu.mig_enabled else None)
+            try:
+                gpu.gpm, gpu.gpm_instances, reason = self.open_gpu(
+                    gpu.handle, gpu.label, instances, warnings)
+            except DeviceFault as fault:
+                mark_lost(gpu, fault)
+                continue
+            if reason is not None:
+                without.setdefault(reason, []).append(gpu.label)
+        warnings.extend(f"no compute activity on {', '.join(labels)} ({reason})"
+                        for reason, labels in without.items())
 
     def open_gpu(self, handle: Any, label: str, gpu_instance_ids: list[int] | None,
                  warnings: list[str]) -> tuple[GpmTarget | None, dict[int, GpmTarget], str | None]:
@@ -254,13 +274,15 @@ class GpmReader:
 
     # -- close -----------------------------------------------------------------
 
-    def close(self, keep: set[int] | None = None) -> None:
-        """Free every sample, except those of targets in ``keep`` (by ``id``: a read of theirs
-        may still be running in a stuck driver call, and freeing under it would crash)."""
+    def close(self, gpus: list[Gpu]) -> None:
+        """Free every sample, except those of a GPU whose read is still running in a stuck
+        driver call (freeing under it could crash the process; those are left, not reused)."""
+        busy = {id(t) for gpu in gpus if gpu.pending is not None and not gpu.pending.done()
+                for t in (gpu.gpm, *gpu.gpm_instances.values()) if t is not None}
         with self._lock:
             targets, self.targets = self.targets, []
         for target in targets:
-            if keep and id(target) in keep:
+            if id(target) in busy:
                 continue
             samples, target.samples = target.samples, []
             for sample in samples:
