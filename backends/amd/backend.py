@@ -52,8 +52,8 @@ def _import_reading() -> None:
     on every other machine does not pay for importing them.
     """
     global read, FUNCTIONS, Calls, describe, init_failure, missing_functions, Board, arrange
-    global EngineUsage, board_processes
-    from allsmi.backends.amd import read
+    global EngineUsage, board_processes, activity
+    from allsmi.backends.amd import activity, read
     from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
     from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, arrange
@@ -95,6 +95,8 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._layout: Layout = []
         self._static_warnings: list[str] = []
         self._power_from: dict[str, int] = {}
+        #: xGMI counters between cycles, per whole GPU or board (allsmi.backends.amd.activity)
+        self._links: activity.LinkCounters | None = None
         # A close() from another thread while a call is in flight (the collector
         # aborting a hung call) must not shut the library down under that call.
         self._busy = threading.Lock()
@@ -231,6 +233,7 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._layout = arrange(planned)
         self._static_warnings = warnings
         self._power_from = {}
+        self._links = activity.LinkCounters()
 
     def close(self) -> None:
         """Shut amdsmi down if this backend initialised it. Idempotent; never raises.
@@ -294,7 +297,19 @@ class AmdBackend(Backend, declared=DECLARATION):
         board = read.read_board(module, calls, dev.handle)
         readings.values.update(board.values)
         readings.details.update(board.details)
+        self._add_activity(readings, activity.read_metrics(calls, dev.handle), None, dev.id,
+                           dev.label, now)
         return self._device(dev, calls, readings)
+
+    def _add_activity(self, readings: Readings, metrics: Mapping[str, Any],
+                      partition: int | None, key: str, label: str, now: float) -> None:
+        """The ``gpu_metrics`` activity of a whole GPU or board (``partition=None``, with its
+        xGMI rates) or of one compute partition (:mod:`allsmi.backends.amd.activity`)."""
+        values, details = activity.device_activity(metrics, partition)
+        if partition is None and self._links is not None:
+            values.update(self._links.rates(key, metrics, now, label, self.warnings))
+        readings.values.update(values)
+        readings.details.update(details)
 
     def _device(self, dev: PlannedDevice, calls: Calls, readings: Readings) -> DeviceSample:
         health = calls.health
@@ -324,8 +339,17 @@ class AmdBackend(Backend, declared=DECLARATION):
                                                         self.warnings, None if self._engine
                                                         is None else (self._engine, dev.id,
                                                                       self._clock()))))
+        # one gpu_metrics table per socket, through the first partition that answers
+        answering = [(dev, calls) for dev, calls, _ in parts if calls.health != "lost"]
+        metrics = activity.read_metrics(answering[0][1], answering[0][0].handle) \
+            if answering else {}
+        for dev, _, readings in parts:
+            partition = dev.partition_id if dev.partition_id is not None else -1
+            self._add_activity(readings, metrics, partition, dev.id, dev.label, 0.0)
+        own = read.Readings()
+        self._add_activity(own, metrics, None, board.id, board.label, self._clock())
         children = [self._device(dev, calls, readings) for dev, calls, readings in parts]
-        return [self._board_device(module, board, parts, children), *children]
+        return [self._board_device(module, board, parts, children, own), *children]
 
     def _board_readings(self, module: ModuleType, board: Board,
                         parts: list[tuple[PlannedDevice, Calls, Readings]]) -> Readings | None:
@@ -352,9 +376,9 @@ class AmdBackend(Backend, declared=DECLARATION):
 
     def _board_device(self, module: ModuleType, board: Board,
                       parts: list[tuple[PlannedDevice, Calls, Readings]],
-                      children: list[DeviceSample]) -> DeviceSample:
-        details: dict[str, DetailValue] = dict(board.details)
-        values: dict[str, Any] = {}
+                      children: list[DeviceSample], own: Readings) -> DeviceSample:
+        details: dict[str, DetailValue] = {**board.details, **own.details}
+        values: dict[str, Any] = dict(own.values)
         readings = self._board_readings(module, board, parts)
         if readings is not None:
             values.update(readings.values)
