@@ -27,7 +27,8 @@ the table is the socket's, the same through every partition). What each field be
 =================================  ============================================================
 
 "N/A" (amdsmi's rendering of the all-ones sentinel, and of an activity above 100) is unknown,
-never 0. A counter that goes backwards (a driver reload, a reset) gives no rate for that cycle
+never 0. The xGMI counters are first read when the backend opens, so the first cycle has a
+rate where at least :data:`MIN_RATE_SECONDS` passed since. A counter that goes backwards (a driver reload, a reset) gives no rate for that cycle
 and a warning; the next cycle measures from the new value.
 """
 
@@ -43,6 +44,10 @@ FUNCTION = "amdsmi_get_gpu_metrics_info"
 SOURCE = "gfx_busy"
 #: xGMI counters are in KB; the driver's KB are 1024 bytes.
 _KB = 1024
+#: The shortest interval a rate is computed over: the firmware refreshes the table every few
+#: milliseconds, so a shorter one would be mostly rounding. A cycle sooner than this keeps
+#: measuring from the older reading.
+MIN_RATE_SECONDS = 0.1
 
 
 def read_metrics(calls: Calls, handle: Any) -> Mapping[str, Any]:
@@ -132,6 +137,9 @@ class LinkCounters:
             return {}
         then, read_before, written_before = previous
         elapsed = now - then
+        if 0 <= elapsed < MIN_RATE_SECONDS and read.keys() == read_before.keys():
+            self._last[key] = previous  # too soon: the next cycle measures from the older one
+            return {}
         if elapsed <= 0 or read.keys() != read_before.keys() \
                 or written.keys() != written_before.keys():
             return {}

@@ -70,6 +70,11 @@ def __getattr__(name: str) -> Any:
 class AmdBackend(Backend, declared=DECLARATION):
     """AMD Instinct and Radeon GPUs through amdsmi; partitions as children of their GPU."""
 
+    #: amdsmi's gpu_metrics has no warp occupancy or matrix-core activity, and its PCIe
+    #: figure is both directions together (``details.pcie_bandwidth_gigabytes_per_second``).
+    unreported_fields = frozenset({"sm_occupancy_percent", "tensor_active_percent",
+                                   "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second"})
+
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
                  loader: Callable[[], ModuleType] = load_amdsmi,
@@ -234,6 +239,10 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._static_warnings = warnings
         self._power_from = {}
         self._links = activity.LinkCounters()
+        for entry in self._layout:  # the xGMI counters' first reading, for the first cycle's rate
+            first = entry.partitions[0] if isinstance(entry, Board) else entry
+            self._links.rates(entry.id, activity.read_metrics(Calls(module), first.handle),
+                              self._clock(), entry.label, [])
 
     def close(self) -> None:
         """Shut amdsmi down if this backend initialised it. Idempotent; never raises.

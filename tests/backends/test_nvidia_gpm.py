@@ -46,6 +46,7 @@ def hopper_in_mig_mode(index: int = 0) -> FakeGpu:
                                             name="NVIDIA H100 80GB HBM3"))
     for mig, active in zip(gpu.migs, (90.0, 0.0, 35.5)):
         mig.gpm = {2: active, 3: active / 3, 5: active / 2, 10: 12.0}
+        mig.name = mig.name.replace("A100-SXM4-40GB", "H100 80GB HBM3")
     return gpu
 
 

@@ -29,7 +29,10 @@ def _real(env: ScenarioEnv) -> Backend:
 
 def _fixture(name: str) -> Callable[[ScenarioEnv], Backend]:
     def build(env: ScenarioEnv) -> Backend:
-        return fake_backend(FakeLibrary.from_fixture(name))
+        # a clock one second further at each reading, so that the xGMI counters read at open
+        # and at the first cycle give a rate (0 B/s: the fixture's counters stand still)
+        ticks = iter(range(10**6))
+        return fake_backend(FakeLibrary.from_fixture(name), clock=lambda: float(next(ticks)))
     return build
 
 
@@ -45,7 +48,7 @@ SCENARIOS: list[Scenario] = [
                energy_joules=3145728.0, partition_share=None, index=0,
                # the mean of the eight XCCs' gfx_busy_inst; umc_activity
                compute_active_percent=41.0, compute_active_source="gfx_busy",
-               memory_bandwidth_percent=30.0),
+               memory_bandwidth_percent=30.0, interconnect_rx_bytes_per_second=0.0),
         expect("a6ff74a1-0000-1000-807c-d0b8a1e2c3f4", parent="amd:0000:0c:00", partition_share=0.125,
                power_watts=None, energy_joules=None, utilization_percent=91.0,
                compute_active_percent=20.0, compute_active_source="gfx_busy",

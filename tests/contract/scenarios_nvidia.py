@@ -70,7 +70,8 @@ def _hopper_busy_looking(env: ScenarioEnv) -> Backend:
     h100 = busy_looking(FakeGpu.from_profile("h100-sxm5-80gb", 0))
     mig = busy_looking(FakeGpu.from_profile("a100-sxm4-40gb-mig", 1, name="NVIDIA H100 80GB HBM3"))
     for instance, active in zip(mig.migs, (75.0, 0.0, 12.5)):
-        instance.gpm = {2: active, 10: 40.0, 60: 1.5}
+        instance.gpm = {2: active}  # SM activity per GPU instance (what DCGM gives per MIG too)
+        instance.name = instance.name.replace("A100-SXM4-40GB", "H100 80GB HBM3")
     return _backend(env, FakeNvml([h100, mig]))
 
 
@@ -104,8 +105,8 @@ SCENARIOS: list[Scenario] = [
                memory_bandwidth_percent=3.5, pcie_tx_bytes_per_second=12.0 * 2**20,
                pcie_rx_bytes_per_second=48.0 * 2**20, interconnect_rx_bytes_per_second=0.0),
         expect("MIG-00000001-0000-5000-9000-000000000001", compute_active_percent=75.0,
-               compute_active_source="sm_active", memory_bandwidth_percent=40.0,
-               interconnect_rx_bytes_per_second=1.5 * 2**20, sm_occupancy_percent=None),
+               compute_active_source="sm_active", memory_bandwidth_percent=None,
+               sm_occupancy_percent=None),
         expect("MIG-00000001-0001-5000-9000-000000000005", compute_active_percent=0.0),
         expect("MIG-00000001-0003-5000-9000-00000000000d", compute_active_percent=12.5),
     ]),
