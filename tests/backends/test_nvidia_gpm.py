@@ -288,3 +288,39 @@ def test_mig_instance_without_gpm_is_none_beside_the_others(monkeypatch, backend
     warnings += backend.warnings
     assert [d.compute_active_percent for d in devices[1:]] == [90.0, None, 35.5]
     assert any("GPU instance 5: no compute activity" in w for w in warnings)
+
+
+def _fake_gpm_allsmi(*args: str) -> str:
+    """``allsmi ARGS`` as a subprocess over the fake NVML of tests/backends/fake_gpm_allsmi.py."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "tests.backends.fake_gpm_allsmi", "--", *args],
+                          cwd=root, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+def test_snapshot_and_doctor_show_activity_beside_utilization():
+    """From the outside: the JSON document and the Prometheus text carry both figures, a MIG
+    slice its own activity, and doctor says why the GPU without GPM has none."""
+    import json
+    doc = json.loads(_fake_gpm_allsmi("snapshot", "--format", "json"))
+    devices = {d["id"]: d for d in doc["devices"]}
+    busy = devices["GPU-00000000-1111-4222-8333-0000face0000"]
+    assert (busy["utilization_percent"], busy["compute_active_percent"],
+            busy["compute_active_source"]) == (100.0, 20.0, "sm_active")
+    assert busy["pcie_rx_bytes_per_second"] == 48.0 * MIB
+    slices = [d for d in doc["devices"] if d["parent"] == "GPU-00000001-1111-4222-8333-0000face0001"]
+    assert [d["compute_active_percent"] for d in slices] == [75.0, 0.0, 12.5]
+    ampere = devices["GPU-00000002-1111-4222-8333-0000face0002"]
+    assert ampere["utilization_percent"] == 55.0 and ampere["compute_active_percent"] is None
+    text = _fake_gpm_allsmi("snapshot", "--format", "prometheus")
+    assert 'uuid="GPU-00000000-1111-4222-8333-0000face0000"' in text
+    line = next(x for x in text.splitlines() if x.startswith("allsmi_device_compute_active_ratio{")
+                and "GPU-00000000" in x)
+    assert 'source="sm_active"' in line and line.endswith(" 0.2")
+    assert "GPU-00000002" not in "".join(x for x in text.splitlines()
+                                        if x.startswith("allsmi_device_compute_active_ratio{"))
+    doctor = _fake_gpm_allsmi("doctor")
+    assert "no compute activity on GPU 2 (GPM not supported on this GPU" in doctor
