@@ -27,7 +27,8 @@ the table is the socket's, the same through every partition). What each field be
 =================================  ============================================================
 
 "N/A" (amdsmi's rendering of the all-ones sentinel, and of an activity above 100) is unknown,
-never 0. The xGMI counters are first read when the backend opens, so the first cycle has a
+never 0. ``xcp_stats.gfx_busy_acc`` (accumulated busy) is not used: its time base is not
+documented well enough to turn it into a percentage without guessing. The xGMI counters are first read when the backend opens, so the first cycle has a
 rate where at least :data:`MIN_RATE_SECONDS` passed since. A counter that goes backwards (a driver reload, a reset) gives no rate for that cycle
 and a warning; the next cycle measures from the new value.
 """
