@@ -28,17 +28,19 @@ the table is the socket's, the same through every partition). What each field be
 
 "N/A" (amdsmi's rendering of the all-ones sentinel, and of an activity above 100) is unknown,
 never 0. ``xcp_stats.gfx_busy_acc`` (accumulated busy) is not used: its time base is not
-documented well enough to turn it into a percentage without guessing. The xGMI counters are first read when the backend opens, so the first cycle has a
-rate where at least :data:`MIN_RATE_SECONDS` passed since. A counter that goes backwards (a driver reload, a reset) gives no rate for that cycle
-and a warning; the next cycle measures from the new value.
+documented well enough to turn it into a percentage without guessing. The xGMI counters are
+first read when the backend opens, so the first cycle has a rate where at least
+:data:`MIN_RATE_SECONDS` passed since. A counter that goes backwards (a driver reload, a reset)
+gives no rate for that cycle and a warning; the next cycle measures from the new value.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from allsmi.backends.amd import convert as conv
 from allsmi.backends.amd.calls import Calls, mapping
+from allsmi.backends.amd.read import Readings
 from allsmi.schema import DetailValue
 
 FUNCTION = "amdsmi_get_gpu_metrics_info"
@@ -155,3 +157,41 @@ class LinkCounters:
             "interconnect_tx_bytes_per_second":
                 sum(written[k] - written_before[k] for k in written) * _KB / elapsed,
         }
+
+
+class ActivityReader:
+    """The backend's side: one ``gpu_metrics`` read per whole GPU or board per cycle, its
+    figures put into the readings of the GPU, the board and each partition."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._links = LinkCounters()
+
+    def baseline(self, calls: Calls, handle: Any, key: str, label: str) -> None:
+        """The xGMI counters' first reading (at open), so the first cycle has a rate."""
+        self._links.rates(key, read_metrics(calls, handle), self._clock(), label, [])
+
+    def whole(self, readings: Readings, calls: Calls, handle: Any, key: str, label: str,
+              warnings: list[str]) -> None:
+        """A whole GPU's figures, through its own handle."""
+        self._socket(readings, read_metrics(calls, handle), key, label, warnings)
+
+    def board(self, own: Readings, parts: Sequence[tuple[Any, Calls, Readings]], key: str,
+              label: str, warnings: list[str]) -> None:
+        """A partitioned board's figures into ``own``, each partition's into its readings:
+        one table, through the first partition that answers (it is the socket's)."""
+        answering = [(dev, calls) for dev, calls, _ in parts if calls.health != "lost"]
+        metrics = read_metrics(answering[0][1], answering[0][0].handle) if answering else {}
+        for dev, _, readings in parts:
+            partition = dev.partition_id if dev.partition_id is not None else -1
+            values, details = device_activity(metrics, partition)
+            readings.values.update(values)
+            readings.details.update(details)
+        self._socket(own, metrics, key, label, warnings)
+
+    def _socket(self, readings: Readings, metrics: Mapping[str, Any], key: str, label: str,
+                warnings: list[str]) -> None:
+        values, details = device_activity(metrics, None)
+        values.update(self._links.rates(key, metrics, self._clock(), label, warnings))
+        readings.values.update(values)
+        readings.details.update(details)

@@ -100,8 +100,8 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._layout: Layout = []
         self._static_warnings: list[str] = []
         self._power_from: dict[str, int] = {}
-        #: xGMI counters between cycles, per whole GPU or board (allsmi.backends.amd.activity)
-        self._links: activity.LinkCounters | None = None
+        #: gpu_metrics figures, xGMI counters between cycles (allsmi.backends.amd.activity)
+        self._activity: activity.ActivityReader | None = None
         # A close() from another thread while a call is in flight (the collector
         # aborting a hung call) must not shut the library down under that call.
         self._busy = threading.Lock()
@@ -238,11 +238,10 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._layout = arrange(planned)
         self._static_warnings = warnings
         self._power_from = {}
-        self._links = activity.LinkCounters()
+        self._activity = activity.ActivityReader(self._clock)
         for entry in self._layout:  # the xGMI counters' first reading, for the first cycle's rate
             first = entry.partitions[0] if isinstance(entry, Board) else entry
-            self._links.rates(entry.id, activity.read_metrics(Calls(module), first.handle),
-                              self._clock(), entry.label, [])
+            self._activity.baseline(Calls(module), first.handle, entry.id, entry.label)
 
     def close(self) -> None:
         """Shut amdsmi down if this backend initialised it. Idempotent; never raises.
@@ -306,19 +305,9 @@ class AmdBackend(Backend, declared=DECLARATION):
         board = read.read_board(module, calls, dev.handle)
         readings.values.update(board.values)
         readings.details.update(board.details)
-        self._add_activity(readings, activity.read_metrics(calls, dev.handle), None, dev.id,
-                           dev.label, now)
+        if self._activity is not None:
+            self._activity.whole(readings, calls, dev.handle, dev.id, dev.label, self.warnings)
         return self._device(dev, calls, readings)
-
-    def _add_activity(self, readings: Readings, metrics: Mapping[str, Any],
-                      partition: int | None, key: str, label: str, now: float) -> None:
-        """The ``gpu_metrics`` activity of a whole GPU or board (``partition=None``, with its
-        xGMI rates) or of one compute partition (:mod:`allsmi.backends.amd.activity`)."""
-        values, details = activity.device_activity(metrics, partition)
-        if partition is None and self._links is not None:
-            values.update(self._links.rates(key, metrics, now, label, self.warnings))
-        readings.values.update(values)
-        readings.details.update(details)
 
     def _device(self, dev: PlannedDevice, calls: Calls, readings: Readings) -> DeviceSample:
         health = calls.health
@@ -348,15 +337,9 @@ class AmdBackend(Backend, declared=DECLARATION):
                                                         self.warnings, None if self._engine
                                                         is None else (self._engine, dev.id,
                                                                       self._clock()))))
-        # one gpu_metrics table per socket, through the first partition that answers
-        answering = [(dev, calls) for dev, calls, _ in parts if calls.health != "lost"]
-        metrics = activity.read_metrics(answering[0][1], answering[0][0].handle) \
-            if answering else {}
-        for dev, _, readings in parts:
-            partition = dev.partition_id if dev.partition_id is not None else -1
-            self._add_activity(readings, metrics, partition, dev.id, dev.label, 0.0)
         own = read.Readings()
-        self._add_activity(own, metrics, None, board.id, board.label, self._clock())
+        if self._activity is not None:
+            self._activity.board(own, parts, board.id, board.label, self.warnings)
         children = [self._device(dev, calls, readings) for dev, calls, readings in parts]
         return [self._board_device(module, board, parts, children, own), *children]
 

@@ -19,9 +19,8 @@ pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
 10  ``nvmlDeviceGetGraphicsRunningProcesses_v3``  graphics processes
 ==  ============================================  =================================
 
-On GPUs with GPM (Hopper and later) two more per target (the GPU, or each GPU instance in MIG
-mode): ``nvmlGpmSampleGet`` (``nvmlGpmMigSampleGet``) and ``nvmlGpmMetricsGet``, for the honest
-activity figures (SM activity, occupancy, tensor, DRAM bandwidth, PCIe, NVLink; ``gpm.py``).
+With GPM (Hopper and later), two more per GPU or MIG GPU instance for the honest activity
+figures: ``nvmlGpmSampleGet`` (``nvmlGpmMigSampleGet``) and ``nvmlGpmMetricsGet`` (``gpm.py``).
 
 The field-value batch asks for ``NVML_FI_DEV_POWER_AVERAGE`` (what ``nvmlDeviceGetPowerUsage``
 returns on Ampere and newer, except GA100), ``NVML_FI_DEV_POWER_INSTANT`` (what it returns on older
@@ -88,8 +87,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     Options (``[backends.nvidia]``): ``workers`` (threads reading GPUs
     concurrently, default 8), ``processes`` (list processes, default true),
     ``pcie_throughput`` (also read PCIe TX/RX, which samples a 20 ms window
-    per direction; default false), ``gpm`` (read GPM activity on Hopper and
-    later; default true).
+    per direction; default false), ``gpm`` (GPM activity, Hopper on; default true).
     """
 
     def __init__(self, *, timeout_seconds: float = 5.0,
@@ -188,8 +186,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             self._open_warnings.extend(warnings)
         if self.options.get("gpm", True):
             from allsmi.backends.nvidia.gpm import GpmReader
-            self._gpm = GpmReader(pynvml)
-            self._gpm.open_gpus(self._gpus, self._open_warnings)
+            self._gpm = GpmReader(pynvml).opened(self._gpus, self._open_warnings)
         workers = min(count, self._workers())
         from concurrent.futures import ThreadPoolExecutor
         self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
@@ -351,7 +348,6 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             details.update(self._reads().pcie_throughput(r, skip, handle))
 
         activity = self._gpm.read(gpu.gpm, handle, r.warnings) if self._gpm else {}
-
         if self.options.get("processes", True) and self._process_reader is not None:
             own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,
                                           self._activity_reader)
@@ -371,9 +367,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             mig_details: dict[str, DetailValue] = {}
             if mig_reserved is not None:
                 mig_details["memory_reserved_bytes"] = mig_reserved
-            mig_activity = (self._gpm.read(gpu.gpm_instances.get(mig.gpu_instance_id), handle,
-                                           r.warnings)
-                            if self._gpm and mig.gpu_instance_id is not None else {})
+            target = gpu.gpm_instances.get(-1 if mig.gpu_instance_id is None else mig.gpu_instance_id)
+            mig_activity = self._gpm.read(target, handle, r.warnings) if self._gpm else {}
             devices.append(self._mig_device(
                 gpu, mig, health="ok", details=mig_details, **mig_activity,
                 memory_used_bytes=mig_used, memory_total_bytes=mig_total,

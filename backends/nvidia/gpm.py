@@ -95,9 +95,9 @@ class GpmReader:
 
     # -- open ------------------------------------------------------------------
 
-    def open_gpus(self, gpus: list[Gpu], warnings: list[str]) -> None:
-        """Each GPU's targets (``gpu.gpm``, ``gpu.gpm_instances``), first samples taken; the GPUs
-        without GPM are named once per reason in ``warnings``."""
+    def opened(self, gpus: list[Gpu], warnings: list[str]) -> GpmReader:
+        """This reader with each GPU's targets (``gpu.gpm``, ``gpu.gpm_instances``), first
+        samples taken; the GPUs without GPM are named once per reason in ``warnings``."""
         without: dict[str, list[str]] = {}
         for gpu in gpus:
             if gpu.lost_reason is not None:
@@ -114,6 +114,7 @@ class GpmReader:
                 without.setdefault(reason, []).append(gpu.label)
         warnings.extend(f"no compute activity on {', '.join(labels)} ({reason})"
                         for reason, labels in without.items())
+        return self
 
     def open_gpu(self, handle: Any, label: str, gpu_instance_ids: list[int] | None,
                  warnings: list[str]) -> tuple[GpmTarget | None, dict[int, GpmTarget], str | None]:
