@@ -202,6 +202,9 @@ class GpmReader:
             return {}  # a new interval starts here
         target.intervals += 1
         target.last = self._metrics(target, target.samples[1], target.samples[0], warnings)
+        if not target.metrics:  # every metric NotSupported: stop sampling
+            target.disabled = "GPM gives none of the metrics read"
+            self._say(target, warnings, f"no compute activity ({target.disabled})")
         return dict(target.last)
 
     def _take(self, target: GpmTarget, handle: Any, position: int) -> None:

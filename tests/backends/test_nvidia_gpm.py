@@ -324,3 +324,17 @@ def test_snapshot_and_doctor_show_activity_beside_utilization():
                                         if x.startswith("allsmi_device_compute_active_ratio{"))
     doctor = _fake_gpm_allsmi("doctor")
     assert "no compute activity on GPU 2 (GPM not supported on this GPU" in doctor
+
+
+def test_a_target_whose_metrics_are_all_unsupported_stops_sampling(monkeypatch, backends,
+                                                                   no_wait):
+    gpu = hopper()
+    gpu.gpm = {}  # GPM present, but none of the eight metrics (NotSupported each)
+    fake = FakeNvml([gpu])
+    backend = opened(fake, monkeypatch, backends)
+    [dev] = backend.sample()
+    assert no_activity(dev)
+    assert any("GPM gives none of the metrics read" in w for w in backend.warnings)
+    fake.reset_counts()
+    backend.sample()
+    assert fake.calls["nvmlGpmSampleGet"] == fake.calls["nvmlGpmMetricsGet"] == 0
