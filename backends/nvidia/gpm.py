@@ -242,7 +242,7 @@ class GpmReader:
                     target.metrics.remove((metric_id, name, scale))
                 else:
                     self._say(target, warnings, f"GPM metric {metric_id} ({name}) failed: "
-                              f"{pynvml.NVMLError(code)}")
+                              f"{pynvml.NVMLError(code)}", key=f"metric {metric_id} {code}")
                 continue
             value = float(metric.value)
             if scale is None:
@@ -252,7 +252,8 @@ class GpmReader:
                 value *= scale
             if not plausible:
                 self._say(target, warnings, f"GPM metric {metric_id} ({name}) answered "
-                          f"{metric.value!r}, out of range; reported as unknown")
+                          f"{metric.value!r}, out of range; reported as unknown",
+                          key=f"range {metric_id}")  # said once, whatever the values
                 continue
             out[name] = value
         if "compute_active_percent" in out:
@@ -271,9 +272,10 @@ class GpmReader:
             self._say(target, warnings, f"{call} failed: {exc}; activity unknown this cycle")
 
     @staticmethod
-    def _say(target: GpmTarget, warnings: list[str], message: str) -> None:
-        if message not in target.said:
-            target.said.add(message)
+    def _say(target: GpmTarget, warnings: list[str], message: str, key: str = "") -> None:
+        """``message`` in the warnings the first time its ``key`` (else itself) comes up."""
+        if (key or message) not in target.said:
+            target.said.add(key or message)
             warnings.append(f"{target.label}: {message}")
 
     # -- close -----------------------------------------------------------------

@@ -338,3 +338,15 @@ def test_a_target_whose_metrics_are_all_unsupported_stops_sampling(monkeypatch, 
     fake.reset_counts()
     backend.sample()
     assert fake.calls["nvmlGpmSampleGet"] == fake.calls["nvmlGpmMetricsGet"] == 0
+
+
+def test_out_of_range_values_that_change_are_still_said_once(monkeypatch, backends, no_wait):
+    gpu = hopper()
+    fake = FakeNvml([gpu])
+    backend = opened(fake, monkeypatch, backends)
+    said = []
+    for cycle in range(5):
+        gpu.gpm = {**gpu.gpm, 2: 150.0 + cycle}
+        assert backend.sample()[0].compute_active_percent is None
+        said.extend(backend.warnings)
+    assert len(said) == 1 and "GPM metric 2" in said[0]
