@@ -1,13 +1,16 @@
-"""Rendering the exposition once per collection cycle and handing out the bytes.
+"""Rendering the exposition at most once per scrape and handing out the bytes.
 
 :class:`Exposition` subscribes to the collector. On every snapshot it updates
-the counters and renders the text format (0.0.4) once; OpenMetrics, gzip and
-the snapshot's JSON are made once per cycle on first demand, and then ahead of
-the scrapes, on the collector's thread, for as long as scrapers keep asking
-for them (:data:`WARM_FOR_SECONDS`). A scrape only picks prepared bytes.
-So a scrape never calls a vendor library, its latency does not depend on the
-hardware, and a hundred concurrent scrapers cost no more hardware calls than
-one.
+the counters (the integrals need every cycle) and keeps the snapshot; the text
+format (0.0.4) is rendered only when someone asks (a scrape, ``/ready`` or
+``/api/v1/snapshot``), once per collection cycle however many ask, from the
+latest snapshot and the counters as they stand. OpenMetrics, gzip and the
+snapshot's JSON are made once per cycle on first demand too. An exporter
+nobody scrapes renders nothing (rendering was most of an idle exporter's own
+CPU: issue 36), and one scraped every 15 s renders once in 15 cycles.
+A scrape never calls a vendor library, its latency does not depend on the
+hardware, and a hundred concurrent scrapers cost no more hardware calls, and
+no more rendering, than one.
 
 :class:`SnapshotMetrics` is the prometheus_client custom collector: stateless,
 it builds fresh metric families from the state it is given, so vanished
@@ -39,8 +42,6 @@ log = logging.getLogger(__name__)
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
-#: An encoding (gzip, JSON) asked for within this long is prepared every cycle.
-WARM_FOR_SECONDS = 600.0
 #: ``/ready`` turns 503 when the last whole exposition is older than this (``allsmi serve``
 #: sets it to :data:`STALE_PERIODS` collection periods).
 DEFAULT_STALE_AFTER_SECONDS = 60.0
@@ -86,9 +87,9 @@ def render_snapshot(snapshot: Snapshot, *, processes: bool = False) -> str:
 
 @dataclass
 class Rendered:
-    """The exposition of one collection cycle: the text format rendered, OpenMetrics, gzip and
-    JSON made on first demand (an exporter nobody scrapes with OpenMetrics never renders it:
-    it was a quarter of an idle exporter's CPU).
+    """The exposition of one collection cycle, made for its first request: the text format
+    rendered, OpenMetrics, gzip and JSON made on first demand (an exporter nobody scrapes with
+    OpenMetrics never renders it).
 
     ``families`` are the metric families both formats are written from, with ``blocks`` the
     label blocks the text format escaped (reused by OpenMetrics). ``complete`` is ``False`` for
@@ -103,12 +104,11 @@ class Rendered:
     processes: bool = False
     complete: bool = True
     _cache: dict[str, bytes] = field(default_factory=dict)
-    _asked: set[tuple[str, bool]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def body(self, *, openmetrics: bool, gzipped: bool) -> bytes:
         """The bytes every scraper asking for this format and encoding gets."""
-        return self._asked_for("openmetrics" if openmetrics else "text", gzipped)
+        return self._encoded("openmetrics" if openmetrics else "text", gzipped)
 
     def snapshot_json(self, *, gzipped: bool = False) -> bytes:
         """``allsmi.output.to_json`` of the snapshot, rendered once on first demand.
@@ -116,20 +116,7 @@ class Rendered:
         Users and command lines are withheld (``"process_details": false``)
         unless the exporter publishes processes (``--processes``).
         """
-        return self._asked_for("json", gzipped)
-
-    def encodings(self) -> list[tuple[str, bool]]:
-        """(kind, gzipped) of every encoding a request asked for."""
-        return sorted(self._asked)
-
-    def _asked_for(self, kind: str, gzipped: bool) -> bytes:
-        self._asked.add((kind, gzipped))
-        return self._encoded(kind, gzipped)
-
-    def warm(self, encodings: list[tuple[str, bool]]) -> None:
-        """Make these encodings now rather than on the next request."""
-        for kind, gzipped in encodings:
-            self._encoded(kind, gzipped)
+        return self._encoded("json", gzipped)
 
     def _plain(self, kind: str) -> bytes:
         if kind == "text":
@@ -154,15 +141,17 @@ class Rendered:
 
 
 class Exposition:
-    """Keeps the latest rendered exposition; feed it with :meth:`on_snapshot`.
+    """Keeps the counters and the latest snapshot; feed it with :meth:`on_snapshot`, read the
+    exposition (rendered on first demand, once per cycle) from :attr:`current`.
 
-    A cycle that cannot be rendered whole is visible, never silent: it counts
-    in ``allsmi_exporter_render_errors_total``; the devices whose families fail
-    are left out and the others are served; if nothing can be rendered, only
-    the exporter's own families are served. :meth:`readiness` turns false when
-    the last whole exposition is older than ``stale_after_seconds``, or when
-    the ``ledger`` (an ``allsmi.accounting.recorder.LedgerRecorder``, read
-    through its attributes only) holds intervals it could not write.
+    A cycle that cannot be rendered whole is visible, never silent: each failed rendering
+    counts in ``allsmi_exporter_render_errors_total`` (as do a snapshot with duplicate device
+    ids and a failed counter update, at the cycle); the devices whose families fail are left
+    out and the others are served; if nothing can be rendered, only the exporter's own
+    families are served. :meth:`readiness` turns false when the newest cycle that rendered
+    whole arrived more than ``stale_after_seconds`` ago, or when the ``ledger`` (an
+    ``allsmi.accounting.recorder.LedgerRecorder``, read through its attributes only) holds
+    intervals it could not write.
     """
 
     def __init__(self, *, processes: bool = False, max_gap_seconds: float | None = None,
@@ -182,25 +171,36 @@ class Exposition:
         self.stale_after_seconds = stale_after_seconds
         self.ledger = ledger
         self.render_errors = 0
+        self.renders = 0
+        """Cycles rendered so far (at most one per cycle, only for a request)."""
         self._clock = clock
         self._created = time.time()
         self._whole_at: float | None = None
+        # The counters and the snapshot waiting to be rendered change together, under _lock
+        # (the collector's thread updates, a request's thread renders).
+        self._lock = threading.Lock()
+        self._pending: tuple[Snapshot, float] | None = None
         self._current: Rendered | None = None
         self._ready = threading.Event()
-        self._wanted: dict[tuple[str, bool], float] = {}
 
     @property
     def current(self) -> Rendered | None:
-        """The latest exposition, or ``None`` before the first collection cycle."""
+        """The latest cycle's exposition (rendered now if this is its first request), or
+        ``None`` before the first collection cycle."""
+        if self._pending is not None:
+            with self._lock:
+                pending, self._pending = self._pending, None
+                if pending is not None:
+                    self._current = self._render_cycle(*pending)
         return self._current
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until the first exposition exists (or ``timeout``)."""
+        """Block until the first collection cycle has arrived (or ``timeout``)."""
         return self._ready.wait(timeout)
 
     def readiness(self) -> tuple[bool, str]:
-        """(ready, why): what ``/ready`` answers."""
-        if self._current is None:
+        """(ready, why): what ``/ready`` answers (the latest cycle is rendered to know)."""
+        if self.current is None:
             return False, "no collection cycle has completed yet"
         age = None if self._whole_at is None else self._clock() - self._whole_at
         if age is None or age > self.stale_after_seconds:
@@ -262,9 +262,24 @@ class Exposition:
         return Rendered(replace(snapshot, devices=()), render_text(families), families,
                         processes=self.processes, complete=False)
 
+    def _render_cycle(self, snapshot: Snapshot, arrived: float) -> Rendered:
+        """Render the cycle that arrived at ``arrived`` (on ``clock``); under ``_lock``."""
+        self.renders += 1
+        try:
+            rendered = self._render(snapshot)
+        except Exception:  # noqa: BLE001 - visible as a render error, never silent
+            log.exception("exposition: rendering failed; retrying device by device")
+            self.render_errors += 1
+            rendered = self._render_partial(snapshot)
+        if rendered.complete:
+            self._whole_at = arrived
+        return rendered
+
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        """Account for ``snapshot`` and render it (the collector calls this once per cycle)."""
+        """Account for ``snapshot`` and keep it to be rendered on the next request (the
+        collector calls this once per cycle)."""
         ids = [d.id for d in snapshot.devices]
+        errors = 0
         if len(set(ids)) != len(ids):  # duplicate series would make Prometheus refuse the scrape
             seen: set[str] = set()
             kept = []
@@ -274,35 +289,16 @@ class Exposition:
                     kept.append(dev)
             log.error("exposition: %d device(s) with a duplicate id left out", len(ids) - len(kept))
             snapshot = replace(snapshot, devices=tuple(kept))
-            self.render_errors += 1
-        try:
-            self.counters.update(snapshot)
-        except Exception:  # noqa: BLE001 - the gauges are still worth serving
-            log.exception("exposition: updating the counters failed")
-            self.render_errors += 1
-        try:
-            rendered = self._render(snapshot)
-        except Exception:  # noqa: BLE001 - visible as a render error, never silent
-            log.exception("exposition: rendering failed; retrying device by device")
-            self.render_errors += 1
-            rendered = self._render_partial(snapshot)
-        previous = self._current
-        now = time.monotonic()
-        if previous is not None:
-            for encoding in previous.encodings():
-                self._wanted[encoding] = now
-        # Encodings requested recently (OpenMetrics, gzip, JSON) are made here, on the collector's
-        # thread, so that no scraper waits ~20 ms for the gzip of a 1.7 MB exposition.
-        for encoding, asked in list(self._wanted.items()):
-            if now - asked > WARM_FOR_SECONDS:
-                del self._wanted[encoding]
-        try:
-            rendered.warm(list(self._wanted))
-        except Exception:  # noqa: BLE001 - the JSON is made again on demand (and fails there, loudly)
-            log.exception("exposition: preparing the snapshot JSON or gzip failed")
-        self._current = rendered  # one reference swap: readers see the old or the new, whole
-        if rendered.complete:
-            self._whole_at = self._clock()
+            errors += 1
+        with self._lock:
+            try:
+                self.counters.update(snapshot)
+            except Exception:  # noqa: BLE001 - the gauges are still worth serving
+                log.exception("exposition: updating the counters failed")
+                errors += 1
+            self.render_errors += errors
+            # one reference swap: a request renders the old cycle or this one, whole
+            self._pending = (snapshot, self._clock())
         self._ready.set()
 
 

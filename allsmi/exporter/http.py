@@ -68,6 +68,8 @@ class _NeedsPool(Exception):
 
 
 _TEXT = "text/plain; charset=utf-8"
+#: The paths answered from the rendered exposition.
+_RENDERED = frozenset({"/metrics", "/api/v1/snapshot"})
 
 
 class _Answer:
@@ -107,8 +109,10 @@ class _Answer:
                         head=head, extra={"WWW-Authenticate": 'Basic realm="allsmi", charset="UTF-8"'})
         path = request.path
         exposition = self.server.exposition
-        rendered = exposition.current
         gzipped = _accepts(request.headers.get("accept-encoding"), "gzip")
+        # The cycle's first request renders it (once, however many ask): a millisecond with
+        # 8 devices, on the loop's thread, which then serves the same bytes to every scraper.
+        rendered = exposition.current if path in _RENDERED else None
         if path == "/metrics":
             if rendered is None:
                 return self._unavailable(request, head)

@@ -78,11 +78,13 @@ def test_a_cycle_that_cannot_be_rendered_at_all_turns_ready_503_once_stale(
     expo.on_snapshot(snapshot([device("GPU-a")]))
     assert fetch(base + "/ready").status == 200
     _failing_for(monkeypatch, None)
-    for i in range(3):
+    for i in range(3):  # each cycle scraped: each fails to render, and counts
         clock.now += 10
         expo.on_snapshot(snapshot([device("GPU-a")], at=T0 + 10 * (i + 1)))
+        text = fetch(base + "/metrics").text
+        assert values(text, "allsmi_exporter_render_errors_total") == {"[]": float(i + 1)}
     # Served: only the exporter's own families, with the errors counted; no stale device values.
-    text = fetch(base + "/metrics").text
+    assert fetch(base + "/metrics").text == text  # asked again: the same cycle, not rendered again
     assert values(text, "allsmi_exporter_render_errors_total") == {"[]": 3.0}
     assert not values(text, "allsmi_device_info")
     assert fetch(base + "/api/v1/snapshot").status == 503

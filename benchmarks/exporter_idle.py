@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Idle CPU of ``allsmi serve`` beside nvitop-exporter, and what each part of a cycle costs.
+
+Both exporters read the same 8 fake H100s (the test suite's fake libnvidia-ml under the real
+pynvml, through ``benchmarks/_fake_nvml_run.py``) at a 1 s interval, all running at once and
+measured over the same windows (medians of the windows; ``/proc/PID/stat`` utime + stime).
+``--baseline-python`` adds another allsmi install (e.g. the previous commit's virtual
+environment) to the same windows. ``--scrape-every S`` scrapes every server's ``/metrics``
+every S seconds during the windows (Prometheus' default is 15 s; 0, the default, is idle:
+nobody scrapes).
+
+``--itemise`` runs the collection cycle in this process instead (the same fake library,
+``allsmi serve``'s collector and exposition, ``--cycles`` cycles back to back) and prints the
+process CPU time of a whole cycle and of each part of it: the backends, attribution and host
+(the cycle without the exposition), the exposition's counters, the families, and the text
+format, which is rendered only when someone scrapes (issue 36).
+
+Usage::
+
+    python benchmarks/exporter_idle.py [--seconds 120] [--windows 4] [--scrape-every 0]
+        [--python .venv/bin/python] [--baseline-python /tmp/base/.venv/bin/python]
+        [--nvitop-site DIR]
+    python benchmarks/exporter_idle.py --itemise [--cycles 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import describe  # noqa: E402
+from startup import ENV, HARNESS, NVITOP, idle_cpu  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def nvitop_site(site: Path | None) -> Path:
+    """The nvitop / nvitop-exporter 1.7.2 site (``pip install --target``), made once."""
+    site = site or Path(tempfile.gettempdir()) / "allsmi-nvitop-site"
+    if not (site / "nvitop_exporter").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--target", str(site), *NVITOP], check=True, env=ENV, stdout=subprocess.DEVNULL)
+    return site
+
+
+def _scraper(urls: list[str], every: float, stop: threading.Event) -> None:
+    while not stop.wait(every):
+        for url in list(urls):
+            try:
+                urllib.request.urlopen(url, timeout=5).read()
+            except OSError:
+                pass
+
+
+def measure(args: argparse.Namespace) -> None:
+    site = nvitop_site(args.nvitop_site)
+    empty = tempfile.mkdtemp(prefix="allsmi-idle-cwd-")
+
+    def fake(python: str, *program: str) -> list[str]:
+        return [python, HARNESS, "8", str(site), "--", *program]
+
+    serve = ["allsmi", "serve", "--listen", "127.0.0.1:{port}", "--interval", "1"]
+    servers = {"allsmi serve": fake(args.python, *serve)}
+    if args.baseline_python:
+        servers["allsmi serve (baseline)"] = fake(args.baseline_python, *serve)
+    servers["nvitop-exporter"] = fake(args.python, "nvitop-exporter", "--bind-address", "127.0.0.1",
+                                      "--port", "{port}", "--interval", "1", "--hostname", "bench")
+    stop = threading.Event()
+    cpu = idle_cpu_scraped(servers, args.seconds / args.windows, args.windows, empty,
+                           args.scrape_every, stop)
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    what = "idle (nobody scrapes)" if args.scrape_every <= 0 else \
+        f"scraped every {args.scrape_every:g} s"
+    print(f"Machine: {describe()}\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+          f"8 fake H100, 1 s interval, {what}; all running at once, median of {args.windows} "
+          f"windows of {args.seconds / args.windows:g} s; load average {load}\n")
+    print("| exporter | CPU, % of one core | ratio to nvitop-exporter |")
+    print("|---|---:|---:|")
+    peer = cpu["nvitop-exporter"]
+    for name, value in cpu.items():
+        print(f"| {name} | {value:.2f} % | {value / peer:.2f}x |" if peer else f"| {name} | {value:.2f} % | - |")
+
+
+def idle_cpu_scraped(servers: dict[str, list[str]], seconds: float, windows: int, cwd: str,
+                     every: float, stop: threading.Event) -> dict[str, float]:
+    """:func:`startup.idle_cpu`, with a thread scraping every server every ``every`` seconds
+    (its URLs read from the listening sockets the servers were given)."""
+    if every <= 0:
+        return idle_cpu(servers, seconds, windows, cwd)
+    import startup
+    urls: list[str] = []
+    real_port = startup._port
+
+    def port() -> int:
+        chosen = real_port()
+        urls.append(f"http://127.0.0.1:{chosen}/metrics")
+        return chosen
+
+    startup._port = port  # type: ignore[assignment]
+    thread = threading.Thread(target=_scraper, args=(urls, every, stop), daemon=True)
+    thread.start()  # it reads ``urls`` as the servers are started
+    try:
+        return idle_cpu(servers, seconds, windows, cwd)
+    finally:
+        stop.set()
+        startup._port = real_port  # type: ignore[assignment]
+
+
+def itemise(cycles: int) -> None:
+    """Process CPU per cycle of each part of ``allsmi serve``'s collection cycle, in-process."""
+    sys.path.insert(0, str(REPO))
+    sys.modules.setdefault("pytest", types.ModuleType("pytest"))
+    from tests.backends.nvml_fake import FakeGpu, FakeNvml
+
+    class Patch:
+        @staticmethod
+        def setattr(target: object, name: str, value: object) -> None:
+            setattr(target, name, value)
+
+    FakeNvml([FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(8)]).install(Patch())  # type: ignore[arg-type]
+    from allsmi.cli.common import build_collector, settings
+    from allsmi.exporter.exposition import Exposition
+    from allsmi.exporter.textformat import LabelBlocks, render_text
+
+    def per_cycle(step: object) -> float:
+        started = time.process_time()
+        for _ in range(cycles):
+            step()  # type: ignore[operator]
+        return 1000 * (time.process_time() - started) / cycles
+
+    collector = build_collector(settings(None, None, 1.0, None, parent={}))
+    exposition = Exposition()
+    try:
+        for _ in range(5):
+            collector.collect_once()
+        bare = per_cycle(collector.collect_once)
+        collector.subscribe(exposition.on_snapshot)
+        whole = per_cycle(collector.collect_once)
+        snap = collector.latest
+        assert snap is not None
+        counters = per_cycle(lambda: exposition.counters.update(snap))
+        families = per_cycle(lambda: exposition.metrics(snap).collect())
+        built = list(exposition.metrics(snap).collect())
+        text = per_cycle(lambda: render_text(built, LabelBlocks()))
+        scraped = per_cycle(lambda: (exposition.on_snapshot(snap), exposition.current))
+    finally:
+        collector.close()
+    print(f"Machine: {describe()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+          f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+          f"8 fake H100, allsmi serve's collector and exposition in one process, {cycles} cycles "
+          f"back to back (process CPU time, every thread)\n")
+    print("| part | ms of CPU per cycle |")
+    print("|---|---:|")
+    for name, value in (
+            ("whole cycle, nobody scraping (backends + attribution + host + exposition)", whole),
+            ("  the cycle without the exposition (backends, attribution, host, groups)", bare),
+            ("  the exposition's share (counters, holder counters)", whole - bare),
+            ("counters alone (device, holder, backend)", counters),
+            ("metric families (built only for a scrape)", families),
+            ("text format 0.0.4 (rendered only for a scrape)", text),
+            ("a cycle's exposition when every cycle is scraped", scraped)):
+        print(f"| {name} | {value:.3f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--scrape-every", type=float, default=0.0)
+    parser.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"))
+    parser.add_argument("--baseline-python")
+    parser.add_argument("--nvitop-site", type=Path)
+    parser.add_argument("--itemise", action="store_true")
+    parser.add_argument("--cycles", type=int, default=300)
+    args = parser.parse_args()
+    if args.itemise:
+        itemise(args.cycles)
+    else:
+        measure(args)
+
+
+if __name__ == "__main__":
+    main()

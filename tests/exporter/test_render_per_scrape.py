@@ -1,0 +1,84 @@
+"""The text format is rendered at most once per scrape, never once per collection cycle.
+
+An exporter nobody scrapes renders nothing (rendering was most of an idle exporter's own CPU,
+issue 36); one scraped every N cycles renders once per scrape; many scrapers of one cycle share
+one rendering. The exposition runs behind its real HTTP server on a loopback port; renders are
+counted at the text writer, the counters still move every cycle.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterator
+
+import pytest
+
+from allsmi.exporter import exposition as exposition_module
+from allsmi.exporter.exposition import Exposition
+from allsmi.exporter.http import MetricsServer
+
+from .server import fetch
+from .support import T0, device, snapshot, values
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Exposition, str, list[int]]]:
+    renders: list[int] = []
+    real = exposition_module.render_text
+
+    def counted(families: Any, *args: Any) -> bytes:
+        renders.append(1)
+        return real(families, *args)
+
+    monkeypatch.setattr(exposition_module, "render_text", counted)
+    expo = Exposition()
+    server = MetricsServer("127.0.0.1", 0, expo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield expo, server.url.rstrip("/"), renders
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_cycles_nobody_scrapes_are_never_rendered(served: tuple[Exposition, str, list[int]]) -> None:
+    expo, base, renders = served
+    for t in range(30):
+        expo.on_snapshot(snapshot([device("GPU-a", power_watts=500.0)], at=T0 + t))
+    assert renders == [] and expo.renders == 0
+    text = fetch(base + "/metrics").text
+    assert len(renders) == 1 and expo.renders == 1
+    # the counters moved every cycle all the same: 29 s at 500 W
+    assert values(text, "allsmi_device_energy_joules_total") == {"GPU-a": pytest.approx(29 * 500.0)}
+
+
+def test_one_render_per_scraped_cycle_however_many_ask(served: tuple[Exposition, str, list[int]]) -> None:
+    expo, base, renders = served
+    scrapes = 0
+    for t in range(20):
+        expo.on_snapshot(snapshot([device("GPU-a")], at=T0 + t))
+        if t % 5 == 4:  # scraped every fifth cycle, by three scrapers in all formats
+            for url, headers in ((base + "/metrics", {}),
+                                 (base + "/metrics", {"Accept-Encoding": "gzip"}),
+                                 (base + "/metrics", {"Accept": "application/openmetrics-text"}),
+                                 (base + "/api/v1/snapshot", {}), (base + "/ready", {})):
+                assert fetch(url, headers=headers).status == 200
+            scrapes += 1
+            assert len(renders) == scrapes and expo.renders == scrapes
+    assert scrapes == 4
+    fetch(base + "/metrics")  # no new cycle: the same bytes
+    assert len(renders) == 4
+
+
+def test_a_render_sees_the_counters_of_its_own_cycle(served: tuple[Exposition, str, list[int]]) -> None:
+    expo, base, _ = served
+    expo.on_snapshot(snapshot([device("GPU-a", power_watts=100.0)], at=T0))
+    expo.on_snapshot(snapshot([device("GPU-a", power_watts=100.0)], at=T0 + 10))
+    first = fetch(base + "/metrics").text
+    expo.on_snapshot(snapshot([device("GPU-a", power_watts=300.0)], at=T0 + 20))
+    second = fetch(base + "/metrics").text
+    assert values(first, "allsmi_device_power_watts") == {"GPU-a": 100.0}
+    assert values(first, "allsmi_device_energy_joules_total") == {"GPU-a": pytest.approx(1000.0)}
+    assert values(second, "allsmi_device_power_watts") == {"GPU-a": 300.0}
+    assert values(second, "allsmi_device_energy_joules_total") == {"GPU-a": pytest.approx(3000.0)}
