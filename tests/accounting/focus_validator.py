@@ -1,12 +1,14 @@
 """The FinOps Foundation's FOCUS validator (``focus-validator`` 2.2.1 from PyPI), run for real.
 
 It needs Python >= 3.12, so it lives in its own virtual environment,
-``.venv-focus/`` at the repository root (git-ignored), made by ``.ci/run`` or,
-failing that, here on first use, exactly as issue 14 describes::
+``.venv-focus/`` at the repository root (git-ignored), made by ``.ci/run`` (tests never
+download: where it is missing, the tests that need it are skipped with these commands as the
+reason, and fail under CI), exactly as issue 14 describes::
 
     python3.12 -m venv .venv-focus
     .venv-focus/bin/pip install focus-validator==2.2.1
     .venv-focus/bin/pip install "numpy>=2"     # it pins numpy<2, its pyarrow needs >=2
+    echo 2.2.1 > .venv-focus/.focus-validator-2.2.1
 
 It runs offline (``--block-download``) in a working directory holding
 ``focus_validator/rules/currency_codes.csv``, which it would otherwise
@@ -15,11 +17,8 @@ download; the file is written here from :data:`ISO_4217`.
 
 from __future__ import annotations
 
-import fcntl
-import glob
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,46 +48,20 @@ XPF XPT XSU XTS XUA XXX YER ZAR ZMW ZWG
 EXPECTED_FAILURES = frozenset({"InvoiceId-C-004-C"})
 
 
-def _python312() -> str | None:
-    """A Python >= 3.12 with venv (the same search as ``.ci/run``)."""
-    candidates = [shutil.which(n) for n in ("python3.12", "python3.13", "python3.14", "python3")]
-    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
-    for candidate in filter(None, candidates):
-        check = subprocess.run([candidate, "-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"],
-                               capture_output=True)
-        if check.returncode == 0:
-            return candidate
-    return None
-
-
 def validator_executable() -> str:
-    """``focus-validator`` from :data:`VENV`, made on first use; skips without Python 3.12.
-
-    Under CI (``ALLSMI_REQUIRE_INTEGRATION=1``) a missing Python 3.12 fails instead.
-    """
+    """``focus-validator`` from :data:`VENV` (made by ``.ci/run``, never by a test: tests do not
+    download); skips where it is missing, with the commands that make it, and fails under CI
+    (``ALLSMI_REQUIRE_INTEGRATION=1``), like ``require_tool``."""
     exe = VENV / "bin" / "focus-validator"
     marker = VENV / f".focus-validator-{VERSION}"
     if exe.exists() and marker.exists():
         return str(exe)
-    python = _python312()
-    if python is None:
-        message = "focus-validator needs Python >= 3.12 (with venv), which is not installed here"
-        if os.environ.get("ALLSMI_REQUIRE_INTEGRATION"):
-            pytest.fail(message)
-        pytest.skip(message)
-    # The test workers (pytest-xdist) may all get here first: one makes it, the others wait.
-    with open(VENV.parent / f"{VENV.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.exists():
-            for step in ([python, "-m", "venv", str(VENV)],
-                         [str(VENV / "bin" / "pip"), "install", "-q", f"focus-validator=={VERSION}"],
-                         [str(VENV / "bin" / "pip"), "install", "-q", "numpy>=2"]):
-                done = subprocess.run(step, capture_output=True, text=True, timeout=900)
-                if done.returncode != 0:
-                    pytest.fail(f"{' '.join(step)} failed:\n{done.stdout[-2000:]}\n"
-                                f"{done.stderr[-2000:]}")
-            marker.write_text(VERSION + "\n")
-    return str(exe)
+    message = (f"focus-validator {VERSION} is not installed in {VENV} (run .ci/run, or: "
+               f"python3.12 -m venv {VENV} && {VENV}/bin/pip install focus-validator=={VERSION} "
+               f"&& {VENV}/bin/pip install 'numpy>=2' && echo {VERSION} > {marker})")
+    if os.environ.get("ALLSMI_REQUIRE_INTEGRATION"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @dataclass
