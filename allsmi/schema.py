@@ -219,7 +219,20 @@ _DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_v
 
 def _clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     """``mapping`` with its keys and values cleaned (strings, inside tuples too; no NaN)."""
-    return {clean_text(k): clean_detail(v) for k, v in mapping.items()}
+    out = {}
+    for k, v in mapping.items():
+        # what cleaning returns unchanged (a short printable key; an int, a bool, a finite
+        # float, a short printable string) is kept as is: every device of every cycle has
+        # details, nearly all of them numbers under constant keys
+        if type(k) is not str or len(k) > MAX_NAME or not k.isprintable():
+            k = clean_text(k)
+        kind = type(v)
+        if not (kind is int or kind is bool or v is None
+                or (kind is float and -_INF < v < _INF)
+                or (kind is str and len(v) <= MAX_NAME and v.isprintable())):
+            v = clean_detail(v)
+        out[k] = v
+    return out
 
 
 @dataclass(frozen=True, slots=True)

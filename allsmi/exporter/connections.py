@@ -98,7 +98,11 @@ class ConnectionLoop(ConnectionTable):
         last_scan = time.monotonic()
         try:
             while not self._stop.is_set():
-                timeout = 0.0 if self._ready or self._done else _SCAN_EVERY
+                # With no connection and accepting not paused there is nothing to expire or
+                # resume: sleep until the listener or the wake pipe stirs (an idle exporter
+                # woke ten times a second for nothing).
+                timeout = 0.0 if self._ready or self._done else \
+                    _SCAN_EVERY if self._conns or self._accept_paused_until else None
                 for key, mask in sel.select(timeout):
                     if key.data == "listener":
                         self._guarded(None, self._accept)

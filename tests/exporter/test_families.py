@@ -239,18 +239,20 @@ def test_every_scraper_gets_the_same_bytes_and_gzip_matches() -> None:
     assert b'"schema_version": 1' in rendered.snapshot_json()
 
 
-def test_encodings_asked_for_are_prepared_on_the_next_cycle() -> None:
+def test_encodings_asked_for_are_prepared_ahead_once_every_cycle_is_scraped() -> None:
     exposition = Exposition()
-    exposition.on_snapshot(snapshot([device()]))
-    first = exposition.current
-    first.body(openmetrics=True, gzipped=True)
-    exposition.on_snapshot(snapshot([device()], at=T0 + 1))
-    second = exposition.current
-    assert second is not first
-    assert "openmetrics.gz" in second._cache, "made on the collector's thread, before any scrape"
-    assert "json" not in second._cache and "text.gz" not in second._cache
+    for t in range(2):  # two cycles in a row asked for, in OpenMetrics with gzip
+        exposition.on_snapshot(snapshot([device()], at=T0 + t))
+        assert exposition._pending is not None, "not rendered before anyone asked"
+        exposition.current.body(openmetrics=True, gzipped=True)
     exposition.on_snapshot(snapshot([device()], at=T0 + 2))
-    assert "openmetrics.gz" in exposition.current._cache  # still wanted: scrapes come every 15 s
+    assert exposition._pending is None, "rendered on the collector's thread, before any scrape"
+    third = exposition._current
+    assert "openmetrics.gz" in third._cache, "made on the collector's thread, before any scrape"
+    assert "json" not in third._cache and "text.gz" not in third._cache
+    # nobody asks for the third: the fourth waits for a request (at most one render too many)
+    exposition.on_snapshot(snapshot([device()], at=T0 + 3))
+    assert exposition._pending is not None
 
 
 def test_openmetrics_is_rendered_only_for_cycles_someone_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,6 +268,7 @@ def test_openmetrics_is_rendered_only_for_cycles_someone_asks_for_it(monkeypatch
     body = exposition.current.body(openmetrics=True, gzipped=False)
     assert body.endswith(b"# EOF\n") and b"allsmi_device_info" in body and len(calls) == 1
     exposition.on_snapshot(snapshot([device()], at=T0 + 3))  # asked for lately: made ahead
+    exposition.current  # noqa: B018 - rendered ahead when every cycle is scraped
     assert len(calls) == 2
     assert exposition.current.body(openmetrics=True, gzipped=False).endswith(b"# EOF\n")
     assert len(calls) == 2

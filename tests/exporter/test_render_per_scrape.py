@@ -82,3 +82,17 @@ def test_a_render_sees_the_counters_of_its_own_cycle(served: tuple[Exposition, s
     assert values(first, "allsmi_device_energy_joules_total") == {"GPU-a": pytest.approx(1000.0)}
     assert values(second, "allsmi_device_power_watts") == {"GPU-a": 300.0}
     assert values(second, "allsmi_device_energy_joules_total") == {"GPU-a": pytest.approx(3000.0)}
+
+
+def test_scraped_every_cycle_it_is_rendered_ahead_and_stops_when_scraping_does(
+        served: tuple[Exposition, str, list[int]]) -> None:
+    expo, base, renders = served
+    for t in range(10):
+        expo.on_snapshot(snapshot([device("GPU-a")], at=T0 + t))
+        # the first two on request; from the third (two in a row asked for) on arrival
+        assert len(renders) == (t + 1 if t >= 2 else t)
+        assert fetch(base + "/metrics").status == 200
+        assert len(renders) == t + 1  # one per scraped cycle, never two
+    for t in range(10, 20):  # scraping stops: at most one render more, then none
+        expo.on_snapshot(snapshot([device("GPU-a")], at=T0 + t))
+    assert len(renders) == 11
