@@ -35,7 +35,7 @@ MIN_VERSION = (1, 28)
 
 
 def test_the_overlays_are_the_documented_ones() -> None:
-    assert set(OVERLAYS) == {"fleet", "fleet-no-host-pid", "fleet-podmonitor", *VENDORS}
+    assert set(OVERLAYS) == {"fleet", "fleet-no-host-pid", "fleet-podmonitor", "fleet-tls-auth", *VENDORS}
     assert set(VENDORS) == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
     readme = (KIT / "README.md").read_text(encoding="utf-8")
     for overlay in OVERLAYS:
@@ -123,7 +123,7 @@ def _operator_errors(obj: dict[str, Any]) -> list[str]:
     return _covers(obj, model.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
 
-@pytest.mark.parametrize("overlay", ["fleet", "fleet-podmonitor"])
+@pytest.mark.parametrize("overlay", ["fleet", "fleet-podmonitor", "fleet-tls-auth"])
 def test_prometheus_operator_objects_validate_against_the_crd_models(overlay: str) -> None:
     objects = [o for o in render(overlay) if o["apiVersion"].startswith("monitoring.coreos.com/")]
     assert {o["kind"] for o in objects} == (
