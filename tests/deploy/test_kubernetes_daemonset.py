@@ -75,7 +75,7 @@ def test_host_is_the_node_for_allsmi_and_for_prometheus(overlay: str) -> None:
     assert HOSTNAME_ENV == "ALLSMI_HOSTNAME"
     # The rules and dashboards name hosts by `instance`: the node's name, as allsmi's own.
     monitors = of_kind(objects, "ServiceMonitor") + of_kind(objects, "PodMonitor")
-    (monitor,) = monitors
+    (monitor,) = [m for m in monitors if m["metadata"]["name"] == "allsmi"]
     (endpoint,) = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"} in endpoint["relabelings"]
     rules = (DEPLOY / "prometheus" / "allsmi-rules.yml").read_text()
