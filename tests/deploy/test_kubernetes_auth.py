@@ -25,7 +25,7 @@ import yaml
 
 from ..conftest import require_tool
 from ..exporter.server import Serve, fetch, run_serve
-from .kube import KIT, container, env, one, render, volumes
+from .kube import container, env, one, render, render_with, volumes
 from .operator import pod_target, prometheus, scrape_job, wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -34,21 +34,6 @@ bcrypt = pytest.importorskip("bcrypt")
 
 USER, PASSWORD = "prometheus", "correct horse battery"
 NODE = "gpu-node-3"
-
-
-def _render_with(tmp: Path, overlay: str, components: list[str]) -> list[dict[str, Any]]:
-    """An overlay of one's own: ``overlay`` plus the kit's ``components``."""
-    (tmp / "kit").symlink_to(KIT, target_is_directory=True)
-    mine = tmp / "mine"
-    mine.mkdir()
-    (mine / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [f"../kit/overlays/{overlay}"],
-        "components": [f"../kit/components/{c}" for c in components]}))
-    from .kube import kubectl
-    result = subprocess.run([kubectl(), "kustomize", str(mine)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return [o for o in yaml.safe_load_all(result.stdout) if o]
 
 
 def _secrets(tmp: Path, basic_auth: bool) -> dict[str, Path]:
@@ -127,7 +112,7 @@ def test_probes_and_monitor_against_a_real_exporter(tmp_path: Path, basic_auth: 
     if basic_auth:
         objects = render("fleet-tls-auth")
     else:
-        objects = _render_with(tmp_path, "fleet", ["tls"])
+        objects = render_with(tmp_path, "fleet", ["tls"])
     (ds,) = [d for d in objects if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "allsmi-nvidia"]
     monitor = one(objects, "ServiceMonitor")
     secrets = _secrets(tmp_path, basic_auth)
@@ -165,7 +150,7 @@ def test_probes_and_monitor_against_a_real_exporter(tmp_path: Path, basic_auth: 
 
 def test_podmonitor_with_tls_and_basic_auth_validates(tmp_path: Path) -> None:
     from .test_kubernetes import _operator_errors
-    objects = _render_with(tmp_path, "fleet-podmonitor", ["tls", "basic-auth"])
+    objects = render_with(tmp_path, "fleet-podmonitor", ["tls", "basic-auth"])
     monitor = one(objects, "PodMonitor")
     ep = monitor["spec"]["podMetricsEndpoints"][0]
     assert ep["scheme"] == "https" and ep["tlsConfig"]["serverName"] == "allsmi.allsmi.svc"
