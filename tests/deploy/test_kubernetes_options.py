@@ -92,3 +92,85 @@ def test_large_fleet_rolls_a_percentage(tmp_path: Path) -> None:
         "10%"}
     assert all(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1 for ds in daemonsets("fleet"))
     assert "components/large-fleet" in README.read_text()
+
+
+def _unprivileged(tmp_path: Path) -> tuple[list[str], str]:
+    """The NVIDIA exporter as uid 10001: no kubelet socket, the cgroup source only, the ledger
+    directory handed over by a CHOWN-only init container. Its init command and config."""
+
+    from allsmi.attribution.settings import attribution_settings
+    from allsmi.config import parse_config
+
+    from .kube import env
+    objects = render_with(tmp_path, "fleet", ["nvidia-unprivileged"])
+    _validate(objects, "DaemonSet")
+    for ds in of_kind(objects, "DaemonSet"):
+        sc = container(ds)["securityContext"]
+        if ds["metadata"]["name"] != "allsmi-nvidia":
+            assert sc["runAsUser"] == 0  # the others keep their device access
+            continue
+        assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (10001, 10001, True)
+        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+        assert "pod-resources" not in volumes(ds) and "ALLSMI_KUBELET_SOCKET" not in env(ds)
+        assert ds["spec"]["template"]["spec"]["hostPID"] is True  # the cgroup source reads host PIDs
+        (init,) = ds["spec"]["template"]["spec"]["initContainers"]
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+        mount, volume = mount_of(ds, env(ds)["ALLSMI_SERVE_LEDGER"])
+        assert init["volumeMounts"] == [{"name": mount["name"], "mountPath": mount["mountPath"]}]
+        assert init["command"] == ["chown", "10001:10001", mount["mountPath"]]
+        config_map = one(objects, "ConfigMap", volumes(ds)["config"]["configMap"]["name"])
+        text = config_map["data"]["config.toml"]
+        assert attribution_settings(parse_config(text), environ={}).sources == ("cgroup",)
+    assert "components/nvidia-unprivileged" in README.read_text()
+    return init["command"], text
+
+
+def test_nvidia_unprivileged_renders(tmp_path: Path) -> None:
+    _unprivileged(tmp_path)
+
+
+def test_nvidia_unprivileged_serves_as_uid_10001(tmp_path: Path) -> None:
+    """Run so here (the tests must be root to switch to uid 10001)."""
+    import os
+    command, text = _unprivileged(tmp_path)
+    if os.geteuid() != 0:
+        pytest.skip("switching to uid 10001 needs root")
+    import shutil
+    import tempfile
+    run_dir = Path(tempfile.mkdtemp(prefix="allsmi-unprivileged-"))  # pytest's own is root's only
+    try:
+        _run_as_10001(run_dir, command, text)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_as_10001(run_dir: Path, init_command: list[str], text: str) -> None:
+    import os
+    import subprocess
+
+    from ..exporter.server import run_serve
+    run_dir.chmod(0o755)
+    state = run_dir / "state"
+    state.mkdir(mode=0o755)
+    subprocess.run(init_command[:2] + [str(state)], check=True, timeout=10)  # the init container
+    (run_dir / "config.toml").write_text(text)
+    (run_dir / "config.toml").chmod(0o644)
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(10001)
+        os.setuid(10001)
+    import sys
+    try:
+        subprocess.run([sys.executable, "-c", "import allsmi"], preexec_fn=drop, check=True, timeout=60,
+                       capture_output=True)
+    except (PermissionError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"this Python cannot be run by uid 10001 here (its directory is root's): {exc}")
+    server = run_serve(["--simulate", "mixed"], tmp=run_dir, preexec_fn=drop, env={
+        "ALLSMI_CONFIG": str(run_dir / "config.toml"), "ALLSMI_SERVE_LEDGER": str(state / "ledger.db"),
+        "HOME": str(run_dir)})
+    try:
+        server.wait_ready(timeout=60)  # ready: a fresh exposition and the ledger written
+    finally:
+        assert server.stop() == 0, server.output()
+    assert (state / "ledger.db").stat().st_uid == 10001
