@@ -20,7 +20,9 @@ here instead of being copied by hand:
   ``VENDORS`` table below (the labels node-feature-discovery and the vendors' operators set);
 - ``deploy/image/requirements.in``: what the image (``Containerfile``) installs, from
   ``pyproject.toml``: its dependencies without the terminal dashboard's, and the image's extras.
-  ``deploy/image/requirements.txt`` is locked from it (with hashes) by the command in its header.
+  ``deploy/image/requirements.txt`` is locked from it (with hashes) by the command in its header;
+- ``deploy/helm/allsmi/``: the Helm chart, from the objects ``overlays/fleet`` renders
+  (``helmchart.py``; needs ``kubectl``).
 
 ``tests/deploy/test_kubernetes.py`` runs ``--check`` and compares the rendered objects with
 the source files; rebuild after changing the rules, a dashboard or the configuration.
@@ -193,6 +195,18 @@ def image_requirements() -> str:
             f"#   {LOCK_COMMAND}\n" + "".join(f"{r}\n" for r in wanted))
 
 
+def _version() -> str:
+    text = (DEPLOY.parent / "allsmi" / "__init__.py").read_text(encoding="utf-8")
+    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)  # type: ignore[union-attr]
+
+
+def chart_outputs() -> dict[Path, str]:
+    """The Helm chart, rendered from the kit as it is on disk (so after the files above)."""
+    sys.path.insert(0, str(HERE))
+    import helmchart
+    return helmchart.chart(_dump, _version())
+
+
 def outputs() -> dict[Path, str]:
     return {
         HERE / "base" / "generated" / "prometheusrule.yaml": prometheus_rule(),
@@ -210,16 +224,27 @@ def main(argv: list[str]) -> int:
         print("usage: build.py [--check]", file=sys.stderr)
         return 2
     stale = []
-    for path, text in outputs().items():
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == text:
-            continue
-        if check:
-            stale.append(str(path.relative_to(DEPLOY)))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(DEPLOY)}")
+    for produce in (outputs, chart_outputs):  # the chart renders the kit the first step wrote
+        wanted = produce()
+        if produce is chart_outputs:  # a template whose object is gone
+            import helmchart
+            for path in sorted((helmchart.CHART / "templates").glob("*.yaml")):
+                if path not in wanted:
+                    if check:
+                        stale.append(f"{path.relative_to(DEPLOY)} (no longer generated)")
+                    else:
+                        path.unlink()
+                        print(f"removed {path.relative_to(DEPLOY)}")
+        for path, text in wanted.items():
+            current = path.read_text(encoding="utf-8") if path.exists() else None
+            if current == text:
+                continue
+            if check:
+                stale.append(str(path.relative_to(DEPLOY)))
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+                print(f"wrote {path.relative_to(DEPLOY)}")
     if stale:
         print("out of date (run python deploy/kubernetes/build.py): " + ", ".join(stale),
               file=sys.stderr)
