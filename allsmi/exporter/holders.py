@@ -87,7 +87,7 @@ class HolderCounters:
         sp, group, cycle = self._held.get(inc.device_id, (NOBODY, "", 0))
         if cycle < self._cycle - 1 or not sp.allocated and not sp.used:
             return
-        _, _, _, observed, allocated, busy, energy, idle = inc
+        _, _, _, observed, allocated, busy, energy, idle, _ = inc
         idle_part = min(1.0, idle / observed) if idle is not None and energy is not None \
             and observed > 0 else None
         for holder, weight in sp.allocated:
