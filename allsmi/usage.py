@@ -12,6 +12,10 @@ the same way. Between two consecutive valid samples of a device (at most
 * ``idle_allocated_seconds``: the trapezoid of "held while utilization stayed below
   ``idle_threshold_percent``" (0 or 1 at each sample), so it never exceeds
   ``allocated_seconds``; ``None`` when that is unknown, or a held device's utilization is;
+* ``active_seconds``: allocated time weighted by compute activity, the trapezoid of "held x
+  ``compute_active_percent`` / 100" (0 while not held), so it never exceeds
+  ``allocated_seconds``; ``None`` when allocation, or a held device's activity, is unknown
+  (a device without an activity figure: never its headline utilization instead);
 * ``energy_joules``: the delta of the device's own energy counter where it
   has one, handling resets; otherwise power integrated with the trapezoid
   rule. A partition carries no board power, so it contributes no energy and
@@ -116,6 +120,8 @@ class Increment(NamedTuple):
     energy_joules: float | None
     idle_allocated_seconds: float | None = None
     """Held (allocated) while utilization stayed below the idle threshold; <= allocated."""
+    active_seconds: float | None = None
+    """Allocated time weighted by compute activity (``compute_active_percent``); <= allocated."""
 
     def split(self, at: float) -> tuple["Increment", "Increment"]:
         """Two increments divided at ``at`` in proportion to time (for per-minute buckets)."""
@@ -127,18 +133,20 @@ class Increment(NamedTuple):
             scale = lambda v: None if v is None else v * f  # noqa: E731
             return Increment(self.device_id, start, end, self.observed_seconds * f,
                              scale(self.allocated_seconds), scale(self.busy_seconds),
-                             scale(self.energy_joules), scale(self.idle_allocated_seconds))
+                             scale(self.energy_joules), scale(self.idle_allocated_seconds),
+                             scale(self.active_seconds))
         return part(share, self.start, at), part(1.0 - share, at, self.end)
 
 
 class _Point:
     """The previous sample of one device, overwritten in place by the next one."""
 
-    __slots__ = ("time", "steady", "utilization", "power", "energy", "allocated", "idle", "cycle")
+    __slots__ = ("time", "steady", "utilization", "power", "energy", "allocated", "idle", "cycle",
+                 "active")
 
     def __init__(self, time: float, steady: float | None, utilization: float | None,
                  power: float | None, energy: float | None, allocated: float | None,
-                 idle: float | None, cycle: int) -> None:
+                 idle: float | None, cycle: int, active: float | None = None) -> None:
         self.time = time
         self.steady = steady
         self.utilization = utilization
@@ -147,6 +155,7 @@ class _Point:
         self.allocated = allocated
         self.idle = idle
         self.cycle = cycle
+        self.active = active
 
 
 def held(dev: DeviceSample) -> bool | None:
@@ -235,14 +244,17 @@ class UsageIntegrator:
             if procs or works:
                 allocated: float | None = 1.0
                 idle = None if util is None else float(util < threshold)
+                act = dev.compute_active_percent
+                active = None if act is None else act / 100.0
             elif procs is None and works is None or holders_unknown and dev_id in holders_unknown:
-                allocated = idle = None
+                allocated = idle = active = None
             else:
-                allocated = idle = 0.0
+                allocated = idle = active = 0.0
             power, energy = dev.power_watts, dev.energy_joules
             prev = last.get(dev_id)
             if prev is None:
-                last[dev_id] = _Point(when, steady, util, power, energy, allocated, idle, cycle)
+                last[dev_id] = _Point(when, steady, util, power, energy, allocated, idle, cycle,
+                                      active)
                 fresh += 1
                 continue
             if prev.cycle != cycle:
@@ -252,10 +264,10 @@ class UsageIntegrator:
             else:
                 dt = when - prev.time
             p_util, p_power, p_energy = prev.utilization, prev.power, prev.energy
-            p_alloc, p_idle = prev.allocated, prev.idle
+            p_alloc, p_idle, p_active = prev.allocated, prev.idle, prev.active
             prev.time, prev.steady, prev.utilization, prev.power, prev.energy = \
                 when, steady, util, power, energy
-            prev.allocated, prev.idle, prev.cycle = allocated, idle, cycle
+            prev.allocated, prev.idle, prev.cycle, prev.active = allocated, idle, cycle, active
             if dt <= 0 or dt > max_gap:
                 continue
             # each trapezoid is (a + b) / 2.0 * dt, None when either end is unknown
@@ -274,7 +286,8 @@ class UsageIntegrator:
                 None if p_alloc is None or allocated is None else (p_alloc + allocated) / 2.0 * dt,
                 None if p_util is None or util is None else (p_util + util) / 2.0 * dt / 100.0,
                 joules,
-                None if p_idle is None or idle is None else (p_idle + idle) / 2.0 * dt)
+                None if p_idle is None or idle is None else (p_idle + idle) / 2.0 * dt,
+                None if p_active is None or active is None else (p_active + active) / 2.0 * dt)
         if len(last) > fresh:
             for gone in [key for key, point in last.items() if point.cycle != cycle]:
                 del last[gone]  # vanished devices: their next appearance starts afresh

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from allsmi.accounting.ledger import Dim, Holder, Ledger, Totals
-from allsmi.accounting.ledgerschema import HOLDER_SUMS
+from allsmi.accounting.ledgerschema import HOLDER_SUMS, WAIT_COLUMNS
 from allsmi.accounting.periods import Window
 from allsmi.accounting.report import Part
 
@@ -31,11 +31,15 @@ def _part(dim: Dim, t: Totals, holder: Holder | None = None) -> Part:
         billed_s=sec(t.billed_ms), idle_s=sec(t.idle_ms), idle_billed_s=sec(t.idle_billed_ms),
         idle_energy_j=sec(t.idle_energy_mj), used_billed_s=sec(t.used_billed_ms),
         allocation_method=t.allocation_method, usage_method=t.usage_method,
-        attributed_s=None if holder is not None else sec(t.attributed_ms))
+        attributed_s=None if holder is not None else sec(t.attributed_ms),
+        active_s=sec(t.active_ms), active_allocated_s=sec(t.active_allocated_ms),
+        activity_method=t.activity_method,
+        waiting_s=None if all(getattr(t, c) is None for c in WAIT_COLUMNS)
+        else tuple((getattr(t, c) or 0) / 1000.0 for c in WAIT_COLUMNS))
 
 
 _SHARED = ("allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms", "idle_billed_ms",
-           "idle_energy_mj", "used_billed_ms")
+           "idle_energy_mj", "used_billed_ms", "active_ms", "active_allocated_ms") + WAIT_COLUMNS
 _ALLSUM = frozenset(c for c, agg in HOLDER_SUMS if agg == "ALLSUM")
 
 
