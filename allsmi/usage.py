@@ -10,8 +10,9 @@ the same way. Between two consecutive valid samples of a device (at most
   (``DeviceSample.workloads``: a pod or a job) on the device (0 or 1); ``None`` when neither
   the processes nor the workloads are known at either end;
 * ``idle_allocated_seconds``: the trapezoid of "held while utilization stayed below
-  ``idle_threshold_percent``" (0 or 1 at each sample), so it never exceeds
-  ``allocated_seconds``; ``None`` when that is unknown, or a held device's utilization is;
+  ``idle_threshold_percent``" (0 or 1 at each sample; a device that reports no utilization, a
+  MIG instance, by its ``compute_active_percent``), so it never exceeds ``allocated_seconds``;
+  ``None`` when that is unknown, or a held device's utilization and activity both are;
 * ``active_seconds``: allocated time weighted by compute activity, the trapezoid of "held x
   ``compute_active_percent`` / 100" (0 while not held), so it never exceeds
   ``allocated_seconds``; ``None`` when allocation, or a held device's activity, is unknown
@@ -243,8 +244,10 @@ class UsageIntegrator:
             util = dev.utilization_percent
             if procs or works:
                 allocated: float | None = 1.0
-                idle = None if util is None else float(util < threshold)
                 act = dev.compute_active_percent
+                # A device without a headline utilization (a MIG instance) idles by its activity.
+                level = util if util is not None else act
+                idle = None if level is None else float(level < threshold)
                 active = None if act is None else act / 100.0
             elif procs is None and works is None or holders_unknown and dev_id in holders_unknown:
                 allocated = idle = active = None

@@ -35,7 +35,8 @@ class _Prev:
         elif not allocated:
             self.idle = 0.0
         else:
-            self.idle = None if util is None else float(util < threshold)
+            level = util if util is not None else dev.compute_active_percent
+            self.idle = None if level is None else float(level < threshold)
         act = dev.compute_active_percent
         self.active = self.idle if not allocated else (None if act is None else act / 100.0)
 

@@ -103,7 +103,8 @@ class UsageCounters:
                 # Only a device that reports utilization can say whether it idles; one held
                 # while its idleness is unknown loses the counter (never a known 0).
                 if totals.idle_allocated_seconds is None and known is not None and \
-                        dev.utilization_percent is not None and not totals.idle_lost:
+                        (dev.utilization_percent is not None
+                         or dev.compute_active_percent is not None) and not totals.idle_lost:
                     totals.idle_allocated_seconds = 0.0
                 if totals.energy_joules is None and (dev.power_watts is not None
                                                      or dev.energy_joules is not None):
