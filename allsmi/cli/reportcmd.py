@@ -314,6 +314,8 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
                               source=f"prometheus {client.url}", source_data=usage.detail,
                               published=published)
         click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
+        for note in usage.notes:
+            click.echo(f"allsmi: warning: {note}", err=True)
         prices = describe(dict(report.price_sources))
         if prices:
             click.echo(f"allsmi: prices: {prices}", err=True)
