@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from typing import Iterable
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, labels_json
@@ -33,7 +34,8 @@ from allsmi.accounting.shares import billing_shares, own_memory, partition_layou
 from allsmi.config import Config
 from allsmi.fairshare import NOBODY, Split, split
 from allsmi.schema import DeviceSample, Snapshot
-from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent
+from allsmi.usage import (Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent,
+                          split_board_energy)
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +203,11 @@ class LedgerRecorder:
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
         held_since = cycle - 1
-        for inc in self.integrator.feed(devices, now, snapshot.monotonic, snapshot.holders_unknown):
+        incs: Iterable[Increment] = self.integrator.feed(devices, now, snapshot.monotonic,
+                                                         snapshot.holders_unknown)
+        if layout:  # a board's energy goes to its partitions' holders by their shares
+            incs = split_board_energy(list(incs), devices, shares)
+        for inc in incs:
             dev_id = inc[0]
             state = states[dev_id]
             # Held now (even by holders nobody knows): those; else the previous sample's.

@@ -24,7 +24,8 @@ from allsmi.exporter.builder import BackendCounter, CounterValues
 from allsmi.exporter.holders import HolderCounters, HolderKey, HolderValues
 from allsmi.schema import Snapshot
 from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,
-                          UsageIntegrator, held)
+                          UsageIntegrator, billing_shares, held, split_board_energy)
+
 
 #: How long the totals of a device missing from every snapshot are kept.
 FORGET_AFTER_SECONDS = 3600.0
@@ -100,7 +101,10 @@ class UsageCounters:
                 if totals.busy_seconds is None and dev.utilization_percent is not None:
                     totals.busy_seconds = 0.0
         self.holder_counters.observe(snapshot.devices, now)
-        for inc in self.integrator.update(snapshot):
+        incs = self.integrator.update(snapshot)
+        if any(d.parent for d in snapshot.devices):  # a board's energy to its partitions too
+            incs = split_board_energy(incs, snapshot.devices, billing_shares(snapshot.devices))
+        for inc in incs:
             self.holder_counters.add(inc)
             totals = self._totals[inc.device_id]
             totals.observed_seconds = _add(totals.observed_seconds, inc.observed_seconds)

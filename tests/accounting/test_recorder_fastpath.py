@@ -29,7 +29,7 @@ from allsmi.backends.simulated import simulated_backends
 from allsmi.config import parse_config
 from allsmi.schema import HostSample, ProcessSample, Snapshot, Workload
 from allsmi.fairshare import NOBODY, Split, split
-from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds
+from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, split_board_energy
 
 from .helpers import T0
 
@@ -182,7 +182,8 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
                     bucket.mem_samples += 1
                     bucket.mem_peak = mem if bucket.mem_peak is None else max(bucket.mem_peak, mem)
-        for inc in integrator.update(snapshot):
+        # a partitioned board's energy split among its partitions (allsmi.usage)
+        for inc in split_board_energy(integrator.update(snapshot), snapshot.devices, shares):
             owners = holders.get(inc.device_id, previous.get(inc.device_id, NOBODY))
             share = shares.get(inc.device_id, 1.0)
             part: Increment | None = inc
