@@ -109,7 +109,7 @@ class LedgerRecorder:
         self._unwritten: list[IntervalRecord] = []
         #: When the write in progress began (monotonic), None between writes.
         self._writing_since: float | None = None
-        self._placement = Placement()
+        self._placement = Placement(self.interval)
         #: Placement time of the last checkpoint (see _checkpoint).
         self._checkpointed = float("-inf")
         self.refused_intervals = 0
