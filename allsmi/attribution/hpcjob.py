@@ -19,17 +19,22 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from allsmi.schema import DeviceSample
 
 from .matching import DeviceIndex
-from .model import SourceError, SourceResult, SourceUnavailable, Workload
+from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
 from .runner import AttributionSource
 
 #: More files than this in the directory is not a job mapping.
 MAX_FILES = 4096
+#: Only the files that name a device of this node are read, and all of them within this many
+#: seconds (a directory of thousands of files on a slow file system): beyond it the source
+#: times out (its last answer is carried, docs/attribution.md).
+MAX_READ_SECONDS = 2.0
 #: A job file lists a few ids; a larger file is not one (it is reported, and not read).
 MAX_FILE_BYTES = 64 * 1024
 #: A device shared by more jobs than this is not a job mapping: the ids beyond it are
@@ -136,7 +141,15 @@ class HpcJobSource(AttributionSource):
         found: dict[str, dict[str, Workload]] = {}
         unmatched: list[str] = []
         problems: list[str] = []
+        deadline = time.monotonic() + MAX_READ_SECONDS
         for name in sorted(entries):
+            targets = index.match_hpc_name(name)
+            if not targets:
+                unmatched.append(name)  # names no device of this node: not read
+                continue
+            if time.monotonic() > deadline:
+                raise SourceTimeout(f"{self.directory}: the files naming this node's devices "
+                                    f"were not read within {MAX_READ_SECONDS:g} s")
             try:
                 jobs, bad, shares, bad_shares = read_job_file(self.directory / name)
             except FileNotFoundError:
@@ -150,10 +163,6 @@ class HpcJobSource(AttributionSource):
                 problems.append(f"{name}: {len(bad_shares)} share(s) not a fraction in (0, 1] "
                                 f"nor a percentage, ignored (the jobs kept): "
                                 f"{', '.join(bad_shares[:5])}")
-            targets = index.match_hpc_name(name)
-            if not targets:
-                unmatched.append(name)
-                continue
             for dev in targets:
                 slot = found.setdefault(dev.id, {})
                 for job in jobs:

@@ -163,3 +163,36 @@ def test_declared_shares_above_the_device_are_said(tmp_path: Path) -> None:
     dev = find(DEVICES, "nvidia", 3)
     assert f"{dev.id}: declared shares add up to 1.25, more than the device: scaled down to " \
         "it (1, 2)" in result.statuses[0].message
+
+
+def test_only_files_naming_a_device_of_this_node_are_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Thousands of files naming other nodes' devices (issue 32, item 11): none of them is
+    read, the one naming this node's GPU is, and the others are reported."""
+    from allsmi.attribution import hpcjob
+
+    for i in range(2000):
+        (tmp_path / f"GPU-00000000-0000-0000-0000-{i:012d}").write_text("9\n")
+    (tmp_path / "nvidia3").write_text("42\n")
+    read: list[str] = []
+    real = hpcjob.read_job_file
+    monkeypatch.setattr(hpcjob, "read_job_file", lambda p: (read.append(p.name), real(p))[1])
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    assert read == ["nvidia3"]
+    assert _jobs(result, find(DEVICES, "nvidia", 3)) == ["42"]
+    assert "2000 file(s) name no device" in result.statuses[0].message
+
+
+def test_reading_the_files_is_bounded_in_time(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A file system slow enough that this node's files take longer than the bound: the source
+    times out, loudly, instead of holding the cycle."""
+    from allsmi.attribution import hpcjob
+
+    for i in range(8):
+        (tmp_path / f"nvidia{i}").write_text("42\n")
+    real = hpcjob.read_job_file
+    monkeypatch.setattr(hpcjob, "MAX_READ_SECONDS", 0.2)
+    monkeypatch.setattr(hpcjob, "read_job_file", lambda p: (time.sleep(0.1), real(p))[1])
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    status = result.statuses[0]
+    assert status.status == "timeout", status
+    assert "were not read within 0.2 s" in status.message
