@@ -107,13 +107,12 @@ def _duplicates(client: PrometheusClient, at: float, rng: str, notes: list[str])
     ident = ", ".join(DEVICE_LABELS + ("index",))
     found = client.query(f"count by ({ident}) (last_over_time({COUNTERS['observed']}[{rng}])) > 1",
                          at)
-    for sample in found[:5]:
-        metric = sample.get("metric") or {}
+    if found:
+        named = ", ".join(f"uuid={m.get('uuid', '')} instance={m.get('instance', '')}"
+                          for m in (s.get("metric") or {} for s in found[:5]))
         notes.append(f"{len(found)} device(s) have their counters in more than one series (an HA "
-                     "pair without deduplication, or two scrape jobs of one exporter), e.g. "
-                     f"uuid={metric.get('uuid', '')} instance={metric.get('instance', '')}: "
-                     "each counted once")
-        break
+                     f"pair without deduplication, or two scrape jobs of one exporter): {named}"
+                     f"{' and more' if len(found) > 5 else ''}: each counted once")
 
 
 def prometheus_parts(client: PrometheusClient, window: Window, by_holder: bool = False,
