@@ -55,6 +55,8 @@ class Hours:
     extra: int = 0
     disagreements: list[str] = field(default_factory=list)
     disagreeing: int = 0
+    #: (device or holder, hour) values held by more than one series (copies under other labels)
+    copied: int = 0
 
     def covered(self) -> list[tuple[int, int]]:
         """The chosen spans in whole seconds, sorted and merged."""
@@ -171,6 +173,8 @@ def hourly_values(client: PrometheusClient, metric: str, keys: tuple[str, ...], 
         values = []
         for t_ms, found in sorted(per_hour.items()):
             value = max(found)
+            if len(found) > 1:
+                hours.copied += 1
             values.append(value)
             every = found + copies.get(key, {}).get(t_ms, [])
             spread = max(every) - min(every)
@@ -192,6 +196,10 @@ def hours_notes(hours: Hours) -> list[str]:
         notes.append(f"the roll-ups hold {hours.extra} evaluation(s) besides the "
                      f"{len(hours.chosen)} billed (an HA pair of evaluators, a replay run again "
                      "or one that evaluated more often than hourly): each hour was billed once")
+    if hours.copied:
+        notes.append(f"{hours.copied} roll-up value(s) of an hour are held by more than one "
+                     "series (copies under another label, such as an HA pair's replica): each "
+                     "counted once")
     if hours.disagreeing:
         more = hours.disagreeing - len(hours.disagreements)
         notes.append(f"{hours.disagreeing} roll-up(s) of an hour disagree with another of the "

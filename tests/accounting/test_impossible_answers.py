@@ -196,6 +196,7 @@ def test_an_hour_rolled_up_twice_bills_once(tmp_path: Path, observed: tuple[str,
     assert doc["source_data"].startswith("hourly roll-ups for 1 h"), doc["source_data"]
     assert doc["rows"][0]["observed_device_hours"] == 1.0 and doc["coverage_ratio"] == 1.0
     assert "1 evaluation(s) besides the 1 billed" in err, err
+    assert "1 roll-up value(s) of an hour are held by more than one series" in err, err
     if said:
         assert "disagree" in err and "uuid=GPU-a" in err and "3000 to 3600" in err, err
     else:
