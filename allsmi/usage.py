@@ -214,7 +214,9 @@ def split_board_energy(increments: list[Increment], devices: Sequence[DeviceSamp
                 part = joules * shares.get(member, 0.0)
                 out[j] = out[j]._replace(energy_joules=part)
                 given += part
-        out[i] = out[i]._replace(energy_joules=max(0.0, joules - given))  # type: ignore[index]
+        rest = joules - given  # what no partition was given: 0 below rounding
+        out[i] = out[i]._replace(  # type: ignore[index]
+            energy_joules=rest if rest > 1e-9 * abs(joules) else 0.0)
     return out
 
 
