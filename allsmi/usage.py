@@ -38,7 +38,7 @@ snapshot's timestamp and starts the measured duration before it.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from allsmi.config import Config
 from allsmi.fairshare import Holder, Split, Weights, split
@@ -46,7 +46,7 @@ from allsmi.schema import DeviceSample, Snapshot
 
 __all__ = ["DEFAULT_IDLE_THRESHOLD_PERCENT", "DEFAULT_MAX_GAP_SECONDS", "Holder", "Increment",
            "Split", "UsageIntegrator", "Weights", "billing_shares", "bridged_gap_seconds",
-           "held", "holder_weights", "idle_threshold_percent", "split"]
+           "held", "holder_weights", "idle_threshold_percent", "split", "split_board_energy"]
 
 DEFAULT_MAX_GAP_SECONDS = 30.0
 """The shortest default bridged gap (seconds); longer for slower sampling."""
@@ -190,6 +190,44 @@ def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> di
             shares[dev.id] = share * scale
         shares[parent] = max(0.0, 1.0 - total * scale)
     return shares
+
+
+def split_board_energy(increments: list[Increment], devices: Sequence[DeviceSample],
+                       shares: Mapping[str, float]) -> list[Increment]:
+    """``increments`` with the energy of each partitioned board split among its partitions and
+    itself by their billing ``shares`` (:func:`billing_shares`), as its allocated time is billed.
+
+    A MIG slice (or an AMD compute partition) reports no power of its own: the board's whole
+    energy is measured on the parent device, whose holder would otherwise be given the slices'
+    work too. Each partition with an increment of its own and no energy of its own is given its
+    share of the parent's joules, and the parent keeps the rest (its share, plus the shares of
+    partitions with no increment yet), so the board's energy is counted once. Partitions that
+    measure their own energy leave their board's alone."""
+    kids: dict[str, list[str]] = {}
+    for dev in devices:
+        if dev.parent:
+            kids.setdefault(dev.parent, []).append(dev.id)
+    if not kids:
+        return increments
+    at = {inc.device_id: i for i, inc in enumerate(increments)}
+    out = list(increments)
+    for parent, members in kids.items():
+        i = at.get(parent)
+        joules = None if i is None else increments[i].energy_joules
+        if joules is None or any(increments[at[m]].energy_joules is not None
+                                 for m in members if m in at):
+            continue
+        given = 0.0
+        for member in members:
+            j = at.get(member)
+            if j is not None:
+                part = joules * shares.get(member, 0.0)
+                out[j] = out[j]._replace(energy_joules=part)
+                given += part
+        rest = joules - given  # what no partition was given: 0 below rounding
+        out[i] = out[i]._replace(  # type: ignore[index]
+            energy_joules=rest if rest > 1e-9 * abs(joules) else 0.0)
+    return out
 
 
 def holder_weights(dev: DeviceSample) -> Weights:

@@ -77,3 +77,25 @@ def ledger_parts(path: str | os.PathLike[str], window: Window,
         holder_parts.extend(_part(dims[d], t, holder) for holder, t in shares)
         holder_parts.append(_part(dims[d], _remainder(total, [t for _, t in shares])))
     return device_parts, holder_parts
+
+
+def ledger_conflicts(path: str | os.PathLike[str], window: Window, most: int = 5) -> list[str]:
+    """A warning naming the device intervals in ``window`` that a pod and a job (no pod's)
+    held at once (:meth:`~allsmi.accounting.ledgerread.LedgerReader.conflicts`), the first
+    ``most`` of them with their claimants; empty when there are none."""
+    import datetime as dt
+    with Ledger(path, readonly=True) as ledger:
+        found = ledger.conflicts(window.start_unix, window.end_unix)
+        dims = ledger.dims() if found else {}
+    if not found:
+        return []
+
+    def who(h: Holder) -> str:
+        return f"pod {h.namespace or ''}/{h.pod}" if h.pod else f"job {h.job}"
+    named = "; ".join(
+        f"{dims[d].host}/{dims[d].device_id} from "
+        f"{dt.datetime.fromtimestamp(at, dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} "
+        f"({', '.join(sorted({who(h) for h in held}))})" for d, at, held in found[:most])
+    more = f"; and {len(found) - most} more" if len(found) > most else ""
+    return [f"{len(found)} interval(s) of a device claimed by a pod and a job at once (two "
+            f"attribution sources disagree), each billed a part: {named}{more}"]

@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from typing import Iterable
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, labels_json
@@ -33,7 +34,8 @@ from allsmi.accounting.shares import billing_shares, own_memory, partition_layou
 from allsmi.config import Config
 from allsmi.fairshare import NOBODY, Holder, Split, split, waiting_by_holder
 from allsmi.schema import DeviceSample, Snapshot
-from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent
+from allsmi.usage import (Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent,
+                          split_board_energy)
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,7 @@ class LedgerRecorder:
         self._retry_delay = RETRY_SECONDS
         #: When the write in progress began (monotonic), None between writes.
         self._writing_since: float | None = None
-        self._placement = Placement()
+        self._placement = Placement(self.interval)
         #: Placement time of the last checkpoint (see _checkpoint).
         self._checkpointed = float("-inf")
         self.refused_intervals = 0
@@ -220,7 +222,11 @@ class LedgerRecorder:
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
         held_since = cycle - 1
-        for inc in self.integrator.feed(devices, now, snapshot.monotonic, snapshot.holders_unknown):
+        incs: Iterable[Increment] = self.integrator.feed(devices, now, snapshot.monotonic,
+                                                         snapshot.holders_unknown)
+        if layout:  # a board's energy goes to its partitions' holders by their shares
+            incs = split_board_energy(list(incs), devices, shares)
+        for inc in incs:
             dev_id = inc[0]
             state = states[dev_id]
             # Held now (even by holders nobody knows): those; else the previous sample's.

@@ -25,7 +25,8 @@ from allsmi.exporter.holders import DEFAULT_MAX_HOLDER_SERIES, HolderCounters, H
 from allsmi.fields import TRAFFIC_MEASUREMENTS
 from allsmi.schema import Snapshot
 from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,
-                          UsageIntegrator, held)
+                          UsageIntegrator, billing_shares, held, split_board_energy)
+
 
 #: How long the totals of a device missing from every snapshot are kept.
 FORGET_AFTER_SECONDS = 3600.0
@@ -118,7 +119,10 @@ class UsageCounters:
             else:
                 totals.traffic_at = None  # a lost device's traffic is not bridged
         self.holder_counters.observe(snapshot.devices, now)
-        for inc in self.integrator.update(snapshot):
+        incs = self.integrator.update(snapshot)
+        if any(d.parent for d in snapshot.devices):  # a board's energy to its partitions too
+            incs = split_board_energy(incs, snapshot.devices, billing_shares(snapshot.devices))
+        for inc in incs:
             self.holder_counters.add(inc)
             totals = self._totals[inc.device_id]
             totals.observed_seconds = _add(totals.observed_seconds, inc.observed_seconds)

@@ -84,11 +84,14 @@ GAUGE_SOURCES: dict[str, str] = {m.metric: m.source_field for m in MEASUREMENTS 
 ENERGY_TOTAL = Family(
     ENERGY_FIELD.metric, "counter",
     "Energy the board used since the exporter started, in joules: deltas of the device's "
-    "hardware energy counter (resets handled), else its power integrated over time.",
+    "hardware energy counter (resets handled), else its power integrated over time. A "
+    "partitioned board's energy is split among its partitions and itself by their billing "
+    "shares (allsmi_device_partition_share_ratio).",
     DEVICE_LABELS, "joules",
     source="allsmi.usage: energy_joules deltas, else trapezoid of power_watts; gaps longer "
-    "than --energy-max-gap are not bridged",
-    condition="devices with an energy counter or a power reading (board owners only)")
+    "than --energy-max-gap are not bridged; allsmi.usage.split_board_energy for partitions",
+    condition="devices with an energy counter or a power reading, and partitions of such a "
+    "board that measure no energy of their own")
 BUSY_TOTAL = Family(
     "allsmi_device_busy_seconds_total", "counter",
     "Utilization integrated over time since the exporter started, in seconds.",

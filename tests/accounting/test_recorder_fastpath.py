@@ -30,7 +30,7 @@ from allsmi.config import parse_config
 from allsmi.schema import (WAITING_REASONS, HolderWaiting, HostSample, ProcessSample, Snapshot,
                            Workload)
 from allsmi.fairshare import NOBODY, Split, split
-from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds
+from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, split_board_energy
 
 from .helpers import T0
 
@@ -225,7 +225,8 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
                     bucket.mem_samples += 1
                     bucket.mem_peak = mem if bucket.mem_peak is None else max(bucket.mem_peak, mem)
-        for inc in integrator.update(snapshot):
+        # a partitioned board's energy split among its partitions (allsmi.usage)
+        for inc in split_board_energy(integrator.update(snapshot), snapshot.devices, shares):
             owners = holders.get(inc.device_id, previous.get(inc.device_id, NOBODY))
             waiting = waitings.get(inc.device_id) if inc.device_id in holders else \
                 previous_waiting.get(inc.device_id) if inc.device_id in previous else None
