@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping, Sequence
 
+from allsmi.declarations import CORE_RANGE_DETAILS
 from allsmi.schema import DeviceSample
 
 _BUS = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
@@ -107,6 +108,10 @@ class DeviceIndex:
         """The whole device with this index (of ``vendor``; without a vendor, only if one matches)."""
         found = [d for d in self.devices if d.parent is None and d.index == index
                  and (vendor is None or vendor in _family(d))]
+        # A backend named like another backend's vendor ("intel" GPUs beside Gaudi's vendor "intel"):
+        # the backend of that name first.
+        exact = [d for d in found if vendor is not None and d.backend.lower() == vendor]
+        found = exact or found
         return found if vendor is not None or len(found) == 1 else []
 
     def partition(self, parent_index: int, instance: int, vendor: str | None,
@@ -146,16 +151,31 @@ class DeviceIndex:
                     return found
         return []
 
+    def by_core(self, number: int, vendor: str | None) -> list[DeviceSample]:
+        """The whole device holding global sub-device ``number`` (a NeuronCore the Neuron device
+        plugin hands out as ``aws.amazon.com/neuroncore``): its backend reports the range of
+        global numbers on each device in ``details`` (:data:`CORE_RANGE_DETAILS`)."""
+        first_key, count_key = CORE_RANGE_DETAILS
+        found = []
+        for dev in self.devices:
+            first, count = dev.details.get(first_key), dev.details.get(count_key)
+            if dev.parent is None and isinstance(first, int) and isinstance(count, int) \
+                    and first <= number < first + count and (vendor is None or vendor in _family(dev)):
+                found.append(dev)
+        return found
+
     # -- the dispatcher ----------------------------------------------------
     def match(self, raw: str, vendor: str | None = None, kind: str = "auto") -> list[DeviceSample]:
         """The devices ``raw`` names (``[]`` when none): an id as a device plugin writes it.
 
         ``vendor`` restricts the search to one backend; ``kind`` (``auto``, ``uuid``,
-        ``bus_id``, ``index``, ``serial``) says how the id is written when it is known.
+        ``bus_id``, ``index``, ``serial``, ``core``) says how the id is written when it is known.
         """
         text = strip_replica(raw.strip())
         if not text:
             return []
+        if kind == "core":
+            return self.by_core(int(text), vendor) if text.isdigit() else []
         if kind in ("auto", "uuid"):
             found = self.by_uuid(text, vendor)
             if found or kind == "uuid":

@@ -106,6 +106,10 @@ class CliTool:
     the matrix faults each one alone, the others answered by that scenario's own stand-in, so
     a call made only in ``sample()`` is faulted too (a test checks the list against the calls
     really made).
+
+    A backend that runs more than one tool declares ``CLI`` as a tuple, its main tool first: each
+    tool gets its own fault cells (the other tools answered by the ``newest`` scenario's
+    stand-ins), its own calls checked and faulted; ``drift`` is read from the first.
     """
 
     env_var: str
@@ -115,6 +119,12 @@ class CliTool:
     partial_status: str = "error"
     drift: Mapping[str, str] = field(default_factory=dict)
     calls: tuple[str, ...] = ()
+    stream: bool = False
+    """A long-running tool (``neuron-monitor``, ``tpu-info --streaming``): its healthy stand-in
+    keeps printing (the stand-in's ``every``), and each fault is what one run of it does."""
+    expect: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Fault -> (status, text in the message) where this tool's fault is not the matrix's usual
+    outcome (a missing optional second tool leaves the backend ``ok``, saying so)."""
 
 
 def scenario_module(name: str) -> ModuleType | None:

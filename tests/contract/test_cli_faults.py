@@ -75,11 +75,22 @@ def _cli_backends() -> list[tuple[str, CliTool, Any]]:
         module = scenario_module(name)
         spec = getattr(module, "CLI", None) if module is not None else None
         if spec is not None:
-            found.append((name, spec, module))
+            found.append((name, spec if isinstance(spec, CliTool) else spec[0], module))
     return found
 
 
 CLI_BACKENDS = _cli_backends()
+
+
+def _tools(name: str) -> tuple[CliTool, ...]:
+    """Every tool ``name`` declares (``CLI``, or each of a tuple of them: the main tool first)."""
+    module = next(m for n, _, m in CLI_BACKENDS if n == name)
+    return (module.CLI,) if isinstance(module.CLI, CliTool) else tuple(module.CLI)
+
+
+def _cell_id(name: str, tool: int, what: str) -> str:
+    """``neuron-hang`` for the main tool, ``neuron-neuron-monitor-hang`` for another one."""
+    return f"{name}-{what}" if tool == 0 else f"{name}-{_tools(name)[tool].executable}-{what}"
 
 
 def _companion(name: str) -> tuple[str, Scenario]:
@@ -94,7 +105,8 @@ def _companion(name: str) -> tuple[str, Scenario]:
 
 
 def _fault_cells() -> list[Any]:
-    return [pytest.param(name, fault, id=f"{name}-{fault}") for name, _, _ in CLI_BACKENDS for fault in FAULTS]
+    return [pytest.param(name, tool, fault, id=_cell_id(name, tool, fault))
+            for name, _, _ in CLI_BACKENDS for tool in range(len(_tools(name))) for fault in FAULTS]
 
 
 def _drift_cells() -> list[Any]:
@@ -140,17 +152,20 @@ def _spec(name: str) -> CliTool:
     return next(spec for n, spec, _ in CLI_BACKENDS if n == name)
 
 
-@pytest.mark.parametrize(("name", "fault"), _fault_cells())
-def test_fault_cell(name: str, fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = _spec(name)
+@pytest.mark.parametrize(("name", "tool", "fault"), _fault_cells())
+def test_fault_cell(name: str, tool: int, fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _tools(name)[tool]
     env = ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch)
     other, scenario = _companion(name)
     companion = scenario.build(ScenarioEnv(tmp_path=tmp_path / "companion", monkeypatch=monkeypatch))
+    if len(_tools(name)) > 1:  # the other tools answer as in the newest scenario
+        _newest(name).build(ScenarioEnv(tmp_path=tmp_path / "healthy", monkeypatch=monkeypatch))
     pidfile = _install_fault(env, spec, fault)
-    failing = registry.load(name)(timeout_seconds=TIMEOUT * 0.8, options=dict(spec.options))
+    failing = registry.load(name)(timeout_seconds=TIMEOUT * 0.8, options=dict(_spec(name).options))
     _, want_status, want_text = FAULTS[fault]
     if fault == "partial" and spec.partial_status == "ok":
         want_status, want_text = "ok", "skipped"
+    want_status, want_text = spec.expect.get(fault, (want_status, want_text))
 
     snap, took = _collect([failing, companion], CYCLE_TIMEOUT)
     assert took < BOUND, f"{name}/{fault}: the cycle took {took:.1f} s"
@@ -167,7 +182,7 @@ def test_fault_cell(name: str, fault: str, tmp_path: Path, monkeypatch: pytest.M
     assert leftovers == [], f"{name}/{fault}: still running: {leftovers}"
 
     if fault in SUBPROCESS_CELLS:
-        _check_cli(name, spec, other, scenario, fault, want_status, want_text, pidfile)
+        _check_cli(name, _spec(name), other, scenario, fault, want_status, want_text, pidfile)
 
 
 def _check_cli(name: str, spec: CliTool, other: str, scenario: Scenario, fault: str,
@@ -231,10 +246,11 @@ def _newest(name: str) -> Scenario:
     return next(s for s in module.SCENARIOS if s.name == spec.drift["newest"])
 
 
-def _routed(name: str, env: ScenarioEnv, faults: dict[str, dict[str, Any]]) -> tuple[Any, Path]:
-    """The ``newest`` scenario's backend with a route table in front of its stand-in: the calls
-    in ``faults`` answered so, every other one passed on to the scenario's own stand-in."""
-    spec = _spec(name)
+def _routed(name: str, env: ScenarioEnv, faults: dict[str, dict[str, Any]],
+            tool: int = 0) -> tuple[Any, Path]:
+    """The ``newest`` scenario's backend with a route table in front of its stand-in of ``tool``:
+    the calls in ``faults`` answered so, every other one passed on to the scenario's own stand-in."""
+    spec = _tools(name)[tool]
     backend = _newest(name).build(env)
     healthy = Path(os.environ[spec.env_var])
     config = Path(str(healthy) + ".json")
@@ -250,16 +266,19 @@ def _routed(name: str, env: ScenarioEnv, faults: dict[str, dict[str, Any]]) -> t
 
 
 def _call_cells() -> list[Any]:
-    return [pytest.param(name, call, id=f"{name}-call-{n}") for name, spec, _ in CLI_BACKENDS
+    return [pytest.param(name, tool, call, id=_cell_id(name, tool, f"call-{n}"))
+            for name, _, _ in CLI_BACKENDS for tool, spec in enumerate(_tools(name))
             for n, call in enumerate(spec.calls)]
 
 
-@pytest.mark.parametrize("name", [name for name, _, _ in CLI_BACKENDS])
-def test_declared_calls_are_the_calls_made(name: str, tmp_path: Path,
+@pytest.mark.parametrize(("name", "tool"), [pytest.param(name, tool, id=_cell_id(name, tool, "calls"))
+                                            for name, _, _ in CLI_BACKENDS
+                                            for tool in range(len(_tools(name)))])
+def test_declared_calls_are_the_calls_made(name: str, tool: int, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """``CLI.calls`` lists every distinct call of open() and the first sample(), so that each is
     faulted below (a backend whose sample() runs another command cannot leave it untested)."""
-    backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), {})
+    backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), {}, tool)
     try:
         backend.open()
         devices = backend.sample()
@@ -268,17 +287,18 @@ def test_declared_calls_are_the_calls_made(name: str, tmp_path: Path,
     assert len(devices) == _newest(name).expected_devices
     made = tuple(dict.fromkeys(standin.calls(bindir)))
     assert made, f"{name}: the routed stand-in was never called"
-    assert set(_spec(name).calls) == set(made), f"{name}: declare CLI.calls = {made!r}"
+    spec = _tools(name)[tool]
+    assert set(spec.calls) == set(made), f"{name}: declare {spec.executable}'s calls = {made!r}"
 
 
-@pytest.mark.parametrize(("name", "call"), _call_cells())
-def test_each_call_faulted_alone(name: str, call: str, tmp_path: Path,
+@pytest.mark.parametrize(("name", "tool", "call"), _call_cells())
+def test_each_call_faulted_alone(name: str, tool: int, call: str, tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """One call crashes, the others answer: the crash is reported (an error, or a warning beside
     the devices it did not spoil), never an invented value or "no devices", nothing left running."""
     crash, _, text = FAULTS["crash"]
     backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch),
-                              {call: dict(crash or {})})
+                              {call: dict(crash or {})}, tool)
     snap, took = _collect([backend], 10.0)
     assert took < 10.0 + BOUND
     assert call in standin.calls(bindir), f"{name}: {call!r} was not reached"
