@@ -21,6 +21,8 @@ from allsmi.schema import DeviceSample
 _BUS = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 _PAIR = re.compile(r"^(\d+)[:.](\d+)$")
 _NODE = re.compile(r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$")
+#: ``Ascend910-3``: a plugin's device name whose model carries digits, a dash, then the index.
+_DASHED = re.compile(r"^([A-Za-z][A-Za-z0-9]*)-(\d+)$")
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
 
 
@@ -136,8 +138,12 @@ class DeviceIndex:
         return []
 
     def by_node_name(self, text: str, vendor: str | None) -> list[DeviceSample]:
-        """``nvidia3``, ``amd3``, ``rbln0``, ``/dev/accel/accel2``, ``/dev/tenstorrent/1``."""
+        """``nvidia3``, ``amd3``, ``rbln0``, ``/dev/accel/accel2``, ``/dev/tenstorrent/1``, and a
+        declared name with digits before a dash (the Ascend device plugin's ``Ascend910-3``)."""
         match = _NODE.match(text.strip())
+        dashed = _DASHED.match(text.strip())
+        if dashed and any(dashed.group(1).lower() in p for p in self.node_names.values()):
+            match = dashed
         if not match:
             return []
         prefix, number = match.group(1).lower(), int(match.group(2))
