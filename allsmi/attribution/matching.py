@@ -23,6 +23,8 @@ _PAIR = re.compile(r"^(\d+)[:.](\d+)$")
 _NODE = re.compile(r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$")
 #: ``Ascend910-3``: a plugin's device name whose model carries digits, a dash, then the index.
 _DASHED = re.compile(r"^([A-Za-z][A-Za-z0-9]*)-(\d+)$")
+#: ``card1-0``: the Intel GPU plugin's node name and the number of one share of it.
+_SHARED = re.compile(r"^([A-Za-z]+)(\d+)-\d+$")
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
 
 
@@ -139,11 +141,14 @@ class DeviceIndex:
 
     def by_node_name(self, text: str, vendor: str | None) -> list[DeviceSample]:
         """``nvidia3``, ``amd3``, ``rbln0``, ``/dev/accel/accel2``, ``/dev/tenstorrent/1``, and a
-        declared name with digits before a dash (the Ascend device plugin's ``Ascend910-3``)."""
+        declared name with digits before a dash (the Ascend device plugin's ``Ascend910-3``) or
+        followed by a share number (the Intel GPU plugin's ``card1-0``)."""
         match = _NODE.match(text.strip())
-        dashed = _DASHED.match(text.strip())
-        if dashed and any(dashed.group(1).lower() in p for p in self.node_names.values()):
-            match = dashed
+        for pattern in (_DASHED, _SHARED):
+            named = pattern.match(text.strip())
+            if named and any(named.group(1).lower() in p for p in self.node_names.values()):
+                match = named
+                break
         if not match:
             return []
         prefix, number = match.group(1).lower(), int(match.group(2))

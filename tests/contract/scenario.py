@@ -122,6 +122,9 @@ class CliTool:
     stream: bool = False
     """A long-running tool (``neuron-monitor``, ``tpu-info --streaming``): its healthy stand-in
     keeps printing (the stand-in's ``every``), and each fault is what one run of it does."""
+    optional: bool = False
+    """A tool the backend can do without (``xpu-smi`` beside sysfs): every fault leaves the
+    backend ``ok`` with the devices it read elsewhere, the fault named in its message."""
     expect: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """Fault -> (status, text in the message) where this tool's fault is not the matrix's usual
     outcome (a missing optional second tool leaves the backend ``ok``, saying so)."""
