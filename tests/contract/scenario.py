@@ -27,12 +27,34 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
 
 
+class _Finalizer:
+    """Runs ``action`` when the monkeypatch that armed it is undone (the test's teardown)."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self._action = action
+        self._armed = False
+
+    @property
+    def armed(self) -> bool:
+        return self._armed
+
+    @armed.setter
+    def armed(self, value: bool) -> None:
+        if self._armed and not value:
+            self._action()
+        self._armed = value
+
+
 @dataclass
 class ScenarioEnv:
     """What a scenario builder may use to set up fakes and stand-ins."""
 
     tmp_path: Path
     monkeypatch: pytest.MonkeyPatch
+
+    def on_teardown(self, action: Callable[[], None]) -> None:
+        """Run ``action`` at the test's teardown (a server the scenario started is stopped)."""
+        self.monkeypatch.setattr(_Finalizer(action), "armed", True)
 
 
 @dataclass
