@@ -65,6 +65,11 @@ class VendorDeclaration:
     """Glob patterns of the vendor driver's device nodes, listed by ``allsmi doctor``."""
     env_vars: tuple[str, ...] = ()
     """Environment variables the backend reads (``ALLSMI_HL_SMI``)."""
+    compute_active_source: str = ""
+    """What the backend's ``compute_active_percent`` measures (a name of
+    ``allsmi.schema.COMPUTE_ACTIVE_SOURCES``: ``core_busy``, ``engine_time``...), where the backend
+    sets it from a declaration rather than per device; ``--simulate`` gives the devices it
+    impersonates that source. Empty: not declared."""
     tool_flags: tuple[str, ...] = ()
     """Options of the vendor's own tools that its docs name in backticks (``--json-output``); the
     docs test accepts them beside ``allsmi``'s own (the flags of ``version_command`` count too)."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends.ascend import DECLARATION, TOOL
+from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class AscendBackend(CliToolBackend, declared=DECLARATION):
 
     tool_spec = TOOL
     #: The table has no clock, fan, energy counter or power limit.
-    unreported_fields = frozenset({"clock_mhz", "fan_percent", "energy_joules", "power_limit_watts"})
+    unreported_fields = frozenset({"clock_mhz", "fan_percent", "energy_joules", "power_limit_watts"}) | BEYOND_BUSY
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  search_dirs: Sequence[str] | None = None,
@@ -60,7 +61,7 @@ class AscendBackend(CliToolBackend, declared=DECLARATION):
             self.tool_version = table.version
         return build_samples(table, backend=self.display_name, vendor=self.vendor, kind=self.kind,
                              model_name=self.model_name, lookup_user=self._lookup_user,
-                             warnings=self.warnings)
+                             warnings=self.warnings, source=self.compute_active_source)
 
     def close(self) -> None:
         """Nothing is held between runs."""

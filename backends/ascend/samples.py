@@ -56,7 +56,7 @@ def _pair(raw: str | None, read: CellReader, what: str) -> tuple[int | None, int
 
 def chip_sample(chip: Chip, table: NpuTable, *, backend: str, vendor: str, kind: str,
                 model_name: Callable[[str | None], str | None], lookup_user: LookupUser,
-                warnings: list[str]) -> DeviceSample:
+                warnings: list[str], source: str) -> DeviceSample:
     cells = chip.cells
     read = CellReader(f"NPU {chip.npu} chip {chip.chip}", warnings)
     power = cells.get("Power(W)")
@@ -89,7 +89,7 @@ def chip_sample(chip: Chip, table: NpuTable, *, backend: str, vendor: str, kind:
         backend=backend, index=index, name=model_name(cells.get("Name")), bus_id=bus,
         driver_version=table.version, health=health,
         utilization_percent=utilization, compute_active_percent=utilization,
-        compute_active_source="core_busy" if utilization is not None else None,
+        compute_active_source=source if utilization is not None else None,
         memory_used_bytes=used, memory_total_bytes=total,
         temperature_celsius=read.measure(temperature, units.parse_temperature_celsius(temperature),
                                          "temperature", "temperature_celsius"),

@@ -30,7 +30,8 @@ DECLARATION = VendorDeclaration(
             "Intel GPU device plugin for the xe driver: as `gpu.intel.com/i915`")),
     ),
     node_names=("card", "renderd"), device_nodes=("/dev/dri/card[0-9]*", "/dev/dri/renderD[0-9]*"),
-    env_vars=(XPU_SMI.env_var,), tool_flags=())
+    env_vars=(XPU_SMI.env_var,), tool_flags=(),
+    compute_active_source="engine_time")
 
 
 def drm_root(options: Mapping[str, Any] | None) -> str:

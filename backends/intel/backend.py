@@ -2,8 +2,9 @@
 discovery -j`` where it is installed for the names and memory figures sysfs lacks.
 
 Counters (GT idle residency, the hwmon energy counter, each client's engine time) become busy
-shares and watts between two samples, so a device's first sample has no utilization and no
-power (``None``, never 0). Options (``[backends.intel]``): ``sysfs_root`` and ``proc_root``
+shares and watts between two readings: ``open()`` takes the first, and a sample less than
+:data:`MIN_INTERVAL` after the previous reading waits out the rest, so every sample has an
+interval to measure (a GPU that appears later gets its values from its second sample). Options (``[backends.intel]``): ``sysfs_root`` and ``proc_root``
 (``/sys`` and ``/proc``; a container that mounts the host's at ``/host/sys`` and ``/host/proc``
 names those). See ``docs/backends/intel.md``.
 """
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, ProbeResult
 from allsmi.backends.intel import DECLARATION, DRIVERS, XPU_SMI, drm_root, quick_probe
+from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from allsmi.backends.intel.xpusmi import XpuDevice
 
 DISCOVERY_ARGS = ("discovery", "-j")
+#: The shortest interval a busy share or a power figure is measured over (seconds).
+MIN_INTERVAL = 0.2
 
 #: PCI device ids of Intel data-centre and Arc GPUs (the public PCI id lists), for a name
 #: without xpu-smi.
@@ -48,16 +52,19 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
     """Intel GPUs via the i915/xe drivers' sysfs and DRM fdinfo (and xpu-smi where installed)."""
 
     #: No fan reading in either driver's hwmon on the data-centre parts.
-    unreported_fields = frozenset({"fan_percent"})
+    unreported_fields = frozenset({"fan_percent"}) | BEYOND_BUSY
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  search_dirs: Sequence[str] | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep,
                  lookup_user: Callable[[int], str | None] | None = None) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self.search_dirs = None if search_dirs is None else tuple(search_dirs)
         self.drm = drm_root(self.options)
         self.proc = str(self.options.get("proc_root", "/proc"))
         self._clock = clock
+        self._sleep = sleep
+        self._last_read: float | None = None
         self._lookup_user = lookup_user or owner_of(self.proc)
         self._opened = False
         self._known: dict[str, int] = {}
@@ -93,21 +100,32 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         return ProbeResult(True, "", {"drm": self.drm, f"tool:{XPU_SMI.executable}": tool or f"missing: {why}"})
 
     def open(self) -> None:
-        from allsmi.backends.intel.sysfs import find_cards
+        """List the GPUs and take the first reading of their counters."""
+        from allsmi.backends.intel.sysfs import find_cards, read_card
         self.close()
-        self._known = {c.bus_id or c.path: c.index for c in find_cards(self.drm, DRIVERS)}
+        now = self._clock()
+        cards = find_cards(self.drm, DRIVERS)
+        self._known = {c.bus_id or c.path: c.index for c in cards}
+        self._readings = {c.bus_id or c.path: read_card(c, now) for c in cards}
+        self._processes(now)
+        self._last_read = now
         self._opened = True
 
     def close(self) -> None:
         self._opened = False
         self._known, self._readings, self._clients = {}, {}, {}
+        self._last_read = None
 
     def sample(self) -> Sequence[DeviceSample]:
         from allsmi.backends.intel.sysfs import find_cards, read_card
         self.warnings = []
         if not self._opened:
             self.open()
-        now = self._clock()
+        if self._last_read is not None:
+            wait = MIN_INTERVAL - (self._clock() - self._last_read)
+            if wait > 0:
+                self._sleep(min(wait, self.timeout_seconds / 4))
+        now = self._last_read = self._clock()
         cards = find_cards(self.drm, DRIVERS)
         xpu = self._discovery()
         shares, memory, pids = self._processes(now)
@@ -152,7 +170,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
             id=f"intel:{bus}" if bus else f"intel:card{card.index}", vendor=self.vendor, kind=self.kind,
             backend=self.display_name, index=card.index, uuid=xpu.uuid if xpu else None, name=name,
             bus_id=card.bus_id, health="ok", utilization_percent=busy, compute_active_percent=busy,
-            compute_active_source="engine_time" if busy is not None else None,
+            compute_active_source=self.compute_active_source if busy is not None else None,
             memory_used_bytes=used, memory_total_bytes=total,
             temperature_celsius=reading.temperature_mc / 1000.0 if reading.temperature_mc is not None else None,
             power_watts=power_watts(before, reading), power_limit_watts=limit,

@@ -35,7 +35,8 @@ DECLARATION = VendorDeclaration(
     ),
     node_names=("neuron",), device_nodes=("/dev/neuron[0-9]*",),
     env_vars=(TOOL.env_var, MONITOR.env_var),
-    tool_flags=("--json-output", "--show-all-procs", "--config-file"))
+    tool_flags=("--json-output", "--show-all-procs", "--config-file"),
+    compute_active_source="core_busy")
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

@@ -18,6 +18,7 @@ from allsmi.backend_api import BackendError
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends.neuron import DECLARATION, MONITOR, TOOL
+from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
     extra_tools = (MONITOR,)
     #: Neither tool reports power, energy, temperature, clocks or fans.
     unreported_fields = frozenset({"temperature_celsius", "power_watts", "power_limit_watts",
-                                   "energy_joules", "clock_mhz", "fan_percent"})
+                                   "energy_joules", "clock_mhz", "fan_percent"}) | BEYOND_BUSY
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  search_dirs: Sequence[str] | None = None,
@@ -91,7 +92,7 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
             self.warnings.append(self._monitor_note)
         return build_samples(devices, report, backend=self.display_name, vendor=self.vendor,
                              kind=self.kind, model_name=self.model_name,
-                             lookup_user=self._lookup_user)
+                             lookup_user=self._lookup_user, source=self.compute_active_source)
 
     def close(self) -> None:
         """Stop ``neuron-monitor`` (its process group killed and reaped) and remove its

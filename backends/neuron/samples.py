@@ -3,7 +3,7 @@ newest ``neuron-monitor`` report's per-NeuronCore utilization and memory folded 
 that holds each core.
 
 A device's utilization is the mean over its NeuronCores (a core no Neuron application uses is
-idle: 0 %), also reported as ``compute_active_percent`` with source ``core_busy``; its memory in
+idle: 0 %), also reported as ``compute_active_percent`` (its declared source, ``core_busy``); its memory in
 use is what the Neuron applications hold on its cores. A process's ``utilization_percent`` is its
 cores' share of the device (the same mean, over its cores only), its ``memory_bytes`` what it
 holds on the device. Without a report (``neuron-monitor`` missing) those values are ``None``;
@@ -42,7 +42,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def build_samples(devices: Sequence[NeuronDevice], report: MonitorReport | None, *, backend: str,
                   vendor: str, kind: str, model_name: Callable[[str | None], str | None],
-                  lookup_user: LookupUser) -> list[DeviceSample]:
+                  lookup_user: LookupUser, source: str) -> list[DeviceSample]:
     out = []
     for dev in devices:
         cores = set(dev.cores)
@@ -101,7 +101,7 @@ def build_samples(devices: Sequence[NeuronDevice], report: MonitorReport | None,
             name=model_name(generation(report.device_type if report else None, dev.instance_type)),
             bus_id=dev.bus_id, health=health, utilization_percent=utilization,
             compute_active_percent=utilization,
-            compute_active_source="core_busy" if utilization is not None else None,
+            compute_active_source=source if utilization is not None else None,
             memory_used_bytes=memory_used, memory_total_bytes=dev.memory_total_bytes,
             processes=processes, details=details))
     return out

@@ -27,7 +27,8 @@ DECLARATION = VendorDeclaration(
             "`/dev/vfio/<N>`")),
     ),
     node_names=("accel", ""), device_nodes=("/dev/accel[0-9]*", "/dev/vfio/[0-9]*"),
-    env_vars=(), tool_flags=("--streaming", "--version"))
+    env_vars=(), tool_flags=("--streaming", "--version"),
+    compute_active_source="engine_time")
 
 
 def pci_root(options: Mapping[str, Any] | None) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi.backend_api import Backend, ProbeResult
 from allsmi.backends.tpu import DECLARATION, DEFAULT_ADDRESS, pci_root, quick_probe
+from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class TpuBackend(Backend, declared=DECLARATION):
     """TPU chips via sysfs and libtpu's runtime metrics service."""
 
     unreported_fields = frozenset({"temperature_celsius", "power_watts", "power_limit_watts",
-                                   "energy_joules", "clock_mhz", "fan_percent"})
+                                   "energy_joules", "clock_mhz", "fan_percent"}) | BEYOND_BUSY
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
@@ -95,7 +96,7 @@ class TpuBackend(Backend, declared=DECLARATION):
             id=f"tpu:{chip.bus_id}", vendor=self.vendor, kind=self.kind, backend=self.display_name,
             index=chip.index, name=self.model_name(chip.generation.name), bus_id=chip.bus_id,
             health="ok" if metrics is not None else "unknown", utilization_percent=duty,
-            compute_active_percent=duty, compute_active_source="engine_time" if duty is not None else None,
+            compute_active_percent=duty, compute_active_source=self.compute_active_source if duty is not None else None,
             memory_used_bytes=used, memory_total_bytes=total if total else None,
             processes=None, details={"device_node": chip.node, "generation": chip.generation.name})
 

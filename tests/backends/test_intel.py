@@ -15,16 +15,23 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "intel"
 
 
 class Clock:
+    """A clock the test moves; the backend's waits move it too."""
+
     def __init__(self) -> None:
         self.now = 1000.0
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now
 
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
 
 def _backend(tree: Path, clock: Clock) -> IntelGpuBackend:
     return IntelGpuBackend(options={"sysfs_root": str(tree / "sys"), "proc_root": str(tree / "proc")},
-                           search_dirs=(), clock=clock, lookup_user=lambda pid: None)
+                           search_dirs=(), clock=clock, sleep=clock.sleep, lookup_user=lambda pid: None)
 
 
 def _advance(path: Path, by: int) -> None:
@@ -38,10 +45,7 @@ def test_i915_busy_power_and_engine_share_between_two_samples(tmp_path: Path,
     shutil.copytree(FIXTURES / "i915-flex170x2", tree, symlinks=True)
     clock = Clock()
     backend = _backend(tree, clock)
-    backend.open()
-    first = {d.index: d for d in backend.sample()}
-    assert first[0].utilization_percent is None and first[0].power_watts is None
-    assert first[0].processes[0].utilization_percent is None
+    backend.open()  # the first reading
     card0 = tree / "sys" / "class" / "drm" / "card0"
     clock.now += 2.0
     _advance(card0 / "gt" / "gt0" / "rc6_residency_ms", 500)            # idle 0.5 s of 2 s
@@ -62,6 +66,10 @@ def test_i915_busy_power_and_engine_share_between_two_samples(tmp_path: Path,
     assert second[1].utilization_percent == pytest.approx(100.0)
     assert second[1].processes[0].utilization_percent == pytest.approx(0.0)
     assert second[1].power_watts == pytest.approx(0.0)
+    assert clock.slept == []  # two seconds since the reading of open(): nothing to wait for
+    clock.now += 0.05
+    backend.sample()  # 50 ms after the last reading: waits out the rest of the 200 ms
+    assert clock.slept == [pytest.approx(0.15)]
     backend.close()
 
 
@@ -72,7 +80,7 @@ def test_a_counter_that_goes_backwards_is_unknown_not_negative(tmp_path: Path,
     shutil.copytree(FIXTURES / "xe-arc-b580", tree, symlinks=True)
     clock = Clock()
     backend = _backend(tree, clock)
-    backend.sample()
+    backend.open()
     clock.now += 1.0
     gt0 = tree / "sys" / "class" / "drm" / "card1" / "device" / "tile0" / "gt0" / "gtidle" / "idle_residency_ms"
     gt0.write_text("10\n")  # the driver was reloaded

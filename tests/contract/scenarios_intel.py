@@ -47,12 +47,14 @@ def _sixty_four(env: ScenarioEnv) -> IntelGpuBackend:
 SCENARIOS: list[Scenario] = [
     Scenario("no-hardware-other-vendor-only", lambda env: backend_for(env, INTEL / "no-intel"), None),
     Scenario("no-hardware-no-sysfs", lambda env: backend_for(env, INTEL / "no-such-tree"), None),
-    # The first sample: no busy share and no power yet (counters need two readings), never 0.
+    # The first sample measures from the reading open() took: the fixture's counters stand still,
+    # so the GT never idled (busy 100 %), the energy counter did not move (0 W) and no engine ran.
     # power1_max 120000000 µW = 120 W; energy1_input 1234567890123 µJ; lmem 16 GiB; pid 4242
     # holds 2097152 KiB resident in local0 on card0 through two descriptors of one client.
     Scenario("i915-flex170x2", lambda env: backend_for(env, I915), 2, dict([
         expect("intel:0000:4d:00.0", index=0, name="Intel Data Center GPU Flex 170", bus_id="0000:4d:00.0",
-               uuid=None, utilization_percent=None, compute_active_percent=None, power_watts=None,
+               uuid=None, utilization_percent=100.0, compute_active_percent=100.0,
+               compute_active_source="engine_time", power_watts=0.0,
                power_limit_watts=120.0, energy_joules=1234567.890123, clock_mhz=2050.0,
                memory_total_bytes=17179869184, memory_used_bytes=None, temperature_celsius=None,
                processes=[(4242, 2097152 * KIB)]),
