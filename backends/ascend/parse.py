@@ -92,6 +92,7 @@ def parse_info(text: str, tool: str, warnings: list[str]) -> NpuTable:
     names2 = [name for cell in _cells(lines[head2]) for name in cell]
     rows = [line for line in lines[head2 + 1:]]
     section = 0
+    rows_seen = 0
     pending: list[str] | None = None
     for line in rows:
         if not _is_row(line):
@@ -109,6 +110,7 @@ def parse_info(text: str, tool: str, warnings: list[str]) -> NpuTable:
                 pending = tokens
                 continue
             chip = _chip(pending, tokens, names1, names2, tool, warnings)
+            rows_seen += 1
             pending = None
             if chip is not None:
                 table.chips.append(chip)
@@ -117,6 +119,8 @@ def parse_info(text: str, tool: str, warnings: list[str]) -> NpuTable:
     if pending is not None:
         raise NpuSmiOutputError(f"{tool} printed a table that stops inside a chip's rows "
                                 f"(cut off?): {shorten(' '.join(pending))!r}")
+    if rows_seen and not table.chips:
+        raise NpuSmiOutputError(f"{tool} printed {rows_seen} chip(s), none readable (see the warnings)")
     if table.processes is None:
         # Every npu-smi prints its process section after the chips, even with no process.
         raise NpuSmiOutputError(f"{tool} printed no process section: the table is cut off after "

@@ -80,6 +80,8 @@ def load_devices(text: str, tool: str, warnings: list[str]) -> list[NeuronDevice
             warnings.append(f"{tool}: neuron_device {index} listed twice; the second row skipped")
             continue
         devices[index] = _device(index, row, tool, warnings)
+    if data and not devices:
+        raise NeuronOutputError(f"{tool} listed {len(data)} device(s), none readable: {shorten(data)!r}")
     return [devices[i] for i in sorted(devices)]
 
 
@@ -125,6 +127,9 @@ class MonitorReport:
     ecc_uncorrected: dict[int, int] = field(default_factory=dict)
     """Device index -> uncorrected DRAM and SRAM ECC events in the report's period."""
     errors: list[str] = field(default_factory=list)
+    unreadable_runtimes: int = 0
+    """Application entries without a readable pid: whose cores they hold is unknown, so no
+    device's utilization or memory can be summed (``None``, not the others' sum)."""
 
 
 def _group(report: dict[str, Any], name: str, errors: list[str], where: str) -> dict[str, Any] | None:
@@ -161,6 +166,7 @@ def parse_monitor(line: str) -> MonitorReport:
         pid = int_cell(entry.get("pid")) if isinstance(entry, dict) else None
         if pid is None:
             out.errors.append(f"neuron-monitor: a runtime entry without a pid: {shorten(entry)!r}")
+            out.unreadable_runtimes += 1
             continue
         report = entry.get("report") if isinstance(entry.get("report"), dict) else {}
         error = text_of(entry.get("error"))

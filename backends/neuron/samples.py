@@ -51,7 +51,7 @@ def build_samples(devices: Sequence[NeuronDevice], report: MonitorReport | None,
         memory_used: int | None = None
         per_pid_util: dict[int, float | None] = {}
         per_pid_memory: dict[int, int | None] = {}
-        if report is not None and cores:
+        if report is not None and cores and not report.unreadable_runtimes:
             busy = {core: 0.0 for core in cores}
             memory_total = 0
             util_known = memory_known = True
