@@ -437,7 +437,7 @@ FAKE_SCENARIOS = '''
     from zz_backend import ENV_VAR, ZzBackend
 
     DIR = Path(__file__).parent
-    ROWS = [{"serial": "A1", "milliwatts": 17500, "mib": 16384}, {"serial": "B2", "milliwatts": 250, "mib": 8}]
+    ROWS = [{"serial": "A1", "milliwatts": 17500, "mib": 16384}, {"serial": "B2", "milliwatts": 25000, "mib": 8192}]
     (DIR / "zz-two.json").write_text(json.dumps(ROWS))
     (DIR / "zz-cut.json").write_text(json.dumps(ROWS)[:30])
 
