@@ -98,7 +98,7 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
         print(key, {c: (lrows[key][c], prows.get(key, {}).get(c)) for c in
                     ("allocated_device_hours", "used_device_hours", "energy_kwh")})
     assert set(lrows) == set(prows)
-    assert len(lrows) == 9  # 6 models + 3 MIG profiles
+    assert len(lrows) == 13  # 10 models + 3 MIG profiles
     seconds = end - start
     for key, lr in lrows.items():
         pr = prows[key]
