@@ -5,7 +5,6 @@ mode), as the real one does."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from allsmi.backends.neuron import MONITOR, TOOL, NeuronBackend
 

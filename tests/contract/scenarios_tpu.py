@@ -3,7 +3,6 @@ and a real gRPC server on loopback serving libtpu's runtime metrics from a fixtu
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from allsmi.backends.tpu import TpuBackend
 
