@@ -143,9 +143,13 @@ def itemise(cycles: int) -> None:
     try:
         for _ in range(5):
             collector.collect_once()
-        bare = per_cycle(collector.collect_once)
-        collector.subscribe(exposition.on_snapshot)
-        whole = per_cycle(collector.collect_once)
+        # with and without the exposition subscribed, alternated: medians of 5 rounds each
+        rounds: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(5):
+            for subscribed in (False, True):
+                collector._subscribers[:] = [exposition.on_snapshot] if subscribed else []
+                rounds[subscribed].append(per_cycle(collector.collect_once))
+        bare, whole = statistics.median(rounds[False]), statistics.median(rounds[True])
         snap = collector.latest
         assert snap is not None
         counters = per_cycle(lambda: exposition.counters.update(snap))
@@ -168,8 +172,74 @@ def itemise(cycles: int) -> None:
             ("counters alone (device, holder, backend)", counters),
             ("metric families (built only for a scrape)", families),
             ("text format 0.0.4 (rendered only for a scrape)", text),
-            ("a cycle's exposition when every cycle is scraped", scraped)):
+            ("a cycle's exposition when every cycle is scraped (rendered ahead)", scraped)):
         print(f"| {name} | {value:.3f} |")
+    print(f"\nShares of the CPU of {cycles} cycles, every thread profiled (cProfile on the thread "
+          f"CPU clock; functions' inclusive time, so the 'of which' rows are inside the row above)\n")
+    print("| part | share of the cycle's CPU |")
+    print("|---|---:|")
+    for name, value in shares(cycles).items():
+        print(f"| {name} | {value:.0f} % |")
+
+
+#: The parts of a cycle whose share ``--itemise`` reports (function names as cProfile keys them).
+PARTS = {
+    "NVIDIA reads (per GPU, on the backend's reader threads)": ("backend.py", "_read_gpu"),
+    "  of which NVML calls through pynvml and the fake library": ("devices.py", "call"),
+    "  of which building DeviceSample (schema cleaning)": ("backend.py", "_device"),
+    "  of which per-process reads": ("processes.py", "read_processes"),
+    "attribution (who holds each device)": ("collector.py", "_attribute"),
+    "resource groups": ("groups.py", "assign_groups"),
+    "host (CPU, memory)": ("host.py", "sample"),
+    "the exposition's counters": ("exposition.py", "on_snapshot"),
+}
+
+
+def shares(cycles: int) -> dict[str, float]:
+    """Each part's share of the CPU of ``cycles`` cycles, every thread profiled (cProfile with
+    a thread CPU clock; its overhead inflates absolute times, not the shares much)."""
+    import cProfile
+    import pstats
+    import threading as th
+    profiles: list[cProfile.Profile] = []
+
+    def hook(*_: object) -> None:
+        profile = cProfile.Profile(time.thread_time)
+        profiles.append(profile)
+        profile.enable()
+
+    th.setprofile(hook)
+    from allsmi.cli.common import build_collector, settings
+    from allsmi.exporter.exposition import Exposition
+    collector = build_collector(settings(None, None, 1.0, None, parent={}))
+    collector.subscribe(Exposition().on_snapshot)
+    main = cProfile.Profile(time.thread_time)
+    try:
+        for _ in range(5):
+            collector.collect_once()
+        for profile in profiles:
+            profile.clear()
+        main.enable()
+        for _ in range(cycles):
+            collector.collect_once()
+        main.disable()
+    finally:
+        th.setprofile(None)  # type: ignore[arg-type]
+        collector.close()
+    stats = pstats.Stats(main)
+    for profile in profiles:
+        try:
+            profile.disable()
+            stats.add(profile)
+        except (TypeError, ValueError):
+            pass  # a thread that never ran profiled code
+    table = stats.stats  # type: ignore[attr-defined]
+    out = {}
+    for name, (file, func) in PARTS.items():
+        out[name] = 100 * sum(ct for (f, _, fn), (_, _, _, ct, _) in table.items()
+                              if f.endswith(file) and (fn == func or fn.endswith("." + func)))
+    total = sum(tt for (_, _, tt, _, _) in table.values())
+    return {name: value / total for name, value in out.items()}
 
 
 def main() -> None:
