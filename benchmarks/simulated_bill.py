@@ -13,6 +13,8 @@ Usage::
     python benchmarks/simulated_bill.py --baseline /tmp/base/.venv/bin/allsmi [--runs 3]
         [--month | --month-only] [--month-runs 1] [--month-baseline] [--allsmi .venv/bin/allsmi]
 
+``--identical`` exits 1 unless each export's CSV is byte for byte the baseline's (a change
+meant to make the bill faster, not different; the month's only with ``--month-baseline``).
 ``--month`` adds ``--period last-month`` (30 or 31 days) of both commands, ``--month-only`` bills
 the month alone; the baseline's month (minutes per run) only with ``--month-baseline``. The CPU
 time counts the command's worker processes too (the bill is replayed by one per usable CPU).
@@ -79,7 +81,11 @@ def main() -> int:
     parser.add_argument("--month-only", action="store_true", help="bill the month alone")
     parser.add_argument("--month-baseline", action="store_true",
                         help="run the baseline's month too (minutes per run)")
+    parser.add_argument("--identical", action="store_true",
+                        help="exit 1 unless every export's CSV is byte for byte the baseline's "
+                             "(a change meant to be faster, not different)")
     args = parser.parse_args()
+    failed: list[str] = []
     builds = [("allsmi", args.allsmi)] + ([("baseline", args.baseline)] if args.baseline else [])
     cases = [] if args.month_only else [("export --simulate mixed --period yesterday", args.runs),
                                         ("idle --simulate mixed --period yesterday", args.runs)]
@@ -108,10 +114,17 @@ def main() -> int:
             note = ""
             if name == "allsmi" and "baseline" in outputs and command.startswith("export"):
                 field, diff = worst_difference(totals(outputs["allsmi"]), totals(outputs["baseline"]))
-                note = f"largest total difference {diff * 100:.3f} % ({field})"
+                same = outputs["allsmi"] == outputs["baseline"]
+                note = (f"largest total difference {diff * 100:.3f} % ({field}); CSV "
+                        + ("byte for byte identical" if same else "**differs**"))
+                if args.identical and not same:
+                    failed.append(command)
             print(f"| `allsmi {command}` | {name} | {statistics.median(walls):.2f} s | "
                   f"{statistics.median(cpus):.2f} s | {runs} | {note} |", flush=True)
     print(f"# load average {os.getloadavg()[0]:.1f} at the end")
+    if failed:
+        print(f"# the bill differs from the baseline's: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 
