@@ -5,7 +5,8 @@ Both exporters read the same 8 fake H100s (the test suite's fake libnvidia-ml un
 pynvml, through ``benchmarks/_fake_nvml_run.py``) at a 1 s interval, all running at once and
 measured over the same windows (medians of the windows; ``/proc/PID/stat`` utime + stime).
 ``--baseline-python`` adds another allsmi install (e.g. the previous commit's virtual
-environment) to the same windows. ``--scrape-every S`` scrapes every server's ``/metrics``
+environment) to the same windows, ``--variant NAME=CONFIG`` the same install with another config
+file (``[backends.nvidia] gpm = false``: what GPM sampling costs, issue 31). ``--scrape-every S`` scrapes every server's ``/metrics``
 every S seconds during the windows (Prometheus' default is 15 s; 0, the default, is idle:
 nobody scrapes).
 
@@ -73,6 +74,9 @@ def measure(args: argparse.Namespace) -> None:
     servers = {"allsmi serve": fake(args.python, *serve)}
     if args.baseline_python:
         servers["allsmi serve (baseline)"] = fake(args.baseline_python, *serve)
+    for variant in args.variant:  # NAME=CONFIG: the same install with another config file
+        name, _, config = variant.partition("=")
+        servers[f"allsmi serve ({name})"] = fake(args.python, *serve, "--config", config)
     servers["nvitop-exporter"] = fake(args.python, "nvitop-exporter", "--bind-address", "127.0.0.1",
                                       "--port", "{port}", "--interval", "1", "--hostname", "bench")
     stop = threading.Event()
@@ -250,6 +254,9 @@ def main() -> None:
     parser.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"))
     parser.add_argument("--baseline-python")
     parser.add_argument("--nvitop-site", type=Path)
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=CONFIG",
+                        help="another allsmi serve of the same install with this config file "
+                             "(e.g. gpm-off=FILE holding [backends.nvidia] gpm = false)")
     parser.add_argument("--itemise", action="store_true")
     parser.add_argument("--cycles", type=int, default=300)
     args = parser.parse_args()
