@@ -46,9 +46,10 @@ labels = { team = "ml" }
 """
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _validator() -> None:
-    """Skipped (or failed under CI) before any export is made when the validator is missing."""
+    """Skipped (or failed under CI) before any export or ledger is made when the validator is
+    missing (module-scoped: set up before the module's ``ledger``)."""
     validator_executable()
 
 
