@@ -87,6 +87,9 @@ class DeviceSpec:
     bus_base: int = 0x10
     duty_cycle: float = 0.6
     job_seconds: tuple[float, float] = (600.0, 2400.0)
+    busy_looking: int = 0
+    """The first this many devices of the entry are "busy-looking": 100 % utilization and 20 %
+    compute activity while a job runs (docs/simulation.md)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,7 @@ _DEVICE_RULES: dict[str, tuple[str, float | None, float | None]] = {
     "has_energy_counter": (_BOOL, None, None), "cores": (_INT, 0, 1024),
     "driver_version": (_STR, None, None), "firmware_version": (_STR, None, None),
     "id_style": (_STR, None, None), "bus_base": (_INT, 0, 0xFF), "duty_cycle": (_NUM, 0, 1),
+    "busy_looking": (_INT, 0, MAX_DEVICES),
 }
 _FAULT_RULES: dict[str, tuple[str, float | None, float | None]] = {
     "type": (_STR, None, None), "device": (_STR, None, None), "backend": (_STR, None, None),
