@@ -272,7 +272,7 @@ class SimulatedBackend(Backend):
         """``unit``'s activity fields now, and its processes' host evidence remembered."""
         spec = unit.spec
         busy = bool(procs)
-        looking = unit.parent is None and unit.index < spec.busy_looking
+        looking = unit.parent is None and unit.index in spec.busy_looking
         fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking)
         stall = None if looking else stalled(spec.backend, unit.key, job, r)
         for i, proc in enumerate(procs):
@@ -377,7 +377,7 @@ class SimulatedBackend(Backend):
         else:
             _, _, used_total, procs_parent, job, r = loads[0]
             activity = self._activity(unit, job, r, mean_util, procs_parent)
-            if unit.index < spec.busy_looking and util is not None:
+            if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
         parent = device(
             **activity,

@@ -6,16 +6,21 @@ stall for the first :data:`STALL_SECONDS` of every :data:`STALL_PERIOD` seconds 
 (a data loader reading), on the host (pre-processing at a full core), on communication (a
 collective: the device's links busy) or on nothing (the process sleeps). While stalled the
 headline utilization keeps its value (as NVIDIA's does while a kernel spins) and the compute
-activity drops to a few percent. The first ``busy_looking`` devices of an entry are pinned at
-100 % utilization and 20 % compute activity while their job runs (a single block spinning).
+activity drops to a few percent. The ``busy_looking`` devices of an entry are pinned at 100 %
+utilization and 20 % compute activity while their job runs (a single block spinning).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from .model import in_window, unit_hash
+
+#: Each draw is hashed once (a job spans many samples): the simulation's sample is on the
+#: hot path of every simulated bill and benchmark.
+_hash = functools.lru_cache(maxsize=8192)(unit_hash)
 
 #: What each impersonated backend's ``compute_active_percent`` measures (the others have none).
 COMPUTE_SOURCES = {"nvidia": "sm_active", "amd": "gfx_busy", "furiosa": "pe_busy",
@@ -31,7 +36,7 @@ BUSY_LOOKING_UTILIZATION, BUSY_LOOKING_ACTIVE = 100.0, 20.0
 def stall_kind(backend: str, key: str, job: int) -> str | None:
     """What job ``job`` of unit ``key`` stalls on (``None``: it never does). Only devices with
     links (:data:`LINKED`) stall on communication."""
-    draw = unit_hash(key, job, "stall")
+    draw = _hash(key, job, "stall")
     for kind, chance in STALLS:
         if draw < chance:
             return kind if kind != "communication" or backend in LINKED else None
@@ -50,7 +55,7 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
     """The device's activity fields ``r`` seconds into job ``job`` (``busy``: a job runs)."""
     source = COMPUTE_SOURCES.get(backend)
     out: dict[str, Any] = {}
-    wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * unit_hash(key, "wave"))
+    wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * _hash(key, "wave"))
     stall = stalled(backend, key, job, r) if busy else None
     if source is not None:
         if not busy:
@@ -60,7 +65,7 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         elif stall is not None:
             active = 1.0 + 2.0 * wave
         else:
-            active = util * (0.55 + 0.3 * unit_hash(key, job, "eff"))
+            active = util * (0.55 + 0.3 * _hash(key, job, "eff"))
         out.update(compute_active_percent=round(active, 2), compute_active_source=source)
         if backend == "nvidia":
             out.update(sm_occupancy_percent=round(active * 0.45, 2),
@@ -74,7 +79,7 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         elif stall is not None:
             link = 1e6 * wave
         else:
-            link = 2e9 * wave * unit_hash(key, job, "link")
+            link = 2e9 * wave * _hash(key, job, "link")
         out.update(interconnect_rx_bytes_per_second=round(link), interconnect_tx_bytes_per_second=round(link * 0.97))
         pcie = 5e8 * wave if busy and stall != "idle" else 1e5
         out.update(pcie_rx_bytes_per_second=round(pcie), pcie_tx_bytes_per_second=round(pcie * 0.1))
