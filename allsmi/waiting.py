@@ -12,7 +12,8 @@ names holders: a user, a namespace and pod, a job) with its processes on the dev
    ``input`` (at least ``input_blocked_fraction`` of its processes in I/O wait, or reading
    ``input_read_bytes_per_second`` or more), then ``communication`` (the device's interconnect
    or the node's InfiniBand/RoCE ports moving ``communication_bytes_per_second`` or more), then
-   ``host`` (a process at ``host_cpu_fraction`` of a core or more, or its cgroup throttled
+   ``host`` (a process at ``host_cpu_fraction`` of a core or more, or its main thread on a CPU
+   or waiting for one that share of the interval, or its cgroup throttled
    ``host_throttled_fraction`` of the interval), then ``nothing`` when every signal was read
    and all were quiet;
 6. anything else is ``unknown``, with what was missing: never a guess.
@@ -119,11 +120,13 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
     if ib is not None and ib >= s.communication_bytes_per_second:
         return "communication", f"communication: node InfiniBand/RoCE {_mb(ib)}; device {below}"
     # host
-    busy = [a for a in seen if a.cpu_cores is not None and a.cpu_cores >= s.host_cpu_fraction]
+    busy = [a for a in seen if _cpu_bound(a) >= s.host_cpu_fraction]
     if busy:
-        top = max(a.cpu_cores or 0.0 for a in busy)
-        return "host", (f"host: {len(busy)} of {_count(n, 'process')} CPU-bound "
-                        f"({top * 100:.0f} % of a core); device {below}")
+        top = max(busy, key=_cpu_bound)
+        how = f"{(top.cpu_cores or 0.0) * 100:.0f} % of a core"
+        if (top.runnable_fraction or 0.0) > (top.cpu_cores or 0.0):
+            how += f", wanting a CPU {top.runnable_fraction * 100:.0f} % of the time"  # type: ignore[operator]
+        return "host", f"host: {len(busy)} of {_count(n, 'process')} CPU-bound ({how}); device {below}"
     throttled = [a.throttled_fraction for a in seen if a.throttled_fraction is not None]
     if throttled and max(throttled) >= s.host_throttled_fraction:
         return "host", (f"host: cgroup CPU-throttled {max(throttled) * 100:.0f} % of the "
@@ -137,6 +140,13 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
                        f"no traffic; device {below}")
 
 
+def _cpu_bound(a: ProcessActivity) -> float:
+    """How CPU-bound a process was: its CPU time per second, or (where the node's CPUs are
+    oversubscribed and give it less) its main thread's share of the interval on a CPU or
+    waiting for one."""
+    return max(a.cpu_cores or 0.0, a.runnable_fraction or 0.0)
+
+
 def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], link: float | None,
              ib: float | None, node: NodeActivity, s: ActivitySettings) -> str:
     """Why the holder cannot be called idle: the first signal unread or not quiet ("" none)."""
@@ -146,9 +156,9 @@ def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], lin
     if any(r is None for r in reads):
         problem = next((p for a in seen for p in a.problems if "/io" in p), "")
         return problem or "read rates unknown"
-    cpu = max(a.cpu_cores or 0.0 for a in seen)
+    cpu = max(_cpu_bound(a) for a in seen)
     if cpu >= s.quiet_cpu_fraction:
-        return f"a process at {cpu * 100:.0f} % of a core (neither idle nor CPU-bound)"
+        return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"
     if link is None and ib is None:
         net = node.network_rx_bytes_per_second
         if net is None:

@@ -52,6 +52,10 @@ class ProcessReading:
     disk_read_bytes: int | None = None
     """Bytes it caused to be fetched from storage: ``read_bytes``."""
     disk_write_bytes: int | None = None
+    runnable_ns: int | None = None
+    """Main thread's time on a CPU plus time waiting for one (``/proc/PID/schedstat``), in
+    nanoseconds: a thread that wants a CPU all the time is CPU-bound even where an
+    oversubscribed node gives it little."""
     cgroup: str | None = None
     """The ``cpu.stat`` file of its cgroup (v2, or v1's ``cpu`` controller), when found."""
     throttled_usec: int | None = None
@@ -174,6 +178,12 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
                         "CAP_SYS_PTRACE)")
     except OSError as exc:
         problems.append(f"/proc/{pid}/io unreadable ({exc.strerror or exc})")
+    runnable = None
+    try:
+        sched = _read(os.path.join(base, "schedstat")).split()
+        runnable = int(sched[0]) + int(sched[1])
+    except (OSError, IndexError, ValueError):
+        pass  # a kernel without CONFIG_SCHED_INFO: the CPU time alone decides
     cpu_stat = throttled = None
     try:
         cpu_stat = cgroup_cpu_stat(_read(os.path.join(base, "cgroup")), cgroup_root)
@@ -186,7 +196,7 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         blocked_threads=blocked, threads_seen=seen, blkio_ticks=blkio if delayacct else None,
         read_chars=io.get("rchar"), write_chars=io.get("wchar"),
         disk_read_bytes=io.get("read_bytes"), disk_write_bytes=io.get("write_bytes"),
-        cgroup=cpu_stat, throttled_usec=throttled, problems=tuple(problems))
+        runnable_ns=runnable, cgroup=cpu_stat, throttled_usec=throttled, problems=tuple(problems))
 
 
 def delay_accounting(proc_root: str = "/proc") -> bool:

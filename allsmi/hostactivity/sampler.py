@@ -30,6 +30,8 @@ class ProcessActivity:
     pid: int
     cpu_cores: float | None = None
     """CPU seconds per second (1.0: a full core)."""
+    runnable_fraction: float | None = None
+    """Share of the interval its main thread was on a CPU or waiting for one (schedstat)."""
     threads: int | None = None
     blocked_threads: int | None = None
     """Threads in uninterruptible sleep (I/O wait) when read."""
@@ -91,6 +93,7 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
         pid=now.pid, threads=now.threads, blocked_threads=now.blocked_threads,
         cpu_cores=_rate(now.cpu_ticks, b and b.cpu_ticks, span, 1.0 / ticks),
         blocked_fraction=_fraction(now.blkio_ticks, b and b.blkio_ticks, span * ticks),
+        runnable_fraction=_fraction(now.runnable_ns, b and b.runnable_ns, span * 1e9),
         read_bytes_per_second=_rate(now.read_chars, b and b.read_chars, span),
         write_bytes_per_second=_rate(now.write_chars, b and b.write_chars, span),
         disk_read_bytes_per_second=_rate(now.disk_read_bytes, b and b.disk_read_bytes, span),

@@ -35,6 +35,8 @@ def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threa
         (base / "io").write_text("".join(f"{k}: {v}\n" for k, v in io.items()))
     if cgroup is not None:
         (base / "cgroup").write_text(cgroup)
+    if sched is not None:  # ns on a CPU, ns waiting for one, timeslices
+        (base / "schedstat").write_text(f"{sched[0]} {sched[1]} 10\n")
     return base
 
 

@@ -121,7 +121,7 @@ def test_rates_between_readings(tmp_path: Path) -> None:
     clock = _Clock()
     write_node(tmp_path, iowait=0, total=1000, psi_io_usec=0, net={"eth0": (0, 0)},
                ib={"mlx5_0": (0, 0)})
-    write_process(tmp_path, 20, cpu=100, threads=2, blocked=1,
+    write_process(tmp_path, 20, cpu=100, threads=2, blocked=1, sched=(0, 0),
                   io={"rchar": 0, "wchar": 0, "read_bytes": 0, "write_bytes": 0})
     write_cgroup(tmp_path, "job.slice", "throttled_usec 0\n")
     sampler = HostActivitySampler(str(tmp_path / "proc"), str(tmp_path / "sys"), monotonic=clock)
@@ -133,7 +133,7 @@ def test_rates_between_readings(tmp_path: Path) -> None:
     clock.now += 2.0
     write_node(tmp_path, iowait=250, total=2000, psi_io_usec=1_000_000,
                net={"eth0": (2_000_000, 4_000)}, ib={"mlx5_0": (250_000_000, 0)})
-    write_process(tmp_path, 20, cpu=300, threads=2, blocked=0,
+    write_process(tmp_path, 20, cpu=300, threads=2, blocked=0, sched=(4 * 10**8, 12 * 10**8),
                   io={"rchar": 960_000_000, "wchar": 0, "read_bytes": 0, "write_bytes": 10})
     write_cgroup(tmp_path, "job.slice", "throttled_usec 500000\n")
     second = sampler.sample([20])
@@ -143,6 +143,7 @@ def test_rates_between_readings(tmp_path: Path) -> None:
     assert p.read_bytes_per_second == pytest.approx(480e6)
     assert p.disk_write_bytes_per_second == pytest.approx(5.0)
     assert p.throttled_fraction == pytest.approx(0.25)
+    assert p.runnable_fraction == pytest.approx(0.8)  # 0.4 s on a CPU + 1.2 s waiting, of 2 s
     assert second.window_seconds == pytest.approx(2.0)
     node = second.node
     assert node.cpu_iowait_percent == pytest.approx(25.0)
@@ -194,3 +195,6 @@ def test_this_machine_a_spinning_reader_agrees_with_its_own_accounts() -> None:
     assert p.read_bytes_per_second is not None
     assert p.read_bytes_per_second >= 0.8 * got / (wall1 - wall0)
     assert p.threads is not None and p.threads >= 1 and p.blocked_threads is not None
+    # the spinning thread was on a CPU or waiting for one nearly all the time, however
+    # loaded the machine (schedstat)
+    assert p.runnable_fraction is not None and p.runnable_fraction > 0.8

@@ -83,6 +83,11 @@ def test_host_from_a_full_core_or_throttling() -> None:
     assert r == "host" and "98 % of a core" in why
     r, why = reason(dev(), host(proc(cpu=0.3, throttled=0.4)))
     assert r == "host" and "throttled 40 %" in why
+    # an oversubscribed node gives the spinning thread a fifth of a core: it still wants one
+    starved = ProcessActivity(pid=1, cpu_cores=0.2, runnable_fraction=0.97, threads=1,
+                              blocked_threads=0, read_bytes_per_second=0.0)
+    r, why = reason(dev(), host(starved))
+    assert r == "host" and "wanting a CPU 97 % of the time" in why
 
 
 def test_nothing_without_a_process_or_with_every_signal_quiet() -> None:
