@@ -23,7 +23,7 @@ def stat_line(pid: int, state: str = "S", utime: int = 0, stime: int = 0, thread
 def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threads: int = 1,
                   blocked: int = 0, start: int = 1000, blkio: int | None = 0,
                   io: dict[str, int] | None = None, cgroup: str | None = "0::/job.slice\n",
-                  comm: str = "python") -> Path:
+                  comm: str = "python", sched: tuple[int, int] | None = None) -> Path:
     base = root / "proc" / str(pid)
     (base / "task").mkdir(parents=True, exist_ok=True)
     (base / "stat").write_text(stat_line(pid, state, cpu, 0, threads, start, blkio, comm))
