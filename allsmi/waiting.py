@@ -192,7 +192,8 @@ class HostSource(Protocol):
     """Where a cycle's host evidence comes from: :class:`HostActivitySampler` on a real node,
     the simulation's (:mod:`allsmi.hostactivity.simulated`) under ``--simulate``."""
 
-    def sample(self, pids: Collection[int]) -> HostActivity: ...
+    def sample(self, pids: Collection[int],
+               detailed: Collection[int] | None = None) -> HostActivity: ...
 
 
 class WaitingClassifier:
@@ -208,13 +209,23 @@ class WaitingClassifier:
         self.problems: tuple[str, ...] = ()
         """What the host readers could not read in the last cycle (one line each)."""
 
+    def _detailed(self, devices: Sequence[DeviceSample]) -> set[int]:
+        """The processes whose threads' states are worth reading: those on devices below the
+        idle threshold (or with no activity figure), where the waiting reason is decided."""
+        out = set()
+        for dev in devices:
+            activity = device_activity(dev)
+            if activity is None or activity[0] < self.settings.idle_threshold_percent:
+                out.update(p.pid for p in dev.processes or ())
+        return out
+
     def apply(self, devices: Sequence[DeviceSample],
               holders_unknown: Collection[str] = ()) -> tuple[DeviceSample, ...]:
         """``devices`` with ``waiting`` filled in where someone holds them."""
         if not self.settings.enabled or not devices:
             return tuple(devices)
         try:
-            host = self.source.sample(holder_pids(devices))
+            host = self.source.sample(holder_pids(devices), self._detailed(devices))
         except Exception as exc:  # a reader's bug must not cost the cycle
             log.exception("host activity readers failed")
             host = HostActivity({}, NodeActivity(

@@ -153,11 +153,18 @@ def _blocked_threads(base: str) -> tuple[int | None, int]:
     return (blocked if seen else None), seen
 
 
+FIND_CGROUP = object()
+
+
 def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup",
-                 delayacct: bool = False) -> ProcessReading | None:
+                 delayacct: bool = False, thread_states: bool = True,
+                 cpu_stat: object = FIND_CGROUP) -> ProcessReading | None:
     """The counters of process ``pid`` now, or ``None`` when it is gone (or ``stat`` is not a
     process's). ``delayacct``: whether the kernel keeps delay accounting (else its ticks are 0
-    whatever the process waited, and are reported ``None``)."""
+    whatever the process waited, and are reported ``None``). ``thread_states``: whether to
+    read each thread's state (the costly part: one file per thread). ``cpu_stat``: the
+    cgroup's ``cpu.stat`` path when already known (``None``: it has none), else found from
+    ``/proc/PID/cgroup``."""
     base = os.path.join(proc_root, str(pid))
     try:
         parsed = parse_stat(_read(os.path.join(base, "stat")))
@@ -167,8 +174,8 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         return None
     state, cpu, threads, start, blkio = parsed
     problems: list[str] = []
-    blocked, seen = _blocked_threads(base)
-    if blocked is None:
+    blocked, seen = _blocked_threads(base) if thread_states else (None, 0)
+    if blocked is None and thread_states:
         problems.append(f"/proc/{pid}/task unreadable")
     io: dict[str, int] = {}
     try:
@@ -184,19 +191,20 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         runnable = int(sched[0]) + int(sched[1])
     except (OSError, IndexError, ValueError):
         pass  # a kernel without CONFIG_SCHED_INFO: the CPU time alone decides
-    cpu_stat = throttled = None
+    throttled = None
     try:
-        cpu_stat = cgroup_cpu_stat(_read(os.path.join(base, "cgroup")), cgroup_root)
-        if cpu_stat is not None:
+        if cpu_stat is FIND_CGROUP:
+            cpu_stat = cgroup_cpu_stat(_read(os.path.join(base, "cgroup")), cgroup_root)
+        if isinstance(cpu_stat, str):
             throttled = parse_throttled_usec(_read(cpu_stat))
     except OSError:
-        pass  # no cgroup figures: throttling stays unknown
+        cpu_stat = cpu_stat if isinstance(cpu_stat, str) else None  # throttling stays unknown
     return ProcessReading(
         pid=pid, start_ticks=start, state=state, cpu_ticks=cpu, threads=threads,
         blocked_threads=blocked, threads_seen=seen, blkio_ticks=blkio if delayacct else None,
         read_chars=io.get("rchar"), write_chars=io.get("wchar"),
         disk_read_bytes=io.get("read_bytes"), disk_write_bytes=io.get("write_bytes"),
-        runnable_ns=runnable, cgroup=cpu_stat, throttled_usec=throttled, problems=tuple(problems))
+        runnable_ns=runnable, cgroup=cpu_stat if isinstance(cpu_stat, str) else None, throttled_usec=throttled, problems=tuple(problems))
 
 
 def delay_accounting(proc_root: str = "/proc") -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection
 
 from .node import NodeReading, read_node
-from .procfs import ProcessReading, clock_ticks, delay_accounting, read_process
+from .procfs import FIND_CGROUP, ProcessReading, clock_ticks, delay_accounting, read_process
 
 #: Shorter intervals than this give meaningless rates: they are reported ``None``.
 MIN_WINDOW_SECONDS = 0.2
@@ -154,8 +154,13 @@ class HostActivitySampler:
         self._node: NodeReading | None = None
         self._at: float | None = None
 
-    def sample(self, pids: Collection[int]) -> HostActivity:
-        """The activity of ``pids`` (those still running) and of the node since the last call."""
+    def sample(self, pids: Collection[int],
+               detailed: Collection[int] | None = None) -> HostActivity:
+        """The activity of ``pids`` (those still running) and of the node since the last call.
+
+        Each thread's state is read only for the processes in ``detailed`` (all when ``None``):
+        the classification needs it only for holders of devices below the idle threshold,
+        and it costs a file per thread. Each process's cgroup is looked up once in its life."""
         if self.unsupported:
             return HostActivity({}, NodeActivity(problems=(self.unsupported,)))
         now = self.monotonic()
@@ -164,9 +169,16 @@ class HostActivitySampler:
         readings: dict[int, ProcessReading] = {}
         out: dict[int, ProcessActivity] = {}
         for pid in pids:
-            reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct)
+            before = self._procs.get(pid)
+            known: object = before.cgroup if before is not None else FIND_CGROUP
+            reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
+                                   thread_states=detailed is None or pid in detailed,
+                                   cpu_stat=known)
             if reading is None:
                 continue  # ended (or not a process): nothing to say about it
+            if before is not None and before.start_ticks != reading.start_ticks:
+                reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
+                                       thread_states=detailed is None or pid in detailed)
             readings[pid] = reading
             out[pid] = process_activity(reading, self._procs.get(pid), seconds, self._ticks)
         activity = HostActivity(out, node_activity(node, self._node, seconds), seconds)

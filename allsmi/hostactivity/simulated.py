@@ -26,7 +26,8 @@ class SimulatedHostActivity:
     def __init__(self, sources: Sequence[Evidence]) -> None:
         self.sources = tuple(sources)
 
-    def sample(self, pids: Collection[int]) -> HostActivity:
+    def sample(self, pids: Collection[int],
+               detailed: Collection[int] | None = None) -> HostActivity:
         processes: dict[int, ProcessActivity] = {}
         wanted = set(pids)
         for source in self.sources:

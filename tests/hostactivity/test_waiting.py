@@ -141,7 +141,7 @@ def test_nobody_holds_it_and_disabled() -> None:
 
 
 class _Exploding:
-    def sample(self, pids: object) -> HostActivity:
+    def sample(self, pids: object, detailed: object = None) -> HostActivity:
         raise RuntimeError("reader bug")
 
 
