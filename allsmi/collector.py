@@ -176,7 +176,8 @@ class Collector:
         raises ``ConfigError`` here, which the CLI checks before starting)."""
         if self._waiting is None:
             from allsmi.hostactivity.settings import activity_settings
-            self._waiting = WaitingClassifier(activity_settings(self.config))
+            self._waiting = WaitingClassifier.for_backends(
+                activity_settings(self.config), [r.backend for r in self.runners])
         return self._waiting
 
     def _attribute(self, devices: tuple[DeviceSample, ...], wall: float

@@ -41,8 +41,12 @@ log = logging.getLogger(__name__)
 def holders(dev: DeviceSample) -> list[tuple[Holder, tuple[ProcessSample, ...]]]:
     """The holders of ``dev`` (nobody-in-particular left out), each with its processes on it,
     in a stable order."""
+    units = claim_units(dev)
+    if len(units) == 1 and len(units[0].members) == 1:  # the common case: one holder
+        holder, procs = units[0].members[0]
+        return [(holder, procs)] if any(holder) else []
     found: dict[Holder, list[ProcessSample]] = {}
-    for unit in claim_units(dev):
+    for unit in units:
         for holder, procs in unit.members:
             if any(holder):
                 mine = found.setdefault(holder, [])
@@ -169,17 +173,28 @@ def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], lin
     return ""
 
 
-def classify(dev: DeviceSample, host: HostActivity,
-             s: ActivitySettings) -> tuple[HolderWaiting, ...] | None:
-    """``dev``'s ``waiting``: one entry per holder, ``None`` when nobody holds it."""
+def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
+             memo: dict[tuple[object, ...], HolderWaiting] | None = None
+             ) -> tuple[HolderWaiting, ...] | None:
+    """``dev``'s ``waiting``: one entry per holder, ``None`` when nobody holds it. ``memo``
+    keeps the entries already made (the same holder with the same evidence, cycle after
+    cycle, is one object, cleaned once)."""
     found = holders(dev)
     if not found:
         return None
     out = []
     for holder, procs in found:
         reason, evidence = classify_holder(dev, procs, host, s)
-        out.append(HolderWaiting(reason, evidence, user=holder.user, namespace=holder.namespace,
-                                 pod=holder.pod, job_id=holder.job))
+        key = (holder, reason, evidence)
+        entry = memo.get(key) if memo is not None else None
+        if entry is None:
+            entry = HolderWaiting(reason, evidence, user=holder.user, namespace=holder.namespace,
+                                  pod=holder.pod, job_id=holder.job)
+            if memo is not None:
+                if len(memo) >= 4096:
+                    memo.clear()
+                memo[key] = entry
+        out.append(entry)
     return tuple(out)
 
 
@@ -206,8 +221,22 @@ class WaitingClassifier:
         self.settings = settings
         self.source: HostSource = source if source is not None else HostActivitySampler()
         self._logged: set[str] = set()
+        self._memo: dict[tuple[object, ...], HolderWaiting] = {}
         self.problems: tuple[str, ...] = ()
         """What the host readers could not read in the last cycle (one line each)."""
+
+    @classmethod
+    def for_backends(cls, settings: ActivitySettings,
+                     backends: Sequence[object]) -> "WaitingClassifier":
+        """The step for a collector over ``backends``: backends that carry their own host
+        evidence (the simulation's ``host_evidence``) are asked for it, so that a simulated
+        pid is never looked up in this machine's ``/proc``; otherwise the host is read."""
+        sources = [getattr(b, "host_evidence") for b in backends
+                   if callable(getattr(b, "host_evidence", None))]
+        if not sources:
+            return cls(settings)
+        from allsmi.hostactivity.simulated import SimulatedHostActivity
+        return cls(settings, SimulatedHostActivity(sources))
 
     def _detailed(self, devices: Sequence[DeviceSample]) -> set[int]:
         """The processes whose threads' states are worth reading: those on devices below the
@@ -241,7 +270,8 @@ class WaitingClassifier:
                 log.warning("host activity: %s", problem)
         out = []
         for dev in devices:
-            waiting = None if dev.id in holders_unknown else classify(dev, host, self.settings)
+            waiting = None if dev.id in holders_unknown else \
+                classify(dev, host, self.settings, self._memo)
             out.append(dev if waiting is None and dev.waiting is None
                        else derive(dev, waiting=waiting))
         return tuple(out)

@@ -202,6 +202,7 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
     not yet started."""
     from allsmi import registry
     from allsmi.collector import Collector
+    from allsmi.waiting import WaitingClassifier
     clock = simulation_clock() if s.simulate else None
     activity = activity_settings(s)
     attributor = build_attributor(s)
@@ -212,7 +213,7 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
     except registry.UnknownBackend as exc:
         attributor.close()
         raise fail(str(exc)) from None
-    waiting = build_waiting(s, activity, backends)
+    waiting = WaitingClassifier.for_backends(activity, backends)
     return Collector(backends, s.config, interval_seconds=s.interval, timeout_seconds=s.timeout,
                      history_size=history_size, attributor=attributor, waiting=waiting,
                      **({"clock": clock} if clock else {}))
@@ -225,17 +226,6 @@ def activity_settings(s: Settings) -> Any:
         return validate(s.config)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-
-
-def build_waiting(s: Settings, settings_: Any, backends: Any) -> Any:
-    """The waiting classification: over the host's ``/proc`` and ``/sys``, or with
-    ``--simulate`` over the simulated backends' evidence."""
-    from allsmi.waiting import WaitingClassifier
-    if not s.simulate:
-        return WaitingClassifier(settings_)
-    from allsmi.hostactivity.simulated import SimulatedHostActivity
-    sources = [b.host_evidence for b in backends if callable(getattr(b, "host_evidence", None))]
-    return WaitingClassifier(settings_, SimulatedHostActivity(sources))
 
 
 MAX_SIMULATE_SPEED = 1_000_000.0
