@@ -4,7 +4,8 @@ The rule (docs/activity.md), tried in this order for each holder (as :mod:`allsm
 names holders: a user, a namespace and pod, a job) with its processes on the device:
 
 1. the device's processes are not listed: ``unknown``;
-2. none of the holder's processes is on the device: ``nothing`` (allocated, unused);
+2. none of the holder's processes is on the device: ``nothing`` (allocated, unused), unless
+   some of the device's processes cannot be told apart among its holders (``unknown``);
 3. the device's activity is not reported: ``unknown``;
 4. activity (``compute_active_percent``, else ``utilization_percent``) at or above the idle
    threshold: ``computing`` (unless each of the holder's processes reports 0 % of the device);
@@ -87,11 +88,16 @@ def _traffic(dev: DeviceSample, node: NodeActivity) -> tuple[float | None, float
 
 
 def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: HostActivity,
-                    s: ActivitySettings) -> tuple[str, str]:
-    """(reason, evidence) of one holder of ``dev`` with its processes ``procs`` on it."""
+                    s: ActivitySettings, untold: int = 0) -> tuple[str, str]:
+    """(reason, evidence) of one holder of ``dev`` with its processes ``procs`` on it;
+    ``untold``: processes of the device that belong to none of its holders as far as can be
+    told (several pods whose processes carry no job id)."""
     if dev.processes is None:
         return "unknown", "unknown: the device's processes are not listed"
     if not procs:
+        if untold:
+            return "unknown", (f"unknown: {_count(untold, 'process')} on the device cannot be "
+                               "told apart among its holders")
         return "nothing", "nothing: no process of the holder on the device"
     activity = device_activity(dev)
     if activity is None:
@@ -182,9 +188,11 @@ def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
     found = holders(dev)
     if not found:
         return None
+    mine = {p.pid for _, procs in found for p in procs}
+    untold = sum(1 for p in dev.processes or () if p.pid not in mine)
     out = []
     for holder, procs in found:
-        reason, evidence = classify_holder(dev, procs, host, s)
+        reason, evidence = classify_holder(dev, procs, host, s, untold)
         key = (holder, reason, evidence)
         entry = memo.get(key) if memo is not None else None
         if entry is None:

@@ -16,7 +16,7 @@ PRESSURE_KINDS = ("cpu", "io", "memory")
 #: Interfaces and ports read at most (a node has a handful; a container host may have
 #: thousands of veth interfaces, which are not the node's traffic).
 MAX_INTERFACES = 64
-_SKIPPED_PREFIXES = ("lo", "veth", "docker", "cni", "flannel", "cali", "virbr", "br-")
+_SKIPPED_PREFIXES = ("veth", "docker", "cni", "flannel", "cali", "virbr", "br-")
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def read_network(sys_root: str) -> tuple[tuple[int, int] | None, int]:
         return None, 0
     rx = tx = count = 0
     for name in names:
-        if name.startswith(_SKIPPED_PREFIXES) or count >= MAX_INTERFACES:
+        if name == "lo" or name.startswith(_SKIPPED_PREFIXES) or count >= MAX_INTERFACES:
             continue
         r = _counter(os.path.join(base, name, "statistics", "rx_bytes"))
         t = _counter(os.path.join(base, name, "statistics", "tx_bytes"))

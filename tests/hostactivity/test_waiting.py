@@ -98,6 +98,15 @@ def test_nothing_without_a_process_or_with_every_signal_quiet() -> None:
     assert r == "nothing" and "idle" in why
 
 
+def test_pods_whose_processes_cannot_be_told_apart_are_unknown_not_nothing() -> None:
+    pods = (Workload("kubernetes", "ns", "a"), Workload("kubernetes", "ns", "b"))
+    shared = dev(procs=(ProcessSample(1, "ann"), ProcessSample(2, "bob")), workloads=pods)
+    found = classify(shared, host(proc(1), proc(2)), S)
+    assert found is not None and {w.pod: w.reason for w in found} == {"a": "unknown",
+                                                                       "b": "unknown"}
+    assert "2 processes on the device cannot be told apart" in found[0].evidence
+
+
 def test_unknown_is_said_never_guessed() -> None:
     # the device's processes are not listed
     held = dev(procs=None, workloads=(Workload("hpc-job", job_id="7", user="ann"),))
