@@ -273,8 +273,10 @@ class SimulatedBackend(Backend):
         spec = unit.spec
         busy = bool(procs)
         looking = unit.parent is None and unit.index in spec.busy_looking
-        fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking)
-        stall = None if looking else stalled(spec.backend, unit.key, job, r)
+        fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
+                                 partition=unit.parent is not None)
+        stall = None if looking else stalled(spec.backend, unit.key, job, r,
+                                             partition=unit.parent is not None)
         for i, proc in enumerate(procs):
             helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
             self._evidence[proc.pid] = process_evidence(stall, not helper, r)

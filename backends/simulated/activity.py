@@ -33,30 +33,33 @@ STALL_PERIOD, STALL_SECONDS = 600.0, 240.0
 BUSY_LOOKING_UTILIZATION, BUSY_LOOKING_ACTIVE = 100.0, 20.0
 
 
-def stall_kind(backend: str, key: str, job: int) -> str | None:
-    """What job ``job`` of unit ``key`` stalls on (``None``: it never does). Only devices with
-    links (:data:`LINKED`) stall on communication."""
+def stall_kind(backend: str, key: str, job: int, partition: bool = False) -> str | None:
+    """What job ``job`` of unit ``key`` stalls on (``None``: it never does). Only whole devices
+    with links (:data:`LINKED`) stall on communication."""
     draw = _hash(key, job, "stall")
+    linked = backend in LINKED and not partition
     for kind, chance in STALLS:
         if draw < chance:
-            return kind if kind != "communication" or backend in LINKED else None
+            return kind if kind != "communication" or linked else None
         draw -= chance
     return None
 
 
-def stalled(backend: str, key: str, job: int, r: float) -> str | None:
+def stalled(backend: str, key: str, job: int, r: float, partition: bool = False) -> str | None:
     """What the job is stalled on ``r`` seconds into its cycle (``None``: computing)."""
-    kind = stall_kind(backend, key, job)
+    kind = stall_kind(backend, key, job, partition)
     return kind if kind is not None and in_window(r, STALL_PERIOD, STALL_SECONDS) else None
 
 
 def device_activity(backend: str, key: str, job: int, r: float, util: float, busy: bool,
-                    busy_looking: bool = False) -> dict[str, Any]:
-    """The device's activity fields ``r`` seconds into job ``job`` (``busy``: a job runs)."""
+                    busy_looking: bool = False, partition: bool = False) -> dict[str, Any]:
+    """The device's activity fields ``r`` seconds into job ``job`` (``busy``: a job runs). A
+    ``partition`` (a MIG instance) has its own compute figures but no link or PCIe traffic:
+    those belong to the board, as NVML's GPM per instance has them."""
     source = COMPUTE_SOURCES.get(backend)
     out: dict[str, Any] = {}
     wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * _hash(key, "wave"))
-    stall = stalled(backend, key, job, r) if busy else None
+    stall = stalled(backend, key, job, r, partition) if busy else None
     if source is not None:
         if not busy:
             active = 0.0
@@ -71,7 +74,7 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
             out.update(sm_occupancy_percent=round(active * 0.45, 2),
                        tensor_active_percent=round(active * 0.6, 2))
         out["memory_bandwidth_percent"] = round(active * 0.7, 2)
-    if backend in LINKED:
+    if backend in LINKED and not partition:
         if not busy:
             link = 0.0
         elif stall == "communication":
