@@ -27,12 +27,12 @@ from allsmi.config import Config
 from allsmi.groups import assign_groups
 from allsmi.host import HostSampler
 from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
-from allsmi.waiting import WaitingClassifier
 
 __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's names, public here too
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
     from allsmi.attribution import Attribution, Attributor
+    from allsmi.waiting import WaitingClassifier
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Collector:
                  interval_seconds: float | None = None, timeout_seconds: float | None = None,
                  history_size: int | None = None, host_sampler: HostSampler | None = None,
                  attributor: "Attributor | None" = None,
-                 waiting: WaitingClassifier | None = None,
+                 waiting: "WaitingClassifier | None" = None,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] | None = None, inline: bool = False) -> None:
         self.config = config or Config()
@@ -152,7 +152,8 @@ class Collector:
             steady = wall if self.monotonic is self.clock else self.monotonic()
             grouped = assign_groups(devices, host.hostname, self.config, self._group_memo)
             attributed, attribution, unknown = self._attribute(grouped, wall)
-            attributed = self.waiting.apply(attributed, unknown)
+            if any(dev.processes or dev.workloads for dev in attributed):  # someone holds one
+                attributed = self.waiting.apply(attributed, unknown)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,
                                 host=host,
@@ -171,11 +172,12 @@ class Collector:
         return snapshot
 
     @property
-    def waiting(self) -> WaitingClassifier:
+    def waiting(self) -> "WaitingClassifier":
         """The waiting classification step (its settings from ``[activity]``; a bad table
         raises ``ConfigError`` here, which the CLI checks before starting)."""
-        if self._waiting is None:
+        if self._waiting is None:  # imported on first need: a node with no holder never pays
             from allsmi.hostactivity.settings import activity_settings
+            from allsmi.waiting import WaitingClassifier
             self._waiting = WaitingClassifier.for_backends(
                 activity_settings(self.config), [r.backend for r in self.runners])
         return self._waiting
