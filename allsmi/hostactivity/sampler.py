@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection
 
 from .node import NodeReading, read_node
+from .portable import TICKS as PORTABLE_TICKS
 from .procfs import FIND_CGROUP, ProcessReading, clock_ticks, delay_accounting, read_process
 
 #: Shorter intervals than this give meaningless rates: they are reported ``None``.
@@ -136,19 +137,22 @@ def node_activity(now: NodeReading, before: NodeReading | None,
 class HostActivitySampler:
     """Reads the holder processes and the node once per cycle and keeps the previous readings.
 
-    Linux only: elsewhere every figure is ``None`` and :attr:`unsupported` says why. Not
-    thread-safe: the collector calls it from its one cycle at a time.
+    Reads ``/proc`` and ``/sys`` on Linux; elsewhere (or with ``portable``) psutil, which has
+    fewer signals (:mod:`allsmi.hostactivity.portable`). Not thread-safe: the collector calls
+    it from its one cycle at a time.
     """
 
     def __init__(self, proc_root: str = "/proc", sys_root: str = "/sys",
                  cgroup_root: str | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 portable: bool | None = None) -> None:
         self.proc_root, self.sys_root = proc_root, sys_root
         self.cgroup_root = cgroup_root or f"{sys_root}/fs/cgroup"
         self.monotonic = monotonic
-        self.unsupported = None if sys.platform.startswith("linux") or proc_root != "/proc" \
-            else f"host activity is read from /proc, which {sys.platform} does not have"
-        self._ticks = clock_ticks()
+        self.portable = portable if portable is not None else \
+            not sys.platform.startswith("linux") and proc_root == "/proc"
+        """Whether psutil reads the host (no ``/proc`` here)."""
+        self._ticks = clock_ticks() if not self.portable else PORTABLE_TICKS
         self._delayacct = delay_accounting(proc_root)
         self._procs: dict[int, ProcessReading] = {}
         self._node: NodeReading | None = None
@@ -161,10 +165,10 @@ class HostActivitySampler:
         Each thread's state is read only for the processes in ``detailed`` (all when ``None``):
         the classification needs it only for holders of devices below the idle threshold,
         and it costs a file per thread. Each process's cgroup is looked up once in its life."""
-        if self.unsupported:
-            return HostActivity({}, NodeActivity(problems=(self.unsupported,)))
         now = self.monotonic()
         seconds = None if self._at is None else now - self._at
+        if self.portable:
+            return self._sample_portable(pids, now, seconds)
         node = read_node(self.proc_root, self.sys_root)
         readings: dict[int, ProcessReading] = {}
         out: dict[int, ProcessActivity] = {}
@@ -181,6 +185,21 @@ class HostActivitySampler:
                                        thread_states=detailed is None or pid in detailed)
             readings[pid] = reading
             out[pid] = process_activity(reading, self._procs.get(pid), seconds, self._ticks)
+        activity = HostActivity(out, node_activity(node, self._node, seconds), seconds)
+        self._procs, self._node, self._at = readings, node, now
+        return activity
+
+    def _sample_portable(self, pids: Collection[int], now: float,
+                         seconds: float | None) -> HostActivity:
+        from .portable import read_node_psutil, read_process_psutil
+        node = read_node_psutil()
+        readings: dict[int, ProcessReading] = {}
+        out: dict[int, ProcessActivity] = {}
+        for pid in pids:
+            reading = read_process_psutil(pid)
+            if reading is not None:
+                readings[pid] = reading
+                out[pid] = process_activity(reading, self._procs.get(pid), seconds, self._ticks)
         activity = HostActivity(out, node_activity(node, self._node, seconds), seconds)
         self._procs, self._node, self._at = readings, node, now
         return activity

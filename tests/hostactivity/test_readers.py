@@ -198,3 +198,24 @@ def test_this_machine_a_spinning_reader_agrees_with_its_own_accounts() -> None:
     # the spinning thread was on a CPU or waiting for one nearly all the time, however
     # loaded the machine (schedstat)
     assert p.runnable_fraction is not None and p.runnable_fraction > 0.8
+
+
+def test_where_proc_does_not_serve_psutil_reads_the_same_figures() -> None:
+    """The portable path (psutil: macOS, the BSDs), run here against the same process: CPU and
+    threads agree with the process's own accounts; Linux-only signals are unknown, said."""
+    sampler = HostActivitySampler(portable=True)
+    me = os.getpid()
+    sampler.sample([me, 2**22 + 12345])
+    cpu0, wall0 = os.times(), time.monotonic()
+    while time.monotonic() - wall0 < 0.4:
+        pass
+    activity = sampler.sample([me, 2**22 + 12345])
+    cpu1, wall1 = os.times(), time.monotonic()
+    assert set(activity.processes) == {me}  # the other one does not exist
+    p = activity.processes[me]
+    own = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (wall1 - wall0)
+    assert p.cpu_cores is not None and p.cpu_cores == pytest.approx(own, abs=0.15)
+    assert p.threads is not None and p.threads >= 1 and p.blocked_threads == 0
+    assert p.read_bytes_per_second is not None and p.runnable_fraction is None
+    assert activity.node.network_rx_bytes_per_second is not None
+    assert any("pressure" in problem for problem in activity.node.problems)
