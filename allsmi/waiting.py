@@ -57,6 +57,8 @@ def holders(dev: DeviceSample) -> list[tuple[Holder, tuple[ProcessSample, ...]]]
 
 
 def _mb(rate: float) -> str:
+    if rate >= 1e10:
+        return f"{rate / 1e9:.0f} GB/s"
     return f"{rate / 1e6:.0f} MB/s" if rate >= 1e6 else f"{rate / 1e3:.0f} kB/s"
 
 

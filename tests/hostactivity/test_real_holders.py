@@ -96,7 +96,7 @@ def test_four_users_each_classified_by_what_they_wait_on(tmp_path: Path) -> None
             assert set(reasons) <= {reason, "unknown"}, (user, reasons)
         evidence = {w["user"]: w["evidence"] for dev in snap["devices"] for w in dev["waiting"] or ()}
         assert "MB/s read" in evidence["daemon"] and "CPU-bound" in evidence["bin"]
-        assert "device links 40000 MB/s" in evidence["nobody"]
+        assert "device links 40 GB/s" in evidence["nobody"]
     finally:
         if serve is not None:
             serve.stop()

@@ -72,7 +72,7 @@ def test_input_from_io_wait_alone_and_from_reading_alone() -> None:
 def test_communication_from_device_links_or_infiniband_before_host() -> None:
     spinning = proc(cpu=1.0)  # NCCL's proxy thread spins while the collective waits
     r, why = reason(dev(link=20e9), host(spinning))
-    assert r == "communication" and "device links 40000 MB/s" in why
+    assert r == "communication" and "device links 40 GB/s" in why
     ib = NodeActivity(infiniband_rx_bytes_per_second=3e9, infiniband_tx_bytes_per_second=1e9)
     r, why = reason(dev(), host(spinning, node=ib))
     assert r == "communication" and "InfiniBand" in why
