@@ -203,6 +203,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         configured = ledger_settings(config, path_flag=path)
         # a bad [attribution] fails here, once (this also loads what the workers run)
         build_attributor(config, simulate=True, declarations=declarations, inline=True).close()
+        from allsmi.hostactivity.settings import activity_settings
+        activity_settings(config)  # and a bad [activity]
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
     step = step or float(max(20, configured.interval_seconds))
