@@ -1,0 +1,221 @@
+"""The report's page: its sections' tables (one beside every chart, holding the chart's numbers)
+and the HTML, written by Jinja2 with autoescaping from ``report.html.j2``: every name from the
+data (a group, a pod, a label) is escaped text, never markup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from allsmi.accounting.htmlreport.charts import Chart, charts, svg
+from allsmi.accounting.htmlreport.data import (
+    Content, Line, Views, content, label)
+from allsmi.accounting.periods import iso
+
+#: How each kind of figure is printed: decimals (percent for ratios). The CSV has more; a
+#: figure printed here is the CSV's rounded to these decimals.
+DECIMALS = {"hours": 2, "money": 2, "kwh": 2, "grams": 0, "ratio": 1, "count": 0}
+NOT_MEASURED = "not measured"
+UNKNOWN = "unknown"
+#: Activity columns (issue 31): absent from an export that does not measure activity.
+ACTIVITY = ("active_device_hours", "efficiency_ratio", "active_share_ratio",
+            "active_efficiency")
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    value: str | None = None
+    """The full value (``data-value``), for numbers."""
+    numeric: bool = False
+    note: str = ""
+
+
+@dataclass
+class Table:
+    caption: str
+    head: list[tuple[str, bool]]
+    body: list[list[Cell]] = field(default_factory=list)
+    foot: list[list[Cell]] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str
+    figures: list[tuple[Chart, str]]
+    """The section's charts and their SVG."""
+    empty: str = ""
+    """Why there is no chart."""
+    tables: list[Table] = field(default_factory=list)
+
+
+def number(value: Any, kind: str, column: str = "", activity: bool = True,
+           why: str = UNKNOWN) -> Cell:
+    """A figure as printed: fixed decimals, thousands separated; unknown and not measured
+    said in words, never 0."""
+    if value is None:
+        missing = not activity and column in ACTIVITY
+        return Cell(NOT_MEASURED if missing else why, None, True,
+                    "na" if not missing else "na unmeasured")
+    digits = DECIMALS[kind]
+    shown = value * 100.0 if kind == "ratio" else value
+    text = f"{shown:,.{digits}f}" + (" %" if kind == "ratio" else "")
+    return Cell(text, repr(float(value)), True)
+
+
+Columns = Sequence[tuple[str, str, str]]
+
+
+def _table(caption: str, names: Sequence[str], columns: Columns, lines: Sequence[Line],
+           c: Content, foot: Sequence[Line] = ()) -> Table:
+    head = [(n, False) for n in names] + [(title, True) for title, _, _ in columns]
+
+    def cells(line: Line) -> list[Cell]:
+        out = [Cell(n) for n in line.names]
+        out += [Cell("")] * (len(names) - len(line.names))
+        f = line.figures
+        for _, column, kind in columns:
+            if column == "currency":
+                out.append(Cell(line.currency or f.get("currency") or ""))
+            elif column not in f and line in foot:  # not a sum (a ratio): left blank
+                out.append(Cell("", None, True))
+            else:
+                out.append(number(f.get(column), kind, column, c.activity, _why(f, column)))
+        return out
+
+    return Table(caption, head, [cells(line) for line in lines], [cells(line) for line in foot])
+
+
+def _why(figures: dict[str, Any], column: str) -> str:
+    """What an empty figure means: no budget, no price, or unknown."""
+    if column in ("budget", "budget_used_ratio") and figures.get("budget") is None:
+        return "no budget"
+    if ("cost" in column and "price_per_device_hour" in figures
+            and figures.get("price_per_device_hour") is None
+            and figures.get("price_per_kwh") is None):
+        return "no price"
+    return UNKNOWN
+
+
+BUDGET_COLUMNS: Columns = (
+    ("currency", "currency", "text"), ("cost to date", "cost", "money"),
+    ("budget", "budget", "money"), ("budget used", "budget_used_ratio", "ratio"),
+    ("forecast month end", "forecast_month_end_cost", "money"))
+HOUR_COLUMNS: Columns = (
+    ("devices", "device_count", "count"), ("observed device-hours", "observed_device_hours", "hours"),
+    ("allocated device-hours", "allocated_device_hours", "hours"),
+    ("used device-hours", "used_device_hours", "hours"),
+    ("active device-hours", "active_device_hours", "hours"),
+    ("idle device-hours", "idle_allocated_device_hours", "hours"),
+    ("efficiency (active / allocated)", "efficiency_ratio", "ratio"),
+    ("energy kWh", "energy_kwh", "kwh"), ("carbon gCO2e", "carbon_gco2e", "grams"),
+    ("coverage", "coverage_ratio", "ratio"))
+POOL_COLUMNS: Columns = (
+    ("devices", "device_count", "count"), ("allocated device-hours", "allocated_device_hours", "hours"),
+    ("used device-hours", "used_device_hours", "hours"),
+    ("active device-hours", "active_device_hours", "hours"),
+    ("idle device-hours", "idle_allocated_device_hours", "hours"),
+    ("used / allocated", "used_efficiency", "percent"),
+    ("active / allocated", "active_efficiency", "percent"),
+    ("currency", "currency", "text"), ("cost", "cost", "money"))
+TREND_COLUMNS: Columns = (
+    ("allocated device-hours", "allocated_device_hours", "hours"),
+    ("active device-hours", "active_device_hours", "hours"),
+    ("idle device-hours", "idle_allocated_device_hours", "hours"),
+    ("cost", "cost", "money"), ("idle cost", "idle_cost", "money"),
+    ("energy kWh", "energy_kwh", "kwh"), ("coverage", "coverage_ratio", "ratio"))
+DECIMALS["percent"] = 1
+
+
+def _holder_columns(c: Content) -> Columns:
+    cols: list[tuple[str, str, str]] = [
+        ("allocated device-hours", "allocated_device_hours", "hours"),
+        ("share of group's allocated", "allocated_share_ratio", "ratio"),
+        ("used / allocated", "used_share_ratio", "ratio"),
+        ("active / allocated", "active_share_ratio", "ratio"),
+        ("idle device-hours", "idle_allocated_device_hours", "hours"),
+        ("currency", "currency", "text"), ("cost", "cost", "money"),
+        ("idle cost", "idle_cost", "money")]
+    for reason, names in c.reasons.items():
+        if "cost" in names:
+            cols.append((f"cost waiting: {reason}", names["cost"], "money"))
+        elif "seconds" in names:
+            cols.append((f"seconds waiting: {reason}", names["seconds"], "count"))
+    return cols
+
+
+def sections(c: Content) -> list[Section]:
+    """The page's sections, each with its chart (if it has known values) and its table(s)."""
+    drawn = charts(c)
+
+    def section(id: str, title: str, intro: str, chart_ids: Sequence[str], empty: str,
+                tables: list[Table]) -> Section:
+        shown = [(drawn[i], svg(drawn[i])) for i in chart_ids if i in drawn]
+        return Section(id, title, intro, shown, "" if shown else empty, tables)
+
+    out = [
+        section("budget", "Cost against budget",
+                "Each group's cost in this window, its linear forecast to the end of the "
+                "month (the export's forecast_month_end_cost) and its monthly budget.",
+                ["budget"], "No costs: no group is priced.",
+                [_table("Cost, budget and forecast per group", ["resource group"],
+                        BUDGET_COLUMNS, c.groups, c, c.group_totals)]),
+        section("hours", "Allocated, active and idle device-hours",
+                "Per group: device-hours allocated to holders, used (utilization-weighted), "
+                "active (weighted by compute activity) and allocated but idle.",
+                ["hours"], "No device-hours known in this window.",
+                [_table("Device-hours, energy and carbon per group", ["resource group"],
+                        HOUR_COLUMNS, c.groups, c, c.group_totals)]),
+    ]
+    keys = [k.replace("_", " ") for k in c.holder_keys]
+    foot = ([c.holders_rest] if c.holders_rest else []) + c.holders_total
+    out.append(section(
+        "holders", "Where the money went",
+        "The holders (" + ", ".join(keys) + ") ranked by cost: their share of the group's allocated time, how much of what they "
+        "held they used and kept active, and what idle time cost."
+        + ("" if c.reasons else " Waiting reasons: not measured by this export."),
+        ["holders"], "No holder held a device in this window.",
+        [_table("Holders by cost", keys, _holder_columns(c), c.holders, c, foot)]))
+    out.append(section(
+        "pools", "Efficiency per vendor and model",
+        "Each pool of devices across groups: how much of its allocated time was used "
+        "(utilization) and active (compute activity).",
+        ["pools"], "No allocated time in this window.",
+        [_table("Efficiency per vendor and model", ["vendor", "model"], POOL_COLUMNS,
+                c.pools, c)]))
+    out.append(section(
+        "trend", f"Per {c.trend_unit}",
+        f"The window {c.trend_unit} by {c.trend_unit}: the same figures, summed over groups.",
+        ["trend_cost", "trend"], "No device data in this window.",
+        [_table(f"Per {c.trend_unit}", [c.trend_unit], TREND_COLUMNS, c.trend, c)]))
+    return out
+
+
+def render_html(views: Views) -> str:
+    """The whole report as one self-contained HTML document."""
+    import jinja2
+
+    c = content(views)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("allsmi.accounting.htmlreport", "."),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    report = views.groups
+    page = env.get_template("report.html.j2").render(
+        title=f"allsmi report {iso(report.window.start)} to {iso(report.window.end)}",
+        start=iso(report.window.start), end=iso(report.window.end),
+        tz=str(report.window.start.tzinfo), source=label(report.source),
+        source_data=label(report.source_data) if report.source_data else "",
+        coverage=number(report.coverage_ratio, "ratio"), threshold=f"{views.threshold:.2%}",
+        warnings=c.warnings, missing=c.missing,
+        sections=[] if report.coverage_ratio is None else sections(c),
+        safe_svg=_markup)
+    return page
+
+
+def _markup(text: str) -> Any:
+    """pygal's SVG (its text nodes escaped by its XML serializer) as markup."""
+    from markupsafe import Markup
+    return Markup(text)
