@@ -141,7 +141,7 @@ def svg(chart: Chart) -> str:
                  classes=("pygal-chart", f"chart-{chart.id}"),
                  y_title=chart.unit if chart.kind != "hbar" else None)
     graph.title = f"{chart.title} ({chart.unit})" if chart.kind == "hbar" else chart.title
-    graph.uuid = f"chart-svg-{chart.id}"
+    graph.uuid = f"svg-{chart.id}"
     # pygal draws a horizontal chart's first label at the bottom: the first line goes on top
     order = (lambda xs: list(reversed(xs))) if chart.kind == "hbar" else list
     graph.x_labels = order(chart.labels)
@@ -152,9 +152,11 @@ def svg(chart: Chart) -> str:
 
 
 def _strip_comments(root: Any) -> Any:
-    """pygal's comments (a generation date among them): the output stays the same bytes."""
+    """pygal's comments (a generation date among them: the output stays the same bytes) and
+    its script (the chart's configuration for its tooltips, even with ``js=[]``: the page runs
+    no script, and its Content-Security-Policy would refuse it)."""
     for parent in list(root.iter()):
         for child in list(parent):
-            if not isinstance(child.tag, str):  # comments and processing instructions
+            if not isinstance(child.tag, str) or child.tag.rsplit("}", 1)[-1] == "script":
                 parent.remove(child)
     return root
