@@ -87,12 +87,6 @@ def charts(c: Content) -> dict[str, Chart]:
                                    ("allocated", "allocated_device_hours"),
                                    ("idle", "idle_allocated_device_hours"))), "device-hours")
     pools = [line for line in c.pools if line.figures.get("allocated_device_hours")]
-    for line in pools:
-        f = line.figures
-        f.setdefault("used_efficiency", _ratio(f.get("used_device_hours"),
-                                               f.get("allocated_device_hours")))
-        f.setdefault("active_efficiency", _ratio(f.get("active_device_hours"),
-                                                 f.get("allocated_device_hours")))
     out["pools"] = Chart("pools", "Efficiency per vendor and model (share of allocated time)",
                          "bar", tuple(" ".join(line.names) for line in pools),
                          _series(pools, (("used / allocated", "used_efficiency"),
@@ -110,10 +104,6 @@ def charts(c: Content) -> dict[str, Chart]:
 
 def _currency(c: Content) -> str:
     return c.currencies[0] if len(c.currencies) == 1 else "cost"
-
-
-def _ratio(part: float | None, whole: float | None) -> float | None:
-    return None if part is None or not whole else 100.0 * part / whole
 
 
 def svg(chart: Chart) -> str:

@@ -157,6 +157,11 @@ def _pool_lines(report: Report, columns: Sequence[str]) -> list[Line]:
     lines = []
     for (vendor, model), rows in sorted(pools.items()):
         figures = _sum_lines(rows, columns)
+        # percent: what the efficiency chart draws
+        for name, part in (("used_efficiency", "used_device_hours"),
+                           ("active_efficiency", "active_device_hours")):
+            share = ratio(figures.get(part), figures.get("allocated_device_hours"))
+            figures[name] = None if share is None else 100.0 * share
         currencies = {r.get("currency") for r in rows if r.get("cost") is not None}
         if len(currencies) > 1:  # costs in different currencies do not add up
             figures["cost"] = figures["idle_cost"] = None

@@ -5,6 +5,7 @@ data (a group, a pod, a label) is escaped text, never markup.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -15,7 +16,7 @@ from allsmi.accounting.periods import iso
 
 #: How each kind of figure is printed: decimals (percent for ratios). The CSV has more; a
 #: figure printed here is the CSV's rounded to these decimals.
-DECIMALS = {"hours": 2, "money": 2, "kwh": 2, "grams": 0, "ratio": 1, "count": 0}
+DECIMALS = {"hours": 2, "money": 2, "kwh": 2, "grams": 0, "ratio": 1, "percent": 1, "count": 0}
 NOT_MEASURED = "not measured"
 UNKNOWN = "unknown"
 #: Activity columns (issue 31): absent from an export that does not measure activity.
@@ -62,7 +63,7 @@ def number(value: Any, kind: str, column: str = "", activity: bool = True,
                     "na" if not missing else "na unmeasured")
     digits = DECIMALS[kind]
     shown = value * 100.0 if kind == "ratio" else value
-    text = f"{shown:,.{digits}f}" + (" %" if kind == "ratio" else "")
+    text = f"{shown:,.{digits}f}" + (" %" if kind in ("ratio", "percent") else "")
     return Cell(text, repr(float(value)), True)
 
 
@@ -127,7 +128,6 @@ TREND_COLUMNS: Columns = (
     ("idle device-hours", "idle_allocated_device_hours", "hours"),
     ("cost", "cost", "money"), ("idle cost", "idle_cost", "money"),
     ("energy kWh", "energy_kwh", "kwh"), ("coverage", "coverage_ratio", "ratio"))
-DECIMALS["percent"] = 1
 
 
 def _holder_columns(c: Content) -> Columns:
@@ -204,7 +204,7 @@ def render_html(views: Views) -> str:
                              trim_blocks=True, lstrip_blocks=True)
     report = views.groups
     page = env.get_template("report.html.j2").render(
-        title=f"allsmi report {iso(report.window.start)} to {iso(report.window.end)}",
+        title=f"allsmi report: {period_name(report.window)}",
         start=iso(report.window.start), end=iso(report.window.end),
         tz=str(report.window.start.tzinfo), source=label(report.source),
         source_data=label(report.source_data) if report.source_data else "",
@@ -213,6 +213,19 @@ def render_html(views: Views) -> str:
         sections=[] if report.coverage_ratio is None else sections(c),
         safe_svg=_markup)
     return page
+
+
+def period_name(window: Any) -> str:
+    """``2026-03`` for a calendar month, ``2026-03-14`` for a day, else both ends."""
+    start, end = window.start, window.end
+    midnight = dict(hour=0, minute=0, second=0, microsecond=0)
+    if start == start.replace(**midnight) and end == end.replace(**midnight):
+        if start.day == 1 and end.day == 1 and (end.month - start.month) % 12 == 1 \
+                and end - start < dt.timedelta(days=32):
+            return start.strftime("%Y-%m")
+        if end - start <= dt.timedelta(hours=25) and end.date() - start.date() == dt.timedelta(days=1):
+            return start.date().isoformat()
+    return f"{iso(start)} to {iso(end)}"
 
 
 def _markup(text: str) -> Any:
