@@ -132,3 +132,32 @@ def test_a_store_failing_mid_way_fails_the_report_and_writes_nothing(
     assert code == 1, err
     assert url in err and "503" in err
     assert page == "" and not list(tmp_path.glob("*.html*"))  # nothing, not half a report
+
+
+def test_the_export_unit_writes_the_report_beside_the_export(tmp_path: Path) -> None:
+    """deploy/systemd/allsmi-export.service's ExecStartPost=, run as written (paths moved
+    under a temporary state directory): the month-to-date report lands beside the CSV; a
+    ledger without data for the month gives a report that says so, and exit 3, which the unit
+    counts as success."""
+    import datetime as dt
+    import shlex
+    import subprocess
+
+    from allsmi.accounting.ledger import Ledger
+
+    from ..deploy.test_systemd import INSTALLED, installed_allsmi, settings
+    (state := tmp_path / "state" / "allsmi" / "billing").mkdir(parents=True)
+    Ledger(str(tmp_path / "state" / "allsmi" / "ledger.db")).close()
+    (tmp_path / "c.toml").write_text(BUDGETS)
+    unit = settings("allsmi-export.service")
+    (line,) = unit["ExecStartPost"]
+    line = (line.replace("%S", str(tmp_path / "state")).replace("%%", "%").replace("$$", "$")
+            .replace(INSTALLED, installed_allsmi())
+            .replace("/etc/allsmi/config.toml", str(tmp_path / "c.toml")))
+    out = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert out.returncode in {0} | {int(c) for c in unit["SuccessExitStatus"]}, out.stderr
+    month = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).strftime("%Y-%m")
+    page = (state / f"report-{month}.html").read_text()
+    assert "allsmi report: " in page and "No device data in this window" in page
+    assert (state / f"report-{month}.html").stat().st_mode & 0o077 == 0  # owner-only
