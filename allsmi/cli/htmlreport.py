@@ -57,14 +57,12 @@ def report(**opts: Any) -> None:
 
 def _report(run: Run, output: str | None, coverage_threshold: float | None,
             **opts: Any) -> None:
-    from allsmi.accounting.htmlreport.charts import ChartsUnavailable, require_pygal
+    from allsmi.accounting.htmlreport.charts import ChartsUnavailable, require_libraries
     from allsmi.cli.export import EXIT_INCOMPLETE, _incomplete_message, _warn_budgets
     try:
-        require_pygal()
-        import jinja2  # noqa: F401
-    except (ChartsUnavailable, ImportError):
-        raise Failed("config", "allsmi report needs pygal and jinja2: "
-                               "pip install 'allsmi[report]'", 2) from None
+        require_libraries()
+    except ChartsUnavailable as exc:
+        raise Failed("config", str(exc), 2) from None
     if not output and stdout_is_terminal():
         raise Failed("config", "the report is an HTML file: give --output FILE or redirect "
                                "stdout", 2)

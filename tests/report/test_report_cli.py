@@ -161,3 +161,21 @@ def test_the_export_unit_writes_the_report_beside_the_export(tmp_path: Path) -> 
     page = (state / f"report-{month}.html").read_text()
     assert "allsmi report: " in page and "No device data in this window" in page
     assert (state / f"report-{month}.html").stat().st_mode & 0o077 == 0  # owner-only
+
+
+def test_without_the_extra_it_exits_2_naming_it(tmp_path: Path) -> None:
+    """pygal missing (hidden by a module that fails to import): exit 2, the extra named with
+    the interpreter that runs allsmi, nothing written."""
+    import sys
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "pygal.py").write_text("raise ImportError('hidden', name='pygal')\n")
+    import os
+    import subprocess
+    out = subprocess.run([sys.executable, "-m", "allsmi", "report", "--simulate", "mixed",
+                          "--period", "yesterday", "-o", "r.html"], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "hide"),
+                              "XDG_CONFIG_HOME": str(tmp_path)},
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, out.stderr
+    assert f"{sys.executable} -m pip install 'allsmi[report]'" in out.stderr
+    assert not (tmp_path / "r.html").exists()

@@ -9,6 +9,7 @@ text colour (``currentColor``), so one drawing serves the light and the dark pag
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -19,8 +20,12 @@ COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
            "#999999")
 
 
+#: What to do without the extra (the pip of the Python that runs allsmi).
+EXTRA_HINT = f"install the extra: {sys.executable} -m pip install 'allsmi[report]'"
+
+
 class ChartsUnavailable(RuntimeError):
-    """pygal is not installed."""
+    """pygal or Jinja2 is not installed."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +46,14 @@ class Chart:
         return sum(v is not None for _, values in self.series for v in values)
 
 
-def require_pygal() -> None:
-    """Raise :class:`ChartsUnavailable` (naming the extra) unless pygal can be imported."""
+def require_libraries() -> None:
+    """Raise :class:`ChartsUnavailable` (naming the extra) unless pygal and Jinja2 import."""
     try:
+        import jinja2  # noqa: F401
         import pygal  # noqa: F401
-    except ImportError:
-        raise ChartsUnavailable("allsmi report needs pygal and jinja2: "
-                                "pip install 'allsmi[report]'") from None
+    except ImportError as exc:
+        raise ChartsUnavailable(f"allsmi report needs {exc.name or 'pygal and jinja2'}: "
+                                f"{EXTRA_HINT}") from None
 
 
 def _series(lines: Sequence[Any], columns: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
