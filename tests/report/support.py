@@ -14,8 +14,8 @@ from ..conftest import REPO
 
 #: Prices for every group of the mixed scenario (its own rules place the devices), a budget that the training group's forecast
 #: exceeds and one that inference stays under. The ledger's 15-minute interval makes the
-#: replay sample every 15 minutes: a month in seconds, not minutes (tests/accounting checks
-#: that the bill stays within 0.5 % of a 20 s replay).
+#: replay sample every 15 minutes: a month in seconds, not minutes (the report and the export
+#: compared are replayed alike).
 PRICED = """\
 [ledger]
 interval_seconds = 900
