@@ -12,8 +12,7 @@ where it has not, the report says "not measured".
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Sequence
 
 from allsmi.accounting.formats import json_row
@@ -22,7 +21,11 @@ from allsmi.text import clean_text
 
 #: What each holder may have been waiting on (issue 31), in the order they are shown.
 REASONS = ("computing", "input", "host", "communication", "nothing", "unknown")
-_REASON_COLUMN = re.compile(r"^(?:waiting_)?(?P<reason>[a-z]+)_(?:waiting_)?(?P<kind>seconds|cost)$")
+#: The activity columns of the export (issue 31), besides the waiting reasons'.
+ACTIVITY_COLUMNS = ("active_device_hours", "efficiency_ratio", "activity_method")
+#: Words a waiting reason's column may have besides its reason and its unit
+#: (``waiting_input_seconds``, ``input_wait_cost``...).
+_REASON_WORDS = {"waiting", "wait", "reason"}
 #: Holders listed one by one in the table (the rest are summed in one line).
 TABLE_HOLDERS = 100
 #: Holders drawn in the ranking chart.
@@ -49,25 +52,36 @@ class Views:
     """What one step of ``trend`` is: ``day`` or ``month``."""
 
 
+def _reason_of(column: str) -> tuple[str, str] | None:
+    """``(reason, "seconds" | "cost")`` of a waiting reason's column, else ``None``."""
+    words = column.split("_")
+    kind = words[-1]
+    reasons = [w for w in words[:-1] if w in REASONS]
+    rest = [w for w in words[:-1] if w not in REASONS]
+    if kind not in ("seconds", "cost") or len(reasons) != 1 or not set(rest) <= _REASON_WORDS:
+        return None
+    return reasons[0], kind
+
+
 def values(row: Row) -> dict[str, Any]:
-    """The row's export columns, as the JSON export gives them (the CSV's precision)."""
+    """The row's export columns, as the JSON export gives them (the CSV's precision), and its
+    activity columns when the row has them and the export's list does not yet."""
     item = json_row(row)
-    for name in ("active_device_hours", "efficiency_ratio", "activity_method"):
-        if name not in item and hasattr(row, name):  # a column not in the export's list yet
-            item[name] = getattr(row, name)
+    for f in fields(row):
+        if f.name not in item and (f.name in ACTIVITY_COLUMNS or _reason_of(f.name)):
+            value = getattr(row, f.name)
+            item[f.name] = round(value, 6) if isinstance(value, float) else value
     return item
 
 
 def reason_columns(row_values: dict[str, Any]) -> dict[str, dict[str, str]]:
     """``{reason: {"seconds": column, "cost": column}}`` of the waiting-reason columns the
-    export has (none before the activity columns exist)."""
+    export has (none before the activity columns exist), in :data:`REASONS`' order."""
     out: dict[str, dict[str, str]] = {}
     for name in row_values:
-        if "wait" not in name and not any(name.startswith(r + "_") for r in REASONS):
-            continue
-        m = _REASON_COLUMN.match(name.replace("waiting_reason_", "waiting_"))
-        if m and m.group("reason") in REASONS:
-            out.setdefault(m.group("reason"), {})[m.group("kind")] = name
+        found = _reason_of(name)
+        if found:
+            out.setdefault(found[0], {})[found[1]] = name
     return {r: out[r] for r in REASONS if r in out}
 
 
@@ -97,7 +111,12 @@ class Line:
 
 
 def _sum_lines(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> dict[str, Any]:
-    return {c: total(r.get(c) for r in rows) for c in columns}
+    """Each column's total; the efficiency of the totals (active / allocated)."""
+    out = {c: total(r.get(c) for r in rows) for c in columns}
+    if "active_device_hours" in out:
+        out["efficiency_ratio"] = ratio(out["active_device_hours"],
+                                        out.get("allocated_device_hours"))
+    return out
 
 
 HOUR_COLUMNS = ("observed_device_hours", "allocated_device_hours", "used_device_hours",
