@@ -96,18 +96,23 @@ def test_month_tables_equal_the_csv_export(chrome: Any,
     try:
         by_group = {g: [r for r in rows if r["resource_group"] == g] for g in GROUPS}
         budget = {line[0]: line for line in table(page, "table-budget")}
-        assert header(page, "table-budget")[:6] == [
-            "resource group", "currency", "cost to date", "budget", "budget used",
-            "forecast month end"]
+        head = header(page, "table-budget")
+        assert head == ["resource group", "labels", "currency", "cost to date", "budget",
+                        "budget used", "forecast month end"]
+        cost, limit, forecast = (head.index(t) for t in ("cost to date", "budget",
+                                                          "forecast month end"))
         for group, mine in by_group.items():
             line = budget[group]
-            assert line[2] == _shown(_sum(mine, "cost")), group
-            assert line[5] == _shown(_sum(mine, "forecast_month_end_cost")), group
-        assert budget["training"][3] == "5,000.00" and budget["npu"][3] == "no budget"
+            assert line[cost] == _shown(_sum(mine, "cost")), group
+            assert line[forecast] == _shown(_sum(mine, "forecast_month_end_cost")), group
+            labels = {k[len("label_"):]: v for k, v in mine[0].items()
+                      if k.startswith("label_") and v}
+            assert line[1] == ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        assert budget["training"][limit] == "5,000.00" and budget["npu"][limit] == "no budget"
         # the training group is forecast over its budget, inference under
-        assert float(budget["training"][5].replace(",", "")) > 5000
-        assert float(budget["inference"][5].replace(",", "")) < 1_000_000
-        assert budget["total"][2] == _shown(_sum(rows, "cost"))
+        assert float(budget["training"][forecast].replace(",", "")) > 5000
+        assert float(budget["inference"][forecast].replace(",", "")) < 1_000_000
+        assert budget["total"][cost] == _shown(_sum(rows, "cost"))
         hours = {line[0]: line for line in table(page, "table-hours")}
         head = header(page, "table-hours")
         for column, title in (("allocated_device_hours", "allocated device-hours"),
@@ -144,8 +149,10 @@ def test_month_charts_draw_one_mark_per_known_value(
                                ".map(f => f.dataset.chart)")
         assert charts == ["budget", "hours", "holders", "pools", "trend_cost", "trend"]
         budget = [line for line in table(page, "table-budget") if line[0] in GROUPS]
-        assert marks(page, "budget") == sum(_known([line[i] for line in budget])
-                                            for i in (2, 3, 5)) == 8  # npu has no budget
+        head = header(page, "table-budget")
+        assert marks(page, "budget") == sum(_known([line[head.index(t)] for line in budget])
+                                            for t in ("cost to date", "budget",
+                                                      "forecast month end")) == 8  # npu: none
         hours = [line for line in table(page, "table-hours") if line[0] in GROUPS]
         head = header(page, "table-hours")
         assert marks(page, "hours") == sum(_known([line[head.index(t)] for line in hours])

@@ -30,6 +30,8 @@ _REASON_WORDS = {"waiting", "wait", "reason"}
 TABLE_HOLDERS = 100
 #: Holders drawn in the ranking chart.
 CHART_HOLDERS = 20
+#: Shown for the share of a group's device time that no holder held (the export's empty keys).
+NO_HOLDER = "(no holder)"
 #: A window longer than this is trended by month instead of by day.
 MAX_DAYS = 62
 
@@ -164,6 +166,7 @@ def _group_lines(report: Report) -> list[Line]:
     lines = []
     for row in report.rows:
         v = values(row)
+        v["group_labels"] = ", ".join(f"{label(k)}={label(x)}" for k, x in row.labels)
         lines.append(Line((label(row.resource_group),), v, row.currency))
     return lines
 
@@ -227,9 +230,11 @@ def _holder_lines(report: Report, keys: Sequence[str],
         v["used_share_ratio"] = ratio(v.get("used_device_hours"), v.get("allocated_device_hours"))
         v["active_share_ratio"] = ratio(v.get("active_device_hours"),
                                         v.get("allocated_device_hours"))
-        names = tuple(label(getattr(row, k) if k != "resource_group" else row.resource_group)
-                      for k in keys)
-        lines.append(Line(names, v, row.currency))
+        names = [label(getattr(row, k)) for k in keys]
+        held = [i for i, k in enumerate(keys) if k in HOLDER_KEYS]
+        if held and all(getattr(row, keys[i]) is None for i in held):
+            names[held[0]] = NO_HOLDER  # the devices' time that no holder was seen to hold
+        lines.append(Line(tuple(names), v, row.currency))
     return sorted(lines, key=_holder_order)
 
 
@@ -249,21 +254,19 @@ def content(views: Views) -> Content:
     c.group_totals = _totals([line.figures for line in c.groups], summed + ("budget",),
                              c.currencies)
     c.group_totals[0].figures["coverage_ratio"] = groups.coverage_ratio
-    c.holder_keys = tuple(k for k in views.holders.group_by
-                          if k == "resource_group" or k in HOLDER_KEYS
-                          or k in ("vendor", "model", "host"))
+    c.holder_keys = tuple(views.holders.group_by)
     allocated = {row.resource_group: values(row).get("allocated_device_hours")
                  for row in groups.rows}
     every = _holder_lines(views.holders, c.holder_keys, allocated)
     c.holders = every[:TABLE_HOLDERS]
     rest = every[TABLE_HOLDERS:]
     if rest:
-        c.holders_rest = Line((f"{len(rest)} more holders",),
-                              _sum_lines([line.figures for line in rest], summed))
+        c.holders_rest = Line((f"{len(rest)} more holders",), _totals(
+            [line.figures for line in rest], summed, c.currencies)[0].figures)
     c.holders_total = _totals([line.figures for line in every], summed, c.currencies)
     for name, report in views.trend:
         rows = [values(row) for row in report.rows]
-        figures = _sum_lines(rows, summed) if rows else {}
+        figures = _totals(rows, summed, c.currencies)[0].figures if rows else {}
         figures["coverage_ratio"] = report.coverage_ratio
         c.trend.append(Line((name,), figures))
     _notes(c)

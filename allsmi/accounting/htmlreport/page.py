@@ -74,20 +74,23 @@ def _table(caption: str, names: Sequence[str], columns: Columns, lines: Sequence
            c: Content, foot: Sequence[Line] = ()) -> Table:
     head = [(n, False) for n in names] + [(title, True) for title, _, _ in columns]
 
-    def cells(line: Line) -> list[Cell]:
+    def cells(line: Line, total: bool) -> list[Cell]:
         out = [Cell(n) for n in line.names]
         out += [Cell("")] * (len(names) - len(line.names))
         f = line.figures
         for _, column, kind in columns:
             if column == "currency":
                 out.append(Cell(line.currency or f.get("currency") or ""))
-            elif column not in f and line in foot:  # not a sum (a ratio): left blank
+            elif kind == "text":
+                out.append(Cell(str(f.get(column) or "")))
+            elif column not in f and total:  # not a sum (a ratio): left blank
                 out.append(Cell("", None, True))
             else:
                 out.append(number(f.get(column), kind, column, c.activity, _why(f, column)))
         return out
 
-    return Table(caption, head, [cells(line) for line in lines], [cells(line) for line in foot])
+    return Table(caption, head, [cells(line, False) for line in lines],
+                 [cells(line, True) for line in foot])
 
 
 def _why(figures: dict[str, Any], column: str) -> str:
@@ -102,7 +105,7 @@ def _why(figures: dict[str, Any], column: str) -> str:
 
 
 BUDGET_COLUMNS: Columns = (
-    ("currency", "currency", "text"), ("cost to date", "cost", "money"),
+    ("labels", "group_labels", "text"), ("currency", "currency", "text"), ("cost to date", "cost", "money"),
     ("budget", "budget", "money"), ("budget used", "budget_used_ratio", "ratio"),
     ("forecast month end", "forecast_month_end_cost", "money"))
 HOUR_COLUMNS: Columns = (
@@ -172,11 +175,12 @@ def sections(c: Content) -> list[Section]:
     ]
     keys = [k.replace("_", " ") for k in c.holder_keys]
     foot = ([c.holders_rest] if c.holders_rest else []) + c.holders_total
+    ranked = "cost" if c.priced else "allocated device-hours (nothing is priced)"
     out.append(section(
         "holders", "Where the money went",
-        "The holders (" + ", ".join(keys) + ") ranked by cost: their share of the group's allocated time, how much of what they "
-        "held they used and kept active, and what idle time cost."
-        + ("" if c.reasons else " Waiting reasons: not measured by this export."),
+        f"The holders ({', '.join(keys)}) ranked by {ranked}: their share of the group's "
+        "allocated time, how much of what they held they used and kept active, and what idle "
+        "time cost." + ("" if c.reasons else " Waiting reasons: not measured by this export."),
         ["holders"], "No holder held a device in this window.",
         [_table("Holders by cost", keys, _holder_columns(c), c.holders, c, foot)]))
     out.append(section(
@@ -186,11 +190,14 @@ def sections(c: Content) -> list[Section]:
         ["pools"], "No allocated time in this window.",
         [_table("Efficiency per vendor and model", ["vendor", "model"], POOL_COLUMNS,
                 c.pools, c)]))
+    # costs in several currencies do not add up to a day's cost
+    trend_columns = TREND_COLUMNS if len(c.currencies) <= 1 else tuple(
+        col for col in TREND_COLUMNS if "cost" not in col[1])
     out.append(section(
         "trend", f"Per {c.trend_unit}",
         f"The window {c.trend_unit} by {c.trend_unit}: the same figures, summed over groups.",
         ["trend_cost", "trend"], "No device data in this window.",
-        [_table(f"Per {c.trend_unit}", [c.trend_unit], TREND_COLUMNS, c.trend, c)]))
+        [_table(f"Per {c.trend_unit}", [c.trend_unit], trend_columns, c.trend, c)]))
     return out
 
 
