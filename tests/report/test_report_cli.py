@@ -179,3 +179,47 @@ def test_without_the_extra_it_exits_2_naming_it(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr
     assert f"{sys.executable} -m pip install 'allsmi[report]'" in out.stderr
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path) -> None:
+    """The first two days of last month in a real ledger: training has spent half its budget
+    and is forecast far over it by the month's end, inference stays under; the report's budget
+    table and the export say the same, and so does the warning on stderr."""
+    import calendar
+    import datetime as dt
+
+    from ..accounting.helpers import device, record, snap
+    from .support import last_month
+    year, month = map(int, last_month().split("-"))
+    start = dt.datetime(year, month, 1, tzinfo=dt.timezone.utc)
+    t0, days = start.timestamp(), calendar.monthrange(year, month)[1]
+    config = ("[groups.training]\nprice_per_device_hour = 10.0\ncurrency = \"EUR\"\n"
+              "budget_per_month = 1000\n\n[groups.inference]\nprice_per_device_hour = 1.0\n"
+              "currency = \"EUR\"\nbudget_per_month = 1000\n")
+    (tmp_path / "c.toml").write_text(config)
+    from allsmi.config import parse_config
+    # sampled every 5 minutes, as a collector run with interval_seconds = 300
+    recorded = parse_config("[collector]\ninterval_seconds = 300\n" + config)
+    record(tmp_path / "l.db", (snap(t0 + k * 300, device("GPU-t", util=50.0, users=["alice"],
+                                                        group="training"),
+                                    device("GPU-i", util=50.0, users=["bob"], group="inference",
+                                           vendor="amd", model="MI300X"))
+                               for k in range(2 * 288 + 1)), recorded)
+    args = ("--ledger", "l.db", "--since", start.date().isoformat(), "--until",
+            (start + dt.timedelta(days=2)).date().isoformat())
+    code, page, err = _report(tmp_path, config, *args)
+    assert code == 0, err
+    # 48 h at 10 EUR, over the month's days / 2
+    assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month, above " \
+           "its budget of 1000 EUR" in err and "inference" not in err
+    budget = page.split('id="table-budget"')[1].split("</table>")[0]
+    rows = {m[0]: m[1:] for m in re.findall(
+        r"<tr><td>(\w+)</td><td>[^<]*</td><td>EUR</td>" + r"<td[^>]*>([^<]*)</td>" * 4, budget)}
+    assert rows["training"] == ("480.00", "1,000.00", "48.0 %", f"{480 * days / 2:,.2f}")
+    assert rows["inference"] == ("48.00", "1,000.00", "4.8 %", f"{48 * days / 2:,.2f}")
+    out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
+                 cwd=tmp_path)
+    exported = {r["resource_group"]: r for r in __import__("csv").DictReader(
+        out.stdout.splitlines())}
+    assert exported["training"]["forecast_month_end_cost"] == f"{480 * days / 2:.6f}"
+    assert exported["inference"]["budget_used_ratio"] == "0.048000"
