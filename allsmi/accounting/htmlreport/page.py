@@ -63,7 +63,10 @@ def number(value: Any, kind: str, column: str = "", activity: bool = True,
                     "na" if not missing else "na unmeasured")
     digits = DECIMALS[kind]
     shown = value * 100.0 if kind == "ratio" else value
-    text = f"{shown:,.{digits}f}" + (" %" if kind in ("ratio", "percent") else "")
+    text = f"{shown:,.{digits}f}"
+    if text.startswith("-") and not text.strip("-0.,"):  # never "-0.00"
+        text = text[1:]
+    text += " %" if kind in ("ratio", "percent") else ""
     return Cell(text, repr(float(value)), True)
 
 
@@ -208,7 +211,7 @@ def render_html(views: Views) -> str:
     c = content(views)
     env = jinja2.Environment(loader=jinja2.PackageLoader("allsmi.accounting.htmlreport", "."),
                              autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     report = views.groups
     page = env.get_template("report.html.j2").render(
         title=f"allsmi report: {period_name(report.window)}",
