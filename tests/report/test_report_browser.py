@@ -28,11 +28,9 @@ def chrome() -> Iterator[Any]:
     yield from browser()
 
 
-@pytest.fixture(scope="module")
-def month(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, str]]]:
+def _month(work: Path) -> tuple[Path, list[dict[str, str]]]:
     """Last month of the simulated mixed node: the report, and the CSV export (default
     grouping) of the same window and options."""
-    work = tmp_path_factory.mktemp("month")
     (work / "c.toml").write_text(BUDGETS)
     args = ("--config", "c.toml", "--simulate", "mixed", "--period", last_month())
     out = allsmi("report", *args, "-o", "month.html", cwd=work)
@@ -44,10 +42,8 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str
     return work / "month.html", csv_rows(export.stdout)
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, str]]]:
+def _hostile(work: Path) -> tuple[Path, list[dict[str, str]]]:
     """A day of holders with hostile names: the report and the export by holder."""
-    work = tmp_path_factory.mktemp("hostile")
     (work / "c.toml").write_text(BUDGETS)
     scenario = hostile_scenario(work / "hostile.toml")
     args = ("--config", "c.toml", "--simulate", str(scenario), "--period", a_past_day())
@@ -72,7 +68,16 @@ def _known(cells: list[str]) -> int:
     return sum(c not in ("unknown", "not measured", "no price", "no budget") for c in cells)
 
 
-def test_month_opens_clean_and_fits_at_desktop_and_phone_width(
+def test_a_month_of_the_simulated_node_in_the_browser(chrome: Any, tmp_path: Path) -> None:
+    """One test, so that the month is replayed once whichever worker runs it."""
+    month = _month(tmp_path)
+    _opens_clean_and_fits_at_desktop_and_phone_width(chrome, month, tmp_path)
+    _tables_equal_the_csv_export(chrome, month)
+    _charts_draw_one_mark_per_known_value(chrome, month)
+    _dark_and_print(chrome, month)
+
+
+def _opens_clean_and_fits_at_desktop_and_phone_width(
         chrome: Any, month: tuple[Path, list[dict[str, str]]], tmp_path: Path) -> None:
     path, _ = month
     for width, height in ((1280, 800), (390, 844)):
@@ -88,8 +93,7 @@ def test_month_opens_clean_and_fits_at_desktop_and_phone_width(
             opened.page.close()
 
 
-def test_month_tables_equal_the_csv_export(chrome: Any,
-                                           month: tuple[Path, list[dict[str, str]]]) -> None:
+def _tables_equal_the_csv_export(chrome: Any, month: tuple[Path, list[dict[str, str]]]) -> None:
     path, rows = month
     opened = open_page(chrome, path)
     page = opened.page
@@ -139,7 +143,7 @@ def test_month_tables_equal_the_csv_export(chrome: Any,
         page.close()
 
 
-def test_month_charts_draw_one_mark_per_known_value(
+def _charts_draw_one_mark_per_known_value(
         chrome: Any, month: tuple[Path, list[dict[str, str]]]) -> None:
     path, rows = month
     opened = open_page(chrome, path)
@@ -180,7 +184,7 @@ def test_month_charts_draw_one_mark_per_known_value(
         page.close()
 
 
-def test_dark_and_print(chrome: Any, month: tuple[Path, list[dict[str, str]]]) -> None:
+def _dark_and_print(chrome: Any, month: tuple[Path, list[dict[str, str]]]) -> None:
     path, _ = month
     opened = open_page(chrome, path, dark=True)
     try:
@@ -196,9 +200,8 @@ def test_dark_and_print(chrome: Any, month: tuple[Path, list[dict[str, str]]]) -
         opened.page.close()
 
 
-def test_hostile_names_are_text_in_the_dom(chrome: Any,
-                                           hostile: tuple[Path, list[dict[str, str]]]) -> None:
-    path, rows = hostile
+def test_hostile_names_are_text_in_the_dom(chrome: Any, tmp_path: Path) -> None:
+    path, rows = _hostile(tmp_path)
     opened = open_page(chrome, path, 390, 844)
     page = opened.page
     try:
