@@ -94,7 +94,8 @@ def charts(c: Content) -> dict[str, Chart]:
                                    ("idle", "idle_allocated_device_hours"))), "device-hours")
     pools = [line for line in c.pools if line.figures.get("allocated_device_hours")]
     out["pools"] = Chart("pools", "Efficiency per vendor and model (share of allocated time)",
-                         "bar", tuple(" ".join(line.names) for line in pools),
+                         "bar", tuple(line.names[1] if line.names[1] != "-" else line.names[0]
+                                      for line in pools),
                          _series(pools, (("used / allocated", "used_efficiency"),
                                          ("active / allocated", "active_efficiency"))), "%")
     days = tuple(line.names[0] for line in c.trend)
