@@ -46,6 +46,13 @@ MAX_UNWRITTEN = 100_000
 #: A first write attempt still running after this long makes its intervals overdue
 #: (:attr:`LedgerRecorder.unwritten_overdue`) even before it fails: SQLite waits 2 s for a lock.
 WRITE_GRACE_SECONDS = 5.0
+#: Unwritten intervals are retried this long (ledger time) after a failed write, not only
+#: when the next interval completes, doubling after each failure up to :data:`RETRY_MAX_SECONDS`:
+#: a lock held for a few seconds (a backup, the sqlite3 shell) costs seconds of ``/ready``,
+#: not the rest of the minute, and a lasting one is not retried every cycle (each attempt
+#: waits SQLite's 2 s busy timeout on the collector's thread).
+RETRY_SECONDS = 5.0
+RETRY_MAX_SECONDS = 60.0
 
 
 class _Device:
@@ -105,6 +112,10 @@ class LedgerRecorder:
         self.dropped_intervals = 0
         """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
         self._unwritten: list[IntervalRecord] = []
+        #: Ledger time from which unwritten intervals are retried, and the wait after the next
+        #: failure (see RETRY_SECONDS).
+        self._retry_at = float("-inf")
+        self._retry_delay = RETRY_SECONDS
         #: When the write in progress began (monotonic), None between writes.
         self._writing_since: float | None = None
         self._placement = Placement()
@@ -232,7 +243,10 @@ class LedgerRecorder:
     def _checkpoint(self, now: float) -> None:
         """Every ``checkpoint_seconds``, write what the interval in progress holds so far, so
         that a crash (SIGKILL, OOM, power cut) loses seconds, not the minute. Not while
-        earlier intervals wait to be written: they are retried first, as before."""
+        earlier intervals wait to be written: they are retried first, a few seconds after a
+        failure (:data:`RETRY_SECONDS`), and checkpoints resume once they are written."""
+        if self._unwritten and now >= self._retry_at:
+            self._write_records([], self._placement.trusted or now)
         every = self.settings.checkpoint_seconds
         if not every or not self._current or self._unwritten:
             return
@@ -305,11 +319,14 @@ class LedgerRecorder:
                     except Exception:  # noqa: BLE001
                         failed.append(bucket)
             self._keep(failed)
+            self._retry_at = now + self._retry_delay
+            self._retry_delay = min(2 * self._retry_delay, RETRY_MAX_SECONDS)
             log.error("ledger: %d interval(s) not written, kept for the next write: %s",
                       len(failed), exc)
         else:
             self._unwritten = []
             self.last_error = None
+            self._retry_delay = RETRY_SECONDS
         finally:
             self._writing_since = None
 

@@ -20,7 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from allsmi.exporter.families import (BACKEND_DURATION, BACKEND_ERRORS, BACKEND_UP, BUDGET_MONTH,
                                       BUILD_INFO, COMMAND_MAX_CHARS, COUNTERS, DEVICE_INFO,
-                                      DEVICE_UP, GAUGES, HOLDER_COUNTERS,
+                                      DEVICE_UP, GAUGE_SOURCES, GAUGES, HOLDER_COUNTERS,
+                                      HOLDER_OVERFLOW,
                                       LAST_COLLECT, LEDGER_DROPPED, LEDGER_REFUSED,
                                       LEDGER_UNWRITTEN, LEDGER_WRITE_ERRORS, PARTITION_SHARE,
                                       PRICE_DEVICE_HOUR, PRICE_KWH, PROCESS_GAUGES, PROCESS_MEMORY,
@@ -117,10 +118,15 @@ def build_families(snapshot: Snapshot, *, version: str,
 
     for family, field, scale in GAUGES:
         gauge = _gauge(family)
+        source = GAUGE_SOURCES.get(family.name)
         for dev in devices:
             value = getattr(dev, field)
             if value is not None:
-                gauge.add_metric(labels[dev.id], float(value) * scale)
+                if source is None:
+                    gauge.add_metric(labels[dev.id], float(value) * scale)
+                else:
+                    gauge.add_metric([*labels[dev.id], getattr(dev, source) or "unknown"],
+                                     float(value) * scale)
         out.append(gauge)
 
     if any(dev.parent for dev in devices):
@@ -279,6 +285,7 @@ class ExporterHealth:
 
     created: float
     render_errors: int
+    holder_overflow_seconds: float | None = None
     ledger_write_errors: int | None = None
     ledger_unwritten: int | None = None
     ledger_dropped: int | None = None
@@ -290,6 +297,7 @@ def exporter_families(health: ExporterHealth) -> list[Metric]:
     ledger's only with ``--ledger`` (their counts are ``None`` without it)."""
     out: list[Metric] = []
     for family, value in ((RENDER_ERRORS, health.render_errors),
+                          (HOLDER_OVERFLOW, health.holder_overflow_seconds),
                           (LEDGER_WRITE_ERRORS, health.ledger_write_errors),
                           (LEDGER_UNWRITTEN, health.ledger_unwritten),
                           (LEDGER_DROPPED, health.ledger_dropped),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from allsmi.exporter.builder import BackendCounter, CounterValues
-from allsmi.exporter.holders import HolderCounters, HolderKey, HolderValues
+from allsmi.exporter.holders import DEFAULT_MAX_HOLDER_SERIES, HolderCounters, HolderKey, HolderValues
 from allsmi.schema import Snapshot
 from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,
                           UsageIntegrator, held)
@@ -61,10 +61,11 @@ class UsageCounters:
     def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS,
                  forget_after_seconds: float = FORGET_AFTER_SECONDS,
                  idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT,
-                 holder_users: bool = False) -> None:
+                 holder_users: bool = False,
+                 max_holder_series: int = DEFAULT_MAX_HOLDER_SERIES) -> None:
         self.integrator = UsageIntegrator(max_gap_seconds, idle_threshold_percent)
         #: Per-holder parts of the same increments (user label only with ``holder_users``).
-        self.holder_counters = HolderCounters(users=holder_users)
+        self.holder_counters = HolderCounters(users=holder_users, max_series=max_holder_series)
         self.forget_after_seconds = forget_after_seconds
         self._totals: dict[str, _Totals] = {}
         self._backends: dict[str, BackendCounter] = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from allsmi.exporter.holders import HOLDER_FORGET_AFTER_SECONDS
+from allsmi.exporter.holders import HOLDER_FORGET_AFTER_SECONDS, OVERFLOW
 from allsmi.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS
 
 #: Join labels carried by every per-device series.
@@ -67,13 +67,19 @@ DEVICE_UP = Family(
     DEVICE_LABELS, source="health", condition="omitted while health is unknown")
 
 GAUGES: tuple[tuple[Family, str, float], ...] = tuple(
-    (Family(m.metric, "gauge", m.help, DEVICE_LABELS, _unit_of(m.metric),
+    (Family(m.metric, "gauge", m.help,
+            DEVICE_LABELS + (("source",) if m.source_field else ()), _unit_of(m.metric),
             source=f"{m.field} ({m.unit})" + (f" x {m.scale:g}" if m.scale != 1.0 else ""),
             condition=("board-level: only on the device that owns the board, never on its "
                        "partitions; " if m.board_level else "") + "omitted when unknown"),
      m.field, m.scale)
     for m in MEASUREMENTS)
 """(family, schema field, scale) for each device gauge, from :data:`allsmi.fields.MEASUREMENTS`."""
+
+#: Gauge family name -> the DeviceSample text field exported as its ``source`` label (what the
+#: value measures, e.g. ``compute_active_source``); a value whose source is not known says
+#: ``unknown``.
+GAUGE_SOURCES: dict[str, str] = {m.metric: m.source_field for m in MEASUREMENTS if m.source_field}
 
 ENERGY_TOTAL = Family(
     ENERGY_FIELD.metric, "counter",
@@ -226,6 +232,13 @@ RENDER_ERRORS = Family(
     "served and /ready turns 503 once the last whole exposition is stale).",
     (), source="exceptions while rendering, duplicate device ids",
     condition="allsmi serve only; always")
+HOLDER_OVERFLOW = Family(
+    "allsmi_holder_overflow_seconds_total", "counter",
+    "Allocated device time credited to overflow holders (namespace, pod and job_id "
+    f"\"{OVERFLOW}\") since the exporter started: time of holders that arrived while "
+    "[serve] max_holder_series holder series existed.",
+    (), "seconds", source="allsmi.exporter.holders.HolderCounters.overflow_seconds",
+    condition="allsmi serve only; always (0 while the cap is not reached)")
 LEDGER_WRITE_ERRORS = Family(
     "allsmi_ledger_write_errors_total", "counter",
     "Ledger writes that failed since the exporter started (the intervals are kept and retried).",
@@ -251,6 +264,6 @@ FAMILIES: tuple[Family, ...] = (
     + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, BUDGET_MONTH, WORKLOAD_INFO, PROCESS_MEMORY)
     + tuple(g for g, _, _ in PROCESS_GAUGES)
     + (BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
-       LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
+       LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, HOLDER_OVERFLOW, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED, LEDGER_REFUSED))
 """Every family the exporter can emit, in exposition order."""
