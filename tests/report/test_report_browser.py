@@ -193,6 +193,10 @@ def _dark_and_print(chrome: Any, month: tuple[Path, list[dict[str, str]]]) -> No
         text = opened.page.evaluate("getComputedStyle(document.querySelector("
                                     "'#chart-hours svg .title')).fill")
         assert background == "rgb(13, 17, 23)" and text == "rgb(230, 237, 243)"
+        # printed: the width of A4 less its margins (186 mm, 703 CSS px), nothing wider
+        opened.page.emulate_media(media="print")
+        opened.page.set_viewport_size({"width": 703, "height": 1000})
+        assert opened.page.evaluate(OVERFLOW) == []
         pdf = opened.page.pdf(format="A4")
         assert pdf.startswith(b"%PDF") and pdf.count(b"/Type /Page\n") + \
             pdf.count(b"/Type /Page ") + pdf.count(b"/Type/Page") >= 2
