@@ -151,7 +151,16 @@ def _charts_draw_one_mark_per_known_value(
     try:
         charts = page.evaluate("Array.from(document.querySelectorAll('figure[data-chart]'))"
                                ".map(f => f.dataset.chart)")
-        assert charts == ["budget", "hours", "holders", "pools", "trend_cost", "trend"]
+        assert charts == ["budget", "burn", "hours", "holders", "pools", "trend_cost", "trend"]
+        # the cost so far per group, a point per day and priced group; on the last day each
+        # group's cost so far is its cost in the window
+        burn = table(page, "table-burn")
+        assert header(page, "table-burn") == ["day", *GROUPS]
+        assert marks(page, "burn") == sum(_known(line[1:]) for line in burn)
+        by_group = {g: [r for r in rows if r["resource_group"] == g] for g in GROUPS}
+        for i, group in enumerate(GROUPS, start=1):
+            assert float(burn[-1][i].replace(",", "")) == pytest.approx(
+                _sum(by_group[group], "cost"), abs=0.01)
         budget = [line for line in table(page, "table-budget") if line[0] in GROUPS]
         head = header(page, "table-budget")
         assert marks(page, "budget") == sum(_known([line[head.index(t)] for line in budget])

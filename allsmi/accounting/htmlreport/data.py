@@ -144,6 +144,9 @@ class Content:
     holder_keys: tuple[str, ...] = ()
     pools: list[Line] = field(default_factory=list)
     trend: list[Line] = field(default_factory=list)
+    burn: list[Line] = field(default_factory=list)
+    """Per step of the trend, each priced group's cost so far in the window (its figures are
+    keyed by the group's name); unknown on a step whose cost is."""
     currencies: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -264,11 +267,21 @@ def content(views: Views) -> Content:
         c.holders_rest = Line((f"{len(rest)} more holders",), _totals(
             [line.figures for line in rest], summed, c.currencies)[0].figures)
     c.holders_total = _totals([line.figures for line in every], summed, c.currencies)
+    priced = [line.names[0] for line in c.groups if line.figures.get("cost") is not None]
+    so_far: dict[str, float] = dict.fromkeys(priced, 0.0)
     for name, report in views.trend:
         rows = [values(row) for row in report.rows]
         figures = _totals(rows, summed, c.currencies)[0].figures if rows else {}
         figures["coverage_ratio"] = report.coverage_ratio
         c.trend.append(Line((name,), figures))
+        costs = {label(row.resource_group): values(row).get("cost") for row in report.rows}
+        burn: dict[str, Any] = {}
+        for group in priced:
+            cost = costs.get(group)
+            if cost is not None:
+                so_far[group] += cost
+            burn[group] = None if cost is None else so_far[group]
+        c.burn.append(Line((name,), burn))
     _notes(c)
     return c
 

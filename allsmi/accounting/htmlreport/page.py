@@ -35,6 +35,7 @@ class Cell:
 
 @dataclass
 class Table:
+    id: str
     caption: str
     head: list[tuple[str, bool]]
     body: list[list[Cell]] = field(default_factory=list)
@@ -46,11 +47,10 @@ class Section:
     id: str
     title: str
     intro: str
-    figures: list[tuple[Chart, str]]
-    """The section's charts and their SVG."""
+    items: list[tuple[tuple[Chart, str] | None, Table | None]]
+    """Each chart (and its SVG) with the table of its numbers under it."""
     empty: str = ""
     """Why there is no chart."""
-    tables: list[Table] = field(default_factory=list)
 
 
 def number(value: Any, kind: str, column: str = "", activity: bool = True,
@@ -73,8 +73,8 @@ def number(value: Any, kind: str, column: str = "", activity: bool = True,
 Columns = Sequence[tuple[str, str, str]]
 
 
-def _table(caption: str, names: Sequence[str], columns: Columns, lines: Sequence[Line],
-           c: Content, foot: Sequence[Line] = ()) -> Table:
+def _table(id: str, caption: str, names: Sequence[str], columns: Columns,
+           lines: Sequence[Line], c: Content, foot: Sequence[Line] = ()) -> Table:
     head = [(n, False) for n in names] + [(title, True) for title, _, _ in columns]
 
     def cells(line: Line, total: bool) -> list[Cell]:
@@ -92,7 +92,7 @@ def _table(caption: str, names: Sequence[str], columns: Columns, lines: Sequence
                 out.append(number(f.get(column), kind, column, c.activity, _why(f, column)))
         return out
 
-    return Table(caption, head, [cells(line, False) for line in lines],
+    return Table(id, caption, head, [cells(line, False) for line in lines],
                  [cells(line, True) for line in foot])
 
 
@@ -154,54 +154,61 @@ def _holder_columns(c: Content) -> Columns:
 
 
 def sections(c: Content) -> list[Section]:
-    """The page's sections, each with its chart (if it has known values) and its table(s)."""
+    """The page's sections, each chart (if it has known values) with its table."""
     drawn = charts(c)
 
-    def section(id: str, title: str, intro: str, chart_ids: Sequence[str], empty: str,
-                tables: list[Table]) -> Section:
-        shown = [(drawn[i], svg(drawn[i])) for i in chart_ids if i in drawn]
-        return Section(id, title, intro, shown, "" if shown else empty, tables)
+    def section(id: str, title: str, intro: str, empty: str,
+                *items: tuple[str | None, Table | None]) -> Section:
+        shown = [((drawn[chart], svg(drawn[chart])) if chart in drawn else None, table)
+                 for chart, table in items if chart in drawn or table is not None]
+        return Section(id, title, intro, shown, "" if any(f for f, _ in shown) else empty)
 
-    out = [
-        section("budget", "Cost against budget",
-                "Each group's cost in this window, its linear forecast to the end of the "
-                "month (the export's forecast_month_end_cost) and its monthly budget.",
-                ["budget"], "No costs: no group is priced.",
-                [_table("Cost, budget and forecast per group", ["resource group"],
-                        BUDGET_COLUMNS, c.groups, c, c.group_totals)]),
-        section("hours", "Allocated, active and idle device-hours",
-                "Per group: device-hours allocated to holders, used (utilization-weighted), "
-                "active (weighted by compute activity) and allocated but idle.",
-                ["hours"], "No device-hours known in this window.",
-                [_table("Device-hours, energy and carbon per group", ["resource group"],
-                        HOUR_COLUMNS, c.groups, c, c.group_totals)]),
-    ]
+    unit = c.trend_unit
+    burn = [(g, g, "money") for g in (c.burn[0].figures if c.burn else {})]
     keys = [k.replace("_", " ") for k in c.holder_keys]
     foot = ([c.holders_rest] if c.holders_rest else []) + c.holders_total
     ranked = "cost" if c.priced else "allocated device-hours (nothing is priced)"
-    out.append(section(
-        "holders", "Where the money went",
-        f"The holders ({', '.join(keys)}) ranked by {ranked}: their share of the group's "
-        "allocated time, how much of what they held they used and kept active, and what idle "
-        "time cost." + ("" if c.reasons else " Waiting reasons: not measured by this export."),
-        ["holders"], "No holder held a device in this window.",
-        [_table("Holders by cost", keys, _holder_columns(c), c.holders, c, foot)]))
-    out.append(section(
-        "pools", "Efficiency per vendor and model",
-        "Each pool of devices across groups: how much of its allocated time was used "
-        "(utilization) and active (compute activity).",
-        ["pools"], "No allocated time in this window.",
-        [_table("Efficiency per vendor and model", ["vendor", "model"], POOL_COLUMNS,
-                c.pools, c)]))
     # costs in several currencies do not add up to a day's cost
     trend_columns = TREND_COLUMNS if len(c.currencies) <= 1 else tuple(
         col for col in TREND_COLUMNS if "cost" not in col[1])
-    out.append(section(
-        "trend", f"Per {c.trend_unit}",
-        f"The window {c.trend_unit} by {c.trend_unit}: the same figures, summed over groups.",
-        ["trend_cost", "trend"], "No device data in this window.",
-        [_table(f"Per {c.trend_unit}", [c.trend_unit], trend_columns, c.trend, c)]))
-    return out
+    return [
+        section("budget", "Cost against budget",
+                "Each group's cost in this window, its linear forecast to the end of the "
+                "month (the export's forecast_month_end_cost) and its monthly budget; then "
+                "how the cost built up over the window.", "No costs: no group is priced.",
+                ("budget", _table("table-budget", "Cost, budget and forecast per group",
+                                  ["resource group"], BUDGET_COLUMNS, c.groups, c,
+                                  c.group_totals)),
+                ("burn", _table("table-burn", f"Cost so far in the window per group, {unit} "
+                                f"by {unit}", [unit], burn, c.burn, c) if burn else None)),
+        section("hours", "Allocated, active and idle device-hours",
+                "Per group: device-hours allocated to holders, used (utilization-weighted), "
+                "active (weighted by compute activity) and allocated but idle.",
+                "No device-hours known in this window.",
+                ("hours", _table("table-hours", "Device-hours, energy and carbon per group",
+                                 ["resource group"], HOUR_COLUMNS, c.groups, c,
+                                 c.group_totals))),
+        section("holders", "Where the money went",
+                f"The holders ({', '.join(keys)}) ranked by {ranked}: their share of the "
+                "group's allocated time, how much of what they held they used and kept "
+                "active, and what idle time cost."
+                + ("" if c.reasons else " Waiting reasons: not measured by this export."),
+                "No holder held a device in this window.",
+                ("holders", _table("table-holders", "Holders by cost", keys,
+                                   _holder_columns(c), c.holders, c, foot))),
+        section("pools", "Efficiency per vendor and model",
+                "Each pool of devices across groups: how much of its allocated time was used "
+                "(utilization) and active (compute activity).",
+                "No allocated time in this window.",
+                ("pools", _table("table-pools", "Efficiency per vendor and model",
+                                 ["vendor", "model"], POOL_COLUMNS, c.pools, c))),
+        section("trend", f"Per {unit}",
+                f"The window {unit} by {unit}: the same figures, summed over groups.",
+                "No device data in this window.",
+                ("trend_cost", None),
+                ("trend", _table("table-trend", f"Per {unit}", [unit], trend_columns,
+                                 c.trend, c))),
+    ]
 
 
 def render_html(views: Views) -> str:
