@@ -302,9 +302,11 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
 
 
 def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: Any,
-                  source: str | None = None, quiet: bool = False) -> list[Any]:
+                  source: str | None = None, quiet: bool = False,
+                  notes: list[str] | None = None) -> list[Any]:
     """One usage report over ``window`` per grouping in ``key_sets``, from one reading of the
-    source (see :func:`usage_report`); ``quiet``: say nothing on stderr about the source."""
+    source (see :func:`usage_report`); ``quiet``: say nothing on stderr about the source;
+    ``notes``: gathers the source's warnings (conflicting ledger rows, series left out)."""
     from allsmi.accounting.report import HOLDER_KEYS, build_report
     key_sets = [tuple(keys) for keys in key_sets]
     by_holder = any(k in HOLDER_KEYS for keys in key_sets for k in keys)
@@ -331,6 +333,8 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                                 published=published) for keys in key_sets]
         if not quiet:
             click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
+        _note(usage.notes, notes, quiet)
+        if not quiet:
             prices = describe(dict(reports[0].price_sources))
             if prices:
                 click.echo(f"allsmi: prices: {prices}", err=True)
@@ -342,10 +346,21 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                        for report in reports]
         return reports
     from allsmi.accounting.ledger import LedgerError
-    from allsmi.accounting.ledgersource import ledger_parts
+    from allsmi.accounting.ledgersource import ledger_conflicts, ledger_parts
     try:
         parts, holders = ledger_parts(ledger, window, by_holder=by_holder)
+        conflicts = ledger_conflicts(ledger, window)
     except LedgerError as exc:
         raise Failed("source", str(exc)) from None
+    _note(conflicts, notes, quiet)
     return [build_report(parts, window, keys, config, holder_parts=holders,
                          source=source or f"ledger {ledger}") for keys in key_sets]
+
+
+def _note(found: Any, notes: list[str] | None, quiet: bool) -> None:
+    """The source's warnings: on stderr (unless ``quiet``), and into ``notes`` when given."""
+    for note in found or ():
+        if not quiet:
+            click.echo(f"allsmi: warning: {note}", err=True)
+        if notes is not None and note not in notes:
+            notes.append(note)

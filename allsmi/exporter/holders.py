@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from allsmi.fairshare import NOBODY, Holder, Split, split
-from allsmi.schema import DeviceSample
+from allsmi.fairshare import NOBODY, Holder, Split, split, waiting_by_holder
+from allsmi.schema import WAITING_REASONS, DeviceSample
 from allsmi.usage import Increment
 
 #: How long the series of a holder no longer on the device are kept (seconds).
@@ -54,6 +54,12 @@ class HolderValues:
     allocated_seconds: float | None
     used_seconds: float | None
     energy_joules: float | None
+    active_seconds: float | None = None
+    waiting_seconds: tuple[float, ...] | None = None
+    """Allocated seconds per waiting reason (WAITING_REASONS order); ``None``: never classified."""
+
+
+_REASON_INDEX = {reason: i for i, reason in enumerate(WAITING_REASONS)}
 
 
 @dataclass
@@ -63,6 +69,8 @@ class _Total:
     allocated_seconds: float | None = None
     used_seconds: float | None = None
     energy_joules: float | None = None
+    active_seconds: float | None = None
+    waiting_seconds: list[float] | None = None
 
 
 class HolderCounters:
@@ -82,6 +90,8 @@ class HolderCounters:
         #: that cycle. An increment goes to the holders at its end, else at its start (as in
         #: the ledger: allsmi.accounting.recorder).
         self._held: dict[str, tuple[Split, str, int]] = {}
+        #: Per device: each holder's waiting reason in that cycle (None: not classified).
+        self._waiting: dict[str, dict[Holder, str] | None] = {}
         self._now = 0.0
         self._cycle = 0
 
@@ -92,6 +102,7 @@ class HolderCounters:
         for dev in devices:
             if dev.health in ("ok", "degraded") and (dev.processes or dev.workloads):
                 self._held[dev.id] = (split(dev), dev.resource_group or "", self._cycle)
+                self._waiting[dev.id] = waiting_by_holder(dev)
 
     def _series(self, dev_id: str, group: str, holder: Holder, method: str) -> tuple[_Total, bool]:
         """The series of ``holder`` (created if there is room), and whether it is the
@@ -117,15 +128,21 @@ class HolderCounters:
         sp, group, cycle = self._held.get(inc.device_id, (NOBODY, "", 0))
         if cycle < self._cycle - 1 or not sp.allocated and not sp.used:
             return
-        _, _, _, observed, allocated, busy, energy, idle = inc
+        _, _, _, observed, allocated, busy, energy, idle, active = inc
         idle_part = min(1.0, idle / observed) if idle is not None and energy is not None \
             and observed > 0 else None
+        waiting = self._waiting.get(inc.device_id)
         for holder, weight in sp.allocated:
             total, overflow = self._series(inc.device_id, group, holder, sp.allocation_method)
             if allocated is not None and allocated >= 0:
                 total.allocated_seconds = (total.allocated_seconds or 0.0) + allocated * weight
                 if overflow:
                     self.overflow_seconds += allocated * weight
+                if waiting is not None:
+                    if total.waiting_seconds is None:
+                        total.waiting_seconds = [0.0] * len(WAITING_REASONS)
+                    reason = _REASON_INDEX.get(waiting.get(holder, "unknown"), -1)
+                    total.waiting_seconds[reason] += allocated * weight
             if idle_part is not None and energy >= 0:  # type: ignore[operator]
                 total.energy_joules = (total.energy_joules or 0.0) + \
                     energy * idle_part * weight  # type: ignore[operator]
@@ -134,6 +151,8 @@ class HolderCounters:
             total, _ = self._series(inc.device_id, group, holder, sp.usage_method)
             if busy is not None and busy >= 0:
                 total.used_seconds = (total.used_seconds or 0.0) + busy * weight
+            if active is not None and active >= 0:
+                total.active_seconds = (total.active_seconds or 0.0) + active * weight
             if energy is not None and energy >= 0:
                 total.energy_joules = (total.energy_joules or 0.0) + energy * busy_part * weight
 
@@ -148,8 +167,11 @@ class HolderCounters:
             self._totals = dict(self._totals)
         for dev_id in [d for d, (_, _, cycle) in self._held.items() if cycle < self._cycle - 1]:
             del self._held[dev_id]
+            self._waiting.pop(dev_id, None)
 
     def values(self) -> Mapping[HolderKey, HolderValues]:
         """Immutable totals of every series still kept."""
-        return {key: HolderValues(t.created, t.allocated_seconds, t.used_seconds, t.energy_joules)
+        return {key: HolderValues(t.created, t.allocated_seconds, t.used_seconds, t.energy_joules,
+                                  t.active_seconds, None if t.waiting_seconds is None
+                                  else tuple(t.waiting_seconds))
                 for key, t in sorted(self._totals.items())}
