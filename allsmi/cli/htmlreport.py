@@ -84,16 +84,17 @@ def _views(plan: Any, threshold: float) -> Any:
     """The rows of the report: the window grouped three ways from one reading of the source,
     and the trend, one reading per day (per month over long windows)."""
     from allsmi.accounting.htmlreport.data import MAX_DAYS, Views
+    notes: list[str] = []
     with source(plan) as (ledger, client, name):
         groups, holders, pools = usage_reports(plan.window, (GROUP_KEYS, plan.keys, POOL_KEYS),
-                                               plan.config, ledger, client, name)
+                                               plan.config, ledger, client, name, notes=notes)
         steps, unit = _steps(plan.window, MAX_DAYS)
         trend = []
-        for label, window in steps:
+        for label, window in steps:  # the window's warnings already cover its days'
             [day] = usage_reports(window, (GROUP_KEYS,), plan.config, ledger, client, name,
                                   quiet=True)
             trend.append((label, day))
-    return Views(groups, holders, pools, tuple(trend), threshold, unit)
+    return Views(groups, holders, pools, tuple(trend), threshold, unit, tuple(notes))
 
 
 def _steps(window: Any, max_days: int) -> tuple[list[tuple[str, Any]], str]:

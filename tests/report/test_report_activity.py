@@ -1,6 +1,6 @@
-"""The report reads the activity columns from the export's rows when they are there (issue 31:
-``active_device_hours``, ``efficiency_ratio``, the seconds and cost of each waiting reason,
-``activity_method``) and says "not measured" where they are not; never a 0 for either."""
+"""The report shows the export's activity columns (issue 31: ``active_device_hours``,
+``efficiency_ratio``, ``waiting_<reason>_seconds`` and ``_cost``, ``activity_method``) where the
+rows know them, and says "not measured" where no row does; never a 0 for either."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import dataclasses
 import datetime as dt
 import re
 
-from allsmi.accounting.htmlreport.data import Views, content, reason_columns
+from allsmi.accounting.htmlreport.data import Views, content
 from allsmi.accounting.htmlreport.page import render_html
 from allsmi.accounting.periods import Window
-from allsmi.accounting.report import Part, Report, Row, build_report
+from allsmi.accounting.report import Part, Report, build_report
 from allsmi.config import parse_config
+from allsmi.schema import WAITING_REASONS
 
 CONFIG = """\
 [groups.training]
@@ -22,19 +23,6 @@ budget_per_month = 1000
 """
 START = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
 WINDOW = Window(START, START + dt.timedelta(days=2))
-
-
-@dataclasses.dataclass(frozen=True)
-class ActiveRow(Row):
-    """A row as the export has it once activity is measured."""
-
-    active_device_hours: float | None = None
-    efficiency_ratio: float | None = None
-    activity_method: str | None = None
-    waiting_input_seconds: float | None = None
-    waiting_input_cost: float | None = None
-    waiting_nothing_seconds: float | None = None
-    waiting_nothing_cost: float | None = None
 
 
 def _parts(seconds: float) -> tuple[list[Part], list[Part]]:
@@ -51,11 +39,15 @@ def _report(keys: tuple[str, ...], seconds: float, window: Window, active: bool)
                           source="test")
     if not active:
         return report
-    rows = tuple(ActiveRow(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)},
-                           active_device_hours=r.allocated_device_hours * 0.2,
-                           efficiency_ratio=0.2, activity_method="sm_active",
-                           waiting_input_seconds=3600.0, waiting_input_cost=2.0,
-                           waiting_nothing_seconds=7200.0, waiting_nothing_cost=None)
+    # as the export has them once activity is measured: 20 % of the allocated time active,
+    # an hour waiting on input (2.00 of the cost) and two on nothing (4.00)
+    waits = tuple(3600.0 if r == "input" else 7200.0 if r == "nothing" else 0.0
+                  for r in WAITING_REASONS)
+    costs = tuple(2.0 if r == "input" else 4.0 if r == "nothing" else 0.0
+                  for r in WAITING_REASONS)
+    rows = tuple(dataclasses.replace(r, active_device_hours=r.allocated_device_hours * 0.2,
+                                     efficiency_ratio=0.2, activity_method="sm_active",
+                                     waiting_seconds=waits, waiting_cost=costs)
                  for r in report.rows)
     return dataclasses.replace(report, rows=rows)
 
@@ -80,7 +72,7 @@ def _cells(page: str, table: str) -> list[str]:
 def test_activity_columns_are_shown_when_the_export_has_them() -> None:
     views = _views(active=True)
     c = content(views)
-    assert c.activity and list(c.reasons) == ["input", "nothing"]
+    assert c.activity and list(c.reasons) == list(WAITING_REASONS)
     page = render_html(views)
     assert "Compute activity is not measured" not in page and "not measured" not in page
     hours = _cells(page, "table-hours")
@@ -89,7 +81,14 @@ def test_activity_columns_are_shown_when_the_export_has_them() -> None:
     holders = page.split('id="table-holders"')[1].split("</table>")[0]
     assert ">cost waiting: input</th>" in holders and ">cost waiting: nothing</th>" in holders
     cells = _cells(page, "table-holders")
-    assert "2.00" in cells and "unknown" in cells  # a cost, and an unknown one: not 0
+    assert "2.00" in cells and "4.00" in cells
+    assert ">sm_active</td>" in page.split('id="table-hours"')[1].split("</table>")[0]
+    # what the holders waited on, all holders: a bar per reason, its hours and cost
+    waiting = _cells(page, "table-waiting")
+    assert waiting[:4] == ["computing", "0.00", "0.0 %", "0.00"]
+    assert waiting[4:8] == ["input", "1.00", f"{100 / 24:.1f} %", "2.00"]
+    chart = page.split('id="chart-waiting"')[1].split("</figure>")[0]
+    assert chart.count('class="rect reactive tooltip-trigger"') == len(WAITING_REASONS)
     assert "&lt;b&gt;pod&lt;/b&gt;" in holders and "<b>pod" not in holders
     # the hours chart draws the active series
     chart = page.split('id="chart-hours"')[1].split("</figure>")[0]
@@ -99,19 +98,10 @@ def test_activity_columns_are_shown_when_the_export_has_them() -> None:
 def test_without_activity_the_report_says_not_measured() -> None:
     views = _views(active=False)
     c = content(views)
-    assert not c.activity and c.reasons == {}
+    assert not c.activity and c.reasons == {} and c.waiting == []
     page = render_html(views)
     assert "Compute activity is not measured by this export" in page
     hours = _cells(page, "table-hours")
     assert hours.count("not measured") == 2 * 2  # active and efficiency, group and total
     chart = page.split('id="chart-hours"')[1].split("</figure>")[0]
     assert ">active</text>" not in chart
-
-
-def test_reason_columns_are_found_by_their_words() -> None:
-    found = reason_columns({"waiting_input_seconds": 1, "input_wait_cost": 2,
-                            "host_waiting_seconds": 3, "idle_cost": 4, "cost": 5,
-                            "waiting_elsewhere_seconds": 6, "communication_reason_cost": 7})
-    assert found == {"input": {"seconds": "waiting_input_seconds", "cost": "input_wait_cost"},
-                     "host": {"seconds": "host_waiting_seconds"},
-                     "communication": {"cost": "communication_reason_cost"}}

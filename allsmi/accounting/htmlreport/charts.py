@@ -97,6 +97,10 @@ def charts(c: Content) -> dict[str, Chart]:
                                "hbar", names, _series(ranked, (
                                    ("allocated", "allocated_device_hours"),
                                    ("idle", "idle_allocated_device_hours"))), "device-hours")
+    if c.waiting:
+        out["waiting"] = Chart("waiting", "What the holders waited on (device-hours)", "bar",
+                               tuple(line.names[0] for line in c.waiting),
+                               _series(c.waiting, (("device-hours", "hours"),)), "device-hours")
     pools = [line for line in c.pools if line.figures.get("allocated_device_hours")]
     out["pools"] = Chart("pools", "Efficiency per vendor and model (share of allocated time)",
                          "bar", tuple(line.names[1] if line.names[1] != "-" else line.names[0]

@@ -5,27 +5,23 @@ CSV's numbers at the CSV's precision) or a sum of such values, so a table of the
 CSV export of the same window and options agree to the printed digit. An unknown value stays
 unknown (``None``): it is shown as such and left out of charts, never drawn as 0.
 
-The activity columns (``active_device_hours``, ``efficiency_ratio``, the seconds and cost of
-each waiting reason, ``activity_method``) are read from the rows when the export has them;
-where it has not, the report says "not measured".
+The activity columns (``active_device_hours``, ``efficiency_ratio``, ``waiting_<reason>_seconds``
+and ``waiting_<reason>_cost``, ``activity_method``) are the export's too; where no row of the
+window knows them (hardware that reports no compute activity), the report says "not measured".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from allsmi.accounting.formats import json_row
 from allsmi.accounting.report import HOLDER_KEYS, Report, Row
+from allsmi.schema import WAITING_REASONS
 from allsmi.text import clean_text
 
 #: What each holder may have been waiting on (issue 31), in the order they are shown.
-REASONS = ("computing", "input", "host", "communication", "nothing", "unknown")
-#: The activity columns of the export (issue 31), besides the waiting reasons'.
-ACTIVITY_COLUMNS = ("active_device_hours", "efficiency_ratio", "activity_method")
-#: Words a waiting reason's column may have besides its reason and its unit
-#: (``waiting_input_seconds``, ``input_wait_cost``...).
-_REASON_WORDS = {"waiting", "wait", "reason"}
+REASONS = WAITING_REASONS
 #: Holders listed one by one in the table (the rest are summed in one line).
 TABLE_HOLDERS = 100
 #: Holders drawn in the ranking chart.
@@ -52,39 +48,26 @@ class Views:
     """The coverage below which the export exits 3."""
     trend_unit: str = "day"
     """What one step of ``trend`` is: ``day`` or ``month``."""
-
-
-def _reason_of(column: str) -> tuple[str, str] | None:
-    """``(reason, "seconds" | "cost")`` of a waiting reason's column, else ``None``."""
-    words = column.split("_")
-    kind = words[-1]
-    reasons = [w for w in words[:-1] if w in REASONS]
-    rest = [w for w in words[:-1] if w not in REASONS]
-    if kind not in ("seconds", "cost") or len(reasons) != 1 or not set(rest) <= _REASON_WORDS:
-        return None
-    return reasons[0], kind
+    notes: tuple[str, ...] = ()
+    """The source's warnings (conflicting ledger rows, series left out), as the export says
+    them on stderr."""
 
 
 def values(row: Row) -> dict[str, Any]:
-    """The row's export columns, as the JSON export gives them (the CSV's precision), and its
-    activity columns when the row has them and the export's list does not yet."""
-    item = json_row(row)
-    for f in fields(row):
-        if f.name not in item and (f.name in ACTIVITY_COLUMNS or _reason_of(f.name)):
-            value = getattr(row, f.name)
-            item[f.name] = round(value, 6) if isinstance(value, float) else value
-    return item
+    """The row's export columns, as the JSON export gives them (the CSV's precision)."""
+    return json_row(row)
 
 
-def reason_columns(row_values: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """``{reason: {"seconds": column, "cost": column}}`` of the waiting-reason columns the
-    export has (none before the activity columns exist), in :data:`REASONS`' order."""
+def reason_columns(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{reason: {"seconds": column, "cost": column}}`` of the waiting reasons some row knows
+    (none where activity is not measured), in :data:`REASONS`' order."""
+    rows = list(rows)
     out: dict[str, dict[str, str]] = {}
-    for name in row_values:
-        found = _reason_of(name)
-        if found:
-            out.setdefault(found[0], {})[found[1]] = name
-    return {r: out[r] for r in REASONS if r in out}
+    for reason in REASONS:
+        columns = {kind: f"waiting_{reason}_{kind}" for kind in ("seconds", "cost")}
+        if any(r.get(columns["seconds"]) is not None for r in rows):
+            out[reason] = columns
+    return out
 
 
 def total(items: Iterable[float | None]) -> float | None:
@@ -144,6 +127,9 @@ class Content:
     holder_keys: tuple[str, ...] = ()
     pools: list[Line] = field(default_factory=list)
     trend: list[Line] = field(default_factory=list)
+    waiting: list[Line] = field(default_factory=list)
+    """Per waiting reason some holder knows, all holders together: its device-hours, their
+    share of the holders' allocated ones, and its cost."""
     burn: list[Line] = field(default_factory=list)
     """Per step of the trend, each priced group's cost so far in the window (its figures are
     keyed by the group's name); unknown on a step whose cost is."""
@@ -246,9 +232,9 @@ def content(views: Views) -> Content:
     c = Content(views)
     groups = views.groups
     c.groups = _group_lines(groups)
-    first = values(groups.rows[0]) if groups.rows else {}
-    c.activity = "active_device_hours" in first
-    c.reasons = reason_columns(first)
+    # measured: some row knows it (an export without activity has the columns, all empty)
+    c.activity = any(line.figures.get("active_device_hours") is not None for line in c.groups)
+    c.reasons = reason_columns(values(row) for row in views.holders.rows)
     reason_cols = [col for cols in c.reasons.values() for col in cols.values()]
     summed = HOUR_COLUMNS + MONEY_COLUMNS + OTHER_COLUMNS + tuple(reason_cols)
     c.currencies = tuple(sorted({line.currency for line in c.groups
@@ -267,6 +253,14 @@ def content(views: Views) -> Content:
         c.holders_rest = Line((f"{len(rest)} more holders",), _totals(
             [line.figures for line in rest], summed, c.currencies)[0].figures)
     c.holders_total = _totals([line.figures for line in every], summed, c.currencies)
+    held = c.holders_total[0].figures.get("allocated_device_hours")
+    for reason, columns in c.reasons.items():
+        seconds = total(line.figures.get(columns["seconds"]) for line in every)
+        hours = None if seconds is None else seconds / 3600.0
+        cost = (None if len(c.currencies) != 1 else
+                total(line.figures.get(columns["cost"]) for line in every))
+        c.waiting.append(Line((reason,), {"hours": hours, "share": ratio(hours, held),
+                                          "cost": cost}, c.currencies[0] if cost else None))
     priced = [line.names[0] for line in c.groups if line.figures.get("cost") is not None]
     so_far: dict[str, float] = dict.fromkeys(priced, 0.0)
     for name, report in views.trend:
@@ -300,6 +294,7 @@ def _notes(c: Content) -> None:
     elif coverage < v.threshold:
         c.warnings.append(f"The data covers {coverage:.2%} of the device time in this window, "
                           f"below the threshold of {v.threshold:.2%}: the figures may be short.")
+    c.warnings.extend(f"The source warns: {note}" for note in v.notes)
     if v.groups.source_data and "raw counters" in v.groups.source_data:
         c.warnings.append(f"Part of this bill came from raw counters, not from the hourly "
                           f"roll-ups: {v.groups.source_data}.")

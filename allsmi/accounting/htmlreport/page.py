@@ -118,6 +118,7 @@ HOUR_COLUMNS: Columns = (
     ("active device-hours", "active_device_hours", "hours"),
     ("idle device-hours", "idle_allocated_device_hours", "hours"),
     ("efficiency (active / allocated)", "efficiency_ratio", "ratio"),
+    ("activity source", "activity_method", "text"),
     ("energy kWh", "energy_kwh", "kwh"), ("carbon gCO2e", "carbon_gco2e", "grams"),
     ("coverage", "coverage_ratio", "ratio"))
 POOL_COLUMNS: Columns = (
@@ -128,6 +129,8 @@ POOL_COLUMNS: Columns = (
     ("used / allocated", "used_efficiency", "percent"),
     ("active / allocated", "active_efficiency", "percent"),
     ("currency", "currency", "text"), ("cost", "cost", "money"))
+WAITING_COLUMNS: Columns = (("device-hours", "hours", "hours"),
+                             ("share of allocated", "share", "ratio"), ("cost", "cost", "money"))
 TREND_COLUMNS: Columns = (
     ("allocated device-hours", "allocated_device_hours", "hours"),
     ("active device-hours", "active_device_hours", "hours"),
@@ -146,9 +149,9 @@ def _holder_columns(c: Content) -> Columns:
         ("currency", "currency", "text"), ("cost", "cost", "money"),
         ("idle cost", "idle_cost", "money")]
     for reason, names in c.reasons.items():
-        if "cost" in names:
+        if c.priced:
             cols.append((f"cost waiting: {reason}", names["cost"], "money"))
-        elif "seconds" in names:
+        else:
             cols.append((f"seconds waiting: {reason}", names["seconds"], "count"))
     return cols
 
@@ -195,7 +198,10 @@ def sections(c: Content) -> list[Section]:
                 + ("" if c.reasons else " Waiting reasons: not measured by this export."),
                 "No holder held a device in this window.",
                 ("holders", _table("table-holders", "Holders by cost", keys,
-                                   _holder_columns(c), c.holders, c, foot))),
+                                   _holder_columns(c), c.holders, c, foot)),
+                ("waiting", _table("table-waiting", "What the holders waited on, all holders",
+                                   ["reason"], WAITING_COLUMNS, c.waiting, c)
+                 if c.waiting else None)),
         section("pools", "Efficiency per vendor and model",
                 "Each pool of devices across groups: how much of its allocated time was used "
                 "(utilization) and active (compute activity).",
