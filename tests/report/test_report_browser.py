@@ -122,6 +122,7 @@ def _tables_equal_the_csv_export(chrome: Any, month: tuple[Path, list[dict[str, 
         for column, title in (("allocated_device_hours", "allocated device-hours"),
                               ("observed_device_hours", "observed device-hours"),
                               ("used_device_hours", "used device-hours"),
+                              ("active_device_hours", "active device-hours"),
                               ("energy_kwh", "energy kWh")):
             at = head.index(title)
             for group, mine in by_group.items():
@@ -129,9 +130,6 @@ def _tables_equal_the_csv_export(chrome: Any, month: tuple[Path, list[dict[str, 
             assert hours["total"][at] == _shown(_sum(rows, column)), column
         at = head.index("carbon gCO2e")
         assert hours["total"][at] == _shown(_sum(rows, "carbon_gco2e"), 0)
-        # not measured by this export: said, never a 0
-        assert {line[head.index("active device-hours")] for line in hours.values()} == \
-            {"not measured"}
         # the trend: a line per day of the month, adding up to the month
         trend = table(page, "table-trend")
         year, mon = map(int, last_month().split("-"))
@@ -170,6 +168,7 @@ def _charts_draw_one_mark_per_known_value(
         head = header(page, "table-hours")
         assert marks(page, "hours") == sum(_known([line[head.index(t)] for line in hours])
                                            for t in ("allocated device-hours",
+                                                     "active device-hours",
                                                      "idle device-hours"))
         holders = table(page, "table-holders")[:20]
         head = header(page, "table-holders")
@@ -180,12 +179,13 @@ def _charts_draw_one_mark_per_known_value(
         # one line per vendor and model of the export (MIG profiles are models of their own)
         assert [tuple(line[:2]) for line in pools] == sorted({(r["vendor"], r["model"])
                                                               for r in rows})
-        assert marks(page, "pools") == _known([line[head.index("used / allocated")]
-                                               for line in pools])
+        assert marks(page, "pools") == sum(_known([line[head.index(t)] for line in pools])
+                                           for t in ("used / allocated", "active / allocated"))
         trend = table(page, "table-trend")
         head = header(page, "table-trend")
         assert marks(page, "trend") == sum(_known([line[head.index(t)] for line in trend])
                                            for t in ("allocated device-hours",
+                                                     "active device-hours",
                                                      "idle device-hours"))
         assert marks(page, "trend_cost") == sum(_known([line[head.index(t)] for line in trend])
                                                 for t in ("cost", "idle cost"))
