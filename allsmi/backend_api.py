@@ -124,6 +124,12 @@ class Backend(abc.ABC):
     matches ``<prefix><index>`` ids and ``/dev/.../<prefix><index>`` paths with them."""
     env_vars: ClassVar[tuple[str, ...]] = ()
     """Environment variables the backend reads (a command-line backend adds its tool override)."""
+    compute_active_source: ClassVar[str] = ""
+    """What ``compute_active_percent`` measures on this vendor, where declared (see
+    :class:`~allsmi.declarations.VendorDeclaration`)."""
+    tool_flags: ClassVar[tuple[str, ...]] = ()
+    """Options of the vendor's tools its docs page names (``--json-output``): the docs test accepts
+    them (see :class:`~allsmi.declarations.VendorDeclaration`)."""
     unreported_fields: ClassVar[frozenset[str]] = frozenset()
     """Measured fields (:data:`allsmi.fields.MEASURED_FIELDS`) this backend leaves ``None`` on
     every device, with every tool or library version it was checked against: the vendor

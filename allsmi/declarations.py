@@ -16,7 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: How a device plugin writes the ids of the devices it allocates.
-ID_KINDS = ("auto", "uuid", "bus_id", "index", "serial")
+#: ``core`` is a global sub-device number (a NeuronCore, or any core or partition a plugin numbers
+#: across the node): it names the device whose :data:`CORE_RANGE_DETAILS` range holds it.
+ID_KINDS = ("auto", "uuid", "bus_id", "index", "serial", "core")
+#: The ``DeviceSample.details`` keys a backend sets on each whole device whose sub-devices a plugin
+#: hands out by a global number: the first global number on the device and how many it has.
+CORE_RANGE_DETAILS = ("core_first", "core_count")
 
 
 @dataclass(frozen=True)
@@ -60,3 +65,11 @@ class VendorDeclaration:
     """Glob patterns of the vendor driver's device nodes, listed by ``allsmi doctor``."""
     env_vars: tuple[str, ...] = ()
     """Environment variables the backend reads (``ALLSMI_HL_SMI``)."""
+    compute_active_source: str = ""
+    """What the backend's ``compute_active_percent`` measures (a name of
+    ``allsmi.schema.COMPUTE_ACTIVE_SOURCES``: ``core_busy``, ``engine_time``...), where the backend
+    sets it from a declaration rather than per device; ``--simulate`` gives the devices it
+    impersonates that source. Empty: not declared."""
+    tool_flags: tuple[str, ...] = ()
+    """Options of the vendor's own tools that its docs name in backticks (``--json-output``); the
+    docs test accepts them beside ``allsmi``'s own (the flags of ``version_command`` count too)."""

@@ -85,7 +85,8 @@ def test_simulated_json_has_the_public_shape(tmp_path: Path) -> None:
     assert h100["labels"] == {"team": "ml-platform", "project": "llm", "cost_center": "CC-4711"}
     assert h100["fan_percent"] is None  # SXM boards have no fan: honest null, not 0
     assert {b["name"]: b["status"] for b in data["backends"]} == {
-        "nvidia": "ok", "amd": "ok", "gaudi": "ok", "furiosa": "ok", "rebellions": "ok", "tenstorrent": "ok"}
+        "nvidia": "ok", "amd": "ok", "gaudi": "ok", "furiosa": "ok", "rebellions": "ok", "tenstorrent": "ok",
+        "intel": "ok", "neuron": "ok", "ascend": "ok", "tpu": "ok"}
 
 
 def test_without_accelerators_every_backend_says_why() -> None:
@@ -108,7 +109,7 @@ def test_csv_has_schema_columns_and_no_processes() -> None:
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert tuple(rows[0].keys()) == DEVICE_COLUMNS
     assert "processes" not in rows[0] and "workloads" not in rows[0]
-    assert len(rows) == 37
+    assert len(rows) == 41
     mig = [r for r in rows if r["parent"]]
     assert len(mig) == 3 and all(r["power_watts"] == "" for r in mig)  # unknown is empty, not 0
 

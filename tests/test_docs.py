@@ -280,8 +280,19 @@ def _benchmark_flags() -> set[str]:
     return set(re.findall(r"""["'](--[a-z][a-z0-9-]*)["']""", source))
 
 
+def _vendor_flags() -> set[str]:
+    """The vendor tools' options the installed backends declare (``tool_flags`` and the flags of
+    ``version_command``): a vendor's docs page may name them, and no list here names a vendor."""
+    from allsmi import registry
+    flags: set[str] = set()
+    for declaration in registry.declarations():
+        flags.update(declaration.tool_flags)
+        flags.update(arg for arg in declaration.version_command if arg.startswith("--"))
+    return flags
+
+
 def test_flags_named_in_prose_exist() -> None:
-    every = set().union(*(_options_of(c) for c in ("", *COMMANDS))) | _benchmark_flags()
+    every = set().union(*(_options_of(c) for c in ("", *COMMANDS))) | _benchmark_flags() | _vendor_flags()
     unknown = sorted({f"{page} ({section}): {flag}" for page, section, flag in _prose_flags()
                       if flag not in every and flag not in OTHER_PROGRAMS_FLAGS})
     assert not unknown, "flags the docs name that no allsmi command takes:\n" + "\n".join(unknown)

@@ -30,7 +30,8 @@ def test_mixed_ships_groups_with_labels_and_prices_without_any_config() -> None:
     devices = _snapshot("--simulate", "mixed")
     assert _groups(devices) == {"nvidia": {"training", "inference"}, "amd": {"inference"},
                                 "intel": {"inference"}, "furiosa": {"npu"},
-                                "rebellions": {"npu"}, "tenstorrent": {"npu"}}
+                                "rebellions": {"npu"}, "tenstorrent": {"npu"},
+                                "aws": {"npu"}, "huawei": {"npu"}, "google": {"npu"}}
     gpu7 = next(d for d in devices if d["vendor"] == "nvidia" and d["index"] == 7 and not d["parent"])
     parts = [d for d in devices if d["parent"] == gpu7["id"]]
     assert gpu7["resource_group"] == "inference" and len(parts) == 3

@@ -23,6 +23,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from allsmi.accounting import promactivity
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import PrometheusClient
 from allsmi.accounting.promhours import MARKER, Hours, choose_hours, hourly_values, hours_notes
@@ -39,12 +40,14 @@ ROLLUPS = {
     "idle": "instance_uuid:allsmi_device_idle_allocated_seconds:increase1h",
     "billed": "instance_uuid:allsmi_device_billed_seconds:increase1h",
     "idle_billed": "instance_uuid:allsmi_device_idle_billed_seconds:increase1h",
+    "active": "instance_uuid:allsmi_device_active_seconds:increase1h",
 }
 #: The per-holder roll-ups (of ``allsmi_holder_*``), by the part of a holder each gives.
 HOLDER_ROLLUPS = {
     "allocated": "instance_uuid_holder:allsmi_holder_allocated_seconds:increase1h",
     "used": "instance_uuid_holder:allsmi_holder_used_seconds:increase1h",
     "energy": "instance_uuid_holder:allsmi_holder_energy_joules:increase1h",
+    "active": "instance_uuid_holder:allsmi_holder_active_seconds:increase1h",
 }
 MEMORY_AVG = "instance_uuid:allsmi_device_memory_used_bytes:avg1h"
 MEMORY_MAX = "instance_uuid:allsmi_device_memory_used_bytes:max1h"
@@ -160,6 +163,9 @@ def _rollup_parts(client: PrometheusClient, hours: Hours, lo: int, hi: int,
                               group_labels)
             labels.setdefault(("", metric.get("resource_group", "")), group_labels)
     keys = set(values["observed"]) | set(counts)
+    methods = promactivity.sources(client, at, rng)
+    waited, waits = promactivity.split_reasons(hourly_values(
+        client, promactivity.ROLLUP_HOLDER_WAITING, HOLDER_KEYS + ("reason",), hours, lo, hi))
     parts: list[Part] = []
     for key in sorted(keys):
         uuid, instance, group, vendor, model = key
@@ -183,13 +189,17 @@ def _rollup_parts(client: PrometheusClient, hours: Hours, lo: int, hi: int,
             idle_s=idle, idle_billed_s=idle_billed,
             idle_energy_j=None if idle is None or energy is None or observed <= 0
             else energy * min(1.0, idle / observed)))
+        parts[-1] = promactivity.device_activity(
+            parts[-1], values["active"].get(key), methods.get((uuid, instance)),
+            waits.get((uuid, instance, group)))
     if not by_holder:
         return parts, None
-    return parts, _rollup_holders(client, hours, lo, hi, parts, counts)
+    return parts, _rollup_holders(client, hours, lo, hi, parts, counts, waited)
 
 
 def _rollup_holders(client: PrometheusClient, hours: Hours, lo: int, hi: int, parts: list[Part],
-                    counts: dict[tuple[str, ...], float]) -> list[Part]:
+                    counts: dict[tuple[str, ...], float],
+                    waited: dict[str, dict[tuple[str, ...], float]]) -> list[Part]:
     """As :func:`allsmi.accounting.promsource.holder_parts`, from the roll-ups: the holders'
     hourly allocated and used seconds and joules where the exporters publish per-holder
     counters, the hourly sample counts of each workload elsewhere (each hour once)."""
@@ -197,6 +207,8 @@ def _rollup_holders(client: PrometheusClient, hours: Hours, lo: int, hi: int, pa
     fair: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
     for name, metric in HOLDER_ROLLUPS.items():
         add_holder_counts(fair, name, hourly_values(client, metric, HOLDER_KEYS, hours, lo, hi))
+    for name, found in waited.items():
+        add_holder_counts(fair, name, found)
     dev_keys = ("uuid", "instance", "resource_group")
     held = hourly_values(client, WORKLOAD_SAMPLES, dev_keys + WORKLOAD_KEYS, hours, lo, hi)
     samples: dict[tuple[str, ...], float] = {}

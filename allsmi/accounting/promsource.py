@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+from allsmi.accounting import promactivity
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import (MAX_RESPONSE_BYTES, MAX_SECRET_BYTES, Credentials,
                                           PrometheusClient, PrometheusError, access_settings,
@@ -45,6 +46,7 @@ COUNTERS = {
     "busy": "allsmi_device_busy_seconds_total",
     "energy": "allsmi_device_energy_joules_total",
     "idle": "allsmi_device_idle_allocated_seconds_total",
+    "active": "allsmi_device_active_seconds_total",
 }
 DEVICE_LABELS = ("uuid", "instance", "resource_group", "vendor", "model")
 GROUP_INFO = "allsmi_resource_group_info"
@@ -148,6 +150,10 @@ def prometheus_parts(client: PrometheusClient, window: Window, by_holder: bool =
     keys = set(values["observed"])
     for sample in client.query(f"group by ({by}) (last_over_time({DEVICE_INFO}[{rng}]))", at):
         keys.add(device_key(sample.get("metric", {})))
+    methods = promactivity.sources(client, at, rng)
+    waited, waits = promactivity.split_reasons(query_series(
+        client, f"max by ({', '.join(HOLDER_KEYS)}, reason) "
+        f"(increase({promactivity.HOLDER_WAITING}[{rng}]))", at, HOLDER_KEYS + ("reason",)))
     parts: list[Part] = []
     for key in sorted(keys):
         observed = values["observed"].get(key, 0.0)
@@ -171,15 +177,19 @@ def prometheus_parts(client: PrometheusClient, window: Window, by_holder: bool =
             # The energy of idle time: the device's energy in proportion to its idle time.
             idle_energy_j=None if idle is None or energy is None or observed <= 0
             else energy * min(1.0, idle / observed)))
+        parts[-1] = promactivity.device_activity(
+            parts[-1], values["active"].get(key), methods.get((uuid, instance)),
+            waits.get((uuid, instance, group)))
     if not by_holder:
         return parts, None
-    return parts, holder_parts(client, window, parts)
+    return parts, holder_parts(client, window, parts, waited)
 
 
 #: The exporter's per-holder counters (allsmi.exporter.holders): part -> metric.
 HOLDER_COUNTERS = {"allocated": "allsmi_holder_allocated_seconds_total",
                    "used": "allsmi_holder_used_seconds_total",
-                   "energy": "allsmi_holder_energy_joules_total"}
+                   "energy": "allsmi_holder_energy_joules_total",
+                   "active": "allsmi_holder_active_seconds_total"}
 HOLDER_KEYS = ("uuid", "instance", "resource_group", "namespace", "pod", "job_id", "user", "method")
 
 
@@ -212,8 +222,8 @@ def add_holder_counts(out: dict[tuple[str, str, str], dict[tuple[str, ...], dict
     for key, value in found.items():
         holder = out.setdefault(key[:3], {}).setdefault(key[3:7], {})
         holder[name] = holder.get(name, 0.0) + max(0.0, value)
-        method = "allocation_method" if name == "allocated" else "usage_method"
-        if name != "energy":
+        method = {"allocated": "allocation_method", "used": "usage_method"}.get(name)
+        if method is not None:
             holder[method] = merge_methods((holder.get(method), key[7]))
 
 
@@ -226,6 +236,7 @@ def _from_counters(part: Part, holders: dict[tuple[str, ...], dict[str, Any]]) -
 
     k_alloc = scale("allocated", part.allocated_s)
     k_used, k_energy = scale("used", part.busy_s), scale("energy", part.energy_j)
+    k_active = scale("active", part.active_s)
     share = part.billed_s / part.allocated_s if part.billed_s is not None \
         and part.allocated_s else None
     used_share = part.used_billed_s / part.busy_s if part.used_billed_s is not None \
@@ -246,11 +257,13 @@ def _from_counters(part: Part, holders: dict[tuple[str, ...], dict[str, Any]]) -
             used_billed_s=None if used is None or used_share is None else used * used_share,
             idle_s=f(part.idle_s), idle_billed_s=f(part.idle_billed_s),
             idle_energy_j=f(part.idle_energy_j), allocation_method=h.get("allocation_method"),
-            usage_method=h.get("usage_method")))
+            usage_method=h.get("usage_method"),
+            **promactivity.holder_activity(part, h, k_active, alloc)))
     return given
 
 
-def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) -> list[Part]:
+def holder_parts(client: PrometheusClient, window: Window, parts: list[Part],
+                 waited: dict[str, dict[tuple[str, ...], float]] | None = None) -> list[Part]:
     """The holders' shares of each device part, plus what no holder was given.
 
     Where the exporter publishes per-holder counters (``allsmi_holder_*``, exporters with fair
@@ -265,6 +278,8 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) ->
     """
     at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
     fair = _fair_shares(client, window)
+    for name, found in (waited or {}).items():
+        add_holder_counts(fair, name, found)
     dev_keys = ("uuid", "instance", "resource_group")
     held = query_series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
                            f"(count_over_time({WORKLOAD_INFO}[{rng}]))", at, dev_keys + WORKLOAD_KEYS)
@@ -309,7 +324,9 @@ def split_holders(parts: list[Part], held: dict[tuple[str, ...], float],
                 busy_observed_s=part.busy_observed_s * seen_f, energy_j=g(part.energy_j),
                 mem_sum=None, mem_samples=0, mem_peak=None,
                 allocated_s=f(part.allocated_s), billed_s=f(part.billed_s), idle_s=f(part.idle_s),
-                idle_billed_s=f(part.idle_billed_s), idle_energy_j=f(part.idle_energy_j)))
+                idle_billed_s=f(part.idle_billed_s), idle_energy_j=f(part.idle_energy_j),
+                active_s=g(part.active_s), active_allocated_s=f(part.active_allocated_s),
+                waiting_s=None))
         out.extend(given)
         out.append(_rest(part, given))
     return out
@@ -332,9 +349,10 @@ def _rest(part: Part, given: list[Part]) -> Part:
         rest = whole - sum(getattr(p, name) or 0.0 for p in given)
         return rest if rest > REST_ROUNDING * max(1.0, abs(whole)) else 0.0
     names = ("observed_s", "allocated_s", "busy_s", "busy_observed_s", "energy_j", "billed_s",
-             "idle_s", "idle_billed_s", "idle_energy_j", "used_billed_s")
+             "idle_s", "idle_billed_s", "idle_energy_j", "used_billed_s", "active_s",
+             "active_allocated_s")
     return replace(part, mem_sum=None, mem_samples=0, mem_peak=None, allocation_method=None,
-                   usage_method=None,
+                   usage_method=None, waiting_s=None,
                    **{n: left(n) for n in names})  # type: ignore[arg-type]
 
 

@@ -15,11 +15,16 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping, Sequence
 
+from allsmi.declarations import CORE_RANGE_DETAILS
 from allsmi.schema import DeviceSample
 
 _BUS = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 _PAIR = re.compile(r"^(\d+)[:.](\d+)$")
 _NODE = re.compile(r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$")
+#: ``Ascend910-3``: a plugin's device name whose model carries digits, a dash, then the index.
+_DASHED = re.compile(r"^([A-Za-z][A-Za-z0-9]*)-(\d+)$")
+#: ``card1-0``: the Intel GPU plugin's node name and the number of one share of it.
+_SHARED = re.compile(r"^([A-Za-z]+)(\d+)-\d+$")
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
 
 
@@ -107,6 +112,10 @@ class DeviceIndex:
         """The whole device with this index (of ``vendor``; without a vendor, only if one matches)."""
         found = [d for d in self.devices if d.parent is None and d.index == index
                  and (vendor is None or vendor in _family(d))]
+        # A backend named like another backend's vendor ("intel" GPUs beside Gaudi's vendor "intel"):
+        # the backend of that name first.
+        exact = [d for d in found if vendor is not None and d.backend.lower() == vendor]
+        found = exact or found
         return found if vendor is not None or len(found) == 1 else []
 
     def partition(self, parent_index: int, instance: int, vendor: str | None,
@@ -131,8 +140,15 @@ class DeviceIndex:
         return []
 
     def by_node_name(self, text: str, vendor: str | None) -> list[DeviceSample]:
-        """``nvidia3``, ``amd3``, ``rbln0``, ``/dev/accel/accel2``, ``/dev/tenstorrent/1``."""
+        """``nvidia3``, ``amd3``, ``rbln0``, ``/dev/accel/accel2``, ``/dev/tenstorrent/1``, and a
+        declared name with digits before a dash (the Ascend device plugin's ``Ascend910-3``) or
+        followed by a share number (the Intel GPU plugin's ``card1-0``)."""
         match = _NODE.match(text.strip())
+        for pattern in (_DASHED, _SHARED):
+            named = pattern.match(text.strip())
+            if named and any(named.group(1).lower() in p for p in self.node_names.values()):
+                match = named
+                break
         if not match:
             return []
         prefix, number = match.group(1).lower(), int(match.group(2))
@@ -146,16 +162,31 @@ class DeviceIndex:
                     return found
         return []
 
+    def by_core(self, number: int, vendor: str | None) -> list[DeviceSample]:
+        """The whole device holding global sub-device ``number`` (a NeuronCore the Neuron device
+        plugin hands out as ``aws.amazon.com/neuroncore``): its backend reports the range of
+        global numbers on each device in ``details`` (:data:`CORE_RANGE_DETAILS`)."""
+        first_key, count_key = CORE_RANGE_DETAILS
+        found = []
+        for dev in self.devices:
+            first, count = dev.details.get(first_key), dev.details.get(count_key)
+            if dev.parent is None and isinstance(first, int) and isinstance(count, int) \
+                    and first <= number < first + count and (vendor is None or vendor in _family(dev)):
+                found.append(dev)
+        return found
+
     # -- the dispatcher ----------------------------------------------------
     def match(self, raw: str, vendor: str | None = None, kind: str = "auto") -> list[DeviceSample]:
         """The devices ``raw`` names (``[]`` when none): an id as a device plugin writes it.
 
         ``vendor`` restricts the search to one backend; ``kind`` (``auto``, ``uuid``,
-        ``bus_id``, ``index``, ``serial``) says how the id is written when it is known.
+        ``bus_id``, ``index``, ``serial``, ``core``) says how the id is written when it is known.
         """
         text = strip_replica(raw.strip())
         if not text:
             return []
+        if kind == "core":
+            return self.by_core(int(text), vendor) if text.isdigit() else []
         if kind in ("auto", "uuid"):
             found = self.by_uuid(text, vendor)
             if found or kind == "uuid":

@@ -31,14 +31,22 @@ class CliToolBackend(Backend):
     """
 
     tool_spec: ClassVar[VendorTool]
+    extra_tools: ClassVar[tuple[VendorTool, ...]] = ()
+    """Further tools the backend runs beside :attr:`tool_spec` (``neuron-monitor`` beside
+    ``neuron-ls``, ``xpu-smi`` beside sysfs): each found the same way (its own override
+    variable, ``PATH``, its directories; :meth:`locate_extra`), its variable among ``env_vars``,
+    and its path (or why it is missing) in the probe's details as ``tool:<executable>``, which
+    ``allsmi doctor`` shows. Whether a missing one makes the vendor unavailable is the
+    backend's decision (:meth:`require_extra`), and the fault matrix faults each one."""
 
     @classmethod
     def declaration(cls) -> VendorDeclaration:
-        """The class's declarations, with the tool's override variable among ``env_vars`` and
+        """The class's declarations, with every tool's override variable among ``env_vars`` and
         the tool's name as the ``interface`` unless the class names one."""
         from dataclasses import replace
         base = super().declaration()
-        env = tuple(dict.fromkeys((cls.tool_spec.env_var, *base.env_vars)))
+        tools = (cls.tool_spec, *cls.extra_tools)
+        env = tuple(dict.fromkeys((*(t.env_var for t in tools), *base.env_vars)))
         return replace(base, env_vars=env, interface=base.interface or cls.tool_spec.executable)
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
@@ -63,6 +71,17 @@ class CliToolBackend(Backend):
             raise BackendUnavailable(self.missing_reason())
         return path
 
+    def locate_extra(self, spec: VendorTool) -> str | None:
+        """One of :attr:`extra_tools`, or ``None``; looks, runs nothing."""
+        return spec.find(self.search_dirs)
+
+    def require_extra(self, spec: VendorTool) -> str:
+        """One of :attr:`extra_tools`, or :class:`BackendUnavailable` saying why there is none."""
+        path = self.locate_extra(spec)
+        if path is None:
+            raise BackendUnavailable(spec.missing(self.search_dirs))
+        return path
+
     def probe_details(self, path: str) -> dict[str, str]:
         """What the probe reports besides the tool's path (nothing by default)."""
         return {}
@@ -82,6 +101,14 @@ class CliToolBackend(Backend):
         if path is None:
             return ProbeResult(False, self.missing_reason())
         details = {"tool": path, **self.probe_details(path)}
+        for spec in self.extra_tools:
+            try:
+                found = self.locate_extra(spec)
+            except Exception as exc:  # noqa: BLE001 - probe never raises
+                found, why = None, f"cannot look for {spec.label}: {exc}"
+            else:
+                why = "" if found else spec.missing(self.search_dirs)
+            details[f"tool:{spec.executable}"] = found or f"missing: {why}"
         if self.tool_version:
             details["tool_version"] = self.tool_version
         return ProbeResult(True, "", details)

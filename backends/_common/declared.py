@@ -52,3 +52,11 @@ def tool_absent(tool: VendorTool) -> ProbeResult | None:
     except Exception as exc:  # noqa: BLE001 - a probe never raises; an odd environment is a reason
         return ProbeResult(False, f"cannot look for {tool.label}: {exc}")
     return ProbeResult(False, tool.missing())
+
+
+#: The activity figures beyond ``compute_active_percent`` (occupancy, tensor units, memory
+#: bandwidth, interconnect and PCIe rates) that a vendor without profiling counters never reports:
+#: part of such a backend's ``unreported_fields``.
+BEYOND_BUSY = frozenset({"sm_occupancy_percent", "tensor_active_percent", "memory_bandwidth_percent",
+                         "interconnect_rx_bytes_per_second", "interconnect_tx_bytes_per_second",
+                         "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second"})

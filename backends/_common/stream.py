@@ -11,7 +11,9 @@ such a tool as a child in its own session and guarantees what
 * bounded memory: a line longer than ``max_line_bytes`` is dropped (and
   counted), and only the last ``stderr_tail_bytes`` of stderr are kept;
 * a child that prints nothing for ``idle_timeout`` seconds is killed;
-* a child that exits is reaped and restarted after an exponential back-off;
+* a child that exits is reaped and restarted after an exponential back-off, also when a
+  grandchild it left behind still holds its pipes (the group is killed once the child is gone
+  and has printed nothing for :data:`EXIT_GRACE` seconds);
 * :meth:`LineStream.close` kills the child's process group, reaps it and joins
   the reader thread, so nothing is left behind.
 
@@ -31,12 +33,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from allsmi.backends._common.runner import kill_group
+from allsmi.backends._common.runner import describe_exit, kill_group
 
 #: Longest stdout line kept; a CSV row for one device is far below this.
 DEFAULT_MAX_LINE = 64 * 1024
 #: How much of stderr is kept for error messages.
 DEFAULT_STDERR_TAIL = 4096
+#: A child that has exited while something else keeps its pipes open: what it wrote last is read
+#: for this long, then its group is killed.
+EXIT_GRACE = 0.2
 
 
 @dataclass(frozen=True)
@@ -62,14 +67,16 @@ class StreamExit:
             return f"cannot run {tool}: {self.stderr_tail}"
         if self.reason == "hung":
             what = f"{tool} printed nothing for too long and was killed"
-        elif self.returncode is not None and self.returncode < 0:
-            what = f"{tool} was killed by signal {-self.returncode}"
+        elif self.returncode is not None:
+            what = f"{tool} {describe_exit(self.returncode)}"
         else:
-            what = f"{tool} exited with status {self.returncode}"
-        if self.dropped_partial:
-            what += " in the middle of a line"
+            what = f"{tool} ended"
         tail = " ".join(self.stderr_tail.split())
-        return f"{what}: {tail[-300:]}" if tail else what
+        if tail:
+            what = f"{what}: {tail[-300:]}"
+        if self.dropped_partial:
+            what += " (its last line was cut off and dropped)"
+        return what
 
 
 class LineStream:
@@ -202,14 +209,21 @@ class LineStream:
             sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
             open_streams = 2
             last_output = time.monotonic()
+            exited_at: float | None = None
             while open_streams:
                 if self._stop.is_set():
                     reason = "closed"
                     break
-                if time.monotonic() - last_output > self.idle_timeout:
+                now = time.monotonic()
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                if exited_at is not None and now - max(exited_at, last_output) > EXIT_GRACE:
+                    break  # exited; a grandchild holds the pipes (the group is killed below)
+                if now - last_output > self.idle_timeout:
                     reason = "hung"
                     break
-                for key, _ in sel.select(timeout=0.1):
+                events = sel.select(timeout=0.05 if exited_at is not None else 0.1)
+                for key, _ in events:
                     data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
                     if not data:
                         sel.unregister(key.fileobj)

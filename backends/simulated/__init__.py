@@ -351,8 +351,13 @@ class SimulatedBackend(Backend):
             procs_parent: tuple[ProcessSample, ...] = ()
         else:
             _, _, used_total, procs_parent, _, _ = loads[0]
+        active: dict[str, Any] = {}
+        source = self._real.compute_active_source if self._real is not None else ""
+        if source and util is not None and "compute_active_percent" not in blank:
+            # (a vendor whose activity figure is its cores' or engines' busy share: the same load)
+            active = dict(compute_active_percent=round(util, 2), compute_active_source=source)
         parent = device(
-            **static, health="ok", utilization_percent=None if util is None else round(util, 2),
+            **static, **active, health="ok", utilization_percent=None if util is None else round(util, 2),
             memory_used_bytes=used_total, memory_total_bytes=unit.memory_total,
             temperature_celsius=round(temp, 1), power_watts=round(power, 3),
             power_limit_watts=spec.power_limit_watts, energy_joules=None if energy is None else round(energy, 3),

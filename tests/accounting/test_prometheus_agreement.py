@@ -98,7 +98,7 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
         print(key, {c: (lrows[key][c], prows.get(key, {}).get(c)) for c in
                     ("allocated_device_hours", "used_device_hours", "energy_kwh")})
     assert set(lrows) == set(prows)
-    assert len(lrows) == 9  # 6 models + 3 MIG profiles
+    assert len(lrows) == 13  # 10 models + 3 MIG profiles
     seconds = end - start
     for key, lr in lrows.items():
         pr = prows[key]
@@ -180,4 +180,4 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
             assert row["devices"] and all("/" in d for d in row["devices"])
     lsum = sum(r["idle_allocated_device_hours"] for r in lidle["rows"])
     psum = sum(r["idle_allocated_device_hours"] for r in pidle["rows"])
-    assert psum == pytest.approx(lsum, rel=0.1, abs=1.5 * 37 / 3600)
+    assert psum == pytest.approx(lsum, rel=0.1, abs=1.5 * 41 / 3600)

@@ -168,9 +168,9 @@ def latest(db: Path) -> int:
 def assert_no_holes(db: Path, last_complete: int) -> None:
     got = minutes(db)
     first = min(got)
-    # Every minute after the first, up to the last complete one, is there for all 37 devices.
+    # Every minute after the first, up to the last complete one, is there for all 41 devices.
     for start in range(first + 60, last_complete + 60, 60):
-        assert got.get(start, (0, 0))[0] == 37, f"minute {start} lost"
+        assert got.get(start, (0, 0))[0] == 41, f"minute {start} lost"
         assert got[start][1] >= 59_000, f"minute {start} incomplete: {got[start]}"
 
 

@@ -187,11 +187,12 @@ def test_a_new_backends_declared_resources_and_node_names_are_attributed(
     name it too); without its declaration the same pod is skipped as no accelerator."""
     from allsmi.declarations import KubernetesResource, VendorDeclaration
     from allsmi.schema import DeviceSample
-    xpu = VendorDeclaration(backend="xpu", vendor="intel", kind="gpu", node_names=("card",),
-                            kubernetes_resources=(KubernetesResource("gpu.intel.com/*"),))
-    devices = [DeviceSample(id=f"xpu:{i}", vendor="intel", kind="gpu", backend="xpu", index=i)
+    # (a made-up vendor: Intel GPUs are a built-in backend now)
+    xpu = VendorDeclaration(backend="xpu", vendor="xpuvendor", kind="gpu", node_names=("xcard",),
+                            kubernetes_resources=(KubernetesResource("gpu.example.com/*"),))
+    devices = [DeviceSample(id=f"xpu:{i}", vendor="xpuvendor", kind="gpu", backend="xpu", index=i)
                for i in range(2)]
-    server.pods = [pod("ml", "max-job", {"train": [("gpu.intel.com/i915", ["card1"])]})]
+    server.pods = [pod("ml", "max-job", {"train": [("gpu.example.com/x", ["xcard1"])]})]
     for decls, expected in (((*DECLARED, xpu), ("max-job",)), (DECLARED, ())):
         source = KubeletSource(server.socket, AttributionSettings.declared(decls), timeout_seconds=5)
         with Attributor([source], timeout_seconds=5) as attributor:

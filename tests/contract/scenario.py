@@ -27,12 +27,34 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
 
 
+class _Finalizer:
+    """Runs ``action`` when the monkeypatch that armed it is undone (the test's teardown)."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self._action = action
+        self._armed = False
+
+    @property
+    def armed(self) -> bool:
+        return self._armed
+
+    @armed.setter
+    def armed(self, value: bool) -> None:
+        if self._armed and not value:
+            self._action()
+        self._armed = value
+
+
 @dataclass
 class ScenarioEnv:
     """What a scenario builder may use to set up fakes and stand-ins."""
 
     tmp_path: Path
     monkeypatch: pytest.MonkeyPatch
+
+    def on_teardown(self, action: Callable[[], None]) -> None:
+        """Run ``action`` at the test's teardown (a server the scenario started is stopped)."""
+        self.monkeypatch.setattr(_Finalizer(action), "armed", True)
 
 
 @dataclass
@@ -106,6 +128,10 @@ class CliTool:
     the matrix faults each one alone, the others answered by that scenario's own stand-in, so
     a call made only in ``sample()`` is faulted too (a test checks the list against the calls
     really made).
+
+    A backend that runs more than one tool declares ``CLI`` as a tuple, its main tool first: each
+    tool gets its own fault cells (the other tools answered by the ``newest`` scenario's
+    stand-ins), its own calls checked and faulted; ``drift`` is read from the first.
     """
 
     env_var: str
@@ -115,6 +141,15 @@ class CliTool:
     partial_status: str = "error"
     drift: Mapping[str, str] = field(default_factory=dict)
     calls: tuple[str, ...] = ()
+    stream: bool = False
+    """A long-running tool (``neuron-monitor``, ``tpu-info --streaming``): its healthy stand-in
+    keeps printing (the stand-in's ``every``), and each fault is what one run of it does."""
+    optional: bool = False
+    """A tool the backend can do without (``xpu-smi`` beside sysfs): every fault leaves the
+    backend ``ok`` with the devices it read elsewhere, the fault named in its message."""
+    expect: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Fault -> (status, text in the message) where this tool's fault is not the matrix's usual
+    outcome (a missing optional second tool leaves the backend ``ok``, saying so)."""
 
 
 def scenario_module(name: str) -> ModuleType | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import fields as dc_fields
+from typing import Any, Callable
 
 import pytest
 
@@ -28,6 +30,38 @@ def _scenarios() -> list[tuple[str, Scenario]]:
 
 
 CASES = _scenarios()
+
+#: A backend call may take its own timeout plus this much; past it, the suite fails at once
+#: instead of waiting for a hung call (a second tool that hangs in ``open()`` or ``sample()``).
+CALL_SLACK = 10.0
+
+
+def _within(backend: Backend, what: str, call: Callable[[], Any]) -> Any:
+    """``call()``, failing the test when it does not return within the backend's timeout plus
+    :data:`CALL_SLACK` (the call is left on a daemon thread; the backend is closed)."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
+            result["error"] = exc
+    worker = threading.Thread(target=run, daemon=True, name=f"contract-{what}")
+    worker.start()
+    limit = getattr(backend, "timeout_seconds", 5.0) + CALL_SLACK
+    worker.join(limit)
+    if worker.is_alive():
+        threading.Thread(target=backend.close, daemon=True).start()
+        pytest.fail(f"{type(backend).name}: {what} did not return within {limit:g} s")
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+#: What an accelerator's readings must look like whatever the vendor: a value outside these is a
+#: unit slip (watts left in mW or kW, bytes in MiB), checked against the device's class.
+ACCELERATOR_POWER_WATTS = (5.0, 3000.0)
+ACCELERATOR_MEMORY_BYTES = (256 * 2**20, 8 * 2**40)
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -76,6 +110,7 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
         assert dev.memory_used_bytes <= dev.memory_total_bytes, dev.id
     if dev.memory_total_bytes is not None:
         assert dev.memory_total_bytes >= 1024 ** 2, "memory_total_bytes looks like MiB, not bytes"
+    _check_class_units(dev)
     if dev.health == "lost":
         assert dev.utilization_percent is None and dev.power_watts is None, \
             "a lost device must not report values"
@@ -89,6 +124,25 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
     for key, value in dev.details.items():
         assert isinstance(key, str)
         assert not (isinstance(value, float) and not math.isfinite(value)), (key, value)
+
+
+def _check_class_units(dev: DeviceSample) -> None:
+    """Units relative to the device's class: an accelerator (``gpu``/``npu``) is not limited to
+    3 W nor drawing 3 W at 80 % busy (a value left in kW), nor 40000 W (in mW); a whole device's
+    memory is not 16 KiB (left in MiB) nor petabytes (in KiB taken as bytes)."""
+    low, high = ACCELERATOR_POWER_WATTS
+    if dev.power_limit_watts is not None and dev.parent is None:
+        assert low <= dev.power_limit_watts <= high, \
+            f"{dev.id}: power limit {dev.power_limit_watts} W is no accelerator's (a unit slip?)"
+    if dev.power_watts is not None:
+        assert dev.power_watts <= high, f"{dev.id}: {dev.power_watts} W (left in mW?)"
+        if dev.utilization_percent is not None and dev.utilization_percent >= 50:
+            assert dev.power_watts >= low, \
+                f"{dev.id}: {dev.power_watts} W at {dev.utilization_percent} % busy (left in kW?)"
+    if dev.memory_total_bytes is not None and dev.parent is None:
+        mem_low, mem_high = ACCELERATOR_MEMORY_BYTES
+        assert mem_low <= dev.memory_total_bytes <= mem_high, \
+            f"{dev.id}: {dev.memory_total_bytes} bytes of memory is no accelerator's (a unit slip?)"
 
 
 #: Field families whose unit a backend most easily forgets to convert, and the wrong value: a
@@ -134,42 +188,42 @@ def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
     backend = scenario.build(ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch))
     assert isinstance(backend, Backend)
     assert type(backend).name == name
-    probe = backend.probe()
+    probe = _within(backend, "probe()", backend.probe)
     assert isinstance(probe, ProbeResult)
     if scenario.expected_devices is None and not probe.available:
         assert probe.reason, "an unavailable probe must say why"
-        backend.close()
+        _within(backend, "close()", backend.close)
         return
     try:
-        backend.open()
-        devices = list(backend.sample())
-        again = list(backend.sample())
+        _within(backend, "open()", backend.open)
+        devices = list(_within(backend, "sample()", backend.sample))
+        again = list(_within(backend, "a second sample()", backend.sample))
     except BackendError as exc:  # pragma: no cover - reported clearly below
         pytest.fail(f"{name}/{scenario.name}: {exc}")
     finally:
-        backend.close()
-        backend.close()  # idempotent
+        _within(backend, "close()", backend.close)
+        _within(backend, "close() again", backend.close)  # idempotent
     expected = scenario.expected_devices or 0
     # sample() after close(): reopen by itself, or say it is not open; never stale or empty data.
     try:
-        after_close = list(backend.sample())
+        after_close = list(_within(backend, "sample() after close()", backend.sample))
     except BackendError as exc:
         assert str(exc), "the error must say why"
     else:
         assert len(after_close) == expected, "sample() after close() must reopen, not return stale data"
     finally:
-        backend.close()
+        _within(backend, "close()", backend.close)
     assert len(devices) == expected
     assert len(again) == expected
     # The collector closes a backend before it retries one that failed or vanished:
     # open() after close() must work like the first time.
     try:
-        backend.open()
-        reopened = list(backend.sample())
+        _within(backend, "open() after close()", backend.open)
+        reopened = list(_within(backend, "sample() after reopening", backend.sample))
     except BackendError as exc:  # pragma: no cover - reported clearly below
         pytest.fail(f"{name}/{scenario.name}: open() after close() failed: {exc}")
     finally:
-        backend.close()
+        _within(backend, "close()", backend.close)
     assert len(reopened) == expected
     ids = [d.id for d in devices]
     assert len(ids) == len(set(ids)), "device ids must be unique"

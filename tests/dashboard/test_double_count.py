@@ -56,7 +56,7 @@ def test_serve_plus_textfile_through_node_exporter_is_flagged(tmp_path: Path) ->
             assert out is not None
             rows = _rows(out.stdout)
             assert len(rows) == 2 and all(WARNING in row for row in rows), out.stdout + out.stderr
-            assert "37 devices also reported" in out.stdout  # 34 devices and 3 partitions, by uuid
+            assert "41 devices also reported" in out.stdout  # 38 devices and 3 partitions, by uuid
     finally:
         node.terminate()
         node.wait(10)

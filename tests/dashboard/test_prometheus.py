@@ -141,7 +141,7 @@ async def test_fleet_view_from_a_real_prometheus(prometheus_over_two_nodes: str)
         assert len(app.hosts) == 2, [h.key for h in app.hosts]
         for host in app.hosts:
             devices = host.snapshot.devices
-            assert sum(1 for d in devices if d.parent is None) == 34
+            assert sum(1 for d in devices if d.parent is None) == 38
             assert sum(1 for d in devices if d.parent is not None) == 3
             h100 = next(d for d in devices if d.name == "NVIDIA H100 80GB HBM3")
             assert h100.memory_total_bytes == 85520809984 and h100.power_limit_watts == 700.0

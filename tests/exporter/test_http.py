@@ -30,9 +30,9 @@ def test_metrics_text_format(mixed: Serve) -> None:
     assert resp.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     text = resp.text
     info = values(text, "allsmi_device_info")
-    assert len(info) == 34 + 3  # 34 boards and 3 MIG instances in the mixed scenario
+    assert len(info) == 38 + 3  # 38 boards and 3 MIG instances in the mixed scenario
     assert set(values(text, "allsmi_backend_up").values()) == {1.0}
-    assert len(values(text, "allsmi_device_power_watts")) == 34  # never on MIG instances
+    assert len(values(text, "allsmi_device_power_watts")) == 36  # never on MIG instances, nor Neuron or TPU (no power)
     assert values(text, "allsmi_process_memory_bytes")
     # Per-process activity (--processes): ratios for processes whose memory series exist too.
     activity = {(lab["uuid"], lab["pid"]): v for lab, v in
@@ -72,9 +72,10 @@ def test_snapshot_api(mixed: Serve) -> None:
     resp = mixed.get("/api/v1/snapshot")
     assert resp.status == 200 and resp.headers["content-type"] == "application/json"
     snap = snapshot_from_dict(json.loads(resp.body))
-    assert len(snap.devices) == 37
+    assert len(snap.devices) == 41
     assert {d.backend for d in snap.devices} == {"nvidia", "amd", "gaudi", "furiosa",
-                                                 "rebellions", "tenstorrent"}
+                                                 "rebellions", "tenstorrent", "intel", "neuron",
+                                                 "ascend", "tpu"}
 
 
 def test_index_health_and_unknown_paths(mixed: Serve) -> None:
@@ -222,7 +223,7 @@ def test_ledger_is_wired_to_the_collector_and_closed(tmp_path: Path) -> None:
         assert server.stop() == 0, server.output()
     lines = ledger.read_text().splitlines()
     assert lines[0] == "opened Config"
-    assert "snapshot 37" in lines and lines[-1] == "closed"
+    assert "snapshot 41" in lines and lines[-1] == "closed"
 
 
 def test_ledger_without_recorder_module_exits_2(tmp_path: Path) -> None:

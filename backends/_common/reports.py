@@ -1,0 +1,151 @@
+"""A long-running vendor tool that prints one whole report per line: read the newest, restart
+the tool with back-off when it dies.
+
+``neuron-monitor`` prints one JSON document per line for as long as it runs; ``tpu-info
+--streaming`` and ``hl-smi -l`` are the same kind of tool. Starting such a tool once per
+collection cycle would throw away what it measures between two reports (neuron-monitor's
+utilization is an average over its own period), so a backend keeps one child running and reads
+its newest report. :class:`NewestReport` does that on top of
+:class:`~allsmi.backends._common.stream.LineStream` (argument lists, process groups killed and
+reaped, bounded lines, stderr kept for messages, restarts with exponential back-off):
+
+* :meth:`NewestReport.newest` returns the newest parsed report; before the first one it waits
+  at most ``first_report_timeout`` seconds, then raises :class:`BackendTimeout` (a tool that
+  hangs) or, when the child ended without a report, :class:`BackendError` naming its exit
+  status or signal and its stderr (a tool that crashes, or prints garbage and exits);
+* a report older than ``stale_after`` seconds is not used: :class:`BackendError` saying how old
+  the newest one is and how the child last ended, while the stream restarts it;
+* a line that ``parse`` rejects (``ValueError``) is skipped and named in the next
+  :meth:`newest`'s warnings, never turned into values.
+
+Only whole lines are parsed: a line cut by a dying child is dropped by the stream.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Callable, Generic, Sequence, TypeVar
+
+from allsmi.backend_api import BackendError, BackendTimeout
+
+from .cells import shorten
+from .stream import LineStream, StreamExit
+
+Report = TypeVar("Report")
+
+#: Parse problems kept between two reads (the first ones say enough).
+MAX_ISSUES = 8
+
+
+class NewestReport(Generic[Report]):
+    """The newest report of ``argv``, a tool printing one report per line (see the module)."""
+
+    def __init__(self, argv: Sequence[str], parse: Callable[[str], Report], *, label: str,
+                 first_report_timeout: float, stale_after: float,
+                 backoff: tuple[float, float] = (0.5, 30.0),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.argv = tuple(argv)
+        self.label = label
+        """The tool as messages name it (``neuron-monitor``)."""
+        self.first_report_timeout = first_report_timeout
+        self.stale_after = stale_after
+        self._parse = parse
+        self._backoff = backoff
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._arrived = threading.Event()
+        self._report: Report | None = None
+        self._report_at: float | None = None
+        self._last_exit: StreamExit | None = None
+        self._issues: collections.deque[str] = collections.deque(maxlen=MAX_ISSUES)
+        self._stream: LineStream | None = None
+
+    @property
+    def running(self) -> bool:
+        """True while the child runs or waits out a back-off."""
+        return self._stream is not None and self._stream.running
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's pid, or ``None``."""
+        return None if self._stream is None else self._stream.pid
+
+    def start(self) -> None:
+        """Start the child (idempotent)."""
+        if self._stream is not None:
+            return
+        self._stream = LineStream(
+            self.argv, on_line=self._on_line, on_exit=self._on_exit,
+            idle_timeout=max(self.stale_after, self.first_report_timeout),
+            backoff_initial=self._backoff[0], backoff_max=self._backoff[1],
+            name=f"allsmi-{self.label}")
+        self._stream.start()
+
+    def close(self) -> None:
+        """Kill and reap the child, forget every report (idempotent; never raises)."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+        with self._lock:
+            self._report, self._report_at, self._last_exit = None, None, None
+            self._issues.clear()
+        self._arrived.clear()
+
+    def newest(self, warnings: list[str]) -> Report:
+        """The newest report (starting the child on first use); raises as the module says."""
+        self.start()
+        deadline = time.monotonic() + self.first_report_timeout
+        while not self._arrived.is_set():
+            with self._lock:
+                ended = self._last_exit
+            if ended is not None:
+                raise BackendError(self._exit_message(ended))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BackendTimeout(f"{self.label} printed no report within "
+                                     f"{self.first_report_timeout:g} s")
+            self._arrived.wait(min(left, 0.02))
+        with self._lock:
+            report, at, ended = self._report, self._report_at, self._last_exit
+            issues = list(self._issues)
+            self._issues.clear()
+        warnings.extend(issues)
+        assert report is not None and at is not None
+        age = self._clock() - at
+        if age > self.stale_after:
+            how = f"; {self._exit_message(ended)}" if ended is not None else ""
+            raise BackendError(f"no fresh {self.label} report for {age:.1f} s "
+                               f"(limit {self.stale_after:g} s){how}; restarting it with back-off")
+        return report
+
+    # -- the stream's thread ---------------------------------------------------------------
+    def _on_line(self, line: str) -> None:
+        if not line.strip():
+            return
+        try:
+            report = self._parse(line)
+        except ValueError as exc:
+            with self._lock:
+                self._issues.append(f"{self.label}: {exc}: {shorten(line)!r}; skipped")
+            return
+        with self._lock:
+            self._report, self._report_at = report, self._clock()
+            self._last_exit = None
+        self._arrived.set()
+
+    def _on_exit(self, info: StreamExit) -> bool:
+        with self._lock:
+            self._last_exit = info
+        return True
+
+    def _exit_message(self, info: StreamExit) -> str:
+        with self._lock:
+            issues = list(self._issues)
+        message = info.describe(self.label)
+        if issues and not info.lines:
+            message += f"; {issues[0]}"
+        elif not info.lines and info.returncode == 0:
+            message += " before printing a report"
+        return message

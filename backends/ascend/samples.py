@@ -1,0 +1,110 @@
+"""Ascend chips as :class:`DeviceSample`: one sample per chip of the ``npu-smi info`` table.
+
+``AICore(%)`` is the utilization (and ``compute_active_percent`` with source ``core_busy``: the
+share of time the AI Cores computed); memory is the ``HBM-Usage(MB)`` pair where the table has
+it (Ascend 910: the accelerator's HBM; ``Memory-Usage`` there is the on-board control CPU's
+DDR), else ``Memory-Usage(MB)`` (Ascend 310/310P: the device memory), in MiB. ``Health``
+``OK`` is ``ok``; ``Warning``, ``Alarm`` and ``Critical`` are faults (``degraded``); anything
+else ``unknown``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from allsmi import units
+from allsmi.backends._common.cells import CellReader
+from allsmi.schema import DeviceSample, ProcessSample
+
+from .parse import Chip, NpuTable
+
+LookupUser = Callable[[int], "str | None"]
+
+HEALTH = {"ok": "ok", "warning": "degraded", "alarm": "degraded", "critical": "degraded",
+          "error": "degraded"}
+
+
+def _bus_id(text: str | None) -> str | None:
+    if not text or units.is_missing(text):
+        return None
+    parts = text.lower().split(":")
+    if len(parts) == 3 and "." in parts[2]:
+        return f"{parts[0][-4:].zfill(4)}:{parts[1].zfill(2)}:{parts[2]}"
+    return None
+
+
+def _pair(raw: str | None, read: CellReader, what: str) -> tuple[int | None, int | None]:
+    """``"1365/32768"`` (MiB) -> bytes used, bytes total."""
+    if raw is None or units.is_missing(raw):
+        return None, None
+    used, sep, total = raw.partition("/")
+    if not sep:
+        read.measure(raw, None, what)
+        return None, None
+    out = []
+    for part, name in ((used, f"{what} used"), (total, f"{what} total")):
+        value = units.mib_to_bytes(part) if part.isdecimal() else None
+        out.append(read.measure(part, value, name, minimum=0))
+    used_b, total_b = (None if v is None else int(v) for v in out)
+    if total_b == 0:  # a 0 total: the table has no such memory
+        return None, None
+    if used_b is not None and total_b is not None and used_b > total_b:
+        read.warnings.append(f"{read.label}: {what} used above total ({raw!r}); reported as unknown")
+        return None, total_b
+    return used_b, total_b
+
+
+def chip_sample(chip: Chip, table: NpuTable, *, backend: str, vendor: str, kind: str,
+                model_name: Callable[[str | None], str | None], lookup_user: LookupUser,
+                warnings: list[str], source: str) -> DeviceSample:
+    cells = chip.cells
+    read = CellReader(f"NPU {chip.npu} chip {chip.chip}", warnings)
+    power = cells.get("Power(W)")
+    temperature = cells.get("Temp(C)")
+    aicore = cells.get("AICore(%)")
+    utilization = read.measure(aicore, units.parse_percent(aicore), "AICore", "utilization_percent")
+    if "HBM-Usage(MB)" in cells:
+        used, total = _pair(cells["HBM-Usage(MB)"], read, "HBM")
+    else:
+        used, total = _pair(cells.get("Memory-Usage(MB)"), read, "memory")
+    device = cells.get("Device", "")
+    index = int(device) if device.isdecimal() else chip.npu
+    bus = _bus_id(cells.get("Bus-Id"))
+    processes: tuple[ProcessSample, ...] | None = None
+    if table.processes is not None:
+        rows = [p for p in table.processes if (p.npu, p.chip) == (chip.npu, chip.chip)]
+        merged: dict[int, ProcessSample] = {}
+        for p in rows:
+            memory = units.mib_to_bytes(p.memory_mib) if p.memory_mib and p.memory_mib.isdecimal() else None
+            if p.pid in merged:
+                prior = merged[p.pid].memory_bytes
+                memory = None if prior is None or memory is None else prior + memory
+            merged[p.pid] = ProcessSample(pid=p.pid, user=lookup_user(p.pid), command=p.name,
+                                          memory_bytes=memory)
+        processes = tuple(merged.values())
+    health = HEALTH.get(cells.get("Health", "").lower(), "unknown")
+    details: dict[str, object] = {"npu_id": chip.npu, "chip_id": chip.chip}
+    return DeviceSample(
+        id=f"ascend:{bus}" if bus else f"ascend:{chip.npu}:{chip.chip}", vendor=vendor, kind=kind,
+        backend=backend, index=index, name=model_name(cells.get("Name")), bus_id=bus,
+        driver_version=table.version, health=health,
+        utilization_percent=utilization, compute_active_percent=utilization,
+        compute_active_source=source if utilization is not None else None,
+        memory_used_bytes=used, memory_total_bytes=total,
+        temperature_celsius=read.measure(temperature, units.parse_temperature_celsius(temperature),
+                                         "temperature", "temperature_celsius"),
+        power_watts=read.measure(power, units.parse_power_watts(power), "power", "power_watts"),
+        processes=processes, details=details)
+
+
+def build_samples(table: NpuTable, **kwargs: object) -> list[DeviceSample]:
+    seen: set[tuple[int, int]] = set()
+    out = []
+    warnings = kwargs["warnings"]
+    for chip in table.chips:
+        if (chip.npu, chip.chip) in seen:
+            warnings.append(f"NPU {chip.npu} chip {chip.chip} listed twice; the second skipped")  # type: ignore[attr-defined]
+            continue
+        seen.add((chip.npu, chip.chip))
+        out.append(chip_sample(chip, table, **kwargs))  # type: ignore[arg-type]
+    return out

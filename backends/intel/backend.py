@@ -1,0 +1,224 @@
+"""Intel GPUs from the kernel alone (i915/xe sysfs, hwmon, DRM fdinfo), with ``xpu-smi
+discovery -j`` where it is installed for the names and memory figures sysfs lacks.
+
+Counters (GT idle residency, the hwmon energy counter, each client's engine time) become busy
+shares and watts between two readings: ``open()`` takes the first, and a sample less than
+:data:`MIN_INTERVAL` after the previous reading waits out the rest, so every sample has an
+interval to measure (a GPU that appears later gets its values from its second sample). Options (``[backends.intel]``): ``sysfs_root`` and ``proc_root``
+(``/sys`` and ``/proc``; a container that mounts the host's at ``/host/sys`` and ``/host/proc``
+names those). See ``docs/backends/intel.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from allsmi.backend_api import Backend, ProbeResult
+from allsmi.backends.intel import DECLARATION, DRIVERS, XPU_SMI, drm_root, quick_probe
+from allsmi.backends._common.declared import BEYOND_BUSY
+from allsmi.schema import DeviceSample
+
+if TYPE_CHECKING:
+    from allsmi.backends.intel.fdinfo import Client
+    from allsmi.backends.intel.sysfs import Card, Reading
+    from allsmi.backends.intel.xpusmi import XpuDevice
+
+DISCOVERY_ARGS = ("discovery", "-j")
+#: The shortest interval a busy share or a power figure is measured over (seconds).
+MIN_INTERVAL = 0.2
+
+#: PCI device ids of Intel data-centre and Arc GPUs (the public PCI id lists), for a name
+#: without xpu-smi.
+KNOWN_IDS = {"8086:56a0": "Intel Arc A770", "8086:56a1": "Intel Arc A750",
+             "8086:56c0": "Intel Data Center GPU Flex 170", "8086:56c1": "Intel Data Center GPU Flex 140",
+             "8086:0bd5": "Intel Data Center GPU Max 1550", "8086:0bda": "Intel Data Center GPU Max 1100",
+             "8086:e20b": "Intel Arc B580"}
+
+
+def owner_of(proc: str) -> Callable[[int], str | None]:
+    """The user owning ``<proc>/<pid>`` (by uid), or ``None``."""
+    def lookup(pid: int) -> str | None:
+        import pwd
+        try:
+            return pwd.getpwuid(os.stat(os.path.join(proc, str(pid))).st_uid).pw_name
+        except (OSError, KeyError):
+            return None
+    return lookup
+
+
+class IntelGpuBackend(Backend, declared=DECLARATION):
+    """Intel GPUs via the i915/xe drivers' sysfs and DRM fdinfo (and xpu-smi where installed)."""
+
+    #: No fan reading in either driver's hwmon on the data-centre parts.
+    unreported_fields = frozenset({"fan_percent"}) | BEYOND_BUSY
+
+    def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
+                 search_dirs: Sequence[str] | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep,
+                 lookup_user: Callable[[int], str | None] | None = None) -> None:
+        super().__init__(timeout_seconds=timeout_seconds, options=options)
+        self.search_dirs = None if search_dirs is None else tuple(search_dirs)
+        self.drm = drm_root(self.options)
+        self.proc = str(self.options.get("proc_root", "/proc"))
+        self._clock = clock
+        self._sleep = sleep
+        self._last_read: float | None = None
+        self._lookup_user = lookup_user or owner_of(self.proc)
+        self._opened = False
+        self._known: dict[str, int] = {}
+        self._readings: dict[str, Reading] = {}
+        self._clients: dict[tuple[int, str, str], tuple[float, Client]] = {}
+
+    @classmethod
+    def model_name(cls, raw: str | None) -> str | None:
+        """``8086:56c0`` (a PCI id) -> the GPU's name; xpu-smi's ``Intel(R) ... (TM)`` cleaned."""
+        text = " ".join((raw or "").replace("(R)", "").replace("(TM)", "").split())
+        if not text:
+            return None
+        if text.lower() in KNOWN_IDS:
+            return KNOWN_IDS[text.lower()]
+        if len(text) == 9 and text[4] == ":":
+            return f"Intel GPU [{text.lower()}]"
+        return text
+
+    def quick_probe(self) -> ProbeResult | None:
+        return quick_probe(self.options)
+
+    def probe(self) -> ProbeResult:
+        """Available when a DRM card is driven by i915 or xe; ``xpu-smi`` found or not."""
+        absent = quick_probe(self.options)
+        if absent is not None:
+            return absent
+        try:
+            tool = XPU_SMI.find(self.search_dirs)
+        except Exception as exc:  # noqa: BLE001 - a probe never raises
+            tool, why = None, f"cannot look for xpu-smi: {exc}"
+        else:
+            why = "" if tool else XPU_SMI.missing(self.search_dirs)
+        return ProbeResult(True, "", {"drm": self.drm, f"tool:{XPU_SMI.executable}": tool or f"missing: {why}"})
+
+    def open(self) -> None:
+        """List the GPUs and take the first reading of their counters."""
+        from allsmi.backends.intel.sysfs import find_cards, read_card
+        self.close()
+        now = self._clock()
+        cards = find_cards(self.drm, DRIVERS)
+        self._known = {c.bus_id or c.path: c.index for c in cards}
+        self._readings = {c.bus_id or c.path: read_card(c, now) for c in cards}
+        self._processes(now)
+        self._last_read = now
+        self._opened = True
+
+    def close(self) -> None:
+        self._opened = False
+        self._known, self._readings, self._clients = {}, {}, {}
+        self._last_read = None
+
+    def sample(self) -> Sequence[DeviceSample]:
+        from allsmi.backends.intel.sysfs import find_cards, read_card
+        self.warnings = []
+        if not self._opened:
+            self.open()
+        if self._last_read is not None:
+            wait = MIN_INTERVAL - (self._clock() - self._last_read)
+            if wait > 0:
+                self._sleep(min(wait, self.timeout_seconds / 4))
+        now = self._last_read = self._clock()
+        cards = find_cards(self.drm, DRIVERS)
+        xpu = self._discovery()
+        shares, memory, pids = self._processes(now)
+        out = []
+        seen = set()
+        for card in cards:
+            key = card.bus_id or card.path
+            seen.add(key)
+            reading = read_card(card, now)
+            out.append(self._device(card, reading, self._readings.get(key), xpu.get(card.bus_id or ""),
+                                    pids.get(card.bus_id or "", ()), shares, memory))
+            self._readings[key] = reading
+        for key, index in self._known.items():
+            if key not in seen:  # listed when opened, gone now
+                out.append(DeviceSample(id=f"intel:{key}", vendor=self.vendor, kind=self.kind,
+                                        backend=self.display_name, index=index, bus_id=key,
+                                        health="lost", processes=None))
+                self.warnings.append(f"GPU {key} (card{index}) is no longer listed by the driver")
+        return out
+
+    # -- parts -----------------------------------------------------------------------------
+    def _device(self, card: Card, reading: Reading, before: Reading | None, xpu: XpuDevice | None,
+                pids: Sequence[int], shares: Mapping[tuple[int, str], float | None],
+                memory: Mapping[tuple[int, str], int | None]) -> DeviceSample:
+        from allsmi.backends.intel.sysfs import busy_percent, power_watts
+        from allsmi.schema import ProcessSample
+        bus = card.bus_id or ""
+        busy = busy_percent(before, reading)
+        total = reading.memory_total_bytes or (xpu.memory_total_bytes if xpu else None)
+        used = None  # sysfs has no memory in use: xpu-smi's size less its free memory, or unknown
+        if xpu is not None and xpu.memory_free_bytes is not None and xpu.memory_total_bytes is not None \
+                and xpu.memory_free_bytes <= xpu.memory_total_bytes:
+            used = xpu.memory_total_bytes - xpu.memory_free_bytes
+        name = self.model_name(card.pci_id) if (card.pci_id or "").lower() in KNOWN_IDS or xpu is None \
+            or not xpu.name else self.model_name(xpu.name)
+        limit = reading.power_limit_uw / 1e6 if reading.power_limit_uw else None
+        processes = tuple(ProcessSample(pid=pid, user=self._lookup_user(pid),
+                                        memory_bytes=memory.get((pid, bus)),
+                                        utilization_percent=shares.get((pid, bus)))
+                          for pid in sorted(pids))
+        return DeviceSample(
+            id=f"intel:{bus}" if bus else f"intel:card{card.index}", vendor=self.vendor, kind=self.kind,
+            backend=self.display_name, index=card.index, uuid=xpu.uuid if xpu else None, name=name,
+            bus_id=card.bus_id, health="ok", utilization_percent=busy, compute_active_percent=busy,
+            compute_active_source=self.compute_active_source if busy is not None else None,
+            memory_used_bytes=used, memory_total_bytes=total,
+            temperature_celsius=reading.temperature_mc / 1000.0 if reading.temperature_mc is not None else None,
+            power_watts=power_watts(before, reading), power_limit_watts=limit,
+            energy_joules=reading.energy_uj / 1e6 if reading.energy_uj is not None else None,
+            clock_mhz=float(reading.clock_mhz) if reading.clock_mhz is not None else None,
+            processes=processes, details={"driver": card.driver, "pci_id": card.pci_id or ""})
+
+    def _processes(self, now: float) -> tuple[dict[tuple[int, str], float | None],
+                                              dict[tuple[int, str], int | None], dict[str, set[int]]]:
+        """Per (pid, GPU): engine share since the last sample and local memory; pids per GPU."""
+        from allsmi.backends.intel.fdinfo import engine_share, scan
+        shares: dict[tuple[int, str], float | None] = {}
+        memory: dict[tuple[int, str], int | None] = {}
+        pids: dict[str, set[int]] = {}
+        current: dict[tuple[int, str, str], tuple[float, Client]] = {}
+        for client in scan(self.proc, DRIVERS):
+            key = (client.pid, client.pdev, client.client_id)
+            current[key] = (now, client)
+            earlier = self._clients.get(key)
+            share = engine_share(earlier[1] if earlier else None, client,
+                                 now - earlier[0] if earlier else 0.0)
+            slot = (client.pid, client.pdev)
+            pids.setdefault(client.pdev, set()).add(client.pid)
+            prior = shares.get(slot, 0.0) if slot in shares else 0.0
+            shares[slot] = None if share is None or (slot in shares and shares[slot] is None) \
+                else min(100.0, (prior or 0.0) + share)
+            held = memory.get(slot, 0) if slot in memory else 0
+            memory[slot] = None if client.local_bytes is None or (slot in memory and memory[slot] is None) \
+                else (held or 0) + client.local_bytes
+        self._clients = current
+        return shares, memory, pids
+
+    def _discovery(self) -> dict[str, XpuDevice]:
+        """``xpu-smi discovery -j`` by PCI address; ``{}`` without xpu-smi, or with a warning when
+        it fails (the sysfs values stand; what only xpu-smi gives is unknown)."""
+        tool_path = XPU_SMI.find(self.search_dirs)
+        if tool_path is None:
+            if os.environ.get(XPU_SMI.env_var):
+                self.warnings.append(f"{XPU_SMI.missing(self.search_dirs)}; names and memory in use "
+                                     f"from xpu-smi not reported")
+            return {}
+        from allsmi.backends._common.runner import Tool, ToolError
+        from allsmi.backends.intel.xpusmi import parse_discovery
+        tool = Tool(tool_path, self.timeout_seconds)
+        try:
+            result = tool.run(*DISCOVERY_ARGS)
+            return tool.parse(result, lambda text: parse_discovery(text, tool.command(DISCOVERY_ARGS),
+                                                                   self.warnings))
+        except ToolError as exc:
+            self.warnings.append(f"{exc}; the sysfs values stand, memory in use unknown")
+            return {}

@@ -1,0 +1,186 @@
+"""What the i915 and xe drivers publish in sysfs for one GPU, read as counters.
+
+Under ``<sysfs>/class/drm/card<N>``:
+
+* ``device/uevent``: ``DRIVER=i915|xe``, ``PCI_ID=8086:56C0``, ``PCI_SLOT_NAME=0000:4d:00.0``;
+* local memory: xe ``device/tile<T>/physical_vram_size_bytes`` (summed over tiles), i915
+  ``device/lmem_total_bytes`` (where the kernel publishes it); none on integrated GPUs;
+* frequency: i915 ``gt_act_freq_mhz``; xe ``device/tile<T>/gt<G>/freq0/act_freq`` (MHz);
+* GT idle residency (milliseconds the GT spent idle, a counter): i915 ``gt/gt<G>/rc6_residency_ms``
+  (older kernels: ``power/rc6_residency_ms``); xe ``device/tile<T>/gt<G>/gtidle/idle_residency_ms``;
+* hwmon (``device/hwmon/hwmon<H>`` whose ``name`` is the driver): ``energy1_input`` (µJ, a counter),
+  ``power1_max`` (µW, the sustained power limit), ``temp<K>_input`` (m°C; the one labelled ``pkg``
+  where labels exist).
+
+Busy time is what the GT was not idle: between two readings, ``1 - Δidle / Δwall`` per GT,
+averaged over the GTs; power is ``Δenergy / Δwall``. The first reading of a device has neither.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+_CARD = re.compile(r"^card(\d+)$")
+_TILE = re.compile(r"^tile\d+$")
+_GT = re.compile(r"^gt\d+$")
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read(4096).strip()
+    except OSError:
+        return None
+
+
+def read_int(path: str) -> int | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+@dataclass
+class Card:
+    """One Intel GPU (a DRM card driven by i915 or xe)."""
+
+    index: int
+    path: str
+    driver: str
+    bus_id: str | None
+    pci_id: str | None
+    """``8086:56c0``."""
+    hwmon: str | None = None
+    idle_paths: tuple[str, ...] = ()
+    freq_path: str | None = None
+    memory_paths: tuple[str, ...] = ()
+
+
+@dataclass
+class Reading:
+    """One pass over a card's counters."""
+
+    at: float
+    idle_ms: tuple[int | None, ...] = ()
+    energy_uj: int | None = None
+    power_limit_uw: int | None = None
+    temperature_mc: int | None = None
+    clock_mhz: int | None = None
+    memory_total_bytes: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _uevent(path: str) -> dict[str, str]:
+    out = {}
+    for line in (read_text(os.path.join(path, "device", "uevent")) or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def find_cards(drm: str, drivers: tuple[str, ...]) -> list[Card]:
+    """Every ``card<N>`` under ``drm`` driven by one of ``drivers``, by card number."""
+    cards = []
+    for name in _listdir(drm):
+        match = _CARD.match(name)
+        if not match:
+            continue
+        path = os.path.join(drm, name)
+        event = _uevent(path)
+        driver = event.get("DRIVER", "")
+        if driver not in drivers:
+            continue
+        slot = event.get("PCI_SLOT_NAME", "").lower() or None
+        pci = event.get("PCI_ID", "").lower() or None
+        card = Card(int(match.group(1)), path, driver, slot, pci)
+        _locate(card)
+        cards.append(card)
+    return sorted(cards, key=lambda c: c.index)
+
+
+def _locate(card: Card) -> None:
+    device = os.path.join(card.path, "device")
+    hwmon_dir = os.path.join(device, "hwmon")
+    for name in _listdir(hwmon_dir):
+        if read_text(os.path.join(hwmon_dir, name, "name")) == card.driver:
+            card.hwmon = os.path.join(hwmon_dir, name)
+            break
+    if card.driver == "xe":
+        tiles = [os.path.join(device, t) for t in _listdir(device) if _TILE.match(t)]
+        gts = [os.path.join(tile, g) for tile in tiles for g in _listdir(tile) if _GT.match(g)]
+        card.idle_paths = tuple(os.path.join(g, "gtidle", "idle_residency_ms") for g in gts)
+        card.freq_path = os.path.join(gts[0], "freq0", "act_freq") if gts else None
+        card.memory_paths = tuple(os.path.join(t, "physical_vram_size_bytes") for t in tiles)
+    else:
+        gt_dir = os.path.join(card.path, "gt")
+        gts = [os.path.join(gt_dir, g) for g in _listdir(gt_dir) if _GT.match(g)]
+        card.idle_paths = tuple(os.path.join(g, "rc6_residency_ms") for g in gts) or \
+            (os.path.join(card.path, "power", "rc6_residency_ms"),)
+        card.freq_path = os.path.join(card.path, "gt_act_freq_mhz")
+        card.memory_paths = (os.path.join(device, "lmem_total_bytes"),)
+
+
+def _temperature(hwmon: str) -> int | None:
+    inputs = sorted(n for n in _listdir(hwmon) if n.startswith("temp") and n.endswith("_input"))
+    chosen = None
+    for name in inputs:
+        label = read_text(os.path.join(hwmon, name.replace("_input", "_label")))
+        if label is not None and label.lower() == "pkg":
+            chosen = name
+            break
+        if chosen is None and label is None:
+            chosen = name
+    return read_int(os.path.join(hwmon, chosen)) if chosen else None
+
+
+def read_card(card: Card, now: float) -> Reading:
+    reading = Reading(at=now)
+    reading.idle_ms = tuple(read_int(p) for p in card.idle_paths)
+    if card.hwmon is not None:
+        reading.energy_uj = read_int(os.path.join(card.hwmon, "energy1_input"))
+        reading.power_limit_uw = read_int(os.path.join(card.hwmon, "power1_max"))
+        reading.temperature_mc = _temperature(card.hwmon)
+    reading.clock_mhz = read_int(card.freq_path) if card.freq_path else None
+    sizes = [read_int(p) for p in card.memory_paths]
+    if sizes and all(s is not None and s > 0 for s in sizes):
+        reading.memory_total_bytes = sum(s for s in sizes if s is not None)
+    return reading
+
+
+def busy_percent(before: Reading | None, now: Reading) -> float | None:
+    """The GTs' mean busy share between two readings (``None`` without a usable pair: the first
+    reading, a GT missing from either, a counter that went backwards or an interval under 10 ms)."""
+    if before is None or not now.idle_ms or len(before.idle_ms) != len(now.idle_ms):
+        return None
+    wall_ms = (now.at - before.at) * 1000.0
+    if wall_ms < 10.0:
+        return None
+    shares = []
+    for old, new in zip(before.idle_ms, now.idle_ms):
+        if old is None or new is None or new < old:
+            return None
+        shares.append(100.0 * (1.0 - min(1.0, (new - old) / wall_ms)))
+    return sum(shares) / len(shares)
+
+
+def power_watts(before: Reading | None, now: Reading) -> float | None:
+    """``Δenergy / Δwall`` in W (``None`` on the first reading or a counter that wrapped)."""
+    if before is None or before.energy_uj is None or now.energy_uj is None:
+        return None
+    seconds = now.at - before.at
+    if seconds < 0.01 or now.energy_uj < before.energy_uj:
+        return None
+    return (now.energy_uj - before.energy_uj) / 1e6 / seconds

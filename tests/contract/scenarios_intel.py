@@ -1,0 +1,125 @@
+"""Contract scenarios for the Intel GPU backend: sysfs and /proc trees written from the kernel's
+documented layout (``fixtures/intel``), and a stand-in ``xpu-smi``."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from allsmi.backends.intel import XPU_SMI, IntelGpuBackend
+from allsmi.backends.intel.backend import MIN_INTERVAL
+
+from . import standin
+from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
+
+INTEL = FIXTURES / "intel"
+I915 = INTEL / "i915-flex170x2"
+KIB = 1024
+
+
+def _options(tree: Path) -> dict[str, str]:
+    return {"sysfs_root": str(tree / "sys"), "proc_root": str(tree / "proc")}
+
+
+#: What the running GPUs of the scenarios do: the GT idle 40 % of the time (60 % busy), 150 W,
+#: two of card0's four compute engines busy for pid 4242 (50 %), the xe client's render engine
+#: 25 % of the GPU's cycles.
+IDLE_SHARE, WATTS, ENGINES_BUSY, XE_SHARE = 0.4, 150.0, 2, 0.25
+
+
+class Running:
+    """A copy of a fixture tree whose counters advance as the backend's clock does: the
+    backend's ``sleep`` moves the clock and every counter by what the GPUs did meanwhile."""
+
+    def __init__(self, tree: Path) -> None:
+        self.tree = tree
+        self.now = 5000.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        for path in self.tree.rglob("*residency_ms"):
+            path.write_text(f"{int(path.read_text()) + round(IDLE_SHARE * seconds * 1000)}\n")
+        for path in self.tree.rglob("energy1_input"):
+            path.write_text(f"{int(path.read_text()) + round(WATTS * seconds * 1e6)}\n")
+        for path in self.tree.glob("proc/*/fdinfo/*"):
+            text = path.read_text()
+            text = re.sub(r"(drm-engine-compute:\t)(\d+)",
+                          lambda m: f"{m.group(1)}{int(m.group(2)) + round(ENGINES_BUSY * seconds * 1e9)}", text)
+            total = round(seconds * 1e9)
+            text = re.sub(r"(drm-total-cycles-rcs:\t)(\d+)", lambda m: f"{m.group(1)}{int(m.group(2)) + total}", text)
+            text = re.sub(r"(drm-cycles-rcs:\t)(\d+)",
+                          lambda m: f"{m.group(1)}{int(m.group(2)) + round(XE_SHARE * total)}", text)
+            path.write_text(text)
+
+
+def backend_for(env: ScenarioEnv, tree: Path, discovery: str | None = None) -> IntelGpuBackend:
+    """The backend reading a running copy of ``tree``; ``xpu-smi`` printing ``discovery``, or
+    none installed."""
+    if tree.exists():
+        copy = env.tmp_path / "tree"
+        shutil.copytree(tree, copy, symlinks=True)
+        tree = copy
+    running = Running(tree)
+    if discovery is None:
+        env.monkeypatch.delenv(XPU_SMI.env_var, raising=False)
+    else:
+        bindir = env.tmp_path / "bin"
+        exe = standin.write_standin(bindir, "xpu-smi", {}, default=standin.route(
+            INTEL, discovery, pidfile=str(bindir / "pids")))
+        env.monkeypatch.setenv(XPU_SMI.env_var, str(exe))
+    return IntelGpuBackend(options=_options(tree), search_dirs=(), lookup_user=lambda pid: None,
+                           clock=running.clock, sleep=running.sleep)
+
+
+def _sixty_four(env: ScenarioEnv) -> IntelGpuBackend:
+    """64 Flex 170 cards: the first card of the i915 tree copied under its own numbers."""
+    tree = env.tmp_path / "sixty-four"
+    drm = tree / "sys" / "class" / "drm"
+    for n in range(64):
+        shutil.copytree(I915 / "sys" / "class" / "drm" / "card0", drm / f"card{n}")
+        uevent = drm / f"card{n}" / "device" / "uevent"
+        uevent.write_text(uevent.read_text().replace("0000:4d:00.0", f"0000:{n + 16:02x}:00.0"))
+    (tree / "proc").mkdir()
+    return backend_for(env, tree)
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("no-hardware-other-vendor-only", lambda env: backend_for(env, INTEL / "no-intel"), None),
+    Scenario("no-hardware-no-sysfs", lambda env: backend_for(env, INTEL / "no-such-tree"), None),
+    # The first sample measures from the reading open() took: over that interval the GT idled 40 %
+    # (60 % busy), the energy counter (1234567890123 µJ when opened) moved 150 W's worth, pid 4242
+    # kept two of the four compute engines busy (50 %). power1_max 120000000 µW = 120 W; energy1_input 1234567890123 µJ; lmem 16 GiB; pid 4242
+    # holds 2097152 KiB resident in local0 on card0 through two descriptors of one client.
+    Scenario("i915-flex170x2", lambda env: backend_for(env, I915), 2, dict([
+        expect("intel:0000:4d:00.0", index=0, name="Intel Data Center GPU Flex 170", bus_id="0000:4d:00.0",
+               uuid=None, utilization_percent=100 * (1 - IDLE_SHARE),
+               compute_active_percent=100 * (1 - IDLE_SHARE), compute_active_source="engine_time",
+               power_watts=WATTS,
+               power_limit_watts=120.0, energy_joules=1234567890123 / 1e6 + WATTS * MIN_INTERVAL, clock_mhz=2050.0,
+               memory_total_bytes=17179869184, memory_used_bytes=None, temperature_celsius=None,
+               processes=[(4242, 2097152 * KIB)]),
+        expect("intel:0000:50:00.0", index=1, clock_mhz=0.0, processes=[(4242, 262144 * KIB)])])),
+    # xpu-smi adds the uuid and memory in use: 14248574976 - 11811160064 bytes.
+    Scenario("i915-flex170x2-xpu-smi", lambda env: backend_for(env, I915, "xpu-smi-discovery-flex170x2.json"), 2, dict([
+        expect("intel:0000:4d:00.0", uuid="01000000-0000-004d-0000-000856c08086",
+               memory_used_bytes=14248574976 - 11811160064, memory_total_bytes=17179869184,
+               power_limit_watts=120.0),
+        expect("intel:0000:50:00.0", memory_used_bytes=None)])),
+    # xe: VRAM from tile0, the package temperature (57000 m°C), 190 W limit, two GTs.
+    Scenario("xe-arc-b580", lambda env: backend_for(env, INTEL / "xe-arc-b580"), 1, dict([
+        expect("intel:0000:03:00.0", index=1, name="Intel Arc B580", memory_total_bytes=12884901888,
+               temperature_celsius=57.0, power_limit_watts=190.0, clock_mhz=2850.0,
+               energy_joules=98765432101 / 1e6 + WATTS * MIN_INTERVAL, processes=[(7777, 4194304 * KIB)], details__driver="xe")])),
+    Scenario("sixty-four-cards", _sixty_four, 64, dict([
+        expect("intel:0000:4f:00.0", index=63, power_limit_watts=120.0, processes=[])])),
+]
+
+#: xpu-smi is optional: a failing one leaves the sysfs values, with a warning naming the fault.
+CLI = CliTool(env_var=XPU_SMI.env_var, executable="xpu-smi", partial=INTEL / "xpu-smi-discovery-flex170x2.json",
+              options=_options(I915), calls=("discovery -j",), optional=True,
+              drift={"oldest": "i915-flex170x2", "newest": "i915-flex170x2-xpu-smi", "na-fields": "xe-arc-b580",
+                     "64-devices": "sixty-four-cards"})
