@@ -72,10 +72,11 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         else:
             active = util * (0.55 + 0.3 * _hash(key, job, "eff"))
         out.update(compute_active_percent=round(active, 2), compute_active_source=source)
-        if backend == "nvidia":
-            out.update(sm_occupancy_percent=round(active * 0.45, 2),
-                       tensor_active_percent=round(active * 0.6, 2))
-        out["memory_bandwidth_percent"] = round(active * 0.7, 2)
+        if not partition:  # a partition: its SM activity only, as the real backends give it
+            if backend == "nvidia":
+                out.update(sm_occupancy_percent=round(active * 0.45, 2),
+                           tensor_active_percent=round(active * 0.6, 2))
+            out["memory_bandwidth_percent"] = round(active * 0.7, 2)
     if backend in LINKED and not partition:
         if not busy:
             link = 0.0
