@@ -435,9 +435,9 @@ def test_billing_csv_columns_documented_are_the_export_columns() -> None:
 
 
 def test_processes_csv_columns_are_all_documented() -> None:
-    """The README's ``--format processes-csv`` paragraph names every column the format writes."""
+    """docs/snapshot.md's ``--format processes-csv`` paragraph names every column the format writes."""
     from allsmi.fields import PROCESS_COLUMNS
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "snapshot.md").read_text()
     start = text.index("* `--format processes-csv`")
     paragraph = text[start:text.index("\n* ", start + 1)]
     assert [c for c in PROCESS_COLUMNS if f"`{c}`" not in paragraph] == []
