@@ -6,6 +6,7 @@ failure statuses and signal handling, and writing the output.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import tempfile
@@ -56,6 +57,13 @@ def _signals_unwind() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def no_ledger_message(path: str) -> str:
+    """Why there is nothing to bill at ``path``, and how a ledger is made."""
+    return (f"no ledger at {path}: a ledger is written by `allsmi record --ledger {path}` or "
+            f"`allsmi serve --ledger {path}` while they run; read another with --ledger PATH, "
+            "or bill from a store with --prometheus URL")
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -300,6 +308,13 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
                                      rollups=getattr(client, "use_rollups", True))
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
+        if "user" in keys and not usage.holders:
+            observed = sum(p.observed_s for p in usage.parts)
+            raise Failed("source", f"--group-by user: not enough data in the window yet in "
+                         f"prometheus {client.url}: "
+                         + (f"{observed:.0f} device-seconds observed and " if observed else "")
+                         + "no holder's counters have two samples in it (counters need a "
+                         "few scrapes); try again later or widen the window (--since)")
         if "user" in keys and not any(p.user for p in usage.holders or ()):
             raise Failed("config", "--group-by user: no holder in the window has a user in "
                          f"prometheus {client.url}: the exporters publish users (the user label "
@@ -325,6 +340,8 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
         return report
     from allsmi.accounting.ledger import LedgerError
     from allsmi.accounting.ledgersource import ledger_parts
+    if not os.path.isfile(ledger):
+        raise Failed("source", no_ledger_message(ledger))
     try:
         parts, holders = ledger_parts(ledger, window, by_holder=any(k in HOLDER_KEYS for k in keys))
     except LedgerError as exc:

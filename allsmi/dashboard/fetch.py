@@ -51,6 +51,11 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), header
 
 
+#: How a server that speaks only TLS answers a plain-HTTP request: it drops the connection.
+_DROPPED = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected,
+            http.client.BadStatusLine)
+
+
 class HttpError(Exception):
     """The request failed; the message is short and meant for the screen."""
 
@@ -164,6 +169,12 @@ def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int,
             raise late from None
         if isinstance(exc, socket.gaierror):
             raise HttpError(f"cannot resolve {parts.hostname}: {exc.strerror or exc}") from None
+        if parts.scheme == "http" and isinstance(exc, _DROPPED):
+            from allsmi.nethint import tls_hint
+            hint = tls_hint(parts.hostname, parts.port or 80,
+                            max(0.2, min(2.0, deadline - time.monotonic())))
+            if hint:
+                raise HttpError(hint) from None
         if isinstance(exc, OSError):
             raise HttpError(exc.strerror or str(exc) or type(exc).__name__) from None
         raise HttpError(f"bad HTTP answer ({type(exc).__name__}: {exc})") from None

@@ -69,9 +69,10 @@ def make_query(url: str, ca_file: str | None = None) -> Query:
         try:
             doc = json.loads(answer.body)
         except (ValueError, RecursionError):
-            if answer.status != 200:
-                raise PrometheusError(f"HTTP {answer.status} from Prometheus") from None
-            raise PrometheusError("Prometheus answered with something that is not JSON") from None
+            from allsmi.nethint import first_line
+            line = first_line(answer.body)
+            raise PrometheusError(f"not a Prometheus query API (HTTP {answer.status})"
+                                  + (f": {line}" if line else "")) from None
         return answer_vector(doc, answer.status)
 
     return query
