@@ -81,7 +81,10 @@ class KeyActions:
     def action_help(self) -> None:
         """Show every key."""
         from .help import HelpScreen  # imported on first use: most sessions never open it
-        self.push_screen(HelpScreen(self.BINDINGS))  # type: ignore[arg-type]
+        # Only the keys that do something here: no cluster key on a single node.
+        keys = [b for b in self.BINDINGS if not (isinstance(b, Binding) and b.action == "view('cluster')"
+                                                 and not self.source.cluster)]
+        self.push_screen(HelpScreen(keys))  # type: ignore[arg-type]
 
     def action_view(self, view: str) -> None:
         """Switch to the devices, groups or cluster view."""
@@ -127,9 +130,7 @@ class KeyActions:
     def action_filter_text(self) -> None:
         """Open the text filter."""
         box = self.filter_box(build=True)  # type: ignore[attr-defined]
-        box.add_class("-visible")
-        box.value = self.filter.text
-        box.focus()
+        box.open(self.filter.text)
 
     def _cycle(self, current: str | None, values: list[str]) -> str | None:
         if not values:

@@ -27,7 +27,7 @@ from allsmi.config import Config
 from allsmi.formatting import NA
 
 from .actions import BINDINGS, KeyActions
-from .columns import content_widths
+from .columns import content_widths, hidden_columns
 from .device_table import DeviceTable, columns_for
 from .drawing import ViewDrawing
 from .feed import DataFeed
@@ -197,6 +197,7 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         width = self._layout_width = width or self._layout_width or self.size.width
         columns, compact, spark = columns_for(width - 2, self.source.cluster, self._content_widths())
         self._compact, self._spark_width = compact, spark
+        self.hidden_columns = hidden_columns(columns, self.source.cluster)
         return self.device_table.configure(columns)
 
     def _content_widths(self) -> dict[str, int]:
@@ -276,11 +277,16 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
             return found.first(Input)
         if not build:
             return None
-        box = Input(placeholder="filter: model, vendor, id, group, host, user, command "
-                                "(Enter keeps it, Esc clears)", id="filter")
+        from .filterbox import FilterInput
+        box = FilterInput(placeholder="filter: model, vendor, id, group, host, user, command "
+                                      "(Enter keeps it, Esc clears)", id="filter")
         box.cursor_blink = False
         self.mount(box, after="#views")
         return box
+
+    def close_filter(self) -> None:
+        """Hide the filter box (keeping its filter) and give the focus back to the view."""
+        self._close_filter()
 
     def _close_filter(self) -> None:
         box = self.filter_box()

@@ -18,10 +18,12 @@ from allsmi.schema import DeviceSample
 
 from .idle import allocated_idle
 from .model import DeviceRef, EnergyMeter, History, memory_percent
-from .render import Palette, core_strip, gauge, spark_levels, spark_text
+from .render import Palette, core_strip, gauge, safe, spark_levels, spark_text
 
-#: Cells of the ``#`` column in the wide and the compact layout.
+#: Cells of the ``#`` column in the wide and the compact layout (wider for longer indexes).
 INDEX_WIDTH, INDEX_WIDTH_COMPACT = 3, 2
+#: Cells of the host column in the wide layout before it grows.
+HOST_WIDTH = 16
 #: Health words in the compact layout, where the column is five cells wide.
 _SHORT_HEALTH = {"ok": "ok", "degraded": "degr", "lost": "LOST", "unknown": "?", "stale": "stale"}
 
@@ -88,11 +90,8 @@ def _index_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
 
 def _index_render(key: Any, ctx: RowContext) -> Text:
     row_key, index = key
-    text = "" if index is None else str(index)
-    width = INDEX_WIDTH_COMPACT if ctx.compact else INDEX_WIDTH
-    if len(text) > width:  # a cut index is marked, and keeps its last digits (4064: …64)
-        text = "\u2026" + text[-(width - 1):]
-    return RowText(text, row_key, justify="right")
+    # Never cut: the column is as wide as the longest index (content_widths' ``idx``).
+    return RowText("" if index is None else str(index), row_key, justify="right")
 
 
 def _model_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
@@ -219,7 +218,7 @@ def _history_render(key: Any, ctx: RowContext) -> Text:
 
 
 def _plain(key: Any, ctx: RowContext) -> Text:
-    return Text(NA if key is None else str(key), style="dim" if key is None else "")
+    return Text(NA if key is None else safe(str(key)), style="dim" if key is None else "")
 
 
 def _right(key: Any, ctx: RowContext) -> Text:
@@ -243,8 +242,10 @@ def content_widths(refs: Sequence[DeviceRef], host_names: Mapping[str, str]) -> 
     ``model_compact`` (vendor left out), ``vendor`` and ``host`` (capped at
     :data:`MAX_GROWN_WIDTH`)."""
     parents = parent_names(refs)
-    widths = {"model": 0, "model_compact": 0, "vendor": 0, "host": 0}
+    widths = {"model": 0, "model_compact": 0, "vendor": 0, "host": 0, "idx": 0}
     for ref in refs:
+        if ref.device.index is not None and not ref.device.parent:
+            widths["idx"] = max(widths["idx"], len(str(ref.device.index)))
         for key, text in (("model", model_name(ref, parents, False)),
                           ("model_compact", model_name(ref, parents, True)),
                           ("vendor", ref.device.vendor), ("host", host_names.get(ref.host, ref.host))):
@@ -278,10 +279,11 @@ def columns_for(width: int, cluster: bool,
     are dropped in :data:`NARROW_PRIORITY` order so that no row scrolls sideways.
     """
     wants = dict(wants or {})
-    host = Column("host", "host", 16, lambda r, c: c.host_names.get(r.host, r.host), _plain)
+    digits = wants.get("idx", 0)  # an index is never cut: the column fits the longest
+    host = Column("host", "host", HOST_WIDTH, lambda r, c: c.host_names.get(r.host, r.host), _plain)
     procs = Column("procs", "procs", 5, _procs_key, _right)
     full = [
-        Column("idx", "#", INDEX_WIDTH, _index_key, _index_render, sort="index"),
+        Column("idx", "#", max(INDEX_WIDTH, digits), _index_key, _index_render, sort="index"),
         Column("vendor", "vendor", 11, _attr("vendor"), _plain),
         Column("model", "model", 22, _model_key, _plain),
         Column("util", "util", 15, _util_key, _util_render, sort="utilization"),
@@ -291,7 +293,7 @@ def columns_for(width: int, cluster: bool,
         Column("health", "health", 8, _health_key, _health_render),
         procs,
     ]
-    needed = sum(c.width + 2 for c in full) + 2 + (18 if cluster else 0)
+    needed = sum(c.width + 2 for c in full) + 2 + (HOST_WIDTH + 2 if cluster else 0)
     if width >= needed:
         columns = full[:1] + ([host] if cluster else []) + full[1:]
         room = _grow(columns, width - needed, wants, ("model", "host", "vendor"))
@@ -305,7 +307,7 @@ def columns_for(width: int, cluster: bool,
             columns.append(_history(spark))
         return columns, False, spark
     compact = [
-        Column("idx", "#", INDEX_WIDTH_COMPACT, _index_key, _index_render, sort="index"),
+        Column("idx", "#", max(INDEX_WIDTH_COMPACT, digits), _index_key, _index_render, sort="index"),
         Column("vendor", "vendor", 6, _attr("vendor"), _plain),
         Column("model", "model", 16, _model_key, _plain),
         Column("util", "util", 9, _util_key, _util_render, sort="utilization"),
@@ -331,6 +333,20 @@ def columns_for(width: int, cluster: bool,
         spark = min(HISTORY_MAX_WIDTH, room - 2)
         compact.append(_history(spark))
     return compact, True, spark
+
+
+#: Every column of the wide layout, as :func:`hidden_columns` names them.
+ALL_COLUMNS = (("idx", "#"), ("host", "host"), ("vendor", "vendor"), ("model", "model"),
+               ("group", "group"), ("util", "util"), ("memory", "memory"), ("temp", "temp"),
+               ("power", "power"), ("health", "health"), ("procs", "procs"),
+               ("history", "util history"))
+
+
+def hidden_columns(columns: Sequence[Column], cluster: bool) -> list[str]:
+    """The columns a terminal this narrow leaves out (said on the state line)."""
+    shown = {c.id for c in columns}
+    return [label for cid, label in ALL_COLUMNS
+            if cid not in shown and (cluster or cid != "host")]
 
 
 def _narrowest(compact: list[Column], width: int, wants: Mapping[str, int]) -> list[Column]:

@@ -45,6 +45,7 @@ class DiffTable(SafeTable):
             del self._rows[key]
             self._heights.pop(key, None)
         for key, cells in rows:
+            cells = tuple(_fit(c, w) for c, (_, _, w) in zip(cells, self._spec))
             cells = (_keyed(cells[0], key), *cells[1:])
             frozen = tuple(_freeze(c) for c in cells)
             old = self._rows.get(key)
@@ -80,6 +81,18 @@ class DiffTable(SafeTable):
     def row_keys(self) -> list[str]:
         """Row keys in display order."""
         return list(self._order)
+
+
+def _fit(cell: Any, width: int | None) -> Any:
+    """A one-line cell longer than its column's ``width`` cut with an ellipsis (never silently)."""
+    if width is None:
+        return cell
+    text = cell if isinstance(cell, Text) else Text(str(cell))
+    if "\n" in text.plain or text.cell_len <= width:
+        return cell
+    text = text.copy()
+    text.truncate(width, overflow="ellipsis")
+    return text
 
 
 def _keyed(cell: Any, key: str) -> RowText:

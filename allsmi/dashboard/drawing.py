@@ -117,6 +117,8 @@ class ViewDrawing:
         title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
         if count > MAX_PROCESS_ROWS:
             title += f" ({MAX_PROCESS_ROWS} biggest of {count})"
+        if self.process_table.hidden:
+            title += f" (too narrow for {', '.join(self.process_table.hidden)})"
         hosts_here = {r.host for r in shown}
         hidden = [h.name for h in self.hosts if h.key in hosts_here and h.process_details is False]
         if hidden:
@@ -178,7 +180,8 @@ class ViewDrawing:
             descending=self.idle_descending if self.view == "idle" else self.descending,
             flt=self.filter, shown=self.shown,
             process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
-            note=getattr(self.source, "note", None))
+            note=getattr(self.source, "note", None),
+            hidden=getattr(self, "hidden_columns", ()) if self.view == "devices" else ())
         plain = line.plain + "\n" + state.plain
         if plain != self._summary_text:
             self._summary_text = plain

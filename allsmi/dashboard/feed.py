@@ -127,11 +127,12 @@ class DataFeed:
         if signature != self._signature and not self.paused:
             self._signature = signature
             self.hosts = hosts
+            cluster = self.source.cluster
             for host in hosts:
                 if host.snapshot is not None:
                     self.history.add(host.key, host.snapshot)
                     self.energy.add(host.key, host.snapshot)
-                    self.idle.add(host.key, host.snapshot)
+                    self.idle.add(host.key, host.snapshot, now=time.time() if cluster else None)
             self._forget_gone(hosts)
             self.refresh_view()
             if not self._trimmed and any(h.snapshot is not None for h in hosts):

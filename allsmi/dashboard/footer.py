@@ -64,18 +64,26 @@ class KeyFooter(Widget):
         line = Text(no_wrap=True, end="")
         keys: list[tuple[int, int, str, bool]] = []
         seen: set[str] = set()
+        width = self.size.width or 10_000
         for _node, binding, enabled, _tooltip in self.screen.active_bindings.values():
             if not binding.show or binding.action in seen:
                 continue  # one key per action, as Textual's footer shows them
             seen.add(binding.action)
             start = line.cell_len
             dim = Style() if enabled else DIM
-            line.append(f" {self.app.get_key_display(binding)} ", key_style + dim)
+            entry = Text(f" {self.app.get_key_display(binding)} ", key_style + dim)
             if binding.description:
-                line.append(f"{binding.description} ", description_style + dim)
+                entry.append(f"{binding.description} ", description_style + dim)
+            if start + entry.cell_len > width - 1:  # whole keys only; the cut is marked
+                line.append("\u2026", description_style)
+                break
+            line.append_text(entry)
             keys.append((start, line.cell_len, binding.key, enabled))
         self._keys = keys
         return line
+
+    def on_resize(self) -> None:
+        self.refresh()
 
     def on_mouse_down(self, event: events.MouseDown) -> None:
         for start, end, key, enabled in self._keys:

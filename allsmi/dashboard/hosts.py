@@ -27,7 +27,17 @@ from .sources import HostState
 HOST_COLUMNS = (("host", "host", None), ("state", "state", 5), ("age", "age", 8), ("devices", "devices", 7),
                 ("util", "util", 5), ("power", "power / limit", 23), ("memory", "memory", 19),
                 ("name", "hostname", None), ("error", "problem", None))
-"""The hosts table; ``None`` widths follow the content (a long URL or reason is never cut)."""
+"""The hosts table; ``None`` widths follow the content, the host and hostname up to
+:data:`NAME_MAX_WIDTH` (cut with an ellipsis: the line under the table has them whole), the
+problem to the screen's edge (wrapped onto more lines, never cut)."""
+
+#: The widest the host and hostname cells grow (a Prometheus ``instance`` can be kilobytes).
+NAME_MAX_WIDTH = 32
+
+
+def capped(text: str, width: int = NAME_MAX_WIDTH) -> str:
+    """``text`` cut to ``width`` cells with an ellipsis."""
+    return text if len(text) <= width else text[:width - 1] + "\u2026"
 
 
 def host_warnings(host: HostState) -> list[str]:
@@ -100,8 +110,8 @@ def problem_width(hosts: Sequence[HostState], screen_width: int) -> int:
     """Cells left for the problem column once the other columns of :data:`HOST_COLUMNS` are laid
     out (the ``host`` and ``hostname`` columns as wide as their longest value)."""
     fixed = sum(w for _, _, w in HOST_COLUMNS if w is not None)
-    host = max((len(h.key) for h in hosts), default=4)
-    name = max((len(h.name) for h in hosts if h.name != h.key), default=len(NA))
+    host = min(NAME_MAX_WIDTH, max((len(h.key) for h in hosts), default=4))
+    name = min(NAME_MAX_WIDTH, max((len(h.name) for h in hosts if h.name != h.key), default=len(NA)))
     return screen_width - fixed - max(host, 4) - max(name, 8) - 2 * len(HOST_COLUMNS) - 4
 
 
@@ -122,7 +132,7 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
         age = host.age(now)
         stale = age is not None and age > 3 * interval
         rows.append((f"host:{host.key}", (
-            host.key, state,
+            capped(host.key), state,
             Text(age_text(age), justify="right", style=palette.warn if stale or host.error else ""),
             Text(str(totals.devices) + (f"+{totals.partitions}p" if totals.partitions else ""),
                  justify="right"),
@@ -130,7 +140,8 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
                  style=palette.load(totals.utilization_percent)),
             power_totals(totals),
             memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
-            host.name if host.name != host.key else NA, wrapped(problem_text(host, palette, now), width))))
+            capped(host.name) if host.name != host.key else NA,
+            wrapped(problem_text(host, palette, now), width))))
     return rows
 
 

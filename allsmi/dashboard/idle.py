@@ -96,6 +96,9 @@ class IdleRow:
 #: shared equally among them (about 80 MiB): one host of 4096 idle devices, each held by one
 #: workload, keeps about 100 snapshots.
 MAX_PARTS = 400_000
+#: A host's clock further off this machine's than this (the snapshot's time against when it
+#: arrived, which includes the fetch and the interval) is said to be skewed.
+SKEW_LIMIT_SECONDS = 120.0
 
 
 class IdleMeter:
@@ -118,16 +121,22 @@ class IdleMeter:
         self._window: dict[str, collections.deque[tuple[float, float, list[_Part]]]] = {}
         self._seen: dict[str, float] = {}
         self._parts: dict[str, int] = {}
+        self.offsets: dict[str, float] = {}
+        """Per host: how far its clock is ahead of this machine's (seconds; negative: behind),
+        from its last snapshot's time and when it was received."""
         self.known: dict[str, bool] = {}
         """Per host: whether its last snapshot told who holds its devices (processes or
         workloads known for at least one device)."""
 
-    def add(self, host: str, snapshot: Snapshot) -> None:
-        """Feed one snapshot of ``host`` (repeats of the same snapshot are ignored)."""
+    def add(self, host: str, snapshot: Snapshot, now: float | None = None) -> None:
+        """Feed one snapshot of ``host`` (repeats of the same snapshot are ignored), received at
+        ``now`` on this machine's clock (default: the time of the call)."""
         when = snapshot.unix_time
         if self._seen.get(host) == when:
             return
         self._seen[host] = when
+        if now is not None:  # a host's clock against this machine's: said when far off (skewed)
+            self.offsets[host] = when - now
         integrator = self._integrators.get(host)
         if integrator is None:
             integrator = self._integrators[host] = UsageIntegrator(self._gap, self.threshold)
@@ -169,12 +178,20 @@ class IdleMeter:
             count -= len(window.popleft()[2])
         self._parts[host] = count
 
+    def skewed(self, limit: float = SKEW_LIMIT_SECONDS) -> dict[str, float]:
+        """Hosts whose clock is more than ``limit`` seconds off this machine's, with the offset."""
+        return {host: off for host, off in self.offsets.items() if abs(off) > limit}
+
     def span(self) -> tuple[float, float] | None:
-        """(oldest start, newest end) of the window in unix seconds, or ``None`` when empty."""
+        """(start, end) of the window in unix seconds, or ``None`` when empty: each host's window
+        measured on its own clock (a host whose clock is an hour off does not stretch it), the
+        longest of them, ending at the newest snapshot."""
         ends = [(w[0][0], w[-1][1]) for w in self._window.values() if w]
         if not ends:
             return None
-        return min(s for s, _ in ends), max(e for _, e in ends)
+        longest = max(e - s for s, e in ends)
+        newest = max(e for _, e in ends)
+        return newest - longest, newest
 
     def rows(self, devices: Callable[[str], bool] | None = None) -> list[IdleRow]:
         """Holders with idle time in the window (of the devices ``devices`` accepts), priced,
@@ -208,7 +225,8 @@ class IdleMeter:
     def forget(self, hosts: Iterable[str]) -> None:
         """Drop hosts not in ``hosts`` (they left the cluster)."""
         keep = set(hosts)
-        for table in (self._integrators, self._holders, self._window, self._seen, self._parts, self.known):
+        for table in (self._integrators, self._holders, self._window, self._seen, self._parts, self.known,
+                      self.offsets):
             for host in [h for h in table if h not in keep]:
                 del table[host]  # type: ignore[attr-defined]
 

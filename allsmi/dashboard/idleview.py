@@ -16,18 +16,20 @@ from .idle import IdleRow, row_text
 from .model import Filter
 from .render import Palette, safe
 
-IDLE_COLUMNS = (("group", "group", 10), ("user", "user", 8), ("job", "job", 9),
-                ("pod", "pod / namespace", 24), ("idle", "idle h", 7), ("cost", "idle cost", 10),
+IDLE_COLUMNS = (("group", "group", 14), ("user", "user", 12), ("job", "job", 10),
+                ("pod", "namespace/pod", 40), ("idle", "idle h", 7), ("cost", "idle cost", 10),
                 ("devices", "devices", None))
-"""Columns of the idle view: holder, idle device-hours, idle cost, the devices."""
+"""Columns of the idle view: holder, idle device-hours, idle cost, the devices. A longer text
+is cut with an ellipsis (:class:`~allsmi.dashboard.difftable.DiffTable`); the filter finds it
+whole."""
 
 
 def pod_text(row: IdleRow) -> str:
-    """``pod / namespace`` (either part may be unknown), or ``-``."""
+    """``namespace/pod`` (either part may be unknown), or ``-``."""
     ns, pod = row.holder.namespace, row.holder.pod
     if ns is None and pod is None:
         return "-"
-    return f"{pod or NA} / {ns or NA}"
+    return f"{ns or NA}/{pod or NA}"
 
 
 def hours_text(seconds: float) -> str:
@@ -102,9 +104,18 @@ def idle_title(span: tuple[float, float] | None, threshold: float, points: int,
     return text
 
 
-def idle_note(rows_shown: int, unknown_hosts: Sequence[str]) -> Text:
-    """What the view cannot know, under the table (empty when nothing to say)."""
+def idle_note(rows_shown: int, unknown_hosts: Sequence[str],
+              skewed: Mapping[str, float] | None = None) -> Text:
+    """What the view cannot know, under the table (empty when nothing to say): hosts that do
+    not say who holds their devices, hosts whose clock is off this machine's (``skewed``: name ->
+    seconds ahead)."""
     lines: list[str] = []
+    if skewed:
+        named = [f"{safe(name)} {'+' if off > 0 else '-'}{_duration(abs(off))}"
+                 for name, off in sorted(skewed.items(), key=lambda kv: -abs(kv[1]))]
+        more = f" (+{len(named) - 3})" if len(named) > 3 else ""
+        lines.append(f"Clock off this machine's on {', '.join(named[:3])}{more}: the window is "
+                     "measured on each host's own clock; check their NTP.")
     if not rows_shown:
         lines.append("No allocated-but-idle device in the window.")
     if unknown_hosts:
@@ -140,8 +151,10 @@ class IdleView:
             idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows))
         unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
                    and not app.idle.known.get(h.key, False)]
+        names_of = {h.key: h.name for h in app.hosts}
+        skewed = {names_of.get(k, k): off for k, off in app.idle.skewed().items()}
         app.query_one("#idle-note", Static).update(
-            idle_note(len(rows), unknown))
+            idle_note(len(rows), unknown, skewed))
 
 
 def device_names(refs: Sequence[Any], cluster: bool, hosts: Mapping[str, str]) -> dict[str, str]:

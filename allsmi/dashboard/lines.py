@@ -78,7 +78,7 @@ class TextLines(Widget):
             self.lines_rendered += 1
             text = self._lines[y].copy()
             if "\n" in text.plain:  # one screen line each: a break would end the strip early
-                text = text.split("\n")[0]
+                text.plain = text.plain.replace("\n", " ")
             text.no_wrap = True
             if text.cell_len > width:
                 text.truncate(width, overflow=text.overflow or "ellipsis")

@@ -31,6 +31,20 @@ from .tablerows import PAD, Row, render_width
 #: The processes panel shows at most this many processes (the biggest by memory); its title
 #: says how many there are. A host of 4096 devices x 30 processes is 122,880.
 MAX_PROCESS_ROWS = 100
+#: The device column's widest (a long host name is cut before its ``:index``).
+DEVICE_MAX_WIDTH = 40
+#: The command column's narrowest; it widens to the panel's edge.
+COMMAND_MIN_WIDTH = 12
+
+
+def device_label(host: str, index: str, limit: int = DEVICE_MAX_WIDTH) -> str:
+    """``host:index``, the host cut with an ellipsis so that the whole fits ``limit`` cells:
+    the index is never cut."""
+    whole = f"{host}:{index}"
+    if len(whole) <= limit:
+        return whole
+    room = max(1, limit - len(index) - 2)
+    return f"{host[:room]}\u2026:{index}"
 
 
 def holder_id(proc: ProcessSample) -> str:
@@ -49,14 +63,18 @@ class ProcessTable(LineTable):
     """Processes on the selected device (and its partitions) or on every device shown
     (header line fixed, rows scrolling beneath it; a row cursor, as the device table's)."""
 
-    #: The device comes before the command, as wide as it needs (``host:index`` in a cluster), so
-    #: that which device a process runs on is never cut off; the command takes the rest.
-    COLUMNS = (("pid", "pid", 7), ("user", "user", 8), ("memory", "memory", 9),
-               ("device", "device", None), ("util", "util", 5), ("job", "job / pod", 12),
-               ("command", "command", 40))
+    #: The device is as wide as it needs (``host:index`` in a cluster) up to
+    #: :data:`DEVICE_MAX_WIDTH`; the command takes the rest of the panel's width, so that it is
+    #: cut (with an ellipsis) at the panel's edge, never by the edge.
+    COLUMNS = (("pid", "pid", 7), ("user", "user", 10), ("memory", "memory", 9),
+               ("util", "util", 5), ("device", "device", None), ("job", "job / pod", 12),
+               ("command", "command", COMMAND_MIN_WIDTH))
     """``util`` is the process's share of the device's compute engines over the last interval
     (``ProcessSample.utilization_percent``: NVIDIA %SM, AMD GFX time), ``N/A`` when the vendor
     does not report it. A width of ``None``: as wide as the widest cell shown."""
+    #: Which columns a narrow panel keeps, first first: the command and ``util`` before a long
+    #: device name. The columns left out are named in the panel's title (:attr:`hidden`).
+    PRIORITY = ("pid", "util", "command", "user", "memory", "device", "job")
 
     COMPONENT_PREFIX = "process-table"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"process-table--header", "process-table--cursor"}
@@ -64,8 +82,12 @@ class ProcessTable(LineTable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._widths = [width or len(label) for _, label, width in self.COLUMNS]
+        self._natural = [width or len(label) for _, label, width in self.COLUMNS]
+        """Each column's width before the panel's width is applied (auto columns: their text's)."""
+        self._widths = list(self._natural)
+        """As drawn: 0 for a column left out."""
         self._table_width = sum(w + 2 * PAD for w in self._widths)
+        self._laid_out_for = -1
         self._rows: dict[str, Row] = {}
         self._values: dict[str, tuple[Any, ...]] = {}
         """Each row's cells as last shown (rendered when their line is drawn)."""
@@ -96,7 +118,8 @@ class ProcessTable(LineTable):
             dev = ref.device
             where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
             if host_label:
-                where = f"{names.get(ref.host, ref.host)}:{dev.index if dev.index is not None else NA}"
+                where = device_label(names.get(ref.host, ref.host),
+                                     str(dev.index) if dev.index is not None else NA)
             rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
         rows.sort(key=lambda r: (r[0], r[1]))
         self.set_rows((key, cells) for _, key, cells in rows)
@@ -105,8 +128,8 @@ class ProcessTable(LineTable):
     @staticmethod
     def cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
-                Text(human_bytes(proc.memory_bytes), justify="right"), where,
-                Text(percent(proc.utilization_percent), justify="right"), holder_id(proc),
+                Text(human_bytes(proc.memory_bytes), justify="right"),
+                Text(percent(proc.utilization_percent), justify="right"), where, holder_id(proc),
                 proc.command or NA)
 
     def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
@@ -136,17 +159,12 @@ class ProcessTable(LineTable):
                 self._auto[key] = [safe_text(cells[i]).cell_len for i in auto]
                 changed.append(key)
         self._order = order
-        widths = list(self._widths)
+        natural = list(self._natural)
         for n, i in enumerate(auto):
             label = self.COLUMNS[i][1]
-            widths[i] = max([len(label)] + [lens[n] for lens in self._auto.values()])
-        if widths != self._widths:  # an auto-width column grew or shrank: every cell again
-            self._widths = widths
-            self._table_width = sum(w + 2 * PAD for w in widths)
-            self._header = None
-            for key in self._order:
-                self._rows[key] = Row(size)
-                self._stale[key] = list(range(size))
+            natural[i] = max([len(label)] + [lens[n] for lens in self._auto.values()])
+        self._natural = natural
+        if self._lay_out():  # a column grew, shrank, came or went: every cell again
             reordered = True
         self.virtual_size = Size(self._table_width, len(self._order) + 1)
         if self._cursor >= len(self._order):
@@ -159,6 +177,52 @@ class ProcessTable(LineTable):
         for key in changed:
             self._refresh_row(position[key])
 
+    def _lay_out(self) -> bool:
+        """Fit the columns to the panel's width (:attr:`PRIORITY`; the command takes the rest);
+        whether the widths changed."""
+        # Inside the scrollbars: a command cut at the edge shows its ellipsis.
+        room = self.scrollable_content_region.width or 10_000  # not laid out yet: everything
+        ids = [cid for cid, _, _ in self.COLUMNS]
+        keep: set[str] = set()
+        used = 0
+        for cid in self.PRIORITY:
+            cells = self._natural[ids.index(cid)] + 2 * PAD
+            if used + cells <= room or cid == "pid":
+                keep.add(cid)
+                used += cells
+        widths = [self._natural[i] if cid in keep else 0 for i, cid in enumerate(ids)]
+        command = ids.index("command")
+        if widths[command]:
+            widths[command] += max(0, room - used)
+        self._laid_out_for = self.scrollable_content_region.width
+        if widths == self._widths:
+            return False
+        self._widths = widths
+        self._table_width = sum(w + 2 * PAD for w in widths if w)
+        self._header = None
+        size = len(self.COLUMNS)
+        for key in self._order:
+            self._rows[key] = Row(size)
+            self._stale[key] = list(range(size))
+        return True
+
+    @property
+    def hidden(self) -> list[str]:
+        """The labels of the columns too narrow a panel leaves out."""
+        return [label for (_, label, _), width in zip(self.COLUMNS, self._widths) if not width]
+
+    def on_resize(self) -> None:
+        self._fit_width()
+
+    def render_lines(self, crop: Any) -> list[Strip]:
+        self._fit_width()  # a scrollbar that came or went changes the room without a resize
+        return super().render_lines(crop)
+
+    def _fit_width(self) -> None:
+        if self.scrollable_content_region.width != self._laid_out_for and self._lay_out():
+            self.virtual_size = Size(self._table_width, len(self._order) + 1)
+            self.refresh()
+
     def _row(self, key: str) -> Row:
         """The row of ``key`` with its changed cells rendered."""
         row = self._rows[key]
@@ -167,6 +231,10 @@ class ProcessTable(LineTable):
             values = self._values[key]
             console = self.app.console
             for i in set(stale):
+                if not self._widths[i]:  # left out at this width
+                    row.cells[i] = []
+                    row.styled[i] = None
+                    continue
                 value = values[i]  # rendering pads and cuts a Text: a copy keeps the value whole
                 row.cells[i] = render_width(value.copy() if isinstance(value, Text) else value,
                                             self._widths[i], console)
@@ -208,10 +276,10 @@ class ProcessTable(LineTable):
     def _header_strip(self) -> Strip:
         if self._header is None:
             console = self.app.console
-            segments = [s for (_, label, _), width in zip(self.COLUMNS, self._widths)
+            segments = [s for (_, label, _), width in zip(self.COLUMNS, self._widths) if width
                         for s in render_width(Text(label), width, console)]
             self._header = Strip(segments, self._table_width)
         return self._header
 
 
-__all__ = ["MAX_PROCESS_ROWS", "ProcessTable", "holder_id"]
+__all__ = ["MAX_PROCESS_ROWS", "ProcessTable", "device_label", "holder_id"]

@@ -173,6 +173,9 @@ class PrometheusSource:
             if shared and self._shared_at is not None:  # asked on a slower schedule: say how old
                 notes.append(f"same-device check {max(0.0, asked - self._shared_at):.0f} s old "
                              f"(asked every {STATIC_SECONDS:.0f} s)")
+            if not everyone and not wanted:  # say why the devices and groups views are empty
+                notes.append(f"{fleet_devices:.0f} devices, over {self.device_budget}: totals only "
+                             "(Enter on a host in the cluster view shows its devices)")
         except PrometheusError as exc:
             self._fail(str(exc))
             return

@@ -18,7 +18,8 @@ from .sources import HostState
 def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, palette: Palette,
                   now: float, interval: float, view: str, sort_key: str, descending: bool,
                   flt: Filter, shown: Sequence[DeviceRef], process_scope: str, paused: bool,
-                  refresh_error: str | None, note: str | None = None) -> tuple[Text, Text]:
+                  refresh_error: str | None, note: str | None = None,
+                  hidden: Sequence[str] = ()) -> tuple[Text, Text]:
     """(the data line, the view-state line); every piece of data passes :func:`safe`."""
     pal = palette
     line = Text()
@@ -82,6 +83,9 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
         state.append(f"  {safe(refresh_error)}", style=pal.hot)
     if note:  # what the source left out (an answer too large)
         state.append(f"  {safe(note)}", style=f"bold {pal.warn}")
+    if hidden:  # the device table leaves columns out at this width: say which
+        state.append(f"  {len(hidden)} columns hidden (wider terminal): {', '.join(hidden)}",
+                     style=pal.warn)
     state.append("  ? help  q quit", style="dim")
     line.no_wrap = state.no_wrap = True
     line.overflow = state.overflow = "ellipsis"

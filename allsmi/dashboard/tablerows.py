@@ -53,8 +53,10 @@ def render_cell(column: Column, value: Any, console: Console) -> list[Segment]:
 def render_width(value: Any, width: int, console: Console) -> list[Segment]:
     """:func:`render_cell` for a column ``width`` cells wide."""
     text = safe_text(value)
-    if text.cell_len > width:
-        text.truncate(width, overflow="crop")  # a wide character may leave one cell
+    if "\n" in text.plain:  # a cell is one line: a break from the data is a space (as ESC is)
+        text.plain = text.plain.replace("\n", " ")
+    if text.cell_len > width:  # every cut is marked (a wide character may leave one cell)
+        text.truncate(width, overflow="ellipsis")
     room = width - text.cell_len
     if room > 0:
         if text.justify == "right":

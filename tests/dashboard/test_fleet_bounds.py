@@ -313,7 +313,7 @@ async def test_above_the_device_budget_the_summary_counts_hosts_that_answer() ->
         fake.close()
 
 
-async def test_cut_indices_are_marked_bidi_text_is_visible_and_zero_has_no_sign(sim_snapshots: list[Snapshot]) -> None:
+async def test_long_indices_are_whole_bidi_text_is_visible_and_zero_has_no_sign(sim_snapshots: list[Snapshot]) -> None:
     from allsmi.schema import ProcessSample
 
     from .conftest import screen_text
@@ -329,16 +329,19 @@ async def test_cut_indices_are_marked_bidi_text_is_visible_and_zero_has_no_sign(
     async with app.run_test(size=(200, 40)) as pilot:
         await pilot.pause()
         text = screen_text(app)
-        assert "\u2026" + "64" in text and "\u2026" + "65" in text, text  # 406 twice before
-        assert "406 " not in text
+        # An index is never cut (4064 and 4065 once read "…64" and "…65", and "406" before).
+        assert " 4064 " in text and " 4065 " in text, text
+        assert "\u2026" + "64" not in text and "406 " not in text
         assert "\u202e" not in text and "\u202c" not in text
         assert "python \ufffdevil\ufffd.py" in text, text
         assert "-0°C" not in text and "-0 W" not in text and "-0/" not in text, text
 
 
-async def test_the_cluster_processes_panel_names_host_and_device_in_full(sim_snapshots: list[Snapshot]) -> None:
+async def test_the_cluster_processes_panel_names_host_and_device(sim_snapshots: list[Snapshot]) -> None:
+    """A host name up to the device column's width is shown whole; a longer one is cut before
+    its ``:index`` (test_readable.py), so that util and the command keep their room."""
     from .conftest import screen_text
-    name = "good-host-with-a-long-name.example.com"
+    name = "good-host-long-name.example.com"
     snap = replace(sim_snapshots[0], host=replace(sim_snapshots[0].host, hostname=name))
     held = next(d for d in snap.devices if d.parent is None and d.processes)
     source = StaticSource([{"10.0.0.7:9477": snap}], cluster=True, interval=1.0)

@@ -1,0 +1,68 @@
+"""Keys and captions that read right: Enter leaves the filter before the next key, help lists
+only keys that do something, the idle window is measured per host (a host whose clock is an
+hour off neither stretches it nor goes unmentioned)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from textual import events
+
+from allsmi.dashboard.idle import IdleMeter
+from allsmi.dashboard.idleview import idle_note, idle_title
+from allsmi.schema import Snapshot
+
+from .conftest import make_app, play_all, screen_text
+from .fixtures import simulated_snapshots
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _key(name: str) -> events.Key:
+    return events.Key(name, name if len(name) == 1 else None)
+
+
+async def test_keys_typed_right_after_enter_do_not_go_into_the_filter(
+        sim_snapshots: list[Snapshot]) -> None:
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("slash")
+        # All queued at once, as a busy host delivers them: the filter's text, Enter, then keys
+        # meant for the view (s: sort).
+        sort_before = app.sort_key
+        for name in (*"nothing", "enter", "s"):
+            app.post_message(_key(name))
+        for _ in range(20):
+            await pilot.pause()
+        assert app.filter.text == "nothing", app.filter
+        assert app.sort_key != sort_before, "the key after Enter reached the view"
+        assert app.focused is not None and app.focused.id != "filter"
+
+
+async def test_help_lists_the_cluster_key_only_in_a_cluster(sim_snapshots: list[Snapshot]) -> None:
+    app, _ = make_app(sim_snapshots)
+    async with app.run_test(size=(100, 60)) as pilot:
+        await pilot.press("question_mark")
+        text = screen_text(app)
+        assert "Cluster overview" not in text and "Filter by text" in text
+
+
+def test_idle_window_is_measured_per_host_and_skewed_clocks_are_named() -> None:
+    snaps = simulated_snapshots(4, step=10.0)
+    meter = IdleMeter(threshold=5.0, points=60, interval=10.0)
+    base = snaps[0].unix_time
+    for k, snap in enumerate(snaps):
+        received = base + 10.0 * k + 0.5
+        meter.add("good", snap, now=received)
+        ahead = replace(snap, timestamp=snap.timestamp + timedelta(hours=1))
+        meter.add("ahead", ahead, now=received)
+    start, end = meter.span()
+    assert end - start == pytest.approx(30.0, abs=0.01)  # 4 snapshots 10 s apart: not 1 h 30 s
+    assert "last 30 s" in idle_title(meter.span(), 5.0, 60, []).plain
+    assert set(meter.skewed()) == {"ahead"}
+    assert meter.skewed()["ahead"] == pytest.approx(3600 - 0.5, abs=0.01)
+    note = idle_note(1, [], {"node-ahead": meter.skewed()["ahead"]}).plain
+    assert "Clock off" in note and "node-ahead +1 h 0 min" in note, note
