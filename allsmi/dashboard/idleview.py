@@ -24,6 +24,11 @@ is cut with an ellipsis (:class:`~allsmi.dashboard.difftable.DiffTable`); the fi
 whole."""
 
 
+#: The user cell of the row of idle time no holder claimed: the rest of a device whose declared
+#: shares add up to less than 1, or whose holders are nobody in particular.
+UNCLAIMED = "(unclaimed)"
+
+
 def pod_text(row: IdleRow) -> str:
     """``namespace/pod`` (either part may be unknown), or ``-``."""
     ns, pod = row.holder.namespace, row.holder.pod
@@ -57,6 +62,10 @@ def devices_text(row: IdleRow, names: Mapping[str, str]) -> str:
 def idle_cells(row: IdleRow, names: Mapping[str, str], palette: Palette) -> tuple[Any, ...]:
     """One row of the idle view, in :data:`IDLE_COLUMNS` order."""
     h = row.holder
+    if not any(h):  # the part no holder claimed (declared shares short of 1, holders unknown)
+        return (Text(row.group or NA, style="bold"), Text(UNCLAIMED, style="italic"), "-", "-",
+                Text(hours_text(row.idle_seconds), justify="right", style=palette.warn),
+                Text(cost_text(row), justify="right"), devices_text(row, names))
     return (Text(row.group or NA, style="bold"), h.user or "-", h.job or "-", pod_text(row),
             Text(hours_text(row.idle_seconds), justify="right", style=palette.warn),
             Text(cost_text(row), justify="right"), devices_text(row, names))

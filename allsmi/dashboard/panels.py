@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual import events
+from textual.strip import Strip
 
 from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
-from allsmi.schema import DeviceSample, Workload
+from allsmi.fairshare import Holder, claim_units, split
+from allsmi.schema import DeviceSample, ProcessSample, Workload
 
 from .device_table import RowContext, describe_device
 from .model import DeviceRef, memory_percent
@@ -61,6 +64,38 @@ class DetailPanel(TextLines):
     DetailPanel { height: 1fr; }
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.top = 0
+        """The first line shown: the mouse wheel scrolls a panel longer than its height."""
+
+    def render_line(self, y: int) -> Strip:
+        return super().render_line(y + self.top)
+
+    def _scroll(self, lines: int) -> None:
+        top = max(0, min(self.top + lines, len(self._lines) - self.size.height))
+        if top != self.top:
+            self.top = top
+            self.refresh()
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self._scroll(2)
+        event.stop()
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self._scroll(-2)
+        event.stop()
+
+    def set_lines(self, lines: Any) -> None:
+        if self.top and len(lines) != len(self._lines):  # another device: from its first line
+            self.top = 0
+            super().set_lines(lines)
+            self.refresh()
+            return
+        super().set_lines(lines)
+        if self.top:
+            self.refresh()
+
     def show(self, ref: DeviceRef | None, ctx: RowContext, energy: float | None) -> None:
         """Draw ``ref`` (or a hint when nothing is selected)."""
         if ref is None:
@@ -106,6 +141,7 @@ class DetailPanel(TextLines):
         temp = dev.temperature_celsius
         lines.append(metric("temp", celsius(temp), pal.temperature(temp) or "", "temperature", 20.0, 100.0))
         lines.extend(line(*parts) for parts in workload_lines(dev, pal.accent))
+        lines.extend(line(*parts) for parts in share_lines(dev, pal.accent))
         cores = dev.details.get("core_utilization_percent")
         if isinstance(cores, tuple) and cores and all(isinstance(c, (int, float)) for c in cores):
             values = [float(c) for c in cores]
@@ -127,10 +163,6 @@ class DetailPanel(TextLines):
         return [safe_text(text) for text in lines]
 
 
-#: Workloads listed in the detail panel; more are counted on the last line.
-MAX_WORKLOAD_LINES = 3
-
-
 def workload_text(work: Workload) -> str:
     """``pod inference/vllm-0/main  job 4931  user alice  (kubernetes)``: what is known."""
     parts = []
@@ -145,15 +177,67 @@ def workload_text(work: Workload) -> str:
 
 def workload_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], ...]]:
     """The detail panel's workload lines: nothing when no attribution source is active
-    (``workloads`` is ``None``), ``held by  none`` when sources see no holder."""
+    (``workloads`` is ``None``), ``held by  none`` when sources see no holder. A device shared
+    by several holders is described by :func:`share_lines` instead (every holder, its share)."""
     works = dev.workloads
     if works is None:
         return []
     if not works:
         return [(("held by ", "bold"), ("no pod or job", "dim"))]
-    out = [(("held by ", "bold"), (workload_text(w), accent)) for w in works[:MAX_WORKLOAD_LINES]]
-    if len(works) > MAX_WORKLOAD_LINES:
-        out[-1] += ((f"  (+{len(works) - MAX_WORKLOAD_LINES} more)", "dim"),)
+    if len(works) > 1:
+        return []
+    return [(("held by ", "bold"), (workload_text(works[0]), accent))]
+
+
+def holder_name(holder: Holder) -> str:
+    """``pod vllm-0  job 4931  user alice``: what tells holders of one device apart first (they
+    often share a namespace, shown after their processes' util; alone when nothing else is
+    known)."""
+    parts = []
+    if holder.pod:
+        parts.append(f"pod {holder.pod}")
+    if holder.job:
+        parts.append(f"job {holder.job}")
+    if holder.user:
+        parts.append(f"user {holder.user}")
+    if holder.namespace and not parts:
+        parts.append(f"ns {holder.namespace}")
+    return "  ".join(parts) or "-"
+
+
+def _share(weight: float) -> str:
+    """A share as a percentage with a decimal where it has one: ``12.5%``, ``25%``."""
+    return f"{weight * 100:.1f}".rstrip("0").rstrip(".") + "%"
+
+
+def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], ...]]:
+    """Who pays for a shared device: one line per holder with its allocated share, its used
+    share and the methods (as the exporter and the ledger split them: :mod:`allsmi.fairshare`),
+    and its processes' ``util``; then the share no holder claimed. Nothing for a device with
+    one holder or none (the ``held by`` line says who)."""
+    units = claim_units(dev)
+    if len(units) < 2 and not (units and len(units[0].members) > 1):
+        return []
+    shares = split(dev)
+    used = dict(shares.used)
+    procs_of: dict[Holder, list[ProcessSample]] = {}
+    for unit in units:
+        for holder, mine in unit.members:
+            procs_of.setdefault(holder, []).extend(mine)
+    out: list[tuple[tuple[str, str], ...]] = [(
+        ("shared by ", "bold"), (f"{len(shares.allocated)} holders", ""),
+        (f"  allocated by {shares.allocation_method}, used by {shares.usage_method}", "dim"))]
+    for holder, given in shares.allocated:
+        procs = procs_of.get(holder, [])
+        utils = "  ".join(f"{p.pid} {percent(p.utilization_percent)}" for p in procs)
+        out.append((("  alloc ", ""), (f"{_share(given):>6}", "bold"), ("  used ", ""),
+                    (f"{_share(used.get(holder, 0.0)):>6}  ", "bold"), (holder_name(holder), accent),
+                    (f"  util {utils}" if utils else "", "dim"),
+                    (f"  ns {holder.namespace}" if holder.namespace and holder.pod else "", "dim")))
+    rest = 1.0 - sum(w for _, w in shares.allocated)
+    if rest > 1e-9:
+        out.append((("  alloc ", ""), (f"{_share(rest):>6}", "bold"), ("  used      -  ", ""),
+                    ("unclaimed", "bold"), ("  (declared shares leave it to nobody)", "dim")))
     return out
 
 

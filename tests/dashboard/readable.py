@@ -39,10 +39,12 @@ def hostile_node() -> Snapshot:
         holders: tuple[Workload, ...] = (Workload(source="kubernetes", namespace=NAMESPACE,
                                                   pod=POD, container="trainer"),)
         if index == 4064:
-            holders = tuple(Workload(source="kubernetes", namespace=NAMESPACE, pod=f"{name}-pod",
-                                     share=0.125) for name in SHARED)
+            holders = tuple(Workload(source="hpc-job", namespace=NAMESPACE, pod=f"{name}-pod",
+                                     job_id=f"70{j}", user=f"user{j}", share=0.125)
+                            for j, name in enumerate(SHARED))
             procs = tuple(ProcessSample(pid=41000 + j, user=f"user{j}", command=f"python serve_{j}.py",
-                                        memory_bytes=1 << 30, utilization_percent=5.0 + j)
+                                        memory_bytes=1 << 30, utilization_percent=5.0 + j,
+                                        job_id=f"70{j}")
                           for j in range(len(SHARED)))
         devices.append(replace(dev, index=index, resource_group=GROUP,
                                labels={"team": LABEL}, processes=procs, workloads=holders,

@@ -140,3 +140,25 @@ def test_cluster_view_caps_a_long_instance(terminal: Terminal, size: tuple[int, 
     assert "…" in row and LONG_INSTANCE not in row, row
     # state, age and devices stay on screen beside it
     assert re.search(r"…\s+ok\s+\d+ s\s+\d+", row), row
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_details_of_a_shared_device_show_every_holder_and_share(
+        terminal: Terminal, hostile_host: str, size: tuple[int, int]) -> None:
+    width, height = size
+    terminal.start(allsmi_exe() + ["view", "--hosts", hostile_host, "--interval", "0.5"], width, height)
+    terminal.wait_for(r"host")
+    terminal.keys("d")
+    terminal.wait_for(r"4064")
+    terminal.keys("End")
+    screen = terminal.wait_for(r"shared by 6 holders")
+    assert "allocated by dec" in screen, screen
+    if height >= 40:
+        # Every holder with its allocated and used share, the unclaimed rest labelled.
+        shares = re.findall(r"alloc\s+12\.5%\s+used\s+([\d.]+)%", screen)
+        assert len(shares) == 6, screen
+        assert sum(float(s) for s in shares) == pytest.approx(100, abs=0.5)
+        assert re.search(r"alloc\s+25%\s+used\s+-\s+unclaimed", screen), screen
+    if width >= 200:
+        # The per-process util beside the holder it belongs to.
+        assert re.search(r"pod tenant-00-pod\s+job 700.*util 41000 5%", screen), screen

@@ -66,3 +66,34 @@ def test_idle_window_is_measured_per_host_and_skewed_clocks_are_named() -> None:
     assert meter.skewed()["ahead"] == pytest.approx(3600 - 0.5, abs=0.01)
     note = idle_note(1, [], {"node-ahead": meter.skewed()["ahead"]}).plain
     assert "Clock off" in note and "node-ahead +1 h 0 min" in note, note
+
+
+async def test_the_details_panel_scrolls_to_every_holder_at_80x24() -> None:
+    from allsmi.dashboard.app import DashboardApp
+    from allsmi.dashboard.sources import StaticSource
+
+    from .readable import SHARED, hostile_node
+    source = StaticSource([{"gpu-node:9477": hostile_node()}], cluster=True, interval=1.0)
+    app = DashboardApp(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("d")
+        await pilot.press("end")
+        await pilot.pause()
+        panel = app.query_one("#details")
+        assert "shared by 6 holders" in panel.plain
+        region = panel.region
+        for _ in range(10):  # the mouse wheel over the panel, as a terminal sends it
+            panel.post_message(events.MouseScrollDown(panel, region.x + 2, region.y + 2, 0, 0, 0,
+                                                      False, False, False))
+        await pilot.pause()
+        text = screen_text(app)
+        # The last holder (the busiest: 10 of 45 points of util) and the unclaimed rest.
+        assert len(SHARED) == 6 and "used  22.2%" in text and "used      -  unclaim" in text, text
+
+
+def test_the_idle_row_nobody_claimed_is_labelled() -> None:
+    from allsmi.dashboard.idle import NOBODY, IdleRow
+    from allsmi.dashboard.idleview import UNCLAIMED, idle_cells
+    from allsmi.dashboard.render import Palette
+    cells = idle_cells(IdleRow("shared", NOBODY, idle_seconds=7.2), {}, Palette.from_theme(None, True))
+    assert str(cells[1]) == UNCLAIMED == "(unclaimed)"
