@@ -124,6 +124,9 @@ SOURCE_OPTIONS = [
     click.option("--simulate", metavar="SCENARIO", default=None,
                   help="Bill a simulated node instead: replay the scenario over the window (up to "
                        "now) into a temporary ledger and export that."),
+    click.option("--verbose", "-v", "verbose", is_flag=True, default=False,
+                  help="Say on stderr how long the work took (progress is shown on stderr "
+                       "whenever it is a terminal)."),
 ]
 
 
@@ -188,6 +191,7 @@ class Plan:
     ledger: Any = None
     client: Any = None
     scenario: Any = None
+    verbose: bool = False
 
 
 def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
@@ -197,7 +201,7 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
             group_by: str | None, config_path: str | None, timeout: float | None,
             simulate: str | None, allow_partial: bool = False, no_rollups: bool = False,
             textfile: str | None = None,
-            default_group_by: Any = None) -> Plan:
+            default_group_by: Any = None, verbose: bool = False) -> Plan:
     """Resolve and check the options shared by ``export`` and ``idle``; raises :class:`Failed`.
 
     ``default_group_by(source_is_prometheus)`` gives the command's default keys (else
@@ -246,19 +250,30 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
     if client is not None:
         client.use_rollups = not no_rollups
     return Plan(config, defaults, keys, window, ledger, client,
-                s.scenario if s.simulate else None)
+                s.scenario if s.simulate else None, verbose)
 
 
 def build(plan: Plan) -> Any:
     """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
+    from allsmi.cli.progress import Progress, counting
     if plan.scenario is not None:
         from allsmi.cli.simbill import simulated_ledger
         with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-            ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
+            with Progress(f"replaying {plan.scenario.name}", 0, unit="chunks",
+                          verbose=plan.verbose) as progress:
+                ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch,
+                                          progress=progress)
             # the temporary ledger is gone when the command ends: name what was billed
-            return usage_report(plan.window, plan.keys, plan.config, ledger, None,
-                                source=f"simulation {plan.scenario.name}")
-    return usage_report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
+            with Progress("billing", verbose=plan.verbose):
+                return usage_report(plan.window, plan.keys, plan.config, ledger, None,
+                                    source=f"simulation {plan.scenario.name}")
+    client = plan.client
+    what = f"querying {client.url}" if client is not None else f"reading {plan.ledger}"
+    with Progress(what, unit="queries" if client is not None else "", verbose=plan.verbose) as progress:
+        if client is not None:  # each answered query is a step
+            client.query = counting(client.query, progress)
+            client.query_range_vector = counting(client.query_range_vector, progress)
+        return usage_report(plan.window, plan.keys, plan.config, plan.ledger, client)
 
 
 
