@@ -188,3 +188,20 @@ def test_serve_with_devices_does_not_warn(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert "no device found" not in server.output()
+
+
+def test_snapshot_prometheus_publishes_group_prices_and_budgets(tmp_path: Path) -> None:
+    """docs/exporter.md lists the price and budget gauges for the textfile output: they have
+    values there, from the configuration, as allsmi serve publishes them."""
+    config = tmp_path / "c.toml"
+    config.write_text('[groups.training]\nprice_per_device_hour = 2.5\nprice_per_kwh = 0.12\n'
+                      'currency = "EUR"\nbudget_per_month = 5000\n')
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config), "--format",
+                     "prometheus", env={}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert 'allsmi_resource_group_price_per_device_hour{resource_group="training",currency="EUR"} 2.5' in lines
+    assert 'allsmi_resource_group_price_per_kwh{resource_group="training",currency="EUR"} 0.12' in lines
+    assert 'allsmi_resource_group_budget_per_month{resource_group="training",currency="EUR"} 5000.0' in lines
+    for family in ("price_per_device_hour", "price_per_kwh", "budget_per_month"):
+        assert any(line.startswith(f"allsmi_resource_group_{family}{{") for line in lines)

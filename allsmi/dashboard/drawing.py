@@ -21,7 +21,7 @@ from .device_table import DeviceTable, RowContext, parent_names
 from .hosts import host_detail, host_rows, problem_width
 from .model import DeviceRef, EnergyMeter, Filter, History, apply_filter, order_devices, refs_of
 from .options import DashboardOptions
-from .panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, totals_cells
+from .panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, energy_unit, totals_cells
 from .render import Palette, safe, safe_text
 from .sources import HostState
 from .summary import summary_lines
@@ -149,11 +149,14 @@ class ViewDrawing:
                                self._group_labels)
             vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
         groups = order_totals(groups, self.sort_key, self.descending)
+        unit = energy_unit(max((t.energy_joules or 0.0 for t in groups), default=0.0))
         self.query_one(group_id, DiffTable).set_rows(
-            (f"group:{t.name}", totals_cells(t, self._palette)) for t in groups)
+            (f"group:{t.name}", totals_cells(t, self._palette, unit=unit)) for t in groups)
         vendors = order_totals(vendors, self.sort_key, self.descending)
+        unit = energy_unit(max((t.energy_joules or 0.0 for t in vendors), default=0.0))
         self.query_one(vendor_id, DiffTable).set_rows(
-            (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False)) for t in vendors)
+            (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False, unit=unit))
+            for t in vendors)
 
     def _show_hosts(self) -> None:
         from .difftable import DiffTable

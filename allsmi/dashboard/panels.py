@@ -31,6 +31,26 @@ def energy_text(joules: float | None) -> str:
     return f"{joules / 3.6e6:.2f} kWh"
 
 
+#: Energy units: name and joules in one.
+ENERGY_UNITS = (("J", 1.0), ("Wh", 3600.0), ("kWh", 3.6e6))
+
+
+def energy_unit(largest: float | None) -> tuple[str, float]:
+    """The unit :func:`energy_text` would choose for ``largest``: one column, one unit."""
+    joules = largest or 0.0
+    return ENERGY_UNITS[0] if joules < 3600.0 else ENERGY_UNITS[1] if joules < 3.6e6 else ENERGY_UNITS[2]
+
+
+def energy_in(joules: float | None, unit: tuple[str, float]) -> str:
+    """``joules`` in ``unit`` (:func:`energy_unit` of the column's largest value)."""
+    if joules is None:
+        return NA
+    name, scale = unit
+    value = joules / scale
+    return f"{value:.0f} {name}" if name == "J" else f"{value:.2f} {name}" if name == "kWh" \
+        else f"{value:.1f} {name}"
+
+
 def age_text(age: float | None) -> str:
     """"0 s" / "12 s" / "3 min" / "never" (whole units: the line is redrawn at most once a second)."""
     if age is None:
@@ -248,8 +268,10 @@ TOTALS_COLUMNS = (("name", "name", 12), ("devices", "devices", 8), ("util", "uti
 """Columns of the group and vendor totals (vendors leave out ``labels``)."""
 
 
-def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True) -> tuple[Any, ...]:
-    """One totals row (group or vendor), in :data:`TOTALS_COLUMNS` order."""
+def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True,
+                 unit: tuple[str, float] | None = None) -> tuple[Any, ...]:
+    """One totals row (group or vendor), in :data:`TOTALS_COLUMNS` order; ``unit`` the energy
+    column's unit (:func:`energy_unit` of the table's largest), so a column never mixes J and Wh."""
     util = totals.utilization_percent
     devices = str(totals.devices)
     if totals.partitions:
@@ -263,7 +285,8 @@ def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True) -> 
         Text(devices, justify="right", style=palette.hot if totals.lost else ""),
         Text(percent(util), justify="right", style=palette.load(util)),
         Text(memory, style=palette.load(totals.memory_percent)),
-        power, Text(energy_text(totals.energy_joules), justify="right"),
+        power, Text(energy_text(totals.energy_joules) if unit is None
+                    else energy_in(totals.energy_joules, unit), justify="right"),
         Text(str(totals.processes), justify="right"),
         Text(str(len(totals.hosts)), justify="right"))
     return cells + (labels_text(totals.labels),) if with_labels else cells

@@ -97,3 +97,21 @@ def test_the_idle_row_nobody_claimed_is_labelled() -> None:
     from allsmi.dashboard.render import Palette
     cells = idle_cells(IdleRow("shared", NOBODY, idle_seconds=7.2), {}, Palette.from_theme(None, True))
     assert str(cells[1]) == UNCLAIMED == "(unclaimed)"
+
+
+async def test_the_groups_view_gives_energy_in_one_unit(sim_snapshots: list[Snapshot]) -> None:
+    import re
+    from allsmi.dashboard.panels import energy_in, energy_unit
+    assert energy_unit(500.0)[0] == "J" and energy_unit(5e4)[0] == "Wh" and energy_unit(5e7)[0] == "kWh"
+    assert energy_in(500.0, energy_unit(5e4)) == "0.1 Wh"
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("g")
+        await pilot.pause()
+        table = app.query_one("#group-table")
+        units = set()
+        for key in table.rows:
+            cells = [str(c) for c in table.get_row(key)]
+            units.update(m.group(1) for c in cells for m in [re.fullmatch(r"[\d.]+ (J|Wh|kWh)", c)] if m)
+        assert len(units) == 1, units
