@@ -32,6 +32,9 @@ class Measurement:
     minimum: float | None = 0.0
     maximum: float | None = None
     """Plausible range; the contract tests check backends stay inside it."""
+    source_field: str | None = None
+    """A DeviceSample text field naming what the value measures, exported as a ``source``
+    label (``compute_active_percent``'s ``compute_active_source``)."""
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
@@ -52,18 +55,49 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 "allsmi_device_clock_hertz", scale=1e6, maximum=10000.0),
     Measurement("fan_percent", "percent", "Fan speed as a share of its maximum, 0 to 1.",
                 "allsmi_device_fan_ratio", scale=0.01, maximum=100.0),
+    Measurement("compute_active_percent", "percent",
+                "Share of the device's compute units busy over the last interval, 0 to 1 "
+                "(source: sm_active, gfx_busy, pe_busy, core_busy or engine_time).",
+                "allsmi_device_compute_active_ratio", scale=0.01, maximum=100.0,
+                source_field="compute_active_source"),
+    Measurement("sm_occupancy_percent", "percent",
+                "Resident warps over the maximum the SMs can hold, 0 to 1.",
+                "allsmi_device_sm_occupancy_ratio", scale=0.01, maximum=100.0),
+    Measurement("tensor_active_percent", "percent",
+                "Share of cycles the tensor (matrix) pipes were active, 0 to 1.",
+                "allsmi_device_tensor_active_ratio", scale=0.01, maximum=100.0),
+    Measurement("memory_bandwidth_percent", "percent",
+                "Device memory (DRAM/HBM) bandwidth in use over its peak, 0 to 1.",
+                "allsmi_device_memory_bandwidth_ratio", scale=0.01, maximum=100.0),
 )
 """Gauges. ``energy_joules`` is a counter and handled by the exporter's accounting."""
+
+#: Traffic rates: bytes per second in the schema, byte counters (the rate integrated over each
+#: interval, as energy is) in Prometheus.
+TRAFFIC_MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("interconnect_rx_bytes_per_second", "bytes per second",
+                "Bytes the device received over its device-to-device links (NVLink, xGMI, "
+                "scale-out ports).", "allsmi_device_interconnect_rx_bytes_total"),
+    Measurement("interconnect_tx_bytes_per_second", "bytes per second",
+                "Bytes the device sent over its device-to-device links (NVLink, xGMI, "
+                "scale-out ports).", "allsmi_device_interconnect_tx_bytes_total"),
+    Measurement("pcie_rx_bytes_per_second", "bytes per second",
+                "Bytes the device received over its host link (PCIe).",
+                "allsmi_device_pcie_rx_bytes_total"),
+    Measurement("pcie_tx_bytes_per_second", "bytes per second",
+                "Bytes the device sent over its host link (PCIe).",
+                "allsmi_device_pcie_tx_bytes_total"),
+)
 
 ENERGY_FIELD = Measurement(
     "energy_joules", "joules", "Energy the board used since its counter started, in joules.",
     "allsmi_device_energy_joules_total", board_level=True)
 
-MEASURED_FIELDS: tuple[Measurement, ...] = MEASUREMENTS + (ENERGY_FIELD,)
+MEASURED_FIELDS: tuple[Measurement, ...] = MEASUREMENTS + TRAFFIC_MEASUREMENTS + (ENERGY_FIELD,)
 BY_FIELD: dict[str, Measurement] = {m.field: m for m in MEASURED_FIELDS}
 
 #: Device fields that are lists or objects of their own: in the snapshot JSON, not in CSV.
-NESTED_FIELDS: tuple[str, ...] = ("processes", "workloads", "details")
+NESTED_FIELDS: tuple[str, ...] = ("processes", "workloads", "waiting", "details")
 
 #: Device columns in schema order, minus the nested ones (processes, workloads, details).
 DEVICE_COLUMNS: tuple[str, ...] = tuple(

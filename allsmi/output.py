@@ -16,8 +16,8 @@ from typing import Any
 
 from allsmi.fields import DEVICE_COLUMNS, PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
 from allsmi.formatting import csv_cell
-from allsmi.schema import (BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot,
-                           Workload)
+from allsmi.schema import (BackendStatus, DeviceSample, HolderWaiting, HostSample, ProcessSample,
+                           Snapshot, Workload)
 
 
 def rfc3339(snapshot: Snapshot) -> str:
@@ -51,6 +51,13 @@ def _workload(work: Workload, details: bool) -> dict[str, Any]:
     return data
 
 
+def _waiting(wait: HolderWaiting, details: bool) -> dict[str, Any]:
+    data = wait.to_dict()
+    if not details:  # the holder's user, withheld like a workload's
+        data["user"] = None
+    return data
+
+
 def device_dict(dev: DeviceSample, process_details: bool = True) -> dict[str, Any]:
     """One device as the JSON object of the public interface.
 
@@ -63,6 +70,8 @@ def device_dict(dev: DeviceSample, process_details: bool = True) -> dict[str, An
         [_process(p, process_details) for p in dev.processes]
     data["workloads"] = None if dev.workloads is None else \
         [_workload(w, process_details) for w in dev.workloads]
+    data["waiting"] = None if dev.waiting is None else \
+        [_waiting(w, process_details) for w in dev.waiting]
     data["details"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dev.details.items()}
     return data
 

@@ -34,6 +34,39 @@ DeviceKind = Literal["gpu", "npu"]
 DetailValue = Union[str, int, float, bool, None, Tuple[Any, ...]]
 
 
+#: What a device's ``compute_active_percent`` measures (docs/metrics.md#activity): NVIDIA GPM's SM
+#: activity, AMD's graphics/compute busy per XCC or partition, an NPU's processing elements or
+#: cores busy averaged over them, or (only where nothing better exists) engine time, the same
+#: "any kernel running" figure as the headline utilization.
+COMPUTE_ACTIVE_SOURCES: tuple[str, ...] = ("sm_active", "gfx_busy", "pe_busy", "core_busy",
+                                           "engine_time")
+#: What a holder of an allocated device was doing in one interval (docs/activity.md):
+#: ``computing`` at or above the idle threshold; below it, ``input`` (blocked on I/O), ``host``
+#: (CPU-bound or throttled), ``communication`` (interconnect or network busy), ``nothing`` (no
+#: process of the holder on the device), or ``unknown`` (no evidence either way).
+WAITING_REASONS: tuple[str, ...] = ("computing", "input", "host", "communication", "nothing",
+                                    "unknown")
+#: DeviceSample's activity figures in percent (0 to 100): out of range or NaN becomes ``None``
+#: at the schema boundary.
+DEVICE_ACTIVITY = ("compute_active_percent", "sm_occupancy_percent", "tensor_active_percent",
+                   "memory_bandwidth_percent")
+#: DeviceSample's traffic rates in bytes per second (>= 0): negative or NaN becomes ``None``.
+DEVICE_TRAFFIC = ("interconnect_rx_bytes_per_second", "interconnect_tx_bytes_per_second",
+                  "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
+
+
+def _percent_or_none(value: Any) -> float | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0.0 <= value <= 100.0 else None  # NaN fails both comparisons
+
+
+def _rate_or_none(value: Any) -> float | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0.0 <= value < float("inf") else None
+
+
 #: The fields of a workload, in the order of the public JSON object.
 WORKLOAD_FIELDS = ("source", "namespace", "pod", "container", "job_id", "user")
 #: The attribution sources, as named in ``workloads[].source`` and the snapshot's ``attribution``.
@@ -141,8 +174,45 @@ class ProcessSample:
                 _set(self, name, clean_optional(getattr(self, name)))
 
 
+#: The fields of a holder's waiting classification, in the order of the public JSON object.
+WAITING_FIELDS = ("user", "namespace", "pod", "job_id", "reason", "evidence")
+
+
+@dataclass(frozen=True, slots=True)
+class HolderWaiting:
+    """What one holder of a device was doing over the last interval (``DeviceSample.waiting``).
+
+    The holder is named as billing names it (``user``, ``namespace``/``pod``, ``job_id``; unknown
+    parts ``None``). ``reason`` is one of :data:`WAITING_REASONS` (anything else becomes
+    ``unknown``); ``evidence`` is a short human sentence of what decided it, e.g.
+    ``"input: 3 of 4 processes in I/O wait, 480 MB/s read"``.
+    """
+
+    reason: str
+    evidence: str = ""
+    user: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    job_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _set = object.__setattr__
+        if self.reason not in WAITING_REASONS:
+            _set(self, "reason", "unknown")
+        _set(self, "evidence", clean_text(self.evidence or "", MAX_MESSAGE))
+        for name in ("user", "namespace", "pod", "job_id"):
+            value = getattr(self, name)
+            if value is not None:
+                _set(self, name, clean_optional(str(value)) if str(value).strip() else None)
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The public JSON object (:data:`WAITING_FIELDS`)."""
+        return {name: getattr(self, name) for name in WAITING_FIELDS}
+
+
 #: DeviceSample's text fields: cleaned once, when the sample is built.
 _DEVICE_TEXT = ("id", "vendor", "kind", "backend", "health")
+_INF = float("inf")
 _DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_version",
                          "parent", "resource_group")
 
@@ -189,6 +259,24 @@ class DeviceSample:
     energy_joules: float | None = None
     clock_mhz: float | None = None
     fan_percent: float | None = None
+    compute_active_percent: float | None = None
+    """Share of the compute units busy over the last interval, 0 to 100 (NVIDIA GPM SM activity,
+    AMD GFX busy...), unlike ``utilization_percent`` (the vendor's headline figure, on NVIDIA the
+    share of time any kernel ran). ``compute_active_source`` names which
+    (:data:`COMPUTE_ACTIVE_SOURCES`); ``None`` where the hardware does not report it."""
+    compute_active_source: str | None = None
+    sm_occupancy_percent: float | None = None
+    """Resident warps over the maximum (NVIDIA GPM SM occupancy), 0 to 100."""
+    tensor_active_percent: float | None = None
+    """Share of cycles the tensor (matrix) pipes were active, 0 to 100."""
+    memory_bandwidth_percent: float | None = None
+    """DRAM/HBM bandwidth in use over the peak, 0 to 100."""
+    interconnect_rx_bytes_per_second: float | None = None
+    """Device-to-device link traffic received (NVLink, xGMI, Gaudi scale-out ports)."""
+    interconnect_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    """Host-link (PCIe) traffic received by the device, in bytes per second."""
+    pcie_tx_bytes_per_second: float | None = None
     processes: tuple[ProcessSample, ...] | None = ()
     """Processes using the device: ``()`` when it is known that none do, ``None``
     when the backend cannot list them (so "allocated" time is unknown, not 0)."""
@@ -196,6 +284,10 @@ class DeviceSample:
     """Who holds the device (Kubernetes containers, batch jobs), filled in by the collector
     from the attribution sources: ``None`` when no source is active, ``()`` when sources
     are active and nothing holds it. Backends leave it ``None``."""
+    waiting: tuple[HolderWaiting, ...] | None = None
+    """What each holder of the device was doing over the last interval (computing, or what it
+    waited on), filled in by the collector; ``None`` when not classified (no holder known, or
+    no interval yet). Backends leave it ``None``."""
     #: Vendor-specific extras (ECC totals, P-state, per-core utilization as
     #: ``core_utilization_percent``...). Not part of the stable columns.
     details: Mapping[str, DetailValue] = field(default_factory=dict)
@@ -215,6 +307,17 @@ class DeviceSample:
             if value is not None and (type(value) is not str or len(value) > MAX_NAME
                                       or not value.isprintable()):
                 _set(self, name, clean_text(value))
+        for name in DEVICE_ACTIVITY:
+            value = getattr(self, name)
+            if value is not None and (type(value) is not float or not 0.0 <= value <= 100.0):
+                _set(self, name, _percent_or_none(value))
+        for name in DEVICE_TRAFFIC:
+            value = getattr(self, name)
+            if value is not None and (type(value) is not float or not 0.0 <= value < _INF):
+                _set(self, name, _rate_or_none(value))
+        if self.compute_active_source is not None \
+                and self.compute_active_source not in COMPUTE_ACTIVE_SOURCES:
+            _set(self, "compute_active_source", None)
         if self.labels:
             _set(self, "labels", _clean_mapping(self.labels))
         if self.details:
@@ -313,6 +416,9 @@ def _cleaners() -> dict[type, dict[str, Any]]:
     device.update({name: clean_text for name in _DEVICE_TEXT})
     device.update({name: clean_optional for name in _DEVICE_OPTIONAL_TEXT})
     device.update(labels=mapping, details=mapping)
+    device.update({name: _percent_or_none for name in DEVICE_ACTIVITY})
+    device.update({name: _rate_or_none for name in DEVICE_TRAFFIC})
+    device.update(compute_active_source=lambda v: v if v in COMPUTE_ACTIVE_SOURCES else None)
     process: dict[str, Any] = {name: None for name in ProcessSample.__dataclass_fields__}
     process.update(user=opt(clean_text), command=opt(lambda v: clean_text(v, MAX_COMMAND)))
     process.update({name: opt(clean_optional) for name in PROCESS_ATTRIBUTION})

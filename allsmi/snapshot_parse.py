@@ -21,11 +21,11 @@ import datetime as dt
 import math
 from typing import Any
 
-from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
-from allsmi.schema import (ATTRIBUTION_SOURCES, BACKEND_STATES, HEALTH_STATES, PROCESS_ACTIVITY,
-                           WORKLOAD_FIELDS,
-                           BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot,
-                           Workload)
+from allsmi.fields import MEASURED_FIELDS
+from allsmi.schema import (ATTRIBUTION_SOURCES, BACKEND_STATES, COMPUTE_ACTIVE_SOURCES,
+                           HEALTH_STATES, PROCESS_ACTIVITY, WAITING_REASONS, WORKLOAD_FIELDS,
+                           BackendStatus, DeviceSample, HolderWaiting, HostSample, ProcessSample,
+                           Snapshot, Workload)
 
 #: Devices kept from one snapshot (a node with more is not a node).
 MAX_DEVICES = 4096
@@ -41,7 +41,7 @@ MAX_PROBLEMS = 20
 MAX_INT = 2**63 - 1
 
 _RANGES: dict[str, tuple[float | None, float | None]] = {
-    m.field: (m.minimum, m.maximum) for m in (*MEASUREMENTS, ENERGY_FIELD)}
+    m.field: (m.minimum, m.maximum) for m in MEASURED_FIELDS}
 _INT_FIELDS = frozenset(name for name in _RANGES if name.endswith("_bytes"))
 _REQUIRED_TEXT = ("vendor", "kind", "backend")
 _OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_version", "parent",
@@ -233,6 +233,33 @@ def _workloads(raw: Any, where: str, report: _Report) -> tuple[Workload, ...] | 
     return tuple(out)
 
 
+def _waiting(raw: Any, where: str, report: _Report) -> tuple[HolderWaiting, ...] | None:
+    """``waiting``: ``null`` (not classified) or a list of holder classifications."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        report.add(where, "expected a list or null")
+        return None
+    if len(raw) > MAX_WORKLOADS:
+        report.add(where, f"{len(raw)} holders, only the first {MAX_WORKLOADS} kept")
+    out = []
+    for i, item in enumerate(raw[:MAX_WORKLOADS]):
+        here = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            report.add(here, "expected an object; left out")
+            continue
+        reason = item.get("reason")
+        if reason not in WAITING_REASONS:
+            report.add(f"{here}.reason", f"{_show(reason)} is not one of "
+                       f"{', '.join(WAITING_REASONS)}; read as unknown")
+            reason = "unknown"
+        out.append(HolderWaiting(
+            reason, _text(item.get("evidence"), f"{here}.evidence", report) or "",
+            **{name: _text(item.get(name), f"{here}.{name}", report)
+               for name in ("user", "namespace", "pod", "job_id")}))
+    return tuple(out)
+
+
 def _device(raw: Any, where: str, report: _Report) -> DeviceSample | None:
     if not isinstance(raw, dict):
         report.add(where, "expected an object; device left out")
@@ -257,10 +284,17 @@ def _device(raw: Any, where: str, report: _Report) -> DeviceSample | None:
     fields["partition_share"] = share if share != 0 else None
     for name, (low, high) in _RANGES.items():
         fields[name] = _number(raw.get(name), f"{where}.{name}", report, low, high, name in _INT_FIELDS)
+    source = raw.get("compute_active_source")
+    if source is not None and source not in COMPUTE_ACTIVE_SOURCES:
+        report.add(f"{where}.compute_active_source",
+                   f"{_show(source)} is not one of {', '.join(COMPUTE_ACTIVE_SOURCES)}")
+        source = None
+    fields["compute_active_source"] = source
     fields["labels"] = _labels(raw.get("labels"), f"{where}.labels", report)
     fields["details"] = _details(raw.get("details"), f"{where}.details", report)
     fields["processes"] = _processes(raw.get("processes", []), f"{where}.processes", report)
     fields["workloads"] = _workloads(raw.get("workloads"), f"{where}.workloads", report)
+    fields["waiting"] = _waiting(raw.get("waiting"), f"{where}.waiting", report)
     return DeviceSample(**fields)
 
 

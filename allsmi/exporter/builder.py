@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from allsmi.exporter.families import (BACKEND_DURATION, BACKEND_ERRORS, BACKEND_UP, BUDGET_MONTH,
                                       BUILD_INFO, COMMAND_MAX_CHARS, COUNTERS, DEVICE_INFO,
-                                      DEVICE_UP, GAUGES, HOLDER_COUNTERS,
+                                      DEVICE_UP, GAUGE_SOURCES, GAUGES, HOLDER_COUNTERS,
                                       LAST_COLLECT, LEDGER_DROPPED, LEDGER_REFUSED,
                                       LEDGER_UNWRITTEN, LEDGER_WRITE_ERRORS, PARTITION_SHARE,
                                       PRICE_DEVICE_HOUR, PRICE_KWH, PROCESS_GAUGES, PROCESS_MEMORY,
@@ -117,10 +117,15 @@ def build_families(snapshot: Snapshot, *, version: str,
 
     for family, field, scale in GAUGES:
         gauge = _gauge(family)
+        source = GAUGE_SOURCES.get(family.name)
         for dev in devices:
             value = getattr(dev, field)
             if value is not None:
-                gauge.add_metric(labels[dev.id], float(value) * scale)
+                if source is None:
+                    gauge.add_metric(labels[dev.id], float(value) * scale)
+                else:
+                    gauge.add_metric([*labels[dev.id], getattr(dev, source) or "unknown"],
+                                     float(value) * scale)
         out.append(gauge)
 
     if any(dev.parent for dev in devices):

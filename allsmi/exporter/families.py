@@ -67,13 +67,19 @@ DEVICE_UP = Family(
     DEVICE_LABELS, source="health", condition="omitted while health is unknown")
 
 GAUGES: tuple[tuple[Family, str, float], ...] = tuple(
-    (Family(m.metric, "gauge", m.help, DEVICE_LABELS, _unit_of(m.metric),
+    (Family(m.metric, "gauge", m.help,
+            DEVICE_LABELS + (("source",) if m.source_field else ()), _unit_of(m.metric),
             source=f"{m.field} ({m.unit})" + (f" x {m.scale:g}" if m.scale != 1.0 else ""),
             condition=("board-level: only on the device that owns the board, never on its "
                        "partitions; " if m.board_level else "") + "omitted when unknown"),
      m.field, m.scale)
     for m in MEASUREMENTS)
 """(family, schema field, scale) for each device gauge, from :data:`allsmi.fields.MEASUREMENTS`."""
+
+#: Gauge family name -> the DeviceSample text field exported as its ``source`` label (what the
+#: value measures, e.g. ``compute_active_source``); a value whose source is not known says
+#: ``unknown``.
+GAUGE_SOURCES: dict[str, str] = {m.metric: m.source_field for m in MEASUREMENTS if m.source_field}
 
 ENERGY_TOTAL = Family(
     ENERGY_FIELD.metric, "counter",

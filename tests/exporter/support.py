@@ -26,6 +26,8 @@ def device(dev_id: str = "GPU-a", **kw: Any) -> DeviceSample:
         utilization_percent=55.0, memory_used_bytes=1024, memory_total_bytes=4096,
         temperature_celsius=61.5, power_watts=300.0, power_limit_watts=700.0,
         energy_joules=None, clock_mhz=1980.0, fan_percent=40.0,
+        compute_active_percent=20.0, compute_active_source="sm_active", sm_occupancy_percent=12.0,
+        tensor_active_percent=5.0, memory_bandwidth_percent=30.0,
         processes=(ProcessSample(4242, "alice", "python train.py", 512),))
     base.update(kw)
     return DeviceSample(**base)

@@ -44,9 +44,11 @@ def test_label_sets() -> None:
     dev = device(index=3, name="NVIDIA H100 80GB HBM3", resource_group="inference")
     text = render_snapshot(snapshot([dev]))
     for family, _, _ in GAUGES:
-        assert labelsets(text, family.name) == [{
-            "uuid": "GPU-a", "index": "3", "vendor": "nvidia", "model": "NVIDIA H100 80GB HBM3",
-            "resource_group": "inference"}]
+        expected = {"uuid": "GPU-a", "index": "3", "vendor": "nvidia",
+                    "model": "NVIDIA H100 80GB HBM3", "resource_group": "inference"}
+        if family.name == "allsmi_device_compute_active_ratio":
+            expected["source"] = "sm_active"  # what the activity figure measures
+        assert labelsets(text, family.name) == [expected]
     assert set(labelsets(text, "allsmi_device_up")[0]) == set(DEVICE_LABELS)
     info = labelsets(text, "allsmi_device_info")
     assert len(info) == 1 and set(info[0]) == set(INFO_LABELS)
