@@ -16,6 +16,7 @@ from rich.text import Text
 from allsmi.formatting import NA, celsius, human_bytes, na, percent
 from allsmi.schema import DeviceSample
 
+from .activity import active_key, active_render, waiting_key, waiting_render
 from .idle import allocated_idle
 from .model import DeviceRef, EnergyMeter, History, memory_percent
 from .render import Palette, core_strip, gauge, safe, spark_levels, spark_text
@@ -293,10 +294,13 @@ def columns_for(width: int, cluster: bool,
         Column("health", "health", 8, _health_key, _health_render),
         procs,
     ]
+    active = Column("active", "active", 8, active_key, active_render)
+    waiting = Column("waiting", "waiting", 12, waiting_key, waiting_render)
     needed = sum(c.width + 2 for c in full) + 2 + (HOST_WIDTH + 2 if cluster else 0)
     if width >= needed:
         columns = full[:1] + ([host] if cluster else []) + full[1:]
-        room = _grow(columns, width - needed, wants, ("model", "host", "vendor"))
+        room = _beside_util(columns, width - needed, (active, waiting))  # before long names
+        room = _grow(columns, room, wants, ("model", "host", "vendor"))
         if room >= 14:
             columns.insert(4 if cluster else 3,
                            Column("group", "group", 12, _attr("resource_group"), _plain))
@@ -324,6 +328,7 @@ def columns_for(width: int, cluster: bool,
     room = width - sum(c.width + 2 for c in compact)
     if room < 0:
         return _narrowest(compact, width, wants), True, 0
+    room = _beside_util(compact, room, (active, waiting))  # before long names
     room = _grow(compact, room, wants, ("model", "host", "vendor"))
     if room >= procs.width + 2:
         compact.append(procs)
@@ -337,7 +342,8 @@ def columns_for(width: int, cluster: bool,
 
 #: Every column of the wide layout, as :func:`hidden_columns` names them.
 ALL_COLUMNS = (("idx", "#"), ("host", "host"), ("vendor", "vendor"), ("model", "model"),
-               ("group", "group"), ("util", "util"), ("memory", "memory"), ("temp", "temp"),
+               ("group", "group"), ("util", "util"), ("active", "active"), ("waiting", "waiting"),
+               ("memory", "memory"), ("temp", "temp"),
                ("power", "power"), ("health", "health"), ("procs", "procs"),
                ("history", "util history"))
 
@@ -347,6 +353,19 @@ def hidden_columns(columns: Sequence[Column], cluster: bool) -> list[str]:
     shown = {c.id for c in columns}
     return [label for cid, label in ALL_COLUMNS
             if cid not in shown and (cluster or cid != "host")]
+
+
+def _beside_util(columns: list[Column], room: int, extra: Sequence[Column]) -> int:
+    """Put ``extra`` (the activity and waiting columns) right after ``util`` while they fit;
+    the room left."""
+    at = next(i for i, c in enumerate(columns) if c.id == "util") + 1
+    for column in extra:
+        if room < column.width + 2:
+            break
+        columns.insert(at, column)
+        at += 1
+        room -= column.width + 2
+    return room
 
 
 def _narrowest(compact: list[Column], width: int, wants: Mapping[str, int]) -> list[Column]:

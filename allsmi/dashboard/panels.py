@@ -12,6 +12,7 @@ from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
 from allsmi.fairshare import Holder, claim_units, split
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 
+from .activity import activity_lines, waiting_lines
 from .device_table import RowContext, describe_device
 from .model import DeviceRef, memory_percent
 from .totals import Totals
@@ -152,6 +153,7 @@ class DetailPanel(TextLines):
         idle = ctx.idle(ref)  # held while below the idle threshold: the table's "idle" marker
         lines.append(metric("util", percent(util) + ("  idle (held)" if idle else ""),
                             f"bold {pal.warn}" if idle else pal.load(util), "utilization"))
+        lines.extend(line(*parts) for parts in activity_lines(dev, pal.accent))
         share = memory_percent(dev)
         lines.append(metric("mem", f"{human_bytes(dev.memory_used_bytes)}/{human_bytes(dev.memory_total_bytes)}",
                             pal.load(share), "memory"))
@@ -162,6 +164,7 @@ class DetailPanel(TextLines):
         lines.append(metric("temp", celsius(temp), pal.temperature(temp) or "", "temperature", 20.0, 100.0))
         lines.extend(line(*parts) for parts in workload_lines(dev, pal.accent))
         lines.extend(line(*parts) for parts in share_lines(dev, pal.accent))
+        lines.extend(line(*parts) for parts in waiting_lines(dev, pal.accent, pal.warn))
         cores = dev.details.get("core_utilization_percent")
         if isinstance(cores, tuple) and cores and all(isinstance(c, (int, float)) for c in cores):
             values = [float(c) for c in cores]

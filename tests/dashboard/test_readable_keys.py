@@ -82,13 +82,16 @@ async def test_the_details_panel_scrolls_to_every_holder_at_80x24() -> None:
         panel = app.query_one("#details")
         assert "shared by 6 holders" in panel.plain
         region = panel.region
-        for _ in range(10):  # the mouse wheel over the panel, as a terminal sends it
+        seen = []
+        for _ in range(15):  # the mouse wheel over the panel, as a terminal sends it
             panel.post_message(events.MouseScrollDown(panel, region.x + 2, region.y + 2, 0, 0, 0,
                                                       False, False, False))
-        await pilot.pause()
-        text = screen_text(app)
+            await pilot.pause()
+            seen.append(screen_text(app))
+        text = "\n".join(seen)
         # The last holder (the busiest: 10 of 45 points of util) and the unclaimed rest.
         assert len(SHARED) == 6 and "used  22.2%" in text and "used      -  unclaim" in text, text
+        assert "waiting communication: NVLink" in text and "waiting host: 1 process" in text, text
 
 
 def test_the_idle_row_nobody_claimed_is_labelled() -> None:
