@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from allsmi.tomlkeys import KeyLocator, toml_syntax_line
+from allsmi.tomlkeys import KeyLocator, drop_key, toml_syntax_line
 
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
@@ -39,8 +39,10 @@ class ConfigError(Exception):
     """A configuration problem, located as precisely as possible."""
 
     def __init__(self, message: str, path: Path | None = None, line: int | None = None,
-                 key: str | None = None) -> None:
+                 key: str | None = None, key_path: tuple[str, ...] = ()) -> None:
         self.path, self.line, self.key, self.message = path, line, key, message
+        self.key_path = key_path
+        """The key as its table names (``("rules", "2", "vendor")``), where one is known."""
         where = str(path) if path else "<config>"
         if line:
             where += f", line {line}"
@@ -134,7 +136,7 @@ class Config:
     def error(self, message: str, *key_path: str) -> ConfigError:
         """A :class:`ConfigError` pointing at ``key_path`` (e.g. ``"ledger", "path"``)."""
         line = self._locator.find(key_path) if self._locator else None
-        return ConfigError(message, self.path, line, ".".join(key_path) or None)
+        return ConfigError(message, self.path, line, ".".join(key_path) or None, tuple(key_path))
 
 
 def discover_path(flag: str | os.PathLike[str] | None = None,
@@ -155,8 +157,12 @@ def discover_path(flag: str | os.PathLike[str] | None = None,
 
 
 def load_config(flag: str | os.PathLike[str] | None = None,
-                environ: Mapping[str, str] | None = None) -> Config:
-    """Find, read and validate the configuration; apply environment overrides."""
+                environ: Mapping[str, str] | None = None,
+                problems: list[ConfigError] | None = None) -> Config:
+    """Find, read and validate the configuration; apply environment overrides.
+
+    The first problem is raised, unless ``problems`` is given: then every problem of the core
+    tables is added to it and the config is what the valid keys say."""
     env = os.environ if environ is None else environ
     path, explicit = discover_path(flag, env)
     if path is None:
@@ -165,12 +171,21 @@ def load_config(flag: str | os.PathLike[str] | None = None,
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            if explicit:
+            if explicit and problems is None:
                 raise ConfigError("file not found", path) from None
+            if explicit:
+                problems.append(ConfigError("file not found", path))  # type: ignore[union-attr]
             text = ""
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read: {exc}", path) from exc
-        config = parse_config(text, path)
+            if problems is None:
+                raise ConfigError(f"cannot read: {exc}", path) from exc
+            problems.append(ConfigError(f"cannot read: {exc}", path))
+            text = ""
+        if problems is None:
+            config = parse_config(text, path)
+        else:
+            config, found = config_problems(text, path)
+            problems.extend(found)
     if env.get("ALLSMI_RESOURCE_GROUP"):
         from dataclasses import replace
         config = replace(config, default_group=env["ALLSMI_RESOURCE_GROUP"].strip())
@@ -179,6 +194,22 @@ def load_config(flag: str | os.PathLike[str] | None = None,
 
 def parse_config(text: str, path: Path | None = None) -> Config:
     """Validate TOML text into a :class:`Config`; raise :class:`ConfigError` on any problem."""
+    config, problems = config_problems(text, path, first_only=True)
+    if problems:
+        raise problems[0]
+    return config
+
+
+#: More problems than this in one file are not looked for (the list would help nobody).
+MAX_PROBLEMS = 100
+
+
+def config_problems(text: str, path: Path | None = None, *,
+                    first_only: bool = False) -> tuple[Config, list[ConfigError]]:
+    """The :class:`Config` of TOML text and every problem in its core tables: each problem's key
+    is left out and the rest validated again, so one bad key does not hide the next. With
+    problems, the config returned is what the valid keys say (``allsmi doctor`` diagnoses with
+    it)."""
     # Imported here: most runs (no config file) never parse TOML.
     if sys.version_info >= (3, 11):
         import tomllib
@@ -188,8 +219,16 @@ def parse_config(text: str, path: Path | None = None) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         reason, line = toml_syntax_line(exc)
-        raise ConfigError(f"invalid TOML: {reason}", path, line) from None
-    return _Validator(data, path, KeyLocator(text)).config()
+        return Config(path=path), [ConfigError(f"invalid TOML: {reason}", path, line)]
+    locator = KeyLocator(text)
+    problems: list[ConfigError] = []
+    while True:
+        try:
+            return _Validator(data, path, locator).config(), problems
+        except ConfigError as exc:
+            problems.append(exc)
+            if first_only or len(problems) >= MAX_PROBLEMS or not drop_key(data, exc.key_path):
+                return Config(path=path, _locator=locator), problems
 
 
 def parse_group_tables(data: Mapping[str, Any], path: Path | None,
@@ -208,7 +247,8 @@ class _Validator:
     def fail(self, message: str, *key_path: str | int) -> ConfigError:
         keys = tuple(str(k) for k in key_path)
         shown = ".".join(k if not k.isdigit() else f"[{int(k) + 1}]" for k in keys)
-        return ConfigError(message, self.path, self.locator.find(keys), shown.replace(".[", "["))
+        return ConfigError(message, self.path, self.locator.find(keys), shown.replace(".[", "["),
+                           keys)
 
     def table(self, value: Any, *key_path: str | int) -> dict[str, Any]:
         if not isinstance(value, dict):

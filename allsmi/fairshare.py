@@ -235,3 +235,11 @@ def merge_methods(methods: Sequence[str | None]) -> str | None:
     if not known:
         return None
     return known.pop() if len(known) == 1 else MIXED
+
+
+def waiting_by_holder(dev: DeviceSample) -> dict[Holder, str] | None:
+    """Each holder's waiting reason in ``dev.waiting`` (the collector's classification), keyed
+    as the splits key holders; ``None`` when the device was not classified."""
+    if dev.waiting is None:
+        return None
+    return {Holder(w.user, w.namespace, w.pod, w.job_id): w.reason for w in dev.waiting}

@@ -9,6 +9,7 @@ line of the key path. Shared by the configuration and the simulation's scenario 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 
 class KeyLocator:
@@ -60,3 +61,25 @@ def toml_syntax_line(exc: Exception) -> tuple[str, int | None]:
     """``(reason, line)`` of a ``tomllib.TOMLDecodeError``."""
     match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
     return re.sub(r" \(at line.*", "", str(exc)), int(match.group(1)) if match else None
+
+
+def drop_key(data: Any, key_path: tuple[str, ...]) -> bool:
+    """Remove ``key_path`` from nested tables and arrays; whether it was there."""
+    if not key_path:
+        return False
+    *parents, last = key_path
+    node = data
+    for key in parents:
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        elif isinstance(node, dict) and key in node:
+            node = node[key]
+        else:
+            return False
+    if isinstance(node, dict) and last in node:
+        del node[last]
+        return True
+    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        del node[int(last)]
+        return True
+    return False

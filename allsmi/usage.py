@@ -10,8 +10,13 @@ the same way. Between two consecutive valid samples of a device (at most
   (``DeviceSample.workloads``: a pod or a job) on the device (0 or 1); ``None`` when neither
   the processes nor the workloads are known at either end;
 * ``idle_allocated_seconds``: the trapezoid of "held while utilization stayed below
-  ``idle_threshold_percent``" (0 or 1 at each sample), so it never exceeds
-  ``allocated_seconds``; ``None`` when that is unknown, or a held device's utilization is;
+  ``idle_threshold_percent``" (0 or 1 at each sample; a device that reports no utilization, a
+  MIG instance, by its ``compute_active_percent``), so it never exceeds ``allocated_seconds``;
+  ``None`` when that is unknown, or a held device's utilization and activity both are;
+* ``active_seconds``: allocated time weighted by compute activity, the trapezoid of "held x
+  ``compute_active_percent`` / 100" (0 while not held), so it never exceeds
+  ``allocated_seconds``; ``None`` when allocation, or a held device's activity, is unknown
+  (a device without an activity figure: never its headline utilization instead);
 * ``energy_joules``: the delta of the device's own energy counter where it
   has one, handling resets; otherwise power integrated with the trapezoid
   rule. A partition carries no board power, so it contributes no energy and
@@ -33,7 +38,7 @@ snapshot's timestamp and starts the measured duration before it.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from allsmi.config import Config
 from allsmi.fairshare import Holder, Split, Weights, split
@@ -41,7 +46,7 @@ from allsmi.schema import DeviceSample, Snapshot
 
 __all__ = ["DEFAULT_IDLE_THRESHOLD_PERCENT", "DEFAULT_MAX_GAP_SECONDS", "Holder", "Increment",
            "Split", "UsageIntegrator", "Weights", "billing_shares", "bridged_gap_seconds",
-           "held", "holder_weights", "idle_threshold_percent", "split"]
+           "held", "holder_weights", "idle_threshold_percent", "split", "split_board_energy"]
 
 DEFAULT_MAX_GAP_SECONDS = 30.0
 """The shortest default bridged gap (seconds); longer for slower sampling."""
@@ -116,6 +121,8 @@ class Increment(NamedTuple):
     energy_joules: float | None
     idle_allocated_seconds: float | None = None
     """Held (allocated) while utilization stayed below the idle threshold; <= allocated."""
+    active_seconds: float | None = None
+    """Allocated time weighted by compute activity (``compute_active_percent``); <= allocated."""
 
     def split(self, at: float) -> tuple["Increment", "Increment"]:
         """Two increments divided at ``at`` in proportion to time (for per-minute buckets)."""
@@ -127,18 +134,20 @@ class Increment(NamedTuple):
             scale = lambda v: None if v is None else v * f  # noqa: E731
             return Increment(self.device_id, start, end, self.observed_seconds * f,
                              scale(self.allocated_seconds), scale(self.busy_seconds),
-                             scale(self.energy_joules), scale(self.idle_allocated_seconds))
+                             scale(self.energy_joules), scale(self.idle_allocated_seconds),
+                             scale(self.active_seconds))
         return part(share, self.start, at), part(1.0 - share, at, self.end)
 
 
 class _Point:
     """The previous sample of one device, overwritten in place by the next one."""
 
-    __slots__ = ("time", "steady", "utilization", "power", "energy", "allocated", "idle", "cycle")
+    __slots__ = ("time", "steady", "utilization", "power", "energy", "allocated", "idle", "cycle",
+                 "active")
 
     def __init__(self, time: float, steady: float | None, utilization: float | None,
                  power: float | None, energy: float | None, allocated: float | None,
-                 idle: float | None, cycle: int) -> None:
+                 idle: float | None, cycle: int, active: float | None = None) -> None:
         self.time = time
         self.steady = steady
         self.utilization = utilization
@@ -147,6 +156,7 @@ class _Point:
         self.allocated = allocated
         self.idle = idle
         self.cycle = cycle
+        self.active = active
 
 
 def held(dev: DeviceSample) -> bool | None:
@@ -180,6 +190,44 @@ def billing_shares(devices: tuple[DeviceSample, ...] | list[DeviceSample]) -> di
             shares[dev.id] = share * scale
         shares[parent] = max(0.0, 1.0 - total * scale)
     return shares
+
+
+def split_board_energy(increments: list[Increment], devices: Sequence[DeviceSample],
+                       shares: Mapping[str, float]) -> list[Increment]:
+    """``increments`` with the energy of each partitioned board split among its partitions and
+    itself by their billing ``shares`` (:func:`billing_shares`), as its allocated time is billed.
+
+    A MIG slice (or an AMD compute partition) reports no power of its own: the board's whole
+    energy is measured on the parent device, whose holder would otherwise be given the slices'
+    work too. Each partition with an increment of its own and no energy of its own is given its
+    share of the parent's joules, and the parent keeps the rest (its share, plus the shares of
+    partitions with no increment yet), so the board's energy is counted once. Partitions that
+    measure their own energy leave their board's alone."""
+    kids: dict[str, list[str]] = {}
+    for dev in devices:
+        if dev.parent:
+            kids.setdefault(dev.parent, []).append(dev.id)
+    if not kids:
+        return increments
+    at = {inc.device_id: i for i, inc in enumerate(increments)}
+    out = list(increments)
+    for parent, members in kids.items():
+        i = at.get(parent)
+        joules = None if i is None else increments[i].energy_joules
+        if joules is None or any(increments[at[m]].energy_joules is not None
+                                 for m in members if m in at):
+            continue
+        given = 0.0
+        for member in members:
+            j = at.get(member)
+            if j is not None:
+                part = joules * shares.get(member, 0.0)
+                out[j] = out[j]._replace(energy_joules=part)
+                given += part
+        rest = joules - given  # what no partition was given: 0 below rounding
+        out[i] = out[i]._replace(  # type: ignore[index]
+            energy_joules=rest if rest > 1e-9 * abs(joules) else 0.0)
+    return out
 
 
 def holder_weights(dev: DeviceSample) -> Weights:
@@ -234,15 +282,20 @@ class UsageIntegrator:
             util = dev.utilization_percent
             if procs or works:
                 allocated: float | None = 1.0
-                idle = None if util is None else float(util < threshold)
+                act = dev.compute_active_percent
+                # A device without a headline utilization (a MIG instance) idles by its activity.
+                level = util if util is not None else act
+                idle = None if level is None else float(level < threshold)
+                active = None if act is None else act / 100.0
             elif procs is None and works is None or holders_unknown and dev_id in holders_unknown:
-                allocated = idle = None
+                allocated = idle = active = None
             else:
-                allocated = idle = 0.0
+                allocated = idle = active = 0.0
             power, energy = dev.power_watts, dev.energy_joules
             prev = last.get(dev_id)
             if prev is None:
-                last[dev_id] = _Point(when, steady, util, power, energy, allocated, idle, cycle)
+                last[dev_id] = _Point(when, steady, util, power, energy, allocated, idle, cycle,
+                                      active)
                 fresh += 1
                 continue
             if prev.cycle != cycle:
@@ -252,10 +305,10 @@ class UsageIntegrator:
             else:
                 dt = when - prev.time
             p_util, p_power, p_energy = prev.utilization, prev.power, prev.energy
-            p_alloc, p_idle = prev.allocated, prev.idle
+            p_alloc, p_idle, p_active = prev.allocated, prev.idle, prev.active
             prev.time, prev.steady, prev.utilization, prev.power, prev.energy = \
                 when, steady, util, power, energy
-            prev.allocated, prev.idle, prev.cycle = allocated, idle, cycle
+            prev.allocated, prev.idle, prev.cycle, prev.active = allocated, idle, cycle, active
             if dt <= 0 or dt > max_gap:
                 continue
             # each trapezoid is (a + b) / 2.0 * dt, None when either end is unknown
@@ -274,7 +327,8 @@ class UsageIntegrator:
                 None if p_alloc is None or allocated is None else (p_alloc + allocated) / 2.0 * dt,
                 None if p_util is None or util is None else (p_util + util) / 2.0 * dt / 100.0,
                 joules,
-                None if p_idle is None or idle is None else (p_idle + idle) / 2.0 * dt)
+                None if p_idle is None or idle is None else (p_idle + idle) / 2.0 * dt,
+                None if p_active is None or active is None else (p_active + active) / 2.0 * dt)
         if len(last) > fresh:
             for gone in [key for key, point in last.items() if point.cycle != cycle]:
                 del last[gone]  # vanished devices: their next appearance starts afresh

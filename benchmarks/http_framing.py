@@ -1,23 +1,22 @@
 #!/usr/bin/env python3
-"""Per-request CPU of the exporter's HTTP framing: today's parser against h11, in one run.
+"""Per-request CPU of the exporter's HTTP framing: allsmi's responder against h11 alone.
 
-``allsmi serve`` finds the end of a request head itself and parses it with
-the standard library's ``http.server`` (``BaseHTTPRequestHandler``); the
-response head is built the same way. The alternative considered (issue 19)
-is h11 as the HTTP/1.1 state machine under the same loop. This script times
-one ``GET /healthz`` (Prometheus' request headers; a 3-byte body, so that
-the framing is all that is measured) answered by each:
+``allsmi serve`` finds the end of a request head (``allsmi.exporter.request.head_end``),
+parses it with h11 (``parse_head``: a fresh ``h11.Connection`` per head), routes it and
+writes the response head itself (issue 32; until then the standard library's
+``http.server`` parsed the head). This script times one ``GET /healthz`` (Prometheus'
+request headers; a 3-byte body, so that the framing is all that is measured) answered by:
 
-* ``allsmi``: ``MetricsServer``'s responder, as the loop calls it (finding
-  the head's end, parsing, routing, building the response head);
-* ``h11``: ``h11.Connection`` receiving the same bytes, yielding the request
-  and its end, and serializing a response with the same headers and body.
+* ``allsmi``: ``MetricsServer``'s responder, as the loop calls it (finding the head's end,
+  parsing, routing, building the response head);
+* ``h11``: ``h11.Connection`` receiving the same bytes, yielding the request and its end,
+  and serializing a response with the same headers and body (h11's own floor, no routing).
 
 Usage::
 
     python benchmarks/http_framing.py [--requests 20000]
 
-Needs ``h11`` (``pip install h11``; allsmi itself does not depend on it).
+Run it from an older checkout too (``git archive``) to compare with an earlier parser.
 """
 
 from __future__ import annotations
@@ -38,7 +37,10 @@ REQUEST = (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:9477\r\nUser-Agent: Promet
 
 
 def allsmi_per_request(n: int) -> float:
-    from allsmi.exporter.connections import head_end
+    try:
+        from allsmi.exporter.request import head_end
+    except ImportError:  # before issue 32: the loop's own head_end
+        from allsmi.exporter.connections import head_end  # type: ignore[attr-defined,no-redef]
     from allsmi.exporter.exposition import Exposition
     from allsmi.exporter.http import MetricsServer
 
@@ -89,8 +91,8 @@ def main() -> None:
     ours = [allsmi_per_request(args.requests) for _ in range(args.rounds)]
     theirs = [h11_per_request(args.requests) for _ in range(args.rounds)]
     a, b = statistics.median(ours) * 1e6, statistics.median(theirs) * 1e6
-    print(f"allsmi (stdlib http.server parsing), per request: {a:.1f} us (median of {args.rounds})")
-    print(f"h11 0.16 receive + send, per request:             {b:.1f} us")
+    print(f"allsmi responder, per request:        {a:.1f} us (median of {args.rounds})")
+    print(f"h11 {h11.__version__} receive + send, per request: {b:.1f} us")
     print(f"ratio h11 / allsmi: {b / a:.2f}")
 
 

@@ -214,3 +214,76 @@ def test_collector_loop_survives_a_failing_cycle() -> None:
         assert any(t.name == "allsmi-collector" and t.is_alive() for t in threading.enumerate())
     finally:
         collector.close()
+
+
+# -- issue 32, item 12: every command checks the whole file; doctor lists every problem --------
+
+TYPOS = '[serve]\nbogus = 1\n\n[export]\nbogus = 1\n\n[ledger]\nbogus_key = 1\n'
+
+
+@pytest.mark.parametrize("command", [
+    ["snapshot", "--simulate", "mixed"],
+    ["export", "--simulate", "mixed", "--period", "yesterday"],
+    ["idle", "--simulate", "mixed", "--period", "yesterday"],
+    ["record", "--simulate", "mixed", "--ledger", "{tmp}/l.db"],
+    ["serve", "--simulate", "mixed", "--listen", "127.0.0.1:1"],
+    ["view", "--simulate", "mixed"],
+])
+def test_every_command_refuses_a_typo_in_any_table(tmp_path: Path, command: list[str]) -> None:
+    config = tmp_path / "config.toml"
+    for text, line, key in ((TYPOS, 2, "serve.bogus"), ("[export]\nbogus = 1\n", 2, "export.bogus"),
+                            ("[collector]\n\n[ledger]\nbogus_key = 1\n", 4, "ledger.bogus_key")):
+        config.write_text(text)
+        result = run_allsmi(*[a.format(tmp=tmp_path) for a in command], "--config", str(config))
+        assert result.returncode == 2, (command, text, result.stderr)
+        assert result.stdout == "", command
+        assert f"{config}, line {line}, key '{key}'" in result.stderr, (command, result.stderr)
+    assert not (tmp_path / "l.db").exists()
+
+
+def test_doctor_reports_every_problem_and_exits_2(tmp_path: Path) -> None:
+    import json
+    config = tmp_path / "config.toml"
+    config.write_text('[collector]\ninterval_seconds = 2\nbogus_core = 1\n\n[serve]\nbogus = 1\n'
+                      'listen = "nonsense"\n\n[export]\nbogus = 1\n\n[ledger]\nbogus_key = 1\n'
+                      'interval_seconds = 7\n\n[accounting]\nidle_threshold_percent = 500\n\n'
+                      '[dashboard]\ntheme = "nope"\n')
+    result = run_allsmi("doctor", "--json", "--simulate", "mixed", "--config", str(config))
+    assert result.returncode == 2, result.stderr
+    report = json.loads(result.stdout)  # the whole report, diagnosed with the valid keys
+    assert report["backends"] and report["config"] == str(config)
+    found = [(p["line"], p["key"]) for p in report["config_problems"]]
+    assert found == [(3, "collector.bogus_core"), (6, "serve.bogus"), (7, "serve.listen"),
+                     (10, "export.bogus"), (13, "ledger.bogus_key"),
+                     (14, "ledger.interval_seconds"), (17, "accounting.idle_threshold_percent"),
+                     (20, "dashboard.theme")]
+    assert all(str(config) in p["text"] for p in report["config_problems"])
+    for problem in report["config_problems"]:
+        assert problem["text"] in result.stderr
+    text = run_allsmi("doctor", "--simulate", "mixed", "--config", str(config))
+    assert text.returncode == 2 and "config problems: 8" in text.stdout
+
+
+def test_doctor_with_a_good_file_reports_no_problem(tmp_path: Path) -> None:
+    import json
+    config = tmp_path / "config.toml"
+    config.write_text('[serve]\nlisten = ":9477"\n\n[ledger]\ninterval_seconds = 60\n')
+    result = run_allsmi("doctor", "--json", "--simulate", "mixed", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["config_problems"] == []
+
+
+def test_a_snapshot_checks_serve_without_loading_the_command_line(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+    config = tmp_path / "config.toml"
+    config.write_text('[serve]\nlisten = ":9477"\n\n[ledger]\ninterval_seconds = 60\n')
+    code = ("import sys, atexit, json\n"
+            "atexit.register(lambda: sys.stderr.write('MODULES=' + json.dumps(sorted(sys.modules))))\n"
+            f"sys.argv = ['allsmi', 'snapshot', '--simulate', 'mixed', '--config', {str(config)!r}]\n"
+            "from allsmi.cli.main import main\nmain()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    modules = set(json.loads(result.stderr.split("MODULES=")[-1]))
+    assert "click" not in modules and "textual" not in modules

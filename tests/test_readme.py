@@ -57,7 +57,10 @@ def test_user_facing_docs_name_no_issue_numbers() -> None:
     found = []
     for page in pages():
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-            if re.search(r"\bissues?\s+#?\d+", line, flags=re.I):
+            for match in re.finditer(r"(\S*)\s+issues?\s+#?\d+|^issues?\s+#?\d+", line, flags=re.I):
+                before = (match.group(1) or "").strip("([{\"'")
+                if re.fullmatch(r"[A-Z]{2,}\w*|[a-z]+[A-Z]\w*", before):
+                    continue  # another project's issue (DCGM issue 152, ROCm ...): a reference
                 found.append(f"{page.relative_to(REPO)}:{number}: {line.strip()[:100]}")
     assert not found, "\n".join(found)
 

@@ -35,7 +35,10 @@ class _Prev:
         elif not allocated:
             self.idle = 0.0
         else:
-            self.idle = None if util is None else float(util < threshold)
+            level = util if util is not None else dev.compute_active_percent
+            self.idle = None if level is None else float(level < threshold)
+        act = dev.compute_active_percent
+        self.active = self.idle if not allocated else (None if act is None else act / 100.0)
 
 
 def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:
@@ -79,7 +82,8 @@ class ReferenceIntegrator:
             yield Increment(dev.id, now.time - dt, now.time, dt,
                             _trapezoid(prev.allocated, now.allocated, dt),
                             None if busy is None else busy / 100.0, energy,
-                            _trapezoid(prev.idle, now.idle, dt))
+                            _trapezoid(prev.idle, now.idle, dt),
+                            _trapezoid(prev.active, now.active, dt))
         for gone in set(self.last) - seen:
             del self.last[gone]
 

@@ -15,18 +15,21 @@ from .prometheus_server import free_port, running_server
 
 @contextlib.contextmanager
 def running_victoriametrics(workdir: Path, targets: Sequence[str] = (),
-                            scrape_interval: str = "1s") -> Iterator[str]:
+                            scrape_interval: str = "1s", dedup: bool = True) -> Iterator[str]:
     """A single-node VictoriaMetrics (13-month retention) scraping ``targets`` (``host:port``)
     itself every ``scrape_interval``; yields its base URL. Samples are queryable at once
-    (``-search.latencyOffset=0s``)."""
+    (``-search.latencyOffset=0s``). ``dedup=False`` keeps every sample written (no
+    ``-dedup.minScrapeInterval``): a store that bills must not count a roll-up twice there
+    either."""
     binary = require_tool("victoria-metrics", "victoria-metrics")
     port = free_port()
     argv = [binary, f"-storageDataPath={workdir / 'vmdata'}",
             f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=13",
-            "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=WARN",
-            # one sample per series and timestamp: a replay and a live vmalert (or an HA pair)
-            # may write the same roll-up twice
-            "-dedup.minScrapeInterval=1ms"]
+            "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=WARN"]
+    if dedup:
+        # one sample per series and timestamp: a replay and a live vmalert (or an HA pair)
+        # may write the same roll-up twice
+        argv.append("-dedup.minScrapeInterval=1ms")
     if targets:
         config = workdir / "vm-scrape.yml"
         listed = ", ".join(f'"{t}"' for t in targets)
@@ -42,9 +45,9 @@ def running_victoriametrics(workdir: Path, targets: Sequence[str] = (),
 
 @contextlib.contextmanager
 def running_vmalert(workdir: Path, rule_files: Sequence[Path], store: str,
-                    evaluation_interval: str = "10s") -> Iterator[str]:
-    """vmalert evaluating ``rule_files`` against ``store`` and writing the results back to it;
-    yields its base URL."""
+                    evaluation_interval: str = "10s", name: str = "vmalert") -> Iterator[str]:
+    """vmalert evaluating ``rule_files`` against ``store`` and writing the results back to it,
+    logging to ``NAME.log`` (two of them: an HA pair); yields its base URL."""
     binary = require_tool("vmalert", "victoria-metrics")
     port = free_port()
     argv = [binary, *(f"-rule={p}" for p in rule_files), f"-datasource.url={store}",
@@ -58,13 +61,13 @@ def running_vmalert(workdir: Path, rule_files: Sequence[Path], store: str,
             # 1.79 has no -notifier.blackhole: alerting rules want some notifier
             f"-notifier.url=http://127.0.0.1:{free_port()}", "-loggerLevel=WARN"]
     base = f"http://127.0.0.1:{port}"
-    with running_server(argv, workdir / "vmalert.log", f"{base}/metrics", "vmalert"):
+    with running_server(argv, workdir / f"{name}.log", f"{base}/metrics", name):
         yield base
 
 
 def run_vmalert_replay(workdir: Path, rule_files: Sequence[Path], store: str, time_from: str,
-                       time_to: str, step: str,
-                       timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+                       time_to: str, step: str, timeout: float = 120.0,
+                       query_step: str | None = None) -> subprocess.CompletedProcess[str]:
     """``vmalert -replay.timeFrom=.. -replay.timeTo=..``: the rules evaluated over history,
     written back to ``store``, at every ``step`` (the rules' group interval) from ``time_from``
     to ``time_to``, both included. vmalert 1.79 asks for the range at
@@ -75,6 +78,6 @@ def run_vmalert_replay(workdir: Path, rule_files: Sequence[Path], store: str, ti
         [binary, *(f"-rule={p}" for p in rule_files), f"-datasource.url={store}",
          f"-remoteWrite.url={store}", f"-replay.timeFrom={time_from}",
          f"-replay.timeTo={time_to}", "-replay.disableProgressBar", "-replay.rulesDelay=0s",
-         f"-datasource.queryStep={step}",
+         f"-datasource.queryStep={query_step or step}",
          "-loggerLevel=WARN"],
         capture_output=True, text=True, timeout=timeout, cwd=workdir)

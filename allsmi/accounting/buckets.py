@@ -4,7 +4,9 @@ and each holder's share of them (floats until written, then milliseconds and mil
 Each increment is split twice among the holders (:mod:`allsmi.fairshare`): its allocated and
 idle time, and the energy of its idle part, by the allocated weights; its busy time and the
 energy of the rest by the used weights. Each row also keeps the method of each split
-(``mixed`` when the interval saw more than one).
+(``mixed`` when the interval saw more than one). Active time (allocated time weighted by compute
+activity) follows the used weights, like busy time; the time per waiting reason follows the
+allocated weights, each holder's part booked under its own reason (``DeviceSample.waiting``).
 
 This is the ledger's hot path (every device, every cycle), so the classes use slots and the
 device's own sums are added inline; the recorder's results are checked against a plain
@@ -14,9 +16,16 @@ re-computation in tests/accounting/test_recorder_fastpath.py.
 from __future__ import annotations
 
 from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Share
-from allsmi.accounting.ledgerschema import DEVICE_SUMS, HOLDER_SUMS
+from typing import Mapping
+
+from allsmi.accounting.ledgerschema import DEVICE_SUMS, HOLDER_SUMS, WAIT_COLUMNS
 from allsmi.fairshare import MIXED, NOBODY, Split
+from allsmi.schema import WAITING_REASONS
 from allsmi.usage import Increment
+
+#: Index of each waiting reason in an accumulator's ``waits`` list (and in WAIT_COLUMNS).
+_REASON_INDEX = {reason: i for i, reason in enumerate(WAITING_REASONS)}
+_UNKNOWN = _REASON_INDEX["unknown"]
 
 
 def _method(mine: str | None, method: str) -> str:
@@ -28,7 +37,8 @@ class _Acc:
     """Sums of one device's (or one holder's) increments over an interval."""
 
     __slots__ = ("observed", "allocated", "busy", "energy", "billed", "idle", "idle_billed",
-                 "idle_energy", "used_billed", "allocation_method", "usage_method", "idle_lost")
+                 "idle_energy", "used_billed", "allocation_method", "usage_method", "idle_lost",
+                 "active", "active_allocated", "activity_method", "waits")
 
     def __init__(self) -> None:
         self.observed = 0.0
@@ -48,6 +58,40 @@ class _Acc:
         self.idle_lost = False
         """Whether some held time had an unknown idleness (a device that reports no
         utilization): the idle sums are then unknown, never the known part alone."""
+        self.active: float | None = None
+        """Allocated seconds weighted by compute activity."""
+        self.active_allocated: float | None = None
+        """Allocated seconds whose activity was known (``active``'s denominator)."""
+        self.activity_method: str | None = None
+        self.waits: list[float] | None = None
+        """Allocated seconds per waiting reason (WAITING_REASONS order); ``None``: none known."""
+
+    def add_active(self, active: float, allocated: float | None, weight: float,
+                   method: str | None) -> None:
+        """Add ``weight`` of an increment's active time (and of the allocated time it covers)."""
+        self.active = (self.active or 0.0) + active * weight
+        self.active_allocated = (self.active_allocated or 0.0) + (allocated or 0.0) * weight
+        if method is not None:
+            self.activity_method = _method(self.activity_method, method)
+
+    def add_wait(self, reason: int, seconds: float) -> None:
+        """Book ``seconds`` of allocated time under the waiting reason at index ``reason``."""
+        waits = self.waits
+        if waits is None:
+            waits = self.waits = [0.0] * len(WAITING_REASONS)
+        waits[reason] += seconds
+
+    def activity_values(self, ms) -> dict[str, int | str | None]:  # type: ignore[no-untyped-def]
+        """The activity columns as stored (ledgerschema.ACTIVITY_COLUMNS)."""
+        waits = self.waits
+        out: dict[str, int | str | None] = {
+            "active_ms": None if self.active is None else ms(self.active),
+            "active_allocated_ms": None if self.active_allocated is None
+            else ms(self.active_allocated),
+            "activity_method": self.activity_method}
+        for i, column in enumerate(WAIT_COLUMNS):
+            out[column] = None if waits is None else ms(waits[i])
+        return out
 
     def add_allocated(self, observed: float, allocated: float | None, energy: float | None,
                       idle: float | None, idle_part: float | None, weight: float,
@@ -147,9 +191,12 @@ class Bucket(_Acc):
                               last_ms=whole.last_ms, holders=holders,
                               **_since(whole, before, DEVICE_SUMS))
 
-    def put(self, inc: Increment, holders: Split = NOBODY, share: float = 1.0) -> None:
-        """Add one increment; its holders' parts by ``holders`` (:func:`allsmi.fairshare.split`)."""
-        _, begin, end, observed, allocated, busy, energy, idle = inc
+    def put(self, inc: Increment, holders: Split = NOBODY, share: float = 1.0,
+            waiting: Mapping[object, str] | None = None, activity_method: str | None = None) -> None:
+        """Add one increment; its holders' parts by ``holders`` (:func:`allsmi.fairshare.split`),
+        each holder's allocated part booked under its reason in ``waiting`` (holder -> reason;
+        a holder missing from it: ``unknown``; ``None``: not classified, nothing booked)."""
+        _, begin, end, observed, allocated, busy, energy, idle, active = inc
         if end > self.last:
             self.last = end
         if begin < self.first:
@@ -179,9 +226,21 @@ class Bucket(_Acc):
                 self.idle_energy = (self.idle_energy or 0.0) + energy * idle_part
         elif allocated:  # held, but whether idle is unknown: not a known 0 (_Acc.add_allocated)
             self.idle_lost = True
+        if active is not None:
+            self.add_active(active, allocated, 1.0, activity_method if allocated else None)
         alloc_weights, alloc_method, used_weights, usage_method = holders
         if not alloc_weights and not used_weights:
             return
+        if waiting is not None and allocated:
+            index = _REASON_INDEX
+            for holder, weight in alloc_weights:
+                reason = index.get(waiting.get(holder, "unknown"), _UNKNOWN)
+                seconds = allocated * weight
+                self.add_wait(reason, seconds)
+                acc = self.holders.get(holder)
+                if acc is None:
+                    acc = self.holders[holder] = _Acc()
+                acc.add_wait(reason, seconds)
         self.allocation_method = _method(self.allocation_method, alloc_method)
         self.usage_method = _method(self.usage_method, usage_method)
         accs = self.holders
@@ -195,6 +254,8 @@ class Bucket(_Acc):
                 acc = accs[holder] = _Acc()
             acc.add_allocated(observed, allocated, energy, idle, idle_part, weight, share)
             acc.add_used(busy, energy, busy_part, used_weight, share)
+            if active is not None:
+                acc.add_active(active, allocated, used_weight, activity_method)
             acc.allocation_method = _method(acc.allocation_method, alloc_method)
             acc.usage_method = _method(acc.usage_method, usage_method)
             return
@@ -210,6 +271,8 @@ class Bucket(_Acc):
             if acc is None:
                 acc = accs[holder] = _Acc()
             acc.add_used(busy, energy, busy_part, weight, share)
+            if active is not None:
+                acc.add_active(active, allocated, weight, activity_method)
             acc.usage_method = _method(acc.usage_method, usage_method)
 
     def record(self, interval_seconds: int) -> IntervalRecord:
@@ -230,8 +293,8 @@ class Bucket(_Acc):
             billed_ms=opt(self.billed), idle_ms=idle_ms, idle_billed_ms=idle_billed_ms,
             idle_energy_mj=idle_energy_mj, used_billed_ms=opt(self.used_billed),
             allocation_method=self.allocation_method, usage_method=self.usage_method,
-            attributed_ms=ms(self.attributed),
+            attributed_ms=ms(self.attributed), **self.activity_values(ms),
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
                               opt(a.billed), *a.idle_values(ms, mj), opt(a.used_billed),
-                              a.allocation_method, a.usage_method)
+                              a.allocation_method, a.usage_method, **a.activity_values(ms))
                      for h, a in self.holders.items()})

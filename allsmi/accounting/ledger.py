@@ -2,9 +2,11 @@
 
 This module opens, locks, checks and upgrades the file; the tables are described in
 :mod:`allsmi.accounting.ledgerschema`, writing is :mod:`allsmi.accounting.ledgerwrite` and
-reading :mod:`allsmi.accounting.ledgerread`. One writer per file (a lock on ``PATH.lock`` next to
-the file that ``PATH`` resolves to, through any symbolic links);
-readers open it read-only while the writer writes (WAL).
+reading :mod:`allsmi.accounting.ledgerread`. One writer per file: a lock on ``PATH.lock`` next to
+the file that ``PATH`` resolves to, through any symbolic links, and an ``flock`` on the database
+file itself, which every name of it shares (a hard link, a bind mount into a container: the
+same device and inode, but SQLite would give each name its own WAL). Readers open it
+read-only while the writer writes (WAL).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Ledger(LedgerWriter, LedgerReader):
         self.path = Path(path)
         self.readonly = readonly
         self._lock = threading.Lock()
-        self._lock_fd: int | None = None
+        self._lock_fds: list[int] = []
         self._dev_ids: dict[str, int] = {}
         self._dim_ids: dict[Dim, int] = {}
         self._hids: dict[Holder, int] = {}
@@ -74,10 +76,10 @@ class Ledger(LedgerWriter, LedgerReader):
             self._db.executescript(SCHEMA)
             self.interval_seconds = self._init_meta(interval_seconds or 60)
         except sqlite3.Error as exc:
-            self._release_lock()
+            self._abandon()
             raise LedgerError(f"cannot open the ledger {self.path}: {exc}") from None
         except OSError as exc:
-            self._release_lock()
+            self._abandon()
             raise LedgerError(f"cannot open the ledger {self.path}: {exc.strerror or exc}") from None
 
     # -- opening -------------------------------------------------------------
@@ -89,22 +91,39 @@ class Ledger(LedgerWriter, LedgerReader):
 
     def _take_lock(self) -> None:
         # Keyed by the file itself, not the name given: a symbolic link to the database (or to
-        # a directory above it) or a relative path must find the same lock.
+        # a directory above it) or a relative path must find the same PATH.lock (which older
+        # versions take too). A hard link or a bind mount is another name for the same inode
+        # that PATH.lock cannot see: the flock on the database file itself (its device and
+        # inode) is what they share. flock locks do not interact with SQLite's own (POSIX
+        # record) locks on Linux, and this descriptor stays open until the connection is
+        # closed (closing one would drop SQLite's record locks).
         real = self.path.resolve()
-        lock_path = real.with_name(real.name + ".lock")
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LedgerError(f"the ledger {self.path} is already being recorded by another "
-                              "process (allsmi record or allsmi serve --ledger)") from None
-        self._lock_fd = fd
+        for path in (real.with_name(real.name + ".lock"), real):
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                self._release_lock()
+                links = os.stat(real).st_nlink
+                names = f" ({links} hard links name this file)" if links > 1 else ""
+                raise LedgerError(
+                    f"the ledger {self.path} is already being recorded by another process "
+                    f"(allsmi record or allsmi serve --ledger), possibly through another name for "
+                    f"the same file: a hard link or a bind mount{names}") from None
+            self._lock_fds.append(fd)
 
     def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        while self._lock_fds:
+            os.close(self._lock_fds.pop())
+
+    def _abandon(self) -> None:
+        """Close what a failed open left behind: the connection, then the locks."""
+        db = getattr(self, "_db", None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+        self._release_lock()
 
     def _init_meta(self, interval_seconds: int) -> int:
         rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())

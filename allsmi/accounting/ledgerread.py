@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
 
+#: The holder rows of a device shared at once (not held ``exclusive``, nor as a partition).
+_SHARED_ONLY = "allocation_method IN ('equal', 'declared', 'mixed')"
+
+
 class LedgerReader:
     """The reading half of :class:`~allsmi.accounting.ledger.Ledger` (a mixin)."""
 
@@ -96,6 +100,38 @@ class LedgerReader:
                         out.setdefault((row[0], holders[row[1]]), Totals()).add(row[2:],
                                                                                  HOLDER_SUMS)
                 return out
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+
+    def conflicts(self, start: int, end: int) -> list[tuple[int, int, tuple[Holder, ...]]]:
+        """(``dim``, interval start, holders) of each interval starting in ``[start, end)``
+        whose device a pod and a job that is no pod's held at once (a kubelet and a job-mapping
+        file claiming it: each billed a part, so neither was given it ``exclusive``; a device
+        handed from a pod to a job within an interval gives each of them all of it while they
+        held it). Whole days are read at their quarter hours."""
+        with self._lock:
+            try:
+                holders = {r[0]: Holder(*(v or None for v in r[1:])) for r in self._db.execute(
+                    "SELECT hid, user, namespace, pod, job FROM holders")}
+                out: list[tuple[int, int, tuple[Holder, ...]]] = []
+                for table, lo, hi, tier in self._plan(start, end):
+                    if table == RAW:
+                        sql = ("SELECT i.dim, h.start, group_concat(h.hid) FROM holder_intervals h "
+                               "JOIN intervals i ON i.start = h.start AND i.dev = h.dev "
+                               f"WHERE h.start >= ? AND h.start < ? AND h.{_SHARED_ONLY} "
+                               "GROUP BY i.dim, h.start HAVING COUNT(*) > 1")
+                        args: tuple[int, ...] = (lo, hi)
+                    else:
+                        where, args = self._where(lo, hi, tier) if table == "quarters" \
+                            else ("start >= ? AND start < ?", (lo, hi))
+                        sql = (f"SELECT dim, start, group_concat(hid) FROM holder_quarters "
+                               f"WHERE {where} AND {_SHARED_ONLY} "
+                               "GROUP BY dim, start HAVING COUNT(*) > 1")
+                    for dim, at, hids in self._db.execute(sql, args):
+                        held = tuple(holders[int(h)] for h in str(hids).split(","))
+                        if any(h.pod for h in held) and any(h.job and not h.pod for h in held):
+                            out.append((dim, at, held))
+                return sorted(out)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
 

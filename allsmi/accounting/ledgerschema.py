@@ -29,6 +29,16 @@ byte-identical whatever order SQLite adds rows in):
     Observed time during which who held the device was known (an attribution source that
     failed or hung leaves holders unknown, and allocated time with them). ``NULL`` for what was
     recorded before version 5.
+``active_ms``, ``active_allocated_ms``, ``activity_method`` (every usage table)
+    Allocated time weighted by compute activity (``compute_active_percent``; holders' parts by
+    the used split), the allocated time whose activity was known (the denominator of
+    ``efficiency_ratio``), and what the activity measured (``compute_active_source``:
+    ``sm_active``, ``gfx_busy``... ``mixed`` when more than one). ``NULL`` before version 6.
+``wait_<reason>_ms`` (every usage table; reasons of :data:`allsmi.schema.WAITING_REASONS`)
+    Allocated time during which the holder was ``computing`` or waiting on ``input``, the
+    ``host``, ``communication``, ``nothing`` or ``unknown`` (the collector's classification,
+    ``DeviceSample.waiting``), split among holders like allocated time. ``NULL`` where nothing
+    was classified (and before version 6).
 ``holders`` / ``holder_intervals``
     Who held the device: one holder per (user, namespace, pod, job id), ``''`` where
     unknown, and each holder's share of an interval (see :mod:`allsmi.accounting.recorder`
@@ -52,15 +62,25 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from allsmi.fairshare import MIXED
+from allsmi.schema import WAITING_REASONS
 from allsmi.usage import Holder as Holder  # who held a device (shared with the dashboard)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Older ledgers are upgraded in place when opened for writing, and read through temporary
 #: views when opened read-only: version 1 (no ``billed_ms``: every device billed whole),
 #: version 2 (per-user shares only, no idle time: idle unknown), version 3 (holders split
 #: equally, no split methods and no ``used_billed_ms``: unknown), version 4 (no
-#: ``attributed_ms``: whether holders were known is unknown).
-OLD_SCHEMA_VERSIONS = (1, 2, 3, 4)
+#: ``attributed_ms``: whether holders were known is unknown), version 5 (no activity and no
+#: waiting reasons: unknown).
+OLD_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+
+#: Per waiting reason (:data:`allsmi.schema.WAITING_REASONS`), its column of allocated time.
+WAIT_COLUMNS: tuple[str, ...] = tuple(f"wait_{reason}_ms" for reason in WAITING_REASONS)
+#: Added in version 6 (every usage table): activity and waiting reasons.
+ACTIVITY_COLUMNS: tuple[str, ...] = ("active_ms", "active_allocated_ms", "activity_method") \
+    + WAIT_COLUMNS
+_ACTIVITY_SUMS: tuple[tuple[str, str], ...] = tuple(
+    (c, "METHOD" if c == "activity_method" else "SUM") for c in ACTIVITY_COLUMNS)
 
 #: Columns of the per-device usage tables after (start, dim), with their roll-up aggregate.
 DEVICE_SUMS: tuple[tuple[str, str], ...] = (
@@ -68,13 +88,14 @@ DEVICE_SUMS: tuple[tuple[str, str], ...] = (
     ("busy_observed_ms", "SUM"), ("energy_mj", "SUM"), ("mem_sum", "SUM"),
     ("mem_samples", "SUM"), ("mem_peak", "MAX"), ("billed_ms", "SUM"), ("idle_ms", "ALLSUM"),
     ("idle_billed_ms", "ALLSUM"), ("idle_energy_mj", "SUM"), ("used_billed_ms", "SUM"),
-    ("allocation_method", "METHOD"), ("usage_method", "METHOD"), ("attributed_ms", "ALLSUM"))
+    ("allocation_method", "METHOD"), ("usage_method", "METHOD"), ("attributed_ms", "ALLSUM"),
+    *_ACTIVITY_SUMS)
 #: Columns of the per-holder share tables after (start, dim or dev, hid).
 HOLDER_SUMS: tuple[tuple[str, str], ...] = (
     ("observed_ms", "SUM"), ("allocated_ms", "SUM"), ("busy_ms", "SUM"), ("energy_mj", "SUM"),
     ("billed_ms", "SUM"), ("idle_ms", "ALLSUM"), ("idle_billed_ms", "ALLSUM"),
     ("idle_energy_mj", "SUM"), ("used_billed_ms", "SUM"),
-    ("allocation_method", "METHOD"), ("usage_method", "METHOD"))
+    ("allocation_method", "METHOD"), ("usage_method", "METHOD"), *_ACTIVITY_SUMS)
 #: ``ALLSUM``: a sum that is unknown (NULL) as soon as one of its terms is. Idle time is stored
 #: NULL only where held time's idleness was unknown, so a window's idle time is never the known
 #: part alone booked as the whole (``SUM`` skips NULLs: the rest is a sum of what is known).
@@ -84,7 +105,7 @@ IDLE_COLUMNS = ("idle_ms", "idle_billed_ms", "idle_energy_mj")
 #: Columns added in version 4 (split methods, busy time at the billing share).
 SPLIT_COLUMNS = ("used_billed_ms", "allocation_method", "usage_method")
 #: The text columns (the split methods); merged by :func:`merge_method`, never summed.
-METHOD_COLUMNS = ("allocation_method", "usage_method")
+METHOD_COLUMNS = ("allocation_method", "usage_method", "activity_method")
 #: Added in version 5 (device tables): observed time whose holders were known (an attribution
 #: source that failed or timed out leaves them unknown); ``NULL`` (unknown) for what was
 #: recorded before.
@@ -192,6 +213,15 @@ class Share:
     used_billed_ms: int | None = None
     allocation_method: str | None = None
     usage_method: str | None = None
+    active_ms: int | None = None
+    active_allocated_ms: int | None = None
+    activity_method: str | None = None
+    wait_computing_ms: int | None = None
+    wait_input_ms: int | None = None
+    wait_host_ms: int | None = None
+    wait_communication_ms: int | None = None
+    wait_nothing_ms: int | None = None
+    wait_unknown_ms: int | None = None
 
 
 @dataclass
@@ -221,6 +251,15 @@ class IntervalRecord:
     usage_method: str | None = None
     attributed_ms: int | None = None
     """Observed time during which who held the device was known (allocated time known)."""
+    active_ms: int | None = None
+    active_allocated_ms: int | None = None
+    activity_method: str | None = None
+    wait_computing_ms: int | None = None
+    wait_input_ms: int | None = None
+    wait_host_ms: int | None = None
+    wait_communication_ms: int | None = None
+    wait_nothing_ms: int | None = None
+    wait_unknown_ms: int | None = None
 
 
 @dataclass
@@ -243,6 +282,15 @@ class Totals:
     allocation_method: str | None = None
     usage_method: str | None = None
     attributed_ms: int | None = None
+    active_ms: int | None = None
+    active_allocated_ms: int | None = None
+    activity_method: str | None = None
+    wait_computing_ms: int | None = None
+    wait_input_ms: int | None = None
+    wait_host_ms: int | None = None
+    wait_communication_ms: int | None = None
+    wait_nothing_ms: int | None = None
+    wait_unknown_ms: int | None = None
     lost: set[str] = field(default_factory=set)
     """``ALLSUM`` columns that met a NULL: unknown for good."""
 
@@ -268,7 +316,7 @@ class Totals:
 
 
 def upgrade(db: sqlite3.Connection, version: int) -> None:
-    """Bring a version-1 to -4 ledger to :data:`SCHEMA_VERSION`, in the caller's transaction.
+    """Bring a version-1 to -5 ledger to :data:`SCHEMA_VERSION`, in the caller's transaction.
 
     Version 1 had no ``billed_ms`` (what was recorded then was billed whole); version 2 had
     per-user shares and no idle time (unknown for what was recorded then); version 3 had no
@@ -286,10 +334,11 @@ def upgrade(db: sqlite3.Connection, version: int) -> None:
         for name in IDLE_COLUMNS + ATTRIBUTED_COLUMNS:
             if name not in columns(table):
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {name} INTEGER")
-    # Version 4: the split methods and busy time at the billing share (unknown before).
+    # Version 4: the split methods and busy time at the billing share (unknown before);
+    # version 6: activity and waiting reasons (unknown before).
     for table in DEVICE_TABLES + HOLDER_TABLES:
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
-            for name in SPLIT_COLUMNS:
+            for name in SPLIT_COLUMNS + ACTIVITY_COLUMNS:
                 if name not in columns(table):
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {_type(name)}")
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'users'").fetchone():
@@ -310,12 +359,13 @@ def legacy_views(db: sqlite3.Connection, version: int) -> None:
     tables) give it the current layout; idle time is unknown before version 3, the split
     methods and busy time at the billing share before version 4, whether holders were known
     (``attributed_ms``) before version 5, and version 1 billed whole."""
-    split = ", ".join(f"NULL AS {c}" for c in SPLIT_COLUMNS)
+    split = ", ".join(f"NULL AS {c}" for c in SPLIT_COLUMNS + ACTIVITY_COLUMNS)
     attributed = ", ".join(f"NULL AS {c}" for c in ATTRIBUTED_COLUMNS)
     if version >= 3:  # holders and their tables are already there: add the missing columns
         for table in DEVICE_TABLES + HOLDER_TABLES:
             have = {r[1] for r in db.execute(f"PRAGMA main.table_info({table})")}
-            wanted = SPLIT_COLUMNS + (ATTRIBUTED_COLUMNS if table in DEVICE_TABLES else ())
+            wanted = SPLIT_COLUMNS + (ATTRIBUTED_COLUMNS if table in DEVICE_TABLES else ()) \
+                + ACTIVITY_COLUMNS
             missing = ", ".join(f"NULL AS {c}" for c in wanted if c not in have)
             if missing:
                 db.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {missing} FROM main.{table}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from allsmi.accounting.ledger import Dim, Holder, Ledger, Totals
-from allsmi.accounting.ledgerschema import HOLDER_SUMS
+from allsmi.accounting.ledgerschema import HOLDER_SUMS, WAIT_COLUMNS
 from allsmi.accounting.periods import Window
 from allsmi.accounting.report import Part
 
@@ -31,11 +31,15 @@ def _part(dim: Dim, t: Totals, holder: Holder | None = None) -> Part:
         billed_s=sec(t.billed_ms), idle_s=sec(t.idle_ms), idle_billed_s=sec(t.idle_billed_ms),
         idle_energy_j=sec(t.idle_energy_mj), used_billed_s=sec(t.used_billed_ms),
         allocation_method=t.allocation_method, usage_method=t.usage_method,
-        attributed_s=None if holder is not None else sec(t.attributed_ms))
+        attributed_s=None if holder is not None else sec(t.attributed_ms),
+        active_s=sec(t.active_ms), active_allocated_s=sec(t.active_allocated_ms),
+        activity_method=t.activity_method,
+        waiting_s=None if all(getattr(t, c) is None for c in WAIT_COLUMNS)
+        else tuple((getattr(t, c) or 0) / 1000.0 for c in WAIT_COLUMNS))
 
 
 _SHARED = ("allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms", "idle_billed_ms",
-           "idle_energy_mj", "used_billed_ms")
+           "idle_energy_mj", "used_billed_ms", "active_ms", "active_allocated_ms") + WAIT_COLUMNS
 _ALLSUM = frozenset(c for c, agg in HOLDER_SUMS if agg == "ALLSUM")
 
 
@@ -73,3 +77,25 @@ def ledger_parts(path: str | os.PathLike[str], window: Window,
         holder_parts.extend(_part(dims[d], t, holder) for holder, t in shares)
         holder_parts.append(_part(dims[d], _remainder(total, [t for _, t in shares])))
     return device_parts, holder_parts
+
+
+def ledger_conflicts(path: str | os.PathLike[str], window: Window, most: int = 5) -> list[str]:
+    """A warning naming the device intervals in ``window`` that a pod and a job (no pod's)
+    held at once (:meth:`~allsmi.accounting.ledgerread.LedgerReader.conflicts`), the first
+    ``most`` of them with their claimants; empty when there are none."""
+    import datetime as dt
+    with Ledger(path, readonly=True) as ledger:
+        found = ledger.conflicts(window.start_unix, window.end_unix)
+        dims = ledger.dims() if found else {}
+    if not found:
+        return []
+
+    def who(h: Holder) -> str:
+        return f"pod {h.namespace or ''}/{h.pod}" if h.pod else f"job {h.job}"
+    named = "; ".join(
+        f"{dims[d].host}/{dims[d].device_id} from "
+        f"{dt.datetime.fromtimestamp(at, dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} "
+        f"({', '.join(sorted({who(h) for h in held}))})" for d, at, held in found[:most])
+    more = f"; and {len(found) - most} more" if len(found) > most else ""
+    return [f"{len(found)} interval(s) of a device claimed by a pod and a job at once (two "
+            f"attribution sources disagree), each billed a part: {named}{more}"]

@@ -1,4 +1,5 @@
-"""Billing windows: ``--period yesterday|today|last-month|YYYY-MM|YYYY-MM-DD`` or ``--since/--until``.
+"""Billing windows: ``--period yesterday|today|last-week|this-week|last-month|this-month|YYYY-MM|
+YYYY-MM-DD`` or ``--since/--until``. Weeks are ISO weeks: Monday 00:00 to Monday 00:00.
 
 Calendar periods are taken in the given time zone (UTC by default), so a
 month in ``Europe/Berlin`` starts at local midnight and a day around a DST
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 UTC = dt.timezone.utc
-PERIODS_HELP = "yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD"
+PERIODS_HELP = ("yesterday, today, last-week, this-week, last-month, this-month, YYYY-MM or "
+                "YYYY-MM-DD")
 
 
 class PeriodError(ValueError):
@@ -83,6 +85,11 @@ def parse_period(text: str, tz: dt.tzinfo = UTC, now: dt.datetime | None = None)
             return _normalize(_midnight(today, tz), end, tz)
         day = today - dt.timedelta(days=1)
         return _normalize(_midnight(day, tz), _midnight(today, tz), tz)
+    if key in ("last-week", "this-week"):
+        monday = now.date() - dt.timedelta(days=now.weekday())
+        if key == "this-week":
+            return _normalize(_midnight(monday, tz), now.replace(second=0, microsecond=0), tz)
+        return _normalize(_midnight(monday - dt.timedelta(days=7), tz), _midnight(monday, tz), tz)
     if key in ("last-month", "this-month"):
         shift = -1 if key == "last-month" else 0
         start = _month_start(now.year, now.month + shift, tz)

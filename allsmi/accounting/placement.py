@@ -15,7 +15,11 @@ was wrong at boot (an RTC kept in local time), a VM resumed, an operator, ``fake
 * **A step back** is followed (placement is the wall clock again), unless the wall clock lands
   in time this recorder has already placed: then time is placed right after the previous
   snapshot (so that it lands in no interval already stored, which would refuse it), ahead of
-  the wall clock by the size of the step, until the recorder restarts.
+  the wall clock by the size of the step, until the recorder restarts. A step back that lands
+  before time this recorder placed (past its first sample: an NTP step soon after boot) is
+  followed until the wall clock runs into that time; from there time is placed after it, as a
+  forward step is followed, ahead of the wall clock by the length of what it had placed there,
+  until the recorder restarts. So no snapshot is ever placed in time already placed.
 * ``trusted``: the wall clock, never ahead of the monotonic account since this recorder started
   or since the wall clock last stepped back. Completed quarters are rolled up and old rows pruned
   by it, so that a clock in the future never makes real minutes expire.
@@ -35,9 +39,12 @@ MAX_SPANS = 32
 class Placement:
     """The ledger time line of one recorder's life (not thread-safe: the recorder's lock)."""
 
-    __slots__ = ("_placed", "_steady", "_ahead_since", "_spans", "trusted")
+    __slots__ = ("_placed", "_steady", "_ahead_since", "_spans", "trusted", "interval")
 
-    def __init__(self) -> None:
+    def __init__(self, interval_seconds: float = 60.0) -> None:
+        #: The ledger's interval: it keeps only time that starts after what it already has for
+        #: an interval, so time placed before a span, in the interval it starts in, is refused.
+        self.interval = interval_seconds
         self._placed: float | None = None
         self._steady: float | None = None
         #: Monotonic time since which the wall clock has been ahead of the placement.
@@ -47,8 +54,18 @@ class Placement:
         self.trusted: float | None = None
         """The latest snapshot's wall time, never ahead of the monotonic account (see above)."""
 
+    def _start(self, lo: float) -> float:
+        """Where placed time starting at ``lo`` begins to collide: the start of its interval."""
+        return min(lo - STEP_TOLERANCE_SECONDS, lo // self.interval * self.interval)
+
     def _placed_already(self, when: float) -> bool:
-        return any(lo - STEP_TOLERANCE_SECONDS <= when <= hi for lo, hi in self._spans)
+        return any(self._start(lo) <= when <= hi for lo, hi in self._spans)
+
+    def _ran_into(self, when: float) -> float | None:
+        """The end of an earlier span (not the current one) whose time ``when`` would collide
+        with, if any."""
+        ends = [hi for lo, hi in self._spans[:-1] if self._start(lo) <= when <= hi]
+        return max(ends) if ends else None
 
     def place(self, wall: float, steady: float | None) -> float:
         """Where a snapshot taken at ``wall`` (unix seconds) and ``steady`` (monotonic) goes."""
@@ -83,8 +100,13 @@ class Placement:
                     self._jump(placed)
             else:
                 self._ahead_since = None
-                placed = wall
-                self._extend(placed)
+                end = self._ran_into(wall) if len(self._spans) > 1 else None
+                if end is not None:  # the wall clock ran into time placed before a step back
+                    placed = max(follows, end + elapsed)  # its increment starts at the end
+                    self._jump(placed)
+                else:
+                    placed = wall
+                    self._extend(placed)
         self._placed, self._steady = placed, steady
         return placed
 

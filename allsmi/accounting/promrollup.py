@@ -20,17 +20,17 @@ that add up, so a month is a few queries over ~720 samples per device instead of
 from __future__ import annotations
 
 import datetime as dt
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from allsmi.accounting import promactivity
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import PrometheusClient
-from allsmi.accounting.promsource import (DEVICE_LABELS, GROUP_INFO, WORKLOAD_KEYS,
-                                          prometheus_parts, query_series)
+from allsmi.accounting.promhours import MARKER, Hours, choose_hours, hourly_values, hours_notes
+from allsmi.accounting.promsource import (DEVICE_LABELS, GROUP_INFO, HOLDER_KEYS, WORKLOAD_KEYS,
+                                          check_window, prometheus_parts, query_series)
 from allsmi.accounting.report import Part
 
-MARKER = "fleet:allsmi_billing_rollup_window_seconds:hourly"
 #: The hourly roll-ups: what each records, by the accounting counter it rolls up.
 ROLLUPS = {
     "observed": "instance_uuid:allsmi_device_observed_seconds:increase1h",
@@ -40,12 +40,14 @@ ROLLUPS = {
     "idle": "instance_uuid:allsmi_device_idle_allocated_seconds:increase1h",
     "billed": "instance_uuid:allsmi_device_billed_seconds:increase1h",
     "idle_billed": "instance_uuid:allsmi_device_idle_billed_seconds:increase1h",
+    "active": "instance_uuid:allsmi_device_active_seconds:increase1h",
 }
 #: The per-holder roll-ups (of ``allsmi_holder_*``), by the part of a holder each gives.
 HOLDER_ROLLUPS = {
     "allocated": "instance_uuid_holder:allsmi_holder_allocated_seconds:increase1h",
     "used": "instance_uuid_holder:allsmi_holder_used_seconds:increase1h",
     "energy": "instance_uuid_holder:allsmi_holder_energy_joules:increase1h",
+    "active": "instance_uuid_holder:allsmi_holder_active_seconds:increase1h",
 }
 MEMORY_AVG = "instance_uuid:allsmi_device_memory_used_bytes:avg1h"
 MEMORY_MAX = "instance_uuid:allsmi_device_memory_used_bytes:max1h"
@@ -67,31 +69,8 @@ class Usage:
     detail: str
     rollup_seconds: int = 0
     raw_seconds: int = 0
-
-
-def _covered(client: PrometheusClient, window: Window) -> list[tuple[int, int]]:
-    """The rolled-up intervals ``(start, end)`` (unix seconds) lying wholly inside the window,
-    sorted and merged."""
-    start, end = window.start_unix, window.end_unix
-    out: list[tuple[int, int]] = []
-    for series in client.query_range_vector(f"{MARKER}[{max(end - start, 1)}s]", end):
-        for stamp, value in series.get("values", []):
-            try:
-                t, w = int(round(float(stamp))), float(value)
-            except (TypeError, ValueError):  # not a marker sample: that hour counts as not rolled up
-                continue
-            if not math.isfinite(w) or w <= 0:
-                continue
-            lo = t - int(round(w))
-            if lo >= start and t <= end:
-                out.append((lo, t))
-    merged: list[tuple[int, int]] = []
-    for lo, hi in sorted(set(out)):
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
+    #: What the export says on stderr about the data (copies of roll-ups, duplicate series).
+    notes: tuple[str, ...] = ()
 
 
 def _gaps(start: int, end: int, covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -116,53 +95,59 @@ def _iso(t: int) -> str:
 def prometheus_usage(client: PrometheusClient, window: Window, by_holder: bool = False,
                      rollups: bool = True) -> Usage:
     """The window's parts from the roll-ups where they exist (unless ``rollups`` is false),
-    the raw counters elsewhere."""
+    the raw counters elsewhere; each hour billed once however often it was rolled up, and no
+    device billed more than the window (:func:`~allsmi.accounting.promsource.check_window`)."""
+    notes: list[str] = []
     if not rollups:
-        parts, holders = prometheus_parts(client, window, by_holder)
-        return Usage(parts, holders, "raw counters (--no-rollups)", 0, window.seconds)
-    covered = _covered(client, window)
+        parts, holders = prometheus_parts(client, window, by_holder, notes)
+        parts, holders = check_window(client, window, parts, holders)
+        return Usage(parts, holders, "raw counters (--no-rollups)", 0, window.seconds,
+                     notes=tuple(notes))
+    hours = choose_hours(client, window.start_unix, window.end_unix)
+    covered = hours.covered()
     gaps = _gaps(window.start_unix, window.end_unix, covered)
     if not covered or len(gaps) > MAX_RAW_PIECES:
-        parts, holders = prometheus_parts(client, window, by_holder)
+        parts, holders = prometheus_parts(client, window, by_holder, notes)
+        parts, holders = check_window(client, window, parts, holders)
         why = "" if not covered else f" (the roll-ups have more than {MAX_RAW_PIECES} holes)"
-        return Usage(parts, holders, f"raw counters{why}", 0, window.seconds)
+        return Usage(parts, holders, f"raw counters{why}", 0, window.seconds, notes=tuple(notes))
     tz = window.start.tzinfo
     parts: list[Part] = []
     holders: list[Part] | None = [] if by_holder else None
     lo, hi = covered[0][0], covered[-1][1]
-    rolled, rolled_holders = _rollup_parts(client, lo, hi, by_holder)
+    rolled, rolled_holders = _rollup_parts(client, hours, lo, hi, by_holder)
     parts.extend(rolled)
     if holders is not None and rolled_holders is not None:
         holders.extend(rolled_holders)
     for a, b in gaps:
-        raw, raw_holders = prometheus_parts(client, _window(a, b, tz), by_holder)
+        raw, raw_holders = prometheus_parts(client, _window(a, b, tz), by_holder, notes)
         parts.extend(raw)
         if holders is not None and raw_holders is not None:
             holders.extend(raw_holders)
+    parts, holders = check_window(client, window, parts, holders)
     rollup_s = sum(b - a for a, b in covered)
     raw_s = sum(b - a for a, b in gaps)
     detail = (f"hourly roll-ups for {rollup_s / 3600:g} h ({_iso(lo)} to {_iso(hi)})"
               + (f", raw counters for {raw_s} s" if raw_s else ""))
-    return Usage(parts, holders, detail, rollup_s, raw_s)
+    return Usage(parts, holders, detail, rollup_s, raw_s,
+                 notes=tuple(hours_notes(hours) + notes))
 
 
-def _rollup_parts(client: PrometheusClient, lo: int, hi: int,
+def _rollup_parts(client: PrometheusClient, hours: Hours, lo: int, hi: int,
                   by_holder: bool) -> tuple[list[Part], list[Part] | None]:
-    """Parts per device summed over the roll-ups in ``(lo, hi]`` (gaps in them are the raw
-    pieces' business: nothing is rolled up there)."""
+    """Parts per device summed over the chosen roll-ups in ``(lo, hi]``, one per hour (gaps in
+    them are the raw pieces' business: nothing is rolled up there)."""
     at, rng = hi, f"{max(hi - lo, 1)}s"
-    by = ", ".join(DEVICE_LABELS)
     values: dict[str, dict[tuple[str, ...], float]] = {}
     for name, metric in ROLLUPS.items():
-        values[name] = {k: max(0.0, v) for k, v in query_series(
-            client, f"sum by ({by}) (sum_over_time({metric}[{rng}]))", at, DEVICE_LABELS).items()}
+        values[name] = {k: max(0.0, v) for k, v in hourly_values(
+            client, metric, DEVICE_LABELS, hours, lo, hi).items()}
     pair = ("uuid", "instance")
-    mem_avg = query_series(client, f"max by (uuid, instance) (avg_over_time({MEMORY_AVG}[{rng}]))",
-                      at, pair)
+    mem_avg = hourly_values(client, MEMORY_AVG, pair, hours, lo, hi, mean=True)
+    # a maximum is not inflated by copies
     mem_max = query_series(client, f"max by (uuid, instance) (max_over_time({MEMORY_MAX}[{rng}]))",
                       at, pair)
-    counts = query_series(client, f"sum by ({by}) (sum_over_time({DEVICE_SAMPLES}[{rng}]))", at,
-                     DEVICE_LABELS)
+    counts = hourly_values(client, DEVICE_SAMPLES, DEVICE_LABELS, hours, lo, hi)
     labels: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
     for sample in client.query(f"last_over_time({GROUP_INFO_ROLLUP}[{rng}])", at):
         metric = sample.get("metric", {})
@@ -178,6 +163,9 @@ def _rollup_parts(client: PrometheusClient, lo: int, hi: int,
                               group_labels)
             labels.setdefault(("", metric.get("resource_group", "")), group_labels)
     keys = set(values["observed"]) | set(counts)
+    methods = promactivity.sources(client, at, rng)
+    waited, waits = promactivity.split_reasons(hourly_values(
+        client, promactivity.ROLLUP_HOLDER_WAITING, HOLDER_KEYS + ("reason",), hours, lo, hi))
     parts: list[Part] = []
     for key in sorted(keys):
         uuid, instance, group, vendor, model = key
@@ -201,23 +189,28 @@ def _rollup_parts(client: PrometheusClient, lo: int, hi: int,
             idle_s=idle, idle_billed_s=idle_billed,
             idle_energy_j=None if idle is None or energy is None or observed <= 0
             else energy * min(1.0, idle / observed)))
+        parts[-1] = promactivity.device_activity(
+            parts[-1], values["active"].get(key), methods.get((uuid, instance)),
+            waits.get((uuid, instance, group)))
     if not by_holder:
         return parts, None
-    return parts, _rollup_holders(client, at, rng, parts, counts)
+    return parts, _rollup_holders(client, hours, lo, hi, parts, counts, waited)
 
 
-def _rollup_holders(client: PrometheusClient, at: int, rng: str, parts: list[Part],
-                    counts: dict[tuple[str, ...], float]) -> list[Part]:
+def _rollup_holders(client: PrometheusClient, hours: Hours, lo: int, hi: int, parts: list[Part],
+                    counts: dict[tuple[str, ...], float],
+                    waited: dict[str, dict[tuple[str, ...], float]]) -> list[Part]:
     """As :func:`allsmi.accounting.promsource.holder_parts`, from the roll-ups: the holders'
     hourly allocated and used seconds and joules where the exporters publish per-holder
-    counters, the hourly sample counts of each workload elsewhere."""
-    from allsmi.accounting.promsource import holder_counts, split_holders
-    fair = holder_counts(client, at, {name: f"sum_over_time({metric}[{rng}])"
-                                      for name, metric in HOLDER_ROLLUPS.items()})
+    counters, the hourly sample counts of each workload elsewhere (each hour once)."""
+    from allsmi.accounting.promsource import add_holder_counts, split_holders
+    fair: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
+    for name, metric in HOLDER_ROLLUPS.items():
+        add_holder_counts(fair, name, hourly_values(client, metric, HOLDER_KEYS, hours, lo, hi))
+    for name, found in waited.items():
+        add_holder_counts(fair, name, found)
     dev_keys = ("uuid", "instance", "resource_group")
-    held = query_series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
-                           f"(sum_over_time({WORKLOAD_SAMPLES}[{rng}]))", at,
-                   dev_keys + WORKLOAD_KEYS)
+    held = hourly_values(client, WORKLOAD_SAMPLES, dev_keys + WORKLOAD_KEYS, hours, lo, hi)
     samples: dict[tuple[str, ...], float] = {}
     for key, n in counts.items():
         samples[(key[0], key[1])] = max(samples.get((key[0], key[1]), 0.0), n)

@@ -22,20 +22,23 @@ interval of usage per device and window edge.
 
 from __future__ import annotations
 
-import math
+from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+from allsmi.accounting import promactivity
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import (MAX_RESPONSE_BYTES, MAX_SECRET_BYTES, Credentials,
                                           PrometheusClient, PrometheusError, access_settings,
                                           read_secret, redact_url, split_url)
+from allsmi.accounting.promhours import sample_value
 from allsmi.accounting.report import Part
 from allsmi.fairshare import merge_methods
 
 __all__ = ["COUNTERS", "Credentials", "MAX_RESPONSE_BYTES", "MAX_SECRET_BYTES", "PrometheusClient",
-           "PrometheusError", "access_settings", "holder_counts", "holder_parts", "prometheus_parts", "read_secret",
-           "redact_url", "split_holders", "split_url"]
+           "PrometheusError", "access_settings", "add_holder_counts", "check_window",
+           "holder_counts", "holder_parts", "prometheus_parts", "read_secret", "redact_url",
+           "split_holders", "split_url"]
 
 COUNTERS = {
     "observed": "allsmi_device_observed_seconds_total",
@@ -43,6 +46,7 @@ COUNTERS = {
     "busy": "allsmi_device_busy_seconds_total",
     "energy": "allsmi_device_energy_joules_total",
     "idle": "allsmi_device_idle_allocated_seconds_total",
+    "active": "allsmi_device_active_seconds_total",
 }
 DEVICE_LABELS = ("uuid", "instance", "resource_group", "vendor", "model")
 GROUP_INFO = "allsmi_resource_group_info"
@@ -53,12 +57,16 @@ WORKLOAD_INFO = "allsmi_device_workload_info"
 #: What identifies a holder in ``allsmi_device_workload_info`` (besides the device).
 WORKLOAD_KEYS = ("namespace", "pod", "job_id", "user")
 _NOT_LABELS = {"__name__", "instance", "job", "resource_group"}
-def _value(sample: dict[str, Any]) -> float | None:
-    try:
-        value = float(sample["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+#: A device's counters may run past the window by this fraction (``increase()`` extrapolates
+#: toward the window's edges, and counters move once a collection): such time is the window's.
+#: Beyond it the answer is impossible (duplicate series, a broken store) and fails the export.
+WINDOW_SLACK = 0.02
+#: The most power one device can draw, for the bound on its energy in a window: 100 kW, about
+#: fifty times today's largest accelerator boards.
+MAX_DEVICE_WATTS = 100_000.0
+#: The time fields of a part, each bounded by the window.
+TIME_FIELDS = ("observed_s", "allocated_s", "busy_s", "busy_observed_s", "billed_s", "idle_s",
+               "idle_billed_s", "used_billed_s")
 
 
 def device_key(metric: dict[str, str]) -> tuple[str, ...]:
@@ -67,27 +75,64 @@ def device_key(metric: dict[str, str]) -> tuple[str, ...]:
 
 
 def query_series(client: PrometheusClient, promql: str, at: float,
-                 keys: tuple[str, ...]) -> dict[tuple[str, ...], float]:
-    """``promql`` evaluated at ``at``: each series' finite value under its ``keys`` labels."""
+                 keys: tuple[str, ...],
+                 notes: list[str] | None = None) -> dict[tuple[str, ...], float]:
+    """``promql`` evaluated at ``at``: each series' value under its ``keys`` labels. A value
+    that is not a finite number fails (:class:`PrometheusError` naming the series); two series
+    under the same labels (an answer no store gives for a ``by`` aggregation: a proxy merging
+    replicas) count once, the larger, and are noted in ``notes``."""
     out: dict[tuple[str, ...], float] = {}
     for sample in client.query(promql, at):
-        value = _value(sample)
-        if value is not None:
-            metric = sample.get("metric", {})
-            out[tuple(metric.get(k, "") for k in keys)] = value
+        metric = sample.get("metric") or {}
+        raw = sample.get("value")
+        if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+            raise PrometheusError(f"{client.url}: the answer to {promql!r} holds a malformed "
+                                  f"sample {str(raw)[:60]!r}")
+        value = sample_value(raw[1], metric, promql, client.url)
+        key = tuple(metric.get(k, "") for k in keys)
+        if key in out:
+            if notes is not None:
+                who = ",".join(f"{k}={v}" for k, v in zip(keys, key) if v)
+                note = (f"the answer to {promql[:120]!r} holds {{{who}}} more than once "
+                        "(replicas without deduplication?): counted once, the larger")
+                if note not in notes:
+                    notes.append(note)
+            value = max(value, out[key])
+        out[key] = value
     return out
 
 
-def prometheus_parts(client: PrometheusClient, window: Window,
-                     by_holder: bool = False) -> tuple[list[Part], list[Part] | None]:
+def _duplicates(client: PrometheusClient, at: float, rng: str, notes: list[str]) -> None:
+    """Note each device whose observed-time counter comes in more than one series (an HA pair
+    of Prometheus servers queried without deduplication, two scrape jobs of one exporter): the
+    counters are read once per device (``max by`` its identity) whatever the copies."""
+    ident = ", ".join(DEVICE_LABELS + ("index",))
+    found = client.query(f"count by ({ident}) (last_over_time({COUNTERS['observed']}[{rng}])) > 1",
+                         at)
+    if found:
+        named = ", ".join(f"uuid={m.get('uuid', '')} instance={m.get('instance', '')}"
+                          for m in (s.get("metric") or {} for s in found[:5]))
+        notes.append(f"{len(found)} device(s) have their counters in more than one series (an HA "
+                     f"pair without deduplication, or two scrape jobs of one exporter): {named}"
+                     f"{' and more' if len(found) > 5 else ''}: each counted once")
+
+
+def prometheus_parts(client: PrometheusClient, window: Window, by_holder: bool = False,
+                     notes: list[str] | None = None) -> tuple[list[Part], list[Part] | None]:
     """One part per device series seen in the window (hosts named by ``instance``), and with
-    ``by_holder`` the workloads' shares of them (see :func:`holder_parts`)."""
+    ``by_holder`` the workloads' shares of them (see :func:`holder_parts`). Copies of a
+    device's series (differing only in ``job`` or a replica's label) count once; ``notes``
+    gets what was found."""
+    notes = [] if notes is None else notes
     at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
     by = ", ".join(DEVICE_LABELS)
+    ident = ", ".join(DEVICE_LABELS + ("index",))
+    _duplicates(client, at, rng, notes)
     values: dict[str, dict[tuple[str, ...], float]] = {}
     for name, metric in COUNTERS.items():
         values[name] = {k: max(0.0, v) for k, v in query_series(
-            client, f"sum by ({by}) (increase({metric}[{rng}]))", at, DEVICE_LABELS).items()}
+            client, f"sum by ({by}) (max by ({ident}) (increase({metric}[{rng}])))", at,
+            DEVICE_LABELS, notes).items()}
     pair = ("uuid", "instance")
     mem_avg = query_series(client, f"max by (uuid, instance) (avg_over_time({MEMORY}[{rng}]))", at, pair)
     mem_max = query_series(client, f"max by (uuid, instance) (max_over_time({MEMORY}[{rng}]))", at, pair)
@@ -105,6 +150,10 @@ def prometheus_parts(client: PrometheusClient, window: Window,
     keys = set(values["observed"])
     for sample in client.query(f"group by ({by}) (last_over_time({DEVICE_INFO}[{rng}]))", at):
         keys.add(device_key(sample.get("metric", {})))
+    methods = promactivity.sources(client, at, rng)
+    waited, waits = promactivity.split_reasons(query_series(
+        client, f"max by ({', '.join(HOLDER_KEYS)}, reason) "
+        f"(increase({promactivity.HOLDER_WAITING}[{rng}]))", at, HOLDER_KEYS + ("reason",)))
     parts: list[Part] = []
     for key in sorted(keys):
         observed = values["observed"].get(key, 0.0)
@@ -128,15 +177,19 @@ def prometheus_parts(client: PrometheusClient, window: Window,
             # The energy of idle time: the device's energy in proportion to its idle time.
             idle_energy_j=None if idle is None or energy is None or observed <= 0
             else energy * min(1.0, idle / observed)))
+        parts[-1] = promactivity.device_activity(
+            parts[-1], values["active"].get(key), methods.get((uuid, instance)),
+            waits.get((uuid, instance, group)))
     if not by_holder:
         return parts, None
-    return parts, holder_parts(client, window, parts)
+    return parts, holder_parts(client, window, parts, waited)
 
 
 #: The exporter's per-holder counters (allsmi.exporter.holders): part -> metric.
 HOLDER_COUNTERS = {"allocated": "allsmi_holder_allocated_seconds_total",
                    "used": "allsmi_holder_used_seconds_total",
-                   "energy": "allsmi_holder_energy_joules_total"}
+                   "energy": "allsmi_holder_energy_joules_total",
+                   "active": "allsmi_holder_active_seconds_total"}
 HOLDER_KEYS = ("uuid", "instance", "resource_group", "namespace", "pod", "job_id", "user", "method")
 
 
@@ -156,14 +209,22 @@ def holder_counts(client: PrometheusClient, at: float, queries: dict[str, str]
     hourly roll-ups' ``sum_over_time()``."""
     out: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
     for name, expr in queries.items():
-        found = query_series(client, f"sum by ({', '.join(HOLDER_KEYS)}) ({expr})", at, HOLDER_KEYS)
-        for key, value in found.items():
-            holder = out.setdefault(key[:3], {}).setdefault(key[3:7], {})
-            holder[name] = holder.get(name, 0.0) + max(0.0, value)
-            method = "allocation_method" if name == "allocated" else "usage_method"
-            if name != "energy":
-                holder[method] = merge_methods((holder.get(method), key[7]))
+        # max: copies of a holder's series (another job, a replica's label) count once
+        add_holder_counts(out, name, query_series(
+            client, f"max by ({', '.join(HOLDER_KEYS)}) ({expr})", at, HOLDER_KEYS))
     return out
+
+
+def add_holder_counts(out: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]],
+                      name: str, found: dict[tuple[str, ...], float]) -> None:
+    """Add ``found`` (a part's values by :data:`HOLDER_KEYS`) to ``out`` as
+    :func:`holder_counts` gives it."""
+    for key, value in found.items():
+        holder = out.setdefault(key[:3], {}).setdefault(key[3:7], {})
+        holder[name] = holder.get(name, 0.0) + max(0.0, value)
+        method = {"allocated": "allocation_method", "used": "usage_method"}.get(name)
+        if method is not None:
+            holder[method] = merge_methods((holder.get(method), key[7]))
 
 
 def _from_counters(part: Part, holders: dict[tuple[str, ...], dict[str, Any]]) -> list[Part]:
@@ -175,6 +236,7 @@ def _from_counters(part: Part, holders: dict[tuple[str, ...], dict[str, Any]]) -
 
     k_alloc = scale("allocated", part.allocated_s)
     k_used, k_energy = scale("used", part.busy_s), scale("energy", part.energy_j)
+    k_active = scale("active", part.active_s)
     share = part.billed_s / part.allocated_s if part.billed_s is not None \
         and part.allocated_s else None
     used_share = part.used_billed_s / part.busy_s if part.used_billed_s is not None \
@@ -195,11 +257,13 @@ def _from_counters(part: Part, holders: dict[tuple[str, ...], dict[str, Any]]) -
             used_billed_s=None if used is None or used_share is None else used * used_share,
             idle_s=f(part.idle_s), idle_billed_s=f(part.idle_billed_s),
             idle_energy_j=f(part.idle_energy_j), allocation_method=h.get("allocation_method"),
-            usage_method=h.get("usage_method")))
+            usage_method=h.get("usage_method"),
+            **promactivity.holder_activity(part, h, k_active, alloc)))
     return given
 
 
-def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) -> list[Part]:
+def holder_parts(client: PrometheusClient, window: Window, parts: list[Part],
+                 waited: dict[str, dict[tuple[str, ...], float]] | None = None) -> list[Part]:
     """The holders' shares of each device part, plus what no holder was given.
 
     Where the exporter publishes per-holder counters (``allsmi_holder_*``, exporters with fair
@@ -214,6 +278,8 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part]) ->
     """
     at, rng = window.end_unix, f"{max(window.seconds, 1)}s"
     fair = _fair_shares(client, window)
+    for name, found in (waited or {}).items():
+        add_holder_counts(fair, name, found)
     dev_keys = ("uuid", "instance", "resource_group")
     held = query_series(client, f"sum by ({', '.join(dev_keys + WORKLOAD_KEYS)}) "
                            f"(count_over_time({WORKLOAD_INFO}[{rng}]))", at, dev_keys + WORKLOAD_KEYS)
@@ -258,7 +324,9 @@ def split_holders(parts: list[Part], held: dict[tuple[str, ...], float],
                 busy_observed_s=part.busy_observed_s * seen_f, energy_j=g(part.energy_j),
                 mem_sum=None, mem_samples=0, mem_peak=None,
                 allocated_s=f(part.allocated_s), billed_s=f(part.billed_s), idle_s=f(part.idle_s),
-                idle_billed_s=f(part.idle_billed_s), idle_energy_j=f(part.idle_energy_j)))
+                idle_billed_s=f(part.idle_billed_s), idle_energy_j=f(part.idle_energy_j),
+                active_s=g(part.active_s), active_allocated_s=f(part.active_allocated_s),
+                waiting_s=None))
         out.extend(given)
         out.append(_rest(part, given))
     return out
@@ -281,7 +349,49 @@ def _rest(part: Part, given: list[Part]) -> Part:
         rest = whole - sum(getattr(p, name) or 0.0 for p in given)
         return rest if rest > REST_ROUNDING * max(1.0, abs(whole)) else 0.0
     names = ("observed_s", "allocated_s", "busy_s", "busy_observed_s", "energy_j", "billed_s",
-             "idle_s", "idle_billed_s", "idle_energy_j", "used_billed_s")
+             "idle_s", "idle_billed_s", "idle_energy_j", "used_billed_s", "active_s",
+             "active_allocated_s")
     return replace(part, mem_sum=None, mem_samples=0, mem_peak=None, allocation_method=None,
-                   usage_method=None,
+                   usage_method=None, waiting_s=None,
                    **{n: left(n) for n in names})  # type: ignore[arg-type]
+
+
+def check_window(client: PrometheusClient, window: Window, parts: list[Part],
+                 holders: list[Part] | None) -> tuple[list[Part], list[Part] | None]:
+    """``parts`` (and ``holders``) with no device billed more than the window: a device's time
+    over the window by up to :data:`WINDOW_SLACK` (extrapolation) is cut to the window, each
+    holder's in proportion; more, or energy above :data:`MAX_DEVICE_WATTS` over the window, is
+    an impossible answer and fails naming the device."""
+    seconds = max(window.seconds, 1)
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for part in parts:
+        for name in TIME_FIELDS + ("energy_j",):
+            value = getattr(part, name)
+            if value is not None:
+                totals[part.device][name] += value
+    factors: dict[str, dict[str, float]] = {}
+    for device, sums in totals.items():
+        energy = sums.get("energy_j", 0.0)
+        if energy > seconds * MAX_DEVICE_WATTS:
+            raise PrometheusError(
+                f"{client.url}: impossible answer: device {device} used {energy:.6g} J in a "
+                f"window of {seconds} s, more than {MAX_DEVICE_WATTS:g} W: not billed")
+        for name in TIME_FIELDS:
+            total = sums.get(name, 0.0)
+            if total > seconds * (1 + WINDOW_SLACK):
+                raise PrometheusError(
+                    f"{client.url}: impossible answer: device {device} has {total:.6g} s of "
+                    f"{name.removesuffix('_s').replace('_', ' ')} time in a window of {seconds} s "
+                    "(duplicate series, or a store answering wrongly?): not billed")
+            if total > seconds:
+                factors.setdefault(device, {})[name] = seconds / total
+    if not factors:
+        return parts, holders
+
+    def cut(part: Part) -> Part:
+        f = factors.get(part.device)
+        if not f:
+            return part
+        return replace(part, **{n: getattr(part, n) * k for n, k in f.items()
+                                if getattr(part, n) is not None})
+    return [cut(p) for p in parts], None if holders is None else [cut(h) for h in holders]

@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from typing import Iterable
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, labels_json
@@ -31,9 +32,10 @@ from allsmi.accounting.placement import Placement
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
 from allsmi.accounting.shares import billing_shares, own_memory, partition_layout
 from allsmi.config import Config
-from allsmi.fairshare import NOBODY, Split, split
+from allsmi.fairshare import NOBODY, Holder, Split, split, waiting_by_holder
 from allsmi.schema import DeviceSample, Snapshot
-from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent
+from allsmi.usage import (Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent,
+                          split_board_energy)
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +48,20 @@ MAX_UNWRITTEN = 100_000
 #: A first write attempt still running after this long makes its intervals overdue
 #: (:attr:`LedgerRecorder.unwritten_overdue`) even before it fails: SQLite waits 2 s for a lock.
 WRITE_GRACE_SECONDS = 5.0
+#: Unwritten intervals are retried this long (ledger time) after a failed write, not only
+#: when the next interval completes, doubling after each failure up to :data:`RETRY_MAX_SECONDS`:
+#: a lock held for a few seconds (a backup, the sqlite3 shell) costs seconds of ``/ready``,
+#: not the rest of the minute, and a lasting one is not retried every cycle (each attempt
+#: waits SQLite's 2 s busy timeout on the collector's thread).
+RETRY_SECONDS = 5.0
+RETRY_MAX_SECONDS = 60.0
 
 
 class _Device:
     """What the recorder keeps of one device between cycles (facts that rarely change)."""
 
-    __slots__ = ("facts", "labels", "dim", "held", "held_cycle", "bucket", "seen")
+    __slots__ = ("facts", "labels", "dim", "held", "held_cycle", "bucket", "seen", "waiting",
+                 "activity_method")
 
     def __init__(self, facts: tuple[object, ...], labels: dict[str, str], dim: Dim) -> None:
         self.facts = facts
@@ -60,6 +70,10 @@ class _Device:
         #: The holders (split(dev)) in the last cycle the device was valid and held, and that cycle.
         self.held: Split = NOBODY
         self.held_cycle = -2
+        #: Each holder's waiting reason in that cycle (None: not classified), and what the
+        #: device's activity figure measured.
+        self.waiting: dict[Holder, str] | None = None
+        self.activity_method: str | None = None
         self.bucket: Bucket | None = None
         self.seen = 0
 
@@ -105,9 +119,13 @@ class LedgerRecorder:
         self.dropped_intervals = 0
         """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
         self._unwritten: list[IntervalRecord] = []
+        #: Ledger time from which unwritten intervals are retried, and the wait after the next
+        #: failure (see RETRY_SECONDS).
+        self._retry_at = float("-inf")
+        self._retry_delay = RETRY_SECONDS
         #: When the write in progress began (monotonic), None between writes.
         self._writing_since: float | None = None
-        self._placement = Placement()
+        self._placement = Placement(self.interval)
         #: Placement time of the last checkpoint (see _checkpoint).
         self._checkpointed = float("-inf")
         self.refused_intervals = 0
@@ -124,6 +142,7 @@ class LedgerRecorder:
         old = self._devices.get(dev.id)
         if old is not None:  # who held it is not a fact of the Dim: keep it
             state.held, state.held_cycle = old.held, old.held_cycle
+            state.waiting, state.activity_method = old.waiting, old.activity_method
         self._devices[dev.id] = state
         return state
 
@@ -194,6 +213,8 @@ class LedgerRecorder:
                 if dev.processes or dev.workloads:
                     # Per cycle: the used split follows the processes' activity of this cycle.
                     state.held, state.held_cycle = split(dev), cycle
+                    state.waiting = waiting_by_holder(dev)
+                state.activity_method = dev.compute_active_source
                 mem = memory.get(dev_id, dev.memory_used_bytes) if memory else dev.memory_used_bytes
                 if mem is not None:
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
@@ -201,14 +222,20 @@ class LedgerRecorder:
                     if bucket.mem_peak is None or mem > bucket.mem_peak:
                         bucket.mem_peak = mem
         held_since = cycle - 1
-        for inc in self.integrator.feed(devices, now, snapshot.monotonic, snapshot.holders_unknown):
+        incs: Iterable[Increment] = self.integrator.feed(devices, now, snapshot.monotonic,
+                                                         snapshot.holders_unknown)
+        if layout:  # a board's energy goes to its partitions' holders by their shares
+            incs = split_board_energy(list(incs), devices, shares)
+        for inc in incs:
             dev_id = inc[0]
             state = states[dev_id]
             # Held now (even by holders nobody knows): those; else the previous sample's.
             owners = state.held if state.held_cycle >= held_since else NOBODY
+            waiting = state.waiting if owners is not NOBODY else None
             share = shares.get(dev_id, 1.0) if shares else 1.0
             if inc.start >= current:
-                state.bucket.put(inc, owners, share)  # type: ignore[union-attr]
+                state.bucket.put(inc, owners, share, waiting,  # type: ignore[union-attr]
+                                 state.activity_method)
                 continue
             part: Increment | None = inc
             while part is not None:  # it straddles interval boundaries: split it there
@@ -219,7 +246,8 @@ class LedgerRecorder:
                     head, part = part, None
                 target = state.bucket if start == current else \
                     self._older_bucket(dev_id, state.dim, start, head.start)
-                target.put(head, owners, share)  # type: ignore[union-attr]
+                target.put(head, owners, share, waiting,  # type: ignore[union-attr]
+                           state.activity_method)
         if len(states) > 2 * len(devices) + 64:  # devices gone for good (MIG reconfiguration)
             for gone in [key for key, state in states.items() if state.seen != cycle]:
                 del states[gone]
@@ -232,7 +260,10 @@ class LedgerRecorder:
     def _checkpoint(self, now: float) -> None:
         """Every ``checkpoint_seconds``, write what the interval in progress holds so far, so
         that a crash (SIGKILL, OOM, power cut) loses seconds, not the minute. Not while
-        earlier intervals wait to be written: they are retried first, as before."""
+        earlier intervals wait to be written: they are retried first, a few seconds after a
+        failure (:data:`RETRY_SECONDS`), and checkpoints resume once they are written."""
+        if self._unwritten and now >= self._retry_at:
+            self._write_records([], self._placement.trusted or now)
         every = self.settings.checkpoint_seconds
         if not every or not self._current or self._unwritten:
             return
@@ -305,11 +336,14 @@ class LedgerRecorder:
                     except Exception:  # noqa: BLE001
                         failed.append(bucket)
             self._keep(failed)
+            self._retry_at = now + self._retry_delay
+            self._retry_delay = min(2 * self._retry_delay, RETRY_MAX_SECONDS)
             log.error("ledger: %d interval(s) not written, kept for the next write: %s",
                       len(failed), exc)
         else:
             self._unwritten = []
             self.last_error = None
+            self._retry_delay = RETRY_SECONDS
         finally:
             self._writing_since = None
 

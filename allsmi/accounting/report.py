@@ -32,6 +32,14 @@ module groups them by the ``--group-by`` keys and computes the columns.
   that moved to another group mid-window appears in both groups' rows with
   the part of the window it spent there; the overall coverage (exit status)
   counts it once.
+* ``active_device_hours``: allocated time weighted by compute activity (``compute_active_percent``:
+  SM activity, GFX busy...; not the headline utilization), empty where no device of the row
+  reports activity; ``efficiency_ratio`` = active / allocated device-hours, over the allocated
+  time whose activity was known; ``activity_method`` names what the activity measured;
+* ``waiting_<reason>_seconds``: allocated time during which the holders were ``computing`` or
+  waiting on ``input``, the ``host``, ``communication``, ``nothing`` or ``unknown``
+  (docs/activity.md); ``waiting_<reason>_cost``: that part of ``cost`` (cost x the reason's
+  seconds / allocated seconds); empty where nothing was classified or nothing is priced;
 * ``attribution_coverage_ratio`` = observed hours whose holders were known / observed hours:
   below 1 where an attribution source failed or timed out and its last answer was too old to
   carry (that time's allocation is unknown, never booked as unallocated); empty where unknown
@@ -46,6 +54,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from allsmi.accounting.periods import Window
 from allsmi.config import Config
 from allsmi.fairshare import merge_methods
+from allsmi.schema import WAITING_REASONS
 from allsmi.usage import grid_gco2e_per_kwh
 
 Labels = tuple[tuple[str, str], ...]
@@ -93,6 +102,15 @@ class Part:
     or nobody held it."""
     attributed_s: float | None = None
     """Observed seconds whose holders were known (device totals only; ``None``: unknown)."""
+    active_s: float | None = None
+    """Allocated seconds weighted by compute activity; ``None``: no activity known."""
+    active_allocated_s: float | None = None
+    """Allocated seconds whose activity was known (``active_s``'s denominator)."""
+    activity_method: str | None = None
+    """What the activity measured (``sm_active``, ``gfx_busy``...; ``mixed``)."""
+    waiting_s: tuple[float, ...] | None = None
+    """Allocated seconds per waiting reason, in :data:`WAITING_REASONS` order; ``None``: none
+    classified."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +161,26 @@ class Row:
     """``cost`` extrapolated linearly to the whole calendar month holding the window."""
     attribution_coverage_ratio: float | None = None
     """Observed time whose holders were known over observed time (see the module docstring)."""
+    active_device_hours: float | None = None
+    efficiency_ratio: float | None = None
+    activity_method: str | None = None
+    waiting_seconds: tuple[float, ...] | None = None
+    """Per reason of :data:`WAITING_REASONS` (the ``waiting_<reason>_seconds`` columns)."""
+    waiting_cost: tuple[float, ...] | None = None
+    """Per reason, its part of ``cost`` (the ``waiting_<reason>_cost`` columns)."""
+
+    def value(self, column: str) -> Any:
+        """The value of an export column (the per-reason columns included)."""
+        if column.startswith("waiting_"):
+            reason, _, kind = column[len("waiting_"):].rpartition("_")
+            values = self.waiting_seconds if kind == "seconds" else self.waiting_cost
+            return None if values is None else values[WAITING_REASONS.index(reason)]
+        return getattr(self, column)
+
+
+#: The per-reason export columns: ``waiting_<reason>_seconds`` then ``waiting_<reason>_cost``.
+WAITING_COLUMNS: tuple[str, ...] = tuple(f"waiting_{r}_seconds" for r in WAITING_REASONS) + \
+    tuple(f"waiting_{r}_cost" for r in WAITING_REASONS)
 
 
 @dataclass(frozen=True)
@@ -203,8 +241,24 @@ class _Acc:
     """Sum of the parts' attributed seconds; ``None`` once one is unknown."""
     idle_lost: bool = False
     """Some part's idle time is unknown: so is the row's (never the known parts alone)."""
+    active: float | None = None
+    active_allocated: float | None = None
+    activity_method: str | None = None
+    waits: list[float] | None = None
 
     def add(self, p: Part) -> None:
+        if p.active_s is not None:
+            self.active = (self.active or 0.0) + p.active_s
+            self.active_allocated = (self.active_allocated or 0.0) + (p.active_allocated_s or 0.0)
+            self.activity_method = merge_methods((self.activity_method, p.activity_method))
+        if p.waiting_s is not None:
+            if self.waits is None:
+                self.waits = [0.0] * len(WAITING_REASONS)
+            for i, seconds in enumerate(p.waiting_s):
+                self.waits[i] += seconds
+        self._add_usage(p)
+
+    def _add_usage(self, p: Part) -> None:
         self.devices.add(p.device)
         self.allocation_method = merge_methods((self.allocation_method, p.allocation_method))
         self.usage_method = merge_methods((self.usage_method, p.usage_method))
@@ -289,6 +343,21 @@ def _money(grp: "object", hours: float | None, kwh: float | None) -> float | Non
     if per_kwh is not None and kwh is not None:
         cost += kwh * per_kwh
     return cost
+
+
+def _activity(acc: _Acc, cost: float | None) -> dict[str, Any]:
+    """The activity columns of a row: active hours, efficiency, and seconds and cost per waiting
+    reason (the reason's share of the allocated seconds of ``cost``)."""
+    waits = None if acc.waits is None else tuple(acc.waits)
+    allocated = acc.allocated
+    return {
+        "active_device_hours": None if acc.active is None else acc.active / 3600.0,
+        "efficiency_ratio": (min(1.0, acc.active / acc.active_allocated)
+                             if acc.active is not None and acc.active_allocated else None),
+        "activity_method": acc.activity_method,
+        "waiting_seconds": waits,
+        "waiting_cost": None if waits is None or cost is None or not allocated
+        else tuple(cost * min(1.0, w / allocated) for w in waits)}
 
 
 def month_factor(window: Window) -> float | None:
@@ -385,6 +454,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh,
             allocation_method=acc.allocation_method, usage_method=acc.usage_method,
             carbon_gco2e=carbon, bill_by=grp.bill_by,
+            **_activity(acc, _money(grp, priced_h, kwh)),
             **_budget(grp.budget_per_month, _money(grp, priced_h, kwh), factor)))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,

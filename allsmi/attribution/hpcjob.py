@@ -19,17 +19,22 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from allsmi.schema import DeviceSample
 
 from .matching import DeviceIndex
-from .model import SourceError, SourceResult, SourceUnavailable, Workload
+from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
 from .runner import AttributionSource
 
 #: More files than this in the directory is not a job mapping.
 MAX_FILES = 4096
+#: Only the files that name a device of this node are read, and all of them within this many
+#: seconds (a directory of thousands of files on a slow file system): beyond it the source
+#: times out (its last answer is carried, docs/attribution.md).
+MAX_READ_SECONDS = 2.0
 #: A job file lists a few ids; a larger file is not one (it is reported, and not read).
 MAX_FILE_BYTES = 64 * 1024
 #: A device shared by more jobs than this is not a job mapping: the ids beyond it are
@@ -53,13 +58,26 @@ class JobFileError(OSError):
     """A job-mapping file that is not one (too large); the message says why."""
 
 
-def read_job_file(path: Path) -> tuple[list[str], int, dict[str, float]]:
-    """(job ids, lines that are neither a job id nor a job id and a share, declared shares by
-    job id) of one mapping file. Raises ``OSError``.
+class JobFile(NamedTuple):
+    """What one mapping file says."""
+
+    jobs: list[str]
+    #: lines that are neither a job id nor a job id and a share
+    bad: int
+    #: declared shares by job id
+    shares: dict[str, float]
+    #: ``job id share`` lines whose share is not a fraction in (0, 1] nor a percentage: the
+    #: job is kept without a share, the share named (``1234 NaN``)
+    bad_shares: list[str]
+
+
+def read_job_file(path: Path) -> JobFile:
+    """What one mapping file says (:class:`JobFile`). Raises ``OSError``.
 
     Linear in the file's size, which is bounded (:data:`MAX_FILE_BYTES`); at most
     :data:`MAX_JOBS_PER_FILE` distinct ids are kept, in file order, the lines beyond them
-    counted as not job ids. A job id listed twice counts once (its last declared share holds)."""
+    counted as not job ids. A job id listed twice counts once (its last declared share holds).
+    A bad share (``NaN``, ``2``, ``-1``) ignores the share, not the job."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -72,15 +90,18 @@ def read_job_file(path: Path) -> tuple[list[str], int, dict[str, float]]:
     jobs: dict[str, None] = {}  # insertion-ordered set: one lookup per line
     shares: dict[str, float] = {}
     bad = 0
+    bad_shares: list[str] = []
     for line in data.decode("utf-8", "replace").splitlines():
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
         share = parse_share(words[1]) if len(words) == 2 else None
-        if not _JOB_ID.match(words[0]) or len(words) > 2 or (len(words) == 2 and share is None):
+        if not _JOB_ID.match(words[0]) or len(words) > 2:
             bad += 1
             continue
         job = words[0]
+        if len(words) == 2 and share is None:
+            bad_shares.append(f"{job} {words[1][:20]}")
         if job not in jobs:
             if len(jobs) >= MAX_JOBS_PER_FILE:
                 bad += 1
@@ -88,7 +109,7 @@ def read_job_file(path: Path) -> tuple[list[str], int, dict[str, float]]:
             jobs[job] = None
         if share is not None:
             shares[job] = share
-    return list(jobs), bad, shares
+    return JobFile(list(jobs), bad, shares, bad_shares)
 
 
 class HpcJobSource(AttributionSource):
@@ -120,9 +141,17 @@ class HpcJobSource(AttributionSource):
         found: dict[str, dict[str, Workload]] = {}
         unmatched: list[str] = []
         problems: list[str] = []
+        deadline = time.monotonic() + MAX_READ_SECONDS
         for name in sorted(entries):
+            targets = index.match_hpc_name(name)
+            if not targets:
+                unmatched.append(name)  # names no device of this node: not read
+                continue
+            if time.monotonic() > deadline:
+                raise SourceTimeout(f"{self.directory}: the files naming this node's devices "
+                                    f"were not read within {MAX_READ_SECONDS:g} s")
             try:
-                jobs, bad, shares = read_job_file(self.directory / name)
+                jobs, bad, shares, bad_shares = read_job_file(self.directory / name)
             except FileNotFoundError:
                 continue  # removed by an epilog between the listing and the read
             except OSError as exc:
@@ -130,14 +159,19 @@ class HpcJobSource(AttributionSource):
                 continue
             if bad:
                 problems.append(f"{name}: {bad} line(s) that are not a job id (and a share)")
-            targets = index.match_hpc_name(name)
-            if not targets:
-                unmatched.append(name)
-                continue
+            if bad_shares:
+                problems.append(f"{name}: {len(bad_shares)} share(s) not a fraction in (0, 1] "
+                                f"nor a percentage, ignored (the jobs kept): "
+                                f"{', '.join(bad_shares[:5])}")
             for dev in targets:
                 slot = found.setdefault(dev.id, {})
                 for job in jobs:
                     slot.setdefault(job, Workload("hpc-job", job_id=job, share=shares.get(job)))
+        for dev_id, jobs_on in sorted(found.items()):
+            declared = sum(w.share for w in jobs_on.values() if w.share is not None)
+            if declared > 1.0 + 1e-9:
+                problems.append(f"{dev_id}: declared shares add up to {declared:g}, more than the "
+                                f"device: scaled down to it ({', '.join(sorted(jobs_on))})")
         messages = []
         if unmatched:
             messages.append(f"{len(unmatched)} file(s) name no device: {', '.join(unmatched[:5])}")

@@ -12,8 +12,11 @@ device as ids ``<uuid>::<n>``: each replica is a declared ``1/replicas`` share o
 (``Workload.share``), replicas counted per physical device from ``GetAllocatableResources``
 (asked only when replica ids are in use, at most every :data:`ALLOCATABLE_TTL_SECONDS`); a
 kubelet that does not answer it falls back to the replicas seen in ``List`` (the highest
-``<n>`` + 1), which can only over-state a share when the top replicas are all free. grpcio and protobuf come with the ``allsmi[kubernetes]`` extra and
-are imported only when a socket exists.
+``<n>`` + 1), which can only over-state a share when the top replicas are all free. A replica
+id that is not among its device's allocatable replicas (or, where none are listed, numbered
+:data:`MAX_GUESSED_REPLICAS` or more) is a reported problem (the status message) and gives its pod no share of the device:
+one hostile ``::99999999`` cannot shrink the other pods' shares. grpcio and protobuf come with
+the ``allsmi[kubernetes]`` extra and are imported only when a socket exists.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from .settings import AttributionSettings
 #: How long the replica counts from GetAllocatableResources are reused (the plugin's
 #: configuration changes only when it restarts).
 ALLOCATABLE_TTL_SECONDS = 300.0
+#: Without GetAllocatableResources, a replica numbered this or more is out of range.
+MAX_GUESSED_REPLICAS = 256
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 #: With the pip of the interpreter allsmi runs under: a bare ``pip`` may belong to another Python.
@@ -70,7 +75,7 @@ class KubeletSource(AttributionSource):
         self._channel: Any = None
         self._lock = threading.Lock()
         #: (resource name, physical id) -> replicas, and when it was asked
-        self._replicas: dict[tuple[str, str], int] = {}
+        self._replicas: dict[tuple[str, str], set[int]] | None = {}
         self._replicas_at: float | None = None
 
     # -- the channel -------------------------------------------------------
@@ -112,29 +117,28 @@ class KubeletSource(AttributionSource):
             channel.close()
 
     # -- the source --------------------------------------------------------
-    def _replica_counts(self, now: float) -> dict[tuple[str, str], int]:
-        """Replicas per (resource, physical id) from GetAllocatableResources, cached; ``{}``
-        when the kubelet does not answer it."""
+    def _replica_counts(self, now: float) -> dict[tuple[str, str], set[int]] | None:
+        """The allocatable replica numbers per (resource, physical id) from
+        GetAllocatableResources, cached; ``None`` when the kubelet does not answer it."""
         if self._replicas_at is not None and 0 <= now - self._replicas_at < ALLOCATABLE_TTL_SECONDS:
             return self._replicas
-        counts: dict[tuple[str, str], int] = {}
+        counts: dict[tuple[str, str], set[int]] | None = {}
         try:
             for name, ids in self.allocatable():
                 for raw in ids:
                     base, n = split_replica(raw)
-                    if n is not None:
-                        counts[(name, base)] = counts.get((name, base), 0) + 1
+                    if n is not None and counts is not None:
+                        counts.setdefault((name, base), set()).add(n)
         except (SourceError, SourceUnavailable):
-            counts = {}
+            counts = None
         self._replicas, self._replicas_at = counts, now
         return counts
 
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         response = self._call("List", "ListPodResourcesRequest")
         index = DeviceIndex(devices, self.settings.node_names)
-        #: device -> workload key -> (workload, replicas held: [(resource, physical id)] or None)
-        found: dict[str, dict[tuple[str, ...], tuple[Workload, list[tuple[str, str]] | None]]] = {}
-        seen_replicas: dict[tuple[str, str], int] = {}
+        #: (device, workload, the replica held (resource, physical id, number) or None)
+        claims: list[tuple[DeviceSample, Workload, tuple[str, str, int] | None]] = []
         unmatched: list[str] = []
         for pod in response.pod_resources:
             for container in pod.containers:
@@ -149,32 +153,49 @@ class KubeletSource(AttributionSource):
                         if not targets:
                             unmatched.append(f"{group.resource_name}={raw}")
                         base, n = split_replica(raw)
-                        if n is not None:
-                            key = (group.resource_name, base)
-                            seen_replicas[key] = max(seen_replicas.get(key, 0), n + 1)
-                        for dev in targets:
-                            slot = found.setdefault(dev.id, {})
-                            held, replicas = slot.get(work.key(), (work, []))
-                            if replicas is not None:
-                                replicas = replicas + [(group.resource_name, base)] \
-                                    if n is not None else None  # a whole device: no share
-                            slot[work.key()] = (held, replicas)
-        counts = self._replica_counts(now) if seen_replicas else {}
+                        replica = None if n is None else (group.resource_name, base, n)
+                        claims.extend((dev, work, replica) for dev in targets)
+        allocatable = self._replica_counts(now) if any(c[2] for c in claims) else {}
+        # Replicas per (resource, physical id): the allocatable ones, else the highest held + 1.
+        seen: dict[tuple[str, str], int] = {}
+        bad: list[str] = []
+        #: device -> workload key -> (workload, replicas held: [(resource, physical id)] or None)
+        found: dict[str, dict[tuple[str, ...], tuple[Workload, list[tuple[str, str]] | None]]] = {}
+        for dev, work, replica in claims:
+            if replica is not None:
+                key, n = replica[:2], replica[2]
+                listed = allocatable.get(key) if allocatable else None
+                if (n not in listed) if listed else n >= MAX_GUESSED_REPLICAS:
+                    within = "the allocatable replicas" if listed else \
+                        f"{MAX_GUESSED_REPLICAS} replicas (none listed as allocatable)"
+                    bad.append(f"{key[0]}={key[1]}::{n} ({work.namespace}/{work.pod}; "
+                               f"out of {within})")
+                    continue  # out of range: no share of the device, the others' unchanged
+                seen[key] = max(seen.get(key, 0), n + 1)
+            slot = found.setdefault(dev.id, {})
+            held, replicas = slot.get(work.key(), (work, []))
+            if replicas is not None:
+                replicas = replicas + [replica[:2]] if replica is not None \
+                    else None  # a whole device: no share
+            slot[work.key()] = (held, replicas)
         out: dict[str, tuple[Workload, ...]] = {}
         for dev_id, works in found.items():
             entries = []
             for work, replicas in works.values():
                 if replicas:
-                    share = sum(1.0 / max(counts.get(r, 0), seen_replicas.get(r, 1))
-                                for r in replicas)
+                    share = sum(1.0 / (len(allocatable[r]) if allocatable and allocatable.get(r)
+                                       else seen.get(r, 1)) for r in replicas)
                     work = replace(work, share=min(1.0, share))
                 entries.append(work)
             out[dev_id] = tuple(entries)
-        message = ""
+        problems = []
         if unmatched:
-            message = (f"{len(unmatched)} allocated device id(s) match no device: "
-                       f"{', '.join(unmatched[:5])}")
-        return SourceResult(out, {}, message)
+            problems.append(f"{len(unmatched)} allocated device id(s) match no device: "
+                            f"{', '.join(unmatched[:5])}")
+        if bad:
+            problems.append(f"{len(bad)} time-slicing replica id(s) out of range, not "
+                            f"attributed: {', '.join(bad[:5])}")
+        return SourceResult(out, {}, "; ".join(problems))
 
     def allocatable(self) -> list[tuple[str, tuple[str, ...]]]:
         """``GetAllocatableResources``: (resource name, device ids) of every accelerator resource.

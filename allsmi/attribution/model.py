@@ -83,6 +83,10 @@ class Attribution:
     """Devices whose holders are unknown this cycle: a source failed or timed out, its last
     answer is too old to carry (:data:`~allsmi.attribution.runner.CARRY_SECONDS`), and no
     other source names a holder. Not "nothing holds it"."""
+    conflicts: tuple[str, ...] = ()
+    """Devices claimed this cycle by holders of different sources that say nothing of each
+    other (a pod, and a job of the job-mapping directory): each is billed a part, and the
+    sources' status messages name the device and the claimants."""
 
     @property
     def active(self) -> bool:

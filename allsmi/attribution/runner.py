@@ -246,13 +246,20 @@ def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
         return Attribution(None, {}, statuses,
                            frozenset(dev.id for dev in devices) if blind else frozenset())
     workloads: dict[str, tuple[Workload, ...]] = {}
+    conflicts: list[tuple[str, tuple[Workload, ...]]] = []
     for dev in devices:
         merged: dict[tuple[str, ...], Workload] = {}
+        named: dict[tuple[str, ...], set[str]] = {}
         for result in results:
             for work in result.workloads.get(dev.id, ()):
                 key = work.key()
                 merged[key] = _fill(merged[key], work) if key in merged else work
+                named.setdefault(key, set()).add(work.source)
         workloads[dev.id] = tuple(merged.values())
+        if len(named) > 1 and len(results) > 1 and _conflicting(named):
+            conflicts.append((dev.id, workloads[dev.id]))
+    if conflicts:
+        statuses = _with_conflicts(statuses, conflicts)
     unknown = frozenset(dev.id for dev in devices if not workloads[dev.id]) if blind else frozenset()
     processes: dict[int, ProcessAttribution] = {}
     for result in results:
@@ -261,4 +268,36 @@ def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
             processes[pid] = info if old is None else ProcessAttribution(
                 old.job_id or info.job_id, old.pod_uid or info.pod_uid,
                 old.container_id or info.container_id)
-    return Attribution(workloads, processes, statuses, unknown)
+    return Attribution(workloads, processes, statuses, unknown,
+                       tuple(dev_id for dev_id, _ in conflicts))
+
+
+def _conflicting(named: dict[tuple[str, ...], set[str]]) -> bool:
+    """Whether two holders of a device come from sources that say nothing of each other (a pod
+    from the kubelet, a job from the job-mapping directory): claims no one source vouches for
+    together, each billed a part of the device."""
+    sources = list(named.values())
+    return any(not a & b for i, a in enumerate(sources) for b in sources[i + 1:])
+
+
+def claimant(work: Workload) -> str:
+    """A holder in words: ``kubernetes pod ml/trainer``, ``hpc-job job 1234``."""
+    if work.pod is not None:
+        return f"{work.source} pod {work.namespace or ''}/{work.pod}"
+    if work.job_id is not None:
+        return f"{work.source} job {work.job_id}"
+    return f"{work.source} user {work.user or '?'}"
+
+
+def _with_conflicts(statuses: tuple[BackendStatus, ...],
+                    conflicts: list[tuple[str, tuple[Workload, ...]]]) -> tuple[BackendStatus, ...]:
+    """``statuses`` with each conflict named in the message of every source taking part."""
+    involved = {w.source for _, works in conflicts for w in works}
+    shown = "; ".join(f"{dev_id} ({', '.join(claimant(w) for w in works)})"
+                      for dev_id, works in conflicts[:5])
+    more = f"; and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
+    note = (f"{len(conflicts)} device(s) claimed by holders of different sources at once, each "
+            f"billed a part: {shown}{more}")
+    return tuple(BackendStatus(st.name, st.status, f"{st.message}; {note}" if st.message else note,
+                               st.duration_seconds) if st.name in involved else st
+                 for st in statuses)

@@ -106,11 +106,15 @@ def dashboard_options(func: F) -> F:
 
 
 def settings(config_path: str | None, simulate: str | None, interval: float | None,
-             backend_timeout: float | None, *, parent: Mapping[str, Any] | None = None) -> Settings:
+             backend_timeout: float | None, *, parent: Mapping[str, Any] | None = None,
+             problems: list[ConfigError] | None = None) -> Settings:
     """Resolve flags > environment > file > defaults; exit 2 on a bad config.
 
+    The whole file is checked, every consumer's table included (:mod:`allsmi.cli.configcheck`).
     ``parent`` holds the options given before the command (``allsmi --simulate mixed
-    snapshot``); ``None`` reads them from the current click context.
+    snapshot``); ``None`` reads them from the current click context. With ``problems`` (``allsmi
+    doctor``), every problem of the file is added to it instead of exiting, and the settings
+    are what its valid keys say.
     """
     if parent is None:
         import click
@@ -120,17 +124,14 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
     interval = interval or parent.get("interval")
     backend_timeout = backend_timeout or parent.get("backend_timeout")
     try:
-        config = load_config(config_path)
-        if config.backends_enabled is not None:
-            # Checked here rather than in allsmi.config, which must not reach the backends.
-            from allsmi import registry
-            known = registry.names()
-            for name in config.backends_enabled:
-                if name not in known:
-                    raise config.error(f"unknown backend {name!r} (installed: {', '.join(known)})",
-                                       "backends", "enabled")
-        from allsmi.usage import grid_gco2e_per_kwh
-        grid_gco2e_per_kwh(config)  # [accounting]: checked by every command, used by consumers
+        config = load_config(config_path, problems=problems)
+        if config.path is not None or problems:  # without a file, there is nothing to check
+            from allsmi.cli.configcheck import check_config, problems_in
+            if problems is None:
+                check_config(config)
+            else:
+                config, found = problems_in(config, thorough=True)
+                problems.extend(found)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     scenario = None
@@ -197,9 +198,36 @@ def build_attributor(s: Settings) -> Any:
         raise fail(str(exc)) from None
 
 
+#: Open files a collecting command needs at least: vendor libraries hold a few per device,
+#: each vendor tool call three pipes, the ledger five files, ``allsmi serve`` 64 connections
+#: (``allsmi.exporter.bounds``: the limit less 64 kept for everything else). Below it,
+#: collection cycles would fail with EMFILE one by one; a command refuses to start instead.
+DESCRIPTOR_FLOOR = 128
+
+
+def ensure_descriptors(floor: int = DESCRIPTOR_FLOOR) -> None:
+    """Raise the soft open-file limit to ``floor`` when it is below (the hard limit allows it
+    for any user); exit 2 with a message when the hard limit itself is below ``floor``."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= floor:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= floor:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (floor, hard))
+            return
+        except (ValueError, OSError):
+            pass
+    shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    raise fail(f"the open-file limit is {soft} (hard limit {shown}); allsmi needs at least {floor} "
+               f"open files to collect without failing: raise it (ulimit -n {floor}, systemd "
+               f"LimitNOFILE=, docker run --ulimit nofile={floor})")
+
+
 def build_collector(s: Settings, *, history_size: int | None = None):  # type: ignore[no-untyped-def]
     """A collector over the configured (or simulated) backends and the attribution sources,
-    not yet started."""
+    not yet started; first makes sure of :data:`DESCRIPTOR_FLOOR` open files."""
+    ensure_descriptors()
     from allsmi import registry
     from allsmi.collector import Collector
     clock = simulation_clock() if s.simulate else None

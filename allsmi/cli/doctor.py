@@ -48,8 +48,10 @@ def _groups() -> list[str]:
 
 
 def diagnose(**opts: Any) -> dict[str, Any]:
-    """Probe every backend and run one collection cycle; return the report."""
-    s = settings(**opts)
+    """Probe every backend and run one collection cycle; return the report (every problem of
+    the config file in ``config_problems``; the diagnosis uses what its valid keys say)."""
+    problems: list[Any] = []
+    s = settings(**opts, problems=problems)
     collector = build_collector(s)
     probes: dict[str, dict[str, Any]] = {}
     nodes: dict[str, list[dict[str, Any]]] = {}
@@ -92,6 +94,9 @@ def diagnose(**opts: Any) -> dict[str, Any]:
         "hostname": snap.host.hostname,
         "user": {"uid": os.getuid(), "groups": _groups()},
         "config": str(s.config.path) if s.config.path else None,
+        "config_problems": [{"file": str(p.path) if p.path else None, "line": p.line, "key": p.key,
+                             "message": p.message, "text": str(p)}
+                            for p in sorted(problems, key=lambda p: p.line or 0)],
         "default_resource_group": s.config.default_group,
         "simulate": s.simulate,
         "backends": backends,
@@ -137,16 +142,19 @@ def doctor(as_json: bool, **opts: Any) -> None:
     Probes every backend, runs one collection cycle, and reports library and
     tool versions, device nodes and their permissions, each attribution source's
     status and, when the kubelet's pod-resources socket exists, the accelerator
-    resources it can allocate.
+    resources it can allocate. Every problem of the config file is listed (each key to blame
+    left out, the rest diagnosed); with any, doctor exits 2 after the report.
     """
     from allsmi.cli.snapshot import OriginalStdout, leave_now
     out = OriginalStdout()  # before any backend runs; see allsmi/cli/snapshot.py
     report = diagnose(**opts)
-    code = 0
+    code = 2 if report["config_problems"] else 0
     try:
         # Built as a string, not printed through sys.stdout, which a library call on
         # another thread may have swapped out for the moment.
         out.write(_render(report, as_json))
+        for problem in report["config_problems"]:
+            click.echo(f"allsmi: {problem['text']}", err=True)
     except BaseException:
         code = 1  # never "exit 0 with nothing on stdout", even when leaving early
         import traceback
@@ -155,6 +163,8 @@ def doctor(as_json: bool, **opts: Any) -> None:
     finally:
         if report["stuck_backends"]:  # a thread stuck in a vendor library
             leave_now(code, report["stuck_backends"])
+    if code:
+        raise SystemExit(code)
 
 
 def _render(report: dict[str, Any], as_json: bool) -> str:
@@ -167,6 +177,11 @@ def _render(report: dict[str, Any], as_json: bool) -> str:
          f"groups {', '.join(report['user']['groups']) or '-'}")
     echo(f"config {report['config'] or '(none: defaults)'}  "
          f"default resource group {report['default_resource_group']!r}")
+    if report["config_problems"]:
+        echo(f"config problems: {len(report['config_problems'])} (exit 2); each key named was "
+             "left out of this diagnosis")
+        for problem in report["config_problems"]:
+            echo(f"  {problem['text']}")
     if report["simulate"]:
         echo(f"simulating scenario {report['simulate']!r}")
     echo("")

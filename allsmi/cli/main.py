@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "record": "allsmi.cli.record:record",
     "export": "allsmi.cli.export:export",
     "idle": "allsmi.cli.idle:idle",
+    "waste": "allsmi.cli.waste:waste",
 }
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import build_collector, common_options, fail, settings, simulation_speed
+from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, fail, settings,
+                               simulation_speed)
 
 
 def _log_to_stderr() -> None:
@@ -47,6 +48,7 @@ def record(ledger_path: str | None, **opts: Any) -> None:
     from allsmi.config import ConfigError
 
     s = settings(**opts)
+    ensure_descriptors()  # before the ledger is opened
     _log_to_stderr()
     try:
         ledger = ledger_settings(s.config, path_flag=ledger_path)

@@ -344,6 +344,8 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
                               source=f"prometheus {client.url}", source_data=usage.detail,
                               published=published)
         click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
+        for note in usage.notes:
+            click.echo(f"allsmi: warning: {note}", err=True)
         prices = describe(dict(report.price_sources))
         if prices:
             click.echo(f"allsmi: prices: {prices}", err=True)
@@ -354,12 +356,15 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
             report = replace(report, coverage_ratio=0.0, warnings=tuple(client.warnings))
         return report
     from allsmi.accounting.ledger import LedgerError
-    from allsmi.accounting.ledgersource import ledger_parts
+    from allsmi.accounting.ledgersource import ledger_conflicts, ledger_parts
     if not os.path.isfile(ledger):
         raise Failed("source", no_ledger_message(ledger))
     try:
         parts, holders = ledger_parts(ledger, window, by_holder=any(k in HOLDER_KEYS for k in keys))
+        conflicts = ledger_conflicts(ledger, window)
     except LedgerError as exc:
         raise Failed("source", str(exc)) from None
+    for note in conflicts:
+        click.echo(f"allsmi: warning: {note}", err=True)
     return build_report(parts, window, keys, config, holder_parts=holders,
                         source=source or f"ledger {ledger}")

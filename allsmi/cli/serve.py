@@ -13,137 +13,20 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import click
 
-from allsmi.cli.common import build_collector, common_options, fail, finite, settings, simulation_speed
-from allsmi.config import INTERVAL_RANGE, Config, ConfigError
-from allsmi.usage import bridged_gap_seconds
+from allsmi.cli.common import build_collector, common_options, ensure_descriptors, fail, finite, settings
+from allsmi.cli.serveoptions import (DEFAULT_LISTEN, DEFAULT_PORT, ENV, MAX_HOLDER_SERIES_LIMIT,
+                                     SERVE_KEYS, ServeOptions, parse_listen, resolve_options)
+from allsmi.config import Config, ConfigError
 
-DEFAULT_PORT = 9477
-DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+__all__ = ["DEFAULT_LISTEN", "DEFAULT_PORT", "ENV", "SERVE_KEYS", "ServeOptions", "parse_listen",
+           "resolve_options", "serve"]
+
 SWITCH_INTERVAL_SECONDS = 0.0005
-SERVE_KEYS = ("listen", "interval_seconds", "processes", "web_config", "energy_max_gap_seconds",
-              "ledger")
-ENV = {"listen": "ALLSMI_SERVE_LISTEN", "interval_seconds": "ALLSMI_SERVE_INTERVAL",
-       "processes": "ALLSMI_SERVE_PROCESSES", "web_config": "ALLSMI_SERVE_WEB_CONFIG",
-       "energy_max_gap_seconds": "ALLSMI_SERVE_ENERGY_MAX_GAP", "ledger": "ALLSMI_SERVE_LEDGER"}
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """What ``allsmi serve`` resolved from flags, environment, file and defaults."""
-
-    host: str
-    port: int
-    interval: float
-    processes: bool
-    web_config: Path | None
-    energy_max_gap: float
-    ledger: Path | None
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces) as (host, port)."""
-    text = value.strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_LISTEN}, [::1]:{DEFAULT_PORT} or "
-                         f":{DEFAULT_PORT} for all interfaces), got {value!r}")
-    return (host or "0.0.0.0"), int(port)
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected true or false, got {text!r}")
-
-
-def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -> float:
-    """A finite number in ``(minimum, maximum]`` (``minimum`` itself allowed when it is above 0)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"expected a number, got {value!r}")
-    number = float(value)
-    if number != number or number in (float("inf"), float("-inf")) or number > maximum \
-            or number < minimum or (minimum == 0 and number == 0):
-        low = f"> {minimum:g}" if minimum == 0 else f">= {minimum:g}"
-        raise ValueError(f"expected a number {low} and <= {maximum:g}, got {value!r}")
-    return number
-
-
-def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[str, str],
-                    common_interval: float | None, simulate: bool = False) -> ServeOptions:
-    """Merge flag > environment > ``[serve]`` > default; raise ConfigError or ValueError."""
-    section = config.section("serve")
-    for key in section:
-        if key not in SERVE_KEYS:
-            raise config.error(f"unknown key (allowed: {', '.join(SERVE_KEYS)})", "serve", key)
-    base = config.path.parent if config.path else Path(".")
-
-    def pick(key: str, convert: Any) -> Any:
-        if flags.get(key) is not None:
-            return flags[key]
-        env = environ.get(ENV[key])
-        if env:
-            try:
-                return convert(env)
-            except ValueError as exc:
-                raise ValueError(f"${ENV[key]}: {exc}") from None
-        if key in section:
-            try:
-                value = convert(section[key])
-            except (ValueError, TypeError) as exc:
-                raise config.error(str(exc), "serve", key) from None
-            if key in ("web_config", "ledger"):
-                value = str(base / Path(value).expanduser())  # file paths: relative to the config file
-            return value
-        return None
-
-    def text(value: Any) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"expected a non-empty string, got {value!r}")
-        return value.strip()
-
-    def flag(value: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            return _bool(value)
-        raise ValueError(f"expected true or false, got {value!r}")
-
-    listen = pick("listen", text) or DEFAULT_LISTEN
-    try:
-        host, port = parse_listen(listen)
-    except ValueError as exc:
-        if flags.get("listen") is None and not environ.get(ENV["listen"]) and "listen" in section:
-            raise config.error(str(exc), "serve", "listen") from None
-        raise
-    interval = common_interval or pick("interval_seconds", lambda v: _positive(v, *INTERVAL_RANGE)) \
-        or config.interval_seconds
-    gap = pick("energy_max_gap_seconds", lambda v: _positive(v, 0.0, 7 * 86400.0))
-    if gap is None and "max_gap_seconds" in config.section("ledger"):
-        gap = config.section("ledger")["max_gap_seconds"]  # validated by the ledger settings
-    if gap is not None and gap < interval:
-        # A gap shorter than the sampling interval would bridge nothing: every second lost.
-        raise config.error(f"must be at least the sampling interval ({interval:g} s), got {gap!r}",
-                           *(("serve", "energy_max_gap_seconds") if "energy_max_gap_seconds" in section
-                             else ("ledger", "max_gap_seconds")))
-    web = pick("web_config", text)
-    ledger = pick("ledger", text)
-    return ServeOptions(host=host, port=port, interval=interval,
-                        processes=bool(pick("processes", flag)),
-                        web_config=Path(web) if web else None,
-                        energy_max_gap=bridged_gap_seconds(interval, gap, simulation_speed(simulate, environ)),
-                        ledger=Path(ledger) if ledger else None)
 
 
 def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
@@ -205,9 +88,15 @@ def _warn_once_without_devices() -> Any:
                    "Config: serve.energy_max_gap_seconds.")
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
               help="Also record usage into this accounting ledger. Config: serve.ledger.")
+@click.option("--max-holder-series", "max_holder_series",
+              type=click.IntRange(0, MAX_HOLDER_SERIES_LIMIT), default=None, metavar="N",
+              help="Most per-holder series (device x holder x method) at once; holders beyond "
+                   "it are counted in their device's overflow holder (default 1000). "
+                   "Config: serve.max_holder_series.")
 @common_options
 def serve(listen: str | None, processes: bool | None, web_config: str | None,
-          energy_max_gap: float | None, ledger: str | None, **opts: Any) -> None:
+          energy_max_gap: float | None, ledger: str | None, max_holder_series: int | None,
+          **opts: Any) -> None:
     """Serve Prometheus metrics of every device.
 
     A scrape only reads the exposition rendered after the latest collection
@@ -225,11 +114,13 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     s = settings(**opts)
     try:
         o = resolve_options({"listen": listen, "processes": processes, "web_config": web_config,
-                             "energy_max_gap_seconds": energy_max_gap, "ledger": ledger},
+                             "energy_max_gap_seconds": energy_max_gap, "ledger": ledger,
+                             "max_holder_series": max_holder_series},
                             s.config, os.environ, common_interval, simulate=s.simulate is not None)
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     s.interval = o.interval
+    ensure_descriptors()  # before the connection bound is derived from the limit
 
     from allsmi.exporter.exposition import STALE_PERIODS, Exposition
     from allsmi.exporter.builder import GroupPrice
@@ -249,7 +140,8 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
                                                         g.currency, g.budget_per_month)
                                           for n, g in s.config.groups.items()},
                             stale_after_seconds=STALE_PERIODS * (o.interval + s.timeout),
-                            idle_threshold_percent=idle_threshold_percent(s.config))
+                            idle_threshold_percent=idle_threshold_percent(s.config),
+                            max_holder_series=o.max_holder_series)
     try:
         server = MetricsServer(o.host, o.port, exposition, web=web)
     except OSError as exc:
@@ -302,8 +194,14 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     finally:
         if thread is not None:
             server.shutdown()  # returns once serve_forever has stopped
-        server.server_close()
+        workers_ended = server.server_close()  # waits for the password checks under way
         if collector is not None:
             collector.close()
         if recorder is not None:
             recorder.close()
+        if not workers_ended and sys.exc_info()[0] is None:
+            # A worker still inside bcrypt would abort the interpreter's shutdown (SIGABRT):
+            # everything is closed and written, so leave without it, with the documented 0.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)

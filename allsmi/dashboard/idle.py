@@ -33,6 +33,8 @@ def allocated_idle(dev: DeviceSample, threshold: float) -> bool:
     """Whether ``dev`` is held (a process or a workload on it) while its utilization is below
     ``threshold`` percent; unknown holders or utilization are never called idle."""
     util = dev.utilization_percent
+    if util is None:  # a MIG instance: its compute activity says whether it idles
+        util = dev.compute_active_percent
     return util is not None and util < threshold and bool(held(dev))
 
 

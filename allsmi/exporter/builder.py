@@ -21,12 +21,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from allsmi.exporter.families import (BACKEND_DURATION, BACKEND_ERRORS, BACKEND_UP, BUDGET_MONTH,
                                       BUILD_INFO, COMMAND_MAX_CHARS, COUNTERS, DEVICE_INFO,
                                       DEVICE_UP, GAUGE_SOURCES, GAUGES, HOLDER_COUNTERS,
+                                      HOLDER_OVERFLOW, HOLDER_WAITING_TOTAL,
                                       LAST_COLLECT, LEDGER_DROPPED, LEDGER_REFUSED,
                                       LEDGER_UNWRITTEN, LEDGER_WRITE_ERRORS, PARTITION_SHARE,
                                       PRICE_DEVICE_HOUR, PRICE_KWH, PROCESS_GAUGES, PROCESS_MEMORY,
                                       RENDER_ERRORS, RESOURCE_GROUP_INFO, WORKLOAD_INFO,
                                       WORKLOAD_LABELS, Family)
-from allsmi.schema import DeviceSample, Snapshot
+from allsmi.schema import WAITING_REASONS, DeviceSample, Snapshot
 from allsmi.usage import billing_shares
 
 
@@ -40,6 +41,11 @@ class CounterValues:
     allocated_seconds: float | None
     observed_seconds: float | None
     idle_allocated_seconds: float | None = None
+    active_seconds: float | None = None
+    interconnect_rx_bytes: float | None = None
+    interconnect_tx_bytes: float | None = None
+    pcie_rx_bytes: float | None = None
+    pcie_tx_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,13 @@ def build_families(snapshot: Snapshot, *, version: str,
                 if value is not None and key[0] in present:
                     counter.add_metric(list(key), value, created=holder.created)
             out.append(counter)
+        waiting = _counter(HOLDER_WAITING_TOTAL)
+        for key, holder in (holder_counters or {}).items():
+            waits = getattr(holder, "waiting_seconds", None)
+            if waits is not None and key[0] in present:
+                for reason, value in zip(WAITING_REASONS, waits):
+                    waiting.add_metric([*key, reason], value, created=holder.created)
+        out.append(waiting)
 
     groups: dict[str, Mapping[str, str]] = {}
     for dev in devices:
@@ -284,6 +297,7 @@ class ExporterHealth:
 
     created: float
     render_errors: int
+    holder_overflow_seconds: float | None = None
     ledger_write_errors: int | None = None
     ledger_unwritten: int | None = None
     ledger_dropped: int | None = None
@@ -295,6 +309,7 @@ def exporter_families(health: ExporterHealth) -> list[Metric]:
     ledger's only with ``--ledger`` (their counts are ``None`` without it)."""
     out: list[Metric] = []
     for family, value in ((RENDER_ERRORS, health.render_errors),
+                          (HOLDER_OVERFLOW, health.holder_overflow_seconds),
                           (LEDGER_WRITE_ERRORS, health.ledger_write_errors),
                           (LEDGER_UNWRITTEN, health.ledger_unwritten),
                           (LEDGER_DROPPED, health.ledger_dropped),

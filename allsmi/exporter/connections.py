@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Optional
 
 from allsmi.exporter.authqueue import FairQueue
+from allsmi.exporter.request import head_end
 from allsmi.exporter.bounds import HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits
 from allsmi.exporter.sockets import REFUSED, ConnectionTable
 
@@ -54,19 +55,14 @@ class Reply:
 
     chunks: list[bytes]
     close: bool
+    status: int = 0
+    """The HTTP status, where the responder says it (a 401 makes its address a suspect of
+    :class:`~allsmi.exporter.authqueue.FairQueue`)."""
 
 
 #: ``respond(head, client_address, fast)``: the reply, or ``None`` when ``fast`` and the
 #: request needs the thread pool (then it is called again there with ``fast=False``).
 Responder = Callable[[bytes, Any, bool], Optional[Reply]]
-
-
-def head_end(buf: bytearray) -> int:
-    """Index just past the blank line ending the request head, or -1."""
-    crlf = buf.find(b"\r\n\r\n")
-    lf = buf.find(b"\n\n")
-    ends = [i + 4 for i in (crlf,) if i >= 0] + [i + 2 for i in (lf,) if i >= 0]
-    return min(ends) if ends else -1
 
 
 class ConnectionLoop(ConnectionTable):
@@ -163,10 +159,12 @@ class ConnectionLoop(ConnectionTable):
         self._wake()
         self._stopped.wait(timeout)
 
-    def close(self) -> None:
-        """Release the loop's own resources (after :meth:`stop`)."""
-        self._auth.close()
+    def close(self) -> bool:
+        """Release the loop's own resources (after :meth:`stop`), waiting for the password
+        checks under way; whether they all ended (see :meth:`FairQueue.close`)."""
+        ended = self._auth.close()
         super().close()
+        return ended
 
     # -- accepting -----------------------------------------------------------
 
@@ -268,6 +266,8 @@ class ConnectionLoop(ConnectionTable):
         except Exception:  # noqa: BLE001
             log.exception("answering a request from %s failed", conn.address)
             reply = None
+        if reply is not None and reply.status == 401:
+            self._auth.failed(conn.client)  # its next checks wait for everybody else's
         self._finish_job(conn, reply)
 
     def _finish_job(self, conn: Conn, reply: Reply | None) -> None:

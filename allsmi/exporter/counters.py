@@ -21,14 +21,18 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from allsmi.exporter.builder import BackendCounter, CounterValues
-from allsmi.exporter.holders import HolderCounters, HolderKey, HolderValues
+from allsmi.exporter.holders import DEFAULT_MAX_HOLDER_SERIES, HolderCounters, HolderKey, HolderValues
+from allsmi.fields import TRAFFIC_MEASUREMENTS
 from allsmi.schema import Snapshot
 from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,
-                          UsageIntegrator, held)
+                          UsageIntegrator, billing_shares, held, split_board_energy)
+
 
 #: How long the totals of a device missing from every snapshot are kept.
 FORGET_AFTER_SECONDS = 3600.0
 _FAILED = ("error", "timeout")
+#: (schema rate field, counter attribute) of each traffic byte counter.
+_TRAFFIC = tuple((m.field, m.field.replace("_per_second", "")) for m in TRAFFIC_MEASUREMENTS)
 
 
 @dataclass
@@ -42,11 +46,18 @@ class _Totals:
     idle_allocated_seconds: float | None = None
     idle_lost: bool = False
     """Held time whose idleness was unknown was seen: the idle counter is unknown for good."""
+    active_seconds: float | None = None
+    traffic_bytes: dict[str, float] | None = None
+    """Bytes per traffic counter attribute (rate x interval), once the device reported it."""
+    traffic_at: float | None = None
+    """When the traffic rates were last read (the snapshot's monotonic or wall time)."""
 
     def frozen(self) -> CounterValues:
+        traffic = self.traffic_bytes or {}
         return CounterValues(self.created, self.energy_joules, self.busy_seconds,
                              self.allocated_seconds, self.observed_seconds,
-                             self.idle_allocated_seconds)
+                             self.idle_allocated_seconds, self.active_seconds,
+                             **{attr: traffic.get(attr) for _, attr in _TRAFFIC})
 
 
 def _add(total: float | None, amount: float | None) -> float | None:
@@ -61,10 +72,11 @@ class UsageCounters:
     def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS,
                  forget_after_seconds: float = FORGET_AFTER_SECONDS,
                  idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT,
-                 holder_users: bool = False) -> None:
+                 holder_users: bool = False,
+                 max_holder_series: int = DEFAULT_MAX_HOLDER_SERIES) -> None:
         self.integrator = UsageIntegrator(max_gap_seconds, idle_threshold_percent)
         #: Per-holder parts of the same increments (user label only with ``holder_users``).
-        self.holder_counters = HolderCounters(users=holder_users)
+        self.holder_counters = HolderCounters(users=holder_users, max_series=max_holder_series)
         self.forget_after_seconds = forget_after_seconds
         self._totals: dict[str, _Totals] = {}
         self._backends: dict[str, BackendCounter] = {}
@@ -92,15 +104,25 @@ class UsageCounters:
                 # Only a device that reports utilization can say whether it idles; one held
                 # while its idleness is unknown loses the counter (never a known 0).
                 if totals.idle_allocated_seconds is None and known is not None and \
-                        dev.utilization_percent is not None and not totals.idle_lost:
+                        (dev.utilization_percent is not None
+                         or dev.compute_active_percent is not None) and not totals.idle_lost:
                     totals.idle_allocated_seconds = 0.0
                 if totals.energy_joules is None and (dev.power_watts is not None
                                                      or dev.energy_joules is not None):
                     totals.energy_joules = 0.0
                 if totals.busy_seconds is None and dev.utilization_percent is not None:
                     totals.busy_seconds = 0.0
+                if totals.active_seconds is None and dev.compute_active_percent is not None:
+                    totals.active_seconds = 0.0
+                self._traffic(totals, dev, now if snapshot.monotonic is None
+                              else snapshot.monotonic)
+            else:
+                totals.traffic_at = None  # a lost device's traffic is not bridged
         self.holder_counters.observe(snapshot.devices, now)
-        for inc in self.integrator.update(snapshot):
+        incs = self.integrator.update(snapshot)
+        if any(d.parent for d in snapshot.devices):  # a board's energy to its partitions too
+            incs = split_board_energy(incs, snapshot.devices, billing_shares(snapshot.devices))
+        for inc in incs:
             self.holder_counters.add(inc)
             totals = self._totals[inc.device_id]
             totals.observed_seconds = _add(totals.observed_seconds, inc.observed_seconds)
@@ -111,6 +133,7 @@ class UsageCounters:
                 totals.idle_allocated_seconds = _add(totals.idle_allocated_seconds,
                                                      inc.idle_allocated_seconds)
             totals.busy_seconds = _add(totals.busy_seconds, inc.busy_seconds)
+            totals.active_seconds = _add(totals.active_seconds, inc.active_seconds)
             totals.energy_joules = _add(totals.energy_joules, inc.energy_joules)
         stale = [key for key, t in self._totals.items()
                  if now - t.last_seen > self.forget_after_seconds]
@@ -125,6 +148,24 @@ class UsageCounters:
             self._backends[status.name] = entry
             if status.status != "unavailable":
                 self._backends_present.add(status.name)
+
+    def _traffic(self, totals: _Totals, dev: object, at: float) -> None:
+        """Add each traffic rate x the time since the previous sample (a rate is measured over
+        the interval that ends with its sample); gaps longer than the bridged gap are not
+        counted, as for energy."""
+        before, totals.traffic_at = totals.traffic_at, at
+        dt = None if before is None else at - before
+        for field, attr in _TRAFFIC:
+            rate = getattr(dev, field)
+            if rate is None:
+                continue
+            traffic = totals.traffic_bytes
+            if traffic is None:
+                traffic = totals.traffic_bytes = {}
+            if attr not in traffic:
+                traffic[attr] = 0.0
+            elif dt is not None and 0 < dt <= self.max_gap_seconds:
+                traffic[attr] += rate * dt
 
     def devices(self) -> Mapping[str, CounterValues]:
         """Immutable totals of every device still remembered, by device id."""

@@ -29,7 +29,7 @@ from allsmi import __version__
 from allsmi.exporter.builder import (BackendCounter, CounterValues, ExporterHealth, GroupPrice,
                                      build_families, exporter_families)
 from allsmi.exporter.counters import UsageCounters
-from allsmi.exporter.holders import HolderKey, HolderValues
+from allsmi.exporter.holders import DEFAULT_MAX_HOLDER_SERIES, HolderKey, HolderValues
 from allsmi.exporter.textformat import LabelBlocks, render_openmetrics, render_text
 from allsmi.schema import Snapshot
 from allsmi.usage import DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS
@@ -174,11 +174,13 @@ class Exposition:
                  group_prices: Mapping[str, GroupPrice] | None = None,
                  stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
                  ledger: Any = None, clock: Callable[[], float] = time.monotonic,
-                 idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT) -> None:
+                 idle_threshold_percent: float = DEFAULT_IDLE_THRESHOLD_PERCENT,
+                 max_holder_series: int = DEFAULT_MAX_HOLDER_SERIES) -> None:
         self.processes = processes
         self.counters = UsageCounters(
             DEFAULT_MAX_GAP_SECONDS if max_gap_seconds is None else max_gap_seconds,
-            idle_threshold_percent=idle_threshold_percent, holder_users=processes)
+            idle_threshold_percent=idle_threshold_percent, holder_users=processes,
+            max_holder_series=max_holder_series)
         self.declared_groups = dict(declared_groups or {})
         self.group_prices = dict(group_prices or {})
         self.stale_after_seconds = stale_after_seconds
@@ -224,6 +226,7 @@ class Exposition:
         ledger = self.ledger
         return ExporterHealth(
             created=self._created, render_errors=self.render_errors,
+            holder_overflow_seconds=self.counters.holder_counters.overflow_seconds,
             ledger_write_errors=None if ledger is None else _count(ledger, "write_errors"),
             ledger_unwritten=None if ledger is None else _count(ledger, "unwritten"),
             ledger_dropped=None if ledger is None else _count(ledger, "dropped_intervals"),

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from allsmi.exporter.holders import HOLDER_FORGET_AFTER_SECONDS
-from allsmi.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS
+from allsmi.exporter.holders import HOLDER_FORGET_AFTER_SECONDS, OVERFLOW
+from allsmi.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS, TRAFFIC_MEASUREMENTS
 
 #: Join labels carried by every per-device series.
 DEVICE_LABELS: tuple[str, ...] = ("uuid", "index", "vendor", "model", "resource_group")
@@ -84,11 +84,14 @@ GAUGE_SOURCES: dict[str, str] = {m.metric: m.source_field for m in MEASUREMENTS 
 ENERGY_TOTAL = Family(
     ENERGY_FIELD.metric, "counter",
     "Energy the board used since the exporter started, in joules: deltas of the device's "
-    "hardware energy counter (resets handled), else its power integrated over time.",
+    "hardware energy counter (resets handled), else its power integrated over time. A "
+    "partitioned board's energy is split among its partitions and itself by their billing "
+    "shares (allsmi_device_partition_share_ratio).",
     DEVICE_LABELS, "joules",
     source="allsmi.usage: energy_joules deltas, else trapezoid of power_watts; gaps longer "
-    "than --energy-max-gap are not bridged",
-    condition="devices with an energy counter or a power reading (board owners only)")
+    "than --energy-max-gap are not bridged; allsmi.usage.split_board_energy for partitions",
+    condition="devices with an energy counter or a power reading, and partitions of such a "
+    "board that measure no energy of their own")
 BUSY_TOTAL = Family(
     "allsmi_device_busy_seconds_total", "counter",
     "Utilization integrated over time since the exporter started, in seconds.",
@@ -115,10 +118,25 @@ OBSERVED_TOTAL = Family(
     "Time covered by valid samples since the exporter started: the denominator for coverage.",
     DEVICE_LABELS, "seconds", source="allsmi.usage: intervals between consecutive valid samples",
     condition="every device seen with health ok or degraded")
+ACTIVE_TOTAL = Family(
+    "allsmi_device_active_seconds_total", "counter",
+    "Allocated time weighted by compute activity (compute_active_percent: SM activity, GFX "
+    "busy..., not the headline utilization) since the exporter started, in seconds.",
+    DEVICE_LABELS, "seconds",
+    source="allsmi.usage: trapezoid of (held x compute_active_percent / 100); divide by "
+    "allsmi_device_allocated_seconds_total for the efficiency",
+    condition="devices that report compute activity; unknown while a held device's activity is")
+#: Byte counters of the traffic rates (allsmi.fields.TRAFFIC_MEASUREMENTS), by counter attribute.
+TRAFFIC_TOTALS: tuple[tuple[Family, str], ...] = tuple(
+    (Family(m.metric, "counter", m.help[:-1] + ", since the exporter started.", DEVICE_LABELS,
+            "bytes", source=f"{m.field} x the sampling interval, summed",
+            condition="devices that report it"),
+     m.field.replace("_per_second", ""))
+    for m in TRAFFIC_MEASUREMENTS)
 COUNTERS: tuple[tuple[Family, str], ...] = (
     (ENERGY_TOTAL, "energy_joules"), (BUSY_TOTAL, "busy_seconds"),
     (ALLOCATED_TOTAL, "allocated_seconds"), (IDLE_ALLOCATED_TOTAL, "idle_allocated_seconds"),
-    (OBSERVED_TOTAL, "observed_seconds"))
+    (OBSERVED_TOTAL, "observed_seconds"), (ACTIVE_TOTAL, "active_seconds")) + TRAFFIC_TOTALS
 """(family, attribute of :class:`allsmi.exporter.counters.DeviceTotals`)."""
 
 #: Labels of the per-holder counters (allsmi.exporter.holders).
@@ -143,9 +161,22 @@ HOLDER_ENERGY_TOTAL = Family(
     "A holder's part of the board's energy since the exporter started: energy of idle time "
     "split like allocated time, the rest like busy time (method says which split).",
     HOLDER_LABELS, "joules", source=_HOLDER_SOURCE, condition=_HOLDER_CONDITION)
+HOLDER_ACTIVE_TOTAL = Family(
+    "allsmi_holder_active_seconds_total", "counter",
+    "A holder's part of the device's active time (allocated time weighted by compute activity) "
+    "since the exporter started, split like busy time (method: activity, memory or equal).",
+    HOLDER_LABELS, "seconds", source=_HOLDER_SOURCE, condition=_HOLDER_CONDITION)
+HOLDER_WAITING_TOTAL = Family(
+    "allsmi_holder_waiting_seconds_total", "counter",
+    "A holder's part of the device's allocated time, by what it was doing (reason: computing, "
+    "input, host, communication, nothing or unknown; docs/activity.md), since the exporter "
+    "started.",
+    HOLDER_LABELS + ("reason",), "seconds", source=_HOLDER_SOURCE + "; the reason is the "
+    "collector's classification of the holder in the interval (DeviceSample.waiting)",
+    condition=_HOLDER_CONDITION + "; every reason once the holder was classified")
 HOLDER_COUNTERS: tuple[tuple[Family, str], ...] = (
     (HOLDER_ALLOCATED_TOTAL, "allocated_seconds"), (HOLDER_USED_TOTAL, "used_seconds"),
-    (HOLDER_ENERGY_TOTAL, "energy_joules"))
+    (HOLDER_ENERGY_TOTAL, "energy_joules"), (HOLDER_ACTIVE_TOTAL, "active_seconds"))
 """(family, attribute of :class:`allsmi.exporter.holders.HolderValues`)."""
 
 PARTITION_SHARE = Family(
@@ -232,6 +263,13 @@ RENDER_ERRORS = Family(
     "served and /ready turns 503 once the last whole exposition is stale).",
     (), source="exceptions while rendering, duplicate device ids",
     condition="allsmi serve only; always")
+HOLDER_OVERFLOW = Family(
+    "allsmi_holder_overflow_seconds_total", "counter",
+    "Allocated device time credited to overflow holders (namespace, pod and job_id "
+    f"\"{OVERFLOW}\") since the exporter started: time of holders that arrived while "
+    "[serve] max_holder_series holder series existed.",
+    (), "seconds", source="allsmi.exporter.holders.HolderCounters.overflow_seconds",
+    condition="allsmi serve only; always (0 while the cap is not reached)")
 LEDGER_WRITE_ERRORS = Family(
     "allsmi_ledger_write_errors_total", "counter",
     "Ledger writes that failed since the exporter started (the intervals are kept and retried).",
@@ -254,9 +292,10 @@ LEDGER_REFUSED = Family(
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
     + tuple(c for c, _ in COUNTERS) + tuple(c for c, _ in HOLDER_COUNTERS)
+    + (HOLDER_WAITING_TOTAL,)
     + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, BUDGET_MONTH, WORKLOAD_INFO, PROCESS_MEMORY)
     + tuple(g for g, _, _ in PROCESS_GAUGES)
     + (BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
-       LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
+       LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, HOLDER_OVERFLOW, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED, LEDGER_REFUSED))
 """Every family the exporter can emit, in exposition order."""

@@ -9,27 +9,28 @@ with ``--processes``) and ``/``.
 
 Connections are handled by :class:`allsmi.exporter.connections.ConnectionLoop`
 (deadlines, per-client bounds, eviction of the slowest head readers); this
-module parses a complete request head and routes it.
+module parses a complete request head (with h11: :mod:`allsmi.exporter.request`) and
+routes it.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import socket
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from allsmi import __version__
 from allsmi.exporter.exposition import (JSON_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE,
                                         TEXT_CONTENT_TYPE, Exposition)
 from allsmi.exporter.connections import ConnectionLoop, Limits, Reply
+from allsmi.exporter.request import BadRequest, Request, http_date, parse_head, response_head
 from allsmi.exporter.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
 LISTEN_BACKLOG = 128
+SERVER = f"allsmi/{__version__}"
 
 _INDEX = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>allsmi exporter</title></head>
@@ -66,112 +67,92 @@ class _NeedsPool(Exception):
     """The request needs a bcrypt check: answer it on the thread pool, not the loop."""
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One request, parsed from its complete head; the reply is collected, not written.
+_TEXT = "text/plain; charset=utf-8"
 
-    :class:`~allsmi.exporter.connections.ConnectionLoop` has already read the
-    request line and headers (within its deadline); this class only parses
-    them (``http.server``'s parser and error replies) and routes.
-    """
 
-    protocol_version = "HTTP/1.1"
-    # A garbled request line is answered with a status line and headers, never the bare
-    # HTML body that http.server sends to "HTTP/0.9" clients.
-    default_request_version = "HTTP/1.0"
-    server_version = f"allsmi/{__version__}"
-    server: "MetricsServer"
+class _Answer:
+    """One request, parsed from its complete head by h11; the reply is collected, not written."""
 
-    def __init__(self, head: bytes, client_address: Any, server: "MetricsServer", fast: bool) -> None:
-        # BaseHTTPRequestHandler.__init__ would read from a socket: set up by hand instead.
-        self.rfile = io.BytesIO(head)
-        self.wfile = io.BytesIO()
-        self.client_address = client_address
+    def __init__(self, server: "MetricsServer", head: bytes, client_address: Any, fast: bool) -> None:
         self.server = server
-        self.request = None
+        self.head_bytes = head
+        self.client_address = client_address
         self.fast = fast
-        self.body = b""
-        self.close_connection = True
 
     def reply(self) -> Reply:
-        self.handle_one_request()
-        headers = getattr(self, "headers", None)
-        if headers is not None and (headers.get("Content-Length", "0").strip() not in ("", "0")
-                                    or headers.get("Transfer-Encoding")):
-            self.close_connection = True  # request bodies are never read: do not misparse one
-        return Reply([self.wfile.getvalue(), self.body], bool(self.close_connection))
+        try:
+            request = parse_head(self.head_bytes)
+        except BadRequest as exc:
+            log.debug("%s: malformed request (%s): answered %d and closed",
+                      self.client_address, exc, exc.status)
+            reason = str(exc)[:200]  # h11's reason may quote the request: bounded
+            return self._reply(exc.status, f"{HTTPStatus(exc.status).phrase}: {reason}\n".encode(
+                "utf-8", "replace"), _TEXT, close=True, head=False)
+        return self._route(request)
 
-    def version_string(self) -> str:
-        return self.server_version
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        log.debug("%s %s", self.address_string(), format % args)
-
-    def do_HEAD(self) -> None:  # noqa: N802 - stdlib naming
-        self._route(head=True)
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-        self._route(head=False)
-
-    def _route(self, *, head: bool) -> None:
+    def _route(self, request: Request) -> Reply:
+        head = request.method == "HEAD"
+        if request.method not in ("GET", "HEAD"):
+            return self._reply(HTTPStatus.METHOD_NOT_ALLOWED, b"Method Not Allowed\n", _TEXT,
+                               request=request, head=head, extra={"Allow": "GET, HEAD"})
         auth = self.server.web.auth
         if auth is not None:
-            header = self.headers.get("Authorization")
+            header = request.headers.get("authorization")
             if not auth.cached(header):
                 if self.fast and header:
                     raise _NeedsPool()
                 if not auth.check(header):
-                    self._send(HTTPStatus.UNAUTHORIZED, b"Unauthorized\n", "text/plain; charset=utf-8",
-                               head=head,
-                               extra={"WWW-Authenticate": 'Basic realm="allsmi", charset="UTF-8"'})
-                    return
-        path = self.path.split("?", 1)[0]
+                    return self._reply(
+                        HTTPStatus.UNAUTHORIZED, b"Unauthorized\n", _TEXT, request=request,
+                        head=head, extra={"WWW-Authenticate": 'Basic realm="allsmi", charset="UTF-8"'})
+        path = request.path
         exposition = self.server.exposition
         rendered = exposition.current
-        gzipped = _accepts(self.headers.get("Accept-Encoding"), "gzip")
+        gzipped = _accepts(request.headers.get("accept-encoding"), "gzip")
         if path == "/metrics":
             if rendered is None:
-                self._unavailable(head)
-                return
-            openmetrics = _accepts(self.headers.get("Accept"), "application/openmetrics-text")
-            self._send(HTTPStatus.OK, rendered.body(openmetrics=openmetrics, gzipped=gzipped),
-                       OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE,
-                       head=head, gzipped=gzipped)
-        elif path == "/api/v1/snapshot":
+                return self._unavailable(request, head)
+            openmetrics = _accepts(request.headers.get("accept"), "application/openmetrics-text")
+            return self._reply(HTTPStatus.OK, rendered.body(openmetrics=openmetrics, gzipped=gzipped),
+                               OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE,
+                               request=request, head=head, gzipped=gzipped)
+        if path == "/api/v1/snapshot":
             if rendered is None or not rendered.complete:
-                self._unavailable(head)
-                return
-            self._send(HTTPStatus.OK, rendered.snapshot_json(gzipped=gzipped), JSON_CONTENT_TYPE,
-                       head=head, gzipped=gzipped)
-        elif path == "/healthz":
-            self._send(HTTPStatus.OK, b"OK\n", "text/plain; charset=utf-8", head=head)
-        elif path == "/ready":
+                return self._unavailable(request, head)
+            return self._reply(HTTPStatus.OK, rendered.snapshot_json(gzipped=gzipped),
+                               JSON_CONTENT_TYPE, request=request, head=head, gzipped=gzipped)
+        if path == "/healthz":
+            return self._reply(HTTPStatus.OK, b"OK\n", _TEXT, request=request, head=head)
+        if path == "/ready":
             ready, why = exposition.readiness()
-            self._send(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE,
-                       why.encode("utf-8") + b"\n", "text/plain; charset=utf-8", head=head,
-                       extra=None if ready else {"Retry-After": "1"})
-        elif path in ("/", "/index.html"):
-            self._send(HTTPStatus.OK, _INDEX.format(version=__version__).encode("utf-8"),
-                       "text/html; charset=utf-8", head=head)
-        else:
-            self._send(HTTPStatus.NOT_FOUND, b"Not Found\n", "text/plain; charset=utf-8", head=head)
+            return self._reply(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE,
+                               why.encode("utf-8") + b"\n", _TEXT, request=request, head=head,
+                               extra=None if ready else {"Retry-After": "1"})
+        if path in ("/", "/index.html"):
+            return self._reply(HTTPStatus.OK, _INDEX.format(version=__version__).encode("utf-8"),
+                               "text/html; charset=utf-8", request=request, head=head)
+        return self._reply(HTTPStatus.NOT_FOUND, b"Not Found\n", _TEXT, request=request, head=head)
 
-    def _unavailable(self, head: bool) -> None:
-        self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"no collection cycle has completed yet\n",
-                   "text/plain; charset=utf-8", head=head, extra={"Retry-After": "1"})
+    def _unavailable(self, request: Request, head: bool) -> Reply:
+        return self._reply(HTTPStatus.SERVICE_UNAVAILABLE, b"no collection cycle has completed yet\n",
+                           _TEXT, request=request, head=head, extra={"Retry-After": "1"})
 
-    def _send(self, status: HTTPStatus, body: bytes, content_type: str, *, head: bool,
-              gzipped: bool = False, extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+    def _reply(self, status: int, body: bytes, content_type: str, *, head: bool,
+               request: Request | None = None, close: bool = False, gzipped: bool = False,
+               extra: dict[str, str] | None = None) -> Reply:
+        close = close or request is None or not request.keep_alive
+        headers = [("Server", SERVER), ("Date", http_date()), ("Content-Type", content_type),
+                   ("Content-Length", str(len(body)))]
         if gzipped:
-            self.send_header("Content-Encoding", "gzip")
-        self.send_header("Vary", "Accept, Accept-Encoding")
-        for name, value in {**self.server.web.headers, **(extra or {})}.items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.body = body  # sent as is: the prepared bytes are not copied
+            headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Vary", "Accept, Accept-Encoding"))
+        headers.extend({**self.server.web.headers, **(extra or {})}.items())
+        if close:
+            headers.append(("Connection", "close"))
+        elif request is not None and request.say_keep_alive:
+            headers.append(("Connection", "keep-alive"))
+        # the prepared body is sent as is, not copied
+        return Reply([response_head(status, headers), b"" if head else body], close, int(status))
 
 
 class MetricsServer:
@@ -209,7 +190,7 @@ class MetricsServer:
 
     def respond(self, head: bytes, client_address: Any, fast: bool) -> Reply | None:
         try:
-            return _Handler(head, client_address, self, fast).reply()
+            return _Answer(self, head, client_address, fast).reply()
         except _NeedsPool:
             return None
 
@@ -221,7 +202,8 @@ class MetricsServer:
         """Stop serving; returns once :meth:`serve_forever` has returned."""
         self.loop.stop()
 
-    def server_close(self) -> None:
-        """Close the listening socket and the loop's resources."""
+    def server_close(self) -> bool:
+        """Close the listening socket and the loop's resources; whether every worker thread
+        (password checks) ended."""
         self.socket.close()
-        self.loop.close()
+        return self.loop.close()

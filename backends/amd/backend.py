@@ -52,8 +52,8 @@ def _import_reading() -> None:
     on every other machine does not pay for importing them.
     """
     global read, FUNCTIONS, Calls, describe, init_failure, missing_functions, Board, arrange
-    global EngineUsage, board_processes
-    from allsmi.backends.amd import read
+    global EngineUsage, board_processes, activity
+    from allsmi.backends.amd import activity, read
     from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
     from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, arrange
@@ -69,6 +69,11 @@ def __getattr__(name: str) -> Any:
 
 class AmdBackend(Backend, declared=DECLARATION):
     """AMD Instinct and Radeon GPUs through amdsmi; partitions as children of their GPU."""
+
+    #: amdsmi's gpu_metrics has no warp occupancy or matrix-core activity, and its PCIe
+    #: figure is both directions together (``details.pcie_bandwidth_gigabytes_per_second``).
+    unreported_fields = frozenset({"sm_occupancy_percent", "tensor_active_percent",
+                                   "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second"})
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
@@ -95,6 +100,8 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._layout: Layout = []
         self._static_warnings: list[str] = []
         self._power_from: dict[str, int] = {}
+        #: gpu_metrics figures, xGMI counters between cycles (allsmi.backends.amd.activity)
+        self._activity: activity.ActivityReader | None = None
         # A close() from another thread while a call is in flight (the collector
         # aborting a hung call) must not shut the library down under that call.
         self._busy = threading.Lock()
@@ -231,6 +238,10 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._layout = arrange(planned)
         self._static_warnings = warnings
         self._power_from = {}
+        self._activity = activity.ActivityReader(self._clock)
+        for entry in self._layout:  # the xGMI counters' first reading, for the first cycle's rate
+            first = entry.partitions[0] if isinstance(entry, Board) else entry
+            self._activity.baseline(Calls(module), first.handle, entry.id, entry.label)
 
     def close(self) -> None:
         """Shut amdsmi down if this backend initialised it. Idempotent; never raises.
@@ -294,6 +305,8 @@ class AmdBackend(Backend, declared=DECLARATION):
         board = read.read_board(module, calls, dev.handle)
         readings.values.update(board.values)
         readings.details.update(board.details)
+        if self._activity is not None:
+            self._activity.whole(readings, calls, dev.handle, dev.id, dev.label, self.warnings)
         return self._device(dev, calls, readings)
 
     def _device(self, dev: PlannedDevice, calls: Calls, readings: Readings) -> DeviceSample:
@@ -324,8 +337,11 @@ class AmdBackend(Backend, declared=DECLARATION):
                                                         self.warnings, None if self._engine
                                                         is None else (self._engine, dev.id,
                                                                       self._clock()))))
+        own = read.Readings()
+        if self._activity is not None:
+            self._activity.board(own, parts, board.id, board.label, self.warnings)
         children = [self._device(dev, calls, readings) for dev, calls, readings in parts]
-        return [self._board_device(module, board, parts, children), *children]
+        return [self._board_device(module, board, parts, children, own), *children]
 
     def _board_readings(self, module: ModuleType, board: Board,
                         parts: list[tuple[PlannedDevice, Calls, Readings]]) -> Readings | None:
@@ -352,9 +368,9 @@ class AmdBackend(Backend, declared=DECLARATION):
 
     def _board_device(self, module: ModuleType, board: Board,
                       parts: list[tuple[PlannedDevice, Calls, Readings]],
-                      children: list[DeviceSample]) -> DeviceSample:
-        details: dict[str, DetailValue] = dict(board.details)
-        values: dict[str, Any] = {}
+                      children: list[DeviceSample], own: Readings) -> DeviceSample:
+        details: dict[str, DetailValue] = {**board.details, **own.details}
+        values: dict[str, Any] = dict(own.values)
         readings = self._board_readings(module, board, parts)
         if readings is not None:
             values.update(readings.values)

@@ -52,6 +52,8 @@ FUNCTIONS: dict[str, str] = {
     "amdsmi_get_gpu_fan_speed_max": "fan_percent",
     "amdsmi_get_gpu_total_ecc_count": "details.ecc_*",
     "amdsmi_get_gpu_process_list": "processes",
+    "amdsmi_get_gpu_metrics_info": "compute_active_percent, memory_bandwidth_percent, "
+                                   "interconnect traffic",
 }
 
 

@@ -24,6 +24,7 @@ from allsmi.backend_api import BackendError, BackendUnavailable, ProbeResult
 # Only what probe() needs is imported with the backend: the SDK check and the tool search.
 # The parsers and the tool runner are imported by open() and sample(), once there is a tool
 # or an SDK to read (tests/test_layers.py checks that a machine without either loads neither).
+from allsmi.backends._common.activity import COUNTER_ONLY_FIELDS
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends.furiosa import DECLARATION, EXECUTABLE, TOOL, look, method_of
@@ -58,7 +59,8 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
 
     tool_spec = TOOL
     #: No energy counter or fan; a power limit only if a tool version prints one (none does).
-    unreported_fields = frozenset({"energy_joules", "fan_percent", "power_limit_watts"})
+    unreported_fields = frozenset({"energy_joules", "fan_percent", "power_limit_watts"}) \
+        | COUNTER_ONLY_FIELDS
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
@@ -307,10 +309,13 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
             for key in ("core_utilization_percent", "ambient_temperature_celsius", "throttle_reason"):
                 details.pop(key, None)
             return DeviceSample(**common, health="lost")
+        from allsmi.backends._common.activity import mean_of_units
         from allsmi.backends._common.cells import CellReader
         cells = CellReader(dev_id, self.warnings)  # physically impossible values are garbage
         return DeviceSample(
             **common,
+            # each PE's busy share, averaged over the PEs (all of them, or unknown)
+            **mean_of_units(cores, "pe_busy"),
             health="degraded" if r.unread else "ok" if r.alive else "unknown",
             utilization_percent=sum(known) / len(known) if known else None,
             memory_used_bytes=r.memory_used_bytes,

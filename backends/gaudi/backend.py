@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import units
 from allsmi.backend_api import BackendError, BackendTimeout
+from allsmi.backends._common.activity import COUNTER_ONLY_FIELDS
 from allsmi.backends.gaudi.loop import LoopMode
 from allsmi.backends.gaudi import DECLARATION, EXECUTABLE, TOOL
 from allsmi.backends.gaudi.samples import MAX_LINE_WARNINGS, Identity, SampleBuilder
@@ -52,7 +53,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
 
     tool_spec = TOOL
     #: hl-smi's query fields have neither an energy counter nor a fan.
-    unreported_fields = frozenset({"energy_joules", "fan_percent"})
+    unreported_fields = frozenset({"energy_joules", "fan_percent"}) | COUNTER_ONLY_FIELDS
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,

@@ -175,12 +175,16 @@ class SampleBuilder:
         if serial:
             details["serial"] = serial
         base = self._identity_sample(ident, health="ok")
+        from allsmi.backends._common.activity import engine_time
+        utilization = num(ident, row, "utilization.aip", units.parse_percent,
+                          "utilization_percent")
         return replace(
             base,
             name=_text(row, "name") or ident.name,
             driver_version=_text(row, "driver_version") or ident.driver_version,
-            utilization_percent=num(ident, row, "utilization.aip", units.parse_percent,
-                                    "utilization_percent"),
+            utilization_percent=utilization,
+            # hl-smi reports no per-TPC/MME figure: the AIP's busy time, named as such
+            **engine_time(utilization),
             memory_used_bytes=num(ident, row, "memory.used",
                                   _mebibytes, "memory_used_bytes"),
             memory_total_bytes=num(ident, row, "memory.total",

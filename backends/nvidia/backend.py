@@ -19,6 +19,9 @@ pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
 10  ``nvmlDeviceGetGraphicsRunningProcesses_v3``  graphics processes
 ==  ============================================  =================================
 
+With GPM (Hopper and later), two more per GPU or MIG GPU instance for the honest activity
+figures: ``nvmlGpmSampleGet`` (``nvmlGpmMigSampleGet``) and ``nvmlGpmMetricsGet`` (``gpm.py``).
+
 The field-value batch asks for ``NVML_FI_DEV_POWER_AVERAGE`` (what ``nvmlDeviceGetPowerUsage``
 returns on Ampere and newer, except GA100), ``NVML_FI_DEV_POWER_INSTANT`` (what it returns on older
 parts), ``NVML_FI_DEV_POWER_CURRENT_LIMIT`` (the enforced limit),
@@ -51,6 +54,7 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
         CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
         NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
+    from allsmi.backends.nvidia.gpm import GpmReader
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
@@ -83,7 +87,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     Options (``[backends.nvidia]``): ``workers`` (threads reading GPUs
     concurrently, default 8), ``processes`` (list processes, default true),
     ``pcie_throughput`` (also read PCIe TX/RX, which samples a 20 ms window
-    per direction; default false).
+    per direction; default false), ``gpm`` (GPM activity, Hopper on; default true).
     """
 
     def __init__(self, *, timeout_seconds: float = 5.0,
@@ -99,6 +103,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         self._activity_reader: ProcessUtilizationReader | None = None
         self._open_warnings: list[str] = []
         self._driver: DriverReads | None = None
+        self._gpm: GpmReader | None = None
 
     # -- life cycle --------------------------------------------------------
     def quick_probe(self) -> ProbeResult | None:
@@ -179,16 +184,23 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             gpu, warnings = open_gpu(pynvml, index)
             self._gpus.append(gpu)
             self._open_warnings.extend(warnings)
+        if self.options.get("gpm", True):
+            from allsmi.backends.nvidia.gpm import GpmReader
+            self._gpm = GpmReader(pynvml).opened(self._gpus, self._open_warnings)
         workers = min(count, self._workers())
         from concurrent.futures import ThreadPoolExecutor
         self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
                       if workers > 1 else None)
 
     def close(self) -> None:
-        """Drop the handles and the thread pool. NVML itself stays initialised for the process."""
+        """Drop the handles and the thread pool, free the GPM samples. NVML itself stays
+        initialised for the process."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        gpm, self._gpm = self._gpm, None
+        if gpm is not None:
+            gpm.close(self._gpus or [])
         self._gpus = None
 
     def sample(self) -> Sequence[DeviceSample]:
@@ -198,6 +210,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         gpus = self._gpus
         if gpus is None:
             raise BackendError("the NVIDIA backend was not opened")
+        if self._gpm is not None:
+            self._gpm.settle()  # the first cycle after open: its interval is 0.1 s at least
         if self._pool is None:
             results = [self._read_gpu(gpu) for gpu in gpus]
         else:
@@ -333,6 +347,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         if self.options.get("pcie_throughput", False):
             details.update(self._reads().pcie_throughput(r, skip, handle))
 
+        activity = self._gpm.read(gpu.gpm, handle, r.warnings) if self._gpm else {}
         if self.options.get("processes", True) and self._process_reader is not None:
             own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,
                                           self._activity_reader)
@@ -346,14 +361,16 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             power_watts=milli_to_unit(number(power_mw)),
             power_limit_watts=milli_to_unit(number(limit_mw)),
             energy_joules=milli_to_unit(number(energy_mj)),
-            clock_mhz=clock, fan_percent=fan, processes=own)]
+            clock_mhz=clock, fan_percent=fan, processes=own, **activity)]
         for mig in gpu.migs:
             mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)
             mig_details: dict[str, DetailValue] = {}
             if mig_reserved is not None:
                 mig_details["memory_reserved_bytes"] = mig_reserved
+            target = gpu.gpm_instances.get(-1 if mig.gpu_instance_id is None else mig.gpu_instance_id)
+            mig_activity = self._gpm.read(target, handle, r.warnings) if self._gpm else {}
             devices.append(self._mig_device(
-                gpu, mig, health="ok", details=mig_details,
+                gpu, mig, health="ok", details=mig_details, **mig_activity,
                 memory_used_bytes=mig_used, memory_total_bytes=mig_total,
                 processes=None if own is None else per_mig.get(mig.slot, ())))
         return devices

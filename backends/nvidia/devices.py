@@ -19,6 +19,7 @@ from allsmi.units import reject_sentinel
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
+    from allsmi.backends.nvidia.gpm import GpmTarget
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.procutil import UtilizationState
 
@@ -93,6 +94,9 @@ class Gpu:
     pending: Future[tuple[list[DeviceSample], list[str]]] | None = None
     #: Per-process utilization bookkeeping (:mod:`.procutil`), made on the first read.
     process_utilization: UtilizationState | None = None
+    #: GPM samples of the GPU and, in MIG mode, of each GPU instance by its id (:mod:`.gpm`)
+    gpm: GpmTarget | None = None
+    gpm_instances: dict[int, GpmTarget] = field(default_factory=dict)
 
     @property
     def id(self) -> str:

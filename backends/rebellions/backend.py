@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 # probe() only looks for the tool: the parsers and the tool runner are imported by open() and
 # sample(), once there is one (tests/test_layers.py checks that a machine without it loads neither).
+from allsmi.backends._common.activity import COUNTER_ONLY_FIELDS
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends.rebellions import DECLARATION, ENV_VAR, TOOL
@@ -38,7 +39,8 @@ class RebellionsBackend(CliToolBackend, declared=DECLARATION):
 
     tool_spec = TOOL
     #: Not in the JSON; a power limit only if a tool version prints one (none does).
-    unreported_fields = frozenset({"clock_mhz", "energy_joules", "fan_percent", "power_limit_watts"})
+    unreported_fields = frozenset({"clock_mhz", "energy_joules", "fan_percent",
+                                   "power_limit_watts"}) | COUNTER_ONLY_FIELDS
 
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None,
                  search_dirs: Sequence[str] = TOOL.install_dirs,

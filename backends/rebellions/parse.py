@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from allsmi import units
+from allsmi.backends._common.activity import engine_time
 from allsmi.backends._common.cells import CellReader, index_key, int_cell, shorten, text_of
 from allsmi.backends._common.jsonout import JsonOutputError, read_json
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
@@ -225,6 +226,8 @@ def _die_sample(die: _Die, backend: str, vendor: str, kind: str, *,
         driver_version=die.driver_version, firmware_version=die.firmware_version,
         parent=parent, health=die.health,
         utilization_percent=die.utilization_percent,
+        # rbln-smi reports one busy figure per die, no per-core activity: engine time
+        **engine_time(die.utilization_percent),
         memory_used_bytes=die.memory_used_bytes, memory_total_bytes=die.memory_total_bytes,
         temperature_celsius=die.temperature_celsius,
         # Board quantities belong to the card when this row is one of its dies.

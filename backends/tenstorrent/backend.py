@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from allsmi.backend_api import BackendError
 # probe() only looks for tt-smi: the snapshot reader (subprocess, tempfile) and the decoders
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
+from allsmi.backends._common.activity import COUNTER_ONLY_FIELDS
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
 from allsmi.backends.tenstorrent import DECLARATION, TOOL
@@ -42,7 +43,7 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
     tool_spec = TOOL
     #: tt-smi reports neither utilization nor memory, and has no energy counter.
     unreported_fields = frozenset({"utilization_percent", "memory_used_bytes", "memory_total_bytes",
-                                   "energy_joules"})
+                                   "energy_joules", "compute_active_percent"}) | COUNTER_ONLY_FIELDS
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:

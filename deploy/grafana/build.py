@@ -237,6 +237,32 @@ def fleet() -> dict[str, Any]:
               "during which a device was held but idle, per group: the waste to reclaim.", "h",
               targets((f"sum by (resource_group) (increase({idle}{{{G}}}[$__range])) / 3600",
                        "{{resource_group}}")), 12, 8),
+        row("Efficiency and waiting"),
+        panel("timeseries", "Efficiency by group and vendor", "Active device-seconds (allocated "
+              "time weighted by compute activity: SM active, GFX busy...; not the headline "
+              "utilization) over allocated device-seconds, for the devices that report "
+              "activity.", "percentunit",
+              targets((f"{R}efficiency:ratio_rate5m{{{G}}}", gl)), 12, 8),
+        panel("timeseries", "Busy vs active devices by group", "Device-seconds per second: busy "
+              "by the vendor's headline utilization, active by compute activity; the gap is time "
+              "a kernel ran without keeping the compute units busy.",
+              unit(R + "active_seconds:rate5m"),
+              targets((f"{R}busy_seconds:rate5m{{{G}}}", gl + " busy"),
+                      (f"{R}active_seconds:rate5m{{{G}}}", gl + " active")), 12, 8),
+        panel("timeseries", "What holders waited on, by group", "Allocated device-seconds per "
+              "second by what their holders were doing: computing, or waiting on input, the "
+              "host, communication, nothing (no process on the device) or unknown.", "none",
+              targets(('sum by (resource_group, reason) (resource_group_holder_reason:'
+                       'allsmi_holder_waiting_seconds:rate5m{resource_group=~"$resource_group"})',
+                       "{{resource_group}} {{reason}}")), 12, 8),
+        panel("table", "Device-hours per holder and waiting reason in the time range",
+              "Each holder's allocated device-hours by what it was doing (allsmi waste ranks them "
+              "by cost), and its active device-hours.", "none",
+              targets((f"sum by (namespace, pod, job_id, reason) (increase("
+                       f"allsmi_holder_waiting_seconds_total{{{HG}}}[$__range])) / 3600", ""),
+                      (f"sum by (namespace, pod, job_id) (increase("
+                       f"allsmi_holder_active_seconds_total{{{HG}}}[$__range])) / 3600", ""),
+                      table=True), 12, 8),
         row("Fair shares of shared devices"),
         panel("table", "Device-hours and energy per namespace and job in the time range",
               "Each holder's part of shared devices (allsmi_holder_* counters): allocated "

@@ -113,12 +113,13 @@ class Clocks:
         return self.steady
 
 
-def export_first_hour(tmp_path: Path, db: Path) -> dict[str, Any]:
+def export_first_hour(tmp_path: Path, db: Path,
+                      since: str = "2026-03-02T00:00:00Z") -> dict[str, Any]:
     """The one resource-group row ``allsmi export --ledger DB`` bills for the hour from
-    :data:`T0` (exit 0, or 3 for a partial window)."""
+    :data:`T0` (from ``since`` to the end of that hour: exit 0, or 3 for a partial window)."""
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": ""}
     out = subprocess.run([sys.executable, "-m", "allsmi", "export", "--ledger", str(db),
-                          "--since", "2026-03-02T00:00:00Z", "--until", "2026-03-02T01:00:00Z",
+                          "--since", since, "--until", "2026-03-02T01:00:00Z",
                           "--format", "json", "--group-by", "resource_group"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode in (0, 3), out.stderr

@@ -25,8 +25,13 @@ GPUS = [DeviceSample(id=f"GPU-{i}", vendor="nvidia", kind="gpu", backend="steady
                      processes=(ProcessSample(pid=1, user="ann"),)) for i in range(2)]
 
 
-@pytest.mark.parametrize("step", [25.0, -25.0, -90.0])
-def test_wall_clock_steps_neither_inflate_nor_lose_time(tmp_path: Path, step: float) -> None:
+@pytest.mark.parametrize("step,at", [(25.0, 60), (-25.0, 60), (-90.0, 60),
+                                     # an NTP step soon after boot, back past the first sample:
+                                     # the wall clock runs into the recorder's own time (issue 32,
+                                     # item 3)
+                                     (-90.0, 10), (-30.0, 10), (-200.0, 50)])
+def test_wall_clock_steps_neither_inflate_nor_lose_time(tmp_path: Path, step: float,
+                                                        at: int) -> None:
     db = tmp_path / "ledger.db"
     clocks = Clocks()
     config = parse_config("")
@@ -36,7 +41,7 @@ def test_wall_clock_steps_neither_inflate_nor_lose_time(tmp_path: Path, step: fl
     collector.subscribe(recorder.on_snapshot)
     try:
         for cycle in range(181):  # 360 s of monotonic time, sampled every 2 s
-            if cycle == 60:
+            if cycle == at:
                 clocks.offset += step  # NTP steps the wall clock (or a VM resumes)
             if cycle == 120 and step > 0:
                 clocks.offset -= step  # and back again
@@ -46,7 +51,8 @@ def test_wall_clock_steps_neither_inflate_nor_lose_time(tmp_path: Path, step: fl
         collector.close()
         recorder.close()
     assert recorder.unwritten == 0 and recorder.last_error is None
-    row = export_first_hour(tmp_path, db)
+    assert recorder.refused_intervals == 0
+    row = export_first_hour(tmp_path, db, since="2026-03-01T23:00:00Z")
     seconds = 2 * 360.0  # two devices
     assert row["observed_device_hours"] == pytest.approx(seconds / 3600, abs=1e-6)
     assert row["allocated_device_hours"] == pytest.approx(seconds / 3600, abs=1e-6)

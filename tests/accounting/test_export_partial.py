@@ -36,9 +36,11 @@ class _Server(http.server.BaseHTTPRequestHandler):
     trickle: str = ""  # "", "body" or "head"
 
     def do_GET(self) -> None:  # noqa: N802
+        # 3600 s of every counter in the hour; a whole device's share (1)
+        value = "1" if "share_ratio" in self.path else "3600"
         doc = {"status": "success", **self.extra,
                "data": {"resultType": "vector",
-                        "result": [{"metric": NODE_A, "value": [0, "3600"]}]}}
+                        "result": [{"metric": NODE_A, "value": [0, value]}]}}
         body = json.dumps(doc).encode()
         if self.trickle == "head":
             for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n":

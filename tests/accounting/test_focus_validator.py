@@ -81,9 +81,10 @@ def test_ledger_export_conforms(ledger: Path, tmp_path: Path, cfg: str) -> None:
     focus = _export(tmp_path, cfg, "focus.csv", *window, "--format", "focus",
                     "--group-by", "resource_group,vendor,model,host,user")
     rows = list(csv.DictReader(io.StringIO(focus.read_text())))
-    # The MIG slice owns no board energy: an hours charge only. The device without process
-    # lists has unknown allocation: an energy charge only.
-    assert {r["ConsumedUnit"] for r in rows if "MIG" in r["SkuId"]} == {"Hours"}
+    # The MIG slice has its share of its board's energy (the only slice: all of it): an hours
+    # and an energy charge. The device without process lists has unknown allocation: an energy
+    # charge only.
+    assert {r["ConsumedUnit"] for r in rows if "MIG" in r["SkuId"]} == {"Hours", "kWh"}
     assert {r["ConsumedUnit"] for r in rows if "HL-325L" in r["SkuId"]} == {"kWh"}
     if cfg is PRICED:
         assert {r["ProviderName"] for r in rows} == {"Example University HPC"}

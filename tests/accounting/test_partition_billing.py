@@ -238,3 +238,47 @@ def test_old_ledger_is_read_and_upgraded(tmp_path: Path, version: int) -> None:
     # ... and the new half alone is known.
     parts, _ = ledger_parts(db, window(T0 + 1800, T0 + HOUR), by_holder=False)
     assert parts[0].idle_s == pytest.approx(1800.0)
+
+
+def test_a_mig_boards_energy_is_split_by_the_slices_shares(tmp_path: Path) -> None:
+    """A board of 700 W with MIG slices of 3/7, 2/7 and 1/7 (one seventh left to the parent),
+    each held by its own user and the parent by root: each is given its share of the board's
+    energy, as of its hours, and together the board's (issue 32, item 10)."""
+    snaps = [snap(T0 + t, *_partitioned(t, [3 / 7, 2 / 7, 1 / 7], parent_busy=True,
+                                        vendor="nvidia"))
+             for t in range(0, HOUR + 1, 10)]
+    snaps = [replace_power(s, 700.0) for s in snaps]
+    rows = {r.user: r for r in _bill(tmp_path, snaps, PRICED, group_by=("user",)).rows}
+    assert set(rows) >= {"root", "u0", "u1", "u2"}
+    board_kwh = 0.7
+    for user, share in (("root", 1 / 7), ("u0", 3 / 7), ("u1", 2 / 7), ("u2", 1 / 7)):
+        assert rows[user].energy_kwh == pytest.approx(board_kwh * share, rel=1e-6), user
+        assert rows[user].billed_device_hours == pytest.approx(share, rel=1e-4), user
+    assert sum(r.energy_kwh or 0.0 for r in rows.values()) == pytest.approx(board_kwh, rel=1e-6)
+
+
+def replace_power(s, watts: float):  # type: ignore[no-untyped-def]
+    """``s`` with the board (the device without a parent) drawing ``watts``."""
+    from dataclasses import replace
+    return replace(s, devices=tuple(replace(d, power_watts=watts) if not d.parent else d
+                                    for d in s.devices))
+
+
+def test_the_exporters_counters_split_a_boards_energy_alike() -> None:
+    """``allsmi serve``'s device and holder energy counters (what ``export --prometheus``
+    bills) give each slice and the parent their share of the board's energy, as the ledger."""
+    from allsmi.exporter.counters import UsageCounters
+    counters = UsageCounters(holder_users=True)
+    for t in range(0, HOUR + 1, 10):
+        counters.update(replace_power(snap(T0 + t, *_partitioned(
+            t, [3 / 7, 2 / 7, 1 / 7], parent_busy=True, vendor="nvidia")), 700.0))
+    board_j = 700.0 * HOUR
+    devices = counters.devices()
+    by_holder: dict[str, float] = {}
+    for key, values in counters.holders().items():
+        user = next(v for v in key if v in ("root", "u0", "u1", "u2"))
+        by_holder[user] = by_holder.get(user, 0.0) + (values.energy_joules or 0.0)
+    for dev_id, user, share in (("BOARD", "root", 1 / 7), ("BOARD/p0", "u0", 3 / 7),
+                                ("BOARD/p1", "u1", 2 / 7), ("BOARD/p2", "u2", 1 / 7)):
+        assert devices[dev_id].energy_joules == pytest.approx(board_j * share, rel=1e-6), dev_id
+        assert by_holder[user] == pytest.approx(board_j * share, rel=1e-6), user

@@ -27,9 +27,10 @@ from allsmi.accounting.recorder import LedgerRecorder
 from allsmi.accounting.shares import billing_shares, own_memory
 from allsmi.backends.simulated import simulated_backends
 from allsmi.config import parse_config
-from allsmi.schema import HostSample, ProcessSample, Snapshot, Workload
+from allsmi.schema import (WAITING_REASONS, HolderWaiting, HostSample, ProcessSample, Snapshot,
+                           Workload)
 from allsmi.fairshare import NOBODY, Split, split
-from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds
+from allsmi.usage import Increment, UsageIntegrator, bridged_gap_seconds, split_board_energy
 
 from .helpers import T0
 
@@ -60,6 +61,33 @@ class Acc:
     usage_method: str | None = None
     #: held time whose idleness is unknown: the idle sums are unknown
     unknown_idle: bool = False
+    active: float | None = None
+    active_allocated: float | None = None
+    activity_method: str | None = None
+    waits: dict[str, float] | None = None
+
+    def add_activity(self, inc: Increment, used: float, source: str | None,
+                     whole: bool = False) -> None:
+        """Active time by the used weight; the device's method only while it is held."""
+        if inc.active_seconds is None:
+            return
+        self.active = plus(self.active, inc.active_seconds * used)
+        self.active_allocated = plus(self.active_allocated, (inc.allocated_seconds or 0.0) * used)
+        if source is not None and (not whole or inc.allocated_seconds):
+            self.activity_method = method(self.activity_method, source)
+
+    def wait(self, reason: str, seconds: float) -> None:
+        self.waits = self.waits or {r: 0.0 for r in WAITING_REASONS}
+        self.waits[reason if reason in WAITING_REASONS else "unknown"] += seconds
+
+    def activity_ms(self, ms) -> dict:  # type: ignore[no-untyped-def, type-arg]
+        out = {"active_ms": None if self.active is None else ms(self.active),
+               "active_allocated_ms": None if self.active_allocated is None
+               else ms(self.active_allocated),
+               "activity_method": self.activity_method}
+        for reason in WAITING_REASONS:
+            out[f"wait_{reason}_ms"] = None if self.waits is None else ms(self.waits[reason])
+        return out
 
     def add(self, inc: Increment, alloc: float, used: float, share: float,
             whole: bool = False) -> None:
@@ -107,10 +135,12 @@ class PlainBucket(Acc):
     mem_peak: int | None = None
     holders: dict[Holder, Acc] = field(default_factory=dict)
 
-    def put(self, inc: Increment, holders: Split, share: float) -> None:
+    def put(self, inc: Increment, holders: Split, share: float,
+            waiting: dict[Holder, str] | None, source: str | None) -> None:
         self.last = max(self.last, inc.end)
         self.first = min(self.first, max(float(self.start), inc.start))
         self.add(inc, 1.0, 1.0, share, whole=True)
+        self.add_activity(inc, 1.0, source, whole=True)
         if inc.busy_seconds is not None:
             self.busy_observed += inc.observed_seconds
         if inc.allocated_seconds is not None:
@@ -122,6 +152,12 @@ class PlainBucket(Acc):
         for holder in sorted(set(alloc) | set(used), key=lambda h: tuple(v or "" for v in h)):
             acc = self.holders.setdefault(holder, Acc())
             acc.add(inc, alloc.get(holder, 0.0), used.get(holder, 0.0), share)
+            if holder in used:
+                acc.add_activity(inc, used[holder], source)
+            if waiting is not None and inc.allocated_seconds and holder in alloc:
+                reason = waiting.get(holder, "unknown")
+                acc.wait(reason, inc.allocated_seconds * alloc[holder])
+                self.wait(reason, inc.allocated_seconds * alloc[holder])
             if holder in alloc:
                 acc.allocation_method = method(acc.allocation_method, holders.allocation_method)
             if holder in used:
@@ -143,10 +179,10 @@ class PlainBucket(Acc):
             idle_billed_ms=self.idle_ms(ms, mj)[1], idle_energy_mj=self.idle_ms(ms, mj)[2],
             used_billed_ms=opt(self.used_billed),
             allocation_method=self.allocation_method, usage_method=self.usage_method,
-            attributed_ms=ms(self.attributed),
+            attributed_ms=ms(self.attributed), **self.activity_ms(ms),
             holders={h: Share(ms(a.observed), opt(a.allocated), opt(a.busy), mj(a.energy),
                               opt(a.billed), *a.idle_ms(ms, mj), opt(a.used_billed),
-                              a.allocation_method, a.usage_method)
+                              a.allocation_method, a.usage_method, **a.activity_ms(ms))
                      for h, a in self.holders.items()})
 
 
@@ -157,12 +193,15 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
     buckets: dict[tuple[str, int], PlainBucket] = {}
     dims: dict[str, Dim] = {}
     previous: dict[str, Split] = {}
+    previous_waiting: dict[str, dict[Holder, str] | None] = {}
+    sources: dict[str, str | None] = {}
     for snapshot in snapshots:
         now = snapshot.unix_time
         current = int(now // interval * interval)
         shares = billing_shares(snapshot.devices) if any(d.parent for d in snapshot.devices) else {}
         memory = own_memory(snapshot.devices)
         holders: dict[str, Split] = {}
+        waitings: dict[str, dict[Holder, str] | None] = {}
         seen = {}
         for dev in snapshot.devices:
             dim = Dim(dev.id, snapshot.host.hostname, dev.vendor, dev.name or "", dev.parent or "",
@@ -177,13 +216,20 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
             if dev.health in VALID:
                 if dev.processes or dev.workloads:
                     holders[dev.id] = split(dev)
+                    waitings[dev.id] = None if dev.waiting is None else {
+                        Holder(w.user, w.namespace, w.pod, w.job_id): w.reason
+                        for w in dev.waiting}
+                sources[dev.id] = dev.compute_active_source
                 mem = memory.get(dev.id, dev.memory_used_bytes)
                 if mem is not None:
                     bucket.mem_sum = (bucket.mem_sum or 0) + mem
                     bucket.mem_samples += 1
                     bucket.mem_peak = mem if bucket.mem_peak is None else max(bucket.mem_peak, mem)
-        for inc in integrator.update(snapshot):
+        # a partitioned board's energy split among its partitions (allsmi.usage)
+        for inc in split_board_energy(integrator.update(snapshot), snapshot.devices, shares):
             owners = holders.get(inc.device_id, previous.get(inc.device_id, NOBODY))
+            waiting = waitings.get(inc.device_id) if inc.device_id in holders else \
+                previous_waiting.get(inc.device_id) if inc.device_id in previous else None
             share = shares.get(inc.device_id, 1.0)
             part: Increment | None = inc
             while part is not None:
@@ -196,13 +242,14 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
                 if bucket is None:
                     bucket = buckets[(inc.device_id, start)] = PlainBucket(
                         start=start, dim=dims[inc.device_id], first=head.start, last=head.start)
-                bucket.put(head, owners, share)
-        previous = holders
+                bucket.put(head, owners, share, waiting, sources.get(inc.device_id))
+        previous, previous_waiting = holders, waitings
     return [b.record(interval) for b in buckets.values()]
 
 
 def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:
     rng = random.Random(seed)
+    act = random.Random(seed + 1)  # its own stream: the rest of the trouble stays as it was
     now = [T0 + 7.3]
     backends = simulated_backends("mixed", clock=lambda: now[0])
     for b in backends:
@@ -231,6 +278,14 @@ def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:
                 dev = dataclasses.replace(dev, labels={**dev.labels, "phase": rng.choice("xy")})
             elif roll < 0.12 and dev.parent:
                 dev = dataclasses.replace(dev, partition_share=rng.choice((None, 0.25, 0.5)))
+            if act.random() < 0.5:  # activity and what its holders waited on, or not known
+                dev = dataclasses.replace(
+                    dev, compute_active_percent=act.choice((None, 0.0, 20.0, 95.0)),
+                    compute_active_source=act.choice(("sm_active", "gfx_busy")),
+                    waiting=act.choice((None, (), tuple(
+                        HolderWaiting(act.choice(WAITING_REASONS), "", user=act.choice(users),
+                                      job_id=act.choice(("7", None)))
+                        for _ in range(act.randrange(3))))))
             out.append(dev)
             if rng.random() < 0.003:
                 out.append(dataclasses.replace(dev, processes=()))  # the same id twice

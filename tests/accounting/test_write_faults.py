@@ -53,8 +53,10 @@ def test_locked_database_keeps_intervals_and_writes_them_later(tmp_path: Path) -
     for t in range(70, 250, 10):  # minutes 1, 2 and 3 complete while the database is held
         feed(t)
     assert rec.unwritten == 6, "three minutes of two devices kept in memory"
-    # the checkpoint of the minute in progress at 70 s, then minutes 1, 2 and 3 as they complete
-    assert rec.write_errors == 4 and "locked" in (rec.last_error or "")
+    # the checkpoint of the minute in progress at 70 s; retries 5, 10, 20 s after each failure
+    # (80, 90, 110: issue 32, a lock held for seconds costs seconds); minutes 1, 2 and 3 as
+    # they complete (120, 180, 240), the retries' wait doubling up to a minute meanwhile
+    assert rec.write_errors == 7 and "locked" in (rec.last_error or "")
     blocker.rollback()
     blocker.close()
     for t in range(250, 310, 10):
@@ -291,4 +293,38 @@ def test_ready_says_503_during_a_retry_that_fails_again(tmp_path: Path) -> None:
         blocker.close()
     feed(240)
     assert rec.unwritten == 0 and expo.readiness() == (True, "ready")
+    rec.close()
+
+
+def test_a_short_lock_costs_seconds_of_ready_not_the_rest_of_the_minute(tmp_path: Path) -> None:
+    """Issue 32, item 11: after a transient write lock, /ready stayed 503 (and checkpoints
+    paused) until the next minute boundary, ~21 s in the report. Unwritten intervals are now
+    retried 5 s after the failure."""
+    from allsmi.exporter.exposition import Exposition
+
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, config())
+    expo = Exposition(ledger=rec)
+    feed = lambda t: rec.on_snapshot(snap(T0 + t, device("GPU-a", power=100.0)))  # noqa: E731
+    for t in range(0, 60):
+        feed(t)
+    expo.on_snapshot(snap(T0 + 59, device("GPU-a", power=100.0)))
+    blocker = hold(db)
+    try:
+        feed(60)  # minute 0 completes: its write waits SQLite's 2 s and fails
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert rec.unwritten == 1 and expo.readiness()[0] is False
+    ready_at = None
+    for t in range(61, 120):
+        feed(t)
+        if expo.readiness() == (True, "ready"):
+            ready_at = t
+            break
+    assert ready_at is not None and ready_at <= 66, ready_at
+    assert rec.unwritten == 0 and T0 in minutes(db)
+    for t in range(ready_at + 1, ready_at + 12):
+        feed(t)  # checkpoints of minute 1 resumed: it is on disk before it completes
+    assert T0 + 60 in minutes(db)
     rec.close()

@@ -58,6 +58,8 @@ class PodResourcesServer:
         self.socket = self.dir / "kubelet.sock"
         self.pods: list[Any] = []
         self.allocatable: list[Any] = []
+        #: GetAllocatableResources answers UNIMPLEMENTED (a kubelet before 1.23's GA)
+        self.fail_allocatable = False
         self.mode = "answer"
         self.calls = 0
         self._release = threading.Event()
@@ -91,6 +93,8 @@ class PodResourcesServer:
         return self._behave() or api_pb2.ListPodResourcesResponse(pod_resources=self.pods)
 
     def _allocatable(self, request: Any, context: Any) -> Any:
+        if self.fail_allocatable:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetAllocatableResources")
         return self._behave() or api_pb2.AllocatableResourcesResponse(devices=self.allocatable)
 
     def hang(self) -> None:

@@ -9,6 +9,8 @@ import string
 import time
 from pathlib import Path
 
+import pytest
+
 from allsmi.attribution import Attributor, HpcJobSource
 
 from .helpers import find, mixed_devices
@@ -97,8 +99,12 @@ def test_a_job_file_may_declare_each_jobs_share(tmp_path: Path) -> None:
     (tmp_path / "nvidia3").write_text("3001 0.25\n3002 50%\n3003\n3004 1.5\n3005 a b\n")
     result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
     works = {w.job_id: w.share for w in result.device_workloads(find(DEVICES, "nvidia", 3).id) or ()}
-    assert works == {"3001": 0.25, "3002": 0.5, "3003": None}
-    assert "2 line(s) that are not a job id (and a share)" in result.statuses[0].message
+    # a bad share ignores the share, not the job (issue 32, item 9)
+    assert works == {"3001": 0.25, "3002": 0.5, "3003": None, "3004": None}
+    message = result.statuses[0].message
+    assert "1 line(s) that are not a job id (and a share)" in message
+    assert "1 share(s) not a fraction in (0, 1] nor a percentage, ignored (the jobs kept): " \
+        "3004 1.5" in message
 
 
 def test_a_full_file_of_distinct_ids_is_read_in_linear_time(tmp_path: Path) -> None:
@@ -113,20 +119,20 @@ def test_a_full_file_of_distinct_ids_is_read_in_linear_time(tmp_path: Path) -> N
     assert path.stat().st_size == MAX_FILE_BYTES
     started = time.process_time()
     for _ in range(5):
-        jobs, bad, shares = read_job_file(path)
+        jobs, bad, shares, _ = read_job_file(path)
     per_read = (time.process_time() - started) / 5
     assert jobs == ids[:MAX_JOBS_PER_FILE] and bad == len(ids) - MAX_JOBS_PER_FILE
     assert shares == {}
     assert per_read < 0.1, f"{per_read:.3f} s of CPU per read"
     # repeated ids cost one lookup each and are kept once, in order
     path.write_text("7\n5\n7\n" * 5000)
-    assert read_job_file(path) == (["7", "5"], 0, {})
+    assert read_job_file(path) == (["7", "5"], 0, {}, [])
     # with declared shares: still one lookup a line, the last declared share holds
     path.write_text("7 0.25\n5\n7 50%\n" * 3000)
-    assert read_job_file(path) == (["7", "5"], 0, {"7": 0.5})
+    assert read_job_file(path) == (["7", "5"], 0, {"7": 0.5}, [])
     # the id bound counts ids with a share like bare ones
     path.write_text("".join(f"{i} 10%\n" for i in ids[:MAX_JOBS_PER_FILE + 3]))
-    jobs, bad, shares = read_job_file(path)
+    jobs, bad, shares, _ = read_job_file(path)
     assert jobs == ids[:MAX_JOBS_PER_FILE] and bad == 3 and len(shares) == MAX_JOBS_PER_FILE
 
 
@@ -137,3 +143,56 @@ def test_a_file_over_the_bound_is_reported_not_read(tmp_path: Path) -> None:
     result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
     assert _jobs(result, find(DEVICES, "nvidia", 3)) == []
     assert "larger than 64 KiB" in result.statuses[0].message
+
+
+@pytest.mark.parametrize("share", ["NaN", "2", "-1", "inf", "0"])
+def test_a_bad_share_ignores_the_share_not_the_job(tmp_path: Path, share: str) -> None:
+    """``1234 NaN`` (or 2, -1): job 1234 still holds the device, without a share, and the share
+    is named in the status (issue 32, item 9); the other jobs' shares hold."""
+    (tmp_path / "nvidia3").write_text(f"1234 {share}\n1235 0.25\n")
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    works = {w.job_id: w.share for w in result.device_workloads(find(DEVICES, "nvidia", 3).id) or ()}
+    assert works == {"1234": None, "1235": 0.25}
+    assert f"ignored (the jobs kept): 1234 {share}" in result.statuses[0].message
+    assert "not a job id" not in result.statuses[0].message
+
+
+def test_declared_shares_above_the_device_are_said(tmp_path: Path) -> None:
+    (tmp_path / "nvidia3").write_text("1 0.75\n2 0.5\n")
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    dev = find(DEVICES, "nvidia", 3)
+    assert f"{dev.id}: declared shares add up to 1.25, more than the device: scaled down to " \
+        "it (1, 2)" in result.statuses[0].message
+
+
+def test_only_files_naming_a_device_of_this_node_are_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Thousands of files naming other nodes' devices (issue 32, item 11): none of them is
+    read, the one naming this node's GPU is, and the others are reported."""
+    from allsmi.attribution import hpcjob
+
+    for i in range(2000):
+        (tmp_path / f"GPU-00000000-0000-0000-0000-{i:012d}").write_text("9\n")
+    (tmp_path / "nvidia3").write_text("42\n")
+    read: list[str] = []
+    real = hpcjob.read_job_file
+    monkeypatch.setattr(hpcjob, "read_job_file", lambda p: (read.append(p.name), real(p))[1])
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    assert read == ["nvidia3"]
+    assert _jobs(result, find(DEVICES, "nvidia", 3)) == ["42"]
+    assert "2000 file(s) name no device" in result.statuses[0].message
+
+
+def test_reading_the_files_is_bounded_in_time(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A file system slow enough that this node's files take longer than the bound: the source
+    times out, loudly, instead of holding the cycle."""
+    from allsmi.attribution import hpcjob
+
+    for i in range(8):
+        (tmp_path / f"nvidia{i}").write_text("42\n")
+    real = hpcjob.read_job_file
+    monkeypatch.setattr(hpcjob, "MAX_READ_SECONDS", 0.2)
+    monkeypatch.setattr(hpcjob, "read_job_file", lambda p: (time.sleep(0.1), real(p))[1])
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    status = result.statuses[0]
+    assert status.status == "timeout", status
+    assert "were not read within 0.2 s" in status.message

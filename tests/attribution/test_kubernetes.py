@@ -206,3 +206,52 @@ def test_a_new_backends_declared_resources_and_node_names_are_attributed(
     assert rules[0].pattern == "example.com/max" and rules[0].vendor == "xpu"
     with pytest.raises(ConfigError, match="xpu"):
         attribution_settings(config, {}, DECLARED)
+
+
+@pytest.mark.parametrize("allocatable", [True, False])
+def test_a_replica_id_out_of_range_is_reported_and_changes_no_other_share(
+        server: PodResourcesServer, allocatable: bool) -> None:
+    """Pods on ``<uuid>::0`` and ``::1`` of a GPU with 2 replicas keep a half each beside a pod
+    claiming ``::99999999`` (issue 32, item 5), which is named and given nothing; with or
+    without GetAllocatableResources."""
+    gpu = find(DEVICES, "nvidia", 1)
+    assert gpu.uuid
+    ids = [f"{gpu.uuid}::{n}" for n in (0, 1, 99999999)]
+    server.pods = [pod("ml", f"p{n}", {"c": [("nvidia.com/gpu", [rid])]})
+                   for n, rid in enumerate(ids)]
+    if allocatable:
+        server.allocatable = [api_pb2.ContainerDevices(resource_name="nvidia.com/gpu",
+                                                       device_ids=ids[:2])]
+    else:
+        server.fail_allocatable = True
+    with Attributor([KubeletSource(server.socket, SETTINGS, timeout_seconds=5)], 5) as attributor:
+        result = attributor.resolve(DEVICES, now=SIM_NOW)
+    status = result.statuses[0]
+    assert "1 time-slicing replica id(s) out of range" in status.message, status.message
+    assert f"{gpu.uuid}::99999999 (ml/p2; out of " in status.message
+    shares = {w.pod: w.share for w in result.device_workloads(gpu.id) or ()}
+    assert shares == {"p0": 0.5, "p1": 0.5}
+
+
+def test_a_pod_and_a_job_file_claiming_one_device_are_a_reported_conflict(
+        server: PodResourcesServer, tmp_path) -> None:
+    """The kubelet gives a GPU to a pod while the job-mapping directory gives it to Slurm job
+    77 (issue 32, item 9): both hold it (each billed a part), and both sources' statuses name
+    the device and the claimants; a device only one of them names is no conflict."""
+    gpu, other = find(DEVICES, "nvidia", 1), find(DEVICES, "nvidia", 2)
+    server.pods = [pod("ml", "trainer", {"c": [("nvidia.com/gpu", [gpu.id])]})]
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "nvidia1").write_text("77\n")
+    (jobs / "nvidia2").write_text("78\n")
+    sources = [KubeletSource(server.socket, SETTINGS, timeout_seconds=5), HpcJobSource(jobs)]
+    with Attributor(sources, 5) as attributor:
+        result = attributor.resolve(DEVICES, now=SIM_NOW)
+    assert {w.pod or w.job_id for w in result.device_workloads(gpu.id) or ()} == {"trainer", "77"}
+    assert result.conflicts == (gpu.id,)
+    for status in result.statuses:
+        assert status.status == "ok"
+        assert "1 device(s) claimed by holders of different sources at once, each billed a " \
+            f"part: {gpu.id} (kubernetes pod ml/trainer, hpc-job job 77)" in status.message, \
+            status
+        assert other.id not in status.message

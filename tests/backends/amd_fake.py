@@ -69,6 +69,16 @@ def _fill(struct: ctypes.Structure, values: dict[str, Any]) -> None:
         ctype = types[key]
         if isinstance(value, dict):
             _fill(getattr(struct, key), value)
+        elif isinstance(value, list) and issubclass(ctype, ctypes.Array):
+            # an array member (xgmi_read_data_acc[8], xcp_stats[8] of structs): entries in order
+            array = getattr(struct, key)
+            if len(value) > len(array):
+                raise ValueError(f"{type(struct).__name__}.{key} holds {len(array)} entries")
+            for position, item in enumerate(value):
+                if isinstance(item, dict):
+                    _fill(array[position], item)
+                else:
+                    array[position] = _as_int(item)
         elif isinstance(value, str) and issubclass(ctype, ctypes.Array) and ctype._type_ is ctypes.c_char:
             setattr(struct, key, value.encode())
         else:

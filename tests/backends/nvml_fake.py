@@ -92,6 +92,9 @@ class FakeMig:
     #: GPU instance slices (the "3" of 3g.40gb) and compute slices (the "1" of 1c.3g.40gb; 0: all)
     gpu_slices: int = 1
     compute_slices: int = 0
+    #: GPM metric id -> value over an interval for this GPU instance (``nvmlGpmMigSampleGet``);
+    #: ``None``: the instance answers NotSupported
+    gpm: dict[int, float] | None = None
 
 
 @dataclass
@@ -130,6 +133,15 @@ class FakeGpu:
     not_supported: set[str] = field(default_factory=set)
     #: symbols that answer NoPermission
     no_permission: set[str] = field(default_factory=set)
+    #: symbols that answer this return code (a GPM call failing with Timeout, Unknown...)
+    fail: dict[str, int] = field(default_factory=dict)
+    #: GPM (Hopper and later): metric id -> the value ``nvmlGpmMetricsGet`` computes between
+    #: two samples of this GPU (what the GPU did in the interval ending at the later sample:
+    #: each sample records the values at the time it is taken). ``None``: no GPM on this GPU
+    #: (``nvmlGpmQueryDeviceSupport`` says unsupported, the sample calls NotSupported)
+    gpm: dict[int, float] | None = None
+    #: GPM metric id -> the per-metric ``nvmlReturn`` it answers instead of a value
+    gpm_metric_errors: dict[int, int] = field(default_factory=dict)
     lost: bool = False
     unknown_error: bool = False
     #: seconds every call on this GPU takes on top of the library-wide latency (a hung driver)
@@ -166,6 +178,16 @@ def _slices(name: str) -> tuple[int, int]:
     if found is None:
         return 1, 0
     return int(found.group(2)), int(found.group(1) or 0)
+
+
+def busy_looking(gpu: FakeGpu, sm_active: float = 20.0) -> FakeGpu:
+    """``gpu`` pinned at 100 % headline utilization with only ``sm_active`` % of its SMs busy
+    (GPM SM activity), the rest of GPM plausible for such a load: the case the headline figure
+    hides (one warp spinning, a collective deadlocked)."""
+    gpu.util_gpu = 100
+    gpu.gpm = {2: sm_active, 3: sm_active / 2, 5: 0.0, 10: 3.5, 20: 12.0, 21: 48.0,
+               60: 0.0, 61: 0.0}
+    return gpu
 
 
 def fleet(count: int, profile: str = "rtx-6000-ada", **overrides: Any) -> list[FakeGpu]:
@@ -223,6 +245,11 @@ class FakeNvml:
         self._keep: list[Any] = []
         self._error_strings: dict[int, ctypes.Array[c_char]] = {}
         self._handles: dict[int, tuple[FakeGpu, FakeMig | None]] = {}
+        #: GPM samples by address: ``None`` until taken, then (gpu, GPU instance id or None,
+        #: sequence number, the metric values when taken)
+        self.gpm_samples: dict[int, tuple[FakeGpu, int | None, int, dict[int, float]] | None] = {}
+        self.gpm_freed = 0
+        self._gpm_sequence = 0
         for gpu in gpus:
             self._handles[self._gpu_handle(gpu)] = (gpu, None)
             for mig in gpu.migs:
@@ -314,6 +341,8 @@ class FakeNvml:
             raise _Return(UNKNOWN)
         if symbol in gpu.no_permission:
             raise _Return(4)
+        if symbol in gpu.fail:
+            raise _Return(gpu.fail[symbol])
         if symbol in gpu.not_supported:
             raise _Return(NOT_SUPPORTED)
         return gpu, mig
@@ -650,7 +679,94 @@ class FakeNvml:
                 add(symbol, (H, P, P), self._process_list(symbol, kind.lower(), struct))
         add("nvmlDeviceGetProcessUtilization", (H, P, P, c_ulonglong), self._utilization_v0)
         add("nvmlDeviceGetProcessesUtilizationInfo", (H, P), self._utilization_info)
+        self._gpm_symbols(add)
         return s
+
+    # -- GPM ---------------------------------------------------------------
+
+    def gpm_live_samples(self) -> int:
+        """GPM samples allocated and not yet freed."""
+        return len(self.gpm_samples)
+
+    def _gpm_symbols(self, add: Callable[[str, tuple[Any, ...], Callable[..., int]], None]) -> None:
+        H = P = c_void_p  # noqa: N806
+
+        def query_support(handle: int, out: int) -> int:
+            gpu = self._gpu_only(handle, "nvmlGpmQueryDeviceSupport")
+            support = cast(out, POINTER(pynvml.c_nvmlGpmSupport_t))[0]
+            if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+                return ARGUMENT_VERSION_MISMATCH
+            support.isSupportedDevice = int(gpu.gpm is not None)
+            return SUCCESS
+        add("nvmlGpmQueryDeviceSupport", (H, P), query_support)
+
+        def sample_alloc(out: int) -> int:
+            block = ctypes.create_string_buffer(16)  # a distinct address per sample
+            self._keep.append(block)
+            address = ctypes.addressof(block)
+            with self._lock:
+                self.gpm_samples[address] = None
+            self._put(out, c_void_p, address)
+            return SUCCESS
+        add("nvmlGpmSampleAlloc", (P,), sample_alloc)
+
+        def sample_free(sample: int | None) -> int:
+            with self._lock:
+                if sample not in self.gpm_samples:
+                    return INVALID_ARGUMENT  # never allocated, or freed twice
+                del self.gpm_samples[sample]
+                self.gpm_freed += 1
+            return SUCCESS
+        add("nvmlGpmSampleFree", (P,), sample_free)
+
+        def take(sample: int | None, gpu: FakeGpu, instance: int | None,
+                 values: dict[int, float] | None) -> int:
+            if values is None:
+                return NOT_SUPPORTED
+            with self._lock:
+                if sample not in self.gpm_samples:
+                    return INVALID_ARGUMENT
+                self._gpm_sequence += 1
+                self.gpm_samples[sample] = (gpu, instance, self._gpm_sequence, dict(values))
+            return SUCCESS
+
+        def sample_get(handle: int, sample: int | None) -> int:
+            gpu = self._gpu_only(handle, "nvmlGpmSampleGet")
+            return take(sample, gpu, None, gpu.gpm)
+        add("nvmlGpmSampleGet", (H, P), sample_get)
+
+        def mig_sample_get(handle: int, instance: int, sample: int | None) -> int:
+            gpu = self._gpu_only(handle, "nvmlGpmMigSampleGet")
+            if gpu.gpm is None or not gpu.mig_mode:
+                return NOT_SUPPORTED
+            mig = next((m for m in gpu.migs if m.gpu_instance_id == instance), None)
+            if mig is None:
+                return NOT_FOUND
+            return take(sample, gpu, instance, mig.gpm)
+        add("nvmlGpmMigSampleGet", (H, c_uint, P), mig_sample_get)
+
+        def metrics_get(out: int) -> int:
+            request = cast(out, POINTER(pynvml.c_nvmlGpmMetricsGet_t))[0]
+            if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+                return ARGUMENT_VERSION_MISMATCH
+            first = self.gpm_samples.get(cast(request.sample1, c_void_p).value or 0)
+            second = self.gpm_samples.get(cast(request.sample2, c_void_p).value or 0)
+            if first is None or second is None or first[:2] != second[:2] \
+                    or first[2] >= second[2] or request.numMetrics > len(request.metrics):
+                return INVALID_ARGUMENT  # not two samples of one target, in order
+            gpu, values = second[0], second[3]
+            self._target(self._gpu_handle(gpu), "nvmlGpmMetricsGet")
+            for i in range(request.numMetrics):
+                metric = request.metrics[i]
+                metric_id = int(metric.metricId)
+                if metric_id in gpu.gpm_metric_errors:
+                    metric.nvmlReturn, metric.value = gpu.gpm_metric_errors[metric_id], 0.0
+                elif metric_id in values:
+                    metric.nvmlReturn, metric.value = SUCCESS, values[metric_id]
+                else:
+                    metric.nvmlReturn, metric.value = NOT_SUPPORTED, 0.0
+            return SUCCESS
+        add("nvmlGpmMetricsGet", (P,), metrics_get)
 
     def _fresh_samples(self, gpu: FakeGpu, since: int) -> list[tuple[int, int, int, int, int, int]]:
         """Record one sample per active process now; the samples newer than ``since``."""

@@ -359,7 +359,7 @@ def test_one_degraded_and_one_lost_device_leave_the_others_reporting() -> None:
     assert "0000:22:00.0: activity failed: AMDSMI_STATUS_DRM_ERROR" in warnings
     assert "0000:22:00.0: permission denied reading processes" in warnings
     assert "ASIC info failed: ValueError" in warnings
-    assert "0000:38:00.0: not answering (AMDSMI_STATUS_NOT_FOUND - Device Not found; 15 calls failed)" \
+    assert "0000:38:00.0: not answering (AMDSMI_STATUS_NOT_FOUND - Device Not found; 16 calls failed)" \
         in warnings
 
 

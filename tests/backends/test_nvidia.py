@@ -75,7 +75,10 @@ def test_values_identity_and_units(monkeypatch, backends):
     assert dev.details["ecc_uncorrected_aggregate"] == 0
     assert dev.details["memory_reserved_bytes"] == 587202560
     assert dev.details["memory_activity_percent"] == 22.0
-    assert backend.warnings == []
+    # an Ada GPU has no GPM: the activity figures are unknown, and the status says why
+    assert dev.compute_active_percent is None and dev.compute_active_source is None
+    assert backend.warnings == ["no compute activity on GPU 0 (GPM not supported on this "
+                                "GPU; it needs Hopper or later)"]
 
 
 def test_memory_v2_excludes_reserved_and_v1_fallback(monkeypatch, backends):

@@ -29,7 +29,10 @@ def _real(env: ScenarioEnv) -> Backend:
 
 def _fixture(name: str) -> Callable[[ScenarioEnv], Backend]:
     def build(env: ScenarioEnv) -> Backend:
-        return fake_backend(FakeLibrary.from_fixture(name))
+        # a clock one second further at each reading, so that the xGMI counters read at open
+        # and at the first cycle give a rate (0 B/s: the fixture's counters stand still)
+        ticks = iter(range(10**6))
+        return fake_backend(FakeLibrary.from_fixture(name), clock=lambda: float(next(ticks)))
     return build
 
 
@@ -42,15 +45,20 @@ SCENARIOS: list[Scenario] = [
     Scenario("mi300x-cpx-2-boards", _fixture("mi300x_cpx"), expected_devices=2 + 16, expected=[
         # 206158430208 energy ticks x 15.2587890625 uJ = 3145728 J, once per board
         expect("amd:0000:0c:00", parent=None, power_watts=688.0, power_limit_watts=750.0,
-               energy_joules=3145728.0, partition_share=None, index=0),
+               energy_joules=3145728.0, partition_share=None, index=0,
+               # the mean of the eight XCCs' gfx_busy_inst; umc_activity
+               compute_active_percent=41.0, compute_active_source="gfx_busy",
+               memory_bandwidth_percent=30.0, interconnect_rx_bytes_per_second=0.0),
         expect("a6ff74a1-0000-1000-807c-d0b8a1e2c3f4", parent="amd:0000:0c:00", partition_share=0.125,
                power_watts=None, energy_joules=None, utilization_percent=91.0,
+               compute_active_percent=20.0, compute_active_source="gfx_busy",
+               memory_bandwidth_percent=None,
                memory_used_bytes=20 * GIB, memory_total_bytes=48 * GIB,
                processes=[(5000, 16 * GIB)]),
         expect("79ff74a1-0000-1000-80d1-1a2b3c4d5e6f", parent=None, power_watts=402.0,
                energy_joules=1572864.0),
         expect("amd:0000:22:00.0", parent="79ff74a1-0000-1000-80d1-1a2b3c4d5e6f",
-               partition_share=0.125, power_watts=None),
+               partition_share=0.125, power_watts=None, compute_active_percent=None),
     ]),
     Scenario("mi300x-dpx-multi-device-processes", _fixture("mi300x_dpx"), expected_devices=2 + 4,
              expected=[

@@ -360,6 +360,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("cli-rngd-4x", _cli_rngd_4x, 4, dict([
         expect("B9E2F4A7-1C3D-4F6B-8A20-5E7D9C1B3F22", power_watts=52.0, temperature_celsius=41.33,
                clock_mhz=1000.0, power_limit_watts=None, utilization_percent=45.25,
+               compute_active_percent=45.25, compute_active_source="pe_busy",
                memory_used_bytes=12884901888, memory_total_bytes=51002736640, health="ok",
                processes=[(41230, None), (52011, None)]),
         expect("A3D7E1C2-5B8F-4E2A-9C61-0D4F7B2E8A11", power_watts=38.0, utilization_percent=0.0,

@@ -124,7 +124,9 @@ SCENARIOS: list[Scenario] = [
     Scenario("hl-smi-lists-no-devices", _no_devices, expected_devices=None),
     # Memory in MiB (131072 MiB = 137438953472 bytes), power and its limit in W.
     Scenario("gaudi3-8x-loop", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt"), expected_devices=8,
-             expected=dict([expect(G3_0, utilization_percent=0.0, memory_total_bytes=131072 * 1024**2,
+             expected=dict([expect(G3_0, utilization_percent=0.0, compute_active_percent=0.0,
+                                   compute_active_source="engine_time",
+                                   memory_total_bytes=131072 * 1024**2,
                                    memory_used_bytes=672 * 1024**2, temperature_celsius=36.0,
                                    power_watts=226.0, power_limit_watts=850.0, clock_mhz=800.0,
                                    bus_id="0000:19:00.0", driver_version="1.22.1-97ec1a4", health="ok",

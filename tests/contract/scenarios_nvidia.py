@@ -6,7 +6,7 @@ import sys
 
 from allsmi.backend_api import Backend
 from allsmi.backends.nvidia import NvidiaBackend
-from tests.backends.nvml_fake import FakeGpu, FakeNvml, FakeProcess, fleet
+from tests.backends.nvml_fake import FakeGpu, FakeNvml, FakeProcess, busy_looking, fleet
 
 from .scenario import Scenario, ScenarioEnv, expect
 
@@ -64,6 +64,17 @@ def _old_driver(env: ScenarioEnv) -> Backend:
     return _backend(env, FakeNvml(gpus, driver="r440", driver_version="440.118.02"))
 
 
+def _hopper_busy_looking(env: ScenarioEnv) -> Backend:
+    """GPM: one H100 at 100 % utilization with 20 % of its SMs active, one in MIG mode whose
+    GPU instances each report their own activity (``nvmlGpmMigSampleGet``)."""
+    h100 = busy_looking(FakeGpu.from_profile("h100-sxm5-80gb", 0))
+    mig = busy_looking(FakeGpu.from_profile("a100-sxm4-40gb-mig", 1, name="NVIDIA H100 80GB HBM3"))
+    for instance, active in zip(mig.migs, (75.0, 0.0, 12.5)):
+        instance.gpm = {2: active}  # SM activity per GPU instance (what DCGM gives per MIG too)
+        instance.name = instance.name.replace("A100-SXM4-40GB", "H100 80GB HBM3")
+    return _backend(env, FakeNvml([h100, mig]))
+
+
 SCENARIOS: list[Scenario] = [
     Scenario("no-libnvidia-ml", _no_library, expected_devices=None),
     Scenario("pynvml-not-installed", _no_pynvml, expected_devices=None),
@@ -86,5 +97,18 @@ SCENARIOS: list[Scenario] = [
         expect("MIG-00000001-0003-5000-9000-00000000000d", partition_share=1 / 7, processes=[]),
     ]),
     Scenario("lost-unsupported-garbage", _faults, expected_devices=4),
+    Scenario("hopper-gpm-busy-looking", _hopper_busy_looking, expected_devices=5, expected=[
+        # GPM: percentages as given, MiB/s (nvml.h) times 2**20
+        expect("GPU-00000000-1111-4222-8333-0000face0000", utilization_percent=100.0,
+               compute_active_percent=20.0, compute_active_source="sm_active",
+               sm_occupancy_percent=10.0, tensor_active_percent=0.0,
+               memory_bandwidth_percent=3.5, pcie_tx_bytes_per_second=12.0 * 2**20,
+               pcie_rx_bytes_per_second=48.0 * 2**20, interconnect_rx_bytes_per_second=0.0),
+        expect("MIG-00000001-0000-5000-9000-000000000001", compute_active_percent=75.0,
+               compute_active_source="sm_active", memory_bandwidth_percent=None,
+               sm_occupancy_percent=None),
+        expect("MIG-00000001-0001-5000-9000-000000000005", compute_active_percent=0.0),
+        expect("MIG-00000001-0003-5000-9000-00000000000d", compute_active_percent=12.5),
+    ]),
     Scenario("r440-driver", _old_driver, expected_devices=2),
 ]

@@ -94,6 +94,7 @@ SCENARIOS: list[Scenario] = [
                  expect("6f1c2a9e-0d4b-4c55-9a61-2f0e8b7d1a01", temperature_celsius=45.0,
                         power_watts=37.257088, memory_used_bytes=3818913792,
                         memory_total_bytes=16877879296, utilization_percent=62.3,
+                        compute_active_percent=62.3, compute_active_source="engine_time",
                         bus_id="0000:03:00.0", driver_version="3.0.0", firmware_version="3.0.0",
                         health="ok", processes=[(2733390, 3758096384 + 60817408)]),
                  expect("a83b5f27-51c9-4e0e-b1d4-7c6f0a9e3b02", power_watts=36.104512,
@@ -122,7 +123,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("atom-plus-na-cells",
              lambda env: backend_for(env, "rbln-smi-kmd2.0-ca12x2-na-cells.json"), 2, dict([
                  expect("7a2e9c04-3b1f-4d6e-8a95-0c4b7e2f1d05", temperature_celsius=None, power_watts=None,
-                        memory_used_bytes=None, memory_total_bytes=16877879296, utilization_percent=None),
+                        memory_used_bytes=None, memory_total_bytes=16877879296, utilization_percent=None,
+                        compute_active_percent=None, compute_active_source=None),
                  expect("b5d13f8a-6c20-4e97-9b3a-2f8e1d6c0a06", power_watts=6.1, memory_used_bytes=0,
                         firmware_version=None)])),
     # 6 rows: a string, a row without identity and a duplicate are skipped.

@@ -109,7 +109,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("tt-smi-6.8-p300c", _snapshot("snapshot-6.8-blackhole-p300c-board-power.json",
                                            user_lookup=lambda pid: None), 2, dict([
         expect("tenstorrent:0000046131924062", power_watts=42.0, temperature_celsius=34.8,
-               clock_mhz=800.0, utilization_percent=None, memory_used_bytes=None, parent=None),
+               clock_mhz=800.0, utilization_percent=None, memory_used_bytes=None, parent=None,
+               compute_active_percent=None),
         expect("tenstorrent:0000046131924062:1", power_watts=None, temperature_celsius=36.8,
                parent="tenstorrent:0000046131924062")])),
     Scenario("tt-smi-3.0.5-progress-on-stdout", _snapshot("stdout-3.0.5-progress-and-ansi.txt"), 2),

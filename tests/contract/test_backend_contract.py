@@ -10,7 +10,7 @@ import pytest
 from allsmi import registry
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.fields import MEASURED_FIELDS
-from allsmi.schema import HEALTH_STATES, DeviceSample, ProcessSample
+from allsmi.schema import COMPUTE_ACTIVE_SOURCES, HEALTH_STATES, DeviceSample, ProcessSample
 
 from .scenario import Scenario, ScenarioEnv, check_expected, scenario_module
 
@@ -68,6 +68,10 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
             assert value >= m.minimum, (dev.id, m.field, value)
         if m.maximum is not None:
             assert value <= m.maximum, (dev.id, m.field, value)
+    # compute activity is never without what it measures, and a source never without a value
+    assert (dev.compute_active_percent is None) == (dev.compute_active_source is None), \
+        (dev.id, dev.compute_active_percent, dev.compute_active_source)
+    assert dev.compute_active_source in (None, *COMPUTE_ACTIVE_SOURCES), dev.id
     if dev.memory_used_bytes is not None and dev.memory_total_bytes is not None:
         assert dev.memory_used_bytes <= dev.memory_total_bytes, dev.id
     if dev.memory_total_bytes is not None:
@@ -189,3 +193,26 @@ def test_contract(name: str, scenario: Scenario, tmp_path, monkeypatch) -> None:
             assert dev.power_watts is None and dev.energy_joules is None, \
                 f"{dev.id}: board power/energy belongs to the parent only"
     assert {f.name for f in dc_fields(DeviceSample)} >= {"id", "processes"}
+
+
+@pytest.mark.parametrize(("values", "refused"), [
+    ({"compute_active_percent": 40.0}, True),  # activity without what it measures
+    ({"compute_active_source": "sm_active"}, True),  # a source without a value
+    ({"compute_active_percent": 40.0, "compute_active_source": "gfx_busy"}, False),
+    ({"interconnect_rx_bytes_per_second": -1.0}, True),
+    ({"memory_bandwidth_percent": 100.5}, True),
+    ({"sm_occupancy_percent": float("nan")}, True),
+])
+def test_contract_checks_the_activity_fields(values, refused) -> None:
+    """The contract's device check refuses activity without its source and values out of
+    range (set past the schema's own cleaning, as a backend bug would need to)."""
+    backend = registry.load("simulated")()
+    dev = DeviceSample(id="d0", vendor=backend.vendor, kind="gpu", backend=backend.display_name,
+                       health="ok")
+    for name, value in values.items():
+        object.__setattr__(dev, name, value)
+    if refused:
+        with pytest.raises(AssertionError):
+            _check_device(dev, backend)
+    else:
+        _check_device(dev, backend)

@@ -7,6 +7,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
@@ -30,6 +31,26 @@ def _render(overlay: str) -> str:
                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, f"kubectl kustomize overlays/{overlay}: {result.stderr}"
     return result.stdout
+
+
+def render_with(tmp: Path, overlay: str, components: list[str] = [],  # noqa: B006 - read only
+                patches: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """An overlay of one's own next to the kit: ``overlays/<overlay>`` plus the kit's
+    ``components`` and ``patches`` (kustomization entries), rendered."""
+    (tmp / "kit").symlink_to(KIT, target_is_directory=True)
+    mine = tmp / "mine"
+    mine.mkdir()
+    kustomization: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"../kit/overlays/{overlay}"],
+        "components": [f"../kit/components/{c}" for c in components]}
+    if patches:
+        kustomization["patches"] = patches
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    result = subprocess.run([kubectl(), "kustomize", str(mine)], capture_output=True, text=True, timeout=120,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    return [o for o in yaml.safe_load_all(result.stdout) if o]
 
 
 def render(overlay: str) -> list[dict[str, Any]]:

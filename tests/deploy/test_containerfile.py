@@ -25,11 +25,18 @@ from allsmi.cli.serve import parse_listen
 from ..attribution.helpers import PodResourcesServer, find, mixed_devices, pod
 from ..exporter.server import Serve
 from ..prometheus_server import free_port
-from .kube import container, containerfile, env, instructions, mount_of, render
+from .kube import CONTAINERFILE, container, containerfile, env, instructions, mount_of, render
 from .support import REPO
 
 #: The image's paths that the install steps create, mapped into the test's directory.
 IMAGE_PATHS = ("/opt/allsmi", "/src")
+LOCK = REPO / "deploy" / "image" / "requirements.txt"
+
+
+def _base() -> str:
+    """The image both stages are built FROM: the ``ARG BASE`` default."""
+    (arg,) = [i.text for i in containerfile() if i.keyword == "ARG" and i.text.startswith("BASE=")]
+    return arg.partition("=")[2]
 
 
 def _single(keyword: str) -> str:
@@ -118,6 +125,8 @@ def _map(word: str, root: Path) -> str:
 def _install(root: Path) -> Path:
     """The recipe's COPY and install RUN steps, with the image's paths under ``root``."""
     for instruction in containerfile():
+        if instruction.keyword == "COPY" and instruction.text.startswith("--from="):
+            continue  # the build stage's /opt/allsmi into the image: the same path here
         if instruction.keyword == "COPY":
             *sources, dest = shlex.split(instruction.text)
             target = Path(_map(dest.rstrip("/"), root))
@@ -145,6 +154,17 @@ def _install(root: Path) -> Path:
 def test_install_steps_and_entry_point_serve_as_the_daemonset_runs_it(tmp_path: Path) -> None:
     root = _install(tmp_path / "image")
     assert not (root / "src").exists()  # the sources are removed from the image
+    # No installer, no build tools and no terminal dashboard in the environment; nothing missing
+    # from the lock (pip check finds every requirement but the dashboard's Textual).
+    venv = root / "opt-allsmi"
+    assert not list(venv.glob("bin/pip*"))
+    site = next(venv.glob("lib/python3.*/site-packages"))
+    for gone in ("pip", "setuptools", "wheel", "textual"):
+        assert not list(site.glob(f"{gone}")) and not list(site.glob(f"{gone}-*.dist-info")), gone
+    check = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "check"],
+                           capture_output=True, text=True, timeout=120)
+    problems = [line for line in check.stdout.splitlines() if line and "textual" not in line]
+    assert not problems, check.stdout
     entrypoint = [_map(w, root) for w in next(instructions("ENTRYPOINT")).exec_form()]
     assert Path(entrypoint[0]).is_file()
     # Every package of the tree is in the image (backends/NAME/ is allsmi.backends.NAME).
@@ -229,11 +249,60 @@ def test_install_steps_and_entry_point_serve_as_the_daemonset_runs_it(tmp_path: 
 
 def test_the_recipe_parser_sees_every_instruction() -> None:
     keywords = [i.keyword for i in containerfile()]
-    assert keywords[0] == "FROM" and "slim" in _single("FROM")
-    assert set(keywords) <= {"FROM", "ENV", "COPY", "RUN", "USER", "WORKDIR", "EXPOSE", "ENTRYPOINT", "CMD"}
-    install = next(i.text for i in instructions("RUN") if "pip install" in i.text)
-    extras = re.search(r'\[([a-z,]+)\]', install).group(1)
-    assert {"kubernetes", "web"} <= set(extras.split(","))
+    assert keywords[:2] == ["ARG", "FROM"]
+    assert set(keywords) <= {"ARG", "FROM", "ENV", "COPY", "RUN", "USER", "WORKDIR", "EXPOSE", "ENTRYPOINT", "CMD"}
+    # Both stages on one base, pinned by the digest of python:3.12-slim-bookworm.
+    assert re.fullmatch(r"docker\.io/library/python:3\.12-slim-bookworm@sha256:[0-9a-f]{64}", _base())
+    assert [i.text for i in instructions("FROM")] == ["${BASE} AS build", "${BASE}"]
+    assert "skopeo inspect" in CONTAINERFILE.read_text()  # the update command
+
+
+def _lock() -> dict[str, tuple[str, list[str]]]:
+    """deploy/image/requirements.txt: name -> (version, hashes)."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    name = ""
+    for line in LOCK.read_text().splitlines():
+        if re.match(r"^[A-Za-z0-9]", line):
+            name, version = line.split(" ", 1)[0].split("==")
+            entries[name.lower()] = (version, [])
+        elif line.strip().startswith("--hash=sha256:"):
+            entries[name.lower()][1].append(line.strip().split(":", 1)[1].rstrip(" \\"))
+    return entries
+
+
+def test_the_lock_pins_the_image_s_requirements_with_hashes() -> None:
+    from packaging.requirements import Requirement
+    from .kube import KIT
+    build = _build_module()
+    lock = _lock()
+    assert lock and all(re.fullmatch(r"[0-9a-f]{64}", h) for _, hashes in lock.values() for h in hashes)
+    assert all(hashes for _, hashes in lock.values())
+    for line in (LOCK.parent / "requirements.in").read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        req = Requirement(line)
+        if req.marker and not req.marker.evaluate({"python_version": "3.12"}):
+            continue
+        name = req.name.lower().replace("_", "-")
+        assert name in lock, f"{name} is not locked"
+        assert req.specifier.contains(lock[name][0]), f"{name}=={lock[name][0]} does not satisfy {req}"
+    for gone in (*build.DASHBOARD_ONLY, "pip", "setuptools", "wheel"):
+        assert gone not in lock
+    assert set(build.IMAGE_EXTRAS) >= {"nvidia", "amd", "kubernetes", "web"}
+    assert build.LOCK_COMMAND in LOCK.parent.joinpath("requirements.in").read_text()
+    assert build.LOCK_COMMAND in (KIT / "README.md").read_text()
+    install = " ".join(i.text for i in instructions("RUN"))
+    assert "--require-hashes --no-deps --only-binary :all: -r /src/deploy/image/requirements.txt" in install
+
+
+def _build_module():  # type: ignore[no-untyped-def]
+    import importlib.util
+    from .kube import KIT
+    spec = importlib.util.spec_from_file_location("kit_build_image", KIT / "build.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(autouse=True)

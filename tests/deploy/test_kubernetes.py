@@ -35,7 +35,8 @@ MIN_VERSION = (1, 28)
 
 
 def test_the_overlays_are_the_documented_ones() -> None:
-    assert set(OVERLAYS) == {"fleet", "fleet-no-host-pid", "fleet-podmonitor", *VENDORS}
+    assert set(OVERLAYS) == {"fleet", "fleet-billing", "fleet-no-host-pid", "fleet-podmonitor", "fleet-tls-auth",
+                             *VENDORS}
     assert set(VENDORS) == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
     readme = (KIT / "README.md").read_text(encoding="utf-8")
     for overlay in OVERLAYS:
@@ -123,7 +124,7 @@ def _operator_errors(obj: dict[str, Any]) -> list[str]:
     return _covers(obj, model.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
 
-@pytest.mark.parametrize("overlay", ["fleet", "fleet-podmonitor"])
+@pytest.mark.parametrize("overlay", ["fleet", "fleet-billing", "fleet-podmonitor", "fleet-tls-auth"])
 def test_prometheus_operator_objects_validate_against_the_crd_models(overlay: str) -> None:
     objects = [o for o in render(overlay) if o["apiVersion"].startswith("monitoring.coreos.com/")]
     assert {o["kind"] for o in objects} == (
@@ -201,12 +202,16 @@ def test_scrape_objects_select_the_exporter_pods(overlay: str) -> None:
         assert labels_match(ds["spec"]["selector"]["matchLabels"], ds["spec"]["template"]["metadata"]["labels"])
     selectors = [ds["spec"]["selector"]["matchLabels"] for ds in of_kind(objects, "DaemonSet")]
     assert len({tuple(sorted(s.items())) for s in selectors}) == len(selectors)  # no DaemonSet adopts another's pods
-    policy = one(objects, "NetworkPolicy")
+    policy = one(objects, "NetworkPolicy", "allsmi")
     assert all(labels_match(policy["spec"]["podSelector"]["matchLabels"], p) for p in pods)
     assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == ["metrics"]
-    monitors = of_kind(objects, "ServiceMonitor")
+    monitors = [m for m in of_kind(objects, "ServiceMonitor") if m["metadata"]["name"] == "allsmi"]
     if monitors:
-        service = one(objects, "Service")
+        service = one(objects, "Service", "allsmi")
+        # The exporters' monitor selects their Service only (not the billing status's).
+        for other in of_kind(objects, "Service"):
+            if other is not service:
+                assert not labels_match(monitors[0]["spec"]["selector"]["matchLabels"], other["metadata"]["labels"])
         assert service["spec"]["clusterIP"] == "None"
         assert all(labels_match(service["spec"]["selector"], p) for p in pods)
         (svc_port,) = service["spec"]["ports"]
@@ -215,7 +220,7 @@ def test_scrape_objects_select_the_exporter_pods(overlay: str) -> None:
         assert labels_match(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
         endpoints = monitor["spec"]["endpoints"]
     else:
-        monitor = one(objects, "PodMonitor")
+        monitor = one(objects, "PodMonitor", "allsmi")
         assert all(labels_match(monitor["spec"]["selector"]["matchLabels"], p) for p in pods)
         endpoints = monitor["spec"]["podMetricsEndpoints"]
     assert [(e["port"], e["path"]) for e in endpoints] == [("metrics", "/metrics")]

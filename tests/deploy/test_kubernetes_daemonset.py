@@ -75,7 +75,7 @@ def test_host_is_the_node_for_allsmi_and_for_prometheus(overlay: str) -> None:
     assert HOSTNAME_ENV == "ALLSMI_HOSTNAME"
     # The rules and dashboards name hosts by `instance`: the node's name, as allsmi's own.
     monitors = of_kind(objects, "ServiceMonitor") + of_kind(objects, "PodMonitor")
-    (monitor,) = monitors
+    (monitor,) = [m for m in monitors if m["metadata"]["name"] == "allsmi"]
     (endpoint,) = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"} in endpoint["relabelings"]
     rules = (DEPLOY / "prometheus" / "allsmi-rules.yml").read_text()
@@ -95,6 +95,12 @@ def test_port_and_probes_are_allsmi_serve_s(overlay: str) -> None:
         assert host == "0.0.0.0" and port == DEFAULT_PORT  # all of the pod's interfaces
         (declared,) = c["ports"]
         assert (declared["name"], declared["containerPort"]) == ("metrics", port)
+        if "ALLSMI_SERVE_WEB_CONFIG" in env(ds):
+            # TLS and basic auth: the probes are run against a real exporter in
+            # tests/deploy/test_kubernetes_auth.py.
+            assert all(c[p].get("tcpSocket") == {"port": "metrics"} or c[p]["httpGet"]["port"] == "metrics"
+                       for p in ("livenessProbe", "startupProbe", "readinessProbe"))
+            continue
         assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
         assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
         assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}

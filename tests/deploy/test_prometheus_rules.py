@@ -18,6 +18,7 @@ ALERTS = {  # name -> (metric the expression reads, "for" duration)
     "AllsmiDeviceLost": ("allsmi_device_up", "2m"),
     "AllsmiExporterStale": ("allsmi_last_collect_timestamp_seconds", None),
     "AllsmiDeviceAllocatedIdle": ("allsmi_device_idle_allocated_seconds_total", None),
+    "AllsmiHolderWaiting": ("allsmi_holder_waiting_seconds_total", None),
     "AllsmiBillingExportFailed": ("allsmi_export_success", None),
     "AllsmiGroupBudgetForecastExceeded": ("allsmi_resource_group_budget_per_month", "1h"),
     "AllsmiGroupBudgetExceeded": ("allsmi_resource_group_budget_per_month", None),
@@ -79,7 +80,7 @@ def test_alerts_are_the_specified_ones() -> None:
         summary, description = rule["annotations"]["summary"], rule["annotations"]["description"]
         where = "resource_group" if name.startswith("AllsmiGroup") else "instance"  # fleet-wide
         assert f"{{{{ $labels.{where} }}}}" in summary and f"{{{{ $labels.{where} }}}}" in description
-        if name in ("AllsmiDeviceLost", "AllsmiDeviceAllocatedIdle"):
+        if name in ("AllsmiDeviceLost", "AllsmiDeviceAllocatedIdle", "AllsmiHolderWaiting"):
             assert "{{ $labels.uuid }}" in summary and "{{ $labels.uuid }}" in description
         if name == "AllsmiBackendDown":
             assert "{{ $labels.backend }}" in summary and "{{ $labels.backend }}" in description

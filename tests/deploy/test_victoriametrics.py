@@ -8,12 +8,14 @@ moved to loopback ports and a temporary directory (and the scrape interval short
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shlex
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -43,6 +45,20 @@ def exec_start() -> list[str]:
         if line.startswith("ExecStart="):
             return shlex.split(line.partition("=")[2])
     raise AssertionError("no ExecStart= in vmalert.service")
+
+
+def drop_in_exec_start() -> str:
+    """The shell script of the drop-in's ``ExecStart=`` (systemd's ``$$`` unescaped)."""
+    lines = [line.partition("=")[2] for line in (VM_DIR / "victoria-metrics.service.d" / "allsmi-auth.conf")
+             .read_text().splitlines() if line.startswith("ExecStart=")]
+    assert lines[0] == "", "the drop-in must reset the package's ExecStart="
+    (command,) = lines[1:]
+    argv = shlex.split(command)
+    assert argv[:2] == ["/bin/sh", "-ec"], argv
+    return argv[2].replace("$$", "$")
+
+
+PASSWORD_FILE = "/etc/victoria-metrics/store.password"
 
 
 def flags(argv: list[str]) -> dict[str, str]:
@@ -77,14 +93,56 @@ def test_vmalert_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert result.returncode == 0 and not complaints, result.stdout + result.stderr
 
 
-def _query(base: str, promql: str) -> list[dict]:  # type: ignore[type-arg]
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback only
-        return json.load(resp)["data"]["result"]  # type: ignore[no-any-return]
+def _request(url: str, password: str | None, data: bytes | None = None) -> tuple[int, bytes]:
+    """One request as user allsmi (no credentials with ``password=None``); HTTP errors returned."""
+    request = urllib.request.Request(url, data=data)
+    if password is not None:
+        token = base64.b64encode(f"allsmi:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 - loopback only
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def _query(base: str, promql: str, password: str) -> list[dict]:  # type: ignore[type-arg]
+    status, body = _request(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql}), password)
+    assert status == 200, body
+    return json.loads(body)["data"]["result"]  # type: ignore[no-any-return]
+
+
+def _store_argv(tmp_path: Path, vm_port: int, password_file: Path) -> list[str]:
+    """The drop-in's ExecStart= (the store's password file moved here) with the ARGS of
+    victoria-metrics.default, addresses and paths moved to loopback and ``tmp_path``."""
+    vm_bin = require_tool("victoria-metrics", "victoria-metrics")
+    moved = {"storageDataPath": str(tmp_path / "vmdata"),
+             "httpListenAddr": f"127.0.0.1:{vm_port}",
+             "promscrape.config": str(tmp_path / "scrape.yml")}
+    args = []
+    for arg in default_args():
+        key, eq, value = arg.lstrip("-").partition("=")
+        args.append(f"-{key}={moved.get(key, value)}" if eq else arg)
+    args.append("-search.latencyOffset=0s")  # queryable at once, for the test
+    script = drop_in_exec_start()
+    assert PASSWORD_FILE in script and "/usr/bin/victoria-metrics" in script
+    script = script.replace(PASSWORD_FILE, str(password_file)).replace("/usr/bin/victoria-metrics", vm_bin)
+    # env(1) sets ARGS as systemd's EnvironmentFile= would, and execs the shell, which execs the store.
+    return ["env", f"ARGS={shlex.join(args)}", "/bin/sh", "-ec", script]
+
+
+def test_the_store_refuses_to_start_without_its_password(tmp_path: Path) -> None:
+    for content in (None, ""):
+        password_file = tmp_path / "store.password"
+        if content is not None:
+            password_file.write_text(content)
+        argv = _store_argv(tmp_path, free_port(), password_file)
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert result.returncode != 0, result.stderr
+    assert "-httpAuth.username=allsmi" in default_args() and "-envflag.enable" in default_args()
 
 
 def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> None:
-    vm_bin = require_tool("victoria-metrics", "victoria-metrics")
     vmalert_bin = require_tool("vmalert", "victoria-metrics")
     serve_port, vm_port, alert_port = free_port(), free_port(), free_port()
     scrape = yaml.safe_load((VM_DIR / "scrape.yml").read_text())
@@ -94,11 +152,11 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
                    static_configs=[{"targets": [f"127.0.0.1:{serve_port}"]}])
     scrape["scrape_configs"] = jobs
     (tmp_path / "scrape.yml").write_text(yaml.safe_dump(scrape))
-    moved = {"storageDataPath": str(tmp_path / "vmdata"),
-             "httpListenAddr": f"127.0.0.1:{vm_port}",
-             "promscrape.config": str(tmp_path / "scrape.yml")}
-    vm_argv = [vm_bin] + [f"-{k}={moved.get(k, v)}" for k, v in flags(default_args()).items()]
-    vm_argv.append("-search.latencyOffset=0s")  # queryable at once, for the test
+    password = "s3cret-" + os.urandom(8).hex()
+    password_file = tmp_path / "store.password"
+    password_file.write_text(password + "\n")
+    password_file.chmod(0o600)
+    vm_argv = _store_argv(tmp_path, vm_port, password_file)
     store = f"http://127.0.0.1:{vm_port}"
     alert_argv = [vmalert_bin]
     for arg in exec_start()[1:]:
@@ -106,8 +164,10 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
         arg = arg.replace("http://127.0.0.1:8428", store)
         arg = arg.replace("127.0.0.1:8880", f"127.0.0.1:{alert_port}")
         arg = arg.replace("http://127.0.0.1:9093", f"http://127.0.0.1:{free_port()}")
+        arg = arg.replace(PASSWORD_FILE, str(password_file))
         alert_argv.append(arg)
     assert str(RULES) in " ".join(alert_argv) and store in " ".join(alert_argv)
+    assert " ".join(alert_argv).count(str(password_file)) == 2  # reads and writes with it
     log = open(tmp_path / "serve.log", "wb")
     serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
                               "--listen", f"127.0.0.1:{serve_port}"],
@@ -116,15 +176,17 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
     try:
         with running_server(vm_argv, tmp_path / "vm.log", f"{store}/health", "victoria-metrics"):
             deadline = time.monotonic() + 30
-            while not _query(store, "allsmi_device_info"):
+            while not _query(store, "allsmi_device_info", password):
                 assert time.monotonic() < deadline, (tmp_path / "vm.log").read_text()
                 time.sleep(0.5)
+            _refuses_the_unauthenticated(store, password)
+            _export_authenticates(tmp_path, store, password_file)
             with running_server(alert_argv, tmp_path / "vmalert.log",
                           f"http://127.0.0.1:{alert_port}/metrics", "vmalert"):
                 deadline = time.monotonic() + 120
                 # the fleet view's rule, evaluated every 15 s as of 30 s ago, written back and
                 # queryable (its newest sample 30 to 45 s old)
-                while not _query(store, "last_over_time(instance:allsmi_devices:totals[5m])"):
+                while not _query(store, "last_over_time(instance:allsmi_devices:totals[5m])", password):
                     assert time.monotonic() < deadline, (tmp_path / "vmalert.log").read_text()
                     time.sleep(1)
                 # (the hourly roll-ups start at an offset within the hour: see
@@ -133,3 +195,37 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
         serve.terminate()
         serve.wait(15)
         log.close()
+
+
+def _refuses_the_unauthenticated(store: str, password: str) -> None:
+    """Writes, imports, deletes and queries without the password answer 401 and change nothing."""
+    line = b'allsmi_test_forged{uuid="x"} 1\n'
+    delete = f"{store}/api/v1/admin/tsdb/delete_series?" + urllib.parse.urlencode({"match[]": "allsmi_device_info"})
+    for who in (None, "wrong"):
+        assert _request(f"{store}/api/v1/import/prometheus", who, line)[0] == 401
+        assert _request(f"{store}/api/v1/write", who, b"")[0] == 401
+        assert _request(delete, who, b"")[0] == 401
+        assert _request(delete.replace("/api/v1/admin/tsdb/delete_series", "/tags/delSeries"), who, b"")[0] == 401
+        assert _request(f"{store}/api/v1/query?query=1", who)[0] == 401
+    assert _request(f"{store}/health", None)[0] == 200  # liveness checks need no password
+    # Nothing was written or deleted; with the password a write goes through.
+    assert _query(store, "allsmi_device_info", password)
+    assert not _query(store, "allsmi_test_forged", password)
+    assert _request(f"{store}/api/v1/import/prometheus", password, line)[0] == 204
+    deadline = time.monotonic() + 30
+    while not _query(store, "allsmi_test_forged", password):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def _export_authenticates(tmp_path: Path, store: str, password_file: Path) -> None:
+    """allsmi export reads the locked store with the documented options, and fails without them."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    base = [sys.executable, "-m", "allsmi", "export", "--prometheus", store, "--since", since,
+            "--format", "json", "--config", os.devnull]
+    ok = subprocess.run([*base, "--prometheus-user", "allsmi", "--prometheus-password-file", str(password_file)],
+                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert ok.returncode in (0, 3), ok.stderr  # 3: the window is mostly before the store started
+    assert json.loads(ok.stdout)
+    refused = subprocess.run(base, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert refused.returncode not in (0, 3) and not refused.stdout and "401" in refused.stderr, refused.stderr

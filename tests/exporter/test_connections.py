@@ -270,3 +270,32 @@ def test_emfile_on_accept_backs_off_and_logs_once_per_interval(
         loop.stop()
         listener.close()
         loop.close()
+
+
+def test_addresses_whose_check_failed_are_served_after_the_others() -> None:
+    """Issue 32, item 11: a flood from many addresses, one request each, filled the queue
+    fairly and a valid scraper from a new address got 503 or waited for every address."""
+    release = threading.Event()
+    done: list[str] = []
+    refused: list[str] = []
+
+    def job(item: str) -> None:
+        release.wait(10)
+        done.append(item)
+
+    queue = FairQueue(job, refused.append, workers=1, max_queued=4, max_queued_per_client=4)
+    try:
+        flooders = [f"10.0.1.{i}" for i in range(5)]
+        for client in flooders:
+            queue.failed(client)  # each failed a check already
+        assert queue.submit(flooders[0], "f0")
+        _wait(lambda: queue.waiting() == 0)  # f0 is being checked
+        assert all(queue.submit(c, f"f{i}") for i, c in enumerate(flooders[1:], 1))  # full
+        assert queue.submit("10.0.0.9", "scraper")  # a suspect's request gives way
+        assert refused == ["f1"]
+        release.set()
+        _wait(lambda: len(done) == 5)
+        assert done[:2] == ["f0", "scraper"], done  # next after the check under way
+    finally:
+        release.set()
+        queue.close()

@@ -82,3 +82,16 @@ def test_default_gap_follows_accelerated_simulation_time() -> None:
     # A configured gap is in real seconds too: simulated time runs 60 times faster.
     assert resolve_options({"energy_max_gap_seconds": 7.0}, config, env, 1.0,
                            simulate=True).energy_max_gap == 7.0 * 60
+
+
+def test_max_holder_series_from_flag_environment_file_or_default() -> None:
+    assert resolve().max_holder_series == 1000
+    assert resolve(text=CONFIG + "max_holder_series = 50\n").max_holder_series == 50
+    assert resolve(env={"ALLSMI_SERVE_MAX_HOLDER_SERIES": "7"},
+                   text=CONFIG + "max_holder_series = 50\n").max_holder_series == 7
+    assert resolve(flags={"max_holder_series": 0}).max_holder_series == 0
+    for bad in ("-1", "1.5", "true", "2000000"):
+        with pytest.raises(ConfigError, match="line 10.*max_holder_series"):
+            resolve(text=CONFIG + f"max_holder_series = {bad}\n")
+    with pytest.raises(ValueError, match="ALLSMI_SERVE_MAX_HOLDER_SERIES"):
+        resolve(env={"ALLSMI_SERVE_MAX_HOLDER_SERIES": "many"})

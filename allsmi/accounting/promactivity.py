@@ -1,0 +1,92 @@
+"""Activity and waiting reasons from Prometheus: what the exporters' activity counters give a bill.
+
+The exporter publishes ``allsmi_device_active_seconds_total`` (allocated time weighted by compute
+activity), ``allsmi_holder_active_seconds_total`` and ``allsmi_holder_waiting_seconds_total{reason}``
+(each holder's allocated time by what it was doing), and the gauge
+``allsmi_device_compute_active_ratio{source}`` naming what the activity measures. The hourly
+roll-ups of ``deploy/prometheus/allsmi-rules.yml`` keep the same per hour. This module turns them
+into the activity fields of :class:`~allsmi.accounting.report.Part` (``active_s``,
+``active_allocated_s``, ``activity_method``, ``waiting_s``), as the ledger gives them: a device's
+waiting seconds are the sum of its holders'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from allsmi.accounting.report import Part
+from allsmi.fairshare import merge_methods
+from allsmi.schema import WAITING_REASONS
+
+DEVICE_ACTIVE = "allsmi_device_active_seconds_total"
+HOLDER_ACTIVE = "allsmi_holder_active_seconds_total"
+HOLDER_WAITING = "allsmi_holder_waiting_seconds_total"
+SOURCE_GAUGE = "allsmi_device_compute_active_ratio"
+ROLLUP_DEVICE_ACTIVE = "instance_uuid:allsmi_device_active_seconds:increase1h"
+ROLLUP_HOLDER_ACTIVE = "instance_uuid_holder:allsmi_holder_active_seconds:increase1h"
+ROLLUP_HOLDER_WAITING = "instance_uuid_holder_reason:allsmi_holder_waiting_seconds:increase1h"
+#: The holder-count names of the waiting reasons (see promsource.add_holder_counts).
+WAIT_NAMES: tuple[str, ...] = tuple(f"wait_{reason}" for reason in WAITING_REASONS)
+
+Waits = dict[tuple[str, str, str], list[float]]
+"""Per device (uuid, instance, resource group): allocated seconds per waiting reason."""
+
+
+def sources(client: Any, at: float, rng: str) -> dict[tuple[str, str], str]:
+    """Per device (uuid, instance): what its activity measured in the window (``mixed`` when it
+    changed)."""
+    out: dict[tuple[str, str], str] = {}
+    for sample in client.query(f"max by (uuid, instance, source) "
+                               f"(last_over_time({SOURCE_GAUGE}[{rng}]))", at):
+        metric = sample.get("metric", {})
+        key = (metric.get("uuid", ""), metric.get("instance", ""))
+        source = metric.get("source") or None
+        if source and source != "unknown":
+            out[key] = merge_methods((out.get(key), source)) or source
+    return out
+
+
+def split_reasons(found: dict[tuple[str, ...], float]
+                  ) -> tuple[dict[str, dict[tuple[str, ...], float]], Waits]:
+    """Holder waiting seconds keyed by the holder keys and a last ``reason``: per reason name
+    (``wait_<reason>``) the values by holder keys, and the sums per device."""
+    by_name: dict[str, dict[tuple[str, ...], float]] = {name: {} for name in WAIT_NAMES}
+    devices: Waits = {}
+    index = {reason: i for i, reason in enumerate(WAITING_REASONS)}
+    for key, value in found.items():
+        *holder, reason = key
+        i = index.get(reason)
+        if i is None or not value > 0:
+            continue
+        by_name[WAIT_NAMES[i]][tuple(holder)] = value
+        waits = devices.setdefault((holder[0], holder[1], holder[2]), [0.0] * len(WAIT_NAMES))
+        waits[i] += value
+    return by_name, devices
+
+
+def device_activity(part: Part, active: float | None, method: str | None,
+                    waits: list[float] | None) -> Part:
+    """``part`` with its activity: active seconds (never above the allocated ones), the
+    allocated seconds they cover, the method, and its holders' seconds per waiting reason."""
+    if active is not None and part.allocated_s is not None:
+        active = min(active, part.allocated_s)
+    return replace(part, active_s=active,
+                   active_allocated_s=None if active is None else part.allocated_s,
+                   activity_method=method if active is not None else None,
+                   waiting_s=None if waits is None else tuple(waits))
+
+
+def holder_activity(part: Part, counts: dict[str, Any], k_active: float,
+                    allocated: float | None) -> dict[str, Any]:
+    """The activity fields of one holder's share of ``part`` from its counts (``active`` and
+    the ``wait_<reason>`` names), for :func:`dataclasses.replace`."""
+    active = counts["active"] * k_active if "active" in counts and part.active_s is not None \
+        else None
+    waits = None
+    if any(name in counts for name in WAIT_NAMES):
+        waits = tuple(counts.get(name, 0.0) for name in WAIT_NAMES)
+    return {"active_s": active,
+            "active_allocated_s": None if active is None else allocated,
+            "activity_method": part.activity_method if active is not None else None,
+            "waiting_s": waits}

@@ -1,0 +1,128 @@
+"""The whole config file, checked the same by every command (issue 32, item 12).
+
+:mod:`allsmi.config` validates the core tables (``[node]``, ``[collector]``, ``[backends]``,
+``[groups]``, ``[[rules]]``); each consumer's table is validated by its consumer (``[serve]``
+by the exporter's options, ``[ledger]`` and ``[export]`` by the accounting, ``[attribution]``
+by the attribution, ``[dashboard]`` by the dashboard). Here every command runs each of those
+checks for the tables the file has, so a typo in ``[serve]`` stops ``allsmi snapshot`` too
+(exit 2, naming the file, the line and the key) rather than the service at its next restart.
+``allsmi doctor`` collects every problem instead of stopping at the first
+(:func:`problems_in`): each problem's key is left out and the checks run again.
+
+Only the file is judged here: environment variables are the command's own business. A
+``[dashboard] theme`` is checked against the installed themes only by ``allsmi dashboard``
+and ``allsmi doctor`` (``thorough``): knowing them means importing Textual, which a snapshot
+must not pay for.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from typing import Any, Callable
+
+from allsmi.config import MAX_PROBLEMS, Config, ConfigError
+from allsmi.tomlkeys import drop_key
+
+
+def _serve(config: Config) -> None:
+    from allsmi.cli.serveoptions import resolve_options
+    try:
+        resolve_options({}, config, {}, None)
+    except ValueError as exc:  # a ConfigError where a key is to blame; this is the rest
+        raise config.error(str(exc), "serve") from None
+
+
+def _ledger(config: Config) -> None:
+    from allsmi.accounting.settings import ledger_settings
+    ledger_settings(config, environ={})
+
+
+def _export(config: Config) -> None:
+    from allsmi.accounting.focus import focus_settings
+    from allsmi.accounting.settings import export_defaults
+    export_defaults(config)
+    focus_settings(config)
+
+
+def _attribution(config: Config) -> None:
+    from allsmi import registry
+    from allsmi.attribution import attribution_settings
+    attribution_settings(config, {}, registry.declarations())
+
+
+def _accounting(config: Config) -> None:
+    from allsmi.usage import grid_gco2e_per_kwh
+    grid_gco2e_per_kwh(config)  # and idle_threshold_percent, and the table's keys
+
+
+def _dashboard(config: Config) -> None:
+    from allsmi.dashboard.options import DashboardOptions
+    DashboardOptions.from_config(config)
+
+
+def _backends(config: Config) -> None:
+    if config.backends_enabled is None:
+        return
+    from allsmi import registry  # checked here: allsmi.config must not reach the backends
+    known = registry.names()
+    for name in config.backends_enabled:
+        if name not in known:
+            raise config.error(f"unknown backend {name!r} (installed: {', '.join(known)})",
+                               "backends", "enabled")
+
+
+#: (table, check); a check runs when the file has the table.
+CHECKS: tuple[tuple[str, Callable[[Config], None]], ...] = (
+    ("backends", _backends), ("accounting", _accounting), ("serve", _serve), ("ledger", _ledger),
+    ("export", _export), ("attribution", _attribution), ("dashboard", _dashboard))
+
+
+def _has(config: Config, table: str) -> bool:
+    if table == "backends":
+        return config.backends_enabled is not None
+    return table in config.sections
+
+
+def _without(config: Config, key_path: tuple[str, ...]) -> Config | None:
+    """``config`` less the key at ``key_path`` (``None`` when it cannot be left out)."""
+    if key_path[:2] == ("backends", "enabled"):
+        return replace(config, backends_enabled=None)
+    sections: dict[str, Any] = copy.deepcopy(dict(config.sections))
+    if not drop_key(sections, key_path):
+        return None
+    return replace(config, sections=sections)
+
+
+def problems_in(config: Config, *, thorough: bool = False,
+                first_only: bool = False) -> tuple[Config, list[ConfigError]]:
+    """Every problem in the consumers' tables of ``config``, and the config less the keys to
+    blame (what the valid keys say)."""
+    problems: list[ConfigError] = []
+    for table, check in CHECKS:
+        if table == "dashboard" and not thorough:
+            continue
+        while _has(config, table) and len(problems) < MAX_PROBLEMS:
+            try:
+                check(config)
+                break
+            except ConfigError as exc:
+                problems.append(exc)
+                if first_only:
+                    return config, problems
+                smaller = _without(config, exc.key_path) if exc.key_path else None
+                if smaller is None or exc.key_path == (table,):
+                    config = replace(config, sections={k: v for k, v in config.sections.items()
+                                                       if k != table})
+                    if table == "backends":
+                        config = replace(config, backends_enabled=None)
+                else:
+                    config = smaller
+    return config, problems
+
+
+def check_config(config: Config, *, thorough: bool = False) -> None:
+    """Raise the first problem in the consumers' tables of ``config`` (see the module)."""
+    _, problems = problems_in(config, thorough=thorough, first_only=True)
+    if problems:
+        raise problems[0]

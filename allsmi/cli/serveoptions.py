@@ -1,0 +1,158 @@
+"""``allsmi serve``'s settings: flags, then ``ALLSMI_SERVE_*`` environment variables, then the
+``[serve]`` table of the config file, then defaults (``docs/exporter.md``).
+
+Apart from the command (no click here) so that every command can check a ``[serve]`` table
+(:mod:`allsmi.cli.configcheck`) without loading the exporter's command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from allsmi.cli.common import simulation_speed
+from allsmi.config import INTERVAL_RANGE, Config
+from allsmi.usage import bridged_gap_seconds
+
+DEFAULT_PORT = 9477
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+SERVE_KEYS = ("listen", "interval_seconds", "processes", "web_config", "energy_max_gap_seconds",
+              "ledger", "max_holder_series")
+#: ``max_holder_series`` accepts 0 (no per-holder series: all holder time in the overflow
+#: holders) to this.
+MAX_HOLDER_SERIES_LIMIT = 1_000_000
+ENV = {"listen": "ALLSMI_SERVE_LISTEN", "interval_seconds": "ALLSMI_SERVE_INTERVAL",
+       "processes": "ALLSMI_SERVE_PROCESSES", "web_config": "ALLSMI_SERVE_WEB_CONFIG",
+       "energy_max_gap_seconds": "ALLSMI_SERVE_ENERGY_MAX_GAP", "ledger": "ALLSMI_SERVE_LEDGER",
+       "max_holder_series": "ALLSMI_SERVE_MAX_HOLDER_SERIES"}
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What ``allsmi serve`` resolved from flags, environment, file and defaults."""
+
+    host: str
+    port: int
+    interval: float
+    processes: bool
+    web_config: Path | None
+    energy_max_gap: float
+    ledger: Path | None
+    max_holder_series: int
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces) as (host, port)."""
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_LISTEN}, [::1]:{DEFAULT_PORT} or "
+                         f":{DEFAULT_PORT} for all interfaces), got {value!r}")
+    return (host or "0.0.0.0"), int(port)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -> float:
+    """A finite number in ``(minimum, maximum]`` (``minimum`` itself allowed when it is above 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number, got {value!r}")
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")) or number > maximum \
+            or number < minimum or (minimum == 0 and number == 0):
+        low = f"> {minimum:g}" if minimum == 0 else f">= {minimum:g}"
+        raise ValueError(f"expected a number {low} and <= {maximum:g}, got {value!r}")
+    return number
+
+
+def _count(value: Any) -> int:
+    """A whole number from 0 to :data:`MAX_HOLDER_SERIES_LIMIT`."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not 0 <= value <= MAX_HOLDER_SERIES_LIMIT:
+        raise ValueError(f"expected a whole number from 0 to {MAX_HOLDER_SERIES_LIMIT}, got {value!r}")
+    return value
+
+
+def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[str, str],
+                    common_interval: float | None, simulate: bool = False) -> ServeOptions:
+    """Merge flag > environment > ``[serve]`` > default; raise ConfigError or ValueError."""
+    section = config.section("serve")
+    for key in section:
+        if key not in SERVE_KEYS:
+            raise config.error(f"unknown key (allowed: {', '.join(SERVE_KEYS)})", "serve", key)
+    base = config.path.parent if config.path else Path(".")
+
+    def pick(key: str, convert: Any) -> Any:
+        if flags.get(key) is not None:
+            return flags[key]
+        env = environ.get(ENV[key])
+        if env:
+            try:
+                return convert(env)
+            except ValueError as exc:
+                raise ValueError(f"${ENV[key]}: {exc}") from None
+        if key in section:
+            try:
+                value = convert(section[key])
+            except (ValueError, TypeError) as exc:
+                raise config.error(str(exc), "serve", key) from None
+            if key in ("web_config", "ledger"):
+                value = str(base / Path(value).expanduser())  # file paths: relative to the config file
+            return value
+        return None
+
+    def text(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"expected a non-empty string, got {value!r}")
+        return value.strip()
+
+    def flag(value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return _bool(value)
+        raise ValueError(f"expected true or false, got {value!r}")
+
+    listen = pick("listen", text) or DEFAULT_LISTEN
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        if flags.get("listen") is None and not environ.get(ENV["listen"]) and "listen" in section:
+            raise config.error(str(exc), "serve", "listen") from None
+        raise
+    interval = common_interval or pick("interval_seconds", lambda v: _positive(v, *INTERVAL_RANGE)) \
+        or config.interval_seconds
+    gap = pick("energy_max_gap_seconds", lambda v: _positive(v, 0.0, 7 * 86400.0))
+    if gap is None and "max_gap_seconds" in config.section("ledger"):
+        gap = config.section("ledger")["max_gap_seconds"]  # validated by the ledger settings
+    if gap is not None and gap < interval:
+        # A gap shorter than the sampling interval would bridge nothing: every second lost.
+        raise config.error(f"must be at least the sampling interval ({interval:g} s), got {gap!r}",
+                           *(("serve", "energy_max_gap_seconds") if "energy_max_gap_seconds" in section
+                             else ("ledger", "max_gap_seconds")))
+    web = pick("web_config", text)
+    ledger = pick("ledger", text)
+    return ServeOptions(host=host, port=port, interval=interval,
+                        processes=bool(pick("processes", flag)),
+                        web_config=Path(web) if web else None,
+                        energy_max_gap=bridged_gap_seconds(interval, gap, simulation_speed(simulate, environ)),
+                        ledger=Path(ledger) if ledger else None,
+                        max_holder_series=_series_cap(pick("max_holder_series", _count)))
+
+
+def _series_cap(value: int | None) -> int:
+    from allsmi.exporter.holders import DEFAULT_MAX_HOLDER_SERIES
+    return DEFAULT_MAX_HOLDER_SERIES if value is None else value

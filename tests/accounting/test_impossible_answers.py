@@ -1,0 +1,203 @@
+"""``allsmi export --prometheus`` against a store answering what no honest store can (issue 32,
+item 2): duplicate series of one device, more observed time than the window, NaN, 1e308 joules,
+a value that is no number. None is billed: the export fails naming the series, or counts a
+copy once and says so; no row bills more than the window x its devices, and coverage never
+reads above 1 (1.000024 of extrapolation reads 1).
+
+All from the outside: the CLI as a subprocess against a local HTTP server that answers each
+PromQL query by the counter it names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from .test_export_cli import SINCE, UNTIL, run
+
+HOUR = 3600
+DEVICE = {"uuid": "GPU-a", "instance": "node-a:9494", "resource_group": "default",
+          "vendor": "nvidia", "model": "H100"}
+
+
+class _Store(http.server.BaseHTTPRequestHandler):
+    """Each counter's increase over the hour from ``values`` (a counter missing: no series);
+    ``copies`` series per answer; ``duplicated`` devices in the duplicate-series query."""
+
+    values: dict[str, Any] = {}
+    copies: int = 1
+    duplicated: bool = False
+
+    def do_GET(self) -> None:  # noqa: N802
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        result: list[dict[str, Any]] = []
+        kind = "vector"
+        if "rollup_window_seconds" in query:
+            kind = "matrix"  # nothing rolled up
+        elif query.startswith("count by"):
+            if self.duplicated:
+                result = [{"metric": {**DEVICE, "index": "0"}, "value": [0, "2"]}]
+        else:
+            for name, value in self.values.items():
+                if name in query:
+                    result = [{"metric": {**DEVICE, "replica": str(i)}, "value": [0, value]}
+                              for i in range(self.copies)]
+                    break
+        body = json.dumps({"status": "success",
+                           "data": {"resultType": kind, "result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+HONEST = {"observed_seconds": "3600", "idle_allocated_seconds": "0",
+          "allocated_seconds": "1800", "busy_seconds": "900", "energy_joules": "1.8e6",
+          "memory_used_bytes": "1e9", "device_info": "1"}
+
+
+@pytest.fixture()
+def store() -> Iterator[tuple[type[_Store], str]]:
+    handler = type("Store", (_Store,), {"values": dict(HONEST), "copies": 1,
+                                        "duplicated": False})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield handler, f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def export(url: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
+    out = run("--prometheus", url, "--since", SINCE, "--until", UNTIL, "--format", "json",
+              "--group-by", "resource_group", cwd=tmp_path)
+    return out.returncode, json.loads(out.stdout) if out.stdout else {}, out.stderr
+
+
+def test_an_honest_answer_bills_the_hour(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rc, doc, err = export(store[1], tmp_path)
+    assert rc == 0, err
+    (row,) = doc["rows"]
+    assert row["observed_device_hours"] == 1.0 and row["allocated_device_hours"] == 0.5
+    assert row["energy_kwh"] == 0.5 and doc["coverage_ratio"] == 1.0
+    assert "warning" not in err, err
+
+
+def test_duplicate_series_count_once_and_are_said(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    handler, url = store
+    handler.copies, handler.duplicated = 2, True
+    rc, doc, err = export(url, tmp_path)
+    assert rc == 0, err
+    (row,) = doc["rows"]
+    assert row["observed_device_hours"] == 1.0 and row["allocated_device_hours"] == 0.5
+    assert row["energy_kwh"] == 0.5 and doc["coverage_ratio"] == 1.0
+    assert "more than one series" in err and "uuid=GPU-a" in err, err
+    assert "more than once" in err, err
+
+
+@pytest.mark.parametrize("name,value", [("observed_seconds", str(3 * HOUR)),
+                                        ("allocated_seconds", str(2 * HOUR)),
+                                        ("busy_seconds", str(2 * HOUR))])
+def test_more_time_than_the_window_fails(store, tmp_path: Path, name: str,  # type: ignore[no-untyped-def]
+                                         value: str) -> None:
+    handler, url = store
+    handler.values[name] = value
+    rc, doc, err = export(url, tmp_path)
+    assert rc == 1 and doc == {}, (rc, doc)
+    assert "impossible answer" in err and "node-a:9494/GPU-a" in err, err
+
+
+@pytest.mark.parametrize("value,said", [("NaN", "NaN"), ("+Inf", "+Inf"),
+                                        ("lots", "non-numeric value 'lots'")])
+def test_a_value_that_is_not_a_finite_number_fails_naming_the_series(  # type: ignore[no-untyped-def]
+        store, tmp_path: Path, value: str, said: str) -> None:
+    handler, url = store
+    handler.values["energy_joules"] = value
+    rc, doc, err = export(url, tmp_path)
+    assert rc == 1 and doc == {}, (rc, doc)
+    assert said in err and 'uuid="GPU-a"' in err and "energy_joules" in err, err
+
+
+def test_energy_no_device_can_draw_fails(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    handler, url = store
+    handler.values["energy_joules"] = "1e308"
+    rc, doc, err = export(url, tmp_path)
+    assert rc == 1 and doc == {}, (rc, doc)
+    assert "impossible answer" in err and "J in a window of 3600 s" in err, err
+
+
+def test_extrapolation_past_the_window_reads_as_the_window(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    handler, url = store
+    handler.values["observed_seconds"] = str(HOUR * 1.000024)
+    rc, doc, err = export(url, tmp_path)
+    assert rc == 0, err
+    assert doc["coverage_ratio"] == 1.0 and doc["rows"][0]["coverage_ratio"] == 1.0
+    assert doc["rows"][0]["observed_device_hours"] == 1.0
+
+
+class _Rolled(_Store):
+    """The hour rolled up by two evaluators (``replica`` a and b) that disagree on the device's
+    observed seconds (``observed``); every other roll-up empty."""
+
+    observed: tuple[str, str] = ("3600", "3600")
+
+    def do_GET(self) -> None:  # noqa: N802
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        end = int(dt.datetime.fromisoformat(UNTIL).timestamp())
+        if not query.endswith("s]"):
+            return super().do_GET()
+        result: list[dict[str, Any]] = []
+        if "rollup_window_seconds" in query:
+            result = [{"metric": {"replica": r}, "values": [[end, "3600"]]} for r in "ab"]
+        elif "observed_seconds:increase1h" in query:
+            result = [{"metric": {**DEVICE, "replica": r}, "values": [[end, v]]}
+                      for r, v in zip("ab", self.observed)]
+        body = json.dumps({"status": "success",
+                           "data": {"resultType": "matrix", "result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize("observed,said", [(("3600", "3600"), None),
+                                           (("3600", "3000"), "disagree"),
+                                           (("3600", "NaN"), "NaN")])
+def test_an_hour_rolled_up_twice_bills_once(tmp_path: Path, observed: tuple[str, str],
+                                            said: str | None) -> None:
+    handler = type("Rolled", (_Rolled,), {"values": dict(HONEST), "copies": 1,
+                                          "duplicated": False, "observed": observed})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        rc, doc, err = export(f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    if said == "NaN":
+        assert rc == 1 and "NaN" in err and "observed_seconds:increase1h" in err, err
+        return
+    assert rc == 0, err
+    assert doc["source_data"].startswith("hourly roll-ups for 1 h"), doc["source_data"]
+    assert doc["rows"][0]["observed_device_hours"] == 1.0 and doc["coverage_ratio"] == 1.0
+    assert "1 evaluation(s) besides the 1 billed" in err, err
+    assert "1 roll-up value(s) of an hour are held by more than one series" in err, err
+    if said:
+        assert "disagree" in err and "uuid=GPU-a" in err and "3000 to 3600" in err, err
+    else:
+        assert "disagree" not in err, err

@@ -1,0 +1,160 @@
+"""deploy/kubernetes/components/{tls,basic-auth}: the probes and the monitors work against a real
+``allsmi serve`` run with the web configuration the components mount.
+
+The Secrets are directories here (one file per key, as Kubernetes mounts them): a CA and a
+server certificate for allsmi.allsmi.svc made with openssl, a web.yml with a bcrypt hash. The
+rendered DaemonSet's environment (its paths mapped into the Secret's directory) starts the
+exporter; each rendered probe is then run as the kubelet runs it (httpGet: the scheme, path and
+port, any 2xx or 3xx status, certificates not verified, no credentials; tcpSocket: a connect),
+and a real Prometheus scrapes it as the Prometheus Operator configures it from the rendered
+monitor (verifying the certificate against ca.crt, sending the scrape Secret's credentials).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ..conftest import require_tool
+from ..exporter.server import Serve, fetch, run_serve
+from .kube import container, env, one, render, render_with, volumes
+from .operator import pod_target, prometheus, scrape_job, wait_for
+
+pytestmark = [pytest.mark.integration]
+
+bcrypt = pytest.importorskip("bcrypt")
+
+USER, PASSWORD = "prometheus", "correct horse battery"
+NODE = "gpu-node-3"
+
+
+def _secrets(tmp: Path, basic_auth: bool) -> dict[str, Path]:
+    """The Secrets allsmi-web-config and allsmi-scrape-auth, as README.md says to make them."""
+    openssl = require_tool("openssl", "openssl")
+    web, scrape = tmp / "allsmi-web-config", tmp / "allsmi-scrape-auth"
+    web.mkdir()
+    scrape.mkdir()
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60, cwd=web)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=allsmi test CA",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=allsmi", "-keyout", "tls.key", "-out", "tls.csr")
+    (web / "san.ext").write_text("subjectAltName=DNS:allsmi.allsmi.svc,DNS:allsmi\n")
+    run("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "1", "-extfile", "san.ext", "-out", "tls.crt")
+    for leftover in ("ca.key", "tls.csr", "san.ext", "ca.srl"):
+        (web / leftover).unlink(missing_ok=True)
+    config: dict[str, Any] = {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
+    if basic_auth:
+        config["basic_auth_users"] = {USER: bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()}
+    (web / "web.yml").write_text(yaml.safe_dump(config))
+    (scrape / "username").write_text(USER)
+    (scrape / "password").write_text(PASSWORD)
+    return {"allsmi-web-config": web, "allsmi-scrape-auth": scrape}
+
+
+def _serve_as_rendered(ds: dict[str, Any], secrets: dict[str, Path], tmp: Path) -> Serve:
+    """``allsmi serve`` with the DaemonSet's web configuration, its Secret mount mapped here."""
+    path = env(ds)["ALLSMI_SERVE_WEB_CONFIG"]
+    (mount,) = [m for m in container(ds)["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    volume = volumes(ds)[mount["name"]]
+    assert mount["readOnly"] is True and volume["secret"]["defaultMode"] == 0o400
+    local = secrets[volume["secret"]["secretName"]] / Path(path).relative_to(mount["mountPath"])
+    return run_serve(["--simulate", "mixed", "--interval", "0.5"], tmp=tmp,
+                     env={"ALLSMI_SERVE_WEB_CONFIG": str(local), "ALLSMI_HOSTNAME": NODE})
+
+
+def _kubelet_probe(probe: dict[str, Any], port: int) -> bool:
+    """One probe as the kubelet runs it, against 127.0.0.1:``port`` (the named port ``metrics``)."""
+    if "tcpSocket" in probe:
+        assert probe["tcpSocket"]["port"] == "metrics"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=probe.get("timeoutSeconds", 1)):
+                return True
+        except OSError:
+            return False
+    get = probe["httpGet"]
+    assert get["port"] == "metrics" and "httpHeaders" not in get  # no credential in a pod spec
+    scheme = get.get("scheme", "HTTP").lower()
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # the kubelet does not verify a probe's certificate
+    try:
+        response = fetch(f"{scheme}://127.0.0.1:{port}{get['path']}", context=insecure if scheme == "https" else None,
+                         timeout=probe.get("timeoutSeconds", 1))
+    except OSError:
+        return False
+    return 200 <= response.status < 400
+
+
+def _probes_pass(ds: dict[str, Any], server: Serve) -> dict[str, bool]:
+    server.wait_listening()
+    c = container(ds)
+    deadline = time.monotonic() + 30
+    while True:  # readiness needs a first collection cycle
+        got = {name: _kubelet_probe(c[name], server.port) for name in ("startupProbe", "livenessProbe", "readinessProbe")}
+        if all(got.values()) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("basic_auth", [False, True], ids=["tls", "tls+basic-auth"])
+def test_probes_and_monitor_against_a_real_exporter(tmp_path: Path, basic_auth: bool) -> None:
+    if basic_auth:
+        objects = render("fleet-tls-auth")
+    else:
+        objects = render_with(tmp_path, "fleet", ["tls"])
+    (ds,) = [d for d in objects if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "allsmi-nvidia"]
+    monitor = one(objects, "ServiceMonitor")
+    secrets = _secrets(tmp_path, basic_auth)
+    server = _serve_as_rendered(ds, secrets, tmp_path)
+    server.scheme = "https"
+    try:
+        assert _probes_pass(ds, server) == dict.fromkeys(("startupProbe", "livenessProbe", "readinessProbe"), True), \
+            server.output()
+        # The kit's plain probes would fail here: HTTP to a TLS port, or 401 without credentials.
+        plain = container(one(render("fleet"), "DaemonSet", "allsmi-nvidia"))
+        assert not _kubelet_probe(plain["readinessProbe"], server.port)
+        if basic_auth:
+            https_probe = {"httpGet": {"path": "/ready", "port": "metrics", "scheme": "HTTPS"}}
+            assert not _kubelet_probe(https_probe, server.port)  # 401: why they are TCP probes
+
+        targets = tmp_path / "targets.json"
+        targets.write_text(json.dumps([pod_target(f"127.0.0.1:{server.port}", "allsmi-nvidia-b7x2q",
+                                                  "allsmi-nvidia", NODE)]))
+        job = scrape_job(monitor, "kit", targets, secrets)
+        assert job["scheme"] == "https" and ("basic_auth" in job) == basic_auth
+        # The certificate names allsmi.allsmi.svc, not the pod's address: the scrape verifies it
+        # as the monitor's serverName.
+        jobs = [job]
+        if basic_auth:
+            jobs.append({**job, "job_name": "no-credentials", "basic_auth": None,
+                         "relabel_configs": job["relabel_configs"] + [{"target_label": "job", "replacement": "no-credentials"}]})
+            jobs[-1].pop("basic_auth")
+        with prometheus(tmp_path, jobs) as base:
+            wanted = [("allsmi-nvidia", NODE, "1")] + ([("no-credentials", NODE, "0")] if basic_auth else [])
+            wait_for(base, "up", sorted(wanted))
+            wait_for(base, "count by (job, instance) (allsmi_device_info)", [("allsmi-nvidia", NODE, "37")])
+    finally:
+        server.stop()
+
+
+def test_podmonitor_with_tls_and_basic_auth_validates(tmp_path: Path) -> None:
+    from .test_kubernetes import _operator_errors
+    objects = render_with(tmp_path, "fleet-podmonitor", ["tls", "basic-auth"])
+    monitor = one(objects, "PodMonitor")
+    ep = monitor["spec"]["podMetricsEndpoints"][0]
+    assert ep["scheme"] == "https" and ep["tlsConfig"]["serverName"] == "allsmi.allsmi.svc"
+    assert ep["basicAuth"]["password"] == {"name": "allsmi-scrape-auth", "key": "password"}
+    assert _operator_errors(monitor) == []
+    for ds in (o for o in objects if o["kind"] == "DaemonSet"):
+        assert all("tcpSocket" in container(ds)[p] for p in ("startupProbe", "livenessProbe", "readinessProbe"))

@@ -1,0 +1,176 @@
+"""deploy/kubernetes/: the options of README.md's "Options", each rendered on top of the fleet and
+validated (built-in objects against the newest Kubernetes schema, the operator's against its CRD
+models): priority class, kubelet paths of MicroK8s and k0s, kube-prometheus-stack's release
+label, vmagent as a scraper, a percentage of nodes rolled at a time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .kube import KIT, container, daemonsets, mount_of, of_kind, one, render_with, volumes
+
+README = KIT / "README.md"
+
+
+def _validate(objects: list[dict[str, Any]], *kinds: str) -> None:
+    """The objects of ``kinds`` the option changes (one per kind: the vendors' DaemonSets differ
+    only in what the option does not touch)."""
+    kv = pytest.importorskip("kubernetes_validate")
+    from .test_kubernetes import _operator_errors, _schema_versions
+    newest = _schema_versions()[-1]
+    firsts = {}
+    for obj in objects:
+        if obj["kind"] in kinds:
+            firsts.setdefault(obj["kind"], obj) if obj["kind"] == "DaemonSet" else firsts.setdefault(id(obj), obj)
+    assert {o["kind"] for o in firsts.values()} == set(kinds)
+    for obj in firsts.values():
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            assert _operator_errors(obj) == [], obj["metadata"]["name"]
+        else:
+            kv.validate(obj, newest, strict=True)
+
+
+def test_priority_class_is_system_node_critical_by_default() -> None:
+    for ds in daemonsets("fleet"):
+        assert ds["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
+
+
+def test_priority_class_patch_of_the_readme(tmp_path: Path) -> None:
+    patch = {"target": {"kind": "DaemonSet"}, "patch": "- op: replace\n  path: /spec/template/spec/priorityClassName\n"
+             "  value: gpu-monitoring\n"}
+    assert "path: /spec/template/spec/priorityClassName" in README.read_text()
+    objects = render_with(tmp_path, "fleet", patches=[patch])
+    _validate(objects, "DaemonSet")
+    assert {ds["spec"]["template"]["spec"]["priorityClassName"] for ds in of_kind(objects, "DaemonSet")} == {
+        "gpu-monitoring"}
+
+
+@pytest.mark.parametrize("component,host_path", [
+    ("kubelet-microk8s", "/var/snap/microk8s/common/var/lib/kubelet/pod-resources"),
+    ("kubelet-k0s", "/var/lib/k0s/kubelet/pod-resources")])
+def test_kubelet_paths(tmp_path: Path, component: str, host_path: str) -> None:
+    objects = render_with(tmp_path, "fleet", [component])
+    _validate(objects, "DaemonSet")
+    sets = of_kind(objects, "DaemonSet")
+    assert len(sets) == 6
+    for ds in sets:
+        socket = next(e["value"] for e in container(ds)["env"] if e["name"] == "ALLSMI_KUBELET_SOCKET")
+        mount, volume = mount_of(ds, socket)
+        assert volume["hostPath"] == {"path": host_path, "type": "Directory"} and mount["readOnly"] is True
+        assert len(volumes(ds)) == len(volumes(one(daemonsets("fleet"), "DaemonSet", ds["metadata"]["name"])))
+    assert f"components/{component}" in README.read_text()
+
+
+def test_release_label_for_kube_prometheus_stack(tmp_path: Path) -> None:
+    objects = render_with(tmp_path, "fleet-billing", ["kube-prometheus-stack"])
+    _validate(objects, "ServiceMonitor", "PrometheusRule")
+    operator = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert {o["kind"] for o in operator} == {"ServiceMonitor", "PrometheusRule"} and len(operator) == 3
+    assert all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in operator)
+    assert not [o for o in objects if "release" in o["metadata"].get("labels", {}) and o not in operator]
+    assert "components/kube-prometheus-stack" in README.read_text()
+
+
+def test_vmagent_as_a_scraper(tmp_path: Path) -> None:
+    objects = render_with(tmp_path, "fleet", ["scrape-from-vmagent"])
+    _validate(objects, "NetworkPolicy")
+    (rule,) = one(objects, "NetworkPolicy", "allsmi")["spec"]["ingress"]
+    peers = rule["from"]
+    assert peers[0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    assert peers[1] == {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "vmagent"}}}
+    assert [p["port"] for p in rule["ports"]] == ["metrics"]
+    assert "components/scrape-from-vmagent" in README.read_text()
+
+
+def test_large_fleet_rolls_a_percentage(tmp_path: Path) -> None:
+    objects = render_with(tmp_path, "fleet", ["large-fleet"])
+    _validate(objects, "DaemonSet")
+    assert {ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] for ds in of_kind(objects, "DaemonSet")} == {
+        "10%"}
+    assert all(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1 for ds in daemonsets("fleet"))
+    assert "components/large-fleet" in README.read_text()
+
+
+def _unprivileged(tmp_path: Path) -> tuple[list[str], str]:
+    """The NVIDIA exporter as uid 10001: no kubelet socket, the cgroup source only, the ledger
+    directory handed over by a CHOWN-only init container. Its init command and config."""
+
+    from allsmi.attribution.settings import attribution_settings
+    from allsmi.config import parse_config
+
+    from .kube import env
+    objects = render_with(tmp_path, "fleet", ["nvidia-unprivileged"])
+    _validate(objects, "DaemonSet")
+    for ds in of_kind(objects, "DaemonSet"):
+        sc = container(ds)["securityContext"]
+        if ds["metadata"]["name"] != "allsmi-nvidia":
+            assert sc["runAsUser"] == 0  # the others keep their device access
+            continue
+        assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (10001, 10001, True)
+        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+        assert "pod-resources" not in volumes(ds) and "ALLSMI_KUBELET_SOCKET" not in env(ds)
+        assert ds["spec"]["template"]["spec"]["hostPID"] is True  # the cgroup source reads host PIDs
+        (init,) = ds["spec"]["template"]["spec"]["initContainers"]
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+        mount, volume = mount_of(ds, env(ds)["ALLSMI_SERVE_LEDGER"])
+        assert init["volumeMounts"] == [{"name": mount["name"], "mountPath": mount["mountPath"]}]
+        assert init["command"] == ["chown", "10001:10001", mount["mountPath"]]
+        config_map = one(objects, "ConfigMap", volumes(ds)["config"]["configMap"]["name"])
+        text = config_map["data"]["config.toml"]
+        assert attribution_settings(parse_config(text), environ={}).sources == ("cgroup",)
+    assert "components/nvidia-unprivileged" in README.read_text()
+    return init["command"], text
+
+
+def test_nvidia_unprivileged_renders(tmp_path: Path) -> None:
+    _unprivileged(tmp_path)
+
+
+def test_nvidia_unprivileged_serves_as_uid_10001(tmp_path: Path) -> None:
+    """Run so here (the tests must be root to switch to uid 10001)."""
+    import os
+    command, text = _unprivileged(tmp_path)
+    if os.geteuid() != 0:
+        pytest.skip("switching to uid 10001 needs root")
+    import shutil
+    import tempfile
+    run_dir = Path(tempfile.mkdtemp(prefix="allsmi-unprivileged-"))  # pytest's own is root's only
+    try:
+        _run_as_10001(run_dir, command, text)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_as_10001(run_dir: Path, init_command: list[str], text: str) -> None:
+    import os
+    import subprocess
+
+    from ..exporter.server import run_serve
+    run_dir.chmod(0o755)
+    state = run_dir / "state"
+    state.mkdir(mode=0o755)
+    subprocess.run(init_command[:2] + [str(state)], check=True, timeout=10)  # the init container
+    (run_dir / "config.toml").write_text(text)
+    (run_dir / "config.toml").chmod(0o644)
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(10001)
+        os.setuid(10001)
+    import sys
+    try:
+        subprocess.run([sys.executable, "-c", "import allsmi"], preexec_fn=drop, check=True, timeout=60,
+                       capture_output=True)
+    except (PermissionError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"this Python cannot be run by uid 10001 here (its directory is root's): {exc}")
+    server = run_serve(["--simulate", "mixed"], tmp=run_dir, preexec_fn=drop, env={
+        "ALLSMI_CONFIG": str(run_dir / "config.toml"), "ALLSMI_SERVE_LEDGER": str(state / "ledger.db"),
+        "HOME": str(run_dir)})
+    try:
+        server.wait_ready(timeout=60)  # ready: a fresh exposition and the ledger written
+    finally:
+        assert server.stop() == 0, server.output()
+    assert (state / "ledger.db").stat().st_uid == 10001
