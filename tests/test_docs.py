@@ -353,8 +353,8 @@ def test_export_timeout_flag_and_config_key_share_one_range(tmp_path: Path) -> N
 
 #: The dashboard's widgets the docs describe by name: what the docs call them -> the class.
 DESCRIBED_WIDGETS = {
-    "device table": "allsmi.dashboard.device_table:DeviceTable",
-    "processes panel": "allsmi.dashboard.panels:ProcessTable",
+    "device table": "allsmi.dashboard.tables.device_table:DeviceTable",
+    "processes panel": "allsmi.dashboard.views.panels:ProcessTable",
 }
 
 

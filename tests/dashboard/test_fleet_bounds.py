@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.model import GONE_GRACE_SECONDS, MAX_GONE_DEVICES
-from allsmi.dashboard.prometheus import PrometheusSource
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.state.model import GONE_GRACE_SECONDS, MAX_GONE_DEVICES
+from allsmi.dashboard.sources.prometheus import PrometheusSource
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 
@@ -103,8 +103,8 @@ class FakePrometheus:
         return {"metric": labels, "value": [1000.0, self.value if value is None else value]}
 
     def answer(self, promql: str) -> list[dict[str, Any]]:
-        from allsmi.dashboard.prometheus import DEVICE_INFO, DEVICE_UP, PROCESS_MEMORY, VALUE_METRICS
-        from allsmi.dashboard.promsummary import summary_queries
+        from allsmi.dashboard.sources.prometheus import DEVICE_INFO, DEVICE_UP, PROCESS_MEMORY, VALUE_METRICS
+        from allsmi.dashboard.sources.promsummary import summary_queries
         instances = [f"node-{i}:9477" for i in range(self.instances)]
         uuids = [f"GPU-{d}" for d in range(self.devices)]
         if promql.startswith("count by (instance)"):
@@ -271,7 +271,7 @@ def _many_processes(base: Snapshot, devices: int, per_device: int) -> Snapshot:
 async def test_p_on_a_huge_host_never_blocks_the_ui(sim_snapshots: list[Snapshot]) -> None:
     import time
 
-    from allsmi.dashboard.panels import MAX_PROCESS_ROWS
+    from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS
     big = _many_processes(sim_snapshots[0], 4096, 30)
     source = StaticSource.of([big], interval=1.0)
     app = DashboardApp(source)
@@ -443,7 +443,7 @@ async def test_the_fleet_view_through_prometheus_shows_pods_and_jobs_holding_dev
 
 
 async def test_a_host_answering_one_poll_in_four_is_flapping_with_its_last_devices(sim_snapshots: list[Snapshot]) -> None:
-    from allsmi.dashboard.cluster import ClusterSource, FetchError
+    from allsmi.dashboard.sources.cluster import ClusterSource, FetchError
 
     from .conftest import screen_text
     now = [1000.0]

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.columns import columns_for
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.tables.columns import columns_for
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.help import HelpScreen, key_label
-from allsmi.dashboard.model import sort_value
-from allsmi.dashboard.difftable import DiffTable
-from allsmi.dashboard.panels import ProcessTable
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.screen.help import HelpScreen, key_label
+from allsmi.dashboard.state.model import sort_value
+from allsmi.dashboard.tables.difftable import DiffTable
+from allsmi.dashboard.views.panels import ProcessTable
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.prometheus import SHARED_DEVICES, STATIC_SECONDS, PrometheusSource, make_query
-from allsmi.dashboard.promsummary import GROUPINGS, RECORDED, fleet_totals, recorded_totals, summary_queries
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.sources.prometheus import SHARED_DEVICES, STATIC_SECONDS, PrometheusSource, make_query
+from allsmi.dashboard.sources.promsummary import GROUPINGS, RECORDED, fleet_totals, recorded_totals, summary_queries
 
 from ..prometheus_server import running_prometheus
 from .conftest import screen_text
@@ -199,7 +199,7 @@ class NodePrometheus:
 
 async def test_the_cluster_processes_panel_shows_each_process_utilization_from_prometheus(
         sim_snapshots: list[Any]) -> None:
-    from allsmi.dashboard.process_table import ProcessTable
+    from allsmi.dashboard.tables.process_table import ProcessTable
     from allsmi.formatting import percent
     UTIL = [c for c, _, _ in ProcessTable.COLUMNS].index("util")
     snap = sim_snapshots[-1]

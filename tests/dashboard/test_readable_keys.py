@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from textual import events
 
-from allsmi.dashboard.idle import IdleMeter
-from allsmi.dashboard.idleview import idle_note, idle_title
+from allsmi.dashboard.state.idle import IdleMeter
+from allsmi.dashboard.views.idleview import idle_note, idle_title
 from allsmi.schema import Snapshot
 
 from .conftest import make_app, play_all, screen_text
@@ -69,7 +69,7 @@ def test_idle_window_is_measured_per_host_and_skewed_clocks_are_named() -> None:
 
 
 async def test_the_details_panel_scrolls_to_every_holder_at_80x24() -> None:
-    from allsmi.dashboard.app import DashboardApp
+    from allsmi.dashboard.screen.app import DashboardApp
     from allsmi.dashboard.sources import StaticSource
 
     from .readable import SHARED, hostile_node
@@ -95,16 +95,16 @@ async def test_the_details_panel_scrolls_to_every_holder_at_80x24() -> None:
 
 
 def test_the_idle_row_nobody_claimed_is_labelled() -> None:
-    from allsmi.dashboard.idle import NOBODY, IdleRow
-    from allsmi.dashboard.idleview import UNCLAIMED, idle_cells
-    from allsmi.dashboard.render import Palette
+    from allsmi.dashboard.state.idle import NOBODY, IdleRow
+    from allsmi.dashboard.views.idleview import UNCLAIMED, idle_cells
+    from allsmi.dashboard.views.render import Palette
     cells = idle_cells(IdleRow("shared", NOBODY, idle_seconds=7.2), {}, Palette.from_theme(None, True))
     assert str(cells[1]) == UNCLAIMED == "(unclaimed)"
 
 
 async def test_the_groups_view_gives_energy_in_one_unit(sim_snapshots: list[Snapshot]) -> None:
     import re
-    from allsmi.dashboard.panels import energy_in, energy_unit
+    from allsmi.dashboard.views.panels import energy_in, energy_unit
     assert energy_unit(500.0)[0] == "J" and energy_unit(5e4)[0] == "Wh" and energy_unit(5e7)[0] == "kWh"
     assert energy_in(500.0, energy_unit(5e4)) == "0.1 Wh"
     app, source = make_app(sim_snapshots)
