@@ -6,7 +6,7 @@ series on every refresh means hundreds of megabytes of JSON. The overview
 totals, so Prometheus computes them: a handful of ``count``/``sum by`` queries
 per grouping, each answering one number per host, group or vendor.
 
-The totals follow the same rules as :func:`allsmi.dashboard.state.model.totals_by`
+The totals follow the same rules as :func:`allsmi.dashboard.state.totals.totals_by`
 over devices: a physical device counts once and carries its memory;
 partitions are counted apart; utilization is averaged over every device that
 reports one; power is summed as reported (only board owners carry it), and power limits only
