@@ -118,3 +118,43 @@ async def test_the_groups_view_gives_energy_in_one_unit(sim_snapshots: list[Snap
             cells = [str(c) for c in table.get_row(key)]
             units.update(m.group(1) for c in cells for m in [re.fullmatch(r"[\d.]+ (J|Wh|kWh)", c)] if m)
         assert len(units) == 1, units
+
+
+async def test_hosts_known_by_their_totals_alone_stay_fresh(sim_snapshots: list[Snapshot]) -> None:
+    """A large Prometheus fleet sends each host's totals, no snapshot: every answer is fresh
+    data (its time of arrival moves), so the summary's age stays that of the last answer instead
+    of climbing with the dashboard's uptime."""
+    from allsmi.dashboard.screen.app import DashboardApp
+    from allsmi.dashboard.sources import HostState
+    from allsmi.dashboard.state.totals import Totals
+
+    clock = [1000.0]
+
+    class Fleet:
+        interval, cluster, fetches, detailed = 1.0, True, False, False
+
+        def hosts(self):  # type: ignore[no-untyped-def]
+            # answered 4 s ago, every time it is asked
+            return [HostState(f"node{i}:9477", f"node{i}:9477", None, clock[0] - 4.0,
+                              summary=Totals(f"node{i}:9477", devices=8)) for i in range(3)]
+
+        def totals(self, by: str) -> dict:  # type: ignore[type-arg]
+            return {}
+
+        def refresh(self, cancelled):  # type: ignore[no-untyped-def]
+            pass
+
+        def history(self):  # type: ignore[no-untyped-def]
+            return []
+
+        def close(self) -> None:
+            pass
+
+    app = DashboardApp(Fleet(), clock=lambda: clock[0])  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 40)) as pilot:
+        for _ in range(5):
+            clock[0] += 60.0
+            app.poll()
+            await pilot.pause()
+        summary = app.query_one("#summary").plain
+        assert "age 4 s" in summary, summary

@@ -123,7 +123,10 @@ class DataFeed:
         if self._closing or self._closed or not self.screen_stack:
             return  # a timer that fires while the app shuts down: its widgets are going away
         hosts = list(self.source.hosts())
-        signature = tuple((h.key, id(h.snapshot), h.error, h.retry_at) for h in hosts)
+        # When the data arrived and the totals too: a host known by its totals alone (a large
+        # Prometheus fleet) has no snapshot to change, yet is fresh with every answer.
+        signature = tuple((h.key, id(h.snapshot), h.error, h.retry_at, h.received, id(h.summary))
+                          for h in hosts)
         if signature != self._signature and not self.paused:
             self._signature = signature
             self.hosts = hosts
