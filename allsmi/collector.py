@@ -32,6 +32,7 @@ __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's name
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
     from allsmi.attribution import Attribution, Attributor
+    from allsmi.waiting import WaitingClassifier
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Collector:
                  interval_seconds: float | None = None, timeout_seconds: float | None = None,
                  history_size: int | None = None, host_sampler: HostSampler | None = None,
                  attributor: "Attributor | None" = None,
+                 waiting: "WaitingClassifier | None" = None,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] | None = None, inline: bool = False) -> None:
         self.config = config or Config()
@@ -80,6 +82,9 @@ class Collector:
         """Who holds each device (allsmi.attribution): asked once per cycle, within its own
         timeout, after the resource groups are assigned; ``None``: no attribution at all."""
         self.host = host_sampler or HostSampler()
+        self._waiting = waiting
+        """What each holder waited on (allsmi.waiting): run once per cycle after the
+        attribution; made from the configuration on first use when not given."""
         self._history: collections.deque[Snapshot] = collections.deque(
             maxlen=history_size or self.config.history_size)
         self._latest: Snapshot | None = None
@@ -147,6 +152,8 @@ class Collector:
             steady = wall if self.monotonic is self.clock else self.monotonic()
             grouped = assign_groups(devices, host.hostname, self.config, self._group_memo)
             attributed, attribution, unknown = self._attribute(grouped, wall)
+            if any(dev.processes or dev.workloads for dev in attributed):  # someone holds one
+                attributed = self.waiting.apply(attributed, unknown)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,
                                 host=host,
@@ -163,6 +170,17 @@ class Collector:
             except Exception:
                 log.exception("snapshot subscriber failed")
         return snapshot
+
+    @property
+    def waiting(self) -> "WaitingClassifier":
+        """The waiting classification step (its settings from ``[activity]``; a bad table
+        raises ``ConfigError`` here, which the CLI checks before starting)."""
+        if self._waiting is None:  # imported on first need: a node with no holder never pays
+            from allsmi.hostactivity.settings import activity_settings
+            from allsmi.waiting import WaitingClassifier
+            self._waiting = WaitingClassifier.for_backends(
+                activity_settings(self.config), [r.backend for r in self.runners])
+        return self._waiting
 
     def _attribute(self, devices: tuple[DeviceSample, ...], wall: float
                    ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str]]:

@@ -32,7 +32,8 @@ RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model
                              "instance", "job", "le", "quantile"})
 #: Tables owned by consumers (and by allsmi.attribution); each validates its own keys through
 #: :meth:`Config.section`.
-CONSUMER_SECTIONS = ("serve", "dashboard", "ledger", "export", "attribution", "accounting")
+CONSUMER_SECTIONS = ("serve", "dashboard", "ledger", "export", "attribution", "accounting",
+                     "activity")
 
 
 class ConfigError(Exception):

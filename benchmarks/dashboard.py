@@ -165,7 +165,7 @@ async def key_to_frame(devices_path: Path, presses: int = 30) -> list[float]:
 
     from allsmi.backends.simulated import simulated_backends
     from allsmi.collector import Collector
-    from allsmi.dashboard.app import DashboardApp
+    from allsmi.dashboard.screen.app import DashboardApp
     from allsmi.dashboard.sources import NodeSource
 
     collector = Collector(simulated_backends(devices_path), interval_seconds=1.0)
@@ -286,11 +286,11 @@ def memory_floor(nvitop_site: str | None, modules: Sequence[str] = ()) -> list[t
     (the fake libnvidia-ml and ``pynvml``, which the 8-GPU runs carry and the floor does not)."""
     out = []
     cases = [("python + psutil", []), ("+ textual.app", ["textual.app"]),
-             ("+ allsmi.dashboard.app", ["allsmi.dashboard.app"])]
+             ("+ allsmi.dashboard.screen.app", ["allsmi.dashboard.screen.app"])]
     if modules:
         without = [m for m in modules if m.split(".")[0] != "pynvml"]
-        cases.append(("+ what it runs: CLI, collector, backends, click", ["allsmi.dashboard.app", *without]))
-        cases.append(("+ pynvml (the NVML backend's binding)", ["allsmi.dashboard.app", *modules]))
+        cases.append(("+ what it runs: CLI, collector, backends, click", ["allsmi.dashboard.screen.app", *without]))
+        cases.append(("+ pynvml (the NVML backend's binding)", ["allsmi.dashboard.screen.app", *modules]))
     if nvitop_site:
         cases.append(("+ nvitop.cli (for comparison)", ["nvitop.cli"]))
     for label, modules in cases:
@@ -311,11 +311,11 @@ def breakdown(allsmi_rss: float, floor_rss: float, floors: dict[str, float]) -> 
     backends, click), pynvml, the fake libnvidia-ml of the harness (benchmark only), and the
     rest: the running dashboard's own state (snapshots, widgets, history, caches, threads)."""
     textual = floors["+ textual.app"]
-    dashboard = floors["+ allsmi.dashboard.app"]
+    dashboard = floors["+ allsmi.dashboard.screen.app"]
     runs = floors.get("+ what it runs: CLI, collector, backends, click", dashboard)
     nvml = floors.get("+ pynvml (the NVML backend's binding)", runs)
     harness = floors["textual.app + fake-NVML harness (8 GPUs, pynvml)"] - textual - (nvml - runs)
-    parts = [("allsmi.dashboard.app beyond textual.app (imports)", dashboard - textual),
+    parts = [("allsmi.dashboard.screen.app beyond textual.app (imports)", dashboard - textual),
              ("CLI, collector, backends, click (imports)", runs - dashboard),
              ("pynvml (imports; nvitop carries it too)", nvml - runs),
              ("the harness's fake libnvidia-ml (benchmark only)", harness)]

@@ -49,8 +49,8 @@ def timed(cls, name, label):
     setattr(cls, name, wrapper)
 
 import textual.screen, textual.widget
-import allsmi.dashboard.app
-timed(allsmi.dashboard.app.DashboardApp, "poll", "poll: read the data, draw the views")
+import allsmi.dashboard.screen.app
+timed(allsmi.dashboard.screen.app.DashboardApp, "poll", "poll: read the data, draw the views")
 original_lines = textual.widget.Widget.render_lines
 def render_lines(self, crop):
     if not state["on"]:

@@ -141,7 +141,7 @@ def rule_files(workdir: Path) -> list[Path]:
         return []
     if RULES_MODE == "all" and RULES.exists():
         return [RULES]
-    from allsmi.dashboard.promsummary import recording_rules
+    from allsmi.dashboard.sources.promsummary import recording_rules
 
     (workdir / "fleet-rules.yml").write_text(json.dumps(  # JSON is YAML
         {"groups": [{"name": "allsmi-fleet-view", "rules": recording_rules()}]}))
@@ -220,7 +220,7 @@ def load_average() -> str:
 def measure_prometheus(n: int, fleet_port: int, runs: int, allsmi: str,
                        store: str = "prometheus", every_runs: int = 2,
                        export_runs: int = 3) -> dict[str, float]:
-    from allsmi.dashboard.prometheus import PrometheusSource
+    from allsmi.dashboard.sources.prometheus import PrometheusSource
 
     with tempfile.TemporaryDirectory(prefix="allsmi-fleet-") as tmp:
         started = time.time()
@@ -287,7 +287,7 @@ def measure_prometheus(n: int, fleet_port: int, runs: int, allsmi: str,
 
 
 def measure_hosts(n: int, fleet_port: int, runs: int) -> tuple[float, float, int]:
-    from allsmi.dashboard.cluster import ClusterSource
+    from allsmi.dashboard.sources.cluster import ClusterSource
 
     urls = [f"http://127.0.0.1:{fleet_port}/hosts/{host_name(i)}" for i in range(n)]
     source = ClusterSource(urls, interval=0.0, timeout=10.0)

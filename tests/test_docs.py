@@ -364,8 +364,8 @@ def test_export_timeout_flag_and_config_key_share_one_range(tmp_path: Path) -> N
 
 #: The dashboard's widgets the docs describe by name: what the docs call them -> the class.
 DESCRIBED_WIDGETS = {
-    "device table": "allsmi.dashboard.device_table:DeviceTable",
-    "processes panel": "allsmi.dashboard.panels:ProcessTable",
+    "device table": "allsmi.dashboard.tables.device_table:DeviceTable",
+    "processes panel": "allsmi.dashboard.views.panels:ProcessTable",
 }
 
 
@@ -440,15 +440,19 @@ def _table_names(page: Path, heading: str) -> list[str]:
 
 def test_billing_csv_columns_documented_are_the_export_columns() -> None:
     from allsmi.accounting.formats import HEAD_COLUMNS, TAIL_COLUMNS
+    from allsmi.schema import WAITING_REASONS
     documented = _table_names(REPO / "docs" / "accounting.md", "### CSV columns")
+    # One row stands for a column per waiting reason: waiting_<reason>_seconds, _cost.
+    documented = [name.replace("<reason>", reason) for name in documented
+                  for reason in (WAITING_REASONS if "<reason>" in name else ("",))]
     assert sorted(set(documented)) == sorted({*HEAD_COLUMNS, "label_<name>", *TAIL_COLUMNS})
 
 
 
 def test_processes_csv_columns_are_all_documented() -> None:
-    """The README's ``--format processes-csv`` paragraph names every column the format writes."""
+    """docs/snapshot.md's ``--format processes-csv`` paragraph names every column the format writes."""
     from allsmi.fields import PROCESS_COLUMNS
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "snapshot.md").read_text()
     start = text.index("* `--format processes-csv`")
     paragraph = text[start:text.index("\n* ", start + 1)]
     assert [c for c in PROCESS_COLUMNS if f"`{c}`" not in paragraph] == []

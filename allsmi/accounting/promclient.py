@@ -278,10 +278,19 @@ class PrometheusClient:
                 raise PrometheusError(f"{self.url}: HTTP {exc.code} redirect to "
                                       f"{redact_url(exc.headers.get('Location', '?'))}: not "
                                       "followed (give the final URL)") from None
+            detail = box.get("detail", "")
+            if not _is_api_error(detail):  # an HTML page, a proxy's text: not the query API
+                raise PrometheusError(self._safe(_not_an_api(self.url, exc.code, detail))) from None
             raise PrometheusError(self._safe(f"{self.url}: HTTP {exc.code} for {promql!r}: "
-                                             f"{box.get('detail', '')}")) from None
+                                             f"{detail}")) from None
         if isinstance(exc, (urllib.error.URLError, OSError)):
             reason = getattr(exc, "reason", exc)
+            if self.url.startswith("http://") and isinstance(reason, _DROPPED):
+                from allsmi.nethint import tls_hint
+                parts = urllib.parse.urlsplit(self.url)
+                hint = tls_hint(parts.hostname or "", parts.port or 80, min(2.0, self.timeout))
+                if hint:
+                    raise PrometheusError(f"cannot query {self.url}: {hint}") from None
             if isinstance(reason, TimeoutError) or "timed out" in str(reason):
                 reason = f"timed out after {time.monotonic() - started:.1f} s (--timeout)"
             raise PrometheusError(self._safe(f"cannot reach Prometheus at {self.url}: "
@@ -311,7 +320,7 @@ class PrometheusClient:
         try:
             doc = json.loads(body)
         except ValueError:
-            raise PrometheusError(f"{self.url}: the answer is not JSON") from None
+            raise PrometheusError(self._safe(_not_an_api(self.url, 200, body))) from None
         if not isinstance(doc, dict):
             raise PrometheusError(f"{self.url}: the answer is not a Prometheus API response")
         if doc.get("status") != "success":
@@ -358,3 +367,21 @@ def _abort(response: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+#: How a server that speaks only TLS answers a plain-HTTP request: it drops the connection.
+_DROPPED = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected,
+            http.client.BadStatusLine)
+
+
+def _is_api_error(detail: str) -> bool:
+    """Whether an error answer's body is the query API's own JSON error."""
+    text = detail.lstrip()  # cut at 500 characters: a long JSON error may not parse whole
+    return text.startswith("{") and '"status"' in text
+
+
+def _not_an_api(url: str, status: int, body: bytes | str) -> str:
+    """The message for an answer that is not the query API's: its status and first line only."""
+    from allsmi.nethint import first_line
+    line = first_line(body)
+    return f"not a Prometheus query API at {url} (HTTP {status})" + (f": {line}" if line else "")

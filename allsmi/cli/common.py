@@ -231,6 +231,7 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
     from allsmi import registry
     from allsmi.collector import Collector
     clock = simulation_clock() if s.simulate else None
+    activity_settings(s)  # a bad [activity] exits 2 before anything starts
     attributor = build_attributor(s)
     try:
         backends = registry.instantiate(s.config.backends_enabled, timeout_seconds=s.timeout,
@@ -239,9 +240,20 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
     except registry.UnknownBackend as exc:
         attributor.close()
         raise fail(str(exc)) from None
-    return Collector(backends, s.config, interval_seconds=s.interval, timeout_seconds=s.timeout,
-                     history_size=history_size, attributor=attributor,
-                     **({"clock": clock} if clock else {}))
+    collector = Collector(backends, s.config, interval_seconds=s.interval,
+                          timeout_seconds=s.timeout, history_size=history_size,
+                          attributor=attributor, **({"clock": clock} if clock else {}))
+    # The waiting step ([activity], validated above) is made on the first cycle with a holder.
+    return collector
+
+
+def activity_settings(s: Settings) -> Any:
+    """``[activity]``, validated (exit 2 naming the file, line and key), before anything starts."""
+    from allsmi.hostactivity.settings import activity_settings as validate
+    try:
+        return validate(s.config)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 MAX_SIMULATE_SPEED = 1_000_000.0

@@ -57,7 +57,7 @@ def _accounting(config: Config) -> None:
 
 
 def _dashboard(config: Config) -> None:
-    from allsmi.dashboard.options import DashboardOptions
+    from allsmi.dashboard.screen.options import DashboardOptions
     DashboardOptions.from_config(config)
 
 

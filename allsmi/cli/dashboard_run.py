@@ -23,7 +23,7 @@ def dashboard_options_for(s: Settings, theme: str | None, sort: str | None) -> A
     """The dashboard's options: the configuration's, then ``--theme`` and ``--sort``."""
     from dataclasses import replace
 
-    from allsmi.dashboard.options import DashboardOptions, theme_names
+    from allsmi.dashboard.screen.options import DashboardOptions, theme_names
     try:
         options = DashboardOptions.from_config(s.config)
     except ConfigError as exc:
@@ -60,8 +60,8 @@ def run_app(app: Any, **run: Any) -> None:
     """Run the dashboard; an unexpected error (Textual prints its traceback once the screen is
     restored) ends the command with that exit code, never 0. The terminal going away (SIGHUP,
     a hang-up or an I/O error on it) ends the process within a second with status 129, whatever
-    the UI threads are doing; SIGTERM quits like `q` (see :mod:`allsmi.dashboard.terminal`)."""
-    from allsmi.dashboard.terminal import TERM_EXIT_CODE, TerminalGuard
+    the UI threads are doing; SIGTERM quits like `q` (see :mod:`allsmi.dashboard.screen.terminal`)."""
+    from allsmi.dashboard.screen.terminal import TERM_EXIT_CODE, TerminalGuard
     with TerminalGuard(app.quit_soon) as guard:
         app.run(**run)
     code = app.return_code or 0
@@ -100,7 +100,7 @@ DASHBOARD_COLLECTOR_HISTORY = 2
 def run_local(s: Settings, options: Any) -> None:
     """The dashboard over this node's collector, sampling in its own thread."""
     from allsmi import heap
-    from allsmi.dashboard.app import DashboardApp
+    from allsmi.dashboard.screen.app import DashboardApp
     from allsmi.dashboard.sources import NodeSource
 
     heap.limit_arenas()  # before the collector's, the backends' and Textual's threads start

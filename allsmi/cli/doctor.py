@@ -103,8 +103,26 @@ def diagnose(**opts: Any) -> dict[str, Any]:
         "attribution": [{"name": a.name, "status": a.status, "message": a.message,
                          "duration_seconds": a.duration_seconds} for a in snap.attribution],
         "kubelet": _kubelet(s),
+        "host_signals": _host_signals(s, collector),
         "stuck_backends": collector.stuck,
     }
+
+
+def _host_signals(s: Any, collector: Any) -> dict[str, Any]:
+    """Which host signals the waiting classification can read here (docs/activity.md), and
+    what the cycle just run could not read."""
+    step = collector.waiting
+    if not step.settings.enabled:
+        return {"enabled": False, "signals": [], "problems": []}
+    if s.simulate:
+        return {"enabled": True, "signals": [{"name": "simulated", "readable": True,
+                                              "detail": "the simulation's host evidence"}],
+                "problems": list(step.problems)}
+    from allsmi.hostactivity.probe import host_signals
+    return {"enabled": True,
+            "signals": [{"name": x.name, "readable": x.readable, "detail": x.detail}
+                        for x in host_signals()],
+            "problems": list(step.problems)}
 
 
 def _kubelet(s: Any) -> dict[str, Any] | None:
@@ -216,4 +234,14 @@ def _render(report: dict[str, Any], as_json: bool) -> str:
                  f"{', '.join(item['device_ids'])}")
         if kubelet["allocatable"] == []:
             echo("      (none)")
+    echo("")
+    signals = report["host_signals"]
+    if not signals["enabled"]:
+        echo("host signals: off ([activity] enabled = false): no waiting classification")
+    for sig in signals["signals"]:
+        echo(f"[{'+' if sig['readable'] else '-'}] host {sig['name']}")
+        if sig["detail"]:
+            echo(f"      {sig['detail']}")
+    for problem in signals["problems"]:
+        echo(f"[!] host {problem}")
     return "".join(line + "\n" for line in lines)

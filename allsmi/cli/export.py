@@ -75,6 +75,8 @@ def _export(run: Run, output_format: str | None, output: str | None,
             raise Failed("config", f"{fmt} is binary: give --output FILE or redirect stdout", 2)
 
     report = build(plan)
+    from allsmi.cli.budgets import month_to_date
+    report = month_to_date(plan, report, build)  # budgets: the month to date, whatever the window
     run.coverage = report.coverage_ratio
     write_output(render(report, fmt, focus), output)
     _warn_budgets(report)
@@ -132,11 +134,12 @@ def _warn_budgets(report: Any) -> None:
             groups.setdefault(row.resource_group, []).append(row)
     for group, rows in sorted(groups.items()):
         budget, currency = rows[0].budget, rows[0].currency or ""
-        cost = sum(r.cost or 0.0 for r in rows)
+        used = [r.budget_used_ratio for r in rows]
+        cost = sum(used) * budget if None not in used else 0.0  # the month to date
         forecasts = [r.forecast_month_end_cost for r in rows]
         if cost > budget:
-            click.echo(f"allsmi: group {group} cost {cost:.2f} {currency} in this window, above "
-                       f"its monthly budget of {budget:g} {currency}", err=True)
+            click.echo(f"allsmi: group {group} cost {cost:.2f} {currency} this month to date, "
+                       f"above its monthly budget of {budget:g} {currency}", err=True)
         elif None not in forecasts and sum(forecasts) > budget:
             click.echo(f"allsmi: group {group} is forecast to cost {sum(forecasts):.2f} "
                        f"{currency} this month, above its budget of {budget:g} {currency}",

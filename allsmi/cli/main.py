@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "export": "allsmi.cli.export:export",
     "idle": "allsmi.cli.idle:idle",
     "waste": "allsmi.cli.waste:waste",
+    "report": "allsmi.cli.htmlreport:report",
 }
 
 

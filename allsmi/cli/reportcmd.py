@@ -6,6 +6,7 @@ failure statuses and signal handling, and writing the output.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import tempfile
@@ -56,6 +57,13 @@ def _signals_unwind() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def no_ledger_message(path: str) -> str:
+    """Why there is nothing to bill at ``path``, and how a ledger is made."""
+    return (f"no ledger at {path}: a ledger is written by `allsmi record --ledger {path}` or "
+            f"`allsmi serve --ledger {path}` while they run; read another with --ledger PATH, "
+            "or bill from a store with --prometheus URL")
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -116,6 +124,9 @@ SOURCE_OPTIONS = [
     click.option("--simulate", metavar="SCENARIO", default=None,
                   help="Bill a simulated node instead: replay the scenario over the window (up to "
                        "now) into a temporary ledger and export that."),
+    click.option("--verbose", "-v", "verbose", is_flag=True, default=False,
+                  help="Say on stderr how long the work took (progress is shown on stderr "
+                       "whenever it is a terminal)."),
 ]
 
 
@@ -180,6 +191,7 @@ class Plan:
     ledger: Any = None
     client: Any = None
     scenario: Any = None
+    verbose: bool = False
 
 
 def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
@@ -189,7 +201,7 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
             group_by: str | None, config_path: str | None, timeout: float | None,
             simulate: str | None, allow_partial: bool = False, no_rollups: bool = False,
             textfile: str | None = None,
-            default_group_by: Any = None) -> Plan:
+            default_group_by: Any = None, verbose: bool = False) -> Plan:
     """Resolve and check the options shared by ``export`` and ``idle``; raises :class:`Failed`.
 
     ``default_group_by(source_is_prometheus)`` gives the command's default keys (else
@@ -238,20 +250,40 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
     if client is not None:
         client.use_rollups = not no_rollups
     return Plan(config, defaults, keys, window, ledger, client,
-                s.scenario if s.simulate else None)
+                s.scenario if s.simulate else None, verbose)
 
 
 def build(plan: Plan) -> Any:
     """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
-    if plan.scenario is not None:
-        from allsmi.cli.simbill import simulated_ledger
-        with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-            ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch)
-            # the temporary ledger is gone when the command ends: name what was billed
-            return usage_report(plan.window, plan.keys, plan.config, ledger, None,
-                                source=f"simulation {plan.scenario.name}")
-    return usage_report(plan.window, plan.keys, plan.config, plan.ledger, plan.client)
+    from allsmi.cli.progress import Progress, counting
+    with source(plan) as (ledger, client, name):
+        if client is not None:  # each answered query is a step
+            with Progress(f"querying {client.url}", unit="queries",
+                          verbose=plan.verbose) as progress:
+                client.query = counting(client.query, progress)
+                client.query_range_vector = counting(client.query_range_vector, progress)
+                return usage_report(plan.window, plan.keys, plan.config, ledger, client,
+                                    source=name)
+        with Progress("billing" if name else f"reading {plan.ledger}", verbose=plan.verbose):
+            return usage_report(plan.window, plan.keys, plan.config, ledger, client, source=name)
 
+
+@contextlib.contextmanager
+def source(plan: Plan) -> Iterator[tuple[Any, Any, str | None]]:
+    """``(ledger, client, name)`` to read the plan's usage from, for as long as the ``with``
+    lasts: a simulation is replayed into a temporary ledger, removed when the block ends."""
+    if plan.scenario is None:
+        yield plan.ledger, plan.client, None
+        return
+    from allsmi.cli.progress import Progress
+    from allsmi.cli.simbill import simulated_ledger
+    with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
+        with Progress(f"replaying {plan.scenario.name}", 0, unit="chunks",
+                      verbose=plan.verbose) as progress:
+            ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch,
+                                      progress=progress)
+        # the temporary ledger is gone when the command ends: name what was billed
+        yield ledger, None, f"simulation {plan.scenario.name}"
 
 
 def write_output(data: str | bytes, output: str | None) -> None:
@@ -291,16 +323,35 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
                  source: str | None = None) -> Any:
     """The usage report over ``window`` grouped by ``keys``: from Prometheus when ``client`` is
     given, else from the ledger file ``ledger`` (``source`` names it in the report)."""
+    return usage_reports(window, (keys,), config, ledger, client, source)[0]
+
+
+def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: Any,
+                  source: str | None = None, quiet: bool = False,
+                  notes: list[str] | None = None) -> list[Any]:
+    """One usage report over ``window`` per grouping in ``key_sets``, from one reading of the
+    source (see :func:`usage_report`); ``quiet``: say nothing on stderr about the source;
+    ``notes``: gathers the source's warnings (conflicting ledger rows, series left out)."""
     from allsmi.accounting.report import HOLDER_KEYS, build_report
+    key_sets = [tuple(keys) for keys in key_sets]
+    by_holder = any(k in HOLDER_KEYS for keys in key_sets for k in keys)
     if client is not None:
         from allsmi.accounting.promrollup import prometheus_usage
         from allsmi.accounting.promsource import PrometheusError
         try:
-            usage = prometheus_usage(client, window, by_holder=any(k in HOLDER_KEYS for k in keys),
+            usage = prometheus_usage(client, window, by_holder=by_holder,
                                      rollups=getattr(client, "use_rollups", True))
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
-        if "user" in keys and not any(p.user for p in usage.holders or ()):
+        wants_user = any("user" in keys for keys in key_sets)
+        if wants_user and not usage.holders:
+            observed = sum(p.observed_s for p in usage.parts)
+            raise Failed("source", f"--group-by user: not enough data in the window yet in "
+                         f"prometheus {client.url}: "
+                         + (f"{observed:.0f} device-seconds observed and " if observed else "")
+                         + "no holder's counters have two samples in it (counters need a "
+                         "few scrapes); try again later or widen the window (--since)")
+        if wants_user and not any(p.user for p in usage.holders or ()):
             raise Failed("config", "--group-by user: no holder in the window has a user in "
                          f"prometheus {client.url}: the exporters publish users (the user label "
                          "of allsmi_holder_* and allsmi_device_workload_info) only when run with "
@@ -310,29 +361,41 @@ def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, c
             published = published_prices(client, window, rollups=usage.rollup_seconds > 0)
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
-        report = build_report(usage.parts, window, keys, config, holder_parts=usage.holders,
-                              source=f"prometheus {client.url}", source_data=usage.detail,
-                              published=published)
-        click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
-        for note in usage.notes:
-            click.echo(f"allsmi: warning: {note}", err=True)
-        prices = describe(dict(report.price_sources))
-        if prices:
-            click.echo(f"allsmi: prices: {prices}", err=True)
+        reports = [build_report(usage.parts, window, keys, config, holder_parts=usage.holders,
+                                source=f"prometheus {client.url}", source_data=usage.detail,
+                                published=published) for keys in key_sets]
+        if not quiet:
+            click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
+        _note(usage.notes, notes, quiet)
+        if not quiet:
+            prices = describe(dict(reports[0].price_sources))
+            if prices:
+                click.echo(f"allsmi: prices: {prices}", err=True)
         if client.warnings:
             # Data may be missing that nothing here can measure: the rows vouch for none of
             # the window, so the coverage is lowered to 0 (the export exits 3 and says why).
             from dataclasses import replace
-            report = replace(report, coverage_ratio=0.0, warnings=tuple(client.warnings))
-        return report
+            reports = [replace(report, coverage_ratio=0.0, warnings=tuple(client.warnings))
+                       for report in reports]
+        return reports
     from allsmi.accounting.ledger import LedgerError
     from allsmi.accounting.ledgersource import ledger_conflicts, ledger_parts
+    if not os.path.isfile(ledger):
+        raise Failed("source", no_ledger_message(ledger))
     try:
-        parts, holders = ledger_parts(ledger, window, by_holder=any(k in HOLDER_KEYS for k in keys))
+        parts, holders = ledger_parts(ledger, window, by_holder=by_holder)
         conflicts = ledger_conflicts(ledger, window)
     except LedgerError as exc:
         raise Failed("source", str(exc)) from None
-    for note in conflicts:
-        click.echo(f"allsmi: warning: {note}", err=True)
-    return build_report(parts, window, keys, config, holder_parts=holders,
-                        source=source or f"ledger {ledger}")
+    _note(conflicts, notes, quiet)
+    return [build_report(parts, window, keys, config, holder_parts=holders,
+                         source=source or f"ledger {ledger}") for keys in key_sets]
+
+
+def _note(found: Any, notes: list[str] | None, quiet: bool) -> None:
+    """The source's warnings: on stderr (unless ``quiet``), and into ``notes`` when given."""
+    for note in found or ():
+        if not quiet:
+            click.echo(f"allsmi: warning: {note}", err=True)
+        if notes is not None and note not in notes:
+            notes.append(note)

@@ -48,6 +48,27 @@ def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
         raise fail(f"cannot open the ledger {path}: {exc}") from None
 
 
+def _warn_once_without_devices() -> Any:
+    """A snapshot subscriber that says once, on standard error, when the first snapshot has no
+    device: an exporter serving nothing is otherwise silent (its /metrics has only statuses)."""
+    seen = threading.Event()
+
+    def check(snapshot: Any) -> None:
+        if seen.is_set():
+            return
+        seen.set()
+        if snapshot.devices:
+            return
+        why = "; ".join(f"{b.name}: {b.status}" + (f" ({b.message})" if b.message else "")
+                        for b in snapshot.backends if b.status != "ok")
+        click.echo("allsmi: warning: no device found, serving 0 devices"
+                   + (f" ({why[:300]})" if why else "")
+                   + "; `allsmi doctor` says which vendors were looked for and why none was found",
+                   err=True)
+
+    return check
+
+
 @click.command()
 @click.option("--listen", metavar="HOST:PORT", default=None,
               help=f"Address to serve on (default {DEFAULT_LISTEN}: loopback only; "
@@ -136,6 +157,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
             exposition.ledger = recorder  # its write errors are published and gate /ready
         collector = build_collector(s)
         collector.subscribe(exposition.on_snapshot)
+        collector.subscribe(_warn_once_without_devices())
         if recorder is not None:
             collector.subscribe(recorder.on_snapshot)
         # A collection cycle holds the GIL for tens of ms with hundreds of devices; a

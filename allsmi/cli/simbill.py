@@ -164,7 +164,8 @@ def _workers(chunks: int) -> int:
 
 def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
                      step: float | None = None, row_seconds: int | None = None,
-                     chunk_seconds: int = CHUNK_SECONDS, workers: int | None = None) -> str:
+                     chunk_seconds: int = CHUNK_SECONDS, workers: int | None = None,
+                     progress: Any = None) -> str:
     """Replay ``scenario`` over the window (never past now) into a ledger in ``directory``.
 
     Simulated values are a pure function of time, so any past window can be
@@ -187,7 +188,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     window's edges), with no checkpoints, no pruning and no fsync. The same recorder
     sums the same samples into fewer rows: the totals are those of one-interval rows.
     ``step`` (seconds between samples) and ``row_seconds`` (a divisor of 900) override both
-    choices, as the tests' reference replay does.
+    choices, as the tests' reference replay does. ``progress`` (:class:`allsmi.cli.progress.
+    Progress`) is told the number of chunks and each one written.
     """
     from allsmi import registry
     from allsmi.accounting.ledger import Ledger
@@ -203,6 +205,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         configured = ledger_settings(config, path_flag=path)
         # a bad [attribution] fails here, once (this also loads what the workers run)
         build_attributor(config, simulate=True, declarations=declarations, inline=True).close()
+        from allsmi.hostactivity.settings import activity_settings
+        activity_settings(config)  # and a bad [activity]
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
     step = step or float(max(20, configured.interval_seconds))
@@ -218,6 +222,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
                  max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
     chunks = _chunks(start, end, step, row, length)
     tasks = [(a, b, i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
+    if progress is not None:
+        progress.set_total(len(tasks))
     pool = None
     if count > 1 and len(chunks) > 1:
         import collections
@@ -246,6 +252,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
             ledger.scratch()  # deleted on exit: no fsync per write
             for records, sampled in results:
                 ledger.write(records, sampled)
+                if progress is not None:
+                    progress.advance()
         finally:
             ledger.close()
     except BaseException as exc:

@@ -18,8 +18,9 @@ FORMATS = ("json", "csv", "processes-csv", "table", "prometheus")
 CLOSE_GRACE_SECONDS = 1.0
 
 
-def render(snapshot: Any, output_format: str) -> str:
-    """The snapshot in ``output_format``; imports only what that format needs."""
+def render(snapshot: Any, output_format: str, config: Any = None) -> str:
+    """The snapshot in ``output_format``; imports only what that format needs. ``config``
+    gives the Prometheus text its groups' prices and budgets (as ``allsmi serve`` has them)."""
     if output_format == "json":
         from allsmi.output import to_json
         return to_json(snapshot)
@@ -31,7 +32,14 @@ def render(snapshot: Any, output_format: str) -> str:
         return to_processes_csv(snapshot)
     if output_format == "prometheus":
         from allsmi.exporter.exposition import render_snapshot
-        return render_snapshot(snapshot)
+        if config is None:
+            return render_snapshot(snapshot)
+        from allsmi.exporter.builder import GroupPrice
+        groups = config.groups.items()
+        return render_snapshot(snapshot, declared_groups={n: g.labels for n, g in groups},
+                               group_prices={n: GroupPrice(g.price_per_device_hour, g.price_per_kwh,
+                                                           g.currency, g.budget_per_month)
+                                             for n, g in groups})
     from allsmi.cli.table import render_table
     return render_table(snapshot)
 
@@ -72,7 +80,7 @@ def run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
         # (a hung one is reported as ``timeout``); the document is written before the
         # backends are closed, so closing a stuck one can never delay or lose it.
         snap = collector.collect_once()
-        text = render(snap, output_format)
+        text = render(snap, output_format, s.config)
         if output:
             from allsmi.atomic import write_atomic
             try:

@@ -2,7 +2,7 @@
 
 Wiring only: the local collector (started in its own thread) or a cluster
 source (other nodes' ``allsmi serve``, or a Prometheus server) is handed to
-:class:`allsmi.dashboard.app.DashboardApp`. See ``docs/dashboard.md``.
+:class:`allsmi.dashboard.screen.app.DashboardApp`. See ``docs/dashboard.md``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     options = _options(s, theme, sort)
     urls = _split_hosts(hosts)
     if hostfile:
-        from allsmi.dashboard.cluster import HostfileError, read_hostfile
+        from allsmi.dashboard.sources.cluster import HostfileError, read_hostfile
         try:
             urls.extend(read_hostfile(hostfile))
         except HostfileError as exc:
@@ -88,14 +88,14 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
         return
     source: Any
     if prometheus:
-        from allsmi.dashboard.prometheus import PrometheusSource
+        from allsmi.dashboard.sources.prometheus import PrometheusSource
         try:
             source = PrometheusSource(prometheus, interval=max(s.interval, 1.0), timeout=s.timeout,
                                       ca_file=ca_file)
         except ValueError as exc:
             raise fail(str(exc)) from None
     else:
-        from allsmi.dashboard.cluster import ClusterSource
+        from allsmi.dashboard.sources.cluster import ClusterSource
         try:
             source = ClusterSource(urls, interval=s.interval, timeout=s.timeout,
                                    max_concurrency=max_concurrency, ca_file=ca_file)
@@ -105,7 +105,7 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
         if plain_only():
             _print_hosts_instead(source)
             return
-        from allsmi.dashboard.app import DashboardApp
+        from allsmi.dashboard.screen.app import DashboardApp
         run_app(DashboardApp(source, config=s.config, options=options))
     finally:
         source.close()
@@ -115,7 +115,7 @@ def _print_hosts_instead(source: Any) -> None:
     """One round of fetches printed as a plain hosts table; exit 1 when a host is down."""
     import time
 
-    from allsmi.dashboard.hosts import plain_hosts
+    from allsmi.dashboard.views.hosts import plain_hosts
     source.refresh(lambda: False)
     hosts = source.hosts()
     click.echo(plain_hosts(hosts, time.monotonic()), nl=False)

@@ -83,14 +83,18 @@ class SnapshotMetrics(Collector):
         return build_families(self.snapshot, version=__version__, **self.options)
 
 
-def render_snapshot(snapshot: Snapshot, *, processes: bool = False) -> str:
+def render_snapshot(snapshot: Snapshot, *, processes: bool = False,
+                    group_prices: Mapping[str, GroupPrice] | None = None,
+                    declared_groups: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """The text-format (0.0.4) exposition of one snapshot.
 
-    Info, gauges, resource groups and backend families. Counter families are
+    Info, gauges, resource groups and backend families; with ``group_prices`` the groups'
+    price and budget gauges, as ``allsmi serve`` publishes them. Counter families are
     omitted: one snapshot has no interval to count over, and a counter at 0
     would read as "used no energy". ``allsmi serve`` exports them.
     """
-    return render_text(SnapshotMetrics(snapshot, processes=processes).collect()).decode("utf-8")
+    return render_text(SnapshotMetrics(snapshot, processes=processes, group_prices=group_prices,
+                                       declared_groups=declared_groups).collect()).decode("utf-8")
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample
 
+from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
 from .jobs import MIB, JobDraws
 from .model import LoadCycle, Wobble, in_window, unit_hash
 from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
@@ -128,6 +129,8 @@ class SimulatedBackend(Backend):
         self._jobs = JobDraws()
         #: Per unit, the fields of its samples that never change (see :meth:`_sample_unit`).
         self._static: dict[str, dict[str, Any]] = {}
+        #: The host evidence of each process of the last sample (see :meth:`host_evidence`).
+        self._evidence: dict[int, dict[str, Any]] = {}
         self._closed = threading.Event()
         if self._scenario is not None and target is not None:
             self._adopt_identity()
@@ -253,9 +256,34 @@ class SimulatedBackend(Backend):
         unreported = self._real.unreported_fields if self._real is not None else frozenset()
         blank = {name: None for name in unreported}
         out: list[DeviceSample] = []
+        self._evidence = {}
         for unit in self._units:
             out.extend(self._sample_unit(scenario, unit, s, blank))
         return out
+
+    def host_evidence(self, pids: Any) -> dict[int, dict[str, Any]]:
+        """What the simulated processes ``pids`` did on the host at the last sample (the fields
+        of ``allsmi.hostactivity.sampler.ProcessActivity``): a pure function of the sample's
+        time, as everything simulated (``backends/simulated/activity.py``)."""
+        return {pid: self._evidence[pid] for pid in pids if pid in self._evidence}
+
+    def _activity(self, unit: _Unit, job: int, r: float, util: float,
+                  procs: tuple[ProcessSample, ...]) -> dict[str, Any]:
+        """``unit``'s activity fields now, and its processes' host evidence remembered."""
+        spec = unit.spec
+        busy = bool(procs)
+        looking = unit.parent is None and unit.index in spec.busy_looking
+        # What the impersonated backend declares its activity to measure (the vendors added
+        # since the simulation's own table), else the table's.
+        source = getattr(self._real, "compute_active_source", None) if self._real else None
+        fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
+                                 partition=unit.parent is not None, source=source)
+        stall = None if looking else stalled(spec.backend, unit.key, job, r,
+                                             partition=unit.parent is not None)
+        for i, proc in enumerate(procs):
+            helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
+            self._evidence[proc.pid] = process_evidence(stall, not helper, r)
+        return fields
 
     def close(self) -> None:
         self._closed.set()
@@ -337,11 +365,13 @@ class SimulatedBackend(Backend):
             details["core_utilization_percent"] = cores
             util = sum(cores) / len(cores)
         children_out: list[DeviceSample] = []
+        activity: dict[str, Any] = {}
         if unit.children:
             util = None  # NVML reports no utilization for a GPU in MIG mode, nor per instance
             details["mig_mode"] = "enabled"
-            for child, _u, used, procs, _j, _r in loads:
+            for child, child_util, used, procs, job, r in loads:
                 children_out.append(device(
+                    **self._activity(child, job, r, child_util, procs),
                     id=child.id, vendor=vendor, kind=kind, backend=self.display_name,
                     uuid=child.uuid, name=child.name, bus_id=child.bus_id,
                     parent=unit.id, partition_share=child.share, driver_version=spec.driver_version,
@@ -350,14 +380,13 @@ class SimulatedBackend(Backend):
             used_total = sum(l[2] for l in loads)
             procs_parent: tuple[ProcessSample, ...] = ()
         else:
-            _, _, used_total, procs_parent, _, _ = loads[0]
-        active: dict[str, Any] = {}
-        source = self._real.compute_active_source if self._real is not None else ""
-        if source and util is not None and "compute_active_percent" not in blank:
-            # (a vendor whose activity figure is its cores' or engines' busy share: the same load)
-            active = dict(compute_active_percent=round(util, 2), compute_active_source=source)
+            _, _, used_total, procs_parent, job, r = loads[0]
+            activity = self._activity(unit, job, r, mean_util, procs_parent)
+            if unit.index in spec.busy_looking and util is not None:
+                util = busy_looking_utilization(util, bool(procs_parent))
         parent = device(
-            **static, **active, health="ok", utilization_percent=None if util is None else round(util, 2),
+            **activity,
+            **static, health="ok", utilization_percent=None if util is None else round(util, 2),
             memory_used_bytes=used_total, memory_total_bytes=unit.memory_total,
             temperature_celsius=round(temp, 1), power_watts=round(power, 3),
             power_limit_watts=spec.power_limit_watts, energy_joules=None if energy is None else round(energy, 3),

@@ -87,6 +87,9 @@ class DeviceSpec:
     bus_base: int = 0x10
     duty_cycle: float = 0.6
     job_seconds: tuple[float, float] = (600.0, 2400.0)
+    busy_looking: tuple[int, ...] = ()
+    """Indexes of the entry's "busy-looking" devices: 100 % utilization and 20 % compute
+    activity while a job runs (docs/simulation.md)."""
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,8 @@ def _read(ref: str | Path) -> _File:
 
 def _device(f: _File, raw: Any, i: int) -> DeviceSpec:
     required = tuple(x.name for x in fields(DeviceSpec) if x.default is MISSING)
-    values = f.table(raw, _DEVICE_RULES, required, "devices", i, extra=("job_seconds",))
+    values = f.table(raw, _DEVICE_RULES, required, "devices", i,
+                     extra=("job_seconds", "busy_looking"))
     if values["kind"] not in _KINDS:
         raise f.error(f"must be one of {', '.join(_KINDS)}, got {values['kind']!r}", "devices", i, "kind")
     if values.get("id_style", "uuid") not in _ID_STYLES:
@@ -270,6 +274,14 @@ def _device(f: _File, raw: Any, i: int) -> DeviceSpec:
         if lo <= 0 or hi < lo:
             raise f.error(f"needs 0 < shortest <= longest, got {spans!r}", "devices", i, "job_seconds")
         values["job_seconds"] = (lo, hi)
+    if "busy_looking" in raw:
+        indexes = raw["busy_looking"]
+        if not isinstance(indexes, list) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 <= n < values["count"]
+                for n in indexes):
+            raise f.error(f"must be a list of device indexes from 0 to count - 1, got {indexes!r}",
+                          "devices", i, "busy_looking")
+        values["busy_looking"] = tuple(indexes)
     return DeviceSpec(**values)
 
 

@@ -1,4 +1,4 @@
-"""Budgets per resource group (issue 22): ``[groups.NAME] budget_per_month``, the export's
+"""Budgets per resource group: ``[groups.NAME] budget_per_month``, the export's
 ``budget``, ``budget_used_ratio`` and ``forecast_month_end_cost`` columns, the exporter's
 ``allsmi_resource_group_budget_per_month``. (The alerts are unit-tested by promtool:
 deploy/prometheus/allsmi-rules.test.yml.)"""
@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,58 +39,72 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_budget_columns_and_the_forecast(tmp_path: Path) -> None:
-    (tmp_path / "c.toml").write_text(CONFIG.format(budget=5000))
-    out = run("--simulate", "mixed", "--period", "yesterday", "--group-by", "resource_group",
-              cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    rows = {r["resource_group"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
-    train = rows["training"]
-    assert train["budget"] == "5000" and train["currency"] == "EUR"
-    cost = float(train["cost"])
-    assert cost > 0
-    assert float(train["budget_used_ratio"]) == pytest.approx(cost / 5000, abs=1e-6)
-    yesterday = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)
-    days = calendar.monthrange(yesterday.year, yesterday.month)[1]
-    assert float(train["forecast_month_end_cost"]) == pytest.approx(cost * days, rel=1e-6)
-    # A group without a budget: empty budget columns, a forecast all the same.
-    other = next(r for g, r in rows.items() if g != "training" and r["cost"])
-    assert other["budget"] == "" and other["budget_used_ratio"] == ""
-    assert float(other["forecast_month_end_cost"]) == pytest.approx(float(other["cost"]) * days,
-                                                                     rel=1e-6)
-    forecast = cost * days
-    if forecast > 5000:  # the mixed scenario's training group costs ~360 EUR a day
-        assert "group training is forecast to cost" in out.stderr, out.stderr
-    # Under budget: nothing said.
-    (tmp_path / "c.toml").write_text(CONFIG.format(budget=10**9))
-    out = run("--simulate", "mixed", "--period", "yesterday", "--group-by", "resource_group",
+def _ledger(tmp_path: Path) -> Path:
+    """A ledger of one training GPU held all the time from 2026-03-01 00:00 to 2026-03-03 00:00
+    UTC (a sample a minute): 24 device-hours a day, 48 EUR a day at 2 EUR an hour."""
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.config import parse_config
+
+    from .helpers import T0, device, snap
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, parse_config(CONFIG.format(budget=1000)
+                                          + "\n[ledger]\nmax_gap_seconds = 120\n"))
+    start = T0 - 86400  # 2026-03-01T00:00:00Z
+    for k in range(2 * 1440 + 1):
+        rec.on_snapshot(replace(snap(start + 60 * k, device("GPU-a", util=50.0, users=["alice"],
+                                                            group="training", power=300.0)),
+                                monotonic=1000.0 + 60 * k))
+    rec.close()
+    return db
+
+
+def test_budget_columns_are_the_month_to_date_whatever_the_window(tmp_path: Path) -> None:
+    """--period 2026-03-02 (the 2nd of the month): its cost is one day's, but the budget used
+    and the forecast are the month to date's (the 1st and the 2nd), as a reader of "budget used"
+    expects."""
+    db = _ledger(tmp_path)
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=1000))
+    out = run("--ledger", str(db), "--period", "2026-03-02", "--group-by", "resource_group",
               "--format", "json", cwd=tmp_path)
-    assert out.returncode == 0 and "budget" not in out.stderr, out.stderr
+    assert out.returncode == 0, out.stderr
     row = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training")
-    assert row["budget"] == 1e9 and row["budget_used_ratio"] == pytest.approx(cost / 1e9, abs=1e-6)
+    assert row["cost"] == pytest.approx(48.0, rel=1e-3)  # the window: one day
+    assert row["budget_used_ratio"] == pytest.approx(96.0 / 1000, rel=1e-3)  # the 1st and the 2nd
+    assert row["forecast_month_end_cost"] == pytest.approx(96.0 / 2 * 31, rel=1e-3)
+    assert "group training is forecast to cost 1488.00 EUR this month" in out.stderr, out.stderr
+    # A window that starts on the first of its month is its own month to date.
+    out = run("--ledger", str(db), "--since", "2026-03-01", "--until", "2026-03-02",
+              "--group-by", "resource_group", "--format", "json", cwd=tmp_path)
+    row = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training")
+    assert row["budget_used_ratio"] == pytest.approx(48.0 / 1000, rel=1e-3)
+    assert row["forecast_month_end_cost"] == pytest.approx(48.0 * 31, rel=1e-3)
+    # Under budget so far: nothing said.
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=10**5))
+    out = run("--ledger", str(db), "--period", "2026-03-02", "--group-by", "resource_group",
+              cwd=tmp_path)
+    assert out.returncode == 0 and "budget" not in out.stderr, out.stderr
+    rows = {r["resource_group"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
+    assert float(rows["training"]["budget_used_ratio"]) == pytest.approx(96.0 / 1e5, rel=1e-3)
 
 
-def test_a_whole_month_forecasts_its_own_cost(tmp_path: Path) -> None:
+def test_a_month_from_its_first_day_forecasts_from_itself(tmp_path: Path) -> None:
     (tmp_path / "c.toml").write_text(CONFIG.format(budget=100))
     first = dt.date.today().replace(day=1)
-    last_month = (first - dt.timedelta(days=1)).strftime("%Y-%m")
-    day = (first - dt.timedelta(days=1)).strftime("%Y-%m-%d")
-    # one day of last month: the day's cost x the month's days; the month itself: its cost.
-    # (a day is enough to check the factor without replaying a month)
-    out = run("--simulate", "mixed", "--period", day, "--group-by", "resource_group", "--format",
-              "json", cwd=tmp_path)
+    first_of_last = (first - dt.timedelta(days=1)).replace(day=1)
+    # The first day of last month is its own month to date: the day's cost x the month's days.
+    out = run("--simulate", "mixed", "--period", first_of_last.isoformat(), "--group-by",
+              "resource_group", "--format", "json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     row = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training")
-    days = calendar.monthrange(int(last_month[:4]), int(last_month[5:]))[1]
+    days = calendar.monthrange(first_of_last.year, first_of_last.month)[1]
     assert row["forecast_month_end_cost"] == pytest.approx(row["cost"] * days, rel=1e-5)
+    assert row["budget_used_ratio"] == pytest.approx(row["cost"] / 100, rel=1e-5)
     assert row["cost"] > 100 / days and "group training" in out.stderr  # over budget: named
-    # A window across two months has no forecast.
-    out = run("--simulate", "mixed", "--since", f"{day}T23:00:00Z", "--until",
-              f"{first.isoformat()}T01:00:00Z", "--group-by", "resource_group", "--format",
-              "json", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    row = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training")
-    assert row["forecast_month_end_cost"] is None and row["budget"] == 100
+    # A group without a budget: empty budget columns, a forecast all the same.
+    other = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] != "training"
+                 and r["cost"])
+    assert other["budget"] is None and other["budget_used_ratio"] is None
+    assert other["forecast_month_end_cost"] == pytest.approx(other["cost"] * days, rel=1e-5)
 
 
 @pytest.mark.parametrize("table,needle", [

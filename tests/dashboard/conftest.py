@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
+from allsmi.dashboard.screen.app import DashboardApp
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 

@@ -14,10 +14,10 @@ from typing import Iterator
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.cluster import (ClusterSource, Endpoint, FetchError, HostfileError, fetch_snapshot,
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.sources.cluster import (ClusterSource, Endpoint, FetchError, HostfileError, fetch_snapshot,
                                       parse_endpoint, read_hostfile)
-from allsmi.dashboard.difftable import DiffTable
+from allsmi.dashboard.tables.difftable import DiffTable
 from allsmi.output import to_json
 from allsmi.schema import Snapshot
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.prometheus import PrometheusSource
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.sources.prometheus import PrometheusSource
 
 from ..conftest import run_allsmi
 from .conftest import screen_text

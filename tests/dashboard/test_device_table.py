@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
+from allsmi.dashboard.screen.app import DashboardApp
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 

@@ -80,12 +80,12 @@ def test_two_addresses_of_one_node_are_flagged_and_distinct_nodes_are_not() -> N
 def test_summary_line_and_host_detail_say_the_devices_are_counted_twice(
         sim_snapshots: list) -> None:  # type: ignore[type-arg]
     """The warning reaches the screen: the summary line and each affected host's row."""
-    from allsmi.dashboard.hosts import host_warnings
-    from allsmi.dashboard.model import Filter, refs_of
-    from allsmi.dashboard.render import Palette
+    from allsmi.dashboard.views.hosts import host_warnings
+    from allsmi.dashboard.state.model import Filter, refs_of
+    from allsmi.dashboard.views.render import Palette
     from allsmi.dashboard.sources import HostState, shared_devices
-    from allsmi.dashboard.summary import summary_lines
-    from allsmi.dashboard.totals import totals_by
+    from allsmi.dashboard.views.summary import summary_lines
+    from allsmi.dashboard.state.totals import totals_by
     snap = sim_snapshots[-1]
     pairs = [(key, d.id) for key in ("a:9477", "a:9100") for d in snap.devices]
     shared = shared_devices(pairs)

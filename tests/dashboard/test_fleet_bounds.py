@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.model import GONE_GRACE_SECONDS, MAX_GONE_DEVICES
-from allsmi.dashboard.prometheus import PrometheusSource
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.state.model import GONE_GRACE_SECONDS, MAX_GONE_DEVICES
+from allsmi.dashboard.sources.prometheus import PrometheusSource
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 
@@ -103,8 +103,8 @@ class FakePrometheus:
         return {"metric": labels, "value": [1000.0, self.value if value is None else value]}
 
     def answer(self, promql: str) -> list[dict[str, Any]]:
-        from allsmi.dashboard.prometheus import DEVICE_INFO, DEVICE_UP, PROCESS_MEMORY, VALUE_METRICS
-        from allsmi.dashboard.promsummary import summary_queries
+        from allsmi.dashboard.sources.prometheus import DEVICE_INFO, DEVICE_UP, PROCESS_MEMORY, VALUE_METRICS
+        from allsmi.dashboard.sources.promsummary import summary_queries
         instances = [f"node-{i}:9477" for i in range(self.instances)]
         uuids = [f"GPU-{d}" for d in range(self.devices)]
         if promql.startswith("count by (instance)"):
@@ -271,7 +271,7 @@ def _many_processes(base: Snapshot, devices: int, per_device: int) -> Snapshot:
 async def test_p_on_a_huge_host_never_blocks_the_ui(sim_snapshots: list[Snapshot]) -> None:
     import time
 
-    from allsmi.dashboard.panels import MAX_PROCESS_ROWS
+    from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS
     big = _many_processes(sim_snapshots[0], 4096, 30)
     source = StaticSource.of([big], interval=1.0)
     app = DashboardApp(source)
@@ -313,7 +313,7 @@ async def test_above_the_device_budget_the_summary_counts_hosts_that_answer() ->
         fake.close()
 
 
-async def test_cut_indices_are_marked_bidi_text_is_visible_and_zero_has_no_sign(sim_snapshots: list[Snapshot]) -> None:
+async def test_long_indices_are_whole_bidi_text_is_visible_and_zero_has_no_sign(sim_snapshots: list[Snapshot]) -> None:
     from allsmi.schema import ProcessSample
 
     from .conftest import screen_text
@@ -329,16 +329,19 @@ async def test_cut_indices_are_marked_bidi_text_is_visible_and_zero_has_no_sign(
     async with app.run_test(size=(200, 40)) as pilot:
         await pilot.pause()
         text = screen_text(app)
-        assert "\u2026" + "64" in text and "\u2026" + "65" in text, text  # 406 twice before
-        assert "406 " not in text
+        # An index is never cut (4064 and 4065 once read "…64" and "…65", and "406" before).
+        assert " 4064 " in text and " 4065 " in text, text
+        assert "\u2026" + "64" not in text and "406 " not in text
         assert "\u202e" not in text and "\u202c" not in text
         assert "python \ufffdevil\ufffd.py" in text, text
         assert "-0°C" not in text and "-0 W" not in text and "-0/" not in text, text
 
 
-async def test_the_cluster_processes_panel_names_host_and_device_in_full(sim_snapshots: list[Snapshot]) -> None:
+async def test_the_cluster_processes_panel_names_host_and_device(sim_snapshots: list[Snapshot]) -> None:
+    """A host name up to the device column's width is shown whole; a longer one is cut before
+    its ``:index`` (test_readable.py), so that util and the command keep their room."""
     from .conftest import screen_text
-    name = "good-host-with-a-long-name.example.com"
+    name = "good-host-long-name.example.com"
     snap = replace(sim_snapshots[0], host=replace(sim_snapshots[0].host, hostname=name))
     held = next(d for d in snap.devices if d.parent is None and d.processes)
     source = StaticSource([{"10.0.0.7:9477": snap}], cluster=True, interval=1.0)
@@ -440,7 +443,7 @@ async def test_the_fleet_view_through_prometheus_shows_pods_and_jobs_holding_dev
 
 
 async def test_a_host_answering_one_poll_in_four_is_flapping_with_its_last_devices(sim_snapshots: list[Snapshot]) -> None:
-    from allsmi.dashboard.cluster import ClusterSource, FetchError
+    from allsmi.dashboard.sources.cluster import ClusterSource, FetchError
 
     from .conftest import screen_text
     now = [1000.0]

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.cluster import ClusterSource, FetchError, fetch_host, parse_endpoint
-from allsmi.dashboard.difftable import DiffTable
-from allsmi.dashboard.prometheus import PrometheusError, PrometheusSource, make_query
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.sources.cluster import ClusterSource, FetchError, fetch_host, parse_endpoint
+from allsmi.dashboard.tables.difftable import DiffTable
+from allsmi.dashboard.sources.prometheus import PrometheusError, PrometheusSource, make_query
 from allsmi.dashboard.sources import StaticSource
 from allsmi.output import snapshot_dict, to_json
 from allsmi.schema import Snapshot
@@ -310,7 +310,7 @@ def test_memory_per_host_is_bounded_for_a_huge_body() -> None:
         import resource, sys
         sys.path.insert(0, %r)
         from tests.dashboard.hostile import Server
-        from allsmi.dashboard.cluster import FetchError, fetch_host, parse_endpoint
+        from allsmi.dashboard.sources.cluster import FetchError, fetch_host, parse_endpoint
         body = b'{"schema_version": 1, "devices": [' + b",".join([b"{}"] * (8 * 2**20 // 3 - 20)) + b"]}"
         server = Server(lambda h: h.send_body(body))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

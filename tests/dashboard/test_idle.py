@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from allsmi.config import parse_config
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.idle import IdleMeter, allocated_idle, order_rows
-from allsmi.dashboard.options import DashboardOptions
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.state.idle import IdleMeter, allocated_idle, order_rows
+from allsmi.dashboard.screen.options import DashboardOptions
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import BackendStatus, ProcessSample, Snapshot, Workload
 from allsmi.usage import UsageIntegrator, bridged_gap_seconds

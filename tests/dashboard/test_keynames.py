@@ -7,8 +7,8 @@ import unicodedata
 import pytest
 from textual.keys import key_to_character
 
-from allsmi.dashboard.actions import BINDINGS
-from allsmi.dashboard.keynames import KEY_CHARACTERS, character_lookup, key_display
+from allsmi.dashboard.screen.actions import BINDINGS
+from allsmi.dashboard.screen.keynames import KEY_CHARACTERS, character_lookup, key_display
 from allsmi.schema import Snapshot
 
 from .conftest import make_app, play_all, screen_text
@@ -58,7 +58,7 @@ async def test_running_app_never_reads_unicode_names(sim_snapshots: list[Snapsho
 async def test_footer_shows_the_keys_and_a_click_presses_one(sim_snapshots: list[Snapshot]) -> None:
     """The one-line footer lists the shown bindings and a click on one runs it (as Textual's
     footer does); a key whose action is hidden (the cluster view without a cluster) is absent."""
-    from allsmi.dashboard.footer import KeyFooter
+    from allsmi.dashboard.screen.footer import KeyFooter
     app, source = make_app(sim_snapshots)
     async with app.run_test(size=(160, 50)) as pilot:
         await play_all(app, source, pilot)

@@ -3,8 +3,8 @@ pile up (benchmarks/dashboard.py measures the resident memory itself)."""
 
 from __future__ import annotations
 
-from allsmi.dashboard.footer import KeyFooter
-from allsmi.dashboard.difftable import DiffTable
+from allsmi.dashboard.screen.footer import KeyFooter
+from allsmi.dashboard.tables.difftable import DiffTable
 
 from .conftest import make_app, play_all
 from .fixtures import simulated_snapshots

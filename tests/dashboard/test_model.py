@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from allsmi.dashboard.model import (EnergyMeter, Filter, History, apply_filter, device_key,
+from allsmi.dashboard.state.model import (EnergyMeter, Filter, History, apply_filter, device_key,
                                     memory_percent, order_devices, refs_of)
-from allsmi.dashboard.totals import totals_by
-from allsmi.dashboard.render import Palette, core_strip, gauge, spark
+from allsmi.dashboard.state.totals import totals_by
+from allsmi.dashboard.views.render import Palette, core_strip, gauge, spark
 from allsmi.schema import DeviceSample, Snapshot
 
 
@@ -137,7 +137,7 @@ def test_power_is_compared_with_limits_like_with_like() -> None:
     limits, and says it covers 2 of 5; the set's whole draw stays in ``power_watts``."""
     import datetime as dt
 
-    from allsmi.dashboard.panels import power_totals
+    from allsmi.dashboard.views.panels import power_totals
     from allsmi.schema import HostSample
     devs = tuple(DeviceSample(id=f"n{i}", vendor="furiosa", kind="npu", backend="b", health="ok",
                               power_watts=100.0 + i, power_limit_watts=300.0 if i < 2 else None)

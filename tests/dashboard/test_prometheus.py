@@ -9,12 +9,12 @@ from typing import Any, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.model import refs_of
-from allsmi.dashboard.totals import totals_by
-from allsmi.dashboard.prometheus import (PrometheusError, PrometheusSource, build_snapshots, device_queries,
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.state.model import refs_of
+from allsmi.dashboard.state.totals import totals_by
+from allsmi.dashboard.sources.prometheus import (PrometheusError, PrometheusSource, build_snapshots, device_queries,
                                          make_query, selector)
-from allsmi.dashboard.promsummary import FINE, FINE_BY, RECORDED, combined_query, derived_query, recording_rules
+from allsmi.dashboard.sources.promsummary import FINE, FINE_BY, RECORDED, combined_query, derived_query, recording_rules
 from allsmi.exporter.exposition import render_snapshot
 from allsmi.schema import PROCESS_ACTIVITY, Snapshot
 

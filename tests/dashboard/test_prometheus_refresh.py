@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.prometheus import SHARED_DEVICES, STATIC_SECONDS, PrometheusSource, make_query
-from allsmi.dashboard.promsummary import GROUPINGS, RECORDED, fleet_totals, recorded_totals, summary_queries
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.sources.prometheus import SHARED_DEVICES, STATIC_SECONDS, PrometheusSource, make_query
+from allsmi.dashboard.sources.promsummary import GROUPINGS, RECORDED, fleet_totals, recorded_totals, summary_queries
 
 from ..prometheus_server import running_prometheus
 from .conftest import screen_text
@@ -199,7 +199,9 @@ class NodePrometheus:
 
 async def test_the_cluster_processes_panel_shows_each_process_utilization_from_prometheus(
         sim_snapshots: list[Any]) -> None:
+    from allsmi.dashboard.tables.process_table import ProcessTable
     from allsmi.formatting import percent
+    UTIL = [c for c, _, _ in ProcessTable.COLUMNS].index("util")
     snap = sim_snapshots[-1]
     busy = [p for d in snap.devices for p in d.processes or () if p.utilization_percent is not None
             and p.memory_bytes is not None]
@@ -223,8 +225,8 @@ async def test_the_cluster_processes_panel_shows_each_process_utilization_from_p
             for proc in busy[:5]:
                 row = cells.get(str(proc.pid))
                 if row is not None:  # among the biggest shown
-                    assert row[4] == percent(proc.utilization_percent), (proc.pid, row)
-            assert any(cells.get(str(p.pid), [""] * 5)[4] == percent(p.utilization_percent) for p in busy)
+                    assert row[UTIL] == percent(proc.utilization_percent), (proc.pid, row)
+            assert any(cells.get(str(p.pid), [""] * 5)[UTIL] == percent(p.utilization_percent) for p in busy)
     finally:
         source.close()
         store.close()

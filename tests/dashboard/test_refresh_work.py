@@ -10,8 +10,8 @@ from typing import Callable
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from allsmi.dashboard.app import DashboardApp
-from allsmi.dashboard.lines import TextLines
+from allsmi.dashboard.screen.app import DashboardApp
+from allsmi.dashboard.tables.lines import TextLines
 from allsmi.dashboard.sources import NodeSource
 from allsmi.schema import Snapshot
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from allsmi.dashboard.app import DashboardApp
+from allsmi.dashboard.screen.app import DashboardApp
 from allsmi.dashboard.sources import StaticSource
 from allsmi.schema import Snapshot
 

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from allsmi.dashboard.terminal import HANGUP_EXIT_CODE, TerminalGuard
+from allsmi.dashboard.screen.terminal import HANGUP_EXIT_CODE, TerminalGuard
 
 
 @pytest.fixture(autouse=True)

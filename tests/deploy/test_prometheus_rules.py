@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from allsmi.dashboard.promsummary import recording_rules
+from allsmi.dashboard.sources.promsummary import recording_rules
 
 from ..conftest import require_tool
 from .support import RULES, RULES_BUDGET_TEST, RULES_TEST, all_rules, recorded, rules

@@ -1,0 +1,168 @@
+"""The report's charts: what each one draws (:class:`Chart`), and drawing it as inline SVG with
+pygal (the ``allsmi[report]`` extra; see docs/report.md for why pygal).
+
+A chart is made only of known values: an unknown one is a missing bar or point (pygal leaves
+``None`` out), never a bar of height 0. The SVG is deterministic (its id is the chart's, its
+comments are removed) and carries no script, no font and no link: its colours follow the page's
+text colour (``currentColor``), so one drawing serves the light and the dark page.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from allsmi.accounting.htmlreport.data import CHART_HOLDERS, Content
+
+#: Colour-blind-safe series colours (Okabe and Ito), the same in light and dark.
+COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+           "#999999")
+
+
+#: What to do without the extra (the pip of the Python that runs allsmi).
+EXTRA_HINT = f"install the extra: {sys.executable} -m pip install 'allsmi[report]'"
+
+
+class ChartsUnavailable(RuntimeError):
+    """pygal or Jinja2 is not installed."""
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart: ``series`` of values, one per label (``None``: unknown, not drawn)."""
+
+    id: str
+    title: str
+    kind: str
+    """``bar`` (vertical), ``hbar`` (horizontal) or ``line``."""
+    labels: tuple[str, ...]
+    series: tuple[tuple[str, tuple[float | None, ...]], ...]
+    unit: str = ""
+
+    @property
+    def marks(self) -> int:
+        """Bars or points drawn: the known values."""
+        return sum(v is not None for _, values in self.series for v in values)
+
+
+def require_libraries() -> None:
+    """Raise :class:`ChartsUnavailable` (naming the extra) unless pygal and Jinja2 import."""
+    try:
+        import jinja2  # noqa: F401
+        import pygal  # noqa: F401
+    except ImportError as exc:
+        raise ChartsUnavailable(f"allsmi report needs {exc.name or 'pygal and jinja2'}: "
+                                f"{EXTRA_HINT}") from None
+
+
+def _series(lines: Sequence[Any], columns: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
+    """``(name, values)`` per column that has a known value on some line."""
+    out = []
+    for title, column in columns:
+        vals = tuple(line.figures.get(column) for line in lines)
+        if any(v is not None for v in vals):
+            out.append((title, vals))
+    return tuple(out)
+
+
+def charts(c: Content) -> dict[str, Chart]:
+    """The charts of the report's sections (a section with nothing known has none)."""
+    out: dict[str, Chart] = {}
+    group_names = tuple(line.names[0] for line in c.groups)
+    if c.priced:
+        out["budget"] = Chart("budget", "Cost to date, month-end forecast and budget per group",
+                              "hbar", group_names, _series(c.groups, (
+                                  ("cost to date", "cost"),
+                                  ("forecast month end", "forecast_month_end_cost"),
+                                  ("budget", "budget"))), _currency(c))
+    if c.priced and len(c.currencies) == 1 and c.burn:
+        groups = [line.names[0] for line in c.groups if line.figures.get("cost") is not None]
+        out["burn"] = Chart("burn", f"Cost so far in the window, per group, {c.trend_unit} by "
+                            f"{c.trend_unit}", "line", tuple(line.names[0] for line in c.burn),
+                            _series(c.burn, [(g, g) for g in groups]), c.currencies[0])
+    hours = (("allocated", "allocated_device_hours"), ("active", "active_device_hours"),
+             ("idle", "idle_allocated_device_hours"))
+    out["hours"] = Chart("hours", "Allocated, active and idle device-hours per group", "bar",
+                         group_names, _series(c.groups, hours), "device-hours")
+    ranked = c.holders[:CHART_HOLDERS]
+    names = tuple(" / ".join(n for n in line.names if n != "-") or "(nobody)" for line in ranked)
+    if c.priced:
+        out["holders"] = Chart("holders", f"The {len(ranked)} holders that cost the most",
+                               "hbar", names, _series(ranked, (("cost", "cost"),
+                                                               ("idle cost", "idle_cost"))),
+                               _currency(c))
+    else:
+        out["holders"] = Chart("holders", f"The {len(ranked)} holders that held the most",
+                               "hbar", names, _series(ranked, (
+                                   ("allocated", "allocated_device_hours"),
+                                   ("idle", "idle_allocated_device_hours"))), "device-hours")
+    if c.waiting:
+        out["waiting"] = Chart("waiting", "What the holders waited on (device-hours)", "bar",
+                               tuple(line.names[0] for line in c.waiting),
+                               _series(c.waiting, (("device-hours", "hours"),)), "device-hours")
+    pools = [line for line in c.pools if line.figures.get("allocated_device_hours")]
+    out["pools"] = Chart("pools", "Efficiency per vendor and model (share of allocated time)",
+                         "bar", tuple(line.names[1] if line.names[1] != "-" else line.names[0]
+                                      for line in pools),
+                         _series(pools, (("used / allocated", "used_efficiency"),
+                                         ("active / allocated", "active_efficiency"))), "%")
+    days = tuple(line.names[0] for line in c.trend)
+    out["trend"] = Chart("trend", "Device-hours per day" if c.trend_unit == "day" else
+                         "Device-hours per month", "line", days,
+                         _series(c.trend, hours), "device-hours")
+    if c.priced and len(c.currencies) == 1:
+        out["trend_cost"] = Chart("trend_cost", f"Cost per {c.trend_unit}", "line", days,
+                                  _series(c.trend, (("cost", "cost"), ("idle cost", "idle_cost"))),
+                                  c.currencies[0])
+    return {k: v for k, v in out.items() if v.marks}
+
+
+def _currency(c: Content) -> str:
+    return c.currencies[0] if len(c.currencies) == 1 else "cost"
+
+
+def svg(chart: Chart) -> str:
+    """The chart as an inline ``<svg>`` element (pygal)."""
+    import pygal
+    from pygal.style import Style
+
+    style = Style(background="transparent", plot_background="transparent",
+                  foreground="currentColor", foreground_strong="currentColor",
+                  foreground_subtle="#8888", colors=COLOURS, font_family="sans-serif",
+                  label_font_size=13, major_label_font_size=13, legend_font_size=14,
+                  title_font_size=16, value_font_size=12, tooltip_font_size=12,
+                  opacity=".9", opacity_hover=".9", transition="0ms")
+    kind = {"bar": pygal.Bar, "hbar": pygal.HorizontalBar, "line": pygal.Line}[chart.kind]
+    rows = len(chart.labels)
+    height = max(320, 60 + rows * 16 * max(1, len(chart.series))) if chart.kind == "hbar" else 380
+    graph = kind(style=style, js=[], disable_xml_declaration=True, explicit_size=False,
+                 width=800, height=height, legend_at_bottom=True, legend_at_bottom_columns=4,
+                 truncate_label=40, truncate_legend=30, show_x_guides=False,
+                 **({} if chart.kind == "hbar" else {
+                     "x_label_rotation": 30 if rows > 6 else 0,
+                     "show_minor_x_labels": rows <= 16,
+                     "x_labels_major_every": max(1, rows // 10)}),
+                 print_values=False, dots_size=3, allow_interruptions=True,
+                 classes=("pygal-chart", f"chart-{chart.id}"),
+                 y_title=chart.unit if chart.kind != "hbar" else None)
+    graph.title = f"{chart.title} ({chart.unit})" if chart.kind == "hbar" else chart.title
+    graph.uuid = f"svg-{chart.id}"
+    # pygal draws a horizontal chart's first label at the bottom: the first line goes on top
+    order = (lambda xs: list(reversed(xs))) if chart.kind == "hbar" else list
+    graph.x_labels = order(chart.labels)
+    for name, vals in chart.series:
+        graph.add(name, order(vals))
+    graph.add_xml_filter(_strip_comments)
+    return graph.render(is_unicode=True)
+
+
+def _strip_comments(root: Any) -> Any:
+    """pygal's comments (a generation date among them: the output stays the same bytes) and
+    its script (the chart's configuration for its tooltips, even with ``js=[]``: the page runs
+    no script, and its Content-Security-Policy would refuse it)."""
+    for parent in list(root.iter()):
+        for child in list(parent):
+            if not isinstance(child.tag, str) or child.tag.rsplit("}", 1)[-1] == "script":
+                parent.remove(child)
+    return root

@@ -1,0 +1,319 @@
+"""What the HTML report shows, computed from the export's own rows.
+
+Every figure is a value of an export column (:func:`allsmi.accounting.formats.json_row`, the
+CSV's numbers at the CSV's precision) or a sum of such values, so a table of the report and the
+CSV export of the same window and options agree to the printed digit. An unknown value stays
+unknown (``None``): it is shown as such and left out of charts, never drawn as 0.
+
+The activity columns (``active_device_hours``, ``efficiency_ratio``, ``waiting_<reason>_seconds``
+and ``waiting_<reason>_cost``, ``activity_method``) are the export's too; where no row of the
+window knows them (hardware that reports no compute activity), the report says "not measured".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from allsmi.accounting.formats import json_row
+from allsmi.accounting.report import HOLDER_KEYS, Report, Row
+from allsmi.schema import WAITING_REASONS
+from allsmi.text import clean_text
+
+#: What each holder may have been waiting on (issue 31), in the order they are shown.
+REASONS = WAITING_REASONS
+#: Holders listed one by one in the table (the rest are summed in one line).
+TABLE_HOLDERS = 100
+#: Holders drawn in the ranking chart.
+CHART_HOLDERS = 20
+#: Shown for the share of a group's device time that no holder held (the export's empty keys).
+NO_HOLDER = "(no holder)"
+#: A window longer than this is trended by month instead of by day.
+MAX_DAYS = 62
+
+
+@dataclass(frozen=True)
+class Views:
+    """The export's rows the report is made of, all over one window from one source."""
+
+    groups: Report
+    """Grouped by ``resource_group``."""
+    holders: Report
+    """Grouped by the ``--group-by`` keys (holders by default)."""
+    pools: Report
+    """Grouped by ``resource_group``, ``vendor``, ``model``."""
+    trend: tuple[tuple[str, Report], ...]
+    """One report per day (per month for long windows), grouped by ``resource_group``."""
+    threshold: float
+    """The coverage below which the export exits 3."""
+    trend_unit: str = "day"
+    """What one step of ``trend`` is: ``day`` or ``month``."""
+    notes: tuple[str, ...] = ()
+    """The source's warnings (conflicting ledger rows, series left out), as the export says
+    them on stderr."""
+
+
+def values(row: Row) -> dict[str, Any]:
+    """The row's export columns, as the JSON export gives them (the CSV's precision)."""
+    return json_row(row)
+
+
+def reason_columns(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{reason: {"seconds": column, "cost": column}}`` of the waiting reasons some row knows
+    (none where activity is not measured), in :data:`REASONS`' order."""
+    rows = list(rows)
+    out: dict[str, dict[str, str]] = {}
+    for reason in REASONS:
+        columns = {kind: f"waiting_{reason}_{kind}" for kind in ("seconds", "cost")}
+        if any(r.get(columns["seconds"]) is not None for r in rows):
+            out[reason] = columns
+    return out
+
+
+def total(items: Iterable[float | None]) -> float | None:
+    """The sum of the known values; ``None`` when none is known."""
+    known = [v for v in items if v is not None]
+    return sum(known) if known else None
+
+
+def ratio(part: float | None, whole: float | None) -> float | None:
+    """``part / whole``; ``None`` when either is unknown or the whole is 0."""
+    return None if part is None or not whole else part / whole
+
+
+def label(value: str | None, empty: str = "-") -> str:
+    """A name as shown: control and bidirectional characters made visible, never reordered."""
+    return empty if value is None or value == "" else clean_text(value, 200)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a section: its name(s) and its figures (export column -> value)."""
+
+    names: tuple[str, ...]
+    figures: dict[str, Any]
+    currency: str | None = None
+
+
+def _sum_lines(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> dict[str, Any]:
+    """Each column's total; the efficiency of the totals (active / allocated)."""
+    out = {c: total(r.get(c) for r in rows) for c in columns}
+    if "active_device_hours" in out:
+        out["efficiency_ratio"] = ratio(out["active_device_hours"],
+                                        out.get("allocated_device_hours"))
+    return out
+
+
+HOUR_COLUMNS = ("observed_device_hours", "allocated_device_hours", "used_device_hours",
+                "active_device_hours", "idle_allocated_device_hours", "billed_device_hours")
+MONEY_COLUMNS = ("cost", "idle_cost", "forecast_month_end_cost")
+OTHER_COLUMNS = ("energy_kwh", "carbon_gco2e", "device_count")
+
+
+@dataclass
+class Content:
+    """Everything the page shows, in the order it shows it."""
+
+    views: Views
+    activity: bool = False
+    """Whether the export has the activity columns (issue 31)."""
+    reasons: dict[str, dict[str, str]] = field(default_factory=dict)
+    groups: list[Line] = field(default_factory=list)
+    group_totals: list[Line] = field(default_factory=list)
+    """The groups' sums: one line, or one per currency when the groups bill in several."""
+    holders: list[Line] = field(default_factory=list)
+    holders_rest: Line | None = None
+    holders_total: list[Line] = field(default_factory=list)
+    holder_keys: tuple[str, ...] = ()
+    pools: list[Line] = field(default_factory=list)
+    trend: list[Line] = field(default_factory=list)
+    waiting: list[Line] = field(default_factory=list)
+    """Per waiting reason some holder knows, all holders together: its device-hours, their
+    share of the holders' allocated ones, and its cost."""
+    burn: list[Line] = field(default_factory=list)
+    """Per step of the trend, each priced group's cost so far in the window (its figures are
+    keyed by the group's name); unknown on a step whose cost is."""
+    currencies: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    """What the report cannot show, and why (no data, no prices, no budgets...)."""
+
+    @property
+    def trend_unit(self) -> str:
+        return self.views.trend_unit
+
+    @property
+    def priced(self) -> bool:
+        return any(line.figures.get("cost") is not None for line in self.groups)
+
+    @property
+    def budgeted(self) -> bool:
+        return any(line.figures.get("budget") is not None for line in self.groups)
+
+
+def _group_lines(report: Report) -> list[Line]:
+    lines = []
+    for row in report.rows:
+        v = values(row)
+        v["group_labels"] = ", ".join(f"{label(k)}={label(x)}" for k, x in row.labels)
+        lines.append(Line((label(row.resource_group),), v, row.currency))
+    return lines
+
+
+def _pool_lines(report: Report, columns: Sequence[str]) -> list[Line]:
+    """The pools (vendor and model) across groups: sums of the export's rows."""
+    pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in report.rows:
+        pools.setdefault((row.vendor or "", row.model or ""), []).append(values(row))
+    lines = []
+    for (vendor, model), rows in sorted(pools.items()):
+        figures = _sum_lines(rows, columns)
+        # percent: what the efficiency chart draws
+        for name, part in (("used_efficiency", "used_device_hours"),
+                           ("active_efficiency", "active_device_hours")):
+            share = ratio(figures.get(part), figures.get("allocated_device_hours"))
+            figures[name] = None if share is None else 100.0 * share
+        currencies = {r.get("currency") for r in rows if r.get("cost") is not None}
+        if len(currencies) > 1:  # costs in different currencies do not add up
+            figures["cost"] = figures["idle_cost"] = None
+        lines.append(Line((label(vendor), label(model)), figures,
+                          next(iter(currencies)) if len(currencies) == 1 else None))
+    return lines
+
+
+def _totals(rows: Sequence[dict[str, Any]], columns: Sequence[str],
+            currencies: Sequence[str]) -> list[Line]:
+    """The sum of ``rows``: one line; with several currencies, the money columns are summed
+    per currency on lines of their own (costs in different currencies do not add up)."""
+    whole = _sum_lines(rows, columns)
+    if len(currencies) <= 1:
+        return [Line(("total",), whole, currencies[0] if currencies else None)]
+    lines = [Line(("total",), {c: None if _money(c) else v for c, v in whole.items()})]
+    for currency in currencies:
+        mine = [r for r in rows if r.get("currency") == currency]
+        lines.append(Line((f"total ({currency})",),
+                          {c: total(r.get(c) for r in mine) if _money(c) else None
+                           for c in columns}, currency))
+    return lines
+
+
+def _money(column: str) -> bool:
+    return column in ("cost", "idle_cost", "forecast_month_end_cost", "budget") \
+        or column.endswith("_cost")
+
+
+def _holder_order(line: Line) -> tuple[Any, ...]:
+    f = line.figures
+    return (-(f.get("cost") or 0.0), -(f.get("allocated_device_hours") or 0.0), line.names)
+
+
+def _holder_lines(report: Report, keys: Sequence[str],
+                  group_allocated: dict[str, float | None]) -> list[Line]:
+    lines = []
+    for row in report.rows:
+        v = values(row)
+        # each holder's allocated hours as a share of its group's, used and active as shares
+        # of what it held
+        v["allocated_share_ratio"] = ratio(v.get("allocated_device_hours"),
+                                           group_allocated.get(row.resource_group))
+        v["used_share_ratio"] = ratio(v.get("used_device_hours"), v.get("allocated_device_hours"))
+        v["active_share_ratio"] = ratio(v.get("active_device_hours"),
+                                        v.get("allocated_device_hours"))
+        names = [label(getattr(row, k)) for k in keys]
+        held = [i for i, k in enumerate(keys) if k in HOLDER_KEYS]
+        if held and all(getattr(row, keys[i]) is None for i in held):
+            names[held[0]] = NO_HOLDER  # the devices' time that no holder was seen to hold
+        lines.append(Line(tuple(names), v, row.currency))
+    return sorted(lines, key=_holder_order)
+
+
+def content(views: Views) -> Content:
+    """The page's content from the views (see :class:`Content`)."""
+    c = Content(views)
+    groups = views.groups
+    c.groups = _group_lines(groups)
+    # measured: some row knows it (an export without activity has the columns, all empty)
+    c.activity = any(line.figures.get("active_device_hours") is not None for line in c.groups)
+    c.reasons = reason_columns(values(row) for row in views.holders.rows)
+    reason_cols = [col for cols in c.reasons.values() for col in cols.values()]
+    summed = HOUR_COLUMNS + MONEY_COLUMNS + OTHER_COLUMNS + tuple(reason_cols)
+    c.currencies = tuple(sorted({line.currency for line in c.groups
+                                 if line.currency and line.figures.get("cost") is not None}))
+    c.pools = _pool_lines(views.pools, summed)
+    c.group_totals = _totals([line.figures for line in c.groups], summed + ("budget",),
+                             c.currencies)
+    c.group_totals[0].figures["coverage_ratio"] = groups.coverage_ratio
+    c.holder_keys = tuple(views.holders.group_by)
+    allocated = {row.resource_group: values(row).get("allocated_device_hours")
+                 for row in groups.rows}
+    every = _holder_lines(views.holders, c.holder_keys, allocated)
+    c.holders = every[:TABLE_HOLDERS]
+    rest = every[TABLE_HOLDERS:]
+    if rest:
+        c.holders_rest = Line((f"{len(rest)} more holders",), _totals(
+            [line.figures for line in rest], summed, c.currencies)[0].figures)
+    c.holders_total = _totals([line.figures for line in every], summed, c.currencies)
+    held = c.holders_total[0].figures.get("allocated_device_hours")
+    for reason, columns in c.reasons.items():
+        seconds = total(line.figures.get(columns["seconds"]) for line in every)
+        hours = None if seconds is None else seconds / 3600.0
+        cost = (None if len(c.currencies) != 1 else
+                total(line.figures.get(columns["cost"]) for line in every))
+        c.waiting.append(Line((reason,), {"hours": hours, "share": ratio(hours, held),
+                                          "cost": cost}, c.currencies[0] if cost else None))
+    priced = [line.names[0] for line in c.groups if line.figures.get("cost") is not None]
+    so_far: dict[str, float] = dict.fromkeys(priced, 0.0)
+    for name, report in views.trend:
+        rows = [values(row) for row in report.rows]
+        figures = _totals(rows, summed, c.currencies)[0].figures if rows else {}
+        figures["coverage_ratio"] = report.coverage_ratio
+        c.trend.append(Line((name,), figures))
+        costs = {label(row.resource_group): values(row).get("cost") for row in report.rows}
+        burn: dict[str, Any] = {}
+        for group in priced:
+            cost = costs.get(group)
+            if cost is not None:
+                so_far[group] += cost
+            burn[group] = None if cost is None else so_far[group]
+        c.burn.append(Line((name,), burn))
+    _notes(c)
+    return c
+
+
+def _notes(c: Content) -> None:
+    """What the reader must be told: low coverage, raw counters, partial answers, and what is
+    missing (no data, no prices, no budgets, no activity)."""
+    v = c.views
+    coverage = v.groups.coverage_ratio
+    if v.groups.warnings:
+        c.warnings.append("The source gave a partial answer (--allow-partial): "
+                          + "; ".join(v.groups.warnings)
+                          + ". The coverage is lowered to 0: the bill may be short.")
+    if coverage is None:
+        c.missing.append("No device data in this window: there is nothing to chart.")
+    elif coverage < v.threshold:
+        c.warnings.append(f"The data covers {coverage:.2%} of the device time in this window, "
+                          f"below the threshold of {v.threshold:.2%}: the figures may be short.")
+    c.warnings.extend(f"The source warns: {note}" for note in v.notes)
+    if v.groups.source_data and "raw counters" in v.groups.source_data:
+        c.warnings.append(f"Part of this bill came from raw counters, not from the hourly "
+                          f"roll-ups: {v.groups.source_data}.")
+    if coverage is None:
+        return
+    if not c.priced:
+        c.missing.append("No prices: no group has price_per_device_hour or price_per_kwh, so "
+                         "there are no costs, budgets or forecasts to show.")
+    unpriced = [line.names[0] for line in c.groups if line.figures.get("cost") is None]
+    if c.priced and unpriced:
+        c.missing.append("Groups without prices (their cost is unknown, not 0, and left out of "
+                         "the totals): " + ", ".join(unpriced) + ".")
+    if c.priced and not c.budgeted:
+        c.missing.append("No budgets: no group has budget_per_month; costs and forecasts are "
+                         "shown without one.")
+    if not c.activity:
+        c.missing.append("Compute activity is not measured by this export: active "
+                         "device-hours, efficiency and waiting reasons are shown as "
+                         "\"not measured\".")
+    if len(c.currencies) > 1:
+        c.missing.append("The groups bill in different currencies ("
+                         + ", ".join(c.currencies) + "): costs are totalled per currency.")

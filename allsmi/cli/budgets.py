@@ -1,0 +1,51 @@
+"""Budgets read as month to date, whatever the export's window.
+
+A group's ``budget_per_month`` is a monthly figure, and people read "budget used" as "used so far
+this month". So ``budget_used_ratio`` and ``forecast_month_end_cost`` are computed from the month
+to date: from the first of the calendar month holding the window's end (in ``--tz``) to the
+window's end, from the same source as the export (the ledger, Prometheus, the simulation). For
+``--period yesterday`` on the 15th, that is the 1st to the end of the 14th: the ratio is the
+14 days' cost over the budget, the forecast those 14 days extrapolated to the month. A window
+that starts on the first of its month already is that month to date (no second pass).
+
+Each row gets the figures of the row with the same keys (group, vendor, host, holder...) over
+the month to date; a row with no such row there (its holder appeared after the window's month
+began... never: the window is inside the month) keeps ``None``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from typing import Any, Callable
+
+KEYS = ("resource_group", "vendor", "model", "host", "user", "namespace", "pod", "job")
+
+
+def month_start(window: Any) -> dt.datetime:
+    """The first instant of the calendar month holding the window's last instant."""
+    last = window.end - dt.timedelta(microseconds=1)
+    return last.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
+    """``report`` with each budgeted row's ``budget_used_ratio`` and ``forecast_month_end_cost``
+    taken from the month to date (module docstring); ``build(plan)`` makes a report."""
+    if not any(row.budget for row in report.rows):
+        return report
+    first = month_start(report.window)
+    if report.window.start <= first:  # the window is the month to date (or the whole month)
+        return report
+    from allsmi.accounting.periods import Window
+    to_date = build(replace(plan, window=Window(first, report.window.end)))
+    by_key = {tuple(getattr(r, k, None) for k in KEYS): r for r in to_date.rows}
+    rows = []
+    for row in report.rows:
+        if not row.budget:
+            rows.append(row)
+            continue
+        month = by_key.get(tuple(getattr(row, k, None) for k in KEYS))
+        rows.append(replace(row, budget_used_ratio=None if month is None else month.budget_used_ratio,
+                            forecast_month_end_cost=None if month is None
+                            else month.forecast_month_end_cost))
+    return replace(report, rows=tuple(rows) if isinstance(report.rows, tuple) else rows)

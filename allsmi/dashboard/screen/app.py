@@ -1,0 +1,327 @@
+"""The dashboard application: node view, resource-group view, cluster view.
+
+The app is built from explicit inputs (a :class:`~allsmi.dashboard.sources.Source`,
+the configuration, options and a monotonic clock), so tests drive it with
+fixed snapshots and a frozen clock. It never calls hardware: the local
+collector samples in its own thread and tells the app of each new snapshot;
+network sources fetch in a daemon thread, one round at a time (data in:
+:mod:`allsmi.dashboard.screen.feed`; drawing: :mod:`allsmi.dashboard.screen.drawing`; keys:
+:mod:`allsmi.dashboard.screen.actions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from textual import events
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ContentSwitcher, Input, Static
+
+from allsmi.config import Config
+from allsmi.formatting import NA
+
+from allsmi.dashboard.screen.actions import BINDINGS, KeyActions
+from allsmi.dashboard.tables.columns import content_widths, hidden_columns
+from allsmi.dashboard.tables.device_table import DeviceTable, columns_for
+from allsmi.dashboard.screen.drawing import ViewDrawing
+from allsmi.dashboard.screen.feed import DataFeed
+from allsmi.dashboard.views.hosts import HOST_COLUMNS
+from allsmi.dashboard.state.idle import IdleMeter, IdleRow
+from allsmi.dashboard.views.idleview import IDLE_COLUMNS, IdleView
+from allsmi.dashboard.screen.keynames import install as install_key_names
+from allsmi.dashboard.state.model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention
+from allsmi.dashboard.screen.options import DashboardOptions
+from allsmi.dashboard.screen.footer import KeyFooter
+from allsmi.dashboard.views.panels import TOTALS_COLUMNS, DetailPanel, ProcessTable, SummaryBar
+from allsmi.dashboard.views.render import Palette
+from allsmi.dashboard.sources import HostState, Source
+from allsmi.dashboard.state.totals import Totals
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
+VIEWS = ("devices", "groups", "idle", "cluster")
+#: Below this many lines the details/processes panel is hidden unless asked for (`z`), so the
+#: device table keeps rows to show.
+PANEL_MIN_HEIGHT = 20
+#: Below this many lines the footer and the summary's second line are dropped too (class
+#: ``-tiny``), so that a 5-line terminal still shows device rows.
+TINY_HEIGHT = 10
+VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
+
+
+class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
+    """``allsmi``'s live terminal UI."""
+
+    CSS_PATH = "allsmi.tcss"
+    TITLE = "allsmi"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = BINDINGS
+
+    def __init__(self, source: Source, *, config: Config | None = None,
+                 options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
+                 history_points: int | None = None, poll_seconds: float | None = None) -> None:
+        super().__init__()
+        install_key_names()  # keeps the Unicode name tables out of memory (0.8 MiB)
+        self.quit_signal: int | None = None
+        """The signal that ended the app, if one did."""
+        self.source = source
+        """Where snapshots come from (the local collector, remote hosts, Prometheus, fixtures)."""
+        self.config = config or Config()
+        self.options = options or DashboardOptions()
+        self.clock = clock
+        """Monotonic clock for data ages (frozen in tests)."""
+        interval = max(0.05, float(source.interval))
+        self.poll_seconds = poll_seconds or min(1.0, max(0.1, interval / 2))
+        # About ten minutes of history per device, at least 60 points.
+        self.history = History(history_points or max(60, min(1200, int(600 / interval))))
+        self.energy = EnergyMeter()
+        self.idle = IdleMeter(self.options.idle_threshold_percent, self.history.points, interval,
+                              self.config)
+        """Allocated-but-idle time per holder over the history window (the idle view, `i`)."""
+        self.idle_rows: list[IdleRow] = []
+        """The idle view's rows as last shown."""
+        self.view = "cluster" if source.cluster else "devices"
+        self.sort_key = self.options.sort
+        self.descending = self.sort_key in DESCENDING_BY_DEFAULT
+        self.filter = Filter()
+        self.process_scope = self.options.processes
+        self.paused = False
+        self.selected: str | None = None
+        """Row key of the highlighted device."""
+        self.hosts: list[HostState] = []
+        self.shown: list[DeviceRef] = []
+        self.refresh_error: str | None = None
+        self.renders = 0
+        """How many times the data views were redrawn (tests and the benchmark read it)."""
+        self._signature: tuple[Any, ...] | None = None
+        self._summary_text = ""
+        self._palette = Palette()
+        self._compact = True
+        self._spark_width = 0
+        self._wants_key: tuple[Any, ...] | None = None
+        self._wants: dict[str, int] = {}
+        self._layout_width = 0
+        self._refresh_started = 0.0
+        self._refresh_cancel = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._app_context: contextvars.Context | None = None
+        self._panel_choice: bool | None = None
+        """The user's `z` choice for the bottom panel; ``None`` follows the terminal height."""
+        self._total = Totals("all")
+        self._device_retention = Retention()
+        """Devices no longer reported: their history and energy are dropped after a grace."""
+        self._host_retention = Retention()
+        """Hosts no longer listed: their integrators and idle windows are dropped after a grace."""
+
+    # -- layout ------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield SummaryBar(id="summary")
+        # Only the device view (which resizes and the details panel always reach) and the view
+        # shown first are built; each other one on its first use (_switch): most sessions never
+        # open them, and each widget holds its own styles, caches and message queue.
+        first = dict.fromkeys(("devices", self.view))
+        yield ContentSwitcher(*(self._view_container(v) for v in first), initial=self.view, id="views")
+        # The filter box (an Input) is built on the first `/` (filter_box).
+        yield KeyFooter()
+
+    @staticmethod
+    def _view_container(view: str) -> Vertical:
+        """The widgets of ``view`` (one of :data:`VIEWS`), in a container with the view's id."""
+        if view == "devices":
+            return Vertical(DeviceTable(id="device-table"),
+                            Horizontal(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
+                            id="devices")
+        from allsmi.dashboard.tables.difftable import DiffTable  # the DataTable views: imported on their first use
+        if view == "groups":
+            return Vertical(Static("Resource groups", classes="section-title"),
+                            DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),
+                            Static("Vendors", classes="section-title"),
+                            DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals"), id="groups")
+        if view == "idle":
+            return Vertical(Static(id="idle-title", classes="section-title"),
+                            DiffTable(IDLE_COLUMNS, id="idle-table"), Static(id="idle-note"), id="idle")
+        return Vertical(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
+                        Static(id="host-detail"), Static("Resource groups", classes="section-title"),
+                        DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals"),
+                        Static("Vendors", classes="section-title"),
+                        DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals"), id="cluster")
+
+    def on_mount(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._app_context = contextvars.copy_context()  # the app's context, for calls from threads
+        self.theme = self.options.theme
+        self._palette = Palette.from_theme(self.current_theme, self.no_color)
+        for host, snap in self.source.history():
+            self.history.add(host, snap)
+            self.idle.add(host, snap)
+        self._configure_columns()
+        self._fit_panel(self.size.height)
+        self._focus_view()
+        self._start_feed()
+        # Everything built so far (modules, widgets, styles) lives as long as the app: keep it
+        # out of the collector's full passes, which otherwise stall keys for tens of ms.
+        gc.freeze()
+
+    def on_unmount(self) -> None:
+        self._refresh_cancel.set()
+        self._arm_watchdog(0.0)  # cancels it (nothing is armed once cancelled)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # The event carries the new size; ``self.size`` may still be the old one here.
+        self.set_class(event.size.height >= 40, "-tall")
+        self.set_class(event.size.height < TINY_HEIGHT, "-tiny")
+        self._fit_panel(event.size.height)
+        if self._configure_columns(event.size.width):
+            self.refresh_view()
+        elif self.view == "cluster":
+            self._show_hosts()  # the problem column follows the width
+
+    def _fit_panel(self, height: int) -> None:
+        shown = self._panel_choice if self._panel_choice is not None else height >= PANEL_MIN_HEIGHT
+        bottom = self.query_one("#bottom")
+        came_back = shown and bottom.has_class("-hidden")
+        bottom.set_class(not shown, "-hidden")
+        if came_back and self.view == "devices":
+            self._show_selected()  # not drawn while hidden
+
+    def _configure_columns(self, width: int | None = None) -> bool:
+        # The width of the last resize: ``self.size`` may still be the old one during it.
+        width = self._layout_width = width or self._layout_width or self.size.width
+        columns, compact, spark = columns_for(width - 2, self.source.cluster, self._content_widths())
+        self._compact, self._spark_width = compact, spark
+        self.hidden_columns = hidden_columns(columns, self.source.cluster)
+        return self.device_table.configure(columns)
+
+    def _content_widths(self) -> dict[str, int]:
+        """How wide the longest model, vendor and host names are (measured once per new data)."""
+        key = tuple((h.key, id(h.snapshot), h.name) for h in self.hosts)
+        if key != self._wants_key:
+            names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+            self._wants_key, self._wants = key, content_widths(self.all_refs(), names)
+        return self._wants
+
+    # -- typed accessors -------------------------------------------------------------------
+    @property
+    def device_table(self) -> DeviceTable:
+        """The node view's table."""
+        return self.query_one("#device-table", DeviceTable)
+
+    @property
+    def process_table(self) -> ProcessTable:
+        """The processes panel."""
+        return self.query_one("#processes", ProcessTable)
+
+    # -- events ------------------------------------------------------------------------------
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "host-table":
+            self._show_host_detail()
+
+    def on_device_table_row_highlighted(self, event: DeviceTable.RowHighlighted) -> None:
+        if event.row_key != self.selected:
+            self.selected = event.row_key
+            self._show_selected()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value or ""
+        kind, _, name = key.partition(":")
+        if kind == "group":
+            self._drill(Filter(group=None if name == NA else name))
+        elif kind == "vendor":
+            self._drill(Filter(vendor=name))
+        elif kind == "idle":
+            row = next((r for r in self.idle_rows if r.key == name), None)
+            if row is not None:  # its devices: by job, pod or user, within its group
+                h = row.holder
+                self._drill(Filter(h.job or h.pod or h.user or "", group=row.group or None))
+        elif kind == "host":
+            focus = getattr(self.source, "focus", None)
+            if focus is not None:  # a large fleet: fetch this host's devices from now on
+                focus([name])
+            self._drill(Filter(host=name))
+
+    def on_device_table_header_selected(self, event: DeviceTable.HeaderSelected) -> None:
+        for column in self.device_table.spec:
+            if column.id == event.column_id and column.sort:
+                self.action_sort(column.sort)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self._set_filter(Filter(event.value.strip(), self.filter.vendor, self.filter.group,
+                                    self.filter.host))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            self._close_filter()
+
+    def _drill(self, flt: Filter) -> None:
+        self.filter = flt
+        self._switch("devices")
+
+    def _set_filter(self, flt: Filter) -> None:
+        self.filter = flt
+        self.refresh_view()
+
+    def filter_box(self, build: bool = False) -> Input | None:
+        """The filter box; ``None`` before the first `/` unless ``build`` (then it is mounted,
+        hidden, above the footer)."""
+        found = self.query("#filter")
+        if found:
+            return found.first(Input)
+        if not build:
+            return None
+        from allsmi.dashboard.screen.filterbox import FilterInput
+        box = FilterInput(placeholder="filter: model, vendor, id, group, host, user, command "
+                                      "(Enter keeps it, Esc clears)", id="filter")
+        box.cursor_blink = False
+        self.mount(box, after="#views")
+        return box
+
+    def close_filter(self) -> None:
+        """Hide the filter box (keeping its filter) and give the focus back to the view."""
+        self._close_filter()
+
+    def _close_filter(self) -> None:
+        box = self.filter_box()
+        if box is not None:
+            box.remove_class("-visible")
+        self._focus_view()
+
+    def _switch(self, view: str) -> None:
+        switcher = self.query_one("#views", ContentSwitcher)
+        if not any(child.id == view for child in switcher.children):
+            # First use: build it, and show it once its widgets are in (self.view, which every
+            # drawing follows, changes only then).
+            self.call_next(self._build_and_show, view)
+            return
+        self._show_view(view)
+
+    async def _build_and_show(self, view: str) -> None:
+        switcher = self.query_one("#views", ContentSwitcher)
+        if not any(child.id == view for child in switcher.children):
+            await switcher.mount(self._view_container(view))
+        self._show_view(view)
+
+    def _show_view(self, view: str) -> None:
+        self.view = view
+        self.query_one("#views", ContentSwitcher).current = view
+        self._focus_view()
+        self.refresh_view()
+
+    def _focus_view(self) -> None:
+        target = {"devices": "#device-table", "groups": "#group-table", "idle": "#idle-table",
+                  "cluster": "#host-table"}[self.view]
+        self.query_one(target).focus()
+
+    async def action_quit(self) -> None:
+        """Leave at once; refresh and fetch threads are daemons, told to stop."""
+        self._refresh_cancel.set()
+        self.workers.cancel_all()
+        self.exit()

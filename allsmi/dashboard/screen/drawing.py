@@ -1,0 +1,197 @@
+"""Drawing the views from the data in hand (a mixin of :class:`DashboardApp`).
+
+The node view's table and panels are line-based and repaint only what changed
+(:mod:`allsmi.dashboard.tables.device_table`, :mod:`allsmi.dashboard.tables.lines`); the
+resource-group, idle and cluster views are :class:`~allsmi.dashboard.tables.difftable.DiffTable`
+tables fed whole rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich.text import Text
+from textual.css.query import NoMatches
+from textual.widgets import Static
+
+from allsmi.config import Config
+from allsmi.formatting import NA
+
+from allsmi.dashboard.tables.device_table import DeviceTable, RowContext, parent_names
+from allsmi.dashboard.views.hosts import host_detail, host_rows, problem_width
+from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, Filter, History, apply_filter, order_devices, refs_of
+from allsmi.dashboard.screen.options import DashboardOptions
+from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, energy_unit, totals_cells
+from allsmi.dashboard.views.render import Palette, safe, safe_text
+from allsmi.dashboard.sources import HostState
+from allsmi.dashboard.views.summary import summary_lines
+from allsmi.dashboard.state.totals import Totals, order_totals, sum_totals, totals_by
+
+
+class ViewDrawing:
+    """The app's drawing (``self`` is the :class:`~allsmi.dashboard.screen.app.DashboardApp`)."""
+
+    # The app provides these (declared for readers and type checkers).
+    source: Any
+    config: Config
+    options: DashboardOptions
+    clock: Any
+    view: str
+    sort_key: str
+    descending: bool
+    filter: Filter
+    process_scope: str
+    paused: bool
+    selected: str | None
+    hosts: list[HostState]
+    shown: list[DeviceRef]
+    history: History
+    energy: EnergyMeter
+    refresh_error: str | None
+    renders: int
+    idle_sort: str
+    idle_descending: bool
+    _palette: Palette
+    _compact: bool
+    _spark_width: int
+    _total: Totals
+    _summary_text: str
+    device_table: DeviceTable
+    process_table: ProcessTable
+
+    def _row_context(self, refs: Sequence[DeviceRef]) -> RowContext:
+        stale = frozenset(h.key for h in self.hosts if h.error is not None)
+        names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+        return RowContext(palette=self._palette, history=self.history, energy=self.energy,
+                          stale_hosts=stale, host_names=names, parent_names=parent_names(refs),
+                          compact=self._compact, gauge_width=4 if self._compact else 9,
+                          spark_width=self._spark_width,
+                          idle_threshold=self.options.idle_threshold_percent)
+
+    def all_refs(self) -> list[DeviceRef]:
+        """Every device of every host, in host then snapshot order."""
+        return [ref for host in self.hosts for ref in refs_of(host.key, host.snapshot)]
+
+    def refresh_view(self) -> None:
+        """Redraw the current view from the data in hand."""
+        self.renders += 1
+        refs = self.all_refs()
+        totals = totals_by(refs, lambda r: "all", self.energy)
+        self._total = totals[0] if totals else Totals("all")
+        if self._fleet_totals_only():
+            self._total = sum_totals("all", [h.summary for h in self.hosts if h.summary is not None])
+        self.shown = order_devices(apply_filter(refs, self.filter), self.sort_key, self.descending)
+        if self.view == "devices":
+            self._configure_columns()  # new names may want a wider model column
+        ctx = self._row_context(refs)
+        if self.view == "devices":
+            self.device_table.show(self.shown, ctx, self.selected)
+            if self.selected not in {r.key for r in self.shown}:
+                self.selected = self.shown[0].key if self.shown else None
+            self._show_selected(ctx)
+        elif self.view == "groups":
+            self._show_totals("#group-table", "#vendor-table", self.shown)
+        elif self.view == "idle":
+            self._show_idle()
+        else:
+            self._show_hosts()
+            self._show_totals("#cluster-group-table", "#cluster-vendor-table", self.shown)
+        self._update_summary()
+
+    def _show_selected(self, ctx: RowContext | None = None) -> None:
+        if self.query_one("#bottom").has_class("-hidden"):
+            return  # a hidden panel costs nothing; _fit_panel draws it when it comes back
+        ctx = ctx or self._row_context(self.all_refs())
+        by_key = {r.key: r for r in self.shown}
+        ref = by_key.get(self.selected or "")
+        self.query_one("#details", DetailPanel).show(ref, ctx, self.energy.joules(ref.key) if ref else None)
+        if self.process_scope == "all":
+            shown = self.shown
+        elif ref is None:
+            shown = []
+        else:
+            shown = [r for r in self.shown if r.key == ref.key
+                     or (r.host == ref.host and r.device.parent == ref.device.id)]
+        names = {h.key: h.name for h in self.hosts}
+        count = self.process_table.show(shown, self.source.cluster, names)
+        title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
+        if count > MAX_PROCESS_ROWS:
+            title += f" ({MAX_PROCESS_ROWS} biggest of {count})"
+        if self.process_table.hidden:
+            title += f" (too narrow for {', '.join(self.process_table.hidden)})"
+        hosts_here = {r.host for r in shown}
+        hidden = [h.name for h in self.hosts if h.key in hosts_here and h.process_details is False]
+        if hidden:
+            title += f" ({safe(', '.join(hidden[:2]))}: host does not export process details)"
+        elif shown and all(r.device.processes is None for r in shown):
+            title += " (not reported for this device)"
+        panel = self.query_one("#processes")
+        if str(panel.border_title) != title:  # a new title repaints the whole table
+            panel.border_title = Text(title)  # a Text: never parsed as markup
+
+    def _group_labels(self, name: str) -> dict[str, str]:
+        return dict(self.config.group(name).labels)
+
+    def _fleet_totals_only(self) -> bool:
+        """Whether the source sends totals instead of every device (a large Prometheus fleet)."""
+        return self.source.cluster and not getattr(self.source, "detailed", True)
+
+    def _show_totals(self, group_id: str, vendor_id: str, refs: Sequence[DeviceRef]) -> None:
+        from allsmi.dashboard.tables.difftable import DiffTable  # these views' tables: imported with the views
+        if self._fleet_totals_only() and group_id.startswith("#cluster"):
+            fleet = self.source.totals  # type: ignore[attr-defined]
+            groups = list(fleet("resource_group").values())
+            vendors = list(fleet("vendor").values())
+            for t in groups:
+                t.labels = self._group_labels(t.name)
+        else:
+            groups = totals_by(refs, lambda r: r.device.resource_group or NA, self.energy,
+                               self._group_labels)
+            vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
+        groups = order_totals(groups, self.sort_key, self.descending)
+        unit = energy_unit(max((t.energy_joules or 0.0 for t in groups), default=0.0))
+        self.query_one(group_id, DiffTable).set_rows(
+            (f"group:{t.name}", totals_cells(t, self._palette, unit=unit)) for t in groups)
+        vendors = order_totals(vendors, self.sort_key, self.descending)
+        unit = energy_unit(max((t.energy_joules or 0.0 for t in vendors), default=0.0))
+        self.query_one(vendor_id, DiffTable).set_rows(
+            (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False, unit=unit))
+            for t in vendors)
+
+    def _show_hosts(self) -> None:
+        from allsmi.dashboard.tables.difftable import DiffTable
+        by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
+        table = self.query_one("#host-table", DiffTable)
+        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
+                                 problem_width(self.hosts, self.size.width)))
+        self._show_host_detail()
+
+    def _show_host_detail(self) -> None:
+        from allsmi.dashboard.tables.difftable import DiffTable
+        table = self.query_one("#host-table", DiffTable)
+        key = None
+        if table.row_count and 0 <= table.cursor_row < table.row_count:
+            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        host = next((h for h in self.hosts if f"host:{h.key}" == key), None)
+        self.query_one("#host-detail", Static).update(host_detail(host, self._palette, self.clock()))
+
+    def _update_summary(self) -> None:
+        line, state = summary_lines(
+            hosts=self.hosts, cluster=self.source.cluster, total=self._total, palette=self._palette,
+            now=self.clock(), interval=self.source.interval, view=self.view,
+            sort_key=f"idle {self.idle_sort}" if self.view == "idle" else self.sort_key,
+            descending=self.idle_descending if self.view == "idle" else self.descending,
+            flt=self.filter, shown=self.shown,
+            process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
+            note=getattr(self.source, "note", None),
+            hidden=getattr(self, "hidden_columns", ()) if self.view == "devices" else ())
+        plain = line.plain + "\n" + state.plain
+        if plain != self._summary_text:
+            self._summary_text = plain
+            # Two lines, always: no layout pass for a new text.
+            try:
+                bar = self.query_one("#summary", SummaryBar)
+            except NoMatches:  # a timer that fires while the app shuts down: the widgets are gone
+                return
+            bar.set_lines([safe_text(line), safe_text(state)])
+

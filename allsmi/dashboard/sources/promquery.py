@@ -1,0 +1,143 @@
+"""Asking a Prometheus-compatible store (Prometheus, VictoriaMetrics, Thanos, Mimir) one
+instant query: the HTTP call with its caps, the answer's shape checked, values read safely.
+
+The fleet source (:mod:`allsmi.dashboard.sources.prometheus`) builds on these; they hold no state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+import urllib.parse
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable
+
+from allsmi.dashboard.sources.fetch import HttpError, redact, split_credentials, tls_context
+from allsmi.dashboard.sources.fetch import get as http_get
+
+#: Unix times outside (0, 2**33) (the year 2242) are not a scrape's or an evaluation's time.
+_LATEST_TIME = float(2**33)
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Largest query answer read: a device query of a fleet within the device budget is a few MiB
+(about 2 KiB a device). A larger device answer leaves the devices out for that refresh (totals
+only), a larger process answer leaves the processes out; the screen says which."""
+Query = Callable[[str, float], tuple[float, list[dict[str, Any]]]]
+
+
+class PrometheusError(Exception):
+    """Prometheus could not be asked or answered with an error."""
+
+
+def instance_matcher(instances: Iterable[str] | None) -> str:
+    """``instance=~"a|b"`` for these instances (RE2, escaped for a PromQL string); "" for all."""
+    if instances is None:
+        return ""
+    pattern = "|".join(re.escape(i) for i in sorted(instances))
+    return 'instance=~"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def make_query(url: str, ca_file: str | None = None) -> Query:
+    """An instant-query function for the Prometheus at ``url`` (direct, no proxy, no redirects,
+    the whole answer within the timeout)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) > 0
+    except ValueError:  # a port that is not a number or out of range
+        valid = False
+    if not valid:
+        raise ValueError(f"invalid Prometheus URL {redact(url)!r} (expected http://host:port)")
+    bare, authorization = split_credentials(url)
+    base = bare.rstrip("/")
+    headers = {"Accept": "application/json", "Accept-Encoding": "gzip", "User-Agent": "allsmi-view"}
+    context = tls_context(ca_file) if ca_file is not None else None  # ValueError names a bad file
+    if authorization:  # user:password@ in the URL: basic authentication, sent only there
+        headers["Authorization"] = authorization
+
+    def query(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
+        try:
+            answer = http_get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}",
+                              headers=headers, timeout=timeout, max_bytes=MAX_BODY_BYTES,
+                              context=context)
+        except HttpError as exc:
+            text = str(exc)
+            if text.startswith("timed out") or "larger than" in text:  # reached, too slow or too big
+                raise PrometheusError(f"Prometheus {text}") from None
+            raise PrometheusError(f"cannot reach Prometheus: {text}") from None
+        try:
+            doc = json.loads(answer.body)
+        except (ValueError, RecursionError):
+            from allsmi.nethint import first_line
+            line = first_line(answer.body)
+            raise PrometheusError(f"not a Prometheus query API (HTTP {answer.status})"
+                                  + (f": {line}" if line else "")) from None
+        return answer_vector(doc, answer.status)
+
+    return query
+
+
+def answer_vector(doc: Any, status: int = 200) -> tuple[float, list[dict[str, Any]]]:
+    """(evaluation time, samples) from an instant-query answer; :class:`PrometheusError` for any
+    other shape (an error, a matrix, ``data`` that is not an object, samples that are not objects)."""
+    if not isinstance(doc, dict):
+        raise PrometheusError("Prometheus answer is not a JSON object")
+    if doc.get("status") != "success":
+        error = doc.get("error")
+        reason = error if isinstance(error, str) and error else f"HTTP {status}"
+        raise PrometheusError(f"query failed: {reason[:200]}")
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise PrometheusError(f"unexpected Prometheus answer: 'data' is a {type(data).__name__}, not an object")
+    if data.get("resultType") != "vector":
+        kind = data.get("resultType")
+        raise PrometheusError(f"expected a vector, got {str(kind)[:40]!r}")
+    result = data.get("result")
+    if result is None:
+        result = []
+    if not isinstance(result, list):
+        raise PrometheusError("unexpected Prometheus answer: 'result' is not a list")
+    samples = [s for s in result if isinstance(s, dict) and isinstance(s.get("metric", {}), dict)]
+    if len(samples) != len(result):
+        raise PrometheusError("unexpected Prometheus answer: a sample is not an object with labels")
+    for sample in samples:
+        metric = sample.setdefault("metric", {})
+        if not all(isinstance(v, str) for v in metric.values()):
+            raise PrometheusError("unexpected Prometheus answer: a label value is not a string")
+    evaluated = max((t for s in samples if plausible_time(t := sample_time(s))), default=time.time())
+    return evaluated, samples
+
+
+def plausible_time(when: float | None) -> bool:
+    return when is not None and 0.0 < when < _LATEST_TIME
+
+
+def sample_time(sample: dict[str, Any]) -> float:
+    try:
+        return float(sample["value"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return 0.0
+
+
+def sample_value(sample: dict[str, Any]) -> float | None:
+    try:
+        value = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def spawn(fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+    """``fn(*args)`` in a daemon thread (never joined at exit, unlike an executor's threads, so
+    a slow Prometheus cannot keep the process alive after the dashboard quit)."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever waits on the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True, name="allsmi-promql").start()
+    return future

@@ -1,0 +1,132 @@
+"""Honest activity and what each holder waited on, as the dashboard shows them.
+
+``utilization_percent`` is the vendor's headline figure (on NVIDIA the share of time any
+kernel ran); ``compute_active_percent`` the share of compute units busy, with its source
+(docs/activity.md). The device table shows the second beside the first (``active``: ``20% sm``)
+and, per device, the costliest thing its holders waited on (``waiting``: ``input +2``); the
+details panel shows every figure and each holder's reason with its evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+from rich.text import Text
+
+from allsmi.formatting import NA, percent
+from allsmi.schema import DeviceSample, HolderWaiting
+
+from allsmi.dashboard.state.model import DeviceRef
+
+
+#: ``compute_active_source`` as the ``active`` column abbreviates it.
+SOURCE_SHORT = {"sm_active": "sm", "gfx_busy": "gfx", "pe_busy": "pe", "core_busy": "core",
+                "engine_time": "eng"}
+#: The waiting reasons, the ones that cost money first (what the ``waiting`` cell shows first).
+REASON_ORDER = ("nothing", "input", "host", "communication", "unknown", "computing")
+#: The ``waiting`` cell's word for a reason (the details panel spells it out).
+SHORT_REASON = {"communication": "comms"}
+
+
+def active_key(ref: DeviceRef, ctx: Any) -> Hashable:
+    dev = ref.device
+    value = dev.compute_active_percent
+    return None if value is None else (round(value), dev.compute_active_source)
+
+
+def active_render(key: Any, ctx: Any) -> Text:
+    """``20% sm``: the share of compute units busy, and what measured it; ``N/A`` where the
+    hardware does not say (never the headline utilization in its place)."""
+    if key is None:
+        return Text(NA, style="dim")
+    value, source = key
+    return Text(f"{value:>3}% {SOURCE_SHORT.get(source or '', '?')}", style=ctx.palette.load(value))
+
+
+def waiting_summary(dev: DeviceSample) -> tuple[str, int] | None:
+    """(the reason shown, how many holders there are) for the ``waiting`` cell: the costliest
+    reason among the device's holders (nothing, input, host, communication, unknown, then
+    computing); ``None`` when not classified."""
+    waits = dev.waiting
+    if not waits:
+        return None
+    reasons = {w.reason for w in waits}
+    return next(r for r in REASON_ORDER if r in reasons), len(waits)
+
+
+def waiting_key(ref: DeviceRef, ctx: Any) -> Hashable:
+    return waiting_summary(ref.device)
+
+
+def waiting_render(key: Any, ctx: Any) -> Text:
+    if key is None:
+        return Text("-", style="dim")
+    reason, holders = key
+    style = ctx.palette.ok if reason == "computing" else "dim" if reason == "unknown" else ctx.palette.warn
+    word = SHORT_REASON.get(reason, reason)
+    return Text(word + (f" +{holders - 1}" if holders > 1 else ""), style=style)
+
+
+def rate_text(value: float | None) -> str:
+    """Bytes per second as ``1.2 GB/s`` (decimal units, as link speeds are given)."""
+    if value is None:
+        return NA
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B/s"
+
+
+def holder_of(wait: HolderWaiting) -> str:
+    """``pod vllm-0  job 4931  user alice``: who the classification is about (the namespace
+    only when nothing else is known)."""
+    parts = []
+    if wait.pod:
+        parts.append(f"pod {wait.pod}")
+    if wait.job_id:
+        parts.append(f"job {wait.job_id}")
+    if wait.user:
+        parts.append(f"user {wait.user}")
+    if wait.namespace and not parts:
+        parts.append(f"ns {wait.namespace}")
+    return "  ".join(parts) or "-"
+
+
+def activity_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], ...]]:
+    """The details panel's activity lines: the activity figures with their source (nothing
+    where the device reports none of them), then the link traffic."""
+    out: list[tuple[tuple[str, str], ...]] = []
+    figures = [(label, getattr(dev, name)) for label, name in (
+        ("occupancy", "sm_occupancy_percent"), ("tensor", "tensor_active_percent"),
+        ("bandwidth", "memory_bandwidth_percent"))]
+    if dev.compute_active_percent is not None or any(v is not None for _, v in figures):
+        line: tuple[tuple[str, str], ...] = (
+            ("active ", "bold"), (percent(dev.compute_active_percent), ""),
+            (f" ({dev.compute_active_source})" if dev.compute_active_source else "", "dim"))
+        for label, value in figures:
+            if value is not None:
+                line += ((f"  {label} ", "bold"), (percent(value), ""))
+        out.append(line)
+    links = [(label, getattr(dev, f"{name}_rx_bytes_per_second"), getattr(dev, f"{name}_tx_bytes_per_second"))
+             for label, name in (("interconnect", "interconnect"), ("pcie", "pcie"))]
+    known = [(label, rx, tx) for label, rx, tx in links if rx is not None or tx is not None]
+    if known:
+        line = (("links ", "bold"),)
+        for label, rx, tx in known:
+            line += ((f"{label} ", ""), (f"rx {rate_text(rx)} tx {rate_text(tx)}  ", accent))
+        out.append(line)
+    return out
+
+
+def waiting_lines(dev: DeviceSample, accent: str, warn: str) -> list[tuple[tuple[str, str], ...]]:
+    """One line per holder: what it was doing over the last interval, the evidence that decided
+    it (``input: 3 of 4 processes in I/O wait, 480 MB/s read``), and who it is; nothing when the
+    device's holders are not classified."""
+    out: list[tuple[tuple[str, str], ...]] = []
+    for wait in dev.waiting or ():
+        style = "" if wait.reason == "computing" else "dim" if wait.reason == "unknown" else warn
+        said = wait.evidence if wait.evidence.startswith(wait.reason) else \
+            f"{wait.reason}: {wait.evidence}" if wait.evidence else wait.reason
+        out.append((("waiting ", "bold"), (said, f"bold {style}".strip()), ("  ", ""),
+                    (holder_of(wait), accent)))
+    return out

@@ -1,0 +1,179 @@
+"""The idle view's cells: one row per holder of allocated-but-idle devices (key ``i``).
+
+Pure functions from :class:`allsmi.dashboard.state.idle.IdleRow` to table cells and lines of text;
+the app puts them in a :class:`allsmi.dashboard.tables.difftable.DiffTable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from rich.text import Text
+
+from allsmi.formatting import NA
+
+from allsmi.dashboard.state.idle import IdleRow, row_text
+from allsmi.dashboard.state.model import Filter
+from allsmi.dashboard.views.render import Palette, safe
+
+IDLE_COLUMNS = (("group", "group", 14), ("user", "user", 12), ("job", "job", 10),
+                ("pod", "namespace/pod", 40), ("idle", "idle h", 7), ("cost", "idle cost", 10),
+                ("devices", "devices", None))
+"""Columns of the idle view: holder, idle device-hours, idle cost, the devices. A longer text
+is cut with an ellipsis (:class:`~allsmi.dashboard.tables.difftable.DiffTable`); the filter finds it
+whole."""
+
+
+#: The user cell of the row of idle time no holder claimed: the rest of a device whose declared
+#: shares add up to less than 1, or whose holders are nobody in particular.
+UNCLAIMED = "(unclaimed)"
+
+
+def pod_text(row: IdleRow) -> str:
+    """``namespace/pod`` (either part may be unknown), or ``-``."""
+    ns, pod = row.holder.namespace, row.holder.pod
+    if ns is None and pod is None:
+        return "-"
+    return f"{ns or NA}/{pod or NA}"
+
+
+def hours_text(seconds: float) -> str:
+    """Device-hours with enough digits for minutes of idle time: 0.004, 0.25, 12.5."""
+    hours = seconds / 3600.0
+    if hours < 0.1:
+        return f"{hours:.3f}"
+    if hours < 100:
+        return f"{hours:.2f}"
+    return f"{hours:.0f}"
+
+
+def cost_text(row: IdleRow) -> str:
+    """``0.42 USD``, or ``-`` where the group has no price (or energy is unknown)."""
+    if row.idle_cost is None:
+        return "-"
+    return f"{row.idle_cost:.2f} {row.currency or ''}".strip()
+
+
+def devices_text(row: IdleRow, names: Mapping[str, str]) -> str:
+    """The devices, by their short names (``nvidia 0, nvidia 1``)."""
+    return ", ".join(names.get(key, key.rpartition("\x1f")[2]) for key in row.devices)
+
+
+def idle_cells(row: IdleRow, names: Mapping[str, str], palette: Palette) -> tuple[Any, ...]:
+    """One row of the idle view, in :data:`IDLE_COLUMNS` order."""
+    h = row.holder
+    if not any(h):  # the part no holder claimed (declared shares short of 1, holders unknown)
+        return (Text(row.group or NA, style="bold"), Text(UNCLAIMED, style="italic"), "-", "-",
+                Text(hours_text(row.idle_seconds), justify="right", style=palette.warn),
+                Text(cost_text(row), justify="right"), devices_text(row, names))
+    return (Text(row.group or NA, style="bold"), h.user or "-", h.job or "-", pod_text(row),
+            Text(hours_text(row.idle_seconds), justify="right", style=palette.warn),
+            Text(cost_text(row), justify="right"), devices_text(row, names))
+
+
+def matches(row: IdleRow, flt: Filter, names: Mapping[str, str]) -> bool:
+    """Whether the text filter finds the row (group, user, namespace, pod, job or a device)."""
+    if not flt.text:
+        return True
+    needle = flt.text.lower()
+    hay = list(row_text(row)) + [names.get(k, k) for k in row.devices]
+    return any(needle in value.lower() for value in hay)
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``9 min 58 s``, ``2 h 5 min``."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def idle_title(span: tuple[float, float] | None, threshold: float, points: int,
+               shown: Sequence[IdleRow]) -> Text:
+    """The line above the table: the window, the threshold, the totals shown."""
+    text = Text()
+    text.append("Allocated but idle", style="bold")
+    text.append(f" (held, util < {threshold:g}%)")
+    if span is None:
+        text.append(", waiting for samples")
+        return text
+    seconds = max(0.0, span[1] - span[0])
+    text.append(f", last {_duration(seconds)}")
+    if shown:
+        total = sum(r.idle_seconds for r in shown)
+        text.append(f": {len(shown)} holders, {hours_text(total)} device-h")
+        costs: dict[str, float] = {}
+        for row in shown:
+            if row.idle_cost is not None:
+                costs[row.currency or ""] = costs.get(row.currency or "", 0.0) + row.idle_cost
+        for currency, cost in sorted(costs.items()):
+            text.append(f", {cost:.2f} {currency}".rstrip())
+    return text
+
+
+def idle_note(rows_shown: int, unknown_hosts: Sequence[str],
+              skewed: Mapping[str, float] | None = None) -> Text:
+    """What the view cannot know, under the table (empty when nothing to say): hosts that do
+    not say who holds their devices, hosts whose clock is off this machine's (``skewed``: name ->
+    seconds ahead)."""
+    lines: list[str] = []
+    if skewed:
+        named = [f"{safe(name)} {'+' if off > 0 else '-'}{_duration(abs(off))}"
+                 for name, off in sorted(skewed.items(), key=lambda kv: -abs(kv[1]))]
+        more = f" (+{len(named) - 3})" if len(named) > 3 else ""
+        lines.append(f"Clock off this machine's on {', '.join(named[:3])}{more}: the window is "
+                     "measured on each host's own clock; check their NTP.")
+    if not rows_shown:
+        lines.append("No allocated-but-idle device in the window.")
+    if unknown_hosts:
+        shown = ", ".join(unknown_hosts[:3]) + (f" (+{len(unknown_hosts) - 3})" if len(unknown_hosts) > 3 else "")
+        lines.append(f"Holders unknown on {safe(shown)}: no processes or workloads reported, "
+                     "so their idle time is not counted.")
+    return Text("\n".join(lines), style="dim")
+
+
+class IdleView:
+    """The idle view's drawing, a mixin of :class:`allsmi.dashboard.screen.app.DashboardApp`
+    (``self`` is the app)."""
+
+    idle_sort: str = "cost"
+    idle_descending: bool = True
+
+    def _show_idle(self) -> None:
+        from allsmi.dashboard.state.idle import order_rows
+        from allsmi.dashboard.tables.difftable import DiffTable
+        from textual.widgets import Static
+        app: Any = self
+        flt: Filter = app.filter
+        allowed = {r.key for r in app.shown} if (flt.vendor or flt.group or flt.host) else None
+        refs = app.all_refs()
+        names = device_names(refs, app.source.cluster, {h.key: h.name for h in app.hosts})
+        rows = app.idle.rows(None if allowed is None else allowed.__contains__)
+        rows = [r for r in rows if matches(r, flt, names)]
+        rows = order_rows(rows, self.idle_sort, self.idle_descending)
+        app.query_one("#idle-table", DiffTable).set_rows(
+            (f"idle:{r.key}", idle_cells(r, names, app._palette)) for r in rows)
+        app.idle_rows = rows
+        app.query_one("#idle-title", Static).update(
+            idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows))
+        unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
+                   and not app.idle.known.get(h.key, False)]
+        names_of = {h.key: h.name for h in app.hosts}
+        skewed = {names_of.get(k, k): off for k, off in app.idle.skewed().items()}
+        app.query_one("#idle-note", Static).update(
+            idle_note(len(rows), unknown, skewed))
+
+
+def device_names(refs: Sequence[Any], cluster: bool, hosts: Mapping[str, str]) -> dict[str, str]:
+    """Row key -> ``nvidia 0`` (``host:nvidia 0`` in a cluster); partitions ``nvidia 0/1``
+    style names come from their id."""
+    out = {}
+    for ref in refs:
+        dev = ref.device
+        name = f"{dev.vendor} {NA if dev.index is None else dev.index}"
+        if dev.parent is not None:
+            name = f"{dev.vendor} {dev.id}"
+        out[ref.key] = f"{hosts.get(ref.host, ref.host)}:{name}" if cluster else name
+    return out

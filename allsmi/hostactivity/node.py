@@ -1,0 +1,145 @@
+"""The node's host counters at one moment (Linux): CPU I/O wait, pressure stall information,
+network bytes per interface and InfiniBand/RoCE port counters.
+
+Every figure is cumulative; :mod:`allsmi.hostactivity.sampler` turns two readings into rates.
+A file the kernel does not have (PSI before 4.20 or disabled, no InfiniBand) leaves its
+figure ``None``, with the reason in :attr:`NodeReading.problems`; nothing here raises. The
+cost is bounded by the node's interfaces and ports, not by its processes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+PRESSURE_KINDS = ("cpu", "io", "memory")
+#: Interfaces and ports read at most (a node has a handful; a container host may have
+#: thousands of veth interfaces, which are not the node's traffic).
+MAX_INTERFACES = 64
+_SKIPPED_PREFIXES = ("veth", "docker", "cni", "flannel", "cali", "virbr", "br-")
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    """Cumulative node counters at one moment (``None``: not available here)."""
+
+    cpu_ticks: tuple[float, ...] | None = None
+    """``/proc/stat``'s first line (user, nice, system, idle, iowait, ...), in ticks."""
+    pressure_some_usec: dict[str, int] = field(default_factory=dict)
+    """Per kind (cpu, io, memory): PSI ``some`` ``total=`` microseconds."""
+    network_bytes: tuple[int, int] | None = None
+    """(received, sent) bytes over the node's own interfaces (not loopback, bridges, veths)."""
+    interfaces: int = 0
+    infiniband_bytes: tuple[int, int] | None = None
+    """(received, sent) bytes over every InfiniBand/RoCE port (the counters count 4-byte
+    words, multiplied out here); ``None`` when the node has none."""
+    ports: int = 0
+    problems: tuple[str, ...] = ()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(16384)
+
+
+def parse_cpu_line(data: bytes) -> tuple[float, ...] | None:
+    fields = data.split(b"\n", 1)[0].split()
+    if fields[:1] != [b"cpu"] or len(fields) < 6:
+        return None
+    try:
+        return tuple(float(v) for v in fields[1:11])
+    except ValueError:
+        return None
+
+
+def parse_pressure_some(data: bytes) -> int | None:
+    """``total=`` of the ``some`` line of a ``/proc/pressure/*`` file, in microseconds."""
+    for line in data.splitlines():
+        if line.startswith(b"some "):
+            for part in line.split()[1:]:
+                if part.startswith(b"total="):
+                    try:
+                        return int(part[6:])
+                    except ValueError:
+                        return None
+    return None
+
+
+def _counter(path: str) -> int | None:
+    try:
+        return int(_read(path).strip() or b"x")
+    except (OSError, ValueError):
+        return None
+
+
+def read_network(sys_root: str) -> tuple[tuple[int, int] | None, int]:
+    base = os.path.join(sys_root, "class", "net")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return None, 0
+    rx = tx = count = 0
+    for name in names:
+        if name == "lo" or name.startswith(_SKIPPED_PREFIXES) or count >= MAX_INTERFACES:
+            continue
+        r = _counter(os.path.join(base, name, "statistics", "rx_bytes"))
+        t = _counter(os.path.join(base, name, "statistics", "tx_bytes"))
+        if r is None or t is None:
+            continue
+        rx, tx, count = rx + r, tx + t, count + 1
+    return ((rx, tx) if count else None), count
+
+
+def read_infiniband(sys_root: str) -> tuple[tuple[int, int] | None, int]:
+    """(received, sent) bytes over the InfiniBand/RoCE ports and the ports counted.
+    ``port_rcv_data``/``port_xmit_data`` count 4-byte words (the ``_ext`` forms some drivers
+    add are 64-bit versions of the same)."""
+    base = os.path.join(sys_root, "class", "infiniband")
+    try:
+        devices = sorted(os.listdir(base))
+    except OSError:
+        return None, 0
+    rx = tx = count = 0
+    for dev in devices:
+        try:
+            ports = sorted(os.listdir(os.path.join(base, dev, "ports")))
+        except OSError:
+            continue
+        for port in ports:
+            if count >= MAX_INTERFACES:
+                break
+            counters = os.path.join(base, dev, "ports", port, "counters")
+            r = _counter(os.path.join(counters, "port_rcv_data"))
+            t = _counter(os.path.join(counters, "port_xmit_data"))
+            if r is None or t is None:
+                continue
+            rx, tx, count = rx + 4 * r, tx + 4 * t, count + 1
+    return ((rx, tx) if count else None), count
+
+
+def read_node(proc_root: str = "/proc", sys_root: str = "/sys") -> NodeReading:
+    """The node's counters now."""
+    problems: list[str] = []
+    try:
+        cpu = parse_cpu_line(_read(os.path.join(proc_root, "stat")))
+    except OSError as exc:
+        cpu = None
+        problems.append(f"{proc_root}/stat unreadable ({exc.strerror or exc})")
+    pressure: dict[str, int] = {}
+    for kind in PRESSURE_KINDS:
+        try:
+            value = parse_pressure_some(_read(os.path.join(proc_root, "pressure", kind)))
+        except OSError:
+            value = None
+        if value is not None:
+            pressure[kind] = value
+    if not pressure:
+        problems.append(f"no pressure stall information ({proc_root}/pressure: kernel before "
+                        "4.20, or booted without psi)")
+    network, interfaces = read_network(sys_root)
+    if network is None:
+        problems.append(f"no network interface counters under {sys_root}/class/net")
+    infiniband, ports = read_infiniband(sys_root)
+    return NodeReading(cpu_ticks=cpu, pressure_some_usec=pressure, network_bytes=network,
+                       interfaces=interfaces, infiniband_bytes=infiniband, ports=ports,
+                       problems=tuple(problems))

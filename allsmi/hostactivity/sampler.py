@@ -1,0 +1,205 @@
+"""What the holder processes and the node did over the last interval: rates from two readings.
+
+:class:`HostActivitySampler` is asked once per collection cycle for the processes that hold
+devices. It reads each of them (:func:`allsmi.hostactivity.procfs.read_process`) and the node
+(:func:`allsmi.hostactivity.node.read_node`), and turns this reading and the previous one into
+rates over the interval between them. A process seen for the first time, a reused pid, a
+counter that went backwards or an interval shorter than :data:`MIN_WINDOW_SECONDS` leaves
+its rates ``None`` (unknown), never 0. Readings of processes no longer asked for are dropped,
+so its memory is bounded by the holder processes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Collection
+
+from .node import NodeReading, read_node
+from .portable import TICKS as PORTABLE_TICKS
+from .procfs import FIND_CGROUP, ProcessReading, clock_ticks, delay_accounting, read_process
+
+#: Shorter intervals than this give meaningless rates: they are reported ``None``.
+MIN_WINDOW_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class ProcessActivity:
+    """One process over the last interval (``None``: unknown)."""
+
+    pid: int
+    cpu_cores: float | None = None
+    """CPU seconds per second (1.0: a full core)."""
+    runnable_fraction: float | None = None
+    """Share of the interval its main thread was on a CPU or waiting for one (schedstat)."""
+    threads: int | None = None
+    blocked_threads: int | None = None
+    """Threads in uninterruptible sleep (I/O wait) when read."""
+    blocked_fraction: float | None = None
+    """Share of the interval spent in block-I/O wait (delay accounting), where kept."""
+    read_bytes_per_second: float | None = None
+    """Bytes read through ``read()`` (files, pipes, sockets) per second."""
+    write_bytes_per_second: float | None = None
+    disk_read_bytes_per_second: float | None = None
+    disk_write_bytes_per_second: float | None = None
+    throttled_fraction: float | None = None
+    """Share of the interval its cgroup was CPU-throttled."""
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeActivity:
+    """The node over the last interval (``None``: unknown)."""
+
+    cpu_iowait_percent: float | None = None
+    pressure_percent: dict[str, float] = field(default_factory=dict)
+    """Per kind (cpu, io, memory): share of the interval some task stalled on it (PSI)."""
+    network_rx_bytes_per_second: float | None = None
+    network_tx_bytes_per_second: float | None = None
+    infiniband_rx_bytes_per_second: float | None = None
+    infiniband_tx_bytes_per_second: float | None = None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostActivity:
+    """One cycle's host evidence: per process asked for that still runs, and the node."""
+
+    processes: dict[int, ProcessActivity]
+    node: NodeActivity
+    window_seconds: float | None = None
+    """Seconds since the previous reading (``None`` on the first)."""
+
+
+def _rate(new: int | None, old: int | None, seconds: float, scale: float = 1.0) -> float | None:
+    if new is None or old is None or new < old:
+        return None
+    return (new - old) * scale / seconds
+
+
+def _fraction(new: int | None, old: int | None, span: float) -> float | None:
+    value = _rate(new, old, span)
+    return None if value is None else min(1.0, value)
+
+
+def process_activity(now: ProcessReading, before: ProcessReading | None, seconds: float | None,
+                     ticks: int) -> ProcessActivity:
+    """The rates of one process between two readings of it (the same process: same start)."""
+    same = before is not None and before.start_ticks == now.start_ticks and seconds is not None \
+        and seconds >= MIN_WINDOW_SECONDS
+    b = before if same else None
+    span = seconds if same and seconds else 1.0
+    return ProcessActivity(
+        pid=now.pid, threads=now.threads, blocked_threads=now.blocked_threads,
+        cpu_cores=_rate(now.cpu_ticks, b and b.cpu_ticks, span, 1.0 / ticks),
+        blocked_fraction=_fraction(now.blkio_ticks, b and b.blkio_ticks, span * ticks),
+        runnable_fraction=_fraction(now.runnable_ns, b and b.runnable_ns, span * 1e9),
+        read_bytes_per_second=_rate(now.read_chars, b and b.read_chars, span),
+        write_bytes_per_second=_rate(now.write_chars, b and b.write_chars, span),
+        disk_read_bytes_per_second=_rate(now.disk_read_bytes, b and b.disk_read_bytes, span),
+        disk_write_bytes_per_second=_rate(now.disk_write_bytes, b and b.disk_write_bytes, span),
+        throttled_fraction=_fraction(now.throttled_usec,
+                                     b.throttled_usec if b and b.cgroup == now.cgroup else None,
+                                     span * 1e6),
+        problems=now.problems)
+
+
+def node_activity(now: NodeReading, before: NodeReading | None,
+                  seconds: float | None) -> NodeActivity:
+    """The node's rates between two readings."""
+    if before is None or seconds is None or seconds < MIN_WINDOW_SECONDS:
+        return NodeActivity(problems=now.problems)
+    iowait = None
+    if now.cpu_ticks and before.cpu_ticks and len(now.cpu_ticks) == len(before.cpu_ticks) > 4:
+        delta = [max(0.0, a - b) for a, b in zip(now.cpu_ticks, before.cpu_ticks)]
+        total = sum(delta) - sum(delta[8:10])  # guest time is already in user time
+        iowait = round(100.0 * delta[4] / total, 2) if total > 0 else None
+    pressure = {}
+    for kind, total_usec in now.pressure_some_usec.items():
+        share = _fraction(total_usec, before.pressure_some_usec.get(kind), seconds * 1e6)
+        if share is not None:
+            pressure[kind] = round(100.0 * share, 2)
+
+    def pair(new: tuple[int, int] | None, old: tuple[int, int] | None
+             ) -> tuple[float | None, float | None]:
+        if new is None or old is None:
+            return None, None
+        return _rate(new[0], old[0], seconds), _rate(new[1], old[1], seconds)
+    net_rx, net_tx = pair(now.network_bytes, before.network_bytes)
+    ib_rx, ib_tx = pair(now.infiniband_bytes, before.infiniband_bytes)
+    return NodeActivity(cpu_iowait_percent=iowait, pressure_percent=pressure,
+                        network_rx_bytes_per_second=net_rx, network_tx_bytes_per_second=net_tx,
+                        infiniband_rx_bytes_per_second=ib_rx, infiniband_tx_bytes_per_second=ib_tx,
+                        problems=now.problems)
+
+
+class HostActivitySampler:
+    """Reads the holder processes and the node once per cycle and keeps the previous readings.
+
+    Reads ``/proc`` and ``/sys`` on Linux; elsewhere (or with ``portable``) psutil, which has
+    fewer signals (:mod:`allsmi.hostactivity.portable`). Not thread-safe: the collector calls
+    it from its one cycle at a time.
+    """
+
+    def __init__(self, proc_root: str = "/proc", sys_root: str = "/sys",
+                 cgroup_root: str | None = None,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 portable: bool | None = None) -> None:
+        self.proc_root, self.sys_root = proc_root, sys_root
+        self.cgroup_root = cgroup_root or f"{sys_root}/fs/cgroup"
+        self.monotonic = monotonic
+        self.portable = portable if portable is not None else \
+            not sys.platform.startswith("linux") and proc_root == "/proc"
+        """Whether psutil reads the host (no ``/proc`` here)."""
+        self._ticks = clock_ticks() if not self.portable else PORTABLE_TICKS
+        self._delayacct = delay_accounting(proc_root)
+        self._procs: dict[int, ProcessReading] = {}
+        self._node: NodeReading | None = None
+        self._at: float | None = None
+
+    def sample(self, pids: Collection[int],
+               detailed: Collection[int] | None = None) -> HostActivity:
+        """The activity of ``pids`` (those still running) and of the node since the last call.
+
+        Each thread's state is read only for the processes in ``detailed`` (all when ``None``):
+        the classification needs it only for holders of devices below the idle threshold,
+        and it costs a file per thread. Each process's cgroup is looked up once in its life."""
+        now = self.monotonic()
+        seconds = None if self._at is None else now - self._at
+        if self.portable:
+            return self._sample_portable(pids, now, seconds)
+        node = read_node(self.proc_root, self.sys_root)
+        readings: dict[int, ProcessReading] = {}
+        out: dict[int, ProcessActivity] = {}
+        for pid in pids:
+            before = self._procs.get(pid)
+            known: object = before.cgroup if before is not None else FIND_CGROUP
+            reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
+                                   thread_states=detailed is None or pid in detailed,
+                                   cpu_stat=known)
+            if reading is None:
+                continue  # ended (or not a process): nothing to say about it
+            if before is not None and before.start_ticks != reading.start_ticks:
+                reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
+                                       thread_states=detailed is None or pid in detailed)
+            readings[pid] = reading
+            out[pid] = process_activity(reading, self._procs.get(pid), seconds, self._ticks)
+        activity = HostActivity(out, node_activity(node, self._node, seconds), seconds)
+        self._procs, self._node, self._at = readings, node, now
+        return activity
+
+    def _sample_portable(self, pids: Collection[int], now: float,
+                         seconds: float | None) -> HostActivity:
+        from .portable import read_node_psutil, read_process_psutil
+        node = read_node_psutil()
+        readings: dict[int, ProcessReading] = {}
+        out: dict[int, ProcessActivity] = {}
+        for pid in pids:
+            reading = read_process_psutil(pid)
+            if reading is not None:
+                readings[pid] = reading
+                out[pid] = process_activity(reading, self._procs.get(pid), seconds, self._ticks)
+        activity = HostActivity(out, node_activity(node, self._node, seconds), seconds)
+        self._procs, self._node, self._at = readings, node, now
+        return activity

@@ -1,0 +1,77 @@
+"""``[activity]``: the thresholds of the waiting classification (docs/activity.md).
+
+Each key has a default, a range and a documented reason; a bad value raises ``ConfigError``
+naming the file, the line and the key (exit 2). The computing threshold is the accounting's
+idle threshold (``[accounting] idle_threshold_percent``), so that what billing calls idle and
+what the classification calls waiting agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from allsmi.config import Config
+from allsmi.usage import idle_threshold_percent
+
+SECTION = "activity"
+
+
+@dataclass(frozen=True)
+class ActivitySettings:
+    """The validated ``[activity]`` table."""
+
+    enabled: bool = True
+    """Read the host side and classify each holder every cycle (``false``: ``waiting`` is
+    ``null`` everywhere and no host file is read)."""
+    idle_threshold_percent: float = 5.0
+    """Compute activity at or above this is ``computing`` (``[accounting]``)."""
+    input_read_bytes_per_second: float = 1e6
+    input_blocked_fraction: float = 0.5
+    communication_bytes_per_second: float = 1e8
+    host_cpu_fraction: float = 0.9
+    host_throttled_fraction: float = 0.1
+    quiet_cpu_fraction: float = 0.1
+
+
+#: Per key: (minimum, maximum, minimum excluded).
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "input_read_bytes_per_second": (0.0, 1e12, True),
+    "input_blocked_fraction": (0.0, 1.0, True),
+    "communication_bytes_per_second": (0.0, 1e13, True),
+    "host_cpu_fraction": (0.0, 1.0, True),
+    "host_throttled_fraction": (0.0, 1.0, True),
+    "quiet_cpu_fraction": (0.0, 1.0, False),
+}
+KEYS = tuple(f.name for f in fields(ActivitySettings) if f.name != "idle_threshold_percent")
+
+
+def activity_settings(config: Config) -> ActivitySettings:
+    """``[activity]`` of ``config``, validated (raises ``ConfigError``)."""
+    table: Any = config.section(SECTION)
+    for key in table:
+        if key not in KEYS:
+            raise config.error(f"unknown key (allowed: {', '.join(KEYS)})", SECTION, key)
+    values: dict[str, Any] = {"idle_threshold_percent": idle_threshold_percent(config)}
+    if "enabled" in table:
+        if not isinstance(table["enabled"], bool):
+            raise config.error(f"must be true or false, got {table['enabled']!r}", SECTION,
+                               "enabled")
+        values["enabled"] = table["enabled"]
+    for key, (low, high, open_low) in RANGES.items():
+        if key not in table:
+            continue
+        value = table[key]
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
+            and math.isfinite(value) and (low < value if open_low else low <= value) \
+            and value <= high
+        if not ok:
+            raise config.error(f"must be a number {'above' if open_low else 'from'} {low:g} "
+                               f"{'and at most' if open_low else 'to'} {high:g}, got {value!r}",
+                               SECTION, key)
+        values[key] = float(value)
+    if values.get("quiet_cpu_fraction", ActivitySettings.quiet_cpu_fraction) >= \
+            values.get("host_cpu_fraction", ActivitySettings.host_cpu_fraction):
+        raise config.error("must be below host_cpu_fraction", SECTION, "quiet_cpu_fraction")
+    return ActivitySettings(**values)

@@ -1,0 +1,287 @@
+"""What each holder of an allocated device was waiting on: one reason per holder per interval.
+
+The rule (docs/activity.md), tried in this order for each holder (as :mod:`allsmi.fairshare`
+names holders: a user, a namespace and pod, a job) with its processes on the device:
+
+1. the device's processes are not listed: ``unknown``;
+2. none of the holder's processes is on the device: ``nothing`` (allocated, unused), unless
+   some of the device's processes cannot be told apart among its holders (``unknown``);
+3. the device's activity is not reported: ``unknown``;
+4. activity (``compute_active_percent``, else ``utilization_percent``) at or above the idle
+   threshold: ``computing`` (unless each of the holder's processes reports 0 % of the device);
+5. below it, from the host evidence of the holder's processes and the node:
+   ``input`` (at least ``input_blocked_fraction`` of its processes in I/O wait, or reading
+   ``input_read_bytes_per_second`` or more), then ``communication`` (the device's interconnect
+   or the node's InfiniBand/RoCE ports moving ``communication_bytes_per_second`` or more), then
+   ``host`` (a process at ``host_cpu_fraction`` of a core or more, or its main thread on a CPU
+   or waiting for one that share of the interval, or its cgroup throttled
+   ``host_throttled_fraction`` of the interval), then ``nothing`` when every signal was read
+   and all were quiet;
+6. anything else is ``unknown``, with what was missing: never a guess.
+
+Input is tried before communication and host because a process blocked on reading is the
+most specific evidence; communication before host because a collective that waits spins a
+core (NCCL's proxy thread), which alone would read as host-bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Collection, Protocol, Sequence
+
+from allsmi.fairshare import Holder, claim_units
+from allsmi.hostactivity.sampler import (HostActivity, HostActivitySampler, NodeActivity,
+                                         ProcessActivity)
+from allsmi.hostactivity.settings import ActivitySettings
+from allsmi.schema import DeviceSample, HolderWaiting, ProcessSample, derive
+
+log = logging.getLogger(__name__)
+
+
+def holders(dev: DeviceSample) -> list[tuple[Holder, tuple[ProcessSample, ...]]]:
+    """The holders of ``dev`` (nobody-in-particular left out), each with its processes on it,
+    in a stable order."""
+    units = claim_units(dev)
+    if len(units) == 1 and len(units[0].members) == 1:  # the common case: one holder
+        holder, procs = units[0].members[0]
+        return [(holder, procs)] if any(holder) else []
+    found: dict[Holder, list[ProcessSample]] = {}
+    for unit in units:
+        for holder, procs in unit.members:
+            if any(holder):
+                mine = found.setdefault(holder, [])
+                mine.extend(p for p in procs if p not in mine)
+    return sorted(((h, tuple(p)) for h, p in found.items()),
+                  key=lambda item: tuple(v or "" for v in item[0]))
+
+
+def _mb(rate: float) -> str:
+    if rate >= 1e10:
+        return f"{rate / 1e9:.0f} GB/s"
+    return f"{rate / 1e6:.0f} MB/s" if rate >= 1e6 else f"{rate / 1e3:.0f} kB/s"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"
+
+
+def device_activity(dev: DeviceSample) -> tuple[float, str] | None:
+    """(percent, what it is) of the device's compute activity, ``None`` when not reported:
+    ``compute_active_percent`` (named by its source), else the headline utilization."""
+    if dev.compute_active_percent is not None:
+        return dev.compute_active_percent, f"compute active, {dev.compute_active_source or 'source unknown'}"
+    if dev.utilization_percent is not None:
+        return dev.utilization_percent, "utilization; compute activity not reported"
+    return None
+
+
+def _traffic(dev: DeviceSample, node: NodeActivity) -> tuple[float | None, float | None]:
+    """(device interconnect, node InfiniBand) bytes per second, rx plus tx; ``None`` unknown."""
+    link = None
+    if dev.interconnect_rx_bytes_per_second is not None \
+            or dev.interconnect_tx_bytes_per_second is not None:
+        link = (dev.interconnect_rx_bytes_per_second or 0.0) + \
+            (dev.interconnect_tx_bytes_per_second or 0.0)
+    ib = None
+    if node.infiniband_rx_bytes_per_second is not None:
+        ib = node.infiniband_rx_bytes_per_second + (node.infiniband_tx_bytes_per_second or 0.0)
+    return link, ib
+
+
+def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: HostActivity,
+                    s: ActivitySettings, untold: int = 0) -> tuple[str, str]:
+    """(reason, evidence) of one holder of ``dev`` with its processes ``procs`` on it;
+    ``untold``: processes of the device that belong to none of its holders as far as can be
+    told (several pods whose processes carry no job id)."""
+    if dev.processes is None:
+        return "unknown", "unknown: the device's processes are not listed"
+    if not procs:
+        if untold:
+            return "unknown", (f"unknown: {_count(untold, 'process')} on the device cannot be "
+                               "told apart among its holders")
+        return "nothing", "nothing: no process of the holder on the device"
+    activity = device_activity(dev)
+    if activity is None:
+        return "unknown", "unknown: the device reports no activity"
+    percent, what = activity
+    own = [p.utilization_percent for p in procs]
+    idle_own = all(u is not None and u == 0 for u in own)
+    if percent >= s.idle_threshold_percent and not idle_own:
+        return "computing", f"computing: {percent:.0f} % ({what})"
+    below = f"{percent:.0f} % ({what})"
+    found = [host.processes.get(p.pid) for p in procs]
+    seen = [a for a in found if a is not None]
+    if not seen:
+        return "unknown", f"unknown: {below}; the holder's processes could not be read"
+    n = len(seen)
+    # input
+    blocked = sum(1 for a in seen if (a.blocked_threads or 0) > 0 or (
+        a.blocked_fraction is not None and a.blocked_fraction >= s.input_blocked_fraction))
+    reads = [a.read_bytes_per_second for a in seen]
+    read = sum(r for r in reads if r is not None)
+    io_pressure = host.node.pressure_percent.get("io")
+    extra = f", node I/O pressure {io_pressure:.0f} %" if io_pressure and io_pressure >= 1 else ""
+    if (blocked and blocked >= s.input_blocked_fraction * n) or read >= s.input_read_bytes_per_second:
+        return "input", (f"input: {blocked} of {_count(n, 'process')} in I/O wait, "
+                         f"{_mb(read)} read{extra}; device {below}")
+    # communication
+    link, ib = _traffic(dev, host.node)
+    if link is not None and link >= s.communication_bytes_per_second:
+        return "communication", f"communication: device links {_mb(link)}; device {below}"
+    if ib is not None and ib >= s.communication_bytes_per_second:
+        return "communication", f"communication: node InfiniBand/RoCE {_mb(ib)}; device {below}"
+    # host
+    busy = [a for a in seen if _cpu_bound(a) >= s.host_cpu_fraction]
+    if busy:
+        top = max(busy, key=_cpu_bound)
+        how = f"{(top.cpu_cores or 0.0) * 100:.0f} % of a core"
+        if (top.runnable_fraction or 0.0) > (top.cpu_cores or 0.0):
+            how += f", wanting a CPU {top.runnable_fraction * 100:.0f} % of the time"  # type: ignore[operator]
+        return "host", f"host: {len(busy)} of {_count(n, 'process')} CPU-bound ({how}); device {below}"
+    throttled = [a.throttled_fraction for a in seen if a.throttled_fraction is not None]
+    if throttled and max(throttled) >= s.host_throttled_fraction:
+        return "host", (f"host: cgroup CPU-throttled {max(throttled) * 100:.0f} % of the "
+                        f"interval; device {below}")
+    # nothing, when every signal was read and each was quiet
+    missing = _missing(seen, reads, link, ib, host.node, s)
+    if missing:
+        return "unknown", f"unknown: {below}; {missing}"
+    return "nothing", (f"nothing: {_count(n, 'process')} idle (no I/O wait, "
+                       f"{_mb(read)} read, under {s.quiet_cpu_fraction * 100:.0f} % CPU), "
+                       f"no traffic; device {below}")
+
+
+def _cpu_bound(a: ProcessActivity) -> float:
+    """How CPU-bound a process was: its CPU time per second, or (where the node's CPUs are
+    oversubscribed and give it less) its main thread's share of the interval on a CPU or
+    waiting for one."""
+    return max(a.cpu_cores or 0.0, a.runnable_fraction or 0.0)
+
+
+def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], link: float | None,
+             ib: float | None, node: NodeActivity, s: ActivitySettings) -> str:
+    """Why the holder cannot be called idle: the first signal unread or not quiet ("" none)."""
+    if len(seen) and any(a.cpu_cores is None for a in seen):
+        return "no measurement interval yet" if not any(a.problems for a in seen) \
+            else seen[0].problems[0]
+    if any(r is None for r in reads):
+        problem = next((p for a in seen for p in a.problems if "/io" in p), "")
+        return problem or "read rates unknown"
+    cpu = max(_cpu_bound(a) for a in seen)
+    if cpu >= s.quiet_cpu_fraction:
+        return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"
+    if link is None and ib is None:
+        net = node.network_rx_bytes_per_second
+        if net is None:
+            return "device links and node network not reported"
+        total = net + (node.network_tx_bytes_per_second or 0.0)
+        if total >= s.communication_bytes_per_second:
+            return f"node network at {_mb(total)} (device links not reported)"
+    return ""
+
+
+def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
+             memo: dict[tuple[object, ...], HolderWaiting] | None = None
+             ) -> tuple[HolderWaiting, ...] | None:
+    """``dev``'s ``waiting``: one entry per holder, ``None`` when nobody holds it. ``memo``
+    keeps the entries already made (the same holder with the same evidence, cycle after
+    cycle, is one object, cleaned once)."""
+    found = holders(dev)
+    if not found:
+        return None
+    mine = {p.pid for _, procs in found for p in procs}
+    untold = sum(1 for p in dev.processes or () if p.pid not in mine)
+    out = []
+    for holder, procs in found:
+        reason, evidence = classify_holder(dev, procs, host, s, untold)
+        key = (holder, reason, evidence)
+        entry = memo.get(key) if memo is not None else None
+        if entry is None:
+            entry = HolderWaiting(reason, evidence, user=holder.user, namespace=holder.namespace,
+                                  pod=holder.pod, job_id=holder.job)
+            if memo is not None:
+                if len(memo) >= 4096:
+                    memo.clear()
+                memo[key] = entry
+        out.append(entry)
+    return tuple(out)
+
+
+def holder_pids(devices: Sequence[DeviceSample]) -> set[int]:
+    """The processes whose host evidence a cycle needs: those on the devices."""
+    return {p.pid for dev in devices for p in (dev.processes or ())}
+
+
+class HostSource(Protocol):
+    """Where a cycle's host evidence comes from: :class:`HostActivitySampler` on a real node,
+    the simulation's (:mod:`allsmi.hostactivity.simulated`) under ``--simulate``."""
+
+    def sample(self, pids: Collection[int],
+               detailed: Collection[int] | None = None) -> HostActivity: ...
+
+
+class WaitingClassifier:
+    """The collector's step that fills ``DeviceSample.waiting``: the host read once per cycle
+    for every holder process, then each held device classified. A failing reader costs the
+    classification its evidence (``unknown``, saying why), never the cycle; each distinct
+    problem is logged once."""
+
+    def __init__(self, settings: ActivitySettings, source: HostSource | None = None) -> None:
+        self.settings = settings
+        self.source: HostSource = source if source is not None else HostActivitySampler()
+        self._logged: set[str] = set()
+        self._memo: dict[tuple[object, ...], HolderWaiting] = {}
+        self.problems: tuple[str, ...] = ()
+        """What the host readers could not read in the last cycle (one line each)."""
+
+    @classmethod
+    def for_backends(cls, settings: ActivitySettings,
+                     backends: Sequence[object]) -> "WaitingClassifier":
+        """The step for a collector over ``backends``: backends that carry their own host
+        evidence (the simulation's ``host_evidence``) are asked for it, so that a simulated
+        pid is never looked up in this machine's ``/proc``; otherwise the host is read."""
+        sources = [getattr(b, "host_evidence") for b in backends
+                   if callable(getattr(b, "host_evidence", None))]
+        if not sources:
+            return cls(settings)
+        from allsmi.hostactivity.simulated import SimulatedHostActivity
+        return cls(settings, SimulatedHostActivity(sources))
+
+    def _detailed(self, devices: Sequence[DeviceSample]) -> set[int]:
+        """The processes whose threads' states are worth reading: those on devices below the
+        idle threshold (or with no activity figure), where the waiting reason is decided."""
+        out = set()
+        for dev in devices:
+            activity = device_activity(dev)
+            if activity is None or activity[0] < self.settings.idle_threshold_percent:
+                out.update(p.pid for p in dev.processes or ())
+        return out
+
+    def apply(self, devices: Sequence[DeviceSample],
+              holders_unknown: Collection[str] = ()) -> tuple[DeviceSample, ...]:
+        """``devices`` with ``waiting`` filled in where someone holds them."""
+        if not self.settings.enabled or not devices:
+            return tuple(devices)
+        try:
+            host = self.source.sample(holder_pids(devices), self._detailed(devices))
+        except Exception as exc:  # a reader's bug must not cost the cycle
+            log.exception("host activity readers failed")
+            host = HostActivity({}, NodeActivity(
+                problems=(f"host readers failed: {type(exc).__name__}: {exc}",)))
+        problems = list(host.node.problems)
+        for activity in host.processes.values():
+            problems.extend(p for p in activity.problems if p not in problems)
+        self.problems = tuple(problems)
+        for problem in problems:
+            key = re.sub(r"\d+", "N", problem)  # one line per kind, not per process
+            if key not in self._logged and len(self._logged) < 64:
+                self._logged.add(key)
+                log.warning("host activity: %s", problem)
+        out = []
+        for dev in devices:
+            waiting = None if dev.id in holders_unknown else \
+                classify(dev, host, self.settings, self._memo)
+            out.append(dev if waiting is None and dev.waiting is None
+                       else derive(dev, waiting=waiting))
+        return tuple(out)

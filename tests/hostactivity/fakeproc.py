@@ -1,0 +1,72 @@
+"""Fake /proc and /sys trees for the host readers' tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def stat_line(pid: int, state: str = "S", utime: int = 0, stime: int = 0, threads: int = 1,
+              start: int = 1000, blkio: int | None = 0, comm: str = "python") -> str:
+    """A /proc/PID/stat line with the fields the readers use (52 fields, as Linux 5.x)."""
+    fields = ["0"] * 50
+    fields[0] = state            # 3: state
+    fields[11], fields[12] = str(utime), str(stime)  # 14, 15
+    fields[17] = str(threads)    # 20: num_threads
+    fields[19] = str(start)      # 22: starttime
+    if blkio is None:
+        fields = fields[:39]     # an old kernel: no delayacct_blkio_ticks
+    else:
+        fields[39] = str(blkio)  # 42: delayacct_blkio_ticks
+    return f"{pid} ({comm}) " + " ".join(fields) + "\n"
+
+
+def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threads: int = 1,
+                  blocked: int = 0, start: int = 1000, blkio: int | None = 0,
+                  io: dict[str, int] | None = None, cgroup: str | None = "0::/job.slice\n",
+                  comm: str = "python", sched: tuple[int, int] | None = None) -> Path:
+    base = root / "proc" / str(pid)
+    (base / "task").mkdir(parents=True, exist_ok=True)
+    (base / "stat").write_text(stat_line(pid, state, cpu, 0, threads, start, blkio, comm))
+    for i in range(threads):
+        tid = base / "task" / str(pid + i)
+        tid.mkdir(exist_ok=True)
+        (tid / "stat").write_text(stat_line(pid + i, "D" if i < blocked else "S", comm=comm))
+    if io is not None:
+        (base / "io").write_text("".join(f"{k}: {v}\n" for k, v in io.items()))
+    if cgroup is not None:
+        (base / "cgroup").write_text(cgroup)
+    if sched is not None:  # ns on a CPU, ns waiting for one, timeslices
+        (base / "schedstat").write_text(f"{sched[0]} {sched[1]} 10\n")
+    return base
+
+
+def write_node(root: Path, *, iowait: int = 0, total: int = 1000, psi_io_usec: int | None = 0,
+               net: dict[str, tuple[int, int]] | None = None,
+               ib: dict[str, tuple[int, int]] | None = None) -> None:
+    proc = root / "proc"
+    proc.mkdir(parents=True, exist_ok=True)
+    busy = total - iowait
+    (proc / "stat").write_text(f"cpu  {busy} 0 0 0 {iowait} 0 0 0 0 0\ncpu0 1 0 0 0 0 0 0 0 0 0\n")
+    if psi_io_usec is not None:
+        (proc / "pressure").mkdir(exist_ok=True)
+        for kind in ("cpu", "io", "memory"):
+            value = psi_io_usec if kind == "io" else 0
+            (proc / "pressure" / kind).write_text(
+                f"some avg10=0.00 avg60=0.00 avg300=0.00 total={value}\n"
+                f"full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    for name, (rx, tx) in (net or {}).items():
+        stats = root / "sys" / "class" / "net" / name / "statistics"
+        stats.mkdir(parents=True, exist_ok=True)
+        (stats / "rx_bytes").write_text(f"{rx}\n")
+        (stats / "tx_bytes").write_text(f"{tx}\n")
+    for name, (rx, tx) in (ib or {}).items():
+        counters = root / "sys" / "class" / "infiniband" / name / "ports" / "1" / "counters"
+        counters.mkdir(parents=True, exist_ok=True)
+        (counters / "port_rcv_data").write_text(f"{rx}\n")
+        (counters / "port_xmit_data").write_text(f"{tx}\n")
+
+
+def write_cgroup(root: Path, path: str, text: str) -> None:
+    where = root / "sys" / "fs" / "cgroup" / path.lstrip("/")
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "cpu.stat").write_text(text)

@@ -1,0 +1,225 @@
+"""``allsmi report`` from the outside, without a browser: what it writes when something is
+missing (no data, no prices, no budgets), how it fails (bad options, a store failing mid-way),
+and that reruns give the same bytes. The browser checks are in test_report_browser.py."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from .support import BUDGETS, NO_BUDGETS, NO_PRICES, a_past_day, allsmi
+
+EMPTY_VECTOR = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+
+def _report(tmp_path: Path, config: str, *args: str) -> tuple[int, str, str]:
+    (tmp_path / "c.toml").write_text(config)
+    out = allsmi("report", "--config", "c.toml", "-o", "r.html", *args, cwd=tmp_path)
+    page = (tmp_path / "r.html").read_text() if (tmp_path / "r.html").exists() else ""
+    return out.returncode, page, out.stderr
+
+
+def _notes(page: str) -> list[str]:
+    return re.findall(r'<li class="(?:warning|missing)"[^>]*>([^<]*)</li>', page)
+
+
+def test_no_prices_says_so_and_draws_no_cost(tmp_path: Path) -> None:
+    code, page, err = _report(tmp_path, NO_PRICES, "--simulate", "mixed", "--period",
+                              a_past_day())
+    assert code == 0, err
+    assert any(n.startswith("No prices:") for n in _notes(page)), _notes(page)
+    # no cost chart, and no cost printed as a number: each cost cell says why it is empty
+    assert 'data-chart="budget"' not in page and 'data-chart="hours"' in page
+    costs = re.findall(r'<td class="num na ?"[^>]*>no price</td>', page)
+    assert costs, "unpriced cost cells say 'no price'"
+    assert ">0.00</td>" not in page.split('id="table-budget"')[1].split("</table>")[0]
+
+
+def test_no_budgets_shows_costs_and_forecasts_without_one(tmp_path: Path) -> None:
+    code, page, err = _report(tmp_path, NO_BUDGETS, "--simulate", "mixed", "--period",
+                              a_past_day())
+    assert code == 0, err
+    assert any(n.startswith("No budgets:") for n in _notes(page)), _notes(page)
+    assert 'data-chart="budget"' in page
+    budget_table = page.split('id="table-budget"')[1].split("</table>")[0]
+    assert budget_table.count(">no budget</td>") >= 2 * 3  # budget and budget used, 3 groups
+
+
+def test_an_empty_window_writes_what_is_missing_and_exits_3(tmp_path: Path) -> None:
+    code, page, err = _report(tmp_path, BUDGETS, "--simulate", "mixed",
+                              "--since", "2099-01-01", "--until", "2099-01-02")
+    assert code == 3
+    assert "no device data for 2099-01-01T00:00:00Z to 2099-01-02T00:00:00Z" in err
+    assert _notes(page) == ["No device data in this window: there is nothing to chart."]
+    assert "<figure" not in page and "<table" not in page  # no chart of invented zeros
+
+
+def test_reruns_give_the_same_bytes(tmp_path: Path) -> None:
+    day = a_past_day()
+    code, first, err = _report(tmp_path, BUDGETS, "--simulate", "mixed", "--period", day)
+    assert code == 0, err
+    code, second, err = _report(tmp_path, BUDGETS, "--simulate", "mixed", "--period", day)
+    assert code == 0 and first == second
+    assert "Generated with pygal" not in first and "<script" not in first
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--group-by", "colour"], "--group-by"),
+    (["--period", "someday"], "someday"),
+    (["--ledger", "x.db", "--simulate", "mixed"], "give one of"),
+    (["--no-rollups", "--period", "yesterday"], "--no-rollups needs --prometheus"),
+])
+def test_bad_options_exit_2_as_the_export(tmp_path: Path, args: list[str], needle: str) -> None:
+    code, page, err = _report(tmp_path, BUDGETS, *args)
+    assert code == 2 and needle in err and page == ""
+
+
+def test_an_unwritable_output_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(BUDGETS)
+    out = allsmi("report", "--config", "c.toml", "--simulate", "mixed", "--period", a_past_day(),
+                 "-o", str(tmp_path / "missing" / "r.html"), cwd=tmp_path)
+    assert out.returncode == 1 and "cannot write" in out.stderr
+
+
+class _FailingPrometheus(http.server.BaseHTTPRequestHandler):
+    """Answers an empty vector to the first ``good`` queries, then 503."""
+
+    good = 10**9
+    count = 0
+
+    def do_GET(self) -> None:  # noqa: N802
+        type(self).count += 1
+        ok = type(self).count <= type(self).good
+        body = EMPTY_VECTOR if ok else b"store unavailable"
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Type", "application/json" if ok else "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def store() -> Iterator[tuple[type[_FailingPrometheus], str]]:
+    handler = type("Handler", (_FailingPrometheus,), {"count": 0, "good": 10**9})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_store_failing_mid_way_fails_the_report_and_writes_nothing(
+        tmp_path: Path, store: tuple[type[_FailingPrometheus], str]) -> None:
+    handler, url = store
+    args = ("--prometheus", url, "--since", "2026-03-01", "--until", "2026-03-08")
+    code, page, err = _report(tmp_path, BUDGETS, *args)
+    assert code == 3 and "no device data" in err  # an empty store: said, exit 3
+    queries = handler.count
+    assert queries > 10  # the window, then each of its 7 days
+    (tmp_path / "r.html").unlink()
+    handler.count, handler.good = 0, queries // 2  # fails in the middle of the days
+    code, page, err = _report(tmp_path, BUDGETS, *args)
+    assert code == 1, err
+    assert url in err and "503" in err
+    assert page == "" and not list(tmp_path.glob("*.html*"))  # nothing, not half a report
+
+
+def test_the_export_unit_writes_the_report_beside_the_export(tmp_path: Path) -> None:
+    """deploy/systemd/allsmi-export.service's ExecStartPost=, run as written (paths moved
+    under a temporary state directory): the month-to-date report lands beside the CSV; a
+    ledger without data for the month gives a report that says so, and exit 3, which the unit
+    counts as success."""
+    import datetime as dt
+    import shlex
+    import subprocess
+
+    from allsmi.accounting.ledger import Ledger
+
+    from ..deploy.test_systemd import INSTALLED, installed_allsmi, settings
+    (state := tmp_path / "state" / "allsmi" / "billing").mkdir(parents=True)
+    Ledger(str(tmp_path / "state" / "allsmi" / "ledger.db")).close()
+    (tmp_path / "c.toml").write_text(BUDGETS)
+    unit = settings("allsmi-export.service")
+    (line,) = unit["ExecStartPost"]
+    line = (line.replace("%S", str(tmp_path / "state")).replace("%%", "%").replace("$$", "$")
+            .replace(INSTALLED, installed_allsmi())
+            .replace("/etc/allsmi/config.toml", str(tmp_path / "c.toml")))
+    out = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert out.returncode in {0} | {int(c) for c in unit["SuccessExitStatus"]}, out.stderr
+    month = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).strftime("%Y-%m")
+    page = (state / f"report-{month}.html").read_text()
+    assert "allsmi report: " in page and "No device data in this window" in page
+    assert (state / f"report-{month}.html").stat().st_mode & 0o077 == 0  # owner-only
+
+
+def test_without_the_extra_it_exits_2_naming_it(tmp_path: Path) -> None:
+    """pygal missing (hidden by a module that fails to import): exit 2, the extra named with
+    the interpreter that runs allsmi, nothing written."""
+    import sys
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "pygal.py").write_text("raise ImportError('hidden', name='pygal')\n")
+    import os
+    import subprocess
+    out = subprocess.run([sys.executable, "-m", "allsmi", "report", "--simulate", "mixed",
+                          "--period", "yesterday", "-o", "r.html"], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "hide"),
+                              "XDG_CONFIG_HOME": str(tmp_path)},
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, out.stderr
+    assert f"{sys.executable} -m pip install 'allsmi[report]'" in out.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path) -> None:
+    """The first two days of last month in a real ledger: training has spent half its budget
+    and is forecast far over it by the month's end, inference stays under; the report's budget
+    table and the export say the same, and so does the warning on stderr."""
+    import calendar
+    import datetime as dt
+
+    from ..accounting.helpers import device, record, snap
+    from .support import last_month
+    year, month = map(int, last_month().split("-"))
+    start = dt.datetime(year, month, 1, tzinfo=dt.timezone.utc)
+    t0, days = start.timestamp(), calendar.monthrange(year, month)[1]
+    config = ("[groups.training]\nprice_per_device_hour = 10.0\ncurrency = \"EUR\"\n"
+              "budget_per_month = 1000\n\n[groups.inference]\nprice_per_device_hour = 1.0\n"
+              "currency = \"EUR\"\nbudget_per_month = 1000\n")
+    (tmp_path / "c.toml").write_text(config)
+    from allsmi.config import parse_config
+    # sampled every 5 minutes, as a collector run with interval_seconds = 300
+    recorded = parse_config("[collector]\ninterval_seconds = 300\n" + config)
+    record(tmp_path / "l.db", (snap(t0 + k * 300, device("GPU-t", util=50.0, users=["alice"],
+                                                        group="training"),
+                                    device("GPU-i", util=50.0, users=["bob"], group="inference",
+                                           vendor="amd", model="MI300X"))
+                               for k in range(2 * 288 + 1)), recorded)
+    args = ("--ledger", "l.db", "--since", start.date().isoformat(), "--until",
+            (start + dt.timedelta(days=2)).date().isoformat())
+    code, page, err = _report(tmp_path, config, *args)
+    assert code == 0, err
+    # 48 h at 10 EUR, over the month's days / 2
+    assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month, above " \
+           "its budget of 1000 EUR" in err and "inference" not in err
+    budget = page.split('id="table-budget"')[1].split("</table>")[0]
+    rows = {m[0]: m[1:] for m in re.findall(
+        r"<tr><td>(\w+)</td><td>[^<]*</td><td>EUR</td>" + r"<td[^>]*>([^<]*)</td>" * 4, budget)}
+    assert rows["training"] == ("480.00", "1,000.00", "48.0 %", f"{480 * days / 2:,.2f}")
+    assert rows["inference"] == ("48.00", "1,000.00", "4.8 %", f"{48 * days / 2:,.2f}")
+    out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
+                 cwd=tmp_path)
+    exported = {r["resource_group"]: r for r in __import__("csv").DictReader(
+        out.stdout.splitlines())}
+    assert exported["training"]["forecast_month_end_cost"] == f"{480 * days / 2:.6f}"
+    assert exported["inference"]["budget_used_ratio"] == "0.048000"

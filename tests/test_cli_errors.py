@@ -1,0 +1,207 @@
+"""Errors that point the right way: each failure a user commonly meets says what it is and
+what to do, run as the user runs it (the CLI as a subprocess against real servers on loopback).
+
+* ``--prometheus`` at a web server that is not a Prometheus query API: its status and the
+  page's first line, not the page;
+* ``http://`` at an exporter that speaks TLS: "use https://", not "connection reset";
+* a missing ledger: how one is made;
+* ``--group-by user`` before a store holds two samples of any holder: not enough data yet,
+  not a missing ``--processes``;
+* ``allsmi serve`` finding no device: one warning with the doctor hint.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from .conftest import require_tool, run_allsmi
+from .exporter.server import Serve, run_serve
+
+ENV = {"ALLSMI_CONFIG": "/dev/null"}
+PAGE = ("<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body>\n"
+        + "<p>nginx says no</p>\n" * 400 + "</body></html>\n")
+
+
+class _Html404(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = PAGE.encode()
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _EmptyStore(http.server.BaseHTTPRequestHandler):
+    """A Prometheus query API whose store has no two samples of anything yet: every query is
+    answered with an empty vector, as a real one answers ``increase()`` over seconds of data."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = json.dumps({"status": "success",
+                           "data": {"resultType": "vector", "result": []}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def html_404() -> Iterator[str]:
+    yield from _serving(_Html404)
+
+
+@pytest.fixture
+def empty_store() -> Iterator[str]:
+    yield from _serving(_EmptyStore)
+
+
+@pytest.fixture(scope="module")
+def tls_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    openssl = require_tool("openssl", "openssl")
+    where = tmp_path_factory.mktemp("tls")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.crt"],
+                   check=True, capture_output=True, timeout=60, cwd=where)
+    web = where / "web.yml"
+    web.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    server = run_serve(["--simulate", "mixed", "--interval", "1", "--web-config", str(web)])
+    try:
+        server.wait_listening()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_prometheus_url_at_an_html_404_page(html_404: str, tmp_path: Path) -> None:
+    out = run_allsmi("export", "--prometheus", html_404, "--period", "yesterday",
+                     "--timeout", "5", env=ENV, cwd=tmp_path)
+    assert out.returncode != 0 and out.stdout == "", out
+    assert f"not a Prometheus query API at {html_404} (HTTP 404)" in out.stderr, out.stderr
+    assert "<!DOCTYPE" not in out.stderr and "nginx says no" not in out.stderr, out.stderr
+    assert len(out.stderr) < 600, out.stderr
+
+
+def test_view_at_an_html_404_page(html_404: str) -> None:
+    out = run_allsmi("view", "--prometheus", html_404, "--timeout", "5", env=ENV, timeout=60)
+    assert out.returncode != 0, out
+    text = out.stdout + out.stderr
+    assert "not a Prometheus query API (HTTP 404)" in text, text
+    assert "nginx says no" not in text, text
+
+
+def test_http_at_a_tls_exporter_says_use_https(tls_node: Serve, tmp_path: Path) -> None:
+    plain = f"http://127.0.0.1:{tls_node.port}"
+    hint = f"speaks TLS: use https://127.0.0.1:{tls_node.port}"
+    view = run_allsmi("view", "--hosts", plain, "--timeout", "5", env=ENV, timeout=60)
+    assert view.returncode != 0, view
+    assert hint in view.stdout + view.stderr, view
+    assert "reset by peer" not in (view.stdout + view.stderr).lower(), view
+    export = run_allsmi("export", "--prometheus", plain, "--period", "yesterday", "--timeout", "5",
+                        env=ENV, cwd=tmp_path)
+    assert export.returncode != 0 and export.stdout == "", export
+    assert hint in export.stderr, export.stderr
+
+
+def test_a_refused_connection_is_not_called_tls(tmp_path: Path) -> None:
+    out = run_allsmi("export", "--prometheus", "http://127.0.0.1:1", "--period", "yesterday",
+                     "--timeout", "2", env=ENV, cwd=tmp_path)
+    assert out.returncode != 0 and "TLS" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("command", ["export", "idle"])
+def test_missing_ledger_says_how_one_is_made(command: str, tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "ledger.db"
+    out = run_allsmi(command, "--ledger", str(path), "--period", "yesterday", env=ENV, cwd=tmp_path)
+    assert out.returncode != 0 and out.stdout == "", out
+    assert f"no ledger at {path}" in out.stderr, out.stderr
+    assert f"allsmi record --ledger {path}" in out.stderr and "allsmi serve --ledger" in out.stderr
+    assert "--ledger PATH" in out.stderr, out.stderr
+
+
+def test_group_by_user_without_data_yet_says_so(empty_store: str, tmp_path: Path) -> None:
+    now = int(time.time())
+    window = ("--since", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 30)),
+              "--until", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+    out = run_allsmi("export", "--prometheus", empty_store, *window, "--group-by",
+                     "resource_group,user", env=ENV, cwd=tmp_path)
+    assert out.returncode != 0 and out.stdout == "", out
+    assert "not enough data in the window yet" in out.stderr, out.stderr
+    assert "--processes" not in out.stderr, out.stderr
+
+
+def test_serve_without_devices_warns_once(tmp_path: Path) -> None:
+    scenario = tmp_path / "empty.toml"
+    scenario.write_text('name = "empty"\n[[devices]]\nbackend = "nvidia"\nvendor = "nvidia"\n'
+                        'kind = "gpu"\nmodel = "NVIDIA H100 80GB HBM3"\ncount = 0\n'
+                        "memory_total_bytes = 85520809984\npower_idle_watts = 72.0\n"
+                        "power_limit_watts = 700.0\nclock_idle_mhz = 345.0\nclock_max_mhz = 1980.0\n"
+                        "temperature_idle_celsius = 31.0\ntemperature_max_celsius = 74.0\n")
+    server = run_serve(["--simulate", str(scenario), "--interval", "0.2"], tmp=tmp_path)
+    try:
+        server.wait_ready()
+        deadline = time.monotonic() + 20
+        while "no device found" not in server.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # several cycles later, still one warning
+        cycles = server.get("/metrics").text.count("\n")
+        assert cycles
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    log = server.output()
+    assert log.count("no device found") == 1, log
+    assert "allsmi doctor" in log, log
+
+
+def test_serve_with_devices_does_not_warn(tmp_path: Path) -> None:
+    server = run_serve(["--simulate", "mixed", "--interval", "0.2"], tmp=tmp_path)
+    try:
+        server.wait_ready()
+    finally:
+        server.stop()
+    assert "no device found" not in server.output()
+
+
+def test_snapshot_prometheus_publishes_group_prices_and_budgets(tmp_path: Path) -> None:
+    """docs/exporter.md lists the price and budget gauges for the textfile output: they have
+    values there, from the configuration, as allsmi serve publishes them."""
+    config = tmp_path / "c.toml"
+    config.write_text('[groups.training]\nprice_per_device_hour = 2.5\nprice_per_kwh = 0.12\n'
+                      'currency = "EUR"\nbudget_per_month = 5000\n')
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config), "--format",
+                     "prometheus", env={}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert 'allsmi_resource_group_price_per_device_hour{resource_group="training",currency="EUR"} 2.5' in lines
+    assert 'allsmi_resource_group_price_per_kwh{resource_group="training",currency="EUR"} 0.12' in lines
+    assert 'allsmi_resource_group_budget_per_month{resource_group="training",currency="EUR"} 5000.0' in lines
+    for family in ("price_per_device_hour", "price_per_kwh", "budget_per_month"):
+        assert any(line.startswith(f"allsmi_resource_group_{family}{{") for line in lines)

@@ -1,0 +1,80 @@
+"""Progress on long work: shown on stderr when it is a terminal, nothing when it is not (cron,
+pipes), the time taken at the end with ``--verbose``; stdout is the document alone either way."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from .conftest import allsmi_exe, run_allsmi
+
+ENV = {"ALLSMI_CONFIG": "/dev/null"}
+
+
+def _window(hours: float = 3.0) -> tuple[str, ...]:
+    end = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    start = end - timedelta(hours=hours)
+    return ("--since", start.strftime("%Y-%m-%dT%H:%M:%SZ"), "--until", end.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_off_a_terminal_nothing_is_written_to_stderr(tmp_path: Path) -> None:
+    out = run_allsmi("export", "--simulate", "mixed", *_window(), "--format", "json", env=ENV,
+                     cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["source"] == "simulation mixed"
+    assert "replaying" not in out.stderr and "\x1b" not in out.stderr, out.stderr
+
+
+def test_verbose_says_how_long_it_took(tmp_path: Path) -> None:
+    out = run_allsmi("export", "--simulate", "mixed", *_window(), "--format", "json", "--verbose",
+                     env=ENV, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    json.loads(out.stdout)
+    assert re.search(r"^allsmi: replaying mixed: \d+\.\d s \(\d+ chunks\)$", out.stderr, re.M), out.stderr
+    assert "\x1b" not in out.stderr
+    idle = run_allsmi("idle", "--simulate", "mixed", *_window(), "--format", "json", "-v",
+                      env=ENV, cwd=tmp_path, timeout=120)
+    assert idle.returncode == 0 and re.search(r"^allsmi: replaying mixed: \d+\.\d s", idle.stderr, re.M)
+
+
+def test_on_a_terminal_stderr_shows_progress_and_stdout_stays_the_document(tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal, stdout a pipe: the progress goes to the terminal only."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(allsmi_exe() + ["export", "--simulate", "mixed", *_window(12), "--format",
+                                            "json"],
+                            stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **ENV, "TERM": "xterm-256color", "COLUMNS": "100"},
+                            cwd=tmp_path)
+    os.close(terminal)
+    seen = b""
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # the terminal's other side closed: the command ended
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None:
+                break
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert json.loads(stdout)["source"] == "simulation mixed"
+    assert b"\x1b" not in stdout and b"replaying" not in stdout
+    assert b"allsmi: replaying mixed" in seen, seen[-500:]
