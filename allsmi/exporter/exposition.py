@@ -218,6 +218,11 @@ class Exposition:
         self._requested = True
         return self._rendered()
 
+    @property
+    def unrendered(self) -> bool:
+        """Whether the latest cycle is still to be rendered (its first request renders it)."""
+        return self._pending is not None
+
     def _rendered(self) -> Rendered | None:
         if self._pending is not None:
             with self._lock:

@@ -64,7 +64,8 @@ def _accepts(header: str | None, media: str) -> bool:
 
 
 class _NeedsPool(Exception):
-    """The request needs a bcrypt check: answer it on the thread pool, not the loop."""
+    """The request needs a bcrypt check or a rendering: answer it on the thread pool, not the
+    loop."""
 
 
 _TEXT = "text/plain; charset=utf-8"
@@ -110,8 +111,10 @@ class _Answer:
         path = request.path
         exposition = self.server.exposition
         gzipped = _accepts(request.headers.get("accept-encoding"), "gzip")
-        # The cycle's first request renders it (once, however many ask): a millisecond with
-        # 8 devices, on the loop's thread, which then serves the same bytes to every scraper.
+        if path in _RENDERED and self.fast and exposition.unrendered:
+            # The cycle's first request renders it (once, however many ask), on the thread
+            # pool: never on the loop's thread, which holds every other connection.
+            raise _NeedsPool()
         rendered = exposition.current if path in _RENDERED else None
         if path == "/metrics":
             if rendered is None:
