@@ -383,6 +383,14 @@ class Snapshot:
     """Ids of the devices whose holders are unknown in this cycle: an attribution source failed
     or timed out (and its last answer is too old to carry), and nothing else says who holds
     them. Their allocated time is unknown, never "not held". Not part of the JSON."""
+    claim_conflicts: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """Ids of the devices claimed in this cycle by holders of attribution sources that say
+    nothing of each other (a pod from the kubelet and a job of the job-mapping directory): each
+    is billed a part, and the sources' statuses name the claimants. Not part of the JSON."""
+    attribution_bad_shares: tuple[tuple[str, int], ...] = field(default=(), compare=False,
+                                                                repr=False)
+    """(source, declared shares it read and ignored in this cycle: ``NaN``, ``2``, ``-1``) of
+    each attribution source that reads shares and answered. Not part of the JSON."""
 
     @property
     def unix_time(self) -> float:

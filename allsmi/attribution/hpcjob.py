@@ -142,6 +142,7 @@ class HpcJobSource(AttributionSource):
         unmatched: list[str] = []
         problems: list[str] = []
         deadline = time.monotonic() + MAX_READ_SECONDS
+        ignored = 0
         for name in sorted(entries):
             targets = index.match_hpc_name(name)
             if not targets:
@@ -160,6 +161,7 @@ class HpcJobSource(AttributionSource):
             if bad:
                 problems.append(f"{name}: {bad} line(s) that are not a job id (and a share)")
             if bad_shares:
+                ignored += len(bad_shares)
                 problems.append(f"{name}: {len(bad_shares)} share(s) not a fraction in (0, 1] "
                                 f"nor a percentage, ignored (the jobs kept): "
                                 f"{', '.join(bad_shares[:5])}")
@@ -177,4 +179,4 @@ class HpcJobSource(AttributionSource):
             messages.append(f"{len(unmatched)} file(s) name no device: {', '.join(unmatched[:5])}")
         messages.extend(problems[:5])
         return SourceResult({dev: tuple(jobs.values()) for dev, jobs in found.items()}, {},
-                            "; ".join(messages))
+                            "; ".join(messages), bad_shares=ignored)

@@ -52,6 +52,9 @@ class SourceResult:
     """Pid -> what the source knows about that process."""
     message: str = ""
     """Warnings (ids that match no device, unreadable files); empty when all went well."""
+    bad_shares: int | None = None
+    """Declared shares read this cycle that were not a share (``NaN``, ``2``, ``-1``: each
+    ignored, its job kept); ``None`` for a source that reads no declared shares."""
 
 
 class SourceUnavailable(Exception):
@@ -87,6 +90,9 @@ class Attribution:
     """Devices claimed this cycle by holders of different sources that say nothing of each
     other (a pod, and a job of the job-mapping directory): each is billed a part, and the
     sources' status messages name the device and the claimants."""
+    bad_shares: tuple[tuple[str, int], ...] = ()
+    """(source, declared shares it ignored this cycle) of each source that reads declared
+    shares and answered this cycle (a carried answer is not read again: not counted)."""
 
     @property
     def active(self) -> bool:
