@@ -43,7 +43,7 @@ class _Unsaid:
     """No attribution this cycle: no conflicting claims, no ignored shares."""
 
     conflicts: tuple[str, ...] = ()
-    bad_shares: tuple[tuple[str, int], ...] = ()
+    bad_shares: tuple[tuple[str, str, int], ...] = ()
 
 
 _UNSAID = _Unsaid()

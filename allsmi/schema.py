@@ -387,10 +387,12 @@ class Snapshot:
     """Ids of the devices claimed in this cycle by holders of attribution sources that say
     nothing of each other (a pod from the kubelet and a job of the job-mapping directory): each
     is billed a part, and the sources' statuses name the claimants. Not part of the JSON."""
-    attribution_bad_shares: tuple[tuple[str, int], ...] = field(default=(), compare=False,
-                                                                repr=False)
-    """(source, declared shares it read and ignored in this cycle: ``NaN``, ``2``, ``-1``) of
-    each attribution source that reads shares and answered. Not part of the JSON."""
+    attribution_bad_shares: tuple[tuple[str, str, int], ...] = field(default=(), compare=False,
+                                                                     repr=False)
+    """(source, reason, count) of the declared shares each attribution source that reads them
+    could not bill as written in this cycle: ``not_a_share`` (``NaN``, ``2``, ``-1``: ignored,
+    the job kept), ``above_device`` (a device's shares adding up to more than 1: scaled down).
+    Not part of the JSON."""
 
     @property
     def unix_time(self) -> float:

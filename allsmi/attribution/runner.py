@@ -175,7 +175,7 @@ class Attributor:
                      for r in self.runners}
             statuses: list[BackendStatus] = []
             results: list[SourceResult] = []
-            bad_shares: list[tuple[str, int]] = []
+            bad_shares: list[tuple[str, str, int]] = []
             blind = False
             for runner in self.runners:
                 rest = resting[id(runner)]
@@ -199,8 +199,8 @@ class Attributor:
                         if outcome.result is not None:
                             results.append(outcome.result)
                             self._last[runner.name] = (time.monotonic(), outcome.result)
-                            if outcome.result.bad_shares is not None:
-                                bad_shares.append((runner.name, outcome.result.bad_shares))
+                            bad_shares.extend((runner.name, reason, count) for reason, count
+                                              in (outcome.result.bad_shares or {}).items())
                 status, carried = self._carry(status, results)
                 statuses.append(status)
                 blind = blind or (status.status in _FAILED and not carried)

@@ -92,7 +92,8 @@ def build_families(snapshot: Snapshot, *, version: str,
                    declared_groups: Mapping[str, Mapping[str, str]] | None = None,
                    group_prices: Mapping[str, GroupPrice] | None = None,
                    processes: bool = False,
-                   bad_shares: Mapping[str, BackendCounter] | None = None) -> list[Metric]:
+                   bad_shares: Mapping[tuple[str, str], BackendCounter] | None = None
+                   ) -> list[Metric]:
     """Every metric family for ``snapshot``, fresh (nothing is kept between calls).
 
     ``counters`` maps device id to its accumulated values; without it the
@@ -102,7 +103,7 @@ def build_families(snapshot: Snapshot, *, version: str,
     maps group name to its extra labels, so declared groups are listed even
     when no device uses them; ``group_prices`` their configured prices (for cost
     recording rules). ``processes`` adds per-process memory and activity. ``bad_shares``: the
-    declared shares each attribution source ignored since start-up (``errors`` of each entry).
+    declared shares not billed as written since start-up, by (source, reason) (``errors``).
     """
     devices = snapshot.devices
     labels = {dev.id: device_labels(dev) for dev in devices}
@@ -194,9 +195,9 @@ def build_families(snapshot: Snapshot, *, version: str,
     out.extend(_backend_families(snapshot, backend_counters, backends_shown))
     if bad_shares is not None:
         ignored = _counter(ATTRIBUTION_BAD_SHARES)
-        for source in sorted(bad_shares):
-            ignored.add_metric([source], float(bad_shares[source].errors),
-                               created=bad_shares[source].created)
+        for key in sorted(bad_shares):
+            ignored.add_metric(list(key), float(bad_shares[key].errors),
+                               created=bad_shares[key].created)
         out.append(ignored)
 
     last = _gauge(LAST_COLLECT)

@@ -85,7 +85,7 @@ class UsageCounters:
         self._backends: dict[str, BackendCounter] = {}
         self._backends_present: set[str] = set()
         #: Declared shares each attribution source ignored (``errors``), since start-up.
-        self._bad_shares: dict[str, BackendCounter] = {}
+        self._bad_shares: dict[tuple[str, str], BackendCounter] = {}
 
     @property
     def max_gap_seconds(self) -> float:
@@ -149,9 +149,9 @@ class UsageCounters:
             del self._totals[key]
         self.holder_counters.forget(now)
 
-        for source, count in snapshot.attribution_bad_shares:
-            entry = self._bad_shares.get(source) or BackendCounter(created=now, errors=0)
-            self._bad_shares[source] = BackendCounter(entry.created, entry.errors + count)
+        for source, reason, count in snapshot.attribution_bad_shares:
+            entry = self._bad_shares.get((source, reason)) or BackendCounter(created=now, errors=0)
+            self._bad_shares[(source, reason)] = BackendCounter(entry.created, entry.errors + count)
 
         for status in snapshot.backends:
             entry = self._backends.get(status.name) or BackendCounter(created=now, errors=0)
@@ -191,8 +191,9 @@ class UsageCounters:
         """Errors per backend since start-up."""
         return dict(self._backends)
 
-    def bad_shares(self) -> Mapping[str, BackendCounter]:
-        """Declared shares ignored per attribution source since start-up (``errors``)."""
+    def bad_shares(self) -> Mapping[tuple[str, str], BackendCounter]:
+        """Declared shares not billed as written, per attribution source and reason, since
+        start-up (``errors``)."""
         return dict(self._bad_shares)
 
     def backends_present(self) -> frozenset[str]:

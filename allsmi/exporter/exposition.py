@@ -63,7 +63,7 @@ class SnapshotMetrics(Collector):
                  declared_groups: Mapping[str, Mapping[str, str]] | None = None,
                  group_prices: Mapping[str, GroupPrice] | None = None,
                  processes: bool = False,
-                 bad_shares: Mapping[str, BackendCounter] | None = None) -> None:
+                 bad_shares: Mapping[tuple[str, str], BackendCounter] | None = None) -> None:
         self.snapshot = snapshot
         self.options: dict[str, Any] = dict(
             counters=counters, holder_counters=holder_counters, backend_counters=backend_counters,

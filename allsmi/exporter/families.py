@@ -259,11 +259,12 @@ BACKEND_ERRORS = Family(
     ("backend",), source="backend status", condition="as allsmi_backend_up")
 ATTRIBUTION_BAD_SHARES = Family(
     "allsmi_attribution_bad_shares_total", "counter",
-    "Declared shares an attribution source read and ignored (NaN, 2, -1: not a fraction in "
-    "(0, 1] nor a percentage; the job kept, billed as if it declared none), counted in every "
-    "collection cycle that read them, since the exporter started.",
-    ("source",), source="the hpc-job source's job files (SourceResult.bad_shares); its status "
-    "message names the files and lines",
+    "Declared shares an attribution source could not bill as written, counted in every "
+    "collection cycle that read them, since the exporter started: reason not_a_share (NaN, 2, "
+    "-1: ignored, the job kept without a share), above_device (a device whose declared shares "
+    "add up to more than 1, counted once per device: scaled down to it).",
+    ("source", "reason"), source="the hpc-job source's job files (SourceResult.bad_shares); "
+    "its status message names the files, lines and devices",
     condition="sources that read declared shares (hpc-job), once they answered")
 LAST_COLLECT = Family(
     "allsmi_last_collect_timestamp_seconds", "gauge",

@@ -33,23 +33,26 @@ def kubelet() -> Iterator[PodResourcesServer]:
 
 
 def _values(text: str, family: str) -> dict[str, float]:
-    """The series of ``family`` in an exposition, by their first label's value."""
-    return {m.group(1): float(m.group(2)) for m in re.finditer(
-        rf'^{family}\{{\w+="([^"]*)"[^}}]*\}} (\S+)$', text, re.M)}
+    """The series of ``family`` in an exposition, by their first label's value (and the
+    second's, after a comma, when the family has a ``reason``)."""
+    return {m.group(1) + (f",{m.group(2)}" if m.group(2) else ""): float(m.group(3))
+            for m in re.finditer(rf'^{family}\{{\w+="([^"]*)"(?:,reason="([^"]*)")?[^}}]*\}} '
+                                 r'(\S+)$', text, re.M)}
 
 
 def test_conflicts_and_bad_shares_are_counted_and_the_export_names_them(
         kubelet: PodResourcesServer, tmp_path: Path) -> None:
     """The kubelet gives GPU 1 to pod ml/trainer while job file ``nvidia1`` gives it to job 77:
-    its counter counts the cycles, GPU 2 (a job alone, two bad shares in its file) stays at 0
-    and the hpc-job source's bad-share counter grows by 2 a cycle; Prometheus stores them and
+    its counter counts the cycles, GPU 2 (jobs alone, two bad shares in its file and the good
+    ones adding up to 1.25) stays at 0 and the hpc-job source's bad-share counters grow by 2
+    (not a share) and 1 (above the device) a cycle; Prometheus stores them and
     the export warns naming the device and both claimants."""
     contested, alone = find(DEVICES, "nvidia", 1), find(DEVICES, "nvidia", 2)
     kubelet.pods = [pod("ml", "trainer", {"c": [("nvidia.com/gpu", [contested.id])]})]
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "nvidia1").write_text("77\n")
-    (jobs / "nvidia2").write_text("78 NaN\n79 2\n80 0.5\n")
+    (jobs / "nvidia2").write_text("78 NaN\n79 2\n80 0.5\n81 75%\n")
     server = run_serve(["--simulate", "mixed", "--interval", "0.5"], tmp=tmp_path,
                        env={"ALLSMI_KUBELET_SOCKET": str(kubelet.socket),
                             "ALLSMI_HPC_JOB_DIR": str(jobs)})
@@ -65,12 +68,13 @@ def test_conflicts_and_bad_shares_are_counted_and_the_export_names_them(
         assert counted.get(contested.id, 0) >= 2, text
         assert counted[alone.id] == 0.0  # a job alone on it: no conflict (but counted: 0)
         ignored = _values(text, BAD_SHARES)
-        assert set(ignored) == {"hpc-job"}
-        assert ignored["hpc-job"] >= 2 and ignored["hpc-job"] % 2 == 0, ignored
+        assert set(ignored) == {"hpc-job,not_a_share", "hpc-job,above_device"}, ignored
+        assert ignored["hpc-job,above_device"] >= 1, ignored
+        assert ignored["hpc-job,not_a_share"] == 2 * ignored["hpc-job,above_device"], ignored
         # the jobs of the bad shares are kept (the share ignored, not the job)
         held = set(re.findall(rf'allsmi_device_workload_info\{{uuid="{alone.id}"[^}}]*'
                               r'job_id="(\w+)"', text))
-        assert held == {"78", "79", "80"}, held
+        assert held == {"78", "79", "80", "81"}, held
 
         with running_prometheus(tmp_path, [f"127.0.0.1:{server.port}"]) as prom:
             wait_scraped(prom)

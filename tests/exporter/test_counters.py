@@ -148,12 +148,16 @@ def test_claim_conflicts_count_cycles_once_the_holders_are_known() -> None:
     assert c.devices()["GPU-a"].claim_conflicts is None
     assert c.bad_shares() == {}
     c.update(replace(snapshot([device(workloads=())], T0 + 1),
-                     attribution_bad_shares=(("hpc-job", 0),)))
+                     attribution_bad_shares=(("hpc-job", "not_a_share", 0),)))
     assert c.devices()["GPU-a"].claim_conflicts == 0.0
     for t in (2, 3):
         c.update(replace(snapshot([device(workloads=(pod, job))], T0 + t),
                          claim_conflicts=frozenset({"GPU-a"}),
-                         attribution_bad_shares=(("hpc-job", 2),)))
+                         attribution_bad_shares=(("hpc-job", "not_a_share", 2),
+                                                 ("hpc-job", "above_device", 1))))
     c.update(snapshot([device(workloads=(job,))], T0 + 4))
     assert c.devices()["GPU-a"].claim_conflicts == 2.0
-    assert c.bad_shares()["hpc-job"].errors == 4 and c.bad_shares()["hpc-job"].created == T0 + 1
+    ignored = c.bad_shares()
+    assert ignored[("hpc-job", "not_a_share")].errors == 4
+    assert ignored[("hpc-job", "not_a_share")].created == T0 + 1
+    assert ignored[("hpc-job", "above_device")].errors == 2
