@@ -26,7 +26,8 @@ from typing import NamedTuple, Sequence
 from allsmi.schema import DeviceSample
 
 from .matching import DeviceIndex
-from .model import BAD_SHARE_REASONS, SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
+from .model import (BAD_SHARE_REASONS, SourceError, SourceResult, SourceTimeout,
+                    SourceUnavailable, Workload)
 from .runner import AttributionSource
 
 #: More files than this in the directory is not a job mapping.

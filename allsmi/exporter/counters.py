@@ -84,7 +84,8 @@ class UsageCounters:
         self._totals: dict[str, _Totals] = {}
         self._backends: dict[str, BackendCounter] = {}
         self._backends_present: set[str] = set()
-        #: Declared shares each attribution source ignored (``errors``), since start-up.
+        #: Declared shares not billed as written, by (attribution source, reason), since
+        #: start-up (``errors``).
         self._bad_shares: dict[tuple[str, str], BackendCounter] = {}
 
     @property
