@@ -149,12 +149,12 @@ def test_probes_and_monitor_against_a_real_exporter(tmp_path: Path, basic_auth: 
 
 
 def test_podmonitor_with_tls_and_basic_auth_validates(tmp_path: Path) -> None:
-    from .test_kubernetes import _operator_errors
+    from .test_kubernetes import operator_errors
     objects = render_with(tmp_path, "fleet-podmonitor", ["tls", "basic-auth"])
     monitor = one(objects, "PodMonitor")
     ep = monitor["spec"]["podMetricsEndpoints"][0]
     assert ep["scheme"] == "https" and ep["tlsConfig"]["serverName"] == "allsmi.allsmi.svc"
     assert ep["basicAuth"]["password"] == {"name": "allsmi-scrape-auth", "key": "password"}
-    assert _operator_errors(monitor) == []
+    assert operator_errors(monitor) == []
     for ds in (o for o in objects if o["kind"] == "DaemonSet"):
         assert all("tcpSocket" in container(ds)[p] for p in ("startupProbe", "livenessProbe", "readinessProbe"))

@@ -19,8 +19,8 @@ def _validate(objects: list[dict[str, Any]], *kinds: str) -> None:
     """The objects of ``kinds`` the option changes (one per kind: the vendors' DaemonSets differ
     only in what the option does not touch)."""
     kv = pytest.importorskip("kubernetes_validate")
-    from .test_kubernetes import _operator_errors, _schema_versions
-    newest = _schema_versions()[-1]
+    from .test_kubernetes import operator_errors, schema_versions
+    newest = schema_versions()[-1]
     firsts = {}
     for obj in objects:
         if obj["kind"] in kinds:
@@ -28,7 +28,7 @@ def _validate(objects: list[dict[str, Any]], *kinds: str) -> None:
     assert {o["kind"] for o in firsts.values()} == set(kinds)
     for obj in firsts.values():
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
-            assert _operator_errors(obj) == [], obj["metadata"]["name"]
+            assert operator_errors(obj) == [], obj["metadata"]["name"]
         else:
             kv.validate(obj, newest, strict=True)
 
