@@ -101,7 +101,8 @@ def test_values_land_where_the_kit_s_options_put_them(tmp_path: Path) -> None:
     _validate(chart)
     sets = of_kind(chart, "DaemonSet")
     assert sorted(d["metadata"]["name"] for d in sets) == [
-        "allsmi-furiosa", "allsmi-nvidia", "allsmi-rebellions", "allsmi-tenstorrent"]
+        "allsmi-ascend", "allsmi-furiosa", "allsmi-intel", "allsmi-neuron", "allsmi-nvidia", "allsmi-rebellions",
+        "allsmi-tenstorrent", "allsmi-tpu"]
     default_checksum = of_kind(template(), "DaemonSet")[0]["spec"]["template"]["metadata"]["annotations"]
     for ds in sets:
         pod = ds["spec"]["template"]["spec"]

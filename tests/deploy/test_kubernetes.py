@@ -37,7 +37,8 @@ MIN_VERSION = (1, 28)
 def test_the_overlays_are_the_documented_ones() -> None:
     assert set(OVERLAYS) == {"fleet", "fleet-billing", "fleet-no-host-pid", "fleet-podmonitor", "fleet-tls-auth",
                              *VENDORS}
-    assert set(VENDORS) == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
+    assert set(VENDORS) == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent", "intel", "tpu",
+                            "neuron", "ascend"}
     readme = (KIT / "README.md").read_text(encoding="utf-8")
     for overlay in OVERLAYS:
         assert f"overlays/{overlay}" in readme, f"README.md does not describe overlays/{overlay}"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .kube import KIT, container, daemonsets, mount_of, of_kind, one, render_with, volumes
+from .kube import KIT, VENDORS, container, daemonsets, mount_of, of_kind, one, render_with, volumes
 
 README = KIT / "README.md"
 
@@ -55,7 +55,7 @@ def test_kubelet_paths(tmp_path: Path, component: str, host_path: str) -> None:
     objects = render_with(tmp_path, "fleet", [component])
     _validate(objects, "DaemonSet")
     sets = of_kind(objects, "DaemonSet")
-    assert len(sets) == 6
+    assert len(sets) == len(VENDORS)
     for ds in sets:
         socket = next(e["value"] for e in container(ds)["env"] if e["name"] == "ALLSMI_KUBELET_SOCKET")
         mount, volume = mount_of(ds, socket)
