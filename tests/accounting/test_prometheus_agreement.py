@@ -53,7 +53,9 @@ interval_seconds = 5
 """
 IV = 5
 #: The activity columns compared besides the hours (issue 31).
-ACTIVITY_COLUMNS = ("active_device_hours",) + tuple(f"waiting_{r}_seconds" for r in WAITING_REASONS)
+ACTIVITY_COLUMNS = ("active_device_hours", "waiting_computing_seconds", "waiting_input_seconds",
+                    "waiting_host_seconds", "waiting_communication_seconds",
+                    "waiting_nothing_seconds", "waiting_unknown_seconds")
 RECORD_SECONDS = 42.0
 
 
