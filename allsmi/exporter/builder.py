@@ -171,7 +171,8 @@ def build_families(snapshot: Snapshot, *, version: str,
             waits = getattr(holder, "waiting_seconds", None)
             if waits is not None and key[0] in present:
                 for reason, value in zip(WAITING_REASONS, waits):
-                    waiting.add_metric([*key, reason], value, created=holder.created)
+                    if value > 0:  # a reason the holder never spent time on has no series
+                        waiting.add_metric([*key, reason], value, created=holder.created)
         out.append(waiting)
 
     groups: dict[str, Mapping[str, str]] = {}

@@ -182,7 +182,8 @@ HOLDER_WAITING_TOTAL = Family(
     "started.",
     HOLDER_LABELS + ("reason",), "seconds", source=_HOLDER_SOURCE + "; the reason is the "
     "collector's classification of the holder in the interval (DeviceSample.waiting)",
-    condition=_HOLDER_CONDITION + "; every reason once the holder was classified")
+    condition=_HOLDER_CONDITION + "; a reason's series from the first interval the holder "
+    "spent on it (a holder always computing has one series, not six)")
 HOLDER_COUNTERS: tuple[tuple[Family, str], ...] = (
     (HOLDER_ALLOCATED_TOTAL, "allocated_seconds"), (HOLDER_USED_TOTAL, "used_seconds"),
     (HOLDER_ENERGY_TOTAL, "energy_joules"), (HOLDER_ACTIVE_TOTAL, "active_seconds"))
