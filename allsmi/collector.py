@@ -39,6 +39,16 @@ log = logging.getLogger(__name__)
 SnapshotCallback = Callable[[Snapshot], None]
 
 
+class _Unsaid:
+    """No attribution this cycle: no conflicting claims, no ignored shares."""
+
+    conflicts: tuple[str, ...] = ()
+    bad_shares: tuple[tuple[str, str, int], ...] = ()
+
+
+_UNSAID = _Unsaid()
+
+
 def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
     """``dev`` with what the attribution sources say about it and its processes."""
     workloads = result.device_workloads(dev.id)
@@ -151,7 +161,7 @@ class Collector:
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
             grouped = assign_groups(devices, host.hostname, self.config, self._group_memo)
-            attributed, attribution, unknown = self._attribute(grouped, wall)
+            attributed, attribution, unknown, said = self._attribute(grouped, wall)
             if any(dev.processes or dev.workloads for dev in attributed):  # someone holds one
                 attributed = self.waiting.apply(attributed, unknown)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
@@ -160,7 +170,9 @@ class Collector:
                                 devices=attributed,
                                 backends=tuple(statuses),
                                 attribution=attribution,
-                                holders_unknown=unknown)
+                                holders_unknown=unknown,
+                                claim_conflicts=frozenset(said.conflicts),
+                                attribution_bad_shares=said.bad_shares)
             self._latest = snapshot
             self._history.append(snapshot)
             self._first.set()
@@ -183,22 +195,24 @@ class Collector:
         return self._waiting
 
     def _attribute(self, devices: tuple[DeviceSample, ...], wall: float
-                   ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str]]:
+                   ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str],
+                              "Attribution | _Unsaid"]:
         """``devices`` with their workloads and their processes' job/pod/container ids, the
-        attribution sources' statuses, and the devices whose holders are unknown this cycle.
+        attribution sources' statuses, the devices whose holders are unknown this cycle, and
+        the attribution itself (its conflicts and ignored shares, for the snapshot).
         Bounded by the attributor's own timeout; a failure here costs the snapshot its
         attribution (every device's holders unknown), never the snapshot."""
         if self.attributor is None:
-            return devices, (), frozenset()
+            return devices, (), frozenset(), _UNSAID
         try:
             result = self.attributor.resolve(devices, now=wall)
             return (tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses),
-                    frozenset(result.unknown))
+                    frozenset(result.unknown), result)
         except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle
             log.exception("attribution failed")
             return devices, (BackendStatus("attribution", "error",
                                            f"internal error: {type(exc).__name__}: {exc}"),), \
-                frozenset(dev.id for dev in devices)
+                frozenset(dev.id for dev in devices), _UNSAID
 
     def start(self) -> None:
         """Collect in a background thread every ``interval`` seconds until :meth:`close`."""

@@ -396,6 +396,16 @@ class Snapshot:
     """Ids of the devices whose holders are unknown in this cycle: an attribution source failed
     or timed out (and its last answer is too old to carry), and nothing else says who holds
     them. Their allocated time is unknown, never "not held". Not part of the JSON."""
+    claim_conflicts: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """Ids of the devices claimed in this cycle by holders of attribution sources that say
+    nothing of each other (a pod from the kubelet and a job of the job-mapping directory): each
+    is billed a part, and the sources' statuses name the claimants. Not part of the JSON."""
+    attribution_bad_shares: tuple[tuple[str, str, int], ...] = field(default=(), compare=False,
+                                                                     repr=False)
+    """(source, reason, count) of the declared shares each attribution source that reads them
+    could not bill as written in this cycle: ``not_a_share`` (``NaN``, ``2``, ``-1``: ignored,
+    the job kept), ``above_device`` (a device's shares adding up to more than 1: scaled down).
+    Not part of the JSON."""
 
     @property
     def unix_time(self) -> float:

@@ -15,8 +15,8 @@ the same way. Between two consecutive valid samples of a device (at most
   ``None`` when that is unknown, or a held device's utilization and activity both are;
 * ``active_seconds``: allocated time weighted by compute activity, the trapezoid of "held x
   ``compute_active_percent`` / 100" (0 while not held), so it never exceeds
-  ``allocated_seconds``; ``None`` when allocation, or a held device's activity, is unknown
-  (a device without an activity figure: never its headline utilization instead);
+  ``allocated_seconds``; ``None`` when allocation, or the device's activity, is unknown
+  (a device without an activity figure, held or not: never its headline utilization instead);
 * ``energy_joules``: the delta of the device's own energy counter where it
   has one, handling resets; otherwise power integrated with the trapezoid
   rule. A partition carries no board power, so it contributes no energy and
@@ -290,7 +290,10 @@ class UsageIntegrator:
             elif procs is None and works is None or holders_unknown and dev_id in holders_unknown:
                 allocated = idle = active = None
             else:
-                allocated = idle = active = 0.0
+                allocated = idle = 0.0
+                # Not held: no active time, where the device reports activity at all (one that
+                # never does has no active time to know, as the exporter has no counter for it).
+                active = None if dev.compute_active_percent is None else 0.0
             power, energy = dev.power_watts, dev.energy_joules
             prev = last.get(dev_id)
             if prev is None:

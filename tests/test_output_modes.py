@@ -63,3 +63,28 @@ def test_export_textfile_readable_and_bill_owner_only(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert mode(tmp_path / "allsmi_export.prom") == 0o644
     assert mode(tmp_path / "bill.csv") == 0o600
+
+
+def test_output_to_a_fifo_writes_through_it_and_leaves_it_a_fifo(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--output /dev/null`` (or any device or pipe) is written to, never renamed over: as root,
+    a rename would have replaced the device node with a regular file."""
+    import json as _json
+    import os as _os
+    import stat as _stat
+    import subprocess as _subprocess
+    import threading
+
+    from .conftest import allsmi_exe
+
+    fifo = tmp_path / "pipe"
+    _os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = _subprocess.run(allsmi_exe() + ["snapshot", "--simulate", "mixed", "--format", "json",
+                                            "--output", str(fifo)],
+                             capture_output=True, text=True, timeout=120)
+    reader.join(timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert _stat.S_ISFIFO(_os.stat(fifo).st_mode)
+    assert _json.loads(got[0])["schema_version"] == 1

@@ -38,7 +38,9 @@ class _Prev:
             level = util if util is not None else dev.compute_active_percent
             self.idle = None if level is None else float(level < threshold)
         act = dev.compute_active_percent
-        self.active = self.idle if not allocated else (None if act is None else act / 100.0)
+        # held x activity: unknown where either is (0 while not held, on a device that reports
+        # activity at all)
+        self.active = None if allocated is None or act is None else allocated * act / 100.0
 
 
 def _trapezoid(a: float | None, b: float | None, dt: float) -> float | None:

@@ -13,7 +13,7 @@ waiting seconds are the sum of its holders'.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from allsmi.accounting.report import Part
 from allsmi.fairshare import merge_methods
@@ -65,16 +65,36 @@ def split_reasons(found: dict[tuple[str, ...], float]
     return by_name, devices
 
 
+def within(waits: Sequence[float] | None, allocated: float | None) -> tuple[float, ...] | None:
+    """Seconds per waiting reason, scaled down where their sum is above the ``allocated``
+    seconds (``increase()`` extrapolates each counter on its own): never more time classified
+    than was allocated."""
+    if waits is None:
+        return None
+    total = sum(waits)
+    k = allocated / total if allocated is not None and total > allocated and total > 0 else 1.0
+    return tuple(w * k for w in waits)
+
+
+def scaled(part: Part, k: float) -> dict[str, Any]:
+    """The activity fields of ``part`` scaled by ``k`` (its allocated time cut to a window),
+    for :func:`dataclasses.replace`."""
+    f = lambda v: None if v is None else v * k  # noqa: E731
+    return {"active_s": f(part.active_s), "active_allocated_s": f(part.active_allocated_s),
+            "waiting_s": None if part.waiting_s is None else tuple(w * k for w in part.waiting_s)}
+
+
 def device_activity(part: Part, active: float | None, method: str | None,
                     waits: list[float] | None) -> Part:
     """``part`` with its activity: active seconds (never above the allocated ones), the
-    allocated seconds they cover, the method, and its holders' seconds per waiting reason."""
+    allocated seconds they cover, the method, and its holders' seconds per waiting reason
+    (their sum never above the allocated seconds)."""
     if active is not None and part.allocated_s is not None:
         active = min(active, part.allocated_s)
     return replace(part, active_s=active,
                    active_allocated_s=None if active is None else part.allocated_s,
                    activity_method=method if active is not None else None,
-                   waiting_s=None if waits is None else tuple(waits))
+                   waiting_s=within(waits, part.allocated_s))
 
 
 def holder_activity(part: Part, counts: dict[str, Any], k_active: float,
@@ -85,7 +105,7 @@ def holder_activity(part: Part, counts: dict[str, Any], k_active: float,
         else None
     waits = None
     if any(name in counts for name in WAIT_NAMES):
-        waits = tuple(counts.get(name, 0.0) for name in WAIT_NAMES)
+        waits = within([counts.get(name, 0.0) for name in WAIT_NAMES], allocated)
     return {"active_s": active,
             "active_allocated_s": None if active is None else allocated,
             "activity_method": part.activity_method if active is not None else None,

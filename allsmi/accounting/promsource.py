@@ -392,6 +392,8 @@ def check_window(client: PrometheusClient, window: Window, parts: list[Part],
         f = factors.get(part.device)
         if not f:
             return part
-        return replace(part, **{n: getattr(part, n) * k for n, k in f.items()
-                                if getattr(part, n) is not None})
+        changes = {n: getattr(part, n) * k for n, k in f.items() if getattr(part, n) is not None}
+        if "allocated_s" in f:  # the active and classified time lie within the allocated
+            changes.update(promactivity.scaled(part, f["allocated_s"]))
+        return replace(part, **changes)
     return [cut(p) for p in parts], None if holders is None else [cut(h) for h in holders]

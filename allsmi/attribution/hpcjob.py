@@ -26,7 +26,8 @@ from typing import NamedTuple, Sequence
 from allsmi.schema import DeviceSample
 
 from .matching import DeviceIndex
-from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
+from .model import (BAD_SHARE_REASONS, SourceError, SourceResult, SourceTimeout,
+                    SourceUnavailable, Workload)
 from .runner import AttributionSource
 
 #: More files than this in the directory is not a job mapping.
@@ -142,6 +143,7 @@ class HpcJobSource(AttributionSource):
         unmatched: list[str] = []
         problems: list[str] = []
         deadline = time.monotonic() + MAX_READ_SECONDS
+        ignored = dict.fromkeys(BAD_SHARE_REASONS, 0)
         for name in sorted(entries):
             targets = index.match_hpc_name(name)
             if not targets:
@@ -160,6 +162,7 @@ class HpcJobSource(AttributionSource):
             if bad:
                 problems.append(f"{name}: {bad} line(s) that are not a job id (and a share)")
             if bad_shares:
+                ignored["not_a_share"] += len(bad_shares)
                 problems.append(f"{name}: {len(bad_shares)} share(s) not a fraction in (0, 1] "
                                 f"nor a percentage, ignored (the jobs kept): "
                                 f"{', '.join(bad_shares[:5])}")
@@ -170,6 +173,7 @@ class HpcJobSource(AttributionSource):
         for dev_id, jobs_on in sorted(found.items()):
             declared = sum(w.share for w in jobs_on.values() if w.share is not None)
             if declared > 1.0 + 1e-9:
+                ignored["above_device"] += 1
                 problems.append(f"{dev_id}: declared shares add up to {declared:g}, more than the "
                                 f"device: scaled down to it ({', '.join(sorted(jobs_on))})")
         messages = []
@@ -177,4 +181,4 @@ class HpcJobSource(AttributionSource):
             messages.append(f"{len(unmatched)} file(s) name no device: {', '.join(unmatched[:5])}")
         messages.extend(problems[:5])
         return SourceResult({dev: tuple(jobs.values()) for dev, jobs in found.items()}, {},
-                            "; ".join(messages))
+                            "; ".join(messages), bad_shares=ignored)

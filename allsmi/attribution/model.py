@@ -18,6 +18,10 @@ from allsmi.text import clean_optional
 #: The source names, as they appear in ``workloads[].source`` and the snapshot's ``attribution``.
 SOURCE_NAMES = ATTRIBUTION_SOURCES
 
+#: Why a declared share was not billed as written (``SourceResult.bad_shares``, the ``reason``
+#: label of ``allsmi_attribution_bad_shares_total``).
+BAD_SHARE_REASONS = ("not_a_share", "above_device")
+
 # ``Workload`` (and ``WORKLOAD_FIELDS``) live in the schema, since snapshots carry them; they
 # are re-exported here, where the sources build them.
 
@@ -52,6 +56,11 @@ class SourceResult:
     """Pid -> what the source knows about that process."""
     message: str = ""
     """Warnings (ids that match no device, unreadable files); empty when all went well."""
+    bad_shares: Mapping[str, int] | None = None
+    """Declared shares this cycle could not bill as written, by :data:`BAD_SHARE_REASONS`:
+    ``not_a_share`` (``NaN``, ``2``, ``-1``: ignored, the job kept) and ``above_device`` (a
+    device whose declared shares add up to more than 1: scaled down to it); ``None`` for a
+    source that reads no declared shares."""
 
 
 class SourceUnavailable(Exception):
@@ -87,6 +96,10 @@ class Attribution:
     """Devices claimed this cycle by holders of different sources that say nothing of each
     other (a pod, and a job of the job-mapping directory): each is billed a part, and the
     sources' status messages name the device and the claimants."""
+    bad_shares: tuple[tuple[str, str, int], ...] = ()
+    """(source, reason, count) of :attr:`SourceResult.bad_shares` of each source that reads
+    declared shares and answered this cycle (a carried answer is not read again: not
+    counted)."""
 
     @property
     def active(self) -> bool:

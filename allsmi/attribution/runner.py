@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from allsmi.schema import BackendStatus, DeviceSample
@@ -175,6 +175,7 @@ class Attributor:
                      for r in self.runners}
             statuses: list[BackendStatus] = []
             results: list[SourceResult] = []
+            bad_shares: list[tuple[str, str, int]] = []
             blind = False
             for runner in self.runners:
                 rest = resting[id(runner)]
@@ -198,10 +199,13 @@ class Attributor:
                         if outcome.result is not None:
                             results.append(outcome.result)
                             self._last[runner.name] = (time.monotonic(), outcome.result)
+                            bad_shares.extend((runner.name, reason, count) for reason, count
+                                              in (outcome.result.bad_shares or {}).items())
                 status, carried = self._carry(status, results)
                 statuses.append(status)
                 blind = blind or (status.status in _FAILED and not carried)
-        return merge(devices, results, tuple(statuses), blind)
+        merged = merge(devices, results, tuple(statuses), blind)
+        return replace(merged, bad_shares=tuple(bad_shares)) if bad_shares else merged
 
     def _carry(self, status: BackendStatus,
                results: list[SourceResult]) -> tuple[BackendStatus, bool]:

@@ -79,12 +79,12 @@ def _export(run: Run, output_format: str | None, output: str | None,
     report = month_to_date(plan, report, build)  # budgets: the month to date, whatever the window
     run.coverage = report.coverage_ratio
     write_output(render(report, fmt, focus), output)
-    _warn_budgets(report)
+    warn_budgets(report)
 
     coverage = report.coverage_ratio
     complete = coverage is not None and coverage >= threshold
     if not complete:
-        raise Failed("coverage", _incomplete_message(report, threshold), EXIT_INCOMPLETE)
+        raise Failed("coverage", incomplete_message(report, threshold), EXIT_INCOMPLETE)
     if run.textfile:
         from allsmi.accounting.status import write_status
         try:
@@ -125,7 +125,7 @@ def _low_coverage(report: Any, threshold: float, most: int = 5) -> list[str]:
     return out
 
 
-def _warn_budgets(report: Any) -> None:
+def warn_budgets(report: Any) -> None:
     """Name on stderr each group whose cost (or forecast to the month's end) is above its
     budget; the CSV's budget columns say the same per row."""
     groups: dict[str, list[Any]] = {}
@@ -146,7 +146,7 @@ def _warn_budgets(report: Any) -> None:
                        err=True)
 
 
-def _incomplete_message(report: Any, threshold: float) -> str:
+def incomplete_message(report: Any, threshold: float) -> str:
     from allsmi.accounting.periods import iso
     where = f"{iso(report.window.start)} to {iso(report.window.end)}"
     if report.warnings:

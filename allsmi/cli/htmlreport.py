@@ -58,7 +58,7 @@ def report(**opts: Any) -> None:
 def _report(run: Run, output: str | None, coverage_threshold: float | None,
             **opts: Any) -> None:
     from allsmi.accounting.htmlreport.charts import ChartsUnavailable, require_libraries
-    from allsmi.cli.export import EXIT_INCOMPLETE, _incomplete_message, _warn_budgets
+    from allsmi.cli.export import EXIT_INCOMPLETE, incomplete_message, warn_budgets
     try:
         require_libraries()
     except ChartsUnavailable as exc:
@@ -74,10 +74,10 @@ def _report(run: Run, output: str | None, coverage_threshold: float | None,
     run.coverage = groups.coverage_ratio
     from allsmi.accounting.htmlreport.page import render_html
     write_output(render_html(views), output)
-    _warn_budgets(groups)
+    warn_budgets(groups)
     coverage = groups.coverage_ratio
     if coverage is None or coverage < threshold:
-        raise Failed("coverage", _incomplete_message(groups, threshold), EXIT_INCOMPLETE)
+        raise Failed("coverage", incomplete_message(groups, threshold), EXIT_INCOMPLETE)
 
 
 def _views(plan: Any, threshold: float) -> Any:

@@ -356,9 +356,11 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                          f"prometheus {client.url}: the exporters publish users (the user label "
                          "of allsmi_holder_* and allsmi_device_workload_info) only when run with "
                          "--processes; group by namespace, pod or job, or bill from the ledger", 2)
+        from allsmi.accounting.promconflicts import prometheus_conflicts
         from allsmi.accounting.promprices import describe, published_prices
         try:
             published = published_prices(client, window, rollups=usage.rollup_seconds > 0)
+            conflicts = prometheus_conflicts(client, window)
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
         reports = [build_report(usage.parts, window, keys, config, holder_parts=usage.holders,
@@ -366,7 +368,7 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                                 published=published) for keys in key_sets]
         if not quiet:
             click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
-        _note(usage.notes, notes, quiet)
+        _note(usage.notes + tuple(conflicts), notes, quiet)
         if not quiet:
             prices = describe(dict(reports[0].price_sources))
             if prices:

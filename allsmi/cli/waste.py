@@ -126,9 +126,21 @@ def waste_rows(report: Any) -> list[dict[str, Any]]:
         item["lost_cost"] = None if active_cost is None else round(cost - active_cost, 6)
         item["evidence"] = evidence(item)
         out.append({k: item.get(k) for k in COLUMNS})
-    out.sort(key=lambda r: (-(r["lost_cost"] or 0.0), -(r["cost"] or 0.0),
-                            -r["allocated_device_hours"], tuple(str(r[k] or "") for k in _KEYS)))
+    out.sort(key=lambda r: (-_lost(r), -(r["cost"] or 0.0), -r["allocated_device_hours"],
+                            tuple(str(r[k] or "") for k in _KEYS)))
     return out
+
+
+#: The waiting reasons whose time is known to buy no compute (computing may; unknown may).
+_LOST_REASONS = tuple(r for r in WAITING_REASONS if r not in ("computing", "unknown"))
+
+
+def _lost(row: dict[str, Any]) -> float:
+    """What a row ranks by: its lost cost, else (its activity unknown) the cost of the time it
+    was known to wait on input, the host, communication or nothing, at least that was lost."""
+    if row["lost_cost"] is not None:
+        return float(row["lost_cost"])
+    return sum(row[f"waiting_{r}_cost"] or 0.0 for r in _LOST_REASONS)
 
 
 def to_json(report: Any, rows: list[dict[str, Any]]) -> str:

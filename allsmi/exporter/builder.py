@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
-from allsmi.exporter.families import (BACKEND_DURATION, BACKEND_ERRORS, BACKEND_UP, BUDGET_MONTH,
+from allsmi.exporter.families import (ATTRIBUTION_BAD_SHARES, BACKEND_DURATION, BACKEND_ERRORS, BACKEND_UP, BUDGET_MONTH,
                                       BUILD_INFO, COMMAND_MAX_CHARS, COUNTERS, DEVICE_INFO,
                                       DEVICE_UP, GAUGE_SOURCES, GAUGES, HOLDER_COUNTERS,
                                       HOLDER_OVERFLOW, HOLDER_WAITING_TOTAL,
@@ -46,6 +46,9 @@ class CounterValues:
     interconnect_tx_bytes: float | None = None
     pcie_rx_bytes: float | None = None
     pcie_tx_bytes: float | None = None
+    claim_conflicts: float | None = None
+    """Cycles in which the device was claimed by holders of sources that say nothing of each
+    other; ``None`` while no attribution source knows its holders."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,9 @@ def build_families(snapshot: Snapshot, *, version: str,
                    backends_shown: Iterable[str] | None = None,
                    declared_groups: Mapping[str, Mapping[str, str]] | None = None,
                    group_prices: Mapping[str, GroupPrice] | None = None,
-                   processes: bool = False) -> list[Metric]:
+                   processes: bool = False,
+                   bad_shares: Mapping[tuple[str, str], BackendCounter] | None = None
+                   ) -> list[Metric]:
     """Every metric family for ``snapshot``, fresh (nothing is kept between calls).
 
     ``counters`` maps device id to its accumulated values; without it the
@@ -97,7 +102,8 @@ def build_families(snapshot: Snapshot, *, version: str,
     (default: every backend that is not ``unavailable``). ``declared_groups``
     maps group name to its extra labels, so declared groups are listed even
     when no device uses them; ``group_prices`` their configured prices (for cost
-    recording rules). ``processes`` adds per-process memory and activity.
+    recording rules). ``processes`` adds per-process memory and activity. ``bad_shares``: the
+    declared shares not billed as written since start-up, by (source, reason) (``errors``).
     """
     devices = snapshot.devices
     labels = {dev.id: device_labels(dev) for dev in devices}
@@ -165,7 +171,8 @@ def build_families(snapshot: Snapshot, *, version: str,
             waits = getattr(holder, "waiting_seconds", None)
             if waits is not None and key[0] in present:
                 for reason, value in zip(WAITING_REASONS, waits):
-                    waiting.add_metric([*key, reason], value, created=holder.created)
+                    if value > 0:  # a reason the holder never spent time on has no series
+                        waiting.add_metric([*key, reason], value, created=holder.created)
         out.append(waiting)
 
     groups: dict[str, Mapping[str, str]] = {}
@@ -187,6 +194,12 @@ def build_families(snapshot: Snapshot, *, version: str,
         out.extend(_process_activity_families(devices))
 
     out.extend(_backend_families(snapshot, backend_counters, backends_shown))
+    if bad_shares is not None:
+        ignored = _counter(ATTRIBUTION_BAD_SHARES)
+        for key in sorted(bad_shares):
+            ignored.add_metric(list(key), float(bad_shares[key].errors),
+                               created=bad_shares[key].created)
+        out.append(ignored)
 
     last = _gauge(LAST_COLLECT)
     last.add_metric([], snapshot.unix_time)

@@ -51,13 +51,16 @@ class _Totals:
     """Bytes per traffic counter attribute (rate x interval), once the device reported it."""
     traffic_at: float | None = None
     """When the traffic rates were last read (the snapshot's monotonic or wall time)."""
+    claim_conflicts: float | None = None
+    """Cycles with conflicting claims, once an attribution source knew the holders."""
 
     def frozen(self) -> CounterValues:
         traffic = self.traffic_bytes or {}
         return CounterValues(self.created, self.energy_joules, self.busy_seconds,
                              self.allocated_seconds, self.observed_seconds,
                              self.idle_allocated_seconds, self.active_seconds,
-                             **{attr: traffic.get(attr) for _, attr in _TRAFFIC})
+                             **{attr: traffic.get(attr) for _, attr in _TRAFFIC},
+                             claim_conflicts=self.claim_conflicts)
 
 
 def _add(total: float | None, amount: float | None) -> float | None:
@@ -81,6 +84,9 @@ class UsageCounters:
         self._totals: dict[str, _Totals] = {}
         self._backends: dict[str, BackendCounter] = {}
         self._backends_present: set[str] = set()
+        #: Declared shares not billed as written, by (attribution source, reason), since
+        #: start-up (``errors``).
+        self._bad_shares: dict[tuple[str, str], BackendCounter] = {}
 
     @property
     def max_gap_seconds(self) -> float:
@@ -95,6 +101,9 @@ class UsageCounters:
             if totals is None:
                 totals = self._totals[dev.id] = _Totals(created=now, last_seen=now)
             totals.last_seen = now
+            if dev.workloads is not None:  # an attribution source knows its holders
+                totals.claim_conflicts = (totals.claim_conflicts or 0.0) + (
+                    1.0 if dev.id in snapshot.claim_conflicts else 0.0)
             if dev.health in ("ok", "degraded"):
                 if totals.observed_seconds is None:
                     totals.observed_seconds = 0.0
@@ -141,6 +150,10 @@ class UsageCounters:
             del self._totals[key]
         self.holder_counters.forget(now)
 
+        for source, reason, count in snapshot.attribution_bad_shares:
+            entry = self._bad_shares.get((source, reason)) or BackendCounter(created=now, errors=0)
+            self._bad_shares[(source, reason)] = BackendCounter(entry.created, entry.errors + count)
+
         for status in snapshot.backends:
             entry = self._backends.get(status.name) or BackendCounter(created=now, errors=0)
             if status.status in _FAILED:
@@ -178,6 +191,11 @@ class UsageCounters:
     def backends(self) -> Mapping[str, BackendCounter]:
         """Errors per backend since start-up."""
         return dict(self._backends)
+
+    def bad_shares(self) -> Mapping[tuple[str, str], BackendCounter]:
+        """Declared shares not billed as written, per attribution source and reason, since
+        start-up (``errors``)."""
+        return dict(self._bad_shares)
 
     def backends_present(self) -> frozenset[str]:
         """Backends that have been present (not ``unavailable``) at least once since start-up.

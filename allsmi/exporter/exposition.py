@@ -71,12 +71,14 @@ class SnapshotMetrics(Collector):
                  backends_shown: Iterable[str] | None = None,
                  declared_groups: Mapping[str, Mapping[str, str]] | None = None,
                  group_prices: Mapping[str, GroupPrice] | None = None,
-                 processes: bool = False) -> None:
+                 processes: bool = False,
+                 bad_shares: Mapping[tuple[str, str], BackendCounter] | None = None) -> None:
         self.snapshot = snapshot
         self.options: dict[str, Any] = dict(
             counters=counters, holder_counters=holder_counters, backend_counters=backend_counters,
             backends_shown=None if backends_shown is None else frozenset(backends_shown),
-            declared_groups=declared_groups, group_prices=group_prices, processes=processes)
+            declared_groups=declared_groups, group_prices=group_prices, processes=processes,
+            bad_shares=bad_shares)
 
     def collect(self) -> Iterable[Any]:
         """Fresh metric families for the snapshot."""
@@ -272,7 +274,8 @@ class Exposition:
                                backend_counters=self.counters.backends(),
                                backends_shown=self.counters.backends_present(),
                                declared_groups=self.declared_groups,
-                               group_prices=self.group_prices, processes=self.processes)
+                               group_prices=self.group_prices, processes=self.processes,
+                               bad_shares=self.counters.bad_shares())
 
     def _render(self, snapshot: Snapshot) -> Rendered:
         families = list(self.metrics(snapshot).collect())

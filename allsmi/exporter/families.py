@@ -133,10 +133,19 @@ TRAFFIC_TOTALS: tuple[tuple[Family, str], ...] = tuple(
             condition="devices that report it"),
      m.field.replace("_per_second", ""))
     for m in TRAFFIC_MEASUREMENTS)
+CLAIM_CONFLICTS_TOTAL = Family(
+    "allsmi_device_claim_conflicts_total", "counter",
+    "Collection cycles in which the device was claimed at once by holders of attribution "
+    "sources that say nothing of each other (a pod from the kubelet and a job of the "
+    "job-mapping directory), each billed a part, since the exporter started.",
+    DEVICE_LABELS, source="Attribution.conflicts (allsmi.attribution.runner); the sources' "
+    "status messages (allsmi doctor, the snapshot's attribution) name the claimants",
+    condition="devices whose holders an attribution source knows (0 until a conflict)")
 COUNTERS: tuple[tuple[Family, str], ...] = (
     (ENERGY_TOTAL, "energy_joules"), (BUSY_TOTAL, "busy_seconds"),
     (ALLOCATED_TOTAL, "allocated_seconds"), (IDLE_ALLOCATED_TOTAL, "idle_allocated_seconds"),
-    (OBSERVED_TOTAL, "observed_seconds"), (ACTIVE_TOTAL, "active_seconds")) + TRAFFIC_TOTALS
+    (OBSERVED_TOTAL, "observed_seconds"), (ACTIVE_TOTAL, "active_seconds")) + TRAFFIC_TOTALS \
+    + ((CLAIM_CONFLICTS_TOTAL, "claim_conflicts"),)
 """(family, attribute of :class:`allsmi.exporter.counters.DeviceTotals`)."""
 
 #: Labels of the per-holder counters (allsmi.exporter.holders).
@@ -173,7 +182,8 @@ HOLDER_WAITING_TOTAL = Family(
     "started.",
     HOLDER_LABELS + ("reason",), "seconds", source=_HOLDER_SOURCE + "; the reason is the "
     "collector's classification of the holder in the interval (DeviceSample.waiting)",
-    condition=_HOLDER_CONDITION + "; every reason once the holder was classified")
+    condition=_HOLDER_CONDITION + "; a reason's series from the first interval the holder "
+    "spent on it (a holder always computing has one series, not six)")
 HOLDER_COUNTERS: tuple[tuple[Family, str], ...] = (
     (HOLDER_ALLOCATED_TOTAL, "allocated_seconds"), (HOLDER_USED_TOTAL, "used_seconds"),
     (HOLDER_ENERGY_TOTAL, "energy_joules"), (HOLDER_ACTIVE_TOTAL, "active_seconds"))
@@ -248,6 +258,15 @@ BACKEND_ERRORS = Family(
     "allsmi_backend_errors_total", "counter",
     "Collection cycles in which the backend failed or timed out, since the exporter started.",
     ("backend",), source="backend status", condition="as allsmi_backend_up")
+ATTRIBUTION_BAD_SHARES = Family(
+    "allsmi_attribution_bad_shares_total", "counter",
+    "Declared shares an attribution source could not bill as written, counted in every "
+    "collection cycle that read them, since the exporter started: reason not_a_share (NaN, 2, "
+    "-1: ignored, the job kept without a share), above_device (a device whose declared shares "
+    "add up to more than 1, counted once per device: scaled down to it).",
+    ("source", "reason"), source="the hpc-job source's job files (SourceResult.bad_shares); "
+    "its status message names the files, lines and devices",
+    condition="sources that read declared shares (hpc-job), once they answered")
 LAST_COLLECT = Family(
     "allsmi_last_collect_timestamp_seconds", "gauge",
     "When the latest collection cycle finished, in seconds since the epoch.",
@@ -295,7 +314,7 @@ FAMILIES: tuple[Family, ...] = (
     + (HOLDER_WAITING_TOTAL,)
     + (RESOURCE_GROUP_INFO, PRICE_DEVICE_HOUR, PRICE_KWH, BUDGET_MONTH, WORKLOAD_INFO, PROCESS_MEMORY)
     + tuple(g for g, _, _ in PROCESS_GAUGES)
-    + (BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS,
+    + (BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS, ATTRIBUTION_BAD_SHARES,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, HOLDER_OVERFLOW, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
        LEDGER_DROPPED, LEDGER_REFUSED))
 """Every family the exporter can emit, in exposition order."""

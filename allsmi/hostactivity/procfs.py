@@ -65,7 +65,7 @@ class ProcessReading:
     as root)"``)."""
 
 
-def _read(path: str) -> bytes:
+def read_proc_file(path: str) -> bytes:
     with open(path, "rb") as handle:
         return handle.read(_MAX_READ)
 
@@ -143,7 +143,7 @@ def _blocked_threads(base: str) -> tuple[int | None, int]:
     blocked = seen = 0
     for tid in tids[:MAX_THREADS]:
         try:
-            data = _read(os.path.join(base, "task", tid, "stat"))
+            data = read_proc_file(os.path.join(base, "task", tid, "stat"))
         except OSError:
             continue  # the thread ended meanwhile
         end = data.rfind(b")")
@@ -167,7 +167,7 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
     ``/proc/PID/cgroup``."""
     base = os.path.join(proc_root, str(pid))
     try:
-        parsed = parse_stat(_read(os.path.join(base, "stat")))
+        parsed = parse_stat(read_proc_file(os.path.join(base, "stat")))
     except OSError:
         return None
     if parsed is None:
@@ -179,7 +179,7 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         problems.append(f"/proc/{pid}/task unreadable")
     io: dict[str, int] = {}
     try:
-        io = parse_pairs(_read(os.path.join(base, "io")))
+        io = parse_pairs(read_proc_file(os.path.join(base, "io")))
     except PermissionError:
         problems.append(f"/proc/{pid}/io unreadable (another user's process: needs root or "
                         "CAP_SYS_PTRACE)")
@@ -187,16 +187,16 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         problems.append(f"/proc/{pid}/io unreadable ({exc.strerror or exc})")
     runnable = None
     try:
-        sched = _read(os.path.join(base, "schedstat")).split()
+        sched = read_proc_file(os.path.join(base, "schedstat")).split()
         runnable = int(sched[0]) + int(sched[1])
     except (OSError, IndexError, ValueError):
         pass  # a kernel without CONFIG_SCHED_INFO: the CPU time alone decides
     throttled = None
     try:
         if cpu_stat is FIND_CGROUP:
-            cpu_stat = cgroup_cpu_stat(_read(os.path.join(base, "cgroup")), cgroup_root)
+            cpu_stat = cgroup_cpu_stat(read_proc_file(os.path.join(base, "cgroup")), cgroup_root)
         if isinstance(cpu_stat, str):
-            throttled = parse_throttled_usec(_read(cpu_stat))
+            throttled = parse_throttled_usec(read_proc_file(cpu_stat))
     except OSError:
         cpu_stat = cpu_stat if isinstance(cpu_stat, str) else None  # throttling stays unknown
     return ProcessReading(
@@ -211,6 +211,6 @@ def delay_accounting(proc_root: str = "/proc") -> bool:
     """Whether the kernel keeps per-task delay accounting (``kernel.task_delayacct``, 5.14+;
     older kernels keep it when booted with ``delayacct``, which this cannot tell: off)."""
     try:
-        return _read(os.path.join(proc_root, "sys", "kernel", "task_delayacct")).strip() == b"1"
+        return read_proc_file(os.path.join(proc_root, "sys", "kernel", "task_delayacct")).strip() == b"1"
     except OSError:
         return False

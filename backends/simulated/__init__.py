@@ -15,7 +15,6 @@ message says "simulated (scenario NAME)". The scenario format is documented in
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -28,63 +27,16 @@ from allsmi.schema import DeviceSample, ProcessSample
 from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
 from .jobs import MIB, JobDraws
 from .model import LoadCycle, Wobble, in_window, unit_hash
+from .identity import installed_backend, partition_share, uuid_from
 from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
                             builtin_scenarios, load_scenario)
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
-           "builtin_scenarios", "load_scenario", "simulated_backends"]
+           "builtin_scenarios", "installed_backend", "load_scenario", "partition_share",
+           "simulated_backends"]
 
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
-
-#: A MIG profile's compute slices: "3g.40gb" -> 3, "1c.3g.40gb" -> 1 (as NVML's MIG names).
-_MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
-#: Compute slices of a GPU in MIG mode (A100, H100, H200, B200); an A30 has 4.
-_MIG_SLICES, _MIG_SLICES_A30 = 7, 4
-
-_A30 = re.compile(r"\bA30\b")
-
-
-def installed_backend(name: str) -> "type[Backend] | None":
-    """The backend class installed as ``name`` in the ``allsmi.backends`` entry-point group, or
-    ``None`` when there is none or it cannot be imported.
-
-    The default for callers of :func:`simulated_backends`; the registry (which this layer may not
-    import) passes its own loader, :func:`allsmi.registry.impersonated`, to the same effect.
-    """
-    from allsmi import distinfo
-    group = "allsmi.backends"
-    eps: Any = distinfo.entry_points(group)  # importlib.metadata's answer at a fraction of its cost
-    if eps is None:
-        from importlib.metadata import entry_points
-        eps = entry_points(group=group)
-    ep = next((e for e in eps if e.name == name), None)  # the first distribution wins
-    if ep is None:
-        return None
-    try:
-        cls = ep.load()
-    except Exception:
-        return None
-    return cls if isinstance(cls, type) and issubclass(cls, Backend) else None
-
-
-def partition_share(profile: str | None, model: str | None, siblings: int) -> float:
-    """The share of its device a simulated partition holds, as the real backend reports it: a
-    MIG profile's compute slices over the GPU's (3g.40gb on an H100 is 3/7), else 1/N of the
-    device's N partitions (an AMD compute partition)."""
-    found = _MIG_PROFILE.match(profile or "")
-    if found is not None:
-        total = _MIG_SLICES_A30 if _A30.search(model or "") else _MIG_SLICES
-        slices = int(found.group(1) or found.group(2))
-        if 0 < slices <= total:
-            return slices / total
-    return 1.0 / max(1, siblings)
-
-
-def _uuid_from(key: str) -> str:
-    hexes = "".join(f"{int(unit_hash(key, i) * 2**32):08x}" for i in range(4))
-    return f"{hexes[:8]}-{hexes[8:12]}-{hexes[12:16]}-{hexes[16:20]}-{hexes[20:32]}"
-
 
 @dataclass(frozen=True)
 class _Unit:
@@ -203,14 +155,14 @@ class SimulatedBackend(Backend):
         bus = (spec.bus_base + index * 0x10) & 0xFF
         uuid: str | None
         if spec.id_style == "nvidia":
-            uuid, bus_id = "GPU-" + _uuid_from(key), f"00000000:{bus:02X}:00.0"
+            uuid, bus_id = "GPU-" + uuid_from(key), f"00000000:{bus:02X}:00.0"
         elif spec.id_style == "gaudi":
             serial = f"{int(unit_hash(key, 'sn') * 36**6):06d}"[:6]
             uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", f"0000:{bus:02x}:00.0"
         elif spec.id_style == "board":
             uuid, bus_id = None, f"0000:{bus:02x}:00.0"
         else:
-            uuid, bus_id = _uuid_from(key), f"0000:{bus:02x}:00.0"
+            uuid, bus_id = uuid_from(key), f"0000:{bus:02x}:00.0"
         dev_id = uuid or f"{self._vendor_kind(spec)[0]}:{int(unit_hash(key, 'board') * 2**63):016x}"
         name = self._model_name(spec.model)
         instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
@@ -219,8 +171,8 @@ class SimulatedBackend(Backend):
         # and amdsmi's partitions do.
         children = tuple(
             _Unit(key=f"{key}/mig{i}", spec=spec, index=i,
-                  id=("MIG-" + _uuid_from(f"{key}/mig{i}")) if mig else f"{dev_id}/{i}",
-                  uuid=("MIG-" + _uuid_from(f"{key}/mig{i}")) if mig else None,
+                  id=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else f"{dev_id}/{i}",
+                  uuid=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else None,
                   bus_id=bus_id,
                   name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
                   parent=dev_id, memory_total=int(inst["memory_total_bytes"]),

@@ -12,11 +12,10 @@ included ones, and its ``[[devices]]``, ``[[partitions]]`` and ``[[faults]]`` ar
 to the included ones.
 
 ``[groups.NAME]`` and ``[[rules]]`` are the scenario's default resource groups, in the
-configuration file's format. Their shape is checked here; their values are validated by the
-configuration's own validator when the CLI merges them under the user's configuration
-(:func:`allsmi.config.parse_group_tables`, which this layer may not import), with the same
-file, line and key in every message. An including file's rules come before the included
-ones, and its groups replace included groups of the same name.
+configuration file's format: their shape is checked here, their values by the configuration's
+own validator when the CLI merges them under the user's configuration
+(:func:`allsmi.config.parse_group_tables`, which this layer may not import), with the same file,
+line and key. An including file's rules come first; its groups replace included ones.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ class DeviceSpec:
     duty_cycle: float = 0.6
     job_seconds: tuple[float, float] = (600.0, 2400.0)
     busy_looking: tuple[int, ...] = ()
-    """Indexes of the entry's "busy-looking" devices: 100 % utilization and 20 % compute
-    activity while a job runs (docs/simulation.md)."""
+    """Indexes of "busy-looking" devices: 100 % utilization, 20 % compute activity in a job."""
 
 
 @dataclass(frozen=True)
@@ -274,14 +272,12 @@ def _device(f: _File, raw: Any, i: int) -> DeviceSpec:
         if lo <= 0 or hi < lo:
             raise f.error(f"needs 0 < shortest <= longest, got {spans!r}", "devices", i, "job_seconds")
         values["job_seconds"] = (lo, hi)
-    if "busy_looking" in raw:
-        indexes = raw["busy_looking"]
-        if not isinstance(indexes, list) or not all(
-                isinstance(n, int) and not isinstance(n, bool) and 0 <= n < values["count"]
-                for n in indexes):
-            raise f.error(f"must be a list of device indexes from 0 to count - 1, got {indexes!r}",
-                          "devices", i, "busy_looking")
-        values["busy_looking"] = tuple(indexes)
+    looking = raw.get("busy_looking", [])
+    if not isinstance(looking, list) or any(type(n) is not int or not 0 <= n < values["count"]
+                                            for n in looking):
+        raise f.error(f"must be a list of device indexes from 0 to count - 1, got {looking!r}",
+                      "devices", i, "busy_looking")
+    values["busy_looking"] = tuple(looking)
     return DeviceSpec(**values)
 
 

@@ -40,7 +40,6 @@ _TEMPLATES = {
     "@@NODESELECTOR@@": "LINE:nodeSelector: {{- toYaml .Values.nodeSelector | nindent %(indent)d }}",
     "@@RELEASE@@": "LINE:{{- with .Values.serviceMonitor.release }}\n%(pad)srelease: {{ . | quote }}\n%(pad)s{{- end }}",
 }
-VENDORS = ("nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent")
 
 
 def _render_kit() -> list[dict[str, Any]]:
@@ -66,7 +65,7 @@ def _values(objects: list[dict[str, Any]]) -> dict[str, Any]:
     monitor = next(o for o in objects if o["kind"] == "ServiceMonitor")
     return {
         "image": {"repository": image, "tag": tag, "pullPolicy": container["imagePullPolicy"]},
-        "vendors": {v: {"enabled": True} for v in VENDORS},
+        "vendors": {_vendor(d): {"enabled": True} for d in objects if d["kind"] == "DaemonSet"},
         "priorityClassName": pod["priorityClassName"],
         "maxUnavailable": ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
         "kubeletPodResourcesPath": volume["hostPath"]["path"],
@@ -82,6 +81,10 @@ def _values(objects: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _vendor(daemonset: dict[str, Any]) -> str:
+    return daemonset["spec"]["template"]["metadata"]["labels"]["allsmi/vendor"]
+
+
 def _template(obj: dict[str, Any], config_name: str) -> tuple[dict[str, Any], str | None]:
     """The object with placeholders, and the value that switches it on (or None: always)."""
     obj = copy.deepcopy(obj)
@@ -89,7 +92,7 @@ def _template(obj: dict[str, Any], config_name: str) -> tuple[dict[str, Any], st
     if "namespace" in obj["metadata"]:
         obj["metadata"]["namespace"] = "@@NAMESPACE@@"
     if kind == "DaemonSet":
-        vendor = obj["spec"]["template"]["metadata"]["labels"]["allsmi/vendor"]
+        vendor = _vendor(obj)
         pod = obj["spec"]["template"]["spec"]
         c = pod["containers"][0]
         c["image"], c["imagePullPolicy"] = "@@IMAGE@@", "@@PULL@@"
@@ -160,7 +163,8 @@ def chart(dump: Callable[[list[dict[str, Any]]], str], version: str) -> dict[Pat
         CHART / "Chart.yaml": header + dump([{
             "apiVersion": "v2", "name": "allsmi", "version": version, "appVersion": version, "type": "application",
             "description": "allsmi: one Prometheus exporter per accelerator vendor (NVIDIA, AMD, Intel Gaudi, "
-                           "Furiosa, Rebellions, Tenstorrent), its rules, dashboards and billing roll-ups",
+                           "Furiosa, Rebellions, Tenstorrent, Intel GPU, Google TPU, AWS Neuron, Huawei "
+                           "Ascend), its rules, dashboards and billing roll-ups",
             "kubeVersion": ">=1.28.0-0"}]),
         CHART / "values.yaml": header + dump([_values(objects)]),
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.backends.simulated import simulated_backends
+from allsmi.schema import WAITING_REASONS
 
 from ..conftest import run_allsmi
 
@@ -70,9 +71,10 @@ def test_simulate_excludes_other_sources(tmp_path: Path) -> None:
 
 
 def test_unknown_idle_time_is_never_a_known_zero(tmp_path: Path) -> None:
-    """Issue 19 item 7: Tenstorrent (no utilization reported) and the MIG 1g instance (held, no
-    per-instance utilization) have no idle time known, so no idle hours and no idle cost; the
-    devices that report utilization still do, and an unheld device idles a known 0."""
+    """Issue 19 item 7: Tenstorrent (no utilization reported) has no idle time known, so no
+    idle hours and no idle cost; the devices that report utilization still do, a MIG instance
+    (no per-instance utilization) idles by its own compute activity (issue 31), and an unheld
+    device idles a known 0."""
     args = ("export", "--simulate", "mixed", "--since", _iso(START), "--until", _iso(END),
             "--group-by", "resource_group,vendor,model", "--format", "json")
     result = run_allsmi(*args, timeout=120)
@@ -80,12 +82,24 @@ def test_unknown_idle_time_is_never_a_known_zero(tmp_path: Path) -> None:
     import json
     rows = {(r["resource_group"], r["vendor"], r["model"]): r
             for r in json.loads(result.stdout)["rows"]}
-    unknown = [r for (_, vendor, model), r in rows.items()
-               if vendor == "tenstorrent" or "MIG 1g" in model]
-    assert len(unknown) == 2
+    unknown = [r for (_, vendor, model), r in rows.items() if vendor == "tenstorrent"]
+    assert len(unknown) == 1
     for row in unknown:
         assert row["allocated_device_hours"] > 0, row
         assert row["idle_allocated_device_hours"] is None and row["idle_cost"] is None, row
+        assert row["active_device_hours"] is None and row["efficiency_ratio"] is None, row
+    slices = [r for (_, _, model), r in rows.items() if "MIG" in model]
+    assert slices and all(r["idle_allocated_device_hours"] is not None for r in slices), slices
+    assert all(r["activity_method"] == "sm_active" for r in slices if r["allocated_device_hours"])
+    # Every group's bill has its active hours and what its allocated time went to, all of it.
+    for group in {g for g, _, _ in rows}:
+        mine = [r for (g, _, _), r in rows.items() if g == group]
+        assert any(r["active_device_hours"] for r in mine), group
+        for row in mine:
+            waits = [row[f"waiting_{x}_seconds"] for x in WAITING_REASONS]
+            if row["allocated_device_hours"]:
+                assert None not in waits, row
+                assert sum(waits) == pytest.approx(row["allocated_device_hours"] * 3600, abs=0.01)
     for (_, vendor, model), row in rows.items():
         if vendor in ("amd", "furiosa", "rebellions"):
             assert row["idle_allocated_device_hours"] is not None, (vendor, model)

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from allsmi.schema import WAITING_REASONS
+
 from ..deploy.support import RULES
 from ..prometheus_server import running_prometheus, wait_scraped
 from ..victoriametrics_server import run_vmalert_replay, running_victoriametrics, running_vmalert
@@ -42,8 +44,11 @@ price_per_kwh = 0.2
 currency = "EUR"
 """
 HOUR = 10  # the scaled "hour", seconds
+#: The activity columns (issue 31): active hours, allocated seconds by waiting reason.
+ACTIVITY_COLUMNS = ("active_device_hours",) + tuple(f"waiting_{r}_seconds" for r in WAITING_REASONS)
 COLUMNS = ("observed_device_hours", "allocated_device_hours", "billed_device_hours",
-           "used_device_hours", "idle_allocated_device_hours", "energy_kwh", "cost")
+           "used_device_hours", "idle_allocated_device_hours", "energy_kwh",
+           "cost") + ACTIVITY_COLUMNS
 
 
 def scaled_rules(path: Path) -> Path:
@@ -80,10 +85,11 @@ def agree(name: str, a: dict, b: dict, rel: float = 0.005) -> None:  # type: ign
             # Idle-allocated time (a breakdown, not a charge of its own) comes and goes with the
             # simulated workloads: Prometheus' increase() extrapolates such a counter toward a
             # window's edges less well over these 30 to 50 s windows.
-            # Used hours are utilization-weighted and move as unevenly; both are checked at
-            # 0.5 % between VictoriaMetrics' raw counters and the roll-ups (which agree exactly).
-            slack = rel if col not in ("idle_allocated_device_hours", "used_device_hours") \
-                or "Prometheus" not in name else 10 * rel
+            # Used and active hours are utilization- and activity-weighted and move as
+            # unevenly, and so do the seconds per waiting reason; all are checked at 0.5 %
+            # between VictoriaMetrics' raw counters and the roll-ups (which agree exactly).
+            uneven = ("idle_allocated_device_hours", "used_device_hours") + ACTIVITY_COLUMNS
+            slack = rel if col not in uneven or "Prometheus" not in name else 10 * rel
             assert y == pytest.approx(x, rel=slack, abs=1e-9), (name, group, col)
 
 
@@ -188,7 +194,7 @@ def test_a_window_not_on_rollup_boundaries_bills_its_edges_from_raw_counters(
 
 
 HOLDER_COLUMNS = ("allocated_device_hours", "billed_device_hours", "used_device_hours",
-                  "energy_kwh", "idle_allocated_device_hours", "cost")
+                  "energy_kwh", "idle_allocated_device_hours", "cost") + ACTIVITY_COLUMNS
 
 
 def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from allsmi.schema import WAITING_REASONS
+
 from ..prometheus_server import running_prometheus, wait_scraped
 from .fleet import allsmi, export, iso, simulated_exporters
 
@@ -50,6 +52,10 @@ team = "serving"
 interval_seconds = 5
 """
 IV = 5
+#: The activity columns compared besides the hours (issue 31).
+ACTIVITY_COLUMNS = ("active_device_hours", "waiting_computing_seconds", "waiting_input_seconds",
+                    "waiting_host_seconds", "waiting_communication_seconds",
+                    "waiting_nothing_seconds", "waiting_unknown_seconds")
 RECORD_SECONDS = 42.0
 
 
@@ -96,7 +102,8 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
     lrows, prows = by_key(ledger), by_key(prom)
     for key in sorted(lrows):  # shown with -s: how close the two paths came
         print(key, {c: (lrows[key][c], prows.get(key, {}).get(c)) for c in
-                    ("allocated_device_hours", "used_device_hours", "energy_kwh")})
+                    ("allocated_device_hours", "used_device_hours", "energy_kwh")
+                    + ACTIVITY_COLUMNS})
     assert set(lrows) == set(prows)
     assert len(lrows) == 13  # 10 models + 3 MIG profiles
     seconds = end - start
@@ -118,6 +125,19 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
                 assert lr[col] == 0.0 and lr["allocated_device_hours"] == 0.0, (key, lr)
                 continue
             assert pr[col] == pytest.approx(lr[col], rel=0.05, abs=slack_h), (key, col)
+        # Activity (issue 31): active hours as the other hours; the seconds per waiting reason
+        # with the same slack, in seconds.
+        for col in ACTIVITY_COLUMNS:
+            if lr[col] is None:
+                assert pr[col] is None, (key, col, pr[col])
+                continue
+            assert pr[col] is not None, (key, col, lr[col])
+            slack = slack_h if col.endswith("_hours") else slack_h * 3600
+            assert pr[col] == pytest.approx(lr[col], rel=0.05, abs=slack), (key, col)
+        for row in (lr, pr):  # never more time classified than allocated (nor active)
+            waited = sum(row[f"waiting_{r}_seconds"] or 0 for r in WAITING_REASONS)
+            assert waited <= row["allocated_device_hours"] * 3600 + 0.01, (key, row)
+            assert (row["active_device_hours"] or 0) <= row["allocated_device_hours"] + 1e-6
         if lr["energy_kwh"] is None:
             assert pr["energy_kwh"] is None, key
         else:

@@ -16,6 +16,8 @@ from typing import Iterator
 
 import pytest
 
+from allsmi.schema import WAITING_REASONS
+
 from ..prometheus_server import running_prometheus, wait_scraped
 from .fleet import export, iso, simulated_exporters
 from .test_prometheus_agreement import CONFIG
@@ -23,7 +25,7 @@ from .test_prometheus_agreement import CONFIG
 pytestmark = [pytest.mark.integration]
 
 COLUMNS = ("observed_device_hours", "allocated_device_hours", "used_device_hours", "energy_kwh",
-           "cost")
+           "cost", "active_device_hours") + tuple(f"waiting_{r}_seconds" for r in WAITING_REASONS)
 
 
 @contextlib.contextmanager
@@ -61,13 +63,21 @@ def test_group_by_user_from_prometheus(tmp_path: Path) -> None:
     assert users, by_user["rows"]
     held = [r for r in by_user["rows"] if r["user"]]
     assert any((r["allocated_device_hours"] or 0) > 0 for r in held), held
+    # Each user's activity and what they waited on (issue 31): never more than their time.
+    assert any(r["active_device_hours"] for r in held), held
+    assert {x for r in held for x in WAITING_REASONS if r[f"waiting_{x}_seconds"]} >= \
+        {"computing", "nothing"}, held
+    for r in held:
+        waited = sum(r[f"waiting_{x}_seconds"] or 0 for x in WAITING_REASONS)
+        assert waited <= (r["allocated_device_hours"] or 0) * 3600 + 0.01, r
     # The users' rows (and the rest: time no user held) add up to their group's row (each
-    # row rounded to 6 decimals).
+    # row rounded to 6 decimals, seconds to 3).
     for row in by_group["rows"]:
         totals = _totals(by_user, row["resource_group"])
         n = sum(r["resource_group"] == row["resource_group"] for r in by_user["rows"])
         for col in COLUMNS:
-            assert totals[col] == pytest.approx(row[col] or 0.0, rel=1e-6, abs=1e-6 * n), \
+            unit = 1e-3 if col.endswith("_seconds") else 1e-6
+            assert totals[col] == pytest.approx(row[col] or 0.0, rel=1e-6, abs=unit * n), \
                 (row["resource_group"], col)
 
 

@@ -60,7 +60,12 @@ def test_waste_ranks_holders_by_money_lost(tmp_path: Path) -> None:
     csv_out = run_allsmi("waste", "--ledger", str(ledger), "--config",
                          str(tmp_path / "config.toml"), "--since", "2026-03-02T00:00:00Z",
                          "--until", "2026-03-02T01:00:00Z", "--format", "csv")
-    assert csv_out.stdout.splitlines()[0].startswith("resource_group,user,namespace,pod,job")
+    head = csv_out.stdout.splitlines()[0].split(",")
+    assert head[:5] == ["resource_group", "user", "namespace", "pod", "job"]
+    # the cost of each waiting reason, as docs/accounting.md names them
+    assert [c for c in head if c.startswith("waiting_") and c.endswith("_cost")] == [
+        "waiting_computing_cost", "waiting_input_cost", "waiting_host_cost",
+        "waiting_communication_cost", "waiting_nothing_cost", "waiting_unknown_cost"]
 
 
 def test_waste_on_an_empty_window_says_so(tmp_path: Path) -> None:
@@ -71,3 +76,35 @@ def test_waste_on_an_empty_window_says_so(tmp_path: Path) -> None:
     assert result.returncode == 3
     assert json.loads(result.stdout)["rows"] == []
     assert "no device data" in result.stderr
+
+
+def test_a_holder_whose_activity_is_unknown_ranks_by_the_time_it_is_known_to_have_lost(
+        tmp_path: Path) -> None:
+    """A device that reports no compute activity (Tenstorrent): no lost cost, but an hour of
+    waiting on nothing is at least that hour's cost lost, above a holder that lost half."""
+    (tmp_path / "config.toml").write_text(CONFIG)
+    blind = DeviceSample(
+        id="NPU-0", vendor="tenstorrent", kind="npu", backend="tenstorrent", index=0,
+        name="p150a", health="ok", resource_group="training",
+        processes=(ProcessSample(200, "finn", "python x.py", 1 << 30),),
+        waiting=(HolderWaiting("nothing", "nothing: test", user="finn"),))
+    half = DeviceSample(
+        id="GPU-9", vendor="nvidia", kind="gpu", backend="nvidia", index=9, name="H100",
+        health="ok", resource_group="training", utilization_percent=100.0,
+        compute_active_percent=50.0, compute_active_source="sm_active",
+        processes=(ProcessSample(201, "gail", "python x.py", 1 << 30),),
+        waiting=(HolderWaiting("computing", "computing: test", user="gail"),))
+    ledger = tmp_path / "ledger.db"
+    record(ledger, [snap(T0 + 10 * step, half, blind) for step in range(361)], config(CONFIG))
+    result = run_allsmi("waste", "--ledger", str(ledger), "--config", str(tmp_path / "config.toml"),
+                        "--since", "2026-03-02T00:00:00Z", "--until", "2026-03-02T01:00:00Z",
+                        "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["rows"]
+    assert [r["user"] for r in rows] == ["finn", "gail"], rows
+    finn, gail = rows
+    assert finn["lost_cost"] is None and finn["efficiency_ratio"] is None
+    assert finn["active_device_hours"] is None
+    assert finn["waiting_nothing_cost"] == 3.0
+    assert "compute activity not measured" in finn["evidence"]
+    assert abs(gail["lost_cost"] - 1.5) < 0.01

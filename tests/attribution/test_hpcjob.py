@@ -155,6 +155,26 @@ def test_a_bad_share_ignores_the_share_not_the_job(tmp_path: Path, share: str) -
     assert works == {"1234": None, "1235": 0.25}
     assert f"ignored (the jobs kept): 1234 {share}" in result.statuses[0].message
     assert "not a job id" not in result.statuses[0].message
+    # counted (allsmi_attribution_bad_shares_total)
+    assert result.bad_shares == (("hpc-job", "not_a_share", 1), ("hpc-job", "above_device", 0))
+
+
+def test_a_carried_answer_does_not_count_its_bad_shares_again(tmp_path: Path) -> None:
+    """A source that fails has its last answer carried (its holders kept), but its bad shares
+    were not read again: they count only in the cycle that read them."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "nvidia3").write_text("1234 NaN\n1235 2\n")
+    with Attributor([HpcJobSource(jobs)], 5) as attributor:
+        first = attributor.resolve(DEVICES)
+        (jobs / "nvidia3").unlink()
+        jobs.rmdir()
+        jobs.write_text("not a directory\n")
+        carried = attributor.resolve(DEVICES)
+    assert first.bad_shares == (("hpc-job", "not_a_share", 2), ("hpc-job", "above_device", 0))
+    assert carried.statuses[0].status == "error" and "last answered" in carried.statuses[0].message
+    assert _jobs(carried, find(DEVICES, "nvidia", 3)) == ["1234", "1235"]
+    assert carried.bad_shares == ()
 
 
 def test_declared_shares_above_the_device_are_said(tmp_path: Path) -> None:
@@ -163,6 +183,7 @@ def test_declared_shares_above_the_device_are_said(tmp_path: Path) -> None:
     dev = find(DEVICES, "nvidia", 3)
     assert f"{dev.id}: declared shares add up to 1.25, more than the device: scaled down to " \
         "it (1, 2)" in result.statuses[0].message
+    assert result.bad_shares == (("hpc-job", "not_a_share", 0), ("hpc-job", "above_device", 1))
 
 
 def test_only_files_naming_a_device_of_this_node_are_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

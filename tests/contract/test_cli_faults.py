@@ -81,15 +81,15 @@ def _cli_backends() -> list[tuple[str, CliTool, Any]]:
 CLI_BACKENDS = _cli_backends()
 
 
-def _tools(name: str) -> tuple[CliTool, ...]:
+def vendor_tools(name: str) -> tuple[CliTool, ...]:
     """Every tool ``name`` declares (``CLI``, or each of a tuple of them: the main tool first)."""
     module = next(m for n, _, m in CLI_BACKENDS if n == name)
     return (module.CLI,) if isinstance(module.CLI, CliTool) else tuple(module.CLI)
 
 
-def _cell_id(name: str, tool: int, what: str) -> str:
+def fault_cell_id(name: str, tool: int, what: str) -> str:
     """``neuron-hang`` for the main tool, ``neuron-neuron-monitor-hang`` for another one."""
-    return f"{name}-{what}" if tool == 0 else f"{name}-{_tools(name)[tool].executable}-{what}"
+    return f"{name}-{what}" if tool == 0 else f"{name}-{vendor_tools(name)[tool].executable}-{what}"
 
 
 def _companion(name: str) -> tuple[str, Scenario]:
@@ -104,8 +104,8 @@ def _companion(name: str) -> tuple[str, Scenario]:
 
 
 def _fault_cells() -> list[Any]:
-    return [pytest.param(name, tool, fault, id=_cell_id(name, tool, fault))
-            for name, _, _ in CLI_BACKENDS for tool in range(len(_tools(name))) for fault in FAULTS]
+    return [pytest.param(name, tool, fault, id=fault_cell_id(name, tool, fault))
+            for name, _, _ in CLI_BACKENDS for tool in range(len(vendor_tools(name))) for fault in FAULTS]
 
 
 def _drift_cells() -> list[Any]:
@@ -130,14 +130,14 @@ def _install_fault(env: ScenarioEnv, spec: CliTool, fault: str) -> Path:
     return pidfile
 
 
-def _wait_gone(pids: list[int], deadline: float) -> list[int]:
+def wait_gone(pids: list[int], deadline: float) -> list[int]:
     while True:
         alive = [pid for pid in pids if standin.alive(pid)]
         if not alive or time.monotonic() > deadline:
             return alive
 
 
-def _collect(backends: list[Any], timeout: float) -> tuple[Any, float]:
+def collect_with(backends: list[Any], timeout: float) -> tuple[Any, float]:
     collector = Collector(backends, timeout_seconds=timeout)
     started = time.monotonic()
     try:
@@ -153,12 +153,12 @@ def _spec(name: str) -> CliTool:
 
 @pytest.mark.parametrize(("name", "tool", "fault"), _fault_cells())
 def test_fault_cell(name: str, tool: int, fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = _tools(name)[tool]
+    spec = vendor_tools(name)[tool]
     env = ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch)
     other, scenario = _companion(name)
     companion = scenario.build(ScenarioEnv(tmp_path=tmp_path / "companion", monkeypatch=monkeypatch))
-    if len(_tools(name)) > 1:  # the other tools answer as in the newest scenario
-        _newest(name).build(ScenarioEnv(tmp_path=tmp_path / "healthy", monkeypatch=monkeypatch))
+    if len(vendor_tools(name)) > 1:  # the other tools answer as in the newest scenario
+        newest_scenario(name).build(ScenarioEnv(tmp_path=tmp_path / "healthy", monkeypatch=monkeypatch))
     pidfile = _install_fault(env, spec, fault)
     failing = registry.load(name)(timeout_seconds=TIMEOUT * 0.8, options=dict(_spec(name).options))
     _, want_status, want_text = FAULTS[fault]
@@ -168,7 +168,7 @@ def test_fault_cell(name: str, tool: int, fault: str, tmp_path: Path, monkeypatc
         want_status = "ok"
     want_status, want_text = spec.expect.get(fault, (want_status, want_text))
 
-    snap, took = _collect([failing, companion], CYCLE_TIMEOUT)
+    snap, took = collect_with([failing, companion], CYCLE_TIMEOUT)
     assert took < BOUND, f"{name}/{fault}: the cycle took {took:.1f} s"
     statuses = {b.name: b for b in snap.backends}
     assert statuses[other].status == "ok", statuses[other]
@@ -179,7 +179,7 @@ def test_fault_cell(name: str, tool: int, fault: str, tmp_path: Path, monkeypatc
     assert status.message and want_text in status.message, status
     if want_status != "ok":
         assert not [d for d in snap.devices if d.backend == name], "a failing tool reports no devices"
-    leftovers = _wait_gone(standin.pids(pidfile), time.monotonic() + 5.0)
+    leftovers = wait_gone(standin.pids(pidfile), time.monotonic() + 5.0)
     assert leftovers == [], f"{name}/{fault}: still running: {leftovers}"
 
     if fault in SUBPROCESS_CELLS:
@@ -210,7 +210,7 @@ def _check_cli(name: str, spec: CliTool, other: str, scenario: Scenario, fault: 
     assert doctor.returncode == 0, doctor.stderr
     report = {b["name"]: b for b in json.loads(doctor.stdout)["backends"]}
     assert report[name]["status"] == want_status and want_text in report[name]["message"]
-    assert _wait_gone(standin.pids(pidfile), time.monotonic() + 5.0) == []
+    assert wait_gone(standin.pids(pidfile), time.monotonic() + 5.0) == []
 
 
 @pytest.mark.parametrize(("name", "cell"), _drift_cells())
@@ -221,7 +221,7 @@ def test_drift_cell(name: str, cell: str, tmp_path: Path, monkeypatch: pytest.Mo
     backend = scenario.build(ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch))
     other, companion_scenario = _companion(name)
     companion = companion_scenario.build(ScenarioEnv(tmp_path=tmp_path / "companion", monkeypatch=monkeypatch))
-    snap, took = _collect([backend, companion], 10.0)
+    snap, took = collect_with([backend, companion], 10.0)
     assert took < 15.0
     statuses = {b.name: b for b in snap.backends}
     assert statuses[name].status == "ok", statuses[name]
@@ -242,17 +242,17 @@ def test_drift_cell(name: str, cell: str, tmp_path: Path, monkeypatch: pytest.Mo
         assert any(len(devs) > 1 for devs in users.values()), "a process on several devices"
 
 
-def _newest(name: str) -> Scenario:
+def newest_scenario(name: str) -> Scenario:
     spec, module = _spec(name), scenario_module(name)
     return next(s for s in module.SCENARIOS if s.name == spec.drift["newest"])
 
 
-def _routed(name: str, env: ScenarioEnv, faults: dict[str, dict[str, Any]],
+def routed_backend(name: str, env: ScenarioEnv, faults: dict[str, dict[str, Any]],
             tool: int = 0) -> tuple[Any, Path]:
     """The ``newest`` scenario's backend with a route table in front of its stand-in of ``tool``:
     the calls in ``faults`` answered so, every other one passed on to the scenario's own stand-in."""
-    spec = _tools(name)[tool]
-    backend = _newest(name).build(env)
+    spec = vendor_tools(name)[tool]
+    backend = newest_scenario(name).build(env)
     healthy = Path(os.environ[spec.env_var])
     config = Path(str(healthy) + ".json")
     placeholders = json.loads(config.read_text()).get("placeholders", []) if config.exists() else []
@@ -267,28 +267,28 @@ def _routed(name: str, env: ScenarioEnv, faults: dict[str, dict[str, Any]],
 
 
 def _call_cells() -> list[Any]:
-    return [pytest.param(name, tool, call, id=_cell_id(name, tool, f"call-{n}"))
-            for name, _, _ in CLI_BACKENDS for tool, spec in enumerate(_tools(name))
+    return [pytest.param(name, tool, call, id=fault_cell_id(name, tool, f"call-{n}"))
+            for name, _, _ in CLI_BACKENDS for tool, spec in enumerate(vendor_tools(name))
             for n, call in enumerate(spec.calls)]
 
 
-@pytest.mark.parametrize(("name", "tool"), [pytest.param(name, tool, id=_cell_id(name, tool, "calls"))
+@pytest.mark.parametrize(("name", "tool"), [pytest.param(name, tool, id=fault_cell_id(name, tool, "calls"))
                                             for name, _, _ in CLI_BACKENDS
-                                            for tool in range(len(_tools(name)))])
+                                            for tool in range(len(vendor_tools(name)))])
 def test_declared_calls_are_the_calls_made(name: str, tool: int, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """``CLI.calls`` lists every distinct call of open() and the first sample(), so that each is
     faulted below (a backend whose sample() runs another command cannot leave it untested)."""
-    backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), {}, tool)
+    backend, bindir = routed_backend(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), {}, tool)
     try:
         backend.open()
         devices = backend.sample()
     finally:
         backend.close()
-    assert len(devices) == _newest(name).expected_devices
+    assert len(devices) == newest_scenario(name).expected_devices
     made = tuple(dict.fromkeys(standin.calls(bindir)))
     assert made, f"{name}: the routed stand-in was never called"
-    spec = _tools(name)[tool]
+    spec = vendor_tools(name)[tool]
     assert set(spec.calls) == set(made), f"{name}: declare {spec.executable}'s calls = {made!r}"
 
 
@@ -298,9 +298,9 @@ def test_each_call_faulted_alone(name: str, tool: int, call: str, tmp_path: Path
     """One call crashes, the others answer: the crash is reported (an error, or a warning beside
     the devices it did not spoil), never an invented value or "no devices", nothing left running."""
     crash, _, text = FAULTS["crash"]
-    backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch),
+    backend, bindir = routed_backend(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch),
                               {call: dict(crash or {})}, tool)
-    snap, took = _collect([backend], 10.0)
+    snap, took = collect_with([backend], 10.0)
     assert took < 10.0 + BOUND
     assert call in standin.calls(bindir), f"{name}: {call!r} was not reached"
     status = next(b for b in snap.backends if b.name == name)
@@ -310,7 +310,7 @@ def test_each_call_faulted_alone(name: str, tool: int, call: str, tmp_path: Path
         assert mine, f"{name}: ok with no devices after {call!r} failed"
     else:
         assert status.status == "error" and not mine, status
-    assert _wait_gone(standin.pids(bindir / "pids"), time.monotonic() + 5.0) == []
+    assert wait_gone(standin.pids(bindir / "pids"), time.monotonic() + 5.0) == []
 
 
 def test_matrix_covers_every_cli_backend() -> None:

@@ -17,7 +17,7 @@ from allsmi.fields import MEASURED_FIELDS
 
 from . import standin
 from .scenario import ScenarioEnv
-from .test_cli_faults import BOUND, CLI_BACKENDS, _cell_id, _collect, _newest, _routed, _tools, _wait_gone
+from .test_cli_faults import BOUND, CLI_BACKENDS, fault_cell_id, collect_with, newest_scenario, routed_backend, vendor_tools, wait_gone
 
 _NUMBER_TEXT = re.compile(r"-?\d+(?:\.\d+)?\s*[A-Za-z%°/()]*")
 _BARE_NUMBER = re.compile(r"(?<![\w:.\-/])-?\d+(?:\.\d+)?(?![\w:.\-/])")
@@ -54,8 +54,8 @@ def garble(text: str) -> str:
 
 
 def _garbage_cells() -> list[Any]:
-    return [pytest.param(name, tool, id=_cell_id(name, tool, "garbage-values"))
-            for name, _, _ in CLI_BACKENDS for tool, spec in enumerate(_tools(name)) if not spec.optional]
+    return [pytest.param(name, tool, id=fault_cell_id(name, tool, "garbage-values"))
+            for name, _, _ in CLI_BACKENDS for tool, spec in enumerate(vendor_tools(name)) if not spec.optional]
 
 
 @pytest.mark.parametrize(("name", "tool"), _garbage_cells())
@@ -63,8 +63,8 @@ def test_garbage_readings_are_unknown_never_zero(name: str, tool: int, tmp_path:
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The tool answers every call in its usual shape with every reading garbled: the backend
     fails, or reports what it could read with those readings unknown, never a made-up 0."""
-    spec = _tools(name)[tool]
-    _newest(name).build(ScenarioEnv(tmp_path=tmp_path / "healthy", monkeypatch=monkeypatch))
+    spec = vendor_tools(name)[tool]
+    newest_scenario(name).build(ScenarioEnv(tmp_path=tmp_path / "healthy", monkeypatch=monkeypatch))
     config = json.loads(Path(os.environ[spec.env_var] + ".json").read_text())
     if "routes" not in config:
         pytest.skip(f"{name}'s {spec.executable} stand-in is its own, not the shared route table")
@@ -73,12 +73,12 @@ def test_garbage_readings_are_unknown_never_zero(name: str, tool: int, tmp_path:
         route = dict(config["routes"].get(call) or config.get("default") or {})
         text = (Path(route["file"]).read_text() if route.get("file") else "") + route.get("text", "")
         routes[call] = {"text": garble(text), **({"every": route["every"]} if route.get("every") else {})}
-    backend, bindir = _routed(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), routes, tool)
-    snap, took = _collect([backend], 10.0)
+    backend, bindir = routed_backend(name, ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), routes, tool)
+    snap, took = collect_with([backend], 10.0)
     assert took < 10.0 + BOUND
     status = next(b for b in snap.backends if b.name == name)
     assert status.status in ("ok", "error", "timeout"), status
     for dev in (d for d in snap.devices if d.backend == name):
         zeros = [m.field for m in MEASURED_FIELDS if getattr(dev, m.field) == 0]
         assert not zeros, f"{name}: {dev.id} reports {zeros} as 0 from garbage ({status.message})"
-    assert _wait_gone(standin.pids(bindir / "pids"), time.monotonic() + 5.0) == []
+    assert wait_gone(standin.pids(bindir / "pids"), time.monotonic() + 5.0) == []

@@ -38,15 +38,15 @@ def template(*args: str) -> list[dict[str, Any]]:
 
 def _validate(objects: list[dict[str, Any]]) -> None:
     kv = pytest.importorskip("kubernetes_validate")
-    from .test_kubernetes import _operator_errors, _schema_versions
-    newest = _schema_versions()[-1]
+    from .test_kubernetes import operator_errors, schema_versions
+    newest = schema_versions()[-1]
     seen = set()
     for obj in objects:
         if obj["kind"] in seen and obj["kind"] in ("DaemonSet", "ConfigMap"):
             continue  # one of each: they differ only in what the kit's tests check
         seen.add(obj["kind"])
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
-            assert _operator_errors(obj) == [], obj["metadata"]["name"]
+            assert operator_errors(obj) == [], obj["metadata"]["name"]
         else:
             kv.validate(obj, newest, strict=True)
 
@@ -101,7 +101,8 @@ def test_values_land_where_the_kit_s_options_put_them(tmp_path: Path) -> None:
     _validate(chart)
     sets = of_kind(chart, "DaemonSet")
     assert sorted(d["metadata"]["name"] for d in sets) == [
-        "allsmi-furiosa", "allsmi-nvidia", "allsmi-rebellions", "allsmi-tenstorrent"]
+        "allsmi-ascend", "allsmi-furiosa", "allsmi-intel", "allsmi-neuron", "allsmi-nvidia", "allsmi-rebellions",
+        "allsmi-tenstorrent", "allsmi-tpu"]
     default_checksum = of_kind(template(), "DaemonSet")[0]["spec"]["template"]["metadata"]["annotations"]
     for ds in sets:
         pod = ds["spec"]["template"]["spec"]

@@ -37,7 +37,8 @@ MIN_VERSION = (1, 28)
 def test_the_overlays_are_the_documented_ones() -> None:
     assert set(OVERLAYS) == {"fleet", "fleet-billing", "fleet-no-host-pid", "fleet-podmonitor", "fleet-tls-auth",
                              *VENDORS}
-    assert set(VENDORS) == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
+    assert set(VENDORS) == {"nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent", "intel", "tpu",
+                            "neuron", "ascend"}
     readme = (KIT / "README.md").read_text(encoding="utf-8")
     for overlay in OVERLAYS:
         assert f"overlays/{overlay}" in readme, f"README.md does not describe overlays/{overlay}"
@@ -59,7 +60,7 @@ def test_overlay_renders_everything_into_its_namespace(overlay: str) -> None:
     assert vendors == ({overlay} if overlay in VENDORS else set(VENDORS))
 
 
-def _schema_versions() -> list[str]:
+def schema_versions() -> list[str]:
     kv = pytest.importorskip("kubernetes_validate")
     root = Path(kv.__file__).parent / "kubernetes-json-schema"
     found = set()
@@ -74,7 +75,7 @@ def _schema_versions() -> list[str]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_builtin_objects_validate_against_every_supported_kubernetes(overlay: str) -> None:
     kv = pytest.importorskip("kubernetes_validate")
-    versions = _schema_versions()
+    versions = schema_versions()
     assert len(versions) >= 6
     for obj in render(overlay):
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
@@ -92,7 +93,7 @@ def test_schema_validation_catches_a_misspelt_field() -> None:
     daemonset = copy.deepcopy(daemonsets("nvidia")[0])
     container(daemonset)["livenesProbe"] = container(daemonset).pop("livenessProbe")
     with pytest.raises(kv.ValidationError):
-        kv.validate(daemonset, _schema_versions()[-1], strict=True)
+        kv.validate(daemonset, schema_versions()[-1], strict=True)
 
 
 def _covers(given: Any, parsed: Any, where: str = "") -> list[str]:
@@ -114,7 +115,7 @@ def _covers(given: Any, parsed: Any, where: str = "") -> list[str]:
     return [] if given == parsed else [f"{where}: {given!r} became {parsed!r}"]
 
 
-def _operator_errors(obj: dict[str, Any]) -> list[str]:
+def operator_errors(obj: dict[str, Any]) -> list[str]:
     models = pytest.importorskip("cloudcoil.models.prometheus_operator.v1")
     pydantic = pytest.importorskip("pydantic")
     try:
@@ -131,21 +132,21 @@ def test_prometheus_operator_objects_validate_against_the_crd_models(overlay: st
         {"PrometheusRule", "PodMonitor"} if overlay == "fleet-podmonitor" else {"PrometheusRule", "ServiceMonitor"})
     for obj in objects:
         assert obj["apiVersion"] == "monitoring.coreos.com/v1"
-        assert _operator_errors(obj) == [], f"{obj['kind']}: {_operator_errors(obj)}"
+        assert operator_errors(obj) == [], f"{obj['kind']}: {operator_errors(obj)}"
 
 
 def test_crd_model_check_catches_a_misspelt_field_and_a_wrong_type() -> None:
     monitor = one(render("fleet"), "ServiceMonitor")
     typo = copy.deepcopy(monitor)
     typo["spec"]["endpoints"][0]["scrapeTimout"] = "10s"
-    assert any("scrapeTimout" in e for e in _operator_errors(typo))
+    assert any("scrapeTimout" in e for e in operator_errors(typo))
     wrong = copy.deepcopy(monitor)
     wrong["spec"]["endpoints"][0]["honorLabels"] = {"yes": 1}
-    assert _operator_errors(wrong)
+    assert operator_errors(wrong)
     rule = one(render("fleet"), "PrometheusRule")
     broken = copy.deepcopy(rule)
     broken["spec"]["groups"][0]["rules"][0]["exprr"] = "1"
-    assert _operator_errors(broken)
+    assert operator_errors(broken)
 
 
 # --- generated objects equal their sources ---------------------------------------------------

@@ -16,6 +16,7 @@ import json
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,14 @@ def _probes_pass(ds: dict[str, Any], server: Serve) -> dict[str, bool]:
         time.sleep(0.1)
 
 
+def _simulated_devices() -> int:
+    """How many devices the exporter's scenario (``--simulate mixed``) has: every one must arrive."""
+    result = subprocess.run([sys.executable, "-m", "allsmi", "snapshot", "--simulate", "mixed", "--format", "json"],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    return len(json.loads(result.stdout)["devices"])
+
+
 @pytest.mark.parametrize("basic_auth", [False, True], ids=["tls", "tls+basic-auth"])
 def test_probes_and_monitor_against_a_real_exporter(tmp_path: Path, basic_auth: bool) -> None:
     if basic_auth:
@@ -143,18 +152,19 @@ def test_probes_and_monitor_against_a_real_exporter(tmp_path: Path, basic_auth: 
         with prometheus(tmp_path, jobs) as base:
             wanted = [("allsmi-nvidia", NODE, "1")] + ([("no-credentials", NODE, "0")] if basic_auth else [])
             wait_for(base, "up", sorted(wanted))
-            wait_for(base, "count by (job, instance) (allsmi_device_info)", [("allsmi-nvidia", NODE, "37")])
+            wait_for(base, "count by (job, instance) (allsmi_device_info)",
+                     [("allsmi-nvidia", NODE, str(_simulated_devices()))])
     finally:
         server.stop()
 
 
 def test_podmonitor_with_tls_and_basic_auth_validates(tmp_path: Path) -> None:
-    from .test_kubernetes import _operator_errors
+    from .test_kubernetes import operator_errors
     objects = render_with(tmp_path, "fleet-podmonitor", ["tls", "basic-auth"])
     monitor = one(objects, "PodMonitor")
     ep = monitor["spec"]["podMetricsEndpoints"][0]
     assert ep["scheme"] == "https" and ep["tlsConfig"]["serverName"] == "allsmi.allsmi.svc"
     assert ep["basicAuth"]["password"] == {"name": "allsmi-scrape-auth", "key": "password"}
-    assert _operator_errors(monitor) == []
+    assert operator_errors(monitor) == []
     for ds in (o for o in objects if o["kind"] == "DaemonSet"):
         assert all("tcpSocket" in container(ds)[p] for p in ("startupProbe", "livenessProbe", "readinessProbe"))

@@ -24,13 +24,20 @@ from .kube import (KIT, OVERLAYS, VENDORS, config_toml, container, daemonsets, e
 from .support import DEPLOY, REPO
 
 #: Vendors whose device nodes only a privileged container can open (no device request).
-PRIVILEGED_VENDORS = {"amd", "gaudi", "furiosa", "rebellions", "tenstorrent"}
+PRIVILEGED_VENDORS = {"amd", "gaudi", "furiosa", "rebellions", "tenstorrent", "neuron", "ascend"}
+#: The capabilities an unprivileged exporter adds to none: Intel's reads another user's DRM
+#: fdinfo (ptrace's read check, and the 0500 /proc/PID/fd directory).
+ADDED_CAPABILITIES = {"intel": ["SYS_PTRACE", "DAC_READ_SEARCH"]}
+#: The exporters on the node's network: the TPU's, to reach libtpu's metrics on the host's
+#: loopback (README.md, "Security, per vendor").
+HOST_NETWORK_VENDORS = {"tpu"}
 #: Variables that are not allsmi's, each with who reads it.
 FOREIGN_ENV = {
     "HOME": "vendor tools (tt-smi writes its files there)",
     "ROCM_PATH": "amdsmi, for libamd_smi.so (allsmi.backends.amd.loader reads it too)",
     "NVIDIA_VISIBLE_DEVICES": "the NVIDIA container runtime",
     "NVIDIA_DRIVER_CAPABILITIES": "the NVIDIA container runtime",
+    "LD_LIBRARY_PATH": "the dynamic loader, for npu-smi's libraries in the Ascend driver",
 }
 
 
@@ -46,6 +53,9 @@ def _env_allsmi_reads() -> set[str]:
         names |= set(re.findall(r"""(?:environ|env)(?:\.get)?[\[(]\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text))
         # Module constants naming a variable: ENV_VAR (vendor tools), HOSTNAME_ENV (allsmi.host).
         names |= set(re.findall(r"""^[A-Z_]*ENV(?:_VAR)?\s*=\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text, re.M))
+    # Each backend's declared tool variables (VendorTool overrides: ALLSMI_NEURON_LS, ...).
+    for declaration in registry.declarations():
+        names |= set(declaration.env_vars)
     return names
 
 
@@ -200,7 +210,7 @@ def test_security_is_the_documented_minimum(overlay: str) -> None:
         c = container(ds)
         sc = c["securityContext"]
         assert pod["automountServiceAccountToken"] is False
-        assert not pod.get("hostNetwork") and not pod.get("hostIPC")
+        assert bool(pod.get("hostNetwork")) == (vendor in HOST_NETWORK_VENDORS) and not pod.get("hostIPC")
         assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
         assert sc["readOnlyRootFilesystem"] is True
         assert sc["runAsUser"] == 0  # the kubelet's pod-resources socket is root's
@@ -210,7 +220,8 @@ def test_security_is_the_documented_minimum(overlay: str) -> None:
         else:
             assert sc.get("privileged") is not True
             assert sc["allowPrivilegeEscalation"] is False
-            assert sc["capabilities"] == {"drop": ["ALL"]}
+            added = ADDED_CAPABILITIES.get(vendor)
+            assert sc["capabilities"] == ({"drop": ["ALL"], "add": added} if added else {"drop": ["ALL"]})
         assert f"| {vendor} |" in readme.lower().replace("intel gaudi", "gaudi"), \
             f"README.md has no security row for {vendor}"
         for volume in volumes(ds).values():
@@ -219,12 +230,19 @@ def test_security_is_the_documented_minimum(overlay: str) -> None:
                                                           "/run"), volume
 
 
-@pytest.mark.parametrize("vendor", ["nvidia", "amd", "gaudi", "furiosa", "rebellions", "tenstorrent"])
+#: The tools each vendor's DaemonSet mounts from the node (its declaration's variables; Intel's
+#: xpu-smi is optional and needs Level Zero and /dev/dri, so it is not mounted: README.md).
+MOUNTED_TOOLS = {"gaudi": 1, "furiosa": 1, "rebellions": 1, "tenstorrent": 1, "neuron": 2, "ascend": 1}
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
 def test_vendor_device_access(vendor: str) -> None:
     (ds,) = daemonsets(vendor)
     pod = ds["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms and all(t["matchExpressions"][0]["operator"] == "In" for t in terms)
+    assert terms and all(len(t["matchExpressions"]) == 1 for t in terms)
+    assert all(e["operator"] == "In" and e["values"] or e["operator"] == "Exists" and "values" not in e
+               for t in terms for e in t["matchExpressions"])
     keys = {e["key"] for t in terms for e in t["matchExpressions"]}
     assert any(k.startswith("feature.node.kubernetes.io/pci-") for k in keys)
     variables = env(ds)
@@ -232,16 +250,34 @@ def test_vendor_device_access(vendor: str) -> None:
         assert pod["runtimeClassName"] == "nvidia"
         assert variables["NVIDIA_VISIBLE_DEVICES"] == "all"
         assert variables["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
-    elif vendor == "amd":
+        return
+    if vendor == "amd":
         mount, volume = mount_of(ds, variables["ROCM_PATH"] + "/lib/libamd_smi.so")
         assert mount["readOnly"] is True and volume["hostPath"]["path"] == variables["ROCM_PATH"]
-    else:
-        import importlib
-        module = importlib.import_module(f"allsmi.backends.{vendor}")
-        tool_var = module.ENV_VAR
-        mount, volume = mount_of(ds, variables[tool_var])
-        assert mount["readOnly"] is True and volume["hostPath"]["type"] == "File"
-        assert mount["mountPath"] == variables[tool_var]
+        return
+    (declaration,) = [d for d in registry.declarations() if d.backend == vendor]
+    tools = [variables[v] for v in declaration.env_vars if v in variables]
+    assert len(tools) == MOUNTED_TOOLS.get(vendor, 0), (vendor, tools)
+    for tool in tools:
+        # Mounted read-only from the node: the file itself, or the package's folder holding it
+        # (Neuron's tools find their libraries beside them), at the same path.
+        mount, volume = mount_of(ds, tool)
+        assert mount["readOnly"] is True
+        if mount["mountPath"] != tool:
+            assert volume["hostPath"]["path"] == mount["mountPath"]
+        assert volume["hostPath"]["type"] == ("File" if mount["mountPath"] == tool else "Directory")
+    if vendor == "ascend":
+        # npu-smi's driver libraries and install record, as the Ascend runtime mounts them
+        for path in variables["LD_LIBRARY_PATH"].split(":") + ["/etc/ascend_install.info"]:
+            mount, volume = mount_of(ds, path)
+            assert mount["readOnly"] is True and "hostPath" in volume
+    if vendor == "intel":
+        # sysfs and the host's /proc only: no device node, no tool
+        assert container(ds)["securityContext"].get("privileged") is not True and pod["hostPID"] is True
+    if vendor == "tpu":
+        # libtpu's metrics on the node's loopback ([backends.tpu] metrics_address)
+        from allsmi.backends.tpu import DEFAULT_ADDRESS
+        assert pod["hostNetwork"] is True and DEFAULT_ADDRESS.startswith("localhost:")
 
 
 def test_readme_names_every_device_node_each_backend_opens() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .kube import KIT, container, daemonsets, mount_of, of_kind, one, render_with, volumes
+from .kube import KIT, VENDORS, container, daemonsets, mount_of, of_kind, one, render_with, volumes
 
 README = KIT / "README.md"
 
@@ -19,8 +19,8 @@ def _validate(objects: list[dict[str, Any]], *kinds: str) -> None:
     """The objects of ``kinds`` the option changes (one per kind: the vendors' DaemonSets differ
     only in what the option does not touch)."""
     kv = pytest.importorskip("kubernetes_validate")
-    from .test_kubernetes import _operator_errors, _schema_versions
-    newest = _schema_versions()[-1]
+    from .test_kubernetes import operator_errors, schema_versions
+    newest = schema_versions()[-1]
     firsts = {}
     for obj in objects:
         if obj["kind"] in kinds:
@@ -28,7 +28,7 @@ def _validate(objects: list[dict[str, Any]], *kinds: str) -> None:
     assert {o["kind"] for o in firsts.values()} == set(kinds)
     for obj in firsts.values():
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
-            assert _operator_errors(obj) == [], obj["metadata"]["name"]
+            assert operator_errors(obj) == [], obj["metadata"]["name"]
         else:
             kv.validate(obj, newest, strict=True)
 
@@ -55,7 +55,7 @@ def test_kubelet_paths(tmp_path: Path, component: str, host_path: str) -> None:
     objects = render_with(tmp_path, "fleet", [component])
     _validate(objects, "DaemonSet")
     sets = of_kind(objects, "DaemonSet")
-    assert len(sets) == 6
+    assert len(sets) == len(VENDORS)
     for ds in sets:
         socket = next(e["value"] for e in container(ds)["env"] if e["name"] == "ALLSMI_KUBELET_SOCKET")
         mount, volume = mount_of(ds, socket)

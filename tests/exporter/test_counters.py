@@ -132,3 +132,32 @@ def test_backend_errors_count_failed_cycles() -> None:
         c.update(snapshot([], backends=[BackendStatus("x", status)]))
     assert c.backends()["x"].errors == 3
     assert c.backends_present() == {"x"}
+
+
+def test_claim_conflicts_count_cycles_once_the_holders_are_known() -> None:
+    """``allsmi_device_claim_conflicts_total``: unknown (absent) while no attribution source
+    knows a device's holders, 0 once one does, +1 in each cycle its claims conflict; ignored
+    job-file shares add up per source (``allsmi_attribution_bad_shares_total``)."""
+    from dataclasses import replace
+
+    from allsmi.schema import Workload
+
+    pod, job = Workload("kubernetes", namespace="ml", pod="p"), Workload("hpc-job", job_id="7")
+    c = UsageCounters()
+    c.update(snapshot([device()]))
+    assert c.devices()["GPU-a"].claim_conflicts is None
+    assert c.bad_shares() == {}
+    c.update(replace(snapshot([device(workloads=())], T0 + 1),
+                     attribution_bad_shares=(("hpc-job", "not_a_share", 0),)))
+    assert c.devices()["GPU-a"].claim_conflicts == 0.0
+    for t in (2, 3):
+        c.update(replace(snapshot([device(workloads=(pod, job))], T0 + t),
+                         claim_conflicts=frozenset({"GPU-a"}),
+                         attribution_bad_shares=(("hpc-job", "not_a_share", 2),
+                                                 ("hpc-job", "above_device", 1))))
+    c.update(snapshot([device(workloads=(job,))], T0 + 4))
+    assert c.devices()["GPU-a"].claim_conflicts == 2.0
+    ignored = c.bad_shares()
+    assert ignored[("hpc-job", "not_a_share")].errors == 4
+    assert ignored[("hpc-job", "not_a_share")].created == T0 + 1
+    assert ignored[("hpc-job", "above_device")].errors == 2

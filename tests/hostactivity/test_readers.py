@@ -17,7 +17,7 @@ from allsmi.hostactivity.sampler import HostActivitySampler
 from .fakeproc import stat_line, write_cgroup, write_node, write_process
 
 
-def _read(tmp: Path, pid: int, **kw: object) -> procfs.ProcessReading | None:
+def _reading(tmp: Path, pid: int, **kw: object) -> procfs.ProcessReading | None:
     return read_process(pid, str(tmp / "proc"), str(tmp / "sys" / "fs" / "cgroup"), **kw)  # type: ignore[arg-type]
 
 
@@ -26,7 +26,7 @@ def test_process_counters_threads_io_and_cgroup_v2(tmp_path: Path) -> None:
                   io={"rchar": 5000, "wchar": 60, "read_bytes": 4096, "write_bytes": 0},
                   cgroup="0::/kubepods.slice/pod1\n")
     write_cgroup(tmp_path, "kubepods.slice/pod1", "usage_usec 10\nnr_throttled 3\nthrottled_usec 777\n")
-    r = _read(tmp_path, 42, delayacct=True)
+    r = _reading(tmp_path, 42, delayacct=True)
     assert r is not None
     assert (r.state, r.cpu_ticks, r.threads, r.blocked_threads, r.threads_seen) == ("S", 250, 4, 3, 4)
     assert (r.read_chars, r.write_chars, r.disk_read_bytes, r.disk_write_bytes) == (5000, 60, 4096, 0)
@@ -38,22 +38,22 @@ def test_cgroup_v1_throttled_time_is_nanoseconds(tmp_path: Path) -> None:
     write_process(tmp_path, 7, cgroup="5:memory:/x\n4:cpu,cpuacct:/slurm/uid_1/job_9\n0::/\n",
                   io={"rchar": 0})
     write_cgroup(tmp_path, "cpu,cpuacct/slurm/uid_1/job_9", "nr_periods 5\nthrottled_time 3000000\n")
-    r = _read(tmp_path, 7)
+    r = _reading(tmp_path, 7)
     assert r is not None and r.throttled_usec == 3000
 
 
 def test_no_cpu_controller_leaves_throttling_unknown(tmp_path: Path) -> None:
     write_process(tmp_path, 8, cgroup="0::/user.slice\n", io={"rchar": 0})
     write_cgroup(tmp_path, "user.slice", "usage_usec 10\n")  # no cpu.max: no throttled_usec
-    r = _read(tmp_path, 8)
+    r = _reading(tmp_path, 8)
     assert r is not None and r.throttled_usec is None
 
 
 def test_delay_accounting_off_or_old_kernel_is_unknown_not_zero(tmp_path: Path) -> None:
     write_process(tmp_path, 9, blkio=0)
-    assert _read(tmp_path, 9, delayacct=False).blkio_ticks is None  # type: ignore[union-attr]
+    assert _reading(tmp_path, 9, delayacct=False).blkio_ticks is None  # type: ignore[union-attr]
     write_process(tmp_path, 10, blkio=None)  # a kernel whose stat line stops before field 42
-    r = _read(tmp_path, 10, delayacct=True)
+    r = _reading(tmp_path, 10, delayacct=True)
     assert r is not None and r.blkio_ticks is None and r.cpu_ticks == 0
 
 
@@ -64,30 +64,30 @@ def test_command_names_with_spaces_and_parentheses(tmp_path: Path) -> None:
 
 
 def test_missing_and_unreadable_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _read(tmp_path, 12345) is None  # gone
+    assert _reading(tmp_path, 12345) is None  # gone
     base = write_process(tmp_path, 11, threads=2, io=None, cgroup=None)
-    r = _read(tmp_path, 11)
+    r = _reading(tmp_path, 11)
     assert r is not None and r.read_chars is None and r.cgroup is None
     assert any("/proc/11/io unreadable" in p for p in r.problems)
     # another user's process, read by an exporter that is not root: EACCES on io only
     (base / "io").write_text("rchar: 1\n")
-    real = procfs._read
+    real = procfs.read_proc_file
 
     def denied(path: str) -> bytes:
         if path.endswith("/io"):
             raise PermissionError(13, "Permission denied", path)
         return real(path)
-    monkeypatch.setattr(procfs, "_read", denied)
-    r = _read(tmp_path, 11)
+    monkeypatch.setattr(procfs, "read_proc_file", denied)
+    r = _reading(tmp_path, 11)
     assert r is not None and r.read_chars is None
     assert any("another user's process" in p and "root" in p for p in r.problems)
     # a container without the task directory
-    monkeypatch.setattr(procfs, "_read", real)
+    monkeypatch.setattr(procfs, "read_proc_file", real)
     for tid in (base / "task").iterdir():
         (tid / "stat").unlink()
         tid.rmdir()
     (base / "task").rmdir()
-    r = _read(tmp_path, 11)
+    r = _reading(tmp_path, 11)
     assert r is not None and r.blocked_threads is None and any("task" in p for p in r.problems)
 
 

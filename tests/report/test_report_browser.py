@@ -149,7 +149,10 @@ def _charts_draw_one_mark_per_known_value(
     try:
         charts = page.evaluate("Array.from(document.querySelectorAll('figure[data-chart]'))"
                                ".map(f => f.dataset.chart)")
-        assert charts == ["budget", "burn", "hours", "holders", "pools", "trend_cost", "trend"]
+        # (the simulated node's holders wait on each reason: its chart is there)
+        assert charts == ["budget", "burn", "hours", "holders", "waiting", "pools", "trend_cost",
+                          "trend"]
+        assert table(page, "table-waiting") and marks(page, "waiting") > 0
         # the cost so far per group, a point per day and priced group; on the last day each
         # group's cost so far is its cost in the window
         burn = table(page, "table-burn")
