@@ -35,10 +35,15 @@ def test_served_simulation_has_no_idle_counter_for_devices_without_utilization()
             time.sleep(0.2)
         idle = values(text, IDLE)
         assert values(text, IDLE, vendor="amd"), "devices with utilization keep their counter"
+        # Tenstorrent reports neither utilization nor activity: its idleness is unknown. A MIG
+        # slice has no utilization but its own compute activity, which says whether it idles.
         blind = [lab["uuid"] for lab in labelsets(text, "allsmi_device_info")
-                 if lab["vendor"] == "tenstorrent" or " MIG " in lab.get("model", "")]
-        assert len(blind) == 5
+                 if lab["vendor"] == "tenstorrent"]
+        slices = [lab["uuid"] for lab in labelsets(text, "allsmi_device_info")
+                  if " MIG " in lab.get("model", "")]
+        assert len(blind) == 2 and len(slices) == 3
         assert not [uuid for uuid in blind if uuid in idle], idle
+        assert all(uuid in idle for uuid in slices), idle
     finally:
         server.stop()
 
@@ -48,12 +53,14 @@ def test_held_time_of_unknown_idleness_ends_the_counter() -> None:
     counters = UsageCounters(30.0)
     held = (ProcessSample(pid=7, user="ann"),)
     for t, procs, util in [(0, (), 30.0), (10, (), 30.0), (20, held, None), (30, held, None)]:
-        counters.update(snapshot([device("GPU-a", utilization_percent=util, processes=procs)], at=T0 + t))
+        counters.update(snapshot([device("GPU-a", utilization_percent=util, processes=procs,
+                                         compute_active_percent=None)], at=T0 + t))
     assert counters.devices()["GPU-a"].idle_allocated_seconds is None
     # A device that never reports utilization never gets one, even unheld.
     counters = UsageCounters(30.0)
     for t in (0, 10, 20):
-        counters.update(snapshot([device("tt-0", utilization_percent=None, processes=())], at=T0 + t))
+        counters.update(snapshot([device("tt-0", utilization_percent=None, processes=(),
+                                         compute_active_percent=None)], at=T0 + t))
     assert counters.devices()["tt-0"].idle_allocated_seconds is None
     # One that reports it and idles while held counts it.
     counters = UsageCounters(30.0)

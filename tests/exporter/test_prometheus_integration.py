@@ -81,7 +81,7 @@ def _check_groups(base: str) -> None:
     # 8 H100 + 8 MI300X idle at >= 72 W and >= 140 W; no board is counted twice
     assert power["training"] > 8 * 72 and power["inference"] > 8 * 140
     boards = query(base, "count by (resource_group) (allsmi_device_power_watts)")
-    assert boards == {"training": 8.0, "inference": 16.0, "npu": 10.0}
+    assert boards == {"training": 8.0, "inference": 17.0, "npu": 11.0}
 
     busy = query(base, f"sum by (resource_group) "
                        f"(increase(allsmi_device_busy_seconds_total[{WINDOW}s]))")
@@ -107,9 +107,10 @@ def _check_groups(base: str) -> None:
 
     observed = query(base, f"sum by (resource_group) "
                            f"(increase(allsmi_device_observed_seconds_total[{WINDOW}s]))")
-    # 8 H100 + 3 MIG instances (the config's rule); 8 MI300X (the config's rule) + 8 Gaudi and
-    # 10 NPUs (the mixed scenario's default rules), each observed the whole window
-    expected = {"training": 11, "inference": 16, "npu": 10}
+    # 8 H100 + 3 MIG instances (the config's rule); 8 MI300X (the config's rule) + 8 Gaudi + the
+    # Intel Flex GPU, and 10 NPUs + the Trainium, Ascend and TPU (the mixed scenario's default
+    # rules), each observed the whole window
+    expected = {"training": 11, "inference": 17, "npu": 13}
     for group, devices in expected.items():
         assert observed[group] == pytest.approx(devices * WINDOW, rel=0.15), group
 
