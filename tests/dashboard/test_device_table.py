@@ -95,7 +95,10 @@ async def test_keys_page_and_click_move_the_cursor_and_the_details(sim_snapshots
         await pilot.press("home")
         assert table.cursor_row == 0 and table.scroll_y == 0
         ref = next(r for r in app.shown if r.key == table.order[0])
-        assert ref.device.id in screen_text(app)  # the details panel follows
+        # the details panel follows: its first line names the device (the id line is below
+        # the fold at 30 rows, under the activity, links and holders' lines)
+        dev = ref.device
+        assert f"{dev.backend} {dev.index}  {dev.name}" in screen_text(app)
         await pilot.click("#device-table", offset=(5, 3))
         await pilot.pause()
         assert app.selected == table.order[2]

@@ -74,7 +74,7 @@ def test_totals_count_boards_once_and_follow_moved_partitions(sim_snapshots: lis
     refs = refs_of("node-a", snap)
     groups = {t.name: t for t in totals_by(refs, lambda r: r.device.resource_group)}
     assert groups["training"].devices == 8 and groups["training"].partitions == 3
-    assert groups["inference"].devices == 8 and groups["default"].devices == 18
+    assert groups["inference"].devices == 8 and groups["default"].devices == 22
     assert groups["training"].memory_total_bytes == 8 * 85520809984
     power = sum(d.power_watts for d in snap.devices if d.power_watts is not None)
     assert sum(t.power_watts or 0 for t in groups.values()) == pytest.approx(power)

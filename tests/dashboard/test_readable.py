@@ -121,7 +121,7 @@ def test_devices_view_with_hostile_names(terminal: Terminal, hostile_host: str,
                 if len(stem) >= 5 and whole.startswith(stem) and stem != whole:
                     assert token.endswith("…"), (token, line)
     if width == 80:
-        assert "columns hidden" in screen, screen
+        assert "hidden: " in screen, screen
         footer = screen.rstrip("\n").splitlines()[-1]
         assert "Quit" in footer and footer.rstrip().endswith("…"), footer
 
@@ -186,11 +186,14 @@ def test_activity_beside_utilization_and_what_holders_wait_on(
         assert re.search(r"35% sm\s+host \+5", rows[4064]), rows[4064]  # the costliest of 6
         assert re.search(r"0% sm\s+nothing", rows[1064]), rows[1064]
     else:
-        assert "active" in screen and "waiting" in screen  # named among the hidden columns
+        assert "active" in screen and "waiting" in screen, screen  # named among the hidden columns
     # The details: the first device (1064) is selected; 3064 two rows down.
     assert re.search(r"active 0% \(sm_active\)", screen), screen
-    assert re.search(r"waiting nothing: no process of the ho", screen), screen
+    if height >= 40:  # (at 24 rows the details panel ends before the holders' lines)
+        assert re.search(r"waiting nothing: no process of the ho", screen), screen
     terminal.keys("Down", "Down")
+    if height < 40:  # the holders' lines are below the panel's fold at 24 rows
+        return
     screen = terminal.wait_for(r"waiting input: 3 of 4 ")
     if width >= 200:
         assert "waiting input: 3 of 4 processes in I/O wait, 480 MB/s read" in screen, screen

@@ -69,7 +69,7 @@ def test_https_node_needs_the_private_ca_and_is_read_with_ca_file(node: Serve, c
     assert without.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in without.stdout, without
     trusted = _view("--hosts", url, "--ca-file", str(certs / "ca.pem"))
     assert trusted.returncode == 0, trusted
-    assert "ok" in trusted.stdout.splitlines()[1] and "34+3p" in trusted.stdout
+    assert "ok" in trusted.stdout.splitlines()[1] and "38+3p" in trusted.stdout
     assert PASSWORD not in trusted.stdout + trusted.stderr
     # The documented alternative: OpenSSL's SSL_CERT_FILE.
     by_env = _view("--hosts", url, env={"SSL_CERT_FILE": str(certs / "ca.pem")})

@@ -351,8 +351,14 @@ ALL_COLUMNS = (("idx", "#"), ("host", "host"), ("vendor", "vendor"), ("model", "
 def hidden_columns(columns: Sequence[Column], cluster: bool) -> list[str]:
     """The columns a terminal this narrow leaves out (said on the state line)."""
     shown = {c.id for c in columns}
-    return [label for cid, label in ALL_COLUMNS
-            if cid not in shown and (cluster or cid != "host")]
+    hidden = [(cid, label) for cid, label in ALL_COLUMNS
+              if cid not in shown and (cluster or cid != "host")]
+    # the activity and what holders wait on first: a narrow state line may cut the rest
+    return [label for cid, label in sorted(hidden, key=lambda h: h[0] not in FIRST_NAMED)]
+
+
+#: Hidden columns named before the others (:func:`hidden_columns`).
+FIRST_NAMED = ("active", "waiting")
 
 
 def _beside_util(columns: list[Column], room: int, extra: Sequence[Column]) -> int:

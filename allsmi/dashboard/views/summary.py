@@ -84,10 +84,9 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
     if note:  # what the source left out (an answer too large)
         state.append(f"  {safe(note)}", style=f"bold {pal.warn}")
     # The footer names the keys too: on a narrow screen the hidden columns need the room more.
-    state.append("  q quit" if hidden else "  ? help  q quit", style="dim")
     if hidden:  # the device table leaves columns out at this width: say which
-        state.append(f"  {len(hidden)} columns hidden (wider terminal): {', '.join(hidden)}",
-                     style=pal.warn)
+        state.append(f"  hidden: {', '.join(hidden)}", style=pal.warn)
+    state.append("  q quit" if hidden else "  ? help  q quit", style="dim")
     line.no_wrap = state.no_wrap = True
     line.overflow = state.overflow = "ellipsis"
     return line, state
