@@ -163,7 +163,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     textfile = work / "allsmi_export.prom"
     since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
     export = run_allsmi("export", "--simulate", "mixed", "--config", str(config), "--since", since,
-                        "--output", str(work / "bill.csv"), "--textfile", str(textfile))
+                        "--output", str(work / "bill.csv"), "--textfile", str(textfile),
+                        timeout=180)  # (a fraction of a second alone; a loaded CI shares 2 cores)
     assert export.returncode in (0, 3), export.stderr
     handler = type("Handler", (_Textfile,), {"path_to_serve": textfile})
     textfile_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
