@@ -131,8 +131,9 @@ class NewestReport(Generic[Report]):
                 self._issues.append(f"{self.label}: {exc}: {shorten(line)!r}; skipped")
             return
         with self._lock:
+            # ``_last_exit`` is kept: a child restarted after a crash may print once and die
+            # again, and a stale report's message should still say how the child last ended.
             self._report, self._report_at = report, self._clock()
-            self._last_exit = None
         self._arrived.set()
 
     def _on_exit(self, info: StreamExit) -> bool:
