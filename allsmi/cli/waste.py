@@ -14,38 +14,29 @@ for the window; 128 + N killed by signal N.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import time
 from typing import Any
 
 import click
 
-from allsmi.cli.reportcmd import Failed, Run, build, guarded, prepare, source_options, write_output
+from allsmi.cli import holderreport
+from allsmi.cli.holderreport import KEYS, aligned, money
+from allsmi.cli.reportcmd import Run, guarded, source_options
 from allsmi.schema import WAITING_REASONS
 
-WASTE_FORMATS = ("table", "csv", "json")
-DEFAULT_KEYS = ("resource_group", "user", "namespace", "pod", "job")
-_KEYS = ("resource_group", "user", "namespace", "pod", "job", "vendor", "model", "host")
 #: Columns of the CSV and of each JSON row (the export's names where they are the export's).
-COLUMNS = _KEYS + (
+COLUMNS = KEYS + (
     "allocated_device_hours", "active_device_hours", "efficiency_ratio", "activity_method",
     "cost", "active_cost", "lost_cost", "currency",
     *(f"waiting_{r}_seconds" for r in WAITING_REASONS),
     *(f"waiting_{r}_cost" for r in WAITING_REASONS), "evidence", "device_count")
 
 
-def _default_keys(prometheus: bool) -> tuple[str, ...]:
-    # Prometheus knows users only from exporters run with --processes: asked for explicitly.
-    return tuple(k for k in DEFAULT_KEYS if not (prometheus and k == "user"))
-
-
 @click.command()
 @source_options
-@click.option("--format", "output_format", type=click.Choice(WASTE_FORMATS), default="table",
-              show_default=True, help="table for people; csv and json use the export's column "
-                                      "names.")
+@click.option("--format", "output_format", type=click.Choice(holderreport.FORMATS),
+              default="table", show_default=True,
+              help="table for people; csv and json use the export's column names.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write to FILE atomically (owner-only) instead of stdout.")
 def waste(**opts: Any) -> None:
@@ -61,27 +52,8 @@ def waste(**opts: Any) -> None:
       allsmi waste --period last-week --format csv
       allsmi waste --prometheus http://prometheus:9090 --period last-week --format json
     """
-    guarded(Run(started=time.time(), textfile=None), _waste, **opts)
-
-
-def _waste(run: Run, output_format: str, output: str | None, **opts: Any) -> None:
-    plan = prepare(run, default_group_by=_default_keys, **opts)
-    report = build(plan)
-    rows = waste_rows(report)
-    if output_format == "json":
-        data = to_json(report, rows)
-    elif output_format == "csv":
-        data = to_csv(rows)
-    else:
-        data = to_table(report, rows)
-    write_output(data, output)
-    if report.warnings:
-        raise Failed("coverage", f"{report.source} gave a partial answer (--allow-partial): "
-                                 f"{'; '.join(report.warnings)}; the figures may be short", 3)
-    if report.coverage_ratio is None:
-        from allsmi.accounting.periods import iso
-        raise Failed("coverage", f"no device data for {iso(report.window.start)} to "
-                                 f"{iso(report.window.end)} in {report.source}", 3)
+    guarded(Run(started=time.time(), textfile=None), holderreport.run_report, rows=waste_rows,
+            columns=COLUMNS, table=to_table, short="the figures may be short", **opts)
 
 
 def evidence(item: dict[str, Any]) -> str:
@@ -127,7 +99,7 @@ def waste_rows(report: Any) -> list[dict[str, Any]]:
         item["evidence"] = evidence(item)
         out.append({k: item.get(k) for k in COLUMNS})
     out.sort(key=lambda r: (-_lost(r), -(r["cost"] or 0.0), -r["allocated_device_hours"],
-                            tuple(str(r[k] or "") for k in _KEYS)))
+                            tuple(str(r[k] or "") for k in KEYS)))
     return out
 
 
@@ -143,57 +115,16 @@ def _lost(row: dict[str, Any]) -> float:
     return sum(row[f"waiting_{r}_cost"] or 0.0 for r in _LOST_REASONS)
 
 
-def to_json(report: Any, rows: list[dict[str, Any]]) -> str:
-    """``{"source", "period_start", "period_end", "group_by", "rows": [...]}``."""
-    from allsmi.accounting.periods import iso
-    doc = {"source": report.source, "period_start": iso(report.window.start),
-           "period_end": iso(report.window.end), "group_by": list(report.group_by), "rows": rows}
-    if report.warnings:
-        doc["warnings"] = list(report.warnings)
-    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6f}"
-    return str(value)
-
-
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    """The :data:`COLUMNS`; text guarded against formulas."""
-    from allsmi.formatting import csv_cell
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for row in rows:
-        writer.writerow([csv_cell(_cell(row[c])) for c in COLUMNS])
-    return buf.getvalue()
-
-
-def _money(value: float | None, currency: str | None) -> str:
-    return "" if value is None else f"{value:.2f} {currency or ''}".strip()
-
-
 def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
     """An aligned text table with only the grouping columns in use."""
     from allsmi.accounting.periods import iso
-    keys = [k for k in _KEYS if k in report.group_by]
+    keys = [k for k in KEYS if k in report.group_by]
     head = keys + ["allocated h", "efficiency", "cost", "lost", "evidence"]
-    body = []
-    for row in rows:
-        eff = row["efficiency_ratio"]
-        body.append([row[k] or "-" for k in keys] + [
-            f"{row['allocated_device_hours']:.2f}",
-            "" if eff is None else f"{100.0 * eff:.0f} %",
-            _money(row["cost"], row["currency"]), _money(row["lost_cost"], row["currency"]),
-            row["evidence"]])
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    lines = [f"where the money went, {iso(report.window.start)} to {iso(report.window.end)} "
-             f"({report.source}), most lost first"]
-    for cells in [head] + body:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip())
-    if not body:
-        lines.append("no allocated time in this window")
-    return "\n".join(lines) + "\n"
+    body = [[row[k] or "-" for k in keys] + [
+        f"{row['allocated_device_hours']:.2f}",
+        "" if row["efficiency_ratio"] is None else f"{100.0 * row['efficiency_ratio']:.0f} %",
+        money(row["cost"], row["currency"]), money(row["lost_cost"], row["currency"]),
+        row["evidence"]] for row in rows]
+    return aligned(f"where the money went, {iso(report.window.start)} to "
+                   f"{iso(report.window.end)} ({report.source}), most lost first", head, body,
+                   "no allocated time in this window")

@@ -1,0 +1,102 @@
+"""What ``allsmi idle`` and ``allsmi waste`` share: both rank the holders of an export's report
+(the same sources, window and grouping options) and write them as a table, CSV or JSON.
+
+A command gives its rows (JSON-ready dicts, ranked) and its table; this module runs the
+report, writes the chosen format and turns a partial or empty source into exit status 3.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Callable, Sequence
+
+from allsmi.cli.reportcmd import Failed, Run, build, prepare, write_output
+
+FORMATS = ("table", "csv", "json")
+#: The holder keys a row is grouped by unless ``--group-by`` says otherwise.
+DEFAULT_KEYS = ("resource_group", "user", "namespace", "pod", "job")
+#: Every key a row can be grouped by, in column order.
+KEYS = ("resource_group", "user", "namespace", "pod", "job", "vendor", "model", "host")
+
+
+def default_keys(prometheus: bool) -> tuple[str, ...]:
+    """:data:`DEFAULT_KEYS`, less ``user`` from Prometheus (which knows users only from
+    exporters run with ``--processes``: asked for explicitly)."""
+    return tuple(k for k in DEFAULT_KEYS if not (prometheus and k == "user"))
+
+
+def run_report(run: Run, output_format: str, output: str | None, *,
+               rows: Callable[[Any], list[dict[str, Any]]], columns: Sequence[str],
+               table: Callable[[Any, list[dict[str, Any]]], str], short: str,
+               **opts: Any) -> None:
+    """Build the report ``opts`` ask for, write its ``rows`` in ``output_format`` (``columns``
+    for CSV, ``table`` for people), then raise :class:`Failed` (exit 3) when the source gave a
+    partial answer (``short`` says what may be short) or no device data for the window."""
+    plan = prepare(run, default_group_by=default_keys, **opts)
+    report = build(plan)
+    ranked = rows(report)
+    if output_format == "json":
+        data = to_json(report, ranked)
+    elif output_format == "csv":
+        data = to_csv(ranked, columns)
+    else:
+        data = table(report, ranked)
+    write_output(data, output)
+    if report.warnings:
+        raise Failed("coverage", f"{report.source} gave a partial answer (--allow-partial): "
+                                 f"{'; '.join(report.warnings)}; {short}", 3)
+    if report.coverage_ratio is None:
+        from allsmi.accounting.periods import iso
+        raise Failed("coverage", f"no device data for {iso(report.window.start)} to "
+                                 f"{iso(report.window.end)} in {report.source}", 3)
+
+
+def to_json(report: Any, rows: list[dict[str, Any]]) -> str:
+    """``{"source", "period_start", "period_end", "group_by", "rows": [...]}`` (and
+    ``warnings`` when the answer was partial)."""
+    from allsmi.accounting.periods import iso
+    doc = {"source": report.source, "period_start": iso(report.window.start),
+           "period_end": iso(report.window.end), "group_by": list(report.group_by), "rows": rows}
+    if report.warnings:
+        doc["warnings"] = list(report.warnings)
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " ".join(value)
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    return str(value)
+
+
+def to_csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    """``columns`` of each row (lists separated by spaces); text guarded against formulas."""
+    from allsmi.formatting import csv_cell
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([csv_cell(_cell(row[c])) for c in columns])
+    return buf.getvalue()
+
+
+def aligned(title: str, head: list[str], body: list[list[Any]], empty: str) -> str:
+    """``title``, then ``head`` and ``body`` as left-aligned columns (``empty`` when there is
+    no row)."""
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = [title]
+    for cells in [head] + body:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip())
+    if not body:
+        lines.append(empty)
+    return "\n".join(lines) + "\n"
+
+
+def money(value: float | None, currency: str | None) -> str:
+    """``12.34 EUR``; empty when unknown."""
+    return "" if value is None else f"{value:.2f} {currency or ''}".strip()
