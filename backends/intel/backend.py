@@ -107,7 +107,10 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         cards = find_cards(self.drm, DRIVERS)
         self._known = {c.bus_id or c.path: c.index for c in cards}
         self._readings = {c.bus_id or c.path: read_card(c, now) for c in cards}
-        self._processes(now)
+        try:
+            self._processes(now)
+        except OSError:  # the next read says so
+            pass
         self._last_read = now
         self._opened = True
 
@@ -128,7 +131,13 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         now = self._last_read = self._clock()
         cards = find_cards(self.drm, DRIVERS)
         xpu = self._discovery()
-        shares, memory, pids = self._processes(now)
+        try:
+            shares, memory, pids = self._processes(now)
+            listed = True
+        except OSError as exc:
+            shares, memory, pids, listed = {}, {}, {}, False
+            self.warnings.append(f"cannot list the processes under {self.proc} ({exc.strerror or exc}); "
+                                 f"the GPUs' processes are unknown")
         out = []
         seen = set()
         for card in cards:
@@ -136,7 +145,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
             seen.add(key)
             reading = read_card(card, now)
             out.append(self._device(card, reading, self._readings.get(key), xpu.get(card.bus_id or ""),
-                                    pids.get(card.bus_id or "", ()), shares, memory))
+                                    pids.get(card.bus_id or "", ()) if listed else None, shares, memory))
             self._readings[key] = reading
         for key, index in self._known.items():
             if key not in seen:  # listed when opened, gone now
@@ -148,7 +157,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
 
     # -- parts -----------------------------------------------------------------------------
     def _device(self, card: Card, reading: Reading, before: Reading | None, xpu: XpuDevice | None,
-                pids: Sequence[int], shares: Mapping[tuple[int, str], float | None],
+                pids: Sequence[int] | None, shares: Mapping[tuple[int, str], float | None],
                 memory: Mapping[tuple[int, str], int | None]) -> DeviceSample:
         from allsmi.backends.intel.sysfs import busy_percent, power_watts
         from allsmi.schema import ProcessSample
@@ -165,7 +174,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         processes = tuple(ProcessSample(pid=pid, user=self._lookup_user(pid),
                                         memory_bytes=memory.get((pid, bus)),
                                         utilization_percent=shares.get((pid, bus)))
-                          for pid in sorted(pids))
+                          for pid in sorted(pids)) if pids is not None else None
         return DeviceSample(
             id=f"intel:{bus}" if bus else f"intel:card{card.index}", vendor=self.vendor, kind=self.kind,
             backend=self.display_name, index=card.index, uuid=xpu.uuid if xpu else None, name=name,

@@ -83,12 +83,10 @@ def parse_fdinfo(pid: int, text: str, drivers: tuple[str, ...]) -> Client | None
 
 def scan(proc: str, drivers: tuple[str, ...]) -> list[Client]:
     """Every DRM client of ``drivers`` that this user may read under ``proc`` (another user's
-    processes are unreadable without privileges: they are missing, never guessed)."""
+    processes are unreadable without privileges: they are missing, never guessed). Raises
+    ``OSError`` when ``proc`` itself cannot be listed (no process is known then)."""
     clients: dict[tuple[int, str, str], Client] = {}
-    try:
-        pids = [int(p) for p in os.listdir(proc) if p.isdecimal()]
-    except OSError:
-        return []
+    pids = [int(p) for p in os.listdir(proc) if p.isdecimal()]
     for pid in pids:
         fd_dir = os.path.join(proc, str(pid), "fd")
         try:

@@ -103,6 +103,20 @@ def test_a_card_gone_since_open_is_lost_without_values(tmp_path: Path, monkeypat
     assert any("no longer listed" in w for w in backend.warnings)
 
 
+def test_processes_are_unknown_not_none_when_proc_cannot_be_listed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "i915-flex170x2", tree, symlinks=True)
+    backend = _backend(tree, Clock())
+    backend.open()
+    shutil.rmtree(tree / "proc")  # as unlistable as a /proc this process may not read
+    devices = backend.sample()
+    assert devices and all(d.processes is None for d in devices)  # unknown, not "no processes"
+    assert devices[0].utilization_percent is not None  # the rest still read
+    assert any("cannot list the processes" in w for w in backend.warnings), backend.warnings
+
+
 def test_kubernetes_intel_plugin_ids_name_the_card() -> None:
     from allsmi.attribution.matching import DeviceIndex
     from allsmi.schema import DeviceSample
