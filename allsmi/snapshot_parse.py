@@ -206,21 +206,33 @@ def _processes(raw: Any, where: str, report: _Report) -> tuple[ProcessSample, ..
     return tuple(out)
 
 
-def _workloads(raw: Any, where: str, report: _Report) -> tuple[Workload, ...] | None:
-    """``workloads``: ``null`` (no attribution source active) or a list of workload objects."""
+def _objects(raw: Any, where: str, report: _Report, what: str) -> list[tuple[str, dict[str, Any]]] | None:
+    """``[(where, object)]`` of the first :data:`MAX_WORKLOADS` objects of the list ``raw``
+    (``what`` names them in the report; anything else in it is reported and left out), or
+    ``None`` when ``raw`` is ``null`` or not a list (reported)."""
     if raw is None:
         return None
     if not isinstance(raw, list):
         report.add(where, "expected a list or null")
         return None
     if len(raw) > MAX_WORKLOADS:
-        report.add(where, f"{len(raw)} workloads, only the first {MAX_WORKLOADS} kept")
+        report.add(where, f"{len(raw)} {what}, only the first {MAX_WORKLOADS} kept")
     out = []
-    for i, work in enumerate(raw[:MAX_WORKLOADS]):
-        here = f"{where}[{i}]"
-        if not isinstance(work, dict):
-            report.add(here, "expected an object; left out")
-            continue
+    for i, item in enumerate(raw[:MAX_WORKLOADS]):
+        if isinstance(item, dict):
+            out.append((f"{where}[{i}]", item))
+        else:
+            report.add(f"{where}[{i}]", "expected an object; left out")
+    return out
+
+
+def _workloads(raw: Any, where: str, report: _Report) -> tuple[Workload, ...] | None:
+    """``workloads``: ``null`` (no attribution source active) or a list of workload objects."""
+    items = _objects(raw, where, report, "workloads")
+    if items is None:
+        return None
+    out = []
+    for here, work in items:
         source = work.get("source")
         if source not in ATTRIBUTION_SOURCES:
             report.add(f"{here}.source", f"{_show(source)} is not one of "
@@ -235,19 +247,11 @@ def _workloads(raw: Any, where: str, report: _Report) -> tuple[Workload, ...] | 
 
 def _waiting(raw: Any, where: str, report: _Report) -> tuple[HolderWaiting, ...] | None:
     """``waiting``: ``null`` (not classified) or a list of holder classifications."""
-    if raw is None:
+    items = _objects(raw, where, report, "holders")
+    if items is None:
         return None
-    if not isinstance(raw, list):
-        report.add(where, "expected a list or null")
-        return None
-    if len(raw) > MAX_WORKLOADS:
-        report.add(where, f"{len(raw)} holders, only the first {MAX_WORKLOADS} kept")
     out = []
-    for i, item in enumerate(raw[:MAX_WORKLOADS]):
-        here = f"{where}[{i}]"
-        if not isinstance(item, dict):
-            report.add(here, "expected an object; left out")
-            continue
+    for here, item in items:
         reason = item.get("reason")
         if reason not in WAITING_REASONS:
             report.add(f"{here}.reason", f"{_show(reason)} is not one of "
