@@ -77,19 +77,19 @@ def rate_text(value: float | None) -> str:
     return f"{value:.0f} B/s"
 
 
-def holder_of(wait: HolderWaiting) -> str:
-    """``pod vllm-0  job 4931  user alice``: who the classification is about (the namespace
-    only when nothing else is known)."""
-    parts = []
-    if wait.pod:
-        parts.append(f"pod {wait.pod}")
-    if wait.job_id:
-        parts.append(f"job {wait.job_id}")
-    if wait.user:
-        parts.append(f"user {wait.user}")
-    if wait.namespace and not parts:
-        parts.append(f"ns {wait.namespace}")
+def holder_words(pod: str | None, job: str | None, user: str | None, namespace: str | None) -> str:
+    """``pod vllm-0  job 4931  user alice``: what tells holders of one device apart first (they
+    often share a namespace, named only when nothing else is known)."""
+    parts = [f"{what} {value}" for what, value in (("pod", pod), ("job", job), ("user", user))
+             if value]
+    if namespace and not parts:
+        parts.append(f"ns {namespace}")
     return "  ".join(parts) or "-"
+
+
+def holder_of(wait: HolderWaiting) -> str:
+    """Who a waiting classification is about (:func:`holder_words`)."""
+    return holder_words(wait.pod, wait.job_id, wait.user, wait.namespace)
 
 
 def activity_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], ...]]:

@@ -12,7 +12,7 @@ from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
 from allsmi.fairshare import Holder, claim_units, split
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 
-from allsmi.dashboard.views.activity import activity_lines, waiting_lines
+from allsmi.dashboard.views.activity import activity_lines, holder_words, waiting_lines
 from allsmi.dashboard.tables.device_table import RowContext, describe_device
 from allsmi.dashboard.state.model import DeviceRef, memory_percent
 from allsmi.dashboard.state.totals import Totals
@@ -213,19 +213,8 @@ def workload_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str]
 
 
 def holder_name(holder: Holder) -> str:
-    """``pod vllm-0  job 4931  user alice``: what tells holders of one device apart first (they
-    often share a namespace, shown after their processes' util; alone when nothing else is
-    known)."""
-    parts = []
-    if holder.pod:
-        parts.append(f"pod {holder.pod}")
-    if holder.job:
-        parts.append(f"job {holder.job}")
-    if holder.user:
-        parts.append(f"user {holder.user}")
-    if holder.namespace and not parts:
-        parts.append(f"ns {holder.namespace}")
-    return "  ".join(parts) or "-"
+    """Who ``holder`` is, in the words the waiting lines use (:func:`holder_words`)."""
+    return holder_words(holder.pod, holder.job, holder.user, holder.namespace)
 
 
 def _share(weight: float) -> str:
