@@ -13,13 +13,22 @@ from allsmi.collector import Collector
 T = 1_790_000_000.0
 
 
+class _Node:
+    """The simulated backends of a scenario, built and opened once, sampled at any moment."""
+
+    def __init__(self, scenario: str = "mixed") -> None:
+        self.now = T
+        self.backends = list(simulated_backends(scenario, clock=lambda: self.now))
+        for backend in self.backends:
+            backend.open()
+
+    def sample(self, at: float) -> dict[str, object]:
+        self.now = at
+        return {dev.id: dev for backend in self.backends for dev in backend.sample()}
+
+
 def _sample_all(at: float, scenario: str = "mixed") -> dict[str, object]:
-    out = {}
-    for backend in simulated_backends(scenario, clock=lambda: at):
-        backend.open()
-        for dev in backend.sample():
-            out[dev.id] = dev
-    return out
+    return _Node(scenario).sample(at)
 
 
 def test_two_processes_at_the_same_moment_agree() -> None:
@@ -36,7 +45,8 @@ def test_two_processes_at_the_same_moment_agree() -> None:
 
 
 def test_values_move_smoothly_and_processes_come_and_go() -> None:
-    series = [_sample_all(T + 10 * i) for i in range(360)]  # one hour, every 10 s
+    node = _Node()
+    series = [node.sample(T + 10 * i) for i in range(360)]  # one hour, every 10 s
     gpu = next(iter(series[0]))
     utils = [s[gpu].utilization_percent for s in series]
     assert len(set(utils)) > 50
@@ -47,12 +57,12 @@ def test_values_move_smoothly_and_processes_come_and_go() -> None:
 
 
 def test_energy_counter_is_the_integral_of_power() -> None:
-    start, seconds = T, 1800
-    first = _sample_all(start)
+    start, seconds, node = T, 1800, _Node()
+    first = node.sample(start)
     integral = {k: 0.0 for k in first}
     prev = first
     for i in range(1, seconds + 1):
-        cur = _sample_all(start + i)
+        cur = node.sample(start + i)
         for k, dev in cur.items():
             if dev.power_watts is not None and prev[k].power_watts is not None:
                 integral[k] += (dev.power_watts + prev[k].power_watts) / 2
