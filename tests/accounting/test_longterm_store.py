@@ -5,9 +5,9 @@ within 0.5 % of each other (issue 22).
 
 Time is compressed: the ``allsmi-billing-hourly`` group of deploy/prometheus/allsmi-rules.yml is
 loaded with its hour scaled to 10 s (interval, ranges and the marker's value; the expressions
-are otherwise the shipped ones), so a minute holds six "hours". One window is rolled up live
-by vmalert; an earlier one, from before vmalert ran, by ``vmalert -replay.*`` (the backfill of
-deploy/README.md).
+are otherwise the shipped ones), so a minute holds six "hours". A window is rolled up live by
+vmalert in one VictoriaMetrics, and by ``vmalert -replay.*`` (the backfill of deploy/README.md)
+in another that scraped the same exporters over the same window.
 """
 
 from __future__ import annotations
@@ -116,56 +116,60 @@ def wait_for_rollups(store: str, at: int, count: int, span: int, timeout: float 
 # while scrapes come on time; under other tests' load they came late enough for 0.54-0.58 %
 @pytest.mark.alone
 def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) -> None:
+    """One window, five "hours", seen by three stores at once: Prometheus; a VictoriaMetrics
+    whose vmalert rolls the hours up live; another whose hours are rolled up afterwards by a
+    replay (the backfill of deploy/README.md), as if vmalert had not run then."""
     rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
+    live_dir, replay_dir = tmp_path / "live", tmp_path / "replay"
+    live_dir.mkdir()
+    replay_dir.mkdir()
     with simulated_exporters(tmp_path, CONFIG, count=2, interval=0.25) as serve:
-        with running_victoriametrics(tmp_path, serve.targets) as vm, \
-                running_prometheus(tmp_path, serve.targets) as prom:
-            wait_scraped(prom)
-            began = time.time()
-            # An early window, before vmalert runs: rolled up afterwards by a replay.
-            early = (math.ceil((began + 3) / HOUR) * HOUR, 0)
-            early = (early[0], early[0] + 5 * HOUR)  # 50 s: each edge's scrape offset < 0.5 %
-            wait_until(early[1] + 1)
-            with running_vmalert(tmp_path, [rules], vm, evaluation_interval=f"{HOUR}s"):
-                live_start = math.ceil((time.time() + 1) / HOUR) * HOUR
-                live = (live_start, live_start + 5 * HOUR)
-                wait_until(live[1] + 2)
-                wait_for_rollups(vm, live[1], 5, 5 * HOUR)  # the evaluation at the window's end, written
-            # evaluations at the ends of the early window's five "hours"
-            replay = run_vmalert_replay(tmp_path, [rules], vm, iso(early[0] + HOUR),
-                                        iso(early[1]), f"{HOUR}s")
+        with running_victoriametrics(live_dir, serve.targets) as vm, \
+                running_victoriametrics(replay_dir, serve.targets) as vm_replay, \
+                running_prometheus(tmp_path, serve.targets) as prom, \
+                running_vmalert(live_dir, [rules], vm, evaluation_interval=f"{HOUR}s"):
+            for store in (prom, vm, vm_replay):
+                wait_scraped(store)
+            lo = math.ceil((time.time() + 3) / HOUR) * HOUR
+            hi = lo + 5 * HOUR  # 50 s: each edge's scrape offset < 0.5 %
+            wait_until(hi + 2)
+            wait_for_rollups(vm, hi, 5, 5 * HOUR)  # the evaluation at the window's end, written
+            # evaluations at the ends of the window's five "hours"
+            replay = run_vmalert_replay(replay_dir, [rules], vm_replay, iso(lo + HOUR), iso(hi),
+                                        f"{HOUR}s")
             assert replay.returncode == 0, replay.stdout + replay.stderr
-            wait_for_rollups(vm, early[1], 5, 5 * HOUR)
-            wait_scraped(prom, live[1] + 1)
+            wait_for_rollups(vm_replay, hi, 5, 5 * HOUR)
+            wait_scraped(prom, hi + 1)
             serve.assert_alive()
-            results = {}
-            for name, (lo, hi) in (("live", live), ("early", early)):
-                window = ("--since", iso(lo), "--until", iso(hi), "--group-by",
-                          "resource_group,vendor,model")
-                results[name] = {
-                    "prometheus": export("--prometheus", prom, *window, cwd=tmp_path),
-                    "vm-raw": export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path),
-                    "vm-rollups": export("--prometheus", vm, *window, cwd=tmp_path),
-                }
-    for name, runs in results.items():
-        for source, (rc, doc, err) in runs.items():
-            assert rc == 0, (name, source, err, (tmp_path / "vmalert.log").read_text())
-            assert doc["coverage_ratio"] == pytest.approx(1.0, abs=0.01), (name, source)
-        prom_doc, raw_doc, roll_doc = (runs[k][1] for k in ("prometheus", "vm-raw", "vm-rollups"))
-        assert prom_doc["source_data"] == "raw counters"
-        assert raw_doc["source_data"] == "raw counters (--no-rollups)"
-        # Wholly from the roll-ups: the windows start and end where "hours" do.
-        assert roll_doc["source_data"].startswith("hourly roll-ups"), roll_doc["source_data"]
-        assert "raw counters" not in roll_doc["source_data"], roll_doc["source_data"]
-        assert "billed from hourly roll-ups" in runs["vm-rollups"][2]
-        counts = [sorted((r["resource_group"], r["model"], r["device_count"]) for r in d["rows"])
-                  for d in (prom_doc, raw_doc, roll_doc)]
-        assert counts[0] == counts[1] == counts[2] and len(counts[0]) >= 6
-        agree(f"{name}: VictoriaMetrics raw vs Prometheus raw", prom_doc, raw_doc)
-        agree(f"{name}: roll-ups vs VictoriaMetrics raw", raw_doc, roll_doc)
-        agree(f"{name}: roll-ups vs Prometheus raw", prom_doc, roll_doc)
-        cost = totals(roll_doc)["training"]["cost"]
-        assert cost > 0
+            window = ("--since", iso(lo), "--until", iso(hi), "--group-by",
+                      "resource_group,vendor,model")
+            runs = {
+                "prometheus": export("--prometheus", prom, *window, cwd=tmp_path),
+                "vm-raw": export("--prometheus", vm, "--no-rollups", *window, cwd=tmp_path),
+                "vm-rollups": export("--prometheus", vm, *window, cwd=tmp_path),
+                "vm-replayed-raw": export("--prometheus", vm_replay, "--no-rollups", *window,
+                                          cwd=tmp_path),
+                "vm-replayed-rollups": export("--prometheus", vm_replay, *window, cwd=tmp_path),
+            }
+    for source, (rc, doc, err) in runs.items():
+        assert rc == 0, (source, err, (live_dir / "vmalert.log").read_text())
+        assert doc["coverage_ratio"] == pytest.approx(1.0, abs=0.01), source
+    docs = {source: doc for source, (_, doc, _) in runs.items()}
+    assert docs["prometheus"]["source_data"] == "raw counters"
+    for raw, rolled in (("vm-raw", "vm-rollups"), ("vm-replayed-raw", "vm-replayed-rollups")):
+        assert docs[raw]["source_data"] == "raw counters (--no-rollups)"
+        # Wholly from the roll-ups: the window starts and ends where "hours" do.
+        assert docs[rolled]["source_data"].startswith("hourly roll-ups"), docs[rolled]["source_data"]
+        assert "raw counters" not in docs[rolled]["source_data"], docs[rolled]["source_data"]
+        assert "billed from hourly roll-ups" in runs[rolled][2]
+    counts = [sorted((r["resource_group"], r["model"], r["device_count"]) for r in d["rows"])
+              for d in docs.values()]
+    assert all(c == counts[0] for c in counts) and len(counts[0]) >= 6
+    for store in ("vm", "vm-replayed"):
+        agree(f"{store}: VictoriaMetrics raw vs Prometheus raw", docs["prometheus"], docs[f"{store}-raw"])
+        agree(f"{store}: roll-ups vs VictoriaMetrics raw", docs[f"{store}-raw"], docs[f"{store}-rollups"])
+        agree(f"{store}: roll-ups vs Prometheus raw", docs["prometheus"], docs[f"{store}-rollups"])
+    assert totals(docs["vm-replayed-rollups"])["training"]["cost"] > 0
 
 
 def test_a_window_not_on_rollup_boundaries_bills_its_edges_from_raw_counters(
