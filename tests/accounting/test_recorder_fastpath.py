@@ -295,7 +295,7 @@ def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:
 
 
 def test_recorder_writes_what_the_plain_computation_gives(tmp_path: Path) -> None:
-    snapshots = list(irregular_snapshots(2500, seed=5))
+    snapshots = list(irregular_snapshots(1200, seed=5))
     # Whole intervals only (no checkpoints of the minute in progress), to compare record for
     # record; test_checkpoints_store_exactly_what_whole_intervals_do covers the checkpoints.
     cfg = parse_config(CONFIG + "[ledger]\ncheckpoint_seconds = 0\n")
@@ -327,7 +327,7 @@ def test_recorder_writes_what_the_plain_computation_gives(tmp_path: Path) -> Non
 def test_checkpoints_store_exactly_what_whole_intervals_do(tmp_path: Path) -> None:
     """Issue 19 item 10: the minute in progress written every 5 s in parts (deltas) adds up,
     to the millisecond and the millijoule, to the same rows as whole intervals written once."""
-    snapshots = list(irregular_snapshots(1500, seed=7))
+    snapshots = list(irregular_snapshots(700, seed=7))
     tables = {}
     for every in (0, 5):
         db = tmp_path / f"ledger-{every}.db"
