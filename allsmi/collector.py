@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from allsmi.backend_api import Backend
 from allsmi.backendrunner import REPROBE_SECONDS, BackendRunner
 from allsmi.config import Config
-from allsmi.groups import assign_groups
+from allsmi.groups import group_names
 from allsmi.host import HostSampler
 from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
 
@@ -49,12 +49,14 @@ class _Unsaid:
 _UNSAID = _Unsaid()
 
 
-def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
-    """``dev`` with what the attribution sources say about it and its processes."""
+def _attributed(dev: DeviceSample, result: "Attribution", group: str,
+                labels: dict[str, str]) -> DeviceSample:
+    """``dev`` in its resource ``group`` (with its ``labels``) and with what the attribution
+    sources say about it and its processes: one copy for the cycle's changes."""
     workloads = result.device_workloads(dev.id)
     processes = dev.processes
     if workloads is None and not result.processes:
-        return dev
+        return derive(dev, resource_group=group, labels=labels)
     if processes and result.processes:
         changed = []
         for proc in processes:
@@ -62,7 +64,8 @@ def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
             changed.append(derive(proc, job_id=info.job_id, pod_uid=info.pod_uid,
                                   container_id=info.container_id) if info else proc)
         processes = tuple(changed)
-    return derive(dev, workloads=workloads, processes=processes)
+    return derive(dev, resource_group=group, labels=labels, workloads=workloads,
+                  processes=processes)
 
 
 class Collector:
@@ -160,8 +163,8 @@ class Collector:
             host = self.host.sample()
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
-            grouped = assign_groups(devices, host.hostname, self.config, self._group_memo)
-            attributed, attribution, unknown, said = self._attribute(grouped, wall)
+            groups = group_names(devices, host.hostname, self.config, self._group_memo)
+            attributed, attribution, unknown, said = self._attribute(devices, groups, wall)
             if any(dev.processes or dev.workloads for dev in attributed):  # someone holds one
                 attributed = self.waiting.apply(attributed, unknown)
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
@@ -194,24 +197,30 @@ class Collector:
                 activity_settings(self.config), [r.backend for r in self.runners])
         return self._waiting
 
-    def _attribute(self, devices: tuple[DeviceSample, ...], wall: float
+    def _attribute(self, devices: list[DeviceSample], groups: list[str], wall: float
                    ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str],
                               "Attribution | _Unsaid"]:
-        """``devices`` with their workloads and their processes' job/pod/container ids, the
-        attribution sources' statuses, the devices whose holders are unknown this cycle, and
-        the attribution itself (its conflicts and ignored shares, for the snapshot).
-        Bounded by the attributor's own timeout; a failure here costs the snapshot its
-        attribution (every device's holders unknown), never the snapshot."""
+        """``devices`` in their resource ``groups`` (with the groups' labels), with their
+        workloads and their processes' job/pod/container ids, the attribution sources'
+        statuses, the devices whose holders are unknown this cycle, and the attribution
+        itself (its conflicts and ignored shares, for the snapshot). Bounded by the
+        attributor's own timeout; a failure here costs the snapshot its attribution (every
+        device's holders unknown), never the snapshot."""
+        labels = {group: self.config.group(group).labels for group in set(groups)}
         if self.attributor is None:
-            return devices, (), frozenset(), _UNSAID
+            return tuple(derive(dev, resource_group=group, labels=dict(labels[group]))
+                         for dev, group in zip(devices, groups)), (), frozenset(), _UNSAID
         try:
             result = self.attributor.resolve(devices, now=wall)
-            return (tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses),
-                    frozenset(result.unknown), result)
+            return (tuple(_attributed(dev, result, group, dict(labels[group]))
+                          for dev, group in zip(devices, groups)),
+                    tuple(result.statuses), frozenset(result.unknown), result)
         except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle
             log.exception("attribution failed")
-            return devices, (BackendStatus("attribution", "error",
-                                           f"internal error: {type(exc).__name__}: {exc}"),), \
+            return tuple(derive(dev, resource_group=group, labels=dict(labels[group]))
+                         for dev, group in zip(devices, groups)), \
+                (BackendStatus("attribution", "error",
+                               f"internal error: {type(exc).__name__}: {exc}"),), \
                 frozenset(dev.id for dev in devices), _UNSAID
 
     def start(self) -> None:
