@@ -192,6 +192,8 @@ class Plan:
     client: Any = None
     scenario: Any = None
     verbose: bool = False
+    purpose: str = ""
+    """What the report is for, when not the command's own window (its progress line says it)."""
 
 
 def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
@@ -256,15 +258,17 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
 def build(plan: Plan) -> Any:
     """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
     from allsmi.cli.progress import Progress, counting
+    why = f" ({plan.purpose})" if plan.purpose else ""
     with source(plan) as (ledger, client, name):
         if client is not None:  # each answered query is a step
-            with Progress(f"querying {client.url}", unit="queries",
+            with Progress(f"querying {client.url}{why}", unit="queries",
                           verbose=plan.verbose) as progress:
                 client.query = counting(client.query, progress)
                 client.query_range_vector = counting(client.query_range_vector, progress)
                 return usage_report(plan.window, plan.keys, plan.config, ledger, client,
                                     source=name)
-        with Progress("billing" if name else f"reading {plan.ledger}", verbose=plan.verbose):
+        with Progress(("billing" if name else f"reading {plan.ledger}") + why,
+                      verbose=plan.verbose):
             return usage_report(plan.window, plan.keys, plan.config, ledger, client, source=name)
 
 
@@ -278,7 +282,8 @@ def source(plan: Plan) -> Iterator[tuple[Any, Any, str | None]]:
     from allsmi.cli.progress import Progress
     from allsmi.cli.simbill import simulated_ledger
     with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-        with Progress(f"replaying {plan.scenario.name}", 0, unit="chunks",
+        why = f" ({plan.purpose})" if plan.purpose else ""
+        with Progress(f"replaying {plan.scenario.name}{why}", 0, unit="chunks",
                       verbose=plan.verbose) as progress:
             ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch,
                                       progress=progress)
