@@ -92,7 +92,7 @@ class LedgerRecorder:
                  settings: LedgerSettings | None = None, max_gap_seconds: float | None = None) -> None:
         self.settings = settings or ledger_settings(config, path_flag=path)
         self.interval = self.settings.interval_seconds
-        self.ledger = Ledger(path, interval_seconds=self.interval)
+        self.ledger = self._open(path)
         # The gap bridged comes from the sampling interval (allsmi.usage.bridged_gap_seconds),
         # computed by the command that knows it; the same as the exporter's counters.
         gap = max_gap_seconds if max_gap_seconds is not None else bridged_gap_seconds(
@@ -132,6 +132,11 @@ class LedgerRecorder:
         """Intervals the ledger refused because it already held time placed there
         (``allsmi_ledger_refused_intervals_total``): a wall clock that stepped back into time
         already recorded, by this recorder or an earlier one."""
+
+    def _open(self, path: str | os.PathLike[str]) -> Ledger:
+        """The ledger the intervals are written to (a subclass that stores them elsewhere, the
+        simulated bill's replay, opens none)."""
+        return Ledger(path, interval_seconds=self.interval)
 
     def _device(self, dev: DeviceSample, host: str, facts: tuple[object, ...]) -> _Device:
         """A new record of ``dev``, or one whose facts or labels changed: its Dim (labels as

@@ -27,6 +27,8 @@ CHUNK_SECONDS, MAX_CHUNK_SECONDS = 6 * 3600, 86400
 CHUNKS_PER_WORKER = 4
 #: Worker processes at most, whatever the CPUs (each holds a replay's state, tens of MiB).
 MAX_WORKERS = 8
+#: Allocations between two collections of the young generation while a chunk is replayed.
+GC_YOUNG = 50_000
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     """The intervals of samples ``first, first + step, ... <= last`` (raises ``ConfigError``),
     and the time of the last sample. Unless ``final``, the interval that the last sample opens
     is left out: the next chunk starts with that sample and books that interval whole."""
+    import gc
+
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
@@ -72,7 +76,11 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     from allsmi.schema import HostSample
 
     class Gathering(LedgerRecorder):
-        """A recorder that hands its completed intervals back instead of storing them."""
+        """A recorder that hands its completed intervals back instead of storing them (it
+        opens no ledger file)."""
+
+        def _open(self, path: Any) -> Any:
+            return _Nowhere()
 
         def _store(self, records: list[Any], now: float) -> None:
             gathered.extend(records)
@@ -89,8 +97,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     step, config = job.step, job.config
     now = [first]
     clock = lambda: now[0]  # noqa: E731
-    recorder = Gathering(f"{job.directory}/chunk-{os.getpid()}.db", config, settings=job.settings,
-                         max_gap_seconds=3 * step)
+    recorder = Gathering(job.directory, config, settings=job.settings, max_gap_seconds=3 * step)
     try:
         # The simulated pods and jobs (and any real source configured) are billed too.
         attributor = build_attributor(config, simulate=True, declarations=job.declarations,
@@ -102,11 +109,17 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
                               timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
                               host_sampler=PastHost(), inline=True)
         collector.subscribe(recorder.on_snapshot)
+        threshold = gc.get_threshold()
+        # Each cycle makes and drops thousands of objects, few of them in reference cycles: a
+        # young-generation collection every GC_YOUNG allocations instead of 700 (5-7 % of a
+        # replay), the older generations as before.
+        gc.set_threshold(max(threshold[0], GC_YOUNG), *threshold[1:])
         try:
             while now[0] <= last:
                 collector.collect_once()
                 now[0] += step
         finally:
+            gc.set_threshold(*threshold)
             collector.close()
     finally:
         recorder.close()
@@ -114,6 +127,13 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     if not final:
         gathered = [r for r in gathered if r.start < sampled]
     return gathered, sampled
+
+
+class _Nowhere:
+    """The ledger of a recorder that keeps its intervals (see ``Gathering``): nothing to close."""
+
+    def close(self) -> None:
+        pass
 
 
 def _work(first: float, last: float, final: bool) -> tuple[list[Any], float]:
