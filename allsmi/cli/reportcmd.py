@@ -255,11 +255,12 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
                 s.scenario if s.simulate else None, verbose)
 
 
-def build(plan: Plan) -> Any:
-    """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
+def build(plan: Plan, replays: Any = None) -> Any:
+    """The report the plan asks for (a simulation is replayed into a temporary ledger, or by
+    ``replays``, :class:`allsmi.cli.simreuse.Replays`, which keeps it for the next report)."""
     from allsmi.cli.progress import Progress, counting
     why = f" ({plan.purpose})" if plan.purpose else ""
-    with source(plan) as (ledger, client, name):
+    with source(plan, replays) as (ledger, client, name):
         if client is not None:  # each answered query is a step
             with Progress(f"querying {client.url}{why}", unit="queries",
                           verbose=plan.verbose) as progress:
@@ -273,20 +274,23 @@ def build(plan: Plan) -> Any:
 
 
 @contextlib.contextmanager
-def source(plan: Plan) -> Iterator[tuple[Any, Any, str | None]]:
+def source(plan: Plan, replays: Any = None) -> Iterator[tuple[Any, Any, str | None]]:
     """``(ledger, client, name)`` to read the plan's usage from, for as long as the ``with``
-    lasts: a simulation is replayed into a temporary ledger, removed when the block ends."""
+    lasts: a simulation is replayed into a temporary ledger, removed when the block ends (or
+    when ``replays`` ends)."""
     if plan.scenario is None:
         yield plan.ledger, plan.client, None
         return
     from allsmi.cli.progress import Progress
     from allsmi.cli.simbill import simulated_ledger
-    with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="allsmi-export-") if replays is None \
+            else contextlib.nullcontext("") as scratch:
         why = f" ({plan.purpose})" if plan.purpose else ""
         with Progress(f"replaying {plan.scenario.name}{why}", 0, unit="chunks",
                       verbose=plan.verbose) as progress:
             ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch,
-                                      progress=progress)
+                                      progress=progress) if replays is None else \
+                replays.ledger(plan.scenario, plan.window, plan.config, progress=progress)
         # the temporary ledger is gone when the command ends: name what was billed
         yield ledger, None, f"simulation {plan.scenario.name}"
 
