@@ -32,6 +32,7 @@ __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's name
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
     from allsmi.attribution import Attribution, Attributor
+    from allsmi.schema import HolderWaiting
     from allsmi.waiting import WaitingClassifier
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,16 @@ def _attributed(dev: DeviceSample, result: "Attribution", group: str,
         processes = tuple(changed)
     return derive(dev, resource_group=group, labels=labels, workloads=workloads,
                   processes=processes)
+
+
+def _set_waiting(devices: Sequence[DeviceSample],
+                 reasons: Sequence["tuple[HolderWaiting, ...] | None"] | None) -> None:
+    """Each device's ``waiting`` set to its ``reasons`` (``None``: the step is off). Only for
+    the cycle's own copies of the devices (:func:`_attributed`'s), which nobody else has
+    seen yet: filled in before the snapshot publishes them, as their constructor would."""
+    if reasons is not None:
+        for dev, waiting in zip(devices, reasons):
+            object.__setattr__(dev, "waiting", waiting)
 
 
 class Collector:
@@ -166,7 +177,7 @@ class Collector:
             groups = group_names(devices, host.hostname, self.config, self._group_memo)
             attributed, attribution, unknown, said = self._attribute(devices, groups, wall)
             if any(dev.processes or dev.workloads for dev in attributed):  # someone holds one
-                attributed = self.waiting.apply(attributed, unknown)
+                _set_waiting(attributed, self.waiting.reasons(attributed, unknown))
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,
                                 host=host,

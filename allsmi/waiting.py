@@ -261,8 +261,17 @@ class WaitingClassifier:
     def apply(self, devices: Sequence[DeviceSample],
               holders_unknown: Collection[str] = ()) -> tuple[DeviceSample, ...]:
         """``devices`` with ``waiting`` filled in where someone holds them."""
-        if not self.settings.enabled or not devices:
+        found = self.reasons(devices, holders_unknown)
+        if found is None:
             return tuple(devices)
+        return tuple(dev if waiting is None and dev.waiting is None else derive(dev, waiting=waiting)
+                     for dev, waiting in zip(devices, found))
+
+    def reasons(self, devices: Sequence[DeviceSample], holders_unknown: Collection[str] = ()
+                ) -> list[tuple[HolderWaiting, ...] | None] | None:
+        """Each device's ``waiting`` (see :meth:`apply`); ``None`` when the step is off."""
+        if not self.settings.enabled or not devices:
+            return None
         try:
             host = self.source.sample(holder_pids(devices), self._detailed(devices))
         except Exception as exc:  # a reader's bug must not cost the cycle
@@ -278,10 +287,5 @@ class WaitingClassifier:
             if key not in self._logged and len(self._logged) < 64:
                 self._logged.add(key)
                 log.warning("host activity: %s", problem)
-        out = []
-        for dev in devices:
-            waiting = None if dev.id in holders_unknown else \
-                classify(dev, host, self.settings, self._memo)
-            out.append(dev if waiting is None and dev.waiting is None
-                       else derive(dev, waiting=waiting))
-        return tuple(out)
+        return [None if dev.id in holders_unknown else classify(dev, host, self.settings, self._memo)
+                for dev in devices]
