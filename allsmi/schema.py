@@ -56,12 +56,16 @@ DEVICE_TRAFFIC = ("interconnect_rx_bytes_per_second", "interconnect_tx_bytes_per
 
 
 def _percent_or_none(value: Any) -> float | None:
+    if type(value) is float and 0.0 <= value <= 100.0:  # (nearly always: as it is)
+        return value
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if 0.0 <= value <= 100.0 else None  # NaN fails both comparisons
 
 
 def _rate_or_none(value: Any) -> float | None:
+    if type(value) is float and 0.0 <= value < _INF:  # (nearly always: as it is)
+        return value
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if 0.0 <= value < float("inf") else None

@@ -233,10 +233,11 @@ class SimulatedBackend(Backend):
         # What the impersonated backend declares its activity to measure (the vendors added
         # since the simulation's own table), else the table's.
         source = getattr(self._real, "compute_active_source", None) if self._real else None
+        stall = stalled(spec.backend, unit.key, job, r, partition=unit.parent is not None)
         fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
-                                 partition=unit.parent is not None, source=source)
-        stall = None if looking else stalled(spec.backend, unit.key, job, r,
-                                             partition=unit.parent is not None)
+                                 partition=unit.parent is not None, source=source, stall=stall)
+        if looking:
+            stall = None
         for i, proc in enumerate(procs):
             helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
             self._evidence[proc.pid] = process_evidence(stall, not helper, r)
