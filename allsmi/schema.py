@@ -468,6 +468,17 @@ def derive(sample: _S, **changes: Any) -> _S:
     return make(sample, changes)
 
 
+def fill(sample: _S, **changes: Any) -> _S:
+    """``sample`` itself with ``changes`` set, each cleaned as :func:`derive` cleans it: only
+    for a sample made this cycle that nobody else holds yet (the collector completing what
+    the simulation returns), so that filling it in is building it, not changing it."""
+    cleaners = _CLEANERS[type(sample)]
+    for name, value in changes.items():
+        clean = cleaners[name]
+        object.__setattr__(sample, name, value if clean is None else clean(value))
+    return sample
+
+
 #: Per class and changed fields (in the order given), a function making the derived sample
 #: (see :func:`_deriver`); callers change a handful of field sets, cycle after cycle.
 _DERIVERS: dict[tuple[Any, ...], Any] = {}

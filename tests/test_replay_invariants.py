@@ -1,11 +1,14 @@
 """What keeps a simulated bill's cycle cheap, counted (not timed): the simulated backend builds
 each unit's template once per replay, not once per cycle, and the samples it derives from
 them are exactly what building them afresh gives; the collector copies each device once a
-cycle, for its group, labels, holders and waiting reasons together."""
+cycle, for its group, labels, holders and waiting reasons together, and the simulation's
+devices (new each cycle) not at all."""
 
 from __future__ import annotations
 
 import dataclasses
+
+import pytest
 
 import allsmi.collector
 import allsmi.groups
@@ -48,7 +51,12 @@ def test_templates_are_built_once_per_unit_and_samples_equal_fresh_ones() -> Non
     assert sum(b.templates_built for b in backends) == 2 * units
 
 
-def test_the_collector_copies_a_device_once_a_cycle(monkeypatch) -> None:
+@pytest.mark.parametrize("fresh", [True, False])
+def test_the_collector_copies_a_device_once_a_cycle_and_a_fresh_one_never(monkeypatch,
+                                                                          fresh) -> None:
+    """A backend's devices are copied once a cycle for what the collector adds (group, labels,
+    holders, waiting reasons); the simulation's (``fresh_samples``: new each cycle, kept by
+    nobody) are filled in instead, and are what building them with those fields gives."""
     copies: dict[str, int] = {}
 
     def counting(sample, **changes):
@@ -59,17 +67,24 @@ def test_the_collector_copies_a_device_once_a_cycle(monkeypatch) -> None:
     now = [T0]
     config = parse_config("")
     attributor = build_attributor(config, simulate=True, declarations=declarations(), inline=True)
-    collector = Collector(simulated_backends("mixed", clock=lambda: now[0]), config,
-                          clock=lambda: now[0], attributor=attributor, inline=True)
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in backends:
+        backend.fresh_samples = fresh
+    collector = Collector(backends, config, clock=lambda: now[0], attributor=attributor,
+                          inline=True)
     try:
-        devices = 0
+        devices, seen = 0, []
         for _ in range(CYCLES):
             snapshot = collector.collect_once()
             devices += len(snapshot.devices)
+            seen.extend(snapshot.devices)
             now[0] += 60.0
     finally:
         collector.close()
     assert any(d.waiting for d in snapshot.devices) and all(d.resource_group for d in snapshot.devices)
-    assert copies["DeviceSample"] == devices
+    assert copies.get("DeviceSample", 0) == (0 if fresh else devices)
+    assert len({id(d) for d in seen}) == devices  # every cycle's devices are its own
+    for dev in snapshot.devices:
+        assert _afresh(dev) == dev
     # each distinct set of changed fields is written out once, not per call
     assert len(allsmi.schema._DERIVERS) < 32

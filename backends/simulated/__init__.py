@@ -64,6 +64,9 @@ class SimulatedBackend(Backend):
     name = "simulated"
     vendor = ""
     kind = "gpu"
+    fresh_samples = True
+    """Every sample is a new object this backend keeps no reference to: the collector fills in
+    its group and holders on it rather than copying it (``allsmi.collector._completed``)."""
 
     def __init__(self, *, scenario: str | Path | Scenario = "mixed", target: str | None = None,
                  clock: Callable[[], float] = time.time, timeout_seconds: float = 5.0,
