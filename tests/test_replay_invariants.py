@@ -88,3 +88,32 @@ def test_the_collector_copies_a_device_once_a_cycle_and_a_fresh_one_never(monkey
         assert _afresh(dev) == dev
     # each distinct set of changed fields is written out once, not per call
     assert len(allsmi.schema._DERIVERS) < 32
+
+
+def test_the_recorder_splits_a_device_again_only_when_its_holders_could_differ(tmp_path,
+                                                                              monkeypatch) -> None:
+    """The recorder's fair-share split of a held device is made again only when its processes
+    (the very objects), workloads or parent changed: a backend that hands the same processes
+    back (the simulation's jobs, once their memory ramped up) is not split every cycle."""
+    from dataclasses import replace
+
+    import allsmi.accounting.recorder as recorder
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.fairshare import split
+
+    from .accounting.helpers import T0 as START, device, snap
+    calls = []
+    monkeypatch.setattr(recorder, "split", lambda dev: calls.append(dev.id) or split(dev))
+    rec = LedgerRecorder(tmp_path / "ledger.db", parse_config(""))
+    try:
+        held = device("GPU-a", util=50.0, users=["alice", "bob"], power=300.0)
+        for k in range(5):  # the same processes: split once
+            rec.on_snapshot(replace(snap(START + 60 * k, held), monotonic=1000.0 + 60 * k))
+        assert calls == ["GPU-a"]
+        moved = derive(held, processes=tuple(derive(p, utilization_percent=10.0 * (i + 1))
+                                              for i, p in enumerate(held.processes)))
+        rec.on_snapshot(replace(snap(START + 300, moved), monotonic=1300.0))
+        assert calls == ["GPU-a"] * 2  # new processes: split again
+        assert rec.last_error is None
+    finally:
+        rec.close()
