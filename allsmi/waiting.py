@@ -182,16 +182,26 @@ def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], lin
 
 
 def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
-             memo: dict[tuple[object, ...], HolderWaiting] | None = None
+             memo: dict[tuple[object, ...], HolderWaiting] | None = None,
+             known: dict[str, tuple[object, ...]] | None = None
              ) -> tuple[HolderWaiting, ...] | None:
     """``dev``'s ``waiting``: one entry per holder, ``None`` when nobody holds it. ``memo``
     keeps the entries already made (the same holder with the same evidence, cycle after
-    cycle, is one object, cleaned once)."""
-    found = holders(dev)
+    cycle, is one object, cleaned once); ``known``, each device's holders as last found, made
+    again only when its processes (the very objects) or workloads changed."""
+    last = known.get(dev.id) if known is not None else None
+    if last is not None and last[0] is dev.processes and last[1] == dev.workloads:
+        found, untold = last[2], last[3]  # type: ignore[assignment]
+    else:
+        found = holders(dev)
+        mine = {p.pid for _, procs in found for p in procs}
+        untold = sum(1 for p in dev.processes or () if p.pid not in mine)
+        if known is not None:
+            if len(known) >= 4096:
+                known.clear()
+            known[dev.id] = (dev.processes, dev.workloads, found, untold)
     if not found:
         return None
-    mine = {p.pid for _, procs in found for p in procs}
-    untold = sum(1 for p in dev.processes or () if p.pid not in mine)
     out = []
     for holder, procs in found:
         reason, evidence = classify_holder(dev, procs, host, s, untold)
@@ -232,6 +242,7 @@ class WaitingClassifier:
         self.source: HostSource = source if source is not None else HostActivitySampler()
         self._logged: set[str] = set()
         self._memo: dict[tuple[object, ...], HolderWaiting] = {}
+        self._holders: dict[str, tuple[object, ...]] = {}
         self.problems: tuple[str, ...] = ()
         """What the host readers could not read in the last cycle (one line each)."""
 
@@ -287,5 +298,6 @@ class WaitingClassifier:
             if key not in self._logged and len(self._logged) < 64:
                 self._logged.add(key)
                 log.warning("host activity: %s", problem)
-        return [None if dev.id in holders_unknown else classify(dev, host, self.settings, self._memo)
+        return [None if dev.id in holders_unknown
+                else classify(dev, host, self.settings, self._memo, self._holders)
                 for dev in devices]
