@@ -280,6 +280,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
         import allsmi.backends.simulated  # noqa: F401
         import allsmi.collector  # noqa: F401
+        import allsmi.hostactivity.simulated  # noqa: F401 - (the waiting step's, first cycle)
+        import allsmi.waiting  # noqa: F401
         pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),
                                    initializer=_start_worker, initargs=(job,))
     try:
