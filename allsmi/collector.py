@@ -24,14 +24,15 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from allsmi.backend_api import Backend
 from allsmi.backendrunner import REPROBE_SECONDS, BackendRunner
 from allsmi.config import Config
-from allsmi.groups import assign_groups
+from allsmi.groups import group_names
 from allsmi.host import HostSampler
-from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
+from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive, fill
 
 __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's names, public here too
 
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
     from allsmi.attribution import Attribution, Attributor
+    from allsmi.schema import HolderWaiting
     from allsmi.waiting import WaitingClassifier
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,15 @@ class _Unsaid:
 _UNSAID = _Unsaid()
 
 
-def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
-    """``dev`` with what the attribution sources say about it and its processes."""
+def _attributed(dev: DeviceSample, result: "Attribution", group: str,
+                labels: dict[str, str], fresh: bool = False) -> DeviceSample:
+    """``dev`` in its resource ``group`` (with its ``labels``) and with what the attribution
+    sources say about it and its processes: one copy for the cycle's changes, or none when
+    the device is ``fresh`` (see :func:`_completed`)."""
     workloads = result.device_workloads(dev.id)
     processes = dev.processes
     if workloads is None and not result.processes:
-        return dev
+        return _completed(dev, fresh, resource_group=group, labels=labels)
     if processes and result.processes:
         changed = []
         for proc in processes:
@@ -62,7 +66,25 @@ def _attributed(dev: DeviceSample, result: "Attribution") -> DeviceSample:
             changed.append(derive(proc, job_id=info.job_id, pod_uid=info.pod_uid,
                                   container_id=info.container_id) if info else proc)
         processes = tuple(changed)
-    return derive(dev, workloads=workloads, processes=processes)
+    return _completed(dev, fresh, resource_group=group, labels=labels, workloads=workloads,
+                      processes=processes)
+
+
+def _completed(dev: DeviceSample, fresh: bool, **changes: object) -> DeviceSample:
+    """``dev`` with ``changes``: a copy, or, when ``fresh`` (made this cycle by a backend that
+    keeps nothing of what it returns: ``fresh_samples``), ``dev`` itself with them filled in
+    before anyone else sees it, as a copy would have them (:func:`allsmi.schema.fill`)."""
+    return fill(dev, **changes) if fresh else derive(dev, **changes)
+
+
+def _set_waiting(devices: Sequence[DeviceSample],
+                 reasons: Sequence["tuple[HolderWaiting, ...] | None"] | None) -> None:
+    """Each device's ``waiting`` set to its ``reasons`` (``None``: the step is off). Only for
+    the cycle's own copies of the devices (:func:`_attributed`'s), which nobody else has
+    seen yet: filled in before the snapshot publishes them, as their constructor would."""
+    if reasons is not None:
+        for dev, waiting in zip(devices, reasons):
+            object.__setattr__(dev, "waiting", waiting)
 
 
 class Collector:
@@ -136,6 +158,7 @@ class Collector:
             asked = {id(r): r.start_call() for r in self.runners}
             statuses: list[BackendStatus] = []
             devices: list[DeviceSample] = []
+            fresh: list[bool] = []
             for runner in self.runners:
                 if not asked[id(runner)]:
                     busy = runner.busy_for() or 0.0
@@ -156,14 +179,16 @@ class Collector:
                 statuses.append(BackendStatus(runner.name, outcome.status, outcome.message,
                                               round(outcome.duration, 6)))
                 devices.extend(outcome.devices)
+                # a backend whose samples are new each cycle and kept by nobody (the simulation)
+                fresh.extend([getattr(runner.backend, "fresh_samples", False)] * len(outcome.devices))
             # Sampled last so that its CPU figure covers the cycle just run.
             host = self.host.sample()
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
-            grouped = assign_groups(devices, host.hostname, self.config, self._group_memo)
-            attributed, attribution, unknown, said = self._attribute(grouped, wall)
+            groups = group_names(devices, host.hostname, self.config, self._group_memo)
+            attributed, attribution, unknown, said = self._attribute(devices, groups, wall, fresh)
             if any(dev.processes or dev.workloads for dev in attributed):  # someone holds one
-                attributed = self.waiting.apply(attributed, unknown)
+                _set_waiting(attributed, self.waiting.reasons(attributed, unknown))
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
                                 monotonic=steady,
                                 host=host,
@@ -194,24 +219,33 @@ class Collector:
                 activity_settings(self.config), [r.backend for r in self.runners])
         return self._waiting
 
-    def _attribute(self, devices: tuple[DeviceSample, ...], wall: float
+    def _attribute(self, devices: list[DeviceSample], groups: list[str], wall: float,
+                   fresh: list[bool]
                    ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str],
                               "Attribution | _Unsaid"]:
-        """``devices`` with their workloads and their processes' job/pod/container ids, the
-        attribution sources' statuses, the devices whose holders are unknown this cycle, and
-        the attribution itself (its conflicts and ignored shares, for the snapshot).
-        Bounded by the attributor's own timeout; a failure here costs the snapshot its
-        attribution (every device's holders unknown), never the snapshot."""
+        """``devices`` in their resource ``groups`` (with the groups' labels), with their
+        workloads and their processes' job/pod/container ids, the attribution sources'
+        statuses, the devices whose holders are unknown this cycle, and the attribution
+        itself (its conflicts and ignored shares, for the snapshot); copies of them, except
+        those ``fresh`` (:func:`_completed`). Bounded by the attributor's own timeout; a
+        failure here costs the snapshot its attribution (every device's holders unknown),
+        never the snapshot."""
+        labels = {group: self.config.group(group).labels for group in set(groups)}
         if self.attributor is None:
-            return devices, (), frozenset(), _UNSAID
+            return tuple(_completed(dev, new, resource_group=group, labels=dict(labels[group]))
+                         for dev, group, new in zip(devices, groups, fresh)), (), frozenset(), \
+                _UNSAID
         try:
             result = self.attributor.resolve(devices, now=wall)
-            return (tuple(_attributed(dev, result) for dev in devices), tuple(result.statuses),
-                    frozenset(result.unknown), result)
+            return (tuple(_attributed(dev, result, group, dict(labels[group]), new)
+                          for dev, group, new in zip(devices, groups, fresh)),
+                    tuple(result.statuses), frozenset(result.unknown), result)
         except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle
             log.exception("attribution failed")
-            return devices, (BackendStatus("attribution", "error",
-                                           f"internal error: {type(exc).__name__}: {exc}"),), \
+            return tuple(_completed(dev, new, resource_group=group, labels=dict(labels[group]))
+                         for dev, group, new in zip(devices, groups, fresh)), \
+                (BackendStatus("attribution", "error",
+                               f"internal error: {type(exc).__name__}: {exc}"),), \
                 frozenset(dev.id for dev in devices), _UNSAID
 
     def start(self) -> None:

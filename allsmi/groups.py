@@ -20,7 +20,17 @@ MEMO_SIZE = 4096
 def assign_groups(devices: Iterable[DeviceSample], hostname: str,
                   config: Config, memo: dict[tuple[object, ...], str] | None = None
                   ) -> tuple[DeviceSample, ...]:
-    """Set ``resource_group`` and the group's ``labels`` on each device.
+    """Set ``resource_group`` and the group's ``labels`` on each device (see
+    :func:`group_names`)."""
+    devices = tuple(devices)
+    return tuple(derive(dev, resource_group=group, labels=dict(config.group(group).labels))
+                 for dev, group in zip(devices, group_names(devices, hostname, config, memo)))
+
+
+def group_names(devices: Iterable[DeviceSample], hostname: str,
+                config: Config, memo: dict[tuple[object, ...], str] | None = None) -> list[str]:
+    """Each device's resource group, in order (the collector sets it with the device's other
+    changes of the cycle, in one copy).
 
     Rules are tried in order and the first match wins. A partition matches
     ``index`` and ``bus_id`` against its parent's (its own index counts within
@@ -31,7 +41,7 @@ def assign_groups(devices: Iterable[DeviceSample], hostname: str,
     ``memo`` (a dict the caller keeps for one ``config``) remembers each rule's verdict by the
     facts it was given: devices seldom change them, and every device is assigned every cycle.
     """
-    out: list[DeviceSample] = []
+    out: list[str] = []
     by_id: dict[str, str] = {}
     physical: dict[str, DeviceSample] = {}
     for dev in devices:
@@ -55,5 +65,5 @@ def assign_groups(devices: Iterable[DeviceSample], hostname: str,
         if group is None:
             group = by_id.get(dev.parent or "", config.default_group)
         by_id[dev.id] = group
-        out.append(derive(dev, resource_group=group, labels=dict(config.group(group).labels)))
-    return tuple(out)
+        out.append(group)
+    return out

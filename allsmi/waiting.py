@@ -182,16 +182,26 @@ def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], lin
 
 
 def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
-             memo: dict[tuple[object, ...], HolderWaiting] | None = None
+             memo: dict[tuple[object, ...], HolderWaiting] | None = None,
+             known: dict[str, tuple[object, ...]] | None = None
              ) -> tuple[HolderWaiting, ...] | None:
     """``dev``'s ``waiting``: one entry per holder, ``None`` when nobody holds it. ``memo``
     keeps the entries already made (the same holder with the same evidence, cycle after
-    cycle, is one object, cleaned once)."""
-    found = holders(dev)
+    cycle, is one object, cleaned once); ``known``, each device's holders as last found, made
+    again only when its processes (the very objects) or workloads changed."""
+    last = known.get(dev.id) if known is not None else None
+    if last is not None and last[0] is dev.processes and last[1] == dev.workloads:
+        found, untold = last[2], last[3]  # type: ignore[assignment]
+    else:
+        found = holders(dev)
+        mine = {p.pid for _, procs in found for p in procs}
+        untold = sum(1 for p in dev.processes or () if p.pid not in mine)
+        if known is not None:
+            if len(known) >= 4096:
+                known.clear()
+            known[dev.id] = (dev.processes, dev.workloads, found, untold)
     if not found:
         return None
-    mine = {p.pid for _, procs in found for p in procs}
-    untold = sum(1 for p in dev.processes or () if p.pid not in mine)
     out = []
     for holder, procs in found:
         reason, evidence = classify_holder(dev, procs, host, s, untold)
@@ -232,6 +242,7 @@ class WaitingClassifier:
         self.source: HostSource = source if source is not None else HostActivitySampler()
         self._logged: set[str] = set()
         self._memo: dict[tuple[object, ...], HolderWaiting] = {}
+        self._holders: dict[str, tuple[object, ...]] = {}
         self.problems: tuple[str, ...] = ()
         """What the host readers could not read in the last cycle (one line each)."""
 
@@ -261,8 +272,17 @@ class WaitingClassifier:
     def apply(self, devices: Sequence[DeviceSample],
               holders_unknown: Collection[str] = ()) -> tuple[DeviceSample, ...]:
         """``devices`` with ``waiting`` filled in where someone holds them."""
-        if not self.settings.enabled or not devices:
+        found = self.reasons(devices, holders_unknown)
+        if found is None:
             return tuple(devices)
+        return tuple(dev if waiting is None and dev.waiting is None else derive(dev, waiting=waiting)
+                     for dev, waiting in zip(devices, found))
+
+    def reasons(self, devices: Sequence[DeviceSample], holders_unknown: Collection[str] = ()
+                ) -> list[tuple[HolderWaiting, ...] | None] | None:
+        """Each device's ``waiting`` (see :meth:`apply`); ``None`` when the step is off."""
+        if not self.settings.enabled or not devices:
+            return None
         try:
             host = self.source.sample(holder_pids(devices), self._detailed(devices))
         except Exception as exc:  # a reader's bug must not cost the cycle
@@ -278,10 +298,6 @@ class WaitingClassifier:
             if key not in self._logged and len(self._logged) < 64:
                 self._logged.add(key)
                 log.warning("host activity: %s", problem)
-        out = []
-        for dev in devices:
-            waiting = None if dev.id in holders_unknown else \
-                classify(dev, host, self.settings, self._memo)
-            out.append(dev if waiting is None and dev.waiting is None
-                       else derive(dev, waiting=waiting))
-        return tuple(out)
+        return [None if dev.id in holders_unknown
+                else classify(dev, host, self.settings, self._memo, self._holders)
+                for dev in devices]

@@ -44,14 +44,53 @@ def test_verbose_says_how_long_it_took(tmp_path: Path) -> None:
     assert idle.returncode == 0 and re.search(r"^allsmi: replaying mixed: \d+\.\d s", idle.stderr, re.M)
 
 
-def test_on_a_terminal_stderr_shows_progress_and_stdout_stays_the_document(tmp_path: Path) -> None:
-    """stderr on a pseudo-terminal, stdout a pipe: the progress goes to the terminal only."""
+BUDGET = """\
+[[rules]]
+resource_group = "training"
+vendor = "nvidia"
+[groups.training]
+price_per_device_hour = 2.0
+currency = "EUR"
+budget_per_month = 100
+"""
+
+
+def _budget_window() -> tuple[str, ...]:
+    """An hour of last month from 01:00 on its first day (UTC): the budgets' month to date is
+    the two hours from midnight, a second replay."""
+    first = datetime.now(timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    start = (first - timedelta(days=1)).replace(day=1, hour=1)
+    return ("--since", start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "--until", (start + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"), "--tz", "UTC")
+
+
+def test_verbose_says_how_long_the_budgets_month_to_date_took(tmp_path: Path) -> None:
+    """With a budget, the month to date is replayed too: --verbose says how long each took,
+    naming what the second one was for; off a terminal nothing else is written."""
+    (tmp_path / "c.toml").write_text(BUDGET)
+    out = run_allsmi("export", "--config", str(tmp_path / "c.toml"), "--simulate", "mixed",
+                     *_budget_window(), "--format", "json", "--verbose", cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    row = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training")
+    assert row["budget_used_ratio"] > row["cost"] / 100  # two hours' cost against one's
+    assert re.search(r"^allsmi: replaying mixed: \d+\.\d s \(\d+ chunks\)$", out.stderr, re.M)
+    assert re.search(r"^allsmi: replaying mixed \(month to date, for the budgets\): \d+\.\d s "
+                     r"\(\d+ chunks\)$", out.stderr, re.M), out.stderr
+    assert "\x1b" not in out.stderr
+    quiet = run_allsmi("export", "--config", str(tmp_path / "c.toml"), "--simulate", "mixed",
+                       *_budget_window(), "--format", "json", cwd=tmp_path, timeout=120)
+    assert quiet.returncode == 0 and quiet.stdout == out.stdout
+    assert "replaying" not in quiet.stderr, quiet.stderr
+
+
+def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
+    """(exit status, stdout, what the terminal showed) of ``allsmi ARGS`` with stderr on a
+    pseudo-terminal and stdout a pipe."""
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen(allsmi_exe() + ["export", "--simulate", "mixed", *_window(12), "--format",
-                                            "json"],
+    proc = subprocess.Popen(allsmi_exe() + args,
                             stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL,
                             env={**os.environ, **ENV, "TERM": "xterm-256color", "COLUMNS": "100"},
-                            cwd=tmp_path)
+                            cwd=cwd)
     os.close(terminal)
     seen = b""
     deadline = time.monotonic() + 120
@@ -74,7 +113,23 @@ def test_on_a_terminal_stderr_shows_progress_and_stdout_stays_the_document(tmp_p
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0
+    return proc.returncode, stdout, seen
+
+
+def test_on_a_terminal_stderr_shows_progress_and_stdout_stays_the_document(tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal, stdout a pipe: the progress goes to the terminal only."""
+    code, stdout, seen = _on_a_terminal(["export", "--simulate", "mixed", *_window(12), "--format",
+                                         "json"], tmp_path)
+    assert code == 0
     assert json.loads(stdout)["source"] == "simulation mixed"
     assert b"\x1b" not in stdout and b"replaying" not in stdout
     assert b"allsmi: replaying mixed" in seen, seen[-500:]
+
+
+def test_on_a_terminal_the_budgets_replay_shows_its_progress_too(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(BUDGET)
+    code, stdout, seen = _on_a_terminal(["export", "--config", str(tmp_path / "c.toml"),
+                                         "--simulate", "mixed", *_budget_window(), "--format",
+                                         "csv"], tmp_path)
+    assert code == 0 and b"\x1b" not in stdout and stdout.startswith(b"period_start,")
+    assert b"allsmi: replaying mixed (month to date, for the budgets)" in seen, seen[-500:]

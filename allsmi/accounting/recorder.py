@@ -61,7 +61,7 @@ class _Device:
     """What the recorder keeps of one device between cycles (facts that rarely change)."""
 
     __slots__ = ("facts", "labels", "dim", "held", "held_cycle", "bucket", "seen", "waiting",
-                 "activity_method")
+                 "activity_method", "held_of")
 
     def __init__(self, facts: tuple[object, ...], labels: dict[str, str], dim: Dim) -> None:
         self.facts = facts
@@ -70,6 +70,10 @@ class _Device:
         #: The holders (split(dev)) in the last cycle the device was valid and held, and that cycle.
         self.held: Split = NOBODY
         self.held_cycle = -2
+        #: What ``held`` was split from: the device's (processes, workloads, parent), the
+        #: processes as the object they were (a backend that keeps a job's processes from one
+        #: sample to the next hands the same tuple back; split is a function of these alone).
+        self.held_of: tuple[object, ...] | None = None
         #: Each holder's waiting reason in that cycle (None: not classified), and what the
         #: device's activity figure measured.
         self.waiting: dict[Holder, str] | None = None
@@ -92,7 +96,7 @@ class LedgerRecorder:
                  settings: LedgerSettings | None = None, max_gap_seconds: float | None = None) -> None:
         self.settings = settings or ledger_settings(config, path_flag=path)
         self.interval = self.settings.interval_seconds
-        self.ledger = Ledger(path, interval_seconds=self.interval)
+        self.ledger = self._open(path)
         # The gap bridged comes from the sampling interval (allsmi.usage.bridged_gap_seconds),
         # computed by the command that knows it; the same as the exporter's counters.
         gap = max_gap_seconds if max_gap_seconds is not None else bridged_gap_seconds(
@@ -132,6 +136,11 @@ class LedgerRecorder:
         """Intervals the ledger refused because it already held time placed there
         (``allsmi_ledger_refused_intervals_total``): a wall clock that stepped back into time
         already recorded, by this recorder or an earlier one."""
+
+    def _open(self, path: str | os.PathLike[str]) -> Ledger:
+        """The ledger the intervals are written to (a subclass that stores them elsewhere, the
+        simulated bill's replay, opens none)."""
+        return Ledger(path, interval_seconds=self.interval)
 
     def _device(self, dev: DeviceSample, host: str, facts: tuple[object, ...]) -> _Device:
         """A new record of ``dev``, or one whose facts or labels changed: its Dim (labels as
@@ -211,8 +220,14 @@ class LedgerRecorder:
             state.bucket = bucket
             if dev.health in _VALID:
                 if dev.processes or dev.workloads:
-                    # Per cycle: the used split follows the processes' activity of this cycle.
-                    state.held, state.held_cycle = split(dev), cycle
+                    # Per cycle: the used split follows the processes' activity of this cycle
+                    # (split again unless its processes are the very ones of the last split).
+                    of = state.held_of
+                    if of is None or of[0] is not dev.processes or of[1] != dev.workloads \
+                            or of[2] != dev.parent:
+                        state.held = split(dev)
+                        state.held_of = (dev.processes, dev.workloads, dev.parent)
+                    state.held_cycle = cycle
                     state.waiting = waiting_by_holder(dev)
                 state.activity_method = dev.compute_active_source
                 mem = memory.get(dev_id, dev.memory_used_bytes) if memory else dev.memory_used_bytes

@@ -19,6 +19,8 @@ import datetime as dt
 from dataclasses import replace
 from typing import Any, Callable
 
+#: What the second pass is for, as its progress line (and ``--verbose``) says.
+PURPOSE = "month to date, for the budgets"
 KEYS = ("resource_group", "vendor", "model", "host", "user", "namespace", "pod", "job")
 
 
@@ -37,7 +39,7 @@ def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
     if report.window.start <= first:  # the window is the month to date (or the whole month)
         return report
     from allsmi.accounting.periods import Window
-    to_date = build(replace(plan, window=Window(first, report.window.end)))
+    to_date = build(replace(plan, window=Window(first, report.window.end), purpose=PURPOSE))
     by_key = {tuple(getattr(r, k, None) for k in KEYS): r for r in to_date.rows}
     rows = []
     for row in report.rows:

@@ -74,9 +74,12 @@ def _export(run: Run, output_format: str | None, output: str | None,
         if not output and stdout_is_terminal():
             raise Failed("config", f"{fmt} is binary: give --output FILE or redirect stdout", 2)
 
-    report = build(plan)
     from allsmi.cli.budgets import month_to_date
-    report = month_to_date(plan, report, build)  # budgets: the month to date, whatever the window
+    from allsmi.cli.simreuse import Replays
+    with Replays() as replays:  # a simulation's month to date extends the window's replay
+        report = build(plan, replays)
+        # budgets: the month to date, whatever the window
+        report = month_to_date(plan, report, lambda p: build(p, replays))
     run.coverage = report.coverage_ratio
     write_output(render(report, fmt, focus), output)
     warn_budgets(report)

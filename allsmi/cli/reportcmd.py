@@ -192,6 +192,8 @@ class Plan:
     client: Any = None
     scenario: Any = None
     verbose: bool = False
+    purpose: str = ""
+    """What the report is for, when not the command's own window (its progress line says it)."""
 
 
 def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
@@ -253,35 +255,42 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
                 s.scenario if s.simulate else None, verbose)
 
 
-def build(plan: Plan) -> Any:
-    """The report the plan asks for (a simulation is replayed into a temporary ledger)."""
+def build(plan: Plan, replays: Any = None) -> Any:
+    """The report the plan asks for (a simulation is replayed into a temporary ledger, or by
+    ``replays``, :class:`allsmi.cli.simreuse.Replays`, which keeps it for the next report)."""
     from allsmi.cli.progress import Progress, counting
-    with source(plan) as (ledger, client, name):
+    why = f" ({plan.purpose})" if plan.purpose else ""
+    with source(plan, replays) as (ledger, client, name):
         if client is not None:  # each answered query is a step
-            with Progress(f"querying {client.url}", unit="queries",
+            with Progress(f"querying {client.url}{why}", unit="queries",
                           verbose=plan.verbose) as progress:
                 client.query = counting(client.query, progress)
                 client.query_range_vector = counting(client.query_range_vector, progress)
                 return usage_report(plan.window, plan.keys, plan.config, ledger, client,
                                     source=name)
-        with Progress("billing" if name else f"reading {plan.ledger}", verbose=plan.verbose):
+        with Progress(("billing" if name else f"reading {plan.ledger}") + why,
+                      verbose=plan.verbose):
             return usage_report(plan.window, plan.keys, plan.config, ledger, client, source=name)
 
 
 @contextlib.contextmanager
-def source(plan: Plan) -> Iterator[tuple[Any, Any, str | None]]:
+def source(plan: Plan, replays: Any = None) -> Iterator[tuple[Any, Any, str | None]]:
     """``(ledger, client, name)`` to read the plan's usage from, for as long as the ``with``
-    lasts: a simulation is replayed into a temporary ledger, removed when the block ends."""
+    lasts: a simulation is replayed into a temporary ledger, removed when the block ends (or
+    when ``replays`` ends)."""
     if plan.scenario is None:
         yield plan.ledger, plan.client, None
         return
     from allsmi.cli.progress import Progress
     from allsmi.cli.simbill import simulated_ledger
-    with tempfile.TemporaryDirectory(prefix="allsmi-export-") as scratch:
-        with Progress(f"replaying {plan.scenario.name}", 0, unit="chunks",
+    with tempfile.TemporaryDirectory(prefix="allsmi-export-") if replays is None \
+            else contextlib.nullcontext("") as scratch:
+        why = f" ({plan.purpose})" if plan.purpose else ""
+        with Progress(f"replaying {plan.scenario.name}{why}", 0, unit="chunks",
                       verbose=plan.verbose) as progress:
             ledger = simulated_ledger(plan.scenario, plan.window, plan.config, scratch,
-                                      progress=progress)
+                                      progress=progress) if replays is None else \
+                replays.ledger(plan.scenario, plan.window, plan.config, progress=progress)
         # the temporary ledger is gone when the command ends: name what was billed
         yield ledger, None, f"simulation {plan.scenario.name}"
 

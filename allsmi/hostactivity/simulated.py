@@ -25,12 +25,23 @@ class SimulatedHostActivity:
 
     def __init__(self, sources: Sequence[Evidence]) -> None:
         self.sources = tuple(sources)
+        #: Each process's last evidence and what was made of it: much of it (helpers, stalls)
+        #: is the same from one cycle to the next.
+        self._last: dict[int, tuple[Mapping[str, Any], ProcessActivity]] = {}
 
     def sample(self, pids: Collection[int],
                detailed: Collection[int] | None = None) -> HostActivity:
         processes: dict[int, ProcessActivity] = {}
         wanted = set(pids)
+        last = self._last
         for source in self.sources:
             for pid, fields in source(wanted).items():
-                processes[pid] = ProcessActivity(pid=pid, **fields)
+                seen = last.get(pid)
+                if seen is not None and seen[0] == fields:
+                    processes[pid] = seen[1]
+                else:
+                    processes[pid] = activity = ProcessActivity(pid=pid, **fields)
+                    last[pid] = (fields, activity)
+        if len(last) > 4 * len(processes) + 256:  # processes long gone
+            self._last = {pid: last[pid] for pid in processes}
         return HostActivity(processes, SIMULATED_NODE, None)

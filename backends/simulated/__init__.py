@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from allsmi.backend_api import Backend, BackendError, ProbeResult
-from allsmi.schema import DeviceSample, ProcessSample
+from allsmi.schema import DeviceSample, ProcessSample, derive
 
 from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
 from .jobs import MIB, JobDraws
@@ -64,6 +64,9 @@ class SimulatedBackend(Backend):
     name = "simulated"
     vendor = ""
     kind = "gpu"
+    fresh_samples = True
+    """Every sample is a new object this backend keeps no reference to: the collector fills in
+    its group and holders on it rather than copying it (``allsmi.collector._completed``)."""
 
     def __init__(self, *, scenario: str | Path | Scenario = "mixed", target: str | None = None,
                  clock: Callable[[], float] = time.time, timeout_seconds: float = 5.0,
@@ -81,6 +84,11 @@ class SimulatedBackend(Backend):
         self._jobs = JobDraws()
         #: Per unit, the fields of its samples that never change (see :meth:`_sample_unit`).
         self._static: dict[str, dict[str, Any]] = {}
+        #: Per unit, its sample and its partitions' with those fields, built (and checked) once:
+        #: each cycle derives from them only what moves (see :meth:`_templates_of`).
+        self._templates: dict[str, tuple[DeviceSample, tuple[DeviceSample, ...]]] = {}
+        self.templates_built = 0
+        """Units whose templates were built (once each per :meth:`open`; tests count them)."""
         #: The host evidence of each process of the last sample (see :meth:`host_evidence`).
         self._evidence: dict[int, dict[str, Any]] = {}
         self._closed = threading.Event()
@@ -135,7 +143,7 @@ class SimulatedBackend(Backend):
         self._adopt_identity()
         self._closed.clear()
         self._units = []
-        self._static = {}
+        self._static, self._templates = {}, {}
         for spec in scenario.devices:
             if self._target is not None and spec.backend != self._target:
                 continue
@@ -228,10 +236,11 @@ class SimulatedBackend(Backend):
         # What the impersonated backend declares its activity to measure (the vendors added
         # since the simulation's own table), else the table's.
         source = getattr(self._real, "compute_active_source", None) if self._real else None
+        stall = stalled(spec.backend, unit.key, job, r, partition=unit.parent is not None)
         fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
-                                 partition=unit.parent is not None, source=source)
-        stall = None if looking else stalled(spec.backend, unit.key, job, r,
-                                             partition=unit.parent is not None)
+                                 partition=unit.parent is not None, source=source, stall=stall)
+        if looking:
+            stall = None
         for i, proc in enumerate(procs):
             helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
             self._evidence[proc.pid] = process_evidence(stall, not helper, r)
@@ -282,6 +291,9 @@ class SimulatedBackend(Backend):
         def device(**fields: Any) -> DeviceSample:
             return DeviceSample(**{**fields, **blank}) if blank else DeviceSample(**fields)
 
+        def moved(template: DeviceSample, **fields: Any) -> DeviceSample:
+            return derive(template, **{**fields, **blank}) if blank else derive(template, **fields)
+
         if self._lost(scenario, unit, s):
             return [device(**static, health="lost")] + [
                 device(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
@@ -318,17 +330,15 @@ class SimulatedBackend(Backend):
             util = sum(cores) / len(cores)
         children_out: list[DeviceSample] = []
         activity: dict[str, Any] = {}
+        template, child_templates = self._templates.get(unit.key) \
+            or self._templates_of(unit, static, blank)
         if unit.children:
             util = None  # NVML reports no utilization for a GPU in MIG mode, nor per instance
             details["mig_mode"] = "enabled"
-            for child, child_util, used, procs, job, r in loads:
-                children_out.append(device(
-                    **self._activity(child, job, r, child_util, procs),
-                    id=child.id, vendor=vendor, kind=kind, backend=self.display_name,
-                    uuid=child.uuid, name=child.name, bus_id=child.bus_id,
-                    parent=unit.id, partition_share=child.share, driver_version=spec.driver_version,
-                    firmware_version=spec.firmware_version, health="ok",
-                    memory_used_bytes=used, memory_total_bytes=child.memory_total, processes=procs))
+            for (child, child_util, used, procs, job, r), child_template in zip(loads, child_templates):
+                children_out.append(moved(child_template,
+                                          **self._activity(child, job, r, child_util, procs),
+                                          memory_used_bytes=used, processes=procs))
             used_total = sum(l[2] for l in loads)
             procs_parent: tuple[ProcessSample, ...] = ()
         else:
@@ -336,15 +346,32 @@ class SimulatedBackend(Backend):
             activity = self._activity(unit, job, r, mean_util, procs_parent)
             if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
-        parent = device(
-            **activity,
-            **static, health="ok", utilization_percent=None if util is None else round(util, 2),
-            memory_used_bytes=used_total, memory_total_bytes=unit.memory_total,
+        parent = moved(
+            template, **activity, utilization_percent=None if util is None else round(util, 2),
+            memory_used_bytes=used_total,
             temperature_celsius=round(temp, 1), power_watts=round(power, 3),
-            power_limit_watts=spec.power_limit_watts, energy_joules=None if energy is None else round(energy, 3),
+            energy_joules=None if energy is None else round(energy, 3),
             clock_mhz=clock, fan_percent=None if fan is None else round(fan, 1),
             processes=procs_parent, details=details)
         return [parent] + children_out
+
+    def _templates_of(self, unit: _Unit, static: dict[str, Any], blank: dict[str, None]
+                      ) -> tuple[DeviceSample, tuple[DeviceSample, ...]]:
+        """``unit``'s sample and its partitions' with what never changes (their identity,
+        health, memory size and power limit; ``blank`` left ``None``), built once."""
+        spec = unit.spec
+        self.templates_built += 1
+        self._templates[unit.key] = made = (
+            DeviceSample(**{**static, "health": "ok", "memory_total_bytes": unit.memory_total,
+                            "power_limit_watts": spec.power_limit_watts, **blank}),
+            tuple(DeviceSample(**{
+                "id": c.id, "vendor": static["vendor"], "kind": static["kind"],
+                "backend": self.display_name, "uuid": c.uuid, "name": c.name, "bus_id": c.bus_id,
+                "parent": unit.id, "partition_share": c.share,
+                "driver_version": spec.driver_version, "firmware_version": spec.firmware_version,
+                "health": "ok", "memory_total_bytes": c.memory_total, **blank})
+                for c in unit.children))
+        return made
 
     @staticmethod
     def _heat(cycle: LoadCycle, r: float) -> float:

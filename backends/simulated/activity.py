@@ -51,17 +51,24 @@ def stalled(backend: str, key: str, job: int, r: float, partition: bool = False)
     return kind if kind is not None and in_window(r, STALL_PERIOD, STALL_SECONDS) else None
 
 
+_ASK = object()
+
+
 def device_activity(backend: str, key: str, job: int, r: float, util: float, busy: bool,
                     busy_looking: bool = False, partition: bool = False,
-                    source: str | None = None) -> dict[str, Any]:
+                    source: str | None = None, stall: Any = _ASK) -> dict[str, Any]:
     """The device's activity fields ``r`` seconds into job ``job`` (``busy``: a job runs). A
     ``partition`` (a MIG instance) has its own compute figures but no link or PCIe traffic:
     those belong to the board, as NVML's GPM per instance has them. ``source``: what the
-    impersonated backend's activity measures (else :data:`COMPUTE_SOURCES`')."""
+    impersonated backend's activity measures (else :data:`COMPUTE_SOURCES`'). ``stall``: what
+    :func:`stalled` says of the job now, when the caller knows it already."""
     source = source or COMPUTE_SOURCES.get(backend)
     out: dict[str, Any] = {}
     wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * _hash(key, "wave"))
-    stall = stalled(backend, key, job, r, partition) if busy else None
+    if not busy:
+        stall = None
+    elif stall is _ASK:
+        stall = stalled(backend, key, job, r, partition)
     if source is not None:
         if not busy:
             active = 0.0
@@ -86,9 +93,12 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
             link = 1e6 * wave
         else:
             link = 2e9 * wave * _hash(key, job, "link")
-        out.update(interconnect_rx_bytes_per_second=round(link), interconnect_tx_bytes_per_second=round(link * 0.97))
+        # (whole bytes, as floats: what the sample keeps)
+        out.update(interconnect_rx_bytes_per_second=float(round(link)),
+                   interconnect_tx_bytes_per_second=float(round(link * 0.97)))
         pcie = 5e8 * wave if busy and stall != "idle" else 1e5
-        out.update(pcie_rx_bytes_per_second=round(pcie), pcie_tx_bytes_per_second=round(pcie * 0.1))
+        out.update(pcie_rx_bytes_per_second=float(round(pcie)),
+                   pcie_tx_bytes_per_second=float(round(pcie * 0.1)))
     return out
 
 

@@ -22,6 +22,10 @@ class JobDraws:
 
     def __init__(self) -> None:
         self._jobs: dict[tuple[str, int], tuple[Any, ...]] = {}
+        #: Per unit, its last processes and what they were made of: a job's processes are the
+        #: same from one sample to the next once its memory has ramped up, wherever the real
+        #: tool reports no per-process activity (which moves every sample).
+        self._last: dict[str, tuple[tuple[Any, ...], tuple[ProcessSample, ...]]] = {}
 
     def draw(self, scenario: Scenario, key: str, job: int) -> tuple[Any, ...]:
         """(memory fraction, pid, user, command, the other user and command and the main
@@ -51,6 +55,16 @@ class JobDraws:
         process, each with its own part of the device's activity (so that fair shares bill
         them differently); about a third run a helper of the same user that does no compute.
         ``activity``: whether the real tool reports per-process utilization."""
+        made = (job, used, util if activity else None)
+        last = self._last.get(key)
+        if last is not None and last[0] == made:
+            return last[1]
+        procs = self._processes(scenario, key, job, used, util, activity)
+        self._last[key] = (made, procs)
+        return procs
+
+    def _processes(self, scenario: Scenario, key: str, job: int, used: int, util: float,
+                   activity: bool) -> tuple[ProcessSample, ...]:
         _, pid, user, command, shared, pair = self.draw(scenario, key, job)
         pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
         if shared is not None:

@@ -1,0 +1,119 @@
+"""What keeps a simulated bill's cycle cheap, counted (not timed): the simulated backend builds
+each unit's template once per replay, not once per cycle, and the samples it derives from
+them are exactly what building them afresh gives; the collector copies each device once a
+cycle, for its group, labels, holders and waiting reasons together, and the simulation's
+devices (new each cycle) not at all."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import allsmi.collector
+import allsmi.groups
+import allsmi.schema
+import allsmi.waiting
+from allsmi.attribution import build_attributor
+from allsmi.backends.simulated import simulated_backends
+from allsmi.collector import Collector
+from allsmi.config import parse_config
+from allsmi.registry import declarations
+from allsmi.schema import DeviceSample, derive
+
+T0 = 1_790_000_000.0
+CYCLES = 30
+
+
+def _afresh(dev: DeviceSample) -> DeviceSample:
+    """``dev`` built again from its fields (every check of ``__post_init__`` run)."""
+    return DeviceSample(**{f.name: getattr(dev, f.name) for f in dataclasses.fields(dev)})
+
+
+def test_templates_are_built_once_per_unit_and_samples_equal_fresh_ones() -> None:
+    now = [T0]
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in backends:
+        backend.open()
+    units = sum(len(b._units) for b in backends)
+    held = 0
+    for _ in range(CYCLES):
+        for backend in backends:
+            for dev in backend.sample():
+                assert _afresh(dev) == dev
+                held += bool(dev.processes)
+        now[0] += 60.0
+    assert held > CYCLES  # jobs ran: the samples moved
+    assert sum(b.templates_built for b in backends) == units  # not units x cycles
+    for backend in backends:  # a backend opened again starts afresh
+        backend.open()
+        backend.sample()
+    assert sum(b.templates_built for b in backends) == 2 * units
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_the_collector_copies_a_device_once_a_cycle_and_a_fresh_one_never(monkeypatch,
+                                                                          fresh) -> None:
+    """A backend's devices are copied once a cycle for what the collector adds (group, labels,
+    holders, waiting reasons); the simulation's (``fresh_samples``: new each cycle, kept by
+    nobody) are filled in instead, and are what building them with those fields gives."""
+    copies: dict[str, int] = {}
+
+    def counting(sample, **changes):
+        copies[type(sample).__name__] = copies.get(type(sample).__name__, 0) + 1
+        return derive(sample, **changes)
+    for module in (allsmi.collector, allsmi.groups, allsmi.waiting):
+        monkeypatch.setattr(module, "derive", counting)
+    now = [T0]
+    config = parse_config("")
+    attributor = build_attributor(config, simulate=True, declarations=declarations(), inline=True)
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in backends:
+        backend.fresh_samples = fresh
+    collector = Collector(backends, config, clock=lambda: now[0], attributor=attributor,
+                          inline=True)
+    try:
+        devices, seen = 0, []
+        for _ in range(CYCLES):
+            snapshot = collector.collect_once()
+            devices += len(snapshot.devices)
+            seen.extend(snapshot.devices)
+            now[0] += 60.0
+    finally:
+        collector.close()
+    assert any(d.waiting for d in snapshot.devices) and all(d.resource_group for d in snapshot.devices)
+    assert copies.get("DeviceSample", 0) == (0 if fresh else devices)
+    assert len({id(d) for d in seen}) == devices  # every cycle's devices are its own
+    for dev in snapshot.devices:
+        assert _afresh(dev) == dev
+    # each distinct set of changed fields is written out once, not per call
+    assert len(allsmi.schema._DERIVERS) < 32
+
+
+def test_the_recorder_splits_a_device_again_only_when_its_holders_could_differ(tmp_path,
+                                                                              monkeypatch) -> None:
+    """The recorder's fair-share split of a held device is made again only when its processes
+    (the very objects), workloads or parent changed: a backend that hands the same processes
+    back (the simulation's jobs, once their memory ramped up) is not split every cycle."""
+    from dataclasses import replace
+
+    import allsmi.accounting.recorder as recorder
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.fairshare import split
+
+    from .accounting.helpers import T0 as START, device, snap
+    calls = []
+    monkeypatch.setattr(recorder, "split", lambda dev: calls.append(dev.id) or split(dev))
+    rec = LedgerRecorder(tmp_path / "ledger.db", parse_config(""))
+    try:
+        held = device("GPU-a", util=50.0, users=["alice", "bob"], power=300.0)
+        for k in range(5):  # the same processes: split once
+            rec.on_snapshot(replace(snap(START + 60 * k, held), monotonic=1000.0 + 60 * k))
+        assert calls == ["GPU-a"]
+        moved = derive(held, processes=tuple(derive(p, utilization_percent=10.0 * (i + 1))
+                                              for i, p in enumerate(held.processes)))
+        rec.on_snapshot(replace(snap(START + 300, moved), monotonic=1300.0))
+        assert calls == ["GPU-a"] * 2  # new processes: split again
+        assert rec.last_error is None
+    finally:
+        rec.close()
