@@ -1,0 +1,96 @@
+"""Copies of samples with some fields changed: :func:`derive` (a new sample) and :func:`fill`
+(a sample made this cycle, completed in place), each cleaning only the changed fields with the
+rules of the classes' ``__post_init__``. Imported through :mod:`allsmi.schema`, which re-exports
+both (this module needs the schema's classes, defined before that import).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from allsmi.schema import (COMPUTE_ACTIVE_SOURCES, DEVICE_ACTIVITY, DEVICE_TRAFFIC,
+                           PROCESS_ATTRIBUTION, _DEVICE_OPTIONAL_TEXT, _DEVICE_TEXT, DeviceSample,
+                           ProcessSample, _clean_mapping, _percent_or_none, _rate_or_none)
+from allsmi.text import MAX_COMMAND, clean_optional, clean_text
+
+_S = TypeVar("_S", "DeviceSample", "ProcessSample")
+
+
+def _cleaners() -> dict[type, dict[str, Any]]:
+    """Per class, each field's cleaning as its ``__post_init__`` does it (``None``: none)."""
+    def mapping(value: Any) -> Any:
+        return _clean_mapping(value) if value else value
+
+    def opt(clean: Any) -> Any:
+        return lambda value: None if value is None else clean(value)
+    device: dict[str, Any] = {name: None for name in DeviceSample.__dataclass_fields__}
+    device.update({name: clean_text for name in _DEVICE_TEXT})
+    device.update({name: clean_optional for name in _DEVICE_OPTIONAL_TEXT})
+    device.update(labels=mapping, details=mapping)
+    device.update({name: _percent_or_none for name in DEVICE_ACTIVITY})
+    device.update({name: _rate_or_none for name in DEVICE_TRAFFIC})
+    device.update(compute_active_source=lambda v: v if v in COMPUTE_ACTIVE_SOURCES else None)
+    process: dict[str, Any] = {name: None for name in ProcessSample.__dataclass_fields__}
+    process.update(user=opt(clean_text), command=opt(lambda v: clean_text(v, MAX_COMMAND)))
+    process.update({name: opt(clean_optional) for name in PROCESS_ATTRIBUTION})
+    return {DeviceSample: device, ProcessSample: process}
+
+
+_CLEANERS = _cleaners()
+
+
+def derive(sample: _S, **changes: Any) -> _S:
+    """``dataclasses.replace(sample, **changes)`` for a :class:`DeviceSample` or
+    :class:`ProcessSample`, cleaning only the changed fields (with their ``__post_init__``
+    rules): the rest was cleaned when ``sample`` was built. The collector derives every
+    device of every cycle (its resource group, labels and holders), so this is on the hot path.
+    """
+    cls = type(sample)
+    make = _DERIVERS.get((cls, *changes))
+    if make is None:
+        make = _deriver(cls, tuple(changes))
+    return make(sample, changes)
+
+
+def fill(sample: _S, **changes: Any) -> _S:
+    """``sample`` itself with ``changes`` set, each cleaned as :func:`derive` cleans it: only
+    for a sample made this cycle that nobody else holds yet (the collector completing what
+    the simulation returns), so that filling it in is building it, not changing it."""
+    cleaners = _CLEANERS[type(sample)]
+    for name, value in changes.items():
+        clean = cleaners[name]
+        object.__setattr__(sample, name, value if clean is None else clean(value))
+    return sample
+
+
+#: Per class and changed fields (in the order given), a function making the derived sample
+#: (see :func:`_deriver`); callers change a handful of field sets, cycle after cycle.
+_DERIVERS: dict[tuple[Any, ...], Any] = {}
+
+
+def _deriver(cls: type, names: tuple[str, ...]) -> Any:
+    """A function ``make(sample, changes)`` building a new ``cls`` sample field by field: the
+    fields in ``names`` from ``changes``, each through its cleaning, the others copied from
+    ``sample``. Written out as dataclasses writes ``__init__`` (a third of the time of a copy
+    followed by a loop over the changes); made on first use of each set of names."""
+    cleaners = _CLEANERS[cls]
+    for name in names:
+        if name not in cleaners:
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+    scope: dict[str, Any] = {"cls": cls}
+    lines = []
+    for name, clean in cleaners.items():
+        if name not in names:
+            lines.append(f"    _set(new, {name!r}, sample.{name})\n")
+        elif clean is None:
+            lines.append(f"    _set(new, {name!r}, changes[{name!r}])\n")
+        else:
+            scope[f"clean_{name}"] = clean
+            lines.append(f"    _set(new, {name!r}, clean_{name}(changes[{name!r}]))\n")
+    source = (f"def make(sample, changes, _new=object.__new__, _set=object.__setattr__):\n"
+              f"    new = _new(cls)\n{''.join(lines)}    return new\n")
+    exec(source, scope)  # noqa: S102 - the text is made of this module's own field names
+    if len(_DERIVERS) >= 256:  # (callers change a handful of field sets: never reached)
+        _DERIVERS.clear()
+    _DERIVERS[(cls, *names)] = make = scope["make"]
+    return make
