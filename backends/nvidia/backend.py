@@ -3,8 +3,8 @@
 Static facts (name, uuid, bus id, index, driver and VBIOS version, ECC mode, the MIG layout) are
 read once in :meth:`NvidiaBackend.open`. Each :meth:`NvidiaBackend.sample` then makes at most ten
 library calls per GPU on the default path (eleven when the GPU lists processes: their activity,
-``backends/nvidia/procutil.py``), and the GPUs are read concurrently on a small thread
-pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
+``backends/nvidia/procutil.py``), on a small thread pool: one thread a cycle while NVML answers
+fast, every thread when it is slow or a GPU hangs (``backends/nvidia/schedule.py``):
 
 ==  ============================================  =================================
  1  ``nvmlDeviceGetUtilizationRates``             utilization, memory activity
@@ -85,8 +85,8 @@ def _import_reading() -> None:
 class NvidiaBackend(Backend, declared=DECLARATION):
     """NVIDIA GPUs and their MIG instances, read through NVML.
 
-    Options (``[backends.nvidia]``): ``workers`` (threads reading GPUs
-    concurrently, default 8), ``processes`` (list processes, default true),
+    Options (``[backends.nvidia]``): ``workers`` (threads that may read GPUs
+    at once, default 8), ``processes`` (list processes, default true),
     ``pcie_throughput`` (also read PCIe TX/RX, which samples a 20 ms window
     per direction; default false), ``gpm`` (GPM activity, Hopper on; default true).
     """
