@@ -104,3 +104,28 @@ async def test_text_lines_repaint_only_the_lines_that_changed() -> None:
         await pilot.pause()
         first = screen_text(app).splitlines()[0]  # type: ignore[arg-type]
         assert first.rstrip().endswith("…") and len(first.rstrip()) == 60
+
+
+async def test_an_empty_process_panel_is_not_repainted_on_every_push() -> None:
+    """No process anywhere: each push leaves the process panel as it is (it repainted itself
+    whole every refresh, a tenth of an idle dashboard's CPU; issue 36)."""
+    from dataclasses import replace
+
+    from allsmi.schema import derive
+
+    snapshots = [replace(s, devices=tuple(derive(d, processes=()) for d in s.devices))
+                 for s in simulated_snapshots(5, step=1.0)]
+    collector = PushingCollector(snapshots)
+    app = DashboardApp(NodeSource(collector))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        table = app.process_table
+        repaints: list[object] = []
+        original = table.refresh
+        table.refresh = lambda *a, **k: (repaints.append(a), original(*a, **k))[1]  # type: ignore[method-assign]
+        start = app.renders
+        for index in (1, 2, 3, 4):
+            collector.cycle(index)
+            await wait_for(lambda: app.renders == start + index, pilot)
+        assert table.row_count == 0
+        assert repaints == []
