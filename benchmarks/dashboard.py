@@ -49,6 +49,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from _progress import progress  # noqa: E402
 PYTHON = sys.executable
 ALLSMI = str(Path(PYTHON).with_name("allsmi"))
 if sys.version_info >= (3, 11):
@@ -355,25 +357,32 @@ def main() -> None:
             env_cmd = ["env", f"XDG_CONFIG_HOME={tmpdir}"]
             ours, theirs, floor = [], [], []
             size = {"width": args.width, "height": args.height}
-            for _ in range(max(1, args.rounds)):
-                ours.append(measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds, **size))
+            rounds = max(1, args.rounds)
+            with progress("dashboard CPU", total=rounds * (3 if args.nvitop_site else 2) + 3) as done:
+                for _ in range(rounds):
+                    ours.append(measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds,
+                                            **size))
+                    done.advance()
+                    if args.nvitop_site:
+                        theirs.append(measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"],
+                                                  args.seconds, **size))
+                        done.advance()
+                    floor.append(measure_cpu([PYTHON, str(REPO / "benchmarks" / "_textual_floor.py"), "40"],
+                                             args.seconds, **size))
+                    done.advance()
+                rows.append(("allsmi, 8 fake H100 (NVML path)", *_median_rows(ours)))
                 if args.nvitop_site:
-                    theirs.append(measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"], args.seconds,
-                                              **size))
-                floor.append(measure_cpu([PYTHON, str(REPO / "benchmarks" / "_textual_floor.py"), "40"],
-                                         args.seconds, **size))
-            rows.append(("allsmi, 8 fake H100 (NVML path)", *_median_rows(ours)))
-            if args.nvitop_site:
-                rows.append(("nvitop 8 fake H100 (same fake NVML)", *_median_rows(theirs)))
-            rows.append(("Textual floor: 40-line table redrawn each 1 s", *_median_rows(floor)))
-            rows.append(("allsmi --simulate, 8 devices",
-                         *measure_cpu(env_cmd + [ALLSMI, "--simulate", str(eight), "--interval", "1"],
-                                      args.seconds)))
-            rows.append(("allsmi --simulate, 512 devices",
-                         *measure_cpu(env_cmd + [ALLSMI, "--simulate", str(big), "--interval", "1"],
-                                      args.seconds)))
-            rows.append(("collector alone, 512 simulated devices (no UI)",
-                         *measure_cpu([PYTHON, "-c", COLLECTOR_ONLY, str(big)], args.seconds, tty=False)))
+                    rows.append(("nvitop 8 fake H100 (same fake NVML)", *_median_rows(theirs)))
+                rows.append(("Textual floor: 40-line table redrawn each 1 s", *_median_rows(floor)))
+                for name, command, tty in (
+                        ("allsmi --simulate, 8 devices",
+                         env_cmd + [ALLSMI, "--simulate", str(eight), "--interval", "1"], True),
+                        ("allsmi --simulate, 512 devices",
+                         env_cmd + [ALLSMI, "--simulate", str(big), "--interval", "1"], True),
+                        ("collector alone, 512 simulated devices (no UI)",
+                         [PYTHON, "-c", COLLECTOR_ONLY, str(big)], False)):
+                    rows.append((name, *measure_cpu(command, args.seconds, tty=tty)))
+                    done.advance()
             print(f"\nCPU (percent of one core) and RSS at a 1 s refresh, tmux {args.width}x{args.height}, "
                   f"{args.seconds:.0f} s after warm-up, {max(1, args.rounds)} round(s) on the 8 fake H100:")
             for name, median, mean, rss in rows:
