@@ -1,6 +1,12 @@
 """Dashboard benchmark: CPU and resident memory at a 1 s refresh, and key-press-to-frame latency.
 
 Usage: python benchmarks/dashboard.py [--seconds 30] [--rounds 3] [--nvitop-site PATH] [--skip-cpu]
+       python benchmarks/dashboard.py --together WINDOWS [--seconds 60] [--nvitop-site PATH]
+           [--baseline-python PYTHON]
+
+``--together`` runs allsmi, nvitop and the Textual floor (and a baseline install's allsmi) all
+at once, each in its own terminal, and compares their CPU over the same windows: the ratio to
+nvitop then sees the same load, which measuring them in turn does not.
 
 1. CPU (percent of one core) of the whole dashboard process in a real
    terminal (tmux, 200x60) at ``--interval 1``, measured with psutil over
@@ -49,6 +55,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from _progress import progress  # noqa: E402
 PYTHON = sys.executable
 ALLSMI = str(Path(PYTHON).with_name("allsmi"))
 if sys.version_info >= (3, 11):
@@ -145,6 +153,44 @@ def measure_cpu(command: list[str], seconds: float, warmup: float = 6.0, width: 
         elif proc is not None:
             proc.terminate()
             proc.wait(10)
+
+
+def measure_together(commands: dict[str, list[str]], seconds: float, windows: int, width: int,
+                     height: int, warmup: float = 8.0) -> dict[str, tuple[float, float]]:
+    """Each command in its own terminal (tmux ``width`` x ``height``), all running at once:
+    the median over ``windows`` windows of ``seconds`` of each one's CPU (percent of one core,
+    the same windows for all) and its median RSS (MiB). Ratios from one run see the same load."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        raise SystemExit("tmux is needed (apt-get install tmux)")
+    servers = {name: f"allsmi-bench-{os.getpid()}-{i}" for i, name in enumerate(commands)}
+    pids: dict[str, int] = {}
+    try:
+        for name, command in commands.items():
+            subprocess.run([tmux, "-L", servers[name], "-f", "/dev/null", "new-session", "-d", "-s",
+                            "b", "-x", str(width), "-y", str(height), shlex.join(command)],
+                           check=True, env={**os.environ, "TERM": "xterm-256color"})
+            pids[name] = int(subprocess.run([tmux, "-L", servers[name], "display", "-p", "-t", "b",
+                                             "#{pane_pid}"], capture_output=True, text=True,
+                                            check=True).stdout.strip())
+        time.sleep(warmup)
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
+        rss: dict[str, list[float]] = {name: [] for name in commands}
+        with progress("dashboards side by side", total=windows) as done:
+            for _ in range(windows):
+                before = {name: _tree(pid)[0] for name, pid in pids.items()}
+                started = time.monotonic()
+                time.sleep(seconds)
+                wall = time.monotonic() - started
+                for name, pid in pids.items():
+                    used, resident = _tree(pid)
+                    cpu[name].append(100.0 * (used - before[name]) / wall)
+                    rss[name].append(resident / 2**20)
+                done.advance()
+        return {name: (statistics.median(cpu[name]), statistics.median(rss[name])) for name in commands}
+    finally:
+        for server in servers.values():
+            subprocess.run([tmux, "-L", server, "kill-server"], check=False, capture_output=True)
 
 
 COLLECTOR_ONLY = """
@@ -337,11 +383,18 @@ def main() -> None:
     parser.add_argument("--nvitop-site", default=None,
                         help="site-packages directory holding nvitop (e.g. of a throw-away venv)")
     parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument("--together", type=int, default=0, metavar="WINDOWS",
+                        help="instead: allsmi, nvitop and the Textual floor all running at once, "
+                             "CPU over the same WINDOWS windows of --seconds each (medians)")
+    parser.add_argument("--baseline-python", help="with --together: also this install's allsmi")
     parser.add_argument("--width", type=int, default=200)
     parser.add_argument("--height", type=int, default=60)
     args = parser.parse_args()
     print(f"machine: {machine()}")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
+    if args.together:
+        together(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         eight = scenario(tmpdir / "eight.toml", {"nvidia": 8})
@@ -355,25 +408,32 @@ def main() -> None:
             env_cmd = ["env", f"XDG_CONFIG_HOME={tmpdir}"]
             ours, theirs, floor = [], [], []
             size = {"width": args.width, "height": args.height}
-            for _ in range(max(1, args.rounds)):
-                ours.append(measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds, **size))
+            rounds = max(1, args.rounds)
+            with progress("dashboard CPU", total=rounds * (3 if args.nvitop_site else 2) + 3) as done:
+                for _ in range(rounds):
+                    ours.append(measure_cpu(env_cmd + fake + ["allsmi", "--interval", "1"], args.seconds,
+                                            **size))
+                    done.advance()
+                    if args.nvitop_site:
+                        theirs.append(measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"],
+                                                  args.seconds, **size))
+                        done.advance()
+                    floor.append(measure_cpu([PYTHON, str(REPO / "benchmarks" / "_textual_floor.py"), "40"],
+                                             args.seconds, **size))
+                    done.advance()
+                rows.append(("allsmi, 8 fake H100 (NVML path)", *_median_rows(ours)))
                 if args.nvitop_site:
-                    theirs.append(measure_cpu(env_cmd + fake + ["nvitop", "--interval", "1"], args.seconds,
-                                              **size))
-                floor.append(measure_cpu([PYTHON, str(REPO / "benchmarks" / "_textual_floor.py"), "40"],
-                                         args.seconds, **size))
-            rows.append(("allsmi, 8 fake H100 (NVML path)", *_median_rows(ours)))
-            if args.nvitop_site:
-                rows.append(("nvitop 8 fake H100 (same fake NVML)", *_median_rows(theirs)))
-            rows.append(("Textual floor: 40-line table redrawn each 1 s", *_median_rows(floor)))
-            rows.append(("allsmi --simulate, 8 devices",
-                         *measure_cpu(env_cmd + [ALLSMI, "--simulate", str(eight), "--interval", "1"],
-                                      args.seconds)))
-            rows.append(("allsmi --simulate, 512 devices",
-                         *measure_cpu(env_cmd + [ALLSMI, "--simulate", str(big), "--interval", "1"],
-                                      args.seconds)))
-            rows.append(("collector alone, 512 simulated devices (no UI)",
-                         *measure_cpu([PYTHON, "-c", COLLECTOR_ONLY, str(big)], args.seconds, tty=False)))
+                    rows.append(("nvitop 8 fake H100 (same fake NVML)", *_median_rows(theirs)))
+                rows.append(("Textual floor: 40-line table redrawn each 1 s", *_median_rows(floor)))
+                for name, command, tty in (
+                        ("allsmi --simulate, 8 devices",
+                         env_cmd + [ALLSMI, "--simulate", str(eight), "--interval", "1"], True),
+                        ("allsmi --simulate, 512 devices",
+                         env_cmd + [ALLSMI, "--simulate", str(big), "--interval", "1"], True),
+                        ("collector alone, 512 simulated devices (no UI)",
+                         [PYTHON, "-c", COLLECTOR_ONLY, str(big)], False)):
+                    rows.append((name, *measure_cpu(command, args.seconds, tty=tty)))
+                    done.advance()
             print(f"\nCPU (percent of one core) and RSS at a 1 s refresh, tmux {args.width}x{args.height}, "
                   f"{args.seconds:.0f} s after warm-up, {max(1, args.rounds)} round(s) on the 8 fake H100:")
             for name, median, mean, rss in rows:
@@ -400,6 +460,32 @@ def main() -> None:
               f"p95 {sorted(latencies)[int(0.95 * (len(latencies) - 1))]:.1f} ms, "
               f"max {max(latencies):.1f} ms")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def together(args: argparse.Namespace) -> None:
+    """``--together``: the three dashboards at once over the same windows (see
+    :func:`measure_together`), the ratios to nvitop and the RSS above the floor."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = [PYTHON, str(REPO / "benchmarks" / "_fake_nvml_run.py"), "8", args.nvitop_site or "-", "--"]
+        env_cmd = ["env", f"XDG_CONFIG_HOME={tmp}"]
+        commands = {"allsmi": env_cmd + fake + ["allsmi", "--interval", "1"],
+                    "Textual floor": [PYTHON, str(REPO / "benchmarks" / "_textual_floor.py"), "40"]}
+        if args.baseline_python:  # another install (e.g. the previous commit's), same harness
+            commands["allsmi (baseline)"] = env_cmd + [args.baseline_python, *fake[1:]] + [
+                "allsmi", "--interval", "1"]
+        if args.nvitop_site:
+            commands["nvitop"] = env_cmd + fake + ["nvitop", "--interval", "1"]
+        got = measure_together(commands, args.seconds, args.together, args.width, args.height)
+    print(f"\nAll running at once, tmux {args.width}x{args.height}, 8 fake H100, --interval 1; "
+          f"medians of {args.together} windows of {args.seconds:g} s; load average "
+          f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())} at the end\n")
+    print("| dashboard | CPU, % of one core | ratio to nvitop | RSS | above the Textual floor |")
+    print("|---|---:|---:|---:|---:|")
+    peer = got.get("nvitop", (0.0, 0.0))[0]
+    floor = got["Textual floor"][1]
+    for name, (cpu, rss) in got.items():
+        ratio = f"{cpu / peer:.2f}x" if peer else "-"
+        print(f"| {name} | {cpu:.2f} % | {ratio} | {rss:.1f} MiB | {rss - floor:+.1f} MiB |")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import describe  # noqa: E402
+from _progress import progress  # noqa: E402
 from startup import ENV, _cpu_seconds, _port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,20 +127,22 @@ def main() -> None:
         churn.start()
         end = time.monotonic() + 60 * args.minutes
         next_scrape = time.monotonic()
-        while time.monotonic() < end:
-            before = {n: _cpu_seconds(s.proc.pid) for n, s in servers.items()}
-            started = time.monotonic()
-            while time.monotonic() - started < args.window:
-                if time.monotonic() >= next_scrape:
-                    for server in servers.values():
-                        server.scrape()
-                    next_scrape += 15
-                time.sleep(0.5)
+        with progress("churn windows", total=int(-(-60 * args.minutes // args.window))) as windows:
+            while time.monotonic() < end:
+                before = {n: _cpu_seconds(s.proc.pid) for n, s in servers.items()}
+                started = time.monotonic()
+                while time.monotonic() - started < args.window:
+                    if time.monotonic() >= next_scrape:
+                        for server in servers.values():
+                            server.scrape()
+                        next_scrape += 15
+                    time.sleep(0.5)
+                    for n, s in servers.items():
+                        peak[n] = max(peak[n], rss_mib(s.proc.pid))
+                wall = time.monotonic() - started
                 for n, s in servers.items():
-                    peak[n] = max(peak[n], rss_mib(s.proc.pid))
-            wall = time.monotonic() - started
-            for n, s in servers.items():
-                cpu[n].append(100 * (_cpu_seconds(s.proc.pid) - before[n]) / wall)
+                    cpu[n].append(100 * (_cpu_seconds(s.proc.pid) - before[n]) / wall)
+                windows.advance()
         churned_rss = {n: rss_mib(s.proc.pid) for n, s in servers.items()}
         holders = {n: len(HOLDER.findall(s.scrape())) for n, s in servers.items()}
         churn.stop.set()

@@ -36,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import describe  # noqa: E402
+from _progress import progress  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent
 #: The export's columns summed over all rows to compare two bills.
@@ -98,14 +99,16 @@ def main() -> int:
     for command, runs in cases:
         results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in builds}
         outputs: dict[str, str] = {}
-        for _ in range(runs):
-            for name, exe in builds:  # interleaved: both builds see the same load
-                if name == "baseline" and "month" in command and not args.month_baseline:
-                    continue
-                wall, cpu, out = timed([exe, *command.split(), "--format", "csv"]
-                                       if command.startswith("export") else [exe, *command.split()])
-                results[name].append((wall, cpu))
-                outputs[name] = out
+        with progress(command, total=runs * len(builds), unit="runs") as done:
+            for _ in range(runs):
+                for name, exe in builds:  # interleaved: both builds see the same load
+                    done.advance()
+                    if name == "baseline" and "month" in command and not args.month_baseline:
+                        continue
+                    wall, cpu, out = timed([exe, *command.split(), "--format", "csv"]
+                                           if command.startswith("export") else [exe, *command.split()])
+                    results[name].append((wall, cpu))
+                    outputs[name] = out
         for name, _ in builds:
             if not results[name]:
                 continue

@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import describe  # noqa: E402
+from _progress import progress  # noqa: E402
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,13 +138,15 @@ def idle_cpu(servers: dict[str, list[str]], seconds: float, windows: int, cwd: s
                     time.sleep(0.2)
         time.sleep(3)  # past start-up and the first cycles
         samples: dict[str, list[float]] = {name: [] for name in procs}
-        for _ in range(windows):
-            before = {name: _cpu_seconds(p.pid) for name, (p, _) in procs.items()}
-            started = time.monotonic()
-            time.sleep(seconds)
-            wall = time.monotonic() - started
-            for name, (p, _) in procs.items():
-                samples[name].append(100 * (_cpu_seconds(p.pid) - before[name]) / wall)
+        with progress(f"idle CPU of {len(procs)} servers", total=windows) as done:
+            for _ in range(windows):
+                before = {name: _cpu_seconds(p.pid) for name, (p, _) in procs.items()}
+                started = time.monotonic()
+                time.sleep(seconds)
+                wall = time.monotonic() - started
+                for name, (p, _) in procs.items():
+                    samples[name].append(100 * (_cpu_seconds(p.pid) - before[name]) / wall)
+                done.advance()
         return {name: statistics.median(values) for name, values in samples.items()}
     finally:
         for proc, _ in procs.values():
@@ -184,9 +187,11 @@ def main() -> None:
     for argv in cases.values():  # warm the page cache: we measure interpreter work, not disk
         _time(argv, empty)
     samples: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.runs):
-        for name, argv in cases.items():
-            samples[name].append(_time(argv, empty, name))
+    with progress("start-up runs", total=args.runs * len(cases)) as done:
+        for _ in range(args.runs):
+            for name, argv in cases.items():
+                samples[name].append(_time(argv, empty, name))
+                done.advance()
     med = {name: statistics.median(values) for name, values in samples.items()}
     cpu_med = {name: statistics.median(values) for name, values in CPU.items()}
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())

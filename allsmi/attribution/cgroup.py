@@ -115,6 +115,7 @@ class CgroupSource(AttributionSource):
     """Reads the cgroup of every process on every device (``/proc`` or a fixture tree)."""
 
     name = "cgroup"
+    only_processes = True
 
     def __init__(self, proc_root: Path | str = "/proc") -> None:
         self.proc_root = Path(proc_root)

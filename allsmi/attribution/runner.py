@@ -48,6 +48,10 @@ class AttributionSource(ABC):
     reprobe_seconds: float = 0.0
     #: A pure function of its arguments that cannot hang (the simulation): may run inline.
     pure: bool = False
+    #: It reads only the devices' processes (the cgroup source): with no process on any device
+    #: its answer is empty, so it is then answered without a call once it has answered ``ok``
+    #: (an idle node's cycle hands nothing to its thread).
+    only_processes: bool = False
 
     @abstractmethod
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
@@ -69,6 +73,10 @@ class _Outcome:
     duration: float
 
 
+#: The answer of a source that reads only processes when no device has one.
+_NOTHING = _Outcome("ok", "", SourceResult(), 0.0)
+
+
 class SourceRunner:
     """Owns one source and the single worker thread that calls it."""
 
@@ -86,7 +94,15 @@ class SourceRunner:
         return self.source.name
 
     def start_call(self, devices: tuple[DeviceSample, ...], now: float) -> bool:
-        """Ask the worker for one answer; ``False`` while the previous call still runs."""
+        """Ask the worker for one answer; ``False`` while the previous call still runs.
+
+        A source that reads only processes (:attr:`AttributionSource.only_processes`), whose
+        last answer was ``ok``, is answered here when no device has a process: nothing."""
+        if self.source.only_processes and not any(dev.processes for dev in devices):
+            last = self._flight.last
+            if last is not None and last.status == "ok" and self._flight.settle(_NOTHING):
+                return True
+
         def hand_over() -> None:
             self._request = (devices, now)
         return self._flight.start(hand_over)

@@ -46,7 +46,10 @@ class Progress:
             else:
                 columns.append(TextColumn("{task.completed} " + self.unit))
             columns.append(TimeElapsedColumn())
-            self._bar = Bar(*columns, console=Console(file=self.stream), transient=True)
+            # redirect_stdout=False: rich would otherwise send what is printed meanwhile to the
+            # bar's stream (stderr), taking it out of the document on stdout
+            self._bar = Bar(*columns, console=Console(file=self.stream), transient=True,
+                            redirect_stdout=False)
             self._bar.start()
             self._task = self._bar.add_task(f"allsmi: {self.what}", total=self.total)
         return self

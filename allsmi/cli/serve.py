@@ -185,8 +185,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         collector.start()
         click.echo(f"allsmi: serving metrics on {server.url}metrics (interval {o.interval:g} s)",
                    err=True)
-        while not stop.wait(1.0):
-            pass
+        stop.wait()  # set by SIGTERM/SIGINT (whose handlers run here) or the HTTP thread's end
         if http_failed:
             exc = http_failed[0]
             raise fail(f"the HTTP server stopped ({type(exc).__name__}: {exc}); exiting", 1)

@@ -3,8 +3,8 @@
 Static facts (name, uuid, bus id, index, driver and VBIOS version, ECC mode, the MIG layout) are
 read once in :meth:`NvidiaBackend.open`. Each :meth:`NvidiaBackend.sample` then makes at most ten
 library calls per GPU on the default path (eleven when the GPU lists processes: their activity,
-``backends/nvidia/procutil.py``), and the GPUs are read concurrently on a small thread
-pool (ctypes releases the GIL during a library call, and NVML is thread-safe):
+``backends/nvidia/procutil.py``), on a small thread pool: one thread a cycle while NVML answers
+fast, every thread when it is slow or a GPU hangs (``backends/nvidia/schedule.py``):
 
 ==  ============================================  =================================
  1  ``nvmlDeviceGetUtilizationRates``             utilization, memory activity
@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
+    from allsmi.backends.nvidia.schedule import ReadSchedule
     from allsmi.backends.nvidia.static import open_gpu
 
 #: Threads reading GPUs at once unless ``workers`` says otherwise.
@@ -84,8 +85,8 @@ def _import_reading() -> None:
 class NvidiaBackend(Backend, declared=DECLARATION):
     """NVIDIA GPUs and their MIG instances, read through NVML.
 
-    Options (``[backends.nvidia]``): ``workers`` (threads reading GPUs
-    concurrently, default 8), ``processes`` (list processes, default true),
+    Options (``[backends.nvidia]``): ``workers`` (threads that may read GPUs
+    at once, default 8), ``processes`` (list processes, default true),
     ``pcie_throughput`` (also read PCIe TX/RX, which samples a 20 ms window
     per direction; default false), ``gpm`` (GPM activity, Hopper on; default true).
     """
@@ -99,6 +100,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         self._gpus: list[Gpu] | None = None
         self._driver_version: str | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._schedule: ReadSchedule[tuple[list[DeviceSample], list[str]]] | None = None
         self._process_reader: nvml.ProcessListReader | None = None
         self._activity_reader: ProcessUtilizationReader | None = None
         self._open_warnings: list[str] = []
@@ -188,14 +190,17 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             from allsmi.backends.nvidia.gpm import GpmReader
             self._gpm = GpmReader(pynvml).opened(self._gpus, self._open_warnings)
         workers = min(count, self._workers())
-        from concurrent.futures import ThreadPoolExecutor
-        self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
-                      if workers > 1 else None)
+        if workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from allsmi.backends.nvidia.schedule import ReadSchedule
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
+            self._schedule = ReadSchedule(self._pool, workers, self._read_gpu)
 
     def close(self) -> None:
         """Drop the handles and the thread pool, free the GPM samples. NVML itself stays
         initialised for the process."""
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._schedule = self._pool, None, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
         gpm, self._gpm = self._gpm, None
@@ -212,10 +217,11 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             raise BackendError("the NVIDIA backend was not opened")
         if self._gpm is not None:
             self._gpm.settle()  # the first cycle after open: its interval is 0.1 s at least
-        if self._pool is None:
+        if self._schedule is None:
             results = [self._read_gpu(gpu) for gpu in gpus]
-        else:
-            results = self._read_concurrently(gpus, self._pool)
+        else:  # one reader thread while the library is fast, more when it is slow or hangs
+            results = [self._unanswered(gpu) if result is None else result for gpu, result in
+                       zip(gpus, self._schedule.run(gpus, self.timeout_seconds))]
         samples: list[DeviceSample] = []
         for devices, warnings in results:
             samples.extend(devices)
@@ -244,24 +250,6 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         return self._pynvml
 
     # -- sample ----------------------------------------------------------------
-
-    def _read_concurrently(self, gpus: list[Gpu], pool: ThreadPoolExecutor
-                           ) -> list[tuple[list[DeviceSample], list[str]]]:
-        for gpu in gpus:
-            # a read still stuck in the driver from an earlier cycle is not stacked up
-            if gpu.pending is None:
-                gpu.pending = pool.submit(self._read_gpu, gpu)
-        from concurrent.futures import wait
-        wait([g.pending for g in gpus if g.pending is not None], timeout=self.timeout_seconds)
-        results = []
-        for gpu in gpus:
-            pending = gpu.pending
-            if pending is not None and pending.done():
-                gpu.pending = None
-                results.append(pending.result())
-            else:
-                results.append(self._unanswered(gpu))
-        return results
 
     def _unanswered(self, gpu: Gpu) -> tuple[list[DeviceSample], list[str]]:
         message = f"{gpu.label}: NVML did not answer within {self.timeout_seconds:g} s"

@@ -17,11 +17,11 @@ from allsmi.schema import DeviceSample
 from allsmi.units import reject_sentinel
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from allsmi.backends.nvidia.gpm import GpmTarget
     from allsmi.backends.nvidia.mig import Mig
+    from allsmi.backends.nvidia.nvml import FieldValueBatch
     from allsmi.backends.nvidia.procutil import UtilizationState
+    from allsmi.backends.nvidia.schedule import GpuRead
 
 #: NVML field ids (``nvml.h``) read in the per-cycle batch.
 FI_ECC_SBE_VOL_TOTAL = 3
@@ -88,10 +88,12 @@ class Gpu:
     migs: list[Mig] = field(default_factory=list)
     skip: set[str] = field(default_factory=set)
     fields: list[int] = field(default_factory=list)
+    #: The buffer ``fields`` are asked into, made on the first read and when ``fields`` shrinks.
+    field_batch: FieldValueBatch | None = None
     lost_reason: str | None = None
     process_capacity: dict[str, int] = field(
         default_factory=lambda: {"Compute": PROCESS_CAPACITY, "Graphics": PROCESS_CAPACITY})
-    pending: Future[tuple[list[DeviceSample], list[str]]] | None = None
+    pending: GpuRead[tuple[list[DeviceSample], list[str]]] | None = None
     #: Per-process utilization bookkeeping (:mod:`.procutil`), made on the first read.
     process_utilization: UtilizationState | None = None
     #: GPM samples of the GPU and, in MIG mode, of each GPU instance by its id (:mod:`.gpm`)

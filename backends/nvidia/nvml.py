@@ -13,7 +13,10 @@ What lives here and not in :mod:`allsmi.backends.nvidia`:
   answer and only re-asked when the driver says it is too small. The
   versioned entry points are tried newest first (``_v3``, ``_v2``, then the
   unversioned symbol with the original ``nvmlProcessInfo_t`` layout), and the
-  version that worked is remembered for the process.
+  version that worked is remembered for the process;
+* asking a GPU's field-value batch into a buffer made once per GPU
+  (:class:`FieldValueBatch`): pynvml's wrapper builds a new array of its
+  attribute-converting structures and fills in the field ids on every call.
 
 Everything still goes through pynvml's ctypes layer: its function-pointer
 lookup, its structs and its exception classes.
@@ -309,14 +312,56 @@ def _raw_process(entry: ctypes.Structure) -> RawProcess:
     )
 
 
+_FIELD_MEMBERS: dict[int, str] = {
+    0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
 def field_value(entry: Any) -> int | float | None:
     """The number in one ``c_nvmlFieldValue_t``, chosen by its ``valueType``.
 
     ``None`` for an unknown value type. The caller checks ``entry.nvmlReturn``.
     """
-    member = {
-        0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal",
-    }.get(int(entry.valueType))
+    member = _FIELD_MEMBERS.get(int(entry.valueType))
     if member is None:
         return None
     return getattr(entry.value, member)
+
+
+class FieldValueBatch:
+    """One GPU's ``nvmlDeviceGetFieldValues`` batch of ``ids``, into a buffer made once.
+
+    The buffer has pynvml's ``c_nvmlFieldValue_t`` layout as a plain ctypes structure (no
+    per-attribute conversion: every member is a number), and is reset to the asked ids before
+    each call; a batch is read by one thread at a time (the GPU's reader). Raises pynvml's
+    ``NVMLError`` like ``pynvml.nvmlDeviceGetFieldValues``.
+    """
+
+    def __init__(self, pynvml: ModuleType, ids: list[int]) -> None:
+        self.ids = list(ids)
+        self._pynvml = pynvml
+        self._entries = (_plain_field_value(pynvml) * len(ids))()
+        for entry, fid in zip(self._entries, ids):
+            entry.fieldId = fid
+        self._asked = bytes(self._entries)  # the ids with every answer cleared
+        self._count = ctypes.c_int32(len(ids))
+
+    def read(self, handle: Any) -> Any:
+        """The entries (valid until the next read), each with its ``nvmlReturn``."""
+        pynvml = self._pynvml
+        fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        ctypes.memmove(self._entries, self._asked, len(self._asked))
+        ret = fn(handle, self._count, ctypes.byref(self._entries))
+        if ret != SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return self._entries
+
+
+_PLAIN: dict[type, type[ctypes.Structure]] = {}
+
+
+def _plain_field_value(pynvml: ModuleType) -> type[ctypes.Structure]:
+    """pynvml's ``c_nvmlFieldValue_t`` members as a plain ``ctypes.Structure``."""
+    struct = pynvml.c_nvmlFieldValue_t
+    if struct not in _PLAIN:
+        _PLAIN[struct] = type("FieldValue", (ctypes.Structure,), {"_fields_": struct._fields_})
+    return _PLAIN[struct]

@@ -125,8 +125,10 @@ class DriverReads:
         asked = list(gpu.fields)
         if not asked:
             return {}
-        entries = r.call(gpu.skip, "field_values", pynvml.nvmlDeviceGetFieldValues,
-                         gpu.handle, asked)
+        batch = gpu.field_batch
+        if batch is None or batch.ids != asked:
+            batch = gpu.field_batch = nvml.FieldValueBatch(pynvml, asked)
+        entries = r.call(gpu.skip, "field_values", batch.read, gpu.handle)
         if entries is None:
             if "field_values" in gpu.skip:
                 gpu.fields.clear()  # no batch call at all: the dedicated calls take over

@@ -106,3 +106,29 @@ def test_unreadable_cgroup_is_reported(tmp_path: Path) -> None:
 def test_missing_proc_root_is_unavailable(tmp_path: Path) -> None:
     result = Attributor([CgroupSource(tmp_path / "nope")], 5).resolve(DEVICES)
     assert result.statuses[0].status == "unavailable" and result.workloads is None
+
+
+def test_an_idle_node_hands_the_cgroup_source_nothing_to_read() -> None:
+    """No process on any device: once the source has answered ``ok``, each cycle is answered
+    without a call to it (no hand-off to its thread on an idle exporter); with processes, it is
+    asked again."""
+    calls: list[int] = []
+
+    class Counted(CgroupSource):
+        def collect(self, devices, now):  # type: ignore[no-untyped-def]
+            calls.append(sum(len(d.processes or ()) for d in devices))
+            return super().collect(devices, now)
+
+    idle = [replace(d, processes=()) for d in DEVICES]
+    attributor = Attributor([Counted(PROC)], timeout_seconds=5.0)
+    try:
+        for _ in range(4):
+            result = attributor.resolve(idle)
+            [status] = result.statuses
+            assert status.status == "ok" and not result.processes
+            assert all(result.device_workloads(d.id) == () for d in idle)  # known: nobody
+        assert calls == [0]  # the first answer only
+        attributor.resolve(DEVICES)
+        assert len(calls) == 2 and calls[-1] > 0  # processes again: read again
+    finally:
+        attributor.close()

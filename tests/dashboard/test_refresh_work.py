@@ -104,3 +104,50 @@ async def test_text_lines_repaint_only_the_lines_that_changed() -> None:
         await pilot.pause()
         first = screen_text(app).splitlines()[0]  # type: ignore[arg-type]
         assert first.rstrip().endswith("…") and len(first.rstrip()) == 60
+
+
+async def test_an_empty_process_panel_is_not_repainted_on_every_push() -> None:
+    """No process anywhere: each push leaves the process panel as it is (it repainted itself
+    whole every refresh, a tenth of an idle dashboard's CPU; issue 36)."""
+    from dataclasses import replace
+
+    from allsmi.schema import derive
+
+    snapshots = [replace(s, devices=tuple(derive(d, processes=()) for d in s.devices))
+                 for s in simulated_snapshots(5, step=1.0)]
+    collector = PushingCollector(snapshots)
+    app = DashboardApp(NodeSource(collector))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        table = app.process_table
+        repaints: list[object] = []
+        original = table.refresh
+        table.refresh = lambda *a, **k: (repaints.append(a), original(*a, **k))[1]  # type: ignore[method-assign]
+        start = app.renders
+        for index in (1, 2, 3, 4):
+            collector.cycle(index)
+            await wait_for(lambda: app.renders == start + index, pilot)
+        assert table.row_count == 0
+        assert repaints == []
+
+
+async def test_the_columns_are_laid_out_again_only_when_the_width_changes(monkeypatch) -> None:
+    from allsmi.dashboard.screen import app as app_module
+
+    laid_out: list[int] = []
+    real = app_module.columns_for
+    monkeypatch.setattr(app_module, "columns_for",
+                        lambda width, *a, **k: (laid_out.append(width), real(width, *a, **k))[1])
+    snapshots = simulated_snapshots(4, step=1.0)
+    collector = PushingCollector(snapshots)
+    app = DashboardApp(NodeSource(collector))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        start, before = app.renders, len(laid_out)
+        for index in (1, 2, 3):
+            collector.cycle(index)
+            await wait_for(lambda: app.renders == start + index, pilot)
+        assert len(laid_out) == before  # three refreshes of the same devices: no new layout
+        await pilot.resize_terminal(150, 60)
+        await wait_for(lambda: len(laid_out) > before, pilot)
+        assert laid_out[-1] == 148

@@ -27,7 +27,7 @@ from allsmi.config import Config
 from allsmi.formatting import NA
 
 from allsmi.dashboard.screen.actions import BINDINGS, KeyActions
-from allsmi.dashboard.tables.columns import content_widths, hidden_columns
+from allsmi.dashboard.tables.columns import Column, content_widths, hidden_columns
 from allsmi.dashboard.tables.device_table import DeviceTable, columns_for
 from allsmi.dashboard.screen.drawing import ViewDrawing
 from allsmi.dashboard.screen.feed import DataFeed
@@ -108,6 +108,8 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         self._spark_width = 0
         self._wants_key: tuple[Any, ...] | None = None
         self._wants: dict[str, int] = {}
+        self._columns_key: tuple[Any, ...] | None = None
+        self._columns: list[Column] = []
         self._layout_width = 0
         self._refresh_started = 0.0
         self._refresh_cancel = threading.Event()
@@ -195,10 +197,15 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
     def _configure_columns(self, width: int | None = None) -> bool:
         # The width of the last resize: ``self.size`` may still be the old one during it.
         width = self._layout_width = width or self._layout_width or self.size.width
-        columns, compact, spark = columns_for(width - 2, self.source.cluster, self._content_widths())
-        self._compact, self._spark_width = compact, spark
-        self.hidden_columns = hidden_columns(columns, self.source.cluster)
-        return self.device_table.configure(columns)
+        wants = self._content_widths()
+        key = (width, self.source.cluster, tuple(sorted(wants.items())))
+        if key != self._columns_key:  # the same width and names: the same columns (each refresh)
+            self._columns_key = key
+            columns, compact, spark = columns_for(width - 2, self.source.cluster, wants)
+            self._compact, self._spark_width = compact, spark
+            self.hidden_columns = hidden_columns(columns, self.source.cluster)
+            self._columns = columns
+        return self.device_table.configure(self._columns)
 
     def _content_widths(self) -> dict[str, int]:
         """How wide the longest model, vendor and host names are (measured once per new data)."""

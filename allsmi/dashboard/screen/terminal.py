@@ -34,7 +34,9 @@ TERM_EXIT_CODE = 128 + signal.SIGTERM
 HANGUP_GRACE_SECONDS = 0.8
 #: Seconds an orderly exit gets after SIGTERM (the terminal is still there to be restored).
 TERM_GRACE_SECONDS = 3.0
-_POLL_MS = 250
+#: How long one wait for a hang-up lasts: a hang-up ends it at once, so this only bounds how long
+#: the watching thread outlives the guard (it wakes an idle dashboard once in this long).
+_POLL_MS = 5000
 _BROKEN = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
@@ -130,6 +132,8 @@ class TerminalGuard:
                 self.trip(signal.SIGHUP, HANGUP_EXIT_CODE, self.hangup_grace,
                           f"watching the terminal failed: {exc}")
                 return
+            if self._stop.is_set():
+                return  # the guard has ended: a terminal closing now is nothing to act on
             broken = [mask for _, mask in events if mask & _BROKEN]
             if broken:
                 what = ("terminal hung up" if broken[0] & select.POLLHUP else

@@ -167,8 +167,9 @@ class ProcessTable(LineTable):
         if self._lay_out():  # a column grew, shrank, came or went: every cell again
             reordered = True
         self.virtual_size = Size(self._table_width, len(self._order) + 1)
-        if self._cursor >= len(self._order):
-            self._cursor = max(0, len(self._order) - 1)
+        last = max(0, len(self._order) - 1)
+        if self._cursor > last:  # (an empty table keeps its cursor at 0: nothing to repaint)
+            self._cursor = last
             reordered = True
         if reordered:
             self.refresh()  # every visible line may show another process now

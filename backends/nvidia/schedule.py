@@ -1,0 +1,140 @@
+"""How one cycle's GPU reads are spread over the backend's reader threads.
+
+NVML answers most calls in microseconds: handing each GPU to its own thread every cycle then
+costs more (a wake-up and a GIL hand-off per GPU) than the reads themselves. A cycle's reads
+therefore start on one reader thread, which takes the GPUs one after another from the cycle's
+queue. The others join only when reading is slow:
+
+* when the GPUs have not all been read :data:`HEDGE_SECONDS` after the cycle started (a GPU
+  that hangs, a library that answers in milliseconds), the GPUs not yet started are taken by
+  up to ``workers`` threads at once, so that a hung GPU holds up no other GPU;
+* a cycle whose reads added up to more than :data:`HEDGE_SECONDS` makes the next one start on
+  every thread at once (a slow library stays parallel; a fast one goes back to one thread).
+
+Each GPU is read at most once a cycle, by whichever thread takes it first. A GPU whose read is
+still in the library from an earlier cycle is not queued again (``Gpu.pending``): it is
+reported as not answering, like a GPU whose read misses the backend's timeout; one never
+started by then is taken off the queue and asked afresh in the next cycle.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Generic, Sequence, TypeVar
+
+from allsmi.backends.nvidia.devices import Gpu
+
+T = TypeVar("T")
+
+#: How long a cycle's reads run on one thread before more threads take the GPUs left, and how
+#: long a cycle's reads may add up to for the next cycle to start on one thread again.
+HEDGE_SECONDS = 0.02
+
+
+class GpuRead(Generic[T]):
+    """One GPU's read, handed to a reader thread (``Gpu.pending`` until its result is taken)."""
+
+    __slots__ = ("result", "error", "finished")
+
+    def __init__(self) -> None:
+        self.result: T | None = None
+        self.error: Exception | None = None
+        self.finished = False
+
+    def done(self) -> bool:
+        """Whether the read has returned (a read stuck in the library has not)."""
+        return self.finished
+
+
+class ReadSchedule(Generic[T]):
+    """Reads a cycle's GPUs with ``read`` on ``pool`` (at most ``workers`` threads)."""
+
+    def __init__(self, pool: ThreadPoolExecutor, workers: int,
+                 read: Callable[[Gpu], T]) -> None:
+        self._pool = pool
+        self._workers = max(1, workers)
+        self._read = read
+        self._lock = threading.Lock()
+        self._outstanding = 0  # reads handed out and not returned: this cycle's, and stuck ones
+        self._all_read = threading.Event()
+        self._all_read.set()
+        self.parallel = False
+        """Whether the next cycle starts on every thread at once (the last one was slow)."""
+        self.threads_started = 0
+        """Reader tasks handed to the pool so far (what a test counts: one a cycle while the
+        library is fast)."""
+
+    def run(self, gpus: Sequence[Gpu], timeout: float) -> list[T | None]:
+        """Each GPU's result, in order; ``None`` for a GPU that did not answer within
+        ``timeout`` seconds (or whose read from an earlier cycle is still in the library)."""
+        started = time.monotonic()
+        queue: collections.deque[Gpu] = collections.deque()
+        for gpu in gpus:
+            if gpu.pending is None:
+                gpu.pending = GpuRead()
+                queue.append(gpu)
+        asked = len(queue)
+        with self._lock:
+            self._outstanding += asked
+            if self._outstanding:
+                self._all_read.clear()
+        spent: list[float] = []
+
+        def drain() -> None:
+            while True:
+                try:
+                    gpu = queue.popleft()  # atomic: each GPU goes to one thread
+                except IndexError:
+                    return
+                read = gpu.pending
+                begun = time.perf_counter()
+                try:
+                    result = self._read(gpu)
+                except Exception as exc:  # the read never raises; a bug must not hang the cycle
+                    if read is not None:
+                        read.error = exc
+                else:
+                    if read is not None:
+                        read.result = result
+                spent.append(time.perf_counter() - begun)
+                self._returned(read)
+
+        self._start(drain, min(asked, self._workers if self.parallel else 1))
+        if not self.parallel and asked and not self._all_read.wait(min(HEDGE_SECONDS, timeout)):
+            self._start(drain, min(len(queue), self._workers - 1))  # slow, or a GPU hangs
+        self._all_read.wait(max(0.0, started + timeout - time.monotonic()))
+        while True:  # never started: asked afresh next cycle, not read late
+            try:
+                gpu = queue.popleft()
+            except IndexError:
+                break
+            gpu.pending = None
+            self._returned(None)
+        results: list[T | None] = []
+        for gpu in gpus:
+            read = gpu.pending
+            if read is not None and read.finished:
+                gpu.pending = None
+                if read.error is not None:
+                    raise read.error
+                results.append(read.result)
+            else:
+                results.append(None)
+        self.parallel = sum(spent) > HEDGE_SECONDS or None in results
+        return results
+
+    def _returned(self, read: GpuRead[T] | None) -> None:
+        with self._lock:
+            if read is not None:
+                read.finished = True
+            self._outstanding -= 1
+            if self._outstanding == 0:
+                self._all_read.set()
+
+    def _start(self, drain: Callable[[], None], count: int) -> None:
+        for _ in range(count):
+            self._pool.submit(drain)
+            self.threads_started += 1
