@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from allsmi.schema import (COMPUTE_ACTIVE_SOURCES, DEVICE_ACTIVITY, DEVICE_TRAFFIC,
-                           PROCESS_ATTRIBUTION, _DEVICE_OPTIONAL_TEXT, _DEVICE_TEXT, DeviceSample,
-                           ProcessSample, _clean_mapping, _percent_or_none, _rate_or_none)
+                           PROCESS_ATTRIBUTION, DEVICE_OPTIONAL_TEXT, DEVICE_TEXT, DeviceSample,
+                           ProcessSample, clean_mapping, percent_or_none, rate_or_none)
 from allsmi.text import MAX_COMMAND, clean_optional, clean_text
 
 _S = TypeVar("_S", "DeviceSample", "ProcessSample")
@@ -19,16 +19,16 @@ _S = TypeVar("_S", "DeviceSample", "ProcessSample")
 def _cleaners() -> dict[type, dict[str, Any]]:
     """Per class, each field's cleaning as its ``__post_init__`` does it (``None``: none)."""
     def mapping(value: Any) -> Any:
-        return _clean_mapping(value) if value else value
+        return clean_mapping(value) if value else value
 
     def opt(clean: Any) -> Any:
         return lambda value: None if value is None else clean(value)
     device: dict[str, Any] = {name: None for name in DeviceSample.__dataclass_fields__}
-    device.update({name: clean_text for name in _DEVICE_TEXT})
-    device.update({name: clean_optional for name in _DEVICE_OPTIONAL_TEXT})
+    device.update({name: clean_text for name in DEVICE_TEXT})
+    device.update({name: clean_optional for name in DEVICE_OPTIONAL_TEXT})
     device.update(labels=mapping, details=mapping)
-    device.update({name: _percent_or_none for name in DEVICE_ACTIVITY})
-    device.update({name: _rate_or_none for name in DEVICE_TRAFFIC})
+    device.update({name: percent_or_none for name in DEVICE_ACTIVITY})
+    device.update({name: rate_or_none for name in DEVICE_TRAFFIC})
     device.update(compute_active_source=lambda v: v if v in COMPUTE_ACTIVE_SOURCES else None)
     process: dict[str, Any] = {name: None for name in ProcessSample.__dataclass_fields__}
     process.update(user=opt(clean_text), command=opt(lambda v: clean_text(v, MAX_COMMAND)))

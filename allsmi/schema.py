@@ -55,7 +55,7 @@ DEVICE_TRAFFIC = ("interconnect_rx_bytes_per_second", "interconnect_tx_bytes_per
                   "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
 
 
-def _percent_or_none(value: Any) -> float | None:
+def percent_or_none(value: Any) -> float | None:
     if type(value) is float and 0.0 <= value <= 100.0:  # (nearly always: as it is)
         return value
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -63,7 +63,7 @@ def _percent_or_none(value: Any) -> float | None:
     return float(value) if 0.0 <= value <= 100.0 else None  # NaN fails both comparisons
 
 
-def _rate_or_none(value: Any) -> float | None:
+def rate_or_none(value: Any) -> float | None:
     if type(value) is float and 0.0 <= value < _INF:  # (nearly always: as it is)
         return value
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -214,14 +214,15 @@ class HolderWaiting:
         return {name: getattr(self, name) for name in WAITING_FIELDS}
 
 
-#: DeviceSample's text fields: cleaned once, when the sample is built.
-_DEVICE_TEXT = ("id", "vendor", "kind", "backend", "health")
+#: DeviceSample's text fields (and the optional ones below): cleaned once, when the sample is
+#: built (allsmi.samplecopy cleans a changed one the same way).
+DEVICE_TEXT = ("id", "vendor", "kind", "backend", "health")
 _INF = float("inf")
-_DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_version",
-                         "parent", "resource_group")
+DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_version",
+                        "parent", "resource_group")
 
 
-def _clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+def clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     """``mapping`` with its keys and values cleaned (strings, inside tuples too; no NaN)."""
     out = {}
     for k, v in mapping.items():
@@ -315,11 +316,11 @@ class DeviceSample:
         _set = object.__setattr__
         # What clean_text would return unchanged (a short printable str) is not set again:
         # every device of every cycle comes through here.
-        for name in _DEVICE_TEXT:
+        for name in DEVICE_TEXT:
             value = getattr(self, name)
             if type(value) is not str or len(value) > MAX_NAME or not value.isprintable():
                 _set(self, name, clean_text(value))
-        for name in _DEVICE_OPTIONAL_TEXT:
+        for name in DEVICE_OPTIONAL_TEXT:
             value = getattr(self, name)
             if value is not None and (type(value) is not str or len(value) > MAX_NAME
                                       or not value.isprintable()):
@@ -327,18 +328,18 @@ class DeviceSample:
         for name in DEVICE_ACTIVITY:
             value = getattr(self, name)
             if value is not None and (type(value) is not float or not 0.0 <= value <= 100.0):
-                _set(self, name, _percent_or_none(value))
+                _set(self, name, percent_or_none(value))
         for name in DEVICE_TRAFFIC:
             value = getattr(self, name)
             if value is not None and (type(value) is not float or not 0.0 <= value < _INF):
-                _set(self, name, _rate_or_none(value))
+                _set(self, name, rate_or_none(value))
         if self.compute_active_source is not None \
                 and self.compute_active_source not in COMPUTE_ACTIVE_SOURCES:
             _set(self, "compute_active_source", None)
         if self.labels:
-            _set(self, "labels", _clean_mapping(self.labels))
+            _set(self, "labels", clean_mapping(self.labels))
         if self.details:
-            _set(self, "details", _clean_mapping(self.details))
+            _set(self, "details", clean_mapping(self.details))
 
 
 @dataclass(frozen=True, slots=True)
