@@ -37,14 +37,6 @@ def by_id(samples) -> dict[str, DeviceSample]:
     return {s.id: s for s in samples}
 
 
-@pytest.fixture
-def backends():
-    made: list[NvidiaBackend] = []
-    yield made
-    for backend in made:
-        backend.close()
-
-
 def test_values_identity_and_units(monkeypatch, backends):
     gpu = FakeGpu.from_profile("rtx-6000-ada", 0)
     fake = FakeNvml([gpu])

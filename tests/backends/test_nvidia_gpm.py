@@ -15,14 +15,6 @@ ACTIVITY_FIELDS = DEVICE_ACTIVITY + DEVICE_TRAFFIC + ("compute_active_source",)
 
 
 @pytest.fixture
-def backends():
-    made: list[NvidiaBackend] = []
-    yield made
-    for backend in made:
-        backend.close()
-
-
-@pytest.fixture
 def no_wait(monkeypatch):
     """Cycles as fast as the test runs: NVIDIA's 0.1 s between samples is not waited for."""
     monkeypatch.setattr(gpm, "MIN_INTERVAL_SECONDS", 0.0)

@@ -17,14 +17,6 @@ from allsmi.backends.nvidia import schedule
 from .nvml_fake import FakeGpu, FakeNvml, fleet
 
 
-@pytest.fixture
-def backends():
-    made: list[NvidiaBackend] = []
-    yield made
-    for backend in made:
-        backend.close()
-
-
 def opened(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, made: list[NvidiaBackend],
            **kwargs) -> NvidiaBackend:
     fake.install(monkeypatch)
