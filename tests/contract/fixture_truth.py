@@ -208,7 +208,7 @@ def csv_value(path: Path, row: int, column: str, unit: str | None = None, *,
     return convert(cell, unit, where=where, aliases=aliases)
 
 
-def text_value(path: Path, pattern: str, unit: str | None = None, *, group: int = 1,
+def text_value(path: Path, pattern: str, unit: str | None = None, *, group: int | str = 1,
                aliases: Mapping[str, str] | None = None) -> Truth:
     """Group ``group`` of the first match of ``pattern`` (multi-line) in a tool's text output."""
     path = Path(path)

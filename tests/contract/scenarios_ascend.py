@@ -5,10 +5,29 @@ from __future__ import annotations
 from allsmi.backends.ascend import TOOL, AscendBackend
 
 from . import standin
+from .fixture_truth import text_value
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 ASCEND = FIXTURES / "ascend"
-MIB = 1024 ** 2
+#: npu-smi's headers say MB (``Memory-Usage(MB)``) and mean MiB (fixtures/ascend/README.md).
+MB_IS_MIB = {"MB": "MiB"}
+TRAINING, CARDS = "npu-smi-24.1.0-910b3x4-training.txt", "npu-smi-23.0.0-310p3-two-cards.txt"
+#: One chip's two table rows, found by its bus id: power, temperature on the first; AICore,
+#: memory used / total and (910B) HBM used / total on the second.
+_CHIP = (r"^\|[^|\n]*\|[^|\n]*\| (?P<power_W>\S+) +(?P<temp_C>\S+) [^\n]*\n"
+         r"\|[^|\n]*\| {bus} +\| (?P<aicore>\S+) +(?P<mem_used>\d+) / (?P<mem_total>\d+)"
+         r"(?: +(?P<hbm_used>\d+) / (?P<hbm_total>\d+))?")
+_UNITS = {"aicore": "%", "power_W": "W", "temp_C": "C", "mem_used": "MB", "mem_total": "MB", "hbm_used": "MB", "hbm_total": "MB"}
+
+
+def _chip(fixture: str, bus: str, column: str):
+    """``column`` of the chip at ``bus`` in the fixture's table, in the unit its header states."""
+    return text_value(ASCEND / fixture, _CHIP.format(bus=bus), _UNITS[column], group=column, aliases=MB_IS_MIB)
+
+
+def _proc(fixture: str, pid: int):
+    """The ``Process memory(MB)`` cell of ``pid``."""
+    return text_value(ASCEND / fixture, rf"^\|[^|\n]*\| {pid} +\|[^|\n]*\| (\d+) ", "MB", aliases=MB_IS_MIB)
 
 
 def backend_for(env: ScenarioEnv, fixture: str | None, *, text: str | None = None) -> AscendBackend:
@@ -43,24 +62,33 @@ def _sixty_four(env: ScenarioEnv) -> AscendBackend:
 SCENARIOS: list[Scenario] = [
     Scenario("no-hardware-tool-absent", _absent, None),
     Scenario("no-hardware-no-npu", lambda env: backend_for(env, "npu-smi-no-devices.txt"), None),
-    # MB in the table are MiB: 29834 MiB used of 65536 MiB HBM; power 93.6 W as printed.
-    Scenario("910b3-x4-training", lambda env: backend_for(env, "npu-smi-24.1.0-910b3x4-training.txt"), 4, dict([
+    # MB in the table are MiB: the 910B's memory is its HBM pair; power as printed.
+    Scenario("910b3-x4-training", lambda env: backend_for(env, TRAINING), 4, dict([
         expect("ascend:0000:c1:00.0", index=0, name="Ascend 910B3", bus_id="0000:c1:00.0", health="ok",
-               utilization_percent=87.0, compute_active_percent=87.0, compute_active_source="core_busy",
-               memory_used_bytes=29834 * MIB, memory_total_bytes=65536 * MIB, power_watts=93.6,
-               temperature_celsius=45.0, driver_version="24.1.0", processes=[(2133411, 29231 * MIB)]),
-        expect("ascend:0000:01:00.0", processes=[(2133412, 29167 * MIB), (2133500, 512 * MIB)]),
+               utilization_percent=_chip(TRAINING, "0000:C1:00.0", "aicore"),
+               compute_active_percent=_chip(TRAINING, "0000:C1:00.0", "aicore"), compute_active_source="core_busy",
+               memory_used_bytes=_chip(TRAINING, "0000:C1:00.0", "hbm_used"),
+               memory_total_bytes=_chip(TRAINING, "0000:C1:00.0", "hbm_total"),
+               power_watts=_chip(TRAINING, "0000:C1:00.0", "power_W"),
+               temperature_celsius=_chip(TRAINING, "0000:C1:00.0", "temp_C"), driver_version="24.1.0",
+               processes=[(2133411, _proc(TRAINING, 2133411))]),
+        expect("ascend:0000:01:00.0", processes=[(2133412, _proc(TRAINING, 2133412)),
+                                                 (2133500, _proc(TRAINING, 2133500))]),
         expect("ascend:0000:c2:00.0", health="degraded", utilization_percent=0.0, processes=[]),
         expect("ascend:0000:02:00.0", power_watts=None, utilization_percent=None,
-               memory_used_bytes=2860 * MIB)])),
-    Scenario("310p3-two-cards", lambda env: backend_for(env, "npu-smi-23.0.0-310p3-two-cards.txt"), 3, dict([
-        expect("ascend:0000:82:00.0", index=0, name="Ascend 310P3", memory_used_bytes=1074 * MIB,
-               memory_total_bytes=21534 * MIB, power_watts=15.8, utilization_percent=12.0,
-               details__npu_id=0, details__chip_id=0, processes=[(41234, 980 * MIB)]),
+               memory_used_bytes=_chip(TRAINING, "0000:02:00.0", "hbm_used"))])),
+    Scenario("310p3-two-cards", lambda env: backend_for(env, CARDS), 3, dict([
+        expect("ascend:0000:82:00.0", index=0, name="Ascend 310P3",
+               memory_used_bytes=_chip(CARDS, "0000:82:00.0", "mem_used"),
+               memory_total_bytes=_chip(CARDS, "0000:82:00.0", "mem_total"),
+               power_watts=_chip(CARDS, "0000:82:00.0", "power_W"),
+               utilization_percent=_chip(CARDS, "0000:82:00.0", "aicore"),
+               details__npu_id=0, details__chip_id=0, processes=[(41234, _proc(CARDS, 41234))]),
         expect("ascend:0000:82:00.1", index=1, details__chip_id=1, processes=[]),
-        expect("ascend:0000:89:00.0", index=2, power_watts=None, memory_total_bytes=21525 * MIB)])),
+        expect("ascend:0000:89:00.0", index=2, power_watts=None,
+               memory_total_bytes=_chip(CARDS, "0000:89:00.0", "mem_total"))])),
     Scenario("sixty-four-npus", _sixty_four, 64, dict([
-        expect("ascend:0000:4f:00.0", index=63, power_watts=93.6)])),
+        expect("ascend:0000:4f:00.0", index=63, power_watts=_chip(TRAINING, "0000:C1:00.0", "power_W"))])),
 ]
 
 CLI = CliTool(env_var=TOOL.env_var, executable="npu-smi", partial=ASCEND / "npu-smi-24.1.0-910b3x4-training.txt",
