@@ -277,3 +277,10 @@ def undeclared_readings(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 elif want.quantity != quantity_of(key):
                     typed.append(f"{device_id} {key}: {want.quantity} read for {quantity_of(key)} ({want!r})")
     return typed
+
+
+def fed(value: int | float, unit: str, what: str) -> Truth:
+    """A reading the scenario itself feeds a fake library (a process's ``usedGpuMemory`` built
+    in the scenario's code, where the fake has no fixture file for it), in ``unit``: the fake
+    is given this value and the backend must report it converted, as from a file."""
+    return convert(value, unit, where=f"fed by the scenario: {what}")
