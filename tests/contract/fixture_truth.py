@@ -99,7 +99,7 @@ def _exact(quantity: str, value: Fraction, where: str) -> Truth:
     return TrueFloat(float(value), where, quantity)
 
 
-_NUMBER_UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z%µ]*)\s*$")
+_NUMBER_UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z%µ°]*)\s*$")
 
 
 def convert(raw: Any, unit: str | None, *, where: str, aliases: Mapping[str, str] | None = None) -> Truth:
@@ -113,7 +113,7 @@ def convert(raw: Any, unit: str | None, *, where: str, aliases: Mapping[str, str
         match = _NUMBER_UNIT.match(str(raw))
         if not match:
             raise ValueError(f"{where}: {raw!r} is not a number with a unit")
-        number, stated = Fraction(match.group(1)), match.group(2).replace("µ", "u")
+        number, stated = Fraction(match.group(1)), match.group(2).replace("µ", "u").replace("°", "")
     if stated:
         stated = (aliases or {}).get(stated, stated)
         if unit is not None and stated != unit:
