@@ -16,6 +16,7 @@ from allsmi.backends import gaudi as gaudi_module
 from allsmi.backends.gaudi import csv_output
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
 
+from .fixture_truth import csv_value
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 GAUDI = FIXTURES / "gaudi"
@@ -115,6 +116,18 @@ def _listed_without_row(mode: str):
     return build
 
 
+#: The units of hl-smi's ``nounits`` cells (fixtures/gaudi/README.md).
+UNITS = {"memory.total": "MiB", "memory.used": "MiB", "power.draw": "W", "power.max": "W",
+         "temperature.aip": "C", "utilization.aip": "%"}
+
+
+def _cell(fixture: str, row: int, field: str):
+    """hl-smi's ``field`` of the ``row``-th device in ``fixtures/gaudi/FIXTURE.csv`` (columns from
+    its ``.fields`` sidecar), in the unit hl-smi prints it in."""
+    return csv_value(GAUDI / f"{fixture}.csv", row, field, UNITS[field], fieldnames=fixture_fields(fixture))
+
+
+G3, G2 = "gaudi3-8x-1.22", "gaudi2-8x-1.15"
 G3_0 = "01P4-HL3090A0-18-U4V193-22-07-00"
 G3_3 = "01P4-HL3090A0-18-U4V193-22-07-03"
 
@@ -122,13 +135,16 @@ SCENARIOS: list[Scenario] = [
     Scenario("hl-smi-absent", _absent, expected_devices=None),
     Scenario("env-points-nowhere", _env_points_nowhere, expected_devices=None),
     Scenario("hl-smi-lists-no-devices", _no_devices, expected_devices=None),
-    # Memory in MiB (131072 MiB = 137438953472 bytes), power and its limit in W.
+    # Memory in MiB, power and its limit in W, as the fixture's cells are.
     Scenario("gaudi3-8x-loop", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt"), expected_devices=8,
-             expected=dict([expect(G3_0, utilization_percent=0.0, compute_active_percent=0.0,
+             expected=dict([expect(G3_0, utilization_percent=_cell(G3, 0, "utilization.aip"),
+                                   compute_active_percent=_cell(G3, 0, "utilization.aip"),
                                    compute_active_source="engine_time",
-                                   memory_total_bytes=131072 * 1024**2,
-                                   memory_used_bytes=672 * 1024**2, temperature_celsius=36.0,
-                                   power_watts=226.0, power_limit_watts=850.0, clock_mhz=800.0,
+                                   memory_total_bytes=_cell(G3, 0, "memory.total"),
+                                   memory_used_bytes=_cell(G3, 0, "memory.used"),
+                                   temperature_celsius=_cell(G3, 0, "temperature.aip"),
+                                   power_watts=_cell(G3, 0, "power.draw"),
+                                   power_limit_watts=_cell(G3, 0, "power.max"), clock_mhz=800.0,
                                    bus_id="0000:19:00.0", driver_version="1.22.1-97ec1a4", health="ok",
                                    processes=None)])),
     Scenario("gaudi3-8x-oneshot", _loop("gaudi3-8x-1.22", "hl-smi-L-gaudi3.txt", mode="oneshot"),
@@ -136,12 +152,16 @@ SCENARIOS: list[Scenario] = [
     # SW 1.15 rejects power.max and the clock fields: null, the rest exact.
     Scenario("gaudi2-8x-sw1.15-fewer-fields", _loop("gaudi2-8x-1.15", "hl-smi-L-gaudi2.txt"),
              expected_devices=8,
-             expected=dict([expect("01P0-HL2080A0-15-TF8A81-09-07-00", memory_total_bytes=98304 * 1024**2,
-                                   memory_used_bytes=768 * 1024**2, temperature_celsius=30.0,
-                                   power_watts=84.0, power_limit_watts=None, clock_mhz=None)])),
+             expected=dict([expect("01P0-HL2080A0-15-TF8A81-09-07-00",
+                                   memory_total_bytes=_cell(G2, 0, "memory.total"),
+                                   memory_used_bytes=_cell(G2, 0, "memory.used"),
+                                   temperature_celsius=_cell(G2, 0, "temperature.aip"),
+                                   power_watts=_cell(G2, 0, "power.draw"), power_limit_watts=None,
+                                   clock_mhz=None)])),
     Scenario("gaudi3-64x", _sixty_four, expected_devices=64,
-             expected=dict([expect("01P4-HL3090A0-18-U4V193-22-00063", index=63, power_watts=226.0,
-                                   memory_used_bytes=672 * 1024**2)])),
+             expected=dict([expect("01P4-HL3090A0-18-U4V193-22-00063", index=63,
+                                   power_watts=_cell(G3, 0, "power.draw"),
+                                   memory_used_bytes=_cell(G3, 0, "memory.used"))])),
     Scenario("gaudi2-4x-na-cells", _loop("gaudi2-4x-na-cells", None), expected_devices=4),
     Scenario("gaudi3-listed-without-row-loop", _listed_without_row("loop"), expected_devices=8,
              unread=(G3_3,),
