@@ -284,3 +284,13 @@ def fed(value: int | float, unit: str, what: str) -> Truth:
     in the scenario's code, where the fake has no fixture file for it), in ``unit``: the fake
     is given this value and the backend must report it converted, as from a file."""
     return convert(value, unit, where=f"fed by the scenario: {what}")
+
+
+def difference(whole: Truth, part: Truth) -> Truth:
+    """``whole`` less ``part`` (memory in use: the physical size less the free size)."""
+    if whole.quantity != part.quantity:
+        raise ValueError(f"{whole.where} is {whole.quantity}, {part.where} is {part.quantity}")
+    where = f"{whole.where} - {part.where}"
+    if isinstance(whole, TrueInt) and isinstance(part, TrueInt):
+        return TrueInt(int(whole) - int(part), where, whole.quantity)
+    return TrueFloat(float(Fraction(repr(float(whole))) - Fraction(repr(float(part)))), where, whole.quantity)

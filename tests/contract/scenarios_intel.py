@@ -11,11 +11,13 @@ from allsmi.backends.intel import XPU_SMI, IntelGpuBackend
 from allsmi.backends.intel.backend import MIN_INTERVAL
 
 from . import standin
+from .fixture_truth import difference, fed, file_value, json_value, text_value, total
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 INTEL = FIXTURES / "intel"
 I915 = INTEL / "i915-flex170x2"
-KIB = 1024
+XE = INTEL / "xe-arc-b580"
+DISCOVERY = "xpu-smi-discovery-flex170x2.json"
 
 
 def _options(tree: Path) -> dict[str, str]:
@@ -25,7 +27,26 @@ def _options(tree: Path) -> dict[str, str]:
 #: What the running GPUs of the scenarios do: the GT idle 40 % of the time (60 % busy), 150 W,
 #: two of card0's four compute engines busy for pid 4242 (50 %), the xe client's render engine
 #: 25 % of the GPU's cycles.
-IDLE_SHARE, WATTS, ENGINES_BUSY, XE_SHARE = 0.4, 150.0, 2, 0.25
+IDLE_SHARE, ENGINES_BUSY, XE_SHARE = 0.4, 2, 0.25
+WATTS = fed(150.0, "W", "the draw the running GPUs' energy counters advance by")
+
+
+def _hwmon(tree: Path, card: str, name: str, unit: str):
+    """A card's hwmon file (``power1_max`` in µW, ``energy1_input`` in µJ, ``temp*_input`` in
+    millidegrees Celsius: the kernel's hwmon sysfs ABI)."""
+    found = sorted((tree / "sys" / "class" / "drm" / card / "device" / "hwmon").glob(f"*/{name}"))
+    return file_value(found[0], unit)
+
+
+def _energy_after_first_interval(tree: Path, card: str):
+    """The energy counter read at open() plus what WATTS added over the first interval."""
+    return total(_hwmon(tree, card, "energy1_input", "uJ"),
+                 fed(float(WATTS) * MIN_INTERVAL, "J", f"{float(WATTS)} W over the first {MIN_INTERVAL} s"))
+
+
+def _resident(tree: Path, pid: int, fd: int, region: str):
+    """``drm-resident-REGION`` of a DRM client's fdinfo, in the unit it states (``KiB``)."""
+    return text_value(tree / "proc" / str(pid) / "fdinfo" / str(fd), rf"^drm-resident-{region}:\s+(.+)$")
 
 
 class Running:
@@ -91,31 +112,39 @@ SCENARIOS: list[Scenario] = [
     Scenario("no-hardware-other-vendor-only", lambda env: backend_for(env, INTEL / "no-intel"), None),
     Scenario("no-hardware-no-sysfs", lambda env: backend_for(env, INTEL / "no-such-tree"), None),
     # The first sample measures from the reading open() took: over that interval the GT idled 40 %
-    # (60 % busy), the energy counter (1234567890123 µJ when opened) moved 150 W's worth, pid 4242
-    # kept two of the four compute engines busy (50 %). power1_max 120000000 µW = 120 W; energy1_input 1234567890123 µJ; lmem 16 GiB; pid 4242
-    # holds 2097152 KiB resident in local0 on card0 through two descriptors of one client.
+    # (60 % busy), the energy counter moved WATTS' worth, pid 4242 kept two of the four compute
+    # engines busy (50 %). pid 4242 holds its resident local0 on card0 through two descriptors
+    # (fd 5 and 6) of one client, counted once.
     Scenario("i915-flex170x2", lambda env: backend_for(env, I915), 2, dict([
         expect("intel:0000:4d:00.0", index=0, name="Intel Data Center GPU Flex 170", bus_id="0000:4d:00.0",
                uuid=None, utilization_percent=100 * (1 - IDLE_SHARE),
                compute_active_percent=100 * (1 - IDLE_SHARE), compute_active_source="engine_time",
-               power_watts=WATTS,
-               power_limit_watts=120.0, energy_joules=1234567890123 / 1e6 + WATTS * MIN_INTERVAL, clock_mhz=2050.0,
-               memory_total_bytes=17179869184, memory_used_bytes=None, temperature_celsius=None,
-               processes=[(4242, 2097152 * KIB)]),
-        expect("intel:0000:50:00.0", index=1, clock_mhz=0.0, processes=[(4242, 262144 * KIB)])])),
-    # xpu-smi adds the uuid and memory in use: 14248574976 - 11811160064 bytes.
-    Scenario("i915-flex170x2-xpu-smi", lambda env: backend_for(env, I915, "xpu-smi-discovery-flex170x2.json"), 2, dict([
+               power_watts=WATTS, power_limit_watts=_hwmon(I915, "card0", "power1_max", "uW"),
+               energy_joules=_energy_after_first_interval(I915, "card0"), clock_mhz=2050.0,
+               memory_total_bytes=file_value(I915 / "sys/class/drm/card0/device/lmem_total_bytes", "B"),
+               memory_used_bytes=None, temperature_celsius=None,
+               processes=[(4242, _resident(I915, 4242, 5, "local0"))]),
+        expect("intel:0000:50:00.0", index=1, clock_mhz=0.0, processes=[(4242, _resident(I915, 4242, 7, "local0"))])])),
+    # xpu-smi adds the uuid and memory in use: its physical size less its free size, in bytes.
+    Scenario("i915-flex170x2-xpu-smi", lambda env: backend_for(env, I915, DISCOVERY), 2, dict([
         expect("intel:0000:4d:00.0", uuid="01000000-0000-004d-0000-000856c08086",
-               memory_used_bytes=14248574976 - 11811160064, memory_total_bytes=17179869184,
-               power_limit_watts=120.0),
+               memory_used_bytes=difference(
+                   json_value(INTEL / DISCOVERY, "device_list/0/memory_physical_size_byte", "B"),
+                   json_value(INTEL / DISCOVERY, "device_list/0/memory_free_size_byte", "B")),
+               memory_total_bytes=file_value(I915 / "sys/class/drm/card0/device/lmem_total_bytes", "B"),
+               power_limit_watts=_hwmon(I915, "card0", "power1_max", "uW")),
         expect("intel:0000:50:00.0", memory_used_bytes=None)])),
-    # xe: VRAM from tile0, the package temperature (57000 m°C), 190 W limit, two GTs.
-    Scenario("xe-arc-b580", lambda env: backend_for(env, INTEL / "xe-arc-b580"), 1, dict([
-        expect("intel:0000:03:00.0", index=1, name="Intel Arc B580", memory_total_bytes=12884901888,
-               temperature_celsius=57.0, power_limit_watts=190.0, clock_mhz=2850.0,
-               energy_joules=98765432101 / 1e6 + WATTS * MIN_INTERVAL, processes=[(7777, 4194304 * KIB)], details__driver="xe")])),
+    # xe: VRAM from tile0, the package temperature (temp2, labelled pkg), the limit, two GTs.
+    Scenario("xe-arc-b580", lambda env: backend_for(env, XE), 1, dict([
+        expect("intel:0000:03:00.0", index=1, name="Intel Arc B580",
+               memory_total_bytes=file_value(XE / "sys/class/drm/card1/device/tile0/physical_vram_size_bytes", "B"),
+               temperature_celsius=_hwmon(XE, "card1", "temp2_input", "mC"),
+               power_limit_watts=_hwmon(XE, "card1", "power1_max", "uW"), clock_mhz=2850.0,
+               energy_joules=_energy_after_first_interval(XE, "card1"),
+               processes=[(7777, _resident(XE, 7777, 9, "vram0"))], details__driver="xe")])),
     Scenario("sixty-four-cards", _sixty_four, 64, dict([
-        expect("intel:0000:4f:00.0", index=63, power_limit_watts=120.0, processes=[])])),
+        expect("intel:0000:4f:00.0", index=63, power_limit_watts=_hwmon(I915, "card0", "power1_max", "uW"),
+               processes=[])])),
 ]
 
 #: xpu-smi is optional: a failing one leaves the sysfs values, with a warning naming the fault.
