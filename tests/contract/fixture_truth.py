@@ -261,22 +261,31 @@ def quantity_of(field: str) -> str | None:
     return None
 
 
+def _problem(value: Any, quantity: str) -> str | None:
+    """Why ``value`` is no reading read from a fixture as ``quantity``, or ``None``."""
+    if value is None or (type(value) in (int, float) and value == 0):
+        return None
+    if not isinstance(value, (TrueInt, TrueFloat)):
+        return "typed in, not read from a fixture"
+    if value.quantity != quantity:
+        return f"{value.quantity} read for {quantity}"
+    return None
+
+
 def undeclared_readings(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The declared bytes/watts/joules/degrees values (process memory included) that were typed
-    in rather than read from a fixture: each must be a :class:`TrueInt`/:class:`TrueFloat` or
-    ``None`` (an honest null)."""
-    typed = []
+    in rather than read from a fixture: each must be a :class:`TrueInt`/:class:`TrueFloat`,
+    ``None`` (an honest null) or ``0`` (nothing held: zero in every unit, no slip to catch)."""
+    found = []
     for device_id, values in expected.items():
         for key, want in values.items():
-            if key == "processes" and want is not None:
-                typed += [f"{device_id} processes pid {pid}: {mem!r}" for pid, mem in want
-                          if mem is not None and getattr(mem, "quantity", None) != "bytes"]
-            elif quantity_of(key) and want is not None:
-                if not isinstance(want, (TrueInt, TrueFloat)):
-                    typed.append(f"{device_id} {key}={want!r}")
-                elif want.quantity != quantity_of(key):
-                    typed.append(f"{device_id} {key}: {want.quantity} read for {quantity_of(key)} ({want!r})")
-    return typed
+            if key == "processes":
+                for pid, memory in want or ():
+                    if problem := _problem(memory, "bytes"):
+                        found.append(f"{device_id} processes pid {pid}: {memory!r}: {problem}")
+            elif (quantity := quantity_of(key)) and (problem := _problem(want, quantity)):
+                found.append(f"{device_id} {key}={want!r}: {problem}")
+    return found
 
 
 def fed(value: int | float, unit: str, what: str) -> Truth:

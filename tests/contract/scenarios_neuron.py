@@ -9,6 +9,7 @@ import json
 from allsmi.backends.neuron import MONITOR, TOOL, NeuronBackend
 
 from . import standin
+from .fixture_truth import json_value, jsonl_value, total
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 NEURON = FIXTURES / "neuron"
@@ -53,11 +54,23 @@ def _sixty_four(env: ScenarioEnv) -> NeuronBackend:
     return backend_for(env, None, "neuron-monitor-trn1-idle.jsonl", listing_text=json.dumps(rows))
 
 
-TRN2 = 103079215104  # "memory_size": 96 GiB in bytes
-#: pid 268911's memory per core: 193986816 + 176285056 + 0 + 0 + 20971520 bytes
-A_CORE = 193986816 + 176285056 + 20971520
-#: pid 270001's memory per core: 1073741824 + 52428800 + 268435456 + 16777216 + 536870912 bytes
-B_CORE = 1073741824 + 52428800 + 268435456 + 16777216 + 536870912
+TRN1_LS, TRN2_LS = "neuron-ls-trn1.2xlarge-idle.json", "neuron-ls-trn2-4dev-two-apps.json"
+TWO_APPS, COUNTERS_ERROR = "neuron-monitor-trn2-two-apps.jsonl", "neuron-monitor-trn2-counters-error.jsonl"
+#: What neuron-monitor counts in each NeuronCore's memory, in bytes (``neuron_runtime_used_bytes``).
+CORE_MEMORY = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory", "tensors")
+
+
+def _memory_size(listing: str, device: int):
+    """neuron-ls's ``memory_size`` of ``device``, in bytes."""
+    return json_value(NEURON / listing, f"neuron_device={device}/memory_size", "B")
+
+
+def _held(report: str, pid: int, cores: range):
+    """What ``pid`` holds on ``cores``: every category of neuron-monitor's per-core breakdown."""
+    base = f"neuron_runtime_data/pid={pid}/report/memory_used/neuron_runtime_used_bytes/usage_breakdown"
+    return total(*(jsonl_value(NEURON / report, 0, f"{base}/neuroncore_memory_usage/{core}/{what}", "B")
+                   for core in cores for what in CORE_MEMORY))
+
 
 SCENARIOS: list[Scenario] = [
     Scenario("no-hardware-tools-absent", _absent, None),
@@ -68,33 +81,35 @@ SCENARIOS: list[Scenario] = [
                                                   "neuron-monitor-trn1-idle.jsonl"), 1, dict([
         expect("neuron:0000:00:1e.0", index=0, name="AWS Trainium", bus_id="0000:00:1e.0",
                utilization_percent=0.0, compute_active_percent=0.0, compute_active_source="core_busy",
-               memory_used_bytes=0, memory_total_bytes=34359738368, power_watts=None,
+               memory_used_bytes=0, memory_total_bytes=_memory_size(TRN1_LS, 0), power_watts=None,
                details__core_first=0, details__core_count=2, processes=[])])),
     Scenario("trn2-two-apps", lambda env: backend_for(env, "neuron-ls-trn2-4dev-two-apps.json",
                                                       "neuron-monitor-trn2-two-apps.jsonl"), 4, dict([
         # (42 + 58 + 61.5 + 38.5) / 4 cores
         expect("neuron:0000:cc:00.0", name="AWS Trainium2", utilization_percent=50.0,
-               memory_used_bytes=4 * A_CORE, memory_total_bytes=TRN2, details__core_first=0,
-               details__core_count=4, processes=[(268911, 4 * A_CORE)]),
+               memory_used_bytes=_held(TWO_APPS, 268911, range(0, 4)), memory_total_bytes=_memory_size(TRN2_LS, 0),
+               details__core_first=0, details__core_count=4,
+               processes=[(268911, _held(TWO_APPS, 268911, range(0, 4)))]),
         # (10 + 20 + 30 + 40) / 4
         expect("neuron:0000:b5:00.0", utilization_percent=25.0, details__core_first=4,
-               processes=[(268911, 4 * A_CORE)]),
+               processes=[(268911, _held(TWO_APPS, 268911, range(4, 8)))]),
         # (90 + 70 + 0 + 0) / 4: two of its four cores in use
-        expect("neuron:0000:b6:00.0", utilization_percent=40.0, memory_used_bytes=2 * B_CORE,
-               processes=[(270001, 2 * B_CORE)]),
+        expect("neuron:0000:b6:00.0", utilization_percent=40.0, memory_used_bytes=_held(TWO_APPS, 270001, range(8, 10)),
+               processes=[(270001, _held(TWO_APPS, 270001, range(8, 10)))]),
         expect("neuron:0000:cb:00.0", utilization_percent=0.0, memory_used_bytes=0, processes=[])])),
     Scenario("trn2-counters-error", lambda env: backend_for(env, "neuron-ls-trn2-4dev-two-apps.json",
                                                             "neuron-monitor-trn2-counters-error.jsonl"), 4, dict([
         expect("neuron:0000:b6:00.0", utilization_percent=None, compute_active_percent=None,
-               memory_used_bytes=2 * B_CORE),
+               memory_used_bytes=_held(COUNTERS_ERROR, 270001, range(8, 10))),
         expect("neuron:0000:cc:00.0", utilization_percent=50.0)])),
     Scenario("monitor-missing", lambda env: backend_for(env, "neuron-ls-trn2-4dev-two-apps.json"), 4, dict([
         expect("neuron:0000:cc:00.0", utilization_percent=None, memory_used_bytes=None,
-               memory_total_bytes=TRN2, processes=[(268911, None)])])),
+               memory_total_bytes=_memory_size(TRN2_LS, 0), processes=[(268911, None)])])),
     Scenario("older-neuron-ls", lambda env: backend_for(env, "neuron-ls-older-no-memory.json",
                                                         "neuron-monitor-trn1-idle.jsonl"), 2, dict([
         expect("neuron:0000:00:1e.0", memory_total_bytes=None, details__core_first=None, processes=[(4242, None)]),
-        expect("neuron:0000:00:1f.0", memory_total_bytes=34359738368, details__core_first=2)])),
+        expect("neuron:0000:00:1f.0", memory_total_bytes=_memory_size("neuron-ls-older-no-memory.json", 1),
+               details__core_first=2)])),
     Scenario("sixty-four-devices", _sixty_four, 64, dict([
         expect("neuron:0000:4f:00.0", index=63, details__core_first=126, utilization_percent=0.0)])),
 ]
