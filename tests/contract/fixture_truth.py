@@ -140,15 +140,17 @@ def _load_json(path: Path, mtime: float) -> Any:
 
 def _walk(document: Any, location: str, where: str) -> Any:
     """Follow ``a/0/b`` through a JSON/TOML document; a segment ``key=value`` picks the first
-    list item whose ``key`` is ``value`` (``devices/bdf=0000:0c:00.0/power``)."""
+    list item whose ``key`` is ``value`` (``devices/bdf=0000:0c:00.0/power``), and
+    ``k1=v1&k2=v2`` the first matching both."""
     node = document
     for segment in location.split("/"):
         if isinstance(node, list):
             if "=" in segment:
-                key, _, value = segment.partition("=")
-                picked = [item for item in node if isinstance(item, dict) and str(item.get(key)) == value]
+                wanted = [condition.partition("=")[::2] for condition in segment.split("&")]
+                picked = [item for item in node if isinstance(item, dict)
+                          and all(str(item.get(key)) == value for key, value in wanted)]
                 if not picked:
-                    raise KeyError(f"{where}: no item with {key} = {value!r}")
+                    raise KeyError(f"{where}: no item with {segment}")
                 node = picked[0]
             else:
                 node = node[int(segment)]

@@ -14,9 +14,26 @@ from pathlib import Path
 from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 
 from . import standin
+from .fixture_truth import json_value, total
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 RBLN_FIXTURES = FIXTURES / "rebellions"
+LOADED, ATOM_MAX, FOUR_JOBS = ("rbln-smi-kmd3.0-ca22x4-loaded.json", "rbln-smi-kmd3.0-ca25x2-atom-max.json",
+                               "rbln-smi-kmd3.0-ca22x8-four-jobs.json")
+NA_CELLS = "rbln-smi-kmd2.0-ca12x2-na-cells.json"
+
+
+def _device(fixture: str, device: str, key: str):
+    """rbln-smi's ``key`` of ``device`` (``rbln0``): ``card_power`` (``"37257088uW"``) and
+    ``temperature`` (``"45C"``) state their unit; ``memory/used`` and ``memory/total`` are byte
+    strings (fixtures/rebellions/README.md)."""
+    unit = "B" if key.startswith("memory/") else None
+    return json_value(RBLN_FIXTURES / fixture, f"devices/device={device}/{key}", unit)
+
+
+def _memalloc(fixture: str, npu: int, pid: int, ptid: int = 0):
+    """A context's ``memalloc`` (``"3.5GiB"``, its unit stated), found by npu, pid and ptid."""
+    return json_value(RBLN_FIXTURES / fixture, f"contexts/npu={npu}&pid={pid}&ptid={ptid}/memalloc")
 
 
 def write_standin(directory: Path, executable: str = "rbln-smi", *, fixture: str | None = None,
@@ -81,51 +98,59 @@ def _sixty_four_cards(env: ScenarioEnv) -> RebellionsBackend:
 
 SCENARIOS: list[Scenario] = [
     Scenario("atom-plus-64-cards", _sixty_four_cards, 64, dict([
-        expect("00000000-0000-4000-8000-000000000063", power_watts=37.257088, index=63,
-               bus_id="0000:4f:00.0", processes=[])])),
+        expect("00000000-0000-4000-8000-000000000063", power_watts=_device(LOADED, "rbln0", "card_power"),
+               index=63, bus_id="0000:4f:00.0", processes=[])])),
     Scenario("no-hardware-tools-absent", _tools_absent, None),
     Scenario("no-hardware-override-not-executable", _override_not_executable, None),
     Scenario("no-hardware-tool-sees-no-device",
              lambda env: backend_for(env, "rbln-smi-no-devices.json"), None),
-    # Exact values, converted by hand: "37257088uW" = 37.257088 W, memory strings are bytes,
-    # memalloc 3.5GiB + 58.0MiB = 3758096384 + 60817408 bytes.
+    # Power and temperature in the unit their strings state, memory strings in bytes, a process's
+    # memory the sum of its contexts' memalloc on the NPU (ptid 0 and 1).
     Scenario("atom-plus-4-cards-loaded",
-             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x4-loaded.json"), 4, dict([
-                 expect("6f1c2a9e-0d4b-4c55-9a61-2f0e8b7d1a01", temperature_celsius=45.0,
-                        power_watts=37.257088, memory_used_bytes=3818913792,
-                        memory_total_bytes=16877879296, utilization_percent=62.3,
+             lambda env: backend_for(env, LOADED), 4, dict([
+                 expect("6f1c2a9e-0d4b-4c55-9a61-2f0e8b7d1a01", temperature_celsius=_device(LOADED, "rbln0", "temperature"),
+                        power_watts=_device(LOADED, "rbln0", "card_power"),
+                        memory_used_bytes=_device(LOADED, "rbln0", "memory/used"),
+                        memory_total_bytes=_device(LOADED, "rbln0", "memory/total"), utilization_percent=62.3,
                         compute_active_percent=62.3, compute_active_source="engine_time",
                         bus_id="0000:03:00.0", driver_version="3.0.0", firmware_version="3.0.0",
-                        health="ok", processes=[(2733390, 3758096384 + 60817408)]),
-                 expect("a83b5f27-51c9-4e0e-b1d4-7c6f0a9e3b02", power_watts=36.104512,
-                        memory_used_bytes=3758096384, utilization_percent=58.9)])),
+                        health="ok", processes=[(2733390, total(_memalloc(LOADED, 0, 2733390, 0),
+                                                                _memalloc(LOADED, 0, 2733390, 1)))]),
+                 expect("a83b5f27-51c9-4e0e-b1d4-7c6f0a9e3b02", power_watts=_device(LOADED, "rbln1", "card_power"),
+                        memory_used_bytes=_device(LOADED, "rbln1", "memory/used"), utilization_percent=58.9)])),
     Scenario("atom-4-cards-rbln-stat-fallback",
              lambda env: backend_for(env, "rbln-stat-kmd1.3-ca02x4.json",
                                      executable="rbln-stat", via_path=True), 4),
     # 2 cards (parents) + 8 dies (children).
     Scenario("atom-max-2-cards-8-dies",
-             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca25x2-atom-max.json"), 10, dict([
-                 # 85300000uW once, on the card; its dies carry no board power.
-                 expect("rebellions:card:0000000025800201", power_watts=85.3, parent=None),
+             lambda env: backend_for(env, ATOM_MAX), 10, dict([
+                 # the card's power once, on the card (each die repeats it); its dies carry none.
+                 expect("rebellions:card:0000000025800201", power_watts=_device(ATOM_MAX, "rbln0", "card_power"),
+                        parent=None),
                  expect("3c90a100-6e2d-4b7a-9c41-000000000000", power_watts=None, utilization_percent=71.0,
-                        memory_used_bytes=4294967296, temperature_celsius=47.0,
+                        memory_used_bytes=_device(ATOM_MAX, "rbln0", "memory/used"),
+                        temperature_celsius=_device(ATOM_MAX, "rbln0", "temperature"),
                         parent="rebellions:card:0000000025800201")])),
     Scenario("atom-plus-8-cards-repeated-npu",
              lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-shared-npu.json"), 8),
     Scenario("atom-plus-8-cards-four-jobs",
-             lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-four-jobs.json"), 8, dict([
-                 expect("7c41d0e0-3b9a-4e27-9f10-5d2a8c6e4000", processes=[(31001, 72 * 1024**2)]),
-                 expect("7c41d0e2-3b9a-4e27-9f10-5d2a8c6e4002", processes=[(42002, 3758096384 + 60817408)]),
-                 expect("7c41d0e7-3b9a-4e27-9f10-5d2a8c6e4007", processes=[(42002, 3758096384)]),
-                 expect("7c41d0e5-3b9a-4e27-9f10-5d2a8c6e4005", processes=[(53003, 1503238554)]),
-                 expect("7c41d0e1-3b9a-4e27-9f10-5d2a8c6e4001", processes=[(64004, 54 * 1024**2)]),
+             lambda env: backend_for(env, FOUR_JOBS), 8, dict([
+                 expect("7c41d0e0-3b9a-4e27-9f10-5d2a8c6e4000", processes=[(31001, _memalloc(FOUR_JOBS, 0, 31001))]),
+                 expect("7c41d0e2-3b9a-4e27-9f10-5d2a8c6e4002", processes=[
+                     (42002, total(_memalloc(FOUR_JOBS, 0, 42002, 0), _memalloc(FOUR_JOBS, 0, 42002, 1)))]),
+                 expect("7c41d0e7-3b9a-4e27-9f10-5d2a8c6e4007", processes=[(42002, _memalloc(FOUR_JOBS, 3, 42002))]),
+                 # 1.4GiB is 1503238553.6 bytes: the backend rounds to the nearest byte
+                 expect("7c41d0e5-3b9a-4e27-9f10-5d2a8c6e4005", processes=[(53003, _memalloc(FOUR_JOBS, 0, 53003))]),
+                 expect("7c41d0e1-3b9a-4e27-9f10-5d2a8c6e4001", processes=[(64004, _memalloc(FOUR_JOBS, 0, 64004, 1))]),
                  expect("7c41d0e4-3b9a-4e27-9f10-5d2a8c6e4004", processes=[])])),
     Scenario("atom-plus-na-cells",
              lambda env: backend_for(env, "rbln-smi-kmd2.0-ca12x2-na-cells.json"), 2, dict([
                  expect("7a2e9c04-3b1f-4d6e-8a95-0c4b7e2f1d05", temperature_celsius=None, power_watts=None,
-                        memory_used_bytes=None, memory_total_bytes=16877879296, utilization_percent=None,
+                        memory_used_bytes=None, memory_total_bytes=_device(NA_CELLS, "rbln0", "memory/total"),
+                        utilization_percent=None,
                         compute_active_percent=None, compute_active_source=None),
-                 expect("b5d13f8a-6c20-4e97-9b3a-2f8e1d6c0a06", power_watts=6.1, memory_used_bytes=0,
+                 expect("b5d13f8a-6c20-4e97-9b3a-2f8e1d6c0a06", power_watts=_device(NA_CELLS, "rbln1", "card_power"),
+                        memory_used_bytes=_device(NA_CELLS, "rbln1", "memory/used"),
                         firmware_version=None)])),
     # 6 rows: a string, a row without identity and a duplicate are skipped.
     Scenario("malformed-device-rows",
