@@ -15,6 +15,7 @@ from allsmi.backends import tenstorrent as tenstorrent_module
 from allsmi.backends.tenstorrent import ENV_VAR, TenstorrentBackend
 
 from . import standin
+from .fixture_truth import json_value
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 TENSTORRENT = FIXTURES / "tenstorrent"
@@ -96,22 +97,35 @@ def _sixty_four_boards(env: ScenarioEnv) -> TenstorrentBackend:
     return TenstorrentBackend(timeout_seconds=5.0)
 
 
+P300C, P150A = "snapshot-6.8-blackhole-p300c-board-power.json", "snapshot-5.3-blackhole-p150a-wormhole-n150.json"
+
+
+def _board(fixture: str, chip: int, location: str, unit: str):
+    """tt-smi's ``location`` (``telemetry/board_power``) of the ``chip``-th ``device_info`` row:
+    power in W, temperature in °C, as tt-smi prints them (fixtures/tenstorrent/README.md)."""
+    return json_value(TENSTORRENT / fixture, f"device_info/{chip}/{location}", unit)
+
+
 SCENARIOS: list[Scenario] = [
     Scenario("tt-smi-5.3-64-boards", _sixty_four_boards, 64),
     Scenario("tool-absent", _absent, None),
     Scenario("env-override-not-executable", _env_points_nowhere, None),
     Scenario("no-devices", _no_devices, None),
     # Blackhole p150a + Wormhole n150: two boards, two generations.
-    Scenario("tt-smi-5.3-p150a-n150", _snapshot("snapshot-5.3-blackhole-p150a-wormhole-n150.json"), 2),
+    Scenario("tt-smi-5.3-p150a-n150", _snapshot(P150A), 2, dict([
+        expect("tenstorrent:0000040031914035", power_watts=_board(P150A, 0, "telemetry/power", "W"),
+               temperature_celsius=_board(P150A, 0, "telemetry/asic_temperature", "C"),
+               power_limit_watts=_board(P150A, 0, "limits/tdp_limit", "W"))])),
     # Grayskull e150 + Wormhole n300 (L and R chips of one board: a board and its partition).
     Scenario("tt-smi-3.0-e150-n300", _snapshot("snapshot-3.0-grayskull-e150-wormhole-n300.json"), 3),
-    # board_power " 42.0" once, on the board; the second ASIC is its partition.
-    Scenario("tt-smi-6.8-p300c", _snapshot("snapshot-6.8-blackhole-p300c-board-power.json",
-                                           user_lookup=lambda pid: None), 2, dict([
-        expect("tenstorrent:0000046131924062", power_watts=42.0, temperature_celsius=34.8,
+    # board_power once, on the board; the second ASIC is its partition.
+    Scenario("tt-smi-6.8-p300c", _snapshot(P300C, user_lookup=lambda pid: None), 2, dict([
+        expect("tenstorrent:0000046131924062", power_watts=_board(P300C, 0, "telemetry/board_power", "W"),
+               temperature_celsius=_board(P300C, 0, "telemetry/asic_temperature", "C"),
                clock_mhz=800.0, utilization_percent=None, memory_used_bytes=None, parent=None,
                compute_active_percent=None),
-        expect("tenstorrent:0000046131924062:1", power_watts=None, temperature_celsius=36.8,
+        expect("tenstorrent:0000046131924062:1", power_watts=None,
+               temperature_celsius=_board(P300C, 1, "telemetry/asic_temperature", "C"),
                parent="tenstorrent:0000046131924062")])),
     Scenario("tt-smi-3.0.5-progress-on-stdout", _snapshot("stdout-3.0.5-progress-and-ansi.txt"), 2),
     Scenario("tt-smi-2.2-file-mode", _legacy_file_mode, 1),
