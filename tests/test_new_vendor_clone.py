@@ -126,6 +126,7 @@ SCENARIOS = '''
     from allsmi.backends.acme import MONITOR, TOOL, AcmeBackend
 
     from . import standin
+    from .fixture_truth import json_value
     from .scenario import FIXTURES, CliTool, Scenario, expect
 
     ACME = FIXTURES / "acme"
@@ -147,9 +148,11 @@ SCENARIOS = '''
 
     SCENARIOS = [
         Scenario("absent", _absent, None),
-        # 17500 mW, 16384 MiB, busy 42.5 % as the monitor says
-        Scenario("two", _two, 2, dict([expect("acme:A1", power_watts=17.5, memory_total_bytes=16 * 2**30,
-                                             utilization_percent=42.5)])),
+        # where in the fixture each reading is, in the unit acme-ls states (its key names it);
+        # busy 42.5 % as the monitor says
+        Scenario("two", _two, 2, dict([expect(
+            "acme:A1", power_watts=json_value(ACME / "ls.json", "serial=A1/milliwatts", "mW"),
+            memory_total_bytes=json_value(ACME / "ls.json", "serial=A1/mib", "MiB"), utilization_percent=42.5)])),
     ]
     CLI = (CliTool(env_var=TOOL.env_var, executable="acme-ls", partial=ACME / "ls.json", calls=("--json",),
                    drift={"oldest": "two", "newest": "two", "na-fields": "two", "64-devices": "two"}),

@@ -204,8 +204,8 @@ def csv_value(path: Path, row: int, column: str, unit: str | None = None, *,
     if column not in header:
         raise KeyError(f"{where}: no column {column!r} (has {header})")
     cell = rows[row][header.index(column)].strip()
-    header_unit = _HEADER_UNIT.search(column)
-    if unit is None and header_unit and not _NUMBER_UNIT.match(cell).group(2):
+    header_unit, own = _HEADER_UNIT.search(column), _NUMBER_UNIT.match(cell)
+    if unit is None and header_unit and not (own and own.group(2)):
         unit = header_unit.group(1)
     return convert(cell, unit, where=where, aliases=aliases)
 

@@ -81,13 +81,15 @@ class Scenario:
 
 
 def expect(device_id: str, **values: Any) -> tuple[str, dict[str, Any]]:
-    """Exact values one device of a scenario must have: ``expect("GPU-1", power_watts=17.5218)``.
+    """Exact values one device of a scenario must have:
+    ``expect("GPU-1", power_watts=json_value(FIX / "smi.json", "devices/0/card_power"))``.
 
     Keys are :class:`DeviceSample` attributes (``None`` asserts an honest null),
     ``details__KEY`` for one ``details`` entry, or ``processes`` for the list of
-    ``(pid, memory_bytes)`` pairs. Values are the vendor tool's own numbers
-    converted by hand (``"17521800uW"`` -> ``17.5218``), so a unit error (KiB
-    taken as bytes, 0 for a missing value) fails the contract suite.
+    ``(pid, memory_bytes)`` pairs. A bytes, watts, joules or degrees value is read from the
+    fixture in the unit it states (:mod:`tests.contract.fixture_truth`: ``"17521800uW"`` ->
+    ``17.5218``), never typed in, so a unit error (KiB taken as bytes, 0 for a missing value)
+    fails the contract suite; ids, parents, shares and averages are plain values.
     """
     return device_id, values
 

@@ -14,6 +14,7 @@ from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.fields import MEASURED_FIELDS
 from allsmi.schema import COMPUTE_ACTIVE_SOURCES, HEALTH_STATES, DeviceSample, ProcessSample
 
+from .fixture_truth import undeclared_readings
 from .scenario import Scenario, ScenarioEnv, check_expected, scenario_module
 
 
@@ -180,6 +181,18 @@ def test_declared_truth_covers_the_units_a_backend_converts(name: str) -> None:
         if reported:
             assert declared & set(reported), \
                 f"{name}: no scenario declares an exact non-zero value of {' or '.join(reported)}"
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_declared_readings_are_read_from_the_fixture(name: str) -> None:
+    """Each bytes, watts, joules and degrees value a backend's scenarios declare (process memory
+    included) is read from its fixture in a declared unit (:mod:`tests.contract.fixture_truth`),
+    not typed in by the scenario's author: the truth cannot share the author's unit slip."""
+    module = scenario_module(name)
+    assert module is not None
+    typed = [f"{s.name}: {problem}" for s in module.SCENARIOS for problem in undeclared_readings(s.expected)]
+    assert not typed, f"{name}: declare where in the fixture each value is (fixture_truth), not the number:\n" + \
+        "\n".join(typed)
 
 
 @pytest.mark.parametrize(("name", "scenario"), [c for c in CASES if c[1] is not None],

@@ -54,6 +54,7 @@ FAKE_SCENARIOS = '''
     from pathlib import Path
 
     from tests.contract import standin
+    from tests.contract.fixture_truth import json_value
     from tests.contract.scenario import CliTool, Scenario, expect
 
     from zz_backend import ENV_VAR, ZzBackend
@@ -77,7 +78,8 @@ FAKE_SCENARIOS = '''
 
     SCENARIOS = [
         Scenario("absent", _absent, None),
-        Scenario("two", _two, 2, dict([expect("zz:A1", power_watts=17.5, memory_total_bytes=16 * 1024**3)])),
+        Scenario("two", _two, 2, dict([expect("zz:A1", power_watts=json_value(DIR / "zz-two.json", "serial=A1/milliwatts", "mW"),
+                                              memory_total_bytes=json_value(DIR / "zz-two.json", "serial=A1/mib", "MiB"))])),
     ]
     CLI = CliTool(env_var=ENV_VAR, executable="zz-smi", partial=DIR / "zz-cut.json", calls=("--json",),
                   drift={"oldest": "two", "newest": "two", "na-fields": "two", "64-devices": "two"})
@@ -113,6 +115,6 @@ def test_a_new_vendor_joins_from_its_entry_point_and_scenario_file_alone(tmp_pat
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     passed = int(summary.split(" passed")[0].split()[-1])
-    # 2 contract cells (+1 scenarios check), every fault cell, 4 drift cells, its call checked
+    # 2 contract cells (+1 scenarios check, +1 readings read from the fixture), every fault cell, 4 drift cells, its call checked
     # against its declaration and faulted alone
     assert passed >= 3 + len(FAULTS) + 4 + 2, summary
