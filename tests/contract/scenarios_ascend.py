@@ -17,7 +17,8 @@ TRAINING, CARDS = "npu-smi-24.1.0-910b3x4-training.txt", "npu-smi-23.0.0-310p3-t
 _CHIP = (r"^\|[^|\n]*\|[^|\n]*\| (?P<power_W>\S+) +(?P<temp_C>\S+) [^\n]*\n"
          r"\|[^|\n]*\| {bus} +\| (?P<aicore>\S+) +(?P<mem_used>\d+) / (?P<mem_total>\d+)"
          r"(?: +(?P<hbm_used>\d+) / (?P<hbm_total>\d+))?")
-_UNITS = {"aicore": "%", "power_W": "W", "temp_C": "C", "mem_used": "MB", "mem_total": "MB", "hbm_used": "MB", "hbm_total": "MB"}
+_UNITS = {"aicore": "%", "power_W": "W", "temp_C": "C",
+          **{column: "MB" for column in ("mem_used", "mem_total", "hbm_used", "hbm_total")}}
 
 
 def _chip(fixture: str, bus: str, column: str):

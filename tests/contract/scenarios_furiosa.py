@@ -353,17 +353,15 @@ def _legacy_sdk_4x_with_ps(env: ScenarioEnv) -> FuriosaBackend:
 
 
 def _info(fixture: str, device: str, key: str, unit: str | None = None):
-    """``furiosa-smi info``'s ``key`` of ``device`` (``npu1``): ``"52.00 W"`` and ``"35°C"`` state
-    their unit; RNGD's bare ``temperature`` is in °C (fixtures/furiosa/README.md)."""
-    return json_value(FURIOSA / fixture, f"dev_name={device}/{key}", unit)
+    """``info``'s ``key`` of ``device``: ``"52.00 W"``, ``"35°C"`` state their unit; RNGD's bare
+    ``temperature`` is in °C; or ``status``'s DRAM sizes (``memory/DRAM/used_size``), in bytes."""
+    where = f"device={device}/{key}" if key.startswith("memory/") else f"dev_name={device}/{key}"
+    return json_value(FURIOSA / fixture, where, "B" if key.startswith("memory/") else unit)
 
 
-def _dram(fixture: str, device: str, key: str):
-    """``furiosa-smi status``'s DRAM ``used_size``/``total_size`` of ``device``, in bytes."""
-    return json_value(FURIOSA / fixture, f"device={device}/memory/DRAM/{key}", "B")
-
-
-WARBOY_PS = "ps-warboy-output-flag.json"
+INFO, STATUS, WARBOY, WARBOY_PS = RNGD_4X["info"], RNGD_4X["status"], "info-warboy-output-flag.json", \
+    "ps-warboy-output-flag.json"
+USED, TOTAL = "memory/DRAM/used_size", "memory/DRAM/total_size"
 
 SCENARIOS: list[Scenario] = [
     Scenario("tool-and-sdk-absent", _absent, None),
@@ -373,29 +371,24 @@ SCENARIOS: list[Scenario] = [
     # power and temperature from info, DRAM bytes from status, utilization the mean of the 8 PEs;
     # RNGD ps has no memory.
     Scenario("cli-rngd-4x", _cli_rngd_4x, 4, dict([
-        expect("B9E2F4A7-1C3D-4F6B-8A20-5E7D9C1B3F22", power_watts=_info(RNGD_4X["info"], "npu1", "power"),
-               temperature_celsius=_info(RNGD_4X["info"], "npu1", "temperature", "C"),
+        expect("B9E2F4A7-1C3D-4F6B-8A20-5E7D9C1B3F22", power_watts=_info(INFO, "npu1", "power"),
+               temperature_celsius=_info(INFO, "npu1", "temperature", "C"),
                clock_mhz=1000.0, power_limit_watts=None, utilization_percent=45.25,
                compute_active_percent=45.25, compute_active_source="pe_busy",
-               memory_used_bytes=_dram(RNGD_4X["status"], "npu1", "used_size"),
-               memory_total_bytes=_dram(RNGD_4X["status"], "npu1", "total_size"), health="ok",
-               processes=[(41230, None), (52011, None)]),
-        expect("A3D7E1C2-5B8F-4E2A-9C61-0D4F7B2E8A11", power_watts=_info(RNGD_4X["info"], "npu0", "power"),
-               utilization_percent=0.0, memory_used_bytes=_dram(RNGD_4X["status"], "npu0", "used_size"))])),
+               memory_used_bytes=_info(STATUS, "npu1", USED), memory_total_bytes=_info(STATUS, "npu1", TOTAL),
+               health="ok", processes=[(41230, None), (52011, None)]),
+        expect("A3D7E1C2-5B8F-4E2A-9C61-0D4F7B2E8A11", power_watts=_info(INFO, "npu0", "power"),
+               utilization_percent=0.0, memory_used_bytes=_info(STATUS, "npu0", USED))])),
     # Warboy: "1.37 W", "35°C"; one process on two PE ranges (npu0pe0 and npu0pe1), summed.
     Scenario("cli-warboy-output-flag", _cli_warboy, 1, dict([
-        expect("0D8A1F3E-6B2C-4D5A-8E97-2F1C3B4A5D66",
-               power_watts=_info("info-warboy-output-flag.json", "npu0", "power"),
-               temperature_celsius=_info("info-warboy-output-flag.json", "npu0", "temperature"),
-               clock_mhz=None, utilization_percent=31.6,
-               processes=[(3771, total(json_value(FURIOSA / WARBOY_PS, "npu=npu0pe0/memory"),
-                                       json_value(FURIOSA / WARBOY_PS, "npu=npu0pe1/memory")))])])),
+        expect("0D8A1F3E-6B2C-4D5A-8E97-2F1C3B4A5D66", power_watts=_info(WARBOY, "npu0", "power"),
+               temperature_celsius=_info(WARBOY, "npu0", "temperature"), clock_mhz=None, utilization_percent=31.6,
+               processes=[(3771, total(*(json_value(FURIOSA / WARBOY_PS, f"npu={pe}/memory")
+                                         for pe in ("npu0pe0", "npu0pe1"))))])])),
     # each of the 64 is the 4x fixtures' npu0 info row and npu1 status row
     Scenario("cli-rngd-64", _cli_64, 64, dict([
-        expect("00000000-0000-4000-8000-000000000063", index=63,
-               power_watts=_info(RNGD_4X["info"], "npu0", "power"),
-               memory_used_bytes=_dram(RNGD_4X["status"], "npu1", "used_size"), utilization_percent=45.25,
-               processes=[])])),
+        expect("00000000-0000-4000-8000-000000000063", index=63, power_watts=_info(INFO, "npu0", "power"),
+               memory_used_bytes=_info(STATUS, "npu1", USED), utilization_percent=45.25, processes=[])])),
     # npu2 is listed by info but has no status row: degraded
     Scenario("cli-rngd-na-and-partial", _cli_rngd_faults, 2,
              unread=("C4F1A8B3-7D2E-4A9C-B153-6F8E0D2C4A33",)),

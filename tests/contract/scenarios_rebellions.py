@@ -108,7 +108,8 @@ SCENARIOS: list[Scenario] = [
     # memory the sum of its contexts' memalloc on the NPU (ptid 0 and 1).
     Scenario("atom-plus-4-cards-loaded",
              lambda env: backend_for(env, LOADED), 4, dict([
-                 expect("6f1c2a9e-0d4b-4c55-9a61-2f0e8b7d1a01", temperature_celsius=_device(LOADED, "rbln0", "temperature"),
+                 expect("6f1c2a9e-0d4b-4c55-9a61-2f0e8b7d1a01",
+                        temperature_celsius=_device(LOADED, "rbln0", "temperature"),
                         power_watts=_device(LOADED, "rbln0", "card_power"),
                         memory_used_bytes=_device(LOADED, "rbln0", "memory/used"),
                         memory_total_bytes=_device(LOADED, "rbln0", "memory/total"), utilization_percent=62.3,
