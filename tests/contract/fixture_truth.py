@@ -246,14 +246,6 @@ def times(count: Truth, per: Truth) -> Truth:
     return _exact(per.quantity, value, f"{count.where} x {per.where}")
 
 
-def share(value: Truth, parts: int) -> Truth:
-    """``value`` split evenly into ``parts`` (a board's memory seen by each of its partitions)."""
-    where = f"{value.where} / {parts}"
-    if isinstance(value, TrueInt):
-        return TrueInt(int(value) // parts, where, value.quantity)
-    return TrueFloat(float(value) / parts, where, value.quantity)
-
-
 def quantity_of(field: str) -> str | None:
     """The quantity a schema field holds by its name (``memory_used_bytes`` -> ``bytes``);
     ``None`` for a rate (``..._bytes_per_second``) or an unlisted field."""
