@@ -44,7 +44,7 @@ from allsmi.backends._common.owners import ProcessOwners
 # open(), once NVML has loaded (_import_reading), so a machine without NVIDIA pays for neither.
 from allsmi.backends.nvidia import DECLARATION, nvml
 from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
-from allsmi.schema import DetailValue, DeviceSample
+from allsmi.schema import DetailValue, DeviceSample, derive
 from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
 
 if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
@@ -367,11 +367,17 @@ class NvidiaBackend(Backend, declared=DECLARATION):
 
     def _device(self, gpu: Gpu, *, health: str,
                 details: Mapping[str, DetailValue] | None = None, **values: Any) -> DeviceSample:
-        return DeviceSample(
-            id=gpu.id, vendor=self.vendor, kind=self.kind, backend=self.name,
-            index=gpu.index, uuid=gpu.uuid, name=gpu.name, bus_id=gpu.bus_id,
-            driver_version=self._driver_version, firmware_version=gpu.vbios,
-            health=health, details=dict(details or {}), **values)
+        """The GPU's sample: its template (the facts read at open, cleaned once) with this
+        cycle's ``health``, ``details`` and ``values``, only those cleaned (:func:`derive`,
+        with ``DeviceSample``'s own rules: the same sample as building it whole)."""
+        template = gpu.template
+        if template is None:
+            template = gpu.template = DeviceSample(
+                id=gpu.id, vendor=self.vendor, kind=self.kind, backend=self.name,
+                index=gpu.index, uuid=gpu.uuid, name=gpu.name, bus_id=gpu.bus_id,
+                driver_version=self._driver_version, firmware_version=gpu.vbios)
+        return derive(template, health=health, details=details if details else {},
+                      **values)
 
     def _mig_device(self, gpu: Gpu, mig: Mig, *, health: str,
                     details: Mapping[str, DetailValue] | None = None,

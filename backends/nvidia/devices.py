@@ -99,6 +99,9 @@ class Gpu:
     #: GPM samples of the GPU and, in MIG mode, of each GPU instance by its id (:mod:`.gpm`)
     gpm: GpmTarget | None = None
     gpm_instances: dict[int, GpmTarget] = field(default_factory=dict)
+    #: The GPU's sample with only its static facts, made on the first read after open: each
+    #: cycle's sample is derived from it (``NvidiaBackend._device``).
+    template: DeviceSample | None = None
 
     @property
     def id(self) -> str:
