@@ -123,6 +123,9 @@ class Collector:
         self._cycle_lock = threading.Lock()
         self._group_memo: dict[tuple[object, ...], str] = {}
         """Each device's resource group by its facts (see :func:`assign_groups`)."""
+        self._said: dict[int, tuple[object, BackendStatus]] = {}
+        """Per runner, its last outcome and the status made of it: an outcome kept from cycle
+        to cycle (a vendor answered absent until its re-probe) is not made a status again."""
         self._subscribers: list[SnapshotCallback] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,8 +179,11 @@ class Collector:
                         f"no answer within {self.timeout:g} s" + (f" (still in {phase}())" if phase else ""),
                         self.timeout))
                     continue
-                statuses.append(BackendStatus(runner.name, outcome.status, outcome.message,
-                                              round(outcome.duration, 6)))
+                said = self._said.get(id(runner))
+                if said is None or said[0] is not outcome:  # a new answer (not one kept)
+                    said = self._said[id(runner)] = (outcome, BackendStatus(
+                        runner.name, outcome.status, outcome.message, round(outcome.duration, 6)))
+                statuses.append(said[1])
                 devices.extend(outcome.devices)
                 # a backend whose samples are new each cycle and kept by nobody (the simulation)
                 fresh.extend([getattr(runner.backend, "fresh_samples", False)] * len(outcome.devices))
