@@ -78,3 +78,80 @@ def test_an_unchanged_answer_keeps_its_status_and_a_new_one_shows_at_once() -> N
         assert {s.name: s for s in fourth.backends}["absent"] is not by_name["absent"]
     finally:
         collector.close()
+
+
+def _nvidia_collector(monkeypatch, gpus):
+    from allsmi.backends.nvidia import NvidiaBackend
+    from tests.backends.nvml_fake import FakeNvml
+    FakeNvml(gpus).install(monkeypatch)
+    backend = NvidiaBackend(process_owner=lambda pid: (None, None), timeout_seconds=1.0)
+    return backend, Collector([backend], interval_seconds=1.0, timeout_seconds=1.5)
+
+
+def test_an_isolated_backend_is_sampled_on_the_collectors_thread_its_reads_on_its_pool(
+        monkeypatch) -> None:
+    """Once open, the NVIDIA backend (whose reads run on its own reader pool, each within the
+    timeout) is sampled on the collector's thread: its worker is not woken each cycle. The
+    GPU reads themselves stay off the collector's thread."""
+    import threading
+
+    import pynvml
+
+    from tests.backends.nvml_fake import FakeGpu
+    backend, collector = _nvidia_collector(
+        monkeypatch, [FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(4)])
+    sampled_on: list[int] = []
+    read_on: list[int] = []
+    real_sample, real_util = backend.sample, pynvml.nvmlDeviceGetUtilizationRates
+    returned: list[list[DeviceSample]] = []
+
+    def sample():
+        sampled_on.append(threading.get_ident())
+        returned.append(list(real_sample()))
+        return returned[-1]
+
+    def util(handle):
+        read_on.append(threading.get_ident())
+        return real_util(handle)
+
+    monkeypatch.setattr(backend, "sample", sample)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", util)
+    try:
+        first = collector.collect_once()  # probe and open: on the backend's worker
+        assert [d.health for d in first.devices] == ["ok"] * 4
+        worker = collector.runners[0]._flight.thread
+        assert worker is not None and sampled_on == [worker.ident]
+        for _ in range(3):
+            snap = collector.collect_once()
+            assert [d.health for d in snap.devices] == ["ok"] * 4
+            assert snap.backends[0].status == "ok"
+            # the backend's samples are made fresh each cycle: completed in place, not copied
+            assert all(a is b for a, b in zip(snap.devices, returned[-1]))
+            assert all(d.resource_group for d in snap.devices)
+        me = threading.get_ident()
+        assert sampled_on[1:] == [me] * 3
+        assert me not in read_on and len(read_on) == 16
+    finally:
+        collector.close()
+
+
+def test_a_hung_gpu_still_costs_the_collector_no_more_than_its_timeout(monkeypatch) -> None:
+    """Sampled on the collector's thread, a GPU that hangs is still reported as not answering
+    within the backend's timeout, the other GPUs read, and the next cycle comes."""
+    import time
+
+    from tests.backends.nvml_fake import FakeGpu
+    gpus = [FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(3)]
+    backend, collector = _nvidia_collector(monkeypatch, gpus)
+    try:
+        collector.collect_once()
+        gpus[1].stall_s = 5.0
+        started = time.monotonic()
+        snap = collector.collect_once()
+        assert time.monotonic() - started < 4  # bounded by the 1 s timeout, not the 5 s stall
+        health = [d.health for d in snap.devices]
+        assert health[0] == health[2] == "ok" and health[1] == "unknown"
+        assert "did not answer" in snap.backends[0].message
+        gpus[1].stall_s = 0.0
+    finally:
+        collector.close()

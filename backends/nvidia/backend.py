@@ -91,6 +91,11 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     per direction; default false), ``gpm`` (GPM activity, Hopper on; default true).
     """
 
+    fresh_samples = True
+    """Every sample :meth:`sample` returns is made in that call and kept by nothing here (each
+    GPU's is derived from its template, never the template itself): the collector fills in
+    its group and holders on it rather than copying it (``allsmi.collector._completed``)."""
+
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
                  process_owner: ProcessOwner | None = None) -> None:
@@ -207,6 +212,13 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         if gpm is not None:
             gpm.close(self._gpus or [])
         self._gpus = None
+
+    @property
+    def sample_isolated(self) -> bool:
+        """With a reader pool, :meth:`sample` makes no NVML call on the calling thread and
+        waits for the readers at most ``timeout_seconds`` (a GPU that hangs is reported as not
+        answering): the collector may call it on its own thread."""
+        return self._schedule is not None
 
     def sample(self) -> Sequence[DeviceSample]:
         """Every GPU, each followed by its MIG instances."""

@@ -1,0 +1,78 @@
+"""Each cycle's GPU sample is derived from a template made on the first read after open
+(issue 36): the static facts are cleaned once, only the cycle's values are cleaned each cycle,
+and the sample is the same as one built whole. Counted, never timed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from allsmi.backends.nvidia import NvidiaBackend
+from allsmi.schema import DeviceSample
+
+from .nvml_fake import FakeGpu, FakeNvml
+
+
+def test_samples_are_derived_from_one_template_per_gpu_and_equal_a_whole_build(
+        monkeypatch: pytest.MonkeyPatch, backends: list[NvidiaBackend]) -> None:
+    gpus = [FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(3)]
+    fake = FakeNvml(gpus)
+    fake.install(monkeypatch)
+    built: list[str] = []
+    post_init = DeviceSample.__post_init__
+
+    def counted(self: DeviceSample) -> None:
+        built.append(self.id)
+        post_init(self)
+
+    monkeypatch.setattr(DeviceSample, "__post_init__", counted)
+    backend = NvidiaBackend(process_owner=lambda pid: (None, None))
+    backends.append(backend)
+    backend.open()
+    cycles = [backend.sample() for _ in range(3)]
+    # one whole build per GPU (its template), none per cycle
+    assert sorted(built) == sorted(gpu.uuid for gpu in gpus)
+    for devices in cycles:
+        assert [d.health for d in devices] == ["ok"] * 3
+        for dev in devices:
+            monkeypatch.setattr(DeviceSample, "__post_init__", post_init)
+            rebuilt = DeviceSample(**{f.name: getattr(dev, f.name)
+                                      for f in dataclasses.fields(DeviceSample)})
+            monkeypatch.setattr(DeviceSample, "__post_init__", counted)
+            assert rebuilt == dev
+            assert dev.name and dev.uuid and dev.bus_id and dev.driver_version  # static facts
+    # three cycles, three distinct objects per GPU: the template is never handed out
+    assert len({id(d) for devices in cycles for d in devices}) == 9
+    assert all(d is not backend._gpus[i].template
+               for devices in cycles for i, d in enumerate(devices))
+
+
+def test_a_changed_value_shows_in_the_next_cycle(monkeypatch: pytest.MonkeyPatch,
+                                                 backends: list[NvidiaBackend]) -> None:
+    gpu = FakeGpu.from_profile("h100-sxm5-80gb", 0)
+    FakeNvml([gpu]).install(monkeypatch)
+    backend = NvidiaBackend(process_owner=lambda pid: (None, None))
+    backends.append(backend)
+    backend.open()
+    [first] = backend.sample()
+    gpu.util_gpu, gpu.temperature, gpu.memory_used = 87, 71, gpu.memory_used + 2**30
+    [second] = backend.sample()
+    assert (second.utilization_percent, second.temperature_celsius) == (87.0, 71.0)
+    assert second.memory_used_bytes == first.memory_used_bytes + 2**30
+    assert (second.id, second.name, second.uuid) == (first.id, first.name, first.uuid)
+
+
+def test_a_lost_gpu_is_still_built_from_its_template(monkeypatch: pytest.MonkeyPatch,
+                                                     backends: list[NvidiaBackend]) -> None:
+    gpus = [FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(2)]
+    FakeNvml(gpus).install(monkeypatch)
+    backend = NvidiaBackend(process_owner=lambda pid: (None, None))
+    backends.append(backend)
+    backend.open()
+    backend.sample()
+    gpus[1].lost = True
+    devices = backend.sample()
+    assert [d.health for d in devices] == ["ok", "lost"]
+    assert devices[1].uuid == gpus[1].uuid and devices[1].utilization_percent is None
+    assert "error" in devices[1].details
