@@ -45,15 +45,15 @@ from allsmi.backends._common.owners import ProcessOwners
 from allsmi.backends.nvidia import DECLARATION, nvml
 from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
 from allsmi.schema import DetailValue, DeviceSample, derive
-from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
 
 if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
     from concurrent.futures import ThreadPoolExecutor
 
     from allsmi.backends.nvidia.devices import (
-        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
-        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
+        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, milli, number, percent,
+        reason_names)
     from allsmi.backends.nvidia.gpm import GpmReader
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
@@ -68,14 +68,16 @@ DEFAULT_WORKERS = 8
 
 def _import_reading() -> None:
     """Bind the device model's and the reads' names here, once NVML has loaded."""
-    global CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
+    global ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
     global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM
-    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number, read_processes, DriverReads
+    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent, reason_names
+    global read_processes, DriverReads
     global open_gpu, ProcessUtilizationReader
     from allsmi.backends.nvidia.devices import (
-        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
-        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number)
+        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent,
+        reason_names)
     from allsmi.backends.nvidia.processes import read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
@@ -298,9 +300,9 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             details["mig_mode"] = gpu.mig_enabled
 
         util = r.call(skip, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
-        utilization = parse_percent(reject_sentinel(util.gpu)) if util is not None else None
+        utilization = percent(util.gpu) if util is not None else None
         if util is not None:
-            details["memory_activity_percent"] = parse_percent(reject_sentinel(util.memory))
+            details["memory_activity_percent"] = percent(util.memory)
 
         used, total, reserved, version = self._reads().memory(r, skip, handle)
         if reserved is not None:
@@ -341,8 +343,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         reasons = self._reads().clock_event_reasons(r, skip, handle)
         if reasons is not None:
             details["clocks_event_reasons_mask"] = reasons
-            details["clocks_event_reasons"] = tuple(
-                name for bit, name in CLOCK_EVENT_REASONS if reasons & bit)
+            details["clocks_event_reasons"] = reason_names(reasons)
 
         if self.options.get("pcie_throughput", False):
             details.update(self._reads().pcie_throughput(r, skip, handle))
@@ -358,9 +359,9 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             utilization_percent=utilization,
             memory_used_bytes=used, memory_total_bytes=total,
             temperature_celsius=temperature,
-            power_watts=milli_to_unit(number(power_mw)),
-            power_limit_watts=milli_to_unit(number(limit_mw)),
-            energy_joules=milli_to_unit(number(energy_mj)),
+            power_watts=milli(power_mw),
+            power_limit_watts=milli(limit_mw),
+            energy_joules=milli(energy_mj),
             clock_mhz=clock, fan_percent=fan, processes=own, **activity)]
         for mig in gpu.migs:
             mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)

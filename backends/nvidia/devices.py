@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.nvml import error_code
 from allsmi.schema import DeviceSample
-from allsmi.units import reject_sentinel
+from allsmi.units import UINT_SENTINELS, milli_to_unit, parse_percent, reject_sentinel
 
 if TYPE_CHECKING:
     from allsmi.backends.nvidia.gpm import GpmTarget
@@ -60,6 +60,21 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x80, "hw_power_brake_slowdown"),
     (0x100, "display_clock_setting"),
 )
+
+_REASON_BITS = sum(bit for bit, _ in CLOCK_EVENT_REASONS)
+_REASON_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def reason_names(mask: int) -> tuple[str, ...]:
+    """The names of the clock-event reasons set in ``mask`` (bits without a name left out),
+    worked out once per combination (a GPU keeps the same few cycle after cycle)."""
+    known = mask & _REASON_BITS
+    names = _REASON_NAMES.get(known)
+    if names is None:
+        names = _REASON_NAMES[known] = tuple(
+            name for bit, name in CLOCK_EVENT_REASONS if known & bit)
+    return names
+
 
 PROCESS_CAPACITY = 16
 
@@ -152,10 +167,31 @@ class Reader:
 
 def number(value: object) -> float | None:
     """A float from an NVML integer, ``None`` for None or an all-ones sentinel."""
+    if type(value) is int:  # what NVML answers (the same result, without the general checks)
+        return None if value in UINT_SENTINELS else float(value)
     value = reject_sentinel(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def milli(value: object) -> float | None:
+    """:func:`allsmi.units.milli_to_unit` of :func:`number` (mW to W, mJ to J)."""
+    value = number(value)
+    if type(value) is float and -_INF < value < _INF:  # finite: what milli_to_unit divides
+        return value / 1000.0
+    return milli_to_unit(value)
+
+
+def percent(value: object) -> float | None:
+    """:func:`allsmi.units.parse_percent` of an NVML percentage (``None``: a sentinel, or
+    outside 0 to 100)."""
+    if type(value) is int:  # what NVML answers (the same result, without the general checks)
+        return None if value in UINT_SENTINELS or not 0 <= value <= 100 else float(value)
+    return parse_percent(reject_sentinel(value))
+
+
+_INF = float("inf")
 
 
 def mark_lost(gpu: Gpu, fault: DeviceFault) -> None:

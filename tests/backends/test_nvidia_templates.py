@@ -76,3 +76,30 @@ def test_a_lost_gpu_is_still_built_from_its_template(monkeypatch: pytest.MonkeyP
     assert [d.health for d in devices] == ["ok", "lost"]
     assert devices[1].uuid == gpus[1].uuid and devices[1].utilization_percent is None
     assert "error" in devices[1].details
+
+
+def test_the_fast_conversions_answer_as_the_general_ones() -> None:
+    """``number``, ``milli``, ``percent`` and ``reason_names`` (what each cycle converts
+    NVML's answers with) give what the general helpers give, sentinels and all."""
+    import math
+
+    from allsmi.backends.nvidia.devices import (CLOCK_EVENT_REASONS, milli, number, percent,
+                                                reason_names)
+    from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
+    def general_number(value: object) -> float | None:  # the general path, as it was
+        value = reject_sentinel(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value)
+
+    def same(a: float | None, b: float | None) -> bool:
+        return a == b or (a is not None and b is not None and math.isnan(a) and math.isnan(b))
+
+    for value in (0, 1, 37, 100, 101, 250_000, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF,
+                  0x7FFFFFFF, 2**40, None, True, 12.5, math.nan, math.inf, -3):
+        assert same(number(value), general_number(value)), value
+        assert same(milli(value), milli_to_unit(general_number(value))), value
+        assert same(percent(value), parse_percent(reject_sentinel(value))), value
+    for mask in (0, 1, 0x5, 0x1FF, 0x1000, 0x1001, 0xFFFFFFFFFFFFFFFF):
+        assert reason_names(mask) == tuple(n for bit, n in CLOCK_EVENT_REASONS if mask & bit)
+        assert reason_names(mask) is reason_names(mask)  # worked out once
