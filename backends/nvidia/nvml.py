@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import struct
 import threading
 from dataclasses import dataclass
 from types import ModuleType
@@ -339,24 +340,72 @@ class FieldValueBatch:
     def __init__(self, pynvml: ModuleType, ids: list[int]) -> None:
         self.ids = list(ids)
         self._pynvml = pynvml
-        self._entries = (_plain_field_value(pynvml) * len(ids))()
+        plain = _plain_field_value(pynvml)
+        self._entries = (plain * len(ids))()
+        self._layout = _layout(plain)
         for entry, fid in zip(self._entries, ids):
             entry.fieldId = fid
         self._asked = bytes(self._entries)  # the ids with every answer cleared
         self._count = ctypes.c_int32(len(ids))
 
-    def read(self, handle: Any) -> Any:
-        """The entries (valid until the next read), each with its ``nvmlReturn``."""
+    def read(self, handle: Any) -> list[tuple[int, int | float | None]]:
+        """Each asked field's ``(nvmlReturn, value)``, in the order asked; the value as
+        :func:`field_value` reads it (``None``: a value type it does not know; meaningful only
+        where ``nvmlReturn`` is ``SUCCESS``)."""
         pynvml = self._pynvml
         fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
         ctypes.memmove(self._entries, self._asked, len(self._asked))
         ret = fn(handle, self._count, ctypes.byref(self._entries))
         if ret != SUCCESS:
             raise pynvml.NVMLError(ret)
-        return self._entries
+        return self.answers()
+
+    def answers(self) -> list[tuple[int, int | float | None]]:
+        """What the buffer holds (see :meth:`read`): unpacked with ``struct`` in one pass,
+        the same numbers ctypes reads member by member."""
+        layout = self._layout
+        if layout is None:  # an unexpected layout: member by member, through ctypes
+            return [(int(entry.nvmlReturn), field_value(entry)) for entry in self._entries]
+        rows, members = layout
+        return [(code, None if (member := members.get(kind)) is None
+                 else member.unpack_from(raw)[0])
+                for kind, code, raw in rows.iter_unpack(bytes(self._entries))]
 
 
 _PLAIN: dict[type, type[ctypes.Structure]] = {}
+
+#: The native ``struct`` format of each member of ``c_nvmlValue_t`` by its value type (the
+#: ctypes types of :data:`_FIELD_MEMBERS`: double, uint, ulong, ulonglong, longlong, int, ushort).
+_MEMBER_FORMATS = {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}
+_LAYOUTS: dict[type, tuple[struct.Struct, dict[int, struct.Struct]] | None] = {}
+
+
+def _layout(entry: type) -> tuple[struct.Struct, dict[int, struct.Struct]] | None:
+    """For a plain field-value structure: one ``struct`` row per entry giving ``(valueType,
+    nvmlReturn, the value's bytes)``, and each value type's member format; ``None`` when the
+    structure is not laid out as ``nvml.h`` has it (then ctypes reads it)."""
+    if entry not in _LAYOUTS:
+        _LAYOUTS[entry] = None
+        try:
+            kind, code, value = (getattr(entry, name) for name in
+                                 ("valueType", "nvmlReturn", "value"))
+            size = ctypes.sizeof(entry)
+            if kind.size == code.size == 4 and value.size == 8 and code.offset == kind.offset + 4 \
+                    and value.offset >= code.offset + 4 and value.offset + 8 <= size:
+                row = struct.Struct(f"={kind.offset}xII{value.offset - code.offset - 4}x8s"
+                                    f"{size - value.offset - 8}x")
+                members = {k: struct.Struct(f"@{f}") for k, f in _MEMBER_FORMATS.items()}
+                if all(m.size == getattr(_ctype_of_value(entry), n).size
+                       for (k, m), n in zip(members.items(), _FIELD_MEMBERS.values())):
+                    _LAYOUTS[entry] = (row, members)
+        except (AttributeError, TypeError, struct.error):
+            pass
+    return _LAYOUTS[entry]
+
+
+def _ctype_of_value(entry: type) -> Any:
+    """The ctypes type of ``entry``'s ``value`` member (``c_nvmlValue_t``)."""
+    return dict(entry._fields_)["value"]  # type: ignore[attr-defined]
 
 
 def _plain_field_value(pynvml: ModuleType) -> type[ctypes.Structure]:

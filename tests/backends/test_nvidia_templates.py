@@ -103,3 +103,31 @@ def test_the_fast_conversions_answer_as_the_general_ones() -> None:
     for mask in (0, 1, 0x5, 0x1FF, 0x1000, 0x1001, 0xFFFFFFFFFFFFFFFF):
         assert reason_names(mask) == tuple(n for bit, n in CLOCK_EVENT_REASONS if mask & bit)
         assert reason_names(mask) is reason_names(mask)  # worked out once
+
+
+def test_the_field_buffer_unpacked_in_one_pass_reads_as_ctypes_does() -> None:
+    """The field-value batch's answers, unpacked with ``struct``, are the numbers ctypes reads
+    member by member (every value type, extremes, a failed entry, an unknown type)."""
+    import math
+
+    import pynvml
+
+    from allsmi.backends.nvidia import nvml
+    cases = [(0, 1.5), (0, -0.0), (0, math.inf), (1, 0xFFFFFFFF), (1, 7), (2, 2**64 - 1),
+             (3, 2**63 + 5), (4, -(2**63)), (4, -5), (5, -(2**31)), (5, 123), (6, 0xFFFF),
+             (9, 0)]
+    batch = nvml.FieldValueBatch(pynvml, list(range(100, 100 + len(cases) + 1)))
+    assert batch._layout is not None  # the fast path is the one tested
+    members = dict(nvml._FIELD_MEMBERS)
+    for entry, (kind, value) in zip(batch._entries, cases):
+        entry.nvmlReturn = nvml.SUCCESS
+        entry.valueType = kind
+        if kind in members:
+            setattr(entry.value, members[kind], value)
+    batch._entries[len(cases)].nvmlReturn = nvml.ERROR_NOT_SUPPORTED
+    expected = [(int(e.nvmlReturn), nvml.field_value(e)) for e in batch._entries]
+    got = batch.answers()
+    assert got == expected
+    assert [type(v) for _, v in got] == [type(v) for _, v in expected]
+    assert got[0][1] == 1.5 and got[5][1] == 2**64 - 1 and got[7][1] == -(2**63)
+    assert got[12] == (nvml.SUCCESS, None)  # an unknown value type
