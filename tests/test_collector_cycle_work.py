@@ -155,3 +155,37 @@ def test_a_hung_gpu_still_costs_the_collector_no_more_than_its_timeout(monkeypat
         gpus[1].stall_s = 0.0
     finally:
         collector.close()
+
+
+def test_groups_are_worked_out_again_only_when_the_devices_facts_change() -> None:
+    from allsmi.config import parse_config
+
+    class Named(_One):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names = ["Alpha", "Alpha"]
+
+        def sample(self) -> list[DeviceSample]:
+            return [DeviceSample(id=f"GPU-{i}", vendor="nvidia", kind="gpu", backend=self.name,
+                                 index=i, name=name, health="ok", utilization_percent=5.0 * i)
+                    for i, name in enumerate(self.names)]
+
+    config = parse_config('[[rules]]\nmodel = "Beta"\nresource_group = "beta"\n\n'
+                          '[groups.beta]\nlabels = { team = "b" }\n')
+    backend = Named()
+    collector = Collector([backend], config, interval_seconds=1.0, timeout_seconds=5.0)
+    try:
+        snaps = [collector.collect_once() for _ in range(4)]
+        assert collector.group_assignments == 1  # the same facts: carried
+        for snap in snaps:
+            assert [d.resource_group for d in snap.devices] == [config.default_group] * 2
+            assert [d.utilization_percent for d in snap.devices] == [0.0, 5.0]
+        backend.names = ["Alpha", "Beta"]  # a fact a rule matches on changes
+        snap = collector.collect_once()
+        assert collector.group_assignments == 2
+        assert [d.resource_group for d in snap.devices] == [config.default_group, "beta"]
+        assert dict(snap.devices[1].labels) == {"team": "b"}
+        collector.collect_once()
+        assert collector.group_assignments == 2
+    finally:
+        collector.close()
