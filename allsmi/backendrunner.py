@@ -106,6 +106,8 @@ class BackendRunner:
             outcome = self._call()
             self._flight.settle(outcome)
             return outcome
+        if self._flight.thread is None:  # no worker, so no call in flight: the answer stands
+            return self._flight.last
         return self._flight.wait(deadline)
 
     def _call(self) -> _Outcome:

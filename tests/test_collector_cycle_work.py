@@ -58,6 +58,11 @@ def test_an_unchanged_answer_keeps_its_status_and_a_new_one_shows_at_once() -> N
     collector = Collector([absent, one], interval_seconds=1.0, timeout_seconds=5.0)
     try:
         first = collector.collect_once()
+
+        def unwaited(deadline: float) -> None:
+            raise AssertionError("a runner without a worker has no call to wait for")
+
+        collector.runners[0]._flight.wait = unwaited  # type: ignore[method-assign]
         second = collector.collect_once()
         assert absent.quick == 1  # asked once, then its answer stands until the re-probe
         by_name = {s.name: s for s in second.backends}
