@@ -51,9 +51,8 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
 
     from allsmi.backends.nvidia.devices import (
         ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
-        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, milli, number, percent,
-        reason_names)
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, milli, number, percent)
     from allsmi.backends.nvidia.gpm import GpmReader
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
@@ -69,15 +68,13 @@ DEFAULT_WORKERS = 8
 def _import_reading() -> None:
     """Bind the device model's and the reads' names here, once NVML has loaded."""
     global ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
-    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM
-    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent, reason_names
-    global read_processes, DriverReads
+    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, read_processes, DriverReads
+    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent
     global open_gpu, ProcessUtilizationReader
     from allsmi.backends.nvidia.devices import (
         ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
-        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent,
-        reason_names)
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent)
     from allsmi.backends.nvidia.processes import read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
@@ -94,9 +91,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     """
 
     fresh_samples = True
-    """Every sample :meth:`sample` returns is made in that call and kept by nothing here (each
-    GPU's is derived from its template, never the template itself): the collector fills in
-    its group and holders on it rather than copying it (``allsmi.collector._completed``)."""
+    """Each sample is new and kept by nothing here (derived from its GPU's template): the
+    collector completes it in place rather than copying it (``allsmi.collector._completed``)."""
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
@@ -217,9 +213,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
 
     @property
     def sample_isolated(self) -> bool:
-        """With a reader pool, :meth:`sample` makes no NVML call on the calling thread and
-        waits for the readers at most ``timeout_seconds`` (a GPU that hangs is reported as not
-        answering): the collector may call it on its own thread."""
+        """With a reader pool: every NVML call is on a reader, waited for within the timeout."""
         return self._schedule is not None
 
     def sample(self) -> Sequence[DeviceSample]:
@@ -380,9 +374,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
 
     def _device(self, gpu: Gpu, *, health: str,
                 details: Mapping[str, DetailValue] | None = None, **values: Any) -> DeviceSample:
-        """The GPU's sample: its template (the facts read at open, cleaned once) with this
-        cycle's ``health``, ``details`` and ``values``, only those cleaned (:func:`derive`,
-        with ``DeviceSample``'s own rules: the same sample as building it whole)."""
+        """The GPU's template (its facts read at open, cleaned once) with this cycle's values,
+        only those cleaned (:func:`derive`: the same sample as one built whole)."""
         template = gpu.template
         if template is None:
             template = gpu.template = DeviceSample(

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import struct
 import threading
 from dataclasses import dataclass
 from types import ModuleType
@@ -340,9 +339,10 @@ class FieldValueBatch:
     def __init__(self, pynvml: ModuleType, ids: list[int]) -> None:
         self.ids = list(ids)
         self._pynvml = pynvml
+        from allsmi.backends.nvidia.unpack import field_layout  # where GPUs are read
         plain = _plain_field_value(pynvml)
         self._entries = (plain * len(ids))()
-        self._layout = _layout(plain)
+        self._layout = field_layout(plain, _FIELD_MEMBERS)
         for entry, fid in zip(self._entries, ids):
             entry.fieldId = fid
         self._asked = bytes(self._entries)  # the ids with every answer cleared
@@ -373,39 +373,6 @@ class FieldValueBatch:
 
 
 _PLAIN: dict[type, type[ctypes.Structure]] = {}
-
-#: The native ``struct`` format of each member of ``c_nvmlValue_t`` by its value type (the
-#: ctypes types of :data:`_FIELD_MEMBERS`: double, uint, ulong, ulonglong, longlong, int, ushort).
-_MEMBER_FORMATS = {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}
-_LAYOUTS: dict[type, tuple[struct.Struct, dict[int, struct.Struct]] | None] = {}
-
-
-def _layout(entry: type) -> tuple[struct.Struct, dict[int, struct.Struct]] | None:
-    """For a plain field-value structure: one ``struct`` row per entry giving ``(valueType,
-    nvmlReturn, the value's bytes)``, and each value type's member format; ``None`` when the
-    structure is not laid out as ``nvml.h`` has it (then ctypes reads it)."""
-    if entry not in _LAYOUTS:
-        _LAYOUTS[entry] = None
-        try:
-            kind, code, value = (getattr(entry, name) for name in
-                                 ("valueType", "nvmlReturn", "value"))
-            size = ctypes.sizeof(entry)
-            if kind.size == code.size == 4 and value.size == 8 and code.offset == kind.offset + 4 \
-                    and value.offset >= code.offset + 4 and value.offset + 8 <= size:
-                row = struct.Struct(f"={kind.offset}xII{value.offset - code.offset - 4}x8s"
-                                    f"{size - value.offset - 8}x")
-                members = {k: struct.Struct(f"@{f}") for k, f in _MEMBER_FORMATS.items()}
-                if all(m.size == getattr(_ctype_of_value(entry), n).size
-                       for (k, m), n in zip(members.items(), _FIELD_MEMBERS.values())):
-                    _LAYOUTS[entry] = (row, members)
-        except (AttributeError, TypeError, struct.error):
-            pass
-    return _LAYOUTS[entry]
-
-
-def _ctype_of_value(entry: type) -> Any:
-    """The ctypes type of ``entry``'s ``value`` member (``c_nvmlValue_t``)."""
-    return dict(entry._fields_)["value"]  # type: ignore[attr-defined]
 
 
 def _plain_field_value(pynvml: ModuleType) -> type[ctypes.Structure]:

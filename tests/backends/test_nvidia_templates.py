@@ -118,7 +118,8 @@ def test_the_field_buffer_unpacked_in_one_pass_reads_as_ctypes_does() -> None:
              (9, 0)]
     batch = nvml.FieldValueBatch(pynvml, list(range(100, 100 + len(cases) + 1)))
     assert batch._layout is not None  # the fast path is the one tested
-    members = dict(nvml._FIELD_MEMBERS)
+    members = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+               6: "usVal"}  # c_nvmlValue_t's, by value type
     for entry, (kind, value) in zip(batch._entries, cases):
         entry.nvmlReturn = nvml.SUCCESS
         entry.valueType = kind
