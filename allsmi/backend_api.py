@@ -217,6 +217,15 @@ class Backend(abc.ABC):
         :class:`BackendError` if it is present but broken.
         """
 
+    @property
+    def sample_isolated(self) -> bool:
+        """Whether :meth:`sample` (once opened) returns within :attr:`timeout_seconds` however
+        the vendor behaves, because it makes its vendor calls on threads of its own and waits
+        for them with that deadline (the NVIDIA backend's reader pool). The collector then
+        calls it on its own thread rather than waking the backend's worker for it: one
+        hand-off fewer each cycle. ``False`` (the default): every call goes to the worker."""
+        return False
+
     @abc.abstractmethod
     def sample(self) -> Sequence[DeviceSample]:
         """One batched pass over all devices; returns one sample per device.

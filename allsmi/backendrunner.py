@@ -44,6 +44,7 @@ class BackendRunner:
         self._opened = False
         self._unavailable_until = 0.0
         self._phase = ""
+        self._sample_here = False
         self.probe_result: ProbeResult | None = None
         """The last :meth:`Backend.probe` answer, as the worker thread got it (for ``doctor``)."""
 
@@ -60,7 +61,12 @@ class BackendRunner:
         thread, and gets no thread: a machine without that vendor runs none for it."""
         if self._answered_without_worker():
             return True
-        return self._flight.start()
+        flight = self._flight
+        if self._opened and not flight.closing and flight.busy_for() is None \
+                and self.backend.sample_isolated:
+            self._sample_here = True  # called by wait(), on the caller's thread
+            return True
+        return flight.start()
 
     def _answered_without_worker(self) -> bool:
         flight = self._flight
@@ -91,7 +97,17 @@ class BackendRunner:
         return self._phase if self._flight.busy_for() is not None else ""
 
     def wait(self, deadline: float) -> _Outcome | None:
-        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
+        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic).
+
+        A backend whose sample is isolated (:attr:`Backend.sample_isolated`) is sampled here,
+        on the caller's thread, within its own timeout: its worker is not woken for it."""
+        if self._sample_here:
+            self._sample_here = False
+            outcome = self._call()
+            self._flight.settle(outcome)
+            return outcome
+        if self._flight.thread is None:  # no worker, so no call in flight: the answer stands
+            return self._flight.last
         return self._flight.wait(deadline)
 
     def _call(self) -> _Outcome:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import logging
+import operator
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend
 from allsmi.backendrunner import REPROBE_SECONDS, BackendRunner
@@ -38,6 +39,11 @@ if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every coll
 log = logging.getLogger(__name__)
 
 SnapshotCallback = Callable[[Snapshot], None]
+
+#: What a device's resource group depends on (:func:`allsmi.groups.group_names`'s facts; a
+#: partition's also on its parent's, which is among the same devices).
+_GROUP_FACTS = operator.attrgetter("id", "vendor", "backend", "name", "uuid", "index", "bus_id",
+                                   "parent")
 
 
 class _Unsaid:
@@ -122,7 +128,13 @@ class Collector:
         self._latest: Snapshot | None = None
         self._cycle_lock = threading.Lock()
         self._group_memo: dict[tuple[object, ...], str] = {}
+        self._last_groups: tuple[object, list[str], dict[str, Mapping[str, str]]] | None = None
+        self.group_assignments = 0
+        """Cycles whose resource groups were worked out (the others carried the last ones)."""
         """Each device's resource group by its facts (see :func:`assign_groups`)."""
+        self._said: dict[int, tuple[object, BackendStatus]] = {}
+        """Per runner, its last outcome and the status made of it: an outcome kept from cycle
+        to cycle (a vendor answered absent until its re-probe) is not made a status again."""
         self._subscribers: list[SnapshotCallback] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,8 +188,11 @@ class Collector:
                         f"no answer within {self.timeout:g} s" + (f" (still in {phase}())" if phase else ""),
                         self.timeout))
                     continue
-                statuses.append(BackendStatus(runner.name, outcome.status, outcome.message,
-                                              round(outcome.duration, 6)))
+                said = self._said.get(id(runner))
+                if said is None or said[0] is not outcome:  # a new answer (not one kept)
+                    said = self._said[id(runner)] = (outcome, BackendStatus(
+                        runner.name, outcome.status, outcome.message, round(outcome.duration, 6)))
+                statuses.append(said[1])
                 devices.extend(outcome.devices)
                 # a backend whose samples are new each cycle and kept by nobody (the simulation)
                 fresh.extend([getattr(runner.backend, "fresh_samples", False)] * len(outcome.devices))
@@ -185,8 +200,9 @@ class Collector:
             host = self.host.sample()
             wall = self.clock()
             steady = wall if self.monotonic is self.clock else self.monotonic()
-            groups = group_names(devices, host.hostname, self.config, self._group_memo)
-            attributed, attribution, unknown, said = self._attribute(devices, groups, wall, fresh)
+            groups, labels = self._groups(devices, host.hostname)
+            attributed, attribution, unknown, said = self._attribute(devices, groups, labels,
+                                                                     wall, fresh)
             if any(dev.processes or dev.workloads for dev in attributed):  # someone holds one
                 _set_waiting(attributed, self.waiting.reasons(attributed, unknown))
             snapshot = Snapshot(timestamp=dt.datetime.fromtimestamp(wall, dt.timezone.utc),
@@ -219,8 +235,23 @@ class Collector:
                 activity_settings(self.config), [r.backend for r in self.runners])
         return self._waiting
 
-    def _attribute(self, devices: list[DeviceSample], groups: list[str], wall: float,
-                   fresh: list[bool]
+    def _groups(self, devices: list[DeviceSample], hostname: str
+                ) -> tuple[list[str], dict[str, Mapping[str, str]]]:
+        """Each device's resource group (:func:`group_names`) and each group's labels: the
+        last cycle's when every device's facts that rules match on are the same (an idle
+        node's cycle after cycle); worked out afresh when any is not."""
+        facts = (hostname, tuple(map(_GROUP_FACTS, devices)))
+        last = self._last_groups
+        if last is not None and last[0] == facts:
+            return last[1], last[2]
+        groups = group_names(devices, hostname, self.config, self._group_memo)
+        labels = {group: self.config.group(group).labels for group in set(groups)}
+        self._last_groups = (facts, groups, labels)
+        self.group_assignments += 1
+        return groups, labels
+
+    def _attribute(self, devices: list[DeviceSample], groups: list[str],
+                   labels: dict[str, Mapping[str, str]], wall: float, fresh: list[bool]
                    ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str],
                               "Attribution | _Unsaid"]:
         """``devices`` in their resource ``groups`` (with the groups' labels), with their
@@ -230,7 +261,6 @@ class Collector:
         those ``fresh`` (:func:`_completed`). Bounded by the attributor's own timeout; a
         failure here costs the snapshot its attribution (every device's holders unknown),
         never the snapshot."""
-        labels = {group: self.config.group(group).labels for group in set(groups)}
         if self.attributor is None:
             return tuple(_completed(dev, new, resource_group=group, labels=dict(labels[group]))
                          for dev, group, new in zip(devices, groups, fresh)), (), frozenset(), \

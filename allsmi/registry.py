@@ -267,6 +267,15 @@ class DeferredBackend(Backend):
     def open(self) -> None:
         self._real().open()
 
+    @property
+    def sample_isolated(self) -> bool:
+        return self.backend is not None and self.backend.sample_isolated
+
+    @property
+    def fresh_samples(self) -> bool:
+        """The real backend's ``fresh_samples`` (see ``allsmi.collector._completed``)."""
+        return self.backend is not None and bool(getattr(self.backend, "fresh_samples", False))
+
     def sample(self) -> Sequence[DeviceSample]:
         backend = self._real()
         backend.warnings = self.warnings

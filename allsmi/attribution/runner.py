@@ -175,6 +175,11 @@ class Attributor:
         self._lock = threading.Lock()
         #: Each source's last good answer and when it came (monotonic).
         self._last: dict[str, tuple[float, SourceResult]] = {}
+        self._said: dict[str, tuple[_Outcome, BackendStatus]] = {}
+        self._last_merge: tuple[tuple[str, ...], tuple[SourceResult, ...],
+                                tuple[BackendStatus, ...], bool, Attribution] | None = None
+        self.merges = 0
+        """Merges made (the rest were the previous cycle's, carried: what a test counts)."""
 
     @property
     def source_names(self) -> tuple[str, ...]:
@@ -196,8 +201,7 @@ class Attributor:
             for runner in self.runners:
                 rest = resting[id(runner)]
                 if rest is not None:
-                    statuses.append(BackendStatus(runner.name, rest.status, rest.message,
-                                                  round(rest.duration, 6)))
+                    statuses.append(self._status(runner.name, rest))
                     continue
                 if not asked[id(runner)]:
                     status = BackendStatus(
@@ -210,8 +214,7 @@ class Attributor:
                         status = BackendStatus(runner.name, "timeout",
                                                f"no answer within {self.timeout:g} s", self.timeout)
                     else:
-                        status = BackendStatus(runner.name, outcome.status, outcome.message,
-                                               round(outcome.duration, 6))
+                        status = self._status(runner.name, outcome)
                         if outcome.result is not None:
                             results.append(outcome.result)
                             self._last[runner.name] = (time.monotonic(), outcome.result)
@@ -220,8 +223,34 @@ class Attributor:
                 status, carried = self._carry(status, results)
                 statuses.append(status)
                 blind = blind or (status.status in _FAILED and not carried)
-        merged = merge(devices, results, tuple(statuses), blind)
+        merged = self._merged(devices, results, tuple(statuses), blind)
         return replace(merged, bad_shares=tuple(bad_shares)) if bad_shares else merged
+
+    def _status(self, name: str, outcome: _Outcome) -> BackendStatus:
+        """The status of a source's ``outcome``, made once per outcome: one kept from cycle
+        to cycle (a source resting after ``unavailable``, one that reads only processes
+        answered without a call) keeps its status."""
+        said = self._said.get(name)
+        if said is None or said[0] is not outcome:
+            said = self._said[name] = (outcome, BackendStatus(
+                name, outcome.status, outcome.message, round(outcome.duration, 6)))
+        return said[1]
+
+    def _merged(self, devices: tuple[DeviceSample, ...], results: list[SourceResult],
+                statuses: tuple[BackendStatus, ...], blind: bool) -> Attribution:
+        """:func:`merge`, or the last cycle's merge when its inputs are the same: the same
+        devices (by id), the very same answers and statuses (an idle node's cycle after
+        cycle)."""
+        ids = tuple(dev.id for dev in devices)
+        last = self._last_merge
+        if last is not None and last[0] == ids and last[3] == blind \
+                and len(last[1]) == len(results) and all(a is b for a, b in zip(last[1], results)) \
+                and len(last[2]) == len(statuses) and all(a is b for a, b in zip(last[2], statuses)):
+            return last[4]
+        merged = merge(devices, results, statuses, blind)
+        self._last_merge = (ids, tuple(results), statuses, blind, merged)
+        self.merges += 1
+        return merged
 
     def _carry(self, status: BackendStatus,
                results: list[SourceResult]) -> tuple[BackendStatus, bool]:

@@ -44,16 +44,15 @@ from allsmi.backends._common.owners import ProcessOwners
 # open(), once NVML has loaded (_import_reading), so a machine without NVIDIA pays for neither.
 from allsmi.backends.nvidia import DECLARATION, nvml
 from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
-from allsmi.schema import DetailValue, DeviceSample
-from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
+from allsmi.schema import DetailValue, DeviceSample, derive
 
 if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
     from concurrent.futures import ThreadPoolExecutor
 
     from allsmi.backends.nvidia.devices import (
-        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
-        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, number)
+        ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, milli, number, percent)
     from allsmi.backends.nvidia.gpm import GpmReader
     from allsmi.backends.nvidia.mig import Mig
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
@@ -68,14 +67,14 @@ DEFAULT_WORKERS = 8
 
 def _import_reading() -> None:
     """Bind the device model's and the reads' names here, once NVML has loaded."""
-    global CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
-    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM
-    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number, read_processes, DriverReads
+    global ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
+    global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, read_processes, DriverReads
+    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent
     global open_gpu, ProcessUtilizationReader
     from allsmi.backends.nvidia.devices import (
-        CLOCK_EVENT_REASONS, ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM,
-        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, number)
+        ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names,
+        NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent)
     from allsmi.backends.nvidia.processes import read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
@@ -90,6 +89,10 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     ``pcie_throughput`` (also read PCIe TX/RX, which samples a 20 ms window
     per direction; default false), ``gpm`` (GPM activity, Hopper on; default true).
     """
+
+    fresh_samples = True
+    """Each sample is new and kept by nothing here (derived from its GPU's template): the
+    collector completes it in place rather than copying it (``allsmi.collector._completed``)."""
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,
@@ -208,6 +211,11 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             gpm.close(self._gpus or [])
         self._gpus = None
 
+    @property
+    def sample_isolated(self) -> bool:
+        """With a reader pool: every NVML call is on a reader, waited for within the timeout."""
+        return self._schedule is not None
+
     def sample(self) -> Sequence[DeviceSample]:
         """Every GPU, each followed by its MIG instances."""
         self.warnings = list(self._open_warnings)
@@ -286,9 +294,9 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             details["mig_mode"] = gpu.mig_enabled
 
         util = r.call(skip, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
-        utilization = parse_percent(reject_sentinel(util.gpu)) if util is not None else None
+        utilization = percent(util.gpu) if util is not None else None
         if util is not None:
-            details["memory_activity_percent"] = parse_percent(reject_sentinel(util.memory))
+            details["memory_activity_percent"] = percent(util.memory)
 
         used, total, reserved, version = self._reads().memory(r, skip, handle)
         if reserved is not None:
@@ -329,8 +337,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         reasons = self._reads().clock_event_reasons(r, skip, handle)
         if reasons is not None:
             details["clocks_event_reasons_mask"] = reasons
-            details["clocks_event_reasons"] = tuple(
-                name for bit, name in CLOCK_EVENT_REASONS if reasons & bit)
+            details["clocks_event_reasons"] = reason_names(reasons)
 
         if self.options.get("pcie_throughput", False):
             details.update(self._reads().pcie_throughput(r, skip, handle))
@@ -346,9 +353,9 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             utilization_percent=utilization,
             memory_used_bytes=used, memory_total_bytes=total,
             temperature_celsius=temperature,
-            power_watts=milli_to_unit(number(power_mw)),
-            power_limit_watts=milli_to_unit(number(limit_mw)),
-            energy_joules=milli_to_unit(number(energy_mj)),
+            power_watts=milli(power_mw),
+            power_limit_watts=milli(limit_mw),
+            energy_joules=milli(energy_mj),
             clock_mhz=clock, fan_percent=fan, processes=own, **activity)]
         for mig in gpu.migs:
             mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)
@@ -367,11 +374,16 @@ class NvidiaBackend(Backend, declared=DECLARATION):
 
     def _device(self, gpu: Gpu, *, health: str,
                 details: Mapping[str, DetailValue] | None = None, **values: Any) -> DeviceSample:
-        return DeviceSample(
-            id=gpu.id, vendor=self.vendor, kind=self.kind, backend=self.name,
-            index=gpu.index, uuid=gpu.uuid, name=gpu.name, bus_id=gpu.bus_id,
-            driver_version=self._driver_version, firmware_version=gpu.vbios,
-            health=health, details=dict(details or {}), **values)
+        """The GPU's template (its facts read at open, cleaned once) with this cycle's values,
+        only those cleaned (:func:`derive`: the same sample as one built whole)."""
+        template = gpu.template
+        if template is None:
+            template = gpu.template = DeviceSample(
+                id=gpu.id, vendor=self.vendor, kind=self.kind, backend=self.name,
+                index=gpu.index, uuid=gpu.uuid, name=gpu.name, bus_id=gpu.bus_id,
+                driver_version=self._driver_version, firmware_version=gpu.vbios)
+        return derive(template, health=health, details=details if details else {},
+                      **values)
 
     def _mig_device(self, gpu: Gpu, mig: Mig, *, health: str,
                     details: Mapping[str, DetailValue] | None = None,

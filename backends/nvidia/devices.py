@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.nvml import error_code
 from allsmi.schema import DeviceSample
-from allsmi.units import reject_sentinel
+from allsmi.units import UINT_SENTINELS, milli_to_unit, parse_percent, reject_sentinel
 
 if TYPE_CHECKING:
     from allsmi.backends.nvidia.gpm import GpmTarget
@@ -61,6 +61,21 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x100, "display_clock_setting"),
 )
 
+_REASON_BITS = sum(bit for bit, _ in CLOCK_EVENT_REASONS)
+_REASON_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def reason_names(mask: int) -> tuple[str, ...]:
+    """The names of the clock-event reasons set in ``mask`` (bits without a name left out),
+    worked out once per combination (a GPU keeps the same few cycle after cycle)."""
+    known = mask & _REASON_BITS
+    names = _REASON_NAMES.get(known)
+    if names is None:
+        names = _REASON_NAMES[known] = tuple(
+            name for bit, name in CLOCK_EVENT_REASONS if known & bit)
+    return names
+
+
 PROCESS_CAPACITY = 16
 
 
@@ -99,6 +114,9 @@ class Gpu:
     #: GPM samples of the GPU and, in MIG mode, of each GPU instance by its id (:mod:`.gpm`)
     gpm: GpmTarget | None = None
     gpm_instances: dict[int, GpmTarget] = field(default_factory=dict)
+    #: The GPU's sample with only its static facts, made on the first read after open: each
+    #: cycle's sample is derived from it (``NvidiaBackend._device``).
+    template: DeviceSample | None = None
 
     @property
     def id(self) -> str:
@@ -149,10 +167,31 @@ class Reader:
 
 def number(value: object) -> float | None:
     """A float from an NVML integer, ``None`` for None or an all-ones sentinel."""
+    if type(value) is int:  # what NVML answers (the same result, without the general checks)
+        return None if value in UINT_SENTINELS else float(value)
     value = reject_sentinel(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def milli(value: object) -> float | None:
+    """:func:`allsmi.units.milli_to_unit` of :func:`number` (mW to W, mJ to J)."""
+    value = number(value)
+    if type(value) is float and -_INF < value < _INF:  # finite: what milli_to_unit divides
+        return value / 1000.0
+    return milli_to_unit(value)
+
+
+def percent(value: object) -> float | None:
+    """:func:`allsmi.units.parse_percent` of an NVML percentage (``None``: a sentinel, or
+    outside 0 to 100)."""
+    if type(value) is int:  # what NVML answers (the same result, without the general checks)
+        return None if value in UINT_SENTINELS or not 0 <= value <= 100 else float(value)
+    return parse_percent(reject_sentinel(value))
+
+
+_INF = float("inf")
 
 
 def mark_lost(gpu: Gpu, fault: DeviceFault) -> None:

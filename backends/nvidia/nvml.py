@@ -339,21 +339,37 @@ class FieldValueBatch:
     def __init__(self, pynvml: ModuleType, ids: list[int]) -> None:
         self.ids = list(ids)
         self._pynvml = pynvml
-        self._entries = (_plain_field_value(pynvml) * len(ids))()
+        from allsmi.backends.nvidia.unpack import field_layout  # where GPUs are read
+        plain = _plain_field_value(pynvml)
+        self._entries = (plain * len(ids))()
+        self._layout = field_layout(plain, _FIELD_MEMBERS)
         for entry, fid in zip(self._entries, ids):
             entry.fieldId = fid
         self._asked = bytes(self._entries)  # the ids with every answer cleared
         self._count = ctypes.c_int32(len(ids))
 
-    def read(self, handle: Any) -> Any:
-        """The entries (valid until the next read), each with its ``nvmlReturn``."""
+    def read(self, handle: Any) -> list[tuple[int, int | float | None]]:
+        """Each asked field's ``(nvmlReturn, value)``, in the order asked; the value as
+        :func:`field_value` reads it (``None``: a value type it does not know; meaningful only
+        where ``nvmlReturn`` is ``SUCCESS``)."""
         pynvml = self._pynvml
         fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
         ctypes.memmove(self._entries, self._asked, len(self._asked))
         ret = fn(handle, self._count, ctypes.byref(self._entries))
         if ret != SUCCESS:
             raise pynvml.NVMLError(ret)
-        return self._entries
+        return self.answers()
+
+    def answers(self) -> list[tuple[int, int | float | None]]:
+        """What the buffer holds (see :meth:`read`): unpacked with ``struct`` in one pass,
+        the same numbers ctypes reads member by member."""
+        layout = self._layout
+        if layout is None:  # an unexpected layout: member by member, through ctypes
+            return [(int(entry.nvmlReturn), field_value(entry)) for entry in self._entries]
+        rows, members = layout
+        return [(code, None if (member := members.get(kind)) is None
+                 else member.unpack_from(raw)[0])
+                for kind, code, raw in rows.iter_unpack(bytes(self._entries))]
 
 
 _PLAIN: dict[type, type[ctypes.Structure]] = {}

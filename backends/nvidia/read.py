@@ -134,11 +134,8 @@ class DriverReads:
                 gpu.fields.clear()  # no batch call at all: the dedicated calls take over
             return {}
         values: dict[int, int | float] = {}
-        for position, fid in enumerate(asked):
-            entry = entries[position]
-            ret = int(entry.nvmlReturn)
+        for fid, (ret, value) in zip(asked, entries):
             if ret == nvml.SUCCESS:
-                value = nvml.field_value(entry)
                 if value is not None:
                     values[fid] = value
             elif ret in (nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT,
