@@ -21,7 +21,7 @@ _UNITS = {"aicore": "%", "power_W": "W", "temp_C": "C",
           **{column: "MB" for column in ("mem_used", "mem_total", "hbm_used", "hbm_total")}}
 
 
-def _chip(fixture: str, bus: str, column: str):
+def chip(fixture: str, bus: str, column: str):
     """``column`` of the chip at ``bus`` in the fixture's table, in the unit its header states."""
     return text_value(ASCEND / fixture, _CHIP.format(bus=bus), _UNITS[column], group=column, aliases=MB_IS_MIB)
 
@@ -66,30 +66,30 @@ SCENARIOS: list[Scenario] = [
     # MB in the table are MiB: the 910B's memory is its HBM pair; power as printed.
     Scenario("910b3-x4-training", lambda env: backend_for(env, TRAINING), 4, dict([
         expect("ascend:0000:c1:00.0", index=0, name="Ascend 910B3", bus_id="0000:c1:00.0", health="ok",
-               utilization_percent=_chip(TRAINING, "0000:C1:00.0", "aicore"),
-               compute_active_percent=_chip(TRAINING, "0000:C1:00.0", "aicore"), compute_active_source="core_busy",
-               memory_used_bytes=_chip(TRAINING, "0000:C1:00.0", "hbm_used"),
-               memory_total_bytes=_chip(TRAINING, "0000:C1:00.0", "hbm_total"),
-               power_watts=_chip(TRAINING, "0000:C1:00.0", "power_W"),
-               temperature_celsius=_chip(TRAINING, "0000:C1:00.0", "temp_C"), driver_version="24.1.0",
+               utilization_percent=chip(TRAINING, "0000:C1:00.0", "aicore"),
+               compute_active_percent=chip(TRAINING, "0000:C1:00.0", "aicore"), compute_active_source="core_busy",
+               memory_used_bytes=chip(TRAINING, "0000:C1:00.0", "hbm_used"),
+               memory_total_bytes=chip(TRAINING, "0000:C1:00.0", "hbm_total"),
+               power_watts=chip(TRAINING, "0000:C1:00.0", "power_W"),
+               temperature_celsius=chip(TRAINING, "0000:C1:00.0", "temp_C"), driver_version="24.1.0",
                processes=[(2133411, _proc(TRAINING, 2133411))]),
         expect("ascend:0000:01:00.0", processes=[(2133412, _proc(TRAINING, 2133412)),
                                                  (2133500, _proc(TRAINING, 2133500))]),
         expect("ascend:0000:c2:00.0", health="degraded", utilization_percent=0.0, processes=[]),
         expect("ascend:0000:02:00.0", power_watts=None, utilization_percent=None,
-               memory_used_bytes=_chip(TRAINING, "0000:02:00.0", "hbm_used"))])),
+               memory_used_bytes=chip(TRAINING, "0000:02:00.0", "hbm_used"))])),
     Scenario("310p3-two-cards", lambda env: backend_for(env, CARDS), 3, dict([
         expect("ascend:0000:82:00.0", index=0, name="Ascend 310P3",
-               memory_used_bytes=_chip(CARDS, "0000:82:00.0", "mem_used"),
-               memory_total_bytes=_chip(CARDS, "0000:82:00.0", "mem_total"),
-               power_watts=_chip(CARDS, "0000:82:00.0", "power_W"),
-               utilization_percent=_chip(CARDS, "0000:82:00.0", "aicore"),
+               memory_used_bytes=chip(CARDS, "0000:82:00.0", "mem_used"),
+               memory_total_bytes=chip(CARDS, "0000:82:00.0", "mem_total"),
+               power_watts=chip(CARDS, "0000:82:00.0", "power_W"),
+               utilization_percent=chip(CARDS, "0000:82:00.0", "aicore"),
                details__npu_id=0, details__chip_id=0, processes=[(41234, _proc(CARDS, 41234))]),
         expect("ascend:0000:82:00.1", index=1, details__chip_id=1, processes=[]),
         expect("ascend:0000:89:00.0", index=2, power_watts=None,
-               memory_total_bytes=_chip(CARDS, "0000:89:00.0", "mem_total"))])),
+               memory_total_bytes=chip(CARDS, "0000:89:00.0", "mem_total"))])),
     Scenario("sixty-four-npus", _sixty_four, 64, dict([
-        expect("ascend:0000:4f:00.0", index=63, power_watts=_chip(TRAINING, "0000:C1:00.0", "power_W"))])),
+        expect("ascend:0000:4f:00.0", index=63, power_watts=chip(TRAINING, "0000:C1:00.0", "power_W"))])),
 ]
 
 CLI = CliTool(env_var=TOOL.env_var, executable="npu-smi", partial=ASCEND / "npu-smi-24.1.0-910b3x4-training.txt",

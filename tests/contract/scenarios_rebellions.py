@@ -23,12 +23,12 @@ LOADED, ATOM_MAX, FOUR_JOBS = ("rbln-smi-kmd3.0-ca22x4-loaded.json", "rbln-smi-k
 NA_CELLS = "rbln-smi-kmd2.0-ca12x2-na-cells.json"
 
 
-def _device(fixture: str, device: str, key: str):
-    """rbln-smi's ``key`` of ``device`` (``rbln0``): ``card_power`` (``"37257088uW"``) and
+def device(fixture: str, name: str, key: str):
+    """rbln-smi's ``key`` of device ``name`` (``rbln0``): ``card_power`` (``"37257088uW"``) and
     ``temperature`` (``"45C"``) state their unit; ``memory/used`` and ``memory/total`` are byte
     strings (fixtures/rebellions/README.md)."""
     unit = "B" if key.startswith("memory/") else None
-    return json_value(RBLN_FIXTURES / fixture, f"devices/device={device}/{key}", unit)
+    return json_value(RBLN_FIXTURES / fixture, f"devices/device={name}/{key}", unit)
 
 
 def _memalloc(fixture: str, npu: int, pid: int, ptid: int = 0):
@@ -98,7 +98,7 @@ def _sixty_four_cards(env: ScenarioEnv) -> RebellionsBackend:
 
 SCENARIOS: list[Scenario] = [
     Scenario("atom-plus-64-cards", _sixty_four_cards, 64, dict([
-        expect("00000000-0000-4000-8000-000000000063", power_watts=_device(LOADED, "rbln0", "card_power"),
+        expect("00000000-0000-4000-8000-000000000063", power_watts=device(LOADED, "rbln0", "card_power"),
                index=63, bus_id="0000:4f:00.0", processes=[])])),
     Scenario("no-hardware-tools-absent", _tools_absent, None),
     Scenario("no-hardware-override-not-executable", _override_not_executable, None),
@@ -109,16 +109,16 @@ SCENARIOS: list[Scenario] = [
     Scenario("atom-plus-4-cards-loaded",
              lambda env: backend_for(env, LOADED), 4, dict([
                  expect("6f1c2a9e-0d4b-4c55-9a61-2f0e8b7d1a01",
-                        temperature_celsius=_device(LOADED, "rbln0", "temperature"),
-                        power_watts=_device(LOADED, "rbln0", "card_power"),
-                        memory_used_bytes=_device(LOADED, "rbln0", "memory/used"),
-                        memory_total_bytes=_device(LOADED, "rbln0", "memory/total"), utilization_percent=62.3,
+                        temperature_celsius=device(LOADED, "rbln0", "temperature"),
+                        power_watts=device(LOADED, "rbln0", "card_power"),
+                        memory_used_bytes=device(LOADED, "rbln0", "memory/used"),
+                        memory_total_bytes=device(LOADED, "rbln0", "memory/total"), utilization_percent=62.3,
                         compute_active_percent=62.3, compute_active_source="engine_time",
                         bus_id="0000:03:00.0", driver_version="3.0.0", firmware_version="3.0.0",
                         health="ok", processes=[(2733390, total(_memalloc(LOADED, 0, 2733390, 0),
                                                                 _memalloc(LOADED, 0, 2733390, 1)))]),
-                 expect("a83b5f27-51c9-4e0e-b1d4-7c6f0a9e3b02", power_watts=_device(LOADED, "rbln1", "card_power"),
-                        memory_used_bytes=_device(LOADED, "rbln1", "memory/used"), utilization_percent=58.9)])),
+                 expect("a83b5f27-51c9-4e0e-b1d4-7c6f0a9e3b02", power_watts=device(LOADED, "rbln1", "card_power"),
+                        memory_used_bytes=device(LOADED, "rbln1", "memory/used"), utilization_percent=58.9)])),
     Scenario("atom-4-cards-rbln-stat-fallback",
              lambda env: backend_for(env, "rbln-stat-kmd1.3-ca02x4.json",
                                      executable="rbln-stat", via_path=True), 4),
@@ -126,11 +126,11 @@ SCENARIOS: list[Scenario] = [
     Scenario("atom-max-2-cards-8-dies",
              lambda env: backend_for(env, ATOM_MAX), 10, dict([
                  # the card's power once, on the card (each die repeats it); its dies carry none.
-                 expect("rebellions:card:0000000025800201", power_watts=_device(ATOM_MAX, "rbln0", "card_power"),
+                 expect("rebellions:card:0000000025800201", power_watts=device(ATOM_MAX, "rbln0", "card_power"),
                         parent=None),
                  expect("3c90a100-6e2d-4b7a-9c41-000000000000", power_watts=None, utilization_percent=71.0,
-                        memory_used_bytes=_device(ATOM_MAX, "rbln0", "memory/used"),
-                        temperature_celsius=_device(ATOM_MAX, "rbln0", "temperature"),
+                        memory_used_bytes=device(ATOM_MAX, "rbln0", "memory/used"),
+                        temperature_celsius=device(ATOM_MAX, "rbln0", "temperature"),
                         parent="rebellions:card:0000000025800201")])),
     Scenario("atom-plus-8-cards-repeated-npu",
              lambda env: backend_for(env, "rbln-smi-kmd3.0-ca22x8-shared-npu.json"), 8),
@@ -147,11 +147,11 @@ SCENARIOS: list[Scenario] = [
     Scenario("atom-plus-na-cells",
              lambda env: backend_for(env, "rbln-smi-kmd2.0-ca12x2-na-cells.json"), 2, dict([
                  expect("7a2e9c04-3b1f-4d6e-8a95-0c4b7e2f1d05", temperature_celsius=None, power_watts=None,
-                        memory_used_bytes=None, memory_total_bytes=_device(NA_CELLS, "rbln0", "memory/total"),
+                        memory_used_bytes=None, memory_total_bytes=device(NA_CELLS, "rbln0", "memory/total"),
                         utilization_percent=None,
                         compute_active_percent=None, compute_active_source=None),
-                 expect("b5d13f8a-6c20-4e97-9b3a-2f8e1d6c0a06", power_watts=_device(NA_CELLS, "rbln1", "card_power"),
-                        memory_used_bytes=_device(NA_CELLS, "rbln1", "memory/used"),
+                 expect("b5d13f8a-6c20-4e97-9b3a-2f8e1d6c0a06", power_watts=device(NA_CELLS, "rbln1", "card_power"),
+                        memory_used_bytes=device(NA_CELLS, "rbln1", "memory/used"),
                         firmware_version=None)])),
     # 6 rows: a string, a row without identity and a duplicate are skipped.
     Scenario("malformed-device-rows",

@@ -130,15 +130,15 @@ def test_an_altered_fixture_moves_the_expected_value_and_the_backend_follows(tmp
     """Editing a fixture (a copy) changes the expected value; the backend reading the copy agrees
     with the new value and no longer with the old."""
     from . import scenarios_ascend as ascend
-    original = ascend._chip(ASCEND_TABLE, "0000:C1:00.0", "hbm_used")
-    power = ascend._chip(ASCEND_TABLE, "0000:C1:00.0", "power_W")
+    original = ascend.chip(ASCEND_TABLE, "0000:C1:00.0", "hbm_used")
+    power = ascend.chip(ASCEND_TABLE, "0000:C1:00.0", "power_W")
     copy = tmp_path / ASCEND_TABLE
     text = (FIXTURES / "ascend" / ASCEND_TABLE).read_text()
     text = text.replace("3362 / 15171      29834 / 65536 ", "3362 / 15171      12345 / 65536 ", 1)
     text = text.replace("| 93.6        45 ", "| 312.5       45 ")
     copy.write_text(text)
-    moved = ascend._chip(str(copy), "0000:C1:00.0", "hbm_used")
-    moved_power = ascend._chip(str(copy), "0000:C1:00.0", "power_W")
+    moved = ascend.chip(str(copy), "0000:C1:00.0", "hbm_used")
+    moved_power = ascend.chip(str(copy), "0000:C1:00.0", "power_W")
     assert (original, moved) == (29834 * 2**20, 12345 * 2**20)
     assert (power, moved_power) == (93.6, 312.5)
     backend = ascend.backend_for(ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch), str(copy))
@@ -152,9 +152,9 @@ def test_the_rebellions_truth_follows_an_altered_json_fixture(tmp_path) -> None:
     from . import scenarios_rebellions as rebellions
     copy = tmp_path / REBELLIONS_LOADED
     shutil.copy(FIXTURES / "rebellions" / REBELLIONS_LOADED, copy)
-    before = rebellions._device(str(copy), "rbln0", "card_power")
+    before = rebellions.device(str(copy), "rbln0", "card_power")
     copy.write_text(copy.read_text().replace('"37257088uW"', '"41000000uW"'))
-    after = rebellions._device(str(copy), "rbln0", "card_power")
+    after = rebellions.device(str(copy), "rbln0", "card_power")
     assert (before, after) == (37.257088, 41.0)
 
 
@@ -186,7 +186,8 @@ def test_a_backend_reading_microwatts_as_milliwatts_fails_its_scenario(tmp_path,
     scenario = _scenario(rebellions, "atom-plus-4-cards-loaded")
     env = ScenarioEnv(tmp_path=tmp_path, monkeypatch=monkeypatch)
     check_expected(_sample(scenario.build(env)), scenario.expected)
-    right = parse._watts
-    monkeypatch.setattr(parse, "_watts", lambda raw: None if right(raw) is None else right(raw) * 1000)
+    right = parse.units.parse_power_watts  # what the backend converts rbln-smi's power with
+    monkeypatch.setattr(parse.units, "parse_power_watts", lambda raw, default_unit="w": (
+        None if (w := right(raw, default_unit=default_unit)) is None else w * 1000))
     with pytest.raises(AssertionError, match="power_watts"):
         check_expected(_sample(scenario.build(env)), scenario.expected)
