@@ -25,8 +25,9 @@ DECLARATION = VendorDeclaration(
 
 def absence() -> ProbeResult | None:
     """The probe's answer where there is no AMD device node and no ``libamd_smi.so`` where
-    amdsmi looks (:func:`allsmi.backends.amd.loader.quick_absence`; amdsmi not imported)."""
-    from allsmi.backends.amd.loader import package_version, quick_absence
+    amdsmi looks (:func:`allsmi.backends.amd.locate.quick_absence`; neither amdsmi nor the
+    loader imported)."""
+    from allsmi.backends.amd.locate import package_version, quick_absence
     absent = quick_absence(DECLARATION.device_nodes)
     if absent is None:
         return None
