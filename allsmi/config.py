@@ -18,14 +18,15 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from allsmi.tomlkeys import KeyLocator, drop_key, toml_syntax_line
+if TYPE_CHECKING:
+    from allsmi.tomlkeys import KeyLocator
 
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
 RULE_KEYS = ("host", "vendor", "backend", "model", "uuid", "index", "bus_id")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 #: Label names the exporter already uses; a group label may not shadow them.
 RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model", "kind",
                              "backend", "bus_id", "pid", "user", "command", "version",
@@ -211,7 +212,8 @@ def config_problems(text: str, path: Path | None = None, *,
     is left out and the rest validated again, so one bad key does not hide the next. With
     problems, the config returned is what the valid keys say (``allsmi doctor`` diagnoses with
     it)."""
-    # Imported here: most runs (no config file) never parse TOML.
+    # Imported here: most runs (no config file) never parse TOML nor locate its keys.
+    from allsmi.tomlkeys import KeyLocator, drop_key, toml_syntax_line
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -358,7 +360,7 @@ class _Validator:
         labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
         labels: dict[str, str] = {}
         for key, value in labels_raw.items():
-            if not _LABEL_NAME.match(key) or key.startswith("__") or key in RESERVED_LABELS:
+            if not re.match(_LABEL_NAME, key) or key.startswith("__") or key in RESERVED_LABELS:
                 raise self.fail("label names must match [a-zA-Z_][a-zA-Z0-9_]*, not start with '__' "
                                 "and not be one of allsmi's own labels", "groups", name, "labels", key)
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):

@@ -25,6 +25,8 @@ NOT_IMPORTED = (
     "allsmi.backends.amd.loader",  # the quick probe reads the file system (amd/locate.py)
     "allsmi.hostactivity.settings",  # validated only where [activity] or [accounting] is written
     "allsmi.usage", "allsmi.fairshare",
+    "allsmi.tomlkeys",  # no configuration file: nothing to locate keys in
+    "csv",  # the JSON document (output.py imports it for the CSV formats)
     "allsmi.exporter", "allsmi.dashboard", "allsmi.accounting",
     "click", "importlib.metadata", "psutil", "grpc", "pyarrow", "jinja2", "pygal", "bcrypt",
 )

@@ -27,7 +27,7 @@ KEYS = ("sources", "kubelet_socket", "hpc_job_dir", "proc_root", "timeout_second
         "resource_names")
 #: Sources a configuration can switch on or off (``simulated`` comes with ``--simulate``).
 CONFIGURABLE_SOURCES = ("kubernetes", "hpc-job", "cgroup")
-_RESOURCE = re.compile(r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$")
+_RESOURCE = r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$"
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def _rules(config: Config, table: Any,
         # Split like the config's key locator splits a quoted dotted key, so that the error
         # points at the key's own line (the message shows the same dotted name).
         key = ("attribution", "resource_names", *name.split("."))
-        if not _RESOURCE.match(name):
+        if not re.match(_RESOURCE, name):
             raise config.error("not a Kubernetes resource name (such as example.com/gpu, globs "
                                "allowed)", *key)
         id_kind = "auto"
