@@ -186,6 +186,13 @@ class BackendRunner:
         return True
 
     @property
+    def never_ran(self) -> bool:
+        """Whether no call ever ran on a worker thread (every answer came from the quick probe,
+        on the collector's thread): closing has no thread to wait for and no opened backend
+        whose hung call it would abort, so it needs no closing thread of its own."""
+        return self._flight.thread is None and not self._flight.inline and not self._opened
+
+    @property
     def stuck(self) -> bool:
         """Whether the worker thread is still alive after :meth:`close` (a call never returned)."""
         thread = self._flight.thread

@@ -283,9 +283,13 @@ class Collector:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.timeout + 5)
         deadline = time.monotonic() + grace
-        closers = [threading.Thread(target=runner.finish_close, args=(deadline, grace),
-                                    daemon=True, name=f"allsmi-closing-{runner.name}")
-                   for runner in self.runners]
+        closers = []
+        for runner in self.runners:
+            if runner.never_ran:  # an absent vendor's: nothing opened, nothing to wait for
+                runner.finish_close(deadline, grace)
+                continue
+            closers.append(threading.Thread(target=runner.finish_close, args=(deadline, grace),
+                                            daemon=True, name=f"allsmi-closing-{runner.name}"))
         if self.attributor is not None:  # closed alongside the backends, within the same grace
             closers.append(threading.Thread(target=self.attributor.close, daemon=True,
                                             name="allsmi-closing-attribution"))

@@ -328,6 +328,24 @@ def test_an_absent_vendor_gets_no_thread_until_its_hardware_appears() -> None:
     assert _no_threads_left(), _threads()
 
 
+def test_closing_an_absent_vendor_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-shot snapshot closes every installed backend: those answered by their quick probe
+    never opened anything, so they are closed on the caller's thread (a thread each cost more
+    than the rest of closing); a backend that ran is still closed on a thread of its own."""
+    absent, quick = _Appearing(), _Quick()
+    closed: list[str] = []
+    monkeypatch.setattr(_Appearing, "close", lambda self: closed.append("appearing"), raising=False)
+    collector = Collector([quick, absent], timeout_seconds=1.0)
+    collector.collect_once()
+    started: list[str] = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1])
+    assert collector.close_within(1.0)
+    assert closed == ["appearing"]
+    assert "allsmi-closing-quick" in started and "allsmi-closing-appearing" not in started, started
+    assert _no_threads_left(), _threads()
+
+
 def test_the_vendor_backends_know_their_absence_without_their_library(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Every built-in backend answers quick_probe on a machine without its hardware (this one)
