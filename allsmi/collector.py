@@ -290,7 +290,9 @@ class Collector:
                 continue
             closers.append(threading.Thread(target=runner.finish_close, args=(deadline, grace),
                                             daemon=True, name=f"allsmi-closing-{runner.name}"))
-        if self.attributor is not None:  # closed alongside the backends, within the same grace
+        if self.attributor is not None and getattr(self.attributor, "never_ran", False):
+            self.attributor.close()  # no source opened anything (a node without them)
+        elif self.attributor is not None:  # closed alongside the backends, within the same grace
             closers.append(threading.Thread(target=self.attributor.close, daemon=True,
                                             name="allsmi-closing-attribution"))
         for closer in closers:

@@ -346,6 +346,24 @@ def test_closing_an_absent_vendor_starts_no_thread(monkeypatch: pytest.MonkeyPat
     assert _no_threads_left(), _threads()
 
 
+def test_closing_attribution_sources_that_never_ran_starts_no_thread(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node with neither a kubelet socket nor a device process: no source ran on a thread, so
+    none is closed on one either."""
+    from allsmi.attribution import Attributor, CgroupSource
+    from allsmi.attribution.kubernetes import KubeletSource
+    attributor = Attributor([KubeletSource(tmp_path / "kubelet.sock"), CgroupSource(tmp_path)])
+    collector = Collector([_Quick()], timeout_seconds=1.0, attributor=attributor)
+    snap = collector.collect_once()
+    assert [(s.name, s.status) for s in snap.attribution] == [("kubernetes", "unavailable"), ("cgroup", "ok")]
+    started: list[str] = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1])
+    assert collector.close_within(1.0)
+    assert started == ["allsmi-closing-quick"], started
+    assert _no_threads_left(), _threads()
+
+
 def test_the_vendor_backends_know_their_absence_without_their_library(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Every built-in backend answers quick_probe on a machine without its hardware (this one)

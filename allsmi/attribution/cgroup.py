@@ -121,9 +121,13 @@ class CgroupSource(AttributionSource):
     def __init__(self, proc_root: Path | str = "/proc") -> None:
         self.proc_root = Path(proc_root)
 
+    def absent(self) -> str | None:
+        return None if self.proc_root.is_dir() else f"{self.proc_root} not found"
+
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
-        if not self.proc_root.is_dir():
-            raise SourceUnavailable(f"{self.proc_root} not found")
+        why = self.absent()
+        if why is not None:
+            raise SourceUnavailable(why)
         processes: dict[int, ProcessAttribution] = {}
         failed: dict[int, str] = {}
         seen: dict[int, ProcessAttribution | None] = {}
