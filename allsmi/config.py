@@ -16,9 +16,11 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
+
+from allsmi.records import Record, record
 
 if TYPE_CHECKING:
     from allsmi.tomlkeys import KeyLocator
@@ -53,8 +55,8 @@ class ConfigError(Exception):
         super().__init__(f"{where}: {message}")
 
 
-@dataclass(frozen=True)
-class ResourceGroup:
+@record
+class ResourceGroup(Record):
     """A pool of devices for accounting: extra labels and prices for billing."""
 
     name: str
@@ -88,8 +90,8 @@ MAX_PRICE = 1e9
 MAX_BUDGET = 1e15
 
 
-@dataclass(frozen=True)
-class GroupRule:
+@record
+class GroupRule(Record):
     """Assigns matching devices to ``resource_group``; every given glob must match."""
 
     resource_group: str
@@ -111,8 +113,8 @@ TIMEOUT_RANGE = (0.05, 600.0)
 HISTORY_RANGE = (1, 100_000)
 
 
-@dataclass(frozen=True)
-class Config:
+@record
+class Config(Record):
     """The whole validated configuration."""
 
     path: Path | None = None

@@ -12,12 +12,13 @@ import fnmatch
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from allsmi.config import Config
 from allsmi.declarations import ID_KINDS, VendorDeclaration
+from allsmi.records import Record, record
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -30,8 +31,8 @@ CONFIGURABLE_SOURCES = ("kubernetes", "hpc-job", "cgroup")
 _RESOURCE = r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$"
 
 
-@dataclass(frozen=True)
-class ResourceRule:
+@record
+class ResourceRule(Record):
     """Which devices a Kubernetes extended resource names, and how its ids are written."""
 
     pattern: str
@@ -54,8 +55,8 @@ def node_names(declarations: Sequence[VendorDeclaration]) -> dict[str, tuple[str
     return {decl.backend: tuple(decl.node_names) for decl in declarations}
 
 
-@dataclass(frozen=True)
-class AttributionSettings:
+@record
+class AttributionSettings(Record):
     """The validated ``[attribution]`` table with the environment applied."""
 
     sources: tuple[str, ...] = CONFIGURABLE_SOURCES
