@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
+from allsmi.records import Record, record
 from allsmi.schema import DeviceSample
 from allsmi.worker import SingleFlight
 
@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 REPROBE_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
-class _Outcome:
+@record
+class _Outcome(Record):
     status: str
     message: str
     devices: tuple[DeviceSample, ...]

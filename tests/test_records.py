@@ -79,14 +79,16 @@ def test_a_class_outside_records_is_refused() -> None:
 def test_the_snapshot_records_compile_no_comparison_or_repr_of_their_own() -> None:
     """The invariant the one-shot snapshot's start-up relies on (issue 36): the schema's, the
     config's and the attribution's records take ==, hash and repr from Record."""
-    from allsmi import config, declarations, schema
-    from allsmi.attribution import model, settings
+    from allsmi import backendrunner, config, declarations, fields, schema
+    from allsmi.attribution import model, runner, settings
     from allsmi.backend_api import ProbeResult
+    from allsmi.backends._common.toolpath import VendorTool
     classes = [schema.Workload, schema.ProcessSample, schema.HolderWaiting, schema.DeviceSample,
                schema.HostSample, schema.BackendStatus, schema.Snapshot, config.ResourceGroup,
                config.GroupRule, config.Config, declarations.KubernetesResource,
                declarations.VendorDeclaration, ProbeResult, model.ProcessAttribution,
-               model.SourceResult, model.Attribution, settings.ResourceRule, settings.AttributionSettings]
+               model.SourceResult, model.Attribution, settings.ResourceRule, settings.AttributionSettings,
+               fields.Measurement, backendrunner._Outcome, runner._Outcome, VendorTool]
     for cls in classes:
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
         for name in ("__eq__", "__hash__", "__repr__"):

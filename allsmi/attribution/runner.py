@@ -19,9 +19,10 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Sequence
 
+from allsmi.records import Record, record
 from allsmi.schema import BackendStatus, DeviceSample
 from allsmi.worker import SingleFlight
 
@@ -72,8 +73,8 @@ class AttributionSource(ABC):
         """Release what the source holds (a channel); may be called while a call hangs."""
 
 
-@dataclass(frozen=True)
-class _Outcome:
+@record
+class _Outcome(Record):
     status: str
     message: str
     result: SourceResult | None
