@@ -24,6 +24,8 @@ REPROBE_SECONDS = 60.0
 
 @record
 class _Outcome(Record):
+    """One call's answer: its status, message, devices and how long it took."""
+
     status: str
     message: str
     devices: tuple[DeviceSample, ...]

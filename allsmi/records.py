@@ -10,7 +10,8 @@ tables (made once per class, from :func:`dataclasses.fields`: each field is stil
 once, in the class). They answer exactly as the generated ones do: equal when the other is
 of the same class and the compared fields' tuples are equal, the hash of the hashed fields'
 tuple, ``Name(field=value, ...)`` of the shown fields. ``tests/test_records.py`` checks it
-against plain dataclasses.
+against plain dataclasses. Give each record a docstring: without one, ``dataclass`` computes
+the class's signature (``inspect.signature``) to write one, at import.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def record(cls: _C | None = None, /, *, slots: bool = False) -> Any:
     def wrap(cls: _C) -> _C:
         if not issubclass(cls, Record):
             raise TypeError(f"{cls.__name__} must subclass allsmi.records.Record")
+        if not cls.__doc__:
+            raise TypeError(f"{cls.__name__} needs a docstring (dataclass would compute one)")
         made: Any = dataclasses.dataclass(cls, frozen=True, eq=False, repr=False, slots=slots)
         fields = dataclasses.fields(made)
         made._compared = staticmethod(_getter([f.name for f in fields if f.compare]))

@@ -16,7 +16,7 @@ from allsmi.records import Record, record
 def _pair(slots: bool):  # type: ignore[no-untyped-def]
     """The same declaration as a record and as a generated dataclass."""
     def body(base: type) -> dict:  # type: ignore[type-arg]
-        return {"__annotations__": {"a": "int", "b": "float | None", "c": "str", "d": "tuple", "e": "int"},
+        return {"__doc__": "A thing.", "__annotations__": {"a": "int", "b": "float | None", "c": "str", "d": "tuple", "e": "int"},
                 "b": None, "c": field(default="x", repr=False), "d": field(default=(), compare=False),
                 "e": field(default=0, hash=False)}
     made = record(type("Thing", (Record,), body(Record)), slots=slots)
@@ -48,6 +48,8 @@ def test_records_compare_hash_and_show_as_generated_dataclasses(slots: bool) -> 
 def test_one_and_no_compared_field() -> None:
     @record
     class One(Record):
+        """One field."""
+
         x: float
 
     @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def test_one_and_no_compared_field() -> None:
 
     @record
     class Nothing(Record):
-        pass
+        """No field."""
 
     nan = math.nan
     assert One(nan) == One(nan) and PlainOne(nan) == PlainOne(nan)  # one NaN object: equal, as in tuples
@@ -73,7 +75,9 @@ def test_schema_records_survive_pickling() -> None:
 
 def test_a_class_outside_records_is_refused() -> None:
     with pytest.raises(TypeError, match="subclass allsmi.records.Record"):
-        record(type("Loose", (), {}))
+        record(type("Loose", (), {"__doc__": "Loose."}))
+    with pytest.raises(TypeError, match="needs a docstring"):
+        record(type("Undocumented", (Record,), {}))
 
 
 def test_the_snapshot_records_compile_no_comparison_or_repr_of_their_own() -> None:

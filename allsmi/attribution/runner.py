@@ -75,6 +75,8 @@ class AttributionSource(ABC):
 
 @record
 class _Outcome(Record):
+    """One call's answer: its status, message, result and how long it took."""
+
     status: str
     message: str
     result: SourceResult | None
