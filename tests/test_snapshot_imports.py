@@ -62,3 +62,22 @@ def test_a_written_activity_table_is_still_checked_before_anything_runs(tmp_path
                             env={**env, "XDG_CONFIG_HOME": str(tmp_path)})
     assert result.returncode == 2 and result.stdout == ""
     assert "activity.host_cpu_fraction" in result.stderr and "line 2" in result.stderr, result.stderr
+
+
+def test_amd_without_the_amdsmi_package_is_answered_without_its_backend() -> None:
+    """A plain install (no ``allsmi[amd]``) says "not installed" from the quick probe, as the
+    backend's probe says it, without importing the backend (nor a thread to ask it on)."""
+    code = ("import importlib.util, json, sys\n"
+            "real = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda name, *a: None if name == 'amdsmi' else real(name, *a)\n"
+            "from allsmi.backends import amd\n"
+            "quick = amd.quick_probe({})\n"
+            "imported = 'allsmi.backends.amd.backend' in sys.modules\n"
+            "probe = amd.AmdBackend().probe()\n"
+            "print(json.dumps([imported, [quick.available, quick.reason, quick.details],"
+            " [probe.available, probe.reason, probe.details]]))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            check=True)
+    imported, quick, probe = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not imported
+    assert quick == probe and quick[1].startswith("the amdsmi Python package is not installed"), (quick, probe)

@@ -22,7 +22,8 @@ from types import ModuleType
 from typing import Callable, Iterator, TextIO
 
 from allsmi.backends.amd.locate import (  # noqa: F401 - the names callers use here
-    LIBRARY, LIBRARY_MISSING_REASON, library_paths, package_version, quick_absence)
+    LIBRARY, LIBRARY_MISSING_REASON, library_paths, not_installed_reason, package_version, quick_absence)
+from allsmi.backends.amd.locate import installed as _installed
 
 #: How long :func:`quiet_stdout` waits for another thread's redirection to end.
 LOCK_WAIT_SECONDS = 1.0
@@ -117,20 +118,6 @@ def _redirected(captured: CapturedOutput) -> Iterator[CapturedOutput]:
         raw = sink.read()
         sink.close()
         captured.text = text_sink.getvalue() + raw.decode("utf-8", "replace")
-
-
-def not_installed_reason() -> str:
-    """What to say when the amdsmi package is missing (with the pip of this Python)."""
-    return f"the amdsmi Python package is not installed ({sys.executable} -m pip install 'allsmi[amd]')"
-
-
-def _installed(module: str) -> bool:
-    """Whether ``import module`` would find something (True where unsure)."""
-    import importlib.util
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return True
 
 
 def load_amdsmi() -> ModuleType:

@@ -6,6 +6,7 @@ without importing the loader (its stdout capture, ctypes and locks).
 from __future__ import annotations
 
 import os
+import sys
 
 from allsmi import distinfo
 
@@ -20,6 +21,20 @@ def package_version() -> str | None:
 
 
 LIBRARY = "libamd_smi.so"
+
+
+def not_installed_reason() -> str:
+    """What to say when the amdsmi package is missing (with the pip of this Python)."""
+    return f"the amdsmi Python package is not installed ({sys.executable} -m pip install 'allsmi[amd]')"
+
+
+def installed(module: str) -> bool:
+    """Whether ``import module`` would find something (True where unsure)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return True
 
 
 def library_paths() -> list[str]:
