@@ -74,6 +74,7 @@ def _plain_finders() -> bool:
 _SCAN: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], _Unsure | None] | None = None
 #: ``(folder, filename) -> text`` read under the current scan (dropped with it).
 _TEXTS: dict[tuple[str, str], str | None] = {}
+_UNREAD: Any = object()
 
 
 def _distributions() -> Iterator[tuple[str, str]]:
@@ -140,9 +141,10 @@ def _read(folder: str, filename: str) -> str | None:
     """``PathDistribution.read_text``: ``None`` when the file is not there or not readable
     (read once under a scan)."""
     key = (folder, filename)
-    if key not in _TEXTS:
-        _TEXTS[key] = _read_file(folder, filename)
-    return _TEXTS[key]
+    text = _TEXTS.get(key, _UNREAD)  # one lookup: another thread may clear the dict meanwhile
+    if text is _UNREAD:
+        text = _TEXTS[key] = _read_file(folder, filename)
+    return text  # type: ignore[return-value]
 
 
 def _read_file(folder: str, filename: str) -> str | None:
