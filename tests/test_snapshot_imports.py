@@ -81,3 +81,18 @@ def test_amd_without_the_amdsmi_package_is_answered_without_its_backend() -> Non
     imported, quick, probe = json.loads(result.stdout.strip().splitlines()[-1])
     assert not imported
     assert quick == probe and quick[1].startswith("the amdsmi Python package is not installed"), (quick, probe)
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """``allsmi snapshot | head -c1``: the pipe closes under the write; the command exits 1
+    without a Python traceback (nothing it could do about it is a bug)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLSMI_")}
+    proc = subprocess.Popen([sys.executable, "-m", "allsmi", "snapshot", "--simulate", "mixed",
+                             "--format", "prometheus"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path, env={**env, "XDG_CONFIG_HOME": str(tmp_path)})
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(1) == b"#"
+    proc.stdout.close()  # the reader leaves before the document (tens of KiB) is written
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in stderr, stderr
