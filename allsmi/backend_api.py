@@ -49,15 +49,16 @@ Decisions the contract makes (the contract suite checks them):
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, ClassVar, Mapping, Sequence
 
 from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.records import Record, record
 from allsmi.schema import DeviceSample
 
 
-@dataclass(frozen=True)
-class ProbeResult:
+@record
+class ProbeResult(Record):
     """Whether a vendor is present, and if not, why.
 
     ``details`` carries facts for ``allsmi doctor``: library and tool versions,

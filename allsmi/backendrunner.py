@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
+from allsmi.records import Record, record
 from allsmi.schema import DeviceSample
 from allsmi.worker import SingleFlight
 
@@ -22,8 +22,10 @@ log = logging.getLogger(__name__)
 REPROBE_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
-class _Outcome:
+@record
+class _Outcome(Record):
+    """One call's answer: its status, message, devices and how long it took."""
+
     status: str
     message: str
     devices: tuple[DeviceSample, ...]
@@ -200,6 +202,13 @@ class BackendRunner:
                         self.name, self._phase or "a call")
             return False
         return True
+
+    @property
+    def never_ran(self) -> bool:
+        """Whether no call ever ran on a worker thread (every answer came from the quick probe,
+        on the collector's thread): closing has no thread to wait for and no opened backend
+        whose hung call it would abort, so it needs no closing thread of its own."""
+        return self._flight.thread is None and not self._flight.inline and not self._opened
 
     @property
     def stuck(self) -> bool:

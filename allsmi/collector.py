@@ -313,11 +313,24 @@ class Collector:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.timeout + 5)
         deadline = time.monotonic() + grace
+        ran = [runner for runner in self.runners if not runner.never_ran]
+        for runner in self.runners:
+            if runner.never_ran:  # an absent vendor's: nothing opened, nothing to wait for
+                runner.finish_close(deadline, grace)
+        attributor = self.attributor
+        if attributor is not None and getattr(attributor, "never_ran", False):
+            attributor.close()  # no source opened anything (a node without them)
+            attributor = None
+        if len(ran) == 1 and attributor is None:
+            # One backend to close (a one-shot snapshot of one vendor's machine): here, as
+            # bounded as on a thread of its own (finish_close gives up after about 2 * grace).
+            ran[0].finish_close(deadline, grace)
+            return not self.stuck
         closers = [threading.Thread(target=runner.finish_close, args=(deadline, grace),
                                     daemon=True, name=f"allsmi-closing-{runner.name}")
-                   for runner in self.runners]
-        if self.attributor is not None:  # closed alongside the backends, within the same grace
-            closers.append(threading.Thread(target=self.attributor.close, daemon=True,
+                   for runner in ran]
+        if attributor is not None:  # closed alongside the backends, within the same grace
+            closers.append(threading.Thread(target=attributor.close, daemon=True,
                                             name="allsmi-closing-attribution"))
         for closer in closers:
             closer.start()

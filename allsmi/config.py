@@ -16,16 +16,19 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from allsmi.tomlkeys import KeyLocator, drop_key, toml_syntax_line
+from allsmi.records import Record, record
+
+if TYPE_CHECKING:
+    from allsmi.tomlkeys import KeyLocator
 
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
 RULE_KEYS = ("host", "vendor", "backend", "model", "uuid", "index", "bus_id")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 #: Label names the exporter already uses; a group label may not shadow them.
 RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model", "kind",
                              "backend", "bus_id", "pid", "user", "command", "version",
@@ -52,8 +55,8 @@ class ConfigError(Exception):
         super().__init__(f"{where}: {message}")
 
 
-@dataclass(frozen=True)
-class ResourceGroup:
+@record
+class ResourceGroup(Record):
     """A pool of devices for accounting: extra labels and prices for billing."""
 
     name: str
@@ -87,8 +90,8 @@ MAX_PRICE = 1e9
 MAX_BUDGET = 1e15
 
 
-@dataclass(frozen=True)
-class GroupRule:
+@record
+class GroupRule(Record):
     """Assigns matching devices to ``resource_group``; every given glob must match."""
 
     resource_group: str
@@ -110,8 +113,8 @@ TIMEOUT_RANGE = (0.05, 600.0)
 HISTORY_RANGE = (1, 100_000)
 
 
-@dataclass(frozen=True)
-class Config:
+@record
+class Config(Record):
     """The whole validated configuration."""
 
     path: Path | None = None
@@ -211,7 +214,8 @@ def config_problems(text: str, path: Path | None = None, *,
     is left out and the rest validated again, so one bad key does not hide the next. With
     problems, the config returned is what the valid keys say (``allsmi doctor`` diagnoses with
     it)."""
-    # Imported here: most runs (no config file) never parse TOML.
+    # Imported here: most runs (no config file) never parse TOML nor locate its keys.
+    from allsmi.tomlkeys import KeyLocator, drop_key, toml_syntax_line
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -358,7 +362,7 @@ class _Validator:
         labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
         labels: dict[str, str] = {}
         for key, value in labels_raw.items():
-            if not _LABEL_NAME.match(key) or key.startswith("__") or key in RESERVED_LABELS:
+            if not re.match(_LABEL_NAME, key) or key.startswith("__") or key in RESERVED_LABELS:
                 raise self.fail("label names must match [a-zA-Z_][a-zA-Z0-9_]*, not start with '__' "
                                 "and not be one of allsmi's own labels", "groups", name, "labels", key)
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):

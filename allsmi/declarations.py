@@ -8,12 +8,14 @@ backend class sets them as class attributes (:class:`allsmi.backend_api.Backend`
 the CLI collects the installed backends' declarations (:func:`allsmi.registry.declarations`)
 and hands them to attribution, which sits beside the backends and imports none of them.
 
-This module is plain data at the bottom of the layers: it imports nothing from allsmi.
+This module is plain data at the bottom of the layers: it imports nothing from allsmi but
+:mod:`allsmi.records` (its frozen records).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from allsmi.records import Record, record
+
 
 #: How a device plugin writes the ids of the devices it allocates.
 #: ``core`` is a global sub-device number (a NeuronCore, or any core or partition a plugin numbers
@@ -24,8 +26,8 @@ ID_KINDS = ("auto", "uuid", "bus_id", "index", "serial", "core")
 CORE_RANGE_DETAILS = ("core_first", "core_count")
 
 
-@dataclass(frozen=True)
-class KubernetesResource:
+@record
+class KubernetesResource(Record):
     """One extended resource (or a glob of them) a vendor's Kubernetes device plugin advertises."""
 
     pattern: str
@@ -40,8 +42,8 @@ class KubernetesResource:
             raise ValueError(f"id_kind must be one of {', '.join(ID_KINDS)}, got {self.id_kind!r}")
 
 
-@dataclass(frozen=True)
-class VendorDeclaration:
+@record
+class VendorDeclaration(Record):
     """Everything allsmi outside a backend needs to know about it."""
 
     backend: str

@@ -67,15 +67,52 @@ def _plain_finders() -> bool:
                for finder in sys.meta_path)
 
 
+#: The last scan: ``(stamp, distributions, why it stopped unsure or None)``. ``stamp`` is
+#: ``sys.path`` with each directory's modification time, so a process that asks again (the
+#: registry and two vendors' probes in one ``allsmi snapshot``) lists each directory once, and
+#: a distribution installed or removed since (its folder's parent changes) is seen.
+_SCAN: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], _Unsure | None] | None = None
+#: ``(folder, filename) -> text`` read under the current scan (dropped with it).
+_TEXTS: dict[tuple[str, str], str | None] = {}
+_UNREAD: Any = object()
+
+
 def _distributions() -> Iterator[tuple[str, str]]:
     """``(normalized name, info folder)`` of each distribution in ``importlib.metadata``'s order,
     duplicates (later ones of the same name) left out."""
+    global _SCAN
     if not _plain_finders():
         raise _Unsure("a meta-path finder lists distributions")
-    seen: set[str] = set()
+    stamp = _stamp()
+    if _SCAN is None or _SCAN[0] != stamp:
+        found: list[tuple[str, str]] = []
+        unsure: _Unsure | None = None
+        try:
+            found.extend(_scan())
+        except _Unsure as exc:
+            unsure = exc
+        _SCAN = (stamp, tuple(found), unsure)
+        _TEXTS.clear()
+    yield from _SCAN[1]
+    if _SCAN[2] is not None:
+        raise _SCAN[2]
+
+
+def _stamp() -> tuple[tuple[str, int], ...]:
+    stamp = []
     for entry in sys.path:
         if not isinstance(entry, str):
             raise _Unsure(f"{entry!r} on sys.path is not a str")
+        try:
+            stamp.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            stamp.append((entry, -1))
+    return tuple(stamp)
+
+
+def _scan() -> Iterator[tuple[str, str]]:
+    seen: set[str] = set()
+    for entry in sys.path:
         root = entry or "."
         try:
             children = os.listdir(root)
@@ -101,7 +138,16 @@ def _distributions() -> Iterator[tuple[str, str]]:
 
 
 def _read(folder: str, filename: str) -> str | None:
-    """``PathDistribution.read_text``: ``None`` when the file is not there or not readable."""
+    """``PathDistribution.read_text``: ``None`` when the file is not there or not readable
+    (read once under a scan)."""
+    key = (folder, filename)
+    text = _TEXTS.get(key, _UNREAD)  # one lookup: another thread may clear the dict meanwhile
+    if text is _UNREAD:
+        text = _TEXTS[key] = _read_file(folder, filename)
+    return text  # type: ignore[return-value]
+
+
+def _read_file(folder: str, filename: str) -> str | None:
     try:
         with open(os.path.join(folder, filename), encoding="utf-8") as handle:
             return handle.read()

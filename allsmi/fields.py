@@ -8,13 +8,14 @@ attribute on :class:`allsmi.schema.DeviceSample`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
+from allsmi.records import Record, record
 from allsmi.schema import PROCESS_ACTIVITY, DeviceSample, ProcessSample
 
 
-@dataclass(frozen=True)
-class Measurement:
+@record
+class Measurement(Record):
     """A numeric device field and how it maps to Prometheus."""
 
     field: str

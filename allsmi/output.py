@@ -7,7 +7,6 @@ path imports textual, rich or prometheus_client.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import json
@@ -117,6 +116,7 @@ def to_csv(snapshot: Snapshot) -> str:
     ``labels`` is a JSON object in one cell; text cells are neutralized
     against spreadsheet formula injection.
     """
+    import csv  # here: the JSON document does not need it
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(DEVICE_COLUMNS)
@@ -142,6 +142,7 @@ def to_processes_csv(snapshot: Snapshot) -> str:
     row. Text cells are neutralized against spreadsheet formula injection, and a snapshot
     received without process details leaves ``user`` and ``command`` empty.
     """
+    import csv  # here: the JSON document does not need it
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PROCESS_COLUMNS)

@@ -14,9 +14,10 @@ never counts a board twice.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Mapping, Tuple, Union
 
+from allsmi.records import Record, record
 from allsmi.text import MAX_COMMAND, MAX_MESSAGE, MAX_NAME, clean_detail, clean_optional, clean_text
 
 SCHEMA_VERSION = 1
@@ -77,8 +78,8 @@ WORKLOAD_FIELDS = ("source", "namespace", "pod", "container", "job_id", "user")
 ATTRIBUTION_SOURCES: tuple[str, ...] = ("kubernetes", "hpc-job", "cgroup", "simulated")
 
 
-@dataclass(frozen=True, slots=True)
-class Workload:
+@record(slots=True)
+class Workload(Record):
     """One holder of a device: a Kubernetes container or a batch job (see allsmi.attribution).
 
     ``source`` is the attribution source that saw it (``kubernetes``, ``hpc-job``, ``cgroup``
@@ -137,8 +138,8 @@ PROCESS_ACTIVITY = ("utilization_percent", "memory_utilization_percent",
                     "encoder_utilization_percent", "decoder_utilization_percent")
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessSample:
+@record(slots=True)
+class ProcessSample(Record):
     """One process using an accelerator.
 
     ``job_id``, ``pod_uid`` and ``container_id`` come from the process's cgroup (the
@@ -182,8 +183,8 @@ class ProcessSample:
 WAITING_FIELDS = ("user", "namespace", "pod", "job_id", "reason", "evidence")
 
 
-@dataclass(frozen=True, slots=True)
-class HolderWaiting:
+@record(slots=True)
+class HolderWaiting(Record):
     """What one holder of a device was doing over the last interval (``DeviceSample.waiting``).
 
     The holder is named as billing names it (``user``, ``namespace``/``pod``, ``job_id``; unknown
@@ -240,8 +241,8 @@ def clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceSample:
+@record(slots=True)
+class DeviceSample(Record):
     """One device (or partition) at one moment, in the units of its field names.
 
     ``id`` is stable across restarts: the uuid when the vendor has one, else a
@@ -342,8 +343,8 @@ class DeviceSample:
             _set(self, "details", clean_mapping(self.details))
 
 
-@dataclass(frozen=True, slots=True)
-class HostSample:
+@record(slots=True)
+class HostSample(Record):
     """The host the devices are attached to."""
 
     hostname: str
@@ -355,8 +356,8 @@ class HostSample:
         object.__setattr__(self, "hostname", clean_text(self.hostname))
 
 
-@dataclass(frozen=True, slots=True)
-class BackendStatus:
+@record(slots=True)
+class BackendStatus(Record):
     """How one backend fared in one collection cycle.
 
     ``status`` is ``ok``, ``unavailable`` (the vendor is absent: no library,
@@ -376,8 +377,8 @@ class BackendStatus:
         _set(self, "message", clean_text(self.message, MAX_MESSAGE))
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+@record(slots=True)
+class Snapshot(Record):
     """Everything one collection cycle saw. Immutable: consumers share it freely."""
 
     timestamp: _dt.datetime

@@ -328,6 +328,46 @@ def test_an_absent_vendor_gets_no_thread_until_its_hardware_appears() -> None:
     assert _no_threads_left(), _threads()
 
 
+def test_closing_an_absent_vendor_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-shot snapshot closes every installed backend: those answered by their quick probe
+    never opened anything, so they are closed on the caller's thread (a thread each cost more
+    than the rest of closing), and so is a single backend that ran (closing it is bounded
+    there as on a thread); several that ran are closed at once, each on a thread of its own."""
+    started: list[str] = []
+    real_start = threading.Thread.start
+    for ran in (1, 2):
+        absent, quick = _Appearing(), [_Quick() for _ in range(ran)]
+        closed: list[str] = []
+        monkeypatch.setattr(_Appearing, "close", lambda self: closed.append("appearing"), raising=False)
+        collector = Collector([*quick, absent], timeout_seconds=1.0)
+        collector.collect_once()
+        started.clear()
+        monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1])
+        assert collector.close_within(1.0)
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        assert closed == ["appearing"]
+        assert started == ([] if ran == 1 else ["allsmi-closing-quick"] * ran), started
+        assert _no_threads_left(), _threads()
+
+
+def test_closing_attribution_sources_that_never_ran_starts_no_thread(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node with neither a kubelet socket nor a device process: no source ran on a thread, so
+    none is closed on one either."""
+    from allsmi.attribution import Attributor, CgroupSource
+    from allsmi.attribution.kubernetes import KubeletSource
+    attributor = Attributor([KubeletSource(tmp_path / "kubelet.sock"), CgroupSource(tmp_path)])
+    collector = Collector([_Quick()], timeout_seconds=1.0, attributor=attributor)
+    snap = collector.collect_once()
+    assert [(s.name, s.status) for s in snap.attribution] == [("kubernetes", "unavailable"), ("cgroup", "ok")]
+    started: list[str] = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1])
+    assert collector.close_within(1.0)
+    assert started == [], started
+    assert _no_threads_left(), _threads()
+
+
 def test_the_vendor_backends_know_their_absence_without_their_library(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Every built-in backend answers quick_probe on a machine without its hardware (this one)

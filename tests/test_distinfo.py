@@ -108,3 +108,27 @@ def test_the_installed_backends_are_found_without_importlib_metadata() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          check=True).stdout
     assert "'nvidia'" in out and "'simulated'" in out and out.strip().endswith("False")
+
+
+def test_each_site_directory_is_listed_once_until_it_changes(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """One ``allsmi snapshot`` asks for the entry points twice and two versions: one listing
+    of each directory serves them all; a distribution installed since is still found."""
+    import os
+
+    from allsmi import distinfo
+    site = tmp_path / "site"
+    _dist(site, "zz_vendor-1.0.dist-info", "[allsmi.backends]\nzz = zz_vendor:B\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(distinfo.os, "listdir", lambda root: listed.append(root) or real_listdir(root))
+    for _ in range(2):
+        assert [(e.name, e.value) for e in distinfo.entry_points("allsmi.backends")] == [("zz", "zz_vendor:B")]
+        assert distinfo.version("zz-vendor") == "1.0"
+        assert distinfo.version("absent-pkg") is None
+    assert listed == [str(site)]
+    _dist(site, "yy_vendor-2.0.dist-info", "[allsmi.backends]\nyy = yy_vendor:B\n", version="2.0")
+    os.utime(site, ns=(0, os.stat(site).st_mtime_ns + 1_000_000))  # a coarse clock cannot hide it
+    assert distinfo.version("yy-vendor") == "2.0"
+    assert sorted(e.name for e in distinfo.entry_points("allsmi.backends")) == ["yy", "zz"]
+    assert listed == [str(site)] * 2

@@ -272,7 +272,8 @@ def test_amd_reading_modules_wait_for_a_loaded_amdsmi() -> None:
                             check=True)
     available, reason, modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert not available and reason
-    assert set(modules) <= {"allsmi.backends.amd.backend", "allsmi.backends.amd.loader"}, modules
+    assert set(modules) <= {"allsmi.backends.amd.backend", "allsmi.backends.amd.loader",
+                            "allsmi.backends.amd.locate"}, modules
 
 
 def test_nvidia_reading_modules_wait_for_a_loaded_nvml() -> None:

@@ -36,13 +36,14 @@ MAX_CGROUP_BYTES = 64 * 1024
 #: The cgroups slurmd creates, anchored at the root of the hierarchy: v1 (Slurm's
 #: ``/slurm/uid_U/job_N``, ``/slurm_<node>/...`` with several slurmd on one host) and v2
 #: (``/system.slice/slurmstepd.scope/job_N``, ``<node>_slurmstepd.scope``). Only root can write
-#: there; a user's delegated subtree (systemd's default on cgroup v2) cannot.
-_JOB = re.compile(r"^(?:/slurm(?:_[A-Za-z0-9._-]+)?/uid_\d+"
-                  r"|/system\.slice/(?:[A-Za-z0-9._-]+_)?slurmstepd\.scope)/job_(\d+)(?=/|$)")
-_POD_FS = re.compile(r"/kubepods(?:/[a-z-]+)?/pod([0-9a-fA-F-]{8,})(?=/|$)")
-_POD_SYSTEMD = re.compile(r"kubepods(?:-[a-z]+)?-pod([0-9a-fA-F_]{8,})\.slice")
-_CONTAINER_SCOPE = re.compile(r"(?:cri-containerd|containerd|crio|docker|cri-o|libpod)-([0-9a-f]{12,})\.scope")
-_CONTAINER_DIR = re.compile(r"^[0-9a-f]{64}$")
+#: there; a user's delegated subtree (systemd's default on cgroup v2) cannot. These patterns
+#: are compiled on first use (``re``'s own cache): a snapshot with no device process never does.
+_JOB = (r"^(?:/slurm(?:_[A-Za-z0-9._-]+)?/uid_\d+"
+        r"|/system\.slice/(?:[A-Za-z0-9._-]+_)?slurmstepd\.scope)/job_(\d+)(?=/|$)")
+_POD_FS = r"/kubepods(?:/[a-z-]+)?/pod([0-9a-fA-F-]{8,})(?=/|$)"
+_POD_SYSTEMD = r"kubepods(?:-[a-z]+)?-pod([0-9a-fA-F_]{8,})\.slice"
+_CONTAINER_SCOPE = r"(?:cri-containerd|containerd|crio|docker|cri-o|libpod)-([0-9a-f]{12,})\.scope"
+_CONTAINER_DIR = r"^[0-9a-f]{64}$"
 #: v1 controllers read first (the same path appears under each; any one names the job).
 _PREFERRED = ("memory", "pids", "devices", "cpu", "cpuacct", "name=systemd", "freezer")
 
@@ -73,24 +74,24 @@ def parse_cgroup(text: str) -> ProcessAttribution:
     job_id = pod_uid = container_id = None
     for path in _paths(text):
         if job_id is None:
-            match = _JOB.match(path)
+            match = re.match(_JOB, path)
             if match:
                 job_id = match.group(1)
         if pod_uid is None:
-            match = _POD_SYSTEMD.search(path)
+            match = re.search(_POD_SYSTEMD, path)
             if match:
                 pod_uid = match.group(1).replace("_", "-").lower()
             else:
-                match = _POD_FS.search(path)
+                match = re.search(_POD_FS, path)
                 if match:
                     pod_uid = match.group(1).lower()
         if container_id is None:
-            match = _CONTAINER_SCOPE.search(path)
+            match = re.search(_CONTAINER_SCOPE, path)
             if match:
                 container_id = match.group(1)
             else:
                 last = path.rstrip("/").rsplit("/", 1)[-1]
-                if _CONTAINER_DIR.match(last) and ("kubepods" in path or "/docker/" in path):
+                if re.match(_CONTAINER_DIR, last) and ("kubepods" in path or "/docker/" in path):
                     container_id = last
     return ProcessAttribution(job_id, pod_uid, container_id)
 
@@ -120,9 +121,13 @@ class CgroupSource(AttributionSource):
     def __init__(self, proc_root: Path | str = "/proc") -> None:
         self.proc_root = Path(proc_root)
 
+    def absent(self) -> str | None:
+        return None if self.proc_root.is_dir() else f"{self.proc_root} not found"
+
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
-        if not self.proc_root.is_dir():
-            raise SourceUnavailable(f"{self.proc_root} not found")
+        why = self.absent()
+        if why is not None:
+            raise SourceUnavailable(why)
         processes: dict[int, ProcessAttribution] = {}
         failed: dict[int, str] = {}
         seen: dict[int, ProcessAttribution | None] = {}

@@ -79,9 +79,13 @@ class KubeletSource(AttributionSource):
         self._replicas_at: float | None = None
 
     # -- the channel -------------------------------------------------------
+    def absent(self) -> str | None:
+        return None if self.socket.exists() else f"no kubelet pod-resources socket at {self.socket}"
+
     def _stub(self) -> tuple[Any, Any, Any]:
-        if not self.socket.exists():
-            raise SourceUnavailable(f"no kubelet pod-resources socket at {self.socket}")
+        why = self.absent()
+        if why is not None:
+            raise SourceUnavailable(why)
         grpc, pb2, pb2_grpc = _grpc()
         with self._lock:
             if self._channel is None:

@@ -18,19 +18,19 @@ from typing import Iterable, Mapping, Sequence
 from allsmi.declarations import CORE_RANGE_DETAILS
 from allsmi.schema import DeviceSample
 
-_BUS = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
-_PAIR = re.compile(r"^(\d+)[:.](\d+)$")
-_NODE = re.compile(r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$")
+_BUS = r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$"
+_PAIR = r"^(\d+)[:.](\d+)$"
+_NODE = r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$"
 #: ``Ascend910-3``: a plugin's device name whose model carries digits, a dash, then the index.
-_DASHED = re.compile(r"^([A-Za-z][A-Za-z0-9]*)-(\d+)$")
+_DASHED = r"^([A-Za-z][A-Za-z0-9]*)-(\d+)$"
 #: ``card1-0``: the Intel GPU plugin's node name and the number of one share of it.
-_SHARED = re.compile(r"^([A-Za-z]+)(\d+)-\d+$")
+_SHARED = r"^([A-Za-z]+)(\d+)-\d+$"
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
 
 
 def normalize_bus_id(text: str) -> str | None:
     """``0000:c1:00.0`` for any spelling of a PCI address (domain width and case), else ``None``."""
-    match = _BUS.match(text.strip())
+    match = re.match(_BUS, text.strip())
     if not match:
         return None
     domain, bus, dev, fn = match.groups()
@@ -143,9 +143,9 @@ class DeviceIndex:
         """``nvidia3``, ``amd3``, ``rbln0``, ``/dev/accel/accel2``, ``/dev/tenstorrent/1``, and a
         declared name with digits before a dash (the Ascend device plugin's ``Ascend910-3``) or
         followed by a share number (the Intel GPU plugin's ``card1-0``)."""
-        match = _NODE.match(text.strip())
+        match = re.match(_NODE, text.strip())
         for pattern in (_DASHED, _SHARED):
-            named = pattern.match(text.strip())
+            named = re.match(pattern, text.strip())
             if named and any(named.group(1).lower() in p for p in self.node_names.values()):
                 match = named
                 break
@@ -198,7 +198,7 @@ class DeviceIndex:
         if kind in ("auto", "index"):
             if text.isdigit():
                 return self.by_index(int(text), vendor)
-            pair = _PAIR.match(text)
+            pair = re.match(_PAIR, text)
             if pair:
                 return self.partition(int(pair.group(1)), int(pair.group(2)), vendor,
                                       by_instance_id=False)

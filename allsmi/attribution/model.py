@@ -8,9 +8,10 @@ ledger and the terminal from here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Mapping
 
+from allsmi.records import Record, record
 from allsmi.schema import (ATTRIBUTION_SOURCES, WORKLOAD_FIELDS, BackendStatus,  # noqa: F401
                            Workload)
 from allsmi.text import clean_optional
@@ -26,8 +27,8 @@ BAD_SHARE_REASONS = ("not_a_share", "above_device")
 # are re-exported here, where the sources build them.
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessAttribution:
+@record(slots=True)
+class ProcessAttribution(Record):
     """What a process's cgroup says about it (``None`` where it says nothing)."""
 
     job_id: str | None = None
@@ -46,8 +47,8 @@ class ProcessAttribution:
         return {"job_id": self.job_id, "pod_uid": self.pod_uid, "container_id": self.container_id}
 
 
-@dataclass(frozen=True)
-class SourceResult:
+@record
+class SourceResult(Record):
     """One source's answer for one cycle."""
 
     workloads: Mapping[str, tuple[Workload, ...]] = field(default_factory=dict)
@@ -75,8 +76,8 @@ class SourceTimeout(SourceError):
     """The source's own call timed out: status ``timeout``."""
 
 
-@dataclass(frozen=True)
-class Attribution:
+@record
+class Attribution(Record):
     """Everything the attribution sources said in one cycle, merged.
 
     ``workloads`` is ``None`` when no source is active (none answered ``ok``), else it has an

@@ -19,9 +19,10 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Sequence
 
+from allsmi.records import Record, record
 from allsmi.schema import BackendStatus, DeviceSample
 from allsmi.worker import SingleFlight
 
@@ -53,6 +54,13 @@ class AttributionSource(ABC):
     #: (an idle node's cycle hands nothing to its thread).
     only_processes: bool = False
 
+    def absent(self) -> str | None:
+        """Why the source is certainly unavailable here, from the file system alone (a missing
+        socket or folder: one ``stat``, which cannot hang), or ``None`` when it may be there.
+        Asked on the resolving thread while the source has no worker thread yet, so that a
+        node without the source never starts one (as a backend's ``quick_probe``)."""
+        return None
+
     @abstractmethod
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         """Who holds ``devices`` at wall time ``now``.
@@ -65,8 +73,10 @@ class AttributionSource(ABC):
         """Release what the source holds (a channel); may be called while a call hangs."""
 
 
-@dataclass(frozen=True)
-class _Outcome:
+@record
+class _Outcome(Record):
+    """One call's answer: its status, message, result and how long it took."""
+
     status: str
     message: str
     result: SourceResult | None
@@ -97,7 +107,19 @@ class SourceRunner:
         """Ask the worker for one answer; ``False`` while the previous call still runs.
 
         A source that reads only processes (:attr:`AttributionSource.only_processes`), whose
-        last answer was ``ok``, is answered here when no device has a process: nothing."""
+        last answer was ``ok``, is answered here when no device has a process: nothing. Before
+        its worker thread exists, a source that says it is :meth:`~AttributionSource.absent`
+        is answered here ``unavailable``, and one that reads only processes with none to read,
+        ``ok`` and nothing, as its call would have answered."""
+        if self._flight.thread is None and not self._flight.inline:
+            begun = time.monotonic()
+            why = self.source.absent()
+            if why is not None:
+                if self._flight.settle(_Outcome("unavailable", why, None, time.monotonic() - begun)):
+                    return True
+            elif self.source.only_processes and not any(dev.processes for dev in devices) \
+                    and self._flight.settle(_NOTHING):
+                return True
         if self.source.only_processes and not any(dev.processes for dev in devices):
             last = self._flight.last
             if last is not None and last.status == "ok" and self._flight.settle(_NOTHING):
@@ -266,6 +288,12 @@ class Attributor:
         return BackendStatus(status.name, status.status,
                              f"{status.message}; holders as it last answered {age:.0f} s ago",
                              status.duration_seconds), True
+
+    @property
+    def never_ran(self) -> bool:
+        """Whether no source was ever called (each answered on the resolving thread, or none
+        asked): closing then has no call to abort and no thread to wait for."""
+        return all(r._flight.thread is None and not r._flight.inline for r in self.runners)
 
     def close(self) -> None:
         for runner in self.runners:

@@ -12,12 +12,13 @@ import fnmatch
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from allsmi.config import Config
 from allsmi.declarations import ID_KINDS, VendorDeclaration
+from allsmi.records import Record, record
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -27,11 +28,11 @@ KEYS = ("sources", "kubelet_socket", "hpc_job_dir", "proc_root", "timeout_second
         "resource_names")
 #: Sources a configuration can switch on or off (``simulated`` comes with ``--simulate``).
 CONFIGURABLE_SOURCES = ("kubernetes", "hpc-job", "cgroup")
-_RESOURCE = re.compile(r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$")
+_RESOURCE = r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$"
 
 
-@dataclass(frozen=True)
-class ResourceRule:
+@record
+class ResourceRule(Record):
     """Which devices a Kubernetes extended resource names, and how its ids are written."""
 
     pattern: str
@@ -54,8 +55,8 @@ def node_names(declarations: Sequence[VendorDeclaration]) -> dict[str, tuple[str
     return {decl.backend: tuple(decl.node_names) for decl in declarations}
 
 
-@dataclass(frozen=True)
-class AttributionSettings:
+@record
+class AttributionSettings(Record):
     """The validated ``[attribution]`` table with the environment applied."""
 
     sources: tuple[str, ...] = CONFIGURABLE_SOURCES
@@ -104,7 +105,7 @@ def _rules(config: Config, table: Any,
         # Split like the config's key locator splits a quoted dotted key, so that the error
         # points at the key's own line (the message shows the same dotted name).
         key = ("attribution", "resource_names", *name.split("."))
-        if not _RESOURCE.match(name):
+        if not re.match(_RESOURCE, name):
             raise config.error("not a Kubernetes resource name (such as example.com/gpu, globs "
                                "allowed)", *key)
         id_kind = "auto"

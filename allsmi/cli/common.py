@@ -248,7 +248,11 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
 
 
 def activity_settings(s: Settings) -> Any:
-    """``[activity]``, validated (exit 2 naming the file, line and key), before anything starts."""
+    """``[activity]``, validated (exit 2 naming the file, line and key), before anything starts;
+    ``None`` where neither ``[activity]`` nor ``[accounting]`` (its idle threshold) is written:
+    the defaults are valid, and a snapshot that finds no holder never imports the module."""
+    if not s.config.section("activity") and not s.config.section("accounting"):
+        return None
     from allsmi.hostactivity.settings import activity_settings as validate
     try:
         return validate(s.config)

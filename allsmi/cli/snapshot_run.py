@@ -94,9 +94,10 @@ def run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
         if exit_code is not None:
             code = exit_code
             raise
-        code = 1  # a bug: never "exit 0 with nothing on stdout", even when leaving early
-        import traceback
-        traceback.print_exc()
+        code = 1  # never "exit 0 with nothing on stdout", even when leaving early
+        if not isinstance(exc, BrokenPipeError):  # a reader that left (``| head``) is no bug
+            import traceback
+            traceback.print_exc()
         raise
     finally:
         clean = collector.close_within(CLOSE_GRACE_SECONDS)

@@ -10,8 +10,9 @@ re-exports :func:`find_tool` and :func:`describe_missing`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Iterable
+
+from allsmi.records import Record, record
 
 
 def _runnable(path: str) -> bool:
@@ -79,8 +80,8 @@ def describe_missing(executable: str, env_var: str | None) -> str:
     return f"{executable} not found on PATH or in the vendor's install directories{hint}"
 
 
-@dataclass(frozen=True)
-class VendorTool:
+@record
+class VendorTool(Record):
     """What a command-line backend declares about its tool: the executables (in order of
     preference; later ones are older names), the environment variable that overrides the
     search with a full path, and the directories the vendor installs into besides ``PATH``."""

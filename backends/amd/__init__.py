@@ -6,6 +6,7 @@ declaration and quick probe; the backend, :class:`AmdBackend`, is in
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping
 
 from allsmi.backend_api import ProbeResult
@@ -24,9 +25,15 @@ DECLARATION = VendorDeclaration(
 
 
 def absence() -> ProbeResult | None:
-    """The probe's answer where there is no AMD device node and no ``libamd_smi.so`` where
-    amdsmi looks (:func:`allsmi.backends.amd.loader.quick_absence`; amdsmi not imported)."""
-    from allsmi.backends.amd.loader import package_version, quick_absence
+    """The probe's answer where the amdsmi package is not installed (as the backend's probe
+    says it: :func:`allsmi.backends.amd.loader.load_amdsmi`), or where there is no AMD device
+    node and no ``libamd_smi.so`` where amdsmi looks
+    (:func:`allsmi.backends.amd.locate.quick_absence`); neither amdsmi, the loader nor the
+    backend imported."""
+    from allsmi.backends.amd.locate import installed, not_installed_reason, package_version, quick_absence
+    if "amdsmi" not in sys.modules and not installed("amdsmi"):
+        version = package_version()  # a distribution whose module is gone: as probe() says it
+        return ProbeResult(False, not_installed_reason(), {"amdsmi_package": version} if version else {})
     absent = quick_absence(DECLARATION.device_nodes)
     if absent is None:
         return None

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Iterator, TextIO
 
-from allsmi import distinfo
+from allsmi.backends.amd.locate import (  # noqa: F401 - the names callers use here
+    LIBRARY, LIBRARY_MISSING_REASON, library_paths, not_installed_reason, package_version, quick_absence)
+from allsmi.backends.amd.locate import installed as _installed
 
 #: How long :func:`quiet_stdout` waits for another thread's redirection to end.
 LOCK_WAIT_SECONDS = 1.0
@@ -29,10 +31,6 @@ LOCK_WAIT_SECONDS = 1.0
 #: Held while fd 1 is redirected: two redirections must not interleave their
 #: dup2 calls, or one would restore the other's temporary file as stdout.
 _STDOUT_LOCK = threading.RLock()
-
-LIBRARY_MISSING_REASON = (
-    "libamd_smi.so not found: install ROCm (the amd-smi-lib package) "
-    "or set ROCM_PATH to the ROCm install prefix")
 
 
 @dataclass
@@ -120,61 +118,6 @@ def _redirected(captured: CapturedOutput) -> Iterator[CapturedOutput]:
         raw = sink.read()
         sink.close()
         captured.text = text_sink.getvalue() + raw.decode("utf-8", "replace")
-
-
-def package_version() -> str | None:
-    """The installed ``amdsmi`` distribution's version, without importing it."""
-    return distinfo.version("amdsmi")
-
-
-LIBRARY = "libamd_smi.so"
-
-
-def not_installed_reason() -> str:
-    """What to say when the amdsmi package is missing (with the pip of this Python)."""
-    return f"the amdsmi Python package is not installed ({sys.executable} -m pip install 'allsmi[amd]')"
-
-
-def _installed(module: str) -> bool:
-    """Whether ``import module`` would find something (True where unsure)."""
-    import importlib.util
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return True
-
-
-def library_paths() -> list[str]:
-    """The explicit places amdsmi (``amdsmi_wrapper.find_smi_library``) loads the library
-    from, besides the loader's search for its bare name."""
-    import importlib.util
-    paths = []
-    rocm = os.getenv("ROCM_HOME", os.getenv("ROCM_PATH"))
-    if rocm:
-        paths.append(os.path.join(rocm, "lib", LIBRARY))
-    try:
-        spec = importlib.util.find_spec("amdsmi")
-    except (ImportError, ValueError):
-        spec = None
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        paths.append(os.path.join(folder, LIBRARY))
-    paths.append(os.path.join(os.getenv("ROCM_PATH", "/opt/rocm"), "lib", LIBRARY))
-    return paths
-
-
-def quick_absence(device_nodes: tuple[str, ...]) -> tuple[str, dict[str, str]] | None:
-    """Why amdsmi cannot work here, from the file system alone, without importing it (its
-    import loads the library); ``None`` when it may (then import it and ask).
-
-    Absent means no AMD device node and no ``libamd_smi.so`` where amdsmi looks: its
-    import would fail with the same reason. Returns the reason and what was searched.
-    """
-    from allsmi.backends._common.presence import maybe_present
-    paths = library_paths()
-    if maybe_present("amdsmi", device_nodes, LIBRARY, paths):
-        return None
-    return LIBRARY_MISSING_REASON, {
-        "searched": f"{', '.join(device_nodes)}; {LIBRARY} in {', '.join(paths)} and the loader's paths"}
 
 
 def load_amdsmi() -> ModuleType:

@@ -109,9 +109,9 @@ def test_missing_proc_root_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_an_idle_node_hands_the_cgroup_source_nothing_to_read() -> None:
-    """No process on any device: once the source has answered ``ok``, each cycle is answered
-    without a call to it (no hand-off to its thread on an idle exporter); with processes, it is
-    asked again."""
+    """No process on any device: each cycle is answered without a call to it (no hand-off to a
+    thread on an idle exporter, none started by a one-shot snapshot: its proc root is there,
+    so its call would answer nothing); with processes, it is asked again."""
     calls: list[int] = []
 
     class Counted(CgroupSource):
@@ -127,8 +127,9 @@ def test_an_idle_node_hands_the_cgroup_source_nothing_to_read() -> None:
             [status] = result.statuses
             assert status.status == "ok" and not result.processes
             assert all(result.device_workloads(d.id) == () for d in idle)  # known: nobody
-        assert calls == [0]  # the first answer only
+        assert calls == [] and attributor.runners[0]._flight.thread is None
         attributor.resolve(DEVICES)
-        assert len(calls) == 2 and calls[-1] > 0  # processes again: read again
+        assert len(calls) == 1 and calls[-1] > 0  # processes: read, on its thread
+        assert attributor.runners[0]._flight.thread is not None
     finally:
         attributor.close()

@@ -140,6 +140,21 @@ def test_absent_socket_is_unavailable_and_leaves_workloads_unknown(tmp_path) -> 
     assert result.workloads is None and result.device_workloads(DEVICES[0].id) is None
 
 
+def test_absent_socket_starts_no_thread_until_the_socket_appears(server: PodResourcesServer, tmp_path) -> None:
+    """No socket: answered on the resolving thread (a one-shot snapshot on a node without a
+    kubelet starts no thread for it); once the socket is there, asked on its thread."""
+    source = KubeletSource(tmp_path / "kubelet.sock", SETTINGS, timeout_seconds=5)
+    with Attributor([source], 5) as attributor:
+        runner = attributor.runners[0]
+        runner.reprobe_seconds = 0.0  # asked again at once (the exporter waits a minute)
+        first = attributor.resolve(DEVICES).statuses[0]
+        assert (first.status, first.message) == ("unavailable", f"no kubelet pod-resources socket at {source.socket}")
+        assert runner._flight.thread is None
+        source.socket = server.socket
+        assert attributor.resolve(DEVICES).statuses[0].status == "ok"
+        assert runner._flight.thread is not None
+
+
 def test_allocatable_resources_for_doctor(server: PodResourcesServer) -> None:
     server.allocatable = [
         api_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=["GPU-a", "GPU-b"]),

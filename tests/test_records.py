@@ -1,0 +1,99 @@
+"""allsmi.records: frozen records answer ``==``, ``hash`` and ``repr`` exactly as the methods
+``@dataclass(frozen=True)`` generates, without compiling them for each class."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+from dataclasses import dataclass, field
+
+import pytest
+
+from allsmi.records import Record, record
+
+
+def _pair(slots: bool):  # type: ignore[no-untyped-def]
+    """The same declaration as a record and as a generated dataclass."""
+    def body(base: type) -> dict:  # type: ignore[type-arg]
+        return {"__doc__": "A thing.", "__annotations__": {"a": "int", "b": "float | None", "c": "str", "d": "tuple", "e": "int"},
+                "b": None, "c": field(default="x", repr=False), "d": field(default=(), compare=False),
+                "e": field(default=0, hash=False)}
+    made = record(type("Thing", (Record,), body(Record)), slots=slots)
+    plain = dataclass(frozen=True, slots=slots)(type("Thing", (), body(object)))
+    return made, plain
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_records_compare_hash_and_show_as_generated_dataclasses(slots: bool) -> None:
+    made, plain = _pair(slots)
+    nan = math.nan
+    cases = [dict(a=1), dict(a=1, b=2.5), dict(a=1, b=nan), dict(a=1, d=(1,)), dict(a=1, e=3),
+             dict(a=2, c="y")]
+    for left in cases:
+        for right in cases:
+            assert (made(**left) == made(**right)) == (plain(**left) == plain(**right)), (left, right)
+        assert hash(made(**left)) == hash(plain(**left))
+        assert repr(made(**left)) == repr(plain(**left))
+    shared = made(a=1, b=nan)
+    assert shared == dataclasses.replace(shared, d=(2,))  # the same NaN object: equal, as tuples are
+    assert made(a=1).__eq__(plain(a=1)) is NotImplemented and made(a=1) != 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made(a=1).a = 2  # type: ignore[misc]
+    assert [f.name for f in dataclasses.fields(made)] == ["a", "b", "c", "d", "e"]
+    if slots:
+        assert not hasattr(made(a=1), "__dict__")
+
+
+def test_one_and_no_compared_field() -> None:
+    @record
+    class One(Record):
+        """One field."""
+
+        x: float
+
+    @dataclass(frozen=True)
+    class PlainOne:
+        x: float
+
+    @record
+    class Nothing(Record):
+        """No field."""
+
+    nan = math.nan
+    assert One(nan) == One(nan) and PlainOne(nan) == PlainOne(nan)  # one NaN object: equal, as in tuples
+    assert One(nan) != One(float("nan")) and PlainOne(nan) != PlainOne(float("nan"))
+    assert hash(One(2.0)) == hash(PlainOne(2.0)) and repr(One(2.0)) == "test_one_and_no_compared_field.<locals>.One(x=2.0)"
+    assert Nothing() == Nothing() and hash(Nothing()) == hash(()) and repr(Nothing()).endswith("Nothing()")
+
+
+def test_schema_records_survive_pickling() -> None:
+    from allsmi.schema import BackendStatus
+    status = BackendStatus("nvidia", "ok", "", 0.25)
+    assert pickle.loads(pickle.dumps(status)) == status
+
+
+def test_a_class_outside_records_is_refused() -> None:
+    with pytest.raises(TypeError, match="subclass allsmi.records.Record"):
+        record(type("Loose", (), {"__doc__": "Loose."}))
+    with pytest.raises(TypeError, match="needs a docstring"):
+        record(type("Undocumented", (Record,), {}))
+
+
+def test_the_snapshot_records_compile_no_comparison_or_repr_of_their_own() -> None:
+    """The invariant the one-shot snapshot's start-up relies on (issue 36): the schema's, the
+    config's and the attribution's records take ==, hash and repr from Record."""
+    from allsmi import backendrunner, config, declarations, fields, schema
+    from allsmi.attribution import model, runner, settings
+    from allsmi.backend_api import ProbeResult
+    from allsmi.backends._common.toolpath import VendorTool
+    classes = [schema.Workload, schema.ProcessSample, schema.HolderWaiting, schema.DeviceSample,
+               schema.HostSample, schema.BackendStatus, schema.Snapshot, config.ResourceGroup,
+               config.GroupRule, config.Config, declarations.KubernetesResource,
+               declarations.VendorDeclaration, ProbeResult, model.ProcessAttribution,
+               model.SourceResult, model.Attribution, settings.ResourceRule, settings.AttributionSettings,
+               fields.Measurement, backendrunner._Outcome, runner._Outcome, VendorTool]
+    for cls in classes:
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+        for name in ("__eq__", "__hash__", "__repr__"):
+            assert getattr(cls, name) is getattr(Record, name), (cls, name)
