@@ -92,7 +92,12 @@ def test_the_snapshot_records_compile_no_comparison_or_repr_of_their_own() -> No
                config.GroupRule, config.Config, declarations.KubernetesResource,
                declarations.VendorDeclaration, ProbeResult, model.ProcessAttribution,
                model.SourceResult, model.Attribution, settings.ResourceRule, settings.AttributionSettings,
-               fields.Measurement, backendrunner._Outcome, runner._Outcome, VendorTool]
+               fields.Measurement, VendorTool]
+    # and every record the backend and attribution runners define (their private outcomes)
+    classes += [v for m in (backendrunner, runner) for v in vars(m).values()
+                if isinstance(v, type) and issubclass(v, Record) and v is not Record
+                and v.__module__ == m.__name__]
+    assert len(classes) >= 22
     for cls in classes:
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
         for name in ("__eq__", "__hash__", "__repr__"):
