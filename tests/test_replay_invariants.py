@@ -25,9 +25,9 @@ T0 = 1_790_000_000.0
 CYCLES = 30
 
 
-def _afresh(dev: DeviceSample) -> DeviceSample:
+def _afresh(dev):  # (a DeviceSample or a ProcessSample)
     """``dev`` built again from its fields (every check of ``__post_init__`` run)."""
-    return DeviceSample(**{f.name: getattr(dev, f.name) for f in dataclasses.fields(dev)})
+    return type(dev)(**{f.name: getattr(dev, f.name) for f in dataclasses.fields(dev)})
 
 
 def test_templates_are_built_once_per_unit_and_samples_equal_fresh_ones() -> None:
@@ -41,6 +41,8 @@ def test_templates_are_built_once_per_unit_and_samples_equal_fresh_ones() -> Non
         for backend in backends:
             for dev in backend.sample():
                 assert _afresh(dev) == dev
+                for proc in dev.processes or ():  # (a job's processes derived from its first)
+                    assert _afresh(proc) == proc
                 held += bool(dev.processes)
         now[0] += 60.0
     assert held > CYCLES  # jobs ran: the samples moved
@@ -117,3 +119,52 @@ def test_the_recorder_splits_a_device_again_only_when_its_holders_could_differ(t
         assert rec.last_error is None
     finally:
         rec.close()
+
+
+def _ledger_rows(path) -> dict[str, list[tuple[object, ...]]]:
+    import sqlite3
+    con = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: sorted(con.execute(f"SELECT * FROM {t}"), key=repr) for t in tables}
+    finally:
+        con.close()
+
+
+def test_a_replay_samples_only_what_a_bill_reads_and_books_what_a_full_sample_books(
+        tmp_path, monkeypatch) -> None:
+    """The replay's backends leave the fields no bill reads (``UNBILLED``: temperature, clocks,
+    occupancy, PCIe...) unset, and the ledger they make is exactly, row for row, the ledger of
+    a replay whose backends sample every field."""
+    import datetime as dt
+
+    from allsmi.accounting.periods import Window
+    from allsmi.backends.simulated import UNBILLED, SimulatedBackend
+    from allsmi.backends.simulated.scenario import load_scenario
+    from allsmi.cli.simbill import simulated_ledger
+
+    start = 1_790_000_000 - 1_790_000_000 % 3600
+    window = Window(dt.datetime.fromtimestamp(start, dt.timezone.utc),
+                    dt.datetime.fromtimestamp(start + 3 * 3600, dt.timezone.utc))
+    config = parse_config("")
+    made: list[list[DeviceSample]] = []
+    sample = SimulatedBackend.sample
+    monkeypatch.setattr(SimulatedBackend, "sample",
+                        lambda self: made.append(sample(self)) or made[-1])
+
+    def replay(name: str) -> dict[str, list[tuple[object, ...]]]:
+        folder = tmp_path / name
+        folder.mkdir()
+        return _ledger_rows(simulated_ledger(load_scenario("mixed"), window, config, str(folder),
+                                             workers=1))
+
+    billed = replay("bill-only")
+    unbilled = [getattr(d, f) for devs in made for d in devs for f in UNBILLED]
+    assert not any(v not in (None, {}) for v in unbilled)
+    made.clear()
+    with monkeypatch.context() as m:  # the same replay, every field sampled
+        m.setattr(SimulatedBackend, "bill_only", property(lambda self: False,
+                                                          lambda self, value: None))
+        full = replay("full")
+    assert sum(d.temperature_celsius is not None for devs in made for d in devs) > 1000
+    assert billed["intervals"] and billed == full

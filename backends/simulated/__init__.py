@@ -35,6 +35,13 @@ __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError
            "builtin_scenarios", "installed_backend", "load_scenario", "partition_share",
            "simulated_backends"]
 
+#: The fields of a sample that no bill reads (the ledger, its fair shares and waiting reasons):
+#: left ``None`` by a backend with ``bill_only`` set. tests/test_replay_invariants.py checks
+#: that a bill-only replay books exactly what a full one does.
+UNBILLED = ("temperature_celsius", "fan_percent", "clock_mhz", "details", "sm_occupancy_percent",
+            "tensor_active_percent", "memory_bandwidth_percent", "pcie_rx_bytes_per_second",
+            "pcie_tx_bytes_per_second")
+
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
 
@@ -67,6 +74,11 @@ class SimulatedBackend(Backend):
     fresh_samples = True
     """Every sample is a new object this backend keeps no reference to: the collector fills in
     its group and holders on it rather than copying it (``allsmi.collector._completed``)."""
+    bill_only = False
+    """Sample only what a bill reads (a replay into a ledger: ``allsmi.cli.simbill``): the
+    fields in :data:`UNBILLED` stay ``None`` instead of being computed every cycle; everything
+    else (utilization, memory, power and energy, processes, compute activity, interconnect
+    traffic) is exactly what a full sample has."""
 
     def __init__(self, *, scenario: str | Path | Scenario = "mixed", target: str | None = None,
                  clock: Callable[[], float] = time.time, timeout_seconds: float = 5.0,
@@ -238,7 +250,8 @@ class SimulatedBackend(Backend):
         source = getattr(self._real, "compute_active_source", None) if self._real else None
         stall = stalled(spec.backend, unit.key, job, r, partition=unit.parent is not None)
         fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
-                                 partition=unit.parent is not None, source=source, stall=stall)
+                                 partition=unit.parent is not None, source=source, stall=stall,
+                                 billed_only=self.bill_only)
         if looking:
             stall = None
         for i, proc in enumerate(procs):
@@ -314,12 +327,15 @@ class SimulatedBackend(Backend):
         if spec.has_energy_counter:
             energy = (spec.power_idle_watts * s + unit.wobble.cumulative(s)
                       + k * sum(l[0].cycle.cumulative(s) for l in loads))
-        # Temperature follows the job's base load with a thermal lag (tau 90 s).
-        heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
-        temp = spec.temperature_idle_celsius + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
-            * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
-        clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
-        fan = (30.0 + 65.0 * heat) if spec.has_fan else None
+        full = not self.bill_only
+        if full:
+            # Temperature follows the job's base load with a thermal lag (tau 90 s).
+            heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
+            temp = spec.temperature_idle_celsius \
+                + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
+                * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
+            clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
+            fan = (30.0 + 65.0 * heat) if spec.has_fan else None
         details: dict[str, Any] = {}
         util: float | None = mean_util
         if spec.cores and not unit.children:
@@ -346,6 +362,13 @@ class SimulatedBackend(Backend):
             activity = self._activity(unit, job, r, mean_util, procs_parent)
             if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
+        if not full:  # (the fields of UNBILLED stay the template's None)
+            parent = moved(
+                template, **activity, utilization_percent=None if util is None else round(util, 2),
+                memory_used_bytes=used_total, power_watts=round(power, 3),
+                energy_joules=None if energy is None else round(energy, 3),
+                processes=procs_parent)
+            return [parent] + children_out
         parent = moved(
             template, **activity, utilization_percent=None if util is None else round(util, 2),
             memory_used_bytes=used_total,
