@@ -103,6 +103,11 @@ class SimulatedBackend(Backend):
         """Units whose templates were built (once each per :meth:`open`; tests count them)."""
         #: The host evidence of each process of the last sample (see :meth:`host_evidence`).
         self._evidence: dict[int, dict[str, Any]] = {}
+        #: The fields the impersonated backend never reports, ``None`` each (made at the first
+        #: sample after :meth:`open`).
+        self._blank: dict[str, None] | None = None
+        #: What the impersonated backend declares its activity to measure (see :meth:`open`).
+        self._source: str | None = None
         self._closed = threading.Event()
         if self._scenario is not None and target is not None:
             self._adopt_identity()
@@ -156,6 +161,8 @@ class SimulatedBackend(Backend):
         self._closed.clear()
         self._units = []
         self._static, self._templates = {}, {}
+        self._blank = None
+        self._source = getattr(self._real, "compute_active_source", None) if self._real else None
         for spec in scenario.devices:
             if self._target is not None and spec.backend != self._target:
                 continue
@@ -225,12 +232,15 @@ class SimulatedBackend(Backend):
                     raise BackendError("closed while hanging")
         # What the real backend never reports, the simulation does not invent: those fields
         # are built as None.
-        unreported = self._real.unreported_fields if self._real is not None else frozenset()
-        blank = {name: None for name in unreported}
+        blank = self._blank
+        if blank is None:
+            unreported = self._real.unreported_fields if self._real is not None else frozenset()
+            blank = self._blank = {name: None for name in unreported}
         out: list[DeviceSample] = []
         self._evidence = {}
+        sample_unit = self._sample_unit
         for unit in self._units:
-            out.extend(self._sample_unit(scenario, unit, s, blank))
+            out.extend(sample_unit(scenario, unit, s, blank))
         return out
 
     def host_evidence(self, pids: Any) -> dict[int, dict[str, Any]]:
@@ -247,7 +257,7 @@ class SimulatedBackend(Backend):
         looking = unit.parent is None and unit.index in spec.busy_looking
         # What the impersonated backend declares its activity to measure (the vendors added
         # since the simulation's own table), else the table's.
-        source = getattr(self._real, "compute_active_source", None) if self._real else None
+        source = self._source
         stall = stalled(spec.backend, unit.key, job, r, partition=unit.parent is not None)
         fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
                                  partition=unit.parent is not None, source=source, stall=stall,
@@ -304,10 +314,12 @@ class SimulatedBackend(Backend):
         def device(**fields: Any) -> DeviceSample:
             return DeviceSample(**{**fields, **blank}) if blank else DeviceSample(**fields)
 
-        def moved(template: DeviceSample, **fields: Any) -> DeviceSample:
-            return derive(template, **{**fields, **blank}) if blank else derive(template, **fields)
+        moved: Callable[..., DeviceSample] = derive
+        if blank:
+            def moved(template: DeviceSample, **fields: Any) -> DeviceSample:
+                return derive(template, **{**fields, **blank})
 
-        if self._lost(scenario, unit, s):
+        if scenario.faults and self._lost(scenario, unit, s):
             return [device(**static, health="lost")] + [
                 device(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
                        uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
