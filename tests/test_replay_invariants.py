@@ -168,3 +168,37 @@ def test_a_replay_samples_only_what_a_bill_reads_and_books_what_a_full_sample_bo
         full = replay("full")
     assert sum(d.temperature_celsius is not None for devs in made for d in devs) > 1000
     assert billed["intervals"] and billed == full
+
+
+def test_the_recorder_makes_a_devices_waiting_by_holder_again_only_when_it_changed(
+        tmp_path, monkeypatch) -> None:
+    """Each cycle's classification (``DeviceSample.waiting``, a new tuple of the same entries
+    while nothing changed) is made into the recorder's holder -> reason dict only when it
+    differs from the last one; the reasons booked are the new ones."""
+    from dataclasses import replace
+
+    import allsmi.accounting.recorder as recorder
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.fairshare import waiting_by_holder
+    from allsmi.schema import HolderWaiting
+
+    from .accounting.helpers import T0 as START, device, snap
+    calls = []
+    monkeypatch.setattr(recorder, "waiting_by_holder",
+                        lambda dev: calls.append(dev.id) or waiting_by_holder(dev))
+    rec = LedgerRecorder(tmp_path / "ledger.db", parse_config(""))
+    try:
+        held = device("GPU-a", util=0.0, users=["alice"], power=300.0)
+        entry = HolderWaiting("input", "input: reading", user="alice")
+        for k in range(5):  # equal classifications (new tuples): made once
+            rec.on_snapshot(replace(snap(START + 60 * k, derive(held, waiting=(entry,))),
+                                    monotonic=1000.0 + 60 * k))
+        assert calls == ["GPU-a"]
+        other = HolderWaiting("host", "host: busy", user="alice")
+        rec.on_snapshot(replace(snap(START + 300, derive(held, waiting=(other,))),
+                                monotonic=1300.0))
+        assert calls == ["GPU-a"] * 2
+        assert list(rec._devices["GPU-a"].waiting.values()) == ["host"]
+        assert rec.last_error is None
+    finally:
+        rec.close()
