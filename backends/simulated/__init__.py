@@ -103,6 +103,10 @@ class SimulatedBackend(Backend):
         """Units whose templates were built (once each per :meth:`open`; tests count them)."""
         #: The host evidence of each process of the last sample (see :meth:`host_evidence`).
         self._evidence: dict[int, dict[str, Any]] = {}
+        #: Per unit, its activity fields while no process holds it (the same every cycle), and
+        #: (bill-only) its idle sample with its memory used (see :meth:`_sample_unit`).
+        self._quiet: dict[str, dict[str, Any]] = {}
+        self._idle: dict[str, tuple[int, DeviceSample]] = {}
         #: The fields the impersonated backend never reports, ``None`` each (made at the first
         #: sample after :meth:`open`).
         self._blank: dict[str, None] | None = None
@@ -160,7 +164,7 @@ class SimulatedBackend(Backend):
         self._adopt_identity()
         self._closed.clear()
         self._units = []
-        self._static, self._templates = {}, {}
+        self._static, self._templates, self._idle, self._quiet = {}, {}, {}, {}
         self._blank = None
         self._source = getattr(self._real, "compute_active_source", None) if self._real else None
         for spec in scenario.devices:
@@ -251,7 +255,12 @@ class SimulatedBackend(Backend):
 
     def _activity(self, unit: _Unit, job: int, r: float, util: float,
                   procs: tuple[ProcessSample, ...]) -> dict[str, Any]:
-        """``unit``'s activity fields now, and its processes' host evidence remembered."""
+        """``unit``'s activity fields now, and its processes' host evidence remembered. Those
+        of a unit that no process holds are the same whenever it is so (made once)."""
+        if not procs:
+            quiet = self._quiet.get(unit.key)
+            if quiet is not None:
+                return quiet
         spec = unit.spec
         busy = bool(procs)
         looking = unit.parent is None and unit.index in spec.busy_looking
@@ -267,6 +276,8 @@ class SimulatedBackend(Backend):
         for i, proc in enumerate(procs):
             helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
             self._evidence[proc.pid] = process_evidence(stall, not helper, r)
+        if not busy:
+            self._quiet[unit.key] = fields
         return fields
 
     def close(self) -> None:
@@ -375,6 +386,15 @@ class SimulatedBackend(Backend):
             if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
         if not full:  # (the fields of UNBILLED stay the template's None)
+            if not procs_parent and util == 0.0 and not unit.children:
+                # Idle: all but its power and energy is the unit's idle sample (made once).
+                idle = self._idle.get(unit.key)
+                if idle is None or idle[0] != used_total:
+                    idle = self._idle[unit.key] = (used_total, moved(
+                        template, **activity, utilization_percent=round(util, 2),
+                        memory_used_bytes=used_total, processes=procs_parent))
+                return [moved(idle[1], power_watts=round(power, 3),
+                              energy_joules=None if energy is None else round(energy, 3))]
             parent = moved(
                 template, **activity, utilization_percent=None if util is None else round(util, 2),
                 memory_used_bytes=used_total, power_watts=round(power, 3),
