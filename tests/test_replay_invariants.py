@@ -202,3 +202,28 @@ def test_the_recorder_makes_a_devices_waiting_by_holder_again_only_when_it_chang
         assert rec.last_error is None
     finally:
         rec.close()
+
+
+def test_an_idle_unit_s_activity_is_made_once_not_every_cycle(monkeypatch) -> None:
+    """A unit that no process holds has the same activity fields every cycle: they are made
+    once per unit, so the activity is computed for the held units' samples only (and once
+    for each unit the first time it is idle)."""
+    import allsmi.backends.simulated as simulated
+    calls = []
+    made = simulated.device_activity
+    monkeypatch.setattr(simulated, "device_activity",
+                        lambda *a, **k: calls.append(a[1]) or made(*a, **k))
+    now = [T0]
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in backends:
+        backend.open()
+    held = idle = 0
+    for _ in range(CYCLES):
+        for backend in backends:
+            for dev in backend.sample():
+                held += bool(dev.processes)
+                idle += not dev.processes
+        now[0] += 60.0
+    units = sum(len(b._units) + sum(len(u.children) for u in b._units) for b in backends)
+    assert idle > CYCLES  # units sat idle
+    assert len(calls) <= held + units
