@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -26,10 +25,11 @@ from allsmi.schema import DeviceSample, ProcessSample, derive
 
 from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
 from .jobs import MIB, JobDraws
-from .model import LoadCycle, Wobble, in_window, unit_hash
-from .identity import installed_backend, partition_share, uuid_from
+from .model import LoadCycle, in_window
+from .identity import installed_backend, partition_share
 from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
                             builtin_scenarios, load_scenario)
+from .units import Unit, make_unit
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
            "builtin_scenarios", "installed_backend", "load_scenario", "partition_share",
@@ -44,26 +44,6 @@ UNBILLED = ("temperature_celsius", "fan_percent", "clock_mhz", "details", "sm_oc
 
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
-
-@dataclass(frozen=True)
-class _Unit:
-    """A simulated device or partition with everything static precomputed."""
-
-    key: str
-    spec: DeviceSpec
-    index: int
-    id: str
-    uuid: str | None
-    bus_id: str | None
-    name: str
-    parent: str | None
-    memory_total: int
-    cycle: LoadCycle | None
-    children: tuple["_Unit", ...] = ()
-    wobble: Wobble | None = None
-    share: float | None = None
-    """A partition's ``partition_share``."""
-
 
 class SimulatedBackend(Backend):
     """Impersonates one backend (``target``) of a scenario."""
@@ -92,7 +72,7 @@ class SimulatedBackend(Backend):
         self._clock = clock
         self._impersonate = impersonate
         self._real: type[Backend] | None = None
-        self._units: list[_Unit] = []
+        self._units: list[Unit] = []
         self._jobs = JobDraws()
         #: Per unit, the fields of its samples that never change (see :meth:`_sample_unit`).
         self._static: dict[str, dict[str, Any]] = {}
@@ -181,41 +161,9 @@ class SimulatedBackend(Backend):
         """The scenario's model as the real backend names it (``RNGD`` -> ``Furiosa RNGD``)."""
         return self._real.model_name(model) if self._real is not None else model
 
-    def _make_unit(self, scenario: Scenario, spec: DeviceSpec, index: int) -> _Unit:
-        key = f"{scenario.seed}/{spec.backend}/{index}"
-        bus = (spec.bus_base + index * 0x10) & 0xFF
-        uuid: str | None
-        if spec.id_style == "nvidia":
-            uuid, bus_id = "GPU-" + uuid_from(key), f"00000000:{bus:02X}:00.0"
-        elif spec.id_style == "gaudi":
-            serial = f"{int(unit_hash(key, 'sn') * 36**6):06d}"[:6]
-            uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", f"0000:{bus:02x}:00.0"
-        elif spec.id_style == "board":
-            uuid, bus_id = None, f"0000:{bus:02x}:00.0"
-        else:
-            uuid, bus_id = uuid_from(key), f"0000:{bus:02x}:00.0"
-        dev_id = uuid or f"{self._vendor_kind(spec)[0]}:{int(unit_hash(key, 'board') * 2**63):016x}"
-        name = self._model_name(spec.model)
-        instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
-        mig = spec.id_style == "nvidia"
-        # Partitions carry their GPU's bus id and no index of their own, as NVML's MIG devices
-        # and amdsmi's partitions do.
-        children = tuple(
-            _Unit(key=f"{key}/mig{i}", spec=spec, index=i,
-                  id=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else f"{dev_id}/{i}",
-                  uuid=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else None,
-                  bus_id=bus_id,
-                  name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
-                  parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
-                  cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds),
-                  share=partition_share(inst.get("profile") if mig else None, name, len(instances)))
-            for i, inst in enumerate(instances))
-        wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
-                        6.283 * unit_hash(key, "wph"))
-        return _Unit(key=key, spec=spec, index=index, id=dev_id, uuid=uuid, bus_id=bus_id,
-                     name=name, parent=None, memory_total=spec.memory_total_bytes,
-                     cycle=None if children else LoadCycle.make(key, spec.duty_cycle, spec.job_seconds),
-                     children=children, wobble=wobble)
+    def _make_unit(self, scenario: Scenario, spec: DeviceSpec, index: int) -> Unit:
+        return make_unit(scenario, spec, index, self._vendor_kind(spec)[0],
+                         self._model_name(spec.model))
 
     def sample(self) -> list[DeviceSample]:
         scenario = self.scenario
@@ -253,7 +201,7 @@ class SimulatedBackend(Backend):
         time, as everything simulated (``backends/simulated/activity.py``)."""
         return {pid: self._evidence[pid] for pid in pids if pid in self._evidence}
 
-    def _activity(self, unit: _Unit, job: int, r: float, util: float,
+    def _activity(self, unit: Unit, job: int, r: float, util: float,
                   procs: tuple[ProcessSample, ...]) -> dict[str, Any]:
         """``unit``'s activity fields now, and its processes' host evidence remembered. Those
         of a unit that no process holds are the same whenever it is so (made once)."""
@@ -284,7 +232,7 @@ class SimulatedBackend(Backend):
         self._closed.set()
 
     # -- the model -----------------------------------------------------------
-    def _lost(self, scenario: Scenario, unit: _Unit, s: float) -> bool:
+    def _lost(self, scenario: Scenario, unit: Unit, s: float) -> bool:
         if not scenario.faults:
             return False
         ref = f"{unit.spec.backend}:{unit.index}"
@@ -295,7 +243,7 @@ class SimulatedBackend(Backend):
     #: (NVIDIA per-process SM, AMD engine counters, Rebellions contexts); the others do not.
     ACTIVITY_BACKENDS = ("nvidia", "amd", "rebellions")
 
-    def _load(self, scenario: Scenario, cycle: LoadCycle, unit: _Unit, s: float,
+    def _load(self, scenario: Scenario, cycle: LoadCycle, unit: Unit, s: float,
               memory_total: int, activity: bool = False
               ) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
         """(utilization %, memory used, processes, job number, seconds into cycle)."""
@@ -311,7 +259,7 @@ class SimulatedBackend(Backend):
             if job_mem > 0 else ()
         return util, overhead + job_mem, procs, job, r
 
-    def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float,
+    def _sample_unit(self, scenario: Scenario, unit: Unit, s: float,
                      blank: dict[str, None]) -> list[DeviceSample]:
         spec = unit.spec
         vendor, kind = self._vendor_kind(spec)
@@ -410,7 +358,7 @@ class SimulatedBackend(Backend):
             processes=procs_parent, details=details)
         return [parent] + children_out
 
-    def _templates_of(self, unit: _Unit, static: dict[str, Any], blank: dict[str, None]
+    def _templates_of(self, unit: Unit, static: dict[str, Any], blank: dict[str, None]
                       ) -> tuple[DeviceSample, tuple[DeviceSample, ...]]:
         """``unit``'s sample and its partitions' with what never changes (their identity,
         health, memory size and power limit; ``blank`` left ``None``), built once."""
