@@ -195,7 +195,9 @@ def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
     else:
         found = holders(dev)
         mine = {p.pid for _, procs in found for p in procs}
-        untold = sum(1 for p in dev.processes or () if p.pid not in mine)
+        listed = dev.processes or ()
+        # (the holders' processes are the device's: as many pids as processes, none untold)
+        untold = 0 if len(mine) == len(listed) else sum(1 for p in listed if p.pid not in mine)
         if known is not None:
             if len(known) >= 4096:
                 known.clear()

@@ -57,11 +57,14 @@ RETRY_SECONDS = 5.0
 RETRY_MAX_SECONDS = 60.0
 
 
+_UNSET = object()
+
+
 class _Device:
     """What the recorder keeps of one device between cycles (facts that rarely change)."""
 
     __slots__ = ("facts", "labels", "dim", "held", "held_cycle", "bucket", "seen", "waiting",
-                 "activity_method", "held_of")
+                 "activity_method", "held_of", "waiting_of")
 
     def __init__(self, facts: tuple[object, ...], labels: dict[str, str], dim: Dim) -> None:
         self.facts = facts
@@ -77,6 +80,9 @@ class _Device:
         #: Each holder's waiting reason in that cycle (None: not classified), and what the
         #: device's activity figure measured.
         self.waiting: dict[Holder, str] | None = None
+        #: The ``DeviceSample.waiting`` that ``waiting`` was made from (equal classifications,
+        #: cycle after cycle, are made into the same dict once).
+        self.waiting_of: object = _UNSET
         self.activity_method: str | None = None
         self.bucket: Bucket | None = None
         self.seen = 0
@@ -152,6 +158,7 @@ class LedgerRecorder:
         if old is not None:  # who held it is not a fact of the Dim: keep it
             state.held, state.held_cycle = old.held, old.held_cycle
             state.waiting, state.activity_method = old.waiting, old.activity_method
+            state.waiting_of = old.waiting_of
         self._devices[dev.id] = state
         return state
 
@@ -228,7 +235,9 @@ class LedgerRecorder:
                         state.held = split(dev)
                         state.held_of = (dev.processes, dev.workloads, dev.parent)
                     state.held_cycle = cycle
-                    state.waiting = waiting_by_holder(dev)
+                    if dev.waiting != state.waiting_of:  # (the same entries: the same dict)
+                        state.waiting = waiting_by_holder(dev)
+                        state.waiting_of = dev.waiting
                 state.activity_method = dev.compute_active_source
                 mem = memory.get(dev_id, dev.memory_used_bytes) if memory else dev.memory_used_bytes
                 if mem is not None:

@@ -105,6 +105,8 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
         backends = enabled_only(simulated_backends(job.scenario, clock=clock,
                                                    impersonate=job.impersonate),
                                 config.backends_enabled)
+        for backend in backends:  # (what no bill reads is not computed: a replay is a bill)
+            backend.bill_only = True
         collector = Collector(backends, config, clock=clock,
                               timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
                               host_sampler=PastHost(), inline=True)

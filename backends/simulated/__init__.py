@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -26,37 +25,25 @@ from allsmi.schema import DeviceSample, ProcessSample, derive
 
 from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
 from .jobs import MIB, JobDraws
-from .model import LoadCycle, Wobble, in_window, unit_hash
-from .identity import installed_backend, partition_share, uuid_from
+from .model import LoadCycle, in_window
+from .identity import installed_backend, partition_share
 from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
                             builtin_scenarios, load_scenario)
+from .units import Unit, make_unit
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
            "builtin_scenarios", "installed_backend", "load_scenario", "partition_share",
            "simulated_backends"]
 
+#: The fields of a sample that no bill reads (the ledger, its fair shares and waiting reasons):
+#: left ``None`` by a backend with ``bill_only`` set. tests/test_replay_invariants.py checks
+#: that a bill-only replay books exactly what a full one does.
+UNBILLED = ("temperature_celsius", "fan_percent", "clock_mhz", "details", "sm_occupancy_percent",
+            "tensor_active_percent", "memory_bandwidth_percent", "pcie_rx_bytes_per_second",
+            "pcie_tx_bytes_per_second")
+
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
-
-@dataclass(frozen=True)
-class _Unit:
-    """A simulated device or partition with everything static precomputed."""
-
-    key: str
-    spec: DeviceSpec
-    index: int
-    id: str
-    uuid: str | None
-    bus_id: str | None
-    name: str
-    parent: str | None
-    memory_total: int
-    cycle: LoadCycle | None
-    children: tuple["_Unit", ...] = ()
-    wobble: Wobble | None = None
-    share: float | None = None
-    """A partition's ``partition_share``."""
-
 
 class SimulatedBackend(Backend):
     """Impersonates one backend (``target``) of a scenario."""
@@ -67,6 +54,11 @@ class SimulatedBackend(Backend):
     fresh_samples = True
     """Every sample is a new object this backend keeps no reference to: the collector fills in
     its group and holders on it rather than copying it (``allsmi.collector._completed``)."""
+    bill_only = False
+    """Sample only what a bill reads (a replay into a ledger: ``allsmi.cli.simbill``): the
+    fields in :data:`UNBILLED` stay ``None`` instead of being computed every cycle; everything
+    else (utilization, memory, power and energy, processes, compute activity, interconnect
+    traffic) is exactly what a full sample has."""
 
     def __init__(self, *, scenario: str | Path | Scenario = "mixed", target: str | None = None,
                  clock: Callable[[], float] = time.time, timeout_seconds: float = 5.0,
@@ -80,7 +72,7 @@ class SimulatedBackend(Backend):
         self._clock = clock
         self._impersonate = impersonate
         self._real: type[Backend] | None = None
-        self._units: list[_Unit] = []
+        self._units: list[Unit] = []
         self._jobs = JobDraws()
         #: Per unit, the fields of its samples that never change (see :meth:`_sample_unit`).
         self._static: dict[str, dict[str, Any]] = {}
@@ -91,6 +83,15 @@ class SimulatedBackend(Backend):
         """Units whose templates were built (once each per :meth:`open`; tests count them)."""
         #: The host evidence of each process of the last sample (see :meth:`host_evidence`).
         self._evidence: dict[int, dict[str, Any]] = {}
+        #: Per unit, its activity fields while no process holds it (the same every cycle), and
+        #: (bill-only) its idle sample with its memory used (see :meth:`_sample_unit`).
+        self._quiet: dict[str, dict[str, Any]] = {}
+        self._idle: dict[str, tuple[int, DeviceSample]] = {}
+        #: The fields the impersonated backend never reports, ``None`` each (made at the first
+        #: sample after :meth:`open`).
+        self._blank: dict[str, None] | None = None
+        #: What the impersonated backend declares its activity to measure (see :meth:`open`).
+        self._source: str | None = None
         self._closed = threading.Event()
         if self._scenario is not None and target is not None:
             self._adopt_identity()
@@ -143,7 +144,9 @@ class SimulatedBackend(Backend):
         self._adopt_identity()
         self._closed.clear()
         self._units = []
-        self._static, self._templates = {}, {}
+        self._static, self._templates, self._idle, self._quiet = {}, {}, {}, {}
+        self._blank = None
+        self._source = getattr(self._real, "compute_active_source", None) if self._real else None
         for spec in scenario.devices:
             if self._target is not None and spec.backend != self._target:
                 continue
@@ -158,41 +161,9 @@ class SimulatedBackend(Backend):
         """The scenario's model as the real backend names it (``RNGD`` -> ``Furiosa RNGD``)."""
         return self._real.model_name(model) if self._real is not None else model
 
-    def _make_unit(self, scenario: Scenario, spec: DeviceSpec, index: int) -> _Unit:
-        key = f"{scenario.seed}/{spec.backend}/{index}"
-        bus = (spec.bus_base + index * 0x10) & 0xFF
-        uuid: str | None
-        if spec.id_style == "nvidia":
-            uuid, bus_id = "GPU-" + uuid_from(key), f"00000000:{bus:02X}:00.0"
-        elif spec.id_style == "gaudi":
-            serial = f"{int(unit_hash(key, 'sn') * 36**6):06d}"[:6]
-            uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", f"0000:{bus:02x}:00.0"
-        elif spec.id_style == "board":
-            uuid, bus_id = None, f"0000:{bus:02x}:00.0"
-        else:
-            uuid, bus_id = uuid_from(key), f"0000:{bus:02x}:00.0"
-        dev_id = uuid or f"{self._vendor_kind(spec)[0]}:{int(unit_hash(key, 'board') * 2**63):016x}"
-        name = self._model_name(spec.model)
-        instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
-        mig = spec.id_style == "nvidia"
-        # Partitions carry their GPU's bus id and no index of their own, as NVML's MIG devices
-        # and amdsmi's partitions do.
-        children = tuple(
-            _Unit(key=f"{key}/mig{i}", spec=spec, index=i,
-                  id=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else f"{dev_id}/{i}",
-                  uuid=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else None,
-                  bus_id=bus_id,
-                  name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
-                  parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
-                  cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds),
-                  share=partition_share(inst.get("profile") if mig else None, name, len(instances)))
-            for i, inst in enumerate(instances))
-        wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
-                        6.283 * unit_hash(key, "wph"))
-        return _Unit(key=key, spec=spec, index=index, id=dev_id, uuid=uuid, bus_id=bus_id,
-                     name=name, parent=None, memory_total=spec.memory_total_bytes,
-                     cycle=None if children else LoadCycle.make(key, spec.duty_cycle, spec.job_seconds),
-                     children=children, wobble=wobble)
+    def _make_unit(self, scenario: Scenario, spec: DeviceSpec, index: int) -> Unit:
+        return make_unit(scenario, spec, index, self._vendor_kind(spec)[0],
+                         self._model_name(spec.model))
 
     def sample(self) -> list[DeviceSample]:
         scenario = self.scenario
@@ -213,12 +184,15 @@ class SimulatedBackend(Backend):
                     raise BackendError("closed while hanging")
         # What the real backend never reports, the simulation does not invent: those fields
         # are built as None.
-        unreported = self._real.unreported_fields if self._real is not None else frozenset()
-        blank = {name: None for name in unreported}
+        blank = self._blank
+        if blank is None:
+            unreported = self._real.unreported_fields if self._real is not None else frozenset()
+            blank = self._blank = {name: None for name in unreported}
         out: list[DeviceSample] = []
         self._evidence = {}
+        sample_unit = self._sample_unit
         for unit in self._units:
-            out.extend(self._sample_unit(scenario, unit, s, blank))
+            out.extend(sample_unit(scenario, unit, s, blank))
         return out
 
     def host_evidence(self, pids: Any) -> dict[int, dict[str, Any]]:
@@ -227,30 +201,38 @@ class SimulatedBackend(Backend):
         time, as everything simulated (``backends/simulated/activity.py``)."""
         return {pid: self._evidence[pid] for pid in pids if pid in self._evidence}
 
-    def _activity(self, unit: _Unit, job: int, r: float, util: float,
+    def _activity(self, unit: Unit, job: int, r: float, util: float,
                   procs: tuple[ProcessSample, ...]) -> dict[str, Any]:
-        """``unit``'s activity fields now, and its processes' host evidence remembered."""
+        """``unit``'s activity fields now, and its processes' host evidence remembered. Those
+        of a unit that no process holds are the same whenever it is so (made once)."""
+        if not procs:
+            quiet = self._quiet.get(unit.key)
+            if quiet is not None:
+                return quiet
         spec = unit.spec
         busy = bool(procs)
         looking = unit.parent is None and unit.index in spec.busy_looking
         # What the impersonated backend declares its activity to measure (the vendors added
         # since the simulation's own table), else the table's.
-        source = getattr(self._real, "compute_active_source", None) if self._real else None
+        source = self._source
         stall = stalled(spec.backend, unit.key, job, r, partition=unit.parent is not None)
         fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
-                                 partition=unit.parent is not None, source=source, stall=stall)
+                                 partition=unit.parent is not None, source=source, stall=stall,
+                                 billed_only=self.bill_only)
         if looking:
             stall = None
         for i, proc in enumerate(procs):
             helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
             self._evidence[proc.pid] = process_evidence(stall, not helper, r)
+        if not busy:
+            self._quiet[unit.key] = fields
         return fields
 
     def close(self) -> None:
         self._closed.set()
 
     # -- the model -----------------------------------------------------------
-    def _lost(self, scenario: Scenario, unit: _Unit, s: float) -> bool:
+    def _lost(self, scenario: Scenario, unit: Unit, s: float) -> bool:
         if not scenario.faults:
             return False
         ref = f"{unit.spec.backend}:{unit.index}"
@@ -261,7 +243,7 @@ class SimulatedBackend(Backend):
     #: (NVIDIA per-process SM, AMD engine counters, Rebellions contexts); the others do not.
     ACTIVITY_BACKENDS = ("nvidia", "amd", "rebellions")
 
-    def _load(self, scenario: Scenario, cycle: LoadCycle, unit: _Unit, s: float,
+    def _load(self, scenario: Scenario, cycle: LoadCycle, unit: Unit, s: float,
               memory_total: int, activity: bool = False
               ) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
         """(utilization %, memory used, processes, job number, seconds into cycle)."""
@@ -277,7 +259,7 @@ class SimulatedBackend(Backend):
             if job_mem > 0 else ()
         return util, overhead + job_mem, procs, job, r
 
-    def _sample_unit(self, scenario: Scenario, unit: _Unit, s: float,
+    def _sample_unit(self, scenario: Scenario, unit: Unit, s: float,
                      blank: dict[str, None]) -> list[DeviceSample]:
         spec = unit.spec
         vendor, kind = self._vendor_kind(spec)
@@ -291,10 +273,12 @@ class SimulatedBackend(Backend):
         def device(**fields: Any) -> DeviceSample:
             return DeviceSample(**{**fields, **blank}) if blank else DeviceSample(**fields)
 
-        def moved(template: DeviceSample, **fields: Any) -> DeviceSample:
-            return derive(template, **{**fields, **blank}) if blank else derive(template, **fields)
+        moved: Callable[..., DeviceSample] = derive
+        if blank:
+            def moved(template: DeviceSample, **fields: Any) -> DeviceSample:
+                return derive(template, **{**fields, **blank})
 
-        if self._lost(scenario, unit, s):
+        if scenario.faults and self._lost(scenario, unit, s):
             return [device(**static, health="lost")] + [
                 device(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
                        uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
@@ -314,12 +298,15 @@ class SimulatedBackend(Backend):
         if spec.has_energy_counter:
             energy = (spec.power_idle_watts * s + unit.wobble.cumulative(s)
                       + k * sum(l[0].cycle.cumulative(s) for l in loads))
-        # Temperature follows the job's base load with a thermal lag (tau 90 s).
-        heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
-        temp = spec.temperature_idle_celsius + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
-            * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
-        clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
-        fan = (30.0 + 65.0 * heat) if spec.has_fan else None
+        full = not self.bill_only
+        if full:
+            # Temperature follows the job's base load with a thermal lag (tau 90 s).
+            heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
+            temp = spec.temperature_idle_celsius \
+                + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
+                * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
+            clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
+            fan = (30.0 + 65.0 * heat) if spec.has_fan else None
         details: dict[str, Any] = {}
         util: float | None = mean_util
         if spec.cores and not unit.children:
@@ -346,6 +333,22 @@ class SimulatedBackend(Backend):
             activity = self._activity(unit, job, r, mean_util, procs_parent)
             if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
+        if not full:  # (the fields of UNBILLED stay the template's None)
+            if not procs_parent and util == 0.0 and not unit.children:
+                # Idle: all but its power and energy is the unit's idle sample (made once).
+                idle = self._idle.get(unit.key)
+                if idle is None or idle[0] != used_total:
+                    idle = self._idle[unit.key] = (used_total, moved(
+                        template, **activity, utilization_percent=round(util, 2),
+                        memory_used_bytes=used_total, processes=procs_parent))
+                return [moved(idle[1], power_watts=round(power, 3),
+                              energy_joules=None if energy is None else round(energy, 3))]
+            parent = moved(
+                template, **activity, utilization_percent=None if util is None else round(util, 2),
+                memory_used_bytes=used_total, power_watts=round(power, 3),
+                energy_joules=None if energy is None else round(energy, 3),
+                processes=procs_parent)
+            return [parent] + children_out
         parent = moved(
             template, **activity, utilization_percent=None if util is None else round(util, 2),
             memory_used_bytes=used_total,
@@ -355,7 +358,7 @@ class SimulatedBackend(Backend):
             processes=procs_parent, details=details)
         return [parent] + children_out
 
-    def _templates_of(self, unit: _Unit, static: dict[str, Any], blank: dict[str, None]
+    def _templates_of(self, unit: Unit, static: dict[str, Any], blank: dict[str, None]
                       ) -> tuple[DeviceSample, tuple[DeviceSample, ...]]:
         """``unit``'s sample and its partitions' with what never changes (their identity,
         health, memory size and power limit; ``blank`` left ``None``), built once."""

@@ -56,12 +56,15 @@ _ASK = object()
 
 def device_activity(backend: str, key: str, job: int, r: float, util: float, busy: bool,
                     busy_looking: bool = False, partition: bool = False,
-                    source: str | None = None, stall: Any = _ASK) -> dict[str, Any]:
+                    source: str | None = None, stall: Any = _ASK,
+                    billed_only: bool = False) -> dict[str, Any]:
     """The device's activity fields ``r`` seconds into job ``job`` (``busy``: a job runs). A
     ``partition`` (a MIG instance) has its own compute figures but no link or PCIe traffic:
     those belong to the board, as NVML's GPM per instance has them. ``source``: what the
     impersonated backend's activity measures (else :data:`COMPUTE_SOURCES`'). ``stall``: what
-    :func:`stalled` says of the job now, when the caller knows it already."""
+    :func:`stalled` says of the job now, when the caller knows it already. ``billed_only``:
+    only what a bill reads (compute activity and interconnect traffic; not the occupancy,
+    tensor, memory bandwidth and PCIe figures)."""
     source = source or COMPUTE_SOURCES.get(backend)
     out: dict[str, Any] = {}
     wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * _hash(key, "wave"))
@@ -79,7 +82,8 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         else:
             active = util * (0.55 + 0.3 * _hash(key, job, "eff"))
         out.update(compute_active_percent=round(active, 2), compute_active_source=source)
-        if not partition:  # a partition: its SM activity only, as the real backends give it
+        if not partition and not billed_only:  # a partition: its SM activity only, as the
+            # real backends give it
             if backend == "nvidia":
                 out.update(sm_occupancy_percent=round(active * 0.45, 2),
                            tensor_active_percent=round(active * 0.6, 2))
@@ -96,9 +100,10 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         # (whole bytes, as floats: what the sample keeps)
         out.update(interconnect_rx_bytes_per_second=float(round(link)),
                    interconnect_tx_bytes_per_second=float(round(link * 0.97)))
-        pcie = 5e8 * wave if busy and stall != "idle" else 1e5
-        out.update(pcie_rx_bytes_per_second=float(round(pcie)),
-                   pcie_tx_bytes_per_second=float(round(pcie * 0.1)))
+        if not billed_only:
+            pcie = 5e8 * wave if busy and stall != "idle" else 1e5
+            out.update(pcie_rx_bytes_per_second=float(round(pcie)),
+                       pcie_tx_bytes_per_second=float(round(pcie * 0.1)))
     return out
 
 

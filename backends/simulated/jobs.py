@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allsmi.schema import ProcessSample
+from allsmi.schema import ProcessSample, derive
 
 from .model import unit_hash
 from .scenario import Scenario
@@ -26,6 +26,9 @@ class JobDraws:
         #: same from one sample to the next once its memory has ramped up, wherever the real
         #: tool reports no per-process activity (which moves every sample).
         self._last: dict[str, tuple[tuple[Any, ...], tuple[ProcessSample, ...]]] = {}
+        #: Per unit, its current job's processes as first made (their names cleaned once):
+        #: the job's later samples change only their memory and utilization.
+        self._first: dict[str, tuple[int, tuple[ProcessSample, ...]]] = {}
 
     def draw(self, scenario: Scenario, key: str, job: int) -> tuple[Any, ...]:
         """(memory fraction, pid, user, command, the other user and command and the main
@@ -65,18 +68,32 @@ class JobDraws:
 
     def _processes(self, scenario: Scenario, key: str, job: int, used: int, util: float,
                    activity: bool) -> tuple[ProcessSample, ...]:
+        """The job's processes now (see :meth:`processes`): the job's first processes with
+        their memory and utilization of now, which is what building them afresh gives
+        (tests/test_replay_invariants.py), without cleaning their names again."""
+        made = self._parts(scenario, key, job, used, util, activity)
+        first = self._first.get(key)
+        if first is not None and first[0] == job:
+            return tuple(derive(proc, memory_bytes=mem, utilization_percent=pct)
+                         for proc, (_, _, _, mem, pct) in zip(first[1], made))
+        procs = tuple(ProcessSample(pid, user, command, mem, utilization_percent=pct)
+                      for pid, user, command, mem, pct in made)
+        self._first[key] = (job, procs)
+        return procs
+
+    def _parts(self, scenario: Scenario, key: str, job: int, used: int, util: float,
+               activity: bool) -> list[tuple[int, str, str, int, float | None]]:
+        """(pid, user, command, memory, utilization) of each of the job's processes: the same
+        processes for the whole job, whatever its memory and load."""
         _, pid, user, command, shared, pair = self.draw(scenario, key, job)
         pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
         if shared is not None:
             other, other_command, main = shared
             mine = int(used * main) // MIB * MIB
-            return (ProcessSample(pid, user, command, mine, utilization_percent=pct(main)),
-                    ProcessSample(pid + 7, other, other_command, used - mine,
-                                  utilization_percent=pct(1.0 - main)))
+            return [(pid, user, command, mine, pct(main)),
+                    (pid + 7, other, other_command, used - mine, pct(1.0 - main))]
         if pair:
             helper = 512 * MIB
-            return (ProcessSample(pid, user, command, max(used - helper, 0),
-                                  utilization_percent=pct(1.0)),
-                    ProcessSample(pid + 1, user, "python -m torch.distributed.run --monitor",
-                                  helper, utilization_percent=pct(0.0)))
-        return (ProcessSample(pid, user, command, used, utilization_percent=pct(1.0)),)
+            return [(pid, user, command, max(used - helper, 0), pct(1.0)),
+                    (pid + 1, user, "python -m torch.distributed.run --monitor", helper, pct(0.0))]
+        return [(pid, user, command, used, pct(1.0))]

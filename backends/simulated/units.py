@@ -1,0 +1,69 @@
+"""The simulated devices and partitions of a scenario, with everything static precomputed:
+their identity as the impersonated backend's would read, their job cycles and power wobble."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .identity import partition_share, uuid_from
+from .model import LoadCycle, Wobble, unit_hash
+from .scenario import DeviceSpec, Scenario
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A simulated device or partition with everything static precomputed."""
+
+    key: str
+    spec: DeviceSpec
+    index: int
+    id: str
+    uuid: str | None
+    bus_id: str | None
+    name: str
+    parent: str | None
+    memory_total: int
+    cycle: LoadCycle | None
+    children: tuple["Unit", ...] = ()
+    wobble: Wobble | None = None
+    share: float | None = None
+    """A partition's ``partition_share``."""
+
+
+def make_unit(scenario: Scenario, spec: DeviceSpec, index: int, vendor: str,
+              name: str | None) -> Unit:
+    """Unit ``index`` of ``spec`` (with its partitions): ``vendor`` names a board without a
+    uuid, ``name`` is its model as the impersonated backend names it."""
+    key = f"{scenario.seed}/{spec.backend}/{index}"
+    bus = (spec.bus_base + index * 0x10) & 0xFF
+    uuid: str | None
+    if spec.id_style == "nvidia":
+        uuid, bus_id = "GPU-" + uuid_from(key), f"00000000:{bus:02X}:00.0"
+    elif spec.id_style == "gaudi":
+        serial = f"{int(unit_hash(key, 'sn') * 36**6):06d}"[:6]
+        uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", f"0000:{bus:02x}:00.0"
+    elif spec.id_style == "board":
+        uuid, bus_id = None, f"0000:{bus:02x}:00.0"
+    else:
+        uuid, bus_id = uuid_from(key), f"0000:{bus:02x}:00.0"
+    dev_id = uuid or f"{vendor}:{int(unit_hash(key, 'board') * 2**63):016x}"
+    instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
+    mig = spec.id_style == "nvidia"
+    # Partitions carry their GPU's bus id and no index of their own, as NVML's MIG devices
+    # and amdsmi's partitions do.
+    children = tuple(
+        Unit(key=f"{key}/mig{i}", spec=spec, index=i,
+             id=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else f"{dev_id}/{i}",
+             uuid=("MIG-" + uuid_from(f"{key}/mig{i}")) if mig else None,
+             bus_id=bus_id,
+             name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
+             parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
+             cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds),
+             share=partition_share(inst.get("profile") if mig else None, name, len(instances)))
+        for i, inst in enumerate(instances))
+    wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
+                    6.283 * unit_hash(key, "wph"))
+    return Unit(key=key, spec=spec, index=index, id=dev_id, uuid=uuid, bus_id=bus_id,
+                name=name, parent=None, memory_total=spec.memory_total_bytes,
+                cycle=None if children else LoadCycle.make(key, spec.duty_cycle, spec.job_seconds),
+                children=children, wobble=wobble)
