@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Input, Static
 
 from allsmi.config import Config
@@ -54,6 +55,21 @@ PANEL_MIN_HEIGHT = 20
 #: ``-tiny``), so that a 5-line terminal still shows device rows.
 TINY_HEIGHT = 10
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
+
+
+# The screen and the containers under the views are drawn blank (Textual's ``BLANK``): each line
+# is one shared blank strip instead of a styled line kept in the widget's line cache with its
+# own caches (the compositor draws every widget, even one its children cover whole).
+class BlankScreen(Screen[None]):
+    BLANK = True
+
+
+class Views(ContentSwitcher):
+    BLANK = True
+
+
+class View(Vertical):
+    BLANK = True
 
 
 class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
@@ -130,27 +146,30 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         # shown first are built; each other one on its first use (_switch): most sessions never
         # open them, and each widget holds its own styles, caches and message queue.
         first = dict.fromkeys(("devices", self.view))
-        yield ContentSwitcher(*(self._view_container(v) for v in first), initial=self.view, id="views")
+        yield Views(*(self._view_container(v) for v in first), initial=self.view, id="views")
         # The filter box (an Input) is built on the first `/` (filter_box).
         yield KeyFooter()
+
+    def get_default_screen(self) -> Screen[None]:
+        return BlankScreen(id="_default")
 
     @staticmethod
     def _view_container(view: str) -> Vertical:
         """The widgets of ``view`` (one of :data:`VIEWS`), in a container with the view's id."""
         if view == "devices":
-            return Vertical(DeviceTable(id="device-table"),
+            return View(DeviceTable(id="device-table"),
                             Horizontal(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
                             id="devices")
         from allsmi.dashboard.tables.difftable import DiffTable  # the DataTable views: imported on their first use
         if view == "groups":
-            return Vertical(Static("Resource groups", classes="section-title"),
+            return View(Static("Resource groups", classes="section-title"),
                             DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),
                             Static("Vendors", classes="section-title"),
                             DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals"), id="groups")
         if view == "idle":
-            return Vertical(Static(id="idle-title", classes="section-title"),
+            return View(Static(id="idle-title", classes="section-title"),
                             DiffTable(IDLE_COLUMNS, id="idle-table"), Static(id="idle-note"), id="idle")
-        return Vertical(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
+        return View(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
                         Static(id="host-detail"), Static("Resource groups", classes="section-title"),
                         DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals"),
                         Static("Vendors", classes="section-title"),
