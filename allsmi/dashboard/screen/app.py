@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.geometry import Region
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import ContentSwitcher, Input, Static
 
 from allsmi.config import Config
@@ -32,9 +34,7 @@ from allsmi.dashboard.tables.columns import Column, content_widths, hidden_colum
 from allsmi.dashboard.tables.device_table import DeviceTable, columns_for
 from allsmi.dashboard.screen.drawing import ViewDrawing
 from allsmi.dashboard.screen.feed import DataFeed
-from allsmi.dashboard.views.hosts import HOST_COLUMNS
 from allsmi.dashboard.state.idle import IdleMeter, IdleRow
-from allsmi.dashboard.views.idleview import IDLE_COLUMNS, IdleView
 from allsmi.dashboard.screen.keynames import install as install_key_names
 from allsmi.dashboard.state.model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention
 from allsmi.dashboard.screen.options import DashboardOptions
@@ -72,7 +72,16 @@ class View(Vertical):
     BLANK = True
 
 
-class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
+class Bottom(Horizontal):
+    """The details and processes panels: of its own lines only the top border is seen."""
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        x, y, width, height = crop
+        border = super().render_lines(Region(x, 0, width, 1)) if y == 0 else []
+        return (border + [Strip.blank(width, self.visual_style.rich_style)] * height)[:height]
+
+
+class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
     """``allsmi``'s live terminal UI."""
 
     CSS_PATH = "allsmi.tcss"
@@ -80,6 +89,10 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
     ENABLE_COMMAND_PALETTE = False
 
     BINDINGS = BINDINGS
+
+    idle_sort: str = "cost"
+    """The idle view's sort (``s`` there)."""
+    idle_descending: bool = True
 
     def __init__(self, source: Source, *, config: Config | None = None,
                  options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
@@ -158,9 +171,11 @@ class DashboardApp(KeyActions, IdleView, DataFeed, ViewDrawing, App[None]):
         """The widgets of ``view`` (one of :data:`VIEWS`), in a container with the view's id."""
         if view == "devices":
             return View(DeviceTable(id="device-table"),
-                            Horizontal(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
+                            Bottom(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
                             id="devices")
         from allsmi.dashboard.tables.difftable import DiffTable  # the DataTable views: imported on their first use
+        from allsmi.dashboard.views.hosts import HOST_COLUMNS
+        from allsmi.dashboard.views.idleview import IDLE_COLUMNS
         if view == "groups":
             return View(Static("Resource groups", classes="section-title"),
                             DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),
