@@ -203,7 +203,10 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         self._focus_view()
         self._start_feed()
         # Everything built so far (modules, widgets, styles) lives as long as the app: keep it
-        # out of the collector's full passes, which otherwise stall keys for tens of ms.
+        # out of the collector's full passes, which otherwise stall keys for tens of ms. The
+        # start-up's garbage cycles go first: frozen, they would never be freed (about 1400
+        # objects, 0.2 MiB, on 8 GPUs).
+        gc.collect()
         gc.freeze()
 
     def on_unmount(self) -> None:
