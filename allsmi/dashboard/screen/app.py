@@ -171,24 +171,24 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         """The widgets of ``view`` (one of :data:`VIEWS`), in a container with the view's id."""
         if view == "devices":
             return View(DeviceTable(id="device-table"),
-                            Bottom(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
-                            id="devices")
+                        Bottom(DetailPanel(id="details"), ProcessTable(id="processes"), id="bottom"),
+                        id="devices")
         from allsmi.dashboard.tables.difftable import DiffTable  # the DataTable views: imported on their first use
-        from allsmi.dashboard.views.hosts import HOST_COLUMNS
-        from allsmi.dashboard.views.idleview import IDLE_COLUMNS
         if view == "groups":
             return View(Static("Resource groups", classes="section-title"),
-                            DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),
-                            Static("Vendors", classes="section-title"),
-                            DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals"), id="groups")
-        if view == "idle":
-            return View(Static(id="idle-title", classes="section-title"),
-                            DiffTable(IDLE_COLUMNS, id="idle-table"), Static(id="idle-note"), id="idle")
-        return View(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
-                        Static(id="host-detail"), Static("Resource groups", classes="section-title"),
-                        DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals"),
+                        DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),
                         Static("Vendors", classes="section-title"),
-                        DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals"), id="cluster")
+                        DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals"), id="groups")
+        if view == "idle":
+            from allsmi.dashboard.views.idleview import IDLE_COLUMNS
+            return View(Static(id="idle-title", classes="section-title"),
+                        DiffTable(IDLE_COLUMNS, id="idle-table"), Static(id="idle-note"), id="idle")
+        from allsmi.dashboard.views.hosts import HOST_COLUMNS
+        return View(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
+                    Static(id="host-detail"), Static("Resource groups", classes="section-title"),
+                    DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals"),
+                    Static("Vendors", classes="section-title"),
+                    DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals"), id="cluster")
 
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
