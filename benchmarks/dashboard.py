@@ -6,7 +6,9 @@ Usage: python benchmarks/dashboard.py [--seconds 30] [--rounds 3] [--nvitop-site
 
 ``--together`` runs allsmi, nvitop and the Textual floor (and a baseline install's allsmi) all
 at once, each in its own terminal, and compares their CPU over the same windows: the ratio to
-nvitop then sees the same load, which measuring them in turn does not.
+nvitop then sees the same load, which measuring them in turn does not. It also runs the floor
+with the fake-NVML harness loaded (pynvml and the fake libnvidia-ml, which allsmi and nvitop
+carry under the harness and the plain floor does not), to show allsmi's own share.
 
 1. CPU (percent of one core) of the whole dashboard process in a real
    terminal (tmux, 200x60) at ``--interval 1``, measured with psutil over
@@ -291,6 +293,16 @@ print(psutil.Process().memory_info().rss)
 """
 
 
+FLOOR_WITH_HARNESS = """
+import runpy, sys
+harness, site, floor = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.argv = [harness, "8", site, "--", "none"]
+runpy.run_path(harness, run_name="__main__")
+sys.argv = [floor, "40"]
+runpy.run_path(floor, run_name="__main__")
+"""
+
+
 MODULES_DUMP = """
 import os, runpy, sys, threading, time
 harness, site, out = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -468,8 +480,13 @@ def together(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fake = [PYTHON, str(REPO / "benchmarks" / "_fake_nvml_run.py"), "8", args.nvitop_site or "-", "--"]
         env_cmd = ["env", f"XDG_CONFIG_HOME={tmp}"]
+        floor = str(REPO / "benchmarks" / "_textual_floor.py")
         commands = {"allsmi": env_cmd + fake + ["allsmi", "--interval", "1"],
-                    "Textual floor": [PYTHON, str(REPO / "benchmarks" / "_textual_floor.py"), "40"]}
+                    "Textual floor": [PYTHON, floor, "40"],
+                    # the same floor with what the 8-GPU runs carry and it does not (pynvml and
+                    # the fake libnvidia-ml): what is left above it is allsmi's own
+                    "Textual floor + fake NVML": [PYTHON, "-c", FLOOR_WITH_HARNESS, fake[1],
+                                                  args.nvitop_site or "-", floor]}
         if args.baseline_python:  # another install (e.g. the previous commit's), same harness
             commands["allsmi (baseline)"] = env_cmd + [args.baseline_python, *fake[1:]] + [
                 "allsmi", "--interval", "1"]
@@ -486,6 +503,9 @@ def together(args: argparse.Namespace) -> None:
     for name, (cpu, rss) in got.items():
         ratio = f"{cpu / peer:.2f}x" if peer else "-"
         print(f"| {name} | {cpu:.2f} % | {ratio} | {rss:.1f} MiB | {rss - floor:+.1f} MiB |")
+    carried = got["Textual floor + fake NVML"][1]
+    print(f"\nallsmi above the floor carrying pynvml and the fake libnvidia-ml: "
+          f"{got['allsmi'][1] - carried:+.1f} MiB")
 
 
 if __name__ == "__main__":

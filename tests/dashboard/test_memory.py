@@ -3,7 +3,12 @@ pile up (benchmarks/dashboard.py measures the resident memory itself)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from textual.geometry import Region
+
 from allsmi.dashboard.screen.footer import KeyFooter
+from allsmi.dashboard.views.panels import DetailPanel
 from allsmi.dashboard.tables.difftable import DiffTable
 
 from .conftest import make_app, play_all
@@ -83,3 +88,81 @@ asyncio.run(main())
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["node", "False", "groups", "True"], out.stdout
+
+
+def _cached_lines(widget: Any) -> int:
+    """Lines held in the widget's Textual line cache (each a styled strip with its own caches)."""
+    return len(widget._styles_cache._cache)
+
+
+async def test_covered_containers_and_blank_lines_keep_no_line_copies() -> None:
+    """The screen and the views' containers are drawn blank and cache no lines; the panels'
+    container caches its border line only; below a table's rows and a panel's text, one blank
+    line is drawn and repeated (the same strip), not a styled copy per line."""
+    app, source = make_app(simulated_snapshots(3, step=1.0))
+    async with app.run_test(size=(200, 120)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.pause()
+        for selector in ("#views", "#devices"):
+            assert _cached_lines(app.query_one(selector)) == 0, selector
+        assert _cached_lines(app.screen) == 0
+        bottom = app.query_one("#bottom")
+        assert bottom.size.height > 2 and _cached_lines(bottom) == 1
+        table = app.device_table
+        rows = table.row_count
+        height = table.size.height
+        assert rows + 10 < height  # a tall terminal: many blank lines below the rows
+        assert _cached_lines(table) <= rows + 2  # the header, the rows, one blank line
+        lines = table.render_lines(Region(0, 0, table.size.width, height))
+        assert len(lines) == height
+        assert len({id(line) for line in lines[rows + 1:]}) == 1
+        assert all(line.text.strip() == "" for line in lines[rows + 1:])
+        details = app.query_one("#details", DetailPanel)
+        shown = len(details.lines)
+        assert shown < details.size.height
+        assert _cached_lines(details) <= shown + 1
+        panel = details.render_lines(Region(0, 0, details.size.width, details.size.height))
+        assert len({id(line) for line in panel[shown:]}) == 1
+        assert [line.text.strip()[:20] for line in panel[:shown]] == [t.plain.strip()[:20] for t in details.lines]
+        assert all(line.text.strip() == "" for line in panel[shown:])
+
+
+def test_the_node_view_does_not_import_the_other_views() -> None:
+    """A local dashboard on its node view imports neither the idle, groups or cluster views'
+    modules nor the help screen or the filter box; each comes with its first use (a fresh
+    interpreter)."""
+    import subprocess
+    import sys
+    code = """
+import asyncio, sys
+sys.path.insert(0, "tests")
+from dashboard.conftest import make_app, play_all
+from dashboard.fixtures import simulated_snapshots
+LAZY = ("allsmi.dashboard.views.idleview", "allsmi.dashboard.views.hosts",
+        "allsmi.dashboard.tables.difftable", "allsmi.dashboard.screen.help",
+        "allsmi.dashboard.screen.filterbox")
+def loaded():
+    return ",".join(m.rsplit(".", 1)[1] for m in LAZY if m in sys.modules) or "-"
+async def main():
+    app, source = make_app(simulated_snapshots(3, step=1.0))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await play_all(app, source, pilot)
+        print("node", loaded())
+        await pilot.press("i")
+        await pilot.pause()
+        assert app.view == "idle"
+        print("idle", loaded())
+        await pilot.press("slash")
+        await pilot.press("escape")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        print("help", loaded())
+asyncio.run(main())
+"""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["node", "-", "idle", "idleview,difftable",
+                                  "help", "idleview,difftable,help,filterbox"], out.stdout

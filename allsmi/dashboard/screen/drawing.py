@@ -18,7 +18,6 @@ from allsmi.config import Config
 from allsmi.formatting import NA
 
 from allsmi.dashboard.tables.device_table import DeviceTable, RowContext, parent_names
-from allsmi.dashboard.views.hosts import host_detail, host_rows, problem_width
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, Filter, History, apply_filter, order_devices, refs_of
 from allsmi.dashboard.screen.options import DashboardOptions
 from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, energy_unit, totals_cells
@@ -92,7 +91,8 @@ class ViewDrawing:
         elif self.view == "groups":
             self._show_totals("#group-table", "#vendor-table", self.shown)
         elif self.view == "idle":
-            self._show_idle()
+            from allsmi.dashboard.views.idleview import show_idle  # imported on the view's first use
+            show_idle(self)
         else:
             self._show_hosts()
             self._show_totals("#cluster-group-table", "#cluster-vendor-table", self.shown)
@@ -160,6 +160,7 @@ class ViewDrawing:
 
     def _show_hosts(self) -> None:
         from allsmi.dashboard.tables.difftable import DiffTable
+        from allsmi.dashboard.views.hosts import host_rows, problem_width  # the cluster view's: on first use
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         table = self.query_one("#host-table", DiffTable)
         table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
@@ -168,6 +169,7 @@ class ViewDrawing:
 
     def _show_host_detail(self) -> None:
         from allsmi.dashboard.tables.difftable import DiffTable
+        from allsmi.dashboard.views.hosts import host_detail
         table = self.query_one("#host-table", DiffTable)
         key = None
         if table.row_count and 0 <= table.cursor_row < table.row_count:

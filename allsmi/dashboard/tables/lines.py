@@ -11,13 +11,26 @@ Every line is one screen line (no wrapping; cut with an ellipsis at the width).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
+
+
+def lines_with_blank_tail(widget: Widget, crop: Region, content_lines: int,
+                          render: Callable[[Region], list[Strip]]) -> list[Strip]:
+    """The lines of ``crop`` as ``render`` (Textual's ``render_lines``) draws them, where the
+    widget's lines from ``content_lines`` on are blank: one blank line is drawn and repeated.
+    Textual's line cache would keep a styled copy of each (a strip with its own caches)."""
+    x, y, width, height = crop
+    drawn = max(1, content_lines + 1 - y)  # up to the first blank line
+    if drawn >= height or widget.styles.gutter.bottom:  # a bottom border or padding: lines differ
+        return render(crop)
+    lines = render(Region(x, y, width, drawn))
+    return lines + [lines[-1]] * (height - drawn)
 
 
 def _same(a: Text, b: Text) -> bool:
@@ -64,6 +77,9 @@ class TextLines(Widget):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._drawn_as = None  # a theme or class change: every strip again
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        return lines_with_blank_tail(self, crop, len(self._lines), super().render_lines)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width

@@ -18,6 +18,7 @@ from textual.geometry import Region
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from allsmi.dashboard.tables.lines import lines_with_blank_tail
 from allsmi.dashboard.tables.tablerows import Row, plain_line
 
 
@@ -154,7 +155,8 @@ class LineTable(ScrollView, can_focus=True):
         cursor = self.get_component_rich_style(f"{self.COMPONENT_PREFIX}--cursor")
         self._pass_styles = (base, base + header, base + cursor,
                              Style.from_color(cursor.color, cursor.bgcolor))
-        return super().render_lines(crop)
+        shown = 1 + max(0, len(self._order) - int(self.scroll_y))  # the header and the rows shown
+        return lines_with_blank_tail(self, crop, shown, super().render_lines)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset

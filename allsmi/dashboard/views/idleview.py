@@ -134,36 +134,30 @@ def idle_note(rows_shown: int, unknown_hosts: Sequence[str],
     return Text("\n".join(lines), style="dim")
 
 
-class IdleView:
-    """The idle view's drawing, a mixin of :class:`allsmi.dashboard.screen.app.DashboardApp`
-    (``self`` is the app)."""
-
-    idle_sort: str = "cost"
-    idle_descending: bool = True
-
-    def _show_idle(self) -> None:
-        from allsmi.dashboard.state.idle import order_rows
-        from allsmi.dashboard.tables.difftable import DiffTable
-        from textual.widgets import Static
-        app: Any = self
-        flt: Filter = app.filter
-        allowed = {r.key for r in app.shown} if (flt.vendor or flt.group or flt.host) else None
-        refs = app.all_refs()
-        names = device_names(refs, app.source.cluster, {h.key: h.name for h in app.hosts})
-        rows = app.idle.rows(None if allowed is None else allowed.__contains__)
-        rows = [r for r in rows if matches(r, flt, names)]
-        rows = order_rows(rows, self.idle_sort, self.idle_descending)
-        app.query_one("#idle-table", DiffTable).set_rows(
-            (f"idle:{r.key}", idle_cells(r, names, app._palette)) for r in rows)
-        app.idle_rows = rows
-        app.query_one("#idle-title", Static).update(
-            idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows))
-        unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
-                   and not app.idle.known.get(h.key, False)]
-        names_of = {h.key: h.name for h in app.hosts}
-        skewed = {names_of.get(k, k): off for k, off in app.idle.skewed().items()}
-        app.query_one("#idle-note", Static).update(
-            idle_note(len(rows), unknown, skewed))
+def show_idle(app: Any) -> None:
+    """Draw the idle view of ``app`` (a :class:`allsmi.dashboard.screen.app.DashboardApp`; this
+    module is imported on the view's first use)."""
+    from allsmi.dashboard.state.idle import order_rows
+    from allsmi.dashboard.tables.difftable import DiffTable
+    from textual.widgets import Static
+    flt: Filter = app.filter
+    allowed = {r.key for r in app.shown} if (flt.vendor or flt.group or flt.host) else None
+    refs = app.all_refs()
+    names = device_names(refs, app.source.cluster, {h.key: h.name for h in app.hosts})
+    rows = app.idle.rows(None if allowed is None else allowed.__contains__)
+    rows = [r for r in rows if matches(r, flt, names)]
+    rows = order_rows(rows, app.idle_sort, app.idle_descending)
+    app.query_one("#idle-table", DiffTable).set_rows(
+        (f"idle:{r.key}", idle_cells(r, names, app._palette)) for r in rows)
+    app.idle_rows = rows
+    app.query_one("#idle-title", Static).update(
+        idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows))
+    unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
+               and not app.idle.known.get(h.key, False)]
+    names_of = {h.key: h.name for h in app.hosts}
+    skewed = {names_of.get(k, k): off for k, off in app.idle.skewed().items()}
+    app.query_one("#idle-note", Static).update(
+        idle_note(len(rows), unknown, skewed))
 
 
 def device_names(refs: Sequence[Any], cluster: bool, hosts: Mapping[str, str]) -> dict[str, str]:
