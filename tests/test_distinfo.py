@@ -119,6 +119,11 @@ def test_each_site_directory_is_listed_once_until_it_changes(tmp_path: Path, mon
     site = tmp_path / "site"
     _dist(site, "zz_vendor-1.0.dist-info", "[allsmi.backends]\nzz = zz_vendor:B\n")
     monkeypatch.setattr(sys, "path", [str(site)])
+    # another test of this worker may have imported the importlib_metadata backport, whose
+    # finder lists distributions too (then this module rightly leaves the answer to importlib)
+    from importlib.machinery import PathFinder
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f is PathFinder
+                                           or not hasattr(f, "find_distributions")])
     listed: list[str] = []
     real_listdir = os.listdir
     monkeypatch.setattr(distinfo.os, "listdir", lambda root: listed.append(root) or real_listdir(root))
