@@ -82,6 +82,12 @@ def agree(name: str, a: dict, b: dict, rel: float = 0.005) -> None:  # type: ign
     ta, tb = totals(a), totals(b)
     assert set(ta) == set(tb), name
     across = "Prometheus" in name  # two stores, each scraping at its own moments
+    # Two stores' raw counters differ at the window's edges by up to one scrape interval of
+    # each device (their samples fall at their own moments; VictoriaMetrics' increase() does
+    # not extrapolate to the edge as Prometheus' does): over this test's compressed window that
+    # is SCRAPE_SECONDS / (HOURS * HOUR) = 1.25 % (over a real hour's window, 0.03 %). Seen:
+    # 0.63 % on observed hours (0.5 s of each of 34 devices), once in seven quiet runs.
+    edge = SCRAPE_SECONDS / (HOURS * HOUR) if across else 0.0
     for group in ta:
         for col in COLUMNS:
             x, y = ta[group][col], tb[group][col]
@@ -104,9 +110,9 @@ def agree(name: str, a: dict, b: dict, rel: float = 0.005) -> None:  # type: ign
             uneven = ("idle_allocated_device_hours", "used_device_hours", "active_device_hours",
                       "energy_kwh")
             slack = rel if col not in uneven or not across else 10 * rel
-            assert y == pytest.approx(x, rel=slack, abs=1e-9), (name, group, col)
+            assert y == pytest.approx(x, rel=max(slack, edge), abs=1e-9), (name, group, col)
         x, y = (sum(t[group][c] for c in WAITING_COLUMNS) for t in (ta, tb))
-        assert y == pytest.approx(x, rel=rel, abs=1e-9), (name, group, "waiting seconds")
+        assert y == pytest.approx(x, rel=max(rel, edge), abs=1e-9), (name, group, "waiting seconds")
 
 
 def wait_for_rollups(store: str, at: int, count: int, span: int, timeout: float = 20.0) -> None:
