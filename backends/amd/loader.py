@@ -23,7 +23,7 @@ from typing import Callable, Iterator, TextIO
 
 from allsmi.backends.amd.locate import (  # noqa: F401 - the names callers use here
     LIBRARY, LIBRARY_MISSING_REASON, library_paths, not_installed_reason, package_version, quick_absence)
-from allsmi.backends.amd.locate import installed as _installed
+from allsmi.backends.amd.locate import installed
 
 #: How long :func:`quiet_stdout` waits for another thread's redirection to end.
 LOCK_WAIT_SECONDS = 1.0
@@ -122,7 +122,7 @@ def _redirected(captured: CapturedOutput) -> Iterator[CapturedOutput]:
 
 def load_amdsmi() -> ModuleType:
     """Import ``amdsmi`` with stdout captured; :class:`AmdsmiLoadError` says why it failed."""
-    if "amdsmi" not in sys.modules and not _installed("amdsmi"):
+    if "amdsmi" not in sys.modules and not installed("amdsmi"):
         # Not installed: the import would fail at once and print nothing, so no capture
         # (its temporary file and fd juggling) on every start of a plain install.
         raise AmdsmiLoadError(not_installed_reason(), "")
