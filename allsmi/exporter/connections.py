@@ -60,8 +60,18 @@ class Reply:
     :class:`~allsmi.exporter.authqueue.FairQueue`)."""
 
 
-#: ``respond(head, client_address, fast)``: the reply, or ``None`` when ``fast`` and the
-#: request needs the thread pool (then it is called again there with ``fast=False``).
+#: What ``respond`` returns, when ``fast``, for a request that waits only for work that every
+#: such request shares (the cycle's rendering, done once however many ask): it waits beside the
+#: others for one turn of the thread pool, not in the password checks' queue, whose bound per
+#: address would answer ``503`` to the seventeenth scraper behind one address while a rendering
+#: is under way. A marker, never sent.
+SHARED = Reply([], False)
+#: The password checks' queue's client and item for the turn that answers the shared waiters.
+_SHARED_CLIENT, _SHARED_TURN = "(shared work)", object()
+
+#: ``respond(head, client_address, fast)``: the reply; or, when ``fast``, ``None`` for a request
+#: that needs the thread pool (then it is called again there with ``fast=False``) or
+#: :data:`SHARED` (called again there with ``fast=False``, in one turn with the others waiting).
 Responder = Callable[[bytes, Any, bool], Optional[Reply]]
 
 
@@ -77,7 +87,12 @@ class ConnectionLoop(ConnectionTable):
         """Exceptions caught in the loop (each logged; its connection closed)."""
         self._ready: Deque[Conn] = collections.deque()  # may hold a complete request to answer
         self._done: Deque[tuple[Conn, Reply | None]] = collections.deque()
-        self._auth = FairQueue(self._respond_slowly, lambda job: self._finish_job(job[0], None),
+        self._shared: list[tuple[Conn, bytes]] = []  # waiting for shared work (:data:`SHARED`)
+        self._shared_turn = False  # whether a turn for them is queued or under way
+        self.shared_waits = 0
+        """Requests that waited for shared work so far (:data:`SHARED`)."""
+        self._shared_lock = threading.Lock()
+        self._auth = FairQueue(self._respond_slowly, self._refuse_job,
                                workers=self.limits.workers, max_queued=self.limits.max_queued,
                                max_queued_per_client=self.limits.max_queued_per_client)
         self._stop = threading.Event()
@@ -254,16 +269,55 @@ class ConnectionLoop(ConnectionTable):
         except Exception:  # noqa: BLE001 - one bad request must not stop the loop
             log.exception("answering a request from %s failed", conn.address)
             reply = Reply([REFUSED], True)
-        if reply is not None:
+        if reply is SHARED:
+            self._wait_shared(conn, head)
+        elif reply is not None:
             self._start_reply(conn, reply)
         elif not self._auth.submit(conn.client, (conn, head)):
             self._start_reply(conn, self._refusal())
+
+    def _wait_shared(self, conn: Conn, head: bytes) -> None:
+        """Park a request waiting for shared work; the first one parked queues their turn."""
+        with self._shared_lock:
+            self._shared.append((conn, head))
+            self.shared_waits += 1
+            if self._shared_turn:
+                return
+            self._shared_turn = True
+        if not self._auth.submit(_SHARED_CLIENT, _SHARED_TURN):
+            self._refuse_job(_SHARED_TURN)
+
+    def _answer_shared(self) -> None:
+        """The shared waiters' turn (on the pool): the first answer does the work (renders),
+        the others take its result; requests parked meanwhile are answered in the same turn."""
+        while True:
+            with self._shared_lock:
+                batch, self._shared = self._shared, []
+                if not batch:
+                    self._shared_turn = False
+                    return
+            for job in batch:
+                self._respond_slowly(job)
+
+    def _refuse_job(self, job: Any) -> None:
+        """A queued item turned away (the queue full): its request, or every shared waiter,
+        answered ``503``."""
+        if job is not _SHARED_TURN:
+            self._finish_job(job[0], None)
+            return
+        with self._shared_lock:
+            batch, self._shared, self._shared_turn = self._shared, [], False
+        for conn, _ in batch:
+            self._finish_job(conn, None)
 
     def _refusal(self) -> Reply:
         self.refused += 1
         return Reply([REFUSED], True)
 
-    def _respond_slowly(self, job: tuple[Conn, bytes]) -> None:
+    def _respond_slowly(self, job: Any) -> None:
+        if job is _SHARED_TURN:
+            self._answer_shared()
+            return
         conn, head = job
         try:
             reply = self.respond(head, conn.address, False)

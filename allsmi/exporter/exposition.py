@@ -208,6 +208,7 @@ class Exposition:
         # (the collector's thread updates, a request's thread renders).
         self._lock = threading.Lock()
         self._pending: tuple[Snapshot, float] | None = None
+        self._rendering = False  # the cycle taken from _pending is being rendered
         self._current: Rendered | None = None
         self._requested = False  # the latest cycle was asked for
         self._streak = 0  # cycles in a row that were asked for
@@ -222,15 +223,23 @@ class Exposition:
 
     @property
     def unrendered(self) -> bool:
-        """Whether the latest cycle is still to be rendered (its first request renders it)."""
-        return self._pending is not None
+        """Whether the latest cycle is still to be rendered, or being rendered (its first
+        request renders it; the others that ask meanwhile wait for that rendering)."""
+        return self._pending is not None or self._rendering
 
     def _rendered(self) -> Rendered | None:
-        if self._pending is not None:
-            with self._lock:
-                pending, self._pending = self._pending, None
+        if self._pending is not None or self._rendering:
+            with self._lock:  # a rendering under way ends first: its cycle, not the last one
+                pending = self._pending
                 if pending is not None:
-                    self._current = self._render_cycle(*pending)
+                    # flagged before the cycle is taken, so that a request reading both
+                    # without the lock always sees one of them (and waits for the rendering)
+                    self._rendering = True
+                    self._pending = None
+                    try:
+                        self._current = self._render_cycle(*pending)
+                    finally:
+                        self._rendering = False
         return self._current
 
     def wait_ready(self, timeout: float | None = None) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 from allsmi import __version__
 from allsmi.exporter.exposition import (JSON_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE,
                                         TEXT_CONTENT_TYPE, Exposition)
-from allsmi.exporter.connections import ConnectionLoop, Limits, Reply
+from allsmi.exporter.connections import SHARED, ConnectionLoop, Limits, Reply
 from allsmi.exporter.request import BadRequest, Request, http_date, parse_head, response_head
 from allsmi.exporter.webconfig import WebConfig
 
@@ -64,8 +64,12 @@ def _accepts(header: str | None, media: str) -> bool:
 
 
 class _NeedsPool(Exception):
-    """The request needs a bcrypt check or a rendering: answer it on the thread pool, not the
-    loop."""
+    """The request needs a bcrypt check: answer it on the thread pool, not the loop."""
+
+
+class _NeedsRendering(Exception):
+    """The request needs the cycle's rendering: answer it on the thread pool, in one turn with
+    the others that need it (:data:`~allsmi.exporter.connections.SHARED`)."""
 
 
 _TEXT = "text/plain; charset=utf-8"
@@ -114,7 +118,7 @@ class _Answer:
         if path in _RENDERED and self.fast and exposition.unrendered:
             # The cycle's first request renders it (once, however many ask), on the thread
             # pool: never on the loop's thread, which holds every other connection.
-            raise _NeedsPool()
+            raise _NeedsRendering()
         rendered = exposition.current if path in _RENDERED else None
         if path == "/metrics":
             if rendered is None:
@@ -200,6 +204,8 @@ class MetricsServer:
             return _Answer(self, head, client_address, fast).reply()
         except _NeedsPool:
             return None
+        except _NeedsRendering:
+            return SHARED
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:  # noqa: ARG002 - socketserver's signature
         """Serve until :meth:`shutdown`."""

@@ -9,6 +9,7 @@ counted at the text writer, the counters still move every cycle.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -21,6 +22,12 @@ from .server import fetch
 from .support import T0, device, snapshot, values
 
 
+#: The servers of the running tests, by base URL (a test reads its connection loop's counts).
+_SERVERS: dict[str, MetricsServer] = {}
+#: Set to hold each rendering until the test lets it go (a slow rendering).
+_HOLD: dict[str, threading.Event] = {}
+
+
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Exposition, str, list[int]]]:
     renders: list[int] = []
@@ -28,18 +35,24 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Exposition, str, l
 
     def counted(families: Any, *args: Any) -> bytes:
         renders.append(1)
+        hold = _HOLD.get("render")
+        if hold is not None:
+            assert hold.wait(30)
         return real(families, *args)
 
     monkeypatch.setattr(exposition_module, "render_text", counted)
     expo = Exposition()
     server = MetricsServer("127.0.0.1", 0, expo)
+    _SERVERS[server.url.rstrip("/")] = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield expo, server.url.rstrip("/"), renders
     finally:
+        _HOLD.clear()
         server.shutdown()
         server.server_close()
+        _SERVERS.pop(server.url.rstrip("/"), None)
 
 
 def test_cycles_nobody_scrapes_are_never_rendered(served: tuple[Exposition, str, list[int]]) -> None:
@@ -96,3 +109,29 @@ def test_scraped_every_cycle_it_is_rendered_ahead_and_stops_when_scraping_does(
     for t in range(10, 20):  # scraping stops: at most one render more, then none
         expo.on_snapshot(snapshot([device("GPU-a")], at=T0 + t))
     assert len(renders) == 11
+
+
+def test_scrapers_behind_one_address_all_wait_for_a_slow_rendering(
+        served: tuple[Exposition, str, list[int]]) -> None:
+    """More scrapers behind one address than the password checks' queue takes from one
+    address (16) ask for a cycle while its rendering is slow: each gets that cycle, none a 503
+    (they wait for the one rendering, not in the per-address queue), and nobody gets the
+    previous cycle or "not ready" while the rendering is under way."""
+    expo, base, renders = served
+    loop = _SERVERS[base].loop
+    hold = _HOLD["render"] = threading.Event()
+    expo.on_snapshot(snapshot([device("GPU-a", power_watts=100.0)], at=T0))
+    statuses: list[int] = []
+    scrapers = [threading.Thread(target=lambda: statuses.append(fetch(base + "/metrics", timeout=60).status))
+                for _ in range(40)]
+    for thread in scrapers:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while loop.shared_waits + loop.refused + len(statuses) < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(renders) == 1 and statuses == [] and loop.refused == 0
+    hold.set()
+    for thread in scrapers:
+        thread.join(60)
+    assert statuses == [200] * 40
+    assert len(renders) == 1 and loop.refused == 0
