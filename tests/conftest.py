@@ -65,6 +65,20 @@ def _cpu_share(alone: bool) -> Iterator[None]:
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+def alone_last(items: list[pytest.Item]) -> None:
+    """Move the tests marked ``alone`` to the end of the run, in their order. Each one waits
+    until no other worker runs a test: in the middle of the run the workers that finish wait
+    with it for the longest test still running beside it (up to minutes of an idle core per
+    ``alone`` test); at the end the other workers have nothing left to run anyway. Under
+    xdist the order is each worker's collection order, which the scheduler hands out from
+    the end last."""
+    items.sort(key=lambda item: item.get_closest_marker("alone") is not None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    alone_last(items)
+
+
 @pytest.fixture(autouse=True)
 def _alone_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tests marked ``alone`` (bounds on latency: the CPU of the other workers' tests would
