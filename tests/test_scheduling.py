@@ -1,10 +1,10 @@
-"""The suite's own scheduling (tests/conftest.py): tests marked ``alone`` run last."""
+"""The suite's own scheduling (tests/conftest.py): tests marked ``alone`` run first."""
 
 from __future__ import annotations
 
 import pytest
 
-from .conftest import alone_last
+from .conftest import alone_first
 
 
 class _Item:
@@ -16,13 +16,13 @@ class _Item:
         return object() if name == "alone" and self.alone else None
 
 
-def test_alone_tests_move_to_the_end_in_their_order() -> None:
+def test_alone_tests_move_to_the_start_in_their_order() -> None:
     items = [_Item("a", False), _Item("b", True), _Item("c", False), _Item("d", True),
              _Item("e", False)]
-    alone_last(items)  # type: ignore[arg-type]
-    assert [i.name for i in items] == ["a", "c", "e", "b", "d"]
+    alone_first(items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == ["b", "d", "a", "c", "e"]
 
 
-def test_this_run_collected_the_alone_tests_last(request: pytest.FixtureRequest) -> None:
+def test_this_run_collected_the_alone_tests_first(request: pytest.FixtureRequest) -> None:
     alone = [item.get_closest_marker("alone") is not None for item in request.session.items]
-    assert alone == sorted(alone), "a test marked alone is collected before one that is not"
+    assert alone == sorted(alone, reverse=True), "a test marked alone is collected after one that is not"
