@@ -228,10 +228,11 @@ def _non_reading(port: int, addresses: int, per_address: int, subnet: str,
     Each announces an Ethernet path's segment size (1448 bytes), as a client on another host
     would. Over loopback's 64 KB segments the kernel sizes the server's send buffer for the
     whole answer at once (4 MB at most): four pipelined answers took 1.9 MB of kernel memory
-    per connection, never stalled in the exporter, and 1400 such connections (2.7 GB) reached
-    the machine's TCP memory limit (``tcp_mem``, a share of its RAM), where the kernel drops
-    segments of every socket, the scraper's too (a scrape unanswered in 10 s). With the
-    announced size a connection holds about 72 KB, and the answers stall as intended."""
+    per connection, never stalled in the exporter, and 1400 such connections (2.2 GB at the
+    peak) reached the machine's TCP memory limit (``tcp_mem``, a share of its RAM), where the
+    kernel drops segments of every socket, the scraper's too (a scrape unanswered in 10 s).
+    With the announced size a connection holds about 72 KB, and the answers stall as
+    intended."""
     socks = []
     for a in range(addresses):
         for _ in range(per_address):
