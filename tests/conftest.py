@@ -65,6 +65,21 @@ def _cpu_share(alone: bool) -> Iterator[None]:
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+def alone_first(items: list[pytest.Item]) -> None:
+    """Move the tests marked ``alone`` to the start of the run, in their order. Each one waits
+    until no other worker runs a test, and the workers that finish wait with it: in the middle
+    or at the end of the run that is as long as the longest test still running beside it (the
+    day's simulation, a store's real-time window: up to minutes of idle cores, where
+    pytest-xdist's work stealing moves tests from the end to whichever worker runs out). At
+    the start they come first in one worker's share, beside the other workers' first tests
+    (short ones, in this suite)."""
+    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    alone_first(items)
+
+
 @pytest.fixture(autouse=True)
 def _alone_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tests marked ``alone`` (bounds on latency: the CPU of the other workers' tests would

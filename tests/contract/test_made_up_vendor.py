@@ -107,8 +107,10 @@ def test_a_new_vendor_joins_from_its_entry_point_and_scenario_file_alone(tmp_pat
         env=env, capture_output=True, text=True, timeout=120, check=True)
     loaded = set(json.loads(probe.stdout.strip().splitlines()[-1]))
     assert not loaded & {"allsmi.backends._common.runner", "subprocess", "selectors"}, loaded
+    # In this process (-n 0): four xdist workers, each importing and collecting the three
+    # modules for a few cells, took four times the CPU of the cells themselves.
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "zzvendor",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-k", "zzvendor",
          "tests/contract/test_backend_contract.py", "tests/contract/test_cli_faults.py",
          "tests/contract/test_cli_readings.py"],
         cwd=repo, env=env, capture_output=True, text=True, timeout=300)
