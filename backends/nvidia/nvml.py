@@ -339,10 +339,11 @@ class FieldValueBatch:
     def __init__(self, pynvml: ModuleType, ids: list[int]) -> None:
         self.ids = list(ids)
         self._pynvml = pynvml
-        from allsmi.backends.nvidia.unpack import field_layout  # where GPUs are read
-        plain = _plain_field_value(pynvml)
-        self._entries = (plain * len(ids))()
-        self._layout = field_layout(plain, _FIELD_MEMBERS)
+        from allsmi.backends.nvidia.calls import plain  # where GPUs are read
+        from allsmi.backends.nvidia.unpack import field_layout
+        entry = plain(pynvml.c_nvmlFieldValue_t)
+        self._entries = (entry * len(ids))()
+        self._layout = field_layout(entry, _FIELD_MEMBERS)
         for entry, fid in zip(self._entries, ids):
             entry.fieldId = fid
         self._asked = bytes(self._entries)  # the ids with every answer cleared
@@ -371,13 +372,3 @@ class FieldValueBatch:
                  else member.unpack_from(raw)[0])
                 for kind, code, raw in rows.iter_unpack(bytes(self._entries))]
 
-
-_PLAIN: dict[type, type[ctypes.Structure]] = {}
-
-
-def _plain_field_value(pynvml: ModuleType) -> type[ctypes.Structure]:
-    """pynvml's ``c_nvmlFieldValue_t`` members as a plain ``ctypes.Structure``."""
-    struct = pynvml.c_nvmlFieldValue_t
-    if struct not in _PLAIN:
-        _PLAIN[struct] = type("FieldValue", (ctypes.Structure,), {"_fields_": struct._fields_})
-    return _PLAIN[struct]

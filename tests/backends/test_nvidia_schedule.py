@@ -27,15 +27,17 @@ def opened(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, made: list[NvidiaBac
 
 
 def reader_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The thread of each GPU's first call of a cycle (``nvmlDeviceGetUtilizationRates``)."""
+    """The thread of each GPU's first call of a cycle (``nvmlDeviceGetUtilizationRates``, as
+    the library sees it: the backend calls its function pointer from pynvml's cache)."""
     seen: list[int] = []
-    real = pynvml.nvmlDeviceGetUtilizationRates
+    real = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetUtilizationRates")
 
-    def recorded(handle):
+    def recorded(*args):
         seen.append(threading.get_ident())
-        return real(handle)
+        return real(*args)
 
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", recorded)
+    monkeypatch.setitem(pynvml._nvmlGetFunctionPointer_cache, "nvmlDeviceGetUtilizationRates",
+                        recorded)
     return seen
 
 
@@ -118,3 +120,48 @@ def test_the_field_batch_is_asked_into_one_buffer_per_gpu(monkeypatch, backends)
     assert len(made) == 4
     assert made[3] == [f for f in made[1] if f not in (83, 186)]
     assert fake.calls["nvmlDeviceGetFieldValues"] == 8
+
+
+#: pynvml's wrappers of the calls made every cycle through prepared buffers (``calls.py``).
+PREPARED = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetTemperatureV",
+            "nvmlDeviceGetClockInfo", "nvmlDeviceGetPerformanceState",
+            "nvmlDeviceGetCurrentClocksEventReasons")
+
+
+def test_each_cycles_calls_answer_into_buffers_made_once_per_gpu(monkeypatch, backends):
+    """The per-cycle calls skip pynvml's wrappers (a new out-structure each call) and answer
+    what the wrappers answer, into one set of buffers per GPU kept from cycle to cycle."""
+    gpus = [FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(2)]
+    fake = FakeNvml(gpus)
+    backend = opened(fake, monkeypatch, backends, options={"workers": 1})
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+    wrapped = [(pynvml.nvmlDeviceGetUtilizationRates(h),
+                pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
+                pynvml.nvmlDeviceGetTemperatureV(h, 0), pynvml.nvmlDeviceGetClockInfo(h, 1),
+                pynvml.nvmlDeviceGetPerformanceState(h),
+                pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)) for h in handles]
+
+    def unused(*_, **__):
+        raise AssertionError("pynvml's wrapper makes a new out-structure each call")
+
+    for name in PREPARED:
+        monkeypatch.setattr(pynvml, name, unused)
+    buffers = []
+    for _ in range(3):
+        devices = backend.sample()
+        assert fake.callback_errors == [] and [d.health for d in devices] == ["ok", "ok"]
+        calls = backend._reads().calls
+        buffers.append({(at, key): id(made[0]) for at, (_, kept) in calls._buffers.items()
+                        for key, made in kept.refs.items()})
+        for dev, (util, memory, temperature, clock, pstate, reasons) in zip(devices, wrapped):
+            assert dev.utilization_percent == util.gpu
+            assert dev.details["memory_activity_percent"] == util.memory
+            assert (dev.memory_used_bytes, dev.memory_total_bytes) == (memory.used, memory.total)
+            assert dev.details["memory_reserved_bytes"] == memory.reserved
+            assert dev.temperature_celsius == temperature and dev.clock_mhz == clock
+            assert dev.details["pstate"] == f"P{pstate}"
+            assert dev.details["clocks_event_reasons_mask"] == reasons
+    assert len(calls._buffers) == 2  # one set per GPU handle
+    # the six calls and the fan speed (asked once: NotSupported on this GPU), per GPU, made on
+    # the first read and the same objects after it
+    assert len(buffers[0]) == 2 * 7 and buffers[0] == buffers[1] == buffers[2]
