@@ -32,22 +32,35 @@ def plain(struct: type[ctypes.Structure]) -> type[ctypes.Structure]:
     return made
 
 
+#: The calls answering one ``unsigned int`` (after the handle and any arguments), each with a
+#: buffer of its own per handle.
+UINT_CALLS = ("nvmlDeviceGetClockInfo", "nvmlDeviceGetPerformanceState", "nvmlDeviceGetFanSpeed")
+
+
 class Buffers:
-    """One handle's out-buffers, each with its ``byref``, made on first use (a handle is read by
-    one thread at a time: its GPU's reader)."""
+    """One handle's out-buffers, each as ``(buffer, byref(buffer))``, made together on the
+    handle's first read (a handle is read by one thread at a time: its GPU's reader)."""
 
-    __slots__ = ("refs",)
+    __slots__ = ("utilization", "memory_v2", "temperature_v", "reasons", "uints")
 
-    def __init__(self) -> None:
-        self.refs: dict[str, tuple[Any, Any]] = {}
+    def __init__(self, calls: Calls) -> None:
+        self.utilization = _made(calls.utilization_struct)
+        self.memory_v2 = _made(calls.memory_v2_struct) if calls.memory_v2_struct else None
+        self.temperature_v = _made(calls.temperature_v1_struct) if calls.temperature_v1_struct \
+            else None
+        self.reasons = _made(ctypes.c_ulonglong)
+        self.uints = {name: _made(ctypes.c_uint) for name in UINT_CALLS}
 
-    def get(self, key: str, kind: type) -> tuple[Any, Any]:
-        """``(buffer, byref(buffer))`` of ``kind`` for ``key``."""
-        made = self.refs.get(key)
-        if made is None:
-            buffer = kind()
-            made = self.refs[key] = (buffer, ctypes.byref(buffer))
-        return made
+    def all(self) -> list[Any]:
+        """Every buffer (what a test compares from cycle to cycle)."""
+        made = [self.utilization, self.memory_v2, self.temperature_v, self.reasons]
+        return [buffer for buffer, _ in filter(None, made)] + [
+            buffer for buffer, _ in self.uints.values()]
+
+
+def _made(kind: type) -> tuple[Any, Any]:
+    buffer = kind()
+    return buffer, ctypes.byref(buffer)
 
 
 class Calls:
@@ -56,50 +69,49 @@ class Calls:
 
     def __init__(self, pynvml: ModuleType) -> None:
         self.pynvml = pynvml
+        self._fn = pynvml._nvmlGetFunctionPointer  # pynvml's lookup, through its cache
         self._buffers: dict[int, tuple[Any, Buffers]] = {}
-        self._utilization = plain(pynvml.c_nvmlUtilization_t)
-        self._memory_v2 = plain(pynvml.c_nvmlMemory_v2_t) if hasattr(
+        self.utilization_struct = plain(pynvml.c_nvmlUtilization_t)
+        self.memory_v2_struct = plain(pynvml.c_nvmlMemory_v2_t) if hasattr(
             pynvml, "c_nvmlMemory_v2_t") else None
-        self._temperature_v1 = plain(pynvml.c_nvmlTemperature_v1_t) if hasattr(
+        self.temperature_v1_struct = plain(pynvml.c_nvmlTemperature_v1_t) if hasattr(
             pynvml, "c_nvmlTemperature_v1_t") else None
 
     def buffers(self, handle: Any) -> Buffers:
         """``handle``'s buffers (kept with the handle object, which the GPU keeps)."""
         kept = self._buffers.get(id(handle))
         if kept is None or kept[0] is not handle:
-            kept = self._buffers[id(handle)] = (handle, Buffers())
+            kept = self._buffers[id(handle)] = (handle, Buffers(self))
         return kept[1]
 
     def error(self, ret: int) -> BaseException:
         """The exception pynvml's wrapper raises for ``ret``."""
         return self.pynvml.NVMLError(ret)
 
-    def _out(self, name: str, handle: Any, kind: type, *args: Any) -> tuple[int, Any]:
-        buffer, ref = self.buffers(handle).get(name, kind)
-        return self.pynvml._nvmlGetFunctionPointer(name)(handle, *args, ref), buffer
-
     def utilization(self, handle: Any) -> tuple[int, Any]:
         """``nvmlDeviceGetUtilizationRates``: ``.gpu``, ``.memory``."""
-        return self._out("nvmlDeviceGetUtilizationRates", handle, self._utilization)
+        buffer, ref = self.buffers(handle).utilization
+        return self._fn("nvmlDeviceGetUtilizationRates")(handle, ref), buffer
 
     def memory_v2(self, handle: Any) -> tuple[int, Any]:
         """``nvmlDeviceGetMemoryInfo_v2`` with pynvml's ``nvmlMemory_v2`` version tag."""
-        buffer, ref = self.buffers(handle).get("nvmlDeviceGetMemoryInfo_v2", self._memory_v2)
+        buffer, ref = self.buffers(handle).memory_v2
         buffer.version = self.pynvml.nvmlMemory_v2
-        return self.pynvml._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2")(handle, ref), buffer
+        return self._fn("nvmlDeviceGetMemoryInfo_v2")(handle, ref), buffer
 
     def temperature_v(self, handle: Any, sensor: int) -> tuple[int, Any]:
         """``nvmlDeviceGetTemperatureV`` (v1 struct, as pynvml's default): ``.temperature``."""
-        buffer, ref = self.buffers(handle).get("nvmlDeviceGetTemperatureV", self._temperature_v1)
+        buffer, ref = self.buffers(handle).temperature_v
         buffer.version = self.pynvml.nvmlTemperature_v1
         buffer.sensorType = sensor
-        return self.pynvml._nvmlGetFunctionPointer("nvmlDeviceGetTemperatureV")(handle, ref), buffer
+        return self._fn("nvmlDeviceGetTemperatureV")(handle, ref), buffer
 
     def uint(self, name: str, handle: Any, *args: int) -> tuple[int, Any]:
-        """A call answering one ``unsigned int`` after ``args`` (clock, P-state, fan): ``.value``."""
-        return self._out(name, handle, ctypes.c_uint, *args)
+        """One of :data:`UINT_CALLS` (clock, P-state, fan) after ``args``: ``.value``."""
+        buffer, ref = self.buffers(handle).uints[name]
+        return self._fn(name)(handle, *args, ref), buffer
 
-    def ulonglong(self, name: str, handle: Any) -> tuple[int, Any]:
-        """A call answering one ``unsigned long long`` (clock-event reasons): ``.value``."""
-        return self._out(name, handle, ctypes.c_ulonglong)
-
+    def clock_event_reasons(self, handle: Any) -> tuple[int, Any]:
+        """``nvmlDeviceGetCurrentClocksEventReasons`` (an ``unsigned long long``): ``.value``."""
+        buffer, ref = self.buffers(handle).reasons
+        return self._fn("nvmlDeviceGetCurrentClocksEventReasons")(handle, ref), buffer

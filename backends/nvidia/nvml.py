@@ -258,6 +258,9 @@ class ProcessListReader:
         self._pynvml = pynvml
         self._version: dict[str, int] = {"Compute": 0, "Graphics": 0}
         self._lock = threading.Lock()
+        #: Per kind, the entry point and struct of the version last found (by its position):
+        #: looked up once, not every call (they are properties of the installed driver).
+        self._found: dict[str, tuple[int, Any, type[ctypes.Structure]]] = {}
 
     def read(self, handle: Any, kind: str, capacity_hint: int = 16) -> list[RawProcess]:
         """The processes on ``handle``; ``kind`` is ``"Compute"`` or ``"Graphics"``.
@@ -265,6 +268,9 @@ class ProcessListReader:
         Raises pynvml's ``NVMLError`` subclasses like any pynvml call;
         ``FunctionNotFound`` only when no version of the entry point exists.
         """
+        found = self._found.get(kind)
+        if found is not None and found[0] == self._version[kind]:
+            return self._call(found[1], handle, found[2], max(capacity_hint, 1))
         pynvml = self._pynvml
         entries = _PROCESS_ENTRY_POINTS[kind]
         while True:
@@ -281,6 +287,7 @@ class ProcessListReader:
             struct = getattr(pynvml, pynvml_struct, None) if pynvml_struct else None
             if struct is None or ctypes.sizeof(struct) != ctypes.sizeof(own_struct):
                 struct = own_struct
+            self._found[kind] = (position, fn, struct)
             return self._call(fn, handle, struct, max(capacity_hint, 1))
 
     def _call(self, fn: Any, handle: Any, struct: type[ctypes.Structure],

@@ -138,7 +138,7 @@ class DriverReads:
             return None
         if self.event_reasons:
             try:
-                ret, out = self.calls.ulonglong("nvmlDeviceGetCurrentClocksEventReasons", handle)
+                ret, out = self.calls.clock_event_reasons(handle)
                 if ret != SUCCESS:
                     raise self.calls.error(ret)
                 return int(out.value)
