@@ -203,9 +203,9 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     def close(self) -> None:
         """Drop the handles and the thread pool, free the GPM samples. NVML itself stays
         initialised for the process."""
-        pool, self._pool, self._schedule = self._pool, None, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        schedule, self._pool, self._schedule = self._schedule, None, None
+        if schedule is not None:
+            schedule.close()  # its first reader's thread and its pool
         gpm, self._gpm = self._gpm, None
         if gpm is not None:
             gpm.close(self._gpus or [])

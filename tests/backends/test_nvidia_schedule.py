@@ -55,6 +55,35 @@ def test_a_fast_library_is_read_on_one_thread_a_cycle(monkeypatch, backends):
     assert backend._schedule is not None and backend._schedule.threads_started == 5
 
 
+def test_a_fast_cycle_is_read_by_one_thread_of_its_own_and_waited_for_by_sleeping(
+        monkeypatch, backends):
+    """A fast cycle's reads go to the same dedicated thread every cycle (handed over through a
+    lock, not the pool), and the caller sleeps through the last cycle's read time before it
+    waits for them (so that they are taken without the reader waking it); a slow cycle (read
+    on every thread) leaves nothing to sleep through."""
+    monkeypatch.setattr(schedule, "HEDGE_SECONDS", 30.0)
+    backend = opened(FakeNvml(fleet(4)), monkeypatch, backends)
+    seen = reader_threads(monkeypatch)
+    slept: list[float] = []
+    monkeypatch.setattr(schedule.time, "sleep", slept.append)  # the wait then blocks instead
+    read = backend._schedule
+    assert read is not None
+    for _ in range(4):
+        assert [d.health for d in backend.sample()] == ["ok"] * 4
+    assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
+    first = read._first
+    assert first is not None and first.thread.ident == seen[0]
+    assert first.thread.name == "allsmi-nvml-first"
+    assert len(slept) == 3  # not in the first cycle: no reads to go by yet
+    assert all(0.0 < pause <= 15.0 for pause in slept)
+    read.parallel = True  # as after a slow cycle
+    backend.sample()
+    assert len(slept) == 3  # read on every thread: nothing slept through
+    backend.close()
+    first.thread.join(5)
+    assert not first.thread.is_alive()  # closing ends the first reader's thread
+
+
 def test_a_slow_cycle_makes_the_next_start_on_every_thread_then_back(monkeypatch, backends):
     fake = FakeNvml(fleet(4), latency_s=0.004)  # ten calls: 40 ms a GPU, past the 20 ms hedge
     backend = opened(fake, monkeypatch, backends)
