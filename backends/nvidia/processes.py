@@ -56,6 +56,8 @@ def read_processes(r: Reader, gpu: Gpu, lists: ProcessListReader, owner: Process
             merged[proc.pid] = merge_process(merged.get(proc.pid), proc)
     if not listed_any:
         return None, {}
+    if not merged:  # nobody (an idle GPU's every cycle)
+        return (), {}
     used = None
     if activity is not None and merged:
         if gpu.process_utilization is None:
