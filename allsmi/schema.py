@@ -228,9 +228,9 @@ DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_ve
 #: clock-event reason names come as the same few tuples. A tuple is known by its value (an
 #: equal tuple cleans to an equal one: cleaning changes a string, a non-finite float or a
 #: list, each unequal to what it becomes). Each set is emptied when it reaches its bound.
-_CLEAN_KEYS: set[str] = set()
-_CLEAN_TUPLES: set[tuple[Any, ...]] = set()
-_CLEAN_BOUND = 1024
+CLEAN_KEYS: set[str] = set()
+CLEAN_TUPLES: set[tuple[Any, ...]] = set()
+CLEAN_BOUND = 1024
 
 
 def clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -240,13 +240,13 @@ def clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
         # what cleaning returns unchanged (a short printable key; an int, a bool, a finite
         # float, a short printable string) is kept as is: every device of every cycle has
         # details, nearly all of them numbers under constant keys
-        if k not in _CLEAN_KEYS:
+        if k not in CLEAN_KEYS:
             if type(k) is not str or len(k) > MAX_NAME or not k.isprintable():
                 k = clean_text(k)
-            elif len(_CLEAN_KEYS) < _CLEAN_BOUND:
-                _CLEAN_KEYS.add(k)
+            elif len(CLEAN_KEYS) < CLEAN_BOUND:
+                CLEAN_KEYS.add(k)
             else:
-                _CLEAN_KEYS.clear()
+                CLEAN_KEYS.clear()
         kind = type(v)
         if not (kind is int or kind is bool or v is None
                 or (kind is float and -_INF < v < _INF)
@@ -261,15 +261,15 @@ def clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _clean_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
     try:
-        if value in _CLEAN_TUPLES:
+        if value in CLEAN_TUPLES:
             return value
     except TypeError:  # an unhashable member (a list): cleaned below, never remembered
         return clean_detail(value)
     cleaned = clean_detail(value)
     if cleaned == value:
-        if len(_CLEAN_TUPLES) >= _CLEAN_BOUND:
-            _CLEAN_TUPLES.clear()
-        _CLEAN_TUPLES.add(value)
+        if len(CLEAN_TUPLES) >= CLEAN_BOUND:
+            CLEAN_TUPLES.clear()
+        CLEAN_TUPLES.add(value)
     return cleaned
 
 

@@ -49,8 +49,8 @@ def test_clean_keys_and_tuples_are_checked_once_and_hostile_ones_every_time(monk
     """The details' keys and tuples found clean are kept without checking them again (every
     device of every cycle has the same ones); what cleaning changes is cleaned every time."""
     from allsmi import schema
-    monkeypatch.setattr(schema, "_CLEAN_KEYS", set())
-    monkeypatch.setattr(schema, "_CLEAN_TUPLES", set())
+    monkeypatch.setattr(schema, "CLEAN_KEYS", set())
+    monkeypatch.setattr(schema, "CLEAN_TUPLES", set())
     cleaned: list[object] = []
     real = schema.clean_detail
 
@@ -67,5 +67,5 @@ def test_clean_keys_and_tuples_are_checked_once_and_hostile_ones_every_time(monk
     assert first == second == expected
     assert cleaned == [reasons, details["bad"], details["bad"]]  # the clean tuple checked once
     assert second["clocks_event_reasons"] is reasons and second["bad"][1] is None
-    assert HOSTILE not in schema._CLEAN_KEYS and "pstate" in schema._CLEAN_KEYS
+    assert HOSTILE not in schema.CLEAN_KEYS and "pstate" in schema.CLEAN_KEYS
     assert schema.clean_mapping({"k": ((1, 2), [3])})["k"] == ((1, 2), (3,))  # lists: tuples
