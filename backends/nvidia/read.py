@@ -35,8 +35,9 @@ class DriverReads:
     def __init__(self, pynvml: ModuleType) -> None:
         self.pynvml = pynvml
         # What the installed driver offers; flipped off on FunctionNotFound.
-        self.memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
-        self.temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
+        self.memory_v2 = hasattr(pynvml, "nvmlMemory_v2") and hasattr(pynvml, "c_nvmlMemory_v2_t")
+        self.temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV") and hasattr(
+            pynvml, "c_nvmlTemperature_v1_t")
         self.event_reasons = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
         self.calls = Calls(pynvml)
 
