@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -40,13 +41,37 @@ def _linux_cpu_times() -> list[float] | None:
     """The system-wide jiffies of the first ``/proc/stat`` line (user, nice, system, idle,
     iowait, irq, softirq, steal, guest, guest_nice; older kernels give fewer)."""
     try:
-        with open(PROC_STAT, "rb") as handle:
-            fields = handle.readline().split()
+        fields = _proc_head(PROC_STAT).split(b"\n", 1)[0].split()
         if fields[:1] != [b"cpu"] or len(fields) < 5:
             return None
         return [float(v) for v in fields[1:11]]
     except (OSError, ValueError):
         return None
+
+
+#: Each ``/proc`` file read every cycle, opened once (by its path): ``os.pread`` at offset 0
+#: reads it afresh (the kernel makes its text again for a read from the start) with one
+#: system call instead of open, read and close and a Python file object each cycle (about a
+#: third of the cost of reading the two files, measured).
+_PROC_FDS: dict[str, int] = {}
+_PROC_FDS_LOCK = threading.Lock()
+#: Enough for the lines read: ``/proc/stat``'s first, ``/proc/meminfo``'s first three.
+_PROC_HEAD = 4096
+
+
+def _proc_head(path: str) -> bytes:
+    """The first :data:`_PROC_HEAD` bytes of ``path`` as of now (raises ``OSError``)."""
+    fd = _PROC_FDS.get(path)
+    if fd is None:
+        with _PROC_FDS_LOCK:
+            fd = _PROC_FDS.get(path)
+            if fd is None:
+                if len(_PROC_FDS) >= 4:  # paths only change in tests: keep a handful open
+                    for old in _PROC_FDS.values():
+                        os.close(old)
+                    _PROC_FDS.clear()
+                fd = _PROC_FDS[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    return os.pread(fd, _PROC_HEAD, 0)
 
 
 def _busy_percent(before: list[float], after: list[float]) -> float:
@@ -62,13 +87,12 @@ def _linux_memory() -> tuple[int, int] | None:
     """``(total, available)`` bytes from ``/proc/meminfo`` (``MemAvailable``, Linux >= 3.14)."""
     found: dict[bytes, int] = {}
     try:
-        with open(PROC_MEMINFO, "rb") as handle:
-            for line in handle:
-                key, _, rest = line.partition(b":")
-                if key in (b"MemTotal", b"MemAvailable"):
-                    found[key] = int(rest.split()[0]) * 1024
-                    if len(found) == 2:
-                        return found[b"MemTotal"], found[b"MemAvailable"]
+        for line in _proc_head(PROC_MEMINFO).split(b"\n"):
+            key, _, rest = line.partition(b":")
+            if key in (b"MemTotal", b"MemAvailable"):
+                found[key] = int(rest.split()[0]) * 1024
+                if len(found) == 2:
+                    return found[b"MemTotal"], found[b"MemAvailable"]
     except (OSError, ValueError, IndexError):
         pass
     return None

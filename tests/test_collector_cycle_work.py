@@ -107,7 +107,8 @@ def test_an_isolated_backend_is_sampled_on_the_collectors_thread_its_reads_on_it
         monkeypatch, [FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(4)])
     sampled_on: list[int] = []
     read_on: list[int] = []
-    real_sample, real_util = backend.sample, pynvml.nvmlDeviceGetUtilizationRates
+    real_sample = backend.sample
+    real_util = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetUtilizationRates")
     returned: list[list[DeviceSample]] = []
 
     def sample():
@@ -115,12 +116,12 @@ def test_an_isolated_backend_is_sampled_on_the_collectors_thread_its_reads_on_it
         returned.append(list(real_sample()))
         return returned[-1]
 
-    def util(handle):
+    def util(*args):  # the library's entry point, as the backend calls it
         read_on.append(threading.get_ident())
-        return real_util(handle)
+        return real_util(*args)
 
     monkeypatch.setattr(backend, "sample", sample)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", util)
+    monkeypatch.setitem(pynvml._nvmlGetFunctionPointer_cache, "nvmlDeviceGetUtilizationRates", util)
     try:
         first = collector.collect_once()  # probe and open: on the backend's worker
         assert [d.health for d in first.devices] == ["ok"] * 4

@@ -88,3 +88,31 @@ def test_allsmi_hostname_names_the_host_for_snapshots_and_group_rules(tmp_path: 
     assert snap["devices"] and all(d["resource_group"] == "pool-a" for d in snap["devices"])
     blank = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", env={"ALLSMI_HOSTNAME": "  "})
     assert json.loads(blank.stdout)["host"]["hostname"] == host.local_hostname()
+
+
+def test_the_proc_files_are_opened_once_and_read_afresh_each_sample(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/proc/stat`` and ``/proc/meminfo`` stay open between samples (one ``pread`` each a
+    cycle, no open and close), and each sample still reads what they say now."""
+    monkeypatch.setattr(host, "PROC_STAT", str(tmp_path / "stat"))
+    monkeypatch.setattr(host, "PROC_MEMINFO", str(tmp_path / "meminfo"))
+    monkeypatch.setattr(host.HostSampler, "MIN_WINDOW_SECONDS", 0.0)
+    opened: list[str] = []
+    real_open = host.os.open
+
+    def counting_open(path: str, *args: object) -> int:
+        opened.append(path)
+        return real_open(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(host.os, "open", counting_open)
+    _procfs(tmp_path, STAT_LINES[0])
+    sampler = host.HostSampler()
+    sampler.prime()
+    percents = []
+    for line in (STAT_LINES[1], STAT_LINES[2], STAT_LINES[0]):
+        _procfs(tmp_path, line)  # the same files, rewritten in place
+        percents.append(sampler.sample().cpu_utilization_percent)
+    assert sorted(opened) == sorted([str(tmp_path / "stat"), str(tmp_path / "meminfo")])
+    assert percents[0] == pytest.approx(100 * 1231 / 2291, abs=0.1)
+    assert percents[1] == 0.0  # nothing moved but iowait, backwards
+    assert percents[2] == 0.0  # every counter went backwards: no delta

@@ -43,3 +43,29 @@ def test_derive_equals_replace_for_processes() -> None:
 def test_derive_refuses_an_unknown_field() -> None:
     with pytest.raises(TypeError, match="no field 'nope'"):
         derive(_device(), nope=1)
+
+
+def test_clean_keys_and_tuples_are_checked_once_and_hostile_ones_every_time(monkeypatch) -> None:
+    """The details' keys and tuples found clean are kept without checking them again (every
+    device of every cycle has the same ones); what cleaning changes is cleaned every time."""
+    from allsmi import schema
+    monkeypatch.setattr(schema, "CLEAN_KEYS", set())
+    monkeypatch.setattr(schema, "CLEAN_TUPLES", set())
+    cleaned: list[object] = []
+    real = schema.clean_detail
+
+    def counted(value, *args):
+        cleaned.append(value)
+        return real(value, *args)
+
+    reasons = ("gpu_idle", "sw_power_cap")
+    details = {"pstate": "P0", "clocks_event_reasons": reasons, "mask": 5,
+               "bad": (HOSTILE, float("nan")), HOSTILE: 1}
+    expected = {schema.clean_text(k): real(v) for k, v in details.items()}
+    monkeypatch.setattr(schema, "clean_detail", counted)
+    first, second = schema.clean_mapping(details), schema.clean_mapping(dict(details))
+    assert first == second == expected
+    assert cleaned == [reasons, details["bad"], details["bad"]]  # the clean tuple checked once
+    assert second["clocks_event_reasons"] is reasons and second["bad"][1] is None
+    assert HOSTILE not in schema.CLEAN_KEYS and "pstate" in schema.CLEAN_KEYS
+    assert schema.clean_mapping({"k": ((1, 2), [3])})["k"] == ((1, 2), (3,))  # lists: tuples

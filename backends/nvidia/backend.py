@@ -203,9 +203,9 @@ class NvidiaBackend(Backend, declared=DECLARATION):
     def close(self) -> None:
         """Drop the handles and the thread pool, free the GPM samples. NVML itself stays
         initialised for the process."""
-        pool, self._pool, self._schedule = self._pool, None, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        schedule, self._pool, self._schedule = self._schedule, None, None
+        if schedule is not None:
+            schedule.close()  # its first reader's thread and its pool
         gpm, self._gpm = self._gpm, None
         if gpm is not None:
             gpm.close(self._gpus or [])
@@ -293,19 +293,20 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         if gpu.mig_enabled is not None:
             details["mig_mode"] = gpu.mig_enabled
 
-        util = r.call(skip, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
-        utilization = percent(util.gpu) if util is not None else None
+        reads = self._reads()
+        util = reads.utilization(r, skip, handle)
+        utilization = percent(util[0]) if util is not None else None
         if util is not None:
-            details["memory_activity_percent"] = percent(util.memory)
+            details["memory_activity_percent"] = percent(util[1])
 
-        used, total, reserved, version = self._reads().memory(r, skip, handle)
+        used, total, reserved, version = reads.memory(r, skip, handle)
         if reserved is not None:
             details["memory_reserved_bytes"] = reserved
         if version is not None:
             details["memory_info_version"] = version
 
-        temperature = self._reads().temperature(r, skip, handle)
-        fields = self._reads().field_values(r, gpu)
+        temperature = reads.temperature(r, skip, handle)
+        fields = reads.field_values(r, gpu)
 
         power_mw = fields.get(FI_POWER_AVERAGE, fields.get(FI_POWER_INSTANT))
         if (power_mw is None and FI_POWER_AVERAGE not in gpu.fields
@@ -323,24 +324,23 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             if fid in fields:
                 details[key] = int(fields[fid])
 
-        clock = number(r.call(skip, "clock_sm", pynvml.nvmlDeviceGetClockInfo, handle,
-                               NVML_CLOCK_SM))
-        fan = number(r.call(skip, "fan_speed", pynvml.nvmlDeviceGetFanSpeed, handle))
+        clock = number(reads.uint(r, skip, "clock_sm", "nvmlDeviceGetClockInfo", handle, NVML_CLOCK_SM))
+        fan = number(reads.uint(r, skip, "fan_speed", "nvmlDeviceGetFanSpeed", handle))
         if fan is not None and fan > 100.0:
             # NVML allows a fan to run above its nominal maximum
             details["fan_speed_raw_percent"] = fan
             fan = 100.0
 
-        pstate = r.call(skip, "performance_state", pynvml.nvmlDeviceGetPerformanceState, handle)
+        pstate = reads.uint(r, skip, "performance_state", "nvmlDeviceGetPerformanceState", handle)
         if isinstance(pstate, int) and 0 <= pstate < NVML_PSTATE_UNKNOWN:
             details["pstate"] = f"P{pstate}"
-        reasons = self._reads().clock_event_reasons(r, skip, handle)
+        reasons = reads.clock_event_reasons(r, skip, handle)
         if reasons is not None:
             details["clocks_event_reasons_mask"] = reasons
             details["clocks_event_reasons"] = reason_names(reasons)
 
         if self.options.get("pcie_throughput", False):
-            details.update(self._reads().pcie_throughput(r, skip, handle))
+            details.update(reads.pcie_throughput(r, skip, handle))
 
         activity = self._gpm.read(gpu.gpm, handle, r.warnings) if self._gpm else {}
         if self.options.get("processes", True) and self._process_reader is not None:
@@ -358,7 +358,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             energy_joules=milli(energy_mj),
             clock_mhz=clock, fan_percent=fan, processes=own, **activity)]
         for mig in gpu.migs:
-            mig_used, mig_total, mig_reserved, _ = self._reads().memory(r, mig.skip, mig.handle)
+            mig_used, mig_total, mig_reserved, _ = reads.memory(r, mig.skip, mig.handle)
             mig_details: dict[str, DetailValue] = {}
             if mig_reserved is not None:
                 mig_details["memory_reserved_bytes"] = mig_reserved

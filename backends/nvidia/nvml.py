@@ -258,6 +258,9 @@ class ProcessListReader:
         self._pynvml = pynvml
         self._version: dict[str, int] = {"Compute": 0, "Graphics": 0}
         self._lock = threading.Lock()
+        #: Per kind, the entry point and struct of the version last found (by its position):
+        #: looked up once, not every call (they are properties of the installed driver).
+        self._found: dict[str, tuple[int, Any, type[ctypes.Structure]]] = {}
 
     def read(self, handle: Any, kind: str, capacity_hint: int = 16) -> list[RawProcess]:
         """The processes on ``handle``; ``kind`` is ``"Compute"`` or ``"Graphics"``.
@@ -265,6 +268,9 @@ class ProcessListReader:
         Raises pynvml's ``NVMLError`` subclasses like any pynvml call;
         ``FunctionNotFound`` only when no version of the entry point exists.
         """
+        found = self._found.get(kind)
+        if found is not None and found[0] == self._version[kind]:
+            return self._call(found[1], handle, found[2], max(capacity_hint, 1))
         pynvml = self._pynvml
         entries = _PROCESS_ENTRY_POINTS[kind]
         while True:
@@ -281,6 +287,7 @@ class ProcessListReader:
             struct = getattr(pynvml, pynvml_struct, None) if pynvml_struct else None
             if struct is None or ctypes.sizeof(struct) != ctypes.sizeof(own_struct):
                 struct = own_struct
+            self._found[kind] = (position, fn, struct)
             return self._call(fn, handle, struct, max(capacity_hint, 1))
 
     def _call(self, fn: Any, handle: Any, struct: type[ctypes.Structure],
@@ -339,10 +346,11 @@ class FieldValueBatch:
     def __init__(self, pynvml: ModuleType, ids: list[int]) -> None:
         self.ids = list(ids)
         self._pynvml = pynvml
-        from allsmi.backends.nvidia.unpack import field_layout  # where GPUs are read
-        plain = _plain_field_value(pynvml)
-        self._entries = (plain * len(ids))()
-        self._layout = field_layout(plain, _FIELD_MEMBERS)
+        from allsmi.backends.nvidia.calls import plain  # where GPUs are read
+        from allsmi.backends.nvidia.unpack import field_layout
+        entry = plain(pynvml.c_nvmlFieldValue_t)
+        self._entries = (entry * len(ids))()
+        self._layout = field_layout(entry, _FIELD_MEMBERS)
         for entry, fid in zip(self._entries, ids):
             entry.fieldId = fid
         self._asked = bytes(self._entries)  # the ids with every answer cleared
@@ -371,13 +379,3 @@ class FieldValueBatch:
                  else member.unpack_from(raw)[0])
                 for kind, code, raw in rows.iter_unpack(bytes(self._entries))]
 
-
-_PLAIN: dict[type, type[ctypes.Structure]] = {}
-
-
-def _plain_field_value(pynvml: ModuleType) -> type[ctypes.Structure]:
-    """pynvml's ``c_nvmlFieldValue_t`` members as a plain ``ctypes.Structure``."""
-    struct = pynvml.c_nvmlFieldValue_t
-    if struct not in _PLAIN:
-        _PLAIN[struct] = type("FieldValue", (ctypes.Structure,), {"_fields_": struct._fields_})
-    return _PLAIN[struct]

@@ -11,6 +11,8 @@ from allsmi.backends.nvidia.nvml import ProcessListReader, RawProcess
 from allsmi.backends.nvidia.procutil import ProcessUtilizationReader, UtilizationState
 from allsmi.schema import ProcessSample
 
+#: Each list's kind (``ProcessListReader.read``) and its key in a GPU's skip set.
+_LISTS = (("Compute", "compute_processes"), ("Graphics", "graphics_processes"))
 #: ``pid -> (user, command)``; either is ``None`` where it cannot be read.
 ProcessOwner = Callable[[int], "tuple[str | None, str | None]"]
 
@@ -41,9 +43,8 @@ def read_processes(r: Reader, gpu: Gpu, lists: ProcessListReader, owner: Process
     """
     merged: dict[int, RawProcess] = {}
     listed_any = False
-    for kind in ("Compute", "Graphics"):
-        listed = r.call(gpu.skip, f"{kind.lower()}_processes", lists.read,
-                        gpu.handle, kind, gpu.process_capacity[kind])
+    for kind, key in _LISTS:
+        listed = r.call(gpu.skip, key, lists.read, gpu.handle, kind, gpu.process_capacity[kind])
         if listed is None:
             continue
         listed_any = True
@@ -55,6 +56,8 @@ def read_processes(r: Reader, gpu: Gpu, lists: ProcessListReader, owner: Process
             merged[proc.pid] = merge_process(merged.get(proc.pid), proc)
     if not listed_any:
         return None, {}
+    if not merged:  # nobody (an idle GPU's every cycle)
+        return (), {}
     used = None
     if activity is not None and merged:
         if gpu.process_utilization is None:

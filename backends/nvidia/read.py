@@ -13,7 +13,8 @@ from types import ModuleType
 from typing import Any
 
 from allsmi.backends.nvidia import nvml
-from allsmi.backends.nvidia.nvml import error_code
+from allsmi.backends.nvidia.calls import Calls
+from allsmi.backends.nvidia.nvml import SUCCESS, error_code
 from allsmi.backends.nvidia.devices import (
     FI_POWER_AVERAGE,
     FI_POWER_INSTANT,
@@ -34,9 +35,42 @@ class DriverReads:
     def __init__(self, pynvml: ModuleType) -> None:
         self.pynvml = pynvml
         # What the installed driver offers; flipped off on FunctionNotFound.
-        self.memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
-        self.temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
+        self.memory_v2 = hasattr(pynvml, "nvmlMemory_v2") and hasattr(pynvml, "c_nvmlMemory_v2_t")
+        self.temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV") and hasattr(
+            pynvml, "c_nvmlTemperature_v1_t")
         self.event_reasons = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
+        self.calls = Calls(pynvml)
+
+    def utilization(self, r: Reader, skip: set[str], handle: Any) -> tuple[int, int] | None:
+        """``nvmlDeviceGetUtilizationRates``: ``(gpu, memory)`` percent as NVML answers them."""
+        if "utilization" in skip:
+            return None
+        try:
+            ret, out = self.calls.utilization(handle)
+        except self.pynvml.NVMLError as exc:
+            r.failed(skip, "utilization", exc)
+            return None
+        if ret != SUCCESS:
+            r.failed(skip, "utilization", self.calls.error(ret))
+            return None
+        return out.gpu, out.memory
+
+    def uint(self, r: Reader, skip: set[str], key: str, name: str, handle: Any,
+             *args: int) -> int | None:
+        """A call answering one unsigned int (``nvmlDeviceGetClockInfo``,
+        ``nvmlDeviceGetPerformanceState``, ``nvmlDeviceGetFanSpeed``), as :meth:`Reader.call`
+        answers pynvml's wrapper of it."""
+        if key in skip:
+            return None
+        try:
+            ret, out = self.calls.uint(name, handle, *args)
+        except self.pynvml.NVMLError as exc:
+            r.failed(skip, key, exc)
+            return None
+        if ret != SUCCESS:
+            r.failed(skip, key, self.calls.error(ret))
+            return None
+        return out.value
 
     def memory(self, r: Reader, skip: set[str], handle: Any
                 ) -> tuple[int | None, int | None, int | None, int | None]:
@@ -48,7 +82,10 @@ class DriverReads:
         version = None
         if self.memory_v2:
             try:
-                info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+                ret, info = self.calls.memory_v2(handle)
+                if ret != SUCCESS:
+                    info = None
+                    raise self.calls.error(ret)
                 version = 2
             except pynvml.NVMLError as exc:
                 if error_code(exc) in (nvml.ERROR_FUNCTION_NOT_FOUND,
@@ -80,7 +117,10 @@ class DriverReads:
         value = None
         if self.temperature_v:
             try:
-                value = pynvml.nvmlDeviceGetTemperatureV(handle, NVML_TEMPERATURE_GPU)
+                ret, out = self.calls.temperature_v(handle, NVML_TEMPERATURE_GPU)
+                if ret != SUCCESS:
+                    raise self.calls.error(ret)
+                value = out.temperature
             except pynvml.NVMLError as exc:
                 if error_code(exc) in (nvml.ERROR_FUNCTION_NOT_FOUND,
                                        nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
@@ -99,7 +139,10 @@ class DriverReads:
             return None
         if self.event_reasons:
             try:
-                return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+                ret, out = self.calls.clock_event_reasons(handle)
+                if ret != SUCCESS:
+                    raise self.calls.error(ret)
+                return int(out.value)
             except pynvml.NVMLError as exc:
                 if error_code(exc) != nvml.ERROR_FUNCTION_NOT_FOUND:
                     r.failed(skip, "clock_event_reasons", exc)

@@ -27,15 +27,17 @@ def opened(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, made: list[NvidiaBac
 
 
 def reader_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The thread of each GPU's first call of a cycle (``nvmlDeviceGetUtilizationRates``)."""
+    """The thread of each GPU's first call of a cycle (``nvmlDeviceGetUtilizationRates``, as
+    the library sees it: the backend calls its function pointer from pynvml's cache)."""
     seen: list[int] = []
-    real = pynvml.nvmlDeviceGetUtilizationRates
+    real = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetUtilizationRates")
 
-    def recorded(handle):
+    def recorded(*args):
         seen.append(threading.get_ident())
-        return real(handle)
+        return real(*args)
 
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", recorded)
+    monkeypatch.setitem(pynvml._nvmlGetFunctionPointer_cache, "nvmlDeviceGetUtilizationRates",
+                        recorded)
     return seen
 
 
@@ -51,6 +53,35 @@ def test_a_fast_library_is_read_on_one_thread_a_cycle(monkeypatch, backends):
         assert seen[0] != threading.get_ident()  # not the caller's: a hung GPU stays isolated
     # one reader task handed to the pool a cycle, not one per GPU
     assert backend._schedule is not None and backend._schedule.threads_started == 5
+
+
+def test_a_fast_cycle_is_read_by_one_thread_of_its_own_and_waited_for_by_sleeping(
+        monkeypatch, backends):
+    """A fast cycle's reads go to the same dedicated thread every cycle (handed over through a
+    lock, not the pool), and the caller sleeps through the last cycle's read time before it
+    waits for them (so that they are taken without the reader waking it); a slow cycle (read
+    on every thread) leaves nothing to sleep through."""
+    monkeypatch.setattr(schedule, "HEDGE_SECONDS", 30.0)
+    backend = opened(FakeNvml(fleet(4)), monkeypatch, backends)
+    seen = reader_threads(monkeypatch)
+    slept: list[float] = []
+    monkeypatch.setattr(schedule.time, "sleep", slept.append)  # the wait then blocks instead
+    read = backend._schedule
+    assert read is not None
+    for _ in range(4):
+        assert [d.health for d in backend.sample()] == ["ok"] * 4
+    assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
+    first = read._first
+    assert first is not None and first.thread.ident == seen[0]
+    assert first.thread.name == "allsmi-nvml-first"
+    assert len(slept) == 3  # not in the first cycle: no reads to go by yet
+    assert all(0.0 < pause <= 15.0 for pause in slept)
+    read.parallel = True  # as after a slow cycle
+    backend.sample()
+    assert len(slept) == 3  # read on every thread: nothing slept through
+    backend.close()
+    first.thread.join(5)
+    assert not first.thread.is_alive()  # closing ends the first reader's thread
 
 
 def test_a_slow_cycle_makes_the_next_start_on_every_thread_then_back(monkeypatch, backends):
@@ -118,3 +149,46 @@ def test_the_field_batch_is_asked_into_one_buffer_per_gpu(monkeypatch, backends)
     assert len(made) == 4
     assert made[3] == [f for f in made[1] if f not in (83, 186)]
     assert fake.calls["nvmlDeviceGetFieldValues"] == 8
+
+
+#: pynvml's wrappers of the calls made every cycle through prepared buffers (``calls.py``).
+PREPARED = ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetTemperatureV",
+            "nvmlDeviceGetClockInfo", "nvmlDeviceGetPerformanceState",
+            "nvmlDeviceGetCurrentClocksEventReasons")
+
+
+def test_each_cycles_calls_answer_into_buffers_made_once_per_gpu(monkeypatch, backends):
+    """The per-cycle calls skip pynvml's wrappers (a new out-structure each call) and answer
+    what the wrappers answer, into one set of buffers per GPU kept from cycle to cycle."""
+    gpus = [FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(2)]
+    fake = FakeNvml(gpus)
+    backend = opened(fake, monkeypatch, backends, options={"workers": 1})
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+    wrapped = [(pynvml.nvmlDeviceGetUtilizationRates(h),
+                pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
+                pynvml.nvmlDeviceGetTemperatureV(h, 0), pynvml.nvmlDeviceGetClockInfo(h, 1),
+                pynvml.nvmlDeviceGetPerformanceState(h),
+                pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)) for h in handles]
+
+    def unused(*_, **__):
+        raise AssertionError("pynvml's wrapper makes a new out-structure each call")
+
+    for name in PREPARED:
+        monkeypatch.setattr(pynvml, name, unused)
+    buffers = []
+    for _ in range(3):
+        devices = backend.sample()
+        assert fake.callback_errors == [] and [d.health for d in devices] == ["ok", "ok"]
+        calls = backend._reads().calls
+        buffers.append([id(buffer) for _, kept in calls._buffers.values() for buffer in kept.all()])
+        for dev, (util, memory, temperature, clock, pstate, reasons) in zip(devices, wrapped):
+            assert dev.utilization_percent == util.gpu
+            assert dev.details["memory_activity_percent"] == util.memory
+            assert (dev.memory_used_bytes, dev.memory_total_bytes) == (memory.used, memory.total)
+            assert dev.details["memory_reserved_bytes"] == memory.reserved
+            assert dev.temperature_celsius == temperature and dev.clock_mhz == clock
+            assert dev.details["pstate"] == f"P{pstate}"
+            assert dev.details["clocks_event_reasons_mask"] == reasons
+    assert len(calls._buffers) == 2  # one set per GPU handle
+    # the six calls' and the fan speed's, per GPU, made on the first read and kept
+    assert len(buffers[0]) == 2 * 7 and buffers[0] == buffers[1] == buffers[2]
