@@ -92,7 +92,7 @@ def measure(args: argparse.Namespace) -> None:
     print("|---|---:|---:|")
     peer = cpu["nvitop-exporter"]
     for name, value in cpu.items():
-        print(f"| {name} | {value:.2f} % | {value / peer:.2f}x |" if peer else f"| {name} | {value:.2f} % | - |")
+        print(f"| {name} | {value:.3f} % | {value / peer:.2f}x |" if peer else f"| {name} | {value:.3f} % | - |")
 
 
 def idle_cpu_scraped(servers: dict[str, list[str]], seconds: float, windows: int, cwd: str,

@@ -110,6 +110,23 @@ def _port() -> int:
 
 
 def _cpu_seconds(pid: int) -> float:
+    """The process's CPU time: the sum of its threads' run time in nanoseconds from
+    ``/proc/PID/task/*/schedstat`` where the kernel keeps it (a 10 % change of an idle server's
+    0.2 % is below one clock tick of a 30 s window), else utime + stime in clock ticks. The
+    servers measured keep their threads (a thread that ended in a window would take its time
+    out of the sum)."""
+    total, found = 0, False
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+                found = True
+            except (OSError, IndexError, ValueError):
+                pass
+    except OSError:
+        pass
+    if found:
+        return total / 1e9
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
