@@ -90,10 +90,11 @@ def _traffic(dev: DeviceSample, node: NodeActivity) -> tuple[float | None, float
 
 
 def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: HostActivity,
-                    s: ActivitySettings, untold: int = 0) -> tuple[str, str]:
+                    s: ActivitySettings, untold: int = 0, explain: bool = True) -> tuple[str, str]:
     """(reason, evidence) of one holder of ``dev`` with its processes ``procs`` on it;
     ``untold``: processes of the device that belong to none of its holders as far as can be
-    told (several pods whose processes carry no job id)."""
+    told (several pods whose processes carry no job id). Without ``explain``, the evidence of
+    a computing holder (the common case) is not written out (``""``)."""
     if dev.processes is None:
         return "unknown", "unknown: the device's processes are not listed"
     if not procs:
@@ -108,7 +109,7 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
     own = [p.utilization_percent for p in procs]
     idle_own = all(u is not None and u == 0 for u in own)
     if percent >= s.idle_threshold_percent and not idle_own:
-        return "computing", f"computing: {percent:.0f} % ({what})"
+        return "computing", f"computing: {percent:.0f} % ({what})" if explain else ""
     below = f"{percent:.0f} % ({what})"
     found = [host.processes.get(p.pid) for p in procs]
     seen = [a for a in found if a is not None]
@@ -183,12 +184,14 @@ def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], lin
 
 def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
              memo: dict[tuple[object, ...], HolderWaiting] | None = None,
-             known: dict[str, tuple[object, ...]] | None = None
+             known: dict[str, tuple[object, ...]] | None = None, explain: bool = True
              ) -> tuple[HolderWaiting, ...] | None:
     """``dev``'s ``waiting``: one entry per holder, ``None`` when nobody holds it. ``memo``
     keeps the entries already made (the same holder with the same evidence, cycle after
     cycle, is one object, cleaned once); ``known``, each device's holders as last found, made
-    again only when its processes (the very objects) or workloads changed."""
+    again only when its processes (the very objects) or workloads changed. Without
+    ``explain``, each entry's evidence is ``""`` (its reason is what a bill books): the same
+    holder with the same reason is then one entry for as long as it is in ``memo``."""
     last = known.get(dev.id) if known is not None else None
     if last is not None and last[0] is dev.processes and last[1] == dev.workloads:
         found, untold = last[2], last[3]  # type: ignore[assignment]
@@ -206,7 +209,9 @@ def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
         return None
     out = []
     for holder, procs in found:
-        reason, evidence = classify_holder(dev, procs, host, s, untold)
+        reason, evidence = classify_holder(dev, procs, host, s, untold, explain)
+        if not explain:
+            evidence = ""
         key = (holder, reason, evidence)
         entry = memo.get(key) if memo is not None else None
         if entry is None:
@@ -247,6 +252,11 @@ class WaitingClassifier:
         self._holders: dict[str, tuple[object, ...]] = {}
         self.problems: tuple[str, ...] = ()
         """What the host readers could not read in the last cycle (one line each)."""
+        self.explain = True
+        """Whether each entry says why (its ``evidence``); ``False`` for a replay into a ledger
+        (``allsmi.cli.simbill``), which books each holder's reason and never its evidence:
+        entries are then the same objects from one cycle to the next while the reasons are
+        (tests/test_replay_invariants.py checks that the ledger is the same, row for row)."""
 
     @classmethod
     def for_backends(cls, settings: ActivitySettings,
@@ -301,5 +311,5 @@ class WaitingClassifier:
                 self._logged.add(key)
                 log.warning("host activity: %s", problem)
         return [None if dev.id in holders_unknown
-                else classify(dev, host, self.settings, self._memo, self._holders)
+                else classify(dev, host, self.settings, self._memo, self._holders, self.explain)
                 for dev in devices]

@@ -108,6 +108,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
                               timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
                               host_sampler=PastHost(), inline=True)
         collector.subscribe(recorder.on_snapshot)
+        collector.waiting.explain = False  # (the ledger books the reasons, not their evidence)
         # No collection of reference cycles while the chunk replays: a day's replay leaves a
         # few hundred objects in cycles, while the collector traversed the intervals the chunk
         # keeps (tens of thousands of objects, growing) again and again: 8 % of a replay, even
