@@ -102,14 +102,18 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
             return "unknown", (f"unknown: {_count(untold, 'process')} on the device cannot be "
                                "told apart among its holders")
         return "nothing", "nothing: no process of the holder on the device"
-    activity = device_activity(dev)
-    if activity is None:
-        return "unknown", "unknown: the device reports no activity"
-    percent, what = activity
-    own = [p.utilization_percent for p in procs]
-    idle_own = all(u is not None and u == 0 for u in own)
+    percent = dev.compute_active_percent  # (device_activity's figure; its words when needed)
+    if percent is None:
+        percent = dev.utilization_percent
+        if percent is None:
+            return "unknown", "unknown: the device reports no activity"
+    idle_own = all(p.utilization_percent is not None and p.utilization_percent == 0
+                   for p in procs)
     if percent >= s.idle_threshold_percent and not idle_own:
-        return "computing", f"computing: {percent:.0f} % ({what})" if explain else ""
+        if not explain:
+            return "computing", ""
+        return "computing", f"computing: {percent:.0f} % ({device_activity(dev)[1]})"  # type: ignore[index]
+    what = device_activity(dev)[1]  # type: ignore[index]
     below = f"{percent:.0f} % ({what})"
     found = [host.processes.get(p.pid) for p in procs]
     seen = [a for a in found if a is not None]
@@ -244,9 +248,13 @@ class WaitingClassifier:
     classification its evidence (``unknown``, saying why), never the cycle; each distinct
     problem is logged once."""
 
-    def __init__(self, settings: ActivitySettings, source: HostSource | None = None) -> None:
+    def __init__(self, settings: ActivitySettings, source: HostSource | None = None,
+                 detail: bool = True) -> None:
+        """``detail``: whether ``source`` is told which processes' threads are worth reading
+        (a real host's sampler; the simulation's evidence is made whole, and is not)."""
         self.settings = settings
         self.source: HostSource = source if source is not None else HostActivitySampler()
+        self.detail = detail
         self._logged: set[str] = set()
         self._memo: dict[tuple[object, ...], HolderWaiting] = {}
         self._holders: dict[str, tuple[object, ...]] = {}
@@ -269,7 +277,7 @@ class WaitingClassifier:
         if not sources:
             return cls(settings)
         from allsmi.hostactivity.simulated import SimulatedHostActivity
-        return cls(settings, SimulatedHostActivity(sources))
+        return cls(settings, SimulatedHostActivity(sources), detail=False)
 
     def _detailed(self, devices: Sequence[DeviceSample]) -> set[int]:
         """The processes whose threads' states are worth reading: those on devices below the
@@ -296,7 +304,8 @@ class WaitingClassifier:
         if not self.settings.enabled or not devices:
             return None
         try:
-            host = self.source.sample(holder_pids(devices), self._detailed(devices))
+            host = self.source.sample(holder_pids(devices),
+                                      self._detailed(devices) if self.detail else None)
         except Exception as exc:  # a reader's bug must not cost the cycle
             log.exception("host activity readers failed")
             host = HostActivity({}, NodeActivity(
