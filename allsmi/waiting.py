@@ -289,6 +289,27 @@ class WaitingClassifier:
                 out.update(p.pid for p in dev.processes or ())
         return out
 
+    def _undecided(self, devices: Sequence[DeviceSample]) -> set[int]:
+        """The processes whose evidence :func:`classify_holder` may read: those of devices
+        below the idle threshold (or with no activity figure), and elsewhere those reporting
+        0 % of their device (a holder all of whose processes do is not computing); the
+        others' holders are computing, whatever their host did. Asked of a source that makes
+        its evidence (the simulation's) instead of all holders' processes."""
+        threshold = self.settings.idle_threshold_percent
+        out = set()
+        for dev in devices:
+            procs = dev.processes
+            if not procs:
+                continue
+            percent = dev.compute_active_percent
+            if percent is None:
+                percent = dev.utilization_percent
+            if percent is None or percent < threshold:
+                out.update(p.pid for p in procs)
+            else:
+                out.update(p.pid for p in procs if p.utilization_percent == 0)
+        return out
+
     def apply(self, devices: Sequence[DeviceSample],
               holders_unknown: Collection[str] = ()) -> tuple[DeviceSample, ...]:
         """``devices`` with ``waiting`` filled in where someone holds them."""
@@ -304,8 +325,10 @@ class WaitingClassifier:
         if not self.settings.enabled or not devices:
             return None
         try:
-            host = self.source.sample(holder_pids(devices),
-                                      self._detailed(devices) if self.detail else None)
+            if self.detail:
+                host = self.source.sample(holder_pids(devices), self._detailed(devices))
+            else:
+                host = self.source.sample(self._undecided(devices))
         except Exception as exc:  # a reader's bug must not cost the cycle
             log.exception("host activity readers failed")
             host = HostActivity({}, NodeActivity(

@@ -84,8 +84,9 @@ class SimulatedBackend(Backend):
         self._plans: dict[str, tuple[Any, ...]] = {}
         self.templates_built = 0
         """Units whose templates were built (once each per :meth:`open`; tests count them)."""
-        #: The host evidence of each process of the last sample (see :meth:`host_evidence`).
-        self._evidence: dict[int, dict[str, Any]] = {}
+        #: What the host evidence of each process of the last sample is made of (see
+        #: :meth:`host_evidence`): made when asked, for the processes asked about.
+        self._evidence: dict[int, tuple[str | None, bool, float]] = {}
         #: Per unit, its activity fields while no process holds it (the same every cycle), and
         #: (bill-only) its idle sample with its memory used (see :meth:`_sample_unit`).
         self._quiet: dict[str, dict[str, Any]] = {}
@@ -203,7 +204,8 @@ class SimulatedBackend(Backend):
         """What the simulated processes ``pids`` did on the host at the last sample (the fields
         of ``allsmi.hostactivity.sampler.ProcessActivity``): a pure function of the sample's
         time, as everything simulated (``backends/simulated/activity.py``)."""
-        return {pid: self._evidence[pid] for pid in pids if pid in self._evidence}
+        made = self._evidence
+        return {pid: process_evidence(*made[pid]) for pid in pids if pid in made}
 
     def _activity(self, unit: Unit, job: int, r: float, util: float,
                   procs: tuple[ProcessSample, ...]) -> dict[str, Any]:
@@ -227,7 +229,7 @@ class SimulatedBackend(Backend):
             stall = None
         for i, proc in enumerate(procs):
             helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
-            self._evidence[proc.pid] = process_evidence(stall, not helper, r)
+            self._evidence[proc.pid] = (stall, not helper, r)
         if not busy:
             self._quiet[unit.key] = fields
         return fields
