@@ -106,7 +106,8 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
             backend.bill_only = True
         collector = Collector(backends, config, clock=clock,
                               timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
-                              host_sampler=PastHost(), inline=True)
+                              host_sampler=PastHost(), inline=True,
+                              history_size=1)  # (the recorder reads each snapshot once)
         collector.subscribe(recorder.on_snapshot)
         collector.waiting.explain = False  # (the ledger books the reasons, not their evidence)
         # No collection of reference cycles while the chunk replays: a day's replay leaves a
