@@ -1,0 +1,168 @@
+"""What a simulated bill's replay leaves out of each cycle, counted (not timed), each checked
+against what the full work gives: the cyclic garbage collector and the live collector's
+history (while a chunk replays), the waiting step's evidence (a ledger books reasons), the
+host evidence of computing holders (never read), and the simulated backend's per-cycle
+look-ups of what never changes about a unit (a bill-only sample is a full one less the fields
+no bill reads)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import gc
+
+import pytest
+
+import allsmi.backends.simulated as simulated
+import allsmi.waiting
+from allsmi.attribution import build_attributor
+from allsmi.backends.simulated import UNBILLED, simulated_backends
+from allsmi.collector import Collector
+from allsmi.config import parse_config
+from allsmi.registry import declarations
+
+T0 = 1_790_000_000.0
+CYCLES = 40
+
+
+def _window(hours: float):  # type: ignore[no-untyped-def]
+    from allsmi.accounting.periods import Window
+    start = T0 - T0 % 3600
+    return Window(dt.datetime.fromtimestamp(start, dt.timezone.utc),
+                  dt.datetime.fromtimestamp(start + hours * 3600, dt.timezone.utc))
+
+
+def test_a_chunk_replays_without_cyclic_collection_and_keeps_one_snapshot(tmp_path,
+                                                                         monkeypatch) -> None:
+    """While a chunk replays, the cyclic garbage collector is off (it traversed the intervals
+    the chunk keeps, again and again) and the collector keeps the last snapshot only; both
+    are as before once the chunk is done."""
+    from allsmi.backends.simulated.scenario import load_scenario
+    from allsmi.cli.simbill import simulated_ledger
+    seen: list[tuple[bool, int]] = []
+    collect = Collector.collect_once
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        snapshot = collect(self)
+        seen.append((gc.isenabled(), len(self.history)))
+        return snapshot
+    monkeypatch.setattr(Collector, "collect_once", counting)
+    assert gc.isenabled()
+    simulated_ledger(load_scenario("mixed"), _window(1), parse_config(""), str(tmp_path),
+                     workers=1)
+    assert len(seen) > 50
+    assert not any(enabled for enabled, _ in seen)
+    assert {kept for _, kept in seen} == {1}
+    assert gc.isenabled()
+
+
+def _collector(now: list[float], **waiting: object) -> Collector:
+    """The replay's collector over the mixed node (bill-only backends), its waiting step's
+    attributes set to ``waiting``."""
+    config = parse_config("")
+    attributor = build_attributor(config, simulate=True, declarations=declarations(), inline=True)
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in backends:
+        backend.bill_only = True
+    collector = Collector(backends, config, clock=lambda: now[0], attributor=attributor,
+                          inline=True)
+    for name, value in waiting.items():
+        setattr(collector.waiting, name, value)
+    return collector
+
+
+def _reasons(collector: Collector, now: list[float]) -> list[list[object]]:
+    """Each cycle's (device, holder, reason, evidence) of every waiting entry."""
+    out = []
+    try:
+        for _ in range(CYCLES):
+            snapshot = collector.collect_once()
+            out.append([(d.id, w.user, w.pod, w.job_id, w.reason, w.evidence)
+                        for d in snapshot.devices for w in d.waiting or ()])
+            now[0] += 60.0
+    finally:
+        collector.close()
+    return out
+
+
+def test_an_unexplained_classification_has_the_same_reasons_and_reuses_its_entries(
+        monkeypatch) -> None:
+    """Without ``explain`` (a replay), each holder's reason is the explained one and its
+    evidence is empty, and a computing holder's entry is made once, not every cycle."""
+    made = []
+    entry = allsmi.waiting.HolderWaiting
+    monkeypatch.setattr(allsmi.waiting, "HolderWaiting",
+                        lambda *a, **k: made.append(a) or entry(*a, **k))
+    now = [T0]
+    explained = _reasons(_collector(now), now)
+    made_explained = len(made)
+    made.clear()
+    now = [T0]
+    bare = _reasons(_collector(now, explain=False), now)
+    assert [[r[:5] for r in cycle] for cycle in bare] == \
+        [[r[:5] for r in cycle] for cycle in explained]
+    reasons = {r[4] for cycle in bare for r in cycle}
+    assert "computing" in reasons and len(reasons) > 1  # (stalls too)
+    assert {r[5] for cycle in bare for r in cycle} == {""}
+    held = sum(len(cycle) for cycle in bare)
+    distinct = len({r[1:5] for cycle in bare for r in cycle})
+    assert len(made) == distinct < held / 4
+    assert made_explained > 5 * len(made)  # explained: most computing entries are new
+
+
+def test_the_simulated_host_evidence_is_made_only_for_holders_not_computing(monkeypatch) -> None:
+    """The simulation's host evidence is made for the processes the classification may read
+    (devices below the idle threshold, processes at 0 %), not for every holder's; the
+    classification is what evidence for all of them gives."""
+    calls = []
+    made = simulated.process_evidence
+    monkeypatch.setattr(simulated, "process_evidence",
+                        lambda *a: calls.append(a) or made(*a))
+    now = [T0]
+    full = _reasons(_collector(now, detail=True), now)  # every holder's process asked
+    every = len(calls)
+    calls.clear()
+    now = [T0]
+    asked = _reasons(_collector(now), now)
+    assert asked == full
+    assert every > CYCLES * 10
+    assert 0 < len(calls) < every / 2
+
+
+@pytest.mark.parametrize("faults", [False, True])
+def test_a_bill_only_sample_is_the_full_sample_less_the_unbilled_fields(faults) -> None:
+    """The bill-only path of the simulated backend (what never changes about a unit looked up
+    once) gives each device exactly the full sample's fields, but for those of ``UNBILLED``
+    (left unknown); a lost unit (the faults scenario) too."""
+    from allsmi.backends.simulated.scenario import load_scenario
+    from allsmi.schema import DeviceSample
+    scenario = load_scenario("mixed-faults" if faults else "mixed")
+    now = [T0]
+    full = simulated_backends(scenario, clock=lambda: now[0])
+    billed = simulated_backends(scenario, clock=lambda: now[0])
+    for backend in billed:
+        backend.bill_only = True
+    kept = [f.name for f in dataclasses.fields(DeviceSample) if f.name not in UNBILLED]
+    compared = 0
+    for backend in (*full, *billed):
+        backend.open()
+        backend.close()  # (a hanging backend then fails at once instead)
+    for _ in range(CYCLES):
+        for a, b in zip(full, billed):
+            try:
+                expected = a.sample()
+            except Exception as exc:  # (a fault window: both fail alike)
+                with pytest.raises(type(exc)):
+                    b.sample()
+                continue
+            got = b.sample()
+            assert [d.id for d in got] == [d.id for d in expected]
+            for x, y in zip(got, expected):
+                assert [getattr(x, f) for f in kept] == [getattr(y, f) for f in kept]
+                assert all(getattr(x, f) in (None, {}) for f in UNBILLED)
+                compared += 1
+            pids = set(a._evidence) | set(b._evidence)
+            assert a.host_evidence(pids) == b.host_evidence(pids)
+        now[0] += 60.0
+    assert compared > CYCLES * 30
+    assert sum(len(b._plans) for b in billed) <= sum(len(b._units) for b in billed)
