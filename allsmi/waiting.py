@@ -248,6 +248,12 @@ class WaitingClassifier:
     classification its evidence (``unknown``, saying why), never the cycle; each distinct
     problem is logged once."""
 
+    explain = True
+    """Whether each entry says why (its ``evidence``); ``False`` for a replay into a ledger
+    (``allsmi.cli.simbill``), which books each holder's reason and never its evidence: entries
+    are then the same objects from one cycle to the next while the reasons are
+    (tests/test_replay_invariants.py checks that the ledger is the same, row for row)."""
+
     def __init__(self, settings: ActivitySettings, source: HostSource | None = None,
                  detail: bool = True) -> None:
         """``detail``: whether ``source`` is told which processes' threads are worth reading
@@ -260,11 +266,6 @@ class WaitingClassifier:
         self._holders: dict[str, tuple[object, ...]] = {}
         self.problems: tuple[str, ...] = ()
         """What the host readers could not read in the last cycle (one line each)."""
-        self.explain = True
-        """Whether each entry says why (its ``evidence``); ``False`` for a replay into a ledger
-        (``allsmi.cli.simbill``), which books each holder's reason and never its evidence:
-        entries are then the same objects from one cycle to the next while the reasons are
-        (tests/test_replay_invariants.py checks that the ledger is the same, row for row)."""
 
     @classmethod
     def for_backends(cls, settings: ActivitySettings,
