@@ -166,3 +166,31 @@ def test_a_bill_only_sample_is_the_full_sample_less_the_unbilled_fields(faults) 
         now[0] += 60.0
     assert compared > CYCLES * 30
     assert sum(len(b._plans) for b in billed) <= sum(len(b._units) for b in billed)
+
+
+def test_the_same_attribution_answers_are_merged_once_whatever_their_statuses() -> None:
+    """The simulated pods and jobs answer the same (the very same object) for hours, each cycle
+    with a new status (its timing): the answers are merged once, and each cycle's attribution
+    is what merging afresh gives, with that cycle's statuses."""
+    config = parse_config("")
+    now = [T0]
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in backends:
+        backend.open()
+    kept = build_attributor(config, simulate=True, declarations=declarations(), inline=True)
+    try:
+        for _ in range(15):
+            devices = [d for b in backends for d in b.sample()]
+            got = kept.resolve(devices, now=now[0])
+            with build_attributor(config, simulate=True, declarations=declarations(),
+                                  inline=True) as fresh:
+                expected = fresh.resolve(devices, now=now[0])
+            assert got.workloads == expected.workloads and got.workloads
+            assert (got.processes, got.unknown, got.conflicts) == \
+                (expected.processes, expected.unknown, expected.conflicts)
+            assert [(s.name, s.status, s.message) for s in got.statuses] == \
+                [(s.name, s.status, s.message) for s in expected.statuses]
+            now[0] += 60.0
+        assert kept.merges <= 2  # (a new answer at a job block's or a day's start)
+    finally:
+        kept.close()
