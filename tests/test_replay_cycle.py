@@ -194,3 +194,30 @@ def test_the_same_attribution_answers_are_merged_once_whatever_their_statuses() 
         assert kept.merges <= 2  # (a new answer at a job block's or a day's start)
     finally:
         kept.close()
+
+
+def test_a_device_s_claims_are_made_once_a_cycle_for_the_waiting_step_and_the_split(
+        tmp_path, monkeypatch) -> None:
+    """The waiting step (its holders) and the recorder (its fair-share split) both read the
+    claims on a held device whose processes changed: they are made once, not twice."""
+    import allsmi.fairshare as fairshare
+    from allsmi.accounting.recorder import LedgerRecorder
+    made: list[tuple[int, str]] = []
+    claims = fairshare._claims
+    cycle = [0]
+    monkeypatch.setattr(fairshare, "_claims",
+                        lambda dev: made.append((cycle[0], dev.id)) or claims(dev))
+    now = [T0]
+    collector = _collector(now)
+    recorder = LedgerRecorder(tmp_path / "ledger.db", parse_config(""))
+    collector.subscribe(recorder.on_snapshot)
+    try:
+        for cycle[0] in range(CYCLES):
+            collector.collect_once()
+            now[0] += 60.0
+    finally:
+        collector.close()
+        recorder.close()
+    assert recorder.last_error is None
+    assert len(made) > CYCLES * 5  # (processes that move: claimed again)
+    assert len(set(made)) == len(made)
