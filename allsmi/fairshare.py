@@ -82,6 +82,9 @@ class ClaimUnit(NamedTuple):
 #: the very objects): the waiting step and the ledger's split ask for the same device's
 #: claims in the same cycle (see :func:`claim_units`).
 _CLAIMS: dict[str, tuple[object, object, list[ClaimUnit]]] = {}
+claims_made = 0
+"""Devices whose claims :func:`claim_units` made (the others were the same as last made: what
+a test counts)."""
 
 
 def claim_units(dev: DeviceSample) -> list[ClaimUnit]:
@@ -91,6 +94,8 @@ def claim_units(dev: DeviceSample) -> list[ClaimUnit]:
     last = _CLAIMS.get(dev.id)
     if last is not None and last[0] is dev.processes and last[1] is dev.workloads:
         return last[2]
+    global claims_made
+    claims_made += 1
     units = _claims(dev)
     if len(_CLAIMS) >= 4096:  # (devices gone: a bound, not a cache of every device ever seen)
         _CLAIMS.clear()

@@ -202,15 +202,17 @@ def test_a_device_s_claims_are_made_once_a_cycle_for_the_waiting_step_and_the_sp
     claims on a held device whose processes changed: they are made once, not twice."""
     import allsmi.fairshare as fairshare
     from allsmi.accounting.recorder import LedgerRecorder
-    made: list[tuple[int, str]] = []
-    claims = fairshare._claims
+    from allsmi.fairshare import claim_units
+    asked: list[tuple[int, str, int]] = []  # (cycle, device, claims made before)
     cycle = [0]
-    monkeypatch.setattr(fairshare, "_claims",
-                        lambda dev: made.append((cycle[0], dev.id)) or claims(dev))
+    monkeypatch.setattr(fairshare, "claim_units", lambda dev: asked.append(
+        (cycle[0], dev.id, fairshare.claims_made)) or claim_units(dev))
+    monkeypatch.setattr(allsmi.waiting, "claim_units", fairshare.claim_units)  # (imported by name)
     now = [T0]
     collector = _collector(now)
     recorder = LedgerRecorder(tmp_path / "ledger.db", parse_config(""))
     collector.subscribe(recorder.on_snapshot)
+    before = fairshare.claims_made
     try:
         for cycle[0] in range(CYCLES):
             collector.collect_once()
@@ -219,5 +221,7 @@ def test_a_device_s_claims_are_made_once_a_cycle_for_the_waiting_step_and_the_sp
         collector.close()
         recorder.close()
     assert recorder.last_error is None
-    assert len(made) > CYCLES * 5  # (processes that move: claimed again)
-    assert len(set(made)) == len(made)
+    made = fairshare.claims_made - before
+    twice = {(c, d) for c, d, _ in asked if sum(1 for a in asked if a[:2] == (c, d)) > 1}
+    assert len(twice) > CYCLES * 5  # the waiting step and the split asked for the same claims
+    assert CYCLES * 5 < made <= len({(c, d) for c, d, _ in asked})  # made once each time

@@ -24,6 +24,7 @@ from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample, derive
 
 from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
+from .billed import BilledSampling, core_utilization
 from .jobs import MIB, JobDraws
 from .model import LoadCycle, in_window
 from .identity import installed_backend, partition_share
@@ -45,7 +46,7 @@ UNBILLED = ("temperature_celsius", "fan_percent", "clock_mhz", "details", "sm_oc
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
 
-class SimulatedBackend(Backend):
+class SimulatedBackend(BilledSampling, Backend):
     """Impersonates one backend (``target``) of a scenario."""
 
     name = "simulated"
@@ -265,115 +266,6 @@ class SimulatedBackend(Backend):
             if job_mem > 0 else ()
         return util, overhead + job_mem, procs, job, r
 
-    def _billed_unit(self, scenario: Scenario, unit: Unit, s: float,
-                     blank: dict[str, None]) -> list[DeviceSample]:
-        """:meth:`_sample_unit` of a ``bill_only`` backend: the same samples, field for field,
-        with what is constant per unit (its templates, its power's slope, which of its
-        branches apply) looked up once per unit instead of worked out every cycle. Written
-        out for speed: a month's bill samples each unit 44,640 times."""
-        if scenario.faults and self._lost(scenario, unit, s):
-            return self._sample_unit(scenario, unit, s, blank)
-        plan = self._plans.get(unit.key)
-        if plan is None:
-            plan = self._plan_of(unit, blank)
-        template, child_templates, k, activity, looking, cores = plan
-        spec = unit.spec
-        wobble = unit.wobble
-        load = self._load
-        idle_watts = spec.power_idle_watts
-        if unit.children:
-            loads = [load(scenario, c.cycle, c, s, c.memory_total) for c in unit.children]
-            total_util = sum(l[0] for l in loads)
-            power = idle_watts + wobble.value(s) + k * total_util
-            energy = None
-            if spec.has_energy_counter:
-                energy = (idle_watts * s + wobble.cumulative(s)
-                          + k * sum(c.cycle.cumulative(s) for c in unit.children))
-            out: list[DeviceSample] = [template]  # (replaced below)
-            used_total = 0
-            for child, child_template, (child_util, used, procs, job, r) in zip(
-                    unit.children, child_templates, loads):
-                changes = self._activity(child, job, r, child_util, procs).copy()
-                changes["memory_used_bytes"] = used
-                changes["processes"] = procs
-                if blank:
-                    changes.update(blank)
-                out.append(derive(child_template, **changes))
-                used_total += used
-            changes = {"utilization_percent": None, "memory_used_bytes": used_total,
-                       "power_watts": round(power, 3),
-                       "energy_joules": None if energy is None else round(energy, 3),
-                       "processes": ()}
-            if blank:
-                changes.update(blank)
-            out[0] = derive(template, **changes)
-            return out
-        util, used_total, procs, job, r = load(scenario, unit.cycle, unit, s, unit.memory_total,
-                                               activity)
-        # (the same arithmetic as _sample_unit's over its one load)
-        total_util = 0 + util
-        power = idle_watts + wobble.value(s) + k * total_util
-        energy = None
-        if spec.has_energy_counter:
-            energy = idle_watts * s + wobble.cumulative(s) + k * (0 + unit.cycle.cumulative(s))
-        mean_util = total_util / 1
-        if cores:
-            per_core = tuple(round(max(0.0, min(100.0, mean_util + (5.0 * math.sin(
-                6.283 * s / 41.0 + 6.283 * i / cores) if mean_util else 0.0))), 2)
-                for i in range(cores))
-            shown: float = sum(per_core) / len(per_core)
-        else:
-            shown = mean_util
-        fields = self._activity(unit, job, r, mean_util, procs)
-        if looking:
-            shown = busy_looking_utilization(shown, bool(procs))
-        if not procs and shown == 0.0:
-            # Idle: all but its power and energy is the unit's idle sample (made once).
-            idle = self._idle.get(unit.key)
-            if idle is None or idle[0] != used_total:
-                changes = fields.copy()
-                changes["utilization_percent"] = round(shown, 2)
-                changes["memory_used_bytes"] = used_total
-                changes["processes"] = procs
-                if blank:
-                    changes.update(blank)
-                idle = self._idle[unit.key] = (used_total, derive(template, **changes))
-            changes = {"power_watts": round(power, 3),
-                       "energy_joules": None if energy is None else round(energy, 3)}
-            if blank:
-                changes.update(blank)
-            return [derive(idle[1], **changes)]
-        changes = fields.copy()
-        changes["utilization_percent"] = round(shown, 2)
-        changes["memory_used_bytes"] = used_total
-        changes["power_watts"] = round(power, 3)
-        changes["energy_joules"] = None if energy is None else round(energy, 3)
-        changes["processes"] = procs
-        if blank:
-            changes.update(blank)
-        return [derive(template, **changes)]
-
-    def _plan_of(self, unit: Unit, blank: dict[str, None]
-                 ) -> tuple[Any, ...]:
-        """What :meth:`_billed_unit` needs of ``unit`` that never changes, made once: its
-        templates, its power's slope per percent of utilization, whether its tool reports
-        per-process activity, whether it is a busy-looking device, and its cores."""
-        spec = unit.spec
-        vendor, kind = self._vendor_kind(spec)
-        static = self._static.get(unit.key)
-        if static is None:
-            static = self._static[unit.key] = self._static_of(unit, vendor, kind)
-        template, child_templates = self._templates.get(unit.key) \
-            or self._templates_of(unit, static, blank)
-        assert unit.wobble is not None
-        span = 0.92 * spec.power_limit_watts - spec.power_idle_watts - unit.wobble.amp
-        k = span / 100.0 / (len(unit.children) or 1)
-        plan = self._plans[unit.key] = (
-            template, child_templates, k, spec.backend in self.ACTIVITY_BACKENDS,
-            unit.parent is None and unit.index in spec.busy_looking and not unit.children,
-            spec.cores if spec.cores and not unit.children else 0)
-        return plan
-
     def _static_of(self, unit: Unit, vendor: str, kind: str) -> dict[str, Any]:
         """The fields of ``unit``'s samples that never change."""
         spec = unit.spec
@@ -417,21 +309,18 @@ class SimulatedBackend(Backend):
         if spec.has_energy_counter:
             energy = (spec.power_idle_watts * s + unit.wobble.cumulative(s)
                       + k * sum(l[0].cycle.cumulative(s) for l in loads))
-        full = not self.bill_only
-        if full:
-            # Temperature follows the job's base load with a thermal lag (tau 90 s).
-            heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
-            temp = spec.temperature_idle_celsius \
-                + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
-                * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
-            clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
-            fan = (30.0 + 65.0 * heat) if spec.has_fan else None
+        # (a bill-only sample is made by _billed_unit, but for a lost unit's: made above)
+        # Temperature follows the job's base load with a thermal lag (tau 90 s).
+        heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
+        temp = spec.temperature_idle_celsius \
+            + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
+            * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
+        clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
+        fan = (30.0 + 65.0 * heat) if spec.has_fan else None
         details: dict[str, Any] = {}
         util: float | None = mean_util
         if spec.cores and not unit.children:
-            cores = tuple(round(max(0.0, min(100.0, mean_util + (5.0 * math.sin(
-                6.283 * s / 41.0 + 6.283 * i / spec.cores) if mean_util else 0.0))), 2)
-                for i in range(spec.cores))
+            cores = core_utilization(mean_util, s, spec.cores)
             details["core_utilization_percent"] = cores
             util = sum(cores) / len(cores)
         children_out: list[DeviceSample] = []
@@ -452,22 +341,6 @@ class SimulatedBackend(Backend):
             activity = self._activity(unit, job, r, mean_util, procs_parent)
             if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
-        if not full:  # (the fields of UNBILLED stay the template's None)
-            if not procs_parent and util == 0.0 and not unit.children:
-                # Idle: all but its power and energy is the unit's idle sample (made once).
-                idle = self._idle.get(unit.key)
-                if idle is None or idle[0] != used_total:
-                    idle = self._idle[unit.key] = (used_total, moved(
-                        template, **activity, utilization_percent=round(util, 2),
-                        memory_used_bytes=used_total, processes=procs_parent))
-                return [moved(idle[1], power_watts=round(power, 3),
-                              energy_joules=None if energy is None else round(energy, 3))]
-            parent = moved(
-                template, **activity, utilization_percent=None if util is None else round(util, 2),
-                memory_used_bytes=used_total, power_watts=round(power, 3),
-                energy_joules=None if energy is None else round(energy, 3),
-                processes=procs_parent)
-            return [parent] + children_out
         parent = moved(
             template, **activity, utilization_percent=None if util is None else round(util, 2),
             memory_used_bytes=used_total,
