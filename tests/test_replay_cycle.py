@@ -225,3 +225,28 @@ def test_a_device_s_claims_are_made_once_a_cycle_for_the_waiting_step_and_the_sp
     twice = {(c, d) for c, d, _ in asked if sum(1 for a in asked if a[:2] == (c, d)) > 1}
     assert len(twice) > CYCLES * 5  # the waiting step and the split asked for the same claims
     assert CYCLES * 5 < made <= len({(c, d) for c, d, _ in asked})  # made once each time
+
+
+def test_core_utilization_is_the_formula_with_each_core_count_phased_once() -> None:
+    """The cores' utilization written out for speed gives the formula's very floats (busy,
+    idle, at the bounds), and each core count's phases are made once, not every cycle."""
+    import math
+    import random
+
+    from allsmi.backends.simulated.billed import CORE_PHASES, core_utilization
+
+    def formula(mean_util: float, s: float, cores: int) -> tuple[float, ...]:
+        return tuple(round(max(0.0, min(100.0, mean_util + (5.0 * math.sin(
+            6.283 * s / 41.0 + 6.283 * i / cores) if mean_util else 0.0))), 2)
+            for i in range(cores))
+    pick = random.Random(36)
+    CORE_PHASES.clear()
+    for _ in range(20_000):
+        mean = pick.choice([0, 0.0, -0.0, 100.0, pick.uniform(0, 4), pick.uniform(96, 100),
+                            pick.uniform(0, 100)])
+        s, cores = pick.uniform(0, 3e6), pick.choice([1, 3, 8])
+        assert repr(core_utilization(mean, s, cores)) == repr(formula(mean, s, cores))
+    assert set(CORE_PHASES) == {1, 3, 8}
+    made = CORE_PHASES[8]
+    core_utilization(50.0, 1.0, 8)
+    assert CORE_PHASES[8] is made
