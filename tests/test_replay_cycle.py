@@ -250,3 +250,28 @@ def test_core_utilization_is_the_formula_with_each_core_count_phased_once() -> N
     made = CORE_PHASES[8]
     core_utilization(50.0, 1.0, 8)
     assert CORE_PHASES[8] is made
+
+
+def test_the_model_s_integrals_are_their_formulas_with_constants_made_once() -> None:
+    """The load cycle's integral and the power wobble's give their formulas' very floats with
+    what does not depend on time made once per cycle (not every sample)."""
+    import math
+    import random
+
+    from allsmi.backends.simulated.model import TAU, LoadCycle, Wobble
+    pick = random.Random(36)
+    for k in range(50):
+        c = LoadCycle.make(f"unit{k}", pick.uniform(0.2, 0.9), (600.0, 7200.0))
+        w = Wobble(pick.uniform(1, 20), pick.uniform(300, 600), pick.uniform(0, TAU))
+        for _ in range(200):
+            x, s = pick.uniform(0, c.active), pick.uniform(0, 4e6)
+            assert repr(c._integral_within(x)) == repr(
+                c.base * x
+                + c.amp1 * c.per1 / TAU * (math.cos(c.ph1) - math.cos(TAU * x / c.per1 + c.ph1))
+                + c.amp2 * c.per2 / TAU * (math.cos(c.ph2) - math.cos(TAU * x / c.per2 + c.ph2)))
+            assert repr(w.cumulative(s)) == repr(
+                w.amp * w.per / TAU * (math.cos(w.ph) - math.cos(TAU * s / w.per + w.ph)))
+        made = c.__dict__["_sines"], w.__dict__["_constants"]
+        c.cumulative(1.0), w.cumulative(1.0)
+        assert (c.__dict__["_sines"], w.__dict__["_constants"]) == made
+        assert c.__dict__["_sines"] is made[0] and w.__dict__["_constants"] is made[1]
