@@ -275,3 +275,74 @@ def test_the_model_s_integrals_are_their_formulas_with_constants_made_once() -> 
         c.cumulative(1.0), w.cumulative(1.0)
         assert (c.__dict__["_sines"], w.__dict__["_constants"]) == made
         assert c.__dict__["_sines"] is made[0] and w.__dict__["_constants"] is made[1]
+
+
+def test_a_replay_s_reused_samples_are_fresh_copies_cycle_by_cycle(monkeypatch) -> None:
+    """With ``reuse_samples`` (a replay), each cycle's devices, as the collector completes them
+    (groups, holders, waiting), are field for field those of fresh copies, cycle after cycle,
+    while a unit's sample is copied whole only when its template or its changed fields change,
+    not every cycle."""
+    import allsmi.backends.simulated.billed as billed
+    copied = [0]
+    derive = billed.derive
+    monkeypatch.setattr(billed, "derive", lambda sample, **changes: copied.__setitem__(
+        0, copied[0] + 1) or derive(sample, **changes))
+
+    def cycles(reuse: bool) -> tuple[list[list[tuple[object, ...]]], int]:
+        now = [T0]
+        collector = _collector(now)
+        for runner in collector.runners:
+            runner.backend.reuse_samples = reuse
+        copied[0], out = 0, []
+        try:
+            for _ in range(CYCLES):
+                out.append([_values(dev) for dev in collector.collect_once().devices])
+                now[0] += 60.0
+        finally:
+            collector.close()
+        return out, copied[0]
+    fresh, copies = cycles(False)
+    reused, reuses = cycles(True)
+    assert reused == fresh
+    devices = len(fresh[0])
+    assert devices > 30 and any(dev[_field_index("waiting")] for dev in fresh[-1])
+    assert copies >= CYCLES * devices
+    assert reuses < CYCLES * devices / 4
+
+
+
+def test_a_reused_sample_gets_back_its_template_s_fields_that_the_collector_sets() -> None:
+    """What a collector sets on a sample in place (its group, labels, workloads, processes,
+    waiting) is not left on it for the next cycle: the reused samples are still those of a
+    backend that copies them afresh."""
+    from allsmi.backends.simulated.billed import COLLECTOR_SET
+    now = [T0]
+    reusing = simulated_backends("mixed", clock=lambda: now[0])
+    copying = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in reusing + copying:
+        backend.bill_only = True
+        backend.probe()
+        backend.open()
+    for backend in reusing:
+        backend.reuse_samples = True
+    set_by_collector = {"resource_group": "elsewhere", "labels": {"team": "x"}, "workloads": (),
+                        "processes": (), "waiting": ()}
+    assert set(set_by_collector) == set(COLLECTOR_SET)
+    for _ in range(4):
+        mine = [dev for backend in reusing for dev in backend.sample()]
+        theirs = [dev for backend in copying for dev in backend.sample()]
+        assert [_values(dev) for dev in mine] == [_values(dev) for dev in theirs]
+        for dev in mine:
+            for name, value in set_by_collector.items():
+                object.__setattr__(dev, name, value)
+        now[0] += 60.0
+
+
+def _values(dev: object) -> tuple[object, ...]:
+    return tuple(getattr(dev, f.name) for f in dataclasses.fields(dev))  # type: ignore[arg-type]
+
+
+def _field_index(name: str) -> int:
+    """The position of the sample field ``name`` among its fields."""
+    from allsmi.schema import DeviceSample
+    return [f.name for f in dataclasses.fields(DeviceSample)].index(name)

@@ -104,6 +104,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
                                 config.backends_enabled)
         for backend in backends:  # (what no bill reads is not computed: a replay is a bill)
             backend.bill_only = True
+            backend.reuse_samples = True  # (and no sample is kept past its cycle)
         collector = Collector(backends, config, clock=clock,
                               timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
                               host_sampler=PastHost(), inline=True,

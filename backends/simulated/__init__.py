@@ -92,6 +92,8 @@ class SimulatedBackend(BilledSampling, Backend):
         #: (bill-only) its idle sample with its memory used (see :meth:`_sample_unit`).
         self._quiet: dict[str, dict[str, Any]] = {}
         self._idle: dict[str, tuple[int, DeviceSample]] = {}
+        #: (``reuse_samples``) each sample's template, changed fields and last sample.
+        self._kept: dict[Any, tuple[DeviceSample, tuple[str, ...], DeviceSample]] = {}
         #: The fields the impersonated backend never reports, ``None`` each (made at the first
         #: sample after :meth:`open`).
         self._blank: dict[str, None] | None = None
@@ -150,7 +152,7 @@ class SimulatedBackend(BilledSampling, Backend):
         self._closed.clear()
         self._units = []
         self._static, self._templates, self._idle, self._quiet = {}, {}, {}, {}
-        self._plans = {}
+        self._plans, self._kept = {}, {}
         self._blank = None
         self._source = getattr(self._real, "compute_active_source", None) if self._real else None
         for spec in scenario.devices:
