@@ -78,9 +78,33 @@ class ClaimUnit(NamedTuple):
     members: tuple[tuple[Holder, tuple[ProcessSample, ...]], ...]
 
 
+#: Per device id, its last claims and what they were made of (its processes and workloads,
+#: the very objects): the waiting step and the ledger's split ask for the same device's
+#: claims in the same cycle (see :func:`claim_units`).
+_CLAIMS: dict[str, tuple[object, object, list[ClaimUnit]]] = {}
+claims_made = 0
+"""Devices whose claims :func:`claim_units` made (the others were the same as last made: what
+a test counts)."""
+
+
 def claim_units(dev: DeviceSample) -> list[ClaimUnit]:
     """The claims on ``dev``: one unit a workload (with the processes it runs), or one a process
-    where no workload is declared."""
+    where no workload is declared. Made once for the same processes and workloads (the very
+    objects) of a device: the list returned is shared, and read only."""
+    last = _CLAIMS.get(dev.id)
+    if last is not None and last[0] is dev.processes and last[1] is dev.workloads:
+        return last[2]
+    global claims_made
+    claims_made += 1
+    units = _claims(dev)
+    if len(_CLAIMS) >= 4096:  # (devices gone: a bound, not a cache of every device ever seen)
+        _CLAIMS.clear()
+    _CLAIMS[dev.id] = (dev.processes, dev.workloads, units)
+    return units
+
+
+def _claims(dev: DeviceSample) -> list[ClaimUnit]:
+    """:func:`claim_units`, made."""
     procs = dev.processes or ()
     works = dev.workloads or ()
     if not works:

@@ -90,10 +90,11 @@ def _traffic(dev: DeviceSample, node: NodeActivity) -> tuple[float | None, float
 
 
 def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: HostActivity,
-                    s: ActivitySettings, untold: int = 0) -> tuple[str, str]:
+                    s: ActivitySettings, untold: int = 0, explain: bool = True) -> tuple[str, str]:
     """(reason, evidence) of one holder of ``dev`` with its processes ``procs`` on it;
     ``untold``: processes of the device that belong to none of its holders as far as can be
-    told (several pods whose processes carry no job id)."""
+    told (several pods whose processes carry no job id). Without ``explain``, the evidence of
+    a computing holder (the common case) is not written out (``""``)."""
     if dev.processes is None:
         return "unknown", "unknown: the device's processes are not listed"
     if not procs:
@@ -101,14 +102,18 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
             return "unknown", (f"unknown: {_count(untold, 'process')} on the device cannot be "
                                "told apart among its holders")
         return "nothing", "nothing: no process of the holder on the device"
-    activity = device_activity(dev)
-    if activity is None:
-        return "unknown", "unknown: the device reports no activity"
-    percent, what = activity
-    own = [p.utilization_percent for p in procs]
-    idle_own = all(u is not None and u == 0 for u in own)
+    percent = dev.compute_active_percent  # (device_activity's figure; its words when needed)
+    if percent is None:
+        percent = dev.utilization_percent
+        if percent is None:
+            return "unknown", "unknown: the device reports no activity"
+    idle_own = all(p.utilization_percent is not None and p.utilization_percent == 0
+                   for p in procs)
     if percent >= s.idle_threshold_percent and not idle_own:
-        return "computing", f"computing: {percent:.0f} % ({what})"
+        if not explain:
+            return "computing", ""
+        return "computing", f"computing: {percent:.0f} % ({device_activity(dev)[1]})"  # type: ignore[index]
+    what = device_activity(dev)[1]  # type: ignore[index]
     below = f"{percent:.0f} % ({what})"
     found = [host.processes.get(p.pid) for p in procs]
     seen = [a for a in found if a is not None]
@@ -183,12 +188,14 @@ def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], lin
 
 def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
              memo: dict[tuple[object, ...], HolderWaiting] | None = None,
-             known: dict[str, tuple[object, ...]] | None = None
+             known: dict[str, tuple[object, ...]] | None = None, explain: bool = True
              ) -> tuple[HolderWaiting, ...] | None:
     """``dev``'s ``waiting``: one entry per holder, ``None`` when nobody holds it. ``memo``
     keeps the entries already made (the same holder with the same evidence, cycle after
     cycle, is one object, cleaned once); ``known``, each device's holders as last found, made
-    again only when its processes (the very objects) or workloads changed."""
+    again only when its processes (the very objects) or workloads changed. Without
+    ``explain``, each entry's evidence is ``""`` (its reason is what a bill books): the same
+    holder with the same reason is then one entry for as long as it is in ``memo``."""
     last = known.get(dev.id) if known is not None else None
     if last is not None and last[0] is dev.processes and last[1] == dev.workloads:
         found, untold = last[2], last[3]  # type: ignore[assignment]
@@ -206,7 +213,9 @@ def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,
         return None
     out = []
     for holder, procs in found:
-        reason, evidence = classify_holder(dev, procs, host, s, untold)
+        reason, evidence = classify_holder(dev, procs, host, s, untold, explain)
+        if not explain:
+            evidence = ""
         key = (holder, reason, evidence)
         entry = memo.get(key) if memo is not None else None
         if entry is None:
@@ -239,9 +248,19 @@ class WaitingClassifier:
     classification its evidence (``unknown``, saying why), never the cycle; each distinct
     problem is logged once."""
 
-    def __init__(self, settings: ActivitySettings, source: HostSource | None = None) -> None:
+    explain = True
+    """Whether each entry says why (its ``evidence``); ``False`` for a replay into a ledger
+    (``allsmi.cli.simbill``), which books each holder's reason and never its evidence: entries
+    are then the same objects from one cycle to the next while the reasons are
+    (tests/test_replay_invariants.py checks that the ledger is the same, row for row)."""
+
+    def __init__(self, settings: ActivitySettings, source: HostSource | None = None,
+                 detail: bool = True) -> None:
+        """``detail``: whether ``source`` is told which processes' threads are worth reading
+        (a real host's sampler; the simulation's evidence is made whole, and is not)."""
         self.settings = settings
         self.source: HostSource = source if source is not None else HostActivitySampler()
+        self.detail = detail
         self._logged: set[str] = set()
         self._memo: dict[tuple[object, ...], HolderWaiting] = {}
         self._holders: dict[str, tuple[object, ...]] = {}
@@ -259,7 +278,7 @@ class WaitingClassifier:
         if not sources:
             return cls(settings)
         from allsmi.hostactivity.simulated import SimulatedHostActivity
-        return cls(settings, SimulatedHostActivity(sources))
+        return cls(settings, SimulatedHostActivity(sources), detail=False)
 
     def _detailed(self, devices: Sequence[DeviceSample]) -> set[int]:
         """The processes whose threads' states are worth reading: those on devices below the
@@ -269,6 +288,27 @@ class WaitingClassifier:
             activity = device_activity(dev)
             if activity is None or activity[0] < self.settings.idle_threshold_percent:
                 out.update(p.pid for p in dev.processes or ())
+        return out
+
+    def _undecided(self, devices: Sequence[DeviceSample]) -> set[int]:
+        """The processes whose evidence :func:`classify_holder` may read: those of devices
+        below the idle threshold (or with no activity figure), and elsewhere those reporting
+        0 % of their device (a holder all of whose processes do is not computing); the
+        others' holders are computing, whatever their host did. Asked of a source that makes
+        its evidence (the simulation's) instead of all holders' processes."""
+        threshold = self.settings.idle_threshold_percent
+        out = set()
+        for dev in devices:
+            procs = dev.processes
+            if not procs:
+                continue
+            percent = dev.compute_active_percent
+            if percent is None:
+                percent = dev.utilization_percent
+            if percent is None or percent < threshold:
+                out.update(p.pid for p in procs)
+            else:
+                out.update(p.pid for p in procs if p.utilization_percent == 0)
         return out
 
     def apply(self, devices: Sequence[DeviceSample],
@@ -286,7 +326,10 @@ class WaitingClassifier:
         if not self.settings.enabled or not devices:
             return None
         try:
-            host = self.source.sample(holder_pids(devices), self._detailed(devices))
+            if self.detail:
+                host = self.source.sample(holder_pids(devices), self._detailed(devices))
+            else:
+                host = self.source.sample(self._undecided(devices))
         except Exception as exc:  # a reader's bug must not cost the cycle
             log.exception("host activity readers failed")
             host = HostActivity({}, NodeActivity(
@@ -301,5 +344,5 @@ class WaitingClassifier:
                 self._logged.add(key)
                 log.warning("host activity: %s", problem)
         return [None if dev.id in holders_unknown
-                else classify(dev, host, self.settings, self._memo, self._holders)
+                else classify(dev, host, self.settings, self._memo, self._holders, self.explain)
                 for dev in devices]

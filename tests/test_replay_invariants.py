@@ -135,14 +135,16 @@ def _ledger_rows(path) -> dict[str, list[tuple[object, ...]]]:
 def test_a_replay_samples_only_what_a_bill_reads_and_books_what_a_full_sample_books(
         tmp_path, monkeypatch) -> None:
     """The replay's backends leave the fields no bill reads (``UNBILLED``: temperature, clocks,
-    occupancy, PCIe...) unset, and the ledger they make is exactly, row for row, the ledger of
-    a replay whose backends sample every field."""
+    occupancy, PCIe...) unset and its waiting step explains nothing, and the ledger they make
+    is exactly, row for row, the ledger of a replay whose backends sample every field and
+    whose holders' reasons come with their evidence."""
     import datetime as dt
 
     from allsmi.accounting.periods import Window
     from allsmi.backends.simulated import UNBILLED, SimulatedBackend
     from allsmi.backends.simulated.scenario import load_scenario
     from allsmi.cli.simbill import simulated_ledger
+    from allsmi.waiting import WaitingClassifier
 
     start = 1_790_000_000 - 1_790_000_000 % 3600
     window = Window(dt.datetime.fromtimestamp(start, dt.timezone.utc),
@@ -163,9 +165,11 @@ def test_a_replay_samples_only_what_a_bill_reads_and_books_what_a_full_sample_bo
     unbilled = [getattr(d, f) for devs in made for d in devs for f in UNBILLED]
     assert not any(v not in (None, {}) for v in unbilled)
     made.clear()
-    with monkeypatch.context() as m:  # the same replay, every field sampled
+    with monkeypatch.context() as m:  # the same replay, every field sampled and explained
         m.setattr(SimulatedBackend, "bill_only", property(lambda self: False,
                                                           lambda self, value: None))
+        m.setattr(WaitingClassifier, "explain", property(lambda self: True,
+                                                         lambda self, value: None))
         full = replay("full")
     assert sum(d.temperature_celsius is not None for devs in made for d in devs) > 1000
     assert billed["intervals"] and billed == full

@@ -226,10 +226,63 @@ class Bucket(_Acc):
                 self.idle_energy = (self.idle_energy or 0.0) + energy * idle_part
         elif allocated:  # held, but whether idle is unknown: not a known 0 (_Acc.add_allocated)
             self.idle_lost = True
-        if active is not None:
-            self.add_active(active, allocated, 1.0, activity_method if allocated else None)
+        if active is not None:  # (add_active with weight 1, written out)
+            self.active = (self.active or 0.0) + active * 1.0
+            self.active_allocated = (self.active_allocated or 0.0) + (allocated or 0.0) * 1.0
+            if allocated and activity_method is not None:
+                mine = self.activity_method
+                self.activity_method = activity_method if mine is None or mine == activity_method \
+                    else MIXED
         alloc_weights, alloc_method, used_weights, usage_method = holders
         if not alloc_weights and not used_weights:
+            return
+        accs = self.holders
+        if len(alloc_weights) == 1 and len(used_weights) == 1 \
+                and alloc_weights[0][0] == used_weights[0][0]:
+            # One holder (the common case): one lookup for everything, the additions of
+            # add_allocated, add_used and add_active written out for speed (the recorder of a
+            # replayed half day: 1.19 s of CPU instead of 1.25), each the same arithmetic in
+            # the same order (tests/accounting/test_recorder_fastpath.py).
+            (holder, weight), (_, used_weight) = alloc_weights[0], used_weights[0]
+            acc = accs.get(holder)
+            if acc is None:
+                acc = accs[holder] = _Acc()
+            if waiting is not None and allocated:
+                reason = _REASON_INDEX.get(waiting.get(holder, "unknown"), _UNKNOWN)
+                seconds = allocated * weight
+                self.add_wait(reason, seconds)
+                acc.add_wait(reason, seconds)
+            self.allocation_method = _method(self.allocation_method, alloc_method)
+            self.usage_method = _method(self.usage_method, usage_method)
+            busy_part = 1.0 - (idle_part or 0.0)
+            acc.observed += observed * weight
+            if allocated is not None:
+                held = allocated * weight
+                acc.allocated = (acc.allocated or 0.0) + held
+                acc.billed = (acc.billed or 0.0) + held * share
+            if idle is not None:
+                idled = idle * weight
+                acc.idle = (acc.idle or 0.0) + idled
+                acc.idle_billed = (acc.idle_billed or 0.0) + idled * share
+                if idle_part is not None:
+                    joules = energy * weight * idle_part  # type: ignore[operator]
+                    acc.idle_energy = (acc.idle_energy or 0.0) + joules
+                    acc.energy = (acc.energy or 0.0) + joules
+            elif allocated and weight:
+                acc.idle_lost = True
+            if busy is not None:
+                used = busy * used_weight
+                acc.busy = (acc.busy or 0.0) + used
+                acc.used_billed = (acc.used_billed or 0.0) + used * share
+            if energy is not None:
+                acc.energy = (acc.energy or 0.0) + energy * used_weight * busy_part
+            if active is not None:
+                acc.active = (acc.active or 0.0) + active * used_weight
+                acc.active_allocated = (acc.active_allocated or 0.0) + (allocated or 0.0) * used_weight
+                if activity_method is not None:
+                    acc.activity_method = _method(acc.activity_method, activity_method)
+            acc.allocation_method = _method(acc.allocation_method, alloc_method)
+            acc.usage_method = _method(acc.usage_method, usage_method)
             return
         if waiting is not None and allocated:
             index = _REASON_INDEX
@@ -243,22 +296,7 @@ class Bucket(_Acc):
                 acc.add_wait(reason, seconds)
         self.allocation_method = _method(self.allocation_method, alloc_method)
         self.usage_method = _method(self.usage_method, usage_method)
-        accs = self.holders
         busy_part = 1.0 - (idle_part or 0.0)
-        if len(alloc_weights) == 1 and len(used_weights) == 1 \
-                and alloc_weights[0][0] == used_weights[0][0]:
-            # One holder (the common case): one lookup for both halves.
-            (holder, weight), (_, used_weight) = alloc_weights[0], used_weights[0]
-            acc = accs.get(holder)
-            if acc is None:
-                acc = accs[holder] = _Acc()
-            acc.add_allocated(observed, allocated, energy, idle, idle_part, weight, share)
-            acc.add_used(busy, energy, busy_part, used_weight, share)
-            if active is not None:
-                acc.add_active(active, allocated, used_weight, activity_method)
-            acc.allocation_method = _method(acc.allocation_method, alloc_method)
-            acc.usage_method = _method(acc.usage_method, usage_method)
-            return
         for holder, weight in alloc_weights:
             acc = accs.get(holder)
             if acc is None:

@@ -266,9 +266,18 @@ class Attributor:
         ids = tuple(dev.id for dev in devices)
         last = self._last_merge
         if last is not None and last[0] == ids and last[3] == blind \
-                and len(last[1]) == len(results) and all(a is b for a, b in zip(last[1], results)) \
-                and len(last[2]) == len(statuses) and all(a is b for a, b in zip(last[2], statuses)):
-            return last[4]
+                and len(last[1]) == len(results) and all(a is b for a, b in zip(last[1], results)):
+            if len(last[2]) == len(statuses) and all(a is b for a, b in zip(last[2], statuses)):
+                return last[4]
+            # The very same answers with new statuses (a source asked again, as a simulated
+            # one is every cycle of a replay): the holders merged stand, the statuses are new.
+            prior = last[4]
+            works = prior.workloads or {}
+            merged = replace(prior, statuses=_with_conflicts(
+                statuses, [(dev_id, works[dev_id]) for dev_id in prior.conflicts])
+                if prior.conflicts else statuses)
+            self._last_merge = (ids, last[1], statuses, blind, merged)
+            return merged
         merged = merge(devices, results, statuses, blind)
         self._last_merge = (ids, tuple(results), statuses, blind, merged)
         self.merges += 1

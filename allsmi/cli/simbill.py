@@ -10,6 +10,7 @@ in order.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import time
@@ -27,8 +28,6 @@ CHUNK_SECONDS, MAX_CHUNK_SECONDS = 6 * 3600, 86400
 CHUNKS_PER_WORKER = 4
 #: Worker processes at most, whatever the CPUs (each holds a replay's state, tens of MiB).
 MAX_WORKERS = 8
-#: Allocations between two collections of the young generation while a chunk is replayed.
-GC_YOUNG = 50_000
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,6 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     """The intervals of samples ``first, first + step, ... <= last`` (raises ``ConfigError``),
     and the time of the last sample. Unless ``final``, the interval that the last sample opens
     is left out: the next chunk starts with that sample and books that interval whole."""
-    import gc
-
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
@@ -107,21 +104,26 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
                                 config.backends_enabled)
         for backend in backends:  # (what no bill reads is not computed: a replay is a bill)
             backend.bill_only = True
+            backend.reuse_samples = True  # (and no sample is kept past its cycle)
         collector = Collector(backends, config, clock=clock,
                               timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
-                              host_sampler=PastHost(), inline=True)
+                              host_sampler=PastHost(), inline=True,
+                              history_size=1)  # (the recorder reads each snapshot once)
         collector.subscribe(recorder.on_snapshot)
-        threshold = gc.get_threshold()
-        # Each cycle makes and drops thousands of objects, few of them in reference cycles: a
-        # young-generation collection every GC_YOUNG allocations instead of 700 (5-7 % of a
-        # replay), the older generations as before.
-        gc.set_threshold(max(threshold[0], GC_YOUNG), *threshold[1:])
+        collector.waiting.explain = False  # (the ledger books the reasons, not their evidence)
+        # No collection of reference cycles while the chunk replays: a day's replay leaves a
+        # few hundred objects in cycles, while the collector traversed the intervals the chunk
+        # keeps (tens of thousands of objects, growing) again and again: 8 % of a replay, even
+        # with a young generation of 50,000 allocations. Left to the next collection after it.
+        enabled = gc.isenabled()
+        gc.disable()
         try:
             while now[0] <= last:
                 collector.collect_once()
                 now[0] += step
         finally:
-            gc.set_threshold(*threshold)
+            if enabled:
+                gc.enable()
             collector.close()
     finally:
         recorder.close()
@@ -152,6 +154,10 @@ def _start_worker(job: _Replay) -> None:
     import signal
     global _JOB
     _JOB = job
+    # A worker collects no reference cycles (see _replay_chunk): the intervals it keeps until
+    # they are sent back would be traversed at each chunk's end, and a chunk leaves only a few
+    # hundred objects in cycles (a month's worker, some thousands: kept until it ends).
+    gc.disable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
@@ -275,7 +281,6 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     pool = None
     if count > 1 and len(chunks) > 1:
         import collections
-        import gc
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -298,6 +303,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         else:
             results = (_replay_chunk(job, *task) for task in tasks)
         ledger = Ledger(path, interval_seconds=row)  # (opened after the fork: never shared)
+        enabled = gc.isenabled()
+        gc.disable()  # (each chunk's intervals are freed once written: no cycles among them)
         try:
             ledger.scratch()  # deleted on exit: no fsync per write
             for records, sampled in results:
@@ -307,6 +314,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
             if into:  # the roll-ups of the later replay's quarters, hours and days again
                 ledger.write([], into[1])
         finally:
+            if enabled:
+                gc.enable()
             ledger.close()
     except BaseException as exc:
         if pool is not None:

@@ -24,6 +24,7 @@ from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample, derive
 
 from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
+from .billed import BilledSampling, core_utilization
 from .jobs import MIB, JobDraws
 from .model import LoadCycle, in_window
 from .identity import installed_backend, partition_share
@@ -45,7 +46,7 @@ UNBILLED = ("temperature_celsius", "fan_percent", "clock_mhz", "details", "sm_oc
 #: Finds the class of an installed backend by its registry name (``None`` when there is none).
 Impersonate = Callable[[str], "type[Backend] | None"]
 
-class SimulatedBackend(Backend):
+class SimulatedBackend(BilledSampling, Backend):
     """Impersonates one backend (``target``) of a scenario."""
 
     name = "simulated"
@@ -79,14 +80,20 @@ class SimulatedBackend(Backend):
         #: Per unit, its sample and its partitions' with those fields, built (and checked) once:
         #: each cycle derives from them only what moves (see :meth:`_templates_of`).
         self._templates: dict[str, tuple[DeviceSample, tuple[DeviceSample, ...]]] = {}
+        #: Per unit, what a bill-only sample of it needs that never changes (see
+        #: :meth:`_plan_of`).
+        self._plans: dict[str, tuple[Any, ...]] = {}
         self.templates_built = 0
         """Units whose templates were built (once each per :meth:`open`; tests count them)."""
-        #: The host evidence of each process of the last sample (see :meth:`host_evidence`).
-        self._evidence: dict[int, dict[str, Any]] = {}
+        #: What the host evidence of each process of the last sample is made of (see
+        #: :meth:`host_evidence`): made when asked, for the processes asked about.
+        self._evidence: dict[int, tuple[str | None, bool, float]] = {}
         #: Per unit, its activity fields while no process holds it (the same every cycle), and
         #: (bill-only) its idle sample with its memory used (see :meth:`_sample_unit`).
         self._quiet: dict[str, dict[str, Any]] = {}
         self._idle: dict[str, tuple[int, DeviceSample]] = {}
+        #: (``reuse_samples``) each sample's template, changed fields and last sample.
+        self._kept: dict[Any, tuple[DeviceSample, tuple[str, ...], DeviceSample]] = {}
         #: The fields the impersonated backend never reports, ``None`` each (made at the first
         #: sample after :meth:`open`).
         self._blank: dict[str, None] | None = None
@@ -145,6 +152,7 @@ class SimulatedBackend(Backend):
         self._closed.clear()
         self._units = []
         self._static, self._templates, self._idle, self._quiet = {}, {}, {}, {}
+        self._plans, self._kept = {}, {}
         self._blank = None
         self._source = getattr(self._real, "compute_active_source", None) if self._real else None
         for spec in scenario.devices:
@@ -190,7 +198,7 @@ class SimulatedBackend(Backend):
             blank = self._blank = {name: None for name in unreported}
         out: list[DeviceSample] = []
         self._evidence = {}
-        sample_unit = self._sample_unit
+        sample_unit = self._billed_unit if self.bill_only else self._sample_unit
         for unit in self._units:
             out.extend(sample_unit(scenario, unit, s, blank))
         return out
@@ -199,7 +207,8 @@ class SimulatedBackend(Backend):
         """What the simulated processes ``pids`` did on the host at the last sample (the fields
         of ``allsmi.hostactivity.sampler.ProcessActivity``): a pure function of the sample's
         time, as everything simulated (``backends/simulated/activity.py``)."""
-        return {pid: self._evidence[pid] for pid in pids if pid in self._evidence}
+        made = self._evidence
+        return {pid: process_evidence(*made[pid]) for pid in pids if pid in made}
 
     def _activity(self, unit: Unit, job: int, r: float, util: float,
                   procs: tuple[ProcessSample, ...]) -> dict[str, Any]:
@@ -223,7 +232,7 @@ class SimulatedBackend(Backend):
             stall = None
         for i, proc in enumerate(procs):
             helper = i > 0 and proc.user == procs[0].user  # a helper of the same user
-            self._evidence[proc.pid] = process_evidence(stall, not helper, r)
+            self._evidence[proc.pid] = (stall, not helper, r)
         if not busy:
             self._quiet[unit.key] = fields
         return fields
@@ -259,16 +268,20 @@ class SimulatedBackend(Backend):
             if job_mem > 0 else ()
         return util, overhead + job_mem, procs, job, r
 
+    def _static_of(self, unit: Unit, vendor: str, kind: str) -> dict[str, Any]:
+        """The fields of ``unit``'s samples that never change."""
+        spec = unit.spec
+        return dict(id=unit.id, vendor=vendor, kind=kind, backend=self.display_name,
+                    index=unit.index, uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
+                    driver_version=spec.driver_version, firmware_version=spec.firmware_version)
+
     def _sample_unit(self, scenario: Scenario, unit: Unit, s: float,
                      blank: dict[str, None]) -> list[DeviceSample]:
         spec = unit.spec
         vendor, kind = self._vendor_kind(spec)
         static = self._static.get(unit.key)
         if static is None:  # (the same every cycle: made once per unit)
-            static = self._static[unit.key] = dict(
-                id=unit.id, vendor=vendor, kind=kind, backend=self.display_name, index=unit.index,
-                uuid=unit.uuid, name=unit.name, bus_id=unit.bus_id,
-                driver_version=spec.driver_version, firmware_version=spec.firmware_version)
+            static = self._static[unit.key] = self._static_of(unit, vendor, kind)
 
         def device(**fields: Any) -> DeviceSample:
             return DeviceSample(**{**fields, **blank}) if blank else DeviceSample(**fields)
@@ -298,21 +311,18 @@ class SimulatedBackend(Backend):
         if spec.has_energy_counter:
             energy = (spec.power_idle_watts * s + unit.wobble.cumulative(s)
                       + k * sum(l[0].cycle.cumulative(s) for l in loads))
-        full = not self.bill_only
-        if full:
-            # Temperature follows the job's base load with a thermal lag (tau 90 s).
-            heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
-            temp = spec.temperature_idle_celsius \
-                + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
-                * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
-            clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
-            fan = (30.0 + 65.0 * heat) if spec.has_fan else None
+        # (a bill-only sample is made by _billed_unit, but for a lost unit's: made above)
+        # Temperature follows the job's base load with a thermal lag (tau 90 s).
+        heat = sum(self._heat(l[0].cycle, l[5]) for l in loads) / len(loads)
+        temp = spec.temperature_idle_celsius \
+            + (spec.temperature_max_celsius - spec.temperature_idle_celsius) \
+            * min(1.0, heat + 0.1 * (mean_util / 100.0 - heat) if mean_util else heat)
+        clock = spec.clock_max_mhz if mean_util > 0 else spec.clock_idle_mhz
+        fan = (30.0 + 65.0 * heat) if spec.has_fan else None
         details: dict[str, Any] = {}
         util: float | None = mean_util
         if spec.cores and not unit.children:
-            cores = tuple(round(max(0.0, min(100.0, mean_util + (5.0 * math.sin(
-                6.283 * s / 41.0 + 6.283 * i / spec.cores) if mean_util else 0.0))), 2)
-                for i in range(spec.cores))
+            cores = core_utilization(mean_util, s, spec.cores)
             details["core_utilization_percent"] = cores
             util = sum(cores) / len(cores)
         children_out: list[DeviceSample] = []
@@ -333,22 +343,6 @@ class SimulatedBackend(Backend):
             activity = self._activity(unit, job, r, mean_util, procs_parent)
             if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
-        if not full:  # (the fields of UNBILLED stay the template's None)
-            if not procs_parent and util == 0.0 and not unit.children:
-                # Idle: all but its power and energy is the unit's idle sample (made once).
-                idle = self._idle.get(unit.key)
-                if idle is None or idle[0] != used_total:
-                    idle = self._idle[unit.key] = (used_total, moved(
-                        template, **activity, utilization_percent=round(util, 2),
-                        memory_used_bytes=used_total, processes=procs_parent))
-                return [moved(idle[1], power_watts=round(power, 3),
-                              energy_joules=None if energy is None else round(energy, 3))]
-            parent = moved(
-                template, **activity, utilization_percent=None if util is None else round(util, 2),
-                memory_used_bytes=used_total, power_watts=round(power, 3),
-                energy_joules=None if energy is None else round(energy, 3),
-                processes=procs_parent)
-            return [parent] + children_out
         parent = moved(
             template, **activity, utilization_percent=None if util is None else round(util, 2),
             memory_used_bytes=used_total,

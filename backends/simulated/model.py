@@ -63,10 +63,20 @@ class LoadCycle:
                 + self.amp2 * math.sin(TAU * r / self.per2 + self.ph2))
 
     def _integral_within(self, x: float) -> float:
-        """∫ utilization dr over [0, x] for x within one active stretch."""
+        """∫ utilization dr over [0, x] for x within one active stretch: ``base * x + amp1 *
+        per1 / TAU * (cos(ph1) - cos(TAU * x / per1 + ph1))`` and the same of the second sine,
+        with what does not depend on ``x`` made once (:attr:`_sines`: the same floats)."""
+        k1, c1, k2, c2 = self._sines
         return (self.base * x
-                + self.amp1 * self.per1 / TAU * (math.cos(self.ph1) - math.cos(TAU * x / self.per1 + self.ph1))
-                + self.amp2 * self.per2 / TAU * (math.cos(self.ph2) - math.cos(TAU * x / self.per2 + self.ph2)))
+                + k1 * (c1 - math.cos(TAU * x / self.per1 + self.ph1))
+                + k2 * (c2 - math.cos(TAU * x / self.per2 + self.ph2)))
+
+    @functools.cached_property
+    def _sines(self) -> tuple[float, float, float, float]:
+        """(amp1 * per1 / TAU, cos(ph1), amp2 * per2 / TAU, cos(ph2)): the constants of
+        :meth:`_integral_within`, asked every sample of a replay."""
+        return (self.amp1 * self.per1 / TAU, math.cos(self.ph1),
+                self.amp2 * self.per2 / TAU, math.cos(self.ph2))
 
     @functools.cached_property
     def _per_job(self) -> float:
@@ -100,7 +110,15 @@ class Wobble:
         return self.amp * math.sin(TAU * s / self.per + self.ph)
 
     def cumulative(self, s: float) -> float:
-        return self.amp * self.per / TAU * (math.cos(self.ph) - math.cos(TAU * s / self.per + self.ph))
+        """``amp * per / TAU * (cos(ph) - cos(TAU * s / per + ph))``, what does not depend on
+        ``s`` made once (:attr:`_constants`: the same floats)."""
+        k, c = self._constants
+        return k * (c - math.cos(TAU * s / self.per + self.ph))
+
+    @functools.cached_property
+    def _constants(self) -> tuple[float, float]:
+        """(amp * per / TAU, cos(ph)) of :meth:`cumulative`, asked every sample of a replay."""
+        return self.amp * self.per / TAU, math.cos(self.ph)
 
 
 def in_window(s: float, every: float | None, duration: float | None, offset: float = 0.0) -> bool:
