@@ -22,10 +22,12 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 
 from allsmi.backends.nvidia.devices import Gpu
+
+if TYPE_CHECKING:  # made for the second cycle (see the module)
+    from concurrent.futures import ThreadPoolExecutor
 
 T = TypeVar("T")
 
@@ -49,10 +51,45 @@ class GpuRead(Generic[T]):
         return self.finished
 
 
+class ReaderPool:
+    """The threads a :class:`ReadSchedule` hands its readers to: in the first cycle a thread
+    started for each (ending with it), from the second on a ``ThreadPoolExecutor`` of ``workers``
+    threads, made then and kept (see the module)."""
+
+    def __init__(self, workers: int, prefix: str) -> None:
+        self.workers = workers
+        self.prefix = prefix
+        self.executor: ThreadPoolExecutor | None = None
+        self._cycles = 0
+        self._started = 0
+
+    def begin_cycle(self) -> None:
+        """A cycle starts: the second makes the executor."""
+        self._cycles += 1
+        if self._cycles == 2:
+            from concurrent.futures import ThreadPoolExecutor
+            self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.prefix)
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on a reader thread."""
+        if self.executor is not None:
+            self.executor.submit(fn)
+            return
+        # A daemon, as no thread waits for a first-cycle reader: one stuck in the library
+        # must not hold up the process's exit (the executor's are joined at exit).
+        threading.Thread(target=fn, daemon=True, name=f"{self.prefix}_{self._started}").start()
+        self._started += 1
+
+    def shutdown(self) -> None:
+        """Stop the kept threads once they finish (the first cycle's end by themselves)."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+
 class ReadSchedule(Generic[T]):
     """Reads a cycle's GPUs with ``read`` on ``pool`` (at most ``workers`` threads)."""
 
-    def __init__(self, pool: ThreadPoolExecutor, workers: int,
+    def __init__(self, pool: ReaderPool, workers: int,
                  read: Callable[[Gpu], T]) -> None:
         self._pool = pool
         self._workers = max(1, workers)
@@ -71,6 +108,7 @@ class ReadSchedule(Generic[T]):
         """Each GPU's result, in order; ``None`` for a GPU that did not answer within
         ``timeout`` seconds (or whose read from an earlier cycle is still in the library)."""
         started = time.monotonic()
+        self._pool.begin_cycle()
         queue: collections.deque[Gpu] = collections.deque()
         for gpu in gpus:
             if gpu.pending is None:
