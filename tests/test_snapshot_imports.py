@@ -26,7 +26,7 @@ NOT_IMPORTED = (
     "allsmi.hostactivity.settings",  # validated only where [activity] or [accounting] is written
     "allsmi.usage", "allsmi.fairshare",
     "allsmi.tomlkeys",  # no configuration file: nothing to locate keys in
-    "csv",  # the JSON document (output.py imports it for the CSV formats)
+    "csv", "allsmi.fields",  # the JSON document (output.py imports them for the CSV formats)
     "allsmi.exporter", "allsmi.dashboard", "allsmi.accounting",
     "click", "importlib.metadata", "psutil", "grpc", "pyarrow", "jinja2", "pygal", "bcrypt",
     # the NVIDIA readers of a first cycle are plain threads (backends/nvidia/schedule.py), and
