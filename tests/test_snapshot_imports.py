@@ -27,6 +27,7 @@ NOT_IMPORTED = (
     "allsmi.usage", "allsmi.fairshare",
     "allsmi.tomlkeys",  # no configuration file: nothing to locate keys in
     "csv", "allsmi.fields",  # the JSON document (output.py imports them for the CSV formats)
+    "glob",  # the quick probes match device nodes themselves (backends/_common/presence.py)
     "allsmi.exporter", "allsmi.dashboard", "allsmi.accounting",
     "click", "importlib.metadata", "psutil", "grpc", "pyarrow", "jinja2", "pygal", "bcrypt",
     # the NVIDIA readers of a first cycle are plain threads (backends/nvidia/schedule.py), and
