@@ -193,7 +193,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         workers = min(count, self._workers())
         if workers > 1:
             from allsmi.backends.nvidia.schedule import ReaderPool, ReadSchedule
-            self._pool = ReaderPool(workers, "allsmi-nvml")
+            self._pool = ReaderPool(max_workers=workers, thread_name_prefix="allsmi-nvml")
             self._schedule = ReadSchedule(self._pool, workers, self._read_gpu)
 
     def close(self) -> None:
@@ -201,7 +201,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         initialised for the process."""
         pool, self._pool, self._schedule = self._pool, None, None
         if pool is not None:
-            pool.shutdown()
+            pool.shutdown(wait=False, cancel_futures=True)
         gpm, self._gpm = self._gpm, None
         if gpm is not None:
             gpm.close(self._gpus or [])

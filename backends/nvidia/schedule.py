@@ -52,27 +52,29 @@ class GpuRead(Generic[T]):
 
 
 class ReaderPool:
-    """The threads a :class:`ReadSchedule` hands its readers to: in the first cycle a thread
-    started for each (ending with it), from the second on a ``ThreadPoolExecutor`` of ``workers``
-    threads, made then and kept (see the module)."""
+    """The threads a :class:`ReadSchedule` hands its readers to, in place of a
+    ``ThreadPoolExecutor`` (the same arguments, ``submit`` and ``shutdown``): in the first cycle
+    a thread started for each reader, ending with it; after it, an executor of ``max_workers``
+    threads, made at the first reader handed over and kept (see the module)."""
 
-    def __init__(self, workers: int, prefix: str) -> None:
-        self.workers = workers
-        self.prefix = prefix
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        self.max_workers = max_workers
+        self.prefix = thread_name_prefix
         self.executor: ThreadPoolExecutor | None = None
         self._cycles = 0
         self._started = 0
 
     def begin_cycle(self) -> None:
-        """A cycle starts: the second makes the executor."""
+        """A cycle starts (the first is read on threads of its own)."""
         self._cycles += 1
-        if self._cycles == 2:
-            from concurrent.futures import ThreadPoolExecutor
-            self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.prefix)
 
     def submit(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on a reader thread."""
-        if self.executor is not None:
+        if self._cycles > 1:
+            if self.executor is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self.executor = ThreadPoolExecutor(max_workers=self.max_workers,
+                                                   thread_name_prefix=self.prefix)
             self.executor.submit(fn)
             return
         # A daemon, as no thread waits for a first-cycle reader: one stuck in the library
@@ -80,10 +82,10 @@ class ReaderPool:
         threading.Thread(target=fn, daemon=True, name=f"{self.prefix}_{self._started}").start()
         self._started += 1
 
-    def shutdown(self) -> None:
-        """Stop the kept threads once they finish (the first cycle's end by themselves)."""
+    def shutdown(self, wait: bool = False, *, cancel_futures: bool = False) -> None:
+        """The executor's ``shutdown`` (the first cycle's threads end by themselves)."""
         if self.executor is not None:
-            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 class ReadSchedule(Generic[T]):
