@@ -118,22 +118,3 @@ def test_the_field_batch_is_asked_into_one_buffer_per_gpu(monkeypatch, backends)
     assert len(made) == 4
     assert made[3] == [f for f in made[1] if f not in (83, 186)]
     assert fake.calls["nvmlDeviceGetFieldValues"] == 8
-
-
-def test_the_first_cycle_reads_on_threads_of_its_own_the_next_on_a_kept_pool(monkeypatch, backends):
-    """A one-shot snapshot (one cycle) never makes the executor (nor imports
-    ``concurrent.futures``); a second cycle makes it, and later cycles reuse its threads."""
-    monkeypatch.setattr(schedule, "HEDGE_SECONDS", 30.0)
-    backend = opened(FakeNvml(fleet(4)), monkeypatch, backends)
-    pool = backend._pool
-    assert pool is not None and pool.executor is None
-    seen = reader_threads(monkeypatch)
-    assert [d.health for d in backend.sample()] == ["ok"] * 4
-    assert pool.executor is None and len(set(seen)) == 1
-    kept = set()
-    for _ in range(3):
-        seen.clear()
-        assert [d.health for d in backend.sample()] == ["ok"] * 4
-        kept.update(seen)
-    assert pool.executor is not None and len(kept) == 1
-    assert {t.ident for t in pool.executor._threads} == kept
