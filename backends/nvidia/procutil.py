@@ -72,7 +72,7 @@ class ProcessActivity(Record):
     decoder: float
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # never compared or printed: no methods compiled for it
 class UtilizationState:
     """Per GPU: the newest sample timestamp taken (microseconds) and the array size to offer."""
 
