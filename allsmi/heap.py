@@ -1,6 +1,6 @@
 """Keeping a long-running process's C heap small (glibc only; elsewhere every call is a no-op).
 
-Two measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H100s):
+Three measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H100s):
 
 * :func:`limit_arenas`: glibc gives each thread that allocates its own malloc arena (up to
   eight per core), and each arena keeps its freed pages. The dashboard's threads (collector,
