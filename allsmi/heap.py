@@ -1,4 +1,4 @@
-"""Keeping a long-running process's C heap small (glibc only; elsewhere every call is a no-op).
+"""Keeping a long-running process's heap small (the C heap's calls need glibc, and are no-ops elsewhere).
 
 Three measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H100s):
 
