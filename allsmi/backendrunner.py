@@ -7,16 +7,16 @@ the collector's timeout; a backend that is unavailable is probed again every
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
+from allsmi.lazylog import get_logger
 from allsmi.records import Record, record
 from allsmi.schema import DeviceSample
 from allsmi.worker import SingleFlight
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
 
 #: How long an unavailable backend is left alone before it is probed again.
 REPROBE_SECONDS = 60.0

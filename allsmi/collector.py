@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import logging
 import operator
 import threading
 import time
@@ -27,6 +26,7 @@ from allsmi.backendrunner import REPROBE_SECONDS, BackendRunner
 from allsmi.config import Config
 from allsmi.groups import group_names
 from allsmi.host import HostSampler
+from allsmi.lazylog import get_logger
 from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive, fill
 
 __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's names, public here too
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every coll
     from allsmi.schema import HolderWaiting
     from allsmi.waiting import WaitingClassifier
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
 
 SnapshotCallback = Callable[[Snapshot], None]
 

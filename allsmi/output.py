@@ -13,8 +13,6 @@ import json
 from dataclasses import fields as dc_fields
 from typing import Any
 
-from allsmi.fields import DEVICE_COLUMNS, PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
-from allsmi.formatting import csv_cell
 from allsmi.schema import (BackendStatus, DeviceSample, HolderWaiting, HostSample, ProcessSample,
                            Snapshot, Workload)
 
@@ -116,7 +114,10 @@ def to_csv(snapshot: Snapshot) -> str:
     ``labels`` is a JSON object in one cell; text cells are neutralized
     against spreadsheet formula injection.
     """
-    import csv  # here: the JSON document does not need it
+    import csv  # these here: the JSON document does not need them
+
+    from allsmi.fields import DEVICE_COLUMNS
+    from allsmi.formatting import csv_cell
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(DEVICE_COLUMNS)
@@ -142,7 +143,10 @@ def to_processes_csv(snapshot: Snapshot) -> str:
     row. Text cells are neutralized against spreadsheet formula injection, and a snapshot
     received without process details leaves ``user`` and ``command`` empty.
     """
-    import csv  # here: the JSON document does not need it
+    import csv  # these here: the JSON document does not need them
+
+    from allsmi.fields import PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
+    from allsmi.formatting import csv_cell
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PROCESS_COLUMNS)

@@ -18,19 +18,19 @@ without that vendor never imports it.
 from __future__ import annotations
 
 import importlib
-import logging
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi import distinfo
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.declarations import VendorDeclaration
+from allsmi.lazylog import get_logger
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
 
 GROUP = "allsmi.backends"
 

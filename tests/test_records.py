@@ -102,3 +102,49 @@ def test_the_snapshot_records_compile_no_comparison_or_repr_of_their_own() -> No
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
         for name in ("__eq__", "__hash__", "__repr__"):
             assert getattr(cls, name) is getattr(Record, name), (cls, name)
+
+
+def _outcome(action) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001 - what is compared is the exception itself
+        return type(exc).__name__, str(exc)
+    return "", ""
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_frozen_methods_answer_as_generated_ones(slots: bool) -> None:
+    made, plain = _pair(slots)
+    classes = [made, plain]
+    if not slots:  # a plain subclass may set and delete names that are not fields
+        classes += [type("Sub", (made,), {}), type("Sub", (plain,), {})]
+    outcomes = []
+    for cls in classes:
+        thing = cls(a=1)
+        outcomes.append([_outcome(lambda: setattr(thing, name, 2)) for name in ("a", "zz")] +
+                        [_outcome(lambda: delattr(thing, name)) for name in ("a", "zz")])
+        assert cls.__setattr__.__qualname__ == "Thing.__setattr__"
+    assert outcomes[0] == outcomes[1] and outcomes[0][0] == (
+        "FrozenInstanceError", "cannot assign to field 'a'")
+    if not slots:
+        assert outcomes[2] == outcomes[3] == [("FrozenInstanceError", "cannot assign to field 'a'"),
+                                              ("", ""), ("FrozenInstanceError", "cannot delete field 'a'"),
+                                              ("", "")]
+
+
+def test_records_share_their_frozen_methods_code() -> None:
+    """Up to Python 3.12 a record's ``__setattr__`` and ``__delattr__`` are not compiled for each
+    class (two of the three methods dataclass compiled: over half of a record's import cost)."""
+    import sys
+
+    from allsmi.records import SHARED_FROZEN_METHODS
+    from allsmi.schema import BackendStatus, DeviceSample
+    if sys.version_info >= (3, 13):
+        assert not SHARED_FROZEN_METHODS
+        return
+    assert SHARED_FROZEN_METHODS
+    assert DeviceSample.__setattr__.__code__ is BackendStatus.__setattr__.__code__
+    assert DeviceSample.__delattr__.__code__ is BackendStatus.__delattr__.__code__
+    # dataclass's own helper is back in place for every other frozen dataclass
+    made = dataclass(frozen=True)(type("Plain", (), {"__annotations__": {"x": "int"}}))
+    assert made.__setattr__.__code__ is not BackendStatus.__setattr__.__code__

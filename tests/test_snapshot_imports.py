@@ -26,16 +26,32 @@ NOT_IMPORTED = (
     "allsmi.hostactivity.settings",  # validated only where [activity] or [accounting] is written
     "allsmi.usage", "allsmi.fairshare",
     "allsmi.tomlkeys",  # no configuration file: nothing to locate keys in
-    "csv",  # the JSON document (output.py imports it for the CSV formats)
+    "csv", "allsmi.fields",  # the JSON document (output.py imports them for the CSV formats)
+    "glob",  # the quick probes match device nodes themselves (backends/_common/presence.py)
     "allsmi.exporter", "allsmi.dashboard", "allsmi.accounting",
     "click", "importlib.metadata", "psutil", "grpc", "pyarrow", "jinja2", "pygal", "bcrypt",
+    # the NVIDIA readers of a first cycle are plain threads (backends/nvidia/schedule.py), and
+    # the modules on the way log only on failure (allsmi/lazylog.py): ~20 M instructions
+    "concurrent.futures", "logging",
 )
 
 
 def _snapshot(tmp_path: Path, *args: str) -> tuple[dict, set[str]]:
+    document, modules, _ = _snapshot_threads(tmp_path, *args)
+    return document, modules
+
+
+def _snapshot_threads(tmp_path: Path, *args: str) -> tuple[dict, set[str], list[str]]:
+    """The document, the modules imported and the names of the threads started."""
     pytest.importorskip("pynvml")
-    code = ("import atexit, json, runpy, sys\n"
-            "atexit.register(lambda: sys.stderr.write('MODULES=' + json.dumps(sorted(sys.modules))))\n"
+    code = ("import atexit, json, runpy, sys, threading\n"
+            "started = []\n"
+            "start = threading.Thread.start\n"
+            "def counted(self):\n"
+            "    started.append(self.name)\n"
+            "    start(self)\n"
+            "threading.Thread.start = counted\n"
+            "atexit.register(lambda: sys.stderr.write('MODULES=' + json.dumps([sorted(sys.modules), started])))\n"
             f"sys.argv = [{str(HARNESS)!r}, '8', '-', '--', 'allsmi', 'snapshot', *{list(args)!r}]\n"
             f"runpy.run_path({str(HARNESS)!r}, run_name='__main__')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALLSMI_")}
@@ -43,7 +59,8 @@ def _snapshot(tmp_path: Path, *args: str) -> tuple[dict, set[str]]:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout), set(json.loads(result.stderr.split("MODULES=")[-1]))
+    modules, threads = json.loads(result.stderr.split("MODULES=")[-1])
+    return json.loads(result.stdout), set(modules), threads
 
 
 def test_a_one_shot_snapshot_imports_only_what_it_needs(tmp_path: Path) -> None:
@@ -51,6 +68,16 @@ def test_a_one_shot_snapshot_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert len(document["devices"]) == 8 and {b["name"]: b["status"] for b in document["backends"]}["nvidia"] == "ok"
     loaded = {name for name in NOT_IMPORTED if name in modules or any(m.startswith(name + ".") for m in modules)}
     assert not loaded, loaded
+
+
+def test_a_one_shot_snapshot_starts_only_the_nvidia_threads(tmp_path: Path) -> None:
+    """The NVIDIA backend's worker and the reader its cycles start on (more readers only where
+    the reads are slow: the schedule's hedge); no attribution source, closer or pool thread."""
+    _, _, threads = _snapshot_threads(tmp_path, "--format", "json")
+    assert threads.count("allsmi-backend-nvidia") == 1 and "allsmi-nvml-first" in threads, threads
+    assert all(name in ("allsmi-backend-nvidia", "allsmi-nvml-first") or name.startswith("allsmi-nvml_")
+               for name in threads), threads
+    assert len(threads) <= 2 + 8, threads
 
 
 def test_a_written_activity_table_is_still_checked_before_anything_runs(tmp_path: Path) -> None:

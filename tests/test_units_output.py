@@ -77,3 +77,24 @@ def test_json_round_trip_and_rejects_bad_shapes() -> None:
         snapshot_from_dict({"schema_version": 2})
     with pytest.raises(SnapshotFormatError):
         snapshot_from_dict({"schema_version": 1, "timestamp": "2026-01-01T00:00:00Z", "host": []})
+
+
+def test_numbers_split_without_compiling_the_text_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NVML backend hands numbers only: the pattern for text like ``"45.2 W"`` is compiled
+    on the first text (a one-shot snapshot imports the module and never splits one)."""
+    import importlib
+    import re
+    compiled: list[str] = []
+    real = re.compile
+
+    def counted(pattern: str, flags: int = 0) -> re.Pattern[str]:
+        compiled.append(pattern)
+        return real(pattern, flags)
+
+    monkeypatch.setattr(re, "compile", counted)
+    importlib.reload(units)  # imported afresh: nothing compiled
+    assert compiled == []
+    assert units.parse_percent(37) == 37.0 and units.parse_power_watts(350.5) == 350.5
+    assert compiled == []
+    assert units.parse_percent("37 %") == 37.0 and units.parse_power_watts("45.2 W") == 45.2
+    assert len(compiled) == 1

@@ -15,13 +15,13 @@ meanwhile. Errors become status, never an exception out of
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import Sequence
 
+from allsmi.lazylog import get_logger
 from allsmi.records import Record, record
 from allsmi.schema import BackendStatus, DeviceSample
 from allsmi.worker import SingleFlight
@@ -29,7 +29,7 @@ from allsmi.worker import SingleFlight
 from .model import (Attribution, ProcessAttribution, SourceError, SourceResult, SourceTimeout,
                     SourceUnavailable, Workload)
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
 
 #: How long a source that answered ``unavailable`` is left alone before it is asked again
 #: (the collector's schedule for an unavailable backend, ``allsmi.collector.REPROBE_SECONDS``).

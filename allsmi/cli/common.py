@@ -8,7 +8,6 @@ unknown scenario) exit with code 2 and a message naming the file and key.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from allsmi.config import (DEFAULT_GROUP, INTERVAL_RANGE, TIMEOUT_RANGE, Config, ConfigError,
@@ -26,16 +25,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_USAGE = 2
 
 
-@dataclass
 class Settings:
-    """What the global and per-command options decided."""
+    """What the global and per-command options decided.
 
-    config: Config
-    simulate: str | None
-    interval: float
-    timeout: float
-    scenario: Any = None
-    """The loaded scenario when simulating (parsed once, when the options are checked)."""
+    A plain class, not a dataclass: nothing compares or prints settings, and ``@dataclass``
+    would compile ``__init__``, ``__repr__`` and ``__eq__`` at import (about 2 million
+    instructions of every command's start-up, a one-shot ``allsmi snapshot``'s included)."""
+
+    __slots__ = ("config", "simulate", "interval", "timeout", "scenario")
+
+    def __init__(self, config: Config, simulate: str | None, interval: float, timeout: float,
+                 scenario: Any = None) -> None:
+        self.config = config
+        self.simulate = simulate
+        self.interval = interval
+        self.timeout = timeout
+        self.scenario = scenario
+        """The loaded scenario when simulating (parsed once, when the options are checked)."""
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":

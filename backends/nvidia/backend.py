@@ -46,9 +46,7 @@ from allsmi.backends.nvidia import DECLARATION, nvml
 from allsmi.backends.nvidia.nvml import NvmlAbsent, NvmlBroken
 from allsmi.schema import DetailValue, DeviceSample, derive
 
-if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs to read
-    from concurrent.futures import ThreadPoolExecutor
-
+if TYPE_CHECKING:  # the readers are imported by open(), where there are GPUs to read
     from allsmi.backends.nvidia.devices import (
         ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names,
@@ -58,7 +56,7 @@ if TYPE_CHECKING:  # the thread pool is imported by open(), where there are GPUs
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
-    from allsmi.backends.nvidia.schedule import ReadSchedule
+    from allsmi.backends.nvidia.schedule import ReaderPool, ReadSchedule
     from allsmi.backends.nvidia.static import open_gpu
 
 #: Threads reading GPUs at once unless ``workers`` says otherwise.
@@ -102,7 +100,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         self._pynvml: ModuleType | None = None
         self._gpus: list[Gpu] | None = None
         self._driver_version: str | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: ReaderPool | None = None
         self._schedule: ReadSchedule[tuple[list[DeviceSample], list[str]]] | None = None
         self._process_reader: nvml.ProcessListReader | None = None
         self._activity_reader: ProcessUtilizationReader | None = None
@@ -194,10 +192,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             self._gpm = GpmReader(pynvml).opened(self._gpus, self._open_warnings)
         workers = min(count, self._workers())
         if workers > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            from allsmi.backends.nvidia.schedule import ReadSchedule
-            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="allsmi-nvml")
+            from allsmi.backends.nvidia.schedule import ReaderPool, ReadSchedule
+            self._pool = ReaderPool(max_workers=workers, thread_name_prefix="allsmi-nvml")
             self._schedule = ReadSchedule(self._pool, workers, self._read_gpu)
 
     def close(self) -> None:

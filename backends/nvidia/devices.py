@@ -87,7 +87,7 @@ class DeviceFault(Exception):
         self.code = code
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # never compared or printed: no methods compiled for it
 class Gpu:
     """One physical GPU: handle, static facts and what not to ask again."""
 

@@ -64,7 +64,7 @@ SOURCE = "sm_active"
 _FOR_GOOD = nvml.NO_VALUE_CODES | {nvml.ERROR_NO_PERMISSION}
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # never compared or printed: no methods compiled for it
 class GpmTarget:
     """One GPU, or one GPU instance of a GPU in MIG mode: its two samples and what it gave."""
 

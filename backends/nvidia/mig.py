@@ -13,7 +13,7 @@ from allsmi.backends.nvidia.devices import DeviceFault, Gpu, Reader
 from allsmi.backends.nvidia.nvml import RawProcess, error_code
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # never compared or printed: no methods compiled for it
 class Mig:
     """One MIG instance: static facts from open() and its own skip set."""
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 import atexit
 import ctypes
 import threading
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from allsmi.records import Record, record
 
 if TYPE_CHECKING:
     from allsmi.backend_api import ProbeResult
@@ -211,8 +212,8 @@ def text(value: object) -> str | None:
     return value or None
 
 
-@dataclass(frozen=True)
-class RawProcess:
+@record
+class RawProcess(Record):
     """One entry of a running-process list, with the sentinels already decoded."""
 
     pid: int

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from allsmi.backends.nvidia.nvml import (ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_FUNCTION_NOT_FOUND,
                                          ERROR_INSUFFICIENT_SIZE, ERROR_NOT_FOUND, SUCCESS,
                                          error_code)
+from allsmi.records import Record, record
 
 #: Samples asked for on a GPU's first read: those of the last second.
 FIRST_READ_SECONDS = 1.0
@@ -61,8 +62,8 @@ PROCESSES_UTILIZATION_INFO_V1 = ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 <<
 _ENTRY_POINTS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 
 
-@dataclass(frozen=True)
-class ProcessActivity:
+@record
+class ProcessActivity(Record):
     """One process's mean utilization over the samples since the previous read, in percent."""
 
     sm: float
@@ -71,7 +72,7 @@ class ProcessActivity:
     decoder: float
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # never compared or printed: no methods compiled for it
 class UtilizationState:
     """Per GPU: the newest sample timestamp taken (microseconds) and the array size to offer."""
 

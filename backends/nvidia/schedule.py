@@ -32,10 +32,12 @@ import _thread
 import collections
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 
 from allsmi.backends.nvidia.devices import Gpu
+
+if TYPE_CHECKING:  # made for the second cycle (see the module)
+    from concurrent.futures import ThreadPoolExecutor
 
 T = TypeVar("T")
 
@@ -110,10 +112,47 @@ class FirstReader:
                 return
 
 
+class ReaderPool:
+    """The threads a :class:`ReadSchedule` hands its readers to, in place of a
+    ``ThreadPoolExecutor`` (the same arguments, ``submit`` and ``shutdown``): in the first cycle
+    a thread started for each reader, ending with it; after it, an executor of ``max_workers``
+    threads, made at the first reader handed over and kept (see the module)."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        self.max_workers = max_workers
+        self.prefix = thread_name_prefix
+        self.executor: ThreadPoolExecutor | None = None
+        self._cycles = 0
+        self._started = 0
+
+    def begin_cycle(self) -> None:
+        """A cycle starts (the first is read on threads of its own)."""
+        self._cycles += 1
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on a reader thread."""
+        if self._cycles > 1:
+            if self.executor is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self.executor = ThreadPoolExecutor(max_workers=self.max_workers,
+                                                   thread_name_prefix=self.prefix)
+            self.executor.submit(fn)
+            return
+        # A daemon, as no thread waits for a first-cycle reader: one stuck in the library
+        # must not hold up the process's exit (the executor's are joined at exit).
+        threading.Thread(target=fn, daemon=True, name=f"{self.prefix}_{self._started}").start()
+        self._started += 1
+
+    def shutdown(self, wait: bool = False, *, cancel_futures: bool = False) -> None:
+        """The executor's ``shutdown`` (the first cycle's threads end by themselves)."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
 class ReadSchedule(Generic[T]):
     """Reads a cycle's GPUs with ``read`` on ``pool`` (at most ``workers`` threads)."""
 
-    def __init__(self, pool: ThreadPoolExecutor, workers: int,
+    def __init__(self, pool: ReaderPool, workers: int,
                  read: Callable[[Gpu], T]) -> None:
         self._pool = pool
         self._workers = max(1, workers)
@@ -135,6 +174,7 @@ class ReadSchedule(Generic[T]):
         """Each GPU's result, in order; ``None`` for a GPU that did not answer within
         ``timeout`` seconds (or whose read from an earlier cycle is still in the library)."""
         started = time.monotonic()
+        self._pool.begin_cycle()
         queue: collections.deque[Gpu] = collections.deque()
         for gpu in gpus:
             if gpu.pending is None:

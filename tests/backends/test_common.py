@@ -187,3 +187,33 @@ def test_calls_run_at_once_and_failures_come_back_in_place() -> None:
     assert list(got) == ["a", "b", "c"]
     assert run_concurrently({"only": lambda: threading.current_thread().name}) == {
         "only": threading.current_thread().name}
+
+
+def test_presence_matches_paths_as_glob_does(tmp_path: Path) -> None:
+    """The device-node patterns are matched without importing glob, with glob's answers."""
+    import glob
+
+    from allsmi.backends._common.presence import matching
+    for name in ("nvidia0", "nvidia12", "nvidiactl", ".nvidia3", "renderD128", "card0"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "accel0").write_text("")
+    (tmp_path / "link9").symlink_to(tmp_path / "missing")  # a dangling link still matches
+    patterns = ["nvidia[0-9]*", "nvidiactl", "nvidia*", ".nvidia*", "renderD*", "link[0-9]", "none*",
+                "none", "sub/accel[0-9]*", "s*/accel*", "sub/", "missing/x*", "[", "card[!1]"]
+    for pattern in patterns:
+        full = str(tmp_path / pattern)
+        assert sorted(matching(full)) == sorted(glob.glob(full)), pattern
+
+
+def test_the_quick_probes_import_no_glob() -> None:
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from allsmi.backends._common import presence\n"
+            "presence.any_node(('/dev/kfd', '/dev/dri/renderD*', '/dev/nvidia[0-9]*'))\n"
+            "presence.library_findable('libamd_smi.so')\n"
+            "print('glob' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=60).stdout.split()
+    assert out == ["False"]
