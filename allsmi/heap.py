@@ -19,8 +19,11 @@ Three measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H10
   (2,400-2,800 objects in 5 s of the first half-minute, a few hundred after, on 8 GPUs) wait
   for the rare full passes and keep Python's memory pools filled meanwhile. Collected every
   :data:`TRIM_SECONDS`: 0.6-0.7 MiB less resident at a minute (two pairs side by side, 40.7
-  and 40.6 MiB against 41.4 and 41.2), for 1-2 ms of CPU a pass (everything built at
-  start-up is frozen, out of the collector's reach: see the app's ``on_mount``).
+  and 40.6 MiB against 41.4 and 41.2), 0.4 MiB over ``benchmarks/dashboard.py --together``'s
+  six minutes (40.8 against 41.2), for 1-2 ms of CPU a pass (everything built at start-up is
+  frozen, out of the collector's reach: see the app's ``on_mount``). Tried: every 2 s, no
+  less resident over the six minutes; every second, 0.2 MiB less at a minute for 0.1 % of a
+  core more (a fifth of the dashboard's CPU).
 
 Call :func:`limit_arenas` before the threads start.
 """

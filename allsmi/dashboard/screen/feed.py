@@ -53,7 +53,7 @@ class DataFeed:
         app: Any = self
         self.poll()
         # Each refresh's rendering leaves garbage cycles and frees pages glibc keeps: collect
-        # them and hand the pages back now and then (0.6-0.7 MiB less resident than the trim
+        # them and hand the pages back now and then (0.4-0.7 MiB less resident than the trim
         # alone, 1-2 ms a pass; allsmi/heap.py).
         app.set_interval(heap.TRIM_SECONDS, heap.release)
         subscribe = getattr(self.source, "subscribe", None)
