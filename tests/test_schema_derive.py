@@ -43,3 +43,38 @@ def test_derive_equals_replace_for_processes() -> None:
 def test_derive_refuses_an_unknown_field() -> None:
     with pytest.raises(TypeError, match="no field 'nope'"):
         derive(_device(), nope=1)
+
+
+@pytest.mark.parametrize("changes", [
+    {"resource_group": HOSTILE, "labels": {HOSTILE: HOSTILE}},
+    {"workloads": (Workload("kubernetes", namespace="ns", pod="p"),), "processes": None},
+    {"name": HOSTILE, "id": HOSTILE, "details": {"a": (HOSTILE, 1.0)}},
+    {"utilization_percent": 12.5, "health": HOSTILE},
+])
+def test_fill_sets_in_place_what_replace_builds(changes) -> None:
+    from allsmi.schema import fill
+    dev = _device()
+    filled = fill(dev, **changes)
+    assert filled is dev
+    replaced = replace(_device(), **changes)
+    for f in fields(DeviceSample):
+        assert getattr(filled, f.name) == getattr(replaced, f.name), f.name
+
+
+def test_a_filler_restores_the_source_s_fields_first_and_is_made_once_per_field_set() -> None:
+    """``filler(cls, names, restored)``: the restored fields (those not among ``names``) set
+    to the source's values as they are, then the changed ones cleaned; one function per
+    class, restored fields and names (written out once, reused every cycle)."""
+    from allsmi.samplecopy import filler
+    restored = ("resource_group", "labels", "processes")
+    make = filler(DeviceSample, ("processes", "health"), restored)
+    assert filler(DeviceSample, ("processes", "health"), restored) is make
+    assert filler(DeviceSample, ("health", "processes"), restored) is not make
+    source = replace(_device(), resource_group="team-a", labels={"x": "y"})
+    dev = replace(_device(), resource_group="elsewhere", labels={})
+    assert make(dev, {"processes": (), "health": HOSTILE}, source) is dev
+    expected = replace(source, processes=(), health=HOSTILE)
+    for f in fields(DeviceSample):
+        assert getattr(dev, f.name) == getattr(expected, f.name), f.name
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        filler(DeviceSample, ("health",), ("nope",))
