@@ -85,19 +85,28 @@ def filler(cls: type, names: tuple[str, ...], restored: tuple[str, ...] = ()) ->
     scope: dict[str, Any] = {}
     lines = [f"    _set(sample, {name!r}, source.{name})\n"
              for name in restored if name not in names]
-    for name in names:
-        clean = cleaners[name]
-        if clean is None:
-            lines.append(f"    _set(sample, {name!r}, changes[{name!r}])\n")
-        else:
-            scope[f"clean_{name}"] = clean
-            lines.append(f"    _set(sample, {name!r}, clean_{name}(changes[{name!r}]))\n")
-    source = (f"def make(sample, changes, source, _set=object.__setattr__):\n"
-              f"{''.join(lines)}    return sample\n")
+    lines += [_changed("sample", name, cleaners[name], scope) for name in names]
+    return _compiled(_FILLERS, key, scope, "def make(sample, changes, source, "
+                     f"_set=object.__setattr__):\n{''.join(lines)}    return sample\n")
+
+
+def _changed(target: str, name: str, clean: Any, scope: dict[str, Any]) -> str:
+    """The line of a maker setting ``target``'s field ``name`` to ``changes[name]`` through its
+    cleaning ``clean`` (put in ``scope``; ``None``: none)."""
+    if clean is None:
+        return f"    _set({target}, {name!r}, changes[{name!r}])\n"
+    scope[f"clean_{name}"] = clean
+    return f"    _set({target}, {name!r}, clean_{name}(changes[{name!r}]))\n"
+
+
+def _compiled(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], scope: dict[str, Any],
+              source: str) -> Any:
+    """The function ``make`` that ``source`` defines in ``scope``, kept in ``cache`` by
+    ``key`` (callers use a handful of field sets: the cache's bound is never reached)."""
     exec(source, scope)  # noqa: S102 - the text is made of this module's own field names
-    if len(_FILLERS) >= 256:  # (callers fill a handful of field sets: never reached)
-        _FILLERS.clear()
-    _FILLERS[key] = make = scope["make"]
+    if len(cache) >= 256:
+        cache.clear()
+    cache[key] = make = scope["make"]
     return make
 
 
@@ -118,17 +127,8 @@ def _deriver(cls: type, names: tuple[str, ...]) -> Any:
     scope: dict[str, Any] = {"cls": cls}
     lines = []
     for name, clean in cleaners.items():
-        if name not in names:
-            lines.append(f"    _set(new, {name!r}, sample.{name})\n")
-        elif clean is None:
-            lines.append(f"    _set(new, {name!r}, changes[{name!r}])\n")
-        else:
-            scope[f"clean_{name}"] = clean
-            lines.append(f"    _set(new, {name!r}, clean_{name}(changes[{name!r}]))\n")
-    source = (f"def make(sample, changes, _new=object.__new__, _set=object.__setattr__):\n"
-              f"    new = _new(cls)\n{''.join(lines)}    return new\n")
-    exec(source, scope)  # noqa: S102 - the text is made of this module's own field names
-    if len(_DERIVERS) >= 256:  # (callers change a handful of field sets: never reached)
-        _DERIVERS.clear()
-    _DERIVERS[(cls, *names)] = make = scope["make"]
-    return make
+        lines.append(f"    _set(new, {name!r}, sample.{name})\n" if name not in names
+                     else _changed("new", name, clean, scope))
+    return _compiled(_DERIVERS, (cls, *names), scope,
+                     "def make(sample, changes, _new=object.__new__, _set=object.__setattr__):\n"
+                     f"    new = _new(cls)\n{''.join(lines)}    return new\n")
