@@ -69,3 +69,38 @@ def test_clean_keys_and_tuples_are_checked_once_and_hostile_ones_every_time(monk
     assert second["clocks_event_reasons"] is reasons and second["bad"][1] is None
     assert HOSTILE not in schema.CLEAN_KEYS and "pstate" in schema.CLEAN_KEYS
     assert schema.clean_mapping({"k": ((1, 2), [3])})["k"] == ((1, 2), (3,))  # lists: tuples
+
+
+@pytest.mark.parametrize("changes", [
+    {"resource_group": HOSTILE, "labels": {HOSTILE: HOSTILE}},
+    {"workloads": (Workload("kubernetes", namespace="ns", pod="p"),), "processes": None},
+    {"name": HOSTILE, "id": HOSTILE, "details": {"a": (HOSTILE, 1.0)}},
+    {"utilization_percent": 12.5, "health": HOSTILE},
+])
+def test_fill_sets_in_place_what_replace_builds(changes) -> None:
+    from allsmi.schema import fill
+    dev = _device()
+    filled = fill(dev, **changes)
+    assert filled is dev
+    replaced = replace(_device(), **changes)
+    for f in fields(DeviceSample):
+        assert getattr(filled, f.name) == getattr(replaced, f.name), f.name
+
+
+def test_a_filler_restores_the_source_s_fields_first_and_is_made_once_per_field_set() -> None:
+    """``filler(cls, names, restored)``: the restored fields (those not among ``names``) set
+    to the source's values as they are, then the changed ones cleaned; one function per
+    class, restored fields and names (written out once, reused every cycle)."""
+    from allsmi.samplecopy import filler
+    restored = ("resource_group", "labels", "processes")
+    make = filler(DeviceSample, ("processes", "health"), restored)
+    assert filler(DeviceSample, ("processes", "health"), restored) is make
+    assert filler(DeviceSample, ("health", "processes"), restored) is not make
+    source = replace(_device(), resource_group="team-a", labels={"x": "y"})
+    dev = replace(_device(), resource_group="elsewhere", labels={})
+    assert make(dev, {"processes": (), "health": HOSTILE}, source) is dev
+    expected = replace(source, processes=(), health=HOSTILE)
+    for f in fields(DeviceSample):
+        assert getattr(dev, f.name) == getattr(expected, f.name), f.name
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        filler(DeviceSample, ("health",), ("nope",))

@@ -93,7 +93,7 @@ class SimulatedBackend(BilledSampling, Backend):
         self._quiet: dict[str, dict[str, Any]] = {}
         self._idle: dict[str, tuple[int, DeviceSample]] = {}
         #: (``reuse_samples``) each sample's template, changed fields and last sample.
-        self._kept: dict[Any, tuple[DeviceSample, tuple[str, ...], DeviceSample]] = {}
+        self._kept: dict[Any, tuple[DeviceSample, tuple[str, ...], DeviceSample, Any]] = {}
         #: The fields the impersonated backend never reports, ``None`` each (made at the first
         #: sample after :meth:`open`).
         self._blank: dict[str, None] | None = None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from allsmi.schema import DeviceSample, derive, fill
+from allsmi.samplecopy import filler
+from allsmi.schema import DeviceSample, derive
 
 from .activity import busy_looking_utilization
 from .scenario import Scenario
@@ -71,13 +72,11 @@ class BilledSampling:
         kept = self._kept.get(key)
         if kept is None or kept[0] is not template or kept[1] != names:
             sample = derive(template, **changes)
-            self._kept[key] = (template, names, sample)
+            # (the template's COLLECTOR_SET back first: cleaned when it was made)
+            self._kept[key] = (template, names, sample,
+                               filler(DeviceSample, names, COLLECTOR_SET))
             return sample
-        sample = kept[2]
-        put = object.__setattr__
-        for name in COLLECTOR_SET:  # (the template's, cleaned when it was made)
-            put(sample, name, getattr(template, name))
-        return fill(sample, **changes)
+        return kept[3](kept[2], changes, template)
 
     def _billed_unit(self: Any, scenario: Scenario, unit: Unit, s: float,
                      blank: dict[str, None]) -> list[DeviceSample]:
