@@ -25,6 +25,12 @@ Three measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H10
   less resident over the six minutes; every second, 0.2 MiB less at a minute for 0.1 % of a
   core more (a fifth of the dashboard's CPU).
 
+* :func:`settle`: once start-up is over, the caches only it needed are emptied before the
+  first :func:`release`: the import system's finder per ``sys.path`` entry (each holding its
+  directory's listing) and ``typing``'s caches of the annotations evaluated while the modules
+  loaded. A view loaded later lists its directories again (a few ``stat`` and ``listdir``
+  calls).
+
 Call :func:`limit_arenas` before the threads start.
 """
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import typing
 
 #: How often a long-running UI collects its garbage cycles and hands free heap pages back
 #: (:func:`release`).
@@ -67,3 +74,13 @@ def release() -> bool:
     """Collect the garbage cycles, then :func:`trim`; ``True`` if glibc released pages."""
     gc.collect()
     return trim()
+
+
+def settle() -> bool:
+    """Start-up is over: empty the caches only it needed (see the module's text), then
+    :func:`release`; ``True`` if glibc released pages."""
+    sys.path_importer_cache.clear()
+    # typing's own list of its caches' clear functions (what its tests use between runs).
+    for clear in getattr(typing, "_cleanups", ()):
+        clear()
+    return release()
