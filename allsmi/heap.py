@@ -28,8 +28,9 @@ Three measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H10
 * :func:`settle`: once start-up is over, the caches only it needed are emptied before the
   first :func:`release`: the import system's finder per ``sys.path`` entry (each holding its
   directory's listing) and ``typing``'s caches of the annotations evaluated while the modules
-  loaded. A view loaded later lists its directories again (a few ``stat`` and ``listdir``
-  calls).
+  loaded, and :mod:`allsmi.distinfo`'s scan of the installed distributions (the registry
+  has loaded). A view loaded later lists its directories again (a few ``stat`` and
+  ``listdir`` calls).
 
 Call :func:`limit_arenas` before the threads start.
 """
@@ -39,6 +40,8 @@ from __future__ import annotations
 import gc
 import sys
 import typing
+
+from allsmi import distinfo
 
 #: How often a long-running UI collects its garbage cycles and hands free heap pages back
 #: (:func:`release`).
@@ -80,6 +83,7 @@ def settle() -> bool:
     """Start-up is over: empty the caches only it needed (see the module's text), then
     :func:`release`; ``True`` if glibc released pages."""
     sys.path_importer_cache.clear()
+    distinfo.forget()
     # typing's own list of its caches' clear functions (what its tests use between runs).
     for clear in getattr(typing, "_cleanups", ()):
         clear()
