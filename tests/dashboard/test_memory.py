@@ -246,3 +246,12 @@ async def test_the_dashboard_settles_once_the_first_data_is_on_screen() -> None:
             assert "/allsmi-test-planted" not in sys.path_importer_cache
     finally:
         sys.path_importer_cache.pop("/allsmi-test-planted", None)
+
+
+def test_dataclasses_nothing_compares_or_prints_compile_no_eq_or_repr() -> None:
+    """Each generated ``__eq__``/``__repr__`` is code kept for the process's life."""
+    from allsmi.dashboard.state.idle import IdleRow
+    from allsmi.dashboard.tables.columns import RowContext
+    from allsmi.dashboard.views.render import Palette
+    for cls in (IdleRow, RowContext, Palette):
+        assert "__eq__" not in vars(cls) and "__repr__" not in vars(cls), cls
