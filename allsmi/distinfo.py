@@ -98,6 +98,14 @@ def _distributions() -> Iterator[tuple[str, str]]:
         raise _SCAN[2]
 
 
+def forget() -> None:
+    """Drop the last scan and the texts read under it (a long-running process whose
+    registry has loaded: the next question scans again)."""
+    global _SCAN
+    _SCAN = None
+    _TEXTS.clear()
+
+
 def _stamp() -> tuple[tuple[str, int], ...]:
     stamp = []
     for entry in sys.path:

@@ -112,7 +112,8 @@ def test_the_installed_backends_are_found_without_importlib_metadata() -> None:
 
 def test_each_site_directory_is_listed_once_until_it_changes(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """One ``allsmi snapshot`` asks for the entry points twice and two versions: one listing
-    of each directory serves them all; a distribution installed since is still found."""
+    of each directory serves them all; a distribution installed since is still found; after
+    ``forget`` (the dashboard's start-up is over) the next question lists them again."""
     import os
 
     from allsmi import distinfo
@@ -137,3 +138,6 @@ def test_each_site_directory_is_listed_once_until_it_changes(tmp_path: Path, mon
     assert distinfo.version("yy-vendor") == "2.0"
     assert sorted(e.name for e in distinfo.entry_points("allsmi.backends")) == ["yy", "zz"]
     assert listed == [str(site)] * 2
+    distinfo.forget()  # a long-running process keeps no scan once its registry has loaded
+    assert distinfo.version("zz-vendor") == "1.0"
+    assert listed == [str(site)] * 3

@@ -4,6 +4,8 @@ pile up (benchmarks/dashboard.py measures the resident memory itself)."""
 from __future__ import annotations
 
 import gc
+import sys
+import typing
 import weakref
 from typing import Any
 
@@ -216,3 +218,40 @@ async def test_the_running_dashboard_collects_its_garbage_cycles(monkeypatch: An
     finally:
         if enabled:
             gc.enable()
+
+
+def test_settle_empties_the_import_and_typing_caches() -> None:
+    """allsmi.heap.settle drops what only start-up needed: the importer cache's finders and
+    typing's cached subscriptions (built again on use)."""
+    sys.path_importer_cache["/allsmi-test-planted"] = None
+    union = typing.Union[int, str]
+    assert typing.Union[int, str] is union  # cached
+    heap.settle()
+    assert "/allsmi-test-planted" not in sys.path_importer_cache
+    assert typing.Union[int, str] is not union
+    assert typing.Union[int, str] == union
+
+
+async def test_the_dashboard_settles_once_the_first_data_is_on_screen() -> None:
+    """Start-up's caches go once the first data is shown (benchmarks/dashboard_memory.py)."""
+    app, source = make_app(simulated_snapshots(3, step=1.0))
+    sys.path_importer_cache["/allsmi-test-planted"] = None
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            await play_all(app, source, pilot)
+            for _ in range(100):
+                if "/allsmi-test-planted" not in sys.path_importer_cache:
+                    break
+                await pilot.pause(0.05)
+            assert "/allsmi-test-planted" not in sys.path_importer_cache
+    finally:
+        sys.path_importer_cache.pop("/allsmi-test-planted", None)
+
+
+def test_dataclasses_nothing_compares_or_prints_compile_no_eq_or_repr() -> None:
+    """Each generated ``__eq__``/``__repr__`` is code kept for the process's life."""
+    from allsmi.dashboard.state.idle import IdleRow
+    from allsmi.dashboard.tables.columns import RowContext
+    from allsmi.dashboard.views.render import Palette
+    for cls in (IdleRow, RowContext, Palette):
+        assert "__eq__" not in vars(cls) and "__repr__" not in vars(cls), cls

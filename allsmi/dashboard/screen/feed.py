@@ -142,7 +142,7 @@ class DataFeed:
             if not self._trimmed and any(h.snapshot is not None for h in hosts):
                 self._trimmed = True  # start-up is over once the first data is on screen
                 app: Any = self
-                app.call_after_refresh(heap.release)
+                app.call_after_refresh(heap.settle)
         self._update_summary()
 
     def _forget_gone(self, hosts: Sequence[HostState]) -> None:

@@ -52,7 +52,7 @@ class _Part:
     idle_energy_joules: float | None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # nothing compares or prints one
 class IdleRow:
     """One holder of allocated-but-idle devices over the window."""
 

@@ -29,7 +29,7 @@ HOST_WIDTH = 16
 _SHORT_HEALTH = {"ok": "ok", "degraded": "degr", "lost": "LOST", "unknown": "?", "stale": "stale"}
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # nothing compares or prints one
 class RowContext:
     """Everything besides the device that a cell depends on."""
 

@@ -27,7 +27,7 @@ LOAD_WARN, LOAD_HOT = 60.0, 85.0
 TEMP_WARN, TEMP_HOT = 75.0, 85.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)  # nothing compares or prints one
 class Palette:
     """The styles cells are drawn with; built from the current theme."""
 
