@@ -35,9 +35,12 @@ import time
 from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 
 from allsmi.backends.nvidia.devices import Gpu
+from allsmi.lazylog import get_logger
 
 if TYPE_CHECKING:  # made for the second cycle (see the module)
     from concurrent.futures import ThreadPoolExecutor
+
+log = get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -105,8 +108,9 @@ class FirstReader:
                 return
             try:
                 task()
-            except BaseException:  # noqa: BLE001 - a task reports its own errors; keep serving
-                pass
+            except Exception:  # noqa: BLE001 - a read's own errors are its result; this is a bug
+                log.exception("NVIDIA reader: a cycle's reads failed; its GPUs are reported as "
+                              "not answering, the next cycle is read as usual")
             self.busy = False
             if self._closed:
                 return

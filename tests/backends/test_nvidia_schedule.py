@@ -192,3 +192,29 @@ def test_each_cycles_calls_answer_into_buffers_made_once_per_gpu(monkeypatch, ba
     assert len(calls._buffers) == 2  # one set per GPU handle
     # the six calls' and the fan speed's, per GPU, made on the first read and kept
     assert len(buffers[0]) == 2 * 7 and buffers[0] == buffers[1] == buffers[2]
+
+
+def test_a_failing_task_on_the_first_reader_is_logged_and_the_reader_serves_on(caplog) -> None:
+    """A read's own errors are its result; a task that raises anyway (a bug) is logged, never
+    swallowed, and the reader takes the next cycle's task."""
+    import threading
+
+    from allsmi.backends.nvidia.schedule import FirstReader
+
+    reader = FirstReader("allsmi-nvml-test")
+    ran = threading.Event()
+
+    def broken() -> None:
+        raise RuntimeError("a bug in the drain")
+
+    try:
+        with caplog.at_level("ERROR", logger="allsmi.backends.nvidia.schedule"):
+            assert reader.hand(broken)
+            deadline = 50
+            while reader.busy and deadline:
+                ran.wait(0.1)
+                deadline -= 1
+            assert reader.hand(ran.set) and ran.wait(5)
+        assert any("a bug in the drain" in (r.exc_text or str(r.exc_info)) for r in caplog.records), caplog.records
+    finally:
+        reader.close()
