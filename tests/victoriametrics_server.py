@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -72,12 +73,24 @@ def run_vmalert_replay(workdir: Path, rule_files: Sequence[Path], store: str, ti
     written back to ``store``, at every ``step`` (the rules' group interval) from ``time_from``
     to ``time_to``, both included. vmalert 1.79 asks for the range at
     ``-datasource.queryStep`` (default 5m), not at the group's interval, so it is set to it
-    (deploy/README.md)."""
+    (deploy/README.md). What it wrote is searchable when it returns (:func:`force_flush`)."""
     binary = require_tool("vmalert", "victoria-metrics")
-    return subprocess.run(
+    done = subprocess.run(
         [binary, *(f"-rule={p}" for p in rule_files), f"-datasource.url={store}",
          f"-remoteWrite.url={store}", f"-replay.timeFrom={time_from}",
          f"-replay.timeTo={time_to}", "-replay.disableProgressBar", "-replay.rulesDelay=0s",
          f"-datasource.queryStep={query_step or step}",
          "-loggerLevel=WARN"],
         capture_output=True, text=True, timeout=timeout, cwd=workdir)
+    if done.returncode == 0:
+        force_flush(store)
+    return done
+
+
+def force_flush(store: str) -> None:
+    """Make everything ``store`` was sent searchable now. VictoriaMetrics buffers what it
+    receives for a few seconds, and a series it has never seen (a holder's first roll-up)
+    longer: under load the roll-ups of an hour were seen without a new holder's series
+    several seconds after the replay that wrote them had returned."""
+    with urllib.request.urlopen(f"{store}/internal/force_flush", timeout=60) as resp:  # noqa: S310 - loopback
+        resp.read()

@@ -163,3 +163,12 @@ def test_hourly_rollups_cover_every_accounting_counter() -> None:
     assert wanted <= set(recorded_here)
     for counter in COUNTERS.values():  # every raw counter the export reads is rolled up
         assert any(f"increase({counter}[1h])" in e for e in recorded_here.values()), counter
+
+
+def test_the_rollup_marker_is_written_after_the_hours_rollups() -> None:
+    """An hour with a marker is billed from roll-ups: a group's rules are evaluated and
+    written in order, so the marker is the billing group's last rule, or a bill read between
+    the two would miss the hour's roll-ups (deploy/README.md, "Backfill and replay")."""
+    from allsmi.accounting.promrollup import MARKER
+    group = next(g for g in rules()["groups"] if g["name"] == "allsmi-billing-hourly")
+    assert [r["record"] for r in group["rules"]][-1] == MARKER

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -92,12 +95,21 @@ class Serve:
         return self.proc.returncode
 
 
+@functools.cache
+def _logs() -> str:
+    """One directory for this process's servers' logs where a test gives none, removed when
+    the process ends (readable until then, after a server has stopped)."""
+    path = tempfile.mkdtemp(prefix="allsmi-serve-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def run_serve(args: Sequence[str], *, port: int | None = None, env: dict[str, str] | None = None,
               listen: bool = True, tmp: Path | None = None,
               preexec_fn: Callable[[], None] | None = None) -> Serve:
     """Start ``allsmi serve ARGS --listen 127.0.0.1:PORT`` in the background."""
     port = port or free_port()
-    log_dir = Path(tmp or tempfile.mkdtemp(prefix="allsmi-serve-"))
+    log_dir = Path(tmp or tempfile.mkdtemp(prefix=f"serve-{port}-", dir=_logs()))
     log = log_dir / f"serve-{port}.log"
     command = [sys.executable, "-m", "allsmi", "serve", *args]
     if listen:
