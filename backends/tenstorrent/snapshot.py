@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 import time
 from typing import Any
@@ -62,18 +61,9 @@ class SnapshotReader:
     def __init__(self, tool: str) -> None:
         self.tool = tool
         self.mode = STDOUT_MODE
-        self._tmpdir: str | None = None
 
     def close(self) -> None:
-        """Remove the private directory used for file-mode snapshots."""
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
-
-    def _file_path(self) -> str:
-        if self._tmpdir is None or not os.path.isdir(self._tmpdir):
-            self._tmpdir = tempfile.mkdtemp(prefix="allsmi-tt-smi-")
-        return os.path.join(self._tmpdir, "snapshot.json")
+        """Nothing is kept open: a file-mode snapshot's private directory lives for one read."""
 
     def read(self, timeout: float, warnings: list[str]) -> dict[str, Any] | None:
         """One snapshot; ``None`` when tt-smi positively reports no driver or no devices.
@@ -93,19 +83,12 @@ class SnapshotReader:
                 self.mode = FILE_MODE
                 return self.read(max(0.1, timeout - (time.monotonic() - started)), warnings)
             return self._interpret(tool, args, result, None)
-        path = self._file_path()
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        try:
+        # A private directory (0700) for each read, removed after it, whatever happened: one
+        # kept between reads outlived a process that never closed its backend.
+        with tempfile.TemporaryDirectory(prefix="allsmi-tt-smi-") as private:
+            path = os.path.join(private, "snapshot.json")
             args = ("-s", "-f", path)
             return self._interpret(tool, args, tool.run(*args, ok_codes=range(-64, 256)), path)
-        finally:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
 
     def _interpret(self, tool: Tool, args: tuple[str, ...], result: ToolResult,
                    our_file: str | None) -> dict[str, Any] | None:
