@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -34,9 +34,26 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
         monkeypatch.delenv(var, raising=False)
 
 
-#: The run's lock files (the xdist controller's id names the run, so that every worker of one
-#: run, and only those, share them).
-_LOCKS = Path(tempfile.gettempdir()) / f"allsmi-tests-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}"
+def locks_dir(run: str) -> Path:
+    """The lock files of one run (the xdist controller's id names the run, so that every worker
+    of one run, and only those, share them)."""
+    return Path(tempfile.gettempdir()) / f"allsmi-tests-{run}"
+
+
+_LOCKS = locks_dir(os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid())))
+#: The runs whose workers this process (the xdist controller) started.
+_RUNS: set[str] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    _RUNS.add(node.workerinput["testrunuid"])
+
+
+def pytest_sessionfinish() -> None:
+    """The controller removes its run's lock files once every worker is done."""
+    for run in _RUNS:
+        shutil.rmtree(locks_dir(run), ignore_errors=True)
 
 
 @contextlib.contextmanager
