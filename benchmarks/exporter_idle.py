@@ -8,7 +8,9 @@ measured over the same windows (medians of the windows; ``/proc/PID/stat`` utime
 environment) to the same windows, ``--variant NAME=CONFIG`` the same install with another config
 file (``[backends.nvidia] gpm = false``: what GPM sampling costs, issue 31). ``--scrape-every S`` scrapes every server's ``/metrics``
 every S seconds during the windows (Prometheus' default is 15 s; 0, the default, is idle:
-nobody scrapes).
+nobody scrapes). ``--switches`` adds each server's context switches a second (voluntary and
+involuntary, summed over its threads from ``/proc/PID/task/*/status``, over the same windows):
+each is a wake-up of a thread.
 
 ``--itemise`` runs the collection cycle in this process instead (the same fake library,
 ``allsmi serve``'s collector and exposition, ``--cycles`` cycles back to back) and prints the
@@ -20,7 +22,7 @@ Usage::
 
     python benchmarks/exporter_idle.py [--seconds 120] [--windows 4] [--scrape-every 0]
         [--python .venv/bin/python] [--baseline-python /tmp/base/.venv/bin/python]
-        [--nvitop-site DIR]
+        [--nvitop-site DIR] [--switches]
     python benchmarks/exporter_idle.py --itemise [--cycles 300]
 """
 
@@ -80,8 +82,20 @@ def measure(args: argparse.Namespace) -> None:
     servers["nvitop-exporter"] = fake(args.python, "nvitop-exporter", "--bind-address", "127.0.0.1",
                                       "--port", "{port}", "--interval", "1", "--hostname", "bench")
     stop = threading.Event()
-    cpu = idle_cpu_scraped(servers, args.seconds / args.windows, args.windows, empty,
-                           args.scrape_every, stop)
+    import startup
+    real_cpu_seconds = startup._cpu_seconds
+    counted: dict[int, list[tuple[float, int, int]]] = {}  # per pid, at each CPU reading
+
+    def cpu_seconds(pid: int) -> float:
+        counted.setdefault(pid, []).append((time.monotonic(), *switches(pid)))
+        return real_cpu_seconds(pid)
+
+    startup._cpu_seconds = cpu_seconds  # type: ignore[assignment]
+    try:
+        cpu = idle_cpu_scraped(servers, args.seconds / args.windows, args.windows, empty,
+                               args.scrape_every, stop)
+    finally:
+        startup._cpu_seconds = real_cpu_seconds  # type: ignore[assignment]
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     what = "idle (nobody scrapes)" if args.scrape_every <= 0 else \
         f"scraped every {args.scrape_every:g} s"
@@ -93,6 +107,35 @@ def measure(args: argparse.Namespace) -> None:
     peer = cpu["nvitop-exporter"]
     for name, value in cpu.items():
         print(f"| {name} | {value:.3f} % | {value / peer:.2f}x |" if peer else f"| {name} | {value:.3f} % | - |")
+    if args.switches:  # the servers' pids in the order their CPU was first read: cpu's order
+        print("\n| exporter | voluntary context switches a second | involuntary |")
+        print("|---|---:|---:|")
+        for name, readings in zip(cpu, counted.values()):
+            windows = list(zip(readings[::2], readings[1::2]))  # (before, after) each window
+            voluntary, involuntary = ([(b[i] - a[i]) / (b[0] - a[0]) for a, b in windows]
+                                      for i in (1, 2))
+            print(f"| {name} | {statistics.median(voluntary):.2f} | "
+                  f"{statistics.median(involuntary):.2f} |")
+
+
+def switches(pid: int) -> tuple[int, int]:
+    """The process's voluntary and involuntary context switches, summed over its threads."""
+    voluntary = involuntary = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0
+    for task in tasks:
+        try:
+            lines = Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.startswith("voluntary_ctxt_switches:"):
+                voluntary += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                involuntary += int(line.split()[1])
+    return voluntary, involuntary
 
 
 def idle_cpu_scraped(servers: dict[str, list[str]], seconds: float, windows: int, cwd: str,
@@ -267,6 +310,7 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=CONFIG",
                         help="another allsmi serve of the same install with this config file "
                              "(e.g. gpm-off=FILE holding [backends.nvidia] gpm = false)")
+    parser.add_argument("--switches", action="store_true")
     parser.add_argument("--itemise", action="store_true")
     parser.add_argument("--cycles", type=int, default=300)
     args = parser.parse_args()
