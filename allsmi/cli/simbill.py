@@ -45,11 +45,13 @@ class _Replay:
     up once (a look-up reads the installed distributions' entry points)."""
 
 
-def _chunks(start: float, end: float, step: float, row: int, length: float) -> list[tuple[float, float]]:
+def _chunks(start: float, end: float, step: float, row: int, length: float,
+            tail: int = 0, shortest: float = 0.0) -> list[tuple[float, float]]:
     """``[(first sample, last sample)]`` covering ``start..end`` in chunks of about ``length``
     seconds: each chunk's last sample is the next one's first, on the sampling grid and on a
     row boundary (a multiple of ``step`` and ``row`` after ``start``); the last chunk ends at
-    the last sample before ``end``."""
+    the last sample before ``end``. The last ``tail`` chunks are each cut again into
+    :data:`CHUNKS_PER_WORKER` of at least ``shortest`` seconds (see :func:`simulated_ledger`)."""
     unit = math.lcm(int(step), row) if float(step).is_integer() else 0
     if not unit or end - start <= length:
         return [(start, end)]
@@ -57,7 +59,16 @@ def _chunks(start: float, end: float, step: float, row: int, length: float) -> l
     edges = [start + k * size for k in range(int((end - start) // size) + 1)]
     if edges[-1] < end:
         edges.append(end)
+    piece = max(1, round(size / CHUNKS_PER_WORKER / unit)) * unit
+    if tail and piece >= shortest and piece < size:
+        cut = max(1, len(edges) - 1 - tail)  # (the first chunk is never cut)
+        edges[cut:-1] = [e for a in edges[cut:-1] for e in _range(a, min(a + size, end), piece)]
     return list(zip(edges, edges[1:]))
+
+
+def _range(first: float, last: float, step: float) -> list[float]:
+    """``first, first + step, ...`` before ``last``."""
+    return [first + k * step for k in range(math.ceil((last - first) / step))]
 
 
 def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple[list[Any], float]:
@@ -272,7 +283,10 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     count = workers or _workers(max(1, int((end - start) // chunk_seconds)))
     length = min(max(chunk_seconds, MAX_CHUNK_SECONDS),
                  max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
-    chunks = _chunks(start, end, step, row, length)
+    # The last chunks (one per worker) are cut finer: the workers run out of work together,
+    # not one of them replaying a whole chunk while the others wait (a month: 31 chunks of a
+    # day for 2 workers left one idle for most of a day's replay).
+    chunks = _chunks(start, end, step, row, length, tail=count, shortest=chunk_seconds)
     # (extending a later replay: its first sample is this window's last, whose interval
     # that replay booked)
     tasks = [(a, b, not into and i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
