@@ -346,3 +346,50 @@ def _field_index(name: str) -> int:
     """The position of the sample field ``name`` among its fields."""
     from allsmi.schema import DeviceSample
     return [f.name for f in dataclasses.fields(DeviceSample)].index(name)
+
+
+def test_a_replay_s_collector_asks_the_backends_directly_after_their_runners_opened_them(
+        monkeypatch) -> None:
+    """After its first cycle (the runners probe and open the backends), the replay's collector
+    asks each simulated backend for its sample itself, not through its runner: the same
+    devices, field for field, as the live collector's cycle by cycle; a backend that raises
+    sends its cycle through the runners, which report it as before."""
+    from allsmi.backendrunner import BackendRunner
+    from allsmi.cli.simcollect import ReplayCollector
+    calls = [0]
+    start_call = BackendRunner.start_call
+    monkeypatch.setattr(BackendRunner, "start_call", lambda self: calls.__setitem__(
+        0, calls[0] + 1) or start_call(self))
+
+    def cycles(kind: type, **options: object) -> tuple[list[list[tuple[object, ...]]], object]:
+        now = [T0]
+        config = parse_config("")
+        backends = simulated_backends("mixed", clock=lambda: now[0])
+        for backend in backends:
+            backend.bill_only = backend.reuse_samples = True
+        collector = kind(backends, config, clock=lambda: now[0], inline=True, history_size=1,
+                         attributor=build_attributor(config, simulate=True,
+                                                     declarations=declarations(), inline=True),
+                         **options)
+        calls[0], out = 0, []
+        for _ in range(CYCLES):
+            out.append([_values(dev) for dev in collector.collect_once().devices])
+            now[0] += 60.0
+        return out, collector
+    live, collector = cycles(Collector)
+    collector.close()  # type: ignore[attr-defined]
+    assert calls[0] == CYCLES * 10  # (ten simulated backends, each through its runner)
+    replayed, collector = cycles(ReplayCollector)
+    assert calls[0] == 10  # the first cycle's
+    assert replayed == live
+    try:
+        backend = collector.runners[0].backend  # type: ignore[attr-defined]
+        monkeypatch.setattr(backend, "sample", lambda: 1 / 0)
+        statuses, devices, _ = collector.sampled()  # type: ignore[attr-defined]
+        assert statuses[0].status == "error" and "ZeroDivisionError" in statuses[0].message
+        assert {status.status for status in statuses[1:]} == {"ok"} and devices
+    finally:
+        collector.close()  # type: ignore[attr-defined]
+    _, collector = cycles(ReplayCollector, direct=False)  # (a scenario with faults)
+    collector.close()  # type: ignore[attr-defined]
+    assert calls[0] == CYCLES * 10

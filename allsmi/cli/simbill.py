@@ -45,7 +45,7 @@ class _Replay:
     up once (a look-up reads the installed distributions' entry points)."""
 
 
-def _chunks(start: float, end: float, step: float, row: int, length: float,
+def replay_chunks(start: float, end: float, step: float, row: int, length: float,
             tail: int = 0, shortest: float = 0.0) -> list[tuple[float, float]]:
     """``[(first sample, last sample)]`` covering ``start..end`` in chunks of about ``length``
     seconds: each chunk's last sample is the next one's first, on the sampling grid and on a
@@ -78,7 +78,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
-    from allsmi.collector import Collector
+    from allsmi.cli.simcollect import ReplayCollector
     from allsmi.host import HostSampler
     from allsmi.registry import enabled_only
     from allsmi.schema import HostSample
@@ -116,10 +116,11 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
         for backend in backends:  # (what no bill reads is not computed: a replay is a bill)
             backend.bill_only = True
             backend.reuse_samples = True  # (and no sample is kept past its cycle)
-        collector = Collector(backends, config, clock=clock,
-                              timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
-                              host_sampler=PastHost(), inline=True,
-                              history_size=1)  # (the recorder reads each snapshot once)
+        collector = ReplayCollector(backends, config, clock=clock,
+                                    timeout_seconds=config.backend_timeout_seconds,
+                                    attributor=attributor, host_sampler=PastHost(), inline=True,
+                                    history_size=1,  # (the recorder reads each snapshot once)
+                                    direct=not job.scenario.faults)
         collector.subscribe(recorder.on_snapshot)
         collector.waiting.explain = False  # (the ledger books the reasons, not their evidence)
         # No collection of reference cycles while the chunk replays: a day's replay leaves a
@@ -286,7 +287,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     # The last chunks (one per worker) are cut finer: the workers run out of work together,
     # not one of them replaying a whole chunk while the others wait (a month: 31 chunks of a
     # day for 2 workers left one idle for most of a day's replay).
-    chunks = _chunks(start, end, step, row, length, tail=count, shortest=chunk_seconds)
+    chunks = replay_chunks(start, end, step, row, length, tail=count, shortest=chunk_seconds)
     # (extending a later replay: its first sample is this window's last, whose interval
     # that replay booked)
     tasks = [(a, b, not into and i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
@@ -300,7 +301,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
 
         import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
         import allsmi.backends.simulated  # noqa: F401
-        import allsmi.collector  # noqa: F401
+        import allsmi.cli.simcollect  # noqa: F401 - (and the collector)
         import allsmi.hostactivity.simulated  # noqa: F401 - (the waiting step's, first cycle)
         import allsmi.waiting  # noqa: F401
         pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),

@@ -143,14 +143,15 @@ def test_the_last_chunk_of_each_worker_is_cut_finer_on_the_grid() -> None:
     """A month for two workers: a chunk a day, the last two cut in four (the workers run out of
     work together); every edge on the grid of samples and rows, the chunks end to end; a cut
     never makes a chunk shorter than the shortest asked for (a day's four chunks stay whole)."""
-    from allsmi.cli.simbill import _chunks
+    from allsmi.cli.simbill import replay_chunks
     start = START - START % 86400
-    month = _chunks(start, start + 31 * 86400, 60.0, 900, 86400, tail=2, shortest=6 * 3600)
+    month = replay_chunks(start, start + 31 * 86400, 60.0, 900, 86400, tail=2, shortest=6 * 3600)
     assert [b - a for a, b in month] == [86400.0] * 29 + [21600.0] * 8
-    odd = _chunks(start, start + 30.5 * 86400 + 420, 60.0, 60, 86400, tail=2, shortest=6 * 3600)
+    odd = replay_chunks(start, start + 30.5 * 86400 + 420, 60.0, 60, 86400, tail=2,
+                        shortest=6 * 3600)
     assert odd[0][0] == start and odd[-1][1] == start + 30.5 * 86400 + 420
     assert all(b == c for (_, b), (c, _) in zip(odd, odd[1:]))
     assert all((a - start) % 60 == 0 for a, _ in odd)
     assert [b - a for a, b in odd] == [86400.0] * 29 + [21600.0] * 6 + [420.0]
-    day = _chunks(start, start + 86400, 60.0, 900, 21600, tail=2, shortest=6 * 3600)
+    day = replay_chunks(start, start + 86400, 60.0, 900, 21600, tail=2, shortest=6 * 3600)
     assert [b - a for a, b in day] == [21600.0] * 4
