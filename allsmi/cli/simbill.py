@@ -153,9 +153,19 @@ class _Nowhere:
 
 
 def _work(first: float, last: float, final: bool) -> tuple[list[Any], float]:
-    """In a worker process: :func:`_replay_chunk` of the replay it serves."""
+    """In a worker process: :func:`_replay_chunk` of the replay it serves, its intervals as
+    tuples (:mod:`allsmi.cli.simrows`)."""
+    from allsmi.cli.simrows import packed
     assert _JOB is not None
-    return _replay_chunk(_JOB, first, last, final)
+    records, sampled = _replay_chunk(_JOB, first, last, final)
+    return packed(records), sampled
+
+
+def _received(future: Any) -> tuple[list[Any], float]:
+    """The intervals of a chunk a worker replayed (``future``'s), as records to write."""
+    from allsmi.cli.simrows import unpacked
+    rows, sampled = future.result()
+    return unpacked(rows), sampled
 
 
 def _start_worker(job: _Replay) -> None:
@@ -302,6 +312,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
         import allsmi.backends.simulated  # noqa: F401
         import allsmi.cli.simcollect  # noqa: F401 - (and the collector)
+        import allsmi.cli.simrows  # noqa: F401
         import allsmi.hostactivity.simulated  # noqa: F401 - (the waiting step's, first cycle)
         import allsmi.waiting  # noqa: F401
         pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),
@@ -314,7 +325,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
             finally:
                 gc.unfreeze()
             # in order, each chunk's intervals let go of once written
-            results = (futures.popleft().result() for _ in range(len(tasks)))
+            results = (_received(futures.popleft()) for _ in range(len(tasks)))
         else:
             results = (_replay_chunk(job, *task) for task in tasks)
         ledger = Ledger(path, interval_seconds=row)  # (opened after the fork: never shared)

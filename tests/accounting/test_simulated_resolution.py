@@ -155,3 +155,38 @@ def test_the_last_chunk_of_each_worker_is_cut_finer_on_the_grid() -> None:
     assert [b - a for a, b in odd] == [86400.0] * 29 + [21600.0] * 6 + [420.0]
     day = replay_chunks(start, start + 86400, 60.0, 900, 21600, tail=2, shortest=6 * 3600)
     assert [b - a for a, b in day] == [21600.0] * 4
+
+
+def test_a_worker_s_intervals_travel_as_tuples_and_arrive_with_every_attribute(
+        tmp_path, monkeypatch) -> None:
+    """A chunk's intervals cross from the worker to the command as plain tuples (no record or
+    share object is pickled: unpickling their dictionaries was most of the command's time),
+    and arrive as records with every attribute of the interval records, holders in order."""
+    import pickle
+    from dataclasses import fields
+
+    from allsmi.accounting.ledger import Ledger
+    from allsmi.accounting.ledgerschema import IntervalRecord, Share
+    from allsmi.cli.simrows import packed, unpacked
+    gathered: list = []
+    write = Ledger.write
+
+    def keeping(self, records, *args):  # type: ignore[no-untyped-def]
+        gathered.extend(records)  # (replayed here: the records themselves)
+        return write(self, records, *args)
+    monkeypatch.setattr(Ledger, "write", keeping)
+    window = Window(dt.datetime.fromtimestamp(START, dt.timezone.utc),
+                    dt.datetime.fromtimestamp(START + 3600, dt.timezone.utc))
+    simulated_ledger(load_scenario("mixed"), window, parse_config(CONFIG), str(tmp_path),
+                     workers=1)
+    assert len(gathered) > 30 and any(len(rec.holders) > 1 for rec in gathered)
+    data = pickle.dumps(packed(gathered), protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"IntervalRecord" not in data and b"Share" not in data
+    for rec, row in zip(gathered, unpacked(pickle.loads(data)), strict=True):
+        for name in (f.name for f in fields(IntervalRecord)):
+            if name != "holders":
+                assert getattr(row, name) == getattr(rec, name), name
+        assert list(row.holders) == list(rec.holders)
+        for holder, share in rec.holders.items():
+            assert [getattr(row.holders[holder], f.name) for f in fields(Share)] == \
+                [getattr(share, f.name) for f in fields(Share)]
