@@ -247,13 +247,24 @@ class Bucket(_Acc):
             acc = accs.get(holder)
             if acc is None:
                 acc = accs[holder] = _Acc()
+            # (add_wait and _method written out too: a replayed month puts 1.1 million)
             if waiting is not None and allocated:
                 reason = _REASON_INDEX.get(waiting.get(holder, "unknown"), _UNKNOWN)
                 seconds = allocated * weight
-                self.add_wait(reason, seconds)
-                acc.add_wait(reason, seconds)
-            self.allocation_method = _method(self.allocation_method, alloc_method)
-            self.usage_method = _method(self.usage_method, usage_method)
+                waits = self.waits
+                if waits is None:
+                    waits = self.waits = [0.0] * len(WAITING_REASONS)
+                waits[reason] += seconds
+                waits = acc.waits
+                if waits is None:
+                    waits = acc.waits = [0.0] * len(WAITING_REASONS)
+                waits[reason] += seconds
+            mine = self.allocation_method
+            if mine != alloc_method:
+                self.allocation_method = alloc_method if mine is None else MIXED
+            mine = self.usage_method
+            if mine != usage_method:
+                self.usage_method = usage_method if mine is None else MIXED
             busy_part = 1.0 - (idle_part or 0.0)
             acc.observed += observed * weight
             if allocated is not None:
@@ -279,10 +290,15 @@ class Bucket(_Acc):
             if active is not None:
                 acc.active = (acc.active or 0.0) + active * used_weight
                 acc.active_allocated = (acc.active_allocated or 0.0) + (allocated or 0.0) * used_weight
-                if activity_method is not None:
-                    acc.activity_method = _method(acc.activity_method, activity_method)
-            acc.allocation_method = _method(acc.allocation_method, alloc_method)
-            acc.usage_method = _method(acc.usage_method, usage_method)
+                mine = acc.activity_method
+                if activity_method is not None and mine != activity_method:
+                    acc.activity_method = activity_method if mine is None else MIXED
+            mine = acc.allocation_method
+            if mine != alloc_method:
+                acc.allocation_method = alloc_method if mine is None else MIXED
+            mine = acc.usage_method
+            if mine != usage_method:
+                acc.usage_method = usage_method if mine is None else MIXED
             return
         if waiting is not None and allocated:
             index = _REASON_INDEX
