@@ -259,12 +259,13 @@ class Bucket(_Acc):
                 if waits is None:
                     waits = acc.waits = [0.0] * len(WAITING_REASONS)
                 waits[reason] += seconds
-            mine = self.allocation_method
-            if mine != alloc_method:
-                self.allocation_method = alloc_method if mine is None else MIXED
-            mine = self.usage_method
-            if mine != usage_method:
-                self.usage_method = usage_method if mine is None else MIXED
+            for sums in (self, acc):  # (the device's and the holder's split methods)
+                mine = sums.allocation_method
+                if mine != alloc_method:
+                    sums.allocation_method = alloc_method if mine is None else MIXED
+                mine = sums.usage_method
+                if mine != usage_method:
+                    sums.usage_method = usage_method if mine is None else MIXED
             busy_part = 1.0 - (idle_part or 0.0)
             acc.observed += observed * weight
             if allocated is not None:
@@ -293,12 +294,6 @@ class Bucket(_Acc):
                 mine = acc.activity_method
                 if activity_method is not None and mine != activity_method:
                     acc.activity_method = activity_method if mine is None else MIXED
-            mine = acc.allocation_method
-            if mine != alloc_method:
-                acc.allocation_method = alloc_method if mine is None else MIXED
-            mine = acc.usage_method
-            if mine != usage_method:
-                acc.usage_method = usage_method if mine is None else MIXED
             return
         if waiting is not None and allocated:
             index = _REASON_INDEX
