@@ -338,6 +338,33 @@ def test_a_reused_sample_gets_back_its_template_s_fields_that_the_collector_sets
         now[0] += 60.0
 
 
+def test_a_reused_sample_s_unreported_fields_are_left_alone_after_it_is_made(
+        monkeypatch) -> None:
+    """The fields a real backend never reports are None in a reused sample from its making
+    on: the functions filling the samples in again each cycle leave them alone (a Gaudi's
+    nine), except those the collector sets too; the samples are still those of fresh copies
+    (test_a_replay_s_reused_samples_are_fresh_copies_cycle_by_cycle)."""
+    import allsmi.backends.simulated.billed as billed
+    from allsmi.backends.simulated.billed import COLLECTOR_SET
+    filled: set[str] = set()
+    filler = billed.filler
+    monkeypatch.setattr(billed, "filler", lambda cls, names, restored=(): filled.update(
+        names) or filler(cls, names, restored))
+    now = [T0]
+    (gaudi,) = [b for b in simulated_backends("mixed", clock=lambda: now[0])
+                if b.display_name == "gaudi"]
+    gaudi.bill_only = gaudi.reuse_samples = True
+    gaudi.probe()
+    gaudi.open()
+    for _ in range(3):
+        assert len(gaudi.sample()) == 8
+        now[0] += 60.0
+    unreported = set(gaudi.impersonated.unreported_fields)
+    assert {"power_watts", "memory_used_bytes"} <= filled
+    assert len(unreported - set(COLLECTOR_SET)) >= 9
+    assert not (unreported - set(COLLECTOR_SET)) & filled
+
+
 def _values(dev: object) -> tuple[object, ...]:
     return tuple(getattr(dev, f.name) for f in dataclasses.fields(dev))  # type: ignore[arg-type]
 
