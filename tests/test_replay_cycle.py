@@ -420,3 +420,26 @@ def test_a_replay_s_collector_asks_the_backends_directly_after_their_runners_ope
     _, collector = cycles(ReplayCollector, direct=False)  # (a scenario with faults)
     collector.close()  # type: ignore[attr-defined]
     assert calls[0] == CYCLES * 10
+
+
+def test_a_job_s_stall_is_drawn_once_for_its_run(monkeypatch) -> None:
+    """What a job stalls on is worked out once for the job, not at every sample of it: the
+    same answers as working it out each time."""
+    from allsmi.backends.simulated import activity
+    from allsmi.backends.simulated.model import unit_hash
+    drawn: list[tuple[object, ...]] = []
+    monkeypatch.setattr(activity, "_hash", lambda *parts: drawn.append(parts) or unit_hash(*parts))
+    activity.stall_kind.cache_clear()
+    try:
+        jobs = range(40)
+        kinds = [[activity.stalled("nvidia", "nvidia:3", job, r) for r in range(0, 1800, 60)]
+                 for job in jobs]
+        assert len(drawn) == len(jobs)
+        fresh = [activity.stall_kind.__wrapped__("nvidia", "nvidia:3", job) for job in jobs]
+        assert len(drawn) == 2 * len(jobs)
+    finally:
+        activity.stall_kind.cache_clear()
+    assert {kind for kind in fresh} > {None}
+    assert kinds == [[kind if kind is not None and activity.in_window(r, activity.STALL_PERIOD,
+                                                                      activity.STALL_SECONDS)
+                      else None for r in range(0, 1800, 60)] for kind in fresh]
