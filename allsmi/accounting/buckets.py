@@ -23,6 +23,8 @@ from allsmi.fairshare import MIXED, NOBODY, Split
 from allsmi.schema import WAITING_REASONS
 from allsmi.usage import Increment
 
+#: The waiting columns of an accumulator that booked no waiting time.
+_NO_WAITS: dict[str, None] = dict.fromkeys(WAIT_COLUMNS)
 #: Index of each waiting reason in an accumulator's ``waits`` list (and in WAIT_COLUMNS).
 _REASON_INDEX = {reason: i for i, reason in enumerate(WAITING_REASONS)}
 _UNKNOWN = _REASON_INDEX["unknown"]
@@ -89,8 +91,7 @@ class _Acc:
             "active_allocated_ms": None if self.active_allocated is None
             else ms(self.active_allocated),
             "activity_method": self.activity_method}
-        for i, column in enumerate(WAIT_COLUMNS):
-            out[column] = None if waits is None else ms(waits[i])
+        out.update(_NO_WAITS if waits is None else zip(WAIT_COLUMNS, map(ms, waits)))
         return out
 
     def add_allocated(self, observed: float, allocated: float | None, energy: float | None,
@@ -329,9 +330,10 @@ class Bucket(_Acc):
         # drift apart by microseconds: never book more than the interval's length.
         # Energy is not a duration and is never capped (joules to millijoules).
         cap = interval_seconds * 1000
-        ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
-        opt = lambda v: None if v is None else ms(v)  # noqa: E731
-        mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
+        # (round() of a float is an int already: a replayed month rounds 5 million values)
+        ms = lambda v: min(cap, round(v * 1000.0))  # noqa: E731
+        opt = lambda v: None if v is None else min(cap, round(v * 1000.0))  # noqa: E731
+        mj = lambda v: None if v is None else round(v * 1000.0)  # noqa: E731
         idle_ms, idle_billed_ms, idle_energy_mj = self.idle_values(ms, mj)
         return IntervalRecord(
             start=self.start, dim=self.dim,
