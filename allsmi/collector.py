@@ -166,36 +166,7 @@ class Collector:
     def collect_once(self) -> Snapshot:
         """Run one cycle now and return its snapshot. Cycles are serialized."""
         with self._cycle_lock:
-            started = time.monotonic()
-            asked = {id(r): r.start_call() for r in self.runners}
-            statuses: list[BackendStatus] = []
-            devices: list[DeviceSample] = []
-            fresh: list[bool] = []
-            for runner in self.runners:
-                if not asked[id(runner)]:
-                    busy = runner.busy_for() or 0.0
-                    phase = runner.phase
-                    statuses.append(BackendStatus(
-                        runner.name, "timeout",
-                        f"previous call{f' ({phase}())' if phase else ''} still running after "
-                        f"{busy:.1f} s (timeout {self.timeout:g} s)", None))
-                    continue
-                outcome = runner.wait(started + self.timeout)
-                if outcome is None:
-                    phase = runner.phase
-                    statuses.append(BackendStatus(
-                        runner.name, "timeout",
-                        f"no answer within {self.timeout:g} s" + (f" (still in {phase}())" if phase else ""),
-                        self.timeout))
-                    continue
-                said = self._said.get(id(runner))
-                if said is None or said[0] is not outcome:  # a new answer (not one kept)
-                    said = self._said[id(runner)] = (outcome, BackendStatus(
-                        runner.name, outcome.status, outcome.message, round(outcome.duration, 6)))
-                statuses.append(said[1])
-                devices.extend(outcome.devices)
-                # a backend whose samples are new each cycle and kept by nobody (the simulation)
-                fresh.extend([getattr(runner.backend, "fresh_samples", False)] * len(outcome.devices))
+            statuses, devices, fresh = self.sampled()
             # Sampled last so that its CPU figure covers the cycle just run.
             host = self.host.sample()
             wall = self.clock()
@@ -223,6 +194,43 @@ class Collector:
             except Exception:
                 log.exception("snapshot subscriber failed")
         return snapshot
+
+    def sampled(self) -> tuple[list[BackendStatus], list[DeviceSample], list[bool]]:
+        """One cycle's asking of every runner (see :meth:`collect_once`): each backend's
+        status, the devices they returned, and whether each device is fresh (made this cycle
+        by a backend that keeps nothing of what it returns: ``fresh_samples``). A replay
+        overrides it (``allsmi.cli.simbill``)."""
+        started = time.monotonic()
+        asked = {id(r): r.start_call() for r in self.runners}
+        statuses: list[BackendStatus] = []
+        devices: list[DeviceSample] = []
+        fresh: list[bool] = []
+        for runner in self.runners:
+            if not asked[id(runner)]:
+                busy = runner.busy_for() or 0.0
+                phase = runner.phase
+                statuses.append(BackendStatus(
+                    runner.name, "timeout",
+                    f"previous call{f' ({phase}())' if phase else ''} still running after "
+                    f"{busy:.1f} s (timeout {self.timeout:g} s)", None))
+                continue
+            outcome = runner.wait(started + self.timeout)
+            if outcome is None:
+                phase = runner.phase
+                statuses.append(BackendStatus(
+                    runner.name, "timeout",
+                    f"no answer within {self.timeout:g} s" + (f" (still in {phase}())" if phase else ""),
+                    self.timeout))
+                continue
+            said = self._said.get(id(runner))
+            if said is None or said[0] is not outcome:  # a new answer (not one kept)
+                said = self._said[id(runner)] = (outcome, BackendStatus(
+                    runner.name, outcome.status, outcome.message, round(outcome.duration, 6)))
+            statuses.append(said[1])
+            devices.extend(outcome.devices)
+            # a backend whose samples are new each cycle and kept by nobody (the simulation)
+            fresh.extend([getattr(runner.backend, "fresh_samples", False)] * len(outcome.devices))
+        return statuses, devices, fresh
 
     @property
     def waiting(self) -> "WaitingClassifier":

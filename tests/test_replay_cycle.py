@@ -338,6 +338,33 @@ def test_a_reused_sample_gets_back_its_template_s_fields_that_the_collector_sets
         now[0] += 60.0
 
 
+def test_a_reused_sample_s_unreported_fields_are_left_alone_after_it_is_made(
+        monkeypatch) -> None:
+    """The fields a real backend never reports are None in a reused sample from its making
+    on: the functions filling the samples in again each cycle leave them alone (a Gaudi's
+    nine), except those the collector sets too; the samples are still those of fresh copies
+    (test_a_replay_s_reused_samples_are_fresh_copies_cycle_by_cycle)."""
+    import allsmi.backends.simulated.billed as billed
+    from allsmi.backends.simulated.billed import COLLECTOR_SET
+    filled: set[str] = set()
+    filler = billed.filler
+    monkeypatch.setattr(billed, "filler", lambda cls, names, restored=(): filled.update(
+        names) or filler(cls, names, restored))
+    now = [T0]
+    (gaudi,) = [b for b in simulated_backends("mixed", clock=lambda: now[0])
+                if b.display_name == "gaudi"]
+    gaudi.bill_only = gaudi.reuse_samples = True
+    gaudi.probe()
+    gaudi.open()
+    for _ in range(3):
+        assert len(gaudi.sample()) == 8
+        now[0] += 60.0
+    unreported = set(gaudi.impersonated.unreported_fields)
+    assert {"power_watts", "memory_used_bytes"} <= filled
+    assert len(unreported - set(COLLECTOR_SET)) >= 9
+    assert not (unreported - set(COLLECTOR_SET)) & filled
+
+
 def _values(dev: object) -> tuple[object, ...]:
     return tuple(getattr(dev, f.name) for f in dataclasses.fields(dev))  # type: ignore[arg-type]
 
@@ -346,3 +373,73 @@ def _field_index(name: str) -> int:
     """The position of the sample field ``name`` among its fields."""
     from allsmi.schema import DeviceSample
     return [f.name for f in dataclasses.fields(DeviceSample)].index(name)
+
+
+def test_a_replay_s_collector_asks_the_backends_directly_after_their_runners_opened_them(
+        monkeypatch) -> None:
+    """After its first cycle (the runners probe and open the backends), the replay's collector
+    asks each simulated backend for its sample itself, not through its runner: the same
+    devices, field for field, as the live collector's cycle by cycle; a backend that raises
+    sends its cycle through the runners, which report it as before."""
+    from allsmi.backendrunner import BackendRunner
+    from allsmi.cli.simcollect import ReplayCollector
+    calls = [0]
+    start_call = BackendRunner.start_call
+    monkeypatch.setattr(BackendRunner, "start_call", lambda self: calls.__setitem__(
+        0, calls[0] + 1) or start_call(self))
+
+    def cycles(kind: type, **options: object) -> tuple[list[list[tuple[object, ...]]], object]:
+        now = [T0]
+        config = parse_config("")
+        backends = simulated_backends("mixed", clock=lambda: now[0])
+        for backend in backends:
+            backend.bill_only = backend.reuse_samples = True
+        collector = kind(backends, config, clock=lambda: now[0], inline=True, history_size=1,
+                         attributor=build_attributor(config, simulate=True,
+                                                     declarations=declarations(), inline=True),
+                         **options)
+        calls[0], out = 0, []
+        for _ in range(CYCLES):
+            out.append([_values(dev) for dev in collector.collect_once().devices])
+            now[0] += 60.0
+        return out, collector
+    live, collector = cycles(Collector)
+    collector.close()  # type: ignore[attr-defined]
+    assert calls[0] == CYCLES * 10  # (ten simulated backends, each through its runner)
+    replayed, collector = cycles(ReplayCollector)
+    assert calls[0] == 10  # the first cycle's
+    assert replayed == live
+    try:
+        backend = collector.runners[0].backend  # type: ignore[attr-defined]
+        monkeypatch.setattr(backend, "sample", lambda: 1 / 0)
+        statuses, devices, _ = collector.sampled()  # type: ignore[attr-defined]
+        assert statuses[0].status == "error" and "ZeroDivisionError" in statuses[0].message
+        assert {status.status for status in statuses[1:]} == {"ok"} and devices
+    finally:
+        collector.close()  # type: ignore[attr-defined]
+    _, collector = cycles(ReplayCollector, direct=False)  # (a scenario with faults)
+    collector.close()  # type: ignore[attr-defined]
+    assert calls[0] == CYCLES * 10
+
+
+def test_a_job_s_stall_is_drawn_once_for_its_run(monkeypatch) -> None:
+    """What a job stalls on is worked out once for the job, not at every sample of it: the
+    same answers as working it out each time."""
+    from allsmi.backends.simulated import activity
+    from allsmi.backends.simulated.model import unit_hash
+    drawn: list[tuple[object, ...]] = []
+    monkeypatch.setattr(activity, "_hash", lambda *parts: drawn.append(parts) or unit_hash(*parts))
+    activity.stall_kind.cache_clear()
+    try:
+        jobs = range(40)
+        kinds = [[activity.stalled("nvidia", "nvidia:3", job, r) for r in range(0, 1800, 60)]
+                 for job in jobs]
+        assert len(drawn) == len(jobs)
+        fresh = [activity.stall_kind.__wrapped__("nvidia", "nvidia:3", job) for job in jobs]
+        assert len(drawn) == 2 * len(jobs)
+    finally:
+        activity.stall_kind.cache_clear()
+    assert {kind for kind in fresh} > {None}
+    assert kinds == [[kind if kind is not None and activity.in_window(r, activity.STALL_PERIOD,
+                                                                      activity.STALL_SECONDS)
+                      else None for r in range(0, 1800, 60)] for kind in fresh]

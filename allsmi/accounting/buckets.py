@@ -23,6 +23,8 @@ from allsmi.fairshare import MIXED, NOBODY, Split
 from allsmi.schema import WAITING_REASONS
 from allsmi.usage import Increment
 
+#: The waiting columns of an accumulator that booked no waiting time.
+_NO_WAITS: dict[str, None] = dict.fromkeys(WAIT_COLUMNS)
 #: Index of each waiting reason in an accumulator's ``waits`` list (and in WAIT_COLUMNS).
 _REASON_INDEX = {reason: i for i, reason in enumerate(WAITING_REASONS)}
 _UNKNOWN = _REASON_INDEX["unknown"]
@@ -89,8 +91,7 @@ class _Acc:
             "active_allocated_ms": None if self.active_allocated is None
             else ms(self.active_allocated),
             "activity_method": self.activity_method}
-        for i, column in enumerate(WAIT_COLUMNS):
-            out[column] = None if waits is None else ms(waits[i])
+        out.update(_NO_WAITS if waits is None else zip(WAIT_COLUMNS, map(ms, waits)))
         return out
 
     def add_allocated(self, observed: float, allocated: float | None, energy: float | None,
@@ -247,13 +248,25 @@ class Bucket(_Acc):
             acc = accs.get(holder)
             if acc is None:
                 acc = accs[holder] = _Acc()
+            # (add_wait and _method written out too: a replayed month puts 1.1 million)
             if waiting is not None and allocated:
                 reason = _REASON_INDEX.get(waiting.get(holder, "unknown"), _UNKNOWN)
                 seconds = allocated * weight
-                self.add_wait(reason, seconds)
-                acc.add_wait(reason, seconds)
-            self.allocation_method = _method(self.allocation_method, alloc_method)
-            self.usage_method = _method(self.usage_method, usage_method)
+                waits = self.waits
+                if waits is None:
+                    waits = self.waits = [0.0] * len(WAITING_REASONS)
+                waits[reason] += seconds
+                waits = acc.waits
+                if waits is None:
+                    waits = acc.waits = [0.0] * len(WAITING_REASONS)
+                waits[reason] += seconds
+            for sums in (self, acc):  # (the device's and the holder's split methods)
+                mine = sums.allocation_method
+                if mine != alloc_method:
+                    sums.allocation_method = alloc_method if mine is None else MIXED
+                mine = sums.usage_method
+                if mine != usage_method:
+                    sums.usage_method = usage_method if mine is None else MIXED
             busy_part = 1.0 - (idle_part or 0.0)
             acc.observed += observed * weight
             if allocated is not None:
@@ -279,10 +292,9 @@ class Bucket(_Acc):
             if active is not None:
                 acc.active = (acc.active or 0.0) + active * used_weight
                 acc.active_allocated = (acc.active_allocated or 0.0) + (allocated or 0.0) * used_weight
-                if activity_method is not None:
-                    acc.activity_method = _method(acc.activity_method, activity_method)
-            acc.allocation_method = _method(acc.allocation_method, alloc_method)
-            acc.usage_method = _method(acc.usage_method, usage_method)
+                mine = acc.activity_method
+                if activity_method is not None and mine != activity_method:
+                    acc.activity_method = activity_method if mine is None else MIXED
             return
         if waiting is not None and allocated:
             index = _REASON_INDEX
@@ -318,9 +330,10 @@ class Bucket(_Acc):
         # drift apart by microseconds: never book more than the interval's length.
         # Energy is not a duration and is never capped (joules to millijoules).
         cap = interval_seconds * 1000
-        ms = lambda v: min(cap, int(round(v * 1000.0)))  # noqa: E731
-        opt = lambda v: None if v is None else ms(v)  # noqa: E731
-        mj = lambda v: None if v is None else int(round(v * 1000.0))  # noqa: E731
+        # (round() of a float is an int already: a replayed month rounds 5 million values)
+        ms = lambda v: min(cap, round(v * 1000.0))  # noqa: E731
+        opt = lambda v: None if v is None else min(cap, round(v * 1000.0))  # noqa: E731
+        mj = lambda v: None if v is None else round(v * 1000.0)  # noqa: E731
         idle_ms, idle_billed_ms, idle_energy_mj = self.idle_values(ms, mj)
         return IntervalRecord(
             start=self.start, dim=self.dim,

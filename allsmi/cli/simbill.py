@@ -45,11 +45,13 @@ class _Replay:
     up once (a look-up reads the installed distributions' entry points)."""
 
 
-def _chunks(start: float, end: float, step: float, row: int, length: float) -> list[tuple[float, float]]:
+def replay_chunks(start: float, end: float, step: float, row: int, length: float,
+            tail: int = 0, shortest: float = 0.0) -> list[tuple[float, float]]:
     """``[(first sample, last sample)]`` covering ``start..end`` in chunks of about ``length``
     seconds: each chunk's last sample is the next one's first, on the sampling grid and on a
     row boundary (a multiple of ``step`` and ``row`` after ``start``); the last chunk ends at
-    the last sample before ``end``."""
+    the last sample before ``end``. The last ``tail`` chunks are each cut again into
+    :data:`CHUNKS_PER_WORKER` of at least ``shortest`` seconds (see :func:`simulated_ledger`)."""
     unit = math.lcm(int(step), row) if float(step).is_integer() else 0
     if not unit or end - start <= length:
         return [(start, end)]
@@ -57,7 +59,16 @@ def _chunks(start: float, end: float, step: float, row: int, length: float) -> l
     edges = [start + k * size for k in range(int((end - start) // size) + 1)]
     if edges[-1] < end:
         edges.append(end)
+    piece = max(1, round(size / CHUNKS_PER_WORKER / unit)) * unit
+    if tail and piece >= shortest and piece < size:
+        cut = max(1, len(edges) - 1 - tail)  # (the first chunk is never cut)
+        edges[cut:-1] = [e for a in edges[cut:-1] for e in _range(a, min(a + size, end), piece)]
     return list(zip(edges, edges[1:]))
+
+
+def _range(first: float, last: float, step: float) -> list[float]:
+    """``first, first + step, ...`` before ``last``."""
+    return [first + k * step for k in range(math.ceil((last - first) / step))]
 
 
 def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple[list[Any], float]:
@@ -67,7 +78,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
-    from allsmi.collector import Collector
+    from allsmi.cli.simcollect import ReplayCollector
     from allsmi.host import HostSampler
     from allsmi.registry import enabled_only
     from allsmi.schema import HostSample
@@ -105,10 +116,11 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
         for backend in backends:  # (what no bill reads is not computed: a replay is a bill)
             backend.bill_only = True
             backend.reuse_samples = True  # (and no sample is kept past its cycle)
-        collector = Collector(backends, config, clock=clock,
-                              timeout_seconds=config.backend_timeout_seconds, attributor=attributor,
-                              host_sampler=PastHost(), inline=True,
-                              history_size=1)  # (the recorder reads each snapshot once)
+        collector = ReplayCollector(backends, config, clock=clock,
+                                    timeout_seconds=config.backend_timeout_seconds,
+                                    attributor=attributor, host_sampler=PastHost(), inline=True,
+                                    history_size=1,  # (the recorder reads each snapshot once)
+                                    direct=not job.scenario.faults)
         collector.subscribe(recorder.on_snapshot)
         collector.waiting.explain = False  # (the ledger books the reasons, not their evidence)
         # No collection of reference cycles while the chunk replays: a day's replay leaves a
@@ -141,9 +153,19 @@ class _Nowhere:
 
 
 def _work(first: float, last: float, final: bool) -> tuple[list[Any], float]:
-    """In a worker process: :func:`_replay_chunk` of the replay it serves."""
+    """In a worker process: :func:`_replay_chunk` of the replay it serves, its intervals as
+    tuples (:mod:`allsmi.cli.simrows`)."""
+    from allsmi.cli.simrows import packed
     assert _JOB is not None
-    return _replay_chunk(_JOB, first, last, final)
+    records, sampled = _replay_chunk(_JOB, first, last, final)
+    return packed(records), sampled
+
+
+def _received(future: Any) -> tuple[list[Any], float]:
+    """The intervals of a chunk a worker replayed (``future``'s), as records to write."""
+    from allsmi.cli.simrows import unpacked
+    rows, sampled = future.result()
+    return unpacked(rows), sampled
 
 
 def _start_worker(job: _Replay) -> None:
@@ -272,7 +294,10 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     count = workers or _workers(max(1, int((end - start) // chunk_seconds)))
     length = min(max(chunk_seconds, MAX_CHUNK_SECONDS),
                  max(chunk_seconds, (end - start) / (CHUNKS_PER_WORKER * count)))
-    chunks = _chunks(start, end, step, row, length)
+    # The last chunks (one per worker) are cut finer: the workers run out of work together,
+    # not one of them replaying a whole chunk while the others wait (a month: 31 chunks of a
+    # day for 2 workers left one idle for most of a day's replay).
+    chunks = replay_chunks(start, end, step, row, length, tail=count, shortest=chunk_seconds)
     # (extending a later replay: its first sample is this window's last, whose interval
     # that replay booked)
     tasks = [(a, b, not into and i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
@@ -286,7 +311,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
 
         import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
         import allsmi.backends.simulated  # noqa: F401
-        import allsmi.collector  # noqa: F401
+        import allsmi.cli.simcollect  # noqa: F401 - (and the collector)
+        import allsmi.cli.simrows  # noqa: F401
         import allsmi.hostactivity.simulated  # noqa: F401 - (the waiting step's, first cycle)
         import allsmi.waiting  # noqa: F401
         pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),
@@ -299,7 +325,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
             finally:
                 gc.unfreeze()
             # in order, each chunk's intervals let go of once written
-            results = (futures.popleft().result() for _ in range(len(tasks)))
+            results = (_received(futures.popleft()) for _ in range(len(tasks)))
         else:
             results = (_replay_chunk(job, *task) for task in tasks)
         ledger = Ledger(path, interval_seconds=row)  # (opened after the fork: never shared)

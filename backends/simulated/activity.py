@@ -33,6 +33,7 @@ STALL_PERIOD, STALL_SECONDS = 600.0, 240.0
 BUSY_LOOKING_UTILIZATION, BUSY_LOOKING_ACTIVE = 100.0, 20.0
 
 
+@functools.lru_cache(maxsize=8192)  # (asked of every busy unit every sample; a job's for its run)
 def stall_kind(backend: str, key: str, job: int, partition: bool = False) -> str | None:
     """What job ``job`` of unit ``key`` stalls on (``None``: it never does). Only whole devices
     with links (:data:`LINKED`) stall on communication."""

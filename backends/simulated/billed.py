@@ -72,9 +72,14 @@ class BilledSampling:
         kept = self._kept.get(key)
         if kept is None or kept[0] is not template or kept[1] != names:
             sample = derive(template, **changes)
-            # (the template's COLLECTOR_SET back first: cleaned when it was made)
+            # (the template's COLLECTOR_SET back first: cleaned when it was made). The fields
+            # the real backend never reports (``changes`` has them, as None) stay None in the
+            # sample once made: filled in again only where the collector sets them too (up to
+            # twelve fields of half the mixed node's devices, each cleaned, every cycle).
+            blank = self._blank or {}
+            moving = tuple(name for name in names if name not in blank or name in COLLECTOR_SET)
             self._kept[key] = (template, names, sample,
-                               filler(DeviceSample, names, COLLECTOR_SET))
+                               filler(DeviceSample, moving, COLLECTOR_SET))
             return sample
         return kept[3](kept[2], changes, template)
 

@@ -118,13 +118,13 @@ def _bill(ledger: str, window: Window) -> dict:
     return out
 
 
-@pytest.mark.parametrize("offset, hours, chunk", [(0, 36, 6 * 3600), (7 * 60, 20, 5 * 3600)])
+@pytest.mark.parametrize("offset, hours, chunk", [(0, 36, 3600), (7 * 60, 20, 5 * 3600)])
 def test_chunks_replayed_side_by_side_bill_what_one_long_replay_bills(tmp_path, offset, hours,
                                                                         chunk) -> None:
     """The window cut into chunks replayed by two worker processes (whole hours: quarter-hour
-    rows; from hh:07: one-minute rows, chunks cut on their common multiple) books every row of
-    one replay in one process, to the millisecond: each chunk starts with the sample the one
-    before ended with."""
+    rows, the last two chunks cut again in four; from hh:07: one-minute rows, chunks cut on
+    their common multiple) books every row of one replay in one process, to the millisecond:
+    each chunk starts with the sample the one before ended with."""
     window = Window(dt.datetime.fromtimestamp(START + offset, dt.timezone.utc),
                     dt.datetime.fromtimestamp(START + offset + hours * 3600, dt.timezone.utc))
     config = parse_config(CONFIG)
@@ -137,3 +137,56 @@ def test_chunks_replayed_side_by_side_bill_what_one_long_replay_bills(tmp_path, 
                                              **options), window)
     assert len(bills["one"]) >= 10
     assert bills["chunked"] == bills["one"]
+
+
+def test_the_last_chunk_of_each_worker_is_cut_finer_on_the_grid() -> None:
+    """A month for two workers: a chunk a day, the last two cut in four (the workers run out of
+    work together); every edge on the grid of samples and rows, the chunks end to end; a cut
+    never makes a chunk shorter than the shortest asked for (a day's four chunks stay whole)."""
+    from allsmi.cli.simbill import replay_chunks
+    start = START - START % 86400
+    month = replay_chunks(start, start + 31 * 86400, 60.0, 900, 86400, tail=2, shortest=6 * 3600)
+    assert [b - a for a, b in month] == [86400.0] * 29 + [21600.0] * 8
+    odd = replay_chunks(start, start + 30.5 * 86400 + 420, 60.0, 60, 86400, tail=2,
+                        shortest=6 * 3600)
+    assert odd[0][0] == start and odd[-1][1] == start + 30.5 * 86400 + 420
+    assert all(b == c for (_, b), (c, _) in zip(odd, odd[1:]))
+    assert all((a - start) % 60 == 0 for a, _ in odd)
+    assert [b - a for a, b in odd] == [86400.0] * 29 + [21600.0] * 6 + [420.0]
+    day = replay_chunks(start, start + 86400, 60.0, 900, 21600, tail=2, shortest=6 * 3600)
+    assert [b - a for a, b in day] == [21600.0] * 4
+
+
+def test_a_worker_s_intervals_travel_as_tuples_and_arrive_with_every_attribute(
+        tmp_path, monkeypatch) -> None:
+    """A chunk's intervals cross from the worker to the command as plain tuples (no record or
+    share object is pickled: unpickling their dictionaries was most of the command's time),
+    and arrive as records with every attribute of the interval records, holders in order."""
+    import pickle
+    from dataclasses import fields
+
+    from allsmi.accounting.ledger import Ledger
+    from allsmi.accounting.ledgerschema import IntervalRecord, Share
+    from allsmi.cli.simrows import packed, unpacked
+    gathered: list = []
+    write = Ledger.write
+
+    def keeping(self, records, *args):  # type: ignore[no-untyped-def]
+        gathered.extend(records)  # (replayed here: the records themselves)
+        return write(self, records, *args)
+    monkeypatch.setattr(Ledger, "write", keeping)
+    window = Window(dt.datetime.fromtimestamp(START, dt.timezone.utc),
+                    dt.datetime.fromtimestamp(START + 3600, dt.timezone.utc))
+    simulated_ledger(load_scenario("mixed"), window, parse_config(CONFIG), str(tmp_path),
+                     workers=1)
+    assert len(gathered) > 30 and any(len(rec.holders) > 1 for rec in gathered)
+    data = pickle.dumps(packed(gathered), protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"IntervalRecord" not in data and b"Share" not in data
+    for rec, row in zip(gathered, unpacked(pickle.loads(data)), strict=True):
+        for name in (f.name for f in fields(IntervalRecord)):
+            if name != "holders":
+                assert getattr(row, name) == getattr(rec, name), name
+        assert list(row.holders) == list(rec.holders)
+        for holder, share in rec.holders.items():
+            assert [getattr(row.holders[holder], f.name) for f in fields(Share)] == \
+                [getattr(share, f.name) for f in fields(Share)]
