@@ -119,16 +119,17 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def switches(pid: int) -> tuple[int, int]:
-    """The process's voluntary and involuntary context switches, summed over its threads."""
+    """The process's voluntary and involuntary context switches, summed over its threads. A
+    server that is gone ends the benchmark (a reading of 0 would pass for a quiet one)."""
     voluntary = involuntary = 0
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0, 0
+    except OSError as exc:
+        raise SystemExit(f"exporter_idle: server {pid} is gone: {exc}") from exc
     for task in tasks:
         try:
             lines = Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines()
-        except OSError:
+        except OSError:  # a thread that ended between the listing and the read
             continue
         for line in lines:
             if line.startswith("voluntary_ctxt_switches:"):
