@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+from .ordering import arrange, is_alone, long_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,30 +86,62 @@ def _cpu_share(alone: bool) -> Iterator[None]:
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
-def alone_first(items: list[pytest.Item]) -> None:
-    """Move the tests marked ``alone`` to the start of the run, in their order. Each one waits
-    until no other worker runs a test, and the workers that finish wait with it: in the middle
-    or at the end of the run that is as long as the longest test still running beside it (the
-    day's simulation, a store's real-time window: up to minutes of idle cores, where
-    pytest-xdist's work stealing moves tests from the end to whichever worker runs out). At
-    the start they come first in one worker's share, beside the other workers' first tests
-    (short ones, in this suite)."""
-    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
+#: How many tests marked ``alone`` this run collected (each worker collects them all).
+_ALONE_TESTS = 0
+#: The longest a ``long`` test waits for the ``alone`` tests to end (a worker that died in one
+#: leaves no file, and must not hold the others for ever).
+ALONE_WAIT_SECONDS = 120.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    alone_first(items)
+    """The tests marked ``alone`` first, the ``long`` ones spread over the workers' first
+    slices (tests/ordering.py)."""
+    global _ALONE_TESTS
+    _ALONE_TESTS = sum(map(is_alone, items))
+    arrange(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def _alone_ended(nodeid: str) -> Path:
+    return _LOCKS / f"alone-ended-{hashlib.sha1(nodeid.encode()).hexdigest()[:16]}"
+
+
+def _wait_for_alone_tests() -> None:
+    """Until every ``alone`` test of the run has ended (each leaves a file), at most
+    :data:`ALONE_WAIT_SECONDS`: a long test started beside one would hold the CPU share it
+    waits for, and every worker would wait behind it (tests/ordering.py). The wait is not the
+    test's time (pytest-timeout's alarm is held, as in :func:`_cpu_share`)."""
+    left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        deadline = time.monotonic() + ALONE_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            if len(list(_LOCKS.glob("alone-ended-*"))) >= _ALONE_TESTS:
+                return
+            time.sleep(0.2)
+    finally:
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left)
 
 
 @pytest.fixture(autouse=True)
 def _alone_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tests marked ``alone`` (bounds on latency: the CPU of the other workers' tests would
-    eat them) run while no other worker runs a test; without xdist this does nothing."""
+    eat them) run while no other worker runs a test, and the ``long`` ones start after every
+    ``alone`` one has ended; without xdist this does nothing."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
-    with _cpu_share(request.node.get_closest_marker("alone") is not None):
+    alone = is_alone(request.node)
+    if not alone and long_seconds(request.node) > 0:
+        _wait_for_alone_tests()
+    with _cpu_share(alone):
         yield
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """An ``alone`` test has ended (passed, failed, or skipped before its fixtures)."""
+    if is_alone(item) and os.environ.get("PYTEST_XDIST_WORKER"):
+        _LOCKS.mkdir(exist_ok=True)
+        _alone_ended(item.nodeid).touch()
 
 
 def allsmi_exe() -> list[str]:

@@ -1,28 +1,108 @@
-"""The suite's own scheduling (tests/conftest.py): tests marked ``alone`` run first."""
+"""The suite's own scheduling (tests/ordering.py, tests/conftest.py): tests marked ``alone`` run
+first, those marked ``long`` start early, spread over the workers' slices."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
+from xdist.scheduler.worksteal import WorkStealingScheduling
 
-from .conftest import alone_first
-
-
-class _Item:
-    def __init__(self, name: str, alone: bool) -> None:
-        self.name = name
-        self.alone = alone
-
-    def get_closest_marker(self, name: str) -> object | None:
-        return object() if name == "alone" and self.alone else None
+from .ordering import long_seconds, slice_sizes, spread
 
 
-def test_alone_tests_move_to_the_start_in_their_order() -> None:
-    items = [_Item("a", False), _Item("b", True), _Item("c", False), _Item("d", True),
-             _Item("e", False)]
-    alone_first(items)  # type: ignore[arg-type]
-    assert [i.name for i in items] == ["b", "d", "a", "c", "e"]
+class _Config:
+    """What pytest-xdist's scheduler reads of the config: ``--tx`` (``-n 4`` gives 4 popen)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def getvalue(self, name: str) -> list[str]:
+        assert name == "tx"
+        return [f"{self.workers}*popen"]
 
 
-def test_this_run_collected_the_alone_tests_first(request: pytest.FixtureRequest) -> None:
-    alone = [item.get_closest_marker("alone") is not None for item in request.session.items]
-    assert alone == sorted(alone, reverse=True), "a test marked alone is collected after one that is not"
+class _Node:
+    """A worker as the scheduler sees it: it records the tests it is sent."""
+
+    shutting_down = False
+
+    def __init__(self, number: int) -> None:
+        self.sent: list[int] = []
+        self.gateway = type("Gateway", (), {"id": f"gw{number}"})()
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent += indices
+
+    def send_steal(self, indices: list[int]) -> None:
+        """Asked to give tests back (a worker ran out): not answered, so nothing moves."""
+
+    def shutdown(self) -> None:
+        """No test left to give it."""
+
+
+def first_slices(names: list[str], workers: int) -> list[list[str]]:
+    """The tests pytest-xdist's own worksteal scheduler first sends each worker."""
+    scheduler = WorkStealingScheduling(_Config(workers))  # type: ignore[arg-type]
+    nodes = [_Node(k) for k in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)  # type: ignore[arg-type]
+    for node in nodes:
+        scheduler.add_node_collection(node, names)  # type: ignore[arg-type]
+    scheduler.schedule()
+    return [[names[i] for i in node.sent] for node in nodes]
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 4, 7, 2341])
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_the_slices_are_the_ones_the_scheduler_cuts(count: int, workers: int) -> None:
+    names = [f"t{i}" for i in range(count)]
+    sizes = [len(s) for s in first_slices(names, workers)]
+    assert sizes == slice_sizes(count, workers)
+
+
+def test_long_tests_are_dealt_longest_first_to_the_least_loaded_slice() -> None:
+    names = [f"t{i}" for i in range(40)]
+    seconds = {3: 100.0, 5: 60.0, 8: 50.0, 20: 45.0, 30: 10.0, 31: 5.0}
+    alone = {12, 25}
+    order = spread(names, 4, {i: s for i, s in seconds.items()}, alone)
+    assert sorted(order) == sorted(names)  # every test once
+    slices = first_slices(order, 4)
+    # slice 0 starts with the alone tests, in their order, then its long tests
+    assert slices[0][:2] == ["t12", "t25"]
+    where = {name: k for k, part in enumerate(slices) for name in part}
+    load = [sum(s for i, s in seconds.items() if where[f"t{i}"] == k) for k in range(4)]
+    # longest first to the least loaded: 100 | 60 | 50 | 45, then 10 to the 45 and 5 to the 50
+    assert sorted(load) == [55.0, 55.0, 60.0, 100.0]
+    for k, part in enumerate(slices):
+        long_here = [n for n in part if int(n[1:]) in seconds]
+        assert long_here == sorted(long_here, key=lambda n: -seconds[int(n[1:])])
+        # near the head of the slice: after the alone tests or a short prefix of ordinary ones
+        bound = len(part) // 8 + 1 + len(long_here) + (len(alone) if k == 0 else 0)
+        assert all(part.index(n) < bound for n in long_here), (k, part)
+    # the ordinary tests keep their collected order
+    ordinary = [n for n in order if int(n[1:]) not in seconds and int(n[1:]) not in alone]
+    assert ordinary == sorted(ordinary, key=lambda n: int(n[1:]))
+
+
+def test_without_workers_alone_then_longest_then_the_rest() -> None:
+    names = list("abcdef")
+    assert spread(names, 1, {1: 5.0, 4: 9.0}, {3}) == ["d", "e", "b", "a", "c", "f"]
+
+
+def test_this_run_is_in_that_order(request: pytest.FixtureRequest) -> None:
+    items: list[Any] = request.session.items
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    alone = [item.get_closest_marker("alone") is not None for item in items]
+    assert alone == sorted(alone, reverse=True), "a test marked alone runs after one that is not"
+    if len({item.path for item in items}) > 100:  # the whole suite, not a file or two
+        assert sum(long_seconds(item) > 0 for item in items) >= 10, \
+            "the suite's long tests are marked long(seconds)"
+    if workers > 1:
+        names = [item.nodeid for item in items]
+        seconds = {item.nodeid: long_seconds(item) for item in items}
+        for part in first_slices(names, workers):
+            here = [n for n in part if seconds[n] > 0]
+            heads = part[:len(part) // 8 + 1 + len(here) + sum(alone)]
+            assert set(here) <= set(heads), "a long test is not near its slice's head"

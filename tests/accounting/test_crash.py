@@ -109,6 +109,7 @@ def test_sigkill_then_restart(tmp_path: Path, spawn) -> None:  # type: ignore[no
 
 
 
+@pytest.mark.long(25)
 def test_sigkill_loses_seconds_not_the_minute(tmp_path: Path) -> None:
     """Issue 19 item 10: three SIGKILLs of `allsmi record` (real time, 0.25 s sampling, the
     minute in progress made durable every second): each kill costs about a checkpoint, not the

@@ -53,6 +53,7 @@ currency = "USD"
 """
 
 
+@pytest.mark.long(85)
 def test_simulated_day_matches_reference_integrals(tmp_path: Path) -> None:
     cfg = config(CONFIG)
     now = [T0]

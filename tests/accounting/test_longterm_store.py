@@ -173,6 +173,7 @@ def wait_for_rollups(store: str, at: int, count: int, span: int, timeout: float 
 # Not alone (beside other tests): under their load scrapes come late, and two stores' views of
 # the window's edges lie further apart (0.54-0.58 % seen where the bound was 0.5 %); the bound
 # across stores follows the interval their samples at the edges actually had (edge_interval).
+@pytest.mark.long(110)
 def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) -> None:
     """One window, eight "hours", seen by three stores at once: Prometheus; a VictoriaMetrics
     whose vmalert rolls the hours up live; another whose hours are rolled up afterwards by a
@@ -236,6 +237,7 @@ def test_prometheus_victoriametrics_and_rollups_bill_the_same(tmp_path: Path) ->
     assert totals(docs["vm-replayed-rollups"])["training"]["cost"] > 0
 
 
+@pytest.mark.long(55)
 def test_a_window_not_on_rollup_boundaries_bills_its_edges_from_raw_counters(
         tmp_path: Path) -> None:
     """Roll-ups inside, raw counters for the edges and for an hour nobody rolled up."""
@@ -265,6 +267,7 @@ HOLDER_COLUMNS = ("allocated_device_hours", "billed_device_hours", "used_device_
                   "energy_kwh", "idle_allocated_device_hours", "cost") + ACTIVITY_COLUMNS
 
 
+@pytest.mark.long(50)
 def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Path) -> None:
     """``--group-by user,namespace,pod,job`` from the per-holder roll-ups bills each holder as
     the per-holder raw counters do, with the same methods (the exporter runs with

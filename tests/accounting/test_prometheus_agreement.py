@@ -71,6 +71,7 @@ def ledger_export(*args: str, cwd: Path,
         time.sleep(0.5)
 
 
+@pytest.mark.long(50)
 def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
     with simulated_exporters(tmp_path, CONFIG, "--ledger", "ledger.db") as serve:
         with running_prometheus(tmp_path, serve.targets) as prom_url:

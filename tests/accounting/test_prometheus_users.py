@@ -50,6 +50,7 @@ def _totals(doc: dict, group: str) -> dict[str, float]:  # type: ignore[type-arg
     return {c: sum(r[c] or 0.0 for r in rows) for c in COLUMNS}
 
 
+@pytest.mark.long(32)
 def test_group_by_user_from_prometheus(tmp_path: Path) -> None:
     with _scraped_window(tmp_path, processes=True) as (prom, window):
         rc_u, by_user, err_u = export("--prometheus", prom, *window, "--group-by",
@@ -81,6 +82,7 @@ def test_group_by_user_from_prometheus(tmp_path: Path) -> None:
                 (row["resource_group"], col)
 
 
+@pytest.mark.long(32)
 def test_group_by_user_is_refused_without_users(tmp_path: Path) -> None:
     with _scraped_window(tmp_path, processes=False) as (prom, window):
         rc, doc, err = export("--prometheus", prom, *window, "--group-by",

@@ -45,6 +45,7 @@ currency = "EUR"
 
 
 @pytest.mark.integration
+@pytest.mark.long(30)
 def test_published_prices_unless_the_config_overrides(tmp_path: Path) -> None:
     (tmp_path / "export.toml").write_text(EXPORT_CONFIG)
     with simulated_exporters(tmp_path, NODE_CONFIG, config_name="node.toml") as serve:

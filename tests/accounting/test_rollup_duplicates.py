@@ -31,6 +31,7 @@ def marker_samples(store: str, lo: int, hi: int) -> int:
     return sum(len(s["values"]) for s in result)
 
 
+@pytest.mark.long(60)
 def test_hours_rolled_up_by_two_vmalerts_and_replayed_twice_bill_once(tmp_path: Path) -> None:
     rules = scaled_rules(tmp_path / "allsmi-rules-10s.yml")
     with simulated_exporters(tmp_path, CONFIG, interval=0.25) as serve:

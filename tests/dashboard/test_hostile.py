@@ -279,6 +279,7 @@ def _rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+@pytest.mark.long(36)
 async def test_hundreds_of_view_switches_and_help_screens_keep_memory_flat(sim_snapshots: list[Snapshot]) -> None:
     app, source = make_app(sim_snapshots[:2])
     async with app.run_test(size=(120, 40)) as pilot:

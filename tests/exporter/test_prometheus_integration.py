@@ -51,6 +51,7 @@ def query(base: str, promql: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.long(27)
 def test_per_group_billing_through_prometheus(tmp_path: Path) -> None:
     config = tmp_path / "allsmi.toml"
     config.write_text(CONFIG)

@@ -71,6 +71,7 @@ def _known(cells: list[str]) -> int:
     return sum(c not in ("unknown", "not measured", "no price", "no budget") for c in cells)
 
 
+@pytest.mark.long(70)
 def test_a_month_of_the_simulated_node_in_the_browser(chrome: Any, tmp_path: Path) -> None:
     """One test, so that the month is replayed once whichever worker runs it."""
     month = _month(tmp_path)
