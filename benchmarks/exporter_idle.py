@@ -16,14 +16,16 @@ each is a wake-up of a thread.
 ``allsmi serve``'s collector and exposition, ``--cycles`` cycles back to back) and prints the
 process CPU time of a whole cycle and of each part of it: the backends, attribution and host
 (the cycle without the exposition), the exposition's counters, the families, and the text
-format, which is rendered only when someone scrapes (issue 36).
+format, which is rendered only when someone scrapes (issue 36); then ``--idle-cycles`` cycles
+1 s apart, as ``serve`` runs them, by thread: idle in between, the process runs cold, and each
+cycle costs more than back to back (with a bare thread's wake-up from a 1 s sleep beside it).
 
 Usage::
 
     python benchmarks/exporter_idle.py [--seconds 120] [--windows 4] [--scrape-every 0]
         [--python .venv/bin/python] [--baseline-python /tmp/base/.venv/bin/python]
         [--nvitop-site DIR] [--switches]
-    python benchmarks/exporter_idle.py --itemise [--cycles 300]
+    python benchmarks/exporter_idle.py --itemise [--cycles 300] [--idle-cycles 30]
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def idle_cpu_scraped(servers: dict[str, list[str]], seconds: float, windows: int
         startup._port = real_port  # type: ignore[assignment]
 
 
-def itemise(cycles: int) -> None:
+def itemise(cycles: int, idle_cycles: int) -> None:
     """Process CPU per cycle of each part of ``allsmi serve``'s collection cycle, in-process."""
     sys.path.insert(0, str(REPO))
     sys.modules.setdefault("pytest", types.ModuleType("pytest"))
@@ -205,8 +207,11 @@ def itemise(cycles: int) -> None:
         built = list(exposition.metrics(snap).collect())
         text = per_cycle(lambda: render_text(built, LabelBlocks()))
         scraped = per_cycle(lambda: (exposition.on_snapshot(snap), exposition.current))
+        collector._subscribers[:] = [exposition.on_snapshot]
+        spaced = spaced_cycles(collector.collect_once, idle_cycles)
     finally:
         collector.close()
+    wake = wake_up_cost(max(10, idle_cycles))
     print(f"Machine: {describe()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
           f"8 fake H100, allsmi serve's collector and exposition in one process, {cycles} cycles "
@@ -222,12 +227,63 @@ def itemise(cycles: int) -> None:
             ("text format 0.0.4 (rendered only for a scrape)", text),
             ("a cycle's exposition when every cycle is scraped (rendered ahead)", scraped)):
         print(f"| {name} | {value:.3f} |")
+    print(f"\nThe same cycle {idle_cycles} times, 1 s apart as `serve` runs it (the process idles "
+          f"in between, and its caches go cold), by thread (/proc/self/task/*/schedstat)\n")
+    print("| thread | ms of CPU per cycle |")
+    print("|---|---:|")
+    for name, value in spaced.items():
+        print(f"| {name} | {value:.3f} |")
+    print(f"| (a bare thread's wake-up from a 1 s sleep, for scale) | {wake:.3f} |")
     print(f"\nShares of the CPU of {cycles} cycles, every thread profiled (cProfile on the thread "
           f"CPU clock; functions' inclusive time, so the 'of which' rows are inside the row above)\n")
     print("| part | share of the cycle's CPU |")
     print("|---|---:|")
     for name, value in shares(cycles).items():
         print(f"| {name} | {value:.0f} % |")
+
+
+def _thread_cpu() -> dict[str, int]:
+    """Each thread of this process: its name and CPU time so far (ns, ``schedstat``); the
+    main thread runs the cycles here, as the ``allsmi-collector`` thread does in ``serve``."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    names[threading.main_thread().native_id] = "MainThread (the collector's cycle)"
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                out[names.get(int(tid), f"thread {tid}")] = int(stat.read().split()[0])
+        except OSError:
+            pass  # a thread that ended
+    return out
+
+
+def spaced_cycles(cycle: object, count: int) -> dict[str, float]:
+    """ms of CPU per cycle of ``count`` cycles 1 s apart, by thread and in all."""
+    before = _thread_cpu()
+    for _ in range(count):
+        time.sleep(1.0)
+        cycle()  # type: ignore[operator]
+    after = _thread_cpu()
+    spent = {name: (ns - before.get(name, 0)) / 1e6 / count for name, ns in after.items()}
+    spent = {name: ms for name, ms in spent.items() if ms >= 0.001}
+    return {"every thread": sum(spent.values()), **spent}
+
+
+def wake_up_cost(count: int) -> float:
+    """ms of CPU a thread spends waking from ``time.sleep(1)`` (the kernel's and the VM's part
+    of every wake-up: what a cycle pays once per thread it wakes)."""
+    spent: list[float] = []
+
+    def sleeper() -> None:
+        start = time.thread_time()
+        for _ in range(count):
+            time.sleep(1.0)
+        spent.append((time.thread_time() - start) * 1000 / count)
+
+    thread = threading.Thread(target=sleeper, name="sleeper")
+    thread.start()
+    thread.join()
+    return spent[0]
 
 
 #: The parts of a cycle whose share ``--itemise`` reports (function names as cProfile keys them;
@@ -314,9 +370,11 @@ def main() -> None:
     parser.add_argument("--switches", action="store_true")
     parser.add_argument("--itemise", action="store_true")
     parser.add_argument("--cycles", type=int, default=300)
+    parser.add_argument("--idle-cycles", type=int, default=30,
+                        help="--itemise: also this many cycles 1 s apart, by thread")
     args = parser.parse_args()
     if args.itemise:
-        itemise(args.cycles)
+        itemise(args.cycles, args.idle_cycles)
     else:
         measure(args)
 
