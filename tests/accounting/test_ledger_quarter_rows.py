@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from allsmi.accounting.ledgerschema import DEVICE_SUMS, HOLDER_SUMS
-from allsmi.accounting.ledgerwrite import LedgerWriter, sums
+from allsmi.accounting.ledgerwrite import sums
 
 from .helpers import T0, config, device, record, rows, snap
 
@@ -45,34 +45,8 @@ def _aggregated(path: Path, table: str) -> list[tuple]:
                       "ORDER BY q, i.dim, h.hid")
 
 
-def test_quarter_long_rows_are_copied_into_the_quarters_as_their_aggregates(
-        tmp_path: Path, monkeypatch) -> None:
-    statements: list[str] = []
-    roll_unit = LedgerWriter._roll_unit
-
-    def traced(self, *args):  # type: ignore[no-untyped-def]
-        self._db.set_trace_callback(statements.append)
-        try:
-            roll_unit(self, *args)
-        finally:
-            self._db.set_trace_callback(None)
-    monkeypatch.setattr(LedgerWriter, "_roll_unit", traced)
-    db = tmp_path / "l.db"
-    record(db, _snapshots(), QUARTER_ROWS)
-    quarters = rows(db, "SELECT * FROM quarters ORDER BY start, dim")
-    holders = rows(db, "SELECT * FROM holder_quarters ORDER BY start, dim, hid")
-    assert len(quarters) >= 18 and len(holders) >= 12  # (ten quarters of two devices)
-    assert quarters == _aggregated(db, "quarters")
-    assert holders == _aggregated(db, "holder_quarters")
-    # (the types too: integers stay integers, unknown stays NULL)
-    assert any(None in row for row in quarters) and any(None in row for row in holders)
-    from_raw = [s for s in statements if "FROM intervals" in s or "FROM holder_intervals" in s]
-    assert from_raw and not any("GROUP BY" in s for s in from_raw)
-
-
-def test_minute_rows_are_still_aggregated_into_their_quarters(tmp_path: Path,
-                                                               monkeypatch) -> None:
-    db = tmp_path / "l.db"
+def _traced(monkeypatch) -> list[str]:
+    """The statements the ledgers opened from now on run."""
     statements: list[str] = []
     connect = sqlite3.connect
 
@@ -81,6 +55,31 @@ def test_minute_rows_are_still_aggregated_into_their_quarters(tmp_path: Path,
         conn.set_trace_callback(statements.append)
         return conn
     monkeypatch.setattr(sqlite3, "connect", tracing)
+    return statements
+
+
+def test_quarter_long_rows_are_copied_into_the_quarters_as_their_aggregates(
+        tmp_path: Path, monkeypatch) -> None:
+    statements = _traced(monkeypatch)
+    db = tmp_path / "l.db"
+    record(db, _snapshots(), QUARTER_ROWS)
+    monkeypatch.undo()
+    quarters = rows(db, "SELECT * FROM quarters ORDER BY start, dim")
+    holders = rows(db, "SELECT * FROM holder_quarters ORDER BY start, dim, hid")
+    assert len(quarters) >= 18 and len(holders) >= 12  # (ten quarters of two devices)
+    assert quarters == _aggregated(db, "quarters")
+    assert holders == _aggregated(db, "holder_quarters")
+    # (the types too: integers stay integers, unknown stays NULL)
+    assert any(None in row for row in quarters) and any(None in row for row in holders)
+    rolled = [s for s in statements if "INSERT INTO quarters" in s
+              or "INSERT INTO holder_quarters" in s]
+    assert len(rolled) >= 20 and not any("GROUP BY" in s for s in rolled)
+
+
+def test_minute_rows_are_still_aggregated_into_their_quarters(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    statements = _traced(monkeypatch)
+    db = tmp_path / "l.db"
     record(db, _snapshots())
     monkeypatch.undo()
     assert rows(db, "SELECT * FROM quarters ORDER BY start, dim") == _aggregated(db, "quarters")
