@@ -73,9 +73,9 @@ class DirectAttributor:
     def resolve(self, devices: Any, now: float | None = None) -> Any:
         sources, last = self._sources, self._last
         ids = tuple(dev.id for dev in devices)
-        if last is not None and last[0] == ids:
+        if sources is not None and last is not None and last[0] == ids:
             try:
-                answers = tuple(source.collect(devices, now) for source in sources)  # type: ignore[union-attr]
+                answers = tuple(source.collect(devices, now) for source in sources)
             except Exception:  # (a bug: the attributor's runners report it)
                 answers = ()
             if len(answers) == len(last[1]) and all(a is b for a, b in zip(answers, last[1])):
