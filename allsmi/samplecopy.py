@@ -26,7 +26,8 @@ def _cleaners() -> dict[type, dict[str, Any]]:
     device: dict[str, Any] = {name: None for name in DeviceSample.__dataclass_fields__}
     device.update({name: clean_text for name in DEVICE_TEXT})
     device.update({name: clean_optional for name in DEVICE_OPTIONAL_TEXT})
-    device.update(labels=mapping, details=mapping)
+    device.update(labels=remembered_mapping(), details=mapping,
+                  resource_group=remembered_text(clean_optional))
     device.update({name: percent_or_none for name in DEVICE_ACTIVITY})
     device.update({name: rate_or_none for name in DEVICE_TRAFFIC})
     device.update(compute_active_source=lambda v: v if v in COMPUTE_ACTIVE_SOURCES else None)
@@ -34,6 +35,57 @@ def _cleaners() -> dict[type, dict[str, Any]]:
     process.update(user=opt(clean_text), command=opt(lambda v: clean_text(v, MAX_COMMAND)))
     process.update({name: opt(clean_optional) for name in PROCESS_ATTRIBUTION})
     return {DeviceSample: device, ProcessSample: process}
+
+
+#: Entries a remembering cleaner keeps (beyond it, it starts afresh).
+REMEMBERED = 1024
+
+
+def remembered_text(clean: Any) -> Any:
+    """``clean`` for a text field whose few values come back cycle after cycle (a device's
+    resource group, which the collector sets on every device every cycle): each string's
+    cleaning remembered (a string's is a function of the string alone; anything else is
+    cleaned each time)."""
+    memo: dict[str, Any] = {}
+
+    def cleaned(value: Any) -> Any:
+        if type(value) is not str:
+            return clean(value)
+        out = memo.get(value)
+        if out is None:
+            if len(memo) >= REMEMBERED:
+                memo.clear()
+            out = memo[value] = clean(value)
+        return out
+    return cleaned
+
+
+def remembered_mapping() -> Any:
+    """The cleaning of a mapping whose few contents come back cycle after cycle (a device's
+    labels, its group's, which the collector sets on every device every cycle): a mapping of
+    strings to strings (what a group's labels are) cleaned once per content, each time a new
+    dict of the cleaned items, as :func:`clean_mapping` makes (anything else is cleaned each
+    time; a string equals only a string, so equal items are the same strings)."""
+    memo: dict[tuple[tuple[Any, Any], ...], dict[Any, Any]] = {}
+
+    def cleaned(value: Any) -> Any:
+        if not value:
+            return value
+        items = tuple(value.items())
+        try:
+            out = memo.get(items)
+        except TypeError:  # (an unhashable value)
+            return clean_mapping(value)
+        if out is not None:
+            return dict(out)
+        out = clean_mapping(value)
+        if all(type(k) is str and type(v) is str for k, v in items):
+            if len(memo) >= REMEMBERED:
+                memo.clear()
+            memo[items] = out
+            return dict(out)
+        return out
+    return cleaned
 
 
 _CLEANERS = _cleaners()

@@ -104,3 +104,34 @@ def test_a_filler_restores_the_source_s_fields_first_and_is_made_once_per_field_
         assert getattr(dev, f.name) == getattr(expected, f.name), f.name
     with pytest.raises(TypeError, match="no field 'nope'"):
         filler(DeviceSample, ("health",), ("nope",))
+
+
+def test_a_group_s_name_and_labels_are_cleaned_once_each_a_new_dict_each_time(monkeypatch) -> None:
+    """The collector sets every device's resource group and labels every cycle, the same few
+    each time: each group name and each set of string labels is cleaned once (a hostile one
+    too), every device given a dict of its own equal to cleaning afresh; labels that are not
+    all strings (or cannot be remembered) are cleaned every time."""
+    from allsmi import samplecopy, schema
+    from allsmi.schema import fill
+    cleaned: list[object] = []
+    real = schema.clean_mapping
+    monkeypatch.setattr(samplecopy, "clean_mapping",
+                        lambda value: cleaned.append(value) or real(value))
+    # (as the device's cleaners are made, remembering nothing yet)
+    clean_labels = samplecopy.remembered_mapping()
+    clean_group = samplecopy.remembered_text(schema.clean_optional)
+    group = "team-" + HOSTILE
+    for labels in ({"team": "a\x07", HOSTILE: HOSTILE}, {"team": "b"}):
+        cleaned.clear()
+        made = [clean_labels(dict(labels)) for _ in range(5)]
+        assert len(cleaned) == 1
+        assert len({id(dev) for dev in made}) == 5 and made == [real(labels)] * 5
+        dev = fill(_device(), resource_group=group, labels=dict(labels))  # (the same, in use)
+        assert dev.labels == real(labels) and dev.resource_group == schema.clean_text(group)
+    assert clean_group(group) == schema.clean_text(group) and clean_group(None) is None
+    assert clean_group(group) is clean_group(group)
+    assert clean_labels({}) == {} and clean_labels(None) is None
+    for odd in ({"n": 1}, {"n": True}, {"t": ("a", "b")}, {"l": ["x"]}):
+        cleaned.clear()
+        assert [clean_labels(dict(odd)) for _ in range(3)] == [real(odd)] * 3
+        assert len(cleaned) == 3

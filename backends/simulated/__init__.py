@@ -83,6 +83,8 @@ class SimulatedBackend(BilledSampling, Backend):
         #: Per unit, what a bill-only sample of it needs that never changes (see
         #: :meth:`_plan_of`).
         self._plans: dict[str, tuple[Any, ...]] = {}
+        #: Per unit, its job and what is the same for all of it (see :meth:`_load`).
+        self._current: dict[str, tuple[Any, ...]] = {}
         self.templates_built = 0
         """Units whose templates were built (once each per :meth:`open`; tests count them)."""
         #: What the host evidence of each process of the last sample is made of (see
@@ -152,7 +154,7 @@ class SimulatedBackend(BilledSampling, Backend):
         self._closed.clear()
         self._units = []
         self._static, self._templates, self._idle, self._quiet = {}, {}, {}, {}
-        self._plans, self._kept = {}, {}
+        self._plans, self._kept, self._current = {}, {}, {}
         self._blank = None
         self._source = getattr(self._real, "compute_active_source", None) if self._real else None
         for spec in scenario.devices:
@@ -257,10 +259,15 @@ class SimulatedBackend(BilledSampling, Backend):
               ) -> tuple[float, int, tuple[ProcessSample, ...], int, float]:
         """(utilization %, memory used, processes, job number, seconds into cycle)."""
         job, r = cycle.position(s)
-        overhead = int(memory_total * 0.006) // MIB * MIB
+        # [job, memory size, what the unit keeps of it, the job's share of the rest]: made at
+        # the job's first sample, not at each (a month's bill samples a unit 44,640 times).
+        current = self._current.get(unit.key)
+        if current is None or current[0] != job or current[1] != memory_total:
+            current = self._current[unit.key] = (job, memory_total, int(
+                memory_total * 0.006) // MIB * MIB, self._jobs.draw(scenario, unit.key, job)[0])
+        _, _, overhead, frac = current
         if r >= cycle.active:
             return 0.0, overhead, (), job, r
-        frac = self._jobs.draw(scenario, unit.key, job)[0]
         ramp = min(1.0, r / 30.0)
         job_mem = int((memory_total - overhead) * frac * ramp) // MIB * MIB
         util = cycle.utilization(r)

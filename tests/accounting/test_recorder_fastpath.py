@@ -353,3 +353,44 @@ def test_checkpoints_store_exactly_what_whole_intervals_do(tmp_path: Path) -> No
             got = [r[:3] + r[4:] for r in got]
             want = [r[:3] + r[4:] for r in want]
         assert got == want, table
+
+
+def test_a_record_and_its_shares_are_made_in_their_fields_order() -> None:
+    """Bucket.record builds its record and shares positionally: their fields are in the order
+    it writes them (the activity columns last), and each field has the value the plain
+    computation gives, even where neighbours are equal elsewhere (every figure its own)."""
+    from dataclasses import fields
+
+    from allsmi.accounting.buckets import Bucket
+    from allsmi.accounting.ledgerschema import ACTIVITY_COLUMNS, Dim
+    assert [f.name for f in fields(Share)] == [
+        "observed_ms", "allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms",
+        "idle_billed_ms", "idle_energy_mj", "used_billed_ms", "allocation_method",
+        "usage_method", *ACTIVITY_COLUMNS]
+    assert [f.name for f in fields(IntervalRecord)] == [
+        "start", "dim", "first_ms", "last_ms", "observed_ms", "allocated_ms", "busy_ms",
+        "busy_observed_ms", "energy_mj", "mem_sum", "mem_samples", "mem_peak", "holders",
+        "billed_ms", "idle_ms", "idle_billed_ms", "idle_energy_mj", "used_billed_ms",
+        "allocation_method", "usage_method", "attributed_ms", *ACTIVITY_COLUMNS]
+    bucket = Bucket(900, Dim("GPU-a", "h", "nvidia", "H100", "", "g", "{}"), 900.5)
+    bucket.last, bucket.mem_sum, bucket.mem_samples, bucket.mem_peak = 960.25, 7, 2, 5
+    values = iter(range(1, 100))
+    # (a holder's sums: any accumulator; a bucket is one)
+    for acc in (bucket, bucket.holders.setdefault(Holder("ann"), Bucket(0, bucket.dim, 0.0))):
+        for name in ("observed", "allocated", "busy", "energy", "billed", "idle", "idle_billed",
+                     "idle_energy", "used_billed", "active", "active_allocated"):
+            setattr(acc, name, next(values) / 1000.0)
+        acc.allocation_method, acc.usage_method, acc.activity_method = "a", "u", "m"
+        acc.waits = [next(values) / 1000.0 for _ in range(6)]
+    bucket.busy_observed, bucket.attributed = next(values) / 1000.0, next(values) / 1000.0
+    record = bucket.record(60)
+    share = record.holders[Holder("ann")]
+    got = [getattr(record, f.name) for f in fields(IntervalRecord) if f.name not in (
+        "start", "dim", "holders", "first_ms", "last_ms", "mem_sum", "mem_samples", "mem_peak")]
+    assert len(set(got)) == len(got)  # (every figure its own: a swap would show)
+    assert (record.first_ms, record.last_ms, record.mem_sum, record.mem_peak) == (500, 60000, 7, 5)
+    assert record.observed_ms == 1 and record.wait_unknown_ms == 17 and record.attributed_ms == 36
+    assert record.active_ms == 10 and record.activity_method == "m"
+    assert [getattr(share, f.name) for f in fields(Share)] == [
+        18, 19, 20, 21, 22, 23, 24, 25, 26, "a", "u", 27, 28, "m", 29, 30, 31, 32, 33, 34]
+
