@@ -241,6 +241,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--hpc-job-mapping-dir",              # dcgm-exporter
     "--target", "--name", "--no-compile", # pip install --target --no-compile, python -X importtime names
     "--check", "--now",                   # systemd-analyze verify/calendar, faketime
+    "--durations",                        # pytest
 }
 
 
