@@ -13,6 +13,8 @@ from allsmi.collector import Collector
 from allsmi.config import parse_config
 from allsmi.registry import declarations
 
+from .test_replay_cycle import replaying_collector
+
 BLOCK = JOB_HOURS * 3600
 #: Twenty minutes before a job block starts: the simulated jobs get new ids in the middle.
 T0 = 1_790_000_000.0 // BLOCK * BLOCK + BLOCK - 1200
@@ -23,13 +25,7 @@ def _run(kind: type, raising_at: int | None = None, monkeypatch=None
          ) -> tuple[list[tuple[object, ...]], object]:
     """Each cycle's devices' holders and the snapshot's attribution, and the collector."""
     now = [T0]
-    config = parse_config("")
-    backends = simulated_backends("mixed", clock=lambda: now[0])
-    for backend in backends:
-        backend.bill_only = backend.reuse_samples = True
-    collector = kind(backends, config, clock=lambda: now[0], inline=True, history_size=1,
-                     attributor=build_attributor(config, simulate=True,
-                                                 declarations=declarations(), inline=True))
+    collector = replaying_collector(kind, now)
     collect = SimulatedSource.collect
     out = []
     try:

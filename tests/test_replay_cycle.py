@@ -25,6 +25,19 @@ T0 = 1_790_000_000.0
 CYCLES = 40
 
 
+def replaying_collector(kind: type, now: list[float], **options: object) -> Collector:
+    """A ``kind`` collector (``Collector`` or the replay's) over the mixed node's simulated
+    backends and sources at the time in ``now[0]``, as a replay builds it: inline, one snapshot
+    kept, the samples billed only and reused."""
+    config = parse_config("")
+    backends = simulated_backends("mixed", clock=lambda: now[0])
+    for backend in backends:
+        backend.bill_only = backend.reuse_samples = True
+    return kind(backends, config, clock=lambda: now[0], inline=True, history_size=1,
+                attributor=build_attributor(config, simulate=True, declarations=declarations(),
+                                            inline=True), **options)
+
+
 def _window(hours: float):  # type: ignore[no-untyped-def]
     from allsmi.accounting.periods import Window
     start = T0 - T0 % 3600
@@ -390,14 +403,7 @@ def test_a_replay_s_collector_asks_the_backends_directly_after_their_runners_ope
 
     def cycles(kind: type, **options: object) -> tuple[list[list[tuple[object, ...]]], object]:
         now = [T0]
-        config = parse_config("")
-        backends = simulated_backends("mixed", clock=lambda: now[0])
-        for backend in backends:
-            backend.bill_only = backend.reuse_samples = True
-        collector = kind(backends, config, clock=lambda: now[0], inline=True, history_size=1,
-                         attributor=build_attributor(config, simulate=True,
-                                                     declarations=declarations(), inline=True),
-                         **options)
+        collector = replaying_collector(kind, now, **options)
         calls[0], out = 0, []
         for _ in range(CYCLES):
             out.append([_values(dev) for dev in collector.collect_once().devices])
