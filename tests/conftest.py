@@ -87,17 +87,19 @@ def _cpu_share(alone: bool) -> Iterator[None]:
 
 
 #: How many tests marked ``alone`` this run collected (each worker collects them all).
-_ALONE_TESTS = 0
+ALONE_TESTS = 0
 #: The longest a ``long`` test waits for the ``alone`` tests to end (a worker that died in one
 #: leaves no file, and must not hold the others for ever).
 ALONE_WAIT_SECONDS = 120.0
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests marked ``alone`` first, the ``long`` ones spread over the workers' first
-    slices (tests/ordering.py)."""
-    global _ALONE_TESTS
-    _ALONE_TESTS = sum(map(is_alone, items))
+    slices (tests/ordering.py). Last, after ``-k`` and ``-m`` have deselected theirs: the
+    slices are cut from what runs, and only the ``alone`` tests that run are waited for."""
+    global ALONE_TESTS
+    ALONE_TESTS = sum(map(is_alone, items))
     arrange(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
@@ -114,7 +116,7 @@ def _wait_for_alone_tests() -> None:
     try:
         deadline = time.monotonic() + ALONE_WAIT_SECONDS
         while time.monotonic() < deadline:
-            if len(list(_LOCKS.glob("alone-ended-*"))) >= _ALONE_TESTS:
+            if len(list(_LOCKS.glob("alone-ended-*"))) >= ALONE_TESTS:
                 return
             time.sleep(0.2)
     finally:

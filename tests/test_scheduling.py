@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from xdist.scheduler.worksteal import WorkStealingScheduling
 
+from . import conftest
 from .ordering import long_seconds, slice_sizes, spread
 
 
@@ -96,6 +97,8 @@ def test_this_run_is_in_that_order(request: pytest.FixtureRequest) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     alone = [item.get_closest_marker("alone") is not None for item in items]
     assert alone == sorted(alone, reverse=True), "a test marked alone runs after one that is not"
+    # counted after -k and -m deselected theirs: a long test waits only for those that run
+    assert conftest.ALONE_TESTS == sum(alone)
     if len({item.path for item in items}) > 100:  # the whole suite, not a file or two
         assert sum(long_seconds(item) > 0 for item in items) >= 10, \
             "the suite's long tests are marked long(seconds)"
