@@ -88,8 +88,8 @@ class DirectAttributor:
             try:  # (the answers just merged: a pure source's, asked again)
                 self._last = (ids, tuple(source.collect(devices, now) for source in sources),
                               result)
-            except Exception:
-                pass
+            except Exception:  # nothing kept: the next cycle goes through the attributor,
+                pass  # whose statuses report a source that raises
         return result
 
     def __getattr__(self, name: str) -> Any:  # (closing, never_ran, merges: the attributor's)
