@@ -135,20 +135,31 @@ def filler(cls: type, names: tuple[str, ...], restored: tuple[str, ...] = ()) ->
         if name not in cleaners:
             raise TypeError(f"{cls.__name__} has no field {name!r}")
     scope: dict[str, Any] = {}
-    lines = [f"    _set(sample, {name!r}, source.{name})\n"
+    lines = [f"    {_setter(cls, name, scope)}(sample, source.{name})\n"
              for name in restored if name not in names]
-    lines += [_changed("sample", name, cleaners[name], scope) for name in names]
-    return _compiled(_FILLERS, key, scope, "def make(sample, changes, source, "
-                     f"_set=object.__setattr__):\n{''.join(lines)}    return sample\n")
+    lines += [_changed(cls, "sample", name, cleaners[name], scope) for name in names]
+    return _compiled(_FILLERS, key, scope, "def make(sample, changes, source):\n"
+                     f"{''.join(lines)}    return sample\n")
 
 
-def _changed(target: str, name: str, clean: Any, scope: dict[str, Any]) -> str:
+def _setter(cls: type, name: str, scope: dict[str, Any]) -> str:
+    """The name, in ``scope``, of a function ``(sample, value)`` setting a ``cls`` sample's field
+    ``name`` as ``object.__setattr__`` does past the frozen check: the field's slot's own
+    ``__set__``, which is what ``object.__setattr__`` finds on ``cls`` and calls, in half its
+    time (a month's bill sets tens of millions of fields). Both classes are slotted records
+    (``tests/test_schema_derive.py`` checks it: a class without slots has no such setter)."""
+    scope[f"set_{name}"] = getattr(cls, name).__set__
+    return f"set_{name}"
+
+
+def _changed(cls: type, target: str, name: str, clean: Any, scope: dict[str, Any]) -> str:
     """The line of a maker setting ``target``'s field ``name`` to ``changes[name]`` through its
     cleaning ``clean`` (put in ``scope``; ``None``: none)."""
+    setter = _setter(cls, name, scope)
     if clean is None:
-        return f"    _set({target}, {name!r}, changes[{name!r}])\n"
+        return f"    {setter}({target}, changes[{name!r}])\n"
     scope[f"clean_{name}"] = clean
-    return f"    _set({target}, {name!r}, clean_{name}(changes[{name!r}]))\n"
+    return f"    {setter}({target}, clean_{name}(changes[{name!r}]))\n"
 
 
 def _compiled(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], scope: dict[str, Any],
@@ -179,8 +190,8 @@ def _deriver(cls: type, names: tuple[str, ...]) -> Any:
     scope: dict[str, Any] = {"cls": cls}
     lines = []
     for name, clean in cleaners.items():
-        lines.append(f"    _set(new, {name!r}, sample.{name})\n" if name not in names
-                     else _changed("new", name, clean, scope))
+        lines.append(f"    {_setter(cls, name, scope)}(new, sample.{name})\n" if name not in names
+                     else _changed(cls, "new", name, clean, scope))
     return _compiled(_DERIVERS, (cls, *names), scope,
-                     "def make(sample, changes, _new=object.__new__, _set=object.__setattr__):\n"
+                     "def make(sample, changes, _new=object.__new__):\n"
                      f"    new = _new(cls)\n{''.join(lines)}    return new\n")

@@ -105,6 +105,9 @@ def bridged_gap_seconds(interval_seconds: float, configured: float | None = None
     return gap * speed
 
 
+_new_tuple = tuple.__new__
+
+
 class Increment(NamedTuple):
     """Usage of one device over ``[start, end)`` (unix seconds).
 
@@ -325,13 +328,15 @@ class UsageIntegrator:
                         else (p_power + power) / 2.0 * dt
             else:
                 joules = None if p_power is None or power is None else (p_power + power) / 2.0 * dt
-            yield Increment(
+            # (the tuple made directly: a NamedTuple's own __new__ is a Python function, a
+            # third of the cost of an increment; a replayed month makes 1.8 million)
+            yield _new_tuple(Increment, (
                 dev_id, when - dt, when, dt,
                 None if p_alloc is None or allocated is None else (p_alloc + allocated) / 2.0 * dt,
                 None if p_util is None or util is None else (p_util + util) / 2.0 * dt / 100.0,
                 joules,
                 None if p_idle is None or idle is None else (p_idle + idle) / 2.0 * dt,
-                None if p_active is None or active is None else (p_active + active) / 2.0 * dt)
+                None if p_active is None or active is None else (p_active + active) / 2.0 * dt))
         if len(last) > fresh:
             for gone in [key for key, point in last.items() if point.cycle != cycle]:
                 del last[gone]  # vanished devices: their next appearance starts afresh

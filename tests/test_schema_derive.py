@@ -135,3 +135,19 @@ def test_a_group_s_name_and_labels_are_cleaned_once_each_a_new_dict_each_time(mo
         cleaned.clear()
         assert [clean_labels(dict(odd)) for _ in range(3)] == [real(odd)] * 3
         assert len(cleaned) == 3
+
+
+@pytest.mark.parametrize("cls", [DeviceSample, ProcessSample])
+def test_the_copies_set_each_field_through_its_slot_and_the_records_stay_frozen(cls) -> None:
+    """derive and fill write each field through its slot's own setter (what object.__setattr__
+    would call): every field is a slot, and a sample still refuses assignment."""
+    from dataclasses import FrozenInstanceError
+
+    slot = type(DeviceSample.uuid)
+    assert all(type(getattr(cls, f.name)) is slot for f in fields(cls))
+    sample = _device() if cls is DeviceSample else _device().processes[0]
+    name = fields(cls)[-1].name
+    copy = derive(sample, **{name: getattr(sample, name)})
+    assert copy == sample and copy is not sample
+    with pytest.raises(FrozenInstanceError):
+        setattr(copy, name, None)

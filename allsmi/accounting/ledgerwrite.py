@@ -68,6 +68,16 @@ def _holder_order(item: tuple[Holder, object]) -> tuple[str, ...]:
     return tuple(v or "" for v in item[0])
 
 
+def _share_rows(start: int, dev: int, holders: dict[Holder, object],
+                hid: "Callable[[Holder], int]") -> list[tuple[object, ...]]:
+    """The rows of one interval's holders' shares, in :func:`_holder_order`."""
+    if len(holders) == 1:  # (most records: no sorting)
+        [(holder, share)] = holders.items()
+        return [(start, dev, hid(holder), *_HOLDER_VALUES(share))]
+    return [(start, dev, hid(holder), *_HOLDER_VALUES(share))
+            for holder, share in sorted(holders.items(), key=_holder_order)]
+
+
 def _aggregate(column: str, agg: str) -> str:
     if agg == "METHOD":  # the one all rows share, 'mixed' when they differ, NULL when none
         return (f"CASE WHEN MIN({column}) = MAX({column}) THEN MIN({column}) "
@@ -138,30 +148,14 @@ class LedgerWriter:
         ending at or before it are rolled up. Returns how many intervals were
         stored (an interval overlapping what is already stored is skipped).
         """
-        stored = 0
         with self._lock:
             try:
                 with self._transaction(forget_ids=True):
-                    execute, hid = self._db.execute, self._hid
-                    starts: set[int] = set()
-                    for rec in records:
-                        dev = self._dev(rec.dim.device_id)
-                        cur = execute(_UPSERT_INTERVAL, (
-                            rec.start, dev, self._dim(rec.dim), rec.first_ms, rec.last_ms,
-                            *_DEVICE_VALUES(rec)))
-                        if cur.rowcount != 1:
-                            continue  # overlaps time already stored: never count it twice
-                        stored += 1
-                        starts.add(rec.start)
-                        holders = rec.holders
-                        if len(holders) == 1:  # (most records: no list, no sorting)
-                            [(holder, share)] = holders.items()
-                            execute(_UPSERT_HOLDER, (rec.start, dev, hid(holder),
-                                                     *_HOLDER_VALUES(share)))
-                        elif holders:
-                            self._db.executemany(_UPSERT_HOLDER, [
-                                (rec.start, dev, hid(holder), *_HOLDER_VALUES(share))
-                                for holder, share in sorted(holders.items(), key=_holder_order)])
+                    batch = list(records)
+                    if self.stored_at_once(batch):
+                        stored, starts = len(batch), {rec.start for rec in batch}
+                    else:
+                        stored, starts = self.stored_one_by_one(batch)
                     units = {(size, start - start % size) for start in starts for size, _ in TIERS}
                     self._db.executemany("INSERT OR IGNORE INTO pending (tier, start) VALUES (?, ?)",
                                          sorted(units))
@@ -174,6 +168,50 @@ class LedgerWriter:
                 error.whole_database = isinstance(exc, sqlite3.OperationalError)
                 raise error from None
         return stored
+
+    def stored_at_once(self, records: list[IntervalRecord]) -> bool:
+        """Store every record's interval, then every holder's share, in one ``executemany``
+        each (a month's simulated bill writes 122,000 intervals, a sixth of its writing time
+        in the calls' own overhead), when none of the intervals overlaps time already stored;
+        otherwise store nothing (rolled back) and answer ``False``: each is then stored on its
+        own (:meth:`stored_one_by_one`). The rows are those, in the order, that one by one
+        writes."""
+        if not records:
+            return True
+        db, dev, dim, hid = self._db, self._dev, self._dim, self._hid
+        rows = [(rec.start, dev(rec.dim.device_id), dim(rec.dim), rec.first_ms, rec.last_ms,
+                 *_DEVICE_VALUES(rec)) for rec in records]
+        db.execute("SAVEPOINT every_interval")
+        # (an upsert whose WHERE skips an overlapping interval changes no row)
+        if db.executemany(_UPSERT_INTERVAL, rows).rowcount != len(rows):
+            db.execute("ROLLBACK TO every_interval")
+            db.execute("RELEASE every_interval")
+            return False
+        db.execute("RELEASE every_interval")
+        shares: list[tuple[object, ...]] = []
+        for rec, (start, dev_id, *_) in zip(records, rows):
+            shares += _share_rows(start, dev_id, rec.holders, hid)
+        db.executemany(_UPSERT_HOLDER, shares)
+        return True
+
+    def stored_one_by_one(self, records: list[IntervalRecord]) -> tuple[int, set[int]]:
+        """Store each record whose interval overlaps no time already stored (the others are
+        skipped: never counted twice), with its holders' shares; (how many were stored, their
+        starts)."""
+        stored = 0
+        starts: set[int] = set()
+        for rec in records:
+            dev = self._dev(rec.dim.device_id)
+            cur = self._db.execute(_UPSERT_INTERVAL, (
+                rec.start, dev, self._dim(rec.dim), rec.first_ms, rec.last_ms,
+                *_DEVICE_VALUES(rec)))
+            if cur.rowcount != 1:
+                continue  # overlaps time already stored: never count it twice
+            stored += 1
+            starts.add(rec.start)
+            self._db.executemany(_UPSERT_HOLDER, _share_rows(rec.start, dev, rec.holders,
+                                                             self._hid))
+        return stored, starts
 
     def _roll_up(self, now: float) -> None:
         # Finest first: a day is rolled up from quarters rolled up in the same transaction.

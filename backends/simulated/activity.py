@@ -68,11 +68,14 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
     tensor, memory bandwidth and PCIe figures)."""
     source = source or COMPUTE_SOURCES.get(backend)
     out: dict[str, Any] = {}
-    wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * _hash(key, "wave"))
-    if not busy:
-        stall = None
-    elif stall is _ASK:
-        stall = stalled(backend, key, job, r, partition)
+    if busy:  # (the wave moves only what a running job does)
+        wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * _hash(key, "wave"))
+        if stall is _ASK:
+            stall = stalled(backend, key, job, r, partition)
+    else:
+        wave, stall = 0.0, None
+    # (each field set by subscript, not by update(**fields): a replayed month asks this of
+    # a busy unit a million times)
     if source is not None:
         if not busy:
             active = 0.0
@@ -82,14 +85,15 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
             active = 1.0 + 2.0 * wave
         else:
             active = util * (0.55 + 0.3 * _hash(key, job, "eff"))
-        out.update(compute_active_percent=round(active, 2), compute_active_source=source)
+        out["compute_active_percent"] = round(active, 2)
+        out["compute_active_source"] = source
         if not partition and not billed_only:  # a partition: its SM activity only, as the
             # real backends give it
             if backend == "nvidia":
-                out.update(sm_occupancy_percent=round(active * 0.45, 2),
-                           tensor_active_percent=round(active * 0.6, 2))
+                out["sm_occupancy_percent"] = round(active * 0.45, 2)
+                out["tensor_active_percent"] = round(active * 0.6, 2)
             out["memory_bandwidth_percent"] = round(active * 0.7, 2)
-    if backend in LINKED and not partition:
+    if not partition and backend in LINKED:
         if not busy:
             link = 0.0
         elif stall == "communication":
@@ -99,12 +103,12 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         else:
             link = 2e9 * wave * _hash(key, job, "link")
         # (whole bytes, as floats: what the sample keeps)
-        out.update(interconnect_rx_bytes_per_second=float(round(link)),
-                   interconnect_tx_bytes_per_second=float(round(link * 0.97)))
+        out["interconnect_rx_bytes_per_second"] = float(round(link))
+        out["interconnect_tx_bytes_per_second"] = float(round(link * 0.97))
         if not billed_only:
             pcie = 5e8 * wave if busy and stall != "idle" else 1e5
-            out.update(pcie_rx_bytes_per_second=float(round(pcie)),
-                       pcie_tx_bytes_per_second=float(round(pcie * 0.1)))
+            out["pcie_rx_bytes_per_second"] = float(round(pcie))
+            out["pcie_tx_bytes_per_second"] = float(round(pcie * 0.1))
     return out
 
 
