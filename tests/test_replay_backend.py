@@ -51,3 +51,13 @@ def test_a_job_s_constants_are_kept_for_its_run_with_the_loads_of_working_them_o
     asked = [pair for backend in kept for pair in backend._jobs.asked]  # type: ignore[attr-defined]
     assert len(asked) == len(set(asked))  # once per job
     assert busy > 10 * len(asked)  # (not once per sample of it: about 14 a job)
+
+
+def test_a_job_s_draws_hash_its_unit_once_and_draw_what_unit_hash_draws() -> None:
+    from allsmi.backends.simulated.model import unit_hash, unit_hasher
+
+    for parts in [("nvidia:node-a:3", 12345), ("amd|x", -1), ("", 0), ("gpu", "1.5", None)]:
+        draw = unit_hasher(*parts)
+        for tag in ("user", "shared", "pid", "", "|", "ünï"):
+            assert draw(tag) == unit_hash(*parts, tag)
+            assert 0.0 <= draw(tag) < 1.0

@@ -7,7 +7,7 @@ from typing import Any
 
 from allsmi.schema import ProcessSample, derive
 
-from .model import unit_hash
+from .model import unit_hasher
 from .scenario import Scenario
 
 MIB = 1024**2
@@ -37,7 +37,7 @@ class JobDraws:
         found = self._jobs.get((key, job))
         if found is not None:
             return found
-        h = lambda tag: unit_hash(key, job, tag)  # noqa: E731
+        h = unit_hasher(key, job)
         users, commands = scenario.users, scenario.commands
         first = int(h("user") * len(users))
         shared = None
