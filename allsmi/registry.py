@@ -273,7 +273,7 @@ class DeferredBackend(Backend):
 
     @property
     def fresh_samples(self) -> bool:
-        """The real backend's ``fresh_samples`` (see ``allsmi.collector._completed``)."""
+        """The real backend's ``fresh_samples`` (see ``allsmi.collector._Completing``)."""
         return self.backend is not None and bool(getattr(self.backend, "fresh_samples", False))
 
     def sample(self) -> Sequence[DeviceSample]:
