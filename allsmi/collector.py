@@ -104,6 +104,10 @@ _IN_GROUP = _Completing("resource_group", "labels")
 _ATTRIBUTED = _Completing("resource_group", "labels", "workloads", "processes")
 
 
+#: ``object.__setattr__(dev, "waiting", ...)``: the slot's own setter, which it calls.
+_SET_WAITING = DeviceSample.waiting.__set__  # type: ignore[attr-defined]
+
+
 def _set_waiting(devices: Sequence[DeviceSample],
                  reasons: Sequence["tuple[HolderWaiting, ...] | None"] | None) -> None:
     """Each device's ``waiting`` set to its ``reasons`` (``None``: the step is off). Only for
@@ -111,7 +115,7 @@ def _set_waiting(devices: Sequence[DeviceSample],
     seen yet: filled in before the snapshot publishes them, as their constructor would."""
     if reasons is not None:
         for dev, waiting in zip(devices, reasons):
-            object.__setattr__(dev, "waiting", waiting)
+            _SET_WAITING(dev, waiting)
 
 
 class Collector:

@@ -100,7 +100,7 @@ def derive(sample: _S, **changes: Any) -> _S:
     cls = type(sample)
     make = _DERIVERS.get((cls, *changes))
     if make is None:
-        make = _deriver(cls, tuple(changes))
+        make = deriver(cls, tuple(changes))
     return make(sample, changes)
 
 
@@ -174,15 +174,19 @@ def _compiled(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], scope: di
 
 
 #: Per class and changed fields (in the order given), a function making the derived sample
-#: (see :func:`_deriver`); callers change a handful of field sets, cycle after cycle.
+#: (see :func:`deriver`); callers change a handful of field sets, cycle after cycle.
 _DERIVERS: dict[tuple[Any, ...], Any] = {}
 
 
-def _deriver(cls: type, names: tuple[str, ...]) -> Any:
+def deriver(cls: type, names: tuple[str, ...]) -> Any:
     """A function ``make(sample, changes)`` building a new ``cls`` sample field by field: the
     fields in ``names`` from ``changes``, each through its cleaning, the others copied from
     ``sample``. Written out as dataclasses writes ``__init__`` (a third of the time of a copy
-    followed by a loop over the changes); made on first use of each set of names."""
+    followed by a loop over the changes); made on first use of each set of names. What
+    :func:`derive` calls; a caller deriving one set of fields cycle after cycle may keep it."""
+    make = _DERIVERS.get((cls, *names))
+    if make is not None:
+        return make
     cleaners = _CLEANERS[cls]
     for name in names:
         if name not in cleaners:
