@@ -56,15 +56,22 @@ class _Unsaid:
 _UNSAID = _Unsaid()
 
 
-def _attributed(dev: DeviceSample, result: "Attribution", group: str,
-                labels: dict[str, str], fresh: bool = False) -> DeviceSample:
-    """``dev`` in its resource ``group`` (with its ``labels``) and with what the attribution
-    sources say about it and its processes: one copy for the cycle's changes, or none when
-    the device is ``fresh`` (see :class:`_Completing`)."""
+def _in_group(dev: DeviceSample, fresh: bool, placed: tuple[Any, dict[str, str]]
+              ) -> DeviceSample:
+    """``dev`` in its resource group, ``placed`` ((its name, its labels) cleaned: the labels
+    copied for this device), with :class:`_Completing`."""
+    return _IN_GROUP(dev, fresh, {"resource_group": placed[0], "labels": dict(placed[1])})
+
+
+def _attributed(dev: DeviceSample, result: "Attribution", placed: tuple[Any, dict[str, str]],
+                fresh: bool = False) -> DeviceSample:
+    """``dev`` in its resource group, ``placed`` (see :func:`_in_group`), and with what the
+    attribution sources say about it and its processes: one copy for the cycle's changes, or
+    none when the device is ``fresh`` (see :class:`_Completing`)."""
     workloads = result.device_workloads(dev.id)
     processes = dev.processes
     if workloads is None and not result.processes:
-        return _IN_GROUP(dev, fresh, {"resource_group": group, "labels": labels})
+        return _in_group(dev, fresh, placed)
     if processes and result.processes:
         changed = []
         for proc in processes:
@@ -72,7 +79,7 @@ def _attributed(dev: DeviceSample, result: "Attribution", group: str,
             changed.append(derive(proc, job_id=info.job_id, pod_uid=info.pod_uid,
                                   container_id=info.container_id) if info else proc)
         processes = tuple(changed)
-    return _ATTRIBUTED(dev, fresh, {"resource_group": group, "labels": labels,
+    return _ATTRIBUTED(dev, fresh, {"resource_group": placed[0], "labels": dict(placed[1]),
                                     "workloads": workloads, "processes": processes})
 
 
@@ -93,9 +100,10 @@ class _Completing:
         if not fresh:
             return derive(dev, **changes)
         make = self._make
-        if make is None:
+        if make is None:  # (the group's name and labels come cleaned: see Collector._groups)
             from allsmi.samplecopy import filler
-            make = self._make = filler(DeviceSample, self.names)
+            make = self._make = filler(DeviceSample, self.names,
+                                       cleaned=("resource_group", "labels"))
         return make(dev, changes, None)  # type: ignore[no-any-return]
 
 
@@ -153,7 +161,7 @@ class Collector:
         self._latest: Snapshot | None = None
         self._cycle_lock = threading.Lock()
         self._group_memo: dict[tuple[object, ...], str] = {}
-        self._last_groups: tuple[object, list[str], dict[str, Mapping[str, str]]] | None = None
+        self._last_groups: tuple[object, list[str], dict[str, tuple[Any, dict[str, str]]]] | None = None
         self.group_assignments = 0
         """Cycles whose resource groups were worked out (the others carried the last ones)."""
         """Each device's resource group by its facts (see :func:`assign_groups`)."""
@@ -269,25 +277,31 @@ class Collector:
         return self._waiting
 
     def _groups(self, devices: list[DeviceSample], hostname: str
-                ) -> tuple[list[str], dict[str, Mapping[str, str]]]:
-        """Each device's resource group (:func:`group_names`) and each group's labels: the
-        last cycle's when every device's facts that rules match on are the same (an idle
-        node's cycle after cycle); worked out afresh when any is not."""
+                ) -> tuple[list[str], dict[str, tuple[Any, dict[str, str]]]]:
+        """Each device's resource group (:func:`group_names`) and each group's name and labels
+        as a sample holds them (cleaned here, once per group: each device is then given its
+        own copy of the labels): the last cycle's when every device's facts that rules match
+        on are the same (an idle node's cycle after cycle); worked out afresh when any is
+        not."""
         facts = (hostname, tuple(map(_GROUP_FACTS, devices)))
         last = self._last_groups
         if last is not None and last[0] == facts:
             return last[1], last[2]
         groups = group_names(devices, hostname, self.config, self._group_memo)
-        labels = {group: self.config.group(group).labels for group in set(groups)}
-        self._last_groups = (facts, groups, labels)
+        from allsmi.samplecopy import field_cleaning
+        name, labels = (field_cleaning(DeviceSample, f) for f in ("resource_group", "labels"))
+        placed = {group: (name(group), labels(self.config.group(group).labels))
+                  for group in set(groups)}
+        self._last_groups = (facts, groups, placed)
         self.group_assignments += 1
-        return groups, labels
+        return groups, placed
 
     def _attribute(self, devices: list[DeviceSample], groups: list[str],
-                   labels: dict[str, Mapping[str, str]], wall: float, fresh: list[bool]
+                   placed: dict[str, tuple[Any, dict[str, str]]], wall: float, fresh: list[bool]
                    ) -> tuple[tuple[DeviceSample, ...], tuple[BackendStatus, ...], frozenset[str],
                               "Attribution | _Unsaid"]:
-        """``devices`` in their resource ``groups`` (with the groups' labels), with their
+        """``devices`` in their resource ``groups`` (each group's name and labels as
+        :meth:`_groups` ``placed`` them, the labels copied for each device), with their
         workloads and their processes' job/pod/container ids, the attribution sources'
         statuses, the devices whose holders are unknown this cycle, and the attribution
         itself (its conflicts and ignored shares, for the snapshot); copies of them, except
@@ -295,19 +309,17 @@ class Collector:
         failure here costs the snapshot its attribution (every device's holders unknown),
         never the snapshot."""
         if self.attributor is None:
-            return tuple(_IN_GROUP(dev, new, {"resource_group": group,
-                                               "labels": dict(labels[group])})
+            return tuple(_in_group(dev, new, placed[group])
                          for dev, group, new in zip(devices, groups, fresh)), (), frozenset(), \
                 _UNSAID
         try:
             result = self.attributor.resolve(devices, now=wall)
-            return (tuple(_attributed(dev, result, group, dict(labels[group]), new)
+            return (tuple(_attributed(dev, result, placed[group], new)
                           for dev, group, new in zip(devices, groups, fresh)),
                     tuple(result.statuses), frozenset(result.unknown), result)
         except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle
             log.exception("attribution failed")
-            return tuple(_IN_GROUP(dev, new, {"resource_group": group,
-                                               "labels": dict(labels[group])})
+            return tuple(_in_group(dev, new, placed[group])
                          for dev, group, new in zip(devices, groups, fresh)), \
                 (BackendStatus("attribution", "error",
                                f"internal error: {type(exc).__name__}: {exc}"),), \

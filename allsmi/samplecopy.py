@@ -109,7 +109,7 @@ def fill(sample: _S, **changes: Any) -> _S:
     for a sample made this cycle that nobody else holds yet (the collector completing what
     the simulation returns), so that filling it in is building it, not changing it."""
     cls = type(sample)
-    make = _FILLERS.get((cls, (), *changes))
+    make = _FILLERS.get((cls, (), (), *changes))
     if make is None:
         make = filler(cls, tuple(changes))
     return make(sample, changes, None)
@@ -120,13 +120,16 @@ def fill(sample: _S, **changes: Any) -> _S:
 _FILLERS: dict[tuple[Any, ...], Any] = {}
 
 
-def filler(cls: type, names: tuple[str, ...], restored: tuple[str, ...] = ()) -> Any:
+def filler(cls: type, names: tuple[str, ...], restored: tuple[str, ...] = (),
+           cleaned: tuple[str, ...] = ()) -> Any:
     """A function ``make(sample, changes, source)`` doing :func:`fill`'s work on a ``cls``
     sample for the fields ``names`` (the keys of ``changes``, in that order), after setting
     each of ``restored`` not among them to ``source``'s value (as it is: ``source`` is clean):
     written out field by field like :func:`derive`'s makers (a loop over the changes looks up
-    each field's cleaning every time; a replay fills 1.8 million samples a month)."""
-    key = (cls, restored, *names)
+    each field's cleaning every time; a replay fills 1.8 million samples a month). The values
+    of ``cleaned`` (some of ``names``) are set as given: the caller cleaned them with
+    :func:`field_cleaning` (the collector, each group's name and labels once per group)."""
+    key = (cls, restored, cleaned, *names)
     make = _FILLERS.get(key)
     if make is not None:
         return make
@@ -137,9 +140,21 @@ def filler(cls: type, names: tuple[str, ...], restored: tuple[str, ...] = ()) ->
     scope: dict[str, Any] = {}
     lines = [f"    {_setter(cls, name, scope)}(sample, source.{name})\n"
              for name in restored if name not in names]
-    lines += [_changed(cls, "sample", name, cleaners[name], scope) for name in names]
+    lines += [_changed(cls, "sample", name, None if name in cleaned else cleaners[name], scope)
+              for name in names]
     return _compiled(_FILLERS, key, scope, "def make(sample, changes, source):\n"
                      f"{''.join(lines)}    return sample\n")
+
+
+def field_cleaning(cls: type, name: str) -> Any:
+    """The cleaning that :func:`derive` and :func:`fill` give a ``cls`` sample's field ``name``
+    (``value -> clean value``; the value itself where the field has none)."""
+    clean = _CLEANERS[cls][name]
+    return clean if clean is not None else _as_is
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _setter(cls: type, name: str, scope: dict[str, Any]) -> str:

@@ -3,6 +3,8 @@ timed."""
 
 from __future__ import annotations
 
+import pytest
+
 from allsmi.backend_api import Backend, ProbeResult
 from allsmi.collector import Collector
 from allsmi.schema import DeviceSample
@@ -193,5 +195,42 @@ def test_groups_are_worked_out_again_only_when_the_devices_facts_change() -> Non
         assert dict(snap.devices[1].labels) == {"team": "b"}
         collector.collect_once()
         assert collector.group_assignments == 2
+    finally:
+        collector.close()
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_group_s_name_and_labels_are_cleaned_once_per_assignment_each_device_its_own_labels(
+        fresh: bool) -> None:
+    """The collector cleans each group's name and labels when it works the groups out, as the
+    sample's own cleaning does, and gives every device a labels dictionary of its own: a copy
+    (derive) or a sample filled in (a fresh backend's), the same."""
+    from allsmi import schema
+    from allsmi.config import parse_config
+
+    class Three(_One):
+        fresh_samples = fresh
+
+        def sample(self) -> list[DeviceSample]:
+            return [DeviceSample(id=f"GPU-{i}", vendor="nvidia", kind="gpu", backend=self.name,
+                                 index=i, name="H100", health="ok") for i in range(3)]
+
+    hostile, long = "beta\\u001b[2J\\u202e" + "x" * 300, "y" * 300
+    config = parse_config(f'[[rules]]\nmodel = "H100"\nresource_group = "{hostile}"\n\n'
+                          f'[groups."{hostile}"]\nlabels = {{ team = "b\\u0007{long}", other = "v\\u001b" }}\n')
+    [group] = {rule.resource_group for rule in config.rules}
+    raw_labels = dict(config.group(group).labels)
+    collector = Collector([Three()], config, interval_seconds=1.0, timeout_seconds=5.0)
+    try:
+        for _ in range(3):
+            devices = collector.collect_once().devices
+            assert [d.resource_group for d in devices] == [schema.clean_optional(group)] * 3
+            assert all(d.labels == schema.clean_mapping(raw_labels) for d in devices)
+            assert len({id(d.labels) for d in devices} | {id(config.group(group).labels)}) == 4
+        assert collector.group_assignments == 1
+        devices[0].labels["team"] = "changed"  # type: ignore[index]
+        assert devices[1].labels == schema.clean_mapping(raw_labels)
+        assert dict(config.group(group).labels) == raw_labels
+        assert collector.collect_once().devices[0].labels == schema.clean_mapping(raw_labels)
     finally:
         collector.close()

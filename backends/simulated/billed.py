@@ -34,8 +34,8 @@ def core_utilization(mean_util: float, s: float, cores: int) -> tuple[float, ...
         phases = CORE_PHASES[cores] = tuple(6.283 * i / cores for i in range(cores))
     now = 6.283 * s / 41.0
     sin = math.sin
-    return tuple(round(max(0.0, min(100.0, mean_util + 5.0 * sin(now + phase))), 2)
-                 for phase in phases)
+    return tuple([round(max(0.0, min(100.0, mean_util + 5.0 * sin(now + phase))), 2)
+                  for phase in phases])
 
 
 #: Each core's phase of the wave in :func:`core_utilization`, per number of cores.
@@ -43,7 +43,7 @@ CORE_PHASES: dict[int, tuple[float, ...]] = {}
 
 
 #: The fields of a sample that the collector sets on it in place after the backend returns it
-#: (``allsmi.collector._completed`` and ``_set_waiting``): a reused sample gets its template's
+#: (``allsmi.collector._Completing`` and ``_set_waiting``): a reused sample gets its template's
 #: back before the cycle's changes, for the collector to set (or leave) again.
 COLLECTOR_SET = ("resource_group", "labels", "workloads", "processes", "waiting")
 
