@@ -161,7 +161,8 @@ class Collector:
         self._latest: Snapshot | None = None
         self._cycle_lock = threading.Lock()
         self._group_memo: dict[tuple[object, ...], str] = {}
-        self._last_groups: tuple[object, list[str], dict[str, tuple[Any, dict[str, str]]]] | None = None
+        self._last_groups: tuple[object, list[str],
+                                 dict[str, tuple[Any, dict[str, str]]]] | None = None
         self.group_assignments = 0
         """Cycles whose resource groups were worked out (the others carried the last ones)."""
         """Each device's resource group by its facts (see :func:`assign_groups`)."""

@@ -171,7 +171,7 @@ class LedgerWriter:
 
     def stored_at_once(self, records: list[IntervalRecord]) -> bool:
         """Store every record's interval, then every holder's share, in one ``executemany``
-        each (a month's simulated bill writes 122,000 intervals, a sixth of its writing time
+        each (a month's simulated bill writes 122,000 intervals: a tenth of its writing time
         in the calls' own overhead), when none of the intervals overlaps time already stored;
         otherwise store nothing (rolled back) and answer ``False``: each is then stored on its
         own (:meth:`stored_one_by_one`). The rows are those, in the order, that one by one
