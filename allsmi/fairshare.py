@@ -36,6 +36,11 @@ from typing import NamedTuple, Sequence
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 
 
+#: ``tuple.__new__``: a named tuple made without its own ``__new__`` (a Python function), where
+#: a held device's claims and splits are made every cycle (of a replayed month too).
+_new = tuple.__new__
+
+
 class Holder(NamedTuple):
     """Who held a device: a user, a Kubernetes pod (namespace, pod) and/or a batch job.
 
@@ -107,22 +112,26 @@ def _claims(dev: DeviceSample) -> list[ClaimUnit]:
     """:func:`claim_units`, made."""
     procs = dev.processes or ()
     works = dev.workloads or ()
+    # (the named tuples made with _new: a held device's claims are made again whenever its
+    # processes move)
     if not works:
-        return [ClaimUnit(None, ((Holder(p.user, None, None, p.job_id), (p,)),)) for p in procs]
+        return [_new(ClaimUnit, (None, ((_new(Holder, (p.user, None, None, p.job_id)), (p,)),)))
+                for p in procs]
     units = []
     for work in works:
         mine = tuple(p for p in procs if len(works) == 1 or (work.job_id is not None
                                                              and p.job_id == work.job_id))
-        units.append(ClaimUnit(work.share, _members(work, mine)))
+        units.append(_new(ClaimUnit, (work.share, _members(work, mine))))
     return units
 
 
 def _members(work: Workload, mine: tuple[ProcessSample, ...]) -> tuple[
         tuple[Holder, tuple[ProcessSample, ...]], ...]:
     if work.user is not None or not mine:
-        return ((Holder(work.user, work.namespace, work.pod, work.job_id), mine),)
+        return ((_new(Holder, (work.user, work.namespace, work.pod, work.job_id)), mine),)
     # The source does not know the user: the users of the workload's processes, one each.
-    return tuple((Holder(p.user, work.namespace, work.pod, work.job_id), (p,)) for p in mine)
+    return tuple((_new(Holder, (p.user, work.namespace, work.pod, work.job_id)), (p,))
+                 for p in mine)
 
 
 def _allocation(dev: DeviceSample, units: Sequence[ClaimUnit]) -> tuple[list[float], str]:
@@ -197,8 +206,8 @@ def split(dev: DeviceSample) -> Split:
             else "declared"
         usage = _method_of(procs) if len(mine) == len(procs) else "equal"
         if not any(holder):
-            return Split((), method, (), usage)
-        return Split(((holder, weight),), method, ((holder, 1.0),), usage)
+            return _new(Split, ((), method, (), usage))
+        return _new(Split, (((holder, weight),), method, ((holder, 1.0),), usage))
     return general_split(dev, units)
 
 
@@ -222,17 +231,17 @@ def _processes_only(dev: DeviceSample) -> Split:
     used: dict[Holder, float] = {}
     each = 1.0 / count
     for i, p in enumerate(procs):
-        holder = Holder(p.user, None, None, p.job_id)
+        holder = _new(Holder, (p.user, None, None, p.job_id))
         if holder.user is None and holder.job is None:
             continue  # nobody in particular: not attributed
         alloc[holder] = alloc.get(holder, 0.0) + each
         part = figures[i] / total if figures is not None else each  # type: ignore[index]
         used[holder] = used.get(holder, 0.0) + part
     if len(alloc) < 2:
-        return Split(tuple(alloc.items()), method, tuple(used.items()), usage)
+        return _new(Split, (tuple(alloc.items()), method, tuple(used.items()), usage))
     order = sorted(alloc, key=lambda h: (h.user or "", h.job or ""))
-    return Split(tuple((h, alloc[h]) for h in order), method, tuple((h, used[h]) for h in order),
-                 usage)
+    return _new(Split, (tuple((h, alloc[h]) for h in order), method,
+                        tuple((h, used[h]) for h in order), usage))
 
 
 def general_split(dev: DeviceSample, units: list[ClaimUnit]) -> Split:
@@ -247,9 +256,9 @@ def general_split(dev: DeviceSample, units: list[ClaimUnit]) -> Split:
         if figures is not None:
             total = sum(map(sum, figures))
             used = _weights(units, [[f / total for f in fs] for fs in figures])
-            return Split(allocated, allocation_method, used, method)
+            return _new(Split, (allocated, allocation_method, used, method))
     equal = [[1.0 / len(units) / len(u.members)] * len(u.members) for u in units]
-    return Split(allocated, allocation_method, _weights(units, equal), "equal")
+    return _new(Split, (allocated, allocation_method, _weights(units, equal), "equal"))
 
 
 def merge_methods(methods: Sequence[str | None]) -> str | None:
@@ -266,4 +275,4 @@ def waiting_by_holder(dev: DeviceSample) -> dict[Holder, str] | None:
     as the splits key holders; ``None`` when the device was not classified."""
     if dev.waiting is None:
         return None
-    return {Holder(w.user, w.namespace, w.pod, w.job_id): w.reason for w in dev.waiting}
+    return {_new(Holder, (w.user, w.namespace, w.pod, w.job_id)): w.reason for w in dev.waiting}
