@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import socket
 import subprocess
 import time
@@ -22,10 +23,30 @@ from .conftest import require_tool
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now, drawn below the kernel's
+    ephemeral range: a port that ``bind(("127.0.0.1", 0))`` hands out (what this returned
+    before) can be handed out again, between this check and the server's own bind, to another
+    worker's server or client binding port 0; a plain HTTP server once answered a test's TLS
+    handshake so. Two draws meet once in thousands of ports."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = 20000 + secrets.randbelow(low - 20000) if low > 21000 else 0
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use: draw again
+            return int(sock.getsockname()[1])
+    raise OSError("no free TCP port below the ephemeral range on 127.0.0.1")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be
+    read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def answers(url: str) -> bool:

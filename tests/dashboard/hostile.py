@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 import time
 from dataclasses import replace
@@ -119,7 +118,3 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0, step: float
     return False
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
