@@ -51,13 +51,17 @@ def idle(**opts: Any) -> None:
 
 
 def idle_rows(report: Any) -> list[dict[str, Any]]:
-    """The rows with idle-allocated time, as JSON-ready dicts, most expensive first."""
+    """The rows with idle-allocated time, as JSON-ready dicts, most expensive first: time as
+    reported (rounded to the microhour, as every output rounds it), so that float noise in
+    counters' rates (a Prometheus source) lists no holder idle for 0.000000 hours."""
     from allsmi.accounting.formats import json_row
     out = []
     for row in report.rows:
         if not row.idle_allocated_device_hours:  # none, or unknown
             continue
         item = json_row(row)
+        if not item["idle_allocated_device_hours"]:  # below what the output can show
+            continue
         item["devices"] = list(row.idle_devices)
         out.append(item)
     out.sort(key=lambda r: (-(r["idle_cost"] or 0.0), -r["idle_allocated_device_hours"],

@@ -49,3 +49,21 @@ def test_a_report_row_is_unknown_when_one_of_its_devices_is(tmp_path: Path) -> N
     rep = build_report(parts, window(T0, T0 + 120), ("resource_group", "vendor"), config())
     by_vendor = {r.vendor: r.idle_allocated_device_hours for r in rep.rows}
     assert by_vendor == {"nvidia": 120 / 3600, "tenstorrent": None}
+
+
+def test_a_holder_idle_for_less_than_the_output_shows_is_not_listed_idle() -> None:
+    """``allsmi idle`` lists the holders whose idle time shows in its output (rounded to the
+    microhour): float noise in a source's rates (1e-12 h) lists nobody as idle for 0.0 h."""
+    from types import SimpleNamespace
+
+    from allsmi.accounting.report import Row
+    from allsmi.cli.idle import idle_rows
+
+    def row(user: str, idle: float) -> Row:
+        return Row(window(T0, T0 + 3600), "g", {}, "nvidia", "H100", "h", user, 1, 1.0, 1.0, 1.0,
+                   0.5, 0.5, 0.1, None, None, None, None, None, None, 1.0,
+                   idle_allocated_device_hours=idle, idle_devices=("h/GPU-0",))
+    report = SimpleNamespace(rows=[row("noise", 1e-12), row("shown", 2e-6), row("none", 0.0)])
+    listed = idle_rows(report)
+    assert [r["user"] for r in listed] == ["shown"]
+    assert listed[0]["idle_allocated_device_hours"] == 2e-6
