@@ -27,6 +27,18 @@ class _Patch:
         setattr(target, name, value)
 
 
+def install_fake(gpus: int) -> object:
+    """Put ``gpus`` fake H100s behind pynvml in this process, for good (the checkout must be
+    on ``sys.path``: the fake is the test suite's ``tests/backends/nvml_fake.py``)."""
+    # nvml_fake imports pytest for a type annotation only; a stand-in keeps pytest's import
+    # time (the same for every program measured) out of the measurement.
+    sys.modules.setdefault("pytest", types.ModuleType("pytest"))
+    from tests.backends.nvml_fake import FakeGpu, FakeNvml
+
+    fake = FakeNvml([FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(gpus)])
+    return fake.install(_Patch())  # type: ignore[arg-type]
+
+
 def main() -> None:
     gpus, site, sep, program, *args = sys.argv[1:]
     assert sep == "--", __doc__
@@ -35,14 +47,7 @@ def main() -> None:
     sys.path.append(str(REPO))
     if site != "-":
         sys.path.append(site)
-    # nvml_fake imports pytest for a type annotation only; a stand-in keeps pytest's import
-    # time (the same for both programs) out of the measurement.
-    sys.modules.setdefault("pytest", types.ModuleType("pytest"))
-
-    from tests.backends.nvml_fake import FakeGpu, FakeNvml
-
-    fake = FakeNvml([FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(int(gpus))])
-    fake.install(_Patch())  # type: ignore[arg-type]
+    install_fake(int(gpus))
     sys.argv = [program, *args]
     if program == "none":  # the harness alone: what both programs' figures include
         return

@@ -33,12 +33,12 @@ import os
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+from _fake_nvml_run import install_fake  # noqa: E402
 from _machine import describe  # noqa: E402
 
 #: The per-cycle calls answering one number into a buffer of their own, with their arguments
@@ -128,15 +128,7 @@ def main() -> None:
     parser.add_argument("--ratio", type=float, help="the last measured ratio to nvitop-exporter")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    sys.modules.setdefault("pytest", types.ModuleType("pytest"))
-    from tests.backends.nvml_fake import FakeGpu, FakeNvml
-
-    class Patch:
-        @staticmethod
-        def setattr(target: object, name: str, value: object) -> None:
-            setattr(target, name, value)
-
-    FakeNvml([FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(8)]).install(Patch())  # type: ignore[arg-type]
+    install_fake(8)
     import pynvml
     from allsmi.backends.nvidia.backend import NvidiaBackend
     from allsmi.cli.common import build_collector, settings

@@ -38,11 +38,11 @@ import sys
 import tempfile
 import threading
 import time
-import types
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fake_nvml_run import install_fake  # noqa: E402
 from _machine import describe  # noqa: E402
 from startup import ENV, HARNESS, NVITOP, idle_cpu  # noqa: E402
 
@@ -169,15 +169,7 @@ def idle_cpu_scraped(servers: dict[str, list[str]], seconds: float, windows: int
 def itemise(cycles: int, idle_cycles: int) -> None:
     """Process CPU per cycle of each part of ``allsmi serve``'s collection cycle, in-process."""
     sys.path.insert(0, str(REPO))
-    sys.modules.setdefault("pytest", types.ModuleType("pytest"))
-    from tests.backends.nvml_fake import FakeGpu, FakeNvml
-
-    class Patch:
-        @staticmethod
-        def setattr(target: object, name: str, value: object) -> None:
-            setattr(target, name, value)
-
-    FakeNvml([FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(8)]).install(Patch())  # type: ignore[arg-type]
+    install_fake(8)
     from allsmi.cli.common import build_collector, settings
     from allsmi.exporter.exposition import Exposition
     from allsmi.exporter.textformat import LabelBlocks, render_text
