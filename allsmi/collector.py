@@ -27,6 +27,7 @@ from allsmi.config import Config
 from allsmi.groups import group_names
 from allsmi.host import HostSampler
 from allsmi.lazylog import get_logger
+from allsmi.samplecopy import field_cleaning, filler
 from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
 
 __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's names, public here too
@@ -101,7 +102,6 @@ class _Completing:
             return derive(dev, **changes)
         make = self._make
         if make is None:  # (the group's name and labels come cleaned: see Collector._groups)
-            from allsmi.samplecopy import filler
             make = self._make = filler(DeviceSample, self.names,
                                        cleaned=("resource_group", "labels"))
         return make(dev, changes, None)  # type: ignore[no-any-return]
@@ -289,7 +289,6 @@ class Collector:
         if last is not None and last[0] == facts:
             return last[1], last[2]
         groups = group_names(devices, hostname, self.config, self._group_memo)
-        from allsmi.samplecopy import field_cleaning
         name, labels = (field_cleaning(DeviceSample, f) for f in ("resource_group", "labels"))
         placed = {group: (name(group), labels(self.config.group(group).labels))
                   for group in set(groups)}
