@@ -298,7 +298,7 @@ def test_holders_from_rollups_agree_with_holders_from_raw_counters(tmp_path: Pat
         return {tuple(r[k] for k in keys): r for r in doc["rows"]}
 
     a, b = by_holder(raw[1]), by_holder(rolled[1])
-    assert set(a) == set(b)
+    assert set(a) == set(b), ([a[k] for k in set(a) - set(b)], [b[k] for k in set(b) - set(a)])
     held = [k for k in a if any(k[1:])]
     assert len(held) >= 2, sorted(a)
     assert any(k[1] for k in held), sorted(a)  # users, from the roll-ups as from the counters
