@@ -124,8 +124,11 @@ def agree(name: str, a: dict, b: dict, rel: float = 0.005,  # type: ignore[type-
             # apart between two stores on a loaded machine.
             hours = seconds / 3600 if across and col.endswith("_device_hours") else 1e-9
             assert y == pytest.approx(x, rel=max(slack, edge), abs=hours), (name, group, col)
+        # Their sum within ``rel``, or within the seconds of a series born in the window (its
+        # first scrape, as above: the sum lacks them as the reason does; 10.8 s of a group's
+        # 1575 s, 0.69 %, seen under the load of eight test workers).
         x, y = (sum(t[group][c] for c in WAITING_COLUMNS) for t in (ta, tb))
-        assert y == pytest.approx(x, rel=max(rel, edge), abs=1e-9), (name, group, "waiting seconds")
+        assert y == pytest.approx(x, rel=max(rel, edge), abs=seconds), (name, group, "waiting seconds")
 
 
 def edge_interval(stores: list[str], edges: tuple[int, ...], span: float = 5.0) -> float:
