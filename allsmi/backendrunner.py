@@ -47,6 +47,10 @@ class BackendRunner:
         self._unavailable_until = 0.0
         self._phase = ""
         self._sample_here = False
+        #: Held while the backend is sampled on the caller's thread (:meth:`wait`); closing it
+        #: waits for that sample: a close on the worker (after :meth:`request_close`) while the
+        #: collector's thread was inside ``sample()`` freed what the sample was reading.
+        self._sampling = threading.RLock()
         self.probe_result: ProbeResult | None = None
         """The last :meth:`Backend.probe` answer, as the worker thread got it (for ``doctor``)."""
 
@@ -105,7 +109,10 @@ class BackendRunner:
         on the caller's thread, within its own timeout: its worker is not woken for it."""
         if self._sample_here:
             self._sample_here = False
-            outcome = self._call()
+            with self._sampling:
+                if self._flight.closing:  # asked to close since start_call: not sampled now
+                    return _Outcome("unavailable", "closing", (), 0.0)
+                outcome = self._call()
             self._flight.settle(outcome)
             return outcome
         if self._flight.thread is None:  # no worker, so no call in flight: the answer stands
@@ -157,10 +164,16 @@ class BackendRunner:
         self._safe_close()
 
     def _safe_close(self) -> None:
+        # Not during a sample on the caller's thread (which the backend bounds by its timeout;
+        # past that, closed anyway, as a hung call is aborted by closing).
+        held = self._sampling.acquire(timeout=self.timeout + 1.0)
         try:
             self.backend.close()
         except Exception:  # close() must never raise, but a third-party one might
             log.exception("closing backend %s failed", self.name)
+        finally:
+            if held:
+                self._sampling.release()
 
     def close(self, grace: float = 2.0) -> None:
         """Stop the worker and close the backend; abort a hung call via ``backend.close()``.

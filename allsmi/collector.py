@@ -355,10 +355,12 @@ class Collector:
         seconds past the cycle in flight; ``False`` when some backend's thread is stuck
         (see :attr:`stuck`)."""
         self._stop.set()
-        for runner in self.runners:
-            runner.request_close()
+        # The cycle in flight ends first, with every backend still open (a backend closed under
+        # it gave that last cycle, which the ledger books, a half-read sample).
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.timeout + 5)
+        for runner in self.runners:
+            runner.request_close()
         deadline = time.monotonic() + grace
         ran = [runner for runner in self.runners if not runner.never_ran]
         for runner in self.runners:
