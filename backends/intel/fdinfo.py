@@ -7,7 +7,8 @@ For every open file of a process that is a DRM node (``<proc>/<pid>/fd/<n>`` lin
   client may be open through several descriptors: counted once);
 * engine time: i915 ``drm-engine-<class>: <ns> ns`` (busy nanoseconds, a counter) with
   ``drm-engine-capacity-<class>: <n>`` engines of that class; xe ``drm-cycles-<class>: <n>`` and
-  ``drm-total-cycles-<class>: <n>`` (the client's and the GPU's cycles: the share is their ratio);
+  ``drm-total-cycles-<class>: <n>`` (the client's cycles summed over the class's engines, and
+  the GPU's clock: the share is their ratio over the class's capacity);
 * memory: ``drm-total-<region>: <n> KiB`` and ``drm-resident-<region>: <n> KiB`` per memory
   region (``local0``/``vram0``: the GPU's own memory; ``system``: host memory).
 
@@ -114,14 +115,21 @@ def engine_share(before: Client | None, now: Client, wall_seconds: float) -> flo
     if before is None or wall_seconds <= 0:
         return None
     shares = []
+    # Both counters are summed over the class's engines (i915's ns, xe's cycles): divided by
+    # the class's capacity, a client keeping one of four compute engines busy is at 25 %.
     for engine, ns in now.engine_ns.items():
         old = before.engine_ns.get(engine)
         if old is not None and ns >= old:
-            capacity = max(1, now.capacity.get(engine, 1))
-            shares.append(100.0 * (ns - old) / (wall_seconds * 1e9) / capacity)
+            shares.append(100.0 * (ns - old) / (wall_seconds * 1e9) / _capacity(now, engine))
     for engine, cycles in now.cycles.items():
         old, total, old_total = (before.cycles.get(engine), now.total_cycles.get(engine),
                                  before.total_cycles.get(engine))
         if None not in (old, total, old_total) and total > old_total and cycles >= old:  # type: ignore[operator]
-            shares.append(100.0 * (cycles - old) / (total - old_total))  # type: ignore[operator]
+            shares.append(100.0 * (cycles - old) / (total - old_total)  # type: ignore[operator]
+                          / _capacity(now, engine))
     return min(100.0, max(shares)) if shares else None
+
+
+def _capacity(client: Client, engine: str) -> int:
+    """``drm-engine-capacity-<class>``: how many engines the class's counter sums (1 without it)."""
+    return max(1, client.capacity.get(engine, 1))

@@ -73,6 +73,28 @@ def test_i915_busy_power_and_engine_share_between_two_samples(tmp_path: Path,
     backend.close()
 
 
+def test_xe_cycles_are_shared_over_the_engine_class_capacity(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """xe sums ``drm-cycles-<class>`` over the class's engines: one of four compute engines busy
+    for the whole interval is 25 %, not 100 % (the same rule as i915's nanoseconds)."""
+    monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "xe-arc-b580", tree, symlinks=True)
+    clock = Clock()
+    backend = _backend(tree, clock)
+    backend.open()
+    clock.now += 1.0
+    fdinfo = tree / "proc" / "7777" / "fdinfo" / "9"
+    text = fdinfo.read_text()
+    for key, old, by in (("drm-cycles-ccs", 0, 100_000_000), ("drm-total-cycles-ccs", 7655183225, 100_000_000),
+                         ("drm-total-cycles-rcs", 7655183225, 100_000_000)):
+        text = text.replace(f"{key}:\t{old}\n", f"{key}:\t{old + by}\n")
+    fdinfo.write_text(text)
+    (proc,) = [p for dev in backend.sample() for p in dev.processes or ()]
+    assert proc.pid == 7777 and proc.utilization_percent == pytest.approx(25.0)
+    backend.close()
+
+
 def test_a_counter_that_goes_backwards_is_unknown_not_negative(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
