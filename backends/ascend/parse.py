@@ -8,7 +8,8 @@ section. The device section's two header rows name the columns of each chip's tw
     | 0     910B          | OK            | 70.0        34                0    / 0             |
     | 0                   | 0000:C1:00.0  | 0           1197 / 13553      1365 / 32768         |
 
-Ascend 310/310P tables add a ``Device`` column after ``Chip`` and have no ``HBM-Usage``; a card
+Ascend 310/310P tables add a ``Device`` column after ``Chip`` (``Phy-ID`` where an NPU has two
+chips) and have no ``HBM-Usage``; a card
 with several chips prints one pair of rows per chip, each with the card's NPU id. Cells are
 split on ``|`` and white space, with ``used / total`` pairs kept as one token; values are read by
 their header's name, so a column added or moved by a newer npu-smi is read where it is. ``NA``

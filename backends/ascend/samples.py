@@ -54,7 +54,7 @@ def _pair(raw: str | None, read: CellReader, what: str) -> tuple[int | None, int
     return used_b, total_b
 
 
-def chip_sample(chip: Chip, table: NpuTable, *, backend: str, vendor: str, kind: str,
+def chip_sample(chip: Chip, table: NpuTable, *, index: int, backend: str, vendor: str, kind: str,
                 model_name: Callable[[str | None], str | None], lookup_user: LookupUser,
                 warnings: list[str], source: str) -> DeviceSample:
     cells = chip.cells
@@ -67,8 +67,6 @@ def chip_sample(chip: Chip, table: NpuTable, *, backend: str, vendor: str, kind:
         used, total = _pair(cells["HBM-Usage(MB)"], read, "HBM")
     else:
         used, total = _pair(cells.get("Memory-Usage(MB)"), read, "memory")
-    device = cells.get("Device", "")
-    index = int(device) if device.isdecimal() else chip.npu
     bus = _bus_id(cells.get("Bus-Id"))
     processes: tuple[ProcessSample, ...] | None = None
     if table.processes is not None:
@@ -97,14 +95,36 @@ def chip_sample(chip: Chip, table: NpuTable, *, backend: str, vendor: str, kind:
         processes=processes, details=details)
 
 
+#: The chip row's cell holding the number of its ``/dev/davinci<N>``: ``Device`` (310P, 910
+#: tables) or ``Phy-ID`` (A3 tables, two chips per NPU).
+DEVICE_NUMBER_CELLS = ("Device", "Phy-ID")
+
+
 def build_samples(table: NpuTable, **kwargs: object) -> list[DeviceSample]:
     seen: set[tuple[int, int]] = set()
-    out = []
-    warnings = kwargs["warnings"]
+    chips = []
     for chip in table.chips:
         if (chip.npu, chip.chip) in seen:
-            warnings.append(f"NPU {chip.npu} chip {chip.chip} listed twice; the second skipped")  # type: ignore[attr-defined]
+            kwargs["warnings"].append(  # type: ignore[attr-defined]
+                f"NPU {chip.npu} chip {chip.chip} listed twice; the second skipped")
             continue
         seen.add((chip.npu, chip.chip))
-        out.append(chip_sample(chip, table, **kwargs))  # type: ignore[arg-type]
-    return out
+        chips.append(chip)
+    indices = device_numbers(chips)
+    return [chip_sample(chip, table, index=index, **kwargs)  # type: ignore[arg-type]
+            for chip, index in zip(chips, indices)]
+
+
+def device_numbers(chips: list[Chip]) -> list[int]:
+    """Each chip's ``/dev/davinci<N>`` number: its ``Device`` or ``Phy-ID`` cell; without one,
+    its NPU's id where every NPU has one chip, else its place in the table (the driver numbers
+    chips in the order npu-smi lists them), so that two chips of one NPU never share a number."""
+    numbers = []
+    for chip in chips:
+        cell = next((chip.cells[k] for k in DEVICE_NUMBER_CELLS if k in chip.cells), "")
+        numbers.append(int(cell) if cell.isdecimal() else None)
+    if all(n is not None for n in numbers) and len(set(numbers)) == len(numbers):
+        return numbers  # type: ignore[return-value]
+    if len({chip.npu for chip in chips}) == len(chips):
+        return [chip.npu for chip in chips]
+    return list(range(len(chips)))
