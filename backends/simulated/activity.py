@@ -24,7 +24,7 @@ _hash = functools.lru_cache(maxsize=8192)(unit_hash)
 
 #: What each impersonated backend's ``compute_active_percent`` measures (the others have none).
 COMPUTE_SOURCES = {"nvidia": "sm_active", "amd": "gfx_busy", "furiosa": "pe_busy",
-                   "rebellions": "core_busy", "gaudi": "engine_time"}
+                   "rebellions": "engine_time", "gaudi": "engine_time"}
 #: Backends whose devices report interconnect traffic (NVLink, xGMI, Gaudi scale-out ports).
 LINKED = ("nvidia", "amd", "gaudi")
 #: The stalls a job may draw, with their chances (the rest of the jobs never stall).
