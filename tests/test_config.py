@@ -247,7 +247,8 @@ def test_doctor_reports_every_problem_and_exits_2(tmp_path: Path) -> None:
     config.write_text('[collector]\ninterval_seconds = 2\nbogus_core = 1\n\n[serve]\nbogus = 1\n'
                       'listen = "nonsense"\n\n[export]\nbogus = 1\n\n[ledger]\nbogus_key = 1\n'
                       'interval_seconds = 7\n\n[accounting]\nidle_threshold_percent = 500\n\n'
-                      '[dashboard]\ntheme = "nope"\n')
+                      '[dashboard]\ntheme = "nope"\n\n[activity]\ninput_read_bytes_per_second = -1\n'
+                      'host_cpu_fraction = 0.05\n')
     result = run_allsmi("doctor", "--json", "--simulate", "mixed", "--config", str(config))
     assert result.returncode == 2, result.stderr
     report = json.loads(result.stdout)  # the whole report, diagnosed with the valid keys
@@ -256,12 +257,25 @@ def test_doctor_reports_every_problem_and_exits_2(tmp_path: Path) -> None:
     assert found == [(3, "collector.bogus_core"), (6, "serve.bogus"), (7, "serve.listen"),
                      (10, "export.bogus"), (13, "ledger.bogus_key"),
                      (14, "ledger.interval_seconds"), (17, "accounting.idle_threshold_percent"),
-                     (20, "dashboard.theme")]
+                     (20, "dashboard.theme"), (23, "activity.input_read_bytes_per_second"),
+                     (24, "activity.host_cpu_fraction")]
     assert all(str(config) in p["text"] for p in report["config_problems"])
     for problem in report["config_problems"]:
         assert problem["text"] in result.stderr
     text = run_allsmi("doctor", "--simulate", "mixed", "--config", str(config))
-    assert text.returncode == 2 and "config problems: 8" in text.stdout
+    assert text.returncode == 2 and "config problems: 10" in text.stdout
+
+
+def test_activity_thresholds_that_cross_blame_the_key_the_file_sets(tmp_path: Path) -> None:
+    """quiet_cpu_fraction must stay below host_cpu_fraction: a file setting only one of them
+    is told about that one, on its line."""
+    config = tmp_path / "config.toml"
+    for text, key in (("[activity]\nhost_cpu_fraction = 0.05\n", "activity.host_cpu_fraction"),
+                      ("[activity]\nquiet_cpu_fraction = 0.95\n", "activity.quiet_cpu_fraction")):
+        config.write_text(text)
+        result = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config))
+        assert result.returncode == 2 and result.stdout == ""
+        assert f"{config}, line 2, key '{key}'" in result.stderr, result.stderr
 
 
 def test_doctor_with_a_good_file_reports_no_problem(tmp_path: Path) -> None:

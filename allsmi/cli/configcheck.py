@@ -3,7 +3,8 @@
 :mod:`allsmi.config` validates the core tables (``[node]``, ``[collector]``, ``[backends]``,
 ``[groups]``, ``[[rules]]``); each consumer's table is validated by its consumer (``[serve]``
 by the exporter's options, ``[ledger]`` and ``[export]`` by the accounting, ``[attribution]``
-by the attribution, ``[dashboard]`` by the dashboard). Here every command runs each of those
+by the attribution, ``[activity]`` by the waiting classification, ``[dashboard]`` by the
+dashboard). Here every command runs each of those
 checks for the tables the file has, so a typo in ``[serve]`` stops ``allsmi snapshot`` too
 (exit 2, naming the file, the line and the key) rather than the service at its next restart.
 ``allsmi doctor`` collects every problem instead of stopping at the first
@@ -56,6 +57,11 @@ def _accounting(config: Config) -> None:
     grid_gco2e_per_kwh(config)  # and idle_threshold_percent, and the table's keys
 
 
+def _activity(config: Config) -> None:
+    from allsmi.hostactivity.settings import activity_settings
+    activity_settings(config)
+
+
 def _dashboard(config: Config) -> None:
     from allsmi.dashboard.screen.options import DashboardOptions
     DashboardOptions.from_config(config)
@@ -75,7 +81,8 @@ def _backends(config: Config) -> None:
 #: (table, check); a check runs when the file has the table.
 CHECKS: tuple[tuple[str, Callable[[Config], None]], ...] = (
     ("backends", _backends), ("accounting", _accounting), ("serve", _serve), ("ledger", _ledger),
-    ("export", _export), ("attribution", _attribution), ("dashboard", _dashboard))
+    ("export", _export), ("attribution", _attribution), ("activity", _activity),
+    ("dashboard", _dashboard))
 
 
 def _has(config: Config, table: str) -> bool:

@@ -71,7 +71,12 @@ def activity_settings(config: Config) -> ActivitySettings:
                                f"{'and at most' if open_low else 'to'} {high:g}, got {value!r}",
                                SECTION, key)
         values[key] = float(value)
-    if values.get("quiet_cpu_fraction", ActivitySettings.quiet_cpu_fraction) >= \
-            values.get("host_cpu_fraction", ActivitySettings.host_cpu_fraction):
-        raise config.error("must be below host_cpu_fraction", SECTION, "quiet_cpu_fraction")
+    quiet = values.get("quiet_cpu_fraction", ActivitySettings.quiet_cpu_fraction)
+    host = values.get("host_cpu_fraction", ActivitySettings.host_cpu_fraction)
+    if quiet >= host:  # the key the file sets is to blame (both: the quiet one)
+        if "quiet_cpu_fraction" in table:
+            raise config.error(f"must be below host_cpu_fraction ({host:g})", SECTION,
+                               "quiet_cpu_fraction")
+        raise config.error(f"must be above quiet_cpu_fraction ({quiet:g}, its default)", SECTION,
+                           "host_cpu_fraction")
     return ActivitySettings(**values)
