@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import click
 
+from allsmi.accounting.periods import PERIODS_HELP
 from allsmi.accounting.settings import EXPORT_TIMEOUT_RANGE
 from allsmi.cli.common import fail, finite, settings
 
@@ -91,7 +92,7 @@ SOURCE_OPTIONS = [
                        "instead of the system's CAs (config: export.prometheus_ca_file; default: "
                        "the system's CAs)."),
     click.option("--period", metavar="PERIOD", default=None,
-                  help="yesterday, today, last-month, this-month, YYYY-MM or YYYY-MM-DD."),
+                  help=f"{PERIODS_HELP[0].upper()}{PERIODS_HELP[1:]}."),
     click.option("--since", metavar="TIME", default=None,
                   help="Window start, ISO 8601 (e.g. 2026-03-01 or 2026-03-01T06:00:00Z)."),
     click.option("--until", metavar="TIME", default=None,

@@ -129,3 +129,18 @@ def test_single_writer_through_symbolic_links(tmp_path: Path, monkeypatch: pytes
         second.close()
     with pytest.raises(LedgerError, match="no ledger"):
         Ledger(tmp_path / "missing.db", readonly=True)
+
+
+@pytest.mark.parametrize("command", ["export", "idle", "waste", "report"])
+def test_every_period_command_lists_every_period_it_accepts(command: str) -> None:
+    """Each command's ``--period`` help names what ``parse_period`` accepts (the weeks too)."""
+    import re
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "allsmi", command, "--help"], capture_output=True,
+                         text=True, timeout=60, env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    shown = " ".join(out.stdout.split())
+    for name in ("yesterday", "today", "last-week", "this-week", "last-month", "this-month"):
+        assert re.search(rf"--period PERIOD .*\b{name}\b", shown, re.I), (command, name)
+        assert span(name)  # and each is accepted
