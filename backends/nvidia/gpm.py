@@ -137,9 +137,8 @@ class GpmReader:
                     target.taken_at = time.monotonic()
                 except pynvml.NVMLError as exc:
                     self._failed(target, exc, warnings)
-            if target.disabled is not None and target.disabled not in target.said:
-                target.said.add(target.disabled)
-                warnings.append(f"{target.label}: no compute activity ({target.disabled})")
+            if target.disabled is not None:  # (said once, however it was found)
+                self._say(target, warnings, f"no compute activity ({target.disabled})")
         return gpu, instances, None
 
     def _unsupported(self, handle: Any) -> str | None:

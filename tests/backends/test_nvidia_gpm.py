@@ -342,3 +342,21 @@ def test_out_of_range_values_that_change_are_still_said_once(monkeypatch, backen
         assert backend.sample()[0].compute_active_percent is None
         said.extend(backend.warnings)
     assert len(said) == 1 and "GPM metric 2" in said[0]
+
+
+@pytest.mark.parametrize("mig", [False, True])
+def test_a_target_refused_at_open_is_said_once(monkeypatch, backends, no_wait, mig):
+    """A GPU (or a MIG GPU instance) whose first GPM sample is refused for good: its status
+    says so once, not twice in one line nor again each cycle."""
+    gpu = hopper_in_mig_mode() if mig else hopper()
+    if mig:
+        gpu.migs[2].gpm = None  # the fake refuses this instance's sample (NotSupported)
+    else:
+        gpu.fail["nvmlGpmSampleGet"] = 3
+    backend = opened(FakeNvml([gpu]), monkeypatch, backends)
+    said = list(backend.warnings)
+    for _ in range(3):
+        backend.sample()
+        said.extend(backend.warnings)
+    refused = [w for w in said if "no compute activity" in w]
+    assert len(refused) == 1, said
