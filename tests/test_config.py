@@ -232,7 +232,11 @@ TYPOS = '[serve]\nbogus = 1\n\n[export]\nbogus = 1\n\n[ledger]\nbogus_key = 1\n'
 def test_every_command_refuses_a_typo_in_any_table(tmp_path: Path, command: list[str]) -> None:
     config = tmp_path / "config.toml"
     for text, line, key in ((TYPOS, 2, "serve.bogus"), ("[export]\nbogus = 1\n", 2, "export.bogus"),
-                            ("[collector]\n\n[ledger]\nbogus_key = 1\n", 4, "ledger.bogus_key")):
+                            ("[collector]\n\n[ledger]\nbogus_key = 1\n", 4, "ledger.bogus_key"),
+                            ("[dashboard]\nbogus = 1\n", 2, "dashboard.bogus"),
+                            ("[dashboard]\nsort = 'bogus'\n", 2, "dashboard.sort"),
+                            ("[export]\ntz = 'Mars/Olympus'\n", 2, "export.tz"),
+                            ("[export]\nprometheus = 'not a url'\n", 2, "export.prometheus")):
         config.write_text(text)
         result = run_allsmi(*[a.format(tmp=tmp_path) for a in command], "--config", str(config))
         assert result.returncode == 2, (command, text, result.stderr)

@@ -177,6 +177,7 @@ def export_defaults(config: Config) -> ExportDefaults:
             if not isinstance(value, str) or not value.strip():
                 raise config.error(f"must be a non-empty string, got {value!r}", "export", key)
             values[key] = value.strip()
+    _check_where_it_is_used(config, values)
     if "format" in table:
         if table["format"] not in FORMATS:
             raise config.error(f"must be one of {', '.join(FORMATS)}, got {table['format']!r}",
@@ -198,6 +199,24 @@ def export_defaults(config: Config) -> ExportDefaults:
     if timeout is not None:
         values["timeout_seconds"] = timeout
     return ExportDefaults(**values)
+
+
+def _check_where_it_is_used(config: Config, values: dict[str, Any]) -> None:
+    """``[export] prometheus`` and ``tz`` judged by the code that uses them, so that a bad one
+    is named with its file, line and key by every command (imported only when set: the URL's
+    check lives beside the HTTP client, the zone's beside the periods)."""
+    if "prometheus" in values:
+        from allsmi.accounting.promclient import PrometheusError, split_url
+        try:
+            split_url(values["prometheus"])
+        except PrometheusError as exc:
+            raise config.error(str(exc), "export", "prometheus") from None
+    if "tz" in values:
+        from allsmi.accounting.periods import PeriodError, zone
+        try:
+            zone(values["tz"])
+        except PeriodError as exc:
+            raise config.error(str(exc), "export", "tz") from None
 
 
 __all__ = ["ConfigError", "LedgerSettings", "ExportDefaults", "ledger_settings", "export_defaults",

@@ -13,7 +13,7 @@ checks for the tables the file has, so a typo in ``[serve]`` stops ``allsmi snap
 Only the file is judged here: environment variables are the command's own business. A
 ``[dashboard] theme`` is checked against the installed themes only by ``allsmi dashboard``
 and ``allsmi doctor`` (``thorough``): knowing them means importing Textual, which a snapshot
-must not pay for.
+must not pay for. The rest of ``[dashboard]`` is checked by every command.
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ def _activity(config: Config) -> None:
 
 def _dashboard(config: Config) -> None:
     from allsmi.dashboard.screen.options import DashboardOptions
+    DashboardOptions.from_config(config, themes=False)
+
+
+def _dashboard_theme(config: Config) -> None:
+    from allsmi.dashboard.screen.options import DashboardOptions
     DashboardOptions.from_config(config)
 
 
@@ -83,6 +88,8 @@ CHECKS: tuple[tuple[str, Callable[[Config], None]], ...] = (
     ("backends", _backends), ("accounting", _accounting), ("serve", _serve), ("ledger", _ledger),
     ("export", _export), ("attribution", _attribution), ("activity", _activity),
     ("dashboard", _dashboard))
+#: Run as well by ``thorough`` checks (the dashboard and doctor): the theme among Textual's.
+THOROUGH: tuple[tuple[str, Callable[[Config], None]], ...] = (("dashboard", _dashboard_theme),)
 
 
 def _has(config: Config, table: str) -> bool:
@@ -106,9 +113,7 @@ def problems_in(config: Config, *, thorough: bool = False,
     """Every problem in the consumers' tables of ``config``, and the config less the keys to
     blame (what the valid keys say)."""
     problems: list[ConfigError] = []
-    for table, check in CHECKS:
-        if table == "dashboard" and not thorough:
-            continue
+    for table, check in CHECKS + (THOROUGH if thorough else ()):
         while _has(config, table) and len(problems) < MAX_PROBLEMS:
             try:
                 check(config)

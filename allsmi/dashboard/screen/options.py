@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.theme import BUILTIN_THEMES
-
 from allsmi.config import Config
 from allsmi.usage import DEFAULT_IDLE_THRESHOLD_PERCENT, idle_threshold_percent
 
@@ -38,16 +36,18 @@ class DashboardOptions:
     """``[accounting] idle_threshold_percent``: below it a held device is allocated but idle."""
 
     @classmethod
-    def from_config(cls, config: Config) -> "DashboardOptions":
-        """Read ``[dashboard]``; raise :class:`allsmi.config.ConfigError` naming the bad key."""
+    def from_config(cls, config: Config, *, themes: bool = True) -> "DashboardOptions":
+        """Read ``[dashboard]``; raise :class:`allsmi.config.ConfigError` naming the bad key.
+        ``themes=False``: the theme is not looked up among Textual's (which imports Textual: a
+        command other than the dashboard checks the rest of the table without it)."""
         section = config.section("dashboard")
         allowed = ("theme", "sort", "processes")
         for key in section:
             if key not in allowed:
                 raise config.error(f"unknown key (allowed: {', '.join(allowed)})", "dashboard", key)
         theme = section.get("theme", DEFAULT_THEME)
-        if not isinstance(theme, str) or theme not in BUILTIN_THEMES:
-            raise config.error(f"unknown theme {theme!r} (known: {', '.join(sorted(BUILTIN_THEMES))})",
+        if not isinstance(theme, str) or (themes and theme not in theme_names()):
+            raise config.error(f"unknown theme {theme!r} (known: {', '.join(theme_names())})",
                                "dashboard", "theme")
         sort = section.get("sort", "index")
         if sort not in SORT_KEYS:
@@ -62,4 +62,5 @@ class DashboardOptions:
 
 def theme_names() -> list[str]:
     """Themes accepted by ``--theme`` and ``[dashboard] theme``."""
+    from textual.theme import BUILTIN_THEMES
     return sorted(BUILTIN_THEMES)
