@@ -18,7 +18,10 @@ from typing import Any, Callable
 from .cells import shorten
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-#: How many candidate starts (``{``) inside the text are tried before giving up.
+#: Where a document may start inside other text: an object or a list.
+_OPENING = re.compile(r"[{\[]")
+#: How many candidate starts (``{`` or ``[``) inside the text are tried before giving up; each
+#: try reads at most the rest of the (capped) output, so the work stays bounded.
 MAX_CANDIDATES = 50
 
 
@@ -49,24 +52,27 @@ def read_json(text: str, tool: str, find: Callable[[Any], bool] | None = None) -
         first = exc
     if find is not None:
         decoder = json.JSONDecoder()
-        start = clean.find("{")
-        for _ in range(MAX_CANDIDATES):
-            if start < 0:
-                break
+        tried = 0
+        match = _OPENING.search(clean)
+        while match is not None and tried < MAX_CANDIDATES:
+            tried += 1
+            start = after = match.start()
             try:
                 value, end = decoder.raw_decode(clean, start)
             except json.JSONDecodeError as exc:
-                if start == clean.find("{"):
-                    first = exc  # the first candidate's reason is the one worth telling
+                if tried == 1 or exc.pos > first.pos:
+                    first = exc  # the candidate read furthest tells why (a document cut short)
+                after = start + 1
             else:
                 if find(value):
                     ignored = start + len(clean[end:].strip())
                     return value, [f"ignored {ignored} characters of non-JSON text around "
                                    f"{tool}'s JSON"]
-            start = clean.find("{", start + 1)
+                after = end  # not the wanted one: nor is anything nested inside it
+            match = _OPENING.search(clean, after)
     where = f"{first.msg} at line {first.lineno} column {first.colno}"
     # A document was begun: at the start, or (where one is looked for inside) anywhere.
-    begun = clean[0] in "{[" or (find is not None and "{" in clean)
+    begun = clean[0] in "{[" or (find is not None and _OPENING.search(clean) is not None)
     if begun and _truncated(clean, first):
         raise JsonOutputError(f"{tool} printed truncated JSON: it ends before the document is "
                               f"complete, so it is not JSON that can be read ({where})")

@@ -10,13 +10,20 @@ its newest report. :class:`NewestReport` does that on top of
 reaped, bounded lines, stderr kept for messages, restarts with exponential back-off):
 
 * :meth:`NewestReport.newest` returns the newest parsed report; before the first one it waits
-  at most ``first_report_timeout`` seconds, then raises :class:`BackendTimeout` (a tool that
-  hangs) or, when the child ended without a report, :class:`BackendError` naming its exit
-  status or signal and its stderr (a tool that crashes, or prints garbage and exits);
+  at most ``first_report_timeout`` seconds, then raises :class:`BackendError` naming the
+  unreadable output when the tool printed only lines ``parse`` rejects (a tool that prints
+  garbage), :class:`BackendTimeout` when it printed nothing (a tool that hangs), or, when the
+  child ended without a report,
+  :class:`BackendError` naming its exit status or signal, its stderr and what it printed that
+  could not be read (a tool that crashes, or prints garbage and exits);
 * a report older than ``stale_after`` seconds is not used: :class:`BackendError` saying how old
-  the newest one is and how the child last ended, while the stream restarts it;
+  the newest one is, how the child last ended and what it printed since that could not be
+  read, while the stream restarts it;
 * a line that ``parse`` rejects (``ValueError``) is skipped and named in the next
-  :meth:`newest`'s warnings, never turned into values.
+  :meth:`newest`'s warnings, never turned into values;
+* a line longer than ``max_line_bytes`` is dropped by the stream, unread: while it is the
+  newest line the tool printed, :meth:`newest` raises :class:`BackendError` saying the report
+  was too long (an older report would hide what the tool reports now).
 
 Only whole lines are parsed: a line cut by a dying child is dropped by the stream.
 """
@@ -31,7 +38,7 @@ from typing import Callable, Generic, Sequence, TypeVar
 from allsmi.backend_api import BackendError, BackendTimeout
 
 from .cells import shorten
-from .stream import LineStream, StreamExit
+from .stream import DEFAULT_MAX_LINE, LineStream, StreamExit
 
 Report = TypeVar("Report")
 
@@ -45,12 +52,15 @@ class NewestReport(Generic[Report]):
     def __init__(self, argv: Sequence[str], parse: Callable[[str], Report], *, label: str,
                  first_report_timeout: float, stale_after: float,
                  backoff: tuple[float, float] = (0.5, 30.0),
+                 max_line_bytes: int = DEFAULT_MAX_LINE,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.argv = tuple(argv)
         self.label = label
         """The tool as messages name it (``neuron-monitor``)."""
         self.first_report_timeout = first_report_timeout
         self.stale_after = stale_after
+        self.max_line_bytes = max_line_bytes
+        """The longest report line read; a longer one is dropped and is the backend's error."""
         self._parse = parse
         self._backoff = backoff
         self._clock = clock
@@ -60,6 +70,8 @@ class NewestReport(Generic[Report]):
         self._report_at: float | None = None
         self._last_exit: StreamExit | None = None
         self._issues: collections.deque[str] = collections.deque(maxlen=MAX_ISSUES)
+        self._too_long: str | None = None
+        """Set while the newest line the tool printed was dropped for its length."""
         self._stream: LineStream | None = None
 
     @property
@@ -78,6 +90,7 @@ class NewestReport(Generic[Report]):
             return
         self._stream = LineStream(
             self.argv, on_line=self._on_line, on_exit=self._on_exit,
+            on_long_line=self._on_long_line, max_line_bytes=self.max_line_bytes,
             idle_timeout=max(self.stale_after, self.first_report_timeout),
             backoff_initial=self._backoff[0], backoff_max=self._backoff[1],
             name=f"allsmi-{self.label}")
@@ -91,6 +104,7 @@ class NewestReport(Generic[Report]):
         with self._lock:
             self._report, self._report_at, self._last_exit = None, None, None
             self._issues.clear()
+            self._too_long = None
         self._arrived.clear()
 
     def newest(self, warnings: list[str]) -> Report:
@@ -99,23 +113,35 @@ class NewestReport(Generic[Report]):
         deadline = time.monotonic() + self.first_report_timeout
         while not self._arrived.is_set():
             with self._lock:
-                ended = self._last_exit
+                ended, too_long = self._last_exit, self._too_long
+            if too_long is not None:
+                raise BackendError(too_long)
             if ended is not None:
-                raise BackendError(self._exit_message(ended))
+                raise BackendError(self._exit_message(ended, self._unreadable()))
             left = deadline - time.monotonic()
             if left <= 0:
+                unreadable = self._unreadable()
+                if unreadable:
+                    raise BackendError(f"{self.label} printed no readable report within "
+                                       f"{self.first_report_timeout:g} s: {unreadable}")
                 raise BackendTimeout(f"{self.label} printed no report within "
                                      f"{self.first_report_timeout:g} s")
             self._arrived.wait(min(left, 0.02))
         with self._lock:
-            report, at, ended = self._report, self._report_at, self._last_exit
+            report, at, ended, too_long = self._report, self._report_at, self._last_exit, self._too_long
             issues = list(self._issues)
             self._issues.clear()
         warnings.extend(issues)
         assert report is not None and at is not None
+        if too_long is not None:
+            raise BackendError(too_long)
         age = self._clock() - at
         if age > self.stale_after:
-            how = f"; {self._exit_message(ended)}" if ended is not None else ""
+            unreadable = issues[0] if issues else ""
+            if ended is not None:
+                how = f"; {self._exit_message(ended, unreadable)}"
+            else:
+                how = f"; it printed unreadable output: {unreadable}" if unreadable else ""
             raise BackendError(f"no fresh {self.label} report for {age:.1f} s "
                                f"(limit {self.stale_after:g} s){how}; restarting it with back-off")
         return report
@@ -134,19 +160,31 @@ class NewestReport(Generic[Report]):
             # ``_last_exit`` is kept: a child restarted after a crash may print once and die
             # again, and a stale report's message should still say how the child last ended.
             self._report, self._report_at = report, self._clock()
+            self._too_long = None
         self._arrived.set()
+
+    def _on_long_line(self, length: int) -> None:
+        message = (f"{self.label}'s report was too long to read: a line of {length} bytes, over "
+                   f"the limit of {self.max_line_bytes} bytes (dropped)")
+        with self._lock:
+            self._too_long = message
+            self._issues.append(message)
 
     def _on_exit(self, info: StreamExit) -> bool:
         with self._lock:
             self._last_exit = info
         return True
 
-    def _exit_message(self, info: StreamExit) -> str:
+    def _unreadable(self) -> str:
+        """What the tool printed that could not be read, or ``""``: the over-long line while it is
+        the newest, else the oldest unreadable line kept."""
         with self._lock:
-            issues = list(self._issues)
+            return self._too_long or (self._issues[0] if self._issues else "")
+
+    def _exit_message(self, info: StreamExit, unreadable: str) -> str:
         message = info.describe(self.label)
-        if issues and not info.lines:
-            message += f"; {issues[0]}"
+        if unreadable:
+            message += f"; it printed unreadable output: {unreadable}"
         elif not info.lines and info.returncode == 0:
             message += " before printing a report"
         return message

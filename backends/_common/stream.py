@@ -8,8 +8,10 @@ such a tool as a child in its own session and guarantees what
 * an argument list, never a shell;
 * stdout and stderr drained continuously by one reader thread, so a chatty
   stderr can never block the child;
-* bounded memory: a line longer than ``max_line_bytes`` is dropped (and
-  counted), and only the last ``stderr_tail_bytes`` of stderr are kept;
+* bounded memory: a line longer than ``max_line_bytes`` is dropped, counted and handed to
+  ``on_long_line`` (its length, so the caller can fail loudly: a tool whose every line is
+  over the limit would otherwise look like one that prints nothing), and only the last
+  ``stderr_tail_bytes`` of stderr are kept;
 * a child that prints nothing for ``idle_timeout`` seconds is killed;
 * a child that exits is reaped and restarted after an exponential back-off, also when a
   grandchild it left behind still holds its pipes (the group is killed once the child is gone
@@ -60,6 +62,8 @@ class StreamExit:
     """True when the child died in the middle of a line (that partial line was dropped)."""
     stderr_tail: str
     """The last bytes the child wrote to stderr (or the spawn error)."""
+    long_lines: int = 0
+    """Lines this child printed that were over the limit and dropped."""
 
     def describe(self, tool: str) -> str:
         """One line for warnings and error messages."""
@@ -76,6 +80,8 @@ class StreamExit:
             what = f"{what}: {tail[-300:]}"
         if self.dropped_partial:
             what += " (its last line was cut off and dropped)"
+        if self.long_lines:
+            what += f" ({self.long_lines} line(s) over the length limit dropped)"
         return what
 
 
@@ -83,15 +89,18 @@ class LineStream:
     """Run ``argv`` in the background, hand each stdout line to ``on_line``.
 
     ``on_start(generation)`` is called before a child's first line,
-    ``on_exit(StreamExit)`` after it has been reaped; if ``on_exit`` returns
-    False the stream stops instead of restarting. All three callbacks run on
-    the reader thread and must be quick and must not raise.
+    ``on_long_line(length)`` for each line dropped for being longer than
+    ``max_line_bytes`` (its length in bytes), ``on_exit(StreamExit)`` after
+    the child has been reaped; if ``on_exit`` returns False the stream stops
+    instead of restarting. All callbacks run on the reader thread and must be
+    quick and must not raise.
     """
 
     def __init__(self, argv: Sequence[str], *,
                  on_line: Callable[[str], None],
                  on_start: Callable[[int], None] | None = None,
                  on_exit: Callable[[StreamExit], bool] | None = None,
+                 on_long_line: Callable[[int], None] | None = None,
                  idle_timeout: float = 30.0,
                  backoff_initial: float = 0.5,
                  backoff_max: float = 30.0,
@@ -103,6 +112,7 @@ class LineStream:
         self._on_line = on_line
         self._on_start = on_start
         self._on_exit = on_exit
+        self._on_long_line = on_long_line
         self.idle_timeout = idle_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -197,10 +207,10 @@ class LineStream:
             self._proc = proc
         if self._on_start is not None:
             self._on_start(generation)
-        lines = 0
+        lines = long_lines = 0
         reason = "exited"
         pending = bytearray()
-        skipping = False  # inside an over-long line: drop bytes up to its newline
+        skipped = 0  # inside an over-long line: bytes of it already dropped
         stderr_tail = bytearray()
         sel = selectors.DefaultSelector()
         try:
@@ -241,20 +251,23 @@ class LineStream:
                             break
                         raw = bytes(pending[:newline])
                         del pending[:newline + 1]
-                        if skipping or len(raw) > self.max_line_bytes:
-                            skipping = False
+                        if skipped or len(raw) > self.max_line_bytes:
+                            length, skipped = skipped + len(raw), 0
+                            long_lines += 1
                             self.dropped_long_lines += 1
+                            if self._on_long_line is not None:
+                                self._on_long_line(length)
                             continue
                         lines += 1
                         self._on_line(raw.decode("utf-8", "replace").rstrip("\r"))
                     if len(pending) > self.max_line_bytes:
+                        skipped += len(pending)
                         pending.clear()
-                        skipping = True
         finally:
             sel.close()
             kill_group(proc)  # kills the group if still running; always reaps
             with self._lock:
                 self._proc = None
         return StreamExit(generation, proc.returncode, reason, lines,
-                          bool(pending) or skipping,
-                          bytes(stderr_tail).decode("utf-8", "replace"))
+                          bool(pending) or skipped > 0,
+                          bytes(stderr_tail).decode("utf-8", "replace"), long_lines)

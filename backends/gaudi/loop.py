@@ -62,7 +62,7 @@ class LoopMode:
         argv = self._query_argv(self._fields) + ["-l", f"{self.interval:g}"]
         stream = LineStream(
             argv, on_line=self._on_line, on_start=self._on_start, on_exit=self._on_exit,
-            idle_timeout=STALE_INTERVALS * self.interval + self.timeout_seconds,
+            on_long_line=self._on_long_line, idle_timeout=STALE_INTERVALS * self.interval + self.timeout_seconds,
             backoff_initial=self._backoff[0], backoff_max=self._backoff[1],
             name="allsmi-gaudi-hl-smi")
         self._stream = stream
@@ -102,6 +102,11 @@ class LoopMode:
             self._assembler.add(parsed, self._generation)
             if self._assembler.frames:
                 self._first_frame.set()
+
+    def _on_long_line(self, length: int) -> None:
+        # a row is a few hundred bytes: a longer line is no row (its device misses this frame)
+        self._issues.append(f"{EXECUTABLE} -l: a line of {length} bytes, over the length "
+                            "limit; dropped unread")
 
     def _on_exit(self, info: StreamExit) -> bool:
         with self._lock:

@@ -31,6 +31,13 @@ LS_ARGS: tuple[str, ...] = ("--json-output",)
 DEFAULT_PERIOD = 1.0
 #: A report older than this many periods (plus the timeout) is stale.
 STALE_PERIODS = 3.0
+#: The longest ``neuron-monitor`` report line read (a longer one is dropped and is the backend's
+#: error, never a silent gap). Sized for the largest instances (trn2.48xlarge: 16 devices x 8
+#: NeuronCores; trn1.32xlarge: 16 x 2): one application per core is 128 entries of about 0.7 KiB
+#: each with their counters and per-core memory, and each entry's ``loaded_models`` adds about
+#: 0.5 KiB per model; 16 models per core make about 1.1 MiB. 4 MiB leaves room for more than
+#: three times that, and bounds what one line can hold in memory.
+MAX_REPORT_BYTES = 4 * 1024 * 1024
 
 
 class NeuronBackend(CliToolBackend, declared=DECLARATION):
@@ -134,7 +141,7 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
             json.dump(settings, handle)
         monitor: NewestReport[MonitorReport] = NewestReport(
             [path, "-c", config], parse_monitor, label="neuron-monitor",
-            first_report_timeout=self.timeout_seconds,
+            first_report_timeout=self.timeout_seconds, max_line_bytes=MAX_REPORT_BYTES,
             stale_after=STALE_PERIODS * self.period + self.timeout_seconds)
         try:
             monitor.start()

@@ -7,7 +7,9 @@
       "neuron_processes": [{"pid": 4242, "command": "python train.py"}], "instance_type": "..."}]
 
 ``memory_size`` is in bytes; ``neuroncore_ids`` are the node-wide NeuronCore numbers the Neuron
-device plugin hands out as ``aws.amazon.com/neuroncore``. ``neuron-monitor`` prints one JSON
+device plugin hands out as ``aws.amazon.com/neuroncore``. Releases before that key list only
+``nc_count``: the numbers are then counted in device order (device ``i`` holds the ``nc_count``
+numbers after those of devices ``0`` .. ``i-1``). ``neuron-monitor`` prints one JSON
 report per line; each Neuron application (``neuron_runtime_data[]``, by ``pid``) reports
 ``neuroncore_counters.neuroncores_in_use`` (utilization per NeuronCore, in percent, over the
 report's period) and ``memory_used.neuron_runtime_used_bytes.usage_breakdown
@@ -18,7 +20,7 @@ report's period) and ``memory_used.neuron_runtime_used_bytes.usage_breakdown
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from allsmi.backends._common.cells import int_cell, shorten, text_of
@@ -71,6 +73,7 @@ def load_devices(text: str, tool: str, warnings: list[str]) -> list[NeuronDevice
         raise NeuronOutputError(f"{tool} printed JSON {type(data).__name__}, not a list of devices: "
                                 f"{shorten(text)!r}")
     devices: dict[int, NeuronDevice] = {}
+    counts: dict[int, int | None] = {}  # nc_count of each device listed without neuroncore_ids
     for n, row in enumerate(data):
         index = int_cell(row.get("neuron_device")) if isinstance(row, dict) else None
         if index is None:
@@ -80,9 +83,46 @@ def load_devices(text: str, tool: str, warnings: list[str]) -> list[NeuronDevice
             warnings.append(f"{tool}: neuron_device {index} listed twice; the second row skipped")
             continue
         devices[index] = _device(index, row, tool, warnings)
+        if row.get("neuroncore_ids") is None:
+            counts[index] = int_cell(row.get("nc_count"))
     if data and not devices:
         raise NeuronOutputError(f"{tool} listed {len(data)} device(s), none readable: {shorten(data)!r}")
-    return [devices[i] for i in sorted(devices)]
+    return _count_cores([devices[i] for i in sorted(devices)], counts, warnings)
+
+
+def _count_cores(devices: list[NeuronDevice], counts: dict[int, int | None],
+                 warnings: list[str]) -> list[NeuronDevice]:
+    """Devices listed without ``neuroncore_ids`` get the numbers counted from ``nc_count`` in
+    device order; only where every device before one is listed with a known core count and the
+    counted numbers agree with the ids the others list. Otherwise the device's cores stay unknown
+    (and so its utilization and memory in use), with a warning."""
+    if not counts:
+        return devices
+    first: dict[int, int] = {}  # device index -> its first core number, as counted
+    number = 0
+    for position, dev in enumerate(devices):
+        count = len(dev.cores) or counts.get(dev.index)
+        if dev.index != position or count is None or count <= 0:
+            break  # a device missing before this one, or one whose core count is unknown
+        first[dev.index] = number
+        number += count
+    listed = {dev.index: dev.cores for dev in devices if dev.cores}
+    agree = all(cores == tuple(range(first[i], first[i] + len(cores)))
+                for i, cores in listed.items() if i in first)
+    taken = {core for cores in listed.values() for core in cores}
+    out = []
+    for dev in devices:
+        if dev.index in counts:
+            start, count = first.get(dev.index) if agree else None, counts[dev.index]
+            cores = range(start, start + count) if start is not None and count else range(0)
+            if cores and not taken.intersection(cores):
+                dev = replace(dev, cores=tuple(cores))
+            else:
+                warnings.append(f"neuron device {dev.index}: no neuroncore_ids, and its NeuronCore "
+                                f"numbers cannot be counted from nc_count in device order; its "
+                                f"utilization and memory in use are unknown")
+        out.append(dev)
+    return out
 
 
 def _device(index: int, row: dict[str, Any], tool: str, warnings: list[str]) -> NeuronDevice:
@@ -143,6 +183,28 @@ def _group(report: dict[str, Any], name: str, errors: list[str], where: str) -> 
     return group
 
 
+#: Where ``memory_used`` holds the bytes per NeuronCore.
+MEMORY_PATH = ("neuron_runtime_used_bytes", "usage_breakdown", "neuroncore_memory_usage")
+
+
+def _runtime_table(report: dict[str, Any], name: str, path: tuple[str, ...], errors: list[str],
+                   where: str) -> dict[str, Any] | None:
+    """The per-core table of one application's group ``name`` (``path`` inside it); ``None``,
+    with the reason in ``errors``, when the group reports an error or the table is missing."""
+    group = _group(report, name, errors, where)
+    if group is None:
+        if not isinstance(report.get(name), dict):
+            errors.append(f"neuron-monitor {where}: no {name} group in its report")
+        return None
+    table: object = group
+    for key in path:
+        table = table.get(key) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        errors.append(f"neuron-monitor {where} {name}: no {'.'.join(path)}: {shorten(group)!r}")
+        return None
+    return table
+
+
 def _percent(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -173,25 +235,16 @@ def parse_monitor(line: str) -> MonitorReport:
         if error:
             out.errors.append(f"neuron-monitor pid {pid}: {error}")
         usage = RuntimeUsage()
-        counters = _group(report, "neuroncore_counters", out.errors, f"pid {pid}")
-        if counters is not None and isinstance(counters.get("neuroncores_in_use"), dict):
-            usage.utilization = {}
-            for core, values in counters["neuroncores_in_use"].items():
-                number = int_cell(core)
-                value = _percent(values.get("neuroncore_utilization")) if isinstance(values, dict) else None
-                if number is None or value is None:
-                    out.errors.append(f"neuron-monitor pid {pid}: unreadable utilization of core "
-                                      f"{shorten(core)}: {shorten(values)!r}")
-                    usage.utilization = None
-                    break
-                usage.utilization[number] = value
-        memory = _group(report, "memory_used", out.errors, f"pid {pid}")
-        used = memory.get("neuron_runtime_used_bytes") if memory is not None else None
-        breakdown = used.get("usage_breakdown") if isinstance(used, dict) else None
-        per_core = breakdown.get("neuroncore_memory_usage") if isinstance(breakdown, dict) else None
-        if isinstance(per_core, dict):
-            usage.memory = _core_memory(per_core, pid, out.errors)
         out.runtimes[pid] = usage
+        if error and not report:
+            continue  # nothing reported: both values unknown, the error says why
+        where = f"pid {pid}"
+        in_use = _runtime_table(report, "neuroncore_counters", ("neuroncores_in_use",), out.errors, where)
+        if in_use is not None:
+            usage.utilization = _core_utilization(in_use, pid, out.errors)
+        per_core = _runtime_table(report, "memory_used", MEMORY_PATH, out.errors, where)
+        if per_core is not None:
+            usage.memory = _core_memory(per_core, pid, out.errors)
     system = data.get("system_data") if isinstance(data.get("system_data"), dict) else {}
     counters = _group(system, "neuron_hw_counters", out.errors, "system")
     for row in (counters or {}).get("neuron_devices") or ():
@@ -199,6 +252,19 @@ def parse_monitor(line: str) -> MonitorReport:
         if index is not None:
             events = [int_cell(row.get(k)) for k in ("mem_ecc_uncorrected", "sram_ecc_uncorrected")]
             out.ecc_uncorrected[index] = sum(e for e in events if e is not None)
+    return out
+
+
+def _core_utilization(in_use: dict[str, Any], pid: int, errors: list[str]) -> dict[int, float] | None:
+    out: dict[int, float] = {}
+    for core, values in in_use.items():
+        number = int_cell(core)
+        value = _percent(values.get("neuroncore_utilization")) if isinstance(values, dict) else None
+        if number is None or value is None:
+            errors.append(f"neuron-monitor pid {pid}: unreadable utilization of core "
+                          f"{shorten(core)}: {shorten(values)!r}")
+            return None
+        out[number] = value
     return out
 
 

@@ -7,11 +7,14 @@ idle: 0 %), also reported as ``compute_active_percent`` (its declared source, ``
 use is what the Neuron applications hold on its cores. A process's ``utilization_percent`` is its
 cores' share of the device (the same mean, over its cores only), its ``memory_bytes`` what it
 holds on the device. Without a report (``neuron-monitor`` missing) those values are ``None``;
-where one application's group has an error, the devices it runs on get ``None`` for that value.
+where one application's group has an error, the devices it runs on get ``None`` for that value:
+those ``neuron-ls`` lists it on and those holding the cores its other group reports, or every
+device when neither says where it runs (:func:`placement`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from allsmi.declarations import CORE_RANGE_DETAILS
@@ -40,48 +43,80 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def placement(devices: Sequence[NeuronDevice], report: MonitorReport) -> dict[int, set[int] | None]:
+    """The devices each application of ``report`` runs on (by pid): those ``neuron-ls`` lists it
+    on and those holding a core it reports in any of its groups (one group failing, the other
+    still says where it runs); ``None`` when neither says, so it may run on any device."""
+    out: dict[int, set[int] | None] = {}
+    for pid, usage in report.runtimes.items():
+        cores = set(usage.utilization or ()) | set(usage.memory or ())
+        on = {dev.index for dev in devices
+              if cores.intersection(dev.cores) or any(p.pid == pid for p in dev.processes)}
+        out[pid] = on if on or cores else None
+    return out
+
+
+@dataclass
+class DeviceUsage:
+    """What the report says about one device: ``None`` where unknown."""
+
+    utilization: float | None = None
+    memory_used: int | None = None
+    per_pid_util: dict[int, float | None] = field(default_factory=dict)
+    per_pid_memory: dict[int, int | None] = field(default_factory=dict)
+
+
+def device_usage(dev: NeuronDevice, report: MonitorReport,
+                 placed: dict[int, set[int] | None]) -> DeviceUsage:
+    """The applications' values summed over ``dev``'s cores; a value is ``None`` when an
+    application that runs, or may run, on ``dev`` (``placed``) failed to report it."""
+    cores = set(dev.cores)
+    out = DeviceUsage()
+    if not cores or report.unreadable_runtimes:
+        return out
+    listed = {p.pid for p in dev.processes}
+    busy = {core: 0.0 for core in cores}
+    memory_total = 0
+    util_known = memory_known = True
+    for pid, usage in report.runtimes.items():
+        on = placed[pid]
+        here = on is None or dev.index in on
+        if usage.utilization is None:
+            util_known = util_known and not here
+            out.per_pid_util[pid] = None
+        else:
+            held = {c: v for c, v in usage.utilization.items() if c in cores}
+            for core, value in held.items():
+                busy[core] += value
+            out.per_pid_util[pid] = sum(held.values()) / len(cores) if (held or pid in listed) else None
+        if usage.memory is None:
+            memory_known = memory_known and not here
+            out.per_pid_memory[pid] = None
+        else:
+            held_bytes = sum(v for c, v in usage.memory.items() if c in cores)
+            memory_total += held_bytes
+            out.per_pid_memory[pid] = held_bytes
+    if util_known:
+        out.utilization = _mean([min(100.0, v) for v in busy.values()])
+    if memory_known:
+        out.memory_used = memory_total
+    return out
+
+
 def build_samples(devices: Sequence[NeuronDevice], report: MonitorReport | None, *, backend: str,
                   vendor: str, kind: str, model_name: Callable[[str | None], str | None],
                   lookup_user: LookupUser, source: str) -> list[DeviceSample]:
     out = []
+    placed = placement(devices, report) if report is not None else {}
     for dev in devices:
-        cores = set(dev.cores)
-        pids = {p.pid for p in dev.processes}
-        utilization: float | None = None
-        memory_used: int | None = None
-        per_pid_util: dict[int, float | None] = {}
-        per_pid_memory: dict[int, int | None] = {}
-        if report is not None and cores and not report.unreadable_runtimes:
-            busy = {core: 0.0 for core in cores}
-            memory_total = 0
-            util_known = memory_known = True
-            for pid, usage in report.runtimes.items():
-                mine = pid in pids
-                if usage.utilization is None:
-                    util_known = util_known and not mine
-                    per_pid_util[pid] = None
-                else:
-                    held = {c: v for c, v in usage.utilization.items() if c in cores}
-                    for core, value in held.items():
-                        busy[core] += value
-                    per_pid_util[pid] = sum(held.values()) / len(cores) if (held or mine) else None
-                if usage.memory is None:
-                    memory_known = memory_known and not mine
-                    per_pid_memory[pid] = None
-                else:
-                    held_bytes = sum(v for c, v in usage.memory.items() if c in cores)
-                    memory_total += held_bytes
-                    per_pid_memory[pid] = held_bytes
-            if util_known:
-                utilization = _mean([min(100.0, v) for v in busy.values()])
-            if memory_known:
-                memory_used = memory_total
+        usage = device_usage(dev, report, placed) if report is not None else DeviceUsage()
+        utilization, memory_used = usage.utilization, usage.memory_used
         if memory_used is not None and dev.memory_total_bytes is not None:
             memory_used = min(memory_used, dev.memory_total_bytes)
         processes = tuple(
             ProcessSample(pid=p.pid, user=lookup_user(p.pid), command=p.command,
-                          memory_bytes=per_pid_memory.get(p.pid) if report is not None else None,
-                          utilization_percent=per_pid_util.get(p.pid) if report is not None else None)
+                          memory_bytes=usage.per_pid_memory.get(p.pid),
+                          utilization_percent=usage.per_pid_util.get(p.pid))
             for p in dev.processes)
         details: dict[str, object] = {}
         if dev.cores and list(dev.cores) == list(range(dev.cores[0], dev.cores[0] + len(dev.cores))):

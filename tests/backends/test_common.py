@@ -108,6 +108,20 @@ def test_text_around_the_wanted_document_is_ignored_with_a_note() -> None:
         read_json(text, "zz-smi -j")  # without find, surrounding text is no document
 
 
+def test_a_list_inside_other_text_is_found() -> None:
+    def rows(value: object) -> bool:
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+    value, notes = read_json('WARNING: x\n[{"a": 1}]', "zz-ls -j", find=rows)
+    assert value == [{"a": 1}] and notes == ["ignored 11 characters of non-JSON text around zz-ls -j's JSON"]
+    # A list inside a document that is not the wanted one is not taken for it.
+    value, _ = read_json('[INFO] {"ids": [{"b": 2}]}\n[{"a": 1}]\n', "zz-ls -j", find=rows)
+    assert value == [{"a": 1}]
+    # A banner in brackets before a document cut short: still truncated, not "no JSON".
+    with pytest.raises(JsonOutputError, match="^zz-ls -j printed truncated JSON"):
+        read_json('[INFO] starting\n[{"a": 1}, {"a', "zz-ls -j", find=rows)
+
+
 @pytest.mark.parametrize("text", ['{"devices": [{"name": "A', '{"devices": [1, 2',
                                   'banner\n{"devices": [{"name": "A'])
 def test_a_document_cut_short_is_truncated(text: str) -> None:

@@ -221,6 +221,22 @@ def test_listed_device_without_row_takes_its_row_when_one_arrives(standin, backe
     assert second[6].memory_used_bytes is not None
 
 
+def test_an_over_long_line_in_loop_mode_is_named_in_the_warnings(standin, backends, tmp_path) -> None:
+    """The loop child's line over the length limit is dropped unread and said, not silent; the
+    whole rows around it are kept."""
+    rows = (GAUDI / "gaudi3-8x-1.22.csv").read_text().splitlines()
+    long = tmp_path / "long.csv"
+    long.write_text("\n".join(rows[:3] + ["x" * 100_000] + rows[3:]) + "\n")
+    standin("gaudi3-8x-1.22", fixture_file=str(long))
+    backend = _open(backends)
+    assert backend.mode == "loop"
+    warnings: list[str] = []
+    assert _wait_until(lambda: (backend.sample(), warnings.extend(backend.warnings))
+                       and any("over the length limit" in w for w in warnings))
+    assert any("a line of 100000 bytes" in w for w in warnings), warnings
+    assert all(d.health == "ok" for d in backend.sample())
+
+
 def test_truncated_output_keeps_the_whole_rows(standin, backends) -> None:
     standin("gaudi3-8x-truncated", raw=True)
     backend = _open(backends, mode="oneshot")

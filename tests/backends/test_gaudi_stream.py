@@ -53,6 +53,23 @@ def test_only_whole_lines_are_delivered_and_long_lines_dropped() -> None:
     assert exits[0].dropped_partial and exits[0].returncode == 0
 
 
+def test_each_long_line_is_handed_on_with_its_length() -> None:
+    lengths: list[int] = []
+    exits: list[StreamExit] = []
+    code = ("import sys; sys.stdout.write('a\\n' + 'x' * 5000 + '\\n' + 'y' * 200000 + '\\nb\\n'); "
+            "sys.stdout.flush()")
+    stream = LineStream(_script(code), on_line=lambda line: None, on_long_line=lengths.append,
+                        on_exit=lambda info: exits.append(info) or False, max_line_bytes=1000)
+    stream.start()
+    deadline = time.monotonic() + 5
+    while stream.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stream.close()
+    assert lengths == [5000, 200000]
+    assert exits[0].long_lines == 2 and exits[0].lines == 2 and not exits[0].dropped_partial
+    assert exits[0].describe("tool") == "tool exited with status 0 (2 line(s) over the length limit dropped)"
+
+
 def test_hung_child_is_killed_and_close_leaves_nothing_behind() -> None:
     exits: list[StreamExit] = []
     threads_before = set(threading.enumerate())

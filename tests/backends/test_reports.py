@@ -1,6 +1,7 @@
 """The long-running-tool helper (``allsmi.backends._common.reports.NewestReport``) against the
 shared stand-in's streaming mode: the newest report, a child that dies restarted with back-off,
-garbage lines skipped and named, a tool that never reports a timeout."""
+garbage lines skipped and named, a tool that never reports a timeout, one that prints only
+garbage or over-long lines an error that names its output."""
 
 from __future__ import annotations
 
@@ -106,3 +107,78 @@ def test_a_tool_leaving_a_grandchild_on_its_pipes_is_seen_to_exit(tmp_path: Path
     finally:
         reports.close()
     _wait(lambda: not any(standin.alive(p) for p in standin.pids(tmp_path / "pids")))
+
+
+def test_a_tool_that_prints_only_garbage_is_an_error_naming_it_not_a_timeout(tmp_path: Path) -> None:
+    exe = _tool(tmp_path, text="garbage line\n", every=0.05)
+    reports = NewestReport([str(exe)], _parse, label="reporter", first_report_timeout=2, stale_after=5)
+    try:
+        with pytest.raises(BackendError, match=r"^reporter printed no readable report within 2 s: "
+                                               r"reporter: not JSON .*'garbage line'") as caught:
+            reports.newest([])
+        assert not isinstance(caught.value, BackendTimeout)
+    finally:
+        reports.close()
+
+
+def test_a_tool_that_prints_garbage_and_exits_0_is_an_error_naming_it(tmp_path: Path) -> None:
+    exe = _tool(tmp_path, text="garbage line\n", rc=0)
+    reports = NewestReport([str(exe)], _parse, label="reporter", first_report_timeout=5, stale_after=5)
+    try:
+        with pytest.raises(BackendError, match=r"^reporter exited with status 0; it printed unreadable "
+                                               r"output: reporter: not JSON .*'garbage line'"):
+            reports.newest([])
+    finally:
+        reports.close()
+
+
+def test_a_stale_report_names_the_garbage_printed_since(tmp_path: Path) -> None:
+    exe = tmp_path / "reporter"
+    exe.write_text("#!/bin/sh\necho '{\"n\": 1}'\nwhile true; do echo garbage line; sleep 0.05; done\n")
+    exe.chmod(0o755)
+    clock = [100.0]
+    reports = NewestReport([str(exe)], _parse, label="reporter", first_report_timeout=5, stale_after=1,
+                           clock=lambda: clock[0])
+    try:
+        assert reports.newest([]) == {"n": 1}
+        clock[0] += 10  # no report for 10 s, only garbage
+        messages: list[str] = []
+
+        def names_the_garbage() -> bool:
+            with pytest.raises(BackendError, match=r"^no fresh reporter report for 10.0 s") as caught:
+                reports.newest([])
+            messages.append(str(caught.value))
+            return "it printed unreadable output: reporter: not JSON" in messages[-1]
+
+        _wait(names_the_garbage, seconds=5)
+        assert "'garbage line'" in messages[-1], messages[-1]
+    finally:
+        reports.close()
+
+
+def test_an_over_long_line_is_an_error_saying_the_report_was_too_long(tmp_path: Path) -> None:
+    long = '{"n": "' + "x" * 2000 + '"}'
+    only_long = NewestReport([str(_tool(tmp_path / "a", text=long + "\n", every=0.05))], _parse,
+                             label="reporter", first_report_timeout=5, stale_after=5, max_line_bytes=1000)
+    try:
+        with pytest.raises(BackendError, match=rf"reporter's report was too long to read: a line of "
+                                               rf"{len(long)} bytes, over the limit of 1000 bytes") as caught:
+            only_long.newest([])
+        assert not isinstance(caught.value, BackendTimeout)
+    finally:
+        only_long.close()
+    # A readable report, then a longer one: the readable one is not the newest, so not used.
+    then_long = NewestReport([str(_tool(tmp_path / "b", text='{"n": 1}\n' + long + "\n", every=60))], _parse,
+                             label="reporter", first_report_timeout=5, stale_after=5, max_line_bytes=1000)
+
+    def too_long() -> bool:
+        try:
+            then_long.newest([])
+        except BackendError as exc:
+            return "reporter's report was too long to read" in str(exc)
+        return False
+
+    try:
+        _wait(too_long, seconds=5)
+    finally:
+        then_long.close()

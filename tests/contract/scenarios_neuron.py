@@ -105,9 +105,11 @@ SCENARIOS: list[Scenario] = [
     Scenario("monitor-missing", lambda env: backend_for(env, "neuron-ls-trn2-4dev-two-apps.json"), 4, dict([
         expect("neuron:0000:cc:00.0", utilization_percent=None, memory_used_bytes=None,
                memory_total_bytes=_memory_size(TRN2_LS, 0), processes=[(268911, None)])])),
+    # Device 0 lists no neuroncore_ids: its cores are counted from nc_count (0 and 1).
     Scenario("older-neuron-ls", lambda env: backend_for(env, "neuron-ls-older-no-memory.json",
                                                         "neuron-monitor-trn1-idle.jsonl"), 2, dict([
-        expect("neuron:0000:00:1e.0", memory_total_bytes=None, details__core_first=None, processes=[(4242, None)]),
+        expect("neuron:0000:00:1e.0", memory_total_bytes=None, details__core_first=0, details__core_count=2,
+               utilization_percent=0.0, processes=[(4242, None)]),
         expect("neuron:0000:00:1f.0", memory_total_bytes=_memory_size("neuron-ls-older-no-memory.json", 1),
                details__core_first=2)])),
     Scenario("sixty-four-devices", _sixty_four, 64, dict([
