@@ -1,7 +1,9 @@
 """The node's host counters at one moment (Linux): CPU I/O wait, pressure stall information,
 network bytes per interface and InfiniBand/RoCE port counters.
 
-Every figure is cumulative; :mod:`allsmi.hostactivity.sampler` turns two readings into rates.
+Every figure is cumulative, kept per interface and per port: :mod:`allsmi.hostactivity.sampler`
+turns two readings into rates counter by counter, so an interface or port that appears,
+disappears or cannot be read once never brings its whole lifetime count into one interval.
 A file the kernel does not have (PSI before 4.20 or disabled, no InfiniBand) leaves its
 figure ``None``, with the reason in :attr:`NodeReading.problems`; nothing here raises. The
 cost is bounded by the node's interfaces and ports, not by its processes.
@@ -27,13 +29,12 @@ class NodeReading:
     """``/proc/stat``'s first line (user, nice, system, idle, iowait, ...), in ticks."""
     pressure_some_usec: dict[str, int] = field(default_factory=dict)
     """Per kind (cpu, io, memory): PSI ``some`` ``total=`` microseconds."""
-    network_bytes: tuple[int, int] | None = None
-    """(received, sent) bytes over the node's own interfaces (not loopback, bridges, veths)."""
-    interfaces: int = 0
-    infiniband_bytes: tuple[int, int] | None = None
-    """(received, sent) bytes over every InfiniBand/RoCE port (the counters count 4-byte
-    words, multiplied out here); ``None`` when the node has none."""
-    ports: int = 0
+    network: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per interface (not loopback, bridges, veths): (received, sent) bytes; empty when none
+    could be read."""
+    infiniband: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per InfiniBand/RoCE port (``mlx5_0/1``): (received, sent) bytes (the counters count
+    4-byte words, multiplied out here); empty when the node has none."""
     problems: tuple[str, ...] = ()
 
 
@@ -72,49 +73,52 @@ def _counter(path: str) -> int | None:
         return None
 
 
-def read_network(sys_root: str) -> tuple[tuple[int, int] | None, int]:
+def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
+    """(received, sent) bytes per interface of the node's own (at most :data:`MAX_INTERFACES`);
+    an interface whose counters cannot be read is left out."""
     base = os.path.join(sys_root, "class", "net")
     try:
         names = sorted(os.listdir(base))
     except OSError:
-        return None, 0
-    rx = tx = count = 0
+        return {}
+    out: dict[str, tuple[int, int]] = {}
     for name in names:
-        if name == "lo" or name.startswith(_SKIPPED_PREFIXES) or count >= MAX_INTERFACES:
+        if name == "lo" or name.startswith(_SKIPPED_PREFIXES):
             continue
+        if len(out) >= MAX_INTERFACES:
+            break
         r = _counter(os.path.join(base, name, "statistics", "rx_bytes"))
         t = _counter(os.path.join(base, name, "statistics", "tx_bytes"))
-        if r is None or t is None:
-            continue
-        rx, tx, count = rx + r, tx + t, count + 1
-    return ((rx, tx) if count else None), count
+        if r is not None and t is not None:
+            out[name] = (r, t)
+    return out
 
 
-def read_infiniband(sys_root: str) -> tuple[tuple[int, int] | None, int]:
-    """(received, sent) bytes over the InfiniBand/RoCE ports and the ports counted.
-    ``port_rcv_data``/``port_xmit_data`` count 4-byte words (the ``_ext`` forms some drivers
-    add are 64-bit versions of the same)."""
+def read_infiniband(sys_root: str) -> dict[str, tuple[int, int]]:
+    """(received, sent) bytes per InfiniBand/RoCE port (``device/port``), at most
+    :data:`MAX_INTERFACES`. ``port_rcv_data``/``port_xmit_data`` count 4-byte words (the
+    ``_ext`` forms some drivers add are 64-bit versions of the same); a port whose counters
+    cannot be read is left out."""
     base = os.path.join(sys_root, "class", "infiniband")
     try:
         devices = sorted(os.listdir(base))
     except OSError:
-        return None, 0
-    rx = tx = count = 0
+        return {}
+    out: dict[str, tuple[int, int]] = {}
     for dev in devices:
         try:
             ports = sorted(os.listdir(os.path.join(base, dev, "ports")))
         except OSError:
             continue
         for port in ports:
-            if count >= MAX_INTERFACES:
-                break
+            if len(out) >= MAX_INTERFACES:
+                return out
             counters = os.path.join(base, dev, "ports", port, "counters")
             r = _counter(os.path.join(counters, "port_rcv_data"))
             t = _counter(os.path.join(counters, "port_xmit_data"))
-            if r is None or t is None:
-                continue
-            rx, tx, count = rx + 4 * r, tx + 4 * t, count + 1
-    return ((rx, tx) if count else None), count
+            if r is not None and t is not None:
+                out[f"{dev}/{port}"] = (4 * r, 4 * t)
+    return out
 
 
 def read_node(proc_root: str = "/proc", sys_root: str = "/sys") -> NodeReading:
@@ -136,10 +140,8 @@ def read_node(proc_root: str = "/proc", sys_root: str = "/sys") -> NodeReading:
     if not pressure:
         problems.append(f"no pressure stall information ({proc_root}/pressure: kernel before "
                         "4.20, or booted without psi)")
-    network, interfaces = read_network(sys_root)
-    if network is None:
+    network = read_network(sys_root)
+    if not network:
         problems.append(f"no network interface counters under {sys_root}/class/net")
-    infiniband, ports = read_infiniband(sys_root)
-    return NodeReading(cpu_ticks=cpu, pressure_some_usec=pressure, network_bytes=network,
-                       interfaces=interfaces, infiniband_bytes=infiniband, ports=ports,
-                       problems=tuple(problems))
+    return NodeReading(cpu_ticks=cpu, pressure_some_usec=pressure, network=network,
+                       infiniband=read_infiniband(sys_root), problems=tuple(problems))

@@ -52,20 +52,19 @@ def read_process_psutil(pid: int) -> ProcessReading | None:
 
 
 def read_node_psutil() -> NodeReading:
-    """The node's network bytes (and CPU times) through psutil."""
+    """The node's network bytes per interface (and CPU times) through psutil."""
     import psutil
-    rx = tx = count = 0
+    network: dict[str, tuple[int, int]] = {}
     try:
         for name, counters in psutil.net_io_counters(pernic=True).items():
             if name == "lo" or name.startswith(("lo0", "veth", "docker", "br-", "virbr")):
                 continue
-            rx, tx, count = rx + counters.bytes_recv, tx + counters.bytes_sent, count + 1
+            network[name] = (counters.bytes_recv, counters.bytes_sent)
     except (OSError, psutil.Error):
         pass
     cpu: Any = psutil.cpu_times()
     ticks = tuple(float(getattr(cpu, name, 0.0)) * TICKS for name in
                   ("user", "nice", "system", "idle", "iowait"))
-    return NodeReading(cpu_ticks=ticks, network_bytes=(rx, tx) if count else None,
-                       interfaces=count,
+    return NodeReading(cpu_ticks=ticks, network=network,
                        problems=("no pressure stall information or InfiniBand counters off "
                                  "Linux",))

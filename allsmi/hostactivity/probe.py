@@ -2,7 +2,8 @@
 
 Each signal is tried on this process itself (or the node) exactly as the readers read it, so
 the answer is the readers' own: a container without ``/proc/pressure``, a kernel without delay
-accounting, an exporter that is not root and so cannot read other users' ``/proc/PID/io``.
+accounting, an exporter that cannot read other users' ``/proc/PID/io`` (not root, or a
+container's root without ``CAP_SYS_PTRACE``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import NamedTuple
 from .node import read_infiniband, read_network, read_node
 from .procfs import delay_accounting, read_process
 
-#: CAP_SYS_PTRACE's bit in /proc/PID/status CapEff: reading another user's /proc/PID/io.
-_CAP_SYS_PTRACE = 19
+#: Capability bits of ``CapEff`` in ``/proc/PID/status`` (``linux/capability.h``).
+CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE = 1, 2, 19
 
 
 class Signal(NamedTuple):
@@ -23,19 +24,48 @@ class Signal(NamedTuple):
     detail: str
 
 
-def _may_read_others_io(proc_root: str) -> tuple[bool, str]:
-    if os.geteuid() == 0:
-        return True, "running as root"
+def effective_capabilities(proc_root: str = "/proc") -> int | None:
+    """This process's effective capability set (``CapEff`` of ``/proc/self/status``), or
+    ``None`` when it cannot be read."""
     try:
         with open(os.path.join(proc_root, "self", "status"), "rb") as handle:
             for line in handle:
                 if line.startswith(b"CapEff:"):
-                    if int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1:
-                        return True, "CAP_SYS_PTRACE"
+                    return int(line.split()[1], 16)
     except (OSError, ValueError, IndexError):
         pass
-    return False, ("not root and without CAP_SYS_PTRACE: other users' processes' read rates "
-                   "are unknown, so their holders may be classified unknown")
+    return None
+
+
+def others_io_access(euid: int, caps: int | None) -> tuple[bool, str]:
+    """Whether a process of effective uid ``euid`` with effective capabilities ``caps`` can
+    read other users' ``/proc/PID/io``, and why.
+
+    The kernel asks two things, whatever the uid: opening the file (mode 0400, owned by the
+    process's user) needs ``CAP_DAC_READ_SEARCH`` or ``CAP_DAC_OVERRIDE``, and reading it
+    needs ptrace read access (``PTRACE_MODE_READ_FSCREDS``), which for another user's process
+    is ``CAP_SYS_PTRACE``. Root has both unless they were dropped: a container's root keeps
+    ``CAP_DAC_OVERRIDE`` but not ``CAP_SYS_PTRACE`` (Docker's default). The capabilities
+    count in the target's user namespace, which this does not check: a rootless container's
+    full set does not reach the host's processes."""
+    who = "running as root" if euid == 0 else "not root"
+    if caps is None:
+        return False, (f"{who}, capabilities unknown (no CapEff in /proc/self/status): whether "
+                       "other users' processes' read rates can be read is unknown")
+    dac = ("CAP_DAC_READ_SEARCH" if caps >> CAP_DAC_READ_SEARCH & 1 else
+           "CAP_DAC_OVERRIDE" if caps >> CAP_DAC_OVERRIDE & 1 else None)
+    missing = [name for name, present in (("CAP_SYS_PTRACE", caps >> CAP_SYS_PTRACE & 1),
+                                          ("CAP_DAC_READ_SEARCH", dac)) if not present]
+    if not missing:
+        return True, f"{who}, with CAP_SYS_PTRACE and {dac}"
+    lacking = " and ".join(missing)
+    if euid == 0:
+        why = f"running as root without {lacking}" + (
+            " (a container's default)" if missing == ["CAP_SYS_PTRACE"] else "")
+    else:
+        why = f"not root and without {lacking}"
+    return False, (f"{why}: other users' processes' read rates are unknown, so their holders "
+                   "may be classified unknown")
 
 
 def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signal]:
@@ -54,9 +84,10 @@ def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signa
                       f"{proc_root}/PID/schedstat" if me.runnable_ns is not None
                       else "no schedstat (kernel without CONFIG_SCHED_INFO): CPU time alone"))
     own_io = me.read_chars is not None
-    others, why = _may_read_others_io(proc_root)
+    others, why = others_io_access(os.geteuid(), effective_capabilities(proc_root))
+    io = f"{proc_root}/PID/io ({why})" if others else f"{proc_root}/PID/io: {why}"
     out.append(Signal("read/write rates", own_io and others,
-                      f"{proc_root}/PID/io ({why})" if own_io else "; ".join(me.problems)))
+                      io if own_io else "; ".join(me.problems)))
     delayacct = delay_accounting(proc_root)
     out.append(Signal("block-I/O wait time (delay accounting)", delayacct,
                       "kernel.task_delayacct = 1" if delayacct else
@@ -69,10 +100,10 @@ def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signa
     out.append(Signal("pressure stall information", bool(kinds),
                       f"{proc_root}/pressure/{{{','.join(kinds)}}}" if kinds else
                       f"{proc_root}/pressure missing (kernel before 4.20 or psi=0)"))
-    net, interfaces = read_network(sys_root)
-    out.append(Signal("network bytes", net is not None,
-                      f"{interfaces} interface(s) under {sys_root}/class/net"))
-    ib, ports = read_infiniband(sys_root)
-    out.append(Signal("InfiniBand/RoCE ports", ib is not None,
-                      f"{ports} port(s)" if ib is not None else "no InfiniBand/RoCE port here"))
+    interfaces = read_network(sys_root)
+    out.append(Signal("network bytes", bool(interfaces),
+                      f"{len(interfaces)} interface(s) under {sys_root}/class/net"))
+    ports = read_infiniband(sys_root)
+    out.append(Signal("InfiniBand/RoCE ports", bool(ports),
+                      f"{len(ports)} port(s)" if ports else "no InfiniBand/RoCE port here"))
     return out

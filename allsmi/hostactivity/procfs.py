@@ -6,8 +6,9 @@ CPU ticks, threads, start time, delay-accounting block-I/O ticks), the threads' 
 with the cgroup's ``cpu.stat`` (CPU throttling). Each file that cannot be read leaves its
 figures ``None`` and says why in :attr:`ProcessReading.problems`; nothing here raises.
 
-``/proc/PID/io`` needs the process's own user or ``CAP_SYS_PTRACE``: an exporter that does not
-run as root cannot read it for other users' processes, and says so.
+``/proc/PID/io`` of another user's process needs ``CAP_SYS_PTRACE`` and ``CAP_DAC_READ_SEARCH``
+(or ``CAP_DAC_OVERRIDE``), which root has unless they were dropped (a container's root lacks
+``CAP_SYS_PTRACE``): an exporter without them cannot read it, and says so.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ class ProcessReading:
     throttled_usec: int | None = None
     """The cgroup's CPU throttled time so far, in microseconds."""
     problems: tuple[str, ...] = field(default=())
-    """Why figures are ``None`` (e.g. ``"/proc/PID/io unreadable (another user's process; run
-    as root)"``)."""
+    """Why figures are ``None`` (e.g. ``"/proc/PID/io unreadable (another user's process:
+    needs CAP_SYS_PTRACE ...)"``)."""
 
 
 def read_proc_file(path: str) -> bytes:
@@ -181,8 +182,8 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
     try:
         io = parse_pairs(read_proc_file(os.path.join(base, "io")))
     except PermissionError:
-        problems.append(f"/proc/{pid}/io unreadable (another user's process: needs root or "
-                        "CAP_SYS_PTRACE)")
+        problems.append(f"/proc/{pid}/io unreadable (another user's process: needs "
+                        "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, as root has outside a container)")
     except OSError as exc:
         problems.append(f"/proc/{pid}/io unreadable ({exc.strerror or exc})")
     runnable = None

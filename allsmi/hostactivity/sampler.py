@@ -5,8 +5,11 @@ devices. It reads each of them (:func:`allsmi.hostactivity.procfs.read_process`)
 (:func:`allsmi.hostactivity.node.read_node`), and turns this reading and the previous one into
 rates over the interval between them. A process seen for the first time, a reused pid, a
 counter that went backwards or an interval shorter than :data:`MIN_WINDOW_SECONDS` leaves
-its rates ``None`` (unknown), never 0. Readings of processes no longer asked for are dropped,
-so its memory is bounded by the holder processes.
+its rates ``None`` (unknown), never 0. The node's network and InfiniBand/RoCE rates are
+summed over the interfaces and ports read both times, each from its own two values
+(:func:`summed_rate`): one that appears, disappears or goes backwards adds nothing to that
+interval. Readings of processes no longer asked for are dropped, so its memory is bounded by
+the holder processes.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Collection
+from typing import Callable, Collection, Mapping
 
 from .node import NodeReading, read_node
 from .portable import TICKS as PORTABLE_TICKS
@@ -83,6 +86,17 @@ def _fraction(new: int | None, old: int | None, span: float) -> float | None:
     return None if value is None else min(1.0, value)
 
 
+def summed_rate(now: Mapping[str, tuple[int, ...]], before: Mapping[str, tuple[int, ...]],
+                index: int, seconds: float) -> float | None:
+    """The rate of ``index`` summed over the counters (interfaces, ports) of two readings,
+    each counter's change taken from its own two values: a counter in only one reading
+    (appeared, disappeared, unreadable once) or lower than before (reset, wrapped) adds
+    nothing; ``None`` when no counter has two usable values."""
+    deltas = [value[index] - before[key][index] for key, value in now.items()
+              if key in before and value[index] >= before[key][index]]
+    return sum(deltas) / seconds if deltas else None
+
+
 def process_activity(now: ProcessReading, before: ProcessReading | None, seconds: float | None,
                      ticks: int) -> ProcessActivity:
     """The rates of one process between two readings of it (the same process: same start)."""
@@ -121,13 +135,8 @@ def node_activity(now: NodeReading, before: NodeReading | None,
         if share is not None:
             pressure[kind] = round(100.0 * share, 2)
 
-    def pair(new: tuple[int, int] | None, old: tuple[int, int] | None
-             ) -> tuple[float | None, float | None]:
-        if new is None or old is None:
-            return None, None
-        return _rate(new[0], old[0], seconds), _rate(new[1], old[1], seconds)
-    net_rx, net_tx = pair(now.network_bytes, before.network_bytes)
-    ib_rx, ib_tx = pair(now.infiniband_bytes, before.infiniband_bytes)
+    net_rx, net_tx = (summed_rate(now.network, before.network, i, seconds) for i in (0, 1))
+    ib_rx, ib_tx = (summed_rate(now.infiniband, before.infiniband, i, seconds) for i in (0, 1))
     return NodeActivity(cpu_iowait_percent=iowait, pressure_percent=pressure,
                         network_rx_bytes_per_second=net_rx, network_tx_bytes_per_second=net_tx,
                         infiniband_rx_bytes_per_second=ib_rx, infiniband_tx_bytes_per_second=ib_tx,

@@ -121,9 +121,9 @@ def test_unknown_is_said_never_guessed() -> None:
     assert r == "unknown" and "no measurement interval yet" in why
     # another user's /proc/PID/io unreadable: reading cannot be ruled out
     denied = proc(read=None, problems=("/proc/1/io unreadable (another user's process: needs "
-                                        "root or CAP_SYS_PTRACE)",))
+                                        "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)",))
     r, why = reason(dev(), host(denied))
-    assert r == "unknown" and "needs root" in why
+    assert r == "unknown" and "needs CAP_SYS_PTRACE" in why
     # half a core: neither idle nor CPU-bound
     assert reason(dev(), host(proc(cpu=0.5)))[0] == "unknown"
     # no device links and no node network figures: communication cannot be ruled out

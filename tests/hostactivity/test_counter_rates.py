@@ -1,0 +1,160 @@
+"""The node's network and InfiniBand/RoCE rates are summed counter by counter: an interface or
+port that appears, disappears, cannot be read once or goes backwards adds nothing to that
+interval, and with no counter read both times the rate is unknown, never invented."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from allsmi.hostactivity import portable
+from allsmi.hostactivity.sampler import HostActivitySampler, NodeActivity
+from allsmi.hostactivity.settings import ActivitySettings
+from allsmi.schema import DeviceSample, ProcessSample
+from allsmi.waiting import WaitingClassifier
+
+from .fakeproc import write_node
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Node:
+    """A fake node read by a real sampler, one two-second interval per :meth:`step`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.clock = root, _Clock()
+        write_node(root)
+        self.sampler = HostActivitySampler(str(root / "proc"), str(root / "sys"),
+                                           monotonic=self.clock)
+
+    def step(self, net: dict[str, tuple[int, int]] | None = None,
+             ib: dict[str, tuple[int, int]] | None = None) -> NodeActivity:
+        write_node(self.root, net=net, ib=ib)
+        node = self.sampler.sample([]).node
+        self.clock.now += 2.0
+        return node
+
+    def remove(self, path: str) -> None:
+        shutil.rmtree(self.root / "sys" / "class" / path)
+
+
+def _ib(node: NodeActivity) -> tuple[float | None, float | None]:
+    return node.infiniband_rx_bytes_per_second, node.infiniband_tx_bytes_per_second
+
+
+def _net(node: NodeActivity) -> tuple[float | None, float | None]:
+    return node.network_rx_bytes_per_second, node.network_tx_bytes_per_second
+
+
+def test_a_hot_added_port_adds_nothing_until_it_was_read_twice(tmp_path: Path) -> None:
+    n = _Node(tmp_path)
+    n.step(ib={"mlx5_0": (1000, 1000)})
+    assert _ib(n.step(ib={"mlx5_0": (1500, 1000)})) == (1000.0, 0.0)  # 500 words x 4 / 2 s
+    # a second port, with 500 G words counted over its life, appears
+    assert _ib(n.step(ib={"mlx5_0": (2000, 1000), "mlx5_1": (5 * 10**11, 5 * 10**11)})) \
+        == (1000.0, 0.0)
+    # from its second reading on, its own change counts
+    assert _ib(n.step(ib={"mlx5_0": (2500, 1000), "mlx5_1": (5 * 10**11 + 250, 5 * 10**11)})) \
+        == (1500.0, 0.0)
+
+
+def test_a_port_unreadable_for_one_cycle_adds_nothing_to_either_interval(tmp_path: Path) -> None:
+    n = _Node(tmp_path)
+    n.step(ib={"mlx5_0": (0, 0), "mlx5_1": (10**9, 10**9)})
+    counters = tmp_path / "sys" / "class" / "infiniband" / "mlx5_1" / "ports" / "1" / "counters"
+    (counters / "port_rcv_data").unlink()  # gone for one reading
+    assert _ib(n.step(ib={"mlx5_0": (500, 500)})) == (1000.0, 1000.0)
+    # back, 10 G words later: still only mlx5_0's change, as it was read in both readings
+    assert _ib(n.step(ib={"mlx5_0": (1000, 1000), "mlx5_1": (11 * 10**9, 11 * 10**9)})) \
+        == (1000.0, 1000.0)
+    assert _ib(n.step(ib={"mlx5_0": (1000, 1000), "mlx5_1": (11 * 10**9 + 5, 11 * 10**9)})) \
+        == (10.0, 0.0)
+
+
+def test_a_removed_port_or_interface_takes_nothing_away(tmp_path: Path) -> None:
+    n = _Node(tmp_path)
+    n.step(net={"eth0": (0, 0), "eth1": (10**12, 10**12)}, ib={"mlx5_0": (0, 0), "mlx5_1": (9, 9)})
+    n.remove("net/eth1")
+    n.remove("infiniband/mlx5_1")
+    node = n.step(net={"eth0": (2000, 4000)}, ib={"mlx5_0": (100, 50)})
+    assert _net(node) == (1000.0, 2000.0) and _ib(node) == (200.0, 100.0)
+
+
+def test_counters_that_go_backwards_add_nothing_and_alone_are_unknown(tmp_path: Path) -> None:
+    n = _Node(tmp_path)
+    n.step(net={"eth0": (10**6, 10**6), "eth1": (4 * 10**9, 0)},
+           ib={"mlx5_0": (10**6, 10**6), "mlx5_1": (100, 100)})
+    # eth1 and mlx5_0 wrapped (or their driver was reloaded); rx only for eth1
+    node = n.step(net={"eth0": (10**6 + 200, 10**6 + 400), "eth1": (10, 6)},
+                  ib={"mlx5_0": (5, 5), "mlx5_1": (150, 125)})
+    assert _net(node) == (100.0, 203.0)
+    assert _ib(node) == (100.0, 50.0)
+    # the only port resets: nothing read twice moved forward, so the rate is unknown, not 0
+    n.remove("infiniband/mlx5_1")
+    assert _ib(n.step(net={"eth0": (0, 0)}, ib={"mlx5_0": (1, 1)})) == (None, None)
+    assert _net(n.step(net={"eth0": (0, 0)})) == (0.0, 0.0)  # read twice, no traffic: 0
+
+
+def test_no_counter_read_twice_is_unknown(tmp_path: Path) -> None:
+    n = _Node(tmp_path)
+    n.step(net={"eth0": (10, 10)}, ib={"mlx5_0": (10, 10)})
+    n.remove("net/eth0")
+    n.remove("infiniband/mlx5_0")
+    # both replaced by new ones in the same interval (a driver reload renaming them)
+    node = n.step(net={"eth1": (10**12, 10**12)}, ib={"mlx5_1": (10**11, 10**11)})
+    assert _net(node) == (None, None) and _ib(node) == (None, None)
+
+
+def test_the_portable_reader_keeps_interfaces_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    def nic(received: int, sent: int) -> SimpleNamespace:
+        return SimpleNamespace(bytes_recv=received, bytes_sent=sent)
+    counters = {"en0": nic(100, 200)}
+    monkeypatch.setattr(psutil, "net_io_counters", lambda pernic=False: dict(counters))
+    clock = _Clock()
+    sampler = HostActivitySampler(portable=True, monotonic=clock)
+    sampler.sample([])
+    clock.now += 2.0
+    counters["en0"] = nic(300, 600)
+    counters["en1"] = nic(10**12, 10**12)  # appeared
+    node = sampler.sample([]).node
+    assert _net(node) == (100.0, 200.0)
+    assert portable.read_node_psutil().network == {"en0": (300, 600), "en1": (10**12, 10**12)}
+
+
+def test_an_idle_holder_beside_a_hot_added_port_is_not_communicating(tmp_path: Path) -> None:
+    """The tester's case: a sleeping holder of a busy-looking GPU, and an InfiniBand port with
+    a large lifetime count added while it sleeps: never ``communication``."""
+    write_node(tmp_path, net={"eth0": (1, 1)}, ib={"mlx5_0": (1000, 1000)})
+    clock = _Clock()
+    sampler = HostActivitySampler(sys_root=str(tmp_path / "sys"), monotonic=clock)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        dev = DeviceSample(id="G", vendor="nvidia", kind="gpu", backend="nvidia",
+                           utilization_percent=100.0, compute_active_percent=1.0,
+                           compute_active_source="sm_active",
+                           processes=(ProcessSample(sleeper.pid, "ann"),))
+        classifier = WaitingClassifier(ActivitySettings(), sampler)
+        reasons = []
+        for cycle in range(4):
+            if cycle == 2:
+                write_node(tmp_path, net={"eth0": (1, 1)}, ib={"mlx5_1": (5 * 10**11, 5 * 10**11)})
+            waiting = classifier.apply([dev])[0].waiting
+            assert waiting is not None
+            reasons.append(waiting[0].reason)
+            clock.now += 1.0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert reasons[1:] == ["nothing"] * 3, reasons
