@@ -205,3 +205,41 @@ def test_snapshot_prometheus_publishes_group_prices_and_budgets(tmp_path: Path) 
     assert 'allsmi_resource_group_budget_per_month{resource_group="training",currency="EUR"} 5000.0' in lines
     for family in ("price_per_device_hour", "price_per_kwh", "budget_per_month"):
         assert any(line.startswith(f"allsmi_resource_group_{family}{{") for line in lines)
+
+
+@pytest.mark.parametrize("args", [
+    ["snapshot", "--simulate", "mixed", "--format", "json"],
+    ["--simulate", "mixed", "snapshot", "--format", "csv"],
+    ["export", "--simulate", "mixed", "--period", "yesterday"],
+    ["doctor", "--simulate", "mixed", "--json"],
+    ["backends"],
+    ["--help"],
+    ["--version"],
+])
+def test_a_full_standard_output_is_one_line_and_exit_1(args: list[str]) -> None:
+    """stdout on a full disk (/dev/full): exit 1 and one line saying so, never a traceback."""
+    from .conftest import allsmi_exe
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(allsmi_exe() + args, stdout=full, stderr=subprocess.PIPE, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = [line for line in out.stderr.splitlines() if "standard output" in line]
+    assert lines == ["allsmi: cannot write the output to standard output: No space left on device"], \
+        out.stderr
+
+
+def test_serve_without_devices_names_every_vendor_with_whole_words(capsys: pytest.CaptureFixture[str]) -> None:
+    """Long reasons are each cut at a word with an ellipsis; no vendor falls off the line."""
+    from allsmi.cli.serve import _warn_once_without_devices
+    from allsmi.schema import BackendStatus, HostSample, Snapshot
+    reason = "the vendor library was not found anywhere on this machine: install its package " * 3
+    backends = tuple(BackendStatus(name=f"vendor{i}", status="unavailable", message=reason)
+                     for i in range(12))
+    import datetime as dt
+    snap = Snapshot(timestamp=dt.datetime.now(dt.timezone.utc), host=HostSample(hostname="h"),
+                    devices=(), backends=backends)
+    _warn_once_without_devices()(snap)
+    err = capsys.readouterr().err
+    assert all(f"vendor{i}: unavailable (the vendor library" in err for i in range(12)), err
+    assert err.count("…)") == 12 and "allsmi doctor" in err

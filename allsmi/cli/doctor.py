@@ -163,7 +163,7 @@ def doctor(as_json: bool, **opts: Any) -> None:
     resources it can allocate. Every problem of the config file is listed (each key to blame
     left out, the rest diagnosed); with any, doctor exits 2 after the report.
     """
-    from allsmi.cli.snapshot import OriginalStdout, leave_now
+    from allsmi.cli.snapshot_run import OriginalStdout, leave_now, say_unexpected
     out = OriginalStdout()  # before any backend runs; see allsmi/cli/snapshot.py
     report = diagnose(**opts)
     code = 2 if report["config_problems"] else 0
@@ -173,10 +173,9 @@ def doctor(as_json: bool, **opts: Any) -> None:
         out.write(_render(report, as_json))
         for problem in report["config_problems"]:
             click.echo(f"allsmi: {problem['text']}", err=True)
-    except BaseException:
+    except BaseException as exc:
         code = 1  # never "exit 0 with nothing on stdout", even when leaving early
-        import traceback
-        traceback.print_exc()
+        say_unexpected(exc)
         raise
     finally:
         if report["stuck_backends"]:  # a thread stuck in a vendor library

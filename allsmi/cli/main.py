@@ -9,6 +9,7 @@ a bad value, another command) goes to the click group in :mod:`allsmi.cli.group`
 
 from __future__ import annotations
 
+import errno
 import sys
 from typing import Any
 
@@ -27,14 +28,41 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: Why writing to standard output fails, as opposed to a bug: a full or over-quota disk, a file
+#: over its size limit, a device error, a reader that left.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EPIPE})
+
+
 def main() -> None:
     """Console-script entry point: the click-free fast path when it applies, else click."""
-    from allsmi.cli.fast import run_fast
-    code = run_fast(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    from allsmi.cli.group import cli
-    cli(prog_name="allsmi")
+    try:
+        from allsmi.cli.fast import run_fast
+        code = run_fast(sys.argv[1:])
+        if code is None:
+            from allsmi.cli.group import cli
+            cli(prog_name="allsmi")  # (exits by itself)
+        sys.stdout.flush()  # here, where a failure can still be said, not at interpreter exit
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in OUTPUT_ERRNOS:
+            raise
+        output_lost(exc)
+    sys.exit(code)
+
+
+def output_lost(exc: OSError) -> None:
+    """Standard output could not take the document: say so in one line (nothing for a reader
+    that left, ``| head``) and exit 1; stdout is pointed at /dev/null so that Python's own
+    flush at exit does not fail again."""
+    import os
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    if exc.errno != errno.EPIPE:
+        sys.stderr.write(f"allsmi: cannot write the output to standard output: "
+                         f"{exc.strerror or exc}\n")
+    sys.exit(1)
 
 
 def __getattr__(name: str) -> Any:

@@ -60,14 +60,24 @@ def _warn_once_without_devices() -> Any:
         seen.set()
         if snapshot.devices:
             return
-        why = "; ".join(f"{b.name}: {b.status}" + (f" ({b.message})" if b.message else "")
+        # every vendor named, each reason cut whole-word short (the full ones: doctor)
+        why = "; ".join(f"{b.name}: {b.status}" + (f" ({_short(b.message)})" if b.message else "")
                         for b in snapshot.backends if b.status != "ok")
         click.echo("allsmi: warning: no device found, serving 0 devices"
-                   + (f" ({why[:300]})" if why else "")
+                   + (f" ({why})" if why else "")
                    + "; `allsmi doctor` says which vendors were looked for and why none was found",
                    err=True)
 
     return check
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` on one line, cut at a word to at most ``limit`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[:limit - 1].rsplit(" ", 1)[0] if " " in flat[:limit - 1] else flat[:limit - 1]
+    return cut.rstrip(" ,;:") + "…"
 
 
 @click.command()

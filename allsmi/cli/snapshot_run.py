@@ -95,14 +95,23 @@ def run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
             code = exit_code
             raise
         code = 1  # never "exit 0 with nothing on stdout", even when leaving early
-        if not isinstance(exc, BrokenPipeError):  # a reader that left (``| head``) is no bug
-            import traceback
-            traceback.print_exc()
+        say_unexpected(exc)
         raise
     finally:
         clean = collector.close_within(CLOSE_GRACE_SECONDS)
         if not clean:
             leave_now(code, collector.stuck)
+
+
+def say_unexpected(exc: BaseException) -> None:
+    """The traceback of what is a bug; nothing for a standard output that could not take the
+    document (a full disk, a reader that left): :func:`allsmi.cli.main.main` says that in one
+    line."""
+    from allsmi.cli.main import OUTPUT_ERRNOS
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno in OUTPUT_ERRNOS:
+        return
+    import traceback
+    traceback.print_exc()
 
 
 def leave_now(code: int, stuck: list[str]) -> None:
