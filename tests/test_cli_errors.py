@@ -231,7 +231,7 @@ def test_a_full_standard_output_is_one_line_and_exit_1(args: list[str]) -> None:
 
 def test_serve_without_devices_names_every_vendor_with_whole_words(capsys: pytest.CaptureFixture[str]) -> None:
     """Long reasons are each cut at a word with an ellipsis; no vendor falls off the line."""
-    from allsmi.cli.serve import _warn_once_without_devices
+    from allsmi.cli.serve import warn_once_without_devices
     from allsmi.schema import BackendStatus, HostSample, Snapshot
     reason = "the vendor library was not found anywhere on this machine: install its package " * 3
     backends = tuple(BackendStatus(name=f"vendor{i}", status="unavailable", message=reason)
@@ -239,7 +239,7 @@ def test_serve_without_devices_names_every_vendor_with_whole_words(capsys: pytes
     import datetime as dt
     snap = Snapshot(timestamp=dt.datetime.now(dt.timezone.utc), host=HostSample(hostname="h"),
                     devices=(), backends=backends)
-    _warn_once_without_devices()(snap)
+    warn_once_without_devices()(snap)
     err = capsys.readouterr().err
     assert all(f"vendor{i}: unavailable (the vendor library" in err for i in range(12)), err
     assert err.count("…)") == 12 and "allsmi doctor" in err

@@ -88,8 +88,11 @@ def _series_name(metric: dict[str, Any]) -> str:
     return f"{name}{{{labels}}}"
 
 
-def sample_value(raw: Any, metric: dict[str, Any], promql: str, url: str) -> float:
-    """A sample's value as a finite float; anything else fails the export, naming the series."""
+def sample_value(raw: Any, metric: dict[str, Any], promql: str, url: str,
+                 bounds: tuple[float, float] | None = None, what: str = "") -> float:
+    """A sample's value as a finite float (within ``bounds``, inclusive, when given: the range
+    the configuration accepts for ``what``); anything else fails the export, naming the
+    series and the value."""
     try:
         value = float(raw)
     except (TypeError, ValueError):
@@ -99,6 +102,12 @@ def sample_value(raw: Any, metric: dict[str, Any], promql: str, url: str) -> flo
     if not math.isfinite(value):
         raise PrometheusError(f"{url}: the answer to {promql!r} holds {raw!r} for "
                               f"{_series_name(metric)[:300]}: a bill cannot add it")
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise PrometheusError(f"{url}: the answer to {promql!r} holds {str(raw)[:40]!r} for "
+                              f"{_series_name(metric)[:300]}: "
+                              + (f"{what} " if what else "")
+                              + f"must be >= {bounds[0]:g} and at most {bounds[1]:g}, as in the "
+                              "configuration: not billed")
     return value
 
 

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
+
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promclient import PrometheusClient
+from allsmi.accounting.promclient import PrometheusClient, PrometheusError
+from allsmi.accounting.promhours import sample_value
+from allsmi.config import MAX_PRICE
 
 PRICE_METRICS = {"per_device_hour": "allsmi_resource_group_price_per_device_hour",
                  "per_kwh": "allsmi_resource_group_price_per_kwh"}
@@ -29,6 +33,11 @@ USAGE_RAW = {"per_device_hour": "allsmi_device_allocated_seconds_total",
              "per_kwh": "allsmi_device_energy_joules_total"}
 USAGE_ROLLUP = {"per_device_hour": "instance_uuid:allsmi_device_allocated_seconds:increase1h",
                 "per_kwh": "instance_uuid:allsmi_device_energy_joules:increase1h"}
+#: The prices a store may publish: the range ``[groups.NAME] price_per_device_hour`` and
+#: ``price_per_kwh`` accept in the configuration (``allsmi.config``: at least 0, at most
+#: ``MAX_PRICE``), since every published price is some node's configured one. A price outside
+#: it (or not a finite number) fails the export naming the series, never billed nor dropped.
+PRICE_RANGE = (0.0, MAX_PRICE)
 
 
 @dataclass(frozen=True)
@@ -40,62 +49,88 @@ class Published:
     currency: str | None
 
 
-def _matrix(client: PrometheusClient, promql: str, at: float,
-            key: str) -> dict[tuple[str, str], dict[int, float]]:
+def _labels(sample: dict[str, Any], name: str) -> dict[str, Any]:
+    """The sample's labels, named ``name`` (an aggregation's answer drops ``__name__``)."""
+    metric = sample.get("metric")
+    return {**(metric if isinstance(metric, dict) else {}), "__name__": name}
+
+
+def _matrix(client: PrometheusClient, promql: str, at: float, key: str, name: str,
+            bounds: tuple[float, float] | None = None) -> dict[tuple[str, str], dict[int, float]]:
+    """The hourly points of ``promql`` (series ``name``) per (group, ``key`` label); a point
+    that is not a finite number (or outside ``bounds``) fails, naming the series."""
     out: dict[tuple[str, str], dict[int, float]] = {}
     for series in client.query_range_vector(promql, at):
-        metric = series.get("metric", {})
+        metric = _labels(series, name)
+        values = series.get("values")
+        if not isinstance(values, list):
+            raise PrometheusError(f"{client.url}: the answer to {promql!r} holds a malformed "
+                                  f"series {str(series)[:60]!r}")
         points = out.setdefault((metric.get("resource_group", ""), metric.get(key, "")), {})
-        for stamp, value in series.get("values", []):
-            try:
-                t, v = int(round(float(stamp))), float(value)
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(v):
-                points[t] = v
+        for pair in values:
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise PrometheusError(f"{client.url}: the answer to {promql!r} holds a "
+                                      f"malformed sample {str(pair)[:60]!r}")
+            t = int(round(sample_value(pair[0], metric, promql, client.url)))
+            points[t] = sample_value(pair[1], metric, promql, client.url, bounds, "a price")
     return out
+
+
+def _weighted(points: dict[int, float], weights: dict[int, float]) -> float:
+    """The mean of ``points`` weighted by ``weights`` (negative ones count 0), or their plain
+    mean without weight. Weights whose sums overflow (finite ones near the float maximum) are
+    scaled by the largest first."""
+    used = {t: max(0.0, weights.get(t, 0.0)) for t in points}
+    total = sum(used.values())
+    if total <= 0:
+        return sum(points.values()) / len(points)
+    weighted = sum(p * used[t] for t, p in points.items())
+    if not math.isfinite(total) or not math.isfinite(weighted):
+        top = max(used.values())
+        used = {t: w / top for t, w in used.items()}
+        total, weighted = sum(used.values()), sum(p * used[t] for t, p in points.items())
+    return weighted / total
 
 
 def published_prices(client: PrometheusClient, window: Window,
                      rollups: bool) -> dict[str, Published]:
-    """Per group, its published prices over ``window`` (each hour at its price)."""
+    """Per group, its published prices over ``window`` (each hour at its price). A price (or
+    usage) that is not a finite number, or a price outside :data:`PRICE_RANGE`, raises
+    :class:`PrometheusError` naming the series and the value."""
     at, seconds = window.end_unix, max(window.seconds, 1)
     step = min(3600, seconds)
     rng, sub = f"{step}s", f"[{seconds}s:{step}s]"
     found: dict[str, dict[str, tuple[float, str]]] = {}
+
+    def keep(name: str, group: str, currency: str, value: float) -> None:
+        previous = found.setdefault(group, {}).get(name)
+        if previous is None or previous[1] > currency:  # two currencies: a stable choice
+            found[group][name] = (value, currency)
+
     for name, metric in PRICE_METRICS.items():
         mean = f"max by (resource_group, currency) (avg_over_time({metric}[{rng}]))"
         if seconds <= 3600:  # one hour at most: its mean price
             for sample in client.query(mean, at):
-                labels = sample.get("metric", {})
-                try:
-                    value = float(sample["value"][1])
-                except (KeyError, IndexError, TypeError, ValueError):
-                    continue
-                if math.isfinite(value):
-                    group, currency = labels.get("resource_group", ""), labels.get("currency", "")
-                    previous = found.setdefault(group, {}).get(name)
-                    if previous is None or previous[1] > currency:
-                        found[group][name] = (value, currency)
+                labels = _labels(sample, metric)
+                raw = sample.get("value")
+                if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+                    raise PrometheusError(f"{client.url}: the answer to {mean!r} holds a "
+                                          f"malformed sample {str(raw)[:60]!r}")
+                value = sample_value(raw[1], labels, mean, client.url, PRICE_RANGE, "a price")
+                keep(name, labels.get("resource_group", ""), labels.get("currency", ""), value)
             continue
-        prices = _matrix(client, f"({mean}){sub}", at, "currency")
+        prices = _matrix(client, f"({mean}){sub}", at, "currency", metric, PRICE_RANGE)
         if not prices:
             continue
-        usage_expr = (f"sum by (resource_group) (last_over_time({USAGE_ROLLUP[name]}[{rng}]))"
+        usage_metric = USAGE_ROLLUP[name] if rollups else USAGE_RAW[name]
+        usage_expr = (f"sum by (resource_group) (last_over_time({usage_metric}[{rng}]))"
                       if rollups else
-                      f"sum by (resource_group) (increase({USAGE_RAW[name]}[{rng}]))")
+                      f"sum by (resource_group) (increase({usage_metric}[{rng}]))")
         usage = {g: pts for (g, _), pts in _matrix(client, f"({usage_expr}){sub}", at,
-                                                   "resource_group").items()}
+                                                   "resource_group", usage_metric).items()}
         for (group, currency), points in prices.items():
-            weights = usage.get(group, {})
-            total = sum(max(0.0, weights.get(t, 0.0)) for t in points)
-            if total > 0:
-                value = sum(p * max(0.0, weights.get(t, 0.0)) for t, p in points.items()) / total
-            else:
-                value = sum(points.values()) / len(points)
-            previous = found.setdefault(group, {}).get(name)
-            if previous is None or previous[1] > currency:  # two currencies: a stable choice
-                found[group][name] = (value, currency)
+            if points:
+                keep(name, group, currency, _weighted(points, usage.get(group, {})))
     out: dict[str, Published] = {}
     for group, values in found.items():
         currencies = {c for _, c in values.values()}
@@ -118,4 +153,4 @@ def describe(sources: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["Published", "describe", "published_prices"]
+__all__ = ["PRICE_RANGE", "Published", "describe", "published_prices"]

@@ -49,7 +49,7 @@ def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
         raise fail(f"cannot open the ledger {path}: {exc}") from None
 
 
-def _warn_once_without_devices() -> Any:
+def warn_once_without_devices() -> Any:
     """A snapshot subscriber that says once, on standard error, when the first snapshot has no
     device: an exporter serving nothing is otherwise silent (its /metrics has only statuses)."""
     seen = threading.Event()
@@ -168,7 +168,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
             exposition.ledger = recorder  # its write errors are published and gate /ready
         collector = build_collector(s)
         collector.subscribe(exposition.on_snapshot)
-        collector.subscribe(_warn_once_without_devices())
+        collector.subscribe(warn_once_without_devices())
         if recorder is not None:
             collector.subscribe(recorder.on_snapshot)
         # A collection cycle holds the GIL for tens of ms with hundreds of devices; a

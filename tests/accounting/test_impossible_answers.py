@@ -27,7 +27,7 @@ DEVICE = {"uuid": "GPU-a", "instance": "node-a:9494", "resource_group": "default
           "vendor": "nvidia", "model": "H100"}
 
 
-class _Store(http.server.BaseHTTPRequestHandler):
+class FakeStore(http.server.BaseHTTPRequestHandler):
     """Each counter's increase over the hour from ``values`` (a counter missing: no series);
     ``copies`` series per answer; ``duplicated`` devices in the duplicate-series query."""
 
@@ -68,8 +68,8 @@ HONEST = {"observed_seconds": "3600", "idle_allocated_seconds": "0",
 
 
 @pytest.fixture()
-def store() -> Iterator[tuple[type[_Store], str]]:
-    handler = type("Store", (_Store,), {"values": dict(HONEST), "copies": 1,
+def store() -> Iterator[tuple[type[FakeStore], str]]:
+    handler = type("Store", (FakeStore,), {"values": dict(HONEST), "copies": 1,
                                         "duplicated": False})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
@@ -148,7 +148,7 @@ def test_extrapolation_past_the_window_reads_as_the_window(store, tmp_path: Path
     assert doc["rows"][0]["observed_device_hours"] == 1.0
 
 
-class _Rolled(_Store):
+class _Rolled(FakeStore):
     """The hour rolled up by two evaluators (``replica`` a and b) that disagree on the device's
     observed seconds (``observed``); every other roll-up empty."""
 

@@ -78,6 +78,7 @@ class _Client:
 
     def __init__(self, series: dict[str, list[dict[str, Any]]]) -> None:
         self.series = series
+        self.url = "http://store"  # named in the messages of an impossible answer
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
         raise AssertionError(f"a two-hour window reads hour by hour, not {promql!r}")
