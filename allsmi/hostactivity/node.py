@@ -74,8 +74,9 @@ def _counter(path: str) -> int | None:
 
 
 def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
-    """(received, sent) bytes per interface of the node's own (at most :data:`MAX_INTERFACES`);
-    an interface whose counters cannot be read is left out."""
+    """(received, sent) bytes per interface of the node's own (at most :data:`MAX_INTERFACES`),
+    each byte once: an interface stacked on others is left out for those beneath it; so is one
+    whose counters cannot be read."""
     base = os.path.join(sys_root, "class", "net")
     try:
         names = sorted(os.listdir(base))
@@ -83,7 +84,7 @@ def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
         return {}
     out: dict[str, tuple[int, int]] = {}
     for name in names:
-        if name == "lo" or name.startswith(_SKIPPED_PREFIXES):
+        if name == "lo" or name.startswith(_SKIPPED_PREFIXES) or _stacked(base, name):
             continue
         if len(out) >= MAX_INTERFACES:
             break
@@ -92,6 +93,16 @@ def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
         if r is not None and t is not None:
             out[name] = (r, t)
     return out
+
+
+def _stacked(base: str, name: str) -> bool:
+    """Whether interface ``name`` is stacked on others (a bond, a VLAN, a macvlan, a bridge: its
+    sysfs directory links ``lower_<dev>``): its bytes are the ones beneath it, which are counted
+    there, so counting it too would double the node's traffic."""
+    try:
+        return any(entry.startswith("lower_") for entry in os.listdir(os.path.join(base, name)))
+    except OSError:
+        return False
 
 
 def read_infiniband(sys_root: str) -> dict[str, tuple[int, int]]:

@@ -158,3 +158,18 @@ def test_an_idle_holder_beside_a_hot_added_port_is_not_communicating(tmp_path: P
         sleeper.kill()
         sleeper.wait()
     assert reasons[1:] == ["nothing"] * 3, reasons
+
+
+def test_a_bond_and_a_vlan_are_not_counted_beside_their_members(tmp_path: Path) -> None:
+    """bond0 over eth0 and eth1, and eth0.100 over eth0: the kernel counts their bytes again on
+    the members, so the node's rate is the members' alone (each byte once)."""
+    n = _Node(tmp_path)
+    net = tmp_path / "sys" / "class" / "net"
+    n.step(net={"eth0": (0, 0), "eth1": (0, 0), "bond0": (0, 0), "eth0.100": (0, 0)})
+    for upper, lowers in (("bond0", ("eth0", "eth1")), ("eth0.100", ("eth0",))):
+        for lower in lowers:
+            (net / upper / f"lower_{lower}").symlink_to(net / lower)
+    n.step(net={"eth0": (0, 0), "eth1": (0, 0), "bond0": (0, 0), "eth0.100": (0, 0)})
+    node = n.step(net={"eth0": (3000, 300), "eth1": (1000, 100), "bond0": (4000, 400),
+                       "eth0.100": (500, 50)})
+    assert _net(node) == (2000.0, 200.0)
