@@ -17,6 +17,12 @@ price for it is free: unit prices and costs are 0, ``x_PriceConfigured`` is
 ``invoice_issuer_name`` differs from ``provider_name``, FOCUS reads the charges
 as collected by that third party: ``BilledCost`` is 0 and ``EffectiveCost``,
 ``ListCost`` and ``ContractedCost`` carry the amount.
+
+Beyond FOCUS' own columns, each charge carries allsmi's report columns as extension columns
+(:data:`EXTENSIONS`, ``x_`` + the name in PascalCase): the row's hours, coverage, activity
+(``x_ActiveDeviceHours``, ``x_EfficiencyRatio``, ``x_ActivityMethod``) and seconds per waiting
+reason (``x_Waiting<Reason>Seconds``), and the charge's own part of the idle and waiting costs
+(``x_IdleCost``, ``x_Waiting<Reason>Cost``). Unknown values are null (an empty CSV cell).
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Mapping
 
+from allsmi.accounting.columns import DIGITS, column_type
 from allsmi.accounting.periods import UTC
-from allsmi.accounting.report import Report, Row
+from allsmi.accounting.report import WAITING_COLUMNS, Report, Row
 from allsmi.config import Config
 
 FOCUS_VERSION = "1.2"
@@ -62,10 +69,30 @@ COLUMN_TYPES: dict[str, str] = {
     "SkuId": "string", "SkuPriceId": "string",
     "SubAccountId": "string", "SubAccountName": "string", "SubAccountType": "string",
     "Tags": "string",
-    "x_ObservedDeviceHours": "decimal", "x_UsedDeviceHours": "decimal", "x_DeviceCount": "int",
-    "x_CoverageRatio": "decimal", "x_PriceConfigured": "bool",
-    "x_IdleAllocatedDeviceHours": "decimal", "x_IdleCost": "decimal",
 }
+
+#: The report's columns (:mod:`allsmi.accounting.columns`) each charge carries as FOCUS
+#: extension columns, named by :func:`extension` and typed and rounded as the CSV declares them,
+#: in this order. Those in :data:`PER_CHARGE` are this charge's part of the row's value; the
+#: others are the row's, the same on each of its charges. ``price_configured`` is FOCUS's own.
+EXTENSIONS: tuple[str, ...] = (
+    "observed_device_hours", "used_device_hours", "device_count", "coverage_ratio",
+    "price_configured", "idle_allocated_device_hours", "idle_cost",
+    "active_device_hours", "efficiency_ratio", "activity_method") + WAITING_COLUMNS
+#: ``waiting_<reason>_cost``, in :data:`allsmi.schema.WAITING_REASONS` order.
+WAITING_COSTS = tuple(c for c in WAITING_COLUMNS if c.endswith("_cost"))
+PER_CHARGE = ("price_configured", "idle_cost") + WAITING_COSTS
+
+
+def extension(column: str) -> str:
+    """The FOCUS extension column of a report column: ``x_`` and the name in PascalCase
+    (``used_device_hours`` is ``x_UsedDeviceHours``, ``waiting_input_cost``
+    ``x_WaitingInputCost``)."""
+    return "x_" + "".join(word.capitalize() for word in column.split("_"))
+
+
+COLUMN_TYPES.update({extension(c): "bool" if c == "price_configured" else column_type(c)
+                     for c in EXTENSIONS})
 COLUMNS = tuple(COLUMN_TYPES)
 
 _NAMES = ("provider_name", "publisher_name", "invoice_issuer_name", "billing_account_id",
@@ -200,10 +227,7 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
             "SubAccountId": row.resource_group, "SubAccountName": row.resource_group,
             "SubAccountType": "Resource group",
             "Tags": tags(row),
-            "x_ObservedDeviceHours": _decimal(row.observed_device_hours),
-            "x_UsedDeviceHours": _decimal(row.used_device_hours),
-            "x_DeviceCount": row.device_count, "x_CoverageRatio": _decimal(row.coverage_ratio),
-            "x_IdleAllocatedDeviceHours": _decimal(row.idle_allocated_device_hours)}
+            **{extension(c): _row_value(row, c) for c in EXTENSIONS if c not in PER_CHARGE}}
         charges = []
         if row.billed_device_hours is not None:  # unknown allocation: no made-up charge
             # Billed: allocated hours at each partition's share of its physical device.
@@ -228,7 +252,31 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
                 "x_PriceConfigured": price is not None,
                 # The part of this charge spent on allocated-but-idle time (null: unknown).
                 "x_IdleCost": None if idle is None or row.idle_allocated_device_hours is None
-                else min(_decimal(idle) or Decimal(0), qty) * unit_price})
+                else min(_decimal(idle) or Decimal(0), qty) * unit_price,
+                **_waiting_costs(row, qty, unit_price)})
+    return out
+
+
+def _row_value(row: Row, column: str) -> Any:
+    """The row's value of a report column as FOCUS holds it: rounded as the CSV prints it; an
+    unknown value is null (never 0)."""
+    value = row.value(column)
+    if value is None or value == "":
+        return None
+    return _decimal(value, DIGITS[column]) if column_type(column) == "decimal" else value
+
+
+def _waiting_costs(row: Row, qty: Decimal, unit_price: Decimal) -> dict[str, Decimal | None]:
+    """``x_Waiting<Reason>Cost`` of one charge: the part of its quantity (rounded as printed)
+    that the reason's share of the row's allocated time took, at the charge's unit price, as
+    ``x_IdleCost``; so, as a row's charges add up to its ``cost``, they add up to its
+    ``waiting_<reason>_cost``. Null where nothing was classified or the allocation is unknown."""
+    allocated = None if row.allocated_device_hours is None else row.allocated_device_hours * 3600
+    out: dict[str, Decimal | None] = {}
+    for column, seconds in zip(WAITING_COSTS, row.waiting_seconds or (None,) * len(WAITING_COSTS)):
+        part = None if seconds is None or not allocated else \
+            _decimal(float(qty) * min(1.0, seconds / allocated))
+        out[extension(column)] = None if part is None else min(part, qty) * unit_price
     return out
 
 

@@ -12,50 +12,11 @@ import io
 import json
 from typing import Any
 
+from allsmi.accounting.columns import DIGITS, HEAD_COLUMNS, KEY_COLUMNS, TAIL_COLUMNS, column_types
 from allsmi.accounting.focus import COLUMN_TYPES, COLUMNS, FocusSettings, cell, focus_records
 from allsmi.accounting.periods import iso
-from allsmi.accounting.report import WAITING_COLUMNS, Report, Row
+from allsmi.accounting.report import Report, Row
 from allsmi.formatting import csv_cell
-
-#: Columns before the group labels, and after them. Label columns are ``label_<name>``.
-HEAD_COLUMNS = ("period_start", "period_end", "resource_group")
-KEY_COLUMNS = ("vendor", "model", "host", "user", "namespace", "pod", "job")
-TAIL_COLUMNS = KEY_COLUMNS + (
-    "device_count", "observed_device_hours", "allocated_device_hours",
-    "idle_allocated_device_hours", "billed_device_hours", "used_device_hours",
-    "avg_utilization_ratio", "energy_kwh", "avg_memory_used_bytes", "peak_memory_used_bytes",
-    "price_per_device_hour", "price_per_kwh", "cost", "idle_cost", "currency", "coverage_ratio",
-    "allocation_method", "usage_method", "carbon_gco2e",
-    "budget", "budget_used_ratio", "forecast_month_end_cost", "attribution_coverage_ratio",
-    "active_device_hours", "efficiency_ratio", "activity_method") + WAITING_COLUMNS
-
-#: Decimal places per numeric column (fixed, so reruns give identical bytes).
-_DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "billed_device_hours": 6,
-           "idle_allocated_device_hours": 6, "idle_cost": 6, "used_device_hours": 6,
-           "avg_utilization_ratio": 6, "energy_kwh": 6, "avg_memory_used_bytes": 0,
-           "peak_memory_used_bytes": 0, "cost": 6, "coverage_ratio": 6, "carbon_gco2e": 3,
-           "budget_used_ratio": 6, "forecast_month_end_cost": 6, "attribution_coverage_ratio": 6,
-           "active_device_hours": 6, "efficiency_ratio": 6,
-           **{c: 3 if c.endswith("_seconds") else 6 for c in WAITING_COLUMNS}}
-
-#: Column types, for Parquet (``datetime`` cells are RFC 3339 with an offset).
-_TEXT = ("resource_group",) + KEY_COLUMNS + ("currency", "allocation_method", "usage_method",
-                                             "activity_method")
-
-
-def column_types(header: list[str]) -> dict[str, str]:
-    """Type of each CSV column: string, int, decimal or datetime."""
-    out: dict[str, str] = {}
-    for col in header:
-        if col in ("period_start", "period_end"):
-            out[col] = "datetime"
-        elif col in _TEXT or col.startswith("label_"):
-            out[col] = "string"
-        elif col == "device_count":
-            out[col] = "int"
-        else:
-            out[col] = "decimal"
-    return out
 
 
 def _fixed(value: float | None, digits: int) -> str:
@@ -87,7 +48,7 @@ def _values(report: Report, row: Row) -> dict[str, str]:
         out[col] = getattr(row, col) or ""
     for name in report.label_names:
         out[f"label_{name}"] = labels.get(name, "")
-    for col, digits in _DIGITS.items():
+    for col, digits in DIGITS.items():
         out[col] = _fixed(row.value(col), digits)
     return out
 
@@ -120,7 +81,7 @@ def json_row(row: Row) -> dict[str, Any]:
     item: dict[str, Any] = {"resource_group": row.resource_group, "labels": dict(row.labels)}
     for col in TAIL_COLUMNS:
         value = row.value(col)
-        item[col] = _round(value, _DIGITS[col]) if col in _DIGITS else value
+        item[col] = _round(value, DIGITS[col]) if col in DIGITS else value
     return item
 
 

@@ -115,6 +115,10 @@ def test_simulated_export_conforms(tmp_path: Path, cfg: str) -> None:
     assert_conforms(focus, tmp_path)
     text = focus.read_text()
     assert "allsmi/namespace" in text and "allsmi/job" in text and "x_IdleCost" in text
+    # The activity extension columns are validated with values in them (issue 31).
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert any(r["x_ActiveDeviceHours"] and r["x_ActivityMethod"] and r["x_WaitingNothingCost"]
+               for r in rows)
 
 
 @pytest.mark.integration

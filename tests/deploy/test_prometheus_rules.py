@@ -84,6 +84,43 @@ def test_promtool_test_rules_fails_on_a_broken_alert(tmp_path) -> None:
     assert result.returncode != 0 and "AllsmiBackendDown" in result.stdout + result.stderr
 
 
+HOLDER = "instance, uuid, resource_group, namespace, pod, job_id, user"
+
+
+def _holder_waiting_tests(tmp_path: Path, rules_text: str) -> subprocess.CompletedProcess[str]:
+    """promtool's AllsmiHolderWaiting test groups against ``rules_text``."""
+    (tmp_path / RULES.name).write_text(rules_text)
+    (tmp_path / RULES_TEST.name).write_text(groups_testing(RULES_TEST, "AllsmiHolderWaiting"))
+    return subprocess.run([require_tool("promtool", "prometheus"), "test", "rules",
+                           RULES_TEST.name], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+
+
+def test_holder_waiting_adds_nothing_and_input_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """AllsmiHolderWaiting sums the two reasons per holder and device: 45 % nothing + 45 % input
+    fires, and so does 50/50; 70 % nothing alone does not. The alert as first shipped, summed
+    by reason as well, weighed one reason at a time and missed the first two: its tests fail."""
+    text = RULES.read_text()
+    alert = next(r for r in all_rules() if r.get("alert") == "AllsmiHolderWaiting")
+    assert f"by ({HOLDER}, reason)" not in alert["expr"] and f"by ({HOLDER})" in alert["expr"]
+    result = _holder_waiting_tests(tmp_path, text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # One reason at a time (issue 31's first version): the split holders no longer fire.
+    start = text.index("      - alert: AllsmiHolderWaiting")
+    end = text.index("        labels:", start)
+    per_reason = (text[start:end]
+                  .replace(f'by ({HOLDER}) (increase(allsmi_holder_waiting_seconds_total{{reason=~',
+                           f'by ({HOLDER}, reason) (increase(allsmi_holder_waiting_seconds_total{{reason=~')
+                  .replace(f"/ on ({HOLDER})\n", f"/ on ({HOLDER}) group_left ()\n")
+                  .replace(f"and on ({HOLDER})\n", f"and on ({HOLDER}, reason)\n"))
+    assert per_reason.count(", reason)") == 3
+    result = _holder_waiting_tests(tmp_path, text[:start] + per_reason + text[end:])
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and "adds nothing and input together" in out, out
+    # ... the 45/45/10 and the 50/50 holders: nothing fired.
+    assert "got:[]" in out.split("adds nothing and input together", 1)[1], out
+
+
 def test_alerts_are_the_specified_ones() -> None:
     alerts = {r["alert"]: r for r in all_rules() if "alert" in r}
     assert set(alerts) == set(ALERTS)
