@@ -1,7 +1,8 @@
 """The report as FinOps FOCUS 1.2 charges, and the ``[export.focus]`` table.
 
 Each report row becomes up to two ``Usage`` charges: its allocated
-device-hours (``PricingUnit`` ``Hours``) and its board energy (``kWh``). A row
+device-hours (``PricingUnit`` ``Hours``; its used ones in a group with ``bill_by =
+"used"``, what its ``cost`` prices) and its board energy (``kWh``). A row
 whose allocation is unknown has no hours charge (allsmi does not invent
 one), and a row without board energy (partition-only rows, e.g. MIG slices)
 has no energy charge.
@@ -229,7 +230,11 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
             "Tags": tags(row),
             **{extension(c): _row_value(row, c) for c in EXTENSIONS if c not in PER_CHARGE}}
         charges = []
-        if row.billed_device_hours is not None:  # unknown allocation: no made-up charge
+        if row.bill_by == "used":  # the hours the cost prices: used ones (no idle part known)
+            if row.used_billed_device_hours is not None:
+                charges.append(("used device-hours", "device-hours", row.used_billed_device_hours,
+                                "Hours", row.price_per_device_hour, None))
+        elif row.billed_device_hours is not None:  # unknown allocation: no made-up charge
             # Billed: allocated hours at each partition's share of its physical device.
             charges.append(("allocated device-hours", "device-hours", row.billed_device_hours,
                             "Hours", row.price_per_device_hour, row.idle_billed_device_hours))

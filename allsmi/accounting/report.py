@@ -149,6 +149,9 @@ class Row:
     """Idle hours at the billing shares (what ``price_per_device_hour`` prices in ``idle_cost``)."""
     idle_energy_kwh: float | None = None
     """Energy of the idle-allocated time (what ``price_per_kwh`` prices in ``idle_cost``)."""
+    used_billed_device_hours: float | None = None
+    """Used hours at the billing shares (what ``price_per_device_hour`` prices in ``cost`` with
+    ``bill_by = "used"``)."""
     allocation_method: str | None = None
     usage_method: str | None = None
     carbon_gco2e: float | None = None
@@ -452,6 +455,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             idle_cost=None if idle_h is None else _money(grp, idle_billed_h, idle_kwh),
             idle_devices=tuple(sorted(acc.idle_devices)),
             idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh,
+            used_billed_device_hours=used_billed_h,
             allocation_method=acc.allocation_method, usage_method=acc.usage_method,
             carbon_gco2e=carbon, bill_by=grp.bill_by,
             **_activity(acc, _money(grp, priced_h, kwh)),

@@ -92,6 +92,31 @@ def test_used_follows_activity_and_allocated_is_equal(ledger: Path, tmp_path: Pa
     assert by_use["cost"] == pytest.approx(0.6 * 4.0, rel=0.01)
 
 
+def test_focus_charges_what_the_csv_bills_with_either_bill_by(ledger: Path, tmp_path: Path) -> None:
+    """Each row's FOCUS charges add up to its CSV cost: the hours charge of a ``bill_by =
+    "used"`` group is its used hours, not the allocated ones."""
+    from decimal import Decimal
+    csv_out = export(tmp_path, "--group-by", "resource_group,user")
+    focus_out = export(tmp_path, "--group-by", "resource_group,user", "--format", "focus")
+    assert csv_out.returncode == 0 and focus_out.returncode == 0, focus_out.stderr
+    costs = {(r["resource_group"], r["user"]): Decimal(r["cost"])
+             for r in csv.DictReader(io.StringIO(csv_out.stdout)) if r["cost"]}
+    charged: dict[tuple[str, str], Decimal] = {}
+    hours = {}
+    for charge in csv.DictReader(io.StringIO(focus_out.stdout)):
+        tags = json.loads(charge["Tags"])
+        key = (charge["SubAccountId"], tags.get("allsmi/user", ""))
+        charged[key] = charged.get(key, Decimal(0)) + Decimal(charge["EffectiveCost"])
+        if charge["ConsumedUnit"] == "Hours":
+            hours[key] = (charge["ChargeDescription"], Decimal(charge["PricingQuantity"]))
+    assert set(charged) == set(costs), (charged, costs)
+    for key, cost in costs.items():
+        assert abs(charged[key] - cost) <= Decimal("0.000011"), (key, charged[key], cost)
+    description, used = hours[("byuse", "ann")]
+    assert "used device-hours" in description and float(used) == pytest.approx(0.6, rel=0.01)
+    assert "allocated device-hours" in hours[("shared", "ann")][0]
+
+
 def test_csv_carries_the_methods(ledger: Path, tmp_path: Path) -> None:
     out = export(tmp_path, "--group-by", "user")
     assert out.returncode == 0, out.stderr
