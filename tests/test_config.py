@@ -305,3 +305,20 @@ def test_a_snapshot_checks_serve_without_loading_the_command_line(tmp_path: Path
     assert result.returncode == 0, result.stderr
     modules = set(json.loads(result.stderr.split("MODULES=")[-1]))
     assert "click" not in modules and "textual" not in modules
+
+
+def test_allsmi_backends_picks_the_backends_over_the_file(tmp_path: Path) -> None:
+    """$ALLSMI_BACKENDS runs only the backends it names, over [backends] enabled; an unknown or
+    empty list exits 2 naming the variable."""
+    import json
+    config = tmp_path / "config.toml"
+    config.write_text('[backends]\nenabled = ["amd"]\n')
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json", "--config", str(config),
+                     env={"ALLSMI_BACKENDS": "nvidia, gaudi"})
+    assert out.returncode == 0, out.stderr
+    assert {d["backend"] for d in json.loads(out.stdout)["devices"]} == {"nvidia", "gaudi"}
+    for value in ("nvidia,bogus", " , "):
+        bad = run_allsmi("snapshot", "--simulate", "mixed", "--format", "json",
+                         env={"ALLSMI_BACKENDS": value})
+        assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+        assert "$ALLSMI_BACKENDS" in bad.stderr and "installed: " in bad.stderr

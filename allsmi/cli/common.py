@@ -140,6 +140,7 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
                 problems.extend(found)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    config = backends_from_environment(config)
     scenario = None
     if simulate is not None:
         from allsmi.backends.simulated import ScenarioError, load_scenario
@@ -151,6 +152,30 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
     return Settings(config=config, simulate=simulate, scenario=scenario,
                     interval=interval or config.interval_seconds,
                     timeout=backend_timeout or config.backend_timeout_seconds)
+
+
+#: Backend names, comma-separated, run instead of ``[backends] enabled`` (one config file for
+#: every vendor's pod, each pod running only its own vendor).
+BACKENDS_VAR = "ALLSMI_BACKENDS"
+
+
+def backends_from_environment(config: Config, environ: "Mapping[str, str] | None" = None) -> Config:
+    """``config`` with ``$ALLSMI_BACKENDS`` in place of ``[backends] enabled`` (environment over
+    file); an unknown or empty list exits 2 naming the variable."""
+    import os
+    value = (os.environ if environ is None else environ).get(BACKENDS_VAR)
+    if value is None or not value.strip():
+        return config
+    from dataclasses import replace
+    from allsmi import registry
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    known = registry.names()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        what = f"unknown backend(s) {', '.join(map(repr, unknown))}" if unknown else "no backend named"
+        raise fail(f"${BACKENDS_VAR}={value!r}: {what} (installed: {', '.join(known)}; separate "
+                   "names with commas)")
+    return replace(config, backends_enabled=names)
 
 
 def exit_code_of(exc: BaseException) -> int | None:
