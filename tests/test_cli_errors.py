@@ -243,3 +243,19 @@ def test_serve_without_devices_names_every_vendor_with_whole_words(capsys: pytes
     err = capsys.readouterr().err
     assert all(f"vendor{i}: unavailable (the vendor library" in err for i in range(12)), err
     assert err.count("…)") == 12 and "allsmi doctor" in err
+
+
+def test_a_reader_that_leaves_early_is_exit_1_never_0() -> None:
+    """``allsmi report ... | head -c 100``: the document (over a pipe's buffer) is not all
+    written, so the exit is 1, never 0 with a cut document."""
+    import os
+    from .conftest import allsmi_exe
+    read, write = os.pipe()
+    proc = subprocess.Popen(allsmi_exe() + ["report", "--simulate", "mixed", "--period", "yesterday"],
+                            stdout=write, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    os.close(write)
+    with os.fdopen(read, "rb") as reader:
+        assert reader.read(100)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from allsmi.accounting.settings import FORMATS
-from allsmi.cli.common import stdout_is_terminal
+from allsmi.cli.common import finite, stdout_is_terminal
 from allsmi.cli.reportcmd import Failed, Run, build, guarded, prepare, source_options, write_output
 
 EXIT_INCOMPLETE = 3
@@ -28,6 +28,7 @@ EXIT_INCOMPLETE = 3
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write to FILE atomically (owner-only) instead of stdout.")
 @click.option("--coverage-threshold", type=click.FloatRange(0.0, 1.0), default=None,
+              callback=finite,
               help="Exit 3 when observed/expected device time is below this (default 0.95).")
 @click.option("--textfile", type=click.Path(dir_okay=False), default=None,
               help="Also write the run's status for node_exporter's textfile collector "

@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import stdout_is_terminal
+from allsmi.cli.common import finite, stdout_is_terminal
 from allsmi.cli.reportcmd import (
-    Failed, Run, guarded, prepare, source, source_options, usage_reports, write_output)
+    Failed, Run, build, guarded, prepare, source, source_options, usage_reports, write_output)
 
 #: ``--group-by`` of the holders' ranking when none is given: the holders (without the user
 #: from Prometheus, which knows users only from exporters run with --processes).
@@ -36,6 +36,7 @@ def _default_keys(prometheus: bool) -> tuple[str, ...]:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the HTML to FILE atomically (owner-only) instead of stdout.")
 @click.option("--coverage-threshold", type=click.FloatRange(0.0, 1.0), default=None,
+              callback=finite,
               help="Warn in the report and exit 3 when observed/expected device time is below "
                    "this (default 0.95, as the export).")
 def report(**opts: Any) -> None:
@@ -83,17 +84,24 @@ def _report(run: Run, output: str | None, coverage_threshold: float | None,
 def _views(plan: Any, threshold: float) -> Any:
     """The rows of the report: the window grouped three ways from one reading of the source,
     and the trend, one reading per day (per month over long windows)."""
+    from dataclasses import replace
     from allsmi.accounting.htmlreport.data import MAX_DAYS, Views
+    from allsmi.cli.budgets import month_to_date
+    from allsmi.cli.simreuse import Replays
     notes: list[str] = []
-    with source(plan) as (ledger, client, name):
-        groups, holders, pools = usage_reports(plan.window, (GROUP_KEYS, plan.keys, POOL_KEYS),
-                                               plan.config, ledger, client, name, notes=notes)
-        steps, unit = _steps(plan.window, MAX_DAYS)
-        trend = []
-        for label, window in steps:  # the window's warnings already cover its days'
-            [day] = usage_reports(window, (GROUP_KEYS,), plan.config, ledger, client, name,
-                                  quiet=True)
-            trend.append((label, day))
+    with Replays() as replays:  # a simulation's month to date extends the window's replay
+        with source(plan, replays) as (ledger, client, name):
+            groups, holders, pools = usage_reports(plan.window, (GROUP_KEYS, plan.keys, POOL_KEYS),
+                                                   plan.config, ledger, client, name, notes=notes)
+            steps, unit = _steps(plan.window, MAX_DAYS)
+            trend = []
+            for label, window in steps:  # the window's warnings already cover its days'
+                [day] = usage_reports(window, (GROUP_KEYS,), plan.config, ledger, client, name,
+                                      quiet=True)
+                trend.append((label, day))
+        # budgets: the month to date, whatever the window (as the export's)
+        groups = month_to_date(replace(plan, keys=GROUP_KEYS), groups,
+                               lambda p: build(p, replays))
     return Views(groups, holders, pools, tuple(trend), threshold, unit, tuple(notes))
 
 

@@ -304,11 +304,18 @@ def write_output(data: str | bytes, output: str | None) -> None:
             write_atomic(output, data)
         except OSError as exc:
             raise Failed("output", f"cannot write {output}: {exc.strerror or exc}") from None
-    elif isinstance(data, bytes):
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
     else:
-        click.echo(data, nl=False)
+        # Straight to the descriptor, every byte or an error: a buffered stream that a reader
+        # left (``| head``) takes part of the document and then says nothing at all.
+        view = memoryview(data if isinstance(data, bytes) else data.encode("utf-8"))
+        try:
+            sys.stdout.flush()
+            fd = sys.stdout.fileno()
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            raise Failed("output", "cannot write the output to standard output: "
+                         f"{exc.strerror or exc}") from None
 
 
 def _client(config: Any, url: str | None, timeout: float, user: str | None,

@@ -8,7 +8,7 @@ import http.server
 import re
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -73,10 +73,14 @@ def test_reruns_give_the_same_bytes(tmp_path: Path) -> None:
     (["--period", "someday"], "someday"),
     (["--ledger", "x.db", "--simulate", "mixed"], "give one of"),
     (["--no-rollups", "--period", "yesterday"], "--no-rollups needs --prometheus"),
+    (["--simulate", "mixed", "--period", "yesterday", "--coverage-threshold", "nan"],
+     "must be a finite number"),
 ])
 def test_bad_options_exit_2_as_the_export(tmp_path: Path, args: list[str], needle: str) -> None:
     code, page, err = _report(tmp_path, BUDGETS, *args)
     assert code == 2 and needle in err and page == ""
+    exported = allsmi("export", "--config", "c.toml", *args, cwd=tmp_path)
+    assert exported.returncode == 2 and needle in exported.stderr and exported.stdout == ""
 
 
 def test_an_unwritable_output_exits_1(tmp_path: Path) -> None:
@@ -181,10 +185,9 @@ def test_without_the_extra_it_exits_2_naming_it(tmp_path: Path) -> None:
     assert not (tmp_path / "r.html").exists()
 
 
-def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path) -> None:
-    """The first two days of last month in a real ledger: training has spent half its budget
-    and is forecast far over it by the month's end, inference stays under; the report's budget
-    table and the export say the same, and so does the warning on stderr."""
+def _two_budgeted_days(tmp_path: Path) -> tuple[Any, int, str]:
+    """A real ledger of the first two days of last month (training 10 EUR/h, inference 1 EUR/h,
+    each with a 1000 EUR monthly budget): (the month's start, its days, the config)."""
     import calendar
     import datetime as dt
 
@@ -205,6 +208,42 @@ def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path)
                                     device("GPU-i", util=50.0, users=["bob"], group="inference",
                                            vendor="amd", model="MI300X"))
                                for k in range(2 * 288 + 1)), recorded)
+    return start, days, config
+
+
+def _budget_rows(page: str) -> dict[str, tuple[str, ...]]:
+    budget = page.split('id="table-budget"')[1].split("</table>")[0]
+    return {m[0]: m[1:] for m in re.findall(
+        r"<tr><td>(\w+)</td><td>[^<]*</td><td>EUR</td>" + r"<td[^>]*>([^<]*)</td>" * 4, budget)}
+
+
+def test_budgets_are_the_month_to_date_whatever_the_window(tmp_path: Path) -> None:
+    """A window of the month's second day only: budget used and the forecast are the month to
+    date's (days 1 and 2), as the export's, not the one day's."""
+    import datetime as dt
+    start, days, config = _two_budgeted_days(tmp_path)
+    day2 = start + dt.timedelta(days=1)
+    args = ("--ledger", "l.db", "--since", day2.date().isoformat(), "--until",
+            (day2 + dt.timedelta(days=1)).date().isoformat())
+    code, page, err = _report(tmp_path, config, *args)
+    assert code == 0, err
+    rows = _budget_rows(page)
+    assert rows["training"] == ("240.00", "1,000.00", "48.0 %", f"{480 * days / 2:,.2f}")
+    out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
+                 cwd=tmp_path)
+    exported = {r["resource_group"]: r for r in __import__("csv").DictReader(
+        out.stdout.splitlines())}
+    assert exported["training"]["budget_used_ratio"] == "0.480000"
+    assert exported["training"]["forecast_month_end_cost"] == f"{480 * days / 2:.6f}"
+    assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month" in err
+
+
+def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path) -> None:
+    """The first two days of last month in a real ledger: training has spent half its budget
+    and is forecast far over it by the month's end, inference stays under; the report's budget
+    table and the export say the same, and so does the warning on stderr."""
+    import datetime as dt
+    start, days, config = _two_budgeted_days(tmp_path)
     args = ("--ledger", "l.db", "--since", start.date().isoformat(), "--until",
             (start + dt.timedelta(days=2)).date().isoformat())
     code, page, err = _report(tmp_path, config, *args)
@@ -212,9 +251,7 @@ def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path)
     # 48 h at 10 EUR, over the month's days / 2
     assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month, above " \
            "its budget of 1000 EUR" in err and "inference" not in err
-    budget = page.split('id="table-budget"')[1].split("</table>")[0]
-    rows = {m[0]: m[1:] for m in re.findall(
-        r"<tr><td>(\w+)</td><td>[^<]*</td><td>EUR</td>" + r"<td[^>]*>([^<]*)</td>" * 4, budget)}
+    rows = _budget_rows(page)
     assert rows["training"] == ("480.00", "1,000.00", "48.0 %", f"{480 * days / 2:,.2f}")
     assert rows["inference"] == ("48.00", "1,000.00", "4.8 %", f"{48 * days / 2:,.2f}")
     out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
