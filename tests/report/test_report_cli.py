@@ -260,3 +260,18 @@ def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path)
         out.stdout.splitlines())}
     assert exported["training"]["forecast_month_end_cost"] == f"{480 * days / 2:.6f}"
     assert exported["inference"]["budget_used_ratio"] == "0.048000"
+
+
+def test_a_group_called_currency_is_a_group_in_every_table(tmp_path: Path) -> None:
+    """Group names are data, not column kinds: a group named ``currency`` gets its costs
+    rounded and numeric in the burn table like any other group."""
+    config = ('[groups.currency]\nprice_per_device_hour = 3.1\ncurrency = "USD"\n'
+              '[groups.inference]\nprice_per_device_hour = 2.2\ncurrency = "USD"\n'
+              '[[rules]]\nvendor = "nvidia"\nresource_group = "currency"\n')
+    code, page, err = _report(tmp_path, config, "--simulate", "mixed", "--period", a_past_day())
+    assert code == 0, err
+    burn = page.split('id="table-burn"')[1].split("</table>")[0]
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", burn.split("</thead>")[0])
+    row = re.findall(r"<td([^>]*)>([^<]*)</td>", burn.split("<tbody>")[1].split("</tr>")[0])
+    cell = row[head.index("currency")]
+    assert "data-value" in cell[0] and re.fullmatch(r"[\d,]+\.\d\d", cell[1]), (head, row)

@@ -82,7 +82,7 @@ def _table(id: str, caption: str, names: Sequence[str], columns: Columns,
         out += [Cell("")] * (len(names) - len(line.names))
         f = line.figures
         for _, column, kind in columns:
-            if column == "currency":
+            if kind == "currency":  # (by kind: a group may be called "currency")
                 out.append(Cell(line.currency or f.get("currency") or ""))
             elif kind == "text":
                 out.append(Cell(str(f.get(column) or "")))
@@ -108,7 +108,7 @@ def _why(figures: dict[str, Any], column: str) -> str:
 
 
 BUDGET_COLUMNS: Columns = (
-    ("labels", "group_labels", "text"), ("currency", "currency", "text"), ("cost to date", "cost", "money"),
+    ("labels", "group_labels", "text"), ("currency", "currency", "currency"), ("cost to date", "cost", "money"),
     ("budget", "budget", "money"), ("budget used", "budget_used_ratio", "ratio"),
     ("forecast month end", "forecast_month_end_cost", "money"))
 HOUR_COLUMNS: Columns = (
@@ -128,7 +128,7 @@ POOL_COLUMNS: Columns = (
     ("idle device-hours", "idle_allocated_device_hours", "hours"),
     ("used / allocated", "used_efficiency", "percent"),
     ("active / allocated", "active_efficiency", "percent"),
-    ("currency", "currency", "text"), ("cost", "cost", "money"))
+    ("currency", "currency", "currency"), ("cost", "cost", "money"))
 WAITING_COLUMNS: Columns = (("device-hours", "hours", "hours"),
                              ("share of allocated", "share", "ratio"), ("cost", "cost", "money"))
 TREND_COLUMNS: Columns = (
@@ -146,7 +146,7 @@ def _holder_columns(c: Content) -> Columns:
         ("used / allocated", "used_share_ratio", "ratio"),
         ("active / allocated", "active_share_ratio", "ratio"),
         ("idle device-hours", "idle_allocated_device_hours", "hours"),
-        ("currency", "currency", "text"), ("cost", "cost", "money"),
+        ("currency", "currency", "currency"), ("cost", "cost", "money"),
         ("idle cost", "idle_cost", "money")]
     for reason, names in c.reasons.items():
         if c.priced:
