@@ -23,7 +23,7 @@ OVERLAY = HERE / "overlays" / "fleet"
 
 #: placeholder -> template text; "LINE:" replaces the whole line (same indentation).
 _TEMPLATES = {
-    "@@IMAGE@@": '{{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}',
+    "@@IMAGE@@": '{{ printf "%s:%s" .Values.image.repository (toString .Values.image.tag) | quote }}',
     "@@PULL@@": "{{ .Values.image.pullPolicy | quote }}",
     "@@PRIORITY@@": "{{ .Values.priorityClassName | quote }}",
     "@@MAXUNAVAILABLE@@": "{{ .Values.maxUnavailable }}",

@@ -132,3 +132,9 @@ def test_switches_leave_objects_out() -> None:
                      "dashboards.enabled=false,networkPolicy.enabled=false")
     assert {o["kind"] for o in chart} == {"ServiceAccount", "ConfigMap", "DaemonSet"}
     assert [o["metadata"]["name"] for o in of_kind(chart, "ConfigMap")] == ["allsmi-config"]
+
+
+def test_numeric_image_tag_renders_as_written() -> None:
+    """``--set image.tag=9`` is an integer to Helm: the image is ``repo:9``, not ``%!s(int64=9)``."""
+    for ds in of_kind(template("--set", "image.repository=reg/allsmi", "--set", "image.tag=9"), "DaemonSet"):
+        assert container(ds)["image"] == "reg/allsmi:9"

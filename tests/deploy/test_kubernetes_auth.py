@@ -68,7 +68,7 @@ def _serve_as_rendered(ds: dict[str, Any], secrets: dict[str, Path], tmp: Path) 
     path = env(ds)["ALLSMI_SERVE_WEB_CONFIG"]
     (mount,) = [m for m in container(ds)["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
     volume = volumes(ds)[mount["name"]]
-    assert mount["readOnly"] is True and volume["secret"]["defaultMode"] == 0o400
+    assert mount["readOnly"] is True and volume["secret"]["defaultMode"] == 0o440
     local = secrets[volume["secret"]["secretName"]] / Path(path).relative_to(mount["mountPath"])
     return run_serve(["--simulate", "mixed", "--interval", "0.5"], tmp=tmp,
                      env={"ALLSMI_SERVE_WEB_CONFIG": str(local), "ALLSMI_HOSTNAME": NODE})
@@ -168,3 +168,37 @@ def test_podmonitor_with_tls_and_basic_auth_validates(tmp_path: Path) -> None:
     assert operator_errors(monitor) == []
     for ds in (o for o in objects if o["kind"] == "DaemonSet"):
         assert all("tcpSocket" in container(ds)[p] for p in ("startupProbe", "livenessProbe", "readinessProbe"))
+
+
+def _reads(uid: int, gid: int, pod_security: dict[str, Any], mode: int) -> bool:
+    """Whether a process of ``uid``/``gid`` reads a file of a Secret volume with ``mode``: the
+    kubelet writes them as root, group ``fsGroup`` where the pod has one (root's otherwise)."""
+    group = pod_security.get("fsGroup", 0)
+    groups = {gid, *pod_security.get("supplementalGroups", []), *([group] if "fsGroup" in pod_security else [])}
+    if uid == 0:
+        return True
+    return bool(mode & 0o004) or (group in groups and bool(mode & 0o040))
+
+
+@pytest.mark.parametrize("components", [["tls"], ["tls", "basic-auth"], ["basic-auth"]],
+                         ids=["tls", "tls+basic-auth", "basic-auth"])
+def test_unprivileged_nvidia_reads_its_web_config(tmp_path: Path, components: list[str]) -> None:
+    """base + vendors/nvidia + config, nvidia-unprivileged and TLS and/or basic auth: uid 10001
+    reads every file of the Secrets it mounts (the pod's fsGroup, mode 0440), and they are not
+    world-readable."""
+    objects = render_with(tmp_path, "nvidia", ["nvidia-unprivileged", *components])
+    ds = one(objects, "DaemonSet", "allsmi-nvidia")
+    pod = ds["spec"]["template"]["spec"]
+    sc = container(ds)["securityContext"]
+    uid, gid = sc["runAsUser"], sc["runAsGroup"]
+    assert (uid, gid) == (10001, 10001)
+    assert pod["securityContext"]["fsGroup"] == 10001
+    secrets = [v for v in pod["volumes"] if "secret" in v]
+    assert {v["secret"]["secretName"] for v in secrets} == {"allsmi-web-config"}
+    mounted = {m["name"] for m in container(ds)["volumeMounts"]}
+    for volume in secrets:
+        assert volume["name"] in mounted
+        mode = volume["secret"]["defaultMode"]
+        assert _reads(uid, gid, pod["securityContext"], mode), f"uid {uid} cannot read mode {mode:o}"
+        assert not mode & 0o007, f"{volume['name']}: mode {mode:o} is world-accessible"
+    assert env(ds)["ALLSMI_SERVE_WEB_CONFIG"].startswith("/etc/allsmi-web/")

@@ -23,7 +23,7 @@ import pytest
 from ..conftest import require_tool
 from ..exporter.server import run_serve
 from ..prometheus_server import free_port, running_server
-from .kube import config_toml, one, render
+from .kube import KIT, config_toml, one, render
 from .operator import prometheus, query, scrape_job
 from .support import all_rules
 
@@ -64,6 +64,12 @@ def test_cronjob_bills_and_its_status_reaches_the_alert(tmp_path: Path) -> None:
     assert job["spec"]["timeZone"] == "Etc/UTC" and job["spec"]["concurrencyPolicy"] == "Forbid"
     status = one(objects, "Deployment", "allsmi-billing-status")
     monitor = one(objects, "ServiceMonitor", "allsmi-billing-status")
+    # `kubectl cp` from the status pod (README.md, "Billing") reads the 0600 exports: it runs as
+    # the CronJob's writer.
+    writer = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["securityContext"]
+    reader = status["spec"]["template"]["spec"]["securityContext"]
+    assert (reader["runAsUser"], reader["runAsGroup"]) == (writer["runAsUser"], writer["runAsGroup"]) == (10001, 10001)
+    assert "kubectl -n allsmi cp allsmi-billing-status-POD:" in (KIT / "README.md").read_text()
     config = tmp_path / "config.toml"
     config.write_text(config_toml(objects))
     billing = tmp_path / "billing"

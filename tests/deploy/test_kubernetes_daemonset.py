@@ -51,8 +51,9 @@ def _env_allsmi_reads() -> set[str]:
     for path in [*(REPO / "allsmi").rglob("*.py"), *(REPO / "backends").rglob("*.py")]:
         text = path.read_text(encoding="utf-8")
         names |= set(re.findall(r"""(?:environ|env)(?:\.get)?[\[(]\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text))
-        # Module constants naming a variable: ENV_VAR (vendor tools), HOSTNAME_ENV (allsmi.host).
-        names |= set(re.findall(r"""^[A-Z_]*ENV(?:_VAR)?\s*=\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text, re.M))
+        # Module constants naming a variable: ENV_VAR (vendor tools), HOSTNAME_ENV (allsmi.host),
+        # BACKENDS_VAR (allsmi.cli.common).
+        names |= set(re.findall(r"""^[A-Z_]*(?:ENV(?:_VAR)?|_VAR)\s*=\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text, re.M))
     # Each backend's declared tool variables (VendorTool overrides: ALLSMI_NEURON_LS, ...).
     for declaration in registry.declarations():
         names |= set(declaration.env_vars)
@@ -62,7 +63,7 @@ def _env_allsmi_reads() -> set[str]:
 def test_allsmi_env_reads_are_found() -> None:
     reads = _env_allsmi_reads()
     assert {"ALLSMI_CONFIG", "ALLSMI_KUBELET_SOCKET", "ALLSMI_SERVE_LISTEN", "ALLSMI_SERVE_LEDGER",
-            "ALLSMI_HL_SMI", "ALLSMI_TT_SMI", "ALLSMI_HOSTNAME"} <= reads
+            "ALLSMI_HL_SMI", "ALLSMI_TT_SMI", "ALLSMI_HOSTNAME", "ALLSMI_BACKENDS"} <= reads
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -294,3 +295,23 @@ def test_readme_names_every_device_node_each_backend_opens() -> None:
             example = pattern.replace("[0-9]*", "0").replace("*", "0")
             assert any(fnmatch.fnmatchcase(example, s) for s in shown), \
                 f"README.md's {ep.name} row names no device node like {pattern} (shows {shown})"
+
+
+def test_each_vendor_daemonset_runs_its_own_backend_only() -> None:
+    """ALLSMI_BACKENDS is exactly the vendor's backend in every vendor overlay and in the fleet,
+    and no two DaemonSets share a backend: a device visible to several pods (an Intel GPU's sysfs
+    is, in every container) is read, exported and billed once."""
+    assert VENDORS == registry.hardware_names(), "one vendors/NAME per hardware backend, named as it"
+    for vendor in VENDORS:
+        (ds,) = daemonsets(vendor)
+        assert vendor_of(ds) == vendor
+        assert env(ds).get("ALLSMI_BACKENDS") == vendor, f"overlays/{vendor}: ALLSMI_BACKENDS"
+    for overlay in OVERLAYS:
+        by_backend = {}
+        for ds in daemonsets(overlay):
+            names = env(ds).get("ALLSMI_BACKENDS", "").split(",")
+            assert names == [vendor_of(ds)], f"overlays/{overlay}: {ds['metadata']['name']} runs {names}"
+            for name in names:
+                assert name not in by_backend, \
+                    f"overlays/{overlay}: {ds['metadata']['name']} and {by_backend[name]} both run {name}"
+                by_backend[name] = ds["metadata"]["name"]

@@ -74,14 +74,38 @@ def test_release_label_for_kube_prometheus_stack(tmp_path: Path) -> None:
     assert "components/kube-prometheus-stack" in README.read_text()
 
 
+#: How vmagent's pods are labelled: by the VictoriaMetrics operator, by the official
+#: victoria-metrics-agent Helm chart.
+VMAGENT_LABELS = ({"app.kubernetes.io/name": "vmagent"}, {"app.kubernetes.io/name": "victoria-metrics-agent"})
+
+
+def _admits(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels, matchExpressions In/NotIn/Exists/DoesNotExist) against labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        op, key = e["operator"], e["key"]
+        if op == "In" and labels.get(key) not in e["values"]:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in e["values"]:
+            return False
+        if op == "Exists" and key not in labels or op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 def test_vmagent_as_a_scraper(tmp_path: Path) -> None:
-    objects = render_with(tmp_path, "fleet", ["scrape-from-vmagent"])
+    objects = render_with(tmp_path, "fleet-billing", ["scrape-from-vmagent"])
     _validate(objects, "NetworkPolicy")
-    (rule,) = one(objects, "NetworkPolicy", "allsmi")["spec"]["ingress"]
-    peers = rule["from"]
-    assert peers[0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
-    assert peers[1] == {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "vmagent"}}}
-    assert [p["port"] for p in rule["ports"]] == ["metrics"]
+    for name in ("allsmi", "allsmi-billing-status"):  # the exporters and the billing status
+        (rule,) = one(objects, "NetworkPolicy", name)["spec"]["ingress"]
+        peers = rule["from"]
+        assert peers[0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+        for labels in VMAGENT_LABELS:
+            assert any(p.get("namespaceSelector") == {} and _admits(p["podSelector"], labels) for p in peers), \
+                f"{name}: vmagent labelled {labels} is not admitted"
+        assert not any(_admits(p["podSelector"], {"app.kubernetes.io/name": "grafana"}) for p in peers)
+        assert [p["port"] for p in rule["ports"]] == ["metrics"]
     assert "components/scrape-from-vmagent" in README.read_text()
 
 
@@ -117,7 +141,9 @@ def _unprivileged(tmp_path: Path) -> tuple[list[str], str]:
         assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
         mount, volume = mount_of(ds, env(ds)["ALLSMI_SERVE_LEDGER"])
         assert init["volumeMounts"] == [{"name": mount["name"], "mountPath": mount["mountPath"]}]
-        assert init["command"] == ["chown", "10001:10001", mount["mountPath"]]
+        # recursive: a ledger the root exporter left (0600 root's) is handed over too
+        assert init["command"] == ["chown", "-R", "10001:10001", mount["mountPath"]]
+        assert ds["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 10001
         config_map = one(objects, "ConfigMap", volumes(ds)["config"]["configMap"]["name"])
         text = config_map["data"]["config.toml"]
         assert attribution_settings(parse_config(text), environ={}).sources == ("cgroup",)
@@ -152,7 +178,11 @@ def _run_as_10001(run_dir: Path, init_command: list[str], text: str) -> None:
     run_dir.chmod(0o755)
     state = run_dir / "state"
     state.mkdir(mode=0o755)
-    subprocess.run(init_command[:2] + [str(state)], check=True, timeout=10)  # the init container
+    # What a root exporter left on the node: root's files, 0600.
+    for name in ("ledger.db", "ledger.db.lock"):
+        (state / name).touch(mode=0o600)
+    subprocess.run(init_command[:-1] + [str(state)], check=True, timeout=10)  # the init container
+    assert {f.stat().st_uid for f in state.iterdir()} == {10001}
     (run_dir / "config.toml").write_text(text)
     (run_dir / "config.toml").chmod(0o644)
 
@@ -174,3 +204,55 @@ def _run_as_10001(run_dir: Path, init_command: list[str], text: str) -> None:
     finally:
         assert server.stop() == 0, server.output()
     assert (state / "ledger.db").stat().st_uid == 10001
+
+
+# --- the order of components ----------------------------------------------------------------
+#: kustomize applies components in order, and a patch reaches only the objects that exist
+#: then (one that finds none is skipped silently). Each pair: a component that patches, one
+#: that adds an object it patches, and whether the patch reached that object.
+ORDERED: dict[tuple[str, str], Any] = {
+    ("kube-prometheus-stack", "billing-export"): lambda objects: one(
+        objects, "ServiceMonitor", "allsmi-billing-status")["metadata"]["labels"].get("release") == "kube-prometheus-stack",
+    ("kube-prometheus-stack", "podmonitor"): lambda objects: one(
+        objects, "PodMonitor", "allsmi")["metadata"]["labels"].get("release") == "kube-prometheus-stack",
+    ("tls", "podmonitor"): lambda objects: (lambda ep: ep.get("scheme") == "https" and "tlsConfig" in ep)(
+        one(objects, "PodMonitor", "allsmi")["spec"]["podMetricsEndpoints"][0]),
+    ("basic-auth", "podmonitor"): lambda objects: "basicAuth" in one(
+        objects, "PodMonitor", "allsmi")["spec"]["podMetricsEndpoints"][0],
+    ("scrape-from-vmagent", "billing-export"): lambda objects: len(one(
+        objects, "NetworkPolicy", "allsmi-billing-status")["spec"]["ingress"][0]["from"]) == 2,
+}
+
+
+def order_errors(components: list[str]) -> list[str]:
+    """The pairs of ``components`` (names or paths) listed in an order that drops a patch."""
+    names = [c.rstrip("/").rsplit("/", 1)[-1] for c in components]
+    return [f"{patcher} is listed before {adder}" for (patcher, adder) in ORDERED
+            if patcher in names and adder in names and names.index(patcher) < names.index(adder)]
+
+
+@pytest.mark.parametrize("pair", list(ORDERED), ids=["+".join(p) for p in ORDERED])
+def test_component_order_is_the_documented_one(tmp_path: Path, pair: tuple[str, str]) -> None:
+    """In the documented order (the adder first) the patch reaches the added object; in the
+    reverse order kustomize drops it without an error, which order_errors catches."""
+    patcher, adder = pair
+    reached = ORDERED[pair]
+    (tmp_path / "right").mkdir()
+    (tmp_path / "wrong").mkdir()
+    assert order_errors([adder, patcher]) == []
+    assert reached(render_with(tmp_path / "right", "fleet", [adder, patcher])), f"{adder}, {patcher}"
+    assert order_errors([patcher, adder]) != []
+    assert not reached(render_with(tmp_path / "wrong", "fleet", [patcher, adder])), \
+        f"[{patcher}, {adder}] now works too: the order rule (README.md, ORDERED) can be relaxed"
+    for name in pair:
+        header = (KIT / "components" / name / "kustomization.yaml").read_text()
+        assert "# Order: list it" in header and (adder if name == patcher else patcher) in header, name
+    options = README.read_text().split("### Options", 1)[1].split("\n### ", 1)[0]
+    assert "Order matters" in options and f"components/{patcher}" in options and f"components/{adder}" in options
+
+
+def test_kit_overlays_list_components_in_order() -> None:
+    import yaml
+    for path in sorted((KIT / "overlays").glob("*/kustomization.yaml")):
+        components = yaml.safe_load(path.read_text()).get("components", [])
+        assert order_errors(components) == [], path

@@ -59,6 +59,7 @@ def drop_in_exec_start() -> str:
 
 
 PASSWORD_FILE = "/etc/victoria-metrics/store.password"
+AUTHKEY_FILE = "/etc/victoria-metrics/store.authkey"
 
 
 def flags(argv: list[str]) -> dict[str, str]:
@@ -125,20 +126,27 @@ def _store_argv(tmp_path: Path, vm_port: int, password_file: Path) -> list[str]:
         args.append(f"-{key}={moved.get(key, value)}" if eq else arg)
     args.append("-search.latencyOffset=0s")  # queryable at once, for the test
     script = drop_in_exec_start()
-    assert PASSWORD_FILE in script and "/usr/bin/victoria-metrics" in script
+    assert PASSWORD_FILE in script and AUTHKEY_FILE in script and "/usr/bin/victoria-metrics" in script
     script = script.replace(PASSWORD_FILE, str(password_file)).replace("/usr/bin/victoria-metrics", vm_bin)
+    # the key file beside the password file: store.authkey
+    script = script.replace(AUTHKEY_FILE, str(password_file.with_name("store.authkey")))
     # env(1) sets ARGS as systemd's EnvironmentFile= would, and execs the shell, which execs the store.
     return ["env", f"ARGS={shlex.join(args)}", "/bin/sh", "-ec", script]
 
 
 def test_the_store_refuses_to_start_without_its_password(tmp_path: Path) -> None:
-    for content in (None, ""):
-        password_file = tmp_path / "store.password"
-        if content is not None:
-            password_file.write_text(content)
-        argv = _store_argv(tmp_path, free_port(), password_file)
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        assert result.returncode != 0, result.stderr
+    password_file, key_file = tmp_path / "store.password", tmp_path / "store.authkey"
+    for missing in (password_file, key_file):  # the password, or the key of /metrics and the like
+        for content in (None, ""):
+            password_file.write_text("pw\n")
+            key_file.write_text("key\n")
+            if content is None:
+                missing.unlink()
+            else:
+                missing.write_text(content)
+            argv = _store_argv(tmp_path, free_port(), password_file)
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            assert result.returncode != 0, result.stderr
     assert "-httpAuth.username=allsmi" in default_args() and "-envflag.enable" in default_args()
 
 
@@ -157,6 +165,8 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
     password_file = tmp_path / "store.password"
     password_file.write_text(password + "\n")
     password_file.chmod(0o600)
+    key = "k3y-" + os.urandom(8).hex()
+    (tmp_path / "store.authkey").write_text(key + "\n")
     vm_argv = _store_argv(tmp_path, vm_port, password_file)
     store = f"http://127.0.0.1:{vm_port}"
     alert_argv = [vmalert_bin]
@@ -180,7 +190,7 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
             while not _query(store, "allsmi_device_info", password):
                 assert time.monotonic() < deadline, (tmp_path / "vm.log").read_text()
                 time.sleep(0.5)
-            _refuses_the_unauthenticated(store, password)
+            _refuses_the_unauthenticated(store, password, key)
             _export_authenticates(tmp_path, store, password_file)
             with running_server(alert_argv, tmp_path / "vmalert.log",
                           f"http://127.0.0.1:{alert_port}/metrics", "vmalert"):
@@ -198,8 +208,14 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
         log.close()
 
 
-def _refuses_the_unauthenticated(store: str, password: str) -> None:
-    """Writes, imports, deletes and queries without the password answer 401 and change nothing."""
+def _refuses_the_unauthenticated(store: str, password: str, key: str) -> None:
+    """Writes, imports, deletes and queries without the password answer 401 and change nothing;
+    /metrics, /flags and /debug/pprof/ (which ignore -httpAuth.*) answer only the key."""
+    for path in ("/metrics", "/flags", "/debug/pprof/"):
+        for who in (None, "wrong", password):
+            assert _request(f"{store}{path}", who)[0] == 401, (path, who)
+        assert _request(f"{store}{path}?authKey=wrong", None)[0] == 401, path
+        assert _request(f"{store}{path}?" + urllib.parse.urlencode({"authKey": key}), None)[0] == 200, path
     line = b'allsmi_test_forged{uuid="x"} 1\n'
     delete = f"{store}/api/v1/admin/tsdb/delete_series?" + urllib.parse.urlencode({"match[]": "allsmi_device_info"})
     for who in (None, "wrong"):
