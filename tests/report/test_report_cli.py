@@ -275,3 +275,24 @@ def test_a_group_called_currency_is_a_group_in_every_table(tmp_path: Path) -> No
     row = re.findall(r"<td([^>]*)>([^<]*)</td>", burn.split("<tbody>")[1].split("</tr>")[0])
     cell = row[head.index("currency")]
     assert "data-value" in cell[0] and re.fullmatch(r"[\d,]+\.\d\d", cell[1]), (head, row)
+
+
+def test_two_groups_shown_alike_keep_their_own_costs(tmp_path: Path) -> None:
+    """Two group names alike in their first 200 characters (shown cut, alike): the burn keeps
+    each group's own cost so far, never one merged (or doubled) column."""
+    first, second = "g" * 230 + "1", "g" * 230 + "2"
+    config = (f'[groups.{first}]\nprice_per_device_hour = 3.1\ncurrency = "USD"\n'
+              f'[groups.{second}]\nprice_per_device_hour = 100.0\ncurrency = "USD"\n'
+              f'[[rules]]\nvendor = "nvidia"\nresource_group = "{first}"\n'
+              f'[[rules]]\nvendor = "amd"\nresource_group = "{second}"\n')
+    code, page, err = _report(tmp_path, config, "--simulate", "mixed", "--period", a_past_day())
+    assert code == 0, err
+    out = allsmi("export", "--config", "c.toml", "--simulate", "mixed", "--period", a_past_day(),
+                 "--group-by", "resource_group", cwd=tmp_path)
+    cost = {r["resource_group"]: float(r["cost"]) for r in __import__("csv").DictReader(
+        out.stdout.splitlines()) if r["cost"]}
+    burn = page.split('id="table-burn"')[1].split("</table>")[0]
+    last = burn.split("<tbody>")[1].split("</tbody>")[0].split("</tr>")[-2]
+    shown = [float(v) for v in re.findall(r'data-value="([^"]+)"', last)]
+    assert {first, second} <= set(cost), cost
+    assert sorted(shown) == pytest.approx(sorted(cost.values()), rel=1e-6), (shown, cost)

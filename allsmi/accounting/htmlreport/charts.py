@@ -77,10 +77,9 @@ def charts(c: Content) -> dict[str, Chart]:
                                   ("forecast month end", "forecast_month_end_cost"),
                                   ("budget", "budget"))), _currency(c))
     if c.priced and len(c.currencies) == 1 and c.burn:
-        groups = [line.names[0] for line in c.groups if line.figures.get("cost") is not None]
         out["burn"] = Chart("burn", f"Cost so far in the window, per group, {c.trend_unit} by "
                             f"{c.trend_unit}", "line", tuple(line.names[0] for line in c.burn),
-                            _series(c.burn, [(g, g) for g in groups]), c.currencies[0])
+                            _series(c.burn, c.burn_columns), c.currencies[0])
     hours = (("allocated", "allocated_device_hours"), ("active", "active_device_hours"),
              ("idle", "idle_allocated_device_hours"))
     out["hours"] = Chart("hours", "Allocated, active and idle device-hours per group", "bar",

@@ -132,7 +132,10 @@ class Content:
     share of the holders' allocated ones, and its cost."""
     burn: list[Line] = field(default_factory=list)
     """Per step of the trend, each priced group's cost so far in the window (its figures are
-    keyed by the group's name); unknown on a step whose cost is."""
+    keyed by the group's own name, whole); unknown on a step whose cost is."""
+    burn_columns: tuple[tuple[str, str], ...] = ()
+    """The burn's columns: ``(the group's name as shown, its key in the figures)``, so that
+    two groups shown alike (names cut at 200 characters) stay apart."""
     currencies: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -261,14 +264,16 @@ def content(views: Views) -> Content:
                 total(line.figures.get(columns["cost"]) for line in every))
         c.waiting.append(Line((reason,), {"hours": hours, "share": ratio(hours, held),
                                           "cost": cost}, c.currencies[0] if cost else None))
-    priced = [line.names[0] for line in c.groups if line.figures.get("cost") is not None]
+    priced = [row.resource_group for row, line in zip(groups.rows, c.groups)
+              if line.figures.get("cost") is not None]
+    c.burn_columns = tuple((label(group), group) for group in priced)
     so_far: dict[str, float] = dict.fromkeys(priced, 0.0)
     for name, report in views.trend:
         rows = [values(row) for row in report.rows]
         figures = _totals(rows, summed, c.currencies)[0].figures if rows else {}
         figures["coverage_ratio"] = report.coverage_ratio
         c.trend.append(Line((name,), figures))
-        costs = {label(row.resource_group): values(row).get("cost") for row in report.rows}
+        costs = {row.resource_group: values(row).get("cost") for row in report.rows}
         burn: dict[str, Any] = {}
         for group in priced:
             cost = costs.get(group)

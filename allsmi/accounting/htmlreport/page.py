@@ -167,7 +167,7 @@ def sections(c: Content) -> list[Section]:
         return Section(id, title, intro, shown, "" if any(f for f, _ in shown) else empty)
 
     unit = c.trend_unit
-    burn = [(g, g, "money") for g in (c.burn[0].figures if c.burn else {})]
+    burn = [(title, key, "money") for title, key in c.burn_columns] if c.burn else []
     keys = [k.replace("_", " ") for k in c.holder_keys]
     foot = ([c.holders_rest] if c.holders_rest else []) + c.holders_total
     ranked = "cost" if c.priced else "allocated device-hours (nothing is priced)"
