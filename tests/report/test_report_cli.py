@@ -296,3 +296,18 @@ def test_two_groups_shown_alike_keep_their_own_costs(tmp_path: Path) -> None:
     shown = [float(v) for v in re.findall(r'data-value="([^"]+)"', last)]
     assert {first, second} <= set(cost), cost
     assert sorted(shown) == pytest.approx(sorted(cost.values()), rel=1e-6), (shown, cost)
+
+
+def test_several_currencies_are_never_drawn_on_one_axis(tmp_path: Path) -> None:
+    """Groups in EUR, JPY and USD: no cost chart (the tables give each amount in its
+    currency), the holders charted by device-hours, and a note that says so."""
+    config = ('[groups.training]\nprice_per_device_hour = 3.0\ncurrency = "EUR"\n'
+              '[groups.inference]\nprice_per_device_hour = 400.0\ncurrency = "JPY"\n'
+              '[groups.npu]\nprice_per_device_hour = 2.0\ncurrency = "USD"\n')
+    code, page, err = _report(tmp_path, config, "--simulate", "mixed", "--period", a_past_day())
+    assert code == 0, err
+    for chart in ("budget", "burn", "trend_cost"):
+        assert f'data-chart="{chart}"' not in page, chart
+    assert 'data-chart="holders"' in page and "holders that held the most" in page
+    assert any("(EUR, JPY, USD)" in n and "charts draw none" in n for n in _notes(page)), \
+        _notes(page)

@@ -70,12 +70,13 @@ def charts(c: Content) -> dict[str, Chart]:
     """The charts of the report's sections (a section with nothing known has none)."""
     out: dict[str, Chart] = {}
     group_names = tuple(line.names[0] for line in c.groups)
-    if c.priced:
+    one_currency = len(c.currencies) == 1  # amounts in several are never drawn on one axis
+    if c.priced and one_currency:
         out["budget"] = Chart("budget", "Cost to date, month-end forecast and budget per group",
                               "hbar", group_names, _series(c.groups, (
                                   ("cost to date", "cost"),
                                   ("forecast month end", "forecast_month_end_cost"),
-                                  ("budget", "budget"))), _currency(c))
+                                  ("budget", "budget"))), c.currencies[0])
     if c.priced and len(c.currencies) == 1 and c.burn:
         out["burn"] = Chart("burn", f"Cost so far in the window, per group, {c.trend_unit} by "
                             f"{c.trend_unit}", "line", tuple(line.names[0] for line in c.burn),
@@ -86,11 +87,11 @@ def charts(c: Content) -> dict[str, Chart]:
                          group_names, _series(c.groups, hours), "device-hours")
     ranked = c.holders[:CHART_HOLDERS]
     names = tuple(" / ".join(n for n in line.names if n != "-") or "(nobody)" for line in ranked)
-    if c.priced:
+    if c.priced and one_currency:
         out["holders"] = Chart("holders", f"The {len(ranked)} holders that cost the most",
                                "hbar", names, _series(ranked, (("cost", "cost"),
                                                                ("idle cost", "idle_cost"))),
-                               _currency(c))
+                               c.currencies[0])
     else:
         out["holders"] = Chart("holders", f"The {len(ranked)} holders that held the most",
                                "hbar", names, _series(ranked, (
@@ -115,10 +116,6 @@ def charts(c: Content) -> dict[str, Chart]:
                                   _series(c.trend, (("cost", "cost"), ("idle cost", "idle_cost"))),
                                   c.currencies[0])
     return {k: v for k, v in out.items() if v.marks}
-
-
-def _currency(c: Content) -> str:
-    return c.currencies[0] if len(c.currencies) == 1 else "cost"
 
 
 def svg(chart: Chart) -> str:

@@ -321,4 +321,6 @@ def _notes(c: Content) -> None:
                          "\"not measured\".")
     if len(c.currencies) > 1:
         c.missing.append("The groups bill in different currencies ("
-                         + ", ".join(c.currencies) + "): costs are totalled per currency.")
+                         + ", ".join(c.currencies) + "): costs are totalled per currency, "
+                         "and the charts draw none (amounts in several currencies share no "
+                         "axis); the holders are charted by device-hours.")
