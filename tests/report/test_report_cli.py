@@ -311,3 +311,21 @@ def test_several_currencies_are_never_drawn_on_one_axis(tmp_path: Path) -> None:
     assert 'data-chart="holders"' in page and "holders that held the most" in page
     assert any("(EUR, JPY, USD)" in n and "charts draw none" in n for n in _notes(page)), \
         _notes(page)
+
+
+def test_a_total_that_leaves_out_unknowns_is_marked_at_least(tmp_path: Path) -> None:
+    """The simulated node's NPU group has no idle time known: the groups' total idle is the
+    others' sum, shown as "at least" (never as if whole), with a note saying what it means."""
+    code, page, err = _report(tmp_path, BUDGETS, "--simulate", "mixed", "--period", a_past_day())
+    assert code == 0, err
+    hours = page.split('id="table-hours"')[1].split("</table>")[0]
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", hours.split("</thead>")[0])
+    body = [re.findall(r"<td[^>]*>([^<]*)</td>", tr) for tr in
+            hours.split("<tbody>")[1].split("</tbody>")[0].split("</tr>")[:-1]]
+    foot = re.findall(r"<td[^>]*>([^<]*)</td>", hours.split("<tfoot>")[1].split("</tr>")[0])
+    idle = next(i for i, name in enumerate(head) if "idle" in name)
+    assert any(row[idle] == "unknown" for row in body), body
+    assert foot[idle].startswith("\u2265 "), foot
+    known = [row[0] for row in body if row[idle] != "unknown"]
+    assert known and all(not cell.startswith("\u2265") for row in body for cell in row)
+    assert any(n.startswith("A figure marked \u2265") for n in _notes(page)), _notes(page)

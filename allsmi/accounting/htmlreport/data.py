@@ -93,6 +93,14 @@ class Line:
     names: tuple[str, ...]
     figures: dict[str, Any]
     currency: str | None = None
+    partial: frozenset[str] = frozenset()
+    """Columns whose sum leaves out lines where the value is unknown (shown as at least it)."""
+
+
+def partial_columns(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> frozenset[str]:
+    """The columns some of ``rows`` know and others do not: their total is a lower bound."""
+    return frozenset(c for c in columns if any(r.get(c) is None for r in rows)
+                     and any(r.get(c) is not None for r in rows))
 
 
 def _sum_lines(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> dict[str, Any]:
@@ -189,14 +197,17 @@ def _totals(rows: Sequence[dict[str, Any]], columns: Sequence[str],
     """The sum of ``rows``: one line; with several currencies, the money columns are summed
     per currency on lines of their own (costs in different currencies do not add up)."""
     whole = _sum_lines(rows, columns)
+    partial = partial_columns(rows, columns)
     if len(currencies) <= 1:
-        return [Line(("total",), whole, currencies[0] if currencies else None)]
-    lines = [Line(("total",), {c: None if _money(c) else v for c, v in whole.items()})]
+        return [Line(("total",), whole, currencies[0] if currencies else None, partial)]
+    lines = [Line(("total",), {c: None if _money(c) else v for c, v in whole.items()},
+                  partial=frozenset(c for c in partial if not _money(c)))]
     for currency in currencies:
         mine = [r for r in rows if r.get("currency") == currency]
+        money = [c for c in columns if _money(c)]
         lines.append(Line((f"total ({currency})",),
                           {c: total(r.get(c) for r in mine) if _money(c) else None
-                           for c in columns}, currency))
+                           for c in columns}, currency, partial_columns(mine, money)))
     return lines
 
 
@@ -253,8 +264,9 @@ def content(views: Views) -> Content:
     c.holders = every[:TABLE_HOLDERS]
     rest = every[TABLE_HOLDERS:]
     if rest:
-        c.holders_rest = Line((f"{len(rest)} more holders",), _totals(
-            [line.figures for line in rest], summed, c.currencies)[0].figures)
+        rest_total = _totals([line.figures for line in rest], summed, c.currencies)[0]
+        c.holders_rest = Line((f"{len(rest)} more holders",), rest_total.figures,
+                              partial=rest_total.partial)
     c.holders_total = _totals([line.figures for line in every], summed, c.currencies)
     held = c.holders_total[0].figures.get("allocated_device_hours")
     for reason, columns in c.reasons.items():
@@ -270,9 +282,10 @@ def content(views: Views) -> Content:
     so_far: dict[str, float] = dict.fromkeys(priced, 0.0)
     for name, report in views.trend:
         rows = [values(row) for row in report.rows]
-        figures = _totals(rows, summed, c.currencies)[0].figures if rows else {}
+        day = _totals(rows, summed, c.currencies)[0] if rows else Line((), {})
+        figures = day.figures
         figures["coverage_ratio"] = report.coverage_ratio
-        c.trend.append(Line((name,), figures))
+        c.trend.append(Line((name,), figures, partial=day.partial))
         costs = {row.resource_group: values(row).get("cost") for row in report.rows}
         burn: dict[str, Any] = {}
         for group in priced:
@@ -319,6 +332,10 @@ def _notes(c: Content) -> None:
         c.missing.append("Compute activity is not measured by this export: active "
                          "device-hours, efficiency and waiting reasons are shown as "
                          "\"not measured\".")
+    shown = c.group_totals + c.holders_total + c.trend + ([c.holders_rest] if c.holders_rest else [])
+    if any(line.partial for line in shown):
+        c.missing.append("A figure marked ≥ is a total of the lines that know it: it leaves "
+                         "out the lines where it is unknown, so the whole is at least that.")
     if len(c.currencies) > 1:
         c.missing.append("The groups bill in different currencies ("
                          + ", ".join(c.currencies) + "): costs are totalled per currency, "

@@ -89,7 +89,10 @@ def _table(id: str, caption: str, names: Sequence[str], columns: Columns,
             elif column not in f and total:  # not a sum (a ratio): left blank
                 out.append(Cell("", None, True))
             else:
-                out.append(number(f.get(column), kind, column, c.activity, _why(f, column)))
+                cell = number(f.get(column), kind, column, c.activity, _why(f, column))
+                if column in line.partial and cell.value is not None:  # a lower bound
+                    cell = Cell("≥ " + cell.text, cell.value, True, "partial")
+                out.append(cell)
         return out
 
     return Table(id, caption, head, [cells(line, False) for line in lines],
