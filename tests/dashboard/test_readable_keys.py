@@ -158,3 +158,30 @@ async def test_hosts_known_by_their_totals_alone_stay_fresh(sim_snapshots: list[
             await pilot.pause()
         summary = app.query_one("#summary").plain
         assert "age 4 s" in summary, summary
+
+
+@pytest.mark.parametrize("view, text", [("g", "npu"), ("i", "carol")])
+async def test_enter_in_the_filter_box_only_closes_it(sim_snapshots: list[Snapshot], view: str,
+                                                      text: str) -> None:
+    """Enter keeps the filter and leaves the box; it does not also act on the view (drill into
+    the highlighted group or holder)."""
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press(view)
+        shown = app.view
+        await pilot.press("slash", *text, "enter")
+        for _ in range(5):
+            await pilot.pause()
+        assert app.view == shown and app.filter.text == text, (app.view, app.filter)
+        assert app.focused is not None and app.focused.id != "filter"
+
+
+async def test_the_help_says_what_its_keys_do(sim_snapshots: list[Snapshot]) -> None:
+    app, _ = make_app(sim_snapshots)
+    async with app.run_test(size=(100, 60)) as pilot:
+        await pilot.press("question_mark")
+        assert "Esc or ? closes this screen; q quits." in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert "closes this screen" not in screen_text(app)

@@ -36,7 +36,12 @@ class FilterInput(Input):
             return
         if event.key == "enter":
             self.closed = True
+            # Enter is the box's alone: stopped here, it never reaches the view that has the
+            # focus once the box closes (whose own Enter drills into the highlighted row).
+            event.stop()
+            event.prevent_default()
             close = getattr(self.app, "close_filter", None)
             if close is not None:
                 close()  # the focus moves now, before the app reads the next key
+            return
         await super()._on_key(event)

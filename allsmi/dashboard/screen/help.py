@@ -59,4 +59,4 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text("allsmi dashboard — keys", style="bold"), id="help-title")
             yield Static(help_table(self._keys), id="help-keys")
             yield Static(Text(LEGEND, style="dim"), id="help-legend")
-            yield Static(Text("Esc, q or ? closes this screen.", style="italic"), id="help-close")
+            yield Static(Text("Esc or ? closes this screen; q quits.", style="italic"), id="help-close")
