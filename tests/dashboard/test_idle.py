@@ -123,8 +123,12 @@ async def test_idle_view_lists_sorts_and_filters_the_simulated_holders(held_snap
         shown = {r.device.id for r in app.shown if r.device.parent is None}
         holding = {d.id for d in last.devices if any(w.job_id == job for w in d.workloads or ())}
         assert shown == holding
-        # i twice goes back; n sorts by index (i no longer does).
-        await pilot.press("escape", "i", "i")
+        # Esc goes back to the idle view, i again to the devices; n sorts by index (i no
+        # longer does).
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.view == "idle" and not app.filter.active
+        await pilot.press("i")
         assert app.view == "devices"
         await pilot.press("u", "n")
         assert app.sort_key == "index"

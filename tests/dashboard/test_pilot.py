@@ -146,9 +146,9 @@ async def test_group_view_totals_labels_energy_and_drill_down(sim_snapshots: lis
         await pilot.press("down", "enter")
         assert app.view == "devices" and app.filter.group == "inference"
         assert {r.device.vendor for r in app.shown} == {"amd"}
-        await pilot.press("escape")
-        assert not app.filter.active
-        await pilot.press("g", "g")  # g toggles back
+        await pilot.press("escape")  # back to the groups, the filter gone
+        assert not app.filter.active and app.view == "groups"
+        await pilot.press("g")  # g toggles back
         assert app.view == "devices"
 
 

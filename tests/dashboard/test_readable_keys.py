@@ -185,3 +185,59 @@ async def test_the_help_says_what_its_keys_do(sim_snapshots: list[Snapshot]) -> 
         await pilot.press("escape")
         await pilot.pause()
         assert "closes this screen" not in screen_text(app)
+
+
+@pytest.mark.parametrize("view", ["g"])
+async def test_esc_after_a_drill_down_goes_back_to_its_view(sim_snapshots: list[Snapshot],
+                                                            view: str) -> None:
+    """Enter on a group (or an idle holder) shows its devices; Esc goes back where it came from,
+    as the help says; a view chosen by its key is not gone back from."""
+    app, source = make_app(sim_snapshots)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press(view)
+        for _ in range(3):
+            await pilot.pause()
+        origin = app.view
+        await pilot.press("enter")
+        for _ in range(3):
+            await pilot.pause()
+        assert app.view == "devices" and app.filter.active, (app.view, app.filter)
+        await pilot.press("escape")
+        for _ in range(3):
+            await pilot.pause()
+        assert app.view == origin and not app.filter.active, (app.view, app.filter)
+        await pilot.press("d", "slash", *"nvidia", "enter", "escape")
+        for _ in range(3):
+            await pilot.pause()
+        assert app.view == "devices" and not app.filter.active
+
+
+def test_a_partitions_processes_name_its_gpu(sim_snapshots: list[Snapshot]) -> None:
+    """The processes of a MIG slice show its GPU's index with a star (its own name where the GPU
+    is not among the devices shown), never ``None``."""
+    from allsmi.dashboard.tables.process_table import device_place
+    devices = sim_snapshots[-1].devices
+    gpus = {d.id: d.index for d in devices if not d.parent}
+    slices = [d for d in devices if d.parent]
+    assert slices and all(d.index is None for d in slices)
+    for dev in slices:
+        assert device_place(dev, gpus) == f"{dev.vendor} {gpus[dev.parent]}*"
+        assert device_place(dev, {}) == f"{dev.vendor} {dev.name}" and "None" not in dev.name
+
+
+def test_one_holder_with_two_processes_is_not_shown_as_shared() -> None:
+    """Two processes of one user: one holder, so no "shared by" lines (never "shared by 1
+    holders"); two users: shared by 2."""
+    from allsmi.dashboard.views.panels import share_lines
+    from allsmi.schema import DeviceSample, ProcessSample
+
+    def gpu(*users: str) -> DeviceSample:
+        return DeviceSample(id="GPU-x", vendor="nvidia", kind="gpu", backend="nvidia", index=0,
+                            utilization_percent=80.0, processes=tuple(
+                                ProcessSample(100 + i, user=u, memory_bytes=1 << 30,
+                                              utilization_percent=40.0)
+                                for i, u in enumerate(users)))
+    assert share_lines(gpu("alice", "alice"), "cyan") == []
+    lines = share_lines(gpu("alice", "bob"), "cyan")
+    assert lines and "".join(text for text, _ in lines[0]).startswith("shared by 2 holders")

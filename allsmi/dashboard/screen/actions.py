@@ -58,6 +58,7 @@ class KeyActions:
     sort_key: str
     descending: bool
     filter: Filter
+    drilled_from: str | None
     process_scope: str
     paused: bool
     idle_sort: str
@@ -94,6 +95,7 @@ class KeyActions:
             return
         if view == self.view and view in ("groups", "idle"):
             view = "cluster" if self.source.cluster else "devices"
+        self.drilled_from = None  # a view chosen by its key: Esc no longer goes back
         self._switch(view)
 
     def action_sort(self, key: str) -> None:
@@ -162,9 +164,12 @@ class KeyActions:
             return
         if self.filter.active:
             had_host = self.filter.host is not None
+            back, self.drilled_from = self.drilled_from, None
             self.filter = Filter()
             if had_host and self.source.cluster:
                 self._switch("cluster")
+            elif back is not None and self.view == "devices":  # drilled into from groups/idle
+                self._switch(back)
             else:
                 self.refresh_view()
             return

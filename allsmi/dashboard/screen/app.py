@@ -121,6 +121,8 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         self.sort_key = self.options.sort
         self.descending = self.sort_key in DESCENDING_BY_DEFAULT
         self.filter = Filter()
+        self.drilled_from: str | None = None
+        """The view Enter drilled from into the devices (groups, idle): Esc goes back to it."""
         self.process_scope = self.options.processes
         self.paused = False
         self.selected: str | None = None
@@ -306,6 +308,7 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
             self._close_filter()
 
     def _drill(self, flt: Filter) -> None:
+        self.drilled_from = self.view if self.view in ("groups", "idle") else None
         self.filter = flt
         self._switch("devices")
 

@@ -294,7 +294,7 @@ def columns_for(width: int, cluster: bool,
         Column("health", "health", 8, _health_key, _health_render),
         procs,
     ]
-    active = Column("active", "active", 8, active_key, active_render)
+    active = Column("active", "active", 9, active_key, active_render)  # "100% core"
     waiting = Column("waiting", "waiting", 12, waiting_key, waiting_render)
     needed = sum(c.width + 2 for c in full) + 2 + (HOST_WIDTH + 2 if cluster else 0)
     if width >= needed:

@@ -114,9 +114,12 @@ class ProcessTable(LineTable):
         if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first by key
             biggest.sort(key=lambda c: (-(c[1].memory_bytes or 0), f"{c[0].key}\x1e{c[1].pid}"))
             del biggest[MAX_PROCESS_ROWS:]
+        # a partition's processes show its GPU's index and a star ("nvidia 7*"), or its own
+        # name where its GPU is not among the devices shown
+        parents = {ref.device.id: ref.device.index for ref in refs if not ref.device.parent}
         for ref, proc in biggest:
             dev = ref.device
-            where = describe_device(dev) if not dev.parent else f"{dev.vendor} {dev.index}*"
+            where = device_place(dev, parents)
             if host_label:
                 where = device_label(names.get(ref.host, ref.host),
                                      str(dev.index) if dev.index is not None else NA)
@@ -284,3 +287,13 @@ class ProcessTable(LineTable):
 
 
 __all__ = ["MAX_PROCESS_ROWS", "ProcessTable", "device_label", "holder_id"]
+
+
+def device_place(dev: Any, parents: dict[str, int | None]) -> str:
+    """The processes panel's ``device`` cell: ``nvidia 3``; a partition's GPU index and a star
+    (``nvidia 7*``), or its own name where its GPU's index is not known."""
+    if not dev.parent:
+        return describe_device(dev)
+    if parents.get(dev.parent) is not None:
+        return f"{dev.vendor} {parents[dev.parent]}*"
+    return f"{dev.vendor} {dev.name or NA}"

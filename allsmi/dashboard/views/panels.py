@@ -231,6 +231,9 @@ def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], .
     if len(units) < 2 and not (units and len(units[0].members) > 1):
         return []
     shares = split(dev)
+    rest = 1.0 - sum(w for _, w in shares.allocated)
+    if len(shares.allocated) < 2 and rest <= 1e-9:  # one holder (several processes of it)
+        return []
     used = dict(shares.used)
     procs_of: dict[Holder, list[ProcessSample]] = {}
     for unit in units:
@@ -246,7 +249,6 @@ def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], .
                     (f"{_share(used.get(holder, 0.0)):>6}  ", "bold"), (holder_name(holder), accent),
                     (f"  util {utils}" if utils else "", "dim"),
                     (f"  ns {holder.namespace}" if holder.namespace and holder.pod else "", "dim")))
-    rest = 1.0 - sum(w for _, w in shares.allocated)
     if rest > 1e-9:
         out.append((("  alloc ", ""), (f"{_share(rest):>6}", "bold"), ("  used      -  ", ""),
                     ("unclaimed", "bold"), ("  (declared shares leave it to nobody)", "dim")))
