@@ -61,10 +61,11 @@ async def test_cursor_keys_scroll_and_click_move_through_the_processes() -> None
         assert table.cursor_row == height
         await pilot.press("up")
         assert table.cursor_row == height - 1
-        # A click on the third line under the header highlights that row.
+        # A click on the third line under the header highlights that row (under the title
+        # border and the header).
         table.scroll_to(y=0, animate=False, force=True)
         await pilot.pause()
-        await pilot.click(table, offset=(3, 3))
+        await pilot.click(table, offset=(3, 4))
         assert table.cursor_row == 2
         # The device table kept its own cursor and selection.
         assert app.selected is not None
