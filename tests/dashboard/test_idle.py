@@ -213,3 +213,23 @@ async def test_cluster_idle_view_covers_every_host_and_names_those_without_holde
         text = screen_text(app)
         assert "Holders unknown on node-a" in text  # the blind host, by its hostname
         assert "node-a:nvidia" in text  # devices named with their host in a cluster
+
+
+def test_a_partitions_idle_time_is_priced_with_its_share_of_the_board_energy(
+        held_snapshots: list[Snapshot]) -> None:
+    """With a price per kWh, a MIG slice's idle holders are priced like the others: the slice is
+    given its share of its board's energy (as the ledger and ``allsmi idle`` do), so its cost
+    is known, never left out for want of energy of its own."""
+    config = parse_config(PRICED.replace('currency = "USD"',
+                                         'currency = "USD"\nprice_per_kwh = 0.5'))
+    meter = IdleMeter(5.0, 100, 1.0, config)
+    for snap in held_snapshots:
+        meter.add("node-a", snap)
+    partitions = {d.id for d in held_snapshots[-1].devices if d.parent}
+    training = [r for r in meter.rows() if r.group == "training"]
+    on_slices = [r for r in training if any(k.split("\x1f")[-1] in partitions or
+                                            any(p in k for p in partitions) for k in r.devices)]
+    assert on_slices, [r.devices for r in training]
+    for row in training:
+        assert row.idle_energy_joules is not None and row.idle_cost is not None, row.devices
+        assert row.idle_cost > row.idle_billed_seconds / 3600 * 4.0  # the energy adds to it

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 from allsmi.config import Config
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import (Holder, UsageIntegrator, Weights, billing_shares, bridged_gap_seconds,
-                          held, holder_weights)
+                          held, holder_weights, split_board_energy)
 
 from allsmi.dashboard.state.model import device_key
 
@@ -149,7 +149,10 @@ class IdleMeter:
         shares = billing_shares(snapshot.devices) if any(d.parent for d in snapshot.devices) else {}
         parts: list[_Part] = []
         start = when
-        for inc in integrator.update(snapshot):
+        increments = integrator.update(snapshot)
+        if shares:  # a board's energy goes to its partitions by their shares, as the ledger's
+            increments = split_board_energy(list(increments), snapshot.devices, shares)
+        for inc in increments:
             start = min(start, inc.start)
             idle, alloc = inc.idle_allocated_seconds, inc.allocated_seconds
             if not idle or alloc is None:
