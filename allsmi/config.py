@@ -51,7 +51,8 @@ class ConfigError(Exception):
         if line:
             where += f", line {line}"
         if key:
-            where += f", key '{key}'"
+            shown = key if key.isprintable() else key.encode("unicode_escape").decode("ascii")
+            where += f", key '{shown}'"  # (a key with a newline in it stays on its line)
         super().__init__(f"{where}: {message}")
 
 
@@ -160,6 +161,16 @@ def discover_path(flag: str | os.PathLike[str] | None = None,
     return None, False
 
 
+def group_name_problem(name: str) -> str:
+    """Why ``name`` cannot name a resource group (``""``: it can)."""
+    from allsmi.text import MAX_NAME, clean_text
+    if clean_text(name) != name:
+        return (f"a resource group's name must be printable text of at most {MAX_NAME} "
+                "characters (no control, format or bidirectional characters): devices' "
+                "groups are shown and matched so")
+    return ""
+
+
 def load_config(flag: str | os.PathLike[str] | None = None,
                 environ: Mapping[str, str] | None = None,
                 problems: list[ConfigError] | None = None) -> Config:
@@ -192,7 +203,11 @@ def load_config(flag: str | os.PathLike[str] | None = None,
             problems.extend(found)
     if env.get("ALLSMI_RESOURCE_GROUP"):
         from dataclasses import replace
-        config = replace(config, default_group=env["ALLSMI_RESOURCE_GROUP"].strip())
+        name = env["ALLSMI_RESOURCE_GROUP"].strip()
+        problem = group_name_problem(name)
+        if problem:
+            raise ConfigError(f"{name!r}: {problem}", Path("$ALLSMI_RESOURCE_GROUP"))
+        config = replace(config, default_group=name)
     return config
 
 
@@ -286,7 +301,9 @@ class _Validator:
         self.unknown(self.data, top_allowed)
         node = self.table(self.data.get("node", {}), "node")
         self.unknown(node, ("resource_group",), "node")
-        default_group = self.string(node.get("resource_group", DEFAULT_GROUP), "node", "resource_group")
+        default_group = self.group_name(self.string(node.get("resource_group", DEFAULT_GROUP),
+                                                    "node", "resource_group"),
+                                        "node", "resource_group")
 
         coll = self.table(self.data.get("collector", {}), "collector")
         self.unknown(coll, ("interval_seconds", "backend_timeout_seconds", "history_size"), "collector")
@@ -328,8 +345,18 @@ class _Validator:
         """The ``[groups.NAME]`` tables."""
         groups: dict[str, ResourceGroup] = {}
         for name, raw in self.table(self.data.get("groups", {}), "groups").items():
+            self.group_name(name, "groups", name)
             groups[name] = self.group(name, self.table(raw, "groups", name))
         return groups
+
+    def group_name(self, name: str, *path: str | int) -> str:
+        """``name`` when a device's group can be called so: a sample's group is cleaned text
+        (:func:`allsmi.text.clean_text`), so a name with control or bidirectional characters,
+        or over its length, would never be matched by its prices, labels or budget."""
+        problem = group_name_problem(name)
+        if problem:
+            raise self.fail(problem, *path)
+        return name
 
     def rules(self) -> list[GroupRule]:
         """The ``[[rules]]`` tables, in order."""
@@ -342,7 +369,8 @@ class _Validator:
             self.unknown(rule, ("resource_group",) + RULE_KEYS, "rules", i)
             if "resource_group" not in rule:
                 raise self.fail("missing key 'resource_group'", "rules", i)
-            group = self.string(rule["resource_group"], "rules", i, "resource_group")
+            group = self.group_name(self.string(rule["resource_group"], "rules", i,
+                                                "resource_group"), "rules", i, "resource_group")
             patterns = {}
             for key in RULE_KEYS:
                 if key in rule:

@@ -322,3 +322,21 @@ def test_allsmi_backends_picks_the_backends_over_the_file(tmp_path: Path) -> Non
                          env={"ALLSMI_BACKENDS": value})
         assert bad.returncode == 2 and bad.stdout == "", bad.stderr
         assert "$ALLSMI_BACKENDS" in bad.stderr and "installed: " in bad.stderr
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[groups."inf\\u000aerence"]\nprice_per_device_hour = 1.0\n', "groups.inf\\nerence"),
+    ('[[rules]]\nvendor = "amd"\nresource_group = "a\\u202eb"\n', "rules[1].resource_group"),
+    ('[node]\nresource_group = "' + "g" * 300 + '"\n', "node.resource_group"),
+])
+def test_a_group_name_devices_could_never_carry_is_refused(tmp_path: Path, text: str, key: str) -> None:
+    """A device's group is cleaned text (controls become spaces, long names are cut): a group
+    named otherwise would never be matched by its prices or budget, so the file is refused."""
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config))
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert f"key '{key}'" in out.stderr and "printable text" in out.stderr
+    assert "\n" not in out.stderr.rstrip("\n")  # one line, the key's newline escaped
+    env = run_allsmi("snapshot", "--simulate", "mixed", env={"ALLSMI_RESOURCE_GROUP": "x\ty"})
+    assert env.returncode == 2 and "$ALLSMI_RESOURCE_GROUP" in env.stderr
