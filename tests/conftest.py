@@ -155,6 +155,22 @@ def allsmi_exe() -> list[str]:
     return [found] if found else [sys.executable, "-m", "allsmi"]
 
 
+@contextlib.contextmanager
+def loopback_server(handler: type) -> Iterator[str]:
+    """``handler`` (an ``http.server`` request handler class) served on 127.0.0.1 in a thread,
+    for as long as the ``with`` lasts: its base URL."""
+    import http.server
+    import threading
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def run_allsmi(*args: str, env: dict[str, str] | None = None, timeout: float = 60,
                cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, capturing output."""

@@ -13,13 +13,13 @@ from __future__ import annotations
 import datetime as dt
 import http.server
 import json
-import threading
 import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+from ..conftest import loopback_server
 from .test_export_cli import SINCE, UNTIL, run
 
 HOUR = 3600
@@ -50,6 +50,10 @@ class FakeStore(http.server.BaseHTTPRequestHandler):
                     result = [{"metric": {**DEVICE, "replica": str(i)}, "value": [0, value]}
                               for i in range(self.copies)]
                     break
+        self.answer(kind, result)
+
+    def answer(self, kind: str, result: list[dict[str, Any]]) -> None:
+        """A successful query API answer holding ``result``."""
         body = json.dumps({"status": "success",
                            "data": {"resultType": kind, "result": result}}).encode()
         self.send_response(200)
@@ -71,14 +75,8 @@ HONEST = {"observed_seconds": "3600", "idle_allocated_seconds": "0",
 def store() -> Iterator[tuple[type[FakeStore], str]]:
     handler = type("Store", (FakeStore,), {"values": dict(HONEST), "copies": 1,
                                         "duplicated": False})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield handler, f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with loopback_server(handler) as url:
+        yield handler, url
 
 
 def export(url: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
@@ -181,14 +179,8 @@ def test_an_hour_rolled_up_twice_bills_once(tmp_path: Path, observed: tuple[str,
                                             said: str | None) -> None:
     handler = type("Rolled", (_Rolled,), {"values": dict(HONEST), "copies": 1,
                                           "duplicated": False, "observed": observed})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        rc, doc, err = export(f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with loopback_server(handler) as url:
+        rc, doc, err = export(url, tmp_path)
     if said == "NaN":
         assert rc == 1 and "NaN" in err and "observed_seconds:increase1h" in err, err
         return

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import http.server
 import json
-import threading
 import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,8 +25,10 @@ from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import PrometheusError
 from allsmi.accounting.promprices import published_prices
 
+from ..conftest import loopback_server
 from .test_export_cli import SINCE, run
 from .test_impossible_answers import HONEST, FakeStore
+from .test_published_prices import HourlyClient
 
 HOUR = 3600
 PRICE_LABELS = {"resource_group": "default", "currency": "EUR"}
@@ -61,13 +62,7 @@ class _Priced(FakeStore):
             kind = "vector"
             if price is not None:
                 result = [{"metric": dict(PRICE_LABELS), "value": [at, price]}]
-        body = json.dumps({"status": "success",
-                           "data": {"resultType": kind, "result": result}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.answer(kind, result)
 
 
 @pytest.fixture()
@@ -75,14 +70,8 @@ def store() -> Iterator[tuple[type[_Priced], str]]:
     handler = type("Priced", (_Priced,), {"values": dict(HONEST), "copies": 1,
                                           "duplicated": False, "hour_price": "2",
                                           "kwh_price": None})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield handler, f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with loopback_server(handler) as url:
+        yield handler, url
 
 
 def _iso(t: int) -> str:
@@ -140,30 +129,13 @@ def test_an_impossible_published_price_fails_naming_the_series(  # type: ignore[
     assert "Traceback" not in err, err
 
 
-class _Client:
-    """Answers the price and usage subqueries with fixed hourly points."""
-
-    def __init__(self, series: dict[str, list[dict[str, Any]]]) -> None:
-        self.series = series
-        self.url = "http://store"
-
-    def query(self, promql: str, at: float) -> list[dict[str, Any]]:
-        raise AssertionError(f"a two-hour window reads hour by hour, not {promql!r}")
-
-    def query_range_vector(self, promql: str, at: float) -> list[dict[str, Any]]:
-        for needle, answer in self.series.items():
-            if needle in promql:
-                return answer
-        return []
-
-
 H = 1_800_000_000 - 1_800_000_000 % HOUR
 WINDOW = Window(dt.datetime.fromtimestamp(H, dt.timezone.utc),
                 dt.datetime.fromtimestamp(H + 2 * HOUR, dt.timezone.utc))
 
 
-def _prices(first: str, second: str, usage: tuple[str, str]) -> _Client:
-    return _Client({
+def _prices(first: str, second: str, usage: tuple[str, str]) -> HourlyClient:
+    return HourlyClient({
         "allsmi_resource_group_price_per_device_hour": [
             {"metric": {"resource_group": "t", "currency": "EUR"},
              "values": [[H + HOUR, first], [H + 2 * HOUR, second]]}],

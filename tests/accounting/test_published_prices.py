@@ -73,7 +73,7 @@ def test_published_prices_unless_the_config_overrides(tmp_path: Path) -> None:
     assert train["price_per_kwh"] is None
 
 
-class _Client:
+class HourlyClient:
     """Answers the price and usage subqueries with fixed hourly points."""
 
     def __init__(self, series: dict[str, list[dict[str, Any]]]) -> None:
@@ -93,7 +93,7 @@ class _Client:
 def test_each_hour_is_charged_at_its_price() -> None:
     """2 EUR for the first hour (1 device-hour used), 4 EUR for the second (3 used): 3.5 EUR."""
     h = 1_800_000_000 - 1_800_000_000 % 3600
-    client = _Client({
+    client = HourlyClient({
         "allsmi_resource_group_price_per_device_hour": [
             {"metric": {"resource_group": "t", "currency": "EUR"},
              "values": [[h + 3600, "2"], [h + 7200, "4"]]}],

@@ -34,6 +34,19 @@ def _backend(tree: Path, clock: Clock) -> IntelGpuBackend:
                            search_dirs=(), clock=clock, sleep=clock.sleep, lookup_user=lambda pid: None)
 
 
+def _opened_a_second_ago(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                         fixture: str) -> tuple[Path, Clock, IntelGpuBackend]:
+    """A copy of ``fixture``'s tree, its backend opened (the first reading), a second ago."""
+    monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / fixture, tree, symlinks=True)
+    clock = Clock()
+    backend = _backend(tree, clock)
+    backend.open()
+    clock.now += 1.0
+    return tree, clock, backend
+
+
 def _advance(path: Path, by: int) -> None:
     path.write_text(f"{int(path.read_text()) + by}\n")
 
@@ -77,13 +90,7 @@ def test_xe_cycles_are_shared_over_the_engine_class_capacity(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """xe sums ``drm-cycles-<class>`` over the class's engines: one of four compute engines busy
     for the whole interval is 25 %, not 100 % (the same rule as i915's nanoseconds)."""
-    monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
-    tree = tmp_path / "tree"
-    shutil.copytree(FIXTURES / "xe-arc-b580", tree, symlinks=True)
-    clock = Clock()
-    backend = _backend(tree, clock)
-    backend.open()
-    clock.now += 1.0
+    tree, clock, backend = _opened_a_second_ago(tmp_path, monkeypatch, "xe-arc-b580")
     fdinfo = tree / "proc" / "7777" / "fdinfo" / "9"
     text = fdinfo.read_text()
     for key, old, by in (("drm-cycles-ccs", 0, 100_000_000), ("drm-total-cycles-ccs", 7655183225, 100_000_000),
@@ -97,13 +104,7 @@ def test_xe_cycles_are_shared_over_the_engine_class_capacity(tmp_path: Path,
 
 def test_a_counter_that_goes_backwards_is_unknown_not_negative(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
-    tree = tmp_path / "tree"
-    shutil.copytree(FIXTURES / "xe-arc-b580", tree, symlinks=True)
-    clock = Clock()
-    backend = _backend(tree, clock)
-    backend.open()
-    clock.now += 1.0
+    tree, clock, backend = _opened_a_second_ago(tmp_path, monkeypatch, "xe-arc-b580")
     gt0 = tree / "sys" / "class" / "drm" / "card1" / "device" / "tile0" / "gt0" / "gtidle" / "idle_residency_ms"
     gt0.write_text("10\n")  # the driver was reloaded
     energy = tree / "sys" / "class" / "drm" / "card1" / "device" / "hwmon" / "hwmon2" / "energy1_input"
