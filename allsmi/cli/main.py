@@ -43,10 +43,19 @@ def main() -> None:
             cli(prog_name="allsmi")  # (exits by itself)
         sys.stdout.flush()  # here, where a failure can still be said, not at interpreter exit
     except OSError as exc:
-        if exc.filename is not None or exc.errno not in OUTPUT_ERRNOS:
+        if not is_output_lost(exc):
             raise
         output_lost(exc)
     sys.exit(code)
+
+
+def is_output_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is standard output refusing the document (not a file, not a bug)."""
+    return isinstance(exc, OSError) and exc.filename is None and exc.errno in OUTPUT_ERRNOS
+
+
+def output_lost_message(exc: OSError) -> str:
+    return f"cannot write the output to standard output: {exc.strerror or exc}"
 
 
 def output_lost(exc: OSError) -> None:
@@ -60,8 +69,7 @@ def output_lost(exc: OSError) -> None:
     except (OSError, ValueError):
         pass
     if exc.errno != errno.EPIPE:
-        sys.stderr.write(f"allsmi: cannot write the output to standard output: "
-                         f"{exc.strerror or exc}\n")
+        sys.stderr.write(f"allsmi: {output_lost_message(exc)}\n")
     sys.exit(1)
 
 

@@ -305,17 +305,13 @@ def write_output(data: str | bytes, output: str | None) -> None:
         except OSError as exc:
             raise Failed("output", f"cannot write {output}: {exc.strerror or exc}") from None
     else:
-        # Straight to the descriptor, every byte or an error: a buffered stream that a reader
-        # left (``| head``) takes part of the document and then says nothing at all.
-        view = memoryview(data if isinstance(data, bytes) else data.encode("utf-8"))
+        from allsmi.cli.main import output_lost_message
+        from allsmi.cli.snapshot_run import write_all
         try:
             sys.stdout.flush()
-            fd = sys.stdout.fileno()
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(sys.stdout.fileno(), data if isinstance(data, bytes) else data.encode("utf-8"))
         except OSError as exc:
-            raise Failed("output", "cannot write the output to standard output: "
-                         f"{exc.strerror or exc}") from None
+            raise Failed("output", output_lost_message(exc)) from None
 
 
 def _client(config: Any, url: str | None, timeout: float, user: str | None,

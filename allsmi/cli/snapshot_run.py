@@ -107,8 +107,8 @@ def say_unexpected(exc: BaseException) -> None:
     """The traceback of what is a bug; nothing for a standard output that could not take the
     document (a full disk, a reader that left): :func:`allsmi.cli.main.main` says that in one
     line."""
-    from allsmi.cli.main import OUTPUT_ERRNOS
-    if isinstance(exc, OSError) and exc.filename is None and exc.errno in OUTPUT_ERRNOS:
+    from allsmi.cli.main import is_output_lost
+    if is_output_lost(exc):
         return
     import traceback
     traceback.print_exc()
@@ -136,6 +136,15 @@ def leave_now(code: int, stuck: list[str]) -> None:
     os._exit(code)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data`` to ``fd``, or an ``OSError``: never a part of it in silence (a
+    buffered stream that a reader left takes part of a document and says nothing)."""
+    import os
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class OriginalStdout:
     """The process's stdout as it was when the command started (a private dup of fd 1)."""
 
@@ -147,14 +156,9 @@ class OriginalStdout:
             self._fd = None
 
     def write(self, text: str) -> None:
-        import os
         if self._fd is None:
             import click
             click.echo(text, nl=False)
             return
         sys.stdout.flush()
-        data = text.encode("utf-8")
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        write_all(self._fd, text.encode("utf-8"))
