@@ -222,7 +222,7 @@ def extra_fields(backend: Any) -> str:
 def crosscheck() -> str:
     """tests/hardware (the pass/fail cross-check), run from here as a subprocess."""
     tests = Path(__file__).resolve().parents[1] / "tests" / "hardware"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-m",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "--import-mode=append", "-m",
                            "hardware", "-q", "-rA", str(tests)], capture_output=True, text=True,
                           timeout=180, check=False)
     return f"exit {done.returncode}\n\n```\n{(done.stdout + done.stderr).strip()[-4000:]}\n```"
@@ -328,7 +328,10 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=0.0,
                         help="idle CPU of allsmi serve and nvitop-exporter, measured over this long (0: skip)")
     args = parser.parse_args()
-    out: Path = args.out
+    out: Path = args.out.resolve()
+    # ``python -m allsmi`` must find the installed allsmi, not a checkout's source tree (whose
+    # backends are packaged from its top-level backends/ folder): run from outside it.
+    os.chdir(tempfile.gettempdir())
     out.mkdir(parents=True, exist_ok=True)
     report: list[str] = ["# allsmi's NVIDIA backend on a real GPU", ""]
 
