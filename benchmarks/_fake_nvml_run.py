@@ -17,6 +17,9 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: GPM metric id -> value of an idle Hopper GPU, as a real H200 reported them (every GPU the
+#: harness fakes answers GPM, as real H100s do: its activity reader runs in every figure)
+IDLE_GPM = {2: 0.0, 3: 0.0, 5: 0.0, 10: 0.0, 20: 0.33, 21: 0.09, 60: 0.0, 61: 0.0}
 
 
 class _Patch:
@@ -36,6 +39,8 @@ def install_fake(gpus: int) -> object:
     from tests.backends.nvml_fake import FakeGpu, FakeNvml
 
     fake = FakeNvml([FakeGpu.from_profile("h100-sxm5-80gb", i) for i in range(gpus)])
+    for gpu in fake.gpus:  # Hopper has GPM: an idle H200's figures (docs/hardware-validation.md)
+        gpu.gpm = dict(IDLE_GPM)
     return fake.install(_Patch())  # type: ignore[arg-type]
 
 

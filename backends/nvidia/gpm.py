@@ -27,6 +27,7 @@ What is ``None`` and why (each reason is said once per target, in the backend's 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import time
@@ -35,8 +36,10 @@ from types import ModuleType
 from typing import Any
 
 from allsmi.backends.nvidia import nvml
+from allsmi.backends.nvidia.calls import plain
 from allsmi.backends.nvidia.devices import DeviceFault, Gpu, mark_lost
 from allsmi.backends.nvidia.nvml import error_code
+from allsmi.backends.nvidia.unpack import gpm_layout
 
 #: NVIDIA's minimum distance between the two samples of one interval.
 MIN_INTERVAL_SECONDS = 0.1
@@ -75,6 +78,9 @@ class GpmTarget:
     taken_at: float | None = None
     """When ``samples[0]`` was taken (monotonic); ``None``: no valid previous sample."""
     request: Any = None
+    """The ``nvmlGpmMetricsGet`` request (pynvml's layout as a plain ctypes structure), its
+    metric ids set once (``None``: to be made), and ``byref`` of it."""
+    request_ref: Any = None
     intervals: int = 0
     """Intervals computed since open (the first cycle waits for the first one)."""
     last: dict[str, Any] = field(default_factory=dict)
@@ -90,6 +96,7 @@ class GpmReader:
 
     def __init__(self, pynvml: ModuleType) -> None:
         self.pynvml = pynvml
+        self._fn = pynvml._nvmlGetFunctionPointer  # pynvml's lookup, through its cache
         self.targets: list[GpmTarget] = []
         self._lock = threading.Lock()
 
@@ -207,43 +214,52 @@ class GpmReader:
         return dict(target.last)
 
     def _take(self, target: GpmTarget, handle: Any, position: int) -> None:
+        """``nvmlGpmSampleGet`` (``nvmlGpmMigSampleGet``) into ``samples[position]``: pynvml's
+        entry point, called as its wrapper calls it, and its ``NVMLError`` on failure."""
         sample = target.samples[position]
         if target.gpu_instance_id is None:
-            self.pynvml.nvmlGpmSampleGet(handle, sample)
+            ret = self._fn("nvmlGpmSampleGet")(handle, sample)
         else:
-            self.pynvml.nvmlGpmMigSampleGet(handle, target.gpu_instance_id, sample)
+            ret = self._fn("nvmlGpmMigSampleGet")(handle, target.gpu_instance_id, sample)
+        if ret != nvml.SUCCESS:
+            raise self.pynvml.NVMLError(ret)
 
     def _metrics(self, target: GpmTarget, first: Any, second: Any,
                  warnings: list[str]) -> dict[str, Any]:
         pynvml = self.pynvml
-        asked = list(target.metrics)
+        asked = target.metrics
         if not asked:
             return {}
         request = target.request
-        if request is None:
-            request = target.request = pynvml.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(asked)
+        if request is None:  # made once (again after a metric is dropped): ids and count
+            request = target.request = plain(pynvml.c_nvmlGpmMetricsGet_t)()
+            target.request_ref = ctypes.byref(request)
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(asked)
+            for i, (metric_id, _, _) in enumerate(asked):
+                request.metrics[i].metricId = metric_id
         request.sample1, request.sample2 = first, second
-        for i, (metric_id, _, _) in enumerate(asked):
-            request.metrics[i].metricId = metric_id
-        try:
-            pynvml.nvmlGpmMetricsGet(request)
-        except pynvml.NVMLError as exc:
-            self._failed(target, exc, warnings, call="nvmlGpmMetricsGet")
+        ret = self._fn("nvmlGpmMetricsGet")(target.request_ref)
+        if ret != nvml.SUCCESS:
+            self._failed(target, pynvml.NVMLError(ret), warnings, call="nvmlGpmMetricsGet")
             return {}
+        layout = gpm_layout(type(request), len(asked))
+        if layout is not None:
+            answers = layout.unpack_from(request)
+            results = zip(answers[0::2], answers[1::2])
+        else:
+            results = ((m.nvmlReturn, m.value) for m in request.metrics[:len(asked)])
         out: dict[str, Any] = {}
-        for i, (metric_id, name, scale) in enumerate(asked):
-            metric = request.metrics[i]
-            code = int(metric.nvmlReturn)
+        for (metric_id, name, scale), (code, raw) in zip(list(asked), results):
             if code != nvml.SUCCESS:
                 if code in nvml.NO_VALUE_CODES:
                     target.metrics.remove((metric_id, name, scale))
+                    target.request = None  # the next cycle asks for the others only
                 else:
                     self._say(target, warnings, f"GPM metric {metric_id} ({name}) failed: "
                               f"{pynvml.NVMLError(code)}", key=f"metric {metric_id} {code}")
                 continue
-            value = float(metric.value)
+            value = float(raw)
             if scale is None:
                 plausible = 0.0 <= value <= 100.0
             else:
@@ -251,7 +267,7 @@ class GpmReader:
                 value *= scale
             if not plausible:
                 self._say(target, warnings, f"GPM metric {metric_id} ({name}) answered "
-                          f"{metric.value!r}, out of range; reported as unknown",
+                          f"{raw!r}, out of range; reported as unknown",
                           key=f"range {metric_id}")  # said once, whatever the values
                 continue
             out[name] = value

@@ -41,3 +41,31 @@ def field_layout(entry: type, names: Mapping[int, str]
 def _value_type(entry: type) -> Any:
     """The ctypes type of ``entry``'s ``value`` member (``c_nvmlValue_t``)."""
     return dict(entry._fields_)["value"]  # type: ignore[attr-defined]
+
+
+_GPM_LAYOUTS: dict[tuple[type, int], struct.Struct | None] = {}
+
+
+def gpm_layout(request: type, count: int) -> struct.Struct | None:
+    """For a GPM metrics request (``c_nvmlGpmMetricsGet_t``): one ``struct`` pass giving the
+    ``(nvmlReturn, value)`` of the first ``count`` entries of its ``metrics`` array, from the
+    structures' own offsets (pynvml's structures read each member through a Python
+    ``__getattribute__``: two a metric, every cycle, for every GPU); ``None`` when they are not
+    laid out as ``nvml.h`` has them (then ctypes reads them)."""
+    key = (request, count)
+    if key not in _GPM_LAYOUTS:
+        _GPM_LAYOUTS[key] = None
+        try:
+            array = dict(request._fields_)["metrics"]  # type: ignore[attr-defined]
+            entry = array._type_
+            code, value, size = entry.nvmlReturn, entry.value, ctypes.sizeof(entry)
+            if code.size == 4 and value.size == 8 and value.offset >= code.offset + 4 \
+                    and value.offset + 8 <= size and 0 < count <= array._length_ \
+                    and dict(entry._fields_)["value"] is ctypes.c_double:
+                one = f"I{value.offset - code.offset - 4}xd"
+                gap = f"{size - value.offset - 8 + code.offset}x"
+                _GPM_LAYOUTS[key] = struct.Struct(
+                    f"={request.metrics.offset + code.offset}x" + gap.join([one] * count))  # type: ignore[attr-defined]
+        except (AttributeError, KeyError, TypeError, struct.error):
+            pass
+    return _GPM_LAYOUTS[key]

@@ -208,6 +208,45 @@ def test_a_metric_that_fails_on_its_own(monkeypatch, backends, no_wait):
     assert 10 in [m for m, _, _ in targets[0].metrics]
 
 
+def test_after_a_metric_is_dropped_each_other_keeps_its_own_value(monkeypatch, backends,
+                                                                  no_wait):
+    gpu = hopper()  # SM 20, occupancy 10, DRAM 3.5, PCIe 12 / 48 MiB/s
+    gpu.gpm_metric_errors = {3: 3}  # occupancy NotSupported: the request is made again without it
+    backend = opened(FakeNvml([gpu]), monkeypatch, backends)
+    for _ in range(3):
+        [dev] = backend.sample()
+        assert dev.sm_occupancy_percent is None and dev.compute_active_percent == 20.0
+        assert dev.tensor_active_percent == 0.0 and dev.memory_bandwidth_percent == 3.5
+        assert dev.pcie_tx_bytes_per_second == 12 * MIB and dev.pcie_rx_bytes_per_second == 48 * MIB
+    request = backend._gpm.targets[0].request
+    assert request.numMetrics == 7
+    assert [request.metrics[i].metricId for i in range(7)] == [2, 5, 10, 20, 21, 60, 61]
+
+
+def test_the_answers_read_in_one_pass_are_those_ctypes_reads():
+    import ctypes
+
+    import pynvml
+
+    from allsmi.backends.nvidia.unpack import gpm_layout
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    answers = [(0, 20.0), (3, 0.0), (0, 1e-300), (999, float("nan")), (0, 12582912.0)]
+    for i, (code, value) in enumerate(answers):
+        request.metrics[i].metricId, request.metrics[i].nvmlReturn = 100 + i, code
+        request.metrics[i].value = value
+    unpacked = gpm_layout(type(request), len(answers)).unpack_from(request)
+    read = [(m.nvmlReturn, m.value) for m in request.metrics[:len(answers)]]
+    assert repr(list(zip(unpacked[0::2], unpacked[1::2]))) == repr(read)
+
+    class Odd(ctypes.Structure):  # laid out otherwise: ctypes reads it member by member
+        _fields_ = [("metricId", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint),
+                    ("value", ctypes.c_float)]
+
+    class OddRequest(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("metrics", Odd * 4)]
+    assert gpm_layout(OddRequest, 2) is None and gpm_layout(type(request), 10_000) is None
+
+
 def test_a_sample_call_that_fails_then_recovers(monkeypatch, backends, no_wait):
     gpu = hopper()
     fake = FakeNvml([gpu])
