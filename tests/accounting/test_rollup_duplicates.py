@@ -56,9 +56,15 @@ def test_hours_rolled_up_by_two_vmalerts_and_replayed_twice_bill_once(tmp_path: 
             replayed = export("--prometheus", vm, *args, cwd=tmp_path)
             serve.assert_alive()
     assert written >= 32, written  # the hours were written many times over
+    # Coverage is what the exporters observed: on a loaded machine (the suite runs six workers
+    # on two cores) a cycle can stall past its interval and is, rightly, not observed (0.975 was
+    # seen once). What this test holds is that the roll-ups bill what the raw counters bill.
     for name, (rc, doc, err) in (("raw", raw), ("pair", pair), ("replayed", replayed)):
         assert rc == 0, (name, err)
-        assert doc["coverage_ratio"] == pytest.approx(1.0, abs=0.01), (name, doc["coverage_ratio"])
+    assert raw[1]["coverage_ratio"] >= 0.95, raw[1]["coverage_ratio"]
+    for name, (_, doc, _) in (("pair", pair), ("replayed", replayed)):
+        assert doc["coverage_ratio"] == pytest.approx(raw[1]["coverage_ratio"], abs=0.02), \
+            (name, doc["coverage_ratio"], raw[1]["coverage_ratio"])
     for name, (_, doc, err) in (("pair", pair), ("replayed", replayed)):
         assert doc["source_data"].startswith(f"hourly roll-ups for {4 * HOUR / 3600:g} h"), \
             (name, doc["source_data"])
