@@ -24,11 +24,13 @@ _PLAIN: dict[type, type[ctypes.Structure]] = {}
 
 def plain(struct: type[ctypes.Structure]) -> type[ctypes.Structure]:
     """pynvml's ``struct`` members as a plain ``ctypes.Structure`` (the same layout, members
-    read by ctypes alone), made once per struct."""
+    read by ctypes alone), made once per struct; ``struct`` itself where the copy would not
+    have its size (a packed or otherwise special layout)."""
     made = _PLAIN.get(struct)
     if made is None:
-        made = _PLAIN[struct] = type(struct.__name__.strip("_") + "Plain", (ctypes.Structure,),
-                                     {"_fields_": struct._fields_})
+        made = type(struct.__name__.strip("_") + "Plain", (ctypes.Structure,),
+                    {"_fields_": struct._fields_})
+        made = _PLAIN[struct] = made if ctypes.sizeof(made) == ctypes.sizeof(struct) else struct
     return made
 
 

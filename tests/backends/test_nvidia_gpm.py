@@ -399,3 +399,21 @@ def test_a_target_refused_at_open_is_said_once(monkeypatch, backends, no_wait, m
         said.extend(backend.warnings)
     refused = [w for w in said if "no compute activity" in w]
     assert len(refused) == 1, said
+
+
+def test_a_structure_whose_plain_copy_would_differ_is_used_as_it_is():
+    import ctypes
+
+    from allsmi.backends.nvidia.calls import plain
+
+    class Packed(ctypes.Structure):  # a layout the plain copy would not keep
+        _pack_ = 1
+        _fields_ = [("version", ctypes.c_uint8), ("value", ctypes.c_double)]
+
+    class Plainly(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("value", ctypes.c_double)]
+    assert plain(Packed) is Packed
+    made = plain(Plainly)
+    assert made is not Plainly and ctypes.sizeof(made) == ctypes.sizeof(Plainly)
+    assert [(n, getattr(made, n).offset) for n, _ in Plainly._fields_] == \
+        [(n, getattr(Plainly, n).offset) for n, _ in Plainly._fields_]
