@@ -174,19 +174,23 @@ def _cpu_bound(a: ProcessActivity) -> float:
 def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], link: float | None,
              ib: float | None, node: NodeActivity, s: ActivitySettings) -> str:
     """Why the holder cannot be called idle: the first signal unread or not quiet ("" none)."""
-    if len(seen) and any(a.cpu_cores is None for a in seen):
-        return "no measurement interval yet" if not any(a.problems for a in seen) \
-            else seen[0].problems[0]
+    if any(a.cpu_cores is None for a in seen):  # a process's problem, else a new process
+        return next((a.problems[0] for a in seen if a.cpu_cores is None and a.problems),
+                    "no measurement interval yet")
     if any(r is None for r in reads):
         problem = next((p for a in seen for p in a.problems if "/io" in p), "")
         return problem or "read rates unknown"
+    if any(a.blocked_threads is None and a.blocked_fraction is None for a in seen):
+        return next((p for a in seen for p in a.problems if "task" in p),
+                    "its threads' states were not read")
     cpu = max(_cpu_bound(a) for a in seen)
     if cpu >= s.quiet_cpu_fraction:
         return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"
-    if link is None and ib is None:
-        net = node.network_rx_bytes_per_second
+    if link is None:  # no links of its own: the node's InfiniBand (quiet, else communication)
+        net = node.network_rx_bytes_per_second  # and its network must both be quiet
         if net is None:
-            return "device links and node network not reported"
+            return "device links and node network not reported" if ib is None \
+                else "node network not reported (device links not reported)"
         total = net + (node.network_tx_bytes_per_second or 0.0)
         if total >= s.communication_bytes_per_second:
             return f"node network at {_mb(total)} (device links not reported)"
@@ -287,22 +291,13 @@ class WaitingClassifier:
         from allsmi.hostactivity.simulated import SimulatedHostActivity
         return cls(settings, SimulatedHostActivity(sources), detail=False)
 
-    def _detailed(self, devices: Sequence[DeviceSample]) -> set[int]:
-        """The processes whose threads' states are worth reading: those on devices below the
-        idle threshold (or with no activity figure), where the waiting reason is decided."""
-        out = set()
-        for dev in devices:
-            activity = device_activity(dev)
-            if activity is None or activity[0] < self.settings.idle_threshold_percent:
-                out.update(p.pid for p in dev.processes or ())
-        return out
-
     def _undecided(self, devices: Sequence[DeviceSample]) -> set[int]:
         """The processes whose evidence :func:`classify_holder` may read: those of devices
         below the idle threshold (or with no activity figure), and elsewhere those reporting
         0 % of their device (a holder all of whose processes do is not computing); the
-        others' holders are computing, whatever their host did. Asked of a source that makes
-        its evidence (the simulation's) instead of all holders' processes."""
+        others' holders are computing, whatever their host did. A real host's sampler reads
+        these processes' threads' states (I/O wait); a source that makes its evidence (the
+        simulation's) is asked for these processes only."""
         threshold = self.settings.idle_threshold_percent
         out = set()
         for dev in devices:
@@ -334,7 +329,8 @@ class WaitingClassifier:
             return None
         try:
             if self.detail:
-                host = self.source.sample(holder_pids(devices), self._detailed(devices))
+                # threads' states are read where the reason is decided on host evidence
+                host = self.source.sample(holder_pids(devices), self._undecided(devices))
             else:
                 host = self.source.sample(self._undecided(devices))
         except Exception as exc:  # a reader's bug must not cost the cycle
@@ -350,6 +346,18 @@ class WaitingClassifier:
             if key not in self._logged and len(self._logged) < 64:
                 self._logged.add(key)
                 log.warning("host activity: %s", problem)
-        return [None if dev.id in holders_unknown
-                else classify(dev, host, self.settings, self._memo, self._holders, self.explain)
+        return [None if dev.id in holders_unknown else self._classified(dev, host)
                 for dev in devices]
+
+    def _classified(self, dev: DeviceSample, host: HostActivity) -> tuple[HolderWaiting, ...] | None:
+        """:func:`classify`; a bug of its own costs the device's holders their reason
+        (``unknown``, saying so), never the cycle."""
+        try:
+            return classify(dev, host, self.settings, self._memo, self._holders, self.explain)
+        except Exception as exc:
+            if "classify" not in self._logged:
+                self._logged.add("classify")
+                log.exception("waiting classification failed")
+            why = f"unknown: the classification failed ({type(exc).__name__}: {exc})"
+            return tuple(HolderWaiting("unknown", why, user=h.user, namespace=h.namespace,
+                                       pod=h.pod, job_id=h.job) for h, _ in holders(dev)) or None

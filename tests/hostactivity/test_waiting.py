@@ -134,6 +134,79 @@ def test_unknown_is_said_never_guessed() -> None:
     assert reason(dev(), host(proc(), node=busy_net))[0] == "unknown"
 
 
+def test_a_new_process_beside_one_with_a_problem_is_unknown_naming_the_problem() -> None:
+    procs = (ProcessSample(1, "ann"), ProcessSample(2, "ann"))
+    denied = ProcessActivity(pid=2, problems=("/proc/2/io unreadable (needs CAP_SYS_PTRACE)",))
+    for first, second in ((proc(1, cpu=None, read=None), denied), (denied, proc(1, cpu=None))):
+        r, why = classify_holder(dev(procs=procs), procs, host(first, second), S)
+        assert r == "unknown" and "/proc/2/io unreadable" in why, why
+    r, why = classify_holder(dev(procs=procs), procs, host(proc(1, cpu=None), proc(2, cpu=None)), S)
+    assert r == "unknown" and "no measurement interval yet" in why
+
+
+def test_idle_is_never_said_of_a_process_whose_threads_were_not_read() -> None:
+    unread = ProcessActivity(pid=1, cpu_cores=0.01, threads=4, read_bytes_per_second=0.0,
+                             throttled_fraction=0.0, problems=("/proc/1/task unreadable",))
+    r, why = reason(dev(), host(unread))
+    assert r == "unknown" and "/proc/1/task unreadable" in why
+    r, why = reason(dev(), host(ProcessActivity(pid=1, cpu_cores=0.01, read_bytes_per_second=0.0)))
+    assert r == "unknown" and "threads' states were not read" in why
+
+
+def test_without_device_links_a_busy_node_network_is_not_quiet_even_beside_quiet_infiniband(
+        ) -> None:
+    quiet_ib_busy_net = NodeActivity(infiniband_rx_bytes_per_second=0.0,
+                                     infiniband_tx_bytes_per_second=0.0,
+                                     network_rx_bytes_per_second=3e9, network_tx_bytes_per_second=0.0)
+    r, why = reason(dev(), host(proc(), node=quiet_ib_busy_net))
+    assert r == "unknown" and "node network at 3000 MB/s" in why
+    quiet_ib_no_net = NodeActivity(infiniband_rx_bytes_per_second=0.0,
+                                   infiniband_tx_bytes_per_second=0.0)
+    assert reason(dev(), host(proc(), node=quiet_ib_no_net))[0] == "unknown"
+    quiet_ib_quiet_net = NodeActivity(infiniband_rx_bytes_per_second=0.0,
+                                      infiniband_tx_bytes_per_second=0.0,
+                                      network_rx_bytes_per_second=1e3, network_tx_bytes_per_second=1e3)
+    assert reason(dev(), host(proc(), node=quiet_ib_quiet_net))[0] == "nothing"
+    # a device with links of its own: its links decide, whatever the node's network does
+    assert reason(dev(link=0.0), host(proc(), node=quiet_ib_busy_net))[0] == "nothing"
+
+
+def test_threads_are_read_for_holders_at_zero_on_a_busy_device_too() -> None:
+    asked: list[object] = []
+
+    class Recording:
+        def sample(self, pids: object, detailed: object = None) -> HostActivity:
+            asked.append(set(detailed or ()))
+            return host(proc(1, blocked=1), proc(2))
+
+    procs = (ProcessSample(1, "ann", utilization_percent=0.0),
+             ProcessSample(2, "bob", utilization_percent=80.0))
+    (out,) = WaitingClassifier(S, source=Recording()).apply(
+        [dev(util=80.0, active=60.0, procs=procs, link=0.0)])
+    assert asked == [{1}]
+    assert {w.user: w.reason for w in out.waiting or ()} == {"ann": "input", "bob": "computing"}
+
+
+def test_a_classification_that_fails_costs_its_holders_their_reason_not_the_cycle(
+        monkeypatch) -> None:
+    import allsmi.waiting as waiting
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise IndexError("bug")
+    monkeypatch.setattr(waiting, "classify", broken)
+    step = WaitingClassifier(S, source=_Quiet())
+    first, second = dev(), dev(procs=())
+    out = step.apply([first, second])
+    assert [w.reason for w in out[0].waiting or ()] == ["unknown"]
+    assert "classification failed (IndexError: bug)" in out[0].waiting[0].evidence  # type: ignore[index]
+    assert out[1].waiting is None
+
+
+class _Quiet:
+    def sample(self, pids: object, detailed: object = None) -> HostActivity:
+        return host(proc())
+
+
 def test_a_holder_whose_processes_report_zero_on_a_busy_shared_device_is_not_computing() -> None:
     procs = (ProcessSample(1, "ann", utilization_percent=80.0),
              ProcessSample(2, "bob", utilization_percent=0.0))
