@@ -165,3 +165,22 @@ def test_mixed_node_has_shared_gpus_whose_holders_differ_in_activity() -> None:
         for d in b.sample():
             if d.backend in ("gaudi", "furiosa", "tenstorrent") or d.parent:
                 assert all(p.utilization_percent is None for p in d.processes or ())
+
+
+def test_an_activity_that_is_the_headline_under_another_name_equals_it_stalled_or_not() -> None:
+    """engine_time and pe_busy are the vendors' headline figures (docs/activity.md): every
+    simulated device that names one gives the same value, over an hour of its jobs and stalls;
+    sm_active devices still show their stalls below the headline."""
+    node = _Node()
+    same = below = 0
+    for step in range(0, 3600, 150):
+        for dev in node.sample(T + step).values():
+            source = getattr(dev, "compute_active_source")
+            active, util = getattr(dev, "compute_active_percent"), getattr(dev, "utilization_percent")
+            if source in ("engine_time", "pe_busy") and util is not None:
+                assert active == util, (dev, step)
+                same += 1
+            elif source == "sm_active" and util is not None and active is not None \
+                    and active < util - 20:
+                below += 1
+    assert same > 100 and below > 0, (same, below)

@@ -347,7 +347,7 @@ class SimulatedBackend(BilledSampling, Backend):
             procs_parent: tuple[ProcessSample, ...] = ()
         else:
             _, _, used_total, procs_parent, job, r = loads[0]
-            activity = self._activity(unit, job, r, mean_util, procs_parent)
+            activity = self._activity(unit, job, r, util, procs_parent)  # (the cores' mean)
             if unit.index in spec.busy_looking and util is not None:
                 util = busy_looking_utilization(util, bool(procs_parent))
         parent = moved(

@@ -140,7 +140,7 @@ class BilledSampling:
             shown: float = sum(per_core) / len(per_core)
         else:
             shown = mean_util
-        fields = self._activity(unit, job, r, mean_util, procs)
+        fields = self._activity(unit, job, r, shown, procs)  # (as _sample_unit: the cores' mean)
         if looking:
             shown = busy_looking_utilization(shown, bool(procs))
         if not procs and shown == 0.0:
