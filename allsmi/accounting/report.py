@@ -18,7 +18,8 @@ module groups them by the ``--group-by`` keys and computes the columns.
   ``[accounting] idle_threshold_percent`` (never more than the allocated hours);
 * ``cost`` = billed_device_hours x price_per_device_hour + energy_kwh x
   price_per_kwh, with the group's prices from the configuration at export
-  time; a price that is not set charges nothing, and with neither price set
+  time; a price that is not set charges nothing, and with neither price set,
+  or with a priced quantity unknown (hours, or with ``price_per_kwh`` the energy),
   the cost is empty (never an invented 0). A group with ``bill_by = "used"`` prices the
   used (busy) device-hours at the billing share instead of the billed ones;
 * ``allocation_method`` / ``usage_method``: how the row's allocated time, and its used time
@@ -27,7 +28,8 @@ module groups them by the ``--group-by`` keys and computes the columns.
 * ``carbon_gco2e`` = energy_kwh x the group's ``grid_gco2e_per_kwh`` (else
   ``[accounting] grid_gco2e_per_kwh``); empty when neither is set or energy is unknown;
 * ``idle_cost``: the part of ``cost`` spent on allocated-but-idle time: idle billed
-  device-hours x price_per_device_hour + the energy of idle time x price_per_kwh;
+  device-hours x price_per_device_hour + the energy of idle time x price_per_kwh; empty
+  when ``cost`` is;
 * ``coverage_ratio`` = observed hours / (device_count x window hours). A device
   that moved to another group mid-window appears in both groups' rows with
   the part of the window it spent there; the overall coverage (exit status)
@@ -336,9 +338,10 @@ def _budget(budget: float | None, cost: float | None,
 
 def _money(grp: "object", hours: float | None, kwh: float | None) -> float | None:
     """hours x price_per_device_hour + kwh x price_per_kwh; ``None`` with neither price set, or
-    when the priced hours are unknown (never a made-up 0)."""
+    when the priced hours or the priced energy are unknown (never a made-up 0)."""
     per_hour, per_kwh = grp.price_per_device_hour, grp.price_per_kwh  # type: ignore[attr-defined]
-    if per_hour is None and per_kwh is None or per_hour is not None and hours is None:
+    if per_hour is None and per_kwh is None or per_hour is not None and hours is None \
+            or per_kwh is not None and kwh is None:
         return None
     cost = 0.0
     if per_hour is not None and hours is not None:
@@ -433,6 +436,7 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
         intensity = grp.grid_gco2e_per_kwh if grp.grid_gco2e_per_kwh is not None \
             else carbon_default
         carbon = None if intensity is None or kwh is None else kwh * intensity
+        cost = _money(grp, priced_h, kwh)
         rows.append(Row(
             window=window, resource_group=group, labels=labels, vendor=vendor, model=model,
             host=host, user=user, namespace=namespace, pod=pod, job=job, device_count=count,
@@ -446,20 +450,21 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
                                    if acc.mem_sum is not None and acc.mem_samples else None),
             peak_memory_used_bytes=acc.mem_peak,
             price_per_device_hour=grp.price_per_device_hour, price_per_kwh=grp.price_per_kwh,
-            cost=_money(grp, priced_h, kwh), currency=grp.currency,
+            cost=cost, currency=grp.currency,
             coverage_ratio=whole.observed / (count * seconds) if count else None,
             attribution_coverage_ratio=(min(1.0, whole.attributed / whole.observed)
                                         if whole.attributed is not None and whole.observed > 0
                                         else None),
             idle_allocated_device_hours=idle_h,
-            idle_cost=None if idle_h is None else _money(grp, idle_billed_h, idle_kwh),
+            idle_cost=None if idle_h is None or cost is None
+            else _money(grp, idle_billed_h, idle_kwh),
             idle_devices=tuple(sorted(acc.idle_devices)),
             idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh,
             used_billed_device_hours=used_billed_h,
             allocation_method=acc.allocation_method, usage_method=acc.usage_method,
             carbon_gco2e=carbon, bill_by=grp.bill_by,
-            **_activity(acc, _money(grp, priced_h, kwh)),
-            **_budget(grp.budget_per_month, _money(grp, priced_h, kwh), factor)))
+            **_activity(acc, cost),
+            **_budget(grp.budget_per_month, cost, factor)))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,
                   source_data=source_data,

@@ -67,3 +67,25 @@ def test_a_holder_idle_for_less_than_the_output_shows_is_not_listed_idle() -> No
     listed = idle_rows(report)
     assert [r["user"] for r in listed] == ["shown"]
     assert listed[0]["idle_allocated_device_hours"] == 2e-6
+
+
+def test_a_price_per_kwh_on_devices_without_energy_is_an_unknown_cost_not_0(tmp_path: Path) -> None:
+    """Devices that report no energy (no counter, no power) priced per kWh: the cost, and with
+    it the idle cost, the waiting costs and the budget's use, are unknown; beside a price per
+    device-hour too, the hours alone are not the bill. A device with power keeps its cost."""
+    db = tmp_path / "ledger.db"
+    record(db, [snap(T0 + t, device("NPU-0", util=None if t < 60 else 40.0, vendor="neuron",
+                                    users=["ann"]),
+                     device("GPU-a", util=40.0, power=300.0, users=["bob"], group="gpus"))
+                for t in range(0, 121, 10)])
+    parts, _ = ledger_parts(db, window(T0, T0 + 120), by_holder=False)
+    for prices in ("price_per_kwh = 0.3", "price_per_kwh = 0.3\nprice_per_device_hour = 2.0"):
+        cfg = config(f"[groups.default]\n{prices}\ncurrency = \"EUR\"\nbudget_per_month = 100\n"
+                     f"[groups.gpus]\n{prices}\ncurrency = \"EUR\"\n")
+        rep = build_report(parts, window(T0, T0 + 120), ("resource_group",), cfg)
+        by_group = {r.resource_group: r for r in rep.rows}
+        npu, gpu = by_group["default"], by_group["gpus"]
+        assert npu.energy_kwh is None and npu.allocated_device_hours and npu.cost is None, prices
+        assert npu.idle_cost is None and npu.budget_used_ratio is None, prices
+        assert npu.waiting_cost is None, prices
+        assert gpu.energy_kwh and gpu.cost is not None and gpu.cost > 0, prices
