@@ -47,7 +47,8 @@ class ConfigError(Exception):
         self.path, self.line, self.key, self.message = path, line, key, message
         self.key_path = key_path
         """The key as its table names (``("rules", "2", "vendor")``), where one is known."""
-        where = str(path) if path else "<config>"
+        from allsmi.text import escaped  # (errors are rare: not imported for every start)
+        where = escaped(str(path)) if path else "<config>"
         if line:
             where += f", line {line}"
         if key:
@@ -394,7 +395,12 @@ class _Validator:
                 raise self.fail("label names must match [a-zA-Z_][a-zA-Z0-9_]*, not start with '__' "
                                 "and not be one of allsmi's own labels", "groups", name, "labels", key)
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise self.fail("label values must be strings", "groups", name, "labels", key)
+                raise self.fail("label values must be strings (a number is taken as its "
+                                "text)", "groups", name, "labels", key)
+            if group_name_problem(str(value)):  # shown and exported as devices' labels are
+                raise self.fail("label values must be printable text of at most 256 "
+                                "characters (no control, format or bidirectional characters)",
+                                "groups", name, "labels", key)
             labels[key] = str(value)
         prices: dict[str, float | None] = {}
         for key in ("price_per_device_hour", "price_per_kwh"):

@@ -63,6 +63,16 @@ def clean_text(value: str, max_length: int = MAX_NAME) -> str:
     return value
 
 
+def escaped(value: str) -> str:
+    """``value`` with each control, format or bidirectional character written as its escape
+    (``\\x1b``): text a user gave (a path, an environment variable) shown as it is, without
+    reaching the terminal as a control sequence."""
+    if value.isprintable():
+        return value
+    return _BAD.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii")
+                    if m.group(0) <= "\uffff" else repr(m.group(0))[1:-1], value)
+
+
 def clean_optional(value: str | None, max_length: int = MAX_NAME) -> str | None:
     """:func:`clean_text` that passes ``None`` through."""
     return None if value is None else clean_text(value, max_length)

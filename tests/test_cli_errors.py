@@ -259,3 +259,49 @@ def test_a_reader_that_leaves_early_is_exit_1_never_0() -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ['"x\\u001b[31mred\\u0007"', '"a\\u202eb"', '"' + "x" * 300 + '"'])
+def test_a_group_label_value_that_could_not_be_shown_as_given_is_refused(
+        value: str, tmp_path: Path) -> None:
+    config = tmp_path / "labels.toml"
+    config.write_text(f'[groups.a]\nlabels = {{ team = {value} }}\n')
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--format", "prometheus", "--config",
+                     str(config), env=ENV)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert f"{config}, line 2, key 'groups.a.labels.team': label values must be printable" \
+        in out.stderr, out.stderr
+
+
+def test_serve_options_blame_where_the_value_was_given(tmp_path: Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text('[serve]\nprocesses = "yes"\n')
+    out = run_allsmi("serve", "--simulate", "mixed", "--config", str(config), "--listen",
+                     "127.0.0.1:1", env=ENV)
+    assert out.returncode == 2 and f"{config}, line 2, key 'serve.processes': expected true " \
+        "or false, got 'yes'" in out.stderr, out.stderr
+    config.write_text("[serve]\nenergy_max_gap_seconds = 100\n")
+    out = run_allsmi("serve", "--simulate", "mixed", "--config", str(config), "--interval", "60",
+                     "--energy-max-gap", "30", "--listen", "127.0.0.1:1", env=ENV)
+    assert out.returncode == 2 and "allsmi: --energy-max-gap: must be at least the sampling " \
+        "interval (60 s), got 30.0" in out.stderr, out.stderr
+    out = run_allsmi("serve", "--simulate", "mixed", "--listen", "127.0.0.1:1",
+                     env={**ENV, "ALLSMI_SERVE_ENERGY_MAX_GAP": "0.001"})
+    assert out.returncode == 2 and "$ALLSMI_SERVE_ENERGY_MAX_GAP: must be at least" in out.stderr
+
+
+def test_paths_and_variables_a_user_gave_are_shown_escaped_never_obeyed(tmp_path: Path) -> None:
+    config = tmp_path / "c\x1b]0;T\x07.toml"
+    config.write_text("[collector]\nbogus = 1\n")
+    out = run_allsmi("snapshot", "--simulate", "mixed", "--config", str(config), env=ENV)
+    assert out.returncode == 2 and "\x1b" not in out.stderr and "\x07" not in out.stderr
+    assert "c\\x1b]0;T\\x07.toml, line 2, key 'collector.bogus'" in out.stderr, out.stderr
+    out = run_allsmi("doctor", env={**ENV, "ALLSMI_HL_SMI": "/tmp/e\x1b[31mvil"})
+    assert "\x1b" not in out.stdout + out.stderr
+    assert "ALLSMI_HL_SMI=/tmp/e\\x1b[31mvil" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("hosts", ["", " , "])
+def test_view_with_hosts_that_name_nobody_is_refused_not_the_local_node(hosts: str) -> None:
+    out = run_allsmi("view", "--hosts", hosts, env=ENV)
+    assert out.returncode == 2 and out.stdout == "" and "--hosts names no host" in out.stderr

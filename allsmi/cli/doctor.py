@@ -187,8 +187,11 @@ def doctor(as_json: bool, **opts: Any) -> None:
 def _render(report: dict[str, Any], as_json: bool) -> str:
     if as_json:
         return json.dumps(report, indent=2) + "\n"
+    from allsmi.text import escaped
     lines: list[str] = []
-    echo = lines.append
+
+    def echo(line: str) -> None:  # paths, environment and tool text shown, never obeyed
+        lines.append(escaped(line))
     echo(f"allsmi {report['allsmi_version']}  Python {report['python']}  {report['platform']}")
     echo(f"host {report['hostname']}  uid {report['user']['uid']}  "
          f"groups {', '.join(report['user']['groups']) or '-'}")

@@ -93,6 +93,9 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
     for key in section:
         if key not in SERVE_KEYS:
             raise config.error(f"unknown key (allowed: {', '.join(SERVE_KEYS)})", "serve", key)
+    if "processes" in section and not isinstance(section["processes"], bool):  # TOML's own
+        raise config.error(f"expected true or false, got {section['processes']!r}",
+                           "serve", "processes")
     base = config.path.parent if config.path else Path(".")
 
     def pick(key: str, convert: Any) -> Any:
@@ -123,7 +126,7 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
         if isinstance(value, bool):
             return value
         if isinstance(value, str):
-            return _bool(value)
+            return _bool(value)  # the environment's text (the file's is checked above)
         raise ValueError(f"expected true or false, got {value!r}")
 
     listen = pick("listen", text) or DEFAULT_LISTEN
@@ -140,9 +143,15 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
         gap = config.section("ledger")["max_gap_seconds"]  # validated by the ledger settings
     if gap is not None and gap < interval:
         # A gap shorter than the sampling interval would bridge nothing: every second lost.
-        raise config.error(f"must be at least the sampling interval ({interval:g} s), got {gap!r}",
-                           *(("serve", "energy_max_gap_seconds") if "energy_max_gap_seconds" in section
-                             else ("ledger", "max_gap_seconds")))
+        # The message names where the gap was given: the flag, the environment, else the file.
+        problem = f"must be at least the sampling interval ({interval:g} s), got {gap!r}"
+        if flags.get("energy_max_gap_seconds") is not None:
+            raise ValueError(f"--energy-max-gap: {problem}")
+        if environ.get(ENV["energy_max_gap_seconds"]):
+            raise ValueError(f"${ENV['energy_max_gap_seconds']}: {problem}")
+        raise config.error(problem, *(("serve", "energy_max_gap_seconds")
+                                      if "energy_max_gap_seconds" in section
+                                      else ("ledger", "max_gap_seconds")))
     web = pick("web_config", text)
     ledger = pick("ledger", text)
     return ServeOptions(host=host, port=port, interval=interval,

@@ -70,6 +70,8 @@ def view(hosts: tuple[str, ...], hostfile: str | None, prometheus: str | None, m
     s = settings(**opts)
     options = _options(s, theme, sort)
     urls = _split_hosts(hosts)
+    if hosts and not urls:  # `--hosts "$HOSTS"` with nothing in it: never the local node instead
+        raise fail(f"--hosts names no host (got {', '.join(repr(h) for h in hosts)})")
     if hostfile:
         from allsmi.dashboard.sources.cluster import HostfileError, read_hostfile
         try:
