@@ -206,6 +206,10 @@ class Report:
     """Which of the source's data gave the figures (Prometheus: roll-ups or raw counters)."""
     warnings: tuple[str, ...] = ()
     """The source's warnings about partial answers (accepted by ``--allow-partial``)."""
+    budget_totals: tuple[tuple[str, float | None, float | None], ...] | None = None
+    """Per budgeted group, (group, month-to-date budget used, forecast to the month's end) over
+    every row of the month to date, where they were read from another report than this one's
+    rows (a window shorter than the month, grouped by holders that came and went)."""
 
 
 #: The grouping keys of a device part, and of a holder share (``--group-by``).

@@ -50,4 +50,22 @@ def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
         rows.append(replace(row, budget_used_ratio=None if month is None else month.budget_used_ratio,
                             forecast_month_end_cost=None if month is None
                             else month.forecast_month_end_cost))
-    return replace(report, rows=tuple(rows) if isinstance(report.rows, tuple) else rows)
+    return replace(report, rows=tuple(rows) if isinstance(report.rows, tuple) else rows,
+                   budget_totals=group_totals(to_date.rows))
+
+
+def group_totals(rows: Any) -> tuple[tuple[str, float | None, float | None], ...]:
+    """Per budgeted group, (budget used, forecast to the month's end) summed over ``rows``
+    (``None`` where a row's is unknown): the month to date's rows hold every holder of the
+    month, where a shorter window's rows hold only those it saw."""
+    used: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.budget is not None:
+            used.setdefault(row.resource_group, []).append(row)
+    return tuple((group, _sum([r.budget_used_ratio for r in group_rows]),
+                  _sum([r.forecast_month_end_cost for r in group_rows]))
+                 for group, group_rows in sorted(used.items()))
+
+
+def _sum(values: list[Any]) -> float | None:
+    return None if None in values else float(sum(values))

@@ -132,20 +132,26 @@ def _low_coverage(report: Any, threshold: float, most: int = 5) -> list[str]:
 def warn_budgets(report: Any) -> None:
     """Name on stderr each group whose cost (or forecast to the month's end) is above its
     budget; the CSV's budget columns say the same per row."""
-    groups: dict[str, list[Any]] = {}
-    for row in report.rows:  # holder rows add up to their devices' rows: each counted once
+    from allsmi.cli.budgets import group_totals
+    first = {}
+    for row in report.rows:
         if row.budget is not None:
-            groups.setdefault(row.resource_group, []).append(row)
-    for group, rows in sorted(groups.items()):
-        budget, currency = rows[0].budget, rows[0].currency or ""
-        used = [r.budget_used_ratio for r in rows]
-        cost = sum(used) * budget if None not in used else 0.0  # the month to date
-        forecasts = [r.forecast_month_end_cost for r in rows]
+            first.setdefault(row.resource_group, row)
+    # The month to date's own totals where a shorter window was billed (its holder rows hold
+    # only the holders it saw), else this report's rows (holder rows add up to their group's).
+    totals = report.budget_totals if report.budget_totals is not None \
+        else group_totals(report.rows)
+    for group, used, forecast in totals:
+        row = first.get(group)
+        if row is None or used is None:
+            continue
+        budget, currency = row.budget, row.currency or ""
+        cost = used * budget  # the month to date
         if cost > budget:
             click.echo(f"allsmi: group {group} cost {cost:.2f} {currency} this month to date, "
                        f"above its monthly budget of {budget:g} {currency}", err=True)
-        elif None not in forecasts and sum(forecasts) > budget:
-            click.echo(f"allsmi: group {group} is forecast to cost {sum(forecasts):.2f} "
+        elif forecast is not None and forecast > budget:
+            click.echo(f"allsmi: group {group} is forecast to cost {forecast:.2f} "
                        f"{currency} this month, above its budget of {budget:g} {currency}",
                        err=True)
 

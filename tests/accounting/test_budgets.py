@@ -87,6 +87,38 @@ def test_budget_columns_are_the_month_to_date_whatever_the_window(tmp_path: Path
     assert float(rows["training"]["budget_used_ratio"]) == pytest.approx(96.0 / 1e5, rel=1e-3)
 
 
+def test_over_budget_is_said_of_the_group_whoever_the_window_saw(tmp_path: Path) -> None:
+    """alice held the GPU on the 1st, bob on the 2nd: grouped by user, the 2nd's window has
+    bob's row only (his 48 EUR of the month), yet the group's month to date is 96 EUR, over a
+    60 EUR budget: the warning is the group's, as with --group-by resource_group."""
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.config import parse_config
+
+    from .helpers import T0, device, snap
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, parse_config(CONFIG.format(budget=60)
+                                          + "\n[ledger]\nmax_gap_seconds = 120\n"))
+    start = T0 - 86400  # 2026-03-01T00:00:00Z
+    for k in range(2 * 1440 + 1):
+        user = "alice" if k < 1440 else "bob"
+        rec.on_snapshot(replace(snap(start + 60 * k, device("GPU-a", util=50.0, users=[user],
+                                                            group="training", power=300.0)),
+                                monotonic=1000.0 + 60 * k))
+    rec.close()
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=60))
+    said = []
+    for group_by in ("resource_group", "resource_group,user"):
+        out = run("--ledger", str(db), "--period", "2026-03-02", "--group-by", group_by,
+                  "--format", "json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        said.append([line for line in out.stderr.splitlines() if "training" in line])
+        rows = [r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training"]
+        assert sum(r["cost"] for r in rows) == pytest.approx(48.0, rel=1e-3)
+    assert said[0] == said[1] == [
+        "allsmi: group training cost 96.00 EUR this month to date, above its monthly budget "
+        "of 60 EUR"], said
+
+
 def test_a_month_from_its_first_day_forecasts_from_itself(tmp_path: Path) -> None:
     (tmp_path / "c.toml").write_text(CONFIG.format(budget=100))
     first = dt.date.today().replace(day=1)
