@@ -47,6 +47,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nvidia_hardware import stop  # noqa: E402  (benchmarks/nvidia_hardware.py)
+
 #: GPM metric id -> (dmon's column as printed, allsmi's field, scale from allsmi's unit to dmon's)
 METRICS: dict[int, tuple[str, float]] = {
     2: ("compute_active_percent", 1.0), 3: ("sm_occupancy_percent", 1.0),
@@ -252,11 +255,7 @@ def main() -> None:
                 (args.out / "activity.md").write_text("\n".join(report))
                 print(f"{name}: {time.monotonic() - started:.1f} s", flush=True)
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
         (args.out / "activity.json").write_text(json.dumps(raw, indent=1, default=str))
     print(json.dumps({"report": str(args.out / "activity.md")}))
 

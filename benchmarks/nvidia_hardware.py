@@ -253,11 +253,16 @@ def scrape(out: Path) -> str:
                                                "allsmi_backend_up"))]
         return "```\n" + "\n".join(keep[:60]) + "\n```"
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
+
+
+def stop(server: subprocess.Popen[Any]) -> None:
+    """Ask a server to end (SIGTERM), kill it after 10 s."""
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 def startup_and_idle(runs: int, idle: float) -> str:
