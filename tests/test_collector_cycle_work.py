@@ -217,13 +217,15 @@ def test_a_group_s_name_and_labels_are_cleaned_once_per_assignment_each_device_i
 
     from dataclasses import replace
     long = "y" * 300
-    parsed = parse_config(f'[[rules]]\nmodel = "H100"\nresource_group = "beta"\n\n'
-                          f'[groups.beta]\nlabels = {{ team = "b\\u0007{long}", other = "v\\u001b" }}\n')
-    # A group name a config file may not hold (refused there: tests/test_config.py), as a
-    # scenario or a future source could hand it over: the collector still cleans it.
+    parsed = parse_config('[[rules]]\nmodel = "H100"\nresource_group = "beta"\n\n'
+                          '[groups.beta]\nlabels = { team = "b", other = "v" }\n')
+    # A group name and label values a config file may not hold (refused there:
+    # tests/test_cli_errors.py), as a scenario or a future source could hand them over: the
+    # collector still cleans them.
     group = "beta\x1b[2J\u202e" + "x" * 300
+    hostile = {"team": f"b\u0007{long}", "other": "v\u001b"}
     config = replace(parsed, rules=tuple(replace(r, resource_group=group) for r in parsed.rules),
-                     groups={group: replace(parsed.groups["beta"], name=group)})
+                     groups={group: replace(parsed.groups["beta"], name=group, labels=hostile)})
     raw_labels = dict(config.group(group).labels)
     collector = Collector([Three()], config, interval_seconds=1.0, timeout_seconds=5.0)
     try:

@@ -1,15 +1,13 @@
 """Scenario files of the simulation: reading, ``include``, and strict validation.
 
-A scenario is validated whole: every key of every file (the one given and those it
-includes) is checked for its type and range, and entries that refer to each other
-(``[[partitions]]`` and ``[[faults]]`` naming a device or a backend) are checked against
-the merged scenario. Every problem is a :class:`ScenarioError` naming the file, the line
+A scenario is validated whole: every key of every file (the one given and those it includes)
+is checked for its type and range, and entries that refer to each other (``[[partitions]]``
+and ``[[faults]]`` naming a device or a backend) are checked against the merged scenario. Every problem is a :class:`ScenarioError` naming the file, the line
 and the key, which the CLI turns into exit code 2.
 
-``include = "NAME"`` (or a path) starts from another scenario: the including file's
-top-level scalars (``name``, ``seed``, ``epoch``, ``users``, ``commands``) replace the
-included ones, and its ``[[devices]]``, ``[[partitions]]`` and ``[[faults]]`` are added
-to the included ones.
+``include = "NAME"`` (or a path) starts from another scenario: the including file's top-level
+scalars (``name``, ``seed``, ``epoch``, ``users``, ``commands``) replace the included ones, and
+its ``[[devices]]``, ``[[partitions]]`` and ``[[faults]]`` are added to the included ones.
 
 ``[groups.NAME]`` and ``[[rules]]`` are the scenario's default resource groups, in the
 configuration file's format: their shape is checked here, their values by the configuration's
@@ -23,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import sys
+import time
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -327,17 +326,18 @@ def _group_tables(f: _File) -> GroupTables | None:
 
 
 def _epoch(f: _File, raw: Any) -> float:
-    if isinstance(raw, dt.datetime):
-        when = raw
-    elif isinstance(raw, str):
+    when = raw if isinstance(raw, dt.datetime) else None
+    if isinstance(raw, str):
         try:
             when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError:
-            raise f.error(f"must be an RFC 3339 date-time, got {raw!r}", "epoch") from None
-    else:
+            pass
+    if when is None:
         raise f.error(f"must be an RFC 3339 date-time, got {raw!r}", "epoch")
     if when.tzinfo is None:
         raise f.error(f"needs a UTC offset (e.g. 'Z'), got {raw!r}", "epoch")
+    if when.timestamp() > time.time():  # the energy counters count from it: a live sample
+        raise f.error(f"must not be in the future, got {raw!r}", "epoch")  # would be negative
     return when.timestamp()
 
 
