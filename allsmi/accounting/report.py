@@ -19,8 +19,8 @@ module groups them by the ``--group-by`` keys and computes the columns.
 * ``cost`` = billed_device_hours x price_per_device_hour + energy_kwh x
   price_per_kwh, with the group's prices from the configuration at export
   time; a price that is not set charges nothing, and with neither price set,
-  or with a priced quantity unknown (hours, or with ``price_per_kwh`` the energy),
-  the cost is empty (never an invented 0). A group with ``bill_by = "used"`` prices the
+  or with the hours priced unknown, or with ``price_per_kwh`` alone and the energy
+  unknown, the cost is empty (never an invented 0). A group with ``bill_by = "used"`` prices the
   used (busy) device-hours at the billing share instead of the billed ones;
 * ``allocation_method`` / ``usage_method``: how the row's allocated time, and its used time
   and energy, were split among the devices' holders (:mod:`allsmi.fairshare`), ``mixed``
@@ -342,10 +342,12 @@ def _budget(budget: float | None, cost: float | None,
 
 def _money(grp: "object", hours: float | None, kwh: float | None) -> float | None:
     """hours x price_per_device_hour + kwh x price_per_kwh; ``None`` with neither price set, or
-    when the priced hours or the priced energy are unknown (never a made-up 0)."""
+    when the priced hours are unknown, or the energy where it is all that is priced (never a
+    made-up 0). Energy unknown beside an hourly price charges nothing for energy, as a group's
+    devices without energy add nothing to its energy: rows add up to their group's."""
     per_hour, per_kwh = grp.price_per_device_hour, grp.price_per_kwh  # type: ignore[attr-defined]
-    if per_hour is None and per_kwh is None or per_hour is not None and hours is None \
-            or per_kwh is not None and kwh is None:
+    if per_hour is None and (per_kwh is None or kwh is None) \
+            or per_hour is not None and hours is None:
         return None
     cost = 0.0
     if per_hour is not None and hours is not None:

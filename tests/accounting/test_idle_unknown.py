@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from allsmi.accounting.ledgersource import ledger_parts
 from allsmi.accounting.report import build_report
 
@@ -70,9 +72,11 @@ def test_a_holder_idle_for_less_than_the_output_shows_is_not_listed_idle() -> No
 
 
 def test_a_price_per_kwh_on_devices_without_energy_is_an_unknown_cost_not_0(tmp_path: Path) -> None:
-    """Devices that report no energy (no counter, no power) priced per kWh: the cost, and with
-    it the idle cost, the waiting costs and the budget's use, are unknown; beside a price per
-    device-hour too, the hours alone are not the bill. A device with power keeps its cost."""
+    """Devices that report no energy (no counter, no power) priced per kWh alone: the cost,
+    and with it the idle cost, the waiting costs and the budget's use, are unknown (they were
+    0). Beside a price per device-hour, the hours are billed and the unreported energy charges
+    nothing, as a group's devices without energy add nothing to its energy. A device with
+    power keeps its cost."""
     db = tmp_path / "ledger.db"
     record(db, [snap(T0 + t, device("NPU-0", util=None if t < 60 else 40.0, vendor="neuron",
                                     users=["ann"]),
@@ -85,7 +89,11 @@ def test_a_price_per_kwh_on_devices_without_energy_is_an_unknown_cost_not_0(tmp_
         rep = build_report(parts, window(T0, T0 + 120), ("resource_group",), cfg)
         by_group = {r.resource_group: r for r in rep.rows}
         npu, gpu = by_group["default"], by_group["gpus"]
-        assert npu.energy_kwh is None and npu.allocated_device_hours and npu.cost is None, prices
-        assert npu.idle_cost is None and npu.budget_used_ratio is None, prices
-        assert npu.waiting_cost is None, prices
+        assert npu.energy_kwh is None and npu.allocated_device_hours, prices
+        if "price_per_device_hour" in prices:
+            assert npu.cost == pytest.approx(npu.billed_device_hours * 2.0), prices
+            assert npu.budget_used_ratio == pytest.approx(npu.cost / 100), prices
+        else:
+            assert npu.cost is None and npu.idle_cost is None, prices
+            assert npu.budget_used_ratio is None and npu.waiting_cost is None, prices
         assert gpu.energy_kwh and gpu.cost is not None and gpu.cost > 0, prices
