@@ -41,6 +41,10 @@ DetailValue = Union[str, int, float, bool, None, Tuple[Any, ...]]
 #: "any kernel running" figure as the headline utilization.
 COMPUTE_ACTIVE_SOURCES: tuple[str, ...] = ("sm_active", "gfx_busy", "pe_busy", "core_busy",
                                            "engine_time")
+#: The sources under which a backend reports its headline utilization itself, named for what it
+#: measures (Furiosa's PE mean, Neuron's and Ascend's core busy, engine time): where they are
+#: reported, ``compute_active_percent`` equals ``utilization_percent``.
+HEADLINE_SOURCES: frozenset[str] = frozenset({"pe_busy", "core_busy", "engine_time"})
 #: What a holder of an allocated device was doing in one interval (docs/activity.md):
 #: ``computing`` at or above the idle threshold; below it, ``input`` (blocked on I/O), ``host``
 #: (CPU-bound or throttled), ``communication`` (interconnect or network busy), ``nothing`` (no

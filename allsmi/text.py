@@ -69,8 +69,7 @@ def escaped(value: str) -> str:
     reaching the terminal as a control sequence."""
     if value.isprintable():
         return value
-    return _BAD.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii")
-                    if m.group(0) <= "\uffff" else repr(m.group(0))[1:-1], value)
+    return _BAD.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), value)
 
 
 def clean_optional(value: str | None, max_length: int = MAX_NAME) -> str | None:

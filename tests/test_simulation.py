@@ -9,6 +9,7 @@ from pathlib import Path
 
 from allsmi.backends.simulated import load_scenario, simulated_backends
 from allsmi.collector import Collector
+from allsmi.schema import HEADLINE_SOURCES
 
 T = 1_790_000_000.0
 
@@ -168,7 +169,8 @@ def test_mixed_node_has_shared_gpus_whose_holders_differ_in_activity() -> None:
 
 
 def test_an_activity_that_is_the_headline_under_another_name_equals_it_stalled_or_not() -> None:
-    """engine_time and pe_busy are the vendors' headline figures (docs/activity.md): every
+    """engine_time, pe_busy and core_busy are the vendors' headline figures (docs/activity.md,
+    ``allsmi.schema.HEADLINE_SOURCES``): every
     simulated device that names one gives the same value, over an hour of its jobs and stalls;
     sm_active devices still show their stalls below the headline."""
     node = _Node()
@@ -177,7 +179,7 @@ def test_an_activity_that_is_the_headline_under_another_name_equals_it_stalled_o
         for dev in node.sample(T + step).values():
             source = getattr(dev, "compute_active_source")
             active, util = getattr(dev, "compute_active_percent"), getattr(dev, "utilization_percent")
-            if source in ("engine_time", "pe_busy") and util is not None:
+            if source in HEADLINE_SOURCES and util is not None:
                 assert active == util, (dev, step)
                 same += 1
             elif source == "sm_active" and util is not None and active is not None \

@@ -7,8 +7,9 @@ stall for the first :data:`STALL_SECONDS` of every :data:`STALL_PERIOD` seconds 
 collective: the device's links busy) or on nothing (the process sleeps). While stalled the
 headline utilization keeps its value (as NVIDIA's does while a kernel spins) and the compute
 activity drops to a few percent, except where the activity is the headline under another
-name (:data:`SAME_AS_HEADLINE`), which it then equals. The ``busy_looking`` devices of an entry are pinned at 100 %
-utilization and 20 % compute activity while their job runs (a single block spinning).
+name (``allsmi.schema.HEADLINE_SOURCES``), which it then equals. The ``busy_looking`` devices
+of an entry are pinned at 100 % utilization and 20 % compute activity while their job runs (a
+single block spinning).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import functools
 import math
 from typing import Any
+
+from allsmi.schema import HEADLINE_SOURCES
 
 from .model import in_window, unit_hash
 
@@ -26,10 +29,6 @@ _hash = functools.lru_cache(maxsize=8192)(unit_hash)
 #: What each impersonated backend's ``compute_active_percent`` measures (the others have none).
 COMPUTE_SOURCES = {"nvidia": "sm_active", "amd": "gfx_busy", "furiosa": "pe_busy",
                    "rebellions": "engine_time", "gaudi": "engine_time"}
-#: The sources that are the headline utilization itself, named for what it measures (the
-#: real backends report ``compute_active_percent`` equal to ``utilization_percent``): the
-#: simulation gives them the same figure, stalled or not.
-SAME_AS_HEADLINE = frozenset({"engine_time", "pe_busy"})
 #: Backends whose devices report interconnect traffic (NVLink, xGMI, Gaudi scale-out ports).
 LINKED = ("nvidia", "amd", "gaudi")
 #: The stalls a job may draw, with their chances (the rest of the jobs never stall).
@@ -84,7 +83,7 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
     if source is not None:
         if not busy:
             active = 0.0
-        elif source in SAME_AS_HEADLINE:
+        elif source in HEADLINE_SOURCES:
             active = BUSY_LOOKING_UTILIZATION if busy_looking else util
         elif busy_looking:
             active = BUSY_LOOKING_ACTIVE
