@@ -52,7 +52,7 @@ import abc
 from dataclasses import field, fields
 from typing import Any, ClassVar, Mapping, Sequence
 
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
 from allsmi.records import Record, record
 from allsmi.schema import DeviceSample
 
@@ -87,7 +87,7 @@ class BackendTimeout(BackendError):
 
 
 #: The class attribute holding each :class:`VendorDeclaration` field, where the names differ.
-_ATTRIBUTE = {"backend": "name"}
+_ATTRIBUTE = {"backend": "name", "options": "declared_options"}
 
 
 class Backend(abc.ABC):
@@ -131,6 +131,9 @@ class Backend(abc.ABC):
     tool_flags: ClassVar[tuple[str, ...]] = ()
     """Options of the vendor's tools its docs page names (``--json-output``): the docs test accepts
     them (see :class:`~allsmi.declarations.VendorDeclaration`)."""
+    declared_options: ClassVar[tuple[BackendOption, ...] | None] = None
+    """The keys its ``[backends.NAME]`` table takes, with their defaults and ranges (``None``:
+    not declared; see :class:`~allsmi.declarations.VendorDeclaration`). Read with :meth:`option`."""
     unreported_fields: ClassVar[frozenset[str]] = frozenset()
     """Measured fields (:data:`allsmi.fields.MEASURED_FIELDS`) this backend leaves ``None`` on
     every device, with every tool or library version it was checked against: the vendor
@@ -154,7 +157,7 @@ class Backend(abc.ABC):
         ``allsmi doctor``, the docs tables, the layering tests): see :mod:`allsmi.declarations`."""
         def value(name: str) -> Any:
             v = getattr(cls, _ATTRIBUTE.get(name, name))
-            return v if isinstance(v, str) else tuple(v)
+            return v if v is None or isinstance(v, str) else tuple(v)
         return VendorDeclaration(**{f.name: value(f.name) for f in fields(VendorDeclaration)})
 
     @classmethod
@@ -180,6 +183,27 @@ class Backend(abc.ABC):
         self.warnings: list[str] = []
         """Non-fatal problems of the last :meth:`sample` (a bad row skipped...),
         shown in the backend status message. Reset at the start of each sample."""
+
+    def option(self, name: str) -> Any:
+        """The value of the declared option ``name`` in :attr:`options`, else its default.
+
+        Raises :class:`BackendError` naming the option where the value is not one it takes: a
+        config file with such a value is refused when it is read (exit 2), so this is for a
+        backend built in code."""
+        option = next((o for o in self.declared_options or () if o.name == name), None)
+        if option is None:
+            raise KeyError(f"backend {self.name!r} declares no option {name!r}")
+        try:
+            return option.value(self.options)
+        except ValueError as exc:
+            raise BackendError(f"{self.name}: {exc}") from None
+
+    def check_options(self) -> None:
+        """:meth:`option` for each declared option :attr:`options` sets (for a backend that
+        takes its options' values where it is built, leniently, and checks them at open)."""
+        for option in self.declared_options or ():
+            if option.name in self.options:
+                self.option(option.name)
 
     @property
     def display_name(self) -> str:

@@ -14,6 +14,9 @@ This module is plain data at the bottom of the layers: it imports nothing from a
 
 from __future__ import annotations
 
+import math
+from typing import Any, Mapping
+
 from allsmi.records import Record, record
 
 
@@ -40,6 +43,86 @@ class KubernetesResource(Record):
     def __post_init__(self) -> None:
         if self.id_kind not in ID_KINDS:
             raise ValueError(f"id_kind must be one of {', '.join(ID_KINDS)}, got {self.id_kind!r}")
+
+
+#: The longest text a backend option takes (a path, an address).
+MAX_OPTION_TEXT = 4096
+
+
+@record
+class BackendOption(Record):
+    """One key of a backend's ``[backends.NAME]`` table. Its kind follows its default: true or
+    false, a whole number, a number, or text (one of ``choices`` where given, matched
+    case-insensitively). Checked when the config is read (exit 2 naming the file, line and
+    key; ``allsmi doctor`` lists each problem) and read by the backend with :meth:`value`."""
+
+    name: str
+    default: bool | int | float | str
+    """The value where the table does not set the key."""
+    meaning: str = ""
+    """What it does, for ``allsmi backends`` and the docs."""
+    minimum: float | None = None
+    """A number's least value (inclusive)."""
+    maximum: float | None = None
+    """A number's greatest value (inclusive)."""
+    choices: tuple[str, ...] = ()
+    """The values a text option takes (lower case); empty: any printable text."""
+
+    def range_text(self) -> str:
+        """What the option takes, in words (``true or false``, ``1 to 64, whole``...)."""
+        default = self.default
+        if isinstance(default, bool):
+            return "true or false"
+        if isinstance(default, (int, float)):
+            low = "" if self.minimum is None else f"{self.minimum:g}"
+            high = "" if self.maximum is None else f"{self.maximum:g}"
+            span = f"{low} to {high}" if low and high else (f"at least {low}" if low
+                                                           else f"at most {high}" if high else "any")
+            return f"{span}, whole" if isinstance(default, int) else span
+        if self.choices:
+            return " or ".join(f'"{c}"' for c in self.choices)
+        return "text"
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not a value of this option; ``None`` when it is."""
+        default = self.default
+        if isinstance(default, bool):
+            return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+        if isinstance(default, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value):
+                return f"must be a number ({self.range_text()}), got {value!r}"
+            if isinstance(default, int) and value != int(value):
+                return f"must be a whole number ({self.range_text()}), got {value!r}"
+            if (self.minimum is not None and value < self.minimum) \
+                    or (self.maximum is not None and value > self.maximum):
+                return f"must be {self.range_text()}, got {value!r}"
+            return None
+        if not isinstance(value, str) or not value.strip():
+            return f"must be a non-empty string, got {value!r}"
+        if self.choices:
+            if value.strip().lower() not in self.choices:
+                return f"must be {self.range_text()}, got {value!r}"
+            return None
+        if not value.isprintable() or len(value) > MAX_OPTION_TEXT:
+            return f"must be printable text of at most {MAX_OPTION_TEXT} characters"
+        return None
+
+    def value(self, options: Mapping[str, Any] | None) -> Any:
+        """The option's value in ``options`` (the default where it is not set); ``ValueError``
+        naming the option where the value is not one of its values."""
+        if not options or self.name not in options:
+            return self.default
+        raw = options[self.name]
+        problem = self.problem(raw)
+        if problem is not None:
+            raise ValueError(f"option {self.name}: {problem}")
+        if isinstance(self.default, bool):
+            return raw
+        if isinstance(self.default, (int, float)):
+            return type(self.default)(raw)
+        text = raw.strip()
+        return text.lower() if self.choices else text
 
 
 @record
@@ -75,3 +158,13 @@ class VendorDeclaration(Record):
     tool_flags: tuple[str, ...] = ()
     """Options of the vendor's own tools that its docs name in backticks (``--json-output``); the
     docs test accepts them beside ``allsmi``'s own (the flags of ``version_command`` count too)."""
+    options: tuple[BackendOption, ...] | None = None
+    """The keys of the backend's ``[backends.NAME]`` table (``()``: it takes none); ``None``: not
+    declared (a plug-in that does not say), so its table is handed over unchecked."""
+
+    def option(self, name: str) -> BackendOption:
+        """The declared option ``name`` (``KeyError`` where the backend declares none so called)."""
+        for option in self.options or ():
+            if option.name == name:
+                return option
+        raise KeyError(f"backend {self.backend!r} declares no option {name!r}")

@@ -73,14 +73,36 @@ def _dashboard_theme(config: Config) -> None:
 
 
 def _backends(config: Config) -> None:
-    if config.backends_enabled is None:
-        return
+    """``[backends] enabled`` names installed backends; each ``[backends.NAME]`` table is an
+    installed backend's, with the keys it declares and values in their ranges
+    (:class:`~allsmi.declarations.BackendOption`; a plug-in that declares none is not checked)."""
     from allsmi import registry  # checked here: allsmi.config must not reach the backends
     known = registry.names()
-    for name in config.backends_enabled:
+    for name in config.backends_enabled or ():
         if name not in known:
             raise config.error(f"unknown backend {name!r} (installed: {', '.join(known)})",
                                "backends", "enabled")
+    if not config.backend_options:
+        return
+    declared = {d.backend: d.options for d in registry.declarations()}
+    declared.update((name, ()) for name in registry.SIMULATION_BACKENDS)  # they take none
+    for name, table in config.backend_options.items():
+        if name not in known:
+            raise config.error(f"no backend is called {name!r} (installed: {', '.join(known)}; "
+                               "the table is [backends.NAME])", "backends", name)
+        options = declared.get(name)
+        if options is None:
+            continue
+        by_name = {o.name: o for o in options}
+        for key, value in table.items():
+            option = by_name.get(key)
+            if option is None:
+                allowed = ", ".join(by_name) or "none"
+                raise config.error(f"unknown option of the {name} backend (allowed: {allowed})",
+                                   "backends", name, key)
+            problem = option.problem(value)
+            if problem is not None:
+                raise config.error(problem, "backends", name, key)
 
 
 #: (table, check); a check runs when the file has the table.
@@ -94,7 +116,7 @@ THOROUGH: tuple[tuple[str, Callable[[Config], None]], ...] = (("dashboard", _das
 
 def _has(config: Config, table: str) -> bool:
     if table == "backends":
-        return config.backends_enabled is not None
+        return config.backends_enabled is not None or bool(config.backend_options)
     return table in config.sections
 
 
@@ -102,6 +124,13 @@ def _without(config: Config, key_path: tuple[str, ...]) -> Config | None:
     """``config`` less the key at ``key_path`` (``None`` when it cannot be left out)."""
     if key_path[:2] == ("backends", "enabled"):
         return replace(config, backends_enabled=None)
+    if key_path[:1] == ("backends",) and len(key_path) in (2, 3):
+        options = {name: dict(table) for name, table in config.backend_options.items()}
+        if len(key_path) == 2:
+            options.pop(key_path[1], None)
+        else:
+            options.get(key_path[1], {}).pop(key_path[2], None)
+        return replace(config, backend_options=options)
     sections: dict[str, Any] = copy.deepcopy(dict(config.sections))
     if not drop_key(sections, key_path):
         return None
@@ -127,7 +156,7 @@ def problems_in(config: Config, *, thorough: bool = False,
                     config = replace(config, sections={k: v for k, v in config.sections.items()
                                                        if k != table})
                     if table == "backends":
-                        config = replace(config, backends_enabled=None)
+                        config = replace(config, backends_enabled=None, backend_options={})
                 else:
                     config = smaller
     return config, problems

@@ -21,7 +21,8 @@ DECLARATION = VendorDeclaration(
             "ROCm k8s-device-plugin (`amd.com/gpu`, partition resources such as "
             "`amd.com/cpx_nps4`): the PCI bus id (`0000:c1:00.0`)")),
     ),
-    node_names=("amd", "card", "renderd", "gpu"), device_nodes=("/dev/kfd", "/dev/dri/renderD*"))
+    node_names=("amd", "card", "renderd", "gpu"), device_nodes=("/dev/kfd", "/dev/dri/renderD*"),
+    options=())
 
 
 def absence() -> ProbeResult | None:

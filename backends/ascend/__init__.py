@@ -32,7 +32,7 @@ DECLARATION = VendorDeclaration(
     node_names=("davinci", "ascend910", "ascend910b", "ascend310", "ascend310p", "npu"),
     device_nodes=("/dev/davinci[0-9]*", "/dev/davinci_manager"),
     env_vars=(TOOL.env_var,),
-    compute_active_source="core_busy")
+    compute_active_source="core_busy", options=())
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 ENV_VAR = "ALLSMI_FURIOSA_SMI"
 EXECUTABLE = "furiosa-smi"
@@ -21,7 +21,6 @@ INSTALL_DIRS: tuple[str, ...] = ("/usr/bin", "/usr/local/bin", "/opt/furiosa/bin
 TOOL = VendorTool((EXECUTABLE,), ENV_VAR, INSTALL_DIRS)
 #: The SDK's import names in the order they are tried: the current generation first.
 MODULE_NAMES: tuple[str, ...] = ("furiosa_smi", "furiosa_smi_py")
-METHODS = ("auto", "sdk", "cli")
 
 DECLARATION = VendorDeclaration(
     backend="furiosa", vendor="furiosa", kind="npu", product="Furiosa RNGD",
@@ -34,13 +33,20 @@ DECLARATION = VendorDeclaration(
                            "as `furiosa.ai/*`"),
     ),
     node_names=("npu", "rngd", "furiosa"), device_nodes=("/dev/rngd/npu[0-9]*", "/dev/npu[0-9]*"),
-    env_vars=(ENV_VAR,))
+    env_vars=(ENV_VAR,),
+    options=(
+        BackendOption("method", "auto", "`auto`: the SDK, else the tool; `sdk` or `cli`: only "
+                      "that", choices=("auto", "sdk", "cli")),
+        BackendOption("processes", True, "run `furiosa-smi ps` each sample for processes")))
 
 
 def method_of(options: Mapping[str, Any] | None) -> str:
-    """``[backends.furiosa] method``: ``auto`` (the SDK, else the tool), ``sdk`` or ``cli``."""
-    method = str((options or {}).get("method", "auto")).lower()
-    return method if method in METHODS else "auto"
+    """``[backends.furiosa] method``: ``auto`` (the SDK, else the tool), ``sdk`` or ``cli``; a
+    value it does not take is ``auto`` here (a probe never raises; ``open()`` refuses it)."""
+    try:
+        return str(DECLARATION.option("method").value(options))
+    except ValueError:
+        return "auto"
 
 
 def installed_module() -> str | None:

@@ -74,7 +74,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
                  user_lookup: Callable[[int], str | None] = process_user) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self._method = method_of(self.options)
-        self._want_processes = bool(self.options.get("processes", True))
+        self._want_processes = True  # the options, checked at open
         self._user_lookup = user_lookup
         self._sdk: sdk.SdkAdapter | None = None
         self._tool: str | None = None
@@ -90,6 +90,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
         return look(self._method, self.locate_tool)
 
     def open(self) -> None:
+        self._method, self._want_processes = self.option("method"), self.option("processes")
         self._tool = self.locate_tool()
         sdk_problem = ""
         reasons: list[str] = []

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute, tool_absent
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 EXECUTABLE = "hl-smi"
 ENV_VAR = "ALLSMI_HL_SMI"
@@ -29,7 +29,15 @@ DECLARATION = VendorDeclaration(
             "by uuid, bus id, serial (`details.serial`) or `hl<N>`/`accel<N>`")),
     ),
     node_names=("hl", "accel", "gaudi", "intel"),
-    device_nodes=("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*"), env_vars=(ENV_VAR,))
+    device_nodes=("/dev/accel/accel[0-9]*", "/dev/hl[0-9]*"), env_vars=(ENV_VAR,),
+    options=(
+        BackendOption("mode", "loop", "`loop`: one long-running `hl-smi ... -l <interval>` child; "
+                      "`oneshot`: one hl-smi run per sample", choices=("loop", "oneshot")),
+        BackendOption("interval_seconds", 2.0, "hl-smi's loop interval (hl-smi takes whole "
+                      "seconds: use a whole number with the real tool)", minimum=0.1,
+                      maximum=3600),
+        BackendOption("firmware", True, "run `hl-smi -L` once at open for firmware versions"),
+        BackendOption("processes", False, "run the table view each sample for processes")))
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

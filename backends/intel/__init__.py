@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 #: The kernel drivers of Intel GPUs.
 DRIVERS = ("i915", "xe")
@@ -31,12 +31,25 @@ DECLARATION = VendorDeclaration(
     ),
     node_names=("card", "renderd"), device_nodes=("/dev/dri/card[0-9]*", "/dev/dri/renderD[0-9]*"),
     env_vars=(XPU_SMI.env_var,), tool_flags=(),
-    compute_active_source="engine_time")
+    compute_active_source="engine_time",
+    options=(BackendOption("sysfs_root", "/sys", "where sysfs is mounted (a container that "
+                           "mounts the host's elsewhere: `/host/sys`)"),
+             BackendOption("proc_root", "/proc", "where procfs is mounted (`/host/proc`)")))
+
+
+def option_value(options: Mapping[str, Any] | None, name: str) -> Any:
+    """Option ``name``'s value, its default where the value is not one it takes (a probe never
+    raises; ``open()`` refuses the value)."""
+    option = DECLARATION.option(name)
+    try:
+        return option.value(options)
+    except ValueError:
+        return option.default
 
 
 def drm_root(options: Mapping[str, Any] | None) -> str:
     """``[backends.intel] sysfs_root`` (``/sys``; ``/host/sys`` in a container) + ``class/drm``."""
-    root = (options or {}).get("sysfs_root", "/sys")
+    root = option_value(options, "sysfs_root")
     return os.path.join(str(root), "class", "drm")
 
 

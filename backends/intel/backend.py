@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, ProbeResult
-from allsmi.backends.intel import DECLARATION, DRIVERS, XPU_SMI, drm_root, quick_probe
+from allsmi.backends.intel import DECLARATION, DRIVERS, XPU_SMI, drm_root, option_value, quick_probe
 from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
@@ -61,7 +61,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self.search_dirs = None if search_dirs is None else tuple(search_dirs)
         self.drm = drm_root(self.options)
-        self.proc = str(self.options.get("proc_root", "/proc"))
+        self.proc = str(option_value(self.options, "proc_root"))  # checked at open
         self._clock = clock
         self._sleep = sleep
         self._last_read: float | None = None
@@ -102,6 +102,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
     def open(self) -> None:
         """List the GPUs and take the first reading of their counters."""
         from allsmi.backends.intel.sysfs import find_cards, read_card
+        self.check_options()
         self.close()
         now = self._clock()
         cards = find_cards(self.drm, DRIVERS)

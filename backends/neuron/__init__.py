@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute, tool_absent
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 #: Where the aws-neuronx-tools package installs its tools (not on PATH by default).
 VENDOR_DIRS: tuple[str, ...] = ("/opt/aws/neuron/bin", "/usr/local/bin", "/usr/bin")
@@ -36,7 +36,9 @@ DECLARATION = VendorDeclaration(
     node_names=("neuron",), device_nodes=("/dev/neuron[0-9]*",),
     env_vars=(TOOL.env_var, MONITOR.env_var),
     tool_flags=("--json-output", "--show-all-procs", "--config-file"),
-    compute_active_source="core_busy")
+    compute_active_source="core_busy",
+    options=(BackendOption("monitor_period_seconds", 1.0, "`neuron-monitor`'s period",
+                           minimum=0.1, maximum=3600),))
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

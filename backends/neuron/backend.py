@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from allsmi.backends.neuron.samples import LookupUser
 
 LS_ARGS: tuple[str, ...] = ("--json-output",)
-#: ``neuron-monitor``'s period when ``[backends.neuron] monitor_period_seconds`` is not set.
-DEFAULT_PERIOD = 1.0
 #: A report older than this many periods (plus the timeout) is stale.
 STALE_PERIODS = 3.0
 #: The longest ``neuron-monitor`` report line read (a longer one is dropped and is the backend's
@@ -58,8 +56,7 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
         self._monitor: NewestReport[MonitorReport] | None = None
         self._monitor_note: str | None = None
         self._config_dir: str | None = None
-        period = self.options.get("monitor_period_seconds", DEFAULT_PERIOD)
-        self.period = float(period) if isinstance(period, (int, float)) and period > 0 else DEFAULT_PERIOD
+        self.period: float = DECLARATION.option("monitor_period_seconds").default  # type: ignore[assignment]
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
@@ -73,6 +70,7 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
 
     def open(self) -> None:
         """Find ``neuron-ls`` (required) and list the devices once; start ``neuron-monitor``."""
+        self.period = self.option("monitor_period_seconds")
         self.close()
         self._ls = self.require_tool()
         self._list([])

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 DECLARATION = VendorDeclaration(
     backend="nvidia", vendor="nvidia", kind="gpu", product="NVIDIA", interface="NVML",
@@ -22,7 +22,14 @@ DECLARATION = VendorDeclaration(
         KubernetesResource("nvidia.com/mig-*", plugin="MIG devices: the `MIG-...` uuid, or with `index` "
                            "`<gpu>:<slot>`"),
         KubernetesResource("nvidia.com/*", plugin="renamed shared resources (`nvidia.com/gpu.shared`)")),
-    node_names=("nvidia", "gpu"), device_nodes=("/dev/nvidiactl", "/dev/nvidia[0-9]*"))
+    node_names=("nvidia", "gpu"), device_nodes=("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
+    options=(
+        BackendOption("workers", 8, "threads that may read GPUs at once (one a cycle while NVML "
+                      "answers fast)", minimum=1, maximum=256),
+        BackendOption("processes", True, "read process lists and their utilization"),
+        BackendOption("gpm", True, "read GPM activity on GPUs that have it"),
+        BackendOption("pcie_throughput", False, "also read PCIe TX and RX (each call samples a "
+                      "20 ms window)")))
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

@@ -59,10 +59,6 @@ if TYPE_CHECKING:  # the readers are imported by open(), where there are GPUs to
     from allsmi.backends.nvidia.schedule import ReaderPool, ReadSchedule
     from allsmi.backends.nvidia.static import open_gpu
 
-#: Threads reading GPUs at once unless ``workers`` says otherwise.
-DEFAULT_WORKERS = 8
-
-
 def _import_reading() -> None:
     """Bind the device model's and the reads' names here, once NVML has loaded."""
     global ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
@@ -107,6 +103,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         self._open_warnings: list[str] = []
         self._driver: DriverReads | None = None
         self._gpm: GpmReader | None = None
+        self._want_processes = self._want_pcie = False  # the options, read at open
 
     # -- life cycle --------------------------------------------------------
     def quick_probe(self) -> ProbeResult | None:
@@ -155,6 +152,9 @@ class NvidiaBackend(Backend, declared=DECLARATION):
 
     def open(self) -> None:
         """Initialise NVML (once per process), enumerate GPUs and read static facts."""
+        self._want_processes = self.option("processes")
+        self._want_pcie = self.option("pcie_throughput")
+        want_gpm, wanted_workers = self.option("gpm"), self.option("workers")
         absent = nvml.quick_absence(self.device_nodes)
         if absent:
             raise BackendUnavailable(absent)
@@ -187,10 +187,10 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             gpu, warnings = open_gpu(pynvml, index)
             self._gpus.append(gpu)
             self._open_warnings.extend(warnings)
-        if self.options.get("gpm", True):
+        if want_gpm:
             from allsmi.backends.nvidia.gpm import GpmReader
             self._gpm = GpmReader(pynvml).opened(self._gpus, self._open_warnings)
-        workers = min(count, self._workers())
+        workers = min(count, wanted_workers)
         if workers > 1:
             from allsmi.backends.nvidia.schedule import ReaderPool, ReadSchedule
             self._pool = ReaderPool(max_workers=workers, thread_name_prefix="allsmi-nvml")
@@ -233,15 +233,6 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         return samples
 
     # -- open ----------------------------------------------------------------
-
-    def _workers(self) -> int:
-        value = self.options.get("workers", DEFAULT_WORKERS)
-        try:
-            return max(1, int(value))
-        except (TypeError, ValueError):
-            self._open_warnings.append(f"option workers={value!r} is not a number; using "
-                                       f"{DEFAULT_WORKERS}")
-            return DEFAULT_WORKERS
 
     def _reads(self) -> DriverReads:
         if self._driver is None:
@@ -335,11 +326,11 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             details["clocks_event_reasons_mask"] = reasons
             details["clocks_event_reasons"] = reason_names(reasons)
 
-        if self.options.get("pcie_throughput", False):
+        if self._want_pcie:
             details.update(reads.pcie_throughput(r, skip, handle))
 
         activity = self._gpm.read(gpu.gpm, handle, r.warnings) if self._gpm else {}
-        if self.options.get("processes", True) and self._process_reader is not None:
+        if self._want_processes and self._process_reader is not None:
             own, per_mig = read_processes(r, gpu, self._process_reader, self._process_owner,
                                           self._activity_reader)
         else:  # not asked: who uses the GPU is unknown, not "nobody"

@@ -35,7 +35,7 @@ DECLARATION = VendorDeclaration(
             "by index)")),
     ),
     node_names=("rbln", "npu", "rebellions"), device_nodes=("/dev/rbln[0-9]*",),
-    env_vars=(ENV_VAR,))
+    env_vars=(ENV_VAR,), options=())
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

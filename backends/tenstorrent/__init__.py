@@ -29,7 +29,7 @@ DECLARATION = VendorDeclaration(
             "`/dev/tenstorrent/<N>`, or bus id")),
     ),
     node_names=("", "tenstorrent", "tt"), device_nodes=("/dev/tenstorrent/[0-9]*",),
-    env_vars=(ENV_VAR,))
+    env_vars=(ENV_VAR,), options=())
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

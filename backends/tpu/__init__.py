@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 #: Google's PCI vendor id.
 GOOGLE_VENDOR = "0x1ae0"
@@ -28,12 +28,19 @@ DECLARATION = VendorDeclaration(
     ),
     node_names=("accel", ""), device_nodes=("/dev/accel[0-9]*", "/dev/vfio/[0-9]*"),
     env_vars=(), tool_flags=("--streaming", "--version"),
-    compute_active_source="engine_time")
+    compute_active_source="engine_time",
+    options=(BackendOption("metrics_address", DEFAULT_ADDRESS, "where libtpu serves its runtime "
+                           "metrics"),
+             BackendOption("sysfs_root", "/sys", "where sysfs is mounted (`/host/sys`)")))
 
 
 def pci_root(options: Mapping[str, Any] | None) -> str:
     """``[backends.tpu] sysfs_root`` (``/sys``) + ``bus/pci/devices``."""
-    return os.path.join(str((options or {}).get("sysfs_root", "/sys")), "bus", "pci", "devices")
+    try:
+        root = DECLARATION.option("sysfs_root").value(options)
+    except ValueError:  # a probe never raises; open() refuses the value
+        root = DECLARATION.option("sysfs_root").default
+    return os.path.join(str(root), "bus", "pci", "devices")
 
 
 def quick_probe(options: Mapping[str, Any] | None = None) -> ProbeResult | None:

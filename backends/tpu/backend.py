@@ -31,7 +31,7 @@ class TpuBackend(Backend, declared=DECLARATION):
     def __init__(self, *, timeout_seconds: float = 5.0, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self.pci = pci_root(self.options)
-        self.address = str(self.options.get("metrics_address", DEFAULT_ADDRESS))
+        self.address = str(self.options.get("metrics_address", DEFAULT_ADDRESS))  # checked at open
         self._client: MetricsClient | None = None
 
     @classmethod
@@ -52,6 +52,7 @@ class TpuBackend(Backend, declared=DECLARATION):
 
     def open(self) -> None:
         from allsmi.backends.tpu.client import MetricsClient
+        self.check_options()
         self.close()
         self._client = MetricsClient(self.address, self.timeout_seconds)
 
