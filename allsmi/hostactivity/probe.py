@@ -2,8 +2,8 @@
 
 Each signal is tried on this process itself (or the node) exactly as the readers read it, so
 the answer is the readers' own: a container without ``/proc/pressure``, a kernel without delay
-accounting, an exporter that cannot read other users' ``/proc/PID/io`` (not root, or a
-container's root without ``CAP_SYS_PTRACE``).
+accounting, an exporter that cannot read other users' ``/proc/PID/io`` (not root, a
+container's root without ``CAP_SYS_PTRACE``, or root of a user namespace of its own).
 """
 
 from __future__ import annotations
@@ -37,7 +37,27 @@ def effective_capabilities(proc_root: str = "/proc") -> int | None:
     return None
 
 
-def others_io_access(euid: int, caps: int | None) -> tuple[bool, str]:
+#: ``/proc/PID/uid_map`` of the initial user namespace: every uid is itself.
+_INITIAL_UID_MAP = ["0", "0", "4294967295"]
+
+
+def user_namespace_map(proc_root: str = "/proc") -> str | None:
+    """This process's uid map (``inside outside count``, rows joined by ``; ``) where it runs in
+    a user namespace other than the host's; ``None`` in the initial one, or where the map cannot
+    be read (a kernel without user namespaces)."""
+    try:
+        with open(os.path.join(proc_root, "self", "uid_map"), "rb") as handle:
+            rows = [line.split() for line in handle.read(4096).decode("ascii", "replace")
+                    .splitlines() if line.strip()]
+    except OSError:
+        return None
+    if rows == [_INITIAL_UID_MAP]:
+        return None
+    return "; ".join(" ".join(row) for row in rows) or "empty"
+
+
+def others_io_access(euid: int, caps: int | None,
+                     uid_map: str | None = None) -> tuple[bool, str]:
     """Whether a process of effective uid ``euid`` with effective capabilities ``caps`` can
     read other users' ``/proc/PID/io``, and why.
 
@@ -46,8 +66,9 @@ def others_io_access(euid: int, caps: int | None) -> tuple[bool, str]:
     needs ptrace read access (``PTRACE_MODE_READ_FSCREDS``), which for another user's process
     is ``CAP_SYS_PTRACE``. Root has both unless they were dropped: a container's root keeps
     ``CAP_DAC_OVERRIDE`` but not ``CAP_SYS_PTRACE`` (Docker's default). The capabilities
-    count in the target's user namespace, which this does not check: a rootless container's
-    full set does not reach the host's processes."""
+    count in the target's user namespace: in a user namespace of its own (``uid_map``, from
+    :func:`user_namespace_map`: a rootless container, ``unshare --user``) a full set does not
+    reach processes outside it, and the holders' processes are taken to be outside."""
     who = "running as root" if euid == 0 else "not root"
     if caps is None:
         return False, (f"{who}, capabilities unknown (no CapEff in /proc/self/status): whether "
@@ -56,6 +77,10 @@ def others_io_access(euid: int, caps: int | None) -> tuple[bool, str]:
            "CAP_DAC_OVERRIDE" if caps >> CAP_DAC_OVERRIDE & 1 else None)
     missing = [name for name, present in (("CAP_SYS_PTRACE", caps >> CAP_SYS_PTRACE & 1),
                                           ("CAP_DAC_READ_SEARCH", dac)) if not present]
+    if not missing and uid_map is not None:
+        return False, (f"{who} in a user namespace of its own (uid map {uid_map}): its "
+                       "capabilities do not reach processes outside it, so other users' "
+                       "processes' read rates are unknown unless they run inside it")
     if not missing:
         return True, f"{who}, with CAP_SYS_PTRACE and {dac}"
     lacking = " and ".join(missing)
@@ -84,7 +109,8 @@ def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signa
                       f"{proc_root}/PID/schedstat" if me.runnable_ns is not None
                       else "no schedstat (kernel without CONFIG_SCHED_INFO): CPU time alone"))
     own_io = me.read_chars is not None
-    others, why = others_io_access(os.geteuid(), effective_capabilities(proc_root))
+    others, why = others_io_access(os.geteuid(), effective_capabilities(proc_root),
+                                   user_namespace_map(proc_root))
     io = f"{proc_root}/PID/io ({why})" if others else f"{proc_root}/PID/io: {why}"
     out.append(Signal("read/write rates", own_io and others,
                       io if own_io else "; ".join(me.problems)))

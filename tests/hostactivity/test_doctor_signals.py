@@ -94,9 +94,10 @@ def test_root_without_cap_sys_ptrace_cannot_read_other_users_io(tmp_path: Path,
 
 
 _PEEK = ("import json, os, sys\n"
-         "from allsmi.hostactivity.probe import effective_capabilities, others_io_access\n"
+         "from allsmi.hostactivity.probe import (effective_capabilities, others_io_access,\n"
+         "                                       user_namespace_map)\n"
          "from allsmi.hostactivity.procfs import read_process\n"
-         "said = others_io_access(os.geteuid(), effective_capabilities())\n"
+         "said = others_io_access(os.geteuid(), effective_capabilities(), user_namespace_map())\n"
          "got = read_process(int(sys.argv[1]))\n"
          "print(json.dumps([said[0], said[1], got.read_chars is not None, got.problems]))\n")
 
@@ -133,3 +134,45 @@ def test_what_doctor_says_is_what_the_kernel_does(drop: str) -> None:
     if drop:
         assert not read and "without CAP_" in why
         assert any("needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH" in p for p in problems)
+
+
+def test_root_of_a_user_namespace_of_its_own_is_not_said_to_read_other_users_io(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A full capability set inside a user namespace (a rootless container) does not reach the
+    host's processes: the uid map says so, and doctor does not claim the rates."""
+    monkeypatch.setattr(probe.os, "geteuid", lambda: 0)
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "uid_map").write_text("         0       1000          1\n")
+    signal = _io_signal(tmp_path, "000001ffffffffff")
+    assert not signal.readable
+    assert "in a user namespace of its own (uid map 0 1000 1)" in signal.detail
+    # the host's own map is the whole identity: no namespace of its own
+    (tmp_path / "proc" / "self" / "uid_map").write_text("         0          0 4294967295\n")
+    assert _io_signal(tmp_path, "000001ffffffffff").readable
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("unshare"),
+                    reason="needs root, setpriv and unshare")
+def test_what_doctor_says_in_a_user_namespace_is_what_the_kernel_does() -> None:
+    """``unshare --user --map-root-user``: root of a new user namespace, every capability in it;
+    the kernel refuses another user's /proc/PID/io outside it, and doctor's answer agrees."""
+    probe_run = subprocess.run(["unshare", "--user", "--map-root-user", "true"],
+                               capture_output=True, timeout=30)
+    if probe_run.returncode != 0:
+        pytest.skip(f"user namespaces are not allowed here: {probe_run.stderr!r}")
+    other = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}",
+                              "--clear-groups", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{other.pid}").stat().st_uid != OTHER_UID:  # not yet switched
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        out = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", _PEEK,
+                              str(other.pid)], capture_output=True, text=True, timeout=60,
+                             check=True)
+    finally:
+        other.kill()
+        other.wait()
+    said, why, read, problems = json.loads(out.stdout)
+    assert not read, problems
+    assert said == read and "user namespace of its own" in why
