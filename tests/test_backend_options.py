@@ -114,3 +114,15 @@ def test_a_backend_built_in_code_with_a_bad_option_fails_to_open() -> None:
     from allsmi.backends.neuron import NeuronBackend
     with pytest.raises(BackendError, match="monitor_period_seconds"):
         NeuronBackend(options={"monitor_period_seconds": -1}).open()
+
+
+def test_backends_json_lists_each_backends_options() -> None:
+    import json
+    result = run_allsmi("backends", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    nvidia = {o["name"]: o for o in rows["nvidia"]["options"]}
+    assert nvidia["gpm"] == {"name": "gpm", "default": True, "takes": "true or false",
+                             "meaning": "read GPM activity on GPUs that have it"}
+    assert nvidia["workers"]["takes"] == "1 to 256, whole"
+    assert rows["amd"]["options"] == [] and rows["simulated"]["options"] == []
