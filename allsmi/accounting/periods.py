@@ -3,7 +3,8 @@ YYYY-MM-DD`` or ``--since/--until``. Weeks are ISO weeks: Monday 00:00 to Monday
 
 Calendar periods are taken in the given time zone (UTC by default), so a
 month in ``Europe/Berlin`` starts at local midnight and a day around a DST
-change lasts 23 or 25 hours. Windows are half-open, ``[start, end)``.
+change lasts 23 or 25 hours. Windows are half-open, ``[start, end)``, on whole seconds (the
+fraction of a ``--since``/``--until`` second is dropped).
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def _month_start(year: int, month: int, tz: dt.tzinfo) -> dt.datetime:
 
 
 def _normalize(start: dt.datetime, end: dt.datetime, tz: dt.tzinfo) -> Window:
-    # Round-trip through UTC so that the offsets are right across DST changes.
-    return Window(start.astimezone(UTC).astimezone(tz), end.astimezone(UTC).astimezone(tz))
+    # Round-trip through UTC so that the offsets are right across DST changes. Both edges are
+    # truncated to the whole second (the ledger, Prometheus and the simulated replay bill whole
+    # seconds, and the period columns show them): a window is exactly what is billed.
+    return Window(*(t.replace(microsecond=0).astimezone(UTC).astimezone(tz) for t in (start, end)))
 
 
 def parse_period(text: str, tz: dt.tzinfo = UTC, now: dt.datetime | None = None) -> Window:
@@ -140,10 +143,11 @@ def window_from(period: str | None, since: str | None, until: str | None,
     start = parse_time(since, tz)
     end = parse_time(until, tz) if until else \
         (now or dt.datetime.now(UTC)).astimezone(tz).replace(second=0, microsecond=0)
-    if end <= start:
-        raise PeriodError(f"the window is empty: --until ({end.isoformat()}) is not after "
-                          f"--since ({start.isoformat()})")
-    return _normalize(start, end, tz)
+    window = _normalize(start, end, tz)
+    if window.end <= window.start:  # (compared to the whole second, as billed)
+        raise PeriodError(f"the window is empty: --until ({end.isoformat()}) is not a whole "
+                          f"second after --since ({start.isoformat()})")
+    return window
 
 
 def iso(value: dt.datetime) -> str:

@@ -50,7 +50,7 @@ def replay_chunks(start: float, end: float, step: float, row: int, length: float
     """``[(first sample, last sample)]`` covering ``start..end`` in chunks of about ``length``
     seconds: each chunk's last sample is the next one's first, on the sampling grid and on a
     row boundary (a multiple of ``step`` and ``row`` after ``start``); the last chunk ends at
-    the last sample before ``end``. The last ``tail`` chunks are each cut again into
+    ``end`` (see :func:`_replay_chunk`). The last ``tail`` chunks are each cut again into
     :data:`CHUNKS_PER_WORKER` of at least ``shortest`` seconds (see :func:`simulated_ledger`)."""
     unit = math.lcm(int(step), row) if float(step).is_integer() else 0
     if not unit or end - start <= length:
@@ -72,9 +72,11 @@ def _range(first: float, last: float, step: float) -> list[float]:
 
 
 def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple[list[Any], float]:
-    """The intervals of samples ``first, first + step, ... <= last`` (raises ``ConfigError``),
-    and the time of the last sample. Unless ``final``, the interval that the last sample opens
-    is left out: the next chunk starts with that sample and books that interval whole."""
+    """The intervals of samples ``first, first + step, ...`` and ``last`` (raises
+    ``ConfigError``), and the time of the last sample: a window whose length is not a multiple
+    of the step ends with a shorter increment, not short of its end. Unless ``final``, the
+    interval that the last sample opens is left out: the next chunk starts with that sample
+    and books that interval whole."""
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
@@ -103,7 +105,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
 
     gathered: list[Any] = []
     step, config = job.step, job.config
-    now = [first]
+    now, sampled = [first], first - step
     clock = lambda: now[0]  # noqa: E731
     recorder = Gathering(job.directory, config, settings=job.settings, max_gap_seconds=3 * step)
     try:
@@ -132,14 +134,16 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
         try:
             while now[0] <= last:
                 collector.collect_once()
-                now[0] += step
+                sampled = now[0]
+                if now[0] == last:
+                    break
+                now[0] = min(now[0] + step, last)
         finally:
             if enabled:
                 gc.enable()
             collector.close()
     finally:
         recorder.close()
-    sampled = now[0] - step
     if not final:
         gathered = [r for r in gathered if r.start < sampled]
     return gathered, sampled
@@ -226,6 +230,13 @@ def _row(window: Any) -> int:
                                       for t in (window.start_unix, window.end_unix)))
 
 
+def replay_span(window: Any) -> tuple[float, float]:
+    """(first, last sample) of a replay of ``window``: the whole seconds the export bills
+    (``start_unix``, ``end_unix``: the ledger's query and the coverage count them), never past
+    now. The last sample is the window's end, however the window's length falls on the step."""
+    return float(window.start_unix), float(min(window.end_unix, math.floor(time.time())))
+
+
 def replay_grid(window: Any, config: Any) -> tuple[float, int]:
     """(seconds between samples, seconds of the scratch ledger's rows) of a replay of
     ``window`` (raises ``ConfigError`` for a bad ``[ledger]``)."""
@@ -273,8 +284,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     from allsmi.attribution import build_attributor
     from allsmi.config import ConfigError
 
-    start = window.start.timestamp()
-    end = min(window.end.timestamp(), time.time())
+    start, end = replay_span(window)
     path = into[0] if into else f"{directory}/ledger.db"
     declarations = registry.declarations()
     try:  # one cycle per ledger interval, at least 20 s apart

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,7 @@ def extends(earlier: Any, later: Any, config: Any) -> bool:
     if earlier.end != later.end or not earlier.start < later.start:
         return False
     step, row = replay_grid(earlier, config)
-    gap = later.start.timestamp() - earlier.start.timestamp()
+    gap = later.start_unix - earlier.start_unix
     return (step, row) == replay_grid(later, config) and gap % step == 0 and gap % row == 0
 
 
@@ -59,7 +58,7 @@ class Replays:
     def ledger(self, scenario: Any, window: Any, config: Any, progress: Any = None) -> str:
         """The path of a ledger billing ``scenario`` over ``window`` (raises what
         :func:`allsmi.cli.simbill.simulated_ledger` raises)."""
-        from allsmi.cli.simbill import replay_grid, simulated_ledger
+        from allsmi.cli.simbill import replay_grid, replay_span, simulated_ledger
         from allsmi.accounting.periods import Window
         for kept in self._kept:
             if extends(window, kept.window, config):
@@ -73,7 +72,7 @@ class Replays:
                 self._kept.append(_Kept(window, path, kept.until))
                 return path
         scratch = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="allsmi-export-"))
-        until = min(window.end.timestamp(), time.time())
+        until = replay_span(window)[1]
         path = simulated_ledger(scenario, window, config, scratch, progress=progress)
         self._kept.append(_Kept(window, path, until))
         return path

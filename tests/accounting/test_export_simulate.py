@@ -62,6 +62,41 @@ def test_simulated_export_matches_the_simulation(tmp_path: Path) -> None:
     assert run_allsmi(*args, timeout=120).stdout == result.stdout  # reruns are byte-identical
 
 
+def _iso_fraction(t: float) -> str:
+    import datetime as dt
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize("since, until", [
+    (START + 0.5, START + 600),  # a fraction of a second: the export bills whole seconds
+    (START + 30, START + 600),  # off the replay's one-minute sampling grid
+    (START + 7.25, START + 600.75),  # both, at both edges
+    (None, None),  # off the grid, --until defaulting to now (the current minute)
+])
+def test_window_edges_off_whole_seconds_or_the_grid_are_covered_whole(since, until) -> None:
+    """A simulated node runs the whole window: coverage is 100 % (exit 0) whatever its edges,
+    and the period columns are the window billed (the asked edges' whole seconds). The replay
+    used to start at the fraction and stop at the last sample on its grid before the end."""
+    import time
+    if since is None:
+        since = time.time() // 60 * 60 - 570  # 9.5 minutes before the current minute
+    args = ["export", "--simulate", "mixed", "--since", _iso_fraction(since),
+            "--group-by", "resource_group,vendor"]
+    if until is not None:
+        args += ["--until", _iso_fraction(until)]
+    result = run_allsmi(*args, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert rows and all(r["coverage_ratio"] == "1.000000" for r in rows), rows
+    assert {r["period_start"] for r in rows} == {_iso(int(since))}
+    if until is not None:
+        assert {r["period_end"] for r in rows} == {_iso(int(until))}
+        hours = (int(until) - int(since)) / 3600
+        assert all(float(r["observed_device_hours"]) == pytest.approx(
+            int(r["device_count"]) * hours, abs=1e-6) for r in rows)
+        assert run_allsmi(*args, timeout=120).stdout == result.stdout  # reruns: the same bytes
+
+
 def test_simulate_excludes_other_sources(tmp_path: Path) -> None:
     result = run_allsmi("export", "--simulate", "mixed", "--ledger", str(tmp_path / "l.db"),
                         "--period", "yesterday")

@@ -57,6 +57,18 @@ def test_since_until_and_errors() -> None:
         zone("Mars/Olympus_Mons")
 
 
+def test_windows_are_whole_seconds() -> None:
+    """The fraction of a second is dropped from both edges, so the window is the one billed
+    (and shown) by every source: ``start_unix`` and ``start`` agree."""
+    w = window_from(None, "2026-03-01T06:00:07.25Z", "2026-03-01T07:10:00.75+01:00", UTC)
+    assert (iso(w.start), iso(w.end), w.seconds) == \
+        ("2026-03-01T06:00:07Z", "2026-03-01T06:10:00Z", 593)
+    assert w.start.microsecond == w.end.microsecond == 0
+    assert w.start.timestamp() == w.start_unix and w.end.timestamp() == w.end_unix
+    with pytest.raises(PeriodError, match="whole second"):  # empty once truncated
+        window_from(None, "2026-03-01T06:00:00.2Z", "2026-03-01T06:00:00.7Z", UTC)
+
+
 def test_ledger_path_precedence(tmp_path: Path) -> None:
     cfg = config('[ledger]\npath = "/srv/file.db"\n')
     assert ledger_settings(cfg, "/flag.db", {"ALLSMI_LEDGER": "/env.db"}).path == Path("/flag.db")

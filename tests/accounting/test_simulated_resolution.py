@@ -118,15 +118,19 @@ def _bill(ledger: str, window: Window) -> dict:
     return out
 
 
-@pytest.mark.parametrize("offset, hours, chunk", [(0, 36, 3600), (7 * 60, 20, 5 * 3600)])
+@pytest.mark.parametrize("offset, hours, chunk, extra",
+                         [(0, 36, 3600, 0), (7 * 60, 20, 5 * 3600, 0), (30, 3, 3600, 45)])
 def test_chunks_replayed_side_by_side_bill_what_one_long_replay_bills(tmp_path, offset, hours,
-                                                                        chunk) -> None:
+                                                                        chunk, extra) -> None:
     """The window cut into chunks replayed by two worker processes (whole hours: quarter-hour
     rows, the last two chunks cut again in four; from hh:07: one-minute rows, chunks cut on
-    their common multiple) books every row of one replay in one process, to the millisecond:
-    each chunk starts with the sample the one before ended with."""
+    their common multiple; from hh:00:30 for 3 h 45 s: 15-second rows, the last sample at the
+    window's end, 45 s after the one before) books every row of one replay in one process, to
+    the millisecond: each chunk starts with the sample the one before ended with. Either
+    covers the whole window."""
     window = Window(dt.datetime.fromtimestamp(START + offset, dt.timezone.utc),
-                    dt.datetime.fromtimestamp(START + offset + hours * 3600, dt.timezone.utc))
+                    dt.datetime.fromtimestamp(START + offset + hours * 3600 + extra,
+                                              dt.timezone.utc))
     config = parse_config(CONFIG)
     bills = {}
     for name, options in (("one", dict(workers=1, chunk_seconds=10**9)),
@@ -137,6 +141,7 @@ def test_chunks_replayed_side_by_side_bill_what_one_long_replay_bills(tmp_path, 
                                              **options), window)
     assert len(bills["one"]) >= 10
     assert bills["chunked"] == bills["one"]
+    assert {row["coverage_ratio"] for row in bills["one"].values()} == {1.0}
 
 
 def test_the_last_chunk_of_each_worker_is_cut_finer_on_the_grid() -> None:
