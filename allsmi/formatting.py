@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 NA = "N/A"
 
 
@@ -62,3 +64,29 @@ def csv_cell(value: object) -> str:
         except ValueError:
             return "'" + text
     return text
+
+
+#: ``compute_active_source`` as the ``active`` columns abbreviate it (dashboard, snapshot table).
+SOURCE_SHORT = {"sm_active": "sm", "gfx_busy": "gfx", "pe_busy": "pe", "core_busy": "core",
+                "engine_time": "eng"}
+#: The waiting reasons, the ones that cost money first (what a ``waiting`` cell shows first).
+REASON_ORDER = ("nothing", "input", "host", "communication", "unknown", "computing")
+#: A ``waiting`` cell's word for a reason (the details panel spells it out).
+SHORT_REASON = {"communication": "comms"}
+
+
+def waiting_summary(dev: Any) -> tuple[str, int] | None:
+    """(the reason shown, how many holders there are) for a device's ``waiting`` cell: the
+    costliest reason among its holders (nothing, input, host, communication, unknown, then
+    computing); ``None`` when not classified."""
+    waits = dev.waiting
+    if not waits:
+        return None
+    reasons = {w.reason for w in waits}
+    return next(r for r in REASON_ORDER if r in reasons), len(waits)
+
+
+def waiting_words(summary: tuple[str, int]) -> str:
+    """A :func:`waiting_summary` in words: ``input``, ``comms +2``."""
+    reason, holders = summary
+    return SHORT_REASON.get(reason, reason) + (f" +{holders - 1}" if holders > 1 else "")

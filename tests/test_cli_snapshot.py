@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import stat
 from dataclasses import fields as dc_fields
 from pathlib import Path
@@ -131,6 +132,59 @@ def test_table_format_shows_na_and_partitions() -> None:
     assert "└" in result.stdout and "MIG 3g.40gb" in result.stdout
     assert "N/A" in result.stdout
     assert "backend tenstorrent" in result.stdout
+
+
+#: One device of each kind the activity column tells apart, both always running a job: an H100
+#: that looks busy (100 % utilization, 20 % of its SMs active) and a Tenstorrent board, whose
+#: tool reports no activity at all.
+BUSY_AND_BLIND = """\
+name = "busy-and-blind"
+seed = 7
+epoch = "2026-01-01T00:00:00Z"
+users = ["alice"]
+commands = ["python train.py"]
+""" + "".join(f"""
+[[devices]]
+backend = "{backend}"
+vendor = "{backend}"
+kind = "{kind}"
+model = "{model}"
+count = 1
+memory_total_bytes = 34359738368
+power_idle_watts = 40.0
+power_limit_watts = 300.0
+clock_idle_mhz = 800.0
+clock_max_mhz = 1350.0
+temperature_idle_celsius = 30.0
+temperature_max_celsius = 80.0
+id_style = "{style}"
+duty_cycle = 1.0
+job_seconds = [3600, 3600]
+{extra}""" for backend, kind, model, style, extra in (
+    ("nvidia", "gpu", "NVIDIA H100 80GB HBM3", "nvidia", "busy_looking = [0]\n"),
+    ("tenstorrent", "npu", "Blackhole p150a", "board", "")))
+
+
+def test_table_shows_compute_activity_and_what_holders_wait_on(tmp_path: Path) -> None:
+    """The table's ``active`` column is the share of compute units busy with its source, beside
+    the headline ``util`` (they differ on a busy-looking GPU); N/A where the hardware does not
+    report it, never 0. ``waiting`` is what the device's holders waited on."""
+    scenario = tmp_path / "busy.toml"
+    scenario.write_text(BUSY_AND_BLIND)
+    result = run_allsmi("snapshot", "--simulate", str(scenario), "--format", "table")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.search(r"\butil +active +memory\b.*\bheld by +waiting\b", lines[1]), lines[1]
+    [gpu] = [line for line in lines if "NVIDIA H100" in line]
+    [board] = [line for line in lines if "Tenstorrent" in line]
+    assert re.search(r" ok +100% +20% sm +\S", gpu), gpu
+    assert gpu.split()[-1] == "computing", gpu  # 20 % active: above the idle threshold
+    assert re.search(r" ok +N/A +N/A +N/A / N/A ", board), board
+    assert board.split()[-1] == "unknown", board  # no activity reported: no evidence either way
+    document = json.loads(run_allsmi("snapshot", "--simulate", str(scenario), "--format",
+                                     "json").stdout)
+    [blind] = [d for d in document["devices"] if d["vendor"] == "tenstorrent"]
+    assert blind["compute_active_percent"] is None and blind["waiting"][0]["reason"] == "unknown"
 
 
 def test_bad_config_exits_2_naming_file_line_and_key(tmp_path: Path) -> None:

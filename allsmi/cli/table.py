@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from allsmi.formatting import NA, celsius, human_bytes, percent, watts
+from allsmi.formatting import (NA, SOURCE_SHORT, celsius, human_bytes, percent, waiting_summary,
+                               waiting_words, watts)
 from allsmi.schema import DeviceSample, Snapshot
 
 _HEALTH_STYLE = {"ok": "green", "degraded": "yellow", "lost": "bold red", "unknown": "dim"}
@@ -19,17 +20,17 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
     """Devices (partitions indented under their parent) and backend statuses as text."""
     host = snapshot.host
     buf = io.StringIO()
-    console = Console(file=buf, width=width or 176, force_terminal=False, no_color=True,
+    console = Console(file=buf, width=width or 200, force_terminal=False, no_color=True,
                       highlight=False)
     console.print(f"{host.hostname}  CPU {percent(host.cpu_utilization_percent)}  "
                   f"memory {human_bytes(host.memory_used_bytes)} / {human_bytes(host.memory_total_bytes)}  "
                   f"{snapshot.timestamp:%Y-%m-%d %H:%M:%S} UTC")
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("#", "vendor", "model", "group", "health", "util", "memory", "temp",
-                   "power / limit", "procs", "held by"):
-        table.add_column(column, justify="right" if column in ("#", "util", "temp", "procs") else "left",
-                         no_wrap=True, **({"overflow": "ellipsis", "max_width": 32}
-                                          if column == "held by" else {}))
+    for column in ("#", "vendor", "model", "group", "health", "util", "active", "memory", "temp",
+                   "power / limit", "procs", "held by", "waiting"):
+        table.add_column(column, justify="right" if column in ("#", "util", "temp", "procs")
+                         else "left", no_wrap=True, **({"overflow": "ellipsis", "max_width": 32}
+                                                       if column == "held by" else {}))
     for dev in snapshot.devices:
         name = dev.name or NA
         if dev.parent:
@@ -39,9 +40,10 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
         table.add_row(NA if dev.index is None else str(dev.index), dev.vendor, name,
                       dev.resource_group or NA,
                       f"[{_HEALTH_STYLE.get(dev.health, '')}]{dev.health}[/]",
-                      percent(dev.utilization_percent), memory, celsius(dev.temperature_celsius),
-                      power, NA if dev.processes is None else str(len(dev.processes)),
-                      held_by(dev))
+                      percent(dev.utilization_percent), active(dev), memory,
+                      celsius(dev.temperature_celsius), power,
+                      NA if dev.processes is None else str(len(dev.processes)), held_by(dev),
+                      waiting(dev))
     if snapshot.devices:
         console.print(table)
     else:
@@ -56,6 +58,24 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
         message = f"  {status.message}" if status.message else ""
         console.print(f"attribution {status.name:<12} [{style}]{status.status}[/]{message}")
     return buf.getvalue()
+
+
+def active(dev: DeviceSample) -> str:
+    """The share of compute units busy and what measured it, as the dashboard's ``active``
+    column shows it (``20% sm``); N/A where the hardware does not say (never 0, never the
+    headline utilization in its place)."""
+    if dev.compute_active_percent is None:
+        return f"{NA:>4}"
+    short = SOURCE_SHORT.get(dev.compute_active_source or "", "?")
+    return f"{percent(dev.compute_active_percent):>4} {short}"  # (the % signs aligned)
+
+
+def waiting(dev: DeviceSample) -> str:
+    """What the device's holders waited on, as the dashboard's ``waiting`` column says it: the
+    costliest reason among them and how many more holders there are (``input +1``); ``-`` when
+    they are not classified (no holder, or no waiting step)."""
+    summary = waiting_summary(dev)
+    return "-" if summary is None else waiting_words(summary)
 
 
 def held_by(dev: DeviceSample) -> str:

@@ -13,19 +13,10 @@ from typing import Any, Hashable
 
 from rich.text import Text
 
-from allsmi.formatting import NA, percent
+from allsmi.formatting import NA, SOURCE_SHORT, percent, waiting_summary, waiting_words
 from allsmi.schema import DeviceSample, HolderWaiting
 
 from allsmi.dashboard.state.model import DeviceRef
-
-
-#: ``compute_active_source`` as the ``active`` column abbreviates it.
-SOURCE_SHORT = {"sm_active": "sm", "gfx_busy": "gfx", "pe_busy": "pe", "core_busy": "core",
-                "engine_time": "eng"}
-#: The waiting reasons, the ones that cost money first (what the ``waiting`` cell shows first).
-REASON_ORDER = ("nothing", "input", "host", "communication", "unknown", "computing")
-#: The ``waiting`` cell's word for a reason (the details panel spells it out).
-SHORT_REASON = {"communication": "comms"}
 
 
 def active_key(ref: DeviceRef, ctx: Any) -> Hashable:
@@ -43,17 +34,6 @@ def active_render(key: Any, ctx: Any) -> Text:
     return Text(f"{value:>3}% {SOURCE_SHORT.get(source or '', '?')}", style=ctx.palette.load(value))
 
 
-def waiting_summary(dev: DeviceSample) -> tuple[str, int] | None:
-    """(the reason shown, how many holders there are) for the ``waiting`` cell: the costliest
-    reason among the device's holders (nothing, input, host, communication, unknown, then
-    computing); ``None`` when not classified."""
-    waits = dev.waiting
-    if not waits:
-        return None
-    reasons = {w.reason for w in waits}
-    return next(r for r in REASON_ORDER if r in reasons), len(waits)
-
-
 def waiting_key(ref: DeviceRef, ctx: Any) -> Hashable:
     return waiting_summary(ref.device)
 
@@ -61,10 +41,9 @@ def waiting_key(ref: DeviceRef, ctx: Any) -> Hashable:
 def waiting_render(key: Any, ctx: Any) -> Text:
     if key is None:
         return Text("-", style="dim")
-    reason, holders = key
+    reason = key[0]
     style = ctx.palette.ok if reason == "computing" else "dim" if reason == "unknown" else ctx.palette.warn
-    word = SHORT_REASON.get(reason, reason)
-    return Text(word + (f" +{holders - 1}" if holders > 1 else ""), style=style)
+    return Text(waiting_words(key), style=style)
 
 
 def rate_text(value: float | None) -> str:
