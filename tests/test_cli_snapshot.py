@@ -269,19 +269,48 @@ def test_backends_version_and_help() -> None:
     assert "Examples" in helptext.stdout and "snapshot" in helptext.stdout
 
 
-def test_processes_csv_has_one_row_per_process_with_activity() -> None:
+#: Eight H100s whose jobs run the whole of each day-long cycle.
+STEADY_SCENARIO = """name = "steady"
+seed = 7
+epoch = "2026-01-01T00:00:00Z"
+users = ["alice", "bob", "carol"]
+commands = ["python train.py"]
+
+[[devices]]
+backend = "nvidia"
+vendor = "nvidia"
+kind = "gpu"
+model = "NVIDIA H100 80GB HBM3"
+count = 8
+memory_total_bytes = 85520809984
+power_idle_watts = 72.0
+power_limit_watts = 700.0
+clock_idle_mhz = 345.0
+clock_max_mhz = 1980.0
+temperature_idle_celsius = 31.0
+temperature_max_celsius = 74.0
+duty_cycle = 1.0
+job_seconds = [86400, 86400]
+"""
+
+
+def test_processes_csv_has_one_row_per_process_with_activity(tmp_path: Path) -> None:
     """``--format processes-csv``: one row per process, its device's id/index/uuid first, the
     process columns (per-process activity included) derived from the schema."""
     from allsmi.fields import PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
     from allsmi.schema import PROCESS_ACTIVITY, ProcessSample
-    result = run_allsmi("snapshot", "--simulate", "mixed", "--format", "processes-csv")
+    # Jobs that run all day long: the two runs below see the same processes (with the built-in
+    # scenarios' jobs of minutes, a job could end between them).
+    scenario = tmp_path / "steady.toml"
+    scenario.write_text(STEADY_SCENARIO)
+    result = run_allsmi("snapshot", "--simulate", str(scenario), "--format", "processes-csv")
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert tuple(rows[0].keys()) == PROCESS_COLUMNS
     assert PROCESS_COLUMNS == PROCESS_DEVICE_COLUMNS + tuple(f.name for f in dc_fields(ProcessSample))
     assert set(PROCESS_ACTIVITY) <= set(PROCESS_COLUMNS)
-    # The same processes the JSON lists (the simulated node's processes do not change between runs).
-    data = json.loads(run_allsmi("snapshot", "--simulate", "mixed", "--format", "json").stdout)
+    # The same processes the JSON lists.
+    data = json.loads(run_allsmi("snapshot", "--simulate", str(scenario), "--format", "json").stdout)
     want = {(d["id"], p["pid"]) for d in data["devices"] for p in d["processes"] or ()}
     got = {(r["device_id"], int(r["pid"])) for r in rows}
     assert got == want and len(rows) == len(want) and len(want) >= 5
