@@ -60,6 +60,13 @@ class Reply:
     :class:`~allsmi.exporter.authqueue.FairQueue`)."""
 
 
+_FAILED_BODY = b"the exporter failed answering this request: its log says why\n"
+#: The answer to a request whose answering raised (logged with its traceback): ``500``, never
+#: the ``503`` "server too busy" of a bound, which would send an operator looking for a load.
+FAILED = Reply([b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_FAILED_BODY)
+                + _FAILED_BODY], True, 500)
+
 #: What ``respond`` returns, when ``fast``, for a request that waits only for work that every
 #: such request shares (the cycle's rendering, done once however many ask): it waits beside the
 #: others for one turn of the thread pool, not in the password checks' queue, whose bound per
@@ -268,7 +275,7 @@ class ConnectionLoop(ConnectionTable):
             reply = self.respond(head, conn.address, True)
         except Exception:  # noqa: BLE001 - one bad request must not stop the loop
             log.exception("answering a request from %s failed", conn.address)
-            reply = Reply([REFUSED], True)
+            reply = FAILED
         if reply is SHARED:
             self._wait_shared(conn, head)
         elif reply is not None:
@@ -323,7 +330,7 @@ class ConnectionLoop(ConnectionTable):
             reply = self.respond(head, conn.address, False)
         except Exception:  # noqa: BLE001
             log.exception("answering a request from %s failed", conn.address)
-            reply = None
+            reply = FAILED
         if reply is not None and reply.status == 401:
             self._auth.failed(conn.client)  # its next checks wait for everybody else's
         self._finish_job(conn, reply)

@@ -133,6 +133,12 @@ class Rendered:
         """
         return self._asked_for("json", gzipped)
 
+    def prepared(self, kind: str, gzipped: bool) -> bool:
+        """Whether ``kind`` (``text``, ``openmetrics`` or ``json``) is made already in that
+        encoding, so that handing it out costs nothing (the connection loop's thread answers
+        only such requests; the others wait for the thread pool)."""
+        return kind == "text" and not gzipped or kind + (".gz" if gzipped else "") in self._cache
+
     def encodings(self) -> list[tuple[str, bool]]:
         """(kind, gzipped) of every encoding a request asked for."""
         return sorted(self._asked)
@@ -166,6 +172,10 @@ class Rendered:
                         else self._plain(kind)
                     self._cache[key] = cached
         return cached
+
+
+class NotRendered(Exception):
+    """The latest cycle is still to be rendered (:meth:`Exposition.latest` without ``render``)."""
 
 
 class Exposition:
@@ -221,11 +231,17 @@ class Exposition:
         self._requested = True
         return self._rendered()
 
-    @property
-    def unrendered(self) -> bool:
-        """Whether the latest cycle is still to be rendered, or being rendered (its first
-        request renders it; the others that ask meanwhile wait for that rendering)."""
-        return self._pending is not None or self._rendering
+    def latest(self, *, render: bool = True) -> Rendered | None:
+        """:attr:`current`; with ``render=False`` it never renders (for the connection loop's
+        thread, which a rendering would hold up for every connection) and raises
+        :class:`NotRendered` when the latest cycle is still to be rendered."""
+        if render:
+            return self.current
+        self._requested = True
+        # _rendering is set before _pending is cleared: one of the two is always seen
+        if self._pending is not None or self._rendering:
+            raise NotRendered()
+        return self._current
 
     def _rendered(self) -> Rendered | None:
         if self._pending is not None or self._rendering:
@@ -246,9 +262,10 @@ class Exposition:
         """Block until the first collection cycle has arrived (or ``timeout``)."""
         return self._ready.wait(timeout)
 
-    def readiness(self) -> tuple[bool, str]:
-        """(ready, why): what ``/ready`` answers (the latest cycle is rendered to know)."""
-        if self.current is None:
+    def readiness(self, *, render: bool = True) -> tuple[bool, str]:
+        """(ready, why): what ``/ready`` answers (the latest cycle is rendered to know; without
+        ``render``, :class:`NotRendered` is raised instead, as by :meth:`latest`)."""
+        if self.latest(render=render) is None:
             return False, "no collection cycle has completed yet"
         age = None if self._whole_at is None else self._clock() - self._whole_at
         if age is None or age > self.stale_after_seconds:

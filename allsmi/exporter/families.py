@@ -107,12 +107,15 @@ ALLOCATED_TOTAL = Family(
 IDLE_ALLOCATED_TOTAL = Family(
     "allsmi_device_idle_allocated_seconds_total", "counter",
     "Time during which the device was held (a process or workload on it) while its "
-    "utilization stayed below [accounting] idle_threshold_percent, since the exporter started.",
+    "utilization (on a device without one, a MIG instance: its compute activity) stayed below "
+    "[accounting] idle_threshold_percent, since the exporter started.",
     DEVICE_LABELS, "seconds",
-    source="allsmi.usage: trapezoid of (held and utilization_percent < idle_threshold_percent); "
-    "never more than allsmi_device_allocated_seconds_total",
-    condition="devices whose processes or workloads and utilization are known; omitted for good "
-    "(until the exporter restarts) once a held device's utilization was unknown, never a known 0")
+    source="allsmi.usage: trapezoid of (held and utilization_percent, else "
+    "compute_active_percent, < idle_threshold_percent); never more than "
+    "allsmi_device_allocated_seconds_total",
+    condition="devices whose processes or workloads and utilization or compute activity are "
+    "known; omitted for good (until the exporter restarts) once a held device's utilization and "
+    "compute activity were both unknown, never a known 0")
 OBSERVED_TOTAL = Family(
     "allsmi_device_observed_seconds_total", "counter",
     "Time covered by valid samples since the exporter started: the denominator for coverage.",

@@ -22,7 +22,7 @@ from typing import Any
 
 from allsmi import __version__
 from allsmi.exporter.exposition import (JSON_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE,
-                                        TEXT_CONTENT_TYPE, Exposition)
+                                        TEXT_CONTENT_TYPE, Exposition, NotRendered)
 from allsmi.exporter.connections import SHARED, ConnectionLoop, Limits, Reply
 from allsmi.exporter.request import BadRequest, Request, http_date, parse_head, response_head
 from allsmi.exporter.webconfig import WebConfig
@@ -44,23 +44,43 @@ _INDEX = """<!DOCTYPE html>
 """
 
 
-def _accepts(header: str | None, media: str) -> bool:
-    """Whether an ``Accept``/``Accept-Encoding`` header lists ``media`` with a non-zero q."""
+def _weights(header: str | None) -> list[tuple[str, float]]:
+    """(lower-case media range or coding, q) of each element of an ``Accept`` or
+    ``Accept-Encoding`` header; an element whose q is not a number is left out."""
+    out = []
     for part in (header or "").split(","):
         fields = [f.strip() for f in part.split(";")]
-        if fields[0].lower() != media:
-            continue
+        q = 1.0
         for param in fields[1:]:
             name, _, value = param.partition("=")
             if name.strip().lower() == "q":
                 try:
-                    if float(value) <= 0.0:
-                        break
+                    q = float(value)
                 except ValueError:
-                    break
-        else:
-            return True
-    return False
+                    q = -1.0
+        if fields[0] and q >= 0.0:
+            out.append((fields[0].lower(), q))
+    return out
+
+
+def _accepts(header: str | None, coding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header lists ``coding`` with a non-zero q."""
+    return any(name == coding and q > 0.0 for name, q in _weights(header))
+
+
+def _wants_openmetrics(header: str | None) -> bool:
+    """Whether the ``Accept`` header prefers OpenMetrics to the text format: it names
+    ``application/openmetrics-text`` with a non-zero q, no lower than the q the text format
+    gets from its most specific range (``text/plain``, else ``text/*``, else ``*/*``; RFC 9110
+    section 12.5.1). Prometheus lists its ``scrape_protocols`` with falling q: one that puts
+    ``PrometheusText0.0.4`` first gets the text format. A tie goes to OpenMetrics."""
+    weights = _weights(header)
+    openmetrics = max((q for name, q in weights if name == "application/openmetrics-text"),
+                      default=0.0)
+    text = 0.0
+    for media in ("*/*", "text/*", "text/plain"):  # the most specific range present wins
+        text = max((q for name, q in weights if name == media), default=text)
+    return openmetrics > 0.0 and openmetrics >= text
 
 
 class _NeedsPool(Exception):
@@ -115,27 +135,33 @@ class _Answer:
         path = request.path
         exposition = self.server.exposition
         gzipped = _accepts(request.headers.get("accept-encoding"), "gzip")
-        if path in _RENDERED and self.fast and exposition.unrendered:
-            # The cycle's first request renders it (once, however many ask), on the thread
-            # pool: never on the loop's thread, which holds every other connection.
-            raise _NeedsRendering()
-        rendered = exposition.current if path in _RENDERED else None
+        openmetrics = path == "/metrics" and _wants_openmetrics(request.headers.get("accept"))
+        kind = "openmetrics" if openmetrics else "text" if path == "/metrics" else "json"
+        # The cycle's first request renders it (once, however many ask), and a format or an
+        # encoding not made yet is made, on the thread pool: never on the loop's thread,
+        # which holds every other connection.
+        try:
+            rendered = exposition.latest(render=not self.fast) if path in _RENDERED else None
+            if rendered is not None and self.fast and not rendered.prepared(kind, gzipped):
+                raise _NeedsRendering()
+            readiness = exposition.readiness(render=not self.fast) if path == "/ready" else None
+        except NotRendered:
+            raise _NeedsRendering() from None
         if path == "/metrics":
             if rendered is None:
                 return self._unavailable(request, head)
-            openmetrics = _accepts(request.headers.get("accept"), "application/openmetrics-text")
             return self._reply(HTTPStatus.OK, rendered.body(openmetrics=openmetrics, gzipped=gzipped),
                                OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE,
                                request=request, head=head, gzipped=gzipped)
         if path == "/api/v1/snapshot":
             if rendered is None or not rendered.complete:
-                return self._unavailable(request, head)
+                return self._unavailable(request, head, rendered is not None)
             return self._reply(HTTPStatus.OK, rendered.snapshot_json(gzipped=gzipped),
                                JSON_CONTENT_TYPE, request=request, head=head, gzipped=gzipped)
         if path == "/healthz":
             return self._reply(HTTPStatus.OK, b"OK\n", _TEXT, request=request, head=head)
-        if path == "/ready":
-            ready, why = exposition.readiness()
+        if readiness is not None:
+            ready, why = readiness
             return self._reply(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE,
                                why.encode("utf-8") + b"\n", _TEXT, request=request, head=head,
                                extra=None if ready else {"Retry-After": "1"})
@@ -144,9 +170,12 @@ class _Answer:
                                "text/html; charset=utf-8", request=request, head=head)
         return self._reply(HTTPStatus.NOT_FOUND, b"Not Found\n", _TEXT, request=request, head=head)
 
-    def _unavailable(self, request: Request, head: bool) -> Reply:
-        return self._reply(HTTPStatus.SERVICE_UNAVAILABLE, b"no collection cycle has completed yet\n",
-                           _TEXT, request=request, head=head, extra={"Retry-After": "1"})
+    def _unavailable(self, request: Request, head: bool, unrenderable: bool = False) -> Reply:
+        why = (b"the latest collection cycle could not be rendered (the log says why; "
+               b"allsmi_exporter_render_errors_total counts them)\n") if unrenderable \
+            else b"no collection cycle has completed yet\n"
+        return self._reply(HTTPStatus.SERVICE_UNAVAILABLE, why, _TEXT, request=request, head=head,
+                           extra={"Retry-After": "1"})
 
     def _reply(self, status: int, body: bytes, content_type: str, *, head: bool,
                request: Request | None = None, close: bool = False, gzipped: bool = False,

@@ -23,11 +23,12 @@ Every per-device series carries the join labels `uuid` (the device's `id`: its u
 when the vendor has one), `index`, `vendor`, `model` and `resource_group`; names,
 versions and the partition parent live in `allsmi_device_info`. An unknown value is
 left out, never exported as 0 or NaN. Partitions (MIG instances, compute partitions,
-dies) have their own series; board-level quantities (power, power limit, energy) are
-exported once, on the device that owns the board, so `sum by (resource_group)` never
-counts a board twice. Counters start at 0 when the exporter starts (see their
-`_created` series) and never decrease; a device missing from the latest snapshot has
-no series.
+dies) have their own series; board-level gauges (power, power limit) are exported
+once, on the device that owns the board, and a partitioned board's energy counter is
+split between its partitions and the board by their billing shares, so
+`sum by (resource_group)` never counts a board twice. Counters start at 0 when the
+exporter starts (see their `_created` series) and never decrease; a device missing
+from the latest snapshot has no series.
 """
 
 

@@ -28,6 +28,8 @@ from typing import Iterable
 import h11
 
 _BLANK_LINE = re.compile(rb"\n\r?\n")  # as h11's own receive buffer finds the end of a head
+#: The scheme and authority of a request target in absolute form, which a server must accept.
+_ABSOLUTE_FORM = re.compile(r"https?://[^/?#]*", re.IGNORECASE)
 
 
 def head_end(buf: bytes | bytearray) -> int:
@@ -50,7 +52,8 @@ class Request:
 
     method: str
     path: str
-    """The target without its query string."""
+    """The target without its query string (nor the scheme and authority of an absolute
+    target: ``GET http://host:9477/metrics`` asks for ``/metrics``)."""
     http_version: str
     headers: dict[str, str]
     """Lower-case names; a repeated header's values joined with ``", "``."""
@@ -91,7 +94,9 @@ def parse_head(head: bytes) -> Request:
         keep_alive = "close" not in tokens
     keep_alive = keep_alive and not has_body  # a body is never read: do not misparse it
     target = event.target.decode("latin-1")
-    return Request(method=event.method.decode("ascii"), path=target.split("?", 1)[0],
+    absolute = _ABSOLUTE_FORM.match(target)  # http://host:port/metrics: RFC 9112 section 3.2.2
+    path = target[absolute.end():] if absolute else target
+    return Request(method=event.method.decode("ascii"), path=path.split("?", 1)[0] or "/",
                    http_version=version, headers=headers, keep_alive=keep_alive,
                    say_keep_alive=keep_alive and version == "1.0")
 

@@ -87,7 +87,8 @@ def test_a_cycle_that_cannot_be_rendered_at_all_turns_ready_503_once_stale(
     assert fetch(base + "/metrics").text == text  # asked again: the same cycle, not rendered again
     assert values(text, "allsmi_exporter_render_errors_total") == {"[]": 3.0}
     assert not values(text, "allsmi_device_info")
-    assert fetch(base + "/api/v1/snapshot").status == 503
+    unrendered = fetch(base + "/api/v1/snapshot")  # it said "no collection cycle has completed"
+    assert unrendered.status == 503 and b"could not be rendered" in unrendered.body
     assert fetch(base + "/ready").status == 200  # 30 s old: not yet past the limit
     clock.now += 1
     ready = fetch(base + "/ready")
@@ -150,3 +151,28 @@ def test_a_recorder_without_the_new_attributes_reads_as_zero() -> None:
     assert expo.current is not None
     assert values(expo.current.text.decode(), "allsmi_ledger_write_errors_total") == {"[]": 0.0}
     assert expo.readiness() == (True, "ready")
+
+
+def test_a_request_whose_answer_fails_gets_500_not_server_too_busy(
+        served: tuple[Exposition, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception while answering (logged) is a server error: ``500``, on the connection
+    loop's thread as on the pool's. It was answered ``503 server too busy`` with
+    ``Retry-After`` and counted as a refusal at a bound, which sends an operator looking
+    for a load that is not there. The other paths are served all the same."""
+    import allsmi.output
+    expo, base = served
+    expo.on_snapshot(snapshot([device("GPU-a")]))
+    assert fetch(base + "/metrics").status == 200
+
+    def fail(*args: object, **kw: object) -> object:
+        raise ValueError("Out of range float values are not JSON compliant: nan")
+
+    monkeypatch.setattr(allsmi.output, "to_json", fail)  # the snapshot JSON, made on the pool
+    monkeypatch.setattr(expo, "readiness", fail)  # /ready, answered on the loop's thread
+    for path in ("/api/v1/snapshot", "/ready"):
+        resp = fetch(base + path)
+        assert resp.status == 500, (path, resp.status, resp.body)
+        assert b"log says why" in resp.body and "retry-after" not in resp.headers
+        assert resp.headers["connection"] == "close"
+    assert fetch(base + "/metrics").status == 200
+    assert fetch(base + "/healthz").status == 200

@@ -135,3 +135,62 @@ def test_scrapers_behind_one_address_all_wait_for_a_slow_rendering(
         thread.join(60)
     assert statuses == [200] * 40
     assert len(renders) == 1 and loop.refused == 0
+
+
+def _answered_meanwhile(base: str, slow: tuple[str, dict[str, str]], hold: threading.Event) -> int:
+    """Ask for ``slow`` (held at ``hold``) in a thread; while it waits, ``/healthz`` on another
+    connection must answer at once (the connection loop's thread is free); then let it go and
+    return its status."""
+    got: list[int] = []
+    asker = threading.Thread(target=lambda: got.append(fetch(base + slow[0], slow[1], timeout=60).status))
+    asker.start()
+    time.sleep(0.3)  # it is being made now
+    start = time.monotonic()
+    try:
+        assert fetch(base + "/healthz", timeout=5).status == 200
+        assert time.monotonic() - start < 2.0
+        assert got == []  # still held: /healthz did not wait for it
+    finally:
+        hold.set()
+        asker.join(60)
+    return got[0]
+
+
+def test_ready_renders_on_the_pool_never_on_the_loop_thread(
+        served: tuple[Exposition, str, list[int]]) -> None:
+    """A readiness probe that is the first request of a cycle renders it, as /metrics would:
+    on the thread pool. It rendered on the loop's thread, and no connection was served until
+    the rendering ended (hundreds of ms on a large node; here, held)."""
+    expo, base, renders = served
+    hold = _HOLD["render"] = threading.Event()
+    expo.on_snapshot(snapshot([device("GPU-a")], at=T0))
+    assert _answered_meanwhile(base, ("/ready", {}), hold) == 200
+    assert len(renders) == 1
+
+
+@pytest.mark.parametrize("path,headers,maker", [
+    ("/metrics", {"Accept": "application/openmetrics-text"}, "render_openmetrics"),
+    ("/metrics", {"Accept-Encoding": "gzip"}, "gzip"),
+    ("/api/v1/snapshot", {}, "to_json"),
+])
+def test_a_format_not_made_yet_is_made_on_the_pool_never_on_the_loop_thread(
+        served: tuple[Exposition, str, list[int]], monkeypatch: pytest.MonkeyPatch,
+        path: str, headers: dict[str, str], maker: str) -> None:
+    """Once the text format of a cycle is rendered, the first request for OpenMetrics, gzip or
+    the snapshot JSON of that cycle makes it: on the thread pool too. It was made on the loop's
+    thread, which served no other connection meanwhile."""
+    expo, base, _ = served
+    expo.on_snapshot(snapshot([device("GPU-a")], at=T0))
+    assert fetch(base + "/metrics").status == 200  # the text format is rendered
+    hold = threading.Event()
+    import allsmi.output
+    module = {"render_openmetrics": exposition_module, "gzip": exposition_module.gzip,
+              "to_json": allsmi.output}[maker]
+    real = getattr(module, "compress" if maker == "gzip" else maker)
+
+    def held(*args: Any, **kw: Any) -> Any:
+        assert hold.wait(30)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(module, "compress" if maker == "gzip" else maker, held)
+    assert _answered_meanwhile(base, (path, headers), hold) == 200
