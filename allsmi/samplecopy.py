@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from allsmi.schema import (COMPUTE_ACTIVE_SOURCES, DEVICE_ACTIVITY, DEVICE_TRAFFIC,
-                           PROCESS_ATTRIBUTION, DEVICE_OPTIONAL_TEXT, DEVICE_TEXT, DeviceSample,
-                           ProcessSample, clean_mapping, percent_or_none, rate_or_none)
+from allsmi.numbers import bytes_or_none, finite_or_none, percent_or_none, rate_or_none
+from allsmi.schema import (COMPUTE_ACTIVE_SOURCES, DEVICE_ACTIVITY, DEVICE_BYTES, DEVICE_NONNEGATIVE,
+                           DEVICE_TRAFFIC, PROCESS_ACTIVITY, PROCESS_ATTRIBUTION,
+                           DEVICE_OPTIONAL_TEXT, DEVICE_TEXT, DeviceSample, ProcessSample,
+                           clean_mapping)
 from allsmi.text import MAX_COMMAND, clean_optional, clean_text
 
 _S = TypeVar("_S", "DeviceSample", "ProcessSample")
@@ -29,11 +31,13 @@ def _cleaners() -> dict[type, dict[str, Any]]:
     device.update(labels=remembered_mapping(), details=mapping,
                   resource_group=remembered_text(clean_optional))
     device.update({name: percent_or_none for name in DEVICE_ACTIVITY})
-    device.update({name: rate_or_none for name in DEVICE_TRAFFIC})
+    device.update({name: rate_or_none for name in DEVICE_TRAFFIC + DEVICE_NONNEGATIVE})
+    device.update({name: bytes_or_none for name in DEVICE_BYTES}, temperature_celsius=finite_or_none)
     device.update(compute_active_source=lambda v: v if v in COMPUTE_ACTIVE_SOURCES else None)
     process: dict[str, Any] = {name: None for name in ProcessSample.__dataclass_fields__}
     process.update(user=opt(clean_text), command=opt(lambda v: clean_text(v, MAX_COMMAND)))
     process.update({name: opt(clean_optional) for name in PROCESS_ATTRIBUTION})
+    process.update({name: percent_or_none for name in PROCESS_ACTIVITY}, memory_bytes=bytes_or_none)
     return {DeviceSample: device, ProcessSample: process}
 
 

@@ -17,6 +17,7 @@ import datetime as _dt
 from dataclasses import field
 from typing import Any, Literal, Mapping, Tuple, Union
 
+from allsmi.numbers import bytes_or_none, finite_or_none, percent_or_none, rate_or_none
 from allsmi.records import Record, record
 from allsmi.text import MAX_COMMAND, MAX_MESSAGE, MAX_NAME, clean_detail, clean_optional, clean_text
 
@@ -60,20 +61,13 @@ DEVICE_TRAFFIC = ("interconnect_rx_bytes_per_second", "interconnect_tx_bytes_per
                   "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
 
 
-def percent_or_none(value: Any) -> float | None:
-    if type(value) is float and 0.0 <= value <= 100.0:  # (nearly always: as it is)
-        return value
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if 0.0 <= value <= 100.0 else None  # NaN fails both comparisons
-
-
-def rate_or_none(value: Any) -> float | None:
-    if type(value) is float and 0.0 <= value < _INF:  # (nearly always: as it is)
-        return value
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if 0.0 <= value < float("inf") else None
+#: DeviceSample's other measured figures that are never negative (a percentage a vendor may put
+#: above 100, as NVML's fan speed; watts, joules, MHz): negative, NaN or infinite becomes
+#: ``None`` at the schema boundary, as does a temperature that is not finite.
+DEVICE_NONNEGATIVE = ("utilization_percent", "power_watts", "power_limit_watts", "energy_joules",
+                      "clock_mhz", "fan_percent")
+#: Byte counts: a whole number >= 0 (a float one is made whole); anything else is ``None``.
+DEVICE_BYTES = ("memory_used_bytes", "memory_total_bytes")
 
 
 #: The fields of a workload, in the order of the public JSON object.
@@ -174,6 +168,9 @@ class ProcessSample(Record):
                 ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
                     and 0.0 <= value <= 100.0
                 _set(self, name, float(value) if ok else None)
+        if self.memory_bytes is not None and (type(self.memory_bytes) is not int
+                                              or self.memory_bytes < 0):
+            _set(self, "memory_bytes", bytes_or_none(self.memory_bytes))
         if self.user is not None:
             _set(self, "user", clean_text(self.user))
         if self.command is not None:
@@ -366,10 +363,17 @@ class DeviceSample(Record):
             value = getattr(self, name)
             if value is not None and (type(value) is not float or not 0.0 <= value <= 100.0):
                 _set(self, name, percent_or_none(value))
-        for name in DEVICE_TRAFFIC:
+        for name in DEVICE_TRAFFIC + DEVICE_NONNEGATIVE:
             value = getattr(self, name)
             if value is not None and (type(value) is not float or not 0.0 <= value < _INF):
                 _set(self, name, rate_or_none(value))
+        for name in DEVICE_BYTES:
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 0):
+                _set(self, name, bytes_or_none(value))
+        value = self.temperature_celsius
+        if value is not None and (type(value) is not float or not -_INF < value < _INF):
+            _set(self, "temperature_celsius", finite_or_none(value))
         if self.compute_active_source is not None \
                 and self.compute_active_source not in COMPUTE_ACTIVE_SOURCES:
             _set(self, "compute_active_source", None)

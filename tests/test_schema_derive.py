@@ -151,3 +151,58 @@ def test_the_copies_set_each_field_through_its_slot_and_the_records_stay_frozen(
     assert copy == sample and copy is not sample
     with pytest.raises(FrozenInstanceError):
         setattr(copy, name, None)
+
+
+#: Values that are not a measurement: each becomes ``None`` at the schema boundary.
+NOT_A_NUMBER = (float("nan"), float("inf"), float("-inf"), True, "12", -1)
+
+
+@pytest.mark.parametrize("name", ["utilization_percent", "memory_used_bytes", "memory_total_bytes",
+                                  "temperature_celsius", "power_watts", "power_limit_watts",
+                                  "energy_joules", "clock_mhz", "fan_percent"])
+def test_every_measured_figure_that_is_not_a_number_is_none_however_the_sample_is_made(name) -> None:
+    """A plug-in backend's NaN, infinity, bool or text never reaches a consumer (the exporter
+    would serve NaN; the JSON snapshot, which refuses NaN, would fail): ``None``, through the
+    constructor, ``derive`` and ``fill`` alike."""
+    from allsmi.schema import fill
+    for bad in NOT_A_NUMBER:
+        if bad == -1 and name == "temperature_celsius":
+            continue  # a temperature may be below zero
+        made = replace(_device(), **{name: bad})
+        assert getattr(made, name) is None, (name, bad)
+        assert getattr(derive(_device(), **{name: bad}), name) is None, (name, bad)
+        assert getattr(fill(_device(), **{name: bad}), name) is None, (name, bad)
+    assert replace(_device(), temperature_celsius=-5).temperature_celsius == -5.0
+    assert replace(_device(), memory_used_bytes=1.5e9).memory_used_bytes == 1_500_000_000
+    assert replace(_device(), fan_percent=105).fan_percent == 105.0  # NVML's fans may pass 100
+
+
+def test_a_process_s_figures_that_are_not_numbers_are_none_however_it_is_made() -> None:
+    proc = ProcessSample(7, memory_bytes=1)
+    for bad in NOT_A_NUMBER:
+        for changes in ({"memory_bytes": bad}, {"utilization_percent": bad}):
+            assert set(derive(proc, **changes).__getattribute__(k) for k in changes) == {None}
+            assert set(replace(proc, **changes).__getattribute__(k) for k in changes) == {None}
+
+
+def test_a_nan_from_a_backend_is_left_out_of_metrics_and_null_in_the_snapshot() -> None:
+    """Over the exporter's own rendering: no NaN sample line, and the JSON renders."""
+    import json
+
+    import datetime as dt
+
+    from allsmi.exporter.exposition import Exposition
+    from allsmi.schema import HostSample, Snapshot
+    dev = replace(_device(), temperature_celsius=float("nan"), power_watts=float("inf"),
+                  utilization_percent=40.0)
+    snap = Snapshot(timestamp=dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc),
+                    host=HostSample(hostname="h"), devices=(dev,))
+    exposition = Exposition()
+    exposition.on_snapshot(snap)
+    text = exposition.current.text.decode()
+    values = [line.rsplit(" ", 1)[-1] for line in text.splitlines() if not line.startswith("#")]
+    assert values and not {"NaN", "+Inf", "-Inf", "Inf"} & set(values)
+    assert "allsmi_device_utilization_ratio" in text
+    assert "allsmi_device_temperature_celsius{" not in text and "allsmi_device_power_watts{" not in text
+    data = json.loads(exposition.current.snapshot_json())
+    assert data["devices"][0]["temperature_celsius"] is None

@@ -1,0 +1,44 @@
+"""The schema boundary's rules for measured numbers: each returns the value as the schema keeps
+it, or ``None`` where it is not one (a bool, text, NaN, an infinity, a value out of range).
+Unknown is ``None``, never 0 or NaN (:mod:`allsmi.schema` applies them in ``__post_init__``,
+:mod:`allsmi.samplecopy` to the fields a copy changes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_INF = float("inf")
+
+
+def percent_or_none(value: Any) -> float | None:
+    """A percentage, 0 to 100."""
+    if type(value) is float and 0.0 <= value <= 100.0:  # (nearly always: as it is)
+        return value
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0.0 <= value <= 100.0 else None  # NaN fails both comparisons
+
+
+def rate_or_none(value: Any) -> float | None:
+    """A finite figure that is never negative (a rate, watts, joules, MHz)."""
+    if type(value) is float and 0.0 <= value < _INF:  # (nearly always: as it is)
+        return value
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0.0 <= value < _INF else None
+
+
+def bytes_or_none(value: Any) -> int | None:
+    """A byte count: a whole number >= 0 (a finite float is made whole)."""
+    if type(value) is int and value >= 0:  # (nearly always: as it is)
+        return value
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if 0 <= value < _INF else None
+
+
+def finite_or_none(value: Any) -> float | None:
+    """Any finite figure (a temperature)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if -_INF < value < _INF else None
