@@ -5,8 +5,11 @@ Each increment is split twice among the holders (:mod:`allsmi.fairshare`): its a
 idle time, and the energy of its idle part, by the allocated weights; its busy time and the
 energy of the rest by the used weights. Each row also keeps the method of each split
 (``mixed`` when the interval saw more than one). Active time (allocated time weighted by compute
-activity) follows the used weights, like busy time; the time per waiting reason follows the
-allocated weights, each holder's part booked under its own reason (``DeviceSample.waiting``).
+activity) follows the allocated weights, as allocated time does: each holder's part is its
+allocated time of the increment x the device's activity over it, so that a holder's efficiency
+(active / allocated) is the device's over the time it held it, never above 1; the time per
+waiting reason follows the allocated weights too, each holder's part booked under its own
+reason (``DeviceSample.waiting``).
 
 This is the ledger's hot path (every device, every cycle), so the classes use slots and the
 device's own sums are added inline; the recorder's results are checked against a plain
@@ -277,8 +280,8 @@ class Bucket(_Acc):
             if energy is not None:
                 acc.energy = (acc.energy or 0.0) + energy * used_weight * busy_part
             if active is not None:
-                acc.active = (acc.active or 0.0) + active * used_weight
-                acc.active_allocated = (acc.active_allocated or 0.0) + (allocated or 0.0) * used_weight
+                acc.active = (acc.active or 0.0) + active * weight
+                acc.active_allocated = (acc.active_allocated or 0.0) + (allocated or 0.0) * weight
                 mine = acc.activity_method
                 if activity_method is not None and mine != activity_method:
                     acc.activity_method = activity_method if mine is None else MIXED
@@ -301,6 +304,8 @@ class Bucket(_Acc):
             if acc is None:
                 acc = accs[holder] = _Acc()
             acc.add_allocated(observed, allocated, energy, idle, idle_part, weight, share)
+            if active is not None:
+                acc.add_active(active, allocated, weight, activity_method)
             acc.allocation_method = _method(acc.allocation_method, alloc_method)
         # Energy of idle time follows the allocated split; the rest follows use.
         for holder, weight in used_weights:
@@ -308,8 +313,6 @@ class Bucket(_Acc):
             if acc is None:
                 acc = accs[holder] = _Acc()
             acc.add_used(busy, energy, busy_part, weight, share)
-            if active is not None:
-                acc.add_active(active, allocated, weight, activity_method)
             acc.usage_method = _method(acc.usage_method, usage_method)
 
     def record(self, interval_seconds: int) -> IntervalRecord:

@@ -233,15 +233,17 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
         if row.bill_by == "used":  # the hours the cost prices: used ones (no idle part known)
             if row.used_billed_device_hours is not None:
                 charges.append(("used device-hours", "device-hours", row.used_billed_device_hours,
-                                "Hours", row.price_per_device_hour, None))
+                                "Hours", row.price_per_device_hour, None,
+                                row.waiting_billed_device_hours))
         elif row.billed_device_hours is not None:  # unknown allocation: no made-up charge
             # Billed: allocated hours at each partition's share of its physical device.
             charges.append(("allocated device-hours", "device-hours", row.billed_device_hours,
-                            "Hours", row.price_per_device_hour, row.idle_billed_device_hours))
+                            "Hours", row.price_per_device_hour, row.idle_billed_device_hours,
+                            row.waiting_billed_device_hours))
         if row.energy_kwh is not None:  # partitions own no board energy: hours charge only
             charges.append(("energy", "energy", row.energy_kwh, "kWh", row.price_per_kwh,
-                            row.idle_energy_kwh))
-        for label, sku, quantity, unit, price, idle in charges:
+                            row.idle_energy_kwh, row.waiting_energy_kwh))
+        for label, sku, quantity, unit, price, idle, waited in charges:
             qty = _decimal(quantity)
             unit_price = Decimal(format(price, ".10g")) if price is not None else Decimal(0)
             cost = qty * unit_price  # exact: the validator checks price x quantity = cost
@@ -258,7 +260,7 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
                 # The part of this charge spent on allocated-but-idle time (null: unknown).
                 "x_IdleCost": None if idle is None or row.idle_allocated_device_hours is None
                 else min(_decimal(idle) or Decimal(0), qty) * unit_price,
-                **_waiting_costs(row, qty, unit_price)})
+                **_waiting_costs(waited, qty, unit_price)})
     return out
 
 
@@ -271,18 +273,17 @@ def _row_value(row: Row, column: str) -> Any:
     return _decimal(value, DIGITS[column]) if column_type(column) == "decimal" else value
 
 
-def _waiting_costs(row: Row, qty: Decimal, unit_price: Decimal) -> dict[str, Decimal | None]:
-    """``x_Waiting<Reason>Cost`` of one charge: the part of its quantity (rounded as printed)
-    that the reason's share of the row's allocated time took, at the charge's unit price, as
-    ``x_IdleCost``; so, as a row's charges add up to its ``cost``, they add up to its
+def _waiting_costs(waited: tuple[float, ...] | None, qty: Decimal,
+                   unit_price: Decimal) -> dict[str, Decimal | None]:
+    """``x_Waiting<Reason>Cost`` of one charge: the part of its quantity spent on each reason
+    (``waited``, the row's ``waiting_billed_device_hours`` or ``waiting_energy_kwh``, summed
+    from its finest parts; rounded as printed, never above the quantity), at the charge's unit
+    price, as ``x_IdleCost``; so, as a row's charges add up to its ``cost``, they add up to its
     ``waiting_<reason>_cost``. Null where nothing was classified or the allocation is unknown."""
-    allocated = None if row.allocated_device_hours is None else row.allocated_device_hours * 3600
-    out: dict[str, Decimal | None] = {}
-    for column, seconds in zip(WAITING_COSTS, row.waiting_seconds or (None,) * len(WAITING_COSTS)):
-        part = None if seconds is None or not allocated else \
-            _decimal(float(qty) * min(1.0, seconds / allocated))
-        out[extension(column)] = None if part is None else min(part, qty) * unit_price
-    return out
+    parts = waited or (None,) * len(WAITING_COSTS)
+    return {extension(column): None if part is None
+            else min(_decimal(part) or Decimal(0), qty) * unit_price
+            for column, part in zip(WAITING_COSTS, parts)}
 
 
 def cell(value: Any) -> str:

@@ -31,8 +31,9 @@ byte-identical whatever order SQLite adds rows in):
     recorded before version 5.
 ``active_ms``, ``active_allocated_ms``, ``activity_method`` (every usage table)
     Allocated time weighted by compute activity (``compute_active_percent``; holders' parts by
-    the used split), the allocated time whose activity was known (the denominator of
-    ``efficiency_ratio``), and what the activity measured (``compute_active_source``:
+    the allocated split, each holder's allocated time x the device's activity), the allocated
+    time whose activity was known (``efficiency_ratio`` is known where that is all of it), and
+    what the activity measured (``compute_active_source``:
     ``sm_active``, ``gfx_busy``... ``mixed`` when more than one). ``NULL`` before version 6.
 ``wait_<reason>_ms`` (every usage table; reasons of :data:`allsmi.schema.WAITING_REASONS`)
     Allocated time during which the holder was ``computing`` or waiting on ``input``, the

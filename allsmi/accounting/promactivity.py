@@ -100,7 +100,9 @@ def device_activity(part: Part, active: float | None, method: str | None,
 def holder_activity(part: Part, counts: dict[str, Any], k_active: float,
                     allocated: float | None) -> dict[str, Any]:
     """The activity fields of one holder's share of ``part`` from its counts (``active`` and
-    the ``wait_<reason>`` names), for :func:`dataclasses.replace`."""
+    the ``wait_<reason>`` names), for :func:`dataclasses.replace`; its active time as the
+    exporter counted it, which :func:`allocated_active` then makes the holder's part of the
+    device's by allocation."""
     active = counts["active"] * k_active if "active" in counts and part.active_s is not None \
         else None
     waits = None
@@ -110,3 +112,32 @@ def holder_activity(part: Part, counts: dict[str, Any], k_active: float,
             "active_allocated_s": None if active is None else allocated,
             "activity_method": part.activity_method if active is not None else None,
             "waiting_s": waits}
+
+
+def allocated_active(part: Part, given: list[Part]) -> list[Part]:
+    """The holders ``given`` of ``part`` with their active time as the ledger books it: each
+    holder's allocated time x the device's compute activity over it.
+
+    The exporters' ``allsmi_holder_active_seconds_total`` splits a device's active time like
+    busy time (by the holders' own processes' activity): exactly that wherever one holder held
+    the device at a time. Where a holder's counter exceeds its allocated time (holders shared
+    the device at once, or one was declared a part of it), or leaves more to the time no holder
+    was given than that time, the device's active time is split in proportion to allocated
+    time instead (exact for holders that shared it alike all along)."""
+    if part.active_s is None:
+        return given
+    allocated = [h.allocated_s or 0.0 for h in given]
+    counted = [h.active_s for h in given]
+    unallocated = max(0.0, (part.allocated_s or 0.0) - sum(allocated))
+    slack = 1e-6 * max(1.0, part.active_s)
+    if None in counted and any(allocated) \
+            or any((c or 0.0) > a + slack for c, a in zip(counted, allocated)) \
+            or part.active_s - sum(c or 0.0 for c in counted) > unallocated + slack:
+        k = part.active_s / part.allocated_s if part.allocated_s else 0.0
+        active = [a * k for a in allocated]
+    else:
+        active = [min(c or 0.0, a) for c, a in zip(counted, allocated)]
+    return [replace(h, active_s=x, active_allocated_s=h.allocated_s,
+                    activity_method=part.activity_method) if h.allocated_s is not None
+            else replace(h, active_s=None, active_allocated_s=None, activity_method=None)
+            for h, x in zip(given, active)]

@@ -259,7 +259,7 @@ def _from_counters(part: Part, holders: dict[tuple[str, ...], dict[str, Any]]) -
             idle_energy_j=f(part.idle_energy_j), allocation_method=h.get("allocation_method"),
             usage_method=h.get("usage_method"),
             **promactivity.holder_activity(part, h, k_active, alloc)))
-    return given
+    return promactivity.allocated_active(part, given)
 
 
 def holder_parts(client: PrometheusClient, window: Window, parts: list[Part],
@@ -270,7 +270,7 @@ def holder_parts(client: PrometheusClient, window: Window, parts: list[Part],
     shares), each holder gets what they counted: allocated time by declared share, used time
     and energy by measured activity (``docs/accounting.md``), with their methods; its idle time
     and idle energy in proportion to its allocated time. Otherwise each workload of ``allsmi_device_workload_info`` (per namespace, pod and job id) gets a
-    device's allocated, billed and idle time (and idle energy) in proportion to the samples in
+    device's allocated, billed, idle and active time (and idle energy) in proportion to the samples in
     which it held the device among all its workloads' samples, and its observed and used time
     and energy in proportion to its samples among the device's samples in the window (the rest:
     time no workload held it). Users are known where the exporters publish them (``user`` of
@@ -325,7 +325,7 @@ def split_holders(parts: list[Part], held: dict[tuple[str, ...], float],
                 mem_sum=None, mem_samples=0, mem_peak=None,
                 allocated_s=f(part.allocated_s), billed_s=f(part.billed_s), idle_s=f(part.idle_s),
                 idle_billed_s=f(part.idle_billed_s), idle_energy_j=f(part.idle_energy_j),
-                active_s=g(part.active_s), active_allocated_s=f(part.active_allocated_s),
+                active_s=f(part.active_s), active_allocated_s=f(part.active_allocated_s),
                 waiting_s=None))
         out.extend(given)
         out.append(_rest(part, given))

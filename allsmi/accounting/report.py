@@ -35,13 +35,17 @@ module groups them by the ``--group-by`` keys and computes the columns.
   the part of the window it spent there; the overall coverage (exit status)
   counts it once.
 * ``active_device_hours``: allocated time weighted by compute activity (``compute_active_percent``:
-  SM activity, GFX busy...; not the headline utilization), empty where no device of the row
-  reports activity; ``efficiency_ratio`` = active / allocated device-hours, over the allocated
-  time whose activity was known; ``activity_method`` names what the activity measured;
+  SM activity, GFX busy...; not the headline utilization; a holder's is its allocated time x
+  the device's activity over it), empty where no device of the row reports activity;
+  ``efficiency_ratio`` = active / allocated device-hours, empty where the activity of some of
+  the allocated time is unknown (never counted as inactive); ``activity_method`` names what the
+  activity measured;
 * ``waiting_<reason>_seconds``: allocated time during which the holders were ``computing`` or
   waiting on ``input``, the ``host``, ``communication``, ``nothing`` or ``unknown``
-  (docs/activity.md); ``waiting_<reason>_cost``: that part of ``cost`` (cost x the reason's
-  seconds / allocated seconds); empty where nothing was classified or nothing is priced;
+  (docs/activity.md); ``waiting_<reason>_cost``: that part of ``cost``, each of the finest
+  parts' cost x the reason's seconds / its allocated seconds, summed (so rows add up whatever
+  the grouping: :mod:`allsmi.accounting.sums`); empty where nothing was classified or nothing
+  is priced;
 * ``attribution_coverage_ratio`` = observed hours whose holders were known / observed hours:
   below 1 where an attribution source failed or timed out and its last answer was too old to
   carry (that time's allocation is unknown, never booked as unallocated); empty where unknown
@@ -50,12 +54,13 @@ module groups them by the ``--group-by`` keys and computes the columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from allsmi.accounting.periods import Window
+from allsmi.accounting.sums import (Spent, Sums, accumulate, efficiency, money, quantities,
+                                    sort_key, spent)
 from allsmi.config import Config
-from allsmi.fairshare import merge_methods
 from allsmi.schema import WAITING_REASONS
 from allsmi.usage import grid_gco2e_per_kwh
 
@@ -173,6 +178,14 @@ class Row:
     """Per reason of :data:`WAITING_REASONS` (the ``waiting_<reason>_seconds`` columns)."""
     waiting_cost: tuple[float, ...] | None = None
     """Per reason, its part of ``cost`` (the ``waiting_<reason>_cost`` columns)."""
+    waiting_billed_device_hours: tuple[float, ...] | None = None
+    """Per reason, the part of the hours ``price_per_device_hour`` prices (billed, or used with
+    ``bill_by = "used"``) spent on it; ``None`` where nothing was classified or allocated."""
+    waiting_energy_kwh: tuple[float, ...] | None = None
+    """Per reason, the part of ``energy_kwh`` spent on it (as ``waiting_billed_device_hours``)."""
+    active_cost: float | None = None
+    """The part of ``cost`` that bought compute activity (each part's cost x its efficiency,
+    summed); ``None`` where ``cost`` is, or the activity of priced allocated time is unknown."""
 
     def value(self, column: str) -> Any:
         """The value of an export column (the per-reason columns included)."""
@@ -223,101 +236,6 @@ def _key(part: Part, group_by: Sequence[str], keys: Sequence[str] = DEVICE_KEYS)
         getattr(part, k) if k in group_by else None for k in keys)
 
 
-def _sort_key(key: tuple[object, ...]) -> tuple[object, ...]:
-    return tuple("" if v is None else v for v in key)
-
-
-@dataclass
-class _Acc:
-    devices: set[str]
-    observed: float = 0.0
-    allocated: float | None = None
-    busy: float | None = None
-    busy_observed: float = 0.0
-    energy: float | None = None
-    mem_sum: float | None = None
-    mem_samples: int = 0
-    mem_peak: float | None = None
-    billed: float | None = None
-    idle: float | None = None
-    idle_billed: float | None = None
-    idle_energy: float | None = None
-    idle_devices: set[str] = field(default_factory=set)
-    used_billed: float | None = None
-    allocation_method: str | None = None
-    usage_method: str | None = None
-    attributed: float | None = 0.0
-    """Sum of the parts' attributed seconds; ``None`` once one is unknown."""
-    idle_lost: bool = False
-    """Some part's idle time is unknown: so is the row's (never the known parts alone)."""
-    active: float | None = None
-    active_allocated: float | None = None
-    activity_method: str | None = None
-    waits: list[float] | None = None
-
-    def add(self, p: Part) -> None:
-        if p.active_s is not None:
-            self.active = (self.active or 0.0) + p.active_s
-            self.active_allocated = (self.active_allocated or 0.0) + (p.active_allocated_s or 0.0)
-            self.activity_method = merge_methods((self.activity_method, p.activity_method))
-        if p.waiting_s is not None:
-            if self.waits is None:
-                self.waits = [0.0] * len(WAITING_REASONS)
-            for i, seconds in enumerate(p.waiting_s):
-                self.waits[i] += seconds
-        self._add_usage(p)
-
-    def _add_usage(self, p: Part) -> None:
-        self.devices.add(p.device)
-        self.allocation_method = merge_methods((self.allocation_method, p.allocation_method))
-        self.usage_method = merge_methods((self.usage_method, p.usage_method))
-        if self.attributed is not None:
-            self.attributed = None if p.attributed_s is None else self.attributed + p.attributed_s
-        if p.idle_s is None and p.observed_s > 0 and p.allocated_s != 0:
-            self.idle_lost = True
-            self.idle = self.idle_billed = self.idle_energy = None
-        if self.idle_lost:
-            pass
-        elif p.idle_s is not None:
-            self.idle = (self.idle or 0.0) + p.idle_s
-            idle_billed = p.idle_billed_s if p.idle_billed_s is not None else p.idle_s
-            self.idle_billed = (self.idle_billed or 0.0) + idle_billed
-            if p.idle_s > 0:
-                self.idle_devices.add(p.device)
-        if p.idle_energy_j is not None and not self.idle_lost:
-            self.idle_energy = (self.idle_energy or 0.0) + p.idle_energy_j
-        self.observed += p.observed_s
-        if p.allocated_s is not None:
-            self.allocated = (self.allocated or 0.0) + p.allocated_s
-            billed = p.billed_s if p.billed_s is not None else p.allocated_s
-            self.billed = (self.billed or 0.0) + billed
-        if p.busy_s is not None:
-            self.busy = (self.busy or 0.0) + p.busy_s
-            self.busy_observed += p.busy_observed_s
-            used_billed = p.used_billed_s if p.used_billed_s is not None else p.busy_s
-            self.used_billed = (self.used_billed or 0.0) + used_billed
-        if p.energy_j is not None:
-            self.energy = (self.energy or 0.0) + p.energy_j
-        if p.mem_sum is not None:
-            self.mem_sum = (self.mem_sum or 0.0) + p.mem_sum
-            self.mem_samples += p.mem_samples
-        if p.mem_peak is not None:
-            self.mem_peak = p.mem_peak if self.mem_peak is None else max(self.mem_peak, p.mem_peak)
-
-
-def _accumulate(parts: Iterable[Part], key_of) -> dict:  # type: ignore[no-untyped-def, type-arg]
-    accs: dict = {}  # type: ignore[type-arg]
-    # Sorted so that float sums, and so the output bytes, do not depend on source order.
-    for part in sorted(parts, key=lambda p: (_sort_key(key_of(p)), p.device,
-                                             _sort_key((p.user, p.namespace, p.pod, p.job)))):
-        key = key_of(part)
-        acc = accs.get(key)
-        if acc is None:
-            acc = accs[key] = _Acc(set())
-        acc.add(part)
-    return accs
-
-
 def _prices(grp: Any, published: Mapping[str, Any] | None, sources: dict[str, str]) -> Any:
     """``grp`` with the prices the exporters published (``published``) unless the local
     configuration prices it; notes in ``sources`` which were used."""
@@ -340,38 +258,6 @@ def _budget(budget: float | None, cost: float | None,
             "forecast_month_end_cost": None if cost is None or factor is None else cost * factor}
 
 
-def _money(grp: "object", hours: float | None, kwh: float | None) -> float | None:
-    """hours x price_per_device_hour + kwh x price_per_kwh; ``None`` with neither price set, or
-    when the priced hours are unknown, or the energy where it is all that is priced (never a
-    made-up 0). Energy unknown beside an hourly price charges nothing for energy, as a group's
-    devices without energy add nothing to its energy: rows add up to their group's."""
-    per_hour, per_kwh = grp.price_per_device_hour, grp.price_per_kwh  # type: ignore[attr-defined]
-    if per_hour is None and (per_kwh is None or kwh is None) \
-            or per_hour is not None and hours is None:
-        return None
-    cost = 0.0
-    if per_hour is not None and hours is not None:
-        cost += hours * per_hour
-    if per_kwh is not None and kwh is not None:
-        cost += kwh * per_kwh
-    return cost
-
-
-def _activity(acc: _Acc, cost: float | None) -> dict[str, Any]:
-    """The activity columns of a row: active hours, efficiency, and seconds and cost per waiting
-    reason (the reason's share of the allocated seconds of ``cost``)."""
-    waits = None if acc.waits is None else tuple(acc.waits)
-    allocated = acc.allocated
-    return {
-        "active_device_hours": None if acc.active is None else acc.active / 3600.0,
-        "efficiency_ratio": (min(1.0, acc.active / acc.active_allocated)
-                             if acc.active is not None and acc.active_allocated else None),
-        "activity_method": acc.activity_method,
-        "waiting_seconds": waits,
-        "waiting_cost": None if waits is None or cost is None or not allocated
-        else tuple(cost * min(1.0, w / allocated) for w in waits)}
-
-
 def month_factor(window: Window) -> float | None:
     """The calendar month holding ``window`` (in its time zone) over the window's length, for
     a linear forecast to the month's end; ``None`` when the window spans two months."""
@@ -389,69 +275,57 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
                  source: str = "", source_data: str | None = None,
                  published: Mapping[str, Any] | None = None) -> Report:
     """Group, price and check coverage. ``holder_parts`` is needed when grouping by user,
-    namespace, pod or job."""
+    namespace, pod or job; given, it is also what each row's cost per waiting reason and on
+    compute activity are summed from, whatever the grouping (:mod:`allsmi.accounting.sums`)."""
     group_by = tuple(group_by)
     by_holder = any(k in group_by for k in HOLDER_KEYS)
-    devices = _accumulate(device_parts, lambda p: _key(p, group_by))
+    holder_parts = None if holder_parts is None else list(holder_parts)
+    device_parts = list(device_parts)
+    devices = accumulate(device_parts, lambda p: _key(p, group_by))
     seconds = max(window.seconds, 1)
     # Distinct devices: one that changed group mid-window is expected once, not once per group.
     seen = set().union(*(acc.devices for acc in devices.values())) if devices else set()
     total_observed = sum(acc.observed for acc in devices.values())
     coverage = total_observed / (len(seen) * seconds) if seen else None
 
+    row_key = lambda p: _key(p, group_by, DEVICE_KEYS + HOLDER_KEYS)  # noqa: E731
     if by_holder:
         if holder_parts is None:
             raise ValueError("grouping by user, namespace, pod or job needs the holder shares")
-        accs = _accumulate(holder_parts, lambda p: _key(p, group_by, DEVICE_KEYS + HOLDER_KEYS))
+        accs = accumulate(holder_parts, row_key)
     else:
         accs = {k + (None,) * len(HOLDER_KEYS): v for k, v in devices.items()}
+    sources: dict[str, str] = {}
+    groups = {g: _prices(config.group(g), published, sources) for g in sorted({k[0] for k in accs})}
+    shares = spent(device_parts if holder_parts is None else holder_parts, row_key,
+                   lambda g: groups.get(g) or _prices(config.group(g), published, {}))
 
     carbon_default = grid_gco2e_per_kwh(config)
     rows: list[Row] = []
     label_names: set[str] = set()
     factor = month_factor(window)
-    sources: dict[str, str] = {}
     width = 2 + len(DEVICE_KEYS)
-    for key in sorted(accs, key=_sort_key):
+    for key in sorted(accs, key=sort_key):
         acc = accs[key]
         group, labels, vendor, model, host, user, namespace, pod, job = key
         label_names.update(name for name, _ in labels)
         whole = devices.get(key[:width], acc)  # with holders, count and coverage are the devices'
         count = len(whole.devices)
-        grp = _prices(config.group(group), published, sources)
-        whole_billing = grp.partition_billing == "whole"
-        # Unknown allocation (no backend listed processes) stays unknown, and so does a
-        # cost that depends on it: never a made-up 0.
-        hours = lambda v: None if v is None else v / 3600.0  # noqa: E731
-        allocated_h = hours(acc.allocated)
-        billed_h = allocated_h if whole_billing or acc.billed is None else acc.billed / 3600.0
-        # Idle time is a part of the known allocated time: none known, none idle known.
-        idle_h = None if allocated_h is None else hours(acc.idle)
-        idle_billed_h = idle_h if whole_billing or acc.idle_billed is None else \
-            acc.idle_billed / 3600.0
-        if idle_h is not None and allocated_h is not None:  # rounding of shares: never above
-            idle_h = min(idle_h, allocated_h)
-            if idle_billed_h is not None and billed_h is not None:
-                idle_billed_h = min(idle_billed_h, billed_h)
-        kwh = None if acc.energy is None else acc.energy / 3.6e6
-        idle_kwh = None if acc.idle_energy is None else acc.idle_energy / 3.6e6
-        used_h = hours(acc.busy)
-        used_billed_h = used_h if whole_billing or acc.used_billed is None else \
-            acc.used_billed / 3600.0
-        priced_h = used_billed_h if grp.bill_by == "used" else billed_h
+        grp = groups[group]
+        q = quantities(acc, grp)
         intensity = grp.grid_gco2e_per_kwh if grp.grid_gco2e_per_kwh is not None \
             else carbon_default
-        carbon = None if intensity is None or kwh is None else kwh * intensity
-        cost = _money(grp, priced_h, kwh)
+        carbon = None if intensity is None or q.kwh is None else q.kwh * intensity
+        cost = money(grp, q.priced_h, q.kwh)
         rows.append(Row(
             window=window, resource_group=group, labels=labels, vendor=vendor, model=model,
             host=host, user=user, namespace=namespace, pod=pod, job=job, device_count=count,
-            observed_device_hours=acc.observed / 3600.0, allocated_device_hours=allocated_h,
-            billed_device_hours=billed_h,
-            used_device_hours=used_h,
+            observed_device_hours=acc.observed / 3600.0, allocated_device_hours=q.allocated_h,
+            billed_device_hours=q.billed_h,
+            used_device_hours=q.used_h,
             avg_utilization_ratio=(acc.busy / acc.busy_observed
                                    if acc.busy is not None and acc.busy_observed > 0 else None),
-            energy_kwh=kwh,
+            energy_kwh=q.kwh,
             avg_memory_used_bytes=(acc.mem_sum / acc.mem_samples
                                    if acc.mem_sum is not None and acc.mem_samples else None),
             peak_memory_used_bytes=acc.mem_peak,
@@ -461,17 +335,37 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             attribution_coverage_ratio=(min(1.0, whole.attributed / whole.observed)
                                         if whole.attributed is not None and whole.observed > 0
                                         else None),
-            idle_allocated_device_hours=idle_h,
-            idle_cost=None if idle_h is None or cost is None
-            else _money(grp, idle_billed_h, idle_kwh),
+            idle_allocated_device_hours=q.idle_h,
+            idle_cost=None if q.idle_h is None or cost is None
+            else money(grp, q.idle_billed_h, q.idle_kwh),
             idle_devices=tuple(sorted(acc.idle_devices)),
-            idle_billed_device_hours=idle_billed_h, idle_energy_kwh=idle_kwh,
-            used_billed_device_hours=used_billed_h,
+            idle_billed_device_hours=q.idle_billed_h, idle_energy_kwh=q.idle_kwh,
+            used_billed_device_hours=q.used_billed_h,
             allocation_method=acc.allocation_method, usage_method=acc.usage_method,
             carbon_gco2e=carbon, bill_by=grp.bill_by,
-            **_activity(acc, cost),
+            **_activity(acc, grp, cost, shares.get(key)),
             **_budget(grp.budget_per_month, cost, factor)))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,
                   source_data=source_data,
                   price_sources=None if published is None else tuple(sorted(sources.items())))
+
+
+def _activity(acc: Sums, grp: Any, cost: float | None, spent_on: Spent | None) -> dict[str, Any]:
+    """The activity columns of a row: active hours, efficiency, seconds per waiting reason, and
+    what its cost was spent on (per reason, and on activity), summed from its finest parts."""
+    waits = None if acc.waits is None else tuple(acc.waits)
+    spent_on = spent_on or Spent()
+    classified = waits is not None and bool(acc.allocated)
+    reason_hours = tuple(spent_on.reason_hours) if classified else None
+    reason_kwh = tuple(spent_on.reason_kwh) if classified else None
+    return {
+        "active_device_hours": None if acc.active is None else acc.active / 3600.0,
+        "efficiency_ratio": efficiency(acc.active, acc.active_allocated, acc.allocated),
+        "activity_method": acc.activity_method,
+        "waiting_seconds": waits,
+        "waiting_billed_device_hours": reason_hours, "waiting_energy_kwh": reason_kwh,
+        "waiting_cost": None if cost is None or reason_hours is None or reason_kwh is None
+        else tuple(money(grp, h, k) or 0.0 for h, k in zip(reason_hours, reason_kwh)),
+        "active_cost": None if cost is None or spent_on.active_unknown
+        else money(grp, spent_on.active_hours, spent_on.active_kwh)}

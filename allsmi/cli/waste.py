@@ -3,7 +3,8 @@
 The same sources, window and grouping options as ``allsmi export`` (the ledger, Prometheus
 or a simulation). One row per holder (resource group, user, namespace, pod, job by default)
 that held devices in the window: its cost, the part of it that bought compute activity
-(``active_cost`` = cost x ``efficiency_ratio``), the rest (``lost_cost``), and the cost of
+(``active_cost``: the cost of each device the holder held x its efficiency over that time,
+summed, so that rows add up whatever the grouping), the rest (``lost_cost``), and the cost of
 each waiting reason (docs/activity.md), sorted by money lost. ``evidence`` says, in words,
 what the holder's allocated time went to.
 
@@ -92,10 +93,10 @@ def waste_rows(report: Any) -> list[dict[str, Any]]:
             continue
         full = json_row(row)
         item = {k: full.get(k) for k in COLUMNS if k in full}
-        cost, efficiency = row.cost, row.efficiency_ratio
-        active_cost = None if cost is None or efficiency is None else cost * efficiency
+        cost, active_cost = row.cost, row.active_cost
         item["active_cost"] = None if active_cost is None else round(active_cost, 6)
-        item["lost_cost"] = None if active_cost is None else round(cost - active_cost, 6)
+        item["lost_cost"] = None if active_cost is None or cost is None \
+            else round(cost - active_cost, 6)
         item["evidence"] = evidence(item)
         out.append({k: item.get(k) for k in COLUMNS})
     out.sort(key=lambda r: (-_lost(r), -(r["cost"] or 0.0), -r["allocated_device_hours"],

@@ -66,13 +66,14 @@ class Acc:
     activity_method: str | None = None
     waits: dict[str, float] | None = None
 
-    def add_activity(self, inc: Increment, used: float, source: str | None,
+    def add_activity(self, inc: Increment, alloc: float, source: str | None,
                      whole: bool = False) -> None:
-        """Active time by the used weight; the device's method only while it is held."""
+        """Active time by the allocated weight (a holder's allocated time x the device's
+        activity); the device's method only while it is held."""
         if inc.active_seconds is None:
             return
-        self.active = plus(self.active, inc.active_seconds * used)
-        self.active_allocated = plus(self.active_allocated, (inc.allocated_seconds or 0.0) * used)
+        self.active = plus(self.active, inc.active_seconds * alloc)
+        self.active_allocated = plus(self.active_allocated, (inc.allocated_seconds or 0.0) * alloc)
         if source is not None and (not whole or inc.allocated_seconds):
             self.activity_method = method(self.activity_method, source)
 
@@ -152,8 +153,8 @@ class PlainBucket(Acc):
         for holder in sorted(set(alloc) | set(used), key=lambda h: tuple(v or "" for v in h)):
             acc = self.holders.setdefault(holder, Acc())
             acc.add(inc, alloc.get(holder, 0.0), used.get(holder, 0.0), share)
-            if holder in used:
-                acc.add_activity(inc, used[holder], source)
+            if holder in alloc:
+                acc.add_activity(inc, alloc[holder], source)
             if waiting is not None and inc.allocated_seconds and holder in alloc:
                 reason = waiting.get(holder, "unknown")
                 acc.wait(reason, inc.allocated_seconds * alloc[holder])

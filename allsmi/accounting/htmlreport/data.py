@@ -104,11 +104,15 @@ def partial_columns(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> f
 
 
 def _sum_lines(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> dict[str, Any]:
-    """Each column's total; the efficiency of the totals (active / allocated)."""
+    """Each column's total; the efficiency of the totals (active / allocated), unknown as the
+    export's is where the activity of some of the rows' allocated time is (a row with allocated
+    hours and no efficiency): never that time counted as inactive."""
     out = {c: total(r.get(c) for r in rows) for c in columns}
     if "active_device_hours" in out:
-        out["efficiency_ratio"] = ratio(out["active_device_hours"],
-                                        out.get("allocated_device_hours"))
+        unknown = any(r.get("allocated_device_hours") and r.get("efficiency_ratio") is None
+                      for r in rows)
+        out["efficiency_ratio"] = None if unknown else ratio(
+            out["active_device_hours"], out.get("allocated_device_hours"))
     return out
 
 
@@ -180,9 +184,9 @@ def _pool_lines(report: Report, columns: Sequence[str]) -> list[Line]:
     for (vendor, model), rows in sorted(pools.items()):
         figures = _sum_lines(rows, columns)
         # percent: what the efficiency chart draws
-        for name, part in (("used_efficiency", "used_device_hours"),
-                           ("active_efficiency", "active_device_hours")):
-            share = ratio(figures.get(part), figures.get("allocated_device_hours"))
+        for name, share in (("used_efficiency", ratio(figures.get("used_device_hours"),
+                                                      figures.get("allocated_device_hours"))),
+                            ("active_efficiency", figures.get("efficiency_ratio"))):
             figures[name] = None if share is None else 100.0 * share
         currencies = {r.get("currency") for r in rows if r.get("cost") is not None}
         if len(currencies) > 1:  # costs in different currencies do not add up
@@ -231,8 +235,7 @@ def _holder_lines(report: Report, keys: Sequence[str],
         v["allocated_share_ratio"] = ratio(v.get("allocated_device_hours"),
                                            group_allocated.get(row.resource_group))
         v["used_share_ratio"] = ratio(v.get("used_device_hours"), v.get("allocated_device_hours"))
-        v["active_share_ratio"] = ratio(v.get("active_device_hours"),
-                                        v.get("allocated_device_hours"))
+        v["active_share_ratio"] = v.get("efficiency_ratio")  # active / allocated, where known
         names = [label(getattr(row, k)) for k in keys]
         held = [i for i, k in enumerate(keys) if k in HOLDER_KEYS]
         if held and all(getattr(row, keys[i]) is None for i in held):
