@@ -119,8 +119,9 @@ def allocated_active(part: Part, given: list[Part]) -> list[Part]:
     holder's allocated time x the device's compute activity over it.
 
     The exporters' ``allsmi_holder_active_seconds_total`` splits a device's active time like
-    busy time (by the holders' own processes' activity): exactly that wherever one holder held
-    the device at a time. Where a holder's counter exceeds its allocated time (holders shared
+    allocated time, which is this; exporters before that split it like busy time (by the
+    holders' own processes' activity): exactly this wherever one holder held the device at a
+    time. Where a holder's counter exceeds its allocated time (holders shared
     the device at once, or one was declared a part of it), or leaves more to the time no holder
     was given than that time, the device's active time is split in proportion to allocated
     time instead (exact for holders that shared it alike all along)."""

@@ -176,7 +176,8 @@ HOLDER_ENERGY_TOTAL = Family(
 HOLDER_ACTIVE_TOTAL = Family(
     "allsmi_holder_active_seconds_total", "counter",
     "A holder's part of the device's active time (allocated time weighted by compute activity) "
-    "since the exporter started, split like busy time (method: activity, memory or equal).",
+    "since the exporter started: its allocated time x the device's compute activity (split "
+    "like allocated time; method: exclusive, partition, declared or equal).",
     HOLDER_LABELS, "seconds", source=_HOLDER_SOURCE, condition=_HOLDER_CONDITION)
 HOLDER_WAITING_TOTAL = Family(
     "allsmi_holder_waiting_seconds_total", "counter",

@@ -143,6 +143,8 @@ class HolderCounters:
                         total.waiting_seconds = [0.0] * len(WAITING_REASONS)
                     reason = _REASON_INDEX.get(waiting.get(holder, "unknown"), -1)
                     total.waiting_seconds[reason] += allocated * weight
+            if active is not None and active >= 0:  # its allocated time x the device's activity
+                total.active_seconds = (total.active_seconds or 0.0) + active * weight
             if idle_part is not None and energy >= 0:  # type: ignore[operator]
                 total.energy_joules = (total.energy_joules or 0.0) + \
                     energy * idle_part * weight  # type: ignore[operator]
@@ -151,8 +153,6 @@ class HolderCounters:
             total, _ = self._series(inc.device_id, group, holder, sp.usage_method)
             if busy is not None and busy >= 0:
                 total.used_seconds = (total.used_seconds or 0.0) + busy * weight
-            if active is not None and active >= 0:
-                total.active_seconds = (total.active_seconds or 0.0) + active * weight
             if energy is not None and energy >= 0:
                 total.energy_joules = (total.energy_joules or 0.0) + energy * busy_part * weight
 

@@ -95,3 +95,28 @@ def test_user_label_only_with_processes_and_holders_are_dropped_after_leaving() 
 def pytest_approx(value: float):  # type: ignore[no-untyped-def]
     import pytest
     return pytest.approx(value, rel=1e-6, abs=1e-9)
+
+
+def test_holders_sharing_a_device_are_each_active_for_their_allocated_time_x_its_activity() -> None:
+    """Two users' processes on one GPU at once (75/25 of its busy time, equal allocation): each
+    holder's active time is its half of the allocated time x the GPU's compute activity, as
+    the ledger books it (never more than its own allocated time), and they add up to the
+    device's active time."""
+    expo = Exposition(processes=True)
+    for step in range(20):
+        shared = device("GPU-a", utilization_percent=80.0, compute_active_percent=40.0,
+                        compute_active_source="sm_active", processes=(
+                            ProcessSample(10, "ann", "a", 1 << 30, utilization_percent=60.0),
+                            ProcessSample(11, "bob", "b", 1 << 30, utilization_percent=20.0)))
+        expo.on_snapshot(snapshot((shared,), at=T0 + step))
+    found = series(expo.current.text.decode())  # type: ignore[union-attr]
+
+    def by_user(family: str) -> dict[str, float]:
+        return {dict(k[1])["user"]: v for k, v in found.items() if k[0] == family}
+    active, allocated = by_user("allsmi_holder_active_seconds_total"), \
+        by_user("allsmi_holder_allocated_seconds_total")
+    device_active = next(v for k, v in found.items() if k[0] == "allsmi_device_active_seconds_total")
+    assert device_active == pytest_approx(19 * 0.4)
+    for user in ("ann", "bob"):
+        assert active[user] == pytest_approx(allocated[user] * 0.4), user
+    assert sum(active.values()) == pytest_approx(device_active)
