@@ -85,14 +85,19 @@ def scaled(part: Part, k: float) -> dict[str, Any]:
 
 
 def device_activity(part: Part, active: float | None, method: str | None,
-                    waits: list[float] | None) -> Part:
+                    waits: list[float] | None, active_allocated: float | None = None) -> Part:
     """``part`` with its activity: active seconds (never above the allocated ones), the
-    allocated seconds they cover, the method, and its holders' seconds per waiting reason
-    (their sum never above the allocated seconds)."""
-    if active is not None and part.allocated_s is not None:
-        active = min(active, part.allocated_s)
+    allocated seconds they cover (``allsmi_device_active_allocated_seconds_total``: the time
+    whose activity was known; from an exporter without it, all of the allocated time), the
+    method, and its holders' seconds per waiting reason (their sum never above the allocated
+    seconds)."""
+    covered = part.allocated_s
+    if active_allocated is not None and covered is not None:
+        covered = min(active_allocated, covered)  # increase() extrapolates each on its own
+    if active is not None and covered is not None:
+        active = min(active, covered)
     return replace(part, active_s=active,
-                   active_allocated_s=None if active is None else part.allocated_s,
+                   active_allocated_s=None if active is None else covered,
                    activity_method=method if active is not None else None,
                    waiting_s=within(waits, part.allocated_s))
 
@@ -138,7 +143,10 @@ def allocated_active(part: Part, given: list[Part]) -> list[Part]:
         active = [a * k for a in allocated]
     else:
         active = [min(c or 0.0, a) for c, a in zip(counted, allocated)]
-    return [replace(h, active_s=x, active_allocated_s=h.allocated_s,
+    # the part of each holder's allocated time whose activity was known: the device's
+    known = 1.0 if not part.allocated_s or part.active_allocated_s is None \
+        else min(1.0, part.active_allocated_s / part.allocated_s)
+    return [replace(h, active_s=x, active_allocated_s=h.allocated_s * known,
                     activity_method=part.activity_method) if h.allocated_s is not None
             else replace(h, active_s=None, active_allocated_s=None, activity_method=None)
             for h, x in zip(given, active)]

@@ -41,6 +41,7 @@ ROLLUPS = {
     "billed": "instance_uuid:allsmi_device_billed_seconds:increase1h",
     "idle_billed": "instance_uuid:allsmi_device_idle_billed_seconds:increase1h",
     "active": "instance_uuid:allsmi_device_active_seconds:increase1h",
+    "active_allocated": "instance_uuid:allsmi_device_active_allocated_seconds:increase1h",
 }
 #: The per-holder roll-ups (of ``allsmi_holder_*``), by the part of a holder each gives.
 HOLDER_ROLLUPS = {
@@ -191,7 +192,7 @@ def _rollup_parts(client: PrometheusClient, hours: Hours, lo: int, hi: int,
             else energy * min(1.0, idle / observed)))
         parts[-1] = promactivity.device_activity(
             parts[-1], values["active"].get(key), methods.get((uuid, instance)),
-            waits.get((uuid, instance, group)))
+            waits.get((uuid, instance, group)), values["active_allocated"].get(key))
     if not by_holder:
         return parts, None
     return parts, _rollup_holders(client, hours, lo, hi, parts, counts, waited)

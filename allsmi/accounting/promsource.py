@@ -47,6 +47,7 @@ COUNTERS = {
     "energy": "allsmi_device_energy_joules_total",
     "idle": "allsmi_device_idle_allocated_seconds_total",
     "active": "allsmi_device_active_seconds_total",
+    "active_allocated": "allsmi_device_active_allocated_seconds_total",
 }
 DEVICE_LABELS = ("uuid", "instance", "resource_group", "vendor", "model")
 GROUP_INFO = "allsmi_resource_group_info"
@@ -179,7 +180,7 @@ def prometheus_parts(client: PrometheusClient, window: Window, by_holder: bool =
             else energy * min(1.0, idle / observed)))
         parts[-1] = promactivity.device_activity(
             parts[-1], values["active"].get(key), methods.get((uuid, instance)),
-            waits.get((uuid, instance, group)))
+            waits.get((uuid, instance, group)), values["active_allocated"].get(key))
     if not by_holder:
         return parts, None
     return parts, holder_parts(client, window, parts, waited)

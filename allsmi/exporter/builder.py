@@ -42,6 +42,8 @@ class CounterValues:
     observed_seconds: float | None
     idle_allocated_seconds: float | None = None
     active_seconds: float | None = None
+    active_allocated_seconds: float | None = None
+    """The allocated seconds of the intervals whose activity was known (active's denominator)."""
     interconnect_rx_bytes: float | None = None
     interconnect_tx_bytes: float | None = None
     pcie_rx_bytes: float | None = None

@@ -47,6 +47,8 @@ class _Totals:
     idle_lost: bool = False
     """Held time whose idleness was unknown was seen: the idle counter is unknown for good."""
     active_seconds: float | None = None
+    active_allocated_seconds: float | None = None
+    """Allocated time of the intervals whose activity was known: the efficiency's denominator."""
     traffic_bytes: dict[str, float] | None = None
     """Bytes per traffic counter attribute (rate x interval), once the device reported it."""
     traffic_at: float | None = None
@@ -59,6 +61,7 @@ class _Totals:
         return CounterValues(self.created, self.energy_joules, self.busy_seconds,
                              self.allocated_seconds, self.observed_seconds,
                              self.idle_allocated_seconds, self.active_seconds,
+                             self.active_allocated_seconds,
                              **{attr: traffic.get(attr) for _, attr in _TRAFFIC},
                              claim_conflicts=self.claim_conflicts)
 
@@ -122,7 +125,7 @@ class UsageCounters:
                 if totals.busy_seconds is None and dev.utilization_percent is not None:
                     totals.busy_seconds = 0.0
                 if totals.active_seconds is None and dev.compute_active_percent is not None:
-                    totals.active_seconds = 0.0
+                    totals.active_seconds = totals.active_allocated_seconds = 0.0
                 self._traffic(totals, dev, now if snapshot.monotonic is None
                               else snapshot.monotonic)
             else:
@@ -143,6 +146,9 @@ class UsageCounters:
                                                      inc.idle_allocated_seconds)
             totals.busy_seconds = _add(totals.busy_seconds, inc.busy_seconds)
             totals.active_seconds = _add(totals.active_seconds, inc.active_seconds)
+            if inc.active_seconds is not None:  # (unknown activity: neither grows)
+                totals.active_allocated_seconds = _add(totals.active_allocated_seconds,
+                                                       inc.allocated_seconds)
             totals.energy_joules = _add(totals.energy_joules, inc.energy_joules)
         stale = [key for key, t in self._totals.items()
                  if now - t.last_seen > self.forget_after_seconds]

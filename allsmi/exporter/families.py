@@ -127,8 +127,16 @@ ACTIVE_TOTAL = Family(
     "busy..., not the headline utilization) since the exporter started, in seconds.",
     DEVICE_LABELS, "seconds",
     source="allsmi.usage: trapezoid of (held x compute_active_percent / 100); divide by "
-    "allsmi_device_allocated_seconds_total for the efficiency",
+    "allsmi_device_active_allocated_seconds_total for the efficiency",
     condition="devices that report compute activity; unknown while a held device's activity is")
+ACTIVE_ALLOCATED_TOTAL = Family(
+    "allsmi_device_active_allocated_seconds_total", "counter",
+    "Allocated time whose compute activity was known since the exporter started, in seconds: "
+    "the efficiency is allsmi_device_active_seconds_total over it (time of unknown activity is "
+    "in neither, never counted as inactive).",
+    DEVICE_LABELS, "seconds",
+    source="allsmi.usage: the allocated seconds of the intervals whose active seconds are known",
+    condition="devices that report compute activity, as allsmi_device_active_seconds_total")
 #: Byte counters of the traffic rates (allsmi.fields.TRAFFIC_MEASUREMENTS), by counter attribute.
 TRAFFIC_TOTALS: tuple[tuple[Family, str], ...] = tuple(
     (Family(m.metric, "counter", m.help[:-1] + ", since the exporter started.", DEVICE_LABELS,
@@ -147,7 +155,8 @@ CLAIM_CONFLICTS_TOTAL = Family(
 COUNTERS: tuple[tuple[Family, str], ...] = (
     (ENERGY_TOTAL, "energy_joules"), (BUSY_TOTAL, "busy_seconds"),
     (ALLOCATED_TOTAL, "allocated_seconds"), (IDLE_ALLOCATED_TOTAL, "idle_allocated_seconds"),
-    (OBSERVED_TOTAL, "observed_seconds"), (ACTIVE_TOTAL, "active_seconds")) + TRAFFIC_TOTALS \
+    (OBSERVED_TOTAL, "observed_seconds"), (ACTIVE_TOTAL, "active_seconds"),
+    (ACTIVE_ALLOCATED_TOTAL, "active_allocated_seconds")) + TRAFFIC_TOTALS \
     + ((CLAIM_CONFLICTS_TOTAL, "claim_conflicts"),)
 """(family, attribute of :class:`allsmi.exporter.counters.DeviceTotals`)."""
 

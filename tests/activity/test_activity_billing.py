@@ -95,6 +95,26 @@ def test_unknown_activity_is_left_out_not_zero() -> None:
     assert "allsmi_holder_waiting_seconds_total" not in names
 
 
+def test_time_of_unknown_activity_is_in_neither_side_of_the_efficiency() -> None:
+    """Held for 10 s, its activity unknown in 4 samples (GPM failing a while): the 5 intervals
+    with an unknown end are in neither the active seconds nor the allocated seconds they
+    cover, so active over active-allocated is the efficiency of the known time (0.2), never
+    diluted to 0.1 by counting unknown time as inactive."""
+    exposition = Exposition()
+    for step in range(11):
+        unknown = 3 <= step <= 6
+        exposition.on_snapshot(snap(T0 + step, busy_looking(
+            step, **({"compute_active_percent": None, "compute_active_source": None}
+                     if unknown else {}))))
+    assert exposition.current is not None
+    values = {n: v for (n, _), v in series(exposition.current.body(
+        openmetrics=False, gzipped=False).decode()).items() if n.startswith("allsmi_device_")}
+    assert values["allsmi_device_allocated_seconds_total"] == pytest.approx(10.0)
+    known = values["allsmi_device_active_allocated_seconds_total"]
+    assert known == pytest.approx(5.0)  # 0-1, 1-2, 7-8, 8-9 and 9-10
+    assert values["allsmi_device_active_seconds_total"] / known == pytest.approx(0.2)
+
+
 def export(path: Path, group_by: tuple[str, ...] = ()) -> list[dict[str, str]]:
     cfg = config(PRICED)
     win = window(T0, T0 + 3600)
