@@ -2,7 +2,10 @@
 
 An export reads whole UTC days from the daily roll-ups, the rest of the window
 from quarter hours, and raw intervals only for edges that are not on a quarter
-hour and for units not rolled up yet (still ``pending``).
+hour and for units not rolled up yet (still ``pending``). A window edge inside a raw interval
+(``--since 10:00:30`` on a ledger of minutes) counts that interval at the share of it inside
+the window, its figures taken as even within it (:meth:`LedgerReader._raw_pieces`): never the
+whole interval, nor none of it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class LedgerReader:
     """The reading half of :class:`~allsmi.accounting.ledger.Ledger` (a mixin)."""
 
     path: object
+    interval_seconds: int
     _db: sqlite3.Connection
     _lock: "AbstractContextManager[object]"
 
@@ -49,6 +53,33 @@ class LedgerReader:
         out += self._plan(hi, end, level + 1)
         return out
 
+    def _raw_pieces(self, lo: int, hi: int) -> list[tuple[int, int, float]]:
+        """``[lo, hi)`` of the raw intervals as (first start, end of starts, weight): the
+        intervals that start on the ledger's grid inside it whole, and an interval one of its
+        edges cuts at the share of it inside ``[lo, hi)``."""
+        size = self.interval_seconds
+        first, last = -(-lo // size) * size, hi // size * size
+        out: list[tuple[int, int, float]] = []
+        if lo % size:
+            row = lo - lo % size
+            out.append((row, row + 1, (min(hi, row + size) - lo) / size))
+        if first < last:
+            out.append((first, last, 1.0))
+        if hi % size and last >= first:
+            out.append((last, last + 1, (hi - last) / size))
+        return out
+
+    def _pieces(self, start: int, end: int) -> list[tuple[str, int, int, int | None, float]]:
+        """:meth:`_plan` with each raw part cut at the interval grid: (table, lo, hi, tier to
+        exclude, weight)."""
+        out: list[tuple[str, int, int, int | None, float]] = []
+        for table, lo, hi, tier in self._plan(start, end):
+            if table == RAW:
+                out.extend((RAW, a, b, None, w) for a, b, w in self._raw_pieces(lo, hi))
+            else:
+                out.append((table, lo, hi, tier, 1.0))
+        return out
+
     @staticmethod
     def _where(lo: int, hi: int, tier: int | None) -> tuple[str, tuple[int, ...]]:
         if tier is None:
@@ -64,28 +95,29 @@ class LedgerReader:
         return {r[0]: Dim(*r[1:]) for r in rows}
 
     def totals(self, start: int, end: int) -> dict[int, Totals]:
-        """Sums per ``dim`` over the intervals starting in ``[start, end)`` (unix seconds)."""
+        """Sums per ``dim`` over ``[start, end)`` (unix seconds; an interval an edge cuts, at
+        its share inside)."""
         with self._lock:
             try:
                 out: dict[int, Totals] = {}
-                for table, lo, hi, tier in self._plan(start, end):
+                for table, lo, hi, tier, weight in self._pieces(start, end):
                     where, args = self._where(lo, hi, tier)
                     for row in self._db.execute(
                             f"SELECT dim, {sums(DEVICE_SUMS)} FROM {table} WHERE {where} "
                             "GROUP BY dim", args):
-                        out.setdefault(row[0], Totals()).add(row[1:], DEVICE_SUMS)
+                        out.setdefault(row[0], Totals()).add(row[1:], DEVICE_SUMS, weight)
                 return out
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
 
     def holder_totals(self, start: int, end: int) -> dict[tuple[int, Holder], Totals]:
-        """Sums per (``dim``, holder) over the intervals starting in ``[start, end)``."""
+        """Sums per (``dim``, holder) over ``[start, end)``, as :meth:`totals`."""
         with self._lock:
             try:
                 holders = {r[0]: Holder(*(v or None for v in r[1:])) for r in self._db.execute(
                     "SELECT hid, user, namespace, pod, job FROM holders")}
                 out: dict[tuple[int, Holder], Totals] = {}
-                for table, lo, hi, tier in self._plan(start, end):
+                for table, lo, hi, tier, weight in self._pieces(start, end):
                     if table == RAW:
                         sql = (f"SELECT i.dim, h.hid, {sums(HOLDER_SUMS, 'h.')} "
                                "FROM holder_intervals h JOIN intervals i "
@@ -97,8 +129,8 @@ class LedgerReader:
                         sql = (f"SELECT dim, hid, {sums(HOLDER_SUMS)} FROM holder_{table} "
                                f"WHERE {where} GROUP BY dim, hid")
                     for row in self._db.execute(sql, args):
-                        out.setdefault((row[0], holders[row[1]]), Totals()).add(row[2:],
-                                                                                 HOLDER_SUMS)
+                        out.setdefault((row[0], holders[row[1]]), Totals()).add(
+                            row[2:], HOLDER_SUMS, weight)
                 return out
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None

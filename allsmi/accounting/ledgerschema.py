@@ -263,6 +263,10 @@ class IntervalRecord:
     wait_unknown_ms: int | None = None
 
 
+#: Sums that an edge's weight leaves whole: the memory average's terms (an average of samples).
+_UNWEIGHTED = frozenset({"mem_sum", "mem_samples"})
+
+
 @dataclass
 class Totals:
     """Sums over some intervals of one ``dim`` (and holder): ms, mJ and bytes."""
@@ -295,10 +299,16 @@ class Totals:
     lost: set[str] = field(default_factory=set)
     """``ALLSUM`` columns that met a NULL: unknown for good."""
 
-    def add(self, row: tuple, columns: tuple[tuple[str, str], ...]) -> None:  # type: ignore[type-arg]
+    def add(self, row: tuple, columns: tuple[tuple[str, str], ...],  # type: ignore[type-arg]
+            weight: float = 1.0) -> None:
         """Add one SQL result row whose values are ``columns`` (:data:`DEVICE_SUMS` or
-        :data:`HOLDER_SUMS`); NULL stays unknown, never 0 (and makes an ``ALLSUM`` unknown)."""
+        :data:`HOLDER_SUMS`); NULL stays unknown, never 0 (and makes an ``ALLSUM`` unknown).
+        ``weight`` (below 1): the share of an interval a window's edge cuts, by which its sums
+        count (the memory average and peak, and the methods, are the interval's)."""
         for (name, agg), value in zip(columns, row):
+            if weight != 1.0 and value is not None and agg in ("SUM", "ALLSUM") \
+                    and name not in _UNWEIGHTED:
+                value = round(value * weight)
             if agg == "ALLSUM" and (value is None or name in self.lost):
                 self.lost.add(name)
                 setattr(self, name, None)
