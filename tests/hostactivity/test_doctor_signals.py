@@ -106,6 +106,23 @@ _PEEK = ("import json, os, sys\n"
 OTHER_UID = 65534
 
 
+def _peek_at_another_user(prefix: list[str]) -> "subprocess.CompletedProcess[str]":
+    """:data:`_PEEK` run under ``prefix`` (a command that changes this process's powers) at a
+    process of another user, which runs while it looks."""
+    other = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}",
+                              "--clear-groups", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{other.pid}").stat().st_uid != OTHER_UID:  # not yet switched
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        return subprocess.run([*prefix, sys.executable, "-c", _PEEK, str(other.pid)],
+                              capture_output=True, text=True, timeout=60, check=True)
+    finally:
+        other.kill()
+        other.wait()
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="needs root and setpriv to drop capabilities and switch users")
 @pytest.mark.parametrize("drop", [
@@ -116,19 +133,8 @@ OTHER_UID = 65534
 def test_what_doctor_says_is_what_the_kernel_does(drop: str) -> None:
     """This kernel, reading another user's /proc/PID/io as root with capabilities dropped: the
     doctor's answer and the reader's agree with what the kernel allowed."""
-    other = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}",
-                              "--clear-groups", "sleep", "30"])
-    try:
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{other.pid}").stat().st_uid != OTHER_UID:  # not yet switched
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        caps = [f"--inh-caps={drop}", f"--bounding-set={drop}"] if drop else []
-        out = subprocess.run(["setpriv", *caps, sys.executable, "-c", _PEEK, str(other.pid)],
-                             capture_output=True, text=True, timeout=60, check=True)
-    finally:
-        other.kill()
-        other.wait()
+    caps = [f"--inh-caps={drop}", f"--bounding-set={drop}"] if drop else []
+    out = _peek_at_another_user(["setpriv", *caps])
     said, why, read, problems = json.loads(out.stdout)
     assert said == read, (why, problems)
     if drop:
@@ -160,19 +166,7 @@ def test_what_doctor_says_in_a_user_namespace_is_what_the_kernel_does() -> None:
                                capture_output=True, timeout=30)
     if probe_run.returncode != 0:
         pytest.skip(f"user namespaces are not allowed here: {probe_run.stderr!r}")
-    other = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}",
-                              "--clear-groups", "sleep", "30"])
-    try:
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{other.pid}").stat().st_uid != OTHER_UID:  # not yet switched
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        out = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", _PEEK,
-                              str(other.pid)], capture_output=True, text=True, timeout=60,
-                             check=True)
-    finally:
-        other.kill()
-        other.wait()
+    out = _peek_at_another_user(["unshare", "--user", "--map-root-user"])
     said, why, read, problems = json.loads(out.stdout)
     assert not read, problems
     assert said == read and "user namespace of its own" in why
