@@ -111,6 +111,13 @@ def build_samples(table: NpuTable, **kwargs: object) -> list[DeviceSample]:
         seen.add((chip.npu, chip.chip))
         chips.append(chip)
     indices = device_numbers(chips)
+    if table.processes is not None:
+        from allsmi.backends._common.orphans import note_unmatched
+        rows: dict[object, int] = {}
+        for p in table.processes:
+            rows[f"NPU {p.npu} chip {p.chip}"] = rows.get(f"NPU {p.npu} chip {p.chip}", 0) + 1
+        note_unmatched(rows, {f"NPU {c.npu} chip {c.chip}" for c in chips},
+                       kwargs["warnings"], "npu-smi info", rows)  # type: ignore[arg-type]
     return [chip_sample(chip, table, index=index, **kwargs)  # type: ignore[arg-type]
             for chip, index in zip(chips, indices)]
 

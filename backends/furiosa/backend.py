@@ -140,6 +140,10 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
             readings, processes = self._read_cli(deadline)
         else:
             raise BackendError("furiosa backend used before open()")
+        if processes:
+            from allsmi.backends._common.orphans import note_unmatched
+            note_unmatched(processes, {r.dev_name or "" for r in readings}, self.warnings, "furiosa-smi ps",
+                           {label: len(rows) for label, rows in processes.items()})
         return [self._to_sample(r, None if processes is None else processes.get(r.dev_name or "", []))
                 for r in readings]
 

@@ -294,6 +294,9 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
             self.warnings.append(f"processes unavailable: {ToolFailed(EXECUTABLE, result)}")
             return [replace(dev, processes=None) for dev in devices]
         by_index: dict[int, list[ProcessSample]] = parse_processes(result.stdout)
+        from allsmi.backends._common.orphans import note_unmatched
+        note_unmatched(by_index, {dev.index for dev in devices}, self.warnings, f"{EXECUTABLE} (AIP)",
+                       {aip: len(rows) for aip, rows in by_index.items()})
         return [replace(dev, processes=tuple(by_index.get(dev.index, ())))
                 if dev.index is not None and dev.health == "ok" else replace(dev, processes=None)
                 for dev in devices]

@@ -258,3 +258,15 @@ def test_method_cli_ignores_an_installed_sdk(tmp_path: Path, monkeypatch: pytest
     backend = FuriosaBackend(options={"method": "cli"})
     backend.open()
     assert backend.sample()[0].details["source"] == "furiosa-smi"
+
+
+def test_ps_rows_for_an_unlisted_npu_are_named_in_the_warnings(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    rows = json.loads((FURIOSA / RNGD_4X["ps"]).read_text())
+    rows.append({"dev_name": "npu9:[0, 7]", "pid": 60001, "cmdline": "ghost"})
+    routes = {s: route(f) for s, f in RNGD_4X.items()} | {"ps": route(text=json.dumps(rows))}
+    backend, _ = _backend(tmp_path, monkeypatch, routes)
+    devices = backend.sample()
+    assert len(devices) == 4 and all(60001 not in {p.pid for p in d.processes} for d in devices)
+    assert any("does not list" in w and "npu9 (1 row(s))" in w for w in backend.warnings), backend.warnings

@@ -429,3 +429,13 @@ def test_tool_path_argument_overrides_the_search(standin, backends, monkeypatch)
     backend.open()
     assert len(backend.sample()) == 8
     assert not GaudiBackend(tool_path=str(exe.parent / "missing")).probe().available
+
+
+def test_process_rows_for_an_unlisted_aip_are_named_in_the_warnings(standin, backends) -> None:
+    standin(table="hl-smi-table-gaudi3-process-on-unlisted-aip.txt")
+    backend = _open(backends, processes=True)
+    devices = backend.sample()
+    assert len(devices) == 8 and {p.pid for p in devices[1].processes} == {41237}
+    assert all(60001 not in {p.pid for p in d.processes or ()} for d in devices)
+    assert any("process rows for device(s) it does not list" in w and "9 (1 row(s))" in w
+               for w in backend.warnings), backend.warnings
