@@ -46,8 +46,10 @@ def _size(text: str) -> int | None:
     return int(match.group(1)) * _SCALE[match.group(2)] if match else None
 
 
-def parse_fdinfo(pid: int, text: str, drivers: tuple[str, ...]) -> Client | None:
-    """One fdinfo file; ``None`` unless it is a DRM client of ``drivers`` with a PCI device."""
+def parse_fdinfo(pid: int, text: str, drivers: tuple[str, ...], fd: str = "") -> Client | None:
+    """One fdinfo file (of descriptor ``fd``); ``None`` unless it is a DRM client of ``drivers``
+    with a PCI device. A client without ``drm-client-id`` (which the kernel's format requires) is
+    known by its descriptor, the same from one sample to the next."""
     values: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
@@ -55,7 +57,7 @@ def parse_fdinfo(pid: int, text: str, drivers: tuple[str, ...]) -> Client | None
             values[key.strip()] = value.strip()
     if values.get("drm-driver") not in drivers or not values.get("drm-pdev"):
         return None
-    client = Client(pid, values["drm-pdev"].lower(), values.get("drm-client-id", f"fd:{id(values)}"))
+    client = Client(pid, values["drm-pdev"].lower(), values.get("drm-client-id", f"fd:{fd}"))
     resident: dict[str, int] = {}
     total: dict[str, int] = {}
     for key, value in values.items():
@@ -103,7 +105,7 @@ def scan(proc: str, drivers: tuple[str, ...]) -> list[Client]:
                     text = handle.read(65536)
             except OSError:
                 continue
-            client = parse_fdinfo(pid, text, drivers)
+            client = parse_fdinfo(pid, text, drivers, fd)
             if client is not None:
                 clients.setdefault((pid, client.pdev, client.client_id), client)
     return list(clients.values())

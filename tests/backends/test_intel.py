@@ -148,3 +148,17 @@ def test_kubernetes_intel_plugin_ids_name_the_card() -> None:
     index = DeviceIndex([gpu, gaudi], {"intel": ("card", "renderd"), "gaudi": ("hl",)})
     assert index.match("card1-0", "intel", "index") == [gpu]
     assert index.match("1", "intel", "index") == [gpu]
+
+
+def test_a_client_without_a_client_id_is_known_by_its_descriptor(tmp_path: Path) -> None:
+    """The kernel's fdinfo format requires ``drm-client-id``; a driver that leaves it out gets
+    its client known by the descriptor, the same in every scan (never by a Python object's
+    address, which the next scan may give another client)."""
+    from allsmi.backends.intel.fdinfo import scan
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "xe-arc-b580", tree, symlinks=True)
+    fdinfo = tree / "proc" / "7777" / "fdinfo" / "9"
+    fdinfo.write_text("".join(line for line in fdinfo.read_text().splitlines(keepends=True)
+                              if not line.startswith("drm-client-id")))
+    first, again = (scan(str(tree / "proc"), ("xe",)) for _ in range(2))
+    assert [c.client_id for c in first] == [c.client_id for c in again] == ["fd:9"]
