@@ -160,10 +160,14 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
     def _device(self, card: Card, reading: Reading, before: Reading | None, xpu: XpuDevice | None,
                 pids: Sequence[int] | None, shares: Mapping[tuple[int, str], float | None],
                 memory: Mapping[tuple[int, str], int | None]) -> DeviceSample:
-        from allsmi.backends.intel.sysfs import busy_percent, power_watts
+        from allsmi.backends.intel.sysfs import busy_percent, power_watts, went_backwards
         from allsmi.schema import ProcessSample
         bus = card.bus_id or ""
         busy = busy_percent(before, reading)
+        backwards = went_backwards(before, reading)
+        if backwards:
+            self.warnings.append(f"GPU {bus or card.index}: the {' and '.join(backwards)} "
+                                 "counter went backwards (a driver reload?): unknown this sample")
         total = reading.memory_total_bytes or (xpu.memory_total_bytes if xpu else None)
         used = None  # sysfs has no memory in use: xpu-smi's size less its free memory, or unknown
         if xpu is not None and xpu.memory_free_bytes is not None and xpu.memory_total_bytes is not None \

@@ -176,6 +176,22 @@ def busy_percent(before: Reading | None, now: Reading) -> float | None:
     return sum(shares) / len(shares)
 
 
+def went_backwards(before: Reading | None, now: Reading) -> list[str]:
+    """The counters that went backwards between two readings (a driver reloaded, a counter that
+    wrapped): what :func:`busy_percent` and :func:`power_watts` cannot tell, named."""
+    if before is None:
+        return []
+    out = []
+    if len(before.idle_ms) == len(now.idle_ms) and any(
+            old is not None and new is not None and new < old
+            for old, new in zip(before.idle_ms, now.idle_ms)):
+        out.append("GT idle residency (utilization)")
+    if before.energy_uj is not None and now.energy_uj is not None \
+            and now.energy_uj < before.energy_uj:
+        out.append("energy (power)")
+    return out
+
+
 def power_watts(before: Reading | None, now: Reading) -> float | None:
     """``Δenergy / Δwall`` in W (``None`` on the first reading or a counter that wrapped)."""
     if before is None or before.energy_uj is None or now.energy_uj is None:

@@ -112,6 +112,9 @@ def test_a_counter_that_goes_backwards_is_unknown_not_negative(tmp_path: Path,
     (dev,) = backend.sample()
     assert dev.utilization_percent is None and dev.power_watts is None
     assert dev.energy_joules == pytest.approx(5e-6)
+    # and the status says why (never a silent unknown)
+    assert any("GT idle residency (utilization) and energy (power) counter went backwards" in w
+               for w in backend.warnings), backend.warnings
 
 
 def test_a_card_gone_since_open_is_lost_without_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
