@@ -329,3 +329,55 @@ def test_a_total_that_leaves_out_unknowns_is_marked_at_least(tmp_path: Path) -> 
     known = [row[0] for row in body if row[idle] != "unknown"]
     assert known and all(not cell.startswith("\u2265") for row in body for cell in row)
     assert any(n.startswith("A figure marked \u2265") for n in _notes(page)), _notes(page)
+
+
+def _table_rows(page: str, table_id: str) -> tuple[list[str], list[list[str]]]:
+    """A table's head and its rows (body, then foot) as the cells' texts."""
+    part = page.split(f'id="{table_id}"')[1].split("</table>")[0]
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", part.split("</thead>")[0])
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", tr) for tr in part.split("</thead>")[1]
+            .split("</tr>")[:-1]]
+    return head, rows
+
+
+def test_several_currencies_total_per_currency_and_nothing_known_says_unknown(
+        tmp_path: Path) -> None:
+    """Groups in EUR and USD: the hours' total is one line of known figures (no line of
+    "unknown" device-hours per currency), the whole total leaves costs blank (not
+    "unknown", not "no budget"), and each waiting reason's cost is given per currency."""
+    config = BUDGETS.replace('currency = "USD"\nbudget_per_month = 1000000',
+                             'currency = "EUR"\nbudget_per_month = 1000000')
+    assert "EUR" in config
+    code, page, err = _report(tmp_path, config, "--simulate", "mixed", "--period", a_past_day())
+    assert code == 0, err
+    _, hours = _table_rows(page, "table-hours")
+    totals = [row for row in hours if row[0].startswith("total")]
+    assert [row[0] for row in totals] == ["total"], totals
+    assert "unknown" not in totals[0][1:5], totals
+    head, budget = _table_rows(page, "table-budget")
+    whole = next(row for row in budget if row[0] == "total")
+    assert whole[head.index("cost to date")] == "" and whole[head.index("budget")] == "", whole
+    head, waiting = _table_rows(page, "table-waiting")
+    assert head[-2:] == ["cost (EUR)", "cost (USD)"], head
+    assert all("unknown" not in row[1:] and not any(c.startswith("\u2265") for c in row)
+               for row in waiting), waiting
+
+
+def test_waiting_costs_leaving_out_an_unpriced_group_are_marked_at_least(
+        tmp_path: Path) -> None:
+    """The AMD devices in a group without a price: what all holders waited on costs at least
+    the priced holders' sum, marked as such, never printed as if whole."""
+    config = '[ledger]\ninterval_seconds = 900\n[[rules]]\nvendor = "amd"\nresource_group = "lab"\n'
+    code, page, err = _report(tmp_path, config, "--simulate", "mixed", "--period", a_past_day())
+    assert code == 0, err
+    head, waiting = _table_rows(page, "table-waiting")
+    computing = next(row for row in waiting if row[0] == "computing")
+    assert computing[head.index("cost")].startswith("\u2265 "), waiting
+
+
+def test_waiting_costs_with_nothing_priced_say_no_price(tmp_path: Path) -> None:
+    code, page, err = _report(tmp_path, NO_PRICES, "--simulate", "mixed", "--period",
+                              a_past_day())
+    assert code == 0, err
+    head, waiting = _table_rows(page, "table-waiting")
+    assert waiting and {row[head.index("cost")] for row in waiting} == {"no price"}, waiting

@@ -134,7 +134,7 @@ class Content:
     group_totals: list[Line] = field(default_factory=list)
     """The groups' sums: one line, or one per currency when the groups bill in several."""
     holders: list[Line] = field(default_factory=list)
-    holders_rest: Line | None = None
+    holders_rest: list[Line] = field(default_factory=list)
     holders_total: list[Line] = field(default_factory=list)
     holder_keys: tuple[str, ...] = ()
     pools: list[Line] = field(default_factory=list)
@@ -142,6 +142,8 @@ class Content:
     waiting: list[Line] = field(default_factory=list)
     """Per waiting reason some holder knows, all holders together: its device-hours, their
     share of the holders' allocated ones, and its cost."""
+    waiting_costs: tuple[tuple[str, str, str], ...] = ()
+    """The waiting table's cost columns: ``(title, key, currency)``, one per currency."""
     burn: list[Line] = field(default_factory=list)
     """Per step of the trend, each priced group's cost so far in the window (its figures are
     keyed by the group's own name, whole); unknown on a step whose cost is."""
@@ -204,14 +206,16 @@ def _totals(rows: Sequence[dict[str, Any]], columns: Sequence[str],
     partial = partial_columns(rows, columns)
     if len(currencies) <= 1:
         return [Line(("total",), whole, currencies[0] if currencies else None, partial)]
-    lines = [Line(("total",), {c: None if _money(c) else v for c, v in whole.items()},
+    # The whole line has no money figure and the currency lines only money figures: a column
+    # left out of a total line is shown blank (it is not unknown: it is not summed there).
+    lines = [Line(("total",), {c: v for c, v in whole.items() if not _money(c)},
                   partial=frozenset(c for c in partial if not _money(c)))]
     for currency in currencies:
         mine = [r for r in rows if r.get("currency") == currency]
         money = [c for c in columns if _money(c)]
         lines.append(Line((f"total ({currency})",),
-                          {c: total(r.get(c) for r in mine) if _money(c) else None
-                           for c in columns}, currency, partial_columns(mine, money)))
+                          {c: total(r.get(c) for r in mine) for c in money}, currency,
+                          partial_columns(mine, money)))
     return lines
 
 
@@ -266,19 +270,13 @@ def content(views: Views) -> Content:
     every = _holder_lines(views.holders, c.holder_keys, allocated)
     c.holders = every[:TABLE_HOLDERS]
     rest = every[TABLE_HOLDERS:]
-    if rest:
-        rest_total = _totals([line.figures for line in rest], summed, c.currencies)[0]
-        c.holders_rest = Line((f"{len(rest)} more holders",), rest_total.figures,
-                              partial=rest_total.partial)
+    if rest:  # (one line per currency too where the groups bill in several)
+        c.holders_rest = [Line((f"{len(rest)} more holders" + line.names[0][len("total"):],),
+                               line.figures, line.currency, line.partial)
+                          for line in _totals([line.figures for line in rest], summed,
+                                              c.currencies)]
     c.holders_total = _totals([line.figures for line in every], summed, c.currencies)
-    held = c.holders_total[0].figures.get("allocated_device_hours")
-    for reason, columns in c.reasons.items():
-        seconds = total(line.figures.get(columns["seconds"]) for line in every)
-        hours = None if seconds is None else seconds / 3600.0
-        cost = (None if len(c.currencies) != 1 else
-                total(line.figures.get(columns["cost"]) for line in every))
-        c.waiting.append(Line((reason,), {"hours": hours, "share": ratio(hours, held),
-                                          "cost": cost}, c.currencies[0] if cost else None))
+    _waiting(c, [line.figures for line in every])
     priced = [row.resource_group for row, line in zip(groups.rows, c.groups)
               if line.figures.get("cost") is not None]
     c.burn_columns = tuple((label(group), group) for group in priced)
@@ -299,6 +297,37 @@ def content(views: Views) -> Content:
         c.burn.append(Line((name,), burn))
     _notes(c)
     return c
+
+
+def _waiting(c: Content, holders: Sequence[dict[str, Any]]) -> None:
+    """Per waiting reason, all holders together: its device-hours, their share of the holders'
+    allocated ones and its cost, per currency where the groups bill in several (amounts in
+    different currencies do not add up); a sum that leaves out holders where it is unknown
+    (an unpriced group's cost) is marked as a lower bound, as every total."""
+    held = total(f.get("allocated_device_hours") for f in holders)
+    c.waiting_costs = tuple((f"cost ({cur})" if len(c.currencies) > 1 else "cost",
+                             f"cost_{cur}" if len(c.currencies) > 1 else "cost", cur)
+                            for cur in c.currencies)
+    for reason, columns in c.reasons.items():
+        seconds, cost = columns["seconds"], columns["cost"]
+        hours = total(f.get(seconds) for f in holders)
+        hours = None if hours is None else hours / 3600.0
+        figures: dict[str, Any] = {"hours": hours, "share": ratio(hours, held)}
+        # left out: a holder's allocated time whose reasons are unknown, a reason's time whose
+        # cost is (rows without allocated time, or without that reason, leave nothing out)
+        partial = set()
+        if any(f.get("allocated_device_hours") and f.get(seconds) is None for f in holders):
+            partial |= {"hours", "share"}
+        for _, key, currency in c.waiting_costs:
+            mine = [f for f in holders if len(c.currencies) == 1
+                    or f.get("currency") == currency]
+            figures[key] = total(f.get(cost) for f in mine)
+            if any(f.get(seconds) and f.get(cost) is None
+                   for f in (holders if len(c.currencies) == 1 else mine)):
+                partial.add(key)
+        if not c.waiting_costs:  # nothing is priced: shown as "no price", not unknown
+            figures.update(cost=None, price_per_device_hour=None, price_per_kwh=None)
+        c.waiting.append(Line((reason,), figures, partial=frozenset(partial)))
 
 
 def _notes(c: Content) -> None:
@@ -335,7 +364,7 @@ def _notes(c: Content) -> None:
         c.missing.append("Compute activity is not measured by this export: active "
                          "device-hours, efficiency and waiting reasons are shown as "
                          "\"not measured\".")
-    shown = c.group_totals + c.holders_total + c.trend + ([c.holders_rest] if c.holders_rest else [])
+    shown = c.group_totals + c.holders_total + c.trend + c.waiting + c.holders_rest
     if any(line.partial for line in shown):
         c.missing.append("A figure marked ≥ is a total of the lines that know it: it leaves "
                          "out the lines where it is unknown, so the whole is at least that.")

@@ -172,7 +172,9 @@ def sections(c: Content) -> list[Section]:
     unit = c.trend_unit
     burn = [(title, key, "money") for title, key in c.burn_columns] if c.burn else []
     keys = [k.replace("_", " ") for k in c.holder_keys]
-    foot = ([c.holders_rest] if c.holders_rest else []) + c.holders_total
+    foot = c.holders_rest + c.holders_total
+    waiting_columns = WAITING_COLUMNS[:2] + (tuple(
+        (title, key, "money") for title, key, _ in c.waiting_costs) or WAITING_COLUMNS[2:])
     ranked = "cost" if c.priced else "allocated device-hours (nothing is priced)"
     # costs in several currencies do not add up to a day's cost
     trend_columns = TREND_COLUMNS if len(c.currencies) <= 1 else tuple(
@@ -193,7 +195,7 @@ def sections(c: Content) -> list[Section]:
                 "No device-hours known in this window.",
                 ("hours", _table("table-hours", "Device-hours, energy and carbon per group",
                                  ["resource group"], HOUR_COLUMNS, c.groups, c,
-                                 c.group_totals))),
+                                 c.group_totals[:1]))),  # (the others are costs only)
         section("holders", "Where the money went",
                 f"The holders ({', '.join(keys)}) ranked by {ranked}: their share of the "
                 "group's allocated time, how much of what they held they used and kept "
@@ -203,7 +205,7 @@ def sections(c: Content) -> list[Section]:
                 ("holders", _table("table-holders", "Holders by cost", keys,
                                    _holder_columns(c), c.holders, c, foot)),
                 ("waiting", _table("table-waiting", "What the holders waited on, all holders",
-                                   ["reason"], WAITING_COLUMNS, c.waiting, c)
+                                   ["reason"], waiting_columns, c.waiting, c)
                  if c.waiting else None)),
         section("pools", "Efficiency per vendor and model",
                 "Each pool of devices across groups: how much of its allocated time was used "
