@@ -97,7 +97,8 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
             self.warnings.append(self._monitor_note)
         return build_samples(devices, report, backend=self.display_name, vendor=self.vendor,
                              kind=self.kind, model_name=self.model_name,
-                             lookup_user=self._lookup_user, source=self.compute_active_source)
+                             lookup_user=self._lookup_user, source=self.compute_active_source,
+                             warnings=self.warnings)
 
     def close(self) -> None:
         """Stop ``neuron-monitor`` (its process group killed and reaped) and remove its

@@ -105,14 +105,20 @@ def device_usage(dev: NeuronDevice, report: MonitorReport,
 
 def build_samples(devices: Sequence[NeuronDevice], report: MonitorReport | None, *, backend: str,
                   vendor: str, kind: str, model_name: Callable[[str | None], str | None],
-                  lookup_user: LookupUser, source: str) -> list[DeviceSample]:
+                  lookup_user: LookupUser, source: str,
+                  warnings: list[str] | None = None) -> list[DeviceSample]:
     out = []
     placed = placement(devices, report) if report is not None else {}
     for dev in devices:
         usage = device_usage(dev, report, placed) if report is not None else DeviceUsage()
         utilization, memory_used = usage.utilization, usage.memory_used
-        if memory_used is not None and dev.memory_total_bytes is not None:
-            memory_used = min(memory_used, dev.memory_total_bytes)
+        if memory_used is not None and dev.memory_total_bytes is not None \
+                and memory_used > dev.memory_total_bytes:
+            # Out of range: no figure to trust (clamping it would report a full device).
+            if warnings is not None:
+                warnings.append(f"neuron device {dev.index}: memory in use {memory_used} bytes above "
+                                f"its total {dev.memory_total_bytes}; reported as unknown")
+            memory_used = None
         processes = tuple(
             ProcessSample(pid=p.pid, user=lookup_user(p.pid), command=p.command,
                           memory_bytes=usage.per_pid_memory.get(p.pid),

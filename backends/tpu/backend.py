@@ -10,6 +10,7 @@ no power, temperature or clocks. See ``docs/backends/tpu.md``.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from allsmi.backend_api import Backend, ProbeResult
@@ -63,7 +64,6 @@ class TpuBackend(Backend, declared=DECLARATION):
 
     def sample(self) -> Sequence[DeviceSample]:
         from allsmi.backends.tpu.chips import find_chips
-        from allsmi.backends.tpu.client import DUTY, TOTAL, USAGE, ServiceUnavailable
         self.warnings = []
         if self._client is None:
             self.open()
@@ -71,13 +71,37 @@ class TpuBackend(Backend, declared=DECLARATION):
         chips = find_chips(self.pci)
         if not chips:
             return []
-        try:
-            metrics: dict[str, dict[int, Any]] | None = {
-                name: self._client.metric(name, self.warnings) for name in (TOTAL, USAGE, DUTY)}
-        except ServiceUnavailable as exc:
-            self.warnings.append(str(exc))
-            metrics = None
+        metrics = self._metrics()
         return [self._chip(chip, len(chips), metrics) for chip in chips]
+
+    def _metrics(self) -> dict[str, dict[int, Any]] | None:
+        """Each metric asked once under one deadline for the whole sample. A metric the service
+        refuses (or has no time left for) is unknown with a warning while the others are kept;
+        when none answers, the first failure is the sample's (an idle host: ``None``)."""
+        from allsmi.backend_api import BackendError
+        from allsmi.backends.tpu.client import DUTY, TOTAL, USAGE, ServiceUnavailable
+        assert self._client is not None
+        deadline = time.monotonic() + self.timeout_seconds
+        metrics: dict[str, dict[int, Any]] = {}
+        failures: list[Exception] = []
+        for name in (TOTAL, USAGE, DUTY):
+            try:
+                metrics[name] = self._client.metric(name, self.warnings, deadline)
+            except ServiceUnavailable as exc:  # no workload (any more): asking on is pointless
+                failures.append(exc)
+                break
+            except BackendError as exc:
+                failures.append(exc)
+        if not metrics:
+            if isinstance(failures[0], ServiceUnavailable):
+                self.warnings.append(str(failures[0]))
+                return None
+            raise failures[0]
+        for exc in failures:
+            self.warnings.append(f"{exc}; reported as unknown")
+        for name in (TOTAL, USAGE, DUTY):
+            metrics.setdefault(name, {})
+        return metrics
 
     def _chip(self, chip: Chip, count: int, metrics: dict[str, dict[int, Any]] | None) -> DeviceSample:
         from allsmi.backends.tpu.client import DUTY, TOTAL, USAGE

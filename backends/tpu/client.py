@@ -10,6 +10,7 @@ The service runs inside the TPU workload's process (libtpu), so it exists only w
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from allsmi.backend_api import BackendError, BackendTimeout
@@ -50,10 +51,16 @@ class MetricsClient:
         if channel is not None:
             channel.close()
 
-    def metric(self, name: str, warnings: list[str]) -> dict[int, Any]:
+    def metric(self, name: str, warnings: list[str], deadline: float | None = None) -> dict[int, Any]:
         """``name``'s values by device id: an int for ``as_int``, a float for ``as_double``;
-        a metric without a device id or a usable value is skipped with a warning."""
+        a metric without a device id or a usable value is skipped with a warning. ``deadline``
+        (``time.monotonic()``) bounds the call together with the sample's other calls, so one
+        sample never waits more than the backend's timeout in all."""
         grpc, pb2, pb2_grpc = _grpc()
+        timeout = self.timeout if deadline is None else deadline - time.monotonic()
+        if timeout <= 0:
+            raise BackendTimeout(f"libtpu runtime metrics at {self.address}: no time left for {name} "
+                                 f"within {self.timeout:g} s")
         if self._stub is None:
             self._channel = grpc.secure_channel(
                 self.address, grpc.local_channel_credentials(),
@@ -61,7 +68,7 @@ class MetricsClient:
                          ("grpc.enable_retries", 0)])
             self._stub = pb2_grpc.RuntimeMetricServiceStub(self._channel)
         try:
-            answer = self._stub.GetRuntimeMetric(pb2.MetricRequest(metric_name=name), timeout=self.timeout)
+            answer = self._stub.GetRuntimeMetric(pb2.MetricRequest(metric_name=name), timeout=timeout)
         except grpc.RpcError as exc:
             self.close()
             code = exc.code() if hasattr(exc, "code") else None

@@ -223,3 +223,19 @@ def test_cores_are_counted_only_where_the_order_tells_them(rows: list[dict[str, 
     assert [d.cores for d in devices] == cores
     unknown = [d.index for d, c in zip(devices, cores) if not c]
     assert [w.split(":")[0] for w in warnings] == [f"neuron device {i}" for i in unknown], warnings
+
+
+def test_memory_in_use_above_the_devices_total_is_unknown_with_a_warning_not_clamped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # neuron-ls says device 0 has 1 MiB; the report has pid 268911 holding far more on its cores:
+    # one of the two is wrong, and the device is not "full" (the old code clamped to the total).
+    rows = json.loads((NEURON / TRN2_LS).read_text())
+    rows[0]["memory_size"] = 1 << 20
+    listing = _write(tmp_path, "ls.json", json.dumps(rows))
+    monitor = _write(tmp_path, "monitor.jsonl", json.dumps(_report()) + "\n")
+    devices, warnings = _sample(tmp_path, monkeypatch, listing, monitor)
+    assert devices[DEVICE_0].memory_total_bytes == 1 << 20
+    assert devices[DEVICE_0].memory_used_bytes is None
+    assert devices[DEVICE_0].utilization_percent == 50.0
+    assert devices[DEVICE_2].memory_used_bytes is not None
+    assert any("neuron device 0: memory in use" in w and "above its total" in w for w in warnings), warnings

@@ -65,3 +65,39 @@ def test_no_grpc_is_imported_where_no_tpu_is_present() -> None:
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('grpc', 'google')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_metric_the_service_refuses_is_unknown_and_the_others_are_kept() -> None:
+    """An older libtpu without the duty-cycle metric: HBM is still reported, the duty cycle is
+    unknown (never 0) and the status says why."""
+    server = TpuMetricsServer(TPU / "metrics-v5e-4-training.json",
+                              refuse=("tpu.runtime.tensorcore.dutycycle.percent",))
+    try:
+        snap, _ = _collect(server, timeout=3.0)
+    finally:
+        server.close()
+    (state,) = snap.backends
+    assert state.status == "ok" and "NOT_FOUND" in state.message and "dutycycle" in state.message, state
+    assert len(snap.devices) == 4
+    assert all(d.utilization_percent is None and d.compute_active_percent is None for d in snap.devices)
+    assert [d.memory_total_bytes for d in snap.devices] == [17179869184] * 4
+
+
+def test_a_slow_service_costs_one_timeout_per_sample_not_one_per_metric() -> None:
+    """Each answer takes 0.35 s and the backend's timeout is 0.8 s: the three calls share one
+    deadline, so the sample ends within it with what came in time (the rest unknown, said)."""
+    server = TpuMetricsServer(TPU / "metrics-v5e-4-training.json", delay=0.35)
+    backend = TpuBackend(timeout_seconds=0.8, options={"sysfs_root": str(TPU / "v5e-4" / "sys"),
+                                                      "metrics_address": server.address})
+    try:
+        backend.open()
+        started = time.monotonic()
+        devices = backend.sample()
+        took = time.monotonic() - started
+    finally:
+        backend.close()
+        server.close()
+    assert took < 1.0, took
+    assert [d.memory_total_bytes for d in devices] == [17179869184] * 4
+    assert all(d.utilization_percent is None for d in devices)
+    assert any("gave no answer" in w or "no time left" in w for w in backend.warnings), backend.warnings

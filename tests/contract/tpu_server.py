@@ -2,7 +2,8 @@
 server credentials as libtpu's (``GetRuntimeMetric`` answering from a fixture's values).
 
 ``mode``: ``answer`` (the fixture), ``hang`` (until :meth:`close`), ``error`` (INTERNAL with a
-message), ``garbage`` (bytes that are not a protobuf message).
+message), ``garbage`` (bytes that are not a protobuf message). ``refuse`` names metrics answered
+NOT_FOUND whatever the mode; ``delay`` (seconds) is waited before every answer.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ SERVICE = "tpu.monitoring.runtime.RuntimeMetricService"
 
 
 class TpuMetricsServer:
-    def __init__(self, fixture: Path | None = None, mode: str = "answer") -> None:
+    def __init__(self, fixture: Path | None = None, mode: str = "answer", *,
+                 refuse: tuple[str, ...] = (), delay: float = 0.0) -> None:
+        self.refuse = refuse
+        self.delay = delay
         self.values: dict[str, list[dict[str, Any]]] = json.loads(fixture.read_text()) if fixture else {}
         self.mode = mode
         self.calls: list[str] = []
@@ -41,6 +45,10 @@ class TpuMetricsServer:
 
     def _get(self, request: Any, context: Any) -> Any:
         self.calls.append(request.metric_name)
+        if self.delay:
+            self._release.wait(self.delay)
+        if request.metric_name in self.refuse:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no metric {request.metric_name}")
         if self.mode == "hang":
             self._release.wait(60)
         if self.mode == "error":
