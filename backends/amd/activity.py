@@ -166,6 +166,8 @@ class ActivityReader:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._links = LinkCounters()
+        #: Which partition of each board gave the table last time (by position).
+        self._metrics_from: dict[str, int] = {}
 
     def baseline(self, calls: Calls, handle: Any, key: str, label: str) -> None:
         """The xGMI counters' first reading (at open), so the first cycle has a rate."""
@@ -179,15 +181,36 @@ class ActivityReader:
     def board(self, own: Readings, parts: Sequence[tuple[Any, Calls, Readings]], key: str,
               label: str, warnings: list[str]) -> None:
         """A partitioned board's figures into ``own``, each partition's into its readings:
-        one table, through the first partition that answers (it is the socket's)."""
-        answering = [(dev, calls) for dev, calls, _ in parts if calls.health != "lost"]
-        metrics = read_metrics(answering[0][1], answering[0][0].handle) if answering else {}
+        one table (it is the socket's), through the first partition that gives one."""
+        metrics = self._board_metrics(parts, key)
         for dev, _, readings in parts:
             partition = dev.partition_id if dev.partition_id is not None else -1
             values, details = device_activity(metrics, partition)
             readings.values.update(values)
             readings.details.update(details)
         self._socket(own, metrics, key, label, warnings)
+
+    def _board_metrics(self, parts: Sequence[tuple[Any, Calls, Readings]], key: str
+                       ) -> Mapping[str, Any]:
+        """The socket's table through the first answering partition that gives one, starting
+        at the one that did last time: a partition whose call fails (its failure reported
+        under it) leaves the board and the other partitions their figures. A board that gave
+        no table on a full scan is asked through one partition a cycle after that."""
+        start = self._metrics_from.get(key, 0)
+        for position in list(range(start, len(parts))) + list(range(0, start)):
+            dev, calls, _ = parts[position]
+            if calls.health == "lost":
+                continue
+            failures = sum(len(whats) for whats in calls.errors.values())
+            metrics = read_metrics(calls, dev.handle)
+            if metrics:
+                self._metrics_from[key] = position
+                return metrics
+            failed = sum(len(whats) for whats in calls.errors.values()) > failures
+            if key in self._metrics_from and not failed:
+                break  # known to give none: one call a cycle, not one per partition
+        self._metrics_from[key] = start
+        return {}
 
     def _socket(self, readings: Readings, metrics: Mapping[str, Any], key: str, label: str,
                 warnings: list[str]) -> None:

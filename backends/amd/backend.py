@@ -36,7 +36,8 @@ from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
     from allsmi.backends.amd import read
-    from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.board import board_readings
+    from allsmi.backends.amd.calls import READINGS, Calls, describe, init_failure, missing_functions
     from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, Layout, PlannedDevice, arrange
     from allsmi.backends.amd.read import ProcessLookup, Readings
@@ -51,10 +52,11 @@ def _import_reading() -> None:
     (:func:`~allsmi.backends.amd.loader.quick_absence`) and never needs them: start-up
     on every other machine does not pay for importing them.
     """
-    global read, FUNCTIONS, Calls, describe, init_failure, missing_functions, Board, arrange
-    global EngineUsage, board_processes, activity
+    global read, READINGS, Calls, describe, init_failure, missing_functions, Board, arrange
+    global EngineUsage, board_processes, activity, board_readings
     from allsmi.backends.amd import activity, read
-    from allsmi.backends.amd.calls import FUNCTIONS, Calls, describe, init_failure, missing_functions
+    from allsmi.backends.amd.board import board_readings
+    from allsmi.backends.amd.calls import READINGS, Calls, describe, init_failure, missing_functions
     from allsmi.backends.amd.engine import EngineUsage, board_processes
     from allsmi.backends.amd.partitions import Board, arrange
 
@@ -98,7 +100,10 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._load_details: dict[str, str] = {}
         self._initialised = False
         self._layout: Layout = []
-        self._static_warnings: list[str] = []
+        #: Every handle's static facts, and the warnings of reading them by handle index
+        #: (-1: the library's own).
+        self._planned: list[PlannedDevice] = []
+        self._notes: dict[int, list[str]] = {}
         self._power_from: dict[str, int] = {}
         #: gpu_metrics figures, xGMI counters between cycles (allsmi.backends.amd.activity)
         self._activity: activity.ActivityReader | None = None
@@ -157,7 +162,7 @@ class AmdBackend(Backend, declared=DECLARATION):
         missing = missing_functions(module)
         if missing:
             details["missing_functions"] = ", ".join(missing)
-            details["missing_fields"] = ", ".join(sorted({FUNCTIONS[m] for m in missing}))
+            details["missing_fields"] = ", ".join(sorted({READINGS[m] for m in missing}))
         try:
             with self._busy:
                 count, library = self._count_gpus(module)
@@ -231,12 +236,12 @@ class AmdBackend(Backend, declared=DECLARATION):
         if missing:
             version = package_version()
             warnings.append(f"amdsmi{' ' + version if version else ''} lacks {', '.join(missing)}: "
-                            f"{', '.join(sorted({FUNCTIONS[m] for m in missing}))} reported "
+                            f"{', '.join(sorted({READINGS[m] for m in missing}))} reported "
                             "as unknown")
-        planned = [read.read_static(module, index, handle, warnings)
-                   for index, handle in enumerate(handles)]
-        self._layout = arrange(planned)
-        self._static_warnings = warnings
+        self._notes = {-1: warnings}
+        self._planned = [read.read_static(module, index, handle, self._notes.setdefault(index, []))
+                         for index, handle in enumerate(handles)]
+        self._layout = arrange(self._planned)
         self._power_from = {}
         self._activity = activity.ActivityReader(self._clock)
         for entry in self._layout:  # the xGMI counters' first reading, for the first cycle's rate
@@ -267,7 +272,7 @@ class AmdBackend(Backend, declared=DECLARATION):
         if not self._initialised:
             return
         self._initialised = False
-        self._layout = []
+        self._layout, self._planned = [], []
         module = self._module
         if module is None:
             return
@@ -284,7 +289,8 @@ class AmdBackend(Backend, declared=DECLARATION):
         with self._busy:
             if not self._initialised or self._module is None:
                 raise BackendError("the amd backend is not open")
-            self.warnings = list(self._static_warnings)
+            self._place_unplaced(self._module)
+            self.warnings = [w for index in sorted(self._notes) for w in self._notes[index]]
             out: list[DeviceSample] = []
             for entry in self._layout:
                 if isinstance(entry, Board):
@@ -295,6 +301,21 @@ class AmdBackend(Backend, declared=DECLARATION):
                 self._engine.end_cycle()
         self._finish_pending_close()
         return out
+
+    def _place_unplaced(self, module: ModuleType) -> None:
+        """Read again the static facts of handles whose PCI address ``open()`` could not read,
+        and redo the layout once one answers: unplaced, a partition would be read as a whole
+        GPU and count its board's power a second time."""
+        placed = False
+        for position, dev in enumerate(self._planned):
+            if dev.bus_id is None:
+                notes: list[str] = []
+                again = read.read_static(module, dev.index, dev.handle, notes)
+                if again.bus_id is not None:
+                    self._planned[position], self._notes[dev.index] = again, notes
+                    placed = True
+        if placed:
+            self._layout = arrange(self._planned)
 
     def _sample_whole(self, module: ModuleType, dev: PlannedDevice) -> DeviceSample:
         calls = Calls(module)
@@ -343,35 +364,13 @@ class AmdBackend(Backend, declared=DECLARATION):
         children = [self._device(dev, calls, readings) for dev, calls, readings in parts]
         return [self._board_device(module, board, parts, children, own), *children]
 
-    def _board_readings(self, module: ModuleType, board: Board,
-                        parts: list[tuple[PlannedDevice, Calls, Readings]]) -> Readings | None:
-        """Power, cap, energy and ECC of the board, through the first partition reporting
-        socket power (remembered, so a steady board costs one partition's calls)."""
-        if not board.owns_power:
-            return None
-        start = self._power_from.get(board.id, 0)
-        order = list(range(start, len(parts))) + list(range(0, start))
-        fallback: Readings | None = None
-        for position in order:
-            dev, calls, _ = parts[position]
-            if calls.health == "lost":
-                continue
-            readings = read.read_board(module, calls, dev.handle)
-            if readings.values.get("power_watts") is not None:
-                self._power_from[board.id] = position
-                return readings
-            fallback = fallback or readings
-            if self._power_from.get(board.id) is not None:
-                break  # known to have no socket power: do not scan every partition each cycle
-        self._power_from[board.id] = start
-        return fallback
-
     def _board_device(self, module: ModuleType, board: Board,
                       parts: list[tuple[PlannedDevice, Calls, Readings]],
                       children: list[DeviceSample], own: Readings) -> DeviceSample:
         details: dict[str, DetailValue] = {**board.details, **own.details}
         values: dict[str, Any] = dict(own.values)
-        readings = self._board_readings(module, board, parts)
+        readings, failed = (board_readings(module, board, parts, self._power_from, self.warnings)
+                            if board.owns_power else (None, False))
         if readings is not None:
             values.update(readings.values)
             details.update(readings.details)
@@ -388,7 +387,7 @@ class AmdBackend(Backend, declared=DECLARATION):
         if temperatures:
             values["temperature_celsius"] = max(temperatures)  # the hottest junction on the die
         health = ("lost" if not answering else
-                  "ok" if all(c.health == "ok" for c in children) else "degraded")
+                  "ok" if all(c.health == "ok" for c in children) and not failed else "degraded")
         return DeviceSample(
             id=board.id, vendor=self.vendor, kind=self.kind, backend=self.name,
             index=board.index, uuid=board.uuid, name=board.name, bus_id=board.bus_id,

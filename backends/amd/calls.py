@@ -56,10 +56,23 @@ FUNCTIONS: dict[str, str] = {
                                    "interconnect traffic",
 }
 
+#: The enums the calls take, with the readings that need them (missing ones are reported
+#: with the functions: such an amdsmi cannot make those calls).
+ENUMS: dict[str, str] = {
+    "AmdSmiTemperatureType": "temperature_celsius",
+    "AmdSmiTemperatureMetric": "temperature_celsius",
+    "AmdSmiClkType": "clock_mhz",
+    "AmdSmiMemoryType": "memory_used_bytes, memory_total_bytes",
+}
+
+#: What each function or enum gives.
+READINGS: dict[str, str] = {**FUNCTIONS, **ENUMS}
+
 
 def missing_functions(module: ModuleType) -> list[str]:
-    """The functions of :data:`FUNCTIONS` this amdsmi package does not have."""
-    return [name for name in FUNCTIONS if not callable(getattr(module, name, None))]
+    """The functions of :data:`FUNCTIONS` and the enums of :data:`ENUMS` this amdsmi package
+    does not have (:data:`READINGS` names the readings each gives)."""
+    return [name for name in READINGS if not callable(getattr(module, name, None))]
 
 
 def status_code(exc: BaseException) -> int | None:

@@ -42,6 +42,12 @@ def _first(info: Any, *keys: str) -> Any:
     return None
 
 
+def _members(module: ModuleType, enum: str, *names: str) -> dict[str, Any] | None:
+    """The members ``names`` of amdsmi's enum ``enum``; ``None`` where this amdsmi lacks it."""
+    found = {name: getattr(getattr(module, enum, None), name, None) for name in names}
+    return None if any(member is None for member in found.values()) else found
+
+
 def read_static(module: ModuleType, index: int, handle: Any, warnings: list[str]) -> PlannedDevice:
     """Name, ids, versions and the partition facts of one handle (read once, in ``open()``)."""
     calls = Calls(module)
@@ -101,14 +107,20 @@ def read_dynamic(module: ModuleType, calls: Calls, handle: Any, lookup: ProcessL
 
     values["memory_used_bytes"], values["memory_total_bytes"] = vram(module, calls, handle)
 
-    temp_type = module.AmdSmiTemperatureType
-    current = module.AmdSmiTemperatureMetric.CURRENT
-    hotspot = conv.temperature_celsius(
-        calls("hotspot temperature", "amdsmi_get_temp_metric", handle, temp_type.HOTSPOT, current))
-    edge = conv.temperature_celsius(
-        calls("edge temperature", "amdsmi_get_temp_metric", handle, temp_type.EDGE, current))
-    memory_temp = conv.temperature_celsius(
-        calls("memory temperature", "amdsmi_get_temp_metric", handle, temp_type.VRAM, current))
+    # An amdsmi without one of the enums these calls take lacks the readings, like a
+    # missing function (calls.ENUMS): unknown, never a failure of the whole sample.
+    sensors = _members(module, "AmdSmiTemperatureType", "HOTSPOT", "EDGE", "VRAM")
+    current = _members(module, "AmdSmiTemperatureMetric", "CURRENT")
+
+    def temperature(what: str, sensor: str) -> float | None:
+        if sensors is None or current is None:
+            return None
+        return conv.temperature_celsius(calls(what, "amdsmi_get_temp_metric", handle,
+                                              sensors[sensor], current["CURRENT"]))
+
+    hotspot = temperature("hotspot temperature", "HOTSPOT")
+    edge = temperature("edge temperature", "EDGE")
+    memory_temp = temperature("memory temperature", "VRAM")
     # Hotspot (junction) is the primary: MI300 parts have no edge sensor.
     if hotspot is not None:
         values["temperature_celsius"] = hotspot
@@ -121,10 +133,12 @@ def read_dynamic(module: ModuleType, calls: Calls, handle: Any, lookup: ProcessL
     if memory_temp is not None:
         details["memory_temperature_celsius"] = memory_temp
 
-    clock_type = module.AmdSmiClkType
-    gfx = mapping(calls("GFX clock", "amdsmi_get_clock_info", handle, clock_type.GFX))
+    clock_type = _members(module, "AmdSmiClkType", "GFX", "MEM")
+    gfx = mapping(clock_type and calls("GFX clock", "amdsmi_get_clock_info", handle,
+                                       clock_type["GFX"]))
     values["clock_mhz"] = conv.clock_mhz({"clk": _first(gfx, "clk", "cur_clk")})
-    mem = mapping(calls("memory clock", "amdsmi_get_clock_info", handle, clock_type.MEM))
+    mem = mapping(clock_type and calls("memory clock", "amdsmi_get_clock_info", handle,
+                                       clock_type["MEM"]))
     memory_clock = conv.clock_mhz({"clk": _first(mem, "clk", "cur_clk")})
     if memory_clock is not None:
         details["memory_clock_mhz"] = memory_clock
@@ -169,9 +183,13 @@ def read_board(module: ModuleType, calls: Calls, handle: Any) -> Readings:
 
 def vram(module: ModuleType, calls: Calls, handle: Any) -> tuple[int | None, int | None]:
     """``(used, total)`` VRAM bytes; byte-exact calls first, the MiB call as fallback."""
-    kind = module.AmdSmiMemoryType.VRAM
-    used = conv.byte_count(calls("memory usage", "amdsmi_get_gpu_memory_usage", handle, kind))
-    total = conv.byte_count(calls("memory total", "amdsmi_get_gpu_memory_total", handle, kind))
+    kind = _members(module, "AmdSmiMemoryType", "VRAM")
+    used = total = None
+    if kind is not None:
+        used = conv.byte_count(calls("memory usage", "amdsmi_get_gpu_memory_usage", handle,
+                                     kind["VRAM"]))
+        total = conv.byte_count(calls("memory total", "amdsmi_get_gpu_memory_total", handle,
+                                      kind["VRAM"]))
     if used is None or total is None:
         usage = mapping(calls("VRAM usage", "amdsmi_get_gpu_vram_usage", handle))
         if used is None:
