@@ -250,8 +250,10 @@ def parse_monitor(line: str) -> MonitorReport:
     for row in (counters or {}).get("neuron_devices") or ():
         index = int_cell(row.get("neuron_device_index")) if isinstance(row, dict) else None
         if index is not None:
-            events = [int_cell(row.get(k)) for k in ("mem_ecc_uncorrected", "sram_ecc_uncorrected")]
-            out.ecc_uncorrected[index] = sum(e for e in events if e is not None)
+            events = [e for k in ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
+                      if (e := int_cell(row.get(k))) is not None and e >= 0]
+            if events:  # neither count given (or a negative one): unknown, never 0 events
+                out.ecc_uncorrected[index] = sum(events)
     return out
 
 

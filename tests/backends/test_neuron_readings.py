@@ -239,3 +239,17 @@ def test_memory_in_use_above_the_devices_total_is_unknown_with_a_warning_not_cla
     assert devices[DEVICE_0].utilization_percent == 50.0
     assert devices[DEVICE_2].memory_used_bytes is not None
     assert any("neuron device 0: memory in use" in w and "above its total" in w for w in warnings), warnings
+
+
+def test_ecc_counts_that_are_missing_or_negative_are_unknown_not_events() -> None:
+    """A device row of neuron_hw_counters without its ECC fields has unknown ECC (no entry),
+    never 0 events; a negative count is not an event count."""
+    import json
+
+    from allsmi.backends.neuron.parse import parse_monitor
+    rows = [{"neuron_device_index": 0},
+            {"neuron_device_index": 1, "mem_ecc_uncorrected": -3, "sram_ecc_uncorrected": 2},
+            {"neuron_device_index": 2, "mem_ecc_uncorrected": 0, "sram_ecc_uncorrected": 0}]
+    report = parse_monitor(json.dumps({"neuron_runtime_data": [], "system_data": {
+        "neuron_hw_counters": {"period": 1.0, "error": "", "neuron_devices": rows}}}))
+    assert report.ecc_uncorrected == {1: 2, 2: 0}
