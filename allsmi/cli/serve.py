@@ -202,7 +202,12 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         collector.start()
         click.echo(f"allsmi: serving metrics on {server.url}metrics (interval {o.interval:g} s)",
                    err=True)
-        stop.wait()  # set by SIGTERM/SIGINT (whose handlers run here) or the HTTP thread's end
+        # Set by SIGTERM/SIGINT (whose handlers run here) or the HTTP thread's end. Waited for
+        # a second at a time: a signal the kernel hands to another thread leaves this thread's
+        # lock wait uninterrupted, and Python runs handlers only on this thread (a loaded CI
+        # saw a SIGTERM go unanswered for 15 s); a wake-up a second costs nothing measurable.
+        while not stop.wait(1.0):
+            pass
         if http_failed:
             exc = http_failed[0]
             raise fail(f"the HTTP server stopped ({type(exc).__name__}: {exc}); exiting", 1)
