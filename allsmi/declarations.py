@@ -168,3 +168,13 @@ class VendorDeclaration(Record):
             if option.name == name:
                 return option
         raise KeyError(f"backend {self.backend!r} declares no option {name!r}")
+
+    def probe_value(self, options: Mapping[str, Any] | None, name: str) -> Any:
+        """Option ``name``'s value in ``options`` for a quick probe or a constructor, which never
+        raise: its default where the value is not one it takes (the config check refuses such a
+        file when it is read, and the backend's ``open()`` a backend built in code with it)."""
+        option = self.option(name)
+        try:
+            return option.value(options)
+        except ValueError:
+            return option.default

@@ -99,6 +99,10 @@ def test_option_values_and_problems() -> None:
     text = BackendOption("root", "/sys")
     assert text.value({"root": " /host/sys "}) == "/host/sys"
     assert text.problem("x" * 5000) and text.problem("a\nb") and text.problem(3)
+    # a probe never raises: a value the option does not take is its default there
+    from allsmi.backends.furiosa import DECLARATION
+    assert DECLARATION.probe_value({"method": "sdks"}, "method") == "auto"
+    assert DECLARATION.probe_value({"method": " CLI "}, "method") == "cli"
 
 
 def test_a_backend_built_in_code_with_a_bad_option_fails_to_open() -> None:

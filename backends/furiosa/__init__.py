@@ -43,10 +43,7 @@ DECLARATION = VendorDeclaration(
 def method_of(options: Mapping[str, Any] | None) -> str:
     """``[backends.furiosa] method``: ``auto`` (the SDK, else the tool), ``sdk`` or ``cli``; a
     value it does not take is ``auto`` here (a probe never raises; ``open()`` refuses it)."""
-    try:
-        return str(DECLARATION.option("method").value(options))
-    except ValueError:
-        return "auto"
+    return str(DECLARATION.probe_value(options, "method"))
 
 
 def installed_module() -> str | None:

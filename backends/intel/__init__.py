@@ -37,19 +37,9 @@ DECLARATION = VendorDeclaration(
              BackendOption("proc_root", "/proc", "where procfs is mounted (`/host/proc`)")))
 
 
-def option_value(options: Mapping[str, Any] | None, name: str) -> Any:
-    """Option ``name``'s value, its default where the value is not one it takes (a probe never
-    raises; ``open()`` refuses the value)."""
-    option = DECLARATION.option(name)
-    try:
-        return option.value(options)
-    except ValueError:
-        return option.default
-
-
 def drm_root(options: Mapping[str, Any] | None) -> str:
     """``[backends.intel] sysfs_root`` (``/sys``; ``/host/sys`` in a container) + ``class/drm``."""
-    root = option_value(options, "sysfs_root")
+    root = DECLARATION.probe_value(options, "sysfs_root")
     return os.path.join(str(root), "class", "drm")
 
 

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, ProbeResult
-from allsmi.backends.intel import DECLARATION, DRIVERS, XPU_SMI, drm_root, option_value, quick_probe
+from allsmi.backends.intel import DECLARATION, DRIVERS, XPU_SMI, drm_root, quick_probe
 from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
@@ -61,7 +61,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         super().__init__(timeout_seconds=timeout_seconds, options=options)
         self.search_dirs = None if search_dirs is None else tuple(search_dirs)
         self.drm = drm_root(self.options)
-        self.proc = str(option_value(self.options, "proc_root"))  # checked at open
+        self.proc = str(DECLARATION.probe_value(self.options, "proc_root"))  # checked at open
         self._clock = clock
         self._sleep = sleep
         self._last_read: float | None = None

@@ -36,10 +36,7 @@ DECLARATION = VendorDeclaration(
 
 def pci_root(options: Mapping[str, Any] | None) -> str:
     """``[backends.tpu] sysfs_root`` (``/sys``) + ``bus/pci/devices``."""
-    try:
-        root = DECLARATION.option("sysfs_root").value(options)
-    except ValueError:  # a probe never raises; open() refuses the value
-        root = DECLARATION.option("sysfs_root").default
+    root = DECLARATION.probe_value(options, "sysfs_root")
     return os.path.join(str(root), "bus", "pci", "devices")
 
 
