@@ -100,3 +100,25 @@ def aligned(title: str, head: list[str], body: list[list[Any]], empty: str) -> s
 def money(value: float | None, currency: str | None) -> str:
     """``12.34 EUR``; empty when unknown."""
     return "" if value is None else f"{value:.2f} {currency or ''}".strip()
+
+
+def rank(rows: list[dict[str, Any]], amount: Callable[[dict[str, Any]], float | None],
+         hours: str) -> list[dict[str, Any]]:
+    """``rows`` most money first, never comparing currencies: amounts are ranked within
+    their currency (currencies in alphabetical order, as no exchange rate is known), then
+    the rows whose ``amount`` is unknown (no price, or not measured), by ``hours``. Ties go
+    by hours, then by the holder keys, so that reruns give the same order."""
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        value = amount(row)
+        names = tuple(str(row[k] or "") for k in KEYS)
+        if value is None:
+            return (1, "", 0.0, -(row[hours] or 0.0), names)
+        return (0, row["currency"] or "", -value, -(row[hours] or 0.0), names)
+    return sorted(rows, key=key)
+
+
+def currencies_note(rows: list[dict[str, Any]]) -> str:
+    """``; costs ranked within each currency (EUR, USD)`` when the rows' costs are in more
+    than one currency, else nothing."""
+    found = sorted({row["currency"] for row in rows if row["currency"]})
+    return f"; costs ranked within each currency ({', '.join(found)})" if len(found) > 1 else ""

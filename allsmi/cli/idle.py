@@ -3,7 +3,8 @@
 The same sources, window and grouping options as ``allsmi export`` (the ledger,
 Prometheus or a simulation), reported for the holders of allocated-but-idle devices:
 one row per holder (resource group, user, namespace, pod, job by default) with
-idle-allocated device-hours, sorted by idle cost, then idle hours.
+idle-allocated device-hours, sorted by idle cost within each currency, then idle hours (rows
+whose idle cost is unknown last).
 
 Exit statuses: 0 written (also when nothing sat idle); 1 the source could not be read or
 the output not written; 2 bad options or configuration; 3 written, but the source had no
@@ -18,7 +19,7 @@ from typing import Any
 import click
 
 from allsmi.cli import holderreport
-from allsmi.cli.holderreport import KEYS, aligned, money
+from allsmi.cli.holderreport import KEYS, aligned, currencies_note, money, rank
 from allsmi.cli.reportcmd import Run, guarded, source_options
 
 #: Columns of the CSV and of each JSON row (the export's names), then ``devices``.
@@ -51,7 +52,8 @@ def idle(**opts: Any) -> None:
 
 
 def idle_rows(report: Any) -> list[dict[str, Any]]:
-    """The rows with idle-allocated time, as JSON-ready dicts, most expensive first: time as
+    """The rows with idle-allocated time, as JSON-ready dicts, most expensive first
+    (:func:`allsmi.cli.holderreport.rank`): time as
     reported (rounded to the microhour, as every output rounds it), so that float noise in
     counters' rates (a Prometheus source) lists no holder idle for 0.000000 hours."""
     from allsmi.accounting.formats import json_row
@@ -64,9 +66,7 @@ def idle_rows(report: Any) -> list[dict[str, Any]]:
             continue
         item["devices"] = list(row.idle_devices)
         out.append(item)
-    out.sort(key=lambda r: (-(r["idle_cost"] or 0.0), -r["idle_allocated_device_hours"],
-                            tuple(str(r[k] or "") for k in KEYS)))
-    return out
+    return rank(out, lambda r: r["idle_cost"], "idle_allocated_device_hours")
 
 
 def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
@@ -79,5 +79,5 @@ def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
         "" if row["allocated_device_hours"] is None else f"{row['allocated_device_hours']:.2f}",
         money(row["idle_cost"], row["currency"]), " ".join(row["devices"])] for row in rows]
     return aligned(f"allocated-but-idle devices, {iso(report.window.start)} to "
-                   f"{iso(report.window.end)} ({report.source})", head, body,
+                   f"{iso(report.window.end)} ({report.source}){currencies_note(rows)}", head, body,
                    "no allocated-but-idle time in this window")

@@ -5,7 +5,7 @@ or a simulation). One row per holder (resource group, user, namespace, pod, job 
 that held devices in the window: its cost, the part of it that bought compute activity
 (``active_cost``: the cost of each device the holder held x its efficiency over that time,
 summed, so that rows add up whatever the grouping), the rest (``lost_cost``), and the cost of
-each waiting reason (docs/activity.md), sorted by money lost. ``evidence`` says, in words,
+each waiting reason (docs/activity.md), sorted by money lost within each currency. ``evidence`` says, in words,
 what the holder's allocated time went to.
 
 Exit statuses: as ``allsmi idle``: 0 written; 1 the source could not be read or the output not
@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from allsmi.cli import holderreport
-from allsmi.cli.holderreport import KEYS, aligned, money
+from allsmi.cli.holderreport import KEYS, aligned, currencies_note, money, rank
 from allsmi.cli.reportcmd import Run, guarded, source_options
 from allsmi.schema import WAITING_REASONS
 
@@ -99,21 +99,22 @@ def waste_rows(report: Any) -> list[dict[str, Any]]:
             else round(cost - active_cost, 6)
         item["evidence"] = evidence(item)
         out.append({k: item.get(k) for k in COLUMNS})
-    out.sort(key=lambda r: (-_lost(r), -(r["cost"] or 0.0), -r["allocated_device_hours"],
-                            tuple(str(r[k] or "") for k in KEYS)))
-    return out
+    return rank(out, _lost, "allocated_device_hours")
 
 
 #: The waiting reasons whose time is known to buy no compute (computing may; unknown may).
 _LOST_REASONS = tuple(r for r in WAITING_REASONS if r not in ("computing", "unknown"))
 
 
-def _lost(row: dict[str, Any]) -> float:
+def _lost(row: dict[str, Any]) -> float | None:
     """What a row ranks by: its lost cost, else (its activity unknown) the cost of the time it
-    was known to wait on input, the host, communication or nothing, at least that was lost."""
+    was known to wait on input, the host, communication or nothing, at least that was lost;
+    ``None`` when no cost of it is known (no price, nothing measured)."""
     if row["lost_cost"] is not None:
         return float(row["lost_cost"])
-    return sum(row[f"waiting_{r}_cost"] or 0.0 for r in _LOST_REASONS)
+    known = [row[f"waiting_{r}_cost"] for r in _LOST_REASONS
+             if row[f"waiting_{r}_cost"] is not None]
+    return sum(known) if known else None
 
 
 def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
@@ -127,5 +128,6 @@ def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
         money(row["cost"], row["currency"]), money(row["lost_cost"], row["currency"]),
         row["evidence"]] for row in rows]
     return aligned(f"where the money went, {iso(report.window.start)} to "
-                   f"{iso(report.window.end)} ({report.source}), most lost first", head, body,
+                   f"{iso(report.window.end)} ({report.source}), most lost first{currencies_note(rows)}",
+                   head, body,
                    "no allocated time in this window")

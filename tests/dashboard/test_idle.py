@@ -233,3 +233,20 @@ def test_a_partitions_idle_time_is_priced_with_its_share_of_the_board_energy(
     for row in training:
         assert row.idle_energy_joules is not None and row.idle_cost is not None, row.devices
         assert row.idle_cost > row.idle_billed_seconds / 3600 * 4.0  # the energy adds to it
+
+
+def test_the_idle_view_ranks_costs_within_their_currency_and_unknown_costs_last() -> None:
+    """EUR and USD idle costs are never compared, and a holder without a price does not rank
+    as a cost of 0 (below a priced holder whose idle cost is a known 0); `r` reverses all."""
+    from allsmi.dashboard.state.idle import IdleRow
+
+    def row(name: str, seconds: float, cost: float | None, currency: str | None) -> IdleRow:
+        return IdleRow("g", (name, None, None, None), idle_seconds=seconds, idle_cost=cost,
+                       currency=currency)
+
+    rows = [row("usd", 10.0, 10.0, "USD"), row("eur-big", 50.0, 2.0, "EUR"),
+            row("unpriced-long", 900.0, None, None), row("eur-zero", 5.0, 0.0, "EUR"),
+            row("unpriced", 60.0, None, None), row("eur-small", 20.0, 1.0, "EUR")]
+    want = ["eur-big", "eur-small", "eur-zero", "usd", "unpriced-long", "unpriced"]
+    assert [r.holder[0] for r in order_rows(rows, "cost")] == want
+    assert [r.holder[0] for r in order_rows(rows, "cost", descending=False)] == want[::-1]

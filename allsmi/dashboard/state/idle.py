@@ -237,17 +237,23 @@ class IdleMeter:
 
 
 def order_rows(rows: Sequence[IdleRow], key: str = "cost", descending: bool = True) -> list[IdleRow]:
-    """By idle cost (unknown cost counts as none) then idle time, or by idle time then cost;
-    ties by group and holder so the order is stable."""
+    """By idle cost then idle time, or by idle time then cost; ties by group and holder so the
+    order is stable. Costs are ranked within their currency (currencies in alphabetical
+    order: no exchange rate is known), and rows whose cost is unknown come after every priced
+    one, by idle time, as ``allsmi idle`` ranks them; ascending is the exact reverse."""
     if key not in IDLE_SORTS:
         raise ValueError(f"unknown idle sort {key!r} (known: {', '.join(IDLE_SORTS)})")
-
-    def value(row: IdleRow) -> tuple[float, float]:
-        cost = row.idle_cost or 0.0
-        return (cost, row.idle_seconds) if key == "cost" else (row.idle_seconds, cost)
-
     ordered = sorted(rows, key=lambda r: r.key)
-    return sorted(ordered, key=value, reverse=descending)
+    if key == "cost":
+        priced = [r for r in ordered if r.idle_cost is not None]
+        blocks = [sorted((r for r in priced if (r.currency or "") == currency),
+                         key=lambda r: (r.idle_cost, r.idle_seconds), reverse=True)
+                  for currency in sorted({r.currency or "" for r in priced})]
+        unpriced = sorted((r for r in ordered if r.idle_cost is None),
+                          key=lambda r: r.idle_seconds, reverse=True)
+        out = [r for block in blocks for r in block] + unpriced
+        return out if descending else out[::-1]
+    return sorted(ordered, key=lambda r: (r.idle_seconds, r.idle_cost or 0.0), reverse=descending)
 
 
 def row_text(row: IdleRow) -> Iterable[str]:
