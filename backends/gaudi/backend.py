@@ -78,6 +78,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         self._notes: list[str] = []
         self._known: dict[str, Identity] = {}
         self._firmware: dict[str, str] = {}
+        self._said: set[tuple[str, str, str]] = set()
         self._seed: Frame | None = None
         self._generation = 0
         self._opened = False
@@ -115,6 +116,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         from allsmi.backends.gaudi import csv_output as csvfmt
         from allsmi.backends.gaudi.csv_output import Frame
         self._read_options()
+        self._said.clear()  # a reopened backend says each refused value again, once
         self._tool = self.require_tool()
         self._fields, result = self._negotiate_fields()
         rows, problems = csvfmt.parse_output(result.stdout, self._fields,
@@ -293,7 +295,10 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         if result.returncode != 0:
             self.warnings.append(f"processes unavailable: {ToolFailed(EXECUTABLE, result)}")
             return [replace(dev, processes=None) for dev in devices]
-        by_index: dict[int, list[ProcessSample]] = parse_processes(result.stdout)
+        refused: list[str] = []
+        by_index: dict[int, list[ProcessSample]] = parse_processes(result.stdout, refused)
+        for warning in refused[:MAX_LINE_WARNINGS]:
+            self._say_once(("", "processes", warning), f"{EXECUTABLE} table view: {warning}")
         from allsmi.backends._common.orphans import note_unmatched
         note_unmatched(by_index, {dev.index for dev in devices}, self.warnings, f"{EXECUTABLE} (AIP)",
                        {aip: len(rows) for aip, rows in by_index.items()})

@@ -72,7 +72,7 @@ def parse_line(line: str, fields: Sequence[str]) -> Row | str:
     cells = {name: (None if units.is_missing(value) else value)
              for name, value in zip(fields, parts)}
     index = cells.get("index")
-    if index is not None and not re.fullmatch(r"\d+", index):
+    if index is not None and not re.fullmatch(r"[0-9]+", index):
         return f"index {index!r} is not a number"
     for name in KEY_FIELDS:
         if cells.get(name):

@@ -9,6 +9,7 @@ to schema units (memory MiB to bytes, ``N/A`` to ``None``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -22,6 +23,23 @@ if TYPE_CHECKING:  # the CSV module is imported by the backend's open(), not wit
 
 #: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
 MAX_LINE_WARNINGS = 10
+
+#: The integer-kind ``-Q`` cells (counts and ids) and the ``details`` key each fills. hl-smi
+#: prints them as plain decimal digits (every fixture, ``nounits`` or not); anything else
+#: (``-1``, ``3.7``, ``3.0``, ``1e3``) cannot be a count or an id.
+COUNT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("module_id", "module_id"),
+    ("ecc.errors.uncorrected.aggregate.total", "ecc_uncorrected_total"),
+    ("ecc.errors.corrected.aggregate.total", "ecc_corrected_total"),
+)
+_WHOLE = re.compile(r"[0-9]+")
+
+
+def whole_number(cell: str | None) -> int | None:
+    """A non-negative whole number from a cell of ASCII digits; ``None`` for anything else
+    (a sign, a fraction, an exponent, other digits): never rounded or clamped."""
+    text = cell.strip() if cell is not None else ""
+    return int(text) if _WHOLE.fullmatch(text) else None
 
 
 @dataclass(frozen=True)
@@ -70,7 +88,8 @@ def _mebibytes(cell: str) -> int | None:
 
 
 class SampleBuilder:
-    """Rows to samples; expects ``warnings``, ``_known``, ``_firmware``, ``vendor``, ``kind``, ``name``."""
+    """Rows to samples; expects ``warnings``, ``_known``, ``_firmware``, ``_said`` (warnings
+    said once), ``vendor``, ``kind``, ``name``."""
 
     warnings: list[str]
     vendor: str
@@ -78,6 +97,7 @@ class SampleBuilder:
     name: str
     _known: dict[str, Identity]
     _firmware: dict[str, str]
+    _said: set[tuple[str, str, str]]
 
     def _add_line_warnings(self, problems: Sequence[str]) -> None:
         self.warnings.extend(problems[:MAX_LINE_WARNINGS])
@@ -93,7 +113,7 @@ class SampleBuilder:
         for row in frame.rows:
             if row.key in self._known:
                 continue
-            index = units.to_int(row.get("index"))
+            index = whole_number(row.get("index"))  # parse_line let only digits through
             uuid, bus_id = _text(row, "uuid"), _text(row, "bus_id")
             for key, listed in list(self._known.items()):
                 if key.startswith(LISTED_KEY) and _same_device(listed, index, uuid, bus_id):
@@ -159,16 +179,32 @@ class SampleBuilder:
         from allsmi.backends._common.cells import CellReader  # with the parsers, not the class
         return CellReader(ident.id, self.warnings).number(raw, parse, f"{field} value", schema_field)
 
+    def _count(self, ident: Identity, row: Row, field: str) -> int | None:
+        """``field``'s cell as a count or id: a non-negative whole number, else ``None``,
+        with a warning said once per device, field and printed value while open."""
+        raw = row.get(field)
+        value = whole_number(raw)
+        if raw is None or value is not None:
+            return value
+        from allsmi.backends._common.cells import shorten
+        self._say_once((ident.id, field, raw), f"{ident.id}: {field} value {shorten(repr(raw), 60)} "
+                       "is not a whole number of 0 or more; reported as unknown")
+        return None
+
+    def _say_once(self, key: tuple[str, str, str], warning: str) -> None:
+        """Add ``warning`` unless the same ``key`` was said since :meth:`open`."""
+        if key not in self._said:
+            self._said.add(key)
+            self.warnings.append(warning)
+
     def _row_sample(self, ident: Identity, row: Row) -> DeviceSample:
         num = self._number
         details: dict[str, Any] = {}
         clock_max = num(ident, row, "clocks.max.soc", units.parse_clock_mhz, "clock_mhz")
         if clock_max is not None:
             details["clock_max_soc_mhz"] = clock_max
-        for field, key in (("module_id", "module_id"),
-                           ("ecc.errors.uncorrected.aggregate.total", "ecc_uncorrected_total"),
-                           ("ecc.errors.corrected.aggregate.total", "ecc_corrected_total")):
-            value = num(ident, row, field, units.to_int)
+        for field, key in COUNT_FIELDS:
+            value = self._count(ident, row, field)
             if value is not None:
                 details[key] = value
         serial = _text(row, "serial")

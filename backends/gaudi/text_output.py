@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 
 from allsmi import units
+from allsmi.backends._common.cells import shorten
 from allsmi.schema import ProcessSample
 
-_BLOCK = re.compile(r"^\[(\d+)\]\s+AIP\b.*?\s((?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$")
+_BLOCK = re.compile(r"^\[([0-9]+)\]\s+AIP\b.*?\s((?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$")
 _KEY_VALUE = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
 _PREBOOT = re.compile(r"^(?:Preboot version\s+)?(\S+)")
 
@@ -74,13 +75,34 @@ def parse_listing(text: str) -> list[ListedDevice]:
 _UNIT_TOKENS = {"b", "kb", "kib", "mb", "mib", "gb", "gib"}
 
 
-def parse_processes(text: str) -> dict[int, list[ProcessSample]]:
+_WHOLE = re.compile(r"[0-9]+")
+#: A cell that reads as a number (so a refused AIP or PID is said, not taken for a header).
+_NUMBER = re.compile(r"[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
+
+
+def _whole(cell: str) -> int | None:
+    return int(cell) if _WHOLE.fullmatch(cell) else None
+
+
+def _refused(aip: str, pid: str) -> str | None:
+    """Why a process row's AIP index or PID cannot be right (a number, but not a whole one of
+    0 or more, or a PID of 0); ``None`` when the cells are no numbers at all (a header, N/A)."""
+    if _NUMBER.fullmatch(aip) and _whole(aip) is None:
+        return f"AIP {shorten(repr(aip), 40)}, not a whole number of 0 or more"
+    if _NUMBER.fullmatch(pid) and not _whole(pid):
+        return f"PID {shorten(repr(pid), 40)}, not a whole number of 1 or more"
+    return None
+
+
+def parse_processes(text: str, warnings: list[str] | None = None) -> dict[int, list[ProcessSample]]:
     """Processes per AIP index from the "Compute Processes" section of the table view.
 
     Rows read ``| AIP PID Type Process-name Usage |``; idle devices print
     ``N/A`` in every column and yield nothing. Memory is in MiB unless the
     cell names its unit. A pid listed twice on one device is kept once (the
-    larger memory wins).
+    larger memory wins). An AIP index or PID that is a number but not a whole one of at
+    least 0 (at least 1 for a PID), or a negative memory figure, cannot be right: that row
+    (or its memory) is skipped with a line in ``warnings``, never rounded.
     """
     found: dict[int, dict[int, ProcessSample]] = {}
     in_section = False
@@ -92,10 +114,13 @@ def parse_processes(text: str) -> dict[int, list[ProcessSample]]:
         if not in_section or not stripped.startswith("|"):
             continue
         tokens = stripped.strip("|").split()
-        if len(tokens) < 4 or not tokens[0].isdigit() or not tokens[1].isdigit():
+        if len(tokens) < 4:
             continue
-        aip, pid = int(tokens[0]), int(tokens[1])
-        if pid <= 0:
+        aip, pid = _whole(tokens[0]), _whole(tokens[1])
+        if aip is None or not pid:
+            refused = _refused(tokens[0], tokens[1])
+            if refused and warnings is not None:
+                warnings.append(f"process row with {refused}: {shorten(stripped)!r}; skipped")
             continue
         rest = tokens[3:]
         if len(rest) >= 2 and rest[-1].lower() in _UNIT_TOKENS:
@@ -103,6 +128,11 @@ def parse_processes(text: str) -> dict[int, list[ProcessSample]]:
         else:
             usage, name_tokens = rest[-1], rest[:-1]
         memory = units.parse_size_bytes(usage, default_unit="mib")
+        if memory is not None and memory < 0:
+            if warnings is not None:
+                warnings.append(f"AIP {aip} pid {pid}: negative memory {shorten(repr(usage), 40)}; "
+                                "reported as unknown")
+            memory = None
         command = " ".join(name_tokens) or None
         if command is not None and units.is_missing(command):
             command = None

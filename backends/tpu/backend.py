@@ -34,6 +34,9 @@ class TpuBackend(Backend, declared=DECLARATION):
         self.pci = pci_root(self.options)
         self.address = str(self.options.get("metrics_address", DEFAULT_ADDRESS))  # checked at open
         self._client: MetricsClient | None = None
+        self._refused: list[str] = []
+        """This sample's refused values (said once: see :meth:`_say_refused`)."""
+        self._said: set[str] = set()
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
@@ -55,6 +58,7 @@ class TpuBackend(Backend, declared=DECLARATION):
         from allsmi.backends.tpu.client import MetricsClient
         self.check_options()
         self.close()
+        self._said.clear()  # a reopened backend says each refused value again, once
         self._client = MetricsClient(self.address, self.timeout_seconds)
 
     def close(self) -> None:
@@ -65,14 +69,30 @@ class TpuBackend(Backend, declared=DECLARATION):
     def sample(self) -> Sequence[DeviceSample]:
         from allsmi.backends.tpu.chips import find_chips
         self.warnings = []
+        self._refused = []
         if self._client is None:
             self.open()
         assert self._client is not None
-        chips = find_chips(self.pci)
+        layout = find_chips(self.pci)
+        if layout.problem:  # said every sample, as long as it lasts: the status shows why
+            self.warnings.append(layout.problem)
+        chips = layout.chips
         if not chips:
             return []
         metrics = self._metrics()
-        return [self._chip(chip, len(chips), metrics) for chip in chips]
+        self._fit(chips, metrics)
+        devices = [self._chip(chip, metrics) for chip in chips]
+        self._say_refused()
+        return devices
+
+    def _say_refused(self) -> None:
+        """Add this sample's refused values to the warnings, each said once while open (the
+        same value refused again next sample is not repeated; a layout problem or a failing
+        service is said every sample, as long as it lasts)."""
+        for warning in self._refused:
+            if warning not in self._said:
+                self._said.add(warning)
+                self.warnings.append(warning)
 
     def _metrics(self) -> dict[str, dict[int, Any]] | None:
         """Each metric asked once under one deadline for the whole sample. A metric the service
@@ -86,7 +106,7 @@ class TpuBackend(Backend, declared=DECLARATION):
         failures: list[Exception] = []
         for name in (TOTAL, USAGE, DUTY):
             try:
-                metrics[name] = self._client.metric(name, self.warnings, deadline)
+                metrics[name] = self._client.metric(name, self._refused, deadline)
             except ServiceUnavailable as exc:  # no workload (any more): asking on is pointless
                 failures.append(exc)
                 break
@@ -103,46 +123,70 @@ class TpuBackend(Backend, declared=DECLARATION):
             metrics.setdefault(name, {})
         return metrics
 
-    def _chip(self, chip: Chip, count: int, metrics: dict[str, dict[int, Any]] | None) -> DeviceSample:
+    def _fit(self, chips: Sequence[Chip], metrics: dict[str, dict[int, Any]] | None) -> None:
+        """Drop, with a warning, a metric whose answer names a libtpu id that no chip has (a
+        layout other than the one assumed): its values would land on the wrong chips, so it is
+        unknown on every chip instead. HBM is per device; the duty cycle is per device too,
+        except where the generation gives it per chip (v2, v3: keyed by chip position)."""
         from allsmi.backends.tpu.client import DUTY, TOTAL, USAGE
-        per = chip.generation.devices_per_chip
-        devices = range(chip.index * per, chip.index * per + per)
+        if metrics is None:
+            return
+        for name in (TOTAL, USAGE, DUTY):
+            expected = {key for chip in chips for key in self._keys(chip, name == DUTY)}
+            stray = sorted(set(metrics[name]) - expected)
+            if stray and expected:
+                layout = "chip" if name == DUTY and chips[0].generation.duty_per_chip else "device"
+                self.warnings.append(
+                    f"{name}: libtpu id(s) {stray[:8]} that no chip has ({len(chips)} "
+                    f"{chips[0].generation.name} chip(s), one value per {layout}: ids "
+                    f"{min(expected)} to {max(expected)}); reported as unknown on every chip")
+                metrics[name] = {}
+
+    @staticmethod
+    def _keys(chip: Chip, duty: bool) -> tuple[int, ...]:
+        """The libtpu ids of ``chip``'s values: its devices, or its position for a duty cycle
+        given per chip; none where the layout leaves them ambiguous."""
+        if chip.devices is None:
+            return ()
+        return (chip.index,) if duty and chip.generation.duty_per_chip else chip.devices
+
+    def _chip(self, chip: Chip, metrics: dict[str, dict[int, Any]] | None) -> DeviceSample:
+        from allsmi.backends.tpu.client import DUTY, TOTAL, USAGE
         label = f"TPU chip {chip.index}"
         total = used = None
         duty = None
-        if metrics is not None:
-            total = self._bytes(metrics[TOTAL], devices, f"{label} HBM total")
-            used = self._bytes(metrics[USAGE], devices, f"{label} HBM in use")
+        if metrics is not None and chip.devices is not None:
+            total = self._bytes(metrics[TOTAL], chip.devices, f"{label} HBM total")
+            used = self._bytes(metrics[USAGE], chip.devices, f"{label} HBM in use")
             if used is not None and total is not None and used > total:
-                self.warnings.append(f"{label}: HBM in use {used} above its total {total}; reported as unknown")
+                self._refused.append(f"{label}: HBM in use {used} above its total {total}; reported as unknown")
                 used = None
-            duty = self._duty(metrics[DUTY], chip.index, devices, count, label)
+            duty = self._duty([metrics[DUTY].get(k) for k in self._keys(chip, True)], label)
+        details: dict[str, Any] = {"device_node": chip.node, "generation": chip.generation.name}
+        if len(chip.functions) > 1:
+            details["pci_functions"] = tuple(f.address for f in chip.functions)
         return DeviceSample(
             id=f"tpu:{chip.bus_id}", vendor=self.vendor, kind=self.kind, backend=self.display_name,
             index=chip.index, name=self.model_name(chip.generation.name), bus_id=chip.bus_id,
-            health="ok" if metrics is not None else "unknown", utilization_percent=duty,
-            compute_active_percent=duty, compute_active_source=self.compute_active_source if duty is not None else None,
+            health="ok" if metrics is not None and chip.devices is not None else "unknown",
+            utilization_percent=duty, compute_active_percent=duty,
+            compute_active_source=self.compute_active_source if duty is not None else None,
             memory_used_bytes=used, memory_total_bytes=total if total else None,
-            processes=None, details={"device_node": chip.node, "generation": chip.generation.name})
+            processes=None, details=details)
 
-    def _bytes(self, values: dict[int, Any], devices: range, what: str) -> int | None:
+    def _bytes(self, values: dict[int, Any], devices: Sequence[int], what: str) -> int | None:
         found = [values.get(d) for d in devices]
         if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in found):
             if any(v is not None for v in found):
-                self.warnings.append(f"{what}: unusable values {found}; reported as unknown")
+                self._refused.append(f"{what}: unusable values {found}; reported as unknown")
             return None
         return sum(found)  # type: ignore[arg-type]
 
-    def _duty(self, values: dict[int, Any], chip: int, devices: range, chips: int, label: str) -> float | None:
-        """The chip's duty cycle: per chip where the service gives one value per chip, else the
-        mean of its devices'."""
-        if len(devices) > 1 and len(values) == chips:
-            found = [values.get(chip)]
-        else:
-            found = [values.get(d) for d in devices]
+    def _duty(self, found: list[Any], label: str) -> float | None:
+        """The mean of the chip's duty cycle values (one where libtpu gives it per chip)."""
         if not found or any(not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 100
                             for v in found):
             if any(v is not None for v in found):
-                self.warnings.append(f"{label}: unusable duty cycle {found}; reported as unknown")
+                self._refused.append(f"{label}: unusable duty cycle {found}; reported as unknown")
             return None
         return float(sum(found)) / len(found)

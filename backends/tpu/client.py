@@ -53,9 +53,10 @@ class MetricsClient:
 
     def metric(self, name: str, warnings: list[str], deadline: float | None = None) -> dict[int, Any]:
         """``name``'s values by device id: an int for ``as_int``, a float for ``as_double``;
-        a metric without a device id or a usable value is skipped with a warning. ``deadline``
-        (``time.monotonic()``) bounds the call together with the sample's other calls, so one
-        sample never waits more than the backend's timeout in all."""
+        a metric without a device id (or with a negative one) or a usable value is skipped with
+        a warning, and a device given twice has no value (which one is its own is unknown).
+        ``deadline`` (``time.monotonic()``) bounds the call together with the sample's other
+        calls, so one sample never waits more than the backend's timeout in all."""
         grpc, pb2, pb2_grpc = _grpc()
         timeout = self.timeout if deadline is None else deadline - time.monotonic()
         if timeout <= 0:
@@ -82,15 +83,28 @@ class MetricsClient:
             raise BackendError(f"libtpu runtime metrics at {self.address}: {name} failed: "
                                f"{getattr(code, 'name', code)}: {details}") from None
         values: dict[int, Any] = {}
+        repeated: set[int] = set()
         for metric in answer.metric.metrics:
             attr = metric.attribute.value
             if attr.WhichOneof("attr") != "int_attr" or metric.WhichOneof("measure") != "gauge":
                 warnings.append(f"{name}: a value without a device id or gauge "
                                 f"({attr.WhichOneof('attr')}, {metric.WhichOneof('measure')}); skipped")
                 continue
+            device = attr.int_attr
+            if device < 0:
+                warnings.append(f"{name}: device id {device} is negative; skipped")
+                continue
             kind = metric.gauge.WhichOneof("value")
             if kind not in ("as_int", "as_double"):
-                warnings.append(f"{name}: device {attr.int_attr} has a {kind} gauge; skipped")
+                warnings.append(f"{name}: device {device} has a {kind} gauge; skipped")
                 continue
-            values[attr.int_attr] = getattr(metric.gauge, kind)
+            if device in values or device in repeated:
+                # two values for one device: which is its own is unknown, so neither is kept
+                if device not in repeated:
+                    warnings.append(f"{name}: device {device} is given more than once; "
+                                    "reported as unknown")
+                repeated.add(device)
+                values.pop(device, None)
+                continue
+            values[device] = getattr(metric.gauge, kind)
         return values

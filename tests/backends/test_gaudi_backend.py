@@ -439,3 +439,53 @@ def test_process_rows_for_an_unlisted_aip_are_named_in_the_warnings(standin, bac
     assert all(60001 not in {p.pid for p in d.processes or ()} for d in devices)
     assert any("process rows for device(s) it does not list" in w and "9 (1 row(s))" in w
                for w in backend.warnings), backend.warnings
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "loop"])
+def test_counts_and_ids_that_are_no_whole_number_are_unknown_said_once(standin, backends, tmp_path,
+                                                                        mode: str) -> None:
+    """module_id and the ECC totals are counts/ids: "-1", "3.7" (never rounded to 4), "3.0",
+    "1e3" and "+2" are unknown with one warning each (not repeated every sample), never a value
+    in details; the whole numbers beside them are kept."""
+    rows = (GAUDI / "gaudi3-8x-1.22.csv").read_text().splitlines()
+    cells = [row.split(", ") for row in rows]
+    # fields: ... module_id (13), serial (14), ecc uncorrected (15), ecc corrected (16)
+    cells[0][13], cells[0][15], cells[0][16] = "-1", "3.7", "-2"
+    cells[1][13], cells[1][15], cells[1][16] = "3.0", "1e3", "+2"
+    cells[2][16] = "7"
+    odd = tmp_path / "odd.csv"
+    odd.write_text("\n".join(", ".join(c) for c in cells) + "\n")
+    standin("gaudi3-8x-1.22", fixture_file=str(odd))
+    backend = _open(backends, mode=mode)
+    devices = backend.sample()
+    first = list(backend.warnings)
+    for dev in devices[:2]:
+        assert not {"module_id", "ecc_uncorrected_total", "ecc_corrected_total"} & set(dev.details), dev.details
+    assert devices[2].details["ecc_corrected_total"] == 7 and devices[2].details["module_id"] == 0
+    refused = [w for w in first if "is not a whole number" in w]
+    assert len(refused) == 6, first
+    for device, field, raw in ((0, "module_id", "-1"), (0, "ecc.errors.uncorrected.aggregate.total", "3.7"),
+                               (1, "module_id", "3.0"), (1, "ecc.errors.corrected.aggregate.total", "+2")):
+        assert any(w.startswith(G3_UUID.format(device)) and f"{field} value {raw!r}" in w for w in refused), refused
+    again = backend.sample()
+    assert not any("is not a whole number" in w for w in backend.warnings), "said once, not every sample"
+    assert "module_id" not in again[0].details and again[2].details["ecc_corrected_total"] == 7
+
+
+def test_impossible_process_rows_are_skipped_and_said_once(standin, backends, tmp_path) -> None:
+    table = (GAUDI / "hl-smi-table-gaudi3-processes.txt").read_text()
+    odd = table.replace("|   5      52011     C    vllm-worker                              97024MiB   |",
+                        "|   5      52011     C    vllm-worker                              -512MiB    |\n"
+                        "|   6      -4        C    ghost                                    1MiB       |\n"
+                        "|   6.5    52013     C    ghost                                    1MiB       |")
+    assert odd != table
+    (tmp_path / "odd-table.txt").write_text(odd)
+    standin(table=str(tmp_path / "odd-table.txt"))
+    backend = _open(backends, processes=True, mode="oneshot")
+    devices = backend.sample()
+    assert [(p.pid, p.memory_bytes) for p in devices[5].processes] == [(52011, None)]
+    assert devices[6].processes == ()
+    text = "\n".join(backend.warnings)
+    assert "PID '-4'" in text and "AIP '6.5'" in text and "negative memory '-512MiB'" in text, text
+    backend.sample()
+    assert not any("table view" in w for w in backend.warnings), backend.warnings

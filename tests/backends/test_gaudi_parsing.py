@@ -164,3 +164,32 @@ def test_table_view_processes() -> None:
     assert procs[7][0].memory_bytes is None
     doubled = "| Compute Processes: |\n|   0   77   C   a   10MiB |\n|   0   77   C   a   20MiB |\n"
     assert [p.memory_bytes for p in parse_processes(doubled)[0]] == [20 * MIB]
+
+
+def test_process_rows_with_impossible_aip_or_pid_are_skipped_with_a_warning() -> None:
+    """AIP and PID are whole numbers: a fraction, a sign, a PID of 0 or another script's digit
+    ("²", which str.isdigit accepts and int() refuses) is no row, said where it reads as a
+    number; headers and N/A rows stay silent."""
+    text = ("| Compute Processes:                  AIP Memory |\n"
+            "|  AIP   PID   Type   Process name    Usage      |\n"
+            "|   0    N/A   N/A    N/A             N/A        |\n"
+            "|   1    77    C      ok              10MiB      |\n"
+            "|   1.0  78    C      frac-aip        10MiB      |\n"
+            "|   -2   79    C      neg-aip         10MiB      |\n"
+            "|   2    3.7   C      frac-pid        10MiB      |\n"
+            "|   2    0     C      zero-pid        10MiB      |\n"
+            "|   ²    80    C      other-digit     10MiB      |\n"
+            "|   3    81    C      neg-memory      -5MiB      |\n")
+    warnings: list[str] = []
+    procs = parse_processes(text, warnings)
+    assert {aip: [(p.pid, p.memory_bytes) for p in rows] for aip, rows in procs.items()} == {
+        1: [(77, 10 * MIB)], 3: [(81, None)]}
+    assert len(warnings) == 5, warnings
+    assert any("AIP '1.0'" in w for w in warnings) and any("AIP '-2'" in w for w in warnings)
+    assert any("PID '3.7'" in w for w in warnings) and any("PID '0'" in w for w in warnings)
+    assert any("negative memory '-5MiB'" in w for w in warnings)
+    assert parse_processes(text) == procs  # warnings are optional
+
+
+def test_parse_line_index_takes_ascii_digits_only() -> None:
+    assert "not a number" in parse_line("٣, u, 5", ["index", "uuid", "power.draw"])  # type: ignore[operator]

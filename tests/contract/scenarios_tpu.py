@@ -11,6 +11,7 @@ from .scenario import FIXTURES, Scenario, ScenarioEnv, expect
 
 TPU = FIXTURES / "tpu"
 TRAINING, V3, ODD = "metrics-v5e-4-training.json", "metrics-v3-4-per-core-memory.json", "metrics-v5e-4-odd-values.json"
+SEVENX = "metrics-7x-4-per-core.json"
 
 
 def _gauge(fixture: str, metric: str, device_id: int):
@@ -64,6 +65,21 @@ SCENARIOS: list[Scenario] = [
                utilization_percent=_gauge(V3, DUTY, 0), details__device_node="/dev/accel0"),
         expect("tpu:0000:00:07.0", memory_used_bytes=total(_gauge(V3, USED, 6), _gauge(V3, USED, 7)),
                utilization_percent=_gauge(V3, DUTY, 3))])),
+    # 7x: one PCI function per TensorCore (04.0 and 04.1 are one chip, never two devices); memory
+    # and duty cycle per TensorCore, summed and averaged over the chip's two.
+    Scenario("7x-4-per-core", lambda env: backend_for(env, "7x-4", SEVENX), 4, dict([
+        expect("tpu:0000:00:04.0", index=0, name="Google TPU7x", bus_id="0000:00:04.0", health="ok",
+               memory_used_bytes=total(_gauge(SEVENX, USED, 0), _gauge(SEVENX, USED, 1)),
+               memory_total_bytes=total(_gauge(SEVENX, TOTAL, 0), _gauge(SEVENX, TOTAL, 1)),
+               utilization_percent=92.0, details__device_node="/dev/vfio/0",
+               details__pci_functions=("0000:00:04.0", "0000:00:04.1")),
+        expect("tpu:0000:00:07.0", index=3, utilization_percent=0.0,
+               memory_used_bytes=total(_gauge(SEVENX, USED, 6), _gauge(SEVENX, USED, 7)))])),
+    # 7x slots of one and of two functions: which libtpu devices are whose is unknown. One device
+    # per slot, values and health unknown (the status says why), never another chip's values.
+    Scenario("7x-mixed-ambiguous", lambda env: backend_for(env, "7x-mixed", SEVENX), 3, dict([
+        expect("tpu:0000:00:05.0", index=1, health="unknown", memory_used_bytes=None,
+               memory_total_bytes=None, utilization_percent=None, details__device_node=None)])),
     # Values a drifted libtpu sends: each unusable one unknown (with a warning), never 0.
     Scenario("v5e-4-odd-values", lambda env: backend_for(env, "v5e-4", ODD), 4, dict([
         expect("tpu:0000:00:04.0", memory_used_bytes=None, utilization_percent=None,
