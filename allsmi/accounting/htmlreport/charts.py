@@ -85,9 +85,10 @@ def charts(c: Content) -> dict[str, Chart]:
              ("idle", "idle_allocated_device_hours"))
     out["hours"] = Chart("hours", "Allocated, active and idle device-hours per group", "bar",
                          group_names, _series(c.groups, hours), "device-hours")
-    ranked = c.holders[:CHART_HOLDERS]
+    by_cost = c.priced and one_currency  # else by device-hours: the most held, not the first
+    ranked = c.holders[:CHART_HOLDERS] if by_cost else c.most_held  # by cost in the table
     names = tuple(" / ".join(n for n in line.names if n != "-") or "(nobody)" for line in ranked)
-    if c.priced and one_currency:
+    if by_cost:
         out["holders"] = Chart("holders", f"The {len(ranked)} holders that cost the most",
                                "hbar", names, _series(ranked, (("cost", "cost"),
                                                                ("idle cost", "idle_cost"))),

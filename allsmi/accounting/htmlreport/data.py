@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from allsmi.accounting.formats import json_row
+from allsmi.accounting.htmlreport.sums import (
+    currency_of, money_column, money_currencies, money_figures, money_keys, money_sum,
+    partial_columns, ratio, several, total)
 from allsmi.accounting.report import HOLDER_KEYS, Report, Row
 from allsmi.schema import WAITING_REASONS
 from allsmi.text import clean_text
@@ -70,17 +73,6 @@ def reason_columns(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return out
 
 
-def total(items: Iterable[float | None]) -> float | None:
-    """The sum of the known values; ``None`` when none is known."""
-    known = [v for v in items if v is not None]
-    return sum(known) if known else None
-
-
-def ratio(part: float | None, whole: float | None) -> float | None:
-    """``part / whole``; ``None`` when either is unknown or the whole is 0."""
-    return None if part is None or not whole else part / whole
-
-
 def label(value: str | None, empty: str = "-") -> str:
     """A name as shown: control and bidirectional characters made visible, never reordered."""
     return empty if value is None or value == "" else clean_text(value, 200)
@@ -95,12 +87,9 @@ class Line:
     currency: str | None = None
     partial: frozenset[str] = frozenset()
     """Columns whose sum leaves out lines where the value is unknown (shown as at least it)."""
-
-
-def partial_columns(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> frozenset[str]:
-    """The columns some of ``rows`` know and others do not: their total is a lower bound."""
-    return frozenset(c for c in columns if any(r.get(c) is None for r in rows)
-                     and any(r.get(c) is not None for r in rows))
+    empty: dict[str, str] = field(default_factory=dict)
+    """What a column without a value says instead of "unknown": "no price" (nothing summed in
+    it is priced), or nothing (no line bills in that column's currency: a blank cell)."""
 
 
 def _sum_lines(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> dict[str, Any]:
@@ -137,13 +126,16 @@ class Content:
     holders_rest: list[Line] = field(default_factory=list)
     holders_total: list[Line] = field(default_factory=list)
     holder_keys: tuple[str, ...] = ()
+    most_held: list[Line] = field(default_factory=list)
+    """The holders that held the most device-hours, as many as the chart draws."""
     pools: list[Line] = field(default_factory=list)
     trend: list[Line] = field(default_factory=list)
     waiting: list[Line] = field(default_factory=list)
     """Per waiting reason some holder knows, all holders together: its device-hours, their
     share of the holders' allocated ones, and its cost."""
     waiting_costs: tuple[tuple[str, str, str], ...] = ()
-    """The waiting table's cost columns: ``(title, key, currency)``, one per currency."""
+    """The waiting table's cost columns: ``(title, key, currency)``, one per currency where
+    the groups bill in several (:func:`.sums.money_keys`)."""
     burn: list[Line] = field(default_factory=list)
     """Per step of the trend, each priced group's cost so far in the window (its figures are
     keyed by the group's own name, whole); unknown on a step whose cost is."""
@@ -177,56 +169,69 @@ def _group_lines(report: Report) -> list[Line]:
     return lines
 
 
-def _pool_lines(report: Report, columns: Sequence[str]) -> list[Line]:
-    """The pools (vendor and model) across groups: sums of the export's rows."""
+def _pool_lines(report: Report, columns: Sequence[str],
+                currencies: Sequence[str]) -> list[Line]:
+    """The pools (vendor and model) across groups: sums of the export's rows, their amounts
+    one per currency where the groups bill in several (:mod:`.sums`)."""
     pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in report.rows:
         pools.setdefault((row.vendor or "", row.model or ""), []).append(values(row))
+    plain = [c for c in columns if not money_column(c)]
     lines = []
     for (vendor, model), rows in sorted(pools.items()):
-        figures = _sum_lines(rows, columns)
+        figures = _sum_lines(rows, plain)
+        # used / allocated: unknown where the use of some allocated time is, as the efficiency
+        used = None if any(r.get("allocated_device_hours") and r.get("used_device_hours") is None
+                           for r in rows) else ratio(figures.get("used_device_hours"),
+                                                     figures.get("allocated_device_hours"))
         # percent: what the efficiency chart draws
-        for name, share in (("used_efficiency", ratio(figures.get("used_device_hours"),
-                                                      figures.get("allocated_device_hours"))),
+        for name, share in (("used_efficiency", used),
                             ("active_efficiency", figures.get("efficiency_ratio"))):
             figures[name] = None if share is None else 100.0 * share
-        currencies = {r.get("currency") for r in rows if r.get("cost") is not None}
-        if len(currencies) > 1:  # costs in different currencies do not add up
-            figures["cost"] = figures["idle_cost"] = None
-        lines.append(Line((label(vendor), label(model)), figures,
-                          next(iter(currencies)) if len(currencies) == 1 else None))
+        sums, partial, empty = money_figures(rows, [c for c in columns if money_column(c)],
+                                             currencies)
+        figures.update(sums)
+        one = currencies[0] if len(currencies) == 1 and figures.get("cost") is not None else None
+        lines.append(Line((label(vendor), label(model)), figures, one,
+                          partial_columns(rows, plain) | partial, empty))
     return lines
 
 
 def _totals(rows: Sequence[dict[str, Any]], columns: Sequence[str],
             currencies: Sequence[str]) -> list[Line]:
     """The sum of ``rows``: one line; with several currencies, the money columns are summed
-    per currency on lines of their own (costs in different currencies do not add up)."""
-    whole = _sum_lines(rows, columns)
-    partial = partial_columns(rows, columns)
-    if len(currencies) <= 1:
-        return [Line(("total",), whole, currencies[0] if currencies else None, partial)]
+    per currency on lines of their own (costs in different currencies do not add up), one per
+    currency some row bills in. A sum that leaves out rows where it is unknown is partial,
+    and a cost of which nothing is priced says "no price" (:func:`.sums.money_sum`)."""
+    plain = [c for c in columns if not money_column(c)]
+    amounts = [c for c in columns if money_column(c)]
+    whole = _sum_lines(rows, plain)
+    partial = partial_columns(rows, plain)
+    if not several(currencies):
+        sums, left_out, empty = money_figures(rows, amounts, currencies)
+        return [Line(("total",), {**whole, **sums}, currencies[0] if currencies else None,
+                     partial | left_out, empty)]
     # The whole line has no money figure and the currency lines only money figures: a column
     # left out of a total line is shown blank (it is not unknown: it is not summed there).
-    lines = [Line(("total",), {c: v for c, v in whole.items() if not _money(c)},
-                  partial=frozenset(c for c in partial if not _money(c)))]
+    lines = [Line(("total",), whole, partial=partial)]
     for currency in currencies:
-        mine = [r for r in rows if r.get("currency") == currency]
-        money = [c for c in columns if _money(c)]
-        lines.append(Line((f"total ({currency})",),
-                          {c: total(r.get(c) for r in mine) for c in money}, currency,
-                          partial_columns(mine, money)))
+        if any(currency_of(r) == currency for r in rows):
+            sums, left_out, empty = money_figures(rows, amounts, currencies, currency,
+                                                  keyed=False)
+            lines.append(Line((f"total ({currency})",), sums, currency, frozenset(left_out),
+                              empty))
     return lines
 
 
-def _money(column: str) -> bool:
-    return column in ("cost", "idle_cost", "forecast_month_end_cost", "budget") \
-        or column.endswith("_cost")
-
-
 def _holder_order(line: Line) -> tuple[Any, ...]:
+    """Most money first within each currency (in alphabetical order: amounts in different
+    currencies do not compare), then the holders whose cost is unknown (never ranked as 0);
+    ties by allocated device-hours, then by name."""
     f = line.figures
-    return (-(f.get("cost") or 0.0), -(f.get("allocated_device_hours") or 0.0), line.names)
+    held = -(f.get("allocated_device_hours") or 0.0)
+    if f.get("cost") is None:
+        return (1, "", 0.0, held, line.names)
+    return (0, line.currency or "", -f["cost"], held, line.names)
 
 
 def _holder_lines(report: Report, keys: Sequence[str],
@@ -258,9 +263,8 @@ def content(views: Views) -> Content:
     c.reasons = reason_columns(values(row) for row in views.holders.rows)
     reason_cols = [col for cols in c.reasons.values() for col in cols.values()]
     summed = HOUR_COLUMNS + MONEY_COLUMNS + OTHER_COLUMNS + tuple(reason_cols)
-    c.currencies = tuple(sorted({line.currency for line in c.groups
-                                 if line.currency and line.figures.get("cost") is not None}))
-    c.pools = _pool_lines(views.pools, summed)
+    c.currencies = money_currencies(line.figures for line in c.groups)
+    c.pools = _pool_lines(views.pools, summed, c.currencies)
     c.group_totals = _totals([line.figures for line in c.groups], summed + ("budget",),
                              c.currencies)
     c.group_totals[0].figures["coverage_ratio"] = groups.coverage_ratio
@@ -269,6 +273,8 @@ def content(views: Views) -> Content:
                  for row in groups.rows}
     every = _holder_lines(views.holders, c.holder_keys, allocated)
     c.holders = every[:TABLE_HOLDERS]
+    c.most_held = sorted(every, key=lambda line: (
+        -(line.figures.get("allocated_device_hours") or 0.0), line.names))[:CHART_HOLDERS]
     rest = every[TABLE_HOLDERS:]
     if rest:  # (one line per currency too where the groups bill in several)
         c.holders_rest = [Line((f"{len(rest)} more holders" + line.names[0][len("total"):],),
@@ -279,22 +285,32 @@ def content(views: Views) -> Content:
     _waiting(c, [line.figures for line in every])
     priced = [row.resource_group for row, line in zip(groups.rows, c.groups)
               if line.figures.get("cost") is not None]
-    c.burn_columns = tuple((label(group), group) for group in priced)
+    currency = {row.resource_group: row.currency for row in groups.rows}
+    c.burn_columns = tuple((label(group) + (f" ({currency[group]})" if several(c.currencies)
+                                            else ""), group) for group in priced)
     so_far: dict[str, float] = dict.fromkeys(priced, 0.0)
+    gaps: set[str] = set()  # groups with a day of data whose cost is unknown: left out so far
     for name, report in views.trend:
         rows = [values(row) for row in report.rows]
         day = _totals(rows, summed, c.currencies)[0] if rows else Line((), {})
-        figures = day.figures
+        figures, partial, empty = dict(day.figures), set(day.partial), dict(day.empty)
+        if rows and several(c.currencies):  # the day's amounts, a column per currency
+            sums, left_out, said = money_figures(rows, ("cost", "idle_cost"), c.currencies)
+            figures.update(sums)
+            partial |= left_out
+            empty.update(said)
         figures["coverage_ratio"] = report.coverage_ratio
-        c.trend.append(Line((name,), figures, partial=day.partial))
+        c.trend.append(Line((name,), figures, partial=frozenset(partial), empty=empty))
         costs = {row.resource_group: values(row).get("cost") for row in report.rows}
         burn: dict[str, Any] = {}
         for group in priced:
             cost = costs.get(group)
             if cost is not None:
                 so_far[group] += cost
+            elif group in costs:
+                gaps.add(group)
             burn[group] = None if cost is None else so_far[group]
-        c.burn.append(Line((name,), burn))
+        c.burn.append(Line((name,), burn, partial=frozenset(gaps)))
     _notes(c)
     return c
 
@@ -305,9 +321,7 @@ def _waiting(c: Content, holders: Sequence[dict[str, Any]]) -> None:
     different currencies do not add up); a sum that leaves out holders where it is unknown
     (an unpriced group's cost) is marked as a lower bound, as every total."""
     held = total(f.get("allocated_device_hours") for f in holders)
-    c.waiting_costs = tuple((f"cost ({cur})" if len(c.currencies) > 1 else "cost",
-                             f"cost_{cur}" if len(c.currencies) > 1 else "cost", cur)
-                            for cur in c.currencies)
+    c.waiting_costs = money_keys("cost", "cost", c.currencies)
     for reason, columns in c.reasons.items():
         seconds, cost = columns["seconds"], columns["cost"]
         hours = total(f.get(seconds) for f in holders)
@@ -315,19 +329,18 @@ def _waiting(c: Content, holders: Sequence[dict[str, Any]]) -> None:
         figures: dict[str, Any] = {"hours": hours, "share": ratio(hours, held)}
         # left out: a holder's allocated time whose reasons are unknown, a reason's time whose
         # cost is (rows without allocated time, or without that reason, leave nothing out)
-        partial = set()
+        partial, empty = set(), {}
         if any(f.get("allocated_device_hours") and f.get(seconds) is None for f in holders):
             partial |= {"hours", "share"}
         for _, key, currency in c.waiting_costs:
-            mine = [f for f in holders if len(c.currencies) == 1
-                    or f.get("currency") == currency]
-            figures[key] = total(f.get(cost) for f in mine)
-            if any(f.get(seconds) and f.get(cost) is None
-                   for f in (holders if len(c.currencies) == 1 else mine)):
+            figures[key], left_out, said = money_sum(
+                holders, cost, currency, c.currencies,
+                lambda f, s=seconds, k=cost: bool(f.get(s)) and f.get(k) is None)
+            if left_out:
                 partial.add(key)
-        if not c.waiting_costs:  # nothing is priced: shown as "no price", not unknown
-            figures.update(cost=None, price_per_device_hour=None, price_per_kwh=None)
-        c.waiting.append(Line((reason,), figures, partial=frozenset(partial)))
+            if said is not None:  # nothing is priced: "no price", not unknown
+                empty[key] = said
+        c.waiting.append(Line((reason,), figures, partial=frozenset(partial), empty=empty))
 
 
 def _notes(c: Content) -> None:
@@ -364,12 +377,14 @@ def _notes(c: Content) -> None:
         c.missing.append("Compute activity is not measured by this export: active "
                          "device-hours, efficiency and waiting reasons are shown as "
                          "\"not measured\".")
-    shown = c.group_totals + c.holders_total + c.trend + c.waiting + c.holders_rest
+    shown = c.group_totals + c.holders_total + c.trend + c.waiting + c.holders_rest + c.pools
     if any(line.partial for line in shown):
         c.missing.append("A figure marked ≥ is a total of the lines that know it: it leaves "
                          "out the lines where it is unknown, so the whole is at least that.")
-    if len(c.currencies) > 1:
-        c.missing.append("The groups bill in different currencies ("
-                         + ", ".join(c.currencies) + "): costs are totalled per currency, "
-                         "and the charts draw none (amounts in several currencies share no "
-                         "axis); the holders are charted by device-hours.")
+    if several(c.currencies):
+        c.missing.append("The groups' costs and budgets are in different currencies ("
+                         + ", ".join(c.currencies) + "): amounts in different currencies are "
+                         "never added, so every sum is given per currency (a total line or a "
+                         "column per currency), the holders are ranked by cost within each "
+                         "currency, and the charts draw none (amounts in several currencies "
+                         "share no axis); the holders are charted by device-hours.")

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from allsmi.accounting.htmlreport.charts import Chart, charts, svg
 from allsmi.accounting.htmlreport.data import (
     Content, Line, Views, content, label)
+from allsmi.accounting.htmlreport.sums import money_keys, several
 from allsmi.accounting.periods import iso
 
 #: How each kind of figure is printed: decimals (percent for ratios). The CSV has more; a
@@ -88,8 +89,11 @@ def _table(id: str, caption: str, names: Sequence[str], columns: Columns,
                 out.append(Cell(str(f.get(column) or "")))
             elif column not in f and total:  # not a sum (a ratio): left blank
                 out.append(Cell("", None, True))
+            elif f.get(column) is None and line.empty.get(column) == "":
+                out.append(Cell("", None, True))  # nothing summed there (another currency)
             else:
-                cell = number(f.get(column), kind, column, c.activity, _why(f, column))
+                cell = number(f.get(column), kind, column, c.activity,
+                              line.empty.get(column) or _why(f, column))
                 if column in line.partial and cell.value is not None:  # a lower bound
                     cell = Cell("≥ " + cell.text, cell.value, True, "partial")
                 out.append(cell)
@@ -173,17 +177,20 @@ def sections(c: Content) -> list[Section]:
     burn = [(title, key, "money") for title, key in c.burn_columns] if c.burn else []
     keys = [k.replace("_", " ") for k in c.holder_keys]
     foot = c.holders_rest + c.holders_total
-    waiting_columns = WAITING_COLUMNS[:2] + (tuple(
-        (title, key, "money") for title, key, _ in c.waiting_costs) or WAITING_COLUMNS[2:])
-    ranked = "cost" if c.priced else "allocated device-hours (nothing is priced)"
-    # costs in several currencies do not add up to a day's cost
-    trend_columns = TREND_COLUMNS if len(c.currencies) <= 1 else tuple(
-        col for col in TREND_COLUMNS if "cost" not in col[1])
+    waiting_columns = WAITING_COLUMNS[:2] + tuple(
+        (title, key, "money") for title, key, _ in c.waiting_costs)
+    ranked = "allocated device-hours (nothing is priced)"
+    if c.priced:  # never an unknown cost as 0, never amounts in two currencies compared
+        ranked = ("cost" if not several(c.currencies) else "cost within each currency ("
+                  + ", ".join(c.currencies) + ": amounts in different currencies do not "
+                  "compare)") + ", then those whose cost is unknown, by allocated device-hours"
     return [
         section("budget", "Cost against budget",
                 "Each group's cost in this window, its linear forecast to the end of the "
                 "month (the export's forecast_month_end_cost) and its monthly budget; then "
-                "how the cost built up over the window.", "No costs: no group is priced.",
+                "how the cost built up over the window.", "No costs: no group is priced."
+                if not c.priced else "No chart: the amounts are in several currencies ("
+                + ", ".join(c.currencies) + "), which share no axis.",
                 ("budget", _table("table-budget", "Cost, budget and forecast per group",
                                   ["resource group"], BUDGET_COLUMNS, c.groups, c,
                                   c.group_totals)),
@@ -212,14 +219,30 @@ def sections(c: Content) -> list[Section]:
                 "(utilization) and active (compute activity).",
                 "No allocated time in this window.",
                 ("pools", _table("table-pools", "Efficiency per vendor and model",
-                                 ["vendor", "model"], POOL_COLUMNS, c.pools, c))),
+                                 ["vendor", "model"], _per_currency(POOL_COLUMNS, c), c.pools,
+                                 c))),
         section("trend", f"Per {unit}",
                 f"The window {unit} by {unit}: the same figures, summed over groups.",
                 "No device data in this window.",
                 ("trend_cost", None),
-                ("trend", _table("table-trend", f"Per {unit}", [unit], trend_columns,
-                                 c.trend, c))),
+                ("trend", _table("table-trend", f"Per {unit}", [unit],
+                                 _per_currency(TREND_COLUMNS, c), c.trend, c))),
     ]
+
+
+def _per_currency(columns: Columns, c: Content) -> Columns:
+    """``columns`` with each amount one column per currency where the groups bill in several
+    (amounts in different currencies do not add up), and without the currency column then."""
+    if not several(c.currencies):
+        return columns
+    out: list[tuple[str, str, str]] = []
+    for title, column, kind in columns:
+        if kind == "money":
+            out += [(name, key, kind)
+                    for name, key, _ in money_keys(column, title, c.currencies)]
+        elif kind != "currency":
+            out.append((title, column, kind))
+    return tuple(out)
 
 
 def render_html(views: Views) -> str:
