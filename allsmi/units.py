@@ -40,10 +40,36 @@ def to_float(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def to_int(value: object) -> int | None:
-    """An int from a number or numeric string, else ``None``."""
-    number = to_float(value)
-    return None if number is None else int(round(number))
+def to_int(value: object, *, minimum: int | None = 0, maximum: int | None = None) -> int | None:
+    """A whole number from an int or a string of ASCII digits (spaces around it allowed), within
+    ``minimum``..``maximum`` (by default 0 or more); ``None`` for anything else.
+
+    For the integer-kind values tools print (a PID, an index, a count, a size in bytes, a PCIe
+    generation or width), where a value that cannot be right must not pass as one: a fraction
+    (``"3.7"``, even ``"3.0"``), an exponent (``"1e3"``), a float, a bool, a ``+`` sign,
+    underscores, digits of other scripts (``"٣"``, ``"３"``, which ``int()``, ``str.isdecimal``
+    and ``\\d`` all take) and a number out of range are ``None``: never rounded, truncated or
+    clamped. A ``-`` sign is read only where ``minimum`` admits negative numbers (``None`` or
+    below 0).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip()
+        signed = minimum is None or minimum < 0
+        digits = text[1:] if signed and text.startswith("-") else text
+        # on ASCII text, isdigit() is exactly [0-9]+ (no regex: this module is imported on the
+        # NVML fast path, which compiles none)
+        if not (digits.isascii() and digits.isdigit()):
+            return None
+        number = int(text)
+    else:
+        return None
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        return None
+    return number
 
 
 _NUM_UNIT = r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-zµ°%/]*)\s*$"

@@ -1,7 +1,9 @@
 """Reading one cell of a vendor tool's output, and quoting it in a warning.
 
 A cell is a string or number as the tool printed it. :func:`text_of`,
-:func:`int_cell` and :func:`index_key` read identities; :class:`CellReader`
+:func:`int_cell` and :func:`index_key` read identities; :func:`whole_cell` reads an
+integer-kind value (a PID, an index, a count, a size, a PCIe generation or width) and says
+once (:class:`SaidOnce`) what it refused; :class:`CellReader`
 reads measurements against the plausible range that :mod:`allsmi.fields`
 declares for the schema field they fill (``BY_FIELD``), so a value that is
 present but unreadable or impossible becomes ``None`` with a warning naming
@@ -11,7 +13,7 @@ way a tool's text is cut to fit a message.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from allsmi import units
 from allsmi.fields import BY_FIELD
@@ -40,21 +42,68 @@ def text_of(value: object) -> str | None:
 
 def index_key(value: object) -> int | str | None:
     """An index cell that is an int in some tool versions and a string ("0") in others,
-    as an int where it is one, so both compare equal; other text as it is."""
+    as an int where it is one (ASCII digits), so both compare equal; other text as it is.
+    A negative number is no index: ``None``."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return value if value >= 0 else None
     text = text_of(value)
     if text is None:
         return None
-    return int(text) if text.isdecimal() else text
+    number = units.to_int(text)
+    return text if number is None else number
 
 
 def int_cell(value: object) -> int | None:
-    """An integer from ``5`` or ``"5"``; ``None`` for anything else (no rounding of "5.7")."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    """A whole number of 0 or more from ``5`` or ``"5"``; ``None`` for anything else (no
+    rounding of "5.7", no -1, no digits of other scripts): :func:`allsmi.units.to_int`."""
+    return units.to_int(value)
+
+
+#: PCIe link generations (2.5 GT/s Gen 1 to 128 GT/s Gen 7) and widths a link can train to.
+PCIE_GENERATIONS = range(1, 8)
+PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
+
+
+class SaidOnce:
+    """Warnings said once per (device, field, printed value) while a backend is open, so a
+    value a tool keeps printing wrong is named when first seen, not every sample. A backend
+    makes a new one in ``open()``."""
+
+    def __init__(self) -> None:
+        self._said: set[tuple[str, ...]] = set()
+
+    def say(self, warnings: list[str], key: tuple[str, ...], warning: str) -> None:
+        """Append ``warning`` to ``warnings`` unless ``key`` was said before."""
+        if key not in self._said:
+            self._said.add(key)
+            warnings.append(warning)
+
+
+def whole_cell(raw: object, device: str, field: str, warnings: list[str],
+               said: SaidOnce | None = None, *, minimum: int = 0, maximum: int | None = None,
+               allowed: Collection[int] | None = None) -> int | None:
+    """``raw`` as an integer-kind value (:func:`allsmi.units.to_int`): a whole number from
+    ``minimum`` to ``maximum``, and one of ``allowed`` when given. Anything else is ``None``
+    (never rounded or clamped), with a warning naming ``device``, ``field`` and what the tool
+    printed, said once per those three through ``said`` (every time without one); a spelling
+    of "no value" (``N/A``, ``null``) is ``None`` without one."""
+    value = units.to_int(raw, minimum=minimum, maximum=maximum)
+    if value is not None and (allowed is None or value in allowed):
         return value
-    text = text_of(value)
-    return int(text) if text is not None and text.isdecimal() else None
+    if units.is_missing(raw):
+        return None
+    if allowed is not None:
+        legal = "one of " + ", ".join(str(n) for n in allowed)
+    elif maximum is not None:
+        legal = f"a whole number from {minimum} to {maximum}"
+    else:
+        legal = f"a whole number of {minimum} or more"
+    warning = f"{device}: {field} value {shorten(repr(raw), 60)} is not {legal}; reported as unknown"
+    if said is None:
+        warnings.append(warning)
+    else:
+        said.say(warnings, (device, field, repr(raw)), warning)
+    return None
 
 
 class CellReader:

@@ -67,11 +67,11 @@ def _percent(value: object) -> float | None:
 
 def xcc_busy(metrics: Mapping[str, Any], partition: int | None) -> list[float]:
     """Busy percent of each XCC reported for ``partition`` (``None``: every partition)."""
-    partitions = conv.reading(metrics.get("num_partition"), conv.SENTINELS_U32)
+    partitions = conv.whole(metrics.get("num_partition"), conv.SENTINELS_U32)
     rows = metrics.get("xcp_stats.gfx_busy_inst")
     if partitions is None or partitions <= 0 or not isinstance(rows, list):
         return []
-    rows = rows[:int(partitions)]
+    rows = rows[:partitions]
     if partition is not None:
         rows = rows[partition:partition + 1] if partition >= 0 else []
     busy: list[float] = []
@@ -114,9 +114,9 @@ def _links(value: object) -> dict[int, int] | None:
         return None
     links = {}
     for position, raw in enumerate(value):
-        number = conv.reading(raw, conv.SENTINELS_WIDE_ONLY)
-        if number is not None and number >= 0 and float(number).is_integer():
-            links[position] = int(number)
+        number = conv.whole(raw, conv.SENTINELS_WIDE_ONLY)
+        if number is not None:
+            links[position] = number
     return links or None
 
 

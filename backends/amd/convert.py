@@ -62,6 +62,14 @@ def reading(value: object, sentinels: frozenset[int] = units.UINT_SENTINELS) -> 
     return None
 
 
+def whole(value: object, sentinels: frozenset[int] = units.UINT_SENTINELS) -> int | None:
+    """A whole number of 0 or more from an amdsmi integer field (an index, a count, bytes), or
+    ``None``: "N/A", a sentinel, and what no unsigned field holds (a negative number, a fraction,
+    which ``int()`` would truncate, a float or a bool): :func:`allsmi.units.to_int`."""
+    number = units.to_int(value)
+    return None if number is None or number in sentinels else number
+
+
 def text(value: object) -> str | None:
     """A clean string, or ``None`` for empty and "N/A"-like values."""
     if not isinstance(value, str) or units.is_missing(value):
@@ -107,19 +115,14 @@ def energy_joules(energy: Mapping[str, object]) -> float | None:
 
 
 def mib_to_bytes(mib: object) -> int | None:
-    """Bytes from ``amdsmi_get_gpu_vram_usage``'s "MB" (really MiB) values."""
-    value = reading(mib, SENTINELS_WIDE_ONLY)
-    if value is None or value < 0:
-        return None
-    return units.mib_to_bytes(value)
+    """Bytes from ``amdsmi_get_gpu_vram_usage``'s "MB" (really MiB) values: whole MiB."""
+    value = whole(mib, SENTINELS_WIDE_ONLY)
+    return None if value is None else value * units.MIB
 
 
 def byte_count(value: object) -> int | None:
-    """A byte count from a uint64 field, or ``None``."""
-    number = reading(value, SENTINELS_WIDE_ONLY)
-    if number is None or number < 0:
-        return None
-    return int(number)
+    """A byte count from a uint64 field (whole, 0 or more), or ``None``."""
+    return whole(value, SENTINELS_WIDE_ONLY)
 
 
 def counter(value: object) -> int | None:

@@ -69,17 +69,16 @@ def read_static(module: ModuleType, index: int, handle: Any, warnings: list[str]
     dev.memory_partition = conv.text(
         calls("memory partition", "amdsmi_get_gpu_memory_partition", handle))
     kfd = mapping(calls("KFD info", "amdsmi_get_gpu_kfd_info", handle))
-    partition_id = conv.reading(kfd.get("current_partition_id"))
-    dev.partition_id = int(partition_id) if partition_id is not None else None
+    dev.partition_id = conv.whole(kfd.get("current_partition_id"))
 
     details = dev.details
     gfx_version = conv.text(asic.get("target_graphics_version"))
     if gfx_version:
         details["gfx_version"] = gfx_version
     # "num_of_compute_units" in amdsmi 6.1+, "num_compute_units" before
-    compute_units = conv.reading(_first(asic, "num_of_compute_units", "num_compute_units"))
+    compute_units = conv.whole(_first(asic, "num_of_compute_units", "num_compute_units"))
     if compute_units is not None:
-        details["compute_units"] = int(compute_units)
+        details["compute_units"] = compute_units
     part_number = conv.text(vbios.get("part_number"))
     if part_number:
         details["vbios_part_number"] = part_number
@@ -217,11 +216,10 @@ def processes(module: ModuleType, calls: Calls, handle: Any, rows: list[Any],
         if not isinstance(row, dict) and callable(getattr(module, "amdsmi_get_gpu_process_info", None)):
             row = calls("process info", "amdsmi_get_gpu_process_info", handle, row)
         row = mapping(row)
-        pid = conv.reading(row.get("pid"), conv.SENTINELS_U32)
-        if pid is None or pid <= 0 or not float(pid).is_integer():
+        pid = conv.whole(row.get("pid"), conv.SENTINELS_U32)
+        if pid is None or pid <= 0:
             skipped += 1
             continue
-        pid = int(pid)
         memory = conv.byte_count(mapping(row.get("memory_usage")).get("vram_mem"))
         if memory is None:
             memory = conv.byte_count(row.get("mem"))

@@ -23,11 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from allsmi import units
 from allsmi.backends._common.cells import shorten
 
 _PAIR = re.compile(r"\s*/\s*")
 _VERSION = re.compile(r"Version:\s*(\S+)")
-_NO_PROCESS = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)
+#: ``[0-9]``, not ``\d``: that takes other scripts' digits too (as do ``str.isdecimal`` and ``int``).
+_NO_PROCESS = re.compile(r"No running processes found in NPU\s+([0-9]+)", re.IGNORECASE)
 
 
 class NpuSmiOutputError(ValueError):
@@ -136,12 +138,12 @@ def _chip(first: list[str], second: list[str], names1: list[str], names2: list[s
                         f"and {len(second)}/{len(names2)} cells): {shorten(' '.join(first + second))!r}; skipped")
         return None
     cells = dict(zip(names1, first)) | dict(zip(names2, second))
-    npu, chip = cells.get("NPU", ""), cells.get("Chip", "")
-    if not (npu.isdecimal() and chip.isdecimal()):
+    npu, chip = units.to_int(cells.get("NPU")), units.to_int(cells.get("Chip"))
+    if npu is None or chip is None:
         warnings.append(f"{tool}: a chip row without NPU and chip numbers: "
                         f"{shorten(' '.join(first + second))!r}; skipped")
         return None
-    return Chip(int(npu), int(chip), cells)
+    return Chip(npu, chip, cells)
 
 
 def _process_row(line: str, table: NpuTable, tool: str, warnings: list[str]) -> None:
@@ -153,11 +155,11 @@ def _process_row(line: str, table: NpuTable, tool: str, warnings: list[str]) -> 
     if len(cells) < 3 or len(cells[0]) != 2:
         warnings.append(f"{tool}: unreadable process row {shorten(line)!r}; skipped")
         return
-    (npu, chip), pid = cells[0], "".join(cells[1])
-    if not (npu.isdecimal() and chip.isdecimal() and pid.isdecimal() and int(pid) > 0):
+    (npu, chip), pid = [units.to_int(n) for n in cells[0]], units.to_int("".join(cells[1]), minimum=1)
+    if npu is None or chip is None or pid is None:
         warnings.append(f"{tool}: unreadable process row {shorten(line)!r}; skipped")
         return
     name = " ".join(cells[2]) or None
     memory = "".join(cells[3]) if len(cells) > 3 else None
     table.processes = table.processes if table.processes is not None else []
-    table.processes.append(NpuProcess(int(npu), int(chip), int(pid), name, memory or None))
+    table.processes.append(NpuProcess(npu, chip, pid, name, memory or None))

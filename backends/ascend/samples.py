@@ -43,7 +43,7 @@ def _pair(raw: str | None, read: CellReader, what: str) -> tuple[int | None, int
         return None, None
     out = []
     for part, name in ((used, f"{what} used"), (total, f"{what} total")):
-        value = units.mib_to_bytes(part) if part.isdecimal() else None
+        value = units.mib_to_bytes(part) if units.to_int(part) is not None else None
         out.append(read.measure(part, value, name, minimum=0))
     used_b, total_b = (None if v is None else int(v) for v in out)
     if total_b == 0:  # a 0 total: the table has no such memory
@@ -73,7 +73,7 @@ def chip_sample(chip: Chip, table: NpuTable, *, index: int, backend: str, vendor
         rows = [p for p in table.processes if (p.npu, p.chip) == (chip.npu, chip.chip)]
         merged: dict[int, ProcessSample] = {}
         for p in rows:
-            memory = units.mib_to_bytes(p.memory_mib) if p.memory_mib and p.memory_mib.isdecimal() else None
+            memory = units.mib_to_bytes(p.memory_mib) if units.to_int(p.memory_mib) is not None else None
             if p.pid in merged:
                 prior = merged[p.pid].memory_bytes
                 memory = None if prior is None or memory is None else prior + memory
@@ -129,7 +129,7 @@ def device_numbers(chips: list[Chip]) -> list[int]:
     numbers = []
     for chip in chips:
         cell = next((chip.cells[k] for k in DEVICE_NUMBER_CELLS if k in chip.cells), "")
-        numbers.append(int(cell) if cell.isdecimal() else None)
+        numbers.append(units.to_int(cell))
     if all(n is not None for n in numbers) and len(set(numbers)) == len(numbers):
         return numbers  # type: ignore[return-value]
     if len({chip.npu for chip in chips}) == len(chips):

@@ -27,13 +27,14 @@ from allsmi.backend_api import BackendError, BackendUnavailable, ProbeResult
 from allsmi.backends._common.activity import COUNTER_ONLY_FIELDS
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.owners import process_user
-from allsmi.backends.furiosa import DECLARATION, EXECUTABLE, TOOL, look, method_of
+from allsmi.backends.furiosa import DECLARATION, TOOL, look, method_of
 from allsmi.schema import DeviceSample, ProcessSample
 
 from . import sdk
 
 if TYPE_CHECKING:
     from . import parse
+    from allsmi.backends._common.cells import SaidOnce
     from allsmi.backends._common.runner import ToolResult
 
 #: JSON output flag: RNGD tools take ``--format``; Warboy-era tools took ``--output``.
@@ -43,7 +44,7 @@ JSON_FLAGS: tuple[str, ...] = ("--format", "--output")
 _NO_DEVICE = r"^(error:\s*)?(no (npu )?devices?( found| available)?|device not found)\W*$"
 #: How clap (the tool's argument parser) rejects a flag it does not know.
 _FLAG_REJECTED = r"unexpected argument|unrecognized|unknown (option|argument)|Found argument"
-_NPU_INDEX = r"^npu(\d+)$"
+_NPU_INDEX = r"^npu([0-9]+)$"  # not \d: it takes digits of other scripts too
 
 
 def _rejected_flag(result: ToolResult, flag: str) -> bool:
@@ -81,6 +82,8 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
         self._json_flag: str | None = None
         self._driver_version: str | None = None
         self._source = ""
+        #: Refused values of the CLI's output already warned about since open().
+        self._said: SaidOnce | None = None
 
     # -- life cycle -------------------------------------------------------
 
@@ -92,6 +95,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
     def open(self) -> None:
         self._method, self._want_processes = self.option("method"), self.option("processes")
         self._tool = self.locate_tool()
+        self._said = None  # a new open() warns again
         sdk_problem = ""
         reasons: list[str] = []
         if self._method != "cli":
@@ -188,6 +192,13 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
         assert first is not None
         raise first
 
+    def _said_once(self) -> SaidOnce:
+        """What this open() has warned about the tool's values (made on first use)."""
+        if self._said is None:
+            from allsmi.backends._common.cells import SaidOnce
+            self._said = SaidOnce()
+        return self._said
+
     def _lists_processes(self) -> bool:
         return self._want_processes and self._tool is not None
 
@@ -225,7 +236,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
                                  f"{status_data}")
         elif status_data is not None:
             try:
-                statuses, warnings = parse.parse_status(status_data)
+                statuses, warnings = parse.parse_status(status_data, self._said_once())
                 self.warnings.extend(warnings)
             except ValueError as exc:
                 self.warnings.append(f"furiosa-smi status unavailable, no utilization/memory this "
@@ -255,7 +266,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
         if data is None:
             return None
         try:
-            found, warnings = parse.parse_ps(data)
+            found, warnings = parse.parse_ps(data, self._said_once())
         except ValueError as exc:
             self.warnings.append(f"furiosa-smi ps unavailable, no processes this sample: {exc}")
             return None

@@ -4,6 +4,9 @@ The parsers are pure: they take decoded JSON and return :class:`FuriosaReading`
 records (or process rows) plus human-readable warnings for rows they had to
 skip. Values arrive as strings with units ("38.00 W", "41.33°C") and are
 converted with :mod:`allsmi.units`; anything unparseable becomes ``None``.
+Integer-kind values (a PE core number, DRAM bytes, a PID) are whole numbers or
+nothing: ``-1`` or ``3.7`` is refused with a warning said once per device, field
+and value while the backend is open (``said``), never rounded.
 
 Rows are joined by the ``npuN`` label, which is consistent within one sample
 but re-enumerates across boots, so it is never used as a device id.
@@ -16,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allsmi import units
-from allsmi.backends._common.cells import CellReader
+from allsmi.backends._common.cells import CellReader, SaidOnce, shorten, whole_cell
 from allsmi.backends._common.jsonout import read_json
 
-_NPU_LABEL = re.compile(r"npu\d+")
+_NPU_LABEL = re.compile(r"npu[0-9]+")  # not \d: it takes digits of other scripts too
 
 
 @dataclass
@@ -144,15 +147,17 @@ def _liveness(value: object) -> bool | None:
     return text.lower() in ("alive", "true", "ok", "up")
 
 
-def _core_index(entry: dict[str, Any], fallback: int) -> int:
+def _core_index(entry: dict[str, Any], fallback: int, label: str, warnings: list[str],
+                said: SaidOnce | None) -> int:
+    """The PE's core number (0 or more), else its place in the list."""
     for key in ("pe_core", "core", "idx"):
-        number = units.to_int(entry.get(key))
+        number = whole_cell(entry.get(key), label, f"PE {fallback} {key}", warnings, said)
         if number is not None:
             return number
     return fallback
 
 
-def parse_status(data: Any) -> tuple[dict[str, StatusRow], list[str]]:
+def parse_status(data: Any, said: SaidOnce | None = None) -> tuple[dict[str, StatusRow], list[str]]:
     """Per ``npuN`` label: liveness, per-PE utilization (percent) and DRAM bytes."""
     found: dict[str, StatusRow] = {}
     warnings: list[str] = []
@@ -177,14 +182,14 @@ def parse_status(data: Any) -> tuple[dict[str, StatusRow], list[str]]:
                 value = units.parse_percent(raw)
                 if value is None and not units.is_missing(raw):
                     warnings.append(f"{label}: PE {n} utilization {raw!r} is not a percentage")
-                indexed.append((_core_index(entry, n), value))
+                indexed.append((_core_index(entry, n, label, warnings, said), value))
             cores = tuple(v for _, v in sorted(indexed, key=lambda item: item[0]))
         used = total = None
         memory = row.get("memory")
         dram = memory.get("DRAM", memory.get("dram")) if isinstance(memory, dict) else None
         if isinstance(dram, dict):
-            used = units.to_int(dram.get("used_size"))
-            total = units.to_int(dram.get("total_size"))
+            used = whole_cell(dram.get("used_size"), label, "DRAM used_size", warnings, said)
+            total = whole_cell(dram.get("total_size"), label, "DRAM total_size", warnings, said)
             if used is not None and total is not None and (used < 0 or total <= 0 or used > total):
                 warnings.append(f"{label}: implausible DRAM usage {used}/{total} bytes; ignored")
                 used = total = None
@@ -204,22 +209,33 @@ def device_labels(text: object) -> list[str]:
     return labels
 
 
-def parse_ps(data: Any) -> tuple[dict[str, list[ProcessRow]], list[str]]:
-    """Processes per ``npuN`` label; a process spanning devices appears under each."""
+def parse_ps(data: Any, said: SaidOnce | None = None) -> tuple[dict[str, list[ProcessRow]], list[str]]:
+    """Processes per ``npuN`` label; a process spanning devices appears under each. A row
+    without a PID of 1 or more or a device label is skipped with a warning (said once per
+    printed pid and device cell through ``said``)."""
     found: dict[str, list[ProcessRow]] = {}
     warnings: list[str] = []
     for position, row in enumerate(_rows(data, "ps")):
         if not isinstance(row, dict):
             warnings.append(f"furiosa-smi ps row {position} is not an object; skipped")
             continue
-        pid = units.to_int(row.get("pid"))
-        labels = device_labels(row.get("dev_name", row.get("npu")))
-        if pid is None or pid <= 0 or not labels:
-            warnings.append(f"furiosa-smi ps row {position} has no usable pid/device; skipped")
+        raw_pid, cell = row.get("pid"), row.get("dev_name", row.get("npu"))
+        pid = units.to_int(raw_pid, minimum=1)
+        labels = device_labels(cell)
+        if pid is None or not labels:
+            warning = (f"furiosa-smi ps row {position} has no usable pid/device "
+                       f"(pid {shorten(repr(raw_pid), 40)}, device {shorten(repr(cell), 40)}); skipped")
+            (said or SaidOnce()).say(warnings, ("furiosa-smi ps", repr(raw_pid), repr(cell)), warning)
             continue
         command = text_or_none(row.get("cmdline", row.get("cmd")))
         # Warboy-era rows carry memory; RNGD rows do not (None, never 0).
-        memory = units.parse_size_bytes(row.get("memory"))
+        raw_memory = row.get("memory")
+        memory = units.parse_size_bytes(raw_memory)
+        if memory is not None and memory < 0:  # a size is never negative: unknown, not -512 MiB
+            (said or SaidOnce()).say(warnings, ("furiosa-smi ps", repr(raw_pid), repr(raw_memory)),
+                                     f"furiosa-smi ps pid {pid}: memory {shorten(repr(raw_memory), 40)} "
+                                     "is negative; reported as unknown")
+            memory = None
         for label in labels:
             found.setdefault(label, []).append(ProcessRow(pid=pid, command=command, memory_bytes=memory))
     return found, warnings

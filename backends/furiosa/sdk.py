@@ -12,20 +12,23 @@
 Both are imported lazily, only from :func:`load_sdk`. Each adapter turns one
 pass over the devices into :class:`FuriosaReading` records; a failing call
 makes that one value ``None`` and adds a warning, a device whose identity
-cannot be read is skipped.
+cannot be read is skipped. Integer-kind values (DRAM bytes, a PE core number)
+are whole numbers or nothing: a negative or fractional one is refused with a
+warning said once per device, field and value by this adapter (one per open).
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Collection
 
 from allsmi import units
 from allsmi.backends.furiosa import MODULE_NAMES
 
 if TYPE_CHECKING:
     from .parse import FuriosaReading
+    from allsmi.backends._common.cells import SaidOnce
 
 
 def text_or_none(value: object) -> str | None:
@@ -68,7 +71,7 @@ def version_text(version: object) -> str | None:
     if isinstance(version, str):
         return text_or_none(version)
     major, minor, patch = (_attr(version, n) for n in ("major", "minor", "patch"))
-    if all(isinstance(part, int) for part in (major, minor, patch)):
+    if all(isinstance(part, int) and not isinstance(part, bool) for part in (major, minor, patch)):
         text = f"{major}.{minor}.{patch}"
         prerelease = text_or_none(_attr(version, "prerelease"))
         metadata = text_or_none(_attr(version, "metadata"))
@@ -104,14 +107,25 @@ def _max_frequency(freq: object, warnings: list[str], where: str) -> float | Non
     return max(known) if known else None
 
 
-def _memory(block: object) -> tuple[int | None, int | None]:
+def _memory(block: object, warnings: list[str], where: str, said: SaidOnce) -> tuple[int | None, int | None]:
+    """DRAM bytes in use and in total: whole numbers of 0 or more, in use no more than the total."""
     if block is None:
         return None, None
-    total = units.to_int(_attr(block, "total_bytes"))
-    used = units.to_int(_attr(block, "in_use_bytes"))
-    if total is not None and used is not None and (total <= 0 or used < 0 or used > total):
+    from allsmi.backends._common.cells import whole_cell
+    total = whole_cell(_attr(block, "total_bytes"), where, "total_bytes()", warnings, said)
+    used = whole_cell(_attr(block, "in_use_bytes"), where, "in_use_bytes()", warnings, said)
+    if total is not None and used is not None and (total <= 0 or used > total):
         return None, None
     return used, total
+
+
+def _ordered(cores: Collection[Any], warnings: list[str], where: str, said: SaidOnce) -> list[object]:
+    """Each ``CoreUtilization``'s ``pe_usage_percentage()`` in ``core()`` order; a core whose
+    number is no whole number of 0 or more goes first (with a warning), never rounded in."""
+    from allsmi.backends._common.cells import whole_cell
+    indexed = [(whole_cell(_attr(c, "core"), where, "core()", warnings, said),
+                _attr(c, "pe_usage_percentage")) for c in cores]
+    return [value for _, value in sorted(indexed, key=lambda item: -1 if item[0] is None else item[0])]
 
 
 def _percent_tuple(values: list[object], warnings: list[str], where: str) -> tuple[float | None, ...]:
@@ -138,6 +152,9 @@ class SdkAdapter(abc.ABC):
 
     def __init__(self, module: Any) -> None:
         self.module = module
+        from allsmi.backends._common.cells import SaidOnce
+        #: Refused values already warned about (an adapter lives from one open() to close()).
+        self.said = SaidOnce()
 
     @property
     def version(self) -> str | None:
@@ -193,7 +210,7 @@ class SdkAdapter(abc.ABC):
             memory = device
             for method in self.memory_path:
                 memory = _call(memory, method, warnings, where) if memory is not None else None
-            used, total = _memory(memory)
+            used, total = _memory(memory, warnings, where, self.said)
             alive = _call(device, "liveness", warnings, where)
             product = (_call(device, self.product_name_method, warnings, where)
                        if self.product_name_method else None)
@@ -286,9 +303,7 @@ class LegacySdk(SdkAdapter):
         except Exception as exc:
             warnings.append(f"{where}: get_core_utilization() failed: {exc}")
             return None
-        indexed = sorted(((units.to_int(_attr(c, "core")), _attr(c, "pe_usage_percentage")) for c in cores),
-                         key=lambda item: -1 if item[0] is None else item[0])
-        return _percent_tuple([value for _, value in indexed], warnings, where)
+        return _percent_tuple(_ordered(cores, warnings, where, self.said), warnings, where)
 
 
 _ADAPTERS: dict[str, Callable[[Any], SdkAdapter]] = {

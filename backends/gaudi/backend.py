@@ -29,6 +29,7 @@ from allsmi.backends.gaudi import DECLARATION, EXECUTABLE, TOOL
 from allsmi.backends.gaudi.samples import MAX_LINE_WARNINGS, Identity, SampleBuilder
 # probe() only looks for hl-smi: the CSV and text parsers, the loop reader and the tool runner
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
+from allsmi.backends._common.cells import SaidOnce
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.schema import DeviceSample, ProcessSample
 
@@ -78,7 +79,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         self._notes: list[str] = []
         self._known: dict[str, Identity] = {}
         self._firmware: dict[str, str] = {}
-        self._said: set[tuple[str, str, str]] = set()
+        self._said = SaidOnce()
         self._seed: Frame | None = None
         self._generation = 0
         self._opened = False
@@ -116,7 +117,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         from allsmi.backends.gaudi import csv_output as csvfmt
         from allsmi.backends.gaudi.csv_output import Frame
         self._read_options()
-        self._said.clear()  # a reopened backend says each refused value again, once
+        self._said = SaidOnce()  # a reopened backend says each refused value again, once
         self._tool = self.require_tool()
         self._fields, result = self._negotiate_fields()
         rows, problems = csvfmt.parse_output(result.stdout, self._fields,
@@ -298,7 +299,8 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         refused: list[str] = []
         by_index: dict[int, list[ProcessSample]] = parse_processes(result.stdout, refused)
         for warning in refused[:MAX_LINE_WARNINGS]:
-            self._say_once(("", "processes", warning), f"{EXECUTABLE} table view: {warning}")
+            self._said.say(self.warnings, ("", "processes", warning),
+                           f"{EXECUTABLE} table view: {warning}")
         from allsmi.backends._common.orphans import note_unmatched
         note_unmatched(by_index, {dev.index for dev in devices}, self.warnings, f"{EXECUTABLE} (AIP)",
                        {aip: len(rows) for aip, rows in by_index.items()})

@@ -9,7 +9,6 @@ to schema units (memory MiB to bytes, ``N/A`` to ``None``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -20,6 +19,7 @@ from allsmi.schema import DeviceSample
 if TYPE_CHECKING:  # the CSV module is imported by the backend's open(), not with its class
     from allsmi.backends.gaudi.csv_output import Frame, Row
     from allsmi.backends.gaudi.text_output import ListedDevice
+    from allsmi.backends._common.cells import SaidOnce
 
 #: Cap on per-line warnings in one sample, so a flood of garbage stays readable.
 MAX_LINE_WARNINGS = 10
@@ -32,14 +32,6 @@ COUNT_FIELDS: tuple[tuple[str, str], ...] = (
     ("ecc.errors.uncorrected.aggregate.total", "ecc_uncorrected_total"),
     ("ecc.errors.corrected.aggregate.total", "ecc_corrected_total"),
 )
-_WHOLE = re.compile(r"[0-9]+")
-
-
-def whole_number(cell: str | None) -> int | None:
-    """A non-negative whole number from a cell of ASCII digits; ``None`` for anything else
-    (a sign, a fraction, an exponent, other digits): never rounded or clamped."""
-    text = cell.strip() if cell is not None else ""
-    return int(text) if _WHOLE.fullmatch(text) else None
 
 
 @dataclass(frozen=True)
@@ -97,7 +89,7 @@ class SampleBuilder:
     name: str
     _known: dict[str, Identity]
     _firmware: dict[str, str]
-    _said: set[tuple[str, str, str]]
+    _said: SaidOnce
 
     def _add_line_warnings(self, problems: Sequence[str]) -> None:
         self.warnings.extend(problems[:MAX_LINE_WARNINGS])
@@ -113,7 +105,7 @@ class SampleBuilder:
         for row in frame.rows:
             if row.key in self._known:
                 continue
-            index = whole_number(row.get("index"))  # parse_line let only digits through
+            index = units.to_int(row.get("index"))  # parse_line let only digits through
             uuid, bus_id = _text(row, "uuid"), _text(row, "bus_id")
             for key, listed in list(self._known.items()):
                 if key.startswith(LISTED_KEY) and _same_device(listed, index, uuid, bus_id):
@@ -182,20 +174,8 @@ class SampleBuilder:
     def _count(self, ident: Identity, row: Row, field: str) -> int | None:
         """``field``'s cell as a count or id: a non-negative whole number, else ``None``,
         with a warning said once per device, field and printed value while open."""
-        raw = row.get(field)
-        value = whole_number(raw)
-        if raw is None or value is not None:
-            return value
-        from allsmi.backends._common.cells import shorten
-        self._say_once((ident.id, field, raw), f"{ident.id}: {field} value {shorten(repr(raw), 60)} "
-                       "is not a whole number of 0 or more; reported as unknown")
-        return None
-
-    def _say_once(self, key: tuple[str, str, str], warning: str) -> None:
-        """Add ``warning`` unless the same ``key`` was said since :meth:`open`."""
-        if key not in self._said:
-            self._said.add(key)
-            self.warnings.append(warning)
+        from allsmi.backends._common.cells import whole_cell
+        return whole_cell(row.get(field), ident.id, field, self.warnings, self._said)
 
     def _row_sample(self, ident: Identity, row: Row) -> DeviceSample:
         num = self._number

@@ -22,9 +22,12 @@ import os
 import re
 from dataclasses import dataclass, field
 
-_CARD = re.compile(r"^card(\d+)$")
-_TILE = re.compile(r"^tile\d+$")
-_GT = re.compile(r"^gt\d+$")
+from allsmi import units
+
+# [0-9], not \d (which takes other scripts' digits too)
+_CARD = re.compile(r"^card([0-9]+)$")
+_TILE = re.compile(r"^tile[0-9]+$")
+_GT = re.compile(r"^gt[0-9]+$")
 
 
 def read_text(path: str) -> str | None:
@@ -35,14 +38,11 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def read_int(path: str) -> int | None:
-    text = read_text(path)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+def read_int(path: str, minimum: int | None = 0) -> int | None:
+    """The file's whole number, ``minimum`` or more (``None``: any sign); ``None`` for anything
+    else (the kernel prints counters, sizes, limits and clocks unsigned: ``-1`` from one is
+    no reading, nor is ``1_000``, which ``int()`` takes)."""
+    return units.to_int(read_text(path), minimum=minimum)
 
 
 def _listdir(path: str) -> list[str]:
@@ -143,7 +143,7 @@ def _temperature(hwmon: str) -> int | None:
             break
         if chosen is None and label is None:
             chosen = name
-    return read_int(os.path.join(hwmon, chosen)) if chosen else None
+    return read_int(os.path.join(hwmon, chosen), minimum=None) if chosen else None  # m°C: signed
 
 
 def read_card(card: Card, now: float) -> Reading:

@@ -307,9 +307,14 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         if energy_mj is None and FI_TOTAL_ENERGY_CONSUMPTION not in gpu.fields:
             energy_mj = r.call(skip, "total_energy",
                                pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        from allsmi.units import to_int  # loaded with the device model by open()
         for fid, key in ECC_FIELDS.items():
-            if fid in fields:
-                details[key] = int(fields[fid])
+            value = fields.get(fid)  # a double valueType holding a whole count is one
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            count = to_int(value)  # a count: a fraction or a negative one is none
+            if count is not None:
+                details[key] = count
 
         clock = number(reads.uint(r, skip, "clock_sm", "nvmlDeviceGetClockInfo", handle, NVML_CLOCK_SM))
         fan = number(reads.uint(r, skip, "fan_speed", "nvmlDeviceGetFanSpeed", handle))

@@ -68,7 +68,7 @@ def owning_mig(migs: list[Mig], proc: RawProcess) -> Mig | None:
 
 
 #: "3g.40gb", "1c.3g.40gb": GPU instance slices, and compute slices where the CI is smaller.
-_MIG_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.")
+_MIG_PROFILE = re.compile(r"(?:([0-9]+)c\.)?([0-9]+)g\.")  # not \d: it takes other scripts' digits
 
 
 def total_slices(pynvml: ModuleType, handle: Any) -> int | None:

@@ -22,6 +22,7 @@ from allsmi.backends.rebellions import DECLARATION, ENV_VAR, TOOL
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
+    from allsmi.backends._common.cells import SaidOnce
     from allsmi.backends.rebellions.processes import LookupNodes, LookupUser
 
 #: ``-j`` is accepted by both executables (``--json`` is its long form).
@@ -52,6 +53,8 @@ class RebellionsBackend(CliToolBackend, declared=DECLARATION):
         self._lookup_user = lookup_user
         self._lookup_nodes = lookup_nodes
         self._tool: str | None = None
+        #: Refused values of the tool's output already warned about since open().
+        self._said: SaidOnce | None = None
 
     @property
     def tool_path(self) -> str | None:
@@ -69,6 +72,8 @@ class RebellionsBackend(CliToolBackend, declared=DECLARATION):
         """Find the tool and check that it prints a usable report."""
         self._tool = self.require_tool()
         self._read_report([])
+        from allsmi.backends._common.cells import SaidOnce
+        self._said = SaidOnce()
 
     def sample(self) -> Sequence[DeviceSample]:
         """One tool run: every readable device row, cards before their dies."""
@@ -79,7 +84,7 @@ class RebellionsBackend(CliToolBackend, declared=DECLARATION):
         report = self._read_report(self.warnings)
         return build_samples(report, backend=self.display_name, vendor=self.vendor, kind=self.kind,
                              lookup_user=self._lookup_user, lookup_nodes=self._lookup_nodes,
-                             warnings=self.warnings)
+                             warnings=self.warnings, said=self._said)
 
     def close(self) -> None:
         """Nothing is held between runs; the tool is reaped after every call."""

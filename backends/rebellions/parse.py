@@ -18,7 +18,11 @@ Shape of the report (KMD 3.0.0; see ``fixtures/rebellions/README.md``)::
 
 Units as printed: temperature ``"31C"``, card power in microwatts with a
 ``uW`` suffix, memory as decimal strings of bytes, process memory as human
-sizes (``"3.5GiB"``). ATOM Max (RBLN-CA25) prints one row per die; the dies of
+sizes (``"3.5GiB"``). Integer-kind cells (memory bytes, ``pci.link_width``,
+``pci.numa_node``, ``location``) are whole numbers or nothing: ``"3.7"`` or a
+width of 3 is refused with a warning said once per device, field and value while
+the backend is open (``said``), never rounded; a ``numa_node`` of ``-1`` is the
+kernel's "no node", unknown without one. ATOM Max (RBLN-CA25) prints one row per die; the dies of
 a card share ``sid`` and repeat the card's power, which is therefore reported
 once, on a parent device per card.
 """
@@ -32,7 +36,8 @@ from typing import Any, Mapping
 
 from allsmi import units
 from allsmi.backends._common.activity import engine_time
-from allsmi.backends._common.cells import CellReader, index_key, int_cell, shorten, text_of
+from allsmi.backends._common.cells import (PCIE_WIDTHS, CellReader, SaidOnce, index_key, shorten, text_of,
+                                           whole_cell)
 from allsmi.backends._common.jsonout import JsonOutputError, read_json
 from allsmi.schema import DetailValue, DeviceSample, ProcessSample
 
@@ -56,7 +61,7 @@ _VIRTUAL_FUNCTION_IDS = frozenset({"0x1221"})
 #: ``pstate`` P12 is the vendor's "system abort" (hung device) state.
 _FAULT_PSTATES = frozenset({"P12"})
 
-_KERNEL_NAME = re.compile(r"^rbln(\d+)$")
+_KERNEL_NAME = re.compile(r"^rbln([0-9]+)$")  # not \d: it takes digits of other scripts too
 #: How much of the tool's text a message quotes.
 PREVIEW_CHARS = 120
 
@@ -131,8 +136,17 @@ def _watts(raw: object) -> float | None:
     return None if watts is None else round(watts, 6)
 
 
+def _bytes(raw: object, what: str, cells: CellReader, said: SaidOnce | None) -> int | None:
+    """Bytes from a memory cell: decimal bytes as printed (a number in one reported variant) are a
+    whole number of 0 or more, never a rounded fraction; a size with a unit (``"2GiB"``) is read
+    as one."""
+    if units.to_float(raw) is not None:  # a bare number: no unit, so whole bytes or nothing
+        return whole_cell(raw, cells.label, what, cells.warnings, said)
+    return cells.size(raw, what)
+
+
 def _parse_row(row: object, position: int, report_driver: str | None,
-               warnings: list[str]) -> _Die | None:
+               warnings: list[str], said: SaidOnce | None = None) -> _Die | None:
     """One device row, or ``None`` (with a warning) when it cannot identify a device."""
     if not isinstance(row, dict):
         warnings.append(f"device row {position}: not an object ({shorten(repr(row), PREVIEW_CHARS)}); skipped")
@@ -174,8 +188,8 @@ def _parse_row(row: object, position: int, report_driver: str | None,
     memory = row.get("memory")
     used = total = None
     if isinstance(memory, dict):
-        used = cells.size(memory.get("used"), "memory.used")
-        total = cells.size(memory.get("total"), "memory.total")
+        used = _bytes(memory.get("used"), "memory.used", cells, said)
+        total = _bytes(memory.get("total"), "memory.total", cells, said)
     elif not units.is_missing(memory):
         warnings.append(f"{label}: unreadable memory {shorten(repr(memory), PREVIEW_CHARS)}; reported as unknown")
     if total is not None and total < units.MIB:
@@ -198,10 +212,12 @@ def _parse_row(row: object, position: int, report_driver: str | None,
         "pci_device_id": pci_dev,
         "virtual_function": (pci_dev.lower() in _VIRTUAL_FUNCTION_IDS) if pci_dev else None,
         "pci_link_speed": text_of(pci.get("link_speed")),
-        "pci_link_width": int_cell(pci.get("link_width")),
-        "numa_node": int_cell(pci.get("numa_node")),
+        "pci_link_width": whole_cell(pci.get("link_width"), label, "pci.link_width", warnings, said,
+                                     allowed=PCIE_WIDTHS),
+        "numa_node": None if text_of(pci.get("numa_node")) == "-1" else
+        whole_cell(pci.get("numa_node"), label, "pci.numa_node", warnings, said),
         "board_info": text_of(row.get("board_info")),
-        "location": int_cell(row.get("location")),
+        "location": whole_cell(row.get("location"), label, "location", warnings, said),
         "group_id": text_of(row.get("group_id")),
     }
     details.update({k: v for k, v in candidates.items() if v is not None})
@@ -274,8 +290,9 @@ def _card_samples(sid: str, dies: list[_Die], backend: str, vendor: str,
 
 def build_samples(report: Mapping[str, Any], *, backend: str, vendor: str, kind: str,
                   lookup_user: LookupUser, lookup_nodes: LookupNodes,
-                  warnings: list[str]) -> list[DeviceSample]:
-    """Samples for every readable device row; problems go to ``warnings``.
+                  warnings: list[str], said: SaidOnce | None = None) -> list[DeviceSample]:
+    """Samples for every readable device row; problems go to ``warnings`` (a refused
+    integer-kind value once per device, field and value through ``said``).
 
     Single-die cards (ATOM, ATOM+) become one device each. Rows that are dies
     of one card (shared ``sid``, or a multi-die model such as RBLN-CA25)
@@ -286,7 +303,7 @@ def build_samples(report: Mapping[str, Any], *, backend: str, vendor: str, kind:
     dies: list[_Die] = []
     seen: set[str] = set()
     for position, row in enumerate(report.get("devices") or []):
-        die = _parse_row(row, position, report_driver, warnings)
+        die = _parse_row(row, position, report_driver, warnings, said)
         if die is None:
             continue
         if die.id in seen:

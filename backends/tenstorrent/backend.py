@@ -32,6 +32,7 @@ from allsmi.schema import DeviceSample, ProcessSample
 if TYPE_CHECKING:
     from . import decode
     from .snapshot import SnapshotReader
+    from allsmi.backends._common.cells import SaidOnce
 
 #: The ARC heartbeat advances about twice a second; unchanged for this long means hung firmware.
 HEARTBEAT_STALL_SECONDS = 3.0
@@ -63,6 +64,8 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         self._reader: SnapshotReader | None = None
         #: device id -> (last heartbeat value, when that value was first seen)
         self._heartbeats: dict[str, tuple[int, float]] = {}
+        #: Refused values of tt-smi's output already warned about since open().
+        self._said: SaidOnce | None = None
 
     # -- life cycle -------------------------------------------------------
 
@@ -74,6 +77,8 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         from .snapshot import SnapshotReader
         self._reader = SnapshotReader(tool)
         self._heartbeats = {}
+        from allsmi.backends._common.cells import SaidOnce
+        self._said = SaidOnce()
 
     def close(self) -> None:
         if self._reader is not None:
@@ -99,7 +104,7 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         if snapshot is None:
             return []
         try:
-            chips, warnings, host = decode.decode_snapshot(snapshot)
+            chips, warnings, host = decode.decode_snapshot(snapshot, self._said)
         except ValueError as exc:
             raise BackendError(f"unusable tt-smi snapshot: {exc}") from exc
         self.warnings.extend(warnings)
@@ -151,15 +156,25 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         return None, None
 
     def _processes(self, rows: list[Any]) -> dict[int, tuple[ProcessSample, ...]]:
-        """tt-smi 6+ top-level ``processes``: ``{pid, user, device, cmdline}`` per device index."""
+        """tt-smi 6+ top-level ``processes``: ``{pid, user, device, cmdline}`` per device index.
+        A row without a whole-number pid (1 or more) and device (0 or more) is skipped, with a
+        warning said once per printed pid and device while open (``true`` is no pid 1)."""
+        from allsmi import units
         found: dict[int, dict[int, ProcessSample]] = {}
         for n, row in enumerate(rows):
             if not isinstance(row, dict):
                 self.warnings.append(f"tt-smi processes[{n}] is not an object; skipped")
                 continue
-            pid, device = row.get("pid"), row.get("device")
-            if not (isinstance(pid, int) and pid > 0 and isinstance(device, int) and device >= 0):
-                self.warnings.append(f"tt-smi processes[{n}] lacks a pid or device; skipped")
+            raw_pid, raw_device = row.get("pid"), row.get("device")
+            pid, device = units.to_int(raw_pid, minimum=1), units.to_int(raw_device)
+            if pid is None or device is None:
+                key = ("tt-smi processes", repr(raw_pid), repr(raw_device))
+                warning = (f"tt-smi processes[{n}] lacks a pid or device (pid {raw_pid!r:.40}, "
+                           f"device {raw_device!r:.40}); skipped")
+                if self._said is None:
+                    self.warnings.append(warning)
+                else:
+                    self._said.say(self.warnings, key, warning)
                 continue
             user = row.get("user") if isinstance(row.get("user"), str) else self._user_lookup(pid)
             command = row.get("cmdline") if isinstance(row.get("cmdline"), str) else None

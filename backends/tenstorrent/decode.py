@@ -20,6 +20,13 @@ tt-smi substitutes fabricated numbers when a register is missing (``0`` for
 power and temperature, ``10000`` V for voltage). The decoded value is only
 trusted when its source register is present; otherwise the register is
 decoded here, and a missing register gives ``None``.
+
+Integer-kind cells are whole numbers or nothing: ``board_info.pcie_speed`` (the
+link generation, 1 to 7; tt-smi prints a number), ``pcie_width`` (1, 2, 4, 8,
+16 or 32; a string of digits), ``telemetry.heartbeat`` (a counter, a string of
+digits) and the registers (unsigned: ``0x`` and hex digits, or decimal digits).
+``-1`` or ``3.7`` is refused with a warning said once per chip, field and value
+while the backend is open (``said``), never rounded.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allsmi import units
-from allsmi.backends._common.cells import CellReader
+from allsmi.backends._common.cells import PCIE_GENERATIONS, PCIE_WIDTHS, CellReader, SaidOnce, whole_cell
 
 GRAYSKULL = "grayskull"
 WORMHOLE = "wormhole"
@@ -61,6 +68,7 @@ PLAUSIBLE: tuple[tuple[str, str | None, tuple[float | None, float | None]], ...]
     ("temperature_celsius", "temperature_celsius", (None, None)),
     ("tdp_limit_watts", "power_limit_watts", (1.0, None)),  # 0 W is "no limit", not a limit
 )
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _SIDE = re.compile(r"^(?P<type>.*?)\s+(?P<side>[LR])$")
 
 
@@ -102,20 +110,30 @@ def _text(value: object) -> str | None:
     return value.strip()
 
 
+def _hex(text: str) -> int | None:
+    """A number from ASCII hex digits (an optional ``0x`` in front); ``None`` for anything else
+    (``int(text, 16)`` also takes a sign, underscores and other scripts' digits)."""
+    digits = text[2:] if text[:2].lower() == "0x" else text
+    return int(digits, 16) if digits and all(c in _HEX_DIGITS for c in digits) else None
+
+
 def register(smbus: dict[str, Any], name: str) -> int | None:
-    """A raw register as an int: hex string, decimal string or number; ``None`` if absent."""
+    """A raw register (unsigned) as an int: ``0x`` hex string, decimal string or a whole number
+    of 0 or more; ``None`` if absent or anything else."""
     value = smbus.get(name)
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    text = _text(value)
-    if text is None:
-        return None
-    try:
-        return int(text, 16) if text.lower().startswith("0x") else int(text)
-    except ValueError:
-        return None
+    if isinstance(value, str):
+        text = value.strip()
+        return _hex(text) if text[:2].lower() == "0x" else units.to_int(text)
+    return units.to_int(value)
+
+
+def _whole_register(smbus: dict[str, Any], name: str, label: str, warnings: list[str],
+                    said: SaidOnce | None) -> int | None:
+    """:func:`register`, with a warning (said once) when the register is present but unreadable."""
+    number = register(smbus, name)
+    if number is None:  # says why, unless the register is absent or null
+        whole_cell(smbus.get(name), label, f"register {name}", warnings, said)
+    return number
 
 
 def normalise_smbus(raw: object) -> dict[str, Any]:
@@ -139,10 +157,7 @@ def canonical_board_id(text: object, smbus: dict[str, Any]) -> str | None:
     """
     candidate = _text(text)
     if candidate:
-        try:
-            number = int(candidate.replace("-", ""), 16)
-        except ValueError:
-            number = None
+        number = _hex(candidate.replace("-", ""))
         if number:
             return f"{number:016x}"
     whole = register(smbus, "BOARD_ID")
@@ -204,7 +219,8 @@ def _limit(limits: dict[str, Any], key: str) -> float | None:
     return value if value is not None and value > 0 else None
 
 
-def decode_chip(position: int, entry: dict[str, Any], warnings: list[str]) -> ChipReading:
+def decode_chip(position: int, entry: dict[str, Any], warnings: list[str],
+                said: SaidOnce | None = None) -> ChipReading:
     """One ``device_info`` entry as a :class:`ChipReading`; odd cells become ``None``."""
     board = entry.get("board_info") if isinstance(entry.get("board_info"), dict) else {}
     telemetry = entry.get("telemetry") if isinstance(entry.get("telemetry"), dict) else {}
@@ -227,8 +243,13 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str]) -> Ch
     chip.dram_trained = dram if isinstance(dram, bool) else (
         {"true": True, "false": False}.get(dram.strip().lower()) if isinstance(dram, str) else None)
     chip.dram_speed = _text(board.get("dram_speed"))
-    chip.pcie_gen = units.to_int(board.get("pcie_speed"))
-    chip.pcie_width = units.to_int(board.get("pcie_width"))
+    # tt-smi's device number: the chips of an n300 or p300 share their board id and bus
+    known = chip.board_id or chip.bus_id
+    label = f"tt-smi device {position}" + (f" ({known})" if known else "")
+    chip.pcie_gen = whole_cell(board.get("pcie_speed"), label, "pcie_speed", warnings, said,
+                               minimum=PCIE_GENERATIONS[0], maximum=PCIE_GENERATIONS[-1])
+    chip.pcie_width = whole_cell(board.get("pcie_width"), label, "pcie_width", warnings, said,
+                                 allowed=PCIE_WIDTHS)
 
     chip.asic_power_watts = _trusted(telemetry, smbus, "power")
     chip.current_amps = _trusted(telemetry, smbus, "current")
@@ -237,7 +258,7 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str]) -> Ch
     chip.temperature_celsius = _trusted(telemetry, smbus, "asic_temperature")
     chip.board_power_watts = units.to_float(telemetry.get("board_power"))
     chip.fan_percent = units.parse_percent(telemetry.get("fan_speed"))
-    chip.heartbeat = units.to_int(telemetry.get("heartbeat"))
+    chip.heartbeat = whole_cell(telemetry.get("heartbeat"), label, "heartbeat", warnings, said)
 
     # Registers fill what the decoded block lacks (older tt-smi, or "N/A" cells).
     tdp, tdc, aiclk = register(smbus, "TDP"), register(smbus, "TDC"), register(smbus, "AICLK")
@@ -254,8 +275,8 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str]) -> Ch
     if chip.temperature_celsius is None and raw_temp is not None:
         chip.temperature_celsius = decode_temperature(raw_temp, chip.generation)
     if chip.heartbeat is None:
-        chip.heartbeat = register(smbus, _heartbeat_register(chip.generation))
-    fan_rpm = register(smbus, "FAN_RPM")
+        chip.heartbeat = _whole_register(smbus, _heartbeat_register(chip.generation), label, warnings, said)
+    fan_rpm = _whole_register(smbus, "FAN_RPM", label, warnings, said)
     chip.fan_rpm = fan_rpm if fan_rpm not in (None, 0xFFFFFFFF) else None
 
     chip.tdp_limit_watts = _limit(limits, "tdp_limit")
@@ -271,8 +292,7 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str]) -> Ch
     # Garbage that decoded to a number is still garbage: drop what cannot be physical, against
     # the range the schema declares for the field it fills (or, for a quantity that fills none,
     # its own).
-    label = chip.board_id or chip.bus_id or f"device {position}"
-    cells = CellReader(label, warnings)
+    cells = CellReader(chip.board_id or chip.bus_id or f"device {position}", warnings)
     for attr, schema_field, bounds in PLAUSIBLE:
         value = getattr(chip, attr)
         if attr == "voltage_volts" and value == 10000.0:  # tt-smi's "no VCORE" filler
@@ -286,8 +306,10 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str]) -> Ch
     return chip
 
 
-def decode_snapshot(data: Any) -> tuple[list[ChipReading], list[str], dict[str, Any]]:
-    """Chips, warnings and host facts from a decoded snapshot.
+def decode_snapshot(data: Any, said: SaidOnce | None = None
+                    ) -> tuple[list[ChipReading], list[str], dict[str, Any]]:
+    """Chips, warnings and host facts from a decoded snapshot; ``said`` keeps the refused
+    integer-kind values already warned about (every one is warned about without it).
 
     Raises :class:`ValueError` when the document has no ``device_info`` list.
     """
@@ -300,7 +322,7 @@ def decode_snapshot(data: Any) -> tuple[list[ChipReading], list[str], dict[str, 
             warnings.append(f"tt-smi device_info[{position}] is not an object; skipped")
             continue
         try:
-            chips.append(decode_chip(position, entry, warnings))
+            chips.append(decode_chip(position, entry, warnings, said))
         except Exception as exc:  # one malformed chip must not drop the others
             warnings.append(f"tt-smi device_info[{position}] could not be decoded ({exc}); skipped")
     host: dict[str, Any] = {}
