@@ -5,7 +5,8 @@ The replay is cut into chunks (six hours to a day, :data:`CHUNK_SECONDS`) billed
 in worker processes (one per CPU this process may use, up to 8): the simulation is a pure function of
 time, so a chunk replayed on its own books exactly what the same stretch of one long replay
 books (see :func:`simulated_ledger`). The command writes the chunks' intervals into the ledger
-in order.
+in order. When it samples, how the ledger's rows are cut and which chunk replays what:
+:mod:`allsmi.cli.simgrid`.
 """
 
 from __future__ import annotations
@@ -18,14 +19,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from allsmi.cli.reportcmd import Failed
+from allsmi.cli.simgrid import (CHUNKS_PER_WORKER, ROW_SECONDS, chunk_tasks, declared_interval,
+                                replay_chunks, replay_step)
+
+__all__ = ["CHUNKS_PER_WORKER", "CHUNK_SECONDS", "MAX_WORKERS", "ROW_SECONDS", "replay_chunks",
+           "replay_grid", "replay_span", "simulated_ledger"]
 
 #: The shortest and the longest chunk one worker replays at a time, in simulated seconds (a
-#: multiple of the sampling step and of the ledger's rows is used). Each chunk builds its own
+#: multiple of the sampling step and of the rows' grid is used). Each chunk builds its own
 #: collector and recorder (milliseconds) and sends its intervals back at once: a window is cut
 #: into :data:`CHUNKS_PER_WORKER` chunks per worker within these bounds (a day: four chunks of
 #: six hours; a month: a chunk a day, so that a worker slowed by other work holds up little).
 CHUNK_SECONDS, MAX_CHUNK_SECONDS = 6 * 3600, 86400
-CHUNKS_PER_WORKER = 4
 #: Worker processes at most, whatever the CPUs (each holds a replay's state, tens of MiB).
 MAX_WORKERS = 8
 
@@ -45,38 +50,17 @@ class _Replay:
     up once (a look-up reads the installed distributions' entry points)."""
 
 
-def replay_chunks(start: float, end: float, step: float, row: int, length: float,
-            tail: int = 0, shortest: float = 0.0) -> list[tuple[float, float]]:
-    """``[(first sample, last sample)]`` covering ``start..end`` in chunks of about ``length``
-    seconds: each chunk's last sample is the next one's first, on the sampling grid and on a
-    row boundary (a multiple of ``step`` and ``row`` after ``start``); the last chunk ends at
-    ``end`` (see :func:`_replay_chunk`). The last ``tail`` chunks are each cut again into
-    :data:`CHUNKS_PER_WORKER` of at least ``shortest`` seconds (see :func:`simulated_ledger`)."""
-    unit = math.lcm(int(step), row) if float(step).is_integer() else 0
-    if not unit or end - start <= length:
-        return [(start, end)]
-    size = max(1, round(length / unit)) * unit
-    edges = [start + k * size for k in range(int((end - start) // size) + 1)]
-    if edges[-1] < end:
-        edges.append(end)
-    piece = max(1, round(size / CHUNKS_PER_WORKER / unit)) * unit
-    if tail and piece >= shortest and piece < size:
-        cut = max(1, len(edges) - 1 - tail)  # (the first chunk is never cut)
-        edges[cut:-1] = [e for a in edges[cut:-1] for e in _range(a, min(a + size, end), piece)]
-    return list(zip(edges, edges[1:]))
-
-
-def _range(first: float, last: float, step: float) -> list[float]:
-    """``first, first + step, ...`` before ``last``."""
-    return [first + k * step for k in range(math.ceil((last - first) / step))]
-
-
-def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple[list[Any], float]:
+def _replay_chunk(job: _Replay, first: float, last: float, lo: float = -math.inf,
+                  hi: float = math.inf, strip: bool = False) -> tuple[list[Any], float]:
     """The intervals of samples ``first, first + step, ...`` and ``last`` (raises
-    ``ConfigError``), and the time of the last sample: a window whose length is not a multiple
-    of the step ends with a shorter increment, not short of its end. Unless ``final``, the
-    interval that the last sample opens is left out: the next chunk starts with that sample
-    and books that interval whole."""
+    ``ConfigError``) that start from ``lo`` to before ``hi``, and the time up to which they
+    are complete (the last sample, or ``hi`` before it): a window whose length is not a
+    multiple of the step ends with a shorter increment, not short of its end. The rows before
+    ``lo`` and from ``hi`` on are the neighbouring chunks' (which replay the increments across
+    ``lo`` and ``hi`` too: :func:`allsmi.cli.simgrid.chunk_tasks`). A row that starts before
+    ``first`` (the window's first, on the grid before the window starts) is booked at
+    ``first``; with ``strip``, the last sample's memory is not booked (it belongs to the row
+    that sample opens, outside the window)."""
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
@@ -123,7 +107,9 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
                                     attributor=attributor, host_sampler=PastHost(), inline=True,
                                     history_size=1,  # (the recorder reads each snapshot once)
                                     direct=not job.scenario.faults)
-        collector.subscribe(recorder.on_snapshot)
+        stripping = [False]
+        collector.subscribe(lambda snapshot: recorder.on_snapshot(
+            _without_memory(snapshot) if stripping[0] else snapshot))
         collector.waiting.explain = False  # (the ledger books the reasons, not their evidence)
         # No collection of reference cycles while the chunk replays: a day's replay leaves a
         # few hundred objects in cycles, while the collector traversed the intervals the chunk
@@ -133,6 +119,7 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
         gc.disable()
         try:
             while now[0] <= last:
+                stripping[0] = strip and now[0] == last
                 collector.collect_once()
                 sampled = now[0]
                 if now[0] == last:
@@ -144,9 +131,15 @@ def _replay_chunk(job: _Replay, first: float, last: float, final: bool) -> tuple
             collector.close()
     finally:
         recorder.close()
-    if not final:
-        gathered = [r for r in gathered if r.start < sampled]
-    return gathered, sampled
+    gathered = [r if r.start >= first else replace(r, start=int(first))
+                for r in gathered if lo <= r.start < hi]
+    return gathered, min(sampled, hi)
+
+
+def _without_memory(snapshot: Any) -> Any:
+    """``snapshot`` with no device's memory in use (the rest of it the same objects)."""
+    return replace(snapshot, devices=tuple(replace(dev, memory_used_bytes=None)
+                                           for dev in snapshot.devices))
 
 
 class _Nowhere:
@@ -156,12 +149,12 @@ class _Nowhere:
         pass
 
 
-def _work(first: float, last: float, final: bool) -> tuple[list[Any], float]:
+def _work(*task: Any) -> tuple[list[Any], float]:
     """In a worker process: :func:`_replay_chunk` of the replay it serves, its intervals as
     tuples (:mod:`allsmi.cli.simrows`)."""
     from allsmi.cli.simrows import packed
     assert _JOB is not None
-    records, sampled = _replay_chunk(_JOB, first, last, final)
+    records, sampled = _replay_chunk(_JOB, *task)
     return packed(records), sampled
 
 
@@ -216,18 +209,17 @@ def _workers(chunks: int) -> int:
     return max(1, min(cpus, chunks, MAX_WORKERS))
 
 
-def _step(configured: Any) -> float:
-    """Seconds between two samples of a replay: one cycle per ledger interval, at least 20 s
-    apart."""
-    return float(max(20, configured.interval_seconds))
+def _row(window: Any, grid: int = ROW_SECONDS) -> int:
+    """The scratch ledger's declared interval: as long as both edges of the window allow (a
+    divisor of a quarter hour; its rows are longer: :mod:`allsmi.cli.simgrid`)."""
+    return declared_interval(window.start_unix, window.end_unix, grid)
 
 
-def _row(window: Any) -> int:
-    """The scratch ledger's rows: as long as both edges of the window allow (a divisor of a
-    quarter hour)."""
-    from allsmi.accounting.settings import ROLLUP_SECONDS
-    return math.gcd(ROLLUP_SECONDS, *(int(t) % ROLLUP_SECONDS or ROLLUP_SECONDS
-                                      for t in (window.start_unix, window.end_unix)))
+def _declared(path: str) -> int:
+    """The declared interval of the ledger at ``path`` (one a replay made)."""
+    from allsmi.accounting.ledger import Ledger
+    with Ledger(path, readonly=True) as ledger:
+        return ledger.interval_seconds
 
 
 def replay_span(window: Any) -> tuple[float, float]:
@@ -238,10 +230,10 @@ def replay_span(window: Any) -> tuple[float, float]:
 
 
 def replay_grid(window: Any, config: Any) -> tuple[float, int]:
-    """(seconds between samples, seconds of the scratch ledger's rows) of a replay of
+    """(seconds between samples, the scratch ledger's declared interval) of a replay of
     ``window`` (raises ``ConfigError`` for a bad ``[ledger]``)."""
     from allsmi.accounting.settings import ledger_settings
-    return _step(ledger_settings(config, path_flag="replay")), _row(window)
+    return replay_step(ledger_settings(config, path_flag="replay")), _row(window)
 
 
 def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
@@ -259,24 +251,27 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
 
     The window is replayed in chunks of at least ``chunk_seconds`` (see :data:`CHUNK_SECONDS`)
     by ``workers`` processes (default: one per usable CPU, up to :data:`MAX_WORKERS`; 1 replays
-    in this process). Each chunk starts with the sample its predecessor ended with, so the
-    increments between samples, the holders of each increment (those of the sample before) and
-    every interval's samples are those of one long replay, and so are the totals, to the
-    millisecond (tests/accounting checks that too).
+    in this process). The chunks are cut between rows, and each starts with the sample before
+    its first row (the sample its predecessor ended with, where the cut is on the sampling
+    grid), so the increments between samples, the holders of each increment (those of the
+    sample before) and every interval's samples are those of one long replay, and so are the
+    totals, to the millisecond (tests/accounting checks that too).
 
     The temporary ledger is thrown away when the command ends, so it is kept for the
-    window alone: its rows are as long as the window's alignment allows (a quarter hour
-    for every ``--period``; the bill counts whole rows, so they must not straddle the
-    window's edges), with no checkpoints, no pruning and no fsync. The same recorder
-    sums the same samples into fewer rows: the totals are those of one-interval rows.
-    ``step`` (seconds between samples) and ``row_seconds`` (a divisor of 900) override both
-    choices, as the tests' reference replay does. ``progress`` (:class:`allsmi.cli.progress.
-    Progress`) is told the number of chunks and each one written.
+    window alone: its rows are quarter hours, cut where the window starts and ends (whatever
+    its edges: :mod:`allsmi.cli.simgrid`; the bill counts the rows that start inside the
+    window, so none straddles its edges), with no checkpoints, no pruning and no fsync. The
+    same recorder sums the same samples into fewer rows: the totals are those of
+    one-interval rows, to the millisecond rounding of each row. ``step`` (seconds between
+    samples) and ``row_seconds`` (the rows' grid, a divisor of 900) override both choices, as
+    the tests' reference replay does. ``progress`` (:class:`allsmi.cli.progress.Progress`) is
+    told the number of chunks and each one written.
 
     ``into`` (the path of a ledger this function made for a later window that starts where
     this one ends, and the time it was replayed up to) adds this window's intervals to that
     ledger, as if one replay had run from this window's start (the caller checks that the
-    two share their sampling grid and rows: :func:`replay_grid`); it returns that path.
+    two share their sampling grid and rows: :func:`allsmi.cli.simreuse.extends`); it returns
+    that path.
     """
     from allsmi import registry
     from allsmi.accounting.ledger import Ledger
@@ -295,9 +290,10 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         activity_settings(config)  # and a bad [activity]
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
-    step = step or _step(configured)
-    row = row_seconds or _row(window)
-    job = _Replay(scenario, config, replace(configured, interval_seconds=row, checkpoint_seconds=0,
+    step = step or replay_step(configured)
+    grid = row_seconds or ROW_SECONDS  # (the recorder's rows, cut at the window's edges)
+    row = _declared(into[0]) if into else _row(window, grid)
+    job = _Replay(scenario, config, replace(configured, interval_seconds=grid, checkpoint_seconds=0,
                                             retention_days=None, rollup_retention_days=None),
                   step, directory, declarations,
                   {name: registry.impersonated(name) for name in scenario.backend_names()}.get)
@@ -307,10 +303,10 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     # The last chunks (one per worker) are cut finer: the workers run out of work together,
     # not one of them replaying a whole chunk while the others wait (a month: 31 chunks of a
     # day for 2 workers left one idle for most of a day's replay).
-    chunks = replay_chunks(start, end, step, row, length, tail=count, shortest=chunk_seconds)
-    # (extending a later replay: its first sample is this window's last, whose interval
-    # that replay booked)
-    tasks = [(a, b, not into and i == len(chunks) - 1) for i, (a, b) in enumerate(chunks)]
+    chunks = replay_chunks(start, end, step, grid, length, tail=count, shortest=chunk_seconds)
+    # (extending a later replay: its first sample is this window's last, whose row that
+    # replay booked)
+    tasks = chunk_tasks(chunks, start, end, step, grid, window.end_unix, final=not into)
     if progress is not None:
         progress.set_total(len(tasks))
     pool = None

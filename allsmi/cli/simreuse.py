@@ -6,8 +6,9 @@ replay is the window's with the days before it. :class:`Replays` replays the win
 scratch ledger, and for the month to date replays only the days before the window into the
 same ledger. A replay is a pure function of time and each stretch of it books what the same
 stretch of one long replay books (:func:`allsmi.cli.simbill.simulated_ledger`), so the month
-to date bills exactly what its own replay would, wherever both share their sampling grid and
-rows (every ``--period``); elsewhere it is replayed whole, as before.
+to date bills exactly what its own replay would, row for row, wherever the window starts on a
+quarter hour (where both replays have a row start) and on the month to date's sampling grid (every
+``--period``); elsewhere it is replayed whole, as before.
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ class _Kept:
 def extends(earlier: Any, later: Any, config: Any) -> bool:
     """Whether a replay of ``later`` extended back to the start of ``earlier`` (a window that
     ends where ``later`` ends and starts before it) books what a replay of ``earlier`` would,
-    row for row: the same sampling grid (``later`` starts on ``earlier``'s) and rows."""
-    from allsmi.cli.simbill import replay_grid
+    row for row: the same sampling grid (``later`` starts on ``earlier``'s) and rows (``later``
+    starts on the rows' grid, where ``earlier``'s replay has a row start too, and ``earlier``
+    on a multiple of the ledger's declared interval, ``later``'s)."""
+    from allsmi.cli.simbill import ROW_SECONDS, replay_grid
     if earlier.end != later.end or not earlier.start < later.start:
         return False
-    step, row = replay_grid(earlier, config)
+    step, row = replay_grid(later, config)
     gap = later.start_unix - earlier.start_unix
-    return (step, row) == replay_grid(later, config) and gap % step == 0 and gap % row == 0
+    return gap % step == 0 and later.start_unix % ROW_SECONDS == 0 \
+        and earlier.start_unix % row == 0
 
 
 class Replays:
@@ -58,7 +62,7 @@ class Replays:
     def ledger(self, scenario: Any, window: Any, config: Any, progress: Any = None) -> str:
         """The path of a ledger billing ``scenario`` over ``window`` (raises what
         :func:`allsmi.cli.simbill.simulated_ledger` raises)."""
-        from allsmi.cli.simbill import replay_grid, replay_span, simulated_ledger
+        from allsmi.cli.simbill import replay_span, simulated_ledger
         from allsmi.accounting.periods import Window
         for kept in self._kept:
             if extends(window, kept.window, config):
@@ -66,8 +70,8 @@ class Replays:
                 scratch = self._stack.enter_context(
                     tempfile.TemporaryDirectory(prefix="allsmi-export-"))
                 path = simulated_ledger(scenario, Window(window.start, kept.window.start),
-                                        config, scratch, row_seconds=replay_grid(window, config)[1],
-                                        progress=progress, into=(kept.path, kept.until))
+                                        config, scratch, progress=progress,
+                                        into=(kept.path, kept.until))
                 self.extended += 1
                 self._kept.append(_Kept(window, path, kept.until))
                 return path

@@ -186,7 +186,8 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
         slack_h = 1.5 * lr["device_count"] / 3600
         assert pns[key]["allocated_device_hours"] == pytest.approx(
             lr["allocated_device_hours"], rel=0.05, abs=slack_h), key
-    # allsmi idle: the same holders from both sources, by idle cost then idle hours.
+    # allsmi idle: the same holders from both sources, by idle cost within each currency then
+    # idle hours, the holders whose idle cost is unknown last.
     (rc_li, lidle, err_li), (rc_pi, pidle, err_pi) = idle.values()
     assert rc_li == 0, err_li
     assert rc_pi == 0, err_pi
@@ -194,7 +195,8 @@ def test_prometheus_export_agrees_with_the_ledger(tmp_path: Path) -> None:
     assert pidle["group_by"] == ["resource_group", "namespace", "pod", "job"]
     for doc in (lidle, pidle):
         assert doc["rows"], doc
-        order = [(-(r["idle_cost"] or 0), -r["idle_allocated_device_hours"]) for r in doc["rows"]]
+        order = [(r["idle_cost"] is None, r["currency"] or "", -(r["idle_cost"] or 0),
+                  -r["idle_allocated_device_hours"]) for r in doc["rows"]]
         assert order == sorted(order)
         for row in doc["rows"]:
             assert 0 < row["idle_allocated_device_hours"] <= row["allocated_device_hours"] + 1e-9

@@ -89,11 +89,11 @@ def _totals(ledger: str, window: Window) -> dict:
     return {name: sum(getattr(r, name) or 0.0 for r in report.rows) for name in NUMBERS}
 
 
-@pytest.mark.parametrize("offset, minutes", [(0, 180), (7 * 60, 95)])
+@pytest.mark.parametrize("offset, minutes", [(0, 180), (7 * 60, 95), (7, 95)])
 def test_long_scratch_rows_bill_what_one_minute_rows_bill(tmp_path, offset, minutes) -> None:
-    """The scratch ledger's rows are as long as the window's edges allow (a quarter hour on
-    whole hours; a minute for a window from hh:07): the same samples bill the same totals as
-    one-minute rows, to the millisecond rounding of the rows."""
+    """The scratch ledger's rows are quarter hours, cut where the window starts and ends (from
+    hh:07, or hh:00:07): the same samples bill the same totals as one-minute rows (cut there
+    too), to the millisecond rounding of the rows."""
     window = Window(dt.datetime.fromtimestamp(START + offset, dt.timezone.utc),
                     dt.datetime.fromtimestamp(START + offset + minutes * 60, dt.timezone.utc))
     config = parse_config(CONFIG)
@@ -119,15 +119,17 @@ def _bill(ledger: str, window: Window) -> dict:
 
 
 @pytest.mark.parametrize("offset, hours, chunk, extra",
-                         [(0, 36, 3600, 0), (7 * 60, 20, 5 * 3600, 0), (30, 3, 3600, 45)])
+                         [(0, 36, 3600, 0), (7 * 60, 20, 5 * 3600, 0), (30, 3, 3600, 45),
+                          (7, 3, 3600, 53)])
 def test_chunks_replayed_side_by_side_bill_what_one_long_replay_bills(tmp_path, offset, hours,
                                                                         chunk, extra) -> None:
-    """The window cut into chunks replayed by two worker processes (whole hours: quarter-hour
-    rows, the last two chunks cut again in four; from hh:07: one-minute rows, chunks cut on
-    their common multiple; from hh:00:30 for 3 h 45 s: 15-second rows, the last sample at the
-    window's end, 45 s after the one before) books every row of one replay in one process, to
-    the millisecond: each chunk starts with the sample the one before ended with. Either
-    covers the whole window."""
+    """The window cut into chunks replayed by two worker processes (whole hours: the last two
+    chunks cut again in four; from hh:07, hh:00:30 or hh:00:07: chunks cut on quarter hours,
+    between two samples, the first row from the window's start; for 3 h 45 s or 53 s: the
+    last sample at the window's end, 45 or 53 s after the one before, the last row cut there)
+    books every row of one replay in one process, to the millisecond: each chunk starts with
+    the sample before its first row, whose increment across the cut it books as one replay
+    does. Either covers the whole window."""
     window = Window(dt.datetime.fromtimestamp(START + offset, dt.timezone.utc),
                     dt.datetime.fromtimestamp(START + offset + hours * 3600 + extra,
                                               dt.timezone.utc))
@@ -160,6 +162,13 @@ def test_the_last_chunk_of_each_worker_is_cut_finer_on_the_grid() -> None:
     assert [b - a for a, b in odd] == [86400.0] * 29 + [21600.0] * 6 + [420.0]
     day = replay_chunks(start, start + 86400, 60.0, 900, 21600, tail=2, shortest=6 * 3600)
     assert [b - a for a, b in day] == [21600.0] * 4
+    # from an odd second: the chunks are cut on quarter hours (the rows' grid), not on samples
+    late = start + 7
+    odd = replay_chunks(late, late + 86400, 60.0, 900, 21600, tail=2, shortest=6 * 3600)
+    assert odd[0][0] == late and odd[-1][1] == late + 86400
+    assert all(b == c for (_, b), (c, _) in zip(odd, odd[1:]))
+    assert all(b % 900 == 0 for _, b in odd[:-1])
+    assert [b - a for a, b in odd] == [21593.0] + [21600.0] * 3 + [7.0]
 
 
 def test_a_worker_s_intervals_travel_as_tuples_and_arrive_with_every_attribute(

@@ -1,7 +1,7 @@
 """The budgets' month to date extends the window's replay back instead of replaying it again
 (allsmi.cli.simreuse): the extended ledger bills the longer window exactly as its own replay
-does, row for row; where the two do not share their sampling grid and rows it is replayed
-whole."""
+does, row for row; where the two do not share their sampling grid and rows (the window starts
+off a quarter hour, or off the month to date's sampling grid) it is replayed whole."""
 
 from __future__ import annotations
 
@@ -45,8 +45,12 @@ def _bill(ledger: str, window: Window) -> dict:
 
 @pytest.mark.parametrize("earlier, later, extended", [
     ((0, 4 * 3600), (90 * 60, 4 * 3600), True),  # quarter-hour rows both
-    ((0, 3 * 3600 + 420), (3600 + 420, 3 * 3600 + 420), True),  # minute rows both (hh:07)
-    ((0, 3 * 3600), (3600 + 420, 3 * 3600), False),  # minute rows, quarter-hour rows: whole
+    # the window from a quarter hour to an odd second (its last row cut there, both replays)
+    ((0, 3 * 3600 + 427), (90 * 60, 3 * 3600 + 427), True),
+    # from hh:07: the window's first row starts there, the month's runs on: replayed whole
+    ((0, 3 * 3600 + 420), (3600 + 420, 3 * 3600 + 420), False),
+    ((0, 3 * 3600), (3600 + 420, 3 * 3600), False),
+    ((0, 3 * 3600), (3600 + 30, 3 * 3600), False),  # off the month's sampling grid: whole
 ])
 def test_an_extended_replay_bills_what_its_own_replay_bills(tmp_path: Path, earlier, later,
                                                             extended) -> None:
