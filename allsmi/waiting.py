@@ -76,17 +76,37 @@ def device_activity(dev: DeviceSample) -> tuple[float, str] | None:
     return None
 
 
+def _both(rx: float | None, tx: float | None) -> float | None:
+    """rx plus tx, what of them is known (``None``: neither)."""
+    if rx is None:
+        return tx
+    return rx if tx is None else rx + tx
+
+
 def _traffic(dev: DeviceSample, node: NodeActivity) -> tuple[float | None, float | None]:
-    """(device interconnect, node InfiniBand) bytes per second, rx plus tx; ``None`` unknown."""
-    link = None
-    if dev.interconnect_rx_bytes_per_second is not None \
-            or dev.interconnect_tx_bytes_per_second is not None:
-        link = (dev.interconnect_rx_bytes_per_second or 0.0) + \
-            (dev.interconnect_tx_bytes_per_second or 0.0)
-    ib = None
-    if node.infiniband_rx_bytes_per_second is not None:
-        ib = node.infiniband_rx_bytes_per_second + (node.infiniband_tx_bytes_per_second or 0.0)
-    return link, ib
+    """(device interconnect, node InfiniBand) bytes per second, rx plus tx of what is known
+    (enough to call traffic busy; :func:`_missing` asks for both directions to call it quiet);
+    ``None`` unknown."""
+    return (_both(dev.interconnect_rx_bytes_per_second, dev.interconnect_tx_bytes_per_second),
+            _both(node.infiniband_rx_bytes_per_second, node.infiniband_tx_bytes_per_second))
+
+
+def _read(procs: Sequence[ProcessSample], host: HostActivity
+          ) -> tuple[list[ProcessActivity], int]:
+    """(the evidence of each process of ``procs`` once, how many could not be read). A pid
+    listed twice is one process; so are pids that are threads of one process (``/proc/TID``
+    gives the whole process's figures: counted for each, its reading would be twice)."""
+    seen: dict[int, ProcessActivity] = {}
+    unread: set[int] = set()
+    for p in procs:
+        a = host.processes.get(p.pid)
+        if a is None:
+            unread.add(p.pid)
+            continue
+        key = a.pid if a.tgid is None else a.tgid
+        if key not in seen or a.pid == key:  # (the process's own pid: its main thread's figures)
+            seen[key] = a
+    return list(seen.values()), len(unread)
 
 
 def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: HostActivity,
@@ -122,8 +142,7 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
         return "computing", f"computing: {percent:.0f} % ({device_activity(dev)[1]})"  # type: ignore[index]
     what = device_activity(dev)[1]  # type: ignore[index]
     below = f"{percent:.0f} % ({what})"
-    found = [host.processes.get(p.pid) for p in procs]
-    seen = [a for a in found if a is not None]
+    seen, unread = _read(procs, host)
     if not seen:
         return "unknown", f"unknown: {below}; the holder's processes could not be read"
     n = len(seen)
@@ -156,7 +175,7 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
         return "host", (f"host: cgroup CPU-throttled {max(throttled) * 100:.0f} % of the "
                         f"interval; device {below}")
     # nothing, when every signal was read and each was quiet
-    missing = _missing(seen, reads, link, ib, host.node, s)
+    missing = _missing(seen, reads, link, ib, host.node, s, blocked, unread)
     if missing:
         return "unknown", f"unknown: {below}; {missing}"
     return "nothing", (f"nothing: {_count(n, 'process')} idle (no I/O wait, "
@@ -172,8 +191,12 @@ def _cpu_bound(a: ProcessActivity) -> float:
 
 
 def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], link: float | None,
-             ib: float | None, node: NodeActivity, s: ActivitySettings) -> str:
+             ib: float | None, node: NodeActivity, s: ActivitySettings, blocked: int = 0,
+             unread: int = 0) -> str:
     """Why the holder cannot be called idle: the first signal unread or not quiet ("" none)."""
+    if unread:  # what it did is unknown: the others' quiet says nothing of it
+        return (f"{_count(unread, 'process')} of the holder's {len(seen) + unread} could not be "
+                "read (ended, or hidden from this exporter)")
     if any(a.cpu_cores is None for a in seen):  # a process's problem, else a new process
         return next((a.problems[0] for a in seen if a.cpu_cores is None and a.problems),
                     "no measurement interval yet")
@@ -183,17 +206,23 @@ def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], lin
     if any(a.blocked_threads is None and a.blocked_fraction is None for a in seen):
         return next((p for a in seen for p in a.problems if "task" in p),
                     "its threads' states were not read")
+    if blocked:  # some in I/O wait, too few for input: neither input nor idle
+        return (f"{blocked} of {_count(len(seen), 'process')} in I/O wait (under "
+                f"{s.input_blocked_fraction * 100:.0f} % of them)")
     cpu = max(_cpu_bound(a) for a in seen)
     if cpu >= s.quiet_cpu_fraction:
         return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"
     if link is None:  # no links of its own: the node's InfiniBand (quiet, else communication)
-        net = node.network_rx_bytes_per_second  # and its network must both be quiet
-        if net is None:
+        if node.infiniband_ports and (node.infiniband_rx_bytes_per_second is None
+                                      or node.infiniband_tx_bytes_per_second is None):
+            return (f"node InfiniBand/RoCE traffic not measured ({node.infiniband_ports} "
+                    "port(s): new, reset or saturated; device links not reported)")
+        rx, tx = node.network_rx_bytes_per_second, node.network_tx_bytes_per_second
+        if rx is None or tx is None:  # and its network must both be quiet
             return "device links and node network not reported" if ib is None \
                 else "node network not reported (device links not reported)"
-        total = net + (node.network_tx_bytes_per_second or 0.0)
-        if total >= s.communication_bytes_per_second:
-            return f"node network at {_mb(total)} (device links not reported)"
+        if rx + tx >= s.communication_bytes_per_second:
+            return f"node network at {_mb(rx + tx)} (device links not reported)"
     return ""
 
 

@@ -43,7 +43,8 @@ def read_process_psutil(pid: int) -> ProcessReading | None:
         problems.append("this platform keeps no per-process I/O counters")
     blocked = 1 if status == psutil.STATUS_DISK_SLEEP else 0
     return ProcessReading(
-        pid=pid, start_ticks=start, state=status, cpu_ticks=int((times.user + times.system) * TICKS),
+        pid=pid, tgid=pid, start_ticks=start, state=status,
+        cpu_ticks=int((times.user + times.system) * TICKS),
         threads=threads, blocked_threads=blocked, threads_seen=1,
         read_chars=getattr(io, "read_chars", getattr(io, "read_bytes", None)),
         write_chars=getattr(io, "write_chars", getattr(io, "write_bytes", None)),

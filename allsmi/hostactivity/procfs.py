@@ -61,6 +61,10 @@ class ProcessReading:
     """The ``cpu.stat`` file of its cgroup (v2, or v1's ``cpu`` controller), when found."""
     throttled_usec: int | None = None
     """The cgroup's CPU throttled time so far, in microseconds."""
+    tgid: int | None = None
+    """The process (thread group) ``pid`` belongs to: ``pid`` itself, unless ``pid`` is one of
+    its threads (whose ``/proc/TID`` files give the whole process's figures, so two of its
+    threads listed are one process, not two); ``None`` when ``status`` could not be read."""
     problems: tuple[str, ...] = field(default=())
     """Why figures are ``None`` (e.g. ``"/proc/PID/io unreadable (another user's process:
     needs CAP_SYS_PTRACE ...)"``)."""
@@ -106,11 +110,28 @@ def parse_pairs(data: bytes) -> dict[str, int]:
 
 def cgroup_cpu_stat(data: bytes, cgroup_root: str) -> str | None:
     """The ``cpu.stat`` path of the cgroup a ``/proc/PID/cgroup`` names: the v2 (``0::``) one
-    when its file exists, else v1's ``cpu`` controller."""
+    when its file exists, else v1's ``cpu`` controller. The kernel writes each hierarchy once
+    and cgroup names unescaped: a name holding a newline (which whoever may create cgroups can
+    give) makes lines of its own, so a file naming a hierarchy or a controller twice, or with
+    a line that is not ``ID:CONTROLLERS:/PATH``, names no cgroup (``None``: throttling
+    unknown), never one the name chose."""
     v1 = None
-    for line in data.decode("utf-8", "replace").splitlines():
+    lines = []
+    hierarchies: set[str] = set()
+    names: set[str] = set()
+    for line in data.decode("utf-8", "replace").split("\n"):
+        if not line:
+            continue
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
+        own = [c for c in controllers.split(",") if c]
+        if not hierarchy.isdigit() or not path.startswith("/") or hierarchy in hierarchies \
+                or names.intersection(own):
+            return None
+        hierarchies.add(hierarchy)
+        names.update(own)
+        lines.append((hierarchy, controllers, path))
+    for hierarchy, controllers, path in lines:
         if hierarchy == "0" and not controllers:
             candidate = os.path.join(cgroup_root, path.lstrip("/"), "cpu.stat")
             if os.path.exists(candidate):
@@ -139,7 +160,7 @@ def _blocked_threads(base: str) -> tuple[int | None, int]:
     """(threads in ``D`` state, threads looked at) of the process at ``base``."""
     try:
         tids = os.listdir(os.path.join(base, "task"))
-    except OSError:
+    except OSError:  # (the process ended, or /proc hides it: read_process tells which)
         return None, 0
     blocked = seen = 0
     for tid in tids[:MAX_THREADS]:
@@ -157,15 +178,44 @@ def _blocked_threads(base: str) -> tuple[int | None, int]:
 FIND_CGROUP = object()
 
 
+def _thread_group(base: str) -> int | None:
+    """``Tgid`` of ``/proc/PID/status``: the process ``PID`` is a thread of (``None``:
+    unreadable)."""
+    try:
+        data = read_proc_file(os.path.join(base, "status"))
+    except OSError:
+        return None
+    start = data.find(b"\nTgid:")
+    if start < 0:
+        return None
+    try:
+        return int(data[start + 6:data.find(b"\n", start + 6)].strip() or b"x")
+    except ValueError:
+        return None
+
+
+def _start_ticks(base: str) -> int | None:
+    """The start time in ``stat`` of the process at ``base`` now (``None``: it is gone)."""
+    try:
+        parsed = parse_stat(read_proc_file(os.path.join(base, "stat")))
+    except OSError:
+        return None
+    return None if parsed is None else parsed[3]
+
+
 def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup",
                  delayacct: bool = False, thread_states: bool = True,
-                 cpu_stat: object = FIND_CGROUP) -> ProcessReading | None:
+                 cpu_stat: object = FIND_CGROUP, tgid: int | None = None
+                 ) -> ProcessReading | None:
     """The counters of process ``pid`` now, or ``None`` when it is gone (or ``stat`` is not a
     process's). ``delayacct``: whether the kernel keeps delay accounting (else its ticks are 0
     whatever the process waited, and are reported ``None``). ``thread_states``: whether to
     read each thread's state (the costly part: one file per thread). ``cpu_stat``: the
     cgroup's ``cpu.stat`` path when already known (``None``: it has none), else found from
-    ``/proc/PID/cgroup``."""
+    ``/proc/PID/cgroup``; ``tgid``, the process ``pid`` belongs to when already known, else read
+    from ``/proc/PID/status``. A process that ends while it is read (or whose pid another
+    process takes meanwhile) is ``None`` like one already gone, never a reading half of one
+    process and half of nothing."""
     base = os.path.join(proc_root, str(pid))
     try:
         parsed = parse_stat(read_proc_file(os.path.join(base, "stat")))
@@ -175,8 +225,11 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         return None
     state, cpu, threads, start, blkio = parsed
     problems: list[str] = []
+    if tgid is None:
+        tgid = _thread_group(base)
     blocked, seen = _blocked_threads(base) if thread_states else (None, 0)
-    if blocked is None and thread_states:
+    failed = blocked is None and thread_states
+    if failed:
         problems.append(f"/proc/{pid}/task unreadable")
     io: dict[str, int] = {}
     try:
@@ -185,6 +238,7 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         problems.append(f"/proc/{pid}/io unreadable (another user's process: needs "
                         "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, as root has outside a container)")
     except OSError as exc:
+        failed = True
         problems.append(f"/proc/{pid}/io unreadable ({exc.strerror or exc})")
     runnable = None
     try:
@@ -200,12 +254,15 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
             throttled = parse_throttled_usec(read_proc_file(cpu_stat))
     except OSError:
         cpu_stat = cpu_stat if isinstance(cpu_stat, str) else None  # throttling stays unknown
+    if (failed or tgid is None) and _start_ticks(base) != start:
+        return None  # it ended (or its pid went to another process) while it was read
     return ProcessReading(
         pid=pid, start_ticks=start, state=state, cpu_ticks=cpu, threads=threads,
         blocked_threads=blocked, threads_seen=seen, blkio_ticks=blkio if delayacct else None,
         read_chars=io.get("rchar"), write_chars=io.get("wchar"),
         disk_read_bytes=io.get("read_bytes"), disk_write_bytes=io.get("write_bytes"),
-        runnable_ns=runnable, cgroup=cpu_stat if isinstance(cpu_stat, str) else None, throttled_usec=throttled, problems=tuple(problems))
+        runnable_ns=runnable, cgroup=cpu_stat if isinstance(cpu_stat, str) else None,
+        throttled_usec=throttled, tgid=tgid, problems=tuple(problems))
 
 
 def delay_accounting(proc_root: str = "/proc") -> bool:

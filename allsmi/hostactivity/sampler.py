@@ -34,6 +34,9 @@ class ProcessActivity:
     pid: int
     cpu_cores: float | None = None
     """CPU seconds per second (1.0: a full core)."""
+    tgid: int | None = None
+    """The process ``pid`` belongs to (``pid``, unless it is one of a process's threads: the
+    figures are then the whole process's, the same as its other threads')."""
     runnable_fraction: float | None = None
     """Share of the interval its main thread was on a CPU or waiting for one (schedstat)."""
     threads: int | None = None
@@ -62,6 +65,9 @@ class NodeActivity:
     network_tx_bytes_per_second: float | None = None
     infiniband_rx_bytes_per_second: float | None = None
     infiniband_tx_bytes_per_second: float | None = None
+    infiniband_ports: int = 0
+    """InfiniBand/RoCE ports read this cycle: with ports, an InfiniBand rate of ``None`` is
+    traffic unknown, not traffic absent."""
     problems: tuple[str, ...] = ()
 
 
@@ -86,14 +92,22 @@ def _fraction(new: int | None, old: int | None, span: float) -> float | None:
     return None if value is None else min(1.0, value)
 
 
+#: What a saturated 32-bit InfiniBand ``port_rcv_data``/``port_xmit_data`` reads (in bytes: the
+#: counters count 4-byte words): PortCounters stop at their maximum instead of wrapping, so
+#: one there moves no more, however busy the port (drivers without the 64-bit set).
+IB_SATURATED = 4 * (2**32 - 1)
+
+
 def summed_rate(now: Mapping[str, tuple[int, ...]], before: Mapping[str, tuple[int, ...]],
-                index: int, seconds: float) -> float | None:
+                index: int, seconds: float, saturated: int | None = None) -> float | None:
     """The rate of ``index`` summed over the counters (interfaces, ports) of two readings,
     each counter's change taken from its own two values: a counter in only one reading
-    (appeared, disappeared, unreadable once) or lower than before (reset, wrapped) adds
-    nothing; ``None`` when no counter has two usable values."""
+    (appeared, disappeared, unreadable once), lower than before (reset, wrapped) or at
+    ``saturated`` in either (stuck at its maximum) adds nothing; ``None`` when no counter has
+    two usable values."""
     deltas = [value[index] - before[key][index] for key, value in now.items()
-              if key in before and value[index] >= before[key][index]]
+              if key in before and value[index] >= before[key][index]
+              and saturated not in (value[index], before[key][index])]
     return sum(deltas) / seconds if deltas else None
 
 
@@ -105,7 +119,7 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
     b = before if same else None
     span = seconds if same and seconds else 1.0
     return ProcessActivity(
-        pid=now.pid, threads=now.threads, blocked_threads=now.blocked_threads,
+        pid=now.pid, tgid=now.tgid, threads=now.threads, blocked_threads=now.blocked_threads,
         cpu_cores=_rate(now.cpu_ticks, b and b.cpu_ticks, span, 1.0 / ticks),
         blocked_fraction=_fraction(now.blkio_ticks, b and b.blkio_ticks, span * ticks),
         runnable_fraction=_fraction(now.runnable_ns, b and b.runnable_ns, span * 1e9),
@@ -122,8 +136,9 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
 def node_activity(now: NodeReading, before: NodeReading | None,
                   seconds: float | None) -> NodeActivity:
     """The node's rates between two readings."""
+    ports = len(now.infiniband)
     if before is None or seconds is None or seconds < MIN_WINDOW_SECONDS:
-        return NodeActivity(problems=now.problems)
+        return NodeActivity(infiniband_ports=ports, problems=now.problems)
     iowait = None
     if now.cpu_ticks and before.cpu_ticks and len(now.cpu_ticks) == len(before.cpu_ticks) > 4:
         delta = [max(0.0, a - b) for a, b in zip(now.cpu_ticks, before.cpu_ticks)]
@@ -136,11 +151,12 @@ def node_activity(now: NodeReading, before: NodeReading | None,
             pressure[kind] = round(100.0 * share, 2)
 
     net_rx, net_tx = (summed_rate(now.network, before.network, i, seconds) for i in (0, 1))
-    ib_rx, ib_tx = (summed_rate(now.infiniband, before.infiniband, i, seconds) for i in (0, 1))
+    ib_rx, ib_tx = (summed_rate(now.infiniband, before.infiniband, i, seconds, IB_SATURATED)
+                    for i in (0, 1))
     return NodeActivity(cpu_iowait_percent=iowait, pressure_percent=pressure,
                         network_rx_bytes_per_second=net_rx, network_tx_bytes_per_second=net_tx,
                         infiniband_rx_bytes_per_second=ib_rx, infiniband_tx_bytes_per_second=ib_tx,
-                        problems=now.problems)
+                        infiniband_ports=ports, problems=now.problems)
 
 
 class HostActivitySampler:
@@ -184,14 +200,16 @@ class HostActivitySampler:
         for pid in pids:
             before = self._procs.get(pid)
             known: object = before.cgroup if before is not None else FIND_CGROUP
+            states = detailed is None or pid in detailed
             reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
-                                   thread_states=detailed is None or pid in detailed,
-                                   cpu_stat=known)
-            if reading is None:
-                continue  # ended (or not a process): nothing to say about it
-            if before is not None and before.start_ticks != reading.start_ticks:
+                                   thread_states=states, cpu_stat=known,
+                                   tgid=before.tgid if before is not None else None)
+            if reading is not None and before is not None \
+                    and before.start_ticks != reading.start_ticks:  # another process: its own
                 reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
-                                       thread_states=detailed is None or pid in detailed)
+                                       thread_states=states)
+            if reading is None:
+                continue  # ended (or not a process; or ended as it was read again)
             readings[pid] = reading
             out[pid] = process_activity(reading, self._procs.get(pid), seconds, self._ticks)
         activity = HostActivity(out, node_activity(node, self._node, seconds), seconds)

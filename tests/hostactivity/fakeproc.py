@@ -23,7 +23,10 @@ def stat_line(pid: int, state: str = "S", utime: int = 0, stime: int = 0, thread
 def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threads: int = 1,
                   blocked: int = 0, start: int = 1000, blkio: int | None = 0,
                   io: dict[str, int] | None = None, cgroup: str | None = "0::/job.slice\n",
-                  comm: str = "python", sched: tuple[int, int] | None = None) -> Path:
+                  comm: str = "python", sched: tuple[int, int] | None = None,
+                  tgid: int | None = None) -> Path:
+    """A fake /proc/PID; ``tgid``: write its ``status`` naming the process it is a thread of
+    (``pid`` for a process's own), as the kernel does (its ``Name`` escaped)."""
     base = root / "proc" / str(pid)
     (base / "task").mkdir(parents=True, exist_ok=True)
     (base / "stat").write_text(stat_line(pid, state, cpu, 0, threads, start, blkio, comm))
@@ -35,6 +38,10 @@ def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threa
         (base / "io").write_text("".join(f"{k}: {v}\n" for k, v in io.items()))
     if cgroup is not None:
         (base / "cgroup").write_text(cgroup)
+    if tgid is not None:
+        name = comm.replace("\\", "\\\\").replace("\n", "\\n")
+        (base / "status").write_text(f"Name:\t{name}\nUmask:\t0022\nState:\t{state}\n"
+                                     f"Tgid:\t{tgid}\nNgid:\t0\nPid:\t{pid}\nPPid:\t1\n")
     if sched is not None:  # ns on a CPU, ns waiting for one, timeslices
         (base / "schedstat").write_text(f"{sched[0]} {sched[1]} 10\n")
     return base

@@ -1,0 +1,147 @@
+"""``nothing`` only when every signal was measured quiet: an InfiniBand port whose counter is
+stuck at its maximum, a node whose ports were none read twice, one direction of traffic
+unknown. And several holders on one device, one holder on several devices, each right."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from allsmi.hostactivity.sampler import (HostActivity, HostActivitySampler, NodeActivity,
+                                         ProcessActivity)
+from allsmi.hostactivity.settings import ActivitySettings
+from allsmi.schema import DeviceSample, ProcessSample
+from allsmi.waiting import WaitingClassifier, classify, classify_holder
+
+from .fakeproc import write_node
+
+S = ActivitySettings()
+WORDS_MAX = 2**32 - 1  # a 32-bit port_rcv_data/port_xmit_data at its maximum (4-byte words)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _dev(dev_id: str = "GPU-1", active: float = 1.0, link: float | None = None,
+         procs: tuple[ProcessSample, ...] = (ProcessSample(1, "ann"),)) -> DeviceSample:
+    return DeviceSample(id=dev_id, vendor="nvidia", kind="gpu", backend="nvidia",
+                        utilization_percent=100.0, compute_active_percent=active,
+                        compute_active_source="sm_active", interconnect_rx_bytes_per_second=link,
+                        interconnect_tx_bytes_per_second=link, processes=procs)
+
+
+def _idle(pid: int = 1, **kw: object) -> ProcessActivity:
+    fields: dict[str, object] = dict(pid=pid, cpu_cores=0.0, threads=1, blocked_threads=0,
+                                     read_bytes_per_second=0.0)
+    fields.update(kw)
+    return ProcessActivity(**fields)  # type: ignore[arg-type]
+
+
+def _node_over(tmp: Path, *ib: tuple[int, int]) -> NodeActivity:
+    """The node activity between readings of one port ``mlx4_0`` with these counters (words),
+    two seconds apart, its network quiet."""
+    clock = _Clock()
+    sampler = HostActivitySampler(str(tmp / "proc"), str(tmp / "sys"), monotonic=clock)
+    node = NodeActivity()
+    for rx_tx in ib:
+        write_node(tmp, net={"eth0": (0, 0)}, ib={"mlx4_0": rx_tx})
+        node = sampler.sample([]).node
+        clock.now += 2.0
+    return node
+
+
+def test_a_saturated_infiniband_counter_is_unknown_not_quiet(tmp_path: Path) -> None:
+    """A 32-bit PortCounters port_rcv_data stops at its maximum (the IBA counters saturate,
+    they do not wrap): it read 0 B/s however busy the port, and an idle-looking holder beside
+    it was ``nothing``."""
+    node = _node_over(tmp_path, (WORDS_MAX, WORDS_MAX), (WORDS_MAX, WORDS_MAX))
+    r, why = classify_holder(_dev(), (ProcessSample(1, "ann"),),
+                             HostActivity({1: _idle()}, node, 2.0), S)
+    assert r == "unknown" and "InfiniBand/RoCE traffic not measured" in why, why
+    assert (node.infiniband_rx_bytes_per_second, node.infiniband_tx_bytes_per_second) \
+        == (None, None)
+    assert node.infiniband_ports == 1
+    # reaching its maximum in the interval: its change is a part of the traffic, not all of it
+    node = _node_over(tmp_path / "b", (WORDS_MAX - 100, 0), (WORDS_MAX, 50))
+    assert (node.infiniband_rx_bytes_per_second, node.infiniband_tx_bytes_per_second) \
+        == (None, 100.0)
+
+
+def test_a_node_whose_ports_were_none_read_twice_is_not_quiet(tmp_path: Path) -> None:
+    """The node's only port reset (or was replaced) in the interval: its rate is unknown, so a
+    holder of a device without links of its own is not known to be idle."""
+    node = _node_over(tmp_path, (10**9, 10**9), (5, 5))
+    r, why = classify_holder(_dev(), (ProcessSample(1, "ann"),),
+                             HostActivity({1: _idle()}, node, 2.0), S)
+    assert r == "unknown" and "InfiniBand" in why, why
+    assert node.infiniband_rx_bytes_per_second is None and node.infiniband_ports == 1
+    # a device with links of its own: its links decide, as the docs say
+    r, _ = classify_holder(_dev(link=0.0), (ProcessSample(1, "ann"),),
+                           HostActivity({1: _idle()}, node, 2.0), S)
+    assert r == "nothing"
+    # a node without InfiniBand: its network decides
+    quiet = NodeActivity(network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0)
+    assert classify_holder(_dev(), (ProcessSample(1, "ann"),),
+                           HostActivity({1: _idle()}, quiet, 2.0), S)[0] == "nothing"
+
+
+def test_one_direction_unknown_is_enough_for_busy_never_for_quiet() -> None:
+    procs = (ProcessSample(1, "ann"),)
+    # the node network's sent bytes unknown (every interface's counter went backwards)
+    half = NodeActivity(network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=None)
+    r, why = classify_holder(_dev(), procs, HostActivity({1: _idle()}, half, 2.0), S)
+    assert r == "unknown" and "network not reported" in why, why
+    # InfiniBand: 3 GB/s sent is communication whatever the received bytes were
+    sending = NodeActivity(infiniband_rx_bytes_per_second=None, infiniband_tx_bytes_per_second=3e9,
+                           infiniband_ports=1, network_rx_bytes_per_second=0.0,
+                           network_tx_bytes_per_second=0.0)
+    r, why = classify_holder(_dev(), procs, HostActivity({1: _idle(cpu_cores=1.0)}, sending,
+                                                         2.0), S)
+    assert r == "communication" and "InfiniBand/RoCE 3000 MB/s" in why, why
+    # ...and 0 B/s sent with the received bytes unknown is not quiet
+    silent = NodeActivity(infiniband_rx_bytes_per_second=None, infiniband_tx_bytes_per_second=0.0,
+                          infiniband_ports=1, network_rx_bytes_per_second=0.0,
+                          network_tx_bytes_per_second=0.0)
+    r, why = classify_holder(_dev(), procs, HostActivity({1: _idle()}, silent, 2.0), S)
+    assert r == "unknown" and "InfiniBand" in why, why
+
+
+class _Fixed:
+    """A host source answering the same evidence, recording which threads were asked for."""
+
+    def __init__(self, host: HostActivity) -> None:
+        self.host, self.detailed = host, []  # type: ignore[var-annotated]
+
+    def sample(self, pids: object, detailed: object = None) -> HostActivity:
+        self.detailed.append(set(detailed or ()))  # type: ignore[call-overload]
+        return self.host
+
+
+def test_several_holders_on_one_device_each_by_their_own_processes() -> None:
+    procs = (ProcessSample(1, "ann"), ProcessSample(2, "bob"), ProcessSample(3, "bob"),
+             ProcessSample(4, "cat"))
+    node = NodeActivity(network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0)
+    host = HostActivity({1: _idle(1, read_bytes_per_second=5e6), 2: _idle(2, cpu_cores=1.0),
+                         3: _idle(3), 4: _idle(4)}, node, 2.0)
+    found = classify(_dev(link=0.0, procs=procs), host, S)
+    assert found is not None
+    assert {w.user: w.reason for w in found} == {"ann": "input", "bob": "host", "cat": "nothing"}
+    bob = next(w for w in found if w.user == "bob")
+    assert "1 of 2 processes CPU-bound" in bob.evidence
+
+
+def test_one_holder_on_several_devices_each_right() -> None:
+    """Pid 1 computes on GPU-A and holds GPU-B idle while it waits on its input: A is
+    computing, B input; its threads are read (B is below the threshold), once."""
+    node = NodeActivity(network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0)
+    source = _Fixed(HostActivity({1: _idle(blocked_threads=1)}, node, 2.0))
+    a = _dev("GPU-A", active=70.0, procs=(ProcessSample(1, "ann", utilization_percent=60.0),))
+    b = _dev("GPU-B", active=0.0, link=0.0,
+             procs=(ProcessSample(1, "ann", utilization_percent=0.0),))
+    out = WaitingClassifier(S, source=source).apply([a, b])
+    assert source.detailed == [{1}]
+    assert [[w.reason for w in d.waiting or ()] for d in out] == [["computing"], ["input"]]
