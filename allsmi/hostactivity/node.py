@@ -73,10 +73,21 @@ def _counter(path: str) -> int | None:
         return None
 
 
+def _identity(path: str) -> str:
+    """What tells one interface (``ifindex``) or one InfiniBand device (``node_guid``) from
+    another that later takes its name; empty where unreadable."""
+    try:
+        return _read(path).strip().decode("ascii", "replace")
+    except OSError:
+        return ""
+
+
 def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
     """(received, sent) bytes per interface of the node's own (at most :data:`MAX_INTERFACES`),
     each byte once: an interface stacked on others is left out for those beneath it; so is one
-    whose counters cannot be read."""
+    whose counters cannot be read. Keyed by name and ``ifindex`` (``eth0#2``), so that another
+    interface given the same name (a NIC replaced, an SR-IOV function re-created) starts its
+    own counters instead of adding the difference between two devices' lifetime totals."""
     base = os.path.join(sys_root, "class", "net")
     try:
         names = sorted(os.listdir(base))
@@ -91,7 +102,8 @@ def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
         r = _counter(os.path.join(base, name, "statistics", "rx_bytes"))
         t = _counter(os.path.join(base, name, "statistics", "tx_bytes"))
         if r is not None and t is not None:
-            out[name] = (r, t)
+            index = _identity(os.path.join(base, name, "ifindex"))
+            out[f"{name}#{index}" if index else name] = (r, t)
     return out
 
 
@@ -109,7 +121,8 @@ def read_infiniband(sys_root: str) -> dict[str, tuple[int, int]]:
     """(received, sent) bytes per InfiniBand/RoCE port (``device/port``), at most
     :data:`MAX_INTERFACES`. ``port_rcv_data``/``port_xmit_data`` count 4-byte words (the
     ``_ext`` forms some drivers add are 64-bit versions of the same); a port whose counters
-    cannot be read is left out."""
+    cannot be read is left out. Keyed by device, port and the device's ``node_guid``
+    (``mlx5_0/1#...``): an adapter replaced under the same name starts its own counters."""
     base = os.path.join(sys_root, "class", "infiniband")
     try:
         devices = sorted(os.listdir(base))
@@ -121,6 +134,7 @@ def read_infiniband(sys_root: str) -> dict[str, tuple[int, int]]:
             ports = sorted(os.listdir(os.path.join(base, dev, "ports")))
         except OSError:
             continue
+        guid = _identity(os.path.join(base, dev, "node_guid"))
         for port in ports:
             if len(out) >= MAX_INTERFACES:
                 return out
@@ -128,7 +142,7 @@ def read_infiniband(sys_root: str) -> dict[str, tuple[int, int]]:
             r = _counter(os.path.join(counters, "port_rcv_data"))
             t = _counter(os.path.join(counters, "port_xmit_data"))
             if r is not None and t is not None:
-                out[f"{dev}/{port}"] = (4 * r, 4 * t)
+                out[f"{dev}/{port}#{guid}" if guid else f"{dev}/{port}"] = (4 * r, 4 * t)
     return out
 
 

@@ -173,3 +173,28 @@ def test_a_bond_and_a_vlan_are_not_counted_beside_their_members(tmp_path: Path) 
     node = n.step(net={"eth0": (3000, 300), "eth1": (1000, 100), "bond0": (4000, 400),
                        "eth0.100": (500, 50)})
     assert _net(node) == (2000.0, 200.0)
+
+
+def test_another_device_under_the_same_name_starts_its_own_counters(tmp_path: Path) -> None:
+    """A NIC replaced (or an SR-IOV function re-created) as eth1, an adapter as mlx5_1, with
+    larger lifetime totals: told apart by ifindex and node_guid, they add nothing until read
+    twice, never the difference between two devices' totals."""
+    n = _Node(tmp_path)
+    net, ib = tmp_path / "sys" / "class" / "net", tmp_path / "sys" / "class" / "infiniband"
+
+    def identities(index: int, guid: str) -> None:
+        (net / "eth0" / "ifindex").write_text("2\n")
+        (net / "eth1" / "ifindex").write_text(f"{index}\n")
+        (ib / "mlx5_0" / "node_guid").write_text("b8ce:f603:00aa:0001\n")
+        (ib / "mlx5_1" / "node_guid").write_text(f"{guid}\n")
+
+    n.step(net={"eth0": (0, 0), "eth1": (10, 10)}, ib={"mlx5_0": (0, 0), "mlx5_1": (10, 10)})
+    identities(3, "b8ce:f603:00aa:0002")
+    n.step(net={"eth0": (0, 0), "eth1": (10, 10)}, ib={"mlx5_0": (0, 0), "mlx5_1": (10, 10)})
+    identities(9, "b8ce:f603:00bb:0009")  # both replaced, same names, far larger totals
+    node = n.step(net={"eth0": (2000, 4000), "eth1": (10**12, 10**12)},
+                  ib={"mlx5_0": (100, 50), "mlx5_1": (10**11, 10**11)})
+    assert _net(node) == (1000.0, 2000.0) and _ib(node) == (200.0, 100.0)
+    node = n.step(net={"eth0": (2000, 4000), "eth1": (10**12 + 600, 10**12)},
+                  ib={"mlx5_0": (100, 50), "mlx5_1": (10**11 + 5, 10**11)})
+    assert _net(node) == (300.0, 0.0) and _ib(node) == (10.0, 0.0)
