@@ -85,7 +85,10 @@ def _identity(path: str) -> str:
 def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
     """(received, sent) bytes per interface of the node's own (at most :data:`MAX_INTERFACES`),
     each byte once: an interface stacked on others is left out for those beneath it; so is one
-    whose counters cannot be read. Keyed by name and ``ifindex`` (``eth0#2``), so that another
+    whose counters cannot be read. Where the node has network devices (interfaces with a
+    ``device`` link), only they count: the virtual ones (tunnels, WireGuard, ``ifb`` mirrors,
+    Cilium's ``lxc``) carry traffic that also crosses a device, or stays on the node; a pod's
+    own network namespace, with no device, counts its virtual interfaces. Keyed by name and ``ifindex`` (``eth0#2``), so that another
     interface given the same name (a NIC replaced, an SR-IOV function re-created) starts its
     own counters instead of adding the difference between two devices' lifetime totals."""
     base = os.path.join(sys_root, "class", "net")
@@ -93,10 +96,11 @@ def read_network(sys_root: str) -> dict[str, tuple[int, int]]:
         names = sorted(os.listdir(base))
     except OSError:
         return {}
+    names = [name for name in names
+             if name != "lo" and not name.startswith(_SKIPPED_PREFIXES) and not _stacked(base, name)]
+    physical = [name for name in names if os.path.exists(os.path.join(base, name, "device"))]
     out: dict[str, tuple[int, int]] = {}
-    for name in names:
-        if name == "lo" or name.startswith(_SKIPPED_PREFIXES) or _stacked(base, name):
-            continue
+    for name in physical or names:
         if len(out) >= MAX_INTERFACES:
             break
         r = _counter(os.path.join(base, name, "statistics", "rx_bytes"))

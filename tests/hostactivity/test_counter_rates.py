@@ -198,3 +198,19 @@ def test_another_device_under_the_same_name_starts_its_own_counters(tmp_path: Pa
     node = n.step(net={"eth0": (2000, 4000), "eth1": (10**12 + 600, 10**12)},
                   ib={"mlx5_0": (100, 50), "mlx5_1": (10**11 + 5, 10**11)})
     assert _net(node) == (300.0, 0.0) and _ib(node) == (10.0, 0.0)
+
+
+def test_virtual_interfaces_beside_network_devices_are_not_counted_again(tmp_path: Path) -> None:
+    """Traffic through a tunnel, a WireGuard link or an ifb mirror also crosses the NIC: where
+    the node has network devices only they count; without any (a pod's own network namespace)
+    the virtual interfaces do."""
+    n = _Node(tmp_path)
+    net = tmp_path / "sys" / "class" / "net"
+    virtual = {"wg0": (0, 0), "ifb0": (0, 0), "vxlan.calico": (0, 0), "lxc12ab": (0, 0)}
+    n.step(net={"eth0": (0, 0), **virtual})
+    (net / "eth0" / "device").mkdir()  # a PCI network device (a symlink in a real sysfs)
+    moved = {name: (2000, 2000) for name in virtual}
+    assert _net(n.step(net={"eth0": (2000, 2000), **moved})) == (1000.0, 1000.0)
+    (net / "eth0" / "device").rmdir()  # no device: a pod's namespace, its veth named eth0
+    n.step(net={"eth0": (2000, 2000), **moved})
+    assert _net(n.step(net={"eth0": (4000, 4000), "wg0": (4000, 4000)})) == (2000.0, 2000.0)
