@@ -81,7 +81,8 @@ def test_summary_line_and_host_detail_say_the_devices_are_counted_twice(
         sim_snapshots: list) -> None:  # type: ignore[type-arg]
     """The warning reaches the screen: the summary line and each affected host's row."""
     from allsmi.dashboard.views.hosts import host_warnings
-    from allsmi.dashboard.state.model import Filter, refs_of
+    from allsmi.dashboard.state.filtering import Filter
+    from allsmi.dashboard.state.model import refs_of
     from allsmi.dashboard.views.render import Palette
     from allsmi.dashboard.sources import HostState, shared_devices
     from allsmi.dashboard.views.summary import summary_lines

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from allsmi.dashboard.state.model import (EnergyMeter, Filter, History, apply_filter, device_key,
-                                    memory_percent, order_devices, refs_of)
+from allsmi.dashboard.state.filtering import Filter, apply_filter
+from allsmi.dashboard.state.model import (EnergyMeter, History, device_key, memory_percent, order_devices,
+                                          refs_of)
 from allsmi.dashboard.state.totals import totals_by
 from allsmi.dashboard.views.render import Palette, core_strip, gauge, spark
 from allsmi.schema import DeviceSample, Snapshot

@@ -6,13 +6,15 @@ asks the app to redraw; the drawing itself stays in :mod:`allsmi.dashboard.scree
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from textual.binding import Binding
 
 from allsmi.dashboard.state.idle import IDLE_SORTS
 from allsmi.dashboard.screen.keynames import key_display
-from allsmi.dashboard.state.model import DESCENDING_BY_DEFAULT, SORT_KEYS, Filter, filter_choices
+from allsmi.dashboard.state.filtering import Filter, filter_choices
+from allsmi.dashboard.state.model import DESCENDING_BY_DEFAULT, SORT_KEYS
 from allsmi.dashboard.screen.options import DEFAULT_THEME, LIGHT_THEME
 from allsmi.dashboard.views.render import Palette
 
@@ -146,13 +148,13 @@ class KeyActions:
         """Filter to the next vendor (then back to all)."""
         vendors = filter_choices(self.all_refs(), self.filter, "vendor")  # only those on view
         vendor = self._cycle(self.filter.vendor, vendors)
-        self._set_filter(Filter(self.filter.text, vendor, self.filter.group, self.filter.host))
+        self._set_filter(replace(self.filter, vendor=vendor))
 
     def action_cycle_group(self) -> None:
         """Filter to the next resource group (then back to all)."""
         groups = filter_choices(self.all_refs(), self.filter, "group")  # only combinations that exist
         group = self._cycle(self.filter.group, groups)
-        self._set_filter(Filter(self.filter.text, self.filter.vendor, group, self.filter.host))
+        self._set_filter(replace(self.filter, group=group))
 
     def action_clear_or_back(self) -> None:
         """Close the filter box, clear filters, or return to the main view."""
@@ -160,7 +162,7 @@ class KeyActions:
         if box is not None and box.has_class("-visible"):
             box.value = ""
             self._close_filter()
-            self._set_filter(Filter("", self.filter.vendor, self.filter.group, self.filter.host))
+            self._set_filter(replace(self.filter, text=""))
             return
         if self.filter.active:
             had_host = self.filter.host is not None

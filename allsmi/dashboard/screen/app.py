@@ -16,6 +16,7 @@ import contextvars
 import gc
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from textual import events
@@ -28,6 +29,7 @@ from textual.widgets import ContentSwitcher, Input, Static
 
 from allsmi.config import Config
 from allsmi.formatting import NA
+from allsmi.usage import bridged_gap_seconds
 
 from allsmi.dashboard.screen.actions import BINDINGS, KeyActions
 from allsmi.dashboard.tables.columns import Column, content_widths, hidden_columns
@@ -36,7 +38,8 @@ from allsmi.dashboard.screen.drawing import ViewDrawing
 from allsmi.dashboard.screen.feed import DataFeed
 from allsmi.dashboard.state.idle import IdleMeter, IdleRow
 from allsmi.dashboard.screen.keynames import install as install_key_names
-from allsmi.dashboard.state.model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, Filter, History, Retention
+from allsmi.dashboard.state.filtering import NO_GROUP, Filter
+from allsmi.dashboard.state.model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, History, Retention
 from allsmi.dashboard.screen.options import DashboardOptions
 from allsmi.dashboard.screen.footer import KeyFooter
 from allsmi.dashboard.views.panels import TOTALS_COLUMNS, DetailPanel, ProcessTable, SummaryBar
@@ -55,6 +58,8 @@ PANEL_MIN_HEIGHT = 20
 #: ``-tiny``), so that a 5-line terminal still shows device rows.
 TINY_HEIGHT = 10
 VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
+#: The sort a click on a header of the groups or vendors table selects.
+TOTALS_SORTS = {"name": "index", "util": "utilization", "memory": "memory", "power": "power"}
 
 
 # The screen and the containers under the views are drawn blank (Textual's ``BLANK``): each line
@@ -111,7 +116,7 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         self.poll_seconds = poll_seconds or min(1.0, max(0.1, interval / 2))
         # About ten minutes of history per device, at least 60 points.
         self.history = History(history_points or max(60, min(1200, int(600 / interval))))
-        self.energy = EnergyMeter()
+        self.energy = EnergyMeter(bridged_gap_seconds(interval))  # the idle meter's gap too
         self.idle = IdleMeter(self.options.idle_threshold_percent, self.history.points, interval,
                               self.config)
         """Allocated-but-idle time per holder over the history window (the idle view, `i`)."""
@@ -278,20 +283,34 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value or ""
         kind, _, name = key.partition(":")
-        if kind == "group":
-            self._drill(Filter(group=None if name == NA else name))
+        if kind == "group":  # "N/A": the devices without a group, not every device
+            self._drill(Filter(group=NO_GROUP if name == NA else name))
         elif kind == "vendor":
             self._drill(Filter(vendor=name))
         elif kind == "idle":
             row = next((r for r in self.idle_rows if r.key == name), None)
-            if row is not None:  # its devices: by job, pod or user, within its group
-                h = row.holder
-                self._drill(Filter(h.job or h.pod or h.user or "", group=row.group or None))
+            if row is not None:  # the devices it held idle: these, not whatever its name finds
+                from allsmi.dashboard.views.idleview import drill_filter
+                self._drill(drill_filter(row, self.all_refs()))
         elif kind == "host":
             focus = getattr(self.source, "focus", None)
             if focus is not None:  # a large fleet: fetch this host's devices from now on
                 focus([name])
             self._drill(Filter(host=name))
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a header of the groups, vendors or idle table sorts by that column, as the
+        device table's headers do (the same key again reverses)."""
+        column = event.column_key.value
+        if event.data_table.id == "idle-table" and column in ("idle", "cost"):
+            wanted = "time" if column == "idle" else "cost"
+            if wanted == self.idle_sort:
+                self.action_reverse_sort()
+            else:
+                self.idle_sort, self.idle_descending = wanted, True
+                self.refresh_view()
+        elif column in TOTALS_SORTS and event.data_table.has_class("totals"):
+            self.action_sort(TOTALS_SORTS[column])
 
     def on_device_table_header_selected(self, event: DeviceTable.HeaderSelected) -> None:
         for column in self.device_table.spec:
@@ -300,15 +319,15 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
-            self._set_filter(Filter(event.value.strip(), self.filter.vendor, self.filter.group,
-                                    self.filter.host))
+            self._set_filter(replace(self.filter, text=event.value.strip()))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
             self._close_filter()
 
     def _drill(self, flt: Filter) -> None:
-        self.drilled_from = self.view if self.view in ("groups", "idle") else None
+        # Esc goes back to the view the row was in (a group row of the cluster view too)
+        self.drilled_from = self.view if self.view in ("groups", "idle", "cluster") else None
         self.filter = flt
         self._switch("devices")
 

@@ -18,12 +18,14 @@ from allsmi.config import Config
 from allsmi.formatting import NA
 
 from allsmi.dashboard.tables.device_table import DeviceTable, RowContext, parent_names
-from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, Filter, History, apply_filter, order_devices, refs_of
+from allsmi.dashboard.state.filtering import Filter, apply_filter
+from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, order_devices, refs_of
 from allsmi.dashboard.screen.options import DashboardOptions
-from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, energy_unit, totals_cells
+from allsmi.dashboard.views.panels import (MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, energy_unit,
+                                           same_widths, totals_cells)
 from allsmi.dashboard.views.render import Palette, safe, safe_text
 from allsmi.dashboard.sources import HostState
-from allsmi.dashboard.views.summary import summary_lines
+from allsmi.dashboard.views.summary import holders_text, summary_lines
 from allsmi.dashboard.state.totals import Totals, order_totals, sum_totals, totals_by
 
 
@@ -150,21 +152,22 @@ class ViewDrawing:
             vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
         groups = order_totals(groups, self.sort_key, self.descending)
         unit = energy_unit(max((t.energy_joules or 0.0 for t in groups), default=0.0))
-        self.query_one(group_id, DiffTable).set_rows(
-            (f"group:{t.name}", totals_cells(t, self._palette, unit=unit)) for t in groups)
+        group_rows = [(f"group:{t.name}", totals_cells(t, self._palette, unit=unit)) for t in groups]
         vendors = order_totals(vendors, self.sort_key, self.descending)
         unit = energy_unit(max((t.energy_joules or 0.0 for t in vendors), default=0.0))
-        self.query_one(vendor_id, DiffTable).set_rows(
-            (f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False, unit=unit))
-            for t in vendors)
+        vendor_rows = [(f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False, unit=unit))
+                       for t in vendors]
+        group_rows, vendor_rows = same_widths(group_rows, vendor_rows)  # the two tables aligned
+        self.query_one(group_id, DiffTable).set_rows(group_rows)
+        self.query_one(vendor_id, DiffTable).set_rows(vendor_rows)
 
     def _show_hosts(self) -> None:
         from allsmi.dashboard.tables.difftable import DiffTable
-        from allsmi.dashboard.views.hosts import host_rows, problem_width  # the cluster view's: on first use
+        from allsmi.dashboard.views.hosts import host_rows  # the cluster view's: on first use
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         table = self.query_one("#host-table", DiffTable)
         table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
-                                 problem_width(self.hosts, self.size.width)))
+                                 self.size.width))
         self._show_host_detail()
 
     def _show_host_detail(self) -> None:
@@ -186,7 +189,9 @@ class ViewDrawing:
             flt=self.filter, shown=self.shown,
             process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
             note=getattr(self.source, "note", None),
-            hidden=getattr(self, "hidden_columns", ()) if self.view == "devices" else ())
+            hidden=getattr(self, "hidden_columns", ()) if self.view == "devices" else (),
+            count=holders_text(len(getattr(self, "idle_rows", ()))) if self.view == "idle" else None,
+            width=max(1, self.size.width - 2))  # inside the bar's padding
         plain = line.plain + "\n" + state.plain
         if plain != self._summary_text:
             self._summary_text = plain

@@ -32,7 +32,7 @@ def help_table(bindings: Iterable[Binding]) -> Table:
     table.add_row(Text("mouse", style="bold"),
                   "click a row to select it, a column header to sort by it; wheel scrolls")
     table.add_row(Text("Enter", style="bold"),
-                  "on a group, vendor or host row: show its devices (Esc goes back)")
+                  "on a group, vendor, host or idle holder row: show its devices (Esc goes back)")
     table.add_row(Text("Tab", style="bold"), "move between the device table and the processes panel")
     return table
 

@@ -240,7 +240,8 @@ def order_rows(rows: Sequence[IdleRow], key: str = "cost", descending: bool = Tr
     """By idle cost then idle time, or by idle time then cost; ties by group and holder so the
     order is stable. Costs are ranked within their currency (currencies in alphabetical
     order: no exchange rate is known), and rows whose cost is unknown come after every priced
-    one, by idle time, as ``allsmi idle`` ranks them; ascending is the exact reverse."""
+    one, by idle time, as ``allsmi idle`` ranks them; by time, rows of the same idle time follow
+    the same rule. Ascending is the exact reverse."""
     if key not in IDLE_SORTS:
         raise ValueError(f"unknown idle sort {key!r} (known: {', '.join(IDLE_SORTS)})")
     ordered = sorted(rows, key=lambda r: r.key)
@@ -253,7 +254,11 @@ def order_rows(rows: Sequence[IdleRow], key: str = "cost", descending: bool = Tr
                           key=lambda r: r.idle_seconds, reverse=True)
         out = [r for block in blocks for r in block] + unpriced
         return out if descending else out[::-1]
-    return sorted(ordered, key=lambda r: (r.idle_seconds, r.idle_cost or 0.0), reverse=descending)
+    # By idle time; ties (holders sharing a device equally) by cost within their currency, an
+    # unknown cost after every priced one: never one currency's amount against another's.
+    out = sorted(ordered, key=lambda r: (-r.idle_seconds, r.idle_cost is None, r.currency or "",
+                                         -(r.idle_cost or 0.0)))
+    return out if descending else out[::-1]
 
 
 def row_text(row: IdleRow) -> Iterable[str]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import collections
 import math
 from array import array
-from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, Optional, Sequence, overload
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence, overload
 
 from allsmi.schema import DeviceSample, Snapshot
-from allsmi.usage import UsageIntegrator
+from allsmi.usage import DEFAULT_MAX_GAP_SECONDS, UsageIntegrator
+
 
 #: Sort orders a user can pick, in the order the help screen lists them.
 SORT_KEYS: tuple[str, ...] = ("index", "utilization", "memory", "power", "temperature")
@@ -135,99 +136,6 @@ def order_devices(refs: Sequence[DeviceRef], key: str = "index",
     for ref in ordered:
         place(ref)
     return out
-
-
-@dataclass(frozen=True)
-class Filter:
-    """What the user narrowed the view to; empty fields match everything."""
-
-    text: str = ""
-    vendor: str | None = None
-    group: str | None = None
-    host: str | None = None
-
-    @property
-    def active(self) -> bool:
-        """Whether anything is filtered out."""
-        return bool(self.text or self.vendor or self.group or self.host)
-
-    def describe(self) -> str:
-        """A short human description ("vendor=amd text='mi300'"), empty when inactive."""
-        parts = []
-        if self.host:
-            parts.append(f"host={self.host}")
-        if self.vendor:
-            parts.append(f"vendor={self.vendor}")
-        if self.group:
-            parts.append(f"group={self.group}")
-        if self.text:
-            parts.append(f"text={self.text!r}")
-        return " ".join(parts)
-
-    def matches(self, ref: DeviceRef) -> bool:
-        """Whether this one device passes (partitions are handled by :func:`apply_filter`)."""
-        dev = ref.device
-        if self.host is not None and ref.host != self.host:
-            return False
-        if self.vendor is not None and dev.vendor != self.vendor:
-            return False
-        if self.group is not None and dev.resource_group != self.group:
-            return False
-        if self.text:
-            needle = self.text.lower()
-            return any(needle in hay.lower() for hay in _haystack(ref))
-        return True
-
-
-def filter_choices(refs: Sequence[DeviceRef], flt: Filter, dimension: str) -> list[str]:
-    """The values of ``dimension`` (``"vendor"`` or ``"group"``) that the devices passing the
-    rest of ``flt`` have, sorted: what cycling that filter can choose without emptying the view
-    (``f`` after ``v`` offers only the chosen vendor's groups)."""
-    rest = replace(flt, **{dimension: None})
-    values = {(ref.device.vendor if dimension == "vendor" else ref.device.resource_group)
-              for ref in refs if rest.matches(ref)}
-    return sorted(v for v in values if v)
-
-
-def _haystack(ref: DeviceRef) -> Iterator[str]:
-    dev = ref.device
-    yield ref.host
-    for value in (dev.vendor, dev.name, dev.id, dev.uuid, dev.bus_id, dev.backend,
-                  dev.resource_group, dev.health, dev.kind):
-        if value:
-            yield value
-    if dev.index is not None:
-        yield f"{dev.vendor}:{dev.index}"
-    yield from dev.labels.values()
-    for proc in dev.processes or ():
-        yield str(proc.pid)
-        for value in (proc.user, proc.command, proc.job_id, proc.pod_uid):
-            if value:
-                yield value
-    for work in dev.workloads or ():
-        for value in (work.namespace, work.pod, work.container, work.job_id, work.user):
-            if value:
-                yield value
-
-
-def apply_filter(refs: Sequence[DeviceRef], flt: Filter) -> list[DeviceRef]:
-    """Devices passing ``flt``; a partition comes along with a matching parent, and a
-    matching partition brings its parent for context."""
-    if not flt.active:
-        return list(refs)
-    by_id = {(r.host, r.device.id): r for r in refs}
-    keep: set[tuple[str, str]] = set()
-    for ref in refs:
-        if flt.matches(ref):
-            keep.add((ref.host, ref.device.id))
-            parent = ref.device.parent
-            if parent is not None and (ref.host, parent) in by_id:
-                keep.add((ref.host, parent))
-    for ref in refs:
-        parent = ref.device.parent
-        if parent is not None and (ref.host, parent) in keep and flt.matches(by_id[(ref.host, parent)]):
-            keep.add((ref.host, ref.device.id))
-    return [r for r in refs if (r.host, r.device.id) in keep]
 
 
 # -- history --------------------------------------------------------------------
@@ -386,7 +294,11 @@ class EnergyMeter:
     unknown (``None``) rather than 0.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS) -> None:
+        self.max_gap_seconds = max_gap_seconds
+        """The longest gap between two samples still integrated: the app passes
+        :func:`allsmi.usage.bridged_gap_seconds` of its interval, as the exporter's and the idle
+        view's, so that samples a minute apart still count."""
         self._integrators: dict[str, UsageIntegrator] = {}
         self._joules: dict[str, float] = {}
         self._seen: dict[str, float] = {}
@@ -397,7 +309,9 @@ class EnergyMeter:
         if self._seen.get(host) == when:
             return
         self._seen[host] = when
-        integrator = self._integrators.setdefault(host, UsageIntegrator())
+        integrator = self._integrators.get(host)
+        if integrator is None:
+            integrator = self._integrators[host] = UsageIntegrator(self.max_gap_seconds)
         for inc in integrator.update(snapshot):
             if inc.energy_joules is not None:
                 key = device_key(host, inc.device_id)

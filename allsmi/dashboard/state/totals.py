@@ -23,7 +23,13 @@ class Totals:
     utilization_sum: float = 0.0
     utilization_count: int = 0
     memory_used_bytes: int | None = None
+    """Memory in use of the devices that report both their use and their total (like with like)."""
     memory_total_bytes: int | None = None
+    """Memory of those same devices."""
+    memory_count: int = 0
+    """Devices that report both memory in use and total memory."""
+    memory_reported: int = 0
+    """Devices that report either (more than :attr:`memory_count`: the sums are partial)."""
     power_watts: float | None = None
     """Power of every device that reports it (the draw of the set)."""
     power_limit_watts: float | None = None
@@ -68,6 +74,8 @@ def sum_totals(name: str, parts: Sequence[Totals]) -> Totals:
         out.lost += part.lost
         out.processes += part.processes
         out.power_count += part.power_count
+        out.memory_count += part.memory_count
+        out.memory_reported += part.memory_reported
         out.power_limited_count += part.power_limited_count
         out.hosts |= part.hosts
         out.utilization_sum += part.utilization_sum
@@ -129,6 +137,7 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
     moved_used: dict[tuple[str, str], int] = collections.defaultdict(int)
     moved_total: dict[tuple[str, str], int] = collections.defaultdict(int)
     counted: list[tuple[DeviceRef, Totals, bool]] = []
+    unsure: set[tuple[str, str]] = set()
     for ref in refs:
         name = key(ref)
         if name is None:
@@ -144,8 +153,11 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
         if dev.parent is not None:
             totals.partitions += 1
         if is_unit and parent is not None:
-            moved_used[(ref.host, parent.device.id)] += dev.memory_used_bytes or 0
-            moved_total[(ref.host, parent.device.id)] += dev.memory_total_bytes or 0
+            here = (ref.host, parent.device.id)
+            if dev.memory_used_bytes is None or dev.memory_total_bytes is None:
+                unsure.add(here)  # how much of the parent's use moved is unknown
+            moved_used[here] += dev.memory_used_bytes or 0
+            moved_total[here] += dev.memory_total_bytes or 0
         counted.append((ref, totals, is_unit))
     for ref, totals, is_unit in counted:
         dev = ref.device
@@ -173,8 +185,15 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
             totals.lost += 1
         here = (ref.host, dev.id)
         used, total = dev.memory_used_bytes, dev.memory_total_bytes
+        if used is not None or total is not None:
+            totals.memory_reported += 1
+        # Like with like (as power against limits): a device whose use (or total) is unknown adds
+        # neither, so the share used is never a known use over a larger total.
+        if used is None or total is None or here in unsure:
+            continue
+        totals.memory_count += 1
         totals.memory_used_bytes = _add(totals.memory_used_bytes,  # type: ignore[assignment]
-                                        None if used is None else used - moved_used.get(here, 0))
+                                        used - moved_used.get(here, 0))
         totals.memory_total_bytes = _add(totals.memory_total_bytes,  # type: ignore[assignment]
-                                         None if total is None else total - moved_total.get(here, 0))
+                                         total - moved_total.get(here, 0))
     return list(out.values())

@@ -24,9 +24,11 @@ def lines_with_blank_tail(widget: Widget, crop: Region, content_lines: int,
                           render: Callable[[Region], list[Strip]]) -> list[Strip]:
     """The lines of ``crop`` as ``render`` (Textual's ``render_lines``) draws them, where the
     widget's lines from ``content_lines`` on are blank: one blank line is drawn and repeated.
-    Textual's line cache would keep a styled copy of each (a strip with its own caches)."""
+    Textual's line cache would keep a styled copy of each (a strip with its own caches).
+    ``crop`` counts the widget's top border and padding too (the processes panel's border carries
+    its title): the first blank line is below them and the content."""
     x, y, width, height = crop
-    drawn = max(1, content_lines + 1 - y)  # up to the first blank line
+    drawn = max(1, widget.styles.gutter.top + content_lines + 1 - y)  # up to the first blank line
     if drawn >= height or widget.styles.gutter.bottom:  # a bottom border or padding: lines differ
         return render(crop)
     lines = render(Region(x, y, width, drawn))

@@ -66,7 +66,7 @@ class ProcessTable(LineTable):
     #: The device is as wide as it needs (``host:index`` in a cluster) up to
     #: :data:`DEVICE_MAX_WIDTH`; the command takes the rest of the panel's width, so that it is
     #: cut (with an ellipsis) at the panel's edge, never by the edge.
-    COLUMNS = (("pid", "pid", 7), ("user", "user", 10), ("memory", "memory", 9),
+    COLUMNS = (("pid", "pid", 7), ("user", "user", 10), ("memory", "memory", 10),  # "1010.0 MiB"
                ("util", "util", 5), ("device", "device", None), ("job", "job / pod", 12),
                ("command", "command", COMMAND_MIN_WIDTH))
     """``util`` is the process's share of the device's compute engines over the last interval

@@ -20,16 +20,17 @@ from allsmi.formatting import NA, percent
 
 from allsmi.dashboard.state.model import duplicate_ids
 from allsmi.dashboard.state.totals import Totals
-from allsmi.dashboard.views.panels import age_text, memory_pair, power_totals
+from allsmi.dashboard.views.panels import age_text, memory_totals, power_totals
 from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState
 
 HOST_COLUMNS = (("host", "host", None), ("state", "state", 5), ("age", "age", 8), ("devices", "devices", 7),
-                ("util", "util", 5), ("power", "power / limit", 23), ("memory", "memory", 19),
+                ("util", "util", 5), ("power", "power / limit", None), ("memory", "memory", None),
                 ("name", "hostname", None), ("error", "problem", None))
 """The hosts table; ``None`` widths follow the content, the host and hostname up to
 :data:`NAME_MAX_WIDTH` (cut with an ellipsis: the line under the table has them whole), the
-problem to the screen's edge (wrapped onto more lines, never cut)."""
+power and memory as wide as their longest (``9.7/19.1 kW (27 of 36)``: a number is never
+cut), the problem to the screen's edge (wrapped onto more lines, never cut)."""
 
 #: The widest the host and hostname cells grow (a Prometheus ``instance`` can be kilobytes).
 NAME_MAX_WIDTH = 32
@@ -42,7 +43,7 @@ def capped(text: str, width: int = NAME_MAX_WIDTH) -> str:
 
 def host_warnings(host: HostState) -> list[str]:
     """What is wrong with a host that answers: duplicate device ids, values the parser nulled."""
-    out = []
+    out = source_faults(host)
     dups = duplicate_ids(host.snapshot)
     if dups:
         out.append(f"duplicate device id{'s' if len(dups) > 1 else ''} {', '.join(dups[:3])}"
@@ -51,6 +52,21 @@ def host_warnings(host: HostState) -> list[str]:
         out.append(f"bad values ignored: {'; '.join(host.problems)}")
     if host.shared:
         out.append(shared_warning(host.shared, host.shared_with))
+    return out
+
+
+def source_faults(host: HostState) -> list[str]:
+    """The host's backends and attribution sources that failed or hung in its last snapshot
+    (``backend amd timeout: no answer within 5 s``): its row says which node it is."""
+    snap = host.snapshot
+    if snap is None:
+        return []
+    out = []
+    for what, statuses in (("backend", snap.backends), ("attribution", snap.attribution)):
+        for status in statuses:
+            if status.status in ("error", "timeout"):
+                said = f"{what} {status.name} {status.status}"
+                out.append(f"{said}: {status.message}" if status.message else said)
     return out
 
 
@@ -106,20 +122,26 @@ def wrapped(text: Text, width: int | None, max_lines: int = 6) -> Text:
     return Text("\n").join(lines)
 
 
-def problem_width(hosts: Sequence[HostState], screen_width: int) -> int:
+def problem_width(hosts: Sequence[HostState], screen_width: int,
+                  measured: Mapping[str, int] | None = None) -> int:
     """Cells left for the problem column once the other columns of :data:`HOST_COLUMNS` are laid
-    out (the ``host`` and ``hostname`` columns as wide as their longest value)."""
+    out (the ``host`` and ``hostname`` columns as wide as their longest value, the ``power`` and
+    ``memory`` columns as ``measured``: their longest cells)."""
+    measured = measured or {}
     fixed = sum(w for _, _, w in HOST_COLUMNS if w is not None)
     host = min(NAME_MAX_WIDTH, max((len(h.key) for h in hosts), default=4))
     name = min(NAME_MAX_WIDTH, max((len(h.name) for h in hosts if h.name != h.key), default=len(NA)))
-    return screen_width - fixed - max(host, 4) - max(name, 8) - 2 * len(HOST_COLUMNS) - 4
+    auto = sum(max(measured.get(cid, 19), len(label)) for cid, label, width in HOST_COLUMNS
+               if width is None and cid in ("power", "memory"))
+    return screen_width - fixed - max(host, 4) - max(name, 8) - auto - 2 * len(HOST_COLUMNS) - 4
 
 
 def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette: Palette, now: float,
-              interval: float, width: int | None = None) -> list[tuple[str, tuple[Any, ...]]]:
-    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order; with the problem column's
-    ``width``, a longer problem is wrapped onto more lines of its row."""
-    rows = []
+              interval: float, screen_width: int | None = None) -> list[tuple[str, tuple[Any, ...]]]:
+    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order; on a screen
+    ``screen_width`` cells wide, a problem longer than its column (:func:`problem_width`) is
+    wrapped onto more lines of its row."""
+    rows: list[tuple[str, tuple[Any, ...]]] = []
     for host in hosts:
         totals = by_host.get(host.key) or host.summary or Totals(host.key)
         if host.error is None:
@@ -139,10 +161,15 @@ def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette
             Text(percent(totals.utilization_percent), justify="right",
                  style=palette.load(totals.utilization_percent)),
             power_totals(totals),
-            memory_pair(totals.memory_used_bytes, totals.memory_total_bytes),
+            memory_totals(totals),
             capped(host.name) if host.name != host.key else NA,
-            wrapped(problem_text(host, palette, now), width))))
-    return rows
+            problem_text(host, palette, now))))
+    if screen_width is None:
+        return rows
+    measured = {cid: max((len(cells[i]) for _, cells in rows), default=0)
+                for i, (cid, _, _) in enumerate(HOST_COLUMNS) if cid in ("power", "memory")}
+    width = problem_width(hosts, screen_width, measured)
+    return [(key, cells[:-1] + (wrapped(cells[-1], width),)) for key, cells in rows]
 
 
 def host_detail(host: HostState | None, palette: Palette, now: float) -> Text:

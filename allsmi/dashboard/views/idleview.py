@@ -6,14 +6,16 @@ the app puts them in a :class:`allsmi.dashboard.tables.difftable.DiffTable`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Collection, Mapping, Sequence
 
 from rich.text import Text
 
 from allsmi.formatting import NA
 
 from allsmi.dashboard.state.idle import IdleRow, row_text
-from allsmi.dashboard.state.model import Filter
+from allsmi.dashboard.state.filtering import Filter, apply_filter, text_matches
+from allsmi.dashboard.views.activity import holder_words
 from allsmi.dashboard.views.render import Palette, safe
 
 IDLE_COLUMNS = (("group", "group", 14), ("user", "user", 12), ("job", "job", 10),
@@ -71,13 +73,39 @@ def idle_cells(row: IdleRow, names: Mapping[str, str], palette: Palette) -> tupl
             Text(cost_text(row), justify="right"), devices_text(row, names))
 
 
-def matches(row: IdleRow, flt: Filter, names: Mapping[str, str]) -> bool:
-    """Whether the text filter finds the row (group, user, namespace, pod, job or a device)."""
+def matches(row: IdleRow, flt: Filter, names: Mapping[str, str],
+            found: Collection[str] = ()) -> bool:
+    """Whether the text filter finds the row: its holder (group, user, namespace, pod, job), a
+    device's short name, or one of its devices as the device view's text filter finds them
+    (``found``: their row keys; ``mi300x`` typed in the device view keeps the holders of MI300X
+    devices here, not an empty view)."""
     if not flt.text:
         return True
     needle = flt.text.lower()
     hay = list(row_text(row)) + [names.get(k, k) for k in row.devices]
-    return any(needle in value.lower() for value in hay)
+    return any(needle in value.lower() for value in hay) or any(k in found for k in row.devices)
+
+
+def drill_filter(row: IdleRow, refs: Sequence[Any]) -> Filter:
+    """What ``Enter`` on ``row`` shows: the devices it held idle and those it holds now, the
+    holder known exactly as the idle view knows it (:func:`allsmi.usage.holder_weights`), not
+    whatever its name finds as text (job ``703`` is in pid ``17034``; an ``(unclaimed)`` row
+    has no name at all)."""
+    from allsmi.usage import holder_weights
+    keys = set(row.devices)
+    if any(row.holder):
+        keys.update(ref.key for ref in refs
+                    if (ref.device.resource_group or "") == row.group
+                    and any(h == row.holder for h, _ in holder_weights(ref.device)))
+    return Filter(devices=frozenset(keys), label=holder_label(row))
+
+
+def holder_label(row: IdleRow) -> str:
+    """Who the row is, for the state line of its drill-down (``job 4931180  user alice``)."""
+    h = row.holder
+    if not any(h):
+        return f"{UNCLAIMED} in {row.group or NA}"
+    return holder_words(h.pod, h.job, h.user, h.namespace)
 
 
 def _duration(seconds: float) -> str:
@@ -103,7 +131,7 @@ def idle_title(span: tuple[float, float] | None, threshold: float, points: int,
     text.append(f", last {_duration(seconds)}")
     if shown:
         total = sum(r.idle_seconds for r in shown)
-        text.append(f": {len(shown)} holders, {hours_text(total)} device-h")
+        text.append(f": {len(shown)} holder{'' if len(shown) == 1 else 's'}, {hours_text(total)} device-h")
         costs: dict[str, float] = {}
         for row in shown:
             if row.idle_cost is not None:
@@ -141,11 +169,13 @@ def show_idle(app: Any) -> None:
     from allsmi.dashboard.tables.difftable import DiffTable
     from textual.widgets import Static
     flt: Filter = app.filter
-    allowed = {r.key for r in app.shown} if (flt.vendor or flt.group or flt.host) else None
     refs = app.all_refs()
+    rest = replace(flt, text="")  # what narrows the devices; the text may name holders instead
+    allowed = {r.key for r in apply_filter(refs, rest)} if rest.active else None
     names = device_names(refs, app.source.cluster, {h.key: h.name for h in app.hosts})
     rows = app.idle.rows(None if allowed is None else allowed.__contains__)
-    rows = [r for r in rows if matches(r, flt, names)]
+    found = {r.key for r in refs if text_matches(r, flt.text)} if flt.text else set()
+    rows = [r for r in rows if matches(r, flt, names, found)]
     rows = order_rows(rows, app.idle_sort, app.idle_descending)
     app.query_one("#idle-table", DiffTable).set_rows(
         (f"idle:{r.key}", idle_cells(r, names, app._palette)) for r in rows)

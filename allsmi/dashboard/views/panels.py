@@ -256,10 +256,12 @@ def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], .
 
 
 TOTALS_COLUMNS = (("name", "name", 12), ("devices", "devices", 8), ("util", "util", 5),
-                  ("memory", "memory", 19), ("power", "power / limit", 23),
-                  ("energy", "energy", 9), ("procs", "procs", 5), ("hosts", "hosts", 5),
+                  ("memory", "memory", None), ("power", "power / limit", None),
+                  ("energy", "energy", None), ("procs", "procs", 5), ("hosts", "hosts", 5),
                   ("labels", "labels", None))
-"""Columns of the group and vendor totals (vendors leave out ``labels``)."""
+"""Columns of the group and vendor totals (vendors leave out ``labels``). A number is never
+cut: the memory (``1023.9 MiB/1023.9 GiB (2 of 3)``), the power (``(2 of 5)``) and the energy
+(``1234.56 kWh`` after a long day) are as wide as their longest."""
 
 
 def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True,
@@ -272,7 +274,7 @@ def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True,
         devices += f"+{totals.partitions}p"
     if totals.lost:
         devices += f" {totals.lost}!"
-    memory = memory_pair(totals.memory_used_bytes, totals.memory_total_bytes)
+    memory = memory_totals(totals)
     power = power_totals(totals)
     cells: tuple[Any, ...] = (
         Text(totals.name, style="bold"),
@@ -284,6 +286,39 @@ def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True,
         Text(str(totals.processes), justify="right"),
         Text(str(len(totals.hosts)), justify="right"))
     return cells + (labels_text(totals.labels),) if with_labels else cells
+
+
+#: The columns of :data:`TOTALS_COLUMNS` as wide as their longest cell (power, energy).
+AUTO_TOTALS = tuple(i for i, (_, _, width) in enumerate(TOTALS_COLUMNS) if width is None and i < 8)
+
+
+def same_widths(*tables: list[tuple[str, tuple[Any, ...]]]) -> list[list[tuple[str, tuple[Any, ...]]]]:
+    """The rows of the groups and vendors tables with their auto-width cells (power, energy)
+    padded to the longest of both, so that the two tables' columns line up."""
+    width = {i: max((Text(c[i]).cell_len if isinstance(c[i], str) else c[i].cell_len
+                     for rows in tables for _, c in rows), default=0) for i in AUTO_TOTALS}
+
+    def padded(cell: Any, i: int) -> Any:
+        if i not in width:
+            return cell
+        text = Text(cell) if isinstance(cell, str) else cell.copy()
+        room = width[i] - text.cell_len
+        if room > 0:
+            text.pad_left(room) if text.justify == "right" else text.pad_right(room)
+        return text
+
+    return [[(key, tuple(padded(c, i) for i, c in enumerate(cells))) for key, cells in rows]
+            for rows in tables]
+
+
+def memory_totals(totals: Totals) -> str:
+    """A set's memory in use against its total, like with like: of the devices that report
+    both; where others report only one of them (or a value was thrown away), ``(2 of 3)`` says
+    how many devices the pair covers (the width of :data:`TOTALS_COLUMNS`' memory column)."""
+    pair = memory_pair(totals.memory_used_bytes, totals.memory_total_bytes)
+    if totals.memory_count < totals.memory_reported:
+        return f"{pair} ({totals.memory_count} of {totals.memory_reported})"
+    return pair
 
 
 def memory_pair(used: int | None, total: int | None) -> str:
