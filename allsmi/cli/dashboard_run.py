@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any, Mapping
 
-from allsmi.cli.common import Settings, build_collector, fail, settings
+from allsmi.cli.common import Settings, build_collector, fail, settings, simulation_speed
 from allsmi.config import ConfigError
 
 
@@ -112,7 +112,8 @@ def run_local(s: Settings, options: Any) -> None:
     collector.host.prime()
     collector.start()
     try:
-        run_app(DashboardApp(NodeSource(collector), config=s.config, options=options))
+        run_app(DashboardApp(NodeSource(collector), config=s.config, options=options,
+                             speed=simulation_speed(s.simulate is not None)))
     finally:
         _close_quietly(collector.close)
 

@@ -162,3 +162,19 @@ def test_a_compact_power_cell_keeps_its_unit_beside_a_number() -> None:
     for (power, limit), want in cases.items():
         text = power_text(power, limit, compact=True)
         assert text == want and len(text) <= COMPACT_POWER_WIDTH, (power, limit, text)
+
+
+async def test_energy_and_idle_time_count_under_an_accelerated_simulation() -> None:
+    """``ALLSMI_SIMULATE_SPEED=60 allsmi --simulate mixed``: snapshots 120 s of simulated time
+    apart at a 2 s interval. The app bridges gaps of that speed (as record and serve do), so
+    energy since start and idle time are counted; at speed 1 the same gaps are outages."""
+    snaps = simulated_snapshots(4, step=120.0, attribution=True)
+    for speed, counted in ((60.0, True), (1.0, False)):
+        source = StaticSource.of(snaps, clock=frozen, interval=2.0)
+        app = DashboardApp(source, config=groups_config(), clock=frozen, speed=speed)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await play_all(app, source, pilot)
+            powered = [r for r in app.shown if r.device.power_watts is not None]
+            assert powered and all((app.energy.joules(r.key) is not None) is counted
+                                   for r in powered), speed
+            assert bool(app.idle.rows()) is counted, speed

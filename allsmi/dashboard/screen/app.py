@@ -101,7 +101,8 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
 
     def __init__(self, source: Source, *, config: Config | None = None,
                  options: DashboardOptions | None = None, clock: Callable[[], float] = time.monotonic,
-                 history_points: int | None = None, poll_seconds: float | None = None) -> None:
+                 history_points: int | None = None, poll_seconds: float | None = None,
+                 speed: float = 1.0) -> None:
         super().__init__()
         install_key_names()  # keeps the Unicode name tables out of memory (0.8 MiB)
         self.quit_signal: int | None = None
@@ -116,9 +117,11 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         self.poll_seconds = poll_seconds or min(1.0, max(0.1, interval / 2))
         # About ten minutes of history per device, at least 60 points.
         self.history = History(history_points or max(60, min(1200, int(600 / interval))))
-        self.energy = EnergyMeter(bridged_gap_seconds(interval))  # the idle meter's gap too
+        # ``speed``: snapshot time runs faster than the sampling (ALLSMI_SIMULATE_SPEED), and
+        # so does the longest gap between two samples that still counts (the idle meter's too)
+        self.energy = EnergyMeter(bridged_gap_seconds(interval, speed=speed))
         self.idle = IdleMeter(self.options.idle_threshold_percent, self.history.points, interval,
-                              self.config)
+                              self.config, speed)
         """Allocated-but-idle time per holder over the history window (the idle view, `i`)."""
         self.idle_rows: list[IdleRow] = []
         """The idle view's rows as last shown."""

@@ -113,11 +113,12 @@ class IdleMeter:
     """
 
     def __init__(self, threshold: float, points: int, interval: float,
-                 config: Config | None = None) -> None:
+                 config: Config | None = None, speed: float = 1.0) -> None:
         self.threshold = threshold
         self.points = points
         self.config = config or Config()
-        self._gap = bridged_gap_seconds(interval)
+        # ``speed``: snapshot time runs that much faster than the sampling (ALLSMI_SIMULATE_SPEED)
+        self._gap = bridged_gap_seconds(interval, speed=speed)
         self._integrators: dict[str, UsageIntegrator] = {}
         self._holders: dict[str, dict[str, Weights]] = {}
         self._window: dict[str, collections.deque[tuple[float, float, list[_Part]]]] = {}
