@@ -234,3 +234,17 @@ async def test_a_failing_backend_is_said_at_80_columns_and_no_number_is_cut() ->
         await play_all(app, source, pilot)
         line = screen_text(app).splitlines()[0]
         assert "38 devices + 3 partitions" in line and "CPU 12%" in line
+
+
+async def test_the_idle_figures_show_on_an_80_column_terminal() -> None:
+    """The idle view's 40-cell namespace/pod column pushed `idle h` and `idle cost` off an
+    80-column screen: the figures come beside the group."""
+    snaps = simulated_snapshots(12, step=1.0, attribution=True)
+    source = StaticSource.of(snaps, clock=frozen)
+    app = DashboardApp(source, config=groups_config(), clock=frozen)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("i")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "idle h" in text and "idle cost" in text, text

@@ -99,7 +99,7 @@ def test_the_idle_row_nobody_claimed_is_labelled() -> None:
     from allsmi.dashboard.views.idleview import UNCLAIMED, idle_cells
     from allsmi.dashboard.views.render import Palette
     cells = idle_cells(IdleRow("shared", NOBODY, idle_seconds=7.2), {}, Palette.from_theme(None, True))
-    assert str(cells[1]) == UNCLAIMED == "(unclaimed)"
+    assert str(cells[3]) == UNCLAIMED == "(unclaimed)"
 
 
 async def test_the_groups_view_gives_energy_in_one_unit(sim_snapshots: list[Snapshot]) -> None:

@@ -18,11 +18,12 @@ from allsmi.dashboard.state.filtering import Filter, apply_filter, text_matches
 from allsmi.dashboard.views.activity import holder_words
 from allsmi.dashboard.views.render import Palette, safe
 
-IDLE_COLUMNS = (("group", "group", 14), ("user", "user", 12), ("job", "job", 10),
-                ("pod", "namespace/pod", 40), ("idle", "idle h", 7), ("cost", "idle cost", 10),
+IDLE_COLUMNS = (("group", "group", 14), ("idle", "idle h", 7), ("cost", "idle cost", 10),
+                ("user", "user", 12), ("job", "job", 10), ("pod", "namespace/pod", 40),
                 ("devices", "devices", None))
-"""Columns of the idle view: holder, idle device-hours, idle cost, the devices. A longer text
-is cut with an ellipsis (:class:`~allsmi.dashboard.tables.difftable.DiffTable`); the filter finds it
+"""Columns of the idle view: the group, its idle device-hours and idle cost (first, so that an
+80-column terminal shows them beside the group), the holder, the devices. A longer text is cut
+with an ellipsis (:class:`~allsmi.dashboard.tables.difftable.DiffTable`); the filter finds it
 whole."""
 
 
@@ -65,12 +66,14 @@ def idle_cells(row: IdleRow, names: Mapping[str, str], palette: Palette) -> tupl
     """One row of the idle view, in :data:`IDLE_COLUMNS` order."""
     h = row.holder
     if not any(h):  # the part no holder claimed (declared shares short of 1, holders unknown)
-        return (Text(row.group or NA, style="bold"), Text(UNCLAIMED, style="italic"), "-", "-",
+        return (Text(row.group or NA, style="bold"),
                 Text(hours_text(row.idle_seconds), justify="right", style=palette.warn),
-                Text(cost_text(row), justify="right"), devices_text(row, names))
-    return (Text(row.group or NA, style="bold"), h.user or "-", h.job or "-", pod_text(row),
+                Text(cost_text(row), justify="right"), Text(UNCLAIMED, style="italic"), "-", "-",
+                devices_text(row, names))
+    return (Text(row.group or NA, style="bold"),
             Text(hours_text(row.idle_seconds), justify="right", style=palette.warn),
-            Text(cost_text(row), justify="right"), devices_text(row, names))
+            Text(cost_text(row), justify="right"), h.user or "-", h.job or "-", pod_text(row),
+            devices_text(row, names))
 
 
 def matches(row: IdleRow, flt: Filter, names: Mapping[str, str],
