@@ -42,6 +42,9 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
     whole = of(_INFO, 'parent_uuid=""')
     power, limit = of("allsmi_device_power_watts"), of("allsmi_device_power_limit_watts")
     parts = of(_INFO, 'parent_uuid!=""')
+    used, total = of("allsmi_device_memory_used_bytes"), of("allsmi_device_memory_total_bytes")
+    with_total = f"({total} and on (instance, uuid) {physical})"
+    with_used = f"({used} and on (instance, uuid) {physical})"
 
     queries = {
         "devices": f"count by ({by}) ({whole})",
@@ -49,10 +52,12 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
         "lost": f"count by ({by}) ({of('allsmi_device_up')} == 0)",
         "utilization_sum": f"sum by ({by}) ({of('allsmi_device_utilization_ratio')}) * 100",
         "utilization_count": f"count by ({by}) ({of('allsmi_device_utilization_ratio')})",
-        "memory_used_bytes": (f"sum by ({by}) ({of('allsmi_device_memory_used_bytes')} "
-                              f"and on (instance, uuid) {physical})"),
-        "memory_total_bytes": (f"sum by ({by}) ({of('allsmi_device_memory_total_bytes')} "
-                               f"and on (instance, uuid) {physical})"),
+        # like with like: the memory in use and the total of the devices that report both
+        "memory_used_bytes": f"sum by ({by}) ({used} and on (instance, uuid) {with_total})",
+        "memory_total_bytes": f"sum by ({by}) ({total} and on (instance, uuid) {with_used})",
+        "memory_count": f"count by ({by}) ({used} and on (instance, uuid) {with_total})",
+        "memory_reported": (f"count by ({by}) (({used} or on (instance, uuid) {total}) "
+                            f"and on (instance, uuid) {physical})"),
         "power_watts": f"sum by ({by}) ({power})",
         "power_count": f"count by ({by}) ({power})",
         "power_limited_watts": f"sum by ({by}) ({power} and on (instance, uuid) {limit})",
@@ -69,10 +74,12 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
 #: everything else at most the snapshot parser's :data:`~allsmi.snapshot_parse.MAX_INT`.
 _LARGEST = {"utilization_sum": 100.0 * 2**31, "power_watts": 5000.0 * 2**31,
             "power_limit_watts": 5000.0 * 2**31, **{n: float(2**31) for n in (
-                "devices", "partitions", "lost", "utilization_count", "processes")}}
+                "devices", "partitions", "lost", "utilization_count", "processes", "memory_count",
+                "memory_reported")}}
 
 _INTEGERS = {"devices", "partitions", "lost", "utilization_count", "processes",
-             "memory_used_bytes", "memory_total_bytes", "power_count", "power_limited_count"}
+             "memory_used_bytes", "memory_total_bytes", "memory_count", "memory_reported",
+             "power_count", "power_limited_count"}
 
 
 def combined_query(by: str, selector: str = "") -> str:
