@@ -25,6 +25,9 @@ from allsmi.accounting.ledgerschema import (OLD_SCHEMA_VERSIONS, SCHEMA, SCHEMA_
                                             labels_json, legacy_views, upgrade)
 from allsmi.accounting.ledgerwrite import TIERS, LedgerWriter
 
+#: SQLITE_CANTOPEN (``sqlite3.SQLITE_CANTOPEN`` from Python 3.11 on).
+_CANTOPEN = 14
+
 __all__ = ["Dim", "Holder", "IntervalRecord", "Ledger", "LedgerError", "SCHEMA_VERSION", "Share",
            "TIERS", "Totals", "labels_json"]
 
@@ -55,17 +58,21 @@ class Ledger(LedgerWriter, LedgerReader):
         if readonly:
             if not self.path.is_file():
                 raise LedgerError(f"no ledger at {self.path}")
-            uri = self.path.resolve().as_uri() + "?mode=ro"
             try:
-                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+                self._db = self._connect_readonly()
                 self.interval_seconds = self._read_meta(interval_seconds)
             except sqlite3.Error as exc:
+                self._abandon()
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+            except LedgerError:
+                self._abandon()
+                raise
             return
         try:
             _create_private(self.path)
             self._take_lock()
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._refuse_unknown()  # (before anything is changed in it)
             self._db.execute("PRAGMA journal_mode=WAL")
             # FULL: a committed interval survives power loss too; one commit a minute is cheap.
             self._db.execute("PRAGMA synchronous=FULL")
@@ -83,6 +90,43 @@ class Ledger(LedgerWriter, LedgerReader):
             raise LedgerError(f"cannot open the ledger {self.path}: {exc.strerror or exc}") from None
 
     # -- opening -------------------------------------------------------------
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection, also to a ledger where its ``-shm`` file cannot be created
+        (a read-only mount, a backup copy): SQLite needs one for a database in WAL mode. Without
+        a write-ahead log holding data (a ledger closed cleanly, or copied without it) nothing
+        can change it there, so it is opened ``immutable``; a log that holds data and has no
+        ``-shm`` beside it cannot be read there, and is said so (never billed without it)."""
+        real = self.path.resolve()
+        try:
+            return self._connect(real.as_uri() + "?mode=ro")
+        except sqlite3.OperationalError as exc:
+            # (os.access: False on a read-only mount, for root too)
+            if getattr(exc, "sqlite_errorcode", _CANTOPEN) != _CANTOPEN \
+                    or os.access(real.parent, os.W_OK):
+                raise
+            wal = real.with_name(real.name + "-wal")
+            try:
+                pending = wal.stat().st_size
+            except FileNotFoundError:
+                pending = 0
+            if pending:
+                raise sqlite3.OperationalError(
+                    f"{exc}: its write-ahead log {wal} holds {pending} bytes that SQLite cannot "
+                    f"read where it cannot create {real.name}-shm (a read-only directory or mount); "
+                    "copy the ledger with its -wal file to a writable directory and read the "
+                    "copy") from None
+            return self._connect(real.as_uri() + "?mode=ro&immutable=1")
+
+    @staticmethod
+    def _connect(uri: str) -> sqlite3.Connection:
+        db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        try:  # (reading opens the WAL index: a missing -shm fails here, not in a later read)
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
     def scratch(self) -> None:
         """Give up durability for a temporary ledger deleted when its command ends (a
         simulation being billed): commits are not synced to disk, since no crash or power
@@ -113,6 +157,18 @@ class Ledger(LedgerWriter, LedgerReader):
                     f"the same file: a hard link or a bind mount{names}") from None
             self._lock_fds.append(fd)
 
+    def _check_file(self) -> None:
+        """Refuse to write into a ledger file that was deleted while it was open (a clean-up
+        job, a mistaken ``rm``): SQLite would go on writing into it, and every interval would be
+        lost with it, silently, until a restart. The intervals are kept in memory and retried
+        instead (loudly: logged, counted, ``/ready`` 503, ``allsmi record`` exits 1). A file
+        renamed, or linked elsewhere, is still written (nothing is lost)."""
+        if self._lock_fds and os.fstat(self._lock_fds[-1]).st_nlink == 0:
+            raise LedgerError(f"the ledger {self.path} was deleted while this process recorded "
+                              "into it: what it wrote there would be lost with it; the "
+                              "intervals are kept in memory until it stops (restart it to "
+                              f"start a new ledger at {self.path})")
+
     def _release_lock(self) -> None:
         while self._lock_fds:
             os.close(self._lock_fds.pop())
@@ -141,8 +197,40 @@ class Ledger(LedgerWriter, LedgerReader):
             raise LedgerError(f"{self.path} is not an allsmi ledger (no meta table entries)")
         return self._check_meta(rows, interval_seconds)
 
+    def _refuse_unknown(self) -> None:
+        """Refuse, before changing anything in it, a database that is not an allsmi ledger (a
+        path mistyped into another program's SQLite file: its tables, then ours beside them) or
+        a ledger of a schema this allsmi does not know (written by a newer allsmi, before a
+        rollback: tables it dropped would be created again). A new, empty file is a new ledger."""
+        tables = {name for (name,) in self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return
+        if "meta" not in tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise LedgerError(f"{self.path} is not an allsmi ledger: it is an SQLite database "
+                              f"of other tables ({shown}), left as it is; give the path of an "
+                              "allsmi ledger, or of a new file")
+        self._version(dict(self._db.execute("SELECT key, value FROM meta").fetchall()))
+
+    def _version(self, rows: Mapping[str, str]) -> int:
+        """The ledger's schema version, one this allsmi reads (else :class:`LedgerError`); 0
+        for a ``meta`` table not filled yet (a new ledger whose first opening stopped there)."""
+        if not rows:
+            return 0
+        text = rows.get("schema_version")
+        try:
+            version = int(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            version = -1
+        if version not in OLD_SCHEMA_VERSIONS + (SCHEMA_VERSION,):
+            raise LedgerError(f"{self.path}: ledger schema version {text} is not supported "
+                              f"(this allsmi reads versions {OLD_SCHEMA_VERSIONS[0]} to "
+                              f"{SCHEMA_VERSION}); a newer allsmi wrote it, or it is damaged")
+        return version
+
     def _check_meta(self, rows: Mapping[str, str], interval_seconds: int | None) -> int:
-        version = int(rows.get("schema_version", "0"))
+        version = self._version(rows)
         if version in OLD_SCHEMA_VERSIONS:
             if self.readonly:  # read as it is: temporary views give it today's layout
                 legacy_views(self._db, version)
@@ -150,10 +238,12 @@ class Ledger(LedgerWriter, LedgerReader):
                 with self._transaction():
                     upgrade(self._db, version)
             version = SCHEMA_VERSION
-        if version != SCHEMA_VERSION:
-            raise LedgerError(f"{self.path}: ledger schema version {rows.get('schema_version')} is "
-                              f"not supported (this allsmi writes version {SCHEMA_VERSION})")
-        stored = int(rows["interval_seconds"])
+        try:
+            stored = int(rows["interval_seconds"])
+        except (KeyError, ValueError):
+            raise LedgerError(f"{self.path}: the ledger's interval_seconds is "
+                              f"{rows.get('interval_seconds')!r}, not a number of seconds: it "
+                              "is damaged") from None
         if interval_seconds is not None and not self.readonly and stored != interval_seconds:
             raise LedgerError(f"{self.path} records {stored}-second intervals but the "
                               f"configuration asks for {interval_seconds} (ledger.interval_seconds); "

@@ -10,8 +10,9 @@ whole interval, nor none of it.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, Dim, Holder, LedgerError,
                                             Totals)
@@ -32,6 +33,24 @@ class LedgerReader:
     interval_seconds: int
     _db: sqlite3.Connection
     _lock: "AbstractContextManager[object]"
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read inside the block sees the ledger as one commit left it (one read
+        transaction). Without it each query sees the latest commit, and a recorder writing
+        meanwhile (a quarter or a day rolled up between reading which units are ``pending``
+        and reading the roll-ups; a checkpoint between the devices' totals and the holders')
+        makes an export count a quarter twice, or holders' shares that are not the devices'."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+        try:
+            yield
+        finally:
+            with self._lock, contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")  # (nothing was written: only the snapshot ends)
 
     def _plan(self, start: int, end: int, level: int = 0) -> list[tuple[str, int, int, int | None]]:
         """Which table serves which part of ``[start, end)``: (table, lo, hi, tier to exclude)."""

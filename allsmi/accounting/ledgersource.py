@@ -60,7 +60,7 @@ def ledger_parts(path: str | os.PathLike[str], window: Window,
                  by_holder: bool = False) -> tuple[list[Part], list[Part] | None]:
     """Device parts, and (with ``by_holder``) holder parts (user, namespace, pod, job) including
     the unattributed remainders."""
-    with Ledger(path, readonly=True) as ledger:
+    with Ledger(path, readonly=True) as ledger, ledger.snapshot():  # (one commit's ledger)
         start, end = window.start_unix, window.end_unix
         totals = ledger.totals(start, end)
         dims = ledger.dims()

@@ -106,6 +106,8 @@ class LedgerWriter:
 
     _transaction: "Callable[..., AbstractContextManager[None]]"
     """``Ledger._transaction(forget_ids=False)``: one write transaction, rolled back on error."""
+    _check_file: "Callable[[], None]"
+    """``Ledger._check_file()``: :class:`LedgerError` when the file written is gone."""
 
     def _dev(self, device_id: str) -> int:
         dev = self._dev_ids.get(device_id)
@@ -149,9 +151,10 @@ class LedgerWriter:
         stored (an interval overlapping what is already stored is skipped).
         """
         with self._lock:
+            self._check_file()
             try:
                 with self._transaction(forget_ids=True):
-                    batch = list(records)
+                    batch = self._rebuildable(list(records))
                     if self.stored_at_once(batch):
                         stored, starts = len(batch), {rec.start for rec in batch}
                     else:
@@ -272,3 +275,42 @@ class LedgerWriter:
             limit = cutoff(rollup_retention_days, TIERS[0][0])
             self._db.execute("DELETE FROM quarters WHERE start < ?", (limit,))
             self._db.execute("DELETE FROM holder_quarters WHERE start < ?", (limit,))
+
+    def _rebuildable(self, records: list[IntervalRecord]) -> list[IntervalRecord]:
+        """``records`` less those whose roll-ups could not be rebuilt whole.
+
+        A record rolls its quarter up again from the raw intervals, and its day from the
+        quarters. Where some of those were pruned already (a recorder whose wall clock is days
+        behind what the ledger recorded: an RTC set wrong, a VM restored; a record held back
+        longer than the retention), the rebuilt roll-up would hold the late record instead of
+        what it held: what was recorded lost, the late time billed in its place (and no raw row
+        is left to refuse it as time already recorded). Such records are refused, as time
+        already recorded is (the recorder counts and logs them)."""
+        (day, days), (quarter, quarters) = TIERS
+        seen: dict[tuple[int, int], bool] = {}
+
+        def whole(size: int, table: str, source: str, unit: int) -> bool:
+            known = seen.get((size, unit))
+            if known is None:
+                known = seen[(size, unit)] = self._source_kept(size, table, source, unit)
+            return known
+
+        return [r for r in records
+                if whole(quarter, quarters, RAW, r.start - r.start % quarter)
+                and whole(day, days, quarters, r.start - r.start % day)]
+
+    def _source_kept(self, size: int, table: str, source: str, unit: int) -> bool:
+        """Whether ``unit`` of ``table`` can be rolled up again from ``source`` without losing
+        what it holds: it is pending (its source is kept until it is rolled up), it holds
+        nothing, or its source still holds all of its devices and observed time."""
+        db = self._db
+        if db.execute("SELECT 1 FROM pending WHERE tier = ? AND start = ?",
+                      (size, unit)).fetchone():
+            return True
+        rows, observed = db.execute(f"SELECT COUNT(*), SUM(observed_ms) FROM {table} "
+                                    "WHERE start = ?", (unit,)).fetchone()
+        if not rows:
+            return True
+        dims, kept = db.execute(f"SELECT COUNT(DISTINCT dim), SUM(observed_ms) FROM {source} "
+                                "WHERE start >= ? AND start < ?", (unit, unit + size)).fetchone()
+        return bool(dims >= rows and (kept or 0) >= observed)

@@ -77,8 +77,43 @@ def _normalize(start: dt.datetime, end: dt.datetime, tz: dt.tzinfo) -> Window:
     return Window(*(t.replace(microsecond=0).astimezone(UTC).astimezone(tz) for t in (start, end)))
 
 
+def _in_range(what: str, make, *args):  # type: ignore[no-untyped-def]
+    """``make(*args)``, with a date beyond what datetime holds (year 1 to 9999, in UTC and in
+    the zone) said as a :class:`PeriodError` (exit 2), not a traceback."""
+    try:
+        return make(*args)
+    except PeriodError:
+        raise
+    except (ValueError, OverflowError) as exc:
+        raise PeriodError(f"{what} is out of range (years 1 to 9999 in UTC and in the time "
+                          f"zone): {exc}") from None
+
+
+def _months_around(window: Window, tz: dt.tzinfo) -> None:
+    """Raise where the calendar months a bill reads around ``window`` (the month holding it, for
+    the forecast to the month's end and the budgets' month to date) leave the calendar: a
+    window in December 9999 ends a month whose next one is in the year 10000."""
+    for when in (window.start, window.end):
+        _month_start(when.year, when.month + 1, tz).astimezone(UTC)
+        _month_start(when.year, when.month, tz).astimezone(UTC)
+
+
 def parse_period(text: str, tz: dt.tzinfo = UTC, now: dt.datetime | None = None) -> Window:
-    """The window a ``--period`` value names, in ``tz``; ``today`` ends at the current minute."""
+    """The window a ``--period`` value names, in ``tz``; ``today``, ``this-week`` and
+    ``this-month`` end at the current minute, and are refused (:class:`PeriodError`) in their
+    first minute, when they hold no whole one yet."""
+    window = _in_range(f"period {text!r}", _parse_period, text, tz, now)
+    _in_range(f"period {text!r}", _months_around, window, tz)
+    if window.end <= window.start:  # (today at 00:00:30: nothing to bill yet)
+        raise PeriodError(
+            f"--period {text.strip()}: the window is empty: it runs from {iso(window.start)} to "
+            f"the current minute, which is {iso(window.end)}; it holds a whole minute from "
+            f"{iso(window.start + dt.timedelta(minutes=1))} on (a finished period, such as "
+            "yesterday, last-week or last-month, is there already)")
+    return window
+
+
+def _parse_period(text: str, tz: dt.tzinfo, now: dt.datetime | None) -> Window:
     now = (now or dt.datetime.now(UTC)).astimezone(tz)
     key = text.strip().lower()
     if key in ("yesterday", "today"):
@@ -128,7 +163,7 @@ def parse_time(text: str, tz: dt.tzinfo = UTC) -> dt.datetime:
                           "2026-03-01T12:00:00Z)") from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=tz)
-    return value.astimezone(tz)
+    return _in_range(f"time {text!r}", value.astimezone, tz)
 
 
 def window_from(period: str | None, since: str | None, until: str | None,
@@ -143,7 +178,8 @@ def window_from(period: str | None, since: str | None, until: str | None,
     start = parse_time(since, tz)
     end = parse_time(until, tz) if until else \
         (now or dt.datetime.now(UTC)).astimezone(tz).replace(second=0, microsecond=0)
-    window = _normalize(start, end, tz)
+    window = _in_range("--since/--until", _normalize, start, end, tz)
+    _in_range("--since/--until", _months_around, window, tz)
     if window.end <= window.start:  # (compared to the whole second, as billed)
         raise PeriodError(f"the window is empty: --until ({end.isoformat()}) is not a whole "
                           f"second after --since ({start.isoformat()})")

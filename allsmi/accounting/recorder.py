@@ -327,8 +327,8 @@ class LedgerRecorder:
             refused = len(records) - stored
             self.refused_intervals += refused
             log.warning("ledger: %d interval(s) refused: the ledger already holds time placed "
-                        "there (a wall clock that stepped back into recorded time); %d so far",
-                        refused, self.refused_intervals)
+                        "there (a wall clock that stepped back into recorded time, or into time "
+                        "already rolled up and pruned); %d so far", refused, self.refused_intervals)
 
     def _write(self, buckets: list[Bucket], now: float) -> None:
         """Write what the ledger does not have yet of ``buckets`` (see :meth:`Bucket.take`)."""

@@ -102,10 +102,13 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
     file_path = table.get("path")
     if file_path is not None and (not isinstance(file_path, str) or not file_path.strip()):
         raise config.error(f"must be a non-empty string, got {file_path!r}", "ledger", "path")
+    # '~' is expanded wherever the path comes from: a systemd unit's ExecStart= or
+    # Environment= and a crontab's variables pass it on as it is, where it would name a
+    # directory called '~' below the working directory ('/' for a service, $HOME for cron).
     if path_flag:
-        path = Path(path_flag)
+        path = Path(os.path.expanduser(os.fspath(path_flag)))
     elif env.get("ALLSMI_LEDGER"):
-        path = Path(env["ALLSMI_LEDGER"])
+        path = Path(os.path.expanduser(env["ALLSMI_LEDGER"]))
     elif file_path:
         path = Path(os.path.expanduser(file_path))
         if not path.is_absolute() and config.path is not None:
