@@ -52,7 +52,7 @@ class LedgerReader:
             with self._lock, contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")  # (nothing was written: only the snapshot ends)
 
-    def _plan(self, start: int, end: int, level: int = 0) -> list[tuple[str, int, int, int | None]]:
+    def plan(self, start: int, end: int, level: int = 0) -> list[tuple[str, int, int, int | None]]:
         """Which table serves which part of ``[start, end)``: (table, lo, hi, tier to exclude)."""
         if start >= end:
             return []
@@ -62,14 +62,14 @@ class LedgerReader:
         lo = -(-start // size) * size
         hi = end // size * size
         if lo >= hi:
-            return self._plan(start, end, level + 1)
-        out = self._plan(start, lo, level + 1)
+            return self.plan(start, end, level + 1)
+        out = self.plan(start, lo, level + 1)
         out.append((table, lo, hi, size))
         for (unit,) in self._db.execute(
                 "SELECT start FROM pending WHERE tier = ? AND start >= ? AND start < ? "
                 "ORDER BY start", (size, lo, hi)).fetchall():
-            out += self._plan(unit, unit + size, level + 1)  # not rolled up yet: finer data
-        out += self._plan(hi, end, level + 1)
+            out += self.plan(unit, unit + size, level + 1)  # not rolled up yet: finer data
+        out += self.plan(hi, end, level + 1)
         return out
 
     def _raw_pieces(self, lo: int, hi: int) -> list[tuple[int, int, float]]:
@@ -89,10 +89,10 @@ class LedgerReader:
         return out
 
     def _pieces(self, start: int, end: int) -> list[tuple[str, int, int, int | None, float]]:
-        """:meth:`_plan` with each raw part cut at the interval grid: (table, lo, hi, tier to
+        """:meth:`plan` with each raw part cut at the interval grid: (table, lo, hi, tier to
         exclude, weight)."""
         out: list[tuple[str, int, int, int | None, float]] = []
-        for table, lo, hi, tier in self._plan(start, end):
+        for table, lo, hi, tier in self.plan(start, end):
             if table == RAW:
                 out.extend((RAW, a, b, None, w) for a, b, w in self._raw_pieces(lo, hi))
             else:
@@ -165,7 +165,7 @@ class LedgerReader:
                 holders = {r[0]: Holder(*(v or None for v in r[1:])) for r in self._db.execute(
                     "SELECT hid, user, namespace, pod, job FROM holders")}
                 out: list[tuple[int, int, tuple[Holder, ...]]] = []
-                for table, lo, hi, tier in self._plan(start, end):
+                for table, lo, hi, tier in self.plan(start, end):
                     if table == RAW:
                         sql = ("SELECT i.dim, h.start, group_concat(h.hid) FROM holder_intervals h "
                                "JOIN intervals i ON i.start = h.start AND i.dev = h.dev "

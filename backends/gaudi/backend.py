@@ -29,7 +29,6 @@ from allsmi.backends.gaudi import DECLARATION, EXECUTABLE, TOOL
 from allsmi.backends.gaudi.samples import MAX_LINE_WARNINGS, Identity, SampleBuilder
 # probe() only looks for hl-smi: the CSV and text parsers, the loop reader and the tool runner
 # are imported by open() and sample(), once there is a tool (tests/test_layers.py checks it).
-from allsmi.backends._common.cells import SaidOnce
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.schema import DeviceSample, ProcessSample
 
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from allsmi.backends.gaudi.text_output import ListedDevice
     from allsmi.backends._common.stream import LineStream
     from allsmi.backends._common.runner import ToolResult
+    from allsmi.backends._common.cells import SaidOnce
 
 FORMAT = "csv,noheader,nounits"
 
@@ -79,7 +79,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         self._notes: list[str] = []
         self._known: dict[str, Identity] = {}
         self._firmware: dict[str, str] = {}
-        self._said = SaidOnce()
+        self._said: SaidOnce | None = None  # made by open(): the cell readers load with the parsers
         self._seed: Frame | None = None
         self._generation = 0
         self._opened = False
@@ -117,6 +117,7 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         from allsmi.backends.gaudi import csv_output as csvfmt
         from allsmi.backends.gaudi.csv_output import Frame
         self._read_options()
+        from allsmi.backends._common.cells import SaidOnce
         self._said = SaidOnce()  # a reopened backend says each refused value again, once
         self._tool = self.require_tool()
         self._fields, result = self._negotiate_fields()
@@ -299,8 +300,11 @@ class GaudiBackend(LoopMode, SampleBuilder, CliToolBackend, declared=DECLARATION
         refused: list[str] = []
         by_index: dict[int, list[ProcessSample]] = parse_processes(result.stdout, refused)
         for warning in refused[:MAX_LINE_WARNINGS]:
-            self._said.say(self.warnings, ("", "processes", warning),
-                           f"{EXECUTABLE} table view: {warning}")
+            line = f"{EXECUTABLE} table view: {warning}"
+            if self._said is None:
+                self.warnings.append(line)
+            else:
+                self._said.say(self.warnings, ("", "processes", warning), line)
         from allsmi.backends._common.orphans import note_unmatched
         note_unmatched(by_index, {dev.index for dev in devices}, self.warnings, f"{EXECUTABLE} (AIP)",
                        {aip: len(rows) for aip, rows in by_index.items()})

@@ -89,7 +89,7 @@ class SampleBuilder:
     name: str
     _known: dict[str, Identity]
     _firmware: dict[str, str]
-    _said: SaidOnce
+    _said: SaidOnce | None
 
     def _add_line_warnings(self, problems: Sequence[str]) -> None:
         self.warnings.extend(problems[:MAX_LINE_WARNINGS])

@@ -53,7 +53,7 @@ def test_an_export_sees_one_commit_while_the_recorder_rolls_a_quarter_up(tmp_pat
     rec = LedgerRecorder(db, config())
     for i in range(90):  # 00:00:00 to 00:14:50: the quarter is pending
         rec.on_snapshot(held(T0 + 10 * i))
-    real_plan = LedgerReader._plan
+    real_plan = LedgerReader.plan
     depth = [0]
     done: list[bool] = []
 
@@ -67,7 +67,7 @@ def test_an_export_sees_one_commit_while_the_recorder_rolls_a_quarter_up(tmp_pat
                 done.append(True)
                 rec.on_snapshot(held(T0 + 905))
 
-    monkeypatch.setattr(LedgerReader, "_plan", plan)
+    monkeypatch.setattr(LedgerReader, "plan", plan)
     parts, holders = ledger_parts(db, window(T0, T0 + 900), by_holder=True)
     rec.close()
     assert done
