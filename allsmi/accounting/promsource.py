@@ -62,6 +62,11 @@ _NOT_LABELS = {"__name__", "instance", "job", "resource_group"}
 #: toward the window's edges, and counters move once a collection): such time is the window's.
 #: Beyond it the answer is impossible (duplicate series, a broken store) and fails the export.
 WINDOW_SLACK = 0.02
+#: ... and by this many seconds whatever the window's length: ``increase()`` extrapolates a
+#: counter that moves once a collection (up to a minute apart) toward both edges, which over a
+#: short window (a few scrapes) is far more than 2 % of it. Time within the allowance is cut to
+#: the window, so it never bills more than the window either way.
+WINDOW_EDGE_SECONDS = 120.0
 #: The most power one device can draw, for the bound on its energy in a window: 100 kW, about
 #: fifty times today's largest accelerator boards.
 MAX_DEVICE_WATTS = 100_000.0
@@ -360,7 +365,8 @@ def _rest(part: Part, given: list[Part]) -> Part:
 def check_window(client: PrometheusClient, window: Window, parts: list[Part],
                  holders: list[Part] | None) -> tuple[list[Part], list[Part] | None]:
     """``parts`` (and ``holders``) with no device billed more than the window: a device's time
-    over the window by up to :data:`WINDOW_SLACK` (extrapolation) is cut to the window, each
+    over the window by up to :data:`WINDOW_SLACK` of it plus :data:`WINDOW_EDGE_SECONDS`
+    (extrapolation) is cut to the window, each
     holder's in proportion; more, or energy above :data:`MAX_DEVICE_WATTS` over the window, is
     an impossible answer and fails naming the device."""
     seconds = max(window.seconds, 1)
@@ -379,7 +385,7 @@ def check_window(client: PrometheusClient, window: Window, parts: list[Part],
                 f"window of {seconds} s, more than {MAX_DEVICE_WATTS:g} W: not billed")
         for name in TIME_FIELDS:
             total = sums.get(name, 0.0)
-            if total > seconds * (1 + WINDOW_SLACK):
+            if total > seconds * (1 + WINDOW_SLACK) + WINDOW_EDGE_SECONDS:
                 raise PrometheusError(
                     f"{client.url}: impossible answer: device {device} has {total:.6g} s of "
                     f"{name.removesuffix('_s').replace('_', ' ')} time in a window of {seconds} s "

@@ -146,6 +146,24 @@ def test_extrapolation_past_the_window_reads_as_the_window(store, tmp_path: Path
     assert doc["rows"][0]["observed_device_hours"] == 1.0
 
 
+def test_a_short_windows_extrapolation_is_cut_to_it_not_refused(tmp_path: Path) -> None:
+    """Over a window of a few scrapes, increase() of a counter that moves once a collection
+    overshoots by far more than 2 % of the window (3.7 s in a 3 s window, seen in a real
+    Prometheus): that is the window's time, not an impossible answer."""
+    handler = type("Store", (FakeStore,), {"values": dict(HONEST, observed_seconds="3.74439",
+                                                          allocated_seconds="3.5",
+                                                          busy_seconds="1", energy_joules="900"),
+                                        "copies": 1, "duplicated": False})
+    with loopback_server(handler) as url:
+        out = run("--prometheus", url, "--since", "2026-03-02T00:00:00Z", "--until",
+                  "2026-03-02T00:00:03Z", "--format", "json", "--group-by", "resource_group",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["rows"]
+    assert row["observed_device_hours"] == round(3 / 3600, 6)
+    assert row["allocated_device_hours"] <= row["observed_device_hours"]
+
+
 class _Rolled(FakeStore):
     """The hour rolled up by two evaluators (``replica`` a and b) that disagree on the device's
     observed seconds (``observed``); every other roll-up empty."""
