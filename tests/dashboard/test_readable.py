@@ -65,9 +65,10 @@ class Terminal:
         self.run("kill-server")
 
 
-#: The last device row drawn to its end (health last): a capture taken while tmux is still
-#: drawing the row holds half of it.
-ROW_4064_DRAWN = r"4064[^\n]*\bok\b"
+#: The devices view drawn: the last device row to its end (health last), the details panel
+#: and the processes panel's header. A capture taken while the screen is still being drawn
+#: holds half a row, or no panel yet.
+ROW_4064_DRAWN = r"(?s)(?=.*4064[^\n]*\bok\b)(?=.*\bpid\b)(?=.*active 0% \(sm_active\))"
 
 
 @pytest.fixture
