@@ -90,3 +90,15 @@ def waiting_words(summary: tuple[str, int]) -> str:
     """A :func:`waiting_summary` in words: ``input``, ``comms +2``."""
     reason, holders = summary
     return SHORT_REASON.get(reason, reason) + (f" +{holders - 1}" if holders > 1 else "")
+
+
+def money_rank(amount: float | None, currency: str | None,
+               hours: float | None) -> tuple[int, str, float, float]:
+    """The sort key that ranks holders by money (``allsmi idle``, ``allsmi waste``, the
+    dashboard's idle view, the HTML report): most first within each currency, the currencies in
+    alphabetical order (amounts in different currencies do not compare: no exchange rate is
+    known), every unknown amount after the known ones (never ranked as 0), most ``hours`` first
+    among equals. Callers add their own last tie-break (the holder's names)."""
+    if amount is None:
+        return (1, "", 0.0, -(hours or 0.0))
+    return (0, currency or "", -amount, -(hours or 0.0))

@@ -108,13 +108,9 @@ def rank(rows: list[dict[str, Any]], amount: Callable[[dict[str, Any]], float | 
     their currency (currencies in alphabetical order, as no exchange rate is known), then
     the rows whose ``amount`` is unknown (no price, or not measured), by ``hours``. Ties go
     by hours, then by the holder keys, so that reruns give the same order."""
-    def key(row: dict[str, Any]) -> tuple[Any, ...]:
-        value = amount(row)
-        names = tuple(str(row[k] or "") for k in KEYS)
-        if value is None:
-            return (1, "", 0.0, -(row[hours] or 0.0), names)
-        return (0, row["currency"] or "", -value, -(row[hours] or 0.0), names)
-    return sorted(rows, key=key)
+    from allsmi.formatting import money_rank
+    return sorted(rows, key=lambda row: money_rank(amount(row), row["currency"], row[hours])
+                  + (tuple(str(row[k] or "") for k in KEYS),))
 
 
 def currencies_note(rows: list[dict[str, Any]]) -> str:

@@ -20,6 +20,7 @@ from allsmi.accounting.htmlreport.sums import (
     currency_of, money_column, money_currencies, money_figures, money_keys, money_sum,
     partial_columns, ratio, several, total)
 from allsmi.accounting.report import HOLDER_KEYS, Report, Row
+from allsmi.formatting import money_rank
 from allsmi.schema import WAITING_REASONS
 from allsmi.text import clean_text
 
@@ -228,10 +229,7 @@ def _holder_order(line: Line) -> tuple[Any, ...]:
     currencies do not compare), then the holders whose cost is unknown (never ranked as 0);
     ties by allocated device-hours, then by name."""
     f = line.figures
-    held = -(f.get("allocated_device_hours") or 0.0)
-    if f.get("cost") is None:
-        return (1, "", 0.0, held, line.names)
-    return (0, line.currency or "", -f["cost"], held, line.names)
+    return money_rank(f.get("cost"), line.currency, f.get("allocated_device_hours")) + (line.names,)
 
 
 def _holder_lines(report: Report, keys: Sequence[str],

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from allsmi.config import Config
+from allsmi.formatting import money_rank
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import (Holder, UsageIntegrator, Weights, billing_shares, bridged_gap_seconds,
                           held, holder_weights, split_board_energy)
@@ -247,13 +248,7 @@ def order_rows(rows: Sequence[IdleRow], key: str = "cost", descending: bool = Tr
         raise ValueError(f"unknown idle sort {key!r} (known: {', '.join(IDLE_SORTS)})")
     ordered = sorted(rows, key=lambda r: r.key)
     if key == "cost":
-        priced = [r for r in ordered if r.idle_cost is not None]
-        blocks = [sorted((r for r in priced if (r.currency or "") == currency),
-                         key=lambda r: (r.idle_cost, r.idle_seconds), reverse=True)
-                  for currency in sorted({r.currency or "" for r in priced})]
-        unpriced = sorted((r for r in ordered if r.idle_cost is None),
-                          key=lambda r: r.idle_seconds, reverse=True)
-        out = [r for block in blocks for r in block] + unpriced
+        out = sorted(ordered, key=lambda r: money_rank(r.idle_cost, r.currency, r.idle_seconds))
         return out if descending else out[::-1]
     # By idle time; ties (holders sharing a device equally) by cost within their currency, an
     # unknown cost after every priced one: never one currency's amount against another's.
