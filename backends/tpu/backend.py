@@ -19,6 +19,7 @@ from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
+    from allsmi.backends._common.cells import SaidOnce
     from allsmi.backends.tpu.chips import Chip
     from allsmi.backends.tpu.client import MetricsClient
 
@@ -36,7 +37,7 @@ class TpuBackend(Backend, declared=DECLARATION):
         self._client: MetricsClient | None = None
         self._refused: list[str] = []
         """This sample's refused values (said once: see :meth:`_say_refused`)."""
-        self._said: set[str] = set()
+        self._said: SaidOnce | None = None  # made by open()
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
@@ -58,7 +59,8 @@ class TpuBackend(Backend, declared=DECLARATION):
         from allsmi.backends.tpu.client import MetricsClient
         self.check_options()
         self.close()
-        self._said.clear()  # a reopened backend says each refused value again, once
+        from allsmi.backends._common.cells import SaidOnce
+        self._said = SaidOnce()  # a reopened backend says each refused value again, once
         self._client = MetricsClient(self.address, self.timeout_seconds)
 
     def close(self) -> None:
@@ -90,9 +92,10 @@ class TpuBackend(Backend, declared=DECLARATION):
         same value refused again next sample is not repeated; a layout problem or a failing
         service is said every sample, as long as it lasts)."""
         for warning in self._refused:
-            if warning not in self._said:
-                self._said.add(warning)
+            if self._said is None:
                 self.warnings.append(warning)
+            else:
+                self._said.say(self.warnings, (warning,), warning)
 
     def _metrics(self) -> dict[str, dict[int, Any]] | None:
         """Each metric asked once under one deadline for the whole sample. A metric the service
