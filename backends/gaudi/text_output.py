@@ -75,21 +75,16 @@ def parse_listing(text: str) -> list[ListedDevice]:
 _UNIT_TOKENS = {"b", "kb", "kib", "mb", "mib", "gb", "gib"}
 
 
-_WHOLE = re.compile(r"[0-9]+")
 #: A cell that reads as a number (so a refused AIP or PID is said, not taken for a header).
 _NUMBER = re.compile(r"[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
-
-
-def _whole(cell: str) -> int | None:
-    return int(cell) if _WHOLE.fullmatch(cell) else None
 
 
 def _refused(aip: str, pid: str) -> str | None:
     """Why a process row's AIP index or PID cannot be right (a number, but not a whole one of
     0 or more, or a PID of 0); ``None`` when the cells are no numbers at all (a header, N/A)."""
-    if _NUMBER.fullmatch(aip) and _whole(aip) is None:
+    if _NUMBER.fullmatch(aip) and units.to_int(aip) is None:
         return f"AIP {shorten(repr(aip), 40)}, not a whole number of 0 or more"
-    if _NUMBER.fullmatch(pid) and not _whole(pid):
+    if _NUMBER.fullmatch(pid) and not units.to_int(pid):
         return f"PID {shorten(repr(pid), 40)}, not a whole number of 1 or more"
     return None
 
@@ -116,7 +111,7 @@ def parse_processes(text: str, warnings: list[str] | None = None) -> dict[int, l
         tokens = stripped.strip("|").split()
         if len(tokens) < 4:
             continue
-        aip, pid = _whole(tokens[0]), _whole(tokens[1])
+        aip, pid = units.to_int(tokens[0]), units.to_int(tokens[1])
         if aip is None or not pid:
             refused = _refused(tokens[0], tokens[1])
             if refused and warnings is not None:
