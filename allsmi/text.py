@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 #: Longest text kept for a command line; other fields are shorter.
 MAX_COMMAND = 4096
@@ -88,3 +88,55 @@ def clean_detail(value: Any, max_length: int = MAX_NAME) -> Any:
     if isinstance(value, (tuple, list)):
         return tuple(clean_detail(v, max_length) for v in value)
     return value
+
+
+_INF = float("inf")
+
+#: Keys and tuple values :func:`clean_mapping` found clean (cleaning returns them unchanged):
+#: every device of every cycle has the same few detail keys, and the NVIDIA backend's
+#: clock-event reason names come as the same few tuples. A tuple is known by its value (an
+#: equal tuple cleans to an equal one: cleaning changes a string, a non-finite float or a
+#: list, each unequal to what it becomes). Each set is emptied when it reaches its bound.
+CLEAN_KEYS: set[str] = set()
+CLEAN_TUPLES: set[tuple[Any, ...]] = set()
+CLEAN_BOUND = 1024
+
+
+def clean_mapping(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``mapping`` with its keys and values cleaned (strings, inside tuples too; no NaN)."""
+    out = {}
+    for k, v in mapping.items():
+        # what cleaning returns unchanged (a short printable key; an int, a bool, a finite
+        # float, a short printable string) is kept as is: every device of every cycle has
+        # details, nearly all of them numbers under constant keys
+        if k not in CLEAN_KEYS:
+            if type(k) is not str or len(k) > MAX_NAME or not k.isprintable():
+                k = clean_text(k)
+            elif len(CLEAN_KEYS) < CLEAN_BOUND:
+                CLEAN_KEYS.add(k)
+            else:
+                CLEAN_KEYS.clear()
+        kind = type(v)
+        if not (kind is int or kind is bool or v is None
+                or (kind is float and -_INF < v < _INF)
+                or (kind is str and len(v) <= MAX_NAME and v.isprintable())):
+            if kind is tuple:
+                v = _clean_tuple(v)
+            else:
+                v = clean_detail(v)
+        out[k] = v
+    return out
+
+
+def _clean_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
+    try:
+        if value in CLEAN_TUPLES:
+            return value
+    except TypeError:  # an unhashable member (a list): cleaned below, never remembered
+        return clean_detail(value)
+    cleaned = clean_detail(value)
+    if cleaned == value:
+        if len(CLEAN_TUPLES) >= CLEAN_BOUND:
+            CLEAN_TUPLES.clear()
+        CLEAN_TUPLES.add(value)
+    return cleaned

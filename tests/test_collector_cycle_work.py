@@ -205,7 +205,7 @@ def test_a_group_s_name_and_labels_are_cleaned_once_per_assignment_each_device_i
     """The collector cleans each group's name and labels when it works the groups out, as the
     sample's own cleaning does, and gives every device a labels dictionary of its own: a copy
     (derive) or a sample filled in (a fresh backend's), the same."""
-    from allsmi import schema
+    from allsmi import text
     from allsmi.config import parse_config
 
     class Three(_One):
@@ -231,13 +231,13 @@ def test_a_group_s_name_and_labels_are_cleaned_once_per_assignment_each_device_i
     try:
         for _ in range(3):
             devices = collector.collect_once().devices
-            assert [d.resource_group for d in devices] == [schema.clean_optional(group)] * 3
-            assert all(d.labels == schema.clean_mapping(raw_labels) for d in devices)
+            assert [d.resource_group for d in devices] == [text.clean_optional(group)] * 3
+            assert all(d.labels == text.clean_mapping(raw_labels) for d in devices)
             assert len({id(d.labels) for d in devices} | {id(config.group(group).labels)}) == 4
         assert collector.group_assignments == 1
         devices[0].labels["team"] = "changed"  # type: ignore[index]
-        assert devices[1].labels == schema.clean_mapping(raw_labels)
+        assert devices[1].labels == text.clean_mapping(raw_labels)
         assert dict(config.group(group).labels) == raw_labels
-        assert collector.collect_once().devices[0].labels == schema.clean_mapping(raw_labels)
+        assert collector.collect_once().devices[0].labels == text.clean_mapping(raw_labels)
     finally:
         collector.close()

@@ -6,6 +6,7 @@ from dataclasses import fields, replace
 
 import pytest
 
+from allsmi import text
 from allsmi.schema import DeviceSample, ProcessSample, Workload, derive
 
 HOSTILE = "evil\x1b[31m\u202e\nname\x00" + "x" * 5000
@@ -48,11 +49,10 @@ def test_derive_refuses_an_unknown_field() -> None:
 def test_clean_keys_and_tuples_are_checked_once_and_hostile_ones_every_time(monkeypatch) -> None:
     """The details' keys and tuples found clean are kept without checking them again (every
     device of every cycle has the same ones); what cleaning changes is cleaned every time."""
-    from allsmi import schema
-    monkeypatch.setattr(schema, "CLEAN_KEYS", set())
-    monkeypatch.setattr(schema, "CLEAN_TUPLES", set())
+    monkeypatch.setattr(text, "CLEAN_KEYS", set())
+    monkeypatch.setattr(text, "CLEAN_TUPLES", set())
     cleaned: list[object] = []
-    real = schema.clean_detail
+    real = text.clean_detail
 
     def counted(value, *args):
         cleaned.append(value)
@@ -61,14 +61,15 @@ def test_clean_keys_and_tuples_are_checked_once_and_hostile_ones_every_time(monk
     reasons = ("gpu_idle", "sw_power_cap")
     details = {"pstate": "P0", "clocks_event_reasons": reasons, "mask": 5,
                "bad": (HOSTILE, float("nan")), HOSTILE: 1}
-    expected = {schema.clean_text(k): real(v) for k, v in details.items()}
-    monkeypatch.setattr(schema, "clean_detail", counted)
-    first, second = schema.clean_mapping(details), schema.clean_mapping(dict(details))
+    expected = {text.clean_text(k): real(v) for k, v in details.items()}
+    monkeypatch.setattr(text, "clean_detail", counted)
+    first, second = text.clean_mapping(details), text.clean_mapping(dict(details))
     assert first == second == expected
-    assert cleaned == [reasons, details["bad"], details["bad"]]  # the clean tuple checked once
+    tuples = [v for v in cleaned if isinstance(v, tuple)]  # (not the items of a tuple cleaned)
+    assert tuples == [reasons, details["bad"], details["bad"]]  # the clean tuple checked once
     assert second["clocks_event_reasons"] is reasons and second["bad"][1] is None
-    assert HOSTILE not in schema.CLEAN_KEYS and "pstate" in schema.CLEAN_KEYS
-    assert schema.clean_mapping({"k": ((1, 2), [3])})["k"] == ((1, 2), (3,))  # lists: tuples
+    assert HOSTILE not in text.CLEAN_KEYS and "pstate" in text.CLEAN_KEYS
+    assert text.clean_mapping({"k": ((1, 2), [3])})["k"] == ((1, 2), (3,))  # lists: tuples
 
 
 @pytest.mark.parametrize("changes", [
@@ -114,12 +115,12 @@ def test_a_group_s_name_and_labels_are_cleaned_once_each_a_new_dict_each_time(mo
     from allsmi import samplecopy, schema
     from allsmi.schema import fill
     cleaned: list[object] = []
-    real = schema.clean_mapping
+    real = text.clean_mapping
     monkeypatch.setattr(samplecopy, "clean_mapping",
                         lambda value: cleaned.append(value) or real(value))
     # (as the device's cleaners are made, remembering nothing yet)
     clean_labels = samplecopy.remembered_mapping()
-    clean_group = samplecopy.remembered_text(schema.clean_optional)
+    clean_group = samplecopy.remembered_text(text.clean_optional)
     group = "team-" + HOSTILE
     for labels in ({"team": "a\x07", HOSTILE: HOSTILE}, {"team": "b"}):
         cleaned.clear()
