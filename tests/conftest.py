@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from .ordering import arrange, is_alone, long_seconds
+from .rewritecache import cache_rewritten_tests
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,6 +48,14 @@ def locks_dir(run: str) -> Path:
 _LOCKS = locks_dir(os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid())))
 #: The runs whose workers this process (the xdist controller) started.
 _RUNS: set[str] = set()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller caches pytest's rewritten test modules before its workers start, so
+    that six workers do not each rewrite them all (tests/rewritecache.py)."""
+    if (not hasattr(config, "workerinput") and config.getoption("numprocesses", None)
+            and config.getoption("assertmode", "rewrite") == "rewrite"):
+        cache_rewritten_tests(config, REPO / "tests")
 
 
 @pytest.hookimpl(optionalhook=True)
