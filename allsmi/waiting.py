@@ -10,13 +10,14 @@ names holders: a user, a namespace and pod, a job) with its processes on the dev
 4. activity (``compute_active_percent``, else ``utilization_percent``) at or above the idle
    threshold: ``computing`` (unless each of the holder's processes reports 0 % of the device);
 5. below it, from the host evidence of the holder's processes and the node:
-   ``input`` (at least ``input_blocked_fraction`` of its processes in I/O wait, or reading
-   ``input_read_bytes_per_second`` or more), then ``communication`` (the device's interconnect
-   or the node's InfiniBand/RoCE ports moving ``communication_bytes_per_second`` or more), then
-   ``host`` (a process at ``host_cpu_fraction`` of a core or more, or its main thread on a CPU
-   or waiting for one that share of the interval, or its cgroup throttled
-   ``host_throttled_fraction`` of the interval), then ``nothing`` when every signal was read
-   and all were quiet;
+   ``input`` (at least ``input_blocked_fraction`` of its processes in I/O wait: a thread in
+   uninterruptible sleep when read, or ``input_delay_fraction`` of the interval in block-I/O
+   wait by delay accounting; or reading ``input_read_bytes_per_second`` or more), then
+   ``communication`` (the device's interconnect or the node's InfiniBand/RoCE ports moving
+   ``communication_bytes_per_second`` or more), then ``host`` (a process at
+   ``host_cpu_fraction`` of a core or more, or its main thread on a CPU or waiting for one that
+   share of the interval, or its cgroup throttled in ``host_throttled_fraction`` of its
+   CPU-limit periods), then ``nothing`` when every signal was read and all were quiet;
 6. anything else is ``unknown``, with what was missing: never a guess.
 
 Input is tried before communication and host because a process blocked on reading is the
@@ -31,6 +32,7 @@ import re
 from typing import Collection, Protocol, Sequence
 
 from allsmi.fairshare import Holder, claim_units
+from allsmi.hostactivity.quiet import cpu_bound, in_io_wait, not_quiet, plural, rate_text
 from allsmi.hostactivity.sampler import (HostActivity, HostActivitySampler, NodeActivity,
                                          ProcessActivity)
 from allsmi.hostactivity.settings import ActivitySettings
@@ -56,16 +58,6 @@ def holders(dev: DeviceSample) -> list[tuple[Holder, tuple[ProcessSample, ...]]]
                   key=lambda item: tuple(v or "" for v in item[0]))
 
 
-def _mb(rate: float) -> str:
-    if rate >= 1e10:
-        return f"{rate / 1e9:.0f} GB/s"
-    return f"{rate / 1e6:.0f} MB/s" if rate >= 1e6 else f"{rate / 1e3:.0f} kB/s"
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"
-
-
 def device_activity(dev: DeviceSample) -> tuple[float, str] | None:
     """(percent, what it is) of the device's compute activity, ``None`` when not reported:
     ``compute_active_percent`` (named by its source), else the headline utilization."""
@@ -85,7 +77,7 @@ def _both(rx: float | None, tx: float | None) -> float | None:
 
 def _traffic(dev: DeviceSample, node: NodeActivity) -> tuple[float | None, float | None]:
     """(device interconnect, node InfiniBand) bytes per second, rx plus tx of what is known
-    (enough to call traffic busy; :func:`_missing` asks for both directions to call it quiet);
+    (enough to call traffic busy; :func:`allsmi.hostactivity.quiet.not_quiet` asks for both directions to call it quiet);
     ``None`` unknown."""
     return (_both(dev.interconnect_rx_bytes_per_second, dev.interconnect_tx_bytes_per_second),
             _both(node.infiniband_rx_bytes_per_second, node.infiniband_tx_bytes_per_second))
@@ -119,7 +111,7 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
         return "unknown", "unknown: the device's processes are not listed"
     if not procs:
         if untold:
-            return "unknown", (f"unknown: {_count(untold, 'process')} on the device cannot be "
+            return "unknown", (f"unknown: {plural(untold, 'process')} on the device cannot be "
                                "told apart among its holders")
         return "nothing", "nothing: no process of the holder on the device"
     percent = dev.compute_active_percent  # (device_activity's figure; its words when needed)
@@ -146,84 +138,46 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
     if not seen:
         return "unknown", f"unknown: {below}; the holder's processes could not be read"
     n = len(seen)
-    # input
-    blocked = sum(1 for a in seen if (a.blocked_threads or 0) > 0 or (
-        a.blocked_fraction is not None and a.blocked_fraction >= s.input_blocked_fraction))
+    # input: that share of all its processes (one not read is not known to wait)
+    blocked = sum(1 for a in seen if in_io_wait(a, s))
     reads = [a.read_bytes_per_second for a in seen]
     read = sum(r for r in reads if r is not None)
     io_pressure = host.node.pressure_percent.get("io")
     extra = f", node I/O pressure {io_pressure:.0f} %" if io_pressure and io_pressure >= 1 else ""
-    if (blocked and blocked >= s.input_blocked_fraction * n) or read >= s.input_read_bytes_per_second:
-        return "input", (f"input: {blocked} of {_count(n, 'process')} in I/O wait, "
-                         f"{_mb(read)} read{extra}; device {below}")
+    if (blocked and blocked >= s.input_blocked_fraction * (n + unread)) \
+            or read >= s.input_read_bytes_per_second:
+        delays = [a.blocked_fraction for a in seen if a.blocked_fraction is not None]
+        notes = [f"block-I/O wait up to {max(delays) * 100:.0f} % of the interval"] \
+            if delays and max(delays) >= s.input_delay_fraction else []
+        notes += [f"{unread} not read"] if unread else []
+        how = f" ({'; '.join(notes)})" if notes else ""
+        return "input", (f"input: {blocked} of {plural(n + unread, 'process')} in I/O wait{how}, "
+                         f"{rate_text(read)} read{extra}; device {below}")
     # communication
     link, ib = _traffic(dev, host.node)
     if link is not None and link >= s.communication_bytes_per_second:
-        return "communication", f"communication: device links {_mb(link)}; device {below}"
+        return "communication", f"communication: device links {rate_text(link)}; device {below}"
     if ib is not None and ib >= s.communication_bytes_per_second:
-        return "communication", f"communication: node InfiniBand/RoCE {_mb(ib)}; device {below}"
+        return "communication", f"communication: node InfiniBand/RoCE {rate_text(ib)}; device {below}"
     # host
-    busy = [a for a in seen if _cpu_bound(a) >= s.host_cpu_fraction]
+    busy = [a for a in seen if cpu_bound(a) >= s.host_cpu_fraction]
     if busy:
-        top = max(busy, key=_cpu_bound)
+        top = max(busy, key=cpu_bound)
         how = f"{(top.cpu_cores or 0.0) * 100:.0f} % of a core"
         if (top.runnable_fraction or 0.0) > (top.cpu_cores or 0.0):
             how += f", wanting a CPU {top.runnable_fraction * 100:.0f} % of the time"  # type: ignore[operator]
-        return "host", f"host: {len(busy)} of {_count(n, 'process')} CPU-bound ({how}); device {below}"
+        return "host", f"host: {len(busy)} of {plural(n, 'process')} CPU-bound ({how}); device {below}"
     throttled = [a.throttled_fraction for a in seen if a.throttled_fraction is not None]
     if throttled and max(throttled) >= s.host_throttled_fraction:
-        return "host", (f"host: cgroup CPU-throttled {max(throttled) * 100:.0f} % of the "
-                        f"interval; device {below}")
+        return "host", (f"host: cgroup CPU-throttled {max(throttled) * 100:.0f} % of its "
+                        f"CPU-limit periods; device {below}")
     # nothing, when every signal was read and each was quiet
-    missing = _missing(seen, reads, link, ib, host.node, s, blocked, unread)
+    missing = not_quiet(seen, reads, link, ib, host.node, s, blocked, unread)
     if missing:
         return "unknown", f"unknown: {below}; {missing}"
-    return "nothing", (f"nothing: {_count(n, 'process')} idle (no I/O wait, "
-                       f"{_mb(read)} read, under {s.quiet_cpu_fraction * 100:.0f} % CPU), "
+    return "nothing", (f"nothing: {plural(n, 'process')} idle (no I/O wait, "
+                       f"{rate_text(read)} read, under {s.quiet_cpu_fraction * 100:.0f} % CPU), "
                        f"no traffic; device {below}")
-
-
-def _cpu_bound(a: ProcessActivity) -> float:
-    """How CPU-bound a process was: its CPU time per second, or (where the node's CPUs are
-    oversubscribed and give it less) its main thread's share of the interval on a CPU or
-    waiting for one."""
-    return max(a.cpu_cores or 0.0, a.runnable_fraction or 0.0)
-
-
-def _missing(seen: Sequence[ProcessActivity], reads: Sequence[float | None], link: float | None,
-             ib: float | None, node: NodeActivity, s: ActivitySettings, blocked: int = 0,
-             unread: int = 0) -> str:
-    """Why the holder cannot be called idle: the first signal unread or not quiet ("" none)."""
-    if unread:  # what it did is unknown: the others' quiet says nothing of it
-        return (f"{_count(unread, 'process')} of the holder's {len(seen) + unread} could not be "
-                "read (ended, or hidden from this exporter)")
-    if any(a.cpu_cores is None for a in seen):  # a process's problem, else a new process
-        return next((a.problems[0] for a in seen if a.cpu_cores is None and a.problems),
-                    "no measurement interval yet")
-    if any(r is None for r in reads):
-        problem = next((p for a in seen for p in a.problems if "/io" in p), "")
-        return problem or "read rates unknown"
-    if any(a.blocked_threads is None and a.blocked_fraction is None for a in seen):
-        return next((p for a in seen for p in a.problems if "task" in p),
-                    "its threads' states were not read")
-    if blocked:  # some in I/O wait, too few for input: neither input nor idle
-        return (f"{blocked} of {_count(len(seen), 'process')} in I/O wait (under "
-                f"{s.input_blocked_fraction * 100:.0f} % of them)")
-    cpu = max(_cpu_bound(a) for a in seen)
-    if cpu >= s.quiet_cpu_fraction:
-        return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"
-    if link is None:  # no links of its own: the node's InfiniBand (quiet, else communication)
-        if node.infiniband_ports and (node.infiniband_rx_bytes_per_second is None
-                                      or node.infiniband_tx_bytes_per_second is None):
-            return (f"node InfiniBand/RoCE traffic not measured ({node.infiniband_ports} "
-                    "port(s): new, reset or saturated; device links not reported)")
-        rx, tx = node.network_rx_bytes_per_second, node.network_tx_bytes_per_second
-        if rx is None or tx is None:  # and its network must both be quiet
-            return "device links and node network not reported" if ib is None \
-                else "node network not reported (device links not reported)"
-        if rx + tx >= s.communication_bytes_per_second:
-            return f"node network at {_mb(rx + tx)} (device links not reported)"
-    return ""
 
 
 def classify(dev: DeviceSample, host: HostActivity, s: ActivitySettings,

@@ -23,12 +23,15 @@ MAX_THREADS = 256
 _MAX_READ = 16384
 
 
-def clock_ticks() -> int:
-    """Kernel clock ticks per second (``USER_HZ``), the unit of ``stat``'s times."""
+def clock_ticks() -> int | None:
+    """Kernel clock ticks per second (``USER_HZ``), the unit of ``stat``'s times (CPU time,
+    ``delayacct_blkio_ticks``), as ``sysconf(_SC_CLK_TCK)`` reports it; ``None`` when it does
+    not (the times are then not converted to seconds: never 100 assumed)."""
     try:
-        return int(os.sysconf("SC_CLK_TCK")) or 100
+        ticks = int(os.sysconf("SC_CLK_TCK"))
     except (ValueError, OSError, AttributeError):
-        return 100
+        return None
+    return ticks if ticks > 0 else None
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,8 @@ class ProcessReading:
     """Threads in uninterruptible sleep (``D``) now, among :attr:`threads_seen`."""
     threads_seen: int = 0
     blkio_ticks: int | None = None
-    """Delay accounting's block-I/O wait (``delayacct_blkio_ticks``), when the kernel keeps it."""
+    """Delay accounting's block-I/O wait of the main thread (``delayacct_blkio_ticks``: the
+    kernel writes the leader's own, not its threads'), when the kernel keeps it."""
     read_chars: int | None = None
     """Bytes the process read through ``read()`` and friends (files, pipes, sockets): ``rchar``."""
     write_chars: int | None = None
@@ -59,8 +63,12 @@ class ProcessReading:
     oversubscribed node gives it little."""
     cgroup: str | None = None
     """The ``cpu.stat`` file of its cgroup (v2, or v1's ``cpu`` controller), when found."""
-    throttled_usec: int | None = None
-    """The cgroup's CPU throttled time so far, in microseconds."""
+    cpu_periods: int | None = None
+    """The cgroup's CPU-limit enforcement periods so far (``cpu.stat`` ``nr_periods``)."""
+    throttled_periods: int | None = None
+    """Of them, those in which it ran out of its quota (``nr_throttled``). Not the throttled
+    time (``throttled_usec``, v1 ``throttled_time``): the kernel adds it up per CPU, so a
+    cgroup throttled on 8 CPUs at once counts 8 s a second, not a share of the interval."""
     tgid: int | None = None
     """The process (thread group) ``pid`` belongs to: ``pid`` itself, unless ``pid`` is one of
     its threads (whose ``/proc/TID`` files give the whole process's figures, so two of its
@@ -145,14 +153,12 @@ def cgroup_cpu_stat(data: bytes, cgroup_root: str) -> str | None:
     return v1
 
 
-def parse_throttled_usec(data: bytes) -> int | None:
-    """Throttled time in microseconds from a ``cpu.stat``: v2's ``throttled_usec``, v1's
-    ``throttled_time`` (nanoseconds); ``None`` when it has neither (no CPU limit controller)."""
+def parse_throttling(data: bytes) -> tuple[int, int] | None:
+    """(``nr_periods``, ``nr_throttled``) of a ``cpu.stat`` (v2, and v1's ``cpu``
+    controller); ``None`` when it has neither (no CPU bandwidth controller)."""
     values = parse_pairs(data)
-    if "throttled_usec" in values:
-        return values["throttled_usec"]
-    if "throttled_time" in values:
-        return values["throttled_time"] // 1000
+    if "nr_periods" in values and "nr_throttled" in values:
+        return values["nr_periods"], values["nr_throttled"]
     return None
 
 
@@ -244,15 +250,18 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
     try:
         sched = read_proc_file(os.path.join(base, "schedstat")).split()
         runnable = int(sched[0]) + int(sched[1])
-    except (OSError, IndexError, ValueError):
-        pass  # a kernel without CONFIG_SCHED_INFO: the CPU time alone decides
-    throttled = None
+    except OSError:
+        failed = True  # a kernel without CONFIG_SCHED_INFO (the CPU time alone decides), or gone
+    except (IndexError, ValueError):
+        pass
+    throttling = None
     try:
         if cpu_stat is FIND_CGROUP:
             cpu_stat = cgroup_cpu_stat(read_proc_file(os.path.join(base, "cgroup")), cgroup_root)
         if isinstance(cpu_stat, str):
-            throttled = parse_throttled_usec(read_proc_file(cpu_stat))
+            throttling = parse_throttling(read_proc_file(cpu_stat))
     except OSError:
+        failed = True
         cpu_stat = cpu_stat if isinstance(cpu_stat, str) else None  # throttling stays unknown
     if (failed or tgid is None) and _start_ticks(base) != start:
         return None  # it ended (or its pid went to another process) while it was read
@@ -262,7 +271,9 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         read_chars=io.get("rchar"), write_chars=io.get("wchar"),
         disk_read_bytes=io.get("read_bytes"), disk_write_bytes=io.get("write_bytes"),
         runnable_ns=runnable, cgroup=cpu_stat if isinstance(cpu_stat, str) else None,
-        throttled_usec=throttled, tgid=tgid, problems=tuple(problems))
+        cpu_periods=throttling[0] if throttling else None,
+        throttled_periods=throttling[1] if throttling else None, tgid=tgid,
+        problems=tuple(problems))
 
 
 def delay_accounting(proc_root: str = "/proc") -> bool:

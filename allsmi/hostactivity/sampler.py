@@ -8,8 +8,9 @@ counter that went backwards or an interval shorter than :data:`MIN_WINDOW_SECOND
 its rates ``None`` (unknown), never 0. The node's network and InfiniBand/RoCE rates are
 summed over the interfaces and ports read both times, each from its own two values
 (:func:`summed_rate`): one that appears, disappears or goes backwards adds nothing to that
-interval. Readings of processes no longer asked for are dropped, so its memory is bounded by
-the holder processes.
+interval, and is counted (:func:`unmeasured`): the sum is then a part of the traffic, enough
+to call it busy, never quiet. Readings of processes no longer asked for are dropped, so its
+memory is bounded by the holder processes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from .procfs import FIND_CGROUP, ProcessReading, clock_ticks, delay_accounting, 
 
 #: Shorter intervals than this give meaningless rates: they are reported ``None``.
 MIN_WINDOW_SECONDS = 0.2
+#: Why CPU and I/O wait times are unknown where the clock tick rate is.
+TICKS_UNKNOWN = ("clock ticks per second unknown (sysconf SC_CLK_TCK): CPU and I/O wait "
+                 "times unknown")
 
 
 @dataclass(frozen=True)
@@ -43,14 +47,16 @@ class ProcessActivity:
     blocked_threads: int | None = None
     """Threads in uninterruptible sleep (I/O wait) when read."""
     blocked_fraction: float | None = None
-    """Share of the interval spent in block-I/O wait (delay accounting), where kept."""
+    """Share of the interval its main thread spent in block-I/O wait (delay accounting,
+    ``delayacct_blkio_ticks``), where the kernel kept it over the whole interval."""
     read_bytes_per_second: float | None = None
     """Bytes read through ``read()`` (files, pipes, sockets) per second."""
     write_bytes_per_second: float | None = None
     disk_read_bytes_per_second: float | None = None
     disk_write_bytes_per_second: float | None = None
     throttled_fraction: float | None = None
-    """Share of the interval its cgroup was CPU-throttled."""
+    """Share of its cgroup's CPU-limit periods in the interval that ran out of quota
+    (``nr_throttled`` over ``nr_periods``; 0 when no period ran: nothing was throttled)."""
     problems: tuple[str, ...] = ()
 
 
@@ -68,6 +74,11 @@ class NodeActivity:
     infiniband_ports: int = 0
     """InfiniBand/RoCE ports read this cycle: with ports, an InfiniBand rate of ``None`` is
     traffic unknown, not traffic absent."""
+    network_unmeasured: int = 0
+    """Interfaces of either reading that add nothing to the network rates (:func:`unmeasured`):
+    where any, the rates are a part of the node's traffic (enough to call it busy, never quiet)."""
+    infiniband_unmeasured: int = 0
+    """The same of the InfiniBand/RoCE ports."""
     problems: tuple[str, ...] = ()
 
 
@@ -87,9 +98,22 @@ def _rate(new: int | None, old: int | None, seconds: float, scale: float = 1.0) 
     return (new - old) * scale / seconds
 
 
-def _fraction(new: int | None, old: int | None, span: float) -> float | None:
-    value = _rate(new, old, span)
+def _fraction(new: int | None, old: int | None, span: float | None) -> float | None:
+    value = None if span is None else _rate(new, old, span)
     return None if value is None else min(1.0, value)
+
+
+def _throttled(now: ProcessReading, before: ProcessReading | None) -> float | None:
+    """Share of the cgroup's CPU-limit periods between two readings that were throttled; 0
+    when none ran (no limit, or nothing used it); ``None`` when not read both times, from
+    another cgroup, or a counter went backwards (the cgroup was made again)."""
+    if before is None or before.cgroup != now.cgroup:
+        return None
+    periods = _rate(now.cpu_periods, before.cpu_periods, 1.0)
+    throttled = _rate(now.throttled_periods, before.throttled_periods, 1.0)
+    if periods is None or throttled is None:
+        return None
+    return min(1.0, throttled / periods) if periods else 0.0
 
 
 #: What a saturated 32-bit InfiniBand ``port_rcv_data``/``port_xmit_data`` reads (in bytes: the
@@ -111,26 +135,37 @@ def summed_rate(now: Mapping[str, tuple[int, ...]], before: Mapping[str, tuple[i
     return sum(deltas) / seconds if deltas else None
 
 
+def unmeasured(now: Mapping[str, tuple[int, ...]], before: Mapping[str, tuple[int, ...]],
+               saturated: int | None = None) -> int:
+    """How many counters (interfaces, ports) of either reading add nothing to
+    :func:`summed_rate` in some direction: appeared, disappeared, lower than before or at
+    ``saturated``. Their traffic in the interval is unknown, so the summed rate is a lower bound."""
+    usable = sum(1 for key, value in now.items() if key in before and all(
+        new >= old and saturated not in (new, old) for new, old in zip(value, before[key])))
+    return len(now.keys() | before.keys()) - usable
+
+
 def process_activity(now: ProcessReading, before: ProcessReading | None, seconds: float | None,
-                     ticks: int) -> ProcessActivity:
-    """The rates of one process between two readings of it (the same process: same start)."""
+                     ticks: int | None) -> ProcessActivity:
+    """The rates of one process between two readings of it (the same process: same start);
+    ``ticks``: clock ticks per second (``None``: unknown, and so are the times in ticks)."""
     same = before is not None and before.start_ticks == now.start_ticks and seconds is not None \
         and seconds >= MIN_WINDOW_SECONDS
     b = before if same else None
     span = seconds if same and seconds else 1.0
+    cpu = b and b.cpu_ticks if ticks else None
     return ProcessActivity(
         pid=now.pid, tgid=now.tgid, threads=now.threads, blocked_threads=now.blocked_threads,
-        cpu_cores=_rate(now.cpu_ticks, b and b.cpu_ticks, span, 1.0 / ticks),
-        blocked_fraction=_fraction(now.blkio_ticks, b and b.blkio_ticks, span * ticks),
+        cpu_cores=_rate(now.cpu_ticks, cpu, span, 1.0 / (ticks or 1)),
+        blocked_fraction=_fraction(now.blkio_ticks, b and b.blkio_ticks,
+                                   span * ticks if ticks else None),
         runnable_fraction=_fraction(now.runnable_ns, b and b.runnable_ns, span * 1e9),
         read_bytes_per_second=_rate(now.read_chars, b and b.read_chars, span),
         write_bytes_per_second=_rate(now.write_chars, b and b.write_chars, span),
         disk_read_bytes_per_second=_rate(now.disk_read_bytes, b and b.disk_read_bytes, span),
         disk_write_bytes_per_second=_rate(now.disk_write_bytes, b and b.disk_write_bytes, span),
-        throttled_fraction=_fraction(now.throttled_usec,
-                                     b.throttled_usec if b and b.cgroup == now.cgroup else None,
-                                     span * 1e6),
-        problems=now.problems)
+        throttled_fraction=_throttled(now, b),
+        problems=now.problems if ticks else now.problems + (TICKS_UNKNOWN,))
 
 
 def node_activity(now: NodeReading, before: NodeReading | None,
@@ -156,7 +191,10 @@ def node_activity(now: NodeReading, before: NodeReading | None,
     return NodeActivity(cpu_iowait_percent=iowait, pressure_percent=pressure,
                         network_rx_bytes_per_second=net_rx, network_tx_bytes_per_second=net_tx,
                         infiniband_rx_bytes_per_second=ib_rx, infiniband_tx_bytes_per_second=ib_tx,
-                        infiniband_ports=ports, problems=now.problems)
+                        infiniband_ports=ports, problems=now.problems,
+                        network_unmeasured=unmeasured(now.network, before.network),
+                        infiniband_unmeasured=unmeasured(now.infiniband, before.infiniband,
+                                                         IB_SATURATED))
 
 
 class HostActivitySampler:
@@ -178,7 +216,6 @@ class HostActivitySampler:
             not sys.platform.startswith("linux") and proc_root == "/proc"
         """Whether psutil reads the host (no ``/proc`` here)."""
         self._ticks = clock_ticks() if not self.portable else PORTABLE_TICKS
-        self._delayacct = delay_accounting(proc_root)
         self._procs: dict[int, ProcessReading] = {}
         self._node: NodeReading | None = None
         self._at: float | None = None
@@ -195,18 +232,21 @@ class HostActivitySampler:
         if self.portable:
             return self._sample_portable(pids, now, seconds)
         node = read_node(self.proc_root, self.sys_root)
+        # read each cycle: switched off (sysctl kernel.task_delayacct=0), the counters stop,
+        # and an interval over which they did not move is not one without I/O wait
+        delayacct = delay_accounting(self.proc_root)
         readings: dict[int, ProcessReading] = {}
         out: dict[int, ProcessActivity] = {}
         for pid in pids:
             before = self._procs.get(pid)
             known: object = before.cgroup if before is not None else FIND_CGROUP
             states = detailed is None or pid in detailed
-            reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
+            reading = read_process(pid, self.proc_root, self.cgroup_root, delayacct,
                                    thread_states=states, cpu_stat=known,
                                    tgid=before.tgid if before is not None else None)
             if reading is not None and before is not None \
                     and before.start_ticks != reading.start_ticks:  # another process: its own
-                reading = read_process(pid, self.proc_root, self.cgroup_root, self._delayacct,
+                reading = read_process(pid, self.proc_root, self.cgroup_root, delayacct,
                                        thread_states=states)
             if reading is None:
                 continue  # ended (or not a process; or ended as it was read again)

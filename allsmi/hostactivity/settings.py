@@ -29,6 +29,12 @@ class ActivitySettings:
     """Compute activity at or above this is ``computing`` (``[accounting]``)."""
     input_read_bytes_per_second: float = 1e6
     input_blocked_fraction: float = 0.5
+    """Share of a holder's processes in I/O wait that makes it ``input``."""
+    input_delay_fraction: float = 0.1
+    """Share of the interval a process spent in block-I/O wait (delay accounting) that puts it
+    in I/O wait, as a thread in uninterruptible sleep does: the share of the interval that a
+    CPU-throttled cgroup loses before it is host-bound, and the share of a core under which a
+    process is quiet. Less is too little to matter."""
     communication_bytes_per_second: float = 1e8
     host_cpu_fraction: float = 0.9
     host_throttled_fraction: float = 0.1
@@ -39,6 +45,7 @@ class ActivitySettings:
 RANGES: dict[str, tuple[float, float, bool]] = {
     "input_read_bytes_per_second": (0.0, 1e12, True),
     "input_blocked_fraction": (0.0, 1.0, True),
+    "input_delay_fraction": (0.0, 1.0, True),
     "communication_bytes_per_second": (0.0, 1e13, True),
     "host_cpu_fraction": (0.0, 1.0, True),
     "host_throttled_fraction": (0.0, 1.0, True),

@@ -170,6 +170,37 @@ HE = "allsmi_holder_energy_joules_total"
 HG = 'resource_group=~"$resource_group", instance=~"$host"'  # holder counters carry no vendor
 
 
+#: The fleet view's recording rule (deploy/prometheus): per host, group and vendor, memory in
+#: use and in total of the same devices (``memory_*_bytes``), how many devices report both
+#: (``memory_count``) and how many physical devices there are (``devices``).
+TOTALS = "instance_resource_group_vendor:allsmi_devices:totals"
+
+
+def memory_total(name: str) -> str:
+    """One ``allsmi_total`` of the fleet view's rule, summed by group and vendor."""
+    return f'sum by (resource_group, vendor) ({TOTALS}{{allsmi_total="{name}", {G}}})'
+
+
+def memory_coverage() -> dict[str, Any]:
+    """The memory of each group and vendor next to how many of its devices it counts ("7 of
+    8 devices report memory in use"): a group none of whose devices reports it counts 0."""
+    counted = (f'{memory_total("memory_count")} or 0 * {memory_total("devices")}')
+    columns = {"Value #A": "memory in use", "Value #B": "memory in total",
+               "Value #C": "devices reporting memory in use", "Value #D": "physical devices"}
+    out = panel("table", "Memory and the devices it counts, by group and vendor",
+                "Memory in use and in total of the devices that report both (as in the panel "
+                "above), and how many devices that is of the group's physical devices: where "
+                "fewer report it, the sums are partial, never filled in.", "bytes",
+                targets((memory_total("memory_used_bytes"), ""),
+                        (memory_total("memory_total_bytes"), ""),
+                        (counted, ""), (memory_total("devices"), ""), table=True), 24, 6)
+    out["transformations"][1]["options"]["renameByName"] = columns
+    out["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": columns[name]},
+         "properties": [{"id": "unit", "value": "none"}]} for name in ("Value #C", "Value #D")]
+    return out
+
+
 def fleet() -> dict[str, Any]:
     util, power = "allsmi_device_utilization_ratio", "allsmi_device_power_watts"
     mem_used, alloc = "allsmi_device_memory_used_bytes", "allsmi_device_allocated_seconds_total"
@@ -197,10 +228,14 @@ def fleet() -> dict[str, Any]:
         panel("timeseries", "Utilization by group and vendor", "Mean utilization, from the "
               "recording rule.", unit(R + "utilization_ratio:avg"),
               targets((f"{R}utilization_ratio:avg{{{G}}}", gl)), 12, 8),
-        panel("timeseries", "Memory by group and vendor", "Device memory used and in total, "
-              "physical devices only.", unit(R + "memory_used_bytes:sum"),
-              targets((f"{R}memory_used_bytes:sum{{{G}}}", gl + " used"),
-                      (f"{R}memory_total_bytes:sum{{{G}}}", gl + " total")), 12, 8),
+        panel("timeseries", "Memory by group and vendor", "Device memory in use and in total "
+              "of the physical devices that report both, so that both count the same devices: a "
+              "device whose memory in use is unknown is in neither (the table below says how "
+              "many devices are counted).", unit(R + "memory_used_bytes:sum"),
+              targets((memory_total("memory_used_bytes"), gl + " used"),
+                      (memory_total("memory_total_bytes"), gl + " total (the same devices)")),
+              12, 8),
+        memory_coverage(),
         panel("timeseries", "Power by group and vendor", "Board power, from the recording rule.",
               unit(R + "power_watts:sum"), targets((f"{R}power_watts:sum{{{G}}}", gl)), 12, 8),
         panel("bargauge", "Energy in the time range by group and vendor", "Increase of the "

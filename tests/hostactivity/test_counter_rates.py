@@ -135,7 +135,9 @@ def test_the_portable_reader_keeps_interfaces_apart(monkeypatch: pytest.MonkeyPa
 
 def test_an_idle_holder_beside_a_hot_added_port_is_not_communicating(tmp_path: Path) -> None:
     """The tester's case: a sleeping holder of a busy-looking GPU, and an InfiniBand port with
-    a large lifetime count added while it sleeps: never ``communication``."""
+    a large lifetime count added while it sleeps: never ``communication``. In the interval the
+    port appeared its traffic is unknown, so the holder is not known to be idle then either
+    (``unknown``, saying so); from its second reading on, it is measured."""
     write_node(tmp_path, net={"eth0": (1, 1)}, ib={"mlx5_0": (1000, 1000)})
     clock = _Clock()
     sampler = HostActivitySampler(sys_root=str(tmp_path / "sys"), monotonic=clock)
@@ -146,18 +148,20 @@ def test_an_idle_holder_beside_a_hot_added_port_is_not_communicating(tmp_path: P
                            compute_active_source="sm_active",
                            processes=(ProcessSample(sleeper.pid, "ann"),))
         classifier = WaitingClassifier(ActivitySettings(), sampler)
-        reasons = []
+        reasons, evidence = [], []
         for cycle in range(4):
             if cycle == 2:
                 write_node(tmp_path, net={"eth0": (1, 1)}, ib={"mlx5_1": (5 * 10**11, 5 * 10**11)})
             waiting = classifier.apply([dev])[0].waiting
             assert waiting is not None
             reasons.append(waiting[0].reason)
+            evidence.append(waiting[0].evidence)
             clock.now += 1.0
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert reasons[1:] == ["nothing"] * 3, reasons
+    assert reasons[1:] == ["nothing", "unknown", "nothing"], reasons
+    assert "InfiniBand/RoCE traffic partly measured (1 port(s) new" in evidence[2], evidence
 
 
 def test_a_bond_and_a_vlan_are_not_counted_beside_their_members(tmp_path: Path) -> None:

@@ -198,9 +198,9 @@ def test_a_cgroup_name_holding_a_newline_names_no_cgroup(tmp_path: Path) -> None
     take the victim's CPU throttling for the process's (``host``, from another's limit)."""
     write_process(tmp_path, 50, io={"rchar": 0},
                   cgroup="0::/user.slice/a\n0::/kubepods/victim\n")
-    write_cgroup(tmp_path, "kubepods/victim", "throttled_usec 99000000\n")
+    write_cgroup(tmp_path, "kubepods/victim", "nr_periods 990\nnr_throttled 990\n")
     r = read_process(50, str(tmp_path / "proc"), str(tmp_path / "sys" / "fs" / "cgroup"))
-    assert r is not None and r.cgroup is None and r.throttled_usec is None
+    assert r is not None and r.cgroup is None and r.throttled_periods is None
     for forged in ("4:cpu,cpuacct:/a\n5:cpu:/victim\n0::/\n",  # a controller twice
                    "0::/a\nb\n"):  # not a line the kernel writes
         (tmp_path / "proc" / "50" / "cgroup").write_text(forged)
@@ -209,9 +209,9 @@ def test_a_cgroup_name_holding_a_newline_names_no_cgroup(tmp_path: Path) -> None
     # what the kernel does write: a hybrid host's hierarchies, each once
     (tmp_path / "proc" / "50" / "cgroup").write_text(
         "9:name=systemd:/\n4:memory:/x\n1:cpu:/\n2:cpuacct:/\n0::/\n")
-    write_cgroup(tmp_path, "cpu", "throttled_time 5000\n")
+    write_cgroup(tmp_path, "cpu", "nr_periods 7\nnr_throttled 5\nthrottled_time 5000\n")
     r = read_process(50, str(tmp_path / "proc"), str(tmp_path / "sys" / "fs" / "cgroup"))
-    assert r is not None and r.throttled_usec == 5
+    assert r is not None and (r.cpu_periods, r.throttled_periods) == (7, 5)
 
 
 @LINUX

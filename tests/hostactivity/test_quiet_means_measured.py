@@ -145,3 +145,43 @@ def test_one_holder_on_several_devices_each_right() -> None:
     out = WaitingClassifier(S, source=source).apply([a, b])
     assert source.detailed == [{1}]
     assert [[w.reason for w in d.waiting or ()] for d in out] == [["computing"], ["input"]]
+
+
+def test_a_sum_missing_a_counter_is_busy_enough_never_quiet(tmp_path: Path) -> None:
+    """Two ports, one stuck at its maximum: the other's quiet says nothing of its traffic (the
+    holder was ``nothing``); a NIC whose counters reset beside a quiet one, likewise. A part
+    that is already busy is busy: the sum is a lower bound."""
+    clock = _Clock()
+    sampler = HostActivitySampler(str(tmp_path / "proc"), str(tmp_path / "sys"), monotonic=clock)
+    procs = (ProcessSample(1, "ann"),)
+
+    def step(net: dict[str, tuple[int, int]], ib: dict[str, tuple[int, int]]) -> NodeActivity:
+        write_node(tmp_path, net=net, ib=ib)
+        node = sampler.sample([]).node
+        clock.now += 2.0
+        return node
+
+    step({"eth0": (0, 0)}, {"mlx4_0": (0, 0), "mlx5_0": (WORDS_MAX, WORDS_MAX)})
+    node = step({"eth0": (0, 0)}, {"mlx4_0": (0, 0), "mlx5_0": (WORDS_MAX, WORDS_MAX)})
+    assert node.infiniband_rx_bytes_per_second == 0.0 and node.infiniband_unmeasured == 1
+    r, why = classify_holder(_dev(), procs, HostActivity({1: _idle()}, node, 2.0), S)
+    assert r == "unknown" and "InfiniBand/RoCE traffic partly measured (1 port(s)" in why, why
+    # measured whole again: quiet is quiet
+    node = step({"eth0": (0, 0)}, {"mlx4_0": (0, 0), "mlx5_0": (0, 0)})
+    node = step({"eth0": (0, 0)}, {"mlx4_0": (0, 0), "mlx5_0": (0, 0)})
+    assert node.infiniband_unmeasured == 0 and node.network_unmeasured == 0
+    assert classify_holder(_dev(), procs, HostActivity({1: _idle()}, node, 2.0), S)[0] == "nothing"
+    # eth1's counters went backwards (a driver reset): its traffic in the interval is unknown
+    step({"eth0": (0, 0), "eth1": (10**9, 10**9)}, {"mlx4_0": (0, 0), "mlx5_0": (0, 0)})
+    node = step({"eth0": (0, 0), "eth1": (5, 5)}, {"mlx4_0": (0, 0), "mlx5_0": (0, 0)})
+    assert node.network_rx_bytes_per_second == 0.0 and node.network_unmeasured == 1
+    no_ib = NodeActivity(network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0,
+                         network_unmeasured=node.network_unmeasured)
+    r, why = classify_holder(_dev(), procs, HostActivity({1: _idle()}, no_ib, 2.0), S)
+    assert r == "unknown" and "node network partly measured (1 interface(s)" in why, why
+    # ...while a measured part already at 3 GB/s is communication
+    sending = NodeActivity(infiniband_rx_bytes_per_second=3e9, infiniband_tx_bytes_per_second=0.0,
+                           infiniband_ports=2, infiniband_unmeasured=1,
+                           network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0)
+    r, _ = classify_holder(_dev(), procs, HostActivity({1: _idle()}, sending, 2.0), S)
+    assert r == "communication"

@@ -25,28 +25,31 @@ def test_process_counters_threads_io_and_cgroup_v2(tmp_path: Path) -> None:
     write_process(tmp_path, 42, state="S", cpu=250, threads=4, blocked=3, blkio=17,
                   io={"rchar": 5000, "wchar": 60, "read_bytes": 4096, "write_bytes": 0},
                   cgroup="0::/kubepods.slice/pod1\n")
-    write_cgroup(tmp_path, "kubepods.slice/pod1", "usage_usec 10\nnr_throttled 3\nthrottled_usec 777\n")
+    write_cgroup(tmp_path, "kubepods.slice/pod1",
+                 "usage_usec 10\nnr_periods 40\nnr_throttled 3\nthrottled_usec 777\n")
     r = _reading(tmp_path, 42, delayacct=True)
     assert r is not None
     assert (r.state, r.cpu_ticks, r.threads, r.blocked_threads, r.threads_seen) == ("S", 250, 4, 3, 4)
     assert (r.read_chars, r.write_chars, r.disk_read_bytes, r.disk_write_bytes) == (5000, 60, 4096, 0)
-    assert r.blkio_ticks == 17 and r.throttled_usec == 777 and r.problems == ()
+    assert r.blkio_ticks == 17 and (r.cpu_periods, r.throttled_periods) == (40, 3)
+    assert r.problems == ()
     assert r.cgroup is not None and r.cgroup.endswith("kubepods.slice/pod1/cpu.stat")
 
 
-def test_cgroup_v1_throttled_time_is_nanoseconds(tmp_path: Path) -> None:
+def test_cgroup_v1_periods_from_the_cpu_controller(tmp_path: Path) -> None:
     write_process(tmp_path, 7, cgroup="5:memory:/x\n4:cpu,cpuacct:/slurm/uid_1/job_9\n0::/\n",
                   io={"rchar": 0})
-    write_cgroup(tmp_path, "cpu,cpuacct/slurm/uid_1/job_9", "nr_periods 5\nthrottled_time 3000000\n")
+    write_cgroup(tmp_path, "cpu,cpuacct/slurm/uid_1/job_9",
+                 "nr_periods 5\nnr_throttled 2\nthrottled_time 3000000\n")
     r = _reading(tmp_path, 7)
-    assert r is not None and r.throttled_usec == 3000
+    assert r is not None and (r.cpu_periods, r.throttled_periods) == (5, 2)
 
 
 def test_no_cpu_controller_leaves_throttling_unknown(tmp_path: Path) -> None:
     write_process(tmp_path, 8, cgroup="0::/user.slice\n", io={"rchar": 0})
-    write_cgroup(tmp_path, "user.slice", "usage_usec 10\n")  # no cpu.max: no throttled_usec
+    write_cgroup(tmp_path, "user.slice", "usage_usec 10\n")  # no cpu controller: no periods
     r = _reading(tmp_path, 8)
-    assert r is not None and r.throttled_usec is None
+    assert r is not None and r.throttled_periods is None and r.cpu_periods is None
 
 
 def test_delay_accounting_off_or_old_kernel_is_unknown_not_zero(tmp_path: Path) -> None:
@@ -124,7 +127,7 @@ def test_rates_between_readings(tmp_path: Path) -> None:
                ib={"mlx5_0": (0, 0)})
     write_process(tmp_path, 20, cpu=100, threads=2, blocked=1, sched=(0, 0),
                   io={"rchar": 0, "wchar": 0, "read_bytes": 0, "write_bytes": 0})
-    write_cgroup(tmp_path, "job.slice", "throttled_usec 0\n")
+    write_cgroup(tmp_path, "job.slice", "nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n")
     sampler = HostActivitySampler(str(tmp_path / "proc"), str(tmp_path / "sys"), monotonic=clock)
     first = sampler.sample([20, 999])
     assert set(first.processes) == {20}  # 999 does not exist
@@ -136,14 +139,15 @@ def test_rates_between_readings(tmp_path: Path) -> None:
                net={"eth0": (2_000_000, 4_000)}, ib={"mlx5_0": (250_000_000, 0)})
     write_process(tmp_path, 20, cpu=300, threads=2, blocked=0, sched=(4 * 10**8, 12 * 10**8),
                   io={"rchar": 960_000_000, "wchar": 0, "read_bytes": 0, "write_bytes": 10})
-    write_cgroup(tmp_path, "job.slice", "throttled_usec 500000\n")
+    write_cgroup(tmp_path, "job.slice", "nr_periods 20\nnr_throttled 5\nthrottled_usec 500000\n")
     second = sampler.sample([20])
     p = second.processes[20]
     ticks = procfs.clock_ticks()
+    assert ticks is not None
     assert p.cpu_cores == pytest.approx(200 / ticks / 2.0)
     assert p.read_bytes_per_second == pytest.approx(480e6)
     assert p.disk_write_bytes_per_second == pytest.approx(5.0)
-    assert p.throttled_fraction == pytest.approx(0.25)
+    assert p.throttled_fraction == pytest.approx(0.25)  # 5 of 20 periods
     assert p.runnable_fraction == pytest.approx(0.8)  # 0.4 s on a CPU + 1.2 s waiting, of 2 s
     assert second.window_seconds == pytest.approx(2.0)
     node = second.node
