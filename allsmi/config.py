@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
 RULE_KEYS = ("host", "vendor", "backend", "model", "uuid", "index", "bus_id")
-_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+_LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"  # the whole key (re.fullmatch: never "team\n")
 #: Label names the exporter already uses; a group label may not shadow them.
 RESERVED_LABELS = frozenset({"resource_group", "uuid", "index", "vendor", "model", "kind",
                              "backend", "bus_id", "pid", "user", "command", "version",
@@ -391,7 +391,7 @@ class _Validator:
         labels_raw = self.table(raw.get("labels", {}), "groups", name, "labels")
         labels: dict[str, str] = {}
         for key, value in labels_raw.items():
-            if not re.match(_LABEL_NAME, key) or key.startswith("__") or key in RESERVED_LABELS:
+            if not re.fullmatch(_LABEL_NAME, key) or key.startswith("__") or key in RESERVED_LABELS:
                 raise self.fail("label names must match [a-zA-Z_][a-zA-Z0-9_]*, not start with '__' "
                                 "and not be one of allsmi's own labels", "groups", name, "labels", key)
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):

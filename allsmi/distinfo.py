@@ -23,7 +23,7 @@ from typing import Any, Iterator
 _INFO_SUFFIXES = (".dist-info", ".egg-info")
 #: An entry point's value, ``module[:attr]``, as ``importlib.metadata.EntryPoint.pattern``
 #: accepts it without extras.
-_VALUE = re.compile(r"^(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?$")
+_VALUE = re.compile(r"^(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?\Z")
 
 
 class _Unsure(Exception):

@@ -55,6 +55,13 @@ def test_errors_are_located(text: str, line: int | None, key: str | None, fragme
     assert fragment in str(err) and "/etc/allsmi/config.toml" in str(err)
 
 
+def test_a_label_name_with_a_trailing_newline_is_refused() -> None:
+    """``$`` matched before a final newline: ``"team\\n"`` passed as a label name, and its series
+    would have failed the whole scrape in Prometheus."""
+    err = _err('[groups.a]\nlabels = { "team\\n" = "x" }\n')
+    assert err.line == 2 and "label names must match" in str(err)
+
+
 def test_rules_first_match_wins_and_partitions_follow_parent() -> None:
     config = parse_config("""
 [[rules]]

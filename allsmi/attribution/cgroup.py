@@ -43,7 +43,7 @@ _JOB = (r"^(?:/slurm(?:_[A-Za-z0-9._-]+)?/uid_\d+"
 _POD_FS = r"/kubepods(?:/[a-z-]+)?/pod([0-9a-fA-F-]{8,})(?=/|$)"
 _POD_SYSTEMD = r"kubepods(?:-[a-z]+)?-pod([0-9a-fA-F_]{8,})\.slice"
 _CONTAINER_SCOPE = r"(?:cri-containerd|containerd|crio|docker|cri-o|libpod)-([0-9a-f]{12,})\.scope"
-_CONTAINER_DIR = r"^[0-9a-f]{64}$"
+_CONTAINER_DIR = r"^[0-9a-f]{64}\Z"
 #: v1 controllers read first (the same path appears under each; any one names the job).
 _PREFERRED = ("memory", "pids", "devices", "cpu", "cpuacct", "name=systemd", "freezer")
 

@@ -42,7 +42,7 @@ MAX_FILE_BYTES = 64 * 1024
 #: reported, not read (64 KiB holds up to 16,384 short ids).
 MAX_JOBS_PER_FILE = 1024
 #: Job ids as schedulers write them: 1234, 1234_7 (array), 1234+0 (heterogeneous), names.
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,127}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,127}\Z")
 
 
 def parse_share(text: str) -> float | None:

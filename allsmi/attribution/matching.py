@@ -18,13 +18,13 @@ from typing import Iterable, Mapping, Sequence
 from allsmi.declarations import CORE_RANGE_DETAILS
 from allsmi.schema import DeviceSample
 
-_BUS = r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$"
-_PAIR = r"^(\d+)[:.](\d+)$"
-_NODE = r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)$"
+_BUS = r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z"
+_PAIR = r"^(\d+)[:.](\d+)\Z"
+_NODE = r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)\Z"
 #: ``Ascend910-3``: a plugin's device name whose model carries digits, a dash, then the index.
-_DASHED = r"^([A-Za-z][A-Za-z0-9]*)-(\d+)$"
+_DASHED = r"^([A-Za-z][A-Za-z0-9]*)-(\d+)\Z"
 #: ``card1-0``: the Intel GPU plugin's node name and the number of one share of it.
-_SHARED = r"^([A-Za-z]+)(\d+)-\d+$"
+_SHARED = r"^([A-Za-z]+)(\d+)-\d+\Z"
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
 
 

@@ -28,7 +28,7 @@ KEYS = ("sources", "kubelet_socket", "hpc_job_dir", "proc_root", "timeout_second
         "resource_names")
 #: Sources a configuration can switch on or off (``simulated`` comes with ``--simulate``).
 CONFIGURABLE_SOURCES = ("kubernetes", "hpc-job", "cgroup")
-_RESOURCE = r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?$"
+_RESOURCE = r"^[A-Za-z0-9*?\[\]][A-Za-z0-9.\-_*?\[\]]*(/[A-Za-z0-9.\-_*?\[\]]+)?\Z"
 
 
 @record

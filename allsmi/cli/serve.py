@@ -160,6 +160,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
             if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
         raise fail(f"cannot listen on {o.host}:{o.port}: {reason}", 1) from None
 
+    exposition.web_config = server.web_watcher  # its reloads are published and logged
     recorder = collector = thread = None
     stop = threading.Event()
     try:

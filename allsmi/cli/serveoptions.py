@@ -43,7 +43,8 @@ class ServeOptions:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces) as (host, port)."""
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` as (host, port); ``:PORT`` gives the host
+    ``""``: every interface, IPv4 and IPv6 (``0.0.0.0`` is IPv4's only)."""
     text = value.strip()
     if text.startswith("["):
         host, sep, port = text[1:].partition("]:")
@@ -52,7 +53,7 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_LISTEN}, [::1]:{DEFAULT_PORT} or "
                          f":{DEFAULT_PORT} for all interfaces), got {value!r}")
-    return (host or "0.0.0.0"), int(port)
+    return host, int(port)
 
 
 def _bool(text: str) -> bool:

@@ -25,8 +25,8 @@ from allsmi.exporter.families import (ATTRIBUTION_BAD_SHARES, BACKEND_DURATION, 
                                       LAST_COLLECT, LEDGER_DROPPED, LEDGER_REFUSED,
                                       LEDGER_UNWRITTEN, LEDGER_WRITE_ERRORS, PARTITION_SHARE,
                                       PRICE_DEVICE_HOUR, PRICE_KWH, PROCESS_GAUGES, PROCESS_MEMORY,
-                                      RENDER_ERRORS, RESOURCE_GROUP_INFO, WORKLOAD_INFO,
-                                      WORKLOAD_LABELS, Family)
+                                      RENDER_ERRORS, RESOURCE_GROUP_INFO, WEB_CONFIG_RELOAD,
+                                      WORKLOAD_INFO, WORKLOAD_LABELS, Family)
 from allsmi.schema import WAITING_REASONS, DeviceSample, Snapshot
 from allsmi.usage import billing_shares
 
@@ -317,6 +317,9 @@ class ExporterHealth:
     ledger_unwritten: int | None = None
     ledger_dropped: int | None = None
     ledger_refused: int | None = None
+    web_config_reloaded: bool | None = None
+    """Whether the last change of ``--web-config`` (or a file it names) loaded; ``None``
+    without one."""
 
 
 def exporter_families(health: ExporterHealth) -> list[Metric]:
@@ -328,7 +331,8 @@ def exporter_families(health: ExporterHealth) -> list[Metric]:
                           (LEDGER_WRITE_ERRORS, health.ledger_write_errors),
                           (LEDGER_UNWRITTEN, health.ledger_unwritten),
                           (LEDGER_DROPPED, health.ledger_dropped),
-                          (LEDGER_REFUSED, health.ledger_refused)):
+                          (LEDGER_REFUSED, health.ledger_refused),
+                          (WEB_CONFIG_RELOAD, health.web_config_reloaded)):
         if value is None:
             continue
         if family.type == "counter":

@@ -208,6 +208,9 @@ class Exposition:
         self.group_prices = dict(group_prices or {})
         self.stale_after_seconds = stale_after_seconds
         self.ledger = ledger
+        self.web_config: Any = None
+        """The ``--web-config`` watcher (``allsmi.exporter.webreload.WebConfigWatcher``, read
+        through ``last_reload_ok`` only), whose outcome is published; ``None`` without one."""
         self.render_errors = 0
         self.renders = 0
         """Cycles rendered so far (at most one per cycle, only for a request)."""
@@ -291,7 +294,9 @@ class Exposition:
             ledger_write_errors=None if ledger is None else _count(ledger, "write_errors"),
             ledger_unwritten=None if ledger is None else _count(ledger, "unwritten"),
             ledger_dropped=None if ledger is None else _count(ledger, "dropped_intervals"),
-            ledger_refused=None if ledger is None else _count(ledger, "refused_intervals"))
+            ledger_refused=None if ledger is None else _count(ledger, "refused_intervals"),
+            web_config_reloaded=None if self.web_config is None
+            else bool(getattr(self.web_config, "last_reload_ok", True)))
 
     def metrics(self, snapshot: Snapshot) -> SnapshotMetrics:
         """The custom collector over ``snapshot`` and the counters as they stand."""

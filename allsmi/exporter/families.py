@@ -321,6 +321,14 @@ LEDGER_REFUSED = Family(
     "that stepped back into recorded time), since the exporter started.",
     (), source="LedgerRecorder.refused_intervals", condition="allsmi serve --ledger only")
 
+WEB_CONFIG_RELOAD = Family(
+    "allsmi_exporter_web_config_last_reload_successful", "gauge",
+    "1 while the web configuration in use is the latest one on disk; 0 after a change to it "
+    "(or to a certificate, key or CA file it names) that did not load: the previous one is "
+    "still in use, and the log says why.",
+    (), source="allsmi.exporter.webreload.WebConfigWatcher.last_reload_ok",
+    condition="allsmi serve --web-config only")
+
 FAMILIES: tuple[Family, ...] = (
     (DEVICE_INFO, DEVICE_UP) + tuple(g for g, _, _ in GAUGES) + (PARTITION_SHARE,)
     + tuple(c for c, _ in COUNTERS) + tuple(c for c, _ in HOLDER_COUNTERS)
@@ -329,5 +337,5 @@ FAMILIES: tuple[Family, ...] = (
     + tuple(g for g, _, _ in PROCESS_GAUGES)
     + (BACKEND_UP, BACKEND_DURATION, BACKEND_ERRORS, ATTRIBUTION_BAD_SHARES,
        LAST_COLLECT, BUILD_INFO, RENDER_ERRORS, HOLDER_OVERFLOW, LEDGER_WRITE_ERRORS, LEDGER_UNWRITTEN,
-       LEDGER_DROPPED, LEDGER_REFUSED))
+       LEDGER_DROPPED, LEDGER_REFUSED, WEB_CONFIG_RELOAD))
 """Every family the exporter can emit, in exposition order."""

@@ -15,6 +15,7 @@ routes it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from http import HTTPStatus
@@ -26,6 +27,7 @@ from allsmi.exporter.exposition import (JSON_CONTENT_TYPE, OPENMETRICS_CONTENT_T
 from allsmi.exporter.connections import SHARED, ConnectionLoop, Limits, Reply
 from allsmi.exporter.request import BadRequest, Request, http_date, parse_head, response_head
 from allsmi.exporter.webconfig import WebConfig
+from allsmi.exporter.webreload import WebConfigWatcher
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +197,55 @@ class _Answer:
         return Reply([response_head(status, headers), b"" if head else body], close, int(status))
 
 
+#: Hosts that mean every interface of both families, IPv4 and IPv6 (``--listen :PORT`` gives
+#: ``""``). ``0.0.0.0`` is IPv4's every interface only: an operator who wrote it (and firewalls
+#: IPv4) is not made reachable over IPv6.
+DUAL_STACK_HOSTS = frozenset({"", "::"})
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (raises ``OSError``).
+
+    ``""`` (``--listen :PORT``) or ``::`` listens on every interface of both families with one
+    dual-stack socket (``IPV6_V6ONLY`` off), as Go's ``net.Listen("tcp", ":9100")`` does for
+    node_exporter and every other Go exporter: a Prometheus scraping the node's or the pod's
+    IPv6 address (an IPv6 or dual-stack cluster) is answered. Where the kernel has no IPv6,
+    ``""`` is the IPv4 wildcard. Any other host binds its first address only."""
+    if host in DUAL_STACK_HOSTS and socket.has_ipv6:
+        try:
+            dual = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        except OSError:  # no IPv6 in this kernel: the IPv4 wildcard below
+            if host == "::":
+                raise
+        else:
+            try:
+                return _bind(dual, ("::", port), dual_stack=True)
+            except OSError as exc:
+                # EADDRINUSE is an answer; IPv6 present but unusable here is not
+                if host == "::" or exc.errno == errno.EADDRINUSE:
+                    raise
+    infos = socket.getaddrinfo(host or None, port,
+                               family=socket.AF_INET if not host else 0,
+                               type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, address = infos[0]
+    return _bind(socket.socket(family, socket.SOCK_STREAM), address)
+
+
+def _bind(listener: socket.socket, address: Any, dual_stack: bool = False) -> socket.socket:
+    """``listener`` bound to ``address`` and listening; closed if that fails."""
+    try:
+        if dual_stack:
+            listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        # rebinding over TIME_WAIT only; a live listener still conflicts
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(LISTEN_BACKLOG)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
 class MetricsServer:
     """The exporter's HTTP server; binds in the constructor (raises ``OSError``)."""
 
@@ -203,22 +254,20 @@ class MetricsServer:
         self.exposition = exposition
         self.web = web or WebConfig()
         self.limits = limits or Limits.for_this_process()
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-        family, _, _, _, address = infos[0]
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            # rebinding over TIME_WAIT only; a live listener still conflicts
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(address)
-            listener.listen(LISTEN_BACKLOG)
-        except OSError:
-            listener.close()
-            raise
+        listener = listening_socket(host, port)
         self.socket = listener
         self.server_address = listener.getsockname()
         self.loop = ConnectionLoop(listener, self.respond, ssl_context=self.web.ssl_context,
                                    limits=self.limits)
+        #: Re-reads ``--web-config`` when it or a file it names changes (``None`` without
+        #: one); ``allsmi serve`` publishes its outcome (``Exposition.web_config``).
+        self.web_watcher = WebConfigWatcher(self.web, self._use) if self.web.path else None
+
+    def _use(self, web: WebConfig) -> None:
+        """Answer with ``web`` from now on: the next TLS handshake, the next request (one
+        reference each: a request in progress finishes with what it started with)."""
+        self.loop.ssl_context = web.ssl_context
+        self.web = web
 
     @property
     def url(self) -> str:
@@ -238,6 +287,8 @@ class MetricsServer:
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:  # noqa: ARG002 - socketserver's signature
         """Serve until :meth:`shutdown`."""
+        if self.web_watcher is not None:
+            self.web_watcher.start()
         self.loop.serve_forever()
 
     def shutdown(self) -> None:
@@ -247,5 +298,7 @@ class MetricsServer:
     def server_close(self) -> bool:
         """Close the listening socket and the loop's resources; whether every worker thread
         (password checks) ended."""
+        if self.web_watcher is not None:
+            self.web_watcher.stop()
         self.socket.close()
         return self.loop.close()

@@ -22,7 +22,8 @@ Go's strict YAML decoding refuses them. Everything is validated before the
 server starts: malformed YAML, a missing certificate, an unreadable key, a
 hash that is not bcrypt or an unknown key is a :class:`WebConfigError` naming
 the file, the line and the key (the CLI exits 2), never a silently open
-endpoint.
+endpoint. :class:`WebConfigWatcher` reads it again when it or a file it names changes (a
+rotated certificate, a changed password), keeping the one in use when the change does not load.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
 
 _TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users")
 _TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
@@ -60,6 +62,8 @@ _HEADERS_ALLOWED = ("strict-transport-security", "x-frame-options", "x-content-t
                     "x-xss-protection", "content-security-policy")
 #: Successful credential checks remembered, so a scrape does not pay bcrypt's cost each time.
 AUTH_CACHE_SIZE = 256
+#: The most bytes of a password that bcrypt uses (its key schedule reads no more).
+BCRYPT_MAX_PASSWORD_BYTES = 72
 
 
 class WebConfigError(ValueError):
@@ -76,6 +80,9 @@ class WebConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     auth: "BasicAuth | None" = None
     """The credential checker, or ``None`` when no users are configured."""
+    files: tuple[Path, ...] = ()
+    """The files it was read from: the web configuration and the certificates and keys it
+    names (watched by :class:`WebConfigWatcher`)."""
 
 
 class _Lines:
@@ -157,7 +164,7 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     source = Path(path)
     data, at = _read_yaml(source)
     if data is None:
-        return WebConfig(path=source)
+        return WebConfig(path=source, files=(source,))
     if not isinstance(data, dict):
         raise at.error(f"must be a mapping with keys {', '.join(_TOP_KEYS)}")
     for key in data:
@@ -165,12 +172,13 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
             raise at.error(f"unknown key {str(key)!r} (allowed: {', '.join(_TOP_KEYS)})", str(key))
     base = source.parent
     context = None
+    files = [source]
     if data.get("tls_server_config") is not None:
-        context = _tls_context(at, base, data["tls_server_config"])
+        context = _tls_context(at, base, data["tls_server_config"], files)
     users = _users(at, data.get("basic_auth_users"))
     headers = _headers(at, data.get("http_server_config"))
     return WebConfig(path=source, ssl_context=context, users=users, headers=headers,
-                     auth=BasicAuth(users) if users else None)
+                     auth=BasicAuth(users) if users else None, files=tuple(files))
 
 
 _TLS = "tls_server_config"
@@ -189,7 +197,7 @@ def _file(at: _Lines, base: Path, key: str, value: Any) -> Path:
     return file
 
 
-def _tls_context(at: _Lines, base: Path, tls: Any) -> ssl.SSLContext:
+def _tls_context(at: _Lines, base: Path, tls: Any, files: list[Path]) -> ssl.SSLContext:
     if not isinstance(tls, dict):
         raise at.error("must be a mapping", _TLS)
     for key in tls:
@@ -203,10 +211,24 @@ def _tls_context(at: _Lines, base: Path, tls: Any) -> ssl.SSLContext:
             raise at.error(f"{_TLS} needs {key}", _TLS)
     cert = _file(at, base, "cert_file", tls["cert_file"])
     key_file = _file(at, base, "key_file", tls["key_file"])
+    files += [cert, key_file]
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    asked: list[bool] = []
+
+    def no_passphrase() -> str:
+        # Without a callback OpenSSL prompts "Enter PEM pass phrase:" on the terminal: start-up
+        # hung on a console, and under systemd failed with "[Errno 22] Invalid argument".
+        asked.append(True)
+        raise ValueError("passphrase-protected")
+
     try:
-        context.load_cert_chain(str(cert), str(key_file))
-    except (ssl.SSLError, OSError) as exc:
+        context.load_cert_chain(str(cert), str(key_file), password=no_passphrase)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        if asked:
+            raise at.error(f"{key_file} is encrypted with a passphrase, which is not supported "
+                           f"(as with exporter-toolkit): store it decrypted, readable only by the "
+                           f"exporter's user (openssl pkey -in ENCRYPTED -out PLAIN)",
+                           _TLS, "key_file") from None
         raise at.error(f"cannot load {cert} with {key_file}: {exc}", _TLS, "key_file") from None
     context.minimum_version = _version(at, tls, "min_version", "TLS12")
     if tls.get("max_version"):
@@ -223,6 +245,7 @@ def _tls_context(at: _Lines, base: Path, tls: Any) -> ssl.SSLContext:
                        _TLS, "client_auth_type")
     if tls.get("client_ca_file"):
         ca = _file(at, base, "client_ca_file", tls["client_ca_file"])
+        files.append(ca)
         try:
             context.load_verify_locations(cafile=str(ca))
         except (ssl.SSLError, OSError) as exc:
@@ -333,12 +356,17 @@ class BasicAuth:
             return True
         token = header[6:].strip().encode("ascii", "replace")
         try:
-            user, _, password = base64.b64decode(token, validate=True).decode("utf-8").partition(":")
+            raw_user, _, password = base64.b64decode(token, validate=True).partition(b":")
+            user = raw_user.decode("utf-8")
         except (ValueError, UnicodeDecodeError):
-            user, password = "", ""  # malformed: pays the same cost as a wrong password
+            user, password = "", b""  # malformed: pays the same cost as a wrong password
         hashed = self.users.get(user)
         try:
-            ok = self._checkpw(password.encode("utf-8", "replace"), hashed or self._dummy) \
+            # bcrypt reads at most BCRYPT_MAX_PASSWORD_BYTES of a password: the bytes beyond
+            # take no part in the hash, as exporter-toolkit (Go's bcrypt) and htpasswd compare
+            # them. bcrypt 5 raises on a longer one instead, which refused every password longer
+            # than that (an `openssl rand -base64 64` secret) with 401.
+            ok = self._checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], hashed or self._dummy) \
                 and hashed is not None
         except ValueError:  # a malformed stored hash: refuse, never open
             ok = False

@@ -44,7 +44,7 @@ JSON_FLAGS: tuple[str, ...] = ("--format", "--output")
 _NO_DEVICE = r"^(error:\s*)?(no (npu )?devices?( found| available)?|device not found)\W*$"
 #: How clap (the tool's argument parser) rejects a flag it does not know.
 _FLAG_REJECTED = r"unexpected argument|unrecognized|unknown (option|argument)|Found argument"
-_NPU_INDEX = r"^npu([0-9]+)$"  # not \d: it takes digits of other scripts too
+_NPU_INDEX = r"^npu([0-9]+)\Z"  # not \d: it takes digits of other scripts too
 
 
 def _rejected_flag(result: ToolResult, flag: str) -> bool:

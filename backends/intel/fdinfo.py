@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-_SIZE = re.compile(r"^([0-9]+)\s*(|B|KiB|MiB|GiB)$")  # not \d: it takes other scripts' digits
+_SIZE = re.compile(r"^([0-9]+)\s*(|B|KiB|MiB|GiB)\Z")  # not \d: it takes other scripts' digits
 _SCALE = {"": 1, "B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
 _LOCAL = ("local", "vram")
 

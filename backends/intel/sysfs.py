@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from allsmi import units
 
 # [0-9], not \d (which takes other scripts' digits too)
-_CARD = re.compile(r"^card([0-9]+)$")
-_TILE = re.compile(r"^tile[0-9]+$")
-_GT = re.compile(r"^gt[0-9]+$")
+_CARD = re.compile(r"^card([0-9]+)\Z")
+_TILE = re.compile(r"^tile[0-9]+\Z")
+_GT = re.compile(r"^gt[0-9]+\Z")
 
 
 def read_text(path: str) -> str | None:

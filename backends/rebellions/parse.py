@@ -61,7 +61,7 @@ _VIRTUAL_FUNCTION_IDS = frozenset({"0x1221"})
 #: ``pstate`` P12 is the vendor's "system abort" (hung device) state.
 _FAULT_PSTATES = frozenset({"P12"})
 
-_KERNEL_NAME = re.compile(r"^rbln([0-9]+)$")  # not \d: it takes digits of other scripts too
+_KERNEL_NAME = re.compile(r"^rbln([0-9]+)\Z")  # not \d: it takes digits of other scripts too
 #: How much of the tool's text a message quotes.
 PREVIEW_CHARS = 120
 

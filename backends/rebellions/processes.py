@@ -38,7 +38,7 @@ LookupNodes = Callable[[int], "frozenset[str] | None"]
 
 #: Largest pid any supported OS hands out (Linux caps pid_max at 2**22).
 _MAX_PID = 2**31 - 1
-_NODE = re.compile(r"^/dev/(rbln[0-9]+)$")  # not \d: it takes digits of other scripts too
+_NODE = re.compile(r"^/dev/(rbln[0-9]+)\Z")  # not \d: it takes digits of other scripts too
 _PREVIEW_CHARS = 80
 
 

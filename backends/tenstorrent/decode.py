@@ -69,7 +69,7 @@ PLAUSIBLE: tuple[tuple[str, str | None, tuple[float | None, float | None]], ...]
     ("tdp_limit_watts", "power_limit_watts", (1.0, None)),  # 0 W is "no limit", not a limit
 )
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-_SIDE = re.compile(r"^(?P<type>.*?)\s+(?P<side>[LR])$")
+_SIDE = re.compile(r"^(?P<type>.*?)\s+(?P<side>[LR])\Z")
 
 
 @dataclass

@@ -103,7 +103,7 @@ def test_port_and_probes_are_allsmi_serve_s(overlay: str) -> None:
         c = container(ds)
         assert c["args"] == ["serve"]
         host, port = parse_listen(env(ds)["ALLSMI_SERVE_LISTEN"])
-        assert host == "0.0.0.0" and port == DEFAULT_PORT  # all of the pod's interfaces
+        assert host == "" and port == DEFAULT_PORT  # all of the pod's interfaces, IPv4 and IPv6
         (declared,) = c["ports"]
         assert (declared["name"], declared["containerPort"]) == ("metrics", port)
         if "ALLSMI_SERVE_WEB_CONFIG" in env(ds):

@@ -53,7 +53,8 @@ def test_defaults() -> None:
 
 
 def test_listen_forms() -> None:
-    assert parse_listen(":9477") == ("0.0.0.0", 9477)
+    assert parse_listen(":9477") == ("", 9477)  # every interface, IPv4 and IPv6
+    assert parse_listen("0.0.0.0:9477") == ("0.0.0.0", 9477)
     assert parse_listen("[::]:9477") == ("::", 9477)
     assert parse_listen("localhost:1") == ("localhost", 1)
     for bad in ("9477", "host:", "host:70000", "[::1]9477"):
