@@ -338,12 +338,12 @@ async def test_long_indices_are_whole_bidi_text_is_visible_and_zero_has_no_sign(
 
 
 async def test_the_cluster_processes_panel_names_host_and_device(sim_snapshots: list[Snapshot]) -> None:
-    """A host name up to the device column's width is shown whole; a longer one is cut before
-    its ``:index`` (test_readable.py), so that util and the command keep their room."""
+    """A host name up to the device column's width is shown whole, before the device's name
+    (``host:nvidia 0``, as the idle view names it); a longer one is cut before its ``:nvidia 0``,
+    so that util and the command keep their room."""
     from .conftest import screen_text
     name = "good-host-long-name.example.com"
     snap = replace(sim_snapshots[0], host=replace(sim_snapshots[0].host, hostname=name))
-    held = next(d for d in snap.devices if d.parent is None and d.processes)
     source = StaticSource([{"10.0.0.7:9477": snap}], cluster=True, interval=1.0)
     app = DashboardApp(source)
     async with app.run_test(size=(200, 60)) as pilot:
@@ -351,7 +351,10 @@ async def test_the_cluster_processes_panel_names_host_and_device(sim_snapshots: 
         await pilot.press("p")  # every device's processes
         await pilot.pause()
         text = screen_text(app)
-        assert f"{name}:{held.index}" in text, text
+        assert any(f"{name}:{d.vendor} {d.index}  " in text for d in snap.devices
+                   if d.parent is None and d.processes), text
+    from allsmi.dashboard.tables.process_table import device_label
+    assert device_label("x" * 50, "nvidia 7/1/0") == "x" * 26 + "\u2026:nvidia 7/1/0"
 
 
 class _DownSource(StaticSource):

@@ -79,12 +79,14 @@ def test_totals_count_boards_once_and_follow_moved_partitions(sim_snapshots: lis
     assert groups["training"].memory_total_bytes == 8 * 85520809984
     power = sum(d.power_watts for d in snap.devices if d.power_watts is not None)
     assert sum(t.power_watts or 0 for t in groups.values()) == pytest.approx(power)
-    # Give one MIG slice to another group: it becomes a device there and its memory moves.
+    # Give one MIG slice to another group: its memory moves there, and it is a partition there,
+    # not also a device (the cell read "1+1p": two things where there is one).
     child = next(d for d in snap.devices if d.parent is not None)
     moved = replace(snap, devices=tuple(replace(d, resource_group="slices") if d.id == child.id else d
                                         for d in snap.devices))
     split = {t.name: t for t in totals_by(refs_of("h", moved), lambda r: r.device.resource_group)}
-    assert split["slices"].devices == 1
+    assert (split["slices"].devices, split["slices"].partitions) == (0, 1)
+    assert (split["training"].devices, split["training"].partitions) == (8, 2)
     assert split["slices"].memory_total_bytes == child.memory_total_bytes
     assert split["training"].memory_total_bytes == 8 * 85520809984 - child.memory_total_bytes
     assert split["training"].memory_used_bytes + split["slices"].memory_used_bytes == \
@@ -138,7 +140,7 @@ def test_power_is_compared_with_limits_like_with_like() -> None:
     limits, and says it covers 2 of 5; the set's whole draw stays in ``power_watts``."""
     import datetime as dt
 
-    from allsmi.dashboard.views.panels import power_totals
+    from allsmi.dashboard.views.groups import power_totals
     from allsmi.schema import HostSample
     devs = tuple(DeviceSample(id=f"n{i}", vendor="furiosa", kind="npu", backend="b", health="ok",
                               power_watts=100.0 + i, power_limit_watts=300.0 if i < 2 else None)

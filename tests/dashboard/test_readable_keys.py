@@ -104,7 +104,7 @@ def test_the_idle_row_nobody_claimed_is_labelled() -> None:
 
 async def test_the_groups_view_gives_energy_in_one_unit(sim_snapshots: list[Snapshot]) -> None:
     import re
-    from allsmi.dashboard.views.panels import energy_in, energy_unit
+    from allsmi.dashboard.views.groups import energy_in, energy_unit
     assert energy_unit(500.0)[0] == "J" and energy_unit(5e4)[0] == "Wh" and energy_unit(5e7)[0] == "kWh"
     assert energy_in(500.0, energy_unit(5e4)) == "0.1 Wh"
     app, source = make_app(sim_snapshots)
@@ -211,19 +211,6 @@ async def test_esc_after_a_drill_down_goes_back_to_its_view(sim_snapshots: list[
         for _ in range(3):
             await pilot.pause()
         assert app.view == "devices" and not app.filter.active
-
-
-def test_a_partitions_processes_name_its_gpu(sim_snapshots: list[Snapshot]) -> None:
-    """The processes of a MIG slice show its GPU's index with a star (its own name where the GPU
-    is not among the devices shown), never ``None``."""
-    from allsmi.dashboard.tables.process_table import device_place
-    devices = sim_snapshots[-1].devices
-    gpus = {d.id: d.index for d in devices if not d.parent}
-    slices = [d for d in devices if d.parent]
-    assert slices and all(d.index is None for d in slices)
-    for dev in slices:
-        assert device_place(dev, gpus) == f"{dev.vendor} {gpus[dev.parent]}*"
-        assert device_place(dev, {}) == f"{dev.vendor} {dev.name}" and "None" not in dev.name
 
 
 def test_one_holder_with_two_processes_is_not_shown_as_shared() -> None:

@@ -40,9 +40,10 @@ from allsmi.dashboard.state.idle import IdleMeter, IdleRow
 from allsmi.dashboard.screen.keynames import install as install_key_names
 from allsmi.dashboard.state.filtering import NO_GROUP, Filter
 from allsmi.dashboard.state.model import DESCENDING_BY_DEFAULT, DeviceRef, EnergyMeter, History, Retention
+from allsmi.dashboard.state.naming import DeviceNames
 from allsmi.dashboard.screen.options import DashboardOptions
 from allsmi.dashboard.screen.footer import KeyFooter
-from allsmi.dashboard.views.panels import TOTALS_COLUMNS, DetailPanel, ProcessTable, SummaryBar
+from allsmi.dashboard.views.panels import DetailPanel, ProcessTable, SummaryBar
 from allsmi.dashboard.views.render import Palette
 from allsmi.dashboard.sources import HostState, Source
 from allsmi.dashboard.state.totals import Totals
@@ -57,7 +58,6 @@ PANEL_MIN_HEIGHT = 20
 #: Below this many lines the footer and the summary's second line are dropped too (class
 #: ``-tiny``), so that a 5-line terminal still shows device rows.
 TINY_HEIGHT = 10
-VENDOR_COLUMNS = tuple(c for c in TOTALS_COLUMNS if c[0] != "labels")
 #: The sort a click on a header of the groups or vendors table selects.
 TOTALS_SORTS = {"name": "index", "util": "utilization", "memory": "memory", "power": "power"}
 
@@ -123,6 +123,8 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         self.idle = IdleMeter(self.options.idle_threshold_percent, self.history.points, interval,
                               self.config, speed)
         """Allocated-but-idle time per holder over the history window (the idle view, `i`)."""
+        self.names = DeviceNames()
+        """Every device's one name (``nvidia 7/1/0``), for every view."""
         self.idle_rows: list[IdleRow] = []
         """The idle view's rows as last shown."""
         self.view = "cluster" if source.cluster else "devices"
@@ -186,9 +188,9 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         from allsmi.dashboard.tables.difftable import DiffTable  # the DataTable views: imported on their first use
         if view == "groups":
             return View(Static("Resource groups", classes="section-title"),
-                        DiffTable(TOTALS_COLUMNS, id="group-table", classes="totals"),
+                        DiffTable((), id="group-table", classes="totals"),
                         Static("Vendors", classes="section-title"),
-                        DiffTable(VENDOR_COLUMNS, id="vendor-table", classes="totals"), id="groups")
+                        DiffTable((), id="vendor-table", classes="totals"), id="groups")
         if view == "idle":
             from allsmi.dashboard.views.idleview import IDLE_COLUMNS
             return View(Static(id="idle-title", classes="section-title"),
@@ -196,9 +198,9 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         from allsmi.dashboard.views.hosts import HOST_COLUMNS
         return View(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
                     Static(id="host-detail"), Static("Resource groups", classes="section-title"),
-                    DiffTable(TOTALS_COLUMNS, id="cluster-group-table", classes="totals"),
+                    DiffTable((), id="cluster-group-table", classes="totals"),
                     Static("Vendors", classes="section-title"),
-                    DiffTable(VENDOR_COLUMNS, id="cluster-vendor-table", classes="totals"), id="cluster")
+                    DiffTable((), id="cluster-vendor-table", classes="totals"), id="cluster")
 
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -228,10 +230,8 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         self.set_class(event.size.height >= 40, "-tall")
         self.set_class(event.size.height < TINY_HEIGHT, "-tiny")
         self._fit_panel(event.size.height)
-        if self._configure_columns(event.size.width):
-            self.refresh_view()
-        elif self.view == "cluster":
-            self._show_hosts()  # the problem column follows the width
+        if self._configure_columns(event.size.width) or self.view != "devices":
+            self.refresh_view()  # the totals' columns, the idle title, the problem column
 
     def _fit_panel(self, height: int) -> None:
         shown = self._panel_choice if self._panel_choice is not None else height >= PANEL_MIN_HEIGHT
@@ -259,7 +259,8 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         key = tuple((h.key, id(h.snapshot), h.name) for h in self.hosts)
         if key != self._wants_key:
             names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
-            self._wants_key, self._wants = key, content_widths(self.all_refs(), names)
+            self.names.update((h.key, h.snapshot) for h in self.hosts)
+            self._wants_key, self._wants = key, content_widths(self.all_refs(), names, self.names.places)
         return self._wants
 
     # -- typed accessors -------------------------------------------------------------------

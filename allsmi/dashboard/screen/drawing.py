@@ -20,9 +20,10 @@ from allsmi.formatting import NA
 from allsmi.dashboard.tables.device_table import DeviceTable, RowContext, parent_names
 from allsmi.dashboard.state.filtering import Filter, apply_filter
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, order_devices, refs_of
+from allsmi.dashboard.state.naming import DeviceNames
 from allsmi.dashboard.screen.options import DashboardOptions
-from allsmi.dashboard.views.panels import (MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, energy_unit,
-                                           same_widths, totals_cells)
+from allsmi.dashboard.views.groups import TOTALS_HEIGHT, totals_layout
+from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar
 from allsmi.dashboard.views.render import Palette, safe, safe_text
 from allsmi.dashboard.sources import HostState
 from allsmi.dashboard.views.summary import holders_text, summary_lines
@@ -48,6 +49,7 @@ class ViewDrawing:
     shown: list[DeviceRef]
     history: History
     energy: EnergyMeter
+    names: DeviceNames
     refresh_error: str | None
     renders: int
     idle_sort: str
@@ -56,6 +58,8 @@ class ViewDrawing:
     _compact: bool
     _spark_width: int
     _total: Totals
+    _layout_width: int
+    totals_hidden: list[str]
     _summary_text: str
     device_table: DeviceTable
     process_table: ProcessTable
@@ -65,9 +69,16 @@ class ViewDrawing:
         names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
         return RowContext(palette=self._palette, history=self.history, energy=self.energy,
                           stale_hosts=stale, host_names=names, parent_names=parent_names(refs),
+                          places=self.names.places,
                           compact=self._compact, gauge_width=4 if self._compact else 9,
                           spark_width=self._spark_width,
                           idle_threshold=self.options.idle_threshold_percent)
+
+    @property
+    def layout_width(self) -> int:
+        """The screen's width: that of the last resize (``size`` may still be the old one
+        during it)."""
+        return self._layout_width or self.size.width  # type: ignore[attr-defined]
 
     def all_refs(self) -> list[DeviceRef]:
         """Every device of every host, in host then snapshot order."""
@@ -76,12 +87,14 @@ class ViewDrawing:
     def refresh_view(self) -> None:
         """Redraw the current view from the data in hand."""
         self.renders += 1
+        self.names.update((h.key, h.snapshot) for h in self.hosts)
         refs = self.all_refs()
         totals = totals_by(refs, lambda r: "all", self.energy)
         self._total = totals[0] if totals else Totals("all")
         if self._fleet_totals_only():
             self._total = sum_totals("all", [h.summary for h in self.hosts if h.summary is not None])
-        self.shown = order_devices(apply_filter(refs, self.filter), self.sort_key, self.descending)
+        self.shown = order_devices(apply_filter(refs, self.filter, self.names.places), self.sort_key,
+                                   self.descending)
         if self.view == "devices":
             self._configure_columns()  # new names may want a wider model column
         ctx = self._row_context(refs)
@@ -115,7 +128,7 @@ class ViewDrawing:
             shown = [r for r in self.shown if r.key == ref.key
                      or (r.host == ref.host and r.device.parent == ref.device.id)]
         names = {h.key: h.name for h in self.hosts}
-        count = self.process_table.show(shown, self.source.cluster, names)
+        count = self.process_table.show(shown, self.source.cluster, names, self.names.places)
         title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
         if count > MAX_PROCESS_ROWS:
             title += f" ({MAX_PROCESS_ROWS} biggest of {count})"
@@ -151,15 +164,16 @@ class ViewDrawing:
                                self._group_labels)
             vendors = totals_by(refs, lambda r: r.device.vendor, self.energy)
         groups = order_totals(groups, self.sort_key, self.descending)
-        unit = energy_unit(max((t.energy_joules or 0.0 for t in groups), default=0.0))
-        group_rows = [(f"group:{t.name}", totals_cells(t, self._palette, unit=unit)) for t in groups]
         vendors = order_totals(vendors, self.sort_key, self.descending)
-        unit = energy_unit(max((t.energy_joules or 0.0 for t in vendors), default=0.0))
-        vendor_rows = [(f"vendor:{t.name}", totals_cells(t, self._palette, with_labels=False, unit=unit))
-                       for t in vendors]
-        group_rows, vendor_rows = same_widths(group_rows, vendor_rows)  # the two tables aligned
-        self.query_one(group_id, DiffTable).set_rows(group_rows)
-        self.query_one(vendor_id, DiffTable).set_rows(vendor_rows)
+        table = self.query_one(group_id, DiffTable)
+        # the width of the last resize (``size`` may lag during one), less a vertical scrollbar
+        # where a table has more rows than its height (``.totals``' max-height)
+        width = self.layout_width - (
+            table.styles.scrollbar_size_vertical if max(len(groups), len(vendors)) >= TOTALS_HEIGHT else 0)
+        layout = totals_layout(groups, vendors, self._palette, width)
+        self.totals_hidden = layout.hidden  # said on the state line, as the device table's
+        table.set_rows(layout.groups, layout.columns)
+        self.query_one(vendor_id, DiffTable).set_rows(layout.vendors, layout.vendor_columns)
 
     def _show_hosts(self) -> None:
         from allsmi.dashboard.tables.difftable import DiffTable
@@ -189,7 +203,8 @@ class ViewDrawing:
             flt=self.filter, shown=self.shown,
             process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
             note=getattr(self.source, "note", None),
-            hidden=getattr(self, "hidden_columns", ()) if self.view == "devices" else (),
+            hidden=getattr(self, "hidden_columns", ()) if self.view == "devices"
+            else getattr(self, "totals_hidden", ()) if self.view in ("groups", "cluster") else (),
             count=holders_text(len(getattr(self, "idle_rows", ()))) if self.view == "idle" else None,
             width=max(1, self.size.width - 2))  # inside the bar's padding
         plain = line.plain + "\n" + state.plain

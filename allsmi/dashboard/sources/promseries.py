@@ -177,7 +177,10 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             held = workloads.get((instance, uuid))
             fields["workloads"] = tuple(held) if held is not None else () if instance in attributed else None
             samples.append(DeviceSample(**fields))
-        samples.sort(key=lambda d: (d.vendor, d.parent is not None, d.index if d.index is not None else 1 << 30))
+        # (then by id: the series come in no fixed order, and a partition's name is its place
+        # among its device's: allsmi.dashboard.state.naming)
+        samples.sort(key=lambda d: (d.vendor, d.parent is not None,
+                                    d.index if d.index is not None else 1 << 30, d.id))
         when = scraped.get(instance, evaluated)
         if not plausible_time(when):
             when = evaluated

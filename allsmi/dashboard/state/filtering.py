@@ -6,7 +6,7 @@ tested without a terminal.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
     from allsmi.dashboard.state.model import DeviceRef
@@ -50,8 +50,9 @@ class Filter:
             parts.append(f"text={self.text!r}")
         return " ".join(parts)
 
-    def matches(self, ref: DeviceRef) -> bool:
-        """Whether this one device passes (partitions are handled by :func:`apply_filter`)."""
+    def matches(self, ref: DeviceRef, places: Mapping[str, str] | None = None) -> bool:
+        """Whether this one device passes (partitions are handled by :func:`apply_filter`);
+        ``places``: row key -> the device's name after its vendor, which the text finds too."""
         dev = ref.device
         if self.host is not None and ref.host != self.host:
             return False
@@ -62,13 +63,17 @@ class Filter:
         if self.group is not None and (dev.resource_group or NO_GROUP) != self.group:
             return False
         if self.text:
-            return text_matches(ref, self.text)
+            return text_matches(ref, self.text, places)
         return True
 
 
-def text_matches(ref: DeviceRef, text: str) -> bool:
-    """Whether the text filter ``text`` finds the device (any of :func:`_haystack`)."""
+def text_matches(ref: DeviceRef, text: str, places: Mapping[str, str] | None = None) -> bool:
+    """Whether the text filter ``text`` finds the device (any of :func:`_haystack`), by its
+    name too (``nvidia 7/1``, from ``places``: :mod:`allsmi.dashboard.state.naming`)."""
     needle = text.lower()
+    place = places.get(ref.key) if places else None
+    if place is not None and needle in f"{ref.device.vendor} {place}".lower():
+        return True
     return any(needle in hay.lower() for hay in _haystack(ref))
 
 
@@ -103,21 +108,22 @@ def _haystack(ref: DeviceRef) -> Iterator[str]:
                 yield value
 
 
-def apply_filter(refs: Sequence[DeviceRef], flt: Filter) -> list[DeviceRef]:
-    """Devices passing ``flt``; a partition comes along with a matching parent, and a
-    matching partition brings its parent for context."""
+def apply_filter(refs: Sequence[DeviceRef], flt: Filter,
+                 places: Mapping[str, str] | None = None) -> list[DeviceRef]:
+    """Devices passing ``flt`` (its text finds their names by ``places``); a partition comes
+    along with a matching parent, and a matching partition brings its parent for context."""
     if not flt.active:
         return list(refs)
     by_id = {(r.host, r.device.id): r for r in refs}
     keep: set[tuple[str, str]] = set()
     for ref in refs:
-        if flt.matches(ref):
+        if flt.matches(ref, places):
             keep.add((ref.host, ref.device.id))
             parent = ref.device.parent
             if parent is not None and (ref.host, parent) in by_id:
                 keep.add((ref.host, parent))
     for ref in refs:
         parent = ref.device.parent
-        if parent is not None and (ref.host, parent) in keep and flt.matches(by_id[(ref.host, parent)]):
+        if parent is not None and (ref.host, parent) in keep and flt.matches(by_id[(ref.host, parent)], places):
             keep.add((ref.host, ref.device.id))
     return [r for r in refs if (r.host, r.device.id) in keep]

@@ -43,6 +43,11 @@ class Totals:
     energy_joules: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
     processes: int = 0
+    processes_unknown: int = 0
+    """Devices (and partitions) whose backend cannot list their processes: :attr:`processes`
+    counts those of the others only."""
+    processes_known: int = 0
+    """Devices (and partitions) whose processes are listed."""
     hottest_celsius: float | None = None
     """The highest temperature among the devices (what the temperature sort orders by)."""
 
@@ -73,6 +78,8 @@ def sum_totals(name: str, parts: Sequence[Totals]) -> Totals:
         out.partitions += part.partitions
         out.lost += part.lost
         out.processes += part.processes
+        out.processes_unknown += part.processes_unknown
+        out.processes_known += part.processes_known
         out.power_count += part.power_count
         out.memory_count += part.memory_count
         out.memory_reported += part.memory_reported
@@ -125,8 +132,9 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
               labels: Callable[[str], Mapping[str, str]] | None = None) -> list[Totals]:
     """Totals per value of ``key`` (e.g. the resource group), in order of first appearance.
 
-    A physical device counts once. A partition counts as a device of its own
-    only when it sits in a different bucket from its parent (a MIG slice given
+    A physical device counts once, a partition as a partition (never as a device: a group
+    holding one MIG slice of another group's GPU has ``0+1p``). A partition's memory counts
+    on its own only when it sits in a different bucket from its parent (a MIG slice given
     to another team); then its memory moves with it. Power and energy are
     board-level, so they are summed as reported (partitions carry none).
     Utilization is averaged over the devices that report one, partitions
@@ -164,7 +172,11 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
         totals.hosts.add(ref.host)
         if not totals.labels:
             totals.labels.update(dev.labels)
-        totals.processes += len(dev.processes or ())
+        if dev.processes is None:
+            totals.processes_unknown += 1
+        else:
+            totals.processes += len(dev.processes)
+            totals.processes_known += 1
         if dev.utilization_percent is not None:
             totals.utilization_sum += dev.utilization_percent
             totals.utilization_count += 1
@@ -180,7 +192,8 @@ def totals_by(refs: Sequence[DeviceRef], key: Callable[[DeviceRef], str | None],
             totals.energy_joules = _add(totals.energy_joules, energy.joules(ref.key))
         if not is_unit:
             continue
-        totals.devices += 1
+        if dev.parent is None:
+            totals.devices += 1
         if dev.health == "lost":
             totals.lost += 1
         here = (ref.host, dev.id)

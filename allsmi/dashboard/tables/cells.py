@@ -12,10 +12,11 @@ from typing import Any, Callable, Hashable, Mapping
 from rich.cells import cell_len
 from rich.text import Text
 
-from allsmi.formatting import NA, celsius, human_bytes, na, percent
+from allsmi.formatting import NA, celsius, na, percent
 
 from allsmi.dashboard.state.idle import allocated_idle
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, memory_percent
+from allsmi.dashboard.views.groups import memory_pair
 from allsmi.dashboard.views.render import Palette, core_strip, gauge, safe, spark_levels, spark_text
 
 #: Health words in the compact layout, where the column is five cells wide.
@@ -32,6 +33,9 @@ class RowContext:
     stale_hosts: frozenset[str] = frozenset()
     host_names: Mapping[str, str] = field(default_factory=dict)
     parent_names: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    places: Mapping[str, str] = field(default_factory=dict)
+    """Row key -> the device's name after its vendor (``3``, ``7/1/0``:
+    :mod:`allsmi.dashboard.state.naming`), the ``#`` column's text."""
     compact: bool = False
     gauge_width: int = 8
     spark_width: int = 0
@@ -66,13 +70,22 @@ def _rpad(text: str, width: int) -> str:
 # -- key and render functions -------------------------------------------------------
 
 def index_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
-    return (ref.key, None if ref.device.parent else ref.device.index)
+    return (ref.key, index_text(ref, ctx.places))
+
+
+def index_text(ref: DeviceRef, places: Mapping[str, str]) -> str:
+    """The ``#`` cell: the vendor's index, a partition's place (``7/1/0``: the name the other
+    views give it after the vendor), empty for a device without an index."""
+    dev = ref.device
+    if dev.parent is None:
+        return "" if dev.index is None else str(dev.index)
+    return places.get(ref.key, "")
 
 
 def index_render(key: Any, ctx: RowContext) -> Text:
     row_key, index = key
     # Never cut: the column is as wide as the longest index (content_widths' ``idx``).
-    return RowText("" if index is None else str(index), row_key, justify="right")
+    return RowText(index, row_key, justify="right")
 
 
 def model_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
@@ -129,7 +142,7 @@ def memory_key(ref: DeviceRef, ctx: RowContext) -> Hashable:
     if ctx.compact:
         return (None if share is None else round(share), None)
     return (None if share is None else round(share, 1),
-            f"{human_bytes(dev.memory_used_bytes)}/{human_bytes(dev.memory_total_bytes)}")
+            memory_pair(dev.memory_used_bytes, dev.memory_total_bytes))  # "N/A" when neither is known
 
 
 #: Cells of the memory column in the wide layout (a gauge, then ``used/total``).

@@ -11,18 +11,15 @@ from typing import Mapping, Sequence
 
 from rich.cells import cell_len
 
-from allsmi.formatting import NA
-from allsmi.schema import DeviceSample
-
 from allsmi.dashboard.views.activity import active_key, active_render, waiting_key, waiting_render
 from allsmi.dashboard.state.model import DeviceRef
 from allsmi.dashboard.tables.cells import (
     COMPACT_POWER_WIDTH, MEMORY_WIDTH, KeyFn, RenderFn, RowContext, RowText, attribute, health_key,
-    health_render, history_key, history_render, index_key, index_render, memory_key,
+    health_render, history_key, history_render, index_key, index_render, index_text, memory_key,
     memory_render, model_key, plain_cell, power_key, power_render, procs_key, right_cell, temp_key,
     temp_render, util_key, util_render, model_name)
 
-__all__ = ["Column", "RowContext", "RowText", "columns_for", "content_widths", "describe_device",
+__all__ = ["Column", "RowContext", "RowText", "columns_for", "content_widths",
            "hidden_columns", "model_name", "parent_names"]
 
 #: Cells of the ``#`` column in the wide and the compact layout (wider for longer indexes).
@@ -52,20 +49,23 @@ MODEL_MIN_WIDTH, HISTORY_MAX_WIDTH = 8, 400
 NARROW_PRIORITY = ("idx", "model", "host", "util", "health", "memory", "temp", "power", "vendor")
 
 
-def content_widths(refs: Sequence[DeviceRef], host_names: Mapping[str, str]) -> dict[str, int]:
+def content_widths(refs: Sequence[DeviceRef], host_names: Mapping[str, str],
+                   places: Mapping[str, str] | None = None) -> dict[str, int]:
     """The cells the longest text of each growable column needs: ``model`` (wide layout),
     ``model_compact`` (vendor left out), ``vendor`` and ``host`` (capped at
-    :data:`MAX_GROWN_WIDTH`)."""
+    :data:`MAX_GROWN_WIDTH`), and ``idx`` (never capped: an index or a partition's place,
+    ``places``, is never cut)."""
     parents = parent_names(refs)
-    widths = {"model": 0, "model_compact": 0, "vendor": 0, "host": 0, "idx": 0}
+    places = places or {}
+    widths = {"model": 0, "model_compact": 0, "vendor": 0, "host": 0}
+    idx = 0
     for ref in refs:
-        if ref.device.index is not None and not ref.device.parent:
-            widths["idx"] = max(widths["idx"], len(str(ref.device.index)))
+        idx = max(idx, cell_len(index_text(ref, places)))
         for key, text in (("model", model_name(ref, parents, False)),
                           ("model_compact", model_name(ref, parents, True)),
                           ("vendor", ref.device.vendor), ("host", host_names.get(ref.host, ref.host))):
             widths[key] = max(widths[key], cell_len(text))
-    return {key: min(MAX_GROWN_WIDTH, value) for key, value in widths.items()}
+    return {**{key: min(MAX_GROWN_WIDTH, value) for key, value in widths.items()}, "idx": idx}
 
 
 def _grow(columns: list[Column], room: int, wants: Mapping[str, int], order: Sequence[str]) -> int:
@@ -208,8 +208,3 @@ def _narrowest(compact: list[Column], width: int, wants: Mapping[str, int]) -> l
 def parent_names(refs: Sequence[DeviceRef]) -> dict[tuple[str, str], str]:
     """(host, device id) -> model name, for shortening partition names."""
     return {(r.host, r.device.id): r.device.name for r in refs if r.device.name}
-
-
-def describe_device(dev: DeviceSample) -> str:
-    """"nvidia 3" style short name for status lines and the processes panel."""
-    return f"{dev.vendor} {NA if dev.index is None else dev.index}"

@@ -21,8 +21,8 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 
-from allsmi.dashboard.tables.columns import (Column, RowContext, RowText, columns_for, describe_device,  # noqa: F401
-                      parent_names)
+from allsmi.dashboard.tables.columns import (Column, RowContext, RowText, columns_for,  # noqa: F401
+                                             parent_names)
 from allsmi.dashboard.state.model import DeviceRef
 from allsmi.dashboard.views.render import safe_text
 from allsmi.dashboard.tables.linetable import LineTable, table_css
@@ -30,7 +30,7 @@ from allsmi.dashboard.tables.tablerows import PAD, UNSET, Row, render_cell
 
 # The columns and the panels' table live in their own modules; importers find them here too.
 __all__ = ["Column", "DeviceTable", "RowContext", "RowText", "columns_for",
-           "describe_device", "parent_names"]
+           "parent_names"]
 
 class DeviceTable(LineTable):
     """The node view's table of devices (header line fixed, rows scrolling beneath it)."""

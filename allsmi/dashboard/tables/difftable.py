@@ -16,7 +16,8 @@ from allsmi.dashboard.tables.safetable import SafeTable
 
 
 class DiffTable(SafeTable):
-    """A DataTable fed whole rows; only changed cells are rewritten."""
+    """A DataTable fed whole rows; only changed cells are rewritten. The cursor stays on its
+    row (by key) when the rows are sorted again, others come or go, or the columns change."""
 
     def __init__(self, columns: Sequence[tuple[str, str, int | None]], **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -30,10 +31,19 @@ class DiffTable(SafeTable):
         for key, label, width in self._spec:
             self.add_column(label, key=key, width=width)
 
-    def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
-        """Show ``rows`` (row key, cells) in this order."""
+    def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]],
+                 columns: Sequence[tuple[str, str, int | None]] | None = None) -> None:
+        """Show ``rows`` (row key, cells) in this order; ``columns`` (id, label, width), when
+        given, replace the table's columns (a new width: the table is filled again)."""
         rows = list(rows)
         count = self._update_count
+        selected = self._order[self.cursor_row] if 0 <= self.cursor_row < len(self._order) else None
+        if columns is not None and list(columns) != self._spec:
+            self._spec = list(columns)
+            self.clear(columns=True)
+            self._rows, self._order, self._heights = {}, [], {}
+            for key, label, width in self._spec:
+                self.add_column(label, key=key, width=width)
         wanted = {key for key, _ in rows}
         gone = [k for k in self._rows if k not in wanted]
         if len(gone) > 16 and 2 * len(gone) > len(self._rows):  # most rows go: start afresh
@@ -66,6 +76,8 @@ class DiffTable(SafeTable):
             position = {key: i for i, key in enumerate(order)}
             self._sort_by(position)
             self._order = order
+            if selected in position and position[selected] != self.cursor_row:
+                self.move_cursor(row=position[selected])
         if self._update_count != count:
             # DataTable keys its render caches by an update counter that every change bumps:
             # entries of earlier counts are never read again, yet stay until the caches are full

@@ -13,7 +13,7 @@ lines once. Every cell passes through :func:`~allsmi.dashboard.views.render.safe
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Hashable, Iterable, Sequence
+from typing import Any, ClassVar, Hashable, Iterable, Mapping, Sequence
 
 from rich.text import Text
 from textual.geometry import Size
@@ -22,8 +22,8 @@ from textual.strip import Strip
 from allsmi.formatting import NA, human_bytes, percent
 from allsmi.schema import ProcessSample
 
-from allsmi.dashboard.tables.columns import describe_device
 from allsmi.dashboard.state.model import DeviceRef
+from allsmi.dashboard.state.naming import device_name
 from allsmi.dashboard.views.render import safe_text
 from allsmi.dashboard.tables.linetable import LineTable, table_css
 from allsmi.dashboard.tables.tablerows import PAD, Row, render_width
@@ -37,14 +37,14 @@ DEVICE_MAX_WIDTH = 40
 COMMAND_MIN_WIDTH = 12
 
 
-def device_label(host: str, index: str, limit: int = DEVICE_MAX_WIDTH) -> str:
-    """``host:index``, the host cut with an ellipsis so that the whole fits ``limit`` cells:
-    the index is never cut."""
-    whole = f"{host}:{index}"
+def device_label(host: str, name: str, limit: int = DEVICE_MAX_WIDTH) -> str:
+    """``host:name`` (``node-a:nvidia 7/1/0``), the host cut with an ellipsis so that the whole
+    fits ``limit`` cells: the device's name is never cut."""
+    whole = f"{host}:{name}"
     if len(whole) <= limit:
         return whole
-    room = max(1, limit - len(index) - 2)
-    return f"{host[:room]}\u2026:{index}"
+    room = max(1, limit - len(name) - 2)
+    return f"{host[:room]}\u2026:{name}"
 
 
 def holder_id(proc: ProcessSample) -> str:
@@ -98,9 +98,12 @@ class ProcessTable(LineTable):
         self._header: Strip | None = None
 
     # -- the data side -------------------------------------------------------------------
-    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str]) -> int:
+    def show(self, refs: Sequence[DeviceRef], host_label: bool, names: dict[str, str],
+             places: Mapping[str, str]) -> int:
         """Processes of ``refs``, biggest memory first: the :data:`MAX_PROCESS_ROWS` biggest,
-        chosen without building a row for the others. Returns how many processes there are."""
+        chosen without building a row for the others; each process's device by its one name
+        (``places``: :mod:`allsmi.dashboard.state.naming`), after its host's in a cluster.
+        Returns how many processes there are."""
         sizes = [p.memory_bytes or 0 for ref in refs for p in ref.device.processes or ()]
         total = len(sizes)
         smallest = 0
@@ -114,15 +117,10 @@ class ProcessTable(LineTable):
         if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first by key
             biggest.sort(key=lambda c: (-(c[1].memory_bytes or 0), f"{c[0].key}\x1e{c[1].pid}"))
             del biggest[MAX_PROCESS_ROWS:]
-        # a partition's processes show its GPU's index and a star ("nvidia 7*"), or its own
-        # name where its GPU is not among the devices shown
-        parents = {ref.device.id: ref.device.index for ref in refs if not ref.device.parent}
         for ref, proc in biggest:
-            dev = ref.device
-            where = device_place(dev, parents)
+            where = device_name(ref, places)
             if host_label:
-                where = device_label(names.get(ref.host, ref.host),
-                                     str(dev.index) if dev.index is not None else NA)
+                where = device_label(names.get(ref.host, ref.host), where)
             rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
         rows.sort(key=lambda r: (r[0], r[1]))
         self.set_rows((key, cells) for _, key, cells in rows)
@@ -287,13 +285,3 @@ class ProcessTable(LineTable):
 
 
 __all__ = ["MAX_PROCESS_ROWS", "ProcessTable", "device_label", "holder_id"]
-
-
-def device_place(dev: Any, parents: dict[str, int | None]) -> str:
-    """The processes panel's ``device`` cell: ``nvidia 3``; a partition's GPU index and a star
-    (``nvidia 7*``), or its own name where its GPU's index is not known."""
-    if not dev.parent:
-        return describe_device(dev)
-    if parents.get(dev.parent) is not None:
-        return f"{dev.vendor} {parents[dev.parent]}*"
-    return f"{dev.vendor} {dev.name or NA}"

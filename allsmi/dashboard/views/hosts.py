@@ -20,7 +20,8 @@ from allsmi.formatting import NA, percent
 
 from allsmi.dashboard.state.model import duplicate_ids
 from allsmi.dashboard.state.totals import Totals
-from allsmi.dashboard.views.panels import age_text, memory_totals, power_totals
+from allsmi.dashboard.views.groups import memory_totals, power_totals
+from allsmi.dashboard.views.panels import age_text
 from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState
 

@@ -7,7 +7,7 @@ the app puts them in a :class:`allsmi.dashboard.tables.difftable.DiffTable`.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from rich.text import Text
 
@@ -15,6 +15,7 @@ from allsmi.formatting import NA
 
 from allsmi.dashboard.state.idle import IdleRow, row_text
 from allsmi.dashboard.state.filtering import Filter, apply_filter, text_matches
+from allsmi.dashboard.state.naming import DeviceNames
 from allsmi.dashboard.views.activity import holder_words
 from allsmi.dashboard.views.render import Palette, safe
 
@@ -122,25 +123,29 @@ def _duration(seconds: float) -> str:
 
 
 def idle_title(span: tuple[float, float] | None, threshold: float, points: int,
-               shown: Sequence[IdleRow]) -> Text:
-    """The line above the table: the window, the threshold, the totals shown."""
+               shown: Sequence[IdleRow], width: int | None = None) -> Text:
+    """The line above the table: the window, the threshold, the totals shown. Where it is
+    longer than ``width`` cells, the words about the threshold give way first (``held, ``, then
+    the whole ``(util < 5%)``), so that the totals are never cut."""
+    head = (f" (held, util < {threshold:g}%)", f" (util < {threshold:g}%)", "")
+    if span is None:
+        rest = ", waiting for samples"
+    else:
+        rest = f", last {_duration(max(0.0, span[1] - span[0]))}"
+        if shown:
+            total = sum(r.idle_seconds for r in shown)
+            rest += f": {len(shown)} holder{'' if len(shown) == 1 else 's'}, {hours_text(total)} device-h"
+            costs: dict[str, float] = {}
+            for row in shown:
+                if row.idle_cost is not None:
+                    costs[row.currency or ""] = costs.get(row.currency or "", 0.0) + row.idle_cost
+            for currency, cost in sorted(costs.items()):
+                rest += f", {cost:.2f} {currency}".rstrip()
+    words = next((h for h in head if width is None or len("Allocated but idle" + h + rest) <= width),
+                 head[-1])
     text = Text()
     text.append("Allocated but idle", style="bold")
-    text.append(f" (held, util < {threshold:g}%)")
-    if span is None:
-        text.append(", waiting for samples")
-        return text
-    seconds = max(0.0, span[1] - span[0])
-    text.append(f", last {_duration(seconds)}")
-    if shown:
-        total = sum(r.idle_seconds for r in shown)
-        text.append(f": {len(shown)} holder{'' if len(shown) == 1 else 's'}, {hours_text(total)} device-h")
-        costs: dict[str, float] = {}
-        for row in shown:
-            if row.idle_cost is not None:
-                costs[row.currency or ""] = costs.get(row.currency or "", 0.0) + row.idle_cost
-        for currency, cost in sorted(costs.items()):
-            text.append(f", {cost:.2f} {currency}".rstrip())
+    text.append(words + rest)
     return text
 
 
@@ -175,16 +180,18 @@ def show_idle(app: Any) -> None:
     refs = app.all_refs()
     rest = replace(flt, text="")  # what narrows the devices; the text may name holders instead
     allowed = {r.key for r in apply_filter(refs, rest)} if rest.active else None
-    names = device_names(refs, app.source.cluster, {h.key: h.name for h in app.hosts})
     rows = app.idle.rows(None if allowed is None else allowed.__contains__)
-    found = {r.key for r in refs if text_matches(r, flt.text)} if flt.text else set()
+    found = {r.key for r in refs if text_matches(r, flt.text, app.names.places)} if flt.text else set()
+    names = device_names(app.names, {key for row in rows for key in row.devices},
+                         app.source.cluster, {h.key: h.name for h in app.hosts})
     rows = [r for r in rows if matches(r, flt, names, found)]
     rows = order_rows(rows, app.idle_sort, app.idle_descending)
     app.query_one("#idle-table", DiffTable).set_rows(
         (f"idle:{r.key}", idle_cells(r, names, app._palette)) for r in rows)
     app.idle_rows = rows
     app.query_one("#idle-title", Static).update(
-        idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows))
+        idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows,
+                   app.layout_width - 2))  # inside the title's padding
     unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
                and not app.idle.known.get(h.key, False)]
     names_of = {h.key: h.name for h in app.hosts}
@@ -193,14 +200,14 @@ def show_idle(app: Any) -> None:
         idle_note(len(rows), unknown, skewed))
 
 
-def device_names(refs: Sequence[Any], cluster: bool, hosts: Mapping[str, str]) -> dict[str, str]:
-    """Row key -> ``nvidia 0`` (``host:nvidia 0`` in a cluster); partitions ``nvidia 0/1``
-    style names come from their id."""
+def device_names(names: DeviceNames, keys: Iterable[str], cluster: bool,
+                 hosts: Mapping[str, str]) -> dict[str, str]:
+    """Row key -> the device's one name (``nvidia 0``, ``nvidia 7/1/0``:
+    :mod:`allsmi.dashboard.state.naming`), after its host's in a cluster (``node-a:nvidia 0``);
+    a device whose name was never known by its id."""
     out = {}
-    for ref in refs:
-        dev = ref.device
-        name = f"{dev.vendor} {NA if dev.index is None else dev.index}"
-        if dev.parent is not None:
-            name = f"{dev.vendor} {dev.id}"
-        out[ref.key] = f"{hosts.get(ref.host, ref.host)}:{name}" if cluster else name
+    for key in keys:
+        host, _, ident = key.partition("\x1f")
+        name = names.name(key) or ident.partition("\x1f")[0]
+        out[key] = f"{hosts.get(host, host)}:{name}" if cluster else name
     return out

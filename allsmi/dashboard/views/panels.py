@@ -1,4 +1,5 @@
-"""The smaller widgets: summary bar, device details, processes, totals tables."""
+"""The smaller widgets: summary bar, device details, processes (the totals tables:
+:mod:`allsmi.dashboard.views.groups`)."""
 
 from __future__ import annotations
 
@@ -8,48 +9,18 @@ from rich.text import Text
 from textual import events
 from textual.strip import Strip
 
-from allsmi.formatting import NA, celsius, human_bytes, na, percent, watts
+from allsmi.formatting import NA, celsius, na, percent, watts
 from allsmi.fairshare import Holder, claim_units, split
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 
 from allsmi.dashboard.views.activity import activity_lines, holder_words, waiting_lines
-from allsmi.dashboard.tables.device_table import RowContext, describe_device
+from allsmi.dashboard.tables.device_table import RowContext
 from allsmi.dashboard.state.model import DeviceRef, memory_percent
-from allsmi.dashboard.state.totals import Totals
+from allsmi.dashboard.state.naming import device_name
+from allsmi.dashboard.views.groups import energy_text, labels_text, memory_pair
 from allsmi.dashboard.tables.lines import TextLines
 from allsmi.dashboard.tables.process_table import MAX_PROCESS_ROWS, ProcessTable, holder_id  # noqa: F401  (the panels)
-from allsmi.dashboard.views.render import Palette, core_strip, safe, safe_text, spark
-
-
-def energy_text(joules: float | None) -> str:
-    """Energy in the unit people read bills in: J, Wh or kWh."""
-    if joules is None:
-        return NA
-    if joules < 3600.0:
-        return f"{joules:.0f} J"
-    if joules < 3.6e6:
-        return f"{joules / 3600.0:.1f} Wh"
-    return f"{joules / 3.6e6:.2f} kWh"
-
-
-#: Energy units: name and joules in one.
-ENERGY_UNITS = (("J", 1.0), ("Wh", 3600.0), ("kWh", 3.6e6))
-
-
-def energy_unit(largest: float | None) -> tuple[str, float]:
-    """The unit :func:`energy_text` would choose for ``largest``: one column, one unit."""
-    joules = largest or 0.0
-    return ENERGY_UNITS[0] if joules < 3600.0 else ENERGY_UNITS[1] if joules < 3.6e6 else ENERGY_UNITS[2]
-
-
-def energy_in(joules: float | None, unit: tuple[str, float]) -> str:
-    """``joules`` in ``unit`` (:func:`energy_unit` of the column's largest value)."""
-    if joules is None:
-        return NA
-    name, scale = unit
-    value = joules / scale
-    return f"{value:.0f} {name}" if name == "J" else f"{value:.2f} {name}" if name == "kWh" \
-        else f"{value:.1f} {name}"
+from allsmi.dashboard.views.render import core_strip, safe, safe_text, spark
 
 
 def age_text(age: float | None) -> str:
@@ -61,11 +32,6 @@ def age_text(age: float | None) -> str:
     if age < 7200:
         return f"{age / 60:.0f} min"
     return f"{age / 3600:.0f} h"
-
-
-def labels_text(labels: dict[str, str] | Any) -> str:
-    """``team=ml project=llm`` (sorted), or empty."""
-    return " ".join(f"{k}={v}" for k, v in sorted(dict(labels).items()))
 
 
 class SummaryBar(TextLines):
@@ -145,7 +111,7 @@ class DetailPanel(TextLines):
             return line((f"{label:<6}", "bold"), (f"{value:<18} ", style),
                         (spark(hist.series(key, series), spark_width, low, high), pal.accent))
 
-        lines = [line((describe_device(dev), "bold"), (f"  {dev.name or NA}  ", ""),
+        lines = [line((device_name(ref, ctx.places), "bold"), (f"  {dev.name or NA}  ", ""),
                       (health, pal.health(health)), (f"  group {dev.resource_group or NA}", ""))]
         if len(ctx.host_names) > 1:
             lines[0].append(f"  on {ctx.host_names.get(ref.host, ref.host)}", style=pal.accent)
@@ -155,7 +121,7 @@ class DetailPanel(TextLines):
                             f"bold {pal.warn}" if idle else pal.load(util), "utilization"))
         lines.extend(line(*parts) for parts in activity_lines(dev, pal.accent))
         share = memory_percent(dev)
-        lines.append(metric("mem", f"{human_bytes(dev.memory_used_bytes)}/{human_bytes(dev.memory_total_bytes)}",
+        lines.append(metric("mem", memory_pair(dev.memory_used_bytes, dev.memory_total_bytes),
                             pal.load(share), "memory"))
         limit = dev.power_limit_watts
         top = limit or max((v for v in hist.series(key, "power") if v is not None), default=0.0) or 1.0
@@ -253,97 +219,3 @@ def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], .
         out.append((("  alloc ", ""), (f"{_share(rest):>6}", "bold"), ("  used      -  ", ""),
                     ("unclaimed", "bold"), ("  (declared shares leave it to nobody)", "dim")))
     return out
-
-
-TOTALS_COLUMNS = (("name", "name", 12), ("devices", "devices", 8), ("util", "util", 5),
-                  ("memory", "memory", None), ("power", "power / limit", None),
-                  ("energy", "energy", None), ("procs", "procs", 5), ("hosts", "hosts", 5),
-                  ("labels", "labels", None))
-"""Columns of the group and vendor totals (vendors leave out ``labels``). A number is never
-cut: the memory (``1023.9 MiB/1023.9 GiB (2 of 3)``), the power (``(2 of 5)``) and the energy
-(``1234.56 kWh`` after a long day) are as wide as their longest."""
-
-
-def totals_cells(totals: Totals, palette: Palette, with_labels: bool = True,
-                 unit: tuple[str, float] | None = None) -> tuple[Any, ...]:
-    """One totals row (group or vendor), in :data:`TOTALS_COLUMNS` order; ``unit`` the energy
-    column's unit (:func:`energy_unit` of the table's largest), so a column never mixes J and Wh."""
-    util = totals.utilization_percent
-    devices = str(totals.devices)
-    if totals.partitions:
-        devices += f"+{totals.partitions}p"
-    if totals.lost:
-        devices += f" {totals.lost}!"
-    memory = memory_totals(totals)
-    power = power_totals(totals)
-    cells: tuple[Any, ...] = (
-        Text(totals.name, style="bold"),
-        Text(devices, justify="right", style=palette.hot if totals.lost else ""),
-        Text(percent(util), justify="right", style=palette.load(util)),
-        Text(memory, style=palette.load(totals.memory_percent)),
-        power, Text(energy_text(totals.energy_joules) if unit is None
-                    else energy_in(totals.energy_joules, unit), justify="right"),
-        Text(str(totals.processes), justify="right"),
-        Text(str(len(totals.hosts)), justify="right"))
-    return cells + (labels_text(totals.labels),) if with_labels else cells
-
-
-#: The columns of :data:`TOTALS_COLUMNS` as wide as their longest cell (power, energy).
-AUTO_TOTALS = tuple(i for i, (_, _, width) in enumerate(TOTALS_COLUMNS) if width is None and i < 8)
-
-
-def same_widths(*tables: list[tuple[str, tuple[Any, ...]]]) -> list[list[tuple[str, tuple[Any, ...]]]]:
-    """The rows of the groups and vendors tables with their auto-width cells (power, energy)
-    padded to the longest of both, so that the two tables' columns line up."""
-    width = {i: max((Text(c[i]).cell_len if isinstance(c[i], str) else c[i].cell_len
-                     for rows in tables for _, c in rows), default=0) for i in AUTO_TOTALS}
-
-    def padded(cell: Any, i: int) -> Any:
-        if i not in width:
-            return cell
-        text = Text(cell) if isinstance(cell, str) else cell.copy()
-        room = width[i] - text.cell_len
-        if room > 0:
-            text.pad_left(room) if text.justify == "right" else text.pad_right(room)
-        return text
-
-    return [[(key, tuple(padded(c, i) for i, c in enumerate(cells))) for key, cells in rows]
-            for rows in tables]
-
-
-def memory_totals(totals: Totals) -> str:
-    """A set's memory in use against its total, like with like: of the devices that report
-    both; where others report only one of them (or a value was thrown away), ``(2 of 3)`` says
-    how many devices the pair covers (the width of :data:`TOTALS_COLUMNS`' memory column)."""
-    pair = memory_pair(totals.memory_used_bytes, totals.memory_total_bytes)
-    if totals.memory_count < totals.memory_reported:
-        return f"{pair} ({totals.memory_count} of {totals.memory_reported})"
-    return pair
-
-
-def memory_pair(used: int | None, total: int | None) -> str:
-    """"45.1 GiB/79.6 GiB", or "N/A" when neither is known."""
-    if used is None and total is None:
-        return NA
-    return f"{human_bytes(used)}/{human_bytes(total)}"
-
-
-def power_totals(totals: Totals) -> str:
-    """A set's power against its limits, like with like: the power and limits of the devices
-    that report both; where some devices report power but no limit, ``(2 of 5)`` says how many
-    devices the pair covers (the power of all of them: :attr:`Totals.power_watts`)."""
-    if totals.power_limited_count == 0 or totals.power_limited_count == totals.power_count:
-        return power_pair(totals.power_watts, totals.power_limit_watts)
-    return (f"{power_pair(totals.power_limited_watts, totals.power_limit_watts)} "
-            f"({totals.power_limited_count} of {totals.power_count})")
-
-
-def power_pair(power: float | None, limit: float | None) -> str:
-    """"9.9/20.2 kW" or "312/700 W": one unit for both, chosen by the larger."""
-    if power is None and limit is None:
-        return NA
-    largest = max((v for v in (power, limit) if v is not None), default=0.0)
-    if largest >= 10000:
-        return f"{na(None if power is None else power / 1000, '{:.1f}')}/" \
-               f"{na(None if limit is None else limit / 1000, '{:.1f}')} kW"
-    return f"{na(power, '{:.0f}')}/{na(limit, '{:.0f}')} W"

@@ -1,0 +1,235 @@
+"""The totals tables of the groups view (and the cluster view's): one row per resource group
+and per vendor, laid out to the terminal's width.
+
+Every column is as wide as its longest cell, the same in both tables (so they line up), and a
+number is never cut. Where the row does not fit (80 columns), the least needed columns give way
+(labels, hosts, processes, energy, devices: :data:`DROP_ORDER`), memory says both values in one
+unit (``205.2/557.5 GiB``, as power does in kW) where that keeps a column more, and the state
+line names the columns left out; the labels take what room is left, cut with an ellipsis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from rich.text import Text
+
+from allsmi.formatting import NA, human_bytes, na, percent
+
+from allsmi.dashboard.state.totals import Totals
+from allsmi.dashboard.views.render import Palette
+
+
+def energy_text(joules: float | None) -> str:
+    """Energy in the unit people read bills in: J, Wh or kWh."""
+    if joules is None:
+        return NA
+    return energy_in(joules, energy_unit(joules))
+
+
+#: Energy units: name and joules in one.
+ENERGY_UNITS = (("J", 1.0), ("Wh", 3600.0), ("kWh", 3.6e6))
+
+
+def energy_unit(largest: float | None) -> tuple[str, float]:
+    """The unit :func:`energy_text` would choose for ``largest``: one column, one unit."""
+    joules = largest or 0.0
+    return ENERGY_UNITS[0] if joules < 3600.0 else ENERGY_UNITS[1] if joules < 3.6e6 else ENERGY_UNITS[2]
+
+
+def energy_in(joules: float | None, unit: tuple[str, float]) -> str:
+    """``joules`` in ``unit`` (:func:`energy_unit` of the column's largest value)."""
+    if joules is None:
+        return NA
+    name, scale = unit
+    value = joules / scale
+    return f"{value:.0f} {name}" if name == "J" else f"{value:.2f} {name}" if name == "kWh" \
+        else f"{value:.1f} {name}"
+
+
+def labels_text(labels: dict[str, str] | Any) -> str:
+    """``team=ml project=llm`` (sorted), or empty."""
+    return " ".join(f"{k}={v}" for k, v in sorted(dict(labels).items()))
+
+
+TOTALS_COLUMNS = (("name", "name"), ("devices", "devices"), ("util", "util"),
+                  ("memory", "memory"), ("power", "power / limit"), ("energy", "energy"),
+                  ("procs", "procs"), ("hosts", "hosts"), ("labels", "labels"))
+"""Columns of the group and vendor totals (vendors leave out ``labels``), most needed first."""
+#: The columns that give way on a narrow terminal, first first (``name``, ``util``, memory
+#: and power stay).
+DROP_ORDER = ("labels", "hosts", "procs", "energy", "devices")
+#: The narrowest the labels column is shown at (cut with an ellipsis); the name column's width
+#: while columns are fitted (a longer name is cut before a column of numbers gives way, and
+#: grows back into the room left), and its narrowest.
+LABELS_MIN_WIDTH, NAME_WIDTH, NAME_MIN_WIDTH = 10, 12, 8
+#: Cells around each column's text (the table's padding).
+PAD = 2
+#: Lines of a totals table at most, its header included (``.totals`` in ``allsmi.tcss``): a
+#: table with more rows has a vertical scrollbar.
+TOTALS_HEIGHT = 12
+
+
+def totals_cells(totals: Totals, palette: Palette, unit: tuple[str, float] | None = None,
+                 compact: bool = False) -> tuple[Any, ...]:
+    """One totals row in :data:`TOTALS_COLUMNS` order; ``unit`` the energy column's unit
+    (:func:`energy_unit` of the table's largest), so a column never mixes J and Wh;
+    ``compact``: memory in one unit for both values, as power always is."""
+    util = totals.utilization_percent
+    devices = str(totals.devices)
+    if totals.partitions:
+        devices += f"+{totals.partitions}p"
+    if totals.lost:
+        devices += f" {totals.lost}!"
+    return (Text(totals.name, style="bold"),
+            Text(devices, justify="right", style=palette.hot if totals.lost else ""),
+            Text(percent(util), justify="right", style=palette.load(util)),
+            Text(memory_totals(totals, compact), style=palette.load(totals.memory_percent)),
+            Text(power_totals(totals)),
+            Text(energy_text(totals.energy_joules) if unit is None
+                 else energy_in(totals.energy_joules, unit), justify="right"),
+            Text(processes_totals(totals), justify="right"),
+            Text(str(len(totals.hosts)), justify="right"),
+            Text(labels_text(totals.labels)))
+
+
+@dataclass
+class TotalsLayout:
+    """What the two totals tables show at one width."""
+
+    columns: list[tuple[str, str, int]]
+    """(column id, label, cells) of the group table, in order; the vendor table's are the same
+    without ``labels``."""
+    groups: list[tuple[str, tuple[Any, ...]]]
+    vendors: list[tuple[str, tuple[Any, ...]]]
+    hidden: list[str]
+    """The labels of the columns left out, for the state line."""
+
+    @property
+    def vendor_columns(self) -> list[tuple[str, str, int]]:
+        return [c for c in self.columns if c[0] != "labels"]
+
+
+def totals_layout(groups: Sequence[Totals], vendors: Sequence[Totals], palette: Palette,
+                  width: int) -> TotalsLayout:
+    """The groups and vendors tables ``width`` cells wide: columns as wide as their longest
+    cell in either table; on a narrow terminal columns dropped in :data:`DROP_ORDER`, memory in
+    one unit where that keeps a column more; the labels take the room left."""
+    index = {cid: i for i, (cid, _) in enumerate(TOTALS_COLUMNS)}
+    best: TotalsLayout | None = None
+    for compact in (False, True):
+        rows = []
+        for kind, sets in (("group", groups), ("vendor", vendors)):
+            unit = energy_unit(max((t.energy_joules or 0.0 for t in sets), default=0.0))
+            rows.append([(f"{kind}:{t.name}", totals_cells(t, palette, unit, compact)) for t in sets])
+        natural = _widths(rows)
+        shown, hidden = _fit(natural, width, any(t.labels for t in groups))
+        if best is not None and len(hidden) >= len(best.hidden):
+            break  # one unit shows no more: the usual form
+
+        def pick(table: list[tuple[str, tuple[Any, ...]]], names: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
+            return [(key, tuple(cells[index[c]] for c in names)) for key, cells in table]
+
+        best = TotalsLayout([(cid, dict(TOTALS_COLUMNS)[cid], natural[cid]) for cid in shown],
+                            pick(rows[0], shown), pick(rows[1], [c for c in shown if c != "labels"]),
+                            hidden)
+        if not hidden:
+            break
+    assert best is not None
+    return best
+
+
+def _fit(natural: dict[str, int], width: int, labels: bool) -> tuple[list[str], list[str]]:
+    """The columns shown and the labels of those left out, for cells ``natural`` wide (the
+    names' and labels' widths narrowed in place to fit): a name longer than
+    :data:`NAME_WIDTH` is cut before a column of numbers gives way, and grows back into the
+    room left; the labels take what remains."""
+    shown = [cid for cid, _ in TOTALS_COLUMNS if labels or cid != "labels"]  # no column of blanks
+    whole = natural["name"]
+    natural["name"] = min(whole, NAME_WIDTH)
+
+    def needed() -> int:  # the cells of the columns shown, the labels aside
+        return sum(natural[c] + PAD for c in shown if c != "labels")
+
+    for cid in DROP_ORDER:
+        if cid != "labels" and needed() > width:
+            shown.remove(cid)
+    if needed() > width:  # still too wide: the names give way (cut with an ellipsis)
+        natural["name"] = max(NAME_MIN_WIDTH, natural["name"] - (needed() - width))
+    natural["name"] += max(0, min(whole - natural["name"], width - needed()))
+    room = width - needed() - PAD
+    if "labels" in shown and room >= min(LABELS_MIN_WIDTH, natural["labels"]):
+        natural["labels"] = min(natural["labels"], room)
+    elif "labels" in shown:
+        shown.remove("labels")
+    left_out = [cid for cid in DROP_ORDER if cid not in shown and (labels or cid != "labels")]
+    return shown, [dict(TOTALS_COLUMNS)[cid] for cid in left_out]
+
+
+def _widths(tables: Sequence[Sequence[tuple[str, tuple[Any, ...]]]]) -> dict[str, int]:
+    """Each column's cells: the longest of its label and its cells in any table."""
+    return {cid: max([len(label)] + [cells[i].cell_len for rows in tables for _, cells in rows])
+            for i, (cid, label) in enumerate(TOTALS_COLUMNS)}
+
+
+def memory_totals(totals: Totals, compact: bool = False) -> str:
+    """A set's memory in use against its total, like with like: of the devices that report
+    both; where others report only one of them (or a value was thrown away), ``(2 of 3)`` says
+    how many devices the pair covers. ``compact``: one unit for both (``205.2/557.5 GiB``)."""
+    pair = memory_pair(totals.memory_used_bytes, totals.memory_total_bytes, compact)
+    if totals.memory_count < totals.memory_reported:
+        return f"{pair} ({totals.memory_count} of {totals.memory_reported})"
+    return pair
+
+
+def memory_pair(used: int | None, total: int | None, compact: bool = False) -> str:
+    """"45.1 GiB/79.6 GiB" (compact: "45.1/79.6 GiB", in the larger's unit), or "N/A" when
+    neither is known."""
+    if used is None and total is None:
+        return NA
+    if not compact:
+        return f"{human_bytes(used)}/{human_bytes(total)}"
+    largest = max(v for v in (used, total) if v is not None)
+    unit = human_bytes(largest).rpartition(" ")[2]
+    scale = 1024.0 ** ("B", "KiB", "MiB", "GiB", "TiB").index(unit)
+    fmt = "{:.0f}" if unit == "B" else "{:.1f}"
+    return f"{na(None if used is None else used / scale, fmt)}/" \
+           f"{na(None if total is None else total / scale, fmt)} {unit}"
+
+
+def processes_totals(totals: Totals) -> str:
+    """A set's processes: ``N/A`` where no device's backend lists them, ``12 (3 of 4)`` where
+    only some do (the processes of 3 of its 4 devices), never an unknown counted as 0."""
+    if not totals.processes_unknown:
+        return str(totals.processes)
+    if not totals.processes_known:
+        return NA
+    return f"{totals.processes} ({totals.processes_known} of " \
+           f"{totals.processes_known + totals.processes_unknown})"
+
+
+def power_totals(totals: Totals) -> str:
+    """A set's power against its limits, like with like: the power and limits of the devices
+    that report both; where some devices report power but no limit, ``(2 of 5)`` says how many
+    devices the pair covers (the power of all of them: :attr:`Totals.power_watts`)."""
+    if totals.power_limited_count == 0 or totals.power_limited_count == totals.power_count:
+        return power_pair(totals.power_watts, totals.power_limit_watts)
+    return (f"{power_pair(totals.power_limited_watts, totals.power_limit_watts)} "
+            f"({totals.power_limited_count} of {totals.power_count})")
+
+
+def power_pair(power: float | None, limit: float | None) -> str:
+    """"9.9/20.2 kW" or "312/700 W": one unit for both, chosen by the larger."""
+    if power is None and limit is None:
+        return NA
+    largest = max((v for v in (power, limit) if v is not None), default=0.0)
+    if largest >= 10000:
+        return f"{na(None if power is None else power / 1000, '{:.1f}')}/" \
+               f"{na(None if limit is None else limit / 1000, '{:.1f}')} kW"
+    return f"{na(power, '{:.0f}')}/{na(limit, '{:.0f}')} W"
+
+
+__all__ = ["DROP_ORDER", "ENERGY_UNITS", "TOTALS_COLUMNS", "TOTALS_HEIGHT", "TotalsLayout", "energy_in",
+           "energy_text", "energy_unit", "labels_text", "memory_pair", "memory_totals",
+           "power_pair", "power_totals", "processes_totals", "totals_cells", "totals_layout"]
