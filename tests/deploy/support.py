@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
@@ -11,6 +13,8 @@ from typing import Any, Iterator
 import yaml
 
 from allsmi.exporter.families import FAMILIES
+
+from ..conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -96,3 +100,62 @@ def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for panel in dashboard["panels"]:
         yield panel
         yield from panel.get("panels", ())
+
+
+#: A Grafana variable in a query ($name, ${name}); label_replace's $1 is not one (Grafana leaves
+#: a name it does not know as written).
+VARIABLE = re.compile(r"\$\{?([A-Za-z_]\w*)")
+#: Grafana's template variables at "All".
+ALL_VARIABLES = {"$resource_group": ".*", "$vendor": ".*", "$host": ".*"}
+
+
+def panel_targets(name: str, title: str) -> list[dict[str, Any]]:
+    """The queries of the one panel called ``title`` in the committed dashboard ``name``."""
+    found = [p for p in panels(json.loads((DEPLOY / "grafana" / name).read_text()))
+             if p["title"] == title]
+    assert len(found) == 1, f"{name} has no panel {title!r} (or several)"
+    return found[0]["targets"]
+
+
+def table_columns(panel: dict[str, Any]) -> dict[str, str]:
+    """Column name -> Grafana unit of a table panel, as Grafana shows it: each query's value
+    column ("Value #A" where there are several queries, "Value" for one) under the name the
+    organize transformation gives it, in the unit its override sets, else the panel's."""
+    names = next(t["options"].get("renameByName", {}) for t in panel["transformations"]
+                 if t["id"] == "organize")
+    fields = ["Value"] if len(panel["targets"]) == 1 else \
+        [f"Value #{t['refId']}" for t in panel["targets"]]
+    units = {o["matcher"]["options"]: p["value"] for o in panel["fieldConfig"]["overrides"]
+             if o["matcher"]["id"] == "byName" for p in o["properties"] if p["id"] == "unit"}
+    default = panel["fieldConfig"]["defaults"]["unit"]
+    return {names.get(f, f): units.get(names.get(f, f), default) for f in fields}
+
+
+def at_all(expr: str, builtins: dict[str, str] | None = None) -> str:
+    """A panel query with its variables at "All" (and Grafana's built-ins as given)."""
+    for name, value in {**(builtins or {}), **ALL_VARIABLES}.items():
+        expr = expr.replace(name, value)
+    assert not VARIABLE.search(expr), expr
+    return expr
+
+
+def promtool_eval(tmp_path: Path, input_series: list[dict[str, str]],
+                  cases: list[tuple[str, dict[str, float]]], eval_time: str = "5m") -> str:
+    """Evaluate each (expression, {labels: value}) with ``promtool test rules`` at
+    ``eval_time`` over ``input_series`` (1 minute apart), deploy/prometheus/allsmi-rules.yml
+    loaded (plus 0, which drops a recorded series' name: the values and the other labels are
+    compared); its output (asserting success)."""
+    tests = [{"expr": f"({expr}) + 0", "eval_time": eval_time,
+              "exp_samples": [{"labels": f"{{{labels}}}", "value": value}
+                              for labels, value in expected.items()]}
+             for expr, expected in cases]
+    doc = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
+           "tests": [{"name": "panel queries", "interval": "1m", "input_series": input_series,
+                      "promql_expr_test": tests}]}
+    path = tmp_path / "panels.test.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = subprocess.run([require_tool("promtool", "prometheus"), "test", "rules", path.name],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    return out

@@ -11,20 +11,14 @@ board's memory) and one group has no device reporting its use.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..conftest import require_tool
-from .support import DEPLOY, RULES, panels
+from .support import DEPLOY, at_all, panel_targets, panels, promtool_eval, table_columns
 
 FLEET = DEPLOY / "grafana" / "allsmi-fleet.json"
 MEMORY = "Memory by group and vendor"
 COVERAGE = "Memory and the devices it counts, by group and vendor"
-#: Grafana's variables at "All".
-ALL = {"$resource_group": ".*", "$vendor": ".*", "$host": ".*"}
 
 
 def _series(metric: str, instance: str, uuid: str, group: str, vendor: str, value: float,
@@ -54,37 +48,11 @@ INFERENCE = 'resource_group="inference", vendor="amd"'
 
 
 def _targets(title: str) -> list[dict[str, Any]]:
-    found = [p for p in panels(json.loads(FLEET.read_text())) if p["title"] == title]
-    assert len(found) == 1, f"the fleet dashboard has no panel {title!r}"
-    return found[0]["targets"]
-
-
-def _expr(target: dict[str, Any]) -> str:
-    expr = target["expr"]
-    for name, value in ALL.items():
-        expr = expr.replace(name, value)
-    assert "$" not in expr, expr
-    return expr
+    return panel_targets("allsmi-fleet.json", title)
 
 
 def _promtool(tmp_path: Path, cases: list[tuple[str, dict[str, float]]]) -> str:
-    """Evaluate each (expression, {labels: value}) with promtool at 5 minutes (plus 0, which
-    drops a recorded series' name: the values and the other labels are compared); its output
-    (asserting success)."""
-    tests = [{"expr": f"({expr}) + 0", "eval_time": "5m",
-              "exp_samples": [{"labels": f"{{{labels}}}", "value": value}
-                              for labels, value in expected.items()]}
-             for expr, expected in cases]
-    doc = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
-           "tests": [{"name": "memory like with like", "interval": "1m", "input_series": INPUT,
-                      "promql_expr_test": tests}]}
-    path = tmp_path / "memory.test.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    result = subprocess.run([require_tool("promtool", "prometheus"), "test", "rules", path.name],
-                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    return out
+    return promtool_eval(tmp_path, INPUT, cases)
 
 
 def test_memory_used_and_total_count_the_same_devices(tmp_path: Path) -> None:
@@ -92,7 +60,7 @@ def test_memory_used_and_total_count_the_same_devices(tmp_path: Path) -> None:
     whose use is unknown; the partition is part of its board; a group none of whose devices
     reports its use has neither figure (never 0 used of 8000). The capacity rule still counts
     every device's total (8000), which is why the panel does not compare use with it."""
-    by_legend = {t["legendFormat"].split("}} ")[-1].split(" ")[0]: _expr(t)
+    by_legend = {t["legendFormat"].split("}} ")[-1].split(" ")[0]: at_all(t["expr"])
                  for t in _targets(MEMORY)}
     assert set(by_legend) == {"used", "total"}, by_legend
     _promtool(tmp_path, [
@@ -109,7 +77,7 @@ def test_the_dashboard_says_how_many_devices_the_memory_counts(tmp_path: Path) -
     targets = _targets(COVERAGE)
     assert [t["refId"] for t in targets] == ["A", "B", "C", "D"]
     assert all(t["format"] == "table" and t["instant"] for t in targets)
-    used, total, counted, devices = (_expr(t) for t in targets)
+    used, total, counted, devices = (at_all(t["expr"]) for t in targets)
     _promtool(tmp_path, [
         (used, {TRAINING: 1000}),
         (total, {TRAINING: 4000}),
@@ -117,10 +85,6 @@ def test_the_dashboard_says_how_many_devices_the_memory_counts(tmp_path: Path) -
         (devices, {TRAINING: 2, INFERENCE: 1}),
     ])
     panel = next(p for p in panels(json.loads(FLEET.read_text())) if p["title"] == COVERAGE)
-    names = next(t["options"]["renameByName"] for t in panel["transformations"]
-                 if t["id"] == "organize")
-    assert names["Value #C"] == "devices reporting memory in use"
-    assert names["Value #D"] == "physical devices"
-    overrides = {o["matcher"]["options"]: o["properties"] for o in panel["fieldConfig"]["overrides"]}
-    assert overrides == {name: [{"id": "unit", "value": "none"}]
-                         for name in ("devices reporting memory in use", "physical devices")}
+    assert table_columns(panel) == {
+        "memory in use": "bytes", "memory in total": "bytes",
+        "devices reporting memory in use": "none", "physical devices": "none"}
