@@ -324,7 +324,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
             # A dead device's last numbers are not measurements: report none.
             for key in ("core_utilization_percent", "ambient_temperature_celsius", "throttle_reason"):
                 details.pop(key, None)
-            return DeviceSample(**common, health="lost")
+            return DeviceSample(**common, health="lost", processes=None)  # unknown, not none
         from allsmi.backends._common.activity import mean_of_units
         from allsmi.backends._common.cells import CellReader
         cells = CellReader(dev_id, self.warnings)  # physically impossible values are garbage

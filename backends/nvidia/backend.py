@@ -264,13 +264,16 @@ class NvidiaBackend(Backend, declared=DECLARATION):
                 reason = str(fault)
             except Exception as exc:  # one device's surprise never drops the others
                 reader.warnings.append(f"{gpu.label}: unexpected failure: {exc!r}")
-                return ([self._device(gpu, health="unknown", details={"error": repr(exc)})]
-                        + [self._mig_device(gpu, m, health="unknown") for m in gpu.migs],
-                        reader.warnings)
+                return ([self._device(gpu, health="unknown", details={"error": repr(exc)},
+                                      processes=None)]
+                        + [self._mig_device(gpu, m, health="unknown", processes=None)
+                           for m in gpu.migs], reader.warnings)
         else:
             reason = gpu.lost_reason
-        devices = [self._device(gpu, health="lost", details={"error": reason})]
-        devices.extend(self._mig_device(gpu, mig, health="lost") for mig in gpu.migs)
+        # (who used it is unknown, never "nobody": processes None)
+        devices = [self._device(gpu, health="lost", details={"error": reason}, processes=None)]
+        devices.extend(self._mig_device(gpu, mig, health="lost", processes=None)
+                       for mig in gpu.migs)
         return devices, reader.warnings
 
     def _read_gpu_values(self, gpu: Gpu, r: Reader) -> list[DeviceSample]:

@@ -299,11 +299,11 @@ class SimulatedBackend(BilledSampling, Backend):
                 return derive(template, **{**fields, **blank})
 
         if scenario.faults and self._lost(scenario, unit, s):
-            return [device(**static, health="lost")] + [
+            return [device(**static, health="lost", processes=None)] + [  # (users unknown)
                 device(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
                        uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
                        partition_share=c.share, driver_version=spec.driver_version,
-                       firmware_version=spec.firmware_version, health="lost")
+                       firmware_version=spec.firmware_version, health="lost", processes=None)
                 for c in unit.children]
         loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
             if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total,

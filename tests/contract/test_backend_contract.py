@@ -115,6 +115,9 @@ def _check_device(dev: DeviceSample, backend: Backend) -> None:
     if dev.health == "lost":
         assert dev.utilization_percent is None and dev.power_watts is None, \
             "a lost device must not report values"
+        # nor list its processes: who used it is unknown, never "nobody" (a holder then reads
+        # "waiting: nothing" and the device "not allocated")
+        assert dev.processes is None, f"{dev.id}: a lost device's processes are unknown (None)"
     assert dev.processes is None or isinstance(dev.processes, tuple)
     pids = [p.pid for p in dev.processes or ()]
     assert len(pids) == len(set(pids)), "processes must be deduplicated by pid"
