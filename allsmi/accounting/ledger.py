@@ -43,6 +43,18 @@ def _create_private(path: Path) -> bool:
     return True
 
 
+def _last_modified(path: Path) -> float | None:
+    """The newest modification time of ``path`` and its ``-wal`` file, ``None`` when neither
+    exists (in WAL mode the writes of a running recorder change the ``-wal`` file only)."""
+    times = []
+    for name in (path, path.with_name(path.name + "-wal")):
+        try:
+            times.append(os.stat(name).st_mtime)
+        except OSError:
+            pass
+    return max(times) if times else None
+
+
 class Ledger(LedgerWriter, LedgerReader):
     """A ledger file, opened for writing (one writer, enforced by a lock) or read-only."""
 
@@ -50,11 +62,16 @@ class Ledger(LedgerWriter, LedgerReader):
                  readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        #: When the file (or its write-ahead log) was last changed before this opening: the
+        #: wall-clock time of its last write, ``None`` for a new file (see the recorder's
+        #: clock hold, :mod:`allsmi.accounting.recorderhold`).
+        self.last_modified = _last_modified(self.path)
         self._lock = threading.Lock()
         self._lock_fds: list[int] = []
         self._dev_ids: dict[str, int] = {}
         self._dim_ids: dict[Dim, int] = {}
         self._hids: dict[Holder, int] = {}
+        self.refused: list[tuple[int, str]] = []
         if readonly:
             if not self.path.is_file():
                 raise LedgerError(f"no ledger at {self.path}")

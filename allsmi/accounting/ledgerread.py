@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, Dim, Holder, LedgerError,
                                             Totals)
-from allsmi.accounting.ledgerwrite import RAW, TIERS, sums
+from allsmi.accounting.ledgerwrite import PRUNED_KEY, RAW, TIERS, sums
+from allsmi.accounting.settings import ROLLUP_SECONDS
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -185,6 +186,57 @@ class LedgerReader:
                 return sorted(out)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+
+    def newest_time(self) -> float | None:
+        """The end of the newest time the ledger holds (unix seconds; the latest raw interval's
+        last sample, else the end of the latest roll-up), ``None`` when it holds none."""
+        with self._lock:
+            (raw,) = self._db.execute(
+                "SELECT MAX(start + last_ms / 1000.0) FROM intervals").fetchone()
+            if raw is not None:
+                return float(raw)
+            ends = [self._db.execute(f"SELECT MAX(start) + ? FROM {table}", (size,)).fetchone()[0]
+                    for size, table in TIERS]
+            known = [float(e) for e in ends if e is not None]
+            return max(known) if known else None
+
+    def unheld(self, start: int, end: int) -> list[tuple[str, int, int, int | None]]:
+        """The parts of ``[start, end)`` that an export reads from a table whose rows there were
+        pruned (``retention_days``, ``rollup_retention_days``) while a coarser roll-up still
+        holds that time (a day held only as a whole UTC day, a quarter hour only whole): what
+        was recorded there cannot be billed in this window. (table, lo, hi, the time from which
+        that table holds its rows, ``None`` when it holds none), in order."""
+        with self._lock:
+            try:
+                held = {table: self._held_from(table) for table in (RAW, TIERS[-1][1])}
+                out: list[tuple[str, int, int, int | None]] = []
+                for table, lo, hi, _tier in self.plan(start, end):
+                    if table not in held:
+                        continue
+                    cut = hi if held[table] is None else min(hi, held[table])
+                    if lo < cut and self._coarser_holds(table, lo, cut):
+                        if out and out[-1][0] == table and out[-1][2] == lo:
+                            lo = out.pop()[1]
+                        out.append((table, lo, cut, held[table]))
+                return out
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
+
+    def _held_from(self, table: str) -> int | None:
+        """The time before which ``table``'s rows were pruned (noted in ``meta``; for a ledger
+        pruned by an older allsmi, its earliest row), ``None`` when it holds none."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?",
+                               (PRUNED_KEY + table,)).fetchone()
+        if row is not None:
+            return int(row[0])
+        (first,) = self._db.execute(f"SELECT MIN(start) FROM {table}").fetchone()
+        return None if first is None else int(first)
+
+    def _coarser_holds(self, table: str, lo: int, hi: int) -> bool:
+        """Whether a roll-up coarser than ``table`` holds rows for time in ``[lo, hi)``."""
+        coarser = [(size, t) for size, t in TIERS if table == RAW or size > ROLLUP_SECONDS]
+        return any(self._db.execute(f"SELECT 1 FROM {t} WHERE start >= ? AND start < ? LIMIT 1",
+                                    (lo - lo % size, hi)).fetchone() for size, t in coarser)
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` answer (``"ok"`` when sound)."""

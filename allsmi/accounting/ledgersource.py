@@ -99,3 +99,40 @@ def ledger_conflicts(path: str | os.PathLike[str], window: Window, most: int = 5
     more = f"; and {len(found) - most} more" if len(found) > most else ""
     return [f"{len(found)} interval(s) of a device claimed by a pod and a job at once (two "
             f"attribution sources disagree), each billed a part: {named}{more}"]
+
+
+#: What each table that :meth:`~allsmi.accounting.ledgerread.LedgerReader.unheld` names holds,
+#: the setting that prunes it, and the coarser roll-up that still holds its time.
+_UNHELD = {"quarters": ("quarter hours", "ledger.rollup_retention_days", "UTC day",
+                        "whole UTC days (--tz UTC)"),
+           "intervals": ("raw intervals", "ledger.retention_days", "quarter hour",
+                         "whole quarter hours")}
+
+
+def ledger_unheld(path: str | os.PathLike[str], window: Window, most: int = 3) -> list[str]:
+    """A warning per resolution the ledger no longer holds for part of ``window`` (pruned, its
+    time left only inside a coarser roll-up: the edge hours of a day in a ``--tz`` that is not
+    UTC, once ``rollup_retention_days`` has pruned their quarter hours): that time is not
+    billed, the rows are short of it and their coverage counts it as unobserved. Empty when
+    the ledger holds the whole window."""
+    with Ledger(path, readonly=True) as ledger, ledger.snapshot():
+        found = ledger.unheld(window.start_unix, window.end_unix)
+    out = []
+    for table, (what, setting, unit, whole) in _UNHELD.items():
+        spans = [(lo, hi, held) for t, lo, hi, held in found if t == table]
+        if not spans:
+            continue
+        held = spans[0][2]
+        since = f"only from {_utc(held)} on" if held is not None else "none any more"
+        shown = ", ".join(f"{_utc(lo)} to {_utc(hi)}" for lo, hi, _ in spans[:most])
+        more = f" and {len(spans) - most} more" if len(spans) > most else ""
+        out.append(f"not billed: {shown}{more} of the window: the ledger holds {what} {since} "
+                   f"({setting}), earlier time only inside a {unit}'s roll-up that this window "
+                   "cuts; the rows are short of what was recorded there, if anything (their "
+                   f"coverage_ratio counts it as unobserved); bill {whole} to read it")
+    return out
+
+
+def _utc(unix: int) -> str:
+    import datetime as dt
+    return f"{dt.datetime.fromtimestamp(unix, dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"

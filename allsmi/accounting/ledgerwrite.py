@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 #: Roll-up tiers, coarsest first: (seconds, table). Each is rolled up from the next finer one.
 TIERS: tuple[tuple[int, str], ...] = ((86400, "days"), (ROLLUP_SECONDS, "quarters"))
 RAW = "intervals"
+#: ``meta`` key (+ the table's name) of the time before which a table's rows were pruned.
+PRUNED_KEY = "pruned_before_"
 DEVICE_COLUMNS = tuple(c for c, _ in DEVICE_SUMS)
 HOLDER_COLUMNS = tuple(c for c, _ in HOLDER_SUMS)
 ALLSUM_COLUMNS = frozenset(c for c, agg in DEVICE_SUMS + HOLDER_SUMS if agg == "ALLSUM")
@@ -103,6 +105,9 @@ class LedgerWriter:
     _dev_ids: dict[str, int]
     _dim_ids: dict[Dim, int]
     _hids: dict[Holder, int]
+    refused: list[tuple[int, str]]
+    """(start, device id) of each record the last :meth:`write` refused (it overlapped time
+    already stored, or a roll-up that could not be rebuilt whole)."""
 
     _transaction: "Callable[..., AbstractContextManager[None]]"
     """``Ledger._transaction(forget_ids=False)``: one write transaction, rolled back on error."""
@@ -148,17 +153,25 @@ class LedgerWriter:
 
         ``now`` is the time of the snapshot that completed them: quarters
         ending at or before it are rolled up. Returns how many intervals were
-        stored (an interval overlapping what is already stored is skipped).
+        stored (an interval overlapping what is already stored is skipped); :attr:`refused`
+        then holds (start, device id) of each record skipped.
         """
         with self._lock:
             self._check_file()
+            self.refused = []
             try:
                 with self._transaction(forget_ids=True):
-                    batch = self._rebuildable(list(records))
+                    records = list(records)
+                    batch = self._rebuildable(records)
+                    whole = {id(r) for r in batch}
+                    refused = [r for r in records if id(r) not in whole]
                     if self.stored_at_once(batch):
-                        stored, starts = len(batch), {rec.start for rec in batch}
+                        kept = batch
                     else:
-                        stored, starts = self.stored_one_by_one(batch)
+                        left = {id(r) for r in self.stored_one_by_one(batch)}
+                        kept = [r for r in batch if id(r) not in left]
+                        refused += [r for r in batch if id(r) in left]
+                    stored, starts = len(kept), {rec.start for rec in kept}
                     units = {(size, start - start % size) for start in starts for size, _ in TIERS}
                     self._db.executemany("INSERT OR IGNORE INTO pending (tier, start) VALUES (?, ?)",
                                          sorted(units))
@@ -170,6 +183,7 @@ class LedgerWriter:
                 # else may be one record's fault, and the others must still be written.
                 error.whole_database = isinstance(exc, sqlite3.OperationalError)
                 raise error from None
+        self.refused = [(r.start, r.dim.device_id) for r in refused]
         return stored
 
     def stored_at_once(self, records: list[IntervalRecord]) -> bool:
@@ -197,24 +211,21 @@ class LedgerWriter:
         db.executemany(_UPSERT_HOLDER, shares)
         return True
 
-    def stored_one_by_one(self, records: list[IntervalRecord]) -> tuple[int, set[int]]:
+    def stored_one_by_one(self, records: list[IntervalRecord]) -> list[IntervalRecord]:
         """Store each record whose interval overlaps no time already stored (the others are
-        skipped: never counted twice), with its holders' shares; (how many were stored, their
-        starts)."""
-        stored = 0
-        starts: set[int] = set()
+        skipped: never counted twice), with its holders' shares; the records skipped."""
+        skipped: list[IntervalRecord] = []
         for rec in records:
             dev = self._dev(rec.dim.device_id)
             cur = self._db.execute(_UPSERT_INTERVAL, (
                 rec.start, dev, self._dim(rec.dim), rec.first_ms, rec.last_ms,
                 *_DEVICE_VALUES(rec)))
             if cur.rowcount != 1:
-                continue  # overlaps time already stored: never count it twice
-            stored += 1
-            starts.add(rec.start)
+                skipped.append(rec)  # overlaps time already stored: never count it twice
+                continue
             self._db.executemany(_UPSERT_HOLDER, _share_rows(rec.start, dev, rec.holders,
                                                              self._hid))
-        return stored, starts
+        return skipped
 
     def _roll_up(self, now: float) -> None:
         # Finest first: a day is rolled up from quarters rolled up in the same transaction.
@@ -268,13 +279,23 @@ class LedgerWriter:
 
         if retention_days is not None:
             raw = cutoff(retention_days, TIERS[-1][0])
-            self._db.execute("DELETE FROM intervals WHERE start < ?", (raw,))
+            if self._db.execute("DELETE FROM intervals WHERE start < ?", (raw,)).rowcount:
+                self._pruned(RAW, raw, self.interval_seconds)
             self._db.execute("DELETE FROM holder_intervals WHERE start < ?", (raw,))
         if rollup_retention_days is not None:
             # Quarter hours only: the daily roll-ups are small and kept for good.
             limit = cutoff(rollup_retention_days, TIERS[0][0])
-            self._db.execute("DELETE FROM quarters WHERE start < ?", (limit,))
+            if self._db.execute("DELETE FROM quarters WHERE start < ?", (limit,)).rowcount:
+                self._pruned(TIERS[-1][1], limit, TIERS[-1][0])
             self._db.execute("DELETE FROM holder_quarters WHERE start < ?", (limit,))
+
+    def _pruned(self, table: str, before: int, size: int) -> None:
+        """Note in ``meta`` that ``table`` (of rows ``size`` seconds long) holds no rows that
+        start before ``before``: none before the first row boundary from there (read by
+        :meth:`~allsmi.accounting.ledgerread.LedgerReader.unheld`)."""
+        self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                         "SET value = max(CAST(value AS INTEGER), excluded.value)",
+                         (PRUNED_KEY + table, -(-before // size) * size))
 
     def _rebuildable(self, records: list[IntervalRecord]) -> list[IntervalRecord]:
         """``records`` less those whose roll-ups could not be rebuilt whole.

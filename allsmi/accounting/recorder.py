@@ -23,12 +23,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from allsmi.accounting.buckets import Bucket
 from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, labels_json
 from allsmi.accounting.placement import Placement
+from allsmi.accounting.recorderhold import ClockHold
+from allsmi.accounting.recorderwrite import RecorderWrites
 from allsmi.accounting.settings import LedgerSettings, ledger_settings
 from allsmi.accounting.shares import billing_shares, own_memory, partition_layout
 from allsmi.config import Config
@@ -36,6 +37,9 @@ from allsmi.fairshare import NOBODY, Holder, Split, split, waiting_by_holder
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import (Increment, UsageIntegrator, bridged_gap_seconds, idle_threshold_percent,
                           split_board_energy)
+
+if TYPE_CHECKING:
+    from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +49,6 @@ _VALID = ("ok", "degraded")
 #: a day of one-minute intervals for about 70 devices (some 30 MB). Beyond it the oldest are
 #: dropped, counted in ``dropped_intervals`` and logged.
 MAX_UNWRITTEN = 100_000
-#: A first write attempt still running after this long makes its intervals overdue
-#: (:attr:`LedgerRecorder.unwritten_overdue`) even before it fails: SQLite waits 2 s for a lock.
-WRITE_GRACE_SECONDS = 5.0
-#: Unwritten intervals are retried this long (ledger time) after a failed write, not only
-#: when the next interval completes, doubling after each failure up to :data:`RETRY_MAX_SECONDS`:
-#: a lock held for a few seconds (a backup, the sqlite3 shell) costs seconds of ``/ready``,
-#: not the rest of the minute, and a lasting one is not retried every cycle (each attempt
-#: waits SQLite's 2 s busy timeout on the collector's thread).
-RETRY_SECONDS = 5.0
-RETRY_MAX_SECONDS = 60.0
-
 
 _UNSET = object()
 
@@ -88,7 +81,7 @@ class _Device:
         self.seen = 0
 
 
-class LedgerRecorder:
+class LedgerRecorder(RecorderWrites):
     """Records snapshots into the ledger at ``path``; subscribe :meth:`on_snapshot` to a collector.
 
     ``config`` supplies the ``[ledger]`` settings (interval, retention, max
@@ -121,32 +114,38 @@ class LedgerRecorder:
         self._shares: dict[str, float] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self.intervals_written = 0
-        self.last_error: str | None = None
-        """Why the last write failed while intervals are still unwritten; ``None`` once all are."""
-        self.write_errors = 0
-        """Writes that failed (``allsmi_ledger_write_errors_total``)."""
-        self.dropped_intervals = 0
-        """Intervals given up because more than :data:`MAX_UNWRITTEN` were waiting."""
-        self._unwritten: list[IntervalRecord] = []
-        #: Ledger time from which unwritten intervals are retried, and the wait after the next
-        #: failure (see RETRY_SECONDS).
-        self._retry_at = float("-inf")
-        self._retry_delay = RETRY_SECONDS
-        #: When the write in progress began (monotonic), None between writes.
-        self._writing_since: float | None = None
+        self._init_writes()
         self._placement = Placement(self.interval)
         #: Placement time of the last checkpoint (see _checkpoint).
         self._checkpointed = float("-inf")
-        self.refused_intervals = 0
-        """Intervals the ledger refused because it already held time placed there
-        (``allsmi_ledger_refused_intervals_total``): a wall clock that stepped back into time
-        already recorded, by this recorder or an earlier one."""
+        #: The first snapshots, held while the wall clock may be far ahead (recorderhold).
+        newest = getattr(self.ledger, "newest_time", None)  # (none: a replay's own store)
+        newest = newest() if newest is not None else None
+        modified = getattr(self.ledger, "last_modified", None)
+        self.hold = ClockHold(max((t for t in (newest, modified) if t is not None), default=None),
+                              self.interval, newest)
+        #: The latest snapshot's monotonic time.
+        self._steady: float | None = None
 
     def _open(self, path: str | os.PathLike[str]) -> Ledger:
         """The ledger the intervals are written to (a subclass that stores them elsewhere, the
         simulated bill's replay, opens none)."""
         return Ledger(path, interval_seconds=self.interval)
+
+    def _trusted(self, now: float) -> float:
+        """The time completed quarters are rolled up and old rows pruned by: the placement's
+        trusted wall time, never past the clock hold's limit."""
+        trusted = self._placement.trusted if self._placement.trusted is not None else now
+        cap = self.hold.trusted_cap(self._steady)
+        return trusted if cap is None else min(trusted, cap)
+
+    def _open_since(self) -> int | None:
+        """The start of the oldest interval whose parts may still be written (open buckets and
+        unwritten records)."""
+        starts = [start for _, start in self._older] + [r.start for r in self._unwritten]
+        if self._current_start is not None:
+            starts.append(self._current_start)
+        return min(starts) if starts else None
 
     def _device(self, dev: DeviceSample, host: str, facts: tuple[object, ...]) -> _Device:
         """A new record of ``dev``, or one whose facts or labels changed: its Dim (labels as
@@ -168,11 +167,24 @@ class LedgerRecorder:
             if self._closed:
                 return
             try:
-                self._account(snapshot)
+                self._admit(self.hold.admit, snapshot)
             except Exception as exc:  # a bug here must not stop the collector or the exporter
                 self.last_error = str(exc)
                 self.write_errors += 1
                 log.exception("ledger: recording failed")
+
+    def _admit(self, admit: "Callable[..., list[Snapshot]]", *args: Snapshot) -> None:
+        """Record what the clock hold lets through (``admit``: its :meth:`ClockHold.admit` or
+        :meth:`ClockHold.close`); its reason is ``last_error`` while it holds snapshots."""
+        before = self.hold.reason
+        admitted = admit(*args)
+        if self.hold.reason is not None:
+            self.last_error = self.hold.reason
+        elif before is not None and self.last_error == before:
+            self.last_error = None
+        for snapshot in admitted:
+            self._steady = snapshot.monotonic
+            self._account(snapshot)
 
     def _older_bucket(self, device_id: str, dim: Dim, start: int, when: float) -> Bucket:
         bucket = self._older.get((device_id, start))
@@ -278,16 +290,17 @@ class LedgerRecorder:
         if self._older:
             done = sorted(((k[1], k[0]) for k, b in self._older.items() if b.start + iv <= now))
             self._write([self._older.pop((dev_id, start)) for start, dev_id in done],
-                        self._placement.trusted or now)
+                        self._trusted(now))
         self._checkpoint(now)
 
     def _checkpoint(self, now: float) -> None:
         """Every ``checkpoint_seconds``, write what the interval in progress holds so far, so
         that a crash (SIGKILL, OOM, power cut) loses seconds, not the minute. Not while
         earlier intervals wait to be written: they are retried first, a few seconds after a
-        failure (:data:`RETRY_SECONDS`), and checkpoints resume once they are written."""
+        failure (:data:`~allsmi.accounting.recorderwrite.RETRY_SECONDS`), and checkpoints
+        resume once they are written."""
         if self._unwritten and now >= self._retry_at:
-            self._write_records([], self._placement.trusted or now)
+            self._write_records([], self._trusted(now))
         every = self.settings.checkpoint_seconds
         if not every or not self._current or self._unwritten:
             return
@@ -296,80 +309,7 @@ class LedgerRecorder:
             return
         self._checkpointed = now
         self._write(sorted(self._current.values(), key=lambda b: b.dim.device_id),
-                    self._placement.trusted or now)
-
-    @property
-    def unwritten(self) -> int:
-        """Intervals (device x interval) held in memory because the ledger could not take them
-        yet (an interval written in parts counts once)."""
-        pending = self._unwritten
-        return len({(r.start, r.dim.device_id) for r in pending}) if len(pending) > 1 else len(pending)
-
-    @property
-    def unwritten_overdue(self) -> int:
-        """Unwritten intervals that should make ``/ready`` fail: all of them, except while the
-        first attempt to write them is running normally (no failure since the last success,
-        and for less than :data:`WRITE_GRACE_SECONDS`)."""
-        count = self.unwritten
-        since = self._writing_since
-        if count and self.last_error is None and since is not None \
-                and time.monotonic() - since < WRITE_GRACE_SECONDS:
-            return 0
-        return count
-
-    def _store(self, records: list[IntervalRecord], now: float) -> None:
-        """Write ``records``; ``now`` (the trusted wall time: never a clock in the future)
-        decides which quarters are complete and which rows have expired."""
-        s = self.settings
-        stored = self.ledger.write(records, now, s.retention_days, s.rollup_retention_days)
-        self.intervals_written += stored
-        if stored < len(records):
-            refused = len(records) - stored
-            self.refused_intervals += refused
-            log.warning("ledger: %d interval(s) refused: the ledger already holds time placed "
-                        "there (a wall clock that stepped back into recorded time, or into time "
-                        "already rolled up and pruned); %d so far", refused, self.refused_intervals)
-
-    def _write(self, buckets: list[Bucket], now: float) -> None:
-        """Write what the ledger does not have yet of ``buckets`` (see :meth:`Bucket.take`)."""
-        iv = self.interval
-        self._write_records([r for r in (b.take(iv) for b in buckets) if r is not None], now)
-
-    def _write_records(self, buckets: list[IntervalRecord], now: float) -> None:
-        """Write ``buckets`` after any held back earlier; keep what fails, for the next write.
-
-        They count as unwritten (``/ready`` says 503) from before the attempt until it
-        succeeds: the list is emptied only once they are stored."""
-        if not buckets and not self._unwritten:
-            return
-        # One assignment: the exporter's thread reads len(self._unwritten) without the lock.
-        self._writing_since = time.monotonic()
-        self._unwritten = pending = self._unwritten + buckets
-        try:
-            self._store(pending, now)
-        except Exception as exc:  # noqa: BLE001 - a failed write must never lose the intervals
-            self.write_errors += 1
-            self.last_error = str(exc)
-            if getattr(exc, "whole_database", False) or len(pending) == 1:
-                failed = pending
-            else:  # perhaps one record's fault: write them one by one, keep only the bad ones
-                failed = []
-                for bucket in pending:
-                    try:
-                        self._store([bucket], now)
-                    except Exception:  # noqa: BLE001
-                        failed.append(bucket)
-            self._keep(failed)
-            self._retry_at = now + self._retry_delay
-            self._retry_delay = min(2 * self._retry_delay, RETRY_MAX_SECONDS)
-            log.error("ledger: %d interval(s) not written, kept for the next write: %s",
-                      len(failed), exc)
-        else:
-            self._unwritten = []
-            self.last_error = None
-            self._retry_delay = RETRY_SECONDS
-        finally:
-            self._writing_since = None
+                    self._trusted(now))
 
     def _keep(self, failed: list[IntervalRecord]) -> None:
         """Hold ``failed`` as the unwritten intervals, at most :data:`MAX_UNWRITTEN` (the oldest
@@ -391,8 +331,8 @@ class LedgerRecorder:
         held = list(self._older.values()) + list(self._current.values())
         self._older, self._current, self._current_start = {}, {}, None
         if held or self._unwritten:
-            last = self._placement.trusted or max(
-                [b.last for b in held] + [r.start + r.last_ms / 1000.0 for r in self._unwritten])
+            last = self._trusted(max(
+                [b.last for b in held] + [r.start + r.last_ms / 1000.0 for r in self._unwritten]))
             self._write(sorted(held, key=lambda b: (b.start, b.dim.device_id)), last)
 
     def close(self) -> None:
@@ -402,6 +342,7 @@ class LedgerRecorder:
                 return
             self._closed = True
             try:
+                self._admit(self.hold.close)  # snapshots still held: recorded as they are
                 self._flush_all()
             except Exception as exc:
                 self.last_error = str(exc)

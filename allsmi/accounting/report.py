@@ -219,6 +219,9 @@ class Report:
     """Which of the source's data gave the figures (Prometheus: roll-ups or raw counters)."""
     warnings: tuple[str, ...] = ()
     """The source's warnings about partial answers (accepted by ``--allow-partial``)."""
+    notes: tuple[str, ...] = ()
+    """What the bill should warn about that is no partial answer (groups the configuration no
+    longer declares: :func:`undeclared_groups`); said on stderr."""
     budget_totals: tuple[tuple[str, float | None, float | None], ...] | None = None
     """Per budgeted group, (group, month-to-date budget used, forecast to the month's end) over
     every row of the month to date, where they were read from another report than this one's
@@ -347,8 +350,29 @@ def build_report(device_parts: Iterable[Part], window: Window, group_by: Sequenc
             **_budget(grp.budget_per_month, cost, factor)))
     return Report(window=window, group_by=group_by, rows=tuple(rows),
                   label_names=tuple(sorted(label_names)), coverage_ratio=coverage, source=source,
-                  source_data=source_data,
+                  source_data=source_data, notes=undeclared_groups(config, groups),
                   price_sources=None if published is None else tuple(sorted(sources.items())))
+
+
+def undeclared_groups(config: Config, groups: Mapping[str, Any]) -> tuple[str, ...]:
+    """A warning naming the billed groups that a configuration declaring groups does not
+    declare (no ``[groups.NAME]`` table, rule or default names them: a group renamed or removed
+    since the usage was recorded) and that no price reaches (the exporters' published prices):
+    their rows' cost is empty, the price unknown, never 0. Empty when there are none, and
+    without any ``[groups.NAME]`` table (nothing is priced: every cost is empty)."""
+    if not config.groups:
+        return ()
+    declared = set(config.groups) | {config.default_group} | {r.resource_group
+                                                              for r in config.rules}
+    names = sorted(g for g, grp in groups.items() if g not in declared
+                   and grp.price_per_device_hour is None and grp.price_per_kwh is None)
+    if not names:
+        return ()
+    where = f" ({config.path})" if config.path else ""
+    return (f"resource group(s) {', '.join(names)} are billed but not declared in the "
+            f"configuration{where}: no [groups.NAME] table, rule or default names them (renamed "
+            "or removed since the usage was recorded?), so their price is unknown and their "
+            "cost is left empty, not 0; declare them with their prices to bill them",)
 
 
 def _activity(acc: Sums, grp: Any, cost: float | None, spent_on: Spent | None) -> dict[str, Any]:

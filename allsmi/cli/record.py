@@ -87,7 +87,8 @@ def record(ledger_path: str | None, **opts: Any) -> None:
     if recorder.refused_intervals:
         click.echo(f"allsmi: warning: {recorder.refused_intervals} interval(s) were refused: "
                    f"{ledger.path} already held time placed there (the wall clock stepped back "
-                   "into recorded time, or into time already rolled up and pruned)", err=True)
+                   "into recorded time, or into time already rolled up and pruned, or time was "
+                   "recorded there earlier under a wall clock that was ahead)", err=True)
     if recorder.unwritten or recorder.dropped_intervals:
         raise fail(f"{recorder.unwritten + recorder.dropped_intervals} completed interval(s) could "
                    f"not be written to {ledger.path}: {recorder.last_error}", 1)

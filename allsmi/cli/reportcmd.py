@@ -312,7 +312,7 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                                 published=published) for keys in key_sets]
         if not quiet:
             click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
-        _note(usage.notes + tuple(conflicts), notes, quiet)
+        _note(usage.notes + tuple(conflicts) + reports[0].notes, notes, quiet)
         if not quiet:
             prices = describe(dict(reports[0].price_sources))
             if prices:
@@ -325,17 +325,18 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                        for report in reports]
         return reports
     from allsmi.accounting.ledger import LedgerError
-    from allsmi.accounting.ledgersource import ledger_conflicts, ledger_parts
+    from allsmi.accounting.ledgersource import ledger_conflicts, ledger_parts, ledger_unheld
     if not os.path.isfile(ledger):
         raise Failed("source", no_ledger_message(ledger))
     try:
         parts, holders = ledger_parts(ledger, window, by_holder=by_holder)
-        conflicts = ledger_conflicts(ledger, window)
+        conflicts = ledger_conflicts(ledger, window) + ledger_unheld(ledger, window)
     except LedgerError as exc:
         raise Failed("source", str(exc)) from None
-    _note(conflicts, notes, quiet)
-    return [build_report(parts, window, keys, config, holder_parts=holders,
-                         source=source or f"ledger {ledger}") for keys in key_sets]
+    reports = [build_report(parts, window, keys, config, holder_parts=holders,
+                            source=source or f"ledger {ledger}") for keys in key_sets]
+    _note(conflicts + list(reports[0].notes), notes, quiet)
+    return reports
 
 
 def _note(found: Any, notes: list[str] | None, quiet: bool) -> None:
