@@ -16,6 +16,7 @@ import pytest
 
 from allsmi.accounting.periods import PeriodError, UTC, parse_period, window_from, zone
 
+from ..builtonce import built_once
 from .helpers import T0, config, device, record, snap
 
 
@@ -95,13 +96,15 @@ SPRING, FALL = (dt.datetime(2026, 3, 27, tzinfo=UTC), 4), (dt.datetime(2026, 10,
 def dst_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One GPU held all along around both European DST changes, its raw minutes pruned (kept
     0.01 days): the days are billed from the quarter-hour and daily roll-ups alone."""
-    db = tmp_path_factory.mktemp("dst") / "ledger.db"
-    cfg = config("[ledger]\nretention_days = 0.01\nmax_gap_seconds = 120\n")
-    for first, days in (SPRING, FALL):
-        start = first.timestamp()
-        record(db, [snap(start + 60 * i, device(power=100, util=50, users=["ann"]))
+    def build(directory: Path) -> None:
+        cfg = config("[ledger]\nretention_days = 0.01\nmax_gap_seconds = 120\n")
+        for first, days in (SPRING, FALL):
+            start = first.timestamp()
+            record(directory / "ledger.db",
+                   [snap(start + 60 * i, device(power=100, util=50, users=["ann"]))
                     for i in range(days * 1440 + 1)], cfg)
-    return db
+
+    return built_once(tmp_path_factory, "dst-ledger", build) / "ledger.db"
 
 
 @pytest.mark.parametrize("period,tz,hours", [
