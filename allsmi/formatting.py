@@ -29,6 +29,21 @@ def human_bytes(value: int | float | None) -> str:
     return NA  # pragma: no cover
 
 
+def memory_pair(used: int | None, total: int | None, compact: bool = False) -> str:
+    """"45.1 GiB/79.6 GiB" (compact: "45.1/79.6 GiB", in the larger's unit), or "N/A" when
+    neither is known."""
+    if used is None and total is None:
+        return NA
+    if not compact:
+        return f"{human_bytes(used)}/{human_bytes(total)}"
+    largest = max(v for v in (used, total) if v is not None)
+    unit = human_bytes(largest).rpartition(" ")[2]
+    scale = 1024.0 ** ("B", "KiB", "MiB", "GiB", "TiB").index(unit)
+    fmt = "{:.0f}" if unit == "B" else "{:.1f}"
+    return f"{na(None if used is None else used / scale, fmt)}/" \
+           f"{na(None if total is None else total / scale, fmt)} {unit}"
+
+
 def percent(value: float | None) -> str:
     """"42%" or "N/A"."""
     return na(value, "{:.0f}", "%")

@@ -12,11 +12,10 @@ from typing import Any, Callable, Hashable, Mapping
 from rich.cells import cell_len
 from rich.text import Text
 
-from allsmi.formatting import NA, celsius, na, percent
+from allsmi.formatting import NA, celsius, memory_pair, na, percent
 
 from allsmi.dashboard.state.idle import allocated_idle
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, memory_percent
-from allsmi.dashboard.views.groups import memory_pair
 from allsmi.dashboard.views.render import Palette, core_strip, gauge, safe, spark_levels, spark_text
 
 #: Health words in the compact layout, where the column is five cells wide.

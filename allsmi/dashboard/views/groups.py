@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from rich.text import Text
 
-from allsmi.formatting import NA, human_bytes, na, percent
+from allsmi.formatting import NA, memory_pair, na, percent
 
 from allsmi.dashboard.state.totals import Totals
 from allsmi.dashboard.views.render import Palette
@@ -183,21 +183,6 @@ def memory_totals(totals: Totals, compact: bool = False) -> str:
     return pair
 
 
-def memory_pair(used: int | None, total: int | None, compact: bool = False) -> str:
-    """"45.1 GiB/79.6 GiB" (compact: "45.1/79.6 GiB", in the larger's unit), or "N/A" when
-    neither is known."""
-    if used is None and total is None:
-        return NA
-    if not compact:
-        return f"{human_bytes(used)}/{human_bytes(total)}"
-    largest = max(v for v in (used, total) if v is not None)
-    unit = human_bytes(largest).rpartition(" ")[2]
-    scale = 1024.0 ** ("B", "KiB", "MiB", "GiB", "TiB").index(unit)
-    fmt = "{:.0f}" if unit == "B" else "{:.1f}"
-    return f"{na(None if used is None else used / scale, fmt)}/" \
-           f"{na(None if total is None else total / scale, fmt)} {unit}"
-
-
 def processes_totals(totals: Totals) -> str:
     """A set's processes: ``N/A`` where no device's backend lists them, ``12 (3 of 4)`` where
     only some do (the processes of 3 of its 4 devices), never an unknown counted as 0."""
@@ -231,5 +216,5 @@ def power_pair(power: float | None, limit: float | None) -> str:
 
 
 __all__ = ["DROP_ORDER", "ENERGY_UNITS", "TOTALS_COLUMNS", "TOTALS_HEIGHT", "TotalsLayout", "energy_in",
-           "energy_text", "energy_unit", "labels_text", "memory_pair", "memory_totals",
+           "energy_text", "energy_unit", "labels_text", "memory_totals",
            "power_pair", "power_totals", "processes_totals", "totals_cells", "totals_layout"]
