@@ -303,7 +303,8 @@ class SimulatedBackend(BilledSampling, Backend):
                 device(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
                        uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
                        partition_share=c.share, driver_version=spec.driver_version,
-                       firmware_version=spec.firmware_version, health="lost", processes=None)
+                       firmware_version=spec.firmware_version, health="lost", processes=None,
+                       details={} if self.bill_only else dict(c.details))
                 for c in unit.children]
         loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
             if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total,
@@ -362,7 +363,8 @@ class SimulatedBackend(BilledSampling, Backend):
     def _templates_of(self, unit: Unit, static: dict[str, Any], blank: dict[str, None]
                       ) -> tuple[DeviceSample, tuple[DeviceSample, ...]]:
         """``unit``'s sample and its partitions' with what never changes (their identity,
-        health, memory size and power limit; ``blank`` left ``None``), built once."""
+        health, memory size and power limit, a MIG instance's ids in its details; ``blank``
+        left ``None``), built once."""
         spec = unit.spec
         self.templates_built += 1
         self._templates[unit.key] = made = (
@@ -373,7 +375,10 @@ class SimulatedBackend(BilledSampling, Backend):
                 "backend": self.display_name, "uuid": c.uuid, "name": c.name, "bus_id": c.bus_id,
                 "parent": unit.id, "partition_share": c.share,
                 "driver_version": spec.driver_version, "firmware_version": spec.firmware_version,
-                "health": "ok", "memory_total_bytes": c.memory_total, **blank})
+                "health": "ok", "memory_total_bytes": c.memory_total,
+                # (a MIG instance's ids, as the NVIDIA backend's: not in a bill-only sample,
+                # whose details stay empty)
+                "details": {} if self.bill_only else dict(c.details), **blank})
                 for c in unit.children))
         return made
 

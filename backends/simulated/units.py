@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .identity import partition_share, uuid_from
+from .identity import mig_instance_ids, partition_share, uuid_from
 from .model import LoadCycle, Wobble, unit_hash
 from .scenario import DeviceSpec, Scenario
 
@@ -28,6 +28,9 @@ class Unit:
     wobble: Wobble | None = None
     share: float | None = None
     """A partition's ``partition_share``."""
+    details: tuple[tuple[str, int], ...] = ()
+    """What never changes of a partition's ``details``: a MIG instance's ``mig_slot``,
+    ``gpu_instance_id`` and ``compute_instance_id`` (the NVIDIA backend's keys), made once."""
 
 
 def make_unit(scenario: Scenario, spec: DeviceSpec, index: int, vendor: str,
@@ -49,6 +52,8 @@ def make_unit(scenario: Scenario, spec: DeviceSpec, index: int, vendor: str,
     dev_id = uuid or f"{vendor}:{int(unit_hash(key, 'board') * 2**63):016x}"
     instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
     mig = spec.id_style == "nvidia"
+    ids = mig_instance_ids([inst.get("profile") for inst in instances], name,
+                           spec.memory_total_bytes) if mig else ()
     # Partitions carry their GPU's bus id and no index of their own, as NVML's MIG devices
     # and amdsmi's partitions do.
     children = tuple(
@@ -59,7 +64,9 @@ def make_unit(scenario: Scenario, spec: DeviceSpec, index: int, vendor: str,
              name=f"{name} MIG {inst.get('profile', f'part{i}')}" if mig else name,
              parent=dev_id, memory_total=int(inst["memory_total_bytes"]),
              cycle=LoadCycle.make(f"{key}/mig{i}", spec.duty_cycle, spec.job_seconds),
-             share=partition_share(inst.get("profile") if mig else None, name, len(instances)))
+             share=partition_share(inst.get("profile") if mig else None, name, len(instances)),
+             details=tuple(zip(("mig_slot", "gpu_instance_id", "compute_instance_id"), ids[i]))
+             if mig else ())
         for i, inst in enumerate(instances))
     wobble = Wobble(0.02 * spec.power_idle_watts, 300.0 + 300.0 * unit_hash(key, "w"),
                     6.283 * unit_hash(key, "wph"))

@@ -55,11 +55,12 @@ async def test_a_mig_slice_has_one_name_in_every_view() -> None:
         profiles = [r.device.name.rsplit(" ", 1)[1] for r in slices]
         assert profiles == ["3g.40gb", "2g.20gb", "1g.10gb"]
         procs_seen = 0
+        ids = ["7/1/0", "7/5/0", "7/13/0"]  # GPU instances 1, 5, 13 (compute instance 0)
         for n, ref in enumerate(slices):
-            name = f"nvidia 7/{n}"
+            name = f"nvidia {ids[n]}"
             await select(app, pilot, ref.key)
             row = table_row(app, f"└ MIG {profiles[n]}").split()
-            assert row[:2] == [f"7/{n}", "nvidia"], row
+            assert row[:2] == [ids[n], "nvidia"], row
             details = region_lines(app, "#details")
             assert details[0].startswith(f" {name}  NVIDIA H100 80GB HBM3 MIG {profiles[n]}  ok")
             shown = "\n".join(region_lines(app, "#processes"))
@@ -74,12 +75,12 @@ async def test_a_mig_slice_has_one_name_in_every_view() -> None:
         for n, ref in enumerate(slices):
             for proc in ref.device.processes or ():
                 line = next(l for l in shown.splitlines() if f" {proc.pid} " in l)
-                assert f"  nvidia 7/{n}  " in line, line
+                assert f"  nvidia {ids[n]}  " in line, line
         await pilot.press("i")
         await pilot.pause()
         idle = "\n".join(region_lines(app, "#idle-table"))
         row = next(l for l in idle.splitlines() if "vllm-llama-8b" in l)
-        assert row.rstrip().endswith("  nvidia 7/0"), row
+        assert row.rstrip().endswith("  nvidia 7/1/0"), row
         assert "MIG-" not in screen_text(app) and "N/A" not in row
 
 
@@ -152,16 +153,16 @@ def test_partitions_read_through_prometheus_keep_their_names_in_any_series_order
 
 
 async def test_the_text_filter_finds_a_device_by_its_name(sim_snapshots: list[Snapshot]) -> None:
-    """``/nvidia 7/2`` (the name the details gave) keeps that MIG slice, with its GPU above it
+    """``/nvidia 7/13/0`` (the name the details gave) keeps that MIG slice, with its GPU above it
     for context; ``nvidia 3`` finds GPU 3 (the name matched nothing: the text filter knew only
     ``nvidia:3``)."""
     app, source = make_app(sim_snapshots)
     async with app.run_test(size=(120, 40)) as pilot:
         await play_all(app, source, pilot)
-        await pilot.press("slash", *"nvidia 7/2", "enter")
+        await pilot.press("slash", *"nvidia 7/13/0", "enter")
         await pilot.pause()
         rows = [line.split()[:2] for line in region_lines(app, "#device-table")[1:] if line.strip()]
-        assert rows == [["7", "nvidia"], ["7/2", "nvidia"]], rows
+        assert rows == [["7", "nvidia"], ["7/13/0", "nvidia"]], rows
         await pilot.press("escape", "slash", *"nvidia 3", "enter")
         await pilot.pause()
         rows = [line.split()[:2] for line in region_lines(app, "#device-table")[1:] if line.strip()]
@@ -174,7 +175,7 @@ async def test_a_device_that_left_keeps_its_name_in_the_idle_view() -> None:
     its ``MIG-...`` uuid."""
     from dataclasses import replace
     snaps = simulated_snapshots(12, step=1.0, attribution=True)
-    gone = next(d.id for d in snaps[0].devices if d.parent is not None)  # 7/0, held and idle
+    gone = next(d.id for d in snaps[0].devices if d.parent is not None)  # 7/1/0, held and idle
     frames = snaps[:8] + [replace(s, devices=tuple(d for d in s.devices if d.id != gone))
                           for s in snaps[8:]]
     app, source = make_app(frames)
@@ -184,7 +185,7 @@ async def test_a_device_that_left_keeps_its_name_in_the_idle_view() -> None:
         await pilot.press("i")
         await pilot.pause()
         row = next(l for l in region_lines(app, "#idle-table") if "vllm-llama-8b" in l)
-        assert row.rstrip().endswith("  nvidia 7/0"), row
+        assert row.rstrip().endswith("  nvidia 7/1/0"), row
 
 
 def test_instance_ids_a_host_made_up_are_not_believed() -> None:
