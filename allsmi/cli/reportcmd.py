@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import click
@@ -124,6 +124,10 @@ class Plan:
     verbose: bool = False
     purpose: str = ""
     """What the report is for, when not the command's own window (its progress line says it)."""
+    said: set[str] = field(default_factory=set, compare=False, repr=False)
+    """The source's warnings said so far by this command: shared by the plans made from this
+    one (``dataclasses.replace``), so that a second reading (the month to date a budget needs)
+    does not say the same warning again."""
 
 
 def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
@@ -197,10 +201,11 @@ def build(plan: Plan, replays: Any = None) -> Any:
                 client.query = counting(client.query, progress)
                 client.query_range_vector = counting(client.query_range_vector, progress)
                 return usage_report(plan.window, plan.keys, plan.config, ledger, client,
-                                    source=name)
+                                    source=name, said=plan.said)
         with Progress(("billing" if name else f"reading {plan.ledger}") + why,
                       verbose=plan.verbose):
-            return usage_report(plan.window, plan.keys, plan.config, ledger, client, source=name)
+            return usage_report(plan.window, plan.keys, plan.config, ledger, client, source=name,
+                                said=plan.said)
 
 
 @contextlib.contextmanager
@@ -262,15 +267,16 @@ def _client(config: Any, url: str | None, timeout: float, user: str | None,
 
 
 def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any,
-                 source: str | None = None) -> Any:
+                 source: str | None = None, said: set[str] | None = None) -> Any:
     """The usage report over ``window`` grouped by ``keys``: from Prometheus when ``client`` is
-    given, else from the ledger file ``ledger`` (``source`` names it in the report)."""
-    return usage_reports(window, (keys,), config, ledger, client, source)[0]
+    given, else from the ledger file ``ledger`` (``source`` names it in the report; ``said``:
+    warnings already said, not said again)."""
+    return usage_reports(window, (keys,), config, ledger, client, source, said=said)[0]
 
 
 def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: Any,
                   source: str | None = None, quiet: bool = False,
-                  notes: list[str] | None = None) -> list[Any]:
+                  notes: list[str] | None = None, said: set[str] | None = None) -> list[Any]:
     """One usage report over ``window`` per grouping in ``key_sets``, from one reading of the
     source (see :func:`usage_report`); ``quiet``: say nothing on stderr about the source;
     ``notes``: gathers the source's warnings (conflicting ledger rows, series left out)."""
@@ -312,7 +318,7 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                                 published=published) for keys in key_sets]
         if not quiet:
             click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
-        _note(usage.notes + tuple(conflicts) + reports[0].notes, notes, quiet)
+        _note(usage.notes + tuple(conflicts) + reports[0].notes, notes, quiet, said)
         if not quiet:
             prices = describe(dict(reports[0].price_sources))
             if prices:
@@ -335,14 +341,17 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
         raise Failed("source", str(exc)) from None
     reports = [build_report(parts, window, keys, config, holder_parts=holders,
                             source=source or f"ledger {ledger}") for keys in key_sets]
-    _note(conflicts + list(reports[0].notes), notes, quiet)
+    _note(conflicts + list(reports[0].notes), notes, quiet, said)
     return reports
 
 
-def _note(found: Any, notes: list[str] | None, quiet: bool) -> None:
-    """The source's warnings: on stderr (unless ``quiet``), and into ``notes`` when given."""
+def _note(found: Any, notes: list[str] | None, quiet: bool, said: set[str] | None = None) -> None:
+    """The source's warnings: on stderr (unless ``quiet``, or already in ``said``), and into
+    ``notes`` when given."""
     for note in found or ():
-        if not quiet:
+        if not quiet and (said is None or note not in said):
             click.echo(f"allsmi: warning: {note}", err=True)
+            if said is not None:
+                said.add(note)
         if notes is not None and note not in notes:
             notes.append(note)

@@ -111,3 +111,13 @@ def test_a_window_cut_inside_a_pruned_day_says_what_it_cannot_bill(tmp_path: Pat
               "--until", "2026-03-03T00:00:00Z", "--format", "json", cwd=tmp_path)
     assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
     assert json.loads(out.stdout)["coverage_ratio"] == 1.0
+
+
+def test_a_budget_s_month_to_date_does_not_say_a_warning_again(renamed: Path,
+                                                                tmp_path: Path) -> None:
+    """With a budget, an hour's export reads the month to date too (for the budget's columns):
+    the same source warning is said once, not once per reading."""
+    (tmp_path / "config.toml").write_text(DECLARED.replace(
+        'currency = "EUR"', 'currency = "EUR"\nbudget_per_month = 1000.0', 1))
+    _, warned = _export(renamed, tmp_path, "csv")
+    assert len(warned) == 1 and "old-pool, training" in warned[0], warned
