@@ -22,6 +22,8 @@ RULES = DEPLOY / "prometheus" / "allsmi-rules.yml"
 RULES_TEST = DEPLOY / "prometheus" / "allsmi-rules.test.yml"
 #: The budgets' unit tests: a month boundary, so evaluated hourly (a file of their own).
 RULES_BUDGET_TEST = DEPLOY / "prometheus" / "allsmi-rules.budgets.test.yml"
+#: Outages of a day and more (AllsmiExporterStale's 24-hour lookback): evaluated every 5 minutes.
+RULES_OUTAGE_TEST = DEPLOY / "prometheus" / "allsmi-rules.outage.test.yml"
 DASHBOARDS = ("allsmi-fleet.json", "allsmi-node.json")
 UNITS = ("allsmi-exporter.service", "allsmi-record.service", "allsmi-export.service",
          "allsmi-export.timer")

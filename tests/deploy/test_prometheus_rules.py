@@ -12,12 +12,14 @@ import yaml
 from allsmi.dashboard.sources.promsummary import recording_rules
 
 from ..conftest import require_tool
-from .support import RULES, RULES_BUDGET_TEST, RULES_TEST, all_rules, recorded, rules
+from .support import (RULES, RULES_BUDGET_TEST, RULES_OUTAGE_TEST, RULES_TEST, all_rules,
+                      recorded, rules)
 
 ALERTS = {  # name -> (metric the expression reads, "for" duration)
     "AllsmiBackendDown": ("allsmi_backend_up", "5m"),
     "AllsmiDeviceLost": ("allsmi_device_up", "2m"),
     "AllsmiExporterStale": ("allsmi_last_collect_timestamp_seconds", None),
+    "AllsmiWebConfigReloadFailed": ("allsmi_exporter_web_config_last_reload_successful", "10m"),
     "AllsmiDeviceAllocatedIdle": ("allsmi_device_idle_allocated_seconds_total", None),
     "AllsmiHolderWaiting": ("allsmi_holder_waiting_seconds_total", None),
     "AllsmiBillingExportFailed": ("allsmi_export_success", None),
@@ -49,7 +51,7 @@ def test_promtool_check_rules() -> None:
     assert "SUCCESS" in result.stdout
 
 
-@pytest.mark.parametrize("tests", [RULES_TEST, RULES_BUDGET_TEST], ids=lambda p: p.name)
+@pytest.mark.parametrize("tests", [RULES_TEST, RULES_BUDGET_TEST, RULES_OUTAGE_TEST], ids=lambda p: p.name)
 def test_promtool_test_rules(tests) -> None:  # type: ignore[no-untyped-def]
     result = promtool("test", "rules", tests.name)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -139,7 +141,7 @@ def test_alerts_are_the_specified_ones() -> None:
 
 
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
-    tests = [case for path in (RULES_TEST, RULES_BUDGET_TEST)
+    tests = [case for path in (RULES_TEST, RULES_BUDGET_TEST, RULES_OUTAGE_TEST)
              for case in yaml.safe_load(path.read_text())["tests"]]
     firing: dict[str, set[bool]] = {}
     for case in tests:
