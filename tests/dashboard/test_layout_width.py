@@ -119,8 +119,9 @@ async def test_cluster_devices_view_uses_the_width(sim_snapshots: list[Snapshot]
             # The host column grows to its longest name (on the device rows, not only below).
             assert any(line.lstrip().startswith(f"0  {LONG_HOST}  ") for line in text.splitlines()), text
         elif size[0] >= 120:
-            # The activity columns come first beside util; the host is cut with an ellipsis.
-            assert any(line.lstrip().startswith(f"0  {LONG_HOST[:12]}") and "\u2026" in line
+            # The activity columns come first beside util; the host is cut with an ellipsis
+            # (beside a `#` column as wide as a MIG slice's `7/13/0`).
+            assert any(line.lstrip().startswith(f"0  {LONG_HOST[:8]}") and "\u2026" in line
                        for line in text.splitlines()), text
         if size[0] == 400:
             assert "NVIDIA H100 80GB HBM3" in text

@@ -196,7 +196,7 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
             return View(Static(id="idle-title", classes="section-title"),
                         DiffTable(IDLE_COLUMNS, id="idle-table"), Static(id="idle-note"), id="idle")
         from allsmi.dashboard.views.hosts import HOST_COLUMNS
-        return View(Static("Hosts", classes="section-title"), DiffTable(HOST_COLUMNS, id="host-table"),
+        return View(Static("Hosts", classes="section-title", id="hosts-title"), DiffTable(HOST_COLUMNS, id="host-table"),
                     Static(id="host-detail"), Static("Resource groups", classes="section-title"),
                     DiffTable((), id="cluster-group-table", classes="totals"),
                     Static("Vendors", classes="section-title"),

@@ -30,6 +30,19 @@ from allsmi.dashboard.views.summary import holders_text, summary_lines
 from allsmi.dashboard.state.totals import Totals, order_totals, sum_totals, totals_by
 
 
+def hidden_of(*tables: Sequence[str]) -> list[str]:
+    """The columns the tables of a view leave out, the top table's first, each named once."""
+    return list(dict.fromkeys(label for hidden in tables for label in hidden))
+
+
+def scrollbar_cells(table: Any, rows: int) -> int:
+    """The cells a totals table's vertical scrollbar takes with ``rows`` rows under its header
+    (its max-height: :data:`TOTALS_HEIGHT` lines unless the stylesheet says fewer)."""
+    limit = table.styles.max_height
+    lines = int(limit.value) if limit is not None and limit.is_cells else TOTALS_HEIGHT
+    return table.styles.scrollbar_size_vertical if rows >= lines else 0
+
+
 class ViewDrawing:
     """The app's drawing (``self`` is the :class:`~allsmi.dashboard.screen.app.DashboardApp`)."""
 
@@ -60,6 +73,7 @@ class ViewDrawing:
     _total: Totals
     _layout_width: int
     totals_hidden: list[str]
+    hosts_hidden: list[str]
     _summary_text: str
     device_table: DeviceTable
     process_table: ProcessTable
@@ -168,20 +182,25 @@ class ViewDrawing:
         table = self.query_one(group_id, DiffTable)
         # the width of the last resize (``size`` may lag during one), less a vertical scrollbar
         # where a table has more rows than its height (``.totals``' max-height)
-        width = self.layout_width - (
-            table.styles.scrollbar_size_vertical if max(len(groups), len(vendors)) >= TOTALS_HEIGHT else 0)
+        # (``.totals``' max-height; the cluster view's vendors have fewer lines on a short screen)
+        vendor_table = self.query_one(vendor_id, DiffTable)
+        width = self.layout_width - max(scrollbar_cells(table, len(groups)),
+                                        scrollbar_cells(vendor_table, len(vendors)))
         layout = totals_layout(groups, vendors, self._palette, width)
         self.totals_hidden = layout.hidden  # said on the state line, as the device table's
         table.set_rows(layout.groups, layout.columns)
-        self.query_one(vendor_id, DiffTable).set_rows(layout.vendors, layout.vendor_columns)
+        vendor_table.set_rows(layout.vendors, layout.vendor_columns)
 
     def _show_hosts(self) -> None:
         from allsmi.dashboard.tables.difftable import DiffTable
-        from allsmi.dashboard.views.hosts import host_rows  # the cluster view's: on first use
+        from allsmi.dashboard.views.hosts import host_layout  # the cluster view's: on first use
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         table = self.query_one("#host-table", DiffTable)
-        table.set_rows(host_rows(self.hosts, by_host, self._palette, self.clock(), self.source.interval,
-                                 self.size.width))
+        args = (self.hosts, by_host, self._palette, self.clock(), self.source.interval)
+        # its scrollbar's cells are kept (``scrollbar-gutter: stable``): one layout for any rows
+        layout = host_layout(*args, self.layout_width - table.styles.scrollbar_size_vertical)
+        self.hosts_hidden = layout.hidden  # said on the state line, before the totals' own
+        table.set_rows(layout.rows, layout.columns)
         self._show_host_detail()
 
     def _show_host_detail(self) -> None:
@@ -204,7 +223,9 @@ class ViewDrawing:
             process_scope=self.process_scope, paused=self.paused, refresh_error=self.refresh_error,
             note=getattr(self.source, "note", None),
             hidden=getattr(self, "hidden_columns", ()) if self.view == "devices"
-            else getattr(self, "totals_hidden", ()) if self.view in ("groups", "cluster") else (),
+            else getattr(self, "totals_hidden", ()) if self.view == "groups"
+            else hidden_of(getattr(self, "hosts_hidden", ()), getattr(self, "totals_hidden", ()))
+            if self.view == "cluster" else (),
             count=holders_text(len(getattr(self, "idle_rows", ()))) if self.view == "idle" else None,
             width=max(1, self.size.width - 2))  # inside the bar's padding
         plain = line.plain + "\n" + state.plain

@@ -124,8 +124,9 @@ def columns_for(width: int, cluster: bool,
             spark = min(HISTORY_MAX_WIDTH, room - 2)
             columns.append(_history(spark))
         return columns, False, spark
+    idx_width = max(INDEX_WIDTH_COMPACT, digits)
     compact = [
-        Column("idx", "#", max(INDEX_WIDTH_COMPACT, digits), index_key, index_render, sort="index"),
+        Column("idx", "#", idx_width, index_key, index_render, sort="index"),
         Column("vendor", "vendor", 6, attribute("vendor"), plain_cell),
         Column("model", "model", 16, model_key, plain_cell),
         Column("util", "util", 9, util_key, util_render, sort="utilization"),
@@ -140,6 +141,12 @@ def columns_for(width: int, cluster: bool,
         compact[2] = Column("model", "model", 13, model_key, plain_cell)
     wants["model"] = wants.get("model_compact", 0)
     room = width - sum(c.width + 2 for c in compact)
+    # a MIG slice's index (7/13/0) is wider than a device's: the cells it lacks come out of the
+    # model column, as few as needed (down to a slice's "└ MIG 3g.40gb"), not the vendor column
+    short = min(-room, idx_width - INDEX_WIDTH_COMPACT, compact[2].width - 13)
+    if short > 0:
+        compact[2] = replace(compact[2], width=compact[2].width - short)
+        room += short
     if room < 0:
         return _narrowest(compact, width, wants), True, 0
     room = _beside_util(compact, room, (active, waiting))  # before long names

@@ -10,6 +10,7 @@ node's address, hostname and every problem in full.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from rich.console import Console
@@ -25,16 +26,26 @@ from allsmi.dashboard.views.panels import age_text
 from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState
 
-HOST_COLUMNS = (("host", "host", None), ("state", "state", 5), ("age", "age", 8), ("devices", "devices", 7),
-                ("util", "util", 5), ("power", "power / limit", None), ("memory", "memory", None),
-                ("name", "hostname", None), ("error", "problem", None))
-"""The hosts table; ``None`` widths follow the content, the host and hostname up to
-:data:`NAME_MAX_WIDTH` (cut with an ellipsis: the line under the table has them whole), the
-power and memory as wide as their longest (``9.7/19.1 kW (27 of 36)``: a number is never
-cut), the problem to the screen's edge (wrapped onto more lines, never cut)."""
+HOST_COLUMNS = (("host", "host", None), ("state", "state", None), ("age", "age", None),
+                ("devices", "devices", None), ("util", "util", None), ("power", "power / limit", None),
+                ("memory", "memory", None), ("name", "hostname", None), ("error", "problem", None))
+"""The hosts table, most needed first; :func:`host_layout` sizes each column to its longest
+cell (a number is never cut). The host and hostname are cut with an ellipsis (at most
+:data:`NAME_MAX_WIDTH`; the line under the table has them whole), the problem takes the room
+left (wrapped onto more lines, never cut)."""
 
 #: The widest the host and hostname cells grow (a Prometheus ``instance`` can be kilobytes).
 NAME_MAX_WIDTH = 32
+#: The columns that give way on a narrow terminal, first first (the line under the table shows
+#: the highlighted host's hostname and problem in full; host, state, util, power and memory
+#: stay).
+HOST_DROP_ORDER = ("name", "error", "age", "devices")
+#: The host column's width while columns are fitted (a longer host is cut before a column of
+#: numbers gives way, and grows back into the room left), and its narrowest; the narrowest the
+#: problem column is shown at.
+HOST_WIDTH, HOST_MIN_WIDTH, PROBLEM_MIN_WIDTH = 12, 8, 16
+#: Cells around each column's text (the table's padding).
+PAD = 2
 
 
 def capped(text: str, width: int = NAME_MAX_WIDTH) -> str:
@@ -123,54 +134,102 @@ def wrapped(text: Text, width: int | None, max_lines: int = 6) -> Text:
     return Text("\n").join(lines)
 
 
-def problem_width(hosts: Sequence[HostState], screen_width: int,
-                  measured: Mapping[str, int] | None = None) -> int:
-    """Cells left for the problem column once the other columns of :data:`HOST_COLUMNS` are laid
-    out (the ``host`` and ``hostname`` columns as wide as their longest value, the ``power`` and
-    ``memory`` columns as ``measured``: their longest cells)."""
-    measured = measured or {}
-    fixed = sum(w for _, _, w in HOST_COLUMNS if w is not None)
-    host = min(NAME_MAX_WIDTH, max((len(h.key) for h in hosts), default=4))
-    name = min(NAME_MAX_WIDTH, max((len(h.name) for h in hosts if h.name != h.key), default=len(NA)))
-    auto = sum(max(measured.get(cid, 19), len(label)) for cid, label, width in HOST_COLUMNS
-               if width is None and cid in ("power", "memory"))
-    return screen_width - fixed - max(host, 4) - max(name, 8) - auto - 2 * len(HOST_COLUMNS) - 4
+@dataclass
+class HostsLayout:
+    """What the hosts table shows at one width."""
+
+    columns: list[tuple[str, str, int]]
+    """(column id, label, cells) of the columns shown, in :data:`HOST_COLUMNS` order."""
+    rows: list[tuple[str, tuple[Any, ...]]]
+    hidden: list[str]
+    """The labels of the columns left out, for the state line."""
+
+    @property
+    def lines(self) -> int:
+        """Lines of the rows (a wrapped problem makes a taller row)."""
+        return sum(1 + max((c.plain.count("\n") for c in cells if isinstance(c, Text)), default=0)
+                   for _, cells in self.rows)
 
 
-def host_rows(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette: Palette, now: float,
-              interval: float, screen_width: int | None = None) -> list[tuple[str, tuple[Any, ...]]]:
-    """(row key, cells) of every host, in :data:`HOST_COLUMNS` order; on a screen
-    ``screen_width`` cells wide, a problem longer than its column (:func:`problem_width`) is
-    wrapped onto more lines of its row."""
-    rows: list[tuple[str, tuple[Any, ...]]] = []
-    for host in hosts:
-        totals = by_host.get(host.key) or host.summary or Totals(host.key)
-        if host.error is None:
-            known = host.snapshot is not None or host.summary is not None
-            state = Text("ok" if known else "wait", style=palette.ok)
-        elif host.answered is not None:
-            state = Text("flap", style=f"bold {palette.warn}")
-        else:
-            state = Text("down", style=f"bold {palette.hot}")
-        age = host.age(now)
-        stale = age is not None and age > 3 * interval
-        rows.append((f"host:{host.key}", (
-            capped(host.key), state,
+def host_cells(host: HostState, totals: Totals, palette: Palette, now: float, interval: float,
+               compact: bool = False) -> tuple[Text, ...]:
+    """One host's row in :data:`HOST_COLUMNS` order (the problem on one line); ``compact``:
+    memory in one unit for both values, as power always is."""
+    if host.error is None:
+        known = host.snapshot is not None or host.summary is not None
+        state = Text("ok" if known else "wait", style=palette.ok)
+    elif host.answered is not None:
+        state = Text("flap", style=f"bold {palette.warn}")
+    else:
+        state = Text("down", style=f"bold {palette.hot}")
+    age = host.age(now)
+    stale = age is not None and age > 3 * interval
+    return (Text(capped(host.key)), state,
             Text(age_text(age), justify="right", style=palette.warn if stale or host.error else ""),
             Text(str(totals.devices) + (f"+{totals.partitions}p" if totals.partitions else ""),
                  justify="right"),
             Text(percent(totals.utilization_percent), justify="right",
                  style=palette.load(totals.utilization_percent)),
-            power_totals(totals),
-            memory_totals(totals),
-            capped(host.name) if host.name != host.key else NA,
-            problem_text(host, palette, now))))
-    if screen_width is None:
-        return rows
-    measured = {cid: max((len(cells[i]) for _, cells in rows), default=0)
-                for i, (cid, _, _) in enumerate(HOST_COLUMNS) if cid in ("power", "memory")}
-    width = problem_width(hosts, screen_width, measured)
-    return [(key, cells[:-1] + (wrapped(cells[-1], width),)) for key, cells in rows]
+            Text(power_totals(totals)),
+            Text(memory_totals(totals, compact)),
+            Text(capped(host.name) if host.name != host.key else NA),
+            problem_text(host, palette, now))
+
+
+def host_layout(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette: Palette,
+                now: float, interval: float, width: int | None = None) -> HostsLayout:
+    """The hosts table ``width`` cells wide (every column when ``width`` is None): columns as
+    wide as their longest cell; on a narrow terminal a long host is cut first, then columns
+    dropped in :data:`HOST_DROP_ORDER`, memory in one unit where that keeps a column more; the
+    problem takes the room left, a longer one wrapped onto more lines of its row."""
+    best: HostsLayout | None = None
+    for compact in (False, True):
+        rows = [(f"host:{h.key}", host_cells(h, by_host.get(h.key) or h.summary or Totals(h.key),
+                                              palette, now, interval, compact)) for h in hosts]
+        natural = {cid: max([len(label)] + [cells[i].cell_len for _, cells in rows])
+                   for i, (cid, label, _) in enumerate(HOST_COLUMNS)}
+        problems = any(cells[-1].plain for _, cells in rows)
+        shown, hidden = _fit_hosts(natural, width, problems)
+        if best is not None and len(hidden) >= len(best.hidden):
+            break  # one unit shows no more: the usual form
+        index = [i for i, (cid, _, _) in enumerate(HOST_COLUMNS) if cid in shown]
+        problem = natural["error"] if "error" in shown else None
+        best = HostsLayout([(cid, label, natural[cid]) for cid, label, _ in HOST_COLUMNS if cid in shown],
+                           [(key, tuple(wrapped(cells[i], problem) if HOST_COLUMNS[i][0] == "error"
+                                        else cells[i] for i in index)) for key, cells in rows],
+                           hidden)
+        if not hidden:
+            break
+    assert best is not None
+    return best
+
+
+def _fit_hosts(natural: dict[str, int], width: int | None, problems: bool) -> tuple[list[str], list[str]]:
+    """The columns shown and the labels of those left out, for cells ``natural`` wide (the
+    host's, hostname's and problem's widths narrowed in place to fit)."""
+    shown = [cid for cid, _, _ in HOST_COLUMNS]
+    if width is None:
+        return shown, []
+    labels = {cid: label for cid, label, _ in HOST_COLUMNS}
+    whole = natural["host"]
+    natural["host"] = min(whole, HOST_WIDTH)
+
+    def needed() -> int:  # the cells of the columns shown, the problem aside
+        return sum(natural[c] + PAD for c in shown if c != "error")
+
+    for cid in HOST_DROP_ORDER:
+        if cid != "error" and needed() > width:
+            shown.remove(cid)
+    if needed() > width:  # still too wide: the host gives way (cut with an ellipsis)
+        natural["host"] = max(min(whole, HOST_MIN_WIDTH), natural["host"] - (needed() - width))
+    natural["host"] += max(0, min(whole - natural["host"], width - needed()))
+    room = width - needed() - PAD
+    if room >= min(PROBLEM_MIN_WIDTH, natural["error"]):
+        natural["error"] = min(natural["error"], room)
+    else:
+        shown.remove("error")
+    left_out = [cid for cid in HOST_DROP_ORDER if cid not in shown and (problems or cid != "error")]
+    return shown, [labels[cid] for cid in left_out]
 
 
 def host_detail(host: HostState | None, palette: Palette, now: float) -> Text:
