@@ -30,7 +30,7 @@ from .model import LoadCycle, in_window
 from .identity import installed_backend, partition_share
 from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
                             builtin_scenarios, load_scenario)
-from .units import Unit, make_unit
+from .units import Unit, lost_samples, make_unit
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
            "builtin_scenarios", "installed_backend", "load_scenario", "partition_share",
@@ -299,13 +299,7 @@ class SimulatedBackend(BilledSampling, Backend):
                 return derive(template, **{**fields, **blank})
 
         if scenario.faults and self._lost(scenario, unit, s):
-            return [device(**static, health="lost", processes=None)] + [  # (users unknown)
-                device(id=c.id, vendor=vendor, kind=kind, backend=self.display_name,
-                       uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
-                       partition_share=c.share, driver_version=spec.driver_version,
-                       firmware_version=spec.firmware_version, health="lost", processes=None,
-                       details={} if self.bill_only else dict(c.details))
-                for c in unit.children]
+            return lost_samples(unit, static, self.display_name, not self.bill_only, device)
         loads = [(c, *self._load(scenario, c.cycle, c, s, c.memory_total)) for c in unit.children] \
             if unit.children else [(unit, *self._load(scenario, unit.cycle, unit, s, unit.memory_total,
                                                       spec.backend in self.ACTIVITY_BACKENDS))]

@@ -4,6 +4,9 @@ their identity as the impersonated backend's would read, their job cycles and po
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
+
+from allsmi.schema import DeviceSample
 
 from .identity import mig_instance_ids, partition_share, uuid_from
 from .model import LoadCycle, Wobble, unit_hash
@@ -74,3 +77,19 @@ def make_unit(scenario: Scenario, spec: DeviceSpec, index: int, vendor: str,
                 name=name, parent=None, memory_total=spec.memory_total_bytes,
                 cycle=None if children else LoadCycle.make(key, spec.duty_cycle, spec.job_seconds),
                 children=children, wobble=wobble)
+
+
+def lost_samples(unit: Unit, static: dict[str, Any], backend: str, details: bool,
+                 device: Callable[..., DeviceSample]) -> list[DeviceSample]:
+    """A lost unit's samples (``device(**fields)`` makes each): the board and its partitions,
+    health ``lost``, no measurement, and processes unknown (``None``: who used a lost device
+    cannot be listed, never "nobody"); the partitions' details (their MIG ids) unless
+    ``details`` is false (a bill-only replay's)."""
+    spec = unit.spec
+    return [device(**static, health="lost", processes=None)] + [
+        device(id=c.id, vendor=static["vendor"], kind=static["kind"], backend=backend,
+               uuid=c.uuid, name=c.name, bus_id=c.bus_id, parent=unit.id,
+               partition_share=c.share, driver_version=spec.driver_version,
+               firmware_version=spec.firmware_version, health="lost", processes=None,
+               details=dict(c.details) if details else {})
+        for c in unit.children]

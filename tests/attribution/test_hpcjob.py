@@ -54,13 +54,13 @@ def test_every_naming_uuid_bus_id_vendor_index_and_mig(tmp_path: Path) -> None:
     (tmp_path / gaudi.bus_id.upper()).write_text("13\n")
     (tmp_path / rngd.id).write_text("14_3\n")             # an array job
     (tmp_path / "tenstorrent0").write_text("15+1\n")      # a heterogeneous job component
-    (tmp_path / "7.2").write_text("16\n")                 # MIG instance by GPU instance id
+    (tmp_path / "7.13").write_text("16\n")                # MIG instance by GPU instance id
     result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
     assert result.statuses[0].message == ""
     assert _jobs(result, h1) == ["11"] and _jobs(result, mig) == ["12"]
     assert _jobs(result, gaudi) == ["13"] and _jobs(result, rngd) == ["14_3"]
     assert _jobs(result, tt) == ["15+1"]
-    # the simulation has no GPU instance ids: "7.2" is the third instance, as its index says
+    # the simulation's GPU instances are 1, 5 and 13, as nvidia-smi numbers a 3g, a 2g and a 1g
     assert _jobs(result, find(DEVICES, "nvidia", 7, part=2)) == ["16"]
     assert _jobs(result, find(DEVICES, "nvidia", 7)) == []
 
