@@ -21,6 +21,10 @@ COLUMNS = {
     ("allsmi-fleet.json", "Memory and the devices it counts, by group and vendor"): {
         "memory in use": "bytes", "memory in total": "bytes",
         "devices reporting memory in use": "none", "physical devices": "none"},
+    ("allsmi-fleet.json", "Power, utilization and the devices they count, by group and vendor"): {
+        "power": "watt", "devices reporting power": "none", "utilization": "percentunit",
+        "devices and partitions reporting utilization": "none", "physical devices": "none",
+        "partitions": "none"},
     ("allsmi-fleet.json", "Device-hours per holder and waiting reason in the time range"): {
         "device-hours by reason": "suffix:device-h", "active device-hours": "suffix:device-h"},
     ("allsmi-fleet.json", "Device-hours and energy per namespace, job or user in the time range"): {

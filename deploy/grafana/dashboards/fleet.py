@@ -40,7 +40,7 @@ def by_owner(expr: str) -> str:
 TOTALS = "instance_resource_group_vendor:allsmi_devices:totals"
 
 
-def memory_total(name: str) -> str:
+def fleet_total(name: str) -> str:
     """One ``allsmi_total`` of the fleet view's rule, summed by group and vendor."""
     return f'sum by (resource_group, vendor) ({TOTALS}{{allsmi_total="{name}", {G}}})'
 
@@ -48,15 +48,37 @@ def memory_total(name: str) -> str:
 def memory_coverage() -> dict[str, Any]:
     """The memory of each group and vendor next to how many of its devices it counts ("7 of
     8 devices report memory in use"): a group none of whose devices reports it counts 0."""
-    counted = (f'{memory_total("memory_count")} or 0 * {memory_total("devices")}')
+    counted = (f'{fleet_total("memory_count")} or 0 * {fleet_total("devices")}')
     return table("Memory and the devices it counts, by group and vendor",
                  "Memory in use and in total of the devices that report both (as in the panel "
                  "above), and how many devices that is of the group's physical devices: where "
                  "fewer report it, the sums are partial, never filled in.",
-                 [(memory_total("memory_used_bytes"), "memory in use", unit("allsmi_device_memory_used_bytes")),
-                  (memory_total("memory_total_bytes"), "memory in total", unit("allsmi_device_memory_total_bytes")),
+                 [(fleet_total("memory_used_bytes"), "memory in use", unit("allsmi_device_memory_used_bytes")),
+                  (fleet_total("memory_total_bytes"), "memory in total", unit("allsmi_device_memory_total_bytes")),
                   (counted, "devices reporting memory in use", "none"),
-                  (memory_total("devices"), "physical devices", "none")], 24, 6)
+                  (fleet_total("devices"), "physical devices", "none")], 24, 6)
+
+
+def power_utilization_coverage() -> dict[str, Any]:
+    """Power and utilization of each group and vendor next to how many of its devices report
+    them ("6 of 8 devices report power"), as the memory table does: a group none of whose
+    devices reports one counts 0, known, never an empty cell."""
+    def counted(name: str) -> str:
+        return f'{fleet_total(name)} or 0 * {fleet_total("devices")}'
+    util, power = "allsmi_device_utilization_ratio", "allsmi_device_power_watts"
+    return table("Power, utilization and the devices they count, by group and vendor",
+                 "Board power (summed) and mean utilization of the devices that report them (as "
+                 "in the panels above), and how many report each beside the group's physical "
+                 "devices and partitions: only board owners carry power, utilization is of "
+                 "devices and partitions. Where fewer report it, the sums are partial, never "
+                 "filled in.",
+                 [(fleet_total("power_watts"), "power", unit(power)),
+                  (counted("power_count"), "devices reporting power", "none"),
+                  (f"{R}utilization_ratio:avg{{{G}}}", "utilization", unit(util)),
+                  (counted("utilization_count"), "devices and partitions reporting utilization",
+                   "none"),
+                  (fleet_total("devices"), "physical devices", "none"),
+                  (counted("partitions"), "partitions", "none")], 24, 6)
 
 
 def fleet() -> dict[str, Any]:
@@ -84,22 +106,24 @@ def fleet() -> dict[str, Any]:
               thresholds=[(1, "red")]),
         row("Resource groups (every host of the group)"),
         panel("timeseries", "Utilization by group and vendor", "Mean utilization, from the "
-              "recording rule.", unit(R + "utilization_ratio:avg"),
+              "recording rule, of the devices that report one (the table below says how many).", unit(R + "utilization_ratio:avg"),
               targets((f"{R}utilization_ratio:avg{{{G}}}", gl)), 12, 8),
         panel("timeseries", "Memory by group and vendor", "Device memory in use and in total "
               "of the physical devices that report both, so that both count the same devices: a "
               "device whose memory in use is unknown is in neither (the table below says how "
               "many devices are counted).", unit(R + "memory_used_bytes:sum"),
-              targets((memory_total("memory_used_bytes"), gl + " used"),
-                      (memory_total("memory_total_bytes"), gl + " total (the same devices)")),
+              targets((fleet_total("memory_used_bytes"), gl + " used"),
+                      (fleet_total("memory_total_bytes"), gl + " total (the same devices)")),
               12, 8),
         memory_coverage(),
-        panel("timeseries", "Power by group and vendor", "Board power, from the recording rule.",
+        panel("timeseries", "Power by group and vendor", "Board power, from the recording rule, "
+              "of the devices that report it (the table below says how many).",
               unit(R + "power_watts:sum"), targets((f"{R}power_watts:sum{{{G}}}", gl)), 12, 8),
         panel("bargauge", "Energy in the time range by group and vendor", "Increase of the "
               "energy counters over the dashboard's time range.", GRAFANA_UNITS[base_unit(energy)],
               targets((f"sum by (resource_group, vendor) (increase({energy}{{{G}}}[$__range]))",
                        gl)), 12, 8),
+        power_utilization_coverage(),
         panel("timeseries", "Cost per hour by group", "Allocated device-hours x "
               "price_per_device_hour + energy x price_per_kwh, at the group's prices (groups "
               "without prices have no series). In the group's currency.", "none",
