@@ -11,7 +11,8 @@ from allsmi.dashboard.screen.app import DashboardApp
 from allsmi.dashboard.sources import StaticSource
 from allsmi.dashboard.tables.difftable import DiffTable
 from allsmi.dashboard.state.totals import Totals
-from allsmi.dashboard.views.hosts import PAD, host_layout
+from allsmi.dashboard.views.groups import PAD
+from allsmi.dashboard.views.hosts import host_layout
 from allsmi.dashboard.views.render import Palette
 from allsmi.dashboard.sources import HostState
 from allsmi.schema import Snapshot

@@ -161,3 +161,13 @@ def promtool_eval(tmp_path: Path, input_series: list[dict[str, str]],
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     return out
+
+
+def device_series(metric: str, instance: str, uuid: str, group: str, vendor: str, value: float,
+                  parent: str | None = None) -> dict[str, str]:
+    """A promtool input series of one device's ``metric``, ``value`` for ten steps (``parent``:
+    ``allsmi_device_info``'s ``parent_uuid``)."""
+    labels = f'instance="{instance}", uuid="{uuid}", vendor="{vendor}", resource_group="{group}"'
+    if parent is not None:
+        labels += f', parent_uuid="{parent}"'
+    return {"series": f"{metric}{{{labels}}}", "values": f"{value:g}x10"}

@@ -14,34 +14,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .support import DEPLOY, at_all, panel_targets, panels, promtool_eval, table_columns
+from .support import (DEPLOY, at_all, device_series, panel_targets, panels, promtool_eval,
+                      table_columns)
 
 FLEET = DEPLOY / "grafana" / "allsmi-fleet.json"
 COVERAGE = "Power, utilization and the devices they count, by group and vendor"
 
 
-def _series(metric: str, instance: str, uuid: str, group: str, vendor: str, value: float,
-            parent: str | None = None) -> dict[str, str]:
-    labels = f'instance="{instance}", uuid="{uuid}", vendor="{vendor}", resource_group="{group}"'
-    if parent is not None:
-        labels += f', parent_uuid="{parent}"'
-    return {"series": f"{metric}{{{labels}}}", "values": f"{value:g}x10"}
-
-
 INPUT = [
     # training / nvidia: GPU-aa reports power and utilization, GPU-bb utilization only, MIG-a1
     # (a partition of GPU-aa) utilization only: power is a board owner's
-    _series("allsmi_device_info", "gpu01:9477", "GPU-aa", "training", "nvidia", 1, ""),
-    _series("allsmi_device_info", "gpu01:9477", "GPU-bb", "training", "nvidia", 1, ""),
-    _series("allsmi_device_info", "gpu01:9477", "MIG-a1", "training", "nvidia", 1, "GPU-aa"),
-    _series("allsmi_device_power_watts", "gpu01:9477", "GPU-aa", "training", "nvidia", 300),
-    _series("allsmi_device_utilization_ratio", "gpu01:9477", "GPU-aa", "training", "nvidia", 0.75),
-    _series("allsmi_device_utilization_ratio", "gpu01:9477", "GPU-bb", "training", "nvidia", 0.5),
-    _series("allsmi_device_utilization_ratio", "gpu01:9477", "MIG-a1", "training", "nvidia", 0.25),
+    device_series("allsmi_device_info", "gpu01:9477", "GPU-aa", "training", "nvidia", 1, ""),
+    device_series("allsmi_device_info", "gpu01:9477", "GPU-bb", "training", "nvidia", 1, ""),
+    device_series("allsmi_device_info", "gpu01:9477", "MIG-a1", "training", "nvidia", 1, "GPU-aa"),
+    device_series("allsmi_device_power_watts", "gpu01:9477", "GPU-aa", "training", "nvidia", 300),
+    device_series("allsmi_device_utilization_ratio", "gpu01:9477", "GPU-aa", "training", "nvidia", 0.75),
+    device_series("allsmi_device_utilization_ratio", "gpu01:9477", "GPU-bb", "training", "nvidia", 0.5),
+    device_series("allsmi_device_utilization_ratio", "gpu01:9477", "MIG-a1", "training", "nvidia", 0.25),
     # inference / amd: two devices on two hosts, neither reports power or utilization
-    _series("allsmi_device_info", "gpu02:9477", "amd-cc", "inference", "amd", 1, ""),
-    _series("allsmi_device_info", "gpu03:9477", "amd-dd", "inference", "amd", 1, ""),
-    _series("allsmi_device_memory_total_bytes", "gpu02:9477", "amd-cc", "inference", "amd", 8000),
+    device_series("allsmi_device_info", "gpu02:9477", "amd-cc", "inference", "amd", 1, ""),
+    device_series("allsmi_device_info", "gpu03:9477", "amd-dd", "inference", "amd", 1, ""),
+    device_series("allsmi_device_memory_total_bytes", "gpu02:9477", "amd-cc", "inference", "amd", 8000),
 ]
 TRAINING = 'resource_group="training", vendor="nvidia"'
 INFERENCE = 'resource_group="inference", vendor="amd"'

@@ -14,34 +14,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .support import DEPLOY, at_all, panel_targets, panels, promtool_eval, table_columns
+from .support import (DEPLOY, at_all, device_series, panel_targets, panels, promtool_eval,
+                      table_columns)
 
 FLEET = DEPLOY / "grafana" / "allsmi-fleet.json"
 MEMORY = "Memory by group and vendor"
 COVERAGE = "Memory and the devices it counts, by group and vendor"
 
 
-def _series(metric: str, instance: str, uuid: str, group: str, vendor: str, value: float,
-            parent: str | None = None) -> dict[str, str]:
-    labels = f'instance="{instance}", uuid="{uuid}", vendor="{vendor}", resource_group="{group}"'
-    if parent is not None:
-        labels += f', parent_uuid="{parent}"'
-    return {"series": f"{metric}{{{labels}}}", "values": f"{value:g}x10"}
-
-
 INPUT = [
     # training / nvidia: GPU-aa reports both, GPU-bb its total only, MIG-a1 is part of GPU-aa
-    _series("allsmi_device_info", "gpu01:9477", "GPU-aa", "training", "nvidia", 1, ""),
-    _series("allsmi_device_info", "gpu01:9477", "GPU-bb", "training", "nvidia", 1, ""),
-    _series("allsmi_device_info", "gpu01:9477", "MIG-a1", "training", "nvidia", 1, "GPU-aa"),
-    _series("allsmi_device_memory_used_bytes", "gpu01:9477", "GPU-aa", "training", "nvidia", 1000),
-    _series("allsmi_device_memory_total_bytes", "gpu01:9477", "GPU-aa", "training", "nvidia", 4000),
-    _series("allsmi_device_memory_total_bytes", "gpu01:9477", "GPU-bb", "training", "nvidia", 4000),
-    _series("allsmi_device_memory_used_bytes", "gpu01:9477", "MIG-a1", "training", "nvidia", 500),
-    _series("allsmi_device_memory_total_bytes", "gpu01:9477", "MIG-a1", "training", "nvidia", 2000),
+    device_series("allsmi_device_info", "gpu01:9477", "GPU-aa", "training", "nvidia", 1, ""),
+    device_series("allsmi_device_info", "gpu01:9477", "GPU-bb", "training", "nvidia", 1, ""),
+    device_series("allsmi_device_info", "gpu01:9477", "MIG-a1", "training", "nvidia", 1, "GPU-aa"),
+    device_series("allsmi_device_memory_used_bytes", "gpu01:9477", "GPU-aa", "training", "nvidia", 1000),
+    device_series("allsmi_device_memory_total_bytes", "gpu01:9477", "GPU-aa", "training", "nvidia", 4000),
+    device_series("allsmi_device_memory_total_bytes", "gpu01:9477", "GPU-bb", "training", "nvidia", 4000),
+    device_series("allsmi_device_memory_used_bytes", "gpu01:9477", "MIG-a1", "training", "nvidia", 500),
+    device_series("allsmi_device_memory_total_bytes", "gpu01:9477", "MIG-a1", "training", "nvidia", 2000),
     # inference / amd: one device, its memory in use unknown
-    _series("allsmi_device_info", "gpu02:9477", "amd-cc", "inference", "amd", 1, ""),
-    _series("allsmi_device_memory_total_bytes", "gpu02:9477", "amd-cc", "inference", "amd", 8000),
+    device_series("allsmi_device_info", "gpu02:9477", "amd-cc", "inference", "amd", 1, ""),
+    device_series("allsmi_device_memory_total_bytes", "gpu02:9477", "amd-cc", "inference", "amd", 8000),
 ]
 TRAINING = 'resource_group="training", vendor="nvidia"'
 INFERENCE = 'resource_group="inference", vendor="amd"'

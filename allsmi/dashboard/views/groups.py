@@ -140,29 +140,40 @@ def totals_layout(groups: Sequence[Totals], vendors: Sequence[Totals], palette: 
     return best
 
 
-def _fit(natural: dict[str, int], width: int, labels: bool) -> tuple[list[str], list[str]]:
-    """The columns shown and the labels of those left out, for cells ``natural`` wide (the
-    names' and labels' widths narrowed in place to fit): a name longer than
-    :data:`NAME_WIDTH` is cut before a column of numbers gives way, and grows back into the
-    room left; the labels take what remains."""
-    shown = [cid for cid, _ in TOTALS_COLUMNS if labels or cid != "labels"]  # no column of blanks
-    whole = natural["name"]
-    natural["name"] = min(whole, NAME_WIDTH)
+def fit_columns(natural: dict[str, int], width: int, shown: list[str], drop_order: Sequence[str],
+                name: str, name_width: int, name_min: int, flexible: str,
+                flexible_min: int) -> list[str]:
+    """The columns of ``shown`` that fit ``width`` cells, for cells ``natural`` wide (the
+    ``name`` and ``flexible`` columns' widths narrowed in place): columns give way in
+    ``drop_order``; a name longer than ``name_width`` is cut (down to ``name_min``, with an
+    ellipsis) before a column of numbers gives way, and grows back into the room left; the
+    ``flexible`` column (labels, a host's problem) takes what remains, or goes if under
+    ``flexible_min``. The groups' and the hosts' tables alike."""
+    whole = natural[name]
+    natural[name] = min(whole, name_width)
 
-    def needed() -> int:  # the cells of the columns shown, the labels aside
-        return sum(natural[c] + PAD for c in shown if c != "labels")
+    def needed() -> int:  # the cells of the columns shown, the flexible one aside
+        return sum(natural[c] + PAD for c in shown if c != flexible)
 
-    for cid in DROP_ORDER:
-        if cid != "labels" and needed() > width:
+    for cid in drop_order:
+        if cid != flexible and needed() > width:
             shown.remove(cid)
     if needed() > width:  # still too wide: the names give way (cut with an ellipsis)
-        natural["name"] = max(NAME_MIN_WIDTH, natural["name"] - (needed() - width))
-    natural["name"] += max(0, min(whole - natural["name"], width - needed()))
+        natural[name] = max(min(whole, name_min), natural[name] - (needed() - width))
+    natural[name] += max(0, min(whole - natural[name], width - needed()))
     room = width - needed() - PAD
-    if "labels" in shown and room >= min(LABELS_MIN_WIDTH, natural["labels"]):
-        natural["labels"] = min(natural["labels"], room)
-    elif "labels" in shown:
-        shown.remove("labels")
+    if flexible in shown and room >= min(flexible_min, natural[flexible]):
+        natural[flexible] = min(natural[flexible], room)
+    elif flexible in shown:
+        shown.remove(flexible)
+    return shown
+
+
+def _fit(natural: dict[str, int], width: int, labels: bool) -> tuple[list[str], list[str]]:
+    """The columns shown and the labels of those left out (:func:`fit_columns`)."""
+    shown = fit_columns(natural, width,
+                        [cid for cid, _ in TOTALS_COLUMNS if labels or cid != "labels"],  # no blanks
+                        DROP_ORDER, "name", NAME_WIDTH, NAME_MIN_WIDTH, "labels", LABELS_MIN_WIDTH)
     left_out = [cid for cid in DROP_ORDER if cid not in shown and (labels or cid != "labels")]
     return shown, [dict(TOTALS_COLUMNS)[cid] for cid in left_out]
 
@@ -216,5 +227,5 @@ def power_pair(power: float | None, limit: float | None) -> str:
 
 
 __all__ = ["DROP_ORDER", "ENERGY_UNITS", "TOTALS_COLUMNS", "TOTALS_HEIGHT", "TotalsLayout", "energy_in",
-           "energy_text", "energy_unit", "labels_text", "memory_totals",
+           "energy_text", "energy_unit", "fit_columns", "labels_text", "memory_totals",
            "power_pair", "power_totals", "processes_totals", "totals_cells", "totals_layout"]

@@ -21,7 +21,7 @@ from allsmi.formatting import NA, percent
 
 from allsmi.dashboard.state.model import duplicate_ids
 from allsmi.dashboard.state.totals import Totals
-from allsmi.dashboard.views.groups import memory_totals, power_totals
+from allsmi.dashboard.views.groups import fit_columns, memory_totals, power_totals
 from allsmi.dashboard.views.panels import age_text
 from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState
@@ -44,8 +44,6 @@ HOST_DROP_ORDER = ("name", "error", "age", "devices")
 #: numbers gives way, and grows back into the room left), and its narrowest; the narrowest the
 #: problem column is shown at.
 HOST_WIDTH, HOST_MIN_WIDTH, PROBLEM_MIN_WIDTH = 12, 8, 16
-#: Cells around each column's text (the table's padding).
-PAD = 2
 
 
 def capped(text: str, width: int = NAME_MAX_WIDTH) -> str:
@@ -205,29 +203,14 @@ def host_layout(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palet
 
 
 def _fit_hosts(natural: dict[str, int], width: int | None, problems: bool) -> tuple[list[str], list[str]]:
-    """The columns shown and the labels of those left out, for cells ``natural`` wide (the
-    host's, hostname's and problem's widths narrowed in place to fit)."""
+    """The columns shown and the labels of those left out (:func:`fit_columns`: the host's
+    name cut, the problem taking the room left)."""
     shown = [cid for cid, _, _ in HOST_COLUMNS]
     if width is None:
         return shown, []
     labels = {cid: label for cid, label, _ in HOST_COLUMNS}
-    whole = natural["host"]
-    natural["host"] = min(whole, HOST_WIDTH)
-
-    def needed() -> int:  # the cells of the columns shown, the problem aside
-        return sum(natural[c] + PAD for c in shown if c != "error")
-
-    for cid in HOST_DROP_ORDER:
-        if cid != "error" and needed() > width:
-            shown.remove(cid)
-    if needed() > width:  # still too wide: the host gives way (cut with an ellipsis)
-        natural["host"] = max(min(whole, HOST_MIN_WIDTH), natural["host"] - (needed() - width))
-    natural["host"] += max(0, min(whole - natural["host"], width - needed()))
-    room = width - needed() - PAD
-    if room >= min(PROBLEM_MIN_WIDTH, natural["error"]):
-        natural["error"] = min(natural["error"], room)
-    else:
-        shown.remove("error")
+    shown = fit_columns(natural, width, shown, HOST_DROP_ORDER, "host", HOST_WIDTH,
+                        HOST_MIN_WIDTH, "error", PROBLEM_MIN_WIDTH)
     left_out = [cid for cid in HOST_DROP_ORDER if cid not in shown and (problems or cid != "error")]
     return shown, [labels[cid] for cid in left_out]
 
