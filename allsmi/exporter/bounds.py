@@ -30,11 +30,15 @@
 * **password checks** wait in a queue of at most ``max_queued`` requests,
   ``max_queued_per_client`` per address, served round-robin by address
   (:mod:`allsmi.exporter.authqueue`).
+
+A "client address" in every bound above is :func:`client_of`'s: an IPv4 address, or an IPv6
+client's /64 prefix (one host may hold a whole /64 and rotate through it).
 """
 
 from __future__ import annotations
 
 import collections
+import ipaddress
 import resource
 import socket
 from dataclasses import dataclass
@@ -86,8 +90,23 @@ HEAD_READERS = (HANDSHAKE, READING)
 
 
 def client_of(address: Any) -> str:
-    """The client address a connection counts against (the IP address, without the port)."""
-    return address[0] if isinstance(address, tuple) and address else str(address)
+    """The client a connection counts against, for every per-client bound (the one place it is
+    derived): an IPv4 address; an IPv6 address's /64 prefix (``2001:db8:1:2::/64``), which one
+    host holds whole (SLAAC, privacy addresses) and could rotate through; an IPv4-mapped IPv6
+    address (``::ffff:192.0.2.7``, as a dual-stack socket reports an IPv4 client) as that IPv4
+    address. A link-local prefix keeps its zone (``fe80::/64%eth0``): each link is its own.
+    Anything else (a Unix socket's path) as itself."""
+    host = address[0] if isinstance(address, tuple) and address else address
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return str(host)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        prefix = str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+        return f"{prefix}%{ip.scope_id}" if ip.scope_id else prefix  # fe80::/64 is per link
+    return str(ip)
 
 
 class Conn:

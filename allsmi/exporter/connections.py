@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Optional
 
 from allsmi.exporter.authqueue import FairQueue
-from allsmi.exporter.request import head_end
+from allsmi.exporter.request import head_end, request_start
 from allsmi.exporter.bounds import HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits
 from allsmi.exporter.sockets import REFUSED, ConnectionTable
 
@@ -252,19 +252,22 @@ class ConnectionLoop(ConnectionTable):
         """Answer the first complete request in the buffer, if any (never more than one)."""
         if not conn.buf:
             return
+        # Empty lines before a request line are ignored (RFC 9112 section 2.2) but count against
+        # the head's size; alone, they neither start a request nor put off any deadline.
+        start = request_start(conn.buf)
         now = time.monotonic()
-        if conn.state == IDLE:  # the first byte of a request on a kept-alive connection
+        if conn.state == IDLE and start >= 0:  # a request's first byte on a kept-alive connection
             conn.state = READING
             conn.since = conn.head_started = now
             conn.deadline = min(conn.deadline, now + self.limits.header_timeout)
-        end = head_end(conn.buf)
+        end = head_end(conn.buf, start) if start >= 0 else -1
         if end < 0 or end > self.limits.max_head_bytes:
             if end > 0 or len(conn.buf) > self.limits.max_head_bytes:
                 self._start_reply(conn, Reply([HEAD_TOO_LARGE], True))
             else:
                 self._watch(conn, selectors.EVENT_READ)  # the rest of the head is still to come
             return
-        head = bytes(conn.buf[:end])
+        head = bytes(conn.buf[start:end])
         del conn.buf[:end]
         conn.state = WORKING
         self._unwatch(conn)  # not read again until this request is answered: back-pressure

@@ -1,9 +1,10 @@
 """Request heads framed and parsed by h11; response heads written for the prepared bodies.
 
-The connection loop (:mod:`allsmi.exporter.connections`) finds where a head
-ends with :func:`head_end` (the blank line as h11 finds it) and hands the head
-to :func:`parse_head`, which runs it through a fresh ``h11.Connection``: the
-request line, header syntax, ``Host`` (exactly one on HTTP/1.1) and
+The connection loop (:mod:`allsmi.exporter.connections`) skips the empty lines
+before a request line (:func:`request_start`: RFC 9112 section 2.2; h11 answers
+them 400), finds where a head ends with :func:`head_end` (the blank line as h11
+finds it) and hands the head to :func:`parse_head`, which runs it through a
+fresh ``h11.Connection``: the request line, header syntax, ``Host`` (exactly one on HTTP/1.1) and
 ``Content-Length``/``Transfer-Encoding`` are h11's to judge. Anything it
 refuses, and what it leaves to the server (two body framings at once, an HTTP
 major version other than 1), raises :class:`BadRequest`: the connection is
@@ -28,13 +29,25 @@ from typing import Iterable
 import h11
 
 _BLANK_LINE = re.compile(rb"\n\r?\n")  # as h11's own receive buffer finds the end of a head
+#: Empty lines (CRLF or a bare LF) before a request line, which a server SHOULD ignore (RFC 9112
+#: section 2.2: a client may send a CRLF after a request's body); h11 answers them 400.
+_EMPTY_LINES = re.compile(rb"(?:\r?\n)*")
 #: The scheme and authority of a request target in absolute form, which a server must accept.
 _ABSOLUTE_FORM = re.compile(r"https?://[^/?#]*", re.IGNORECASE)
 
 
-def head_end(buf: bytes | bytearray) -> int:
-    """Index just past the blank line ending the request head, or -1."""
-    match = _BLANK_LINE.search(buf)
+def request_start(buf: bytes | bytearray) -> int:
+    """Index of the request line's first byte, past the empty lines before it (ignored), or -1
+    while ``buf`` holds nothing else (maybe a CR whose LF is still to come)."""
+    start = _EMPTY_LINES.match(buf).end()  # type: ignore[union-attr] - matches the empty string
+    rest = len(buf) - start
+    return -1 if rest == 0 or (rest == 1 and buf[start] == 0x0D) else start
+
+
+def head_end(buf: bytes | bytearray, start: int = 0) -> int:
+    """Index just past the blank line ending the request head that begins at ``start`` (see
+    :func:`request_start`), or -1."""
+    match = _BLANK_LINE.search(buf, start)
     return match.end() if match else -1
 
 

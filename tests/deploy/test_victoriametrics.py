@@ -178,7 +178,12 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
         arg = arg.replace(PASSWORD_FILE, str(password_file))
         alert_argv.append(arg)
     assert str(RULES) in " ".join(alert_argv) and store in " ".join(alert_argv)
-    assert " ".join(alert_argv).count(str(password_file)) == 2  # reads and writes with it
+    assert " ".join(alert_argv).count(str(password_file)) == 3  # reads, writes, restores with it
+    # An alert pending for an hour, to see its state survive vmalert's restart (-remoteRead.url).
+    (tmp_path / "pending.yml").write_text(yaml.safe_dump({"groups": [{
+        "name": "restart", "interval": "1s",
+        "rules": [{"alert": "AllsmiTestPending", "expr": "vector(1)", "for": "1h"}]}]}))
+    alert_argv.append(f"-rule={tmp_path / 'pending.yml'}")
     log = open(tmp_path / "serve.log", "wb")
     serve = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--simulate", "mixed",
                               "--listen", f"127.0.0.1:{serve_port}"],
@@ -202,10 +207,29 @@ def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> No
                     time.sleep(1)
                 # (the hourly roll-ups start at an offset within the hour: see
                 # tests/accounting/test_longterm_store.py for them)
+                while not _query(store, 'ALERTS_FOR_STATE{alertname="AllsmiTestPending"}', password):
+                    assert time.monotonic() < deadline, (tmp_path / "vmalert.log").read_text()
+                    time.sleep(0.5)
+                since = _pending_since(alert_port)
+            # Restarted, the pending alert keeps the time it became active: its `for:` goes on.
+            with running_server(alert_argv, tmp_path / "vmalert-again.log",
+                                f"http://127.0.0.1:{alert_port}/metrics", "vmalert"):
+                deadline = time.monotonic() + 30
+                while (again := _pending_since(alert_port)) is None:
+                    assert time.monotonic() < deadline, (tmp_path / "vmalert-again.log").read_text()
+                    time.sleep(0.5)
+                assert since is not None and again == since, (since, again)
     finally:
         serve.terminate()
         serve.wait(15)
         log.close()
+
+
+def _pending_since(port: int) -> str | None:
+    """When vmalert's AllsmiTestPending became active, to the second (``None``: not yet)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=10) as resp:
+        alerts = json.load(resp)["data"]["alerts"] or []
+    return next((a["activeAt"][:19] for a in alerts if a["name"] == "AllsmiTestPending"), None)
 
 
 def _refuses_the_unauthenticated(store: str, password: str, key: str) -> None:

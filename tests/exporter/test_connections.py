@@ -80,6 +80,43 @@ def test_whole_head_deadline_and_idle_keep_alive(loop_factory: Any) -> None:
         assert 0.8 <= time.monotonic() - started < 3
 
 
+def test_empty_lines_alone_are_cut_at_the_whole_request_deadline(loop_factory: Any) -> None:
+    """Empty lines before a request line are ignored (RFC 9112 section 2.2), not answered, and
+    dribbling them extends nothing."""
+    loop, port = loop_factory(Limits(header_timeout=0.5))
+    with socket.create_connection(("127.0.0.1", port), timeout=0.1) as sock:
+        started, received, closed_after = time.monotonic(), b"", None
+        while closed_after is None and time.monotonic() - started < 3:
+            try:
+                sock.sendall(b"\r\n")
+                chunk = sock.recv(1024)
+            except socket.timeout:
+                continue
+            except OSError:
+                chunk = b""
+            received += chunk
+            if not chunk:
+                closed_after = time.monotonic() - started
+    assert received == b"" and closed_after is not None and 0.4 <= closed_after < 2.5, \
+        (received, closed_after)
+    assert loop.timed_out == 1
+
+
+def test_an_empty_line_on_a_kept_alive_connection_does_not_start_a_request(
+        loop_factory: Any) -> None:
+    """A CRLF after a request leaves the connection waiting for the next one: it is not cut at
+    the head deadline, and the request that follows is answered."""
+    loop, port = loop_factory(Limits(header_timeout=0.3, idle_timeout=2.0))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert sock.recv(1024).endswith(b"ok")
+        sock.sendall(b"\r\n")
+        time.sleep(0.6)  # past the head deadline, well within the idle one
+        sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert sock.recv(1024).endswith(b"ok")
+    assert loop.timed_out == 0
+
+
 def test_requests_needing_the_pool_are_answered(loop_factory: Any) -> None:
     _, port = loop_factory(Limits())
     assert _get(port, "/slow").endswith(b"ok")

@@ -22,7 +22,7 @@ from allsmi.schema import Workload
 from allsmi.usage import Increment
 
 from .server import percentile, run_serve
-from .support import T0, device, series, snapshot
+from .support import T0, device, series
 
 CAP = 1000  # the default
 DEVICES = [f"nvidia{i}" for i in range(8)]

@@ -14,7 +14,7 @@ import pytest
 
 from allsmi.output import snapshot_from_dict
 
-from .server import Serve, fetch, free_port, percentile, run_serve, run_to_exit, serving
+from .server import Serve, free_port, percentile, run_serve, run_to_exit, serving
 from .support import series, values
 
 

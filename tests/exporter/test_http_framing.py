@@ -13,6 +13,7 @@ import io
 import socket
 import subprocess
 import sys
+import time
 from typing import Iterator
 
 import pytest
@@ -38,7 +39,8 @@ MALFORMED = {
                                             b"Content-Length: " + N + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
                                             + SMUGGLED,
     "not HTTP": b"\x16\x03\x01 not http at all\r\n\r\n" + SMUGGLED,
-    "an empty request line": b"\r\n\r\n" + SMUGGLED,
+    "a request line of spaces": b" \r\n\r\n" + SMUGGLED,
+    "empty lines, then a request line of spaces": b"\r\n\n \r\n\r\n" + SMUGGLED,
 }
 
 
@@ -144,3 +146,44 @@ def test_the_exporter_frames_requests_with_h11() -> None:
             "parse_head(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "TypeError" in result.stderr, result.stderr
+
+
+# -- empty lines before a request line: ignored (RFC 9112 section 2.2), within the head's bounds --
+
+CLOSE = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize("empty", [b"\r\n", b"\n", b"\r\n\n\r\n"], ids=["CRLF", "LF", "three"])
+def test_empty_lines_before_the_request_line_are_ignored(server: Serve, empty: bytes) -> None:
+    server.wait_ready()
+    received = exchange(server.port, empty + CLOSE)
+    assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b"\r\n\r\nOK\n"), received
+
+
+def test_empty_lines_between_kept_alive_requests_are_ignored(server: Serve) -> None:
+    """A CRLF after a request (as some clients send after a body): in the same write as the
+    next request (pipelined), and on its own while the connection waits for the next one."""
+    server.wait_ready()
+    keep = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock, \
+            sock.makefile("rb") as stream:
+        sock.sendall(keep + b"\r\n" + keep)
+        for _ in range(2):
+            head, body = read_one(stream)
+            assert head.startswith(b"HTTP/1.1 200 ") and body == b"OK\n", head
+        sock.sendall(b"\r\n")
+        time.sleep(0.05)  # read by the server on its own, before the request
+        sock.sendall(b"\n" + CLOSE)
+        head, body = read_one(stream)
+        assert head.startswith(b"HTTP/1.1 200 ") and body == b"OK\n", head
+        assert stream.read() == b""
+
+
+def test_a_flood_of_empty_lines_counts_against_the_head_size_bound(server: Serve) -> None:
+    server.wait_ready()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        try:
+            sock.sendall(b"\r\n" * 40_000 + CLOSE)  # 80 KB: more than the 64 KiB a head may take
+        except OSError:
+            pass
+        assert sock.recv(1024).startswith(b"HTTP/1.1 431 ")
