@@ -96,9 +96,17 @@ def to_json(report: Report) -> str:
     doc.update({"period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by),
            "coverage_ratio": _round(report.coverage_ratio, 6), "rows": rows})
-    if report.warnings:
-        doc["warnings"] = list(report.warnings)
+    warnings = document_warnings(report)
+    if warnings:
+        doc["warnings"] = warnings
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+def document_warnings(report: Report) -> list[str]:
+    """What a document of ``report`` warns about, once each, as stderr said it: the source's
+    partial answers (``warnings``), then ``notes`` (undeclared groups, time the ledger no longer
+    holds, conflicting claims, copies of series, budgets overrun...)."""
+    return list(dict.fromkeys(tuple(report.warnings) + tuple(report.notes)))
 
 
 def focus_table(report: Report, settings: FocusSettings) -> tuple[list[str], list[dict[str, str]]]:

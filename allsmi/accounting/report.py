@@ -221,7 +221,8 @@ class Report:
     """The source's warnings about partial answers (accepted by ``--allow-partial``)."""
     notes: tuple[str, ...] = ()
     """What the bill should warn about that is no partial answer (groups the configuration no
-    longer declares: :func:`undeclared_groups`); said on stderr."""
+    longer declares: :func:`undeclared_groups`; the source's warnings, budgets overrun, added
+    by the command): said on stderr and carried in the JSON's ``warnings``, from this one list."""
     budget_totals: tuple[tuple[str, float | None, float | None], ...] | None = None
     """Per budgeted group, (group, month-to-date budget used, forecast to the month's end) over
     every row of the month to date, where they were read from another report than this one's

@@ -50,8 +50,10 @@ def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
         rows.append(replace(row, budget_used_ratio=None if month is None else month.budget_used_ratio,
                             forecast_month_end_cost=None if month is None
                             else month.forecast_month_end_cost))
+    # The month to date's warnings (said on stderr as it was read) are the budget columns'.
+    notes = tuple(dict.fromkeys(tuple(report.notes) + tuple(to_date.notes)))
     return replace(report, rows=tuple(rows) if isinstance(report.rows, tuple) else rows,
-                   budget_totals=group_totals(to_date.rows))
+                   budget_totals=group_totals(to_date.rows), notes=notes)
 
 
 def group_totals(rows: Any) -> tuple[tuple[str, float | None, float | None], ...]:

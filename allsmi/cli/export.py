@@ -9,6 +9,7 @@ Every status but 0 rewrites the ``--textfile`` with ``allsmi_export_success 0``.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -82,9 +83,11 @@ def _export(run: _ExportRun, output_format: str | None, output: str | None,
         report = build(plan, replays)
         # budgets: the month to date, whatever the window
         report = month_to_date(plan, report, lambda p: build(p, replays))
+    overrun = budget_notes(report)
+    report = replace(report, notes=tuple(dict.fromkeys(report.notes + overrun)))
     run.coverage = report.coverage_ratio
-    write_output(render(report, fmt, focus), output)
-    warn_budgets(report)
+    write_output(render(report, fmt, focus), output)  # (its JSON carries every warning said)
+    say_budgets(overrun)
 
     coverage = report.coverage_ratio
     complete = coverage is not None and coverage >= threshold
@@ -188,7 +191,19 @@ def _low_coverage(report: Any, threshold: float, most: int = 5) -> list[str]:
 def warn_budgets(report: Any) -> None:
     """Name on stderr each group whose cost (or forecast to the month's end) is above its
     budget; the CSV's budget columns say the same per row."""
+    say_budgets(budget_notes(report))
+
+
+def say_budgets(notes: Any) -> None:
+    for note in notes:
+        click.echo(f"allsmi: {note}", err=True)
+
+
+def budget_notes(report: Any) -> tuple[str, ...]:
+    """Per group whose cost (or forecast to the month's end) is above its budget, a warning
+    (said on stderr, and in the JSON's ``warnings``)."""
     from allsmi.cli.budgets import group_totals
+    out = []
     first = {}
     for row in report.rows:
         if row.budget is not None:
@@ -204,12 +219,12 @@ def warn_budgets(report: Any) -> None:
         budget, currency = row.budget, row.currency or ""
         cost = used * budget  # the month to date
         if cost > budget:
-            click.echo(f"allsmi: group {group} cost {cost:.2f} {currency} this month to date, "
-                       f"above its monthly budget of {budget:g} {currency}", err=True)
+            out.append(f"group {group} cost {cost:.2f} {currency} this month to date, "
+                       f"above its monthly budget of {budget:g} {currency}")
         elif forecast is not None and forecast > budget:
-            click.echo(f"allsmi: group {group} is forecast to cost {forecast:.2f} "
-                       f"{currency} this month, above its budget of {budget:g} {currency}",
-                       err=True)
+            out.append(f"group {group} is forecast to cost {forecast:.2f} "
+                       f"{currency} this month, above its budget of {budget:g} {currency}")
+    return tuple(out)
 
 
 def incomplete_message(report: Any, threshold: float) -> str:

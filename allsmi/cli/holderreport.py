@@ -55,12 +55,14 @@ def run_report(run: Run, output_format: str, output: str | None, *,
 
 def to_json(report: Any, rows: list[dict[str, Any]]) -> str:
     """``{"source", "period_start", "period_end", "group_by", "rows": [...]}`` (and
-    ``warnings`` when the answer was partial)."""
+    ``warnings``: the partial answer's, and the source's said on stderr, as the export's)."""
+    from allsmi.accounting.formats import document_warnings
     from allsmi.accounting.periods import iso
     doc = {"source": report.source, "period_start": iso(report.window.start),
            "period_end": iso(report.window.end), "group_by": list(report.group_by), "rows": rows}
-    if report.warnings:
-        doc["warnings"] = list(report.warnings)
+    warnings = document_warnings(report)
+    if warnings:
+        doc["warnings"] = warnings
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 

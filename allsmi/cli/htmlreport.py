@@ -92,7 +92,8 @@ def _views(plan: Any, threshold: float) -> Any:
     with Replays() as replays:  # a simulation's month to date extends the window's replay
         with source(plan, replays) as (ledger, client, name):
             groups, holders, pools = usage_reports(plan.window, (GROUP_KEYS, plan.keys, POOL_KEYS),
-                                                   plan.config, ledger, client, name, notes=notes)
+                                                   plan.config, ledger, client, name, notes=notes,
+                                                   said=plan.said)  # (the month to date's too)
             steps, unit = _steps(plan.window, MAX_DAYS)
             trend = []
             for label, window in steps:  # the window's warnings already cover its days'

@@ -318,7 +318,7 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                                 published=published) for keys in key_sets]
         if not quiet:
             click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
-        _note(usage.notes + tuple(conflicts) + reports[0].notes, notes, quiet, said)
+        reports = _noted(reports, usage.notes + tuple(conflicts), notes, quiet, said)
         if not quiet:
             prices = describe(dict(reports[0].price_sources))
             if prices:
@@ -341,13 +341,24 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
         raise Failed("source", str(exc)) from None
     reports = [build_report(parts, window, keys, config, holder_parts=holders,
                             source=source or f"ledger {ledger}") for keys in key_sets]
-    _note(conflicts + list(reports[0].notes), notes, quiet, said)
-    return reports
+    return _noted(reports, conflicts, notes, quiet, said)
 
 
-def _note(found: Any, notes: list[str] | None, quiet: bool, said: set[str] | None = None) -> None:
-    """The source's warnings: on stderr (unless ``quiet``, or already in ``said``), and into
-    ``notes`` when given."""
+def _noted(reports: list[Any], found: Any, notes: list[str] | None, quiet: bool,
+           said: set[str] | None) -> list[Any]:
+    """``reports`` each carrying, as its ``notes``, the source's warnings ``found`` then the
+    report's own (groups not declared), once each: the one list that is said (:func:`say`) and
+    that the documents carry (their ``warnings``)."""
+    from dataclasses import replace
+    found = tuple(dict.fromkeys(tuple(found or ()) + (reports[0].notes if reports else ())))
+    say(found, notes, quiet, said)
+    return [replace(report, notes=found) for report in reports]
+
+
+def say(found: Any, notes: list[str] | None = None, quiet: bool = False,
+        said: set[str] | None = None) -> None:
+    """Warnings about the document: on stderr (unless ``quiet``, or already in ``said``), and
+    into ``notes`` when given."""
     for note in found or ():
         if not quiet and (said is None or note not in said):
             click.echo(f"allsmi: warning: {note}", err=True)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,6 +104,7 @@ def test_a_window_cut_inside_a_pruned_day_says_what_it_cannot_bill(tmp_path: Pat
     assert "quarter hours only from 2026-03-02T23:30:00Z on" in warned[0]
     assert "rollup_retention_days" in warned[0]
     doc = json.loads(out.stdout)
+    assert doc["warnings"] == [warned[0].removeprefix("allsmi: warning: ")]  # said, and kept
     assert doc["coverage_ratio"] == pytest.approx(24 / 25)
     (row,) = doc["rows"]
     assert row["coverage_ratio"] == pytest.approx(24 / 25)
@@ -121,3 +125,66 @@ def test_a_budget_s_month_to_date_does_not_say_a_warning_again(renamed: Path,
         'currency = "EUR"', 'currency = "EUR"\nbudget_per_month = 1000.0', 1))
     _, warned = _export(renamed, tmp_path, "csv")
     assert len(warned) == 1 and "old-pool, training" in warned[0], warned
+
+
+def _said(stderr: str) -> list[str]:
+    return [line.removeprefix("allsmi: warning: ") for line in stderr.splitlines()
+            if line.startswith("allsmi: warning: ")]
+
+
+def test_the_json_carries_every_warning_said_once(renamed: Path, tmp_path: Path) -> None:
+    """The undeclared groups' warning, said on stderr, is in the JSON's ``warnings`` too, once,
+    word for word (a bill read by a program, without its stderr, still says its cost is short);
+    with a budget the month to date is read too and says it again nowhere."""
+    (tmp_path / "config.toml").write_text(DECLARED.replace(
+        'currency = "EUR"', 'currency = "EUR"\nbudget_per_month = 1000.0', 1))
+    out = run("--ledger", str(renamed), "--config", "config.toml", "--since", SINCE, "--until",
+              UNTIL, "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    said = _said(out.stderr)
+    assert len(said) == 1 and "old-pool, training are billed but not declared" in said[0]
+    assert json.loads(out.stdout)["warnings"] == said
+
+
+def test_a_budget_overrun_is_in_the_json_warnings(renamed: Path, tmp_path: Path) -> None:
+    """A group above its budget is named on stderr and in the JSON's ``warnings``, once."""
+    (tmp_path / "config.toml").write_text(DECLARED.replace(
+        'currency = "EUR"', 'currency = "EUR"\nbudget_per_month = 0.5', 1))
+    out = run("--ledger", str(renamed), "--config", "config.toml", "--since", SINCE, "--until",
+              UNTIL, "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    overrun = "group inference cost 1.00 EUR this month to date, above its monthly budget of " \
+              "0.5 EUR"
+    assert out.stderr.count(overrun) == 1 and f"allsmi: {overrun}\n" in out.stderr
+    warnings = json.loads(out.stdout)["warnings"]
+    assert warnings == _said(out.stderr) + [overrun]
+
+
+def _command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(cwd / "xdg"), "ALLSMI_LEDGER": ""}
+    return subprocess.run([sys.executable, "-m", "allsmi", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_the_html_report_says_a_warning_once_with_a_budget(renamed: Path,
+                                                            tmp_path: Path) -> None:
+    """``allsmi report`` reads the month to date too (for the budgets), as the export does:
+    the same source warning is said once, not once per reading."""
+    pytest.importorskip("pygal")
+    pytest.importorskip("jinja2")
+    (tmp_path / "config.toml").write_text(DECLARED.replace(
+        'currency = "EUR"', 'currency = "EUR"\nbudget_per_month = 1000.0', 1))
+    out = _command("report", "--ledger", str(renamed), "--config", "config.toml", "--since",
+                   SINCE, "--until", UNTIL, "-o", "r.html", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    said = _said(out.stderr)
+    assert len(said) == 1 and "old-pool, training are billed but not declared" in said[0], said
+
+
+def test_idle_json_carries_the_warnings_said(renamed: Path, tmp_path: Path) -> None:
+    """``allsmi idle --format json`` (the same rows) carries the same warnings as the export."""
+    out = _command("idle", "--ledger", str(renamed), "--config", "config.toml", "--since",
+                   SINCE, "--until", UNTIL, "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    said = _said(out.stderr)
+    assert len(said) == 1 and json.loads(out.stdout)["warnings"] == said
