@@ -26,8 +26,9 @@ PAIRS = {"allsmi_holder_allocated_seconds_total": "allsmi_device_allocated_secon
 WINDOW = 6
 
 
-def query(base: str, promql: str, key: str = "uuid") -> dict[str, float]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+def query(base: str, promql: str, key: str = "uuid", at: float | None = None) -> dict[str, float]:
+    params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode(params)
     resp = fetch(url)
     assert resp.status == 200, resp.text
     data = json.loads(resp.body)
@@ -73,24 +74,32 @@ def test_holder_counters_add_up_to_devices_in_prometheus(tmp_path: Path) -> None
                     base, "count_over_time(allsmi_device_info[1m])", "uuid")) == 0:
                 time.sleep(0.5)
             time.sleep(WINDOW + 2)
+            start = time.time() - 1  # the holders' sources have all answered by now
+            time.sleep(4)
             at = time.time() - 1
-            # Devices held by known holders since the exporter started (allocated = observed):
-            # their holders' counters add up to the device's exactly; on the others (a job
-            # ended, leaving idle power to nobody) never more than the device's.
-            always = {u for u, v in query(
-                base, "allsmi_device_allocated_seconds_total - on (uuid) "
-                      "allsmi_device_observed_seconds_total").items() if abs(v) < 1e-6}
+            # Devices held by known holders all through [start, at] (allocated grew as observed):
+            # their holders' counters grew exactly as the device's; on the others (a job
+            # ended, leaving idle power to nobody) never more. (Over a window, not since the
+            # start: in the first cycles a holder's source may still be on its way, and that
+            # time then went to nobody.)
+            gap = "allsmi_device_allocated_seconds_total - on (uuid) allsmi_device_observed_seconds_total"
+            gap_then, gap_now = query(base, gap, at=start), query(base, gap, at=at)
+            always = {u for u, v in gap_now.items()
+                      if u in gap_then and abs(v - gap_then[u]) < 1e-6}
             for holder, device in PAIRS.items():
-                # One scrape: both sides sampled at the same instant.
-                parts = query(base, f"sum by (uuid) ({holder}) and on (uuid) {device}")
-                whole = query(base, f"{device} and on (uuid) {holder}")
-                assert parts and set(parts) == set(whole), holder
-                for uuid, value in parts.items():
-                    assert value <= whole[uuid] * (1 + 1e-6) + 1e-6, (holder, uuid)
-                    if uuid in always:
-                        assert value == pytest.approx(whole[uuid], rel=1e-6, abs=1e-6), \
-                            (holder, uuid)
-                assert set(parts) & always, holder
+                # One evaluation time per query: both sides of one scrape.
+                parts = {t: query(base, f"sum by (uuid) ({holder}) and on (uuid) {device}", at=t)
+                         for t in (start, at)}
+                whole = {t: query(base, f"{device} and on (uuid) {holder}", at=t)
+                         for t in (start, at)}
+                assert parts[at] and set(parts[at]) == set(whole[at]), holder
+                for uuid, value in parts[at].items():
+                    assert value <= whole[at][uuid] * (1 + 1e-6) + 1e-6, (holder, uuid)
+                    if uuid in always and uuid in parts[start]:
+                        grew = value - parts[start][uuid]
+                        assert grew == pytest.approx(whole[at][uuid] - whole[start][uuid],
+                                                     rel=1e-6, abs=1e-6), (holder, uuid)
+                assert set(parts[at]) & set(parts[start]) & always, holder
             methods = query(base, "count by (method) (allsmi_holder_allocated_seconds_total)",
                             "method")
             assert {"partition", "exclusive"} <= set(methods)
