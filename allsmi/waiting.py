@@ -15,9 +15,10 @@ names holders: a user, a namespace and pod, a job) with its processes on the dev
    wait by delay accounting; or reading ``input_read_bytes_per_second`` or more), then
    ``communication`` (the device's interconnect or the node's InfiniBand/RoCE ports moving
    ``communication_bytes_per_second`` or more), then ``host`` (a process at
-   ``host_cpu_fraction`` of a core or more, or its main thread on a CPU or waiting for one that
-   share of the interval, or its cgroup throttled in ``host_throttled_fraction`` of its
-   CPU-limit periods), then ``nothing`` when every signal was read and all were quiet;
+   ``host_cpu_fraction`` of a core or more, or its threads on a CPU or waiting for one that
+   share of the interval, or its cgroup, or one above it, throttled in
+   ``host_throttled_fraction`` of its CPU-limit periods), then ``nothing`` when every signal
+   was read and all were quiet;
 6. anything else is ``unknown``, with what was missing: never a guess.
 
 Input is tried before communication and host because a process blocked on reading is the

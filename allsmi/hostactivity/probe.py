@@ -118,8 +118,11 @@ def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signa
     out.append(Signal("block-I/O wait time (delay accounting)", delayacct,
                       "kernel.task_delayacct = 1" if delayacct else
                       "kernel.task_delayacct is off: threads in D state are counted instead"))
-    out.append(Signal("cgroup CPU throttling", me.throttled_periods is not None,
-                      me.cgroup or "no cpu.stat with throttling for this process's cgroup"))
+    limited = [path for path, periods, _ in me.cpu_levels if periods is not None]
+    out.append(Signal("cgroup CPU throttling", bool(limited),
+                      f"{limited[0]}" + (f" and {len(limited) - 1} cgroup(s) above it"
+                                         if len(limited) > 1 else "") if limited else
+                      "no cpu.stat with throttling for this process's cgroup or those above it"))
     node = read_node(proc_root, sys_root)
     out.append(Signal("CPU I/O wait", node.cpu_ticks is not None, f"{proc_root}/stat"))
     kinds = sorted(node.pressure_some_usec)

@@ -1,9 +1,11 @@
 """One holder process's host counters at one moment, from ``/proc`` (Linux).
 
 Read for the processes that hold a device only (never a walk of ``/proc``): ``stat`` (state,
-CPU ticks, threads, start time, delay-accounting block-I/O ticks), the threads' ``stat`` files
-(how many are in uninterruptible sleep, ``D``), ``io`` (bytes read and written) and ``cgroup``
-with the cgroup's ``cpu.stat`` (CPU throttling). Each file that cannot be read leaves its
+CPU ticks, threads, start time, delay-accounting block-I/O ticks), the threads' ``stat`` and
+``schedstat`` files (how many are in uninterruptible sleep, ``D``, and each one's block-I/O
+and CPU waits: :mod:`allsmi.hostactivity.threads`), ``io`` (bytes read and written) and
+``cgroup`` with the ``cpu.stat`` of the cgroup and its ancestors (CPU throttling:
+:mod:`allsmi.hostactivity.cgroupcpu`). Each file that cannot be read leaves its
 figures ``None`` and says why in :attr:`ProcessReading.problems`; nothing here raises.
 
 ``/proc/PID/io`` of another user's process needs ``CAP_SYS_PTRACE`` and ``CAP_DAC_READ_SEARCH``
@@ -15,10 +17,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import MutableMapping
 
-#: Threads of one process whose states are read (a process may have thousands): the rest are
-#: not looked at, and :attr:`ProcessReading.threads_seen` says how many were.
-MAX_THREADS = 256
+from .cgroupcpu import Level, cgroup_levels, read_levels
+from .threads import read_threads
+
 #: Bytes read of any one /proc or cgroup file (they are a few hundred bytes).
 _MAX_READ = 16384
 
@@ -46,11 +49,20 @@ class ProcessReading:
     """User plus system CPU time, in clock ticks."""
     threads: int
     blocked_threads: int | None = None
-    """Threads in uninterruptible sleep (``D``) now, among :attr:`threads_seen`."""
+    """Threads in uninterruptible sleep (``D``) now, among :attr:`threads_seen`; ``None`` when
+    not read, or when only some were (past :data:`allsmi.hostactivity.threads.MAX_THREADS`)
+    and none of them was."""
     threads_seen: int = 0
+    thread_counters: dict[int, tuple[int, int | None, int | None]] | None = None
+    """Per thread id read: (start ticks, ``delayacct_blkio_ticks``, runnable ns) (see
+    :data:`allsmi.hostactivity.threads.ThreadCounters`): every thread's where their states
+    were read, else the main thread's alone; ``None`` where not read (psutil)."""
+    threads_complete: bool = False
+    """Whether :attr:`thread_counters` holds every thread of the process."""
     blkio_ticks: int | None = None
     """Delay accounting's block-I/O wait of the main thread (``delayacct_blkio_ticks``: the
-    kernel writes the leader's own, not its threads'), when the kernel keeps it."""
+    kernel writes the leader's own, not its threads'), when the kernel keeps it. The rates
+    use :attr:`thread_counters` (each thread's own) where both readings have them."""
     read_chars: int | None = None
     """Bytes the process read through ``read()`` and friends (files, pipes, sockets): ``rchar``."""
     write_chars: int | None = None
@@ -60,11 +72,15 @@ class ProcessReading:
     runnable_ns: int | None = None
     """Main thread's time on a CPU plus time waiting for one (``/proc/PID/schedstat``), in
     nanoseconds: a thread that wants a CPU all the time is CPU-bound even where an
-    oversubscribed node gives it little."""
+    oversubscribed node gives it little. The rates sum :attr:`thread_counters` instead."""
     cgroup: str | None = None
     """The ``cpu.stat`` file of its cgroup (v2, or v1's ``cpu`` controller), when found."""
+    cgroup_levels: tuple[str, ...] = ()
+    """The ``cpu.stat`` files of its cgroup and of the ancestors read with it, its own first."""
+    cpu_levels: tuple[Level, ...] = ()
+    """Each level's (path, ``nr_periods``, ``nr_throttled``) now (those with a CPU controller)."""
     cpu_periods: int | None = None
-    """The cgroup's CPU-limit enforcement periods so far (``cpu.stat`` ``nr_periods``)."""
+    """Its own cgroup's CPU-limit enforcement periods so far (``cpu.stat`` ``nr_periods``)."""
     throttled_periods: int | None = None
     """Of them, those in which it ran out of its quota (``nr_throttled``). Not the throttled
     time (``throttled_usec``, v1 ``throttled_time``): the kernel adds it up per CPU, so a
@@ -79,8 +95,22 @@ class ProcessReading:
 
 
 def read_proc_file(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read(_MAX_READ)
+    """The first :data:`_MAX_READ` bytes of ``path`` (raises ``OSError``). Unbuffered: a
+    process's threads cost two small files each, every cycle, and a Python file object costs
+    more than the reading."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < _MAX_READ:
+            chunk = os.read(fd, _MAX_READ - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def parse_stat(data: bytes) -> tuple[str, int, int, int, int | None] | None:
@@ -116,14 +146,15 @@ def parse_pairs(data: bytes) -> dict[str, int]:
     return out
 
 
-def cgroup_cpu_stat(data: bytes, cgroup_root: str) -> str | None:
-    """The ``cpu.stat`` path of the cgroup a ``/proc/PID/cgroup`` names: the v2 (``0::``) one
-    when its file exists, else v1's ``cpu`` controller. The kernel writes each hierarchy once
-    and cgroup names unescaped: a name holding a newline (which whoever may create cgroups can
-    give) makes lines of its own, so a file naming a hierarchy or a controller twice, or with
-    a line that is not ``ID:CONTROLLERS:/PATH``, names no cgroup (``None``: throttling
-    unknown), never one the name chose."""
-    v1 = None
+def cgroup_cpu_levels(data: bytes, cgroup_root: str) -> tuple[str, ...]:
+    """The ``cpu.stat`` paths of the cgroup a ``/proc/PID/cgroup`` names and of its ancestors
+    below the hierarchy's root (:func:`allsmi.hostactivity.cgroupcpu.cgroup_levels`, its own
+    first): the v2 (``0::``) one when its file exists, else v1's ``cpu`` controller. The
+    kernel writes each hierarchy once and cgroup names unescaped: a name holding a newline
+    (which whoever may create cgroups can give) makes lines of its own, so a file naming a
+    hierarchy or a controller twice, or with a line that is not ``ID:CONTROLLERS:/PATH``,
+    names no cgroup (``()``: throttling unknown), never one the name chose."""
+    v1: tuple[str, ...] = ()
     lines = []
     hierarchies: set[str] = set()
     names: set[str] = set()
@@ -135,22 +166,29 @@ def cgroup_cpu_stat(data: bytes, cgroup_root: str) -> str | None:
         own = [c for c in controllers.split(",") if c]
         if not hierarchy.isdigit() or not path.startswith("/") or hierarchy in hierarchies \
                 or names.intersection(own):
-            return None
+            return ()
         hierarchies.add(hierarchy)
         names.update(own)
         lines.append((hierarchy, controllers, path))
     for hierarchy, controllers, path in lines:
         if hierarchy == "0" and not controllers:
-            candidate = os.path.join(cgroup_root, path.lstrip("/"), "cpu.stat")
-            if os.path.exists(candidate):
-                return candidate
-        elif "cpu" in controllers.split(","):
+            levels = cgroup_levels(cgroup_root, path)
+            if levels and os.path.exists(levels[0]):
+                return levels
+        elif "cpu" in controllers.split(",") and not v1:
             for name in (controllers, "cpu,cpuacct", "cpu"):
-                candidate = os.path.join(cgroup_root, name, path.lstrip("/"), "cpu.stat")
-                if os.path.exists(candidate):
-                    v1 = candidate
+                levels = cgroup_levels(os.path.join(cgroup_root, name), path)
+                if levels and os.path.exists(levels[0]):
+                    v1 = levels
                     break
     return v1
+
+
+def cgroup_cpu_stat(data: bytes, cgroup_root: str) -> str | None:
+    """The ``cpu.stat`` path of the process's own cgroup (:func:`cgroup_cpu_levels`'s first),
+    ``None`` when there is none."""
+    levels = cgroup_cpu_levels(data, cgroup_root)
+    return levels[0] if levels else None
 
 
 def parse_throttling(data: bytes) -> tuple[int, int] | None:
@@ -160,25 +198,6 @@ def parse_throttling(data: bytes) -> tuple[int, int] | None:
     if "nr_periods" in values and "nr_throttled" in values:
         return values["nr_periods"], values["nr_throttled"]
     return None
-
-
-def _blocked_threads(base: str) -> tuple[int | None, int]:
-    """(threads in ``D`` state, threads looked at) of the process at ``base``."""
-    try:
-        tids = os.listdir(os.path.join(base, "task"))
-    except OSError:  # (the process ended, or /proc hides it: read_process tells which)
-        return None, 0
-    blocked = seen = 0
-    for tid in tids[:MAX_THREADS]:
-        try:
-            data = read_proc_file(os.path.join(base, "task", tid, "stat"))
-        except OSError:
-            continue  # the thread ended meanwhile
-        end = data.rfind(b")")
-        if end >= 0:
-            seen += 1
-            blocked += data[end + 2:end + 3] == b"D"
-    return (blocked if seen else None), seen
 
 
 FIND_CGROUP = object()
@@ -211,17 +230,19 @@ def _start_ticks(base: str) -> int | None:
 
 def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup",
                  delayacct: bool = False, thread_states: bool = True,
-                 cpu_stat: object = FIND_CGROUP, tgid: int | None = None
-                 ) -> ProcessReading | None:
+                 cpu_stat: object = FIND_CGROUP, tgid: int | None = None,
+                 cache: MutableMapping[str, object] | None = None) -> ProcessReading | None:
     """The counters of process ``pid`` now, or ``None`` when it is gone (or ``stat`` is not a
     process's). ``delayacct``: whether the kernel keeps delay accounting (else its ticks are 0
     whatever the process waited, and are reported ``None``). ``thread_states``: whether to
-    read each thread's state (the costly part: one file per thread). ``cpu_stat``: the
-    cgroup's ``cpu.stat`` path when already known (``None``: it has none), else found from
+    read each thread (its state and its own waits: the costly part, two files per thread;
+    else the main thread's waits alone). ``cpu_stat``: the ``cpu.stat`` paths of the cgroup
+    and its ancestors when already known (:attr:`ProcessReading.cgroup_levels`; a path alone
+    is the cgroup's own; ``None`` or ``()``: it has none), else found from
     ``/proc/PID/cgroup``; ``tgid``, the process ``pid`` belongs to when already known, else read
-    from ``/proc/PID/status``. A process that ends while it is read (or whose pid another
-    process takes meanwhile) is ``None`` like one already gone, never a reading half of one
-    process and half of nothing."""
+    from ``/proc/PID/status``; ``cache``, the cgroup files already read this cycle. A process
+    that ends while it is read (or whose pid another process takes meanwhile) is ``None`` like
+    one already gone, never a reading half of one process and half of nothing."""
     base = os.path.join(proc_root, str(pid))
     try:
         parsed = parse_stat(read_proc_file(os.path.join(base, "stat")))
@@ -233,10 +254,22 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
     problems: list[str] = []
     if tgid is None:
         tgid = _thread_group(base)
-    blocked, seen = _blocked_threads(base) if thread_states else (None, 0)
-    failed = blocked is None and thread_states
-    if failed:
-        problems.append(f"/proc/{pid}/task unreadable")
+    failed = False
+    blocked, seen, complete = None, 0, False
+    counters: dict[int, tuple[int, int | None, int | None]] | None = None
+    runnable = None
+    if thread_states:
+        found = read_threads(base, read_proc_file, parse_stat, delayacct, schedstat=True)
+        if found is None or not found.seen:
+            failed = True
+            problems.append(f"/proc/{pid}/task unreadable")
+        else:
+            blocked, seen, complete = found.blocked, found.seen, found.complete
+            counters = found.counters
+            runnable = counters.get(pid, (0, None, None))[2]
+            if not complete:
+                problems.append(f"/proc/{pid}/task: {found.listed} threads, {found.seen} read "
+                                "(the others' I/O wait unknown)")
     io: dict[str, int] = {}
     try:
         io = parse_pairs(read_proc_file(os.path.join(base, "io")))
@@ -246,34 +279,39 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
     except OSError as exc:
         failed = True
         problems.append(f"/proc/{pid}/io unreadable ({exc.strerror or exc})")
-    runnable = None
-    try:
-        sched = read_proc_file(os.path.join(base, "schedstat")).split()
-        runnable = int(sched[0]) + int(sched[1])
-    except OSError:
-        failed = True  # a kernel without CONFIG_SCHED_INFO (the CPU time alone decides), or gone
-    except (IndexError, ValueError):
-        pass
-    throttling = None
+    if counters is None:  # the main thread's waits alone
+        try:
+            sched = read_proc_file(os.path.join(base, "schedstat")).split()
+            runnable = int(sched[0]) + int(sched[1])
+        except OSError:
+            failed = True  # no CONFIG_SCHED_INFO (the CPU time alone decides), or gone
+        except (IndexError, ValueError):
+            pass
+        counters = {pid: (start, blkio if delayacct else None, runnable)}
+    levels: tuple[str, ...] = ()
     try:
         if cpu_stat is FIND_CGROUP:
-            cpu_stat = cgroup_cpu_stat(read_proc_file(os.path.join(base, "cgroup")), cgroup_root)
-        if isinstance(cpu_stat, str):
-            throttling = parse_throttling(read_proc_file(cpu_stat))
+            levels = cgroup_cpu_levels(read_proc_file(os.path.join(base, "cgroup")), cgroup_root)
+        elif isinstance(cpu_stat, str):
+            levels = (cpu_stat,)
+        elif isinstance(cpu_stat, tuple):
+            levels = cpu_stat
     except OSError:
-        failed = True
-        cpu_stat = cpu_stat if isinstance(cpu_stat, str) else None  # throttling stays unknown
+        failed = True  # throttling stays unknown
+    throttling, own_failed = read_levels(levels, read_proc_file, parse_throttling, cache)
+    failed = failed or own_failed
+    own = throttling[0] if throttling and levels and throttling[0][0] == levels[0] else None
     if (failed or tgid is None) and _start_ticks(base) != start:
         return None  # it ended (or its pid went to another process) while it was read
     return ProcessReading(
         pid=pid, start_ticks=start, state=state, cpu_ticks=cpu, threads=threads,
         blocked_threads=blocked, threads_seen=seen, blkio_ticks=blkio if delayacct else None,
+        thread_counters=counters, threads_complete=complete,
         read_chars=io.get("rchar"), write_chars=io.get("wchar"),
         disk_read_bytes=io.get("read_bytes"), disk_write_bytes=io.get("write_bytes"),
-        runnable_ns=runnable, cgroup=cpu_stat if isinstance(cpu_stat, str) else None,
-        cpu_periods=throttling[0] if throttling else None,
-        throttled_periods=throttling[1] if throttling else None, tgid=tgid,
-        problems=tuple(problems))
+        runnable_ns=runnable, cgroup=levels[0] if levels else None, cgroup_levels=levels,
+        cpu_levels=throttling, cpu_periods=own[1] if own else None,
+        throttled_periods=own[2] if own else None, tgid=tgid, problems=tuple(problems))
 
 
 def delay_accounting(proc_root: str = "/proc") -> bool:

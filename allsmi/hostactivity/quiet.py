@@ -32,8 +32,8 @@ def in_io_wait(a: ProcessActivity, s: ActivitySettings) -> bool:
 
 def cpu_bound(a: ProcessActivity) -> float:
     """How CPU-bound a process was: its CPU time per second, or (where the node's CPUs are
-    oversubscribed and give it less) its main thread's share of the interval on a CPU or
-    waiting for one."""
+    oversubscribed and give it less) its threads' time on a CPU or waiting for one, summed,
+    as a share of the interval."""
     return max(a.cpu_cores or 0.0, a.runnable_fraction or 0.0)
 
 
@@ -50,12 +50,16 @@ def not_quiet(seen: Sequence[ProcessActivity], reads: Sequence[float | None], li
     if any(r is None for r in reads):
         problem = next((p for a in seen for p in a.problems if "/io" in p), "")
         return problem or "read rates unknown"
-    if any(a.blocked_threads is None for a in seen):  # (delay accounting: the main thread's)
+    if any(a.blocked_threads is None for a in seen):  # (not read, or past the thread limit)
         return next((p for a in seen for p in a.problems if "task" in p),
                     "its threads' states were not read")
     if blocked:  # some in I/O wait, too few for input: neither input nor idle
         return (f"{blocked} of {plural(len(seen), 'process')} in I/O wait (under "
                 f"{s.input_blocked_fraction * 100:.0f} % of them)")
+    unmeasured = sum(a.threads_unmeasured for a in seen)
+    if unmeasured:  # their I/O and CPU waits unknown: the others' quiet says nothing of theirs
+        return (f"threads' waits partly measured ({plural(unmeasured, 'thread')} started, "
+                "ended or not read in the interval)")
     cpu = max(cpu_bound(a) for a in seen)
     if cpu >= s.quiet_cpu_fraction:
         return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"

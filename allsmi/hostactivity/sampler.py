@@ -20,9 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping
 
+from .cgroupcpu import throttled_fraction
 from .node import NodeReading, read_node
 from .portable import TICKS as PORTABLE_TICKS
 from .procfs import FIND_CGROUP, ProcessReading, clock_ticks, delay_accounting, read_process
+from .threads import summed_delta
 
 #: Shorter intervals than this give meaningless rates: they are reported ``None``.
 MIN_WINDOW_SECONDS = 0.2
@@ -42,21 +44,30 @@ class ProcessActivity:
     """The process ``pid`` belongs to (``pid``, unless it is one of a process's threads: the
     figures are then the whole process's, the same as its other threads')."""
     runnable_fraction: float | None = None
-    """Share of the interval its main thread was on a CPU or waiting for one (schedstat)."""
+    """Time its threads were on a CPU or waiting for one (schedstat), summed over them, as a
+    share of the interval (at most 1)."""
     threads: int | None = None
     blocked_threads: int | None = None
     """Threads in uninterruptible sleep (I/O wait) when read."""
     blocked_fraction: float | None = None
-    """Share of the interval its main thread spent in block-I/O wait (delay accounting,
-    ``delayacct_blkio_ticks``), where the kernel kept it over the whole interval."""
+    """Time its threads spent in block-I/O wait (delay accounting, each thread's
+    ``delayacct_blkio_ticks``), summed over them, as a share of the interval (at most 1), where
+    the kernel kept it over the whole interval."""
+    threads_unmeasured: int = 0
+    """Threads whose waits add nothing to :attr:`blocked_fraction` and
+    :attr:`runnable_fraction` (:func:`allsmi.hostactivity.threads.summed_delta`: started while
+    not every thread was read, ended, or read in one reading only): where any, those figures
+    are a part of the process's waits, enough to call it waiting, never quiet."""
     read_bytes_per_second: float | None = None
     """Bytes read through ``read()`` (files, pipes, sockets) per second."""
     write_bytes_per_second: float | None = None
     disk_read_bytes_per_second: float | None = None
     disk_write_bytes_per_second: float | None = None
     throttled_fraction: float | None = None
-    """Share of its cgroup's CPU-limit periods in the interval that ran out of quota
-    (``nr_throttled`` over ``nr_periods``; 0 when no period ran: nothing was throttled)."""
+    """Share of the CPU-limit periods in the interval that ran out of quota (``nr_throttled``
+    over ``nr_periods``; 0 when no period ran: nothing was throttled), at the most throttled
+    of its cgroup and the cgroup's ancestors
+    (:func:`allsmi.hostactivity.cgroupcpu.throttled_fraction`)."""
     problems: tuple[str, ...] = ()
 
 
@@ -104,16 +115,28 @@ def _fraction(new: int | None, old: int | None, span: float | None) -> float | N
 
 
 def _throttled(now: ProcessReading, before: ProcessReading | None) -> float | None:
-    """Share of the cgroup's CPU-limit periods between two readings that were throttled; 0
-    when none ran (no limit, or nothing used it); ``None`` when not read both times, from
-    another cgroup, or a counter went backwards (the cgroup was made again)."""
-    if before is None or before.cgroup != now.cgroup:
+    """Share of the CPU-limit periods between two readings that were throttled, at the most
+    throttled level; 0 when none ran (no limit, or nothing used it); ``None`` when not read
+    both times, from another cgroup, or a counter went backwards (the cgroup was made again)."""
+    if before is None or before.cgroup_levels != now.cgroup_levels:
         return None
-    periods = _rate(now.cpu_periods, before.cpu_periods, 1.0)
-    throttled = _rate(now.throttled_periods, before.throttled_periods, 1.0)
-    if periods is None or throttled is None:
-        return None
-    return min(1.0, throttled / periods) if periods else 0.0
+    return throttled_fraction(now.cpu_levels, before.cpu_levels)
+
+
+def _thread_waits(now: ProcessReading, b: ProcessReading | None, span: float,
+                  ticks: int | None) -> tuple[float | None, float | None, int]:
+    """(block-I/O wait, time on or waiting for a CPU, each a share of the interval, summed over
+    the threads read both times; threads that add nothing to a known figure)."""
+    if b is None or now.thread_counters is None or b.thread_counters is None:
+        return (_fraction(now.blkio_ticks, b and b.blkio_ticks, span * ticks if ticks else None),
+                _fraction(now.runnable_ns, b and b.runnable_ns, span * 1e9), 0)
+    blkio, left_blkio = summed_delta(now.thread_counters, b.thread_counters,
+                                     b.threads_complete, 1)
+    run, left_run = summed_delta(now.thread_counters, b.thread_counters, b.threads_complete, 2)
+    blocked = None if blkio is None or not ticks else min(1.0, blkio / (span * ticks))
+    runnable = None if run is None else min(1.0, run / (span * 1e9))
+    return blocked, runnable, max(left_blkio if blocked is not None else 0,
+                                  left_run if runnable is not None else 0)
 
 
 #: What a saturated 32-bit InfiniBand ``port_rcv_data``/``port_xmit_data`` reads (in bytes: the
@@ -154,12 +177,11 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
     b = before if same else None
     span = seconds if same and seconds else 1.0
     cpu = b and b.cpu_ticks if ticks else None
+    blocked, runnable, unmeasured = _thread_waits(now, b, span, ticks)
     return ProcessActivity(
         pid=now.pid, tgid=now.tgid, threads=now.threads, blocked_threads=now.blocked_threads,
         cpu_cores=_rate(now.cpu_ticks, cpu, span, 1.0 / (ticks or 1)),
-        blocked_fraction=_fraction(now.blkio_ticks, b and b.blkio_ticks,
-                                   span * ticks if ticks else None),
-        runnable_fraction=_fraction(now.runnable_ns, b and b.runnable_ns, span * 1e9),
+        blocked_fraction=blocked, runnable_fraction=runnable, threads_unmeasured=unmeasured,
         read_bytes_per_second=_rate(now.read_chars, b and b.read_chars, span),
         write_bytes_per_second=_rate(now.write_chars, b and b.write_chars, span),
         disk_read_bytes_per_second=_rate(now.disk_read_bytes, b and b.disk_read_bytes, span),
@@ -237,17 +259,18 @@ class HostActivitySampler:
         delayacct = delay_accounting(self.proc_root)
         readings: dict[int, ProcessReading] = {}
         out: dict[int, ProcessActivity] = {}
+        cache: dict[str, object] = {}  # the cgroup files read this cycle (shared ancestors)
         for pid in pids:
             before = self._procs.get(pid)
-            known: object = before.cgroup if before is not None else FIND_CGROUP
+            known: object = before.cgroup_levels if before is not None else FIND_CGROUP
             states = detailed is None or pid in detailed
             reading = read_process(pid, self.proc_root, self.cgroup_root, delayacct,
                                    thread_states=states, cpu_stat=known,
-                                   tgid=before.tgid if before is not None else None)
+                                   tgid=before.tgid if before is not None else None, cache=cache)
             if reading is not None and before is not None \
                     and before.start_ticks != reading.start_ticks:  # another process: its own
                 reading = read_process(pid, self.proc_root, self.cgroup_root, delayacct,
-                                       thread_states=states)
+                                       thread_states=states, cache=cache)
             if reading is None:
                 continue  # ended (or not a process; or ended as it was read again)
             readings[pid] = reading

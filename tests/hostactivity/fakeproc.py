@@ -30,10 +30,13 @@ def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threa
     base = root / "proc" / str(pid)
     (base / "task").mkdir(parents=True, exist_ok=True)
     (base / "stat").write_text(stat_line(pid, state, cpu, 0, threads, start, blkio, comm))
-    for i in range(threads):
+    for i in range(threads):  # the main thread's waits are the process's stat's and schedstat's
         tid = base / "task" / str(pid + i)
         tid.mkdir(exist_ok=True)
-        (tid / "stat").write_text(stat_line(pid + i, "D" if i < blocked else "S", comm=comm))
+        (tid / "stat").write_text(stat_line(pid + i, "D" if i < blocked else "S", start=start,
+                                            blkio=blkio if i == 0 else 0, comm=comm))
+        if sched is not None:
+            (tid / "schedstat").write_text(f"{sched[0]} {sched[1]} 10\n" if i == 0 else "0 0 0\n")
     if io is not None:
         (base / "io").write_text("".join(f"{k}: {v}\n" for k, v in io.items()))
     if cgroup is not None:

@@ -1,0 +1,104 @@
+"""CPU throttling of a process's cgroup and of each cgroup above it.
+
+A CPU limit (``cpu.max``, v1 ``cpu.cfs_quota_us``) set on an ancestor throttles every cgroup
+below it, and shows in the ancestor's ``cpu.stat`` only: a Kubernetes pod's limit is on the
+pod's cgroup, above its containers'; a Slurm job's on the job's, above its steps'. So the
+``cpu.stat`` of the process's cgroup and of each ancestor below the root of the hierarchy's
+mount (at most :data:`MAX_LEVELS`) are read, each level's throttled share of its own periods
+taken from its own two readings, and the most throttled level is the process's
+(docs/activity.md).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, MutableMapping, Sequence
+
+#: Cgroups read per process, its own first: deeper ancestors are not read, and the reading
+#: says so (a level not checked).
+MAX_LEVELS = 16
+
+#: One level of a reading: (its ``cpu.stat`` path, ``nr_periods``, ``nr_throttled``); the
+#: counts are ``None`` where the file could not be read (or the level was not checked).
+#: A level whose ``cpu.stat`` has no CPU bandwidth controller (no limit can be set there) is
+#: left out.
+Level = tuple[str, "int | None", "int | None"]
+
+#: The path standing for the ancestors past :data:`MAX_LEVELS`, never read.
+UNCHECKED = "(ancestors past the level limit)"
+
+
+def cgroup_levels(mount: str, path: str) -> tuple[str, ...]:
+    """The ``cpu.stat`` paths of cgroup ``path`` (as ``/proc/PID/cgroup`` names it) under the
+    hierarchy mounted at ``mount``, then of each ancestor up to, not including, the mount's
+    root (the process's own cgroup when it is the root); :data:`UNCHECKED` last where there
+    are more than :data:`MAX_LEVELS`. A path with a ``.`` or ``..`` part (a cgroup outside
+    this reader's cgroup namespace: the kernel writes it relative to the reader's) names no
+    cgroup under ``mount`` (``()``: throttling unknown)."""
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        return ()
+    if not parts:
+        return (os.path.join(mount, "cpu.stat"),)
+    levels = [os.path.join(mount, *parts[:depth], "cpu.stat")
+              for depth in range(len(parts), max(0, len(parts) - MAX_LEVELS), -1)]
+    if len(parts) > MAX_LEVELS:
+        levels.append(UNCHECKED)
+    return tuple(levels)
+
+
+def read_levels(levels: Sequence[str], read: Callable[[str], bytes],
+                parse: Callable[[bytes], tuple[int, int] | None],
+                cache: MutableMapping[str, object] | None = None) -> tuple[tuple[Level, ...], bool]:
+    """(each level's throttling now, whether the process's own ``cpu.stat`` could not be
+    read). ``cache``: the files already read this cycle (the processes of one pod or job share
+    their ancestors: each file is read once a cycle)."""
+    out: list[Level] = []
+    own_failed = False
+    for index, path in enumerate(levels):
+        if path == UNCHECKED:
+            out.append((path, None, None))
+            continue
+        found = cache.get(path) if cache is not None else None
+        if found is None:
+            try:
+                found = parse(read(path)) or ()
+            except OSError:
+                found = OSError
+            if cache is not None:
+                cache[path] = found
+        if found is OSError:
+            own_failed = own_failed or index == 0
+            out.append((path, None, None))
+        elif found:
+            periods, throttled = found  # type: ignore[misc]
+            out.append((path, periods, throttled))
+    return tuple(out), own_failed
+
+
+def throttled_fraction(now: Sequence[Level], before: Sequence[Level] | None) -> float | None:
+    """Share of the CPU-limit periods between two readings that ran out of quota, at the most
+    throttled level (each level's ``nr_throttled`` over its ``nr_periods``, from its own two
+    readings; 0 for a level where no period ran). A level not measured (read in only one of
+    the readings, unreadable, a counter lower than before: its cgroup made again) leaves the
+    figure a lower bound: kept where it shows throttling, ``None`` where it would read 0 (not
+    throttled is then unknown, never invented). ``None`` too when no level has a CPU
+    controller in both readings."""
+    if before is None:
+        return None
+    old = {path: (periods, throttled) for path, periods, throttled in before}
+    fractions: list[float] = []
+    unmeasured = len(old.keys() - {path for path, _, _ in now})
+    for path, periods, throttled in now:
+        was = old.get(path)
+        if was is None or None in (periods, throttled, was[0], was[1]) \
+                or periods < was[0] or throttled < was[1]:  # type: ignore[operator]
+            unmeasured += 1
+            continue
+        ran = periods - was[0]  # type: ignore[operator]
+        share = (throttled - was[1]) / ran if ran else 0.0  # type: ignore[operator]
+        fractions.append(min(1.0, share))
+    top = max(fractions, default=None)
+    if top is None or (unmeasured and not top):
+        return None
+    return top
