@@ -10,12 +10,15 @@ layouts recognized (v1 and v2 alike):
   ``<node>_slurmstepd.scope`` with several slurmd). A ``job_N`` anywhere else (a user's
   delegated subtree, ``/user.slice/.../slurm/job_N``; a container's own tree) is someone
   naming a job they do not run, and is ignored;
-* kubepods, cgroupfs driver: ``/kubepods/burstable/pod<uid>/<container id>``;
+* kubepods, cgroupfs driver: ``/kubepods/burstable/pod<uid>/<container id>`` (CRI-O:
+  ``crio-<id>``), also after the ``/..`` of a reader in its own cgroup namespace;
 * kubepods, systemd driver: ``/kubepods.slice/kubepods-besteffort.slice/
   kubepods-besteffort-pod<uid with _>.slice/cri-containerd-<id>.scope``
   (also ``crio-``, ``docker-``, ``containerd-``);
 * plain containers: ``/docker/<id>``, ``docker-<id>.scope``;
 * plain systemd (``user.slice``, ``system.slice/x.service``): nothing to say.
+
+A path naming several pods or containers gives the outermost pod and the outermost container in it.
 """
 
 from __future__ import annotations
@@ -40,10 +43,17 @@ MAX_CGROUP_BYTES = 64 * 1024
 #: are compiled on first use (``re``'s own cache): a snapshot with no device process never does.
 _JOB = (r"^(?:/slurm(?:_[A-Za-z0-9._-]+)?/uid_\d+"
         r"|/system\.slice/(?:[A-Za-z0-9._-]+_)?slurmstepd\.scope)/job_(\d+)(?=/|$)")
-_POD_FS = r"/kubepods(?:/[a-z-]+)?/pod([0-9a-fA-F-]{8,})(?=/|$)"
+#: A cgroupfs pod, and the container right below it (containerd, docker: the bare id; CRI-O:
+#: ``crio-<id>``).
+_POD_FS = r"/kubepods(?:/[a-z-]+)?/pod([0-9a-fA-F-]{8,})(?:/(?:crio-)?([0-9a-f]{64}))?(?=/|$)"
+#: The same after the ``/..`` components of a process outside the reader's cgroup namespace
+#: (allsmi in a pod, whose own cgroup is its namespace's root): ``/../../burstable/pod<uid>/<id>``.
+_POD_FS_UP = (r"(?:/kubepods)?(?:/(?:burstable|besteffort))?"
+              r"/pod([0-9a-fA-F-]{8,})(?:/(?:crio-)?([0-9a-f]{64}))?(?=/|$)")
+_UP = r"^(?:/\.\.)+(?=/|$)"
 _POD_SYSTEMD = r"kubepods(?:-[a-z]+)?-pod([0-9a-fA-F_]{8,})\.slice"
 _CONTAINER_SCOPE = r"(?:cri-containerd|containerd|crio|docker|cri-o|libpod)-([0-9a-f]{12,})\.scope"
-_CONTAINER_DIR = r"^[0-9a-f]{64}\Z"
+_DOCKER_DIR = r"/docker/([0-9a-f]{64})(?=/|$)"
 #: v1 controllers read first (the same path appears under each; any one names the job).
 _PREFERRED = ("memory", "pids", "devices", "cpu", "cpuacct", "name=systemd", "freezer")
 
@@ -69,6 +79,24 @@ def _paths(text: str) -> list[str]:
     return v2 + [path for _rank, path in ranked]
 
 
+def _pod_and_container(path: str) -> tuple[str | None, str | None]:
+    """The outermost pod of ``path`` and the outermost container inside it (or, outside any
+    pod, the outermost container): whoever can write below a container's cgroup (a privileged
+    container, a delegated subtree) can name any pod and container there, never above."""
+    up = re.match(_UP, path)
+    pods = [m for m in (re.search(_POD_SYSTEMD, path), re.search(_POD_FS, path),
+                        re.compile(_POD_FS_UP).match(path, up.end()) if up else None) if m]
+    pod = min(pods, key=lambda m: m.start()) if pods else None
+    after = pod.start() if pod else 0
+    containers = [(m.start(1), m.group(1))
+                  for m in (re.compile(_CONTAINER_SCOPE).search(path, after),
+                            re.compile(_DOCKER_DIR).search(path, after)) if m]
+    if pod is not None and pod.re.groups > 1 and pod.group(2):
+        containers.append((pod.start(2), pod.group(2)))
+    uid = pod.group(1).replace("_", "-").lower() if pod else None
+    return uid, min(containers)[1] if containers else None
+
+
 def parse_cgroup(text: str) -> ProcessAttribution:
     """What a ``/proc/<pid>/cgroup`` text says (fields ``None`` where it says nothing)."""
     job_id = pod_uid = container_id = None
@@ -77,22 +105,12 @@ def parse_cgroup(text: str) -> ProcessAttribution:
             match = re.match(_JOB, path)
             if match:
                 job_id = match.group(1)
-        if pod_uid is None:
-            match = re.search(_POD_SYSTEMD, path)
-            if match:
-                pod_uid = match.group(1).replace("_", "-").lower()
-            else:
-                match = re.search(_POD_FS, path)
-                if match:
-                    pod_uid = match.group(1).lower()
-        if container_id is None:
-            match = re.search(_CONTAINER_SCOPE, path)
-            if match:
-                container_id = match.group(1)
-            else:
-                last = path.rstrip("/").rsplit("/", 1)[-1]
-                if re.match(_CONTAINER_DIR, last) and ("kubepods" in path or "/docker/" in path):
-                    container_id = last
+        if pod_uid is None or container_id is None:
+            uid, container = _pod_and_container(path)
+            if pod_uid is None and uid is not None:
+                pod_uid, container_id = uid, container or container_id
+            elif container_id is None and (uid is None or uid == pod_uid):
+                container_id = container
     return ProcessAttribution(job_id, pod_uid, container_id)
 
 

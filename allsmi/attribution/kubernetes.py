@@ -5,7 +5,9 @@ each pod on this node holds; :class:`~allsmi.attribution.matching.DeviceIndex`
 turns the ids into allsmi devices, per vendor (``[attribution.resource_names]``
 says which resource is whose, and how its ids are written).
 ``GetAllocatableResources`` (for ``allsmi doctor``) lists what the kubelet can
-hand out.
+hand out. Devices a container holds through Dynamic Resource Allocation
+(``dynamic_resources``) are matched by device name and CDI names, for drivers of a
+known vendor's domain (``gpu.nvidia.com``).
 
 Time-slicing (the NVIDIA device plugin's ``sharing.timeSlicing``) hands out replicas of a
 device as ids ``<uuid>::<n>``: each replica is a declared ``1/replicas`` share of the device
@@ -159,6 +161,12 @@ class KubeletSource(AttributionSource):
                         base, n = split_replica(raw)
                         replica = None if n is None else (group.resource_name, base, n)
                         claims.extend((dev, work, replica) for dev in targets)
+                for name, ids in self._dra_devices(container):
+                    targets = next((found for raw in ids
+                                    if (found := index.match(raw, name[0], "auto"))), [])
+                    if not targets:
+                        unmatched.append(f"DRA {name[1]}")
+                    claims.extend((dev, work, None) for dev in targets)
         allocatable = self._replica_counts(now) if any(c[2] for c in claims) else {}
         # Replicas per (resource, physical id): the allocatable ones, else the highest held + 1.
         seen: dict[tuple[str, str], int] = {}
@@ -200,6 +208,32 @@ class KubeletSource(AttributionSource):
             problems.append(f"{len(bad)} time-slicing replica id(s) out of range, not "
                             f"attributed: {', '.join(bad[:5])}")
         return SourceResult(out, {}, "; ".join(problems))
+
+    def _dra_vendor(self, driver: str) -> str | None:
+        """The vendor of a DRA driver (``gpu.nvidia.com``): that of the resource rules whose
+        domain is the driver's name or ends it (``nvidia.com/*``); ``None`` for other drivers."""
+        labels = driver.lower().split(".")
+        for start in range(len(labels) - 1):
+            domain = ".".join(labels[start:])
+            for rule in self.settings.resource_rules:
+                if rule.pattern.lower().split("/", 1)[0] == domain:
+                    return rule.vendor
+        return None
+
+    def _dra_devices(self, container: Any) -> list[tuple[tuple[str, str], list[str]]]:
+        """((vendor, driver/pool/device), names to match: the device name, then the CDI device
+        names' own parts) of each device that Dynamic Resource Allocation gave ``container``
+        (``dynamic_resources``, Kubernetes 1.27+) by a driver of a known vendor."""
+        out = []
+        for claim in getattr(container, "dynamic_resources", ()):
+            for res in claim.claim_resources:
+                vendor = self._dra_vendor(res.driver_name)
+                if vendor is None:
+                    continue  # not an accelerator's driver (a NIC...)
+                names = [res.device_name] + [c.name.rpartition("=")[2] for c in res.cdi_devices]
+                out.append(((vendor, f"{res.driver_name}/{res.pool_name}/{res.device_name}"),
+                            [n for n in names if n]))
+        return out
 
     def allocatable(self) -> list[tuple[str, tuple[str, ...]]]:
         """``GetAllocatableResources``: (resource name, device ids) of every accelerator resource.

@@ -25,6 +25,8 @@ _NODE = r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)\Z"
 _DASHED = r"^([A-Za-z][A-Za-z0-9]*)-(\d+)\Z"
 #: ``card1-0``: the Intel GPU plugin's node name and the number of one share of it.
 _SHARED = r"^([A-Za-z]+)(\d+)-\d+\Z"
+#: NVML writes uuids with these; CUDA (``cudaDeviceProp.uuid``) and some tools without.
+_UUID_PREFIXES = ("gpu-", "mig-")
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
 
 
@@ -71,6 +73,9 @@ class DeviceIndex:
             for text in {dev.id, dev.uuid}:
                 if text:
                     self._by_text.setdefault(text.lower(), []).append(dev)
+                    if text[:4].lower() in _UUID_PREFIXES and len(text) > 12:
+                        # the same uuid without NVML's "GPU-"/"MIG-" (CUDA, DCGM's fields)
+                        self._by_text.setdefault(text[4:].lower(), []).append(dev)
             if dev.bus_id:
                 bus = normalize_bus_id(dev.bus_id)
                 if bus:
@@ -83,10 +88,12 @@ class DeviceIndex:
                 self._children.setdefault(dev.parent, []).append(dev)
 
     # -- the kinds of names ------------------------------------------------
-    def by_uuid(self, text: str, vendor: str | None = None) -> list[DeviceSample]:
-        """Devices whose id or uuid is ``text`` (case-insensitive), or starts a suffixed ``text``."""
+    def by_uuid(self, text: str, vendor: str | None = None,
+                suffixed: bool = True) -> list[DeviceSample]:
+        """Devices whose id or uuid is ``text`` (case-insensitive), or (``suffixed``) starts a
+        suffixed ``text``."""
         found = self._filter(self._by_text.get(text.lower(), ()), vendor)
-        if found:
+        if found or not suffixed:
             return found
         # "<uuid>_cores_0-3", "<uuid>/1", "<uuid>-vf0": a known id followed by a separator.
         lowered = text.lower()
@@ -215,7 +222,9 @@ class DeviceIndex:
         GPU instance id ``M`` on GPU ``N``.
         """
         text = name.strip()
-        found = self.by_uuid(text) or self.by_bus_id(text)
+        # Exactly the device's id: a file that merely starts with it is another file (an
+        # admin's ``sed -i.bak`` or an editor's ``GPU-...~`` left beside it, with stale jobs).
+        found = self.by_uuid(text, suffixed=False) or self.by_bus_id(text)
         if found:
             return found
         if text.isdigit():

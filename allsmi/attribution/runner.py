@@ -239,7 +239,7 @@ class Attributor:
                         status = self._status(runner.name, outcome)
                         if outcome.result is not None:
                             results.append(outcome.result)
-                            self._last[runner.name] = (time.monotonic(), outcome.result)
+                            self._last[runner.name] = (time.monotonic(), _carriable(outcome.result))
                             bad_shares.extend((runner.name, reason, count) for reason, count
                                               in (outcome.result.bad_shares or {}).items())
                 status, carried = self._carry(status, results)
@@ -313,6 +313,12 @@ class Attributor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _carriable(result: SourceResult) -> SourceResult:
+    """What of ``result`` may stand in for its source later: its holders, not its processes
+    (a pid it named may be another process by then: unknown, never the old one's job)."""
+    return replace(result, processes={}) if result.processes else result
 
 
 def _fill(first: Workload, later: Workload) -> Workload:

@@ -133,3 +133,29 @@ def test_an_idle_node_hands_the_cgroup_source_nothing_to_read() -> None:
         assert attributor.runners[0]._flight.thread is not None
     finally:
         attributor.close()
+
+
+_UID = "8f2d6a3c-5b1e-4f7a-9c2d-0e1f2a3b4c5d"
+_CID = "4c6f1e0f8a7d3b2c1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d"
+_OTHER = "11111111-2222-3333-4444-555555555555"
+
+
+@pytest.mark.parametrize("text", [
+    # allsmi in a pod with its own cgroup namespace (the default on cgroup v2): the others'
+    # cgroups are written relative to its own, cgroupfs driver (the systemd one already worked)
+    f"0::/../../../burstable/pod{_UID}/{_CID}\n",
+    f"0::/../../pod{_UID}/{_CID}\n",
+    # CRI-O with the cgroupfs driver names the container's cgroup crio-<id>, no .scope
+    f"0::/kubepods/burstable/pod{_UID}/crio-{_CID}\n",
+    # a process that can write below its container's cgroup (privileged) names another pod
+    # and container there: the outermost ones are its own
+    f"0::/kubepods/burstable/pod{_UID}/{_CID}/kubepods-pod{_OTHER.replace('-', '_')}.slice/"
+    f"cri-containerd-{'e' * 64}.scope\n",
+    f"0::/kubepods/burstable/pod{_UID}/{_CID}/x/{'e' * 64}\n",
+    # a kind node: the node's own docker container is not the pod's container
+    f"0::/system.slice/docker-{'d' * 64}.scope/kubelet.slice/kubelet-kubepods.slice/"
+    f"kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{_UID.replace('-', '_')}"
+    f".slice/cri-containerd-{_CID}.scope\n",
+])
+def test_the_outermost_pod_and_its_container(text: str) -> None:
+    assert parse_cgroup(text) == ProcessAttribution(None, _UID, _CID)

@@ -217,3 +217,32 @@ def test_reading_the_files_is_bounded_in_time(tmp_path: Path, monkeypatch) -> No
     status = result.statuses[0]
     assert status.status == "timeout", status
     assert "were not read within 0.2 s" in status.message
+
+
+def test_a_file_that_only_starts_with_a_device_id_names_no_device(tmp_path: Path) -> None:
+    """``sed -i.bak`` and editors leave ``GPU-....bak`` / ``GPU-...~`` beside the real file,
+    holding the jobs the epilog just removed: they name no device (they were read as the
+    device's file, so an ended job held the device for as long as the backup stayed)."""
+    gpu = find(DEVICES, "nvidia", 0)
+    assert gpu.uuid
+    (tmp_path / gpu.uuid).write_text("5002\n")
+    (tmp_path / f"{gpu.uuid}.bak").write_text("5001\n5002\n")
+    (tmp_path / f"{gpu.uuid.lower()}~").write_text("5003\n")
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    assert _jobs(result, gpu) == ["5002"]
+    assert "2 file(s) name no device" in result.statuses[0].message
+
+
+def test_a_uuid_without_nvmls_prefix_names_its_device(tmp_path: Path) -> None:
+    """CUDA and some tools write a GPU's or MIG instance's uuid without ``GPU-``/``MIG-``:
+    the same device (it named none)."""
+    from allsmi.attribution import DeviceIndex
+
+    gpu, mig = find(DEVICES, "nvidia", 0), find(DEVICES, "nvidia", 7, part=1)
+    assert gpu.uuid and mig.uuid
+    (tmp_path / gpu.uuid[4:]).write_text("6001\n")
+    (tmp_path / mig.uuid[4:].upper()).write_text("6002\n")
+    result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
+    assert _jobs(result, gpu) == ["6001"] and _jobs(result, mig) == ["6002"]
+    assert result.statuses[0].message == ""
+    assert DeviceIndex(DEVICES).match(gpu.uuid[4:] + "::2", "nvidia") == [gpu]

@@ -271,3 +271,31 @@ def test_a_pod_and_a_job_file_claiming_one_device_are_a_reported_conflict(
             f"part: {gpu.id} (kubernetes pod ml/trainer, hpc-job job 77)" in status.message, \
             status
         assert other.id not in status.message
+
+
+def test_devices_given_by_dynamic_resource_allocation_are_held(server: PodResourcesServer) -> None:
+    """A kubelet with DRA (1.27+; GA in 1.34) lists claimed devices under a container's
+    ``dynamic_resources``, not ``devices``: they were ignored, so a GPU a pod held through a
+    ResourceClaim looked free."""
+    h1, h2 = find(DEVICES, "nvidia", 1), find(DEVICES, "nvidia", 2)
+
+    def claimed(driver: str, device: str, cdi: tuple[str, ...] = ()) -> object:
+        return api_pb2.ClaimResource(driver_name=driver, pool_name="node1", device_name=device,
+                                     cdi_devices=[api_pb2.CDIDevice(name=n) for n in cdi])
+    server.pods = [api_pb2.PodResources(namespace="ml", name="dra", containers=[
+        api_pb2.ContainerResources(name="main", dynamic_resources=[api_pb2.DynamicResource(
+            claim_name="gpus", claim_namespace="ml", claim_resources=[
+                claimed("gpu.nvidia.com", "gpu-1"),                 # the NVIDIA DRA driver's name
+                claimed("gpu.nvidia.com", "odd-name", (f"k8s.gpu.nvidia.com/gpu={h2.uuid}",)),
+                claimed("gpu.nvidia.com", "gpu-99"),                # no such device: said
+                claimed("dra.net", "eth0"),                         # not an accelerator
+            ])])])]
+    source = KubeletSource(server.socket, SETTINGS, timeout_seconds=5)
+    with Attributor([source], timeout_seconds=5) as attributor:
+        result = attributor.resolve(DEVICES, now=SIM_NOW)
+    for dev in (h1, h2):
+        assert [(w.namespace, w.pod, w.container) for w in result.device_workloads(dev.id) or ()] \
+            == [("ml", "dra", "main")]
+    status = result.statuses[0]
+    assert status.status == "ok"
+    assert status.message == "1 allocated device id(s) match no device: DRA gpu.nvidia.com/node1/gpu-99"

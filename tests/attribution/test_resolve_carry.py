@@ -66,3 +66,25 @@ def test_an_idle_node_merges_once_and_a_change_shows_in_the_same_cycle() -> None
         fewer = attributor.resolve(busy[:2])
         assert attributor.merges == merges + 2
         assert set(fewer.workloads or {}) == {d.id for d in busy[:2]}
+
+
+def test_a_carried_answer_keeps_the_holders_not_the_pids() -> None:
+    """A failing source's last answer stands in for it (30 s): its holders, but not what it
+    said of each pid, which may be another process's by then (a reused pid was given the
+    ended process's job)."""
+    from allsmi.attribution import ProcessAttribution, SourceError
+
+    class Flaky(ByProcess):
+        def collect(self, devices, now):
+            if self.calls:
+                raise SourceError("cannot read /proc")
+            result = super().collect(devices, now)
+            return replace(result, processes={7: ProcessAttribution("42")})
+
+    dev = replace(DEVICES[0], processes=(ProcessSample(pid=7),))
+    with Attributor([Flaky()], timeout_seconds=5.0) as attributor:
+        assert attributor.resolve([dev]).process(7).job_id == "42"
+        carried = attributor.resolve([dev])
+    assert carried.statuses[0].status == "error" and "last answered" in carried.statuses[0].message
+    assert carried.device_workloads(dev.id) == (Workload("cgroup", job_id="42"),)
+    assert carried.process(7) == ProcessAttribution()
