@@ -13,6 +13,7 @@ way a tool's text is cut to fit a message.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Collection
 
 from allsmi import units
@@ -59,6 +60,31 @@ def int_cell(value: object) -> int | None:
     return units.to_int(value)
 
 
+#: All-ones values a vendor tool prints for "no reading" where a field is 32 or 64 bits wide
+#: (an unsigned register or counter, or its signed maximum): a byte, MiB or event count may be
+#: 65535, so the 16-bit one is not among them.
+WIDE_SENTINELS = frozenset(units.UINT_SENTINELS - {0xFFFF})
+#: A cell that is one whole number, decimal or ``0x`` hex, with an optional unit after it.
+_WHOLE_WITH_UNIT = re.compile(r"^\s*(0[xX][0-9a-fA-F]+|[0-9]+)(?:\.0*)?\s*[A-Za-zµ°%/]*\s*$")
+
+
+def is_sentinel(raw: object, sentinels: Collection[int] = units.UINT_SENTINELS) -> bool:
+    """Whether a cell is an all-ones sentinel among ``sentinels``: the number itself
+    (``4294967295``), or a string of it with or without a unit (``"4294967295uW"``,
+    ``"0xFFFFFFFF"``, ``"65535 W"``); the number is compared as printed, before any unit
+    conversion, since that is the width of the vendor's field."""
+    if isinstance(raw, bool):
+        return False
+    if isinstance(raw, int):
+        return raw in sentinels
+    if isinstance(raw, float):
+        return raw.is_integer() and int(raw) in sentinels
+    if isinstance(raw, str):
+        match = _WHOLE_WITH_UNIT.match(raw)
+        return match is not None and int(match.group(1), 0) in sentinels
+    return False
+
+
 #: PCIe link generations (2.5 GT/s Gen 1 to 128 GT/s Gen 7) and widths a link can train to.
 PCIE_GENERATIONS = range(1, 8)
 PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
@@ -81,12 +107,16 @@ class SaidOnce:
 
 def whole_cell(raw: object, device: str, field: str, warnings: list[str],
                said: SaidOnce | None = None, *, minimum: int = 0, maximum: int | None = None,
-               allowed: Collection[int] | None = None) -> int | None:
+               allowed: Collection[int] | None = None, sentinels: bool = True) -> int | None:
     """``raw`` as an integer-kind value (:func:`allsmi.units.to_int`): a whole number from
     ``minimum`` to ``maximum``, and one of ``allowed`` when given. Anything else is ``None``
     (never rounded or clamped), with a warning naming ``device``, ``field`` and what the tool
     printed, said once per those three through ``said`` (every time without one); a spelling
-    of "no value" (``N/A``, ``null``) is ``None`` without one."""
+    of "no value" (``N/A``, ``null``) and a 32- or 64-bit all-ones sentinel (``4294967295``,
+    :data:`WIDE_SENTINELS`) are ``None`` without one. ``sentinels=False`` keeps the latter
+    for a counter that passes through all ones on its way round (a heartbeat)."""
+    if sentinels and is_sentinel(raw, WIDE_SENTINELS):
+        return None
     value = units.to_int(raw, minimum=minimum, maximum=maximum)
     if value is not None and (allowed is None or value in allowed):
         return value
@@ -124,7 +154,15 @@ class CellReader:
     def measure(self, raw: object, parsed: float | None, what: str, schema_field: str | None = None,
                 *, minimum: float | None = None, maximum: float | None = None) -> float | None:
         """``parsed`` (the tool's ``raw`` cell, already converted to schema units) when it is
-        in range; ``None``, with a warning unless ``raw`` is a spelling of "no value", else."""
+        in range; ``None``, with a warning unless ``raw`` is a spelling of "no value", else.
+
+        A ``raw`` cell that is an all-ones sentinel (:func:`is_sentinel`: ``4294967295uW``,
+        ``18446744073709551615``) is ``None`` without a warning, whatever it converts to (4294.97 W
+        is in range): 65535 too for a measurement of a schema field other than a byte count
+        or a counter (a size of 65535 MiB, or 65535 mJ of energy, is an ordinary one)."""
+        wide = schema_field is None or schema_field.endswith(("_bytes", "_joules", "_total"))
+        if is_sentinel(raw, WIDE_SENTINELS if wide else units.UINT_SENTINELS):
+            return None
         if parsed is None:
             if not units.is_missing(raw):
                 self._unusable("unreadable", what, raw)

@@ -162,6 +162,29 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
                 pass
 
 
+#: The locale categories a tool reads how to print numbers from; see :func:`tool_environment`.
+_NUMERIC_LOCALE = "C"
+
+
+def tool_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a vendor tool runs in: this process's (or ``base``), with numbers in
+    the C locale (``LC_NUMERIC=C``), so a tool that honours the locale prints ``45.5``, never
+    a decimal comma (``45,5``) that its parser would misread as two CSV cells or no number.
+
+    ``LC_ALL`` overrides every category, so where it is set its value moves to ``LANG`` (and
+    the ``LC_*`` it overrode go): messages, text encoding and the rest stay as the user set
+    them; only numbers change.
+    """
+    env = dict(os.environ if base is None else base)
+    forced = env.pop("LC_ALL", None)
+    if forced:
+        for name in [n for n in env if n.startswith("LC_")]:
+            del env[name]
+        env["LANG"] = forced
+    env["LC_NUMERIC"] = _NUMERIC_LOCALE
+    return env
+
+
 def run_tool(argv: Sequence[str], timeout: float,
              max_output: int = DEFAULT_MAX_OUTPUT,
              env: dict[str, str] | None = None) -> ToolResult:
@@ -170,7 +193,7 @@ def run_tool(argv: Sequence[str], timeout: float,
     Output past ``max_output`` bytes (per stream) stops the child and marks the
     result ``truncated``. A non-zero exit is *not* an exception: callers decide
     (some tools exit non-zero with usable output). On timeout the process group
-    is killed and :class:`ToolTimeout` raised.
+    is killed and :class:`ToolTimeout` raised. ``env`` defaults to :func:`tool_environment`.
     """
     import selectors  # imported when a tool runs, not when a backend only looks for one
     import subprocess
@@ -178,7 +201,8 @@ def run_tool(argv: Sequence[str], timeout: float,
     try:
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, env=env, close_fds=True)
+            stderr=subprocess.PIPE, start_new_session=True,
+            env=tool_environment() if env is None else env, close_fds=True)
     except OSError as exc:
         raise ToolError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from allsmi.backends._common.runner import describe_exit, kill_group
+from allsmi.backends._common.runner import describe_exit, kill_group, tool_environment
 
 #: Longest stdout line kept; a CSV row for one device is far below this.
 DEFAULT_MAX_LINE = 64 * 1024
@@ -199,7 +199,8 @@ class LineStream:
             try:
                 proc = subprocess.Popen(
                     list(self.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True, env=self._env,
+                    stderr=subprocess.PIPE, start_new_session=True,
+                    env=tool_environment() if self._env is None else self._env,
                     close_fds=True)
             except OSError as exc:
                 return StreamExit(generation, None, "spawn-failed", 0, False,

@@ -16,6 +16,7 @@ from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
+    from allsmi.backends._common.vanished import MissingDevices
     from allsmi.backends.ascend.samples import LookupUser
 
 INFO_ARGS: tuple[str, ...] = ("info",)
@@ -34,6 +35,7 @@ class AscendBackend(CliToolBackend, declared=DECLARATION):
         super().__init__(timeout_seconds=timeout_seconds, options=options, search_dirs=search_dirs)
         self._lookup_user = lookup_user
         self._tool: str | None = None
+        self._missing: MissingDevices | None = None  # made by open()
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
@@ -50,6 +52,8 @@ class AscendBackend(CliToolBackend, declared=DECLARATION):
         """Find ``npu-smi`` and check that it prints a table."""
         self._tool = self.require_tool()
         self._read([])
+        from allsmi.backends._common.vanished import MissingDevices
+        self._missing = MissingDevices(self.tool_spec.executable)
 
     def sample(self) -> Sequence[DeviceSample]:
         from allsmi.backends.ascend.samples import build_samples
@@ -59,9 +63,11 @@ class AscendBackend(CliToolBackend, declared=DECLARATION):
         table = self._read(self.warnings)
         if table.version:
             self.tool_version = table.version
-        return build_samples(table, backend=self.display_name, vendor=self.vendor, kind=self.kind,
-                             model_name=self.model_name, lookup_user=self._lookup_user,
-                             warnings=self.warnings, source=self.compute_active_source)
+        samples = build_samples(table, backend=self.display_name, vendor=self.vendor, kind=self.kind,
+                                model_name=self.model_name, lookup_user=self._lookup_user,
+                                warnings=self.warnings, source=self.compute_active_source)
+        # a chip that dropped out of the table is degraded, not silently gone
+        return self._missing.complete(samples, self.warnings) if self._missing else samples
 
     def close(self) -> None:
         """Nothing is held between runs."""

@@ -33,6 +33,7 @@ from allsmi.schema import DeviceSample, ProcessSample
 from . import sdk
 
 if TYPE_CHECKING:
+    from allsmi.backends._common.vanished import MissingDevices
     from . import parse
     from allsmi.backends._common.cells import SaidOnce
     from allsmi.backends._common.runner import ToolResult
@@ -79,6 +80,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
         self._user_lookup = user_lookup
         self._sdk: sdk.SdkAdapter | None = None
         self._tool: str | None = None
+        self._missing: MissingDevices | None = None  # made by open()
         self._json_flag: str | None = None
         self._driver_version: str | None = None
         self._source = ""
@@ -96,6 +98,8 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
         self._method, self._want_processes = self.option("method"), self.option("processes")
         self._tool = self.locate_tool()
         self._said = None  # a new open() warns again
+        from allsmi.backends._common.vanished import MissingDevices
+        self._missing = MissingDevices("furiosa-smi")
         sdk_problem = ""
         reasons: list[str] = []
         if self._method != "cli":
@@ -148,8 +152,10 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
             from allsmi.backends._common.orphans import note_unmatched
             note_unmatched(processes, {r.dev_name or "" for r in readings}, self.warnings, "furiosa-smi ps",
                            {label: len(rows) for label, rows in processes.items()})
-        return [self._to_sample(r, None if processes is None else processes.get(r.dev_name or "", []))
-                for r in readings]
+        samples = [self._to_sample(r, None if processes is None else processes.get(r.dev_name or "", []))
+                   for r in readings]
+        # a device that dropped out of the list is degraded, not silently gone
+        return self._missing.complete(samples, self.warnings) if self._missing else samples
 
     def _run_json(self, subcommand: str, deadline: float) -> Any:
         """Run ``furiosa-smi SUB --format json`` and decode it; ``None`` means "no devices".
@@ -186,7 +192,8 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
                     first = first or failure
                     continue
                 raise failure
-            data = tool.parse(result, lambda text: parse.load_json(text, tool.command(args)))
+            data = tool.parse(result, lambda text: parse.load_json(text, tool.command(args),
+                                                                  self.warnings))
             self._json_flag = flag
             return data
         assert first is not None

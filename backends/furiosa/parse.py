@@ -72,10 +72,23 @@ class ProcessRow:
     memory_bytes: int | None
 
 
-def load_json(text: str, tool: str = "furiosa-smi") -> Any:
+#: Keys under which some builds wrap the row list (see :func:`_rows`).
+_WRAPPERS = ("devices", "device_info", "info", "status", "ps")
+
+
+def _is_document(value: Any) -> bool:
+    """What ``info``/``status``/``ps`` print: a list of rows, or an object wrapping one."""
+    return isinstance(value, list) or (
+        isinstance(value, dict) and any(isinstance(value.get(k), list) for k in _WRAPPERS))
+
+
+def load_json(text: str, tool: str = "furiosa-smi", notes: list[str] | None = None) -> Any:
     """Decode ``tool``'s stdout as JSON; :class:`ValueError` says what was wrong (nothing,
-    truncated, not JSON), naming ``tool``."""
-    data, _ = read_json(text, tool)
+    truncated, not JSON), naming ``tool``. A line the tool prints around its document (a
+    ``WARN:`` banner, a log line) is ignored, with a note appended to ``notes``."""
+    data, said = read_json(text, tool, find=_is_document)
+    if notes is not None:
+        notes.extend(said)
     return data
 
 
@@ -91,7 +104,7 @@ def text_or_none(value: object) -> str | None:
 def _rows(data: Any, what: str) -> list[Any]:
     # Some builds wrap the list in {"devices": [...]}; accept both shapes.
     if isinstance(data, dict):
-        for key in ("devices", "device_info", what):
+        for key in (*_WRAPPERS[:2], what):
             if isinstance(data.get(key), list):
                 return list(data[key])
     if isinstance(data, list):

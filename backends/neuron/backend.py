@@ -22,6 +22,7 @@ from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
+    from allsmi.backends._common.vanished import MissingDevices
     from allsmi.backends._common.reports import NewestReport
     from allsmi.backends.neuron.parse import MonitorReport, NeuronDevice
     from allsmi.backends.neuron.samples import LookupUser
@@ -53,6 +54,7 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
         super().__init__(timeout_seconds=timeout_seconds, options=options, search_dirs=search_dirs)
         self._lookup_user = lookup_user
         self._ls: str | None = None
+        self._missing: MissingDevices | None = None  # made by open()
         self._monitor: NewestReport[MonitorReport] | None = None
         self._monitor_note: str | None = None
         self._config_dir: str | None = None
@@ -74,6 +76,8 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
         self.close()
         self._ls = self.require_tool()
         self._list([])
+        from allsmi.backends._common.vanished import MissingDevices
+        self._missing = MissingDevices(self.tool_spec.executable)
         monitor = self.locate_extra(MONITOR)
         if monitor is None:
             self._monitor_note = (f"{MONITOR.missing(self.search_dirs)}: NeuronCore utilization "
@@ -95,10 +99,12 @@ class NeuronBackend(CliToolBackend, declared=DECLARATION):
             self.warnings.extend(report.errors)
         elif self._monitor_note:
             self.warnings.append(self._monitor_note)
-        return build_samples(devices, report, backend=self.display_name, vendor=self.vendor,
-                             kind=self.kind, model_name=self.model_name,
-                             lookup_user=self._lookup_user, source=self.compute_active_source,
-                             warnings=self.warnings)
+        samples = build_samples(devices, report, backend=self.display_name, vendor=self.vendor,
+                                kind=self.kind, model_name=self.model_name,
+                                lookup_user=self._lookup_user, source=self.compute_active_source,
+                                warnings=self.warnings)
+        # a device that dropped out of neuron-ls is degraded, not silently gone
+        return self._missing.complete(samples, self.warnings) if self._missing else samples
 
     def close(self) -> None:
         """Stop ``neuron-monitor`` (its process group killed and reaped) and remove its

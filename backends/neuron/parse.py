@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from allsmi.backends._common.cells import int_cell, shorten, text_of
+from allsmi.backends._common.cells import WIDE_SENTINELS, int_cell, is_sentinel, shorten, text_of
 from allsmi.backends._common.jsonout import read_json
 
 
@@ -125,8 +125,14 @@ def _count_cores(devices: list[NeuronDevice], counts: dict[int, int | None],
     return out
 
 
+def _count(raw: object) -> int | None:
+    """A size or event count: a whole number of 0 or more, and not an all-ones sentinel
+    (``18446744073709551615`` is the driver's "no reading", not 16 EiB or events)."""
+    return None if is_sentinel(raw, WIDE_SENTINELS) else int_cell(raw)
+
+
 def _device(index: int, row: dict[str, Any], tool: str, warnings: list[str]) -> NeuronDevice:
-    memory = int_cell(row.get("memory_size"))
+    memory = _count(row.get("memory_size"))
     raw_cores = row.get("neuroncore_ids")
     cores: tuple[int, ...] = ()
     if isinstance(raw_cores, list) and all(int_cell(c) is not None for c in raw_cores):
@@ -251,7 +257,7 @@ def parse_monitor(line: str) -> MonitorReport:
         index = int_cell(row.get("neuron_device_index")) if isinstance(row, dict) else None
         if index is not None:
             events = [e for k in ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
-                      if (e := int_cell(row.get(k))) is not None and e >= 0]
+                      if (e := _count(row.get(k))) is not None]
             if events:  # neither count given (or a negative one): unknown, never 0 events
                 out.ecc_uncorrected[index] = sum(events)
     return out
@@ -274,7 +280,7 @@ def _core_memory(per_core: dict[str, Any], pid: int, errors: list[str]) -> dict[
     out: dict[int, int] = {}
     for core, categories in per_core.items():
         number = int_cell(core)
-        values = [int_cell(v) for v in categories.values()] if isinstance(categories, dict) else [None]
+        values = [_count(v) for v in categories.values()] if isinstance(categories, dict) else [None]
         if number is None or any(v is None or v < 0 for v in values):
             errors.append(f"neuron-monitor pid {pid}: unreadable memory of core {shorten(core)}: "
                           f"{shorten(categories)!r}")

@@ -22,6 +22,7 @@ from allsmi.backends.rebellions import DECLARATION, ENV_VAR, TOOL
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
+    from allsmi.backends._common.vanished import MissingDevices
     from allsmi.backends._common.cells import SaidOnce
     from allsmi.backends.rebellions.processes import LookupNodes, LookupUser
 
@@ -53,6 +54,7 @@ class RebellionsBackend(CliToolBackend, declared=DECLARATION):
         self._lookup_user = lookup_user
         self._lookup_nodes = lookup_nodes
         self._tool: str | None = None
+        self._missing: MissingDevices | None = None  # made by open()
         #: Refused values of the tool's output already warned about since open().
         self._said: SaidOnce | None = None
 
@@ -73,7 +75,9 @@ class RebellionsBackend(CliToolBackend, declared=DECLARATION):
         self._tool = self.require_tool()
         self._read_report([])
         from allsmi.backends._common.cells import SaidOnce
+        from allsmi.backends._common.vanished import MissingDevices
         self._said = SaidOnce()
+        self._missing = MissingDevices(self.tool_spec.executable)
 
     def sample(self) -> Sequence[DeviceSample]:
         """One tool run: every readable device row, cards before their dies."""
@@ -82,9 +86,11 @@ class RebellionsBackend(CliToolBackend, declared=DECLARATION):
         if self._tool is None:
             self.open()
         report = self._read_report(self.warnings)
-        return build_samples(report, backend=self.display_name, vendor=self.vendor, kind=self.kind,
-                             lookup_user=self._lookup_user, lookup_nodes=self._lookup_nodes,
-                             warnings=self.warnings, said=self._said)
+        samples = build_samples(report, backend=self.display_name, vendor=self.vendor, kind=self.kind,
+                                lookup_user=self._lookup_user, lookup_nodes=self._lookup_nodes,
+                                warnings=self.warnings, said=self._said)
+        # a device that dropped out of the tool's output is degraded, not silently gone
+        return self._missing.complete(samples, self.warnings) if self._missing else samples
 
     def close(self) -> None:
         """Nothing is held between runs; the tool is reaped after every call."""

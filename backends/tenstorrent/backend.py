@@ -30,6 +30,7 @@ from allsmi.backends.tenstorrent import DECLARATION, TOOL
 from allsmi.schema import DeviceSample, ProcessSample
 
 if TYPE_CHECKING:
+    from allsmi.backends._common.vanished import MissingDevices
     from . import decode
     from .snapshot import SnapshotReader
     from allsmi.backends._common.cells import SaidOnce
@@ -62,6 +63,7 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         self._user_lookup = user_lookup
         self._clock = clock
         self._reader: SnapshotReader | None = None
+        self._missing: MissingDevices | None = None  # made by open()
         #: device id -> (last heartbeat value, when that value was first seen)
         self._heartbeats: dict[str, tuple[int, float]] = {}
         #: Refused values of tt-smi's output already warned about since open().
@@ -78,7 +80,9 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         self._reader = SnapshotReader(tool)
         self._heartbeats = {}
         from allsmi.backends._common.cells import SaidOnce
+        from allsmi.backends._common.vanished import MissingDevices
         self._said = SaidOnce()
+        self._missing = MissingDevices(self.tool_spec.executable)
 
     def close(self) -> None:
         if self._reader is not None:
@@ -101,8 +105,8 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
             raise BackendError(str(exc)) from exc
         except ValueError as exc:
             raise BackendError(f"unusable tt-smi output: {exc}") from exc
-        if snapshot is None:
-            return []
+        if snapshot is None:  # the tool says no device; one it listed before is degraded
+            return self._missing.complete([], self.warnings) if self._missing else []
         try:
             chips, warnings, host = decode.decode_snapshot(snapshot, self._said)
         except ValueError as exc:
@@ -111,7 +115,9 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         self.tool_version = host.get("tt_smi_version") or self.tool_version
         if not chips and snapshot["device_info"]:
             raise BackendError("tt-smi snapshot has no decodable device: " + "; ".join(warnings[:3]))
-        return self._samples(chips, host)
+        samples = self._samples(chips, host)
+        # a chip that dropped out of the snapshot is degraded, not silently gone
+        return self._missing.complete(samples, self.warnings) if self._missing else samples
 
     def _samples(self, chips: list[decode.ChipReading], host: dict[str, Any]) -> list[DeviceSample]:
         boards: dict[str, list[decode.ChipReading]] = {}

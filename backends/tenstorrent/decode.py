@@ -127,6 +127,19 @@ def register(smbus: dict[str, Any], name: str) -> int | None:
     return units.to_int(value)
 
 
+#: Registers holding a reading (not a counter or an id): all ones in one is the firmware's
+#: "no reading", and what tt-smi decodes from it is no value either.
+READING_REGISTERS = frozenset({"TDP", "TDC", "VCORE", "AICLK", "ASIC_TEMPERATURE", "FAN_RPM"})
+_ALL_ONES = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
+
+
+def reading_register(smbus: dict[str, Any], name: str) -> int | None:
+    """:func:`register` for a register in :data:`READING_REGISTERS`: ``None`` also when it is
+    all ones (``0xFFFFFFFF``; on Blackhole that would decode as -0.00002 °C)."""
+    number = register(smbus, name)
+    return None if number in _ALL_ONES else number
+
+
 def _whole_register(smbus: dict[str, Any], name: str, label: str, warnings: list[str],
                     said: SaidOnce | None) -> int | None:
     """:func:`register`, with a warning (said once) when the register is present but unreadable."""
@@ -208,7 +221,7 @@ def _heartbeat_register(generation: str | None) -> str:
 def _trusted(telemetry: dict[str, Any], smbus: dict[str, Any], key: str) -> float | None:
     """A decoded value, unless tt-smi fabricated it because its register is missing."""
     source = _SOURCE_REGISTER.get(key)
-    if source and smbus and source in smbus and register(smbus, source) is None:
+    if source and smbus and source in smbus and reading_register(smbus, source) is None:
         return None
     return units.to_float(telemetry.get(key))
 
@@ -258,26 +271,27 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str],
     chip.temperature_celsius = _trusted(telemetry, smbus, "asic_temperature")
     chip.board_power_watts = units.to_float(telemetry.get("board_power"))
     chip.fan_percent = units.parse_percent(telemetry.get("fan_speed"))
-    chip.heartbeat = whole_cell(telemetry.get("heartbeat"), label, "heartbeat", warnings, said)
+    chip.heartbeat = whole_cell(telemetry.get("heartbeat"), label, "heartbeat", warnings, said,
+                                sentinels=False)  # a counter: all ones on its way round
 
     # Registers fill what the decoded block lacks (older tt-smi, or "N/A" cells).
-    tdp, tdc, aiclk = register(smbus, "TDP"), register(smbus, "TDC"), register(smbus, "AICLK")
+    tdp, tdc, aiclk = (reading_register(smbus, name) for name in ("TDP", "TDC", "AICLK"))
     if chip.asic_power_watts is None and tdp is not None:
         chip.asic_power_watts = float(tdp & 0xFFFF)
     if chip.current_amps is None and tdc is not None:
         chip.current_amps = float(tdc & 0xFFFF)
     if chip.aiclk_mhz is None and aiclk is not None:
         chip.aiclk_mhz = float(aiclk & 0xFFFF)
-    vcore = register(smbus, "VCORE")
+    vcore = reading_register(smbus, "VCORE")
     if chip.voltage_volts is None and vcore is not None:
         chip.voltage_volts = vcore / 1000.0
-    raw_temp = register(smbus, "ASIC_TEMPERATURE")
+    raw_temp = reading_register(smbus, "ASIC_TEMPERATURE")
     if chip.temperature_celsius is None and raw_temp is not None:
         chip.temperature_celsius = decode_temperature(raw_temp, chip.generation)
     if chip.heartbeat is None:
         chip.heartbeat = _whole_register(smbus, _heartbeat_register(chip.generation), label, warnings, said)
     fan_rpm = _whole_register(smbus, "FAN_RPM", label, warnings, said)
-    chip.fan_rpm = fan_rpm if fan_rpm not in (None, 0xFFFFFFFF) else None
+    chip.fan_rpm = fan_rpm if fan_rpm not in _ALL_ONES else None
 
     chip.tdp_limit_watts = _limit(limits, "tdp_limit")
     if chip.tdp_limit_watts is None and tdp is not None and tdp >> 16:

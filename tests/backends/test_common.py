@@ -231,3 +231,64 @@ def test_the_quick_probes_import_no_glob() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=60).stdout.split()
     assert out == ["False"]
+
+
+# --- all-ones sentinels in tool cells ---------------------------------------------------------
+
+@pytest.mark.parametrize(("raw", "sentinel"), [
+    (4294967295, True), ("4294967295", True), ("4294967295uW", True), (" 18446744073709551615 ", True),
+    ("0xFFFFFFFF", True), ("2147483647", True), (4294967295.0, True), ("65535 W", True),
+    ("4294967294", False), ("42.5 W", False), ("N/A", False), (True, False), ("-1", False),
+])
+def test_is_sentinel(raw: object, sentinel: bool) -> None:
+    from allsmi.backends._common.cells import is_sentinel
+    assert is_sentinel(raw) is sentinel
+
+
+def test_sentinel_cells_are_unknown_whatever_they_convert_to() -> None:
+    """4294967295 µW is 4294.97 W, inside the power range: still the tool's "no reading"."""
+    from allsmi.backends._common.cells import whole_cell
+    warnings: list[str] = []
+    read = CellReader("dev0", warnings)
+    assert read.measure("4294967295uW", units.parse_power_watts("4294967295uW", "uw"), "power",
+                        "power_watts") is None
+    assert read.measure("65535", 65535.0, "power", "power_watts") is None
+    assert read.size("18446744073709551615", "memory") is None
+    assert whole_cell("4294967295", "dev0", "ecc", warnings) is None
+    assert whole_cell(0xFFFFFFFFFFFFFFFF, "dev0", "bytes", warnings) is None
+    assert warnings == []
+    # 65535 is an ordinary byte or MiB count, and a counter may pass through all ones
+    assert read.measure("65535", 65535 * units.MIB, "memory", "memory_used_bytes") == 65535 * units.MIB
+    assert read.size("65535", "memory") == 65535
+    assert whole_cell("65535", "dev0", "ecc", warnings) == 65535
+    assert whole_cell("4294967295", "dev0", "heartbeat", warnings, sentinels=False) == 4294967295
+
+
+# --- the locale a tool prints numbers in ------------------------------------------------------
+
+def test_tools_print_numbers_in_the_c_locale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a German locale a tool that honours it prints ``45,5``: tools run with
+    ``LC_NUMERIC=C``, the user's ``LC_ALL`` kept for everything else (as ``LANG``)."""
+    import sys
+
+    from allsmi.backends._common.runner import run_tool, tool_environment
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
+    monkeypatch.setenv("LC_TIME", "fr_FR.UTF-8")
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    env = tool_environment()
+    assert (env["LC_NUMERIC"], env["LANG"], "LC_ALL" in env, "LC_TIME" in env) == \
+        ("C", "de_DE.UTF-8", False, False)
+    assert tool_environment({"LANG": "de_DE.UTF-8", "LC_TIME": "fr_FR"}) == {
+        "LANG": "de_DE.UTF-8", "LC_TIME": "fr_FR", "LC_NUMERIC": "C"}
+    script = "import os; print(os.environ.get('LC_ALL'), os.environ.get('LC_NUMERIC'))"
+    result = run_tool([sys.executable, "-c", script], timeout=10)
+    assert result.stdout.split() == ["None", "C"]
+    from allsmi.backends._common.stream import LineStream
+    lines: list[str] = []
+    stream = LineStream([sys.executable, "-c", script], on_line=lines.append)
+    stream.start()
+    deadline = time.monotonic() + 10
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stream.close()
+    assert lines and lines[0].split() == ["None", "C"]

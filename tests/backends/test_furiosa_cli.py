@@ -270,3 +270,23 @@ def test_ps_rows_for_an_unlisted_npu_are_named_in_the_warnings(tmp_path: Path,
     devices = backend.sample()
     assert len(devices) == 4 and all(60001 not in {p.pid for p in d.processes} for d in devices)
     assert any("does not list" in w and "npu9 (1 row(s))" in w for w in backend.warnings), backend.warnings
+
+
+def test_status_dram_all_ones_is_unknown() -> None:
+    """A DRAM total of UINT64_MAX bytes is the tool's "no reading", not 16 EiB."""
+    rows, warnings = parse.parse_status([{"device": "npu0", "liveness": "alive", "memory": {"DRAM": {
+        "used_size": 1024, "total_size": 18446744073709551615, "used_ratio": 0.0}}}])
+    assert rows["npu0"].memory_total_bytes is None and rows["npu0"].memory_used_bytes == 1024
+    assert warnings == []
+
+
+def test_a_warning_line_before_the_json_is_ignored_with_a_note(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """furiosa-smi, like the other vendors' tools, may print a banner before its JSON: the
+    document after it is read, and the note says text was ignored."""
+    info = "WARN: a newer firmware is available for npu0\n" + (FURIOSA / RNGD_4X["info"]).read_text()
+    backend, _ = _backend(tmp_path, monkeypatch, {"info": route(text=info),
+                                                  "status": route(RNGD_4X["status"])})
+    devices = backend.sample()
+    assert len(devices) == 4 and all(d.health == "ok" for d in devices)
+    assert any("ignored" in w and "non-JSON" in w for w in backend.warnings), backend.warnings

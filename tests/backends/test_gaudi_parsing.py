@@ -193,3 +193,24 @@ def test_process_rows_with_impossible_aip_or_pid_are_skipped_with_a_warning() ->
 
 def test_parse_line_index_takes_ascii_digits_only() -> None:
     assert "not a number" in parse_line("٣, u, 5", ["index", "uuid", "power.draw"])  # type: ignore[operator]
+
+
+def test_all_ones_cells_are_unknown_but_65535_mib_is_a_size() -> None:
+    """hl-smi cells of all ones (a counter's UINT32_MAX, 65535 W) are no reading; 65535 MiB in
+    use is an ordinary amount of memory."""
+    from allsmi.backends._common.cells import SaidOnce
+    from allsmi.backends.gaudi import GaudiBackend
+    from allsmi.backends.gaudi.samples import Identity
+    fields = ("index", "uuid", "power.draw", "power.max", "memory.used", "memory.total",
+              "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total")
+    row = parse_line("0, U0, 4294967295 W, 65535 W, 65535 MiB, 98304 MiB, 4294967295, 0", fields)
+    assert isinstance(row, Row)
+    backend = GaudiBackend()
+    backend.warnings, backend._said, backend._firmware = [], SaidOnce(), {}
+    ident = Identity(key=row.key, id="U0", index=0, uuid="U0", bus_id=None, name=None,
+                     driver_version=None)
+    sample = backend._row_sample(ident, row)
+    assert (sample.power_watts, sample.power_limit_watts) == (None, None)
+    assert sample.memory_used_bytes == 65535 * MIB
+    assert sample.details == {"ecc_uncorrected_total": 0}
+    assert backend.warnings == []

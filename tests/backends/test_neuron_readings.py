@@ -253,3 +253,23 @@ def test_ecc_counts_that_are_missing_or_negative_are_unknown_not_events() -> Non
     report = parse_monitor(json.dumps({"neuron_runtime_data": [], "system_data": {
         "neuron_hw_counters": {"period": 1.0, "error": "", "neuron_devices": rows}}}))
     assert report.ecc_uncorrected == {1: 2, 2: 0}
+
+
+def test_all_ones_sizes_and_counts_are_unknown() -> None:
+    """UINT64_MAX is the driver's "no reading": not a memory size, an ECC count or bytes a
+    NeuronCore holds."""
+    from allsmi.backends.neuron.parse import parse_monitor
+    warnings: list[str] = []
+    (dev,) = load_devices(json.dumps([{"neuron_device": 0, "bdf": "00:1e.0", "nc_count": 2,
+                                       "memory_size": 18446744073709551615,
+                                       "neuroncore_ids": [0, 1]}]), "neuron-ls", warnings)
+    assert dev.memory_total_bytes is None
+    rows = [{"neuron_device_index": 0, "mem_ecc_uncorrected": 18446744073709551615,
+             "sram_ecc_uncorrected": 1}]
+    memory = {"neuron_runtime_used_bytes": {"usage_breakdown": {"neuroncore_memory_usage": {
+        "0": {"tensors": 18446744073709551615, "model_code": 1024}}}}}
+    report = parse_monitor(json.dumps({"neuron_runtime_data": [
+        {"pid": 42, "report": {"memory_used": memory}}], "system_data": {
+        "neuron_hw_counters": {"period": 1.0, "error": "", "neuron_devices": rows}}}))
+    assert report.ecc_uncorrected == {0: 1}
+    assert report.runtimes[42].memory is None

@@ -325,8 +325,11 @@ def test_warnings_are_reset_every_sample(env: ScenarioEnv) -> None:
     backend.sample()
     assert backend.warnings
     write_standin(env.tmp_path / "bin", "rbln-smi", fixture=LOADED)
-    backend.sample()
-    assert backend.warnings == []
+    devices = backend.sample()
+    # only the first output's devices, now missing (reported degraded), are said again
+    missing = {d.id for d in devices if d.health == "degraded" and d.processes is None}
+    assert missing and all(w.split(":")[0] in missing and "missing from rbln-smi's output" in w
+                           for w in backend.warnings), backend.warnings
 
 
 def test_tool_with_no_device_gives_an_empty_list(env: ScenarioEnv) -> None:

@@ -296,3 +296,13 @@ def test_contexts_util_info_is_each_processes_utilization() -> None:
         {"npu": 0, "pid": "10", "process": "a", "memalloc": "1.0GiB"}]}
     (device,), _ = _build(report)
     assert device.processes[0].utilization_percent is None  # one context without it: unknown
+
+
+def test_all_ones_cells_are_unknown_not_values() -> None:
+    """UINT32_MAX µW reads as 4294.97 W and UINT64_MAX bytes as 16 EiB, both in range: they are
+    the driver's "no reading", so unknown."""
+    samples, warnings = _build({"KMD_version": "3.0.0", "devices": [_row(
+        card_power="4294967295uW", memory={"used": "0", "total": "18446744073709551615"})]})
+    (dev,) = samples
+    assert dev.power_watts is None and dev.memory_total_bytes is None
+    assert dev.memory_used_bytes == 0 and dev.temperature_celsius == 31.0

@@ -132,3 +132,29 @@ def test_extract_snapshot_skips_progress_and_ansi() -> None:
 def test_extract_snapshot_rejects_broken_output(name: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         extract_snapshot((TENSTORRENT / name).read_text())
+
+
+@pytest.mark.parametrize("register", ["ASIC_TEMPERATURE", "TDP", "TDC", "AICLK", "VCORE"])
+@pytest.mark.parametrize("telemetry_na", [False, True])
+def test_all_ones_reading_register_is_no_reading(register: str, telemetry_na: bool) -> None:
+    """0xFFFFFFFF in a reading register is the firmware's "no reading": neither the register
+    nor what tt-smi decoded from it is a value (on Blackhole it decodes as -0.00002 °C)."""
+    snapshot = _load("snapshot-6.8-blackhole-p300c-board-power.json")
+    entry = snapshot["device_info"][0]
+    entry["smbus_telem"][register] = "0xffffffff"
+    field = {"ASIC_TEMPERATURE": "asic_temperature", "TDP": "power", "TDC": "current",
+             "AICLK": "aiclk", "VCORE": "voltage"}[register]
+    entry["telemetry"][field] = "N/A" if telemetry_na else " -0.0"
+    chips, _, _ = decode.decode_snapshot(snapshot)
+    attr = {"ASIC_TEMPERATURE": "temperature_celsius", "TDP": "asic_power_watts",
+            "TDC": "current_amps", "AICLK": "aiclk_mhz", "VCORE": "voltage_volts"}[register]
+    assert getattr(chips[0], attr) is None
+    assert chips[1].temperature_celsius == 36.8  # the other chip reads, as tt-smi decoded it
+
+
+def test_heartbeat_counter_keeps_all_ones() -> None:
+    """A counter passes through 0xFFFFFFFF on its way round: that value is kept."""
+    snapshot = _load("snapshot-6.8-blackhole-p300c-board-power.json")
+    snapshot["device_info"][0]["telemetry"]["heartbeat"] = str(0xFFFFFFFF)
+    chips, warnings, _ = decode.decode_snapshot(snapshot)
+    assert chips[0].heartbeat == 0xFFFFFFFF and warnings == []
