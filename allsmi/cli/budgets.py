@@ -11,6 +11,9 @@ that starts on the first of its month already is that month to date (no second p
 Each row gets the figures of the row with the same keys (group, vendor, host, holder...) over
 the month to date; a row with no such row there (its holder appeared after the window's month
 began... never: the window is inside the month) keeps ``None``.
+
+The month to date's warnings are the report's (said once), and so are its partial answers
+(:func:`with_partial`): the coverage lowered to 0, exit status 3, as for the window's own.
 """
 
 from __future__ import annotations
@@ -50,10 +53,30 @@ def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
         rows.append(replace(row, budget_used_ratio=None if month is None else month.budget_used_ratio,
                             forecast_month_end_cost=None if month is None
                             else month.forecast_month_end_cost))
-    # The month to date's warnings (said on stderr as it was read) are the budget columns'.
+    # The month to date's warnings (said on stderr as it was read) are the budget columns';
+    # its partial answers, the document's, as the window's own (coverage 0, exit 3).
+    from allsmi.accounting.periods import iso
     notes = tuple(dict.fromkeys(tuple(report.notes) + tuple(to_date.notes)))
+    report = with_partial(report, to_date.warnings, f"the month to date ({iso(first)} to "
+                          f"{iso(report.window.end)}) for the budgets")
     return replace(report, rows=tuple(rows) if isinstance(report.rows, tuple) else rows,
                    budget_totals=group_totals(to_date.rows), notes=notes)
+
+
+def with_partial(report: Any, found: Any, reading: str) -> Any:
+    """``report`` vouching also for the partial answers ``found`` by another reading it was
+    made from (``reading`` names it: ``the month to date (... to ...) for the budgets``), as
+    for its own: each new one in its ``warnings``, after ``reading ``, and its coverage lowered
+    to 0 (the command exits 3)."""
+    new = [w for w in dict.fromkeys(found or ()) if w not in report.warnings]
+    if not new:
+        return report
+    return replace(report, coverage_ratio=0.0, warnings=tuple(report.warnings) + tuple(
+        f"{ANOTHER_READING}{reading}: {w}" for w in new))
+
+
+#: How a partial answer of another reading than the window's begins (:func:`with_partial`).
+ANOTHER_READING = "reading "
 
 
 def group_totals(rows: Any) -> tuple[tuple[str, float | None, float | None], ...]:

@@ -90,7 +90,8 @@ def _export(run: _ExportRun, output_format: str | None, output: str | None,
     say_budgets(overrun)
 
     coverage = report.coverage_ratio
-    complete = coverage is not None and coverage >= threshold
+    # a partial answer (of any reading) is a gap whatever the threshold: said, exit 3
+    complete = coverage is not None and coverage >= threshold and not report.warnings
     if not complete:
         raise Failed("coverage", incomplete_message(report, threshold), EXIT_INCOMPLETE)
     if run.textfile:
@@ -188,13 +189,9 @@ def _low_coverage(report: Any, threshold: float, most: int = 5) -> list[str]:
     return out
 
 
-def warn_budgets(report: Any) -> None:
-    """Name on stderr each group whose cost (or forecast to the month's end) is above its
-    budget; the CSV's budget columns say the same per row."""
-    say_budgets(budget_notes(report))
-
-
 def say_budgets(notes: Any) -> None:
+    """Name on stderr each group whose cost (or forecast to the month's end) is above its
+    budget (:func:`budget_notes`); the CSV's budget columns say the same per row."""
     for note in notes:
         click.echo(f"allsmi: {note}", err=True)
 
@@ -231,9 +228,12 @@ def incomplete_message(report: Any, threshold: float) -> str:
     from allsmi.accounting.periods import iso
     where = f"{iso(report.window.start)} to {iso(report.window.end)}"
     if report.warnings:
-        return (f"{report.source} gave a partial answer for {where} (--allow-partial): "
-                f"{'; '.join(report.warnings)}; the file was written with its coverage lowered "
-                f"to 0, the bill may be short (exit status {EXIT_INCOMPLETE})")
+        from allsmi.cli.budgets import ANOTHER_READING
+        # (another reading's, the month to date's, names its own span)
+        own = any(not w.startswith(ANOTHER_READING) for w in report.warnings)
+        return (f"{report.source} gave a partial answer" + (f" for {where}" if own else "")
+                + f" (--allow-partial): {'; '.join(report.warnings)}; the file was written with "
+                f"its coverage lowered to 0, the bill may be short (exit status {EXIT_INCOMPLETE})")
     if report.coverage_ratio is None:
         return (f"no device data for {where} in {report.source}: the export is empty "
                 f"(exit status {EXIT_INCOMPLETE})")

@@ -59,7 +59,7 @@ def report(**opts: Any) -> None:
 def _report(run: Run, output: str | None, coverage_threshold: float | None,
             **opts: Any) -> None:
     from allsmi.accounting.htmlreport.charts import ChartsUnavailable, require_libraries
-    from allsmi.cli.export import EXIT_INCOMPLETE, incomplete_message, warn_budgets
+    from allsmi.cli.export import EXIT_INCOMPLETE, budget_notes, incomplete_message, say_budgets
     try:
         require_libraries()
     except ChartsUnavailable as exc:
@@ -73,11 +73,13 @@ def _report(run: Run, output: str | None, coverage_threshold: float | None,
     views = _views(plan, threshold)
     groups = views.groups
     run.coverage = groups.coverage_ratio
+    overrun = budget_notes(groups)  # on the page as on stderr
+    from dataclasses import replace
     from allsmi.accounting.htmlreport.page import render_html
-    write_output(render_html(views), output)
-    warn_budgets(groups)
+    write_output(render_html(replace(views, overruns=overrun)), output)
+    say_budgets(overrun)
     coverage = groups.coverage_ratio
-    if coverage is None or coverage < threshold:
+    if coverage is None or coverage < threshold or groups.warnings:  # (partial: as the export)
         raise Failed("coverage", incomplete_message(groups, threshold), EXIT_INCOMPLETE)
 
 
@@ -86,7 +88,8 @@ def _views(plan: Any, threshold: float) -> Any:
     and the trend, one reading per day (per month over long windows)."""
     from dataclasses import replace
     from allsmi.accounting.htmlreport.data import MAX_DAYS, Views
-    from allsmi.cli.budgets import month_to_date
+    from allsmi.accounting.periods import iso
+    from allsmi.cli.budgets import month_to_date, with_partial
     from allsmi.cli.simreuse import Replays
     notes: list[str] = []
     with Replays() as replays:  # a simulation's month to date extends the window's replay
@@ -100,10 +103,17 @@ def _views(plan: Any, threshold: float) -> Any:
                 [day] = usage_reports(window, (GROUP_KEYS,), plan.config, ledger, client, name,
                                       quiet=True)
                 trend.append((label, day))
+        # (not their partial answers: each reading has its own, the page's as the window's)
+        if steps:
+            groups = with_partial(groups, [w for _, day in trend for w in day.warnings],
+                                  f"the {unit}s ({iso(steps[0][1].start)} to "
+                                  f"{iso(steps[-1][1].end)}) for the trend")
         # budgets: the month to date, whatever the window (as the export's)
         groups = month_to_date(replace(plan, keys=GROUP_KEYS), groups,
                                lambda p: build(p, replays))
-    return Views(groups, holders, pools, tuple(trend), threshold, unit, tuple(notes))
+    # the page warns of what stderr said: the month to date's warnings too
+    return Views(groups, holders, pools, tuple(trend), threshold, unit,
+                 tuple(dict.fromkeys(tuple(notes) + tuple(groups.notes))))
 
 
 def _steps(window: Any, max_days: int) -> tuple[list[tuple[str, Any]], str]:

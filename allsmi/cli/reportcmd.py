@@ -125,9 +125,9 @@ class Plan:
     purpose: str = ""
     """What the report is for, when not the command's own window (its progress line says it)."""
     said: set[str] = field(default_factory=set, compare=False, repr=False)
-    """The source's warnings said so far by this command: shared by the plans made from this
-    one (``dataclasses.replace``), so that a second reading (the month to date a budget needs)
-    does not say the same warning again."""
+    """The source's warnings (and lines about it: ``billed from``, ``prices``) said so far by
+    this command: shared by the plans made from this one (``dataclasses.replace``), so that a
+    second reading (the month to date a budget needs) does not say the same again."""
 
 
 def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
@@ -194,18 +194,24 @@ def build(plan: Plan, replays: Any = None) -> Any:
     ``replays``, :class:`allsmi.cli.simreuse.Replays`, which keeps it for the next report)."""
     from allsmi.cli.progress import Progress, counting
     why = f" ({plan.purpose})" if plan.purpose else ""
-    with source(plan, replays) as (ledger, client, name):
-        if client is not None:  # each answered query is a step
-            with Progress(f"querying {client.url}{why}", unit="queries",
-                          verbose=plan.verbose) as progress:
-                client.query = counting(client.query, progress)
-                client.query_range_vector = counting(client.query_range_vector, progress)
+    try:
+        with source(plan, replays) as (ledger, client, name):
+            if client is not None:  # each answered query is a step
+                with Progress(f"querying {client.url}{why}", unit="queries",
+                              verbose=plan.verbose) as progress:
+                    client.query = counting(client.query, progress)
+                    client.query_range_vector = counting(client.query_range_vector, progress)
+                    return usage_report(plan.window, plan.keys, plan.config, ledger, client,
+                                        source=name, said=plan.said, purpose=plan.purpose)
+            with Progress(("billing" if name else f"reading {plan.ledger}") + why,
+                          verbose=plan.verbose):
                 return usage_report(plan.window, plan.keys, plan.config, ledger, client,
-                                    source=name, said=plan.said)
-        with Progress(("billing" if name else f"reading {plan.ledger}") + why,
-                      verbose=plan.verbose):
-            return usage_report(plan.window, plan.keys, plan.config, ledger, client, source=name,
-                                said=plan.said)
+                                    source=name, said=plan.said, purpose=plan.purpose)
+    except Failed as exc:  # a second reading's failure says which reading failed
+        if not plan.purpose:
+            raise
+        raise Failed(exc.reason, f"reading the {plan.purpose}: {exc.message}", exc.code) \
+            from None
 
 
 @contextlib.contextmanager
@@ -267,19 +273,26 @@ def _client(config: Any, url: str | None, timeout: float, user: str | None,
 
 
 def usage_report(window: Any, keys: tuple[str, ...], config: Any, ledger: Any, client: Any,
-                 source: str | None = None, said: set[str] | None = None) -> Any:
+                 source: str | None = None, said: set[str] | None = None,
+                 purpose: str = "") -> Any:
     """The usage report over ``window`` grouped by ``keys``: from Prometheus when ``client`` is
     given, else from the ledger file ``ledger`` (``source`` names it in the report; ``said``:
-    warnings already said, not said again)."""
-    return usage_reports(window, (keys,), config, ledger, client, source, said=said)[0]
+    warnings already said, not said again; ``purpose``: see :func:`usage_reports`)."""
+    return usage_reports(window, (keys,), config, ledger, client, source, said=said,
+                         purpose=purpose)[0]
 
 
 def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: Any,
                   source: str | None = None, quiet: bool = False,
-                  notes: list[str] | None = None, said: set[str] | None = None) -> list[Any]:
+                  notes: list[str] | None = None, said: set[str] | None = None,
+                  purpose: str = "") -> list[Any]:
     """One usage report over ``window`` per grouping in ``key_sets``, from one reading of the
     source (see :func:`usage_report`); ``quiet``: say nothing on stderr about the source;
-    ``notes``: gathers the source's warnings (conflicting ledger rows, series left out)."""
+    ``notes``: gathers the source's warnings (conflicting ledger rows, series left out);
+    ``purpose``: what a second reading is for, said with its lines that differ from the first's
+    (the same lines are said once, through ``said``). The reports' ``warnings`` are the
+    partial answers of this reading alone (:func:`allsmi.cli.budgets.with_partial` adds
+    another reading's)."""
     from allsmi.accounting.report import build_report
     key_sets = [tuple(keys) for keys in key_sets]
     # The holders' shares are read whatever the grouping: what each row's cost was spent on
@@ -288,6 +301,7 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
     if client is not None:
         from allsmi.accounting.promrollup import prometheus_usage
         from allsmi.accounting.promsource import PrometheusError
+        client.warnings = []  # this reading's partial answers, not an earlier reading's
         try:
             usage = prometheus_usage(client, window, by_holder=by_holder,
                                      rollups=getattr(client, "use_rollups", True))
@@ -317,12 +331,12 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                                 source=f"prometheus {client.url}", source_data=usage.detail,
                                 published=published) for keys in key_sets]
         if not quiet:
-            click.echo(f"allsmi: billed from {usage.detail} of prometheus {client.url}", err=True)
+            _tell(f"billed from {usage.detail} of prometheus {client.url}", purpose, said)
         reports = _noted(reports, usage.notes + tuple(conflicts), notes, quiet, said)
         if not quiet:
             prices = describe(dict(reports[0].price_sources))
             if prices:
-                click.echo(f"allsmi: prices: {prices}", err=True)
+                _tell(f"prices: {prices}", purpose, said)
         if client.warnings:
             # Data may be missing that nothing here can measure: the rows vouch for none of
             # the window, so the coverage is lowered to 0 (the export exits 3 and says why).
@@ -342,6 +356,16 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
     reports = [build_report(parts, window, keys, config, holder_parts=holders,
                             source=source or f"ledger {ledger}") for keys in key_sets]
     return _noted(reports, conflicts, notes, quiet, said)
+
+
+def _tell(line: str, purpose: str, said: set[str] | None) -> None:
+    """``line`` about the source on stderr, once per command (through ``said``); a second
+    reading's (``purpose``) that differs from the first's says what it is for."""
+    if said is not None and line in said:
+        return
+    click.echo(f"allsmi: {line}" + (f" ({purpose})" if purpose else ""), err=True)
+    if said is not None:
+        said.add(line)
 
 
 def _noted(reports: list[Any], found: Any, notes: list[str] | None, quiet: bool,

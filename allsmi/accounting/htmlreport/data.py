@@ -55,6 +55,8 @@ class Views:
     notes: tuple[str, ...] = ()
     """The source's warnings (conflicting ledger rows, series left out), as the export says
     them on stderr."""
+    overruns: tuple[str, ...] = ()
+    """The groups above their budget, as said on stderr (the export's ``budget_notes``)."""
 
 
 def values(row: Row) -> dict[str, Any]:
@@ -356,6 +358,7 @@ def _notes(c: Content) -> None:
         c.warnings.append(f"The data covers {coverage:.2%} of the device time in this window, "
                           f"below the threshold of {v.threshold:.2%}: the figures may be short.")
     c.warnings.extend(f"The source warns: {note}" for note in v.notes)
+    c.warnings.extend(f"Over budget: {note}." for note in v.overruns)
     if v.groups.source_data and "raw counters" in v.groups.source_data:
         c.warnings.append(f"Part of this bill came from raw counters, not from the hourly "
                           f"roll-ups: {v.groups.source_data}.")
