@@ -162,13 +162,13 @@ def discover_path(flag: str | os.PathLike[str] | None = None,
     return None, False
 
 
-def group_name_problem(name: str) -> str:
+def group_name_problem(name: str, what: str = "a resource group's name") -> str:
     """Why ``name`` cannot name a resource group (``""``: it can)."""
     from allsmi.text import MAX_NAME, clean_text
     if clean_text(name) != name:
-        return (f"a resource group's name must be printable text of at most {MAX_NAME} "
-                "characters (no control, format or bidirectional characters): devices' "
-                "groups are shown and matched so")
+        return (f"{what} must be printable text of at most {MAX_NAME} "
+                "characters (no control, format or bidirectional characters): it is shown "
+                "and matched so")
     return ""
 
 
@@ -181,35 +181,45 @@ def load_config(flag: str | os.PathLike[str] | None = None,
     tables is added to it and the config is what the valid keys say."""
     env = os.environ if environ is None else environ
     path, explicit = discover_path(flag, env)
-    if path is None:
-        config = Config()
-    else:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            if explicit and problems is None:
-                raise ConfigError("file not found", path) from None
-            if explicit:
-                problems.append(ConfigError("file not found", path))  # type: ignore[union-attr]
-            text = ""
-        except (OSError, UnicodeDecodeError) as exc:
-            if problems is None:
-                raise ConfigError(f"cannot read: {exc}", path) from exc
-            problems.append(ConfigError(f"cannot read: {exc}", path))
-            text = ""
+    config = Config()
+    if path is not None:
+        text, error = read_config_text(path, explicit)
+        if error is not None and problems is None:
+            raise error
+        if error is not None:
+            problems.append(error)  # type: ignore[union-attr]
         if problems is None:
             config = parse_config(text, path)
         else:
             config, found = config_problems(text, path)
             problems.extend(found)
-    if env.get("ALLSMI_RESOURCE_GROUP"):
-        from dataclasses import replace
-        name = env["ALLSMI_RESOURCE_GROUP"].strip()
-        problem = group_name_problem(name)
-        if problem:
-            raise ConfigError(f"{name!r}: {problem}", Path("$ALLSMI_RESOURCE_GROUP"))
-        config = replace(config, default_group=name)
+    from dataclasses import replace
+    for var, what in (("ALLSMI_RESOURCE_GROUP", "a resource group's name"),
+                      ("ALLSMI_HOSTNAME", "a host name")):  # blank: unset (allsmi.host too)
+        name = env.get(var, "").strip()
+        problem = group_name_problem(name, what)
+        if problem:  # a host's name is shown, exported and matched by [[rules]] host alike
+            raise ConfigError(f"{name!r}: {problem}", Path(f"${var}"))
+        if name and var == "ALLSMI_RESOURCE_GROUP":
+            config = replace(config, default_group=name)
     return config
+
+
+def read_config_text(path: Path, explicit: bool) -> tuple[str, ConfigError | None]:
+    """The text of the config file (a UTF-8 byte-order mark left out), or ``""`` and why not
+    (a missing file is no problem unless it was asked for: ``explicit``)."""
+    data = b""
+    try:
+        data = path.read_bytes()
+        return data.decode("utf-8").removeprefix("\ufeff"), None
+    except FileNotFoundError:
+        return "", ConfigError("file not found", path) if explicit else None
+    except OSError as exc:
+        return "", ConfigError(f"cannot read: {exc.strerror or exc}", path)
+    except UnicodeDecodeError as exc:
+        from allsmi.tomlkeys import undecodable
+        reason, line, key = undecodable(data, exc)
+        return "", ConfigError(reason, path, line, key)
 
 
 def parse_config(text: str, path: Path | None = None) -> Config:
@@ -239,8 +249,9 @@ def config_problems(text: str, path: Path | None = None, *,
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        reason, line = toml_syntax_line(exc)
-        return Config(path=path), [ConfigError(f"invalid TOML: {reason}", path, line)]
+        reason, line = toml_syntax_line(exc)  # and the key written there (one written twice)
+        key = KeyLocator(text).shown.get(line) if line else None
+        return Config(path=path), [ConfigError(f"invalid TOML: {reason}", path, line, key)]
     locator = KeyLocator(text)
     problems: list[ConfigError] = []
     while True:
@@ -266,8 +277,8 @@ class _Validator:
         self.data, self.path, self.locator = data, path, locator
 
     def fail(self, message: str, *key_path: str | int) -> ConfigError:
-        keys = tuple(str(k) for k in key_path)
-        shown = ".".join(k if not k.isdigit() else f"[{int(k) + 1}]" for k in keys)
+        keys = tuple(str(k) for k in key_path)  # an int is an array's index; a str a table's key
+        shown = ".".join(f"[{k + 1}]" if isinstance(k, int) else k for k in key_path)
         return ConfigError(message, self.path, self.locator.find(keys), shown.replace(".[", "["),
                            keys)
 
@@ -377,6 +388,9 @@ class _Validator:
                 if key in rule:
                     value = rule[key]
                     if isinstance(value, int) and not isinstance(value, bool) and key == "index":
+                        if value < 0:
+                            raise self.fail(f"must be a device index (0 or more) or a glob, got "
+                                            f"{value}", "rules", i, key)
                         value = str(value)
                     patterns[key] = self.string(value, "rules", i, key)
             if not patterns:
@@ -394,9 +408,10 @@ class _Validator:
             if not re.fullmatch(_LABEL_NAME, key) or key.startswith("__") or key in RESERVED_LABELS:
                 raise self.fail("label names must match [a-zA-Z_][a-zA-Z0-9_]*, not start with '__' "
                                 "and not be one of allsmi's own labels", "groups", name, "labels", key)
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise self.fail("label values must be strings (a number is taken as its "
-                                "text)", "groups", name, "labels", key)
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool) \
+                    or (isinstance(value, float) and not math.isfinite(value)):
+                raise self.fail("label values must be strings (a finite number is taken as "
+                                f"its text), got {value!r}", "groups", name, "labels", key)
             if group_name_problem(str(value)):  # shown and exported as devices' labels are
                 raise self.fail("label values must be printable text of at most 256 "
                                 "characters (no control, format or bidirectional characters)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 NA = "N/A"
@@ -70,14 +71,18 @@ def csv_cell(value: object) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ""  # not a measurement: unknown, as None
     if isinstance(value, (int, float)):
         return repr(value) if isinstance(value, float) else str(value)
     text = str(value)
     if text and text[0] in "=+-@\t\r":
         try:
-            float(text)
+            if math.isfinite(float(text)):  # "-inf", "-nan": text a spreadsheet reads as a formula
+                return text
         except ValueError:
-            return "'" + text
+            pass
+        return "'" + text
     return text
 
 

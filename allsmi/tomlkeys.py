@@ -26,23 +26,31 @@ class KeyLocator:
 
     def __init__(self, text: str) -> None:
         self.lines: dict[tuple[str, ...], int] = {}
+        self.shown: dict[int, str] = {}
+        """The key each line writes, as error messages show it (``rules[3].vendor``): a TOML
+        syntax error (a key written twice, a bad value) names it, as the validator's do."""
         table: tuple[str, ...] = ()
+        table_shown = ""
         arrays: dict[tuple[str, ...], int] = {}
         for number, raw in enumerate(text.splitlines(), start=1):
             header = self._HEADER.match(raw)
             if header:
                 name = tuple(self._clean(p) for p in header.group(2).split("."))
+                table_shown = ".".join(name)
                 if header.group(1) == "[[":
                     arrays[name] = arrays.get(name, -1) + 1
                     table = name + (str(arrays[name]),)
+                    table_shown += f"[{arrays[name] + 1}]"
                 else:
                     table = name
                 self.lines.setdefault(table, number)
+                self.shown[number] = table_shown
                 continue
             key = self._KEY.match(raw)
             if key:
                 parts = tuple(self._clean(p) for p in key.group(1).split("."))
                 self.lines.setdefault(table + parts, number)
+                self.shown[number] = ".".join((table_shown,) + parts if table_shown else parts)
 
     @staticmethod
     def _clean(part: str) -> str:
@@ -61,6 +69,16 @@ def toml_syntax_line(exc: Exception) -> tuple[str, int | None]:
     """``(reason, line)`` of a ``tomllib.TOMLDecodeError``."""
     match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
     return re.sub(r" \(at line.*", "", str(exc)), int(match.group(1)) if match else None
+
+
+def undecodable(data: bytes, exc: UnicodeDecodeError) -> tuple[str, int, str | None]:
+    """``(reason, line, key)`` of bytes of a TOML file that are not UTF-8 (TOML's encoding)."""
+    before = data[:exc.start]
+    line = before.count(b"\n") + 1
+    column = exc.start - (before.rfind(b"\n") + 1) + 1
+    key = KeyLocator(data.decode("utf-8", "replace")).shown.get(line)
+    return (f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}); a TOML file is "
+            "UTF-8", line, key)
 
 
 def drop_key(data: Any, key_path: tuple[str, ...]) -> bool:

@@ -47,7 +47,7 @@ def test_precedence_env_over_file(tmp_path: Path) -> None:
     ('[[rules]]\nvendor = "nvidia"\n', 1, "rules[1]", "resource_group"),
     ('[nodes]\n', 1, "nodes", "unknown key"),
     ('x = [\n', None, None, "invalid TOML"),
-    ('[node]\nresource_group = "a"\nresource_group = "b"\n', 3, None, "invalid TOML"),
+    ('[node]\nresource_group = "a"\nresource_group = "b"\n', 3, "node.resource_group", "invalid TOML"),
 ])
 def test_errors_are_located(text: str, line: int | None, key: str | None, fragment: str) -> None:
     err = _err(text)

@@ -61,6 +61,32 @@ def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> f
     return value
 
 
+def refuse_empty(command: "click.Command") -> "click.Command":
+    """``command`` with each of its text and path options refusing an empty value (exit 2), which
+    would otherwise read as not given: ``--web-config ''`` serving without TLS, ``-o ''``
+    printing to stdout, ``--config ''`` reading another file, ``--simulate ''`` the hardware.
+    The group applies it to every command it runs (and to its own options); an option taken
+    several times says itself what an empty value means."""
+    import click
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.is_flag and not param.multiple \
+                and isinstance(param.type, (click.types.StringParamType, click.Path)) \
+                and not getattr(param.callback, "refuses_empty", False):
+            param.callback = _non_empty(param.callback)
+    return command
+
+
+def _non_empty(callback: Callable[..., Any] | None) -> Callable[..., Any]:
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        import click
+        if isinstance(value, str) and not value.strip():
+            raise click.BadParameter(f"must not be empty, got {value!r} (leave the option out "
+                                     "for the default)")
+        return callback(ctx, param, value) if callback else value
+    check.refuses_empty = True  # type: ignore[attr-defined]
+    return check
+
+
 def seconds_option(*names: str, limits: tuple[float, float], help: str) -> Callable[[F], F]:  # noqa: A002
     """A float option of seconds within ``limits`` (inclusive), finite."""
     import click

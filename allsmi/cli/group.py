@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from allsmi import __version__
-from allsmi.cli.common import common_options, dashboard_options, fail
+from allsmi.cli.common import common_options, dashboard_options, fail, refuse_empty
 from allsmi.cli.main import COMMANDS
 
 EPILOG = """\b
@@ -41,7 +41,7 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS or not _available(cmd_name):
             return None
         module, attr = COMMANDS[cmd_name].split(":")
-        return getattr(importlib.import_module(module), attr)
+        return refuse_empty(getattr(importlib.import_module(module), attr))
 
 
 @click.group(cls=LazyGroup, invoke_without_command=True, epilog=EPILOG,
@@ -69,3 +69,6 @@ def cli(ctx: click.Context, theme: str | None, sort: str | None, **_: Any) -> No
         ctx.invoke(dashboard_default, theme=theme, sort=sort)
     else:
         ctx.invoke(LazyGroup.get_command(cli, ctx, "snapshot"), output_format="table")  # type: ignore[arg-type]
+
+
+refuse_empty(cli)

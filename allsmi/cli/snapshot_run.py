@@ -10,7 +10,8 @@ every error looks exactly as it does under click.
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 FORMATS = ("json", "csv", "processes-csv", "table", "prometheus")
 
@@ -59,8 +60,22 @@ def run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
     ``opts`` are the common options (``config_path``, ``simulate``, ``interval``,
     ``backend_timeout``); ``parent`` the same options given before the command
     (``None``: read them from the current click context). Errors a user can fix
-    raise click's ``Exit`` through :func:`allsmi.cli.common.fail`.
+    raise click's ``Exit`` through :func:`allsmi.cli.common.fail`. Interrupted (SIGINT,
+    Ctrl-C) before the document is written, it writes nothing and exits 130 with one line;
+    once the document is being written, it is written whole (docs/snapshot.md).
     """
+    written: list[bool] = []
+    try:
+        _run(output_format, output, opts, parent, written)
+    except KeyboardInterrupt:
+        if written:  # the document is whole: what is left is closing the backends
+            return
+        from allsmi.cli.common import fail
+        raise fail("interrupted by SIGINT; nothing was written", 130) from None
+
+
+def _run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
+         parent: Mapping[str, Any] | None, written: list[bool]) -> None:
     # Taken before any backend runs: a vendor library that redirects or scribbles on fd 1
     # (amdsmi's import and init run with fd 1 pointed at a capture file, and a call that
     # never returns would leave it there) cannot swallow the document.
@@ -81,26 +96,47 @@ def run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
         # backends are closed, so closing a stuck one can never delay or lose it.
         snap = collector.collect_once()
         text = render(snap, output_format, s.config)
-        if output:
-            from allsmi.atomic import write_atomic
-            try:
-                write_atomic(output, text, mode=output_mode(output_format))
-            except OSError as exc:
-                raise fail(f"cannot write {output}: {exc.strerror or exc}", 1) from None
-        else:
-            out.write(text)
+        with sigint_held():  # never a part of the document: SIGINT waits until it is out
+            if output:
+                from allsmi.atomic import write_atomic
+                try:
+                    write_atomic(output, text, mode=output_mode(output_format))
+                except OSError as exc:
+                    raise fail(f"cannot write {output}: {exc.strerror or exc}", 1) from None
+            else:
+                out.write(text)
+            written.append(True)
     except BaseException as exc:
         exit_code = exit_code_of(exc)
         if exit_code is not None:
             code = exit_code
             raise
-        code = 1  # never "exit 0 with nothing on stdout", even when leaving early
-        say_unexpected(exc)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1  # never "exit 0 with nothing"
+        if code == 1:
+            say_unexpected(exc)
         raise
     finally:
         clean = collector.close_within(CLOSE_GRACE_SECONDS)
         if not clean:
             leave_now(code, collector.stuck)
+
+
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """SIGINT (Ctrl-C) ignored while the block runs (it writes the document, which is then
+    whole or, written to a file, absent); only the main thread can set a handler, and a
+    handler Python did not set is left alone."""
+    import signal
+    import threading
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def say_unexpected(exc: BaseException) -> None:
