@@ -28,10 +28,14 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from allsmi.hostactivity.pidns import pid_view
+from allsmi.lazylog import get_logger
 from allsmi.schema import DeviceSample
 
-from .model import ProcessAttribution, SourceResult, SourceUnavailable, Workload
+from .model import ProcessAttribution, SourceError, SourceResult, SourceUnavailable, Workload
 from .runner import AttributionSource
+
+log = get_logger(__name__)
 
 #: A cgroup file is a few lines; more than this is not one.
 MAX_CGROUP_BYTES = 64 * 1024
@@ -138,6 +142,7 @@ class CgroupSource(AttributionSource):
 
     def __init__(self, proc_root: Path | str = "/proc") -> None:
         self.proc_root = Path(proc_root)
+        self._said: str | None = None  # the PID namespace problem last logged (once, not per cycle)
 
     def absent(self) -> str | None:
         return None if self.proc_root.is_dir() else f"{self.proc_root} not found"
@@ -146,6 +151,15 @@ class CgroupSource(AttributionSource):
         why = self.absent()
         if why is not None:
             raise SourceUnavailable(why)
+        # The drivers report host pids: under another PID namespace's /proc they name other
+        # processes, whose pods and jobs would be taken for the holders'. Nothing is read then;
+        # the devices with processes have unknown holders where no other source names one.
+        withheld = pid_view(str(self.proc_root)).problem
+        if withheld is not None:
+            if withheld != self._said:
+                self._said = withheld
+                log.warning("attribution cgroup: processes not attributed: %s", withheld)
+            raise SourceError(f"processes not attributed: {withheld}")
         processes: dict[int, ProcessAttribution] = {}
         failed: dict[int, str] = {}
         seen: dict[int, ProcessAttribution | None] = {}

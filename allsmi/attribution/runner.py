@@ -199,7 +199,7 @@ class Attributor:
         self._last: dict[str, tuple[float, SourceResult]] = {}
         self._said: dict[str, tuple[_Outcome, BackendStatus]] = {}
         self._last_merge: tuple[tuple[str, ...], tuple[SourceResult, ...],
-                                tuple[BackendStatus, ...], bool, Attribution] | None = None
+                                tuple[BackendStatus, ...], bool | str, Attribution] | None = None
         self.merges = 0
         """Merges made (the rest were the previous cycle's, carried: what a test counts)."""
 
@@ -219,7 +219,7 @@ class Attributor:
             statuses: list[BackendStatus] = []
             results: list[SourceResult] = []
             bad_shares: list[tuple[str, str, int]] = []
-            blind = False
+            blind: bool | str = False
             for runner in self.runners:
                 rest = resting[id(runner)]
                 if rest is not None:
@@ -244,7 +244,8 @@ class Attributor:
                                               in (outcome.result.bad_shares or {}).items())
                 status, carried = self._carry(status, results)
                 statuses.append(status)
-                blind = blind or (status.status in _FAILED and not carried)
+                if status.status in _FAILED and not carried:  # "processes": those devices only
+                    blind = blind is True or not runner.source.only_processes or "processes"
         merged = self._merged(devices, results, tuple(statuses), blind)
         return replace(merged, bad_shares=tuple(bad_shares)) if bad_shares else merged
 
@@ -259,7 +260,7 @@ class Attributor:
         return said[1]
 
     def _merged(self, devices: tuple[DeviceSample, ...], results: list[SourceResult],
-                statuses: tuple[BackendStatus, ...], blind: bool) -> Attribution:
+                statuses: tuple[BackendStatus, ...], blind: bool | str) -> Attribution:
         """:func:`merge`, or the last cycle's merge when its inputs are the same: the same
         devices (by id), the very same answers and statuses (an idle node's cycle after
         cycle)."""
@@ -330,13 +331,14 @@ def _fill(first: Workload, later: Workload) -> Workload:
 
 
 def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
-          statuses: tuple[BackendStatus, ...], blind: bool = False) -> Attribution:
+          statuses: tuple[BackendStatus, ...], blind: bool | str = False) -> Attribution:
     """The merged :class:`Attribution` of the answers of the sources that answered ``ok`` (or
     are carried). ``blind``: a source failed with nothing to carry, so a device no answer
-    names a holder of has unknown holders (``Attribution.unknown``), not none."""
+    names a holder of has unknown holders (``Attribution.unknown``), not none; ``"processes"``:
+    only sources that read the devices' processes failed, so only devices with processes."""
+    scope = [dev for dev in devices if blind is True or dev.processes] if blind else []
     if not results:
-        return Attribution(None, {}, statuses,
-                           frozenset(dev.id for dev in devices) if blind else frozenset())
+        return Attribution(None, {}, statuses, frozenset(dev.id for dev in scope))
     workloads: dict[str, tuple[Workload, ...]] = {}
     conflicts: list[tuple[str, tuple[Workload, ...]]] = []
     for dev in devices:
@@ -352,7 +354,7 @@ def merge(devices: Sequence[DeviceSample], results: Sequence[SourceResult],
             conflicts.append((dev.id, workloads[dev.id]))
     if conflicts:
         statuses = _with_conflicts(statuses, conflicts)
-    unknown = frozenset(dev.id for dev in devices if not workloads[dev.id]) if blind else frozenset()
+    unknown = frozenset(dev.id for dev in scope if not workloads[dev.id])
     processes: dict[int, ProcessAttribution] = {}
     for result in results:
         for pid, info in result.processes.items():

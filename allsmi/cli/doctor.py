@@ -104,6 +104,7 @@ def diagnose(**opts: Any) -> dict[str, Any]:
                          "duration_seconds": a.duration_seconds} for a in snap.attribution],
         "kubelet": _kubelet(s),
         "host_signals": _host_signals(s, collector),
+        "pid_namespace": pid_namespaces(s, collector),
         "stuck_backends": collector.stuck,
     }
 
@@ -123,6 +124,39 @@ def _host_signals(s: Any, collector: Any) -> dict[str, Any]:
             "signals": [{"name": x.name, "readable": x.readable, "detail": x.detail}
                         for x in host_signals()],
             "problems": list(step.problems)}
+
+
+def pid_namespaces(s: Any, collector: Any) -> list[dict[str, Any]]:
+    """Whether the ``/proc`` the per-process readers use (the cgroup attribution source's
+    ``proc_root``, the waiting classification's ``/proc``) shows the host's pids, which the
+    drivers report (docs/attribution.md); none under ``--simulate`` (no pid is this machine's)."""
+    if s.simulate:
+        return []
+    from allsmi import registry
+    from allsmi.attribution import attribution_settings
+    from allsmi.hostactivity.pidns import pid_view
+    roots: dict[str, list[str]] = {}
+    attribution = attribution_settings(s.config, os.environ, registry.declarations())
+    if "cgroup" in attribution.sources:
+        roots.setdefault(str(attribution.proc_root), []).append("attribution")
+    source = collector.waiting.source  # a sampler of /proc, or psutil's (no /proc: no pids)
+    if collector.waiting.settings.enabled and getattr(source, "portable", True) is False:
+        roots.setdefault(str(source.proc_root), []).append("waiting")
+    out = []
+    for root, users in roots.items():
+        view = pid_view(root)
+        out.append({"proc_root": root, "host": view.host, "detail": view.detail,
+                    "problem": view.problem, "used_by": users})
+    return out
+
+
+def pid_namespace_line(ns: dict[str, Any]) -> str:
+    """One line of :func:`pid_namespaces`' entry ``ns``: whether per-process readings are
+    made, and if not, why and what to do."""
+    users = " and ".join(ns["used_by"])
+    if ns["host"]:
+        return f"[+] pid namespace {ns['proc_root']} ({users}): the host's ({ns['detail']})"
+    return f"[!] pid namespace ({users}): device processes not read by pid: {ns['problem']}"
 
 
 def _kubelet(s: Any) -> dict[str, Any] | None:
@@ -246,4 +280,6 @@ def _render(report: dict[str, Any], as_json: bool) -> str:
             echo(f"      {sig['detail']}")
     for problem in signals["problems"]:
         echo(f"[!] host {problem}")
+    for ns in report["pid_namespace"]:
+        echo(pid_namespace_line(ns))
     return "".join(line + "\n" for line in lines)

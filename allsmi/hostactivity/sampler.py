@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Mapping
 
 from .cgroupcpu import throttled_fraction
 from .node import NodeReading, read_node
+from .pidns import pid_view
 from .portable import TICKS as PORTABLE_TICKS
 from .procfs import FIND_CGROUP, ProcessReading, clock_ticks, delay_accounting, read_process
 from .threads import summed_delta
@@ -254,6 +255,12 @@ class HostActivitySampler:
         if self.portable:
             return self._sample_portable(pids, now, seconds)
         node = read_node(self.proc_root, self.sys_root)
+        # the drivers' pids are the host's: under another PID namespace's /proc they name other
+        # processes, whose figures would be taken for the holders' (withheld: unknown, said)
+        withheld = pid_view(self.proc_root).problem
+        if withheld is not None:
+            pids = ()
+            node = replace(node, problems=node.problems + (f"holder processes not read: {withheld}",))
         # read each cycle: switched off (sysctl kernel.task_delayacct=0), the counters stop,
         # and an interval over which they did not move is not one without I/O wait
         delayacct = delay_accounting(self.proc_root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,9 +12,20 @@ import pytest
 from allsmi.attribution import Attributor, CgroupSource, ProcessAttribution, parse_cgroup
 from allsmi.schema import ProcessSample
 
+from ..hostactivity.fakeproc import pid_namespace
 from .helpers import find, mixed_devices
 
 PROC = Path(__file__).resolve().parents[2] / "fixtures" / "attribution" / "proc"
+
+
+@pytest.fixture(scope="module")
+def host_proc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixture tree as the host's /proc shows it: its pid 1 in the initial PID namespace
+    (``1/ns/pid``), so that the drivers' pids are its own (allsmi/hostactivity/pidns.py)."""
+    root = tmp_path_factory.mktemp("proc") / "proc"
+    shutil.copytree(PROC, root)
+    pid_namespace(root)
+    return root
 DEVICES = mixed_devices()
 
 EXPECTED = {
@@ -77,11 +89,11 @@ def _with_processes(pids_by_device: dict[str, list[tuple[int, str]]]) -> list:
             if d.id in pids_by_device else d for d in DEVICES]
 
 
-def test_source_attributes_processes_and_puts_slurm_jobs_on_devices() -> None:
+def test_source_attributes_processes_and_puts_slurm_jobs_on_devices(host_proc: Path) -> None:
     h0, amd = find(DEVICES, "nvidia", 0), find(DEVICES, "amd", 2)
     devices = _with_processes({h0.id: [(1001, "alice"), (1003, "svc")],
                                amd.id: [(1002, "bob"), (1005, "carol"), (99999, "gone")]})
-    with Attributor([CgroupSource(PROC)], 5) as attributor:
+    with Attributor([CgroupSource(host_proc)], 5) as attributor:
         result = attributor.resolve(devices)
     assert result.statuses[0].status == "ok" and result.statuses[0].message == ""
     assert result.process(1001) == EXPECTED[1001] and result.process(1003) == EXPECTED[1003]
@@ -98,6 +110,7 @@ def test_unreadable_cgroup_is_reported(tmp_path: Path) -> None:
     (tmp_path / "4000").mkdir()
     (tmp_path / "4000" / "cgroup").write_text("0::/slurm/job_1\n")
     (tmp_path / "4000" / "cgroup").chmod(0)
+    pid_namespace(tmp_path)
     devices = _with_processes({DEVICES[0].id: [(4000, "x")]})
     result = Attributor([CgroupSource(tmp_path)], 5).resolve(devices)
     assert "cannot read the cgroup of 1 process(es): 4000" in result.statuses[0].message
@@ -108,7 +121,7 @@ def test_missing_proc_root_is_unavailable(tmp_path: Path) -> None:
     assert result.statuses[0].status == "unavailable" and result.workloads is None
 
 
-def test_an_idle_node_hands_the_cgroup_source_nothing_to_read() -> None:
+def test_an_idle_node_hands_the_cgroup_source_nothing_to_read(host_proc: Path) -> None:
     """No process on any device: each cycle is answered without a call to it (no hand-off to a
     thread on an idle exporter, none started by a one-shot snapshot: its proc root is there,
     so its call would answer nothing); with processes, it is asked again."""
@@ -120,7 +133,7 @@ def test_an_idle_node_hands_the_cgroup_source_nothing_to_read() -> None:
             return super().collect(devices, now)
 
     idle = [replace(d, processes=()) for d in DEVICES]
-    attributor = Attributor([Counted(PROC)], timeout_seconds=5.0)
+    attributor = Attributor([Counted(host_proc)], timeout_seconds=5.0)
     try:
         for _ in range(4):
             result = attributor.resolve(idle)

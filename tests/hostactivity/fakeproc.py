@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from allsmi.hostactivity.pidns import PROC_PID_INIT_INO
+
+
+def pid_namespace(proc: Path, inode: int = PROC_PID_INIT_INO) -> None:
+    """``proc/1/ns/pid`` naming PID namespace ``inode`` as the kernel's link does
+    (``pid:[N]``): by default the initial one's, whose pids are those the drivers report."""
+    ns = proc / "1" / "ns"
+    ns.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(ns / "pid"):
+        (ns / "pid").unlink()
+    (ns / "pid").symlink_to(f"pid:[{inode}]")
 
 
 def stat_line(pid: int, state: str = "S", utime: int = 0, stime: int = 0, threads: int = 1,
@@ -29,6 +42,8 @@ def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threa
     (``pid`` for a process's own), as the kernel does (its ``Name`` escaped)."""
     base = root / "proc" / str(pid)
     (base / "task").mkdir(parents=True, exist_ok=True)
+    if not os.path.lexists(root / "proc" / "1" / "ns" / "pid"):
+        pid_namespace(root / "proc")
     (base / "stat").write_text(stat_line(pid, state, cpu, 0, threads, start, blkio, comm))
     for i in range(threads):  # the main thread's waits are the process's stat's and schedstat's
         tid = base / "task" / str(pid + i)
@@ -55,6 +70,8 @@ def write_node(root: Path, *, iowait: int = 0, total: int = 1000, psi_io_usec: i
                ib: dict[str, tuple[int, int]] | None = None) -> None:
     proc = root / "proc"
     proc.mkdir(parents=True, exist_ok=True)
+    if not os.path.lexists(proc / "1" / "ns" / "pid"):
+        pid_namespace(proc)
     busy = total - iowait
     (proc / "stat").write_text(f"cpu  {busy} 0 0 0 {iowait} 0 0 0 0 0\ncpu0 1 0 0 0 0 0 0 0 0 0\n")
     if psi_io_usec is not None:
