@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from allsmi.hostactivity.pidns import pid_view
+from allsmi.pidns import pid_view
 from allsmi.lazylog import get_logger
 from allsmi.schema import DeviceSample
 

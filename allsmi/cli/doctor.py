@@ -128,13 +128,14 @@ def _host_signals(s: Any, collector: Any) -> dict[str, Any]:
 
 def pid_namespaces(s: Any, collector: Any) -> list[dict[str, Any]]:
     """Whether the ``/proc`` the per-process readers use (the cgroup attribution source's
-    ``proc_root``, the waiting classification's ``/proc``) shows the host's pids, which the
-    drivers report (docs/attribution.md); none under ``--simulate`` (no pid is this machine's)."""
+    ``proc_root``, the waiting classification's ``/proc``, the backends' process owners')
+    shows the host's pids, which the drivers report (docs/attribution.md); none under
+    ``--simulate`` (no pid is this machine's)."""
     if s.simulate:
         return []
     from allsmi import registry
     from allsmi.attribution import attribution_settings
-    from allsmi.hostactivity.pidns import pid_view
+    from allsmi.pidns import pid_view
     roots: dict[str, list[str]] = {}
     attribution = attribution_settings(s.config, os.environ, registry.declarations())
     if "cgroup" in attribution.sources:
@@ -142,6 +143,8 @@ def pid_namespaces(s: Any, collector: Any) -> list[dict[str, Any]]:
     source = collector.waiting.source  # a sampler of /proc, or psutil's (no /proc: no pids)
     if collector.waiting.settings.enabled and getattr(source, "portable", True) is False:
         roots.setdefault(str(source.proc_root), []).append("waiting")
+    # the backends' owners and command lines of device processes (psutil: this /proc)
+    roots.setdefault("/proc", []).append("process owners")
     out = []
     for root, users in roots.items():
         view = pid_view(root)
@@ -153,7 +156,8 @@ def pid_namespaces(s: Any, collector: Any) -> list[dict[str, Any]]:
 def pid_namespace_line(ns: dict[str, Any]) -> str:
     """One line of :func:`pid_namespaces`' entry ``ns``: whether per-process readings are
     made, and if not, why and what to do."""
-    users = " and ".join(ns["used_by"])
+    *rest, last = ns["used_by"]
+    users = f"{', '.join(rest)} and {last}" if rest else last
     if ns["host"]:
         return f"[+] pid namespace {ns['proc_root']} ({users}): the host's ({ns['detail']})"
     return f"[!] pid namespace ({users}): device processes not read by pid: {ns['problem']}"

@@ -6,12 +6,22 @@ plain :func:`process_user`) instead of its own psutil code, so that a new vendor
 the same caching, the same error handling and the same ``None`` for "cannot tell".
 
 psutil is imported on first use, so that loading a backend stays cheap.
+
+The pids come from the drivers, which know processes by their pid in the host's PID namespace:
+where this process's ``/proc`` shows another one (a container without ``hostPID: true`` or
+``--pid=host``), a pid there is another process or none, so no owner is read at all (``None``),
+said once in the log (:mod:`allsmi.pidns`; ``allsmi doctor`` says it too).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Callable
+
+from allsmi.pidns import PidView, pid_view
+
+log = logging.getLogger(__name__)
 
 UserLookup = Callable[[int], "str | None"]
 """``pid -> user name``; ``None`` when unknown."""
@@ -22,16 +32,31 @@ class ProcessOwners:
 
     The command line is the joined argv, or the process name when argv is empty (kernel
     threads, zombies); each part is ``None`` when psutil cannot tell (the process is gone,
-    belongs to another user in a hidepid mount, or its uid has no passwd entry).
+    belongs to another user in a hidepid mount, or its uid has no passwd entry), and for
+    every pid where ``/proc`` does not show the host's pids (the module's docstring).
     """
 
     MAX_ENTRIES = 4096
 
-    def __init__(self) -> None:
+    def __init__(self, proc_root: str = "/proc") -> None:
         self._cache: dict[int, tuple[float, str | None, str | None]] = {}
         self._lock = threading.Lock()
+        self.proc_root = proc_root
+        self._view: PidView | None = None  # told on first use (the namespace does not change)
+
+    def host_pids(self) -> bool:
+        """Whether ``/proc`` shows the host's pids, those the drivers report (told once;
+        where it does not, or cannot be told, that is logged once)."""
+        view = self._view
+        if view is None:
+            view = self._view = pid_view(self.proc_root)
+            if view.problem:
+                log.warning("process owners and command lines not read: %s", view.problem)
+        return bool(view.host)
 
     def __call__(self, pid: int) -> tuple[str | None, str | None]:
+        if not self.host_pids():
+            return None, None
         import psutil
 
         try:

@@ -1,5 +1,5 @@
 """The drivers report host pids: a ``/proc`` of another PID namespace (allsmi in a container
-without ``hostPID: true`` / ``--pid=host``) is never read by them (allsmi/hostactivity/pidns.py).
+without ``hostPID: true`` / ``--pid=host``) is never read by them (allsmi/pidns.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from allsmi.cli.doctor import pid_namespace_line, pid_namespaces
 from allsmi.config import parse_config
-from allsmi.hostactivity.pidns import PROC_PID_INIT_INO, pid_view
+from allsmi.pidns import PROC_PID_INIT_INO, pid_view
 from allsmi.hostactivity.sampler import HostActivitySampler
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
@@ -143,7 +143,8 @@ def test_doctor_says_it_in_one_line(tmp_path: Path) -> None:
     found = pid_namespaces(SimpleNamespace(config=config, simulate=None),
                            SimpleNamespace(waiting=waiting))
     assert [(n["proc_root"], n["host"], n["used_by"]) for n in found] == [
-        (str(tmp_path / "proc"), False, ["attribution", "waiting"])]
+        (str(tmp_path / "proc"), False, ["attribution", "waiting"]),
+        ("/proc", pid_view("/proc").host, ["process owners"])]  # the backends' (psutil's)
     line = pid_namespace_line(found[0])
     assert "\n" not in line and line.startswith("[!] pid namespace (attribution and waiting)")
     assert "hostPID: true" in line and "--pid=host" in line
