@@ -150,7 +150,7 @@ def test_the_store_refuses_to_start_without_its_password(tmp_path: Path) -> None
     assert "-httpAuth.username=allsmi" in default_args() and "-envflag.enable" in default_args()
 
 
-@pytest.mark.long(70)
+@pytest.mark.long(85)
 def test_the_shipped_layout_scrapes_stores_and_writes_back(tmp_path: Path) -> None:
     vmalert_bin = require_tool("vmalert", "victoria-metrics")
     serve_port, vm_port, alert_port = free_port(), free_port(), free_port()
