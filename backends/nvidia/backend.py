@@ -49,7 +49,7 @@ from allsmi.schema import DetailValue, DeviceSample, derive
 if TYPE_CHECKING:  # the readers are imported by open(), where there are GPUs to read
     from allsmi.backends.nvidia.devices import (
         ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, ecc_count,
         NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, milli, number, percent)
     from allsmi.backends.nvidia.gpm import GpmReader
     from allsmi.backends.nvidia.mig import Mig
@@ -63,11 +63,12 @@ def _import_reading() -> None:
     """Bind the device model's and the reads' names here, once NVML has loaded."""
     global ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
     global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, read_processes, DriverReads
+    global ecc_count
     global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent
     global open_gpu, ProcessUtilizationReader
     from allsmi.backends.nvidia.devices import (
         ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
-        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names,
+        FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, ecc_count,
         NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent)
     from allsmi.backends.nvidia.processes import read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
@@ -310,12 +311,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         if energy_mj is None and FI_TOTAL_ENERGY_CONSUMPTION not in gpu.fields:
             energy_mj = r.call(skip, "total_energy",
                                pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-        from allsmi.units import to_int  # loaded with the device model by open()
         for fid, key in ECC_FIELDS.items():
-            value = fields.get(fid)  # a double valueType holding a whole count is one
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            count = to_int(value)  # a count: a fraction or a negative one is none
+            count = ecc_count(fields.get(fid))  # None: a sentinel, a fraction, a negative
             if count is not None:
                 details[key] = count
 

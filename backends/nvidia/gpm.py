@@ -19,7 +19,8 @@ What is ``None`` and why (each reason is said once per target, in the backend's 
   GPU has none (before Hopper): every activity field, for good;
 * a sample call that answers NotSupported or NoPermission: that target, for good;
 * any other failure of a call (Timeout, InsufficientResources...): this cycle, and the next
-  cycle starts a new interval; GpuIsLost marks the GPU lost as any other call does;
+  cycle starts a new interval; GpuIsLost marks the GPU lost as any other call does, and Unknown
+  marks it lost for that cycle (as any other call does; at open it only costs the first sample);
 * a metric whose own ``nvmlReturn`` is not Success (NotSupported: never asked again), or whose
   value is NaN, infinite or out of range (a percentage outside 0-100, a negative rate): that
   metric, this cycle. Nothing is clamped or guessed.
@@ -143,7 +144,7 @@ class GpmReader:
                     self._take(target, handle, 0)
                     target.taken_at = time.monotonic()
                 except pynvml.NVMLError as exc:
-                    self._failed(target, exc, warnings)
+                    self._failed(target, exc, warnings, opening=True)
             if target.disabled is not None:  # (said once, however it was found)
                 self._say(target, warnings, f"no compute activity ({target.disabled})")
         return gpu, instances, None
@@ -276,9 +277,11 @@ class GpmReader:
         return out
 
     def _failed(self, target: GpmTarget, exc: BaseException, warnings: list[str],
-                call: str = "GPM sample") -> None:
+                call: str = "GPM sample", opening: bool = False) -> None:
+        """Sort a failed call: GpuIsLost, and in a cycle Unknown, are the GPU's (as any other
+        call's: :class:`DeviceFault`); at open, Unknown only costs this first sample."""
         code = error_code(exc)
-        if code == nvml.ERROR_GPU_IS_LOST:
+        if code == nvml.ERROR_GPU_IS_LOST or (code in nvml.DEVICE_FAULT_CODES and not opening):
             raise DeviceFault(code, f"{call}: {exc}")
         if code in _FOR_GOOD:
             target.disabled = f"{call}: {exc}"

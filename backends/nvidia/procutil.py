@@ -64,12 +64,13 @@ _ENTRY_POINTS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessU
 
 @record
 class ProcessActivity(Record):
-    """One process's mean utilization over the samples since the previous read, in percent."""
+    """One process's mean utilization over the samples since the previous read, in percent
+    (``None``: no sample had a value for that engine)."""
 
-    sm: float
-    memory: float
-    encoder: float
-    decoder: float
+    sm: float | None
+    memory: float | None
+    encoder: float | None
+    decoder: float | None
 
 
 @dataclass(eq=False, repr=False)  # never compared or printed: no methods compiled for it
@@ -127,7 +128,7 @@ class ProcessUtilizationReader:
             newest = max(newest, stamp)
             per_pid.setdefault(pid, []).append((sm, mem, enc, dec))
         state.last_seen_us = newest
-        return {pid: ProcessActivity(*(_percent(sum(col) / len(rows)) for col in zip(*rows)))
+        return {pid: ProcessActivity(*(_mean(col) for col in zip(*rows)))
                 for pid, rows in per_pid.items()}
 
     def _info_v1(self, fn: Any, handle: Any, since: int,
@@ -170,7 +171,9 @@ class ProcessUtilizationReader:
         raise self._pynvml.NVMLError(ERROR_INSUFFICIENT_SIZE)
 
 
-def _percent(value: float) -> float:
-    """NVML percentages, clamped to 0 to 100 (a garbage value above 100 is dropped by the
-    schema, so clamp only what is plausibly rounding)."""
-    return min(100.0, max(0.0, value))
+def _mean(values: tuple[int, ...]) -> float | None:
+    """The mean of one engine's percentages over a process's samples, leaving out those
+    outside 0 to 100 (NVML's all-ones "no value", garbage: never counted as 100 %); ``None``
+    when no sample had a value."""
+    known = [value for value in values if 0 <= value <= 100]
+    return sum(known) / len(known) if known else None

@@ -10,7 +10,7 @@ entry point provides is ``None``, never a failure.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.calls import Calls
@@ -26,7 +26,7 @@ from allsmi.backends.nvidia.devices import (
     number,
     Reader,
 )
-from allsmi.units import reject_sentinel
+from allsmi.units import UINT_SENTINELS, reject_sentinel
 
 
 class DriverReads:
@@ -40,6 +40,19 @@ class DriverReads:
             pynvml, "c_nvmlTemperature_v1_t")
         self.event_reasons = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
         self.calls = Calls(pynvml)
+
+    def older(self, name: str) -> Callable[..., Any]:
+        """pynvml's wrapper ``name`` of an older driver's entry point (deprecated in nvidia-ml-py
+        13, to be dropped): where this nvidia-ml-py has none, a call answering FunctionNotFound
+        (that value ``None``), as a driver without the entry point does."""
+        fn = getattr(self.pynvml, name, None)
+        if fn is not None:
+            return fn
+        error = self.pynvml.NVMLError
+
+        def missing(*_args: Any) -> Any:
+            raise error(nvml.ERROR_FUNCTION_NOT_FOUND)
+        return missing
 
     def utilization(self, r: Reader, skip: set[str], handle: Any) -> tuple[int, int] | None:
         """``nvmlDeviceGetUtilizationRates``: ``(gpu, memory)`` percent as NVML answers them."""
@@ -121,6 +134,8 @@ class DriverReads:
                 if ret != SUCCESS:
                     raise self.calls.error(ret)
                 value = out.temperature
+                if (value & 0xFFFFFFFF) in UINT_SENTINELS:
+                    return None  # a signed int here: the unsigned call's all-ones reads as -1
             except pynvml.NVMLError as exc:
                 if error_code(exc) in (nvml.ERROR_FUNCTION_NOT_FOUND,
                                        nvml.ERROR_ARGUMENT_VERSION_MISMATCH):
@@ -129,7 +144,7 @@ class DriverReads:
                     r.failed(skip, "temperature", exc)
                     return None
         if value is None and not self.temperature_v:
-            value = r.call(skip, "temperature", pynvml.nvmlDeviceGetTemperature, handle,
+            value = r.call(skip, "temperature", self.older("nvmlDeviceGetTemperature"), handle,
                            NVML_TEMPERATURE_GPU)
         return number(reject_sentinel(value))
 
@@ -149,7 +164,7 @@ class DriverReads:
                     return None
                 self.event_reasons = False  # older driver: the "throttle" name
         value = r.call(skip, "clock_event_reasons",
-                       pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+                       self.older("nvmlDeviceGetCurrentClocksThrottleReasons"), handle)
         return int(value) if value is not None else None
 
     def pcie_throughput(self, r: Reader, skip: set[str], handle: Any) -> dict[str, float]:
