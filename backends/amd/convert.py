@@ -8,8 +8,9 @@ some sentinels into ``"N/A"`` but not all: ``amdsmi_get_power_info`` and
 C width. Units per call (amdsmi 7.x):
 
 * ``amdsmi_get_power_info``: socket power in W; ``power_limit`` in W.
-* ``amdsmi_get_power_cap_info``: microwatts (since ROCm 6.1.2).
-* ``amdsmi_get_energy_count``: ticks; ``counter_resolution`` is µJ per tick.
+* ``amdsmi_get_power_cap_info``: microwatts since ROCm 6.1.2, watts before.
+* ``amdsmi_get_energy_count``: ticks (``energy_accumulator``; only ``power`` in early 6.x releases);
+  ``counter_resolution`` is µJ per tick.
 * ``amdsmi_get_gpu_vram_usage``: "MB" that are MiB (the library divides bytes
   by 1024*1024 and truncates); ``amdsmi_get_gpu_memory_usage``/``_total``:
   bytes.
@@ -86,15 +87,24 @@ def socket_power_watts(power_info: Mapping[str, object]) -> tuple[float | None, 
     return None, None
 
 
+#: ``amdsmi_get_power_cap_info`` returned W before ROCm 6.1.2 and µW since (its changelog:
+#: "now returns values in uW instead of W"). A cap below this many µW (0.1 W) is no GPU's, so a
+#: value under it is the older release's watts (a 300 W cap read as 300, not 0.0003 W).
+POWER_CAP_WATTS_BELOW = 100_000
+
+
 def power_cap_watts(cap_info: Mapping[str, object]) -> float | None:
-    """The enforced power cap in W from ``amdsmi_get_power_cap_info`` (µW).
+    """The enforced power cap in W from ``amdsmi_get_power_cap_info``: µW (ROCm 6.1.2 and
+    later), or W from older releases (:data:`POWER_CAP_WATTS_BELOW`).
 
     A cap of 0 is what unsupported boards report, not a real limit.
     """
-    microwatts = reading(cap_info.get("power_cap"), SENTINELS_U64)
-    if microwatts is None or microwatts <= 0:
+    raw = reading(cap_info.get("power_cap"), SENTINELS_U64)
+    if raw is None or raw <= 0:
         return None
-    return units.micro_to_unit(microwatts)
+    if raw < POWER_CAP_WATTS_BELOW:
+        return float(raw)
+    return units.micro_to_unit(raw)
 
 
 def power_limit_watts(power_info: Mapping[str, object]) -> float | None:
@@ -106,8 +116,11 @@ def power_limit_watts(power_info: Mapping[str, object]) -> float | None:
 
 
 def energy_joules(energy: Mapping[str, object]) -> float | None:
-    """Energy in J: accumulator ticks × resolution in µJ per tick ÷ 1e6."""
-    ticks = reading(energy.get("energy_accumulator"), SENTINELS_WIDE_ONLY)
+    """Energy in J: accumulator ticks × resolution in µJ per tick ÷ 1e6. The ticks are
+    ``energy_accumulator``; early amdsmi 6.x releases have only the older name ``power``
+    (later 6.x have both, 7.x only the new one)."""
+    key = "energy_accumulator" if "energy_accumulator" in energy else "power"
+    ticks = reading(energy.get(key), SENTINELS_WIDE_ONLY)
     resolution = reading(energy.get("counter_resolution"), frozenset())
     if ticks is None or resolution is None or ticks < 0 or resolution <= 0:
         return None

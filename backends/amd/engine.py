@@ -5,8 +5,9 @@ nanoseconds the process has kept the GFX (compute) and encode engines busy since
 The difference between two cycles over the time between them (on the monotonic clock) is the
 process's share of the interval: ``utilization_percent`` (GFX) and
 ``encoder_utilization_percent``. A process seen for the first time, a counter that went back
-(the pid was reused) or a counter the release reports as "N/A" gives ``None`` for that cycle,
-never an invented figure. Shares above 100% (a process on several rings at once) are capped
+or a process name that changed (the pid was reused by another process, whose counter started
+from 0 within the interval) or a counter the release reports as "N/A" gives ``None`` for that
+cycle, never an invented figure. Shares above 100% (a process on several rings at once) are capped
 at 100.
 """
 
@@ -24,21 +25,24 @@ class EngineUsage:
     """The previous counters of each (device, pid), to turn counters into shares."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, int], tuple[float, int | None, int | None]] = {}
+        self._last: dict[tuple[str, int], tuple[float, int | None, int | None, str | None]] = {}
         self._seen: set[tuple[str, int]] = set()
 
-    def shares(self, device: str, pid: int, usage: Any, now: float) -> tuple[float | None,
-                                                                              float | None]:
-        """``(gfx percent, enc percent)`` of ``pid`` on ``device`` since the previous cycle."""
+    def shares(self, device: str, pid: int, usage: Any, now: float,
+               name: str | None = None) -> tuple[float | None, float | None]:
+        """``(gfx percent, enc percent)`` of ``pid`` on ``device`` since the previous cycle;
+        ``name`` (amdsmi's process name) tells a reused pid from the same process."""
         row = mapping(usage)
         gfx, enc = conv.counter(row.get("gfx")), conv.counter(row.get("enc"))
         key = (device, pid)
         self._seen.add(key)
         before = self._last.get(key)
-        self._last[key] = (now, gfx, enc)
+        self._last[key] = (now, gfx, enc, name)
         if before is None:
             return None, None
-        then, gfx_before, enc_before = before
+        then, gfx_before, enc_before, name_before = before
+        if name is not None and name_before is not None and name != name_before:
+            return None, None  # another process under the same pid: its counter is not a delta
         elapsed_ns = (now - then) * 1e9
         if elapsed_ns <= 0:
             return None, None

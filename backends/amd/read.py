@@ -107,17 +107,20 @@ def read_dynamic(module: ModuleType, calls: Calls, handle: Any, lookup: ProcessL
     values["memory_used_bytes"], values["memory_total_bytes"] = vram(module, calls, handle)
 
     # An amdsmi without one of the enums these calls take lacks the readings, like a
-    # missing function (calls.ENUMS): unknown, never a failure of the whole sample.
-    sensors = _members(module, "AmdSmiTemperatureType", "HOTSPOT", "EDGE", "VRAM")
+    # missing function (calls.ENUMS): unknown, never a failure of the whole sample. Each
+    # sensor is looked up alone: older releases name the hotspot sensor JUNCTION only
+    # (HOTSPOT came later as its alias), and lack of one name must not lose the others.
     current = _members(module, "AmdSmiTemperatureMetric", "CURRENT")
 
-    def temperature(what: str, sensor: str) -> float | None:
-        if sensors is None or current is None:
+    def temperature(what: str, *names: str) -> float | None:
+        sensor = next((s for s in (_members(module, "AmdSmiTemperatureType", n) for n in names)
+                       if s is not None), None)
+        if sensor is None or current is None:
             return None
         return conv.temperature_celsius(calls(what, "amdsmi_get_temp_metric", handle,
-                                              sensors[sensor], current["CURRENT"]))
+                                              next(iter(sensor.values())), current["CURRENT"]))
 
-    hotspot = temperature("hotspot temperature", "HOTSPOT")
+    hotspot = temperature("hotspot temperature", "HOTSPOT", "JUNCTION")
     edge = temperature("edge temperature", "EDGE")
     memory_temp = temperature("memory temperature", "VRAM")
     # Hotspot (junction) is the primary: MI300 parts have no edge sensor.
@@ -237,7 +240,8 @@ def processes(module: ModuleType, calls: Calls, handle: Any, rows: list[Any],
         gfx = enc = None
         if engine is not None:
             tracker, device, now = engine
-            gfx, enc = tracker.shares(device, pid, row.get("engine_usage"), now)
+            gfx, enc = tracker.shares(device, pid, row.get("engine_usage"), now,
+                                      conv.text(row.get("name")))
         by_pid[pid] = ProcessSample(pid=pid, user=user, command=command, memory_bytes=memory,
                                     utilization_percent=gfx, encoder_utilization_percent=enc)
     if skipped:

@@ -79,6 +79,13 @@ def _mebibytes(cell: str) -> int | None:
     return units.parse_size_bytes(cell, default_unit="mib")
 
 
+def _positive(value: Any) -> Any:
+    """``value``, or ``None`` for 0: a memory size or a power limit of 0 is what a device
+    that does not report one prints (as amdsmi's power cap of 0 and the i915/xe hwmon's
+    ``power1_max`` of 0), not a reading; the used memory and power draw keep their 0."""
+    return None if value == 0 else value
+
+
 class SampleBuilder:
     """Rows to samples; expects ``warnings``, ``_known``, ``_firmware``, ``_said`` (warnings
     said once), ``vendor``, ``kind``, ``name``."""
@@ -203,11 +210,12 @@ class SampleBuilder:
             **engine_time(utilization),
             memory_used_bytes=num(ident, row, "memory.used",
                                   _mebibytes, "memory_used_bytes"),
-            memory_total_bytes=num(ident, row, "memory.total",
-                                   _mebibytes, "memory_total_bytes"),
+            memory_total_bytes=_positive(num(ident, row, "memory.total",
+                                             _mebibytes, "memory_total_bytes")),
             temperature_celsius=num(ident, row, "temperature.aip", units.parse_temperature_celsius,
                                     "temperature_celsius"),
             power_watts=num(ident, row, "power.draw", units.parse_power_watts, "power_watts"),
-            power_limit_watts=num(ident, row, "power.max", units.parse_power_watts, "power_limit_watts"),
+            power_limit_watts=_positive(num(ident, row, "power.max", units.parse_power_watts,
+                                            "power_limit_watts")),
             clock_mhz=num(ident, row, "clocks.current.soc", units.parse_clock_mhz, "clock_mhz"),
             details=details)

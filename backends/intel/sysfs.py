@@ -7,10 +7,17 @@ Under ``<sysfs>/class/drm/card<N>``:
   ``device/lmem_total_bytes`` (where the kernel publishes it); none on integrated GPUs;
 * frequency: i915 ``gt_act_freq_mhz``; xe ``device/tile<T>/gt<G>/freq0/act_freq`` (MHz);
 * GT idle residency (milliseconds the GT spent idle, a counter): i915 ``gt/gt<G>/rc6_residency_ms``
-  (older kernels: ``power/rc6_residency_ms``); xe ``device/tile<T>/gt<G>/gtidle/idle_residency_ms``;
+  (older kernels: ``power/rc6_residency_ms``); xe ``device/tile<T>/gt<G>/gtidle/idle_residency_ms``
+  of the render/compute GTs (``gtidle/name`` ``gt<G>-rc``): a media GT (``gt<G>-mc``, the video
+  engines of Meteor Lake, Lunar Lake, Battlemage) is not the GPU's compute, and its idle time
+  would halve a fully busy GPU's figure;
 * hwmon (``device/hwmon/hwmon<H>`` whose ``name`` is the driver): ``energy1_input`` (µJ, a counter),
   ``power1_max`` (µW, the sustained power limit), ``temp<K>_input`` (m°C; the one labelled ``pkg``
-  where labels exist).
+  where labels exist). xe numbers its power channels by domain, 1 the card and 2 the package
+  (what Level Zero Sysman, under xpu-smi, reads as its card and package power domains), and a GPU
+  without a card channel (DG2 and PVC under xe) has only ``energy2_input`` and ``power2_max``: the
+  card channel is read where it exists, else the package's, chosen once per GPU so that one
+  counter is never differenced against the other.
 
 Busy time is what the GT was not idle: between two readings, ``1 - Δidle / Δwall`` per GT,
 averaged over the GTs; power is ``Δenergy / Δwall``. The first reading of a device has neither.
@@ -63,6 +70,8 @@ class Card:
     pci_id: str | None
     """``8086:56c0``."""
     hwmon: str | None = None
+    energy_path: str | None = None
+    power_limit_path: str | None = None
     idle_paths: tuple[str, ...] = ()
     freq_path: str | None = None
     memory_paths: tuple[str, ...] = ()
@@ -117,11 +126,14 @@ def _locate(card: Card) -> None:
     for name in _listdir(hwmon_dir):
         if read_text(os.path.join(hwmon_dir, name, "name")) == card.driver:
             card.hwmon = os.path.join(hwmon_dir, name)
+            card.energy_path = _channel(card.hwmon, "energy{}_input")
+            card.power_limit_path = _channel(card.hwmon, "power{}_max")
             break
     if card.driver == "xe":
         tiles = [os.path.join(device, t) for t in _listdir(device) if _TILE.match(t)]
         gts = [os.path.join(tile, g) for tile in tiles for g in _listdir(tile) if _GT.match(g)]
-        card.idle_paths = tuple(os.path.join(g, "gtidle", "idle_residency_ms") for g in gts)
+        card.idle_paths = tuple(os.path.join(g, "gtidle", "idle_residency_ms") for g in gts
+                                if not _media_gt(g))
         card.freq_path = os.path.join(gts[0], "freq0", "act_freq") if gts else None
         card.memory_paths = tuple(os.path.join(t, "physical_vram_size_bytes") for t in tiles)
     else:
@@ -131,6 +143,20 @@ def _locate(card: Card) -> None:
             (os.path.join(card.path, "power", "rc6_residency_ms"),)
         card.freq_path = os.path.join(card.path, "gt_act_freq_mhz")
         card.memory_paths = (os.path.join(device, "lmem_total_bytes"),)
+
+
+def _channel(hwmon: str, pattern: str) -> str:
+    """``pattern`` of the card channel (1) where the file exists, else of the package channel (2)
+    where that one does; the card's path when neither does (no reading, as before)."""
+    card, package = (os.path.join(hwmon, pattern.format(n)) for n in (1, 2))
+    return package if not os.path.exists(card) and os.path.exists(package) else card
+
+
+def _media_gt(gt: str) -> bool:
+    """Whether the xe GT at ``gt`` is a media GT (``gtidle/name`` ``gt<G>-mc``; ``-rc`` is the
+    render/compute GT). A GT without the file is counted as compute, as before the name existed."""
+    name = read_text(os.path.join(gt, "gtidle", "name")) or ""
+    return name.endswith("-mc")
 
 
 def _temperature(hwmon: str) -> int | None:
@@ -150,8 +176,8 @@ def read_card(card: Card, now: float) -> Reading:
     reading = Reading(at=now)
     reading.idle_ms = tuple(read_int(p) for p in card.idle_paths)
     if card.hwmon is not None:
-        reading.energy_uj = read_int(os.path.join(card.hwmon, "energy1_input"))
-        reading.power_limit_uw = read_int(os.path.join(card.hwmon, "power1_max"))
+        reading.energy_uj = read_int(card.energy_path) if card.energy_path else None
+        reading.power_limit_uw = read_int(card.power_limit_path) if card.power_limit_path else None
         reading.temperature_mc = _temperature(card.hwmon)
     reading.clock_mhz = read_int(card.freq_path) if card.freq_path else None
     sizes = [read_int(p) for p in card.memory_paths]

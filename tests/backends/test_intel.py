@@ -34,9 +34,10 @@ def _backend(tree: Path, clock: Clock) -> IntelGpuBackend:
                            search_dirs=(), clock=clock, sleep=clock.sleep, lookup_user=lambda pid: None)
 
 
-def _opened_a_second_ago(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                         fixture: str) -> tuple[Path, Clock, IntelGpuBackend]:
-    """A copy of ``fixture``'s tree, its backend opened (the first reading), a second ago."""
+def opened_a_second_ago(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        fixture: str | Path) -> tuple[Path, Clock, IntelGpuBackend]:
+    """A copy of ``fixture``'s tree (a name under FIXTURES, or a tree's path), its backend
+    opened (the first reading), a second ago."""
     monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
     tree = tmp_path / "tree"
     shutil.copytree(FIXTURES / fixture, tree, symlinks=True)
@@ -47,7 +48,8 @@ def _opened_a_second_ago(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     return tree, clock, backend
 
 
-def _advance(path: Path, by: int) -> None:
+def advance(path: Path, by: int) -> None:
+    """Add ``by`` to the counter in file ``path``."""
     path.write_text(f"{int(path.read_text()) + by}\n")
 
 
@@ -61,8 +63,8 @@ def test_i915_busy_power_and_engine_share_between_two_samples(tmp_path: Path,
     backend.open()  # the first reading
     card0 = tree / "sys" / "class" / "drm" / "card0"
     clock.now += 2.0
-    _advance(card0 / "gt" / "gt0" / "rc6_residency_ms", 500)            # idle 0.5 s of 2 s
-    _advance(card0 / "device" / "hwmon" / "hwmon3" / "energy1_input", 150_000_000)  # 150 J
+    advance(card0 / "gt" / "gt0" / "rc6_residency_ms", 500)            # idle 0.5 s of 2 s
+    advance(card0 / "device" / "hwmon" / "hwmon3" / "energy1_input", 150_000_000)  # 150 J
     info = tree / "proc" / "4242" / "fdinfo"
     for fd in ("5", "6"):  # one client (17) seen through two descriptors: counted once
         text = (info / fd).read_text()
@@ -90,7 +92,7 @@ def test_xe_cycles_are_shared_over_the_engine_class_capacity(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """xe sums ``drm-cycles-<class>`` over the class's engines: one of four compute engines busy
     for the whole interval is 25 %, not 100 % (the same rule as i915's nanoseconds)."""
-    tree, clock, backend = _opened_a_second_ago(tmp_path, monkeypatch, "xe-arc-b580")
+    tree, clock, backend = opened_a_second_ago(tmp_path, monkeypatch, "xe-arc-b580")
     fdinfo = tree / "proc" / "7777" / "fdinfo" / "9"
     text = fdinfo.read_text()
     for key, old, by in (("drm-cycles-ccs", 0, 100_000_000), ("drm-total-cycles-ccs", 7655183225, 100_000_000),
@@ -104,7 +106,7 @@ def test_xe_cycles_are_shared_over_the_engine_class_capacity(tmp_path: Path,
 
 def test_a_counter_that_goes_backwards_is_unknown_not_negative(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    tree, clock, backend = _opened_a_second_ago(tmp_path, monkeypatch, "xe-arc-b580")
+    tree, clock, backend = opened_a_second_ago(tmp_path, monkeypatch, "xe-arc-b580")
     gt0 = tree / "sys" / "class" / "drm" / "card1" / "device" / "tile0" / "gt0" / "gtidle" / "idle_residency_ms"
     gt0.write_text("10\n")  # the driver was reloaded
     energy = tree / "sys" / "class" / "drm" / "card1" / "device" / "hwmon" / "hwmon2" / "energy1_input"
