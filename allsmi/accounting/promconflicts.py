@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import PrometheusClient
-from allsmi.accounting.promsource import WORKLOAD_INFO, query_series
+from allsmi.accounting.promseries import WORKLOAD_INFO, query_series
 
 CONFLICTS = "allsmi_device_claim_conflicts_total"
 _DEVICE = ("uuid", "instance")

@@ -27,8 +27,9 @@ from allsmi.accounting import promactivity
 from allsmi.accounting.periods import Window
 from allsmi.accounting.promclient import PrometheusClient
 from allsmi.accounting.promhours import MARKER, Hours, choose_hours, hourly_values, hours_notes
-from allsmi.accounting.promsource import (DEVICE_LABELS, GROUP_INFO, HOLDER_KEYS, WORKLOAD_KEYS,
-                                          check_window, prometheus_parts, query_series)
+from allsmi.accounting.promseries import (DEVICE_LABELS, GROUP_INFO, HOLDER_KEYS, WORKLOAD_KEYS,
+                                          query_series)
+from allsmi.accounting.promsource import check_window, prometheus_parts
 from allsmi.accounting.report import Part
 
 #: The hourly roll-ups: what each records, by the accounting counter it rolls up.
@@ -204,7 +205,7 @@ def _rollup_holders(client: PrometheusClient, hours: Hours, lo: int, hi: int, pa
     """As :func:`allsmi.accounting.promsource.holder_parts`, from the roll-ups: the holders'
     hourly allocated and used seconds and joules where the exporters publish per-holder
     counters, the hourly sample counts of each workload elsewhere (each hour once)."""
-    from allsmi.accounting.promsource import add_holder_counts, split_holders
+    from allsmi.accounting.promholders import add_holder_counts, split_holders
     fair: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
     for name, metric in HOLDER_ROLLUPS.items():
         add_holder_counts(fair, name, hourly_values(client, metric, HOLDER_KEYS, hours, lo, hi))

@@ -15,13 +15,13 @@ said once in the log (:mod:`allsmi.pidns`; ``allsmi doctor`` says it too).
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Callable
 
+from allsmi.lazylog import get_logger
 from allsmi.pidns import PidView, pid_view
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 UserLookup = Callable[[int], "str | None"]
 """``pid -> user name``; ``None`` when unknown."""
