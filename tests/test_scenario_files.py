@@ -47,7 +47,7 @@ BAD = {
     "fault on unknown device": ('include = "mixed"\n[[faults]]\ntype = "lost"\ndevice = "amd:99"\n', 4,
                                 "faults[1].device"),
     "partition without memory": ('include = "mixed"\n[[partitions]]\ndevice = "amd:1"\n'
-                                 'instances = [ { profile = "cpx" } ]\n', 4, "partitions[1].instances"),
+                                 'instances = [ { profile = "cpx" } ]\n', 4, "partitions[1].instances[1]"),
     "partition of unknown device": ('include = "mixed"\n[[partitions]]\ndevice = "amd:42"\n'
                                     'instances = [ { memory_total_bytes = 1 } ]\n', 3, "partitions[1].device"),
     "unknown include": ('include = "nosuch"\n', 1, "include"),

@@ -28,8 +28,8 @@ from .billed import BilledSampling, core_utilization
 from .jobs import MIB, JobDraws
 from .model import LoadCycle, in_window
 from .identity import installed_backend, partition_share
-from .scenario import (SCENARIO_DIR, DeviceSpec, FaultSpec, Scenario, ScenarioError,
-                            builtin_scenarios, load_scenario)
+from .scenario import DeviceSpec, FaultSpec, Scenario, load_scenario
+from .scenariofile import SCENARIO_DIR, ScenarioError, builtin_scenarios
 from .units import Unit, lost_samples, make_unit
 
 __all__ = ["SCENARIO_DIR", "DeviceSpec", "FaultSpec", "Scenario", "ScenarioError", "SimulatedBackend",
@@ -160,7 +160,7 @@ class SimulatedBackend(BilledSampling, Backend):
         for spec in scenario.devices:
             if self._target is not None and spec.backend != self._target:
                 continue
-            for index in range(spec.count):
+            for index in range(spec.first_index, spec.first_index + spec.count):
                 self._units.append(self._make_unit(scenario, spec, index))
 
     def _vendor_kind(self, spec: DeviceSpec) -> tuple[str, str]:

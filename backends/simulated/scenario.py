@@ -19,45 +19,26 @@ line and key. An including file's rules come first; its groups replace included 
 from __future__ import annotations
 
 import datetime as dt
-import math
-import sys
 import time
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from allsmi.tomlkeys import KeyLocator, toml_syntax_line
+from allsmi.text import MAX_COMMAND, MAX_MESSAGE
+from allsmi.tomlkeys import KeyLocator
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .checks import BACKEND_NAME, bus_numbers, partition_problem
+from .scenariofile import (BOOL, INT, NUM, STR, Rule, ScenarioError, ScenarioFile, find_file,
+                           read_file)
 
-SCENARIO_DIR = Path(__file__).with_name("scenarios")
 DEFAULT_EPOCH = "2026-01-01T00:00:00+00:00"
 MAX_DEVICES = 4096
-"""Devices of one ``[[devices]]`` entry, and partitions of one device: at most this many."""
+"""Devices of a scenario (all its ``[[devices]]`` entries), and partitions of one device: at
+most this many."""
 MAX_SECONDS = 10 * 365 * 86400.0
 """Longest duration a scenario may name (ten years)."""
-
-
-class ScenarioError(ValueError):
-    """A scenario file is missing or malformed; the message names the file, line and key."""
-
-    def __init__(self, message: str, path: Path | str | None = None, line: int | None = None,
-                 key: str | None = None) -> None:
-        where = str(path) if path else "<scenario>"
-        if line:
-            where += f", line {line}"
-        if key:
-            where += f", key '{key}'"
-        self.path, self.line, self.key, self.reason = path, line, key, message
-        super().__init__(f"{where}: {message}")
-
-
-def builtin_scenarios() -> list[str]:
-    """Names accepted by ``--simulate NAME``."""
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+MAX_INCLUDES = 16
+"""Deepest chain of ``include``: a file, the one it includes, and so on."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +67,11 @@ class DeviceSpec:
     duty_cycle: float = 0.6
     job_seconds: tuple[float, float] = (600.0, 2400.0)
     busy_looking: tuple[int, ...] = ()
-    """Indexes of "busy-looking" devices: 100 % utilization, 20 % compute activity in a job."""
+    """Indexes of "busy-looking" devices: 100 % utilization, 20 % compute activity in a job
+    (the backend's device indexes: :attr:`first_index` and up)."""
+    first_index: int = 0
+    """The backend's index of the entry's first device: the devices of an earlier entry of
+    the same backend come first (``nvidia:0`` to ``nvidia:7``, then ``nvidia:8``...)."""
 
 
 @dataclass(frozen=True)
@@ -137,122 +122,42 @@ class Scenario:
         return seen
 
 
-# -- value rules: (kind, minimum, maximum); minimum exclusive where marked ----------------
-_INT, _NUM, _STR, _BOOL = "integer", "number", "string", "boolean"
-_DEVICE_RULES: dict[str, tuple[str, float | None, float | None]] = {
-    "backend": (_STR, None, None), "vendor": (_STR, None, None), "kind": (_STR, None, None),
-    "model": (_STR, None, None), "count": (_INT, 0, MAX_DEVICES),
-    "memory_total_bytes": (_INT, 1, 2**60), "power_idle_watts": (_NUM, 0, 100_000),
-    "power_limit_watts": (_NUM, 0, 100_000), "clock_idle_mhz": (_NUM, 0, 100_000),
-    "clock_max_mhz": (_NUM, 0, 100_000), "temperature_idle_celsius": (_NUM, -50, 200),
-    "temperature_max_celsius": (_NUM, -50, 200), "has_fan": (_BOOL, None, None),
-    "has_energy_counter": (_BOOL, None, None), "cores": (_INT, 0, 1024),
-    "driver_version": (_STR, None, None), "firmware_version": (_STR, None, None),
-    "id_style": (_STR, None, None), "bus_base": (_INT, 0, 0xFF), "duty_cycle": (_NUM, 0, 1),
+# -- value rules: (kind, minimum, maximum); minimum exclusive for scenariofile.POSITIVE ----
+_DEVICE_RULES: dict[str, Rule] = {
+    "backend": (STR, None, None), "vendor": (STR, None, None), "kind": (STR, None, None),
+    "model": (STR, None, None), "count": (INT, 0, MAX_DEVICES),
+    "memory_total_bytes": (INT, 1, 2**60), "power_idle_watts": (NUM, 0, 100_000),
+    "power_limit_watts": (NUM, 0, 100_000), "clock_idle_mhz": (NUM, 0, 100_000),
+    "clock_max_mhz": (NUM, 0, 100_000), "temperature_idle_celsius": (NUM, -50, 200),
+    "temperature_max_celsius": (NUM, -50, 200), "has_fan": (BOOL, None, None),
+    "has_energy_counter": (BOOL, None, None), "cores": (INT, 0, 1024),
+    "driver_version": (STR, None, None), "firmware_version": (STR, None, None),
+    "id_style": (STR, None, None), "bus_base": (INT, 0, 0xFF), "duty_cycle": (NUM, 0, 1),
 }
-_FAULT_RULES: dict[str, tuple[str, float | None, float | None]] = {
-    "type": (_STR, None, None), "device": (_STR, None, None), "backend": (_STR, None, None),
-    "message": (_STR, None, None), "seconds": (_NUM, 0, MAX_SECONDS),
-    "every_seconds": (_NUM, 0, MAX_SECONDS), "duration_seconds": (_NUM, 0, MAX_SECONDS),
+_FAULT_RULES: dict[str, Rule] = {
+    "type": (STR, None, None), "device": (STR, None, None), "backend": (STR, None, None),
+    "message": (STR, None, None), "seconds": (NUM, 0, MAX_SECONDS),
+    "every_seconds": (NUM, 0, MAX_SECONDS), "duration_seconds": (NUM, 0, MAX_SECONDS),
 }
-_INSTANCE_RULES: dict[str, tuple[str, float | None, float | None]] = {
-    "profile": (_STR, None, None), "memory_total_bytes": (_INT, 1, 2**60),
+_INSTANCE_RULES: dict[str, Rule] = {
+    "profile": (STR, None, None), "memory_total_bytes": (INT, 1, 2**60),
 }
 _TOP = ("name", "seed", "epoch", "users", "commands", "devices", "partitions", "faults", "include",
         "groups", "rules")
 _ID_STYLES = ("nvidia", "uuid", "gaudi", "board")
 _KINDS = ("gpu", "npu")
-_FAULT_TYPES = ("lost", "error", "hang")
-_POSITIVE = ("memory_total_bytes", "seconds", "every_seconds", "duration_seconds", "duty_cycle")
+#: Each fault type's keys (beside ``type``, ``every_seconds`` and ``duration_seconds``).
+_FAULT_KEYS = {"lost": ("device",), "error": ("backend", "message"), "hang": ("backend", "seconds")}
 
 
-class _File:
-    """One scenario file: its data and where each key stands in it."""
-
-    def __init__(self, path: Path, text: str) -> None:
-        self.path = path
-        try:
-            self.data: dict[str, Any] = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            reason, line = toml_syntax_line(exc)
-            raise ScenarioError(f"invalid TOML: {reason}", path, line) from None
-        self.locator = KeyLocator(text)
-
-    def error(self, message: str, *key_path: str | int) -> ScenarioError:
-        keys = tuple(str(k) for k in key_path)
-        shown = ".".join(k if not k.isdigit() else f"[{int(k) + 1}]" for k in keys).replace(".[", "[")
-        return ScenarioError(message, self.path, self.locator.find(keys), shown or None)
-
-    # -- typed values ------------------------------------------------------
-    def value(self, raw: Any, rule: tuple[str, float | None, float | None], *key: str | int) -> Any:
-        kind, low, high = rule
-        name = str(key[-1])
-        if kind == _STR:
-            if not isinstance(raw, str) or not raw.strip():
-                raise self.error(f"must be a non-empty string, got {raw!r}", *key)
-            return raw
-        if kind == _BOOL:
-            if not isinstance(raw, bool):
-                raise self.error(f"must be true or false, got {raw!r}", *key)
-            return raw
-        if kind == _INT and (isinstance(raw, bool) or not isinstance(raw, int)):
-            raise self.error(f"must be a whole number, got {raw!r}", *key)
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-            raise self.error(f"must be a finite number, got {raw!r}", *key)
-        positive = name in _POSITIVE
-        if low is not None and (raw < low or (positive and raw <= 0)):
-            raise self.error(f"must be {'>' if positive else '>='} {low:g}, got {raw!r}", *key)
-        if high is not None and raw > high:
-            raise self.error(f"must be at most {high:g}, got {raw!r}", *key)
-        return raw if kind == _INT else float(raw)
-
-    def table(self, raw: Any, rules: dict[str, tuple[str, float | None, float | None]],
-              required: tuple[str, ...], *key: str | int, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-        if not isinstance(raw, dict):
-            raise self.error("must be a table", *key)
-        for name in raw:
-            if name not in rules and name not in extra:
-                allowed = ", ".join(sorted((*rules, *extra)))
-                raise self.error(f"unknown key (allowed: {allowed})", *key, name)
-        for name in required:
-            if name not in raw:
-                raise self.error(f"missing required key {name!r}", *key)
-        return {name: self.value(v, rules[name], *key, name) for name, v in raw.items()
-                if name in rules}
-
-    def strings(self, raw: Any, *key: str) -> tuple[str, ...]:
-        if not isinstance(raw, list) or not raw:
-            raise self.error("must be a non-empty list of strings", *key)
-        return tuple(self.value(v, (_STR, None, None), *key, i) for i, v in enumerate(raw))
-
-    def array(self, name: str) -> list[Any]:
-        raw = self.data.get(name, [])
-        if not isinstance(raw, list):
-            raise self.error("must be an array of tables ([[" + name + "]])", name)
-        return raw
-
-
-def _read(ref: str | Path) -> _File:
-    path = Path(ref)
-    if not path.suffix and not path.exists():
-        path = SCENARIO_DIR / f"{ref}.toml"
-        if not path.is_file():
-            raise ScenarioError(f"unknown scenario {str(ref)!r}: built-in scenarios are "
-                                f"{', '.join(builtin_scenarios())}, or give a path to a .toml file")
-    try:
-        return _File(path, path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScenarioError("scenario file not found", path) from None
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(f"not UTF-8 text: {exc}", path) from None
-    except OSError as exc:
-        raise ScenarioError(f"cannot read: {exc}", path) from None
-
-
-def _device(f: _File, raw: Any, i: int) -> DeviceSpec:
+def _device(f: ScenarioFile, raw: Any, i: int, first: dict[str, int]) -> DeviceSpec:
+    """Entry ``i`` of ``[[devices]]``; ``first`` holds each backend's next device index."""
     required = tuple(x.name for x in fields(DeviceSpec) if x.default is MISSING)
     values = f.table(raw, _DEVICE_RULES, required, "devices", i,
                      extra=("job_seconds", "busy_looking"))
+    if not BACKEND_NAME.match(values["backend"]):
+        raise f.error("must be a backend name (lowercase letters, digits, '-' and '_', from a "
+                      f"letter), got {values['backend']!r}", "devices", i, "backend")
     if values["kind"] not in _KINDS:
         raise f.error(f"must be one of {', '.join(_KINDS)}, got {values['kind']!r}", "devices", i, "kind")
     if values.get("id_style", "uuid") not in _ID_STYLES:
@@ -267,48 +172,58 @@ def _device(f: _File, raw: Any, i: int) -> DeviceSpec:
         spans = raw["job_seconds"]
         if not isinstance(spans, list) or len(spans) != 2:
             raise f.error(f"must be [shortest, longest] seconds, got {spans!r}", "devices", i, "job_seconds")
-        lo, hi = (f.value(v, (_NUM, 0, MAX_SECONDS), "devices", i, "job_seconds") for v in spans)
+        lo, hi = (f.value(v, (NUM, 0, MAX_SECONDS), "devices", i, "job_seconds") for v in spans)
         if lo <= 0 or hi < lo:
             raise f.error(f"needs 0 < shortest <= longest, got {spans!r}", "devices", i, "job_seconds")
         values["job_seconds"] = (lo, hi)
     looking = raw.get("busy_looking", [])
-    if not isinstance(looking, list) or any(type(n) is not int or not 0 <= n < values["count"]
-                                            for n in looking):
-        raise f.error(f"must be a list of device indexes from 0 to count - 1, got {looking!r}",
-                      "devices", i, "busy_looking")
-    values["busy_looking"] = tuple(looking)
+    if not isinstance(looking, list) or len(set(map(repr, looking))) != len(looking) or any(
+            type(n) is not int or not 0 <= n < values["count"] for n in looking):
+        raise f.error(f"must be a list of distinct device indexes from 0 to count - 1, got "
+                      f"{looking!r}", "devices", i, "busy_looking")
+    start = values["first_index"] = first.get(values["backend"], 0)
+    first[values["backend"]] = start + values["count"]
+    values["busy_looking"] = tuple(start + n for n in looking)
     return DeviceSpec(**values)
 
 
-def _fault(f: _File, raw: Any, i: int) -> FaultSpec:
-    values = f.table(raw, _FAULT_RULES, ("type",), "faults", i)
+def _fault(f: ScenarioFile, raw: Any, i: int) -> FaultSpec:
+    values = f.table(raw, _FAULT_RULES, ("type",), "faults", i, longest={"message": MAX_MESSAGE})
     kind = values["type"]
-    if kind not in _FAULT_TYPES:
-        raise f.error(f"must be one of {', '.join(_FAULT_TYPES)}, got {kind!r}", "faults", i, "type")
-    needed = "device" if kind == "lost" else "backend"
+    if kind not in _FAULT_KEYS:
+        raise f.error(f"must be one of {', '.join(_FAULT_KEYS)}, got {kind!r}", "faults", i, "type")
+    keys = ("type", *_FAULT_KEYS[kind], "every_seconds", "duration_seconds")
+    for name in values:
+        if name not in keys:
+            raise f.error(f"not a key of a fault of type {kind!r} (its keys: {', '.join(keys)})",
+                          "faults", i, name)
+    needed = _FAULT_KEYS[kind][0]
     if needed not in values:
-        raise f.error(f"a {kind!r} fault needs {needed!r}", "faults", i)
+        raise f.error(f"a fault of type {kind!r} needs {needed!r}", "faults", i)
     if ("every_seconds" in values) != ("duration_seconds" in values):
         raise f.error("every_seconds and duration_seconds go together", "faults", i)
+    if values.get("duration_seconds", 0) > values.get("every_seconds", MAX_SECONDS):
+        raise f.error(f"must be at most every_seconds ({values['every_seconds']:g}), got "
+                      f"{values['duration_seconds']:g}", "faults", i, "duration_seconds")
     return FaultSpec(**values)
 
 
-def _partition(f: _File, raw: Any, i: int) -> tuple[str, tuple[dict[str, Any], ...]]:
+def _partition(f: ScenarioFile, raw: Any, i: int) -> tuple[str, tuple[dict[str, Any], ...]]:
     if not isinstance(raw, dict):
         raise f.error("must be a table", "partitions", i)
     for name in raw:
         if name not in ("device", "instances"):
             raise f.error("unknown key (allowed: device, instances)", "partitions", i, name)
-    device = f.value(raw.get("device"), (_STR, None, None), "partitions", i, "device")
+    device = f.value(raw.get("device"), (STR, None, None), "partitions", i, "device")
     instances = raw.get("instances")
     if not isinstance(instances, list) or not 0 < len(instances) <= MAX_DEVICES:
-        raise f.error("must be a non-empty list of { profile, memory_total_bytes } tables",
-                      "partitions", i, "instances")
+        raise f.error(f"must be a list of 1 to {MAX_DEVICES} {{ profile, memory_total_bytes }} "
+                      "tables", "partitions", i, "instances")
     return device, tuple(f.table(inst, _INSTANCE_RULES, ("memory_total_bytes",), "partitions", i,
-                                 "instances") for inst in instances)
+                                 "instances", n) for n, inst in enumerate(instances))
 
 
-def _group_tables(f: _File) -> GroupTables | None:
+def _group_tables(f: ScenarioFile) -> GroupTables | None:
     """The file's ``[groups.NAME]`` and ``[[rules]]``, their shape checked."""
     groups = f.data.get("groups", {})
     if not isinstance(groups, dict):
@@ -325,7 +240,7 @@ def _group_tables(f: _File) -> GroupTables | None:
     return GroupTables(f.path, f.locator, groups, rules)
 
 
-def _epoch(f: _File, raw: Any) -> float:
+def _epoch(f: ScenarioFile, raw: Any) -> float:
     when = raw if isinstance(raw, dt.datetime) else None
     if isinstance(raw, str):
         try:
@@ -336,58 +251,112 @@ def _epoch(f: _File, raw: Any) -> float:
         raise f.error(f"must be an RFC 3339 date-time, got {raw!r}", "epoch")
     if when.tzinfo is None:
         raise f.error(f"needs a UTC offset (e.g. 'Z'), got {raw!r}", "epoch")
-    if when.timestamp() > time.time():  # the energy counters count from it: a live sample
-        raise f.error(f"must not be in the future, got {raw!r}", "epoch")  # would be negative
+    # The energy counters count from it: a live sample must not be before it.
+    if not 0 <= when.timestamp() <= time.time():
+        raise f.error(f"must be from 1970-01-01T00:00:00Z to now, got {raw!r}", "epoch")
     return when.timestamp()
 
 
-def load_scenario(ref: str | Path, _seen: tuple[Path, ...] = ()) -> Scenario:
+def _bus_base(f: ScenarioFile, spec: DeviceSpec, raw: dict[str, Any], i: int,
+              used: set[int]) -> DeviceSpec:
+    """``spec`` with PCI bus numbers no earlier device has: its ``bus_base`` if given (else an
+    error), else the first free one from the default."""
+    numbers = bus_numbers(spec.bus_base, spec.count)
+    if "bus_base" in raw:
+        taken = sorted(used.intersection(numbers))
+        if taken:
+            raise f.error(f"gives bus 0x{taken[0] % 256:02x} (domain {taken[0] // 256}) to a "
+                          "second device: another entry's devices have it", "devices", i, "bus_base")
+    else:
+        base = next((b for b in range(spec.bus_base, 0x100)
+                     if not used.intersection(bus_numbers(b, spec.count))), None)
+        if base is None:
+            raise f.error("no free PCI bus numbers for the entry's devices: give bus_base",
+                          "devices", i)
+        spec = DeviceSpec(**{**spec.__dict__, "bus_base": base})
+        numbers = bus_numbers(base, spec.count)
+    used.update(numbers)
+    return spec
+
+
+def _include(f: ScenarioFile, seen: tuple[Path, ...]) -> "Scenario":
+    """The scenario ``include`` names: a built-in name, or a path (a name with a suffix or a
+    directory) relative to the including file."""
+    include = f.value(f.data["include"], (STR, None, None), "include", longest=4096)
+    if len(seen) >= MAX_INCLUDES:
+        raise f.error(f"includes nest more than {MAX_INCLUDES} deep", "include")
+    target = Path(include)
+    is_path = bool(target.suffix) or "/" in include
+    try:
+        path = f.path.parent / target if is_path else find_file(include, builtin=True)
+        return _load(path, seen + (f.path.resolve(),))
+    except ScenarioError as exc:
+        if exc.path is None or exc.line is None:  # the file itself: say where it was asked for
+            raise f.error(exc.reason + (f" ({exc.path})" if exc.path else ""), "include") from None
+        raise
+
+
+def load_scenario(ref: str | Path) -> Scenario:
     """Load a built-in scenario by name or a scenario file by path; validate all of it."""
-    f = _read(ref)
-    if f.path.resolve() in _seen:
+    scenario = _load(find_file(ref), ())
+    if not scenario.devices:  # (an empty file; a node without devices says count = 0)
+        raise ScenarioError("the scenario has no [[devices]] entry (a node without devices has "
+                            "one with count = 0)", scenario.source, None, "devices")
+    return scenario
+
+
+def _load(path: Path, seen: tuple[Path, ...]) -> Scenario:
+    f = read_file(path)
+    if f.path.resolve() in seen:
         raise f.error("includes itself (directly or through another file)", "include")
     data = f.data
     for key in data:
         if key not in _TOP:
             raise f.error(f"unknown top-level key (allowed: {', '.join(_TOP)})", key)
-    base: Scenario | None = None
-    if "include" in data:
-        include = f.value(data["include"], (_STR, None, None), "include")
-        target = Path(include)
-        if target.suffix and not target.is_absolute():
-            target = f.path.parent / target
-        try:
-            base = load_scenario(target if target.suffix else include, _seen + (f.path.resolve(),))
-        except ScenarioError as exc:
-            if exc.path is None:  # an unknown built-in name: say where it was asked for
-                raise f.error(exc.reason, "include") from None
-            raise
-    name = f.value(data["name"], (_STR, None, None), "name") if "name" in data else (
+    base = _include(f, seen) if "include" in data else None
+    name = f.value(data["name"], (STR, None, None), "name") if "name" in data else (
         base.name if base else f.path.stem)
-    seed = f.value(data["seed"], (_INT, -(2**63), 2**63 - 1), "seed") if "seed" in data else (
+    seed = f.value(data["seed"], (INT, -(2**63), 2**63 - 1), "seed") if "seed" in data else (
         base.seed if base else 0)
     epoch = _epoch(f, data["epoch"]) if "epoch" in data else (
         base.epoch if base else dt.datetime.fromisoformat(DEFAULT_EPOCH).timestamp())
     users = f.strings(data["users"], "users") if "users" in data else (base.users if base else ("user",))
-    commands = (f.strings(data["commands"], "commands") if "commands" in data
+    commands = (f.strings(data["commands"], "commands", longest=MAX_COMMAND) if "commands" in data
                 else (base.commands if base else ("python job.py",)))
-    devices = (base.devices if base else ()) + tuple(
-        _device(f, d, i) for i, d in enumerate(f.array("devices")))
+    devices = base.devices if base else ()
+    first: dict[str, int] = {d.backend: d.first_index + d.count for d in devices}
+    used = {n for d in devices for n in bus_numbers(d.bus_base, d.count)}
+    total = sum(d.count for d in devices)
+    for i, raw in enumerate(f.array("devices")):
+        spec = _device(f, raw, i, first)
+        total += spec.count
+        if total > MAX_DEVICES:
+            raise f.error(f"makes {total} devices; a scenario has at most {MAX_DEVICES}",
+                          "devices", i, "count")
+        devices += (_bus_base(f, spec, raw, i, used),)
     faults = tuple(_fault(f, x, i) for i, x in enumerate(f.array("faults")))
     partitions = dict(base.partitions) if base else {}
     own_partitions = [_partition(f, p, i) for i, p in enumerate(f.array("partitions"))]
     # Cross-references are checked against the merged scenario, and reported in this file.
-    refs = {f"{d.backend}:{n}" for d in devices for n in range(d.count)}
+    specs = {f"{d.backend}:{n}": d for d in devices
+             for n in range(d.first_index, d.first_index + d.count)}
     backends = {d.backend for d in devices}
     for i, (device, instances) in enumerate(own_partitions):
-        if device not in refs:
+        if device not in specs:
             raise f.error(f"no such device {device!r} (devices are named backend:index)",
                           "partitions", i, "device")
         if device in partitions:
             raise f.error(f"{device!r} is partitioned twice", "partitions", i, "device")
+        spec = specs[device]
+        problem = partition_problem(instances, spec.model, spec.memory_total_bytes,
+                                    spec.id_style == "nvidia")
+        if problem is not None:
+            at, key, reason = problem
+            raise f.error(reason, "partitions", i, "instances", *(
+                (at, key) if at is not None else ()))
         partitions[device] = instances
     for i, fault in enumerate(faults):
-        if fault.device is not None and fault.device not in refs:
+        if fault.device is not None and fault.device not in specs:
             raise f.error(f"no such device {fault.device!r} (devices are named backend:index)",
                           "faults", i, "device")
         if fault.backend is not None and fault.backend not in backends:

@@ -41,17 +41,19 @@ def make_unit(scenario: Scenario, spec: DeviceSpec, index: int, vendor: str,
     """Unit ``index`` of ``spec`` (with its partitions): ``vendor`` names a board without a
     uuid, ``name`` is its model as the impersonated backend names it."""
     key = f"{scenario.seed}/{spec.backend}/{index}"
-    bus = (spec.bus_base + index * 0x10) & 0xFF
+    # Past bus 0xff the entry's devices go on in the next PCI domain (no two share a bus id).
+    domain, bus = divmod(spec.bus_base + (index - spec.first_index) * 0x10, 0x100)
     uuid: str | None
+    pci = f"{domain:04x}:{bus:02x}:00.0"
     if spec.id_style == "nvidia":
-        uuid, bus_id = "GPU-" + uuid_from(key), f"00000000:{bus:02X}:00.0"
+        uuid, bus_id = "GPU-" + uuid_from(key), f"{domain:08X}:{bus:02X}:00.0"
     elif spec.id_style == "gaudi":
         serial = f"{int(unit_hash(key, 'sn') * 36**6):06d}"[:6]
-        uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", f"0000:{bus:02x}:00.0"
+        uuid, bus_id = f"01P4-HL3090A0-18-U4V{serial[:3]}-22-07-{index:02d}", pci
     elif spec.id_style == "board":
-        uuid, bus_id = None, f"0000:{bus:02x}:00.0"
+        uuid, bus_id = None, pci
     else:
-        uuid, bus_id = uuid_from(key), f"0000:{bus:02x}:00.0"
+        uuid, bus_id = uuid_from(key), pci
     dev_id = uuid or f"{vendor}:{int(unit_hash(key, 'board') * 2**63):016x}"
     instances = scenario.partitions.get(f"{spec.backend}:{index}", ())
     mig = spec.id_style == "nvidia"
