@@ -8,6 +8,7 @@ time (so the sparklines have history), a fixed hostname and a frozen clock.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
 import sys
@@ -68,7 +69,10 @@ async def _shoot(output: Path) -> None:
 
 
 def main() -> None:
-    output = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "docs" / "dashboard.svg"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("output", nargs="?", type=Path, default=REPO / "docs" / "dashboard.svg",
+                        metavar="OUTPUT.svg", help="where the SVG is written (docs/dashboard.svg)")
+    output = parser.parse_args().output
     asyncio.run(_shoot(output))
     print(f"wrote {output}")
 

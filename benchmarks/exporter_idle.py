@@ -365,6 +365,15 @@ def main() -> None:
     parser.add_argument("--idle-cycles", type=int, default=30,
                         help="--itemise: also this many cycles 1 s apart, by thread")
     args = parser.parse_args()
+    # The servers run in an empty directory: a relative path (``.venv/bin/python``) is made
+    # absolute here (not resolved: a virtual environment's python is found by its own path).
+    args.python = os.path.abspath(args.python)
+    if args.baseline_python:
+        args.baseline_python = os.path.abspath(args.baseline_python)
+    if args.nvitop_site:
+        args.nvitop_site = args.nvitop_site.absolute()
+    args.variant = [f"{name}={os.path.abspath(config)}" for name, _, config
+                    in (v.partition("=") for v in args.variant)]
     if args.itemise:
         itemise(args.cycles, args.idle_cycles)
     else:

@@ -265,11 +265,15 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--raw-days", type=int, default=2)
     parser.add_argument("--cycles", type=int, default=600, help="recording cycles (1 s each)")
-    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where the ledgers are written (made if missing; default: a temporary "
+                             "directory)")
     parser.add_argument("--recording-only", action="store_true",
                         help="only the recording cost, with and without checkpoints")
     args = parser.parse_args()
     print(f"machine: {describe()}")
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmpdir:
         tmp = Path(tmpdir)
         for replicas in (1, 28):

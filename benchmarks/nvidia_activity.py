@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -228,6 +229,8 @@ def main() -> None:
     parser.add_argument("--gpu", type=int, default=0)
     args = parser.parse_args()
     args.out = args.out.resolve()
+    if shutil.which("nvidia-smi") is None:  # no driver here: nothing to compare, say so at once
+        raise SystemExit("nvidia_activity: needs an NVIDIA GPU and its driver (nvidia-smi not found)")
     args.out.mkdir(parents=True, exist_ok=True)
     # ``python -m allsmi`` must find the installed allsmi, not a checkout's source tree (whose
     # backends are packaged from its top-level backends/ folder): run from outside it.

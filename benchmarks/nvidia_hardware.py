@@ -363,7 +363,12 @@ def main() -> None:
     if not args.readings:
         return
     backend = NvidiaBackend()
-    backend.open()
+    try:
+        backend.open()
+    except Exception as exc:  # no driver, no GPU: the steps above are in the report, say why
+        step("The NVIDIA backend", lambda: f"FAILED to open: {exc}")
+        raise SystemExit(f"nvidia_hardware: the NVIDIA backend did not open ({exc}); "
+                         f"the report so far: {out / 'report.md'}") from None
     backend.sample()
     step("Idle: the same moment, field by field", lambda: side_by_side(backend)[0])
     step("Idle: what else nvidia-smi reports", lambda: extra_fields(backend))
