@@ -4,6 +4,7 @@ errors naming the file, the line and the key (exit code 2, nothing on stdout).""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -42,12 +43,10 @@ def _mig(*profiles: str, gib: int = 10, model: str = "") -> str:
 ESC = "\\u001b[2J"  # (TOML's escape: the file holds the terminal's "clear screen")
 # (file text, key the message names, words it says)
 BAD = {
-    "users: terminal escape": (f'users = ["ev{ESC}il"]\n' + DEVICE, "users[1]", "control"),
-    "users: newline": ('users = ["a\\nb"]\n' + DEVICE, "users[1]", "control"),
-    "commands: OSC 8 hyperlink": ('commands = ["python \\u001b]8;;http://x\\u0007a.py"]\n' + DEVICE,
-                                  "commands[1]", "control"),
-    "commands: bidirectional override": ('commands = ["python \\u202eyp.live"]\n' + DEVICE,
-                                         "commands[1]", "format"),
+    "model: terminal escape": (DEVICE.replace("Acme X1", f"Acme{ESC} X1"), "devices[1].model", "control"),
+    "vendor: newline": (DEVICE.replace('"acme"', '"ac\\nme"'), "devices[1].vendor", "control"),
+    "model: bidirectional override": (DEVICE.replace("Acme X1", "Acme \\u202eX1"), "devices[1].model",
+                                      "format"),
     "commands: too long": (f'commands = ["{"c" * 4097}"]\n' + DEVICE, "commands[1]", "at most 4096"),
     "name: escape": (f'name = "x{ESC}"\n' + DEVICE, "name", "control"),
     "name: too long": (f'name = "{"n" * 257}"\n' + DEVICE, "name", "at most 256"),
@@ -204,13 +203,28 @@ def test_mixed_keeps_its_bus_ids() -> None:
 
 def test_cli_exits_2_with_nothing_on_stdout_and_no_raw_escape(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
-    path.write_text(BAD["users: terminal escape"][0])
+    path.write_text(BAD["model: terminal escape"][0])
     result = subprocess.run([sys.executable, "-m", "allsmi", "snapshot", "--simulate", str(path),
                              "--format", "json"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stdout == ""
-    assert f"{path}, line 1, key 'users[1]'" in result.stderr and "\x1b" not in result.stderr
+    assert "key 'devices[1].model'" in result.stderr and "\x1b" not in result.stderr
 
 
+def test_processes_may_say_anything_and_it_is_cleaned_at_the_schema(tmp_path: Path) -> None:
+    """The simulated processes' users and command lines may hold what a real process's may
+    (the hostile-name tests need them): cleaned where every tool's text is, never refused."""
+    path = tmp_path / "hostile.toml"
+    path.write_text(f'users = ["ev{ESC}il", "a\\nb", "evil\\u202egpj.exe"]\n'
+                    'commands = ["python \\u001b]8;;http://x\\u0007a.py"]\n'
+                    + DEVICE.replace("count = 2", "count = 8"))
+    scenario = load_scenario(path)
+    assert "ev\x1b[2Jil" in scenario.users and scenario.commands[0].startswith("python \x1b]8")
+    result = subprocess.run([sys.executable, "-m", "allsmi", "snapshot", "--simulate", str(path),
+                             "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    said = [(p.get("user"), p.get("command")) for d in json.loads(result.stdout)["devices"]
+            for p in d["processes"] or ()]
+    assert said and not any(ch in str(said) for ch in "\x1b\x07\n\u202e"), said
 def test_a_key_or_path_with_an_escape_is_shown_escaped(tmp_path: Path) -> None:
     path = tmp_path / "k\x1b[2J.toml"
     path.write_text('"x\\u001b]0;t\\u0007" = 1\n' + DEVICE)

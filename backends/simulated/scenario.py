@@ -320,8 +320,10 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Scenario:
         base.seed if base else 0)
     epoch = _epoch(f, data["epoch"]) if "epoch" in data else (
         base.epoch if base else dt.datetime.fromisoformat(DEFAULT_EPOCH).timestamp())
-    users = f.strings(data["users"], "users") if "users" in data else (base.users if base else ("user",))
-    commands = (f.strings(data["commands"], "commands", longest=MAX_COMMAND) if "commands" in data
+    users = (f.strings(data["users"], "users", as_processes_say=True) if "users" in data
+             else (base.users if base else ("user",)))
+    commands = (f.strings(data["commands"], "commands", longest=MAX_COMMAND, as_processes_say=True)
+                if "commands" in data
                 else (base.commands if base else ("python job.py",)))
     devices = base.devices if base else ()
     first: dict[str, int] = {d.backend: d.first_index + d.count for d in devices}

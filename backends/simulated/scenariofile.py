@@ -72,16 +72,18 @@ class ScenarioFile:
         return ScenarioError(message, self.path, self.locator.find(keys), shown or None)
 
     # -- typed values ------------------------------------------------------
-    def value(self, raw: Any, rule: Rule, *key: str | int, longest: int = MAX_NAME) -> Any:
+    def value(self, raw: Any, rule: Rule, *key: str | int, longest: int = MAX_NAME,
+              as_processes_say: bool = False) -> Any:
         """``raw`` checked against ``rule``: a string (non-empty, no control or format
-        character, at most ``longest`` characters), a boolean, or a number within the rule's
-        range (both ends named when it is out of it)."""
+        character unless ``as_processes_say``: :func:`text_problem`, at most ``longest``
+        characters), a boolean, or a number within the rule's range (both ends named when it
+        is out of it)."""
         kind, low, high = rule
         name = str(key[-1])
         if kind == STR:
             if not isinstance(raw, str) or not raw.strip():
                 raise self.error(f"must be a non-empty string, got {raw!r}", *key)
-            problem = text_problem(raw, longest)
+            problem = text_problem(raw, longest, as_processes_say)
             if problem:
                 raise self.error(problem, *key)
             return raw
@@ -121,13 +123,14 @@ class ScenarioFile:
                                  longest=(longest or {}).get(name, MAX_NAME))
                 for name, v in raw.items() if name in rules}
 
-    def strings(self, raw: Any, *key: str, longest: int = MAX_NAME) -> tuple[str, ...]:
+    def strings(self, raw: Any, *key: str, longest: int = MAX_NAME,
+                as_processes_say: bool = False) -> tuple[str, ...]:
         if not isinstance(raw, list) or not raw:
             raise self.error("must be a non-empty list of strings", *key)
         if len(raw) > 4096:
             raise self.error(f"must hold at most 4096 strings, got {len(raw)}", *key)
-        return tuple(self.value(v, (STR, None, None), *key, i, longest=longest)
-                     for i, v in enumerate(raw))
+        return tuple(self.value(v, (STR, None, None), *key, i, longest=longest,
+                                as_processes_say=as_processes_say) for i, v in enumerate(raw))
 
     def array(self, name: str) -> list[Any]:
         raw = self.data.get(name, [])
