@@ -121,6 +121,10 @@ def _print_hosts_instead(source: Any) -> None:
     source.refresh(lambda: False)
     hosts = source.hosts()
     click.echo(plain_hosts(hosts, time.monotonic()), nl=False)
+    note = getattr(source, "note", None)
+    if note:  # what the source left out or could not vouch for (a partial Prometheus answer)
+        from allsmi.dashboard.views.render import safe
+        click.echo(f"note: {safe(note)}", err=True)
     if any(h.error is not None or (h.snapshot is None and h.summary is None) for h in hosts):
         raise SystemExit(1)
 

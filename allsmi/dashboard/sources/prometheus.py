@@ -33,7 +33,7 @@ from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS
 from allsmi.dashboard.sources.fetch import redact
 from allsmi.dashboard.state.model import GONE_GRACE_SECONDS
 from allsmi.dashboard.sources.promquery import MAX_BODY_BYTES, PrometheusError, Query, answer_vector, instance_matcher, make_query
-from allsmi.dashboard.sources.promquery import plausible_time, sample_value, spawn
+from allsmi.dashboard.sources.promquery import MAX_WARNINGS, plausible_time, sample_value, spawn
 from allsmi.dashboard.sources.promseries import (DEVICE_INFO, DEVICE_UP, GROUP_INFO, LAST_COLLECT, MAX_WORKLOADS, PROCESS_MEMORY,
                          SHARED_DEVICES, VALUE_METRICS, WORKLOAD_INFO, build_snapshots, device_queries, selector)
 from allsmi.dashboard.sources.promsummary import GROUPINGS, fleet_totals, recorded_totals
@@ -84,8 +84,19 @@ class PrometheusSource:
         self._shared_at: float | None = None
         self._shared_started = 0.0
         self._shared_future: "Future[Any] | None" = None
+        self._warned: dict[str, None] = {}
+        """Warnings of the answers to this refresh's queries (a partial answer), in order."""
         self.note: str | None = None
         """What the last refresh left out because an answer was too large (shown on screen)."""
+
+    def _ask(self, promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
+        """One query; the warnings of a partial answer are kept for the refresh's note."""
+        at, result = self._query(promql, timeout)
+        warned = getattr(result, "warnings", ())
+        if warned:
+            with self._lock:
+                self._warned.update(dict.fromkeys(redact(w) for w in warned))
+        return at, result
 
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
@@ -110,11 +121,13 @@ class PrometheusSource:
         if self._retry_at is not None and self.clock() < self._retry_at:
             return
         asked = self.clock()
+        with self._lock:
+            self._warned.clear()
         try:
-            stamps_f = spawn(self._query, f"timestamp({LAST_COLLECT})", self.timeout)
-            down_f = spawn(self._query, "up == 0", self.timeout)  # only the targets that are down
+            stamps_f = spawn(self._ask, f"timestamp({LAST_COLLECT})", self.timeout)
+            down_f = spawn(self._ask, "up == 0", self.timeout)  # only the targets that are down
             shared_f = self._shared_due(asked)
-            recorded = recorded_totals(self._query, self.timeout)  # the shipped rules, if loaded
+            recorded = recorded_totals(self._ask, self.timeout)  # the shipped rules, if loaded
             per_instance = self._device_counts(recorded.get("instance"))
             # A node with more devices than a snapshot may hold is not shown device by device.
             oversized = {i: n for i, n in per_instance.items() if n > MAX_DEVICES}
@@ -132,7 +145,7 @@ class PrometheusSource:
             if wanted is None or wanted:
                 for promql in device_queries(wanted, exclude=sorted(oversized) if wanted is None else ()):
                     try:
-                        at, result = self._query(promql, self.timeout)
+                        at, result = self._ask(promql, self.timeout)
                     except PrometheusError as exc:
                         if "larger than" not in str(exc):
                             raise
@@ -150,7 +163,7 @@ class PrometheusSource:
             totals: dict[str, dict[str, Totals]] = {}
             if not everyone:  # a large fleet: the store computes what the overview shows
                 totals = dict(recorded)
-                futures = {by: spawn(fleet_totals, self._query, by, self.timeout)
+                futures = {by: spawn(fleet_totals, self._ask, by, self.timeout)
                            for by in GROUPINGS if by not in totals}
                 totals.update({by: future.result() for by, future in futures.items()})
             at, stamps = stamps_f.result()
@@ -173,6 +186,11 @@ class PrometheusSource:
             if shared and self._shared_at is not None:  # asked on a slower schedule: say how old
                 notes.append(f"same-device check {max(0.0, asked - self._shared_at):.0f} s old "
                              f"(asked every {STATIC_SECONDS:.0f} s)")
+            with self._lock:
+                warned = list(self._warned)
+            if warned:  # a partial answer: what is shown may lack some hosts or devices
+                notes.insert(0, f"Prometheus answered in part ({'; '.join(warned[:MAX_WARNINGS])}"
+                                f"{' ...' if len(warned) > MAX_WARNINGS else ''}): numbers may be incomplete")
             if not everyone and not wanted:  # say why the devices and groups views are empty
                 notes.append(f"{fleet_devices:.0f} devices, over {self.device_budget}: totals only "
                              "(Enter on a host in the cluster view shows its devices)")
@@ -222,7 +240,7 @@ class PrometheusSource:
         if recorded:
             return {i: float(t.devices + t.partitions) for i, t in recorded.items()
                     if t.devices + t.partitions > 0}
-        _, counts = self._query(f"count by (instance) ({DEVICE_INFO})", self.timeout)
+        _, counts = self._ask(f"count by (instance) ({DEVICE_INFO})", self.timeout)
         return {s.get("metric", {}).get("instance", ""): v for s in counts
                 if isinstance(s, dict) and (v := sample_value(s)) is not None}
 
@@ -234,7 +252,7 @@ class PrometheusSource:
             self._take_shared(running)
             running = None
         if running is None and (self._shared_at is None or now - self._shared_at >= STATIC_SECONDS):
-            running = self._shared_future = spawn(self._query, SHARED_DEVICES, self.timeout)
+            running = self._shared_future = spawn(self._ask, SHARED_DEVICES, self.timeout)
             self._shared_started = now
         return running if self._shared_at is None else None
 

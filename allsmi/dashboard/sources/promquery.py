@@ -31,11 +31,26 @@ class PrometheusError(Exception):
     """Prometheus could not be asked or answered with an error."""
 
 
+#: Warnings kept from one answer, and the characters kept of each.
+MAX_WARNINGS, WARNING_CHARS = 3, 200
+
+
+class Samples(list):  # type: ignore[type-arg]
+    """An answer's samples, with the ``warnings`` the store sent along (a partial answer: a
+    Thanos store or a Mimir querier that did not answer, a limit reached); ``()`` when none."""
+
+    warnings: tuple[str, ...] = ()
+
+
 def instance_matcher(instances: Iterable[str] | None) -> str:
     """``instance=~"a|b"`` for these instances (RE2, escaped for a PromQL string); "" for all."""
     if instances is None:
         return ""
-    pattern = "|".join(re.escape(i) for i in sorted(instances))
+    # A space, a control character or anything not ASCII as RE2's \x{hex}: a label value with a
+    # newline is matched as itself, and the PromQL string holds printable ASCII only (a raw
+    # newline in it is a parse error, and the whole refresh failed).
+    pattern = "|".join("".join(re.escape(c) if " " < c < "\x7f" else f"\\x{{{ord(c):x}}}" for c in i)
+                       for i in sorted(instances))
     return 'instance=~"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -106,7 +121,12 @@ def answer_vector(doc: Any, status: int = 200) -> tuple[float, list[dict[str, An
         if not all(isinstance(v, str) for v in metric.values()):
             raise PrometheusError("unexpected Prometheus answer: a label value is not a string")
     evaluated = max((t for s in samples if plausible_time(t := sample_time(s))), default=time.time())
-    return evaluated, samples
+    out = Samples(samples)
+    warned = doc.get("warnings")
+    if warned:  # a partial answer: kept with the samples, for the screen to say so
+        said = [str(w) for w in (warned if isinstance(warned, list) else [warned])]
+        out.warnings = tuple(dict.fromkeys(w[:WARNING_CHARS] for w in said))[:MAX_WARNINGS]
+    return evaluated, out
 
 
 def plausible_time(when: float | None) -> bool:

@@ -107,7 +107,9 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
         instance = metric.get("instance", "")
         uuid = metric.get("uuid", "")
         if name == DEVICE_INFO and uuid:
-            if len(devices.get(instance, ())) >= MAX_DEVICES and uuid not in devices[instance]:
+            if uuid in devices.get(instance, ()):  # one device in two series (two jobs, HA replicas)
+                continue
+            if len(devices.get(instance, ())) >= MAX_DEVICES:
                 extra[instance] = extra.get(instance, 0) + 1  # as many as a snapshot may hold
                 continue
             fields: dict[str, Any] = {
@@ -146,8 +148,10 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             attributed.add(instance)
             held = workloads.setdefault((instance, uuid), [])
             if metric.get("source") in ATTRIBUTION_SOURCES and len(held) < MAX_WORKLOADS:
-                held.append(Workload(source=metric["source"], **{
-                    k: metric.get(k) or None for k in ("namespace", "pod", "container", "job_id", "user")}))
+                workload = Workload(source=metric["source"], **{
+                    k: metric.get(k) or None for k in ("namespace", "pod", "container", "job_id", "user")})
+                if workload not in held:  # the same series from two jobs or HA replicas
+                    held.append(workload)
         elif uuid:
             value = sample_value(sample)
             if value is not None:

@@ -82,6 +82,17 @@ _INTEGERS = {"devices", "partitions", "lost", "utilization_count", "processes",
              "power_count", "power_limited_count"}
 
 
+#: A sum -> what becomes unknown with it: the sum, and the count its mean or share divides by.
+_UNKNOWN_WITH: dict[str, tuple[tuple[str, Any], ...]] = {
+    "utilization_sum": (("utilization_sum", 0.0), ("utilization_count", 0)),
+    **{n: (("memory_used_bytes", None), ("memory_total_bytes", None), ("memory_count", 0))
+       for n in ("memory_used_bytes", "memory_total_bytes")},
+    "power_watts": (("power_watts", None), ("power_count", 0)),
+    **{n: (("power_limited_watts", None), ("power_limit_watts", None), ("power_limited_count", 0))
+       for n in ("power_limited_watts", "power_limit_watts")},
+}
+
+
 def combined_query(by: str, selector: str = "") -> str:
     """Every summary of :func:`summary_queries` in one query, each series tagged ``allsmi_total``
     with the attribute it holds: one round trip and one evaluation instead of ten."""
@@ -150,6 +161,7 @@ def totals_from(series: list[dict[str, Any]], by: str) -> dict[str, Totals]:
     """:class:`Totals` from the answer to :func:`combined_query` (pure; tested on its own)."""
     known = set(summary_queries(by))
     out: dict[str, Totals] = {}
+    rejected: set[tuple[str, str]] = set()
     for sample in series:
         if not isinstance(sample, dict) or not isinstance(sample.get("metric"), dict):
             continue
@@ -158,12 +170,16 @@ def totals_from(series: list[dict[str, Any]], by: str) -> dict[str, Totals]:
             key = str(sample["metric"].get(by, ""))
             value = _number(sample)
             if value is None or not 0 <= value <= _LARGEST.get(name, MAX_INT):
-                continue  # not a plausible total: unknown, never shown as a huge or negative number
+                rejected.add((key, name))  # not a plausible total: unknown, never a huge or negative number
+                continue
             totals = out.setdefault(key, Totals(key))
             if name == "hosts":
                 totals.hosts.add(str(sample["metric"].get("instance", "")))
             else:
                 setattr(totals, name, int(round(value)) if name in _INTEGERS else value)
+    for key, name in rejected:  # a sum that is unknown (a NaN or +Inf reading in it) is no mean
+        for field, empty in _UNKNOWN_WITH.get(name, ()) if key in out else ():
+            setattr(out[key], field, empty)
     for totals in out.values():  # a mean above 100 % is no reading
         if totals.utilization_count and totals.utilization_sum > 100.0 * totals.utilization_count:
             totals.utilization_sum, totals.utilization_count = 0.0, 0
