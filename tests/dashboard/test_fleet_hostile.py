@@ -122,3 +122,17 @@ def test_instance_matcher_matches_odd_label_values_in_real_prometheus(tmp_path: 
             (sample,) = doc["data"]["result"]
             assert sample["metric"].get("hit") == "yes", (value, matcher)
             assert sample["metric"]["instance"] == value
+
+
+def test_the_plain_table_shows_a_large_fleets_hosts_by_their_totals() -> None:
+    """A host of a fleet too large to list its devices has totals, not a snapshot: the plain
+    table (a pipe, ``TERM=dumb``) says what the screen says, never "wait" and 0 devices."""
+    from allsmi.dashboard.sources import HostState
+    from allsmi.dashboard.state.totals import Totals
+    from allsmi.dashboard.views.hosts import plain_hosts
+
+    host = HostState(key="node-7:9477", name="node-7:9477", snapshot=None, received=None,
+                     summary=Totals("node-7:9477", devices=8, partitions=3,
+                                    utilization_sum=300.0, utilization_count=8))
+    table = plain_hosts([host], 0.0).splitlines()
+    assert table[1].split()[:4] == ["node-7:9477", "ok", "8+3p", "38%"], table

@@ -243,15 +243,20 @@ def plain_hosts(hosts: Sequence[HostState], now: float) -> str:
     """The hosts as a plain table (no colour, no cursor movement) for a pipe or ``TERM=dumb``."""
     rows = [("HOST", "STATE", "DEVICES", "UTIL", "HOSTNAME", "PROBLEM")]
     for host in hosts:
-        devices = [d for d in host.snapshot.devices if d.parent is None] if host.snapshot else []
-        utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
         state = ("flap" if host.answered else "down") if host.error is not None \
-            else "ok" if host.snapshot is not None else "wait"
+            else "ok" if host.snapshot is not None or host.summary is not None else "wait"
         problem = (host.error or "") if host.error is not None else "; ".join(host_warnings(host))
-        parts = len(host.snapshot.devices) - len(devices) if host.snapshot else 0
-        rows.append((safe(host.key), state, str(len(devices)) + (f"+{parts}p" if parts else ""),
-                     percent(sum(utils) / len(utils) if utils else None),
-                     safe(host.name) if host.name != host.key else NA, safe(problem)))
+        if host.snapshot is None and host.summary is not None:
+            # a host of a fleet too large to list its devices: its totals, as on screen
+            count, parts, util = (host.summary.devices, host.summary.partitions,
+                                  host.summary.utilization_percent)
+        else:
+            devices = [d for d in host.snapshot.devices if d.parent is None] if host.snapshot else []
+            utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
+            count, util = len(devices), sum(utils) / len(utils) if utils else None
+            parts = len(host.snapshot.devices) - len(devices) if host.snapshot else 0
+        rows.append((safe(host.key), state, str(count) + (f"+{parts}p" if parts else ""),
+                     percent(util), safe(host.name) if host.name != host.key else NA, safe(problem)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] + "\n"
                    for row in rows)
