@@ -7,13 +7,15 @@ the collector's timeout; a backend that is unavailable is probed again every
 
 from __future__ import annotations
 
+import bisect
+import operator
 import threading
 import time
 
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
 from allsmi.lazylog import get_logger
 from allsmi.records import Record, record
-from allsmi.schema import DeviceSample
+from allsmi.schema import BackendStatus, DeviceSample
 from allsmi.worker import SingleFlight
 
 log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
@@ -32,6 +34,80 @@ class _Outcome(Record):
     duration: float
 
 
+#: What :func:`checked` finds in a well-made sample: DeviceSample objects alone.
+_SAMPLES_ONLY = {DeviceSample}
+
+
+def checked(returned: object, warnings: list[str]) -> tuple[DeviceSample, ...]:
+    """What ``sample()`` ``returned``, as the devices a cycle takes: a plug-in's list, tuple or
+    generator of them. Whatever is not a :class:`DeviceSample` is left out and said in
+    ``warnings`` (the collector's grouping and every consumer read each device's fields); a
+    subclass is copied into a DeviceSample (the copies the collector makes know only that
+    class). Anything but an iterable of items raises :class:`BackendError` (status ``error``)."""
+    if returned is None or isinstance(returned, (str, bytes, dict)):
+        raise BackendError(f"sample() returned {type(returned).__name__}, not a list of DeviceSample")
+    try:
+        devices = tuple(returned)  # type: ignore[call-overload]
+    except TypeError:
+        raise BackendError(f"sample() returned {type(returned).__name__}, "
+                           "not a list of DeviceSample") from None
+    if not devices or set(map(type, devices)) == _SAMPLES_ONLY:  # (every cycle: as it is)
+        return devices
+    kept: list[DeviceSample] = []
+    dropped: list[str] = []
+    for dev in devices:
+        if type(dev) is DeviceSample:
+            kept.append(dev)
+        elif isinstance(dev, DeviceSample):
+            kept.append(DeviceSample(**{name: getattr(dev, name)
+                                        for name in DeviceSample.__dataclass_fields__}))
+        else:
+            dropped.append(type(dev).__name__)
+    if dropped:
+        warnings.append(f"sample() returned {len(dropped)} item(s) that are not a DeviceSample "
+                        f"({', '.join(sorted(set(dropped)))}); left out")
+    return tuple(kept)
+
+
+_ID = operator.attrgetter("id")
+
+
+def unique_devices(statuses: list[BackendStatus], devices: list[DeviceSample], fresh: list[bool],
+                   spans: list[tuple[int, int]]
+                   ) -> tuple[list[BackendStatus], list[DeviceSample], list[bool]]:
+    """``statuses``, and ``devices`` (with their ``fresh`` flags) without a device whose id is empty or was
+    already reported this cycle (by its own backend or an earlier one): the first keeps it,
+    as every consumer keys devices by id (a Prometheus series, a ledger row). Each backend
+    whose device is left out says so in its status (``statuses[i]``; ``spans``: the index of
+    each backend's first device and of its status, in order). Every cycle: one pass over
+    the ids, in C, when none clashes."""
+    ids = set(map(_ID, devices))
+    if len(ids) == len(devices) and "" not in ids:
+        return statuses, devices, fresh
+    kept: list[DeviceSample] = []
+    kept_fresh: list[bool] = []
+    owner: dict[str, str] = {}
+    notes: dict[int, list[str]] = {}
+    starts = [first for first, _ in spans]
+    for n, (dev, new) in enumerate(zip(devices, fresh)):
+        status = spans[bisect.bisect_right(starts, n) - 1][1]
+        name = statuses[status].name
+        if dev.id and dev.id not in owner:
+            owner[dev.id] = name
+            kept.append(dev)
+            kept_fresh.append(new)
+            continue
+        notes.setdefault(status, []).append(
+            "a device without an id" if not dev.id else
+            f"device id {dev.id!r} " + ("reported twice" if owner[dev.id] == name
+                                         else f"already reported by backend {owner[dev.id]}"))
+    for status, said in notes.items():
+        old = statuses[status]
+        message = "; ".join(filter(None, (old.message, f"left out: {', '.join(said)}")))
+        statuses[status] = BackendStatus(old.name, old.status, message, old.duration_seconds)
+    return statuses, kept, kept_fresh
+
+
 class BackendRunner:
     """Owns one backend and the single worker thread that calls it."""
 
@@ -41,7 +117,7 @@ class BackendRunner:
         self.timeout = timeout
         self.reprobe_seconds = reprobe_seconds
         self._flight: SingleFlight[_Outcome] = SingleFlight(
-            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._safe_close,
+            f"allsmi-backend-{backend.display_name}", self._call, on_exit=self._exit,
             inline=inline)
         self._opened = False
         self._unavailable_until = 0.0
@@ -132,6 +208,9 @@ class BackendRunner:
             if not self._opened:
                 self._phase = "probe"
                 probe = self.backend.probe()
+                if not isinstance(probe, ProbeResult):  # a plug-in's bug: said, not a crash
+                    raise BackendError(f"probe() returned {type(probe).__name__}, "
+                                       "not a ProbeResult")
                 self.probe_result = probe
                 if not probe.available:
                     self._unavailable_until = started + self.reprobe_seconds
@@ -141,7 +220,7 @@ class BackendRunner:
                 self._opened = True
             self._phase = "sample"
             self.backend.warnings = []
-            devices = tuple(self.backend.sample())
+            devices = checked(self.backend.sample(), self.backend.warnings)
             return done("ok", "; ".join(self.backend.warnings), devices)
         except BackendUnavailable as exc:
             self._reset()
@@ -161,6 +240,10 @@ class BackendRunner:
     def _reset(self) -> None:
         """Close the backend so that the next call probes and opens it afresh."""
         self._opened = False
+        self._safe_close()
+
+    def _exit(self) -> None:
+        self._phase = "close"  # the worker's last call: a close that hangs is stuck in it
         self._safe_close()
 
     def _safe_close(self) -> None:

@@ -19,10 +19,10 @@ import datetime as dt
 import operator
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from allsmi.backend_api import Backend
-from allsmi.backendrunner import REPROBE_SECONDS, BackendRunner
+from allsmi.backendrunner import REPROBE_SECONDS, BackendRunner, unique_devices
 from allsmi.config import Config
 from allsmi.groups import group_names
 from allsmi.host import HostSampler
@@ -239,10 +239,10 @@ class Collector:
         statuses: list[BackendStatus] = []
         devices: list[DeviceSample] = []
         fresh: list[bool] = []
+        spans: list[tuple[int, int]] = []  # each answer's first device and its status
         for runner in self.runners:
             if not asked[id(runner)]:
-                busy = runner.busy_for() or 0.0
-                phase = runner.phase
+                busy, phase = runner.busy_for() or 0.0, runner.phase
                 statuses.append(BackendStatus(
                     runner.name, "timeout",
                     f"previous call{f' ({phase}())' if phase else ''} still running after "
@@ -261,10 +261,11 @@ class Collector:
                 said = self._said[id(runner)] = (outcome, BackendStatus(
                     runner.name, outcome.status, outcome.message, round(outcome.duration, 6)))
             statuses.append(said[1])
+            spans.append((len(devices), len(statuses) - 1))
             devices.extend(outcome.devices)
             # a backend whose samples are new each cycle and kept by nobody (the simulation)
             fresh.extend([getattr(runner.backend, "fresh_samples", False)] * len(outcome.devices))
-        return statuses, devices, fresh
+        return unique_devices(statuses, devices, fresh, spans)  # an id that clashes: left out
 
     @property
     def waiting(self) -> "WaitingClassifier":

@@ -6,7 +6,7 @@ here); the same rules hold: units in field names, unknown is ``None``, text clea
 
 from __future__ import annotations
 
-from allsmi.numbers import bytes_or_none
+from allsmi.numbers import MAX_BYTES, bytes_or_none
 from allsmi.records import Record, record
 from allsmi.text import MAX_COMMAND, MAX_MESSAGE, clean_optional, clean_text
 
@@ -115,7 +115,7 @@ class ProcessSample(Record):
                     and 0.0 <= value <= 100.0
                 _set(self, name, float(value) if ok else None)
         if self.memory_bytes is not None and (type(self.memory_bytes) is not int
-                                              or self.memory_bytes < 0):
+                                              or not 0 <= self.memory_bytes <= MAX_BYTES):
             _set(self, "memory_bytes", bytes_or_none(self.memory_bytes))
         if self.user is not None:
             _set(self, "user", clean_text(self.user))
@@ -124,6 +124,30 @@ class ProcessSample(Record):
         for name in PROCESS_ATTRIBUTION:
             if getattr(self, name) is not None:
                 _set(self, name, clean_optional(getattr(self, name)))
+
+
+def _listed(proc: object) -> bool:
+    pid = getattr(proc, "pid", None)
+    return type(proc) is ProcessSample and type(pid) is int and pid > 0
+
+
+def processes_valid(processes: tuple[object, ...]) -> bool:
+    """Whether each of ``processes`` is a :class:`ProcessSample` with a pid above 0 (as every
+    built-in backend lists them: the vendors' pid 0 is no process)."""
+    return all(map(_listed, processes))
+
+
+def processes_or_none(value: object) -> "tuple[ProcessSample, ...] | None":
+    """A device's ``processes`` as the schema keeps them: a tuple of :class:`ProcessSample`
+    with pids above 0, the others left out (a plug-in's list, a row without a pid); ``None``
+    (unknown) for what is not a collection of them at all."""
+    if value is None or isinstance(value, (str, bytes, dict)):
+        return None
+    try:
+        items = tuple(value)  # type: ignore[call-overload]
+    except TypeError:
+        return None
+    return tuple(p for p in items if _listed(p))  # type: ignore[misc]
 
 
 #: The fields of a holder's waiting classification, in the order of the public JSON object.

@@ -28,13 +28,18 @@ def rate_or_none(value: Any) -> float | None:
     return float(value) if 0.0 <= value < _INF else None
 
 
+#: The largest byte count the schema keeps: what a signed 64-bit integer holds (the ledger's
+#: SQLite column, a Prometheus client's counter; no device has 8 EiB).
+MAX_BYTES = 2**63 - 1
+
+
 def bytes_or_none(value: Any) -> int | None:
-    """A byte count: a whole number >= 0 (a finite float is made whole)."""
-    if type(value) is int and value >= 0:  # (nearly always: as it is)
+    """A byte count: a whole number from 0 to :data:`MAX_BYTES` (a finite float is made whole)."""
+    if type(value) is int and 0 <= value <= MAX_BYTES:  # (nearly always: as it is)
         return value
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return int(value) if 0 <= value < _INF else None
+    return int(value) if 0 <= value <= MAX_BYTES else None
 
 
 def finite_or_none(value: Any) -> float | None:
@@ -42,3 +47,21 @@ def finite_or_none(value: Any) -> float | None:
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if -_INF < value < _INF else None
+
+
+#: The largest device index the schema keeps (as a parsed snapshot does).
+MAX_INDEX = 2**31
+
+
+def index_or_none(value: Any) -> int | None:
+    """A device index: a whole number, 0 to :data:`MAX_INDEX` (a bool or text is none)."""
+    if type(value) is int and 0 <= value <= MAX_INDEX:
+        return value
+    return None
+
+
+def share_or_none(value: Any) -> float | None:
+    """A fraction of a device, in (0, 1] (a partition's share)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0.0 < value <= 1.0 else None

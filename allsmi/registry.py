@@ -42,8 +42,9 @@ class UnknownBackend(LookupError):
     """No backend of that name is installed."""
 
 
-def _entry_points(*, full: bool = False) -> "dict[str, Any]":
-    """name -> entry point; ``full``: ``importlib.metadata``'s own (they carry ``.dist``)."""
+def _entry_points(*, full: bool = False, clashes: "list[Any] | None" = None) -> "dict[str, Any]":
+    """name -> entry point; ``full``: ``importlib.metadata``'s own (they carry ``.dist``);
+    ``clashes`` gets each later entry point of a name taken by another target."""
     eps: Any = None if full else distinfo.entry_points(GROUP)
     if eps is None:
         # Imported here: importlib.metadata is costly.
@@ -51,7 +52,9 @@ def _entry_points(*, full: bool = False) -> "dict[str, Any]":
         eps = entry_points(group=GROUP)
     found: dict[str, Any] = {}
     for ep in eps:
-        found.setdefault(ep.name, ep)  # first distribution wins on a clash
+        first = found.setdefault(ep.name, ep)  # first distribution wins on a clash
+        if first is not ep and clashes is not None and first.value != ep.value:
+            clashes.append(ep)
     return found
 
 
@@ -144,7 +147,8 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
     so tools are killed before the collector gives up on them.
     """
     tool_timeout = max(0.05, timeout_seconds * 0.8)
-    eps = _entry_points()  # read once for every backend below
+    clashes: list[Any] = []
+    eps = _entry_points(clashes=clashes)  # read once for every backend below
     if simulate is not None:
         from allsmi.backends.simulated import simulated_backends
         # Each simulated backend follows the declarations of the installed backend it impersonates,
@@ -169,6 +173,10 @@ def instantiate(enabled: "list[str] | tuple[str, ...] | None" = None, *, timeout
             out.append(BrokenBackend(name, f"cannot load backend: {type(exc).__name__}: {exc}"))
             continue
         out.append(cls(timeout_seconds=tool_timeout, options=opts.get(name)))
+    for ep in clashes:  # a plug-in named as another backend is not run: said, not silent
+        if ep.name in (enabled if enabled is not None else eps.keys() - SIMULATION_BACKENDS):
+            out.append(BrokenBackend(f"{ep.name} ({ep.value})", f"not loaded: the backend name "
+                                     f"{ep.name!r} is taken by {eps[ep.name].value}"))
     return out
 
 

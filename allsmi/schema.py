@@ -17,13 +17,15 @@ import datetime as _dt
 from dataclasses import field
 from typing import Any, Literal, Mapping, Tuple, Union
 
-from allsmi.numbers import bytes_or_none, finite_or_none, percent_or_none, rate_or_none
+from allsmi.numbers import (MAX_BYTES, MAX_INDEX, bytes_or_none, finite_or_none, index_or_none,
+                            percent_or_none, rate_or_none, share_or_none)
 # who holds a device (allsmi.holders), re-exported: every schema name is importable from here
 from allsmi.holders import (  # noqa: F401
     ATTRIBUTION_SOURCES, PROCESS_ACTIVITY, PROCESS_ATTRIBUTION,
-    WAITING_FIELDS, WAITING_REASONS, WORKLOAD_FIELDS, HolderWaiting, ProcessSample, Workload)
+    WAITING_FIELDS, WAITING_REASONS, WORKLOAD_FIELDS, HolderWaiting, ProcessSample, Workload,
+    processes_or_none, processes_valid)
 from allsmi.records import Record, record
-from allsmi.text import MAX_MESSAGE, MAX_NAME, clean_mapping, clean_text
+from allsmi.text import MAX_MESSAGE, MAX_NAME, clean_mapping, clean_required, clean_text
 
 SCHEMA_VERSION = 1
 
@@ -155,7 +157,7 @@ class DeviceSample(Record):
         for name in DEVICE_TEXT:
             value = getattr(self, name)
             if type(value) is not str or len(value) > MAX_NAME or not value.isprintable():
-                _set(self, name, clean_text(value))
+                _set(self, name, clean_required(value))
         for name in DEVICE_OPTIONAL_TEXT:
             value = getattr(self, name)
             if value is not None and (type(value) is not str or len(value) > MAX_NAME
@@ -171,11 +173,22 @@ class DeviceSample(Record):
                 _set(self, name, rate_or_none(value))
         for name in DEVICE_BYTES:
             value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 0):
+            if value is not None and (type(value) is not int or not 0 <= value <= MAX_BYTES):
                 _set(self, name, bytes_or_none(value))
         value = self.temperature_celsius
         if value is not None and (type(value) is not float or not -_INF < value < _INF):
             _set(self, "temperature_celsius", finite_or_none(value))
+        value = self.index
+        if value is not None and (type(value) is not int or not 0 <= value <= MAX_INDEX):
+            _set(self, "index", index_or_none(value))
+        value = self.partition_share
+        if value is not None and (type(value) is not float or not 0.0 < value <= 1.0):
+            _set(self, "partition_share", share_or_none(value))
+        if self.health not in HEALTH_STATES:
+            _set(self, "health", "unknown")
+        value = self.processes
+        if value and (type(value) is not tuple or not processes_valid(value)):
+            _set(self, "processes", processes_or_none(value))
         if self.compute_active_source is not None \
                 and self.compute_active_source not in COMPUTE_ACTIVE_SOURCES:
             _set(self, "compute_active_source", None)

@@ -72,6 +72,12 @@ def escaped(value: str) -> str:
     return _BAD.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), value)
 
 
+def clean_required(value: Any, max_length: int = MAX_NAME) -> str:
+    """:func:`clean_text` for a field that must hold text: ``None`` is the empty text (an id or
+    a vendor a plug-in left out is missing, never the word ``"None"``)."""
+    return "" if value is None else clean_text(value, max_length)
+
+
 def clean_optional(value: str | None, max_length: int = MAX_NAME) -> str | None:
     """:func:`clean_text` that passes ``None`` through."""
     return None if value is None else clean_text(value, max_length)
@@ -87,7 +93,14 @@ def clean_detail(value: Any, max_length: int = MAX_NAME) -> Any:
         return None
     if isinstance(value, (tuple, list)):
         return tuple(clean_detail(v, max_length) for v in value)
-    return value
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) or hasattr(value, "__index__"):  # (a numpy integer too)
+        return int(value)
+    if hasattr(value, "__float__") and not isinstance(value, complex):  # (a numpy float)
+        number = float(value)
+        return number if math.isfinite(number) else None
+    return None  # not a detail value (a dict, an object): unknown, never its repr
 
 
 _INF = float("inf")

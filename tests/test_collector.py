@@ -304,6 +304,10 @@ class _Appearing(_Quick):
     def probe(self) -> ProbeResult:
         return ProbeResult(self.present, "" if self.present else "no absent-vendor device node")
 
+    def sample(self) -> list[DeviceSample]:  # ids of its own (one id reported twice is left out)
+        return [DeviceSample(id=f"appearing-{i}", vendor="nvidia", kind="gpu", backend=self.name,
+                             index=i, health="ok") for i in range(2)]
+
 
 def test_an_absent_vendor_gets_no_thread_until_its_hardware_appears() -> None:
     absent, quick = _Appearing(), _Quick()
