@@ -34,7 +34,8 @@ def _default_keys(prometheus: bool) -> tuple[str, ...]:
 @click.command()
 @source_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-              help="Write the HTML to FILE atomically (owner-only) instead of stdout.")
+              help="Write the HTML to FILE atomically (owner-only) instead of stdout "
+                   "(- for stdout).")
 @click.option("--coverage-threshold", type=click.FloatRange(0.0, 1.0), default=None,
               callback=finite,
               help="Warn in the report and exit 3 when observed/expected device time is below "
@@ -64,6 +65,8 @@ def _report(run: Run, output: str | None, coverage_threshold: float | None,
         require_libraries()
     except ChartsUnavailable as exc:
         raise Failed("config", str(exc), 2) from None
+    if output == "-":  # stdout, as the option's help says, never a file called "-"
+        output = None
     if not output and stdout_is_terminal():
         raise Failed("config", "the report is an HTML file: give --output FILE or redirect "
                                "stdout", 2)

@@ -55,7 +55,7 @@ def _report(devices: Sequence[Device], keys: tuple[str, ...], config: str, windo
             r.cost / 10 if w else 0.0 for w in waits)) for r in report.rows))
 
 
-def _views(devices: Sequence[Device], config: str = "", unknown: str = "",
+def money_views(devices: Sequence[Device], config: str = "", unknown: str = "",
            waiting: bool = False) -> Views:
     window = Window(START, START + dt.timedelta(days=DAYS))
 
@@ -84,7 +84,7 @@ def _column(page: str, table_id: str, title: str) -> dict[str, str]:
 
 
 def test_nothing_priced_the_totals_say_no_price_as_their_lines() -> None:
-    views = _views([("a", *H100, "ann"), ("b", *MI300, "bob")])
+    views = money_views([("a", *H100, "ann"), ("b", *MI300, "bob")])
     page = render_html(views)
     for title in ("cost to date", "forecast month end"):
         assert set(_column(page, "table-budget", title).values()) == {"no price"}, title
@@ -101,7 +101,7 @@ def test_a_pool_in_two_currencies_gives_its_cost_in_each() -> None:
     """Groups a (EUR) and b (USD) share the H100 pool: its cost is 48.00 EUR and 72.00 USD
     (24 allocated hours each), never one "unknown" figure; a pool in one currency has
     nothing in the other (a blank cell, not unknown)."""
-    views = _views([("a", *H100, "ann"), ("b", *H100, "bob"), ("b", *MI300, "bob")], EUR_USD)
+    views = money_views([("a", *H100, "ann"), ("b", *H100, "bob"), ("b", *MI300, "bob")], EUR_USD)
     c = content(views)
     h100 = next(line for line in c.pools if line.names == ("nvidia", "H100"))
     assert (h100.figures["cost_EUR"], h100.figures["cost_USD"]) == (48.0, 72.0)
@@ -117,7 +117,7 @@ def test_a_pool_in_two_currencies_gives_its_cost_in_each() -> None:
 
 
 def test_each_day_gives_its_cost_in_each_currency_and_the_burn_names_them() -> None:
-    views = _views([("a", *H100, "ann"), ("b", *MI300, "bob")], EUR_USD)
+    views = money_views([("a", *H100, "ann"), ("b", *MI300, "bob")], EUR_USD)
     page = render_html(views)
     head, days = _table(page, "table-trend")
     for title, value in (("cost (EUR)", "24.00"), ("cost (USD)", "36.00"),
@@ -130,7 +130,7 @@ def test_each_day_gives_its_cost_in_each_currency_and_the_burn_names_them() -> N
 def test_totals_in_several_currencies_leaving_out_an_unpriced_group_are_at_least() -> None:
     """Group c has no price and no currency: each currency's total leaves it out, so each is
     at least its sum, never shown as whole."""
-    views = _views([("a", *H100, "ann"), ("b", *MI300, "bob"), ("c", *MI300, "cid")], EUR_USD,
+    views = money_views([("a", *H100, "ann"), ("b", *MI300, "bob"), ("c", *MI300, "cid")], EUR_USD,
                    waiting=True)
     page = render_html(views)
     budget = _column(page, "table-budget", "cost to date")
@@ -158,7 +158,7 @@ USD_A = '[groups.a]\nprice_per_device_hour = 2.0\ncurrency = "USD"\n'
 def test_a_pool_partly_priced_costs_at_least_its_priced_groups() -> None:
     """One currency: the H100 pool of a priced and an unpriced group costs at least the priced
     one's cost, never shown as the whole pool's."""
-    views = _views([("a", *H100, "ann"), ("c", *H100, "cid")], USD_A)
+    views = money_views([("a", *H100, "ann"), ("c", *H100, "cid")], USD_A)
     head, pools = _table(render_html(views), "table-pools")
     (h100,) = pools
     assert h100[head.index("cost")] == GE + "48.00", h100
@@ -169,10 +169,10 @@ def test_a_pool_partly_known_is_at_least_and_its_share_unknown() -> None:
     """A pool whose idle time one group does not know idles at least the rest; where one does
     not know its use, the pool's used / allocated is unknown (as the efficiency), never the
     known use over the whole allocated time."""
-    head, pools = _table(render_html(_views([("a", *H100, "ann"), ("c", *H100, "cid")], USD_A,
+    head, pools = _table(render_html(money_views([("a", *H100, "ann"), ("c", *H100, "cid")], USD_A,
                                             unknown="c:idle")), "table-pools")
     assert pools[0][head.index("idle device-hours")] == GE + "4.80", pools
-    head, pools = _table(render_html(_views([("a", *H100, "ann"), ("c", *H100, "cid")], USD_A,
+    head, pools = _table(render_html(money_views([("a", *H100, "ann"), ("c", *H100, "cid")], USD_A,
                                             unknown="c:busy")), "table-pools")
     assert pools[0][head.index("used / allocated")] == "unknown", pools
 
@@ -184,7 +184,7 @@ def test_a_budget_in_another_currency_is_never_added_to_the_others() -> None:
     config = ('[groups.a]\nprice_per_device_hour = 2.0\ncurrency = "USD"\n'
               'budget_per_month = 1000\n'
               '[groups.d]\ncurrency = "JPY"\nbudget_per_month = 50000\n')
-    views = _views([("a", *H100, "ann"), ("d", *MI300, "dee")], config)
+    views = money_views([("a", *H100, "ann"), ("d", *MI300, "dee")], config)
     c = content(views)
     assert c.currencies == ("JPY", "USD")
     assert "budget" not in charts(c)
@@ -203,7 +203,7 @@ def test_holders_are_ranked_by_cost_within_each_currency_and_charted_by_hours() 
     the holders that held the most draws the holders that did (ann first)."""
     config = ('[groups.a]\nprice_per_device_hour = 2.0\ncurrency = "EUR"\n'
               '[groups.b]\nprice_per_device_hour = 400.0\ncurrency = "JPY"\n')
-    views = _views([("a", *H100, "ann"), ("a", *H100, "ann"), ("b", *MI300, "bob")], config)
+    views = money_views([("a", *H100, "ann"), ("a", *H100, "ann"), ("b", *MI300, "bob")], config)
     c = content(views)
     assert [line.names[1] for line in c.holders] == ["ann", "bob"]
     chart = charts(c)["holders"]
@@ -213,15 +213,16 @@ def test_holders_are_ranked_by_cost_within_each_currency_and_charted_by_hours() 
 
 def test_a_holder_whose_cost_is_unknown_is_not_ranked_as_costing_0() -> None:
     config = '[groups.a]\nprice_per_device_hour = 0.0\ncurrency = "USD"\n'
-    views = _views([("a", *H100, "ann"), ("c", *MI300, "cid"), ("c", *MI300, "cid")], config)
+    views = money_views([("a", *H100, "ann"), ("c", *MI300, "cid"), ("c", *MI300, "cid")], config)
     assert [line.names[1] for line in content(views).holders] == ["ann", "cid"]
 
 
 def test_a_burn_after_a_day_of_unknown_cost_is_at_least() -> None:
     """Group a's first day has data but no known cost (priced by energy, none measured): its
     cost so far on the second day leaves that day out, so it is at least the second day's."""
-    window = _views([("a", *H100, "ann")], USD_A)
-    first = _views([("a", *H100, "ann")], '[groups.a]\nprice_per_kwh = 0.2\ncurrency = "USD"\n')
+    window = money_views([("a", *H100, "ann")], USD_A)
+    first = money_views([("a", *H100, "ann")],
+                        '[groups.a]\nprice_per_kwh = 0.2\ncurrency = "USD"\n')
     views = dataclasses.replace(window, trend=(first.trend[0], window.trend[1]))
     burn = _column(render_html(views), "table-burn", "a")
     assert burn == {"2026-03-01": "unknown", "2026-03-02": GE + "24.00"}, burn
@@ -232,6 +233,6 @@ def test_a_total_budget_of_the_groups_that_have_one_is_whole() -> None:
     sum of the budgets, never marked as at least it."""
     config = USD_A + 'budget_per_month = 1000\n[groups.b]\nprice_per_device_hour = 3.0\n' \
         'currency = "USD"\n'
-    budget = _column(render_html(_views([("a", *H100, "ann"), ("b", *MI300, "bob")], config)),
+    budget = _column(render_html(money_views([("a", *H100, "ann"), ("b", *MI300, "bob")], config)),
                      "table-budget", "budget")
     assert budget == {"a": "1,000.00", "b": "no budget", "total": "1,000.00"}, budget

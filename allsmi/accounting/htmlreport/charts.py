@@ -20,6 +20,10 @@ COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
            "#999999")
 
 
+#: Series per row of a chart's legend, and the height of a row (CSS px of the drawing).
+LEGEND_COLUMNS = 4
+LEGEND_ROW = 24
+
 #: What to do without the extra (the pip of the Python that runs allsmi).
 EXTRA_HINT = f"install the extra: {sys.executable} -m pip install 'allsmi[report]'"
 
@@ -133,8 +137,13 @@ def svg(chart: Chart) -> str:
     kind = {"bar": pygal.Bar, "hbar": pygal.HorizontalBar, "line": pygal.Line}[chart.kind]
     rows = len(chart.labels)
     height = max(320, 60 + rows * 16 * max(1, len(chart.series))) if chart.kind == "hbar" else 380
+    # room for the legend under the plot, a row per LEGEND_COLUMNS series: pygal's height is
+    # the whole drawing's, and a legend taller than it leaves the plot no height (pygal then
+    # never returns, splitting the axis title into lines of no width)
+    height += LEGEND_ROW * -(-len(chart.series) // LEGEND_COLUMNS)
     graph = kind(style=style, js=[], disable_xml_declaration=True, explicit_size=False,
-                 width=800, height=height, legend_at_bottom=True, legend_at_bottom_columns=4,
+                 width=800, height=height, legend_at_bottom=True,
+                 legend_at_bottom_columns=LEGEND_COLUMNS,
                  truncate_label=40, truncate_legend=30, show_x_guides=False,
                  **({} if chart.kind == "hbar" else {
                      "x_label_rotation": 30 if rows > 6 else 0,

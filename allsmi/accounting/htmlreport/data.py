@@ -64,6 +64,12 @@ def values(row: Row) -> dict[str, Any]:
     return json_row(row)
 
 
+def coverage(report: Report) -> float | None:
+    """The report's ``coverage_ratio`` as the export's JSON gives it (6 decimals), so that the
+    page's figure and its ``data-value`` are the export's."""
+    return None if report.coverage_ratio is None else round(report.coverage_ratio, 6)
+
+
 def reason_columns(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """``{reason: {"seconds": column, "cost": column}}`` of the waiting reasons some row knows
     (none where activity is not measured), in :data:`REASONS`' order."""
@@ -267,7 +273,7 @@ def content(views: Views) -> Content:
     c.pools = _pool_lines(views.pools, summed, c.currencies)
     c.group_totals = _totals([line.figures for line in c.groups], summed + ("budget",),
                              c.currencies)
-    c.group_totals[0].figures["coverage_ratio"] = groups.coverage_ratio
+    c.group_totals[0].figures["coverage_ratio"] = coverage(groups)
     c.holder_keys = tuple(views.holders.group_by)
     allocated = {row.resource_group: values(row).get("allocated_device_hours")
                  for row in groups.rows}
@@ -299,7 +305,7 @@ def content(views: Views) -> Content:
             figures.update(sums)
             partial |= left_out
             empty.update(said)
-        figures["coverage_ratio"] = report.coverage_ratio
+        figures["coverage_ratio"] = coverage(report)
         c.trend.append(Line((name,), figures, partial=frozenset(partial), empty=empty))
         costs = {row.resource_group: values(row).get("cost") for row in report.rows}
         burn: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from allsmi.accounting.htmlreport.charts import Chart, charts, svg
 from allsmi.accounting.htmlreport.data import (
-    Content, Line, Views, content, label)
+    Content, Line, Views, content, coverage, label)
 from allsmi.accounting.htmlreport.sums import money_keys, several
 from allsmi.accounting.periods import iso
 
@@ -259,7 +259,7 @@ def render_html(views: Views) -> str:
         start=iso(report.window.start), end=iso(report.window.end),
         tz=str(report.window.start.tzinfo), source=label(report.source),
         source_data=label(report.source_data) if report.source_data else "",
-        coverage=number(report.coverage_ratio, "ratio"), threshold=f"{views.threshold:.2%}",
+        coverage=number(coverage(report), "ratio"), threshold=f"{views.threshold:.2%}",
         warnings=c.warnings, missing=c.missing,
         sections=[] if report.coverage_ratio is None else sections(c),
         safe_svg=_markup)
