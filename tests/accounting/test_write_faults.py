@@ -25,6 +25,16 @@ from allsmi.accounting.recorder import MAX_UNWRITTEN, LedgerRecorder
 from .helpers import T0, config, device, rows, snap
 
 
+def sized(dev_id: str, bad: bool) -> object:
+    """A device whose record SQLite cannot store when ``bad`` (2**70 bytes of memory: no SQLite
+    integer holds it). The schema keeps byte counts within 64 bits, so the value is put past it
+    here, standing for any record whose write fails alone."""
+    dev = device(dev_id, memory=1)
+    if bad:
+        object.__setattr__(dev, "memory_used_bytes", 2**70)
+    return dev
+
+
 def hold(db: Path) -> sqlite3.Connection:
     """Another connection that holds the write lock until it is rolled back."""
     conn = sqlite3.connect(str(db), isolation_level=None, timeout=30)
@@ -79,7 +89,7 @@ def test_ids_of_a_rolled_back_transaction_are_not_reused(tmp_path: Path) -> None
     for t in range(0, 130, 10):
         # Minute 1: GPU-new (first seen) is inserted, then GPU-zbad's record fails the
         # transaction, rolling GPU-new's device, dim and user rows back.
-        devices = [device("GPU-a"), device("GPU-zbad", memory=2**70 if 60 <= t < 120 else 1)]
+        devices = [device("GPU-a"), sized("GPU-zbad", 60 <= t < 120)]
         if t >= 60:
             devices.append(device("GPU-new", users=["zoe"]))
         rec.on_snapshot(snap(T0 + t, *devices))
@@ -100,7 +110,7 @@ def test_one_bad_record_does_not_block_the_others(tmp_path: Path) -> None:
     for t in range(0, 130, 10):
         # 2**70 bytes cannot be stored in an SQLite integer: that record, and only it, fails.
         rec.on_snapshot(snap(T0 + t, device("GPU-good", power=10.0),
-                             device("GPU-bad", memory=2**70 if 60 <= t < 120 else 1)))
+                             sized("GPU-bad", 60 <= t < 120)))
     rec.close()
     assert rec.write_errors >= 1 and rec.unwritten == 1, "the bad minute is kept, not dropped"
     assert rows(db, "SELECT d.device_id, i.start FROM intervals i JOIN devices d ON d.dev = i.dev "

@@ -68,7 +68,9 @@ def test_sighup_exits_129_and_sigterm_exits_0(tmp_path: Path) -> None:
             os.kill(pid, signum)
             assert wait_gone([pid], 2.0) is not None, f"signal {signum}: still running after 2 s"
             deadline = time.monotonic() + 10
-            while not rcfile.exists() and time.monotonic() < deadline:
+            # the shell creates the file, then writes the status: wait for the status
+            while not (rcfile.exists() and rcfile.read_text().strip()) \
+                    and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert rcfile.read_text().strip() == str(expected), signum
         finally:
