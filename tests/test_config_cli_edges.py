@@ -120,6 +120,32 @@ def test_every_text_option_of_every_command_refuses_an_empty_value() -> None:
     assert checked > 30
 
 
+def test_output_dash_is_stdout_on_every_command(tmp_path: Path) -> None:
+    """``-o -`` wrote a file called ``-`` (export, idle, waste): it is stdout, for every command
+    that takes ``--output``, never a file."""
+    from allsmi.cli.group import LazyGroup, cli
+    with click.Context(cli) as ctx:
+        takers = [name for name in COMMANDS if any(
+            "--output" in getattr(p, "opts", ()) for p in LazyGroup.get_command(cli, ctx, name).params)]
+    assert {"snapshot", "export", "idle", "waste", "report"} <= set(takers), takers
+    for name in ("snapshot", "export"):
+        args = [name, "--simulate", "mixed", "--format", "json", "-o", "-"]
+        if name == "export":
+            args[3:3] = ["--period", "yesterday"]
+        out = subprocess.run([sys.executable, "-m", "allsmi", *args], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path,
+                             env={"ALLSMI_CONFIG": "/dev/null", "PATH": "/usr/bin:/bin"})
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) and not (tmp_path / "-").exists(), name
+    for name in takers:  # each turns "-" into "not given" (stdout) before its own checks
+        with click.Context(cli) as ctx:
+            command = LazyGroup.get_command(cli, ctx, name)
+            sub = command.make_context(name, ["-o", "-", *(["--period", "yesterday"]
+                                                            if name != "snapshot" else [])],
+                                       parent=ctx)
+            assert sub.params["output"] is None, name
+
+
 def _snapshot_with(patch: str) -> subprocess.CompletedProcess[str]:
     """``allsmi snapshot --simulate mixed --format json`` through the console entry point, with
     ``patch`` run first (a subprocess: SIGINT must reach a main thread of its own)."""

@@ -66,7 +66,7 @@ def refuse_empty(command: "click.Command") -> "click.Command":
     would otherwise read as not given: ``--web-config ''`` serving without TLS, ``-o ''``
     printing to stdout, ``--config ''`` reading another file, ``--simulate ''`` the hardware.
     The group applies it to every command it runs (and to its own options); an option taken
-    several times says itself what an empty value means."""
+    several times says itself what an empty value means. ``--output -`` is stdout."""
     import click
     for param in command.params:
         if isinstance(param, click.Option) and not param.is_flag and not param.multiple \
@@ -82,6 +82,8 @@ def _non_empty(callback: Callable[..., Any] | None) -> Callable[..., Any]:
         if isinstance(value, str) and not value.strip():
             raise click.BadParameter(f"must not be empty, got {value!r} (leave the option out "
                                      "for the default)")
+        if param.name == "output" and value == "-":
+            value = None  # `-o -`: stdout, as without the option, never a file called "-"
         return callback(ctx, param, value) if callback else value
     check.refuses_empty = True  # type: ignore[attr-defined]
     return check
