@@ -14,21 +14,8 @@ import pytest
 from allsmi.backends.simulated import ScenarioError, load_scenario
 from allsmi.backends.simulated.units import make_unit
 
-DEVICE = """
-[[devices]]
-backend = "extra"
-vendor = "acme"
-kind = "npu"
-model = "Acme X1"
-count = 2
-memory_total_bytes = 1073741824
-power_idle_watts = 10.0
-power_limit_watts = 100.0
-clock_idle_mhz = 100.0
-clock_max_mhz = 1000.0
-temperature_idle_celsius = 30.0
-temperature_max_celsius = 80.0
-"""
+from .test_scenario_files import DEVICE
+
 H100 = (DEVICE.replace('"extra"', '"nvidia"').replace('"acme"', '"nvidia"')
         .replace('"npu"', '"gpu"').replace("Acme X1", "NVIDIA H100 80GB HBM3")
         .replace("1073741824", "85899345920") + 'id_style = "nvidia"\n')
