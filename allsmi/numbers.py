@@ -10,11 +10,29 @@ from typing import Any
 _INF = float("inf")
 
 
+def plain_number(value: Any) -> int | float | None:
+    """``value`` as a Python ``int`` or ``float``: as it is, or converted where it is a real number
+    of another type (numpy's ``float32`` and ``int64``, a ``Fraction``: registered with
+    :mod:`numbers`, as a plug-in backend may give them); ``None`` for anything else (a bool,
+    text, ``None``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    import numbers  # (only for the rare value that is neither: a snapshot never imports it)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return None
+
+
 def percent_or_none(value: Any) -> float | None:
     """A percentage, 0 to 100."""
     if type(value) is float and 0.0 <= value <= 100.0:  # (nearly always: as it is)
         return value
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    value = plain_number(value)
+    if value is None:
         return None
     return float(value) if 0.0 <= value <= 100.0 else None  # NaN fails both comparisons
 
@@ -23,7 +41,8 @@ def rate_or_none(value: Any) -> float | None:
     """A finite figure that is never negative (a rate, watts, joules, MHz)."""
     if type(value) is float and 0.0 <= value < _INF:  # (nearly always: as it is)
         return value
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    value = plain_number(value)
+    if value is None:
         return None
     return float(value) if 0.0 <= value < _INF else None
 
@@ -37,14 +56,16 @@ def bytes_or_none(value: Any) -> int | None:
     """A byte count: a whole number from 0 to :data:`MAX_BYTES` (a finite float is made whole)."""
     if type(value) is int and 0 <= value <= MAX_BYTES:  # (nearly always: as it is)
         return value
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    value = plain_number(value)
+    if value is None:
         return None
     return int(value) if 0 <= value <= MAX_BYTES else None
 
 
 def finite_or_none(value: Any) -> float | None:
     """Any finite figure (a temperature)."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    value = plain_number(value)
+    if value is None:
         return None
     return float(value) if -_INF < value < _INF else None
 
@@ -57,11 +78,16 @@ def index_or_none(value: Any) -> int | None:
     """A device index: a whole number, 0 to :data:`MAX_INDEX` (a bool or text is none)."""
     if type(value) is int and 0 <= value <= MAX_INDEX:
         return value
+    import numbers  # (only for the rare index that is not an int: numpy's int64)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+            and 0 <= int(value) <= MAX_INDEX:
+        return int(value)
     return None
 
 
 def share_or_none(value: Any) -> float | None:
     """A fraction of a device, in (0, 1] (a partition's share)."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    value = plain_number(value)
+    if value is None:
         return None
     return float(value) if 0.0 < value <= 1.0 else None
