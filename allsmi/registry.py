@@ -69,6 +69,14 @@ def names() -> list[str]:
     return sorted(_entry_points())
 
 
+def clashes() -> "list[EntryPoint]":
+    """The entry points not loaded because another distribution registered their name first
+    (``importlib.metadata``'s, with their ``dist``): each is said, never silently left out."""
+    found: list[Any] = []
+    _entry_points(full=True, clashes=found)
+    return found
+
+
 def hardware_names() -> list[str]:
     """Registered backends that read real hardware."""
     return [n for n in names() if n not in SIMULATION_BACKENDS]

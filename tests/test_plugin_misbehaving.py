@@ -228,3 +228,26 @@ def test_misbehaving_plug_ins_from_their_entry_points_leave_the_others_whole(tmp
     assert set(devices) == {"zz:0", "zz: [31m1"}
     assert devices["zz: [31m1"]["partition_share"] is None
     assert devices["zz: [31m1"]["processes"] == []
+
+
+def test_allsmi_backends_lists_a_plug_in_whose_name_is_taken(tmp_path: Path) -> None:
+    """``allsmi backends`` lists every registered entry point: one that is not loaded because
+    another registered its name first is shown, saying so, never left out."""
+    site = tmp_path / "site"
+    dist = site / "zzplug-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[allsmi.backends]\nnvidia = zzplug:Good\n")
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    out = subprocess.run([sys.executable, "-m", "allsmi", "backends", "--json"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    rows = [r for r in json.loads(out.stdout) if r["name"] == "nvidia"]
+    assert len(rows) == 2 and sum(1 for r in rows if r.get("not_loaded")) == 1, rows
+    (left,) = [r for r in rows if r.get("not_loaded")]
+    (kept,) = [r for r in rows if not r.get("not_loaded")]
+    assert left["not_loaded"] == f"the name is taken by {kept['target']}"
+    table = subprocess.run([sys.executable, "-m", "allsmi", "backends"], env=env,
+                           capture_output=True, text=True, timeout=30).stdout
+    assert "(not loaded: the name is taken by" in table

@@ -25,12 +25,23 @@ def backends(as_json: bool) -> None:
                      "distribution": f"{dist.name} {dist.version}" if dist else None,
                      "simulation": name in registry.SIMULATION_BACKENDS,
                      "options": _options(declared.get(name))})
+    for ep in registry.clashes():  # registered, not loaded: said, never silently left out
+        dist = getattr(ep, "dist", None)
+        rows.append({"name": ep.name, "target": ep.value,
+                     "distribution": f"{dist.name} {dist.version}" if dist else None,
+                     "simulation": False, "options": None,
+                     "not_loaded": f"the name is taken by {registry.entry_point(ep.name).value}"})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    name_width = max((len(r["name"]) for r in rows), default=0)
+    target_width = max((len(r["target"]) for r in rows), default=0)
     for row in rows:
         note = "  (simulation)" if row["simulation"] else ""
-        click.echo(f"{row['name']:<13} {row['target']:<45} {row['distribution'] or ''}{note}")
+        if row.get("not_loaded"):
+            note = f"  (not loaded: {row['not_loaded']})"
+        click.echo(f"{row['name']:<{name_width}}  {row['target']:<{target_width}}  "
+                   f"{row['distribution'] or ''}{note}".rstrip())
 
 
 def _options(options: "tuple[BackendOption, ...] | None") -> "list[dict[str, object]] | None":
