@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.htmlreport.charts import Chart, svg
+from allsmi.accounting.htmlreport.charts import COLOURS, Chart, charts, svg
+from allsmi.accounting.htmlreport.data import content
 from allsmi.accounting.htmlreport.page import render_html
 
 from .support import allsmi
@@ -36,6 +37,21 @@ def test_two_hundred_priced_groups_give_a_page_of_bounded_size() -> None:
     page = render_html(money_views([(g, *H100, f"u{i}") for i, g in enumerate(groups)], config))
     assert all(f"<td>{g}</td>" in page for g in groups)
     assert len(page.encode()) < 2_000_000
+
+
+def test_the_burn_chart_draws_no_more_groups_than_it_has_colours() -> None:
+    """Beyond its eight colours two groups' lines would look alike (colour the only carrier of
+    which is which): the chart draws the costliest eight and says so; the table has every one."""
+    groups = [f"g{i:02d}" for i in range(12)]
+    config = "".join(f'[groups.{g}]\nprice_per_device_hour = {1 + i}\ncurrency = "USD"\n'
+                     for i, g in enumerate(groups))
+    views = money_views([(g, *H100, f"u{i}") for i, g in enumerate(groups)], config)
+    burn = charts(content(views))["burn"]
+    assert [name for name, _ in burn.series] == groups[-len(COLOURS):]  # the dearest
+    assert f"the {len(COLOURS)} costliest of 12 groups" in burn.title
+    page = render_html(views)
+    table = page.split('id="table-burn"')[1].split("</table>")[0]
+    assert all(f">{g}<" in table for g in groups)
 
 
 def test_the_coverage_is_the_exports_rounded_to_six_decimals() -> None:

@@ -82,9 +82,16 @@ def charts(c: Content) -> dict[str, Chart]:
                                   ("forecast month end", "forecast_month_end_cost"),
                                   ("budget", "budget"))), c.currencies[0])
     if c.priced and len(c.currencies) == 1 and c.burn:
-        out["burn"] = Chart("burn", f"Cost so far in the window, per group, {c.trend_unit} by "
+        lines = _series(c.burn, c.burn_columns)
+        which = "per group"
+        if len(lines) > len(COLOURS):  # a colour each, never one for two groups
+            which = f"the {len(COLOURS)} costliest of {len(lines)} groups (every group in the table)"
+            costliest = set(sorted(range(len(lines)), reverse=True, key=lambda i: max(
+                (v for v in lines[i][1] if v is not None), default=0.0))[:len(COLOURS)])
+            lines = tuple(line for i, line in enumerate(lines) if i in costliest)
+        out["burn"] = Chart("burn", f"Cost so far in the window, {which}, {c.trend_unit} by "
                             f"{c.trend_unit}", "line", tuple(line.names[0] for line in c.burn),
-                            _series(c.burn, c.burn_columns), c.currencies[0])
+                            lines, c.currencies[0])
     hours = (("allocated", "allocated_device_hours"), ("active", "active_device_hours"),
              ("idle", "idle_allocated_device_hours"))
     out["hours"] = Chart("hours", "Allocated, active and idle device-hours per group", "bar",
