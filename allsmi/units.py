@@ -197,6 +197,9 @@ def micro_to_unit(value: object) -> float | None:
 
 #: Sentinels that vendor libraries return for "not available".
 UINT_SENTINELS = frozenset({0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFF, 0x7FFFFFFFFFFFFFFF})
+#: Those of a 32- or 64-bit field: a byte, MiB or event count may be 65535, so the 16-bit one
+#: is not among them.
+WIDE_SENTINELS = UINT_SENTINELS - {0xFFFF}
 
 
 def reject_sentinel(value: object) -> object:

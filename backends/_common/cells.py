@@ -61,9 +61,8 @@ def int_cell(value: object) -> int | None:
 
 
 #: All-ones values a vendor tool prints for "no reading" where a field is 32 or 64 bits wide
-#: (an unsigned register or counter, or its signed maximum): a byte, MiB or event count may be
-#: 65535, so the 16-bit one is not among them.
-WIDE_SENTINELS = frozenset(units.UINT_SENTINELS - {0xFFFF})
+#: (an unsigned register or counter, or its signed maximum): :data:`allsmi.units.WIDE_SENTINELS`.
+WIDE_SENTINELS = units.WIDE_SENTINELS
 #: A cell that is one whole number, decimal or ``0x`` hex, with an optional unit after it.
 _WHOLE_WITH_UNIT = re.compile(r"^\s*(0[xX][0-9a-fA-F]+|[0-9]+)(?:\.0*)?\s*[A-Za-zµ°%/]*\s*$")
 

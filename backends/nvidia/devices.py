@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.nvml import error_code
 from allsmi.schema import DeviceSample
-from allsmi.units import UINT_SENTINELS, milli_to_unit, parse_percent, reject_sentinel, to_int
+from allsmi.units import UINT_SENTINELS, WIDE_SENTINELS, milli_to_unit, parse_percent, reject_sentinel, to_int
 
 if TYPE_CHECKING:
     from allsmi.backends.nvidia.gpm import GpmTarget
@@ -175,16 +175,15 @@ def number(value: object) -> float | None:
     return float(value)
 
 
-#: An ECC total's "not available" answers (all ones); 65535 (``0xFFFF``) is a count.
-ECC_SENTINELS = UINT_SENTINELS - {0xFFFF}
 
 
 def ecc_count(value: object) -> int | None:
     """An ECC total from the field batch: a whole count (a double value type holding one is
-    one); ``None`` for a sentinel, a fraction or a negative number."""
+    one); ``None`` for an all-ones "not available" (65535, ``0xFFFF``, is a count), a fraction
+    or a negative number."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if type(value) is int and value in ECC_SENTINELS:
+    if type(value) is int and value in WIDE_SENTINELS:
         return None
     return to_int(value)
 

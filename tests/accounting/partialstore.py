@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import threading
 import urllib.parse
 from typing import Any, Callable, Iterator
+
+from ..conftest import loopback_server
 
 #: The window (SINCE to UNTIL, an hour of 2026-03-02) and its month to date (from 2026-03-01).
 WINDOW_RANGE, MONTH_RANGE = "[3600s]", "[90000s]"
@@ -57,12 +58,5 @@ class PartialServer(http.server.BaseHTTPRequestHandler):
 def running_store() -> Iterator[tuple[type[PartialServer], str]]:
     """A :class:`PartialServer` of the test's own: ``(handler class, URL)``."""
     handler = type("Handler", (PartialServer,), {"partial_in": ()})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
-        yield handler, f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with loopback_server(handler) as url:
+        yield handler, url

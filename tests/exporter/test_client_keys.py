@@ -9,17 +9,11 @@ IPv4 address.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from allsmi.exporter.bounds import client_of
 
-REPO = Path(__file__).resolve().parents[2]
+from .test_listen_dual_stack import in_network_namespace
 
 
 def test_an_ipv6_client_is_its_64_prefix() -> None:
@@ -75,16 +69,7 @@ loop.stop()
 
 
 def test_an_ipv4_client_of_a_dual_stack_listener_is_bound_by_its_address() -> None:
-    unshare = shutil.which("unshare")
-    if unshare is None or shutil.which("ip") is None:
-        pytest.skip("unshare or ip not found (util-linux, iproute2): no private network namespace")
-    probe = subprocess.run([unshare, "--user", "--map-root-user", "--net", "true"],
-                           capture_output=True, text=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"no private network namespace here (unshare: {probe.stderr.strip()})")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([unshare, "--user", "--map-root-user", "--net", sys.executable, "-c",
-                             _PROBE], capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
+    result = in_network_namespace(_PROBE)
     if result.returncode != 0 and "RTNETLINK" in result.stderr:
         pytest.skip(f"no loopback interface in a private namespace here: {result.stderr.strip()}")
     assert result.returncode == 0, result.stdout + result.stderr

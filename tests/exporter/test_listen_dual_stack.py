@@ -59,7 +59,10 @@ print("\n".join(results))
 """
 
 
-def _namespaced(*args: str) -> subprocess.CompletedProcess[str]:
+def in_network_namespace(probe_code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -c probe_code ARGS`` in a private network namespace of its own (``unshare
+    --user --net``: only a loopback interface), this checkout importable; skipped with the
+    reason where no such namespace can be made."""
     unshare = shutil.which("unshare")
     if unshare is None or shutil.which("ip") is None:
         pytest.skip("unshare or ip not found (util-linux, iproute2): no private network namespace")
@@ -69,12 +72,12 @@ def _namespaced(*args: str) -> subprocess.CompletedProcess[str]:
         pytest.skip(f"no private network namespace here (unshare: {probe.stderr.strip()})")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([unshare, "--user", "--map-root-user", "--net", sys.executable, "-c",
-                           _PROBE, *args], capture_output=True, text=True, timeout=120, env=env,
-                          cwd=REPO)
+                           probe_code, *args], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=REPO)
 
 
 def test_all_interfaces_means_ipv4_and_ipv6() -> None:
-    result = _namespaced(":PORT", "[::]:PORT")
+    result = in_network_namespace(_PROBE, ":PORT", "[::]:PORT")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:4] == [
         ":PORT ipv4 200", ":PORT ipv6 200", "[::]:PORT ipv4 200", "[::]:PORT ipv6 200"], \
@@ -82,7 +85,7 @@ def test_all_interfaces_means_ipv4_and_ipv6() -> None:
 
 
 def test_a_given_address_is_that_address_only() -> None:
-    result = _namespaced("127.0.0.1:PORT", "[::1]:PORT")
+    result = in_network_namespace(_PROBE, "127.0.0.1:PORT", "[::1]:PORT")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.split("\n")
     assert lines[0] == "127.0.0.1:PORT ipv4 200" and lines[3] == "[::1]:PORT ipv6 200", result.stdout
@@ -91,7 +94,7 @@ def test_a_given_address_is_that_address_only() -> None:
 
 def test_the_ipv4_wildcard_written_out_is_ipv4_only() -> None:
     """An operator who wrote ``0.0.0.0`` (and firewalls IPv4) is not made reachable over IPv6."""
-    result = _namespaced("0.0.0.0:PORT", "[::1]:PORT")
+    result = in_network_namespace(_PROBE, "0.0.0.0:PORT", "[::1]:PORT")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.split("\n")
     assert lines[0] == "0.0.0.0:PORT ipv4 200", result.stdout

@@ -83,6 +83,18 @@ def _pod(root: Path, pod: tuple[int, int], container: tuple[int, int] = (0, 0),
     write_cgroup(root, "kubepods.slice", _periods(*(top or (0, 0))))
 
 
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``procfs.read_proc_file`` reads from now on, in order."""
+    reads: list[str] = []
+    real = procfs.read_proc_file
+
+    def counted(path: str) -> bytes:
+        reads.append(path)
+        return real(path)
+    monkeypatch.setattr(procfs, "read_proc_file", counted)
+    return reads
+
+
 def test_a_limit_on_the_pods_cgroup_throttles_its_container(tmp_path: Path) -> None:
     """The pod's cgroup has the limit: throttled in 10 of its 20 periods, while the
     container's own cgroup (no limit of its own) ran none. Read from the container's cgroup
@@ -151,13 +163,7 @@ def test_ancestors_are_bounded_and_shared_ancestors_read_once_a_cycle(
     write_process(tmp_path, PID + 20, io=IO, sched=(0, 0), cgroup=f"0::/{CONTAINER}\n")
     _pod(tmp_path, pod=(0, 0))
     sampler.sample([PID, PID + 10, PID + 20])
-    reads: list[str] = []
-    real = procfs.read_proc_file
-
-    def counted(path: str) -> bytes:
-        reads.append(path)
-        return real(path)
-    monkeypatch.setattr(procfs, "read_proc_file", counted)
+    reads = counted_reads(monkeypatch)
     clock.now += 2.0
     activity = sampler.sample([PID, PID + 10, PID + 20])
     assert activity.processes[PID].throttled_fraction is None  # 4 levels above not checked
@@ -249,13 +255,7 @@ def test_threads_that_come_and_go_add_nothing_invented(tmp_path: Path) -> None:
 
 def test_each_threads_stat_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_process(tmp_path, PID, threads=3, io=IO, sched=(0, 0), tgid=PID)
-    reads: list[str] = []
-    real = procfs.read_proc_file
-
-    def counted(path: str) -> bytes:
-        reads.append(path)
-        return real(path)
-    monkeypatch.setattr(procfs, "read_proc_file", counted)
+    reads = counted_reads(monkeypatch)
     r = procfs.read_process(PID, str(tmp_path / "proc"), str(tmp_path / "sys/fs/cgroup"), True)
     assert r is not None and r.threads_seen == 3
     assert len(reads) == len(set(reads))
