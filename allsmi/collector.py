@@ -160,12 +160,11 @@ class Collector:
             maxlen=history_size or self.config.history_size)
         self._latest: Snapshot | None = None
         self._cycle_lock = threading.Lock()
-        self._group_memo: dict[tuple[object, ...], str] = {}
+        self._group_memo: dict[tuple[object, ...], str] = {}  # a group by facts (assign_groups)
         self._last_groups: tuple[object, list[str],
                                  dict[str, tuple[Any, dict[str, str]]]] | None = None
         self.group_assignments = 0
         """Cycles whose resource groups were worked out (the others carried the last ones)."""
-        """Each device's resource group by its facts (see :func:`assign_groups`)."""
         self._said: dict[int, tuple[object, BackendStatus]] = {}
         """Per runner, its last outcome and the status made of it: an outcome kept from cycle
         to cycle (a vendor answered absent until its re-probe) is not made a status again."""
@@ -275,7 +274,8 @@ class Collector:
             from allsmi.hostactivity.settings import activity_settings
             from allsmi.waiting import WaitingClassifier
             self._waiting = WaitingClassifier.for_backends(
-                activity_settings(self.config), [r.backend for r in self.runners])
+                activity_settings(self.config), [r.backend for r in self.runners],
+                getattr(self.attributor, "proc_root", "/proc"))
         return self._waiting
 
     def _groups(self, devices: list[DeviceSample], hostname: str

@@ -263,15 +263,16 @@ class WaitingClassifier:
         """What the host readers could not read in the last cycle (one line each)."""
 
     @classmethod
-    def for_backends(cls, settings: ActivitySettings,
-                     backends: Sequence[object]) -> "WaitingClassifier":
+    def for_backends(cls, settings: ActivitySettings, backends: Sequence[object],
+                     proc_root: str = "/proc") -> "WaitingClassifier":
         """The step for a collector over ``backends``: backends that carry their own host
         evidence (the simulation's ``host_evidence``) are asked for it, so that a simulated
-        pid is never looked up in this machine's ``/proc``; otherwise the host is read."""
+        pid is never looked up in this machine's ``/proc``; otherwise the host is read, its
+        processes under ``proc_root`` (``[attribution] proc_root``, as the cgroup source)."""
         sources = [getattr(b, "host_evidence") for b in backends
                    if callable(getattr(b, "host_evidence", None))]
         if not sources:
-            return cls(settings)
+            return cls(settings, HostActivitySampler(proc_root))
         from allsmi.hostactivity.simulated import SimulatedHostActivity
         return cls(settings, SimulatedHostActivity(sources), detail=False)
 

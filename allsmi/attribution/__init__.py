@@ -100,7 +100,8 @@ def build_attributor(config: Config, environ: Mapping[str, str] | None = None,
     from .settings import attribution_settings
     settings = attribution_settings(config, os.environ if environ is None else environ,
                                     declarations)
-    return Attributor(build_sources(settings, simulate), settings.timeout_seconds, inline)
+    return Attributor(build_sources(settings, simulate), settings.timeout_seconds, inline,
+                      proc_root=str(settings.proc_root))
 
 
 __all__ = [

@@ -189,8 +189,11 @@ class Attributor:
     """
 
     def __init__(self, sources: Sequence[AttributionSource], timeout_seconds: float = 2.0,
-                 inline: bool = False, carry_seconds: float = CARRY_SECONDS) -> None:
+                 inline: bool = False, carry_seconds: float = CARRY_SECONDS,
+                 proc_root: str = "/proc") -> None:
         self.timeout = timeout_seconds
+        self.proc_root = proc_root
+        """Where processes are read (``[attribution] proc_root``): the waiting step's too."""
         self.carry_seconds = carry_seconds
         #: ``inline``: sources that are ``pure`` (the simulation) run in the resolving thread.
         self.runners = [SourceRunner(s, inline) for s in sources]

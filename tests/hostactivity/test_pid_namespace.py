@@ -150,3 +150,29 @@ def test_doctor_says_it_in_one_line(tmp_path: Path) -> None:
     assert "hostPID: true" in line and "--pid=host" in line
     assert pid_namespaces(SimpleNamespace(config=config, simulate="mixed"),
                           SimpleNamespace(waiting=waiting)) == []
+
+
+def test_the_waiting_step_reads_processes_where_attribution_does(tmp_path: Path) -> None:
+    """``[attribution] proc_root`` (the host's /proc mounted as /host/proc in a container whose
+    own /proc is another namespace's) is where the waiting step reads its holders too."""
+    from allsmi.attribution import build_attributor
+    from allsmi.collector import Collector
+    write_node(tmp_path)
+    write_process(tmp_path, 40, state="D", blocked=1, io={"rchar": 0, "read_bytes": 0})
+    config = parse_config(f'[attribution]\nsources = ["cgroup"]\n'
+                          f'proc_root = "{tmp_path / "proc"}"\n')
+    collector = Collector([], config, attributor=build_attributor(config))
+    try:
+        step = collector.waiting
+        assert step.source.proc_root == str(tmp_path / "proc")  # type: ignore[attr-defined]
+        dev = DeviceSample(id="GPU-1", vendor="nvidia", kind="gpu", backend="nvidia",
+                           utilization_percent=0.0, processes=(ProcessSample(40, "alice"),))
+        step.apply([dev])
+        (out,) = step.apply([dev])
+    finally:
+        collector.close()
+    assert out.waiting is not None and out.waiting[0].reason == "input", out.waiting
+    assert "I/O wait" in out.waiting[0].evidence
+    found = pid_namespaces(SimpleNamespace(config=config, simulate=None), collector)
+    assert found[0]["proc_root"] == str(tmp_path / "proc")
+    assert found[0]["used_by"] == ["attribution", "waiting"]
