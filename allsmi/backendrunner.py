@@ -13,7 +13,7 @@ import threading
 import time
 
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
-from allsmi.lazylog import get_logger
+from allsmi.lazylog import failed_once, get_logger
 from allsmi.records import Record, record
 from allsmi.schema import BackendStatus, DeviceSample
 from allsmi.worker import SingleFlight
@@ -129,6 +129,7 @@ class BackendRunner:
         self._sampling = threading.RLock()
         self.probe_result: ProbeResult | None = None
         """The last :meth:`Backend.probe` answer, as the worker thread got it (for ``doctor``)."""
+        self._failures_said: set[str] = set()  # a bug's line is said once (failed_once)
 
     @property
     def name(self) -> str:
@@ -159,8 +160,9 @@ class BackendRunner:
             return True  # still unavailable: the last answer stands until the re-probe
         try:
             quick = self.backend.quick_probe()
-        except Exception:  # noqa: BLE001 - quick_probe never raises; a plug-in's may: ask probe()
-            log.exception("backend %s: quick_probe failed; probing on its thread", self.name)
+        except Exception as exc:  # noqa: BLE001 - quick_probe never raises; a plug-in's may
+            failed_once(log, self._failures_said,  # then probe() is asked, on its thread
+                        f"backend {self.name}: quick_probe failed", exc)
             return False
         if quick is None or quick.available:
             return False
@@ -232,7 +234,8 @@ class BackendRunner:
             timed_out = isinstance(exc, BackendTimeout) or isinstance(exc.__cause__, TimeoutError)
             return done("timeout" if timed_out else "error", str(exc) or type(exc).__name__)
         except Exception as exc:  # a bug in a backend must not take the others down
-            log.exception("backend %s failed", self.name)
+            failed_once(log, self._failures_said, f"backend {self.name} failed in {self._phase}()",
+                        exc)
             if not self._opened:
                 self._reset()
             return done("error", f"internal error: {type(exc).__name__}: {exc}")
@@ -252,8 +255,8 @@ class BackendRunner:
         held = self._sampling.acquire(timeout=self.timeout + 1.0)
         try:
             self.backend.close()
-        except Exception:  # close() must never raise, but a third-party one might
-            log.exception("closing backend %s failed", self.name)
+        except Exception as exc:  # close() must never raise, but a third-party one might
+            failed_once(log, self._failures_said, f"closing backend {self.name} failed", exc)
         finally:
             if held:
                 self._sampling.release()

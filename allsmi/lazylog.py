@@ -31,3 +31,27 @@ class LazyLogger:
 def get_logger(name: str) -> Any:
     """A logger named ``name`` whose ``logging`` is imported when first used."""
     return LazyLogger(name)
+
+
+#: Distinct failures a :func:`failed_once` set remembers: past it, each is at debug level only.
+MAX_SAID = 64
+
+
+def failed_once(logger: Any, said: set[str], what: str, exc: BaseException) -> None:
+    """``what`` raised ``exc`` where it never should (a plug-in's bug, or allsmi's): one line
+    the first time, naming the exception and where it was raised, so that stderr is not a
+    traceback each collection cycle (the status says the failure every cycle); the traceback,
+    and the same failure again, at debug level. ``said``: the caller's memory of what it said."""
+    import traceback
+    from allsmi.text import MAX_MESSAGE, clean_text
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" \
+        if frames else ""
+    key = f"{what}|{type(exc).__name__}|{where}"
+    line = clean_text(f"{what}: {type(exc).__name__}: {exc}{where}", MAX_MESSAGE)
+    if key in said or len(said) >= MAX_SAID:
+        logger.debug("%s", line, exc_info=exc)
+        return
+    said.add(key)
+    logger.error("%s", line)
+    logger.debug("%s: the traceback", what, exc_info=exc)

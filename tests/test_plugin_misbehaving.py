@@ -194,6 +194,11 @@ PLUGINS = '''
             return [DeviceSample(id="zz:0", vendor="zz", kind="gpu", backend="zzgarbage"), "x",
                     DeviceSample(id="zz:\\x1b[31m1", vendor="zz", kind="gpu", backend="zzgarbage",
                                  partition_share=float("nan"), processes=[1])]
+
+    class Raises(Base):
+        name = "zzraises"
+        def sample(self):
+            raise ValueError("boom \\x1b[2J")
 '''
 
 
@@ -206,28 +211,50 @@ def test_misbehaving_plug_ins_from_their_entry_points_leave_the_others_whole(tmp
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
         "[allsmi.backends]\nzzgood = zzplug:Good\nzzgarbage = zzplug:Garbage\n"
-        "zznotclass = zzplug:DeviceSample\nzzsyntax = zzsyntax:X\n")
+        "zznotclass = zzplug:DeviceSample\nzzsyntax = zzsyntax:X\nzzraises = zzplug:Raises\n")
     (site / "zzplug.py").write_text(textwrap.dedent(PLUGINS))
     (site / "zzsyntax.py").write_text("def broken(:\n")
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
     config = tmp_path / "config.toml"
-    config.write_text('[backends]\nenabled = ["zzgood", "zzgarbage", "zznotclass", "zzsyntax"]\n')
+    config.write_text('[backends]\nenabled = ["zzgood", "zzgarbage", "zznotclass", "zzsyntax", '
+                      '"zzraises"]\n')
     result = subprocess.run([sys.executable, "-m", "allsmi", "snapshot", "--format", "json",
                              "--timeout", "0.3", "--config", str(config)],
                             env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+    # a plug-in's bug: one clean line naming where it was raised (its status says the rest)
+    (line,) = [ln for ln in result.stderr.splitlines() if "zzraises" in ln]
+    assert line.startswith("backend zzraises failed in sample(): ValueError: boom "), line
+    assert "\x1b" not in result.stderr and "zzplug.py:" in line and "in sample)" in line
     doc = json.loads(result.stdout)
     said = {b["name"]: (b["status"], b["message"]) for b in doc["backends"]}
     assert said["zzgood"] == ("ok", ""), said
     assert said["zzgarbage"][0] == "ok" and "not a DeviceSample" in said["zzgarbage"][1]
     assert "already reported by backend zzgood" in said["zzgarbage"][1]  # (enabled's order)
-    assert said["zznotclass"][0] == said["zzsyntax"][0] == "error"
+    assert said["zznotclass"][0] == said["zzsyntax"][0] == said["zzraises"][0] == "error"
     devices = {d["id"]: d for d in doc["devices"]}
     assert set(devices) == {"zz:0", "zz: [31m1"}
     assert devices["zz: [31m1"]["partition_share"] is None
     assert devices["zz: [31m1"]["processes"] == []
+
+
+def test_a_plug_in_that_raises_each_cycle_is_logged_once_its_traceback_at_debug(
+        caplog: Any) -> None:
+    """A bug that fails every cycle (``allsmi serve``, once a second) is one line, not a
+    traceback a second on stderr; its status says it every cycle."""
+    def boom() -> Any:
+        raise KeyError("gone")
+    with caplog.at_level(logging.DEBUG, logger="allsmi.backendrunner"), \
+            Collector([_Plugin("zzboom", boom)], interval_seconds=1, timeout_seconds=2) as c:
+        said = {(s.status, s.message) for _ in range(5) for s in c.collect_once().backends}
+    assert said == {("error", "internal error: KeyError: 'gone'")}
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(" (raised at ")[0] for r in errors] == [
+        "backend zzboom failed in sample(): KeyError: 'gone'"]
+    assert errors[0].exc_info is None and "test_plugin_misbehaving.py:" in errors[0].getMessage()
+    assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)  # the traceback
 
 
 def test_allsmi_backends_lists_a_plug_in_whose_name_is_taken(tmp_path: Path) -> None:
