@@ -9,8 +9,7 @@ returns. A source that answered ``unavailable`` is not asked again for its
 ``reprobe_seconds`` (the kubelet source: ``REPROBE_SECONDS``; sources that
 only look at a local directory: 0, asked every cycle so that a job directory
 made by the first prolog loses nothing); its last answer is reported
-meanwhile. Errors become status, never an exception out of
-:meth:`resolve`.
+meanwhile. Errors become status, never an exception out of :meth:`resolve`.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import Sequence
 
-from allsmi.lazylog import get_logger
+from allsmi.lazylog import failed_once, get_logger
 from allsmi.records import Record, record
 from allsmi.schema import BackendStatus, DeviceSample
 from allsmi.worker import SingleFlight
@@ -91,8 +90,8 @@ class SourceRunner:
     """Owns one source and the single worker thread that calls it."""
 
     def __init__(self, source: AttributionSource, inline: bool = False) -> None:
-        self.source = source
-        self.reprobe_seconds = source.reprobe_seconds
+        self.source, self.reprobe_seconds = source, source.reprobe_seconds
+        self._failures_said: set[str] = set()  # a bug's line is said once (failed_once)
         self._unavailable: tuple[float, _Outcome] | None = None
         self._request: tuple[tuple[DeviceSample, ...], float] = ((), 0.0)
         self._flight: SingleFlight[_Outcome] = SingleFlight(
@@ -165,7 +164,7 @@ class SourceRunner:
         except SourceError as exc:
             return done("error", str(exc) or type(exc).__name__)
         except Exception as exc:  # a bug in one source must not take the snapshot down
-            log.exception("attribution source %s failed", self.name)
+            failed_once(log, self._failures_said, f"attribution source {self.name} failed", exc)
             return done("error", f"internal error: {type(exc).__name__}: {exc}")
 
     def close(self, grace: float = 2.0) -> None:
@@ -173,8 +172,9 @@ class SourceRunner:
         thread = self._flight.thread
         try:
             self.source.close()  # also how a hung call is aborted (a closed gRPC channel)
-        except Exception:
-            log.exception("closing attribution source %s failed", self.name)
+        except Exception as exc:
+            failed_once(log, self._failures_said, f"closing attribution source {self.name} failed",
+                        exc)
         if thread is not None:
             thread.join(grace)
 

@@ -51,6 +51,18 @@ class Fixed(AttributionSource):
         return SourceResult(self.workloads)
 
 
+def test_a_source_s_bug_is_one_line_once_not_a_traceback_each_cycle(caplog) -> None:
+    import logging
+    with caplog.at_level(logging.DEBUG, logger="allsmi.attribution.runner"), \
+            Attributor([Broken()], timeout_seconds=1.0) as attributor:
+        for _ in range(4):
+            assert attributor.resolve(DEVICES).statuses[0].status == "error"
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert errors[0].startswith("attribution source broken failed: KeyError: 'bug' (raised at ")
+    assert "test_attributor.py:" in errors[0]
+
+
 def test_a_hung_source_costs_one_deadline_and_is_not_asked_again() -> None:
     hanging = Hanging()
     dev = DEVICES[0].id
