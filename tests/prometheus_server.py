@@ -86,10 +86,11 @@ def running_server(argv: Sequence[str], log_path: Path, ready_url: str, what: st
 @contextlib.contextmanager
 def running_prometheus(workdir: Path, targets: Sequence[str],
                        ready_timeout: float = 30.0,
-                       rule_files: Sequence[Path] = ()) -> Iterator[str]:
+                       rule_files: Sequence[Path] = (), jobs: int = 1) -> Iterator[str]:
     """Prometheus scraping ``targets`` (``host:port``) every second; yields its base URL.
 
-    ``rule_files`` are loaded (and evaluated every second).
+    ``rule_files`` are loaded (and evaluated every second). ``jobs`` > 1: each target is
+    scraped by that many jobs, every series stored once per job (a target listed twice).
 
     Skips where the binary is absent (fails under CI). Its log is
     ``workdir/prometheus.log`` and is shown if it dies or never gets ready.
@@ -99,8 +100,9 @@ def running_prometheus(workdir: Path, targets: Sequence[str],
     config = workdir / "prometheus.yml"
     listed = ", ".join(f'"{t}"' for t in targets)
     config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-                      "scrape_configs:\n  - job_name: allsmi\n    static_configs:\n"
-                      f"      - targets: [{listed}]\n"
+                      "scrape_configs:\n"
+                      + "".join(f"  - job_name: allsmi{n or ''}\n    static_configs:\n"
+                                f"      - targets: [{listed}]\n" for n in range(jobs))
                       + ("rule_files:\n" if rule_files else "")
                       + "".join(f'  - "{path}"\n' for path in rule_files))
     base = f"http://127.0.0.1:{port}"

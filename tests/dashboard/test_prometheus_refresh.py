@@ -139,14 +139,21 @@ async def test_the_fleet_view_says_how_old_the_same_device_check_is() -> None:
 @pytest.mark.integration
 def test_the_shipped_rules_give_the_live_totals(tmp_path: Path) -> None:
     """With deploy/prometheus/allsmi-rules.yml loaded, the recorded totals (summed from the
-    finest level) equal the live queries, for every grouping."""
+    finest level) equal the live queries, for every grouping; each node scraped by two jobs
+    (each series twice) still counts each device once."""
+    from allsmi.dashboard.sources.cluster import fetch_snapshot, parse_endpoint
     servers = [ServeProcess(), ServeProcess()]
     try:
         for server in servers:
             assert wait_until(server.ready, 30)
-        with running_prometheus(tmp_path, [f"127.0.0.1:{s.port}" for s in servers], rule_files=[RULES]) as url:
+        snap = fetch_snapshot(parse_endpoint(servers[0].url), 5.0)
+        whole = sum(1 for d in snap.devices if d.parent is None)
+        with running_prometheus(tmp_path, [f"127.0.0.1:{s.port}" for s in servers], rule_files=[RULES],
+                                jobs=2) as url:
             query = make_query(url)
             assert wait_until(lambda: len(recorded_totals(query, 5.0).get("instance", {})) == 2, 60, 0.5)
+            assert wait_until(lambda: len(query("count by (job, instance) (allsmi_device_info)", 5.0)[1])
+                              == 4, 60, 0.5)  # each node's series twice, once per job
             stable = ("devices", "partitions", "lost", "memory_total_bytes", "power_limit_watts",
                       "utilization_count", "power_count", "power_limited_count")
             for _ in range(30):  # the nodes change every half second: ask until one instant agrees
@@ -162,6 +169,7 @@ def test_the_shipped_rules_give_the_live_totals(tmp_path: Path) -> None:
             else:
                 raise AssertionError(f"recorded {recorded} != live {live}")
             assert len(recorded["vendor"]) >= 2 and all(len(t.hosts) == 2 for t in recorded["vendor"].values())
+            assert {t.devices for t in recorded["instance"].values()} == {whole}, recorded
             assert set(summary_queries("instance")) >= set(stable)
     finally:
         for server in servers:

@@ -36,8 +36,12 @@ def _select(metric: str, *matchers: str) -> str:
 def summary_queries(by: str, selector: str = "") -> dict[str, str]:
     """:class:`Totals` attribute -> PromQL grouped by the label ``by``; ``selector`` narrows the series."""
     physical = _select(_INFO, 'parent_uuid=""')
-    def of(metric: str, *matchers: str) -> str:
-        return _select(metric, *matchers, selector)
+    # One series per device: a device in two series (two scrape jobs, HA replicas the store
+    # does not deduplicate) counts once, as in the device table (labels beyond these dropped).
+    labels = ", ".join(dict.fromkeys(["instance", "uuid", *by.split(", ")]))
+
+    def of(metric: str, *matchers: str, per: str = "") -> str:
+        return f"max by ({labels}{per}) ({_select(metric, *matchers, selector)})"
 
     whole = of(_INFO, 'parent_uuid=""')
     power, limit = of("allsmi_device_power_watts"), of("allsmi_device_power_limit_watts")
@@ -63,10 +67,10 @@ def summary_queries(by: str, selector: str = "") -> dict[str, str]:
         "power_limited_watts": f"sum by ({by}) ({power} and on (instance, uuid) {limit})",
         "power_limit_watts": f"sum by ({by}) ({limit} and on (instance, uuid) {power})",
         "power_limited_count": f"count by ({by}) ({power} and on (instance, uuid) {limit})",
-        "processes": f"count by ({by}) ({of('allsmi_process_memory_bytes')})",
+        "processes": f"count by ({by}) ({of('allsmi_process_memory_bytes', per=', pid')})",
     }
     if "instance" not in by.split(", "):  # which hosts each group or vendor spans (one per pair)
-        queries["hosts"] = f"count by ({by}, instance) ({of(_INFO)})"
+        queries["hosts"] = f"count by ({by}, instance) ({_select(_INFO, selector)})"
     return queries
 
 
