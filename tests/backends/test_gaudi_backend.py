@@ -405,7 +405,10 @@ def test_no_zombies_after_many_cycles_and_close_leaves_nothing(standin, backends
     loop = _open(backends)
     for _ in range(25):
         assert len(oneshot.sample()) == 8
-        loop.sample()
+        try:
+            loop.sample()
+        except BackendError as exc:  # the loop child crashed and, on a loaded machine, its
+            assert "restarting it" in str(exc)  # successor had no frame yet: said, and restarted
         # A loop child that just died is a zombie until the reader thread sees EOF and
         # reaps it: none may *persist* (accumulate over cycles).
         assert _wait_until(lambda: not _zombies(), timeout=2.0), _zombies()
