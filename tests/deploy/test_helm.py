@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ..conftest import require_tool
-from .kube import container, k8s_validate, of_kind, one, render
+from .kube import container, k8s_validate, load_all, of_kind, one, render
 from .support import DEPLOY
 
 CHART = DEPLOY / "helm" / "allsmi"
@@ -33,7 +33,7 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 def template(*args: str) -> list[dict[str, Any]]:
     result = helm("template", "allsmi", str(CHART), "--namespace", "allsmi", *args)
     assert result.returncode == 0, result.stderr
-    return [o for o in yaml.safe_load_all(result.stdout) if o]
+    return load_all(result.stdout)
 
 
 def _validate(objects: list[dict[str, Any]]) -> None:

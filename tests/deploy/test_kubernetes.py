@@ -23,7 +23,7 @@ from allsmi.attribution.settings import attribution_settings
 from allsmi.cli.serve import DEFAULT_PORT
 from allsmi.config import parse_config
 
-from .kube import (KIT, OVERLAYS, VENDORS, config_toml, container, daemonsets, k8s_validate, labels_match,
+from .kube import (KIT, OVERLAYS, VENDORS, config_toml, container, daemonsets, k8s_validate, labels_match, load_all,
                    of_kind, one, render, vendor_of, volumes)
 from .support import DEPLOY, REPO
 
@@ -253,7 +253,7 @@ def test_the_readme_s_own_overlay_renders_as_described(tmp_path: Path) -> None:
     result = subprocess.run([kubectl(), "kustomize", str(mine)], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
-    objects = [o for o in yaml.safe_load_all(result.stdout) if o]
+    objects = load_all(result.stdout)
     text = config_toml(objects)
     assert text == files["config.toml"]
     (config_map,) = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].startswith("allsmi-config")]
