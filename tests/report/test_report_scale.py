@@ -50,8 +50,14 @@ def test_the_burn_chart_draws_no_more_groups_than_it_has_colours() -> None:
     assert [name for name, _ in burn.series] == groups[-len(COLOURS):]  # the dearest
     assert f"the {len(COLOURS)} costliest of 12 groups" in burn.title
     page = render_html(views)
-    table = page.split('id="table-burn"')[1].split("</table>")[0]
-    assert all(f">{g}<" in table for g in groups)
+    # every group in the tables, at most eight a table (each fits a printed page)
+    first = page.split('id="table-burn"')[1].split("</table>")[0]
+    second = page.split('id="table-burn-2"')[1].split("</table>")[0]
+    assert "table-burn-3" not in page
+    assert [g for g in groups if f">{g}<" in first] == groups[:8]
+    assert [g for g in groups if f">{g}<" in second] == groups[8:]
+    assert "(groups 1 to 8 of 12)" in first and "(groups 9 to 12 of 12)" in second
+    assert page.count('id="chart-burn"') == 1
 
 
 def test_the_coverage_is_the_exports_rounded_to_six_decimals() -> None:

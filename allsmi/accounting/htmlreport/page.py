@@ -163,6 +163,25 @@ def _holder_columns(c: Content) -> Columns:
     return cols
 
 
+#: Groups per cost-so-far table: the chart's colours, and what an A4 page holds at print size.
+BURN_GROUPS_PER_TABLE = 8
+
+
+def _burn_tables(burn: Columns, c: Content) -> list[tuple[str | None, Table | None]]:
+    """The cost so far per group, under its chart: a column per group, in tables of at most
+    :data:`BURN_GROUPS_PER_TABLE` groups (``table-burn``, ``table-burn-2``, ...), so that every
+    group is there and each table fits a printed page."""
+    unit, per = c.trend_unit, BURN_GROUPS_PER_TABLE
+    caption = f"Cost so far in the window per group, {unit} by {unit}"
+    if len(burn) <= per:
+        return [("burn", _table("table-burn", caption, [unit], burn, c.burn, c) if burn else None)]
+    return [("burn" if i == 0 else None,
+             _table("table-burn" + (f"-{i // per + 1}" if i else ""),
+                    f"{caption} (groups {i + 1} to {min(i + per, len(burn))} of {len(burn)})",
+                    [unit], burn[i:i + per], c.burn, c))
+            for i in range(0, len(burn), per)]
+
+
 def sections(c: Content) -> list[Section]:
     """The page's sections, each chart (if it has known values) with its table."""
     drawn = charts(c)
@@ -194,8 +213,7 @@ def sections(c: Content) -> list[Section]:
                 ("budget", _table("table-budget", "Cost, budget and forecast per group",
                                   ["resource group"], BUDGET_COLUMNS, c.groups, c,
                                   c.group_totals)),
-                ("burn", _table("table-burn", f"Cost so far in the window per group, {unit} "
-                                f"by {unit}", [unit], burn, c.burn, c) if burn else None)),
+                *_burn_tables(burn, c)),
         section("hours", "Allocated, active and idle device-hours",
                 "Per group: device-hours allocated to holders, used (utilization-weighted), "
                 "active (weighted by compute activity) and allocated but idle.",
