@@ -3,7 +3,7 @@ simulated mixed node with budgets (training over its forecast, inference under),
 holders with hostile names. No console error, no request but the file itself, every chart
 with as many bars or points as its table has known values, the tables' numbers equal to the
 CSV export of the same window and options, nothing wider than the page at 1280 x 800 or on a
-390 px phone, hostile names shown as text."""
+390 px phone or printed on A4 (forty priced groups too), hostile names shown as text."""
 
 from __future__ import annotations
 
@@ -261,3 +261,24 @@ def test_hostile_names_are_text_in_the_dom(chrome: Any, tmp_path: Path) -> None:
         assert totals["total"][head.index("cost")] == _shown(_sum(rows, "cost"))
     finally:
         page.close()
+
+
+def test_forty_priced_groups_print_within_an_a4_page(chrome: Any, tmp_path: Path) -> None:
+    """The cost so far has a column per group: forty groups in one table were wider than any
+    page. In tables of eight groups, nothing is wider than A4 less its margins when printed."""
+    from allsmi.accounting.htmlreport.page import render_html
+
+    from .test_report_money import H100, money_views
+    groups = [f"team-{i:02d}" for i in range(40)]
+    config = "".join(f'[groups."{g}"]\nprice_per_device_hour = {1 + i}\ncurrency = "EUR"\n'
+                     for i, g in enumerate(groups))
+    path = tmp_path / "forty.html"
+    path.write_text(render_html(money_views([(g, *H100, f"u{i}") for i, g in enumerate(groups)],
+                                            config)))
+    opened = open_page(chrome, path, 703, 1000)
+    try:
+        opened.page.emulate_media(media="print")
+        assert opened.page.evaluate(OVERFLOW) == []
+        assert opened.page.evaluate("document.querySelectorAll('table[id^=table-burn]').length") == 5
+    finally:
+        opened.page.close()
