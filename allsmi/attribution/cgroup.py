@@ -58,6 +58,10 @@ _UP = r"^(?:/\.\.)+(?=/|$)"
 _POD_SYSTEMD = r"kubepods(?:-[a-z]+)?-pod([0-9a-fA-F_]{8,})\.slice"
 _CONTAINER_SCOPE = r"(?:cri-containerd|containerd|crio|docker|cri-o|libpod)-([0-9a-f]{12,})\.scope"
 _DOCKER_DIR = r"/docker/([0-9a-f]{64})(?=/|$)"
+#: Where a user's delegated subtree starts (systemd on cgroup v2: ``/user.slice/user-1000.slice/
+#: user@1000.service/...``): its owner names the cgroups below it, so a pod or container named
+#: there is not taken (a user could claim any pod's uid); a job's pattern is anchored anyway.
+_DELEGATED = r"/user\.slice(?=/|$)|/user@\d+\.service(?=/|$)"
 #: v1 controllers read first (the same path appears under each; any one names the job).
 _PREFERRED = ("memory", "pids", "devices", "cpu", "cpuacct", "name=systemd", "freezer")
 
@@ -86,7 +90,11 @@ def _paths(text: str) -> list[str]:
 def _pod_and_container(path: str) -> tuple[str | None, str | None]:
     """The outermost pod of ``path`` and the outermost container inside it (or, outside any
     pod, the outermost container): whoever can write below a container's cgroup (a privileged
-    container, a delegated subtree) can name any pod and container there, never above."""
+    container, a delegated subtree) can name any pod and container there, never above. Nothing
+    below a user's delegated subtree counts (:data:`_DELEGATED`)."""
+    delegated = re.search(_DELEGATED, path)
+    if delegated is not None:
+        path = path[:delegated.start()]
     up = re.match(_UP, path)
     pods = [m for m in (re.search(_POD_SYSTEMD, path), re.search(_POD_FS, path),
                         re.compile(_POD_FS_UP).match(path, up.end()) if up else None) if m]

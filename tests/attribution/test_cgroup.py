@@ -84,6 +84,32 @@ def test_slurm_job_only_from_slurmd_created_cgroups(text: str, job: str | None) 
     assert parse_cgroup(text).job_id == job
 
 
+UID = "11111111-2222-3333-4444-555555555555"
+CID = "a" * 64
+
+
+@pytest.mark.parametrize("text", [
+    # a user's delegated subtree naming another's pod or container, in every layout read
+    f"0::/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-pod{UID.replace('-', '_')}.slice/"
+    f"cri-containerd-{CID}.scope\n",
+    f"0::/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod{UID}/{CID}\n",
+    f"0::/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{CID}.scope\n",
+    f"0::/user.slice/user-1000.slice/kubepods/pod{UID}/{CID}\n",
+    f"0::/user.slice/user-1000.slice/user@1000.service/docker/{CID}\n",
+])
+def test_a_pod_or_container_named_in_a_user_s_delegated_subtree_is_not_taken(text: str) -> None:
+    assert parse_cgroup(text) == ProcessAttribution()
+
+
+def test_the_kubelet_s_own_pods_are_still_read() -> None:
+    systemd = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" \
+        f"{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+    kind = f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/" \
+        f"kubelet-kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+    for text in (systemd, kind, f"0::/kubepods/burstable/pod{UID}/{CID}\n"):
+        assert parse_cgroup(text) == ProcessAttribution(None, UID, CID), text
+
+
 def _with_processes(pids_by_device: dict[str, list[tuple[int, str]]]) -> list:
     return [replace(d, processes=tuple(ProcessSample(pid, user) for pid, user in pids_by_device[d.id]))
             if d.id in pids_by_device else d for d in DEVICES]
