@@ -89,13 +89,21 @@ HANDSHAKE, READING, IDLE, WORKING, WRITING = "handshake", "reading", "idle", "wo
 HEAD_READERS = (HANDSHAKE, READING)
 
 
+#: IPv6 prefixes whose addresses embed an IPv4 address in their last 32 bits (RFC 6052's
+#: well-known prefix; RFC 8215's local-use one, as /96 deployments use it).
+NAT64_PREFIXES = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+
+
 def client_of(address: Any) -> str:
     """The client a connection counts against, for every per-client bound (the one place it is
     derived): an IPv4 address; an IPv6 address's /64 prefix (``2001:db8:1:2::/64``), which one
     host holds whole (SLAAC, privacy addresses) and could rotate through; an IPv4-mapped IPv6
     address (``::ffff:192.0.2.7``, as a dual-stack socket reports an IPv4 client) as that IPv4
     address. A link-local prefix keeps its zone (``fe80::/64%eth0``): each link is its own.
-    Anything else (a Unix socket's path) as itself."""
+    An IPv4 client translated into IPv6 (SIIT or NAT46 in front of an IPv6-only exporter) under
+    the NAT64 prefixes ``64:ff9b::/96`` or ``64:ff9b:1::/48`` (RFC 6052, RFC 8215; the usual
+    /96 embedding) is its IPv4 address: every such client shares the prefix's /64. Anything
+    else (a Unix socket's path) as itself."""
     host = address[0] if isinstance(address, tuple) and address else address
     try:
         ip = ipaddress.ip_address(host)
@@ -104,6 +112,8 @@ def client_of(address: Any) -> str:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             return str(ip.ipv4_mapped)
+        if any(ip in net for net in NAT64_PREFIXES):
+            return str(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
         prefix = str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
         return f"{prefix}%{ip.scope_id}" if ip.scope_id else prefix  # fe80::/64 is per link
     return str(ip)

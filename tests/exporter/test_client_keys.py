@@ -32,6 +32,16 @@ def test_an_ipv4_mapped_client_is_its_ipv4_address() -> None:
     assert client_of(("::ffff:127.0.0.2", 40000, 0, 0)) == "127.0.0.2"  # not one ::/64 for all
 
 
+def test_an_ipv4_client_translated_into_nat64_space_is_its_ipv4_address() -> None:
+    """Behind SIIT/NAT46, every IPv4 client arrives from one /64 (``64:ff9b::/96``): as a /64
+    they were one client, so one of them could lock all the others out."""
+    assert client_of(("64:ff9b::c000:207", 1, 0, 0)) == "192.0.2.7"
+    assert client_of(("64:ff9b::198.51.100.1", 1, 0, 0)) == "198.51.100.1"
+    assert client_of(("64:ff9b::c000:207", 1, 0, 0)) != client_of(("64:ff9b::c000:208", 1, 0, 0))
+    assert client_of(("64:ff9b:1::c000:207", 1, 0, 0)) == "192.0.2.7"  # the local-use prefix
+    assert client_of(("64:ff9b:0:0:1::1", 1, 0, 0)) == "64:ff9b::/64"  # outside the /96
+
+
 def test_an_ipv4_client_is_its_address_and_others_as_given() -> None:
     assert client_of(("127.0.0.1", 1)) != client_of(("127.0.0.2", 1))
     assert client_of(("127.0.0.1", 1)) == client_of(("127.0.0.1", 2))
