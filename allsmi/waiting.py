@@ -168,10 +168,13 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
         if (top.runnable_fraction or 0.0) > (top.cpu_cores or 0.0):
             how += f", wanting a CPU {top.runnable_fraction * 100:.0f} % of the time"  # type: ignore[operator]
         return "host", f"host: {len(busy)} of {plural(n, 'process')} CPU-bound ({how}); device {below}"
-    throttled = [a.throttled_fraction for a in seen if a.throttled_fraction is not None]
-    if throttled and max(throttled) >= s.host_throttled_fraction:
-        return "host", (f"host: cgroup CPU-throttled {max(throttled) * 100:.0f} % of its "
-                        f"CPU-limit periods; device {below}")
+    throttled = [(a.throttled_fraction, a.throttled_cgroup or "") for a in seen
+                 if a.throttled_fraction is not None]
+    if throttled and max(throttled)[0] >= s.host_throttled_fraction:
+        share, where = max(throttled)  # the most throttled, and the cgroup level that was
+        at = f" (at {where})" if where else ""
+        return "host", (f"host: cgroup CPU-throttled {share * 100:.0f} % of its "
+                        f"CPU-limit periods{at}; device {below}")
     # nothing, when every signal was read and each was quiet
     missing = not_quiet(seen, reads, link, ib, host.node, s, blocked, unread)
     if missing:

@@ -76,18 +76,20 @@ def read_levels(levels: Sequence[str], read: Callable[[str], bytes],
     return tuple(out), own_failed
 
 
-def throttled_fraction(now: Sequence[Level], before: Sequence[Level] | None) -> float | None:
+def throttled_fraction(now: Sequence[Level], before: Sequence[Level] | None
+                       ) -> tuple[float | None, str | None]:
     """Share of the CPU-limit periods between two readings that ran out of quota, at the most
     throttled level (each level's ``nr_throttled`` over its ``nr_periods``, from its own two
-    readings; 0 for a level where no period ran). A level not measured (read in only one of
-    the readings, unreadable, a counter lower than before: its cgroup made again) leaves the
-    figure a lower bound: kept where it shows throttling, ``None`` where it would read 0 (not
-    throttled is then unknown, never invented). ``None`` too when no level has a CPU
-    controller in both readings."""
+    readings; 0 for a level where no period ran), and that level's cgroup directory (``None``
+    unless the share is above 0). A level not measured (read in only one of the readings,
+    unreadable, a counter lower than before: its cgroup made again) leaves the figure a lower
+    bound: kept where it shows throttling, ``None`` where it would read 0 (not throttled is
+    then unknown, never invented). ``None`` too when no level has a CPU controller in both
+    readings."""
     if before is None:
-        return None
+        return None, None
     old = {path: (periods, throttled) for path, periods, throttled in before}
-    fractions: list[float] = []
+    fractions: list[tuple[float, str]] = []
     unmeasured = len(old.keys() - {path for path, _, _ in now})
     for path, periods, throttled in now:
         was = old.get(path)
@@ -97,8 +99,8 @@ def throttled_fraction(now: Sequence[Level], before: Sequence[Level] | None) -> 
             continue
         ran = periods - was[0]  # type: ignore[operator]
         share = (throttled - was[1]) / ran if ran else 0.0  # type: ignore[operator]
-        fractions.append(min(1.0, share))
-    top = max(fractions, default=None)
+        fractions.append((min(1.0, share), path))
+    top, where = max(fractions, key=lambda f: f[0], default=(None, None))
     if top is None or (unmeasured and not top):
-        return None
-    return top
+        return None, None
+    return top, os.path.dirname(where) if top and where else None

@@ -69,6 +69,8 @@ class ProcessActivity:
     over ``nr_periods``; 0 when no period ran: nothing was throttled), at the most throttled
     of its cgroup and the cgroup's ancestors
     (:func:`allsmi.hostactivity.cgroupcpu.throttled_fraction`)."""
+    throttled_cgroup: str | None = None
+    """The cgroup directory of that most throttled level, where it was throttled at all."""
     problems: tuple[str, ...] = ()
 
 
@@ -115,12 +117,14 @@ def _fraction(new: int | None, old: int | None, span: float | None) -> float | N
     return None if value is None else min(1.0, value)
 
 
-def _throttled(now: ProcessReading, before: ProcessReading | None) -> float | None:
+def _throttled(now: ProcessReading, before: ProcessReading | None
+               ) -> tuple[float | None, str | None]:
     """Share of the CPU-limit periods between two readings that were throttled, at the most
-    throttled level; 0 when none ran (no limit, or nothing used it); ``None`` when not read
-    both times, from another cgroup, or a counter went backwards (the cgroup was made again)."""
+    throttled level, and that level's cgroup; 0 when none ran (no limit, or nothing used it);
+    ``None`` when not read both times, from another cgroup, or a counter went backwards (the
+    cgroup was made again)."""
     if before is None or before.cgroup_levels != now.cgroup_levels:
-        return None
+        return None, None
     return throttled_fraction(now.cpu_levels, before.cpu_levels)
 
 
@@ -179,6 +183,7 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
     span = seconds if same and seconds else 1.0
     cpu = b and b.cpu_ticks if ticks else None
     blocked, runnable, unmeasured = _thread_waits(now, b, span, ticks)
+    throttled, level = _throttled(now, b)
     return ProcessActivity(
         pid=now.pid, tgid=now.tgid, threads=now.threads, blocked_threads=now.blocked_threads,
         cpu_cores=_rate(now.cpu_ticks, cpu, span, 1.0 / (ticks or 1)),
@@ -187,7 +192,7 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
         write_bytes_per_second=_rate(now.write_chars, b and b.write_chars, span),
         disk_read_bytes_per_second=_rate(now.disk_read_bytes, b and b.disk_read_bytes, span),
         disk_write_bytes_per_second=_rate(now.disk_write_bytes, b and b.disk_write_bytes, span),
-        throttled_fraction=_throttled(now, b),
+        throttled_fraction=throttled, throttled_cgroup=level,
         problems=now.problems if ticks else now.problems + (TICKS_UNKNOWN,))
 
 

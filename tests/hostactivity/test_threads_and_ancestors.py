@@ -110,6 +110,9 @@ def test_a_limit_on_the_pods_cgroup_throttles_its_container(tmp_path: Path) -> N
     assert activity.processes[PID].throttled_fraction == pytest.approx(0.5)
     reason, why = _classify(activity)
     assert reason == "host" and "CPU-throttled 50 %" in why, why
+    # the evidence names the level whose limit throttled: the pod's, not the container's
+    assert activity.processes[PID].throttled_cgroup == str(tmp_path / "sys" / "fs" / "cgroup" / POD)
+    assert f"(at {tmp_path / 'sys' / 'fs' / 'cgroup' / POD})" in why, why
 
 
 def test_a_slurm_jobs_limit_in_cgroup_v1_throttles_its_step(tmp_path: Path) -> None:
@@ -123,7 +126,9 @@ def test_a_slurm_jobs_limit_in_cgroup_v1_throttles_its_step(tmp_path: Path) -> N
     sampler.sample([PID])
     clock.now += 2.0
     write_cgroup(tmp_path, "cpu,cpuacct/slurm/uid_1/job_9", _periods(120, 6))
-    assert sampler.sample([PID]).processes[PID].throttled_fraction == pytest.approx(0.3)
+    job = sampler.sample([PID]).processes[PID]
+    assert job.throttled_fraction == pytest.approx(0.3)
+    assert job.throttled_cgroup is not None and job.throttled_cgroup.endswith("/slurm/uid_1/job_9")
 
 
 def test_an_unreadable_ancestor_leaves_throttling_unknown_never_zero(tmp_path: Path) -> None:
