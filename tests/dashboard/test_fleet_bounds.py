@@ -85,29 +85,6 @@ def test_prometheus_instances_that_left_are_dropped_after_the_grace() -> None:
     assert kept[-1].key == "node-49:9477" and kept[-1].error is None
 
 
-def test_a_refresh_s_queries_together_are_bounded_by_the_timeout() -> None:
-    """A store that answers each query just within ``--timeout`` cannot make one refresh take
-    the sum of its queries: the refresh as a whole fails at the timeout, saying so."""
-    import time
-    asked: list[float] = []
-
-    def slow(promql: str, timeout: float) -> tuple[float, list[dict[str, Any]]]:
-        asked.append(timeout)
-        time.sleep(min(0.3, timeout))
-        if promql.startswith("count by (instance)"):
-            return _vector([({"instance": "node-0:9477"}, 1)])
-        return _vector([])
-
-    source = PrometheusSource("http://127.0.0.1:9", query=slow, interval=1.0, timeout=1.0)
-    started = time.monotonic()
-    source.refresh(lambda: False)
-    took = time.monotonic() - started
-    (state,) = source.hosts()
-    assert state.error is not None and "took longer than 1 s together (--timeout)" in state.error
-    assert took < 1.6, took  # one timeout (and a query's last sleep), not the queries' sum
-    assert min(asked) < 1.0  # the later queries were given only what was left
-
-
 # -- a hostile Prometheus over loopback ------------------------------------------------------
 
 HOSTILE_VALUES = ("1e308", "-1", "NaN", "+Inf", "-Inf", "123456789012345678901234567890", "-1e308")

@@ -22,7 +22,6 @@ when not exported, processes unless the exporter runs with ``--processes``.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from concurrent.futures import Future
@@ -99,16 +98,6 @@ class PrometheusSource:
                 self._warned.update(dict.fromkeys(redact(w) for w in warned))
         return at, result
 
-    def _ask_within(self, deadline: float, promql: str,
-                    timeout: float) -> tuple[float, list[dict[str, Any]]]:
-        """:meth:`_ask` within a refresh's whole deadline (monotonic): a store that answers
-        each of the refresh's queries just in time cannot make one refresh take their sum."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise PrometheusError(f"a refresh's queries took longer than {self.timeout:g} s "
-                                  "together (--timeout)")
-        return self._ask(promql, min(timeout, left))
-
     def hosts(self) -> Sequence[HostState]:
         with self._lock:
             if not self._states:
@@ -134,13 +123,12 @@ class PrometheusSource:
         asked = self.clock()
         with self._lock:
             self._warned.clear()
-        ask = functools.partial(self._ask_within, time.monotonic() + self.timeout)
         try:
-            stamps_f = spawn(ask, f"timestamp({LAST_COLLECT})", self.timeout)
-            down_f = spawn(ask, "up == 0", self.timeout)  # only the targets that are down
+            stamps_f = spawn(self._ask, f"timestamp({LAST_COLLECT})", self.timeout)
+            down_f = spawn(self._ask, "up == 0", self.timeout)  # only the targets that are down
             shared_f = self._shared_due(asked)
-            recorded = recorded_totals(ask, self.timeout)  # the shipped rules, if loaded
-            per_instance = self._device_counts(recorded.get("instance"), ask)
+            recorded = recorded_totals(self._ask, self.timeout)  # the shipped rules, if loaded
+            per_instance = self._device_counts(recorded.get("instance"))
             # A node with more devices than a snapshot may hold is not shown device by device.
             oversized = {i: n for i, n in per_instance.items() if n > MAX_DEVICES}
             fleet_devices = sum(n for i, n in per_instance.items() if i not in oversized)
@@ -157,7 +145,7 @@ class PrometheusSource:
             if wanted is None or wanted:
                 for promql in device_queries(wanted, exclude=sorted(oversized) if wanted is None else ()):
                     try:
-                        at, result = ask(promql, self.timeout)
+                        at, result = self._ask(promql, self.timeout)
                     except PrometheusError as exc:
                         if "larger than" not in str(exc):
                             raise
@@ -175,7 +163,7 @@ class PrometheusSource:
             totals: dict[str, dict[str, Totals]] = {}
             if not everyone:  # a large fleet: the store computes what the overview shows
                 totals = dict(recorded)
-                futures = {by: spawn(fleet_totals, ask, by, self.timeout)
+                futures = {by: spawn(fleet_totals, self._ask, by, self.timeout)
                            for by in GROUPINGS if by not in totals}
                 totals.update({by: future.result() for by, future in futures.items()})
             at, stamps = stamps_f.result()
@@ -246,13 +234,13 @@ class PrometheusSource:
                                                        state.received, address=instance, error=reason,
                                                        summary=state.summary)
 
-    def _device_counts(self, recorded: dict[str, Totals] | None, ask: Query) -> dict[str, float]:
+    def _device_counts(self, recorded: dict[str, Totals] | None) -> dict[str, float]:
         """Devices and partitions per instance: from the recorded per-host totals when the rules
         are loaded (no query over every device series), else counted by the store."""
         if recorded:
             return {i: float(t.devices + t.partitions) for i, t in recorded.items()
                     if t.devices + t.partitions > 0}
-        _, counts = ask(f"count by (instance) ({DEVICE_INFO})", self.timeout)
+        _, counts = self._ask(f"count by (instance) ({DEVICE_INFO})", self.timeout)
         return {s.get("metric", {}).get("instance", ""): v for s in counts
                 if isinstance(s, dict) and (v := sample_value(s)) is not None}
 
