@@ -8,6 +8,7 @@ path imports textual, rich or prometheus_client.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import io
 import json
 from dataclasses import fields as dc_fields
@@ -16,11 +17,18 @@ from typing import Any
 from allsmi.schema import (BackendStatus, DeviceSample, HolderWaiting, HostSample, ProcessSample,
                            Snapshot, Workload)
 
+_UTC = dt.timezone.utc
+
 
 def rfc3339(snapshot: Snapshot) -> str:
-    """The snapshot time as RFC 3339 UTC with a ``Z`` and millisecond precision."""
-    return snapshot.timestamp.strftime("%Y-%m-%dT%H:%M:%S.") + \
-        f"{snapshot.timestamp.microsecond // 1000:03d}Z"
+    """The snapshot time as RFC 3339 UTC with a ``Z`` and millisecond precision: a time with
+    another offset (a snapshot read from a peer that wrote ``+02:00``) is converted to UTC
+    first, a naive one is taken as UTC, and the year has its four digits."""
+    when = snapshot.timestamp
+    if when.utcoffset():
+        when = when.astimezone(_UTC)
+    return f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:" \
+           f"{when.minute:02d}:{when.second:02d}.{when.microsecond // 1000:03d}Z"
 
 
 _DEVICE_FIELDS = tuple(f.name for f in dc_fields(DeviceSample))

@@ -322,9 +322,11 @@ def _timestamp(value: Any) -> dt.datetime:
         when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise SnapshotFormatError(f"timestamp: {_show(value)} is not an RFC 3339 time") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
     try:
+        # UTC, as every snapshot's time (shown as "UTC", written back with a "Z"); no offset
+        # is a time in UTC
+        when = when.replace(tzinfo=dt.timezone.utc) if when.tzinfo is None \
+            else when.astimezone(dt.timezone.utc)
         when.timestamp()
     except (OverflowError, ValueError, OSError):
         raise SnapshotFormatError(f"timestamp: {_show(value)} is out of range") from None

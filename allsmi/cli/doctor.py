@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import grp
 import json
+import math
 import os
 import platform
 import sys
@@ -47,6 +48,37 @@ def _groups() -> list[str]:
     return names
 
 
+def probe_report(result: Any) -> dict[str, Any]:
+    """A backend's :class:`ProbeResult` as the report shows it, whatever a plug-in put in it:
+    ``details`` an object of text keys whose values are text, whole or finite numbers,
+    booleans, ``null`` or lists of them (NaN and infinities are ``null``: unknown; anything
+    else is shown as its text), ``reason`` text, ``available`` true or false; so that both the
+    text and the ``--json`` report are written whole (doctor never dies of what it diagnoses)."""
+    details = getattr(result, "details", None)
+    try:
+        items = list(details.items()) if details else []
+    except Exception:  # noqa: BLE001 - not a mapping: shown as nothing rather than a crash
+        items = []
+    reason = getattr(result, "reason", "")
+    return {"available": bool(getattr(result, "available", False)),
+            "reason": reason if isinstance(reason, str) else ("" if reason is None else str(reason)),
+            "details": {str(key): _json_value(value) for key, value in items}}
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
 def diagnose(**opts: Any) -> dict[str, Any]:
     """Probe every backend and run one collection cycle; return the report (every problem of
     the config file in ``config_problems``; the diagnosis uses what its valid keys say)."""
@@ -68,8 +100,7 @@ def diagnose(**opts: Any) -> dict[str, Any]:
                 probes[runner.name] = {"available": None, "details": {},
                                        "reason": "probe did not finish within the timeout"}
             else:
-                probes[runner.name] = {"available": result.available, "reason": result.reason,
-                                       "details": dict(result.details)}
+                probes[runner.name] = probe_report(result)
     finally:
         collector.close_within(1.0)
     # Whole devices and partitions counted apart, as everywhere ("8 devices + 3 partitions").
@@ -224,7 +255,7 @@ def doctor(as_json: bool, **opts: Any) -> None:
 
 def _render(report: dict[str, Any], as_json: bool) -> str:
     if as_json:
-        return json.dumps(report, indent=2) + "\n"
+        return json.dumps(report, indent=2, allow_nan=False) + "\n"
     from allsmi.text import escaped
     lines: list[str] = []
 
@@ -250,7 +281,7 @@ def _render(report: dict[str, Any], as_json: bool) -> str:
         if b["message"]:
             echo(f"      {b['message']}")
         for key, value in sorted(b["probe"].get("details", {}).items()):
-            echo(f"      {key}: {value}")
+            echo(f"      {key}: {'N/A' if value is None else value}")
         for var, value in sorted(b["environment"].items()):
             echo(f"      {var}={value}")
         for node in b["device_nodes"]:
