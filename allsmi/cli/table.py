@@ -13,6 +13,9 @@ from allsmi.formatting import (NA, SOURCE_SHORT, celsius, human_bytes, percent, 
 from allsmi.schema import DeviceSample, Snapshot
 
 _HEALTH_STYLE = {"ok": "green", "degraded": "yellow", "lost": "bold red", "unknown": "dim"}
+#: The text columns that give way (cut with an ellipsis) before a number is ever cut: a long
+#: model or group name, or many holders (the JSON and CSV formats have them whole).
+TEXT_WIDTHS = {"vendor": 16, "model": 40, "group": 24, "held by": 32}
 _STATUS_STYLE = {"ok": "green", "unavailable": "dim", "error": "bold red", "timeout": "bold yellow"}
 
 
@@ -22,23 +25,24 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width or 200, force_terminal=False, no_color=True,
                       highlight=False)
-    console.print(f"{host.hostname}  CPU {percent(host.cpu_utilization_percent)}  "
+    console.print(f"{escape(host.hostname)}  CPU {percent(host.cpu_utilization_percent)}  "
                   f"memory {human_bytes(host.memory_used_bytes)} / {human_bytes(host.memory_total_bytes)}  "
                   f"{snapshot.timestamp:%Y-%m-%d %H:%M:%S} UTC")
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("#", "vendor", "model", "group", "health", "util", "active", "memory", "temp",
                    "power / limit", "procs", "held by", "waiting"):
         table.add_column(column, justify="right" if column in ("#", "util", "temp", "procs")
-                         else "left", no_wrap=True, **({"overflow": "ellipsis", "max_width": 32}
-                                                       if column == "held by" else {}))
+                         else "left", no_wrap=True, **({"overflow": "ellipsis",
+                                                        "max_width": TEXT_WIDTHS[column]}
+                                                       if column in TEXT_WIDTHS else {}))
     for dev in snapshot.devices:
         name = dev.name or NA
         if dev.parent:
             name = f"  └ {name}"
         memory = f"{human_bytes(dev.memory_used_bytes)} / {human_bytes(dev.memory_total_bytes)}"
         power = f"{watts(dev.power_watts)} / {watts(dev.power_limit_watts)}"
-        table.add_row(NA if dev.index is None else str(dev.index), dev.vendor, name,
-                      dev.resource_group or NA,
+        table.add_row(NA if dev.index is None else str(dev.index), escape(dev.vendor),
+                      escape(name), escape(dev.resource_group or NA),
                       f"[{_HEALTH_STYLE.get(dev.health, '')}]{dev.health}[/]",
                       percent(dev.utilization_percent), active(dev), memory,
                       celsius(dev.temperature_celsius), power,
@@ -52,11 +56,13 @@ def render_table(snapshot: Snapshot, width: int | None = None) -> str:
     for status in snapshot.backends:
         style = _STATUS_STYLE.get(status.status, "")
         message = f"  {status.message}" if status.message else ""
-        console.print(f"backend {status.name:<12} [{style}]{status.status}[/]{message}")
+        console.print(f"backend {escape(status.name):<12} [{style}]{status.status}[/]"
+                      f"{escape(message)}")
     for status in snapshot.attribution:
         style = _STATUS_STYLE.get(status.status, "")
         message = f"  {status.message}" if status.message else ""
-        console.print(f"attribution {status.name:<12} [{style}]{status.status}[/]{message}")
+        console.print(f"attribution {escape(status.name):<12} [{style}]{status.status}[/]"
+                      f"{escape(message)}")
     return buf.getvalue()
 
 
