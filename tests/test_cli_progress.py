@@ -133,3 +133,14 @@ def test_on_a_terminal_the_budgets_replay_shows_its_progress_too(tmp_path: Path)
                                          "csv"], tmp_path)
     assert code == 0 and b"\x1b" not in stdout and stdout.startswith(b"period_start,")
     assert b"allsmi: replaying mixed (month to date, for the budgets)" in seen, seen[-500:]
+
+
+def test_on_a_terminal_a_scenario_name_with_brackets_is_shown_as_text(tmp_path: Path) -> None:
+    """The progress line's text (a scenario's name, a ledger's path) is not rich markup: a name
+    holding ``[/]`` ended the command with a MarkupError on a terminal."""
+    (tmp_path / "lab.toml").write_text('name = "lab [/] [bold]x"\ninclude = "mixed"\n')
+    code, stdout, seen = _on_a_terminal(["export", "--simulate", str(tmp_path / "lab.toml"),
+                                         *_window(2), "--format", "json"], tmp_path)
+    assert code == 0, seen[-800:]
+    assert json.loads(stdout)["rows"]
+    assert b"allsmi: replaying lab [/] [bold]x" in seen, seen[-500:]

@@ -51,7 +51,8 @@ class Progress:
             self._bar = Bar(*columns, console=Console(file=self.stream), transient=True,
                             redirect_stdout=False)
             self._bar.start()
-            self._task = self._bar.add_task(f"allsmi: {self.what}", total=self.total)
+            from rich.markup import escape  # a ledger path or scenario name is text, not markup
+            self._task = self._bar.add_task(escape(f"allsmi: {self.what}"), total=self.total)
         return self
 
     def set_total(self, total: int) -> None:
