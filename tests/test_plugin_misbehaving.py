@@ -278,3 +278,21 @@ def test_allsmi_backends_lists_a_plug_in_whose_name_is_taken(tmp_path: Path) -> 
     table = subprocess.run([sys.executable, "-m", "allsmi", "backends"], env=env,
                            capture_output=True, text=True, timeout=30).stdout
     assert "(not loaded: the name is taken by" in table
+
+
+def test_allsmi_backends_shows_a_control_character_in_an_entry_point_as_its_escape(
+        tmp_path: Path) -> None:
+    """What an installed package registered reaches the terminal as text, never as a control
+    sequence (an ESC in an entry point's name or target)."""
+    site = tmp_path / "site"
+    dist = site / "zzplug-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[allsmi.backends]\nzz\x1b[2Jesc = zzplug:Go\x1bod\n")
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    table = subprocess.run([sys.executable, "-m", "allsmi", "backends"], env=env,
+                           capture_output=True, text=True, timeout=30)
+    assert table.returncode == 0, table.stderr
+    assert "\x1b" not in table.stdout
+    assert "zz\\x1b[2Jesc" in table.stdout and "zzplug:Go\\x1bod" in table.stdout

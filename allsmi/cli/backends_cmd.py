@@ -34,14 +34,17 @@ def backends(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    name_width = max((len(r["name"]) for r in rows), default=0)
-    target_width = max((len(r["target"]) for r in rows), default=0)
-    for row in rows:
+    # what installed packages registered is shown as it is, never as control sequences
+    from allsmi.text import escaped
+    shown = [(escaped(r["name"]), escaped(r["target"]), escaped(r["distribution"] or ""), r)
+             for r in rows]
+    name_width = max((len(name) for name, _, _, _ in shown), default=0)
+    target_width = max((len(target) for _, target, _, _ in shown), default=0)
+    for name, target, dist, row in shown:
         note = "  (simulation)" if row["simulation"] else ""
         if row.get("not_loaded"):
-            note = f"  (not loaded: {row['not_loaded']})"
-        click.echo(f"{row['name']:<{name_width}}  {row['target']:<{target_width}}  "
-                   f"{row['distribution'] or ''}{note}".rstrip())
+            note = f"  (not loaded: {escaped(row['not_loaded'])})"
+        click.echo(f"{name:<{name_width}}  {target:<{target_width}}  {dist}{note}".rstrip())
 
 
 def _options(options: "tuple[BackendOption, ...] | None") -> "list[dict[str, object]] | None":
