@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -296,3 +297,54 @@ def test_allsmi_backends_shows_a_control_character_in_an_entry_point_as_its_esca
     assert table.returncode == 0, table.stderr
     assert "\x1b" not in table.stdout
     assert "zz\\x1b[2Jesc" in table.stdout and "zzplug:Go\\x1bod" in table.stdout
+
+
+def test_serve_logs_a_plug_in_s_bug_as_one_allsmi_error_line(tmp_path: Path) -> None:
+    """``allsmi serve``'s stderr (a daemon's log) says what each line is, as ``record``'s does:
+    ``allsmi: ERROR: backend ... failed in sample(): ...``, once, while the metrics are served."""
+    import urllib.request
+
+    from .prometheus_server import free_port
+    site = tmp_path / "site"
+    dist = site / "zzplug-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[allsmi.backends]\nzzgood = zzplug:Good\n"
+                                           "zzraises = zzplug:Raises\n")
+    (site / "zzplug.py").write_text(textwrap.dedent(PLUGINS))
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    (tmp_path / "c.toml").write_text('[backends]\nenabled = ["zzgood", "zzraises"]\n')
+    port = free_port()
+    log = tmp_path / "stderr.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "allsmi", "serve", "--config",
+                                 str(tmp_path / "c.toml"), "--listen", f"127.0.0.1:{port}",
+                                 "--interval", "0.2"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=err, stdin=subprocess.DEVNULL)
+
+    def last_collect() -> float:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                body = r.read().decode()
+        except OSError:
+            return 0.0
+        return max((float(line.split()[-1]) for line in body.splitlines()
+                    if line.startswith("allsmi_last_collect_timestamp_seconds")), default=0.0)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and b"zzraises" not in log.read_bytes():
+            time.sleep(0.05)
+        first = 0.0
+        while time.monotonic() < deadline and not first:
+            first = last_collect()
+        # five more cycles (0.2 s each) that fail alike: still one line
+        while time.monotonic() < deadline and last_collect() < first + 1.0:
+            time.sleep(0.05)
+        assert last_collect() >= first + 1.0
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    lines = [ln for ln in log.read_text().splitlines() if "zzraises" in ln]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("allsmi: ERROR: backend zzraises failed in sample(): ValueError"), lines

@@ -257,6 +257,19 @@ def build_attributor(s: Settings) -> Any:
         raise fail(str(exc)) from None
 
 
+def log_to_stderr() -> None:
+    """For the daemons (``serve``, ``record``): warnings and errors (a failed ledger write, a
+    failed cycle, a backend's bug) as ``allsmi: LEVEL: ...`` lines on stderr, each saying what
+    it is, rather than logging's bare last-resort lines."""
+    import logging
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("allsmi: %(levelname)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+
+
 #: Open files a collecting command needs at least: vendor libraries hold a few per device,
 #: each vendor tool call three pipes, the ledger five files, ``allsmi serve`` 64 connections
 #: (``allsmi.exporter.bounds``: the limit less 64 kept for everything else). Below it,

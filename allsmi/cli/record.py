@@ -8,19 +8,8 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, fail, settings,
-                               simulation_speed)
-
-
-def _log_to_stderr() -> None:
-    """Warnings and errors (a failed ledger write, a failed cycle) as ``allsmi: ...`` lines."""
-    import logging
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("allsmi: %(levelname)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.WARNING)
+from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, fail,
+                               log_to_stderr, settings, simulation_speed)
 
 
 @click.command()
@@ -49,7 +38,7 @@ def record(ledger_path: str | None, **opts: Any) -> None:
 
     s = settings(**opts)
     ensure_descriptors()  # before the ledger is opened
-    _log_to_stderr()
+    log_to_stderr()
     try:
         ledger = ledger_settings(s.config, path_flag=ledger_path)
     except ConfigError as exc:

@@ -19,7 +19,8 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import build_collector, common_options, ensure_descriptors, fail, finite, settings
+from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, fail, finite,
+                               log_to_stderr, settings)
 from allsmi.cli.serveoptions import (DEFAULT_LISTEN, DEFAULT_PORT, ENV, MAX_HOLDER_SERIES_LIMIT,
                                      SERVE_KEYS, ServeOptions, parse_listen, resolve_options)
 from allsmi.config import Config, ConfigError
@@ -132,6 +133,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         raise fail(str(exc)) from None
     s.interval = o.interval
     ensure_descriptors()  # before the connection bound is derived from the limit
+    log_to_stderr()
 
     from allsmi.exporter.exposition import STALE_PERIODS, Exposition
     from allsmi.exporter.builder import GroupPrice
