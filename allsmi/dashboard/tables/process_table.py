@@ -37,6 +37,11 @@ DEVICE_MAX_WIDTH = 40
 COMMAND_MIN_WIDTH = 12
 
 
+def size(proc: ProcessSample) -> int:
+    """The memory a process holds, for ordering: -1 where it is unknown (after 0 bytes)."""
+    return -1 if proc.memory_bytes is None else proc.memory_bytes
+
+
 def device_label(host: str, name: str, limit: int = DEVICE_MAX_WIDTH) -> str:
     """``host:name`` (``node-a:nvidia 7/1/0``), the host cut with an ellipsis so that the whole
     fits ``limit`` cells: the device's name is never cut."""
@@ -104,25 +109,32 @@ class ProcessTable(LineTable):
         chosen without building a row for the others; each process's device by its one name
         (``places``: :mod:`allsmi.dashboard.state.naming`), after its host's in a cluster.
         Returns how many processes there are."""
-        sizes = [p.memory_bytes or 0 for ref in refs for p in ref.device.processes or ()]
+        # An unknown size sorts after every known one (after 0 too); ties by device, then by
+        # pid as a number (not as text: 162 before 1000).
+        sizes = [-1 if p.memory_bytes is None else p.memory_bytes  # size(p), inline: 100,000s
+                 for ref in refs for p in ref.device.processes or ()]
         total = len(sizes)
-        smallest = 0
+        smallest = -1
         if total > MAX_PROCESS_ROWS:  # the size of the Nth biggest: one sort of plain ints
             sizes.sort()
             smallest = sizes[-MAX_PROCESS_ROWS]
         del sizes
+
+        def order(ref: DeviceRef, p: ProcessSample) -> tuple[int, str, int]:
+            return -size(p), ref.key, p.pid
+
         biggest = [(ref, p) for ref in refs for p in ref.device.processes or ()
-                   if (p.memory_bytes or 0) >= smallest]
-        rows: list[tuple[int, str, tuple[Any, ...]]] = []
-        if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first by key
-            biggest.sort(key=lambda c: (-(c[1].memory_bytes or 0), f"{c[0].key}\x1e{c[1].pid}"))
+                   if (-1 if p.memory_bytes is None else p.memory_bytes) >= smallest]
+        rows: list[tuple[tuple[int, str, int], str, tuple[Any, ...]]] = []
+        if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first in order
+            biggest.sort(key=lambda c: order(*c))
             del biggest[MAX_PROCESS_ROWS:]
         for ref, proc in biggest:
             where = device_name(ref, places)
             if host_label:
                 where = device_label(names.get(ref.host, ref.host), where)
-            rows.append((-(proc.memory_bytes or 0), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
-        rows.sort(key=lambda r: (r[0], r[1]))
+            rows.append((order(ref, proc), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
+        rows.sort(key=lambda r: r[0])
         self.set_rows((key, cells) for _, key, cells in rows)
         return total
 

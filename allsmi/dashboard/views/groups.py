@@ -3,9 +3,10 @@ and per vendor, laid out to the terminal's width.
 
 Every column is as wide as its longest cell, the same in both tables (so they line up), and a
 number is never cut. Where the row does not fit (80 columns), the least needed columns give way
-(labels, hosts, processes, energy, devices: :data:`DROP_ORDER`), memory says both values in one
-unit (``205.2/557.5 GiB``, as power does in kW) where that keeps a column more, and the state
-line names the columns left out; the labels take what room is left, cut with an ellipsis.
+(labels, hosts, processes, energy, devices, and on a terminal too narrow for those then power
+and memory: :data:`DROP_ORDER`), memory says both values in one unit (``205.2/557.5 GiB``, as
+power does in kW) where that keeps a column more, and the state line names the columns left
+out; the labels take what room is left, cut with an ellipsis.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ TOTALS_COLUMNS = (("name", "name"), ("devices", "devices"), ("util", "util"),
                   ("memory", "memory"), ("power", "power / limit"), ("energy", "energy"),
                   ("procs", "procs"), ("hosts", "hosts"), ("labels", "labels"))
 """Columns of the group and vendor totals (vendors leave out ``labels``), most needed first."""
-#: The columns that give way on a narrow terminal, first first (``name``, ``util``, memory
-#: and power stay).
-DROP_ORDER = ("labels", "hosts", "procs", "energy", "devices")
+#: The columns that give way on a narrow terminal, first first (``name`` and ``util`` stay;
+#: power and memory go last, below about 65 columns, rather than be cut by the table's edge).
+DROP_ORDER = ("labels", "hosts", "procs", "energy", "devices", "power", "memory")
 #: The narrowest the labels column is shown at (cut with an ellipsis); the name column's width
 #: while columns are fitted (a longer name is cut before a column of numbers gives way, and
 #: grows back into the room left), and its narrowest.

@@ -37,9 +37,9 @@ left (wrapped onto more lines, never cut)."""
 #: The widest the host and hostname cells grow (a Prometheus ``instance`` can be kilobytes).
 NAME_MAX_WIDTH = 32
 #: The columns that give way on a narrow terminal, first first (the line under the table shows
-#: the highlighted host's hostname and problem in full; host, state, util, power and memory
-#: stay).
-HOST_DROP_ORDER = ("name", "error", "age", "devices")
+#: the highlighted host's hostname and problem in full; host, state and util stay: power and
+#: memory go last, below about 60 columns, rather than be cut by the table's edge).
+HOST_DROP_ORDER = ("name", "error", "age", "devices", "power", "memory")
 #: The host column's width while columns are fitted (a longer host is cut before a column of
 #: numbers gives way, and grows back into the room left), and its narrowest; the narrowest the
 #: problem column is shown at.

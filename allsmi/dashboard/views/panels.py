@@ -108,8 +108,11 @@ class DetailPanel(TextLines):
 
         def metric(label: str, value: str, style: str, series: str, low: float = 0.0,
                    high: float = 100.0) -> Text:
+            # A value longer than its 18 cells (``150.0 GiB/192.0 GiB``) takes them from the
+            # sparkline's oldest end: the sparklines still end in one column, none is cut.
+            width = max(0, spark_width - max(0, len(value) - 18))
             return line((f"{label:<6}", "bold"), (f"{value:<18} ", style),
-                        (spark(hist.series(key, series), spark_width, low, high), pal.accent))
+                        (spark(hist.series(key, series), width, low, high), pal.accent))
 
         lines = [line((device_name(ref, ctx.places), "bold"), (f"  {dev.name or NA}  ", ""),
                       (health, pal.health(health)), (f"  group {dev.resource_group or NA}", ""))]
@@ -205,8 +208,11 @@ def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], .
     for unit in units:
         for holder, mine in unit.members:
             procs_of.setdefault(holder, []).extend(mine)
+    # Claims whose holders are nobody in particular (processes of no known user or job) are
+    # not attributed (allsmi.fairshare): their part is the unclaimed rest.
+    nobody = sum(1 for unit in units if not any(any(holder) for holder, _ in unit.members))
     out: list[tuple[tuple[str, str], ...]] = [(
-        ("shared by ", "bold"), (f"{len(shares.allocated)} holders", ""),
+        ("shared by ", "bold"), (f"{len(shares.allocated) + nobody} holders", ""),
         (f"  allocated by {shares.allocation_method}, used by {shares.usage_method}", "dim"))]
     for holder, given in shares.allocated:
         procs = procs_of.get(holder, [])
@@ -217,5 +223,7 @@ def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], .
                     (f"  ns {holder.namespace}" if holder.namespace and holder.pod else "", "dim")))
     if rest > 1e-9:
         out.append((("  alloc ", ""), (f"{_share(rest):>6}", "bold"), ("  used      -  ", ""),
-                    ("unclaimed", "bold"), ("  (declared shares leave it to nobody)", "dim")))
+                    ("unclaimed", "bold"),
+                    (f"  ({nobody} of no known user, pod or job)" if nobody
+                     else "  (declared shares leave it to nobody)", "dim")))
     return out
