@@ -137,8 +137,11 @@ def test_table_format_shows_na_and_partitions() -> None:
 #: One device of each kind the activity column tells apart, both always running a job: an H100
 #: that looks busy (100 % utilization, 20 % of its SMs active) and a Tenstorrent board, whose
 #: tool reports no activity at all.
-BUSY_AND_BLIND = """\
-name = "busy-and-blind"
+def scenario(name: str, devices: tuple[tuple[str, str, str, str, str], ...]) -> str:
+    """A scenario file of one device per ``(backend, kind, model, id_style, extra lines)``,
+    always busy (each holds one job all hour)."""
+    return f"""\
+name = "{name}"
 seed = 7
 epoch = "2026-01-01T00:00:00Z"
 users = ["alice"]
@@ -160,7 +163,10 @@ temperature_max_celsius = 80.0
 id_style = "{style}"
 duty_cycle = 1.0
 job_seconds = [3600, 3600]
-{extra}""" for backend, kind, model, style, extra in (
+{extra}""" for backend, kind, model, style, extra in devices)
+
+
+BUSY_AND_BLIND = scenario("busy-and-blind", (
     ("nvidia", "gpu", "NVIDIA H100 80GB HBM3", "nvidia", "busy_looking = [0]\n"),
     ("tenstorrent", "npu", "Blackhole p150a", "board", "")))
 

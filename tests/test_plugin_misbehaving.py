@@ -203,20 +203,26 @@ PLUGINS = '''
 '''
 
 
-def test_misbehaving_plug_ins_from_their_entry_points_leave_the_others_whole(tmp_path: Path) -> None:
-    """``allsmi snapshot`` with plug-ins registered in a dist-info: the JSON is whole, every
-    failure is a status, no traceback (hangs: tests/test_collector_close.py)."""
+def _plugin_site(tmp_path: Path, entry_points: str) -> tuple[dict[str, str], Path]:
+    """A site folder holding the ``zzplug`` distribution (its ``entry_points.txt`` and the
+    :data:`PLUGINS` module), and the environment that puts it and this checkout on the path."""
     site = tmp_path / "site"
     dist = site / "zzplug-1.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[allsmi.backends]\nzzgood = zzplug:Good\nzzgarbage = zzplug:Garbage\n"
-        "zznotclass = zzplug:DeviceSample\nzzsyntax = zzsyntax:X\nzzraises = zzplug:Raises\n")
+    (dist / "entry_points.txt").write_text(entry_points)
     (site / "zzplug.py").write_text(textwrap.dedent(PLUGINS))
-    (site / "zzsyntax.py").write_text("def broken(:\n")
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)])), site
+
+
+def test_misbehaving_plug_ins_from_their_entry_points_leave_the_others_whole(tmp_path: Path) -> None:
+    """``allsmi snapshot`` with plug-ins registered in a dist-info: the JSON is whole, every
+    failure is a status, no traceback (hangs: tests/test_collector_close.py)."""
+    env, site = _plugin_site(tmp_path, "[allsmi.backends]\nzzgood = zzplug:Good\n"
+                             "zzgarbage = zzplug:Garbage\nzznotclass = zzplug:DeviceSample\n"
+                             "zzsyntax = zzsyntax:X\nzzraises = zzplug:Raises\n")
+    (site / "zzsyntax.py").write_text("def broken(:\n")
     config = tmp_path / "config.toml"
     config.write_text('[backends]\nenabled = ["zzgood", "zzgarbage", "zznotclass", "zzsyntax", '
                       '"zzraises"]\n')
@@ -261,13 +267,7 @@ def test_a_plug_in_that_raises_each_cycle_is_logged_once_its_traceback_at_debug(
 def test_allsmi_backends_lists_a_plug_in_whose_name_is_taken(tmp_path: Path) -> None:
     """``allsmi backends`` lists every registered entry point: one that is not loaded because
     another registered its name first is shown, saying so, never left out."""
-    site = tmp_path / "site"
-    dist = site / "zzplug-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[allsmi.backends]\nnvidia = zzplug:Good\n")
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    env, _ = _plugin_site(tmp_path, "[allsmi.backends]\nnvidia = zzplug:Good\n")
     out = subprocess.run([sys.executable, "-m", "allsmi", "backends", "--json"], env=env,
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
@@ -285,13 +285,7 @@ def test_allsmi_backends_shows_a_control_character_in_an_entry_point_as_its_esca
         tmp_path: Path) -> None:
     """What an installed package registered reaches the terminal as text, never as a control
     sequence (an ESC in an entry point's name or target)."""
-    site = tmp_path / "site"
-    dist = site / "zzplug-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[allsmi.backends]\nzz\x1b[2Jesc = zzplug:Go\x1bod\n")
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    env, _ = _plugin_site(tmp_path, "[allsmi.backends]\nzz\x1b[2Jesc = zzplug:Go\x1bod\n")
     table = subprocess.run([sys.executable, "-m", "allsmi", "backends"], env=env,
                            capture_output=True, text=True, timeout=30)
     assert table.returncode == 0, table.stderr
@@ -305,15 +299,8 @@ def test_serve_logs_a_plug_in_s_bug_as_one_allsmi_error_line(tmp_path: Path) -> 
     import urllib.request
 
     from .prometheus_server import free_port
-    site = tmp_path / "site"
-    dist = site / "zzplug-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[allsmi.backends]\nzzgood = zzplug:Good\n"
-                                           "zzraises = zzplug:Raises\n")
-    (site / "zzplug.py").write_text(textwrap.dedent(PLUGINS))
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
+    env, _ = _plugin_site(tmp_path, "[allsmi.backends]\nzzgood = zzplug:Good\n"
+                          "zzraises = zzplug:Raises\n")
     (tmp_path / "c.toml").write_text('[backends]\nenabled = ["zzgood", "zzraises"]\n')
     port = free_port()
     log = tmp_path / "stderr.log"

@@ -7,36 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from .conftest import run_allsmi
+from .test_cli_snapshot import scenario
 
 MARKUP_MODEL = "GPU [/] [bold]x[/bold]"
 LONG_MODEL = "Accelerator " + "W" * 120
 MESSAGE = "driver said [red]no[/red] and [/] gave up"
 
-SCENARIO = f"""\
-name = "markup"
-seed = 3
-epoch = "2026-01-01T00:00:00Z"
-users = ["alice"]
-commands = ["python train.py"]
-""" + "".join(f"""
-[[devices]]
-backend = "{backend}"
-vendor = "{backend}"
-kind = "npu"
-model = "{model}"
-count = 1
-memory_total_bytes = 34359738368
-power_idle_watts = 40.0
-power_limit_watts = 300.0
-clock_idle_mhz = 800.0
-clock_max_mhz = 1350.0
-temperature_idle_celsius = 30.0
-temperature_max_celsius = 80.0
-id_style = "uuid"
-duty_cycle = 1.0
-job_seconds = [3600, 3600]
-""" for backend, model in (("furiosa", "RNGD"), ("tenstorrent", MARKUP_MODEL),
-                          ("rebellions", LONG_MODEL))) + f"""
+SCENARIO = scenario("markup", (("furiosa", "npu", "RNGD", "uuid", ""),
+                                ("tenstorrent", "npu", MARKUP_MODEL, "board", ""),
+                                ("rebellions", "npu", LONG_MODEL, "uuid", ""))) + f"""
 [[faults]]
 type = "error"
 backend = "furiosa"
@@ -45,9 +24,9 @@ message = "{MESSAGE}"
 
 
 def test_markup_in_names_and_messages_is_text_and_numbers_are_never_cut(tmp_path: Path) -> None:
-    scenario = tmp_path / "markup.toml"
-    scenario.write_text(SCENARIO)
-    result = run_allsmi("snapshot", "--simulate", str(scenario), "--format", "table")
+    path = tmp_path / "markup.toml"
+    path.write_text(SCENARIO)
+    result = run_allsmi("snapshot", "--simulate", str(path), "--format", "table")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     out = result.stdout
