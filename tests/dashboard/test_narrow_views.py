@@ -132,3 +132,28 @@ async def test_processes_of_unknown_memory_come_last_in_pid_order(sim_snapshots:
         table = app.query_one("#processes", ProcessTable)
         shown = [int(key.rpartition("\x1e")[2]) for key in table.row_keys]
         assert shown == [4000, 5000, 7, 31, 162, 1000, 20000], shown
+
+
+def test_the_summary_says_one_device_and_an_unknown_ram_once(sim_snapshots: list) -> None:  # type: ignore[type-arg]
+    """One device is "1 device"; host memory nobody could read is "RAM N/A", not "N/A/N/A"."""
+    import dataclasses
+
+    from allsmi.dashboard.sources import HostState
+    from allsmi.dashboard.state.filtering import Filter
+    from allsmi.dashboard.state.model import refs_of
+    from allsmi.dashboard.state.totals import totals_by
+    from allsmi.dashboard.views.render import Palette
+    from allsmi.dashboard.views.summary import summary_lines
+    snap = sim_snapshots[-1]
+    one = next(d for d in snap.devices if d.parent is None)
+    host = dataclasses.replace(snap.host, memory_used_bytes=None, memory_total_bytes=None)
+    snap = dataclasses.replace(snap, devices=(one,), host=host)
+    state = HostState("node", "node", snap, 0.0, address="node")
+    refs = list(refs_of(state.key, snap))
+    (total,) = totals_by(refs, lambda r: "all")
+    line, _ = summary_lines(hosts=[state], cluster=False, total=total, palette=Palette(), now=0.0,
+                            interval=1.0, view="devices", sort_key="index", descending=False,
+                            flt=Filter(), shown=refs, process_scope="selected", paused=False,
+                            refresh_error=None)
+    assert "  1 device " in line.plain + " " and "1 devices" not in line.plain, line.plain
+    assert "RAM N/A" in line.plain and "N/A/N/A" not in line.plain, line.plain

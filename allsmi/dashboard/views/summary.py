@@ -6,7 +6,7 @@ from typing import Sequence
 
 from rich.text import Text
 
-from allsmi.formatting import human_bytes, percent
+from allsmi.formatting import NA, human_bytes, percent
 
 from allsmi.dashboard.state.filtering import Filter
 from allsmi.dashboard.state.model import DeviceRef, duplicate_ids
@@ -79,13 +79,14 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
         age = host.age(now) if host else None
     stale = age is None or age > 3 * interval
     add(0, ("  age ", ""), (age_text(age) if age is not None else "waiting", pal.warn if stale else pal.ok))
-    devices = Text(f"  {total.devices} devices")
+    noun = "device" if total.devices == 1 else "devices"
+    devices = Text(f"  {total.devices} {noun}")
     if total.partitions:  # partitions are rows of the table too; counted apart, never as devices
         devices.append(f" + {total.partitions} partition" + ("s" if total.partitions != 1 else ""))
     if total.lost:
         devices.append(f" ({total.lost} lost)", style=pal.hot)
     short = {len(pieces): Text(f"  {total.devices}" + (f"+{total.partitions}p" if total.partitions else "")
-                               + " devices")}  # "38+3p devices", as the groups view counts
+                               + (" devices" if total.partitions else f" {noun}"))}  # "38+3p devices"
     if total.lost:
         short[len(pieces)].append(f" ({total.lost} lost)", style=pal.hot)
     pieces.append((2, devices))
@@ -93,9 +94,9 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
     add(4, (f"  power {power_totals(total)}", ""))
     if not cluster and hosts and hosts[0].snapshot is not None:
         snap = hosts[0].snapshot
-        add(5, (f"  CPU {percent(snap.host.cpu_utilization_percent)}"
-                f"  RAM {human_bytes(snap.host.memory_used_bytes)}"
-                f"/{human_bytes(snap.host.memory_total_bytes)}", ""))
+        used, whole = snap.host.memory_used_bytes, snap.host.memory_total_bytes
+        ram = NA if used is None and whole is None else f"{human_bytes(used)}/{human_bytes(whole)}"
+        add(5, (f"  CPU {percent(snap.host.cpu_utilization_percent)}  RAM {ram}", ""))
     # A failing or hung vendor must not just vanish from the screen. An absent one
     # ("unavailable") is normal on a node without that vendor and is not shown.
     # Attribution sources (who holds each device) fail the same way, and say so the same way.
