@@ -15,7 +15,7 @@ from allsmi.schema import DeviceSample, Snapshot
 _HEALTH_STYLE = {"ok": "green", "degraded": "yellow", "lost": "bold red", "unknown": "dim"}
 #: The text columns that give way (cut with an ellipsis) before a number is ever cut: a long
 #: model or group name, or many holders (the JSON and CSV formats have them whole).
-TEXT_WIDTHS = {"vendor": 16, "model": 40, "group": 24, "held by": 32}
+TEXT_WIDTHS = {"vendor": 16, "model": 48, "group": 32, "held by": 32}
 _STATUS_STYLE = {"ok": "green", "unavailable": "dim", "error": "bold red", "timeout": "bold yellow"}
 
 
