@@ -80,3 +80,16 @@ def test_doctor_text_with_a_probe_without_details_is_written(tmp_path: Path) -> 
 
 def refuse_constant(word: str) -> None:
     raise AssertionError(f"{word} in strict JSON")
+
+
+def test_probe_details_that_are_no_mapping_are_said_not_dropped() -> None:
+    from types import SimpleNamespace
+
+    from allsmi.cli.doctor import probe_report
+    report = probe_report(SimpleNamespace(available=True, reason=None, details=["a", "b"]))
+    assert report["details"] == {"(details)": "not a mapping: list"}
+    report = probe_report(SimpleNamespace(available=False, reason="x",
+                                          details={"tool": b"/opt/\xffbin", "n": float("nan"),
+                                                   "at": Path("/opt/x"), "esc": "a\x1bb"}))
+    assert report["details"]["tool"] == "/opt/\ufffdbin" and report["details"]["n"] is None
+    assert report["details"]["at"] == "/opt/x" and "\x1b" not in report["details"]["esc"]

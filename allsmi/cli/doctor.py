@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import grp
 import json
-import math
 import os
 import platform
 import sys
@@ -50,33 +49,32 @@ def _groups() -> list[str]:
 
 def probe_report(result: Any) -> dict[str, Any]:
     """A backend's :class:`ProbeResult` as the report shows it, whatever a plug-in put in it:
-    ``details`` an object of text keys whose values are text, whole or finite numbers,
-    booleans, ``null`` or lists of them (NaN and infinities are ``null``: unknown; anything
-    else is shown as its text), ``reason`` text, ``available`` true or false; so that both the
-    text and the ``--json`` report are written whole (doctor never dies of what it diagnoses)."""
+    ``details`` an object of text keys whose values are what a device's details may hold
+    (:func:`allsmi.text.clean_detail`: NaN and infinities ``null``), anything else shown as its
+    text; ``details`` that are no mapping are said as one entry; ``reason`` text, ``available``
+    true or false. So both the text and the ``--json`` report are written whole (doctor never
+    dies of what it diagnoses)."""
     details = getattr(result, "details", None)
     try:
         items = list(details.items()) if details else []
-    except Exception:  # noqa: BLE001 - not a mapping: shown as nothing rather than a crash
-        items = []
+    except Exception:  # noqa: BLE001 - not a mapping: said in the report, never a crash
+        items = [("(details)", f"not a mapping: {type(details).__name__}")]
     reason = getattr(result, "reason", "")
     return {"available": bool(getattr(result, "available", False)),
             "reason": reason if isinstance(reason, str) else ("" if reason is None else str(reason)),
-            "details": {str(key): _json_value(value) for key, value in items}}
+            "details": {str(key): _detail(value) for key, value in items}}
 
 
-def _json_value(value: Any) -> Any:
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, (list, tuple)):
-        return [_json_value(v) for v in value]
+def _detail(value: Any) -> Any:
+    """A probe detail: :func:`~allsmi.text.clean_detail`'s value, or the cleaned text of what
+    that has none for (bytes, a path, another object)."""
+    from allsmi.text import clean_detail, clean_text
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
+        value = value.decode("utf-8", "replace")
+    cleaned = clean_detail(value)
+    if cleaned is None and value is not None and not isinstance(value, float):
+        return clean_text(str(value))
+    return cleaned
 
 
 def diagnose(**opts: Any) -> dict[str, Any]:
