@@ -42,11 +42,13 @@ def failed_once(logger: Any, said: set[str], what: str, exc: BaseException) -> N
     the first time, naming the exception and where it was raised, so that stderr is not a
     traceback each collection cycle (the status says the failure every cycle); the traceback,
     and the same failure again, at debug level. ``said``: the caller's memory of what it said."""
-    import traceback
     from allsmi.text import MAX_MESSAGE, clean_text
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" \
-        if frames else ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:  # the innermost frame (no source read)
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code if tb is not None else None
+    where = f" (raised at {code.co_filename}:{tb.tb_lineno} in {code.co_name})" \
+        if tb is not None and code is not None else ""
     key = f"{what}|{type(exc).__name__}|{where}"
     line = clean_text(f"{what}: {type(exc).__name__}: {exc}{where}", MAX_MESSAGE)
     if key in said or len(said) >= MAX_SAID:
