@@ -168,10 +168,10 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
         if (top.runnable_fraction or 0.0) > (top.cpu_cores or 0.0):
             how += f", wanting a CPU {top.runnable_fraction * 100:.0f} % of the time"  # type: ignore[operator]
         return "host", f"host: {len(busy)} of {plural(n, 'process')} CPU-bound ({how}); device {below}"
-    throttled = [(a.throttled_fraction, a.throttled_cgroup or "") for a in seen
-                 if a.throttled_fraction is not None]
-    if throttled and max(throttled)[0] >= s.host_throttled_fraction:
-        share, where = max(throttled)  # the most throttled, and the cgroup level that was
+    # the most throttled process, and the cgroup level whose limit throttled it
+    share, where = max(((a.throttled_fraction, a.throttled_cgroup or "") for a in seen
+                        if a.throttled_fraction is not None), default=(None, ""))
+    if share is not None and share >= s.host_throttled_fraction:
         at = f" (at {where})" if where else ""
         return "host", (f"host: cgroup CPU-throttled {share * 100:.0f} % of its "
                         f"CPU-limit periods{at}; device {below}")
