@@ -35,9 +35,9 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 def groups_testing(path: Path, alert: str) -> str:
     """The promtool unit-test file ``path`` with only its test groups that test ``alert``: a
-    rule broken on purpose must fail them. The whole files took 13 s of promtool's CPU each,
-    most of it in other alerts' groups (AllsmiBillingExportFailed's: 10 s); the whole files
-    pass with the shipped rules in test_promtool_test_rules."""
+    rule broken on purpose must fail them. The whole files take seconds of promtool's CPU
+    each, most of it in other alerts' groups; the whole files pass with the shipped rules in
+    test_promtool_test_rules."""
     doc = yaml.safe_load(path.read_text())
     doc["tests"] = [group for group in doc["tests"]
                     if any(case.get("alertname") == alert for case in group.get("alert_rule_test", ()))]
