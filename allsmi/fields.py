@@ -8,10 +8,11 @@ attribute on :class:`allsmi.schema.DeviceSample`.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
+from allsmi.numbers import FINITE
 from allsmi.records import Record, record
-from allsmi.schema import PROCESS_ACTIVITY, DeviceSample, ProcessSample
+from allsmi.schema import DEVICE_RANGES, PROCESS_ACTIVITY, DeviceSample, ProcessSample
 
 
 @record
@@ -32,50 +33,60 @@ class Measurement(Record):
     """Owned by the physical board: reported once, on the owning device."""
     minimum: float | None = 0.0
     maximum: float | None = None
-    """Plausible range; the contract tests check backends stay inside it."""
+    """The range a value is kept in (``None``: no upper end); a device field's is the schema's
+    (:data:`allsmi.schema.DEVICE_RANGES`), which makes anything outside it ``None``. The
+    contract tests check backends stay inside it."""
     source_field: str | None = None
     """A DeviceSample text field naming what the value measures, exported as a ``source``
     label (``compute_active_percent``'s ``compute_active_source``)."""
 
 
-MEASUREMENTS: tuple[Measurement, ...] = (
+def _in_schema_ranges(*declared: Measurement) -> tuple[Measurement, ...]:
+    """Each of ``declared`` with the range the schema keeps its field in, where it has one."""
+    return tuple(m if m.field not in DEVICE_RANGES else replace(
+        m, minimum=DEVICE_RANGES[m.field][0],
+        maximum=None if DEVICE_RANGES[m.field][1] == FINITE else DEVICE_RANGES[m.field][1])
+        for m in declared)
+
+
+MEASUREMENTS: tuple[Measurement, ...] = _in_schema_ranges(
     Measurement("utilization_percent", "percent",
                 "Share of time the device was busy, 0 to 1.",
-                "allsmi_device_utilization_ratio", scale=0.01, maximum=100.0),
+                "allsmi_device_utilization_ratio", scale=0.01),
     Measurement("memory_used_bytes", "bytes", "Device memory in use, in bytes.",
                 "allsmi_device_memory_used_bytes"),
     Measurement("memory_total_bytes", "bytes", "Device memory in total, in bytes.",
                 "allsmi_device_memory_total_bytes"),
     Measurement("temperature_celsius", "celsius", "Device temperature, in degrees Celsius.",
-                "allsmi_device_temperature_celsius", minimum=-40.0, maximum=150.0),
+                "allsmi_device_temperature_celsius"),
     Measurement("power_watts", "watts", "Board power draw, in watts.",
-                "allsmi_device_power_watts", board_level=True, maximum=5000.0),
+                "allsmi_device_power_watts", board_level=True),
     Measurement("power_limit_watts", "watts", "Enforced board power limit, in watts.",
-                "allsmi_device_power_limit_watts", board_level=True, maximum=5000.0),
+                "allsmi_device_power_limit_watts", board_level=True),
     Measurement("clock_mhz", "MHz", "Core (SM) clock, in hertz.",
-                "allsmi_device_clock_hertz", scale=1e6, maximum=10000.0),
+                "allsmi_device_clock_hertz", scale=1e6),
     Measurement("fan_percent", "percent", "Fan speed as a share of its maximum, 0 to 1.",
-                "allsmi_device_fan_ratio", scale=0.01, maximum=100.0),
+                "allsmi_device_fan_ratio", scale=0.01),
     Measurement("compute_active_percent", "percent",
                 "Share of the device's compute units busy over the last interval, 0 to 1 "
                 "(source: sm_active, gfx_busy, pe_busy, core_busy or engine_time).",
-                "allsmi_device_compute_active_ratio", scale=0.01, maximum=100.0,
+                "allsmi_device_compute_active_ratio", scale=0.01,
                 source_field="compute_active_source"),
     Measurement("sm_occupancy_percent", "percent",
                 "Resident warps over the maximum the SMs can hold, 0 to 1.",
-                "allsmi_device_sm_occupancy_ratio", scale=0.01, maximum=100.0),
+                "allsmi_device_sm_occupancy_ratio", scale=0.01),
     Measurement("tensor_active_percent", "percent",
                 "Share of cycles the tensor (matrix) pipes were active, 0 to 1.",
-                "allsmi_device_tensor_active_ratio", scale=0.01, maximum=100.0),
+                "allsmi_device_tensor_active_ratio", scale=0.01),
     Measurement("memory_bandwidth_percent", "percent",
                 "Device memory (DRAM/HBM) bandwidth in use over its peak, 0 to 1.",
-                "allsmi_device_memory_bandwidth_ratio", scale=0.01, maximum=100.0),
+                "allsmi_device_memory_bandwidth_ratio", scale=0.01),
 )
 """Gauges. ``energy_joules`` is a counter and handled by the exporter's accounting."""
 
 #: Traffic rates: bytes per second in the schema, byte counters (the rate integrated over each
 #: interval, as energy is) in Prometheus.
-TRAFFIC_MEASUREMENTS: tuple[Measurement, ...] = (
+TRAFFIC_MEASUREMENTS: tuple[Measurement, ...] = _in_schema_ranges(
     Measurement("interconnect_rx_bytes_per_second", "bytes per second",
                 "Bytes the device received over its device-to-device links (NVLink, xGMI, "
                 "scale-out ports).", "allsmi_device_interconnect_rx_bytes_total"),
@@ -90,9 +101,9 @@ TRAFFIC_MEASUREMENTS: tuple[Measurement, ...] = (
                 "allsmi_device_pcie_tx_bytes_total"),
 )
 
-ENERGY_FIELD = Measurement(
+(ENERGY_FIELD,) = _in_schema_ranges(Measurement(
     "energy_joules", "joules", "Energy the board used since its counter started, in joules.",
-    "allsmi_device_energy_joules_total", board_level=True)
+    "allsmi_device_energy_joules_total", board_level=True))
 
 MEASURED_FIELDS: tuple[Measurement, ...] = MEASUREMENTS + TRAFFIC_MEASUREMENTS + (ENERGY_FIELD,)
 BY_FIELD: dict[str, Measurement] = {m.field: m for m in MEASURED_FIELDS}

@@ -5,7 +5,8 @@ Unknown is ``None``, never 0 or NaN (:mod:`allsmi.schema` applies them in ``__po
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Callable
 
 _INF = float("inf")
 
@@ -62,12 +63,28 @@ def bytes_or_none(value: Any) -> int | None:
     return int(value) if 0 <= value <= MAX_BYTES else None
 
 
-def finite_or_none(value: Any) -> float | None:
-    """Any finite figure (a temperature)."""
+#: The upper end of a range with none: any finite figure (an infinity is out of it).
+FINITE = sys.float_info.max
+
+
+def in_range(value: Any, low: float, high: float) -> float | None:
+    """A figure from ``low`` to ``high``, both included (``high`` :data:`FINITE`: any finite
+    figure at least ``low``)."""
+    if type(value) is float and low <= value <= high:  # (nearly always: as it is)
+        return value
     value = plain_number(value)
     if value is None:
         return None
-    return float(value) if -_INF < value < _INF else None
+    return float(value) if low <= value <= high else None  # NaN fails both comparisons
+
+
+def ranged(low: float, high: float) -> Callable[[Any], float | None]:
+    """:func:`in_range` from ``low`` to ``high``, as a function of the value alone."""
+    def clean(value: Any) -> float | None:
+        if type(value) is float and low <= value <= high:
+            return value
+        return in_range(value, low, high)
+    return clean
 
 
 #: The largest device index the schema keeps (as a parsed snapshot does).

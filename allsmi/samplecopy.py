@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from allsmi.numbers import (bytes_or_none, finite_or_none, index_or_none, percent_or_none,
-                            rate_or_none, share_or_none)
-from allsmi.schema import (COMPUTE_ACTIVE_SOURCES, DEVICE_ACTIVITY, DEVICE_BYTES, DEVICE_NONNEGATIVE,
-                           DEVICE_TRAFFIC, HEALTH_STATES, PROCESS_ACTIVITY, PROCESS_ATTRIBUTION,
-                           DEVICE_OPTIONAL_TEXT, DEVICE_TEXT, DeviceSample, ProcessSample,
-                           clean_mapping)
+from allsmi.numbers import bytes_or_none, index_or_none, percent_or_none, ranged, share_or_none
+from allsmi.schema import (COMPUTE_ACTIVE_SOURCES, DEVICE_BYTES, DEVICE_RANGES, HEALTH_STATES,
+                           PROCESS_ACTIVITY, PROCESS_ATTRIBUTION, DEVICE_OPTIONAL_TEXT, DEVICE_TEXT,
+                           DeviceSample, ProcessSample, clean_mapping)
 from allsmi.text import MAX_COMMAND, clean_optional, clean_required, clean_text
 
 _S = TypeVar("_S", "DeviceSample", "ProcessSample")
@@ -31,9 +29,8 @@ def _cleaners() -> dict[type, dict[str, Any]]:
     device.update({name: clean_optional for name in DEVICE_OPTIONAL_TEXT})
     device.update(labels=remembered_mapping(), details=mapping,
                   resource_group=remembered_text(clean_optional))
-    device.update({name: percent_or_none for name in DEVICE_ACTIVITY})
-    device.update({name: rate_or_none for name in DEVICE_TRAFFIC + DEVICE_NONNEGATIVE})
-    device.update({name: bytes_or_none for name in DEVICE_BYTES}, temperature_celsius=finite_or_none)
+    device.update({name: ranged(low, high) for name, (low, high) in DEVICE_RANGES.items()})
+    device.update({name: bytes_or_none for name in DEVICE_BYTES})
     device.update(compute_active_source=lambda v: v if v in COMPUTE_ACTIVE_SOURCES else None)
     device.update(index=index_or_none, partition_share=share_or_none,
                   health=lambda v: v if v in HEALTH_STATES else "unknown")

@@ -17,8 +17,8 @@ import datetime as _dt
 from dataclasses import field
 from typing import Any, Literal, Mapping, Tuple, Union
 
-from allsmi.numbers import (MAX_BYTES, MAX_INDEX, bytes_or_none, finite_or_none, index_or_none,
-                            percent_or_none, rate_or_none, share_or_none)
+from allsmi.numbers import (FINITE, MAX_BYTES, MAX_INDEX, bytes_or_none, in_range, index_or_none,
+                            share_or_none)
 # who holds a device (allsmi.holders), re-exported: every schema name is importable from here
 from allsmi.holders import (  # noqa: F401
     ATTRIBUTION_SOURCES, PROCESS_ACTIVITY, PROCESS_ATTRIBUTION,
@@ -61,11 +61,26 @@ DEVICE_TRAFFIC = ("interconnect_rx_bytes_per_second", "interconnect_tx_bytes_per
                   "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
 
 
-#: DeviceSample's other measured figures that are never negative (a percentage a vendor may put
-#: above 100, as NVML's fan speed; watts, joules, MHz): negative, NaN or infinite becomes
-#: ``None`` at the schema boundary, as does a temperature that is not finite.
-DEVICE_NONNEGATIVE = ("utilization_percent", "power_watts", "power_limit_watts", "energy_joules",
-                      "clock_mhz", "fan_percent")
+#: Each measured figure of DeviceSample but the byte counts, with the range it is kept in (both
+#: ends included; :data:`~allsmi.numbers.FINITE`: any finite figure). A value outside it, NaN,
+#: an infinity, a bool or text becomes ``None`` at the schema boundary (a sensor's -273 °C is
+#: not a temperature), and a peer's snapshot or a Prometheus sample is read with the same
+#: ranges (:mod:`allsmi.fields` takes them for each field's declaration;
+#: :mod:`allsmi.snapshot_parse`), so a node and its peers show the same figures. A backend
+#: keeps what its vendor reports beyond them in ``details`` (NVML's fan above its nominal
+#: maximum: 100 %, and the raw figure).
+DEVICE_RANGES: dict[str, tuple[float, float]] = {
+    "utilization_percent": (0.0, 100.0),
+    "temperature_celsius": (-40.0, 150.0),
+    "power_watts": (0.0, 5000.0),
+    "power_limit_watts": (0.0, 5000.0),
+    "clock_mhz": (0.0, 10000.0),
+    "fan_percent": (0.0, 100.0),
+    **{name: (0.0, 100.0) for name in DEVICE_ACTIVITY},
+    **{name: (0.0, FINITE) for name in DEVICE_TRAFFIC},
+    "energy_joules": (0.0, FINITE),
+}
+_RANGED = tuple((name, low, high) for name, (low, high) in DEVICE_RANGES.items())
 #: Byte counts: a whole number >= 0 (a float one is made whole); anything else is ``None``.
 DEVICE_BYTES = ("memory_used_bytes", "memory_total_bytes")
 
@@ -73,7 +88,6 @@ DEVICE_BYTES = ("memory_used_bytes", "memory_total_bytes")
 #: DeviceSample's text fields (and the optional ones below): cleaned once, when the sample is
 #: built (allsmi.samplecopy cleans a changed one the same way).
 DEVICE_TEXT = ("id", "vendor", "kind", "backend", "health")
-_INF = float("inf")
 DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_version",
                         "parent", "resource_group")
 
@@ -163,21 +177,14 @@ class DeviceSample(Record):
             if value is not None and (type(value) is not str or len(value) > MAX_NAME
                                       or not value.isprintable()):
                 _set(self, name, clean_text(value))
-        for name in DEVICE_ACTIVITY:
+        for name, low, high in _RANGED:
             value = getattr(self, name)
-            if value is not None and (type(value) is not float or not 0.0 <= value <= 100.0):
-                _set(self, name, percent_or_none(value))
-        for name in DEVICE_TRAFFIC + DEVICE_NONNEGATIVE:
-            value = getattr(self, name)
-            if value is not None and (type(value) is not float or not 0.0 <= value < _INF):
-                _set(self, name, rate_or_none(value))
+            if value is not None and (type(value) is not float or not low <= value <= high):
+                _set(self, name, in_range(value, low, high))
         for name in DEVICE_BYTES:
             value = getattr(self, name)
             if value is not None and (type(value) is not int or not 0 <= value <= MAX_BYTES):
                 _set(self, name, bytes_or_none(value))
-        value = self.temperature_celsius
-        if value is not None and (type(value) is not float or not -_INF < value < _INF):
-            _set(self, "temperature_celsius", finite_or_none(value))
         value = self.index
         if value is not None and (type(value) is not int or not 0 <= value <= MAX_INDEX):
             _set(self, "index", index_or_none(value))
