@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,17 +49,38 @@ XPF XPT XSU XTS XUA XXX YER ZAR ZMW ZWG
 EXPECTED_FAILURES = frozenset({"InvoiceId-C-004-C"})
 
 
+#: Written by ``.ci/run`` while it makes :data:`VENV` in the background: the process's id.
+INSTALLING = VENV.parent / f"{VENV.name}.installing"
+#: What that process said.
+INSTALL_LOG = VENV.parent / f"{VENV.name}.log"
+
+
+def _installing() -> bool:
+    """Whether ``.ci/run``'s background install of :data:`VENV` still runs."""
+    try:
+        os.kill(int(INSTALLING.read_text().strip()), 0)
+    except (OSError, ValueError):  # no file, no such process (or not a number)
+        return False
+    return True
+
+
 def validator_executable() -> str:
     """``focus-validator`` from :data:`VENV` (made by ``.ci/run``, never by a test: tests do not
-    download); skips where it is missing, with the commands that make it, and fails under CI
+    download), once ``.ci/run``'s background install of it has ended; skips where it is
+    missing, with the commands that make it, and fails under CI
     (``ALLSMI_REQUIRE_INTEGRATION=1``), like ``require_tool``."""
     exe = VENV / "bin" / "focus-validator"
     marker = VENV / f".focus-validator-{VERSION}"
+    deadline = time.monotonic() + 600
+    while not marker.exists() and _installing() and time.monotonic() < deadline:
+        time.sleep(0.5)  # (pip's own pace: a condition polled, half a second apart)
     if exe.exists() and marker.exists():
         return str(exe)
     message = (f"focus-validator {VERSION} is not installed in {VENV} (run .ci/run, or: "
                f"python3.12 -m venv {VENV} && {VENV}/bin/pip install focus-validator=={VERSION} "
                f"&& {VENV}/bin/pip install 'numpy>=2' && echo {VERSION} > {marker})")
+    if INSTALL_LOG.exists():
+        message += f"; .ci/run's install said: {INSTALL_LOG.read_text()[-2000:]}"
     if os.environ.get("ALLSMI_REQUIRE_INTEGRATION"):
         pytest.fail(message)
     pytest.skip(message)
