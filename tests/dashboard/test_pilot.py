@@ -128,6 +128,26 @@ async def test_f_after_v_cycles_only_through_groups_that_vendor_has(sim_snapshot
         assert app.filter.vendor is None
 
 
+async def test_f_offers_the_devices_without_a_group_last(sim_snapshots: list[Snapshot]) -> None:
+    """The devices no rule placed (the groups view's ``N/A`` row) are one of ``f``'s choices,
+    after the named groups: before, ``f`` never reached them."""
+    ungrouped = [replace(s, devices=tuple(replace(d, resource_group=None) if d.vendor == "amd"
+                                          else d for d in s.devices)) for s in sim_snapshots]
+    app, source = make_app(ungrouped)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await play_all(app, source, pilot)
+        named = sorted({r.device.resource_group for r in app.all_refs()} - {None})
+        seen = []
+        for _ in range(len(named) + 1):
+            await pilot.press("f")
+            seen.append(app.filter.group)
+        assert seen == [*named, ""]
+        assert app.shown and {r.device.vendor for r in app.shown} == {"amd"}
+        assert "group=N/A" in screen_text(app)
+        await pilot.press("f")  # past the last: all devices again
+        assert app.filter.group is None and len(app.shown) == len(app.all_refs())
+
+
 async def test_group_view_totals_labels_energy_and_drill_down(sim_snapshots: list[Snapshot]) -> None:
     app, source = make_app(sim_snapshots)
     async with app.run_test(size=(160, 40)) as pilot:

@@ -80,11 +80,15 @@ def text_matches(ref: DeviceRef, text: str, places: Mapping[str, str] | None = N
 def filter_choices(refs: Sequence[DeviceRef], flt: Filter, dimension: str) -> list[str]:
     """The values of ``dimension`` (``"vendor"`` or ``"group"``) that the devices passing the
     rest of ``flt`` have, sorted: what cycling that filter can choose without emptying the view
-    (``f`` after ``v`` offers only the chosen vendor's groups)."""
+    (``f`` after ``v`` offers only the chosen vendor's groups). Devices without a group are
+    offered last (:data:`NO_GROUP`, ``group=N/A``) beside at least one group."""
     rest = replace(flt, **{dimension: None})
     values = {(ref.device.vendor if dimension == "vendor" else ref.device.resource_group)
               for ref in refs if rest.matches(ref)}
-    return sorted(v for v in values if v)
+    choices = sorted(v for v in values if v)
+    if dimension == "group" and choices and (None in values or NO_GROUP in values):
+        choices.append(NO_GROUP)
+    return choices
 
 
 def _haystack(ref: DeviceRef) -> Iterator[str]:
