@@ -6,7 +6,7 @@ The cost of a waiting reason (and, in ``allsmi waste``, the cost that bought com
 is a ratio of seconds: taken of a group's sums it differs from the sum of its holders' figures,
 since their cost per allocated hour differs (energy follows use; a group with ``bill_by =
 "used"`` prices busy time). Each is taken of the finest parts and summed
-(:mod:`allsmi.accounting.sums`). Checked on eight simulated hours, from the outside.
+(:mod:`allsmi.accounting.sums`). Checked on four simulated hours, from the outside.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from ..conftest import run_allsmi
 
-WINDOW = ("--since", "2026-03-01T00:00:00Z", "--until", "2026-03-01T08:00:00Z")
+WINDOW = ("--since", "2026-03-01T00:00:00Z", "--until", "2026-03-01T04:00:00Z")
 #: The simulated node's own groups and prices, but ``training`` billed by use (its holders'
 #: costs per allocated hour differ the most).
 CONFIG = """\

@@ -183,7 +183,7 @@ def test_prometheus_holders_are_active_within_their_allocated_time(
 
 @pytest.mark.long(15)
 def test_every_simulated_row_has_its_own_ratio_in_every_format(tmp_path: Path) -> None:
-    window = ("--since", "2026-03-01T00:00:00Z", "--until", "2026-03-01T06:00:00Z")
+    window = ("--since", "2026-03-01T00:00:00Z", "--until", "2026-03-01T03:00:00Z")
     unknown = 0
     for group_by in ("resource_group", "resource_group,user", "resource_group,namespace,pod",
                      "resource_group,vendor,model,host,job"):
