@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Iterable
+from urllib.parse import unquote_to_bytes
 
 import h11
 
@@ -34,6 +35,9 @@ _BLANK_LINE = re.compile(rb"\n\r?\n")  # as h11's own receive buffer finds the e
 _EMPTY_LINES = re.compile(rb"(?:\r?\n)*")
 #: The scheme and authority of a request target in absolute form, which a server must accept.
 _ABSOLUTE_FORM = re.compile(r"https?://[^/?#]*", re.IGNORECASE)
+#: A ``%`` not followed by two hex digits: not a percent-encoding (answered 400, as Go's
+#: net/http, which Prometheus' own exporters use, answers it).
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def request_start(buf: bytes | bytearray) -> int:
@@ -109,9 +113,20 @@ def parse_head(head: bytes) -> Request:
     target = event.target.decode("latin-1")
     absolute = _ABSOLUTE_FORM.match(target)  # http://host:port/metrics: RFC 9112 section 3.2.2
     path = target[absolute.end():] if absolute else target
-    return Request(method=event.method.decode("ascii"), path=path.split("?", 1)[0] or "/",
+    return Request(method=event.method.decode("ascii"), path=_decoded(path.split("?", 1)[0]) or "/",
                    http_version=version, headers=headers, keep_alive=keep_alive,
                    say_keep_alive=keep_alive and version == "1.0")
+
+
+def _decoded(path: str) -> str:
+    """``path`` with its percent-encodings decoded (``/%6detrics`` is ``/metrics``, as Go's
+    net/http reads it), each one byte (latin-1, as the target was read: a name no route has
+    stays unknown); an escape that is not two hex digits raises :class:`BadRequest`."""
+    if "%" not in path:
+        return path
+    if _BAD_ESCAPE.search(path):
+        raise BadRequest(400, "invalid percent-encoding in the request target")
+    return unquote_to_bytes(path).decode("latin-1")
 
 
 _date = ["", -1]

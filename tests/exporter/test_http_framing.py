@@ -41,6 +41,7 @@ MALFORMED = {
     "not HTTP": b"\x16\x03\x01 not http at all\r\n\r\n" + SMUGGLED,
     "a request line of spaces": b" \r\n\r\n" + SMUGGLED,
     "empty lines, then a request line of spaces": b"\r\n\n \r\n\r\n" + SMUGGLED,
+    "a % not followed by two hex digits": b"GET /metr%zzics HTTP/1.1\r\nHost: x\r\n\r\n" + SMUGGLED,
 }
 
 
@@ -71,6 +72,19 @@ def test_each_malformed_head_gets_400_and_a_closed_connection(server: Serve, cas
     assert received.startswith(b"HTTP/1.1 400 "), received[:200]
     assert received.count(b"HTTP/1.1 ") == 1, f"the bytes after the head were answered: {received!r}"
     assert b"\r\nConnection: close\r\n" in received
+
+
+def test_a_percent_encoded_path_is_the_path_it_encodes(server: Serve) -> None:
+    """As Go's net/http (Prometheus' own exporters) reads a target: ``/%6detrics`` is
+    ``/metrics``; an encoded ``?`` is part of the path, not a query (so no page of ours)."""
+    server.wait_ready()
+    for target, status in ((b"/%6detrics", b"200"), (b"/%68ealthz", b"200"),
+                           (b"/healthz%3Fx=1", b"404"), (b"/metrics%2F", b"404")):
+        received = exchange(server.port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n"
+                            b"Connection: close\r\n\r\n")
+        assert received.startswith(b"HTTP/1.1 " + status + b" "), (target, received[:200])
+        if target == b"/%6detrics":
+            assert b"allsmi_device_info" in received
 
 
 def test_http_2_request_line_is_refused_and_closed(server: Serve) -> None:
