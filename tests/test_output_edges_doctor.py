@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
+
+from .pluginsite import plugin_site
 
 PLUGIN = '''
 from allsmi.backend_api import Backend, ProbeResult
@@ -39,17 +39,11 @@ class NoDetails(Odd):
 
 
 def _doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    site = tmp_path / "site"
-    dist = site / "zzodd-1.0.dist-info"
-    dist.mkdir(parents=True, exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzodd\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[allsmi.backends]\nzzodd = zzodd:Odd\nzznone = zzodd:NoDetails\n")
-    (site / "zzodd.py").write_text(textwrap.dedent(PLUGIN))
+    env, _ = plugin_site(tmp_path, "zzodd",
+                         "[allsmi.backends]\nzzodd = zzodd:Odd\nzznone = zzodd:NoDetails\n",
+                         {"zzodd": PLUGIN})
     config = tmp_path / "config.toml"
     config.write_text('[backends]\nenabled = ["zzodd", "zznone"]\n')
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
     return subprocess.run([sys.executable, "-m", "allsmi", "doctor", "--timeout", "2",
                            "--config", str(config), *args], env=env, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,8 @@ from allsmi.distinfo import EntryPoint
 from allsmi.collector import Collector
 from allsmi.output import to_json
 from allsmi.schema import DeviceSample, ProcessSample, derive
+
+from .pluginsite import plugin_site
 
 
 def _dev(ident: str, backend: str, **kw: Any) -> DeviceSample:
@@ -204,16 +205,9 @@ PLUGINS = '''
 
 
 def _plugin_site(tmp_path: Path, entry_points: str) -> tuple[dict[str, str], Path]:
-    """A site folder holding the ``zzplug`` distribution (its ``entry_points.txt`` and the
-    :data:`PLUGINS` module), and the environment that puts it and this checkout on the path."""
-    site = tmp_path / "site"
-    dist = site / "zzplug-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzplug\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(entry_points)
-    (site / "zzplug.py").write_text(textwrap.dedent(PLUGINS))
-    repo = Path(__file__).resolve().parents[1]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)])), site
+    """The ``zzplug`` distribution (``entry_points`` and the :data:`PLUGINS` module) for a
+    subprocess: its environment and site folder."""
+    return plugin_site(tmp_path, "zzplug", entry_points, {"zzplug": PLUGINS})
 
 
 def test_misbehaving_plug_ins_from_their_entry_points_leave_the_others_whole(tmp_path: Path) -> None:

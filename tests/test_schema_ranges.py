@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,8 @@ from allsmi.output import snapshot_dict, snapshot_from_dict
 from allsmi.schema import DEVICE_RANGES, DeviceSample, HostSample, Snapshot, derive
 from allsmi.snapshot_parse import checked_measurement
 
-REPO = Path(__file__).resolve().parents[1]
+from .pluginsite import plugin_site
+
 RANGED = [m for m in MEASURED_FIELDS if not m.field.endswith("_bytes")]
 
 
@@ -92,15 +91,10 @@ PLUGIN = '''
 def test_a_plug_in_s_sentinels_are_unknown_in_the_snapshot(tmp_path: Path) -> None:
     """From the outside: ``allsmi snapshot`` of a plug-in reporting -273 °C, a fan at 110 %,
     6000 W and 101 % shows them unknown (``null``), and keeps its plausible figures."""
-    site = tmp_path / "site"
-    dist = site / "zzodd-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzodd\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[allsmi.backends]\nzzodd = zzodd:Odd\n")
-    (site / "zzodd.py").write_text(textwrap.dedent(PLUGIN))
+    env, _ = plugin_site(tmp_path, "zzodd", "[allsmi.backends]\nzzodd = zzodd:Odd\n",
+                         {"zzodd": PLUGIN})
     config = tmp_path / "config.toml"
     config.write_text('[backends]\nenabled = ["zzodd"]\n')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
     result = subprocess.run([sys.executable, "-m", "allsmi", "snapshot", "--format", "json",
                              "--config", str(config)],
                             env=env, capture_output=True, text=True, timeout=60)

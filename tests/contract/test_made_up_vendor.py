@@ -4,10 +4,9 @@ matrix from its entry point and its scenario file alone."""
 from __future__ import annotations
 
 import json
-import os
-import textwrap
 from pathlib import Path
 
+from ..pluginsite import plugin_site
 from .test_cli_faults import FAULTS
 
 FAKE_BACKEND = '''
@@ -88,18 +87,12 @@ FAKE_SCENARIOS = '''
 
 def test_a_new_vendor_joins_from_its_entry_point_and_scenario_file_alone(tmp_path: Path) -> None:
     """A made-up seventh vendor, registered only here: both suites run it, nothing else changes."""
-    site = tmp_path / "site"
-    dist = site / "zzvendor-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzvendor\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[allsmi.backends]\nzzvendor = zz_backend:ZzBackend\n")
-    (site / "zz_backend.py").write_text(textwrap.dedent(FAKE_BACKEND))
-    (site / "allsmi_scenarios_zzvendor.py").write_text(textwrap.dedent(FAKE_SCENARIOS))
+    env, _ = plugin_site(tmp_path, "zzvendor", "[allsmi.backends]\nzzvendor = zz_backend:ZzBackend\n",
+                         {"zz_backend": FAKE_BACKEND, "allsmi_scenarios_zzvendor": FAKE_SCENARIOS})
     import subprocess
     import sys
 
     repo = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
     # Its probe loads no parser and no tool runner (the rule docs/architecture.md states).
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, json\nfrom zz_backend import ZzBackend\n"
