@@ -43,10 +43,13 @@ class Measurement(Record):
 
 def _in_schema_ranges(*declared: Measurement) -> tuple[Measurement, ...]:
     """Each of ``declared`` with the range the schema keeps its field in, where it has one."""
-    return tuple(m if m.field not in DEVICE_RANGES else replace(
-        m, minimum=DEVICE_RANGES[m.field][0],
-        maximum=None if DEVICE_RANGES[m.field][1] == FINITE else DEVICE_RANGES[m.field][1])
-        for m in declared)
+    out = []
+    for m in declared:
+        if m.field in DEVICE_RANGES:
+            low, high = DEVICE_RANGES[m.field]
+            m = replace(m, minimum=low, maximum=None if high == FINITE else high)
+        out.append(m)
+    return tuple(out)
 
 
 MEASUREMENTS: tuple[Measurement, ...] = _in_schema_ranges(
