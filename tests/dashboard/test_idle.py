@@ -135,6 +135,31 @@ async def test_idle_view_lists_sorts_and_filters_the_simulated_holders(held_snap
         assert app.sort_key == "index"
 
 
+@pytest.mark.parametrize("width", [80, 100, 130, 200])
+async def test_the_idle_view_fits_the_terminal_without_scrolling_sideways(
+        held_snapshots: list[Snapshot], width: int) -> None:
+    """At 80 columns (a terminal's default) the idle table is no wider than the screen: the
+    namespace/pod column narrows and the devices give way (Enter still drills down to them);
+    from about 105 columns every column is there. Before, it scrolled sideways below 143."""
+    app, source = _app(held_snapshots)
+    async with app.run_test(size=(width, 30)) as pilot:
+        await play_all(app, source, pilot)
+        await pilot.press("i")
+        await pilot.pause()
+        table = app.query_one("#idle-table")
+        assert app.idle_rows and table.row_count == len(app.idle_rows)
+        assert table.virtual_size.width <= table.scrollable_content_region.width, width
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels[:5] == ["group", "idle h", "idle cost", "user", "job"]
+        assert ("devices" in labels) == (width >= 110), labels
+        assert "namespace/pod" in labels
+        text = screen_text(app)
+        assert "idle cost" in text and "namespace/pod" in text
+        await pilot.press("enter")  # a holder's devices, whatever was shown
+        await pilot.pause()
+        assert app.view == "devices" and app.shown
+
+
 async def test_idle_devices_are_marked_in_the_table_and_the_detail_panel(
         held_snapshots: list[Snapshot], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")  # the marker is a word, not only a colour

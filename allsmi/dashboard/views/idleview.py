@@ -22,10 +22,50 @@ from allsmi.dashboard.views.render import Palette, safe
 IDLE_COLUMNS = (("group", "group", 14), ("idle", "idle h", 7), ("cost", "idle cost", 10),
                 ("user", "user", 12), ("job", "job", 10), ("pod", "namespace/pod", 40),
                 ("devices", "devices", None))
-"""Columns of the idle view: the group, its idle device-hours and idle cost (first, so that an
-80-column terminal shows them beside the group), the holder, the devices. A longer text is cut
+"""Columns of the idle view: the group, its idle device-hours and idle cost (first, so that a
+narrow terminal shows them beside the group), the holder, the devices. A longer text is cut
 with an ellipsis (:class:`~allsmi.dashboard.tables.difftable.DiffTable`); the filter finds it
-whole."""
+whole. On a terminal narrower than they need, :func:`idle_columns` fits them to it."""
+
+#: The cells around each column's text (the table's cell padding, one each side).
+CELL_PADDING = 2
+#: The narrowest the namespace/pod and devices columns are cut to before anything else gives way.
+POD_MIN, DEVICES_MIN = 20, 16
+#: The namespace/pod column is never cut shorter (a narrower terminal scrolls sideways).
+POD_NARROWEST = 12
+#: On a terminal still too narrow, the columns that narrow then (to these widths), in order.
+NARROWER = (("group", 10), ("user", 10), ("job", 8))
+
+
+def idle_columns(width: int) -> tuple[tuple[str, str, int | None], ...]:
+    """:data:`IDLE_COLUMNS` fitted to ``width`` cells (from about 70 on, never wider: the
+    table does not scroll sideways): as they are where they fit; else the namespace/pod column narrows (to
+    :data:`POD_MIN`) beside a devices column of what is left (at least :data:`DEVICES_MIN`);
+    else the devices are left out (the holder's row drills down to them: ``Enter``) and the
+    group, user and job columns narrow (:data:`NARROWER`) as far as the namespace/pod column
+    needs to keep :data:`POD_MIN` cells."""
+    fixed = {cid: w for cid, _, w in IDLE_COLUMNS if cid not in ("pod", "devices")}
+
+    def left() -> int:  # cells for the namespace/pod and devices columns, padding included
+        return width - sum(w + CELL_PADDING for w in fixed.values())  # type: ignore[operator]
+
+    def spec(pod: int, devices: int | None, drop: bool = False) -> tuple[tuple[str, str, int | None], ...]:
+        sizes = {**fixed, "pod": pod, "devices": devices}
+        return tuple((cid, label, sizes[cid]) for cid, label, _ in IDLE_COLUMNS
+                     if not (drop and cid == "devices"))
+
+    full = dict((cid, w) for cid, _, w in IDLE_COLUMNS)["pod"]
+    room = left() - 2 * CELL_PADDING
+    if room >= full + 2 * DEVICES_MIN:  # (the devices column takes what its names need)
+        return IDLE_COLUMNS
+    if room >= POD_MIN + DEVICES_MIN:
+        pod = min(full, room - DEVICES_MIN)  # type: ignore[type-var]
+        return spec(pod, room - pod)
+    for cid, narrower in NARROWER:
+        if left() - CELL_PADDING >= POD_MIN:
+            break
+        fixed[cid] = narrower
+    return spec(max(POD_NARROWEST, min(full, left() - CELL_PADDING)), None, drop=True)  # type: ignore[type-var]
 
 
 #: The user cell of the row of idle time no holder claimed: the rest of a device whose declared
@@ -186,8 +226,10 @@ def show_idle(app: Any) -> None:
                          app.source.cluster, {h.key: h.name for h in app.hosts})
     rows = [r for r in rows if matches(r, flt, names, found)]
     rows = order_rows(rows, app.idle_sort, app.idle_descending)
-    app.query_one("#idle-table", DiffTable).set_rows(
-        (f"idle:{r.key}", idle_cells(r, names, app._palette)) for r in rows)
+    table = app.query_one("#idle-table", DiffTable)
+    # the width of the last resize, less the table's vertical scrollbar (kept for any rows)
+    table.set_rows(((f"idle:{r.key}", idle_cells(r, names, app._palette)) for r in rows),
+                   idle_columns(app.layout_width - 2 - table.styles.scrollbar_size_vertical))
     app.idle_rows = rows
     app.query_one("#idle-title", Static).update(
         idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows,
