@@ -17,6 +17,7 @@ from allsmi.config import (BILL_BY, CONSUMER_SECTIONS, DEFAULT_GROUP, HISTORY_RA
                            INTERVAL_RANGE, MAX_BUDGET, MAX_GCO2E_PER_KWH, MAX_PRICE,
                            PARTITION_BILLING, RESERVED_LABELS, RULE_KEYS, TIMEOUT_RANGE, Config,
                            ConfigError, GroupRule, ResourceGroup, group_name_problem)
+from allsmi.numbers import MAX_INDEX, setting_number
 
 if TYPE_CHECKING:
     from allsmi.tomlkeys import KeyLocator
@@ -48,14 +49,15 @@ class TableValidator:
     def number(self, value: Any, *key_path: str | int, minimum: float = 0.0,
                allow_zero: bool = True, maximum: float | None = None) -> float:
         """``value`` as a float, if it is a finite number within the bounds."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        number = setting_number(value)  # (a huge integer: out of range below)
+        if number is None:
             raise self.fail(f"must be a number, got {value!r}", *key_path)
         if value < minimum or (not allow_zero and value == 0):
             raise self.fail(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
                             *key_path)
         if maximum is not None and value > maximum:
             raise self.fail(f"must be at most {maximum:g}, got {value!r}", *key_path)
-        return float(value)
+        return number
 
     def string(self, value: Any, *key_path: str | int) -> str:
         """``value`` stripped, if it is a string that is not blank."""
@@ -150,9 +152,9 @@ class TableValidator:
                 if key in rule:
                     value = rule[key]
                     if isinstance(value, int) and not isinstance(value, bool) and key == "index":
-                        if value < 0:
-                            raise self.fail(f"must be a device index (0 or more) or a glob, got "
-                                            f"{value}", "rules", i, key)
+                        if not 0 <= value <= MAX_INDEX:
+                            raise self.fail(f"must be a device index (0 to {MAX_INDEX}) or a glob, "
+                                            f"got {value}", "rules", i, key)
                         value = str(value)
                     patterns[key] = self.string(value, "rules", i, key)
             if not patterns:

@@ -9,14 +9,15 @@ the CLI collects the installed backends' declarations (:func:`allsmi.registry.de
 and hands them to attribution, which sits beside the backends and imports none of them.
 
 This module is plain data at the bottom of the layers: it imports nothing from allsmi but
-:mod:`allsmi.records` (its frozen records).
+:mod:`allsmi.records` (its frozen records) and :mod:`allsmi.numbers` (the check of an option's
+number, which imports nothing from allsmi).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
+from allsmi.numbers import setting_number
 from allsmi.records import Record, record
 
 
@@ -89,8 +90,7 @@ class BackendOption(Record):
         if isinstance(default, bool):
             return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
         if isinstance(default, (int, float)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value):
+            if setting_number(value) is None:  # (a huge integer is a number: out of range below)
                 return f"must be a number ({self.range_text()}), got {value!r}"
             if isinstance(default, int) and value != int(value):
                 return f"must be a whole number ({self.range_text()}), got {value!r}"
@@ -120,7 +120,7 @@ class BackendOption(Record):
         if isinstance(self.default, bool):
             return raw
         if isinstance(self.default, (int, float)):
-            return type(self.default)(raw)
+            return int(raw) if isinstance(self.default, int) else setting_number(raw)
         text = raw.strip()
         return text.lower() if self.choices else text
 

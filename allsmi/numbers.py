@@ -108,3 +108,18 @@ def share_or_none(value: Any) -> float | None:
     if value is None:
         return None
     return float(value) if 0.0 < value <= 1.0 else None
+
+
+def setting_number(value: Any) -> float | None:
+    """A configuration file's number as a ``float`` for its range check; ``None`` for what is no
+    number: a bool, text, a table, NaN, an infinity. TOML integers have no bound: one too large
+    for a float (where ``math.isfinite`` and ``float`` raise ``OverflowError``) is :data:`FINITE`
+    of its sign, out of every setting's range, so it is refused by that range with its key,
+    never with a traceback. Every check of a numeric setting starts here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return FINITE if value > 0 else -FINITE
+    return number if number - number == 0.0 else None  # NaN and the infinities give NaN

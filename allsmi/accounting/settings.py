@@ -6,13 +6,13 @@ default. The ledger path's environment variable is ``ALLSMI_LEDGER``.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from allsmi.config import Config, ConfigError
+from allsmi.numbers import setting_number
 
 #: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
 #: roll-ups line up with the day and month boundaries of any time zone.
@@ -28,6 +28,10 @@ EXPORT_KEYS = ("prometheus", "format", "group_by", "coverage_threshold", "tz",
                "timeout_seconds", "textfile",
                "prometheus_user", "prometheus_password_file", "prometheus_bearer_token_file",
                "prometheus_ca_file", "focus")
+#: ``[export]`` keys read where Prometheus is queried (:func:`allsmi.accounting.promclient.access_settings`),
+#: checked here as text by every command.
+ACCESS_KEYS = ("prometheus_user", "prometheus_password_file", "prometheus_bearer_token_file",
+               "prometheus_ca_file")
 FORMATS = ("csv", "json", "focus", "parquet", "focus-parquet")
 GROUP_BY_KEYS = ("resource_group", "vendor", "model", "host", "user", "namespace", "pod", "job")
 DEFAULT_GROUP_BY = ("resource_group", "vendor", "model", "host")
@@ -77,14 +81,15 @@ def _number(config: Config, table: Mapping[str, Any], section: str, key: str,
     if key not in table:
         return None
     value = table[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = setting_number(value)  # (a huge integer: out of range below)
+    if number is None:
         raise config.error(f"must be a number, got {value!r}", section, key)
     if value < minimum or (value == 0 and not allow_zero):
         raise config.error(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
                            section, key)
     if maximum is not None and value > maximum:
         raise config.error(f"must be at most {maximum:g}, got {value!r}", section, key)
-    return float(value)
+    return number
 
 
 def _unknown(config: Config, table: Mapping[str, Any], section: str, allowed: tuple[str, ...]) -> None:
@@ -115,7 +120,7 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
             path = config.path.parent / path  # relative to the config file, as serve.ledger is
     else:
         path = default_ledger_path(env)
-    interval = _number(config, table, "ledger", "interval_seconds", 1)
+    interval = _number(config, table, "ledger", "interval_seconds", 1, maximum=ROLLUP_SECONDS)
     if interval is not None and (interval != int(interval) or ROLLUP_SECONDS % int(interval)):
         raise config.error(f"must be a whole number of seconds dividing {ROLLUP_SECONDS} "
                            f"(e.g. 60, 30, 5), got {table['interval_seconds']!r}",
@@ -152,6 +157,8 @@ class ExportDefaults:
 
 def parse_group_by(text: str | list[Any] | tuple[Any, ...]) -> tuple[str, ...]:
     """``"resource_group,vendor"`` into a tuple of known keys; ValueError names a bad one."""
+    if not isinstance(text, (str, list, tuple)):
+        raise ValueError(f"must be a comma-separated string or a list of group-by keys, got {text!r}")
     items = text.split(",") if isinstance(text, str) else list(text)
     out: list[str] = []
     for raw in items:
@@ -174,12 +181,13 @@ def export_defaults(config: Config) -> ExportDefaults:
     table = config.section("export")
     _unknown(config, table, "export", EXPORT_KEYS)
     values: dict[str, Any] = {}
-    for key in ("prometheus", "tz", "textfile"):
+    for key in ("prometheus", "tz", "textfile") + ACCESS_KEYS:
         if key in table:
             value = table[key]
             if not isinstance(value, str) or not value.strip():
                 raise config.error(f"must be a non-empty string, got {value!r}", "export", key)
-            values[key] = value.strip()
+            if key not in ACCESS_KEYS:  # (those are read by allsmi.accounting.promclient)
+                values[key] = value.strip()
     _check_where_it_is_used(config, values)
     if "format" in table:
         if table["format"] not in FORMATS:

@@ -9,7 +9,6 @@ the CLI turns it into exit code 2. See ``docs/attribution.md``.
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 import re
 from dataclasses import field
@@ -18,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from allsmi.config import Config
 from allsmi.declarations import ID_KINDS, VendorDeclaration
+from allsmi.numbers import setting_number
 from allsmi.records import Record, record
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -167,8 +167,7 @@ def attribution_settings(config: Config, environ: Mapping[str, str] | None = Non
         values["proc_root"] = _path(config, table["proc_root"], "attribution", "proc_root")
     if "timeout_seconds" in table:
         value = table["timeout_seconds"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not TIMEOUT_RANGE[0] <= value <= TIMEOUT_RANGE[1]:
+        if setting_number(value) is None or not TIMEOUT_RANGE[0] <= value <= TIMEOUT_RANGE[1]:
             raise config.error(f"must be a number from {TIMEOUT_RANGE[0]:g} to {TIMEOUT_RANGE[1]:g}, "
                                f"got {value!r}", "attribution", "timeout_seconds")
         values["timeout_seconds"] = float(value)

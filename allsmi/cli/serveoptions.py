@@ -19,6 +19,8 @@ DEFAULT_PORT = 9477
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 SERVE_KEYS = ("listen", "interval_seconds", "processes", "web_config", "energy_max_gap_seconds",
               "ledger", "max_holder_series")
+#: The keys whose values are numbers (in the file, TOML numbers, not text).
+NUMBER_KEYS = ("interval_seconds", "energy_max_gap_seconds", "max_holder_series")
 #: ``max_holder_series`` accepts 0 (no per-holder series: all holder time in the overflow
 #: holders) to this.
 MAX_HOLDER_SERIES_LIMIT = 1_000_000
@@ -69,7 +71,10 @@ def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -
     """A finite number in ``(minimum, maximum]`` (``minimum`` itself allowed when it is above 0)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"expected a number, got {value!r}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float: out of any range
+        number = float("inf")
     if number != number or number in (float("inf"), float("-inf")) or number > maximum \
             or number < minimum or (minimum == 0 and number == 0):
         low = f"> {minimum:g}" if minimum == 0 else f">= {minimum:g}"
@@ -97,6 +102,10 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
     if "processes" in section and not isinstance(section["processes"], bool):  # TOML's own
         raise config.error(f"expected true or false, got {section['processes']!r}",
                            "serve", "processes")
+    for key in NUMBER_KEYS:  # TOML's own numbers: text is the environment's, never the file's
+        if key in section and (isinstance(section[key], bool)
+                               or not isinstance(section[key], (int, float))):
+            raise config.error(f"expected a number, got {section[key]!r}", "serve", key)
     base = config.path.parent if config.path else Path(".")
 
     def pick(key: str, convert: Any) -> Any:

@@ -8,11 +8,11 @@ what the classification calls waiting agree.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Any
 
 from allsmi.config import Config
+from allsmi.numbers import setting_number
 from allsmi.usage import idle_threshold_percent
 
 SECTION = "activity"
@@ -70,9 +70,8 @@ def activity_settings(config: Config) -> ActivitySettings:
         if key not in table:
             continue
         value = table[key]
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
-            and math.isfinite(value) and (low < value if open_low else low <= value) \
-            and value <= high
+        ok = setting_number(value) is not None \
+            and (low < value if open_low else low <= value) and value <= high
         if not ok:
             raise config.error(f"must be a number {'above' if open_low else 'from'} {low:g} "
                                f"{'and at most' if open_low else 'to'} {high:g}, got {value!r}",
