@@ -17,7 +17,7 @@ from allsmi.config import (BILL_BY, CONSUMER_SECTIONS, DEFAULT_GROUP, HISTORY_RA
                            INTERVAL_RANGE, MAX_BUDGET, MAX_GCO2E_PER_KWH, MAX_PRICE,
                            PARTITION_BILLING, RESERVED_LABELS, RULE_KEYS, TIMEOUT_RANGE, Config,
                            ConfigError, GroupRule, ResourceGroup, group_name_problem)
-from allsmi.numbers import MAX_INDEX, setting_number
+from allsmi.numbers import MAX_INDEX, range_text, setting_number
 
 if TYPE_CHECKING:
     from allsmi.tomlkeys import KeyLocator
@@ -51,12 +51,12 @@ class TableValidator:
         """``value`` as a float, if it is a finite number within the bounds."""
         number = setting_number(value)  # (a huge integer: out of range below)
         if number is None:
-            raise self.fail(f"must be a number, got {value!r}", *key_path)
-        if value < minimum or (not allow_zero and value == 0):
-            raise self.fail(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
-                            *key_path)
-        if maximum is not None and value > maximum:
-            raise self.fail(f"must be at most {maximum:g}, got {value!r}", *key_path)
+            raise self.fail(f"must be a number {range_text(minimum, maximum, allow_zero)}, "
+                            f"got {value!r}", *key_path)
+        if value < minimum or (not allow_zero and value == 0) \
+                or (maximum is not None and value > maximum):
+            raise self.fail(f"must be a number {range_text(minimum, maximum, allow_zero)}, "
+                            f"got {value!r}", *key_path)
         return number
 
     def string(self, value: Any, *key_path: str | int) -> str:

@@ -123,3 +123,12 @@ def setting_number(value: Any) -> float | None:
     except OverflowError:
         return FINITE if value > 0 else -FINITE
     return number if number - number == 0.0 else None  # NaN and the infinities give NaN
+
+
+def range_text(minimum: float, maximum: float | None, allow_zero: bool = True) -> str:
+    """A setting's range in words, both ends named: ``from 0.05 to 3600``, ``above 0, at most
+    36500`` (``allow_zero`` false with a minimum of 0), ``from 0`` where there is no upper end."""
+    low = "above 0" if minimum == 0 and not allow_zero else f"from {minimum:g}"
+    if maximum is None:
+        return low
+    return f"{low}, at most {maximum:g}" if low == "above 0" else f"{low} to {maximum:g}"

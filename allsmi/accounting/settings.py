@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from allsmi.config import Config, ConfigError
-from allsmi.numbers import setting_number
+from allsmi.numbers import range_text, setting_number
 
 #: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
 #: roll-ups line up with the day and month boundaries of any time zone.
@@ -83,12 +83,12 @@ def _number(config: Config, table: Mapping[str, Any], section: str, key: str,
     value = table[key]
     number = setting_number(value)  # (a huge integer: out of range below)
     if number is None:
-        raise config.error(f"must be a number, got {value!r}", section, key)
-    if value < minimum or (value == 0 and not allow_zero):
-        raise config.error(f"must be {'>' if not allow_zero else '>='} {minimum:g}, got {value!r}",
-                           section, key)
-    if maximum is not None and value > maximum:
-        raise config.error(f"must be at most {maximum:g}, got {value!r}", section, key)
+        raise config.error(f"must be a number {range_text(minimum, maximum, allow_zero)}, "
+                           f"got {value!r}", section, key)
+    if value < minimum or (value == 0 and not allow_zero) \
+            or (maximum is not None and value > maximum):
+        raise config.error(f"must be a number {range_text(minimum, maximum, allow_zero)}, "
+                           f"got {value!r}", section, key)
     return number
 
 
@@ -199,11 +199,8 @@ def export_defaults(config: Config) -> ExportDefaults:
             values["group_by"] = parse_group_by(table["group_by"])
         except ValueError as exc:
             raise config.error(str(exc), "export", "group_by") from None
-    threshold = _number(config, table, "export", "coverage_threshold", 0)
+    threshold = _number(config, table, "export", "coverage_threshold", 0, maximum=1)
     if threshold is not None:
-        if threshold > 1:
-            raise config.error(f"must be between 0 and 1, got {threshold!r}", "export",
-                               "coverage_threshold")
         values["coverage_threshold"] = threshold
     timeout = _number(config, table, "export", "timeout_seconds", EXPORT_TIMEOUT_RANGE[0],
                       maximum=EXPORT_TIMEOUT_RANGE[1])

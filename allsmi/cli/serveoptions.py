@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from allsmi.cli.common import simulation_speed
 from allsmi.config import INTERVAL_RANGE, Config
+from allsmi.numbers import range_text
 from allsmi.usage import bridged_gap_seconds
 
 DEFAULT_PORT = 9477
@@ -69,16 +70,18 @@ def _bool(text: str) -> bool:
 
 def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -> float:
     """A finite number in ``(minimum, maximum]`` (``minimum`` itself allowed when it is above 0)."""
+    words = range_text(minimum, None if maximum == float("inf") else maximum, minimum != 0)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"expected a number, got {value!r}")
+        raise ValueError(f"expected a number {words}, got {value!r}")
     try:
         number = float(value)
     except OverflowError:  # an integer too large for a float: out of any range
         number = float("inf")
+    except ValueError:  # text that is no number (an environment variable's)
+        raise ValueError(f"expected a number {words}, got {value!r}") from None
     if number != number or number in (float("inf"), float("-inf")) or number > maximum \
             or number < minimum or (minimum == 0 and number == 0):
-        low = f"> {minimum:g}" if minimum == 0 else f">= {minimum:g}"
-        raise ValueError(f"expected a number {low} and <= {maximum:g}, got {value!r}")
+        raise ValueError(f"expected a number {words}, got {value!r}")
     return number
 
 
