@@ -34,7 +34,7 @@ POD_MIN, DEVICES_MIN = 20, 16
 #: The namespace/pod column is never cut shorter (a narrower terminal scrolls sideways).
 POD_NARROWEST = 12
 #: On a terminal still too narrow, the columns that narrow then (to these widths), in order.
-NARROWER = (("group", 10), ("user", 10), ("job", 8))
+NARROWER = (("group", 10), ("user", 11), ("job", 8))  # (user: "(unclaimed)" whole)
 
 
 def idle_columns(width: int) -> tuple[tuple[str, str, int | None], ...]:
