@@ -239,7 +239,7 @@ def config_problems(text: str, path: Path | None = None, *,
     it)."""
     # Imported here: most runs (no config file) never parse TOML, locate its keys nor validate.
     from allsmi.configtables import TableValidator
-    from allsmi.tomlkeys import KeyLocator, drop_key, toml_syntax_line
+    from allsmi.tomlkeys import KeyLocator, drop_key, too_long_integer, toml_syntax_line
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -249,6 +249,9 @@ def config_problems(text: str, path: Path | None = None, *,
     except tomllib.TOMLDecodeError as exc:
         reason, line = toml_syntax_line(exc)  # and the key written there (one written twice)
         key = KeyLocator(text).shown.get(line) if line else None
+        return Config(path=path), [ConfigError(f"invalid TOML: {reason}", path, line, key)]
+    except ValueError:  # (tomllib's int() of an integer of more than 4300 digits)
+        reason, line, key = too_long_integer(text)
         return Config(path=path), [ConfigError(f"invalid TOML: {reason}", path, line, key)]
     locator = KeyLocator(text)
     problems: list[ConfigError] = []

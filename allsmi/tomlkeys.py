@@ -71,6 +71,22 @@ def toml_syntax_line(exc: Exception) -> tuple[str, int | None]:
     return re.sub(r" \(at line.*", "", str(exc)), int(match.group(1)) if match else None
 
 
+def too_long_integer(text: str) -> tuple[str, int | None, str | None]:
+    """``(reason, line, key)`` of a TOML text ``tomllib`` fails on with a ``ValueError`` rather
+    than a ``TOMLDecodeError``: an integer of more digits than Python converts
+    (``sys.get_int_max_str_digits()``, 4300), found as the first line holding one outside its
+    quoted text."""
+    import sys
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
+    run = re.compile(r"[0-9A-Fa-f_]{%d,}" % (limit + 1))
+    quoted = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'[^']*'")
+    reason = f"an integer of more than {limit} digits (out of every range)"
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if run.search(quoted.sub('""', raw).split("#", 1)[0]):  # (not in text, nor a comment)
+            return reason, number, KeyLocator(text).shown.get(number)
+    return reason, None, None
+
+
 def undecodable(data: bytes, exc: UnicodeDecodeError) -> tuple[str, int, str | None]:
     """``(reason, line, key)`` of bytes of a TOML file that are not UTF-8 (TOML's encoding)."""
     before = data[:exc.start]

@@ -4,13 +4,13 @@ a :class:`ScenarioError` naming the file, the line and the key."""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from allsmi.numbers import setting_number
 from allsmi.text import MAX_NAME, escaped
-from allsmi.tomlkeys import KeyLocator, toml_syntax_line, undecodable
+from allsmi.tomlkeys import KeyLocator, too_long_integer, toml_syntax_line, undecodable
 
 from .checks import text_problem
 
@@ -54,6 +54,13 @@ def _bound(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) <= 2**63 else f"{value:g}"
 
 
+def _shown(raw: Any) -> str:
+    """``raw`` as a message shows it: an integer of more than 24 digits by its length."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) >= 10**24:
+        return f"an integer of {len(str(abs(raw)))} digits"
+    return repr(raw)
+
+
 class ScenarioFile:
     """One scenario file: its data and where each key stands in it."""
 
@@ -62,8 +69,12 @@ class ScenarioFile:
         try:
             self.data: dict[str, Any] = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            reason, line = toml_syntax_line(exc)
-            raise ScenarioError(f"invalid TOML: {reason}", path, line) from None
+            reason, line = toml_syntax_line(exc)  # and the key written there (one written twice)
+            key = KeyLocator(text).shown.get(line) if line else None
+            raise ScenarioError(f"invalid TOML: {reason}", path, line, key) from None
+        except ValueError:  # (tomllib's int() of more than 4300 digits)
+            reason, line, key = too_long_integer(text)
+            raise ScenarioError(f"invalid TOML: {reason}", path, line, key) from None
         self.locator = KeyLocator(text)
 
     def error(self, message: str, *key_path: str | int) -> ScenarioError:
@@ -91,18 +102,22 @@ class ScenarioFile:
             if not isinstance(raw, bool):
                 raise self.error(f"must be true or false, got {raw!r}", *key)
             return raw
-        if kind == INT and (isinstance(raw, bool) or not isinstance(raw, int)):
-            raise self.error(f"must be a whole number, got {raw!r}", *key)
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-            raise self.error(f"must be a finite number, got {raw!r}", *key)
         positive = name in POSITIVE
+        lowest = (f"more than {_bound(low)}" if positive else f"at least {_bound(low)}"
+                  ) if low is not None else ""
+        highest = f"at most {_bound(high)}" if high is not None else ""
+        bounds = " and ".join(filter(None, (lowest, highest)))
+        if kind == INT and (isinstance(raw, bool) or not isinstance(raw, int)):
+            raise self.error(f"must be a whole number {bounds}".rstrip() + f", got {_shown(raw)}",
+                             *key)
+        # (a bool, text, NaN, an infinity; an integer too large for a float is a number, out
+        # of range below: compared as an int, exactly, never converted)
+        if setting_number(raw) is None:
+            raise self.error(f"must be a finite number {bounds}".rstrip() + f", got {_shown(raw)}",
+                             *key)
         if (low is not None and (raw < low or (positive and raw <= low))) or (
                 high is not None and raw > high):
-            lowest = (f"more than {_bound(low)}" if positive else f"at least {_bound(low)}"
-                      ) if low is not None else ""
-            highest = f"at most {_bound(high)}" if high is not None else ""
-            raise self.error(f"must be {' and '.join(filter(None, (lowest, highest)))}, "
-                             f"got {raw!r}", *key)
+            raise self.error(f"must be {bounds}, got {_shown(raw)}", *key)
         return raw if kind == INT else float(raw)
 
     def table(self, raw: Any, rules: dict[str, Rule], required: tuple[str, ...], *key: str | int,
