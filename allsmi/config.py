@@ -202,17 +202,25 @@ def load_config(flag: str | os.PathLike[str] | None = None,
     return config
 
 
+#: The largest configuration file read (a file beyond it, such as ``/dev/zero``, is refused).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
 def read_config_text(path: Path, explicit: bool) -> tuple[str, ConfigError | None]:
     """The text of the config file (a UTF-8 byte-order mark left out), or ``""`` and why not
     (a missing file is no problem unless it was asked for: ``explicit``)."""
+    from allsmi.boundedread import TooLarge, read_bounded
     data = b""
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_CONFIG_BYTES)
         return data.decode("utf-8").removeprefix("\ufeff"), None
     except FileNotFoundError:
         return "", ConfigError("file not found", path) if explicit else None
     except OSError as exc:
         return "", ConfigError(f"cannot read: {exc.strerror or exc}", path)
+    except TooLarge:
+        return "", ConfigError(f"too large: a configuration file may be from 0 to "
+                               f"{MAX_CONFIG_BYTES} bytes", path)
     except UnicodeDecodeError as exc:
         from allsmi.tomlkeys import undecodable
         reason, line, key = undecodable(data, exc)

@@ -7,10 +7,8 @@ contain a password or a token.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
-import os
 import socket
 import ssl
 import threading
@@ -18,15 +16,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from typing import Any
 
-from allsmi.config import Config
+from allsmi.accounting.promaccess import MAX_SECRET_BYTES, Credentials, access_settings, read_secret
+
+__all__ = ["MAX_RESPONSE_BYTES", "MAX_SECRET_BYTES", "Credentials", "PartialAnswer",
+           "PrometheusClient", "PrometheusError", "access_settings", "read_secret", "redact_url",
+           "split_url"]
 
 #: The most one answer of Prometheus may hold; a larger one is an error, not memory exhaustion.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-#: The most a password or token file may hold.
-MAX_SECRET_BYTES = 64 * 1024
 
 
 class PrometheusError(Exception):
@@ -36,53 +35,6 @@ class PrometheusError(Exception):
 class PartialAnswer(PrometheusError):
     """The server answered ``success`` but marked the answer partial (``warnings`` or
     ``isPartial``: a store, shard or replica did not answer), so data may be missing."""
-
-
-@dataclass(frozen=True, repr=False)
-class Credentials:
-    """How to authenticate to Prometheus: basic auth or a bearer token (never both)."""
-
-    username: str | None = None
-    password: str | None = None
-    bearer_token: str | None = None
-
-    def header(self) -> str | None:
-        """The ``Authorization`` header value, or ``None``."""
-        if self.bearer_token is not None:
-            return f"Bearer {self.bearer_token}"
-        if self.username is not None:
-            pair = f"{self.username}:{self.password or ''}".encode("utf-8")
-            return "Basic " + base64.b64encode(pair).decode("ascii")
-        return None
-
-    def secrets(self) -> tuple[str, ...]:
-        """The strings that must never be shown."""
-        return tuple(x for x in (self.password, self.bearer_token) if x)
-
-    def __repr__(self) -> str:
-        return f"Credentials(username={self.username!r}, password=***, bearer_token=***)"
-
-
-def read_secret(path: str, what: str) -> str:
-    """The content of a password or token file without its trailing newline.
-
-    Raises ValueError naming the file (never its content) when it cannot be
-    read, is empty, too large or holds more than one line.
-    """
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_SECRET_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_SECRET_BYTES:
-        raise ValueError(f"the {what} file {path} is larger than {MAX_SECRET_BYTES} bytes")
-    try:
-        text = data.decode("utf-8").rstrip("\r\n")
-    except UnicodeDecodeError:
-        raise ValueError(f"the {what} file {path} is not UTF-8 text") from None
-    if not text.strip() or "\n" in text or "\r" in text:
-        raise ValueError(f"the {what} file {path} must hold one non-empty line")
-    return text
 
 
 def _userinfo(url: str) -> tuple[str, str | None, str]:
@@ -129,48 +81,6 @@ def redact_url(url: str) -> str:
         return url
     user, colon, _ = userinfo.partition(":")
     return f"{head}{user}{':***' if colon else ''}@{rest}"
-
-
-def access_settings(config: Config, user: str | None = None, password_file: str | None = None,
-                    token_file: str | None = None,
-                    ca_file: str | None = None) -> tuple[Credentials | None, str | None]:
-    """Credentials and CA file from the flags, else from ``[export]`` (paths relative to the file).
-
-    ConfigError for a bad ``[export]`` value; ValueError for a bad combination or
-    an unreadable file (the message names the file, never its content).
-    """
-    table = config.section("export")
-    values: dict[str, str | None] = {}
-    for key, flag in (("prometheus_user", user), ("prometheus_password_file", password_file),
-                      ("prometheus_bearer_token_file", token_file),
-                      ("prometheus_ca_file", ca_file)):
-        value = flag
-        if value is None and key in table:
-            raw = table[key]
-            if not isinstance(raw, str) or not raw.strip():
-                raise config.error(f"must be a non-empty string, got {raw!r}", "export", key)
-            value = raw.strip()
-            if key.endswith("_file") and config.path is not None:
-                value = str(config.path.parent / os.path.expanduser(value))
-        values[key] = value
-    user, pw_file = values["prometheus_user"], values["prometheus_password_file"]
-    tok_file = values["prometheus_bearer_token_file"]
-    if pw_file and not user:
-        raise ValueError("a Prometheus password file needs a user (--prometheus-user)")
-    if user and not pw_file:
-        raise ValueError("--prometheus-user needs --prometheus-password-file (or put the "
-                         "password in the URL)")
-    if user and tok_file:
-        raise ValueError("give either basic auth (--prometheus-user) or a bearer token "
-                         "(--prometheus-bearer-token-file), not both")
-    credentials = None
-    if user:
-        if ":" in user or any(ord(c) < 32 for c in user):
-            raise ValueError("the Prometheus user may not contain ':' or control characters")
-        credentials = Credentials(username=user, password=read_secret(pw_file or "", "password"))
-    elif tok_file:
-        credentials = Credentials(bearer_token=read_secret(tok_file, "bearer token"))
-    return credentials, values["prometheus_ca_file"]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

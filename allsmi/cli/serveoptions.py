@@ -53,9 +53,11 @@ def parse_listen(value: str) -> tuple[str, int]:
         host, sep, port = text[1:].partition("]:")
     else:
         host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_LISTEN}, [::1]:{DEFAULT_PORT} or "
-                         f":{DEFAULT_PORT} for all interfaces), got {value!r}")
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535 \
+            or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in host):
+        shown = repr(value) if len(value) <= 100 else repr(value[:99]) + "…"
+        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. {DEFAULT_LISTEN}, "
+                         f"[::1]:{DEFAULT_PORT} or :{DEFAULT_PORT} for all interfaces), got {shown}")
     return host, int(port)
 
 
@@ -87,7 +89,7 @@ def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -
 
 def _count(value: Any) -> int:
     """A whole number from 0 to :data:`MAX_HOLDER_SERIES_LIMIT`."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or \
             not 0 <= value <= MAX_HOLDER_SERIES_LIMIT:
@@ -146,7 +148,11 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
     try:
         host, port = parse_listen(listen)
     except ValueError as exc:
-        if flags.get("listen") is None and not environ.get(ENV["listen"]) and "listen" in section:
+        if flags.get("listen") is not None:
+            raise ValueError(f"--listen: {exc}") from None
+        if environ.get(ENV["listen"]):
+            raise ValueError(f"${ENV['listen']}: {exc}") from None
+        if "listen" in section:
             raise config.error(str(exc), "serve", "listen") from None
         raise
     interval = common_interval or pick("interval_seconds", lambda v: _positive(v, *INTERVAL_RANGE)) \

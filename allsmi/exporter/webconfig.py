@@ -28,17 +28,18 @@ rotated certificate, a changed password), keeping the one in use when the change
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import os
+import re
 import ssl
 import sys
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
+
+from allsmi.exporter.basicauth import AUTH_CACHE_SIZE, BCRYPT_MAX_PASSWORD_BYTES, BasicAuth
+
+__all__ = ["AUTH_CACHE_SIZE", "BCRYPT_MAX_PASSWORD_BYTES", "MAX_WEB_CONFIG_BYTES", "BasicAuth",
+           "WebConfig", "WebConfigError", "load_web_config"]
 
 
 _TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users")
@@ -58,12 +59,16 @@ _VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
              "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
                 "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+#: The largest web configuration file read (a real one is well under a kilobyte): a larger one
+#: is refused before it is parsed.
+MAX_WEB_CONFIG_BYTES = 1024 * 1024
+#: A bcrypt hash as htpasswd and Go's bcrypt write it: ``$2a$``/``$2b$``/``$2y$``, a two-digit
+#: cost, ``$``, then 53 characters of bcrypt's base-64 alphabet.
+_BCRYPT = re.compile(r"\$2[aby]\$([0-9][0-9])\$[./A-Za-z0-9]{53}")
+#: Control characters (tab aside): never part of a path, a header value or a user name.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HEADERS_ALLOWED = ("strict-transport-security", "x-frame-options", "x-content-type-options",
                     "x-xss-protection", "content-security-policy")
-#: Successful credential checks remembered, so a scrape does not pay bcrypt's cost each time.
-AUTH_CACHE_SIZE = 256
-#: The most bytes of a password that bcrypt uses (its key schedule reads no more).
-BCRYPT_MAX_PASSWORD_BYTES = 72
 
 
 class WebConfigError(ValueError):
@@ -134,12 +139,21 @@ def _read_yaml(path: Path) -> tuple[Any, _Lines]:
     """The file parsed with PyYAML's safe loader (no tags, no code), and where its keys are."""
     import yaml
 
+    from allsmi.boundedread import TooLarge, read_bounded, undecodable_line
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_bounded(path, MAX_WEB_CONFIG_BYTES)
     except FileNotFoundError:
         raise WebConfigError(f"{path}: web configuration file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WebConfigError(f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise WebConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except TooLarge:
+        raise WebConfigError(f"{path}: too large: a web configuration file may be from 0 to "
+                             f"{MAX_WEB_CONFIG_BYTES} bytes") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WebConfigError(f"{path}, line {undecodable_line(data, exc)}: not UTF-8 text "
+                             f"(byte {exc.start + 1})") from None
     loader = yaml.SafeLoader(text)
     lines: dict[tuple[str, ...], int] = {}
     try:
@@ -155,6 +169,8 @@ def _read_yaml(path: Path) -> tuple[Any, _Lines]:
         raise WebConfigError(f"{path}{where}: malformed YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise WebConfigError(f"{path}: malformed YAML: {exc}") from None
+    except RecursionError:  # (PyYAML composes and constructs by recursion)
+        raise WebConfigError(f"{path}: malformed YAML: nested too deeply") from None
     finally:
         loader.dispose()
 
@@ -184,14 +200,33 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
 _TLS = "tls_server_config"
 
 
+def _cut(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters (a path of thousands is not echoed whole)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _shown(value: Any) -> str:
+    """``value``'s ``repr``, cut (:func:`_cut`)."""
+    return _cut(repr(value))
+
+
 def _file(at: _Lines, base: Path, key: str, value: Any) -> Path:
     if not isinstance(value, str) or not value.strip():
-        raise at.error("must be a file path", _TLS, key)
+        raise at.error(f"must be a file path, got {_shown(value)}", _TLS, key)
+    if _CONTROL.search(value):
+        raise at.error(f"must be a file path without control characters, got {_shown(value)}",
+                       _TLS, key)
     file = Path(value)
     if not file.is_absolute():
         file = base / file  # as exporter-toolkit: relative to the web configuration file
-    if not file.is_file():
-        raise at.error(f"{file} does not exist", _TLS, key)
+    try:
+        if file.is_dir():
+            raise at.error(f"{_cut(str(file))} is a directory, not a file", _TLS, key)
+        if not file.is_file():
+            raise at.error(f"{_cut(str(file))} does not exist", _TLS, key)
+    except OSError as exc:  # a name too long, a loop of links
+        raise at.error(f"cannot use {_cut(str(file))}: {exc.strerror or exc}",
+                       _TLS, key) from None
     if not os.access(file, os.R_OK):
         raise at.error(f"{file} is not readable", _TLS, key)
     return file
@@ -206,6 +241,9 @@ def _tls_context(at: _Lines, base: Path, tls: Any, files: list[Path]) -> ssl.SSL
                            "max_version)", _TLS, str(key))
         if key in _TLS_UNSUPPORTED and tls[key] not in (None, [], ""):
             raise at.error(_TLS_UNSUPPORTED[key], _TLS, key)
+    if tls.get("prefer_server_cipher_suites") not in (None, True, False):
+        raise at.error(f"must be true or false, got {_shown(tls['prefer_server_cipher_suites'])}",
+                       _TLS, "prefer_server_cipher_suites")
     for key in ("cert_file", "key_file"):
         if not tls.get(key):
             raise at.error(f"{_TLS} needs {key}", _TLS)
@@ -233,8 +271,15 @@ def _tls_context(at: _Lines, base: Path, tls: Any, files: list[Path]) -> ssl.SSL
     context.minimum_version = _version(at, tls, "min_version", "TLS12")
     if tls.get("max_version"):
         context.maximum_version = _version(at, tls, "max_version", "TLS13")
+        if context.maximum_version < context.minimum_version:
+            raise at.error(f"{tls['max_version']} is below min_version "
+                           f"{tls.get('min_version') or 'TLS12'}: no TLS version is left",
+                           _TLS, "max_version")
 
     auth_type = tls.get("client_auth_type") or "NoClientCert"
+    if not isinstance(auth_type, str):
+        raise at.error(f"must be one of {', '.join(_CLIENT_AUTH)}, got {_shown(auth_type)}",
+                       _TLS, "client_auth_type")
     if auth_type in ("RequestClientCert", "RequireAnyClientCert"):
         raise at.error(
             f"{auth_type} is not supported: Python's ssl module verifies every client certificate "
@@ -258,8 +303,9 @@ def _tls_context(at: _Lines, base: Path, tls: Any, files: list[Path]) -> ssl.SSL
 
 def _version(at: _Lines, tls: Mapping[str, Any], key: str, default: str) -> ssl.TLSVersion:
     value = tls.get(key) or default
-    if value not in _VERSIONS:
-        raise at.error(f"{key} must be one of {', '.join(_VERSIONS)}, got {value!r}", _TLS, key)
+    if not isinstance(value, str) or value not in _VERSIONS:
+        raise at.error(f"{key} must be one of {', '.join(_VERSIONS)}, got {_shown(value)}",
+                       _TLS, key)
     return _VERSIONS[value]
 
 
@@ -271,12 +317,13 @@ def _users(at: _Lines, raw: Any) -> dict[str, bytes]:
     users: dict[str, bytes] = {}
     for user, hashed in raw.items():
         name = str(user)
-        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")) \
-                or len(hashed) != 60 or not hashed[4:6].isdigit() or not 4 <= int(hashed[4:6]) <= 31:
+        if ":" in name or _CONTROL.search(name) or not name.strip():
+            raise at.error(f"user name {_shown(name)} is empty or contains ':' or a control "
+                           "character", "basic_auth_users")
+        match = _BCRYPT.fullmatch(hashed) if isinstance(hashed, str) else None
+        if match is None or not 4 <= int(match.group(1)) <= 31:
             raise at.error("not a bcrypt hash (expected 60 characters starting with $2a$, $2b$ "
                            "or $2y$ and a cost from 04 to 31)", "basic_auth_users", name)
-        if ":" in name:
-            raise at.error(f"user name {name!r} contains ':'", "basic_auth_users", name)
         users[name] = hashed.encode("ascii")
     if users:
         try:
@@ -296,6 +343,9 @@ def _headers(at: _Lines, raw: Any) -> dict[str, str]:
         if key not in ("headers", "http2"):
             raise at.error(f"unknown key {str(key)!r} (allowed: headers, http2)",
                            "http_server_config", str(key))
+    if raw.get("http2") not in (None, True, False):
+        raise at.error(f"must be true or false, got {_shown(raw['http2'])}",
+                       "http_server_config", "http2")
     headers = raw.get("headers") or {}
     if not isinstance(headers, dict):
         raise at.error("must be a mapping", "http_server_config", "headers")
@@ -307,77 +357,7 @@ def _headers(at: _Lines, raw: Any) -> dict[str, str]:
         if isinstance(value, (dict, list)) or value is None:
             raise at.error("must be a text value", *where)
         text = str(value).lower() if isinstance(value, bool) else str(value)
-        if any(ch in text for ch in "\r\n\0"):
-            raise at.error("line breaks are not allowed", *where)
+        if _CONTROL.search(text):
+            raise at.error("line breaks and control characters are not allowed", *where)
         out[str(name)] = text
     return out
-
-
-class BasicAuth:
-    """Checks ``Authorization: Basic`` headers against bcrypt hashes, caching successes.
-
-    A cache entry is an HMAC of the header under a per-process random key, so
-    passwords are not kept in memory in clear. Failures are never cached:
-    each wrong guess pays bcrypt's full cost. An unknown user is checked
-    against a dummy hash of the highest cost among the configured hashes, so
-    that timing does not reveal which users exist.
-    """
-
-    def __init__(self, users: Mapping[str, bytes], *,
-                 checkpw: Callable[[bytes, bytes], bool] | None = None) -> None:
-        import bcrypt
-        self.users = dict(users)
-        self._checkpw = checkpw or bcrypt.checkpw
-        self.cost = max((_cost(h) for h in self.users.values()), default=10)
-        self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=self.cost))
-        self._key = os.urandom(32)
-        self._ok: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _digest(self, header: str) -> bytes:
-        return hmac.new(self._key, header[6:].strip().encode("ascii", "replace"), hashlib.sha256).digest()
-
-    def cached(self, header: str | None) -> bool:
-        """True when ``header`` is a credential that passed recently (no bcrypt needed)."""
-        if not header or header[:6].lower() != "basic ":
-            return False
-        digest = self._digest(header)
-        with self._lock:
-            if digest in self._ok:
-                self._ok.move_to_end(digest)
-                return True
-        return False
-
-    def check(self, header: str | None) -> bool:
-        """True when ``header`` carries valid credentials (bcrypt's cost unless cached)."""
-        if not header or header[:6].lower() != "basic ":
-            return False
-        if self.cached(header):
-            return True
-        token = header[6:].strip().encode("ascii", "replace")
-        try:
-            raw_user, _, password = base64.b64decode(token, validate=True).partition(b":")
-            user = raw_user.decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            user, password = "", b""  # malformed: pays the same cost as a wrong password
-        hashed = self.users.get(user)
-        try:
-            # bcrypt reads at most BCRYPT_MAX_PASSWORD_BYTES of a password: the bytes beyond
-            # take no part in the hash, as exporter-toolkit (Go's bcrypt) and htpasswd compare
-            # them. bcrypt 5 raises on a longer one instead, which refused every password longer
-            # than that (an `openssl rand -base64 64` secret) with 401.
-            ok = self._checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], hashed or self._dummy) \
-                and hashed is not None
-        except ValueError:  # a malformed stored hash: refuse, never open
-            ok = False
-        if ok:
-            with self._lock:
-                self._ok[self._digest(header)] = None
-                while len(self._ok) > AUTH_CACHE_SIZE:
-                    self._ok.popitem(last=False)
-        return ok
-
-
-def _cost(hashed: bytes) -> int:
-    """The cost (log2 rounds) of a bcrypt hash: ``$2b$12$...`` is 12."""
-    return int(hashed[4:6])

@@ -84,7 +84,9 @@ class WebConfigWatcher:
             if (new.ssl_context is None) != (self.web.ssl_context is None):
                 raise WebConfigError(f"{self.path}: turning TLS "
                                      f"{'on' if new.ssl_context else 'off'} needs a restart")
-        except WebConfigError as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the one in use, counted
+            if not isinstance(exc, WebConfigError):  # (a defect: said as one, never a crash)
+                exc = WebConfigError(f"{self.path}: {type(exc).__name__}: {exc}")
             self.last_reload_ok = False
             self._retry_at = now + RETRY_SECONDS
             if str(exc) != self._error:  # said once, not at every retry

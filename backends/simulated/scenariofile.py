@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from allsmi.boundedread import TooLarge, read_bounded
 from allsmi.numbers import setting_number
 from allsmi.text import MAX_NAME, escaped
 from allsmi.tomlkeys import KeyLocator, too_long_integer, toml_syntax_line, undecodable
@@ -160,11 +161,11 @@ def read_file(path: Path) -> ScenarioFile:
     try:
         if path.is_dir():
             raise ScenarioError("is a directory, not a scenario file", path)
-        with path.open("rb") as stream:
-            data = stream.read(MAX_BYTES + 1)
-        if len(data) > MAX_BYTES:
-            raise ScenarioError(f"too large: a scenario file is at most {MAX_BYTES} bytes", path)
+        data = read_bounded(path, MAX_BYTES)
         return ScenarioFile(path, data.decode("utf-8").removeprefix("\ufeff"))
+    except TooLarge:
+        raise ScenarioError(f"too large: a scenario file is at most {MAX_BYTES} bytes",
+                            path) from None
     except FileNotFoundError:
         raise ScenarioError("scenario file not found", path) from None
     except UnicodeDecodeError as exc:

@@ -42,6 +42,10 @@ SNAPSHOT_PATH = "/api/v1/snapshot"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 16
 DEFAULT_MAX_BACKOFF_SECONDS = 60.0
+#: The largest hosts file read (about 100,000 hosts): a larger one is refused before it is parsed.
+MAX_HOSTFILE_BYTES = 4 * 1024 * 1024
+#: The longest host name DNS allows.
+MAX_HOSTNAME_CHARS = 253
 #: Polls remembered per host to tell a flapping host (some answered, some not) from a down one.
 FLAP_WINDOW = 8
 
@@ -71,15 +75,28 @@ class Endpoint:
 def parse_endpoint(text: str) -> Endpoint:
     """An endpoint from ``http(s)://[user:pass@]host:port[/prefix]`` or bare ``host:port``."""
     raw = text.strip()
+    shown = redact(raw)
+    if len(shown) > 120:
+        shown = shown[:119] + "…"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in raw):
+        raise ValueError(f"{shown!r} contains a space or a control character (percent-encode "
+                         "it in a password: %20)")
     if "://" not in raw:
         raw = "http://" + raw
-    parts = urllib.parse.urlsplit(raw)
+    try:
+        parts = urllib.parse.urlsplit(raw)
+    except ValueError as exc:  # ("Invalid IPv6 URL")
+        raise ValueError(f"not an http(s) URL or host:port: {shown!r} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL or host:port: {redact(text.strip())!r}")
+        raise ValueError(f"not an http(s) URL or host:port: {shown!r}")
+    if len(parts.hostname) > MAX_HOSTNAME_CHARS:
+        raise ValueError(f"host name longer than {MAX_HOSTNAME_CHARS} characters in {shown!r}")
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"bad port in {redact(text.strip())!r}") from None
+        port = 0
+    if port == 0:
+        raise ValueError(f"bad port in {shown!r} (a port from 1 to 65535)")
     path = parts.path.rstrip("/")
     if path.endswith(SNAPSHOT_PATH):
         path = path[:-len(SNAPSHOT_PATH)]
@@ -96,10 +113,18 @@ def parse_endpoint(text: str) -> Endpoint:
 
 def read_hostfile(path: str | Path) -> list[str]:
     """Host URLs from a file: one per line; blank lines and ``#`` comments are ignored."""
+    from allsmi.boundedread import TooLarge, read_bounded, undecodable_line
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HostfileError(f"{path}: cannot read: {exc}") from None
+        data = read_bounded(path, MAX_HOSTFILE_BYTES)
+    except OSError as exc:
+        raise HostfileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except TooLarge:
+        raise HostfileError(f"{path}: too large: a hosts file may be from 0 to "
+                            f"{MAX_HOSTFILE_BYTES} bytes") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HostfileError(f"{path}, line {undecodable_line(data, exc)}: not UTF-8 text") from None
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         entry = line.split("#", 1)[0].strip()
