@@ -272,6 +272,7 @@ SERVE_ENV = [
     ("ALLSMI_SERVE_MAX_HOLDER_SERIES", "-1", "from 0 to 1000000"),
     ("ALLSMI_SERVE_MAX_HOLDER_SERIES", "\u00b2", "from 0 to 1000000"),
     ("ALLSMI_SERVE_MAX_HOLDER_SERIES", "9" * 30, "from 0 to 1000000"),
+    ("ALLSMI_SERVE_MAX_HOLDER_SERIES", "9" * 5000, "from 0 to 1000000"),  # (not echoed whole)
     ("ALLSMI_SERVE_WEB_CONFIG", " ", "non-empty"),
     ("ALLSMI_SERVE_LEDGER", " ", "non-empty"),
 ]

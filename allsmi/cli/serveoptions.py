@@ -89,11 +89,14 @@ def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -
 
 def _count(value: Any) -> int:
     """A whole number from 0 to :data:`MAX_HOLDER_SERIES_LIMIT`."""
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        value = int(value.strip())
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and text.isascii() and text.isdigit() and len(text) <= 20:
+        value = int(text)  # (a longer one is out of range: not converted, nor echoed whole)
     if isinstance(value, bool) or not isinstance(value, int) or \
             not 0 <= value <= MAX_HOLDER_SERIES_LIMIT:
-        raise ValueError(f"expected a whole number from 0 to {MAX_HOLDER_SERIES_LIMIT}, got {value!r}")
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:39] + "…"
+        raise ValueError(f"expected a whole number from 0 to {MAX_HOLDER_SERIES_LIMIT}, got {shown}")
     return value
 
 
