@@ -32,17 +32,24 @@ class KeyLocator:
         table: tuple[str, ...] = ()
         table_shown = ""
         arrays: dict[tuple[str, ...], int] = {}
+        """Each array of tables (its path, with the indexes of the arrays it is in) and the index
+        of its last table: ``[[partitions.instances]]`` belongs to the last ``[[partitions]]``."""
         for number, raw in enumerate(text.splitlines(), start=1):
             header = self._HEADER.match(raw)
             if header:
                 name = tuple(self._clean(p) for p in header.group(2).split("."))
-                table_shown = ".".join(name)
+                table, shown = (), []
+                for i, part in enumerate(name):
+                    table += (part,)
+                    shown.append(part)
+                    if i < len(name) - 1 and table in arrays:  # inside that array's last table
+                        shown[-1] += f"[{arrays[table] + 1}]"
+                        table += (str(arrays[table]),)
                 if header.group(1) == "[[":
-                    arrays[name] = arrays.get(name, -1) + 1
-                    table = name + (str(arrays[name]),)
-                    table_shown += f"[{arrays[name] + 1}]"
-                else:
-                    table = name
+                    arrays[table] = arrays.get(table, -1) + 1
+                    shown[-1] += f"[{arrays[table] + 1}]"
+                    table += (str(arrays[table]),)
+                table_shown = ".".join(shown)
                 self.lines.setdefault(table, number)
                 self.shown[number] = table_shown
                 continue

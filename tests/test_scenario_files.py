@@ -51,6 +51,14 @@ BAD = {
     "partition of unknown device": ('include = "mixed"\n[[partitions]]\ndevice = "amd:42"\n'
                                     'instances = [ { memory_total_bytes = 1 } ]\n', 3, "partitions[1].device"),
     "unknown include": ('include = "nosuch"\n', 1, "include"),
+    # instances as arrays of tables: each belongs to the [[partitions]] above it (the second
+    # partition's first instance, not the third instance of one array across the file)
+    "instance as an array table": ('include = "mixed"\n[[partitions]]\ndevice = "amd:1"\n'
+                                   '[[partitions.instances]]\nprofile = "cpx"\nmemory_total_bytes = 1\n'
+                                   '[[partitions.instances]]\nprofile = "cpx"\nmemory_total_bytes = 1\n'
+                                   '[[partitions]]\ndevice = "amd:2"\n[[partitions.instances]]\n'
+                                   'profile = "cpx"\nmemory_total_bytes = -1\n', 14,
+                                   "partitions[2].instances[1].memory_total_bytes"),
 }
 
 
