@@ -139,21 +139,12 @@ def _read_yaml(path: Path) -> tuple[Any, _Lines]:
     """The file parsed with PyYAML's safe loader (no tags, no code), and where its keys are."""
     import yaml
 
-    from allsmi.boundedread import TooLarge, read_bounded, undecodable_line
+    from allsmi.boundedread import Unreadable, read_text
     try:
-        data = read_bounded(path, MAX_WEB_CONFIG_BYTES)
-    except FileNotFoundError:
-        raise WebConfigError(f"{path}: web configuration file not found") from None
-    except OSError as exc:
-        raise WebConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except TooLarge:
-        raise WebConfigError(f"{path}: too large: a web configuration file may be from 0 to "
-                             f"{MAX_WEB_CONFIG_BYTES} bytes") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WebConfigError(f"{path}, line {undecodable_line(data, exc)}: not UTF-8 text "
-                             f"(byte {exc.start + 1})") from None
+        text = read_text(path, MAX_WEB_CONFIG_BYTES, "web configuration file")
+    except Unreadable as exc:
+        raise WebConfigError(f"{path}: web configuration file not found" if exc.missing
+                             else exc.located(path)) from None
     loader = yaml.SafeLoader(text)
     lines: dict[tuple[str, ...], int] = {}
     try:

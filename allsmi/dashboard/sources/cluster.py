@@ -113,18 +113,11 @@ def parse_endpoint(text: str) -> Endpoint:
 
 def read_hostfile(path: str | Path) -> list[str]:
     """Host URLs from a file: one per line; blank lines and ``#`` comments are ignored."""
-    from allsmi.boundedread import TooLarge, read_bounded, undecodable_line
+    from allsmi.boundedread import Unreadable, read_text
     try:
-        data = read_bounded(path, MAX_HOSTFILE_BYTES)
-    except OSError as exc:
-        raise HostfileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except TooLarge:
-        raise HostfileError(f"{path}: too large: a hosts file may be from 0 to "
-                            f"{MAX_HOSTFILE_BYTES} bytes") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HostfileError(f"{path}, line {undecodable_line(data, exc)}: not UTF-8 text") from None
+        text = read_text(path, MAX_HOSTFILE_BYTES, "hosts file")
+    except Unreadable as exc:
+        raise HostfileError(exc.located(path)) from None
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         entry = line.split("#", 1)[0].strip()
