@@ -16,7 +16,7 @@ def plain_number(value: Any) -> int | float | None:
     of another type (numpy's ``float32`` and ``int64``, a ``Fraction``: registered with
     :mod:`numbers`, as a plug-in backend may give them); ``None`` for anything else (a bool,
     text, ``None``)."""
-    if isinstance(value, bool):
+    if value is None or isinstance(value, bool):  # (None: an unknown value, the common other)
         return None
     if isinstance(value, (int, float)):
         return value
@@ -72,6 +72,8 @@ def in_range(value: Any, low: float, high: float) -> float | None:
     figure at least ``low``)."""
     if type(value) is float and low <= value <= high:  # (nearly always: as it is)
         return value
+    if value is None:  # (unknown: the next most common)
+        return None
     value = plain_number(value)
     if value is None:
         return None
@@ -83,6 +85,8 @@ def ranged(low: float, high: float) -> Callable[[Any], float | None]:
     def clean(value: Any) -> float | None:
         if type(value) is float and low <= value <= high:
             return value
+        if value is None:
+            return None
         return in_range(value, low, high)
     return clean
 
