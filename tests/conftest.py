@@ -17,10 +17,23 @@ from typing import Any, Iterator
 
 import pytest
 
+from . import offline
 from .ordering import arrange, is_alone, long_seconds
 from .rewritecache import cache_rewritten_tests
 
 REPO = Path(__file__).resolve().parents[1]
+offline.install()  # no download, no host but loopback (tests/offline.py)
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only() -> Iterator[None]:
+    """A test that tried to reach beyond loopback fails, naming what it tried (the socket call
+    itself failed as on a machine with no network: tests/offline.py)."""
+    offline.reached()  # (a thread an earlier test left behind: not this test's doing)
+    yield
+    tried = offline.reached()
+    if tried:
+        pytest.fail("the test reached beyond loopback: " + "; ".join(tried[:5]), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

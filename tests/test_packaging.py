@@ -12,6 +12,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from .wheelhouse import offline_pip_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -33,8 +35,11 @@ def test_packages_are_found_not_listed() -> None:
 
 
 def _build_wheel(source: Path, out: Path) -> list[str]:
+    """The files of the wheel pip builds of ``source`` (its build requirements from the
+    wheelhouse, the index off: ``tests/wheelhouse.py``)."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                    "-w", str(out), str(source)], check=True, timeout=300, capture_output=True)
+                    "-w", str(out), str(source)], check=True, timeout=300, capture_output=True,
+                   env=offline_pip_env())
     return zipfile.ZipFile(next(out.glob("allsmi-*.whl"))).namelist()
 
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from ..background import wait_for_install
 
 VERSION = "2.2.1"
 FOCUS_VERSION = "1.2"
@@ -55,15 +56,6 @@ INSTALLING = VENV.parent / f"{VENV.name}.installing"
 INSTALL_LOG = VENV.parent / f"{VENV.name}.log"
 
 
-def _installing() -> bool:
-    """Whether ``.ci/run``'s background install of :data:`VENV` still runs."""
-    try:
-        os.kill(int(INSTALLING.read_text().strip()), 0)
-    except (OSError, ValueError):  # no file, no such process (or not a number)
-        return False
-    return True
-
-
 def validator_executable() -> str:
     """``focus-validator`` from :data:`VENV` (made by ``.ci/run``, never by a test: tests do not
     download), once ``.ci/run``'s background install of it has ended; skips where it is
@@ -71,9 +63,7 @@ def validator_executable() -> str:
     (``ALLSMI_REQUIRE_INTEGRATION=1``), like ``require_tool``."""
     exe = VENV / "bin" / "focus-validator"
     marker = VENV / f".focus-validator-{VERSION}"
-    deadline = time.monotonic() + 240  # (within the test's own 300 s)
-    while not marker.exists() and _installing() and time.monotonic() < deadline:
-        time.sleep(0.5)  # (pip's own pace: a condition polled, half a second apart)
+    wait_for_install(INSTALLING, marker.exists)
     if exe.exists() and marker.exists():
         return str(exe)
     message = (f"focus-validator {VERSION} is not installed in {VENV} (run .ci/run, or: "

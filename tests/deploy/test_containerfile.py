@@ -25,6 +25,7 @@ from allsmi.cli.serve import parse_listen
 from ..attribution.helpers import PodResourcesServer, find, mixed_devices, pod
 from ..exporter.server import Serve
 from ..prometheus_server import free_port
+from ..wheelhouse import offline_pip_env
 from .kube import CONTAINERFILE, container, containerfile, env, instructions, mount_of, render
 from .support import REPO
 
@@ -125,7 +126,9 @@ def _map(word: str, root: Path) -> str:
 
 
 def _install(root: Path) -> Path:
-    """The recipe's COPY and install RUN steps, with the image's paths under ``root``."""
+    """The recipe's COPY and install RUN steps, with the image's paths under ``root``; pip
+    installs from the wheelhouse ``.ci/run`` fills, with the index off (``tests/wheelhouse.py``)."""
+    pip_env = offline_pip_env(lock=True)
     for instruction in containerfile():
         if instruction.keyword == "COPY" and instruction.text.startswith("--from="):
             continue  # the build stage's /opt/allsmi into the image: the same path here
@@ -148,12 +151,11 @@ def _install(root: Path) -> Path:
                 if words[0] == "rm":
                     assert words[1] == "-rf" and words[2].startswith(str(root))
                 result = subprocess.run(words, capture_output=True, text=True, timeout=900,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, env=pip_env)
                 assert result.returncode == 0, f"{step.strip()}: {result.stderr[-3000:]}"
     return root
 
 
-@pytest.mark.long(27)
 def test_install_steps_and_entry_point_serve_as_the_daemonset_runs_it(tmp_path: Path) -> None:
     root = _install(tmp_path / "image")
     assert not (root / "src").exists()  # the sources are removed from the image
