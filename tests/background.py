@@ -17,10 +17,15 @@ WAIT_SECONDS = 240.0
 def installing(pidfile: Path) -> bool:
     """Whether the background install that ``pidfile`` names still runs."""
     try:
-        os.kill(int(pidfile.read_text().strip()), 0)
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
     except (OSError, ValueError):  # no file, no such process (or not a number)
         return False
-    return True
+    try:  # an ended process its parent has not reaped yet (a zombie) runs no more
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
 
 
 def wait_for_install(pidfile: Path, ready: Callable[[], bool],

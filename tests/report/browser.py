@@ -5,14 +5,11 @@ installs chromium)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import pytest
-
-from ..conftest import require_tool
+from ..conftest import require_tool, unavailable
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -50,10 +47,7 @@ def chromium() -> str:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        message = "playwright is not installed (pip install -e '.[test]')"
-        if os.environ.get("ALLSMI_REQUIRE_INTEGRATION"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("playwright is not installed (pip install -e '.[test]')")
     return path
 
 
