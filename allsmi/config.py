@@ -153,9 +153,9 @@ def discover_path(flag: str | os.PathLike[str] | None = None,
         return Path(env["ALLSMI_CONFIG"]), True
     base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
     user = base / "allsmi" / "config.toml"
-    if user.is_file():
+    if os.path.isfile(user):  # (os.path: a name too long is no file, where Path.is_file raises)
         return user, False
-    if SYSTEM_CONFIG.is_file():
+    if os.path.isfile(SYSTEM_CONFIG):
         return SYSTEM_CONFIG, False
     return None, False
 

@@ -153,3 +153,39 @@ def _clean_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
             CLEAN_TUPLES.clear()
         CLEAN_TUPLES.add(value)
     return cleaned
+
+
+#: The most of one value an error message shows (a value the user gave, echoed back).
+MAX_SHOWN = 1024
+_KEEP = 120
+_LONG_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.){%d,}'|\"(?:[^\"\\\n]|\\.){%d,}\""
+                          % (MAX_SHOWN + 1, MAX_SHOWN + 1))
+#: (an unquoted run: a value shown whole may have quotes and punctuation around it)
+_LONG_RUN = re.compile(r"\S{%d,}" % (MAX_SHOWN + 16))
+
+
+def _cut(match: re.Match[str]) -> str:
+    text = match.group(0)
+    quote = text[0] if len(text) > 1 and text[0] in "'\"" and text[-1] == text[0] else ""
+    body = text[len(quote):len(text) - len(quote)]
+    return f"{quote}{body[:_KEEP]}…{quote} ({len(body)} characters)"
+
+
+def clipped(message: str) -> str:
+    """An error message with each value in it longer than :data:`MAX_SHOWN` characters (a
+    quoted value, or any run without spaces) cut to its start and its length: a 100 kB
+    setting is refused in one readable line, not echoed whole."""
+    if len(message) <= MAX_SHOWN:
+        return message
+    return _LONG_RUN.sub(_cut, _LONG_QUOTED.sub(_cut, message))
+
+
+def unresolvable_host(host: str) -> str | None:
+    """Why ``host`` (a name or an address from a flag, a variable or a file) can never be asked
+    of the resolver: it does not encode as an internationalized domain name (bytes that are no
+    UTF-8, an empty or over-long label); ``None`` when it can."""
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        return f"not a host name ({exc})"
+    return None

@@ -53,7 +53,7 @@ def zone(name: str | None) -> dt.tzinfo:
         return UTC
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # (OSError: a name too long for a file)
         raise PeriodError(f"unknown time zone {name!r} (use an IANA name such as Europe/Berlin)") \
             from None
 

@@ -153,7 +153,7 @@ class CgroupSource(AttributionSource):
         self._said: str | None = None  # the PID namespace problem last logged (once, not per cycle)
 
     def absent(self) -> str | None:
-        return None if self.proc_root.is_dir() else f"{self.proc_root} not found"
+        return None if os.path.isdir(self.proc_root) else f"{self.proc_root} not found"
 
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         why = self.absent()

@@ -23,6 +23,7 @@ the ``allsmi[kubernetes]`` extra and are imported only when a socket exists.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from dataclasses import replace
@@ -82,7 +83,8 @@ class KubeletSource(AttributionSource):
 
     # -- the channel -------------------------------------------------------
     def absent(self) -> str | None:
-        return None if self.socket.exists() else f"no kubelet pod-resources socket at {self.socket}"
+        # (os.path: a name the system refuses, such as one too long, is no socket)
+        return None if os.path.exists(self.socket) else f"no kubelet pod-resources socket at {self.socket}"
 
     def _stub(self) -> tuple[Any, Any, Any]:
         why = self.absent()

@@ -45,10 +45,21 @@ class Settings:
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
-    """Print ``allsmi: message`` to stderr and return an exit to raise."""
+    """Print ``allsmi: message`` to stderr (each value it echoes cut to a readable length:
+    :func:`allsmi.text.clipped`) and return an exit to raise."""
     import click
-    click.echo(f"allsmi: {message}", err=True)
+
+    from allsmi.text import clipped
+    click.echo(f"allsmi: {clipped(message)}", err=True)
     return click.exceptions.Exit(code)
+
+
+def clip_message(exc: "click.ClickException") -> "click.ClickException":
+    """``exc`` (a usage error click shows) with each value its message echoes cut to a
+    readable length (:func:`allsmi.text.clipped`)."""
+    from allsmi.text import clipped
+    exc.message = clipped(exc.message)
+    return exc
 
 
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:

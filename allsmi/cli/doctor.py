@@ -201,7 +201,7 @@ def _kubelet(s: Any) -> dict[str, Any] | None:
     from allsmi import registry
     # validated already by build_collector
     settings = attribution_settings(s.config, os.environ, registry.declarations())
-    if "kubernetes" not in settings.sources or not settings.kubelet_socket.exists():
+    if "kubernetes" not in settings.sources or not os.path.exists(settings.kubelet_socket):
         return None
     report: dict[str, Any] = {"socket": str(settings.kubelet_socket), "allocatable": None,
                               "error": None}

@@ -154,7 +154,8 @@ def _standalone_exit(exc: BaseException) -> int:
         click.echo("Aborted!", file=sys.stderr)
         return 1
     if isinstance(exc, click.ClickException):
-        exc.show()
+        from allsmi.cli.common import clip_message
+        clip_message(exc).show()
         return exc.exit_code
     if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
         # A closed pipe (``allsmi snapshot | head -c1``): silence the final flush, exit 1.

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from allsmi import __version__
-from allsmi.cli.common import common_options, dashboard_options, fail, refuse_empty
+from allsmi.cli.common import clip_message, common_options, dashboard_options, fail, refuse_empty
 from allsmi.cli.main import COMMANDS
 
 EPILOG = """\b
@@ -42,6 +42,20 @@ class LazyGroup(click.Group):
             return None
         module, attr = COMMANDS[cmd_name].split(":")
         return refuse_empty(getattr(importlib.import_module(module), attr))
+
+    # A usage error (a bad value of an option of the group or of a command) is shown with each
+    # value it echoes cut to a readable length (allsmi.text.clipped).
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.ClickException as exc:
+            raise clip_message(exc)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            raise clip_message(exc)
 
 
 @click.group(cls=LazyGroup, invoke_without_command=True, epilog=EPILOG,

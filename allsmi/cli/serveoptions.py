@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from allsmi.cli.common import simulation_speed
 from allsmi.config import INTERVAL_RANGE, Config
 from allsmi.numbers import range_text
+from allsmi.text import unresolvable_host
 from allsmi.usage import bridged_gap_seconds
 
 DEFAULT_PORT = 9477
@@ -54,7 +55,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     else:
         host, sep, port = text.rpartition(":")
     if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535 \
-            or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in host):
+            or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in host) \
+            or unresolvable_host(host):
         shown = repr(value) if len(value) <= 100 else repr(value[:99]) + "…"
         raise ValueError(f"expected HOST:PORT with a port from 0 to 65535 (e.g. {DEFAULT_LISTEN}, "
                          f"[::1]:{DEFAULT_PORT} or :{DEFAULT_PORT} for all interfaces), got {shown}")

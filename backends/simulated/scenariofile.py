@@ -4,6 +4,7 @@ a :class:`ScenarioError` naming the file, the line and the key."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,7 @@ def read_file(path: Path) -> ScenarioFile:
     """The scenario file at ``path``, parsed (a UTF-8 byte-order mark left out)."""
     data = b""
     try:
-        if path.is_dir():
+        if os.path.isdir(path):
             raise ScenarioError("is a directory, not a scenario file", path)
         data = read_bounded(path, MAX_BYTES)
         return ScenarioFile(path, data.decode("utf-8").removeprefix("\ufeff"))
@@ -179,9 +180,11 @@ def find_file(ref: str | Path, builtin: bool = False) -> Path:
     """The file ``--simulate REF`` names: a path, or the built-in scenario of that name (only
     that, whatever the working directory holds, with ``builtin``: an ``include``)."""
     path = Path(ref)
-    if builtin or (not path.suffix and not path.is_file()):
+    # (os.path: a name the system refuses, such as one too long, is no file; Path.is_file
+    # raises for it)
+    if builtin or (not path.suffix and not os.path.isfile(path)):
         path = SCENARIO_DIR / f"{ref}.toml"
-        if not path.is_file():
+        if not os.path.isfile(path):
             raise ScenarioError(f"unknown scenario {str(ref)!r}: built-in scenarios are "
                                 f"{', '.join(builtin_scenarios())}, or give a path to a .toml file")
     return path

@@ -32,6 +32,7 @@ from typing import Callable, Sequence, Union
 
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
+from allsmi.text import unresolvable_host
 
 from allsmi.dashboard.sources.fetch import HttpError, redact, tls_context
 from allsmi.dashboard.sources.fetch import get as http_get
@@ -91,6 +92,9 @@ def parse_endpoint(text: str) -> Endpoint:
         raise ValueError(f"not an http(s) URL or host:port: {shown!r}")
     if len(parts.hostname) > MAX_HOSTNAME_CHARS:
         raise ValueError(f"host name longer than {MAX_HOSTNAME_CHARS} characters in {shown!r}")
+    problem = unresolvable_host(parts.hostname)
+    if problem:
+        raise ValueError(f"{problem} in {shown!r}")
     try:
         port = parts.port
     except ValueError:
