@@ -4,7 +4,8 @@ Two mistakes are common and each surfaces as an error that points the wrong way:
 ``http://`` address at a server that speaks only TLS (the server drops the connection: "connection
 reset by peer"), and an address that is a web server but not a Prometheus query API (an HTML
 404 page). :func:`speaks_tls` tells the first apart from a real network fault with one TLS
-handshake, and :func:`first_line` keeps the second's message to one line.
+handshake, and :func:`first_line` keeps the second's message to one line. And one URL's
+credentials, never printed: :func:`redact_url`.
 """
 
 from __future__ import annotations
@@ -64,3 +65,33 @@ def tls_hint(host: str, port: int, timeout: float = 2.0) -> str | None:
         return None
     where = f"[{host}]" if ":" in host else host
     return f"the server at {where}:{port} speaks TLS: use https://{where}:{port}"
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str]:
+    """``(scheme://, userinfo or None, rest)`` of one URL (``scheme://`` empty where it has
+    none: ``user:password@host:port``); userinfo runs to the last ``@``.
+
+    Splitting at the last ``@`` (not where a URL parser would stop, at the first ``/``) keeps
+    a password with raw ``/``, ``@``, ``:`` or a space whole, so it is neither sent to the
+    wrong host nor half printed.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return scheme + sep, None, rest
+    return scheme + sep, userinfo, host
+
+
+def redact_url(url: str, keep_user: bool = True) -> str:
+    """One URL (a flag's, a line of a hosts file) with any password replaced by ``***``, safe to
+    print: its user stays (``http://ops:***@prom:9090``), or with ``keep_user`` false goes too
+    (``http://***@prom:9090``, what the dashboard shows)."""
+    head, userinfo, rest = split_userinfo(url)
+    if userinfo is None:
+        return url
+    if not keep_user:
+        return f"{head}***@{rest}"
+    user, colon, _ = userinfo.partition(":")
+    return f"{head}{user}{':***' if colon else ''}@{rest}"

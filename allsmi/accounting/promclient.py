@@ -19,6 +19,8 @@ import urllib.request
 from typing import Any
 
 from allsmi.accounting.promaccess import MAX_SECRET_BYTES, Credentials, access_settings, read_secret
+from allsmi.nethint import redact_url, split_userinfo
+from allsmi.text import unresolvable_host
 
 __all__ = ["MAX_RESPONSE_BYTES", "MAX_SECRET_BYTES", "Credentials", "PartialAnswer",
            "PrometheusClient", "PrometheusError", "access_settings", "read_secret", "redact_url",
@@ -37,31 +39,19 @@ class PartialAnswer(PrometheusError):
     ``isPartial``: a store, shard or replica did not answer), so data may be missing."""
 
 
-def _userinfo(url: str) -> tuple[str, str | None, str]:
-    """``(scheme://, userinfo or None, rest)``: userinfo runs to the last ``@``.
-
-    Splitting at the last ``@`` (not where a URL parser would stop, at the
-    first ``/``) keeps a password with raw ``/``, ``@`` or ``:`` whole, so it
-    is neither sent to the wrong host nor half printed.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "", None, url
-    userinfo, at, host = rest.rpartition("@")
-    if not at:
-        return scheme + sep, None, rest
-    return scheme + sep, userinfo, host
-
-
 def split_url(url: str) -> tuple[str, str | None, str | None]:
     """``url`` without its ``user:password@`` part, and the (percent-decoded) user and password."""
-    head, userinfo, rest = _userinfo(url)
+    head, userinfo, rest = split_userinfo(url)
     bare = head + rest
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
         raise PrometheusError(f"invalid Prometheus URL {redact_url(url)!r}: it contains a space "
                               "or a control character (percent-encode it, e.g. %20)")
-    parsed = urllib.parse.urlsplit(bare)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+    try:
+        parsed = urllib.parse.urlsplit(bare)
+    except ValueError:  # (a broken IPv6 address)
+        parsed = urllib.parse.urlsplit("")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname \
+            or unresolvable_host(parsed.hostname):
         raise PrometheusError(f"invalid Prometheus URL {redact_url(url)!r} "
                               "(expected http[s]://[user:password@]host:port[/path])")
     try:
@@ -72,15 +62,6 @@ def split_url(url: str) -> tuple[str, str | None, str | None]:
         return bare, None, None
     user, colon, password = userinfo.partition(":")
     return bare, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (safe to print)."""
-    head, userinfo, rest = _userinfo(url)
-    if userinfo is None:
-        return url
-    user, colon, _ = userinfo.partition(":")
-    return f"{head}{user}{':***' if colon else ''}@{rest}"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -32,9 +32,10 @@ from typing import Callable, Sequence, Union
 
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
+from allsmi.nethint import redact_url
 from allsmi.text import unresolvable_host
 
-from allsmi.dashboard.sources.fetch import HttpError, redact, tls_context
+from allsmi.dashboard.sources.fetch import HttpError, tls_context
 from allsmi.dashboard.sources.fetch import get as http_get
 from allsmi.dashboard.sources import Clock, HostState, shared_devices
 
@@ -76,7 +77,7 @@ class Endpoint:
 def parse_endpoint(text: str) -> Endpoint:
     """An endpoint from ``http(s)://[user:pass@]host:port[/prefix]`` or bare ``host:port``."""
     raw = text.strip()
-    shown = redact(raw)
+    shown = redact_url(raw, keep_user=False)
     if len(shown) > 120:
         shown = shown[:119] + "…"
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in raw):
@@ -99,8 +100,9 @@ def parse_endpoint(text: str) -> Endpoint:
         port = parts.port
     except ValueError:
         port = 0
-    if port == 0:
-        raise ValueError(f"bad port in {shown!r} (a port from 1 to 65535)")
+    if port == 0:  # (what follows the host is not shown: a password cut at a space may be it)
+        typed = f"{parts.scheme}://{parts.hostname}" if "://" in text else parts.hostname
+        raise ValueError(f"bad port after {typed!r} (a port from 1 to 65535)")
     path = parts.path.rstrip("/")
     if path.endswith(SNAPSHOT_PATH):
         path = path[:-len(SNAPSHOT_PATH)]

@@ -31,6 +31,7 @@ from allsmi.schema import Snapshot
 from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS
 
 from allsmi.dashboard.sources.fetch import redact
+from allsmi.nethint import redact_url
 from allsmi.dashboard.state.model import GONE_GRACE_SECONDS
 from allsmi.dashboard.sources.promquery import MAX_BODY_BYTES, PrometheusError, Query, answer_vector, instance_matcher, make_query
 from allsmi.dashboard.sources.promquery import MAX_WARNINGS, plausible_time, sample_value, spawn
@@ -61,7 +62,7 @@ class PrometheusSource:
                  max_backoff: float = 60.0, clock: Clock = time.monotonic,
                  query: Query | None = None, device_budget: int = DEFAULT_DEVICE_BUDGET,
                  ca_file: str | None = None) -> None:
-        self.url = redact(url.rstrip("/"))
+        self.url = redact_url(url.rstrip("/"), keep_user=False)
         """The server's address as shown (credentials replaced by ``***``)."""
         self.interval = interval
         self.timeout = timeout

@@ -15,8 +15,10 @@ import urllib.parse
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
-from allsmi.dashboard.sources.fetch import HttpError, redact, split_credentials, tls_context
+from allsmi.dashboard.sources.fetch import HttpError, split_credentials, tls_context
 from allsmi.dashboard.sources.fetch import get as http_get
+from allsmi.nethint import redact_url
+from allsmi.text import unresolvable_host
 
 #: Unix times outside (0, 2**33) (the year 2242) are not a scrape's or an evaluation's time.
 _LATEST_TIME = float(2**33)
@@ -57,13 +59,18 @@ def instance_matcher(instances: Iterable[str] | None) -> str:
 def make_query(url: str, ca_file: str | None = None) -> Query:
     """An instant-query function for the Prometheus at ``url`` (direct, no proxy, no redirects,
     the whole answer within the timeout)."""
-    parts = urllib.parse.urlsplit(url)
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ValueError(f"invalid Prometheus URL {redact_url(url, keep_user=False)!r}: it contains a space or a "
+                         "control character (percent-encode it, e.g. %20)")
     try:
+        parts = urllib.parse.urlsplit(url)
         valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) > 0
-    except ValueError:  # a port that is not a number or out of range
+    except ValueError:  # a port that is not a number or out of range, a broken IPv6 address
+        valid = False
+    if valid and unresolvable_host(parts.hostname or ""):
         valid = False
     if not valid:
-        raise ValueError(f"invalid Prometheus URL {redact(url)!r} (expected http://host:port)")
+        raise ValueError(f"invalid Prometheus URL {redact_url(url, keep_user=False)!r} (expected http://host:port)")
     bare, authorization = split_credentials(url)
     base = bare.rstrip("/")
     headers = {"Accept": "application/json", "Accept-Encoding": "gzip", "User-Agent": "allsmi-view"}
