@@ -16,7 +16,8 @@ import click
 
 from allsmi.accounting.settings import FORMATS
 from allsmi.cli.common import finite, stdout_is_terminal
-from allsmi.cli.reportcmd import Failed, Run, build, guarded, prepare, source_options, write_output
+from allsmi.cli.reportcmd import Failed, build, guarded, prepare, source_options, write_output
+from allsmi.cli.sparing import SparingRun, spare_the_ledger
 
 EXIT_INCOMPLETE = 3
 
@@ -50,10 +51,10 @@ def export(**opts: Any) -> None:
       allsmi export --simulate mixed --period yesterday --config prices.toml
       allsmi export --simulate mixed --period yesterday --group-by resource_group,namespace
     """
-    guarded(_ExportRun(started=time.time(), textfile=opts["textfile"]), _export, **opts)
+    guarded(SparingRun(started=time.time(), textfile=opts["textfile"]), _export, **opts)
 
 
-def _export(run: _ExportRun, output_format: str | None, output: str | None,
+def _export(run: SparingRun, output_format: str | None, output: str | None,
             coverage_threshold: float | None, **opts: Any) -> None:
     from allsmi.accounting.focus import focus_settings
     from allsmi.config import ConfigError
@@ -63,7 +64,7 @@ def _export(run: _ExportRun, output_format: str | None, output: str | None,
         focus = focus_settings(plan.config)
     except ConfigError as exc:
         raise Failed("config", str(exc), 2) from None
-    _spare_the_ledger(run, plan.ledger, output)
+    spare_the_ledger(run, plan.ledger, output)
     defaults = plan.defaults
     fmt = output_format or defaults.format
     threshold = defaults.coverage_threshold if coverage_threshold is None else coverage_threshold
@@ -101,61 +102,6 @@ def _export(run: _ExportRun, output_format: str | None, output: str | None,
         except OSError as exc:
             raise Failed("textfile", f"cannot write {run.textfile}: {exc.strerror or exc}") \
                 from None
-
-
-#: The first bytes of an SQLite database and of its write-ahead log (both byte orders).
-_SQLITE_MAGIC = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
-
-
-def _a_database(run: Run, ledger: Any, target: str) -> bool:
-    """Whether writing ``target`` would destroy a ledger: it is the ledger billed or one of its
-    files (``-wal``, ``-shm``, ``.lock``; through any link), or it holds an SQLite database or
-    write-ahead log (another ledger)."""
-    import os
-    if ledger:
-        real = os.path.realpath(ledger)
-        if os.path.realpath(target) in {real + s for s in ("", "-wal", "-shm", ".lock")}:
-            return True
-        try:
-            if os.path.samefile(target, ledger):  # (a hard link, a bind mount)
-                return True
-        except OSError:
-            pass
-    import stat
-    try:
-        if not stat.S_ISREG(os.stat(target).st_mode):  # (never read a pipe, /dev/stdout)
-            return False
-        with open(target, "rb") as handle:
-            head = handle.read(16)
-    except OSError:
-        return False
-    return head.startswith(_SQLITE_MAGIC)
-
-
-class _ExportRun(Run):
-    """:class:`Run` that never writes its status file over a ledger (a mistyped ``--textfile``:
-    every failure rewrites it)."""
-
-    ledger: Any = None
-
-    def report_failure(self, reason: str, message: str) -> None:
-        if self.textfile and _a_database(self, self.ledger, self.textfile):
-            click.echo(f"allsmi: the status was not written to {self.textfile}: it is a ledger "
-                       "(an SQLite database or one of its files)", err=True)
-            return
-        super().report_failure(reason, message)
-
-
-def _spare_the_ledger(run: _ExportRun, ledger: Any, output: str | None) -> None:
-    """Refuse (exit 2, before any work) an ``--output`` or ``--textfile`` that is a ledger (see
-    :func:`_a_database`): written atomically, the bill or the status would replace months of
-    recorded usage, and a recorder would be left writing into the deleted file."""
-    run.ledger = ledger
-    for option, target in (("textfile", run.textfile), ("output", output)):
-        if target and _a_database(run, ledger, target):
-            raise Failed("config", f"--{option} {target} is a ledger (an SQLite database or one "
-                         "of its files): writing it would replace the ledger; write it "
-                         "elsewhere", 2)
 
 
 DEVICE_KEYS = ("resource_group", "vendor", "model", "host")

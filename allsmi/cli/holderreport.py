@@ -13,6 +13,7 @@ import json
 from typing import Any, Callable, Sequence
 
 from allsmi.cli.reportcmd import Failed, Run, build, prepare, write_output
+from allsmi.cli.sparing import spare_the_ledger
 
 FORMATS = ("table", "csv", "json")
 #: The holder keys a row is grouped by unless ``--group-by`` says otherwise.
@@ -35,6 +36,7 @@ def run_report(run: Run, output_format: str, output: str | None, *,
     for CSV, ``table`` for people), then raise :class:`Failed` (exit 3) when the source gave a
     partial answer (``short`` says what may be short) or no device data for the window."""
     plan = prepare(run, default_group_by=default_keys, **opts)
+    spare_the_ledger(run, plan.ledger, output)
     report = build(plan)
     ranked = rows(report)
     if output_format == "json":

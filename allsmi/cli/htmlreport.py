@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from allsmi.cli.common import finite, stdout_is_terminal
+from allsmi.cli.sparing import spare_the_ledger
 from allsmi.cli.reportcmd import (
     Failed, Run, build, guarded, prepare, source, source_options, usage_reports, write_output)
 
@@ -71,6 +72,7 @@ def _report(run: Run, output: str | None, coverage_threshold: float | None,
         raise Failed("config", "the report is an HTML file: give --output FILE or redirect "
                                "stdout", 2)
     plan = prepare(run, default_group_by=_default_keys, **opts)
+    spare_the_ledger(run, plan.ledger, output)
     threshold = plan.defaults.coverage_threshold if coverage_threshold is None \
         else coverage_threshold
     views = _views(plan, threshold)

@@ -266,3 +266,25 @@ def test_a_bill_or_a_status_never_replaces_a_ledger(tmp_path: Path, option: str,
         assert out.returncode == 2, out.stderr
         assert out.stdout == ""
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("command", [["report"], ["idle", "--format", "csv"], ["waste", "--format", "json"]])
+@pytest.mark.parametrize("name", ["ledger.db", "ledger.db-wal", "other.db"])
+def test_a_report_never_replaces_a_ledger(tmp_path: Path, command: list[str], name: str) -> None:
+    """``report``, ``idle`` and ``waste`` refuse an ``--output`` that is the ledger, one of its
+    files or another ledger, as ``export`` does (before, ``report --output ledger.db`` wrote the
+    HTML over the recorded usage)."""
+    db = tmp_path / "ledger.db"
+    record(db, [held(T0 + 10 * i) for i in range(361)])
+    shutil.copy(db, tmp_path / "other.db")
+    (tmp_path / "ledger.db-wal").write_bytes(b"\x37\x7f\x06\x82" + b"\0" * 28)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": "",
+           "ALLSMI_LEDGER": ""}
+    out = subprocess.run([sys.executable, "-m", "allsmi", command[0], "--ledger", str(db),
+                          "--since", iso(T0), "--until", iso(T0 + 3600), *command[1:],
+                          "--output", str(tmp_path / name)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert "is a ledger" in out.stderr, out.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
