@@ -4,7 +4,8 @@ The data goes to a temporary file in the same directory, is flushed and
 fsynced, then renamed over the target; files are owner-only (0600) unless a
 mode is given. A target that exists and is not a regular file (``/dev/null``,
 ``/dev/stdout``, a FIFO) is written to as it is: renaming over it would replace
-the device node with a file.
+the device node with a file. :func:`holds_database` tells an output that would replace a
+database (a ledger): the commands refuse it before any work.
 """
 
 from __future__ import annotations
@@ -53,3 +54,31 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         pass
     finally:
         os.close(dir_fd)
+
+
+#: The first bytes of an SQLite database and of its write-ahead log (both byte orders).
+SQLITE_MAGIC = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+
+
+def holds_database(target: str | os.PathLike[str], ledger: str | os.PathLike[str] | None = None
+                   ) -> bool:
+    """Whether writing ``target`` would destroy a ledger: it is ``ledger`` or one of its files
+    (``-wal``, ``-shm``, ``.lock``; through any link), or it holds an SQLite database or
+    write-ahead log (any ledger)."""
+    if ledger:
+        real = os.path.realpath(ledger)
+        if os.path.realpath(target) in {real + s for s in ("", "-wal", "-shm", ".lock")}:
+            return True
+        try:
+            if os.path.samefile(target, ledger):  # (a hard link, a bind mount)
+                return True
+        except OSError:
+            pass
+    try:
+        if not stat.S_ISREG(os.stat(target).st_mode):  # (never read a pipe, /dev/stdout)
+            return False
+        with open(target, "rb") as handle:
+            head = handle.read(16)
+    except OSError:
+        return False
+    return head.startswith(SQLITE_MAGIC)

@@ -347,3 +347,19 @@ def test_processes_csv_neutralizes_formula_cells(tmp_path: Path) -> None:
     commands = {r["command"] for r in rows}
     assert {"'=HYPERLINK(\"http://127.0.0.1/\",\"x\")", "'+1+2 run"} <= commands
     assert not any(c[:1] in ("=", "+", "-", "@") for c in commands)
+
+
+def test_a_snapshot_never_replaces_a_database(tmp_path) -> None:
+    """``--output`` naming an SQLite database (a ledger, mistyped) is refused before any backend
+    runs (exit 2), the file left whole; before, the snapshot replaced it."""
+    import sqlite3
+    db = tmp_path / "ledger.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE intervals (start INTEGER)")
+    before = db.read_bytes()
+    result = run_allsmi("snapshot", "--simulate", "mixed", "--output", str(db))
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert "is an SQLite database" in result.stderr
+    assert db.read_bytes() == before
+    written = run_allsmi("snapshot", "--simulate", "mixed", "--output", str(tmp_path / "s.json"))
+    assert written.returncode == 0 and (tmp_path / "s.json").read_text().startswith("{")

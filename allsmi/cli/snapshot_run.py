@@ -85,6 +85,11 @@ def _run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
     host.prime()
     from allsmi.cli.common import build_collector, exit_code_of, fail, settings, stdout_is_terminal
     s = settings(**opts, parent=parent)
+    if output:  # (before any backend runs: a mistyped --output never costs a ledger)
+        from allsmi.atomic import holds_database
+        if holds_database(output):
+            raise fail(f"--output {output} is an SQLite database (a ledger?): writing the snapshot "
+                       "would replace it; write it elsewhere")
     if output_format is None:
         output_format = "table" if (output is None and stdout_is_terminal()) else "json"
     collector = build_collector(s)

@@ -6,39 +6,12 @@ the deleted file."""
 
 from __future__ import annotations
 
-import os
-import stat
 from typing import Any
 
 import click
 
+from allsmi.atomic import holds_database
 from allsmi.cli.reportcmd import Failed, Run
-
-#: The first bytes of an SQLite database and of its write-ahead log (both byte orders).
-SQLITE_MAGIC = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
-
-
-def a_database(ledger: Any, target: str) -> bool:
-    """Whether writing ``target`` would destroy a ledger: it is the ledger billed or one of its
-    files (``-wal``, ``-shm``, ``.lock``; through any link), or it holds an SQLite database or
-    write-ahead log (another ledger)."""
-    if ledger:
-        real = os.path.realpath(ledger)
-        if os.path.realpath(target) in {real + s for s in ("", "-wal", "-shm", ".lock")}:
-            return True
-        try:
-            if os.path.samefile(target, ledger):  # (a hard link, a bind mount)
-                return True
-        except OSError:
-            pass
-    try:
-        if not stat.S_ISREG(os.stat(target).st_mode):  # (never read a pipe, /dev/stdout)
-            return False
-        with open(target, "rb") as handle:
-            head = handle.read(16)
-    except OSError:
-        return False
-    return head.startswith(SQLITE_MAGIC)
 
 
 class SparingRun(Run):
@@ -48,7 +21,7 @@ class SparingRun(Run):
     ledger: Any = None
 
     def report_failure(self, reason: str, message: str) -> None:
-        if self.textfile and a_database(self.ledger, self.textfile):
+        if self.textfile and holds_database(self.textfile, self.ledger):
             click.echo(f"allsmi: the status was not written to {self.textfile}: it is a ledger "
                        "(an SQLite database or one of its files)", err=True)
             return
@@ -57,11 +30,11 @@ class SparingRun(Run):
 
 def spare_the_ledger(run: Run, ledger: Any, output: str | None) -> None:
     """Refuse (exit 2, before any work) an ``--output`` or ``--textfile`` that is a ledger (see
-    :func:`a_database`); ``run`` (a :class:`SparingRun`) then knows the ledger too."""
+    ``allsmi.atomic.holds_database``); ``run`` (a :class:`SparingRun`) then knows the ledger too."""
     if isinstance(run, SparingRun):
         run.ledger = ledger
     for option, target in (("textfile", run.textfile), ("output", output)):
-        if target and target != "-" and a_database(ledger, target):
+        if target and target != "-" and holds_database(target, ledger):
             raise Failed("config", f"--{option} {target} is a ledger (an SQLite database or one "
                          "of its files): writing it would replace the ledger; write it "
                          "elsewhere", 2)
