@@ -149,7 +149,7 @@ def discover_path(flag: str | os.PathLike[str] | None = None,
     env = os.environ if environ is None else environ
     if flag:
         return Path(flag), True
-    if env.get("ALLSMI_CONFIG"):
+    if env.get("ALLSMI_CONFIG", "").strip():  # (an empty or blank variable is unset)
         return Path(env["ALLSMI_CONFIG"]), True
     base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
     user = base / "allsmi" / "config.toml"

@@ -273,8 +273,6 @@ SERVE_ENV = [
     ("ALLSMI_SERVE_MAX_HOLDER_SERIES", "\u00b2", "from 0 to 1000000"),
     ("ALLSMI_SERVE_MAX_HOLDER_SERIES", "9" * 30, "from 0 to 1000000"),
     ("ALLSMI_SERVE_MAX_HOLDER_SERIES", "9" * 5000, "from 0 to 1000000"),  # (not echoed whole)
-    ("ALLSMI_SERVE_WEB_CONFIG", " ", "non-empty"),
-    ("ALLSMI_SERVE_LEDGER", " ", "non-empty"),
 ]
 
 
@@ -351,3 +349,22 @@ class TestFromOutside:
         assert result.returncode == 2, result.stderr[-2000:]
         assert result.stdout == "" and "Traceback" not in result.stderr
         assert "zero" in result.stderr and "too large" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("var", ["ALLSMI_CONFIG", "ALLSMI_LEDGER", "ALLSMI_SIMULATE_SPEED",
+                                 "ALLSMI_SERVE_LISTEN", "ALLSMI_SERVE_INTERVAL",
+                                 "ALLSMI_SERVE_WEB_CONFIG", "ALLSMI_SERVE_LEDGER",
+                                 "ALLSMI_SERVE_ENERGY_MAX_GAP", "ALLSMI_SERVE_MAX_HOLDER_SERIES",
+                                 "ALLSMI_SERVE_PROCESSES"])
+def test_a_blank_variable_is_unset(tmp_path: Path, var: str) -> None:
+    """docs/configuration.md: "An empty or blank (only spaces) variable is unset", for every
+    variable (before, a blank ALLSMI_CONFIG was the file named " ", a blank ALLSMI_LEDGER the
+    ledger " ", and the serve variables and the speed were refused)."""
+    from allsmi.accounting.settings import ledger_settings
+    from allsmi.config import discover_path
+    blank = {var: "  "}
+    assert discover_path(None, blank) == discover_path(None, {})
+    config = load_config(None, environ={})
+    assert ledger_settings(config, environ=blank).path == ledger_settings(config, environ={}).path
+    assert simulation_speed(True, blank) == 1.0
+    assert resolve_options({}, config, blank, None) == resolve_options({}, config, {}, None)

@@ -112,7 +112,7 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
     # directory called '~' below the working directory ('/' for a service, $HOME for cron).
     if path_flag:
         path = Path(os.path.expanduser(os.fspath(path_flag)))
-    elif env.get("ALLSMI_LEDGER"):
+    elif env.get("ALLSMI_LEDGER", "").strip():  # (an empty or blank variable is unset)
         path = Path(os.path.expanduser(env["ALLSMI_LEDGER"]))
     elif file_path:
         path = Path(os.path.expanduser(file_path))

@@ -351,7 +351,7 @@ def simulation_speed(simulate: bool = True, environ: "Mapping[str, str] | None" 
     import math
     import os
     raw = (os.environ if environ is None else environ).get("ALLSMI_SIMULATE_SPEED")
-    if not simulate or not raw:
+    if not simulate or not raw or not raw.strip():  # (an empty or blank variable is unset)
         return 1.0
     try:
         speed = float(raw)
@@ -371,7 +371,7 @@ def simulation_clock() -> "Callable[[], float] | None":
     """
     import os
     import time
-    if not os.environ.get("ALLSMI_SIMULATE_SPEED"):
+    if not os.environ.get("ALLSMI_SIMULATE_SPEED", "").strip():
         return None
     speed = simulation_speed()
     # Anchored on the monotonic clock: simulated time never steps with the wall clock, so the

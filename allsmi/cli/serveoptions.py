@@ -122,7 +122,7 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
         if flags.get(key) is not None:
             return flags[key]
         env = environ.get(ENV[key])
-        if env:
+        if env and env.strip():  # (an empty or blank variable is unset: docs/configuration.md)
             try:
                 return convert(env)
             except ValueError as exc:
@@ -155,7 +155,7 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
     except ValueError as exc:
         if flags.get("listen") is not None:
             raise ValueError(f"--listen: {exc}") from None
-        if environ.get(ENV["listen"]):
+        if (environ.get(ENV["listen"]) or "").strip():
             raise ValueError(f"${ENV['listen']}: {exc}") from None
         if "listen" in section:
             raise config.error(str(exc), "serve", "listen") from None
@@ -171,7 +171,7 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
         problem = f"must be at least the sampling interval ({interval:g} s), got {gap!r}"
         if flags.get("energy_max_gap_seconds") is not None:
             raise ValueError(f"--energy-max-gap: {problem}")
-        if environ.get(ENV["energy_max_gap_seconds"]):
+        if (environ.get(ENV["energy_max_gap_seconds"]) or "").strip():
             raise ValueError(f"${ENV['energy_max_gap_seconds']}: {problem}")
         raise config.error(problem, *(("serve", "energy_max_gap_seconds")
                                       if "energy_max_gap_seconds" in section
