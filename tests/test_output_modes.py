@@ -13,7 +13,9 @@ import stat
 import subprocess
 from pathlib import Path
 
-from .conftest import require_tool, run_allsmi
+import pytest
+
+from .conftest import allsmi_exe, require_tool, run_allsmi
 
 
 def mode(path: Path) -> int:
@@ -88,3 +90,25 @@ def test_output_to_a_fifo_writes_through_it_and_leaves_it_a_fifo(tmp_path) -> No
     assert result.returncode == 0, result.stderr
     assert _stat.S_ISFIFO(_os.stat(fifo).st_mode)
     assert _json.loads(got[0])["schema_version"] == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["snapshot", "--simulate", "mixed"], ["doctor"], ["backends"], ["--version"],
+    ["export", "--simulate", "mixed", "--period", "today"],
+], ids=["snapshot", "doctor", "backends", "--version", "export"])
+def test_a_closed_standard_output_is_a_failure_not_a_silent_success(args: list[str]) -> None:
+    """Started with fd 1 closed (``allsmi snapshot >&-``), Python drops every print: a command
+    exited 0 having written nothing (``doctor``, ``backends``), or with a traceback
+    (``snapshot``, ``export``). Each now says it could not write, and exits 1."""
+    result = subprocess.run(allsmi_exe() + args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, timeout=120, preexec_fn=lambda: os.close(1))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == "allsmi: cannot write the output to standard output: standard output is closed\n"
+
+
+def test_a_closed_standard_output_does_not_stop_a_command_that_writes_a_file(tmp_path) -> None:
+    out = tmp_path / "s.json"
+    result = subprocess.run(allsmi_exe() + ["snapshot", "--simulate", "mixed", "--output", str(out)],
+                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            timeout=120, preexec_fn=lambda: os.close(1))
+    assert result.returncode == 0 and out.read_text().startswith("{"), result.stderr

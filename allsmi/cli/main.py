@@ -10,6 +10,7 @@ a bad value, another command) goes to the click group in :mod:`allsmi.cli.group`
 from __future__ import annotations
 
 import errno
+import io
 import sys
 from typing import Any
 
@@ -30,11 +31,36 @@ COMMANDS: dict[str, str] = {
 
 #: Why writing to standard output fails, as opposed to a bug: a full or over-quota disk, a file
 #: over its size limit, a device error, a reader that left.
-OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EPIPE})
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EPIPE,
+                           errno.EBADF})
+
+
+class ClosedStdout(io.TextIOBase):
+    """Standard output when the process started with fd 1 closed (``allsmi snapshot >&-``,
+    where Python leaves ``sys.stdout`` ``None`` and a print is silently dropped): writing fails
+    as a closed descriptor does, so a command that writes a document says it could not and
+    exits 1, never 0 with nothing written; one that writes none (``--output FILE``) is
+    unaffected."""
+
+    encoding = "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
 
 
 def main() -> None:
     """Console-script entry point: the click-free fast path when it applies, else click."""
+    if sys.stdout is None:
+        sys.stdout = ClosedStdout()
     try:
         from allsmi.cli.fast import run_fast
         code = run_fast(sys.argv[1:])
