@@ -42,10 +42,11 @@ class ConfigError(Exception):
 
     def __init__(self, message: str, path: Path | None = None, line: int | None = None,
                  key: str | None = None, key_path: tuple[str, ...] = ()) -> None:
+        from allsmi.text import clipped, escaped  # (errors are rare: not imported for every start)
+        message = clipped(message)  # (a value it echoes, cut to a readable length)
         self.path, self.line, self.key, self.message = path, line, key, message
         self.key_path = key_path
         """The key as its table names (``("rules", "2", "vendor")``), where one is known."""
-        from allsmi.text import escaped  # (errors are rare: not imported for every start)
         where = escaped(str(path)) if path else "<config>"
         if line:
             where += f", line {line}"

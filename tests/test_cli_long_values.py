@@ -100,3 +100,19 @@ def test_a_host_no_resolver_can_be_asked_is_refused_before_use(args: list[str]) 
     assert result.returncode == 2 and result.stdout == "", result.stderr[-2000:]
     assert "Traceback" not in result.stderr and ("HOST:PORT" in result.stderr
                                                  or "not a host name" in result.stderr)
+
+
+def test_a_huge_value_in_a_scenario_or_in_doctor_s_report_is_cut(tmp_path: Path) -> None:
+    """The configuration's and the scenario's errors are cut where they are made (ConfigError,
+    ScenarioError): ``doctor`` reports them in text and JSON, not only on stderr."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[collector]\ninterval_seconds = "{HUGE}"\n')
+    for extra in ([], ["--json"]):
+        result = run_allsmi("--config", str(config), "doctor", *extra)
+        assert result.returncode == 2, result.stderr[-500:]
+        assert "(100000 characters)" in result.stdout and len(result.stdout) < 20_000
+        assert len(result.stderr) < 2000
+    scenario = tmp_path / "huge.toml"
+    scenario.write_text(f'include = "{HUGE}"\n')
+    result = run_allsmi("snapshot", "--simulate", str(scenario))
+    assert result.returncode == 2 and len(result.stderr) < 2000, result.stderr[:500]

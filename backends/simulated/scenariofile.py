@@ -11,7 +11,7 @@ from typing import Any
 
 from allsmi.boundedread import TooLarge, read_bounded
 from allsmi.numbers import setting_number
-from allsmi.text import MAX_NAME, escaped
+from allsmi.text import MAX_NAME, clipped, escaped
 from allsmi.tomlkeys import KeyLocator, too_long_integer, toml_syntax_line, undecodable
 
 from .checks import text_problem
@@ -44,7 +44,7 @@ class ScenarioError(ValueError):
             where += f", key '{key}'"
         self.path, self.line, self.key, self.reason = path, line, key, message
         # A path or a key may hold anything: shown escaped, never reaching a terminal raw.
-        super().__init__(escaped(f"{where}: {message}"))
+        super().__init__(clipped(escaped(f"{where}: {message}")))
 
 
 def builtin_scenarios() -> list[str]:
