@@ -84,9 +84,11 @@ _ENERGY_SCALE = {"j": 1.0, "mj": -1e3, "uj": -1e6, "µj": -1e6, "kj": 1e3, "kwh"
 _FREQ_SCALE = {"mhz": 1.0, "ghz": 1e3, "khz": -1e3, "hz": -1e6, "": 1.0}
 
 
-def _scaled(number: float, scale: float) -> float:
-    """Multiply by a positive scale, divide by a negative one (an exact divisor)."""
-    return number / -scale if scale < 0 else number * scale
+def _scaled(number: float, scale: float) -> float | None:
+    """Multiply by a positive scale, divide by a negative one (an exact divisor); ``None`` where
+    the product is past the largest float (``"1e308 kW"``): no reading, never an infinity."""
+    value = number / -scale if scale < 0 else number * scale
+    return value if math.isfinite(value) else None
 _TEMP_UNITS = {"c", "°c", "", "degc", "celsius"}
 _SIZE_SCALE = {
     "b": 1, "": 1,
@@ -110,7 +112,8 @@ def _split(value: object) -> tuple[float, str] | None:
     match = _num_unit.match(value)
     if not match:
         return None
-    return float(match.group(1)), match.group(2).lower()
+    number = float(match.group(1))  # "1e999" is a float infinity: no reading, as float("inf") is
+    return (number, match.group(2).lower()) if math.isfinite(number) else None
 
 
 def parse_power_watts(value: object, default_unit: str = "w") -> float | None:
@@ -152,6 +155,12 @@ def parse_clock_mhz(value: object, default_unit: str = "mhz") -> float | None:
     return None if scale is None else _scaled(number, scale)
 
 
+def _whole(number: float) -> int | None:
+    """``number`` rounded to a whole number; ``None`` for one past the largest float (``"1e308
+    GiB"``), which ``int()`` refuses with an ``OverflowError`` that would fail the whole sample."""
+    return int(round(number)) if math.isfinite(number) else None
+
+
 def parse_size_bytes(value: object, default_unit: str = "b") -> int | None:
     """Bytes from ``"1.5GiB"``, ``"512 MB"``, ``"1048576"`` or a bare number in ``default_unit``.
 
@@ -163,7 +172,7 @@ def parse_size_bytes(value: object, default_unit: str = "b") -> int | None:
         return None
     number, unit = parts
     scale = _SIZE_SCALE.get(unit or default_unit.lower())
-    return None if scale is None else int(round(number * scale))
+    return None if scale is None else _whole(number * scale)
 
 
 def parse_percent(value: object) -> float | None:
@@ -180,7 +189,7 @@ def parse_percent(value: object) -> float | None:
 def mib_to_bytes(value: object) -> int | None:
     """Bytes from a MiB count (number or numeric string)."""
     number = to_float(value)
-    return None if number is None else int(round(number * MIB))
+    return None if number is None else _whole(number * MIB)
 
 
 def milli_to_unit(value: object) -> float | None:

@@ -289,9 +289,11 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
             seen = merged.get(row.pid)
             if seen is None:
                 merged[row.pid] = row
-            elif row.memory_bytes is not None:
-                # Warboy-era ps lists one row per core range: the process total is the sum.
-                total = row.memory_bytes + (seen.memory_bytes or 0)
+            else:
+                # Warboy-era ps lists one row per core range: the process total is the sum, and
+                # unknown where a row's memory is (a sum of the others would understate it).
+                total = None if row.memory_bytes is None or seen.memory_bytes is None \
+                    else row.memory_bytes + seen.memory_bytes
                 merged[row.pid] = parse.ProcessRow(row.pid, seen.command or row.command, total)
         return tuple(ProcessSample(pid=r.pid, user=self._user_lookup(r.pid), command=r.command,
                                    memory_bytes=r.memory_bytes)

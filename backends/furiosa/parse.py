@@ -249,6 +249,11 @@ def parse_ps(data: Any, said: SaidOnce | None = None) -> tuple[dict[str, list[Pr
                                      f"furiosa-smi ps pid {pid}: memory {shorten(repr(raw_memory), 40)} "
                                      "is negative; reported as unknown")
             memory = None
+        elif memory is None and not units.is_missing(raw_memory) and raw_memory is not None:
+            # present but no size ("1e999", "12 parsecs"): unknown, and said, not silently dropped
+            (said or SaidOnce()).say(warnings, ("furiosa-smi ps", repr(raw_pid), repr(raw_memory)),
+                                     f"furiosa-smi ps pid {pid}: unreadable memory "
+                                     f"{shorten(repr(raw_memory), 40)}; reported as unknown")
         for label in labels:
             found.setdefault(label, []).append(ProcessRow(pid=pid, command=command, memory_bytes=memory))
     return found, warnings

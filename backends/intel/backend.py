@@ -144,6 +144,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         for card in cards:
             key = card.bus_id or card.path
             seen.add(key)
+            self._known.setdefault(key, card.index)  # one that appears later is missed if it goes
             reading = read_card(card, now)
             out.append(self._device(card, reading, self._readings.get(key), xpu.get(card.bus_id or ""),
                                     pids.get(card.bus_id or "", ()) if listed else None, shares, memory))

@@ -38,6 +38,8 @@ class TpuBackend(Backend, declared=DECLARATION):
         self._refused: list[str] = []
         """This sample's refused values (said once: see :meth:`_say_refused`)."""
         self._said: SaidOnce | None = None  # made by open()
+        self._known: dict[str, Chip] = {}
+        """Each chip listed since open, by id: the number it had while every chip was listed."""
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
@@ -61,6 +63,7 @@ class TpuBackend(Backend, declared=DECLARATION):
         self.close()
         from allsmi.backends._common.cells import SaidOnce
         self._said = SaidOnce()  # a reopened backend says each refused value again, once
+        self._known = {}
         self._client = MetricsClient(self.address, self.timeout_seconds)
 
     def close(self) -> None:
@@ -78,14 +81,39 @@ class TpuBackend(Backend, declared=DECLARATION):
         layout = find_chips(self.pci)
         if layout.problem:  # said every sample, as long as it lasts: the status shows why
             self.warnings.append(layout.problem)
-        chips = layout.chips
-        if not chips:
+        chips, gone = self._stable(layout.chips)
+        if not chips and not gone:
             return []
-        metrics = self._metrics()
-        self._fit(chips, metrics)
-        devices = [self._chip(chip, metrics) for chip in chips]
+        metrics = self._metrics() if chips else None
+        self._fit((*chips, *gone), metrics)  # a missing chip's libtpu ids are still its own
+        devices = [self._chip(chip, metrics) for chip in chips] + [self._gone(chip, chips) for chip in gone]
         self._say_refused()
         return devices
+
+    def _stable(self, listed: Sequence[Chip]) -> tuple[tuple[Chip, ...], list[Chip]]:
+        """The chips to report, and those listed before that sysfs no longer lists (a chip that
+        fell off the bus reads vendor ``0xffff`` or leaves sysfs): never silently gone. While
+        only chips are missing, the others keep the index and libtpu devices they had (libtpu
+        numbered them when the workload started; a renumbered chip would take another chip's
+        ``google.com/tpu`` index and values); a metric whose ids then fit no chip is still
+        refused by :meth:`_fit`. Chips that appear anew are numbered as sysfs lists them."""
+        present = {f"tpu:{chip.bus_id}": chip for chip in listed}
+        gone = [chip for key, chip in self._known.items() if key not in present]
+        if gone and present.keys() <= self._known.keys():
+            return tuple(chip for key, chip in self._known.items() if key in present), gone
+        self._known = {f"tpu:{chip.bus_id}": chip for chip in gone} | present
+        return tuple(listed), gone
+
+    def _gone(self, chip: Chip, listed: Sequence[Chip]) -> DeviceSample:
+        """A chip listed before and missing now: ``degraded`` without values, named in a warning."""
+        self.warnings.append(f"tpu:{chip.bus_id}: listed in sysfs before but missing now (fallen off "
+                             "the bus?); reported degraded without values")
+        taken = {c.index for c in listed}
+        return DeviceSample(
+            id=f"tpu:{chip.bus_id}", vendor=self.vendor, kind=self.kind, backend=self.display_name,
+            index=None if chip.index in taken else chip.index,
+            name=self.model_name(chip.generation.name), bus_id=chip.bus_id, health="degraded",
+            processes=None, details={"device_node": chip.node, "generation": chip.generation.name})
 
     def _say_refused(self) -> None:
         """Add this sample's refused values to the warnings, each said once while open (the

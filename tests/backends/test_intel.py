@@ -167,3 +167,27 @@ def test_a_client_without_a_client_id_is_known_by_its_descriptor(tmp_path: Path)
                               if not line.startswith("drm-client-id")))
     first, again = (scan(str(tree / "proc"), ("xe",)) for _ in range(2))
     assert [c.client_id for c in first] == [c.client_id for c in again] == ["fd:9"]
+
+
+def test_a_card_that_appears_after_open_and_goes_is_lost_not_silently_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ALLSMI_XPU_SMI", raising=False)
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "i915-flex170x2", tree, symlinks=True)
+    drm = tree / "sys" / "class" / "drm"
+    shutil.move(drm / "card1", tmp_path / "card1")  # bound by its driver after open()
+    clock = Clock()
+    backend = _backend(tree, clock)
+    backend.open()
+    clock.now += 1.0
+    assert sorted(d.index for d in backend.sample()) == [0]
+    shutil.move(tmp_path / "card1", drm / "card1")
+    clock.now += 1.0
+    assert sorted(d.index for d in backend.sample()) == [0, 1]
+    shutil.rmtree(drm / "card1")
+    clock.now += 1.0
+    devices = {d.index: d for d in backend.sample()}
+    # was: card1 gone from the sample without a word
+    assert sorted(devices) == [0, 1] and devices[1].health == "lost"
+    assert devices[1].power_watts is None and devices[1].processes is None
+    assert any("card1" in w and "no longer listed" in w for w in backend.warnings), backend.warnings
