@@ -176,7 +176,8 @@ def classify_holder(dev: DeviceSample, procs: Sequence[ProcessSample], host: Hos
         return "host", (f"host: cgroup CPU-throttled {share * 100:.0f} % of its "
                         f"CPU-limit periods{at}; device {below}")
     # nothing, when every signal was read and each was quiet
-    missing = not_quiet(seen, reads, link, ib, host.node, s, blocked, unread)
+    directions = (dev.interconnect_rx_bytes_per_second, dev.interconnect_tx_bytes_per_second)
+    missing = not_quiet(seen, reads, link, ib, host.node, s, blocked, unread, directions)
     if missing:
         return "unknown", f"unknown: {below}; {missing}"
     return "nothing", (f"nothing: {plural(n, 'process')} idle (no I/O wait, "

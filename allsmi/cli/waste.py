@@ -58,14 +58,20 @@ def waste(**opts: Any) -> None:
 
 
 def evidence(item: dict[str, Any]) -> str:
-    """What the allocated time went to, in words: the reasons by share, then the efficiency."""
+    """What the allocated time went to, in words: the reasons by their share of it (with the
+    time no reason was booked for, where that is 0.5 % of it or more: a ledger recorded before
+    the classification, or with it switched off, for part of the window), then the efficiency."""
     waits = [(r, item[f"waiting_{r}_seconds"]) for r in WAITING_REASONS]
     total = sum(s for _, s in waits if s)
     parts = []
     if total:
+        allocated = max(total, 3600.0 * (item["allocated_device_hours"] or 0.0))
+        if allocated - total >= 0.005 * allocated:
+            waits.append(("not classified", allocated - total))
         for reason, seconds in sorted(waits, key=lambda w: -(w[1] or 0.0)):
             if seconds:
-                parts.append(f"{reason} {100.0 * seconds / total:.0f} % ({_duration(seconds)})")
+                parts.append(f"{reason} {100.0 * seconds / allocated:.0f} % "
+                             f"({_duration(seconds)})")
     else:
         parts.append("waiting reasons not measured")
     if item["efficiency_ratio"] is not None:

@@ -39,8 +39,12 @@ def cpu_bound(a: ProcessActivity) -> float:
 
 def not_quiet(seen: Sequence[ProcessActivity], reads: Sequence[float | None], link: float | None,
              ib: float | None, node: NodeActivity, s: ActivitySettings, blocked: int = 0,
-             unread: int = 0) -> str:
-    """Why the holder cannot be called idle: the first signal unread or not quiet ("" none)."""
+             unread: int = 0,
+             link_directions: tuple[float | None, float | None] | None = None) -> str:
+    """Why the holder cannot be called idle: the first signal unread or not quiet ("" none).
+    ``link``: the device's interconnect bytes per second, rx plus tx of what is known;
+    ``link_directions``: (rx, tx) it was made of, each of which must be known to call the
+    links quiet."""
     if unread:  # what it did is unknown: the others' quiet says nothing of it
         return (f"{plural(unread, 'process')} of the holder's {len(seen) + unread} could not be "
                 "read (ended, or hidden from this exporter)")
@@ -63,14 +67,21 @@ def not_quiet(seen: Sequence[ProcessActivity], reads: Sequence[float | None], li
     cpu = max(cpu_bound(a) for a in seen)
     if cpu >= s.quiet_cpu_fraction:
         return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"
-    if link is None:  # no links of its own: the node's InfiniBand (quiet, else communication)
-        if node.infiniband_ports and (node.infiniband_rx_bytes_per_second is None
-                                      or node.infiniband_tx_bytes_per_second is None):
-            return (f"node InfiniBand/RoCE traffic not measured ({node.infiniband_ports} "
-                    "port(s): new, reset or saturated; device links not reported)")
-        if node.infiniband_unmeasured:  # (the others' quiet says nothing of theirs)
-            return (f"node InfiniBand/RoCE traffic partly measured ({node.infiniband_unmeasured}"
-                    " port(s) new, gone, reset or saturated; device links not reported)")
+    if link is not None and link_directions is not None and None in link_directions:
+        # one direction quiet says nothing of the other (a GPM NVLink metric that failed)
+        unknown = "received" if link_directions[0] is None else "sent"
+        return f"device links' {unknown} bytes not reported"
+    # the node's InfiniBand/RoCE, which makes a holder communication whatever its device's
+    # links (inter-node traffic does not cross them): quiet only where measured
+    links = "device links not reported" if link is None else "device links quiet"
+    if node.infiniband_ports and (node.infiniband_rx_bytes_per_second is None
+                                  or node.infiniband_tx_bytes_per_second is None):
+        return (f"node InfiniBand/RoCE traffic not measured ({node.infiniband_ports} "
+                f"port(s): new, reset or saturated; {links})")
+    if node.infiniband_unmeasured:  # (the others' quiet says nothing of theirs)
+        return (f"node InfiniBand/RoCE traffic partly measured ({node.infiniband_unmeasured}"
+                f" port(s) new, gone, reset or saturated; {links})")
+    if link is None:  # no links of its own: its network must be quiet too
         rx, tx = node.network_rx_bytes_per_second, node.network_tx_bytes_per_second
         if rx is None or tx is None:  # and its network must both be quiet
             return "device links and node network not reported" if ib is None \

@@ -4,6 +4,7 @@ ranked by money lost, with the cost of each waiting reason and the evidence in w
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from allsmi.schema import DeviceSample, HolderWaiting, ProcessSample
@@ -108,3 +109,29 @@ def test_a_holder_whose_activity_is_unknown_ranks_by_the_time_it_is_known_to_hav
     assert finn["waiting_nothing_cost"] == 3.0
     assert "compute activity not measured" in finn["evidence"]
     assert abs(gail["lost_cost"] - 1.5) < 0.01
+
+
+def test_evidence_shares_are_of_the_allocated_time_not_of_the_classified_part(
+        tmp_path: Path) -> None:
+    """A ledger whose first half hour was recorded without the waiting classification (before
+    an upgrade, or with ``[activity] enabled = false``): the holder's evidence said
+    ``nothing 100 % (30 min)`` of an hour held; its shares are of the allocated hour, and the
+    time no reason was booked for is said."""
+    (tmp_path / "config.toml").write_text(CONFIG)
+    held = DeviceSample(
+        id="GPU-0", vendor="nvidia", kind="gpu", backend="nvidia", index=0, name="H100",
+        health="ok", resource_group="training", utilization_percent=100.0,
+        compute_active_percent=2.0, compute_active_source="sm_active",
+        processes=(ProcessSample(100, "ann", "python x.py", 1 << 30),))
+    classified = replace(held, waiting=(HolderWaiting("nothing", "nothing: test", user="ann"),))
+    ledger = tmp_path / "ledger.db"
+    record(ledger, [snap(T0 + 10 * step, held if step <= 180 else classified)
+                    for step in range(361)], config(CONFIG))
+    result = run_allsmi("waste", "--ledger", str(ledger), "--config", str(tmp_path / "config.toml"),
+                        "--since", "2026-03-02T00:00:00Z", "--until", "2026-03-02T01:00:00Z",
+                        "--format", "json")
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)["rows"]
+    assert row["allocated_device_hours"] == 1.0 and row["waiting_nothing_seconds"] == 1800.0
+    assert row["evidence"].startswith(
+        "nothing 50 % (30 min); not classified 50 % (30 min); compute active 2 %"), row["evidence"]

@@ -4,6 +4,7 @@ unknown. And several holders on one device, one holder on several devices, each 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from allsmi.hostactivity.sampler import (HostActivity, HostActivitySampler, NodeActivity,
@@ -79,10 +80,11 @@ def test_a_node_whose_ports_were_none_read_twice_is_not_quiet(tmp_path: Path) ->
                              HostActivity({1: _idle()}, node, 2.0), S)
     assert r == "unknown" and "InfiniBand" in why, why
     assert node.infiniband_rx_bytes_per_second is None and node.infiniband_ports == 1
-    # a device with links of its own: its links decide, as the docs say
+    # a device with links of its own, quiet: the node's InfiniBand, which alone makes a
+    # holder communication (inter-node traffic does not cross the device's links), is unknown
     r, _ = classify_holder(_dev(link=0.0), (ProcessSample(1, "ann"),),
                            HostActivity({1: _idle()}, node, 2.0), S)
-    assert r == "nothing"
+    assert r == "unknown"
     # a node without InfiniBand: its network decides
     quiet = NodeActivity(network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0)
     assert classify_holder(_dev(), (ProcessSample(1, "ann"),),
@@ -185,3 +187,73 @@ def test_a_sum_missing_a_counter_is_busy_enough_never_quiet(tmp_path: Path) -> N
                            network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0)
     r, _ = classify_holder(_dev(), procs, HostActivity({1: _idle()}, sending, 2.0), S)
     assert r == "communication"
+
+
+def test_device_links_with_one_direction_unknown_are_not_quiet() -> None:
+    """The device's NVLink received bytes measured at 0 while its sent bytes are unknown: the
+    links' quiet is half measured, so an idle-looking holder is ``unknown``, never ``nothing``
+    (it was ``nothing``); a busy half is still enough for ``communication``."""
+    procs = (ProcessSample(1, "ann"),)
+    host = HostActivity({1: _idle()}, NodeActivity(), 2.0)
+    for rx, tx, unknown in ((0.0, None, "sent"), (None, 0.0, "received")):
+        dev = replace(_dev(link=0.0), interconnect_rx_bytes_per_second=rx,
+                      interconnect_tx_bytes_per_second=tx)
+        r, why = classify_holder(dev, procs, host, S)
+        assert r == "unknown" and f"device links' {unknown} bytes not reported" in why, why
+    busy = replace(_dev(link=0.0), interconnect_rx_bytes_per_second=4e9,
+                   interconnect_tx_bytes_per_second=None)
+    assert classify_holder(busy, procs, host, S)[0] == "communication"
+    assert classify_holder(_dev(link=0.0), procs, host, S)[0] == "nothing"  # both measured
+
+
+def test_a_gpm_nvlink_metric_that_fails_leaves_the_holder_unknown(monkeypatch) -> None:
+    """Through the NVIDIA backend over the fake NVML: GPM's NVLink sent-bytes metric fails on
+    its own (its nvmlReturn a Timeout) while the received bytes read 0, on a GPU whose SMs are
+    1 % active; the holder, idle on the host, is ``unknown``, not ``nothing``."""
+    import os
+
+    from allsmi.backends.nvidia import NvidiaBackend, gpm
+    from tests.backends.nvml_fake import FakeGpu, FakeNvml, FakeProcess, busy_looking
+
+    monkeypatch.setattr(gpm, "MIN_INTERVAL_SECONDS", 0.0)
+    gpu = busy_looking(FakeGpu.from_profile("h100-sxm5-80gb", 0), 1.0)
+    gpu.gpm_metric_errors = {61: 10}  # NVML_ERROR_TIMEOUT, for this metric alone
+    gpu.compute = [FakeProcess(os.getpid(), 1 << 30)]
+    FakeNvml([gpu]).install(monkeypatch)
+    backend = NvidiaBackend(options={"processes": True})
+    backend.open()
+    try:
+        [dev] = backend.sample()
+    finally:
+        backend.close()
+    assert dev.interconnect_rx_bytes_per_second == 0.0
+    assert dev.interconnect_tx_bytes_per_second is None
+    assert dev.processes and dev.processes[0].pid == os.getpid()
+    quiet = NodeActivity(network_rx_bytes_per_second=0.0, network_tx_bytes_per_second=0.0)
+    source = _Fixed(HostActivity({os.getpid(): _idle(os.getpid())}, quiet, 2.0))
+    [out] = WaitingClassifier(S, source=source).apply([dev])
+    assert [w.reason for w in out.waiting or ()] == ["unknown"], out.waiting
+    assert "device links' sent bytes not reported" in out.waiting[0].evidence  # type: ignore[index]
+
+
+def test_quiet_device_links_do_not_make_unmeasured_infiniband_quiet(tmp_path: Path) -> None:
+    """A device with NVLink figures of its own (both 0) on a node whose only InfiniBand port's
+    counters are stuck at their maximum, or reset in the interval: the node's InfiniBand makes
+    a holder ``communication`` whatever its device's links say, so unmeasured it leaves the
+    holder ``unknown`` (it was ``nothing``); measured and quiet, ``nothing``."""
+    procs = (ProcessSample(1, "ann"),)
+    for where, counters, words in (("stuck", ((WORDS_MAX, WORDS_MAX), (WORDS_MAX, WORDS_MAX)),
+                                    "not measured"),
+                                   ("reset", ((10**9, 10**9), (5, 5)), "not measured"),
+                                   ("half", ((WORDS_MAX - 9, 0), (WORDS_MAX, 0)),
+                                    "not measured")):
+        node = _node_over(tmp_path / where, *counters)
+        r, why = classify_holder(_dev(link=0.0), procs, HostActivity({1: _idle()}, node, 2.0), S)
+        assert r == "unknown" and f"InfiniBand/RoCE traffic {words}" in why, (where, why)
+        assert "device links quiet" in why, why
+    node = _node_over(tmp_path / "two", (0, 0), (0, 0))
+    half = replace(node, infiniband_unmeasured=1)  # a second port gone in the interval
+    r, why = classify_holder(_dev(link=0.0), procs, HostActivity({1: _idle()}, half, 2.0), S)
+    assert r == "unknown" and "InfiniBand/RoCE traffic partly measured (1 port(s)" in why, why
+    assert classify_holder(_dev(link=0.0), procs,
+                           HostActivity({1: _idle()}, node, 2.0), S)[0] == "nothing"
