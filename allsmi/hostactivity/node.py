@@ -35,6 +35,9 @@ class NodeReading:
     infiniband: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per InfiniBand/RoCE port (``mlx5_0/1``): (received, sent) bytes (the counters count
     4-byte words, multiplied out here); empty when the node has none."""
+    infiniband_unreadable: tuple[str, ...] = ()
+    """The ports listed whose byte counters could not be read (neither set is there, or a
+    read failed): their traffic is unknown, never none."""
     problems: tuple[str, ...] = ()
 
 
@@ -121,18 +124,25 @@ def _stacked(base: str, name: str) -> bool:
         return False
 
 
-def read_infiniband(sys_root: str) -> dict[str, tuple[int, int]]:
+def read_infiniband(sys_root: str) -> tuple[dict[str, tuple[int, int]], tuple[str, ...]]:
     """(received, sent) bytes per InfiniBand/RoCE port (``device/port``), at most
-    :data:`MAX_INTERFACES`. ``port_rcv_data``/``port_xmit_data`` count 4-byte words (the
-    ``_ext`` forms some drivers add are 64-bit versions of the same); a port whose counters
-    cannot be read is left out. Keyed by device, port and the device's ``node_guid``
-    (``mlx5_0/1#...``): an adapter replaced under the same name starts its own counters."""
+    :data:`MAX_INTERFACES`, and the ports whose bytes could not be read.
+
+    A port's bytes are ``counters/port_rcv_data``/``port_xmit_data``, which count 4-byte
+    words (64-bit where the driver reads the extended set); a port without them (AWS EFA,
+    Broadcom ``bnxt_re``: their adapters keep only ``hw_counters``) is read from
+    ``hw_counters/rx_bytes``/``tx_bytes``, in bytes, all the port's traffic. A port with
+    neither (``irdma``'s octet counters by protocol), or whose files cannot be read, is listed
+    as unreadable: its traffic is unknown. Keyed by device, port and the device's
+    ``node_guid`` (``mlx5_0/1#...``): an adapter replaced under the same name starts its own
+    counters."""
     base = os.path.join(sys_root, "class", "infiniband")
     try:
         devices = sorted(os.listdir(base))
     except OSError:
-        return {}
+        return {}, ()
     out: dict[str, tuple[int, int]] = {}
+    unreadable: list[str] = []
     for dev in devices:
         try:
             ports = sorted(os.listdir(os.path.join(base, dev, "ports")))
@@ -140,14 +150,22 @@ def read_infiniband(sys_root: str) -> dict[str, tuple[int, int]]:
             continue
         guid = _identity(os.path.join(base, dev, "node_guid"))
         for port in ports:
-            if len(out) >= MAX_INTERFACES:
-                return out
-            counters = os.path.join(base, dev, "ports", port, "counters")
-            r = _counter(os.path.join(counters, "port_rcv_data"))
-            t = _counter(os.path.join(counters, "port_xmit_data"))
+            if len(out) + len(unreadable) >= MAX_INTERFACES:
+                return out, tuple(unreadable)
+            key = f"{dev}/{port}#{guid}" if guid else f"{dev}/{port}"
+            where = os.path.join(base, dev, "ports", port)
+            r = _counter(os.path.join(where, "counters", "port_rcv_data"))
+            t = _counter(os.path.join(where, "counters", "port_xmit_data"))
             if r is not None and t is not None:
-                out[f"{dev}/{port}#{guid}" if guid else f"{dev}/{port}"] = (4 * r, 4 * t)
-    return out
+                out[key] = (4 * r, 4 * t)
+                continue
+            r = _counter(os.path.join(where, "hw_counters", "rx_bytes"))
+            t = _counter(os.path.join(where, "hw_counters", "tx_bytes"))
+            if r is not None and t is not None:
+                out[key] = (r, t)
+            else:
+                unreadable.append(f"{dev}/{port}")
+    return out, tuple(unreadable)
 
 
 def read_node(proc_root: str = "/proc", sys_root: str = "/sys") -> NodeReading:
@@ -172,5 +190,7 @@ def read_node(proc_root: str = "/proc", sys_root: str = "/sys") -> NodeReading:
     network = read_network(sys_root)
     if not network:
         problems.append(f"no network interface counters under {sys_root}/class/net")
+    infiniband, unreadable = read_infiniband(sys_root)
     return NodeReading(cpu_ticks=cpu, pressure_some_usec=pressure, network=network,
-                       infiniband=read_infiniband(sys_root), problems=tuple(problems))
+                       infiniband=infiniband, infiniband_unreadable=unreadable,
+                       problems=tuple(problems))

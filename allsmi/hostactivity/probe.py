@@ -132,7 +132,13 @@ def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signa
     interfaces = read_network(sys_root)
     out.append(Signal("network bytes", bool(interfaces),
                       f"{len(interfaces)} interface(s) under {sys_root}/class/net"))
-    ports = read_infiniband(sys_root)
-    out.append(Signal("InfiniBand/RoCE ports", bool(ports),
-                      f"{len(ports)} port(s)" if ports else "no InfiniBand/RoCE port here"))
+    ports, unreadable = read_infiniband(sys_root)
+    detail = f"{len(ports)} port(s)" if ports or not unreadable else ""
+    if unreadable:  # (their traffic is unknown: a quiet holder is then unknown, not nothing)
+        detail += (", " if detail else "") + (
+            f"{len(unreadable)} port(s) without readable byte counters ("
+            + ", ".join(unreadable[:4]) + (", ..." if len(unreadable) > 4 else "")
+            + "): traffic there unknown")
+    out.append(Signal("InfiniBand/RoCE ports", bool(ports) and not unreadable,
+                      detail if ports or unreadable else "no InfiniBand/RoCE port here"))
     return out

@@ -80,7 +80,7 @@ def not_quiet(seen: Sequence[ProcessActivity], reads: Sequence[float | None], li
                 f"port(s): new, reset or saturated; {links})")
     if node.infiniband_unmeasured:  # (the others' quiet says nothing of theirs)
         return (f"node InfiniBand/RoCE traffic partly measured ({node.infiniband_unmeasured}"
-                f" port(s) new, gone, reset or saturated; {links})")
+                f" port(s) new, gone, reset, saturated or without byte counters; {links})")
     if link is None:  # no links of its own: its network must be quiet too
         rx, tx = node.network_rx_bytes_per_second, node.network_tx_bytes_per_second
         if rx is None or tx is None:  # and its network must both be quiet

@@ -199,7 +199,7 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
 def node_activity(now: NodeReading, before: NodeReading | None,
                   seconds: float | None) -> NodeActivity:
     """The node's rates between two readings."""
-    ports = len(now.infiniband)
+    ports = len(now.infiniband) + len(now.infiniband_unreadable)
     if before is None or seconds is None or seconds < MIN_WINDOW_SECONDS:
         return NodeActivity(infiniband_ports=ports, problems=now.problems)
     iowait = None
@@ -222,7 +222,8 @@ def node_activity(now: NodeReading, before: NodeReading | None,
                         infiniband_ports=ports, problems=now.problems,
                         network_unmeasured=unmeasured(now.network, before.network),
                         infiniband_unmeasured=unmeasured(now.infiniband, before.infiniband,
-                                                         IB_SATURATED))
+                                                         IB_SATURATED)
+                        + len(now.infiniband_unreadable))
 
 
 class HostActivitySampler:
