@@ -5,6 +5,7 @@ document or nothing."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -185,3 +186,42 @@ def test_a_csv_cell_never_holds_a_formula_nor_an_infinite_number() -> None:
     assert [csv_cell(v) for v in ("-inf", "+nan", "-Infinity", "=1+1", "-3.5", "-1")] == \
         ["'-inf", "'+nan", "'-Infinity", "'=1+1", "-3.5", "-1"]
     assert [csv_cell(v) for v in (float("nan"), float("-inf"), None, 2.5)] == ["", "", "", "2.5"]
+
+
+def _allsmi(*args: str) -> subprocess.Popen[str]:
+    """``allsmi ARGS`` with no ``ALLSMI_*`` variable of the caller's."""
+    from .conftest import allsmi_exe
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLSMI_")}
+    return subprocess.Popen(allsmi_exe() + list(args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env)
+
+
+def test_gaps_are_judged_against_the_interval_the_command_samples_at(tmp_path: Path) -> None:
+    """``[ledger] max_gap_seconds`` below the sampling interval passed ``snapshot`` and ``doctor``
+    (which said the file was fine) and stopped only ``allsmi record`` at start; a gap the
+    ``--interval`` flag makes valid was refused against the file's interval."""
+    ledger = tmp_path / "ledger.toml"
+    ledger.write_text("[ledger]\nmax_gap_seconds = 1\n")
+    for command in (["snapshot", "--format", "json"], ["doctor", "--json"]):
+        proc = _allsmi(*command, "--simulate", "mixed", "--config", str(ledger))
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (command, err)
+        assert f"{ledger}, line 2, key 'ledger.max_gap_seconds': must be at least the sampling " \
+               "interval (2 s), got 1" in err, err
+    problems = json.loads(out)["config_problems"]  # (doctor's report is still printed)
+    assert [(p["line"], p["key"]) for p in problems] == [(2, "ledger.max_gap_seconds")]
+    proc = _allsmi("snapshot", "--format", "json", "--simulate", "mixed", "--interval", "0.5",
+                   "--config", str(ledger))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and json.loads(out)["devices"], err
+    serve = tmp_path / "serve.toml"
+    serve.write_text("[serve]\nenergy_max_gap_seconds = 1\n")
+    proc = _allsmi("serve", "--simulate", "mixed", "--interval", "0.5", "--listen", "127.0.0.1:0",
+                   "--config", str(serve))
+    try:
+        line = proc.stderr.readline() if proc.stderr else ""
+        assert "serving metrics on" in line, line + (proc.stderr.read() if proc.poll() else "")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0

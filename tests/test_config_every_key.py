@@ -196,6 +196,9 @@ CASES += [
                       "activity.quiet_cpu_fraction"), id="activity.quiet-above-host"),
     pytest.param(Case("# x\n[serve]\nenergy_max_gap_seconds = 1\ninterval_seconds = 2\n", 3,
                       "serve.energy_max_gap_seconds"), id="serve.gap-below-interval"),
+    # refused by every command (and doctor), not only when `allsmi record` starts
+    pytest.param(Case("# x\n[ledger]\nmax_gap_seconds = 1\n", 3, "ledger.max_gap_seconds"),
+                 id="ledger.gap-below-interval"),
 ]
 
 
@@ -233,8 +236,8 @@ def test_both_ends_of_each_range_are_accepted(key: Key, tmp_path: Path,
     low = key.low if not key.low_open else (1 if key.whole else key.low + 1e-9)
     for value in (low, key.high):
         text = repr(int(value)) if key.whole or value == int(value) else repr(float(value))
-        if key.table == "serve" and key.key == "energy_max_gap_seconds" and value < 2:
-            continue  # (below the sampling interval: refused, as the gap-below-interval case)
+        if key.dotted in ("serve.energy_max_gap_seconds", "ledger.max_gap_seconds") and value < 2:
+            continue  # (below the sampling interval: refused, as the gap-below-interval cases)
         if key.table == "activity" and key.key == "host_cpu_fraction" and value <= 0.1:
             continue  # (not above quiet_cpu_fraction's default: refused, as documented)
         if key.table == "activity" and key.key == "quiet_cpu_fraction" and value >= 0.9:

@@ -57,8 +57,10 @@ def test_user_facing_docs_name_no_issue_numbers() -> None:
     found = []
     for page in pages():
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-            for match in re.finditer(r"(\S*)\s+issues?\s+#?\d+|^issues?\s+#?\d+", line, flags=re.I):
-                before = (match.group(1) or "").strip("([{\"'")
+            # "issue 36", "(issue 37)", "[issue 31: ...]": the word before, if any, says whose
+            for match in re.finditer(r"(?<![\w-])issues?\s+#?\d+", line, flags=re.I):
+                words = line[:match.start()].rstrip(" \t([{\"'").split()
+                before = words[-1].strip("([{\"'") if words else ""
                 if re.fullmatch(r"[A-Z]{2,}\w*|[a-z]+[A-Z]\w*", before):
                     continue  # another project's issue (DCGM issue 152, ROCm ...): a reference
                 found.append(f"{page.relative_to(REPO)}:{number}: {line.strip()[:100]}")

@@ -171,11 +171,15 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
     try:
         config = load_config(config_path, problems=problems)
         if config.path is not None or problems:  # without a file, there is nothing to check
+            from dataclasses import replace
             from allsmi.cli.configcheck import check_config, problems_in
+            # the gaps bridged are judged against the interval this command samples at
+            sampled = replace(config, interval_seconds=interval) if interval else config
             if problems is None:
-                check_config(config)
+                check_config(sampled)
             else:
-                config, found = problems_in(config, thorough=True)
+                sampled, found = problems_in(sampled, thorough=True)
+                config = replace(sampled, interval_seconds=config.interval_seconds)
                 problems.extend(found)
     except ConfigError as exc:
         raise fail(str(exc)) from None

@@ -11,9 +11,12 @@ checks for the tables the file has, so a typo in ``[serve]`` stops ``allsmi snap
 (:func:`problems_in`): each problem's key is left out and the checks run again.
 
 Only the file is judged here: environment variables are the command's own business. A
-``[dashboard] theme`` is checked against the installed themes only by ``allsmi dashboard``
-and ``allsmi doctor`` (``thorough``): knowing them means importing Textual, which a snapshot
-must not pay for. The rest of ``[dashboard]`` is checked by every command.
+``[dashboard] theme`` is checked against the installed themes only by the dashboard
+(``allsmi``, ``allsmi view``) and ``allsmi doctor`` (``thorough``): knowing them means
+importing Textual, which a snapshot must not pay for. The rest of ``[dashboard]`` is checked
+by every command. The gaps bridged (``[serve] energy_max_gap_seconds``, ``[ledger]
+max_gap_seconds``) are judged against ``config.interval_seconds``, which
+:func:`allsmi.cli.common.settings` sets to the command's ``--interval`` for the check.
 """
 
 from __future__ import annotations
@@ -36,7 +39,16 @@ def _serve(config: Config) -> None:
 
 def _ledger(config: Config) -> None:
     from allsmi.accounting.settings import ledger_settings
-    ledger_settings(config, environ={})
+    check_ledger_gap(config, ledger_settings(config, environ={}).max_gap_seconds,
+                     config.interval_seconds)
+
+
+def check_ledger_gap(config: Config, max_gap_seconds: float | None, interval: float) -> None:
+    """``[ledger] max_gap_seconds`` is at least the sampling interval ``interval``: a shorter gap
+    bridges nothing, and every interval would be lost."""
+    if max_gap_seconds is not None and max_gap_seconds < interval:
+        raise config.error(f"must be at least the sampling interval ({interval:g} s), "
+                           f"got {max_gap_seconds:g}", "ledger", "max_gap_seconds")
 
 
 def _export(config: Config) -> None:

@@ -65,7 +65,8 @@ class LazyGroup(click.Group):
 @dashboard_options
 @click.pass_context
 def cli(ctx: click.Context, theme: str | None, sort: str | None, **_: Any) -> None:
-    """allsmi: one monitor for NVIDIA, AMD, Intel Gaudi and NPU accelerators.
+    """allsmi: one monitor for AMD, AWS Neuron, Furiosa, Google TPU, Huawei Ascend, Intel,
+    NVIDIA, Rebellions and Tenstorrent accelerators.
 
     With no command, opens the live dashboard (it takes the dashboard's options, e.g.
     --theme and --sort, as 'allsmi view' does).

@@ -43,12 +43,12 @@ def record(ledger_path: str | None, **opts: Any) -> None:
         ledger = ledger_settings(s.config, path_flag=ledger_path)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    from allsmi.cli.configcheck import check_ledger_gap
     from allsmi.usage import bridged_gap_seconds
-    if ledger.max_gap_seconds is not None and ledger.max_gap_seconds < s.interval:
-        # A gap shorter than the sampling interval bridges nothing: every interval would be lost.
-        raise fail(str(s.config.error(
-            f"must be at least the sampling interval ({s.interval:g} s), got {ledger.max_gap_seconds:g}",
-            "ledger", "max_gap_seconds")))
+    try:
+        check_ledger_gap(s.config, ledger.max_gap_seconds, s.interval)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
     gap = bridged_gap_seconds(s.interval, ledger.max_gap_seconds, simulation_speed(s.simulate is not None))
     try:
         recorder = LedgerRecorder(ledger.path, s.config, settings=ledger, max_gap_seconds=gap)

@@ -41,7 +41,8 @@ SOURCE_OPTIONS = [
     click.option("--since", metavar="TIME", default=None,
                   help="Window start, ISO 8601 (e.g. 2026-03-01 or 2026-03-01T06:00:00Z)."),
     click.option("--until", metavar="TIME", default=None,
-                  help="Window end (exclusive), ISO 8601; default: now."),
+                  help="Window end (exclusive), ISO 8601; default: the start of the "
+                       "current minute (the minute in progress is not billed)."),
     click.option("--tz", "tz_name", metavar="ZONE", default=None,
                   help="Time zone of periods and of times without an offset (default UTC; "
                        "config: export.tz)."),
