@@ -102,7 +102,7 @@ def prometheus_usage(client: PrometheusClient, window: Window, by_holder: bool =
     notes: list[str] = []
     if not rollups:
         parts, holders = prometheus_parts(client, window, by_holder, notes)
-        parts, holders = check_window(client, window, parts, holders)
+        parts, holders = check_window(client, window, parts, holders, notes)
         return Usage(parts, holders, "raw counters (--no-rollups)", 0, window.seconds,
                      notes=tuple(notes))
     hours = choose_hours(client, window.start_unix, window.end_unix)
@@ -110,7 +110,7 @@ def prometheus_usage(client: PrometheusClient, window: Window, by_holder: bool =
     gaps = _gaps(window.start_unix, window.end_unix, covered)
     if not covered or len(gaps) > MAX_RAW_PIECES:
         parts, holders = prometheus_parts(client, window, by_holder, notes)
-        parts, holders = check_window(client, window, parts, holders)
+        parts, holders = check_window(client, window, parts, holders, notes)
         why = "" if not covered else f" (the roll-ups have more than {MAX_RAW_PIECES} holes)"
         return Usage(parts, holders, f"raw counters{why}", 0, window.seconds, notes=tuple(notes))
     tz = window.start.tzinfo
@@ -126,7 +126,7 @@ def prometheus_usage(client: PrometheusClient, window: Window, by_holder: bool =
         parts.extend(raw)
         if holders is not None and raw_holders is not None:
             holders.extend(raw_holders)
-    parts, holders = check_window(client, window, parts, holders)
+    parts, holders = check_window(client, window, parts, holders, notes)
     rollup_s = sum(b - a for a, b in covered)
     raw_s = sum(b - a for a, b in gaps)
     detail = (f"hourly roll-ups for {rollup_s / 3600:g} h ({_iso(lo)} to {_iso(hi)})"

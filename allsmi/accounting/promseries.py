@@ -45,12 +45,14 @@ def device_key(metric: dict[str, str]) -> tuple[str, ...]:
 
 
 def query_series(client: PrometheusClient, promql: str, at: float,
-                 keys: tuple[str, ...],
-                 notes: list[str] | None = None) -> dict[tuple[str, ...], float]:
+                 keys: tuple[str, ...], notes: list[str] | None = None,
+                 bounds: tuple[float, float] | None = None,
+                 what: str = "") -> dict[tuple[str, ...], float]:
     """``promql`` evaluated at ``at``: each series' value under its ``keys`` labels. A value
     that is not a finite number fails (:class:`PrometheusError` naming the series); two series
     under the same labels (an answer no store gives for a ``by`` aggregation: a proxy merging
-    replicas) count once, the larger, and are noted in ``notes``."""
+    replicas) count once, the larger, and are noted in ``notes``. A value outside ``bounds``
+    (``what`` the series are) fails too."""
     out: dict[tuple[str, ...], float] = {}
     for sample in client.query(promql, at):
         metric = sample.get("metric") or {}
@@ -58,7 +60,7 @@ def query_series(client: PrometheusClient, promql: str, at: float,
         if not isinstance(raw, (list, tuple)) or len(raw) != 2:
             raise PrometheusError(f"{client.url}: the answer to {promql!r} holds a malformed "
                                   f"sample {str(raw)[:60]!r}")
-        value = sample_value(raw[1], metric, promql, client.url)
+        value = sample_value(raw[1], metric, promql, client.url, bounds, what)
         key = tuple(metric.get(k, "") for k in keys)
         if key in out:
             if notes is not None:

@@ -57,6 +57,13 @@ WINDOW_EDGE_SECONDS = 120.0
 #: The most power one device can draw, for the bound on its energy in a window: 100 kW, about
 #: fifty times today's largest accelerator boards.
 MAX_DEVICE_WATTS = 100_000.0
+#: When the exporter started counting a device (the ``_created`` series of its observed-time
+#: counter, which Prometheus and VictoriaMetrics store as a series of its own): the same value
+#: under two ``instance`` labels is one exporter's counter scraped twice.
+CREATED = COUNTERS["observed"].removesuffix("_total") + "_created"
+#: Billed time is allocated time at a share of at most 1: above it by more than rounding (a
+#: fraction, and seconds) is an impossible answer (a roll-up from a share above 1).
+BILLED_ROUNDING = 1e-6
 #: The time fields of a part, each bounded by the window.
 TIME_FIELDS = ("observed_s", "allocated_s", "busy_s", "busy_observed_s", "billed_s", "idle_s",
                "idle_billed_s", "used_billed_s")
@@ -97,7 +104,8 @@ def prometheus_parts(client: PrometheusClient, window: Window, by_holder: bool =
     mem_avg = query_series(client, f"max by (uuid, instance) (avg_over_time({MEMORY}[{rng}]))", at, pair)
     mem_max = query_series(client, f"max by (uuid, instance) (max_over_time({MEMORY}[{rng}]))", at, pair)
     # Partitions and their parents: billed at their share (the average over the window).
-    shares = query_series(client, f"max by (uuid, instance) (avg_over_time({SHARE}[{rng}]))", at, pair)
+    shares = query_series(client, f"max by (uuid, instance) (avg_over_time({SHARE}[{rng}]))", at, pair,
+                          bounds=(0.0, 1.0), what="a partition's share of its device")
     labels: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
     for sample in client.query(f"last_over_time({GROUP_INFO}[{rng}])", at):
         metric = sample.get("metric", {})
@@ -145,14 +153,54 @@ def prometheus_parts(client: PrometheusClient, window: Window, by_holder: bool =
     return parts, holder_parts(client, window, parts, waited)
 
 
+def _scraped_twice(client: PrometheusClient, window: Window, parts: list[Part],
+                   notes: list[str]) -> set[str]:
+    """The devices (``instance/uuid``) that are another ``instance`` label's copy of one
+    exporter's device: the same uuid and the same ``_created`` (:data:`CREATED`) under two
+    instances (one exporter scraped by two jobs under different addresses, a pod IP and a node
+    name) whose observed time together exceeds the window. The copy with the most observed
+    time is kept. Devices of different hosts that share an id (a bus id where the vendor gives
+    no uuid) started counting at different moments and are not copies; neither is a device
+    whose instance label changed within the window (their times add up to at most the
+    window)."""
+    seconds = max(window.seconds, 1)
+    created = query_series(client, f"max by (uuid, instance) (last_over_time({CREATED}"
+                           f"[{seconds}s]))", window.end_unix, ("uuid", "instance"))
+    same: dict[tuple[str, float], list[str]] = defaultdict(list)
+    for (uuid, instance), value in created.items():
+        same[(uuid, value)].append(f"{instance}/{uuid}")
+    observed: dict[str, float] = defaultdict(float)
+    for part in parts:
+        observed[part.device] += part.observed_s or 0.0
+    drop: set[str] = set()
+    for devices in same.values():
+        devices = sorted(d for d in devices if d in observed)
+        if len(devices) < 2 or \
+                sum(observed[d] for d in devices) <= seconds * (1 + WINDOW_SLACK) + WINDOW_EDGE_SECONDS:
+            continue
+        keep = max(devices, key=lambda d: observed[d])
+        drop.update(d for d in devices if d != keep)
+        notes.append(f"device {keep} is also scraped as {', '.join(d for d in devices if d != keep)} "
+                     "(one exporter under more than one instance label: two scrape jobs?): "
+                     f"counted once, as {keep}")
+    return drop
+
+
 def check_window(client: PrometheusClient, window: Window, parts: list[Part],
-                 holders: list[Part] | None) -> tuple[list[Part], list[Part] | None]:
-    """``parts`` (and ``holders``) with no device billed more than the window: a device's time
-    over the window by up to :data:`WINDOW_SLACK` of it plus :data:`WINDOW_EDGE_SECONDS`
-    (extrapolation) is cut to the window, each
+                 holders: list[Part] | None,
+                 notes: list[str] | None = None) -> tuple[list[Part], list[Part] | None]:
+    """``parts`` (and ``holders``) with no device billed more than the window: one exporter's
+    device under several instance labels counted once (:func:`_scraped_twice`, said in
+    ``notes``); a device's time over the window by up to :data:`WINDOW_SLACK` of it plus
+    :data:`WINDOW_EDGE_SECONDS` (extrapolation) is cut to the window, each
     holder's in proportion; more, or energy above :data:`MAX_DEVICE_WATTS` over the window, is
     an impossible answer and fails naming the device."""
     seconds = max(window.seconds, 1)
+    copies = _scraped_twice(client, window, parts, [] if notes is None else notes) if parts \
+        else set()
+    if copies:
+        parts = [p for p in parts if p.device not in copies]
+        holders = None if holders is None else [h for h in holders if h.device not in copies]
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for part in parts:
         for name in TIME_FIELDS + ("energy_j",):
@@ -161,6 +209,12 @@ def check_window(client: PrometheusClient, window: Window, parts: list[Part],
                 totals[part.device][name] += value
     factors: dict[str, dict[str, float]] = {}
     for device, sums in totals.items():
+        billed, allocated = sums.get("billed_s", 0.0), sums.get("allocated_s", 0.0)
+        if billed < 0 or billed > allocated * (1 + BILLED_ROUNDING) + BILLED_ROUNDING:
+            raise PrometheusError(
+                f"{client.url}: impossible answer: device {device} has {billed:.6g} s of billed "
+                f"time for {allocated:.6g} s allocated (billed time is the allocated time at a "
+                "partition share between 0 and 1): not billed")
         energy = sums.get("energy_j", 0.0)
         if energy > seconds * MAX_DEVICE_WATTS:
             raise PrometheusError(

@@ -20,6 +20,13 @@
   new connection's request is answered ``503`` at once and closed;
 * **a whole-response deadline**: a response must be taken by the client
   within ``write_timeout`` seconds;
+* **a bounded lingering close**: a connection closed after its answer (``Connection: close``,
+  a request with a body, a malformed one) is first shut for writing and what the client still
+  sends (an unread body, pipelined requests) is read and dropped until it closes its side, for
+  at most ``linger_timeout`` seconds and ``linger_bytes`` bytes. Closing a socket with unread
+  input makes the kernel reset the connection and drop whatever of the answer the client has not
+  read yet (RFC 9112 section 9.6; Go's net/http and Apache linger too). A lingering connection
+  counts against no per-address bound and is the first to give way at ``max_open``;
 * **a hard bound on all open connections** (``max_open``, derived from the
   process's file descriptor limit by :func:`max_open_for_fd_limit`): a new
   connection beyond it takes the place of a connection of the address
@@ -66,6 +73,8 @@ class Limits:
     header_timeout: float = 5.0
     idle_timeout: float = 10.0
     write_timeout: float = 10.0
+    linger_timeout: float = 2.0
+    linger_bytes: int = 4 << 20
     head_grace: float = 1.0
     max_reading: int = 64
     max_reading_per_client: int = 16
@@ -86,6 +95,8 @@ class Limits:
 
 
 HANDSHAKE, READING, IDLE, WORKING, WRITING = "handshake", "reading", "idle", "working", "writing"
+#: Answered and shut for writing; what the client still sends is read and dropped until it closes.
+LINGERING = "lingering"
 HEAD_READERS = (HANDSHAKE, READING)
 
 
@@ -123,7 +134,7 @@ class Conn:
     """One connection's state in the loop."""
 
     __slots__ = ("sock", "address", "client", "state", "buf", "out", "close_after", "since",
-                 "deadline", "head_started", "events", "refusing", "closed")
+                 "deadline", "head_started", "events", "refusing", "closed", "linger_left")
 
     def __init__(self, sock: socket.socket, address: Any, now: float, limits: Limits,
                  tls: bool, refusing: bool) -> None:
@@ -138,23 +149,24 @@ class Conn:
         self.deadline = now + limits.header_timeout
         self.head_started: float | None = now
         self.events = 0
-        self.refusing = refusing  # over max_per_client: its request is answered 503
+        self.refusing = refusing  # over max_per_client (or lingering): not counted per address
         self.closed = False
+        self.linger_left = 0  # bytes still read and dropped while lingering
 
 
-_GIVES_WAY = {HANDSHAKE: 0, READING: 0, IDLE: 1, WRITING: 2}
+_GIVES_WAY = {LINGERING: -1, HANDSHAKE: 0, READING: 0, IDLE: 1, WRITING: 2}
 
 
 def room_victim(conns: Iterable[Conn]) -> Conn | None:
-    """The connection to close for a new one at ``max_open``: a refused one waiting for its
-    503 first; else, of the address holding the most, its oldest head reader, else its
+    """The connection to close for a new one at ``max_open``: a lingering one (answered
+    already) or a refused one waiting for its 503 first; else, of the address holding the most, its oldest head reader, else its
     longest idle, else its longest-stalled writer. ``None`` when all are being answered."""
     candidates = [c for c in conns if c.state != WORKING and not c.closed]
     if not candidates:
         return None
     refusing = [c for c in candidates if c.refusing]
     if refusing:
-        return min(refusing, key=lambda c: c.since)
+        return min(refusing, key=lambda c: (_GIVES_WAY[c.state], c.since))
     heaviest = collections.Counter(c.client for c in candidates).most_common(1)[0][0]
     return min((c for c in candidates if c.client == heaviest),
                key=lambda c: (_GIVES_WAY[c.state], c.since))

@@ -38,7 +38,8 @@ from typing import Any, Callable, Deque, Optional
 
 from allsmi.exporter.authqueue import FairQueue
 from allsmi.exporter.request import head_end, request_start
-from allsmi.exporter.bounds import HANDSHAKE, IDLE, READING, WORKING, WRITING, Conn, Limits
+from allsmi.exporter.bounds import (HANDSHAKE, IDLE, LINGERING, READING, WORKING, WRITING, Conn,
+                                    Limits)
 from allsmi.exporter.sockets import REFUSED, ConnectionTable
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,8 @@ class ConnectionLoop(ConnectionTable):
             self._read(conn)
         elif conn.state == WRITING:
             self._write(conn)
+        elif conn.state == LINGERING:
+            self._drain(conn)
 
     def _handshake(self, conn: Conn) -> None:
         try:
@@ -375,7 +378,7 @@ class ConnectionLoop(ConnectionTable):
             self._close(conn)
             return
         if conn.close_after:
-            self._close(conn)
+            self._linger(conn)
             return
         now = time.monotonic()
         conn.state = IDLE

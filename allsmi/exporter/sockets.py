@@ -16,7 +16,8 @@ import ssl
 import time
 from typing import Any
 
-from allsmi.exporter.bounds import WORKING, Conn, Limits, client_of, excess_head_readers, room_victim
+from allsmi.exporter.bounds import (LINGERING, WORKING, Conn, Limits, client_of, excess_head_readers,
+                                    room_victim)
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,8 @@ REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; chars
            b"Content-Length: 17\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
            b"server too busy\r\n")
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+#: Reads of a lingering connection per turn of the loop (of at most ``max_head_bytes`` each).
+_DRAIN_READS = 4
 
 
 class ConnectionTable:
@@ -146,7 +149,9 @@ class ConnectionTable:
 
     def _expire(self, now: float) -> None:
         for conn in list(self._conns.values()):
-            if conn.state != WORKING and now > conn.deadline and not conn.closed:
+            if conn.state == LINGERING and now > conn.deadline:
+                self._close(conn)  # answered: the end of its lingering close, not a failure
+            elif conn.state != WORKING and now > conn.deadline and not conn.closed:
                 self.timed_out += 1
                 log.debug("closing %s connection from %s: deadline passed", conn.state, conn.address)
                 self._close(conn)
@@ -187,13 +192,59 @@ class ConnectionTable:
         if self._conns.get(fd) is conn:
             del self._conns[fd]
         if not conn.refusing:
-            self._per_client[conn.client] -= 1
-            if self._per_client[conn.client] <= 0:
-                del self._per_client[conn.client]
+            self._uncount(conn)
         try:
             conn.sock.close()
         except OSError:  # the peer or the kernel closed it first: it is closed either way
             pass
+
+    def _linger(self, conn: Conn) -> None:
+        """Close ``conn`` once the client has its answer: shut it for writing (the answer then
+        ends in a FIN), and read and drop what the client still sends until it closes, within
+        ``linger_timeout`` and ``linger_bytes`` (:mod:`allsmi.exporter.bounds`). Closing at once
+        with unread input (a body, a pipelined request) would reset the connection and cut the
+        answer short."""
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(conn)
+            return
+        if not conn.refusing:  # answered: its address may open another connection meanwhile
+            self._uncount(conn)
+        now = time.monotonic()
+        conn.state, conn.since, conn.head_started = LINGERING, now, None
+        conn.deadline = now + self.limits.linger_timeout
+        conn.buf.clear()
+        conn.linger_left = self.limits.linger_bytes
+        self._watch(conn, selectors.EVENT_READ)
+        self._drain(conn)
+
+    def _drain(self, conn: Conn) -> None:
+        """Read and drop what a lingering connection sends; close it at its end or its bound."""
+        try:
+            for _ in range(_DRAIN_READS):  # then the other connections' turn
+                data = conn.sock.recv(min(conn.linger_left, self.limits.max_head_bytes))
+                if not data:
+                    break
+                conn.linger_left -= len(data)
+                if conn.linger_left <= 0:
+                    log.debug("%s sent more than %d bytes after its answer: closed",
+                              conn.address, self.limits.linger_bytes)
+                    break
+            else:
+                return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+            return  # nothing more for now: the selector says when
+        except (ssl.SSLError, OSError):
+            pass
+        self._close(conn)
+
+    def _uncount(self, conn: Conn) -> None:
+        """Stop counting ``conn`` against its address (closed, or answered and lingering)."""
+        conn.refusing = True
+        self._per_client[conn.client] -= 1
+        if self._per_client[conn.client] <= 0:
+            del self._per_client[conn.client]
 
     def close(self) -> None:
         """Release the table's own resources (after the loop stopped)."""

@@ -211,3 +211,108 @@ def test_an_hour_rolled_up_twice_bills_once(tmp_path: Path, observed: tuple[str,
         assert "disagree" in err and "uuid=GPU-a" in err and "3000 to 3600" in err, err
     else:
         assert "disagree" not in err, err
+
+
+class _TwoInstances(FakeStore):
+    """Every series of the device under two ``instance`` labels (``instances``), with each
+    instance's ``_created`` of the observed-time counter from ``created`` and its observed
+    seconds from ``observed``."""
+
+    instances = ("node-a:9494", "10.0.0.7:9494")
+    created: tuple[str, str] = ("1772400000.25", "1772400000.25")
+    observed: tuple[str, str] = ("3600", "3600")
+
+    def do_GET(self) -> None:  # noqa: N802
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        if "rollup_window_seconds" in query or query.startswith("count by"):
+            return super().do_GET()
+        result: list[dict[str, Any]] = []
+        for name, value in self.values.items():
+            if name in query:
+                values = self.created if name == "observed_seconds_created" else \
+                    self.observed if name == "observed_seconds" else (value, value)
+                result = [{"metric": {**DEVICE, "instance": i}, "value": [0, v]}
+                          for i, v in zip(self.instances, values)]
+                break
+        self.answer("vector", result)
+
+
+@pytest.mark.parametrize("case", ["one exporter scraped twice", "two hosts sharing an id",
+                                  "an instance label changed within the window"])
+def test_a_device_under_two_instance_labels(tmp_path: Path, case: str) -> None:
+    """One exporter scraped by two jobs under different addresses (a node name and a pod IP)
+    shows each device under two ``instance`` labels at once: it was billed twice (2 device-hours
+    and 1 kWh for one device's 0.5 kWh hour, exit 0, nothing said). Its ``_created`` series tell
+    it apart from two hosts whose devices share an id (a bus id where the vendor gives no uuid),
+    which both bill, and from a target relabelled within the window, whose two parts add up to
+    the window."""
+    created, observed = {
+        "one exporter scraped twice": (("1772400000.25",) * 2, ("3600", "3600")),
+        "two hosts sharing an id": (("1772400000.25", "1772390000.5"), ("3600", "3600")),
+        "an instance label changed within the window": (("1772400000.25",) * 2, ("1800", "1800")),
+    }[case]
+    values = {"observed_seconds_created": "", **HONEST}
+    handler = type("Store", (_TwoInstances,), {"values": values, "created": created,
+                                               "observed": observed})
+    with loopback_server(handler) as url:
+        rc, doc, err = export(url, tmp_path)
+    # (a relabelled target's two halves count as two devices for the coverage: exit 3)
+    assert rc == (3 if case.startswith("an instance") else 0), err
+    (row,) = doc["rows"]
+    if case == "one exporter scraped twice":
+        assert row["device_count"] == 1 and row["observed_device_hours"] == 1.0, row
+        assert row["energy_kwh"] == 0.5 and row["allocated_device_hours"] == 0.5, row
+        assert doc["coverage_ratio"] == 1.0
+        assert "device 10.0.0.7:9494/GPU-a is also scraped as node-a:9494/GPU-a" in err, err
+    else:
+        assert row["device_count"] == 2 and row["energy_kwh"] == 1.0, row
+        assert row["observed_device_hours"] == (2.0 if case.startswith("two") else 1.0), row
+        assert "also scraped" not in err, err
+
+
+@pytest.mark.parametrize("share", ["1.5", "-0.5"])
+def test_a_partition_share_outside_0_to_1_fails_naming_the_series(tmp_path: Path,
+                                                                   share: str) -> None:
+    """A partition's share of its device is at most 1 and never negative: a store answering 1.5
+    billed 0.75 h of 0.5 h allocated, and -0.5 a negative 0.25 h, both with exit 0."""
+    handler = type("Store", (FakeStore,), {"values": {"partition_share_ratio": share, **HONEST},
+                                           "copies": 1, "duplicated": False})
+    with loopback_server(handler) as url:
+        rc, doc, err = export(url, tmp_path)
+    assert rc == 1 and doc == {}, (rc, doc)
+    assert "partition_share_ratio" in err and repr(share) in err and "at most 1" in err, err
+
+
+class _RolledBilled(_Rolled):
+    """The hour rolled up once, its billed seconds (``billed``) against 1800 s allocated."""
+
+    billed = "2700"
+
+    def do_GET(self) -> None:  # noqa: N802
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        end = int(dt.datetime.fromisoformat(UNTIL).timestamp())
+        rolled = {"rollup_window_seconds": ({}, "3600"), "observed_seconds:increase1h": (DEVICE, "3600"),
+                  "allocated_seconds:increase1h": (DEVICE, "1800"),
+                  "device_billed_seconds:increase1h": (DEVICE, self.billed)}
+        if not query.endswith("s]"):
+            return FakeStore.do_GET(self)
+        result = [{"metric": labels, "values": [[end, value]]}
+                  for name, (labels, value) in rolled.items() if name in query]
+        body = json.dumps({"status": "success",
+                           "data": {"resultType": "matrix", "result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_rolled_up_billed_time_above_the_allocated_fails(tmp_path: Path) -> None:
+    """A roll-up's billed seconds are its hour's allocated seconds at the partition share (at
+    most 1): 2700 billed of 1800 allocated was billed as it came, with exit 0."""
+    handler = type("Rolled", (_RolledBilled,), {"values": dict(HONEST), "copies": 1,
+                                                "duplicated": False})
+    with loopback_server(handler) as url:
+        rc, doc, err = export(url, tmp_path)
+    assert rc == 1 and doc == {}, (rc, doc, err)
+    assert "impossible answer" in err and "2700 s of billed time for 1800 s allocated" in err, err
