@@ -36,17 +36,19 @@ def month_start(window: Any) -> dt.datetime:
 def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
     """``report`` with each budgeted row's ``budget_used_ratio`` and ``forecast_month_end_cost``
     taken from the month to date (module docstring); ``build(plan)`` makes a report."""
-    if not any(row.budget for row in report.rows):
+    if not any(row.budget is not None for row in report.rows):  # (a budget of 0 is one)
         return report
     first = month_start(report.window)
-    if report.window.start <= first:  # the window is the month to date (or the whole month)
+    # the window is the month to date (or the whole month); one that starts in an earlier
+    # month is not: its month to date is the part from the first of the month holding its end
+    if report.window.start.timestamp() == first.timestamp():
         return report
     from allsmi.accounting.periods import Window
     to_date = build(replace(plan, window=Window(first, report.window.end), purpose=PURPOSE))
     by_key = {tuple(getattr(r, k, None) for k in KEYS): r for r in to_date.rows}
     rows = []
     for row in report.rows:
-        if not row.budget:
+        if row.budget is None:
             rows.append(row)
             continue
         month = by_key.get(tuple(getattr(row, k, None) for k in KEYS))

@@ -59,7 +59,7 @@ def _export(run: SparingRun, output_format: str | None, output: str | None,
     from allsmi.accounting.focus import focus_settings
     from allsmi.config import ConfigError
 
-    plan = prepare(run, **opts)
+    plan = prepare(run, status=True, **opts)
     try:
         focus = focus_settings(plan.config)
     except ConfigError as exc:
@@ -157,11 +157,12 @@ def budget_notes(report: Any) -> tuple[str, ...]:
         else group_totals(report.rows)
     for group, used, forecast in totals:
         row = first.get(group)
-        if row is None or used is None:
+        if row is None:
             continue
         budget, currency = row.budget, row.currency or ""
-        cost = used * budget  # the month to date
-        if cost > budget:
+        # the month to date (unknown with a budget of 0, which has no ratio: its forecast says)
+        cost = None if used is None else used * budget
+        if cost is not None and cost > budget:
             out.append(f"group {group} cost {cost:.2f} {currency} this month to date, "
                        f"above its monthly budget of {budget:g} {currency}")
         elif forecast is not None and forecast > budget:

@@ -136,12 +136,14 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
             period: str | None, since: str | None, until: str | None, tz_name: str | None,
             group_by: str | None, config_path: str | None, timeout: float | None,
             simulate: str | None, allow_partial: bool = False, no_rollups: bool = False,
-            textfile: str | None = None,
+            textfile: str | None = None, status: bool = False,
             default_group_by: Any = None, verbose: bool = False) -> Plan:
     """Resolve and check the options shared by ``export`` and ``idle``; raises :class:`Failed`.
 
     ``default_group_by(source_is_prometheus)`` gives the command's default keys (else
-    ``[export] group_by``)."""
+    ``[export] group_by``). ``status``: the command writes the export's status file (its
+    ``--textfile``, else ``[export] textfile``): ``allsmi export`` alone; ``report``, ``idle``
+    and ``waste`` never touch it (a failure of theirs is not the export's)."""
     from allsmi.accounting.periods import PeriodError, window_from, zone
     from allsmi.accounting.settings import export_defaults, ledger_settings, parse_group_by
     from allsmi.config import ConfigError
@@ -154,7 +156,7 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
     config = s.config
     try:
         defaults = export_defaults(config)
-        run.textfile = textfile or defaults.textfile
+        run.textfile = (textfile or defaults.textfile) if status else None
         if sum(x is not None for x in (prometheus_url, ledger_path, s.simulate)) > 1:
             raise Failed("config", "give one of --ledger, --prometheus and --simulate", 2)
         use_prometheus = None if s.simulate else (

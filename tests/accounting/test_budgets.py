@@ -87,6 +87,52 @@ def test_budget_columns_are_the_month_to_date_whatever_the_window(tmp_path: Path
     assert float(rows["training"]["budget_used_ratio"]) == pytest.approx(96.0 / 1e5, rel=1e-3)
 
 
+def test_a_window_from_the_month_before_budgets_its_month_to_date(tmp_path: Path) -> None:
+    """2026-02-28 to 2026-03-03: the cost is the window's three days (144 EUR), but the budget
+    used and the forecast are the month to date's, from the first of the month holding the
+    window's end (the 1st and the 2nd: 96 EUR), not the window's cost over a monthly budget
+    with no forecast at all."""
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.config import parse_config
+
+    from .helpers import T0, device, snap
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, parse_config(CONFIG.format(budget=1000)
+                                          + "\n[ledger]\nmax_gap_seconds = 120\n"))
+    start = T0 - 2 * 86400  # 2026-02-28T00:00:00Z
+    for k in range(3 * 1440 + 1):
+        rec.on_snapshot(replace(snap(start + 60 * k, device("GPU-a", util=50.0, users=["alice"],
+                                                            group="training", power=300.0)),
+                                monotonic=1000.0 + 60 * k))
+    rec.close()
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=1000))
+    out = run("--ledger", str(db), "--since", "2026-02-28", "--until", "2026-03-03",
+              "--group-by", "resource_group", "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    row = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training")
+    assert row["cost"] == pytest.approx(144.0, rel=1e-3)  # the window: three days
+    assert row["budget_used_ratio"] == pytest.approx(96.0 / 1000, rel=1e-3)
+    assert row["forecast_month_end_cost"] == pytest.approx(96.0 / 2 * 31, rel=1e-3)
+    assert "group training is forecast to cost 1488.00 EUR this month" in out.stderr, out.stderr
+
+
+def test_a_budget_of_0_is_a_budget_and_any_cost_is_above_it(tmp_path: Path) -> None:
+    """``budget_per_month = 0`` (documented: 0 to 1e+15): a group that must not spend. Its
+    forecast is the month to date's like any budgeted group's, and a cost is said to be above
+    it, as the exporter's budget alerts say; the ratio to 0 is unknown, never 0 or infinite."""
+    db = _ledger(tmp_path)
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=0))
+    out = run("--ledger", str(db), "--period", "2026-03-02", "--group-by", "resource_group",
+              "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    row = next(r for r in document["rows"] if r["resource_group"] == "training")
+    assert row["budget"] == 0 and row["budget_used_ratio"] is None
+    assert row["forecast_month_end_cost"] == pytest.approx(96.0 / 2 * 31, rel=1e-3)
+    said = "group training is forecast to cost 1488.00 EUR this month, above its budget of 0 EUR"
+    assert said in out.stderr and said in document["warnings"], out.stderr
+
+
 def test_over_budget_is_said_of_the_group_whoever_the_window_saw(tmp_path: Path) -> None:
     """alice held the GPU on the 1st, bob on the 2nd: grouped by user, the 2nd's window has
     bob's row only (his 48 EUR of the month), yet the group's month to date is 96 EUR, over a

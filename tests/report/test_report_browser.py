@@ -282,3 +282,43 @@ def test_forty_priced_groups_print_within_an_a4_page(chrome: Any, tmp_path: Path
         assert opened.page.evaluate("document.querySelectorAll('table[id^=table-burn]').length") == 5
     finally:
         opened.page.close()
+
+
+#: The WCAG 2 contrast ratio of an element's text colour against the page's background.
+CONTRAST = """(el) => {
+  const lum = (css) => {
+    const [r, g, b] = css.match(/[\\d.]+/g).slice(0, 3).map(Number).map(v => {
+      v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const fg = lum(getComputedStyle(el).color);
+  const bg = lum(getComputedStyle(document.documentElement).backgroundColor);
+  return (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("dark", [False, True])
+def test_the_words_that_stand_for_a_missing_value_are_readable(
+        chrome: Any, tmp_path: Path, dark: bool) -> None:
+    """"unknown", "no price", "no budget", "not measured" (and the muted notes) are the page's
+    answer where a figure is missing: text at least 4.5:1 against the page (WCAG AA for text of
+    its size), in light and dark, not a faint grey that a reader skips."""
+    from allsmi.accounting.htmlreport.page import render_html
+
+    from .test_report_money import H100, money_views
+    path = tmp_path / "missing.html"
+    path.write_text(render_html(money_views([("a", *H100, "alice"), ("b", *H100, "bob")],
+                                            '[groups.a]\nprice_per_device_hour = 2.0\n'
+                                            'currency = "EUR"\n', unknown="a:idle")))
+    opened = open_page(chrome, path, dark=dark)
+    try:
+        page = opened.page
+        words = page.evaluate("Array.from(document.querySelectorAll('td.na'))"
+                              ".map(td => td.textContent)")
+        assert {"unknown", "no price", "no budget"} <= set(words), words
+        for selector in ("td.na", ".muted", ".empty"):
+            for element in page.query_selector_all(selector):
+                ratio = page.evaluate(CONTRAST, element)
+                assert ratio >= 4.5, (selector, element.text_content(), ratio)
+    finally:
+        opened.page.close()

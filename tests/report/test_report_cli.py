@@ -90,6 +90,22 @@ def test_an_unwritable_output_exits_1(tmp_path: Path) -> None:
     assert out.returncode == 1 and "cannot write" in out.stderr
 
 
+@pytest.mark.parametrize("command", ["report", "idle", "waste"])
+def test_only_the_export_writes_the_exports_status_file(tmp_path: Path, command: str) -> None:
+    """``[export] textfile`` is the export's status for node_exporter: a report (or idle, or
+    waste) that fails, in the same cron unit as the export, never says the export failed."""
+    status = tmp_path / "allsmi_export.prom"
+    (tmp_path / "c.toml").write_text(BUDGETS + f'\n[export]\ntextfile = "{status}"\n')
+    empty = ("--config", "c.toml", "--simulate", "mixed", "--since", "2099-01-01",
+             "--until", "2099-01-02")
+    out = allsmi(command, *empty, "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert out.returncode == 3 and "no device data" in out.stderr, out.stderr
+    assert not status.exists(), status.read_text()
+    # the export itself still writes it
+    out = allsmi("export", *empty, "-o", str(tmp_path / "out.csv"), cwd=tmp_path)
+    assert out.returncode == 3 and "allsmi_export_success 0" in status.read_text()
+
+
 class _FailingPrometheus(http.server.BaseHTTPRequestHandler):
     """Answers an empty vector to the first ``good`` queries, then 503."""
 
@@ -235,6 +251,21 @@ def test_budgets_are_the_month_to_date_whatever_the_window(tmp_path: Path) -> No
         out.stdout.splitlines())}
     assert exported["training"]["budget_used_ratio"] == "0.480000"
     assert exported["training"]["forecast_month_end_cost"] == f"{480 * days / 2:.6f}"
+    assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month" in err
+
+
+def test_a_window_from_the_month_before_budgets_its_month_to_date(tmp_path: Path) -> None:
+    """From the last day of the month before to the month's third: budget used and the
+    forecast are the month to date's (days 1 and 2), as the export's; the window spans two
+    months, yet the forecast is known, and over the budget, said."""
+    import datetime as dt
+    start, days, config = _two_budgeted_days(tmp_path)
+    args = ("--ledger", "l.db", "--since", (start - dt.timedelta(days=1)).date().isoformat(),
+            "--until", (start + dt.timedelta(days=2)).date().isoformat())
+    code, page, err = _report(tmp_path, config, *args)
+    assert code == 3, err  # the day before holds no data: coverage 2/3
+    assert _budget_rows(page)["training"] == ("480.00", "1,000.00", "48.0 %",
+                                              f"{480 * days / 2:,.2f}")
     assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month" in err
 
 
