@@ -121,6 +121,15 @@ def test_without_a_terminal_prints_a_table() -> None:
     assert "\x1b[" not in result.stdout
 
 
+def test_a_host_never_reached_has_an_unknown_device_count_not_0() -> None:
+    """``view --hosts`` through a pipe: the refused host's devices are N/A (nobody counted them),
+    it exits 1; on screen its row says N/A too."""
+    result = run_allsmi("view", "--hosts", "127.0.0.1:1", "--timeout", "5")
+    assert result.returncode == 1, result.stderr
+    header, row = result.stdout.splitlines()
+    assert re.match(r"127\.0\.0\.1:1\s+down\s+N/A\s+N/A\s+N/A\s+\S", row), result.stdout
+
+
 def test_bad_dashboard_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('[dashboard]\nsort = "colour"\n')

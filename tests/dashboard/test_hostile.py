@@ -16,7 +16,7 @@ import pytest
 from allsmi.dashboard.screen.app import DashboardApp
 from allsmi.dashboard.sources.cluster import ClusterSource, FetchError, fetch_host, parse_endpoint
 from allsmi.dashboard.tables.difftable import DiffTable
-from allsmi.dashboard.sources.prometheus import PrometheusError, PrometheusSource, make_query
+from allsmi.dashboard.sources.prometheus import PrometheusError, PrometheusSource, answer_vector, make_query
 from allsmi.dashboard.sources import StaticSource
 from allsmi.output import snapshot_dict, to_json
 from allsmi.schema import Snapshot
@@ -200,6 +200,26 @@ def test_a_prometheus_answer_of_the_wrong_shape_marks_the_fleet_down() -> None:
         assert host.error is not None and "'data'" in host.error
     finally:
         server.close()
+
+
+def test_a_long_prometheus_error_or_warning_is_cut_with_an_ellipsis() -> None:
+    """What Prometheus says is cut to a few hundred characters, and the cut is marked."""
+    long = "execution: " + "query processing would load too many samples into memory " * 8 + "END"
+    answers = [{"status": "error", "errorType": "execution", "error": long},
+               {"status": "success", "data": {"resultType": "matrix" + "x" * 80 + "END", "result": []}}]
+    for answer in answers:
+        server = Server(lambda h, answer=answer: h.send_body(json_body(answer), status=422))
+        try:
+            source = PrometheusSource(server.url, interval=1.0, timeout=5.0)
+            source.refresh(lambda: False)
+            (host,) = source.hosts()
+            assert host.error is not None and "END" not in host.error and "…" in host.error, host.error
+        finally:
+            server.close()
+    _, samples = answer_vector({"status": "success", "warnings": [long],
+                                "data": {"resultType": "vector", "result": []}})
+    (warning,) = samples.warnings
+    assert warning.endswith("…") and len(warning) == 200, warning
 
 
 async def test_ctrl_c_quits_like_q(sim_snapshots: list[Snapshot]) -> None:

@@ -315,6 +315,7 @@ async def test_cluster_view_marks_unreachable_hosts_and_drills_down(sim_snapshot
         assert hosts.row_keys == ["host:10.0.0.1:9477", "host:10.0.0.2:9477", "host:10.0.0.3:9477"]
         row = [str(c) for c in hosts.get_row("host:10.0.0.3:9477")]
         assert row[1] == "down" and "unreachable: connection refused" in row[-1]
+        assert row[3] == "N/A"  # never heard from: nobody counted its devices (not 0)
         source.advance()
         app.poll()
         await pilot.pause()
@@ -391,3 +392,4 @@ def test_processes_panel_shows_each_process_utilization() -> None:
                                 "nvidia 0")
     assert cells[at].plain == "75%"
     assert ProcessTable.cells(ProcessSample(8), "nvidia 0")[at].plain == "N/A"
+

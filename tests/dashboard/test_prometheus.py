@@ -53,7 +53,9 @@ def test_series_become_the_snapshot_they_were_exported_from(sim_snapshots: list[
         assert dev.labels == want.labels
         for field in ("memory_used_bytes", "memory_total_bytes", "power_limit_watts"):
             assert getattr(dev, field) == getattr(want, field), field
-        for field in ("utilization_percent", "temperature_celsius", "power_watts", "clock_mhz", "fan_percent"):
+        assert dev.compute_active_source == want.compute_active_source  # what the activity measures
+        for field in ("utilization_percent", "temperature_celsius", "power_watts", "clock_mhz", "fan_percent",
+                      "compute_active_percent"):
             expected = getattr(want, field)
             if expected is None:
                 assert getattr(dev, field) is None, field  # unknown stays unknown, never 0
@@ -146,6 +148,18 @@ async def test_fleet_view_from_a_real_prometheus(prometheus_over_two_nodes: str)
             h100 = next(d for d in devices if d.name == "NVIDIA H100 80GB HBM3")
             assert h100.memory_total_bytes == 85520809984 and h100.power_limit_watts == 700.0
             assert h100.health == "ok"
+            # the activity keeps what measured it (the series' ``source`` label), as on the node
+            active = [d for d in devices if d.compute_active_percent is not None]
+            expected = {"nvidia": "sm_active", "amd": "gfx_busy"}
+            assert active and all(d.compute_active_source is not None and d.compute_active_source
+                                  == expected.get(d.vendor, d.compute_active_source) for d in active), \
+                [(d.vendor, d.compute_active_source) for d in active]
+        await pilot.press("d")
+        await pilot.resize_terminal(220, 45)  # wide enough for the activity column beside the host
+        await pilot.pause()
+        key = next(r.key for r in app.shown if r.device.vendor == "amd"
+                   and r.device.compute_active_percent is not None)
+        assert str(app.device_table.get_cell(key, "active")).endswith("% gfx")
         await pilot.press("g")
         assert app.view == "groups"
 

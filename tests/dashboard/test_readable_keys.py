@@ -228,3 +228,35 @@ def test_one_holder_with_two_processes_is_not_shown_as_shared() -> None:
     assert share_lines(gpu("alice", "alice"), "cyan") == []
     lines = share_lines(gpu("alice", "bob"), "cyan")
     assert lines and "".join(text for text, _ in lines[0]).startswith("shared by 2 holders")
+
+
+async def test_the_details_panel_scrolls_by_keys_after_tab_at_80x24() -> None:
+    """Without a mouse: Tab gives the details panel the focus, the keys then scroll it to every
+    holder and its last line (the bus id); Tab goes on to the processes, then back to the table."""
+    from allsmi.dashboard.screen.app import DashboardApp
+    from allsmi.dashboard.sources import StaticSource
+
+    from .readable import hostile_node
+    source = StaticSource([{"gpu-node:9477": hostile_node()}], cluster=True, interval=1.0)
+    app = DashboardApp(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("d")
+        await pilot.press("end")
+        await pilot.pause()
+        panel = app.query_one("#details")
+        assert "shared by 6 holders" in panel.plain and "bus " not in screen_text(app)
+        await pilot.press("tab")
+        assert app.focused is panel
+        seen = []
+        for key in ["pagedown"] * 2 + ["down"] * 12:
+            await pilot.press(key)
+            seen.append(screen_text(app))
+        text = "\n".join(seen)
+        assert "used  22.2%" in text and "used      -  unclaim" in text, text
+        assert "waiting communication: NVLink" in text and "bus " in seen[-1], text
+        await pilot.press("home")
+        assert "shared by 6 holders" in screen_text(app)
+        await pilot.press("tab")
+        assert app.focused is app.query_one("#processes")
+        await pilot.press("tab")
+        assert app.focused is app.device_table

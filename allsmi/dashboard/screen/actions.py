@@ -67,6 +67,7 @@ class KeyActions:
     idle_descending: bool
     _signature: Any
     _panel_choice: bool | None
+    names: Any
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide the cluster key where there is no cluster."""
@@ -146,13 +147,15 @@ class KeyActions:
 
     def action_cycle_vendor(self) -> None:
         """Filter to the next vendor (then back to all)."""
-        vendors = filter_choices(self.all_refs(), self.filter, "vendor")  # only those on view
+        vendors = filter_choices(self.all_refs(), self.filter, "vendor",  # only those on view
+                                 self.names.places, self.host_names())
         vendor = self._cycle(self.filter.vendor, vendors)
         self._set_filter(replace(self.filter, vendor=vendor))
 
     def action_cycle_group(self) -> None:
         """Filter to the next resource group (then back to all)."""
-        groups = filter_choices(self.all_refs(), self.filter, "group")  # only combinations that exist
+        groups = filter_choices(self.all_refs(), self.filter, "group",  # only combinations that exist
+                                self.names.places, self.host_names())
         group = self._cycle(self.filter.group, groups)
         self._set_filter(replace(self.filter, group=group))
 

@@ -238,6 +238,9 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         bottom = self.query_one("#bottom")
         came_back = shown and bottom.has_class("-hidden")
         bottom.set_class(not shown, "-hidden")
+        focused = self.focused
+        if not shown and focused is not None and bottom in focused.ancestors:
+            self._focus_view()  # the keys would go to a panel no longer on screen
         if came_back and self.view == "devices":
             self._show_selected()  # not drawn while hidden
 

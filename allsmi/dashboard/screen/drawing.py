@@ -78,9 +78,13 @@ class ViewDrawing:
     device_table: DeviceTable
     process_table: ProcessTable
 
+    def host_names(self) -> dict[str, str]:
+        """Host key -> the name the host column shows (a cluster's; none on one node)."""
+        return {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+
     def _row_context(self, refs: Sequence[DeviceRef]) -> RowContext:
         stale = frozenset(h.key for h in self.hosts if h.error is not None)
-        names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+        names = self.host_names()
         return RowContext(palette=self._palette, history=self.history, energy=self.energy,
                           stale_hosts=stale, host_names=names, parent_names=parent_names(refs),
                           places=self.names.places,
@@ -107,7 +111,8 @@ class ViewDrawing:
         self._total = totals[0] if totals else Totals("all")
         if self._fleet_totals_only():
             self._total = sum_totals("all", [h.summary for h in self.hosts if h.summary is not None])
-        self.shown = order_devices(apply_filter(refs, self.filter, self.names.places), self.sort_key,
+        self.shown = order_devices(apply_filter(refs, self.filter, self.names.places, self.host_names()),
+                                   self.sort_key,
                                    self.descending)
         if self.view == "devices":
             self._configure_columns()  # new names may want a wider model column

@@ -45,6 +45,8 @@ class DataFeed:
     _device_retention: Retention
     _host_retention: Retention
     _watchdog: asyncio.TimerHandle | None = None
+    _fed: tuple[Any, ...] | None = None
+    """The hosts' signature last fed to the meters (:meth:`poll`)."""
     _trimmed = False
 
     def _start_feed(self) -> None:
@@ -128,15 +130,19 @@ class DataFeed:
         # Prometheus fleet) has no snapshot to change, yet is fresh with every answer.
         signature = tuple((h.key, id(h.snapshot), h.error, h.retry_at, h.received, id(h.summary))
                           for h in hosts)
-        if signature != self._signature and not self.paused:
-            self._signature = signature
-            self.hosts = hosts
+        if signature != self._fed:
+            # Paused or not: the screen freezes, the energy and idle time since start go on
+            # (each meter ignores a snapshot it already has).
+            self._fed = signature
             cluster = self.source.cluster
             for host in hosts:
                 if host.snapshot is not None:
                     self.history.add(host.key, host.snapshot)
                     self.energy.add(host.key, host.snapshot)
                     self.idle.add(host.key, host.snapshot, now=time.time() if cluster else None)
+        if signature != self._signature and not self.paused:
+            self._signature = signature
+            self.hosts = hosts
             self._forget_gone(hosts)
             self.refresh_view()
             if not self._trimmed and any(h.snapshot is not None for h in hosts):

@@ -33,7 +33,9 @@ def help_table(bindings: Iterable[Binding]) -> Table:
                   "click a row to select it, a column header to sort by it; wheel scrolls")
     table.add_row(Text("Enter", style="bold"),
                   "on a group, vendor, host or idle holder row: show its devices (Esc goes back)")
-    table.add_row(Text("Tab", style="bold"), "move between the device table and the processes panel")
+    table.add_row(Text("Tab", style="bold"),
+                  "move between the device table, the details and the processes panel "
+                  "(the arrows and PgUp PgDn then scroll it)")
     return table
 
 

@@ -32,6 +32,7 @@ from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS
 
 from allsmi.dashboard.sources.fetch import redact
 from allsmi.nethint import redact_url
+from allsmi.text import clean_text
 from allsmi.dashboard.state.model import GONE_GRACE_SECONDS
 from allsmi.dashboard.sources.promquery import MAX_BODY_BYTES, PrometheusError, Query, answer_vector, instance_matcher, make_query
 from allsmi.dashboard.sources.promquery import MAX_WARNINGS, plausible_time, sample_value, spawn
@@ -199,7 +200,7 @@ class PrometheusSource:
             self._fail(str(exc))
             return
         except Exception as exc:  # an answer of a shape nobody expected: still this source's failure
-            self._fail(f"unexpected Prometheus answer ({type(exc).__name__}: {exc})"[:300])
+            self._fail(clean_text(f"unexpected Prometheus answer ({type(exc).__name__}: {exc})", 300))
             return
         with self._lock:
             self._error, self._failures, self._retry_at = None, 0, None

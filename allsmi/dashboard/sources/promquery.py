@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 from allsmi.dashboard.sources.fetch import HttpError, split_credentials, tls_context
 from allsmi.dashboard.sources.fetch import get as http_get
 from allsmi.nethint import redact_url
-from allsmi.text import unresolvable_host
+from allsmi.text import clean_text, unresolvable_host
 
 #: Unix times outside (0, 2**33) (the year 2242) are not a scrape's or an evaluation's time.
 _LATEST_TIME = float(2**33)
@@ -108,13 +108,13 @@ def answer_vector(doc: Any, status: int = 200) -> tuple[float, list[dict[str, An
     if doc.get("status") != "success":
         error = doc.get("error")
         reason = error if isinstance(error, str) and error else f"HTTP {status}"
-        raise PrometheusError(f"query failed: {reason[:200]}")
+        raise PrometheusError(f"query failed: {clean_text(reason, 200)}")
     data = doc.get("data")
     if not isinstance(data, dict):
         raise PrometheusError(f"unexpected Prometheus answer: 'data' is a {type(data).__name__}, not an object")
     if data.get("resultType") != "vector":
         kind = data.get("resultType")
-        raise PrometheusError(f"expected a vector, got {str(kind)[:40]!r}")
+        raise PrometheusError(f"expected a vector, got {clean_text(str(kind), 40)!r}")
     result = data.get("result")
     if result is None:
         result = []
@@ -132,7 +132,7 @@ def answer_vector(doc: Any, status: int = 200) -> tuple[float, list[dict[str, An
     warned = doc.get("warnings")
     if warned:  # a partial answer: kept with the samples, for the screen to say so
         said = [str(w) for w in (warned if isinstance(warned, list) else [warned])]
-        out.warnings = tuple(dict.fromkeys(w[:WARNING_CHARS] for w in said))[:MAX_WARNINGS]
+        out.warnings = tuple(dict.fromkeys(clean_text(w, WARNING_CHARS) for w in said))[:MAX_WARNINGS]
     return evaluated, out
 
 

@@ -35,6 +35,8 @@ VALUE_METRICS: dict[str, tuple[str, float]] = {
     **{m.metric: (m.field, m.scale) for m in MEASUREMENTS},
     ENERGY_FIELD.metric: (ENERGY_FIELD.field, ENERGY_FIELD.scale),
 }
+#: metric name -> the schema field its ``source`` label fills (what the value measures)
+VALUE_SOURCES: dict[str, str] = {m.metric: m.source_field for m in MEASUREMENTS if m.source_field}
 _NOT_GROUP_LABELS = {"__name__", "instance", "job", "resource_group"}
 
 
@@ -55,7 +57,8 @@ def device_queries(instances: Iterable[str] | None = None, exclude: Sequence[str
     extra = "," + extra if extra else ""
     values = "|".join([DEVICE_UP, *VALUE_METRICS])
     return ['{__name__=~"' + f"{DEVICE_INFO}|{GROUP_INFO}" + '"' + extra + "}",
-            'max by (__name__, instance, uuid) ({__name__=~"' + values + '"' + extra + "})",
+            # (``source``: what an activity figure measures, kept beside its value)
+            'max by (__name__, instance, uuid, source) ({__name__=~"' + values + '"' + extra + "})",
             '{__name__=~"' + "|".join([PROCESS_MEMORY, *PROCESS_METRICS]) + '"' + extra + "}",
             "{" + f'__name__="{WORKLOAD_INFO}"' + extra + "}"]
 
@@ -95,7 +98,7 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
     devices: dict[str, dict[str, dict[str, Any]]] = {}
     order: dict[str, list[str]] = {}
     group_labels: dict[tuple[str, str], dict[str, str]] = {}
-    values: list[tuple[str, str, str, float]] = []
+    values: list[tuple[str, str, str, float, str | None]] = []
     processes: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     cut: dict[tuple[str, str], int] = {}  # processes past MAX_PROCESSES per device
     extra: dict[str, int] = {}
@@ -155,8 +158,8 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
         elif uuid:
             value = sample_value(sample)
             if value is not None:
-                values.append((instance, uuid, name, value))
-    for instance, uuid, name, value in values:
+                values.append((instance, uuid, name, value, metric.get("source") or None))
+    for instance, uuid, name, value, source in values:
         fields = devices.get(instance, {}).get(uuid)
         if fields is None:
             continue
@@ -166,6 +169,9 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
             field, scale = VALUE_METRICS[name]
             # Not a plausible reading: unknown, as the snapshot parser does, and said so.
             fields[field] = checked_measurement(field, value / scale, f"{uuid} {name}", sink(instance))
+            named_by = VALUE_SOURCES.get(name)
+            if named_by is not None and fields[field] is not None:  # compute_active_source
+                fields[named_by] = source
     for (instance, uuid), count in cut.items():
         sink(instance).append(f"{uuid}: {MAX_PROCESSES + count} processes, only the first {MAX_PROCESSES} kept")
     for instance, count in extra.items():

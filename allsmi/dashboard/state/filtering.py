@@ -50,9 +50,11 @@ class Filter:
             parts.append(f"text={self.text!r}")
         return " ".join(parts)
 
-    def matches(self, ref: DeviceRef, places: Mapping[str, str] | None = None) -> bool:
+    def matches(self, ref: DeviceRef, places: Mapping[str, str] | None = None,
+                hosts: Mapping[str, str] | None = None) -> bool:
         """Whether this one device passes (partitions are handled by :func:`apply_filter`);
-        ``places``: row key -> the device's name after its vendor, which the text finds too."""
+        ``places``: row key -> the device's name after its vendor, ``hosts``: host key -> the
+        name its host column shows (the hostname it reports), which the text finds too."""
         dev = ref.device
         if self.host is not None and ref.host != self.host:
             return False
@@ -63,28 +65,36 @@ class Filter:
         if self.group is not None and (dev.resource_group or NO_GROUP) != self.group:
             return False
         if self.text:
-            return text_matches(ref, self.text, places)
+            return text_matches(ref, self.text, places, hosts)
         return True
 
 
-def text_matches(ref: DeviceRef, text: str, places: Mapping[str, str] | None = None) -> bool:
+def text_matches(ref: DeviceRef, text: str, places: Mapping[str, str] | None = None,
+                 hosts: Mapping[str, str] | None = None) -> bool:
     """Whether the text filter ``text`` finds the device (any of :func:`_haystack`), by its
-    name too (``nvidia 7/1``, from ``places``: :mod:`allsmi.dashboard.state.naming`)."""
+    name too (``nvidia 7/1``, from ``places``: :mod:`allsmi.dashboard.state.naming`) and by the
+    name of its host as the host column shows it (``hosts``: host key -> hostname)."""
     needle = text.lower()
     place = places.get(ref.key) if places else None
     if place is not None and needle in f"{ref.device.vendor} {place}".lower():
         return True
+    shown = hosts.get(ref.host) if hosts else None
+    if shown is not None and needle in shown.lower():
+        return True
     return any(needle in hay.lower() for hay in _haystack(ref))
 
 
-def filter_choices(refs: Sequence[DeviceRef], flt: Filter, dimension: str) -> list[str]:
+def filter_choices(refs: Sequence[DeviceRef], flt: Filter, dimension: str,
+                   places: Mapping[str, str] | None = None,
+                   hosts: Mapping[str, str] | None = None) -> list[str]:
     """The values of ``dimension`` (``"vendor"`` or ``"group"``) that the devices passing the
     rest of ``flt`` have, sorted: what cycling that filter can choose without emptying the view
     (``f`` after ``v`` offers only the chosen vendor's groups). Devices without a group are
-    offered last (:data:`NO_GROUP`, ``group=N/A``) beside at least one group."""
+    offered last (:data:`NO_GROUP`, ``group=N/A``) beside at least one group. ``places`` and
+    ``hosts``: the names the text finds (:func:`text_matches`), as in the view."""
     rest = replace(flt, **{dimension: None})
     values = {(ref.device.vendor if dimension == "vendor" else ref.device.resource_group)
-              for ref in refs if rest.matches(ref)}
+              for ref in refs if rest.matches(ref, places, hosts)}
     choices = sorted(v for v in values if v)
     if dimension == "group" and choices and (None in values or NO_GROUP in values):
         choices.append(NO_GROUP)
@@ -112,22 +122,23 @@ def _haystack(ref: DeviceRef) -> Iterator[str]:
                 yield value
 
 
-def apply_filter(refs: Sequence[DeviceRef], flt: Filter,
-                 places: Mapping[str, str] | None = None) -> list[DeviceRef]:
-    """Devices passing ``flt`` (its text finds their names by ``places``); a partition comes
+def apply_filter(refs: Sequence[DeviceRef], flt: Filter, places: Mapping[str, str] | None = None,
+                 hosts: Mapping[str, str] | None = None) -> list[DeviceRef]:
+    """Devices passing ``flt`` (its text finds their names by ``places`` and their hosts' by
+    ``hosts``: :func:`text_matches`); a partition comes
     along with a matching parent, and a matching partition brings its parent for context."""
     if not flt.active:
         return list(refs)
     by_id = {(r.host, r.device.id): r for r in refs}
     keep: set[tuple[str, str]] = set()
     for ref in refs:
-        if flt.matches(ref, places):
+        if flt.matches(ref, places, hosts):
             keep.add((ref.host, ref.device.id))
             parent = ref.device.parent
             if parent is not None and (ref.host, parent) in by_id:
                 keep.add((ref.host, parent))
     for ref in refs:
         parent = ref.device.parent
-        if parent is not None and (ref.host, parent) in keep and flt.matches(by_id[(ref.host, parent)], places):
+        if parent is not None and (ref.host, parent) in keep and flt.matches(by_id[(ref.host, parent)], places, hosts):
             keep.add((ref.host, ref.device.id))
     return [r for r in refs if (r.host, r.device.id) in keep]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Hashable, Iterable, Mapping, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.geometry import Size
 from textual.strip import Strip
@@ -46,10 +47,11 @@ def device_label(host: str, name: str, limit: int = DEVICE_MAX_WIDTH) -> str:
     """``host:name`` (``node-a:nvidia 7/1/0``), the host cut with an ellipsis so that the whole
     fits ``limit`` cells: the device's name is never cut."""
     whole = f"{host}:{name}"
-    if len(whole) <= limit:
+    if cell_len(whole) <= limit:  # cells, not characters: a CJK or emoji host takes two each
         return whole
-    room = max(1, limit - len(name) - 2)
-    return f"{host[:room]}\u2026:{name}"
+    cut = Text(host)
+    cut.truncate(max(1, limit - cell_len(name) - 2) + 1, overflow="ellipsis")
+    return f"{cut.plain}:{name}"
 
 
 def holder_id(proc: ProcessSample) -> str:

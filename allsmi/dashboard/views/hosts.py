@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from rich.console import Console
+from rich.cells import cell_len
 from rich.containers import Lines
 from rich.text import Text
 
@@ -44,11 +45,18 @@ HOST_DROP_ORDER = ("name", "error", "age", "devices", "power", "memory")
 #: numbers gives way, and grows back into the room left), and its narrowest; the narrowest the
 #: problem column is shown at.
 HOST_WIDTH, HOST_MIN_WIDTH, PROBLEM_MIN_WIDTH = 12, 8, 16
+#: The most cells of warnings a host's row shows (cut with an ellipsis; the line under the
+#: table has them whole).
+PROBLEM_MAX_WIDTH = 200
 
 
 def capped(text: str, width: int = NAME_MAX_WIDTH) -> str:
-    """``text`` cut to ``width`` cells with an ellipsis."""
-    return text if len(text) <= width else text[:width - 1] + "\u2026"
+    """``text`` cut to ``width`` cells (not characters: a wide one takes two) with an ellipsis."""
+    if cell_len(text) <= width:
+        return text
+    cut = Text(text)
+    cut.truncate(width, overflow="ellipsis")
+    return cut.plain
 
 
 def host_warnings(host: HostState) -> list[str]:
@@ -114,7 +122,7 @@ def problem_text(host: HostState, palette: Palette, now: float) -> Text:
                     style=palette.warn if host.answered else palette.hot)
     warnings = host_warnings(host)
     if warnings:
-        return Text("; ".join(safe(w) for w in warnings)[:200], style=palette.warn)
+        return Text(capped("; ".join(safe(w) for w in warnings), PROBLEM_MAX_WIDTH), style=palette.warn)
     return Text("")
 
 
@@ -162,15 +170,17 @@ def host_cells(host: HostState, totals: Totals, palette: Palette, now: float, in
         state = Text("down", style=f"bold {palette.hot}")
     age = host.age(now)
     stale = age is not None and age > 3 * interval
-    return (Text(capped(host.key)), state,
+    # a host never heard from has devices nobody counted: unknown, not 0
+    heard = host.snapshot is not None or host.summary is not None
+    return (Text(capped(safe(host.key))), state,
             Text(age_text(age), justify="right", style=palette.warn if stale or host.error else ""),
-            Text(str(totals.devices) + (f"+{totals.partitions}p" if totals.partitions else ""),
-                 justify="right"),
+            Text(str(totals.devices) + (f"+{totals.partitions}p" if totals.partitions else "")
+                 if heard else NA, justify="right", style="" if heard else "dim"),
             Text(percent(totals.utilization_percent), justify="right",
                  style=palette.load(totals.utilization_percent)),
             Text(power_totals(totals)),
             Text(memory_totals(totals, compact)),
-            Text(capped(host.name) if host.name != host.key else NA),
+            Text(capped(safe(host.name)) if host.name != host.key else NA),
             problem_text(host, palette, now))
 
 
@@ -255,7 +265,8 @@ def plain_hosts(hosts: Sequence[HostState], now: float) -> str:
             utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
             count, util = len(devices), sum(utils) / len(utils) if utils else None
             parts = len(host.snapshot.devices) - len(devices) if host.snapshot else 0
-        rows.append((safe(host.key), state, str(count) + (f"+{parts}p" if parts else ""),
+        heard = host.snapshot is not None or host.summary is not None  # else: unknown, not 0
+        rows.append((safe(host.key), state, str(count) + (f"+{parts}p" if parts else "") if heard else NA,
                      percent(util), safe(host.name) if host.name != host.key else NA, safe(problem)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] + "\n"

@@ -221,7 +221,8 @@ def show_idle(app: Any) -> None:
     rest = replace(flt, text="")  # what narrows the devices; the text may name holders instead
     allowed = {r.key for r in apply_filter(refs, rest)} if rest.active else None
     rows = app.idle.rows(None if allowed is None else allowed.__contains__)
-    found = {r.key for r in refs if text_matches(r, flt.text, app.names.places)} if flt.text else set()
+    found = ({r.key for r in refs if text_matches(r, flt.text, app.names.places, app.host_names())}
+             if flt.text else set())
     names = device_names(app.names, {key for row in rows for key in row.devices},
                          app.source.cluster, {h.key: h.name for h in app.hosts})
     rows = [r for r in rows if matches(r, flt, names, found)]

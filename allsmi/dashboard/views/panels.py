@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.text import Text
 from textual import events
+from textual.binding import Binding
 from textual.strip import Strip
 
 from allsmi.formatting import NA, celsius, memory_pair, na, percent, watts
@@ -42,14 +43,22 @@ class SummaryBar(TextLines):
     """
 
 
-class DetailPanel(TextLines):
+class DetailPanel(TextLines, can_focus=True):
     """Everything about the selected device, with its history as sparklines (line-based: a
-    refresh repaints the sparkline lines, not the device's name, ids and clocks)."""
+    refresh repaints the sparkline lines, not the device's name, ids and clocks). Longer than
+    its height, it scrolls: the mouse wheel, or the keys once ``Tab`` gave it the focus."""
 
     # As tall as the panel whatever the device: a new text needs no layout pass.
     DEFAULT_CSS = """
-    DetailPanel { height: 1fr; }
+    DetailPanel { height: 1fr; &:focus { background-tint: $foreground 5%; } }
     """
+
+    BINDINGS = [Binding("up", "scroll_by(-1)", "Up", show=False),
+                Binding("down", "scroll_by(1)", "Down", show=False),
+                Binding("pageup", "page(-1)", "Page up", show=False),
+                Binding("pagedown", "page(1)", "Page down", show=False),
+                Binding("home,ctrl+home", "scroll_by(-1000000)", "Top", show=False),
+                Binding("end,ctrl+end", "scroll_by(1000000)", "Bottom", show=False)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -64,6 +73,14 @@ class DetailPanel(TextLines):
         if top != self.top:
             self.top = top
             self.refresh()
+
+    def action_scroll_by(self, lines: int) -> None:
+        """Scroll ``lines`` lines (negative: up), within the panel's text."""
+        self._scroll(lines)
+
+    def action_page(self, pages: int) -> None:
+        """Scroll ``pages`` heights of the panel (negative: up), one line kept in view."""
+        self._scroll(pages * max(1, self.size.height - 1))
 
     def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
         self._scroll(2)
