@@ -47,6 +47,10 @@ class Published:
     per_device_hour: float | None
     per_kwh: float | None
     currency: str | None
+    currencies: tuple[str, ...] = ()
+    """Where the exporters published the group's prices in more than one currency (nodes
+    configured apart, or a device-hour price in one and a kWh price in another): those
+    currencies, and neither price (one currency's amount is never billed as another's)."""
 
 
 def _labels(sample: dict[str, Any], name: str) -> dict[str, Any]:
@@ -101,10 +105,12 @@ def published_prices(client: PrometheusClient, window: Window,
     step = min(3600, seconds)
     rng, sub = f"{step}s", f"[{seconds}s:{step}s]"
     found: dict[str, dict[str, tuple[float, str]]] = {}
+    seen: dict[str, set[str]] = {}
 
     def keep(name: str, group: str, currency: str, value: float) -> None:
+        seen.setdefault(group, set()).add(currency)
         previous = found.setdefault(group, {}).get(name)
-        if previous is None or previous[1] > currency:  # two currencies: a stable choice
+        if previous is None or previous[1] > currency:
             found[group][name] = (value, currency)
 
     for name, metric in PRICE_METRICS.items():
@@ -133,12 +139,29 @@ def published_prices(client: PrometheusClient, window: Window,
                 keep(name, group, currency, _weighted(points, usage.get(group, {})))
     out: dict[str, Published] = {}
     for group, values in found.items():
-        currencies = {c for _, c in values.values()}
+        currencies = seen.get(group, set())
+        if len(currencies) > 1:  # which amount is in which currency is not the bill's to pick
+            out[group] = Published(None, None, None, tuple(sorted(c or "(none)" for c in currencies)))
+            continue
         currency = sorted(currencies)[0] if currencies else None
         out[group] = Published(
             per_device_hour=values["per_device_hour"][0] if "per_device_hour" in values else None,
             per_kwh=values["per_kwh"][0] if "per_kwh" in values else None,
             currency=currency or None)
+    return out
+
+
+def currency_conflicts(published: dict[str, Published], config: Any) -> list[str]:
+    """A note for each group whose prices the exporters published in several currencies and
+    that this configuration does not price (it is billed without a price)."""
+    out = []
+    for group, given in sorted(published.items()):
+        grp = config.group(group)
+        if given.currencies and grp.price_per_device_hour is None and grp.price_per_kwh is None:
+            out.append(f"group {group or '(none)'}: the exporters publish its prices in more than "
+                       f"one currency ({', '.join(given.currencies)}): not priced from them; "
+                       f"price it in this configuration ([groups.{group or 'NAME'}] price_per_"
+                       "device_hour, price_per_kwh and currency)")
     return out
 
 
@@ -153,4 +176,4 @@ def describe(sources: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["PRICE_RANGE", "Published", "describe", "published_prices"]
+__all__ = ["PRICE_RANGE", "Published", "currency_conflicts", "describe", "published_prices"]

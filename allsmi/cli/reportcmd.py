@@ -323,10 +323,10 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                          "of allsmi_holder_* and allsmi_device_workload_info) only when run with "
                          "--processes; group by namespace, pod or job, or bill from the ledger", 2)
         from allsmi.accounting.promconflicts import prometheus_conflicts
-        from allsmi.accounting.promprices import describe, published_prices
+        from allsmi.accounting.promprices import currency_conflicts, describe, published_prices
         try:
             published = published_prices(client, window, rollups=usage.rollup_seconds > 0)
-            conflicts = prometheus_conflicts(client, window)
+            conflicts = prometheus_conflicts(client, window) + currency_conflicts(published, config)
         except PrometheusError as exc:
             raise Failed("source", str(exc)) from None
         reports = [build_report(usage.parts, window, keys, config, holder_parts=usage.holders,
