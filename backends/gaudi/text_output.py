@@ -128,6 +128,10 @@ def parse_processes(text: str, warnings: list[str] | None = None) -> dict[int, l
                 warnings.append(f"AIP {aip} pid {pid}: negative memory {shorten(repr(usage), 40)}; "
                                 "reported as unknown")
             memory = None
+        elif memory is None and not units.is_missing(usage) and warnings is not None:
+            # present but no size ("12 parsecs", "1e999"): unknown, and said, not silently dropped
+            warnings.append(f"AIP {aip} pid {pid}: unreadable memory {shorten(repr(usage), 40)}; "
+                            "reported as unknown")
         command = " ".join(name_tokens) or None
         if command is not None and units.is_missing(command):
             command = None

@@ -191,6 +191,22 @@ def test_process_rows_with_impossible_aip_or_pid_are_skipped_with_a_warning() ->
     assert parse_processes(text) == procs  # warnings are optional
 
 
+def test_an_unreadable_process_memory_is_unknown_and_said() -> None:
+    """A memory cell that is there but is no size (a unit hl-smi never prints, a number past
+    the largest float) is unknown, with a warning naming it; N/A stays silent."""
+    text = ("| Compute Processes:                  AIP Memory |\n"
+            "|  AIP   PID   Type   Process name    Usage      |\n"
+            "|   1    77    C      odd-unit        12parsecs  |\n"
+            "|   1    78    C      too-large       1e999MiB   |\n"
+            "|   1    79    C      not-given       N/A        |\n")
+    warnings: list[str] = []
+    procs = parse_processes(text, warnings)
+    assert [(p.pid, p.memory_bytes) for p in procs[1]] == [(77, None), (78, None), (79, None)]
+    assert len(warnings) == 2, warnings
+    assert "pid 77: unreadable memory '12parsecs'" in warnings[0], warnings
+    assert "pid 78: unreadable memory '1e999MiB'" in warnings[1], warnings
+
+
 def test_parse_line_index_takes_ascii_digits_only() -> None:
     assert "not a number" in parse_line("٣, u, 5", ["index", "uuid", "power.draw"])  # type: ignore[operator]
 
