@@ -28,9 +28,6 @@ _TEMPLATES = {
     "@@PRIORITY@@": "{{ .Values.priorityClassName | quote }}",
     "@@MAXUNAVAILABLE@@": "{{ .Values.maxUnavailable }}",
     "@@PODRESOURCES@@": "{{ .Values.kubeletPodResourcesPath | quote }}",
-    "@@CPU@@": "{{ .Values.resources.requests.cpu | quote }}",
-    "@@MEMORY@@": "{{ .Values.resources.requests.memory | quote }}",
-    "@@MEMORYLIMIT@@": "{{ .Values.resources.limits.memory | quote }}",
     "@@INTERVAL@@": "{{ .Values.serviceMonitor.interval | quote }}",
     "@@CONFIG@@": "{{ .Values.config | quote }}",
     "@@CHECKSUM@@": "{{ .Values.config | sha256sum | quote }}",
@@ -38,6 +35,8 @@ _TEMPLATES = {
     "@@NAMESPACE@@": "{{ .Release.Namespace | quote }}",
     "@@TOLERATIONS@@": "LINE:tolerations: {{- toYaml .Values.tolerations | nindent %(indent)d }}",
     "@@NODESELECTOR@@": "LINE:nodeSelector: {{- toYaml .Values.nodeSelector | nindent %(indent)d }}",
+    # the whole block, as the peers' charts take it (limits.cpu, extended resources...)
+    "@@RESOURCES@@": "LINE:resources: {{- toYaml .Values.resources | nindent %(indent)d }}",
     "@@RELEASE@@": "LINE:{{- with .Values.serviceMonitor.release }}\n%(pad)srelease: {{ . | quote }}\n%(pad)s{{- end }}",
 }
 
@@ -96,7 +95,7 @@ def _template(obj: dict[str, Any], config_name: str) -> tuple[dict[str, Any], st
         pod = obj["spec"]["template"]["spec"]
         c = pod["containers"][0]
         c["image"], c["imagePullPolicy"] = "@@IMAGE@@", "@@PULL@@"
-        c["resources"] = {"requests": {"cpu": "@@CPU@@", "memory": "@@MEMORY@@"}, "limits": {"memory": "@@MEMORYLIMIT@@"}}
+        c["resources"] = "@@RESOURCES@@"
         pod["priorityClassName"] = "@@PRIORITY@@"
         pod["tolerations"] = "@@TOLERATIONS@@"
         pod["nodeSelector"] = "@@NODESELECTOR@@"

@@ -48,6 +48,29 @@ def relabelings(monitor: dict[str, Any]) -> list[dict[str, Any]]:
     return first + [{_snake(k): v for k, v in r.items()} for r in endpoint(monitor).get("relabelings", [])]
 
 
+_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def seconds(duration: str) -> float:
+    """A Prometheus duration (``15s``, ``1m30s``, ``500ms``) in seconds."""
+    parts = _DURATION.findall(duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(int(n) * _SECONDS[u] for n, u in parts)
+
+
+def timeout_error(ep: dict[str, Any], global_interval: str = "30s") -> str | None:
+    """Why the Prometheus Operator rejects the monitor of endpoint ``ep`` for its scrape timeout
+    (its ``validateScrapeIntervalAndTimeout``: a ``scrapeTimeout`` above the endpoint's interval,
+    or the Prometheus' own where the endpoint has none), or None."""
+    if not ep.get("scrapeTimeout"):
+        return None
+    interval = ep.get("interval") or global_interval
+    if seconds(ep["scrapeTimeout"]) > seconds(interval):
+        return f"scrapeTimeout {ep['scrapeTimeout']} greater than scrapeInterval {interval}"
+    return None
+
+
 def _secret_file(ref: dict[str, Any], secrets: dict[str, Path]) -> str:
     return str(secrets[ref["name"]] / ref["key"])
 

@@ -138,3 +138,27 @@ def test_numeric_image_tag_renders_as_written() -> None:
     """``--set image.tag=9`` is an integer to Helm: the image is ``repo:9``, not ``%!s(int64=9)``."""
     for ds in of_kind(template("--set", "image.repository=reg/allsmi", "--set", "image.tag=9"), "DaemonSet"):
         assert container(ds)["image"] == "reg/allsmi:9"
+
+
+def test_resources_are_taken_whole(tmp_path: Path) -> None:
+    """``resources`` is a block, as the peers' charts take it: a CPU limit or another resource set
+    in the values is in the pods, not dropped for the three fields the kit sets."""
+    wanted = {"requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "100Mi"},
+              "limits": {"cpu": "1", "memory": "512Mi"}}
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"resources": wanted}))
+    chart = template("-f", str(values))
+    _validate(chart)
+    for ds in of_kind(chart, "DaemonSet"):
+        assert container(ds)["resources"] == wanted, ds["metadata"]["name"]
+
+
+@pytest.mark.parametrize("interval", ["5s", "2s", "1m"])
+def test_a_scrape_interval_of_the_values_is_one_the_operator_accepts(interval: str) -> None:
+    """The Prometheus Operator rejects a monitor whose scrapeTimeout is above its interval (the
+    whole ServiceMonitor: nothing is scraped); an interval down to the collector's 2 s is allowed."""
+    from .operator import timeout_error
+    monitor = one(template("--set", f"serviceMonitor.interval={interval}"), "ServiceMonitor", "allsmi")
+    (ep,) = monitor["spec"]["endpoints"]
+    assert ep["interval"] == interval
+    assert timeout_error(ep) is None

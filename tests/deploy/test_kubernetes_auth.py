@@ -202,3 +202,60 @@ def test_unprivileged_nvidia_reads_its_web_config(tmp_path: Path, components: li
         assert _reads(uid, gid, pod["securityContext"], mode), f"uid {uid} cannot read mode {mode:o}"
         assert not mode & 0o007, f"{volume['name']}: mode {mode:o} is world-accessible"
     assert env(ds)["ALLSMI_SERVE_WEB_CONFIG"].startswith("/etc/allsmi-web/")
+
+
+def _as_kubelet_writes_it(secret: Path, version: str) -> None:
+    """The Secret's files as the kubelet's atomic writer lays out a Secret volume: the keys in a
+    version directory, ``..data`` a link to it, each key a link through ``..data``."""
+    files = [p for p in secret.iterdir() if p.is_file() and not p.is_symlink()]
+    (secret / version).mkdir()
+    for path in files:
+        path.rename(secret / version / path.name)
+        (secret / path.name).symlink_to(Path("..data") / path.name)
+    (secret / "..data").symlink_to(version)
+
+
+def _served_certificate(port: int) -> bytes:
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with insecure.wrap_socket(raw, server_hostname="allsmi.allsmi.svc") as tls:
+            return tls.getpeercert(binary_form=True) or b""
+
+
+def test_a_renewed_certificate_in_the_secret_is_served_without_a_restart(tmp_path: Path) -> None:
+    """README.md, "TLS and basic auth": the kubelet renews a mounted Secret by pointing ``..data``
+    at a new version directory; the exporter then serves the new certificate, same process."""
+    objects = render_with(tmp_path, "fleet", ["tls"])
+    ds = one(objects, "DaemonSet", "allsmi-nvidia")
+    mount = next(m for m in container(ds)["volumeMounts"] if m["name"] == "web-config")
+    assert "subPath" not in mount  # a subPath mount is never updated by the kubelet
+    secrets = _secrets(tmp_path, basic_auth=False)
+    web = secrets["allsmi-web-config"]
+    _as_kubelet_writes_it(web, "..2026_03_01_00_00_00.000000001")
+    server = _serve_as_rendered(ds, secrets, tmp_path)
+    try:
+        server.wait_listening()
+        first = _served_certificate(server.port)
+        assert first == ssl.PEM_cert_to_DER_cert((web / "tls.crt").read_text())
+        renewed = web / "..2026_03_02_00_00_00.000000001"
+        renewed.mkdir()
+        for name in ("web.yml", "ca.crt"):
+            (renewed / name).write_bytes((web / name).read_bytes())
+        subprocess.run([require_tool("openssl", "openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                        "-days", "1", "-subj", "/CN=allsmi renewed", "-addext", "subjectAltName=DNS:allsmi.allsmi.svc",
+                        "-keyout", "tls.key", "-out", "tls.crt"], check=True, capture_output=True, timeout=60,
+                       cwd=renewed)
+        wanted = ssl.PEM_cert_to_DER_cert((renewed / "tls.crt").read_text())
+        (web / "..data_tmp").symlink_to(renewed.name)
+        (web / "..data_tmp").rename(web / "..data")
+        deadline = time.monotonic() + 30
+        while _served_certificate(server.port) != wanted:
+            assert server.proc.poll() is None, server.output()
+            assert time.monotonic() < deadline, "the renewed certificate is not served\n" + server.output()
+            time.sleep(0.2)
+    finally:
+        server.stop()
+    readme = (Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "README.md").read_text()
+    assert "reads its web\nconfiguration at start" not in readme and "AllsmiWebConfigReloadFailed" in readme

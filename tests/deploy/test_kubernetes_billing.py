@@ -71,7 +71,8 @@ def test_cronjob_bills_and_its_status_reaches_the_alert(tmp_path: Path) -> None:
     assert (reader["runAsUser"], reader["runAsGroup"]) == (writer["runAsUser"], writer["runAsGroup"]) == (10001, 10001)
     assert "kubectl -n allsmi cp allsmi-billing-status-POD:" in (KIT / "README.md").read_text()
     config = tmp_path / "config.toml"
-    config.write_text(config_toml(objects))
+    # [export] tz far from UTC: the CronJob still bills the UTC day its file is named after
+    config.write_text(config_toml(objects) + '\n[export]\ntz = "Pacific/Kiritimati"\n')
     billing = tmp_path / "billing"
     billing.mkdir()
 
@@ -109,7 +110,10 @@ def test_cronjob_bills_and_its_status_reaches_the_alert(tmp_path: Path) -> None:
             (csv,) = billing.glob("gpu-*.csv")
             yesterday = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))
             assert csv.name == f"gpu-{yesterday}.csv"
-            assert "allsmi_export_success 0" in (local_dir / "allsmi_export.prom").read_text()
+            first_status = (local_dir / "allsmi_export.prom").read_text()
+            assert "allsmi_export_success 0" in first_status
+            midnight = int(time.time()) // 86400 * 86400
+            assert f"allsmi_export_period_end_timestamp_seconds {midnight}\n" in first_status, first_status
             with running_server(node_exporter, tmp_path / "node-exporter.log",
                                 f"http://127.0.0.1:{status_port}/metrics", "node_exporter"):
                 deadline = time.monotonic() + 30

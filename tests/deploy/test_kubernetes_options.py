@@ -257,3 +257,18 @@ def test_kit_overlays_list_components_in_order() -> None:
     for path in sorted((KIT / "overlays").glob("*/kustomization.yaml")):
         components = yaml.safe_load(path.read_text()).get("components", [])
         assert order_errors(components) == [], path
+
+
+@pytest.mark.parametrize("overlay", ["fleet", "fleet-podmonitor"])
+def test_a_shorter_scrape_interval_is_one_the_operator_accepts(tmp_path: Path, overlay: str) -> None:
+    """The monitors' interval patched down to 5 s (at least the collector's 2 s, as the monitor's
+    comment says): the Prometheus Operator does not reject the monitor for its scrapeTimeout."""
+    from .operator import timeout_error
+    kind, field = ("ServiceMonitor", "endpoints") if overlay == "fleet" else ("PodMonitor", "podMetricsEndpoints")
+    objects = render_with(tmp_path, overlay, patches=[{
+        "target": {"kind": kind, "name": "allsmi"},
+        "patch": f"- op: replace\n  path: /spec/{field}/0/interval\n  value: 5s\n"}])
+    monitor = one(objects, kind, "allsmi")
+    assert monitor["spec"][field][0]["interval"] == "5s"
+    assert timeout_error(monitor["spec"][field][0]) is None
+    _validate(objects, kind)

@@ -152,7 +152,9 @@ def _stop(proc: subprocess.Popen[bytes], unit: str) -> int:
 def test_exporter_and_recorder_command_lines_run_and_stop_cleanly(state: Path) -> None:
     port = free_port()
     config = state / "config.toml"
-    config.write_text(f'[serve]\nlisten = "127.0.0.1:{port}"\n\n[ledger]\ninterval_seconds = 1\n')
+    # [export] tz far from UTC: the nightly unit still bills the UTC day its file is named after
+    config.write_text(f'[serve]\nlisten = "127.0.0.1:{port}"\n\n[ledger]\ninterval_seconds = 1\n\n'
+                      '[export]\ntz = "Pacific/Kiritimati"\n')
     exporter = _start(command("allsmi-exporter.service", state, config) + ["--simulate", "mixed"],
                       state / "exporter.log")
     recorder = _start(command("allsmi-record.service", state, config)
@@ -184,6 +186,8 @@ def test_exporter_and_recorder_command_lines_run_and_stop_cleanly(state: Path) -
     assert (state / "allsmi" / "billing" / f"gpu-{yesterday}.csv").exists()
     status = (state / "node-exporter" / "allsmi_export.prom").read_text()
     assert "allsmi_export_success 0" in status
+    midnight = dt.datetime.now(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    assert f"allsmi_export_period_end_timestamp_seconds {midnight.timestamp():.0f}\n" in status, status
 
 
 def test_export_unit_has_the_hardening_the_exporter_cannot_have(tmp_path: Path) -> None:

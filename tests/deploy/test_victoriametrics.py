@@ -94,6 +94,24 @@ def test_vmalert_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert result.returncode == 0 and not complaints, result.stdout + result.stderr
 
 
+def test_vmalert_unit_is_hardened(tmp_path: Path) -> None:
+    """vmalert reads files and talks HTTP: ``systemd-analyze security`` rates its unit as it rates
+    allsmi's own export unit, not "EXPOSED" (8.5 with only NoNewPrivileges, ProtectSystem,
+    ProtectHome and PrivateTmp)."""
+    tool = require_tool("systemd-analyze", "systemd")
+    (tmp_path / "vmalert.service").write_text((VM_DIR / "vmalert.service").read_text())
+    result = subprocess.run([tool, "security", "--offline=yes", "--no-pager", "vmalert.service"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_LOG_LEVEL": "notice"})
+    lines = result.stdout.splitlines()
+    exposure = float(lines[-1].split("exposure level for vmalert.service:")[1].split()[0])
+    assert exposure <= 2.0, result.stdout
+    for name in ("CapabilityBoundingSet=~CAP_SYS_ADMIN", "PrivateDevices=", "PrivateUsers=",
+                 "MemoryDenyWriteExecute=", "SystemCallFilter=~@privileged"):
+        line = next((ln for ln in lines if ln.split()[1:2] == [name]), None)
+        assert line is not None and line.startswith("✓"), f"{name}: {line}\n{result.stdout}"
+
+
 def _request(url: str, password: str | None, data: bytes | None = None) -> tuple[int, bytes]:
     """One request as user allsmi (no credentials with ``password=None``); HTTP errors returned."""
     request = urllib.request.Request(url, data=data)
