@@ -1,10 +1,10 @@
 """NVIDIA GPUs through NVML (the ``pynvml`` module of nvidia-ml-py).
 
 Static facts (name, uuid, bus id, index, driver and VBIOS version, ECC mode, the MIG layout) are
-read once in :meth:`NvidiaBackend.open`. Each :meth:`NvidiaBackend.sample` then makes at most ten
-library calls per GPU on the default path (eleven when the GPU lists processes: their activity,
-``backends/nvidia/procutil.py``), on a small thread pool: one thread a cycle while NVML answers
-fast, every thread when it is slow or a GPU hangs (``backends/nvidia/schedule.py``):
+read in :meth:`NvidiaBackend.open` (the MIG layout again later: ``layout.py``). Each
+:meth:`NvidiaBackend.sample` then makes at most ten library calls per GPU (eleven with processes:
+their activity, ``procutil.py``), on a small thread pool: one thread a cycle while NVML answers
+fast, every thread when it is slow or a GPU hangs (``schedule.py``):
 
 ==  ============================================  =================================
  1  ``nvmlDeviceGetUtilizationRates``             utilization, memory activity
@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # the readers are imported by open(), where there are GPUs to
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, ecc_count,
         NVML_PSTATE_UNKNOWN, DeviceFault, Gpu, Reader, mark_lost, milli, number, percent)
     from allsmi.backends.nvidia.gpm import GpmReader
-    from allsmi.backends.nvidia.mig import Mig
+    from allsmi.backends.nvidia.layout import follow as follow_layout
+    from allsmi.backends.nvidia.mig import Mig, MigReads
     from allsmi.backends.nvidia.processes import ProcessOwner, read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
@@ -63,13 +64,14 @@ def _import_reading() -> None:
     """Bind the device model's and the reads' names here, once NVML has loaded."""
     global ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT
     global FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, read_processes, DriverReads
-    global ecc_count
-    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent
-    global open_gpu, ProcessUtilizationReader
+    global NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent, ecc_count
+    global open_gpu, ProcessUtilizationReader, follow_layout, MigReads
     from allsmi.backends.nvidia.devices import (
         ECC_FIELDS, FI_POWER_AVERAGE, FI_POWER_CURRENT_LIMIT, FI_POWER_INSTANT,
         FI_TOTAL_ENERGY_CONSUMPTION, NVML_CLOCK_SM, reason_names, ecc_count,
         NVML_PSTATE_UNKNOWN, DeviceFault, Reader, mark_lost, milli, number, percent)
+    from allsmi.backends.nvidia.layout import follow as follow_layout
+    from allsmi.backends.nvidia.mig import MigReads
     from allsmi.backends.nvidia.processes import read_processes
     from allsmi.backends.nvidia.procutil import ProcessUtilizationReader
     from allsmi.backends.nvidia.read import DriverReads
@@ -259,6 +261,8 @@ class NvidiaBackend(Backend, declared=DECLARATION):
         reader = Reader(pynvml, gpu.label)
         if gpu.lost_reason is None:
             try:
+                if gpu.mig_enabled is not None:  # instances come and go (layout.py)
+                    follow_layout(pynvml, gpu, reader, self._gpm, self._reads().calls)
                 return self._read_gpu_values(gpu, reader), reader.warnings
             except DeviceFault as fault:
                 mark_lost(gpu, fault)
@@ -349,8 +353,12 @@ class NvidiaBackend(Backend, declared=DECLARATION):
             power_limit_watts=milli(limit_mw),
             energy_joules=milli(energy_mj),
             clock_mhz=clock, fan_percent=fan, processes=own, **activity)]
+        on_migs = MigReads(r)
         for mig in gpu.migs:
-            mig_used, mig_total, mig_reserved, _ = reads.memory(r, mig.skip, mig.handle)
+            mig_used, mig_total, mig_reserved, _ = reads.memory(on_migs.on(mig), mig.skip, mig.handle)
+            if on_migs.gone:  # destroyed since listed: left out, listed again next cycle
+                mig.stale = gpu.mig_relist = True
+                continue
             mig_details: dict[str, DetailValue] = {}
             if mig_reserved is not None:
                 mig_details["memory_reserved_bytes"] = mig_reserved

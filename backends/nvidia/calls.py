@@ -86,6 +86,12 @@ class Calls:
             kept = self._buffers[id(handle)] = (handle, Buffers(self))
         return kept[1]
 
+    def forget(self, handle: Any) -> None:
+        """Drop ``handle``'s buffers (a MIG instance gone, or its handle replaced)."""
+        kept = self._buffers.get(id(handle))
+        if kept is not None and kept[0] is handle:
+            del self._buffers[id(handle)]
+
     def error(self, ret: int) -> BaseException:
         """The exception pynvml's wrapper raises for ``ret``."""
         return self.pynvml.NVMLError(ret)

@@ -100,7 +100,15 @@ class Gpu:
     vbios: str | None = None
     ecc_enabled: bool | None = None
     mig_enabled: bool | None = None
+    #: The MIG instances as last listed (replaced whole, never changed in place), the most the
+    #: GPU can hold in its mode and its compute slices (``None``: not asked yet; 0: unknown),
+    #: when they were listed (monotonic; ``None``: at open, before the first cycle) and whether
+    #: a read asks for a listing now (:mod:`.layout`)
     migs: list[Mig] = field(default_factory=list)
+    mig_slots: int | None = None
+    mig_total_slices: int | None = None
+    mig_listed_at: float | None = None
+    mig_relist: bool = False
     skip: set[str] = field(default_factory=set)
     fields: list[int] = field(default_factory=list)
     #: The buffer ``fields`` are asked into, made on the first read and when ``fields`` shrinks.

@@ -4,14 +4,15 @@ The headline ``utilization_percent`` (``nvmlDeviceGetUtilizationRates``) is the 
 *any* kernel ran: one warp on one SM reads 100 %. GPM gives what the silicon did: the share of
 SMs busy, warp occupancy, tensor-pipe activity, DRAM bandwidth, PCIe and NVLink traffic.
 
-How it is read (``nvml.h``: ``nvmlGpmSampleAlloc``/``Get``/``Free``, ``nvmlGpmMetricsGet``):
-each target (a GPU, or one MIG GPU instance through ``nvmlGpmMigSampleGet``) owns two sample
-buffers. Every cycle takes one sample into the spare buffer and asks ``nvmlGpmMetricsGet`` for
-the metrics between it and the previous cycle's sample, then the two swap: one sample per target
-per cycle, nothing allocated after open, both freed on close. The first sample is taken when the
-backend opens; NVIDIA asks for samples at least :data:`MIN_INTERVAL_SECONDS` apart, so the first
-cycle after open waits out the rest of that (at most 0.1 s, once) and a cycle that comes sooner
-than that after the previous one repeats the previous interval's figures instead of sampling.
+How it is read (``nvml.h``: ``nvmlGpmSampleAlloc``/``Get``/``Free``, ``nvmlGpmMetricsGet``): each
+target (a GPU, or one MIG GPU instance through ``nvmlGpmMigSampleGet``) owns two sample buffers.
+Every cycle takes one sample into the spare buffer and asks ``nvmlGpmMetricsGet`` for the metrics
+between it and the previous cycle's sample, then the two swap: one sample per target per cycle,
+nothing allocated after open (but for a MIG GPU instance listed later, whose targets follow the
+layout: :meth:`GpmReader.follow`), both freed on close. The first sample is taken when the backend
+opens; NVIDIA asks for samples at least :data:`MIN_INTERVAL_SECONDS` apart, so the first cycle
+after open waits out the rest of that (at most 0.1 s, once) and a cycle that comes sooner than that
+after the previous one repeats the previous interval's figures instead of sampling.
 
 What is ``None`` and why (each reason is said once per target, in the backend's warnings):
 
@@ -100,6 +101,7 @@ class GpmReader:
         self._fn = pynvml._nvmlGetFunctionPointer  # pynvml's lookup, through its cache
         self.targets: list[GpmTarget] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     # -- open ------------------------------------------------------------------
 
@@ -165,6 +167,9 @@ class GpmReader:
 
     def _target(self, target: GpmTarget) -> GpmTarget:
         pynvml = self.pynvml
+        if self._closed:  # (a MIG listing in a read that outlived close(): nothing to free it)
+            target.disabled = "the backend was closed"
+            return target
         try:
             for _ in range(2):
                 target.samples.append(pynvml.nvmlGpmSampleAlloc())
@@ -173,6 +178,38 @@ class GpmReader:
         with self._lock:
             self.targets.append(target)
         return target
+
+    def follow(self, gpu: Gpu, kept: set[int], listed: set[int], warnings: list[str]) -> None:
+        """After the GPU's MIG instances were listed again (:mod:`.layout`): the target of each
+        GPU instance not in ``kept`` (destroyed, perhaps created again under the same id: its
+        samples are never diffed against the new one's) is freed, and each instance ``listed``
+        without one gets a new one, its first sample taken by its first read (so its activity
+        comes from its second). No call on a GPU without GPM."""
+        if gpu.gpm is None:
+            return
+        targets = {gi: t for gi, t in gpu.gpm_instances.items() if gi in kept and gi in listed}
+        retired = [t for gi, t in gpu.gpm_instances.items() if targets.get(gi) is not t]
+        for gi in sorted(listed - targets.keys()):
+            target = targets[gi] = self._target(GpmTarget(label=f"{gpu.label} GPU instance {gi}",
+                                                          gpu_instance_id=gi))
+            if target.disabled is not None:
+                self._say(target, warnings, f"no compute activity ({target.disabled})")
+        gpu.gpm_instances = targets  # replaced whole: close() may read the old one meanwhile
+        for target in retired:
+            self._free(target)
+
+    def _free(self, target: GpmTarget) -> None:
+        """Free one target's samples, unless close() took it (and frees it) first."""
+        with self._lock:
+            if not any(t is target for t in self.targets):
+                return
+            self.targets = [t for t in self.targets if t is not target]
+        samples, target.samples = target.samples, []
+        for sample in samples:
+            try:
+                self.pynvml.nvmlGpmSampleFree(sample)
+            except self.pynvml.NVMLError:
+                pass  # nothing more can be done with it
 
     # -- each cycle ------------------------------------------------------------
 
@@ -304,7 +341,7 @@ class GpmReader:
         busy = {id(t) for gpu in gpus if gpu.pending is not None and not gpu.pending.done()
                 for t in (gpu.gpm, *gpu.gpm_instances.values()) if t is not None}
         with self._lock:
-            targets, self.targets = self.targets, []
+            targets, self.targets, self._closed = self.targets, [], True
         for target in targets:
             if id(target) in busy:
                 continue

@@ -1,5 +1,7 @@
 """MIG instances: their handles and static facts, their share of the GPU, and which
-instance a process runs in."""
+instance a process runs in; and the instances listed again while the backend runs
+(:func:`list_migs`), since an administrator (or NVIDIA's MIG manager) creates and destroys them
+at any time."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.devices import DeviceFault, Gpu, Reader
 from allsmi.backends.nvidia.nvml import RawProcess, error_code
 
+#: What a call on a MIG device handle answers once its compute instance is destroyed (NVML: the
+#: handle "would remain invalid and must be requested again"): the instance is gone.
+GONE_CODES = frozenset({nvml.ERROR_NOT_FOUND, nvml.ERROR_INVALID_ARGUMENT,
+                        nvml.ERROR_GPU_IS_LOST})
+
 
 @dataclass(eq=False, repr=False)  # never compared or printed: no methods compiled for it
 class Mig:
-    """One MIG instance: static facts from open() and its own skip set."""
+    """One MIG instance: static facts from when it was listed, and its own skip set."""
 
     slot: int
     handle: Any
@@ -26,14 +33,58 @@ class Mig:
     compute_instance_id: int | None = None
     partition_share: float | None = None
     skip: set[str] = field(default_factory=set)
+    #: A read found the handle stale: the instance was destroyed, or the handle must be asked
+    #: for again (the next listing gives it the handle it finds).
+    stale: bool = False
+    #: A listing found the instance still there after that: a stale-like answer of its reads
+    #: is a failure like any other from now on (its reads are not left out cycle after cycle).
+    stale_and_there: bool = False
+
+
+class MigReads(Reader):
+    """The reads on one GPU's MIG handles in one cycle, warning through the GPU's reader: a
+    stale handle (:data:`GONE_CODES`: the instance was destroyed since it was listed) is noted
+    in ``gone``, not warned about, nor taken for the GPU's loss (the GPU's own calls, made
+    first, said it is there)."""
+
+    def __init__(self, reader: Reader) -> None:  # (the GPU's reader's, not a list of its own)
+        self.pynvml, self.label, self.warnings = reader.pynvml, reader.label, reader.warnings
+        self.gone = self._watch = False
+
+    def on(self, mig: Mig) -> MigReads:
+        """This reader for ``mig``'s reads (``gone`` cleared)."""
+        self.label, self.gone, self._watch = mig.label, False, not mig.stale_and_there
+        return self
+
+    def failed(self, skip: set[str], key: str, exc: BaseException) -> None:
+        if self._watch and error_code(exc) in GONE_CODES:
+            self.gone = True
+        else:
+            super().failed(skip, key, exc)
 
 
 def open_migs(pynvml: ModuleType, gpu: Gpu, reader: Reader) -> list[Mig]:
     """The GPU's MIG instances with their static facts; empty slots are skipped."""
-    slots = reader.call(gpu.skip, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount,
-                        gpu.handle) or 0
+    return list_migs(pynvml, gpu, reader, [])
+
+
+def list_migs(pynvml: ModuleType, gpu: Gpu, reader: Reader, known: list[Mig]) -> list[Mig]:
+    """The GPU's MIG instances now, slot by slot (empty slots skipped, later slots still read).
+
+    An instance of ``known`` still there (the same uuid: a MIG uuid is never given to another
+    instance) is kept as it is, handle and all, at its slot now; any other is read anew. A
+    handle whose uuid answers as stale (:data:`GONE_CODES`) is an instance destroyed between
+    the two calls: an empty slot. Costs one ``nvmlDeviceGetMigDeviceHandleByIndex`` per slot
+    and one ``nvmlDeviceGetUUID`` per instance, plus the static facts of each new one.
+    """
+    if gpu.mig_slots is None:  # the most instances the GPU can hold in this mode
+        count = reader.call(gpu.skip, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount,
+                            gpu.handle)
+        gpu.mig_slots = count if isinstance(count, int) else None
+    by_uuid = {m.uuid: m for m in known if m.uuid}
+    by_ids = {(m.gpu_instance_id, m.compute_instance_id): m for m in known if not m.uuid}
     migs: list[Mig] = []
-    for slot in range(slots):
+    for slot in range(gpu.mig_slots or 0):
         try:
             handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
         except pynvml.NVMLError as exc:
@@ -42,17 +93,33 @@ def open_migs(pynvml: ModuleType, gpu: Gpu, reader: Reader) -> list[Mig]:
             # NotFound / InvalidArgument: an empty slot; later slots may be used
             continue
         mig = Mig(slot=slot, handle=handle, label=f"{gpu.label} MIG {slot}")
-        mig.uuid = nvml.text(reader.call(mig.skip, "uuid", pynvml.nvmlDeviceGetUUID, handle))
+        try:
+            mig.uuid = nvml.text(pynvml.nvmlDeviceGetUUID(handle))
+        except pynvml.NVMLError as exc:
+            if error_code(exc) in GONE_CODES:
+                continue  # destroyed since the handle was given
+            reader.failed(mig.skip, "uuid", exc)
+        kept = by_uuid.get(mig.uuid) if mig.uuid else None
+        if kept is None:
+            gi = reader.call(mig.skip, "gpu_instance_id", pynvml.nvmlDeviceGetGpuInstanceId,
+                             handle)
+            ci = reader.call(mig.skip, "compute_instance_id",
+                             pynvml.nvmlDeviceGetComputeInstanceId, handle)
+            mig.gpu_instance_id = gi if isinstance(gi, int) else None
+            mig.compute_instance_id = ci if isinstance(ci, int) else None
+            if not mig.uuid:  # (no uuid: the same instance ids, the same instance)
+                kept = by_ids.get((mig.gpu_instance_id, mig.compute_instance_id))
+        if kept is not None:
+            kept.slot, kept.label = slot, mig.label
+            if kept.stale:  # not destroyed after all: the handle found now, and no more doubt
+                kept.handle, kept.stale, kept.stale_and_there = handle, False, True
+            migs.append(kept)
+            continue
         mig.name = nvml.text(reader.call(mig.skip, "name", pynvml.nvmlDeviceGetName, handle))
-        gi = reader.call(mig.skip, "gpu_instance_id", pynvml.nvmlDeviceGetGpuInstanceId, handle)
-        ci = reader.call(mig.skip, "compute_instance_id",
-                         pynvml.nvmlDeviceGetComputeInstanceId, handle)
-        mig.gpu_instance_id = gi if isinstance(gi, int) else None
-        mig.compute_instance_id = ci if isinstance(ci, int) else None
+        if gpu.mig_total_slices is None:  # asked once (0: unknown)
+            gpu.mig_total_slices = total_slices(pynvml, gpu.handle) or 0
+        mig.partition_share = mig_share(pynvml, mig, gpu.mig_total_slices)
         migs.append(mig)
-    total = total_slices(pynvml, gpu.handle) if migs else None
-    for mig in migs:
-        mig.partition_share = mig_share(pynvml, mig, total)
     return migs
 
 

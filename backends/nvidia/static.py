@@ -1,5 +1,6 @@
 """What is read once per GPU when the backend opens: identity, firmware, ECC and MIG modes,
-the MIG instances, and the field ids asked in each cycle's batch."""
+the MIG instances (listed again while the backend runs: :mod:`.layout`), and the field ids
+asked in each cycle's batch."""
 
 from __future__ import annotations
 
@@ -51,8 +52,14 @@ def open_gpu(pynvml: ModuleType, index: int) -> tuple[Gpu, list[str]]:
             gpu.migs = open_migs(pynvml, gpu, reader)
     except DeviceFault as fault:
         mark_lost(gpu, fault)
-    gpu.fields = [FI_POWER_AVERAGE, FI_POWER_INSTANT, FI_POWER_CURRENT_LIMIT,
-                  FI_TOTAL_ENERGY_CONSUMPTION]
-    if gpu.ecc_enabled:
-        gpu.fields.extend(ECC_FIELDS)
+    gpu.fields = batch_fields(gpu)
     return gpu, reader.warnings
+
+
+def batch_fields(gpu: Gpu) -> list[int]:
+    """The field ids a cycle asks for in the GPU's batch (those the driver lacks leave it)."""
+    fields = [FI_POWER_AVERAGE, FI_POWER_INSTANT, FI_POWER_CURRENT_LIMIT,
+              FI_TOTAL_ENERGY_CONSUMPTION]
+    if gpu.ecc_enabled:
+        fields.extend(ECC_FIELDS)
+    return fields

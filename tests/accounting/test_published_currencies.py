@@ -15,10 +15,10 @@ import pytest
 
 from ..conftest import loopback_server
 from .test_impossible_answers import HONEST
-from .test_published_price_values import HOUR, START, _Priced, export
+from .test_published_price_values import HOUR, START, PricedStore, export
 
 
-class _Currencies(_Priced):
+class _Currencies(PricedStore):
     """Prices for group ``default``: per device-hour in each of ``hour_currencies`` (one series
     each, as nodes configured apart publish them), per kWh in ``kwh_currency``."""
 

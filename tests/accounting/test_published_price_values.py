@@ -35,7 +35,7 @@ PRICE_LABELS = {"resource_group": "default", "currency": "EUR"}
 START = int(dt.datetime.fromisoformat(SINCE.replace("Z", "+00:00")).timestamp())
 
 
-class _Priced(FakeStore):
+class PricedStore(FakeStore):
     """The honest store of one device, publishing ``hour_price`` per device-hour and
     ``kwh_price`` per kWh for its group (``None``: no series) in every hour."""
 
@@ -66,8 +66,8 @@ class _Priced(FakeStore):
 
 
 @pytest.fixture()
-def store() -> Iterator[tuple[type[_Priced], str]]:
-    handler = type("Priced", (_Priced,), {"values": dict(HONEST), "copies": 1,
+def store() -> Iterator[tuple[type[PricedStore], str]]:
+    handler = type("Priced", (PricedStore,), {"values": dict(HONEST), "copies": 1,
                                           "duplicated": False, "hour_price": "2",
                                           "kwh_price": None})
     with loopback_server(handler) as url:

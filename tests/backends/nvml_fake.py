@@ -10,7 +10,9 @@ and returns an ``nvmlReturn_t`` code. A symbol the fake leaves out is
 "missing from the driver": pynvml raises ``NVMLError_FunctionNotFound``.
 
 Configurable: any number of GPUs (from the JSON profiles in
-``fixtures/nvidia/profiles``), MIG instances, per-call latency, NotSupported
+``fixtures/nvidia/profiles``), MIG instances (created and destroyed while a test runs:
+:meth:`FakeNvml.create_mig`, :meth:`FakeNvml.destroy_mig`; MIG mode switched by setting
+``mig_mode``), per-call latency, NotSupported
 per symbol or field, GpuIsLost / Unknown per GPU, a missing library, an old
 driver (no ``nvmlDeviceGetMemoryInfo_v2``, process info v2 or v1 only, no
 power fields), processes in both the compute and graphics lists, and the
@@ -153,6 +155,9 @@ class FakeGpu:
     util_samples: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
     #: the lastSeenTimeStamp of every per-process utilization call, in order
     util_asked: list[int] = field(default_factory=list)
+    #: GPU instance id -> how many times a GPU instance was created under it while the test ran
+    #: (a GPM sample remembers which one it was taken of)
+    gi_generation: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def from_profile(cls, profile: str, index: int, **overrides: Any) -> FakeGpu:
@@ -246,9 +251,13 @@ class FakeNvml:
         self._error_strings: dict[int, ctypes.Array[c_char]] = {}
         self._handles: dict[int, tuple[FakeGpu, FakeMig | None]] = {}
         #: GPM samples by address: ``None`` until taken, then (gpu, GPU instance id or None,
-        #: sequence number, the metric values when taken)
-        self.gpm_samples: dict[int, tuple[FakeGpu, int | None, int, dict[int, float]] | None] = {}
+        #: sequence number, the metric values when taken, which GPU instance under that id)
+        self.gpm_samples: dict[int, tuple[FakeGpu, int | None, int, dict[int, float], int]
+                               | None] = {}
         self.gpm_freed = 0
+        #: ``nvmlGpmMetricsGet`` calls whose two samples were of two different GPU instances
+        #: that had the same id (one destroyed, the other created after it)
+        self.gpm_mixed_instances = 0
         self._gpm_sequence = 0
         for gpu in gpus:
             self._handles[self._gpu_handle(gpu)] = (gpu, None)
@@ -290,6 +299,27 @@ class FakeNvml:
         with self._lock:
             self.calls.clear()
             self.device_calls.clear()
+
+    # -- MIG instances while a test runs ------------------------------------
+
+    @staticmethod
+    def destroy_mig(gpu: FakeGpu, slot: int) -> FakeMig:
+        """Destroy the MIG instance at ``slot`` (``nvidia-smi mig -dci``, and ``-dgi`` when it
+        was its GPU instance's last): its handle answers NotFound from now on."""
+        mig = next(m for m in gpu.migs if m.slot == slot)
+        gpu.migs = [m for m in gpu.migs if m is not mig]
+        return mig
+
+    @staticmethod
+    def create_mig(gpu: FakeGpu, mig: FakeMig) -> FakeMig:
+        """Create ``mig`` (``nvidia-smi mig -cgi -C``): a new GPU instance under its id unless
+        another instance still has that id (then a compute instance in that GPU instance)."""
+        assert not any(m.slot == mig.slot for m in gpu.migs), "the slot is taken"
+        if not any(m.gpu_instance_id == mig.gpu_instance_id for m in gpu.migs):
+            gpu.gi_generation[mig.gpu_instance_id] = (
+                gpu.gi_generation.get(mig.gpu_instance_id, 0) + 1)
+        gpu.migs = sorted([*gpu.migs, mig], key=lambda m: m.slot)
+        return mig
 
     # -- internals ---------------------------------------------------------
 
@@ -339,6 +369,10 @@ class FakeNvml:
             raise _Return(GPU_IS_LOST)
         if gpu.unknown_error:
             raise _Return(UNKNOWN)
+        if mig is not None and (gpu.mig_mode != 1 or not any(m is mig for m in gpu.migs)):
+            # the instance was destroyed (or MIG mode switched off): NVML's handle is stale
+            # until the slot's handle is asked for again, which may give the same value
+            raise _Return(NOT_FOUND)
         if symbol in gpu.no_permission:
             raise _Return(4)
         if symbol in gpu.fail:
@@ -605,7 +639,7 @@ class FakeNvml:
             gpu = self._gpu_only(handle, "nvmlDeviceGetMaxMigDeviceCount")
             if gpu.mig_mode is None:
                 return NOT_SUPPORTED
-            self._put(out, c_uint, 7)
+            self._put(out, c_uint, 7 if gpu.mig_mode == 1 else 0)  # (0: MIG mode off)
             return SUCCESS
         add("nvmlDeviceGetMaxMigDeviceCount", (H, P), max_mig)
 
@@ -614,8 +648,10 @@ class FakeNvml:
             if not gpu.mig_mode:
                 return INVALID_ARGUMENT
             for mig in gpu.migs:
-                if mig.slot == slot:
-                    self._put(out, c_void_p, self._gpu_handle(gpu) + 1 + slot)
+                if mig.slot == slot:  # the slot's handle, now the instance's there
+                    value = self._gpu_handle(gpu) + 1 + slot
+                    self._handles[value] = (gpu, mig)
+                    self._put(out, c_void_p, value)
                     return SUCCESS
             return NOT_FOUND
         add("nvmlDeviceGetMigDeviceHandleByIndex", (H, c_uint, P), mig_handle)
@@ -727,7 +763,9 @@ class FakeNvml:
                 if sample not in self.gpm_samples:
                     return INVALID_ARGUMENT
                 self._gpm_sequence += 1
-                self.gpm_samples[sample] = (gpu, instance, self._gpm_sequence, dict(values))
+                generation = 0 if instance is None else gpu.gi_generation.get(instance, 0)
+                self.gpm_samples[sample] = (gpu, instance, self._gpm_sequence, dict(values),
+                                            generation)
             return SUCCESS
 
         def sample_get(handle: int, sample: int | None) -> int:
@@ -755,6 +793,9 @@ class FakeNvml:
                     or first[2] >= second[2] or request.numMetrics > len(request.metrics):
                 return INVALID_ARGUMENT  # not two samples of one target, in order
             gpu, values = second[0], second[3]
+            if first[4] != second[4]:  # what a real driver would diff: counters of two instances
+                with self._lock:
+                    self.gpm_mixed_instances += 1
             self._target(self._gpu_handle(gpu), "nvmlGpmMetricsGet")
             for i in range(request.numMetrics):
                 metric = request.metrics[i]
