@@ -5,7 +5,8 @@ fsynced, then renamed over the target; files are owner-only (0600) unless a
 mode is given. A target that exists and is not a regular file (``/dev/null``,
 ``/dev/stdout``, a FIFO) is written to as it is: renaming over it would replace
 the device node with a file. :func:`holds_database` tells an output that would replace a
-database (a ledger): the commands refuse it before any work.
+database (a ledger): the commands refuse it before any work. :func:`make_private_dirs` creates
+the directories allsmi writes its own files into: owner-only (0700), each of them.
 """
 
 from __future__ import annotations
@@ -54,6 +55,23 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         pass
     finally:
         os.close(dir_fd)
+
+
+def make_private_dirs(directory: str | os.PathLike[str]) -> None:
+    """Create ``directory`` and every missing directory above it owner-only (0700, whatever the
+    umask: ``Path.mkdir(parents=True, mode=...)`` gives the parents the umask's mode); the
+    directories that exist are left as they are."""
+    path = Path(directory)
+    missing = []
+    while not os.path.lexists(path) and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # (made meanwhile by another process, or ``a/..``)
+            continue
+        os.chmod(path, 0o700)  # (a umask such as 0o277 would take the owner's bits)
 
 
 #: The first bytes of an SQLite database and of its write-ahead log (both byte orders).

@@ -1,7 +1,8 @@
 """Configuration: one TOML file, validated completely before anything starts.
 
 Where the file comes from: ``--config PATH``, else ``$ALLSMI_CONFIG``, else
-the user's config directory (``$XDG_CONFIG_HOME/allsmi/config.toml``), else
+the user's config directory (``$XDG_CONFIG_HOME/allsmi/config.toml``; a relative
+``$XDG_CONFIG_HOME`` is ignored, as the XDG spec says), else
 ``/etc/allsmi/config.toml``; no file at all is fine (defaults). Precedence of
 each setting: command-line flag > environment > file > default.
 
@@ -144,6 +145,17 @@ class Config(Record):
         return ConfigError(message, self.path, line, ".".join(key_path) or None, tuple(key_path))
 
 
+def xdg_base(variable: str, default: str, environ: Mapping[str, str] | None = None) -> Path:
+    """An XDG base directory: ``$variable`` when it is an absolute path, else ``~/default``
+    (the XDG Base Directory spec: a relative path in the variable is invalid and ignored, as is an
+    empty one)."""
+    env = os.environ if environ is None else environ
+    value = env.get(variable, "")
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / default
+
+
 def discover_path(flag: str | os.PathLike[str] | None = None,
                   environ: Mapping[str, str] | None = None) -> tuple[Path | None, bool]:
     """Which file to read, and whether it was asked for explicitly (so must exist)."""
@@ -152,8 +164,7 @@ def discover_path(flag: str | os.PathLike[str] | None = None,
         return Path(flag), True
     if env.get("ALLSMI_CONFIG", "").strip():  # (an empty or blank variable is unset)
         return Path(env["ALLSMI_CONFIG"]), True
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
-    user = base / "allsmi" / "config.toml"
+    user = xdg_base("XDG_CONFIG_HOME", ".config", env) / "allsmi" / "config.toml"
     if os.path.isfile(user):  # (os.path: a name too long is no file, where Path.is_file raises)
         return user, False
     if os.path.isfile(SYSTEM_CONFIG):
@@ -166,7 +177,8 @@ def group_name_problem(name: str, what: str = "a resource group's name") -> str:
     from allsmi.text import MAX_NAME, clean_text
     if clean_text(name) != name:
         return (f"{what} must be printable text of at most {MAX_NAME} "
-                "characters (no control, format or bidirectional characters): it is shown "
+                "characters (no control, bidirectional or format characters but the "
+                "zero-width joiner and non-joiner): it is shown "
                 "and matched so")
     return ""
 

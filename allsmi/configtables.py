@@ -179,7 +179,8 @@ class TableValidator:
                                 f"its text), got {value!r}", "groups", name, "labels", key)
             if group_name_problem(str(value)):  # shown and exported as devices' labels are
                 raise self.fail("label values must be printable text of at most 256 "
-                                "characters (no control, format or bidirectional characters)",
+                                "characters (no control, bidirectional or format characters but "
+                                "the zero-width joiner and non-joiner)",
                                 "groups", name, "labels", key)
             labels[key] = str(value)
         prices: dict[str, float | None] = {}

@@ -60,6 +60,16 @@ def celsius(value: float | None) -> str:
     return na(value, "{:.0f}", "°C")
 
 
+def fixed(value: float | None, digits: int) -> str:
+    """``value`` with exactly ``digits`` decimals (no sign on a zero: never ``-0.000``); empty
+    when unknown. The exports' numbers: the same column has the same precision in every
+    output."""
+    if value is None:
+        return ""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text
+
+
 def csv_cell(value: object) -> str:
     """A CSV cell safe to open in a spreadsheet: formula-like text is neutralized.
 

@@ -14,9 +14,13 @@ terminal) can rely on three properties:
   also becomes a space, so that nothing can move a cursor, set a title or
   draw a hyperlink on an operator's screen;
 * it holds no bidirectional or invisible format characters (U+202A to
-  U+202E, U+2066 to U+2069, zero-width spaces and joiners, U+FEFF, line and
-  paragraph separators): each becomes a visible U+FFFD, so that text can
-  never be shown reordered (``python <U+202E>evil<U+202C>.py``);
+  U+202E, U+2066 to U+2069, the marks U+200E, U+200F and U+061C, the zero-width
+  space U+200B, U+2060 to U+206F, U+FEFF, line and paragraph separators): each
+  becomes a visible U+FFFD, so that text can never be shown reordered
+  (``python <U+202E>evil<U+202C>.py``). The zero-width joiner and non-joiner
+  (U+200D, U+200C) are kept: they reorder nothing, take no cell, and emoji
+  sequences (a woman technologist is woman, ZWJ, laptop) and scripts such as
+  Persian and the Indic ones need them;
 * it is at most ``max_length`` characters long (an ellipsis marks a cut).
 
 Markup (``[bold]``) is *not* removed here: it is data. The dashboard shows
@@ -38,7 +42,8 @@ MAX_MESSAGE = 1024
 
 _BAD = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff"
                   # bidirectional and invisible format characters, line and paragraph separators
-                  "\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
+                  # (not the zero-width non-joiner and joiner, U+200C and U+200D: text needs them)
+                  "\u061c\u200b\u200e\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
 
 
 def _replace(match: re.Match[str]) -> str:

@@ -261,6 +261,32 @@ def test_a_reader_that_leaves_early_is_exit_1_never_0() -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("args", [
+    ["snapshot", "--simulate", "mixed", "--format", "json"],
+    ["export", "--simulate", "mixed", "--period", "yesterday"],
+    ["export", "--simulate", "mixed", "--period", "yesterday", "--format", "parquet"],
+    ["idle", "--simulate", "mixed", "--period", "yesterday", "--format", "csv"],
+    ["waste", "--simulate", "mixed", "--period", "yesterday", "--format", "json"],
+    ["report", "--simulate", "mixed", "--period", "yesterday", "-o", "-"],
+    ["doctor", "--simulate", "mixed", "--json"],
+    ["backends", "--json"],
+])
+def test_a_reader_that_left_is_exit_1_and_nothing_said(args: list[str]) -> None:
+    """``allsmi export | head -c 100``: a closed pipe (here closed before the command writes)
+    is exit 1 and no message, as ``allsmi snapshot``'s: ``report``, ``export``, ``idle`` and
+    ``waste`` said "cannot write the output to standard output: Broken pipe"."""
+    import os
+    from .conftest import allsmi_exe
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        out = subprocess.run(allsmi_exe() + args, stdout=write, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (out.returncode, out.stderr) == (1, ""), out.stderr
+
+
 @pytest.mark.parametrize("value", ['"x\\u001b[31mred\\u0007"', '"a\\u202eb"', '"' + "x" * 300 + '"'])
 def test_a_group_label_value_that_could_not_be_shown_as_given_is_refused(
         value: str, tmp_path: Path) -> None:

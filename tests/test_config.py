@@ -29,6 +29,20 @@ def test_discovery_order(tmp_path: Path) -> None:
     assert discover_path("/flag.toml", {**env, "ALLSMI_CONFIG": "/x.toml"}) == (Path("/flag.toml"), True)
 
 
+def test_relative_xdg_config_home_is_ignored(tmp_path: Path) -> None:
+    """The XDG Base Directory spec: a relative ``$XDG_CONFIG_HOME`` is invalid and ignored, as if
+    unset (``~/.config``), never resolved against the working directory."""
+    home = tmp_path / "home"
+    (home / ".config" / "allsmi").mkdir(parents=True)
+    (home / ".config" / "allsmi" / "config.toml").write_text('[node]\nresource_group = "home"\n')
+    (tmp_path / "relative" / "allsmi").mkdir(parents=True)  # (the working directory's: not it)
+    (tmp_path / "relative" / "allsmi" / "config.toml").write_text('[node]\nresource_group = "cwd"\n')
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": "relative", "ALLSMI_CONFIG": ""}
+    result = run_allsmi("doctor", "--simulate", "mixed", env=env, cwd=tmp_path, timeout=60)
+    assert f"config {home / '.config' / 'allsmi' / 'config.toml'}" in result.stdout, result.stdout
+    assert "default resource group 'home'" in result.stdout
+
+
 def test_precedence_env_over_file(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[node]\nresource_group = "from-file"\n')

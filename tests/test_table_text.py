@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .conftest import run_allsmi
 from .test_cli_snapshot import scenario
 
@@ -36,3 +38,36 @@ def test_markup_in_names_and_messages_is_text_and_numbers_are_never_cut(tmp_path
     assert "…" in row and "W" * 120 not in row  # the name gives way...
     assert "GiB / 32.0 GiB" in row and " W / N/A" in row  # ...the numbers stay whole
     assert row.count("…") == 1, row
+
+
+LONG_NAMES = scenario("long-names", (("furiosa", "npu", "Accelerator " + "W" * 120, "uuid", ""),
+                                     ("rebellions", "npu", "RBLN " + "X" * 80, "uuid", "")))
+HEADERS = ["#", "vendor", "model", "group", "health", "util", "active", "memory", "temp",
+           "power / limit", "procs", "held by", "waiting"]
+
+
+@pytest.mark.parametrize("columns", [None, "120", "80", "40"])
+def test_long_names_give_way_and_numbers_and_headers_are_never_cut(tmp_path: Path,
+                                                                   columns: str | None) -> None:
+    """Piped (200 cells) or at ``$COLUMNS``: long model and group names are cut, never a number
+    or a header (``te…``, ``35…``, an index column of width 0, were); where the numbers alone
+    do not fit, the line is longer than the width."""
+    import re
+    path = tmp_path / "long.toml"
+    path.write_text(LONG_NAMES)
+    env = {"ALLSMI_RESOURCE_GROUP": "g" * 60, **({"COLUMNS": columns} if columns else {})}
+    result = run_allsmi("snapshot", "--simulate", str(path), "--format", "table", env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("#"))
+    assert re.split(r"\s{2,}", lines[head].strip()) == HEADERS, lines[head]
+    rows = lines[head + 1:head + 3]
+    for row in rows:
+        assert re.match(r"0  ", row), row
+        assert re.search(r"  \d+%  +\d+% (pe|eng)  +\d+\.\d GiB / 32\.0 GiB  +\d+°C  +\d+ W / N/A"
+                         r"  +\d  ", row), row
+        assert row.rstrip().endswith("computing"), row
+    if columns in (None, "120"):
+        width = int(columns or 200)
+        assert all(len(line.rstrip()) <= width for line in lines), lines
+        assert "…" in rows[0] and "Furio" in rows[0]

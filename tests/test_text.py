@@ -69,3 +69,26 @@ def test_bidirectional_and_invisible_format_characters_become_visible() -> None:
         cleaned = clean_text(f"python {ch}evil.py")
         assert ch not in cleaned and cleaned == "python \ufffdevil.py", (hex(ord(ch)), cleaned)
     assert clean_text("日本語 café ok") == "日本語 café ok"
+
+
+def test_zero_width_joiner_and_non_joiner_are_text_and_reach_every_output_whole() -> None:
+    """U+200D joins an emoji sequence (woman, ZWJ, laptop: a technologist) and U+200C keeps
+    Persian and Indic letters apart: they reorder nothing and take no cell, so they are kept
+    (they were each a U+FFFD); bidirectional overrides around them are still neutralized."""
+    from rich.cells import cell_len
+
+    from allsmi.exporter.exposition import render_snapshot
+    technologist, persian = "\U0001f469\u200d\U0001f4bb", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+    for text in (technologist, persian, "\u0915\u094d\u200d\u0937"):
+        assert clean_text(text) == text
+    assert clean_text(f"\u202e{technologist}\u200b") == f"\ufffd{technologist}\ufffd"
+    assert cell_len(clean_text("a\u200cb")) == 2 and cell_len(technologist) == 2  # (no cell)
+    dev = DeviceSample(id="d", vendor="nvidia", kind="gpu", backend="nvidia",
+                       name=f"{technologist} H100", temperature_celsius=50.0,
+                       processes=(ProcessSample(1, persian, f"python {technologist}.py", 5),))
+    snap = Snapshot(timestamp=utc_now(), host=HostSample("h"), devices=(dev,))
+    doc = json.loads(to_json(snap, process_details=True))
+    assert doc["devices"][0]["name"] == f"{technologist} H100"
+    assert doc["devices"][0]["processes"][0]["user"] == persian
+    assert f"{technologist} H100" in to_csv(snap)
+    assert f'model="{technologist} H100"' in render_snapshot(snap)

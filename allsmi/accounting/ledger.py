@@ -24,6 +24,7 @@ from allsmi.accounting.ledgerschema import (OLD_SCHEMA_VERSIONS, SCHEMA, SCHEMA_
                                             Holder, IntervalRecord, LedgerError, Share, Totals,
                                             labels_json, legacy_views, upgrade)
 from allsmi.accounting.ledgerwrite import TIERS, LedgerWriter
+from allsmi.atomic import make_private_dirs
 
 #: SQLITE_CANTOPEN (``sqlite3.SQLITE_CANTOPEN`` from Python 3.11 on).
 _CANTOPEN = 14
@@ -34,7 +35,7 @@ __all__ = ["Dim", "Holder", "IntervalRecord", "Ledger", "LedgerError", "SCHEMA_V
 
 def _create_private(path: Path) -> bool:
     """Create ``path`` empty with mode 0600 unless it exists; True when created."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dirs(path.parent)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:

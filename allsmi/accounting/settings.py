@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from allsmi.config import Config, ConfigError
+from allsmi.config import Config, ConfigError, xdg_base
 from allsmi.numbers import range_text, setting_number
 
 #: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
@@ -38,13 +38,12 @@ DEFAULT_GROUP_BY = ("resource_group", "vendor", "model", "host")
 
 
 def default_ledger_path(environ: Mapping[str, str] | None = None) -> Path:
-    """``/var/lib/allsmi/ledger.db`` for root, else ``$XDG_STATE_HOME/allsmi/ledger.db``."""
+    """``/var/lib/allsmi/ledger.db`` for root, else ``$XDG_STATE_HOME/allsmi/ledger.db`` (a
+    relative ``$XDG_STATE_HOME`` is ignored: ``~/.local/state``)."""
     env = os.environ if environ is None else environ
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         return Path("/var/lib/allsmi/ledger.db")
-    base = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else \
-        Path.home() / ".local" / "state"
-    return base / "allsmi" / "ledger.db"
+    return xdg_base("XDG_STATE_HOME", ".local/state", env) / "allsmi" / "ledger.db"
 
 
 @dataclass(frozen=True)

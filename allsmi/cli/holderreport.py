@@ -68,13 +68,19 @@ def to_json(report: Any, rows: list[dict[str, Any]]) -> str:
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
-def _cell(value: Any) -> str:
+def _cell(column: str, value: Any) -> str:
+    """A CSV cell: a number with the export's decimal places for ``column`` (waiting seconds 3,
+    hours, ratios and costs 6: the same column prints alike in ``allsmi export``); a column the
+    export has not (``active_cost``, ``lost_cost``: money) with 6."""
+    from allsmi.accounting.columns import DIGITS
+    from allsmi.formatting import fixed
     if value is None:
         return ""
     if isinstance(value, list):
         return " ".join(value)
-    if isinstance(value, float):
-        return f"{value:.6f}"
+    if isinstance(value, float) or (column in DIGITS and isinstance(value, int)
+                                    and not isinstance(value, bool)):
+        return fixed(value, DIGITS.get(column, 6))
     return str(value)
 
 
@@ -85,7 +91,7 @@ def to_csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
-        writer.writerow([csv_cell(_cell(row[c])) for c in columns])
+        writer.writerow([csv_cell(_cell(c, row[c])) for c in columns])
     return buf.getvalue()
 
 

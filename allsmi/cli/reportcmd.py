@@ -84,6 +84,14 @@ def guarded(run: "Run", command: Callable[..., None], **opts: Any) -> None:
         raise fail(exc.message, exc.code) from None
     except click.exceptions.Exit:
         raise
+    except OSError as exc:
+        from allsmi.cli.main import is_output_lost, output_lost_message
+        if not is_output_lost(exc):
+            run.report_failure("internal", f"internal error: {type(exc).__name__}")
+            raise
+        # stdout refused the document: exit 1 as every command (allsmi.cli.main.output_lost)
+        run.report_failure("output", output_lost_message(exc))
+        raise
     except Exception as exc:  # a bug: still tell monitoring, then show the traceback
         run.report_failure("internal", f"internal error: {type(exc).__name__}")
         raise
@@ -246,14 +254,10 @@ def write_output(data: str | bytes, output: str | None) -> None:
             write_atomic(output, data)
         except OSError as exc:
             raise Failed("output", f"cannot write {output}: {exc.strerror or exc}") from None
-    else:
-        from allsmi.cli.main import output_lost_message
+    else:  # (stdout refusing it raises on, to :func:`guarded` and ``allsmi.cli.main``)
         from allsmi.cli.snapshot_run import write_all
-        try:
-            sys.stdout.flush()
-            write_all(sys.stdout.fileno(), data if isinstance(data, bytes) else data.encode("utf-8"))
-        except OSError as exc:
-            raise Failed("output", output_lost_message(exc)) from None
+        sys.stdout.flush()
+        write_all(sys.stdout.fileno(), data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
 def _client(config: Any, url: str | None, timeout: float, user: str | None,

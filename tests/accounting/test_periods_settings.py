@@ -83,6 +83,18 @@ def test_ledger_path_precedence(tmp_path: Path) -> None:
         assert default == tmp_path / "allsmi" / "ledger.db"
 
 
+def test_relative_xdg_state_home_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The XDG Base Directory spec: a relative ``$XDG_STATE_HOME`` is ignored (``~/.local/state``)."""
+    import os
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # (a user's default, even when run as root)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    expected = tmp_path / ".local" / "state" / "allsmi" / "ledger.db"
+    for value in ("relative", "", "./state"):
+        assert default_ledger_path({"XDG_STATE_HOME": value}) == expected
+        assert ledger_settings(config(), None, {"XDG_STATE_HOME": value}).path == expected
+    assert default_ledger_path({"XDG_STATE_HOME": "/abs"}) == Path("/abs/allsmi/ledger.db")
+
+
 @pytest.mark.parametrize("text, key", [
     ("[ledger]\ninterval_seconds = 7\n", "ledger.interval_seconds"),
     ("[ledger]\nretention_days = -1\n", "ledger.retention_days"),
@@ -96,6 +108,38 @@ def test_bad_config_names_the_key(text: str, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         ledger_settings(cfg, None, {}) if text.startswith("[ledger]") else export_defaults(cfg)
     assert info.value.key == key and info.value.line == 2
+
+
+def test_every_directory_created_for_the_ledger_is_owner_only(tmp_path: Path) -> None:
+    """docs/accounting.md: the ledger lives "in a directory created 0700 if missing": every
+    missing directory, not only the last one (``mkdir(parents=True)`` gave the others the
+    umask's mode); a directory that exists is left as it is."""
+    import os
+    (tmp_path / "there").mkdir()
+    os.chmod(tmp_path / "there", 0o755)
+    old = os.umask(0o022)
+    try:
+        Ledger(tmp_path / "there" / "lg" / "sub" / "ledger.db").close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "there").stat().st_mode) == 0o755
+    for directory in (tmp_path / "there" / "lg", tmp_path / "there" / "lg" / "sub"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o277])
+def test_private_directories_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    import os
+
+    from allsmi.atomic import make_private_dirs
+    old = os.umask(umask)
+    try:
+        make_private_dirs(tmp_path / "a" / ".." / "b" / "c")
+        make_private_dirs(tmp_path / "b" / "c")  # (exists: nothing to do)
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "a", tmp_path / "b", tmp_path / "b" / "c"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
 
 
 def test_file_permissions_and_single_writer(tmp_path: Path) -> None:

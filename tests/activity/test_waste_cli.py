@@ -135,3 +135,35 @@ def test_evidence_shares_are_of_the_allocated_time_not_of_the_classified_part(
     assert row["allocated_device_hours"] == 1.0 and row["waiting_nothing_seconds"] == 1800.0
     assert row["evidence"].startswith(
         "nothing 50 % (30 min); not classified 50 % (30 min); compute active 2 %"), row["evidence"]
+
+
+def _decimals(csv_text: str) -> dict[str, set[int]]:
+    """Per column, the numbers of decimal places its non-empty numeric cells have."""
+    import csv
+    import io
+    import re
+    out: dict[str, set[int]] = {}
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        for column, cell in row.items():
+            if re.fullmatch(r"-?\d+(\.\d+)?", cell or ""):
+                out.setdefault(column, set()).add(len(cell.partition(".")[2]))
+    return out
+
+
+def test_a_column_has_the_same_precision_in_export_idle_and_waste() -> None:
+    """``waiting_<reason>_seconds`` (3 decimals), hours, ratios and costs print alike in
+    ``allsmi export``, ``idle`` and ``waste`` CSVs; never ``-0.000000``."""
+    window = ("--simulate", "mixed", "--period", "yesterday", "--format", "csv")
+    export = run_allsmi("export", *window, timeout=120)
+    assert export.returncode == 0, export.stderr
+    reference = _decimals(export.stdout)
+    assert reference["waiting_nothing_seconds"] == {3}
+    for command in ("waste", "idle"):
+        result = run_allsmi(command, *window, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "-0.0" not in result.stdout
+        found = _decimals(result.stdout)
+        shared = set(found) & set(reference)
+        assert len(shared) > 4, (command, shared)
+        for column in shared:
+            assert found[column] == reference[column], (command, column)
