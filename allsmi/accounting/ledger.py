@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -25,6 +26,8 @@ from allsmi.accounting.ledgerschema import (OLD_SCHEMA_VERSIONS, SCHEMA, SCHEMA_
                                             labels_json, legacy_views, upgrade)
 from allsmi.accounting.ledgerwrite import TIERS, LedgerWriter
 from allsmi.atomic import make_private_dirs
+
+log = logging.getLogger(__name__)
 
 #: SQLITE_CANTOPEN (``sqlite3.SQLITE_CANTOPEN`` from Python 3.11 on).
 _CANTOPEN = 14
@@ -42,6 +45,15 @@ def _create_private(path: Path) -> bool:
         return False
     os.close(fd)
     return True
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of ``path``, ``None`` when it does not exist."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _last_modified(path: Path) -> float | None:
@@ -73,6 +85,9 @@ class Ledger(LedgerWriter, LedgerReader):
         self._dim_ids: dict[Dim, int] = {}
         self._hids: dict[Holder, int] = {}
         self.refused: list[tuple[int, str]] = []
+        #: The (device, inode) of the write-ahead log the writer's connection writes into.
+        self._wal: tuple[int, int] | None = None
+        self._wal_file: Path | None = None
         if readonly:
             if not self.path.is_file():
                 raise LedgerError(f"no ledger at {self.path}")
@@ -89,17 +104,10 @@ class Ledger(LedgerWriter, LedgerReader):
         try:
             _create_private(self.path)
             self._take_lock()
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-            self._refuse_unknown()  # (before anything is changed in it)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # FULL: a committed interval survives power loss too; one commit a minute is cheap.
-            self._db.execute("PRAGMA synchronous=FULL")
-            # Another writer (the sqlite3 shell, a backup tool) holding the database: wait at
-            # most 2 s, then keep the intervals in memory and retry at the next interval
-            # rather than stall the collector that calls us.
-            self._db.execute("PRAGMA busy_timeout=2000")
+            self._connect_writer(refuse_unknown=True)
             self._db.executescript(SCHEMA)
             self.interval_seconds = self._init_meta(interval_seconds or 60)
+            self._wal = _file_id(self._wal_path())
         except sqlite3.Error as exc:
             self._abandon()
             raise LedgerError(f"cannot open the ledger {self.path}: {exc}") from None
@@ -108,6 +116,29 @@ class Ledger(LedgerWriter, LedgerReader):
             raise LedgerError(f"cannot open the ledger {self.path}: {exc.strerror or exc}") from None
 
     # -- opening -------------------------------------------------------------
+    def _connect_writer(self, refuse_unknown: bool = False) -> None:
+        """Open the writer's connection in WAL mode (``refuse_unknown``: first refuse a file
+        that is no ledger of a known schema, before anything is changed in it)."""
+        self._db = db = sqlite3.connect(str(self.path), check_same_thread=False,
+                                        isolation_level=None)
+        if refuse_unknown:
+            self._refuse_unknown()
+        db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed interval survives power loss too; one commit a minute is cheap.
+        db.execute("PRAGMA synchronous=FULL")
+        # Another writer (the sqlite3 shell, a backup tool) holding the database: wait at
+        # most 2 s, then keep the intervals in memory and retry at the next interval
+        # rather than stall the collector that calls us.
+        db.execute("PRAGMA busy_timeout=2000")
+
+    def _wal_path(self) -> Path:
+        """The write-ahead log's path (beside the file that ``path`` resolves to), resolved
+        once."""
+        if self._wal_file is None:
+            real = self.path.resolve()
+            self._wal_file = real.with_name(real.name + "-wal")
+        return self._wal_file
+
     def _connect_readonly(self) -> sqlite3.Connection:
         """A read-only connection, also to a ledger where its ``-shm`` file cannot be created
         (a read-only mount, a backup copy): SQLite needs one for a database in WAL mode. Without
@@ -180,12 +211,48 @@ class Ledger(LedgerWriter, LedgerReader):
         job, a mistaken ``rm``): SQLite would go on writing into it, and every interval would be
         lost with it, silently, until a restart. The intervals are kept in memory and retried
         instead (loudly: logged, counted, ``/ready`` 503, ``allsmi record`` exits 1). A file
-        renamed, or linked elsewhere, is still written (nothing is lost)."""
+        renamed, or linked elsewhere, is still written (nothing is lost). A write-ahead log
+        deleted while it was open is written into the ledger file and opened anew (logged)."""
         if self._lock_fds and os.fstat(self._lock_fds[-1]).st_nlink == 0:
             raise LedgerError(f"the ledger {self.path} was deleted while this process recorded "
                               "into it: what it wrote there would be lost with it; the "
                               "intervals are kept in memory until it stops (restart it to "
                               f"start a new ledger at {self.path})")
+        wal = self._wal_path()
+        found = _file_id(wal)
+        if self._wal is None or found == self._wal:
+            self._wal = found
+            return
+        # The write-ahead log was deleted (``rm ledger.db-wal``, a clean-up job) or replaced:
+        # SQLite would go on writing into the deleted one, which readers no longer see (an
+        # export fails), and a crash would lose every interval committed since the last
+        # checkpoint (all of them, for a young ledger), silently. What it holds is copied into
+        # the ledger file and the log opened anew; a log put there by another hand is never
+        # read in its place.
+        try:
+            size = wal.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        gone = (f"the write-ahead log {wal} of the ledger was deleted or replaced while this "
+                "process recorded into it")
+        try:
+            if self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                raise LedgerError(f"{gone}: what was committed there is not in the ledger file "
+                                  "yet (a reader holds it); the intervals are kept in memory "
+                                  "and retried")
+            if size:
+                raise LedgerError(f"{gone}, and {wal} is now another file of {size} bytes, "
+                                  "never read in its place: remove it; the intervals are kept "
+                                  "in memory and retried")
+            self._db.close()
+            self._connect_writer()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{gone}, and could not be written into the ledger: {exc}; the "
+                              "intervals are kept in memory and retried") from None
+        self._wal = _file_id(wal)
+        log.warning("ledger: the write-ahead log %s was deleted while this process recorded "
+                    "into %s: what it held was written into the ledger and the log opened "
+                    "anew (nothing is lost)", wal, self.path)
 
     def _release_lock(self) -> None:
         while self._lock_fds:

@@ -248,6 +248,55 @@ def _committed(db: Path) -> bool:
         return False
 
 
+def test_a_write_ahead_log_deleted_under_the_recorder_loses_nothing(tmp_path: Path) -> None:
+    """``rm ledger.db-wal`` (a clean-up job, someone taking it for a temporary file) while
+    ``allsmi record`` runs: SQLite went on writing into the deleted log, which no reader saw (an
+    export failed with a disk I/O error), and a SIGKILL then lost every interval committed since
+    the last checkpoint of the log: here all of them, the ledger left without even its tables.
+    Now what the log held is written into the ledger and the log opened anew: readers see the
+    intervals written after the deletion, and a SIGKILL loses only seconds."""
+    db = tmp_path / "ledger.db"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": "",
+           "ALLSMI_LEDGER": "", "ALLSMI_SIMULATE_SPEED": "60"}
+    proc = subprocess.Popen([sys.executable, "-m", "allsmi", "record", "--simulate", "mixed",
+                             "--interval", "0.25", "--ledger", str(db)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not db.exists() or not _committed(db):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no minute committed"
+            time.sleep(0.1)
+        (tmp_path / "ledger.db-wal").unlink()
+        before = _newest(db)
+        deadline = time.monotonic() + 30
+        while _newest(db) <= before + 120:  # two more simulated minutes, seen by a reader
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "what was written after the log's deletion is " \
+                "not seen"
+            time.sleep(0.1)
+        seen = _newest(db)
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in err
+    assert "write-ahead log" in err and "nothing is lost" in err
+    assert _newest(db) >= seen  # what a reader saw survives the SIGKILL
+    (first, last, count), = rows(db, "SELECT MIN(start), MAX(start), COUNT(DISTINCT start) "
+                                     "FROM intervals")
+    assert count == (last - first) // 60 + 1  # every minute from the first, none lost
+
+
+def _newest(db: Path) -> float:
+    try:
+        return float(rows(db, "SELECT MAX(start + last_ms / 1000.0) FROM intervals")[0][0] or 0)
+    except sqlite3.Error:
+        return 0.0
+
+
 @pytest.mark.parametrize("option,name", [
     ("--output", "ledger.db"), ("--output", "ledger.db-shm"), ("--textfile", "ledger.db"),
     ("--output", "other.db"), ("--textfile", "other.db")])
