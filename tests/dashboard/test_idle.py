@@ -237,8 +237,9 @@ async def test_cluster_idle_view_covers_every_host_and_names_those_without_holde
         await pilot.pause()
         assert app.idle_rows and all(k.startswith("10.0.0.1:9477") for r in app.idle_rows for k in r.devices)
         text = screen_text(app)
-        assert "Holders unknown on node-a" in text  # the blind host, by its hostname
-        assert "node-a:nvidia" in text  # devices named with their host in a cluster
+        # the blind host, by its hostname (both report node-a: with its address)
+        assert "Holders unknown on node-a (10.0.0.2:9477)" in text
+        assert "node-a (10.0.0.1:9477):nvidia" in text  # devices named with their host in a cluster
 
 
 def test_a_partitions_idle_time_is_priced_with_its_share_of_the_board_energy(

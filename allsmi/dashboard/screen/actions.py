@@ -51,6 +51,14 @@ BINDINGS = [
 ]
 
 
+#: Actions that act in the devices view only (its details and processes panel): elsewhere the
+#: footer and the help leave them out, and a press says where they act.
+DEVICES_ONLY = {
+    "toggle_processes": "p chooses the processes panel's devices: press d for the devices view",
+    "toggle_panel": "z hides or shows the details and processes panel: press d for the devices view",
+}
+
+
 class KeyActions:
     """The ``action_*`` methods of the app (``self`` is the :class:`DashboardApp`)."""
 
@@ -69,6 +77,16 @@ class KeyActions:
     _panel_choice: bool | None
     names: Any
 
+    def offered(self, action: str) -> bool:
+        """Whether a binding's ``action`` does something in the current view: the footer and
+        the help list only those (no cluster key on one node, no ``p`` or ``z`` outside the
+        devices view, no sort key but ``s`` and ``r`` in the idle view)."""
+        if action == "view('cluster')":
+            return bool(self.source.cluster)
+        if action in DEVICES_ONLY:
+            return self.view == "devices"
+        return not (action.startswith("sort(") and self.view == "idle")
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide the cluster key where there is no cluster."""
         if action == "view" and parameters == ("cluster",) and not self.source.cluster:
@@ -85,10 +103,10 @@ class KeyActions:
     def action_help(self) -> None:
         """Show every key."""
         from allsmi.dashboard.screen.help import HelpScreen  # imported on first use: most sessions never open it
-        # Only the keys that do something here: no cluster key on a single node.
-        keys = [b for b in self.BINDINGS if not (isinstance(b, Binding) and b.action == "view('cluster')"
-                                                 and not self.source.cluster)]
-        self.push_screen(HelpScreen(keys))  # type: ignore[arg-type]
+        # Only the keys that do something here: no cluster key on a single node, no panel key
+        # outside the devices view.
+        keys = [b for b in self.BINDINGS if not isinstance(b, Binding) or self.offered(b.action)]
+        self.push_screen(HelpScreen(keys, self.view))  # type: ignore[arg-type]
 
     def action_view(self, view: str) -> None:
         """Switch to the devices, groups or cluster view."""
@@ -182,8 +200,17 @@ class KeyActions:
         if self.view != main:
             self._switch(main)
 
+    def _devices_only(self, action: str) -> bool:
+        """Whether ``action`` acts here; if not, say where it does (nothing changes unseen)."""
+        if self.view == "devices":
+            return True
+        self.notify(DEVICES_ONLY[action] + ".", severity="warning")  # type: ignore[attr-defined]
+        return False
+
     def action_toggle_processes(self) -> None:
         """Processes of the selected device, or of every device shown."""
+        if not self._devices_only("toggle_processes"):
+            return
         self.process_scope = "all" if self.process_scope == "selected" else "selected"
         if self.view == "devices":
             self._show_selected()
@@ -191,6 +218,8 @@ class KeyActions:
 
     def action_toggle_panel(self) -> None:
         """Give the whole screen to the device table, or bring the panel back."""
+        if not self._devices_only("toggle_panel"):
+            return
         self._panel_choice = self.query_one("#bottom").has_class("-hidden")
         self._fit_panel(self.size.height)
 

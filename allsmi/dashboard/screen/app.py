@@ -261,7 +261,7 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
         """How wide the longest model, vendor and host names are (measured once per new data)."""
         key = tuple((h.key, id(h.snapshot), h.name) for h in self.hosts)
         if key != self._wants_key:
-            names = {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+            names = self.host_names()  # (a shared hostname with its address: the column's text)
             self.names.update((h.key, h.snapshot) for h in self.hosts)
             self._wants_key, self._wants = key, content_widths(self.all_refs(), names, self.names.places)
         return self._wants

@@ -20,7 +20,7 @@ from allsmi.formatting import NA
 from allsmi.dashboard.tables.device_table import DeviceTable, RowContext, parent_names
 from allsmi.dashboard.state.filtering import Filter, apply_filter
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, order_devices, refs_of
-from allsmi.dashboard.state.naming import DeviceNames
+from allsmi.dashboard.state.naming import DeviceNames, host_labels
 from allsmi.dashboard.screen.options import DashboardOptions
 from allsmi.dashboard.views.groups import TOTALS_HEIGHT, totals_layout
 from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar
@@ -79,8 +79,9 @@ class ViewDrawing:
     process_table: ProcessTable
 
     def host_names(self) -> dict[str, str]:
-        """Host key -> the name the host column shows (a cluster's; none on one node)."""
-        return {h.key: h.name for h in self.hosts} if self.source.cluster else {}
+        """Host key -> the name the host column shows (a cluster's; none on one node): the
+        name each reports, with its address where two report the same (:func:`host_labels`)."""
+        return host_labels((h.key, h.name) for h in self.hosts) if self.source.cluster else {}
 
     def _row_context(self, refs: Sequence[DeviceRef]) -> RowContext:
         stale = frozenset(h.key for h in self.hosts if h.error is not None)
@@ -146,15 +147,16 @@ class ViewDrawing:
         else:
             shown = [r for r in self.shown if r.key == ref.key
                      or (r.host == ref.host and r.device.parent == ref.device.id)]
-        names = {h.key: h.name for h in self.hosts}
-        count = self.process_table.show(shown, self.source.cluster, names, self.names.places)
+        count = self.process_table.show(shown, self.source.cluster, self.host_names(), self.names.places)
         title = "processes: all shown devices" if self.process_scope == "all" else "processes: selected device"
         if count > MAX_PROCESS_ROWS:
             title += f" ({MAX_PROCESS_ROWS} biggest of {count})"
         if self.process_table.hidden:
             title += f" (too narrow for {', '.join(self.process_table.hidden)})"
         hosts_here = {r.host for r in shown}
-        hidden = [h.name for h in self.hosts if h.key in hosts_here and h.process_details is False]
+        labels = self.host_names()
+        hidden = [labels.get(h.key, h.name) for h in self.hosts
+                  if h.key in hosts_here and h.process_details is False]
         if hidden:
             title += f" ({safe(', '.join(hidden[:2]))}: host does not export process details)"
         elif shown and all(r.device.processes is None for r in shown):

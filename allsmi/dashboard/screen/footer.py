@@ -65,9 +65,12 @@ class KeyFooter(Widget):
         keys: list[tuple[int, int, str, bool]] = []
         seen: set[str] = set()
         width = self.size.width or 10_000
+        offered = getattr(self.app, "offered", None)  # (the keys that act in the view shown)
         for _node, binding, enabled, _tooltip in self.screen.active_bindings.values():
             if not binding.show or binding.action in seen:
                 continue  # one key per action, as Textual's footer shows them
+            if offered is not None and not offered(binding.action):
+                continue
             seen.add(binding.action)
             start = line.cell_len
             dim = Style() if enabled else DIM

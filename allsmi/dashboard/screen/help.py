@@ -21,21 +21,26 @@ def key_label(keys: str) -> str:
     return " ".join(KEY_NAMES.get(k.strip(), k.strip()) for k in keys.split(","))
 
 
-def help_table(bindings: Iterable[Binding]) -> Table:
-    """Two columns: keys and what they do."""
+def help_table(bindings: Iterable[Binding], view: str = "devices") -> Table:
+    """Two columns: keys and what they do (``bindings``: those that act in ``view``; the keys
+    without a binding too, where they act)."""
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     table.add_column("key", no_wrap=True)
     table.add_column("action")
     for binding in bindings:
         table.add_row(Text(key_label(binding.key), style="bold"), binding.tooltip or binding.description)
-    table.add_row(Text("↑ ↓ PgUp PgDn Home End", style="bold"), "move through the devices (the details follow)")
+    devices = view == "devices"
+    table.add_row(Text("↑ ↓ PgUp PgDn Home End", style="bold"),
+                  "move through the devices (the details follow)" if devices else "move through the rows")
     table.add_row(Text("mouse", style="bold"),
                   "click a row to select it, a column header to sort by it; wheel scrolls")
-    table.add_row(Text("Enter", style="bold"),
-                  "on a group, vendor, host or idle holder row: show its devices (Esc goes back)")
-    table.add_row(Text("Tab", style="bold"),
-                  "move between the device table, the details and the processes panel "
-                  "(the arrows and PgUp PgDn then scroll it)")
+    if devices:
+        table.add_row(Text("Tab", style="bold"),
+                      "move between the device table, the details and the processes panel "
+                      "(the arrows and PgUp PgDn then scroll it)")
+    else:
+        table.add_row(Text("Enter", style="bold"),
+                      "on a group, vendor, host or idle holder row: show its devices (Esc goes back)")
     return table
 
 
@@ -52,13 +57,15 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,f1,h", "app.pop_screen", "Close help"),
                 Binding("q", "app.quit", "Quit")]  # `q` quits everywhere, as the help says
 
-    def __init__(self, bindings: Iterable[Binding]) -> None:
+    def __init__(self, bindings: Iterable[Binding], view: str = "devices") -> None:
         super().__init__()
         self._keys = list(bindings)
+        self._view = view
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(Text("allsmi dashboard — keys", style="bold"), id="help-title")
-            yield Static(help_table(self._keys), id="help-keys")
+            yield Static(Text(f"allsmi dashboard — keys of the {self._view} view", style="bold"),
+                         id="help-title")
+            yield Static(help_table(self._keys, self._view), id="help-keys")
             yield Static(Text(LEGEND, style="dim"), id="help-legend")
             yield Static(Text("Esc or ? closes this screen; q quits.", style="italic"), id="help-close")

@@ -13,7 +13,12 @@ view give.
 
 from __future__ import annotations
 
+import collections
+import os.path
 from typing import Iterable, Mapping
+
+from rich.cells import cell_len
+from rich.text import Text
 
 from allsmi.formatting import NA
 from allsmi.schema import DeviceSample, Snapshot
@@ -134,4 +139,47 @@ def device_name(ref: DeviceRef, places: Mapping[str, str]) -> str:
     return f"{dev.vendor} {place}"
 
 
-__all__ = ["DeviceNames", "device_name", "instance_ids", "snapshot_places"]
+def host_labels(hosts: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Host key -> the name every view gives the host (``hosts``: (key, the name it reports)):
+    its name, followed by its address (``vm (10.0.0.2:9477)``) where another host reports the
+    same name (machines cloned from one image, containers that kept a default hostname), so
+    that the rows of either are told apart."""
+    pairs = list(hosts)
+    count = collections.Counter(name for _, name in pairs)
+    return {key: name if count[name] < 2 or name == key else f"{name} ({key})" for key, name in pairs}
+
+
+def fit_apart(texts: Mapping[str, str], width: int) -> dict[str, str]:
+    """Each of ``texts`` (key -> text) in at most ``width`` cells, different texts kept
+    different: a longer one is cut at its end with an ellipsis, or, where that would read as
+    another's cut (``node-0001…`` for ``node-0001-a`` and ``node-0001-b``), keeps its start, an
+    ellipsis and the part where it differs (``no…001-a``, ``vm…0.2:9…``)."""
+    width = max(1, width)
+    cut: dict[str, str] = {}
+    same: dict[str, set[str]] = {}
+    for key, text in texts.items():
+        if cell_len(text) <= width:
+            cut[key] = text
+            continue
+        short = Text(text)
+        short.truncate(width, overflow="ellipsis")
+        cut[key] = short.plain
+        same.setdefault(short.plain, set()).add(text)
+    for key, text in texts.items():
+        others = [o for o in same.get(cut[key], ()) if o != text]
+        # (one cell a character only: a wide character keeps the plain cut)
+        if not others or width < 4 or cell_len(text) != len(text):
+            continue
+        differs = max(len(os.path.commonprefix([text, other])) for other in others)
+        head = max(1, min(differs, (width - 1) // 3))
+        room = width - 1 - head
+        if differs >= len(text) - room:  # it differs in its last cells: they show
+            cut[key] = text[:head] + "\u2026" + text[len(text) - room:]
+        else:
+            start = max(head, differs - (room - 1) // 2)
+            cut[key] = text[:head] + "\u2026" + text[start:start + room - 1] + "\u2026"
+    return cut
+
+
+__all__ = ["DeviceNames", "device_name", "fit_apart", "host_labels", "instance_ids",
+           "snapshot_places"]

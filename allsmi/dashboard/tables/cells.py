@@ -16,6 +16,7 @@ from allsmi.formatting import NA, celsius, memory_pair, na, percent
 
 from allsmi.dashboard.state.idle import allocated_idle
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, memory_percent
+from allsmi.dashboard.state.naming import fit_apart
 from allsmi.dashboard.views.render import Palette, core_strip, gauge, safe, spark_levels, spark_text
 
 #: Health words in the compact layout, where the column is five cells wide.
@@ -40,6 +41,17 @@ class RowContext:
     spark_width: int = 0
     idle_threshold: float = 5.0
     """``[accounting] idle_threshold_percent``: held devices below it are marked idle."""
+
+    host_cuts: dict[int, dict[str, str]] = field(default_factory=dict)
+    """Width -> the host names fitted to it (:meth:`host_label`), made on first use."""
+
+    def host_label(self, host: str, width: int) -> str:
+        """The host's name in ``width`` cells, told apart from every other host's even where
+        both are cut (:func:`~allsmi.dashboard.state.naming.fit_apart`)."""
+        cuts = self.host_cuts.get(width)
+        if cuts is None:
+            cuts = self.host_cuts[width] = fit_apart(self.host_names, width)
+        return cuts.get(host, host)
 
     def idle(self, ref: DeviceRef) -> bool:
         """Whether the util column marks ``ref`` allocated but idle (:func:`allocated_idle`)."""

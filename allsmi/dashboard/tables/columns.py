@@ -84,8 +84,22 @@ def _history(spark: int) -> Column:
     return Column("history", "util history", spark, history_key, history_render)
 
 
+def host_key(width: int) -> KeyFn:
+    """The host column's cell ``width`` cells wide: the host's name, cut so that two hosts'
+    stay apart (``vm (10.0.0.1:9477)`` and ``vm (10.0.0.2:9477)``: ``vm…0.1:9…``)."""
+    return lambda ref, ctx: ctx.host_label(ref.host, width)
+
+
 def columns_for(width: int, cluster: bool,
                 wants: Mapping[str, int] | None = None) -> tuple[list[Column], bool, int]:
+    """The columns that fit a table ``width`` cells wide: (columns, compact, spark width), the
+    host column's cells cut for its width (:func:`host_key`)."""
+    columns, compact, spark = _columns_for(width, cluster, wants)
+    return [replace(c, key=host_key(c.width)) if c.id == "host" else c for c in columns], compact, spark
+
+
+def _columns_for(width: int, cluster: bool,
+                 wants: Mapping[str, int] | None = None) -> tuple[list[Column], bool, int]:
     """The columns that fit a table ``width`` cells wide: (columns, compact, spark width).
 
     ``wants`` (:func:`content_widths`) says how wide the cut columns' texts are: room

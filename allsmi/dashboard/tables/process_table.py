@@ -20,11 +20,12 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.strip import Strip
 
+from allsmi.fairshare import Holder, claim_units
 from allsmi.formatting import NA, human_bytes, percent
-from allsmi.schema import ProcessSample
+from allsmi.schema import DeviceSample, ProcessSample
 
 from allsmi.dashboard.state.model import DeviceRef
-from allsmi.dashboard.state.naming import device_name
+from allsmi.dashboard.state.naming import device_name, fit_apart
 from allsmi.dashboard.views.render import safe_text
 from allsmi.dashboard.tables.linetable import LineTable, table_css
 from allsmi.dashboard.tables.tablerows import PAD, Row, render_width
@@ -54,9 +55,28 @@ def device_label(host: str, name: str, limit: int = DEVICE_MAX_WIDTH) -> str:
     return f"{cut.plain}:{name}"
 
 
-def holder_id(proc: ProcessSample) -> str:
-    """The process's batch job id, else its pod's uid (from its cgroup), else ``-``."""
-    return proc.job_id or proc.pod_uid or "-"
+def holder_id(proc: ProcessSample, holder: Holder | None = None) -> str:
+    """The process's batch job id, else the job or the pod of the holder it belongs to on its
+    device (``holder``: the details panel's, :func:`process_holders`), else its pod's uid (from
+    its cgroup), else ``-``: a process whose own sample names no job is still shown with the
+    job that holds its device."""
+    if proc.job_id:
+        return proc.job_id
+    if holder is not None and (holder.job or holder.pod):
+        return holder.job or holder.pod  # type: ignore[return-value]
+    return proc.pod_uid or "-"
+
+
+def process_holders(dev: DeviceSample) -> dict[int, Holder]:
+    """Pid -> the holder each process of ``dev`` belongs to, as the details panel and the
+    ledger attribute them (:func:`allsmi.fairshare.claim_units`: every process of a device held
+    by one workload is that workload's; with several, those whose job id is a workload's)."""
+    out: dict[int, Holder] = {}
+    for unit in claim_units(dev):
+        for holder, mine in unit.members:
+            for proc in mine:
+                out.setdefault(proc.pid, holder)
+    return out
 
 
 def _freeze(cell: Any) -> Hashable:
@@ -131,20 +151,32 @@ class ProcessTable(LineTable):
         if len(biggest) > MAX_PROCESS_ROWS:  # ties at the Nth size: the first in order
             biggest.sort(key=lambda c: order(*c))
             del biggest[MAX_PROCESS_ROWS:]
+        holders: dict[str, dict[int, Holder]] = {}  # of the devices of the rows shown only
+        here = {ref.host: names.get(ref.host, ref.host) for ref, _ in biggest} if host_label else {}
+        cuts: dict[int, dict[str, str]] = {}  # room for the host -> the hosts' names cut apart
         for ref, proc in biggest:
             where = device_name(ref, places)
-            if host_label:
-                where = device_label(names.get(ref.host, ref.host), where)
-            rows.append((order(ref, proc), f"{ref.key}\x1e{proc.pid}", self.cells(proc, where)))
+            if host_label:  # two hosts whose names are cut alike stay apart (fit_apart)
+                room = DEVICE_MAX_WIDTH - cell_len(where) - 1
+                fitted = cuts.get(room)
+                if fitted is None:
+                    fitted = cuts[room] = fit_apart(here, room)
+                where = device_label(fitted[ref.host], where)
+            mine = holders.get(ref.key)
+            if mine is None:
+                mine = holders[ref.key] = process_holders(ref.device) if ref.device.workloads else {}
+            rows.append((order(ref, proc), f"{ref.key}\x1e{proc.pid}",
+                         self.cells(proc, where, mine.get(proc.pid))))
         rows.sort(key=lambda r: r[0])
         self.set_rows((key, cells) for _, key, cells in rows)
         return total
 
     @staticmethod
-    def cells(proc: ProcessSample, where: str) -> tuple[Any, ...]:
+    def cells(proc: ProcessSample, where: str, holder: Holder | None = None) -> tuple[Any, ...]:
         return (Text(str(proc.pid), justify="right"), proc.user or NA,
                 Text(human_bytes(proc.memory_bytes), justify="right"),
-                Text(percent(proc.utilization_percent), justify="right"), where, holder_id(proc),
+                Text(percent(proc.utilization_percent), justify="right"), where,
+                holder_id(proc, holder),
                 proc.command or NA)
 
     def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:

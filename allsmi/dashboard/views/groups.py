@@ -18,6 +18,7 @@ from rich.text import Text
 
 from allsmi.formatting import NA, memory_pair, na, percent
 
+from allsmi.dashboard.state.naming import fit_apart
 from allsmi.dashboard.state.totals import Totals
 from allsmi.dashboard.views.render import Palette
 
@@ -132,6 +133,7 @@ def totals_layout(groups: Sequence[Totals], vendors: Sequence[Totals], palette: 
         def pick(table: list[tuple[str, tuple[Any, ...]]], names: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
             return [(key, tuple(cells[index[c]] for c in names)) for key, cells in table]
 
+        rows = [names_apart(table, natural["name"]) for table in rows]  # cut, still apart
         best = TotalsLayout([(cid, dict(TOTALS_COLUMNS)[cid], natural[cid]) for cid in shown],
                             pick(rows[0], shown), pick(rows[1], [c for c in shown if c != "labels"]),
                             hidden)
@@ -185,6 +187,15 @@ def _widths(tables: Sequence[Sequence[tuple[str, tuple[Any, ...]]]]) -> dict[str
             for i, (cid, label) in enumerate(TOTALS_COLUMNS)}
 
 
+def names_apart(rows: Sequence[tuple[str, tuple[Any, ...]]],
+                width: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """``rows`` with their first cell, a name, in ``width`` cells, two names cut alike told
+    apart (``training-a`` and ``training-b`` in 8 cells: ``tr…ing-a``, ``tr…ing-b``:
+    :func:`~allsmi.dashboard.state.naming.fit_apart`)."""
+    cuts = fit_apart({key: cells[0].plain for key, cells in rows}, width)
+    return [(key, (Text(cuts[key], style=cells[0].style), *cells[1:])) for key, cells in rows]
+
+
 def memory_totals(totals: Totals, compact: bool = False) -> str:
     """A set's memory in use against its total, like with like: of the devices that report
     both; where others report only one of them (or a value was thrown away), ``(2 of 3)`` says
@@ -229,4 +240,4 @@ def power_pair(power: float | None, limit: float | None) -> str:
 
 __all__ = ["DROP_ORDER", "ENERGY_UNITS", "TOTALS_COLUMNS", "TOTALS_HEIGHT", "TotalsLayout", "energy_in",
            "energy_text", "energy_unit", "fit_columns", "labels_text", "memory_totals",
-           "power_pair", "power_totals", "processes_totals", "totals_cells", "totals_layout"]
+           "names_apart", "power_pair", "power_totals", "processes_totals", "totals_cells", "totals_layout"]

@@ -22,7 +22,7 @@ from allsmi.formatting import NA, percent
 
 from allsmi.dashboard.state.model import duplicate_ids
 from allsmi.dashboard.state.totals import Totals
-from allsmi.dashboard.views.groups import fit_columns, memory_totals, power_totals
+from allsmi.dashboard.views.groups import fit_columns, memory_totals, names_apart, power_totals
 from allsmi.dashboard.views.panels import age_text
 from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState
@@ -200,6 +200,7 @@ def host_layout(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palet
         shown, hidden = _fit_hosts(natural, width, problems)
         if best is not None and len(hidden) >= len(best.hidden):
             break  # one unit shows no more: the usual form
+        rows = names_apart(rows, natural["host"])  # two addresses cut alike stay apart
         index = [i for i, (cid, _, _) in enumerate(HOST_COLUMNS) if cid in shown]
         problem = natural["error"] if "error" in shown else None
         best = HostsLayout([(cid, label, natural[cid]) for cid, label, _ in HOST_COLUMNS if cid in shown],

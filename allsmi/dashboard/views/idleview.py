@@ -18,6 +18,7 @@ from allsmi.dashboard.state.filtering import Filter, apply_filter, text_matches
 from allsmi.dashboard.state.naming import DeviceNames
 from allsmi.dashboard.views.activity import holder_words
 from allsmi.dashboard.views.render import Palette, safe
+from allsmi.dashboard.views.summary import holders_text
 
 IDLE_COLUMNS = (("group", "group", 14), ("idle", "idle h", 7), ("cost", "idle cost", 10),
                 ("user", "user", 12), ("job", "job", 10), ("pod", "namespace/pod", 40),
@@ -166,8 +167,12 @@ def idle_title(span: tuple[float, float] | None, threshold: float, points: int,
                shown: Sequence[IdleRow], width: int | None = None) -> Text:
     """The line above the table: the window, the threshold, the totals shown. Where it is
     longer than ``width`` cells, the words about the threshold give way first (``held, ``, then
-    the whole ``(util < 5%)``), so that the totals are never cut."""
+    the whole ``(util < 5%)``), so that the totals are never cut. A total cost leaves out the
+    holders whose cost is unknown (no price, or energy unknown): it says how many, and where
+    there is no room for that, it is marked as the lower bound it is (``≥0.03 USD``, as the
+    reports mark such sums); the note under the table says it in full (:func:`idle_note`)."""
     head = (f" (held, util < {threshold:g}%)", f" (util < {threshold:g}%)", "")
+    tails = [""]
     if span is None:
         rest = ", waiting for samples"
     else:
@@ -179,21 +184,29 @@ def idle_title(span: tuple[float, float] | None, threshold: float, points: int,
             for row in shown:
                 if row.idle_cost is not None:
                     costs[row.currency or ""] = costs.get(row.currency or "", 0.0) + row.idle_cost
-            for currency, cost in sorted(costs.items()):
-                rest += f", {cost:.2f} {currency}".rstrip()
-    words = next((h for h in head if width is None or len("Allocated but idle" + h + rest) <= width),
-                 head[-1])
+            unknown = sum(1 for row in shown if row.idle_cost is None)
+            sums = [f"{cost:.2f} {currency}".rstrip() for currency, cost in sorted(costs.items())]
+            tails = ["".join(f", {s}" for s in sums)]
+            if sums and unknown:  # never a part read as the whole
+                tails = [tails[0] + f" ({holders_text(unknown)} without a known cost not included)",
+                         tails[0] + f" ({unknown} not included)", "".join(f", ≥{s}" for s in sums)]
+    words, tail = next(((h, t) for t in tails for h in head
+                        if width is None or len("Allocated but idle" + h + rest + t) <= width),
+                       (head[-1], tails[-1]))
     text = Text()
     text.append("Allocated but idle", style="bold")
-    text.append(words + rest)
+    text.append(words + rest + tail)
     return text
 
 
 def idle_note(rows_shown: int, unknown_hosts: Sequence[str],
-              skewed: Mapping[str, float] | None = None) -> Text:
+              skewed: Mapping[str, float] | None = None, unpriced: int = 0,
+              unheard: Sequence[str] = (), waiting: bool = False) -> Text:
     """What the view cannot know, under the table (empty when nothing to say): hosts that do
     not say who holds their devices, hosts whose clock is off this machine's (``skewed``: name ->
-    seconds ahead)."""
+    seconds ahead), holders of the total cost whose cost is unknown (``unpriced``), hosts never
+    heard from (``unheard``). With no sample yet (``waiting``) no holder is known: the view does
+    not say that none is idle."""
     lines: list[str] = []
     if skewed:
         named = [f"{safe(name)} {'+' if off > 0 else '-'}{_duration(abs(off))}"
@@ -201,12 +214,19 @@ def idle_note(rows_shown: int, unknown_hosts: Sequence[str],
         more = f" (+{len(named) - 3})" if len(named) > 3 else ""
         lines.append(f"Clock off this machine's on {', '.join(named[:3])}{more}: the window is "
                      "measured on each host's own clock; check their NTP.")
-    if not rows_shown:
+    if not rows_shown and not waiting:
         lines.append("No allocated-but-idle device in the window.")
+    if unheard:
+        shown = ", ".join(unheard[:3]) + (f" (+{len(unheard) - 3})" if len(unheard) > 3 else "")
+        lines.append(f"No data yet from {safe(shown)}: {'its' if len(unheard) == 1 else 'their'} "
+                     "idle time is unknown, not counted.")
     if unknown_hosts:
         shown = ", ".join(unknown_hosts[:3]) + (f" (+{len(unknown_hosts) - 3})" if len(unknown_hosts) > 3 else "")
         lines.append(f"Holders unknown on {safe(shown)}: no processes or workloads reported, "
                      "so their idle time is not counted.")
+    if unpriced:
+        lines.append(f"Idle cost unknown for {holders_text(unpriced)} (no price, or energy not "
+                     "reported): not in the total cost.")
     return Text("\n".join(lines), style="dim")
 
 
@@ -223,8 +243,9 @@ def show_idle(app: Any) -> None:
     rows = app.idle.rows(None if allowed is None else allowed.__contains__)
     found = ({r.key for r in refs if text_matches(r, flt.text, app.names.places, app.host_names())}
              if flt.text else set())
+    labels = app.host_names() or {h.key: h.name for h in app.hosts}  # (a cluster's: told apart)
     names = device_names(app.names, {key for row in rows for key in row.devices},
-                         app.source.cluster, {h.key: h.name for h in app.hosts})
+                         app.source.cluster, labels)
     rows = [r for r in rows if matches(r, flt, names, found)]
     rows = order_rows(rows, app.idle_sort, app.idle_descending)
     table = app.query_one("#idle-table", DiffTable)
@@ -235,12 +256,15 @@ def show_idle(app: Any) -> None:
     app.query_one("#idle-title", Static).update(
         idle_title(app.idle.span(), app.idle.threshold, app.idle.points, rows,
                    app.layout_width - 2))  # inside the title's padding
-    unknown = [h.name for h in app.hosts if h.snapshot is not None and h.snapshot.devices
+    unknown = [labels[h.key] for h in app.hosts if h.snapshot is not None and h.snapshot.devices
                and not app.idle.known.get(h.key, False)]
-    names_of = {h.key: h.name for h in app.hosts}
-    skewed = {names_of.get(k, k): off for k, off in app.idle.skewed().items()}
+    skewed = {labels.get(k, k): off for k, off in app.idle.skewed().items()}
+    costs = [r.idle_cost for r in rows]
+    unpriced = costs.count(None) if any(c is not None for c in costs) else 0
     app.query_one("#idle-note", Static).update(
-        idle_note(len(rows), unknown, skewed))
+        idle_note(len(rows), unknown, skewed, unpriced,
+                  [labels[h.key] for h in app.hosts if h.snapshot is None and h.summary is None],
+                  app.idle.span() is None))
 
 
 def device_names(names: DeviceNames, keys: Iterable[str], cluster: bool,

@@ -10,6 +10,7 @@ from allsmi.formatting import NA, human_bytes, percent
 
 from allsmi.dashboard.state.filtering import Filter
 from allsmi.dashboard.state.model import DeviceRef, duplicate_ids
+from allsmi.dashboard.state.naming import host_labels
 from allsmi.dashboard.state.totals import Totals
 from allsmi.dashboard.views.groups import power_totals
 from allsmi.dashboard.views.panels import age_text
@@ -89,6 +90,14 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
                                + (" devices" if total.partitions else f" {noun}"))}  # "38+3p devices"
     if total.lost:
         short[len(pieces)].append(f" ({total.lost} lost)", style=pal.hot)
+    # A host never heard from (no snapshot, no totals yet: down since the start, or waiting) has
+    # devices nobody counted: unknown, never 0, and a fleet's count leaves it out, so it says so.
+    unheard = sum(1 for h in hosts if h.snapshot is None and h.summary is None)
+    if unheard and unheard == len(hosts):
+        devices = short[len(pieces)] = Text(f"  devices {NA}")
+    elif unheard:
+        devices.append(f" (+{NA} on {unheard} host{'s' if unheard != 1 else ''})", style=pal.warn)
+        short[len(pieces)].append(f" +{NA}", style=pal.warn)
     pieces.append((2, devices))
     add(3, (f"  util {percent(total.utilization_percent)}", ""))
     add(4, (f"  power {power_totals(total)}", ""))
@@ -101,6 +110,7 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
     # ("unavailable") is normal on a node without that vendor and is not shown.
     # Attribution sources (who holds each device) fail the same way, and say so the same way.
     # In a cluster, on which node (the first two; the hosts table has every one).
+    labels: dict[str, str] = {}  # (made once a fault is found: a shared hostname with its address)
     for label, kind in (("backends", "backends"), ("attribution", "attribution")):
         faults: dict[str, list[str]] = {}
         for h in hosts:
@@ -108,7 +118,8 @@ def summary_lines(*, hosts: Sequence[HostState], cluster: bool, total: Totals, p
                 continue
             for status in getattr(h.snapshot, kind):
                 if status.status in ("error", "timeout"):
-                    faults.setdefault(f"{status.name} {status.status}", []).append(h.name)
+                    labels = labels or host_labels((x.key, x.name) for x in hosts)
+                    faults.setdefault(f"{status.name} {status.status}", []).append(labels[h.key])
         if faults:
             said = [fault + (f" on {', '.join(names[:2])}" + (f" +{len(names) - 2}" if len(names) > 2 else "")
                              if cluster else "") for fault, names in sorted(faults.items())]
