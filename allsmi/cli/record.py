@@ -59,7 +59,10 @@ def record(ledger_path: str | None, **opts: Any) -> None:
     def on_signal(signum: int, _frame: Any) -> None:
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP too (its terminal closed, an ssh session ended): the interval in progress is
+    # written as for SIGTERM, not lost with the process
+    previous = {sig: signal.signal(sig, on_signal)
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     collector = build_collector(s)
     collector.subscribe(recorder.on_snapshot)
     click.echo(f"allsmi: recording {ledger.interval_seconds}-second intervals into {ledger.path} "

@@ -144,3 +144,18 @@ def test_sigkill_loses_seconds_not_the_minute(tmp_path: Path) -> None:
     # each kill may lose its last checkpoint's second, a sampling interval and the start-up
     assert kept >= ran - 3 * 3.0, f"kept {kept:.1f} s of {ran:.1f} s"
     assert query(db, "SELECT MAX(observed_ms) FROM intervals")[0][0] <= 60_000
+
+
+def test_sighup_stops_the_recorder_as_sigterm_does(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
+    """Its terminal closed (or its ssh session ended): `allsmi record` writes the interval in
+    progress and exits 0, as for SIGTERM; it used to die on the spot, losing up to a
+    checkpoint's worth of the minute."""
+    db = tmp_path / "ledger.db"
+    proc = spawn(db)
+    deadline = time.monotonic() + 60
+    while latest(db) is None and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert latest(db) is not None, proc.stderr.read() if proc.poll() is not None else "no commit"
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
