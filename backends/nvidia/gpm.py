@@ -204,6 +204,10 @@ class GpmReader:
             if not any(t is target for t in self.targets):
                 return
             self.targets = [t for t in self.targets if t is not target]
+        self._free_samples(target)
+
+    def _free_samples(self, target: GpmTarget) -> None:
+        """Free ``target``'s samples (it keeps none)."""
         samples, target.samples = target.samples, []
         for sample in samples:
             try:
@@ -343,11 +347,5 @@ class GpmReader:
         with self._lock:
             targets, self.targets, self._closed = self.targets, [], True
         for target in targets:
-            if id(target) in busy:
-                continue
-            samples, target.samples = target.samples, []
-            for sample in samples:
-                try:
-                    self.pynvml.nvmlGpmSampleFree(sample)
-                except self.pynvml.NVMLError:
-                    pass  # nothing more can be done with it
+            if id(target) not in busy:
+                self._free_samples(target)

@@ -215,17 +215,8 @@ def test_a_ledger_deleted_under_the_recorder_is_said_not_written_into(tmp_path: 
     into the deleted file, every minute lost with it, and the recorder stopped with exit 0 as if
     all was well. Now the intervals are kept, the failure is logged, and it exits 1 saying so."""
     db = tmp_path / "ledger.db"
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": "",
-           "ALLSMI_LEDGER": "", "ALLSMI_SIMULATE_SPEED": "60"}
-    proc = subprocess.Popen([sys.executable, "-m", "allsmi", "record", "--simulate", "mixed",
-                             "--interval", "0.25", "--ledger", str(db)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _recording(tmp_path, db)
     try:
-        deadline = time.monotonic() + 60
-        while not db.exists() or not _committed(db):
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no minute committed"
-            time.sleep(0.1)
         for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
             (tmp_path / name).unlink(missing_ok=True)
         time.sleep(3)  # three simulated minutes
@@ -239,6 +230,28 @@ def test_a_ledger_deleted_under_the_recorder_is_said_not_written_into(tmp_path: 
     assert out == ""
     assert "was deleted while this process recorded into it" in err
     assert "could not be written" in err
+
+
+def _recording(tmp_path: Path, db: Path) -> "subprocess.Popen[str]":
+    """``allsmi record`` of the simulated node (a simulated minute a second) into ``db``, once
+    it has committed a minute."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": "",
+           "ALLSMI_LEDGER": "", "ALLSMI_SIMULATE_SPEED": "60"}
+    proc = subprocess.Popen([sys.executable, "-m", "allsmi", "record", "--simulate", "mixed",
+                             "--interval", "0.25", "--ledger", str(db)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    try:
+        while not db.exists() or not _committed(db):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no minute committed"
+            time.sleep(0.1)
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        raise
+    return proc
 
 
 def _committed(db: Path) -> bool:
@@ -256,17 +269,8 @@ def test_a_write_ahead_log_deleted_under_the_recorder_loses_nothing(tmp_path: Pa
     Now what the log held is written into the ledger and the log opened anew: readers see the
     intervals written after the deletion, and a SIGKILL loses only seconds."""
     db = tmp_path / "ledger.db"
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ALLSMI_CONFIG": "",
-           "ALLSMI_LEDGER": "", "ALLSMI_SIMULATE_SPEED": "60"}
-    proc = subprocess.Popen([sys.executable, "-m", "allsmi", "record", "--simulate", "mixed",
-                             "--interval", "0.25", "--ledger", str(db)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _recording(tmp_path, db)
     try:
-        deadline = time.monotonic() + 60
-        while not db.exists() or not _committed(db):
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no minute committed"
-            time.sleep(0.1)
         (tmp_path / "ledger.db-wal").unlink()
         before = _newest(db)
         deadline = time.monotonic() + 30
