@@ -153,7 +153,8 @@ def _decimals(csv_text: str) -> dict[str, set[int]]:
 def test_a_column_has_the_same_precision_in_export_idle_and_waste() -> None:
     """``waiting_<reason>_seconds`` (3 decimals), hours, ratios and costs print alike in
     ``allsmi export``, ``idle`` and ``waste`` CSVs; never ``-0.000000``."""
-    window = ("--simulate", "mixed", "--period", "yesterday", "--format", "csv")
+    window = ("--simulate", "mixed", "--since", "2026-11-02T09:00:00Z", "--until",
+              "2026-11-02T13:00:00Z", "--format", "csv")  # (four hours: rows of every kind)
     export = run_allsmi("export", *window, timeout=120)
     assert export.returncode == 0, export.stderr
     reference = _decimals(export.stdout)
