@@ -242,6 +242,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--target", "--name", "--no-compile", # pip install --target --no-compile, python -X importtime names
     "--check", "--now",                   # systemd-analyze verify/calendar, faketime
     "--durations",                        # pytest
+    "--pcie",                             # amd-smi metric --pcie
 }
 
 

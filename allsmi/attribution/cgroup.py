@@ -127,16 +127,19 @@ def parse_cgroup(text: str) -> ProcessAttribution:
 
 
 def read_process(proc_root: Path, pid: int) -> ProcessAttribution | None:
-    """The cgroup facts of ``pid`` under ``proc_root``; ``None`` when the process is gone.
+    """The cgroup facts of ``pid`` under ``proc_root``; ``None`` when the process is gone
+    (no file, or ``ESRCH``: it exited between the open and the read).
 
     Raises ``OSError`` for other failures (permission denied).
     """
     try:
         fd = os.open(proc_root / str(pid) / "cgroup", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
     try:
         data = os.read(fd, MAX_CGROUP_BYTES)
+    except ProcessLookupError:
+        return None
     finally:
         os.close(fd)
     return parse_cgroup(data.decode("utf-8", "replace"))

@@ -24,6 +24,7 @@ the ``allsmi[kubernetes]`` extra and are imported only when a socket exists.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import threading
 from dataclasses import replace
@@ -80,15 +81,27 @@ class KubeletSource(AttributionSource):
         #: (resource name, physical id) -> replicas, and when it was asked
         self._replicas: dict[tuple[str, str], set[int]] | None = {}
         self._replicas_at: float | None = None
+        #: The kubelet answered once: a socket gone since is a kubelet restarting (it removes
+        #: the socket and makes it anew), a failure, not a node without Kubernetes.
+        self._answered = False
 
     # -- the channel -------------------------------------------------------
     def absent(self) -> str | None:
-        # (os.path: a name the system refuses, such as one too long, is no socket)
-        return None if os.path.exists(self.socket) else f"no kubelet pod-resources socket at {self.socket}"
+        try:
+            mode = os.stat(self.socket).st_mode
+        except (OSError, ValueError):  # (also a name the system refuses, such as one too long)
+            return f"no kubelet pod-resources socket at {self.socket}"
+        if not stat.S_ISSOCK(mode):  # a directory a bind mount of a missing socket leaves
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a socket"
+            return f"{self.socket} is {kind}, not the kubelet's pod-resources socket"
+        return None
 
     def _stub(self) -> tuple[Any, Any, Any]:
         why = self.absent()
         if why is not None:
+            if self._answered:
+                self.close()  # a fresh channel to the new kubelet's socket
+                raise SourceError(f"{why} (it answered before: the kubelet restarting?)")
             raise SourceUnavailable(why)
         grpc, pb2, pb2_grpc = _grpc()
         with self._lock:
@@ -144,6 +157,7 @@ class KubeletSource(AttributionSource):
 
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         response = self._call("List", "ListPodResourcesRequest")
+        self._answered = True
         index = DeviceIndex(devices, self.settings.node_names)
         #: (device, workload, the replica held (resource, physical id, number) or None)
         claims: list[tuple[DeviceSample, Workload, tuple[str, str, int] | None]] = []

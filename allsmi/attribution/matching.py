@@ -159,7 +159,10 @@ class DeviceIndex:
         if not match:
             return []
         prefix, number = match.group(1).lower(), int(match.group(2))
-        vendors = [vendor] if vendor else list(self.node_names)
+        # A vendor (``huawei``, ``aws``, ``intel``) declares no names: its backends do.
+        vendors = [vendor, *sorted({d.backend.lower() for d in self.devices
+                                    if vendor in _family(d)} - {vendor})] \
+            if vendor else list(self.node_names)
         for name in vendors:
             if prefix == name or prefix in self.node_names.get(name, ()):
                 if prefix == "" and not text.startswith("/dev/"):

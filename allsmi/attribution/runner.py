@@ -201,7 +201,7 @@ class Attributor:
         #: Each source's last good answer and when it came (monotonic).
         self._last: dict[str, tuple[float, SourceResult]] = {}
         self._said: dict[str, tuple[_Outcome, BackendStatus]] = {}
-        self._last_merge: tuple[tuple[str, ...], tuple[SourceResult, ...],
+        self._last_merge: tuple[tuple[object, ...], tuple[SourceResult, ...],
                                 tuple[BackendStatus, ...], bool | str, Attribution] | None = None
         self.merges = 0
         """Merges made (the rest were the previous cycle's, carried: what a test counts)."""
@@ -265,9 +265,9 @@ class Attributor:
     def _merged(self, devices: tuple[DeviceSample, ...], results: list[SourceResult],
                 statuses: tuple[BackendStatus, ...], blind: bool | str) -> Attribution:
         """:func:`merge`, or the last cycle's merge when its inputs are the same: the same
-        devices (by id), the very same answers and statuses (an idle node's cycle after
-        cycle)."""
-        ids = tuple(dev.id for dev in devices)
+        devices (by id; with ``blind == "processes"``, whether each has processes: those are
+        the unknown ones), the very same answers and statuses (an idle node's cycle after cycle)."""
+        ids = tuple((dev.id,) if blind == "processes" and dev.processes else dev.id for dev in devices)
         last = self._last_merge
         if last is not None and last[0] == ids and last[3] == blind \
                 and len(last[1]) == len(results) and all(a is b for a, b in zip(last[1], results)):

@@ -169,9 +169,12 @@ class ActivityReader:
         #: Which partition of each board gave the table last time (by position).
         self._metrics_from: dict[str, int] = {}
 
-    def baseline(self, calls: Calls, handle: Any, key: str, label: str) -> None:
-        """The xGMI counters' first reading (at open), so the first cycle has a rate."""
-        self._links.rates(key, read_metrics(calls, handle), self._clock(), label, [])
+    def baseline(self, calls: Calls, handle: Any, key: str, label: str) -> Mapping[str, Any]:
+        """The xGMI counters' first reading (at open), so the first cycle has a rate; the
+        table read (empty when none), for the partition count it states."""
+        metrics = read_metrics(calls, handle)
+        self._links.rates(key, metrics, self._clock(), label, [])
+        return metrics
 
     def whole(self, readings: Readings, calls: Calls, handle: Any, key: str, label: str,
               warnings: list[str]) -> None:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from allsmi.backends.amd.board import board_readings
     from allsmi.backends.amd.calls import READINGS, Calls, describe, init_failure, missing_functions
     from allsmi.backends.amd.engine import EngineUsage, board_processes
-    from allsmi.backends.amd.partitions import Board, Layout, PlannedDevice, arrange
+    from allsmi.backends.amd.partitions import Board, Layout, PlannedDevice, arrange, widen
     from allsmi.backends.amd.read import ProcessLookup, Readings
 
 __all__ = ["AmdBackend", "ProcessLookup", "describe", "init_failure"]
@@ -53,12 +53,12 @@ def _import_reading() -> None:
     on every other machine does not pay for importing them.
     """
     global read, READINGS, Calls, describe, init_failure, missing_functions, Board, arrange
-    global EngineUsage, board_processes, activity, board_readings
+    global EngineUsage, board_processes, activity, board_readings, widen
     from allsmi.backends.amd import activity, read
     from allsmi.backends.amd.board import board_readings
     from allsmi.backends.amd.calls import READINGS, Calls, describe, init_failure, missing_functions
     from allsmi.backends.amd.engine import EngineUsage, board_processes
-    from allsmi.backends.amd.partitions import Board, arrange
+    from allsmi.backends.amd.partitions import Board, arrange, widen
 
 
 def __getattr__(name: str) -> Any:
@@ -246,7 +246,9 @@ class AmdBackend(Backend, declared=DECLARATION):
         self._activity = activity.ActivityReader(self._clock)
         for entry in self._layout:  # the xGMI counters' first reading, for the first cycle's rate
             first = entry.partitions[0] if isinstance(entry, Board) else entry
-            self._activity.baseline(Calls(module), first.handle, entry.id, entry.label)
+            metrics = self._activity.baseline(Calls(module), first.handle, entry.id, entry.label)
+            if isinstance(entry, Board):  # CPX partitions this host does not see still count
+                widen(entry, metrics.get("num_partition"))
 
     def close(self) -> None:
         """Shut amdsmi down if this backend initialised it. Idempotent; never raises.

@@ -7,7 +7,8 @@ some sentinels into ``"N/A"`` but not all: ``amdsmi_get_power_info`` and
 :func:`reading`, which rejects "N/A" and the all-ones sentinels of the field's
 C width. Units per call (amdsmi 7.x):
 
-* ``amdsmi_get_power_info``: socket power in W; ``power_limit`` in W.
+* ``amdsmi_get_power_info``: socket power in W; ``power_limit`` in W, or µW in releases that
+  copy hwmon's ``power1_cap`` unconverted (told apart like the power cap).
 * ``amdsmi_get_power_cap_info``: microwatts since ROCm 6.1.2, watts before.
 * ``amdsmi_get_energy_count``: ticks (``energy_accumulator``; only ``power`` in early 6.x releases);
   ``counter_resolution`` is µJ per tick.
@@ -108,11 +109,16 @@ def power_cap_watts(cap_info: Mapping[str, object]) -> float | None:
 
 
 def power_limit_watts(power_info: Mapping[str, object]) -> float | None:
-    """The fallback power limit in W from ``amdsmi_get_power_info`` (already W)."""
-    watts = reading(power_info.get("power_limit"), SENTINELS_U32)
-    if watts is None or watts <= 0:
+    """The fallback power limit in W from ``amdsmi_get_power_info``: W in most releases, but
+    the hwmon ``power1_cap`` copied unconverted, µW, in others (ROCm 6.0/6.1 builds, and the
+    7.13 header documents µW). A limit of :data:`POWER_CAP_WATTS_BELOW` or more is µW, as for
+    the power cap (a 750 W limit read as 750000000, not 750 MW)."""
+    raw = reading(power_info.get("power_limit"), SENTINELS_U32)
+    if raw is None or raw <= 0:
         return None
-    return float(watts)
+    if raw < POWER_CAP_WATTS_BELOW:
+        return float(raw)
+    return units.micro_to_unit(raw)
 
 
 def energy_joules(energy: Mapping[str, object]) -> float | None:

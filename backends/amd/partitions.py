@@ -15,7 +15,9 @@ Rules (see ``docs/backends/amd.md``):
   **every** partition, the first included, is a child with ``parent`` set to
   the board's id and ``partition_share`` = 1/N of it (N from the mode: DPX 2,
   TPX 3, QPX 4; CPX one per XCD, i.e. the partitions seen, at least the
-  highest partition number + 1);
+  highest partition number + 1, and at least the ``num_partition`` of the
+  board's ``gpu_metrics`` table (:func:`widen`: a container given some of
+  the partitions does not see the others);
 * the board carries board power, power cap, energy and ECC, read through the
   first partition (in partition order) that reports socket power; partitions
   carry none of them, so board power is counted exactly once whether amdsmi
@@ -34,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from allsmi.backends.amd.convert import split_bdf
+from allsmi.backends.amd.convert import SENTINELS_U32, split_bdf, whole
 from allsmi.schema import DetailValue
 
 UNPARTITIONED_MODE = "SPX"
@@ -56,6 +58,8 @@ class PlannedDevice:
     compute_partition: str | None = None
     memory_partition: str | None = None
     partition_id: int | None = None
+    partitions_total: int | None = None
+    """The partitions of its board by the board's ``gpu_metrics`` table (:func:`widen`)."""
     details: dict[str, DetailValue] = field(default_factory=dict)
     # filled by arrange()
     id: str = ""
@@ -121,7 +125,8 @@ def partition_count(mode: str | None, members: Sequence[PlannedDevice]) -> int:
     """N, the number of compute partitions the GPU is split into."""
     fixed = PARTITIONS_PER_MODE.get((mode or "").upper())
     highest = max((m.partition_id or 0) for m in members) + 1 if members else 1
-    seen = max(len(members), highest)
+    stated = max((m.partitions_total or 0) for m in members) if members else 0
+    seen = max(len(members), highest, stated)
     if fixed is not None and fixed >= seen:
         return fixed
     return seen  # CPX (one per XCD) or a mode string that disagrees with the handles
@@ -194,3 +199,20 @@ def arrange(devices: Sequence[PlannedDevice]) -> Layout:
             taken.add(board.id)
             layout.append(board)
     return layout
+
+
+def widen(board: Board, total: object) -> None:
+    """Shares of 1/``total`` for ``board``'s partitions when its ``gpu_metrics`` table says it
+    is split into more partitions than the handles show (``num_partition``, metrics 1.6 and
+    later). A CPX board seen from a container given three of its eight partitions is eight
+    eighths, not three thirds: the partitions elsewhere keep their share of the board. The
+    count stays with the partitions, so a later :func:`arrange` keeps it."""
+    count = whole(total, SENTINELS_U32)
+    if count is None or not board.partitions:
+        return
+    for member in board.partitions:
+        member.partitions_total = count
+    mode = next((m.compute_partition for m in board.partitions if m.compute_partition), None)
+    share = 1.0 / partition_count(mode, board.partitions)
+    for member in board.partitions:
+        member.partition_share = share

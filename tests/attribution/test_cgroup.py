@@ -142,6 +142,37 @@ def test_unreadable_cgroup_is_reported(tmp_path: Path) -> None:
     assert "cannot read the cgroup of 1 process(es): 4000" in result.statuses[0].message
 
 
+def test_a_process_that_exits_between_open_and_read_is_skipped_silently(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel answers a read of an exited process's open ``cgroup`` file with ESRCH: that
+    process is gone, as one whose file is not there, not a cgroup that cannot be read."""
+    import subprocess
+    import allsmi.attribution.cgroup as cgroup_module
+    child = subprocess.Popen(["sleep", "60"])
+    (tmp_path / "4000").symlink_to(f"/proc/{child.pid}")  # its real /proc entry
+    pid_namespace(tmp_path)
+    real_open = os.open
+
+    def open_then_exit(path: object, *args: object, **kwargs: object) -> int:
+        fd = real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+        if str(path).endswith("/4000/cgroup"):
+            child.kill()
+            child.wait()
+        return fd
+
+    monkeypatch.setattr(cgroup_module.os, "open", open_then_exit)
+    try:
+        devices = _with_processes({DEVICES[0].id: [(4000, "x")]})
+        with Attributor([CgroupSource(tmp_path)], 5) as attributor:
+            result = attributor.resolve(devices)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode is not None
+    assert (result.statuses[0].status, result.statuses[0].message) == ("ok", "")
+    assert result.process(4000) == ProcessAttribution()
+
+
 def test_missing_proc_root_is_unavailable(tmp_path: Path) -> None:
     result = Attributor([CgroupSource(tmp_path / "nope")], 5).resolve(DEVICES)
     assert result.statuses[0].status == "unavailable" and result.workloads is None

@@ -86,3 +86,36 @@ def test_it_is_logged_once_not_every_cycle(tmp_path: Path,
             assert attributor.resolve(devices).statuses[0].status == "error"
     said = [r for r in caplog.records if "PID namespace" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_unknown_follows_the_processes_of_each_cycle(tmp_path: Path) -> None:
+    """allsmi in a container without --pid=host, no kubelet, no job directory: the cgroup
+    source fails every cycle and no source answers. A device is unknown while it has processes
+    no source could attribute, and known free again once they end (not the first cycle's
+    answer kept for good)."""
+    busy = _devices()
+    idle = [replace(d, processes=()) for d in busy]
+    with Attributor([CgroupSource(_tree(tmp_path, OTHER))], 5) as attributor:
+        first = attributor.resolve(busy)
+        assert first.unknown == frozenset({busy[0].id, busy[1].id})
+        # the processes ended: nothing says anything holds the devices, nor that it is unknown
+        assert attributor.resolve(idle).unknown == frozenset()
+        # a process starts on the idle device: unknown
+        later = [idle[0], idle[1], replace(idle[2], processes=(ProcessSample(1003, "carol"),))]
+        assert attributor.resolve(later).unknown == frozenset({busy[2].id})
+
+
+def test_unknown_follows_the_processes_beside_a_carried_answer(tmp_path: Path) -> None:
+    """The same while another source's answer is the very same object cycle after cycle
+    (a pod source that answers once, then its answer is kept)."""
+    busy = _devices()
+    idle = [replace(d, processes=()) for d in busy]
+    answer = SourceResult({busy[0].id: (Workload("kubernetes", namespace="ml", pod="a"),)})
+
+    class Same(Pods):
+        def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
+            return answer
+
+    with Attributor([Same(), CgroupSource(_tree(tmp_path, OTHER))], 5) as attributor:
+        assert attributor.resolve(busy).unknown == frozenset({busy[1].id})
+        assert attributor.resolve(idle).unknown == frozenset()

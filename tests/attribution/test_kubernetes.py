@@ -140,6 +140,22 @@ def test_absent_socket_is_unavailable_and_leaves_workloads_unknown(tmp_path) -> 
     assert result.workloads is None and result.device_workloads(DEVICES[0].id) is None
 
 
+@pytest.mark.parametrize("kind", ["directory", "file"])
+def test_a_path_that_is_not_a_socket_is_no_kubelet(tmp_path, kind: str) -> None:
+    """A directory at the socket's path (what a bind mount of a socket that was not there
+    leaves, on a node without Kubernetes) or a file: no kubelet can listen there. The source is
+    unavailable, said so, and leaves no device's holders unknown."""
+    path = tmp_path / "kubelet.sock"
+    path.mkdir() if kind == "directory" else path.write_text("")
+    with Attributor([KubeletSource(path, SETTINGS)], 1) as attributor:
+        result = attributor.resolve(DEVICES)
+    status = result.statuses[0]
+    assert (status.status, status.message) == (
+        "unavailable", f"{path} is {'a directory' if kind == 'directory' else 'not a socket'}, "
+                       "not the kubelet's pod-resources socket")
+    assert result.workloads is None and not result.unknown
+
+
 def test_absent_socket_starts_no_thread_until_the_socket_appears(server: PodResourcesServer, tmp_path) -> None:
     """No socket: answered on the resolving thread (a one-shot snapshot on a node without a
     kubelet starts no thread for it); once the socket is there, asked on its thread."""
@@ -299,3 +315,59 @@ def test_devices_given_by_dynamic_resource_allocation_are_held(server: PodResour
     status = result.statuses[0]
     assert status.status == "ok"
     assert status.message == "1 allocated device id(s) match no device: DRA gpu.nvidia.com/node1/gpu-99"
+
+
+def test_a_kubelet_restarting_is_a_failure_not_a_node_without_pods(tmp_path) -> None:
+    """The kubelet answered, then its socket is gone for a moment (a kubelet restarting removes
+    it and makes it anew): its pods' devices are not free meanwhile (its last answer carried,
+    then unknown), and the new socket is asked at once, not a minute later."""
+    old = PodResourcesServer()
+    new = PodResourcesServer()
+    try:
+        h0 = find(DEVICES, "nvidia", 0)
+        old.pods = new.pods = [pod("ml", "idle-notebook", {"c": [("nvidia.com/gpu", [h0.id])]})]
+        jobs = tmp_path / "jobs"
+        jobs.mkdir()
+        sources = [KubeletSource(old.socket, SETTINGS, timeout_seconds=5), HpcJobSource(jobs)]
+        with Attributor(sources, timeout_seconds=5) as attributor:
+            assert [w.pod for w in attributor.resolve(DEVICES).device_workloads(h0.id) or ()] \
+                == ["idle-notebook"]
+            old.server.stop(grace=None)  # the kubelet restarting: no socket for a moment
+            old.socket.unlink(missing_ok=True)
+            gone = attributor.resolve(DEVICES)
+            assert gone.statuses[0].status == "error", gone.statuses[0]
+            assert "no kubelet pod-resources socket" in gone.statuses[0].message
+            assert [w.pod for w in gone.device_workloads(h0.id) or ()] == ["idle-notebook"]
+            attributor.carry_seconds = 0  # its last answer too old to stand in: unknown
+            assert h0.id in attributor.resolve(DEVICES).unknown
+            new.socket.rename(old.socket)  # the new kubelet's socket, at the same path
+            back = attributor.resolve(DEVICES)
+            assert back.statuses[0].status == "ok", back.statuses[0]
+            assert [w.pod for w in back.device_workloads(h0.id) or ()] == ["idle-notebook"]
+            assert not back.unknown
+    finally:
+        old.stop()
+        new.stop()
+
+
+@pytest.mark.parametrize("vendor, backend, raw", [
+    ("huawei", "ascend", "davinci0"), ("huawei", "ascend", "Ascend910-0"),
+    ("aws", "neuron", "neuron0"), ("google", "tpu", "/dev/accel0"), ("intel", "gaudi", "hl0"),
+    ("intel", "intel", "card0")])
+def test_a_resource_named_by_its_vendor_matches_device_node_names(
+        server: PodResourcesServer, tmp_path, vendor: str, backend: str, raw: str) -> None:
+    """``[attribution.resource_names]`` may name a vendor (``huawei``, ``aws``, ``google``,
+    ``intel``) instead of a backend: ids written as device-node names are matched as for the
+    backend's own resources (the backends of that vendor's node names)."""
+    dev = find(DEVICES, backend, 0)
+    server.pods = [pod("ml", "custom", {"c": [("example.com/accel", [raw])]})]
+    path = tmp_path / "config.toml"
+    path.write_text(f'[attribution.resource_names]\n"example.com/accel" = "{vendor}"\n')
+    settings = attribution_settings(parse_config(path.read_text(), path),
+                                    {"ALLSMI_KUBELET_SOCKET": str(server.socket)}, DECLARED)
+    with Attributor(build_sources(settings)[:1], 5) as attributor:
+        result = attributor.resolve(DEVICES)
+    assert result.statuses[0].message == ""
+    assert [(d.backend, d.index) for d in DEVICES
+            if any(w.pod == "custom" for w in result.device_workloads(d.id) or ())] \
+        == [(backend, 0)]

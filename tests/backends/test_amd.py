@@ -13,6 +13,7 @@ from allsmi.backend_api import BackendError, BackendUnavailable
 from allsmi.backends.amd import AmdBackend
 from allsmi.schema import DeviceSample
 from allsmi.units import GIB, MIB
+from allsmi.usage import billing_shares
 
 from .amd_fake import FakeLibrary, fake_backend
 
@@ -87,6 +88,19 @@ def test_power_limit_falls_back_to_power_info_watts() -> None:
     dev = backend.sample()[0]
     assert dev.power_limit_watts == 700.0
     assert dev.health == "ok"
+
+
+def test_power_limit_fallback_in_microwatts_is_watts() -> None:
+    """Some amdsmi releases copy hwmon's power1_cap (µW) into power_info.power_limit unconverted;
+    a 750 W limit arrives as 750000000 and must read 750 W, not 750 MW dropped as implausible."""
+    lib = FakeLibrary.from_fixture("mi300x_spx")
+    lib.devices[0]["amdsmi_get_power_cap_info"] = "AMDSMI_STATUS_NOT_SUPPORTED"
+    lib.devices[0]["amdsmi_get_power_info"]["power_limit"] = 750_000_000
+    backend = fake_backend(lib)
+    backend.open()
+    dev = backend.sample()[0]
+    assert dev.power_limit_watts == 750.0
+    assert not [w for w in backend.warnings if "power_limit" in w]
 
 
 def test_mi250x_average_socket_power_and_uint32_sentinel() -> None:
@@ -265,6 +279,25 @@ def test_partitions_without_visible_partition_0_claim_no_board_power() -> None:
     assert "partition 0" in str(board_a.details["board_power"])
     assert all(d.power_watts is None and d.partition_share == 1 / 8 for d in part_a)
     assert board_b.power_watts == 402.0
+
+
+def test_cpx_partitions_a_container_sees_keep_their_eighth_of_the_board() -> None:
+    """A container given partitions 0-2 of a CPX MI300X: the board's gpu_metrics says 8
+    partitions, so each visible one is 1/8 (not 1/3) and the board keeps the 5/8 of the
+    partitions elsewhere; its energy is not billed three ways."""
+    lib = FakeLibrary.from_fixture("mi300x_cpx")
+    del lib.devices[3:8]                               # partitions 3-7 of board 0c are elsewhere
+    backend = fake_backend(lib)
+    backend.open()
+    devices = list(backend.sample())
+    (board_a, part_a), (board_b, part_b) = _boards(devices)
+    assert len(part_a) == 3 and board_a.power_watts is not None
+    assert all(d.partition_share == 1 / 8 for d in part_a)
+    assert all(d.partition_share == 1 / 8 for d in part_b)
+    shares = billing_shares(devices)
+    assert shares[board_a.id] == pytest.approx(5 / 8)
+    assert sum(shares[d.id] for d in part_a) == pytest.approx(3 / 8)
+    backend.close()
 
 
 def test_kfd_partition_id_wins_over_pci_function() -> None:
