@@ -134,7 +134,7 @@ def to_csv(snapshot: Snapshot) -> str:
         for col in DEVICE_COLUMNS:
             value = getattr(dev, col)
             if col == "labels":
-                value = json.dumps(dict(value), sort_keys=True) if value else ""
+                value = json.dumps(dict(value), sort_keys=True, ensure_ascii=False) if value else ""
             row.append(csv_cell(value))
         writer.writerow(row)
     return buf.getvalue()

@@ -30,6 +30,18 @@ DIGITS = {"observed_device_hours": 6, "allocated_device_hours": 6, "billed_devic
           "active_device_hours": 6, "efficiency_ratio": 6,
           **{c: 3 if c.endswith("_seconds") else 6 for c in WAITING_COLUMNS}}
 
+#: Columns printed with :data:`PRICE_DIGITS` significant digits in every format (CSV, JSON,
+#: FOCUS unit prices): a price averaged over the window from the prices the exporters published
+#: carries float noise (0.14000000000000004), which no format shows.
+PRICE_COLUMNS = ("price_per_device_hour", "price_per_kwh", "budget")
+PRICE_DIGITS = 10
+
+
+def price_text(value: float) -> str:
+    """A price (or budget) as every format prints it: :data:`PRICE_DIGITS` significant digits."""
+    return format(value, f".{PRICE_DIGITS}g")
+
+
 #: Text columns (the labels, ``label_<name>``, too).
 TEXT = ("resource_group",) + KEY_COLUMNS + ("currency", "allocation_method", "usage_method",
                                             "activity_method")

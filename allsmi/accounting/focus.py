@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Mapping
 
-from allsmi.accounting.columns import DIGITS, column_type
+from allsmi.accounting.columns import DIGITS, column_type, price_text
 from allsmi.accounting.periods import UTC
 from allsmi.accounting.report import WAITING_COLUMNS, Report, Row
 from allsmi.config import Config
@@ -245,7 +245,7 @@ def focus_records(report: Report, settings: FocusSettings) -> list[dict[str, Any
                             row.idle_energy_kwh, row.waiting_energy_kwh))
         for label, sku, quantity, unit, price, idle, waited in charges:
             qty = _decimal(quantity)
-            unit_price = Decimal(format(price, ".10g")) if price is not None else Decimal(0)
+            unit_price = Decimal(price_text(price)) if price is not None else Decimal(0)
             cost = qty * unit_price  # exact: the validator checks price x quantity = cost
             sku_id = f"{sku}/{sku_dims}" if sku_dims else sku
             out.append({

@@ -12,7 +12,8 @@ import io
 import json
 from typing import Any
 
-from allsmi.accounting.columns import DIGITS, HEAD_COLUMNS, KEY_COLUMNS, TAIL_COLUMNS, column_types
+from allsmi.accounting.columns import (DIGITS, HEAD_COLUMNS, KEY_COLUMNS, PRICE_COLUMNS,
+                                       TAIL_COLUMNS, column_types, price_text)
 from allsmi.accounting.focus import COLUMN_TYPES, COLUMNS, FocusSettings, cell, focus_records
 from allsmi.accounting.periods import iso
 from allsmi.accounting.report import Report, Row
@@ -27,7 +28,7 @@ def _fixed(value: float | None, digits: int) -> str:
 
 
 def _price(value: float | None) -> str:
-    return "" if value is None else format(value, ".10g")
+    return "" if value is None else price_text(value)
 
 
 def columns(report: Report) -> list[str]:
@@ -81,7 +82,11 @@ def json_row(row: Row) -> dict[str, Any]:
     item: dict[str, Any] = {"resource_group": row.resource_group, "labels": dict(row.labels)}
     for col in TAIL_COLUMNS:
         value = row.value(col)
-        item[col] = _round(value, DIGITS[col]) if col in DIGITS else value
+        if col in DIGITS:
+            value = _round(value, DIGITS[col])
+        elif col in PRICE_COLUMNS and value is not None:
+            value = float(price_text(value))  # as the CSV prints it
+        item[col] = value
     return item
 
 
