@@ -207,10 +207,14 @@ def test_snapshot_prometheus_publishes_group_prices_and_budgets(tmp_path: Path) 
         assert any(line.startswith(f"allsmi_resource_group_{family}{{") for line in lines)
 
 
+#: Two hours replayed (a bill over a pipe larger than its buffer, in a second, not a day's).
+_HOURS = ("--since", "2026-11-02T09:00:00Z", "--until", "2026-11-02T11:00:00Z")
+
+
 @pytest.mark.parametrize("args", [
     ["snapshot", "--simulate", "mixed", "--format", "json"],
     ["--simulate", "mixed", "snapshot", "--format", "csv"],
-    ["export", "--simulate", "mixed", "--period", "yesterday"],
+    ["export", "--simulate", "mixed", *_HOURS],
     ["doctor", "--simulate", "mixed", "--json"],
     ["backends"],
     ["--help"],
@@ -251,7 +255,7 @@ def test_a_reader_that_leaves_early_is_exit_1_never_0() -> None:
     import os
     from .conftest import allsmi_exe
     read, write = os.pipe()
-    proc = subprocess.Popen(allsmi_exe() + ["report", "--simulate", "mixed", "--period", "yesterday"],
+    proc = subprocess.Popen(allsmi_exe() + ["report", "--simulate", "mixed", *_HOURS],
                             stdout=write, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     os.close(write)
     with os.fdopen(read, "rb") as reader:
@@ -263,11 +267,11 @@ def test_a_reader_that_leaves_early_is_exit_1_never_0() -> None:
 
 @pytest.mark.parametrize("args", [
     ["snapshot", "--simulate", "mixed", "--format", "json"],
-    ["export", "--simulate", "mixed", "--period", "yesterday"],
-    ["export", "--simulate", "mixed", "--period", "yesterday", "--format", "parquet"],
-    ["idle", "--simulate", "mixed", "--period", "yesterday", "--format", "csv"],
-    ["waste", "--simulate", "mixed", "--period", "yesterday", "--format", "json"],
-    ["report", "--simulate", "mixed", "--period", "yesterday", "-o", "-"],
+    ["export", "--simulate", "mixed", *_HOURS],
+    ["export", "--simulate", "mixed", *_HOURS, "--format", "parquet"],
+    ["idle", "--simulate", "mixed", *_HOURS, "--format", "csv"],
+    ["waste", "--simulate", "mixed", *_HOURS, "--format", "json"],
+    ["report", "--simulate", "mixed", *_HOURS, "-o", "-"],
     ["doctor", "--simulate", "mixed", "--json"],
     ["backends", "--json"],
 ])
