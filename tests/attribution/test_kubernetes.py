@@ -368,6 +368,5 @@ def test_a_resource_named_by_its_vendor_matches_device_node_names(
     with Attributor(build_sources(settings)[:1], 5) as attributor:
         result = attributor.resolve(DEVICES)
     assert result.statuses[0].message == ""
-    assert [(d.backend, d.index) for d in DEVICES
-            if any(w.pod == "custom" for w in result.device_workloads(d.id) or ())] \
-        == [(backend, 0)]
+    assert [d.id for d in DEVICES
+            if any(w.pod == "custom" for w in result.device_workloads(d.id) or ())] == [dev.id]

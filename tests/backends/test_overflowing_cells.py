@@ -12,7 +12,7 @@ import pytest
 
 from allsmi import units
 from allsmi.backends.furiosa import ENV_VAR as FURIOSA_ENV, FuriosaBackend
-from allsmi.backends.gaudi import ENV_VAR as GAUDI_ENV, GaudiBackend
+from allsmi.backends.gaudi import GaudiBackend
 from tests.contract import scenarios_furiosa, scenarios_gaudi, scenarios_rebellions
 from tests.contract.scenario import ScenarioEnv
 
