@@ -154,6 +154,9 @@ class CgroupSource(AttributionSource):
     def __init__(self, proc_root: Path | str = "/proc") -> None:
         self.proc_root = Path(proc_root)
         self._said: str | None = None  # the PID namespace problem last logged (once, not per cycle)
+        #: ``proc_root`` was read once: gone since (a host ``/proc`` mount lost), it is a
+        #: failure, not a node without processes to read (carried, then unknown).
+        self._answered = False
 
     def absent(self) -> str | None:
         return None if os.path.isdir(self.proc_root) else f"{self.proc_root} not found"
@@ -161,6 +164,8 @@ class CgroupSource(AttributionSource):
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         why = self.absent()
         if why is not None:
+            if self._answered:
+                raise SourceError(f"{why} (it was read before: unmounted?)")
             raise SourceUnavailable(why)
         # The drivers report host pids: under another PID namespace's /proc they name other
         # processes, whose pods and jobs would be taken for the holders'. Nothing is read then;
@@ -171,6 +176,7 @@ class CgroupSource(AttributionSource):
                 self._said = withheld
                 log.warning("attribution cgroup: processes not attributed: %s", withheld)
             raise SourceError(f"processes not attributed: {withheld}")
+        self._answered = True
         processes: dict[int, ProcessAttribution] = {}
         failed: dict[int, str] = {}
         seen: dict[int, ProcessAttribution | None] = {}

@@ -120,6 +120,10 @@ class HpcJobSource(AttributionSource):
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
+        #: The directory was read once: gone since, it is a failure (an NFS mount not answering
+        #: for a moment, removed by hand), not a node without jobs: its jobs' devices are not
+        #: taken for free (the last answer carried, then unknown), as a kubelet restarting.
+        self._answered = False
 
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         try:
@@ -133,11 +137,15 @@ class HpcJobSource(AttributionSource):
                         raise SourceError(f"{self.directory}: more than {MAX_FILES} files; "
                                           "not a job-mapping directory")
         except FileNotFoundError:
+            if self._answered:
+                raise SourceError(f"{self.directory} not found (it was read before: removed, or "
+                                  "its file system not answering?)") from None
             raise SourceUnavailable(f"{self.directory} not found") from None
         except NotADirectoryError:
             raise SourceError(f"{self.directory} is not a directory") from None
-        except PermissionError as exc:
-            raise SourceError(f"{self.directory}: {exc.strerror}") from None
+        except OSError as exc:  # permissions; an NFS mount's ESTALE, EIO
+            raise SourceError(f"{self.directory}: {exc.strerror or exc}") from None
+        self._answered = True
         index = DeviceIndex(devices)
         found: dict[str, dict[str, Workload]] = {}
         unmatched: list[str] = []

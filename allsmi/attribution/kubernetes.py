@@ -27,6 +27,7 @@ import os
 import stat
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,6 +42,9 @@ from .settings import AttributionSettings
 #: How long the replica counts from GetAllocatableResources are reused (the plugin's
 #: configuration changes only when it restarts).
 ALLOCATABLE_TTL_SECONDS = 300.0
+#: The part of ``timeout_seconds`` kept free after both calls of a cycle (matching the ids, and
+#: the hand-over to the runner, which waits ``timeout_seconds`` from before the call began).
+DEADLINE_MARGIN = 0.1
 #: Without GetAllocatableResources, a replica numbered this or more is out of range.
 MAX_GUESSED_REPLICAS = 256
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
@@ -113,17 +117,18 @@ class KubeletSource(AttributionSource):
             channel = self._channel
         return grpc, pb2, pb2_grpc.PodResourcesListerStub(channel)
 
-    def _call(self, method: str, request_type: str) -> Any:
+    def _call(self, method: str, request_type: str, timeout: float | None = None) -> Any:
         grpc, pb2, stub = self._stub()
+        timeout = self.timeout if timeout is None else timeout
         try:
-            return getattr(stub, method)(getattr(pb2, request_type)(), timeout=self.timeout)
+            return getattr(stub, method)(getattr(pb2, request_type)(), timeout=timeout)
         except grpc.RpcError as exc:
             self.close()  # a fresh channel next time (the kubelet may have restarted)
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
             name = getattr(code, "name", str(code))
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise SourceTimeout(f"kubelet {method} gave no answer within {self.timeout:g} s") from None
+                raise SourceTimeout(f"kubelet {method} gave no answer within {timeout:.3g} s") from None
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 raise SourceError(f"kubelet at {self.socket} does not implement pod-resources v1 "
                                   f"{method} (Kubernetes < 1.20, or the feature gate is off)") from None
@@ -138,14 +143,21 @@ class KubeletSource(AttributionSource):
             channel.close()
 
     # -- the source --------------------------------------------------------
-    def _replica_counts(self, now: float) -> dict[tuple[str, str], set[int]] | None:
+    def _replica_counts(self, now: float,
+                        deadline: float) -> dict[tuple[str, str], set[int]] | None:
         """The allocatable replica numbers per (resource, physical id) from
-        GetAllocatableResources, cached; ``None`` when the kubelet does not answer it."""
+        GetAllocatableResources, cached; ``None`` when the kubelet does not answer it. The call
+        gets only what is left before ``deadline`` (monotonic) of the cycle's one
+        ``timeout_seconds``, so that a slow answer never costs the cycle ``List``'s: with
+        nothing left it is not made (and asked again next cycle)."""
         if self._replicas_at is not None and 0 <= now - self._replicas_at < ALLOCATABLE_TTL_SECONDS:
             return self._replicas
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
         counts: dict[tuple[str, str], set[int]] | None = {}
         try:
-            for name, ids in self.allocatable():
+            for name, ids in self.allocatable(left):
                 for raw in ids:
                     base, n = split_replica(raw)
                     if n is not None and counts is not None:
@@ -156,6 +168,9 @@ class KubeletSource(AttributionSource):
         return counts
 
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
+        # Both calls within the runner's one timeout_seconds: GetAllocatableResources gets
+        # what List left (docs/attribution.md).
+        deadline = time.monotonic() + self.timeout * (1.0 - DEADLINE_MARGIN)
         response = self._call("List", "ListPodResourcesRequest")
         self._answered = True
         index = DeviceIndex(devices, self.settings.node_names)
@@ -183,7 +198,7 @@ class KubeletSource(AttributionSource):
                     if not targets:
                         unmatched.append(f"DRA {name[1]}")
                     claims.extend((dev, work, None) for dev in targets)
-        allocatable = self._replica_counts(now) if any(c[2] for c in claims) else {}
+        allocatable = self._replica_counts(now, deadline) if any(c[2] for c in claims) else {}
         # Replicas per (resource, physical id): the allocatable ones, else the highest held + 1.
         seen: dict[tuple[str, str], int] = {}
         bad: list[str] = []
@@ -251,12 +266,13 @@ class KubeletSource(AttributionSource):
                             [n for n in names if n]))
         return out
 
-    def allocatable(self) -> list[tuple[str, tuple[str, ...]]]:
-        """``GetAllocatableResources``: (resource name, device ids) of every accelerator resource.
+    def allocatable(self, timeout: float | None = None) -> list[tuple[str, tuple[str, ...]]]:
+        """``GetAllocatableResources``: (resource name, device ids) of every accelerator resource,
+        within ``timeout`` seconds (default ``timeout_seconds``).
 
         Raises :class:`SourceUnavailable` / :class:`SourceError` like :meth:`collect`.
         """
-        response = self._call("GetAllocatableResources", "AllocatableResourcesRequest")
+        response = self._call("GetAllocatableResources", "AllocatableResourcesRequest", timeout)
         out: dict[str, list[str]] = {}
         for group in response.devices:
             if self.settings.rule_for(group.resource_name) is not None:

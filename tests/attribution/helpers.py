@@ -60,6 +60,8 @@ class PodResourcesServer:
         self.allocatable: list[Any] = []
         #: GetAllocatableResources answers UNIMPLEMENTED (a kubelet before 1.23's GA)
         self.fail_allocatable = False
+        #: GetAllocatableResources hangs (until :meth:`release`) while List answers
+        self.hang_allocatable = False
         self.mode = "answer"
         self.calls = 0
         self._release = threading.Event()
@@ -95,6 +97,8 @@ class PodResourcesServer:
     def _allocatable(self, request: Any, context: Any) -> Any:
         if self.fail_allocatable:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetAllocatableResources")
+        if self.hang_allocatable:
+            self._release.wait(30)
         return self._behave() or api_pb2.AllocatableResourcesResponse(devices=self.allocatable)
 
     def hang(self) -> None:

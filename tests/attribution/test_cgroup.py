@@ -178,6 +178,25 @@ def test_missing_proc_root_is_unavailable(tmp_path: Path) -> None:
     assert result.statuses[0].status == "unavailable" and result.workloads is None
 
 
+def test_a_proc_root_gone_after_it_was_read_is_a_failure(host_proc: Path, tmp_path: Path) -> None:
+    """A ``proc_root`` read before, then gone (the host's /proc mount lost): the devices with
+    processes have their last holders carried, then unknown, never no job."""
+    root = tmp_path / "proc"
+    shutil.copytree(host_proc, root, symlinks=True)
+    h0 = find(DEVICES, "nvidia", 0)
+    devices = _with_processes({h0.id: [(1001, "alice")]})
+    with Attributor([CgroupSource(root)], 5) as attributor:
+        assert [w.job_id for w in attributor.resolve(devices).device_workloads(h0.id) or ()] \
+            == ["4242"]
+        shutil.rmtree(root)
+        gone = attributor.resolve(devices)
+        assert gone.statuses[0].status == "error", gone.statuses[0]
+        assert f"{root} not found (it was read before" in gone.statuses[0].message
+        assert [w.job_id for w in gone.device_workloads(h0.id) or ()] == ["4242"]
+        attributor.carry_seconds = 0
+        assert h0.id in attributor.resolve(devices).unknown
+
+
 def test_an_idle_node_hands_the_cgroup_source_nothing_to_read(host_proc: Path) -> None:
     """No process on any device: each cycle is answered without a call to it (no hand-off to a
     thread on an idle exporter, none started by a one-shot snapshot: its proc root is there,

@@ -41,8 +41,37 @@ def test_files_appear_and_disappear(tmp_path: Path) -> None:
         os.remove(jobs / "2")                             # and the last job of GPU 2
         two = attributor.resolve(DEVICES)
         assert _jobs(two, h2) == [] and _jobs(two, amd5) == ["1003"]
+        shutil.rmtree(jobs)                               # gone after it was read: carried
+        gone = attributor.resolve(DEVICES)
+        assert gone.statuses[0].status == "error" and _jobs(gone, amd5) == ["1003"]
+
+
+def test_a_directory_gone_after_it_was_read_is_a_failure_not_a_node_without_jobs(
+        tmp_path: Path) -> None:
+    """The directory answered, then is gone (an NFS mount not answering for a cycle, removed by
+    hand): its jobs' devices are not free meanwhile (its last answer carried, then unknown,
+    and said), as for a kubelet restarting; it is read again as soon as it is back."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "2").write_text("1001\n")
+    h2 = find(DEVICES, "nvidia", 2)
+    with Attributor([HpcJobSource(jobs)], 5) as attributor:
+        assert _jobs(attributor.resolve(DEVICES), h2) == ["1001"]
         shutil.rmtree(jobs)
-        assert attributor.resolve(DEVICES).workloads is None
+        gone = attributor.resolve(DEVICES)
+        status = gone.statuses[0]
+        assert status.status == "error", status
+        assert f"{jobs} not found (it was read before" in status.message
+        assert "holders as it last answered" in status.message
+        assert _jobs(gone, h2) == ["1001"] and not gone.unknown
+        attributor.carry_seconds = 0  # its last answer too old to stand in: unknown
+        stale = attributor.resolve(DEVICES)
+        assert stale.statuses[0].status == "error" and h2.id in stale.unknown
+        jobs.mkdir()
+        (jobs / "2").write_text("1002\n")
+        back = attributor.resolve(DEVICES)
+        assert back.statuses[0].status == "ok" and _jobs(back, h2) == ["1002"]
+        assert not back.unknown
 
 
 def test_every_naming_uuid_bus_id_vendor_index_and_mig(tmp_path: Path) -> None:

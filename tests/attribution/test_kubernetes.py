@@ -265,6 +265,28 @@ def test_a_replica_id_out_of_range_is_reported_and_changes_no_other_share(
     assert shares == {"p0": 0.5, "p1": 0.5}
 
 
+def test_a_slow_allocatable_call_never_costs_the_list_answer(server: PodResourcesServer) -> None:
+    """Pods on time-slicing replicas make the source ask GetAllocatableResources after List
+    (the first cycle, then every 300 s). Each call had the whole ``timeout_seconds`` while the
+    runner waits that long for both: a kubelet slow to answer the second made the source time
+    out, its List answer lost (the devices unknown). The second call gets what List left."""
+    gpu = find(DEVICES, "nvidia", 1)
+    assert gpu.uuid
+    server.pods = [pod("ml", f"p{n}", {"c": [("nvidia.com/gpu", [f"{gpu.uuid}::{n}"])]})
+                   for n in (0, 1)]
+    server.hang_allocatable = True
+    with Attributor([KubeletSource(server.socket, SETTINGS, timeout_seconds=1)], 1) as attributor:
+        began = time.monotonic()
+        result = attributor.resolve(DEVICES, now=SIM_NOW)
+        took = time.monotonic() - began
+        server.release()
+    assert result.statuses[0].status == "ok", result.statuses[0]
+    assert took < 1.0, took
+    # the replicas counted from those held (GetAllocatableResources gave no answer in time)
+    assert {w.pod: w.share for w in result.device_workloads(gpu.id) or ()} == {"p0": 0.5, "p1": 0.5}
+    assert not result.unknown
+
+
 def test_a_pod_and_a_job_file_claiming_one_device_are_a_reported_conflict(
         server: PodResourcesServer, tmp_path) -> None:
     """The kubelet gives a GPU to a pod while the job-mapping directory gives it to Slurm job
