@@ -241,16 +241,16 @@ def parse_monitor(line: str) -> MonitorReport:
         if error:
             out.errors.append(f"neuron-monitor pid {pid}: {error}")
         usage = RuntimeUsage()
-        out.runtimes[pid] = usage
-        if error and not report:
-            continue  # nothing reported: both values unknown, the error says why
-        where = f"pid {pid}"
-        in_use = _runtime_table(report, "neuroncore_counters", ("neuroncores_in_use",), out.errors, where)
-        if in_use is not None:
-            usage.utilization = _core_utilization(in_use, pid, out.errors)
-        per_core = _runtime_table(report, "memory_used", MEMORY_PATH, out.errors, where)
-        if per_core is not None:
-            usage.memory = _core_memory(per_core, pid, out.errors)
+        if not (error and not report):  # else nothing reported: both unknown, the error says why
+            where = f"pid {pid}"
+            in_use = _runtime_table(report, "neuroncore_counters", ("neuroncores_in_use",), out.errors, where)
+            if in_use is not None:
+                usage.utilization = _core_utilization(in_use, pid, out.errors)
+            per_core = _runtime_table(report, "memory_used", MEMORY_PATH, out.errors, where)
+            if per_core is not None:
+                usage.memory = _core_memory(per_core, pid, out.errors)
+        earlier = out.runtimes.get(pid)
+        out.runtimes[pid] = usage if earlier is None else _merged(earlier, usage)
     system = data.get("system_data") if isinstance(data.get("system_data"), dict) else {}
     counters = _group(system, "neuron_hw_counters", out.errors, "system")
     for row in (counters or {}).get("neuron_devices") or ():
@@ -261,6 +261,29 @@ def parse_monitor(line: str) -> MonitorReport:
             if events:  # neither count given (or a negative one): unknown, never 0 events
                 out.ecc_uncorrected[index] = sum(events)
     return out
+
+
+def _add(first: dict[int, Any] | None, second: dict[int, Any] | None,
+         cap: float | None = None) -> dict[int, Any] | None:
+    """Per-core values of two entries added core by core (at most ``cap``); ``None`` when either
+    is unknown."""
+    if first is None or second is None:
+        return None
+    out = dict(first)
+    for core, value in second.items():
+        total = out.get(core, 0) + value
+        out[core] = total if cap is None else min(cap, total)
+    return out
+
+
+def _merged(first: RuntimeUsage, second: RuntimeUsage) -> RuntimeUsage:
+    """Two ``neuron_runtime_data`` entries with one pid: neuron-monitor prints one entry per
+    Neuron application, so each is an application of that process (a process may run several
+    Neuron runtimes), and the process holds both: utilization and memory are added per core
+    (a core's utilization at most 100 %), and a group unknown in either entry is unknown for
+    the pid."""
+    return RuntimeUsage(utilization=_add(first.utilization, second.utilization, cap=100.0),
+                        memory=_add(first.memory, second.memory))
 
 
 def _core_utilization(in_use: dict[str, Any], pid: int, errors: list[str]) -> dict[int, float] | None:

@@ -273,3 +273,61 @@ def test_all_ones_sizes_and_counts_are_unknown() -> None:
         "neuron_hw_counters": {"period": 1.0, "error": "", "neuron_devices": rows}}}))
     assert report.ecc_uncorrected == {0: 1}
     assert report.runtimes[42].memory is None
+
+
+# --- one pid in two neuron_runtime_data entries --------------------------------------------
+
+def _split_270001(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """pid 270001's entry as two entries of that pid, core 8 in the first and core 9 in the
+    second (neuron-monitor prints one entry per Neuron application: one process, two runtimes)."""
+    import copy
+    entries = report["neuron_runtime_data"]
+    position, entry = next((n, e) for n, e in enumerate(entries) if e["pid"] == 270001)
+    halves = []
+    for core in ("8", "9"):
+        half = copy.deepcopy(entry)
+        in_use = half["report"]["neuroncore_counters"]["neuroncores_in_use"]
+        per_core = half["report"]["memory_used"]["neuron_runtime_used_bytes"]["usage_breakdown"][
+            "neuroncore_memory_usage"]
+        for table in (in_use, per_core):
+            for key in [k for k in table if k != core]:
+                del table[key]
+        halves.append(half)
+    entries[position:position + 1] = halves
+    return halves
+
+
+def test_one_pid_in_two_entries_holds_the_cores_of_both(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The old code kept only the second entry: device 2 read 70 / 4 = 17.5 % and one core's memory.
+    whole = _report()
+    held = scenarios_neuron._held("neuron-monitor-trn2-two-apps.jsonl", 270001, range(8, 10))
+    report = _report()
+    _split_270001(report)
+    monitor = _write(tmp_path, "monitor.jsonl", json.dumps(report) + "\n")
+    devices, _ = _sample(tmp_path, monkeypatch, str(NEURON / TRN2_LS), monitor)
+    expected, _ = _sample(tmp_path / "whole", monkeypatch, str(NEURON / TRN2_LS),
+                          _write(tmp_path, "whole.jsonl", json.dumps(whole) + "\n"))
+    assert devices[DEVICE_2].utilization_percent == (90 + 70) / 4
+    assert devices[DEVICE_2].compute_active_percent == (90 + 70) / 4
+    assert devices[DEVICE_2].memory_used_bytes == held
+    (process,) = [p for p in devices[DEVICE_2].processes if p.pid == 270001]
+    (whole_process,) = [p for p in expected[DEVICE_2].processes if p.pid == 270001]
+    assert (process.utilization_percent, process.memory_bytes) == (
+        whole_process.utilization_percent, whole_process.memory_bytes) == ((90 + 70) / 4, held)
+
+
+def test_one_pid_whose_other_entry_failed_is_unknown_not_the_good_entrys_half(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first entry's counters failed: what the pid does on core 8 is unknown, so device 2's
+    # utilization is too (the old code showed the second entry's 70 / 4 = 17.5 %).
+    report = _report()
+    first, _ = _split_270001(report)
+    _counters_fail(first["report"])
+    monitor = _write(tmp_path, "monitor.jsonl", json.dumps(report) + "\n")
+    devices, warnings = _sample(tmp_path, monkeypatch, str(NEURON / TRN2_LS), monitor)
+    assert devices[DEVICE_2].utilization_percent is None
+    assert devices[DEVICE_2].memory_used_bytes == scenarios_neuron._held(
+        "neuron-monitor-trn2-two-apps.jsonl", 270001, range(8, 10))
+    assert devices[DEVICE_0].utilization_percent == 50.0
+    assert any("failed to read counters" in w for w in warnings), warnings
