@@ -113,12 +113,15 @@ def _views(plan: Any, threshold: float) -> Any:
             groups = with_partial(groups, [w for _, day in trend for w in day.warnings],
                                   f"the {unit}s ({iso(steps[0][1].start)} to "
                                   f"{iso(steps[-1][1].end)}) for the trend")
-        # budgets: the month to date, whatever the window (as the export's)
+        # budgets: the month to date, whatever the window (as the export's); read only with a
+        # budget (a simulation's costs a replay), kept for every group's month-to-date columns
+        read: list[Any] = []
         groups = month_to_date(replace(plan, keys=GROUP_KEYS), groups,
-                               lambda p: build(p, replays))
+                               lambda p: read.append(build(p, replays)) or read[-1])
     # the page warns of what stderr said: the month to date's warnings too
     return Views(groups, holders, pools, tuple(trend), threshold, unit,
-                 tuple(dict.fromkeys(tuple(notes) + tuple(groups.notes))))
+                 tuple(dict.fromkeys(tuple(notes) + tuple(groups.notes))),
+                 month=read[0] if read else None)
 
 
 def _steps(window: Any, max_days: int) -> tuple[list[tuple[str, Any]], str]:

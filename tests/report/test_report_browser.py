@@ -105,13 +105,15 @@ def _tables_equal_the_csv_export(chrome: Any, month: tuple[Path, list[dict[str, 
         by_group = {g: [r for r in rows if r["resource_group"] == g] for g in GROUPS}
         budget = {line[0]: line for line in table(page, "table-budget")}
         head = header(page, "table-budget")
-        assert head == ["resource group", "labels", "currency", "cost to date", "budget",
-                        "budget used", "forecast month end"]
-        cost, limit, forecast = (head.index(t) for t in ("cost to date", "budget",
-                                                          "forecast month end"))
+        assert head == ["resource group", "labels", "currency", "cost in window",
+                        "cost month to date", "budget", "budget used month to date",
+                        "forecast month end"]
+        cost, to_date, limit, forecast = (head.index(t) for t in (
+            "cost in window", "cost month to date", "budget", "forecast month end"))
         for group, mine in by_group.items():
             line = budget[group]
-            assert line[cost] == _shown(_sum(mine, "cost")), group
+            # a whole month is its own month to date: every group's forecast is its cost
+            assert line[cost] == line[to_date] == _shown(_sum(mine, "cost")), group
             assert line[forecast] == _shown(_sum(mine, "forecast_month_end_cost")), group
             labels = {k[len("label_"):]: v for k, v in mine[0].items()
                       if k.startswith("label_") and v}
@@ -120,7 +122,8 @@ def _tables_equal_the_csv_export(chrome: Any, month: tuple[Path, list[dict[str, 
         # the training group is forecast over its budget, inference under
         assert float(budget["training"][forecast].replace(",", "")) > 5000
         assert float(budget["inference"][forecast].replace(",", "")) < 1_000_000
-        assert budget["total"][cost] == _shown(_sum(rows, "cost"))
+        assert budget["total"][cost] == budget["total"][to_date] == _shown(_sum(rows, "cost"))
+        assert budget["total"][forecast] == _shown(_sum(rows, "forecast_month_end_cost"))
         hours = {line[0]: line for line in table(page, "table-hours")}
         head = header(page, "table-hours")
         for column, title in (("allocated_device_hours", "allocated device-hours"),
@@ -169,8 +172,9 @@ def _charts_draw_one_mark_per_known_value(
         budget = [line for line in table(page, "table-budget") if line[0] in GROUPS]
         head = header(page, "table-budget")
         assert marks(page, "budget") == sum(_known([line[head.index(t)] for line in budget])
-                                            for t in ("cost to date", "budget",
-                                                      "forecast month end")) == 8  # npu: none
+                                            for t in ("cost in window", "cost month to date",
+                                                      "budget", "forecast month end")
+                                            ) == 11  # npu: no budget
         hours = [line for line in table(page, "table-hours") if line[0] in GROUPS]
         head = header(page, "table-hours")
         assert marks(page, "hours") == sum(_known([line[head.index(t)] for line in hours])

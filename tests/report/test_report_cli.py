@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from .support import BUDGETS, NO_BUDGETS, NO_PRICES, a_past_day, allsmi
+from .support import BUDGETS, NO_BUDGETS, NO_PRICES, a_past_day, allsmi, csv_rows, printed
 
 EMPTY_VECTOR = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
 
@@ -230,7 +230,7 @@ def _two_budgeted_days(tmp_path: Path) -> tuple[Any, int, str]:
 def _budget_rows(page: str) -> dict[str, tuple[str, ...]]:
     budget = page.split('id="table-budget"')[1].split("</table>")[0]
     return {m[0]: m[1:] for m in re.findall(
-        r"<tr><td>(\w+)</td><td>[^<]*</td><td>EUR</td>" + r"<td[^>]*>([^<]*)</td>" * 4, budget)}
+        r"<tr><td>(\w+)</td><td>[^<]*</td><td>EUR</td>" + r"<td[^>]*>([^<]*)</td>" * 5, budget)}
 
 
 def test_budgets_are_the_month_to_date_whatever_the_window(tmp_path: Path) -> None:
@@ -244,7 +244,8 @@ def test_budgets_are_the_month_to_date_whatever_the_window(tmp_path: Path) -> No
     code, page, err = _report(tmp_path, config, *args)
     assert code == 0, err
     rows = _budget_rows(page)
-    assert rows["training"] == ("240.00", "1,000.00", "48.0 %", f"{480 * days / 2:,.2f}")
+    assert rows["training"] == ("240.00", "480.00", "1,000.00", "48.0 %",
+                                f"{480 * days / 2:,.2f}")
     out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
                  cwd=tmp_path)
     exported = {r["resource_group"]: r for r in __import__("csv").DictReader(
@@ -264,7 +265,7 @@ def test_a_window_from_the_month_before_budgets_its_month_to_date(tmp_path: Path
             "--until", (start + dt.timedelta(days=2)).date().isoformat())
     code, page, err = _report(tmp_path, config, *args)
     assert code == 3, err  # the day before holds no data: coverage 2/3
-    assert _budget_rows(page)["training"] == ("480.00", "1,000.00", "48.0 %",
+    assert _budget_rows(page)["training"] == ("480.00", "480.00", "1,000.00", "48.0 %",
                                               f"{480 * days / 2:,.2f}")
     assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month" in err
 
@@ -283,8 +284,9 @@ def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path)
     assert f"group training is forecast to cost {480 * days / 2:.2f} EUR this month, above " \
            "its budget of 1000 EUR" in err and "inference" not in err
     rows = _budget_rows(page)
-    assert rows["training"] == ("480.00", "1,000.00", "48.0 %", f"{480 * days / 2:,.2f}")
-    assert rows["inference"] == ("48.00", "1,000.00", "4.8 %", f"{48 * days / 2:,.2f}")
+    assert rows["training"] == ("480.00", "480.00", "1,000.00", "48.0 %",
+                                f"{480 * days / 2:,.2f}")
+    assert rows["inference"] == ("48.00", "48.00", "1,000.00", "4.8 %", f"{48 * days / 2:,.2f}")
     out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
                  cwd=tmp_path)
     exported = {r["resource_group"]: r for r in __import__("csv").DictReader(
@@ -387,7 +389,8 @@ def test_several_currencies_total_per_currency_and_nothing_known_says_unknown(
     assert "unknown" not in totals[0][1:5], totals
     head, budget = _table_rows(page, "table-budget")
     whole = next(row for row in budget if row[0] == "total")
-    assert whole[head.index("cost to date")] == "" and whole[head.index("budget")] == "", whole
+    assert all(whole[head.index(t)] == "" for t in ("cost in window", "cost month to date",
+                                                    "budget", "forecast month end")), whole
     head, waiting = _table_rows(page, "table-waiting")
     assert head[-2:] == ["cost (EUR)", "cost (USD)"], head
     assert all("unknown" not in row[1:] and not any(c.startswith("\u2265") for c in row)
@@ -412,3 +415,71 @@ def test_waiting_costs_with_nothing_priced_say_no_price(tmp_path: Path) -> None:
     assert code == 0, err
     head, waiting = _table_rows(page, "table-waiting")
     assert waiting and {row[head.index("cost")] for row in waiting} == {"no price"}, waiting
+
+
+def _budget_table(page: str) -> dict[str, dict[str, str]]:
+    """The budget table, ``{first cell: {column title: cell text}}`` (the total line too)."""
+    import html
+    budget = page.split('id="table-budget"')[1].split("</table>")[0]
+    head = [html.unescape(h) for h in re.findall(r"<th[^>]*>([^<]*)</th>", budget)]
+    out = {}
+    for line in re.findall(r"<tr>(.*?)</tr>", budget.split("</thead>")[1]):
+        cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>([^<]*)</td>", line)]
+        out[cells[0]] = dict(zip(head, cells))
+    return out
+
+
+def _figure(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_every_groups_forecast_is_the_month_to_dates_with_a_budget_or_not(
+        tmp_path: Path) -> None:
+    """A day that does not start the month, training and inference with a budget, npu
+    without: every group's cost month to date and forecast are those of the export of the month
+    to date (the 1st to the window's end), never the npu's one day extrapolated beside the
+    others' month to date; the cost in the window is the window's; the totals add the rows."""
+    import datetime as dt
+    day = dt.date.fromisoformat(a_past_day())
+    code, page, err = _report(tmp_path, BUDGETS, "--simulate", "mixed", "--period", day.isoformat())
+    assert code == 0, err
+    table = _budget_table(page)
+    window = {r["resource_group"]: r for r in csv_rows(allsmi(
+        "export", "--config", "c.toml", "--simulate", "mixed", "--period", day.isoformat(),
+        "--group-by", "resource_group", cwd=tmp_path).stdout)}
+    month = {r["resource_group"]: r for r in csv_rows(allsmi(
+        "export", "--config", "c.toml", "--simulate", "mixed", "--since",
+        day.replace(day=1).isoformat(), "--until", (day + dt.timedelta(days=1)).isoformat(),
+        "--group-by", "resource_group", cwd=tmp_path).stdout)}
+    assert set(window) == set(month) == {"inference", "npu", "training"}
+    for group in window:
+        line = table[group]
+        assert line["cost in window"] == printed(float(window[group]["cost"])), group
+        assert line["cost month to date"] == printed(float(month[group]["cost"])), group
+        assert line["forecast month end"] == printed(
+            float(month[group]["forecast_month_end_cost"])), group
+    assert table["npu"]["budget used month to date"] == "no budget"
+    # the month to date is more than the day: the two costs are not the same figure
+    assert _figure(table["npu"]["cost month to date"]) > _figure(table["npu"]["cost in window"])
+    for column in ("cost in window", "cost month to date", "forecast month end"):
+        assert _figure(table["total"][column]) == pytest.approx(
+            sum(_figure(table[g][column]) for g in window), abs=0.011), column
+
+
+def test_without_budgets_a_day_shows_no_forecast_of_the_day_alone(tmp_path: Path) -> None:
+    """No budget, a day that does not start the month: the month to date is not replayed
+    for the page (a simulation's costs a replay of it), so its cost and forecast are "—",
+    explained, on every line and the total, never the day's cost x the month's days."""
+    code, page, err = _report(tmp_path, NO_BUDGETS, "--simulate", "mixed", "--period",
+                              a_past_day(), "--verbose")
+    assert code == 0, err
+    assert "month to date" not in err and err.count("replaying") == 1, err
+    table = _budget_table(page)
+    assert set(table) == {"inference", "npu", "training", "total"}
+    for name, line in table.items():
+        assert line["cost month to date"] == line["forecast month end"] == "—", (name, line)
+        assert line["cost in window"][0].isdigit(), (name, line)
+    notes = _notes(page)
+    assert any(n.startswith("Month to date (—): it is read only for the budgets") for n in
+               notes), notes
+    assert "No budgets: no group has budget_per_month; costs are shown without one." in notes

@@ -86,7 +86,7 @@ def _column(page: str, table_id: str, title: str) -> dict[str, str]:
 def test_nothing_priced_the_totals_say_no_price_as_their_lines() -> None:
     views = money_views([("a", *H100, "ann"), ("b", *MI300, "bob")])
     page = render_html(views)
-    for title in ("cost to date", "forecast month end"):
+    for title in ("cost in window", "cost month to date", "forecast month end"):
         assert set(_column(page, "table-budget", title).values()) == {"no price"}, title
     assert _column(page, "table-budget", "budget")["total"] == "no budget"
     for title in ("cost", "idle cost"):
@@ -133,7 +133,7 @@ def test_totals_in_several_currencies_leaving_out_an_unpriced_group_are_at_least
     views = money_views([("a", *H100, "ann"), ("b", *MI300, "bob"), ("c", *MI300, "cid")], EUR_USD,
                    waiting=True)
     page = render_html(views)
-    budget = _column(page, "table-budget", "cost to date")
+    budget = _column(page, "table-budget", "cost in window")
     assert budget["total (EUR)"] == GE + "48.00" and budget["total (USD)"] == GE + "72.00"
     assert budget["c"] == "no price"
     holders = _column(page, "table-holders", "cost")
@@ -192,7 +192,7 @@ def test_a_budget_in_another_currency_is_never_added_to_the_others() -> None:
     budget = _column(page, "table-budget", "budget")
     assert budget["total (JPY)"] == "50,000.00" and budget["total (USD)"] == "1,000.00", budget
     assert "51,000.00" not in page
-    cost = _column(page, "table-budget", "cost to date")
+    cost = _column(page, "table-budget", "cost in window")
     # d's cost, were it priced, would be in JPY: the USD total leaves nothing out
     assert cost["total (JPY)"] == "no price" and cost["total (USD)"] == "48.00", cost
 

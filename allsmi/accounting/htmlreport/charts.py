@@ -76,10 +76,12 @@ def charts(c: Content) -> dict[str, Chart]:
     group_names = tuple(line.names[0] for line in c.groups)
     one_currency = len(c.currencies) == 1  # amounts in several are never drawn on one axis
     if c.priced and one_currency:
-        out["budget"] = Chart("budget", "Cost to date, month-end forecast and budget per group",
-                              "hbar", group_names, _series(c.groups, (
-                                  ("cost to date", "cost"),
-                                  ("forecast month end", "forecast_month_end_cost"),
+        out["budget"] = Chart("budget", "Cost in the window and month to date, month-end "
+                              "forecast and budget per group", "hbar", group_names,
+                              _series(c.groups, (
+                                  ("cost in window", "cost"),
+                                  ("cost month to date", "month_to_date_cost"),
+                                  ("forecast month end", "month_end_forecast_cost"),
                                   ("budget", "budget"))), c.currencies[0])
     if c.priced and len(c.currencies) == 1 and c.burn:
         lines = _series(c.burn, c.burn_columns)

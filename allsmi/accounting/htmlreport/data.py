@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from allsmi.accounting.formats import json_row
+from allsmi.accounting.htmlreport.month import MONTH_COLUMNS, NOT_READ, month_figures, month_to_date
+from allsmi.accounting.htmlreport.notes import page_notes
 from allsmi.accounting.htmlreport.sums import (
     currency_of, money_column, money_currencies, money_figures, money_keys, money_sum,
     partial_columns, ratio, several, total)
@@ -57,6 +59,9 @@ class Views:
     them on stderr."""
     overruns: tuple[str, ...] = ()
     """The groups above their budget, as said on stderr (the export's ``budget_notes``)."""
+    month: Report | None = None
+    """Grouped by ``resource_group`` over the month to date, where it was read for the budgets
+    (:mod:`.month`)."""
 
 
 def values(row: Row) -> dict[str, Any]:
@@ -169,12 +174,16 @@ class Content:
         return any(line.figures.get("budget") is not None for line in self.groups)
 
 
-def _group_lines(report: Report) -> list[Line]:
+def _group_lines(groups: Report, month_rows: Report | None) -> list[Line]:
+    """Per group, its export row and its month-to-date figures (:mod:`.month`)."""
+    month = month_figures(month_rows, values)
     lines = []
-    for row in report.rows:
+    for row in groups.rows:
         v = values(row)
         v["group_labels"] = ", ".join(f"{label(k)}={label(x)}" for k, x in row.labels)
-        lines.append(Line((label(row.resource_group),), v, row.currency))
+        figures, empty = month(row)
+        lines.append(Line((label(row.resource_group),), {**v, **figures}, row.currency,
+                          empty=empty))
     return lines
 
 
@@ -263,7 +272,8 @@ def content(views: Views) -> Content:
     """The page's content from the views (see :class:`Content`)."""
     c = Content(views)
     groups = views.groups
-    c.groups = _group_lines(groups)
+    month = month_to_date(groups, views.month)
+    c.groups = _group_lines(groups, month)
     # measured: some row knows it (an export without activity has the columns, all empty)
     c.activity = any(line.figures.get("active_device_hours") is not None for line in c.groups)
     c.reasons = reason_columns(values(row) for row in views.holders.rows)
@@ -271,8 +281,11 @@ def content(views: Views) -> Content:
     summed = HOUR_COLUMNS + MONEY_COLUMNS + OTHER_COLUMNS + tuple(reason_cols)
     c.currencies = money_currencies(line.figures for line in c.groups)
     c.pools = _pool_lines(views.pools, summed, c.currencies)
-    c.group_totals = _totals([line.figures for line in c.groups], summed + ("budget",),
-                             c.currencies)
+    c.group_totals = _totals([line.figures for line in c.groups],
+                             summed + ("budget",) + tuple(MONTH_COLUMNS), c.currencies)
+    if month is None:  # not read: nothing summed
+        for line in c.group_totals:
+            line.empty.update({k: NOT_READ for k in MONTH_COLUMNS if k in line.figures})
     c.group_totals[0].figures["coverage_ratio"] = coverage(groups)
     c.holder_keys = tuple(views.holders.group_by)
     allocated = {row.resource_group: values(row).get("allocated_device_hours")
@@ -317,7 +330,7 @@ def content(views: Views) -> Content:
                 gaps.add(group)
             burn[group] = None if cost is None else so_far[group]
         c.burn.append(Line((name,), burn, partial=frozenset(gaps)))
-    _notes(c)
+    page_notes(c, month is not None)
     return c
 
 
@@ -347,51 +360,3 @@ def _waiting(c: Content, holders: Sequence[dict[str, Any]]) -> None:
             if said is not None:  # nothing is priced: "no price", not unknown
                 empty[key] = said
         c.waiting.append(Line((reason,), figures, partial=frozenset(partial), empty=empty))
-
-
-def _notes(c: Content) -> None:
-    """What the reader must be told: low coverage, raw counters, partial answers, and what is
-    missing (no data, no prices, no budgets, no activity)."""
-    v = c.views
-    coverage = v.groups.coverage_ratio
-    if v.groups.warnings:
-        c.warnings.append("The source gave a partial answer (--allow-partial): "
-                          + "; ".join(v.groups.warnings)
-                          + ". The coverage is lowered to 0: the bill may be short.")
-    if coverage is None:
-        c.missing.append("No device data in this window: there is nothing to chart.")
-    elif coverage < v.threshold:
-        c.warnings.append(f"The data covers {coverage:.2%} of the device time in this window, "
-                          f"below the threshold of {v.threshold:.2%}: the figures may be short.")
-    c.warnings.extend(f"The source warns: {note}" for note in v.notes)
-    c.warnings.extend(f"Over budget: {note}." for note in v.overruns)
-    if v.groups.source_data and "raw counters" in v.groups.source_data:
-        c.warnings.append(f"Part of this bill came from raw counters, not from the hourly "
-                          f"roll-ups: {v.groups.source_data}.")
-    if coverage is None:
-        return
-    if not c.priced:
-        c.missing.append("No prices: no group has price_per_device_hour or price_per_kwh, so "
-                         "there are no costs, budgets or forecasts to show.")
-    unpriced = [line.names[0] for line in c.groups if line.figures.get("cost") is None]
-    if c.priced and unpriced:
-        c.missing.append("Groups without prices (their cost is unknown, not 0, and left out of "
-                         "the totals): " + ", ".join(unpriced) + ".")
-    if c.priced and not c.budgeted:
-        c.missing.append("No budgets: no group has budget_per_month; costs and forecasts are "
-                         "shown without one.")
-    if not c.activity:
-        c.missing.append("Compute activity is not measured by this export: active "
-                         "device-hours, efficiency and waiting reasons are shown as "
-                         "\"not measured\".")
-    shown = c.group_totals + c.holders_total + c.trend + c.waiting + c.holders_rest + c.pools
-    if any(line.partial for line in shown):
-        c.missing.append("A figure marked ≥ is a total of the lines that know it: it leaves "
-                         "out the lines where it is unknown, so the whole is at least that.")
-    if several(c.currencies):
-        c.missing.append("The groups' costs and budgets are in different currencies ("
-                         + ", ".join(c.currencies) + "): amounts in different currencies are "
-                         "never added, so every sum is given per currency (a total line or a "
-                         "column per currency), the holders are ranked by cost within each "
-                         "currency, and the charts draw none (amounts in several currencies "
-                         "share no axis); the holders are charted by device-hours.")

@@ -115,9 +115,10 @@ def _why(figures: dict[str, Any], column: str) -> str:
 
 
 BUDGET_COLUMNS: Columns = (
-    ("labels", "group_labels", "text"), ("currency", "currency", "currency"), ("cost to date", "cost", "money"),
-    ("budget", "budget", "money"), ("budget used", "budget_used_ratio", "ratio"),
-    ("forecast month end", "forecast_month_end_cost", "money"))
+    ("labels", "group_labels", "text"), ("currency", "currency", "currency"),
+    ("cost in window", "cost", "money"), ("cost month to date", "month_to_date_cost", "money"),
+    ("budget", "budget", "money"), ("budget used month to date", "budget_used_ratio", "ratio"),
+    ("forecast month end", "month_end_forecast_cost", "money"))
 HOUR_COLUMNS: Columns = (
     ("devices", "device_count", "count"), ("observed device-hours", "observed_device_hours", "hours"),
     ("allocated device-hours", "allocated_device_hours", "hours"),
@@ -205,9 +206,11 @@ def sections(c: Content) -> list[Section]:
                   "compare)") + ", then those whose cost is unknown, by allocated device-hours"
     return [
         section("budget", "Cost against budget",
-                "Each group's cost in this window, its linear forecast to the end of the "
-                "month (the export's forecast_month_end_cost) and its monthly budget; then "
-                "how the cost built up over the window.", "No costs: no group is priced."
+                "Each group's cost in this window; its cost in the month to date (from the "
+                "first of the month holding the window's end to the window's end), the share "
+                "of its monthly budget used so far, and that cost extrapolated linearly to the "
+                "month's end (for every group, with a budget or not); then how the cost built "
+                "up over the window.", "No costs: no group is priced."
                 if not c.priced else "No chart: the amounts are in several currencies ("
                 + ", ".join(c.currencies) + "), which share no axis.",
                 ("budget", _table("table-budget", "Cost, budget and forecast per group",
