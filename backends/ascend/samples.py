@@ -96,8 +96,9 @@ def chip_sample(chip: Chip, table: NpuTable, *, index: int, backend: str, vendor
 
 
 #: The chip row's cell holding the number of its ``/dev/davinci<N>``: ``Device`` (310P, 910
-#: tables) or ``Phy-ID`` (A3 tables, two chips per NPU).
-DEVICE_NUMBER_CELLS = ("Device", "Phy-ID")
+#: tables) or ``Phy-ID`` (A3 tables, two chips per NPU; npu-smi 25 spells it ``Phy-Id``), in
+#: lower case: the header is matched without regard to case.
+DEVICE_NUMBER_CELLS = ("device", "phy-id")
 
 
 def build_samples(table: NpuTable, **kwargs: object) -> list[DeviceSample]:
@@ -128,7 +129,8 @@ def device_numbers(chips: list[Chip]) -> list[int]:
     chips in the order npu-smi lists them), so that two chips of one NPU never share a number."""
     numbers = []
     for chip in chips:
-        cell = next((chip.cells[k] for k in DEVICE_NUMBER_CELLS if k in chip.cells), "")
+        cell = next((value for key in DEVICE_NUMBER_CELLS for name, value in chip.cells.items()
+                     if name.lower() == key), "")
         numbers.append(units.to_int(cell))
     if all(n is not None for n in numbers) and len(set(numbers)) == len(numbers):
         return numbers  # type: ignore[return-value]

@@ -47,3 +47,16 @@ def test_two_chips_of_one_npu_without_a_device_column_get_their_own_numbers(
     indices = _indices(tmp_path, monkeypatch, text)
     assert len(indices) == 3 and len(set(indices.values())) == 3, indices
     assert indices == {"0000:82:00.0": 0, "0000:82:00.1": 1, "0000:89:00.0": 2}
+
+
+def test_the_phy_id_column_is_read_whatever_its_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """npu-smi 25 prints the A3 chip header as ``Chip  Phy-Id``: the chips are numbered by it, not
+    by their place in the table (a container given NPU 1's chips, ``/dev/davinci2`` and
+    ``/dev/davinci3``, lists only those: their indices are 2 and 3, never 0 and 1)."""
+    text = (CARDS.replace("| Chip    Device            |", "| Chip    Phy-Id            |")
+            .replace("| 0       0                 | 0000:82:00.0", "| 0       2                 | 0000:82:00.0")
+            .replace("| 1       1                 | 0000:82:00.1", "| 1       3                 | 0000:82:00.1")
+            .replace("| 0       2                 | 0000:89:00.0", "| 0       4                 | 0000:89:00.0"))
+    assert text.count("Phy-Id") == 1 and "| 0       4 " in text
+    assert _indices(tmp_path, monkeypatch, text) == {
+        "0000:82:00.0": 2, "0000:82:00.1": 3, "0000:89:00.0": 4}
