@@ -177,7 +177,9 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         # A collection cycle holds the GIL for tens of ms with hundreds of devices; a
         # shorter switch interval lets scrape threads in between, keeping latency flat.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP too (its terminal closed, an ssh session ended): a clean stop, as `allsmi
+        # record` makes, never SIGHUP's default death that loses the ledger's interval in progress
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: stop.set())
         http_failed: list[BaseException] = []
 
@@ -221,11 +223,22 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         workers_ended = server.server_close()  # waits for the password checks under way
         if collector is not None:
             collector.close()
+        lost = 0
         if recorder is not None:
             recorder.close()
+            # what the ledger could not take by the end is lost: said, with exit 1, as by record
+            lost = recorder.unwritten + recorder.dropped_intervals
         if not workers_ended and sys.exc_info()[0] is None:
             # A worker still inside bcrypt would abort the interpreter's shutdown (SIGABRT):
-            # everything is closed and written, so leave without it, with the documented 0.
+            # everything is closed, so leave without it, with the documented exit code.
+            if lost:
+                click.echo(f"allsmi: {_lost_message(lost, o.ledger, recorder.last_error)}", err=True)
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(0)
+            os._exit(1 if lost else 0)
+        if lost and sys.exc_info()[0] is None:
+            raise fail(_lost_message(lost, o.ledger, recorder.last_error), 1)
+
+
+def _lost_message(lost: int, ledger: Path | None, error: str | None) -> str:
+    return f"{lost} completed interval(s) could not be written to {ledger}: {error}"
