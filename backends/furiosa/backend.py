@@ -312,7 +312,9 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
         if match:
             index = int(match.group(1))
         cores = r.core_utilization
-        known = [c for c in cores if c is not None] if cores else []
+        # A mean over the PEs that reported is not the device's (the busy PE may be the silent
+        # one): unknown unless every PE reported, as compute_active_percent.
+        whole = bool(cores) and all(c is not None for c in cores)
         details: dict[str, Any] = {"source": self._source}
         for key, value in (("serial", r.serial), ("arch", r.arch), ("dev_name", r.dev_name),
                            ("pert_version", r.pert), ("governor", r.governor),
@@ -342,7 +344,7 @@ class FuriosaBackend(CliToolBackend, declared=DECLARATION):
             # each PE's busy share, averaged over the PEs (all of them, or unknown)
             **mean_of_units(cores, "pe_busy"),
             health="degraded" if r.unread else "ok" if r.alive else "unknown",
-            utilization_percent=sum(known) / len(known) if known else None,
+            utilization_percent=sum(cores) / len(cores) if whole else None,
             memory_used_bytes=r.memory_used_bytes,
             memory_total_bytes=r.memory_total_bytes,
             temperature_celsius=cells.plausible(r.temperature_celsius, "temperature", "temperature_celsius"),

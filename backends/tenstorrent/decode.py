@@ -16,10 +16,10 @@ has two). Each entry carries:
   signed 16.16 fixed point on Blackhole.
 * ``board_info``, ``firmwares`` and ``limits`` (strings or numbers, by version).
 
-tt-smi substitutes fabricated numbers when a register is missing (``0`` for
-power and temperature, ``10000`` V for voltage). The decoded value is only
-trusted when its source register is present; otherwise the register is
-decoded here, and a missing register gives ``None``.
+tt-smi substitutes fabricated numbers when a register is ``null`` (``0`` for
+power, current, clock, temperature and fan speed, ``10000`` V for voltage). A
+decoded value whose source register is ``null`` (or all ones) is ``None``; a
+``N/A`` cell is decoded here from its register instead.
 
 Integer-kind cells are whole numbers or nothing: ``board_info.pcie_speed`` (the
 link generation, 1 to 7; tt-smi prints a number), ``pcie_width`` (1, 2, 4, 8,
@@ -129,7 +129,8 @@ def register(smbus: dict[str, Any], name: str) -> int | None:
 
 #: Registers holding a reading (not a counter or an id): all ones in one is the firmware's
 #: "no reading", and what tt-smi decodes from it is no value either.
-READING_REGISTERS = frozenset({"TDP", "TDC", "VCORE", "AICLK", "ASIC_TEMPERATURE", "FAN_RPM"})
+READING_REGISTERS = frozenset({"TDP", "TDC", "VCORE", "AICLK", "ASIC_TEMPERATURE", "FAN_RPM",
+                               "FAN_SPEED"})
 _ALL_ONES = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 
 
@@ -218,12 +219,24 @@ def _heartbeat_register(generation: str | None) -> str:
         generation or "", "ARC3_HEALTH")
 
 
-def _trusted(telemetry: dict[str, Any], smbus: dict[str, Any], key: str) -> float | None:
-    """A decoded value, unless tt-smi fabricated it because its register is missing."""
-    source = _SOURCE_REGISTER.get(key)
-    if source and smbus and source in smbus and reading_register(smbus, source) is None:
+def _fan_register(generation: str | None) -> str:
+    """The register tt-smi prints as ``telemetry.fan_speed`` (``0`` when it is ``null``)."""
+    return "FAN_RPM" if generation == BLACKHOLE else "FAN_SPEED"
+
+
+def _trusted(telemetry: dict[str, Any], smbus: dict[str, Any], key: str,
+             source: str | None = None) -> Any:
+    """A decoded cell, unless tt-smi fabricated it because its register is missing.
+
+    tt-smi computes every one of these cells from ``smbus_telem[<register>]`` and exports that
+    dict with its ``null`` registers, so a filler always comes with its register ``null`` (or
+    all ones). A snapshot without the register (tt-smi 1.x wrote no ``smbus_telem``) computed
+    the cell from the register itself, failing rather than filling when it was missing.
+    """
+    source = source or _SOURCE_REGISTER.get(key)
+    if source and source in smbus and reading_register(smbus, source) is None:
         return None
-    return units.to_float(telemetry.get(key))
+    return telemetry.get(key) if key == "fan_speed" else units.to_float(telemetry.get(key))
 
 
 def _limit(limits: dict[str, Any], key: str) -> float | None:
@@ -270,7 +283,8 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str],
     chip.aiclk_mhz = _trusted(telemetry, smbus, "aiclk")
     chip.temperature_celsius = _trusted(telemetry, smbus, "asic_temperature")
     chip.board_power_watts = units.to_float(telemetry.get("board_power"))
-    chip.fan_percent = units.parse_percent(telemetry.get("fan_speed"))
+    chip.fan_percent = units.parse_percent(
+        _trusted(telemetry, smbus, "fan_speed", _fan_register(chip.generation)))
     chip.heartbeat = whole_cell(telemetry.get("heartbeat"), label, "heartbeat", warnings, said,
                                 sentinels=False)  # a counter: all ones on its way round
 

@@ -290,3 +290,20 @@ def test_a_warning_line_before_the_json_is_ignored_with_a_note(tmp_path: Path,
     devices = backend.sample()
     assert len(devices) == 4 and all(d.health == "ok" for d in devices)
     assert any("ignored" in w and "non-JSON" in w for w in backend.warnings), backend.warnings
+
+
+def test_utilization_is_unknown_when_a_pe_did_not_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mean over the PEs that reported is not the device's: with PE 3 silent (N/A) or garbage
+    (140 %), utilization_percent is unknown, like compute_active_percent, never 7 PEs' mean."""
+    import json
+    status = json.loads((FURIOSA / RNGD_4X["status"]).read_text())
+    status[1]["pe_utilizations"][3]["pe_utilization"] = "N/A"
+    status[2]["pe_utilizations"][3]["pe_utilization"] = 140.0
+    backend, _ = _backend(tmp_path, monkeypatch, {"info": route(RNGD_4X["info"]), "status": route(text=json.dumps(status)),
+                                                  "ps": route(RNGD_4X["ps"])})
+    devices = backend.sample()
+    for device in devices[1:3]:
+        assert device.details["core_utilization_percent"][3] is None
+        assert device.utilization_percent is None and device.compute_active_percent is None
+    assert devices[3].utilization_percent == pytest.approx(98.4375)  # every PE reported
+    assert devices[3].compute_active_percent == pytest.approx(98.438)

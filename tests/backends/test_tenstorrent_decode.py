@@ -158,3 +158,28 @@ def test_heartbeat_counter_keeps_all_ones() -> None:
     snapshot["device_info"][0]["telemetry"]["heartbeat"] = str(0xFFFFFFFF)
     chips, warnings, _ = decode.decode_snapshot(snapshot)
     assert chips[0].heartbeat == 0xFFFFFFFF and warnings == []
+
+
+@pytest.mark.parametrize(("chip", "register"), [(0, "FAN_RPM"), (1, "FAN_SPEED")])
+def test_fan_speed_filler_for_a_null_register_is_no_reading(chip: int, register: str) -> None:
+    """tt-smi prints ``fan_speed`` "0" when its register (``FAN_RPM`` on Blackhole, ``FAN_SPEED``
+    on Wormhole) is null: that 0 is a filler, not a stopped fan."""
+    snapshot = _load("snapshot-5.3-blackhole-p150a-wormhole-n150.json")
+    entry = snapshot["device_info"][chip]
+    entry["smbus_telem"][register] = None
+    entry["telemetry"]["fan_speed"] = "0"
+    chips, _, _ = decode.decode_snapshot(snapshot)
+    assert chips[chip].fan_percent is None
+    entry["smbus_telem"][register] = "0x0"  # a register that reads 0: a real 0
+    chips, _, _ = decode.decode_snapshot(snapshot)
+    assert chips[chip].fan_percent == 0.0
+
+
+def test_decoded_cells_without_register_block_are_readings() -> None:
+    """tt-smi 1.x wrote no ``smbus_telem``; it computed each cell from its register and failed
+    rather than fill one in when the register was missing, so those cells are readings."""
+    snapshot = _load("snapshot-6.8-blackhole-p300c-board-power.json")
+    del snapshot["device_info"][0]["smbus_telem"]
+    chips, _, _ = decode.decode_snapshot(snapshot)
+    assert chips[0].temperature_celsius == pytest.approx(float(
+        snapshot["device_info"][0]["telemetry"]["asic_temperature"]))
