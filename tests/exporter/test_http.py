@@ -195,6 +195,8 @@ def _fake_recorder_env(tmp_path: Path, *, missing: bool = False) -> dict[str, st
 import sys, types
 module = types.ModuleType("allsmi.accounting.recorder")
 class LedgerRecorder:
+    unwritten = dropped_intervals = 0  # (what serve asks at its end: nothing lost)
+    last_error = None
     def __init__(self, path, config, max_gap_seconds=None):
         self.path = path
         with open(path, "w") as f:
