@@ -63,11 +63,6 @@ class MigReads(Reader):
             super().failed(skip, key, exc)
 
 
-def open_migs(pynvml: ModuleType, gpu: Gpu, reader: Reader) -> list[Mig]:
-    """The GPU's MIG instances with their static facts; empty slots are skipped."""
-    return list_migs(pynvml, gpu, reader, [])
-
-
 def list_migs(pynvml: ModuleType, gpu: Gpu, reader: Reader, known: list[Mig]) -> list[Mig]:
     """The GPU's MIG instances now, slot by slot (empty slots skipped, later slots still read).
 

@@ -20,7 +20,7 @@ from allsmi.backends.nvidia.devices import (
     Reader,
     mark_lost,
 )
-from allsmi.backends.nvidia.mig import open_migs
+from allsmi.backends.nvidia.mig import list_migs
 
 
 def open_gpu(pynvml: ModuleType, index: int) -> tuple[Gpu, list[str]]:
@@ -49,7 +49,7 @@ def open_gpu(pynvml: ModuleType, index: int) -> tuple[Gpu, list[str]]:
         mig = reader.call(skip, "mig_mode", pynvml.nvmlDeviceGetMigMode, handle)
         gpu.mig_enabled = None if mig is None else mig[0] == NVML_DEVICE_MIG_ENABLE
         if gpu.mig_enabled:
-            gpu.migs = open_migs(pynvml, gpu, reader)
+            gpu.migs = list_migs(pynvml, gpu, reader, [])
     except DeviceFault as fault:
         mark_lost(gpu, fault)
     gpu.fields = batch_fields(gpu)
