@@ -34,7 +34,15 @@ def packed(records: Iterable[Any]) -> list[tuple[Any, ...]]:
     """``records`` (interval records) as tuples: each record's values in its fields' order but
     its holders, and its holders as (holder, the share's values) pairs, in their order."""
     values, shared, _, _ = _shapes()
-    return [(values(rec), tuple([(holder, shared(share)) for holder, share in rec.holders.items()]))
+    # Each holder as one object per chunk (the first of those equal to it), which pickle then
+    # sends once: the recorder's buckets each hold their own equal copies (half a day: 3,600
+    # shares of 145 holders, 2,971 objects), each sent whole and made again by the command
+    # through the named tuple's Python __new__. Once each, half a day's chunk pickles in 2.6 ms
+    # instead of 6.2 and unpickles in 2.9 instead of 5.3 (the cyclic collector off, as there).
+    same: dict[Any, Any] = {}
+    one = same.setdefault
+    return [(values(rec), tuple([(one(holder, holder), shared(share))
+                                 for holder, share in rec.holders.items()]))
             for rec in records]
 
 

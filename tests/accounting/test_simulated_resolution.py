@@ -204,3 +204,24 @@ def test_a_worker_s_intervals_travel_as_tuples_and_arrive_with_every_attribute(
         for holder, share in rec.holders.items():
             assert [getattr(row.holders[holder], f.name) for f in fields(Share)] == \
                 [getattr(share, f.name) for f in fields(Share)]
+
+
+def test_a_chunk_sends_each_holder_once() -> None:
+    """Equal holders of a chunk's records (each bucket has its own copies) are sent as one
+    object: pickled once, made once by the command (the same values, in the same order)."""
+    import pickle
+
+    from allsmi.accounting.ledgerschema import Dim, IntervalRecord, Share
+    from allsmi.cli.simrows import packed, unpacked
+    from allsmi.fairshare import Holder
+
+    def record(start: int, *users: str) -> IntervalRecord:
+        share = Share(60_000, 60_000, 0, None, 60_000, 0, 0, None, 0, "exclusive", "activity")
+        return IntervalRecord(start, Dim("gpu0", "h", "nvidia", "H100", "", "", "{}"), 0,
+                              60_000, 60_000, 60_000, 0, 60_000, None, None, 0, None,
+                              holders={Holder(u, None, None, None): share for u in users})
+    records = [record(t * 60, "ann", "bob") for t in range(50)]
+    rows = unpacked(pickle.loads(pickle.dumps(packed(records), protocol=pickle.HIGHEST_PROTOCOL)))
+    holders = [holder for row in rows for holder in row.holders]
+    assert holders == [Holder(u, None, None, None) for _ in range(50) for u in ("ann", "bob")]
+    assert len({id(holder) for holder in holders}) == 2
