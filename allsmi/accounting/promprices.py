@@ -152,16 +152,26 @@ def published_prices(client: PrometheusClient, window: Window,
 
 
 def currency_conflicts(published: dict[str, Published], config: Any) -> list[str]:
-    """A note for each group whose prices the exporters published in several currencies and
-    that this configuration does not price (it is billed without a price)."""
+    """A note for each group that this configuration does not price whose prices the exporters
+    published in several currencies (it is billed without a price), or in another currency
+    than its ``budget_per_month`` (its budget is not compared with its cost)."""
     out = []
     for group, given in sorted(published.items()):
         grp = config.group(group)
-        if given.currencies and grp.price_per_device_hour is None and grp.price_per_kwh is None:
+        if grp.price_per_device_hour is not None or grp.price_per_kwh is not None:
+            continue
+        if given.currencies:
             out.append(f"group {group or '(none)'}: the exporters publish its prices in more than "
                        f"one currency ({', '.join(given.currencies)}): not priced from them; "
                        f"price it in this configuration ([groups.{group or 'NAME'}] price_per_"
                        "device_hour, price_per_kwh and currency)")
+        elif grp.budget_per_month is not None and given.currency != grp.currency \
+                and (given.per_device_hour is not None or given.per_kwh is not None):
+            out.append(f"group {group}: its budget_per_month is in {grp.currency}, the prices the "
+                       f"exporters publish for it in {given.currency or 'no currency'}: its cost "
+                       "is not compared with its budget (no exchange rate; the budget columns "
+                       f"are empty); set [groups.{group}] currency to the prices' currency, or "
+                       "price it in this configuration")
     return out
 
 

@@ -223,10 +223,10 @@ class Report:
     """What the bill should warn about that is no partial answer (groups the configuration no
     longer declares: :func:`undeclared_groups`; the source's warnings, budgets overrun, added
     by the command): said on stderr and carried in the JSON's ``warnings``, from this one list."""
-    budget_totals: tuple[tuple[str, float | None, float | None], ...] | None = None
-    """Per budgeted group, (group, month-to-date budget used, forecast to the month's end) over
-    every row of the month to date, where they were read from another report than this one's
-    rows (a window shorter than the month, grouped by holders that came and went)."""
+    budget_totals: tuple[tuple[str, float, str, float | None, float | None, bool], ...] | None \
+        = None
+    """Per budgeted group, (group, budget, currency, cost, forecast, partial) over the month to
+    date, where read apart from this report's rows (a window shorter than the month)."""
 
 
 #: The grouping keys of a device part, and of a holder share (``--group-by``).
@@ -250,8 +250,11 @@ def _prices(grp: Any, published: Mapping[str, Any] | None, sources: dict[str, st
     if given is None or (given.per_device_hour is None and given.per_kwh is None):
         return grp
     sources[grp.name] = "published"
+    # a budget in another currency than the costs is never compared with them (no exchange
+    # rate): :func:`allsmi.accounting.promprices.currency_conflicts` says so
+    budget = grp.budget_per_month if given.currency == grp.currency else None
     return replace(grp, price_per_device_hour=given.per_device_hour,
-                   price_per_kwh=given.per_kwh, currency=given.currency)
+                   price_per_kwh=given.per_kwh, currency=given.currency, budget_per_month=budget)
 
 
 def _budget(budget: float | None, cost: float | None,

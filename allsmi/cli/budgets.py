@@ -9,8 +9,13 @@ window's end, from the same source as the export (the ledger, Prometheus, the si
 that starts on the first of its month already is that month to date (no second pass).
 
 Each row gets the figures of the row with the same keys (group, vendor, host, holder...) over
-the month to date; a row with no such row there (its holder appeared after the window's month
-began... never: the window is inside the month) keeps ``None``.
+the month to date; a row with no such row there (a window that reaches back into the month
+before, where alone the row's devices were) keeps ``None``.
+
+The month to date is read whenever the configuration budgets a group, whether or not the
+window saw it: a group that spent earlier in the month and nothing in the window has no row in
+the window, yet may be over its budget (:func:`group_totals` are the month to date's, every
+group of it).
 
 The month to date's warnings are the report's (said once), and so are its partial answers
 (:func:`with_partial`): the coverage lowered to 0, exit status 3, as for the window's own.
@@ -20,11 +25,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 #: What the second pass is for, as its progress line (and ``--verbose``) says.
 PURPOSE = "month to date, for the budgets"
-KEYS = ("resource_group", "vendor", "model", "host", "user", "namespace", "pod", "job")
+#: What tells a row from another: its grouping keys and its group's labels (a group whose
+#: labels changed during the month has a row per set of labels).
+KEYS = ("resource_group", "labels", "vendor", "model", "host", "user", "namespace", "pod", "job")
 
 
 def month_start(window: Any) -> dt.datetime:
@@ -36,8 +43,8 @@ def month_start(window: Any) -> dt.datetime:
 def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
     """``report`` with each budgeted row's ``budget_used_ratio`` and ``forecast_month_end_cost``
     taken from the month to date (module docstring); ``build(plan)`` makes a report."""
-    if not any(row.budget is not None for row in report.rows):  # (a budget of 0 is one)
-        return report
+    if not budgeted(plan.config) and not any(row.budget is not None for row in report.rows):
+        return report  # (a budget of 0 is one)
     first = month_start(report.window)
     # the window is the month to date (or the whole month); one that starts in an earlier
     # month is not: its month to date is the part from the first of the month holding its end
@@ -81,18 +88,44 @@ def with_partial(report: Any, found: Any, reading: str) -> Any:
 ANOTHER_READING = "reading "
 
 
-def group_totals(rows: Any) -> tuple[tuple[str, float | None, float | None], ...]:
-    """Per budgeted group, (budget used, forecast to the month's end) summed over ``rows``
-    (``None`` where a row's is unknown): the month to date's rows hold every holder of the
-    month, where a shorter window's rows hold only those it saw."""
+def budgeted(config: Any) -> bool:
+    """Whether the configuration gives some group a ``budget_per_month`` (0 included)."""
+    return any(group.budget_per_month is not None
+               for group in (getattr(config, "groups", None) or {}).values())
+
+
+def group_totals(rows: Any) -> tuple[BudgetTotal, ...]:
+    """Per budgeted group, its budget, currency, cost and forecast to the month's end summed
+    over ``rows``: the month to date's rows hold every group and holder of the month, where a
+    shorter window's rows hold only those it saw. A sum leaving out rows where it is unknown
+    (a device that reports no energy, priced per kWh) is at least it (``partial``): costs are
+    never negative, so a known part above the budget is an overrun whatever the rest."""
     used: dict[str, list[Any]] = {}
     for row in rows:
         if row.budget is not None:
             used.setdefault(row.resource_group, []).append(row)
-    return tuple((group, _sum([r.budget_used_ratio for r in group_rows]),
-                  _sum([r.forecast_month_end_cost for r in group_rows]))
-                 for group, group_rows in sorted(used.items()))
+    out = []
+    for group, group_rows in sorted(used.items()):
+        costs = [r.cost for r in group_rows]
+        forecasts = [r.forecast_month_end_cost for r in group_rows]
+        out.append(BudgetTotal(group, group_rows[0].budget, group_rows[0].currency or "",
+                               _sum(costs), _sum(forecasts), None in costs + forecasts))
+    return tuple(out)
+
+
+class BudgetTotal(NamedTuple):
+    """A budgeted group over the month to date (:func:`group_totals`)."""
+
+    group: str
+    budget: float
+    currency: str
+    cost: float | None
+    forecast: float | None
+    partial: bool = False
+    """Whether ``cost`` and ``forecast`` leave out rows where they are unknown."""
 
 
 def _sum(values: list[Any]) -> float | None:
-    return None if None in values else float(sum(values))
+    """The sum of the known values; ``None`` when none is known."""
+    known = [v for v in values if v is not None]
+    return float(sum(known)) if known else None

@@ -144,31 +144,33 @@ def say_budgets(notes: Any) -> None:
 
 def budget_notes(report: Any) -> tuple[str, ...]:
     """Per group whose cost (or forecast to the month's end) is above its budget, a warning
-    (said on stderr, and in the JSON's ``warnings``)."""
+    (said on stderr, and in the JSON's ``warnings``): every budgeted group of the month to
+    date, also one the window did not see (it spent before the window began)."""
+    from allsmi.accounting.columns import price_text
     from allsmi.cli.budgets import group_totals
     out = []
-    first = {}
-    for row in report.rows:
-        if row.budget is not None:
-            first.setdefault(row.resource_group, row)
-    # The month to date's own totals where a shorter window was billed (its holder rows hold
-    # only the holders it saw), else this report's rows (holder rows add up to their group's).
+    # The month to date's own totals where a shorter window was billed (its rows hold only the
+    # groups and holders it saw), else this report's rows (holder rows add up to their group's).
     totals = report.budget_totals if report.budget_totals is not None \
         else group_totals(report.rows)
-    for group, used, forecast in totals:
-        row = first.get(group)
-        if row is None:
-            continue
-        budget, currency = row.budget, row.currency or ""
-        # the month to date (unknown with a budget of 0, which has no ratio: its forecast says)
-        cost = None if used is None else used * budget
+    for group, budget, currency, cost, forecast, partial in totals:
+        limit = price_text(budget)  # as the budget column prints it (never 1e+06)
+        least = "at least " if partial else ""  # (rows of unknown cost left out)
         if cost is not None and cost > budget:
-            out.append(f"group {group} cost {cost:.2f} {currency} this month to date, "
-                       f"above its monthly budget of {budget:g} {currency}")
+            out.append(f"group {group} cost {least}{_above(cost, budget)} {currency} this "
+                       f"month to date, above its monthly budget of {limit} {currency}")
         elif forecast is not None and forecast > budget:
-            out.append(f"group {group} is forecast to cost {forecast:.2f} "
-                       f"{currency} this month, above its budget of {budget:g} {currency}")
+            out.append(f"group {group} is forecast to cost {least}{_above(forecast, budget)} "
+                       f"{currency} this month, above its budget of {limit} {currency}")
     return tuple(out)
+
+
+def _above(amount: float, budget: float) -> str:
+    """``amount`` (above ``budget``) with 2 decimals, or as many as show it above the budget
+    (never "0.00 EUR, above its budget of 0.001 EUR")."""
+    from allsmi.accounting.columns import price_text
+    text = f"{amount:.2f}"
+    return text if float(text) > budget else price_text(amount)
 
 
 def incomplete_message(report: Any, threshold: float) -> str:

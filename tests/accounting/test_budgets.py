@@ -118,8 +118,9 @@ def test_a_window_from_the_month_before_budgets_its_month_to_date(tmp_path: Path
 
 def test_a_budget_of_0_is_a_budget_and_any_cost_is_above_it(tmp_path: Path) -> None:
     """``budget_per_month = 0`` (documented: 0 to 1e+15): a group that must not spend. Its
-    forecast is the month to date's like any budgeted group's, and a cost is said to be above
-    it, as the exporter's budget alerts say; the ratio to 0 is unknown, never 0 or infinite."""
+    forecast is the month to date's like any budgeted group's, and its cost so far is said to
+    be above it (not only its forecast), as the exporter's ``AllsmiGroupBudgetExceeded`` says;
+    the ratio to 0 is unknown, never 0 or infinite."""
     db = _ledger(tmp_path)
     (tmp_path / "c.toml").write_text(CONFIG.format(budget=0))
     out = run("--ledger", str(db), "--period", "2026-03-02", "--group-by", "resource_group",
@@ -129,8 +130,92 @@ def test_a_budget_of_0_is_a_budget_and_any_cost_is_above_it(tmp_path: Path) -> N
     row = next(r for r in document["rows"] if r["resource_group"] == "training")
     assert row["budget"] == 0 and row["budget_used_ratio"] is None
     assert row["forecast_month_end_cost"] == pytest.approx(96.0 / 2 * 31, rel=1e-3)
-    said = "group training is forecast to cost 1488.00 EUR this month, above its budget of 0 EUR"
+    said = "group training cost 96.00 EUR this month to date, above its monthly budget of 0 EUR"
     assert said in out.stderr and said in document["warnings"], out.stderr
+
+
+@pytest.mark.parametrize("price,budget,said", [
+    # a budget of a million: as the budget column prints it, never "1e+06"
+    ("100000", "1000000", "group training cost 4800000.00 EUR this month to date, above its "
+                          "monthly budget of 1000000 EUR"),
+    # a tiny budget: never "0.00 EUR, above its budget of 0.0001 EUR"
+    ("0.00001", "0.0001", "group training cost 0.00048 EUR this month to date, above its "
+                          "monthly budget of 0.0001 EUR"),
+])
+def test_over_budget_says_amounts_as_the_columns_print_them(tmp_path: Path, price: str,
+                                                            budget: str, said: str) -> None:
+    """The 1st and 2nd of the month, 48 device-hours: the warning's budget is printed as the
+    ``budget`` column prints it, and its cost with the digits that show it above the budget."""
+    db = _ledger(tmp_path)
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=budget).replace(
+        "price_per_device_hour = 2.0", f"price_per_device_hour = {price}"))
+    out = run("--ledger", str(db), "--period", "2026-03-02", "--group-by", "resource_group",
+              "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["warnings"] == [said] and f"allsmi: {said}\n" in out.stderr, out.stderr
+
+
+def test_a_row_takes_the_month_to_date_of_its_own_labels(tmp_path: Path) -> None:
+    """The group's labels changed at the start of the 2nd (team zz, then aa): the month to
+    date has a row per set of labels. The window's row (aa, half a day: 24 EUR) takes the
+    budget used and forecast of aa's month to date (24 EUR), never zz's (48 EUR), and so
+    agrees with the export of the month to date itself."""
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.config import parse_config
+
+    from .helpers import T0, device, snap
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, parse_config(CONFIG.format(budget=1000)
+                                          + "\n[ledger]\nmax_gap_seconds = 120\n"))
+    start = T0 - 86400  # 2026-03-01T00:00:00Z
+    for k in range(2 * 1440 + 1):
+        team = "zz" if k < 1440 else "aa"
+        rec.on_snapshot(replace(snap(start + 60 * k, device(
+            "GPU-a", util=50.0, users=["alice"], group="training", power=300.0,
+            labels={"team": team})), monotonic=1000.0 + 60 * k))
+    rec.close()
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=1000))
+    rows = {}
+    for since in ("2026-03-02", "2026-03-01"):
+        out = run("--ledger", str(db), "--since", since, "--until", "2026-03-02T12:00:00Z",
+                  "--group-by", "resource_group", "--format", "json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        rows[since] = {r["labels"]["team"]: r for r in json.loads(out.stdout)["rows"]}
+    (window,) = rows["2026-03-02"].values()
+    month = rows["2026-03-01"]["aa"]
+    assert window["cost"] == month["cost"] == pytest.approx(24.0, rel=1e-3)
+    assert window["budget_used_ratio"] == month["budget_used_ratio"] == pytest.approx(0.024)
+    assert window["forecast_month_end_cost"] == month["forecast_month_end_cost"]
+
+
+def test_a_known_overrun_is_said_beside_rows_of_unknown_cost(tmp_path: Path) -> None:
+    """A group priced per kWh holds a GPU (300 W) and a TPU that reports no energy: grouped by
+    vendor, the TPU's row has no cost. The GPU alone cost 144 EUR this month, over the 1 EUR
+    budget: that is said whatever the grouping (with resource_group alone, the group's one row
+    has the GPU's energy), as at least the known part, never hidden by the unknown one."""
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.config import parse_config
+
+    from .helpers import T0, device, snap
+    config = '[groups.training]\nprice_per_kwh = 10.0\ncurrency = "EUR"\nbudget_per_month = 1\n'
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, parse_config(config + "\n[ledger]\nmax_gap_seconds = 120\n"))
+    start = T0 - 86400  # 2026-03-01T00:00:00Z
+    for k in range(2 * 1440 + 1):
+        rec.on_snapshot(replace(snap(start + 60 * k, device(
+            "GPU-a", util=50.0, users=["alice"], group="training", power=300.0), device(
+            "TPU-b", util=50.0, users=["bob"], group="training", vendor="google", model="v5e")),
+            monotonic=1000.0 + 60 * k))
+    rec.close()
+    (tmp_path / "c.toml").write_text(config)
+    for group_by, least in (("resource_group", ""), ("resource_group,vendor", "at least ")):
+        out = run("--ledger", str(db), "--period", "2026-03-02", "--group-by", group_by,
+                  "--format", "json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        said = f"group training cost {least}144.00 EUR this month to date, above its monthly " \
+            "budget of 1 EUR"
+        assert json.loads(out.stdout)["warnings"] == [said], (group_by, out.stderr)
 
 
 def test_over_budget_is_said_of_the_group_whoever_the_window_saw(tmp_path: Path) -> None:

@@ -80,3 +80,32 @@ def test_one_currency_is_billed(store, tmp_path: Path) -> None:  # type: ignore[
     (row,) = json.loads(out)["rows"]
     assert (row["price_per_device_hour"], row["price_per_kwh"], row["currency"]) == (2.0, 0.25, "EUR")
     assert row["cost"] == 0.5 * 2.0 + 0.5 * 0.25 and "more than one currency" not in err
+
+
+@pytest.mark.parametrize("currency,compared", [("USD", True), ("EUR", False)])
+def test_a_budget_is_compared_only_with_costs_in_its_currency(  # type: ignore[no-untyped-def]
+        store, tmp_path: Path, currency: str, compared: bool) -> None:
+    """The local configuration budgets group ``default`` in ``currency`` and leaves its prices
+    to the exporters, which publish them in USD. In USD, the cost is compared with the budget,
+    and said to be over it. In EUR, 1.125 USD is never read as 1.125 EUR against a 0.5 EUR budget
+    (no exchange rate): the budget columns are empty, nothing is said to be over budget, and a
+    warning says why and what to do."""
+    handler, url = store
+    handler.hour_currencies, handler.kwh_currency = ("USD",), "USD"
+    (tmp_path / "c.toml").write_text(
+        f'[groups.default]\ncurrency = "{currency}"\nbudget_per_month = 0.5\n')
+    rc, out, err = export(url, tmp_path, 2, "--config", "c.toml")
+    assert rc == 0, err
+    document = json.loads(out)
+    (row,) = document["rows"]
+    assert row["currency"] == "USD" and row["cost"] == 0.5 * 2.0 + 0.5 * 0.25, row
+    over = "group default cost 1.12 USD this month to date, above its monthly budget of 0.5 USD"
+    if compared:
+        assert row["budget"] == 0.5 and row["budget_used_ratio"] is not None, row
+        assert over in document["warnings"] and "no exchange rate" not in err, err
+        return
+    assert row["budget"] is None and row["budget_used_ratio"] is None, row
+    assert "budget of" not in err and "budget of" not in "".join(document["warnings"]), err
+    said = ("group default: its budget_per_month is in EUR, the prices the exporters publish "
+            "for it in USD: its cost is not compared with its budget (no exchange rate")
+    assert said in err and any(w.startswith(said) for w in document["warnings"]), err

@@ -78,10 +78,10 @@ def _iso(t: int) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def export(url: str, tmp_path: Path, hours: int) -> tuple[int, str, str]:
+def export(url: str, tmp_path: Path, hours: int, *args: str) -> tuple[int, str, str]:
     out = run("--prometheus", url, "--since", _iso(START), "--until", _iso(START + hours * HOUR),
               "--format", "json", "--group-by", "resource_group", "--coverage-threshold", "0",
-              cwd=tmp_path)
+              *args, cwd=tmp_path)
     return out.returncode, out.stdout, out.stderr
 
 

@@ -483,3 +483,63 @@ def test_without_budgets_a_day_shows_no_forecast_of_the_day_alone(tmp_path: Path
     assert any(n.startswith("Month to date (—): it is read only for the budgets") for n in
                notes), notes
     assert "No budgets: no group has budget_per_month; costs are shown without one." in notes
+
+
+@pytest.mark.parametrize("inference_budget", ["", "budget_per_month = 100000\n"])
+def test_a_budgeted_group_without_a_device_in_the_window_is_held_to_its_budget(
+        tmp_path: Path, inference_budget: str) -> None:
+    """training spent 239 EUR on the month's first day and nothing on the second, over its
+    100 EUR budget; inference ran both days. Over the second day, training has no row in the
+    window, yet its month to date is over budget: the report's budget table has its line (its
+    budget, cost month to date, budget used and forecast; no device in the window, which leaves
+    the window's total whole) and the report and the export both say it is over budget, whether
+    or not a group of the window has a budget. The export's rows stay the window's."""
+    import csv
+    import datetime as dt
+    import json
+
+    from allsmi.config import parse_config
+
+    from ..accounting.helpers import device, record, snap
+    from .support import last_month
+    year, month = map(int, last_month().split("-"))
+    start = dt.datetime(year, month, 1, tzinfo=dt.timezone.utc)
+    days = __import__("calendar").monthrange(year, month)[1]
+    config = ("[groups.training]\nprice_per_device_hour = 10.0\ncurrency = \"EUR\"\n"
+              "budget_per_month = 100\n\n[groups.inference]\nprice_per_device_hour = 1.0\n"
+              "currency = \"EUR\"\n" + inference_budget)
+    (tmp_path / "c.toml").write_text(config)
+    recorded = parse_config("[collector]\ninterval_seconds = 300\n" + config)
+    record(tmp_path / "l.db", (snap(start.timestamp() + k * 300, *(
+        [device("GPU-t", util=50.0, users=["alice"], group="training")] if k < 288 else []),
+        device("GPU-i", util=50.0, users=["bob"], group="inference", vendor="amd",
+               model="MI300X")) for k in range(2 * 288 + 1)), recorded)
+    day2 = start + dt.timedelta(days=1)
+    args = ("--ledger", "l.db", "--since", day2.date().isoformat(), "--until",
+            (day2 + dt.timedelta(days=1)).date().isoformat())
+    spent = 287 * 300 / 3600 * 10.0  # its last sample at 23:55
+    said = f"group training cost {spent:.2f} EUR this month to date, above its monthly budget " \
+        "of 100 EUR"
+    code, page, err = _report(tmp_path, config, *args)
+    assert code == 0, err
+    assert said in err, err
+    rows = _budget_rows(page)
+    assert rows["training"] == ("no device", f"{spent:.2f}", "100.00", f"{spent:.1f} %",
+                                f"{spent * days / 2:,.2f}"), rows
+    assert rows["inference"][:2] == ("24.00", "48.00"), rows
+    foot = page.split('id="table-budget"')[1].split("</table>")[0].split("<tfoot")[1]
+    total = re.findall(r"<td[^>]*>([^<]*)</td>", foot)
+    # the window's cost is whole (training's leaves nothing out of it), the month's has both
+    assert total[3:6] == ["24.00", f"{48 + spent:.2f}",
+                          "100,100.00" if inference_budget else "100.00"], total
+    assert any(said in n for n in _notes(page)), _notes(page)
+    out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
+                 "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert [r["resource_group"] for r in document["rows"]] == ["inference"]
+    assert said in out.stderr and said in document["warnings"], out.stderr
+    out = allsmi("export", "--config", "c.toml", *args, "--group-by", "resource_group",
+                 cwd=tmp_path)
+    assert [r["resource_group"] for r in csv.DictReader(out.stdout.splitlines())] == \
+        ["inference"] and said in out.stderr, out.stderr

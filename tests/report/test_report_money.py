@@ -236,3 +236,18 @@ def test_a_total_budget_of_the_groups_that_have_one_is_whole() -> None:
     budget = _column(render_html(money_views([("a", *H100, "ann"), ("b", *MI300, "bob")], config)),
                      "table-budget", "budget")
     assert budget == {"a": "1,000.00", "b": "no budget", "total": "1,000.00"}, budget
+
+
+def test_a_group_on_two_lines_counts_its_budget_once() -> None:
+    """Group ``a``'s labels changed in the window (team aa, then zz): it has a line per set of
+    labels, each with the group's budget; the total budget is the group's, once, never twice."""
+    window = Window(START, START + dt.timedelta(days=DAYS))
+    parts = [Part(resource_group="a", labels=(("team", team),), vendor="nvidia", model="H100",
+                  host="n1", device=f"n1/{i}", observed_s=3600.0, allocated_s=3600.0,
+                  busy_s=1800.0, busy_observed_s=3600.0, energy_j=None, idle_s=0.0)
+             for i, team in enumerate(("aa", "zz"))]
+    report = build_report(parts, window, ("resource_group",),
+                          parse_config(USD_A + "budget_per_month = 1000\n"), source="test")
+    head, rows = _table(render_html(Views(report, report, report, (), 0.95)), "table-budget")
+    budgets = [(row[1], row[head.index("budget")]) for row in rows]
+    assert budgets == [("team=aa", "1,000.00"), ("team=zz", "1,000.00"), ("", "1,000.00")], budgets

@@ -75,10 +75,11 @@ def charts(c: Content) -> dict[str, Chart]:
     out: dict[str, Chart] = {}
     group_names = tuple(line.names[0] for line in c.groups)
     one_currency = len(c.currencies) == 1  # amounts in several are never drawn on one axis
-    if c.priced and one_currency:
+    if c.budget_priced and one_currency:
         out["budget"] = Chart("budget", "Cost in the window and month to date, month-end "
-                              "forecast and budget per group", "hbar", group_names,
-                              _series(c.groups, (
+                              "forecast and budget per group", "hbar",
+                              tuple(line.names[0] for line in c.budget_groups),
+                              _series(c.budget_groups, (
                                   ("cost in window", "cost"),
                                   ("cost month to date", "month_to_date_cost"),
                                   ("forecast month end", "month_end_forecast_cost"),

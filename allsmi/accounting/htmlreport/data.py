@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from allsmi.accounting.formats import json_row
-from allsmi.accounting.htmlreport.month import MONTH_COLUMNS, NOT_READ, month_figures, month_to_date
+from allsmi.accounting.htmlreport.month import (
+    MONTH_COLUMNS, NOT_IN_WINDOW, NOT_READ, month_figures, month_only, month_to_date)
 from allsmi.accounting.htmlreport.notes import page_notes
 from allsmi.accounting.htmlreport.sums import (
-    currency_of, money_column, money_currencies, money_figures, money_keys, money_sum,
-    partial_columns, ratio, several, total)
+    budget_once, currency_of, money_column, money_currencies, money_figures, money_keys,
+    money_sum, partial_columns, ratio, several, total)
 from allsmi.accounting.report import HOLDER_KEYS, Report, Row
 from allsmi.formatting import money_rank
 from allsmi.schema import WAITING_REASONS
@@ -136,6 +137,9 @@ class Content:
     groups: list[Line] = field(default_factory=list)
     group_totals: list[Line] = field(default_factory=list)
     """The groups' sums: one line, or one per currency when the groups bill in several."""
+    budget_groups: list[Line] = field(default_factory=list)
+    """The window's groups, then those of the month to date alone (:func:`.month.month_only`)."""
+    budget_totals: list[Line] = field(default_factory=list)
     holders: list[Line] = field(default_factory=list)
     holders_rest: list[Line] = field(default_factory=list)
     holders_total: list[Line] = field(default_factory=list)
@@ -171,7 +175,13 @@ class Content:
 
     @property
     def budgeted(self) -> bool:
-        return any(line.figures.get("budget") is not None for line in self.groups)
+        return any(line.figures.get("budget") is not None for line in self.budget_groups)
+
+    @property
+    def budget_priced(self) -> bool:
+        """Whether some group has a cost in the window or the month to date."""
+        return self.priced or any(line.figures.get("month_to_date_cost") is not None
+                                  for line in self.budget_groups)
 
 
 def _group_lines(groups: Report, month_rows: Report | None) -> list[Line]:
@@ -185,6 +195,33 @@ def _group_lines(groups: Report, month_rows: Report | None) -> list[Line]:
         lines.append(Line((label(row.resource_group),), {**v, **figures}, row.currency,
                           empty=empty))
     return lines
+
+
+def _month_only_lines(rows: Sequence[tuple[Row, dict[str, Any]]]) -> list[Line]:
+    """The budget table's line of each group of the month to date alone (:func:`month_only`)."""
+    return [Line((label(row.resource_group),), {**figures, "group_labels": ", ".join(
+        f"{label(k)}={label(x)}" for k, x in row.labels)}, row.currency,
+        empty={"cost": NOT_IN_WINDOW}) for row, figures in rows]
+
+
+def _budget_totals(lines: Sequence[Line], window: Sequence[Line],
+                   currencies: Sequence[str]) -> list[Line]:
+    """The budget table's sums: the budgets and month-to-date figures over ``lines`` (every
+    group of the month to date), the cost in the window from ``window`` (the window's totals:
+    a group the window did not see leaves nothing out of it)."""
+    seen = {line.names: line for line in window}
+    out = []
+    for line in _totals(budget_once(line.figures for line in lines),
+                        ("budget",) + tuple(MONTH_COLUMNS), currencies):
+        mine = seen.get(line.names)
+        figures, partial, empty = dict(line.figures), set(line.partial), dict(line.empty)
+        if mine is not None and "cost" in mine.figures:
+            figures["cost"] = mine.figures["cost"]
+            partial |= {"cost"} & mine.partial
+            if "cost" in mine.empty:
+                empty["cost"] = mine.empty["cost"]
+        out.append(Line(line.names, figures, line.currency, frozenset(partial), empty))
+    return out
 
 
 def _pool_lines(report: Report, columns: Sequence[str],
@@ -274,19 +311,23 @@ def content(views: Views) -> Content:
     groups = views.groups
     month = month_to_date(groups, views.month)
     c.groups = _group_lines(groups, month)
+    extra = _month_only_lines(month_only(month, groups, values))
+    c.budget_groups = c.groups + extra
     # measured: some row knows it (an export without activity has the columns, all empty)
     c.activity = any(line.figures.get("active_device_hours") is not None for line in c.groups)
     c.reasons = reason_columns(values(row) for row in views.holders.rows)
     reason_cols = [col for cols in c.reasons.values() for col in cols.values()]
     summed = HOUR_COLUMNS + MONEY_COLUMNS + OTHER_COLUMNS + tuple(reason_cols)
-    c.currencies = money_currencies(line.figures for line in c.groups)
+    c.currencies = money_currencies(line.figures for line in c.budget_groups)
     c.pools = _pool_lines(views.pools, summed, c.currencies)
-    c.group_totals = _totals([line.figures for line in c.groups],
+    c.group_totals = _totals(budget_once(line.figures for line in c.groups),
                              summed + ("budget",) + tuple(MONTH_COLUMNS), c.currencies)
     if month is None:  # not read: nothing summed
         for line in c.group_totals:
             line.empty.update({k: NOT_READ for k in MONTH_COLUMNS if k in line.figures})
     c.group_totals[0].figures["coverage_ratio"] = coverage(groups)
+    c.budget_totals = _budget_totals(c.budget_groups, c.group_totals, c.currencies) if extra \
+        else c.group_totals
     c.holder_keys = tuple(views.holders.group_by)
     allocated = {row.resource_group: values(row).get("allocated_device_hours")
                  for row in groups.rows}

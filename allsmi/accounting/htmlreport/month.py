@@ -47,6 +47,32 @@ def month_figures(month: Any, values: Callable[[Any], dict[str, Any]],
     return figures
 
 
+#: Said for the window's figures of a group that has a row in the month to date and none in the
+#: window (it spent only before the window began): nothing of it was seen in the window.
+NOT_IN_WINDOW = "no device"
+
+
+def month_only(month: Any, window: Any, values: Callable[[Any], dict[str, Any]],
+               ) -> list[tuple[Any, dict[str, Any]]]:
+    """The rows of ``month`` (:func:`month_to_date`) whose group (and labels) the window has no
+    row of: groups that spent in the month before the window and nothing in it, whose cost
+    month to date can still be over their budget. Each with its budget and month-to-date
+    figures, and no cost in the window (:data:`NOT_IN_WINDOW`)."""
+    if month is None or month is window:
+        return []
+    seen = {(r.resource_group, r.labels) for r in window.rows}
+    out = []
+    for row in month.rows:
+        if (row.resource_group, row.labels) not in seen:
+            v = values(row)
+            figures = {k: v.get(k) for k in ("resource_group", "currency", "budget",
+                                             "budget_used_ratio", "price_per_device_hour",
+                                             "price_per_kwh")}
+            figures.update({k: v.get(source) for k, source in MONTH_COLUMNS.items()}, cost=None)
+            out.append((row, figures))
+    return out
+
+
 def month_note(read: bool) -> str:
     """Why some month-to-date figures are :data:`NOT_READ`."""
     if not read:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allsmi.accounting.htmlreport.month import NOT_READ, month_note
+from allsmi.accounting.htmlreport.month import NOT_IN_WINDOW, NOT_READ, month_note
 from allsmi.accounting.htmlreport.sums import several
 
 
@@ -31,7 +31,7 @@ def page_notes(c: Any, month: bool) -> None:
                           f"roll-ups: {v.groups.source_data}.")
     if coverage is None:
         return
-    if not c.priced:
+    if not c.budget_priced:
         c.missing.append("No prices: no group has price_per_device_hour or price_per_kwh, so "
                          "there are no costs, budgets or forecasts to show.")
     unpriced = [line.names[0] for line in c.groups if line.figures.get("cost") is None]
@@ -44,11 +44,17 @@ def page_notes(c: Any, month: bool) -> None:
                          + "shown without one.")
     if c.priced and any(NOT_READ in line.empty.values() for line in c.groups):
         c.missing.append(month_note(month))
+    alone = [line.names[0] for line in c.budget_groups[len(c.groups):]]
+    if alone:
+        c.missing.append("Groups with no device in this window, listed in the budget table "
+                         "for their month to date (their cost in the window: "
+                         + NOT_IN_WINDOW + "): " + ", ".join(alone) + ".")
     if not c.activity:
         c.missing.append("Compute activity is not measured by this export: active "
                          "device-hours, efficiency and waiting reasons are shown as "
                          "\"not measured\".")
-    shown = c.group_totals + c.holders_total + c.trend + c.waiting + c.holders_rest + c.pools
+    shown = (c.group_totals + c.budget_totals + c.holders_total + c.trend + c.waiting
+             + c.holders_rest + c.pools)
     if any(line.partial for line in shown):
         c.missing.append("A figure marked ≥ is a total of the lines that know it: it leaves "
                          "out the lines where it is unknown, so the whole is at least that.")

@@ -211,11 +211,11 @@ def sections(c: Content) -> list[Section]:
                 "of its monthly budget used so far, and that cost extrapolated linearly to the "
                 "month's end (for every group, with a budget or not); then how the cost built "
                 "up over the window.", "No costs: no group is priced."
-                if not c.priced else "No chart: the amounts are in several currencies ("
+                if not c.budget_priced else "No chart: the amounts are in several currencies ("
                 + ", ".join(c.currencies) + "), which share no axis.",
                 ("budget", _table("table-budget", "Cost, budget and forecast per group",
-                                  ["resource group"], BUDGET_COLUMNS, c.groups, c,
-                                  c.group_totals)),
+                                  ["resource group"], BUDGET_COLUMNS, c.budget_groups, c,
+                                  c.budget_totals)),
                 *_burn_tables(burn, c)),
         section("hours", "Allocated, active and idle device-hours",
                 "Per group: device-hours allocated to holders, used (utilization-weighted), "

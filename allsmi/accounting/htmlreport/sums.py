@@ -82,6 +82,19 @@ def money_keys(column: str, title: str,
     return ((title, column, report_currencies[0] if report_currencies else None),)
 
 
+def budget_once(rows: Iterable[Figures]) -> list[Figures]:
+    """``rows`` to sum, each group's budget counted once: a group whose labels changed has a
+    row per set of labels, each with the group's whole budget."""
+    seen: set[Any] = set()
+    out = []
+    for row in rows:
+        group = row.get("resource_group")
+        out.append({**row, "budget": None} if row.get("budget") is not None and group in seen
+                   else row)
+        seen.add(group)
+    return out
+
+
 def money_sum(rows: Sequence[dict[str, Any]], column: str, currency: str | None,
               report_currencies: Sequence[str],
               leaves_out: Callable[[dict[str, Any]], bool] | None = None,
