@@ -34,7 +34,6 @@ from typing import Any, Sequence
 
 from allsmi.schema import DeviceSample
 
-from .matching import DeviceIndex, split_replica
 from .model import SourceError, SourceResult, SourceTimeout, SourceUnavailable, Workload
 from .runner import REPROBE_SECONDS, AttributionSource
 from .settings import AttributionSettings
@@ -155,6 +154,7 @@ class KubeletSource(AttributionSource):
         left = deadline - time.monotonic()
         if left <= 0:
             return None
+        from .matching import split_replica
         counts: dict[tuple[str, str], set[int]] | None = {}
         try:
             for name, ids in self.allocatable(left):
@@ -173,6 +173,9 @@ class KubeletSource(AttributionSource):
         deadline = time.monotonic() + self.timeout * (1.0 - DEADLINE_MARGIN)
         response = self._call("List", "ListPodResourcesRequest")
         self._answered = True
+        # Imported with the kubelet's first answer: a node without one (most) only probes the
+        # socket, and the dashboard's memory is held to a budget (0.04 MiB; issue 36).
+        from .matching import DeviceIndex, split_replica
         index = DeviceIndex(devices, self.settings.node_names)
         #: (device, workload, the replica held (resource, physical id, number) or None)
         claims: list[tuple[DeviceSample, Workload, tuple[str, str, int] | None]] = []

@@ -65,6 +65,8 @@ METRICS: tuple[tuple[int, str, float | None], ...] = (
 FIELDS: tuple[str, ...] = tuple(name for _, name, _ in METRICS)
 #: What ``compute_active_percent`` measures when it comes from GPM.
 SOURCE = "sm_active"
+#: Metric requests kept between reads (see :meth:`GpmReader.borrow`).
+KEPT_REQUESTS = 1
 #: Codes after which a target is not asked again.
 _FOR_GOOD = nvml.NO_VALUE_CODES | {nvml.ERROR_NO_PERMISSION}
 
@@ -79,10 +81,6 @@ class GpmTarget:
     """The two allocated buffers: ``[previous, spare]``."""
     taken_at: float | None = None
     """When ``samples[0]`` was taken (monotonic); ``None``: no valid previous sample."""
-    request: Any = None
-    """The ``nvmlGpmMetricsGet`` request (pynvml's layout as a plain ctypes structure), its
-    metric ids set once (``None``: to be made), and ``byref`` of it."""
-    request_ref: Any = None
     intervals: int = 0
     """Intervals computed since open (the first cycle waits for the first one)."""
     last: dict[str, Any] = field(default_factory=dict)
@@ -93,6 +91,29 @@ class GpmTarget:
     """Reasons already put in the warnings (each said once)."""
 
 
+class MetricsRequest:
+    """An ``nvmlGpmMetricsGet`` request (pynvml's layout as a plain ctypes structure: 19 KB with
+    nvidia-ml-py 13, room for every metric NVML knows), ``byref`` of it, and the metrics its ids
+    are set for. Targets borrow one for a read (:meth:`GpmReader.borrow`) instead of each keeping
+    its own: a cycle's reads usually run one after another, so one request serves every GPU."""
+
+    __slots__ = ("struct", "ref", "metrics")
+
+    def __init__(self, pynvml: ModuleType) -> None:
+        self.struct = plain(pynvml.c_nvmlGpmMetricsGet_t)()
+        self.ref = ctypes.byref(self.struct)
+        self.struct.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        self.metrics: list[tuple[int, str, float | None]] = []
+
+    def ask(self, metrics: list[tuple[int, str, float | None]]) -> None:
+        """Set the ids and count of ``metrics`` (only where they differ from the last read's)."""
+        if metrics != self.metrics:
+            self.struct.numMetrics = len(metrics)
+            for i, (metric_id, _, _) in enumerate(metrics):
+                self.struct.metrics[i].metricId = metric_id
+            self.metrics = list(metrics)
+
+
 class GpmReader:
     """Allocates, reads and frees the GPM samples of every GPU and MIG instance."""
 
@@ -100,6 +121,8 @@ class GpmReader:
         self.pynvml = pynvml
         self._fn = pynvml._nvmlGetFunctionPointer  # pynvml's lookup, through its cache
         self.targets: list[GpmTarget] = []
+        self.requests: list[MetricsRequest] = []
+        """Requests not in use, at most :data:`KEPT_REQUESTS` (see :meth:`borrow`)."""
         self._lock = threading.Lock()
         self._closed = False
 
@@ -272,31 +295,29 @@ class GpmReader:
         asked = target.metrics
         if not asked:
             return {}
-        request = target.request
-        if request is None:  # made once (again after a metric is dropped): ids and count
-            request = target.request = plain(pynvml.c_nvmlGpmMetricsGet_t)()
-            target.request_ref = ctypes.byref(request)
-            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = len(asked)
-            for i, (metric_id, _, _) in enumerate(asked):
-                request.metrics[i].metricId = metric_id
-        request.sample1, request.sample2 = first, second
-        ret = self._fn("nvmlGpmMetricsGet")(target.request_ref)
-        if ret != nvml.SUCCESS:
-            self._failed(target, pynvml.NVMLError(ret), warnings, call="nvmlGpmMetricsGet")
-            return {}
-        layout = gpm_layout(type(request), len(asked))
-        if layout is not None:
-            answers = layout.unpack_from(request)
-            results = zip(answers[0::2], answers[1::2])
-        else:
-            results = ((m.nvmlReturn, m.value) for m in request.metrics[:len(asked)])
+        request = self.borrow()
+        try:
+            request.ask(asked)
+            struct = request.struct
+            struct.sample1, struct.sample2 = first, second
+            ret = self._fn("nvmlGpmMetricsGet")(request.ref)
+            if ret != nvml.SUCCESS:
+                self._failed(target, pynvml.NVMLError(ret), warnings, call="nvmlGpmMetricsGet")
+                return {}
+            layout = gpm_layout(type(struct), len(asked))
+            if layout is not None:
+                answers = layout.unpack_from(struct)
+                results: Any = zip(answers[0::2], answers[1::2])
+            else:
+                results = [(m.nvmlReturn, m.value) for m in struct.metrics[:len(asked)]]
+        finally:
+            self.give_back(request)
         out: dict[str, Any] = {}
         for (metric_id, name, scale), (code, raw) in zip(list(asked), results):
             if code != nvml.SUCCESS:
                 if code in nvml.NO_VALUE_CODES:
+                    # the next cycle asks for the others only (MetricsRequest.ask)
                     target.metrics.remove((metric_id, name, scale))
-                    target.request = None  # the next cycle asks for the others only
                 else:
                     self._say(target, warnings, f"GPM metric {metric_id} ({name}) failed: "
                               f"{pynvml.NVMLError(code)}", key=f"metric {metric_id} {code}")
@@ -316,6 +337,22 @@ class GpmReader:
         if "compute_active_percent" in out:
             out["compute_active_source"] = SOURCE
         return out
+
+    def borrow(self) -> MetricsRequest:
+        """A request for one read, kept or made; hand it back with :meth:`give_back`. One per
+        target would hold 19 KB each (eight H100s: 0.15 MiB of the dashboard's memory) for a
+        struct that only one read at a time uses while reads run one after another."""
+        with self._lock:
+            if self.requests:
+                return self.requests.pop()
+        return MetricsRequest(self.pynvml)
+
+    def give_back(self, request: MetricsRequest) -> None:
+        """Keep ``request`` for the next read, unless :data:`KEPT_REQUESTS` are kept already
+        (reads that ran in parallel, on a slow library, made the others)."""
+        with self._lock:
+            if len(self.requests) < KEPT_REQUESTS:
+                self.requests.append(request)
 
     def _failed(self, target: GpmTarget, exc: BaseException, warnings: list[str],
                 call: str = "GPM sample", opening: bool = False) -> None:

@@ -140,6 +140,23 @@ def test_absent_socket_is_unavailable_and_leaves_workloads_unknown(tmp_path) -> 
     assert result.workloads is None and result.device_workloads(DEVICES[0].id) is None
 
 
+def test_a_node_without_a_kubelet_does_not_import_the_device_matching(tmp_path) -> None:
+    """The ids are matched to devices only once the kubelet answers: a node without one (the
+    running dashboard's, most) never imports :mod:`allsmi.attribution.matching` (a fresh
+    interpreter; the tests above match through it)."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from allsmi.attribution import Attributor\n"
+            "from allsmi.attribution.kubernetes import KubeletSource\n"
+            f"with Attributor([KubeletSource({str(tmp_path / 'kubelet.sock')!r})], 1) as attributor:\n"
+            "    status = attributor.resolve([]).statuses[0].status\n"
+            "print(status, 'allsmi.attribution.matching' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["unavailable", "False"]
+
+
 @pytest.mark.parametrize("kind", ["directory", "file"])
 def test_a_path_that_is_not_a_socket_is_no_kubelet(tmp_path, kind: str) -> None:
     """A directory at the socket's path (what a bind mount of a socket that was not there

@@ -218,9 +218,25 @@ def test_after_a_metric_is_dropped_each_other_keeps_its_own_value(monkeypatch, b
         assert dev.sm_occupancy_percent is None and dev.compute_active_percent == 20.0
         assert dev.tensor_active_percent == 0.0 and dev.memory_bandwidth_percent == 3.5
         assert dev.pcie_tx_bytes_per_second == 12 * MIB and dev.pcie_rx_bytes_per_second == 48 * MIB
-    request = backend._gpm.targets[0].request
-    assert request.numMetrics == 7
-    assert [request.metrics[i].metricId for i in range(7)] == [2, 5, 10, 20, 21, 60, 61]
+    [request] = backend._gpm.requests  # the one kept for the next read
+    assert request.struct.numMetrics == 7
+    assert [request.struct.metrics[i].metricId for i in range(7)] == [2, 5, 10, 20, 21, 60, 61]
+
+
+def test_gpus_asking_different_metrics_share_one_request_kept_between_reads(monkeypatch, backends,
+                                                                            no_wait):
+    """One request serves every target in turn (19 KB each with nvidia-ml-py 13, the
+    dashboard's memory): its ids follow the target read, so each GPU gets its own figures."""
+    gpus = [busy_looking(FakeGpu.from_profile("h100-sxm5-80gb", i), 20.0 + 10 * i) for i in range(3)]
+    gpus[1].gpm_metric_errors = {3: 3}  # occupancy NotSupported on the second only
+    backend = opened(FakeNvml(gpus), monkeypatch, backends)
+    for _ in range(3):
+        devs = backend.sample()
+        assert [d.compute_active_percent for d in devs] == [20.0, 30.0, 40.0]
+        assert [d.sm_occupancy_percent for d in devs] == [10.0, None, 20.0]
+        assert [d.memory_bandwidth_percent for d in devs] == [3.5, 3.5, 3.5]
+        assert [d.pcie_rx_bytes_per_second for d in devs] == [48 * MIB] * 3
+        assert len(backend._gpm.requests) == gpm.KEPT_REQUESTS == 1
 
 
 def test_the_answers_read_in_one_pass_are_those_ctypes_reads():

@@ -134,8 +134,8 @@ async def test_covered_containers_and_blank_lines_keep_no_line_copies() -> None:
 
 def test_the_node_view_does_not_import_the_other_views() -> None:
     """A local dashboard on its node view imports neither the idle, groups or cluster views'
-    modules nor the help screen or the filter box; each comes with its first use (a fresh
-    interpreter)."""
+    modules (the groups view's totals layout included) nor the help screen or the filter box;
+    each comes with its first use (a fresh interpreter)."""
     import subprocess
     import sys
     code = """
@@ -145,7 +145,7 @@ from dashboard.conftest import make_app, play_all
 from dashboard.fixtures import simulated_snapshots
 LAZY = ("allsmi.dashboard.views.idleview", "allsmi.dashboard.views.hosts",
         "allsmi.dashboard.tables.difftable", "allsmi.dashboard.screen.help",
-        "allsmi.dashboard.screen.filterbox")
+        "allsmi.dashboard.screen.filterbox", "allsmi.dashboard.views.groups")
 def loaded():
     return ",".join(m.rsplit(".", 1)[1] for m in LAZY if m in sys.modules) or "-"
 async def main():
@@ -162,6 +162,11 @@ async def main():
         await pilot.press("question_mark")
         await pilot.pause()
         print("help", loaded())
+        await pilot.press("escape")
+        await pilot.press("g")
+        await pilot.pause()
+        assert app.view == "groups" and app.query_one("#group-table").row_count > 0
+        print("groups", loaded())
 asyncio.run(main())
 """
     from pathlib import Path
@@ -170,7 +175,8 @@ asyncio.run(main())
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["node", "-", "idle", "idleview,difftable",
-                                  "help", "idleview,difftable,help,filterbox"], out.stdout
+                                  "help", "idleview,difftable,help,filterbox",
+                                  "groups", "idleview,difftable,help,filterbox,groups"], out.stdout
 
 
 class _Cycle:

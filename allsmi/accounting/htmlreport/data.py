@@ -21,7 +21,7 @@ from allsmi.accounting.htmlreport.month import (
 from allsmi.accounting.htmlreport.notes import page_notes
 from allsmi.accounting.htmlreport.sums import (
     budget_once, currency_of, money_column, money_currencies, money_figures, money_keys,
-    money_sum, partial_columns, ratio, several, total)
+    money_sum, partial_columns, ratio, reason_columns, several, total)
 from allsmi.accounting.report import HOLDER_KEYS, Report, Row
 from allsmi.formatting import money_rank
 from allsmi.schema import WAITING_REASONS
@@ -74,18 +74,6 @@ def coverage(report: Report) -> float | None:
     """The report's ``coverage_ratio`` as the export's JSON gives it (6 decimals), so that the
     page's figure and its ``data-value`` are the export's."""
     return None if report.coverage_ratio is None else round(report.coverage_ratio, 6)
-
-
-def reason_columns(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """``{reason: {"seconds": column, "cost": column}}`` of the waiting reasons some row knows
-    (none where activity is not measured), in :data:`REASONS`' order."""
-    rows = list(rows)
-    out: dict[str, dict[str, str]] = {}
-    for reason in REASONS:
-        columns = {kind: f"waiting_{reason}_{kind}" for kind in ("seconds", "cost")}
-        if any(r.get(columns["seconds"]) is not None for r in rows):
-            out[reason] = columns
-    return out
 
 
 def label(value: str | None, empty: str = "-") -> str:

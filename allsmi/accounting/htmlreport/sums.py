@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
+from allsmi.schema import WAITING_REASONS
+
 #: Said where a cost is empty because nothing summed in it is priced.
 NO_PRICE = "no price"
 #: Said where nothing is summed (no row bills, or could bill, in that currency): a blank cell.
@@ -141,3 +143,15 @@ def money_figures(rows: Sequence[dict[str, Any]], columns: Iterable[str],
             if said is not None:
                 empty[name] = said
     return figures, partial, empty
+
+
+def reason_columns(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{reason: {"seconds": column, "cost": column}}`` of the waiting reasons some row knows
+    (none where activity is not measured), in :data:`allsmi.schema.WAITING_REASONS`' order."""
+    rows = list(rows)
+    out: dict[str, dict[str, str]] = {}
+    for reason in WAITING_REASONS:
+        columns = {kind: f"waiting_{reason}_{kind}" for kind in ("seconds", "cost")}
+        if any(r.get(columns["seconds"]) is not None for r in rows):
+            out[reason] = columns
+    return out

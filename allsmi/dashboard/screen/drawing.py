@@ -22,7 +22,6 @@ from allsmi.dashboard.state.filtering import Filter, apply_filter
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, order_devices, refs_of
 from allsmi.dashboard.state.naming import DeviceNames, host_labels
 from allsmi.dashboard.screen.options import DashboardOptions
-from allsmi.dashboard.views.groups import TOTALS_HEIGHT, totals_layout
 from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar
 from allsmi.dashboard.views.render import Palette, safe, safe_text
 from allsmi.dashboard.sources import HostState
@@ -35,11 +34,12 @@ def hidden_of(*tables: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(label for hidden in tables for label in hidden))
 
 
-def scrollbar_cells(table: Any, rows: int) -> int:
+def scrollbar_cells(table: Any, rows: int, height: int) -> int:
     """The cells a totals table's vertical scrollbar takes with ``rows`` rows under its header
-    (its max-height: :data:`TOTALS_HEIGHT` lines unless the stylesheet says fewer)."""
+    (its max-height: ``height`` lines, the groups view's ``TOTALS_HEIGHT``, unless the
+    stylesheet says fewer)."""
     limit = table.styles.max_height
-    lines = int(limit.value) if limit is not None and limit.is_cells else TOTALS_HEIGHT
+    lines = int(limit.value) if limit is not None and limit.is_cells else height
     return table.styles.scrollbar_size_vertical if rows >= lines else 0
 
 
@@ -174,6 +174,7 @@ class ViewDrawing:
 
     def _show_totals(self, group_id: str, vendor_id: str, refs: Sequence[DeviceRef]) -> None:
         from allsmi.dashboard.tables.difftable import DiffTable  # these views' tables: imported with the views
+        from allsmi.dashboard.views.groups import TOTALS_HEIGHT, totals_layout  # (their layout too)
         if self._fleet_totals_only() and group_id.startswith("#cluster"):
             fleet = self.source.totals  # type: ignore[attr-defined]
             groups = list(fleet("resource_group").values())
@@ -191,8 +192,8 @@ class ViewDrawing:
         # where a table has more rows than its height (``.totals``' max-height)
         # (``.totals``' max-height; the cluster view's vendors have fewer lines on a short screen)
         vendor_table = self.query_one(vendor_id, DiffTable)
-        width = self.layout_width - max(scrollbar_cells(table, len(groups)),
-                                        scrollbar_cells(vendor_table, len(vendors)))
+        width = self.layout_width - max(scrollbar_cells(table, len(groups), TOTALS_HEIGHT),
+                                        scrollbar_cells(vendor_table, len(vendors), TOTALS_HEIGHT))
         layout = totals_layout(groups, vendors, self._palette, width)
         self.totals_hidden = layout.hidden  # said on the state line, as the device table's
         table.set_rows(layout.groups, layout.columns)

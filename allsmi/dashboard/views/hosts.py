@@ -22,7 +22,8 @@ from allsmi.formatting import NA, percent
 
 from allsmi.dashboard.state.model import duplicate_ids
 from allsmi.dashboard.state.totals import Totals
-from allsmi.dashboard.views.groups import fit_columns, memory_totals, names_apart, power_totals
+from allsmi.dashboard.views.amounts import power_totals
+from allsmi.dashboard.views.groups import fit_columns, memory_totals, names_apart
 from allsmi.dashboard.views.panels import age_text
 from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState

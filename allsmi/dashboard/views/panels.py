@@ -18,7 +18,7 @@ from allsmi.dashboard.views.activity import activity_lines, holder_words, waitin
 from allsmi.dashboard.tables.device_table import RowContext
 from allsmi.dashboard.state.model import DeviceRef, memory_percent
 from allsmi.dashboard.state.naming import device_name
-from allsmi.dashboard.views.groups import energy_text, labels_text
+from allsmi.dashboard.views.amounts import energy_text, labels_text
 from allsmi.dashboard.tables.lines import TextLines
 from allsmi.dashboard.tables.process_table import MAX_PROCESS_ROWS, ProcessTable, holder_id  # noqa: F401  (the panels)
 from allsmi.dashboard.views.render import core_strip, safe, safe_text, spark

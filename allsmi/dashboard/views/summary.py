@@ -12,7 +12,7 @@ from allsmi.dashboard.state.filtering import Filter
 from allsmi.dashboard.state.model import DeviceRef, duplicate_ids
 from allsmi.dashboard.state.naming import host_labels
 from allsmi.dashboard.state.totals import Totals
-from allsmi.dashboard.views.groups import power_totals
+from allsmi.dashboard.views.amounts import power_totals
 from allsmi.dashboard.views.panels import age_text
 from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState
