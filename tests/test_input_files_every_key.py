@@ -18,7 +18,7 @@ from typing import Any, Callable
 import click
 import pytest
 
-from allsmi.accounting.promclient import access_settings
+from allsmi.accounting.prometheus.client import access_settings
 from allsmi.cli.common import backends_from_environment, fail, simulation_speed
 from allsmi.cli.serveoptions import resolve_options
 from allsmi.config import ConfigError, load_config

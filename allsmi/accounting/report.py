@@ -251,7 +251,7 @@ def _prices(grp: Any, published: Mapping[str, Any] | None, sources: dict[str, st
         return grp
     sources[grp.name] = "published"
     # a budget in another currency than the costs is never compared with them (no exchange
-    # rate): :func:`allsmi.accounting.promprices.currency_conflicts` says so
+    # rate): :func:`allsmi.accounting.prometheus.prices.currency_conflicts` says so
     budget = grp.budget_per_month if given.currency == grp.currency else None
     return replace(grp, price_per_device_hour=given.per_device_hour,
                    price_per_kwh=given.per_kwh, currency=given.currency, budget_per_month=budget)

@@ -28,7 +28,7 @@ EXPORT_KEYS = ("prometheus", "format", "group_by", "coverage_threshold", "tz",
                "timeout_seconds", "textfile",
                "prometheus_user", "prometheus_password_file", "prometheus_bearer_token_file",
                "prometheus_ca_file", "focus")
-#: ``[export]`` keys read where Prometheus is queried (:func:`allsmi.accounting.promclient.access_settings`),
+#: ``[export]`` keys read where Prometheus is queried (:func:`allsmi.accounting.prometheus.client.access_settings`),
 #: checked here as text by every command.
 ACCESS_KEYS = ("prometheus_user", "prometheus_password_file", "prometheus_bearer_token_file",
                "prometheus_ca_file")
@@ -185,7 +185,7 @@ def export_defaults(config: Config) -> ExportDefaults:
             value = table[key]
             if not isinstance(value, str) or not value.strip():
                 raise config.error(f"must be a non-empty string, got {value!r}", "export", key)
-            if key not in ACCESS_KEYS:  # (those are read by allsmi.accounting.promclient)
+            if key not in ACCESS_KEYS:  # (those are read by allsmi.accounting.prometheus.client)
                 values[key] = value.strip()
     _check_where_it_is_used(config, values)
     if "format" in table:
@@ -213,7 +213,7 @@ def _check_where_it_is_used(config: Config, values: dict[str, Any]) -> None:
     is named with its file, line and key by every command (imported only when set: the URL's
     check lives beside the HTTP client, the zone's beside the periods)."""
     if "prometheus" in values:
-        from allsmi.accounting.promclient import PrometheusError, split_url
+        from allsmi.accounting.prometheus.client import PrometheusError, split_url
         try:
             split_url(values["prometheus"])
         except PrometheusError as exc:

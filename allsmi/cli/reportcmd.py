@@ -264,7 +264,7 @@ def _client(config: Any, url: str | None, timeout: float, user: str | None,
             password_file: str | None, token_file: str | None, ca_file: str | None,
             allow_partial: bool = False) -> Any:
     """The Prometheus client, or ``None`` for the ledger; credentials checked before any work."""
-    from allsmi.accounting.promclient import PrometheusClient, PrometheusError, access_settings
+    from allsmi.accounting.prometheus.client import PrometheusClient, PrometheusError, access_settings
     if not url:
         if any((user, password_file, token_file, ca_file)):
             raise Failed("config", "the --prometheus-* options need --prometheus URL", 2)
@@ -305,8 +305,8 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
     # (per waiting reason, on activity) is summed from them, so that rows add up.
     by_holder = True
     if client is not None:
-        from allsmi.accounting.promrollup import prometheus_usage
-        from allsmi.accounting.promsource import PrometheusError
+        from allsmi.accounting.prometheus.rollup import prometheus_usage
+        from allsmi.accounting.prometheus.source import PrometheusError
         client.warnings = []  # this reading's partial answers, not an earlier reading's
         try:
             usage = prometheus_usage(client, window, by_holder=by_holder,
@@ -326,8 +326,8 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
                          f"prometheus {client.url}: the exporters publish users (the user label "
                          "of allsmi_holder_* and allsmi_device_workload_info) only when run with "
                          "--processes; group by namespace, pod or job, or bill from the ledger", 2)
-        from allsmi.accounting.promconflicts import prometheus_conflicts
-        from allsmi.accounting.promprices import currency_conflicts, describe, published_prices
+        from allsmi.accounting.prometheus.conflicts import prometheus_conflicts
+        from allsmi.accounting.prometheus.prices import currency_conflicts, describe, published_prices
         try:
             published = published_prices(client, window, rollups=usage.rollup_seconds > 0)
             conflicts = prometheus_conflicts(client, window) + currency_conflicts(published, config)

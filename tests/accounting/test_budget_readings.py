@@ -79,7 +79,7 @@ def test_the_lines_about_the_source_are_said_once(store, tmp_path: Path) -> None
 def test_a_second_readings_own_lines_say_what_it_is_for(store, capsys) -> None:  # type: ignore[no-untyped-def]
     """Where the month to date's lines differ from the window's (roll-ups for part of it,
     prices published), they say that they are the month to date's."""
-    from allsmi.accounting.promclient import PrometheusClient
+    from allsmi.accounting.prometheus.client import PrometheusClient
     from allsmi.cli.budgets import PURPOSE
     from allsmi.cli.reportcmd import usage_report
     from allsmi.config import parse_config

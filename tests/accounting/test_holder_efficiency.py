@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from allsmi.accounting.promsource import split_holders
+from allsmi.accounting.prometheus.source import split_holders
 from allsmi.accounting.report import Part
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 

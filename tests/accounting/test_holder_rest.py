@@ -1,4 +1,4 @@
-"""The unattributed rest of a device split among its holders (``promsource.split_holders``):
+"""The unattributed rest of a device split among its holders (``prometheus.source.split_holders``):
 what the holders do not hold, with float residue counted as nothing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promsource import split_holders
+from allsmi.accounting.prometheus.source import split_holders
 from allsmi.accounting.report import Part, build_report
 from allsmi.config import Config
 

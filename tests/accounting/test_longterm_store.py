@@ -159,7 +159,7 @@ def wait_for_rollups(store: str, at: int, count: int, span: int, timeout: float 
     and with them the roll-ups they mark (written before the marker, the group's last rule;
     flushed here: a series VictoriaMetrics has never seen becomes searchable seconds after
     those it has, which left a new holder's roll-ups out of a bill under load)."""
-    from allsmi.accounting.promrollup import MARKER
+    from allsmi.accounting.prometheus.rollup import MARKER
     query = urllib.parse.urlencode({"query": f"count_over_time({MARKER}[{span}s])",
                                     "time": at})
     deadline = time.monotonic() + timeout

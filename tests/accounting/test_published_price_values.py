@@ -22,8 +22,8 @@ from typing import Any, Iterator
 import pytest
 
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promclient import PrometheusError
-from allsmi.accounting.promprices import published_prices
+from allsmi.accounting.prometheus.client import PrometheusError
+from allsmi.accounting.prometheus.prices import published_prices
 
 from ..conftest import loopback_server
 from .test_export_cli import SINCE, run

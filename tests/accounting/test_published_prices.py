@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promprices import published_prices
+from allsmi.accounting.prometheus.prices import published_prices
 
 from ..prometheus_server import running_prometheus, wait_scraped
 from .fleet import export, iso, simulated_exporters, wait_until

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration]
 
 def marker_samples(store: str, lo: int, hi: int) -> int:
     """How many marker samples (all writers) lie in ``(lo, hi]``."""
-    from allsmi.accounting.promrollup import MARKER
+    from allsmi.accounting.prometheus.rollup import MARKER
     query = urllib.parse.urlencode({"query": f"{MARKER}[{hi - lo}s]", "time": hi})
     with urllib.request.urlopen(f"{store}/api/v1/query?{query}", timeout=5) as resp:  # noqa: S310
         result = json.load(resp)["data"]["result"]

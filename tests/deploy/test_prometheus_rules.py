@@ -191,9 +191,9 @@ def test_vmalert_dry_run_fails_on_a_broken_rule(tmp_path) -> None:  # type: igno
 
 
 def test_hourly_rollups_cover_every_accounting_counter() -> None:
-    from allsmi.accounting.promrollup import (DEVICE_SAMPLES, GROUP_INFO_ROLLUP, MARKER,
+    from allsmi.accounting.prometheus.rollup import (DEVICE_SAMPLES, GROUP_INFO_ROLLUP, MARKER,
                                               MEMORY_AVG, MEMORY_MAX, ROLLUPS, WORKLOAD_SAMPLES)
-    from allsmi.accounting.promsource import COUNTERS
+    from allsmi.accounting.prometheus.source import COUNTERS
     group = next(g for g in rules()["groups"] if g["name"] == "allsmi-billing-hourly")
     assert group["interval"] == "1h"
     recorded_here = {r["record"]: r["expr"] for r in group["rules"]}
@@ -208,6 +208,6 @@ def test_the_rollup_marker_is_written_after_the_hours_rollups() -> None:
     """An hour with a marker is billed from roll-ups: a group's rules are evaluated and
     written in order, so the marker is the billing group's last rule, or a bill read between
     the two would miss the hour's roll-ups (deploy/README.md, "Backfill and replay")."""
-    from allsmi.accounting.promrollup import MARKER
+    from allsmi.accounting.prometheus.rollup import MARKER
     group = next(g for g in rules()["groups"] if g["name"] == "allsmi-billing-hourly")
     assert [r["record"] for r in group["rules"]][-1] == MARKER

@@ -19,8 +19,8 @@ collects, so the figures differ slightly from the ledger's (which splits at
 exact boundaries): by up to about one scrape interval plus one collection
 interval of usage per device and window edge.
 
-The series' names and the reading of one answer are in :mod:`allsmi.accounting.promseries`;
-the holders' shares of each device in :mod:`allsmi.accounting.promholders`.
+The series' names and the reading of one answer are in :mod:`allsmi.accounting.prometheus.series`;
+the holders' shares of each device in :mod:`allsmi.accounting.prometheus.holders`.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from allsmi.accounting import promactivity
+from allsmi.accounting.prometheus import activity as promactivity
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promclient import (MAX_RESPONSE_BYTES, MAX_SECRET_BYTES, Credentials,
+from allsmi.accounting.prometheus.client import (MAX_RESPONSE_BYTES, MAX_SECRET_BYTES, Credentials,
                                           PrometheusClient, PrometheusError, access_settings,
                                           read_secret, redact_url, split_url)
-from allsmi.accounting.promholders import (add_holder_counts, holder_counts, holder_parts,
+from allsmi.accounting.prometheus.holders import (add_holder_counts, holder_counts, holder_parts,
                                            split_holders)
-from allsmi.accounting.promseries import (COUNTERS, DEVICE_INFO, DEVICE_LABELS, GROUP_INFO,
+from allsmi.accounting.prometheus.series import (COUNTERS, DEVICE_INFO, DEVICE_LABELS, GROUP_INFO,
                                           HOLDER_KEYS, MEMORY, SHARE, device_key, query_series)
 from allsmi.accounting.report import Part
 

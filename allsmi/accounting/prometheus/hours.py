@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from allsmi.accounting.promclient import PrometheusClient, PrometheusError
+from allsmi.accounting.prometheus.client import PrometheusClient, PrometheusError
 
 MARKER = "fleet:allsmi_billing_rollup_window_seconds:hourly"
 #: The longest span one raw-sample query asks for (a month is read in five pieces), so that

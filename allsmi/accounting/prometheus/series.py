@@ -2,15 +2,15 @@
 accounting counters and info series, the labels that identify a device and a holder, and one
 query's answer by those labels (:func:`query_series`).
 
-:mod:`allsmi.accounting.promsource` (each device's parts of a window),
-:mod:`allsmi.accounting.promholders` (their holders' shares), :mod:`allsmi.accounting.promrollup`
-and :mod:`allsmi.accounting.promconflicts` read them.
+:mod:`allsmi.accounting.prometheus.source` (each device's parts of a window),
+:mod:`allsmi.accounting.prometheus.holders` (their holders' shares), :mod:`allsmi.accounting.prometheus.rollup`
+and :mod:`allsmi.accounting.prometheus.conflicts` read them.
 """
 
 from __future__ import annotations
 
-from allsmi.accounting.promclient import PrometheusClient, PrometheusError
-from allsmi.accounting.promhours import sample_value
+from allsmi.accounting.prometheus.client import PrometheusClient, PrometheusError
+from allsmi.accounting.prometheus.hours import sample_value
 
 #: The accounting counters, by the part of a device each gives.
 COUNTERS = {

@@ -4,7 +4,7 @@ and the unattributed rest.
 
 Where the exporters publish per-holder counters (``allsmi_holder_*``) each holder gets what
 they counted; elsewhere a device's parts are split among the workloads of
-``allsmi_device_workload_info`` by their samples. :mod:`allsmi.accounting.promrollup` splits the
+``allsmi_device_workload_info`` by their samples. :mod:`allsmi.accounting.prometheus.rollup` splits the
 hourly roll-ups' figures with the same :func:`split_holders`.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from allsmi.accounting import promactivity
+from allsmi.accounting.prometheus import activity as promactivity
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promclient import PrometheusClient
-from allsmi.accounting.promseries import (DEVICE_INFO, HOLDER_COUNTERS, HOLDER_KEYS, WORKLOAD_INFO,
+from allsmi.accounting.prometheus.client import PrometheusClient
+from allsmi.accounting.prometheus.series import (DEVICE_INFO, HOLDER_COUNTERS, HOLDER_KEYS, WORKLOAD_INFO,
                                           WORKLOAD_KEYS, query_series)
 from allsmi.accounting.report import Part
 from allsmi.fairshare import merge_methods

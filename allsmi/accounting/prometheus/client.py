@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from allsmi.accounting.promaccess import MAX_SECRET_BYTES, Credentials, access_settings, read_secret
+from allsmi.accounting.prometheus.access import MAX_SECRET_BYTES, Credentials, access_settings, read_secret
 from allsmi.nethint import redact_url, split_userinfo
 from allsmi.text import unresolvable_host
 

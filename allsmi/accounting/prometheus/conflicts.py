@@ -13,8 +13,8 @@ carry them).
 from __future__ import annotations
 
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promclient import PrometheusClient
-from allsmi.accounting.promseries import WORKLOAD_INFO, query_series
+from allsmi.accounting.prometheus.client import PrometheusClient
+from allsmi.accounting.prometheus.series import WORKLOAD_INFO, query_series
 
 CONFLICTS = "allsmi_device_claim_conflicts_total"
 _DEVICE = ("uuid", "instance")

@@ -26,7 +26,7 @@ SOURCE_GAUGE = "allsmi_device_compute_active_ratio"
 ROLLUP_DEVICE_ACTIVE = "instance_uuid:allsmi_device_active_seconds:increase1h"
 ROLLUP_HOLDER_ACTIVE = "instance_uuid_holder:allsmi_holder_active_seconds:increase1h"
 ROLLUP_HOLDER_WAITING = "instance_uuid_holder_reason:allsmi_holder_waiting_seconds:increase1h"
-#: The holder-count names of the waiting reasons (see promsource.add_holder_counts).
+#: The holder-count names of the waiting reasons (see source.add_holder_counts).
 WAIT_NAMES: tuple[str, ...] = tuple(f"wait_{reason}" for reason in WAITING_REASONS)
 
 Waits = dict[tuple[str, str, str], list[float]]

@@ -10,7 +10,7 @@ hours (``-datasource.queryTimeAlignment``, on by default); Prometheus at a fixed
 the hour; either way every roll-up covers the hour before its timestamp.
 
 A window is billed from the roll-ups that lie wholly inside it, and from the raw counters
-(:func:`allsmi.accounting.promsource.prometheus_parts`) for the rest: its edges, when it does
+(:func:`allsmi.accounting.prometheus.source.prometheus_parts`) for the rest: its edges, when it does
 not start or end where a roll-up does, and any hour that was not rolled up (the evaluator
 was down). Both give :class:`~allsmi.accounting.report.Part` records per device (and holder)
 that add up, so a month is a few queries over ~720 samples per device instead of an
@@ -23,13 +23,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from allsmi.accounting import promactivity
+from allsmi.accounting.prometheus import activity as promactivity
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promclient import PrometheusClient
-from allsmi.accounting.promhours import MARKER, Hours, choose_hours, hourly_values, hours_notes
-from allsmi.accounting.promseries import (DEVICE_LABELS, GROUP_INFO, HOLDER_KEYS, WORKLOAD_KEYS,
+from allsmi.accounting.prometheus.client import PrometheusClient
+from allsmi.accounting.prometheus.hours import MARKER, Hours, choose_hours, hourly_values, hours_notes
+from allsmi.accounting.prometheus.series import (DEVICE_LABELS, GROUP_INFO, HOLDER_KEYS, WORKLOAD_KEYS,
                                           query_series)
-from allsmi.accounting.promsource import check_window, prometheus_parts
+from allsmi.accounting.prometheus.source import check_window, prometheus_parts
 from allsmi.accounting.report import Part
 
 #: The hourly roll-ups: what each records, by the accounting counter it rolls up.
@@ -98,7 +98,7 @@ def prometheus_usage(client: PrometheusClient, window: Window, by_holder: bool =
                      rollups: bool = True) -> Usage:
     """The window's parts from the roll-ups where they exist (unless ``rollups`` is false),
     the raw counters elsewhere; each hour billed once however often it was rolled up, and no
-    device billed more than the window (:func:`~allsmi.accounting.promsource.check_window`)."""
+    device billed more than the window (:func:`~allsmi.accounting.prometheus.source.check_window`)."""
     notes: list[str] = []
     if not rollups:
         parts, holders = prometheus_parts(client, window, by_holder, notes)
@@ -202,10 +202,10 @@ def _rollup_parts(client: PrometheusClient, hours: Hours, lo: int, hi: int,
 def _rollup_holders(client: PrometheusClient, hours: Hours, lo: int, hi: int, parts: list[Part],
                     counts: dict[tuple[str, ...], float],
                     waited: dict[str, dict[tuple[str, ...], float]]) -> list[Part]:
-    """As :func:`allsmi.accounting.promsource.holder_parts`, from the roll-ups: the holders'
+    """As :func:`allsmi.accounting.prometheus.source.holder_parts`, from the roll-ups: the holders'
     hourly allocated and used seconds and joules where the exporters publish per-holder
     counters, the hourly sample counts of each workload elsewhere (each hour once)."""
-    from allsmi.accounting.promholders import add_holder_counts, split_holders
+    from allsmi.accounting.prometheus.holders import add_holder_counts, split_holders
     fair: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Any]]] = {}
     for name, metric in HOLDER_ROLLUPS.items():
         add_holder_counts(fair, name, hourly_values(client, metric, HOLDER_KEYS, hours, lo, hi))

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from allsmi.accounting.periods import Window
-from allsmi.accounting.promclient import PrometheusClient, PrometheusError
-from allsmi.accounting.promhours import sample_value
+from allsmi.accounting.prometheus.client import PrometheusClient, PrometheusError
+from allsmi.accounting.prometheus.hours import sample_value
 from allsmi.config import MAX_PRICE
 
 PRICE_METRICS = {"per_device_hour": "allsmi_resource_group_price_per_device_hour",
