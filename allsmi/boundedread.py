@@ -1,10 +1,12 @@
 """A user's input file read whole, but never more than a bound: a configuration, scenario, web
-configuration, hosts or secret file given as ``/dev/zero`` or a log file of gigabytes is refused
-as too large after the bound's bytes, not read until the memory runs out."""
+configuration, hosts or secret file that is a log file of gigabytes is refused as too large after
+the bound's bytes, not read until the memory runs out; one that is no regular file (a FIFO, which
+would wait for a writer forever, a socket, a directory, ``/dev/zero``) is refused at once."""
 
 from __future__ import annotations
 
 import os
+import stat
 
 
 class TooLarge(ValueError):
@@ -15,10 +17,57 @@ class TooLarge(ValueError):
         self.limit = limit
 
 
+class NotAFile(OSError):
+    """The path names no regular file: a FIFO (read, it would wait for a writer forever), a
+    socket, a directory or a device (``/dev/null`` excepted: it reads as an empty file)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"not a regular file (it is {kind})")
+        self.strerror = f"not a regular file (it is {kind})"
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"))
+
+
+def _is_dev_null(info: os.stat_result) -> bool:
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(null.st_mode) and info.st_rdev == null.st_rdev
+
+
+def regular_file(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`NotAFile` where ``path`` names no regular file (``/dev/null`` included), for
+    a file a library opens itself (a CA file: :mod:`ssl` would wait on a FIFO forever); and
+    ``OSError`` as ``os.stat`` does."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotAFile(next((k for test, k in _KINDS if test(info.st_mode)), "no regular file"))
+
+
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
     """The bytes of the file at ``path``, at most ``limit`` of them; raises :class:`TooLarge`
-    when it holds more, and ``OSError`` as ``open`` and ``read`` do."""
-    with open(path, "rb") as handle:
+    when it holds more, :class:`NotAFile` (an ``OSError``) when ``path`` is no regular file (at
+    once: a FIFO is opened without waiting for a writer), and ``OSError`` as ``open`` and
+    ``read`` do."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        regular_file(path)  # (a socket cannot be opened: say what it is)
+        raise
+    try:
+        info = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        if stat.S_ISCHR(info.st_mode) and _is_dev_null(info):
+            return b""  # (the usual way to say "no file": ALLSMI_CONFIG=/dev/null)
+        raise NotAFile(next((k for test, k in _KINDS if test(info.st_mode)), "no regular file"))
+    with os.fdopen(fd, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise TooLarge(limit)

@@ -151,10 +151,11 @@ class TableValidator:
             for key in RULE_KEYS:
                 if key in rule:
                     value = rule[key]
-                    if isinstance(value, int) and not isinstance(value, bool) and key == "index":
-                        if not 0 <= value <= MAX_INDEX:
-                            raise self.fail(f"must be a device index (0 to {MAX_INDEX}) or a glob, "
-                                            f"got {value}", "rules", i, key)
+                    if key == "index" and not isinstance(value, str):
+                        if isinstance(value, bool) or not isinstance(value, int) \
+                                or not 0 <= value <= MAX_INDEX:
+                            raise self.fail(f"must be a device index (0 to {MAX_INDEX}, whole) or a "
+                                            f"glob, got {value!r}", "rules", i, key)
                         value = str(value)
                     patterns[key] = self.string(value, "rules", i, key)
             if not patterns:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from allsmi.numbers import setting_number
+from allsmi.numbers import FINITE, setting_number
 from allsmi.records import Record, record
 
 
@@ -63,11 +63,26 @@ class BackendOption(Record):
     meaning: str = ""
     """What it does, for ``allsmi backends`` and the docs."""
     minimum: float | None = None
-    """A number's least value (inclusive)."""
+    """A number's least value (inclusive; a number option must declare it)."""
     maximum: float | None = None
-    """A number's greatest value (inclusive)."""
+    """A number's greatest value (inclusive; a number option must declare it)."""
     choices: tuple[str, ...] = ()
     """The values a text option takes (lower case); empty: any printable text."""
+
+    def __post_init__(self) -> None:
+        """A number option declares both ends of its range, finite, around its default (every
+        setting has a range: a plug-in's option without one took ``1e308`` or an integer of 400
+        digits); ``ValueError`` naming the option where it does not."""
+        default = self.default
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            return
+        low, high = (setting_number(end) for end in (self.minimum, self.maximum))
+        if low is None or high is None or abs(low) == FINITE or abs(high) == FINITE:
+            raise ValueError(f"option {self.name}: a number option declares its minimum and "
+                             f"maximum (finite numbers), got {self.minimum!r} and {self.maximum!r}")
+        if setting_number(default) is None or not low <= default <= high:
+            raise ValueError(f"option {self.name}: its default {default!r} is not from "
+                             f"{self.minimum!r} to {self.maximum!r}")
 
     def range_text(self) -> str:
         """What the option takes, in words (``true or false``, ``1 to 64, whole``...)."""
@@ -75,10 +90,7 @@ class BackendOption(Record):
         if isinstance(default, bool):
             return "true or false"
         if isinstance(default, (int, float)):
-            low = "" if self.minimum is None else f"{self.minimum:g}"
-            high = "" if self.maximum is None else f"{self.maximum:g}"
-            span = f"{low} to {high}" if low and high else (f"at least {low}" if low
-                                                           else f"at most {high}" if high else "any")
+            span = f"{self.minimum:g} to {self.maximum:g}"
             return f"{span}, whole" if isinstance(default, int) else span
         if self.choices:
             return " or ".join(f'"{c}"' for c in self.choices)
@@ -94,8 +106,7 @@ class BackendOption(Record):
                 return f"must be a number ({self.range_text()}), got {value!r}"
             if isinstance(default, int) and value != int(value):
                 return f"must be a whole number ({self.range_text()}), got {value!r}"
-            if (self.minimum is not None and value < self.minimum) \
-                    or (self.maximum is not None and value > self.maximum):
+            if not self.minimum <= value <= self.maximum:  # type: ignore[operator]
                 return f"must be {self.range_text()}, got {value!r}"
             return None
         if not isinstance(value, str) or not value.strip():

@@ -130,3 +130,70 @@ def test_backends_json_lists_each_backends_options() -> None:
                              "meaning": "read GPM activity on GPUs that have it"}
     assert nvidia["workers"]["takes"] == "1 to 256, whole"
     assert rows["amd"]["options"] == [] and rows["simulated"]["options"] == []
+
+
+@pytest.mark.parametrize("kwargs", [{"minimum": 1}, {"maximum": 10}, {},
+                                    {"minimum": 1, "maximum": float("inf")},
+                                    {"minimum": float("nan"), "maximum": 10},
+                                    {"minimum": 1, "maximum": 10**400},
+                                    {"minimum": True, "maximum": 10},
+                                    {"minimum": 6, "maximum": 10}])
+def test_a_number_option_declares_both_finite_ends_around_its_default(kwargs: dict) -> None:
+    """Every setting has a range: a number option without both ends (a plug-in's), with an end
+    that is no finite number, or whose default is outside them, is a declaration error naming
+    the option. Before, ``BackendOption("depth", 5, minimum=1)`` took ``depth = 10**400``."""
+    with pytest.raises(ValueError, match="option depth: "):
+        BackendOption("depth", 5, **kwargs)
+    assert BackendOption("depth", 5, minimum=1, maximum=10).range_text() == "1 to 10, whole"
+
+
+PLUGIN = '''
+from allsmi.backend_api import Backend, ProbeResult
+from allsmi.declarations import BackendOption
+
+
+class Opt(Backend):
+    name = "zzopt"
+    vendor = "zz"
+    declared_options = (BackendOption("depth", 5, "how deep", minimum=1, maximum=MAXIMUM),)
+
+    def probe(self):
+        return ProbeResult(True)
+
+    def open(self):
+        self.check_options()
+
+    def sample(self):
+        return []
+'''
+
+
+@pytest.mark.parametrize("maximum", ["None", "64"])
+def test_a_plug_in_s_number_option_never_takes_a_value_without_bound(tmp_path: Path,
+                                                                    maximum: str) -> None:
+    """A plug-in backend whose number option declares no upper end fails to load, saying why
+    (its status, never a value of 400 digits taken); one that declares it refuses
+    ``depth = <400 digits>`` as every built-in option does: exit 2 naming file, line and key."""
+    import json
+    import subprocess
+    import sys
+
+    from .pluginsite import plugin_site
+    env, _ = plugin_site(tmp_path, "zzopt", "[allsmi.backends]\nzzopt = zzopt:Opt\n",
+                         {"zzopt": PLUGIN.replace("MAXIMUM", maximum)})
+    config = tmp_path / "config.toml"
+    config.write_text(f'[backends]\nenabled = ["zzopt"]\n[backends.zzopt]\ndepth = {"9" * 400}\n')
+    result = subprocess.run([sys.executable, "-m", "allsmi", "snapshot", "--format", "json",
+                             "--config", str(config)], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert "Traceback" not in result.stderr, result.stderr
+    if maximum == "None":
+        assert result.returncode == 0, result.stderr
+        (status,) = json.loads(result.stdout)["backends"]
+        assert status["status"] == "error", status
+        assert "option depth: a number option declares its minimum and maximum" \
+            in status["message"], status
+    else:
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert f"{config}, line 4, key 'backends.zzopt.depth'" in result.stderr, result.stderr
+        assert "1 to 64, whole" in result.stderr

@@ -225,3 +225,42 @@ def test_gaps_are_judged_against_the_interval_the_command_samples_at(tmp_path: P
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     assert proc.returncode == 0
+
+
+def test_the_ledger_gap_has_its_lower_end_whatever_the_interval(tmp_path: Path) -> None:
+    """``[ledger] max_gap_seconds``'s lower end (the least sampling interval, 0.05 s) is checked
+    wherever ``[ledger]`` is read, not only where a command's sampling interval is at hand:
+    ``ledger_settings`` (the recorder, a replay, a report) took 0.01."""
+    from allsmi.accounting.settings import ledger_settings
+    path = tmp_path / "config.toml"
+    path.write_text("[ledger]\nmax_gap_seconds = 0.01\n")
+    with pytest.raises(ConfigError) as caught:
+        ledger_settings(load_config(str(path), environ={}), environ={})
+    assert str(caught.value) == (f"{path}, line 2, key 'ledger.max_gap_seconds': must be a "
+                                 "number from 0.05 to 604800, got 0.01")
+    path.write_text("[ledger]\nmax_gap_seconds = 0.05\n")
+    assert ledger_settings(load_config(str(path), environ={}), environ={}).max_gap_seconds == 0.05
+
+
+def test_the_interval_flag_samples_serve_in_the_config_check(tmp_path: Path) -> None:
+    """``allsmi serve --interval 0.5`` with ``[serve] interval_seconds = 2`` and
+    ``energy_max_gap_seconds = 1`` samples every 0.5 s, so the gap is valid; the check every
+    command runs judged it against the file's 2 s and exited 2 before serve started (and
+    ``allsmi doctor --interval 0.5`` said the same). Without the flag it is refused."""
+    config = tmp_path / "serve.toml"
+    config.write_text("[serve]\ninterval_seconds = 2\nenergy_max_gap_seconds = 1\n")
+    proc = _allsmi("serve", "--simulate", "mixed", "--interval", "0.5", "--listen", "127.0.0.1:0",
+                   "--config", str(config))
+    try:
+        line = proc.stderr.readline() if proc.stderr else ""
+        assert "serving metrics on" in line, line + (proc.stderr.read() if proc.poll() else "")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    for args, code in ((["--interval", "0.5"], 0), ([], 2)):
+        proc = _allsmi("doctor", "--json", *args, "--config", str(config))
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == code, err
+        problems = json.loads(out)["config_problems"]
+        assert [p["key"] for p in problems] == ([] if code == 0 else
+                                                 ["serve.energy_max_gap_seconds"]), problems

@@ -69,7 +69,7 @@ NUMBERS: tuple[Key, ...] = (
     Key("ledger", "interval_seconds", 1, 900, whole=True),
     Key("ledger", "retention_days", 0, 36_500, low_open=True),
     Key("ledger", "rollup_retention_days", 0, 36_500, low_open=True),
-    Key("ledger", "max_gap_seconds", 0, 604_800, low_open=True),
+    Key("ledger", "max_gap_seconds", 0.05, 604_800),
     Key("ledger", "checkpoint_seconds", 0, 3600),
     Key("export", "coverage_threshold", 0, 1),
     Key("export", "timeout_seconds", 0.1, 3600),
@@ -200,6 +200,13 @@ CASES += [
     pytest.param(Case("# x\n[ledger]\nmax_gap_seconds = 1\n", 3, "ledger.max_gap_seconds"),
                  id="ledger.gap-below-interval"),
 ]
+# [ledger] max_gap_seconds beside a [serve] table (which bridges the ledger's gap where it sets
+# none of its own): before, text, a list, a date or 400 digits there were a traceback, exit 1
+CASES += [pytest.param(Case(f'# x\n[serve]\nlisten = "127.0.0.1:0"\n[ledger]\nmax_gap_seconds = '
+                            f'{value}\n', 5, "ledger.max_gap_seconds"),
+                       id=f"ledger.max_gap_seconds-with-serve={value[:12]}")
+          for value in absurd_values(NUMBERS[[k.dotted for k in NUMBERS].index(
+              "ledger.max_gap_seconds")])]
 
 
 @pytest.fixture(autouse=True)
@@ -284,3 +291,16 @@ def test_cli_refuses_with_exit_2_from_the_outside(case: Case, tmp_path: Path) ->
                            "--config", str(path)], capture_output=True, text=True, env=env,
                           timeout=60, check=False)
     assert_refused(case, path, done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("value", ["1.0", "true", "[1]", "-1"])
+def test_a_rule_index_that_is_no_index_says_what_index_takes(value: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``[[rules]] index = 1.0`` (or ``true``) said "must be a non-empty string": an index is a
+    whole device index or a glob, and the message says so."""
+    path = tmp_path / "config.toml"
+    path.write_text(f'[[rules]]\nresource_group = "a"\nindex = {value}\n', encoding="utf-8")
+    code, out, err = judged(path, capsys)
+    assert code == 2 and out == ""
+    assert "line 3, key 'rules[1].index': must be a device index (0 to 2147483648, whole) or a " \
+           "glob" in err, err

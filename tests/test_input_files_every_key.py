@@ -225,7 +225,9 @@ SECRET_CASES = [
     ("prometheus_bearer_token_file", b"one\ntwo\n", "one non-empty line"),
     ("prometheus_bearer_token_file", b"\xff\xfe", "not UTF-8"),
     ("prometheus_bearer_token_file", b"x" * 70000, "larger than"),
-    ("prometheus_bearer_token_file", None, "Is a directory"),
+    ("prometheus_bearer_token_file", None, "is a directory"),
+    ("prometheus_bearer_token_file", "fifo", "it is a FIFO"),
+    ("prometheus_ca_file", "fifo", "it is a FIFO"),
     ("prometheus_password_file", b"pass\x7fword\n", "control character"),
     ("prometheus_password_file", b"", "one non-empty line"),
     ("prometheus_ca_file", b"", "cannot load the CA file"),
@@ -236,10 +238,13 @@ SECRET_CASES = [
 
 @pytest.mark.parametrize("key, data, says", SECRET_CASES)
 def test_prometheus_access_files_from_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 key: str, data: bytes | None, says: str) -> None:
+                                                 key: str, data: bytes | str | None,
+                                                 says: str) -> None:
     secret = tmp_path / "secret"
     if data is None:
         secret.mkdir()
+    elif data == "fifo":  # (no writer: read, it would wait forever)
+        os.mkfifo(secret)
     else:
         secret.write_bytes(data)
     user = 'prometheus_user = "alice"\n' if key == "prometheus_password_file" else ""
@@ -338,17 +343,59 @@ class TestFromOutside:
 
     @pytest.mark.parametrize("flag", ["--config", "--simulate", "--web-config", "--hostfile"])
     def test_an_endless_file_is_refused_as_too_large(self, tmp_path: Path, flag: str) -> None:
-        """``/dev/zero`` (or a log of gigabytes) given for any input file: read up to its bound
-        and refused, exit 2. Before, the configuration file was read until the memory ran out."""
-        (tmp_path / "zero.toml").symlink_to("/dev/zero")  # (a scenario file is a .toml)
-        args = {"--config": ["--config", "/dev/zero", "snapshot", "--simulate", "mixed"],
-                "--simulate": ["snapshot", "--simulate", str(tmp_path / "zero.toml")],
-                "--web-config": ["serve", "--listen", "127.0.0.1:0", "--web-config", "/dev/zero"],
-                "--hostfile": ["view", "--hostfile", "/dev/zero"]}[flag]
+        """A log of gigabytes given for any input file: read up to its bound and refused, exit 2.
+        Before, the configuration file was read until the memory ran out."""
+        with open(tmp_path / "big.toml", "wb") as big:  # (sparse: 8 MiB of zeros)
+            big.truncate(8 * 1024 * 1024)
+        big_path = str(tmp_path / "big.toml")
+        args = {"--config": ["--config", big_path, "snapshot", "--simulate", "mixed"],
+                "--simulate": ["snapshot", "--simulate", big_path],
+                "--web-config": ["serve", "--listen", "127.0.0.1:0", "--web-config", big_path],
+                "--hostfile": ["view", "--hostfile", big_path]}[flag]
         result = self.run(args, tmp_path)
         assert result.returncode == 2, result.stderr[-2000:]
         assert result.stdout == "" and "Traceback" not in result.stderr
-        assert "zero" in result.stderr and "too large" in result.stderr, result.stderr
+        assert "big.toml" in result.stderr and "too large" in result.stderr, result.stderr
+
+    @pytest.mark.parametrize("kind", ["fifo", "socket", "/dev/zero"])
+    @pytest.mark.parametrize("flag", ["--config", "ALLSMI_CONFIG", "doctor", "--simulate",
+                                      "--web-config", "--hostfile"])
+    def test_a_file_that_is_no_regular_file_is_refused_at_once(self, tmp_path: Path, flag: str,
+                                                                kind: str) -> None:
+        """A FIFO (no writer: read, it waits forever), a socket or a device (``/dev/zero``,
+        endless) given for any input file is refused at once, exit 2, naming the file. Before, a
+        FIFO given to ``--config``, ``$ALLSMI_CONFIG``, ``doctor`` or ``--simulate`` blocked
+        forever. (``/dev/null`` stays the empty file: ``ALLSMI_CONFIG=/dev/null``.)"""
+        import socket
+        special = tmp_path / "special.toml"  # (a scenario file is a .toml)
+        server = socket.socket(socket.AF_UNIX)
+        if kind == "fifo":
+            os.mkfifo(special)
+        elif kind == "socket":
+            server.bind(str(special))
+        else:
+            special.symlink_to(kind)
+        args = {"--config": ["--config", str(special), "snapshot", "--simulate", "mixed"],
+                "ALLSMI_CONFIG": ["snapshot", "--simulate", "mixed"],
+                "doctor": ["doctor", "--config", str(special)],
+                "--simulate": ["snapshot", "--simulate", str(special)],
+                "--web-config": ["serve", "--listen", "127.0.0.1:0", "--web-config", str(special)],
+                "--hostfile": ["view", "--hostfile", str(special)]}[flag]
+        try:
+            if flag == "ALLSMI_CONFIG":
+                env = {k: v for k, v in os.environ.items() if not k.startswith("ALLSMI_")}
+                result = subprocess.run([sys.executable, "-m", "allsmi", *args], cwd=tmp_path,
+                                        env={**env, "ALLSMI_CONFIG": str(special)},
+                                        capture_output=True, text=True, timeout=60)
+            else:
+                result = self.run(args, tmp_path)
+        finally:
+            server.close()
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stdout == "" or flag == "doctor"  # (doctor lists what it found before)
+        assert "Traceback" not in result.stderr
+        assert str(special) in result.stderr, result.stderr
+        assert "not a regular file" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("var", ["ALLSMI_CONFIG", "ALLSMI_LEDGER", "ALLSMI_SIMULATE_SPEED",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from allsmi.config import Config, ConfigError, xdg_base
+from allsmi.config import INTERVAL_RANGE, Config, ConfigError, xdg_base
 from allsmi.numbers import range_text, setting_number
 
 #: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
@@ -128,8 +128,7 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
                         maximum=MAX_RETENTION_DAYS)
     rollup = _number(config, table, "ledger", "rollup_retention_days", 0, allow_zero=False,
                      maximum=MAX_RETENTION_DAYS)
-    max_gap = _number(config, table, "ledger", "max_gap_seconds", 0, allow_zero=False,
-                      maximum=MAX_GAP_SECONDS)
+    max_gap = ledger_max_gap(config)
     checkpoint = _number(config, table, "ledger", "checkpoint_seconds", 0,
                          maximum=MAX_CHECKPOINT_SECONDS)
     return LedgerSettings(
@@ -139,6 +138,14 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
         retention_days=retention if retention is not None else DEFAULT_RETENTION_DAYS,
         rollup_retention_days=rollup,
         max_gap_seconds=max_gap)
+
+
+def ledger_max_gap(config: Config) -> float | None:
+    """``[ledger] max_gap_seconds`` (``None``: not set), from the least sampling interval to a
+    week: checked wherever the file is read, whatever the interval (which
+    :func:`allsmi.cli.configcheck.check_ledger_gap` and ``allsmi serve`` add as its lower end)."""
+    return _number(config, config.section("ledger"), "ledger", "max_gap_seconds",
+                   INTERVAL_RANGE[0], maximum=MAX_GAP_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -176,9 +176,9 @@ def settings(config_path: str | None, simulate: str | None, interval: float | No
             # the gaps bridged are judged against the interval this command samples at
             sampled = replace(config, interval_seconds=interval) if interval else config
             if problems is None:
-                check_config(sampled)
+                check_config(sampled, interval=interval)
             else:
-                sampled, found = problems_in(sampled, thorough=True)
+                sampled, found = problems_in(sampled, thorough=True, interval=interval)
                 config = replace(sampled, interval_seconds=config.interval_seconds)
                 problems.extend(found)
     except ConfigError as exc:

@@ -16,7 +16,8 @@ Only the file is judged here: environment variables are the command's own busine
 importing Textual, which a snapshot must not pay for. The rest of ``[dashboard]`` is checked
 by every command. The gaps bridged (``[serve] energy_max_gap_seconds``, ``[ledger]
 max_gap_seconds``) are judged against ``config.interval_seconds``, which
-:func:`allsmi.cli.common.settings` sets to the command's ``--interval`` for the check.
+:func:`allsmi.cli.common.settings` sets to the command's ``--interval`` for the check (that
+flag also samples ``allsmi serve``, above ``[serve] interval_seconds``: each check is given it).
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from allsmi.config import MAX_PROBLEMS, Config, ConfigError
 from allsmi.tomlkeys import drop_key
 
 
-def _serve(config: Config) -> None:
+def _serve(config: Config, interval: float | None = None) -> None:
     from allsmi.cli.serveoptions import resolve_options
     try:
-        resolve_options({}, config, {}, None)
+        resolve_options({}, config, {}, interval)  # (the command's --interval wins, as in serve)
     except ValueError as exc:  # a ConfigError where a key is to blame; this is the rest
         raise config.error(str(exc), "serve") from None
 
 
-def _ledger(config: Config) -> None:
+def _ledger(config: Config, interval: float | None = None) -> None:
     from allsmi.accounting.settings import ledger_settings
     check_ledger_gap(config, ledger_settings(config, environ={}).max_gap_seconds,
                      config.interval_seconds)
@@ -51,40 +52,40 @@ def check_ledger_gap(config: Config, max_gap_seconds: float | None, interval: fl
                            f"got {max_gap_seconds:g}", "ledger", "max_gap_seconds")
 
 
-def _export(config: Config) -> None:
+def _export(config: Config, interval: float | None = None) -> None:
     from allsmi.accounting.focus import focus_settings
     from allsmi.accounting.settings import export_defaults
     export_defaults(config)
     focus_settings(config)
 
 
-def _attribution(config: Config) -> None:
+def _attribution(config: Config, interval: float | None = None) -> None:
     from allsmi import registry
     from allsmi.attribution import attribution_settings
     attribution_settings(config, {}, registry.declarations())
 
 
-def _accounting(config: Config) -> None:
+def _accounting(config: Config, interval: float | None = None) -> None:
     from allsmi.usage import grid_gco2e_per_kwh
     grid_gco2e_per_kwh(config)  # and idle_threshold_percent, and the table's keys
 
 
-def _activity(config: Config) -> None:
+def _activity(config: Config, interval: float | None = None) -> None:
     from allsmi.hostactivity.settings import activity_settings
     activity_settings(config)
 
 
-def _dashboard(config: Config) -> None:
+def _dashboard(config: Config, interval: float | None = None) -> None:
     from allsmi.dashboard.screen.options import DashboardOptions
     DashboardOptions.from_config(config, themes=False)
 
 
-def _dashboard_theme(config: Config) -> None:
+def _dashboard_theme(config: Config, interval: float | None = None) -> None:
     from allsmi.dashboard.screen.options import DashboardOptions
     DashboardOptions.from_config(config)
 
 
-def _backends(config: Config) -> None:
+def _backends(config: Config, interval: float | None = None) -> None:
     """``[backends] enabled`` names installed backends; each ``[backends.NAME]`` table is an
     installed backend's, with the keys it declares and values in their ranges
     (:class:`~allsmi.declarations.BackendOption`; a plug-in that declares none is not checked)."""
@@ -118,12 +119,12 @@ def _backends(config: Config) -> None:
 
 
 #: (table, check); a check runs when the file has the table.
-CHECKS: tuple[tuple[str, Callable[[Config], None]], ...] = (
+CHECKS: tuple[tuple[str, Callable[[Config, float | None], None]], ...] = (
     ("backends", _backends), ("accounting", _accounting), ("serve", _serve), ("ledger", _ledger),
     ("export", _export), ("attribution", _attribution), ("activity", _activity),
     ("dashboard", _dashboard))
 #: Run as well by ``thorough`` checks (the dashboard and doctor): the theme among Textual's.
-THOROUGH: tuple[tuple[str, Callable[[Config], None]], ...] = (("dashboard", _dashboard_theme),)
+THOROUGH: tuple[tuple[str, Callable[[Config, float | None], None]], ...] = (("dashboard", _dashboard_theme),)
 
 
 def _has(config: Config, table: str) -> bool:
@@ -149,15 +150,16 @@ def _without(config: Config, key_path: tuple[str, ...]) -> Config | None:
     return replace(config, sections=sections)
 
 
-def problems_in(config: Config, *, thorough: bool = False,
-                first_only: bool = False) -> tuple[Config, list[ConfigError]]:
+def problems_in(config: Config, *, thorough: bool = False, first_only: bool = False,
+                interval: float | None = None) -> tuple[Config, list[ConfigError]]:
     """Every problem in the consumers' tables of ``config``, and the config less the keys to
-    blame (what the valid keys say)."""
+    blame (what the valid keys say). ``interval``: the command's ``--interval``, which samples
+    ``allsmi serve`` too (above ``[serve] interval_seconds``)."""
     problems: list[ConfigError] = []
     for table, check in CHECKS + (THOROUGH if thorough else ()):
         while _has(config, table) and len(problems) < MAX_PROBLEMS:
             try:
-                check(config)
+                check(config, interval)
                 break
             except ConfigError as exc:
                 problems.append(exc)
@@ -174,8 +176,8 @@ def problems_in(config: Config, *, thorough: bool = False,
     return config, problems
 
 
-def check_config(config: Config, *, thorough: bool = False) -> None:
+def check_config(config: Config, *, thorough: bool = False, interval: float | None = None) -> None:
     """Raise the first problem in the consumers' tables of ``config`` (see the module)."""
-    _, problems = problems_in(config, thorough=thorough, first_only=True)
+    _, problems = problems_in(config, thorough=thorough, first_only=True, interval=interval)
     if problems:
         raise problems[0]

@@ -164,7 +164,8 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
         or config.interval_seconds
     gap = pick("energy_max_gap_seconds", lambda v: _positive(v, 0.0, 7 * 86400.0))
     if gap is None and "max_gap_seconds" in config.section("ledger"):
-        gap = config.section("ledger")["max_gap_seconds"]  # validated by the ledger settings
+        from allsmi.accounting.settings import ledger_max_gap  # (its type and range)
+        gap = ledger_max_gap(config)
     if gap is not None and gap < interval:
         # A gap shorter than the sampling interval would bridge nothing: every second lost.
         # The message names where the gap was given: the flag, the environment, else the file.

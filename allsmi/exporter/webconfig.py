@@ -213,8 +213,10 @@ def _file(at: _Lines, base: Path, key: str, value: Any) -> Path:
     try:
         if file.is_dir():
             raise at.error(f"{_cut(str(file))} is a directory, not a file", _TLS, key)
-        if not file.is_file():
+        if not file.exists():
             raise at.error(f"{_cut(str(file))} does not exist", _TLS, key)
+        if not file.is_file():  # (a FIFO: ssl would wait for its writer forever)
+            raise at.error(f"{_cut(str(file))} is not a regular file", _TLS, key)
     except OSError as exc:  # a name too long, a loop of links
         raise at.error(f"cannot use {_cut(str(file))}: {exc.strerror or exc}",
                        _TLS, key) from None

@@ -122,6 +122,9 @@ def access_settings(config: Config, user: str | None = None, password_file: str 
         key = "prometheus_ca_file"
         if ca is not None and key in from_file:  # loaded here to name the key (the client loads it)
             try:
+                if ca:  # (never a FIFO: ssl would wait for its writer forever)
+                    from allsmi.boundedread import regular_file
+                    regular_file(ca)
                 ssl.create_default_context(cafile=ca)
             except (OSError, ssl.SSLError) as exc:
                 raise ValueError(f"cannot load the CA file {ca}: "

@@ -100,6 +100,9 @@ class PrometheusClient:
         handlers: list[Any] = [_NoRedirect()]
         if self.url.startswith("https://") or ca_file:
             try:
+                if ca_file:  # (never a FIFO: ssl would wait for its writer forever)
+                    from allsmi.boundedread import regular_file
+                    regular_file(ca_file)
                 context = ssl.create_default_context(cafile=ca_file)
             except (OSError, ssl.SSLError) as exc:
                 raise PrometheusError(f"cannot load the CA file {ca_file}: "
