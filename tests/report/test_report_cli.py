@@ -17,6 +17,12 @@ from .support import BUDGETS, NO_BUDGETS, NO_PRICES, a_past_day, allsmi, csv_row
 EMPTY_VECTOR = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
 
 
+#: The replay of ``--simulate`` every 15 minutes (as support.PRICED's): the day's report and
+#: export in a fifth of the CPU of the default minute, for tests of names and currencies that
+#: read no figure the sampling could change.
+REPLAY = "[ledger]\ninterval_seconds = 900\n"
+
+
 def _report(tmp_path: Path, config: str, *args: str) -> tuple[int, str, str]:
     (tmp_path / "c.toml").write_text(config)
     out = allsmi("report", "--config", "c.toml", "-o", "r.html", *args, cwd=tmp_path)
@@ -298,7 +304,7 @@ def test_a_ledger_with_budgets_one_group_forecast_over_one_under(tmp_path: Path)
 def test_a_group_called_currency_is_a_group_in_every_table(tmp_path: Path) -> None:
     """Group names are data, not column kinds: a group named ``currency`` gets its costs
     rounded and numeric in the burn table like any other group."""
-    config = ('[groups.currency]\nprice_per_device_hour = 3.1\ncurrency = "USD"\n'
+    config = (REPLAY + '[groups.currency]\nprice_per_device_hour = 3.1\ncurrency = "USD"\n'
               '[groups.inference]\nprice_per_device_hour = 2.2\ncurrency = "USD"\n'
               '[[rules]]\nvendor = "nvidia"\nresource_group = "currency"\n')
     code, page, err = _report(tmp_path, config, "--simulate", "mixed", "--period", a_past_day())
@@ -314,7 +320,7 @@ def test_two_groups_shown_alike_keep_their_own_costs(tmp_path: Path) -> None:
     """Two group names alike in their first 200 characters (shown cut, alike): the burn keeps
     each group's own cost so far, never one merged (or doubled) column."""
     first, second = "g" * 230 + "1", "g" * 230 + "2"
-    config = (f'[groups.{first}]\nprice_per_device_hour = 3.1\ncurrency = "USD"\n'
+    config = (REPLAY + f'[groups.{first}]\nprice_per_device_hour = 3.1\ncurrency = "USD"\n'
               f'[groups.{second}]\nprice_per_device_hour = 100.0\ncurrency = "USD"\n'
               f'[[rules]]\nvendor = "nvidia"\nresource_group = "{first}"\n'
               f'[[rules]]\nvendor = "amd"\nresource_group = "{second}"\n')
@@ -334,7 +340,7 @@ def test_two_groups_shown_alike_keep_their_own_costs(tmp_path: Path) -> None:
 def test_several_currencies_are_never_drawn_on_one_axis(tmp_path: Path) -> None:
     """Groups in EUR, JPY and USD: no cost chart (the tables give each amount in its
     currency), the holders charted by device-hours, and a note that says so."""
-    config = ('[groups.training]\nprice_per_device_hour = 3.0\ncurrency = "EUR"\n'
+    config = (REPLAY + '[groups.training]\nprice_per_device_hour = 3.0\ncurrency = "EUR"\n'
               '[groups.inference]\nprice_per_device_hour = 400.0\ncurrency = "JPY"\n'
               '[groups.npu]\nprice_per_device_hour = 2.0\ncurrency = "USD"\n')
     code, page, err = _report(tmp_path, config, "--simulate", "mixed", "--period", a_past_day())
