@@ -232,7 +232,7 @@ class Collector:
         """One cycle's asking of every runner (see :meth:`collect_once`): each backend's
         status, the devices they returned, and whether each device is fresh (made this cycle
         by a backend that keeps nothing of what it returns: ``fresh_samples``). A replay
-        overrides it (``allsmi.cli.simbill``)."""
+        overrides it (``allsmi.cli.simulate.bill``)."""
         started = time.monotonic()
         asked = {id(r): r.start_call() for r in self.runners}
         statuses: list[BackendStatus] = []

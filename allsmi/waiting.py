@@ -249,7 +249,7 @@ class WaitingClassifier:
 
     explain = True
     """Whether each entry says why (its ``evidence``); ``False`` for a replay into a ledger
-    (``allsmi.cli.simbill``), which books each holder's reason and never its evidence: entries
+    (``allsmi.cli.simulate.bill``), which books each holder's reason and never its evidence: entries
     are then the same objects from one cycle to the next while the reasons are
     (tests/test_replay_invariants.py checks that the ledger is the same, row for row)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from allsmi.attribution import build_attributor
 from allsmi.attribution.simulated import JOB_HOURS, SimulatedSource
 from allsmi.backends.simulated import simulated_backends
-from allsmi.cli.simcollect import DirectAttributor, ReplayCollector
+from allsmi.cli.simulate.collect import DirectAttributor, ReplayCollector
 from allsmi.collector import Collector
 from allsmi.config import parse_config
 from allsmi.registry import declarations

@@ -51,7 +51,7 @@ def test_a_chunk_replays_without_cyclic_collection_and_keeps_one_snapshot(tmp_pa
     the chunk keeps, again and again) and the collector keeps the last snapshot only; both
     are as before once the chunk is done."""
     from allsmi.backends.simulated.scenario import load_scenario
-    from allsmi.cli.simbill import simulated_ledger
+    from allsmi.cli.simulate.bill import simulated_ledger
     seen: list[tuple[bool, int]] = []
     collect = Collector.collect_once
 
@@ -395,7 +395,7 @@ def test_a_replay_s_collector_asks_the_backends_directly_after_their_runners_ope
     devices, field for field, as the live collector's cycle by cycle; a backend that raises
     sends its cycle through the runners, which report it as before."""
     from allsmi.backendrunner import BackendRunner
-    from allsmi.cli.simcollect import ReplayCollector
+    from allsmi.cli.simulate.collect import ReplayCollector
     calls = [0]
     start_call = BackendRunner.start_call
     monkeypatch.setattr(BackendRunner, "start_call", lambda self: calls.__setitem__(

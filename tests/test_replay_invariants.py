@@ -143,7 +143,7 @@ def test_a_replay_samples_only_what_a_bill_reads_and_books_what_a_full_sample_bo
     from allsmi.accounting.periods import Window
     from allsmi.backends.simulated import UNBILLED, SimulatedBackend
     from allsmi.backends.simulated.scenario import load_scenario
-    from allsmi.cli.simbill import simulated_ledger
+    from allsmi.cli.simulate.bill import simulated_ledger
     from allsmi.waiting import WaitingClassifier
 
     start = 1_790_000_000 - 1_790_000_000 % 3600

@@ -79,7 +79,7 @@ def _export(run: SparingRun, output_format: str | None, output: str | None,
             raise Failed("config", f"{fmt} is binary: give --output FILE or redirect stdout", 2)
 
     from allsmi.cli.budgets import month_to_date
-    from allsmi.cli.simreuse import Replays
+    from allsmi.cli.simulate.reuse import Replays
     with Replays() as replays:  # a simulation's month to date extends the window's replay
         report = build(plan, replays)
         # budgets: the month to date, whatever the window

@@ -95,7 +95,7 @@ def _views(plan: Any, threshold: float) -> Any:
     from allsmi.accounting.htmlreport.data import MAX_DAYS, Views
     from allsmi.accounting.periods import iso
     from allsmi.cli.budgets import month_to_date, with_partial
-    from allsmi.cli.simreuse import Replays
+    from allsmi.cli.simulate.reuse import Replays
     notes: list[str] = []
     with Replays() as replays:  # a simulation's month to date extends the window's replay
         with source(plan, replays) as (ledger, client, name):

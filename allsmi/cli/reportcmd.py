@@ -201,7 +201,7 @@ def prepare(run: Run, ledger_path: str | None, prometheus_url: str | None,
 
 def build(plan: Plan, replays: Any = None) -> Any:
     """The report the plan asks for (a simulation is replayed into a temporary ledger, or by
-    ``replays``, :class:`allsmi.cli.simreuse.Replays`, which keeps it for the next report)."""
+    ``replays``, :class:`allsmi.cli.simulate.reuse.Replays`, which keeps it for the next report)."""
     from allsmi.cli.progress import Progress, counting
     why = f" ({plan.purpose})" if plan.purpose else ""
     try:
@@ -233,7 +233,7 @@ def source(plan: Plan, replays: Any = None) -> Iterator[tuple[Any, Any, str | No
         yield plan.ledger, plan.client, None
         return
     from allsmi.cli.progress import Progress
-    from allsmi.cli.simbill import simulated_ledger
+    from allsmi.cli.simulate.bill import simulated_ledger
     with tempfile.TemporaryDirectory(prefix="allsmi-export-") if replays is None \
             else contextlib.nullcontext("") as scratch:
         why = f" ({plan.purpose})" if plan.purpose else ""

@@ -56,7 +56,7 @@ class BilledSampling:
     reuse_samples = False
     """(With ``bill_only``) each unit's sample of the last cycle is filled in again with this
     cycle's values, not copied afresh from its template (all 37 fields): only for a replay that
-    keeps no sample past its cycle (``allsmi.cli.simbill``: its recorder reads each snapshot
+    keeps no sample past its cycle (``allsmi.cli.simulate.bill``: its recorder reads each snapshot
     once, and keeps values, never samples). tests/test_replay_cycle.py checks the replay's
     samples, cycle by cycle, against fresh copies."""
 

@@ -1,6 +1,6 @@
 """A simulated bill over a window whose edges fall anywhere (an odd second, an odd minute, less
 than a minute, across midnight) keeps the scratch ledger's quarter-hour rows, cut where the
-window starts and ends (allsmi.cli.simgrid): as many rows as an aligned window's, at most one
+window starts and ends (allsmi.cli.simulate.grid): as many rows as an aligned window's, at most one
 more per device, where it used to replay into one-second rows (21,600 a device for six hours,
 38 s instead of under 1). The rows hold exactly what one-second rows hold, their millisecond
 rounding aside."""
@@ -18,7 +18,7 @@ from allsmi.accounting.ledgerschema import DEVICE_SUMS
 from allsmi.accounting.periods import Window
 from allsmi.backends.simulated.scenario import load_scenario
 from allsmi.cli.reportcmd import usage_report
-from allsmi.cli.simbill import ROW_SECONDS, simulated_ledger
+from allsmi.cli.simulate.bill import ROW_SECONDS, simulated_ledger
 from allsmi.config import parse_config
 
 MIDNIGHT = 1_790_000_000 - 1_790_000_000 % 86400  # safely in the past

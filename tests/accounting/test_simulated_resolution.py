@@ -12,7 +12,7 @@ from allsmi.accounting.periods import Window
 from allsmi.accounting.settings import GROUP_BY_KEYS
 from allsmi.backends.simulated.scenario import load_scenario
 from allsmi.cli.reportcmd import usage_report
-from allsmi.cli.simbill import simulated_ledger
+from allsmi.cli.simulate.bill import simulated_ledger
 from allsmi.config import parse_config
 
 START = 1_790_000_000 - 1_790_000_000 % 3600  # whole hours, safely in the past
@@ -150,7 +150,7 @@ def test_the_last_chunk_of_each_worker_is_cut_finer_on_the_grid() -> None:
     """A month for two workers: a chunk a day, the last two cut in four (the workers run out of
     work together); every edge on the grid of samples and rows, the chunks end to end; a cut
     never makes a chunk shorter than the shortest asked for (a day's four chunks stay whole)."""
-    from allsmi.cli.simbill import replay_chunks
+    from allsmi.cli.simulate.bill import replay_chunks
     start = START - START % 86400
     month = replay_chunks(start, start + 31 * 86400, 60.0, 900, 86400, tail=2, shortest=6 * 3600)
     assert [b - a for a, b in month] == [86400.0] * 29 + [21600.0] * 8
@@ -181,7 +181,7 @@ def test_a_worker_s_intervals_travel_as_tuples_and_arrive_with_every_attribute(
 
     from allsmi.accounting.ledger import Ledger
     from allsmi.accounting.ledgerschema import IntervalRecord, Share
-    from allsmi.cli.simrows import packed, unpacked
+    from allsmi.cli.simulate.rows import packed, unpacked
     gathered: list = []
     write = Ledger.write
 
@@ -212,7 +212,7 @@ def test_a_chunk_sends_each_holder_once() -> None:
     import pickle
 
     from allsmi.accounting.ledgerschema import Dim, IntervalRecord, Share
-    from allsmi.cli.simrows import packed, unpacked
+    from allsmi.cli.simulate.rows import packed, unpacked
     from allsmi.fairshare import Holder
 
     def record(start: int, *users: str) -> IntervalRecord:

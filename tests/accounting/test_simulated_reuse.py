@@ -1,5 +1,5 @@
 """The budgets' month to date extends the window's replay back instead of replaying it again
-(allsmi.cli.simreuse): the extended ledger bills the longer window exactly as its own replay
+(allsmi.cli.simulate.reuse): the extended ledger bills the longer window exactly as its own replay
 does, row for row; where the two do not share their sampling grid and rows (the window starts
 off a quarter hour, or off the month to date's sampling grid) it is replayed whole."""
 
@@ -14,8 +14,8 @@ import pytest
 from allsmi.accounting.periods import Window
 from allsmi.backends.simulated.scenario import load_scenario
 from allsmi.cli.reportcmd import usage_report
-from allsmi.cli.simbill import simulated_ledger
-from allsmi.cli.simreuse import Replays, extends
+from allsmi.cli.simulate.bill import simulated_ledger
+from allsmi.cli.simulate.reuse import Replays, extends
 from allsmi.config import parse_config
 
 START = 1_790_000_000 - 1_790_000_000 % 86400  # a midnight, safely in the past

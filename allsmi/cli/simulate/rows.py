@@ -1,4 +1,4 @@
-"""The intervals a simulated bill's worker process sends back (:mod:`allsmi.cli.simbill`), as
+"""The intervals a simulated bill's worker process sends back (:mod:`allsmi.cli.simulate.bill`), as
 plain tuples of their values, and the records the command writes made of them.
 
 A worker pickled each chunk's :class:`~allsmi.accounting.ledgerschema.IntervalRecord` objects

@@ -5,7 +5,7 @@ columns (:mod:`allsmi.cli.budgets`): the month to date ends where the window end
 replay is the window's with the days before it. :class:`Replays` replays the window, keeps its
 scratch ledger, and for the month to date replays only the days before the window into the
 same ledger. A replay is a pure function of time and each stretch of it books what the same
-stretch of one long replay books (:func:`allsmi.cli.simbill.simulated_ledger`), so the month
+stretch of one long replay books (:func:`allsmi.cli.simulate.bill.simulated_ledger`), so the month
 to date bills exactly what its own replay would, row for row, wherever the window starts on a
 quarter hour (where both replays have a row start) and on the month to date's sampling grid (every
 ``--period``); elsewhere it is replayed whole, as before.
@@ -33,7 +33,7 @@ def extends(earlier: Any, later: Any, config: Any) -> bool:
     row for row: the same sampling grid (``later`` starts on ``earlier``'s) and rows (``later``
     starts on the rows' grid, where ``earlier``'s replay has a row start too, and ``earlier``
     on a multiple of the ledger's declared interval, ``later``'s)."""
-    from allsmi.cli.simbill import ROW_SECONDS, replay_grid
+    from allsmi.cli.simulate.bill import ROW_SECONDS, replay_grid
     if earlier.end != later.end or not earlier.start < later.start:
         return False
     step, row = replay_grid(later, config)
@@ -61,8 +61,8 @@ class Replays:
 
     def ledger(self, scenario: Any, window: Any, config: Any, progress: Any = None) -> str:
         """The path of a ledger billing ``scenario`` over ``window`` (raises what
-        :func:`allsmi.cli.simbill.simulated_ledger` raises)."""
-        from allsmi.cli.simbill import replay_span, simulated_ledger
+        :func:`allsmi.cli.simulate.bill.simulated_ledger` raises)."""
+        from allsmi.cli.simulate.bill import replay_span, simulated_ledger
         from allsmi.accounting.periods import Window
         for kept in self._kept:
             if extends(window, kept.window, config):

@@ -1,4 +1,4 @@
-"""The collector of a simulated bill's replay (:mod:`allsmi.cli.simbill`): the live collector's
+"""The collector of a simulated bill's replay (:mod:`allsmi.cli.simulate.bill`): the live collector's
 cycle, with the simulated backends and the simulated pods and jobs asked directly."""
 
 from __future__ import annotations

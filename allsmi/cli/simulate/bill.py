@@ -6,7 +6,7 @@ in worker processes (one per CPU this process may use, up to 8): the simulation 
 time, so a chunk replayed on its own books exactly what the same stretch of one long replay
 books (see :func:`simulated_ledger`). The command writes the chunks' intervals into the ledger
 in order. When it samples, how the ledger's rows are cut and which chunk replays what:
-:mod:`allsmi.cli.simgrid`.
+:mod:`allsmi.cli.simulate.grid`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from allsmi.cli.reportcmd import Failed
-from allsmi.cli.simgrid import (CHUNKS_PER_WORKER, ROW_SECONDS, chunk_tasks, declared_interval,
+from allsmi.cli.simulate.grid import (CHUNKS_PER_WORKER, ROW_SECONDS, chunk_tasks, declared_interval,
                                 replay_chunks, replay_step)
 
 __all__ = ["CHUNKS_PER_WORKER", "CHUNK_SECONDS", "MAX_WORKERS", "ROW_SECONDS", "replay_chunks",
@@ -57,14 +57,14 @@ def _replay_chunk(job: _Replay, first: float, last: float, lo: float = -math.inf
     are complete (the last sample, or ``hi`` before it): a window whose length is not a
     multiple of the step ends with a shorter increment, not short of its end. The rows before
     ``lo`` and from ``hi`` on are the neighbouring chunks' (which replay the increments across
-    ``lo`` and ``hi`` too: :func:`allsmi.cli.simgrid.chunk_tasks`). A row that starts before
+    ``lo`` and ``hi`` too: :func:`allsmi.cli.simulate.grid.chunk_tasks`). A row that starts before
     ``first`` (the window's first, on the grid before the window starts) is booked at
     ``first``; with ``strip``, the last sample's memory is not booked (it belongs to the row
     that sample opens, outside the window)."""
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
-    from allsmi.cli.simcollect import ReplayCollector
+    from allsmi.cli.simulate.collect import ReplayCollector
     from allsmi.host import HostSampler
     from allsmi.registry import enabled_only
     from allsmi.schema import HostSample
@@ -151,8 +151,8 @@ class _Nowhere:
 
 def _work(*task: Any) -> tuple[list[Any], float]:
     """In a worker process: :func:`_replay_chunk` of the replay it serves, its intervals as
-    tuples (:mod:`allsmi.cli.simrows`)."""
-    from allsmi.cli.simrows import packed
+    tuples (:mod:`allsmi.cli.simulate.rows`)."""
+    from allsmi.cli.simulate.rows import packed
     assert _JOB is not None
     records, sampled = _replay_chunk(_JOB, *task)
     return packed(records), sampled
@@ -160,7 +160,7 @@ def _work(*task: Any) -> tuple[list[Any], float]:
 
 def _received(future: Any) -> tuple[list[Any], float]:
     """The intervals of a chunk a worker replayed (``future``'s), as records to write."""
-    from allsmi.cli.simrows import unpacked
+    from allsmi.cli.simulate.rows import unpacked
     rows, sampled = future.result()
     return unpacked(rows), sampled
 
@@ -211,7 +211,7 @@ def _workers(chunks: int) -> int:
 
 def _row(window: Any, grid: int = ROW_SECONDS) -> int:
     """The scratch ledger's declared interval: as long as both edges of the window allow (a
-    divisor of a quarter hour; its rows are longer: :mod:`allsmi.cli.simgrid`)."""
+    divisor of a quarter hour; its rows are longer: :mod:`allsmi.cli.simulate.grid`)."""
     return declared_interval(window.start_unix, window.end_unix, grid)
 
 
@@ -259,7 +259,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
 
     The temporary ledger is thrown away when the command ends, so it is kept for the
     window alone: its rows are quarter hours, cut where the window starts and ends (whatever
-    its edges: :mod:`allsmi.cli.simgrid`; the bill counts the rows that start inside the
+    its edges: :mod:`allsmi.cli.simulate.grid`; the bill counts the rows that start inside the
     window, so none straddles its edges), with no checkpoints, no pruning and no fsync. The
     same recorder sums the same samples into fewer rows: the totals are those of
     one-interval rows, to the millisecond rounding of each row. ``step`` (seconds between
@@ -270,7 +270,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     ``into`` (the path of a ledger this function made for a later window that starts where
     this one ends, and the time it was replayed up to) adds this window's intervals to that
     ledger, as if one replay had run from this window's start (the caller checks that the
-    two share their sampling grid and rows: :func:`allsmi.cli.simreuse.extends`); it returns
+    two share their sampling grid and rows: :func:`allsmi.cli.simulate.reuse.extends`); it returns
     that path.
     """
     from allsmi import registry
@@ -317,8 +317,8 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
 
         import allsmi.accounting.recorder  # noqa: F401 - loaded once, before the fork
         import allsmi.backends.simulated  # noqa: F401
-        import allsmi.cli.simcollect  # noqa: F401 - (and the collector)
-        import allsmi.cli.simrows  # noqa: F401
+        import allsmi.cli.simulate.collect  # noqa: F401 - (and the collector)
+        import allsmi.cli.simulate.rows  # noqa: F401
         import allsmi.hostactivity.simulated  # noqa: F401 - (the waiting step's, first cycle)
         import allsmi.waiting  # noqa: F401
         pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),

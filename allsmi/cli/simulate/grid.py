@@ -1,4 +1,4 @@
-"""The grids of a simulated bill's replay (:mod:`allsmi.cli.simbill`): when it samples, how its
+"""The grids of a simulated bill's replay (:mod:`allsmi.cli.simulate.bill`): when it samples, how its
 scratch ledger's rows are cut, and which stretch each chunk replays.
 
 * Samples: every ``step`` seconds from the window's start, and at its end (never past now).
@@ -46,7 +46,7 @@ def replay_chunks(start: float, end: float, step: float, row: int, length: float
     seconds replay, end to end; each edge inside lies on the rows' grid (a multiple of
     ``row``; where ``start`` does, of ``step`` and ``row`` after it: on a sample too). The last
     ``tail`` chunks are each cut again into :data:`CHUNKS_PER_WORKER` of at least ``shortest``
-    seconds (see :func:`allsmi.cli.simbill.simulated_ledger`); which samples each chunk
+    seconds (see :func:`allsmi.cli.simulate.bill.simulated_ledger`); which samples each chunk
     replays: :func:`chunk_tasks`."""
     unit = math.lcm(int(step), row) if float(step).is_integer() else 0
     if not unit or end - start <= length:
