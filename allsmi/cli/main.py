@@ -22,10 +22,10 @@ COMMANDS: dict[str, str] = {
     "serve": "allsmi.cli.serve:serve",
     "view": "allsmi.cli.view:view",
     "record": "allsmi.cli.record:record",
-    "export": "allsmi.cli.export:export",
-    "idle": "allsmi.cli.idle:idle",
-    "waste": "allsmi.cli.waste:waste",
-    "report": "allsmi.cli.htmlreport:report",
+    "export": "allsmi.cli.billing.export:export",
+    "idle": "allsmi.cli.billing.idle:idle",
+    "waste": "allsmi.cli.billing.waste:waste",
+    "report": "allsmi.cli.billing.htmlreport:report",
 }
 
 

@@ -80,8 +80,8 @@ def test_a_second_readings_own_lines_say_what_it_is_for(store, capsys) -> None: 
     """Where the month to date's lines differ from the window's (roll-ups for part of it,
     prices published), they say that they are the month to date's."""
     from allsmi.accounting.prometheus.client import PrometheusClient
-    from allsmi.cli.budgets import PURPOSE
-    from allsmi.cli.reportcmd import usage_report
+    from allsmi.cli.billing.budgets import PURPOSE
+    from allsmi.cli.billing.reportcmd import usage_report
     from allsmi.config import parse_config
 
     from .helpers import T0, window

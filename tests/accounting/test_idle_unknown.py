@@ -59,7 +59,7 @@ def test_a_holder_idle_for_less_than_the_output_shows_is_not_listed_idle() -> No
     from types import SimpleNamespace
 
     from allsmi.accounting.report import Row
-    from allsmi.cli.idle import idle_rows
+    from allsmi.cli.billing.idle import idle_rows
 
     def row(user: str, idle: float) -> Row:
         return Row(window(T0, T0 + 3600), "g", {}, "nvidia", "H100", "h", user, 1, 1.0, 1.0, 1.0,

@@ -17,7 +17,7 @@ from allsmi.accounting.ledger import Ledger, Totals
 from allsmi.accounting.ledgerschema import DEVICE_SUMS
 from allsmi.accounting.periods import Window
 from allsmi.backends.simulated.scenario import load_scenario
-from allsmi.cli.reportcmd import usage_report
+from allsmi.cli.billing.reportcmd import usage_report
 from allsmi.cli.simulate.bill import ROW_SECONDS, simulated_ledger
 from allsmi.config import parse_config
 

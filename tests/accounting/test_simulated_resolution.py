@@ -11,7 +11,7 @@ import pytest
 from allsmi.accounting.periods import Window
 from allsmi.accounting.settings import GROUP_BY_KEYS
 from allsmi.backends.simulated.scenario import load_scenario
-from allsmi.cli.reportcmd import usage_report
+from allsmi.cli.billing.reportcmd import usage_report
 from allsmi.cli.simulate.bill import simulated_ledger
 from allsmi.config import parse_config
 

@@ -13,7 +13,7 @@ import pytest
 
 from allsmi.accounting.periods import Window
 from allsmi.backends.simulated.scenario import load_scenario
-from allsmi.cli.reportcmd import usage_report
+from allsmi.cli.billing.reportcmd import usage_report
 from allsmi.cli.simulate.bill import simulated_ledger
 from allsmi.cli.simulate.reuse import Replays, extends
 from allsmi.config import parse_config

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from allsmi.cli.reportcmd import Failed
+from allsmi.cli.billing.reportcmd import Failed
 from allsmi.cli.simulate.grid import (CHUNKS_PER_WORKER, ROW_SECONDS, chunk_tasks, declared_interval,
                                 replay_chunks, replay_step)
 

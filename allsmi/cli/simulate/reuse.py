@@ -1,7 +1,7 @@
 """The replays of a simulation that one command makes, kept until it ends.
 
 ``export --simulate`` with a budget bills its window, then the month to date for the budget
-columns (:mod:`allsmi.cli.budgets`): the month to date ends where the window ends, so its
+columns (:mod:`allsmi.cli.billing.budgets`): the month to date ends where the window ends, so its
 replay is the window's with the days before it. :class:`Replays` replays the window, keeps its
 scratch ledger, and for the month to date replays only the days before the window into the
 same ledger. A replay is a pure function of time and each stretch of it books what the same

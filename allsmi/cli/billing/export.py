@@ -16,8 +16,8 @@ import click
 
 from allsmi.accounting.settings import FORMATS
 from allsmi.cli.common import finite, stdout_is_terminal
-from allsmi.cli.reportcmd import Failed, build, guarded, prepare, source_options, write_output
-from allsmi.cli.sparing import SparingRun, spare_the_ledger
+from allsmi.cli.billing.reportcmd import Failed, build, guarded, prepare, source_options, write_output
+from allsmi.cli.billing.sparing import SparingRun, spare_the_ledger
 
 EXIT_INCOMPLETE = 3
 
@@ -78,7 +78,7 @@ def _export(run: SparingRun, output_format: str | None, output: str | None,
         if not output and stdout_is_terminal():
             raise Failed("config", f"{fmt} is binary: give --output FILE or redirect stdout", 2)
 
-    from allsmi.cli.budgets import month_to_date
+    from allsmi.cli.billing.budgets import month_to_date
     from allsmi.cli.simulate.reuse import Replays
     with Replays() as replays:  # a simulation's month to date extends the window's replay
         report = build(plan, replays)
@@ -147,7 +147,7 @@ def budget_notes(report: Any) -> tuple[str, ...]:
     (said on stderr, and in the JSON's ``warnings``): every budgeted group of the month to
     date, also one the window did not see (it spent before the window began)."""
     from allsmi.accounting.columns import price_text
-    from allsmi.cli.budgets import group_totals
+    from allsmi.cli.billing.budgets import group_totals
     out = []
     # The month to date's own totals where a shorter window was billed (its rows hold only the
     # groups and holders it saw), else this report's rows (holder rows add up to their group's).
@@ -177,7 +177,7 @@ def incomplete_message(report: Any, threshold: float) -> str:
     from allsmi.accounting.periods import iso
     where = f"{iso(report.window.start)} to {iso(report.window.end)}"
     if report.warnings:
-        from allsmi.cli.budgets import ANOTHER_READING
+        from allsmi.cli.billing.budgets import ANOTHER_READING
         # (another reading's, the month to date's, names its own span)
         own = any(not w.startswith(ANOTHER_READING) for w in report.warnings)
         return (f"{report.source} gave a partial answer" + (f" for {where}" if own else "")

@@ -20,9 +20,9 @@ from typing import Any
 
 import click
 
-from allsmi.cli import holderreport
-from allsmi.cli.holderreport import KEYS, aligned, currencies_note, money, rank
-from allsmi.cli.reportcmd import Run, guarded, source_options
+from allsmi.cli.billing import holderreport
+from allsmi.cli.billing.holderreport import KEYS, aligned, currencies_note, money, rank
+from allsmi.cli.billing.reportcmd import Run, guarded, source_options
 from allsmi.schema import WAITING_REASONS
 
 #: Columns of the CSV and of each JSON row (the export's names where they are the export's).

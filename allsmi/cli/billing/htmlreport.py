@@ -17,8 +17,8 @@ from typing import Any
 import click
 
 from allsmi.cli.common import finite, stdout_is_terminal
-from allsmi.cli.sparing import spare_the_ledger
-from allsmi.cli.reportcmd import (
+from allsmi.cli.billing.sparing import spare_the_ledger
+from allsmi.cli.billing.reportcmd import (
     Failed, Run, build, guarded, prepare, source, source_options, usage_reports, write_output)
 
 #: ``--group-by`` of the holders' ranking when none is given: the holders (without the user
@@ -61,7 +61,7 @@ def report(**opts: Any) -> None:
 def _report(run: Run, output: str | None, coverage_threshold: float | None,
             **opts: Any) -> None:
     from allsmi.accounting.htmlreport.charts import ChartsUnavailable, require_libraries
-    from allsmi.cli.export import EXIT_INCOMPLETE, budget_notes, incomplete_message, say_budgets
+    from allsmi.cli.billing.export import EXIT_INCOMPLETE, budget_notes, incomplete_message, say_budgets
     try:
         require_libraries()
     except ChartsUnavailable as exc:
@@ -94,7 +94,7 @@ def _views(plan: Any, threshold: float) -> Any:
     from dataclasses import replace
     from allsmi.accounting.htmlreport.data import MAX_DAYS, Views
     from allsmi.accounting.periods import iso
-    from allsmi.cli.budgets import month_to_date, with_partial
+    from allsmi.cli.billing.budgets import month_to_date, with_partial
     from allsmi.cli.simulate.reuse import Replays
     notes: list[str] = []
     with Replays() as replays:  # a simulation's month to date extends the window's replay

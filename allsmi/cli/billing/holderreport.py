@@ -12,8 +12,8 @@ import io
 import json
 from typing import Any, Callable, Sequence
 
-from allsmi.cli.reportcmd import Failed, Run, build, prepare, write_output
-from allsmi.cli.sparing import spare_the_ledger
+from allsmi.cli.billing.reportcmd import Failed, Run, build, prepare, write_output
+from allsmi.cli.billing.sparing import spare_the_ledger
 
 FORMATS = ("table", "csv", "json")
 #: The holder keys a row is grouped by unless ``--group-by`` says otherwise.

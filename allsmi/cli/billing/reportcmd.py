@@ -1,5 +1,5 @@
 """What ``allsmi export`` and ``allsmi idle`` share: the source, window and grouping options
-(declared in :mod:`allsmi.cli.reportoptions`), their checks, building the report (from the
+(declared in :mod:`allsmi.cli.billing.reportoptions`), their checks, building the report (from the
 ledger, Prometheus or a replayed simulation), the failure statuses and signal handling, and
 writing the output.
 """
@@ -18,7 +18,7 @@ import click
 
 from allsmi.cli.common import fail, settings
 # The options themselves (re-exported for the commands that take them).
-from allsmi.cli.reportoptions import SOURCE_OPTIONS, source_options  # noqa: F401
+from allsmi.cli.billing.reportoptions import SOURCE_OPTIONS, source_options  # noqa: F401
 
 EXIT_ERROR = 1
 
@@ -297,7 +297,7 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
     ``notes``: gathers the source's warnings (conflicting ledger rows, series left out);
     ``purpose``: what a second reading is for, said with its lines that differ from the first's
     (the same lines are said once, through ``said``). The reports' ``warnings`` are the
-    partial answers of this reading alone (:func:`allsmi.cli.budgets.with_partial` adds
+    partial answers of this reading alone (:func:`allsmi.cli.billing.budgets.with_partial` adds
     another reading's)."""
     from allsmi.accounting.report import build_report
     key_sets = [tuple(keys) for keys in key_sets]

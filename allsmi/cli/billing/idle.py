@@ -18,9 +18,9 @@ from typing import Any
 
 import click
 
-from allsmi.cli import holderreport
-from allsmi.cli.holderreport import KEYS, aligned, currencies_note, money, rank
-from allsmi.cli.reportcmd import Run, guarded, source_options
+from allsmi.cli.billing import holderreport
+from allsmi.cli.billing.holderreport import KEYS, aligned, currencies_note, money, rank
+from allsmi.cli.billing.reportcmd import Run, guarded, source_options
 
 #: Columns of the CSV and of each JSON row (the export's names), then ``devices``.
 COLUMNS = KEYS + ("idle_allocated_device_hours", "allocated_device_hours", "idle_cost", "cost",
@@ -53,7 +53,7 @@ def idle(**opts: Any) -> None:
 
 def idle_rows(report: Any) -> list[dict[str, Any]]:
     """The rows with idle-allocated time, as JSON-ready dicts, most expensive first
-    (:func:`allsmi.cli.holderreport.rank`): time as
+    (:func:`allsmi.cli.billing.holderreport.rank`): time as
     reported (rounded to the microhour, as every output rounds it), so that float noise in
     counters' rates (a Prometheus source) lists no holder idle for 0.000000 hours."""
     from allsmi.accounting.formats import json_row

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from allsmi.atomic import holds_database
-from allsmi.cli.reportcmd import Failed, Run
+from allsmi.cli.billing.reportcmd import Failed, Run
 
 
 class SparingRun(Run):
