@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import describe  # noqa: E402
 
-from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Ledger, Share, labels_json  # noqa: E402
+from allsmi.accounting.ledger.store import Dim, Holder, IntervalRecord, Ledger, Share, labels_json  # noqa: E402
 from allsmi.accounting.recorder import LedgerRecorder  # noqa: E402
 from allsmi.accounting.settings import ROLLUP_SECONDS  # noqa: E402
 from allsmi.backends.simulated import simulated_backends  # noqa: E402

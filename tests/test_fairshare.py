@@ -8,7 +8,7 @@ import random
 import pytest
 
 from allsmi.accounting.buckets import Bucket
-from allsmi.accounting.ledger import Dim
+from allsmi.accounting.ledger.store import Dim
 from allsmi.fairshare import (ALLOCATION_METHODS, USAGE_METHODS, Holder, claim_units, general_split,
                               merge_methods, split)
 from allsmi.schema import DeviceSample, ProcessSample, Workload

@@ -71,7 +71,7 @@ def test_exporter_omits_allocated_for_unknown_process_lists() -> None:
 
 def test_export_leaves_unknown_allocation_and_its_cost_empty(tmp_path: Path) -> None:
     from allsmi.accounting.formats import to_csv
-    from allsmi.accounting.ledgersource import ledger_parts
+    from allsmi.accounting.ledger.source import ledger_parts
     from allsmi.accounting.periods import Window
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.accounting.report import build_report

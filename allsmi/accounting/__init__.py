@@ -1,7 +1,7 @@
 """The accounting ledger and billing export.
 
 ``recorder`` turns snapshots into per-device intervals stored by ``ledger``
-(SQLite); ``ledgersource`` and ``prometheus.source`` read usage for a window from the
+(SQLite); ``ledger.source`` and ``prometheus.source`` read usage for a window from the
 ledger or from Prometheus; ``report`` groups and prices it; ``formats``
 writes CSV, JSON or FOCUS. See ``docs/accounting.md``.
 """

@@ -18,10 +18,10 @@ re-computation in tests/accounting/test_recorder_fastpath.py.
 
 from __future__ import annotations
 
-from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Share
+from allsmi.accounting.ledger.store import Dim, Holder, IntervalRecord, Share
 from typing import Mapping
 
-from allsmi.accounting.ledgerschema import DEVICE_SUMS, HOLDER_SUMS, WAIT_COLUMNS
+from allsmi.accounting.ledger.schema import DEVICE_SUMS, HOLDER_SUMS, WAIT_COLUMNS
 from allsmi.fairshare import MIXED, NOBODY, Split
 from allsmi.schema import WAITING_REASONS
 from allsmi.usage import Increment
@@ -354,7 +354,7 @@ _NO_WAIT_ROW = (None,) * len(WAIT_COLUMNS)
 
 
 def _activity_row(acc: _Acc, cap: int) -> tuple[int | str | None, ...]:
-    """``acc``'s activity columns as stored (ledgerschema.ACTIVITY_COLUMNS, the last fields of
+    """``acc``'s activity columns as stored (ledger.schema.ACTIVITY_COLUMNS, the last fields of
     :class:`Share` and of :class:`IntervalRecord`, in their order), durations in ms capped at
     ``cap``: written out, each wait converted in one comprehension, not a call each."""
     active, allocated, waits = acc.active, acc.active_allocated, acc.waits

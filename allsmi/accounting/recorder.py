@@ -26,7 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Iterable
 
 from allsmi.accounting.buckets import Bucket
-from allsmi.accounting.ledger import Dim, IntervalRecord, Ledger, labels_json
+from allsmi.accounting.ledger.store import Dim, IntervalRecord, Ledger, labels_json
 from allsmi.accounting.placement import Placement
 from allsmi.accounting.recorderhold import ClockHold
 from allsmi.accounting.recorderwrite import RecorderWrites
@@ -86,7 +86,7 @@ class LedgerRecorder(RecorderWrites):
 
     ``config`` supplies the ``[ledger]`` settings (interval, retention, max
     gap); ``path`` always wins over ``ledger.path``. Raises
-    :class:`~allsmi.accounting.ledger.LedgerError` when the file cannot be
+    :class:`~allsmi.accounting.ledger.store.LedgerError` when the file cannot be
     opened or another process records into it, and
     :class:`~allsmi.config.ConfigError` for a bad ``[ledger]`` table.
     """

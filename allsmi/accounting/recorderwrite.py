@@ -14,13 +14,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from allsmi.accounting.ledger import IntervalRecord
+from allsmi.accounting.ledger.store import IntervalRecord
 
 if TYPE_CHECKING:
     from typing import Callable
 
     from allsmi.accounting.buckets import Bucket
-    from allsmi.accounting.ledger import Ledger
+    from allsmi.accounting.ledger.store import Ledger
     from allsmi.accounting.recorderhold import ClockHold
     from allsmi.accounting.settings import LedgerSettings
 

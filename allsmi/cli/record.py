@@ -31,7 +31,7 @@ def record(ledger_path: str | None, **opts: Any) -> None:
       allsmi record --ledger /var/lib/allsmi/ledger.db --interval 1
       ALLSMI_SIMULATE_SPEED=60 allsmi record --simulate mixed --ledger /tmp/demo.db
     """
-    from allsmi.accounting.ledger import LedgerError
+    from allsmi.accounting.ledger.store import LedgerError
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.accounting.settings import ledger_settings
     from allsmi.config import ConfigError

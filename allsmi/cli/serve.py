@@ -43,7 +43,7 @@ def _open_recorder(path: Path, config: Config, max_gap_seconds: float) -> Any:
         raise fail(str(exc)) from None
     except OSError as exc:
         # LedgerError (an OSError) already names the path and the reason.
-        from allsmi.accounting.ledger import LedgerError
+        from allsmi.accounting.ledger.store import LedgerError
         raise fail(str(exc) if isinstance(exc, LedgerError) else f"cannot open the ledger {path}: {exc}",
                    1) from None
     except ValueError as exc:

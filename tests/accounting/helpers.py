@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from allsmi.accounting.ledger import Ledger
+from allsmi.accounting.ledger.store import Ledger
 from allsmi.accounting.periods import Window
 from allsmi.accounting.recorder import LedgerRecorder
 from allsmi.backend_api import Backend, ProbeResult

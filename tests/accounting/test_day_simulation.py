@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.accounting.formats import to_csv
-from allsmi.accounting.ledgersource import ledger_parts
+from allsmi.accounting.ledger.source import ledger_parts
 from allsmi.accounting.recorder import LedgerRecorder
 from allsmi.accounting.report import build_report
 from allsmi.backends.simulated import simulated_backends

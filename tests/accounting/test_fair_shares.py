@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.ledger import SCHEMA_VERSION, Ledger
+from allsmi.accounting.ledger.store import SCHEMA_VERSION, Ledger
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 
 from .helpers import T0, config, record, snap

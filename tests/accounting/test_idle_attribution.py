@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.accounting.shares import holder_weights
-from allsmi.accounting.ledger import Holder
+from allsmi.accounting.ledger.store import Holder
 from allsmi.schema import ProcessSample, Workload
 
 from ..conftest import run_allsmi

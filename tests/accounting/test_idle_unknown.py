@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.ledgersource import ledger_parts
+from allsmi.accounting.ledger.source import ledger_parts
 from allsmi.accounting.report import build_report
 
 from .helpers import T0, config, device, record, rows, snap, window

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.ledgerwrite import HOLDER_COLUMNS, LedgerWriter
+from allsmi.accounting.ledger.write import HOLDER_COLUMNS, LedgerWriter
 
 from .helpers import T0, device, record, rows, snap
 

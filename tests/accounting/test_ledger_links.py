@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.ledger import Ledger, LedgerError
+from allsmi.accounting.ledger.store import Ledger, LedgerError
 
 
 def start_recorder(db: Path, home: Path) -> subprocess.Popen[str]:

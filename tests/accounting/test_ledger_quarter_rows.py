@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from allsmi.accounting.ledgerschema import DEVICE_SUMS, HOLDER_SUMS
-from allsmi.accounting.ledgerwrite import sums
+from allsmi.accounting.ledger.schema import DEVICE_SUMS, HOLDER_SUMS
+from allsmi.accounting.ledger.write import sums
 
 from .helpers import T0, config, device, record, rows, snap
 

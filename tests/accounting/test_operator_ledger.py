@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from allsmi.accounting.ledgerread import LedgerReader
-from allsmi.accounting.ledgersource import ledger_parts
+from allsmi.accounting.ledger.read import LedgerReader
+from allsmi.accounting.ledger.source import ledger_parts
 from allsmi.accounting.recorder import LedgerRecorder
 
 from .helpers import T0, config, device, record, rows, snap, window

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.ledger import SCHEMA_VERSION, Ledger
-from allsmi.accounting.ledgersource import ledger_parts
+from allsmi.accounting.ledger.store import SCHEMA_VERSION, Ledger
+from allsmi.accounting.ledger.source import ledger_parts
 from allsmi.accounting.recorder import billing_shares
 from allsmi.accounting.report import Report, build_report
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.accounting.ledger import Ledger, LedgerError
+from allsmi.accounting.ledger.store import Ledger, LedgerError
 from allsmi.accounting.periods import PeriodError, iso, parse_period, window_from, zone
 from allsmi.accounting.settings import default_ledger_path, export_defaults, ledger_settings
 from allsmi.config import ConfigError

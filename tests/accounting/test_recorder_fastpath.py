@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from allsmi.accounting.ledger import Dim, Holder, IntervalRecord, Share, labels_json
+from allsmi.accounting.ledger.store import Dim, Holder, IntervalRecord, Share, labels_json
 from allsmi.accounting.recorder import LedgerRecorder
 from allsmi.accounting.shares import billing_shares, own_memory
 from allsmi.backends.simulated import simulated_backends
@@ -363,7 +363,7 @@ def test_a_record_and_its_shares_are_made_in_their_fields_order() -> None:
     from dataclasses import fields
 
     from allsmi.accounting.buckets import Bucket
-    from allsmi.accounting.ledgerschema import ACTIVITY_COLUMNS, Dim
+    from allsmi.accounting.ledger.schema import ACTIVITY_COLUMNS, Dim
     assert [f.name for f in fields(Share)] == [
         "observed_ms", "allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms",
         "idle_billed_ms", "idle_energy_mj", "used_billed_ms", "allocation_method",

@@ -13,8 +13,8 @@ import sqlite3
 
 import pytest
 
-from allsmi.accounting.ledger import Ledger, Totals
-from allsmi.accounting.ledgerschema import DEVICE_SUMS
+from allsmi.accounting.ledger.store import Ledger, Totals
+from allsmi.accounting.ledger.schema import DEVICE_SUMS
 from allsmi.accounting.periods import Window
 from allsmi.backends.simulated.scenario import load_scenario
 from allsmi.cli.billing.reportcmd import usage_report

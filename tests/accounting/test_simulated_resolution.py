@@ -179,8 +179,8 @@ def test_a_worker_s_intervals_travel_as_tuples_and_arrive_with_every_attribute(
     import pickle
     from dataclasses import fields
 
-    from allsmi.accounting.ledger import Ledger
-    from allsmi.accounting.ledgerschema import IntervalRecord, Share
+    from allsmi.accounting.ledger.store import Ledger
+    from allsmi.accounting.ledger.schema import IntervalRecord, Share
     from allsmi.cli.simulate.rows import packed, unpacked
     gathered: list = []
     write = Ledger.write
@@ -211,7 +211,7 @@ def test_a_chunk_sends_each_holder_once() -> None:
     object: pickled once, made once by the command (the same values, in the same order)."""
     import pickle
 
-    from allsmi.accounting.ledgerschema import Dim, IntervalRecord, Share
+    from allsmi.accounting.ledger.schema import Dim, IntervalRecord, Share
     from allsmi.cli.simulate.rows import packed, unpacked
     from allsmi.fairshare import Holder
 

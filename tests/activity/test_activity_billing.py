@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.accounting.formats import to_csv
-from allsmi.accounting.ledgersource import ledger_parts
+from allsmi.accounting.ledger.source import ledger_parts
 from allsmi.accounting.report import build_report
 from allsmi.exporter.exposition import Exposition
 from allsmi.schema import DeviceSample, HolderWaiting, ProcessSample

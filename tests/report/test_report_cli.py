@@ -169,7 +169,7 @@ def test_the_export_unit_writes_the_report_beside_the_export(tmp_path: Path) -> 
     import shlex
     import subprocess
 
-    from allsmi.accounting.ledger import Ledger
+    from allsmi.accounting.ledger.store import Ledger
 
     from ..deploy.test_systemd import INSTALLED, installed_allsmi, settings
     (state := tmp_path / "state" / "allsmi" / "billing").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """Devices claimed at once by holders of attribution sources that say nothing of each other, as
 the store tells it (issue 32, item 9): the fleet path's counterpart of the ledger's
-:meth:`~allsmi.accounting.ledgerread.LedgerReader.conflicts`.
+:meth:`~allsmi.accounting.ledger.read.LedgerReader.conflicts`.
 
 Each exporter counts, per device, the collection cycles in which a pod (from the kubelet) and a
 job (from the job-mapping directory) held it at once, each billed a part

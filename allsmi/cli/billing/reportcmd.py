@@ -350,8 +350,8 @@ def usage_reports(window: Any, key_sets: Any, config: Any, ledger: Any, client: 
             reports = [replace(report, coverage_ratio=0.0, warnings=tuple(client.warnings))
                        for report in reports]
         return reports
-    from allsmi.accounting.ledger import LedgerError
-    from allsmi.accounting.ledgersource import ledger_conflicts, ledger_parts, ledger_unheld
+    from allsmi.accounting.ledger.store import LedgerError
+    from allsmi.accounting.ledger.source import ledger_conflicts, ledger_parts, ledger_unheld
     if not os.path.isfile(ledger):
         raise Failed("source", no_ledger_message(ledger))
     try:

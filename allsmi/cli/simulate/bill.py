@@ -217,7 +217,7 @@ def _row(window: Any, grid: int = ROW_SECONDS) -> int:
 
 def _declared(path: str) -> int:
     """The declared interval of the ledger at ``path`` (one a replay made)."""
-    from allsmi.accounting.ledger import Ledger
+    from allsmi.accounting.ledger.store import Ledger
     with Ledger(path, readonly=True) as ledger:
         return ledger.interval_seconds
 
@@ -274,7 +274,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     that path.
     """
     from allsmi import registry
-    from allsmi.accounting.ledger import Ledger
+    from allsmi.accounting.ledger.store import Ledger
     from allsmi.accounting.settings import ledger_settings
     from allsmi.attribution import build_attributor
     from allsmi.config import ConfigError

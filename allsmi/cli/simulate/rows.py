@@ -1,7 +1,7 @@
 """The intervals a simulated bill's worker process sends back (:mod:`allsmi.cli.simulate.bill`), as
 plain tuples of their values, and the records the command writes made of them.
 
-A worker pickled each chunk's :class:`~allsmi.accounting.ledgerschema.IntervalRecord` objects
+A worker pickled each chunk's :class:`~allsmi.accounting.ledger.schema.IntervalRecord` objects
 (a day: 3,936 of them and 7,275 holders' shares, each with a dictionary of some thirty
 attributes), and the command unpickled them, building each object's dictionary again: 0.14 s
 of a day's 2.5 s of replay, and most of the command's own time while the workers replay. As
@@ -22,7 +22,7 @@ from typing import Any, Iterable
 def _shapes() -> tuple[Any, Any, Any, Any]:
     """(a record's values, a share's values, the record, the share): the getters and the named
     tuples, made on first use (the ledger's schema is imported by the replay, not by the CLI)."""
-    from allsmi.accounting.ledgerschema import IntervalRecord, Share
+    from allsmi.accounting.ledger.schema import IntervalRecord, Share
     record = [f.name for f in dataclasses.fields(IntervalRecord) if f.name != "holders"]
     share = [f.name for f in dataclasses.fields(Share)]
     return (operator.attrgetter(*record), operator.attrgetter(*share),

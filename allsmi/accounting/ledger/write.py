@@ -12,7 +12,7 @@ import operator
 import sqlite3
 from typing import TYPE_CHECKING, Iterable
 
-from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, METHOD_COLUMNS, NOT_NULL,
+from allsmi.accounting.ledger.schema import (DEVICE_SUMS, HOLDER_SUMS, METHOD_COLUMNS, NOT_NULL,
                                             Dim, Holder, IntervalRecord, LedgerError)
 from allsmi.accounting.settings import ROLLUP_SECONDS
 from allsmi.fairshare import MIXED
@@ -91,12 +91,12 @@ def _aggregate(column: str, agg: str) -> str:
 
 def sums(columns: tuple[tuple[str, str], ...], prefix: str = "") -> str:
     """``SUM(observed_ms), ..., MAX(mem_peak), ...`` for a SELECT (``ALLSUM``: NULL when any
-    term is, see :data:`~allsmi.accounting.ledgerschema.HOLDER_SUMS`)."""
+    term is, see :data:`~allsmi.accounting.ledger.schema.HOLDER_SUMS`)."""
     return ", ".join(_aggregate(prefix + c, agg) for c, agg in columns)
 
 
 class LedgerWriter:
-    """The writing half of :class:`~allsmi.accounting.ledger.Ledger` (a mixin)."""
+    """The writing half of :class:`~allsmi.accounting.ledger.store.Ledger` (a mixin)."""
 
     path: object
     interval_seconds: int
@@ -292,7 +292,7 @@ class LedgerWriter:
     def _pruned(self, table: str, before: int, size: int) -> None:
         """Note in ``meta`` that ``table`` (of rows ``size`` seconds long) holds no rows that
         start before ``before``: none before the first row boundary from there (read by
-        :meth:`~allsmi.accounting.ledgerread.LedgerReader.unheld`)."""
+        :meth:`~allsmi.accounting.ledger.read.LedgerReader.unheld`)."""
         self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                          "SET value = max(CAST(value AS INTEGER), excluded.value)",
                          (PRUNED_KEY + table, -(-before // size) * size))

@@ -14,9 +14,9 @@ import contextlib
 import sqlite3
 from typing import TYPE_CHECKING, Iterator
 
-from allsmi.accounting.ledgerschema import (DEVICE_SUMS, HOLDER_SUMS, Dim, Holder, LedgerError,
+from allsmi.accounting.ledger.schema import (DEVICE_SUMS, HOLDER_SUMS, Dim, Holder, LedgerError,
                                             Totals)
-from allsmi.accounting.ledgerwrite import PRUNED_KEY, RAW, TIERS, sums
+from allsmi.accounting.ledger.write import PRUNED_KEY, RAW, TIERS, sums
 from allsmi.accounting.settings import ROLLUP_SECONDS
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ _SHARED_ONLY = "allocation_method IN ('equal', 'declared', 'mixed')"
 
 
 class LedgerReader:
-    """The reading half of :class:`~allsmi.accounting.ledger.Ledger` (a mixin)."""
+    """The reading half of :class:`~allsmi.accounting.ledger.store.Ledger` (a mixin)."""
 
     path: object
     interval_seconds: int

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from allsmi.accounting.ledger import Dim, Holder, Ledger, Totals
-from allsmi.accounting.ledgerschema import HOLDER_SUMS, WAIT_COLUMNS
+from allsmi.accounting.ledger.store import Dim, Holder, Ledger, Totals
+from allsmi.accounting.ledger.schema import HOLDER_SUMS, WAIT_COLUMNS
 from allsmi.accounting.periods import Window
 from allsmi.accounting.report import Part
 
@@ -81,7 +81,7 @@ def ledger_parts(path: str | os.PathLike[str], window: Window,
 
 def ledger_conflicts(path: str | os.PathLike[str], window: Window, most: int = 5) -> list[str]:
     """A warning naming the device intervals in ``window`` that a pod and a job (no pod's)
-    held at once (:meth:`~allsmi.accounting.ledgerread.LedgerReader.conflicts`), the first
+    held at once (:meth:`~allsmi.accounting.ledger.read.LedgerReader.conflicts`), the first
     ``most`` of them with their claimants; empty when there are none."""
     import datetime as dt
     with Ledger(path, readonly=True) as ledger:
@@ -101,7 +101,7 @@ def ledger_conflicts(path: str | os.PathLike[str], window: Window, most: int = 5
             f"attribution sources disagree), each billed a part: {named}{more}"]
 
 
-#: What each table that :meth:`~allsmi.accounting.ledgerread.LedgerReader.unheld` names holds,
+#: What each table that :meth:`~allsmi.accounting.ledger.read.LedgerReader.unheld` names holds,
 #: the setting that prunes it, and the coarser roll-up that still holds its time.
 _UNHELD = {"quarters": ("quarter hours", "ledger.rollup_retention_days", "UTC day",
                         "whole UTC days (--tz UTC)"),

@@ -1,8 +1,8 @@
 """The ledger: an embedded SQLite database of per-device usage per interval.
 
 This module opens, locks, checks and upgrades the file; the tables are described in
-:mod:`allsmi.accounting.ledgerschema`, writing is :mod:`allsmi.accounting.ledgerwrite` and
-reading :mod:`allsmi.accounting.ledgerread`. One writer per file: a lock on ``PATH.lock`` next to
+:mod:`allsmi.accounting.ledger.schema`, writing is :mod:`allsmi.accounting.ledger.write` and
+reading :mod:`allsmi.accounting.ledger.read`. One writer per file: a lock on ``PATH.lock`` next to
 the file that ``PATH`` resolves to, through any symbolic links, and an ``flock`` on the database
 file itself, which every name of it shares (a hard link, a bind mount into a container: the
 same device and inode, but SQLite would give each name its own WAL). Readers open it
@@ -20,11 +20,11 @@ import threading
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from allsmi.accounting.ledgerread import LedgerReader
-from allsmi.accounting.ledgerschema import (OLD_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, Dim,
+from allsmi.accounting.ledger.read import LedgerReader
+from allsmi.accounting.ledger.schema import (OLD_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, Dim,
                                             Holder, IntervalRecord, LedgerError, Share, Totals,
                                             labels_json, legacy_views, upgrade)
-from allsmi.accounting.ledgerwrite import TIERS, LedgerWriter
+from allsmi.accounting.ledger.write import TIERS, LedgerWriter
 from allsmi.atomic import make_private_dirs
 
 log = logging.getLogger(__name__)
