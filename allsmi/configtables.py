@@ -17,7 +17,7 @@ from allsmi.config import (BILL_BY, CONSUMER_SECTIONS, DEFAULT_GROUP, HISTORY_RA
                            INTERVAL_RANGE, MAX_BUDGET, MAX_GCO2E_PER_KWH, MAX_PRICE,
                            PARTITION_BILLING, RESERVED_LABELS, RULE_KEYS, TIMEOUT_RANGE, Config,
                            ConfigError, GroupRule, ResourceGroup, group_name_problem)
-from allsmi.numbers import MAX_INDEX, range_text, setting_number
+from allsmi.numbers import MAX_INDEX, range_text, setting_number, whole_setting
 
 if TYPE_CHECKING:
     from allsmi.tomlkeys import KeyLocator
@@ -90,9 +90,11 @@ class TableValidator:
                               maximum=TIMEOUT_RANGE[1])
         history = self.number(coll.get("history_size", 300), "collector", "history_size",
                               minimum=HISTORY_RANGE[0], maximum=HISTORY_RANGE[1])
-        if history != int(history):
-            raise self.fail(f"must be a whole number, got {history!r}", "collector", "history_size")
-        history = int(history)
+        whole = whole_setting(coll.get("history_size", 300))
+        if whole is None:
+            raise self.fail(f"must be a whole number, got {coll['history_size']!r}",
+                            "collector", "history_size")
+        history = whole
 
         backends = self.table(self.data.get("backends", {}), "backends")
         enabled: tuple[str, ...] | None = None
@@ -152,11 +154,11 @@ class TableValidator:
                 if key in rule:
                     value = rule[key]
                     if key == "index" and not isinstance(value, str):
-                        if isinstance(value, bool) or not isinstance(value, int) \
-                                or not 0 <= value <= MAX_INDEX:
+                        index = whole_setting(value)
+                        if index is None or not 0 <= index <= MAX_INDEX:
                             raise self.fail(f"must be a device index (0 to {MAX_INDEX}, whole) or a "
                                             f"glob, got {value!r}", "rules", i, key)
-                        value = str(value)
+                        value = str(index)
                     patterns[key] = self.string(value, "rules", i, key)
             if not patterns:
                 raise self.fail(f"a rule needs at least one of {', '.join(RULE_KEYS)}", "rules", i)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from allsmi.numbers import FINITE, setting_number
+from allsmi.numbers import FINITE, setting_number, whole_setting
 from allsmi.records import Record, record
 
 
@@ -104,7 +104,7 @@ class BackendOption(Record):
         if isinstance(default, (int, float)):
             if setting_number(value) is None:  # (a huge integer is a number: out of range below)
                 return f"must be a number ({self.range_text()}), got {value!r}"
-            if isinstance(default, int) and value != int(value):
+            if isinstance(default, int) and whole_setting(value) is None:
                 return f"must be a whole number ({self.range_text()}), got {value!r}"
             if not self.minimum <= value <= self.maximum:  # type: ignore[operator]
                 return f"must be {self.range_text()}, got {value!r}"

@@ -5,6 +5,7 @@ Unknown is ``None``, never 0 or NaN (:mod:`allsmi.schema` applies them in ``__po
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Callable
 
@@ -136,3 +137,55 @@ def range_text(minimum: float, maximum: float | None, allow_zero: bool = True) -
     if maximum is None:
         return low
     return f"{low}, at most {maximum:g}" if low == "above 0" else f"{low} to {maximum:g}"
+
+
+def whole_setting(value: Any) -> int | None:
+    """A configuration file's whole number as an ``int``: a TOML integer, or a float with no
+    fractional part (``10.0``); ``None`` for anything else (a fraction, a bool, text, NaN, an
+    infinity). The one rule of every setting whose range says *whole*; a huge integer is
+    returned as it is (out of every range)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():  # (NaN and the infinities are not)
+        return int(value)
+    return None
+
+
+#: What a number given as text (a flag, an environment variable) may be: ASCII decimal digits,
+#: a sign, a point and an exponent, with ASCII blanks around it; never Python's other forms
+#: (``1_0``, full-width ``５``, ``0x10``, ``inf``, ``nan``). Compiled on first use (``re``'s cache),
+#: not when a snapshot imports this module.
+_DECIMAL = (r"[ \t\n\r\f\v]*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+            r"[ \t\n\r\f\v]*")
+#: A whole number's digits longer than this are out of every range (never converted whole).
+_MAX_DIGITS = 30
+
+
+def number_in_text(text: str, low: float, high: float, *, whole: bool = False,
+                   low_open: bool = False) -> float | int:
+    """The number written in ``text`` (a flag's or an environment variable's value), from ``low``
+    to ``high`` (``low`` itself left out with ``low_open``), an ``int`` where ``whole`` (a
+    decimal with no fractional part, ``10.0``, is whole, as in the file: :func:`whole_setting`);
+    ``ValueError`` saying what it takes otherwise. The one parser of every number given as
+    text: ASCII decimal forms only (see :data:`_DECIMAL`)."""
+    words = f"a whole number from {low:.0f} to {high:.0f}" if whole and not low_open \
+        else "a number " + range_text(low, high, not low_open)
+    match = re.fullmatch(_DECIMAL, text) if isinstance(text, str) else None
+    number: float | int | None = None
+    if match is not None:
+        written = match.group(1)
+        digits = written.lstrip("+-")
+        if digits.isdigit():  # a whole number written as one: exact, never through a float
+            number = int(written) if len(digits) <= _MAX_DIGITS else (FINITE if written[0] != "-"
+                                                                       else -FINITE)
+        else:
+            number = float(written)  # (finite or an infinity: 1e999 is out of range below)
+            if whole and abs(number) <= high:  # (exactly: 1e-999 is no whole number, though
+                from decimal import Decimal   # a float makes it 0)
+                exact = Decimal(written)
+                number = int(exact) if exact == exact.to_integral_value() else None
+    if number is None or not (low < number if low_open else low <= number) or number > high:
+        raise ValueError(f"expected {words}, got {text!r}")
+    return number if whole else float(number) + 0.0  # (-0 is 0)

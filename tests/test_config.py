@@ -147,10 +147,10 @@ def test_unknown_backend_in_config_exits_2(tmp_path: Path) -> None:
 @pytest.mark.parametrize("flags, fragment", [
     (("--interval", "1e300"), "--interval"),
     (("--interval", "inf"), "--interval"),
-    (("--interval", "nan"), "finite"),
+    (("--interval", "nan"), "expected a number from 0.05 to 3600, got 'nan'"),
     (("--interval", "0"), "--interval"),
     (("--timeout", "1e300"), "--timeout"),
-    (("--timeout", "nan"), "finite"),
+    (("--timeout", "nan"), "expected a number from 0.05 to 600, got 'nan'"),
 ])
 @pytest.mark.parametrize("command", ["record", "snapshot"])
 def test_absurd_flags_exit_2_before_starting(tmp_path: Path, command: str,

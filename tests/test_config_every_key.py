@@ -256,6 +256,26 @@ def test_both_ends_of_each_range_are_accepted(key: Key, tmp_path: Path,
         assert code == 0, f"{key.dotted} = {text} refused: {err}"
 
 
+WHOLE = [key for key in NUMBERS if key.whole]
+
+
+@pytest.mark.parametrize("key", WHOLE, ids=lambda k: k.dotted)
+def test_every_whole_key_takes_one_rule(key: Key, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Whole, in every key whose range says so, is a TOML integer or a float with no fractional
+    part (:func:`allsmi.numbers.whole_setting`): ``history_size``, ``[ledger] interval_seconds``
+    and ``workers`` took ``10.0`` where ``[serve] max_holder_series`` and ``[[rules]] index``
+    refused it."""
+    whole = 10.0 if key.low <= 10 <= key.high else float(key.low)
+    path = tmp_path / "config.toml"
+    path.write_text(numeric_case(key, repr(whole)).text, encoding="utf-8")
+    code, out, err = judged(path, capsys)
+    assert code == 0, f"{key.dotted} = {whole!r} refused: {err}"
+    case = numeric_case(key, repr(whole + 0.5))
+    path.write_text(case.text, encoding="utf-8")
+    assert_refused(case, path, *judged(path, capsys))
+
+
 def test_unknown_theme_is_refused_by_the_thorough_check(tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """``[dashboard] theme`` is judged among Textual's themes by ``allsmi doctor`` (and the
@@ -293,11 +313,12 @@ def test_cli_refuses_with_exit_2_from_the_outside(case: Case, tmp_path: Path) ->
     assert_refused(case, path, done.returncode, done.stdout, done.stderr)
 
 
-@pytest.mark.parametrize("value", ["1.0", "true", "[1]", "-1"])
+@pytest.mark.parametrize("value", ["1.5", "true", "[1]", "-1", "nan"])
 def test_a_rule_index_that_is_no_index_says_what_index_takes(value: str, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """``[[rules]] index = 1.0`` (or ``true``) said "must be a non-empty string": an index is a
-    whole device index or a glob, and the message says so."""
+    """``[[rules]] index = 1.5`` (or ``true``) said "must be a non-empty string": an index is a
+    whole device index or a glob, and the message says so (``1.0`` is whole, as in every
+    whole-number setting: :func:`allsmi.numbers.whole_setting`)."""
     path = tmp_path / "config.toml"
     path.write_text(f'[[rules]]\nresource_group = "a"\nindex = {value}\n', encoding="utf-8")
     code, out, err = judged(path, capsys)

@@ -268,6 +268,7 @@ SERVE_ENV = [
     ("ALLSMI_SERVE_LISTEN", "nowhere", "from 0 to 65535"),
     ("ALLSMI_SERVE_LISTEN", "127.0.0.1:\u00b2", "from 0 to 65535"),
     ("ALLSMI_SERVE_LISTEN", "127.0.0.1:99999", "from 0 to 65535"),
+    ("ALLSMI_SERVE_LISTEN", "127.0.0.1:" + "9" * 5000, "from 0 to 65535"),  # (no int() limit)
     ("ALLSMI_SERVE_LISTEN", "local\x01host:9477", "from 0 to 65535"),
     ("ALLSMI_SERVE_INTERVAL", "nan", "from 0.05 to 3600"),
     ("ALLSMI_SERVE_INTERVAL", "1e999", "from 0.05 to 3600"),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from allsmi.config import INTERVAL_RANGE, Config, ConfigError, xdg_base
-from allsmi.numbers import range_text, setting_number
+from allsmi.numbers import range_text, setting_number, whole_setting
 
 #: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
 #: roll-ups line up with the day and month boundaries of any time zone.
@@ -120,7 +120,8 @@ def ledger_settings(config: Config, path_flag: str | os.PathLike[str] | None = N
     else:
         path = default_ledger_path(env)
     interval = _number(config, table, "ledger", "interval_seconds", 1, maximum=ROLLUP_SECONDS)
-    if interval is not None and (interval != int(interval) or ROLLUP_SECONDS % int(interval)):
+    if interval is not None and (whole_setting(table["interval_seconds"]) is None
+                                 or ROLLUP_SECONDS % int(interval)):
         raise config.error(f"must be a whole number of seconds dividing {ROLLUP_SECONDS} "
                            f"(e.g. 60, 30, 5), got {table['interval_seconds']!r}",
                            "ledger", "interval_seconds")

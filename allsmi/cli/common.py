@@ -103,7 +103,9 @@ def _non_empty(callback: Callable[..., Any] | None) -> Callable[..., Any]:
 def seconds_option(*names: str, limits: tuple[float, float], help: str) -> Callable[[F], F]:  # noqa: A002
     """A float option of seconds within ``limits`` (inclusive), finite."""
     import click
-    return click.option(*names, type=click.FloatRange(min=limits[0], max=limits[1]), default=None,
+
+    from allsmi.cli.numbertype import DecimalRange
+    return click.option(*names, type=DecimalRange(limits[0], limits[1]), default=None,
                         callback=finite, help=help)
 
 
@@ -352,19 +354,16 @@ MAX_SIMULATE_SPEED = 1_000_000.0
 
 def simulation_speed(simulate: bool = True, environ: "Mapping[str, str] | None" = None) -> float:
     """``$ALLSMI_SIMULATE_SPEED`` (1 when unset or not simulating); a bad value exits 2."""
-    import math
     import os
+
+    from allsmi.numbers import number_in_text
     raw = (os.environ if environ is None else environ).get("ALLSMI_SIMULATE_SPEED")
     if not simulate or not raw or not raw.strip():  # (an empty or blank variable is unset)
         return 1.0
     try:
-        speed = float(raw)
-        if not (math.isfinite(speed) and 0 < speed <= MAX_SIMULATE_SPEED):
-            raise ValueError
-    except ValueError:
-        raise fail(f"ALLSMI_SIMULATE_SPEED must be a number above 0 and at most "
-                   f"{MAX_SIMULATE_SPEED:g}, got {raw!r}") from None
-    return speed
+        return number_in_text(raw, 0.0, MAX_SIMULATE_SPEED, low_open=True)
+    except ValueError as exc:
+        raise fail(f"$ALLSMI_SIMULATE_SPEED: {exc}") from None
 
 
 def simulation_clock() -> "Callable[[], float] | None":

@@ -14,7 +14,9 @@ Only the file is judged here: environment variables are the command's own busine
 ``[dashboard] theme`` is checked against the installed themes only by the dashboard
 (``allsmi``, ``allsmi view``) and ``allsmi doctor`` (``thorough``): knowing them means
 importing Textual, which a snapshot must not pay for. The rest of ``[dashboard]`` is checked
-by every command. The gaps bridged (``[serve] energy_max_gap_seconds``, ``[ledger]
+by every command. The files the config names (``[serve] web_config``, ``[export]``'s password,
+bearer token and CA files) are read only by the command that uses each, and by ``allsmi
+doctor``, as that command reads them: doctor passes no file the command would refuse. The gaps bridged (``[serve] energy_max_gap_seconds``, ``[ledger]
 max_gap_seconds``) are judged against ``config.interval_seconds``, which
 :func:`allsmi.cli.common.settings` sets to the command's ``--interval`` for the check (that
 flag also samples ``allsmi serve``, above ``[serve] interval_seconds``: each check is given it).
@@ -50,6 +52,27 @@ def check_ledger_gap(config: Config, max_gap_seconds: float | None, interval: fl
     if max_gap_seconds is not None and max_gap_seconds < interval:
         raise config.error(f"must be at least the sampling interval ({interval:g} s), "
                            f"got {max_gap_seconds:g}", "ledger", "max_gap_seconds")
+
+
+def _serve_files(config: Config, interval: float | None = None) -> None:
+    """``[serve] web_config`` loaded as ``allsmi serve`` loads it: the file, its YAML, the
+    certificates, keys and hashes it names."""
+    from allsmi.cli.serveoptions import load_web, resolve_options
+    try:
+        options = resolve_options({}, config, {}, interval)
+    except (ConfigError, ValueError):  # (said by _serve, which runs first)
+        return
+    load_web(options, {}, config, {})
+
+
+def _export_files(config: Config, interval: float | None = None) -> None:
+    """``[export]``'s password, bearer token and CA files read as ``allsmi export --prometheus``
+    reads them (each message names the file, never what it holds), and its user with them."""
+    from allsmi.accounting.prometheus.access import access_settings
+    try:
+        access_settings(config)
+    except ValueError as exc:  # (every value is the file's: located, but for safety)
+        raise config.error(str(exc), "export") from None
 
 
 def _export(config: Config, interval: float | None = None) -> None:
@@ -123,8 +146,11 @@ CHECKS: tuple[tuple[str, Callable[[Config, float | None], None]], ...] = (
     ("backends", _backends), ("accounting", _accounting), ("serve", _serve), ("ledger", _ledger),
     ("export", _export), ("attribution", _attribution), ("activity", _activity),
     ("dashboard", _dashboard))
-#: Run as well by ``thorough`` checks (the dashboard and doctor): the theme among Textual's.
-THOROUGH: tuple[tuple[str, Callable[[Config, float | None], None]], ...] = (("dashboard", _dashboard_theme),)
+#: Run as well by ``thorough`` checks (``allsmi doctor``): the theme among Textual's, and the
+#: files the config names, which only the command that uses one reads (a token file readable
+#: by the billing job's user alone stops no other command).
+THOROUGH: tuple[tuple[str, Callable[[Config, float | None], None]], ...] = (
+    ("dashboard", _dashboard_theme), ("serve", _serve_files), ("export", _export_files))
 
 
 def _has(config: Config, table: str) -> bool:

@@ -90,14 +90,13 @@ def _convert(param: str, value: str) -> Any:
         from allsmi.cli.snapshot_run import FORMATS
         return value if value in FORMATS else None
     if param in ("interval", "backend_timeout"):
-        import math
         from allsmi.config import INTERVAL_RANGE, TIMEOUT_RANGE
+        from allsmi.numbers import number_in_text  # (as the flags' click type parses it)
         low, high = INTERVAL_RANGE if param == "interval" else TIMEOUT_RANGE
         try:
-            number = float(value)
+            return number_in_text(value, low, high)
         except ValueError:
             return None
-        return number if math.isfinite(number) and low <= number <= high else None
     if param in ("config_path", "output"):
         # click.Path(dir_okay=False[, writable=True]) checks only paths that exist.
         try:

@@ -21,8 +21,10 @@ import click
 
 from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, fail, finite,
                                log_to_stderr, settings)
+from allsmi.cli.numbertype import DecimalRange, WholeRange
 from allsmi.cli.serveoptions import (DEFAULT_LISTEN, DEFAULT_PORT, ENV, MAX_HOLDER_SERIES_LIMIT,
-                                     SERVE_KEYS, ServeOptions, parse_listen, resolve_options)
+                                     SERVE_KEYS, ServeOptions, load_web, parse_listen,
+                                     resolve_options)
 from allsmi.config import Config, ConfigError
 
 __all__ = ["DEFAULT_LISTEN", "DEFAULT_PORT", "ENV", "SERVE_KEYS", "ServeOptions", "parse_listen",
@@ -93,7 +95,7 @@ def _short(text: str, limit: int = 60) -> str:
 @click.option("--web-config", type=click.Path(dir_okay=False), default=None,
               help="Exporter-toolkit web configuration (TLS, basic auth). Config: serve.web_config.")
 @click.option("--energy-max-gap", "energy_max_gap",
-              type=click.FloatRange(min=0, min_open=True, max=7 * 86400.0), callback=finite,
+              type=DecimalRange(0, 7 * 86400.0, low_open=True), callback=finite,
               default=None, metavar="SECONDS",
               help="Longest gap between two samples that energy and time counters bridge "
                    "(default: the larger of 30 s and 3 intervals). "
@@ -101,7 +103,7 @@ def _short(text: str, limit: int = 60) -> str:
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
               help="Also record usage into this accounting ledger. Config: serve.ledger.")
 @click.option("--max-holder-series", "max_holder_series",
-              type=click.IntRange(0, MAX_HOLDER_SERIES_LIMIT), default=None, metavar="N",
+              type=WholeRange(0, MAX_HOLDER_SERIES_LIMIT), default=None, metavar="N",
               help="Most per-holder series (device x holder x method) at once; holders beyond "
                    "it are counted in their device's overflow holder (default 1000). "
                    "Config: serve.max_holder_series.")
@@ -124,11 +126,13 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     root = click.get_current_context().find_root().params
     common_interval = opts.get("interval") or root.get("interval")
     s = settings(**opts)
+    flags = {"listen": listen, "processes": processes, "web_config": web_config,
+             "energy_max_gap_seconds": energy_max_gap, "ledger": ledger,
+             "max_holder_series": max_holder_series}
     try:
-        o = resolve_options({"listen": listen, "processes": processes, "web_config": web_config,
-                             "energy_max_gap_seconds": energy_max_gap, "ledger": ledger,
-                             "max_holder_series": max_holder_series},
-                            s.config, os.environ, common_interval, simulate=s.simulate is not None)
+        o = resolve_options(flags, s.config, os.environ, common_interval,
+                            simulate=s.simulate is not None)
+        web = load_web(o, flags, s.config, os.environ)
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     s.interval = o.interval
@@ -139,14 +143,6 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
     from allsmi.exporter.builder import GroupPrice
     from allsmi.usage import idle_threshold_percent
     from allsmi.exporter.http import MetricsServer
-    from allsmi.exporter.webconfig import WebConfigError, load_web_config
-
-    web = None
-    if o.web_config is not None:
-        try:
-            web = load_web_config(o.web_config)
-        except WebConfigError as exc:
-            raise fail(str(exc)) from None
     exposition = Exposition(processes=o.processes, max_gap_seconds=o.energy_max_gap,
                             declared_groups={n: g.labels for n, g in s.config.groups.items()},
                             group_prices={n: GroupPrice(g.price_per_device_hour, g.price_per_kwh,

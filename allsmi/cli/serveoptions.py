@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from allsmi.cli.common import simulation_speed
 from allsmi.config import INTERVAL_RANGE, Config
-from allsmi.numbers import range_text
+from allsmi.numbers import number_in_text, range_text, setting_number, whole_setting
 from allsmi.text import unresolvable_host
 from allsmi.usage import bridged_gap_seconds
 
@@ -54,7 +54,8 @@ def parse_listen(value: str) -> tuple[str, int]:
         host, sep, port = text[1:].partition("]:")
     else:
         host, sep, port = text.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535 \
+    if not sep or not (port.isascii() and port.isdigit()) or len(port.lstrip("0")) > 5 \
+            or not 0 <= int(port) <= 65535 \
             or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in host) \
             or unresolvable_host(host):
         shown = repr(value) if len(value) <= 100 else repr(value[:99]) + "…"
@@ -72,34 +73,30 @@ def _bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
-def _positive(value: Any, minimum: float = 0.0, maximum: float = float("inf")) -> float:
-    """A finite number in ``(minimum, maximum]`` (``minimum`` itself allowed when it is above 0)."""
-    words = range_text(minimum, None if maximum == float("inf") else maximum, minimum != 0)
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"expected a number {words}, got {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer too large for a float: out of any range
-        number = float("inf")
-    except ValueError:  # text that is no number (an environment variable's)
-        raise ValueError(f"expected a number {words}, got {value!r}") from None
-    if number != number or number in (float("inf"), float("-inf")) or number > maximum \
-            or number < minimum or (minimum == 0 and number == 0):
+def _positive(value: Any, minimum: float, maximum: float) -> float:
+    """A finite number from ``minimum`` to ``maximum`` (``minimum`` itself left out when it is
+    0): an environment variable's text (:func:`~allsmi.numbers.number_in_text`, as the flags
+    parse theirs) or the file's TOML number."""
+    if isinstance(value, str):
+        return number_in_text(value, minimum, maximum, low_open=minimum == 0)
+    number = setting_number(value)  # (a huge integer: out of range below)
+    if number is None or number > maximum or number < minimum or (minimum == 0 and number == 0):
+        words = range_text(minimum, maximum, minimum != 0)
         raise ValueError(f"expected a number {words}, got {value!r}")
     return number
 
 
 def _count(value: Any) -> int:
-    """A whole number from 0 to :data:`MAX_HOLDER_SERIES_LIMIT`."""
-    text = value.strip() if isinstance(value, str) else None
-    if text is not None and text.isascii() and text.isdigit() and len(text) <= 20:
-        value = int(text)  # (a longer one is out of range: not converted, nor echoed whole)
-    if isinstance(value, bool) or not isinstance(value, int) or \
-            not 0 <= value <= MAX_HOLDER_SERIES_LIMIT:
-        shown = repr(value)
-        shown = shown if len(shown) <= 40 else shown[:39] + "…"
-        raise ValueError(f"expected a whole number from 0 to {MAX_HOLDER_SERIES_LIMIT}, got {shown}")
-    return value
+    """A whole number from 0 to :data:`MAX_HOLDER_SERIES_LIMIT`: an environment variable's text
+    (:func:`~allsmi.numbers.number_in_text`) or the file's number
+    (:func:`~allsmi.numbers.whole_setting`: ``10.0`` is whole, as everywhere)."""
+    if isinstance(value, str):
+        return int(number_in_text(value, 0, MAX_HOLDER_SERIES_LIMIT, whole=True))
+    number = whole_setting(value)
+    if number is None or not 0 <= number <= MAX_HOLDER_SERIES_LIMIT:
+        raise ValueError(f"expected a whole number from 0 to {MAX_HOLDER_SERIES_LIMIT}, "
+                         f"got {value!r}")
+    return number
 
 
 def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[str, str],
@@ -185,6 +182,26 @@ def resolve_options(flags: Mapping[str, Any], config: Config, environ: Mapping[s
                         energy_max_gap=bridged_gap_seconds(interval, gap, simulation_speed(simulate, environ)),
                         ledger=Path(ledger) if ledger else None,
                         max_holder_series=_series_cap(pick("max_holder_series", _count)))
+
+
+def load_web(options: ServeOptions, flags: Mapping[str, Any], config: Config,
+             environ: Mapping[str, str]) -> Any:
+    """The web configuration ``options`` names, loaded and checked whole
+    (:func:`allsmi.exporter.webconfig.load_web_config`: its YAML, certificates, keys and
+    hashes), or ``None`` without one. A problem raises ``ValueError`` naming the flag or the
+    variable that gave the path, or :class:`~allsmi.config.ConfigError` naming the config
+    file's line and key ``serve.web_config`` (``allsmi doctor`` checks the file's so)."""
+    if options.web_config is None:
+        return None
+    from allsmi.exporter.webconfig import WebConfigError, load_web_config
+    try:
+        return load_web_config(options.web_config)
+    except WebConfigError as exc:
+        if flags.get("web_config") is not None:
+            raise ValueError(f"--web-config: {exc}") from None
+        if (environ.get(ENV["web_config"]) or "").strip():
+            raise ValueError(f"${ENV['web_config']}: {exc}") from None
+        raise config.error(str(exc), "serve", "web_config") from None
 
 
 def _series_cap(value: int | None) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from allsmi.cli.common import Settings, common_options, dashboard_options, fail, settings
+from allsmi.cli.numbertype import WholeRange
 from allsmi.cli.dashboard_run import (plain_only, print_table_instead, dashboard_options_for,
                                       run_app, run_local)
 
@@ -44,7 +45,7 @@ def _split_hosts(values: tuple[str, ...]) -> list[str]:
               help="File with one URL per line ('#' starts a comment).")
 @click.option("--prometheus", metavar="URL", default=None,
               help="Read the whole fleet from this Prometheus server (http://host:9090).")
-@click.option("--max-concurrency", type=click.IntRange(min=1, max=256), default=16, show_default=True,
+@click.option("--max-concurrency", type=WholeRange(1, 256), default=16, show_default=True,
               help="Hosts fetched at the same time (with --hosts/--hostfile).")
 @click.option("--ca-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="PEM file of the CA(s) that signed the https:// hosts' or Prometheus' TLS "

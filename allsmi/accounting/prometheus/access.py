@@ -72,8 +72,11 @@ def access_settings(config: Config, user: str | None = None, password_file: str 
                     ca_file: str | None = None) -> tuple[Credentials | None, str | None]:
     """Credentials and CA file from the flags, else from ``[export]`` (paths relative to the file).
 
-    ConfigError for a bad ``[export]`` value; ValueError for a bad combination or
-    an unreadable file (the message names the file, never its content).
+    ConfigError for a bad ``[export]`` value, naming the file, the line and the key (an
+    unreadable file it names, a combination it makes); ValueError for a bad combination or an
+    unreadable file the flags gave (the message names the file, never its content). So
+    ``allsmi doctor`` judges the file's keys as ``allsmi export`` does
+    (:mod:`allsmi.cli.configcheck`).
     """
     table = config.section("export")
     values: dict[str, str | None] = {}
@@ -93,18 +96,21 @@ def access_settings(config: Config, user: str | None = None, password_file: str 
         values[key] = value
     user, pw_file = values["prometheus_user"], values["prometheus_password_file"]
     tok_file = values["prometheus_bearer_token_file"]
-    if pw_file and not user:
-        raise ValueError("a Prometheus password file needs a user (--prometheus-user)")
-    if user and not pw_file:
-        raise ValueError("--prometheus-user needs --prometheus-password-file (or put the "
-                         "password in the URL)")
-    if user and tok_file:
-        raise ValueError("give either basic auth (--prometheus-user) or a bearer token "
-                         "(--prometheus-bearer-token-file), not both")
 
-    def located(key: str, exc: ValueError) -> ValueError:
+    def located(key: str, exc: ValueError) -> Exception:
         """``exc`` naming the config file, line and key where the file gave the value."""
-        return ValueError(str(config.error(str(exc), "export", key))) if key in from_file else exc
+        return config.error(str(exc), "export", key) if key in from_file else exc
+
+    if pw_file and not user:
+        raise located("prometheus_password_file", ValueError(
+            "a Prometheus password file needs a user (--prometheus-user)"))
+    if user and not pw_file:
+        raise located("prometheus_user", ValueError(
+            "--prometheus-user needs --prometheus-password-file (or put the password in the URL)"))
+    if user and tok_file:
+        raise located("prometheus_bearer_token_file", ValueError(
+            "give either basic auth (--prometheus-user) or a bearer token "
+            "(--prometheus-bearer-token-file), not both"))
 
     credentials = None
     try:

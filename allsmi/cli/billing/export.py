@@ -18,6 +18,7 @@ from allsmi.accounting.settings import FORMATS
 from allsmi.cli.common import finite, stdout_is_terminal
 from allsmi.cli.billing.reportcmd import Failed, build, guarded, prepare, source_options, write_output
 from allsmi.cli.billing.sparing import SparingRun, spare_the_ledger
+from allsmi.cli.numbertype import DecimalRange
 
 EXIT_INCOMPLETE = 3
 
@@ -29,7 +30,7 @@ EXIT_INCOMPLETE = 3
                    "Parquet) or focus-parquet (FOCUS as Parquet); Parquet needs allsmi[parquet].")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write to FILE atomically (owner-only) instead of stdout.")
-@click.option("--coverage-threshold", type=click.FloatRange(0.0, 1.0), default=None,
+@click.option("--coverage-threshold", type=DecimalRange(0.0, 1.0), default=None,
               callback=finite,
               help="Exit 3 when observed/expected device time is below this (default 0.95).")
 @click.option("--textfile", type=click.Path(dir_okay=False), default=None,

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from allsmi.cli.common import finite, stdout_is_terminal
+from allsmi.cli.numbertype import DecimalRange
 from allsmi.cli.billing.sparing import spare_the_ledger
 from allsmi.cli.billing.reportcmd import (
     Failed, Run, build, guarded, prepare, source, source_options, usage_reports, write_output)
@@ -37,7 +38,7 @@ def _default_keys(prometheus: bool) -> tuple[str, ...]:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the HTML to FILE atomically (owner-only) instead of stdout "
                    "(- for stdout).")
-@click.option("--coverage-threshold", type=click.FloatRange(0.0, 1.0), default=None,
+@click.option("--coverage-threshold", type=DecimalRange(0.0, 1.0), default=None,
               callback=finite,
               help="Warn in the report and exit 3 when observed/expected device time is below "
                    "this (default 0.95, as the export).")

@@ -11,6 +11,7 @@ import click
 from allsmi.accounting.periods import PERIODS_HELP
 from allsmi.accounting.settings import EXPORT_TIMEOUT_RANGE
 from allsmi.cli.common import finite
+from allsmi.cli.numbertype import DecimalRange
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -53,8 +54,7 @@ SOURCE_OPTIONS = [
                        "Prometheus knows users from exporters run with --processes)."),
     click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Config file (prices, groups, [ledger], [export] and [export.focus] tables)."),
-    click.option("--timeout", "timeout", type=click.FloatRange(min=EXPORT_TIMEOUT_RANGE[0],
-                                                               max=EXPORT_TIMEOUT_RANGE[1]),
+    click.option("--timeout", "timeout", type=DecimalRange(*EXPORT_TIMEOUT_RANGE),
                   default=None, callback=finite,
                   help=f"Seconds each whole Prometheus query may take, connecting and reading "
                        f"included ({EXPORT_TIMEOUT_RANGE[0]:g} to {EXPORT_TIMEOUT_RANGE[1]:g}, "
