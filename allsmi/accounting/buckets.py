@@ -143,7 +143,7 @@ class Bucket(_Acc):
     """One device's accumulating interval."""
 
     __slots__ = ("start", "dim", "first", "last", "busy_observed", "mem_sum", "mem_samples",
-                 "mem_peak", "holders", "_taken", "attributed")
+                 "mem_peak", "holders", "_taken", "attributed", "closing")
 
     def __init__(self, start: int, dim: Dim, when: float) -> None:
         super().__init__()
@@ -160,6 +160,9 @@ class Bucket(_Acc):
         self.holders: dict[Holder, _Acc] = {}
         #: The whole record as of the last :meth:`take` (what the ledger already has of it).
         self._taken: IntervalRecord | None = None
+        #: Whether the device's sample at :attr:`first` closed an increment (time observed up
+        #: to it, booked in the interval before): set by the recorder.
+        self.closing = False
 
     def take(self, interval_seconds: int) -> IntervalRecord | None:
         """What the ledger does not have yet: the whole bucket the first time, then what was
@@ -167,6 +170,12 @@ class Bucket(_Acc):
         take's end. The sums of the parts are exactly the whole's, milliseconds included, so an
         open interval written every few seconds (a checkpoint) ends up as if written once."""
         whole = self.record(interval_seconds)
+        if self.closing and self._taken is None and whole.last_ms == whole.first_ms \
+                and not whole.observed_ms and not whole.energy_mj:
+            # Its one sample, on the interval's start, only closed the time before (a device
+            # that stopped there): it spent no time in this interval, and a row of 0 hours
+            # would count it in a window from here, its coverage 0.
+            return None
         before, self._taken = self._taken, whole
         if before is None:  # (even an empty one: a device seen, if only lost, is counted)
             return whole

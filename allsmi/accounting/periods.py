@@ -162,8 +162,34 @@ def parse_time(text: str, tz: dt.tzinfo = UTC) -> dt.datetime:
         raise PeriodError(f"invalid time {text!r} (expected ISO 8601, e.g. 2026-03-01 or "
                           "2026-03-01T12:00:00Z)") from None
     if value.tzinfo is None:
+        if len(raw) > 10:  # a time of day (a date alone: its first instant, as --period's)
+            _one_instant(text, value, tz)
         value = value.replace(tzinfo=tz)
     return _in_range(f"time {text!r}", value.astimezone, tz)
+
+
+def _one_instant(text: str, wall: dt.datetime, tz: dt.tzinfo) -> None:
+    """Refuse a local time of day that is no instant in ``tz`` (skipped when the clocks go
+    forward) or two (passed twice when they go back), naming the offsets to choose from: never
+    a window an hour shorter or longer than asked, or an empty one, chosen silently."""
+    first, second = wall.replace(tzinfo=tz, fold=0), wall.replace(tzinfo=tz, fold=1)
+    offsets = [first.utcoffset(), second.utcoffset()]
+    if offsets[0] == offsets[1]:
+        return
+    named = " or ".join(dict.fromkeys(f"{wall.isoformat()}{_offset(o)}" for o in offsets))
+    back = _in_range(f"time {text!r}", first.astimezone, UTC).astimezone(tz)
+    if back.replace(tzinfo=None) != wall:
+        raise PeriodError(f"time {text!r} does not exist in {tz} (the clocks skip it, going "
+                          f"forward that day): give it with an offset, such as {named}")
+    raise PeriodError(f"time {text!r} happens twice in {tz} (the clocks go back that day): give "
+                      f"it with its offset, {named}")
+
+
+def _offset(delta: dt.timedelta | None) -> str:
+    """``+02:00`` for a UTC offset."""
+    minutes = int((delta or dt.timedelta()).total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
 def window_from(period: str | None, since: str | None, until: str | None,

@@ -269,6 +269,7 @@ class LedgerRecorder(RecorderWrites):
             owners = state.held if state.held_cycle >= held_since else NOBODY
             waiting = state.waiting if owners is not NOBODY else None
             share = shares.get(dev_id, 1.0) if shares else 1.0
+            state.bucket.closing = True  # type: ignore[union-attr]  # (its sample now ends one)
             if inc.start >= current:
                 state.bucket.put(inc, owners, share, waiting,  # type: ignore[union-attr]
                                  state.activity_method)

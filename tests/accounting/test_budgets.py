@@ -116,6 +116,48 @@ def test_a_window_from_the_month_before_budgets_its_month_to_date(tmp_path: Path
     assert "group training is forecast to cost 1488.00 EUR this month" in out.stderr, out.stderr
 
 
+def test_a_month_to_date_with_little_data_is_said_and_its_overrun_is_at_least(
+        tmp_path: Path) -> None:
+    """A ledger begun on the 10th, one day recorded: the month to date (the 1st to the 11th)
+    holds data for a tenth of its device time, so the budget used and the forecast count only
+    what was recorded. The export says so (stderr and the JSON's warnings, exit status
+    unchanged: the window itself is whole) and says the overrun as a lower bound."""
+    from allsmi.accounting.recorder import LedgerRecorder
+    from allsmi.config import parse_config
+
+    from .helpers import T0, device, snap
+    db = tmp_path / "ledger.db"
+    rec = LedgerRecorder(db, parse_config(CONFIG.format(budget=100)
+                                          + "\n[ledger]\nmax_gap_seconds = 120\n"))
+    start = T0 + 8 * 86400  # 2026-03-10T00:00:00Z
+    for k in range(1440 + 1):
+        rec.on_snapshot(replace(snap(start + 60 * k, device("GPU-a", util=50.0, users=["alice"],
+                                                            group="training", power=300.0)),
+                                monotonic=1000.0 + 60 * k))
+    rec.close()
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget=100))
+    out = run("--ledger", str(db), "--period", "2026-03-10", "--group-by", "resource_group",
+              "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    row = next(r for r in document["rows"] if r["resource_group"] == "training")
+    assert row["coverage_ratio"] == pytest.approx(1.0)
+    assert row["forecast_month_end_cost"] == pytest.approx(48.0 / 10 * 31, rel=1e-3)
+    short = ("the month to date (2026-03-01T00:00:00Z to 2026-03-11T00:00:00Z), which "
+             "budget_used_ratio and forecast_month_end_cost are read from, has data for 10.00% "
+             "of its device time, below the threshold 95.00% (lowest: group training 10.0%): "
+             "they count only the usage recorded, so they may be low")
+    over = "group training is forecast to cost at least 148.80 EUR this month, above its " \
+        "budget of 100 EUR"
+    assert [w[:len(short)] for w in document["warnings"]] == [short, over[:len(short)]], \
+        document["warnings"]
+    assert over in document["warnings"] and short in out.stderr and over in out.stderr
+    # a threshold it meets says nothing of it
+    out = run("--ledger", str(db), "--period", "2026-03-10", "--coverage-threshold", "0.1",
+              "--format", "json", cwd=tmp_path)
+    assert json.loads(out.stdout)["warnings"] == [over.replace("at least ", "")], out.stderr
+
+
 def test_a_budget_of_0_is_a_budget_and_any_cost_is_above_it(tmp_path: Path) -> None:
     """``budget_per_month = 0`` (documented: 0 to 1e+15): a group that must not spend. Its
     forecast is the month to date's like any budgeted group's, and its cost so far is said to

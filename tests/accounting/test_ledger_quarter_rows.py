@@ -32,16 +32,20 @@ def _snapshots() -> list:
     return out
 
 
+#: Beyond every row: nothing pending, every quarter is rolled up.
+_ALL = 2**62
+
+
 def _aggregated(path: Path, table: str) -> list[tuple]:
     """The quarters of ``table``'s rows as the roll-up's aggregating statements make them."""
     if table == "quarters":
         return rows(path, f"SELECT start - start % 900 AS q, dim, {sums(DEVICE_SUMS)} "
-                          "FROM intervals WHERE start < (SELECT MIN(start) FROM pending "
-                          "WHERE tier = 900) GROUP BY q, dim ORDER BY q, dim")
+                          "FROM intervals WHERE start < coalesce((SELECT MIN(start) FROM pending "
+                          f"WHERE tier = 900), {_ALL}) GROUP BY q, dim ORDER BY q, dim")
     return rows(path, f"SELECT h.start - h.start % 900 AS q, i.dim, h.hid, "
                       f"{sums(HOLDER_SUMS, 'h.')} FROM holder_intervals h JOIN intervals i "
-                      "ON i.start = h.start AND i.dev = h.dev WHERE h.start < (SELECT MIN(start) "
-                      "FROM pending WHERE tier = 900) GROUP BY q, i.dim, h.hid "
+                      "ON i.start = h.start AND i.dev = h.dev WHERE h.start < coalesce((SELECT "
+                      f"MIN(start) FROM pending WHERE tier = 900), {_ALL}) GROUP BY q, i.dim, h.hid "
                       "ORDER BY q, i.dim, h.hid")
 
 

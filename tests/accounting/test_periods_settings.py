@@ -57,6 +57,25 @@ def test_since_until_and_errors() -> None:
         zone("Mars/Olympus_Mons")
 
 
+def test_a_local_time_that_is_no_instant_or_two_is_refused_naming_the_offsets() -> None:
+    """Europe/Berlin skips 02:00-03:00 on 2026-03-29 and passes it twice on 2026-10-25: a
+    --since or --until at such a wall time is refused naming the offsets to give, never an
+    empty window (02:30 taken as 01:30Z, 03:30 too) or one an hour longer than asked, chosen
+    silently; with an offset, or as a date alone (its first instant), it is billed."""
+    berlin = zone("Europe/Berlin")
+    with pytest.raises(PeriodError, match=r"'2026-03-29T02:30:00' does not exist in "
+                       r"Europe/Berlin .*2026-03-29T02:30:00\+01:00 or 2026-03-29T02:30:00\+02:00"):
+        window_from(None, "2026-03-29T02:30:00", "2026-03-29T03:30:00", berlin)
+    with pytest.raises(PeriodError, match=r"'2026-10-25T02:30' happens twice in Europe/Berlin "
+                       r".*2026-10-25T02:30:00\+02:00 or 2026-10-25T02:30:00\+01:00"):
+        window_from(None, "2026-10-25T01:30", "2026-10-25T02:30", berlin)
+    w = window_from(None, "2026-10-25T02:30+01:00", "2026-10-25T03:30", berlin)
+    assert iso(w.start) == "2026-10-25T02:30:00+01:00" and w.seconds == 3600
+    santiago = zone("America/Santiago")  # springs forward at midnight: the day starts at 01:00
+    w = window_from(None, "2026-09-06", "2026-09-07", santiago)
+    assert iso(w.start) == "2026-09-06T01:00:00-03:00" and w.seconds == 23 * 3600
+
+
 def test_windows_are_whole_seconds() -> None:
     """The fraction of a second is dropped from both edges, so the window is the one billed
     (and shown) by every source: ``start_unix`` and ``start`` agree."""

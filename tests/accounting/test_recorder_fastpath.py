@@ -196,6 +196,7 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
     previous: dict[str, Split] = {}
     previous_waiting: dict[str, dict[Holder, str] | None] = {}
     sources: dict[str, str | None] = {}
+    closing: set[tuple[str, int]] = set()  # (device, interval) whose first sample ended time
     for snapshot in snapshots:
         now = snapshot.unix_time
         current = int(now // interval * interval)
@@ -232,6 +233,7 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
             waiting = waitings.get(inc.device_id) if inc.device_id in holders else \
                 previous_waiting.get(inc.device_id) if inc.device_id in previous else None
             share = shares.get(inc.device_id, 1.0)
+            closing.add((inc.device_id, current))
             part: Increment | None = inc
             while part is not None:
                 start = int(part.start // interval * interval)
@@ -245,7 +247,10 @@ def plain_records(snapshots: list[Snapshot], interval: int, gap: float,
                         start=start, dim=dims[inc.device_id], first=head.start, last=head.start)
                 bucket.put(head, owners, share, waiting, sources.get(inc.device_id))
         previous, previous_waiting = holders, waitings
-    return [b.record(interval) for b in buckets.values()]
+    # an interval whose one sample, on its start, only ended the time before holds nothing
+    records = {key: b.record(interval) for key, b in buckets.items()}
+    return [r for key, r in records.items() if not (
+        key in closing and r.first_ms == r.last_ms and not r.observed_ms and not r.energy_mj)]
 
 
 def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:

@@ -524,11 +524,14 @@ def test_a_budgeted_group_without_a_device_in_the_window_is_held_to_its_budget(
     args = ("--ledger", "l.db", "--since", day2.date().isoformat(), "--until",
             (day2 + dt.timedelta(days=1)).date().isoformat())
     spent = 287 * 300 / 3600 * 10.0  # its last sample at 23:55
-    said = f"group training cost {spent:.2f} EUR this month to date, above its monthly budget " \
-        "of 100 EUR"
+    # (its device seen half the month to date: for all the ledger knows, the rest unrecorded)
+    said = f"group training cost at least {spent:.2f} EUR this month to date, above its " \
+        "monthly budget of 100 EUR"
     code, page, err = _report(tmp_path, config, *args)
     assert code == 0, err
     assert said in err, err
+    assert "has data for 74.91% of its device time, below the threshold 95.00% (lowest: group " \
+        "training 49.8%)" in err, err
     rows = _budget_rows(page)
     assert rows["training"] == ("no device", f"{spent:.2f}", "100.00", f"{spent:.1f} %",
                                 f"{spent * days / 2:,.2f}"), rows
@@ -549,3 +552,25 @@ def test_a_budgeted_group_without_a_device_in_the_window_is_held_to_its_budget(
                  cwd=tmp_path)
     assert [r["resource_group"] for r in csv.DictReader(out.stdout.splitlines())] == \
         ["inference"] and said in out.stderr, out.stderr
+
+
+def test_a_window_without_device_data_still_shows_the_month_to_dates_budgets(
+        tmp_path: Path) -> None:
+    """The month's third day, when no device reported (the ledger holds days 1 and 2): the page
+    says there is no device data in the window (exit 3, as the export), yet its budget table
+    holds each budgeted group's month to date, training's over its budget, as with data in
+    the window; never a page whose only sign of the overrun is a line among the warnings."""
+    import datetime as dt
+    start, days, config = _two_budgeted_days(tmp_path)
+    day3 = start + dt.timedelta(days=2)
+    code, page, err = _report(tmp_path, config, "--ledger", "l.db", "--since",
+                              day3.date().isoformat(), "--until",
+                              (day3 + dt.timedelta(days=1)).date().isoformat())
+    assert code == 3 and "no device data for" in err, err
+    rows = _budget_rows(page)
+    assert rows["training"] == ("no device", "480.00", "1,000.00", "48.0 %",
+                                f"{480 * days / 3:,.2f}"), rows
+    assert rows["inference"][:2] == ("no device", "48.00"), rows
+    assert "No device data in this window: there is nothing to chart, only the month to date " \
+        "of the groups with a budget (below)." in _notes(page)
+    assert 'id="table-holders"' not in page and 'id="table-hours"' not in page

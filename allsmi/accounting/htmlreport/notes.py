@@ -20,7 +20,9 @@ def page_notes(c: Any, month: bool) -> None:
                           + "; ".join(v.groups.warnings)
                           + ". The coverage is lowered to 0: the bill may be short.")
     if coverage is None:
-        c.missing.append("No device data in this window: there is nothing to chart.")
+        c.missing.append("No device data in this window: there is nothing to chart"
+                         + (", only the month to date of the groups with a budget (below)."
+                            if c.budget_groups else "."))
     elif coverage < v.threshold:
         c.warnings.append(f"The data covers {coverage:.2%} of the device time in this window, "
                           f"below the threshold of {v.threshold:.2%}: the figures may be short.")

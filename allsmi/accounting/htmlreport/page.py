@@ -281,10 +281,17 @@ def render_html(views: Views) -> str:
         tz=str(report.window.start.tzinfo), source=label(report.source),
         source_data=label(report.source_data) if report.source_data else "",
         coverage=number(coverage(report), "ratio"), threshold=f"{views.threshold:.2%}",
-        warnings=c.warnings, missing=c.missing,
-        sections=[] if report.coverage_ratio is None else sections(c),
-        safe_svg=_markup)
+        warnings=c.warnings, missing=c.missing, sections=_shown(c), safe_svg=_markup)
     return page
+
+
+def _shown(c: Content) -> list[Section]:
+    """The sections of the page: none without device data in the window, except the budgets'
+    where some group's month to date has rows (it spent earlier in the month: whether it is
+    over its budget is said in the table, as with data in the window)."""
+    if c.views.groups.coverage_ratio is not None:
+        return sections(c)
+    return [s for s in sections(c) if s.id == "budget"] if c.budget_groups else []
 
 
 def period_name(window: Any) -> str:

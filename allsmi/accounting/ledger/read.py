@@ -4,8 +4,10 @@ An export reads whole UTC days from the daily roll-ups, the rest of the window
 from quarter hours, and raw intervals only for edges that are not on a quarter
 hour and for units not rolled up yet (still ``pending``). A window edge inside a raw interval
 (``--since 10:00:30`` on a ledger of minutes) counts that interval at the share of it inside
-the window, its figures taken as even within it (:meth:`LedgerReader._raw_pieces`): never the
-whole interval, nor none of it.
+the window, its figures taken as even over the span the device was seen in it (its first to
+its last sample: :meth:`LedgerReader._seen_share`): never the whole interval, nor none of it,
+and none of it for a device not seen on the window's side of the edge (one that stopped at
+10:00:20 is not billed, nor counted, from 10:00:30).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
 
+#: The columns of one row of an interval an edge cuts (read row by row, each at its share).
+_DEVICE_VALUES = ", ".join(c for c, _ in DEVICE_SUMS)
+_HOLDER_VALUES = ", ".join(f"h.{c}" for c, _ in HOLDER_SUMS)
 #: The holder rows of a device shared at once (not held ``exclusive``, nor as a partition).
 _SHARED_ONLY = "allocation_method IN ('equal', 'declared', 'mixed')"
 
@@ -73,31 +78,44 @@ class LedgerReader:
         out += self.plan(hi, end, level + 1)
         return out
 
-    def _raw_pieces(self, lo: int, hi: int) -> list[tuple[int, int, float]]:
-        """``[lo, hi)`` of the raw intervals as (first start, end of starts, weight): the
-        intervals that start on the ledger's grid inside it whole, and an interval one of its
-        edges cuts at the share of it inside ``[lo, hi)``."""
+    def _raw_pieces(self, lo: int, hi: int) -> list[tuple[int, int, tuple[int, int] | None]]:
+        """``[lo, hi)`` of the raw intervals as (first start, end of starts, cut): the intervals
+        that start on the ledger's grid inside it whole (cut ``None``), and an interval one of
+        its edges cuts with the part of its time inside ``[lo, hi)`` (unix seconds), which
+        :meth:`_seen_share` weighs each of its rows by."""
         size = self.interval_seconds
         first, last = -(-lo // size) * size, hi // size * size
-        out: list[tuple[int, int, float]] = []
+        out: list[tuple[int, int, tuple[int, int] | None]] = []
         if lo % size:
             row = lo - lo % size
-            out.append((row, row + 1, (min(hi, row + size) - lo) / size))
+            out.append((row, row + 1, (lo, min(hi, row + size))))
         if first < last:
-            out.append((first, last, 1.0))
+            out.append((first, last, None))
         if hi % size and last >= first:
-            out.append((last, last + 1, (hi - last) / size))
+            out.append((last, last + 1, (last, hi)))
         return out
 
-    def _pieces(self, start: int, end: int) -> list[tuple[str, int, int, int | None, float]]:
+    @staticmethod
+    def _seen_share(start: int, first_ms: int, last_ms: int, cut: tuple[int, int]) -> float:
+        """The share of a raw row's figures inside ``cut`` (unix seconds, ``[a, b)``), taken as
+        even over the span its device was seen in the interval (its first to its last sample):
+        0 for a device seen only outside the cut (it stopped before the window's start, or
+        started at or after its end), never a part of time it was not seen."""
+        a, b = (cut[0] - start) * 1000, (cut[1] - start) * 1000
+        if last_ms <= first_ms:  # seen at one instant (a device lost at a single sample)
+            return 1.0 if a <= first_ms < b else 0.0
+        return max(0, min(b, last_ms) - max(a, first_ms)) / (last_ms - first_ms)
+
+    def _pieces(self, start: int, end: int
+                ) -> list[tuple[str, int, int, int | None, tuple[int, int] | None]]:
         """:meth:`plan` with each raw part cut at the interval grid: (table, lo, hi, tier to
-        exclude, weight)."""
-        out: list[tuple[str, int, int, int | None, float]] = []
+        exclude, the cut of an interval an edge cuts: ``None`` for whole rows)."""
+        out: list[tuple[str, int, int, int | None, tuple[int, int] | None]] = []
         for table, lo, hi, tier in self.plan(start, end):
             if table == RAW:
-                out.extend((RAW, a, b, None, w) for a, b, w in self._raw_pieces(lo, hi))
+                out.extend((RAW, a, b, None, cut) for a, b, cut in self._raw_pieces(lo, hi))
             else:
-                out.append((table, lo, hi, tier, 1.0))
+                out.append((table, lo, hi, tier, None))
         return out
 
     @staticmethod
@@ -120,12 +138,20 @@ class LedgerReader:
         with self._lock:
             try:
                 out: dict[int, Totals] = {}
-                for table, lo, hi, tier, weight in self._pieces(start, end):
+                for table, lo, hi, tier, cut in self._pieces(start, end):
+                    if cut is not None:  # one interval an edge cuts: each row at its share
+                        for row in self._db.execute(
+                                f"SELECT dim, start, first_ms, last_ms, {_DEVICE_VALUES} "
+                                "FROM intervals WHERE start = ?", (lo,)):
+                            weight = self._seen_share(row[1], row[2], row[3], cut)
+                            if weight > 0:
+                                out.setdefault(row[0], Totals()).add(row[4:], DEVICE_SUMS, weight)
+                        continue
                     where, args = self._where(lo, hi, tier)
                     for row in self._db.execute(
                             f"SELECT dim, {sums(DEVICE_SUMS)} FROM {table} WHERE {where} "
                             "GROUP BY dim", args):
-                        out.setdefault(row[0], Totals()).add(row[1:], DEVICE_SUMS, weight)
+                        out.setdefault(row[0], Totals()).add(row[1:], DEVICE_SUMS)
                 return out
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None
@@ -137,7 +163,17 @@ class LedgerReader:
                 holders = {r[0]: Holder(*(v or None for v in r[1:])) for r in self._db.execute(
                     "SELECT hid, user, namespace, pod, job FROM holders")}
                 out: dict[tuple[int, Holder], Totals] = {}
-                for table, lo, hi, tier, weight in self._pieces(start, end):
+                for table, lo, hi, tier, cut in self._pieces(start, end):
+                    if cut is not None:  # one interval an edge cuts: each row at its share
+                        for row in self._db.execute(
+                                "SELECT i.dim, h.hid, i.start, i.first_ms, i.last_ms, "
+                                f"{_HOLDER_VALUES} FROM holder_intervals h JOIN intervals i "
+                                "ON i.start = h.start AND i.dev = h.dev WHERE h.start = ?", (lo,)):
+                            weight = self._seen_share(row[2], row[3], row[4], cut)
+                            if weight > 0:
+                                out.setdefault((row[0], holders[row[1]]), Totals()).add(
+                                    row[5:], HOLDER_SUMS, weight)
+                        continue
                     if table == RAW:
                         sql = (f"SELECT i.dim, h.hid, {sums(HOLDER_SUMS, 'h.')} "
                                "FROM holder_intervals h JOIN intervals i "
@@ -150,7 +186,7 @@ class LedgerReader:
                                f"WHERE {where} GROUP BY dim, hid")
                     for row in self._db.execute(sql, args):
                         out.setdefault((row[0], holders[row[1]]), Totals()).add(
-                            row[2:], HOLDER_SUMS, weight)
+                            row[2:], HOLDER_SUMS)
                 return out
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from None

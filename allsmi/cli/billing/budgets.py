@@ -18,7 +18,9 @@ the window, yet may be over its budget (:func:`group_totals` are the month to da
 group of it).
 
 The month to date's warnings are the report's (said once), and so are its partial answers
-(:func:`with_partial`): the coverage lowered to 0, exit status 3, as for the window's own.
+(:func:`with_partial`): the coverage lowered to 0, exit status 3, as for the window's own. A
+month to date with data for less of its device time than the coverage threshold is said
+(:func:`short_month`): its figures count only what was recorded.
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ def month_start(window: Any) -> dt.datetime:
     return last.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
+def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any],
+                  threshold: float | None = None) -> Any:
     """``report`` with each budgeted row's ``budget_used_ratio`` and ``forecast_month_end_cost``
-    taken from the month to date (module docstring); ``build(plan)`` makes a report."""
+    taken from the month to date (module docstring); ``build(plan)`` makes a report. A month to
+    date whose budgeted groups' data cover less than ``threshold`` of it is said
+    (:func:`short_month`)."""
     if not budgeted(plan.config) and not any(row.budget is not None for row in report.rows):
         return report  # (a budget of 0 is one)
     first = month_start(report.window)
@@ -65,11 +70,43 @@ def month_to_date(plan: Any, report: Any, build: Callable[[Any], Any]) -> Any:
     # The month to date's warnings (said on stderr as it was read) are the budget columns';
     # its partial answers, the document's, as the window's own (coverage 0, exit 3).
     from allsmi.accounting.periods import iso
-    notes = tuple(dict.fromkeys(tuple(report.notes) + tuple(to_date.notes)))
-    report = with_partial(report, to_date.warnings, f"the month to date ({iso(first)} to "
-                          f"{iso(report.window.end)}) for the budgets")
+    span = f"the month to date ({iso(first)} to {iso(report.window.end)})"
+    short, totals = short_month(to_date, threshold, span), group_totals(to_date.rows)
+    if short:
+        from allsmi.cli.billing.reportcmd import say
+        say([short[1]], said=plan.said)
+        totals = tuple(t._replace(partial=True) if t.group in short[0] else t for t in totals)
+    notes = tuple(dict.fromkeys(tuple(report.notes) + tuple(to_date.notes)
+                                + ((short[1],) if short else ())))
+    report = with_partial(report, to_date.warnings, f"{span} for the budgets")
     return replace(report, rows=tuple(rows) if isinstance(report.rows, tuple) else rows,
-                   budget_totals=group_totals(to_date.rows), notes=notes)
+                   budget_totals=totals, notes=notes)
+
+
+def short_month(to_date: Any, threshold: float | None,
+                span: str) -> tuple[set[str], str] | None:
+    """Where the month to date (``to_date``) has data for less than ``threshold`` of its device
+    time (a ledger begun during the month, a recorder stopped for days: what makes an export of
+    that span exit 3), the budgeted groups whose rows are below it, and a warning naming them:
+    their ``budget_used_ratio`` and ``forecast_month_end_cost`` count only what was recorded, so
+    they may be low (an overrun is said as "at least"). ``None`` when it is covered, or its gap
+    is in groups without a budget."""
+    if threshold is None or to_date.coverage_ratio is None or to_date.coverage_ratio >= threshold:
+        return None
+    low: dict[str, float] = {}
+    for row in to_date.rows:
+        ratio = row.coverage_ratio
+        if row.budget is not None and ratio is not None and ratio < threshold:
+            low[row.resource_group] = min(ratio, low.get(row.resource_group, ratio))
+    if not low:
+        return None
+    named = ", ".join(f"{group} {ratio:.1%}" for group, ratio in sorted(low.items()))
+    return set(low), (
+        f"{span}, which budget_used_ratio and forecast_month_end_cost are read from, has data "
+        f"for {to_date.coverage_ratio:.2%} of its device time, below the threshold "
+        f"{threshold:.2%} (lowest: group {named}): they "
+        "count only the usage recorded, so they may be low (a ledger begun during the month, a "
+        "recorder stopped for a while)")
 
 
 def with_partial(report: Any, found: Any, reading: str) -> Any:

@@ -84,7 +84,7 @@ def _export(run: SparingRun, output_format: str | None, output: str | None,
     with Replays() as replays:  # a simulation's month to date extends the window's replay
         report = build(plan, replays)
         # budgets: the month to date, whatever the window
-        report = month_to_date(plan, report, lambda p: build(p, replays))
+        report = month_to_date(plan, report, lambda p: build(p, replays), threshold)
     overrun = budget_notes(report)
     report = replace(report, notes=tuple(dict.fromkeys(report.notes + overrun)))
     run.coverage = report.coverage_ratio

@@ -118,7 +118,7 @@ def _views(plan: Any, threshold: float) -> Any:
         # budget (a simulation's costs a replay), kept for every group's month-to-date columns
         read: list[Any] = []
         groups = month_to_date(replace(plan, keys=GROUP_KEYS), groups,
-                               lambda p: read.append(build(p, replays)) or read[-1])
+                               lambda p: read.append(build(p, replays)) or read[-1], threshold)
     # the page warns of what stderr said: the month to date's warnings too
     return Views(groups, holders, pools, tuple(trend), threshold, unit,
                  tuple(dict.fromkeys(tuple(notes) + tuple(groups.notes))),
