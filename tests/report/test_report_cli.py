@@ -80,7 +80,7 @@ def test_reruns_give_the_same_bytes(tmp_path: Path) -> None:
     (["--ledger", "x.db", "--simulate", "mixed"], "give one of"),
     (["--no-rollups", "--period", "yesterday"], "--no-rollups needs --prometheus"),
     (["--simulate", "mixed", "--period", "yesterday", "--coverage-threshold", "nan"],
-     "must be a finite number"),
+     "'--coverage-threshold': expected a number from 0 to 1"),
 ])
 def test_bad_options_exit_2_as_the_export(tmp_path: Path, args: list[str], needle: str) -> None:
     code, page, err = _report(tmp_path, BUDGETS, *args)
