@@ -64,11 +64,11 @@ def _in_group(dev: DeviceSample, fresh: bool, placed: tuple[Any, dict[str, str]]
     return _IN_GROUP(dev, fresh, {"resource_group": placed[0], "labels": dict(placed[1])})
 
 
-def _attributed(dev: DeviceSample, result: "Attribution", placed: tuple[Any, dict[str, str]],
-                fresh: bool = False) -> DeviceSample:
+def attributed_device(dev: DeviceSample, result: "Attribution",
+                      placed: tuple[Any, dict[str, str]], fresh: bool = False) -> DeviceSample:
     """``dev`` in its resource group, ``placed`` (see :func:`_in_group`), and with what the
     attribution sources say about it and its processes: one copy for the cycle's changes, or
-    none when the device is ``fresh`` (see :class:`_Completing`)."""
+    none when the device is ``fresh`` (see :class:`_Completing`; a replay's: simulate.collect)."""
     workloads = result.device_workloads(dev.id)
     processes = dev.processes
     if workloads is None and not result.processes:
@@ -119,7 +119,7 @@ _SET_WAITING = DeviceSample.waiting.__set__  # type: ignore[attr-defined]
 def _set_waiting(devices: Sequence[DeviceSample],
                  reasons: Sequence["tuple[HolderWaiting, ...] | None"] | None) -> None:
     """Each device's ``waiting`` set to its ``reasons`` (``None``: the step is off). Only for
-    the cycle's own copies of the devices (:func:`_attributed`'s), which nobody else has
+    the cycle's own copies of the devices (:func:`attributed_device`'s), which nobody else has
     seen yet: filled in before the snapshot publishes them, as their constructor would."""
     if reasons is not None:
         for dev, waiting in zip(devices, reasons):
@@ -315,7 +315,7 @@ class Collector:
                 _UNSAID
         try:
             result = self.attributor.resolve(devices, now=wall)
-            return (tuple(_attributed(dev, result, placed[group], new)
+            return (tuple(attributed_device(dev, result, placed[group], new)
                           for dev, group, new in zip(devices, groups, fresh)),
                     tuple(result.statuses), frozenset(result.unknown), result)
         except Exception as exc:  # resolve() never raises; a bug in it must not cost the cycle

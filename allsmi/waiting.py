@@ -328,15 +328,19 @@ class WaitingClassifier:
                 problems=(f"host readers failed: {type(exc).__name__}: {exc}",)))
         problems = list(host.node.problems)
         for activity in host.processes.values():
-            problems.extend(p for p in activity.problems if p not in problems)
+            if activity.problems:  # (nearly always none: no generator made for them)
+                problems.extend(p for p in activity.problems if p not in problems)
         self.problems = tuple(problems)
         for problem in problems:
             key = re.sub(r"\d+", "N", problem)  # one line per kind, not per process
             if key not in self._logged and len(self._logged) < 64:
                 self._logged.add(key)
                 log.warning("host activity: %s", problem)
-        return [None if dev.id in holders_unknown else self._classified(dev, host)
-                for dev in devices]
+        # (a device that neither a process nor a workload holds has no holder: ``None``, what
+        # classify gives it, without asking; most devices of a node, most of the time)
+        classified = self._classified
+        return [None if dev.id in holders_unknown or not (dev.processes or dev.workloads)
+                else classified(dev, host) for dev in devices]
 
     def _classified(self, dev: DeviceSample, host: HostActivity) -> tuple[HolderWaiting, ...] | None:
         """:func:`classify`; a bug of its own costs the device's holders their reason

@@ -13,6 +13,7 @@ device is regularly allocated but idle. Jobs get new ids every
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -91,6 +92,11 @@ def _holder(dev: DeviceSample, slot: int | None = None) -> object:
     return (_Pod("default", f"{dev.backend}-worker", "main"), _Job(5, "user"), None)[dev.index % 3]
 
 
+#: What an answer depends on of each device (each asked for every device every cycle: the
+#: getter's tuples made without a Python frame each).
+_ASKED = operator.attrgetter("id", "backend", "index", "parent")
+
+
 class SimulatedSource(AttributionSource):
     """Pods and jobs on simulated devices; either half can be left to a real source."""
 
@@ -107,7 +113,7 @@ class SimulatedSource(AttributionSource):
     def collect(self, devices: Sequence[DeviceSample], now: float) -> SourceResult:
         block = int(now // (JOB_HOURS * 3600))
         day = int(now // 86400)
-        asked = (block, day, *((d.id, d.backend, d.index, d.parent) for d in devices))
+        asked = (block, day, *map(_ASKED, devices))
         last = self._last
         if last is not None and last[0] == asked:
             return last[1]

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from allsmi.backend_api import Backend, BackendError, ProbeResult
 from allsmi.schema import DeviceSample, ProcessSample, derive
 
-from .activity import busy_looking_utilization, device_activity, process_evidence, stalled
+from .activity import busy_looking_utilization, device_activity, job_draws, process_evidence, stalling
 from .billed import BilledSampling, core_utilization
 from .jobs import MIB, JobDraws
 from .model import LoadCycle, in_window
@@ -94,8 +94,9 @@ class SimulatedBackend(BilledSampling, Backend):
         #: (bill-only) its idle sample with its memory used (see :meth:`_sample_unit`).
         self._quiet: dict[str, dict[str, Any]] = {}
         self._idle: dict[str, tuple[int, DeviceSample]] = {}
-        #: (``reuse_samples``) each sample's template, changed fields and last sample.
-        self._kept: dict[Any, tuple[DeviceSample, tuple[str, ...], DeviceSample, Any]] = {}
+        #: (``reuse_samples``) each sample's template, fields, last sample, filler; the one before.
+        self._kept: dict[Any, tuple[Any, ...]] = {}
+        self._switched: dict[Any, tuple[Any, ...]] = {}
         #: The fields the impersonated backend never reports, ``None`` each (made at the first
         #: sample after :meth:`open`).
         self._blank: dict[str, None] | None = None
@@ -154,7 +155,7 @@ class SimulatedBackend(BilledSampling, Backend):
         self._closed.clear()
         self._units = []
         self._static, self._templates, self._idle, self._quiet = {}, {}, {}, {}
-        self._plans, self._kept, self._current = {}, {}, {}
+        self._plans, self._kept, self._switched, self._current = {}, {}, {}, {}
         self._blank = None
         self._source = getattr(self._real, "compute_active_source", None) if self._real else None
         for spec in scenario.devices:
@@ -222,14 +223,14 @@ class SimulatedBackend(BilledSampling, Backend):
                 return quiet
         spec = unit.spec
         busy = bool(procs)
-        looking = unit.parent is None and unit.index in spec.busy_looking
-        # What the impersonated backend declares its activity to measure (the vendors added
-        # since the simulation's own table), else the table's.
-        source = self._source
-        stall = stalled(spec.backend, unit.key, job, r, partition=unit.parent is not None)
+        partition = unit.parent is not None
+        looking = not partition and unit.index in spec.busy_looking
+        draws = job_draws(spec.backend, unit.key, job, partition)  # (drawn once per job)
+        stall = stalling(draws[0], r)
+        # (source: what the impersonated backend declares its activity measures, else the table's)
         fields = device_activity(spec.backend, unit.key, job, r, util, busy, looking,
-                                 partition=unit.parent is not None, source=source, stall=stall,
-                                 billed_only=self.bill_only)
+                                 partition=partition, source=self._source, stall=stall,
+                                 billed_only=self.bill_only, draws=draws)
         if looking:
             stall = None
         for i, proc in enumerate(procs):

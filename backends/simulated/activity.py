@@ -52,8 +52,24 @@ def stall_kind(backend: str, key: str, job: int, partition: bool = False) -> str
 
 def stalled(backend: str, key: str, job: int, r: float, partition: bool = False) -> str | None:
     """What the job is stalled on ``r`` seconds into its cycle (``None``: computing)."""
-    kind = stall_kind(backend, key, job, partition)
+    return stalling(stall_kind(backend, key, job, partition), r)
+
+
+def stalling(kind: str | None, r: float) -> str | None:
+    """What a job that stalls on ``kind`` (:func:`stall_kind`) is stalled on ``r`` seconds into
+    its cycle (``None``: computing)."""
     return kind if kind is not None and in_window(r, STALL_PERIOD, STALL_SECONDS) else None
+
+
+@functools.lru_cache(maxsize=8192)  # (asked of every busy unit every sample; a job's for its run)
+def job_draws(backend: str, key: str, job: int, partition: bool = False
+              ) -> tuple[str | None, float, float, float]:
+    """What job ``job`` of unit ``key`` draws once for its whole run: what it stalls on
+    (:func:`stall_kind`), and the draws of :func:`device_activity` (its unit's wave's phase,
+    its efficiency, its link's share), asked once a sample instead of one by one (a replayed
+    month asks them of a busy unit a million times)."""
+    return (stall_kind(backend, key, job, partition), _hash(key, "wave"), _hash(key, job, "eff"),
+            _hash(key, job, "link"))
 
 
 _ASK = object()
@@ -62,18 +78,22 @@ _ASK = object()
 def device_activity(backend: str, key: str, job: int, r: float, util: float, busy: bool,
                     busy_looking: bool = False, partition: bool = False,
                     source: str | None = None, stall: Any = _ASK,
-                    billed_only: bool = False) -> dict[str, Any]:
+                    billed_only: bool = False,
+                    draws: tuple[Any, ...] | None = None) -> dict[str, Any]:
     """The device's activity fields ``r`` seconds into job ``job`` (``busy``: a job runs). A
     ``partition`` (a MIG instance) has its own compute figures but no link or PCIe traffic:
     those belong to the board, as NVML's GPM per instance has them. ``source``: what the
     impersonated backend's activity measures (else :data:`COMPUTE_SOURCES`'). ``stall``: what
     :func:`stalled` says of the job now, when the caller knows it already. ``billed_only``:
     only what a bill reads (compute activity and interconnect traffic; not the occupancy,
-    tensor, memory bandwidth and PCIe figures)."""
+    tensor, memory bandwidth and PCIe figures). ``draws``: the job's :func:`job_draws`, when
+    the caller keeps them."""
     source = source or COMPUTE_SOURCES.get(backend)
     out: dict[str, Any] = {}
     if busy:  # (the wave moves only what a running job does)
-        wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * _hash(key, "wave"))
+        if draws is None:
+            draws = job_draws(backend, key, job, partition)
+        wave = 0.5 + 0.5 * math.sin(r / 37.0 + 6.283 * draws[1])
         if stall is _ASK:
             stall = stalled(backend, key, job, r, partition)
     else:
@@ -90,7 +110,7 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         elif stall is not None:
             active = 1.0 + 2.0 * wave
         else:
-            active = util * (0.55 + 0.3 * _hash(key, job, "eff"))
+            active = util * (0.55 + 0.3 * draws[2])  # type: ignore[index]
         out["compute_active_percent"] = round(active, 2)
         out["compute_active_source"] = source
         if not partition and not billed_only:  # a partition: its SM activity only, as the
@@ -107,7 +127,7 @@ def device_activity(backend: str, key: str, job: int, r: float, util: float, bus
         elif stall is not None:
             link = 1e6 * wave
         else:
-            link = 2e9 * wave * _hash(key, job, "link")
+            link = 2e9 * wave * draws[3]  # type: ignore[index]
         # (whole bytes, as floats: what the sample keeps)
         out["interconnect_rx_bytes_per_second"] = float(round(link))
         out["interconnect_tx_bytes_per_second"] = float(round(link * 0.97))

@@ -46,6 +46,9 @@ CORE_PHASES: dict[int, tuple[float, ...]] = {}
 #: (``allsmi.collector._Completing`` and ``_set_waiting``): a reused sample gets its template's
 #: back before the cycle's changes, for the collector to set (or leave) again.
 COLLECTOR_SET = ("resource_group", "labels", "workloads", "processes", "waiting")
+#: Those of :data:`COLLECTOR_SET` that every collector sets on every sample of every cycle,
+#: whatever the attribution says (``allsmi.collector``: ``_in_group`` and ``attributed_device``).
+GROUPING = ("resource_group", "labels")
 
 
 class BilledSampling:
@@ -60,28 +63,52 @@ class BilledSampling:
     once, and keeps values, never samples). tests/test_replay_cycle.py checks the replay's
     samples, cycle by cycle, against fresh copies."""
 
+    grouped_in_place = False
+    """(With :attr:`reuse_samples`) a sample's :data:`GROUPING` is left as its collector set it
+    the cycle before, not put back from the template: only for a collector that sets it again
+    on each sample every cycle, or leaves it where it knows that the very same sample holds
+    what it would set (``allsmi.cli.simulate.collect.ReplayCollector``, whose devices are those of
+    the live collector: tests/test_replay_carry.py)."""
+
     def _made(self: Any, key: Any, template: DeviceSample, changes: dict[str, Any]
               ) -> DeviceSample:
-        """``derive(template, **changes)``; with :attr:`reuse_samples`, the sample made last
-        cycle for ``key`` from the same template with the same fields changed, filled in with
-        ``changes`` (and the template's :data:`COLLECTOR_SET`): the same sample, field for
-        field, with a third of the work (a month's bill makes 1.8 million)."""
+        """``derive(template, **changes)``, with the fields the real backend never reports
+        (``_blank``) ``None``; with :attr:`reuse_samples`, the sample made last cycle for
+        ``key`` from the same template with the same fields changed, filled in with ``changes``
+        (and the template's :data:`COLLECTOR_SET`): the same sample, field for field, with a
+        third of the work (a month's bill makes 1.8 million)."""
+        blank = self._blank
         if not self.reuse_samples:
-            return derive(template, **changes)
+            return derive(template, **{**changes, **blank}) if blank else derive(template, **changes)
         names = tuple(changes)
         kept = self._kept.get(key)
         if kept is None or kept[0] is not template or kept[1] != names:
-            sample = derive(template, **changes)
+            # The sample made for ``key`` before the last one, when it is of this template
+            # with these fields (a unit busy again after a few idle cycles, or idle again: a
+            # month's bill switches a few units a cycle, each switch a whole copy otherwise).
+            other = self._switched.get(key)
+            if kept is not None:
+                self._switched[key] = kept
+            if other is not None and other[0] is template and other[1] == names:
+                self._kept[key] = kept = other
+                return kept[3](kept[2], {**changes, **blank} if kept[4] else changes,  # type: ignore[no-any-return]
+                               template)
+            sample = derive(template, **{**changes, **blank}) if blank else derive(template, **changes)
             # (the template's COLLECTOR_SET back first: cleaned when it was made). The fields
-            # the real backend never reports (``changes`` has them, as None) stay None in the
-            # sample once made: filled in again only where the collector sets them too (up to
-            # twelve fields of half the mixed node's devices, each cleaned, every cycle).
-            blank = self._blank or {}
+            # the real backend never reports (``_blank``, None) stay None in the sample once
+            # made: filled in again only where the collector sets them too (up to twelve
+            # fields of half the mixed node's devices, each cleaned, every cycle), from
+            # ``changes`` with ``_blank`` over it (``merge``: not the case of the mixed node).
+            blank = blank or {}
             moving = tuple(name for name in names if name not in blank or name in COLLECTOR_SET)
-            self._kept[key] = (template, names, sample,
-                               filler(DeviceSample, moving, COLLECTOR_SET))
+            merge = any(name in blank for name in moving)
+            restored = COLLECTOR_SET if not self.grouped_in_place \
+                else tuple(name for name in COLLECTOR_SET if name not in GROUPING)
+            self._kept[key] = (template, names, sample, filler(DeviceSample, moving, restored),
+                               merge)
             return sample
-        return kept[3](kept[2], changes, template)
+        return kept[3](kept[2], {**changes, **blank} if kept[4] else changes,  # type: ignore[no-any-return]
+                       template)
 
     def _billed_unit(self: Any, scenario: Scenario, unit: Unit, s: float,
                      blank: dict[str, None]) -> list[DeviceSample]:
@@ -114,16 +141,12 @@ class BilledSampling:
                 changes = self._activity(child, job, r, child_util, procs).copy()
                 changes["memory_used_bytes"] = used
                 changes["processes"] = procs
-                if blank:
-                    changes.update(blank)
                 out.append(self._made((unit.key, child.key), child_template, changes))
                 used_total += used
             changes = {"utilization_percent": None, "memory_used_bytes": used_total,
                        "power_watts": round(power, 3),
                        "energy_joules": None if energy is None else round(energy, 3),
                        "processes": ()}
-            if blank:
-                changes.update(blank)
             out[0] = self._made(unit.key, template, changes)
             return out
         util, used_total, procs, job, r = load(scenario, unit.cycle, unit, s, unit.memory_total,
@@ -156,8 +179,6 @@ class BilledSampling:
                 idle = self._idle[unit.key] = (used_total, derive(template, **changes))
             changes = {"power_watts": round(power, 3),
                        "energy_joules": None if energy is None else round(energy, 3)}
-            if blank:
-                changes.update(blank)
             return [self._made(unit.key, idle[1], changes)]
         changes = fields.copy()
         changes["utilization_percent"] = round(shown, 2)
@@ -165,8 +186,6 @@ class BilledSampling:
         changes["power_watts"] = round(power, 3)
         changes["energy_joules"] = None if energy is None else round(energy, 3)
         changes["processes"] = procs
-        if blank:
-            changes.update(blank)
         return [self._made(unit.key, template, changes)]
 
     def _plan_of(self: Any, unit: Unit, blank: dict[str, None]) -> tuple[Any, ...]:

@@ -12,6 +12,8 @@ from .model import unit_hasher
 from .scenario import Scenario
 
 MIB = 1024**2
+#: The memory of a job's helper process (one that does no compute).
+_HELPER = 512 * MIB
 #: ``derive(proc, memory_bytes=..., utilization_percent=...)``'s maker, looked up once (a
 #: replayed month moves a job's processes 800,000 times).
 _MOVED = deriver(ProcessSample, ("memory_bytes", "utilization_percent"))
@@ -32,7 +34,7 @@ class JobDraws:
         self._last: dict[str, tuple[tuple[Any, ...], tuple[ProcessSample, ...]]] = {}
         #: Per unit, its current job's processes as first made (their names cleaned once):
         #: the job's later samples change only their memory and utilization.
-        self._first: dict[str, tuple[int, tuple[ProcessSample, ...]]] = {}
+        self._first: dict[str, tuple[int, tuple[ProcessSample, ...], Any, bool]] = {}
 
     def draw(self, scenario: Scenario, key: str, job: int) -> tuple[Any, ...]:
         """(memory fraction, pid, user, command, the other user and command and the main
@@ -75,29 +77,48 @@ class JobDraws:
         """The job's processes now (see :meth:`processes`): the job's first processes with
         their memory and utilization of now, which is what building them afresh gives
         (tests/test_replay_invariants.py), without cleaning their names again."""
-        made = self._parts(scenario, key, job, used, util, activity)
         first = self._first.get(key)
         if first is not None and first[0] == job:
-            return tuple(_MOVED(proc, {"memory_bytes": mem, "utilization_percent": pct})
-                         for proc, (_, _, _, mem, pct) in zip(first[1], made))
+            # _parts' memory and utilization of each process, written out with the job's draw
+            # kept beside its first processes (a replayed month moves a job's processes
+            # 800,000 times: no draw looked up, no list of parts made each time)
+            _, procs, shared, pair = first
+            if shared is not None:
+                main = shared[2]
+                mine = int(used * main) // MIB * MIB
+                return (_MOVED(procs[0], {"memory_bytes": mine, "utilization_percent":
+                                          round(util * main, 2) if activity else None}),
+                        _MOVED(procs[1], {"memory_bytes": used - mine, "utilization_percent":
+                                          round(util * (1.0 - main), 2) if activity else None}))
+            if pair:
+                return (_MOVED(procs[0], {"memory_bytes": max(used - _HELPER, 0),
+                                          "utilization_percent":
+                                          round(util * 1.0, 2) if activity else None}),
+                        _MOVED(procs[1], {"memory_bytes": _HELPER, "utilization_percent":
+                                          round(util * 0.0, 2) if activity else None}))
+            return (_MOVED(procs[0], {"memory_bytes": used, "utilization_percent":
+                                      round(util * 1.0, 2) if activity else None}),)
+        drawn = self.draw(scenario, key, job)
         procs = tuple(ProcessSample(pid, user, command, mem, utilization_percent=pct)
-                      for pid, user, command, mem, pct in made)
-        self._first[key] = (job, procs)
+                      for pid, user, command, mem, pct in _parts(drawn, used, util, activity))
+        self._first[key] = (job, procs, drawn[4], drawn[5])
         return procs
 
-    def _parts(self, scenario: Scenario, key: str, job: int, used: int, util: float,
-               activity: bool) -> list[tuple[int, str, str, int, float | None]]:
-        """(pid, user, command, memory, utilization) of each of the job's processes: the same
-        processes for the whole job, whatever its memory and load."""
-        _, pid, user, command, shared, pair = self.draw(scenario, key, job)
-        pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
-        if shared is not None:
-            other, other_command, main = shared
-            mine = int(used * main) // MIB * MIB
-            return [(pid, user, command, mine, pct(main)),
-                    (pid + 7, other, other_command, used - mine, pct(1.0 - main))]
-        if pair:
-            helper = 512 * MIB
-            return [(pid, user, command, max(used - helper, 0), pct(1.0)),
-                    (pid + 1, user, "python -m torch.distributed.run --monitor", helper, pct(0.0))]
-        return [(pid, user, command, used, pct(1.0))]
+
+def _parts(drawn: tuple[Any, ...], used: int, util: float, activity: bool
+           ) -> list[tuple[int, str, str, int, float | None]]:
+    """(pid, user, command, memory, utilization) of each process of the job whose draw
+    (:meth:`JobDraws.draw`) is ``drawn``: the same processes for the whole job, whatever its
+    memory and load."""
+    _, pid, user, command, shared, pair = drawn
+    pct = lambda part: round(util * part, 2) if activity else None  # noqa: E731
+    if shared is not None:
+        other, other_command, main = shared
+        mine = int(used * main) // MIB * MIB
+        return [(pid, user, command, mine, pct(main)),
+                (pid + 7, other, other_command, used - mine, pct(1.0 - main))]
+    if pair:
+        helper = _HELPER
+        return [(pid, user, command, max(used - helper, 0), pct(1.0)),
+                (pid + 1, user, "python -m torch.distributed.run --monitor", helper, pct(0.0))]
+    return [(pid, user, command, used, pct(1.0))]
