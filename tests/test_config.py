@@ -183,7 +183,7 @@ def test_absurd_config_values_exit_2_naming_file_line_and_key(tmp_path: Path, te
                                                               key: str) -> None:
     path = tmp_path / "allsmi.toml"
     path.write_text(text)
-    command = ("export", "--period", "today") if key.startswith("export.") else \
+    command = ("export", "--period", "yesterday") if key.startswith("export.") else \
         ("record", "--simulate", "mixed")
     result = run_allsmi(*command, "--config", str(path), "--ledger", str(tmp_path / "l.db"),
                         timeout=30)

@@ -228,16 +228,16 @@ def test_output_is_atomic(ledger: Path, tmp_path: Path) -> None:
 
 
 def test_usage_errors_exit_2(ledger: Path, tmp_path: Path) -> None:
-    for args in (["--period", "someday"], ["--period", "today", "--since", SINCE],
-                 ["--period", "today", "--tz", "Nowhere/Land"], ["--group-by", "team"],
+    for args in (["--period", "someday"], ["--period", "yesterday", "--since", SINCE],
+                 ["--period", "yesterday", "--tz", "Nowhere/Land"], ["--group-by", "team"],
                  ["--prometheus", "http://127.0.0.1:1", "--group-by", "resource_group,team",
-                  "--period", "today"]):
+                  "--period", "yesterday"]):
         out = run("--ledger", str(ledger), *args, cwd=tmp_path) if "--prometheus" not in args \
             else run(*args, cwd=tmp_path)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith("allsmi: ")
-    out = run("--ledger", str(tmp_path / "nope.db"), "--period", "today", cwd=tmp_path)
+    out = run("--ledger", str(tmp_path / "nope.db"), "--period", "yesterday", cwd=tmp_path)
     assert out.returncode == 1 and "no ledger at" in out.stderr
-    out = run("--prometheus", "http://127.0.0.1:1", "--period", "today", "--timeout", "2",
+    out = run("--prometheus", "http://127.0.0.1:1", "--period", "yesterday", "--timeout", "2",
               cwd=tmp_path)
     assert out.returncode == 1 and "cannot reach Prometheus" in out.stderr

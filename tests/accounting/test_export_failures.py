@@ -83,7 +83,7 @@ def test_every_failure_rewrites_the_textfile_with_success_0(
 def test_textfile_from_config_is_written_on_failure_too(tmp_path: Path) -> None:
     status = tmp_path / "status.prom"
     (tmp_path / "c.toml").write_text(f"[export]\ntextfile = '{status}'\n")
-    out = run("--config", "c.toml", "--ledger", str(tmp_path / "none.db"), "--period", "today",
+    out = run("--config", "c.toml", "--ledger", str(tmp_path / "none.db"), "--period", "yesterday",
               cwd=tmp_path)
     assert out.returncode == 1
     assert "allsmi_export_success 0\n" in status_of(status)
@@ -190,19 +190,19 @@ def test_wrong_password_is_never_printed(prometheus, tmp_path: Path) -> None:  #
     handler, port = prometheus
     handler.expected = _basic("billing", "the-right-one")
     status = tmp_path / "status.prom"
-    out = run("--prometheus", f"http://billing:{SECRET}@127.0.0.1:{port}", "--period", "today",
+    out = run("--prometheus", f"http://billing:{SECRET}@127.0.0.1:{port}", "--period", "yesterday",
               "--textfile", str(status), cwd=tmp_path)
     assert out.returncode == 1
     assert "401" in out.stderr and "access denied" in out.stderr
     for text in (out.stdout, out.stderr, status.read_text()):
         assert SECRET not in text and base64.b64encode(SECRET.encode()).decode() not in text
     # Unreachable, with credentials in the URL: the message names the host, not the password.
-    out = run("--prometheus", f"http://billing:{SECRET}@127.0.0.1:1", "--period", "today",
+    out = run("--prometheus", f"http://billing:{SECRET}@127.0.0.1:1", "--period", "yesterday",
               "--timeout", "2", cwd=tmp_path)
     assert out.returncode == 1 and "cannot reach Prometheus at http://127.0.0.1:1" in out.stderr
     assert SECRET not in out.stderr
     # A bad URL with a password: exit 2, redacted.
-    out = run("--prometheus", f"ftp://billing:{SECRET}@host", "--period", "today", cwd=tmp_path)
+    out = run("--prometheus", f"ftp://billing:{SECRET}@host", "--period", "yesterday", cwd=tmp_path)
     assert out.returncode == 2 and SECRET not in out.stderr and "***" in out.stderr
 
 
@@ -211,12 +211,12 @@ def test_bearer_token_file(prometheus, tmp_path: Path) -> None:  # type: ignore[
     handler.expected = f"Bearer {TOKEN}"
     (tmp_path / "token").write_text(TOKEN + "\n")
     out = run("--prometheus", f"http://127.0.0.1:{port}", "--prometheus-bearer-token-file", "token",
-              "--period", "today", cwd=tmp_path)
+              "--period", "yesterday", cwd=tmp_path)
     assert out.returncode == 3, out.stderr
     assert TOKEN not in out.stderr
     (tmp_path / "token").write_text("wrong\n")
     out = run("--prometheus", f"http://127.0.0.1:{port}", "--prometheus-bearer-token-file", "token",
-              "--period", "today", cwd=tmp_path)
+              "--period", "yesterday", cwd=tmp_path)
     assert out.returncode == 1 and "access denied with the configured credentials" in out.stderr
 
 
@@ -230,20 +230,20 @@ def test_bearer_token_file(prometheus, tmp_path: Path) -> None:  # type: ignore[
 ])
 def test_bad_credential_options_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
     (tmp_path / "pw").write_text(SECRET + "\n")
-    out = run("--prometheus", "http://127.0.0.1:1", *args, "--period", "today", cwd=tmp_path)
+    out = run("--prometheus", "http://127.0.0.1:1", *args, "--period", "yesterday", cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert needle in out.stderr and SECRET not in out.stderr
 
 
 def test_options_need_prometheus(ledger: Path, tmp_path: Path) -> None:  # noqa: F811
-    out = run("--ledger", str(ledger), "--prometheus-user", "u", "--period", "today", cwd=tmp_path)
+    out = run("--ledger", str(ledger), "--prometheus-user", "u", "--period", "yesterday", cwd=tmp_path)
     assert out.returncode == 2 and "need --prometheus" in out.stderr
 
 
 def test_response_size_is_capped(prometheus, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     handler, port = prometheus
     handler.big = True
-    out = run("--prometheus", f"http://127.0.0.1:{port}", "--period", "today", "--timeout", "30",
+    out = run("--prometheus", f"http://127.0.0.1:{port}", "--period", "yesterday", "--timeout", "30",
               cwd=tmp_path)
     assert out.returncode == 1 and "larger than the limit" in out.stderr, out.stderr
 
@@ -265,7 +265,7 @@ def test_tls_with_a_ca_file(tmp_path: Path) -> None:
     try:
         url = f"https://127.0.0.1:{server.server_address[1]}"
         (tmp_path / "token").write_text(TOKEN)
-        base = ("--prometheus", url, "--prometheus-bearer-token-file", "token", "--period", "today")
+        base = ("--prometheus", url, "--prometheus-bearer-token-file", "token", "--period", "yesterday")
         out = run(*base, cwd=tmp_path)
         assert out.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in out.stderr, out.stderr
         out = run(*base, "--prometheus-ca-file", "cert.pem", cwd=tmp_path)
