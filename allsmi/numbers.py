@@ -178,8 +178,12 @@ def number_in_text(text: str, low: float, high: float, *, whole: bool = False,
         written = match.group(1)
         digits = written.lstrip("+-")
         if digits.isdigit():  # a whole number written as one: exact, never through a float
-            number = int(written) if len(digits) <= _MAX_DIGITS else (FINITE if written[0] != "-"
-                                                                       else -FINITE)
+            # (leading zeros count for nothing: 0000...01 is 1, however many there are, and
+            # are dropped before int(), which refuses a string of over 4300 digits)
+            significant = digits.lstrip("0") or "0"
+            negative = written[0] == "-"
+            number = (-1 if negative else 1) * int(significant) \
+                if len(significant) <= _MAX_DIGITS else (-FINITE if negative else FINITE)
         else:
             number = float(written)  # (finite or an infinity: 1e999 is out of range below)
             if whole and abs(number) <= high:  # (exactly: 1e-999 is no whole number, though

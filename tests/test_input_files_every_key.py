@@ -398,6 +398,20 @@ class TestFromOutside:
         assert str(special) in result.stderr, result.stderr
         assert "not a regular file" in result.stderr, result.stderr
 
+    @pytest.mark.parametrize("source", ["--hosts", "--prometheus"])
+    def test_a_ca_file_that_is_a_fifo_is_refused_at_once(self, tmp_path: Path,
+                                                         source: str) -> None:
+        """``allsmi view --ca-file`` given a FIFO (process substitution, a named pipe without a
+        writer) exits 2 at once, naming it, as the ``[export]`` CA file does. Before, ``ssl``
+        opened it to load the CAs and waited for a writer forever."""
+        ca = tmp_path / "ca.pem"
+        os.mkfifo(ca)
+        result = self.run(["view", source, "https://127.0.0.1:1", "--ca-file", str(ca)],
+                          tmp_path)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stdout == "" and "Traceback" not in result.stderr
+        assert str(ca) in result.stderr and "not a regular file" in result.stderr, result.stderr
+
 
 @pytest.mark.parametrize("var", ["ALLSMI_CONFIG", "ALLSMI_LEDGER", "ALLSMI_SIMULATE_SPEED",
                                  "ALLSMI_SERVE_LISTEN", "ALLSMI_SERVE_INTERVAL",

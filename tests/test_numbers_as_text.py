@@ -99,6 +99,21 @@ def test_the_simulation_speed_refuses_what_is_no_decimal(value: str,
     assert "$ALLSMI_SIMULATE_SPEED: expected a number above 0" in capsys.readouterr().err
 
 
+def test_leading_zeros_count_for_nothing() -> None:
+    """``0000...01`` (31 digits and more) is 1, as ``float`` and ``int`` read it; before, a
+    whole number of more than 30 digits was taken as out of every range whatever its value."""
+    from allsmi.numbers import number_in_text
+    padded = "0" * 40 + "1"
+    assert number_in_text(padded, 0, 10) == 1.0
+    assert number_in_text(padded, 0, 10, whole=True) == 1
+    assert number_in_text("-" + "0" * 40, 0, 10) == 0.0
+    assert fast.parse(["snapshot", "--interval", padded]) == ({}, {"interval": 1.0})
+    result = _invoke(["snapshot", "--interval", padded])
+    assert "Invalid value" not in result.output, result.output
+    with pytest.raises(ValueError, match="from 0 to 10"):
+        number_in_text("0" * 40 + "1" + "0" * 31, 0, 10)
+
+
 def test_the_variables_take_decimals_with_blanks_around_them() -> None:
     options = resolve_options({}, load_config(None, environ={}),
                               {"ALLSMI_SERVE_INTERVAL": " 2.5 ",
@@ -113,3 +128,13 @@ def test_the_file_and_the_variable_agree_on_whole(tmp_path: Path) -> None:
     path.write_text("[serve]\nmax_holder_series = 10.0\n", encoding="utf-8")
     options = resolve_options({}, load_config(str(path), environ={}), {}, None)
     assert options.max_holder_series == 10 and type(options.max_holder_series) is int
+
+
+def test_thousands_of_leading_zeros_are_no_python_error() -> None:
+    """Leading zeros are dropped before the digits are converted: ``int()`` refuses a string of
+    over 4300 digits with a message of Python's own ("Exceeds the limit ..."), never shown."""
+    from allsmi.numbers import number_in_text
+    assert number_in_text("0" * 6000 + "1", 0.05, 3600) == 1.0
+    assert number_in_text("-" + "0" * 6000 + "3", -5, 10, whole=True) == -3
+    with pytest.raises(ValueError, match="expected a whole number from 1 to 100"):
+        number_in_text("0" * 6000 + "9" * 40, 1, 100, whole=True)

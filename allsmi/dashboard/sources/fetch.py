@@ -77,8 +77,12 @@ def _location(headers: Message) -> str:
 
 def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
     """The TLS context for ``https://`` hosts: the system's CAs, or only those in ``ca_file`` (PEM;
-    ``--ca-file``). :class:`ValueError` naming the file when it cannot be loaded."""
+    ``--ca-file``). :class:`ValueError` naming the file when it cannot be loaded or is no regular
+    file (a FIFO: :mod:`ssl` would wait for its writer forever)."""
     try:
+        if ca_file:
+            from allsmi.boundedread import regular_file
+            regular_file(ca_file)
         return ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
         reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
