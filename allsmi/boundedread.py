@@ -21,7 +21,9 @@ class NotAFile(OSError):
     """The path names no regular file: a FIFO (read, it would wait for a writer forever), a
     socket, a directory or a device (``/dev/null`` excepted: it reads as an empty file)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, mode: int) -> None:
+        """``mode``: the file's ``st_mode``, which says what it is."""
+        kind = next((k for test, k in _KINDS if test(mode)), "no regular file")
         super().__init__(f"not a regular file (it is {kind})")
         self.strerror = f"not a regular file (it is {kind})"
 
@@ -44,7 +46,7 @@ def regular_file(path: str | os.PathLike[str]) -> None:
     ``OSError`` as ``os.stat`` does."""
     info = os.stat(path)
     if not stat.S_ISREG(info.st_mode):
-        raise NotAFile(next((k for test, k in _KINDS if test(info.st_mode)), "no regular file"))
+        raise NotAFile(info.st_mode)
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
@@ -66,7 +68,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
         os.close(fd)
         if stat.S_ISCHR(info.st_mode) and _is_dev_null(info):
             return b""  # (the usual way to say "no file": ALLSMI_CONFIG=/dev/null)
-        raise NotAFile(next((k for test, k in _KINDS if test(info.st_mode)), "no regular file"))
+        raise NotAFile(info.st_mode)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
