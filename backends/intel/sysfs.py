@@ -10,7 +10,9 @@ Under ``<sysfs>/class/drm/card<N>``:
   (older kernels: ``power/rc6_residency_ms``); xe ``device/tile<T>/gt<G>/gtidle/idle_residency_ms``
   of the render/compute GTs (``gtidle/name`` ``gt<G>-rc``): a media GT (``gt<G>-mc``, the video
   engines of Meteor Lake, Lunar Lake, Battlemage) is not the GPU's compute, and its idle time
-  would halve a fully busy GPU's figure;
+  would halve a fully busy GPU's figure. i915 names no GT's kind: its only GPUs with a media GT
+  are Meteor Lake and Arrow Lake (:data:`I915_MEDIA_GT_IDS`), whose ``gt1`` is that GT, left out
+  likewise;
 * hwmon (``device/hwmon/hwmon<H>`` whose ``name`` is the driver): ``energy1_input`` (µJ, a counter),
   ``power1_max`` (µW, the sustained power limit), ``temp<K>_input`` (m°C; the one labelled ``pkg``
   where labels exist). xe numbers its power channels by domain, 1 the card and 2 the package
@@ -30,6 +32,13 @@ import re
 from dataclasses import dataclass, field
 
 from allsmi import units
+
+#: PCI ids of the GPUs i915 drives with a standalone media GT (``gt1``, the video engines; ``gt0``
+#: is render/compute): Meteor Lake and Arrow Lake, the kernel's ``INTEL_MTL_IDS`` and
+#: ``INTEL_ARL_IDS`` (both driven as Meteor Lake). i915's other multi-GT part, Data Center GPU
+#: Max, has a compute GT per tile.
+I915_MEDIA_GT_IDS = frozenset(f"8086:{n}" for n in (
+    "7d40", "7d45", "7d55", "7d60", "7dd5", "7d41", "7d51", "7d67", "7dd1", "b640"))
 
 # [0-9], not \d (which takes other scripts' digits too)
 _CARD = re.compile(r"^card([0-9]+)\Z")
@@ -138,7 +147,8 @@ def _locate(card: Card) -> None:
         card.memory_paths = tuple(os.path.join(t, "physical_vram_size_bytes") for t in tiles)
     else:
         gt_dir = os.path.join(card.path, "gt")
-        gts = [os.path.join(gt_dir, g) for g in _listdir(gt_dir) if _GT.match(g)]
+        gts = [os.path.join(gt_dir, g) for g in _listdir(gt_dir) if _GT.match(g)
+               and not (g != "gt0" and card.pci_id in I915_MEDIA_GT_IDS)]
         card.idle_paths = tuple(os.path.join(g, "rc6_residency_ms") for g in gts) or \
             (os.path.join(card.path, "power", "rc6_residency_ms"),)
         card.freq_path = os.path.join(card.path, "gt_act_freq_mhz")

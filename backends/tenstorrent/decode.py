@@ -224,8 +224,31 @@ def _fan_register(generation: str | None) -> str:
     return "FAN_RPM" if generation == BLACKHOLE else "FAN_SPEED"
 
 
-def _trusted(telemetry: dict[str, Any], smbus: dict[str, Any], key: str,
-             source: str | None = None) -> Any:
+#: The fan speed tt-smi's percent conversion of ``FAN_RPM`` takes as 100 % (Blackhole).
+FULL_FAN_RPM = 5000
+
+
+def fan_percent(cell: object, smbus: dict[str, Any], generation: str | None) -> float | None:
+    """``telemetry.fan_speed`` where it is a percent, else ``None``.
+
+    Its unit depends on the tt-smi release and the firmware, and the cell does not say which:
+    on Blackhole tt-smi printed ``min(FAN_RPM, 5000) / 50`` (percent), later ``FAN_RPM`` itself
+    (RPM); on Wormhole ``FAN_SPEED`` is a percent up to firmware 19.5, then two packed 16-bit
+    RPM figures, of which later tt-smi prints one. The cell is a percent only where it is what
+    tt-smi's percent reading of its register gives (to its whole-number rounding): never an RPM
+    figure in a percent field, and unknown without the register to tell.
+    """
+    value = units.parse_percent(cell)
+    raw = reading_register(smbus, _fan_register(generation))
+    if value is None or raw is None:
+        return None
+    if generation == BLACKHOLE:
+        expected = min(raw, FULL_FAN_RPM) / (FULL_FAN_RPM / 100.0)
+        return value if abs(value - expected) <= 0.5 else None
+    return value if raw <= 100 and value == raw else None
+
+
+def _trusted(telemetry: dict[str, Any], smbus: dict[str, Any], key: str) -> float | None:
     """A decoded cell, unless tt-smi fabricated it because its register is missing.
 
     tt-smi computes every one of these cells from ``smbus_telem[<register>]`` and exports that
@@ -233,10 +256,10 @@ def _trusted(telemetry: dict[str, Any], smbus: dict[str, Any], key: str,
     all ones). A snapshot without the register (tt-smi 1.x wrote no ``smbus_telem``) computed
     the cell from the register itself, failing rather than filling when it was missing.
     """
-    source = source or _SOURCE_REGISTER.get(key)
+    source = _SOURCE_REGISTER.get(key)
     if source and source in smbus and reading_register(smbus, source) is None:
         return None
-    return telemetry.get(key) if key == "fan_speed" else units.to_float(telemetry.get(key))
+    return units.to_float(telemetry.get(key))
 
 
 def _limit(limits: dict[str, Any], key: str) -> float | None:
@@ -283,8 +306,7 @@ def decode_chip(position: int, entry: dict[str, Any], warnings: list[str],
     chip.aiclk_mhz = _trusted(telemetry, smbus, "aiclk")
     chip.temperature_celsius = _trusted(telemetry, smbus, "asic_temperature")
     chip.board_power_watts = units.to_float(telemetry.get("board_power"))
-    chip.fan_percent = units.parse_percent(
-        _trusted(telemetry, smbus, "fan_speed", _fan_register(chip.generation)))
+    chip.fan_percent = fan_percent(telemetry.get("fan_speed"), smbus, chip.generation)
     chip.heartbeat = whole_cell(telemetry.get("heartbeat"), label, "heartbeat", warnings, said,
                                 sentinels=False)  # a counter: all ones on its way round
 

@@ -62,3 +62,29 @@ def test_xe_package_only_hwmon_channel_gives_energy_power_and_limit(
     limit = int((hwmon / "power2_max").read_text())
     assert dev.power_limit_watts == pytest.approx(limit / 1e6)
     backend.close()
+
+
+@pytest.mark.parametrize(("pci_id", "busy"), [
+    ("8086:7D55", 100.0),  # Meteor Lake: gt1 is its media GT, whose idle time is not the GPU's
+    ("8086:7DD1", 100.0),  # Arrow Lake, driven by i915 as Meteor Lake
+    ("8086:0BD5", 50.0),   # Data Center GPU Max under i915: gt1 is its second compute tile
+])
+def test_i915_media_gt_idle_time_is_not_the_gpus_compute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         pci_id: str, busy: float) -> None:
+    """i915 names no GT's kind (no ``gtidle/name``): on Meteor Lake and Arrow Lake its ``gt1`` is
+    the media GT, left out as xe's ``-mc`` GT is; on Data Center GPU Max ``gt1`` is compute."""
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "i915-flex170x2", src, symlinks=True)
+    card0 = src / "sys" / "class" / "drm" / "card0"
+    uevent = card0 / "device" / "uevent"
+    uevent.write_text(uevent.read_text().replace("PCI_ID=8086:56C0", f"PCI_ID={pci_id}"))
+    (card0 / "gt" / "gt1").mkdir()
+    (card0 / "gt" / "gt1" / "rc6_residency_ms").write_text("1000\n")
+    tree, clock, backend = opened_a_second_ago(tmp_path, monkeypatch, src)
+    gts = tree / "sys" / "class" / "drm" / "card0" / "gt"
+    # gt0 busy the whole second; gt1 idle throughout
+    advance(gts / "gt1" / "rc6_residency_ms", 1000)
+    dev = {d.index: d for d in backend.sample()}[0]
+    assert dev.utilization_percent == pytest.approx(busy)
+    assert dev.compute_active_percent == pytest.approx(busy)
+    backend.close()

@@ -183,3 +183,37 @@ def test_decoded_cells_without_register_block_are_readings() -> None:
     chips, _, _ = decode.decode_snapshot(snapshot)
     assert chips[0].temperature_celsius == pytest.approx(float(
         snapshot["device_info"][0]["telemetry"]["asic_temperature"]))
+
+
+@pytest.mark.parametrize(("chip", "register", "raw", "cell", "percent"), [
+    # Blackhole: tt-smi's percent reading of FAN_RPM (min(rpm, 5000) / 50, printed "%3.0f") ...
+    (0, "FAN_RPM", "0x75a", " 38", 38.0),
+    (0, "FAN_RPM", "0x5a", "  2", 2.0),
+    # ... and later releases' RPM itself, which is no percent, even below 100
+    (0, "FAN_RPM", "0x5a", "90", None),
+    (0, "FAN_RPM", "0x75a", "1882", None),
+    # Wormhole: FAN_SPEED a percent before firmware 19.5 ...
+    (1, "FAN_SPEED", "0x2a", "42", 42.0),
+    # ... then max and current RPM packed in two halves, of which later tt-smi prints one
+    (1, "FAN_SPEED", "0x5450040", "64", None),
+    (1, "FAN_SPEED", "0x5450552", "1362", None),
+    (1, "FAN_SPEED", "0x5450552", "88409426", None),
+])
+def test_fan_speed_in_rpm_is_never_a_percent(chip: int, register: str, raw: str, cell: str,
+                                             percent: float | None) -> None:
+    """``telemetry.fan_speed`` is RPM in some tt-smi releases and firmware: a percent only where
+    it is what tt-smi's percent reading of its register gives."""
+    snapshot = _load("snapshot-5.3-blackhole-p150a-wormhole-n150.json")
+    entry = snapshot["device_info"][chip]
+    entry["smbus_telem"][register] = raw
+    entry["telemetry"]["fan_speed"] = cell
+    chips, _, _ = decode.decode_snapshot(snapshot)
+    assert chips[chip].fan_percent == percent
+
+
+def test_fan_speed_without_its_register_is_unknown() -> None:
+    """Without the register nothing tells a percent from an RPM figure: unknown, not guessed."""
+    snapshot = _load("snapshot-6.8-blackhole-p300c-board-power.json")
+    del snapshot["device_info"][0]["smbus_telem"]["FAN_RPM"]
+    chips, _, _ = decode.decode_snapshot(snapshot)
+    assert chips[0].fan_percent is None and chips[1].fan_percent == 38.0
