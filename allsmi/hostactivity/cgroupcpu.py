@@ -77,17 +77,18 @@ def read_levels(levels: Sequence[str], read: Callable[[str], bytes],
 
 
 def throttled_fraction(now: Sequence[Level], before: Sequence[Level] | None
-                       ) -> tuple[float | None, str | None]:
+                       ) -> tuple[float | None, str | None, int]:
     """Share of the CPU-limit periods between two readings that ran out of quota, at the most
     throttled level (each level's ``nr_throttled`` over its ``nr_periods``, from its own two
-    readings; 0 for a level where no period ran), and that level's cgroup directory (``None``
-    unless the share is above 0). A level not measured (read in only one of the readings,
-    unreadable, a counter lower than before: its cgroup made again) leaves the figure a lower
-    bound: kept where it shows throttling, ``None`` where it would read 0 (not throttled is
-    then unknown, never invented). ``None`` too when no level has a CPU controller in both
-    readings."""
+    readings; 0 for a level where no period ran), that level's cgroup directory (``None``
+    unless the share is above 0), and how many levels were not measured. A level not measured
+    (read in only one of the readings, unreadable, a counter lower than before: its cgroup
+    made again) leaves the figure a lower bound: kept where it shows throttling, ``None``
+    where it would read 0 (not throttled is then unknown, never invented); either way the
+    process is not known to be unthrottled. ``None`` too when no level has a CPU controller in
+    both readings."""
     if before is None:
-        return None, None
+        return None, None, 0
     old = {path: (periods, throttled) for path, periods, throttled in before}
     fractions: list[tuple[float, str]] = []
     unmeasured = len(old.keys() - {path for path, _, _ in now})
@@ -102,5 +103,5 @@ def throttled_fraction(now: Sequence[Level], before: Sequence[Level] | None
         fractions.append((min(1.0, share), path))
     top, where = max(fractions, key=lambda f: f[0], default=(None, None))
     if top is None or (unmeasured and not top):
-        return None, None
-    return top, os.path.dirname(where) if top and where else None
+        return None, None, unmeasured
+    return top, os.path.dirname(where) if top and where else None, unmeasured

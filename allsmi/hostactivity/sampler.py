@@ -71,6 +71,10 @@ class ProcessActivity:
     (:func:`allsmi.hostactivity.cgroupcpu.throttled_fraction`)."""
     throttled_cgroup: str | None = None
     """The cgroup directory of that most throttled level, where it was throttled at all."""
+    throttling_unmeasured: int = 0
+    """Levels of its cgroup chain whose throttling over the interval is unknown (unreadable,
+    read once, reset, past the level limit): where any, :attr:`throttled_fraction` is a lower
+    bound or ``None``, enough to call it throttled, never unthrottled."""
     problems: tuple[str, ...] = ()
 
 
@@ -118,13 +122,15 @@ def _fraction(new: int | None, old: int | None, span: float | None) -> float | N
 
 
 def _throttled(now: ProcessReading, before: ProcessReading | None
-               ) -> tuple[float | None, str | None]:
+               ) -> tuple[float | None, str | None, int]:
     """Share of the CPU-limit periods between two readings that were throttled, at the most
-    throttled level, and that level's cgroup; 0 when none ran (no limit, or nothing used it);
-    ``None`` when not read both times, from another cgroup, or a counter went backwards (the
-    cgroup was made again)."""
-    if before is None or before.cgroup_levels != now.cgroup_levels:
-        return None, None
+    throttled level, that level's cgroup, and the levels not measured; 0 when none ran (no
+    limit, or nothing used it); ``None`` when not read both times, from another cgroup, or a
+    counter went backwards (the cgroup was made again)."""
+    if before is None:
+        return None, None, 0
+    if before.cgroup_levels != now.cgroup_levels:
+        return None, None, max(1, len(now.cgroup_levels))
     return throttled_fraction(now.cpu_levels, before.cpu_levels)
 
 
@@ -183,7 +189,7 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
     span = seconds if same and seconds else 1.0
     cpu = b and b.cpu_ticks if ticks else None
     blocked, runnable, unmeasured = _thread_waits(now, b, span, ticks)
-    throttled, level = _throttled(now, b)
+    throttled, level, levels_unmeasured = _throttled(now, b)
     return ProcessActivity(
         pid=now.pid, tgid=now.tgid, threads=now.threads, blocked_threads=now.blocked_threads,
         cpu_cores=_rate(now.cpu_ticks, cpu, span, 1.0 / (ticks or 1)),
@@ -193,6 +199,7 @@ def process_activity(now: ProcessReading, before: ProcessReading | None, seconds
         disk_read_bytes_per_second=_rate(now.disk_read_bytes, b and b.disk_read_bytes, span),
         disk_write_bytes_per_second=_rate(now.disk_write_bytes, b and b.disk_write_bytes, span),
         throttled_fraction=throttled, throttled_cgroup=level,
+        throttling_unmeasured=levels_unmeasured,
         problems=now.problems if ticks else now.problems + (TICKS_UNKNOWN,))
 
 

@@ -2,8 +2,9 @@
 
 Each key has a default, a range and a documented reason; a bad value raises ``ConfigError``
 naming the file, the line and the key (exit 2). The computing threshold is the accounting's
-idle threshold (``[accounting] idle_threshold_percent``), so that what billing calls idle and
-what the classification calls waiting agree.
+idle threshold (``[accounting] idle_threshold_percent``): one threshold for both (billing
+applies it to the headline utilization, the classification to the compute activity where
+reported).
 """
 
 from __future__ import annotations

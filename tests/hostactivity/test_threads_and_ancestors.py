@@ -154,6 +154,34 @@ def test_an_unreadable_ancestor_leaves_throttling_unknown_never_zero(tmp_path: P
     assert sampler.sample([PID]).processes[PID].throttled_fraction == 0.0  # all read, none ran
 
 
+@pytest.mark.parametrize("container", [(20, 0), (20, 1)], ids=["none-read", "under-threshold"])
+def test_a_level_not_measured_never_lets_a_quiet_holder_be_idle(
+        tmp_path: Path, container: tuple[int, int]) -> None:
+    """The pod's ``cpu.stat`` (where its limit is) cannot be read; the container's own level,
+    read, shows no throttling or 5 % (under ``host_throttled_fraction``). The pod may have been
+    throttled in every period (rule 7: ``host``), so the holder, quiet otherwise, is not called
+    ``nothing``: it is ``unknown``, saying the throttling was partly measured."""
+    clock = _Clock()
+    sampler = _sampler(tmp_path, clock)
+    write_process(tmp_path, PID, io=IO, sched=(0, 0), cgroup=f"0::/{CONTAINER}\n")
+    _pod(tmp_path, pod=(0, 0))
+    sampler.sample([PID])
+    clock.now += 2.0
+    _pod(tmp_path, pod=(100, 50), container=container)
+    pod_stat = tmp_path / "sys" / "fs" / "cgroup" / POD / "cpu.stat"
+    pod_stat.unlink()
+    pod_stat.mkdir()  # (reading it fails: EISDIR)
+    activity = sampler.sample([PID])
+    reason, why = _classify(activity)
+    assert reason == "unknown" and "cgroup CPU throttling partly measured" in why, why
+    clock.now += 2.0
+    pod_stat.rmdir()  # read again, but once: still not an interval of its own
+    _pod(tmp_path, pod=(100, 50), container=(container[0] + 20, container[1]))
+    assert _classify(sampler.sample([PID]))[0] == "unknown"
+    clock.now += 2.0  # every level read twice, none throttled: idle
+    assert _classify(sampler.sample([PID]))[0] == "nothing"
+
+
 def test_ancestors_are_bounded_and_shared_ancestors_read_once_a_cycle(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cgroup 20 deep: 16 levels are read and the rest are not checked (unknown, not 0).
