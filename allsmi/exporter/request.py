@@ -141,7 +141,12 @@ def http_date() -> str:
 
 
 def response_head(status: int, headers: Iterable[tuple[str, str]]) -> bytes:
-    """An HTTP/1.1 status line and headers (values free of line breaks: the callers' own)."""
+    """An HTTP/1.1 status line and headers (values free of line breaks: the callers' own).
+
+    Written in UTF-8, as Go's net/http writes a header's string (exporter-toolkit's
+    ``http_server_config.headers``): a value beyond Latin-1 (``Content-Security-Policy:
+    default-src ‘self’`` pasted from a document) could not be encoded, and every request,
+    ``/healthz`` included, was answered 500. Our own headers are ASCII, the same in either."""
     phrase = HTTPStatus(status).phrase
     lines = [f"HTTP/1.1 {status} {phrase}"] + [f"{name}: {value}" for name, value in headers]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")

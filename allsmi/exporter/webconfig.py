@@ -135,6 +135,44 @@ def _key_lines(node: Any, path: tuple[str, ...], lines: dict[tuple[str, ...], in
             _key_lines(item, path, lines, source, seen_nodes)
 
 
+#: Mappings whose keys (and, for headers, values) are text as written, as exporter-toolkit reads
+#: them: Go's yaml.v2 decodes a plain scalar into a ``string`` as its text, where PyYAML resolves
+#: it first (user ``00123`` became ``83``, ``yes`` and ``true`` became ``True``, ``1_000``
+#: ``1000``), so a file node_exporter accepts refused the right password with 401.
+_TEXT_MAPPINGS = ((("basic_auth_users",), False), (("http_server_config", "headers"), True))
+
+
+def _as_written(loader: Any, root: Any, data: Any) -> None:
+    """Replace, in ``data`` (constructed from ``root`` by ``loader``), each mapping of
+    :data:`_TEXT_MAPPINGS` by one whose keys (and header values) are the scalars' text as
+    written; a null or a collection is constructed as usual (and refused by the checks that
+    follow)."""
+    import yaml
+
+    for path, values_too in _TEXT_MAPPINGS:
+        node, parent = root, data
+        for key in path:
+            found = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key] \
+                if isinstance(node, yaml.MappingNode) and isinstance(parent, dict) else []
+            if len(found) != 1 or key not in parent:
+                break
+            owner, node, parent = (parent, key), found[0], parent[key]
+        else:
+            if isinstance(node, yaml.MappingNode) and isinstance(parent, dict):
+                owner[0][owner[1]] = {
+                    _written(loader, k): _written(loader, v) if values_too
+                    else loader.construct_object(v, deep=True)
+                    for k, v in node.value}
+
+
+def _written(loader: Any, node: Any) -> Any:
+    """A scalar's text as written, unless it is null; anything else as constructed."""
+    import yaml
+
+    value = loader.construct_object(node, deep=True)
+    return node.value if isinstance(node, yaml.ScalarNode) and value is not None else value
+
+
 def _read_yaml(path: Path) -> tuple[Any, _Lines]:
     """The file parsed with PyYAML's safe loader (no tags, no code), and where its keys are."""
     import yaml
@@ -152,7 +190,9 @@ def _read_yaml(path: Path) -> tuple[Any, _Lines]:
         if node is None:
             return None, _Lines(path, lines)
         _key_lines(node, (), lines, path)
-        return loader.construct_document(node), _Lines(path, lines)
+        data = loader.construct_document(node)
+        _as_written(loader, node, data)
+        return data, _Lines(path, lines)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""

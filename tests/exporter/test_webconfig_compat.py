@@ -7,6 +7,9 @@
 * A TLS key encrypted with a passphrase, which exporter-toolkit does not read either: OpenSSL
   prompted "Enter PEM pass phrase:" on the terminal, so start-up hung on a console and under
   systemd stopped with "[Errno 22] Invalid argument". It stops with exit code 2 and says why.
+* User names and header values read as written, as Go's yaml.v2 reads them into strings (a user
+  ``00123`` was the number 83 here), and header values sent in UTF-8 as Go sends them (one
+  beyond Latin-1 answered every request 500).
 
 Both from the outside: ``allsmi serve`` as a subprocess, over HTTP.
 """
@@ -83,3 +86,46 @@ def test_a_passphrase_protected_key_stops_start_up_with_a_reason(tmp_path: Path)
     assert proc.returncode == 2, out + err
     assert "key_file" in err and "encrypted with a passphrase" in err, err
     assert "pass phrase" not in out + err and "Errno" not in err, err
+
+
+def test_user_names_and_header_values_are_read_as_written_as_exporter_toolkit_reads_them(
+        tmp_path: Path) -> None:
+    # Go's yaml.v2 decodes a plain scalar into a string as its text; PyYAML resolved it first:
+    # user 00123 became "83", yes and true became "True", so the right password got 401.
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    users = ("00123", "yes", "true", "1_000", "0x1f")
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n" + "".join(f"  {u}: {hashed}\n" for u in users)
+                   + "http_server_config:\n  headers:\n    X-Content-Type-Options: off\n"
+                   "    X-XSS-Protection: 00\n")
+    server = run_serve(["--simulate", "mixed", "--interval", "0.5", "--web-config", str(web)])
+    try:
+        server.wait_ready(headers=basic("00123", "pw"))
+        for user in users:
+            resp = server.get("/healthz", basic(user, "pw"))
+            assert resp.status == 200, user
+        assert resp.headers["x-content-type-options"] == "off"
+        assert resp.headers["x-xss-protection"] == "00"
+        assert server.get("/healthz", basic("83", "pw")).status == 401
+    finally:
+        assert server.stop() == 0, server.output()
+
+
+def test_a_header_value_beyond_latin_1_is_sent_in_utf_8_as_exporter_toolkit_sends_it(
+        tmp_path: Path) -> None:
+    # The head was encoded in Latin-1: a value with a character beyond it (quotes pasted from a
+    # document) loaded, and then every request, /healthz included, was answered 500.
+    policy = "default-src \u2018self\u2019; report-uri https://r\u00e9seau.example/csp"
+    web = tmp_path / "web.yml"
+    web.write_text(f'http_server_config:\n  headers:\n    Content-Security-Policy: "{policy}"\n',
+                   encoding="utf-8")
+    server = run_serve(["--simulate", "mixed", "--interval", "0.5", "--web-config", str(web)])
+    try:
+        server.wait_ready()
+        for path in ("/healthz", "/metrics", "/nowhere"):
+            resp = server.get(path)
+            assert resp.status == (404 if path == "/nowhere" else 200), (path, resp.body)
+            # (http.client reads header bytes as Latin-1)
+            assert resp.headers["content-security-policy"].encode("latin-1").decode() == policy
+    finally:
+        assert server.stop() == 0, server.output()
