@@ -8,6 +8,8 @@ attribute on :class:`allsmi.schema.DeviceSample`.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import fields, replace
 
 from allsmi.numbers import FINITE
@@ -39,6 +41,20 @@ class Measurement(Record):
     source_field: str | None = None
     """A DeviceSample text field naming what the value measures, exported as a ``source``
     label (``compute_active_percent``'s ``compute_active_source``)."""
+
+
+def to_base(value: float, scale: float) -> float:
+    """``value`` in a field's schema unit, in its metric's base unit (times ``scale``, a power of
+    ten): the float nearest the decimal the value's own shortest text gives with its point moved,
+    so 57 % is exported as ``0.57`` and 75.15 % as ``0.7515``, where multiplying by ``0.01`` gave
+    ``0.5700000000000001`` and ``0.7515000000000001``."""
+    if scale == 1.0:
+        return value
+    text = repr(value)
+    exponent = round(math.log10(scale))
+    if "e" in text or "n" in text or 10.0 ** exponent != scale:  # (inf, nan; not a power of ten)
+        return value * scale
+    return float(f"{text}e{exponent}")
 
 
 def _in_schema_ranges(*declared: Measurement) -> tuple[Measurement, ...]:

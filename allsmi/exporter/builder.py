@@ -27,6 +27,7 @@ from allsmi.exporter.families import (ATTRIBUTION_BAD_SHARES, BACKEND_DURATION, 
                                       PRICE_DEVICE_HOUR, PRICE_KWH, PROCESS_GAUGES, PROCESS_MEMORY,
                                       RENDER_ERRORS, RESOURCE_GROUP_INFO, WEB_CONFIG_RELOAD,
                                       WORKLOAD_INFO, WORKLOAD_LABELS, Family)
+from allsmi.fields import to_base
 from allsmi.schema import WAITING_REASONS, DeviceSample, Snapshot
 from allsmi.usage import billing_shares
 
@@ -136,10 +137,10 @@ def build_families(snapshot: Snapshot, *, version: str,
             value = getattr(dev, field)
             if value is not None:
                 if source is None:
-                    gauge.add_metric(labels[dev.id], float(value) * scale)
+                    gauge.add_metric(labels[dev.id], to_base(float(value), scale))
                 else:
                     gauge.add_metric([*labels[dev.id], getattr(dev, source) or "unknown"],
-                                     float(value) * scale)
+                                     to_base(float(value), scale))
         out.append(gauge)
 
     if any(dev.parent for dev in devices):
@@ -280,7 +281,7 @@ def _process_activity_families(devices: Sequence[DeviceSample]) -> Iterator[Gaug
                     continue  # a duplicate series would make the whole exposition invalid
                 seen.add(key)
                 gauge.add_metric([dev.id, str(proc.pid), _text(proc.user),
-                                  _text(proc.command)[:COMMAND_MAX_CHARS]], value * scale)
+                                  _text(proc.command)[:COMMAND_MAX_CHARS]], to_base(value, scale))
         yield gauge
 
 
