@@ -52,8 +52,8 @@ import abc
 from dataclasses import field, fields
 from typing import Any, ClassVar, Mapping, Sequence
 
-from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
-from allsmi.records import Record, record
+from allsmi.schema.declarations import BackendOption, KubernetesResource, VendorDeclaration
+from allsmi.schema.records import Record, record
 from allsmi.schema import DeviceSample
 
 
@@ -127,15 +127,15 @@ class Backend(abc.ABC):
     """Environment variables the backend reads (a command-line backend adds its tool override)."""
     compute_active_source: ClassVar[str] = ""
     """What ``compute_active_percent`` measures on this vendor, where declared (see
-    :class:`~allsmi.declarations.VendorDeclaration`)."""
+    :class:`~allsmi.schema.declarations.VendorDeclaration`)."""
     tool_flags: ClassVar[tuple[str, ...]] = ()
     """Options of the vendor's tools its docs page names (``--json-output``): the docs test accepts
-    them (see :class:`~allsmi.declarations.VendorDeclaration`)."""
+    them (see :class:`~allsmi.schema.declarations.VendorDeclaration`)."""
     declared_options: ClassVar[tuple[BackendOption, ...] | None] = None
     """The keys its ``[backends.NAME]`` table takes, with their defaults and ranges (``None``:
-    not declared; see :class:`~allsmi.declarations.VendorDeclaration`). Read with :meth:`option`."""
+    not declared; see :class:`~allsmi.schema.declarations.VendorDeclaration`). Read with :meth:`option`."""
     unreported_fields: ClassVar[frozenset[str]] = frozenset()
-    """Measured fields (:data:`allsmi.fields.MEASURED_FIELDS`) this backend leaves ``None`` on
+    """Measured fields (:data:`allsmi.schema.fields.MEASURED_FIELDS`) this backend leaves ``None`` on
     every device, with every tool or library version it was checked against: the vendor
     interface has no such value (tt-smi has no utilization or memory, rbln-smi no clock).
     ``--simulate`` leaves them ``None`` for the devices it impersonates under this backend's
@@ -154,7 +154,7 @@ class Backend(abc.ABC):
     @classmethod
     def declaration(cls) -> VendorDeclaration:
         """What the rest of allsmi reads about this backend without running it (attribution,
-        ``allsmi doctor``, the docs tables, the layering tests): see :mod:`allsmi.declarations`."""
+        ``allsmi doctor``, the docs tables, the layering tests): see :mod:`allsmi.schema.declarations`."""
         def value(name: str) -> Any:
             v = getattr(cls, _ATTRIBUTE.get(name, name))
             return v if v is None or isinstance(v, str) else tuple(v)

@@ -1,7 +1,7 @@
 """Snapshot JSON and CSV: the machine-readable forms of a :class:`Snapshot`.
 
 These are public interfaces (see the README): field names come from the
-schema, so the JSON keys and CSV columns match ``allsmi.fields``. Neither
+schema, so the JSON keys and CSV columns match ``allsmi.schema.fields``. Neither
 path imports textual, rich or prometheus_client.
 """
 
@@ -108,7 +108,7 @@ def to_json(snapshot: Snapshot, indent: int | None = 2, process_details: bool | 
     """The snapshot JSON text: valid UTF-8, no NaN (unknown values are ``null``).
 
     ``ensure_ascii`` escapes every non-ASCII character; the schema boundary
-    (:mod:`allsmi.text`) has already replaced lone surrogates, so no
+    (:mod:`allsmi.schema.text`) has already replaced lone surrogates, so no
     ``"\\udcff"`` escape that strict parsers reject can appear.
     ``process_details``: see :func:`snapshot_dict`.
     """
@@ -124,8 +124,8 @@ def to_csv(snapshot: Snapshot) -> str:
     """
     import csv  # these here: the JSON document does not need them
 
-    from allsmi.fields import DEVICE_COLUMNS
-    from allsmi.formatting import csv_cell
+    from allsmi.schema.fields import DEVICE_COLUMNS
+    from allsmi.schema.formatting import csv_cell
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(DEVICE_COLUMNS)
@@ -143,7 +143,7 @@ def to_csv(snapshot: Snapshot) -> str:
 def to_processes_csv(snapshot: Snapshot) -> str:
     """One row per process on every device (``allsmi snapshot --format processes-csv``).
 
-    Columns are :data:`allsmi.fields.PROCESS_COLUMNS`: the device's ``id``, ``index`` and
+    Columns are :data:`allsmi.schema.fields.PROCESS_COLUMNS`: the device's ``id``, ``index`` and
     ``uuid`` (as ``device_id``, ``device_index``, ``device_uuid``), then the process's fields
     (pid, user, command, memory, attribution, per-process activity); unknown values are
     empty cells. A process on two
@@ -153,8 +153,8 @@ def to_processes_csv(snapshot: Snapshot) -> str:
     """
     import csv  # these here: the JSON document does not need them
 
-    from allsmi.fields import PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
-    from allsmi.formatting import csv_cell
+    from allsmi.schema.fields import PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
+    from allsmi.schema.formatting import csv_cell
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PROCESS_COLUMNS)

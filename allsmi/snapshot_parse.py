@@ -3,8 +3,8 @@
 :func:`allsmi.output.snapshot_from_dict` delegates here. A snapshot that
 arrives from another host (``allsmi view --hosts``) is data from the network:
 every value is checked for its type, for being a finite number and for the
-plausible range that :mod:`allsmi.fields` declares, before a schema object is
-built (the schema then cleans the text, :mod:`allsmi.text`). What is wrong
+plausible range that :mod:`allsmi.schema.fields` declares, before a schema object is
+built (the schema then cleans the text, :mod:`allsmi.schema.text`). What is wrong
 but local (one value, one label, one process, one device) is set to ``None``
 or left out and described in ``problems``; what makes the whole document
 unusable (not an object, another ``schema_version``, no timestamp, ``devices``
@@ -21,7 +21,7 @@ import datetime as dt
 import math
 from typing import Any
 
-from allsmi.fields import MEASURED_FIELDS
+from allsmi.schema.fields import MEASURED_FIELDS
 from allsmi.schema import (ATTRIBUTION_SOURCES, BACKEND_STATES, COMPUTE_ACTIVE_SOURCES,
                            HEALTH_STATES, PROCESS_ACTIVITY, WAITING_REASONS, WORKLOAD_FIELDS,
                            BackendStatus, DeviceSample, HolderWaiting, HostSample, ProcessSample,
@@ -106,7 +106,7 @@ def _number(value: Any, where: str, report: _Report, low: float | None = None,
 def checked_measurement(field: str, value: float | None, where: str,
                         problems: list[str] | None = None) -> float | int | None:
     """A measurement read elsewhere (a Prometheus sample) checked as a snapshot's is: a finite
-    number within the range :mod:`allsmi.fields` declares for ``field`` and within
+    number within the range :mod:`allsmi.schema.fields` declares for ``field`` and within
     :data:`MAX_INT`, byte counts rounded to whole numbers; else ``None``, and the problem
     described in ``problems``."""
     low, high = _RANGES[field]

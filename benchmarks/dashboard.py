@@ -198,7 +198,7 @@ def measure_together(commands: dict[str, list[str]], seconds: float, windows: in
 COLLECTOR_ONLY = """
 import sys, time
 from allsmi.backends.simulated import simulated_backends
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 c = Collector(simulated_backends(sys.argv[1]), interval_seconds=1.0)
 c.start()
 time.sleep(3600)
@@ -212,7 +212,7 @@ async def key_to_frame(devices_path: Path, presses: int = 30) -> list[float]:
     from textual._compositor import CompositorUpdate
 
     from allsmi.backends.simulated import simulated_backends
-    from allsmi.collector import Collector
+    from allsmi.collection.collector import Collector
     from allsmi.dashboard.screen.app import DashboardApp
     from allsmi.dashboard.sources import NodeSource
 

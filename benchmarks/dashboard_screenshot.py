@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from allsmi.backends.simulated import simulated_backends  # noqa: E402
-from allsmi.collector import Collector  # noqa: E402
+from allsmi.collection.collector import Collector  # noqa: E402
 from allsmi.config import parse_config  # noqa: E402
 from allsmi.dashboard.screen.app import DashboardApp  # noqa: E402
 from allsmi.dashboard.sources import StaticSource  # noqa: E402

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from allsmi.hostactivity.sampler import HostActivitySampler  # noqa: E402
 from allsmi.hostactivity.settings import ActivitySettings  # noqa: E402
 from allsmi.schema import DeviceSample, ProcessSample  # noqa: E402
-from allsmi.waiting import WaitingClassifier  # noqa: E402
+from allsmi.collection.waiting import WaitingClassifier  # noqa: E402
 
 THREADED = ("import threading, time\n"
             "for _ in range(7): threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"

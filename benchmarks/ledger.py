@@ -48,7 +48,7 @@ from allsmi.accounting.recorder import LedgerRecorder  # noqa: E402
 from allsmi.accounting.settings import ROLLUP_SECONDS  # noqa: E402
 from allsmi.backends.simulated import simulated_backends  # noqa: E402
 from allsmi.config import parse_config  # noqa: E402
-from allsmi.groups import assign_groups  # noqa: E402
+from allsmi.collection.groups import assign_groups  # noqa: E402
 from allsmi.schema import HostSample, Snapshot  # noqa: E402
 from allsmi.usage import UsageIntegrator  # noqa: E402
 

@@ -15,7 +15,7 @@ import pytest
 from allsmi.attribution import Attributor, AttributionSource, SourceResult
 from allsmi.attribution.model import ProcessAttribution
 from allsmi.backend_api import Backend, ProbeResult
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import Config, ConfigError, parse_config
 from allsmi.exporter.counters import UsageCounters
 from allsmi.exporter.exposition import render_snapshot

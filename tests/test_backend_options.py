@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.backend_api import BackendError
-from allsmi.declarations import BackendOption
+from allsmi.schema.declarations import BackendOption
 
 from .conftest import run_allsmi
 
@@ -149,7 +149,7 @@ def test_a_number_option_declares_both_finite_ends_around_its_default(kwargs: di
 
 PLUGIN = '''
 from allsmi.backend_api import Backend, ProbeResult
-from allsmi.declarations import BackendOption
+from allsmi.schema.declarations import BackendOption
 
 
 class Opt(Backend):

@@ -1,6 +1,6 @@
 """Absurdly long input, from the outside: a value of 100,000 characters in a flag, a variable or
 the configuration is refused in one readable line (the value cut to its start and its length,
-``allsmi.text.clipped``), and a path too long for the system (``ENAMETOOLONG``) is an error or
+``allsmi.schema.text.clipped``), and a path too long for the system (``ENAMETOOLONG``) is an error or
 an absent file, never a traceback."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.text import MAX_SHOWN, clipped
+from allsmi.schema.text import MAX_SHOWN, clipped
 
 from .conftest import run_allsmi
 

@@ -11,8 +11,8 @@ import stat
 from dataclasses import fields as dc_fields
 from pathlib import Path
 
-from allsmi import registry
-from allsmi.fields import DEVICE_COLUMNS
+from allsmi.collection import registry
+from allsmi.schema.fields import DEVICE_COLUMNS
 
 from .conftest import run_allsmi
 
@@ -303,7 +303,7 @@ job_seconds = [86400, 86400]
 def test_processes_csv_has_one_row_per_process_with_activity(tmp_path: Path) -> None:
     """``--format processes-csv``: one row per process, its device's id/index/uuid first, the
     process columns (per-process activity included) derived from the schema."""
-    from allsmi.fields import PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
+    from allsmi.schema.fields import PROCESS_COLUMNS, PROCESS_DEVICE_COLUMNS
     from allsmi.schema import PROCESS_ACTIVITY, ProcessSample
     # Jobs that run all day long: the two runs below see the same processes (with the built-in
     # scenarios' jobs of minutes, a job could end between them).

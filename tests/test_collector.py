@@ -12,7 +12,7 @@ import pytest
 
 from allsmi.backend_api import Backend, BackendError, BackendUnavailable, ProbeResult
 from allsmi.backends._common.runner import ToolTimeout, run_tool
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import parse_config
 from allsmi.schema import DeviceSample
 
@@ -376,7 +376,7 @@ def test_the_vendor_backends_know_their_absence_without_their_library(tmp_path: 
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Every built-in backend answers quick_probe on a machine without its hardware (this one)
     as its probe() does, and none imports its vendor binding for it."""
-    from allsmi import registry
+    from allsmi.collection import registry
     monkeypatch.setenv("PATH", str(tmp_path))
     for name in ("ALLSMI_HL_SMI", "ALLSMI_FURIOSA_SMI", "ALLSMI_RBLN_SMI", "ALLSMI_TT_SMI"):
         monkeypatch.delenv(name, raising=False)

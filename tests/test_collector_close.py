@@ -11,8 +11,8 @@ import time
 from typing import Sequence
 
 from allsmi.backend_api import Backend, ProbeResult
-from allsmi.backendrunner import BackendRunner
-from allsmi.collector import Collector
+from allsmi.collection.backendrunner import BackendRunner
+from allsmi.collection.collector import Collector
 from allsmi.schema import DeviceSample
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from allsmi.backend_api import Backend, ProbeResult
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.schema import DeviceSample
 
 
@@ -205,7 +205,7 @@ def test_a_group_s_name_and_labels_are_cleaned_once_per_assignment_each_device_i
     """The collector cleans each group's name and labels when it works the groups out, as the
     sample's own cleaning does, and gives every device a labels dictionary of its own: a copy
     (derive) or a sample filled in (a fresh backend's), the same."""
-    from allsmi import text
+    from allsmi.schema import text
     from allsmi.config import parse_config
 
     class Three(_One):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.config import ConfigError, discover_path, load_config, parse_config
-from allsmi.groups import assign_groups
+from allsmi.collection.groups import assign_groups
 from allsmi.schema import DeviceSample
 
 from .conftest import run_allsmi
@@ -213,8 +213,8 @@ def test_collector_loop_survives_a_failing_cycle() -> None:
     import threading
     import time
 
-    from allsmi.collector import Collector
-    from allsmi.host import HostSampler
+    from allsmi.collection.collector import Collector
+    from allsmi.collection.host import HostSampler
 
     class Flaky(HostSampler):
         calls = 0

@@ -160,7 +160,7 @@ def _snapshot_with(patch: str) -> subprocess.CompletedProcess[str]:
 
 def test_an_interrupted_snapshot_writes_nothing_and_exits_130() -> None:
     """Ctrl-C while collecting printed a traceback and exited 1."""
-    out = _snapshot_with("from allsmi.collector import Collector\n"
+    out = _snapshot_with("from allsmi.collection.collector import Collector\n"
                          "def collect(self): raise KeyboardInterrupt\n"
                          "Collector.collect_once = collect\n")
     assert (out.returncode, out.stdout) == (130, "")
@@ -182,7 +182,7 @@ def test_sigint_while_the_document_is_written_leaves_it_whole() -> None:
 def test_a_csv_cell_never_holds_a_formula_nor_an_infinite_number() -> None:
     """``"-inf"`` passed as a plain number (a spreadsheet reads a leading ``-`` as a formula), and
     a non-finite float was written as ``nan``/``inf`` where unknown is an empty cell."""
-    from allsmi.formatting import csv_cell
+    from allsmi.schema.formatting import csv_cell
     assert [csv_cell(v) for v in ("-inf", "+nan", "-Infinity", "=1+1", "-3.5", "-1")] == \
         ["'-inf", "'+nan", "'-Infinity", "'=1+1", "-3.5", "-1"]
     assert [csv_cell(v) for v in (float("nan"), float("-inf"), None, 2.5)] == ["", "", "", "2.5"]

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from allsmi.cli.common import settings
-from allsmi.numbers import MAX_INDEX
+from allsmi.schema.numbers import MAX_INDEX
 
 from . import refusals
 
@@ -263,7 +263,7 @@ WHOLE = [key for key in NUMBERS if key.whole]
 def test_every_whole_key_takes_one_rule(key: Key, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Whole, in every key whose range says so, is a TOML integer or a float with no fractional
-    part (:func:`allsmi.numbers.whole_setting`): ``history_size``, ``[ledger] interval_seconds``
+    part (:func:`allsmi.schema.numbers.whole_setting`): ``history_size``, ``[ledger] interval_seconds``
     and ``workers`` took ``10.0`` where ``[serve] max_holder_series`` and ``[[rules]] index``
     refused it."""
     whole = 10.0 if key.low <= 10 <= key.high else float(key.low)
@@ -318,7 +318,7 @@ def test_a_rule_index_that_is_no_index_says_what_index_takes(value: str, tmp_pat
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """``[[rules]] index = 1.5`` (or ``true``) said "must be a non-empty string": an index is a
     whole device index or a glob, and the message says so (``1.0`` is whole, as in every
-    whole-number setting: :func:`allsmi.numbers.whole_setting`)."""
+    whole-number setting: :func:`allsmi.schema.numbers.whole_setting`)."""
     path = tmp_path / "config.toml"
     path.write_text(f'[[rules]]\nresource_group = "a"\nindex = {value}\n', encoding="utf-8")
     code, out, err = judged(path, capsys)

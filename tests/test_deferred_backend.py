@@ -13,9 +13,9 @@ from typing import Any, Sequence
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.backend_api import Backend, BackendError, ProbeResult
-from allsmi.declarations import VendorDeclaration
+from allsmi.schema.declarations import VendorDeclaration
 from allsmi.schema import DeviceSample
 
 BUILT_IN = ("amd", "furiosa", "gaudi", "nvidia", "rebellions", "tenstorrent")
@@ -29,7 +29,7 @@ def test_each_vendor_package_declares_what_its_backend_class_does(name: str) -> 
 
 
 def test_declarations_come_from_the_packages_alone() -> None:
-    code = ("import sys, json\nfrom allsmi import registry\nd = registry.declarations()\n"
+    code = ("import sys, json\nfrom allsmi.collection import registry\nd = registry.declarations()\n"
             "print(json.dumps([[x.backend for x in d], "
             "sorted(m for m in sys.modules if m.endswith('.backend'))]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -1,4 +1,4 @@
-"""allsmi.distinfo answers as importlib.metadata does, or not at all.
+"""allsmi.support.distinfo answers as importlib.metadata does, or not at all.
 
 Each check runs in a fresh interpreter whose ``sys.path`` starts with made-up
 site directories, and compares the fast reader with importlib.metadata itself.
@@ -15,7 +15,7 @@ COMPARE = r"""
 import json, sys
 sys.path[:0] = json.loads(sys.argv[1])
 from importlib import metadata
-from allsmi import distinfo
+from allsmi.support import distinfo
 out = {}
 for group in json.loads(sys.argv[2]):
     fast = distinfo.entry_points(group)
@@ -103,7 +103,7 @@ def test_zip_on_sys_path_is_left_to_importlib_metadata(tmp_path: Path) -> None:
 
 
 def test_the_installed_backends_are_found_without_importlib_metadata() -> None:
-    code = ("import sys\nfrom allsmi import registry\n"
+    code = ("import sys\nfrom allsmi.collection import registry\n"
             "print(registry.names(), 'importlib.metadata' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          check=True).stdout
@@ -116,7 +116,7 @@ def test_each_site_directory_is_listed_once_until_it_changes(tmp_path: Path, mon
     ``forget`` (the dashboard's start-up is over) the next question lists them again."""
     import os
 
-    from allsmi import distinfo
+    from allsmi.support import distinfo
     site = tmp_path / "site"
     _dist(site, "zz_vendor-1.0.dist-info", "[allsmi.backends]\nzz = zz_vendor:B\n")
     monkeypatch.setattr(sys, "path", [str(site)])

@@ -285,7 +285,7 @@ def _benchmark_flags() -> set[str]:
 def _vendor_flags() -> set[str]:
     """The vendor tools' options the installed backends declare (``tool_flags`` and the flags of
     ``version_command``): a vendor's docs page may name them, and no list here names a vendor."""
-    from allsmi import registry
+    from allsmi.collection import registry
     flags: set[str] = set()
     for declaration in registry.declarations():
         flags.update(declaration.tool_flags)
@@ -453,7 +453,7 @@ def test_billing_csv_columns_documented_are_the_export_columns() -> None:
 
 def test_processes_csv_columns_are_all_documented() -> None:
     """docs/snapshot.md's ``--format processes-csv`` paragraph names every column the format writes."""
-    from allsmi.fields import PROCESS_COLUMNS
+    from allsmi.schema.fields import PROCESS_COLUMNS
     text = (REPO / "docs" / "snapshot.md").read_text()
     start = text.index("* `--format processes-csv`")
     paragraph = text[start:text.index("\n* ", start + 1)]

@@ -116,7 +116,7 @@ def test_process_lists_shown_as_example_output_have_the_real_fields() -> None:
 
 def _tool_variables() -> set[str]:
     """The override variables of the vendor tools the installed backends run."""
-    from allsmi import registry
+    from allsmi.collection import registry
     return {v for d in registry.declarations() for v in d.env_vars if v.startswith("ALLSMI_")}
 
 

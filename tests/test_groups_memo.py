@@ -4,7 +4,7 @@ without it, cycle after cycle, for devices, partitions and devices whose facts c
 from __future__ import annotations
 
 from allsmi.config import parse_config
-from allsmi.groups import MEMO_SIZE, assign_groups
+from allsmi.collection.groups import MEMO_SIZE, assign_groups
 from allsmi.schema import DeviceSample
 
 CONFIG = parse_config("""\

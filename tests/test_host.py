@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from allsmi import host
+from allsmi.collection import host
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -61,7 +61,7 @@ def test_unprimed_cpu_is_unknown_and_missing_proc_falls_back_to_psutil(tmp_path:
 
 
 def test_a_snapshot_does_not_import_psutil_for_the_host() -> None:
-    code = ("import sys\nfrom allsmi.host import HostSampler\nh = HostSampler(); h.prime()\n"
+    code = ("import sys\nfrom allsmi.collection.host import HostSampler\nh = HostSampler(); h.prime()\n"
             "s = h.sample()\nprint(s.memory_total_bytes > 0, 'psutil' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          check=True).stdout.split()

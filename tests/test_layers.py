@@ -49,8 +49,8 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_core_imports_no_ui_or_exporter_library() -> None:
-    loaded = _modules_after("import allsmi, allsmi.schema, allsmi.fields, allsmi.config, allsmi.collector, "
-                            "allsmi.registry, allsmi.output, allsmi.usage, allsmi.cli.main, allsmi.cli.snapshot")
+    loaded = _modules_after("import allsmi, allsmi.schema, allsmi.schema.fields, allsmi.config, allsmi.collection.collector, "
+                            "allsmi.collection.registry, allsmi.output, allsmi.usage, allsmi.cli.main, allsmi.cli.snapshot")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 
@@ -72,7 +72,7 @@ def test_snapshot_json_and_csv_paths_import_no_heavy_library(tmp_path: Path) -> 
 
 
 def test_listing_backends_imports_no_vendor_library() -> None:
-    loaded = _modules_after("from allsmi import registry\nregistry.names()\n"
+    loaded = _modules_after("from allsmi.collection import registry\nregistry.names()\n"
                             "import allsmi.cli.backends_cmd")
     assert not loaded & set(VENDOR)
     assert "allsmi" in loaded
@@ -81,8 +81,8 @@ def test_listing_backends_imports_no_vendor_library() -> None:
 # -- start-up: what `allsmi snapshot` imports (benchmarks/startup.py measures the time) ------------
 
 #: Never imported by a plain `allsmi snapshot --format json|csv`: the click command tree (the fast
-#: path of allsmi/cli/fast.py), importlib.metadata (allsmi/distinfo.py reads the entry points) and
-#: psutil (allsmi/host.py reads /proc on Linux).
+#: path of allsmi/cli/fast.py), importlib.metadata (allsmi/support/distinfo.py reads the entry points) and
+#: psutil (allsmi/collection/host.py reads /proc on Linux).
 STARTUP_FREE = ("click", "importlib.metadata", "psutil")
 
 
@@ -174,7 +174,7 @@ TOOL_RUNNING = ("allsmi.backends._common.runner", "allsmi.backends._common.jsono
 def _cli_backends() -> dict[str, tuple[str, ...]]:
     """Every installed command-line backend (a :class:`CliToolBackend`, so a new vendor is
     checked without being named here) -> its declared environment variables."""
-    from allsmi import registry
+    from allsmi.collection import registry
     from allsmi.backends._common.clibackend import CliToolBackend
     found = {}
     for name in registry.hardware_names():
@@ -186,14 +186,14 @@ def _cli_backends() -> dict[str, tuple[str, ...]]:
 
 def _package(name: str) -> str:
     """The vendor package the entry point names (``allsmi.backends.gaudi``)."""
-    from allsmi import registry
+    from allsmi.collection import registry
     return str(registry.entry_point(name).value).partition(":")[0]
 
 
 def _no_tools_env(tmp_path: Path) -> dict[str, str]:
     """No vendor tool on PATH and every backend's declared override variable unset."""
     import os
-    from allsmi import registry
+    from allsmi.collection import registry
     empty = tmp_path / "empty-bin"
     empty.mkdir(exist_ok=True)
     declared = {var for decl in registry.declarations() for var in decl.env_vars}
@@ -213,7 +213,7 @@ def test_cli_vendors_load_no_parser_or_tool_runner_without_their_tool(tmp_path: 
     assert {"furiosa", "gaudi", "rebellions", "tenstorrent"} <= set(cli)  # the check sees them
     # Each backend's probe answer, and what importing its class alone loads (its package's
     # light part: the class and its probe).
-    code = ("import json, sys\nfrom allsmi import registry\nout = {}\n"
+    code = ("import json, sys\nfrom allsmi.collection import registry\nout = {}\n"
             f"for n in {sorted(cli)!r}:\n"
             "    before = set(sys.modules)\n    cls = registry.load(n)\n"
             "    imported = sorted(set(sys.modules) - before)\n"

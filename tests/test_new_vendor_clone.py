@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ INIT = '''
     """Acme NPUs through acme-ls (the devices) and acme-mon (a running monitor): a toy vendor."""
     from allsmi.backends._common.declared import lazy_attribute, tool_absent
     from allsmi.backends._common.toolpath import VendorTool
-    from allsmi.declarations import KubernetesResource, VendorDeclaration
+    from allsmi.schema.declarations import KubernetesResource, VendorDeclaration
 
     TOOL = VendorTool(("acme-ls",), "ALLSMI_ACME_LS")
     MONITOR = VendorTool(("acme-mon",), "ALLSMI_ACME_MON")

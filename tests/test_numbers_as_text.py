@@ -1,5 +1,5 @@
 """Every number given as text, a flag's or an environment variable's, is read one way
-(:func:`allsmi.numbers.number_in_text`): ASCII decimal forms, blanks around them allowed. The
+(:func:`allsmi.schema.numbers.number_in_text`): ASCII decimal forms, blanks around them allowed. The
 other forms Python's ``float`` and ``int`` read (``1_0``, full-width ``５``, ``nan``) were taken
 by ``--interval``, ``ALLSMI_SERVE_INTERVAL`` and ``ALLSMI_SIMULATE_SPEED`` and refused by
 ``ALLSMI_SERVE_MAX_HOLDER_SERIES``; each is now refused by every one of them (exit 2, the flag
@@ -102,7 +102,7 @@ def test_the_simulation_speed_refuses_what_is_no_decimal(value: str,
 def test_leading_zeros_count_for_nothing() -> None:
     """``0000...01`` (31 digits and more) is 1, as ``float`` and ``int`` read it; before, a
     whole number of more than 30 digits was taken as out of every range whatever its value."""
-    from allsmi.numbers import number_in_text
+    from allsmi.schema.numbers import number_in_text
     padded = "0" * 40 + "1"
     assert number_in_text(padded, 0, 10) == 1.0
     assert number_in_text(padded, 0, 10, whole=True) == 1
@@ -133,7 +133,7 @@ def test_the_file_and_the_variable_agree_on_whole(tmp_path: Path) -> None:
 def test_thousands_of_leading_zeros_are_no_python_error() -> None:
     """Leading zeros are dropped before the digits are converted: ``int()`` refuses a string of
     over 4300 digits with a message of Python's own ("Exceeds the limit ..."), never shown."""
-    from allsmi.numbers import number_in_text
+    from allsmi.schema.numbers import number_in_text
     assert number_in_text("0" * 6000 + "1", 0.05, 3600) == 1.0
     assert number_in_text("-" + "0" * 6000 + "3", -5, 10, whole=True) == -3
     with pytest.raises(ValueError, match="expected a whole number from 1 to 100"):

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.backend_api import Backend, ProbeResult
-from allsmi.backendrunner import BackendRunner
-from allsmi.distinfo import EntryPoint
-from allsmi.collector import Collector
+from allsmi.collection.backendrunner import BackendRunner
+from allsmi.support.distinfo import EntryPoint
+from allsmi.collection.collector import Collector
 from allsmi.output import to_json
 from allsmi.schema import DeviceSample, ProcessSample, derive
 
@@ -153,7 +153,7 @@ def test_a_close_that_hangs_is_said_to_be_stuck_in_close(caplog: Any) -> None:
     assert runner.start_call()
     assert runner.wait(10**9) is not None
     try:
-        with caplog.at_level(logging.WARNING, "allsmi.backendrunner"):
+        with caplog.at_level(logging.WARNING, "allsmi.collection.backendrunner"):
             runner.close(grace=0.1)
         assert "stuck in close" in caplog.text, caplog.text
     finally:
@@ -247,7 +247,7 @@ def test_a_plug_in_that_raises_each_cycle_is_logged_once_its_traceback_at_debug(
     traceback a second on stderr; its status says it every cycle."""
     def boom() -> Any:
         raise KeyError("gone")
-    with caplog.at_level(logging.DEBUG, logger="allsmi.backendrunner"), \
+    with caplog.at_level(logging.DEBUG, logger="allsmi.collection.backendrunner"), \
             Collector([_Plugin("zzboom", boom)], interval_seconds=1, timeout_seconds=2) as c:
         said = {(s.status, s.message) for _ in range(5) for s in c.collect_once().backends}
     assert said == {("error", "internal error: KeyError: 'gone'")}

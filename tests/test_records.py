@@ -1,4 +1,4 @@
-"""allsmi.records: frozen records answer ``==``, ``hash`` and ``repr`` exactly as the methods
+"""allsmi.schema.records: frozen records answer ``==``, ``hash`` and ``repr`` exactly as the methods
 ``@dataclass(frozen=True)`` generates, without compiling them for each class."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from allsmi.records import Record, record
+from allsmi.schema.records import Record, record
 
 
 def _pair(slots: bool):  # type: ignore[no-untyped-def]
@@ -74,7 +74,7 @@ def test_schema_records_survive_pickling() -> None:
 
 
 def test_a_class_outside_records_is_refused() -> None:
-    with pytest.raises(TypeError, match="subclass allsmi.records.Record"):
+    with pytest.raises(TypeError, match="subclass allsmi.schema.records.Record"):
         record(type("Loose", (), {"__doc__": "Loose."}))
     with pytest.raises(TypeError, match="needs a docstring"):
         record(type("Undocumented", (Record,), {}))
@@ -83,7 +83,9 @@ def test_a_class_outside_records_is_refused() -> None:
 def test_the_snapshot_records_compile_no_comparison_or_repr_of_their_own() -> None:
     """The invariant the one-shot snapshot's start-up relies on (issue 36): the schema's, the
     config's and the attribution's records take ==, hash and repr from Record."""
-    from allsmi import backendrunner, config, declarations, fields, schema
+    from allsmi import config, schema
+    from allsmi.collection import backendrunner
+    from allsmi.schema import declarations, fields
     from allsmi.attribution import model, runner, settings
     from allsmi.backend_api import ProbeResult
     from allsmi.backends._common.toolpath import VendorTool
@@ -137,7 +139,7 @@ def test_records_share_their_frozen_methods_code() -> None:
     class (two of the three methods dataclass compiled: over half of a record's import cost)."""
     import sys
 
-    from allsmi.records import SHARED_FROZEN_METHODS
+    from allsmi.schema.records import SHARED_FROZEN_METHODS
     from allsmi.schema import BackendStatus, DeviceSample
     if sys.version_info >= (3, 13):
         assert not SHARED_FROZEN_METHODS

@@ -9,9 +9,9 @@ from allsmi.attribution import build_attributor
 from allsmi.attribution.simulated import JOB_HOURS, SimulatedSource
 from allsmi.backends.simulated import simulated_backends
 from allsmi.cli.simulate.collect import DirectAttributor, ReplayCollector
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import parse_config
-from allsmi.registry import declarations
+from allsmi.collection.registry import declarations
 
 from .test_replay_cycle import replaying_collector
 

@@ -17,9 +17,9 @@ from allsmi.backends.simulated.jobs import JobDraws
 from allsmi.backends.simulated.model import unit_hash
 from allsmi.backends.simulated.scenario import load_scenario
 from allsmi.cli.simulate.collect import ReplayCollector
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import parse_config
-from allsmi.registry import declarations
+from allsmi.collection.registry import declarations
 from allsmi.schema import DeviceSample
 
 T0 = 1_790_000_000.0
@@ -222,12 +222,12 @@ def test_the_waiting_step_classifies_only_the_devices_someone_holds(monkeypatch)
     """A device that neither a process nor a workload holds has no waiting reasons (``None``,
     what classifying it gives) without being classified; the others are classified as
     before."""
-    import allsmi.waiting
+    import allsmi.collection.waiting
     from allsmi.hostactivity.sampler import HostActivity, NodeActivity
     from allsmi.hostactivity.settings import activity_settings
     asked: list[str] = []
-    classified = allsmi.waiting.WaitingClassifier._classified
-    monkeypatch.setattr(allsmi.waiting.WaitingClassifier, "_classified",
+    classified = allsmi.collection.waiting.WaitingClassifier._classified
+    monkeypatch.setattr(allsmi.collection.waiting.WaitingClassifier, "_classified",
                         lambda self, dev, host: asked.append(dev.id) or classified(self, dev,
                                                                                    host))
     now = [T0]
@@ -246,7 +246,7 @@ def test_the_waiting_step_classifies_only_the_devices_someone_holds(monkeypatch)
             for dev in snapshot.devices:
                 if dev.id not in holding:
                     assert dev.waiting is None
-                    assert allsmi.waiting.classify(dev, HostActivity({}, NodeActivity()),
+                    assert allsmi.collection.waiting.classify(dev, HostActivity({}, NodeActivity()),
                                                    activity_settings(config)) is None
                     nobody += 1
             held += len(holding)

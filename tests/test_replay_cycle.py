@@ -14,12 +14,12 @@ import gc
 import pytest
 
 import allsmi.backends.simulated as simulated
-import allsmi.waiting
+import allsmi.collection.waiting
 from allsmi.attribution import build_attributor
 from allsmi.backends.simulated import UNBILLED, simulated_backends
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import parse_config
-from allsmi.registry import declarations
+from allsmi.collection.registry import declarations
 
 T0 = 1_790_000_000.0
 CYCLES = 40
@@ -103,8 +103,8 @@ def test_an_unexplained_classification_has_the_same_reasons_and_reuses_its_entri
     """Without ``explain`` (a replay), each holder's reason is the explained one and its
     evidence is empty, and a computing holder's entry is made once, not every cycle."""
     made = []
-    entry = allsmi.waiting.HolderWaiting
-    monkeypatch.setattr(allsmi.waiting, "HolderWaiting",
+    entry = allsmi.collection.waiting.HolderWaiting
+    monkeypatch.setattr(allsmi.collection.waiting, "HolderWaiting",
                         lambda *a, **k: made.append(a) or entry(*a, **k))
     now = [T0]
     explained = _reasons(_collector(now), now)
@@ -220,7 +220,7 @@ def test_a_device_s_claims_are_made_once_a_cycle_for_the_waiting_step_and_the_sp
     cycle = [0]
     monkeypatch.setattr(fairshare, "claim_units", lambda dev: asked.append(
         (cycle[0], dev.id, fairshare.claims_made)) or claim_units(dev))
-    monkeypatch.setattr(allsmi.waiting, "claim_units", fairshare.claim_units)  # (imported by name)
+    monkeypatch.setattr(allsmi.collection.waiting, "claim_units", fairshare.claim_units)  # (imported by name)
     now = [T0]
     collector = _collector(now)
     recorder = LedgerRecorder(tmp_path / "ledger.db", parse_config(""))
@@ -394,7 +394,7 @@ def test_a_replay_s_collector_asks_the_backends_directly_after_their_runners_ope
     asks each simulated backend for its sample itself, not through its runner: the same
     devices, field for field, as the live collector's cycle by cycle; a backend that raises
     sends its cycle through the runners, which report it as before."""
-    from allsmi.backendrunner import BackendRunner
+    from allsmi.collection.backendrunner import BackendRunner
     from allsmi.cli.simulate.collect import ReplayCollector
     calls = [0]
     start_call = BackendRunner.start_call

@@ -10,15 +10,15 @@ import dataclasses
 
 import pytest
 
-import allsmi.collector
-import allsmi.groups
+import allsmi.collection.collector
+import allsmi.collection.groups
 import allsmi.schema
-import allsmi.waiting
+import allsmi.collection.waiting
 from allsmi.attribution import build_attributor
 from allsmi.backends.simulated import simulated_backends
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import parse_config
-from allsmi.registry import declarations
+from allsmi.collection.registry import declarations
 from allsmi.schema import DeviceSample, derive
 
 T0 = 1_790_000_000.0
@@ -64,7 +64,7 @@ def test_the_collector_copies_a_device_once_a_cycle_and_a_fresh_one_never(monkey
     def counting(sample, **changes):
         copies[type(sample).__name__] = copies.get(type(sample).__name__, 0) + 1
         return derive(sample, **changes)
-    for module in (allsmi.collector, allsmi.groups, allsmi.waiting):
+    for module in (allsmi.collection.collector, allsmi.collection.groups, allsmi.collection.waiting):
         monkeypatch.setattr(module, "derive", counting)
     now = [T0]
     config = parse_config("")
@@ -74,7 +74,7 @@ def test_the_collector_copies_a_device_once_a_cycle_and_a_fresh_one_never(monkey
         backend.fresh_samples = fresh
     collector = Collector(backends, config, clock=lambda: now[0], attributor=attributor,
                           inline=True)
-    derivers = set(allsmi.samplecopy._DERIVERS)  # what earlier tests in this process wrote out
+    derivers = set(allsmi.schema.samplecopy._DERIVERS)  # what earlier tests in this process wrote out
     try:
         devices, seen = 0, []
         for _ in range(CYCLES):
@@ -90,7 +90,7 @@ def test_the_collector_copies_a_device_once_a_cycle_and_a_fresh_one_never(monkey
     for dev in snapshot.devices:
         assert _afresh(dev) == dev
     # each distinct set of changed fields is written out once, not per call
-    assert len(set(allsmi.samplecopy._DERIVERS) - derivers) < 32
+    assert len(set(allsmi.schema.samplecopy._DERIVERS) - derivers) < 32
 
 
 def test_the_recorder_splits_a_device_again_only_when_its_holders_could_differ(tmp_path,
@@ -144,7 +144,7 @@ def test_a_replay_samples_only_what_a_bill_reads_and_books_what_a_full_sample_bo
     from allsmi.backends.simulated import UNBILLED, SimulatedBackend
     from allsmi.backends.simulated.scenario import load_scenario
     from allsmi.cli.simulate.bill import simulated_ledger
-    from allsmi.waiting import WaitingClassifier
+    from allsmi.collection.waiting import WaitingClassifier
 
     start = 1_790_000_000 - 1_790_000_000 % 3600
     window = Window(dt.datetime.fromtimestamp(start, dt.timezone.utc),

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from allsmi.numbers import MAX_INDEX
+from allsmi.schema.numbers import MAX_INDEX
 
 from . import refusals
 

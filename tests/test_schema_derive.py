@@ -6,7 +6,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from allsmi import text
+from allsmi.schema import text
 from allsmi.schema import DeviceSample, ProcessSample, Workload, derive
 
 HOSTILE = "evil\x1b[31m\u202e\nname\x00" + "x" * 5000
@@ -92,7 +92,7 @@ def test_a_filler_restores_the_source_s_fields_first_and_is_made_once_per_field_
     """``filler(cls, names, restored)``: the restored fields (those not among ``names``) set
     to the source's values as they are, then the changed ones cleaned; one function per
     class, restored fields and names (written out once, reused every cycle)."""
-    from allsmi.samplecopy import filler
+    from allsmi.schema.samplecopy import filler
     restored = ("resource_group", "labels", "processes")
     make = filler(DeviceSample, ("processes", "health"), restored)
     assert filler(DeviceSample, ("processes", "health"), restored) is make
@@ -112,7 +112,8 @@ def test_a_group_s_name_and_labels_are_cleaned_once_each_a_new_dict_each_time(mo
     each time: each group name and each set of string labels is cleaned once (a hostile one
     too), every device given a dict of its own equal to cleaning afresh; labels that are not
     all strings (or cannot be remembered) are cleaned every time."""
-    from allsmi import samplecopy, schema
+    from allsmi import schema
+    from allsmi.schema import samplecopy
     from allsmi.schema import fill
     cleaned: list[object] = []
     real = text.clean_mapping

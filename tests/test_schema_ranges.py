@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from allsmi.fields import BY_FIELD, MEASURED_FIELDS
+from allsmi.schema.fields import BY_FIELD, MEASURED_FIELDS
 from allsmi.output import snapshot_dict, snapshot_from_dict
 from allsmi.schema import DEVICE_RANGES, DeviceSample, HostSample, Snapshot, derive
 from allsmi.snapshot_parse import checked_measurement

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from allsmi.backends.simulated import load_scenario, simulated_backends
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.schema import HEADLINE_SOURCES
 
 T = 1_790_000_000.0

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.backend_api import Backend
 from allsmi.backends.simulated import load_scenario, simulated_backends
 from allsmi.cli.doctor import device_node_patterns
-from allsmi.fields import MEASURED_FIELDS
+from allsmi.schema.fields import MEASURED_FIELDS
 from allsmi.schema import DeviceSample
 
 from .contract.scenario import ScenarioEnv, scenario_module

@@ -25,13 +25,13 @@ NOT_IMPORTED = (
     "allsmi.backends.amd.loader",  # the quick probe reads the file system (amd/locate.py)
     "allsmi.hostactivity.settings",  # validated only where [activity] or [accounting] is written
     "allsmi.usage", "allsmi.fairshare",
-    "allsmi.tomlkeys",  # no configuration file: nothing to locate keys in
-    "csv", "allsmi.fields",  # the JSON document (output.py imports them for the CSV formats)
+    "allsmi.support.tomlkeys",  # no configuration file: nothing to locate keys in
+    "csv", "allsmi.schema.fields",  # the JSON document (output.py imports them for the CSV formats)
     "glob",  # the quick probes match device nodes themselves (backends/_common/presence.py)
     "allsmi.exporter", "allsmi.dashboard", "allsmi.accounting",
     "click", "importlib.metadata", "psutil", "grpc", "pyarrow", "jinja2", "pygal", "bcrypt",
     # the NVIDIA readers of a first cycle are plain threads (backends/nvidia/schedule.py), and
-    # the modules on the way log only on failure (allsmi/lazylog.py): ~20 M instructions
+    # the modules on the way log only on failure (allsmi/support/lazylog.py): ~20 M instructions
     "concurrent.futures", "logging",
 )
 

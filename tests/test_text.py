@@ -6,7 +6,7 @@ import json
 
 from allsmi.output import snapshot_dict, to_csv, to_json
 from allsmi.schema import BackendStatus, DeviceSample, HostSample, ProcessSample, Snapshot, utc_now
-from allsmi.text import MAX_COMMAND, clean_text
+from allsmi.schema.text import MAX_COMMAND, clean_text
 
 HOSTILE = "x\udcff\x1b]0;pwned\x07\x1b[2J\x9b31m\t\r\n\x00[bold red]y[/]"
 
@@ -63,7 +63,7 @@ def test_withheld_process_details_in_json() -> None:
 
 
 def test_bidirectional_and_invisible_format_characters_become_visible() -> None:
-    from allsmi.text import clean_text
+    from allsmi.schema.text import clean_text
     for ch in ("\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069",
                "\u200b", "\u200e", "\u200f", "\u061c", "\ufeff", "\u2028", "\u2029"):
         cleaned = clean_text(f"python {ch}evil.py")

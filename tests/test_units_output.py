@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import units
-from allsmi.atomic import write_atomic
-from allsmi.formatting import csv_cell, human_bytes, na
+from allsmi.schema import units
+from allsmi.support.atomic import write_atomic
+from allsmi.schema.formatting import csv_cell, human_bytes, na
 from allsmi.output import SnapshotFormatError, snapshot_from_dict, to_json
 from allsmi.schema import DeviceSample, HostSample, ProcessSample, Snapshot, utc_now
 

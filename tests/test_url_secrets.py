@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.nethint import redact_url, split_userinfo
+from allsmi.support.nethint import redact_url, split_userinfo
 
 from .conftest import run_allsmi
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.cli import vendortables
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import KubernetesResource, VendorDeclaration
 
 from .docs_examples import REPO
 

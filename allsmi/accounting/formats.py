@@ -17,7 +17,7 @@ from allsmi.accounting.columns import (DIGITS, HEAD_COLUMNS, KEY_COLUMNS, PRICE_
 from allsmi.accounting.focus import COLUMN_TYPES, COLUMNS, FocusSettings, cell, focus_records
 from allsmi.accounting.periods import iso
 from allsmi.accounting.report import Report, Row
-from allsmi.formatting import csv_cell
+from allsmi.schema.formatting import csv_cell
 
 
 def _fixed(value: float | None, digits: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from allsmi.config import INTERVAL_RANGE, Config, ConfigError, xdg_base
-from allsmi.numbers import range_text, setting_number, whole_setting
+from allsmi.schema.numbers import range_text, setting_number, whole_setting
 
 #: Quarter hours: every UTC offset in use is a multiple of 15 minutes, so the
 #: roll-ups line up with the day and month boundaries of any time zone.

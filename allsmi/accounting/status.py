@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from allsmi.atomic import write_atomic
+from allsmi.support.atomic import write_atomic
 
 
 #: Why an export failed, as the ``reason`` label of ``allsmi_export_failure_info``.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     from allsmi.config import Config
-    from allsmi.declarations import VendorDeclaration
+    from allsmi.schema.declarations import VendorDeclaration
 
     from .runner import AttributionSource, Attributor
     from .settings import AttributionSettings
@@ -94,7 +94,7 @@ def build_attributor(config: Config, environ: Mapping[str, str] | None = None,
                      inline: bool = False) -> Attributor:
     """An :class:`Attributor` for ``config`` (raises ``ConfigError`` for a bad ``[attribution]``).
 
-    ``declarations``: the installed backends' (:func:`allsmi.registry.declarations`, handed in
+    ``declarations``: the installed backends' (:func:`allsmi.collection.registry.declarations`, handed in
     by the CLI: attribution imports no backend); their device plugins' resources are matched."""
     from .runner import Attributor
     from .settings import attribution_settings

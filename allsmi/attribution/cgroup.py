@@ -28,8 +28,8 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from allsmi.pidns import pid_view
-from allsmi.lazylog import get_logger
+from allsmi.support.pidns import pid_view
+from allsmi.support.lazylog import get_logger
 from allsmi.schema import DeviceSample
 
 from .model import ProcessAttribution, SourceError, SourceResult, SourceUnavailable, Workload

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping, Sequence
 
-from allsmi.declarations import CORE_RANGE_DETAILS
+from allsmi.schema.declarations import CORE_RANGE_DETAILS
 from allsmi.schema import DeviceSample
 
 _BUS = r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z"

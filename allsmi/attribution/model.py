@@ -1,7 +1,7 @@
 """What the attribution sources say: workloads on devices, and who each process belongs to.
 
 Everything here is a frozen dataclass whose text is cleaned once, when it is
-built (:mod:`allsmi.text`), like the schema's: names come from a kubelet, a
+built (:mod:`allsmi.schema.text`), like the schema's: names come from a kubelet, a
 job-mapping file or a cgroup path, and reach JSON, Prometheus labels, the
 ledger and the terminal from here.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Mapping
 
-from allsmi.records import Record, record
+from allsmi.schema.records import Record, record
 from allsmi.schema import (ATTRIBUTION_SOURCES, WORKLOAD_FIELDS, BackendStatus,  # noqa: F401
                            Workload)
-from allsmi.text import clean_optional
+from allsmi.schema.text import clean_optional
 
 #: The source names, as they appear in ``workloads[].source`` and the snapshot's ``attribution``.
 SOURCE_NAMES = ATTRIBUTION_SOURCES

@@ -20,18 +20,18 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import Sequence
 
-from allsmi.lazylog import failed_once, get_logger
-from allsmi.records import Record, record
+from allsmi.support.lazylog import failed_once, get_logger
+from allsmi.schema.records import Record, record
 from allsmi.schema import BackendStatus, DeviceSample
-from allsmi.worker import SingleFlight
+from allsmi.support.worker import SingleFlight
 
 from .model import (Attribution, ProcessAttribution, SourceError, SourceResult, SourceTimeout,
                     SourceUnavailable, Workload)
 
-log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
+log = get_logger(__name__)  # logging imported when first used (allsmi/support/lazylog.py)
 
 #: How long a source that answered ``unavailable`` is left alone before it is asked again
-#: (the collector's schedule for an unavailable backend, ``allsmi.collector.REPROBE_SECONDS``).
+#: (the collector's schedule for an unavailable backend, ``allsmi.collection.collector.REPROBE_SECONDS``).
 REPROBE_SECONDS = 60.0
 #: A source that fails or times out: its last good answer stands for this long (seconds since
 #: that answer), so a kubelet that hangs now and then does not make held devices look free;

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from allsmi.config import Config
-from allsmi.declarations import ID_KINDS, VendorDeclaration
-from allsmi.numbers import setting_number
-from allsmi.records import Record, record
+from allsmi.schema.declarations import ID_KINDS, VendorDeclaration
+from allsmi.schema.numbers import setting_number
+from allsmi.schema.records import Record, record
 
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -135,7 +135,7 @@ def attribution_settings(config: Config, environ: Mapping[str, str] | None = Non
     """Validate ``[attribution]`` and apply ``ALLSMI_KUBELET_SOCKET`` and ``ALLSMI_HPC_JOB_DIR``.
 
     ``declarations``: what the installed backends declare (the CLI passes
-    :func:`allsmi.registry.declarations`): their device plugins' resource names are the
+    :func:`allsmi.collection.registry.declarations`): their device plugins' resource names are the
     default rules, their backend and vendor names what a configured rule may name, their
     device-node names what an id may be written as."""
     env = os.environ if environ is None else environ

@@ -7,8 +7,8 @@ import json
 
 import click
 
-from allsmi import registry
-from allsmi.declarations import BackendOption
+from allsmi.collection import registry
+from allsmi.schema.declarations import BackendOption
 
 
 @click.command()
@@ -35,7 +35,7 @@ def backends(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     # what installed packages registered is shown as it is, never as control sequences
-    from allsmi.text import escaped
+    from allsmi.schema.text import escaped
     shown = [(escaped(r["name"]), escaped(r["target"]), escaped(r["distribution"] or ""), r)
              for r in rows]
     name_width = max((len(name) for name, _, _, _ in shown), default=0)

@@ -46,18 +46,18 @@ class Settings:
 
 def fail(message: str, code: int = EXIT_USAGE) -> "click.exceptions.Exit":
     """Print ``allsmi: message`` to stderr (each value it echoes cut to a readable length:
-    :func:`allsmi.text.clipped`) and return an exit to raise."""
+    :func:`allsmi.schema.text.clipped`) and return an exit to raise."""
     import click
 
-    from allsmi.text import clipped
+    from allsmi.schema.text import clipped
     click.echo(f"allsmi: {clipped(message)}", err=True)
     return click.exceptions.Exit(code)
 
 
 def clip_message(exc: "click.ClickException") -> "click.ClickException":
     """``exc`` (a usage error click shows) with each value its message echoes cut to a
-    readable length (:func:`allsmi.text.clipped`)."""
-    from allsmi.text import clipped
+    readable length (:func:`allsmi.schema.text.clipped`)."""
+    from allsmi.schema.text import clipped
     exc.message = clipped(exc.message)
     return exc
 
@@ -212,7 +212,7 @@ def backends_from_environment(config: Config, environ: "Mapping[str, str] | None
     if value is None or not value.strip():
         return config
     from dataclasses import replace
-    from allsmi import registry
+    from allsmi.collection import registry
     names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
     known = registry.names()
     unknown = [n for n in names if n not in known]
@@ -265,7 +265,7 @@ def with_scenario_groups(config: Config, scenario: Any,
 def build_attributor(s: Settings) -> Any:
     """The attribution sources of ``[attribution]`` (and the simulated one with ``--simulate``);
     exit 2 on a bad table."""
-    from allsmi import registry
+    from allsmi.collection import registry
     from allsmi.attribution import build_attributor as build
     try:
         return build(s.config, simulate=s.simulate is not None,
@@ -317,8 +317,8 @@ def build_collector(s: Settings, *, history_size: int | None = None):  # type: i
     """A collector over the configured (or simulated) backends and the attribution sources,
     not yet started; first makes sure of :data:`DESCRIPTOR_FLOOR` open files."""
     ensure_descriptors()
-    from allsmi import registry
-    from allsmi.collector import Collector
+    from allsmi.collection import registry
+    from allsmi.collection.collector import Collector
     clock = simulation_clock() if s.simulate else None
     activity_settings(s)  # a bad [activity] exits 2 before anything starts
     attributor = build_attributor(s)
@@ -356,7 +356,7 @@ def simulation_speed(simulate: bool = True, environ: "Mapping[str, str] | None" 
     """``$ALLSMI_SIMULATE_SPEED`` (1 when unset or not simulating); a bad value exits 2."""
     import os
 
-    from allsmi.numbers import number_in_text
+    from allsmi.schema.numbers import number_in_text
     raw = (os.environ if environ is None else environ).get("ALLSMI_SIMULATE_SPEED")
     if not simulate or not raw or not raw.strip():  # (an empty or blank variable is unset)
         return 1.0

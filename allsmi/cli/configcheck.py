@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from allsmi.config import MAX_PROBLEMS, Config, ConfigError
-from allsmi.tomlkeys import drop_key
+from allsmi.support.tomlkeys import drop_key
 
 
 def _serve(config: Config, interval: float | None = None) -> None:
@@ -83,7 +83,7 @@ def _export(config: Config, interval: float | None = None) -> None:
 
 
 def _attribution(config: Config, interval: float | None = None) -> None:
-    from allsmi import registry
+    from allsmi.collection import registry
     from allsmi.attribution import attribution_settings
     attribution_settings(config, {}, registry.declarations())
 
@@ -111,8 +111,8 @@ def _dashboard_theme(config: Config, interval: float | None = None) -> None:
 def _backends(config: Config, interval: float | None = None) -> None:
     """``[backends] enabled`` names installed backends; each ``[backends.NAME]`` table is an
     installed backend's, with the keys it declares and values in their ranges
-    (:class:`~allsmi.declarations.BackendOption`; a plug-in that declares none is not checked)."""
-    from allsmi import registry  # checked here: allsmi.config must not reach the backends
+    (:class:`~allsmi.schema.declarations.BackendOption`; a plug-in that declares none is not checked)."""
+    from allsmi.collection import registry  # checked here: allsmi.config must not reach the backends
     known = registry.names()
     for name in config.backends_enabled or ():
         if name not in known:

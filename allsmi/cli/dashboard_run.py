@@ -80,7 +80,7 @@ def run_app(app: Any, **run: Any) -> None:
 def print_table_instead(s: Settings) -> None:
     """Without a terminal (a pipe, cron) print one snapshot table, as ``allsmi snapshot`` does."""
     from allsmi.cli.snapshot import render
-    from allsmi.host import HostSampler
+    from allsmi.collection.host import HostSampler
     host = HostSampler()
     host.prime()
     collector = build_collector(s)
@@ -99,7 +99,7 @@ DASHBOARD_COLLECTOR_HISTORY = 2
 
 def run_local(s: Settings, options: Any) -> None:
     """The dashboard over this node's collector, sampling in its own thread."""
-    from allsmi import heap
+    from allsmi.support import heap
     from allsmi.dashboard.screen.app import DashboardApp
     from allsmi.dashboard.sources import NodeSource
 

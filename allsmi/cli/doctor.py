@@ -50,7 +50,7 @@ def _groups() -> list[str]:
 def probe_report(result: Any) -> dict[str, Any]:
     """A backend's :class:`ProbeResult` as the report shows it, whatever a plug-in put in it:
     ``details`` an object of text keys whose values are what a device's details may hold
-    (:func:`allsmi.text.clean_detail`: NaN and infinities ``null``), anything else shown as its
+    (:func:`allsmi.schema.text.clean_detail`: NaN and infinities ``null``), anything else shown as its
     text; ``details`` that are no mapping are said as one entry; ``reason`` text, ``available``
     true or false. So both the text and the ``--json`` report are written whole (doctor never
     dies of what it diagnoses)."""
@@ -66,9 +66,9 @@ def probe_report(result: Any) -> dict[str, Any]:
 
 
 def _detail(value: Any) -> Any:
-    """A probe detail: :func:`~allsmi.text.clean_detail`'s value, or the cleaned text of what
+    """A probe detail: :func:`~allsmi.schema.text.clean_detail`'s value, or the cleaned text of what
     that has none for (bytes, a path, another object)."""
-    from allsmi.text import clean_detail, clean_text
+    from allsmi.schema.text import clean_detail, clean_text
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     cleaned = clean_detail(value)
@@ -162,9 +162,9 @@ def pid_namespaces(s: Any, collector: Any) -> list[dict[str, Any]]:
     ``--simulate`` (no pid is this machine's)."""
     if s.simulate:
         return []
-    from allsmi import registry
+    from allsmi.collection import registry
     from allsmi.attribution import attribution_settings
-    from allsmi.pidns import pid_view
+    from allsmi.support.pidns import pid_view
     roots: dict[str, list[str]] = {}
     attribution = attribution_settings(s.config, os.environ, registry.declarations())
     if "cgroup" in attribution.sources:
@@ -198,7 +198,7 @@ def _kubelet(s: Any) -> dict[str, Any] | None:
     from allsmi.attribution import attribution_settings
     from allsmi.attribution.kubernetes import KubeletSource
     from allsmi.attribution.model import SourceError, SourceUnavailable
-    from allsmi import registry
+    from allsmi.collection import registry
     # validated already by build_collector
     settings = attribution_settings(s.config, os.environ, registry.declarations())
     if "kubernetes" not in settings.sources or not os.path.exists(settings.kubelet_socket):
@@ -254,7 +254,7 @@ def doctor(as_json: bool, **opts: Any) -> None:
 def _render(report: dict[str, Any], as_json: bool) -> str:
     if as_json:
         return json.dumps(report, indent=2, allow_nan=False) + "\n"
-    from allsmi.text import escaped
+    from allsmi.schema.text import escaped
     lines: list[str] = []
 
     def echo(line: str) -> None:  # paths, environment and tool text shown, never obeyed

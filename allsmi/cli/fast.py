@@ -91,7 +91,7 @@ def _convert(param: str, value: str) -> Any:
         return value if value in FORMATS else None
     if param in ("interval", "backend_timeout"):
         from allsmi.config import INTERVAL_RANGE, TIMEOUT_RANGE
-        from allsmi.numbers import number_in_text  # (as the flags' click type parses it)
+        from allsmi.schema.numbers import number_in_text  # (as the flags' click type parses it)
         low, high = INTERVAL_RANGE if param == "interval" else TIMEOUT_RANGE
         try:
             return number_in_text(value, low, high)

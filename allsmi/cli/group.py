@@ -44,7 +44,7 @@ class LazyGroup(click.Group):
         return refuse_empty(getattr(importlib.import_module(module), attr))
 
     # A usage error (a bad value of an option of the group or of a command) is shown with each
-    # value it echoes cut to a readable length (allsmi.text.clipped).
+    # value it echoes cut to a readable length (allsmi.schema.text.clipped).
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:
             return super().make_context(*args, **kwargs)

@@ -1,5 +1,5 @@
 """The click type of every numeric flag: the text parsed as the environment variables' is
-(:func:`allsmi.numbers.number_in_text`: ASCII decimal forms only, never ``1_0``, ``５`` or
+(:func:`allsmi.schema.numbers.number_in_text`: ASCII decimal forms only, never ``1_0``, ``５`` or
 ``nan``), within a range that names both ends; a bad value exits 2 naming the flag, the value
 cut to a readable length (the group's :func:`allsmi.cli.common.clip_message`)."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from allsmi.numbers import number_in_text
+from allsmi.schema.numbers import number_in_text
 
 
 class _Decimal:

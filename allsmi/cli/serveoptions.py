@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 from allsmi.cli.common import simulation_speed
 from allsmi.config import INTERVAL_RANGE, Config
-from allsmi.numbers import number_in_text, range_text, setting_number, whole_setting
-from allsmi.text import unresolvable_host
+from allsmi.schema.numbers import number_in_text, range_text, setting_number, whole_setting
+from allsmi.schema.text import unresolvable_host
 from allsmi.usage import bridged_gap_seconds
 
 DEFAULT_PORT = 9477
@@ -75,7 +75,7 @@ def _bool(text: str) -> bool:
 
 def _positive(value: Any, minimum: float, maximum: float) -> float:
     """A finite number from ``minimum`` to ``maximum`` (``minimum`` itself left out when it is
-    0): an environment variable's text (:func:`~allsmi.numbers.number_in_text`, as the flags
+    0): an environment variable's text (:func:`~allsmi.schema.numbers.number_in_text`, as the flags
     parse theirs) or the file's TOML number."""
     if isinstance(value, str):
         return number_in_text(value, minimum, maximum, low_open=minimum == 0)
@@ -88,8 +88,8 @@ def _positive(value: Any, minimum: float, maximum: float) -> float:
 
 def _count(value: Any) -> int:
     """A whole number from 0 to :data:`MAX_HOLDER_SERIES_LIMIT`: an environment variable's text
-    (:func:`~allsmi.numbers.number_in_text`) or the file's number
-    (:func:`~allsmi.numbers.whole_setting`: ``10.0`` is whole, as everywhere)."""
+    (:func:`~allsmi.schema.numbers.number_in_text`) or the file's number
+    (:func:`~allsmi.schema.numbers.whole_setting`: ``10.0`` is whole, as everywhere)."""
     if isinstance(value, str):
         return int(number_in_text(value, 0, MAX_HOLDER_SERIES_LIMIT, whole=True))
     number = whole_setting(value)

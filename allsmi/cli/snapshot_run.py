@@ -80,13 +80,13 @@ def _run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
     # (amdsmi's import and init run with fd 1 pointed at a capture file, and a call that
     # never returns would leave it there) cannot swallow the document.
     out = OriginalStdout()
-    from allsmi.host import HostSampler
+    from allsmi.collection.host import HostSampler
     host = HostSampler()
     host.prime()
     from allsmi.cli.common import build_collector, exit_code_of, fail, settings, stdout_is_terminal
     s = settings(**opts, parent=parent)
     if output:  # (before any backend runs: a mistyped --output never costs a ledger)
-        from allsmi.atomic import holds_database
+        from allsmi.support.atomic import holds_database
         if holds_database(output):
             raise fail(f"--output {output} is an SQLite database (a ledger?): writing the snapshot "
                        "would replace it; write it elsewhere")
@@ -103,7 +103,7 @@ def _run(output_format: str | None, output: str | None, opts: Mapping[str, Any],
         text = render(snap, output_format, s.config)
         with sigint_held():  # never a part of the document: SIGINT waits until it is out
             if output:
-                from allsmi.atomic import write_atomic
+                from allsmi.support.atomic import write_atomic
                 try:
                     write_atomic(output, text, mode=output_mode(output_format))
                 except OSError as exc:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from allsmi.formatting import (NA, SOURCE_SHORT, celsius, human_bytes, percent, waiting_summary,
+from allsmi.schema.formatting import (NA, SOURCE_SHORT, celsius, human_bytes, percent, waiting_summary,
                                waiting_words, watts)
 from allsmi.schema import DeviceSample, Snapshot
 

@@ -3,7 +3,7 @@
 A page marks each generated part with ``<!-- vendors: NAME -->`` ... ``<!-- /vendors -->``
 (inline for a list in a sentence, on lines of their own around a table); :data:`RENDERERS`
 says what each ``NAME`` becomes. Nobody edits those parts by hand: a new backend declares
-its vendor (:mod:`allsmi.declarations`) and ::
+its vendor (:mod:`allsmi.schema.declarations`) and ::
 
     python -m allsmi.cli.vendortables --write
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from allsmi.declarations import VendorDeclaration
+from allsmi.schema.declarations import VendorDeclaration
 
 MARK = re.compile(r"<!-- vendors: (?P<name>[\w-]+) -->(?P<body>.*?)<!-- /vendors -->", re.S)
 #: The pages that carry generated parts, relative to the repository root.
@@ -29,7 +29,7 @@ PAGES = ("README.md", "docs/attribution.md", "docs/configuration.md", "docs/expo
 
 def builtin_declarations() -> tuple[VendorDeclaration, ...]:
     """The declarations of the hardware backends shipped with allsmi, in name order."""
-    from allsmi import registry
+    from allsmi.collection import registry
     found = []
     for name in registry.hardware_names():
         cls = registry.load(name)

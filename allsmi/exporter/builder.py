@@ -27,7 +27,7 @@ from allsmi.exporter.families import (ATTRIBUTION_BAD_SHARES, BACKEND_DURATION, 
                                       PRICE_DEVICE_HOUR, PRICE_KWH, PROCESS_GAUGES, PROCESS_MEMORY,
                                       RENDER_ERRORS, RESOURCE_GROUP_INFO, WEB_CONFIG_RELOAD,
                                       WORKLOAD_INFO, WORKLOAD_LABELS, Family)
-from allsmi.fields import to_base
+from allsmi.schema.fields import to_base
 from allsmi.schema import WAITING_REASONS, DeviceSample, Snapshot
 from allsmi.usage import billing_shares
 

@@ -22,7 +22,7 @@ from typing import Mapping
 
 from allsmi.exporter.builder import BackendCounter, CounterValues
 from allsmi.exporter.holders import DEFAULT_MAX_HOLDER_SERIES, HolderCounters, HolderKey, HolderValues
-from allsmi.fields import TRAFFIC_MEASUREMENTS
+from allsmi.schema.fields import TRAFFIC_MEASUREMENTS
 from allsmi.schema import Snapshot
 from allsmi.usage import (DEFAULT_IDLE_THRESHOLD_PERCENT, DEFAULT_MAX_GAP_SECONDS,
                           UsageIntegrator, billing_shares, held, split_board_energy)

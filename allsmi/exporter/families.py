@@ -2,7 +2,7 @@
 
 Every family the exporter can emit is declared in :data:`FAMILIES` (name,
 type, unit, labels, help). The device gauges are derived from
-:data:`allsmi.fields.MEASUREMENTS`, so a new measured field becomes a gauge
+:data:`allsmi.schema.fields.MEASUREMENTS`, so a new measured field becomes a gauge
 without an edit here. :func:`allsmi.exporter.builder.build_families` turns one
 snapshot (plus the accumulated counters, when serving) into prometheus_client
 metric families from these declarations; ``docs/metrics.md`` is generated from the
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from allsmi.exporter.holders import HOLDER_FORGET_AFTER_SECONDS, OVERFLOW
-from allsmi.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS, TRAFFIC_MEASUREMENTS
+from allsmi.schema.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS, TRAFFIC_MEASUREMENTS
 
 #: Join labels carried by every per-device series.
 DEVICE_LABELS: tuple[str, ...] = ("uuid", "index", "vendor", "model", "resource_group")
@@ -74,7 +74,7 @@ GAUGES: tuple[tuple[Family, str, float], ...] = tuple(
                        "partitions; " if m.board_level else "") + "omitted when unknown"),
      m.field, m.scale)
     for m in MEASUREMENTS)
-"""(family, schema field, scale) for each device gauge, from :data:`allsmi.fields.MEASUREMENTS`."""
+"""(family, schema field, scale) for each device gauge, from :data:`allsmi.schema.fields.MEASUREMENTS`."""
 
 #: Gauge family name -> the DeviceSample text field exported as its ``source`` label (what the
 #: value measures, e.g. ``compute_active_source``); a value whose source is not known says
@@ -137,7 +137,7 @@ ACTIVE_ALLOCATED_TOTAL = Family(
     DEVICE_LABELS, "seconds",
     source="allsmi.usage: the allocated seconds of the intervals whose active seconds are known",
     condition="devices that report compute activity, as allsmi_device_active_seconds_total")
-#: Byte counters of the traffic rates (allsmi.fields.TRAFFIC_MEASUREMENTS), by counter attribute.
+#: Byte counters of the traffic rates (allsmi.schema.fields.TRAFFIC_MEASUREMENTS), by counter attribute.
 TRAFFIC_TOTALS: tuple[tuple[Family, str], ...] = tuple(
     (Family(m.metric, "counter", m.help[:-1] + ", since the exporter started.", DEVICE_LABELS,
             "bytes", source=f"{m.field} x the sampling interval, summed",
@@ -256,7 +256,7 @@ PROCESS_GAUGES: tuple[tuple[Family, str, float], ...] = tuple(
      m.field, m.scale)
     for m in PROCESS_MEASUREMENTS)
 """(family, ProcessSample field, scale) for each per-process activity gauge, from
-:data:`allsmi.fields.PROCESS_MEASUREMENTS`."""
+:data:`allsmi.schema.fields.PROCESS_MEASUREMENTS`."""
 BACKEND_UP = Family(
     "allsmi_backend_up", "gauge",
     "1 when the backend answered in the last collection cycle, 0 when it failed or timed out.",

@@ -16,7 +16,7 @@ from allsmi.usage import held
 _HEADER = """\
 # Metric reference
 
-Generated from the declarations in `allsmi/exporter/families.py` and `allsmi/fields.py`
+Generated from the declarations in `allsmi/exporter/families.py` and `allsmi/schema/fields.py`
 by `python -m allsmi.exporter.reference > docs/metrics.md`; do not edit by hand.
 
 Every per-device series carries the join labels `uuid` (the device's `id`: its uuid

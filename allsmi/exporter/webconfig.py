@@ -177,7 +177,7 @@ def _read_yaml(path: Path) -> tuple[Any, _Lines]:
     """The file parsed with PyYAML's safe loader (no tags, no code), and where its keys are."""
     import yaml
 
-    from allsmi.boundedread import Unreadable, read_text
+    from allsmi.support.boundedread import Unreadable, read_text
     try:
         text = read_text(path, MAX_WEB_CONFIG_BYTES, "web configuration file")
     except Unreadable as exc:

@@ -1,6 +1,6 @@
 """Whether a holder below the idle threshold was quiet (docs/activity.md): each signal read,
 none busy. :func:`not_quiet` says why not, the first signal unread or in between; the waiting
-rule (:mod:`allsmi.waiting`) calls a holder ``nothing`` only when it says nothing.
+rule (:mod:`allsmi.collection.waiting`) calls a holder ``nothing`` only when it says nothing.
 """
 
 from __future__ import annotations

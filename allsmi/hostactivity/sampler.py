@@ -22,7 +22,7 @@ from typing import Callable, Collection, Mapping
 
 from .cgroupcpu import throttled_fraction
 from .node import NodeReading, read_node
-from allsmi.pidns import pid_view
+from allsmi.support.pidns import pid_view
 from .portable import TICKS as PORTABLE_TICKS
 from .procfs import FIND_CGROUP, ProcessReading, clock_ticks, delay_accounting, read_process
 from .threads import summed_delta

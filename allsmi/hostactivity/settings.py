@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from allsmi.config import Config
-from allsmi.numbers import setting_number
+from allsmi.schema.numbers import setting_number
 from allsmi.usage import idle_threshold_percent
 
 SECTION = "activity"

@@ -21,7 +21,7 @@ SIMULATED_NODE = NodeActivity(cpu_iowait_percent=0.4, pressure_percent={"cpu": 1
 
 
 class SimulatedHostActivity:
-    """A :class:`allsmi.waiting.HostSource` over the simulated backends' evidence."""
+    """A :class:`allsmi.collection.waiting.HostSource` over the simulated backends' evidence."""
 
     def __init__(self, sources: Sequence[Evidence]) -> None:
         self.sources = tuple(sources)

@@ -4,7 +4,7 @@ A cell is a string or number as the tool printed it. :func:`text_of`,
 :func:`int_cell` and :func:`index_key` read identities; :func:`whole_cell` reads an
 integer-kind value (a PID, an index, a count, a size, a PCIe generation or width) and says
 once (:class:`SaidOnce`) what it refused; :class:`CellReader`
-reads measurements against the plausible range that :mod:`allsmi.fields`
+reads measurements against the plausible range that :mod:`allsmi.schema.fields`
 declares for the schema field they fill (``BY_FIELD``), so a value that is
 present but unreadable or impossible becomes ``None`` with a warning naming
 the device, the quantity and what the tool printed. :func:`shorten` is the one
@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Collection
 
-from allsmi import units
-from allsmi.fields import BY_FIELD
+from allsmi.schema import units
+from allsmi.schema.fields import BY_FIELD
 
 #: How much of a tool's text a warning quotes by default.
 PREVIEW_CHARS = 80
@@ -56,12 +56,12 @@ def index_key(value: object) -> int | str | None:
 
 def int_cell(value: object) -> int | None:
     """A whole number of 0 or more from ``5`` or ``"5"``; ``None`` for anything else (no
-    rounding of "5.7", no -1, no digits of other scripts): :func:`allsmi.units.to_int`."""
+    rounding of "5.7", no -1, no digits of other scripts): :func:`allsmi.schema.units.to_int`."""
     return units.to_int(value)
 
 
 #: All-ones values a vendor tool prints for "no reading" where a field is 32 or 64 bits wide
-#: (an unsigned register or counter, or its signed maximum): :data:`allsmi.units.WIDE_SENTINELS`.
+#: (an unsigned register or counter, or its signed maximum): :data:`allsmi.schema.units.WIDE_SENTINELS`.
 WIDE_SENTINELS = units.WIDE_SENTINELS
 #: A cell that is one whole number, decimal or ``0x`` hex, with an optional unit after it.
 _WHOLE_WITH_UNIT = re.compile(r"^\s*(0[xX][0-9a-fA-F]+|[0-9]+)(?:\.0*)?\s*[A-Za-zµ°%/]*\s*$")
@@ -107,7 +107,7 @@ class SaidOnce:
 def whole_cell(raw: object, device: str, field: str, warnings: list[str],
                said: SaidOnce | None = None, *, minimum: int = 0, maximum: int | None = None,
                allowed: Collection[int] | None = None, sentinels: bool = True) -> int | None:
-    """``raw`` as an integer-kind value (:func:`allsmi.units.to_int`): a whole number from
+    """``raw`` as an integer-kind value (:func:`allsmi.schema.units.to_int`): a whole number from
     ``minimum`` to ``maximum``, and one of ``allowed`` when given. Anything else is ``None``
     (never rounded or clamped), with a warning naming ``device``, ``field`` and what the tool
     printed, said once per those three through ``said`` (every time without one); a spelling

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from allsmi.backend_api import Backend, BackendUnavailable, ProbeResult
-from allsmi.declarations import VendorDeclaration
+from allsmi.schema.declarations import VendorDeclaration
 
 from .toolpath import VendorTool
 

@@ -2,7 +2,7 @@
 
 Each vendor package (``allsmi.backends.<vendor>``) is small: it holds
 
-* ``DECLARATION``: its :class:`~allsmi.declarations.VendorDeclaration` (the backend class takes
+* ``DECLARATION``: its :class:`~allsmi.schema.declarations.VendorDeclaration` (the backend class takes
   its class attributes from it: ``class XBackend(Backend, declared=DECLARATION)``);
 * ``quick_probe(options)``: the backend's :meth:`~allsmi.backend_api.Backend.quick_probe`
   answer for a backend built with those ``[backends.NAME]`` options, from files and ``PATH``
@@ -11,7 +11,7 @@ Each vendor package (``allsmi.backends.<vendor>``) is small: it holds
 * the backend class and the rest of its names, in its ``backend`` module, imported on first
   use by the package's ``__getattr__`` (:func:`lazy_attribute`, PEP 562).
 
-:func:`allsmi.registry.instantiate` builds a :class:`~allsmi.registry.DeferredBackend` for such
+:func:`allsmi.collection.registry.instantiate` builds a :class:`~allsmi.collection.registry.DeferredBackend` for such
 a package, which imports the backend only once ``quick_probe`` says the vendor may be there: a
 machine without AMD, Gaudi or an NPU never imports those backends (about 1.2 MiB of resident
 memory in the dashboard, and their share of start-up). A plug-in package may do the same.

@@ -10,7 +10,7 @@ psutil is imported on first use, so that loading a backend stays cheap.
 The pids come from the drivers, which know processes by their pid in the host's PID namespace:
 where this process's ``/proc`` shows another one (a container without ``hostPID: true`` or
 ``--pid=host``), a pid there is another process or none, so no owner is read at all (``None``),
-said once in the log (:mod:`allsmi.pidns`; ``allsmi doctor`` says it too).
+said once in the log (:mod:`allsmi.support.pidns`; ``allsmi doctor`` says it too).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from allsmi.lazylog import get_logger
-from allsmi.pidns import PidView, pid_view
+from allsmi.support.lazylog import get_logger
+from allsmi.support.pidns import PidView, pid_view
 
 log = get_logger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from allsmi.records import Record, record
+from allsmi.schema.records import Record, record
 
 
 def _runnable(path: str) -> bool:

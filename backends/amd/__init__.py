@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import KubernetesResource, VendorDeclaration
 
 DECLARATION = VendorDeclaration(
     backend="amd", vendor="amd", kind="gpu", product="AMD Instinct", interface="amdsmi",

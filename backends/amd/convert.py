@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from allsmi import units
-from allsmi.fields import BY_FIELD
+from allsmi.schema import units
+from allsmi.schema.fields import BY_FIELD
 
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFFFFFF
@@ -67,7 +67,7 @@ def reading(value: object, sentinels: frozenset[int] = units.UINT_SENTINELS) -> 
 def whole(value: object, sentinels: frozenset[int] = units.UINT_SENTINELS) -> int | None:
     """A whole number of 0 or more from an amdsmi integer field (an index, a count, bytes), or
     ``None``: "N/A", a sentinel, and what no unsigned field holds (a negative number, a fraction,
-    which ``int()`` would truncate, a float or a bool): :func:`allsmi.units.to_int`."""
+    which ``int()`` would truncate, a float or a bool): :func:`allsmi.schema.units.to_int`."""
     number = units.to_int(value)
     return None if number is None or number in sentinels else number
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from allsmi import distinfo
+from allsmi.support import distinfo
 
 LIBRARY_MISSING_REASON = (
     "libamd_smi.so not found: install ROCm (the amd-smi-lib package) "

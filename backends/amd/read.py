@@ -16,7 +16,7 @@ from allsmi.backends.amd import convert as conv
 from allsmi.backends.amd.calls import Calls, mapping
 from allsmi.backends.amd.engine import EngineUsage
 from allsmi.backends.amd.partitions import PlannedDevice
-from allsmi.fields import MEASUREMENTS
+from allsmi.schema.fields import MEASUREMENTS
 from allsmi.schema import DetailValue, ProcessSample
 
 ProcessLookup = Callable[[int], "tuple[str | None, str | None]"]

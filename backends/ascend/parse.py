@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import shorten
 
 _PAIR = re.compile(r"\s*/\s*")

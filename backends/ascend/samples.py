@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import CellReader
 from allsmi.schema import DeviceSample, ProcessSample
 

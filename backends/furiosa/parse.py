@@ -3,7 +3,7 @@
 The parsers are pure: they take decoded JSON and return :class:`FuriosaReading`
 records (or process rows) plus human-readable warnings for rows they had to
 skip. Values arrive as strings with units ("38.00 W", "41.33°C") and are
-converted with :mod:`allsmi.units`; anything unparseable becomes ``None``.
+converted with :mod:`allsmi.schema.units`; anything unparseable becomes ``None``.
 Integer-kind values (a PE core number, DRAM bytes, a PID) are whole numbers or
 nothing: ``-1`` or ``3.7`` is refused with a warning said once per device, field
 and value while the backend is open (``said``), never rounded.
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import CellReader, SaidOnce, shorten, whole_cell
 from allsmi.backends._common.jsonout import read_json
 

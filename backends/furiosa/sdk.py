@@ -23,7 +23,7 @@ import abc
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Collection
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends.furiosa import MODULE_NAMES
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute, tool_absent
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 EXECUTABLE = "hl-smi"
 ENV_VAR = "ALLSMI_HL_SMI"

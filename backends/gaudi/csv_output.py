@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import shorten
 
 #: Fields every documented hl-smi version is expected to accept (an hl-smi that

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends.gaudi import EXECUTABLE
 from allsmi.schema import DeviceSample
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import shorten
 from allsmi.schema import ProcessSample
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 #: The kernel drivers of Intel GPUs.
 DRIVERS = ("i915", "xe")

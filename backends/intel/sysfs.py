@@ -31,7 +31,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from allsmi import units
+from allsmi.schema import units
 
 #: PCI ids of the GPUs i915 drives with a standalone media GT (``gt1``, the video engines; ``gt0``
 #: is render/compute): Meteor Lake and Arrow Lake, the kernel's ``INTEL_MTL_IDS`` and

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute, tool_absent
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 #: Where the aws-neuronx-tools package installs its tools (not on PATH by default).
 VENDOR_DIRS: tuple[str, ...] = ("/opt/aws/neuron/bin", "/usr/local/bin", "/usr/bin")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from allsmi.declarations import CORE_RANGE_DETAILS
+from allsmi.schema.declarations import CORE_RANGE_DETAILS
 from allsmi.schema import DeviceSample, ProcessSample
 
 from .parse import MonitorReport, NeuronDevice

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
-from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 DECLARATION = VendorDeclaration(
     backend="nvidia", vendor="nvidia", kind="gpu", product="NVIDIA", interface="NVML",

@@ -89,7 +89,7 @@ class NvidiaBackend(Backend, declared=DECLARATION):
 
     fresh_samples = True
     """Each sample is new and kept by nothing here (derived from its GPU's template): the
-    collector completes it in place rather than copying it (``allsmi.collector._Completing``)."""
+    collector completes it in place rather than copying it (``allsmi.collection.collector._Completing``)."""
 
     def __init__(self, *, timeout_seconds: float = 5.0,
                  options: Mapping[str, Any] | None = None,

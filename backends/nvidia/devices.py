@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from allsmi.backends.nvidia import nvml
 from allsmi.backends.nvidia.nvml import error_code
 from allsmi.schema import DeviceSample
-from allsmi.units import UINT_SENTINELS, WIDE_SENTINELS, milli_to_unit, parse_percent, reject_sentinel, to_int
+from allsmi.schema.units import UINT_SENTINELS, WIDE_SENTINELS, milli_to_unit, parse_percent, reject_sentinel, to_int
 
 if TYPE_CHECKING:
     from allsmi.backends.nvidia.gpm import GpmTarget
@@ -197,7 +197,7 @@ def ecc_count(value: object) -> int | None:
 
 
 def milli(value: object) -> float | None:
-    """:func:`allsmi.units.milli_to_unit` of :func:`number` (mW to W, mJ to J)."""
+    """:func:`allsmi.schema.units.milli_to_unit` of :func:`number` (mW to W, mJ to J)."""
     value = number(value)
     if type(value) is float and -_INF < value < _INF:  # finite: what milli_to_unit divides
         return value / 1000.0
@@ -205,7 +205,7 @@ def milli(value: object) -> float | None:
 
 
 def percent(value: object) -> float | None:
-    """:func:`allsmi.units.parse_percent` of an NVML percentage (``None``: a sentinel, or
+    """:func:`allsmi.schema.units.parse_percent` of an NVML percentage (``None``: a sentinel, or
     outside 0 to 100)."""
     if type(value) is int:  # what NVML answers (the same result, without the general checks)
         return None if value in UINT_SENTINELS or not 0 <= value <= 100 else float(value)

@@ -30,7 +30,7 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from allsmi.records import Record, record
+from allsmi.schema.records import Record, record
 
 if TYPE_CHECKING:
     from allsmi.backend_api import ProbeResult
@@ -110,7 +110,7 @@ def quick_absence(device_nodes: tuple[str, ...]) -> str | None:
 
 def binding_details() -> dict[str, str]:
     """The installed nvidia-ml-py's version, for ``allsmi doctor``."""
-    from allsmi import distinfo
+    from allsmi.support import distinfo
     version = distinfo.version("nvidia-ml-py")
     return {"nvidia-ml-py": version} if version else {}
 

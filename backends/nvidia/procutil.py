@@ -25,7 +25,7 @@ from typing import Any, Callable
 from allsmi.backends.nvidia.nvml import (ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_FUNCTION_NOT_FOUND,
                                          ERROR_INSUFFICIENT_SIZE, ERROR_NOT_FOUND, SUCCESS,
                                          error_code)
-from allsmi.records import Record, record
+from allsmi.schema.records import Record, record
 
 #: Samples asked for on a GPU's first read: those of the last second.
 FIRST_READ_SECONDS = 1.0

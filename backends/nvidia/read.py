@@ -26,7 +26,7 @@ from allsmi.backends.nvidia.devices import (
     number,
     Reader,
 )
-from allsmi.units import UINT_SENTINELS, reject_sentinel
+from allsmi.schema.units import UINT_SENTINELS, reject_sentinel
 
 
 class DriverReads:

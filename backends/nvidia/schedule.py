@@ -35,7 +35,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 
 from allsmi.backends.nvidia.devices import Gpu
-from allsmi.lazylog import get_logger
+from allsmi.support.lazylog import get_logger
 
 if TYPE_CHECKING:  # made for the second cycle (see the module)
     from concurrent.futures import ThreadPoolExecutor

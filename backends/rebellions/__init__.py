@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute, tool_absent
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.declarations import KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import KubernetesResource, VendorDeclaration
 
 #: Environment override: the full path of ``rbln-smi`` or ``rbln-stat``.
 ENV_VAR = "ALLSMI_RBLN_SMI"

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.activity import engine_time
 from allsmi.backends._common.cells import (PCIE_WIDTHS, CellReader, SaidOnce, index_key, shorten, text_of,
                                            whole_cell)

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.schema import ProcessSample
 
 from allsmi.backends._common.cells import index_key, int_cell, shorten, text_of

@@ -54,7 +54,7 @@ class SimulatedBackend(BilledSampling, Backend):
     kind = "gpu"
     fresh_samples = True
     """Every sample is a new object this backend keeps no reference to: the collector fills in
-    its group and holders on it rather than copying it (``allsmi.collector._Completing``)."""
+    its group and holders on it rather than copying it (``allsmi.collection.collector._Completing``)."""
     bill_only = False
     """Sample only what a bill reads (a replay into a ledger: ``allsmi.cli.simulate.bill``): the
     fields in :data:`UNBILLED` stay ``None`` instead of being computed every cycle; everything

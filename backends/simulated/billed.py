@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from allsmi.samplecopy import filler
+from allsmi.schema.samplecopy import filler
 from allsmi.schema import DeviceSample, derive
 
 from .activity import busy_looking_utilization
@@ -43,11 +43,11 @@ CORE_PHASES: dict[int, tuple[float, ...]] = {}
 
 
 #: The fields of a sample that the collector sets on it in place after the backend returns it
-#: (``allsmi.collector._Completing`` and ``_set_waiting``): a reused sample gets its template's
+#: (``allsmi.collection.collector._Completing`` and ``_set_waiting``): a reused sample gets its template's
 #: back before the cycle's changes, for the collector to set (or leave) again.
 COLLECTOR_SET = ("resource_group", "labels", "workloads", "processes", "waiting")
 #: Those of :data:`COLLECTOR_SET` that every collector sets on every sample of every cycle,
-#: whatever the attribution says (``allsmi.collector``: ``_in_group`` and ``attributed_device``).
+#: whatever the attribution says (``allsmi.collection.collector``: ``_in_group`` and ``attributed_device``).
 GROUPING = ("resource_group", "labels")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from allsmi.text import escaped
+from allsmi.schema.text import escaped
 
 from .identity import mig_instance_ids
 

@@ -24,9 +24,9 @@ def installed_backend(name: str) -> "type[Backend] | None":
     ``None`` when there is none or it cannot be imported.
 
     The default for callers of :func:`simulated_backends`; the registry (which this layer may not
-    import) passes its own loader, :func:`allsmi.registry.impersonated`, to the same effect.
+    import) passes its own loader, :func:`allsmi.collection.registry.impersonated`, to the same effect.
     """
-    from allsmi import distinfo
+    from allsmi.support import distinfo
     group = "allsmi.backends"
     eps: Any = distinfo.entry_points(group)  # importlib.metadata's answer at a fraction of its cost
     if eps is None:

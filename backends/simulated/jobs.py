@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allsmi.samplecopy import deriver
+from allsmi.schema.samplecopy import deriver
 from allsmi.schema import ProcessSample
 
 from .model import unit_hasher

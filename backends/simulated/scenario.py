@@ -24,8 +24,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from allsmi.text import MAX_COMMAND, MAX_MESSAGE
-from allsmi.tomlkeys import KeyLocator
+from allsmi.schema.text import MAX_COMMAND, MAX_MESSAGE
+from allsmi.support.tomlkeys import KeyLocator
 
 from .checks import BACKEND_NAME, bus_numbers, partition_problem
 from .scenariofile import (BOOL, INT, NUM, STR, Rule, ScenarioError, ScenarioFile, find_file,

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from allsmi.boundedread import TooLarge, read_bounded
-from allsmi.numbers import setting_number
-from allsmi.text import MAX_NAME, clipped, escaped
-from allsmi.tomlkeys import KeyLocator, too_long_integer, toml_syntax_line, undecodable
+from allsmi.support.boundedread import TooLarge, read_bounded
+from allsmi.schema.numbers import setting_number
+from allsmi.schema.text import MAX_NAME, clipped, escaped
+from allsmi.support.tomlkeys import KeyLocator, too_long_integer, toml_syntax_line, undecodable
 
 from .checks import text_problem
 

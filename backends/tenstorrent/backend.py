@@ -165,7 +165,7 @@ class TenstorrentBackend(CliToolBackend, declared=DECLARATION):
         """tt-smi 6+ top-level ``processes``: ``{pid, user, device, cmdline}`` per device index.
         A row without a whole-number pid (1 or more) and device (0 or more) is skipped, with a
         warning said once per printed pid and device while open (``true`` is no pid 1)."""
-        from allsmi import units
+        from allsmi.schema import units
         found: dict[int, dict[int, ProcessSample]] = {}
         for n, row in enumerate(rows):
             if not isinstance(row, dict):

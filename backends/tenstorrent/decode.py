@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import PCIE_GENERATIONS, PCIE_WIDTHS, CellReader, SaidOnce, whole_cell
 
 GRAYSKULL = "grayskull"

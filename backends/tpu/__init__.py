@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from allsmi.backend_api import ProbeResult
 from allsmi.backends._common.declared import lazy_attribute
-from allsmi.declarations import BackendOption, KubernetesResource, VendorDeclaration
+from allsmi.schema.declarations import BackendOption, KubernetesResource, VendorDeclaration
 
 #: Google's PCI vendor id.
 GOOGLE_VENDOR = "0x1ae0"

@@ -6,10 +6,10 @@
 
 The dashboards are the package next to this script: ``dashboards/units.py`` derives every
 unit from the metric's declaration (``allsmi.exporter.families``, whose device gauges come
-from ``allsmi.fields.MEASUREMENTS``): a gauge in bytes is shown in bytes, the rate of a
+from ``allsmi.schema.fields.MEASUREMENTS``): a gauge in bytes is shown in bytes, the rate of a
 joules counter in watts; ``dashboards/panels.py`` holds the JSON building blocks;
 ``dashboards/fleet.py`` and ``dashboards/node.py`` the two dashboards' contents. The node
-dashboard has one panel per measured field, so a field added to ``allsmi/fields.py`` gets
+dashboard has one panel per measured field, so a field added to ``allsmi/schema/fields.py`` gets
 its panel by rebuilding. ``tests/deploy/test_grafana.py`` checks that the committed JSON is
 this script's output and runs every panel query against a real Prometheus.
 """

@@ -18,10 +18,10 @@ pytest.importorskip("grpc")
 
 from allsmi.accounting.recorder import LedgerRecorder  # noqa: E402
 from allsmi.attribution import Attributor  # noqa: E402
-from allsmi import registry  # noqa: E402
+from allsmi.collection import registry  # noqa: E402
 from allsmi.attribution.kubernetes import KubeletSource  # noqa: E402
 from allsmi.attribution.settings import AttributionSettings  # noqa: E402
-from allsmi.collector import Collector  # noqa: E402
+from allsmi.collection.collector import Collector  # noqa: E402
 from allsmi.config import parse_config  # noqa: E402
 from allsmi.schema import DeviceSample  # noqa: E402
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.accounting.recorder import LedgerRecorder
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import parse_config
 from allsmi.schema import DeviceSample, ProcessSample
 

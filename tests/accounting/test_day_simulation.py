@@ -21,7 +21,7 @@ from allsmi.accounting.ledger.source import ledger_parts
 from allsmi.accounting.recorder import LedgerRecorder
 from allsmi.accounting.report import build_report
 from allsmi.backends.simulated import simulated_backends
-from allsmi.groups import assign_groups
+from allsmi.collection.groups import assign_groups
 
 from .helpers import T0, config, snap, window
 

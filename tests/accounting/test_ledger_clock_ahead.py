@@ -14,7 +14,7 @@ import pytest
 
 from allsmi.accounting.recorder import LedgerRecorder
 from allsmi.accounting.recorderhold import AHEAD_SECONDS, HOLD_SECONDS
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import parse_config
 
 from .helpers import T0, Clocks, SteadyBackend, device, record, rows, snap

@@ -150,7 +150,7 @@ def test_every_directory_created_for_the_ledger_is_owner_only(tmp_path: Path) ->
 def test_private_directories_whatever_the_umask(tmp_path: Path, umask: int) -> None:
     import os
 
-    from allsmi.atomic import make_private_dirs
+    from allsmi.support.atomic import make_private_dirs
     old = os.umask(umask)
     try:
         make_private_dirs(tmp_path / "a" / ".." / "b" / "c")

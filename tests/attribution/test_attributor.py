@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.attribution import (Attributor, SimulatedSource, SourceResult, Workload,
                                 attribution_settings, build_attributor, build_sources)
 from allsmi.attribution.runner import AttributionSource
@@ -206,6 +206,6 @@ def test_the_kubelet_source_rests_like_a_backend_and_local_directories_do_not() 
     from allsmi.attribution import CgroupSource, HpcJobSource
     from allsmi.attribution.kubernetes import KubeletSource
     from allsmi.attribution.runner import REPROBE_SECONDS
-    from allsmi.collector import REPROBE_SECONDS as BACKENDS
+    from allsmi.collection.collector import REPROBE_SECONDS as BACKENDS
     assert KubeletSource.reprobe_seconds == REPROBE_SECONDS == BACKENDS == 60.0
     assert HpcJobSource.reprobe_seconds == CgroupSource.reprobe_seconds == 0.0

@@ -21,7 +21,7 @@ PROC = Path(__file__).resolve().parents[2] / "fixtures" / "attribution" / "proc"
 @pytest.fixture(scope="module")
 def host_proc(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fixture tree as the host's /proc shows it: its pid 1 in the initial PID namespace
-    (``1/ns/pid``), so that the drivers' pids are its own (allsmi/pidns.py)."""
+    (``1/ns/pid``), so that the drivers' pids are its own (allsmi/support/pidns.py)."""
     root = tmp_path_factory.mktemp("proc") / "proc"
     shutil.copytree(PROC, root)
     pid_namespace(root)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.attribution import attribution_settings, build_sources
 from allsmi.config import parse_config
 

@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.attribution import (Attributor, AttributionSettings, HpcJobSource, attribution_settings,
                                 build_sources)
 from allsmi.attribution._podresources import api_pb2
@@ -233,7 +233,7 @@ def test_a_new_backends_declared_resources_and_node_names_are_attributed(
     """Attribution knows no vendor list: a backend it never heard of declares its device
     plugin's resource and node names, and pods on its devices are attributed (a config rule may
     name it too); without its declaration the same pod is skipped as no accelerator."""
-    from allsmi.declarations import KubernetesResource, VendorDeclaration
+    from allsmi.schema.declarations import KubernetesResource, VendorDeclaration
     from allsmi.schema import DeviceSample
     # (a made-up vendor: Intel GPUs are a built-in backend now)
     xpu = VendorDeclaration(backend="xpu", vendor="xpuvendor", kind="gpu", node_names=("xcard",),

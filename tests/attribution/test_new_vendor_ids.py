@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.attribution import Attributor, AttributionSettings
 from allsmi.attribution.kubernetes import KubeletSource
 from allsmi.schema import DeviceSample

@@ -12,7 +12,7 @@ import pytest
 from allsmi.backend_api import BackendError, BackendUnavailable
 from allsmi.backends.amd import AmdBackend
 from allsmi.schema import DeviceSample
-from allsmi.units import GIB, MIB
+from allsmi.schema.units import GIB, MIB
 from allsmi.usage import billing_shares
 
 from .amd_fake import FakeLibrary, fake_backend

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from allsmi.backends.nvidia import NvidiaBackend
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 
 from ..conftest import REPO
 from .amd_fake import FakeLibrary, fake_backend

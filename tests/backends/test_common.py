@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import CellReader, index_key, int_cell, shorten, text_of
 from allsmi.backends._common.clibackend import CliToolBackend
 from allsmi.backends._common.jsonout import JsonOutputError, read_json
 from allsmi.backends._common.runner import ToolError, run_concurrently
 from allsmi.backends._common.toolpath import VendorTool
-from allsmi.fields import BY_FIELD
+from allsmi.schema.fields import BY_FIELD
 
 
 def _exe(directory: Path, name: str) -> Path:

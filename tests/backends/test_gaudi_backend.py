@@ -14,7 +14,7 @@ import pytest
 from allsmi.backend_api import BackendError, BackendTimeout, BackendUnavailable
 from allsmi.backends.gaudi.csv_output import ALL_FIELDS, CORE_FIELDS
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
-from allsmi.units import MIB
+from allsmi.schema.units import MIB
 from tests.contract.scenarios_gaudi import GAUDI, write_standin
 
 G3_UUID = "01P4-HL3090A0-18-U4V193-22-07-{:02d}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.backends.gaudi import ENV_VAR, GaudiBackend
-from allsmi.units import MIB
+from allsmi.schema.units import MIB
 from tests.contract.scenarios_gaudi import write_standin
 
 ROWS = (

@@ -6,7 +6,7 @@ from allsmi.backends.gaudi.csv_output import (
     ALL_FIELDS, CORE_FIELDS, FrameAssembler, Row, named_fields, parse_line, parse_output,
 )
 from allsmi.backends.gaudi.text_output import parse_listing, parse_processes
-from allsmi.units import MIB
+from allsmi.schema.units import MIB
 from tests.contract.scenarios_gaudi import GAUDI, fixture_fields
 
 G3_FIELDS = fixture_fields("gaudi3-8x-1.22")

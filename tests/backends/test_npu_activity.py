@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.backends._common.activity import COUNTER_ONLY_FIELDS, engine_time, mean_of_units
 from allsmi.schema import COMPUTE_ACTIVE_SOURCES, DEVICE_ACTIVITY, DEVICE_TRAFFIC
 

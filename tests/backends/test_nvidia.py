@@ -13,7 +13,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from allsmi.pidns import pid_view
+from allsmi.support.pidns import pid_view
 
 from allsmi.backend_api import BackendError, BackendUnavailable
 from allsmi.backends.nvidia import nvml
@@ -400,7 +400,7 @@ def test_process_array_grows_then_one_call(monkeypatch, backends):
 
 def test_process_owner_through_psutil():
     if not pid_view("/proc").host:
-        pytest.skip("outside the host's PID namespace, no owner is read (allsmi/pidns.py)")
+        pytest.skip("outside the host's PID namespace, no owner is read (allsmi/support/pidns.py)")
     owners_of = NvidiaBackend()._process_owner
     user, command = owners_of(os.getpid())
     assert user and command

@@ -85,7 +85,7 @@ def test_the_fast_conversions_answer_as_the_general_ones() -> None:
 
     from allsmi.backends.nvidia.devices import (CLOCK_EVENT_REASONS, milli, number, percent,
                                                 reason_names)
-    from allsmi.units import milli_to_unit, parse_percent, reject_sentinel
+    from allsmi.schema.units import milli_to_unit, parse_percent, reject_sentinel
     def general_number(value: object) -> float | None:  # the general path, as it was
         value = reject_sentinel(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -1,6 +1,6 @@
 """A cell whose number is past the largest float (``"1e999"``, ``"1e308 GiB"``) is one unknown
 value with a warning, never an ``OverflowError`` that fails the whole backend (every device of
-the vendor gone, the status an "internal error"). The shared parsers in :mod:`allsmi.units`
+the vendor gone, the status an "internal error"). The shared parsers in :mod:`allsmi.schema.units`
 make it ``None``; one case per tool-based backend that reads sizes through them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends.furiosa import ENV_VAR as FURIOSA_ENV, FuriosaBackend
 from allsmi.backends.gaudi import GaudiBackend
 from tests.contract import scenarios_furiosa, scenarios_gaudi, scenarios_rebellions

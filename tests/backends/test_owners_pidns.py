@@ -1,5 +1,5 @@
 """The owners and command lines of device processes are read only where ``/proc`` shows the
-host's pids, those the drivers report (``backends/_common/owners.py``, ``allsmi/pidns.py``):
+host's pids, those the drivers report (``backends/_common/owners.py``, ``allsmi/support/pidns.py``):
 in a container without the host's PID namespace, a driver's pid names another process there,
 whose user would be shown as the device's."""
 
@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from allsmi.backends._common.owners import ProcessOwners
-from allsmi.pidns import PROC_PID_INIT_INO, pid_view
+from allsmi.support.pidns import PROC_PID_INIT_INO, pid_view
 
 
 def _proc(tmp_path: Path, inode: int) -> str:

@@ -12,7 +12,7 @@ from allsmi.backend_api import BackendError, BackendUnavailable
 from allsmi.backends._common.runner import ToolTimeout
 from allsmi.backends.rebellions import ENV_VAR, RebellionsBackend
 from allsmi.schema import DeviceSample
-from allsmi.units import GIB, MIB
+from allsmi.schema.units import GIB, MIB
 from tests.contract.scenario import ScenarioEnv
 from tests.contract import standin
 from tests.contract.scenarios_rebellions import RBLN_FIXTURES, backend_for, write_standin

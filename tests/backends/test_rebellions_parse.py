@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from allsmi.pidns import pid_view
+from allsmi.support.pidns import pid_view
 
 from allsmi.backends.rebellions.parse import ReportError, build_samples, card_id, load_report
 from allsmi.backends._common.owners import process_user
 from allsmi.backends.rebellions.processes import rbln_nodes_opened_by
 from allsmi.schema import DeviceSample
-from allsmi.units import GIB, MIB
+from allsmi.schema.units import GIB, MIB
 from tests.contract.scenarios_rebellions import RBLN_FIXTURES
 
 
@@ -282,7 +282,7 @@ def test_rbln_nodes_opened_by_reads_fd_links(tmp_path: Path) -> None:
 
 def test_process_user_of_this_process_and_of_a_missing_pid() -> None:
     if not pid_view("/proc").host:
-        pytest.skip("outside the host's PID namespace, no owner is read (allsmi/pidns.py)")
+        pytest.skip("outside the host's PID namespace, no owner is read (allsmi/support/pidns.py)")
     import psutil
 
     assert process_user(os.getpid()) == psutil.Process().username()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from allsmi.backends.tpu import TpuBackend
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from tests.contract.tpu_server import TpuMetricsServer
 
 TPU = Path(__file__).resolve().parents[2] / "fixtures" / "tpu"

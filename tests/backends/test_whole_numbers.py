@@ -1,12 +1,12 @@
 """Integer-kind values (a PID, an index, a count, a size in bytes, a PCIe generation or width) as
 the shared helpers read them: a whole number in range or nothing, never rounded, truncated or
-clamped (:func:`allsmi.units.to_int`, :mod:`allsmi.backends._common.cells`)."""
+clamped (:func:`allsmi.schema.units.to_int`, :mod:`allsmi.backends._common.cells`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from allsmi import units
+from allsmi.schema import units
 from allsmi.backends._common.cells import PCIE_WIDTHS, SaidOnce, index_key, int_cell, whole_cell
 
 #: What no tool prints for a whole number, and what the old to_int made of each.

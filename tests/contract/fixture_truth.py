@@ -2,7 +2,7 @@
 
 A scenario declares WHERE in its fixture a reading is and in WHAT unit the fixture states it;
 this module reads the value and converts it with its own unit table (:data:`UNITS`, which
-shares nothing with ``allsmi.units`` nor any backend's conversion code). A backend that
+shares nothing with ``allsmi.schema.units`` nor any backend's conversion code). A backend that
 converts with the wrong unit, or reads the wrong field, then disagrees with a number nobody
 typed::
 

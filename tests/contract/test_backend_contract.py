@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.backend_api import Backend, BackendError, ProbeResult
-from allsmi.fields import MEASURED_FIELDS
+from allsmi.schema.fields import MEASURED_FIELDS
 from allsmi.schema import COMPUTE_ACTIVE_SOURCES, HEALTH_STATES, DeviceSample, ProcessSample
 
 from .fixture_truth import undeclared_readings

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from allsmi import registry
-from allsmi.collector import Collector
+from allsmi.collection import registry
+from allsmi.collection.collector import Collector
 
 from ..conftest import run_allsmi
 from . import standin

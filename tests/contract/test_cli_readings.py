@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from allsmi.fields import MEASURED_FIELDS
+from allsmi.schema.fields import MEASURED_FIELDS
 
 from . import standin
 from .scenario import ScenarioEnv

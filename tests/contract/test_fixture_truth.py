@@ -166,7 +166,7 @@ def test_a_backend_reading_npu_smi_mb_as_decimal_megabytes_fails_its_scenario(tm
     """Ascend's MB are MiB: a backend converting them as 10^6 bytes is off by 4.9 % (not the
     factor of 1024 the class checks catch), and the declared values catch it."""
     import allsmi.backends.ascend.samples as samples
-    from allsmi import units
+    from allsmi.schema import units
 
     from . import scenarios_ascend as ascend
     scenario = _scenario(ascend, "910b3-x4-training")

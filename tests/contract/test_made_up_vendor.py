@@ -15,7 +15,7 @@ FAKE_BACKEND = '''
     backend class and the tool search only; what reads the tool is imported by sample()."""
     from allsmi.backends._common.clibackend import CliToolBackend
     from allsmi.backends._common.toolpath import VendorTool
-    from allsmi.declarations import KubernetesResource
+    from allsmi.schema.declarations import KubernetesResource
 
     ENV_VAR = "ALLSMI_ZZ_SMI"
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.backend_api import BackendError
 
 from .scenario import ScenarioEnv, scenario_module

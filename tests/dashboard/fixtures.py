@@ -53,14 +53,14 @@ def simulated_snapshots(count: int = 3, *, step: float = 1.0, scenario: str = "m
     """``count`` snapshots of a simulated node, ``step`` seconds apart, from ``start``; with
     ``attribution`` the simulated pods and jobs hold its devices (as ``allsmi --simulate``)."""
     from allsmi.backends.simulated import simulated_backends
-    from allsmi.collector import Collector
+    from allsmi.collection.collector import Collector
 
     now = [start]
     clock = lambda: now[0]  # noqa: E731
     config = config or groups_config()
     attributor = None
     if attribution:
-        from allsmi import registry
+        from allsmi.collection import registry
         from allsmi.attribution import build_attributor
         attributor = build_attributor(config, environ={}, simulate=True,
                                       declarations=registry.declarations())

@@ -141,7 +141,7 @@ class FakePrometheus:
 @pytest.mark.parametrize("every_device", [True, False], ids=["devices", "totals"])
 @pytest.mark.parametrize("value", HOSTILE_VALUES)
 async def test_hostile_numbers_from_prometheus_are_unknown_in_every_view(value: str, every_device: bool) -> None:
-    from allsmi.fields import ENERGY_FIELD, MEASUREMENTS
+    from allsmi.schema.fields import ENERGY_FIELD, MEASUREMENTS
     from allsmi.snapshot_parse import MAX_INT
     fake = FakePrometheus(value, devices=2 if every_device else 5000)
     source = PrometheusSource(fake.url, interval=1.0, timeout=5.0)

@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.geometry import Region
 
-from allsmi import heap
+from allsmi.support import heap
 from allsmi.dashboard.screen.footer import KeyFooter
 from allsmi.dashboard.views.panels import DetailPanel
 from allsmi.dashboard.tables.difftable import DiffTable
@@ -191,7 +191,7 @@ def _garbage_cycle() -> "weakref.ref[_Cycle]":
 
 
 def test_release_collects_garbage_cycles_before_trimming() -> None:
-    """allsmi.heap.release frees the garbage cycles (the automatic collector off here)."""
+    """allsmi.support.heap.release frees the garbage cycles (the automatic collector off here)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -227,7 +227,7 @@ async def test_the_running_dashboard_collects_its_garbage_cycles(monkeypatch: An
 
 
 def test_settle_empties_the_import_and_typing_caches() -> None:
-    """allsmi.heap.settle drops what only start-up needed: the importer cache's finders and
+    """allsmi.support.heap.settle drops what only start-up needed: the importer cache's finders and
     typing's cached subscriptions (built again on use)."""
     sys.path_importer_cache["/allsmi-test-planted"] = None
     union = typing.Union[int, str]

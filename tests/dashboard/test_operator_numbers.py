@@ -134,7 +134,7 @@ async def test_a_group_s_memory_adds_like_with_like(snaps: list[Snapshot]) -> No
         assert "(7 of 8)" in row
         last = frames[-1].devices
         seven = [d for d in last if d.vendor == "amd" and d.id != amd]
-        from allsmi.formatting import human_bytes
+        from allsmi.schema.formatting import human_bytes
         used = sum(d.memory_used_bytes or 0 for d in seven)
         total = sum(d.memory_total_bytes or 0 for d in seven)
         assert f"{human_bytes(used)}/{human_bytes(total)} (7 of 8)" in row

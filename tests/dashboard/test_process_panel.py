@@ -3,7 +3,7 @@ scrolling, clicks, and repaints only of what changed."""
 
 from __future__ import annotations
 
-from allsmi.formatting import human_bytes
+from allsmi.schema.formatting import human_bytes
 
 from .conftest import make_app, play_all, screen_text
 from .fixtures import simulated_snapshots

@@ -213,7 +213,7 @@ class NodePrometheus:
 async def test_the_cluster_processes_panel_shows_each_process_utilization_from_prometheus(
         sim_snapshots: list[Any]) -> None:
     from allsmi.dashboard.tables.process_table import ProcessTable
-    from allsmi.formatting import percent
+    from allsmi.schema.formatting import percent
     UTIL = [c for c, _, _ in ProcessTable.COLUMNS].index("util")
     snap = sim_snapshots[-1]
     busy = [p for d in snap.devices for p in d.processes or () if p.utilization_percent is not None

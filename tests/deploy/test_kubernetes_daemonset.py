@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi import registry
+from allsmi.collection import registry
 from allsmi.attribution.settings import DEFAULT_KUBELET_SOCKET, attribution_settings, default_resource_rules
 from allsmi.cli.serve import DEFAULT_PORT, ENV as SERVE_ENV, parse_listen
 from allsmi.config import parse_config
@@ -51,7 +51,7 @@ def _env_allsmi_reads() -> set[str]:
     for path in [*(REPO / "allsmi").rglob("*.py"), *(REPO / "backends").rglob("*.py")]:
         text = path.read_text(encoding="utf-8")
         names |= set(re.findall(r"""(?:environ|env)(?:\.get)?[\[(]\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text))
-        # Module constants naming a variable: ENV_VAR (vendor tools), HOSTNAME_ENV (allsmi.host),
+        # Module constants naming a variable: ENV_VAR (vendor tools), HOSTNAME_ENV (allsmi.collection.host),
         # BACKENDS_VAR (allsmi.cli.common).
         names |= set(re.findall(r"""^[A-Z_]*(?:ENV(?:_VAR)?|_VAR)\s*=\s*["'](ALLSMI_[A-Z0-9_]+)["']""", text, re.M))
     # Each backend's declared tool variables (VendorTool overrides: ALLSMI_NEURON_LS, ...).
@@ -82,7 +82,7 @@ def test_host_is_the_node_for_allsmi_and_for_prometheus(overlay: str) -> None:
     objects = render(overlay)
     for ds in of_kind(objects, "DaemonSet"):
         assert env(ds)["ALLSMI_HOSTNAME"] == "fieldRef:spec.nodeName"
-    from allsmi.host import HOSTNAME_ENV
+    from allsmi.collection.host import HOSTNAME_ENV
     assert HOSTNAME_ENV == "ALLSMI_HOSTNAME"
     # The rules and dashboards name hosts by `instance`: the node's name, as allsmi's own.
     monitors = of_kind(objects, "ServiceMonitor") + of_kind(objects, "PodMonitor")

@@ -9,7 +9,7 @@ import pytest
 from allsmi.exporter.exposition import Exposition, render_snapshot
 from allsmi.exporter.builder import GroupPrice
 from allsmi.exporter.families import DEVICE_LABELS, FAMILIES, INFO_LABELS, GAUGES
-from allsmi.fields import MEASUREMENTS
+from allsmi.schema.fields import MEASUREMENTS
 from allsmi.schema import BackendStatus, ProcessSample
 
 from .support import T0, device, labelsets, no_nan, replace, series, snapshot, values
@@ -138,7 +138,7 @@ def test_process_activity_gauges_only_with_processes_unknown_left_out() -> None:
     """Per-process activity as ratios (0 to 1), one family per PROCESS_MEASUREMENTS entry,
     labelled like the process memory; a figure the vendor does not give has no series."""
     from allsmi.exporter.families import PROCESS_GAUGES
-    from allsmi.fields import PROCESS_MEASUREMENTS
+    from allsmi.schema.fields import PROCESS_MEASUREMENTS
     assert [f.name for f, _, _ in PROCESS_GAUGES] == [m.metric for m in PROCESS_MEASUREMENTS]
     assert PROCESS_GAUGES[0][0].name == "allsmi_process_utilization_ratio"
     dev = device(processes=(
@@ -159,7 +159,7 @@ def test_process_activity_gauges_only_with_processes_unknown_left_out() -> None:
 
 def test_label_values_are_escaped() -> None:
     # Newlines never reach a label: the schema turns control characters into
-    # spaces (allsmi.text); quotes and backslashes are escaped by the exposition.
+    # spaces (allsmi.schema.text); quotes and backslashes are escaped by the exposition.
     dev = device(name='Weird "GPU"\nmodel \\ x',
                  processes=(ProcessSample(7, "eve", 'sh -c "echo }\n"', 1),))
     text = render_snapshot(snapshot([dev]), processes=True)

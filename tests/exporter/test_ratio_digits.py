@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from allsmi.fields import MEASUREMENTS, to_base
+from allsmi.schema.fields import MEASUREMENTS, to_base
 from .server import run_serve
 
 

@@ -20,7 +20,7 @@ import pytest
 from allsmi.backends._common.runner import ToolError, run_tool
 from allsmi.backends.nvidia import NvidiaBackend
 from allsmi.schema import DeviceSample
-from allsmi.units import MIB, is_missing, to_float
+from allsmi.schema.units import MIB, is_missing, to_float
 
 pytestmark = pytest.mark.hardware
 

@@ -1,7 +1,7 @@
 """Tests that read this machine's own processes by the pids this machine's ``/proc`` shows.
 
 allsmi reads per-process figures only where ``/proc`` shows the host's PID namespace (the
-drivers report host pids: allsmi/pidns.py). Where the suite itself runs in a
+drivers report host pids: allsmi/support/pidns.py). Where the suite itself runs in a
 container without the host's PID namespace, the real ``/proc`` is not the host's, yet the pids
 these tests read are its own (their children's, not a driver's): for the real ``/proc`` alone,
 the sampler is told so. Fake trees are judged as allsmi judges them.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from allsmi.hostactivity import sampler
-from allsmi.pidns import PidView, pid_view
+from allsmi.support.pidns import PidView, pid_view
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from allsmi.pidns import PROC_PID_INIT_INO
+from allsmi.support.pidns import PROC_PID_INIT_INO
 
 
 def pid_namespace(proc: Path, inode: int = PROC_PID_INIT_INO) -> None:

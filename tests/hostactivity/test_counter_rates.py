@@ -15,7 +15,7 @@ from allsmi.hostactivity import portable
 from allsmi.hostactivity.sampler import HostActivitySampler, NodeActivity
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
-from allsmi.waiting import WaitingClassifier
+from allsmi.collection.waiting import WaitingClassifier
 
 from .fakeproc import write_node
 

@@ -22,7 +22,7 @@ from allsmi.hostactivity.sampler import (TICKS_UNKNOWN, HostActivity, HostActivi
                                          NodeActivity, ProcessActivity)
 from allsmi.hostactivity.settings import ActivitySettings, activity_settings
 from allsmi.schema import DeviceSample, ProcessSample
-from allsmi.waiting import classify_holder
+from allsmi.collection.waiting import classify_holder
 
 from .fakeproc import write_cgroup, write_node, write_process
 

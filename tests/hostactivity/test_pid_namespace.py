@@ -1,5 +1,5 @@
 """The drivers report host pids: a ``/proc`` of another PID namespace (allsmi in a container
-without ``hostPID: true`` / ``--pid=host``) is never read by them (allsmi/pidns.py).
+without ``hostPID: true`` / ``--pid=host``) is never read by them (allsmi/support/pidns.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 
 from allsmi.cli.doctor import pid_namespace_line, pid_namespaces
 from allsmi.config import parse_config
-from allsmi.pidns import PROC_PID_INIT_INO, pid_view
+from allsmi.support.pidns import PROC_PID_INIT_INO, pid_view
 from allsmi.hostactivity.sampler import HostActivitySampler
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
-from allsmi.waiting import WaitingClassifier
+from allsmi.collection.waiting import WaitingClassifier
 
 from .fakeproc import pid_namespace, stat_line, write_node, write_process
 
@@ -124,7 +124,7 @@ def test_the_holders_are_unknown_saying_why_once(tmp_path: Path,
     step = WaitingClassifier(ActivitySettings(), _sampler(tmp_path, clock))
     dev = DeviceSample(id="GPU-1", vendor="nvidia", kind="gpu", backend="nvidia",
                        utilization_percent=0.0, processes=(ProcessSample(40, "alice"),))
-    with caplog.at_level(logging.WARNING, logger="allsmi.waiting"):
+    with caplog.at_level(logging.WARNING, logger="allsmi.collection.waiting"):
         for _ in range(3):
             (out,) = step.apply([dev])
             clock[0] += 1.0
@@ -156,7 +156,7 @@ def test_the_waiting_step_reads_processes_where_attribution_does(tmp_path: Path)
     """``[attribution] proc_root`` (the host's /proc mounted as /host/proc in a container whose
     own /proc is another namespace's) is where the waiting step reads its holders too."""
     from allsmi.attribution import build_attributor
-    from allsmi.collector import Collector
+    from allsmi.collection.collector import Collector
     write_node(tmp_path)
     write_process(tmp_path, 40, state="D", blocked=1, io={"rchar": 0, "read_bytes": 0})
     config = parse_config(f'[attribution]\nsources = ["cgroup"]\n'

@@ -19,7 +19,7 @@ from allsmi.hostactivity.procfs import read_process
 from allsmi.hostactivity.sampler import HostActivitySampler
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
-from allsmi.waiting import WaitingClassifier, classify_holder
+from allsmi.collection.waiting import WaitingClassifier, classify_holder
 
 from .fakeproc import write_cgroup, write_node, write_process
 

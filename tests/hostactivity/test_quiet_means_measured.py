@@ -11,7 +11,7 @@ from allsmi.hostactivity.sampler import (HostActivity, HostActivitySampler, Node
                                          ProcessActivity)
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
-from allsmi.waiting import WaitingClassifier, classify, classify_holder
+from allsmi.collection.waiting import WaitingClassifier, classify, classify_holder
 
 from .fakeproc import write_node
 

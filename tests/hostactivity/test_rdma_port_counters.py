@@ -12,7 +12,7 @@ from allsmi.hostactivity.node import read_infiniband
 from allsmi.hostactivity.sampler import HostActivity, HostActivitySampler, ProcessActivity
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
-from allsmi.waiting import classify_holder
+from allsmi.collection.waiting import classify_holder
 
 from .fakeproc import write_node, write_process
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from allsmi.pidns import pid_view
+from allsmi.support.pidns import pid_view
 
 from ..accounting.fleet import iso
 from ..exporter.server import Serve, fetch

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from allsmi.attribution import build_attributor
 from allsmi.backends.simulated import load_scenario, simulated_backends
-from allsmi.collector import Collector
+from allsmi.collection.collector import Collector
 from allsmi.config import Config
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.hostactivity.simulated import SimulatedHostActivity
-from allsmi.waiting import WaitingClassifier
+from allsmi.collection.waiting import WaitingClassifier
 
 
 def _snapshot(at: float):  # type: ignore[no-untyped-def]

@@ -23,7 +23,7 @@ from allsmi.hostactivity import procfs
 from allsmi.hostactivity.sampler import HostActivity, HostActivitySampler
 from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
-from allsmi.waiting import classify_holder
+from allsmi.collection.waiting import classify_holder
 
 from .fakeproc import stat_line, write_cgroup, write_node, write_process
 

@@ -11,7 +11,7 @@ from allsmi.config import ConfigError, parse_config
 from allsmi.hostactivity.sampler import HostActivity, NodeActivity, ProcessActivity
 from allsmi.hostactivity.settings import ActivitySettings, activity_settings
 from allsmi.schema import DeviceSample, ProcessSample, Workload
-from allsmi.waiting import WaitingClassifier, classify, classify_holder
+from allsmi.collection.waiting import WaitingClassifier, classify, classify_holder
 
 from ..conftest import allsmi_exe
 
@@ -190,7 +190,7 @@ def test_threads_are_read_for_holders_at_zero_on_a_busy_device_too() -> None:
 
 def test_a_classification_that_fails_costs_its_holders_their_reason_not_the_cycle(
         monkeypatch) -> None:
-    import allsmi.waiting as waiting
+    import allsmi.collection.waiting as waiting
 
     def broken(*args: object, **kwargs: object) -> object:
         raise IndexError("bug")

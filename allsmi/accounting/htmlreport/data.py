@@ -23,9 +23,9 @@ from allsmi.accounting.htmlreport.sums import (
     budget_once, currency_of, money_column, money_currencies, money_figures, money_keys,
     money_sum, partial_columns, ratio, reason_columns, several, total)
 from allsmi.accounting.report import HOLDER_KEYS, Report, Row
-from allsmi.formatting import money_rank
+from allsmi.schema.formatting import money_rank
 from allsmi.schema import WAITING_REASONS
-from allsmi.text import clean_text
+from allsmi.schema.text import clean_text
 
 #: What each holder may have been waiting on (issue 31), in the order they are shown.
 REASONS = WAITING_REASONS

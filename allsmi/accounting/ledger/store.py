@@ -25,7 +25,7 @@ from allsmi.accounting.ledger.schema import (OLD_SCHEMA_VERSIONS, SCHEMA, SCHEMA
                                             Holder, IntervalRecord, LedgerError, Share, Totals,
                                             labels_json, legacy_views, upgrade)
 from allsmi.accounting.ledger.write import TIERS, LedgerWriter
-from allsmi.atomic import make_private_dirs
+from allsmi.support.atomic import make_private_dirs
 
 log = logging.getLogger(__name__)
 

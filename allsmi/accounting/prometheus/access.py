@@ -46,7 +46,7 @@ def read_secret(path: str, what: str) -> str:
     Raises ValueError naming the file (never its content) when it cannot be
     read, is empty, too large or holds more than one line.
     """
-    from allsmi.boundedread import TooLarge, read_bounded
+    from allsmi.support.boundedread import TooLarge, read_bounded
     try:
         data = read_bounded(path, MAX_SECRET_BYTES)
     except OSError as exc:
@@ -129,7 +129,7 @@ def access_settings(config: Config, user: str | None = None, password_file: str 
         if ca is not None and key in from_file:  # loaded here to name the key (the client loads it)
             try:
                 if ca:  # (never a FIFO: ssl would wait for its writer forever)
-                    from allsmi.boundedread import regular_file
+                    from allsmi.support.boundedread import regular_file
                     regular_file(ca)
                 ssl.create_default_context(cafile=ca)
             except (OSError, ssl.SSLError) as exc:

@@ -19,8 +19,8 @@ import urllib.request
 from typing import Any
 
 from allsmi.accounting.prometheus.access import MAX_SECRET_BYTES, Credentials, access_settings, read_secret
-from allsmi.nethint import redact_url, split_userinfo
-from allsmi.text import unresolvable_host
+from allsmi.support.nethint import redact_url, split_userinfo
+from allsmi.schema.text import unresolvable_host
 
 __all__ = ["MAX_RESPONSE_BYTES", "MAX_SECRET_BYTES", "Credentials", "PartialAnswer",
            "PrometheusClient", "PrometheusError", "access_settings", "read_secret", "redact_url",
@@ -101,7 +101,7 @@ class PrometheusClient:
         if self.url.startswith("https://") or ca_file:
             try:
                 if ca_file:  # (never a FIFO: ssl would wait for its writer forever)
-                    from allsmi.boundedread import regular_file
+                    from allsmi.support.boundedread import regular_file
                     regular_file(ca_file)
                 context = ssl.create_default_context(cafile=ca_file)
             except (OSError, ssl.SSLError) as exc:
@@ -180,7 +180,7 @@ class PrometheusClient:
         if isinstance(exc, (urllib.error.URLError, OSError)):
             reason = getattr(exc, "reason", exc)
             if self.url.startswith("http://") and isinstance(reason, _DROPPED):
-                from allsmi.nethint import tls_hint
+                from allsmi.support.nethint import tls_hint
                 parts = urllib.parse.urlsplit(self.url)
                 hint = tls_hint(parts.hostname or "", parts.port or 80, min(2.0, self.timeout))
                 if hint:
@@ -276,6 +276,6 @@ def _is_api_error(detail: str) -> bool:
 
 def _not_an_api(url: str, status: int, body: bytes | str) -> str:
     """The message for an answer that is not the query API's: its status and first line only."""
-    from allsmi.nethint import first_line
+    from allsmi.support.nethint import first_line
     line = first_line(body)
     return f"not a Prometheus query API at {url} (HTTP {status})" + (f": {line}" if line else "")

@@ -73,7 +73,7 @@ def _cell(column: str, value: Any) -> str:
     hours, ratios and costs 6: the same column prints alike in ``allsmi export``); a column the
     export has not (``active_cost``, ``lost_cost``: money) with 6."""
     from allsmi.accounting.columns import DIGITS
-    from allsmi.formatting import fixed
+    from allsmi.schema.formatting import fixed
     if value is None:
         return ""
     if isinstance(value, list):
@@ -86,7 +86,7 @@ def _cell(column: str, value: Any) -> str:
 
 def to_csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     """``columns`` of each row (lists separated by spaces); text guarded against formulas."""
-    from allsmi.formatting import csv_cell
+    from allsmi.schema.formatting import csv_cell
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
@@ -118,7 +118,7 @@ def rank(rows: list[dict[str, Any]], amount: Callable[[dict[str, Any]], float | 
     their currency (currencies in alphabetical order, as no exchange rate is known), then
     the rows whose ``amount`` is unknown (no price, or not measured), by ``hours``. Ties go
     by hours, then by the holder keys, so that reruns give the same order."""
-    from allsmi.formatting import money_rank
+    from allsmi.schema.formatting import money_rank
     return sorted(rows, key=lambda row: money_rank(amount(row), row["currency"], row[hours])
                   + (tuple(str(row[k] or "") for k in KEYS),))
 

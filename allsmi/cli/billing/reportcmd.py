@@ -249,7 +249,7 @@ def source(plan: Plan, replays: Any = None) -> Iterator[tuple[Any, Any, str | No
 def write_output(data: str | bytes, output: str | None) -> None:
     """``data`` to ``output`` atomically (owner-only), or to stdout."""
     if output:
-        from allsmi.atomic import write_atomic
+        from allsmi.support.atomic import write_atomic
         try:
             write_atomic(output, data)
         except OSError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from allsmi.atomic import holds_database
+from allsmi.support.atomic import holds_database
 from allsmi.cli.billing.reportcmd import Failed, Run
 
 
@@ -30,7 +30,7 @@ class SparingRun(Run):
 
 def spare_the_ledger(run: Run, ledger: Any, output: str | None) -> None:
     """Refuse (exit 2, before any work) an ``--output`` or ``--textfile`` that is a ledger (see
-    ``allsmi.atomic.holds_database``); ``run`` (a :class:`SparingRun`) then knows the ledger too."""
+    ``allsmi.support.atomic.holds_database``); ``run`` (a :class:`SparingRun`) then knows the ledger too."""
     if isinstance(run, SparingRun):
         run.ledger = ledger
     for option, target in (("textfile", run.textfile), ("output", output)):

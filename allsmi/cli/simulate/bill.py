@@ -65,8 +65,8 @@ def _replay_chunk(job: _Replay, first: float, last: float, lo: float = -math.inf
     from allsmi.attribution import build_attributor
     from allsmi.backends.simulated import simulated_backends
     from allsmi.cli.simulate.collect import ReplayCollector
-    from allsmi.host import HostSampler
-    from allsmi.registry import enabled_only
+    from allsmi.collection.host import HostSampler
+    from allsmi.collection.registry import enabled_only
     from allsmi.schema import HostSample
 
     class Gathering(LedgerRecorder):
@@ -273,7 +273,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
     two share their sampling grid and rows: :func:`allsmi.cli.simulate.reuse.extends`); it returns
     that path.
     """
-    from allsmi import registry
+    from allsmi.collection import registry
     from allsmi.accounting.ledger.store import Ledger
     from allsmi.accounting.settings import ledger_settings
     from allsmi.attribution import build_attributor
@@ -320,7 +320,7 @@ def simulated_ledger(scenario: Any, window: Any, config: Any, directory: str,
         import allsmi.cli.simulate.collect  # noqa: F401 - (and the collector)
         import allsmi.cli.simulate.rows  # noqa: F401
         import allsmi.hostactivity.simulated  # noqa: F401 - (the waiting step's, first cycle)
-        import allsmi.waiting  # noqa: F401
+        import allsmi.collection.waiting  # noqa: F401
         pool = ProcessPoolExecutor(count, multiprocessing.get_context("fork"),
                                    initializer=_start_worker, initargs=(job,))
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allsmi.collector import Collector, attributed_device
+from allsmi.collection.collector import Collector, attributed_device
 from allsmi.schema import BackendStatus, DeviceSample
 
 #: ``object.__setattr__(dev, "workloads", ...)``: the slot's own setter, which it calls.
@@ -80,7 +80,7 @@ class ReplayCollector(Collector):
 
     def _completed(self, devices: list[DeviceSample], groups: list[str], placed: Any,
                    fresh: list[bool], result: Any) -> tuple[DeviceSample, ...]:
-        """``devices`` completed as :func:`allsmi.collector.attributed_device` completes them,
+        """``devices`` completed as :func:`allsmi.collection.collector.attributed_device` completes them,
         but for a fresh device that is the very object completed the last cycle at its place,
         while ``result`` (the attribution), ``groups`` and ``placed`` (their names and labels)
         are the last cycle's objects and attribute no process: that one still holds the group,

@@ -28,7 +28,7 @@ from textual.strip import Strip
 from textual.widgets import ContentSwitcher, Input, Static
 
 from allsmi.config import Config
-from allsmi.formatting import NA
+from allsmi.schema.formatting import NA
 from allsmi.usage import bridged_gap_seconds
 
 from allsmi.dashboard.screen.actions import BINDINGS, KeyActions

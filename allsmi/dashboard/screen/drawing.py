@@ -15,7 +15,7 @@ from textual.css.query import NoMatches
 from textual.widgets import Static
 
 from allsmi.config import Config
-from allsmi.formatting import NA
+from allsmi.schema.formatting import NA
 
 from allsmi.dashboard.tables.device_table import DeviceTable, RowContext, parent_names
 from allsmi.dashboard.state.filtering import Filter, apply_filter

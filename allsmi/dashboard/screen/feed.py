@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from allsmi import heap
+from allsmi.support import heap
 
 from allsmi.dashboard.state.idle import IdleMeter
 from allsmi.dashboard.state.model import EnergyMeter, History, Retention, refs_of
@@ -56,7 +56,7 @@ class DataFeed:
         self.poll()
         # Each refresh's rendering leaves garbage cycles and frees pages glibc keeps: collect
         # them and hand the pages back now and then (0.4-0.7 MiB less resident than the trim
-        # alone, 1-2 ms a pass; allsmi/heap.py).
+        # alone, 1-2 ms a pass; allsmi/support/heap.py).
         app.set_interval(heap.TRIM_SECONDS, heap.release)
         subscribe = getattr(self.source, "subscribe", None)
         if subscribe is not None and subscribe(self._snapshot_ready):

@@ -112,7 +112,7 @@ class Source(Protocol):
 
 
 class CollectorLike(Protocol):
-    """The part of :class:`allsmi.collector.Collector` the dashboard uses (duck-typed)."""
+    """The part of :class:`allsmi.collection.collector.Collector` the dashboard uses (duck-typed)."""
 
     interval: float
 

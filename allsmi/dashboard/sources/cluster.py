@@ -32,8 +32,8 @@ from typing import Callable, Sequence, Union
 
 from allsmi.output import SnapshotFormatError, snapshot_from_dict
 from allsmi.schema import Snapshot
-from allsmi.nethint import redact_url
-from allsmi.text import unresolvable_host
+from allsmi.support.nethint import redact_url
+from allsmi.schema.text import unresolvable_host
 
 from allsmi.dashboard.sources.fetch import HttpError, tls_context
 from allsmi.dashboard.sources.fetch import get as http_get
@@ -119,7 +119,7 @@ def parse_endpoint(text: str) -> Endpoint:
 
 def read_hostfile(path: str | Path) -> list[str]:
     """Host URLs from a file: one per line; blank lines and ``#`` comments are ignored."""
-    from allsmi.boundedread import Unreadable, read_text
+    from allsmi.support.boundedread import Unreadable, read_text
     try:
         text = read_text(path, MAX_HOSTFILE_BYTES, "hosts file")
     except Unreadable as exc:

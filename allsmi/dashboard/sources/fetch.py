@@ -81,7 +81,7 @@ def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
     file (a FIFO: :mod:`ssl` would wait for its writer forever)."""
     try:
         if ca_file:
-            from allsmi.boundedread import regular_file
+            from allsmi.support.boundedread import regular_file
             regular_file(ca_file)
         return ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
@@ -174,7 +174,7 @@ def get(url: str, *, headers: dict[str, str], timeout: float, max_bytes: int,
         if isinstance(exc, socket.gaierror):
             raise HttpError(f"cannot resolve {parts.hostname}: {exc.strerror or exc}") from None
         if parts.scheme == "http" and isinstance(exc, _DROPPED):
-            from allsmi.nethint import tls_hint
+            from allsmi.support.nethint import tls_hint
             hint = tls_hint(parts.hostname, parts.port or 80,
                             max(0.2, min(2.0, deadline - time.monotonic())))
             if hint:

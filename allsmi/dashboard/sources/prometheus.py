@@ -31,8 +31,8 @@ from allsmi.schema import Snapshot
 from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROBLEMS
 
 from allsmi.dashboard.sources.fetch import redact
-from allsmi.nethint import redact_url
-from allsmi.text import clean_text
+from allsmi.support.nethint import redact_url
+from allsmi.schema.text import clean_text
 from allsmi.dashboard.state.model import GONE_GRACE_SECONDS
 from allsmi.dashboard.sources.promquery import MAX_BODY_BYTES, PrometheusError, Query, answer_vector, instance_matcher, make_query
 from allsmi.dashboard.sources.promquery import MAX_WARNINGS, plausible_time, sample_value, spawn

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable
 
 from allsmi.dashboard.sources.fetch import HttpError, split_credentials, tls_context
 from allsmi.dashboard.sources.fetch import get as http_get
-from allsmi.nethint import redact_url
-from allsmi.text import clean_text, unresolvable_host
+from allsmi.support.nethint import redact_url
+from allsmi.schema.text import clean_text, unresolvable_host
 
 #: Unix times outside (0, 2**33) (the year 2242) are not a scrape's or an evaluation's time.
 _LATEST_TIME = float(2**33)
@@ -91,7 +91,7 @@ def make_query(url: str, ca_file: str | None = None) -> Query:
         try:
             doc = json.loads(answer.body)
         except (ValueError, RecursionError):
-            from allsmi.nethint import first_line
+            from allsmi.support.nethint import first_line
             line = first_line(answer.body)
             raise PrometheusError(f"not a Prometheus query API (HTTP {answer.status})"
                                   + (f": {line}" if line else "")) from None

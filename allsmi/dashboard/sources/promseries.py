@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Iterable, Sequence
 
-from allsmi.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS
+from allsmi.schema.fields import ENERGY_FIELD, MEASUREMENTS, PROCESS_MEASUREMENTS
 from allsmi.schema import ATTRIBUTION_SOURCES, DeviceSample, HostSample, ProcessSample, Snapshot, Workload
 from allsmi.snapshot_parse import MAX_DEVICES, MAX_PROCESSES, checked_int, checked_measurement
 
@@ -88,7 +88,7 @@ def build_snapshots(series: Sequence[dict[str, Any]], evaluated: float,
     """One snapshot per ``instance`` from the selector's result (pure; tested on its own).
 
     Every value passes the snapshot parser's checks (the ranges declared in
-    :mod:`allsmi.fields`, whole numbers for bytes, indexes and pids): a value that fails is
+    :mod:`allsmi.schema.fields`, whole numbers for bytes, indexes and pids): a value that fails is
     unknown, and what was wrong is listed per instance in ``problems``."""
     scraped = scraped or {}
     problems = {} if problems is None else problems

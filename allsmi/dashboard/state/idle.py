@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from allsmi.config import Config
-from allsmi.formatting import money_rank
+from allsmi.schema.formatting import money_rank
 from allsmi.schema import DeviceSample, Snapshot
 from allsmi.usage import (Holder, UsageIntegrator, Weights, billing_shares, bridged_gap_seconds,
                           held, holder_weights, split_board_energy)

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 from rich.cells import cell_len
 from rich.text import Text
 
-from allsmi.formatting import NA
+from allsmi.schema.formatting import NA
 from allsmi.schema import DeviceSample, Snapshot
 
 from allsmi.dashboard.state.model import MAX_GONE_DEVICES, DeviceRef, refs_of

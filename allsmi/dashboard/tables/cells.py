@@ -12,7 +12,7 @@ from typing import Any, Callable, Hashable, Mapping
 from rich.cells import cell_len
 from rich.text import Text
 
-from allsmi.formatting import NA, celsius, memory_pair, na, percent
+from allsmi.schema.formatting import NA, celsius, memory_pair, na, percent
 
 from allsmi.dashboard.state.idle import allocated_idle
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, memory_percent

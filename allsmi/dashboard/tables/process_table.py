@@ -21,7 +21,7 @@ from textual.geometry import Size
 from textual.strip import Strip
 
 from allsmi.fairshare import Holder, claim_units
-from allsmi.formatting import NA, human_bytes, percent
+from allsmi.schema.formatting import NA, human_bytes, percent
 from allsmi.schema import DeviceSample, ProcessSample
 
 from allsmi.dashboard.state.model import DeviceRef

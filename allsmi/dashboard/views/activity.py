@@ -13,7 +13,7 @@ from typing import Any, Hashable
 
 from rich.text import Text
 
-from allsmi.formatting import NA, SOURCE_SHORT, percent, waiting_summary, waiting_words
+from allsmi.schema.formatting import NA, SOURCE_SHORT, percent, waiting_summary, waiting_words
 from allsmi.schema import DeviceSample, HolderWaiting
 
 from allsmi.dashboard.state.model import DeviceRef

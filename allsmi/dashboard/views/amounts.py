@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allsmi.formatting import NA, na
+from allsmi.schema.formatting import NA, na
 
 from allsmi.dashboard.state.totals import Totals
 

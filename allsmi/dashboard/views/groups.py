@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from rich.text import Text
 
-from allsmi.formatting import NA, memory_pair, percent
+from allsmi.schema.formatting import NA, memory_pair, percent
 
 from allsmi.dashboard.state.naming import fit_apart
 from allsmi.dashboard.state.totals import Totals

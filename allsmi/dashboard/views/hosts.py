@@ -18,7 +18,7 @@ from rich.cells import cell_len
 from rich.containers import Lines
 from rich.text import Text
 
-from allsmi.formatting import NA, percent
+from allsmi.schema.formatting import NA, percent
 
 from allsmi.dashboard.state.model import duplicate_ids
 from allsmi.dashboard.state.totals import Totals

@@ -11,7 +11,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from rich.text import Text
 
-from allsmi.formatting import NA
+from allsmi.schema.formatting import NA
 
 from allsmi.dashboard.state.idle import IdleRow, row_text
 from allsmi.dashboard.state.filtering import Filter, apply_filter, text_matches

@@ -10,7 +10,7 @@ from textual import events
 from textual.binding import Binding
 from textual.strip import Strip
 
-from allsmi.formatting import NA, celsius, memory_pair, na, percent, watts
+from allsmi.schema.formatting import NA, celsius, memory_pair, na, percent, watts
 from allsmi.fairshare import Holder, claim_units, split
 from allsmi.schema import DeviceSample, ProcessSample, Workload
 

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 from rich.text import Text
 
-from allsmi.formatting import NA
-from allsmi.text import clean_text
+from allsmi.schema.formatting import NA
+from allsmi.schema.text import clean_text
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _LEVELS = " ▁▂▃▄▅▆▇█"
@@ -171,7 +171,7 @@ def na_text(style: str = "dim") -> Text:
 
 def safe(value: Any) -> str:
     """``value`` as text fit for the terminal: every control character (C0, DEL, C1, ESC)
-    replaced, one character for one, by :func:`allsmi.text.clean_text`. Schema objects are
+    replaced, one character for one, by :func:`allsmi.schema.text.clean_text`. Schema objects are
     already clean; this covers everything else shown (host keys, problems, messages)."""
     text = value if isinstance(value, str) else str(value)
     return text if text.isprintable() else clean_text(text, sys.maxsize)

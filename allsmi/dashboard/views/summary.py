@@ -6,7 +6,7 @@ from typing import Sequence
 
 from rich.text import Text
 
-from allsmi.formatting import NA, human_bytes, percent
+from allsmi.schema.formatting import NA, human_bytes, percent
 
 from allsmi.dashboard.state.filtering import Filter
 from allsmi.dashboard.state.model import DeviceRef, duplicate_ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from allsmi.fields import ENERGY_FIELD
+from allsmi.schema.fields import ENERGY_FIELD
 
 from .panels import DEVICE_LEGEND, G, S, dashboard, panel, row, table, targets
 from .units import DEVICE_HOURS, GRAFANA_UNITS, KWH, base_unit, rate_unit, unit

@@ -1,12 +1,12 @@
 """The node dashboard (allsmi-node.json): one node's accelerators, processes, workloads and
-backends, with one panel per measured field (``allsmi/fields.py``) in its declared unit."""
+backends, with one panel per measured field (``allsmi/schema/fields.py``) in its declared unit."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from allsmi.exporter.families import GAUGES
-from allsmi.fields import ENERGY_FIELD
+from allsmi.schema.fields import ENERGY_FIELD
 
 from .panels import DEVICE_LEGEND, S, dashboard, panel, row, table, targets
 from .units import GRAFANA_UNITS, rate_unit, unit
@@ -43,7 +43,7 @@ def node() -> dict[str, Any]:
               "none", targets((f"allsmi_device_info{{{sel}}}", ""), table=True), 24, 8),
         row("Measurements"),
     ]
-    # One panel per measured field (allsmi/fields.py), in the unit of its declaration.
+    # One panel per measured field (allsmi/schema/fields.py), in the unit of its declaration.
     for family, field, _scale in GAUGES:
         panels.append(panel("timeseries", _title(field, field.rsplit("_", 1)[-1]), family.help,
                             GRAFANA_UNITS[family.unit],

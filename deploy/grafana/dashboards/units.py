@@ -1,7 +1,7 @@
 """Grafana units, derived from the exporter's declarations.
 
 Every unit comes from the metric's declaration (``allsmi.exporter.families``, whose device
-gauges come from ``allsmi.fields.MEASUREMENTS``): a gauge in bytes is shown in bytes, the
+gauges come from ``allsmi.schema.fields.MEASUREMENTS``): a gauge in bytes is shown in bytes, the
 rate of a joules counter in watts.
 """
 

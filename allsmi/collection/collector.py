@@ -22,12 +22,12 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from allsmi.backend_api import Backend
-from allsmi.backendrunner import REPROBE_SECONDS, BackendRunner, unique_devices
+from allsmi.collection.backendrunner import REPROBE_SECONDS, BackendRunner, unique_devices
 from allsmi.config import Config
-from allsmi.groups import group_names
-from allsmi.host import HostSampler
-from allsmi.lazylog import get_logger
-from allsmi.samplecopy import field_cleaning, filler
+from allsmi.collection.groups import group_names
+from allsmi.collection.host import HostSampler
+from allsmi.support.lazylog import get_logger
+from allsmi.schema.samplecopy import field_cleaning, filler
 from allsmi.schema import BackendStatus, DeviceSample, Snapshot, derive
 
 __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's names, public here too
@@ -35,13 +35,13 @@ __all__ = ["REPROBE_SECONDS", "BackendRunner", "Collector"]  # the runner's name
 if TYPE_CHECKING:  # imported by whoever builds one (the CLI), not by every collector
     from allsmi.attribution import Attribution, Attributor
     from allsmi.schema import HolderWaiting
-    from allsmi.waiting import WaitingClassifier
+    from allsmi.collection.waiting import WaitingClassifier
 
-log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
+log = get_logger(__name__)  # logging imported when first used (allsmi/support/lazylog.py)
 
 SnapshotCallback = Callable[[Snapshot], None]
 
-#: What a device's resource group depends on (:func:`allsmi.groups.group_names`'s facts; a
+#: What a device's resource group depends on (:func:`allsmi.collection.groups.group_names`'s facts; a
 #: partition's also on its parent's, which is among the same devices).
 _GROUP_FACTS = operator.attrgetter("id", "vendor", "backend", "name", "uuid", "index", "bus_id",
                                    "parent")
@@ -154,7 +154,7 @@ class Collector:
         timeout, after the resource groups are assigned; ``None``: no attribution at all."""
         self.host = host_sampler or HostSampler()
         self._waiting = waiting
-        """What each holder waited on (allsmi.waiting): run once per cycle after the
+        """What each holder waited on (allsmi.collection.waiting): run once per cycle after the
         attribution; made from the configuration on first use when not given."""
         self._history: collections.deque[Snapshot] = collections.deque(
             maxlen=history_size or self.config.history_size)
@@ -272,7 +272,7 @@ class Collector:
         raises ``ConfigError`` here, which the CLI checks before starting)."""
         if self._waiting is None:  # imported on first need: a node with no holder never pays
             from allsmi.hostactivity.settings import activity_settings
-            from allsmi.waiting import WaitingClassifier
+            from allsmi.collection.waiting import WaitingClassifier
             self._waiting = WaitingClassifier.for_backends(
                 activity_settings(self.config), [r.backend for r in self.runners],
                 getattr(self.attributor, "proc_root", "/proc"))

@@ -17,10 +17,10 @@ from allsmi.config import (BILL_BY, CONSUMER_SECTIONS, DEFAULT_GROUP, HISTORY_RA
                            INTERVAL_RANGE, MAX_BUDGET, MAX_GCO2E_PER_KWH, MAX_PRICE,
                            PARTITION_BILLING, RESERVED_LABELS, RULE_KEYS, TIMEOUT_RANGE, Config,
                            ConfigError, GroupRule, ResourceGroup, group_name_problem)
-from allsmi.numbers import MAX_INDEX, range_text, setting_number, whole_setting
+from allsmi.schema.numbers import MAX_INDEX, range_text, setting_number, whole_setting
 
 if TYPE_CHECKING:
-    from allsmi.tomlkeys import KeyLocator
+    from allsmi.support.tomlkeys import KeyLocator
 
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"  # the whole key (re.fullmatch: never "team\n")
 
@@ -129,7 +129,7 @@ class TableValidator:
 
     def group_name(self, name: str, *path: str | int) -> str:
         """``name`` when a device's group can be called so: a sample's group is cleaned text
-        (:func:`allsmi.text.clean_text`), so a name with control or bidirectional characters,
+        (:func:`allsmi.schema.text.clean_text`), so a name with control or bidirectional characters,
         or over its length, would never be matched by its prices, labels or budget."""
         problem = group_name_problem(name)
         if problem:

@@ -13,12 +13,12 @@ import threading
 import time
 
 from allsmi.backend_api import Backend, BackendError, BackendTimeout, BackendUnavailable, ProbeResult
-from allsmi.lazylog import failed_once, get_logger
-from allsmi.records import Record, record
+from allsmi.support.lazylog import failed_once, get_logger
+from allsmi.schema.records import Record, record
 from allsmi.schema import BackendStatus, DeviceSample
-from allsmi.worker import SingleFlight
+from allsmi.support.worker import SingleFlight
 
-log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
+log = get_logger(__name__)  # logging imported when first used (allsmi/support/lazylog.py)
 
 #: How long an unavailable backend is left alone before it is probed again.
 REPROBE_SECONDS = 60.0

@@ -28,7 +28,7 @@ Four measured levers for the dashboard (``benchmarks/dashboard.py``, 8 fake H100
 * :func:`settle`: once start-up is over, the caches only it needed are emptied before the
   first :func:`release`: the import system's finder per ``sys.path`` entry (each holding its
   directory's listing) and ``typing``'s caches of the annotations evaluated while the modules
-  loaded, and :mod:`allsmi.distinfo`'s scan of the installed distributions (the registry
+  loaded, and :mod:`allsmi.support.distinfo`'s scan of the installed distributions (the registry
   has loaded). The first two: 0.3 MiB less resident (``--together 3 --seconds 40``, 40.5
   against 40.8 MiB); the scan, less than that benchmark resolves. A view loaded later lists
   its directories again (a few ``stat`` and ``listdir`` calls: three of the dashboard's
@@ -43,7 +43,7 @@ import gc
 import sys
 import typing
 
-from allsmi import distinfo
+from allsmi.support import distinfo
 
 #: How often a long-running UI collects its garbage cycles and hands free heap pages back
 #: (:func:`release`).

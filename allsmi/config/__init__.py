@@ -8,7 +8,7 @@ each setting: command-line flag > environment > file > default.
 
 Every problem raises :class:`ConfigError` naming the file, the line and the
 key; the CLI turns it into exit code 2. See ``docs/configuration.md``. The core tables are
-validated by :mod:`allsmi.configtables`.
+validated by :mod:`allsmi.config.tables`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from allsmi.records import Record, record
+from allsmi.schema.records import Record, record
 
 if TYPE_CHECKING:
-    from allsmi.tomlkeys import KeyLocator
+    from allsmi.support.tomlkeys import KeyLocator
 
 DEFAULT_GROUP = "default"
 SYSTEM_CONFIG = Path("/etc/allsmi/config.toml")
@@ -43,7 +43,7 @@ class ConfigError(Exception):
 
     def __init__(self, message: str, path: Path | None = None, line: int | None = None,
                  key: str | None = None, key_path: tuple[str, ...] = ()) -> None:
-        from allsmi.text import clipped, escaped  # (errors are rare: not imported for every start)
+        from allsmi.schema.text import clipped, escaped  # (errors are rare: not imported for every start)
         message = clipped(message)  # (a value it echoes, cut to a readable length)
         self.path, self.line, self.key, self.message = path, line, key, message
         self.key_path = key_path
@@ -174,7 +174,7 @@ def discover_path(flag: str | os.PathLike[str] | None = None,
 
 def group_name_problem(name: str, what: str = "a resource group's name") -> str:
     """Why ``name`` cannot name a resource group (``""``: it can)."""
-    from allsmi.text import MAX_NAME, clean_text
+    from allsmi.schema.text import MAX_NAME, clean_text
     if clean_text(name) != name:
         return (f"{what} must be printable text of at most {MAX_NAME} "
                 "characters (no control, bidirectional or format characters but the "
@@ -205,7 +205,7 @@ def load_config(flag: str | os.PathLike[str] | None = None,
             config, found = config_problems(text, path)
             problems.extend(found)
     for var, what in (("ALLSMI_RESOURCE_GROUP", "a resource group's name"),
-                      ("ALLSMI_HOSTNAME", "a host name")):  # blank: unset (allsmi.host too)
+                      ("ALLSMI_HOSTNAME", "a host name")):  # blank: unset (allsmi.collection.host too)
         name = env.get(var, "").strip()
         problem = group_name_problem(name, what)
         if problem:  # a host's name is shown, exported and matched by [[rules]] host alike
@@ -222,7 +222,7 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 def read_config_text(path: Path, explicit: bool) -> tuple[str, ConfigError | None]:
     """The text of the config file (a UTF-8 byte-order mark left out), or ``""`` and why not
     (a missing file is no problem unless it was asked for: ``explicit``)."""
-    from allsmi.boundedread import TooLarge, read_bounded
+    from allsmi.support.boundedread import TooLarge, read_bounded
     data = b""
     try:
         data = read_bounded(path, MAX_CONFIG_BYTES)
@@ -235,7 +235,7 @@ def read_config_text(path: Path, explicit: bool) -> tuple[str, ConfigError | Non
         return "", ConfigError(f"too large: a configuration file may be from 0 to "
                                f"{MAX_CONFIG_BYTES} bytes", path)
     except UnicodeDecodeError as exc:
-        from allsmi.tomlkeys import undecodable
+        from allsmi.support.tomlkeys import undecodable
         reason, line, key = undecodable(data, exc)
         return "", ConfigError(reason, path, line, key)
 
@@ -259,8 +259,8 @@ def config_problems(text: str, path: Path | None = None, *,
     problems, the config returned is what the valid keys say (``allsmi doctor`` diagnoses with
     it)."""
     # Imported here: most runs (no config file) never parse TOML, locate its keys nor validate.
-    from allsmi.configtables import TableValidator
-    from allsmi.tomlkeys import KeyLocator, drop_key, too_long_integer, toml_syntax_line
+    from allsmi.config.tables import TableValidator
+    from allsmi.support.tomlkeys import KeyLocator, drop_key, too_long_integer, toml_syntax_line
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -290,7 +290,7 @@ def parse_group_tables(data: Mapping[str, Any], path: Path | None,
     """The ``[groups.NAME]`` and ``[[rules]]`` tables of another file in the config's format
     (a scenario's default groups), validated exactly like the config file's; a problem raises
     :class:`ConfigError` naming ``path``, the line and the key."""
-    from allsmi.configtables import TableValidator  # (only where there is a file to validate)
+    from allsmi.config.tables import TableValidator  # (only where there is a file to validate)
     tables = {k: data[k] for k in ("groups", "rules") if k in data}
     validator = TableValidator(tables, path, locator)
     return validator.groups(), tuple(validator.rules())

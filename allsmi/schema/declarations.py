@@ -5,11 +5,11 @@ Attribution matches Kubernetes device-plugin ids and job-mapping file names to d
 clear every tool override: each reads these declarations instead of a list of its own. A
 backend class sets them as class attributes (:class:`allsmi.backend_api.Backend`) and
 :meth:`~allsmi.backend_api.Backend.declaration` bundles them into a :class:`VendorDeclaration`;
-the CLI collects the installed backends' declarations (:func:`allsmi.registry.declarations`)
+the CLI collects the installed backends' declarations (:func:`allsmi.collection.registry.declarations`)
 and hands them to attribution, which sits beside the backends and imports none of them.
 
 This module is plain data at the bottom of the layers: it imports nothing from allsmi but
-:mod:`allsmi.records` (its frozen records) and :mod:`allsmi.numbers` (the check of an option's
+:mod:`allsmi.schema.records` (its frozen records) and :mod:`allsmi.schema.numbers` (the check of an option's
 number, which imports nothing from allsmi).
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from allsmi.numbers import FINITE, setting_number, whole_setting
-from allsmi.records import Record, record
+from allsmi.schema.numbers import FINITE, setting_number, whole_setting
+from allsmi.schema.records import Record, record
 
 
 #: How a device plugin writes the ids of the devices it allocates.

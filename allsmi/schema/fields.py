@@ -12,8 +12,8 @@ import math
 
 from dataclasses import fields, replace
 
-from allsmi.numbers import FINITE
-from allsmi.records import Record, record
+from allsmi.schema.numbers import FINITE
+from allsmi.schema.records import Record, record
 from allsmi.schema import DEVICE_RANGES, PROCESS_ACTIVITY, DeviceSample, ProcessSample
 
 

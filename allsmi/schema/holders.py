@@ -6,9 +6,9 @@ here); the same rules hold: units in field names, unknown is ``None``, text clea
 
 from __future__ import annotations
 
-from allsmi.numbers import MAX_BYTES, bytes_or_none
-from allsmi.records import Record, record
-from allsmi.text import MAX_COMMAND, MAX_MESSAGE, clean_optional, clean_text
+from allsmi.schema.numbers import MAX_BYTES, bytes_or_none
+from allsmi.schema.records import Record, record
+from allsmi.schema.text import MAX_COMMAND, MAX_MESSAGE, clean_optional, clean_text
 
 #: What a holder of an allocated device was doing in one interval (docs/activity.md):
 #: ``computing`` at or above the idle threshold; below it, ``input`` (blocked on I/O), ``host``
@@ -77,7 +77,7 @@ PROCESS_ATTRIBUTION = ("job_id", "pod_uid", "container_id")
 #: ProcessSample's activity fields: the process's share of the device's engines over the last
 #: sampling interval, in percent (0 to 100), as the vendor reports it; ``None`` where it does not.
 #: Declared once here; JSON, parsing, the dashboard and the splits derive from this tuple
-#: (:data:`allsmi.fields.PROCESS_MEASUREMENTS` gives each its help text).
+#: (:data:`allsmi.schema.fields.PROCESS_MEASUREMENTS` gives each its help text).
 PROCESS_ACTIVITY = ("utilization_percent", "memory_utilization_percent",
                     "encoder_utilization_percent", "decoder_utilization_percent")
 

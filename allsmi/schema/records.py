@@ -113,7 +113,7 @@ def record(cls: _C | None = None, /, *, slots: bool = False) -> Any:
     """``@dataclass(frozen=True[, slots=True])`` for a subclass of :class:`Record`."""
     def wrap(cls: _C) -> _C:
         if not issubclass(cls, Record):
-            raise TypeError(f"{cls.__name__} must subclass allsmi.records.Record")
+            raise TypeError(f"{cls.__name__} must subclass allsmi.schema.records.Record")
         if not cls.__doc__:
             raise TypeError(f"{cls.__name__} needs a docstring (dataclass would compute one)")
         made: Any = _frozen_dataclass(cls, slots)

@@ -31,7 +31,7 @@ class _Unsure(Exception):
 
 
 class EntryPoint:
-    """``name = module:attr`` of one group: what :mod:`allsmi.registry` needs of an entry point."""
+    """``name = module:attr`` of one group: what :mod:`allsmi.collection.registry` needs of an entry point."""
 
     __slots__ = ("name", "value", "group")
 

@@ -1,7 +1,7 @@
 """The schema boundary's rules for measured numbers: each returns the value as the schema keeps
 it, or ``None`` where it is not one (a bool, text, NaN, an infinity, a value out of range).
 Unknown is ``None``, never 0 or NaN (:mod:`allsmi.schema` applies them in ``__post_init__``,
-:mod:`allsmi.samplecopy` to the fields a copy changes)."""
+:mod:`allsmi.schema.samplecopy` to the fields a copy changes)."""
 
 from __future__ import annotations
 

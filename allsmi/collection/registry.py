@@ -3,7 +3,7 @@
 Built-in and third-party backends register the same way (see
 ``pyproject.toml``). Listing names imports nothing; loading a backend imports
 only its module, and that module imports its vendor library lazily. The
-group is read by :mod:`allsmi.distinfo` (``importlib.metadata``'s rules without
+group is read by :mod:`allsmi.support.distinfo` (``importlib.metadata``'s rules without
 its import cost, which would dominate ``allsmi snapshot``'s start-up), and by
 ``importlib.metadata`` where that module cannot tell or a caller needs the
 distribution (``allsmi backends``).
@@ -21,16 +21,16 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from allsmi import distinfo
+from allsmi.support import distinfo
 from allsmi.backend_api import Backend, BackendError, ProbeResult
-from allsmi.declarations import VendorDeclaration
-from allsmi.lazylog import get_logger
+from allsmi.schema.declarations import VendorDeclaration
+from allsmi.support.lazylog import get_logger
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-log = get_logger(__name__)  # logging imported when first used (allsmi/lazylog.py)
+log = get_logger(__name__)  # logging imported when first used (allsmi/support/lazylog.py)
 
 GROUP = "allsmi.backends"
 
@@ -289,7 +289,7 @@ class DeferredBackend(Backend):
 
     @property
     def fresh_samples(self) -> bool:
-        """The real backend's ``fresh_samples`` (see ``allsmi.collector._Completing``)."""
+        """The real backend's ``fresh_samples`` (see ``allsmi.collection.collector._Completing``)."""
         return self.backend is not None and bool(getattr(self.backend, "fresh_samples", False))
 
     def sample(self) -> Sequence[DeviceSample]:

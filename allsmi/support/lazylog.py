@@ -42,7 +42,7 @@ def failed_once(logger: Any, said: set[str], what: str, exc: BaseException) -> N
     the first time, naming the exception and where it was raised, so that stderr is not a
     traceback each collection cycle (the status says the failure every cycle); the traceback,
     and the same failure again, at debug level. ``said``: the caller's memory of what it said."""
-    from allsmi.text import MAX_MESSAGE, clean_text
+    from allsmi.schema.text import MAX_MESSAGE, clean_text
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:  # the innermost frame (no source read)
         tb = tb.tb_next

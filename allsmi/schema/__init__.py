@@ -2,13 +2,20 @@
 
 Everything here is a frozen dataclass. Units live in field names; a value the
 hardware does not report is ``None`` (never 0 or NaN). Rendering ``None`` as
-"N/A" text happens only in :func:`allsmi.formatting.na`.
+"N/A" text happens only in :func:`allsmi.schema.formatting.na`.
 
 Partitions (MIG instances, AMD compute partitions, NPU core groups, dies of a
 multi-die card) are ordinary :class:`DeviceSample` objects whose ``parent`` is
 the id of the device that owns them. Board-level quantities (power, energy)
 are reported once, on the device that owns them, so that summing over devices
 never counts a board twice.
+
+Its parts, beside it: who holds a device (``holders``, re-exported here), frozen records
+(``records``), the rules for measured numbers (``numbers``) and for text from tools
+(``text``), unit conversions (``units``), each measured field declared once (``fields``),
+what a backend declares (``declarations``), copies of samples (``samplecopy``) and text for
+people (``formatting``). The schema layer imports nothing above it (import-linter's first
+contract).
 """
 
 from __future__ import annotations
@@ -17,15 +24,15 @@ import datetime as _dt
 from dataclasses import field
 from typing import Any, Literal, Mapping, Tuple, Union
 
-from allsmi.numbers import (FINITE, MAX_BYTES, MAX_INDEX, bytes_or_none, in_range, index_or_none,
+from allsmi.schema.numbers import (FINITE, MAX_BYTES, MAX_INDEX, bytes_or_none, in_range, index_or_none,
                             share_or_none)
-# who holds a device (allsmi.holders), re-exported: every schema name is importable from here
-from allsmi.holders import (  # noqa: F401
+# who holds a device (allsmi.schema.holders), re-exported: every schema name is importable from here
+from allsmi.schema.holders import (  # noqa: F401
     ATTRIBUTION_SOURCES, PROCESS_ACTIVITY, PROCESS_ATTRIBUTION,
     WAITING_FIELDS, WAITING_REASONS, WORKLOAD_FIELDS, HolderWaiting, ProcessSample, Workload,
     processes_or_none, processes_valid)
-from allsmi.records import Record, record
-from allsmi.text import MAX_MESSAGE, MAX_NAME, clean_mapping, clean_required, clean_text
+from allsmi.schema.records import Record, record
+from allsmi.schema.text import MAX_MESSAGE, MAX_NAME, clean_mapping, clean_required, clean_text
 
 SCHEMA_VERSION = 1
 
@@ -62,10 +69,10 @@ DEVICE_TRAFFIC = ("interconnect_rx_bytes_per_second", "interconnect_tx_bytes_per
 
 
 #: Each measured figure of DeviceSample but the byte counts, with the range it is kept in (both
-#: ends included; :data:`~allsmi.numbers.FINITE`: any finite figure). A value outside it, NaN,
+#: ends included; :data:`~allsmi.schema.numbers.FINITE`: any finite figure). A value outside it, NaN,
 #: an infinity, a bool or text becomes ``None`` at the schema boundary (a sensor's -273 °C is
 #: not a temperature), and a peer's snapshot or a Prometheus sample is read with the same
-#: ranges (:mod:`allsmi.fields` takes them for each field's declaration;
+#: ranges (:mod:`allsmi.schema.fields` takes them for each field's declaration;
 #: :mod:`allsmi.snapshot_parse`), so a node and its peers show the same figures. A backend
 #: keeps what its vendor reports beyond them in ``details`` (NVML's fan above its nominal
 #: maximum: 100 %, and the raw figure).
@@ -86,7 +93,7 @@ DEVICE_BYTES = ("memory_used_bytes", "memory_total_bytes")
 
 
 #: DeviceSample's text fields (and the optional ones below): cleaned once, when the sample is
-#: built (allsmi.samplecopy cleans a changed one the same way).
+#: built (allsmi.schema.samplecopy cleans a changed one the same way).
 DEVICE_TEXT = ("id", "vendor", "kind", "backend", "health")
 DEVICE_OPTIONAL_TEXT = ("uuid", "name", "bus_id", "driver_version", "firmware_version",
                         "parent", "resource_group")
@@ -164,7 +171,7 @@ class DeviceSample(Record):
 
     def __post_init__(self) -> None:
         # The schema boundary: text from vendor tools and processes is made
-        # safe here, once, for every consumer (see allsmi.text).
+        # safe here, once, for every consumer (see allsmi.schema.text).
         _set = object.__setattr__
         # What clean_text would return unchanged (a short printable str) is not set again:
         # every device of every cycle comes through here.
@@ -294,9 +301,9 @@ def utc_now() -> _dt.datetime:
 
 
 def __getattr__(name: str) -> Any:
-    """``derive`` and ``fill``, the schema's copy operations, live in :mod:`allsmi.samplecopy`
+    """``derive`` and ``fill``, the schema's copy operations, live in :mod:`allsmi.schema.samplecopy`
     (which needs this module's classes): ``from allsmi.schema import derive`` finds them there."""
     if name in ("derive", "fill"):
-        from allsmi import samplecopy
+        from allsmi.schema import samplecopy
         return getattr(samplecopy, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

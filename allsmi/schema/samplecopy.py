@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from allsmi.numbers import bytes_or_none, index_or_none, percent_or_none, ranged, share_or_none
+from allsmi.schema.numbers import bytes_or_none, index_or_none, percent_or_none, ranged, share_or_none
 from allsmi.schema import (COMPUTE_ACTIVE_SOURCES, DEVICE_BYTES, DEVICE_RANGES, HEALTH_STATES,
                            PROCESS_ACTIVITY, PROCESS_ATTRIBUTION, DEVICE_OPTIONAL_TEXT, DEVICE_TEXT,
                            DeviceSample, ProcessSample, clean_mapping)
-from allsmi.text import MAX_COMMAND, clean_optional, clean_required, clean_text
+from allsmi.schema.text import MAX_COMMAND, clean_optional, clean_required, clean_text
 
 _S = TypeVar("_S", "DeviceSample", "ProcessSample")
 
