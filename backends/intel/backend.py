@@ -1,5 +1,8 @@
-"""Intel GPUs from the kernel alone (i915/xe sysfs, hwmon, DRM fdinfo), with ``xpu-smi
-discovery -j`` where it is installed for the names and memory figures sysfs lacks.
+"""Intel GPUs from the kernel alone (i915/xe sysfs, hwmon, DRM fdinfo), with ``xpu-smi`` where
+it is installed for what sysfs lacks: names and uuids (``discovery -j``, every sample), memory in
+use (one ``dump`` of metric 18 running from ``open()`` to ``close()``, its newest rows read each
+sample: :mod:`allsmi.backends.intel.dumpstream`) and, where sysfs has none, the memory size
+(``discovery -d <bdf> -j``, once per GPU); see :mod:`allsmi.backends.intel.xpusmi`.
 
 Counters (GT idle residency, the hwmon energy counter, each client's engine time) become busy
 shares and watts between two readings: ``open()`` takes the first, and a sample less than
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from allsmi.backend_api import Backend, ProbeResult
@@ -21,11 +25,19 @@ from allsmi.backends._common.declared import BEYOND_BUSY
 from allsmi.schema import DeviceSample
 
 if TYPE_CHECKING:
+    from allsmi.backends.intel.dumpstream import MemoryUsedStream
     from allsmi.backends.intel.fdinfo import Client
     from allsmi.backends.intel.sysfs import Card, Reading
     from allsmi.backends.intel.xpusmi import XpuDevice
 
 DISCOVERY_ARGS = ("discovery", "-j")
+
+
+def properties_args(bus: str) -> tuple[str, ...]:
+    """One GPU's properties (its memory size among them), by PCI address."""
+    return ("discovery", "-d", bus, "-j")
+
+
 #: The shortest interval a busy share or a power figure is measured over (seconds).
 MIN_INTERVAL = 0.2
 
@@ -70,6 +82,13 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         self._known: dict[str, int] = {}
         self._readings: dict[str, Reading] = {}
         self._clients: dict[tuple[int, str, str], tuple[float, Client]] = {}
+        self._xpu_sizes: dict[str, int | None] = {}
+        self._dump: MemoryUsedStream | None = None
+
+    @property
+    def dump(self) -> MemoryUsedStream | None:
+        """xpu-smi's running dump of memory in use, while one runs."""
+        return self._dump
 
     @classmethod
     def model_name(cls, raw: str | None) -> str | None:
@@ -100,7 +119,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         return ProbeResult(True, "", {"drm": self.drm, f"tool:{XPU_SMI.executable}": tool or f"missing: {why}"})
 
     def open(self) -> None:
-        """List the GPUs and take the first reading of their counters."""
+        """List the GPUs, take the first reading of their counters, start xpu-smi's dump."""
         from allsmi.backends.intel.sysfs import find_cards, read_card
         self.check_options()
         self.close()
@@ -114,15 +133,22 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
             pass
         self._last_read = now
         self._opened = True
+        tool_path = XPU_SMI.find(self.search_dirs)
+        if tool_path is not None:
+            self._dump_stream(tool_path)
 
     def close(self) -> None:
+        """Forget the readings; stop xpu-smi's dump (killed and reaped). Idempotent."""
+        self._stop_dump()
         self._opened = False
         self._known, self._readings, self._clients = {}, {}, {}
+        self._xpu_sizes = {}
         self._last_read = None
 
     def sample(self) -> Sequence[DeviceSample]:
         from allsmi.backends.intel.sysfs import find_cards, read_card
         self.warnings = []
+        deadline = time.monotonic() + self.timeout_seconds
         if not self._opened:
             self.open()
         if self._last_read is not None:
@@ -131,7 +157,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
                 self._sleep(min(wait, self.timeout_seconds / 4))
         now = self._last_read = self._clock()
         cards = find_cards(self.drm, DRIVERS)
-        xpu = self._discovery()
+        readings = {card.bus_id or card.path: read_card(card, now) for card in cards}
         try:
             shares, memory, pids = self._processes(now)
             listed = True
@@ -139,15 +165,19 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
             shares, memory, pids, listed = {}, {}, {}, False
             self.warnings.append(f"cannot list the processes under {self.proc} ({exc.strerror or exc}); "
                                  f"the GPUs' processes are unknown")
+        xpu, used = self._xpu_smi([c.bus_id for c in cards if c.bus_id and
+                                   readings[c.bus_id].memory_total_bytes is None], deadline)
         out = []
         seen = set()
         for card in cards:
             key = card.bus_id or card.path
             seen.add(key)
             self._known.setdefault(key, card.index)  # one that appears later is missed if it goes
-            reading = read_card(card, now)
-            out.append(self._device(card, reading, self._readings.get(key), xpu.get(card.bus_id or ""),
-                                    pids.get(card.bus_id or "", ()) if listed else None, shares, memory))
+            bus = card.bus_id or ""
+            reading = readings[key]
+            out.append(self._device(card, reading, self._readings.get(key), xpu.get(bus),
+                                    self._xpu_sizes.get(bus), used.get(bus),
+                                    pids.get(bus, ()) if listed else None, shares, memory))
             self._readings[key] = reading
         for key, index in self._known.items():
             if key not in seen:  # listed when opened, gone now
@@ -159,6 +189,7 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
 
     # -- parts -----------------------------------------------------------------------------
     def _device(self, card: Card, reading: Reading, before: Reading | None, xpu: XpuDevice | None,
+                xpu_size: int | None, used: int | None,
                 pids: Sequence[int] | None, shares: Mapping[tuple[int, str], float | None],
                 memory: Mapping[tuple[int, str], int | None]) -> DeviceSample:
         from allsmi.backends.intel.sysfs import busy_percent, power_watts, went_backwards
@@ -169,11 +200,11 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         if backwards:
             self.warnings.append(f"GPU {bus or card.index}: the {' and '.join(backwards)} "
                                  "counter went backwards (a driver reload?): unknown this sample")
-        total = reading.memory_total_bytes or (xpu.memory_total_bytes if xpu else None)
-        used = None  # sysfs has no memory in use: xpu-smi's size less its free memory, or unknown
-        if xpu is not None and xpu.memory_free_bytes is not None and xpu.memory_total_bytes is not None \
-                and xpu.memory_free_bytes <= xpu.memory_total_bytes:
-            used = xpu.memory_total_bytes - xpu.memory_free_bytes
+        total = reading.memory_total_bytes or xpu_size
+        if used is not None and total is not None and used > total:  # never more in use than there is
+            self.warnings.append(f"GPU {bus or card.index}: xpu-smi's memory in use ({used} B) exceeds "
+                                 f"the memory size ({total} B); memory in use unknown")
+            used = None
         name = self.model_name(card.pci_id) if (card.pci_id or "").lower() in KNOWN_IDS or xpu is None \
             or not xpu.name else self.model_name(xpu.name)
         limit = reading.power_limit_uw / 1e6 if reading.power_limit_uw else None
@@ -218,22 +249,78 @@ class IntelGpuBackend(Backend, declared=DECLARATION):
         self._clients = current
         return shares, memory, pids
 
-    def _discovery(self) -> dict[str, XpuDevice]:
-        """``xpu-smi discovery -j`` by PCI address; ``{}`` without xpu-smi, or with a warning when
-        it fails (the sysfs values stand; what only xpu-smi gives is unknown)."""
+    def _xpu_smi(self, unsized: Sequence[str], deadline: float
+                 ) -> tuple[dict[str, XpuDevice], dict[str, int | None]]:
+        """xpu-smi's devices and memory in use (bytes), by PCI address; the memory size of the GPUs
+        in ``unsized`` (sysfs has none) into ``_xpu_sizes``, once each. ``{}`` without xpu-smi;
+        a call that fails is a warning (the sysfs values stand; what only it gives is unknown).
+        Every call ends by ``deadline``: the list, the dump's newest rows, then the sizes."""
         tool_path = XPU_SMI.find(self.search_dirs)
         if tool_path is None:
+            self._stop_dump()
             if os.environ.get(XPU_SMI.env_var):
-                self.warnings.append(f"{XPU_SMI.missing(self.search_dirs)}; names and memory in use "
-                                     f"from xpu-smi not reported")
-            return {}
-        from allsmi.backends._common.runner import Tool, ToolError
-        from allsmi.backends.intel.xpusmi import parse_discovery
+                self.warnings.append(f"{XPU_SMI.missing(self.search_dirs)}; names, memory sizes and "
+                                     f"memory in use from xpu-smi not reported")
+            return {}, {}
+        from allsmi.backends._common.runner import Tool, ToolError, run_concurrently
+        from allsmi.backends.intel.xpusmi import parse_discovery, parse_properties
         tool = Tool(tool_path, self.timeout_seconds)
+        dump = self._dump_stream(tool_path)
         try:
-            result = tool.run(*DISCOVERY_ARGS)
-            return tool.parse(result, lambda text: parse_discovery(text, tool.command(DISCOVERY_ARGS),
-                                                                   self.warnings))
+            devices = self._ask(tool, DISCOVERY_ARGS, deadline,
+                                lambda text, name: parse_discovery(text, name, self.warnings))
         except ToolError as exc:
-            self.warnings.append(f"{exc}; the sysfs values stand, memory in use unknown")
-            return {}
+            self.warnings.append(f"{exc}; the sysfs values stand; names, memory sizes and memory in "
+                                 f"use from xpu-smi unknown")
+            devices = {}
+        rows = dump.read(self.warnings, wait_until=deadline)
+        listed = dump.devices
+        by_id = {dev.device_id: bus for bus, dev in devices.items() if dev.device_id is not None}
+        used = {by_id[device]: size for device, size in rows.items() if device in by_id}
+        if listed:
+            for bus in sorted(bus for bus, dev in devices.items() if dev.device_id not in listed):
+                self.warnings.append(f"{dump.command} printed no row for GPU {bus} "
+                                     f"(device {devices[bus].device_id}); its memory in use unknown")
+        asked = [bus for bus in unsized if bus in devices and bus not in self._xpu_sizes]
+        sizes = run_concurrently({bus: partial(self._ask, tool, properties_args(bus), deadline,
+                                               parse_properties) for bus in asked})
+        for bus, size in sizes.items():
+            if isinstance(size, Exception):
+                self._answer(size, f"GPU {bus}'s memory size unknown")
+                continue
+            self._xpu_sizes[bus] = size  # a size: asked once
+            if size is None:
+                self.warnings.append(f"{tool.command(properties_args(bus))} printed no "
+                                     f"memory_physical_size_byte; GPU {bus}'s memory size unknown")
+        return devices, used
+
+    def _dump_stream(self, tool_path: str) -> MemoryUsedStream:
+        """The running ``xpu-smi dump`` of ``tool_path``, started now where none runs."""
+        from allsmi.backends.intel.dumpstream import MemoryUsedStream
+        if self._dump is not None and self._dump.path != tool_path:
+            self._stop_dump()
+        if self._dump is None:
+            self._dump = MemoryUsedStream(tool_path, timeout=self.timeout_seconds, clock=self._clock)
+            self._dump.start()
+        return self._dump
+
+    def _stop_dump(self) -> None:
+        dump, self._dump = self._dump, None
+        if dump is not None:
+            dump.close()
+
+    @staticmethod
+    def _ask(tool: Any, args: Sequence[str], deadline: float, parser: Callable[[str, str], Any]) -> Any:
+        """``tool args`` within what is left before ``deadline``, its output parsed."""
+        result = tool.run(*args, timeout=deadline - time.monotonic())
+        return tool.parse(result, lambda text: parser(text, tool.command(args)))
+
+    def _answer(self, answer: Any, unknown: str) -> Any:
+        """``answer``, or ``None`` with a warning naming the failed call and what is unknown."""
+        from allsmi.backends._common.runner import ToolError
+        if isinstance(answer, ToolError):
+            self.warnings.append(f"{answer}; {unknown}")
+            return None
+        if isinstance(answer, Exception):
+            raise answer
+        return answer

@@ -6,18 +6,39 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from allsmi.backends.intel import XPU_SMI, IntelGpuBackend
 from allsmi.backends.intel.backend import MIN_INTERVAL
+from allsmi.backends.intel.dumpstream import dump_args
 
 from . import standin
-from .fixture_truth import difference, fed, file_value, json_value, text_value, total
+from .fixture_truth import csv_value, fed, file_value, json_value, text_value, total
 from .scenario import FIXTURES, CliTool, Scenario, ScenarioEnv, expect
 
 INTEL = FIXTURES / "intel"
 I915 = INTEL / "i915-flex170x2"
 XE = INTEL / "xe-arc-b580"
 DISCOVERY = "xpu-smi-discovery-flex170x2.json"
+#: ``xpu-smi dump -d -1 -m 18 -i 1``: its header, then memory in use (MiB) by xpu-smi's device id.
+DUMP = "xpu-smi-dump-memory-used-flex170x2.csv"
+DUMP_CALL = " ".join(dump_args())
+#: How often the stand-in's dump prints its rows (the real one: every ``-i`` second).
+DUMP_EVERY = 0.2
+#: ``xpu-smi discovery -d 0000:50:00.0 -j``: card1's properties (its memory size).
+PROPERTIES = "xpu-smi-discovery-d-0000-50-00-0.json"
+#: What the stand-in ``xpu-smi`` answers, by its arguments (anything else fails as xpu-smi's
+#: option parser does).
+XPU_SMI_CALLS = {"discovery -j": DISCOVERY, DUMP_CALL: DUMP, "discovery -d 0000:50:00.0 -j": PROPERTIES}
+
+
+def xpu_smi_routes(**behaviour: Any) -> dict[str, dict[str, Any]]:
+    """The stand-in's routes for :data:`XPU_SMI_CALLS`: the dump streams as xpu-smi's does (its
+    header once, then its rows every :data:`DUMP_EVERY` s, the first ones after one wait too,
+    until it is killed), each other call prints its fixture and exits."""
+    return {call: standin.route(INTEL, fixture, **behaviour, **(
+        {"once": 1, "every": DUMP_EVERY} if call == DUMP_CALL else {}))
+        for call, fixture in XPU_SMI_CALLS.items()}
 
 
 def _options(tree: Path) -> dict[str, str]:
@@ -77,20 +98,23 @@ class Running:
             path.write_text(text)
 
 
-def backend_for(env: ScenarioEnv, tree: Path, discovery: str | None = None) -> IntelGpuBackend:
-    """The backend reading a running copy of ``tree``; ``xpu-smi`` printing ``discovery``, or
-    none installed."""
+def backend_for(env: ScenarioEnv, tree: Path, xpu_smi: bool = False,
+                without: tuple[str, ...] = ()) -> IntelGpuBackend:
+    """The backend reading a running copy of ``tree`` less the files ``without``; ``xpu-smi``
+    answering :data:`XPU_SMI_CALLS`, or none installed."""
     if tree.exists():
         copy = env.tmp_path / "tree"
         shutil.copytree(tree, copy, symlinks=True)
         tree = copy
+        for name in without:
+            (tree / name).unlink()
     running = Running(tree)
-    if discovery is None:
+    if not xpu_smi:
         env.monkeypatch.delenv(XPU_SMI.env_var, raising=False)
     else:
         bindir = env.tmp_path / "bin"
-        exe = standin.write_standin(bindir, "xpu-smi", {}, default=standin.route(
-            INTEL, discovery, pidfile=str(bindir / "pids")))
+        exe = standin.write_standin(bindir, "xpu-smi", xpu_smi_routes(pidfile=str(bindir / "pids")),
+                                    unknown="argparse")
         env.monkeypatch.setenv(XPU_SMI.env_var, str(exe))
     return IntelGpuBackend(options=_options(tree), search_dirs=(), lookup_user=lambda pid: None,
                            clock=running.clock, sleep=running.sleep)
@@ -125,15 +149,19 @@ SCENARIOS: list[Scenario] = [
                memory_used_bytes=None, temperature_celsius=None,
                processes=[(4242, _resident(I915, 4242, 5, "local0"))]),
         expect("intel:0000:50:00.0", index=1, clock_mhz=0.0, processes=[(4242, _resident(I915, 4242, 7, "local0"))])])),
-    # xpu-smi adds the uuid and memory in use: its physical size less its free size, in bytes.
-    Scenario("i915-flex170x2-xpu-smi", lambda env: backend_for(env, I915, DISCOVERY), 2, dict([
-        expect("intel:0000:4d:00.0", uuid="01000000-0000-004d-0000-000856c08086",
-               memory_used_bytes=difference(
-                   json_value(INTEL / DISCOVERY, "device_list/0/memory_physical_size_byte", "B"),
-                   json_value(INTEL / DISCOVERY, "device_list/0/memory_free_size_byte", "B")),
-               memory_total_bytes=file_value(I915 / "sys/class/drm/card0/device/lmem_total_bytes", "B"),
-               power_limit_watts=_hwmon(I915, "card0", "power1_max", "uW")),
-        expect("intel:0000:50:00.0", memory_used_bytes=None)])),
+    # xpu-smi adds the uuid (its device list), memory in use (the newest rows of its running
+    # dump of metric 18, MiB, by its device id: 0 is 0000:4d:00.0) and, for card1, whose
+    # kernel publishes no lmem_total_bytes (upstream i915 does not), the memory size (its
+    # properties, in bytes).
+    Scenario("i915-flex170x2-xpu-smi", lambda env: backend_for(
+        env, I915, xpu_smi=True, without=("sys/class/drm/card1/device/lmem_total_bytes",)), 2, dict([
+            expect("intel:0000:4d:00.0", uuid="01000000-0000-004d-0000-000856c08086",
+                   memory_used_bytes=csv_value(INTEL / DUMP, 0, "GPU Memory Used (MiB)", "MiB"),
+                   memory_total_bytes=file_value(I915 / "sys/class/drm/card0/device/lmem_total_bytes", "B"),
+                   power_limit_watts=_hwmon(I915, "card0", "power1_max", "uW")),
+            expect("intel:0000:50:00.0", uuid="01000000-0000-0050-0000-000856c08086",
+                   memory_used_bytes=csv_value(INTEL / DUMP, 1, "GPU Memory Used (MiB)", "MiB"),
+                   memory_total_bytes=json_value(INTEL / PROPERTIES, "memory_physical_size_byte", "B"))])),
     # xe: VRAM from tile0, the package temperature (temp2, labelled pkg), the limit, two GTs.
     Scenario("xe-arc-b580", lambda env: backend_for(env, XE), 1, dict([
         expect("intel:0000:03:00.0", index=1, name="Intel Arc B580",
@@ -148,7 +176,9 @@ SCENARIOS: list[Scenario] = [
 ]
 
 #: xpu-smi is optional: a failing one leaves the sysfs values, with a warning naming the fault.
+#: One of its calls streams (the dump, running from open() to close()): a fault is what each
+#: of its runs does, the dump's included.
 CLI = CliTool(env_var=XPU_SMI.env_var, executable="xpu-smi", partial=INTEL / "xpu-smi-discovery-flex170x2.json",
-              options=_options(I915), calls=("discovery -j",), optional=True,
+              options=_options(I915), calls=tuple(XPU_SMI_CALLS), optional=True, stream=True,
               drift={"oldest": "i915-flex170x2", "newest": "i915-flex170x2-xpu-smi", "na-fields": "xe-arc-b580",
                      "64-devices": "sixty-four-cards"})
