@@ -378,13 +378,11 @@ def _waiting(c: Content, holders: Sequence[dict[str, Any]]) -> None:
         # left out: a holder's allocated time whose reasons are unknown, a reason's time whose
         # cost is (rows without allocated time, or without that reason, leave nothing out)
         partial, empty = set(), {}
-        if any(f.get("allocated_device_hours") and f.get(seconds) is None for f in holders):
+        if partial_columns(holders, (seconds,)):  # (:func:`.sums.left_out`)
             partial |= {"hours", "share"}
         for _, key, currency in c.waiting_costs:
-            figures[key], left_out, said = money_sum(
-                holders, cost, currency, c.currencies,
-                lambda f, s=seconds, k=cost: bool(f.get(s)) and f.get(k) is None)
-            if left_out:
+            figures[key], short, said = money_sum(holders, cost, currency, c.currencies)
+            if short:
                 partial.add(key)
             if said is not None:  # nothing is priced: "no price", not unknown
                 empty[key] = said

@@ -13,7 +13,7 @@ report's currencies, could add to any of them: every currency's sum then leaves 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from allsmi.schema import WAITING_REASONS
 
@@ -36,9 +36,42 @@ def ratio(part: float | None, whole: float | None) -> float | None:
     return None if part is None or not whole else part / whole
 
 
+#: What a column is a part of: where that is known to be nothing, so is the column, known or
+#: not (idle or active time of a row that held nothing, the cost of idle time that was none).
+#: A waiting reason's seconds are part of the allocated time, and its cost is their cost.
+PART_OF = {"idle_allocated_device_hours": "allocated_device_hours",
+           "active_device_hours": "allocated_device_hours",
+           "idle_cost": "idle_allocated_device_hours"}
+
+
+def _part_of(column: str) -> str | None:
+    if column.startswith("waiting_") and column.endswith("_cost"):
+        return column[:-len("_cost")] + "_seconds"
+    if column.startswith("waiting_") and column.endswith("_seconds"):
+        return "allocated_device_hours"
+    return PART_OF.get(column)
+
+
+def nothing(row: dict[str, Any], column: str) -> bool:
+    """Whether the row's ``column`` is known to be 0: its value, or, where it is unknown, what
+    it is a part of (:data:`PART_OF`): a reason's cost when the reason took no time."""
+    value = row.get(column)
+    if value is not None:
+        return bool(value == 0)
+    part_of = _part_of(column)
+    return part_of is not None and nothing(row, part_of)
+
+
+def left_out(row: dict[str, Any], column: str) -> bool:
+    """Whether the row's unknown ``column`` leaves something out of a sum of it (not where it
+    is known to be nothing: :func:`nothing`)."""
+    return row.get(column) is None and not nothing(row, column)
+
+
 def partial_columns(rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> frozenset[str]:
-    """The columns some of ``rows`` know and others do not: their total is a lower bound."""
-    return frozenset(c for c in columns if any(r.get(c) is None for r in rows)
+    """The columns some of ``rows`` know and others leave out (:func:`left_out`): their total
+    is a lower bound."""
+    return frozenset(c for c in columns if any(left_out(r, c) for r in rows)
                      and any(r.get(c) is not None for r in rows))
 
 
@@ -98,12 +131,10 @@ def budget_once(rows: Iterable[Figures]) -> list[Figures]:
 
 
 def money_sum(rows: Sequence[dict[str, Any]], column: str, currency: str | None,
-              report_currencies: Sequence[str],
-              leaves_out: Callable[[dict[str, Any]], bool] | None = None,
-              ) -> tuple[float | None, bool, str | None]:
+              report_currencies: Sequence[str]) -> tuple[float | None, bool, str | None]:
     """``column`` summed over the ``rows`` in ``currency`` (over all of them with one currency
     or none): ``(value, partial, empty)``. ``partial``: the sum leaves out rows that could add to
-    it (``leaves_out``, by default those where the value is unknown); ``empty``: what a ``None``
+    it (:func:`left_out`: where the value is unknown and not known to be nothing); ``empty``: what a ``None``
     value says instead of unknown (:data:`NO_PRICE`, or :data:`NOTHING` where no row could add
     to it), or ``None``."""
     if several(report_currencies):
@@ -116,9 +147,9 @@ def money_sum(rows: Sequence[dict[str, Any]], column: str, currency: str | None,
     if not counted:
         return None, False, NOTHING
     value = total(r.get(column) for r in mine)
-    out = leaves_out or (lambda r: r.get(column) is None)
     # a group without a budget has none (a budget needs a currency): it leaves nothing out
-    partial = value is not None and column != "budget" and any(out(r) for r in counted)
+    partial = value is not None and column != "budget" and any(left_out(r, column)
+                                                                for r in counted)
     empty = NO_PRICE if value is None and column != "budget" \
         and all(map(unpriced, mine or counted)) else None
     return value, partial, empty
