@@ -83,13 +83,13 @@ def test_verbose_says_how_long_the_budgets_month_to_date_took(tmp_path: Path) ->
     assert "replaying" not in quiet.stderr, quiet.stderr
 
 
-def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
+def _on_a_terminal(args: list[str], cwd: Path, term: str = "xterm-256color") -> tuple[int, bytes, bytes]:
     """(exit status, stdout, what the terminal showed) of ``allsmi ARGS`` with stderr on a
     pseudo-terminal and stdout a pipe."""
     controller, terminal = pty.openpty()
     proc = subprocess.Popen(allsmi_exe() + args,
                             stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **ENV, "TERM": "xterm-256color", "COLUMNS": "100"},
+                            env={**os.environ, **ENV, "TERM": term, "COLUMNS": "100"},
                             cwd=cwd)
     os.close(terminal)
     seen = b""
@@ -144,3 +144,22 @@ def test_on_a_terminal_a_scenario_name_with_brackets_is_shown_as_text(tmp_path: 
     assert code == 0, seen[-800:]
     assert json.loads(stdout)["rows"]
     assert b"allsmi: replaying lab [/] [bold]x" in seen, seen[-500:]
+
+
+def test_on_a_terminal_a_step_without_a_unit_shows_no_count(tmp_path: Path) -> None:
+    """The billing step counts nothing: its line read ``allsmi: billing 0`` for its whole run."""
+    code, stdout, seen = _on_a_terminal(["export", "--simulate", "mixed", *_window(2), "--format",
+                                         "json"], tmp_path)
+    assert code == 0 and json.loads(stdout)["rows"]
+    plain = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", seen)
+    assert b"allsmi: billing" in plain, plain[-500:]
+    assert not re.search(rb"allsmi: billing \d+ ", plain), plain[-500:]  # (then the time)
+
+
+def test_on_a_dumb_terminal_nothing_is_written(tmp_path: Path) -> None:
+    """``TERM=dumb`` cannot redraw a line (the dashboard prints a plain table there): the
+    progress wrote a blank line per step instead of nothing."""
+    code, stdout, seen = _on_a_terminal(["export", "--simulate", "mixed", *_window(2), "--format",
+                                         "json"], tmp_path, term="dumb")
+    assert code == 0 and json.loads(stdout)["rows"]
+    assert seen == b"", seen

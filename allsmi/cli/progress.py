@@ -10,6 +10,7 @@ Standard output is never touched: it carries the one document the command prints
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Callable, TextIO
@@ -29,6 +30,9 @@ class Progress:
         self._task: Any = None
 
     def _is_terminal(self) -> bool:
+        """A terminal that can redraw a line (``TERM=dumb`` cannot: rich wrote blank lines)."""
+        if os.environ.get("TERM") == "dumb":
+            return False
         try:
             return self.stream.isatty()
         except (AttributeError, ValueError):  # closed or not a file
@@ -43,7 +47,7 @@ class Progress:
             columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
             if self.total is not None:
                 columns += [BarColumn(), MofNCompleteColumn()]
-            else:
+            elif self.unit:  # (steps of no unit are not counted on screen: "billing 0")
                 columns.append(TextColumn("{task.completed} " + self.unit))
             columns.append(TimeElapsedColumn())
             # redirect_stdout=False: rich would otherwise send what is printed meanwhile to the

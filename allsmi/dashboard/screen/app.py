@@ -59,7 +59,7 @@ PANEL_MIN_HEIGHT = 20
 #: ``-tiny``), so that a 5-line terminal still shows device rows.
 TINY_HEIGHT = 10
 #: The sort a click on a header of the groups or vendors table selects.
-TOTALS_SORTS = {"name": "index", "util": "utilization", "memory": "memory", "power": "power"}
+TOTALS_SORTS = {"name": "index", "host": "index", "util": "utilization", "memory": "memory", "power": "power"}
 
 
 # The screen and the containers under the views are drawn blank (Textual's ``BLANK``): each line
@@ -306,8 +306,8 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
             self._drill(Filter(host=name))
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        """A click on a header of the groups, vendors or idle table sorts by that column, as the
-        device table's headers do (the same key again reverses)."""
+        """A click on a header of the groups, vendors, hosts or idle table sorts by that column,
+        as the device table's headers do (the same key again reverses)."""
         column = event.column_key.value
         if event.data_table.id == "idle-table" and column in ("idle", "cost"):
             wanted = "time" if column == "idle" else "cost"
@@ -316,7 +316,7 @@ class DashboardApp(KeyActions, DataFeed, ViewDrawing, App[None]):
             else:
                 self.idle_sort, self.idle_descending = wanted, True
                 self.refresh_view()
-        elif column in TOTALS_SORTS and event.data_table.has_class("totals"):
+        elif column in TOTALS_SORTS and event.data_table.id != "idle-table":  # (totals, hosts)
             self.action_sort(TOTALS_SORTS[column])
 
     def on_device_table_header_selected(self, event: DeviceTable.HeaderSelected) -> None:

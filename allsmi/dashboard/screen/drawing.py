@@ -22,10 +22,10 @@ from allsmi.dashboard.state.filtering import Filter, apply_filter
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter, History, order_devices, refs_of
 from allsmi.dashboard.state.naming import DeviceNames, host_labels
 from allsmi.dashboard.screen.options import DashboardOptions
-from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar
+from allsmi.dashboard.views.panels import MAX_PROCESS_ROWS, DetailPanel, ProcessTable, SummaryBar, holders_text
 from allsmi.dashboard.views.render import Palette, safe, safe_text
 from allsmi.dashboard.sources import HostState
-from allsmi.dashboard.views.summary import holders_text, summary_lines
+from allsmi.dashboard.views.summary import summary_lines
 from allsmi.dashboard.state.totals import Totals, order_totals, sum_totals, totals_by
 
 
@@ -201,10 +201,11 @@ class ViewDrawing:
 
     def _show_hosts(self) -> None:
         from allsmi.dashboard.tables.difftable import DiffTable
-        from allsmi.dashboard.views.hosts import host_layout  # the cluster view's: on first use
+        from allsmi.dashboard.views.hosts import host_layout, order_hosts  # (on first use)
         by_host = {t.name: t for t in totals_by(self.all_refs(), lambda r: r.host, self.energy)}
         table = self.query_one("#host-table", DiffTable)
-        args = (self.hosts, by_host, self._palette, self.clock(), self.source.interval)
+        hosts = order_hosts(self.hosts, by_host, self.sort_key, self.descending)
+        args = (hosts, by_host, self._palette, self.clock(), self.source.interval)
         # its scrollbar's cells are kept (``scrollbar-gutter: stable``): one layout for any rows
         layout = host_layout(*args, self.layout_width - table.styles.scrollbar_size_vertical)
         self.hosts_hidden = layout.hidden  # said on the state line, before the totals' own

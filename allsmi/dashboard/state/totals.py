@@ -6,6 +6,8 @@ import collections
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from allsmi.schema.formatting import NA
+
 from allsmi.dashboard.state.model import DeviceRef, EnergyMeter
 
 
@@ -114,9 +116,13 @@ def totals_value(totals: Totals, key: str) -> float | None:
 
 def order_totals(rows: Sequence[Totals], key: str, descending: bool) -> list[Totals]:
     """Totals rows in the dashboard's sort order: by name for ``index``, else by the same
-    quantity the device table sorts by (unknown last in both directions, ties by name)."""
+    quantity the device table sorts by (unknown last in both directions, ties by name; the
+    row of the devices without a group, ``N/A`` (empty from a fleet's totals), last by name
+    too: "N/A" sorted between "ML" and "Prod")."""
     if key == "index":
-        return sorted(rows, key=lambda t: t.name, reverse=descending)
+        named = sorted((t for t in rows if t.name not in (NA, "")), key=lambda t: t.name,
+                       reverse=descending)
+        return named + [t for t in rows if t.name in (NA, "")]
 
     def rank(totals: Totals) -> tuple[int, float, str]:
         value = totals_value(totals, key)

@@ -20,8 +20,8 @@ from rich.text import Text
 
 from allsmi.schema.formatting import NA, percent
 
-from allsmi.dashboard.state.model import duplicate_ids
-from allsmi.dashboard.state.totals import Totals
+from allsmi.dashboard.state.model import duplicate_ids, refs_of
+from allsmi.dashboard.state.totals import Totals, totals_by, totals_value
 from allsmi.dashboard.views.amounts import power_totals
 from allsmi.dashboard.views.groups import fit_columns, memory_totals, names_apart
 from allsmi.dashboard.views.panels import age_text
@@ -185,6 +185,25 @@ def host_cells(host: HostState, totals: Totals, palette: Palette, now: float, in
             problem_text(host, palette, now))
 
 
+def order_hosts(hosts: Sequence[HostState], by_host: Mapping[str, Totals], key: str,
+                descending: bool) -> list[HostState]:
+    """The hosts in the dashboard's sort order, as the groups and vendors below are sorted:
+    ``index`` keeps the order they were given in (reversed when descending), any other key
+    orders them by the same quantity of their totals, unknown last in both directions, ties
+    in the given order."""
+    if key == "index":
+        return list(reversed(hosts)) if descending else list(hosts)
+
+    def rank(item: tuple[int, HostState]) -> tuple[int, float, int]:
+        position, host = item
+        value = totals_value(by_host.get(host.key) or host.summary or Totals(host.key), key)
+        if value is None:
+            return (1, 0.0, position)
+        return (0, -value if descending else value, position)
+
+    return [host for _, host in sorted(enumerate(hosts), key=rank)]
+
+
 def host_layout(hosts: Sequence[HostState], by_host: Mapping[str, Totals], palette: Palette,
                 now: float, interval: float, width: int | None = None) -> HostsLayout:
     """The hosts table ``width`` cells wide (every column when ``width`` is None): columns as
@@ -262,11 +281,10 @@ def plain_hosts(hosts: Sequence[HostState], now: float) -> str:
             # a host of a fleet too large to list its devices: its totals, as on screen
             count, parts, util = (host.summary.devices, host.summary.partitions,
                                   host.summary.utilization_percent)
-        else:
-            devices = [d for d in host.snapshot.devices if d.parent is None] if host.snapshot else []
-            utils = [d.utilization_percent for d in devices if d.utilization_percent is not None]
-            count, util = len(devices), sum(utils) / len(utils) if utils else None
-            parts = len(host.snapshot.devices) - len(devices) if host.snapshot else 0
+        else:  # the totals the screen's row shows, counted the same way
+            totals = next(iter(totals_by(refs_of(host.key, host.snapshot), lambda r: r.host)),
+                          None) or Totals(host.key)
+            count, parts, util = totals.devices, totals.partitions, totals.utilization_percent
         heard = host.snapshot is not None or host.summary is not None  # else: unknown, not 0
         rows.append((safe(host.key), state, str(count) + (f"+{parts}p" if parts else "") if heard else NA,
                      percent(util), safe(host.name) if host.name != host.key else NA, safe(problem)))

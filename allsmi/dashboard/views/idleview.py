@@ -18,7 +18,7 @@ from allsmi.dashboard.state.filtering import Filter, apply_filter, text_matches
 from allsmi.dashboard.state.naming import DeviceNames
 from allsmi.dashboard.views.activity import holder_words
 from allsmi.dashboard.views.render import Palette, safe
-from allsmi.dashboard.views.summary import holders_text
+from allsmi.dashboard.views.panels import holders_text
 
 IDLE_COLUMNS = (("group", "group", 14), ("idle", "idle h", 7), ("cost", "idle cost", 10),
                 ("user", "user", 12), ("job", "job", 10), ("pod", "namespace/pod", 40),

@@ -148,8 +148,8 @@ class DetailPanel(TextLines, can_focus=True):
         lines.append(metric("power", f"{watts(dev.power_watts)} / {watts(limit)}", "", "power", 0.0, top))
         temp = dev.temperature_celsius
         lines.append(metric("temp", celsius(temp), pal.temperature(temp) or "", "temperature", 20.0, 100.0))
-        lines.extend(line(*parts) for parts in workload_lines(dev, pal.accent))
-        lines.extend(line(*parts) for parts in share_lines(dev, pal.accent))
+        lines.extend(line(*parts) for parts in share_lines(dev, pal.accent)
+                     or workload_lines(dev, pal.accent))
         lines.extend(line(*parts) for parts in waiting_lines(dev, pal.accent, pal.warn))
         cores = dev.details.get("core_utilization_percent")
         if isinstance(cores, tuple) and cores and all(isinstance(c, (int, float)) for c in cores):
@@ -186,21 +186,26 @@ def workload_text(work: Workload) -> str:
 
 def workload_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], ...]]:
     """The detail panel's workload lines: nothing when no attribution source is active
-    (``workloads`` is ``None``), ``held by  none`` when sources see no holder. A device shared
-    by several holders is described by :func:`share_lines` instead (every holder, its share)."""
+    (``workloads`` is ``None``), ``held by  none`` when sources see no holder, else one
+    ``held by`` line per workload. A device shared by several holders is described by
+    :func:`share_lines` instead (every holder, its share); several workloads of one holder (two
+    containers of a pod sharing a claim) are not shared, and are listed here."""
     works = dev.workloads
     if works is None:
         return []
     if not works:
         return [(("held by ", "bold"), ("no pod or job", "dim"))]
-    if len(works) > 1:
-        return []
-    return [(("held by ", "bold"), (workload_text(works[0]), accent))]
+    return [(("held by ", "bold"), (workload_text(work), accent)) for work in works]
 
 
 def holder_name(holder: Holder) -> str:
     """Who ``holder`` is, in the words the waiting lines use (:func:`holder_words`)."""
     return holder_words(holder.pod, holder.job, holder.user, holder.namespace)
+
+
+def holders_text(count: int) -> str:
+    """``1 holder``, ``3 holders``."""
+    return f"{count} holder{'' if count == 1 else 's'}"
 
 
 def _share(weight: float) -> str:
@@ -229,7 +234,7 @@ def share_lines(dev: DeviceSample, accent: str) -> list[tuple[tuple[str, str], .
     # not attributed (allsmi.fairshare): their part is the unclaimed rest.
     nobody = sum(1 for unit in units if not any(any(holder) for holder, _ in unit.members))
     out: list[tuple[tuple[str, str], ...]] = [(
-        ("shared by ", "bold"), (f"{len(shares.allocated) + nobody} holders", ""),
+        ("shared by ", "bold"), (holders_text(len(shares.allocated) + nobody), ""),
         (f"  allocated by {shares.allocation_method}, used by {shares.usage_method}", "dim"))]
     for holder, given in shares.allocated:
         procs = procs_of.get(holder, [])

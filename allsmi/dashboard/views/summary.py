@@ -18,11 +18,6 @@ from allsmi.dashboard.views.render import Palette, safe
 from allsmi.dashboard.sources import HostState
 
 
-def holders_text(count: int) -> str:
-    """``1 holder``, ``3 holders``."""
-    return f"{count} holder{'' if count == 1 else 's'}"
-
-
 #: How the data line gives way on a narrow terminal, step by step: the pieces of a rank left out
 #: (host CPU and RAM, then power, utilization, the device count) and, once CPU and RAM are out,
 #: the short forms (``38+3p devices``). Rank 0 (host, age) and 1 (what is failing) stay.
