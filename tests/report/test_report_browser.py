@@ -117,7 +117,7 @@ def _tables_equal_the_csv_export(chrome: Any, month: tuple[Path, list[dict[str, 
             assert line[forecast] == _shown(_sum(mine, "forecast_month_end_cost")), group
             labels = {k[len("label_"):]: v for k, v in mine[0].items()
                       if k.startswith("label_") and v}
-            assert line[1] == ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            assert line[1] == ", ".join(f"\u2068{k}={v}\u2069" for k, v in sorted(labels.items()))
         assert budget["training"][limit] == "5,000.00" and budget["npu"][limit] == "no budget"
         # the training group is forecast over its budget, inference under
         assert float(budget["training"][forecast].replace(",", "")) > 5000

@@ -235,3 +235,16 @@ def test_a_horizontal_charts_amounts_never_run_together(top: float) -> None:
     assert len(labels) >= 2, labels
     for (x, text), (next_x, _) in zip(labels, labels[1:]):
         assert next_x - x > 0.6 * 13 * (len(text) + len(_)) / 2, labels
+
+
+def test_a_name_written_right_to_left_never_reorders_its_neighbours(tmp_path: Path) -> None:
+    """A holder's names (group / user / job) and a group's labels are joined into one text: a
+    Hebrew user beside a numeric job showed the job on the wrong side. Each name is isolated
+    (U+2068 ... U+2069), in the charts' drawings as in the tables."""
+    from allsmi.accounting.htmlreport.charts import Chart, svg
+    from allsmi.accounting.htmlreport.data import joined
+    text = joined(("training", "\u05d3\u05d5\u05d3", "42"), " / ")
+    assert text == "\u2068training\u2069 / \u2068\u05d3\u05d5\u05d3\u2069 / \u206842\u2069"
+    assert joined((), " / ") == ""
+    drawing = svg(Chart("holders", "Holders", "hbar", (text,), (("cost", (1.0,)),), "USD"))
+    assert text in drawing

@@ -207,7 +207,8 @@ def test_holders_are_ranked_by_cost_within_each_currency_and_charted_by_hours() 
     c = content(views)
     assert [line.names[1] for line in c.holders] == ["ann", "bob"]
     chart = charts(c)["holders"]
-    assert "held the most" in chart.title and chart.labels == ("a / ann", "b / bob"), chart
+    assert "held the most" in chart.title and chart.labels == (  # each name isolated (U+2068 ... U+2069)
+        "\u2068a\u2069 / \u2068ann\u2069", "\u2068b\u2069 / \u2068bob\u2069"), chart
     assert "cost within each currency (EUR, JPY" in render_html(views)
 
 
@@ -250,4 +251,5 @@ def test_a_group_on_two_lines_counts_its_budget_once() -> None:
                           parse_config(USD_A + "budget_per_month = 1000\n"), source="test")
     head, rows = _table(render_html(Views(report, report, report, (), 0.95)), "table-budget")
     budgets = [(row[1], row[head.index("budget")]) for row in rows]
-    assert budgets == [("team=aa", "1,000.00"), ("team=zz", "1,000.00"), ("", "1,000.00")], budgets
+    assert budgets == [("\u2068team=aa\u2069", "1,000.00"), ("\u2068team=zz\u2069", "1,000.00"),
+                       ("", "1,000.00")], budgets

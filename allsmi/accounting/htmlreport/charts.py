@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from allsmi.accounting.htmlreport.data import CHART_HOLDERS, Content
+from allsmi.accounting.htmlreport.data import CHART_HOLDERS, Content, joined
 
 #: Colour-blind-safe series colours (Okabe and Ito), the same in light and dark.
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
@@ -111,7 +111,7 @@ def charts(c: Content) -> dict[str, Chart]:
                          group_names, _series(c.groups, hours), "device-hours")
     by_cost = c.priced and one_currency  # else by device-hours: the most held, not the first
     ranked = c.holders[:CHART_HOLDERS] if by_cost else c.most_held  # by cost in the table
-    names = tuple(" / ".join(n for n in line.names if n != "-") or "(nobody)" for line in ranked)
+    names = tuple(joined((n for n in line.names if n != "-"), " / ") or "(nobody)" for line in ranked)
     if by_cost:
         out["holders"] = Chart("holders", f"The {len(ranked)} holders that cost the most",
                                "hbar", names, _series(ranked, (("cost", "cost"),

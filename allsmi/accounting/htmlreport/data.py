@@ -81,6 +81,13 @@ def label(value: str | None, empty: str = "-") -> str:
     return empty if value is None or value == "" else clean_text(value, 200)
 
 
+def joined(names: Iterable[str], separator: str) -> str:
+    """Names (each already :func:`label`) in one text, each isolated (U+2068 ... U+2069) so that
+    one written right to left never reorders its neighbours: ``team=צוות, job=42`` showed the
+    ``42`` on the wrong side of the Hebrew name."""
+    return separator.join(f"\u2068{name}\u2069" for name in names)
+
+
 @dataclass(frozen=True)
 class Line:
     """One line of a section: its name(s) and its figures (export column -> value)."""
@@ -178,7 +185,7 @@ def _group_lines(groups: Report, month_rows: Report | None) -> list[Line]:
     lines = []
     for row in groups.rows:
         v = values(row)
-        v["group_labels"] = ", ".join(f"{label(k)}={label(x)}" for k, x in row.labels)
+        v["group_labels"] = joined((f"{label(k)}={label(x)}" for k, x in row.labels), ", ")
         figures, empty = month(row)
         lines.append(Line((label(row.resource_group),), {**v, **figures}, row.currency,
                           empty=empty))
@@ -187,8 +194,8 @@ def _group_lines(groups: Report, month_rows: Report | None) -> list[Line]:
 
 def _month_only_lines(rows: Sequence[tuple[Row, dict[str, Any]]]) -> list[Line]:
     """The budget table's line of each group of the month to date alone (:func:`month_only`)."""
-    return [Line((label(row.resource_group),), {**figures, "group_labels": ", ".join(
-        f"{label(k)}={label(x)}" for k, x in row.labels)}, row.currency,
+    return [Line((label(row.resource_group),), {**figures, "group_labels": joined(
+        (f"{label(k)}={label(x)}" for k, x in row.labels), ", ")}, row.currency,
         empty={"cost": NOT_IN_WINDOW}) for row, figures in rows]
 
 
