@@ -24,6 +24,7 @@ the ``allsmi[kubernetes]`` extra and are imported only when a socket exists.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import threading
@@ -48,9 +49,51 @@ DEADLINE_MARGIN = 0.1
 MAX_GUESSED_REPLICAS = 256
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+#: The most of one device id a status message shows.
+SHOWN_ID_CHARACTERS = 96
 #: With the pip of the interpreter allsmi runs under: a bare ``pip`` may belong to another Python.
 INSTALL_COMMAND = f"{sys.executable} -m pip install 'allsmi[kubernetes]'"
 INSTALL_HINT = f"grpcio and protobuf are not installed: {INSTALL_COMMAND}"
+
+
+def _shown(device_id: str) -> str:
+    """A device id as a status message names it: a long one cut (it would hide the others)."""
+    if len(device_id) <= SHOWN_ID_CHARACTERS:
+        return device_id
+    return f"{device_id[:SHOWN_ID_CHARACTERS]}\u2026 ({len(device_id)} characters)"
+
+
+#: The NVIDIA DRA driver's name of a whole GPU: ``gpu-<minor>``, the number of its
+#: ``/dev/nvidia<minor>``, which need not be its index (NVML orders GPUs by PCI bus id).
+NVIDIA_DRA_GPU = re.compile(r"gpu-[0-9]{1,9}\Z")
+#: The most GPU folders (and bytes of each ``information`` file) the minor numbers are read from.
+MAX_DRIVER_GPUS = 256
+MAX_INFORMATION_BYTES = 16 * 1024
+
+
+def nvidia_minors(proc_root: Path | str) -> dict[str, str]:
+    """``gpu-<minor>`` -> that GPU's uuid, from the NVIDIA driver's
+    ``<proc_root>/driver/nvidia/gpus/<bus id>/information`` (``Device Minor:``, ``GPU UUID:``);
+    empty where the driver's files are not there (no driver, another machine's ``/proc``)."""
+    root = Path(proc_root) / "driver" / "nvidia" / "gpus"
+    try:
+        names = sorted(os.listdir(root))[:MAX_DRIVER_GPUS]
+    except OSError:
+        return {}
+    from .matching import whole_number
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            with open(root / name / "information", "rb") as file:
+                text = file.read(MAX_INFORMATION_BYTES).decode("utf-8", "replace")
+        except OSError:
+            continue
+        fields = {key.strip(): value.strip() for key, _, value
+                  in (line.partition(":") for line in text.splitlines())}
+        minor = whole_number(fields.get("Device Minor", ""))
+        if minor is not None and fields.get("GPU UUID"):
+            out[f"gpu-{minor}"] = fields["GPU UUID"]
+    return out
 
 
 def _grpc() -> tuple[Any, Any, Any]:
@@ -177,9 +220,10 @@ class KubeletSource(AttributionSource):
         # socket, and the dashboard's memory is held to a budget (0.04 MiB; issue 36).
         from .matching import DeviceIndex, split_replica
         index = DeviceIndex(devices, self.settings.node_names)
-        #: (device, workload, the replica held (resource, physical id, number) or None)
-        claims: list[tuple[DeviceSample, Workload, tuple[str, str, int] | None]] = []
+        #: (device, workload, the replica held (resource, physical id, number, id) or None)
+        claims: list[tuple[DeviceSample, Workload, tuple[str, str, int, str] | None]] = []
         unmatched: list[str] = []
+        minors: dict[str, str] = {}  # the NVIDIA DRA driver's gpu-<minor> names, read once
         for pod in response.pod_resources:
             for container in pod.containers:
                 work = Workload("kubernetes", namespace=pod.namespace, pod=pod.name,
@@ -191,11 +235,11 @@ class KubeletSource(AttributionSource):
                     for raw in group.device_ids:
                         targets = index.match(raw, rule.vendor, rule.id_kind)
                         if not targets:
-                            unmatched.append(f"{group.resource_name}={raw}")
+                            unmatched.append(f"{group.resource_name}={_shown(raw)}")
                         base, n = split_replica(raw)
-                        replica = None if n is None else (group.resource_name, base, n)
+                        replica = None if n is None else (group.resource_name, base, n, raw)
                         claims.extend((dev, work, replica) for dev in targets)
-                for name, ids in self._dra_devices(container):
+                for name, ids in self._dra_devices(container, minors):
                     targets = next((found for raw in ids
                                     if (found := index.match(raw, name[0], "auto"))), [])
                     if not targets:
@@ -214,8 +258,8 @@ class KubeletSource(AttributionSource):
                 if (n not in listed) if listed else n >= MAX_GUESSED_REPLICAS:
                     within = "the allocatable replicas" if listed else \
                         f"{MAX_GUESSED_REPLICAS} replicas (none listed as allocatable)"
-                    bad.append(f"{key[0]}={key[1]}::{n} ({work.namespace}/{work.pod}; "
-                               f"out of {within})")
+                    bad.append(f"{key[0]}={_shown(replica[3])} ({work.namespace}/"
+                               f"{work.pod}; out of {within})")
                     continue  # out of range: no share of the device, the others' unchanged
                 seen[key] = max(seen.get(key, 0), n + 1)
             slot = found.setdefault(dev.id, {})
@@ -254,10 +298,13 @@ class KubeletSource(AttributionSource):
                     return rule.vendor
         return None
 
-    def _dra_devices(self, container: Any) -> list[tuple[tuple[str, str], list[str]]]:
+    def _dra_devices(self, container: Any,
+                     minors: dict[str, str]) -> list[tuple[tuple[str, str], list[str]]]:
         """((vendor, driver/pool/device), names to match: the device name, then the CDI device
         names' own parts) of each device that Dynamic Resource Allocation gave ``container``
-        (``dynamic_resources``, Kubernetes 1.27+) by a driver of a known vendor."""
+        (``dynamic_resources``, Kubernetes 1.27+) by a driver of a known vendor. The NVIDIA
+        driver's ``gpu-<minor>`` is its GPU's uuid (from the driver's minor numbers, read into
+        ``minors`` when first needed), never taken for an index: without it, it names no GPU."""
         out = []
         for claim in getattr(container, "dynamic_resources", ()):
             for res in claim.claim_resources:
@@ -265,6 +312,11 @@ class KubeletSource(AttributionSource):
                 if vendor is None:
                     continue  # not an accelerator's driver (a NIC...)
                 names = [res.device_name] + [c.name.rpartition("=")[2] for c in res.cdi_devices]
+                if vendor == "nvidia" and any(NVIDIA_DRA_GPU.match(n) for n in names):
+                    if not minors:
+                        minors.update(nvidia_minors(self.settings.proc_root))
+                        minors.setdefault("", "")  # (read: not again this cycle)
+                    names = [minors.get(n, "") if NVIDIA_DRA_GPU.match(n) else n for n in names]
                 out.append(((vendor, f"{res.driver_name}/{res.pool_name}/{res.device_name}"),
                             [n for n in names if n]))
         return out

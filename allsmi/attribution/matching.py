@@ -6,8 +6,9 @@ any domain width (``0000:c1:00.0``, ``00000000:C1:00.0``), an index
 (``3``), a MIG instance by GPU index and instance (``7:1``, ``7.1``), a
 device node name or path (``nvidia3``, ``rbln0``, ``/dev/tenstorrent/1``), a
 board serial, or one of these with a suffix (the NVIDIA plugin's time-slicing
-replicas ``GPU-...::2``; a partition ``<uuid>_cores_0-3``). :class:`DeviceIndex`
-is built once per cycle from the snapshot's devices and answers all of them.
+replicas ``GPU-...::2``, the ROCm plugin's ``<bus id>-slice-2``; a partition
+``<uuid>_cores_0-3``). :class:`DeviceIndex` is built once per cycle from the snapshot's
+devices and answers all of them.
 """
 
 from __future__ import annotations
@@ -19,12 +20,20 @@ from allsmi.schema.declarations import CORE_RANGE_DETAILS
 from allsmi.schema import DeviceSample
 
 _BUS = r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z"
-_PAIR = r"^(\d+)[:.](\d+)\Z"
-_NODE = r"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)(\d+)\Z"
+#: Numbers in ids are ASCII digits, at most this many (``²`` or ``٣`` is no index, and Python
+#: refuses to convert more than 4300 digits: either raised out of the source, taking every
+#: holder it knew with it).
+_DIGITS = "[0-9]{1,9}"
+_PAIR = rf"^({_DIGITS})[:.]({_DIGITS})\Z"
+_NODE = rf"^(?:/dev/(?:[\w.-]+/)*)?([A-Za-z_-]*?)({_DIGITS})\Z"
 #: ``Ascend910-3``: a plugin's device name whose model carries digits, a dash, then the index.
-_DASHED = r"^([A-Za-z][A-Za-z0-9]*)-(\d+)\Z"
+_DASHED = rf"^([A-Za-z][A-Za-z0-9]*)-({_DIGITS})\Z"
 #: ``card1-0``: the Intel GPU plugin's node name and the number of one share of it.
-_SHARED = r"^([A-Za-z]+)(\d+)-\d+\Z"
+_SHARED = rf"^([A-Za-z]+)({_DIGITS})-[0-9]+\Z"
+#: The ROCm device plugin's time-slicing replica: ``<physical id>-slice-<n>``.
+_SLICE = "-slice-"
+#: A replica number with more digits than this is out of any range (never converted whole).
+_REPLICA_DIGITS = 18
 #: NVML writes uuids with these; CUDA (``cudaDeviceProp.uuid``) and some tools without.
 _UUID_PREFIXES = ("gpu-", "mig-")
 _SERIAL_KEYS = ("serial", "board_serial", "serial_number")
@@ -39,17 +48,26 @@ def normalize_bus_id(text: str) -> str | None:
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
 
 
+def whole_number(text: str) -> int | None:
+    """``text`` as an index or number: ASCII digits only, at most 9 of them; else ``None``."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
 def strip_replica(text: str) -> str:
-    """The id without the NVIDIA device plugin's replica annotation (``GPU-...::2``)."""
-    return text.split("::", 1)[0]
+    """The id without a device plugin's replica annotation (:func:`split_replica`)."""
+    base, number = split_replica(text)
+    return base if number is not None else text.split("::", 1)[0]
 
 
 def split_replica(text: str) -> tuple[str, int | None]:
-    """(the id, its replica number) of an id the NVIDIA device plugin's time-slicing wrote
-    (``GPU-...::2``); the number is ``None`` for an id without one."""
+    """(the id, its replica number) of an id a device plugin's time-slicing wrote: the NVIDIA
+    plugin's ``GPU-...::2``, the ROCm plugin's ``0000:c1:00.0-slice-2``; the number is ``None``
+    for an id without one. A number too long to be any replica's is kept out of range."""
     base, sep, number = text.partition("::")
-    if sep and number.isdigit():
-        return base, int(number)
+    if not sep:
+        base, sep, number = text.rpartition(_SLICE)
+    if sep and base and number.isascii() and number.isdigit():
+        return base, int(number) if len(number) <= _REPLICA_DIGITS else 10 ** _REPLICA_DIGITS
     return text, None
 
 
@@ -86,6 +104,11 @@ class DeviceIndex:
                     self._by_serial.setdefault(value.strip().lower(), []).append(dev)
             if dev.parent:
                 self._children.setdefault(dev.parent, []).append(dev)
+        #: Devices whose partitions each sit at a PCI address of their own (an AMD board's
+        #: compute partitions, ``<bus>.<partition>``; MIG instances share their GPU's).
+        self._addressed = {parent for parent, children in self._children.items()
+                           if len({normalize_bus_id(c.bus_id) for c in children if c.bus_id}
+                                  - {None}) > 1}
 
     # -- the kinds of names ------------------------------------------------
     def by_uuid(self, text: str, vendor: str | None = None,
@@ -104,13 +127,16 @@ class DeviceIndex:
         return []
 
     def by_bus_id(self, text: str, vendor: str | None = None) -> list[DeviceSample]:
-        """The whole device at a PCI address (partitions share their parent's address)."""
+        """The device at a PCI address: the whole device where its partitions share its
+        address (MIG), the partition where each has its own (an AMD board's partition 0 is at
+        the board's ``<bus>.0``, and its device plugin names it so)."""
         bus = normalize_bus_id(text)
         if bus is None:
             return []
         devs = self._filter(self._by_bus.get(bus, ()), vendor)
+        own = [d for d in devs if d.parent in self._addressed]
         whole = [d for d in devs if d.parent is None]
-        return whole or devs
+        return own or whole or devs
 
     def by_serial(self, text: str, vendor: str | None = None) -> list[DeviceSample]:
         return self._filter(self._by_serial.get(text.strip().lower(), ()), vendor)
@@ -196,7 +222,8 @@ class DeviceIndex:
         if not text:
             return []
         if kind == "core":
-            return self.by_core(int(text), vendor) if text.isdigit() else []
+            number = whole_number(text)
+            return self.by_core(number, vendor) if number is not None else []
         if kind in ("auto", "uuid"):
             found = self.by_uuid(text, vendor)
             if found or kind == "uuid":
@@ -206,8 +233,9 @@ class DeviceIndex:
             if found or kind == "bus_id":
                 return found
         if kind in ("auto", "index"):
-            if text.isdigit():
-                return self.by_index(int(text), vendor)
+            number = whole_number(text)
+            if number is not None:
+                return self.by_index(number, vendor)
             pair = re.match(_PAIR, text)
             if pair:
                 return self.partition(int(pair.group(1)), int(pair.group(2)), vendor,
@@ -230,13 +258,14 @@ class DeviceIndex:
         found = self.by_uuid(text, suffixed=False) or self.by_bus_id(text)
         if found:
             return found
-        if text.isdigit():
-            return self.by_index(int(text), "nvidia")
-        pair = re.fullmatch(r"(\d+)\.(\d+)", text)
+        number = whole_number(text)
+        if number is not None:
+            return self.by_index(number, "nvidia")
+        pair = re.fullmatch(rf"({_DIGITS})\.({_DIGITS})", text)
         if pair:
             return self.partition(int(pair.group(1)), int(pair.group(2)), "nvidia",
                                   by_instance_id=True)
-        named = re.fullmatch(r"([A-Za-z]+)(\d+)", text)
+        named = re.fullmatch(rf"([A-Za-z]+)({_DIGITS})", text)
         if named:
             family, number = named.group(1).lower(), int(named.group(2))
             hit = [d for d in self.devices if d.parent is None and d.index == number

@@ -328,11 +328,16 @@ def test_a_pod_and_a_job_file_claiming_one_device_are_a_reported_conflict(
         assert other.id not in status.message
 
 
-def test_devices_given_by_dynamic_resource_allocation_are_held(server: PodResourcesServer) -> None:
+def test_devices_given_by_dynamic_resource_allocation_are_held(server: PodResourcesServer,
+                                                               tmp_path) -> None:
     """A kubelet with DRA (1.27+; GA in 1.34) lists claimed devices under a container's
     ``dynamic_resources``, not ``devices``: they were ignored, so a GPU a pod held through a
-    ResourceClaim looked free."""
+    ResourceClaim looked free. (The NVIDIA driver's ``gpu-<minor>`` is read through the
+    driver's minor numbers: tests/attribution/test_plugin_id_forms.py.)"""
     h1, h2 = find(DEVICES, "nvidia", 1), find(DEVICES, "nvidia", 2)
+    info = tmp_path / "proc" / "driver" / "nvidia" / "gpus" / "0000:28:00.0"
+    info.mkdir(parents=True)
+    (info / "information").write_text(f"GPU UUID: \t {h1.uuid}\nDevice Minor: \t 1\n")
 
     def claimed(driver: str, device: str, cdi: tuple[str, ...] = ()) -> object:
         return api_pb2.ClaimResource(driver_name=driver, pool_name="node1", device_name=device,
@@ -345,7 +350,8 @@ def test_devices_given_by_dynamic_resource_allocation_are_held(server: PodResour
                 claimed("gpu.nvidia.com", "gpu-99"),                # no such device: said
                 claimed("dra.net", "eth0"),                         # not an accelerator
             ])])])]
-    source = KubeletSource(server.socket, SETTINGS, timeout_seconds=5)
+    settings = AttributionSettings.declared(DECLARED, proc_root=tmp_path / "proc")
+    source = KubeletSource(server.socket, settings, timeout_seconds=5)
     with Attributor([source], timeout_seconds=5) as attributor:
         result = attributor.resolve(DEVICES, now=SIM_NOW)
     for dev in (h1, h2):
