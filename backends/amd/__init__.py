@@ -19,7 +19,9 @@ DECLARATION = VendorDeclaration(
     kubernetes_resources=(
         KubernetesResource("amd.com/*", plugin=(
             "ROCm k8s-device-plugin (`amd.com/gpu`, partition resources such as "
-            "`amd.com/cpx_nps4`): the PCI bus id (`0000:c1:00.0`)")),
+            "`amd.com/cpx_nps4`): the PCI bus id (`0000:c1:00.0`; on a partitioned board the "
+            "first partition's), time-slicing replicas `<bus id>-slice-<n>`; its other "
+            "partitions' `amdgpu_xcp_<n>` name no device (reported)")),
     ),
     node_names=("amd", "card", "renderd", "gpu"), device_nodes=("/dev/kfd", "/dev/dri/renderD*"),
     options=())
