@@ -55,6 +55,7 @@ def test_precedence_env_over_file(tmp_path: Path) -> None:
     ('[collector]\ninterval_seconds = "fast"\n', 2, "collector.interval_seconds", "number"),
     ('[collector]\n\nbackend_timeout_seconds = 0\n', 3, "collector.backend_timeout_seconds", "from 0.05 to 600"),
     ('[groups.a]\nprice_per_kwh = 0.1\ncurrency = "dollars"\n', 3, "groups.a.currency", "ISO 4217"),
+    ('[groups.a]\nprice_per_kwh = 0.1\ncurrency = "RMB"\n', 3, "groups.a.currency", "ISO 4217"),
     ('[groups.a]\nlabels = { resource_group = "x" }\n', 2, "groups.a.labels.resource_group", "label"),
     ('[[rules]]\nresource_group = "a"\nvendor = "x"\n\n[[rules]]\nresource_group = "b"\n', 5, "rules[2]",
      "at least one"),

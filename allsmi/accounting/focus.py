@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Mapping
@@ -39,6 +38,7 @@ from allsmi.accounting.columns import DIGITS, column_type, price_text
 from allsmi.accounting.periods import UTC
 from allsmi.accounting.report import WAITING_COLUMNS, Report, Row
 from allsmi.config import Config
+from allsmi.config.currencies import currency_problem
 
 FOCUS_VERSION = "1.2"
 DEFAULT_PROVIDER = "On-premises"
@@ -143,8 +143,9 @@ def focus_settings(config: Config) -> FocusSettings:
         values[name] = value.strip()
     if "currency" in values:
         values["currency"] = values["currency"].upper()
-        if not re.fullmatch(r"[A-Z]{3}", values["currency"]):
-            raise config.error("must be an ISO 4217 code such as USD or EUR", "export", "focus",
+        problem = currency_problem(values["currency"])
+        if problem:
+            raise config.error(problem, "export", "focus",
                                next(k for k in table if _ALIASES.get(k, k) == "currency"))
     provider = values.get("provider_name", DEFAULT_PROVIDER)
     account = values.get("billing_account_id", provider)

@@ -54,6 +54,7 @@ module groups them by the ``--group-by`` keys and computes the columns.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -257,11 +258,11 @@ def _prices(grp: Any, published: Mapping[str, Any] | None, sources: dict[str, st
                    price_per_kwh=given.per_kwh, currency=given.currency, budget_per_month=budget)
 
 
-def _budget(budget: float | None, cost: float | None,
-            factor: float | None) -> dict[str, float | None]:
-    """The budget columns of a row costing ``cost``."""
-    return {"budget": budget,
-            "budget_used_ratio": None if cost is None or not budget else cost / budget,
+def _budget(budget: float | None, cost: float | None, factor: float | None) -> dict[str, float | None]:
+    """The budget columns of a row costing ``cost`` (no ratio to a budget of 0, nor to one so
+    small, 1e-320, that it is no finite number: never ``inf``, which JSON cannot hold)."""
+    ratio = None if cost is None or not budget or not math.isfinite(cost / budget) else cost / budget
+    return {"budget": budget, "budget_used_ratio": ratio,
             "forecast_month_end_cost": None if cost is None or factor is None else cost * factor}
 
 
@@ -384,7 +385,7 @@ def _activity(acc: Sums, grp: Any, cost: float | None, spent_on: Spent | None) -
     what its cost was spent on (per reason, and on activity), summed from its finest parts."""
     waits = None if acc.waits is None else tuple(acc.waits)
     spent_on = spent_on or Spent()
-    classified = waits is not None and bool(acc.allocated)
+    classified = waits is not None and acc.allocated is not None  # (none allocated: known 0s)
     reason_hours = tuple(spent_on.reason_hours) if classified else None
     reason_kwh = tuple(spent_on.reason_kwh) if classified else None
     return {

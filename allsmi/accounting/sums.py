@@ -95,14 +95,14 @@ class Sums:
         if p.idle_s is None and p.observed_s > 0 and p.allocated_s != 0:
             self.idle_lost = True
             self.idle = self.idle_billed = self.idle_energy = None
+        if p.idle_s:  # (known to have sat idle, whether or not the row's idle time is known)
+            self.idle_devices.add(p.device)
         if self.idle_lost:
             pass
         elif p.idle_s is not None:
             self.idle = (self.idle or 0.0) + p.idle_s
             idle_billed = p.idle_billed_s if p.idle_billed_s is not None else p.idle_s
             self.idle_billed = (self.idle_billed or 0.0) + idle_billed
-            if p.idle_s > 0:
-                self.idle_devices.add(p.device)
         if p.idle_energy_j is not None and not self.idle_lost:
             self.idle_energy = (self.idle_energy or 0.0) + p.idle_energy_j
         self.observed += p.observed_s

@@ -17,6 +17,7 @@ from allsmi.config import (BILL_BY, CONSUMER_SECTIONS, DEFAULT_GROUP, HISTORY_RA
                            INTERVAL_RANGE, MAX_BUDGET, MAX_GCO2E_PER_KWH, MAX_PRICE,
                            PARTITION_BILLING, RESERVED_LABELS, RULE_KEYS, TIMEOUT_RANGE, Config,
                            ConfigError, GroupRule, ResourceGroup, group_name_problem)
+from allsmi.config.currencies import currency_problem
 from allsmi.schema.numbers import MAX_INDEX, range_text, setting_number, whole_setting
 
 if TYPE_CHECKING:
@@ -204,8 +205,9 @@ class TableValidator:
         currency = None
         if "currency" in raw:
             currency = self.string(raw["currency"], "groups", name, "currency").upper()
-            if not re.fullmatch(r"[A-Z]{3}", currency):
-                raise self.fail("must be an ISO 4217 code such as USD or EUR", "groups", name, "currency")
+            problem = currency_problem(currency)
+            if problem:
+                raise self.fail(problem, "groups", name, "currency")
         if (prices["price_per_device_hour"] is not None or prices["price_per_kwh"] is not None) \
                 and currency is None:
             raise self.fail("a group with prices needs a currency", "groups", name)

@@ -23,6 +23,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from allsmi.config.currencies import ISO_4217 as CURRENCIES
+
 from ..background import wait_for_install
 from ..conftest import unavailable
 
@@ -31,17 +33,8 @@ FOCUS_VERSION = "1.2"
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("ALLSMI_FOCUS_VENV", ROOT / ".venv-focus"))
 
-#: Active ISO 4217 currency codes.
-ISO_4217 = """
-AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV BRL BSD BTN BWP
-BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB EUR
-FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HTG HUF IDR ILS INR IQD IRR ISK JMD JOD JPY KES
-KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL MGA MKD MMK MNT MOP MRU MUR MVR
-MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR RON RSD RUB RWF
-SAR SBD SCR SDG SEK SGD SHP SLE SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY TTD TWD TZS
-UAH UGX USD USN UYI UYU UYW UZS VED VES VND VUV WST XAF XAG XAU XBA XBB XBC XBD XCD XDR XOF XPD
-XPF XPT XSU XTS XUA XXX YER ZAR ZMW ZWG
-""".split()
+#: Active ISO 4217 currency codes (those a configuration accepts).
+ISO_4217 = sorted(CURRENCIES)
 
 #: The one rule that fails for any non-null InvoiceId: the validator checks both "null when not
 #: invoiced" (this one) and "not null when invoiced" and cannot know which applies. Conditional

@@ -176,6 +176,24 @@ def test_a_budget_of_0_is_a_budget_and_any_cost_is_above_it(tmp_path: Path) -> N
     assert said in out.stderr and said in document["warnings"], out.stderr
 
 
+def test_a_budget_too_small_for_a_finite_ratio_has_no_ratio(tmp_path: Path) -> None:
+    """``budget_per_month = 1e-320`` (in range: above 0): the cost over it is no finite number.
+    The JSON export failed with a traceback (JSON holds no ``inf``) and the CSV printed ``inf``;
+    as for a budget of 0, there is no ratio, and the cost is said to be above the budget."""
+    db = _ledger(tmp_path)
+    (tmp_path / "c.toml").write_text(CONFIG.format(budget="1e-320"))
+    args = ("--ledger", str(db), "--period", "2026-03-02", "--group-by", "resource_group")
+    out = run(*args, "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    row = next(r for r in json.loads(out.stdout)["rows"] if r["resource_group"] == "training")
+    assert row["budget"] and row["budget_used_ratio"] is None and row["cost"] == 48.0
+    assert "above its monthly budget" in out.stderr
+    out = run(*args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    row = next(r for r in csv.DictReader(io.StringIO(out.stdout)))
+    assert row["budget_used_ratio"] == "" and "inf" not in out.stdout
+
+
 @pytest.mark.parametrize("price,budget,said", [
     # a budget of a million: as the budget column prints it, never "1e+06"
     ("100000", "1000000", "group training cost 4800000.00 EUR this month to date, above its "

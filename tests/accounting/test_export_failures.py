@@ -102,6 +102,7 @@ def test_config_focus_table_is_validated(ledger: Path, tmp_path: Path) -> None: 
     for body, key in (("[export.focus]\nprovider = 'x'\n", "export.focus.provider"),
                       ("[export.focus]\nprovider_name = ''\n", "export.focus.provider_name"),
                       ("[export.focus]\ncurrency = 'euro'\n", "export.focus.currency"),
+                      ("[export.focus]\ncurrency = 'RMB'\n", "export.focus.currency"),
                       ("[export]\nfocus = 3\n", "export.focus")):
         (tmp_path / "f.toml").write_text("# allsmi\n" + body)
         out = run("--ledger", str(ledger), "--since", SINCE, "--until", UNTIL, "--config", "f.toml",

@@ -97,3 +97,40 @@ def test_a_price_per_kwh_on_devices_without_energy_is_an_unknown_cost_not_0(tmp_
             assert npu.cost is None and npu.idle_cost is None, prices
             assert npu.budget_used_ratio is None and npu.waiting_cost is None, prices
         assert gpu.energy_kwh and gpu.cost is not None and gpu.cost > 0, prices
+
+
+def test_allsmi_idle_lists_a_holder_whose_idle_time_is_unknown(tmp_path: Path) -> None:
+    """``allsmi idle`` left out every row whose idle time was unknown, as if it had none: a
+    group (or a holder) that held a Tenstorrent card beside a GPU it left idle was missing from
+    the list. It is listed after the rows whose idle cost is known, its idle time null, with
+    the devices known to have sat idle."""
+    import json
+
+    from ..conftest import run_allsmi
+    db = tmp_path / "ledger.db"
+    record(db, [snap(T0 + t, device("GPU-a", util=1.0, users=["ann"], group="gpus"),
+                     device("GPU-b", util=1.0, users=["bob"]),
+                     # (a device sorted before GPU-b: its unknown idleness comes first)
+                     device("BH-0", util=None, vendor="tenstorrent", users=["bob"]))
+                for t in range(0, 121, 10)])
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[groups.gpus]\nprice_per_device_hour = 2.0\ncurrency = \"EUR\"\n"
+                   "[groups.default]\nprice_per_device_hour = 1.0\ncurrency = \"EUR\"\n")
+    common = ("--ledger", str(db), "--since", "2026-03-02T00:00:00Z", "--until",
+              "2026-03-02T00:02:00Z", "--config", str(cfg))
+    for group_by in ("resource_group", "resource_group,user"):
+        out = run_allsmi("idle", *common, "--group-by", group_by, "--format", "json")
+        assert out.returncode == 0, out.stderr
+        listed = [(r["resource_group"], r["user"], r["idle_allocated_device_hours"],
+                   r["idle_cost"], r["devices"]) for r in json.loads(out.stdout)["rows"]]
+        user = "bob" if "user" in group_by else None
+        ann = "ann" if "user" in group_by else None
+        assert listed == [("gpus", ann, 0.033333, 0.066667, ["node1/GPU-a"]),
+                          ("default", user, None, None, ["node1/GPU-b"])], group_by
+    table = run_allsmi("idle", *common, "--group-by", "resource_group")
+    assert table.returncode == 0, table.stderr
+    assert [line.split()[:3] for line in table.stdout.splitlines()[2:]] == \
+        [["gpus", "0.03", "0.03"], ["default", "unknown", "0.07"]]
+    csv_out = run_allsmi("idle", *common, "--group-by", "resource_group", "--format", "csv")
+    assert csv_out.returncode == 0, csv_out.stderr
+    assert csv_out.stdout.splitlines()[2].startswith("default,,,,,,,,,0.066667,,")

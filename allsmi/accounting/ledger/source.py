@@ -41,6 +41,10 @@ def _part(dim: Dim, t: Totals, holder: Holder | None = None) -> Part:
 _SHARED = ("allocated_ms", "busy_ms", "energy_mj", "billed_ms", "idle_ms", "idle_billed_ms",
            "idle_energy_mj", "used_billed_ms", "active_ms", "active_allocated_ms") + WAIT_COLUMNS
 _ALLSUM = frozenset(c for c, agg in HOLDER_SUMS if agg == "ALLSUM")
+#: Parts of the allocated time that no cost is taken of on a row with none (billed time is
+#: priced: its rest is what the device billed beyond its holders, kept so that rows add up to
+#: the device's cost; idle time is held to the allocated time where it is priced).
+_WITHIN_ALLOCATED = ("active_ms", "active_allocated_ms") + WAIT_COLUMNS
 
 
 def _remainder(total: Totals, shares: list[Totals]) -> Totals:
@@ -53,6 +57,16 @@ def _remainder(total: Totals, shares: list[Totals]) -> Totals:
     for name in _SHARED:
         setattr(rest, name, left(getattr(total, name), [getattr(s, name) for s in shares],
                                  name in _ALLSUM))
+    # Each share is rounded to the millisecond apart from its device's total, so each column
+    # of the rest is a difference of rounded sums: its active time (or a waiting reason's)
+    # could exceed its allocated time by some milliseconds (active hours on a row nobody held,
+    # an efficiency above 1). Never more than it, as on any row.
+    held = rest.allocated_ms
+    if held is not None:
+        for name in _WITHIN_ALLOCATED:
+            value = getattr(rest, name)
+            if value is not None and value > held:
+                setattr(rest, name, held)
     return rest
 
 

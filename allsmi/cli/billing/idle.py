@@ -55,14 +55,20 @@ def idle_rows(report: Any) -> list[dict[str, Any]]:
     """The rows with idle-allocated time, as JSON-ready dicts, most expensive first
     (:func:`allsmi.cli.billing.holderreport.rank`): time as
     reported (rounded to the microhour, as every output rounds it), so that float noise in
-    counters' rates (a Prometheus source) lists no holder idle for 0.000000 hours."""
+    counters' rates (a Prometheus source) lists no holder idle for 0.000000 hours. A holder
+    whose idle time is unknown (it held a device that reports neither utilization nor compute
+    activity) is listed too, after those whose idle cost is known, its idle time and idle cost
+    null: it may have held devices idle, and is never left out as if it had not."""
     from allsmi.accounting.formats import json_row
     out = []
     for row in report.rows:
-        if not row.idle_allocated_device_hours:  # none, or unknown
+        if row.idle_allocated_device_hours is None:
+            if not row.allocated_device_hours:  # held nothing (or unknown whether it did)
+                continue
+        elif not row.idle_allocated_device_hours:  # none
             continue
         item = json_row(row)
-        if not item["idle_allocated_device_hours"]:  # below what the output can show
+        if item["idle_allocated_device_hours"] == 0:  # below what the output can show
             continue
         item["devices"] = list(row.idle_devices)
         out.append(item)
@@ -75,7 +81,8 @@ def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
     keys = [k for k in KEYS if k in report.group_by]
     head = keys + ["idle h", "allocated h", "idle cost", "devices"]
     body = [[row[k] or "-" for k in keys] + [
-        f"{row['idle_allocated_device_hours']:.2f}",
+        "unknown" if row["idle_allocated_device_hours"] is None
+        else f"{row['idle_allocated_device_hours']:.2f}",
         "" if row["allocated_device_hours"] is None else f"{row['allocated_device_hours']:.2f}",
         money(row["idle_cost"], row["currency"]), " ".join(row["devices"])] for row in rows]
     return aligned(f"allocated-but-idle devices, {iso(report.window.start)} to "
