@@ -165,6 +165,7 @@ CHOICES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("export.focus", "currency", ('"US"', "1", '"RMB"'), ""),
     ("accounting", "no_such_key", ("1",), ""),
     ("activity", "enabled", ('"yes"', "1"), ""),
+    ("activity", "cgroup_root", ("1", '""', '"sys/fs/cgroup"', '"/a/../b"', "true"), ""),
     ("attribution", "sources", ('"kubernetes"', '["bogus"]', "[1]"), ""),
     ("attribution", "kubelet_socket", ("1", '""'), ""),
     ("attribution", "hpc_job_dir", ("1", '""'), ""),

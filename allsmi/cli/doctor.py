@@ -151,7 +151,7 @@ def _host_signals(s: Any, collector: Any) -> dict[str, Any]:
     from allsmi.hostactivity.probe import host_signals
     return {"enabled": True,
             "signals": [{"name": x.name, "readable": x.readable, "detail": x.detail}
-                        for x in host_signals()],
+                        for x in host_signals(cgroup_root=step.settings.cgroup_root)],
             "problems": list(step.problems)}
 
 

@@ -33,6 +33,7 @@ import re
 from typing import Collection, Protocol, Sequence
 
 from allsmi.fairshare import Holder, claim_units
+from allsmi.hostactivity.cgrouptree import CgroupTree
 from allsmi.hostactivity.quiet import cpu_bound, in_io_wait, not_quiet, plural, rate_text
 from allsmi.hostactivity.sampler import (HostActivity, HostActivitySampler, NodeActivity,
                                          ProcessActivity)
@@ -272,11 +273,13 @@ class WaitingClassifier:
         """The step for a collector over ``backends``: backends that carry their own host
         evidence (the simulation's ``host_evidence``) are asked for it, so that a simulated
         pid is never looked up in this machine's ``/proc``; otherwise the host is read, its
-        processes under ``proc_root`` (``[attribution] proc_root``, as the cgroup source)."""
+        processes under ``proc_root`` (``[attribution] proc_root``, as the cgroup source),
+        their cgroups on the tree ``[activity] cgroup_root`` names."""
         sources = [getattr(b, "host_evidence") for b in backends
                    if callable(getattr(b, "host_evidence", None))]
         if not sources:
-            return cls(settings, HostActivitySampler(proc_root))
+            tree = CgroupTree(proc_root, setting=settings.cgroup_root)
+            return cls(settings, HostActivitySampler(proc_root, tree=tree))
         from allsmi.hostactivity.simulated import SimulatedHostActivity
         return cls(settings, SimulatedHostActivity(sources), detail=False)
 

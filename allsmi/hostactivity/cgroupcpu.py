@@ -24,25 +24,33 @@ MAX_LEVELS = 16
 #: left out.
 Level = tuple[str, "int | None", "int | None"]
 
-#: The path standing for the ancestors past :data:`MAX_LEVELS`, never read.
+#: The path standing for the ancestors past :data:`MAX_LEVELS` (or above the root of a
+#: cgroup namespace's own view), never read.
 UNCHECKED = "(ancestors past the level limit)"
+#: The path standing for a cgroup that could not be placed on a tree this process reads
+#: (:mod:`allsmi.hostactivity.cgrouptree`): its throttling is not measured, never none.
+UNRESOLVED = "(cgroup not found)"
 
 
-def cgroup_levels(mount: str, path: str) -> tuple[str, ...]:
+def cgroup_levels(mount: str, path: str, below_root: bool = False) -> tuple[str, ...]:
     """The ``cpu.stat`` paths of cgroup ``path`` (as ``/proc/PID/cgroup`` names it) under the
     hierarchy mounted at ``mount``, then of each ancestor up to, not including, the mount's
     root (the process's own cgroup when it is the root); :data:`UNCHECKED` last where there
-    are more than :data:`MAX_LEVELS`. A path with a ``.`` or ``..`` part (a cgroup outside
-    this reader's cgroup namespace: the kernel writes it relative to the reader's) names no
-    cgroup under ``mount`` (``()``: throttling unknown)."""
+    are more than :data:`MAX_LEVELS`. ``below_root``: the mount's root is itself a cgroup
+    below the hierarchy's root (a cgroup namespace's own view), so it is read too and the
+    levels above it, which could not be, end the tuple as :data:`UNCHECKED`. A path with a
+    ``.`` or ``..`` part (a cgroup outside this reader's cgroup namespace: the kernel writes
+    it relative to the reader's) names no cgroup under ``mount`` (``()``: see
+    :mod:`allsmi.hostactivity.cgrouptree`, which places it)."""
     parts = [p for p in path.split("/") if p]
     if any(p in (".", "..") for p in parts):
         return ()
-    if not parts:
+    if not parts and not below_root:
         return (os.path.join(mount, "cpu.stat"),)
+    lowest = 0 if below_root else 1  # (the mount's root itself, where it is a cgroup to read)
     levels = [os.path.join(mount, *parts[:depth], "cpu.stat")
-              for depth in range(len(parts), max(0, len(parts) - MAX_LEVELS), -1)]
-    if len(parts) > MAX_LEVELS:
+              for depth in range(len(parts), max(lowest - 1, len(parts) - MAX_LEVELS), -1)]
+    if below_root or len(parts) > MAX_LEVELS:
         levels.append(UNCHECKED)
     return tuple(levels)
 
@@ -56,7 +64,7 @@ def read_levels(levels: Sequence[str], read: Callable[[str], bytes],
     out: list[Level] = []
     own_failed = False
     for index, path in enumerate(levels):
-        if path == UNCHECKED:
+        if path in (UNCHECKED, UNRESOLVED):
             out.append((path, None, None))
             continue
         found = cache.get(path) if cache is not None else None

@@ -12,7 +12,8 @@ import os
 from typing import NamedTuple
 
 from .node import read_infiniband, read_network, read_node
-from .procfs import delay_accounting, read_process
+from .cgrouptree import AUTO, CgroupTree, cgroup_cpu_levels
+from .procfs import ProcessReading, delay_accounting, read_proc_file, read_process
 
 #: Capability bits of ``CapEff`` in ``/proc/PID/status`` (``linux/capability.h``).
 CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE = 1, 2, 19
@@ -93,10 +94,40 @@ def others_io_access(euid: int, caps: int | None,
                    "may be classified unknown")
 
 
-def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signal]:
-    """Each host signal the waiting classification uses, whether it is readable, and why not."""
-    me = read_process(os.getpid(), proc_root, os.path.join(sys_root, "fs", "cgroup"),
-                      delay_accounting(proc_root))
+def cgroup_signal(me: ProcessReading, tree: CgroupTree, proc_root: str = "/proc") -> Signal:
+    """Whether CPU throttling can be read: of this process's cgroup (and those above it), and
+    of other processes', placed as the sampler places them (``tree``). Another process is
+    ``proc_root``/1 (with the host's PID namespace, the host's init: outside a container's own
+    cgroup namespace, so its ``/proc/1/cgroup`` path is ``..``-relative there)."""
+    limited = [path for path, periods, _ in me.cpu_levels if periods is not None]
+    if limited:
+        own = limited[0] + (f" and {len(limited) - 1} cgroup(s) above it"
+                            if len(limited) > 1 else "")
+    else:
+        own = next((p for p in me.problems if "/cgroup" in p),
+                   "no cpu.stat with throttling for this process's cgroup or those above it")
+    where = os.path.join(proc_root, "1", "cgroup")
+    try:
+        why = cgroup_cpu_levels(read_proc_file(where), tree)[1]
+    except OSError as exc:
+        why = f"unreadable ({exc.strerror or exc})"
+    root = tree.chosen()[1]
+    if why is not None:
+        others = f"other processes' cgroups cannot be found ({where}: {why})"
+    elif root is None:
+        others = f"other processes' cgroups cannot be found: {tree.describe()}"
+    else:
+        others = f"other processes' cgroups: {tree.describe()}"
+    return Signal("cgroup CPU throttling", bool(limited) and why is None and root is not None,
+                  f"{own}; {others}")
+
+
+def host_signals(proc_root: str = "/proc", sys_root: str = "/sys",
+                 cgroup_root: str = AUTO) -> list[Signal]:
+    """Each host signal the waiting classification uses, whether it is readable, and why not;
+    ``cgroup_root``: ``[activity] cgroup_root``."""
+    tree = CgroupTree(proc_root, os.path.join(sys_root, "fs", "cgroup"), cgroup_root)
+    me = read_process(os.getpid(), proc_root, tree, delay_accounting(proc_root))
     out: list[Signal] = []
     if me is None:
         out.append(Signal("process counters", False, f"{proc_root}/PID/stat unreadable"))
@@ -118,11 +149,7 @@ def host_signals(proc_root: str = "/proc", sys_root: str = "/sys") -> list[Signa
     out.append(Signal("block-I/O wait time (delay accounting)", delayacct,
                       "kernel.task_delayacct = 1" if delayacct else
                       "kernel.task_delayacct is off: threads in D state are counted instead"))
-    limited = [path for path, periods, _ in me.cpu_levels if periods is not None]
-    out.append(Signal("cgroup CPU throttling", bool(limited),
-                      f"{limited[0]}" + (f" and {len(limited) - 1} cgroup(s) above it"
-                                         if len(limited) > 1 else "") if limited else
-                      "no cpu.stat with throttling for this process's cgroup or those above it"))
+    out.append(cgroup_signal(me, tree, proc_root))
     node = read_node(proc_root, sys_root)
     out.append(Signal("CPU I/O wait", node.cpu_ticks is not None, f"{proc_root}/stat"))
     kinds = sorted(node.pressure_some_usec)

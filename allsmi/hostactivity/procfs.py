@@ -19,7 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import MutableMapping
 
-from .cgroupcpu import Level, cgroup_levels, read_levels
+from .cgroupcpu import UNRESOLVED, Level, read_levels
+from .cgrouptree import CgroupTree, cgroup_cpu_levels
 from .threads import read_threads
 
 #: Bytes read of any one /proc or cgroup file (they are a few hundred bytes).
@@ -76,7 +77,9 @@ class ProcessReading:
     cgroup: str | None = None
     """The ``cpu.stat`` file of its cgroup (v2, or v1's ``cpu`` controller), when found."""
     cgroup_levels: tuple[str, ...] = ()
-    """The ``cpu.stat`` files of its cgroup and of the ancestors read with it, its own first."""
+    """The ``cpu.stat`` files of its cgroup and of the ancestors read with it, its own first;
+    ``(UNRESOLVED,)`` where its cgroup could not be placed on a tree this process reads
+    (:mod:`allsmi.hostactivity.cgrouptree`): its throttling is then not measured."""
     cpu_levels: tuple[Level, ...] = ()
     """Each level's (path, ``nr_periods``, ``nr_throttled``) now (those with a CPU controller)."""
     cpu_periods: int | None = None
@@ -146,48 +149,11 @@ def parse_pairs(data: bytes) -> dict[str, int]:
     return out
 
 
-def cgroup_cpu_levels(data: bytes, cgroup_root: str) -> tuple[str, ...]:
-    """The ``cpu.stat`` paths of the cgroup a ``/proc/PID/cgroup`` names and of its ancestors
-    below the hierarchy's root (:func:`allsmi.hostactivity.cgroupcpu.cgroup_levels`, its own
-    first): the v2 (``0::``) one when its file exists, else v1's ``cpu`` controller. The
-    kernel writes each hierarchy once and cgroup names unescaped: a name holding a newline
-    (which whoever may create cgroups can give) makes lines of its own, so a file naming a
-    hierarchy or a controller twice, or with a line that is not ``ID:CONTROLLERS:/PATH``,
-    names no cgroup (``()``: throttling unknown), never one the name chose."""
-    v1: tuple[str, ...] = ()
-    lines = []
-    hierarchies: set[str] = set()
-    names: set[str] = set()
-    for line in data.decode("utf-8", "replace").split("\n"):
-        if not line:
-            continue
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        own = [c for c in controllers.split(",") if c]
-        if not hierarchy.isdigit() or not path.startswith("/") or hierarchy in hierarchies \
-                or names.intersection(own):
-            return ()
-        hierarchies.add(hierarchy)
-        names.update(own)
-        lines.append((hierarchy, controllers, path))
-    for hierarchy, controllers, path in lines:
-        if hierarchy == "0" and not controllers:
-            levels = cgroup_levels(cgroup_root, path)
-            if levels and os.path.exists(levels[0]):
-                return levels
-        elif "cpu" in controllers.split(",") and not v1:
-            for name in (controllers, "cpu,cpuacct", "cpu"):
-                levels = cgroup_levels(os.path.join(cgroup_root, name), path)
-                if levels and os.path.exists(levels[0]):
-                    v1 = levels
-                    break
-    return v1
-
-
-def cgroup_cpu_stat(data: bytes, cgroup_root: str) -> str | None:
+def cgroup_cpu_stat(data: bytes, cgroup_root: str | CgroupTree) -> str | None:
     """The ``cpu.stat`` path of the process's own cgroup (:func:`cgroup_cpu_levels`'s first),
-    ``None`` when there is none."""
-    levels = cgroup_cpu_levels(data, cgroup_root)
+    ``None`` when there is none (or it cannot be placed)."""
+    tree = cgroup_root if isinstance(cgroup_root, CgroupTree) else CgroupTree(own_root=cgroup_root)
+    levels = cgroup_cpu_levels(data, tree)[0]
     return levels[0] if levels else None
 
 
@@ -228,7 +194,8 @@ def _start_ticks(base: str) -> int | None:
     return None if parsed is None else parsed[3]
 
 
-def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup",
+def read_process(pid: int, proc_root: str = "/proc",
+                 cgroup_root: str | CgroupTree = "/sys/fs/cgroup",
                  delayacct: bool = False, thread_states: bool = True,
                  cpu_stat: object = FIND_CGROUP, tgid: int | None = None,
                  cache: MutableMapping[str, object] | None = None) -> ProcessReading | None:
@@ -239,7 +206,10 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
     else the main thread's waits alone). ``cpu_stat``: the ``cpu.stat`` paths of the cgroup
     and its ancestors when already known (:attr:`ProcessReading.cgroup_levels`; a path alone
     is the cgroup's own; ``None`` or ``()``: it has none), else found from
-    ``/proc/PID/cgroup``; ``tgid``, the process ``pid`` belongs to when already known, else read
+    ``/proc/PID/cgroup`` on ``cgroup_root`` (this process's ``/sys/fs/cgroup``, or the
+    :class:`allsmi.hostactivity.cgrouptree.CgroupTree` that places it: a cgroup it cannot
+    place is :data:`allsmi.hostactivity.cgroupcpu.UNRESOLVED`, not measured, and a
+    problem says why); ``tgid``, the process ``pid`` belongs to when already known, else read
     from ``/proc/PID/status``; ``cache``, the cgroup files already read this cycle. A process
     that ends while it is read (or whose pid another process takes meanwhile) is ``None`` like
     one already gone, never a reading half of one process and half of nothing."""
@@ -291,13 +261,21 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
     levels: tuple[str, ...] = ()
     try:
         if cpu_stat is FIND_CGROUP:
-            levels = cgroup_cpu_levels(read_proc_file(os.path.join(base, "cgroup")), cgroup_root)
+            tree = cgroup_root if isinstance(cgroup_root, CgroupTree) else \
+                CgroupTree(proc_root, cgroup_root)
+            levels, why = cgroup_cpu_levels(read_proc_file(os.path.join(base, "cgroup")), tree)
+            if why is not None:  # not measured: never taken for no limit
+                levels = (UNRESOLVED,)
+                problems.append(f"/proc/{pid}/cgroup: CPU throttling unknown: {why}")
         elif isinstance(cpu_stat, str):
             levels = (cpu_stat,)
         elif isinstance(cpu_stat, tuple):
             levels = cpu_stat
-    except OSError:
-        failed = True  # throttling stays unknown
+    except OSError as exc:
+        failed = True  # throttling stays unknown, and not measured
+        levels = (UNRESOLVED,)
+        problems.append(f"/proc/{pid}/cgroup unreadable ({exc.strerror or exc}): CPU "
+                        "throttling unknown")
     throttling, own_failed = read_levels(levels, read_proc_file, parse_throttling, cache)
     failed = failed or own_failed
     own = throttling[0] if throttling and levels and throttling[0][0] == levels[0] else None
@@ -309,7 +287,8 @@ def read_process(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs
         thread_counters=counters, threads_complete=complete,
         read_chars=io.get("rchar"), write_chars=io.get("wchar"),
         disk_read_bytes=io.get("read_bytes"), disk_write_bytes=io.get("write_bytes"),
-        runnable_ns=runnable, cgroup=levels[0] if levels else None, cgroup_levels=levels,
+        runnable_ns=runnable, cgroup=levels[0] if levels and levels[0] != UNRESOLVED else None,
+        cgroup_levels=levels,
         cpu_levels=throttling, cpu_periods=own[1] if own else None,
         throttled_periods=own[2] if own else None, tgid=tgid, problems=tuple(problems))
 

@@ -68,13 +68,17 @@ def not_quiet(seen: Sequence[ProcessActivity], reads: Sequence[float | None], li
     if cpu >= s.quiet_cpu_fraction:
         return f"a process {cpu * 100:.0f} % on or waiting for a CPU (neither idle nor CPU-bound)"
     partly = [a for a in seen if a.throttling_unmeasured]
+    unplaced = next((p for a in partly for p in a.problems if "/cgroup" in p), None)
+    if unplaced:  # its cgroup not found: its limit, or one above it, may have throttled it
+        return (f"cgroup CPU throttling not measured for {len(partly)} of "
+                f"{plural(len(seen), 'process')} ({unplaced})")
     if partly:  # a level not measured may be the one whose limit throttled it (a pod's)
         throttled = max((a.throttled_fraction for a in partly if a.throttled_fraction is not None),
                         default=None)
         so_far = "" if throttled is None else f"; {throttled * 100:.0f} % where measured"
         return (f"cgroup CPU throttling partly measured for {len(partly)} of "
-                f"{plural(len(seen), 'process')} (a cgroup level unreadable, new, reset or past "
-                f"the level limit{so_far})")
+                f"{plural(len(seen), 'process')} (a cgroup level unreadable, new, reset, past "
+                f"the level limit or above this exporter's cgroup namespace{so_far})")
     if link is not None and link_directions is not None and None in link_directions:
         # one direction quiet says nothing of the other (a GPM NVLink metric that failed)
         unknown = "received" if link_directions[0] is None else "sent"

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Mapping
 
-from .cgroupcpu import throttled_fraction
+from .cgroupcpu import UNRESOLVED, throttled_fraction
+from .cgrouptree import CgroupTree
 from .node import NodeReading, read_node
 from allsmi.support.pidns import pid_view
 from .portable import TICKS as PORTABLE_TICKS
@@ -244,9 +245,15 @@ class HostActivitySampler:
     def __init__(self, proc_root: str = "/proc", sys_root: str = "/sys",
                  cgroup_root: str | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 portable: bool | None = None) -> None:
+                 portable: bool | None = None, tree: CgroupTree | None = None) -> None:
+        """``cgroup_root``: this process's ``/sys/fs/cgroup``; ``tree``: where other
+        processes' cgroups are placed (:class:`allsmi.hostactivity.cgrouptree.CgroupTree`,
+        ``[activity] cgroup_root``; by default ``auto`` over these roots)."""
         self.proc_root, self.sys_root = proc_root, sys_root
         self.cgroup_root = cgroup_root or f"{sys_root}/fs/cgroup"
+        self.tree = tree if tree is not None else \
+            CgroupTree(proc_root, self.cgroup_root, monotonic=monotonic)
+        self._generation = self.tree.generation
         self.monotonic = monotonic
         self.portable = portable if portable is not None else \
             not sys.platform.startswith("linux") and proc_root == "/proc"
@@ -262,7 +269,9 @@ class HostActivitySampler:
 
         Each thread's state is read only for the processes in ``detailed`` (all when ``None``):
         the classification needs it only for holders of devices below the idle threshold,
-        and it costs a file per thread. Each process's cgroup is looked up once in its life."""
+        and it costs a file per thread. Each process's cgroup is looked up once in its life
+        (again each cycle while it cannot be placed, and after this process's own cgroup on the
+        host's tree was found again: :meth:`allsmi.hostactivity.cgrouptree.CgroupTree.check`)."""
         now = self.monotonic()
         seconds = None if self._at is None else now - self._at
         if self.portable:
@@ -280,16 +289,21 @@ class HostActivitySampler:
         readings: dict[int, ProcessReading] = {}
         out: dict[int, ProcessActivity] = {}
         cache: dict[str, object] = {}  # the cgroup files read this cycle (shared ancestors)
+        if pids:  # this process's own cgroup on the host's tree, where found, is still its
+            self.tree.check()
+        moved = self.tree.generation != self._generation  # (each process placed again)
+        self._generation = self.tree.generation
         for pid in pids:
             before = self._procs.get(pid)
-            known: object = before.cgroup_levels if before is not None else FIND_CGROUP
+            known: object = before.cgroup_levels if before is not None and not moved \
+                and UNRESOLVED not in before.cgroup_levels else FIND_CGROUP
             states = detailed is None or pid in detailed
-            reading = read_process(pid, self.proc_root, self.cgroup_root, delayacct,
+            reading = read_process(pid, self.proc_root, self.tree, delayacct,
                                    thread_states=states, cpu_stat=known,
                                    tgid=before.tgid if before is not None else None, cache=cache)
             if reading is not None and before is not None \
                     and before.start_ticks != reading.start_ticks:  # another process: its own
-                reading = read_process(pid, self.proc_root, self.cgroup_root, delayacct,
+                reading = read_process(pid, self.proc_root, self.tree, delayacct,
                                        thread_states=states, cache=cache)
             if reading is None:
                 continue  # ended (or not a process; or ended as it was read again)

@@ -9,6 +9,7 @@ reported).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -40,6 +41,11 @@ class ActivitySettings:
     host_cpu_fraction: float = 0.9
     host_throttled_fraction: float = 0.1
     quiet_cpu_fraction: float = 0.1
+    cgroup_root: str = "auto"
+    """Where the host's cgroup filesystem is read (other processes' CPU throttling): ``auto``
+    (``/sys/fs/cgroup`` in the host's cgroup namespace; in one of allsmi's own, the
+    Kubernetes kit's ``/host/sys/fs/cgroup`` where mounted) or an absolute path
+    (:mod:`allsmi.hostactivity.cgrouptree`)."""
 
 
 #: Per key: (minimum, maximum, minimum excluded).
@@ -67,6 +73,13 @@ def activity_settings(config: Config) -> ActivitySettings:
             raise config.error(f"must be true or false, got {table['enabled']!r}", SECTION,
                                "enabled")
         values["enabled"] = table["enabled"]
+    if "cgroup_root" in table:
+        root = table["cgroup_root"]
+        if not isinstance(root, str) or not (root == "auto" or (
+                os.path.isabs(root) and "\0" not in root and ".." not in root.split("/"))):
+            raise config.error(f'must be "auto" or an absolute path without "..", got {root!r}',
+                               SECTION, "cgroup_root")
+        values["cgroup_root"] = os.path.normpath(root) if root != "auto" else root
     for key, (low, high, open_low) in RANGES.items():
         if key not in table:
             continue

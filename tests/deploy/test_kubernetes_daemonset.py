@@ -18,6 +18,8 @@ from allsmi.collection import registry
 from allsmi.attribution.settings import DEFAULT_KUBELET_SOCKET, attribution_settings, default_resource_rules
 from allsmi.cli.serve import DEFAULT_PORT, ENV as SERVE_ENV, parse_listen
 from allsmi.config import parse_config
+from allsmi.hostactivity.cgrouptree import AUTO, KIT_ROOT
+from allsmi.hostactivity.settings import activity_settings
 
 from .kube import (KIT, OVERLAYS, VENDORS, config_toml, container, daemonsets, env, mount_of, of_kind, one,
                    render, vendor_of, volumes)
@@ -131,6 +133,19 @@ def test_kubelet_socket_is_mounted_read_only_where_allsmi_reads_it(overlay: str)
         # kubelet recreates on restart).
         assert volume["hostPath"] == {"path": str(DEFAULT_KUBELET_SOCKET.parent), "type": "Directory"}
         assert mount["mountPath"] == str(DEFAULT_KUBELET_SOCKET.parent)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_hosts_cgroup_tree_is_mounted_read_only_where_allsmi_looks(overlay: str) -> None:
+    """On cgroup v2 an unprivileged container has a cgroup namespace of its own: the holders'
+    CPU throttling is read on the host's tree, which ``[activity] cgroup_root = "auto"`` finds
+    at the kit's mount (allsmi/hostactivity/cgrouptree.py)."""
+    objects = render(overlay)
+    assert activity_settings(parse_config(config_toml(objects))).cgroup_root == AUTO
+    for ds in daemonsets(overlay):
+        mount, volume = mount_of(ds, KIT_ROOT)
+        assert mount["mountPath"] == KIT_ROOT and mount.get("readOnly") is True
+        assert volume["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

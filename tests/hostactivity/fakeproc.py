@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from allsmi.hostactivity.cgrouptree import CgroupTree
 from allsmi.support.pidns import PROC_PID_INIT_INO
 
 
@@ -16,6 +17,10 @@ def pid_namespace(proc: Path, inode: int = PROC_PID_INIT_INO) -> None:
     if os.path.lexists(ns / "pid"):
         (ns / "pid").unlink()
     (ns / "pid").symlink_to(f"pid:[{inode}]")
+
+
+#: The cgroup of a fake process unless told (v2, without the CPU controller: no limit).
+DEFAULT_CGROUP = "0::/job.slice\n"
 
 
 def stat_line(pid: int, state: str = "S", utime: int = 0, stime: int = 0, threads: int = 1,
@@ -35,7 +40,7 @@ def stat_line(pid: int, state: str = "S", utime: int = 0, stime: int = 0, thread
 
 def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threads: int = 1,
                   blocked: int = 0, start: int = 1000, blkio: int | None = 0,
-                  io: dict[str, int] | None = None, cgroup: str | None = "0::/job.slice\n",
+                  io: dict[str, int] | None = None, cgroup: str | None = DEFAULT_CGROUP,
                   comm: str = "python", sched: tuple[int, int] | None = None,
                   tgid: int | None = None) -> Path:
     """A fake /proc/PID; ``tgid``: write its ``status`` naming the process it is a thread of
@@ -56,6 +61,8 @@ def write_process(root: Path, pid: int, *, state: str = "S", cpu: int = 0, threa
         (base / "io").write_text("".join(f"{k}: {v}\n" for k, v in io.items()))
     if cgroup is not None:
         (base / "cgroup").write_text(cgroup)
+    if cgroup == DEFAULT_CGROUP and not (root / "sys" / "fs" / "cgroup" / "job.slice").exists():
+        write_cgroup(root, "job.slice", "usage_usec 0\n")  # (it exists, as the kernel's do)
     if tgid is not None:
         name = comm.replace("\\", "\\\\").replace("\n", "\\n")
         (base / "status").write_text(f"Name:\t{name}\nUmask:\t0022\nState:\t{state}\n"
@@ -97,3 +104,18 @@ def write_cgroup(root: Path, path: str, text: str) -> None:
     where = root / "sys" / "fs" / "cgroup" / path.lstrip("/")
     where.mkdir(parents=True, exist_ok=True)
     (where / "cpu.stat").write_text(text)
+
+
+def real_cgroups(root: Path, *pids: int) -> CgroupTree:
+    """A cgroup tree under ``root`` holding the cgroups this machine's processes ``pids`` are
+    in (v2's, and v1's ``cpu`` hierarchy), none with a CPU limit, read as the host's: the tests
+    of real processes (which are about something else) then read their cgroups there, whatever
+    cgroup namespace the suite runs in."""
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            hierarchy, controllers, path = line.split(":", 2)
+            if hierarchy == "0" and not controllers:
+                write_cgroup(root, path, "usage_usec 0\n")
+            elif "cpu" in controllers.split(","):
+                write_cgroup(root, f"{controllers}/{path.lstrip('/')}", "usage_usec 0\n")
+    return CgroupTree(str(root / "no-proc"), str(root / "sys" / "fs" / "cgroup"))

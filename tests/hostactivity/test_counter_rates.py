@@ -17,7 +17,7 @@ from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
 from allsmi.collection.waiting import WaitingClassifier
 
-from .fakeproc import write_node
+from .fakeproc import real_cgroups, write_node
 
 
 class _Clock:
@@ -140,9 +140,10 @@ def test_an_idle_holder_beside_a_hot_added_port_is_not_communicating(tmp_path: P
     (``unknown``, saying so); from its second reading on, it is measured."""
     write_node(tmp_path, net={"eth0": (1, 1)}, ib={"mlx5_0": (1000, 1000)})
     clock = _Clock()
-    sampler = HostActivitySampler(sys_root=str(tmp_path / "sys"), monotonic=clock)
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
+        sampler = HostActivitySampler(sys_root=str(tmp_path / "sys"), monotonic=clock,
+                                      tree=real_cgroups(tmp_path, sleeper.pid))
         dev = DeviceSample(id="G", vendor="nvidia", kind="gpu", backend="nvidia",
                            utilization_percent=100.0, compute_active_percent=1.0,
                            compute_active_source="sm_active",

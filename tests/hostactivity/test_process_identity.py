@@ -21,7 +21,7 @@ from allsmi.hostactivity.settings import ActivitySettings
 from allsmi.schema import DeviceSample, ProcessSample
 from allsmi.collection.waiting import WaitingClassifier, classify_holder
 
-from .fakeproc import write_cgroup, write_node, write_process
+from .fakeproc import real_cgroups, write_cgroup, write_node, write_process
 
 LINUX = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")
 
@@ -151,7 +151,8 @@ def test_a_real_process_listed_by_its_pid_and_a_thread_id_is_one_process(tmp_pat
     try:
         tid = int(child.stdout.readline())  # type: ignore[union-attr]
         assert tid != child.pid
-        sampler = HostActivitySampler(sys_root=str(tmp_path / "sys"))
+        sampler = HostActivitySampler(sys_root=str(tmp_path / "sys"),
+                                      tree=real_cgroups(tmp_path, child.pid))
         step = WaitingClassifier(ActivitySettings(), sampler)
         dev = _dev(child.pid, tid)
         step.apply([dev])
@@ -173,8 +174,9 @@ def test_a_holder_one_of_whose_processes_could_not_be_read_is_never_called_idle(
     write_node(tmp_path, net={"eth0": (1, 1)})
     sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
     try:
+        tree = real_cgroups(tmp_path, *(s.pid for s in sleepers))
         step = WaitingClassifier(ActivitySettings(),
-                                 HostActivitySampler(sys_root=str(tmp_path / "sys")))
+                                 HostActivitySampler(sys_root=str(tmp_path / "sys"), tree=tree))
         dev = _dev(*(s.pid for s in sleepers))
         step.apply([dev])
         time.sleep(0.3)
