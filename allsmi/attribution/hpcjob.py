@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from allsmi.schema import DeviceSample
+from allsmi.schema.numbers import number_in_text
 
 from .matching import DeviceIndex
 from .model import (BAD_SHARE_REASONS, SourceError, SourceResult, SourceTimeout,
@@ -46,13 +47,17 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,127}\Z")
 
 
 def parse_share(text: str) -> float | None:
-    """A declared share: a fraction in (0, 1] (``0.25``) or a percentage (``25%``); ``None``
+    """A declared share: a fraction in (0, 1] (``0.25``) or a percentage (``25%``), written in
+    the ASCII decimal forms every number given as text is
+    (:func:`~allsmi.schema.numbers.number_in_text`: never ``0.2_5``, ``０.５`` or ``nan``); ``None``
     when ``text`` is neither."""
+    percent = text.endswith("%")
     try:
-        value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        value = number_in_text(text[:-1] if percent else text, 0.0, 100.0 if percent else 1.0,
+                               low_open=True)
     except ValueError:
         return None
-    return value if 0.0 < value <= 1.0 else None
+    return value / 100.0 if percent else value
 
 
 class JobFileError(OSError):

@@ -49,11 +49,22 @@ DEADLINE_MARGIN = 0.1
 MAX_GUESSED_REPLICAS = 256
 #: The kubelet answers a few KiB per pod; more than this is not an answer (dcgm-exporter: 16 MiB).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+#: Matching the ids of a List answer looks at the cycle's deadline every this many ids.
+CHECK_EVERY = 1024
 #: The most of one device id a status message shows.
 SHOWN_ID_CHARACTERS = 96
 #: With the pip of the interpreter allsmi runs under: a bare ``pip`` may belong to another Python.
 INSTALL_COMMAND = f"{sys.executable} -m pip install 'allsmi[kubernetes]'"
 INSTALL_HINT = f"grpcio and protobuf are not installed: {INSTALL_COMMAND}"
+
+
+def _within(deadline: float, read: int, timeout: float) -> None:
+    """Raise :class:`SourceTimeout` once ``deadline`` (monotonic) is past: an answer of millions
+    of ids (up to :data:`MAX_RESPONSE_BYTES`) never keeps the worker matching them beyond the
+    cycle's ``timeout_seconds`` (the source's last answer is carried, as for a slow kubelet)."""
+    if time.monotonic() > deadline:
+        raise SourceTimeout(f"kubelet List answer: {read} device ids and containers not matched "
+                            f"to devices within {timeout:.3g} s; not read")
 
 
 def _shown(device_id: str) -> str:
@@ -222,10 +233,13 @@ class KubeletSource(AttributionSource):
         index = DeviceIndex(devices, self.settings.node_names)
         #: (device, workload, the replica held (resource, physical id, number, id) or None)
         claims: list[tuple[DeviceSample, Workload, tuple[str, str, int, str] | None]] = []
-        unmatched: list[str] = []
+        unmatched: list[str] = []  # the first few shown, all counted
+        unmatched_count = 0
         minors: dict[str, str] = {}  # the NVIDIA DRA driver's gpu-<minor> names, read once
+        read = 0  # ids and containers matched: the deadline is looked at every CHECK_EVERY
         for pod in response.pod_resources:
             for container in pod.containers:
+                read += 1
                 work = Workload("kubernetes", namespace=pod.namespace, pod=pod.name,
                                 container=container.name)
                 for group in container.devices:
@@ -233,9 +247,14 @@ class KubeletSource(AttributionSource):
                     if rule is None:
                         continue  # not an accelerator (a NIC, hugepages...)
                     for raw in group.device_ids:
+                        read += 1
+                        if not read % CHECK_EVERY:
+                            _within(deadline, read, self.timeout)
                         targets = index.match(raw, rule.vendor, rule.id_kind)
                         if not targets:
-                            unmatched.append(f"{group.resource_name}={_shown(raw)}")
+                            unmatched_count += 1
+                            if len(unmatched) < 5:
+                                unmatched.append(f"{group.resource_name}={_shown(raw)}")
                         base, n = split_replica(raw)
                         replica = None if n is None else (group.resource_name, base, n, raw)
                         claims.extend((dev, work, replica) for dev in targets)
@@ -243,8 +262,12 @@ class KubeletSource(AttributionSource):
                     targets = next((found for raw in ids
                                     if (found := index.match(raw, name[0], "auto"))), [])
                     if not targets:
-                        unmatched.append(f"DRA {name[1]}")
+                        unmatched_count += 1
+                        if len(unmatched) < 5:
+                            unmatched.append(f"DRA {name[1]}")
                     claims.extend((dev, work, None) for dev in targets)
+                if not read % CHECK_EVERY:
+                    _within(deadline, read, self.timeout)
         allocatable = self._replica_counts(now, deadline) if any(c[2] for c in claims) else {}
         # Replicas per (resource, physical id): the allocatable ones, else the highest held + 1.
         seen: dict[tuple[str, str], int] = {}
@@ -280,8 +303,8 @@ class KubeletSource(AttributionSource):
             out[dev_id] = tuple(entries)
         problems = []
         if unmatched:
-            problems.append(f"{len(unmatched)} allocated device id(s) match no device: "
-                            f"{', '.join(unmatched[:5])}")
+            problems.append(f"{unmatched_count} allocated device id(s) match no device: "
+                            f"{', '.join(unmatched)}")
         if bad:
             problems.append(f"{len(bad)} time-slicing replica id(s) out of range, not "
                             f"attributed: {', '.join(bad[:5])}")

@@ -87,7 +87,15 @@ class DeviceIndex:
         self._by_bus: dict[str, list[DeviceSample]] = {}
         self._by_serial: dict[str, list[DeviceSample]] = {}
         self._children: dict[str, list[DeviceSample]] = {}
+        #: Whole devices by index, and each vendor's backends: an id naming no device costs a
+        #: few lookups, never a scan of the devices (a kubelet answer of millions of ids).
+        self._by_index: dict[int, list[DeviceSample]] = {}
+        self._backends: dict[str, set[str]] = {}
         for dev in self.devices:
+            if dev.parent is None and dev.index is not None:
+                self._by_index.setdefault(dev.index, []).append(dev)
+            for family in _family(dev):
+                self._backends.setdefault(family, set()).add(dev.backend.lower())
             for text in {dev.id, dev.uuid}:
                 if text:
                     self._by_text.setdefault(text.lower(), []).append(dev)
@@ -104,6 +112,10 @@ class DeviceIndex:
                     self._by_serial.setdefault(value.strip().lower(), []).append(dev)
             if dev.parent:
                 self._children.setdefault(dev.parent, []).append(dev)
+        #: The lengths of the ids a suffixed id may start with, and each id's position (the
+        #: first one listed wins where several do).
+        self._key_lengths = sorted({len(key) for key in self._by_text if len(key) >= 8})
+        self._key_order = {key: n for n, key in enumerate(self._by_text)}
         #: Devices whose partitions each sit at a PCI address of their own (an AMD board's
         #: compute partitions, ``<bus>.<partition>``; MIG instances share their GPU's).
         self._addressed = {parent for parent, children in self._children.items()
@@ -120,11 +132,11 @@ class DeviceIndex:
             return found
         # "<uuid>_cores_0-3", "<uuid>/1", "<uuid>-vf0": a known id followed by a separator.
         lowered = text.lower()
-        for key, devs in self._by_text.items():
-            if len(key) >= 8 and len(lowered) > len(key) and lowered.startswith(key) \
-                    and not lowered[len(key)].isalnum():
-                return self._filter(devs, vendor)
-        return []
+        keys = [lowered[:n] for n in self._key_lengths
+                if n < len(lowered) and not lowered[n].isalnum() and lowered[:n] in self._by_text]
+        if not keys:
+            return []
+        return self._filter(self._by_text[min(keys, key=self._key_order.__getitem__)], vendor)
 
     def by_bus_id(self, text: str, vendor: str | None = None) -> list[DeviceSample]:
         """The device at a PCI address: the whole device where its partitions share its
@@ -143,8 +155,8 @@ class DeviceIndex:
 
     def by_index(self, index: int, vendor: str | None) -> list[DeviceSample]:
         """The whole device with this index (of ``vendor``; without a vendor, only if one matches)."""
-        found = [d for d in self.devices if d.parent is None and d.index == index
-                 and (vendor is None or vendor in _family(d))]
+        found = [d for d in self._by_index.get(index, ())
+                 if vendor is None or vendor in _family(d)]
         # A backend named like another backend's vendor ("intel" GPUs beside Gaudi's vendor "intel"):
         # the backend of that name first.
         exact = [d for d in found if vendor is not None and d.backend.lower() == vendor]
@@ -186,8 +198,7 @@ class DeviceIndex:
             return []
         prefix, number = match.group(1).lower(), int(match.group(2))
         # A vendor (``huawei``, ``aws``, ``intel``) declares no names: its backends do.
-        vendors = [vendor, *sorted({d.backend.lower() for d in self.devices
-                                    if vendor in _family(d)} - {vendor})] \
+        vendors = [vendor, *sorted(self._backends.get(vendor, set()) - {vendor})] \
             if vendor else list(self.node_names)
         for name in vendors:
             if prefix == name or prefix in self.node_names.get(name, ()):
@@ -268,8 +279,7 @@ class DeviceIndex:
         named = re.fullmatch(rf"([A-Za-z]+)({_DIGITS})", text)
         if named:
             family, number = named.group(1).lower(), int(named.group(2))
-            hit = [d for d in self.devices if d.parent is None and d.index == number
-                   and family in _family(d)]
+            hit = [d for d in self._by_index.get(number, ()) if family in _family(d)]
             if hit:
                 return hit
         return self.by_serial(text)

@@ -70,6 +70,16 @@ def fixed(value: float | None, digits: int) -> str:
     return text[1:] if text.startswith("-") and not text.strip("-0.") else text
 
 
+def above_zero(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals, as :func:`fixed`; a value above 0 that would print as
+    0 is ``<0.01`` (for 2 digits): a figure listed because it is not 0 never reads as 0 (the idle
+    hours of ``allsmi idle`` and of the dashboard's idle view)."""
+    text = fixed(value, digits)
+    if value > 0 and not text.strip("0."):
+        return f"<{10.0 ** -digits:.{digits}f}"
+    return text
+
+
 def csv_cell(value: object) -> str:
     """A CSV cell safe to open in a spreadsheet: formula-like text is neutralized.
 

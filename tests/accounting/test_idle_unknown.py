@@ -134,3 +134,50 @@ def test_allsmi_idle_lists_a_holder_whose_idle_time_is_unknown(tmp_path: Path) -
     csv_out = run_allsmi("idle", *common, "--group-by", "resource_group", "--format", "csv")
     assert csv_out.returncode == 0, csv_out.stderr
     assert csv_out.stdout.splitlines()[2].startswith("default,,,,,,,,,0.066667,,")
+
+
+def test_waste_and_idle_list_a_holder_whose_allocated_time_is_unknown(tmp_path: Path) -> None:
+    """A device that cannot list its processes or workloads (``processes`` and ``workloads``
+    None) has unknown allocated time: ``allsmi waste`` and ``allsmi idle`` left its group out
+    silently, as if nobody had held it. Both list it, after the known rows, marked unknown."""
+    import dataclasses
+    import json
+
+    from ..conftest import run_allsmi
+    db = tmp_path / "ledger.db"
+    blind = dataclasses.replace(device("GPU-b", util=1.0, group="blind"), processes=None,
+                                workloads=None)
+    record(db, [snap(T0 + t, device("GPU-a", util=1.0, users=["ann"], group="gpus"), blind)
+                for t in range(0, 121, 10)])
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[groups.gpus]\nprice_per_device_hour = 2.0\ncurrency = \"EUR\"\n"
+                   "[groups.blind]\nprice_per_device_hour = 1.0\ncurrency = \"EUR\"\n")
+    common = ("--ledger", str(db), "--since", "2026-03-02T00:00:00Z", "--until",
+              "2026-03-02T00:02:00Z", "--config", str(cfg))
+    for command, hours in (("waste", "allocated_device_hours"),
+                           ("idle", "idle_allocated_device_hours")):
+        for group_by in ("resource_group", "resource_group,user"):
+            out = run_allsmi(command, *common, "--group-by", group_by, "--format", "json")
+            assert out.returncode == 0, out.stderr
+            got = [(r["resource_group"], r[hours], r["allocated_device_hours"])
+                   for r in json.loads(out.stdout)["rows"]]
+            assert got == [("gpus", 0.033333, 0.033333), ("blind", None, None)], (command, got)
+        table = run_allsmi(command, *common, "--group-by", "resource_group").stdout
+        assert [line.split()[:2] for line in table.splitlines()[2:]][-1] == ["blind", "unknown"]
+        if command == "waste":
+            row = json.loads(run_allsmi(command, *common, "--format", "json").stdout)["rows"][-1]
+            assert row["cost"] is None and row["lost_cost"] is None
+            assert row["evidence"].startswith("allocated time unknown"), row
+
+
+def test_allsmi_idle_shows_a_holder_idle_for_seconds_as_above_0(tmp_path: Path) -> None:
+    """A holder idle for a second (0.000139 h, listed: it shows at the microhour) read ``0.00``
+    idle hours in the table, as if it had none: it reads ``<0.01``."""
+    from ..conftest import run_allsmi
+    db = tmp_path / "ledger.db"
+    record(db, [snap(T0 + t, device("GPU-a", util=1.0 if t == 0 else 50.0, users=["ann"]))
+                for t in range(0, 121)])
+    out = run_allsmi("idle", "--ledger", str(db), "--since", "2026-03-02T00:00:00Z", "--until",
+                     "2026-03-02T00:02:00Z", "--group-by", "user")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[2].split()[1:4] == ["ann", "<0.01", "0.03"], out.stdout

@@ -174,10 +174,15 @@ def test_a_file_over_the_bound_is_reported_not_read(tmp_path: Path) -> None:
     assert "larger than 64 KiB" in result.statuses[0].message
 
 
-@pytest.mark.parametrize("share", ["NaN", "2", "-1", "inf", "0"])
+@pytest.mark.parametrize("share", ["NaN", "2", "-1", "inf", "0",
+                                   # Python's other number forms, read as 0.25 or 0.5 by float():
+                                   # a share is written in ASCII decimal forms only
+                                   "0.2_5", "2_5%", "\u0660.\u0662\u0665", "\uff10.\uff15",
+                                   "0x1p-2"])
 def test_a_bad_share_ignores_the_share_not_the_job(tmp_path: Path, share: str) -> None:
-    """``1234 NaN`` (or 2, -1): job 1234 still holds the device, without a share, and the share
-    is named in the status (issue 32, item 9); the other jobs' shares hold."""
+    """``1234 NaN`` (or 2, -1, ``0.2_5``, full-width ``０.５``): job 1234 still holds the device,
+    without a share, and the share is named in the status (issue 32, item 9); the other jobs'
+    shares hold."""
     (tmp_path / "nvidia3").write_text(f"1234 {share}\n1235 0.25\n")
     result = Attributor([HpcJobSource(tmp_path)], 5).resolve(DEVICES)
     works = {w.job_id: w.share for w in result.device_workloads(find(DEVICES, "nvidia", 3).id) or ()}

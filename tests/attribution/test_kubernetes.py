@@ -90,6 +90,22 @@ def test_ids_matching_no_device_are_reported_not_invented(server: PodResourcesSe
     assert all(result.device_workloads(d.id) == () for d in DEVICES)
 
 
+def test_matching_a_huge_answer_never_runs_past_the_timeout(server: PodResourcesServer) -> None:
+    """A kubelet answer of millions of ids that name no device (8 MiB, within the 16 MiB the
+    source accepts) kept the worker matching them for tens of seconds, far beyond its
+    ``timeout_seconds`` (each id scanned every device, and nothing looked at the deadline): the
+    source reports a timeout once its time is spent instead (its last answer carried)."""
+    from allsmi.attribution.model import SourceTimeout
+    server.pods = [pod("ml", "huge", {"main": [("nvidia.com/gpu", ["zz"] * 2_000_000)]})]
+    server.pods.append(pod("ml", "real", {"main": [("nvidia.com/gpu", ["0"])]}))
+    source = KubeletSource(server.socket, SETTINGS, timeout_seconds=1.0)
+    with pytest.raises(SourceTimeout, match="not matched to devices within 1 s"):
+        source.collect(DEVICES, SIM_NOW)
+    server.pods = server.pods[1:]  # the next answer, of a normal size, is matched as ever
+    result = source.collect(DEVICES, SIM_NOW)
+    assert [w.pod for w in result.workloads[find(DEVICES, "nvidia", 0).id]] == ["real"]
+
+
 def test_hang_then_garbage_then_recovery_never_delay_or_break_the_others(
         server: PodResourcesServer, tmp_path) -> None:
     _cluster(server)

@@ -277,3 +277,17 @@ def test_the_idle_view_ranks_costs_within_their_currency_and_unknown_costs_last(
     want = ["eur-big", "eur-small", "eur-zero", "usd", "unpriced-long", "unpriced"]
     assert [r.holder[0] for r in order_rows(rows, "cost")] == want
     assert [r.holder[0] for r in order_rows(rows, "cost", descending=False)] == want[::-1]
+
+
+def test_a_holder_idle_for_seconds_shows_idle_time_above_0() -> None:
+    """A holder idle for under about 2 s is listed (its idle time is above 0) but its idle
+    device-hours printed ``0.000``: it shows ``<0.001``, as ``allsmi idle`` shows ``<0.01``."""
+    from allsmi.dashboard.state.idle import IdleRow
+    from allsmi.usage import Holder
+    from allsmi.dashboard.views.idleview import idle_cells
+    from allsmi.dashboard.views.render import Palette
+
+    cells = [idle_cells(IdleRow("g", Holder(user="ann"), idle_seconds=seconds,
+                                idle_cost=None, currency=None), {}, Palette())[1].plain
+             for seconds in (0.5, 1.7, 3.6, 360.0)]
+    assert cells == ["<0.001", "<0.001", "0.001", "0.10"]

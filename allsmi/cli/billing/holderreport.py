@@ -123,6 +123,14 @@ def rank(rows: list[dict[str, Any]], amount: Callable[[dict[str, Any]], float | 
                   + (tuple(str(row[k] or "") for k in KEYS),))
 
 
+def held_unknown(row: Any) -> bool:
+    """Whether ``row`` (a report row) was observed but whether anyone held its devices is
+    unknown (none of them could list its processes or workloads): it may have held devices,
+    idle or wasted, so ``allsmi idle`` and ``allsmi waste`` list it, marked unknown, never
+    leaving it out as if nobody had."""
+    return row.allocated_device_hours is None and bool(row.observed_device_hours)
+
+
 def currencies_note(rows: list[dict[str, Any]]) -> str:
     """``; costs ranked within each currency (EUR, USD)`` when the rows' costs are in more
     than one currency, else nothing."""

@@ -19,7 +19,8 @@ from typing import Any
 import click
 
 from allsmi.cli.billing import holderreport
-from allsmi.cli.billing.holderreport import KEYS, aligned, currencies_note, money, rank
+from allsmi.cli.billing.holderreport import (
+    KEYS, aligned, currencies_note, held_unknown, money, rank)
 from allsmi.cli.billing.reportcmd import Run, guarded, source_options
 
 #: Columns of the CSV and of each JSON row (the export's names), then ``devices``.
@@ -58,12 +59,13 @@ def idle_rows(report: Any) -> list[dict[str, Any]]:
     counters' rates (a Prometheus source) lists no holder idle for 0.000000 hours. A holder
     whose idle time is unknown (it held a device that reports neither utilization nor compute
     activity) is listed too, after those whose idle cost is known, its idle time and idle cost
-    null: it may have held devices idle, and is never left out as if it had not."""
+    null: it may have held devices idle, and is never left out as if it had not; so is one
+    whose allocated time is unknown (:func:`~allsmi.cli.billing.holderreport.held_unknown`)."""
     from allsmi.accounting.formats import json_row
     out = []
     for row in report.rows:
         if row.idle_allocated_device_hours is None:
-            if not row.allocated_device_hours:  # held nothing (or unknown whether it did)
+            if not row.allocated_device_hours and not held_unknown(row):  # held nothing
                 continue
         elif not row.idle_allocated_device_hours:  # none
             continue
@@ -78,12 +80,14 @@ def idle_rows(report: Any) -> list[dict[str, Any]]:
 def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
     """An aligned text table with only the grouping columns in use."""
     from allsmi.accounting.periods import iso
+    from allsmi.schema.formatting import above_zero
     keys = [k for k in KEYS if k in report.group_by]
     head = keys + ["idle h", "allocated h", "idle cost", "devices"]
     body = [[row[k] or "-" for k in keys] + [
         "unknown" if row["idle_allocated_device_hours"] is None
-        else f"{row['idle_allocated_device_hours']:.2f}",
-        "" if row["allocated_device_hours"] is None else f"{row['allocated_device_hours']:.2f}",
+        else above_zero(row["idle_allocated_device_hours"], 2),
+        "unknown" if row["allocated_device_hours"] is None
+        else above_zero(row["allocated_device_hours"], 2),
         money(row["idle_cost"], row["currency"]), " ".join(row["devices"])] for row in rows]
     return aligned(f"allocated-but-idle devices, {iso(report.window.start)} to "
                    f"{iso(report.window.end)} ({report.source}){currencies_note(rows)}", head, body,

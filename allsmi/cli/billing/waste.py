@@ -21,7 +21,8 @@ from typing import Any
 import click
 
 from allsmi.cli.billing import holderreport
-from allsmi.cli.billing.holderreport import KEYS, aligned, currencies_note, money, rank
+from allsmi.cli.billing.holderreport import (
+    KEYS, aligned, currencies_note, held_unknown, money, rank)
 from allsmi.cli.billing.reportcmd import Run, guarded, source_options
 from allsmi.schema import WAITING_REASONS
 
@@ -61,6 +62,9 @@ def evidence(item: dict[str, Any]) -> str:
     """What the allocated time went to, in words: the reasons by their share of it (with the
     time no reason was booked for, where that is 0.5 % of it or more: a ledger recorded before
     the classification, or with it switched off, for part of the window), then the efficiency."""
+    if item["allocated_device_hours"] is None:
+        return ("allocated time unknown: none of its devices could list its processes or "
+                "workloads")
     waits = [(r, item[f"waiting_{r}_seconds"]) for r in WAITING_REASONS]
     total = sum(s for _, s in waits if s)
     parts = []
@@ -91,11 +95,13 @@ def _duration(seconds: float) -> str:
 
 
 def waste_rows(report: Any) -> list[dict[str, Any]]:
-    """The rows with allocated time, as JSON-ready dicts, most money lost first."""
+    """The rows with allocated time, as JSON-ready dicts, most money lost first. A row whose
+    allocated time is unknown (:func:`~allsmi.cli.billing.holderreport.held_unknown`) is
+    listed too, last, its allocated time and what it lost null: it may have held devices."""
     from allsmi.accounting.formats import json_row
     out = []
     for row in report.rows:
-        if not row.allocated_device_hours:  # none, or unknown
+        if not row.allocated_device_hours and not held_unknown(row):  # none
             continue
         full = json_row(row)
         item = {k: full.get(k) for k in COLUMNS if k in full}
@@ -116,6 +122,8 @@ def _lost(row: dict[str, Any]) -> float | None:
     """What a row ranks by: its lost cost, else (its activity unknown) the cost of the time it
     was known to wait on input, the host, communication or nothing, at least that was lost;
     ``None`` when no cost of it is known (no price, nothing measured)."""
+    if row["allocated_device_hours"] is None:  # whether it held anything is unknown
+        return None
     if row["lost_cost"] is not None:
         return float(row["lost_cost"])
     known = [row[f"waiting_{r}_cost"] for r in _LOST_REASONS
@@ -126,10 +134,12 @@ def _lost(row: dict[str, Any]) -> float | None:
 def to_table(report: Any, rows: list[dict[str, Any]]) -> str:
     """An aligned text table with only the grouping columns in use."""
     from allsmi.accounting.periods import iso
+    from allsmi.schema.formatting import above_zero
     keys = [k for k in KEYS if k in report.group_by]
     head = keys + ["allocated h", "efficiency", "cost", "lost", "evidence"]
     body = [[row[k] or "-" for k in keys] + [
-        f"{row['allocated_device_hours']:.2f}",
+        "unknown" if row["allocated_device_hours"] is None
+        else above_zero(row["allocated_device_hours"], 2),
         "" if row["efficiency_ratio"] is None else f"{100.0 * row['efficiency_ratio']:.0f} %",
         money(row["cost"], row["currency"]), money(row["lost_cost"], row["currency"]),
         row["evidence"]] for row in rows]

@@ -11,7 +11,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from rich.text import Text
 
-from allsmi.schema.formatting import NA
+from allsmi.schema.formatting import NA, above_zero
 
 from allsmi.dashboard.state.idle import IdleRow, row_text
 from allsmi.dashboard.state.filtering import Filter, apply_filter, text_matches
@@ -83,10 +83,11 @@ def pod_text(row: IdleRow) -> str:
 
 
 def hours_text(seconds: float) -> str:
-    """Device-hours with enough digits for minutes of idle time: 0.004, 0.25, 12.5."""
+    """Device-hours with enough digits for minutes of idle time: 0.004, 0.25, 12.5; ``<0.001``
+    for seconds of it (never a 0 for a holder listed because it sat idle), as ``allsmi idle``."""
     hours = seconds / 3600.0
     if hours < 0.1:
-        return f"{hours:.3f}"
+        return above_zero(hours, 3)
     if hours < 100:
         return f"{hours:.2f}"
     return f"{hours:.0f}"
