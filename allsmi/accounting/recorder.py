@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Iterable
 
 from allsmi.accounting.buckets import Bucket
@@ -49,6 +50,11 @@ _VALID = ("ok", "degraded")
 #: a day of one-minute intervals for about 70 devices (some 30 MB). Beyond it the oldest are
 #: dropped, counted in ``dropped_intervals`` and logged.
 MAX_UNWRITTEN = 100_000
+#: How long :meth:`LedgerRecorder.close` keeps retrying intervals the ledger could not take
+#: (each attempt waits SQLite's 2 s for a lock), a pause between attempts: well within the
+#: 30 s systemd and Kubernetes give a stopping process.
+CLOSE_RETRY_SECONDS = 10.0
+CLOSE_RETRY_PAUSE_SECONDS = 0.5
 
 _UNSET = object()
 
@@ -345,6 +351,13 @@ class LedgerRecorder(RecorderWrites):
             try:
                 self._admit(self.hold.close)  # snapshots still held: recorded as they are
                 self._flush_all()
+                # A lock held a few seconds more (a backup, the sqlite3 shell), a disk freed:
+                # retried for a while before what is held is given up with the process.
+                deadline = time.monotonic() + CLOSE_RETRY_SECONDS
+                while self._unwritten and time.monotonic() < deadline:
+                    time.sleep(CLOSE_RETRY_PAUSE_SECONDS)
+                    self._write_records([], self._trusted(max(
+                        r.start + r.last_ms / 1000.0 for r in self._unwritten)))
             except Exception as exc:
                 self.last_error = str(exc)
                 log.exception("ledger: writing the last interval failed")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from typing import Any
 
 import click
 
 from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, fail,
                                log_to_stderr, settings, simulation_speed)
+from allsmi.cli.snapshot_run import leave_now
+from allsmi.cli.stopsignals import StartupStopped, StopSignals
 
 
 @click.command()
@@ -31,6 +31,17 @@ def record(ledger_path: str | None, **opts: Any) -> None:
       allsmi record --ledger /var/lib/allsmi/ledger.db --interval 1
       ALLSMI_SIMULATE_SPEED=60 allsmi record --simulate mixed --ledger /tmp/demo.db
     """
+    # first of all: SIGTERM while the backends are built is a clean stop too (stopsignals)
+    signals = StopSignals()
+    try:
+        _record(signals, ledger_path, **opts)
+    except StartupStopped:
+        click.echo(f"allsmi: {signals.name} while starting: stopped", err=True)
+    finally:
+        signals.restore()
+
+
+def _record(signals: StopSignals, ledger_path: str | None, **opts: Any) -> None:
     from allsmi.accounting.ledger.store import LedgerError
     from allsmi.accounting.recorder import LedgerRecorder
     from allsmi.accounting.settings import ledger_settings
@@ -54,35 +65,46 @@ def record(ledger_path: str | None, **opts: Any) -> None:
         recorder = LedgerRecorder(ledger.path, s.config, settings=ledger, max_gap_seconds=gap)
     except LedgerError as exc:
         raise fail(str(exc), 1) from None
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    # SIGHUP too (its terminal closed, an ssh session ended): the interval in progress is
-    # written as for SIGTERM, not lost with the process
-    previous = {sig: signal.signal(sig, on_signal)
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    collector = build_collector(s)
-    collector.subscribe(recorder.on_snapshot)
-    click.echo(f"allsmi: recording {ledger.interval_seconds}-second intervals into {ledger.path} "
-               f"(sampling every {s.interval:g} s); stop with SIGTERM or Ctrl-C", err=True)
+    collector = None
     try:
+        collector = build_collector(s)
+        collector.subscribe(recorder.on_snapshot)
+        # SIGHUP too (its terminal closed, an ssh session ended): the interval in progress is
+        # written as for SIGTERM, not lost with the process. From here on a signal only stops
+        # the wait below (start-up is no longer cut short).
+        signals.started()
+        click.echo(f"allsmi: recording {ledger.interval_seconds}-second intervals into "
+                   f"{ledger.path} (sampling every {s.interval:g} s); stop with SIGTERM or Ctrl-C",
+                   err=True)
         collector.start()
-        while not stop.wait(3600):
-            pass
+        signals.wait()
     finally:
-        collector.close()
+        if collector is not None:
+            collector.close()
         recorder.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    stuck = collector.stuck
+    try:
+        _say_what_was_lost(recorder)
+    except click.exceptions.Exit as exc:
+        if stuck:
+            leave_now(exc.exit_code, stuck)
+        raise
+    if stuck:
+        # a backend stuck in a vendor call can hang the interpreter's exit for ever (the
+        # library's exit handlers wait for that call): the ledger is closed, leave without it
+        leave_now(0, stuck)
+
+
+def _say_what_was_lost(recorder: Any) -> None:
+    """Warn of refused intervals; exit 1 naming the ledger for what it could not take."""
+    path = recorder.settings.path
     if recorder.refused_intervals:
         click.echo(f"allsmi: warning: {recorder.refused_intervals} interval(s) were refused: "
-                   f"{ledger.path} already held time placed there (the wall clock stepped back "
+                   f"{path} already held time placed there (the wall clock stepped back "
                    "into recorded time, or into time already rolled up and pruned, or time was "
                    "recorded there earlier under a wall clock that was ahead)", err=True)
     if recorder.unwritten or recorder.dropped_intervals:
         raise fail(f"{recorder.unwritten + recorder.dropped_intervals} completed interval(s) could "
-                   f"not be written to {ledger.path}: {recorder.last_error}", 1)
+                   f"not be written to {path}: {recorder.last_error}", 1)
     if recorder.last_error:
         raise fail(f"recording failed: {recorder.last_error}", 1)

@@ -11,7 +11,6 @@ import errno
 import gc
 import logging
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -19,12 +18,14 @@ from typing import Any
 
 import click
 
-from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, fail, finite,
-                               log_to_stderr, settings)
+from allsmi.cli.common import (build_collector, common_options, ensure_descriptors, exit_code_of,
+                               fail, finite, log_to_stderr, settings)
 from allsmi.cli.numbertype import DecimalRange, WholeRange
 from allsmi.cli.serveoptions import (DEFAULT_LISTEN, DEFAULT_PORT, ENV, MAX_HOLDER_SERIES_LIMIT,
                                      SERVE_KEYS, ServeOptions, load_web, parse_listen,
                                      resolve_options)
+from allsmi.cli.snapshot_run import leave_now
+from allsmi.cli.stopsignals import StartupStopped, StopSignals
 from allsmi.config import Config, ConfigError
 
 __all__ = ["DEFAULT_LISTEN", "DEFAULT_PORT", "ENV", "SERVE_KEYS", "ServeOptions", "parse_listen",
@@ -123,6 +124,20 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
       allsmi serve --listen :9477 --web-config web.yml
       allsmi serve --simulate mixed --interval 1 --processes
     """
+    # first of all: SIGTERM while the backends are built is a clean stop too (stopsignals)
+    signals = StopSignals()
+    try:
+        _serve(signals, listen, processes, web_config, energy_max_gap, ledger, max_holder_series,
+               **opts)
+    except StartupStopped:
+        click.echo(f"allsmi: {signals.name} while starting: stopped", err=True)
+    finally:
+        signals.restore()
+
+
+def _serve(signals: StopSignals, listen: str | None, processes: bool | None,
+           web_config: str | None, energy_max_gap: float | None, ledger: str | None,
+           max_holder_series: int | None, **opts: Any) -> None:
     root = click.get_current_context().find_root().params
     common_interval = opts.get("interval") or root.get("interval")
     s = settings(**opts)
@@ -160,7 +175,7 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
 
     exposition.web_config = server.web_watcher  # its reloads are published and logged
     recorder = collector = thread = None
-    stop = threading.Event()
+    stop = signals.event
     try:
         if o.ledger is not None:
             recorder = _open_recorder(o.ledger, s.config, o.energy_max_gap)
@@ -174,9 +189,9 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         # shorter switch interval lets scrape threads in between, keeping latency flat.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         # SIGHUP too (its terminal closed, an ssh session ended): a clean stop, as `allsmi
-        # record` makes, never SIGHUP's default death that loses the ledger's interval in progress
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: stop.set())
+        # record` makes, never SIGHUP's default death that loses the ledger's interval in
+        # progress. From here on a signal sets `stop` (start-up is no longer cut short).
+        signals.started()
         http_failed: list[BaseException] = []
 
         def serve_http() -> None:
@@ -203,12 +218,10 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         collector.start()
         click.echo(f"allsmi: serving metrics on {server.url}metrics (interval {o.interval:g} s)",
                    err=True)
-        # Set by SIGTERM/SIGINT (whose handlers run here) or the HTTP thread's end. Waited for
-        # a second at a time: a signal the kernel hands to another thread leaves this thread's
-        # lock wait uninterrupted, and Python runs handlers only on this thread (a loaded CI
-        # saw a SIGTERM go unanswered for 15 s); a wake-up a second costs nothing measurable.
-        while not stop.wait(1.0):
-            pass
+        # Set by SIGTERM/SIGINT/SIGHUP (whose handlers run here) or the HTTP thread's end.
+        # Waited for a second at a time (a loaded CI saw a SIGTERM go unanswered for 15 s):
+        # see allsmi.cli.stopsignals.
+        signals.wait()
         if http_failed:
             exc = http_failed[0]
             raise fail(f"the HTTP server stopped ({type(exc).__name__}: {exc}); exiting", 1)
@@ -217,21 +230,29 @@ def serve(listen: str | None, processes: bool | None, web_config: str | None,
         if thread is not None:
             server.shutdown()  # returns once serve_forever has stopped
         workers_ended = server.server_close()  # waits for the password checks under way
+        stuck: list[str] = []
         if collector is not None:
             collector.close()
+            stuck = collector.stuck
         lost = 0
         if recorder is not None:
             recorder.close()
             # what the ledger could not take by the end is lost: said, with exit 1, as by record
             lost = recorder.unwritten + recorder.dropped_intervals
-        if not workers_ended and sys.exc_info()[0] is None:
-            # A worker still inside bcrypt would abort the interpreter's shutdown (SIGABRT):
-            # everything is closed, so leave without it, with the documented exit code.
-            if lost:
+        ending = sys.exc_info()[1]
+        code = (1 if lost else 0) if ending is None else exit_code_of(ending)
+        if (not workers_ended or stuck) and code is not None:
+            # A worker still inside bcrypt would abort the interpreter's shutdown (SIGABRT), a
+            # backend stuck in a vendor call can hang it for ever (the library's exit handlers
+            # wait for that call): everything is closed, so leave without them, with the
+            # documented exit code.
+            if lost and ending is None:
                 click.echo(f"allsmi: {_lost_message(lost, o.ledger, recorder.last_error)}", err=True)
+            if stuck:
+                leave_now(code, stuck)
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(1 if lost else 0)
+            os._exit(code)
         if lost and sys.exc_info()[0] is None:
             raise fail(_lost_message(lost, o.ledger, recorder.last_error), 1)
 

@@ -180,8 +180,9 @@ class BackendRunner:
         """What the worker is doing: ``probe``, ``open``, ``sample`` or ``""`` when idle."""
         return self._phase if self._flight.busy_for() is not None else ""
 
-    def wait(self, deadline: float) -> _Outcome | None:
-        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic).
+    def wait(self, deadline: float, stop: threading.Event | None = None) -> _Outcome | None:
+        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)
+        or ``stop`` is set first (:meth:`SingleFlight.wait`).
 
         A backend whose sample is isolated (:attr:`Backend.sample_isolated`) is sampled here,
         on the caller's thread, within its own timeout: its worker is not woken for it."""
@@ -195,7 +196,7 @@ class BackendRunner:
             return outcome
         if self._flight.thread is None:  # no worker, so no call in flight: the answer stands
             return self._flight.last
-        return self._flight.wait(deadline)
+        return self._flight.wait(deadline, stop)
 
     def _call(self) -> _Outcome:
         started = time.monotonic()

@@ -247,13 +247,12 @@ class Collector:
                     f"previous call{f' ({phase}())' if phase else ''} still running after "
                     f"{busy:.1f} s (timeout {self.timeout:g} s)", None))
                 continue
-            outcome = runner.wait(started + self.timeout)
+            outcome = runner.wait(started + self.timeout, self._stop)  # (not past close())
             if outcome is None:
+                why = "before the collector closed" if self._stop.is_set() else f"within {self.timeout:g} s"
                 phase = runner.phase
-                statuses.append(BackendStatus(
-                    runner.name, "timeout",
-                    f"no answer within {self.timeout:g} s" + (f" (still in {phase}())" if phase else ""),
-                    self.timeout))
+                statuses.append(BackendStatus(runner.name, "timeout", f"no answer {why}" + (
+                    f" (still in {phase}())" if phase else ""), self.timeout))
                 continue
             said = self._said.get(id(runner))
             if said is None or said[0] is not outcome:  # a new answer (not one kept)
@@ -353,7 +352,8 @@ class Collector:
 
     def close_within(self, grace: float) -> bool:
         """Stop the loop and close every backend at once, bounded by about ``2 * grace``
-        seconds past the cycle in flight; ``False`` when some backend's thread is stuck
+        seconds past the cycle in flight (which waits for a backend no more than a few seconds
+        once closing: ``SingleFlight.wait``); ``False`` when some backend's thread is stuck
         (see :attr:`stuck`)."""
         self._stop.set()
         # The cycle in flight ends first, with every backend still open (a backend closed under

@@ -20,6 +20,11 @@ from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
 
+#: How often :meth:`SingleFlight.wait` looks at its ``stop`` event, and how long it still waits
+#: for the call once that is set (a sample a few seconds long still ends: the last cycle keeps it).
+STOP_CHECK_SECONDS = 0.2
+STOP_GRACE_SECONDS = 5.0
+
 
 class SingleFlight(Generic[T]):
     """Runs ``call`` on one daemon thread named ``name``, at most one call at a time.
@@ -83,11 +88,23 @@ class SingleFlight(Generic[T]):
         """The outcome of the last call that finished."""
         return self._outcome
 
-    def wait(self, deadline: float) -> T | None:
-        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic)."""
-        if self._done.wait(max(0.0, deadline - time.monotonic())):
-            return self._outcome
-        return None
+    def wait(self, deadline: float, stop: threading.Event | None = None,
+             stop_grace: float | None = None) -> T | None:
+        """The outcome of the call in flight, or ``None`` if it misses ``deadline`` (monotonic).
+        Once ``stop`` is set (looked at every :data:`STOP_CHECK_SECONDS`), it is waited for at
+        most ``stop_grace`` (:data:`STOP_GRACE_SECONDS`) more: a process told to stop does not
+        wait out the whole timeout of a hung call."""
+        grace = STOP_GRACE_SECONDS if stop_grace is None else stop_grace
+        while True:
+            now = time.monotonic()
+            if stop is not None and stop.is_set():
+                deadline, stop = min(deadline, now + grace), None
+            left = max(0.0, deadline - now)
+            step = left if stop is None else min(left, STOP_CHECK_SECONDS)
+            if self._done.wait(step):
+                return self._outcome
+            if step >= left:
+                return None
 
     def request_close(self) -> None:
         """Let the worker stop after its current call (returns at once)."""

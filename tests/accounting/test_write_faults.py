@@ -337,3 +337,38 @@ def test_a_short_lock_costs_seconds_of_ready_not_the_rest_of_the_minute(tmp_path
         feed(t)  # checkpoints of minute 1 resumed: it is on disk before it completes
     assert T0 + 60 in minutes(db)
     rec.close()
+
+
+def test_record_retries_at_its_stop_a_lock_held_a_few_seconds_more(tmp_path: Path,
+                                                                    recorder) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM while another program holds the database (a backup, the sqlite3 shell): the
+    stop tried once (SQLite's 2 s wait) and gave every interval held in memory up, exit 1. It
+    now retries for a while: a lock released a few seconds later finds them written, exit 0."""
+    import threading
+    db = tmp_path / "ledger.db"
+    proc = recorder(db)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+
+    def failed_writes(at_least: int) -> None:
+        deadline = time.monotonic() + 60
+        while sum("not written" in line for line in lines) < at_least and proc.poll() is None:
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+
+    wait_for(lambda: latest(db) > 0, "a first committed minute", proc)
+    blocker = hold(db)
+    try:
+        failed_writes(1)  # intervals wait in memory
+        proc.send_signal(signal.SIGTERM)
+        failed_writes(3)  # and the stop could not write them either (the last cycle, the stop)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    proc.wait(timeout=60)
+    reader.join(10)
+    err = "".join(lines)
+    assert proc.returncode == 0, err
+    assert "could not be written" not in err
+    assert latest(db) > 0 and rows(db, "PRAGMA integrity_check") == [("ok",)]

@@ -48,7 +48,7 @@ def test_serve_exits_1_when_ledger_intervals_are_still_unwritten(tmp_path: Path)
         try:
             wait_for(lambda: "not ready" in server.get("/ready").text
                      or "not written" in server.get("/ready").text, timeout=60)
-            code = server.stop()
+            code = server.stop(timeout=40)  # (the stop retries the write for 10 s)
         finally:
             blocker.rollback()
             blocker.close()
