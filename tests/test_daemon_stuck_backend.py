@@ -104,7 +104,7 @@ def test_a_backend_stuck_for_good_does_not_hold_the_exit(tmp_path: Path, command
     assert proc.returncode == 0, text
     assert "zzstuck stuck in a vendor call; exiting without waiting" in text, text
     with sqlite3.connect(ledger) as db:  # what was sampled before is in the ledger
-        assert db.execute("SELECT SUM(observed_ms) FROM intervals").fetchone()[0] >= 400
+        assert db.execute("SELECT SUM(observed_ms) FROM intervals").fetchone()[0] >= 150  # (a cycle or more)
 
 
 class _Hung(Backend):

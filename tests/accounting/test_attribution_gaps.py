@@ -86,7 +86,9 @@ def test_without_a_carried_answer_the_hung_time_is_unknown_not_unallocated(tmp_p
     ((observed, allocated, attributed),) = rows(
         db, "SELECT SUM(observed_ms), SUM(allocated_ms), SUM(attributed_ms) FROM intervals")
     assert observed == 59_000
-    assert 20_000 <= attributed <= 45_000, "some cycles hung: their holders are unknown"
+    # 36 cycles answer, 24 hang; an answering cycle that misses its 0.2 s deadline on a loaded
+    # machine is unknown too (18 of 36 were once): at least some answered, never all
+    assert 10_000 <= attributed <= 45_000, "some cycles hung: their holders are unknown"
     assert allocated == attributed, "every second whose holders were known was held"
     row = export_first_hour(tmp_path, db)
     assert row["allocated_device_hours"] == pytest.approx(attributed / 3.6e6, abs=1e-6)
