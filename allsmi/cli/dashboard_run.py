@@ -11,6 +11,7 @@ exactly as click would.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from typing import Any, Mapping
@@ -108,9 +109,21 @@ def run_local(s: Settings, options: Any) -> None:
     # The app keeps its own packed history (sparklines, idle time) and reads the collector's
     # only once, at start: a long collector history (``collector.history_size``, for
     # embedders) would hold hundreds of whole snapshots for nothing (10 KiB each with 8 GPUs).
-    collector = build_collector(s, history_size=DASHBOARD_COLLECTOR_HISTORY)
-    collector.host.prime()
-    collector.start()
+    # SIGTERM or SIGINT while the backends are built (seconds with a slow vendor library) quits
+    # as `q` does, exit 0, and SIGHUP as the terminal going away does (129): never the signal's
+    # default death; once the app runs, its TerminalGuard handles them.
+    from allsmi.cli.stopsignals import StartupStopped, StopSignals
+    signals, collector = StopSignals(), None
+    try:
+        collector = build_collector(s, history_size=DASHBOARD_COLLECTOR_HISTORY)
+        collector.host.prime()
+        collector.start()
+    except StartupStopped as stopped:
+        if collector is not None:
+            _close_quietly(collector.close)
+        raise SystemExit(128 + signal.SIGHUP if stopped.signum == signal.SIGHUP else 0) from None
+    finally:
+        signals.restore()
     try:
         run_app(DashboardApp(NodeSource(collector), config=s.config, options=options,
                              speed=simulation_speed(s.simulate is not None)))
