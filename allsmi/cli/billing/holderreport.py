@@ -123,6 +123,16 @@ def rank(rows: list[dict[str, Any]], amount: Callable[[dict[str, Any]], float | 
                   + (tuple(str(row[k] or "") for k in KEYS),))
 
 
+def output_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--format`` and ``--output`` of ``allsmi idle`` and ``allsmi waste``."""
+    import click
+    command = click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+                           help="Write to FILE atomically (owner-only) instead of stdout.")(command)
+    return click.option("--format", "output_format", type=click.Choice(FORMATS), default="table",
+                        show_default=True,
+                        help="table for people; csv and json use the export's column names.")(command)
+
+
 def held_unknown(row: Any) -> bool:
     """Whether ``row`` (a report row) was observed but whether anyone held its devices is
     unknown (none of them could list its processes or workloads): it may have held devices,

@@ -30,11 +30,7 @@ COLUMNS = KEYS + ("idle_allocated_device_hours", "allocated_device_hours", "idle
 
 @click.command()
 @source_options
-@click.option("--format", "output_format", type=click.Choice(holderreport.FORMATS),
-              default="table", show_default=True,
-              help="table for people; csv and json use the export's column names.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-              help="Write to FILE atomically (owner-only) instead of stdout.")
+@holderreport.output_options
 def idle(**opts: Any) -> None:
     """List who held allocated-but-idle devices over a window, by idle cost.
 

@@ -36,11 +36,7 @@ COLUMNS = KEYS + (
 
 @click.command()
 @source_options
-@click.option("--format", "output_format", type=click.Choice(holderreport.FORMATS),
-              default="table", show_default=True,
-              help="table for people; csv and json use the export's column names.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-              help="Write to FILE atomically (owner-only) instead of stdout.")
+@holderreport.output_options
 def waste(**opts: Any) -> None:
     """Rank holders by money lost: cost not spent on compute activity, and what they waited on.
 
