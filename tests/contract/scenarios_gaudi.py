@@ -40,7 +40,7 @@ def write_standin(directory: Path, fixture: str = "gaudi3-8x-1.22", *,
     """
     directory.mkdir(parents=True, exist_ok=True)
     exe = directory / "hl-smi"
-    exe.write_text(f"#!{sys.executable}\n" + STANDIN_SOURCE.read_text())
+    exe.write_text(f"#!{sys.executable} -S\n" + STANDIN_SOURCE.read_text())
     exe.chmod(0o755)
     config: dict[str, Any] = {
         "fixture": str(GAUDI / (fixture_file or f"{fixture}.csv")),

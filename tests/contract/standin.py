@@ -39,7 +39,7 @@ def write_standin(directory: Path, executable: str, routes: Mapping[str, Mapping
     """
     directory.mkdir(parents=True, exist_ok=True)
     exe = directory / executable
-    exe.write_text(f"#!{sys.executable}\n" + STANDIN_SOURCE.read_text())
+    exe.write_text(f"#!{sys.executable} -S\n" + STANDIN_SOURCE.read_text())
     exe.chmod(0o755)
     config = {"routes": {k: dict(v) for k, v in routes.items()},
               "default": dict(default) if default is not None else None,
