@@ -124,7 +124,7 @@ def test_a_pipelined_flood_does_not_hold_up_other_connections(server: Serve) -> 
 # -- item 2: kept-alive scrapers behind one address ------------------------------------------
 
 
-def _wrk(port: int, connections: int, path: str, seconds: int = 5) -> str:
+def _wrk(port: int, connections: int, path: str, seconds: int = 2) -> str:
     wrk = require_tool("wrk", "wrk")
     done = subprocess.run([wrk, "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
                            f"http://127.0.0.1:{port}{path}"],
