@@ -352,9 +352,10 @@ class LedgerRecorder(RecorderWrites):
                 self._admit(self.hold.close)  # snapshots still held: recorded as they are
                 self._flush_all()
                 # A lock held a few seconds more (a backup, the sqlite3 shell), a disk freed:
-                # retried for a while before what is held is given up with the process.
+                # retried for a while before what is held is given up with the process (not
+                # a record the ledger refused: it would be refused again).
                 deadline = time.monotonic() + CLOSE_RETRY_SECONDS
-                while self._unwritten and time.monotonic() < deadline:
+                while self._unwritten and self.retry_may_pass and time.monotonic() < deadline:
                     time.sleep(CLOSE_RETRY_PAUSE_SECONDS)
                     self._write_records([], self._trusted(max(
                         r.start + r.last_ms / 1000.0 for r in self._unwritten)))

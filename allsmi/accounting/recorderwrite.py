@@ -71,6 +71,10 @@ class RecorderWrites:
         #: failure (see RETRY_SECONDS).
         self._retry_at = float("-inf")
         self._retry_delay = RETRY_SECONDS
+        #: Whether the last failed write failed for the whole database (locked, full,
+        #: read-only: it may pass later) rather than for the intervals kept (a value SQLite
+        #: cannot store fails again, however often it is retried).
+        self.retry_may_pass = False
         #: When the write in progress began (monotonic), None between writes.
         self._writing_since: float | None = None
 
@@ -138,15 +142,18 @@ class RecorderWrites:
         except Exception as exc:  # noqa: BLE001 - a failed write must never lose the intervals
             self.write_errors += 1
             self.last_error = str(exc)
-            if getattr(exc, "whole_database", False) or len(pending) == 1:
+            whole = bool(getattr(exc, "whole_database", False))
+            if whole or len(pending) == 1:
                 failed = pending
             else:  # perhaps one record's fault: write them one by one, keep only the bad ones
                 failed = []
                 for bucket in pending:
                     try:
                         self._store([bucket], now)
-                    except Exception:  # noqa: BLE001
+                    except Exception as one:  # noqa: BLE001
                         failed.append(bucket)
+                        whole = whole or bool(getattr(one, "whole_database", False))
+            self.retry_may_pass = whole
             self._keep(failed)
             self._retry_at = now + self._retry_delay
             self._retry_delay = min(2 * self._retry_delay, RETRY_MAX_SECONDS)

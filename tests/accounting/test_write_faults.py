@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from allsmi.accounting.recorder import MAX_UNWRITTEN, LedgerRecorder
+from allsmi.accounting.recorder import CLOSE_RETRY_SECONDS, MAX_UNWRITTEN, LedgerRecorder
 
 from .helpers import T0, config, device, rows, snap
 
@@ -50,6 +50,15 @@ def minutes(db: Path) -> dict[int, tuple[int, int]]:
 
 # -- in process: the recorder's bookkeeping ------------------------------------------------
 
+@pytest.fixture()
+def short_lock_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's wait for a lock cut from 2 s to 50 ms, for the tests that count attempts, not
+    seconds (each failed attempt waited the whole 2 s)."""
+    import allsmi.accounting.ledger.store as store
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_SECONDS", 0.05)
+
+
+@pytest.mark.usefixtures("short_lock_waits")
 def test_locked_database_keeps_intervals_and_writes_them_later(tmp_path: Path) -> None:
     db = tmp_path / "ledger.db"
     rec = LedgerRecorder(db, config())
@@ -111,13 +120,18 @@ def test_one_bad_record_does_not_block_the_others(tmp_path: Path) -> None:
         # 2**70 bytes cannot be stored in an SQLite integer: that record, and only it, fails.
         rec.on_snapshot(snap(T0 + t, device("GPU-good", power=10.0),
                              sized("GPU-bad", 60 <= t < 120)))
+    started = time.monotonic()
     rec.close()
+    # A record the ledger refuses is refused again: closing does not retry it for
+    # CLOSE_RETRY_SECONDS as it does a locked or full database.
+    assert time.monotonic() - started < CLOSE_RETRY_SECONDS / 2
     assert rec.write_errors >= 1 and rec.unwritten == 1, "the bad minute is kept, not dropped"
     assert rows(db, "SELECT d.device_id, i.start FROM intervals i JOIN devices d ON d.dev = i.dev "
                     "ORDER BY 1, 2") == [("GPU-bad", T0), ("GPU-good", T0),
                                          ("GPU-good", T0 + 60)]  # (120 s: minute 60's end)
 
 
+@pytest.mark.usefixtures("short_lock_waits")
 def test_unwritten_intervals_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import allsmi.accounting.recorder as recorder
     monkeypatch.setattr(recorder, "MAX_UNWRITTEN", 3)
@@ -203,6 +217,7 @@ def test_record_survives_a_held_database(tmp_path: Path, recorder) -> None:  # t
     assert held_for >= 6
 
 
+@pytest.mark.long(17)
 def test_record_exits_1_when_intervals_are_still_unwritten(tmp_path: Path, recorder) -> None:  # type: ignore[no-untyped-def]
     db = tmp_path / "ledger.db"
     proc = recorder(db)

@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 #: SQLITE_CANTOPEN (``sqlite3.SQLITE_CANTOPEN`` from Python 3.11 on).
 _CANTOPEN = 14
+#: Another writer (the sqlite3 shell, a backup tool) holding the database: the writer waits
+#: this long, then the recorder keeps the intervals in memory and retries later rather than
+#: stall the collector that calls it.
+BUSY_TIMEOUT_SECONDS = 2.0
 
 __all__ = ["Dim", "Holder", "IntervalRecord", "Ledger", "LedgerError", "SCHEMA_VERSION", "Share",
            "TIERS", "Totals", "labels_json"]
@@ -126,10 +130,7 @@ class Ledger(LedgerWriter, LedgerReader):
         db.execute("PRAGMA journal_mode=WAL")
         # FULL: a committed interval survives power loss too; one commit a minute is cheap.
         db.execute("PRAGMA synchronous=FULL")
-        # Another writer (the sqlite3 shell, a backup tool) holding the database: wait at
-        # most 2 s, then keep the intervals in memory and retry at the next interval
-        # rather than stall the collector that calls us.
-        db.execute("PRAGMA busy_timeout=2000")
+        db.execute(f"PRAGMA busy_timeout={round(BUSY_TIMEOUT_SECONDS * 1000)}")
 
     def _wal_path(self) -> Path:
         """The write-ahead log's path (beside the file that ``path`` resolves to), resolved
