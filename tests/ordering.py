@@ -1,5 +1,5 @@
 """The order the suite's tests run in under pytest-xdist: the long ones start early, spread
-over the workers (conftest.py's ``pytest_collection_modifyitems``).
+over the workers and staggered in time (conftest.py's ``pytest_collection_modifyitems``).
 
 pytest-xdist's ``worksteal`` scheduler hands each of the N workers a contiguous slice of the
 collected tests (the first ``len // N``, then a ``// (N - 1)`` of the rest, and so on) and,
@@ -10,11 +10,18 @@ two) started six minutes into a nine-minute run, so the run ended with one worke
 
 Here the tests marked ``long(seconds)`` (what each takes on a 2-core CI machine, roughly:
 only their order matters) are dealt out longest first, each to the slice with the least long
-work so far, and start near the head of their slice; the other tests keep their collected
-order and fill the slices up to the sizes the scheduler cuts. Slice 0 starts with the tests
-marked ``alone``; every other slice starts with a short prefix of ordinary tests, so that its
-long tests do not hold the CPU share that an ``alone`` test waits for (and the ``long`` tests
-also wait for the ``alone`` ones to end: conftest.py's ``_alone_when_timed``).
+work so far; the other tests keep their collected order and fill the slices up to the sizes
+the scheduler cuts. Slice 0 starts with the tests marked ``alone``; every other slice starts
+with a short prefix of ordinary tests (:data:`PREFIX`), so that its long tests do not hold the
+CPU share that an ``alone`` test waits for (and the ``long`` tests also wait for the ``alone``
+ones to end: conftest.py's ``_alone_when_timed``).
+
+A slice's long tests, longest first, are spread over the stretch after its prefix
+(:data:`SPAN`), each slice's a step later than the one before (its phase). Most long tests
+wait on real servers' time (a store's scrapes, a minute's roll-up) with the CPU idle: started
+together at the head of every slice, five of six workers waited at once and the two cores
+were a third busy for the run's first minute and a half. Staggered, about two run at a time,
+beside ordinary tests that keep the CPU busy, and none is left to the run's tail.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ Item = TypeVar("Item")
 #: tests: enough for the ``alone`` tests of slice 0 (about 20 s) to end before the long tests
 #: of the other slices start.
 PREFIX = 1 / 8
+#: The stretch of a slice's ordinary tests (a fraction, after :data:`PREFIX`) its long tests
+#: are spread over: the last starts well before the slice's tail, which other workers steal.
+SPAN = 1 / 2
 
 
 def slice_sizes(count: int, workers: int) -> list[int]:
@@ -78,13 +88,32 @@ def spread(items: Sequence[Item], workers: int, seconds: dict[int, float],
     rest = iter(ordinary)
     for k in range(workers):
         fill = [i for _, i in zip(range(max(0, room[k])), rest)]
-        if k == 0:
-            order += firsts + dealt[k] + fill
+        if k == 0:  # (its long tests wait for its alone ones, which come first)
+            order += firsts + staggered(fill, dealt[k], 0.0, prefix=0.0)
         else:
-            prefix = round(len(fill) * PREFIX)
-            order += fill[:prefix] + dealt[k] + fill[prefix:]
+            order += staggered(fill, dealt[k], k / workers)
     order += list(rest)  # none, unless long tests overflowed every slice
     return [items[i] for i in order]
+
+
+def staggered(fill: list[int], longs: list[int], phase: float,
+              prefix: float = PREFIX) -> list[int]:
+    """``fill`` with ``longs`` spread over it: the j-th of the m long tests before the ordinary
+    test at ``prefix + SPAN * (j + phase) / m`` of it (``phase``, from 0 to 1: how far the
+    slice's long tests are shifted, so that the slices' long tests do not start together)."""
+    at = [round(len(fill) * (prefix + SPAN * (j + phase) / len(longs))) for j in range(len(longs))]
+    out: list[int] = []
+    waiting = iter(zip(at, longs))
+    due = next(waiting, None)
+    for index, test in enumerate(fill):
+        while due is not None and due[0] <= index:
+            out.append(due[1])
+            due = next(waiting, None)
+        out.append(test)
+    if due is not None:
+        out.append(due[1])
+    out += [test for _, test in waiting]
+    return out
 
 
 def arrange(items: list[pytest.Item], workers: int) -> None:

@@ -239,6 +239,7 @@ def _lint(clone: Path, env: dict[str, str], tmp: Path) -> str:
     return result.stdout + result.stderr
 
 
+@pytest.mark.long(25)
 @pytest.mark.timeout(600)
 def test_a_two_tool_streaming_vendor_needs_only_its_own_files(tmp_path: Path) -> None:
     clone = _scratch_copy(tmp_path)

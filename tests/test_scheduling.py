@@ -1,5 +1,5 @@
 """The suite's own scheduling (tests/ordering.py, tests/conftest.py): tests marked ``alone`` run
-first, those marked ``long`` start early, spread over the workers' slices."""
+first, those marked ``long`` start early, spread over the workers' slices and staggered."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from xdist.scheduler.worksteal import WorkStealingScheduling
 
 from . import conftest
-from .ordering import long_seconds, slice_sizes, spread
+from .ordering import PREFIX, SPAN, long_seconds, slice_sizes, spread, staggered
 
 
 class _Config:
@@ -79,12 +79,39 @@ def test_long_tests_are_dealt_longest_first_to_the_least_loaded_slice() -> None:
     for k, part in enumerate(slices):
         long_here = [n for n in part if int(n[1:]) in seconds]
         assert long_here == sorted(long_here, key=lambda n: -seconds[int(n[1:])])
-        # near the head of the slice: after the alone tests or a short prefix of ordinary ones
-        bound = len(part) // 8 + 1 + len(long_here) + (len(alone) if k == 0 else 0)
-        assert all(part.index(n) < bound for n in long_here), (k, part)
+        # in the slice's first stretch, after the alone tests or a short prefix of ordinary ones
+        assert all(part.index(n) < _bound(part, len(long_here), len(alone) if k == 0 else 0)
+                   for n in long_here), (k, part)
     # the ordinary tests keep their collected order
     ordinary = [n for n in order if int(n[1:]) not in seconds and int(n[1:]) not in alone]
     assert ordinary == sorted(ordinary, key=lambda n: int(n[1:]))
+
+
+def _bound(part: list[Any], longs: int, alone: int) -> int:
+    """The index in a slice before which its long tests lie (see tests/ordering.py)."""
+    return round(len(part) * (PREFIX + SPAN)) + longs + alone + 1
+
+
+def test_the_slices_long_tests_start_one_after_another() -> None:
+    """Six slices with a long test each: not six long tests at the heads of six workers (the
+    store tests wait with the CPU idle), but each a step further into its slice."""
+    names = [f"t{i}" for i in range(600)]
+    seconds = {i: 50.0 for i in range(0, 600, 100)}
+    slices = first_slices(spread(names, 6, seconds, set()), 6)
+    where = [next(j for j, n in enumerate(part) if int(n[1:]) in seconds) / len(part)
+             for part in slices]
+    assert where == sorted(where) and len(set(where)) == 6, where
+    assert where[1] >= PREFIX and where[-1] < PREFIX + SPAN, where
+
+
+def test_staggered_places_every_test_once_in_order() -> None:
+    for fill, longs, phase in (([], [1, 2], 0.9), ([10, 11, 12], [1, 2, 3], 0.99),
+                               (list(range(10, 30)), [1, 2], 0.5)):
+        out = staggered(fill, longs, phase)
+        assert sorted(out) == sorted(fill + longs)
+        assert [n for n in out if n in longs] == longs and [n for n in out if n in fill] == fill
+    out = staggered(list(range(100, 180)), [1, 2], 0.5)  # 80 ordinary: 10 + 40 * (j + .5) / 2
+    assert out.index(1) == 20 and out.index(2) == 41
 
 
 def test_without_workers_alone_then_longest_then_the_rest() -> None:
@@ -107,5 +134,5 @@ def test_this_run_is_in_that_order(request: pytest.FixtureRequest) -> None:
         seconds = {item.nodeid: long_seconds(item) for item in items}
         for part in first_slices(names, workers):
             here = [n for n in part if seconds[n] > 0]
-            heads = part[:len(part) // 8 + 1 + len(here) + sum(alone)]
-            assert set(here) <= set(heads), "a long test is not near its slice's head"
+            heads = part[:_bound(part, len(here), sum(alone))]
+            assert set(here) <= set(heads), "a long test is not in its slice's first stretch"

@@ -54,6 +54,7 @@ def latest(db: Path) -> int | None:
         return None  # not created yet
 
 
+@pytest.mark.long(15)
 def test_sigkill_then_restart(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
     db = tmp_path / "ledger.db"
     started = time.monotonic()

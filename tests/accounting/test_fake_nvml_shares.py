@@ -25,6 +25,7 @@ def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@pytest.mark.long(17)
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another user")
 def test_fake_nvml_activity_bills_used_time_three_to_one(tmp_path: Path) -> None:
     ann = subprocess.Popen(["sleep", "300"])                    # root's

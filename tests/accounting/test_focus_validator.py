@@ -121,6 +121,7 @@ def test_simulated_export_conforms(tmp_path: Path, cfg: str) -> None:
                for r in rows)
 
 
+@pytest.mark.long(35)
 @pytest.mark.integration
 def test_prometheus_export_conforms(tmp_path: Path) -> None:
     with simulated_exporters(tmp_path, PRICED, config_name="serve.toml") as serve:

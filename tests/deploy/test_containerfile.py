@@ -156,6 +156,7 @@ def _install(root: Path) -> Path:
     return root
 
 
+@pytest.mark.long(30)
 def test_install_steps_and_entry_point_serve_as_the_daemonset_runs_it(tmp_path: Path) -> None:
     root = _install(tmp_path / "image")
     assert not (root / "src").exists()  # the sources are removed from the image

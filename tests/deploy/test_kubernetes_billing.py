@@ -58,6 +58,7 @@ def _alert_expr() -> str:
     return rule["expr"]
 
 
+@pytest.mark.long(17)
 def test_cronjob_bills_and_its_status_reaches_the_alert(tmp_path: Path) -> None:
     objects = render("fleet-billing")
     job = one(objects, "CronJob", "allsmi-export")

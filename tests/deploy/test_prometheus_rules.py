@@ -58,6 +58,7 @@ def test_promtool_test_rules(tests) -> None:  # type: ignore[no-untyped-def]
     assert "SUCCESS" in result.stdout + result.stderr
 
 
+@pytest.mark.long(20)
 def test_budgets_count_the_calendar_month_not_a_rolling_window(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The budget tests fail on a rolling 30 days: last month's cost must stop counting on
     the 1st (AllsmiGroupBudgetExceeded read the last 30 days before issue 22's fix)."""

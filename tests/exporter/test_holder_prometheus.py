@@ -57,6 +57,7 @@ def _pod_gpu(scenario: Path, tmp_path: Path) -> dict:  # type: ignore[type-arg]
                 and any(w["pod"] for w in d["workloads"] or ()))
 
 
+@pytest.mark.long(20)
 def test_holder_counters_add_up_to_devices_in_prometheus(tmp_path: Path) -> None:
     scenario = tmp_path / "cpx.toml"
     scenario.write_text(SCENARIO)

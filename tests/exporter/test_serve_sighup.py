@@ -12,6 +12,8 @@ import signal
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from .server import run_serve
 from .test_hostile_clients import SIMULATE, wait_for
 
@@ -34,6 +36,7 @@ def test_sighup_writes_the_ledgers_interval_in_progress_and_exits_0(tmp_path: Pa
     assert not Path(f"{ledger}-wal").exists() or Path(f"{ledger}-wal").stat().st_size == 0
 
 
+@pytest.mark.long(20)
 def test_serve_exits_1_when_ledger_intervals_are_still_unwritten(tmp_path: Path) -> None:
     """The ledger held by another writer when SIGTERM comes: the intervals in memory cannot be
     written. `allsmi record` exits 1 and says so; `allsmi serve --ledger` exited 0 (a clean
