@@ -17,7 +17,8 @@ CPU share that an ``alone`` test waits for (and the ``long`` tests also wait for
 ones to end: conftest.py's ``_alone_when_timed``).
 
 A slice's long tests, longest first, are spread over the stretch after its prefix
-(:data:`SPAN`), each slice's a step later than the one before (its phase). Most long tests
+(:data:`SPAN`), each slice's a step later than the one before (its phase); how far into its
+slice a test starts is guessed in test files, not tests (:func:`time_shares`). Most long tests
 wait on real servers' time (a store's scrapes, a minute's roll-up) with the CPU idle: started
 together at the head of every slice, five of six workers waited at once and the two cores
 were a third busy for the run's first minute and a half. Staggered, about two run at a time,
@@ -26,7 +27,8 @@ beside ordinary tests that keep the CPU busy, and none is left to the run's tail
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections import Counter
+from typing import Callable, Hashable, Sequence, TypeVar
 
 import pytest
 
@@ -63,12 +65,13 @@ def is_alone(item: pytest.Item) -> bool:
 
 
 def spread(items: Sequence[Item], workers: int, seconds: dict[int, float],
-           alone: set[int]) -> list[Item]:
+           alone: set[int], unit: Callable[[Item], Hashable] | None = None) -> list[Item]:
     """``items`` in the order described in the module's docstring, for ``workers`` workers.
 
     ``seconds`` maps the index of each long test to its seconds; ``alone`` holds the indices
-    of the tests marked ``alone``. With one worker (no xdist), the ``alone`` tests come first,
-    then the long ones, longest first, then the rest."""
+    of the tests marked ``alone``; ``unit`` gives the unit a test's share of its slice's time
+    is counted in (see :func:`staggered`; default: each test its own). With one worker (no
+    xdist), the ``alone`` tests come first, then the long ones, longest first, then the rest."""
     ordinary = [i for i in range(len(items)) if i not in seconds and i not in alone]
     longest = sorted(seconds, key=lambda i: (-seconds[i], i))
     firsts = [i for i in range(len(items)) if i in alone]
@@ -84,36 +87,49 @@ def spread(items: Sequence[Item], workers: int, seconds: dict[int, float],
         dealt[k].append(i)
         load[k] += seconds[i]
         room[k] -= 1
+    units = [unit(item) if unit else n for n, item in enumerate(items)]
     order: list[int] = []
     rest = iter(ordinary)
     for k in range(workers):
         fill = [i for _, i in zip(range(max(0, room[k])), rest)]
+        shares = time_shares([units[i] for i in fill])
         if k == 0:  # (its long tests wait for its alone ones, which come first)
-            order += firsts + staggered(fill, dealt[k], 0.0, prefix=0.0)
+            order += firsts + staggered(fill, shares, dealt[k], 0.0, prefix=0.0)
         else:
-            order += staggered(fill, dealt[k], k / workers)
+            order += staggered(fill, shares, dealt[k], k / workers)
     order += list(rest)  # none, unless long tests overflowed every slice
     return [items[i] for i in order]
 
 
-def staggered(fill: list[int], longs: list[int], phase: float,
+def time_shares(units: list[Hashable]) -> list[float]:
+    """How far into a run of tests (0 to 1) each test starts, guessed from the tests' units:
+    each unit (a test file) takes as long as any other, shared equally by its tests. Counting
+    tests instead, a file of 600 parametrized config keys (milliseconds each) would stand for
+    more time than the rest of its slice."""
+    count = Counter(units)
+    total, shares = float(len(count)), []
+    done = 0.0
+    for u in units:
+        shares.append(done / total)
+        done += 1 / count[u]
+    return shares
+
+
+def staggered(fill: list[int], shares: list[float], longs: list[int], phase: float,
               prefix: float = PREFIX) -> list[int]:
-    """``fill`` with ``longs`` spread over it: the j-th of the m long tests before the ordinary
-    test at ``prefix + SPAN * (j + phase) / m`` of it (``phase``, from 0 to 1: how far the
-    slice's long tests are shifted, so that the slices' long tests do not start together)."""
-    at = [round(len(fill) * (prefix + SPAN * (j + phase) / len(longs))) for j in range(len(longs))]
+    """``fill`` (each test starting ``shares`` of the way through it: :func:`time_shares`) with
+    ``longs`` spread over it: the j-th of the m long tests before the first ordinary test at
+    ``prefix + SPAN * (j + phase) / m`` or further (``phase``, from 0 to 1: how far the slice's
+    long tests are shifted, so that the slices' long tests do not start together)."""
+    due = [prefix + SPAN * (j + phase) / len(longs) for j in range(len(longs))]
     out: list[int] = []
-    waiting = iter(zip(at, longs))
-    due = next(waiting, None)
-    for index, test in enumerate(fill):
-        while due is not None and due[0] <= index:
-            out.append(due[1])
-            due = next(waiting, None)
+    j = 0
+    for test, share in zip(fill, shares):
+        while j < len(longs) and due[j] <= share:
+            out.append(longs[j])
+            j += 1
         out.append(test)
-    if due is not None:
-        out.append(due[1])
-    out += [test for _, test in waiting]
-    return out
+    return out + longs[j:]
 
 
 def arrange(items: list[pytest.Item], workers: int) -> None:
@@ -121,4 +137,4 @@ def arrange(items: list[pytest.Item], workers: int) -> None:
     seconds = {i: s for i, item in enumerate(items) if (s := long_seconds(item)) > 0
                and not is_alone(item)}
     alone = {i for i, item in enumerate(items) if is_alone(item)}
-    items[:] = spread(items, workers, seconds, alone)
+    items[:] = spread(items, workers, seconds, alone, unit=lambda item: item.path)

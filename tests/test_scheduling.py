@@ -10,7 +10,7 @@ import pytest
 from xdist.scheduler.worksteal import WorkStealingScheduling
 
 from . import conftest
-from .ordering import PREFIX, SPAN, long_seconds, slice_sizes, spread, staggered
+from .ordering import PREFIX, SPAN, long_seconds, slice_sizes, spread, staggered, time_shares
 
 
 class _Config:
@@ -107,11 +107,25 @@ def test_the_slices_long_tests_start_one_after_another() -> None:
 def test_staggered_places_every_test_once_in_order() -> None:
     for fill, longs, phase in (([], [1, 2], 0.9), ([10, 11, 12], [1, 2, 3], 0.99),
                                (list(range(10, 30)), [1, 2], 0.5)):
-        out = staggered(fill, longs, phase)
+        out = staggered(fill, time_shares(fill), longs, phase)
         assert sorted(out) == sorted(fill + longs)
         assert [n for n in out if n in longs] == longs and [n for n in out if n in fill] == fill
-    out = staggered(list(range(100, 180)), [1, 2], 0.5)  # 80 ordinary: 10 + 40 * (j + .5) / 2
+    fill = list(range(100, 180))  # 80 ordinary: 10 + 40 * (j + .5) / 2
+    out = staggered(fill, time_shares(fill), [1, 2], 0.5)
     assert out.index(1) == 20 and out.index(2) == 41
+
+
+def test_a_files_tests_share_its_time() -> None:
+    """A file of many parametrized cases counts as one file, not as many tests: the long test
+    due halfway through three files comes in the second, not within the first's 600 cases."""
+    files = ["keys"] * 600 + ["a", "b"]
+    assert time_shares(files)[600:] == [pytest.approx(1 / 3), pytest.approx(2 / 3)]
+    names = [f"t{i}" for i in range(602)]
+    out = staggered(names, time_shares(files), ["long"], 0.5 / SPAN, prefix=0.0)
+    assert out.index("long") == 601
+    slices = first_slices(spread(names + ["long"], 2, {602: 9.0}, set(),
+                                 unit=lambda n: files[int(n[1:])] if n[1:].isdigit() else n), 2)
+    assert "long" in slices[0] or "long" in slices[1]
 
 
 def test_without_workers_alone_then_longest_then_the_rest() -> None:
@@ -133,6 +147,8 @@ def test_this_run_is_in_that_order(request: pytest.FixtureRequest) -> None:
         names = [item.nodeid for item in items]
         seconds = {item.nodeid: long_seconds(item) for item in items}
         for part in first_slices(names, workers):
-            here = [n for n in part if seconds[n] > 0]
-            heads = part[:_bound(part, len(here), sum(alone))]
-            assert set(here) <= set(heads), "a long test is not in its slice's first stretch"
+            ordinary = [n for n in part if seconds[n] == 0]
+            share = dict(zip(ordinary, time_shares([n.split("::")[0] for n in ordinary])))
+            for n in (n for n in part if seconds[n] > 0):
+                after = next((share[m] for m in part[part.index(n):] if m in share), 1.0)
+                assert after < PREFIX + SPAN + 0.05, f"{n} is not in its slice's first stretch"
