@@ -111,11 +111,43 @@ def _cpu_share(alone: bool) -> Iterator[None]:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             if left > 0:
                 signal.setitimer(signal.ITIMER_REAL, left)
+        if not alone:
+            _SHARED[:] = [gate, cpu]
         try:
             yield
         finally:
+            _SHARED.clear()
             fcntl.flock(cpu, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+#: The lock files through which the running test holds its shared CPU share (under xdist).
+_SHARED: list[Any] = []
+
+
+@contextlib.contextmanager
+def cpu_to_itself() -> Iterator[None]:
+    """Within a test, the CPU share held as a test marked ``alone`` holds it, for as long as
+    the ``with`` lasts: no other worker runs a test meanwhile. For a latency bound inside a
+    test whose other stretches need no such hold (a wait of seconds for a server's deadline):
+    the other workers go on while it waits. Without xdist (or in an ``alone`` test), nothing."""
+    if not _SHARED:
+        yield
+        return
+    gate, cpu = _SHARED
+    left, _ = signal.setitimer(signal.ITIMER_REAL, 0)  # (the wait is not the test's time)
+    fcntl.flock(cpu, fcntl.LOCK_UN)  # (held shared while waiting, two of these would deadlock)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)  # new shared holders wait at the gate...
+        fcntl.flock(cpu, fcntl.LOCK_EX)  # ...while those that hold it finish their tests
+    finally:
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        yield
+    finally:
+        fcntl.flock(cpu, fcntl.LOCK_SH)  # (shared again before the gate opens)
+        fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 #: How many tests marked ``alone`` this run collected (each worker collects them all).

@@ -4,6 +4,7 @@ first, those marked ``long`` start early, spread over the workers' slices and st
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -152,3 +153,39 @@ def test_this_run_is_in_that_order(request: pytest.FixtureRequest) -> None:
             for n in (n for n in part if seconds[n] > 0):
                 after = next((share[m] for m in part[part.index(n):] if m in share), 1.0)
                 assert after < PREFIX + SPAN + 0.05, f"{n} is not in its slice's first stretch"
+
+
+def test_cpu_to_itself_waits_for_the_other_workers_tests_and_holds_new_ones_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """conftest.py's ``cpu_to_itself`` (a stretch of a test held as an ``alone`` test is): it
+    waits while another worker's test holds its share, and meanwhile no new test starts."""
+    import fcntl
+    import threading
+
+    own = [open(tmp_path / "gate", "a"), open(tmp_path / "cpu", "a")]  # (this test's hold)
+    other = open(tmp_path / "cpu", "a")  # another worker's test, running
+    other_gate = open(tmp_path / "gate", "a")
+    try:
+        fcntl.flock(own[1], fcntl.LOCK_SH)
+        fcntl.flock(other, fcntl.LOCK_SH)
+        monkeypatch.setattr(conftest, "_SHARED", own)
+        inside, leave = threading.Event(), threading.Event()
+
+        def stretch() -> None:
+            with conftest.cpu_to_itself():
+                inside.set()
+                leave.wait(30)
+        worker = threading.Thread(target=stretch)
+        worker.start()
+        assert not inside.wait(0.5), "entered while another worker's test held its share"
+        fcntl.flock(other, fcntl.LOCK_UN)  # that test ends
+        assert inside.wait(10)
+        with pytest.raises(BlockingIOError):  # a new test waits at the gate meanwhile
+            fcntl.flock(other_gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        leave.set()
+        worker.join(10)
+        fcntl.flock(other_gate, fcntl.LOCK_EX | fcntl.LOCK_NB)  # and starts once it is over
+        fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)  # beside this test's shared hold
+    finally:
+        for f in own + [other, other_gate]:
+            f.close()

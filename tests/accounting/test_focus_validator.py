@@ -106,6 +106,7 @@ def test_ledger_export_conforms(ledger: Path, tmp_path: Path, cfg: str) -> None:
     assert_conforms(parquet, tmp_path)
 
 
+@pytest.mark.long(15)
 @pytest.mark.parametrize("cfg", [PRICED, UNPRICED], ids=["priced", "unpriced"])
 def test_simulated_export_conforms(tmp_path: Path, cfg: str) -> None:
     start = 1_790_000_000 - 1_790_000_000 % 3600

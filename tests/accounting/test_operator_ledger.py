@@ -210,6 +210,7 @@ def test_a_damaged_meta_table_is_said_not_a_traceback(tmp_path: Path, key: str, 
         assert "damaged" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.long(13)
 def test_a_ledger_deleted_under_the_recorder_is_said_not_written_into(tmp_path: Path) -> None:
     """A clean-up job deletes the ledger while ``allsmi record`` runs: SQLite went on writing
     into the deleted file, every minute lost with it, and the recorder stopped with exit 0 as if

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import pytest
+
 from allsmi.accounting.ledger.store import Dim, Holder, IntervalRecord, Share, labels_json
 from allsmi.accounting.recorder import LedgerRecorder
 from allsmi.accounting.shares import billing_shares, own_memory
@@ -300,6 +302,7 @@ def irregular_snapshots(cycles: int, seed: int) -> Iterator[Snapshot]:
                        monotonic=None if rng.random() < 0.05 else now[0] - T0)
 
 
+@pytest.mark.long(11)
 def test_recorder_writes_what_the_plain_computation_gives(tmp_path: Path) -> None:
     snapshots = list(irregular_snapshots(1200, seed=5))
     # Whole intervals only (no checkpoints of the minute in progress), to compare record for

@@ -119,7 +119,8 @@ def _bill(ledger: str, window: Window) -> dict:
 
 
 @pytest.mark.parametrize("offset, hours, chunk, extra",
-                         [(0, 36, 3600, 0), (7 * 60, 20, 5 * 3600, 0), (30, 3, 3600, 45),
+                         [pytest.param(0, 36, 3600, 0, marks=pytest.mark.long(15)),
+                          (7 * 60, 20, 5 * 3600, 0), (30, 3, 3600, 45),
                           (7, 3, 3600, 53)])
 def test_chunks_replayed_side_by_side_bill_what_one_long_replay_bills(tmp_path, offset, hours,
                                                                         chunk, extra) -> None:

@@ -277,6 +277,7 @@ def test_record_survives_a_full_filesystem(tmp_path: Path, recorder) -> None:  #
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
 
 
+@pytest.mark.long(12)
 def test_ready_says_503_during_a_retry_that_fails_again(tmp_path: Path) -> None:
     """Issue 19 item 8: the intervals stay counted as unwritten while a write is attempted, so
     /ready never says 200 (and the gauge never says 0) in the middle of a failing retry."""

@@ -25,6 +25,7 @@ def fake(*args: str, pid: int) -> list[str]:
     return [sys.executable, "-m", "tests.backends.fake_gpm_allsmi", str(pid), "--", *args]
 
 
+@pytest.mark.long(13)
 def test_busy_looking_gpu_and_mig_slice_end_to_end(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "120"])
     try:

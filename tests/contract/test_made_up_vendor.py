@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ..pluginsite import plugin_site
 from .test_cli_faults import FAULTS
 
@@ -85,6 +87,7 @@ FAKE_SCENARIOS = '''
 '''
 
 
+@pytest.mark.long(15)
 def test_a_new_vendor_joins_from_its_entry_point_and_scenario_file_alone(tmp_path: Path) -> None:
     """A made-up seventh vendor, registered only here: both suites run it, nothing else changes."""
     env, _ = plugin_site(tmp_path, "zzvendor", "[allsmi.backends]\nzzvendor = zz_backend:ZzBackend\n",

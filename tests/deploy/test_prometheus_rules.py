@@ -51,7 +51,8 @@ def test_promtool_check_rules() -> None:
     assert "SUCCESS" in result.stdout
 
 
-@pytest.mark.parametrize("tests", [RULES_TEST, RULES_BUDGET_TEST, RULES_OUTAGE_TEST], ids=lambda p: p.name)
+@pytest.mark.parametrize("tests", [RULES_TEST, pytest.param(RULES_BUDGET_TEST, marks=pytest.mark.long(35)),
+                                   RULES_OUTAGE_TEST], ids=lambda p: p.name)
 def test_promtool_test_rules(tests) -> None:  # type: ignore[no-untyped-def]
     result = promtool("test", "rules", tests.name)
     assert result.returncode == 0, result.stdout + result.stderr
