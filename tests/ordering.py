@@ -16,12 +16,13 @@ with a short prefix of ordinary tests (:data:`PREFIX`), so that its long tests d
 CPU share that an ``alone`` test waits for (and the ``long`` tests also wait for the ``alone``
 ones to end: conftest.py's ``_alone_when_timed``).
 
-A slice's long tests, longest first, are spread over the stretch after its prefix
-(:data:`SPAN`), each slice's a step later than the one before (its phase); how far into its
-slice a test starts is guessed in test files, not tests (:func:`time_shares`). Most long tests
-wait on real servers' time (a store's scrapes, a minute's roll-up) with the CPU idle: started
-together at the head of every slice, five of six workers waited at once and the two cores
-were a third busy for the run's first minute and a half. Staggered, about two run at a time,
+Most long tests wait on real servers' time (a store's scrapes, a minute's roll-up) with the
+CPU idle: started together at the head of every slice, five of six workers waited at once and
+the two cores were a third busy for the run's first minute and a half. So the long tests are
+planned in lanes, half as many as workers (:func:`planned_starts`): longest first, each starts
+when a lane is free, and that start, as a share of the plan, places it in the stretch of its
+slice after the prefix (:data:`SPAN`; how far into its slice a test starts is guessed in test
+files, not tests: :func:`time_shares`). About half the workers then run long tests at a time,
 beside ordinary tests that keep the CPU busy, and none is left to the run's tail.
 """
 
@@ -40,7 +41,7 @@ Item = TypeVar("Item")
 PREFIX = 1 / 8
 #: The stretch of a slice's ordinary tests (a fraction, after :data:`PREFIX`) its long tests
 #: are spread over: the last starts well before the slice's tail, which other workers steal.
-SPAN = 1 / 2
+SPAN = 3 / 5
 
 
 def slice_sizes(count: int, workers: int) -> list[int]:
@@ -70,7 +71,7 @@ def spread(items: Sequence[Item], workers: int, seconds: dict[int, float],
 
     ``seconds`` maps the index of each long test to its seconds; ``alone`` holds the indices
     of the tests marked ``alone``; ``unit`` gives the unit a test's share of its slice's time
-    is counted in (see :func:`staggered`; default: each test its own). With one worker (no
+    is counted in (see :func:`time_shares`; default: each test its own). With one worker (no
     xdist), the ``alone`` tests come first, then the long ones, longest first, then the rest."""
     ordinary = [i for i in range(len(items)) if i not in seconds and i not in alone]
     longest = sorted(seconds, key=lambda i: (-seconds[i], i))
@@ -88,17 +89,32 @@ def spread(items: Sequence[Item], workers: int, seconds: dict[int, float],
         load[k] += seconds[i]
         room[k] -= 1
     units = [unit(item) if unit else n for n, item in enumerate(items)]
+    due = planned_starts(seconds, max(1, workers // 2))
     order: list[int] = []
     rest = iter(ordinary)
     for k in range(workers):
         fill = [i for _, i in zip(range(max(0, room[k])), rest)]
         shares = time_shares([units[i] for i in fill])
-        if k == 0:  # (its long tests wait for its alone ones, which come first)
-            order += firsts + staggered(fill, shares, dealt[k], 0.0, prefix=0.0)
-        else:
-            order += staggered(fill, shares, dealt[k], k / workers)
+        # (slice 0's long tests wait for its alone ones, which come first: no prefix)
+        prefix = 0.0 if k == 0 else PREFIX
+        here = sorted(dealt[k], key=lambda i: (due[i], i))
+        order += (firsts if k == 0 else []) + staggered(
+            fill, shares, here, [prefix + SPAN * due[i] for i in here])
     order += list(rest)  # none, unless long tests overflowed every slice
     return [items[i] for i in order]
+
+
+def planned_starts(seconds: dict[int, float], lanes: int) -> dict[int, float]:
+    """When each long test (index: seconds) starts, as a share (0 to 1) of a plan that runs
+    them in ``lanes`` side by side, longest first, each in the lane that is free first."""
+    free = [0.0] * lanes
+    start: dict[int, float] = {}
+    for i in sorted(seconds, key=lambda i: (-seconds[i], i)):
+        lane = min(range(lanes), key=lambda n: (free[n], n))
+        start[i] = free[lane]
+        free[lane] += seconds[i]
+    end = max(free) or 1.0
+    return {i: at / end for i, at in start.items()}
 
 
 def time_shares(units: list[Hashable]) -> list[float]:
@@ -115,13 +131,11 @@ def time_shares(units: list[Hashable]) -> list[float]:
     return shares
 
 
-def staggered(fill: list[int], shares: list[float], longs: list[int], phase: float,
-              prefix: float = PREFIX) -> list[int]:
+def staggered(fill: list[int], shares: list[float], longs: list[int],
+              due: list[float]) -> list[int]:
     """``fill`` (each test starting ``shares`` of the way through it: :func:`time_shares`) with
-    ``longs`` spread over it: the j-th of the m long tests before the first ordinary test at
-    ``prefix + SPAN * (j + phase) / m`` or further (``phase``, from 0 to 1: how far the slice's
-    long tests are shifted, so that the slices' long tests do not start together)."""
-    due = [prefix + SPAN * (j + phase) / len(longs) for j in range(len(longs))]
+    ``longs`` (in order) among it: each before the first ordinary test at its ``due`` share of
+    the way or further."""
     out: list[int] = []
     j = 0
     for test, share in zip(fill, shares):

@@ -11,7 +11,8 @@ import pytest
 from xdist.scheduler.worksteal import WorkStealingScheduling
 
 from . import conftest
-from .ordering import PREFIX, SPAN, long_seconds, slice_sizes, spread, staggered, time_shares
+from .ordering import (PREFIX, SPAN, long_seconds, planned_starts, slice_sizes, spread, staggered,
+                       time_shares)
 
 
 class _Config:
@@ -93,26 +94,32 @@ def _bound(part: list[Any], longs: int, alone: int) -> int:
     return round(len(part) * (PREFIX + SPAN)) + longs + alone + 1
 
 
-def test_the_slices_long_tests_start_one_after_another() -> None:
+def test_the_long_tests_are_planned_half_the_workers_at_a_time() -> None:
     """Six slices with a long test each: not six long tests at the heads of six workers (the
-    store tests wait with the CPU idle), but each a step further into its slice."""
+    store tests wait with the CPU idle), but three, and three more once those are done."""
     names = [f"t{i}" for i in range(600)]
     seconds = {i: 50.0 for i in range(0, 600, 100)}
     slices = first_slices(spread(names, 6, seconds, set()), 6)
-    where = [next(j for j, n in enumerate(part) if int(n[1:]) in seconds) / len(part)
-             for part in slices]
-    assert where == sorted(where) and len(set(where)) == 6, where
-    assert where[1] >= PREFIX and where[-1] < PREFIX + SPAN, where
+    where = sorted(next(j for j, n in enumerate(part) if int(n[1:]) in seconds) / len(part)
+                   for part in slices)
+    assert max(where[:3]) < PREFIX + 0.02 and min(where[3:]) > PREFIX + SPAN / 2 - 0.02, where
+
+
+def test_planned_starts_fill_the_lanes_longest_first() -> None:
+    # lane A: 100, then 45; lane B: 60, 50, 10 (ends 120, before A's 145)
+    starts = planned_starts({0: 100.0, 1: 60.0, 2: 50.0, 3: 45.0, 4: 10.0}, 2)
+    assert starts == {0: 0.0, 1: 0.0, 2: 60 / 145, 3: 100 / 145, 4: 110 / 145}
+    assert planned_starts({}, 3) == {}
 
 
 def test_staggered_places_every_test_once_in_order() -> None:
-    for fill, longs, phase in (([], [1, 2], 0.9), ([10, 11, 12], [1, 2, 3], 0.99),
-                               (list(range(10, 30)), [1, 2], 0.5)):
-        out = staggered(fill, time_shares(fill), longs, phase)
+    for fill, longs, due in (([], [1, 2], [0.1, 0.5]), ([10, 11, 12], [1, 2, 3], [0.2, 0.9, 1.0]),
+                             (list(range(10, 30)), [1, 2], [0.0, 0.5])):
+        out = staggered(fill, time_shares(fill), longs, due)
         assert sorted(out) == sorted(fill + longs)
         assert [n for n in out if n in longs] == longs and [n for n in out if n in fill] == fill
-    fill = list(range(100, 180))  # 80 ordinary: 10 + 40 * (j + .5) / 2
-    out = staggered(fill, time_shares(fill), [1, 2], 0.5)
+    fill = list(range(100, 180))
+    out = staggered(fill, time_shares(fill), [1, 2], [0.25, 0.5])
     assert out.index(1) == 20 and out.index(2) == 41
 
 
@@ -122,7 +129,7 @@ def test_a_files_tests_share_its_time() -> None:
     files = ["keys"] * 600 + ["a", "b"]
     assert time_shares(files)[600:] == [pytest.approx(1 / 3), pytest.approx(2 / 3)]
     names = [f"t{i}" for i in range(602)]
-    out = staggered(names, time_shares(files), ["long"], 0.5 / SPAN, prefix=0.0)
+    out = staggered(names, time_shares(files), ["long"], [0.5])
     assert out.index("long") == 601
     slices = first_slices(spread(names + ["long"], 2, {602: 9.0}, set(),
                                  unit=lambda n: files[int(n[1:])] if n[1:].isdigit() else n), 2)
