@@ -41,7 +41,7 @@ Item = TypeVar("Item")
 PREFIX = 1 / 8
 #: The stretch of a slice's ordinary tests (a fraction, after :data:`PREFIX`) its long tests
 #: are spread over: the last starts well before the slice's tail, which other workers steal.
-SPAN = 3 / 5
+SPAN = 9 / 20
 
 
 def slice_sizes(count: int, workers: int) -> list[int]:
