@@ -69,6 +69,8 @@ def locks_dir(run: str) -> Path:
 
 
 _LOCKS = locks_dir(os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid())))
+#: A directory of this run's own, shared by its workers and removed when the run ends.
+RUN_DIR = _LOCKS
 #: The runs whose workers this process (the xdist controller) started.
 _RUNS: set[str] = set()
 
@@ -87,9 +89,12 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_sessionfinish() -> None:
-    """The controller removes its run's lock files once every worker is done."""
+    """The controller removes its run's lock files once every worker is done (and a run
+    without workers its own directory)."""
     for run in _RUNS:
         shutil.rmtree(locks_dir(run), ignore_errors=True)
+    if not _RUNS and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_LOCKS, ignore_errors=True)
 
 
 @contextlib.contextmanager

