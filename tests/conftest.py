@@ -18,7 +18,7 @@ from typing import Any, Iterator, NoReturn
 import pytest
 
 from . import offline
-from .ordering import arrange, is_alone, long_seconds
+from .ordering import alone_throughout, arrange, is_alone, long_seconds
 from .rewritecache import cache_rewritten_tests
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,7 +135,10 @@ def cpu_to_itself() -> Iterator[None]:
     """Within a test, the CPU share held as a test marked ``alone`` holds it, for as long as
     the ``with`` lasts: no other worker runs a test meanwhile. For a latency bound inside a
     test whose other stretches need no such hold (a wait of seconds for a server's deadline):
-    the other workers go on while it waits. Without xdist (or in an ``alone`` test), nothing."""
+    the other workers go on while it waits. Such a test is marked ``alone(whole=False)``, so
+    that it runs among the first tests, before any long one starts: the wait for the hold
+    (new tests held back at the gate meanwhile) is then for short tests to end, not for a
+    long one. Without xdist (or in a test held alone throughout), nothing."""
     if not _SHARED:
         yield
         return
@@ -204,7 +207,7 @@ def _alone_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
     alone = is_alone(request.node)
     if not alone and long_seconds(request.node) > 0:
         _wait_for_alone_tests()
-    with _cpu_share(alone):
+    with _cpu_share(alone_throughout(request.node)):
         yield
 
 

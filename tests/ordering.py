@@ -65,6 +65,14 @@ def is_alone(item: pytest.Item) -> bool:
     return item.get_closest_marker("alone") is not None
 
 
+def alone_throughout(item: pytest.Item) -> bool:
+    """Whether a test marked ``alone`` holds the CPU to itself from start to end; one marked
+    ``alone(whole=False)`` runs among the first tests as the others do, but holds it only
+    inside ``conftest.cpu_to_itself()`` (its timed stretch), sharing it while it waits."""
+    marker = item.get_closest_marker("alone")
+    return marker is not None and bool(marker.kwargs.get("whole", True))
+
+
 def spread(items: Sequence[Item], workers: int, seconds: dict[int, float],
            alone: set[int], unit: Callable[[Item], Hashable] | None = None) -> list[Item]:
     """``items`` in the order described in the module's docstring, for ``workers`` workers.

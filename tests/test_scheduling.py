@@ -196,3 +196,21 @@ def test_cpu_to_itself_waits_for_the_other_workers_tests_and_holds_new_ones_back
     finally:
         for f in own + [other, other_gate]:
             f.close()
+
+
+class _Marked:
+    """What ``alone_throughout`` reads of a test: its closest ``alone`` marker."""
+
+    def __init__(self, marker: Any) -> None:
+        self.marker = marker
+
+    def get_closest_marker(self, name: str) -> Any:
+        return self.marker if name == "alone" else None
+
+
+def test_alone_holds_the_cpu_throughout_unless_whole_is_false() -> None:
+    from .ordering import alone_throughout, is_alone
+    assert alone_throughout(_Marked(pytest.mark.alone.mark))  # type: ignore[arg-type]
+    stretch = _Marked(pytest.mark.alone(whole=False).mark)
+    assert is_alone(stretch) and not alone_throughout(stretch)  # type: ignore[arg-type]
+    assert not alone_throughout(_Marked(None)) and not is_alone(_Marked(None))  # type: ignore[arg-type]

@@ -79,6 +79,7 @@ def server() -> Iterator[Serve]:
     yield from serving(["--simulate", "mixed", "--interval", "0.5"])
 
 
+@pytest.mark.alone(whole=False)  # (among the first tests; the CPU held alone while timed)
 def test_scrapes_answer_fast_while_100_slow_loris_connections_are_open(server: Serve) -> None:
     server.wait_ready()
     attack = SlowLoris(server.port, count=100, every=2.0).start()
